@@ -1,0 +1,147 @@
+/*
+ * distlock: distributed locks with the shape of pthread_mutex_t, backed by Redis.
+ *
+ * Every call returns 0 or a positive errno value (never -1, never EINTR) and
+ * leaves errno alone.  When a call fails, dist_last_error() gives a readable
+ * reason for the calling thread.  The data kept in Redis is the layout of
+ * Redisson's RLock, so a Java service and a C program can share one lock.
+ */
+#ifndef DISTLOCK_H
+#define DISTLOCK_H
+
+#include <stdint.h>
+#include <time.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__) && __GNUC__ >= 4
+#define DIST_EXPORT __attribute__((visibility("default")))
+#else
+#define DIST_EXPORT
+#endif
+
+#define DIST_VERSION_MAJOR 0
+#define DIST_VERSION_MINOR 1
+#define DIST_VERSION_PATCH 0
+#define DIST_VERSION_HEX ((DIST_VERSION_MAJOR << 16) | \
+                          (DIST_VERSION_MINOR << 8) | DIST_VERSION_PATCH)
+
+/* Longest lock name accepted, in bytes (names are any bytes but NUL). */
+#define DIST_NAME_MAX 4096
+
+/* ------------------------------------------------------------------------ */
+/* Library set-up                                                           */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * Settings are read from the environment at first use:
+ *   DISTLOCK_URL          redis://[user:password@]host[:port][/db]
+ *                         unix://[user:password@]/path/to/socket[?db=N]
+ *                         (default redis://127.0.0.1:6379)
+ *   DISTLOCK_WATCHDOG_MS  lease of a lock taken without an explicit lease;
+ *                         the renewal thread renews it every third of that
+ *                         (default 30000, at least 300)
+ *   DISTLOCK_TIMEOUT_MS   connect timeout and command timeout (default 2000)
+ * The setters below override them and may be called at any time; they take
+ * effect for connections opened afterwards (open ones are replaced at their
+ * next use).  They return EINVAL for a malformed value, ENOMEM.
+ */
+DIST_EXPORT int dist_set_url(const char *url);
+DIST_EXPORT int dist_set_watchdog_ms(unsigned long ms);
+DIST_EXPORT int dist_set_timeout_ms(unsigned long ms);
+
+/* Called, from the renewal thread or from the thread that finds out, when a
+ * lock this process held is found lost (lease expired, forced, or the server
+ * lost its data).  name is the lock's name, valid only during the call.  The
+ * handler must not call back into distlock for the same lock.  fn may be NULL
+ * to remove the handler. */
+typedef void (*dist_lost_fn)(const char *name, void *arg);
+DIST_EXPORT int dist_set_lost_handler(dist_lost_fn fn, void *arg);
+
+/* This thread's last failure as text; never NULL, "" when there is none.
+ * The string belongs to the library and stays valid until the thread's next
+ * distlock call. */
+DIST_EXPORT const char *dist_last_error(void);
+
+/* Stops the renewal and pub/sub threads and closes the calling thread's
+ * connection.  Locks still held are no longer renewed and expire after their
+ * lease.  Idempotent; the library starts again on its next use. */
+DIST_EXPORT void dist_shutdown(void);
+
+/* ------------------------------------------------------------------------ */
+/* Mutex                                                                    */
+/* ------------------------------------------------------------------------ */
+
+#define DIST_MUTEX_RECURSIVE  1   /* default: n locks need n unlocks */
+#define DIST_MUTEX_ERRORCHECK 2   /* relock by the owner gives EDEADLK */
+
+struct dist_mutexattr {
+    int __type;
+    int __flags;
+    unsigned long __lease_ms;
+    unsigned long __reserved[2];
+};
+
+/* The caller owns the object (static, automatic or a struct member).  Its
+ * fields are private.  An object set with DIST_MUTEX_INITIALIZER keeps a
+ * pointer to the name, which must outlive it; dist_mutex_init copies it. */
+struct dist_mutex {
+    const char *__name;
+    void *__impl;
+    unsigned long __reserved[2];
+};
+
+typedef struct dist_mutex dist_mutex_t;
+typedef struct dist_mutexattr dist_mutexattr_t;
+
+/* Static or automatic initialisation with default attributes; the internal
+ * state is created, and Redis connected, at first use. */
+#define DIST_MUTEX_INITIALIZER(name) { (name), 0, { 0, 0 } }
+
+/* name: 1..DIST_NAME_MAX bytes, copied.  attr may be NULL for defaults.
+ * Does no network I/O.  EINVAL, ENOMEM. */
+DIST_EXPORT int dist_mutex_init(dist_mutex_t *m, const char *name,
+                                const dist_mutexattr_t *attr);
+
+/* Frees what init allocated.  EBUSY while a thread of this process holds it. */
+DIST_EXPORT int dist_mutex_destroy(dist_mutex_t *m);
+
+/* Blocks until the lock is taken.  EDEADLK (errorcheck relock), EIO, EINVAL. */
+DIST_EXPORT int dist_mutex_lock(dist_mutex_t *m);
+
+/* Never waits for the lock: EBUSY when another owner holds it. */
+DIST_EXPORT int dist_mutex_trylock(dist_mutex_t *m);
+
+/* Waits until abstime (CLOCK_REALTIME): ETIMEDOUT once that time has been
+ * reached.  A free lock is taken even when abstime has passed; abstime is
+ * checked (EINVAL for tv_nsec out of range) only when the call would wait. */
+DIST_EXPORT int dist_mutex_timedlock(dist_mutex_t *m,
+                                     const struct timespec *abstime);
+
+/* EPERM when the calling thread does not hold it, or its hold was lost. */
+DIST_EXPORT int dist_mutex_unlock(dist_mutex_t *m);
+
+/* Fencing token of the caller's hold: a number that grows with every
+ * acquisition of the lock by any distlock client, so a resource can refuse
+ * a holder whose lease ran out.  EPERM when the caller does not hold it. */
+DIST_EXPORT int dist_mutex_token(dist_mutex_t *m, uint64_t *token);
+
+DIST_EXPORT int dist_mutexattr_init(dist_mutexattr_t *a);
+DIST_EXPORT int dist_mutexattr_destroy(dist_mutexattr_t *a);
+/* DIST_MUTEX_RECURSIVE or DIST_MUTEX_ERRORCHECK; EINVAL otherwise. */
+DIST_EXPORT int dist_mutexattr_settype(dist_mutexattr_t *a, int type);
+DIST_EXPORT int dist_mutexattr_gettype(const dist_mutexattr_t *a, int *type);
+/* 0 (default): the watchdog lease, renewed while held.  Otherwise the hold
+ * expires lease_ms after each lock unless unlocked first. */
+DIST_EXPORT int dist_mutexattr_setlease(dist_mutexattr_t *a,
+                                        unsigned long lease_ms);
+DIST_EXPORT int dist_mutexattr_getlease(const dist_mutexattr_t *a,
+                                        unsigned long *lease_ms);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DISTLOCK_H */

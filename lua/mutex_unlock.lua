@@ -1,0 +1,27 @@
+-- mutex_unlock: give back one hold; the last one deletes the lock and tells waiters.
+-- KEYS[1]  the lock: HASH { <owner>: hold count }                 (N)
+-- KEYS[2]  release channel                                        (redisson_lock__channel:{N})
+-- ARGV[1]  lease in ms, re-armed while holds remain
+-- ARGV[2]  owner
+-- ARGV[3]  publish command: 'publish', or 'spublish' on a cluster
+-- ARGV[4]  message published on the final release ('0')
+-- ARGV[5]  optional: the owner's count this call expects to find; when given and the
+--          count differs, nothing changes (used to finish a release whose reply was lost)
+-- Reply    -1  the owner holds nothing (expired, forced, or never taken)
+--          -2  ARGV[5] was given and the count differs from it
+--          n>0 holds left;  0  released and published
+local holds = redis.call('hget', KEYS[1], ARGV[2])
+if not holds then
+  return -1
+end
+if ARGV[5] and tonumber(holds) ~= tonumber(ARGV[5]) then
+  return -2
+end
+holds = redis.call('hincrby', KEYS[1], ARGV[2], -1)
+if holds > 0 then
+  redis.call('pexpire', KEYS[1], ARGV[1])
+  return holds
+end
+redis.call('del', KEYS[1])
+redis.call(ARGV[3], KEYS[2], ARGV[4])
+return 0

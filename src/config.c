@@ -1,0 +1,289 @@
+/* config.c: where Redis is and how long to wait for it.  Read from the
+ * environment at first use; the dist_set_* calls override it at any time. */
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+#define DEFAULT_URL         "redis://127.0.0.1:6379"
+#define DEFAULT_WATCHDOG_MS 30000UL
+#define DEFAULT_TIMEOUT_MS  2000UL
+#define MIN_WATCHDOG_MS     300UL
+#define MAX_MS              (24UL * 3600 * 1000)
+
+static pthread_mutex_t cfg_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t cfg_once = PTHREAD_ONCE_INIT;
+static struct dist__cfg cfg;
+static atomic_ulong cfg_gen = 1;
+
+/* Decodes %XX escapes of a user name or password into out. */
+static int unescape(const char *s, size_t len, char *out, size_t outlen)
+{
+    size_t i, o = 0;
+
+    for (i = 0; i < len; i++) {
+        int c = (unsigned char)s[i];
+        if (c == '%' && i + 2 < len && isxdigit((unsigned char)s[i + 1]) &&
+            isxdigit((unsigned char)s[i + 2])) {
+            char hex[3] = { s[i + 1], s[i + 2], 0 };
+            c = (int)strtol(hex, NULL, 16);
+            i += 2;
+        }
+        if (o + 1 >= outlen)
+            return -1;
+        out[o++] = (char)c;
+    }
+    out[o] = 0;
+    return 0;
+}
+
+static int parse_ulong(const char *s, size_t len, unsigned long max,
+                       unsigned long *out)
+{
+    unsigned long v = 0;
+    size_t i;
+
+    if (len == 0)
+        return -1;
+    for (i = 0; i < len; i++) {
+        if (!isdigit((unsigned char)s[i]))
+            return -1;
+        v = v * 10 + (unsigned long)(s[i] - '0');
+        if (v > max)
+            return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+#define BAD(...) (snprintf(why, whylen, __VA_ARGS__), EINVAL)
+
+/* redis://[user[:password]@]host[:port][/db]
+ * unix://[user[:password]@]/path[?db=N]
+ * Fills the connection part of out; leaves the rest alone. */
+int dist__parse_url(const char *url, struct dist__cfg *out, char *why,
+                    size_t whylen)
+{
+    const char *p, *at, *end, *q;
+    int is_unix;
+    unsigned long v;
+
+    if (!url || !*url)
+        return BAD("empty Redis URL");
+    if (strncmp(url, "redis://", 8) == 0) {
+        is_unix = 0;
+        p = url + 8;
+    } else if (strncmp(url, "unix://", 7) == 0) {
+        is_unix = 1;
+        p = url + 7;
+    } else if (strncmp(url, "rediss://", 9) == 0) {
+        return BAD("TLS (rediss://) is not supported by this hiredis");
+    } else {
+        return BAD("the URL must start with redis:// or unix://");
+    }
+
+    out->user[0] = out->pass[0] = out->host[0] = out->path[0] = 0;
+    out->port = 6379;
+    out->db = 0;
+
+    /* credentials end at the last '@' before the path */
+    end = is_unix ? p + strlen(p) : p + strcspn(p, "/?");
+    at = NULL;
+    for (q = p; q < end; q++)
+        if (*q == '@')
+            at = q;
+    if (at) {
+        const char *colon = memchr(p, ':', (size_t)(at - p));
+        if (colon) {
+            if (unescape(p, (size_t)(colon - p), out->user, sizeof out->user) ||
+                unescape(colon + 1, (size_t)(at - colon - 1), out->pass,
+                         sizeof out->pass))
+                return BAD("user name or password too long");
+        } else if (unescape(p, (size_t)(at - p), out->pass, sizeof out->pass)) {
+            return BAD("password too long");
+        }
+        p = at + 1;
+    }
+
+    if (is_unix) {
+        size_t plen = strcspn(p, "?");
+        if (plen == 0 || p[0] != '/')
+            return BAD("unix:// needs an absolute socket path");
+        if (plen >= sizeof out->path)
+            return BAD("socket path too long");
+        memcpy(out->path, p, plen);
+        out->path[plen] = 0;
+        p += plen;
+        if (*p == '?') {
+            if (strncmp(p, "?db=", 4) != 0 ||
+                parse_ulong(p + 4, strlen(p + 4), 1000000, &v))
+                return BAD("expected ?db=N after the socket path");
+            out->db = (int)v;
+        }
+        return 0;
+    }
+
+    if (*p == '[') {
+        const char *rb = strchr(p, ']');
+        if (!rb || rb == p + 1)
+            return BAD("unterminated IPv6 address");
+        if ((size_t)(rb - p - 1) >= sizeof out->host)
+            return BAD("host name too long");
+        memcpy(out->host, p + 1, (size_t)(rb - p - 1));
+        out->host[rb - p - 1] = 0;
+        p = rb + 1;
+    } else {
+        size_t hlen = strcspn(p, ":/?");
+        if (hlen >= sizeof out->host)
+            return BAD("host name too long");
+        memcpy(out->host, p, hlen);
+        out->host[hlen] = 0;
+        p += hlen;
+    }
+    if (!out->host[0])
+        return BAD("no host");
+    if (*p == ':') {
+        size_t n = strcspn(p + 1, "/?");
+        if (parse_ulong(p + 1, n, 65535, &v) || v == 0)
+            return BAD("bad port");
+        out->port = (int)v;
+        p += 1 + n;
+    }
+    if (*p == '/' && p[1]) {
+        size_t n = strcspn(p + 1, "?");
+        if (parse_ulong(p + 1, n, 1000000, &v))
+            return BAD("bad database number");
+        out->db = (int)v;
+        p += 1 + n;
+    } else if (*p == '/') {
+        p++;
+    }
+    if (*p)
+        return BAD("unexpected '%s'", p);
+    return 0;
+}
+
+static unsigned long env_ms(const char *var, unsigned long def,
+                            unsigned long min)
+{
+    const char *s = getenv(var);
+    unsigned long v;
+
+    if (!s || !*s)
+        return def;
+    if (parse_ulong(s, strlen(s), MAX_MS, &v) || v < min) {
+        fprintf(stderr, "distlock: ignoring %s='%s' (want %lu..%lu ms)\n",
+                var, s, min, MAX_MS);
+        return def;
+    }
+    return v;
+}
+
+static void load_env(void)
+{
+    const char *url = getenv("DISTLOCK_URL");
+    char why[200];
+
+    if (!url || !*url)
+        url = DEFAULT_URL;
+    if (dist__parse_url(url, &cfg, why, sizeof why) != 0)
+        snprintf(cfg.bad, sizeof cfg.bad, "DISTLOCK_URL: %s", why);
+    cfg.watchdog_ms = env_ms("DISTLOCK_WATCHDOG_MS", DEFAULT_WATCHDOG_MS,
+                             MIN_WATCHDOG_MS);
+    cfg.timeout_ms = env_ms("DISTLOCK_TIMEOUT_MS", DEFAULT_TIMEOUT_MS, 1);
+}
+
+void dist__cfg_get(struct dist__cfg *out)
+{
+    pthread_once(&cfg_once, load_env);
+    pthread_mutex_lock(&cfg_mu);
+    *out = cfg;
+    out->gen = atomic_load(&cfg_gen);
+    pthread_mutex_unlock(&cfg_mu);
+}
+
+unsigned long dist__cfg_gen(void)
+{
+    pthread_once(&cfg_once, load_env);
+    return atomic_load(&cfg_gen);
+}
+
+unsigned long dist__watchdog_ms(void)
+{
+    unsigned long v;
+
+    pthread_once(&cfg_once, load_env);
+    pthread_mutex_lock(&cfg_mu);
+    v = cfg.watchdog_ms;
+    pthread_mutex_unlock(&cfg_mu);
+    return v;
+}
+
+unsigned long dist__timeout_ms(void)
+{
+    unsigned long v;
+
+    pthread_once(&cfg_once, load_env);
+    pthread_mutex_lock(&cfg_mu);
+    v = cfg.timeout_ms;
+    pthread_mutex_unlock(&cfg_mu);
+    return v;
+}
+
+int dist_set_url(const char *url)
+{
+    struct dist__cfg tmp;
+    char why[200];
+
+    if (dist__parse_url(url, &tmp, why, sizeof why) != 0)
+        return dist__err(EINVAL, "dist_set_url: %s", why);
+    pthread_once(&cfg_once, load_env);
+    pthread_mutex_lock(&cfg_mu);
+    memcpy(cfg.host, tmp.host, sizeof cfg.host);
+    memcpy(cfg.path, tmp.path, sizeof cfg.path);
+    memcpy(cfg.user, tmp.user, sizeof cfg.user);
+    memcpy(cfg.pass, tmp.pass, sizeof cfg.pass);
+    cfg.port = tmp.port;
+    cfg.db = tmp.db;
+    cfg.bad[0] = 0;
+    atomic_fetch_add(&cfg_gen, 1);
+    pthread_mutex_unlock(&cfg_mu);
+    return 0;
+}
+
+static int set_ms(unsigned long *field, unsigned long ms, unsigned long min,
+                  const char *what)
+{
+    if (ms < min || ms > MAX_MS)
+        return dist__err(EINVAL, "%s: %lu ms is out of range (%lu..%lu)",
+                         what, ms, min, MAX_MS);
+    pthread_once(&cfg_once, load_env);
+    pthread_mutex_lock(&cfg_mu);
+    *field = ms;
+    atomic_fetch_add(&cfg_gen, 1);
+    pthread_mutex_unlock(&cfg_mu);
+    return 0;
+}
+
+int dist_set_watchdog_ms(unsigned long ms)
+{
+    return set_ms(&cfg.watchdog_ms, ms, MIN_WATCHDOG_MS, "dist_set_watchdog_ms");
+}
+
+int dist_set_timeout_ms(unsigned long ms)
+{
+    return set_ms(&cfg.timeout_ms, ms, 1, "dist_set_timeout_ms");
+}
+
+void dist__cfg_fork(int phase)
+{
+    if (phase == 0)
+        pthread_mutex_lock(&cfg_mu);
+    else if (phase == 1)
+        pthread_mutex_unlock(&cfg_mu);
+    else
+        pthread_mutex_init(&cfg_mu, NULL);
+}

@@ -1,0 +1,163 @@
+/* internal.h: what the modules of libdistlock share and nothing exports.
+ * Lock order, outermost first: lock list (mutex.c), one lock's mu,
+ * renewal registry (renew.c), pub/sub channels (pubsub.c), config. */
+#ifndef DIST_INTERNAL_H
+#define DIST_INTERNAL_H
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#include <hiredis/hiredis.h>
+
+#include "distlock.h"
+#include "scripts.h"
+
+#define DIST__UNUSED(x) ((void)(x))
+
+/* ---- util.c ------------------------------------------------------------ */
+
+uint64_t dist__now_ms(void);                  /* CLOCK_MONOTONIC */
+uint64_t dist__ts_to_mono_ms(const struct timespec *abstime);
+void dist__ms_to_ts(uint64_t mono_ms, struct timespec *ts);
+int dist__realtime_reached(const struct timespec *abstime);
+/* Sets the calling thread's last error and returns code, so that callers
+ * can write `return dist__err(EIO, "...")`. */
+int dist__err(int code, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+int dist__cond_init_mono(pthread_cond_t *cv);
+void dist__call_lost_handler(const char *name);
+void dist__lost_handler_set(dist_lost_fn fn, void *arg);
+
+/* ---- config.c ---------------------------------------------------------- */
+
+struct dist__cfg {
+    char host[256];
+    int port;
+    char path[256];               /* unix socket; host unused when set */
+    char user[128];
+    char pass[256];
+    int db;
+    unsigned long watchdog_ms;
+    unsigned long timeout_ms;
+    char bad[240];                /* why DISTLOCK_URL was refused, or "" */
+    unsigned long gen;            /* bumped by every change */
+};
+
+void dist__cfg_get(struct dist__cfg *out);
+unsigned long dist__cfg_gen(void);
+unsigned long dist__watchdog_ms(void);
+unsigned long dist__timeout_ms(void);
+int dist__parse_url(const char *url, struct dist__cfg *out, char *why,
+                    size_t whylen);
+
+/* ---- ident.c ----------------------------------------------------------- */
+
+/* Bumped in the child after fork(); holds and connections of an older
+ * generation belong to the parent. */
+extern atomic_ulong dist__fork_gen;
+void dist__lib_init(void);                    /* pthread_once: atfork etc. */
+uint64_t dist__thread_no(void);
+/* "<client id>:<thread n>" of the calling thread, valid until its next
+ * distlock call after a fork; length in *len. */
+const char *dist__owner(size_t *len);
+const char *dist__client_id(void);
+/* fork hooks of each module: phase 0 prepare (lock), 1 parent (unlock),
+ * 2 child (reset what belonged to the parent) */
+void dist__locks_fork(int phase);
+void dist__renew_fork(int phase);
+void dist__pubsub_fork(int phase);
+void dist__cfg_fork(int phase);
+
+/* ---- conn.c ------------------------------------------------------------ */
+
+#define DIST__EREPLY (-2)  /* Redis answered with an error: nothing changed */
+#define DIST__ECONN  (-3)  /* connection failed: a sent call may have run */
+
+struct dist__buf {        /* one argument of a command */
+    const char *p;
+    size_t len;
+};
+
+int dist__connect(const struct dist__cfg *cfg, redisContext **out);
+/* The calling thread's connection, opened or replaced as needed.  NULL
+ * with the last error set when Redis cannot be reached. */
+redisContext *dist__conn(void);
+void dist__conn_drop(void);          /* after an I/O error on it */
+void dist__conn_close_thread(void);  /* dist_shutdown */
+/* EVALSHA, falling back to EVAL on NOSCRIPT.  keys then args.  Returns 0
+ * with *out set (never an error reply), DIST__EREPLY, DIST__ECONN (the
+ * context is dead: the caller frees or drops it), or ENOMEM. */
+int dist__eval(redisContext *c, int script, int nkeys,
+               const struct dist__buf *kv, int nkv, redisReply **out);
+/* Same on the thread's own connection; drops it on DIST__ECONN. */
+int dist__eval_here(int script, int nkeys, const struct dist__buf *kv,
+                    int nkv, redisReply **out);
+int dist__reply_int(const redisReply *r, size_t i, long long *v);
+const char *dist__publish_cmd(void);
+
+/* ---- names ------------------------------------------------------------- */
+
+/* The Redis names of one lock, shared by the lock object and its holds
+ * (a hold may outlive the object while a release finishes). */
+struct dist__names {
+    atomic_int refs;
+    struct dist__buf name;   /* N, also the lock key */
+    struct dist__buf chan;   /* redisson_lock__channel:{N} */
+    struct dist__buf token;  /* redisson_lock_token:{N} */
+    char mem[];
+};
+
+struct dist__names *dist__names_new(const char *name, size_t len);
+void dist__names_ref(struct dist__names *n);
+void dist__names_unref(struct dist__names *n);
+
+/* ---- holds and the renewal thread (renew.c) ---------------------------- */
+
+struct dist__hold {
+    struct dist__hold *next;        /* the lock's list (lock's mu) */
+    struct dist__hold *rprev, *rnext; /* renewal registry (registry mu) */
+    struct dist__names *names;
+    uint64_t thread_no;
+    unsigned long gen;
+    unsigned long count;            /* holds the owner believes it has */
+    uint64_t token;
+    unsigned long lease_ms;         /* 0: watchdog */
+    atomic_int lost;
+    /* registry state, under the registry mutex */
+    int registered;                 /* renewed by the watchdog */
+    int inflight;                   /* part of a call under way */
+    int orphan;                     /* owner let go while in flight */
+    int doubt;                      /* a release may be owed: see renew.c */
+    char owner[64];
+    size_t owner_len;
+};
+
+struct dist__hold *dist__hold_new(struct dist__names *names, unsigned long lease_ms);
+void dist__hold_free(struct dist__hold *h);
+void dist__renew_add(struct dist__hold *h);
+/* Unregisters h; returns 1 when the caller frees it, 0 when the renewal
+ * thread will (it was part of a call under way). */
+int dist__renew_remove(struct dist__hold *h);
+/* Hands the renewal thread a release that may be owed on Redis (the reply
+ * of an acquire or release was lost): it finishes it when Redis answers. */
+void dist__renew_doubt(struct dist__hold *h);
+/* Waits (bounded) until h has no doubt left; EIO if it could not be settled. */
+int dist__renew_settle(struct dist__hold *h, uint64_t until_ms);
+void dist__renew_shutdown(void);
+
+/* ---- pubsub.c ---------------------------------------------------------- */
+
+struct dist__chan;
+struct dist__chan *dist__sub_get(const struct dist__buf *chan);
+void dist__sub_put(struct dist__chan *ch);
+/* Waits until the channel is subscribed, or until_ms (monotonic). */
+void dist__sub_wait_ready(struct dist__chan *ch, uint64_t until_ms);
+/* Waits for a release message, or until_ms.  0 woken, ETIMEDOUT. */
+int dist__sub_wait(struct dist__chan *ch, uint64_t until_ms);
+void dist__pubsub_shutdown(void);
+
+#endif

@@ -1,0 +1,463 @@
+/* renew.c: the renewal thread, one per process.  It extends the lease of
+ * every watchdog hold in batched script calls, reports holds it finds lost,
+ * and finishes releases whose reply was lost on the way back.
+ *
+ * A "doubt" on a hold means Redis may count one hold more than the owner
+ * does (an acquire or release ran but its reply never came back).  The
+ * thread settles it with a conditional release (mutex_unlock with the
+ * expected count), so no hold stays behind unknown to its owner. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+#define BATCH        100   /* locks per renewal script call */
+#define RETRY_MS     500   /* after a failed call */
+
+static struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;         /* wakes the thread */
+    pthread_cond_t settled;    /* a doubt was settled */
+    int cv_ready;
+    int running, stop, kick;
+    pthread_t th;
+    struct dist__hold *head;   /* registered or doubtful holds */
+    redisContext *c;
+    unsigned long c_gen;
+} R = { .mu = PTHREAD_MUTEX_INITIALIZER };
+
+struct dist__hold *dist__hold_new(struct dist__names *names,
+                                  unsigned long lease_ms)
+{
+    struct dist__hold *h = calloc(1, sizeof *h);
+    const char *owner;
+    size_t len;
+
+    if (!h)
+        return NULL;
+    dist__names_ref(names);
+    h->names = names;
+    h->thread_no = dist__thread_no();
+    h->gen = atomic_load(&dist__fork_gen);
+    h->lease_ms = lease_ms;
+    owner = dist__owner(&len);
+    memcpy(h->owner, owner, len + 1);
+    h->owner_len = len;
+    atomic_init(&h->lost, 0);
+    return h;
+}
+
+void dist__hold_free(struct dist__hold *h)
+{
+    if (!h)
+        return;
+    dist__names_unref(h->names);
+    free(h);
+}
+
+static int linked(const struct dist__hold *h)
+{
+    return h->rprev != NULL || R.head == h;
+}
+
+static void link_hold(struct dist__hold *h)
+{
+    if (linked(h))
+        return;
+    h->rprev = NULL;
+    h->rnext = R.head;
+    if (R.head)
+        R.head->rprev = h;
+    R.head = h;
+}
+
+static void unlink_hold(struct dist__hold *h)
+{
+    if (!linked(h))
+        return;
+    if (h->rprev)
+        h->rprev->rnext = h->rnext;
+    else
+        R.head = h->rnext;
+    if (h->rnext)
+        h->rnext->rprev = h->rprev;
+    h->rprev = h->rnext = NULL;
+}
+
+static void *renew_main(void *arg);
+
+/* Called with R.mu held. */
+static void ensure_thread(void)
+{
+    if (R.running)
+        return;
+    if (!R.cv_ready) {
+        dist__cond_init_mono(&R.cv);
+        dist__cond_init_mono(&R.settled);
+        R.cv_ready = 1;
+    }
+    R.stop = 0;
+    if (pthread_create(&R.th, NULL, renew_main, NULL) == 0)
+        R.running = 1;
+    else
+        fprintf(stderr, "distlock: cannot start the renewal thread\n");
+}
+
+void dist__renew_add(struct dist__hold *h)
+{
+    pthread_mutex_lock(&R.mu);
+    h->registered = 1;
+    link_hold(h);
+    ensure_thread();
+    pthread_mutex_unlock(&R.mu);
+}
+
+int dist__renew_remove(struct dist__hold *h)
+{
+    int caller_frees = 1;
+
+    pthread_mutex_lock(&R.mu);
+    h->registered = 0;
+    if (linked(h)) {
+        if (h->inflight || h->doubt) {
+            /* the thread finishes what is under way, then frees it */
+            h->orphan = 1;
+            caller_frees = 0;
+        } else {
+            unlink_hold(h);
+        }
+    }
+    pthread_mutex_unlock(&R.mu);
+    return caller_frees;
+}
+
+void dist__renew_doubt(struct dist__hold *h)
+{
+    pthread_mutex_lock(&R.mu);
+    h->doubt = 1;
+    link_hold(h);
+    ensure_thread();
+    R.kick = 1;
+    pthread_cond_signal(&R.cv);
+    pthread_mutex_unlock(&R.mu);
+}
+
+int dist__renew_settle(struct dist__hold *h, uint64_t until_ms)
+{
+    struct timespec ts;
+    int rc = 0;
+
+    pthread_mutex_lock(&R.mu);
+    if (h->doubt) {
+        ensure_thread();
+        R.kick = 1;
+        pthread_cond_signal(&R.cv);
+        dist__ms_to_ts(until_ms, &ts);
+        while (h->doubt && R.running && dist__now_ms() < until_ms)
+            pthread_cond_timedwait(&R.settled, &R.mu, &ts);
+        if (h->doubt)
+            rc = dist__err(EIO, "an earlier call on lock '%s' lost its reply "
+                           "and Redis has not answered since",
+                           h->names->name.p);
+    }
+    pthread_mutex_unlock(&R.mu);
+    return rc;
+}
+
+/* The thread's own connection; NULL when Redis cannot be reached. */
+static redisContext *my_context(void)
+{
+    unsigned long gen = dist__cfg_gen();
+    struct dist__cfg cfg;
+
+    if (R.c && R.c_gen != gen) {
+        redisFree(R.c);
+        R.c = NULL;
+    }
+    if (!R.c) {
+        dist__cfg_get(&cfg);
+        if (dist__connect(&cfg, &R.c) != 0)
+            return NULL;
+        R.c_gen = cfg.gen;
+    }
+    return R.c;
+}
+
+static void drop_context(void)
+{
+    if (R.c) {
+        redisFree(R.c);
+        R.c = NULL;
+    }
+}
+
+/* Lost names are reported after R.mu is released. */
+struct lostlist {
+    char **names;
+    size_t n, cap;
+};
+
+static void note_lost(struct lostlist *l, const struct dist__hold *h)
+{
+    char **nn;
+
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 8;
+        nn = realloc(l->names, cap * sizeof *nn);
+        if (!nn)
+            return;
+        l->names = nn;
+        l->cap = cap;
+    }
+    if ((l->names[l->n] = strdup(h->names->name.p)) != NULL)
+        l->n++;
+}
+
+/* The thread is done with h for this round: it leaves the registry when
+ * nothing keeps it there, and is freed when its owner already let go.
+ * Only here is a hold unlinked while the thread works, so a hold in flight
+ * is never freed under it.  R.mu held. */
+static void finish(struct dist__hold *h)
+{
+    h->inflight = 0;
+    if (h->doubt)
+        return;
+    if (h->orphan) {
+        unlink_hold(h);
+        dist__hold_free(h);
+    } else if (!h->registered) {
+        unlink_hold(h);
+    }
+}
+
+/* Settles one doubt.  R.mu held on entry and exit, dropped for the call.
+ * Returns -1 when Redis did not answer. */
+static int settle_one(struct dist__hold *h, struct lostlist *lost)
+{
+    struct dist__buf kv[7];
+    char lease[24], expect[24];
+    redisContext *c;
+    redisReply *r = NULL;
+    long long res = 0;
+    int rc;
+
+    snprintf(lease, sizeof lease, "%lu",
+             h->lease_ms ? h->lease_ms : dist__watchdog_ms());
+    snprintf(expect, sizeof expect, "%lu", h->count + 1);
+    kv[0] = h->names->name;
+    kv[1] = h->names->chan;
+    kv[2] = (struct dist__buf){ lease, strlen(lease) };
+    kv[3] = (struct dist__buf){ h->owner, h->owner_len };
+    kv[4] = (struct dist__buf){ dist__publish_cmd(), strlen(dist__publish_cmd()) };
+    kv[5] = (struct dist__buf){ "0", 1 };
+    kv[6] = (struct dist__buf){ expect, strlen(expect) };
+    pthread_mutex_unlock(&R.mu);
+
+    c = my_context();
+    rc = c ? dist__eval(c, DIST__S_MUTEX_UNLOCK, 2, kv, 7, &r) : DIST__ECONN;
+    if (rc == DIST__ECONN)
+        drop_context();
+    if (rc == 0 && r->type == REDIS_REPLY_INTEGER)
+        res = r->integer;
+    freeReplyObject(r);
+
+    pthread_mutex_lock(&R.mu);
+    if (rc == DIST__ECONN)
+        return -1;
+    /* answered: -2 nothing was owed, >= 0 the owed release is done,
+     * -1 the owner holds nothing at all any more */
+    h->doubt = 0;
+    if (rc == 0 && res == -1 && h->count > 0 && !h->orphan &&
+        !atomic_load(&h->lost)) {
+        atomic_store(&h->lost, 1);
+        h->registered = 0;
+        note_lost(lost, h);
+    }
+    pthread_cond_broadcast(&R.settled);
+    return 0;
+}
+
+/* Renews up to BATCH holds in one call.  R.mu held, dropped for the call. */
+static int renew_batch(struct dist__hold **hs, size_t n, struct lostlist *lost)
+{
+    struct dist__buf kv[1 + 2 * BATCH];
+    char lease[24];
+    redisContext *c;
+    redisReply *r = NULL;
+    size_t i;
+    int rc;
+
+    snprintf(lease, sizeof lease, "%lu", dist__watchdog_ms());
+    for (i = 0; i < n; i++) {
+        kv[i] = hs[i]->names->name;
+        kv[n + 1 + i] = (struct dist__buf){ hs[i]->owner, hs[i]->owner_len };
+    }
+    kv[n] = (struct dist__buf){ lease, strlen(lease) };
+    pthread_mutex_unlock(&R.mu);
+
+    c = my_context();
+    rc = c ? dist__eval(c, DIST__S_MUTEX_RENEW, (int)n, kv, (int)(2 * n + 1), &r)
+           : DIST__ECONN;
+    if (rc == DIST__ECONN)
+        drop_context();
+
+    pthread_mutex_lock(&R.mu);
+    for (i = 0; i < n; i++) {
+        struct dist__hold *h = hs[i];
+        long long ok;
+        if (rc == 0 && dist__reply_int(r, i, &ok) == 0 && ok == 0 &&
+            !h->orphan && h->registered) {
+            atomic_store(&h->lost, 1);
+            h->registered = 0;
+            note_lost(lost, h);
+        }
+    }
+    freeReplyObject(r);
+    return rc == 0 ? 0 : -1;
+}
+
+/* One round over the registry.  Returns 0, or -1 when a call failed and a
+ * retry should come sooner than the next renewal.  R.mu held. */
+static int tick(int renew_due, struct lostlist *lost)
+{
+    struct dist__hold *batch[BATCH];
+    struct dist__hold *h, **all;
+    size_t n = 0, i, count = 0;
+    int failed = 0;
+
+    /* Snapshot first: the list changes while the mutex is dropped, but
+     * holds marked in flight are never freed by anyone but finish(). */
+    for (h = R.head; h; h = h->rnext)
+        count++;
+    if (count == 0)
+        return 0;
+    all = malloc(count * sizeof *all);
+    if (!all)
+        return -1;
+    for (h = R.head, i = 0; h; h = h->rnext) {
+        if (!h->inflight) {
+            h->inflight = 1;
+            all[i++] = h;
+        }
+    }
+    count = i;
+
+    for (i = 0; i < count; i++)
+        if (all[i]->doubt && settle_one(all[i], lost) != 0)
+            failed = 1;
+    for (i = 0; i < count && renew_due; i++) {
+        h = all[i];
+        if (h->registered && !h->orphan && !atomic_load(&h->lost)) {
+            batch[n++] = h;
+            if (n == BATCH) {
+                if (renew_batch(batch, n, lost) != 0)
+                    failed = 1;
+                n = 0;
+            }
+        }
+    }
+    if (n && renew_batch(batch, n, lost) != 0)
+        failed = 1;
+    for (i = 0; i < count; i++)
+        finish(all[i]);
+    free(all);
+    return failed ? -1 : 0;
+}
+
+static void *renew_main(void *arg)
+{
+    uint64_t next_renew = 0, wake;
+    struct timespec ts;
+    int failed = 0;
+
+    DIST__UNUSED(arg);
+    pthread_mutex_lock(&R.mu);
+    while (!R.stop) {
+        uint64_t now = dist__now_ms();
+        uint64_t period = dist__watchdog_ms() / 3;
+        int renew_due = now >= next_renew;
+        struct lostlist lost = { 0 };
+        size_t i;
+
+        if (renew_due)
+            next_renew = now + period;
+        R.kick = 0;
+        failed = tick(renew_due || failed, &lost);
+        if (lost.n) {
+            pthread_mutex_unlock(&R.mu);
+            for (i = 0; i < lost.n; i++) {
+                dist__call_lost_handler(lost.names[i]);
+                free(lost.names[i]);
+            }
+            pthread_mutex_lock(&R.mu);
+        }
+        free(lost.names);
+
+        wake = next_renew;
+        if (failed && dist__now_ms() + RETRY_MS < wake)
+            wake = dist__now_ms() + RETRY_MS;
+        dist__ms_to_ts(wake, &ts);
+        while (!R.stop && !R.kick && dist__now_ms() < wake)
+            if (pthread_cond_timedwait(&R.cv, &R.mu, &ts) == ETIMEDOUT)
+                break;
+    }
+    drop_context();
+    pthread_mutex_unlock(&R.mu);
+    return NULL;
+}
+
+void dist__renew_shutdown(void)
+{
+    struct dist__hold *h, *next;
+    pthread_t th;
+    int running;
+
+    pthread_mutex_lock(&R.mu);
+    running = R.running;
+    th = R.th;
+    R.stop = 1;
+    if (R.cv_ready)
+        pthread_cond_signal(&R.cv);
+    pthread_mutex_unlock(&R.mu);
+    if (running)
+        pthread_join(th, NULL);
+
+    pthread_mutex_lock(&R.mu);
+    R.running = 0;
+    /* The lock objects still own their holds; only orphans are ours. */
+    for (h = R.head; h; h = next) {
+        next = h->rnext;
+        h->rprev = h->rnext = NULL;
+        h->registered = 0;
+        h->doubt = 0;
+        if (h->orphan)
+            dist__hold_free(h);
+    }
+    R.head = NULL;
+    if (R.cv_ready)
+        pthread_cond_broadcast(&R.settled);
+    pthread_mutex_unlock(&R.mu);
+}
+
+void dist__renew_fork(int phase)
+{
+    if (phase == 0) {
+        pthread_mutex_lock(&R.mu);
+    } else if (phase == 1) {
+        pthread_mutex_unlock(&R.mu);
+    } else {
+        /* The thread and the parent's holds did not come along. */
+        pthread_mutex_init(&R.mu, NULL);
+        if (R.cv_ready) {
+            dist__cond_init_mono(&R.cv);
+            dist__cond_init_mono(&R.settled);
+        }
+        R.running = 0;
+        R.stop = 0;
+        R.kick = 0;
+        R.head = NULL;
+        R.c = NULL;     /* the parent's socket: not ours to use or close */
+    }
+}

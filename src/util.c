@@ -1,0 +1,110 @@
+/* util.c: clocks, the per-thread error text and the lost-lock handler.
+ * Small pieces every other module leans on. */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "internal.h"
+
+static __thread char errbuf[256];
+
+int dist__err(int code, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(errbuf, sizeof errbuf, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+const char *dist_last_error(void)
+{
+    return errbuf;
+}
+
+uint64_t dist__now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* The monotonic time at which CLOCK_REALTIME should reach abstime.  Rounded
+ * up, so that a waiter never gives up early; callers still confirm with
+ * dist__realtime_reached() because the wall clock can be stepped. */
+uint64_t dist__ts_to_mono_ms(const struct timespec *abstime)
+{
+    struct timespec now;
+    int64_t left_ns;
+    uint64_t mono = dist__now_ms();
+
+    clock_gettime(CLOCK_REALTIME, &now);
+    left_ns = ((int64_t)abstime->tv_sec - (int64_t)now.tv_sec) * 1000000000LL
+              + (abstime->tv_nsec - now.tv_nsec);
+    if (left_ns <= 0)
+        return mono;
+    return mono + (uint64_t)(left_ns + 999999) / 1000000u;
+}
+
+int dist__realtime_reached(const struct timespec *abstime)
+{
+    struct timespec now;
+
+    clock_gettime(CLOCK_REALTIME, &now);
+    return now.tv_sec > abstime->tv_sec ||
+           (now.tv_sec == abstime->tv_sec && now.tv_nsec >= abstime->tv_nsec);
+}
+
+void dist__ms_to_ts(uint64_t mono_ms, struct timespec *ts)
+{
+    ts->tv_sec = (time_t)(mono_ms / 1000u);
+    ts->tv_nsec = (long)(mono_ms % 1000u) * 1000000L;
+}
+
+int dist__cond_init_mono(pthread_cond_t *cv)
+{
+    pthread_condattr_t ca;
+    int rc;
+
+    if ((rc = pthread_condattr_init(&ca)) != 0)
+        return rc;
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    rc = pthread_cond_init(cv, &ca);
+    pthread_condattr_destroy(&ca);
+    return rc;
+}
+
+/* The handler is read without a lock on the hot path of nothing: it is only
+ * called when a lock is lost, so a mutex keeps fn and arg consistent. */
+static pthread_mutex_t lost_mu = PTHREAD_MUTEX_INITIALIZER;
+static dist_lost_fn lost_fn;
+static void *lost_arg;
+
+void dist__lost_handler_set(dist_lost_fn fn, void *arg)
+{
+    pthread_mutex_lock(&lost_mu);
+    lost_fn = fn;
+    lost_arg = arg;
+    pthread_mutex_unlock(&lost_mu);
+}
+
+int dist_set_lost_handler(dist_lost_fn fn, void *arg)
+{
+    dist__lost_handler_set(fn, arg);
+    return 0;
+}
+
+void dist__call_lost_handler(const char *name)
+{
+    dist_lost_fn fn;
+    void *arg;
+
+    pthread_mutex_lock(&lost_mu);
+    fn = lost_fn;
+    arg = lost_arg;
+    pthread_mutex_unlock(&lost_mu);
+    if (fn)
+        fn(name, arg);
+}
