@@ -1,0 +1,144 @@
+/* test_config.c: DISTLOCK_URL parsing and the settings' bounds, without a
+ * server.  Links config.c directly to reach the parser. */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "internal.h"
+
+static void parse_ok(const char *url, struct dist__cfg *c)
+{
+    char why[200] = "";
+
+    memset(c, 0x5a, sizeof *c);
+    if (dist__parse_url(url, c, why, sizeof why) != 0)
+        fail_msg("'%s' refused: %s", url, why);
+}
+
+static void parse_bad(const char *url, const char *expect)
+{
+    struct dist__cfg c;
+    char why[200] = "";
+
+    assert_int_equal(dist__parse_url(url, &c, why, sizeof why), EINVAL);
+    if (!strstr(why, expect))
+        fail_msg("'%s': reason '%s' lacks '%s'", url, why, expect);
+}
+
+static void test_tcp_forms(void **state)
+{
+    struct dist__cfg c;
+
+    (void)state;
+    parse_ok("redis://127.0.0.1:6380", &c);
+    assert_string_equal(c.host, "127.0.0.1");
+    assert_int_equal(c.port, 6380);
+    assert_int_equal(c.db, 0);
+    assert_string_equal(c.path, "");
+    assert_string_equal(c.pass, "");
+
+    parse_ok("redis://localhost", &c);
+    assert_string_equal(c.host, "localhost");
+    assert_int_equal(c.port, 6379);
+
+    parse_ok("redis://h:1/7", &c);
+    assert_int_equal(c.db, 7);
+
+    parse_ok("redis://[::1]:7000/2", &c);
+    assert_string_equal(c.host, "::1");
+    assert_int_equal(c.port, 7000);
+    assert_int_equal(c.db, 2);
+}
+
+static void test_credentials(void **state)
+{
+    struct dist__cfg c;
+
+    (void)state;
+    parse_ok("redis://:s3cret@127.0.0.1:6379", &c);
+    assert_string_equal(c.user, "");
+    assert_string_equal(c.pass, "s3cret");
+
+    parse_ok("redis://app:pa%40ss%3A@127.0.0.1", &c);
+    assert_string_equal(c.user, "app");
+    assert_string_equal(c.pass, "pa@ss:");
+
+    parse_ok("redis://onlypass@127.0.0.1", &c);
+    assert_string_equal(c.user, "");
+    assert_string_equal(c.pass, "onlypass");
+
+    /* the last '@' before the path ends the credentials */
+    parse_ok("redis://u:p@x@127.0.0.1:1", &c);
+    assert_string_equal(c.pass, "p@x");
+    assert_string_equal(c.host, "127.0.0.1");
+}
+
+static void test_unix_forms(void **state)
+{
+    struct dist__cfg c;
+
+    (void)state;
+    parse_ok("unix:///run/redis/redis.sock", &c);
+    assert_string_equal(c.path, "/run/redis/redis.sock");
+    assert_int_equal(c.db, 0);
+
+    parse_ok("unix://:pw@/tmp/r.sock?db=3", &c);
+    assert_string_equal(c.path, "/tmp/r.sock");
+    assert_string_equal(c.pass, "pw");
+    assert_int_equal(c.db, 3);
+}
+
+static void test_refused(void **state)
+{
+    char longhost[400];
+
+    (void)state;
+    parse_bad("", "empty");
+    parse_bad("http://127.0.0.1", "must start with");
+    parse_bad("rediss://127.0.0.1", "TLS");
+    parse_bad("redis://", "no host");
+    parse_bad("redis://127.0.0.1:0", "bad port");
+    parse_bad("redis://127.0.0.1:65536", "bad port");
+    parse_bad("redis://127.0.0.1:12ab", "bad port");
+    parse_bad("redis://127.0.0.1:6379/x", "database");
+    parse_bad("redis://[::1", "IPv6");
+    parse_bad("unix://relative.sock", "absolute");
+    parse_bad("unix:///tmp/r.sock?db=x", "db=N");
+    memset(longhost, 'h', sizeof longhost - 1);
+    longhost[sizeof longhost - 1] = 0;
+    {
+        char url[500];
+        snprintf(url, sizeof url, "redis://%s:1", longhost);
+        parse_bad(url, "too long");
+    }
+}
+
+static void test_setters(void **state)
+{
+    (void)state;
+    assert_int_equal(dist_set_url("nonsense"), EINVAL);
+    assert_non_null(strstr(dist_last_error(), "redis://"));
+    assert_int_equal(dist_set_url("redis://127.0.0.1:6390"), 0);
+    assert_int_equal(dist_set_watchdog_ms(10), EINVAL);
+    assert_int_equal(dist_set_watchdog_ms(3000), 0);
+    assert_int_equal(dist__watchdog_ms(), 3000);
+    assert_int_equal(dist_set_timeout_ms(0), EINVAL);
+    assert_int_equal(dist_set_timeout_ms(750), 0);
+    assert_int_equal(dist__timeout_ms(), 750);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_tcp_forms),
+        cmocka_unit_test(test_credentials),
+        cmocka_unit_test(test_unix_forms),
+        cmocka_unit_test(test_refused),
+        cmocka_unit_test(test_setters),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,280 @@
+/*
+ * testutil: support code shared by the distlock test programs.
+ *
+ * Plain C, no cmocka: every function reports failure through its return
+ * value and prints one line saying why on stderr.  Link with hiredis and
+ * -pthread.
+ *
+ * What it gives:
+ *   - a private redis-server owned by the test process (tu_redis_*), talking
+ *     on 127.0.0.1:<port> and on a unix socket inside a private temp dir;
+ *   - one-shot commands against that server (tu_cmd*);
+ *   - a TCP proxy in front of the server that can lose a request or a reply
+ *     on purpose (tu_proxy_*);
+ *   - small clock / sleep / port helpers.
+ *
+ * Thread safety
+ *   tu_now, tu_sleep_ms, tu_free_port: any thread, any time.
+ *   tu_cmd*, tu_redis_admin, tu_redis_signal: any thread, concurrently, also
+ *     on the same server (commands sharing the cached admin connection are
+ *     serialised by a mutex).
+ *   tu_redis_start: concurrently on different tu_redis_t.
+ *   tu_redis_restart, tu_redis_stop: not concurrently with any other call
+ *     that uses the same tu_redis_t (they rewrite the struct).  Commands
+ *     sent by other threads while a restart is in progress fail cleanly
+ *     (NULL / -1) rather than crash.
+ *   tu_proxy_*: any thread, except that tu_proxy_stop must be the last call
+ *     on that proxy.
+ *
+ * fork()
+ *   A forked child may use tu_cmd* and tu_redis_admin on the parent's
+ *   servers: it never touches the parent's cached connection nor any lock;
+ *   it opens a fresh connection for each command.  tu_redis_stop,
+ *   tu_redis_restart and tu_redis_stop_all do nothing in a process other
+ *   than the one that started the server, and the atexit clean-up of a
+ *   child that calls exit() leaves the parent's servers alone.
+ *
+ * Signals
+ *   Commands sent by testutil block SIGPIPE in the calling thread while they
+ *   run (and swallow the SIGPIPE they caused), so writing to a dead server
+ *   never kills the test.  The proxy uses MSG_NOSIGNAL.  Do not set SIGCHLD
+ *   to SIG_IGN nor reap with waitpid(-1, ...): testutil waits for its own
+ *   redis-server children by pid.
+ */
+#ifndef DISTLOCK_TESTUTIL_H
+#define DISTLOCK_TESTUTIL_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+#include <hiredis/hiredis.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__) && __GNUC__ >= 4
+#define TU_SENTINEL __attribute__((sentinel))
+#define TU_WARN_UNUSED __attribute__((warn_unused_result))
+#else
+#define TU_SENTINEL
+#define TU_WARN_UNUSED
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Private redis-server                                                     */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * A private redis-server owned by this test process.  All fields are read
+ * only for the caller.  Before tu_redis_start the struct may hold anything;
+ * after tu_redis_start (successful or not) and after tu_redis_stop it is in
+ * a defined state, and tu_redis_stop on it is always safe.  A zero-filled
+ * struct is "stopped" as well.
+ */
+typedef struct tu_redis {
+    char dir[256];        /* private temp dir (mkdtemp under $TMPDIR or /tmp) */
+    char sock[300];       /* unix socket path inside dir ("<dir>/redis.sock") */
+    int port;             /* TCP port on 127.0.0.1 it listens on */
+    pid_t pid;            /* the server's pid (our child, not daemonized);
+                             0 while it is not running */
+    char url_unix[512];   /* "unix://<sock>" */
+    char url_tcp[64];     /* "redis://127.0.0.1:<port>" */
+    /* private */
+    pid_t creator_pid;    /* process that started it (fork guard) */
+    unsigned long reg_id; /* key in the registry of started servers; 0: none */
+} tu_redis_t;
+
+/*
+ * Start a server: make the private dir, pick a free port, run
+ *   redis-server --port P --bind 127.0.0.1 --unixsocket <dir>/redis.sock
+ *     --unixsocketperm 700 --dir <dir> --save "" --appendonly no
+ *     --daemonize no --protected-mode no --logfile <dir>/redis.log
+ *     --databases 16
+ * as our child (the program is $REDIS_SERVER if set and not empty, else
+ * "redis-server" looked up on PATH), with stdin on /dev/null and
+ * stdout/stderr appended to <dir>/redis.log, then wait (up to ~10 s) until
+ * INFO server over both the unix socket and 127.0.0.1:P reports the child's
+ * pid as process_id.  If the port turns out to be taken (the server exits
+ * with "Address already in use", or another process answers on it) the
+ * child is killed and another port is tried, up to 10 times.
+ *
+ * When called from the main thread the server also gets PR_SET_PDEATHSIG
+ * SIGKILL, so it dies with the test process even on abort() or SIGKILL.
+ * (Not from other threads: that signal fires when the creating *thread*
+ * exits.)
+ *
+ * Every started server is registered; an atexit handler (and
+ * tu_redis_stop_all) kills and removes whatever is still running.  After a
+ * crash that skips atexit (abort, SIGKILL) the server still dies (from the
+ * main thread, see above) but its temp dir "distlock-test-XXXXXX" stays.
+ * Returns 0, or -1 with a message (and the tail of the server's log) on
+ * stderr; on failure nothing is left behind and r is "stopped".
+ */
+int tu_redis_start(tu_redis_t *r);
+
+/* The same, but try first_port first (0: pick one).  Mainly to test the
+ * retry logic: a taken first_port makes it fall back to free ports. */
+int tu_redis_start_port(tu_redis_t *r, int first_port);
+
+/*
+ * Stop the server (SIGTERM, and SIGCONT in case it is stopped; SIGKILL after
+ * 5 s), wait for it, and start it again on the SAME port and socket path, so
+ * the URLs stay valid.  No persistence: all data is gone.  r->pid changes.
+ * The cached admin connection is dropped.  If the port was taken by someone
+ * else meanwhile it fails (no other port is tried) and says so.  On failure
+ * r->pid is 0 and the dir is kept until tu_redis_stop.
+ * Returns 0 or -1 (message on stderr).
+ */
+int tu_redis_restart(tu_redis_t *r);
+
+/* SIGKILL the server, reap it, remove the temp dir recursively, and leave r
+ * "stopped" (fields zeroed).  Idempotent; a no-op for a zeroed struct or one
+ * already cleaned up by tu_redis_stop_all.  In a forked child it does
+ * nothing (the server belongs to the parent). */
+void tu_redis_stop(tu_redis_t *r);
+
+/* Stop every server this process started and has not stopped yet.  Also
+ * run from an atexit handler.  Afterwards tu_redis_stop on their structs is
+ * a harmless no-op; other calls on them fail.  Call it when no other thread
+ * is using those servers. */
+void tu_redis_stop_all(void);
+
+/* kill(r->pid, sig), e.g. SIGSTOP / SIGCONT.  0, or -1 if the server is not
+ * running or kill fails. */
+int tu_redis_signal(tu_redis_t *r, int sig);
+
+/* A new hiredis connection over the unix socket, 1 s connect and command
+ * timeouts, FD_CLOEXEC.  The caller frees it with redisFree().  NULL on
+ * error (message on stderr). */
+redisContext *tu_redis_admin(tu_redis_t *r) TU_WARN_UNUSED;
+
+/* ------------------------------------------------------------------------ */
+/* Commands                                                                 */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * Run one command, given as a NULL-terminated list of C strings, e.g.
+ *   redisReply *x = tu_cmd(r, "HGET", key, field, NULL);
+ * Arguments are sent binary-safe (redisCommandArgv, no format parsing), so
+ * '%' or spaces in them are fine; for arguments containing NUL bytes use
+ * tu_cmdv.
+ *
+ * Uses a cached admin connection (unix socket, 1 s timeouts), opened on
+ * first use and reopened after an I/O error or a restart; in a forked child
+ * a fresh connection per command.  The server must be running: a SIGSTOPped
+ * server makes the call fail after the 1 s timeout.
+ *
+ * Returns the reply, including error replies (type REDIS_REPLY_ERROR), for
+ * the caller to freeReplyObject(); NULL on connection / I/O failure or if
+ * the server is not running (message on stderr).  Note that after an I/O
+ * failure it is unknown whether the command ran.
+ */
+redisReply *tu_cmd(tu_redis_t *r, const char *arg0, ...) TU_SENTINEL TU_WARN_UNUSED;
+
+/* The same with an argument vector; argvlen may be NULL (then strlen). */
+redisReply *tu_cmdv(tu_redis_t *r, int argc, const char *const *argv,
+                    const size_t *argvlen) TU_WARN_UNUSED;
+
+/*
+ * Integer result of a command (NULL-terminated argument list as tu_cmd):
+ *   - integer reply                            -> its value;
+ *   - bulk/status reply that is entirely a base-10 long long (optional
+ *     leading '-'), e.g. GET of a counter       -> that number;
+ *   - nil reply                                -> -1, silently;
+ *   - anything else (error reply, non-numeric string, array, I/O failure,
+ *     server not running)                      -> -1, with a line on stderr.
+ * -1 is ambiguous when the real answer may be -1 (TTL of a key without
+ * expiry, ...): use tu_cmd_int_ex then.
+ */
+long long tu_cmd_int(tu_redis_t *r, const char *arg0, ...) TU_SENTINEL;
+
+/* Unambiguous variant: returns 0 and stores the number in *out (same
+ * conversions as tu_cmd_int), 1 for a nil reply (*out untouched), -1 for
+ * anything else (*out untouched, line on stderr). */
+int tu_cmd_int_ex(tu_redis_t *r, long long *out, const char *arg0, ...) TU_SENTINEL;
+
+/*
+ * String result of a command, as a malloc'd NUL-terminated copy that the
+ * caller free()s:
+ *   - bulk or status reply -> a copy of all its bytes (embedded NULs are
+ *                             copied, but then strlen() stops at them);
+ *   - integer reply        -> its decimal text;
+ *   - nil reply            -> NULL, silently;
+ *   - anything else (error reply, array, I/O failure, no server, out of
+ *     memory)              -> NULL, with a line on stderr.
+ */
+char *tu_cmd_str(tu_redis_t *r, const char *arg0, ...) TU_SENTINEL TU_WARN_UNUSED;
+
+/* ------------------------------------------------------------------------ */
+/* Fault proxy                                                              */
+/* ------------------------------------------------------------------------ */
+
+typedef struct tu_proxy tu_proxy_t;
+
+/*
+ * Listen on 127.0.0.1:<ephemeral port>; every accepted connection is
+ * forwarded, byte for byte, to the server's unix socket (opened per
+ * connection, so the proxy keeps working across tu_redis_restart; if the
+ * server is down the client's connection is closed at once).  One thread
+ * runs everything with poll(); shared state is under a mutex.
+ * NULL on error (message on stderr).
+ */
+tu_proxy_t *tu_proxy_start(tu_redis_t *r) TU_WARN_UNUSED;
+
+/* The proxy's TCP port on 127.0.0.1. */
+int tu_proxy_port(tu_proxy_t *p);
+
+/*
+ * Arm a one-shot fault: the next chunk of data any client connection sends
+ * (whichever connection sends first after this call) is forwarded to the
+ * server; from then on that connection's server->client data is read and
+ * discarded, and as soon as the first of it arrives (the reply: the command
+ * has run) both sockets of that connection are closed.  The client sees
+ * EOF: "the command ran but the reply was lost".  (Client data that follows
+ * before the reply, e.g. the rest of a long command, is still forwarded.)
+ * Arming again before it fired changes nothing.
+ * Arm it when the client is connected and idle: a client that sends setup
+ * commands on connect (AUTH, SELECT, CLIENT SETNAME...) would have those
+ * hit by the fault instead.
+ */
+void tu_proxy_drop_next_reply(tu_proxy_t *p);
+
+/* Arm a one-shot fault: the next chunk of data any client connection sends
+ * is NOT forwarded, and that connection is closed at once (the command
+ * never ran).  If both faults are armed, this one fires first.  Same
+ * caveat about setup commands as above. */
+void tu_proxy_drop_next_request(tu_proxy_t *p);
+
+/* Close every connection open now (the clients see EOF or a reset).
+ * Synchronous: when it returns, they are closed.  Armed faults stay armed. */
+void tu_proxy_reset_all(tu_proxy_t *p);
+
+/* Number of client connections accepted so far. */
+unsigned long tu_proxy_connections(tu_proxy_t *p);
+
+/* Number of armed faults that have fired so far (both kinds). */
+unsigned long tu_proxy_faults_fired(tu_proxy_t *p);
+
+/* Stop the thread, close every socket, free p.  NULL is fine. */
+void tu_proxy_stop(tu_proxy_t *p);
+
+/* ------------------------------------------------------------------------ */
+/* Misc                                                                     */
+/* ------------------------------------------------------------------------ */
+
+/* CLOCK_MONOTONIC, in seconds. */
+double tu_now(void);
+
+/* Sleep ms milliseconds (resumes after signals; <= 0 returns at once). */
+void tu_sleep_ms(long ms);
+
+/* A TCP port on 127.0.0.1 that was free a moment ago (bind port 0,
+ * getsockname, close).  -1 on error.  Someone may take it before you do. */
+int tu_free_port(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DISTLOCK_TESTUTIL_H */
