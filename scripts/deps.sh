@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Install the Debian/Ubuntu packages needed to build and test distlock.
+#
+# Only packages that are missing are installed; when everything is present
+# this script prints nothing and exits 0.  Needs root (or sudo) only when
+# something has to be installed.
+#
+# Environment:
+#   DISTLOCK_DEPS_EXTRA   extra package names (space separated) to require
+#
+# Note: installing redis-server may start the system's Redis service on
+# port 6379.  distlock's scripts never use it; scripts/with-redis.sh starts
+# a private server on a free port.
+set -euo pipefail
+
+log() { printf '[distlock] %s\n' "$*" >&2; }
+
+packages=(
+    build-essential
+    autoconf
+    automake
+    libtool
+    pkg-config
+    libhiredis-dev
+    uuid-dev
+    libcmocka-dev
+    redis-server
+    redis-tools
+    valgrind
+)
+if [[ -n "${DISTLOCK_DEPS_EXTRA:-}" ]]; then
+    read -r -a extra <<<"$DISTLOCK_DEPS_EXTRA"
+    packages+=("${extra[@]}")
+fi
+
+if ! command -v dpkg-query >/dev/null 2>&1; then
+    log "dpkg-query not found: this script supports Debian-based systems only."
+    log "Please install the equivalents of: ${packages[*]}"
+    exit 1
+fi
+
+missing=()
+for pkg in "${packages[@]}"; do
+    status=$(dpkg-query -W -f='${db:Status-Status}' "$pkg" 2>/dev/null || true)
+    if [[ "$status" != "installed" ]]; then
+        missing+=("$pkg")
+    fi
+done
+
+if [[ ${#missing[@]} -eq 0 ]]; then
+    exit 0
+fi
+
+log "missing packages: ${missing[*]}"
+
+# Run a command as root: directly if we are root, else via sudo.
+as_root=()
+if [[ "$(id -u)" -ne 0 ]]; then
+    if command -v sudo >/dev/null 2>&1; then
+        as_root=(sudo)
+    else
+        log "error: not running as root and sudo is not available."
+        log "Please install these packages as root: ${missing[*]}"
+        exit 1
+    fi
+fi
+
+log "running apt-get update"
+if ! "${as_root[@]}" apt-get update -q; then
+    log "error: apt-get update failed"
+    exit 1
+fi
+
+log "installing: ${missing[*]}"
+if ! "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive \
+    apt-get install -y -q --no-install-recommends "${missing[@]}"; then
+    log "error: could not install: ${missing[*]}"
+    exit 1
+fi
+
+log "dependencies installed"

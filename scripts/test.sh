@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Quick-start command 2: build distlock and run the whole test suite.
+#
+#   scripts/test.sh [--distcheck]
+#
+# 1. build/ : make check (each test program starts its own redis-server)
+# 2. build-asan/ : the same, built with AddressSanitizer and UBSan
+#    (DISTLOCK_SANITIZE=1/0 forces it on/off; default on when CI is set)
+# 3. with --distcheck: make distcheck (the tarball builds and passes)
+# The log of every failed test is printed.  Exits non-zero if any stage failed.
+set -euo pipefail
+
+log() { printf '[distlock] %s\n' "$*" >&2; }
+
+script_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+root=$(cd "$script_dir/.." && pwd)
+
+distcheck=0
+for arg in "$@"; do
+    case "$arg" in
+    --distcheck) distcheck=1 ;;
+    -h | --help) sed -n '2,11p' "$0"; exit 0 ;;
+    *) echo "usage: $0 [--distcheck]" >&2; exit 2 ;;
+    esac
+done
+if [[ -n "${DISTLOCK_SANITIZE:-}" ]]; then
+    sanitize=$([[ "$DISTLOCK_SANITIZE" != 0 ]] && echo 1 || echo 0)
+else
+    sanitize=$([[ -n "${CI:-}" ]] && echo 1 || echo 0)
+fi
+
+summary=()
+failed=0
+record() {   # record STAGE STATUS
+    if [[ $2 -eq 0 ]]; then summary+=("$1: ok"); else summary+=("$1: FAILED"); failed=1; fi
+}
+
+# The logs of failed tests under DIR (automake's .trs files say which).
+show_failures() {
+    local trs
+    while IFS= read -r -d '' trs; do
+        if grep -Eq '^:test-result: (FAIL|XPASS|ERROR)' "$trs"; then
+            echo "=============== ${trs%.trs}.log ===============" >&2
+            cat "${trs%.trs}.log" >&2 || true
+        fi
+    done < <(find "$1" -name '*.trs' -print0)
+}
+
+# check NAME DIR [configure-args]: build in DIR and run make check there.
+check() {
+    local name=$1 dir=$2 status=0
+    shift 2
+    log "$name: building in $dir/"
+    if ! "$script_dir/build.sh" --dir "$dir" "$@"; then
+        record "$name" 1
+        return
+    fi
+    log "$name: make check"
+    make -C "$root/$dir" -j2 check || status=$?
+    [[ $status -eq 0 ]] || show_failures "$root/$dir"
+    record "$name" "$status"
+}
+
+cd "$root"
+check check build
+if [[ $sanitize -eq 1 ]]; then
+    check check-asan build-asan --enable-sanitizers
+else
+    summary+=("check-asan: skipped")
+fi
+if [[ $distcheck -eq 1 ]]; then
+    log "distcheck: make distcheck in build/"
+    status=0
+    make -C build distcheck || status=$?
+    [[ $status -eq 0 ]] || show_failures build
+    record distcheck "$status"
+fi
+
+if [[ $failed -eq 0 ]]; then
+    log "summary: all passed (${summary[*]})"
+else
+    log "summary: FAILED (${summary[*]})"
+fi
+exit "$failed"
