@@ -554,7 +554,7 @@ static int acquire(dist_mutex_t *m, int try_only, const struct timespec *abstime
     }
     if ((rc = record(o, &a, before, &lost)) != 0)
         return dist__err(rc, "out of memory");
-    if (lost || held == -1)
+    if (lost)
         dist__call_lost_handler(lk->names->name.p);
     return 0;
 }
@@ -581,7 +581,8 @@ int dist_mutex_timedlock(dist_mutex_t *m, const struct timespec *abstime)
 /* Runs the release script; a lost reply is settled by reading the count
  * back.  Returns the script's answer (-1, or holds left >= 0), or
  * REL_FAILED with *doubt set when the outcome is unknown. */
-static long long release(struct dist__mobj *o, long long before, int *doubt)
+static long long release(struct dist__mobj *o, long long before,
+                         uint64_t mytoken, int *doubt)
 {
     struct dist__lock *lk = o->lk;
     char lease[24];
@@ -609,6 +610,10 @@ static long long release(struct dist__mobj *o, long long before, int *doubt)
             *doubt = 1;
             return REL_FAILED;
         }
+        /* A counter below our token means the server lost its data (a
+         * restart without persistence): the hold went with it. */
+        if (tok < mytoken)
+            return -1;
         if (holds == before - 1)
             return holds;          /* it ran */
         if (holds != before)
@@ -637,6 +642,7 @@ int dist_mutex_unlock(dist_mutex_t *m)
     struct dist__lock *lk;
     struct dist__hold *h;
     long long before, res;
+    uint64_t mytoken = 0;
     int rc, held, doubt;
 
     if ((rc = get_obj(m, &o)) != 0)
@@ -644,6 +650,10 @@ int dist_mutex_unlock(dist_mutex_t *m)
     lk = o->lk;
     if ((rc = prepare(lk, &before, &held)) != 0)
         return rc;
+    pthread_mutex_lock(&lk->mu);
+    if ((h = hold_find(lk)) != NULL)
+        mytoken = h->token;
+    pthread_mutex_unlock(&lk->mu);
     if (held == -1)
         return dist__err(EPERM, "mutex '%s' was lost (its lease ran out or it "
                          "was forced) before this unlock", lk->names->name.p);
@@ -651,7 +661,7 @@ int dist_mutex_unlock(dist_mutex_t *m)
         return dist__err(EPERM, "mutex '%s' is not held by this thread",
                          lk->names->name.p);
 
-    res = release(o, before, &doubt);
+    res = release(o, before, mytoken, &doubt);
 
     pthread_mutex_lock(&lk->mu);
     h = hold_find(lk);
