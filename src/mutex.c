@@ -483,6 +483,17 @@ static int prepare(struct dist__lock *lk, long long *before, int *held)
 
 /* ---- lock and unlock --------------------------------------------------- */
 
+/* How long a waiter may sleep before trying again: the holder's remaining
+ * lease.  0 means the lease ends this very millisecond (a script sees time
+ * stand still), so try again at once; -1 (a key with no expiry, which no
+ * well-behaved client leaves) falls back to a lease of our own. */
+static uint64_t sleep_bound(const struct dist__mobj *o, long long pttl)
+{
+    if (pttl >= 0)
+        return (uint64_t)pttl + 1;
+    return lease_of(o);
+}
+
 static int acquire(dist_mutex_t *m, int try_only, const struct timespec *abstime)
 {
     struct dist__mobj *o;
@@ -521,7 +532,7 @@ static int acquire(dist_mutex_t *m, int try_only, const struct timespec *abstime
             return dist__err(ENOMEM, "out of memory");
         /* Subscribe before trying again, so that a release that comes
          * between that try and the sleep wakes the sleep. */
-        until = dist__now_ms() + (a.pttl > 0 ? (uint64_t)a.pttl : 100);
+        until = dist__now_ms() + sleep_bound(o, a.pttl);
         if (deadline && deadline < until)
             until = deadline;
         dist__sub_wait_ready(ch, until);
@@ -531,8 +542,7 @@ static int acquire(dist_mutex_t *m, int try_only, const struct timespec *abstime
                 break;
             /* Sleep until a release message, the end of the holder's lease,
              * or our deadline, whichever comes first. */
-            until = dist__now_ms() +
-                    (a.pttl > 0 ? (uint64_t)a.pttl : lease_of(o));
+            until = dist__now_ms() + sleep_bound(o, a.pttl);
             if (deadline && deadline < until)
                 until = deadline;
             dist__sub_wait(ch, until);
