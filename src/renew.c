@@ -22,6 +22,7 @@ static struct {
     pthread_cond_t settled;    /* a doubt was settled */
     int cv_ready;
     int running, stop, kick;
+    uint64_t wake_at;          /* when the thread next looks, monotonic ms */
     pthread_t th;
     struct dist__hold *head;   /* registered or doubtful holds */
     redisContext *c;
@@ -99,7 +100,7 @@ static void ensure_thread(void)
         R.cv_ready = 1;
     }
     R.stop = 0;
-    if (pthread_create(&R.th, NULL, renew_main, NULL) == 0)
+    if (dist__thread_start(&R.th, renew_main) == 0)
         R.running = 1;
     else
         fprintf(stderr, "distlock: cannot start the renewal thread\n");
@@ -111,6 +112,12 @@ void dist__renew_add(struct dist__hold *h)
     h->registered = 1;
     link_hold(h);
     ensure_thread();
+    /* A thread asleep under a longer watchdog than now set would let this
+     * hold expire: wake it to plan again. */
+    if (R.wake_at > dist__now_ms() + dist__watchdog_ms() / 3) {
+        R.kick = 1;
+        pthread_cond_signal(&R.cv);
+    }
     pthread_mutex_unlock(&R.mu);
 }
 
@@ -368,7 +375,7 @@ static int tick(int renew_due, struct lostlist *lost)
 
 static void *renew_main(void *arg)
 {
-    uint64_t next_renew = 0, wake;
+    uint64_t last_renew = 0, wake;
     struct timespec ts;
     int failed = 0;
 
@@ -376,15 +383,15 @@ static void *renew_main(void *arg)
     pthread_mutex_lock(&R.mu);
     while (!R.stop) {
         uint64_t now = dist__now_ms();
-        uint64_t period = dist__watchdog_ms() / 3;
-        int renew_due = now >= next_renew;
+        uint64_t period = dist__watchdog_ms() / 3;   /* may change any time */
+        int renew_due = now >= last_renew + period || failed;
         struct lostlist lost = { 0 };
         size_t i;
 
         if (renew_due)
-            next_renew = now + period;
+            last_renew = now;
         R.kick = 0;
-        failed = tick(renew_due || failed, &lost);
+        failed = tick(renew_due, &lost);
         if (lost.n) {
             pthread_mutex_unlock(&R.mu);
             for (i = 0; i < lost.n; i++) {
@@ -395,14 +402,16 @@ static void *renew_main(void *arg)
         }
         free(lost.names);
 
-        wake = next_renew;
+        wake = last_renew + period;
         if (failed && dist__now_ms() + RETRY_MS < wake)
             wake = dist__now_ms() + RETRY_MS;
+        R.wake_at = wake;
         dist__ms_to_ts(wake, &ts);
         while (!R.stop && !R.kick && dist__now_ms() < wake)
             if (pthread_cond_timedwait(&R.cv, &R.mu, &ts) == ETIMEDOUT)
                 break;
     }
+    R.wake_at = 0;
     drop_context();
     pthread_mutex_unlock(&R.mu);
     return NULL;
