@@ -57,7 +57,12 @@ static const char *where(const struct dist__cfg *cfg, char *buf, size_t len)
 static int setup_cmd(redisContext *c, const char *what, int argc,
                      const char **argv)
 {
-    redisReply *r = redisCommandArgv(c, argc, argv, NULL);
+    struct dist__sigpipe sp;
+    redisReply *r;
+
+    dist__sigpipe_block(&sp);
+    r = redisCommandArgv(c, argc, argv, NULL);
+    dist__sigpipe_restore(&sp);
 
     if (!r)
         return dist__err(EIO, "%s: %s", what, c->errstr[0] ? c->errstr : "no reply");
@@ -172,6 +177,7 @@ int dist__eval(redisContext *c, int script, int nkeys,
                const struct dist__buf *kv, int nkv, redisReply **out)
 {
     const struct dist__script *s = &dist__scripts[script];
+    struct dist__sigpipe sp;
     const char *sargv[STACK_ARGS];
     size_t slen[STACK_ARGS];
     const char **argv = sargv;
@@ -199,6 +205,7 @@ int dist__eval(redisContext *c, int script, int nkeys,
     }
     /* EVALSHA first; NOSCRIPT (after SCRIPT FLUSH or a restart) means the
      * server lost the script: EVAL sends the body and caches it again. */
+    dist__sigpipe_block(&sp);
     for (pass = 0; pass < 2; pass++) {
         if (pass == 0) {
             argv[0] = "EVALSHA"; argvlen[0] = 7;
@@ -221,6 +228,7 @@ int dist__eval(redisContext *c, int script, int nkeys,
         }
         break;
     }
+    dist__sigpipe_restore(&sp);
     if (argv != sargv) {
         free(argv);
         free(argvlen);

@@ -5,6 +5,7 @@
 #define DIST_INTERNAL_H
 
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stddef.h>
@@ -31,6 +32,13 @@ int dist__err(int code, const char *fmt, ...)
 int dist__cond_init_mono(pthread_cond_t *cv);
 void dist__call_lost_handler(const char *name);
 void dist__lost_handler_set(dist_lost_fn fn, void *arg);
+struct dist__sigpipe {
+    sigset_t old;
+    int was_pending;
+};
+void dist__sigpipe_block(struct dist__sigpipe *s);
+void dist__sigpipe_restore(struct dist__sigpipe *s);
+int dist__thread_start(pthread_t *th, void *(*fn)(void *));
 
 /* ---- config.c ---------------------------------------------------------- */
 

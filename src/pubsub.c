@@ -72,7 +72,7 @@ static void ensure_thread(void)
         }
     }
     P.stop = 0;
-    if (pthread_create(&P.th, NULL, pubsub_main, NULL) == 0)
+    if (dist__thread_start(&P.th, pubsub_main) == 0)
         P.running = 1;
     else
         fprintf(stderr, "distlock: cannot start the pub/sub thread\n");

@@ -1,6 +1,7 @@
 /* util.c: clocks, the per-thread error text and the lost-lock handler.
  * Small pieces every other module leans on. */
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -107,4 +108,50 @@ void dist__call_lost_handler(const char *name)
     pthread_mutex_unlock(&lost_mu);
     if (fn)
         fn(name, arg);
+}
+
+/* hiredis writes with write(2); on a socket the server has closed that
+ * raises SIGPIPE, whose default action kills the whole process.  Around
+ * each call on a caller's thread SIGPIPE is blocked, and one that the call
+ * raised is taken back before the mask is restored. */
+void dist__sigpipe_block(struct dist__sigpipe *s)
+{
+    sigset_t pipe_set, pending;
+
+    sigemptyset(&pipe_set);
+    sigaddset(&pipe_set, SIGPIPE);
+    sigpending(&pending);
+    s->was_pending = sigismember(&pending, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_set, &s->old);
+}
+
+void dist__sigpipe_restore(struct dist__sigpipe *s)
+{
+    sigset_t pipe_set, pending;
+    struct timespec zero = { 0, 0 };
+
+    if (!s->was_pending && sigismember(&s->old, SIGPIPE) == 0) {
+        sigpending(&pending);
+        if (sigismember(&pending, SIGPIPE)) {
+            sigemptyset(&pipe_set);
+            sigaddset(&pipe_set, SIGPIPE);
+            while (sigtimedwait(&pipe_set, NULL, &zero) < 0 && errno == EINTR)
+                ;
+        }
+    }
+    pthread_sigmask(SIG_SETMASK, &s->old, NULL);
+}
+
+/* The library's threads run with every signal blocked: the application's
+ * handlers never run on them, and SIGPIPE cannot kill anything. */
+int dist__thread_start(pthread_t *th, void *(*fn)(void *))
+{
+    sigset_t all, old;
+    int rc;
+
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    rc = pthread_create(th, NULL, fn, NULL);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return rc;
 }
