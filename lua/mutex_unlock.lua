@@ -7,21 +7,21 @@
 -- ARGV[4]  message published on the final release ('0')
 -- ARGV[5]  optional: the owner's count this call expects to find; when given and the
 --          count differs, nothing changes (used to finish a release whose reply was lost)
--- Reply    -1  the owner holds nothing (expired, forced, or never taken)
---          -2  ARGV[5] was given and the count differs from it
---          n>0 holds left;  0  released and published
+-- Reply    {n, waiters}: n is the owner's holds left (0: released and published),
+--          -1 the owner holds nothing (expired, forced, or never taken), or
+--          -2 ARGV[5] was given and the count differs from it; waiters is the
+--          number of subscribers the release message reached (0 otherwise)
 local holds = redis.call('hget', KEYS[1], ARGV[2])
 if not holds then
-  return -1
+  return {-1, 0}
 end
 if ARGV[5] and tonumber(holds) ~= tonumber(ARGV[5]) then
-  return -2
+  return {-2, 0}
 end
 holds = redis.call('hincrby', KEYS[1], ARGV[2], -1)
 if holds > 0 then
   redis.call('pexpire', KEYS[1], ARGV[1])
-  return holds
+  return {holds, 0}
 end
 redis.call('del', KEYS[1])
-redis.call(ARGV[3], KEYS[2], ARGV[4])
-return 0
+return {0, redis.call(ARGV[3], KEYS[2], ARGV[4])}

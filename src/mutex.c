@@ -19,6 +19,10 @@ struct dist__lock {
     pthread_mutex_t mu;               /* guards holds */
     struct dist__names *names;
     struct dist__hold *holds;         /* one per local owner thread */
+    /* Courtesy after a release that reached waiters: until yield_until
+     * that thread lets them go first (see acquire()).  Under mu. */
+    uint64_t yield_thread;
+    uint64_t yield_until;
 };
 
 /* One dist_mutex_t's own settings. */
@@ -494,6 +498,34 @@ static uint64_t sleep_bound(const struct dist__mobj *o, long long pttl)
     return lease_of(o);
 }
 
+/* This thread released the lock to waiters a moment ago: sleep until one of
+ * them has had time to take it (or a release message comes), so that a
+ * thread looping on lock/unlock does not starve other processes.  trylock
+ * never waits; a timed lock waits no longer than its deadline. */
+static void yield_to_waiters(struct dist__lock *lk, const struct timespec *abstime)
+{
+    struct dist__chan *ch;
+    uint64_t until = 0;
+
+    pthread_mutex_lock(&lk->mu);
+    if (lk->yield_thread == dist__thread_no()) {
+        until = lk->yield_until;
+        lk->yield_thread = 0;
+    }
+    pthread_mutex_unlock(&lk->mu);
+    if (until <= dist__now_ms())
+        return;
+    if (abstime && abstime->tv_nsec >= 0 && abstime->tv_nsec < 1000000000L) {
+        uint64_t deadline = dist__ts_to_mono_ms(abstime);
+        if (deadline < until)
+            until = deadline;
+    }
+    if ((ch = dist__sub_get(&lk->names->chan)) != NULL) {
+        dist__sub_wait(ch, until);
+        dist__sub_put(ch);
+    }
+}
+
 static int acquire(dist_mutex_t *m, int try_only, const struct timespec *abstime)
 {
     struct dist__mobj *o;
@@ -512,6 +544,8 @@ static int acquire(dist_mutex_t *m, int try_only, const struct timespec *abstime
     if (held == 1 && o->type == DIST_MUTEX_ERRORCHECK)
         return dist__err(EDEADLK, "mutex '%s' is already held by this thread",
                          lk->names->name.p);
+    if (!try_only && held == 0)
+        yield_to_waiters(lk, abstime);
 
     rc = try_acquire(o, before, &a, &doubt);
     if (rc == 0 && !a.taken && try_only)
@@ -587,12 +621,13 @@ int dist_mutex_timedlock(dist_mutex_t *m, const struct timespec *abstime)
 }
 
 #define REL_FAILED (-100)
+#define YIELD_MIN_MS 1
 
 /* Runs the release script; a lost reply is settled by reading the count
  * back.  Returns the script's answer (-1, or holds left >= 0), or
  * REL_FAILED with *doubt set when the outcome is unknown. */
 static long long release(struct dist__mobj *o, long long before,
-                         uint64_t mytoken, int *doubt)
+                         uint64_t mytoken, int *doubt, long long *waiters)
 {
     struct dist__lock *lk = o->lk;
     char lease[24];
@@ -606,6 +641,7 @@ static long long release(struct dist__mobj *o, long long before,
     int rc;
 
     *doubt = 0;
+    *waiters = 0;
     snprintf(lease, sizeof lease, "%lu", lease_of(o));
     kv[0] = lk->names->name;
     kv[1] = lk->names->chan;
@@ -636,12 +672,11 @@ static long long release(struct dist__mobj *o, long long before,
     }
     if (rc != 0)
         return REL_FAILED;
-    if (r->type != REDIS_REPLY_INTEGER) {
+    if (dist__reply_int(r, 0, &res) != 0 || dist__reply_int(r, 1, waiters) != 0) {
         freeReplyObject(r);
         dist__err(EIO, "unexpected reply to mutex_unlock");
         return REL_FAILED;
     }
-    res = r->integer;
     freeReplyObject(r);
     return res;
 }
@@ -651,8 +686,8 @@ int dist_mutex_unlock(dist_mutex_t *m)
     struct dist__mobj *o;
     struct dist__lock *lk;
     struct dist__hold *h;
-    long long before, res;
-    uint64_t mytoken = 0;
+    long long before, res, waiters;
+    uint64_t mytoken = 0, t0;
     int rc, held, doubt;
 
     if ((rc = get_obj(m, &o)) != 0)
@@ -671,9 +706,18 @@ int dist_mutex_unlock(dist_mutex_t *m)
         return dist__err(EPERM, "mutex '%s' is not held by this thread",
                          lk->names->name.p);
 
-    res = release(o, before, mytoken, &doubt);
+    t0 = dist__now_ms();
+    res = release(o, before, mytoken, &doubt, &waiters);
 
     pthread_mutex_lock(&lk->mu);
+    if (res == 0 && waiters > 0) {
+        /* Others wait and need a message, a wake-up and a round trip to
+         * get in; this thread needs only its next call, and would take the
+         * lock back nearly every time.  Give them a head start. */
+        uint64_t rtt = dist__now_ms() - t0;
+        lk->yield_thread = dist__thread_no();
+        lk->yield_until = dist__now_ms() + YIELD_MIN_MS + 8 * rtt;
+    }
     h = hold_find(lk);
     if (res >= 0 || doubt) {
         /* Given up locally either way; a doubtful release is finished by the

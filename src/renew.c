@@ -266,8 +266,8 @@ static int settle_one(struct dist__hold *h, struct lostlist *lost)
     rc = c ? dist__eval(c, DIST__S_MUTEX_UNLOCK, 2, kv, 7, &r) : DIST__ECONN;
     if (rc == DIST__ECONN)
         drop_context();
-    if (rc == 0 && r->type == REDIS_REPLY_INTEGER)
-        res = r->integer;
+    if (rc == 0)
+        dist__reply_int(r, 0, &res);
     freeReplyObject(r);
 
     pthread_mutex_lock(&R.mu);
