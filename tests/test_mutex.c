@@ -1,0 +1,1433 @@
+/*
+ * test_mutex: behaviour of dist_mutex_* against a private redis-server.
+ *
+ * One server is started for the whole group (tu_redis_start); every test
+ * uses fresh lock names (test name + pid).  cmocka is not thread-safe, so
+ * worker threads and forked children only record results (variables,
+ * semaphores, pipes, exit codes, shared memory) and the main thread asserts.
+ * Timing bounds are generous bounds, never exact timings: they must hold on a
+ * loaded 2-core machine.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <semaphore.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "distlock.h"
+#include "testutil.h"
+
+#if defined(__has_include)
+#if __has_include(<valgrind/valgrind.h>)
+#include <valgrind/valgrind.h>
+#define HAVE_VALGRIND_H 1
+#endif
+#endif
+
+static tu_redis_t r;
+static int g_dirty;                 /* a test changed the global settings */
+
+/* SIGPIPE is counted, not fatal: testutil blocks its own and the proxy uses
+ * MSG_NOSIGNAL, so any SIGPIPE comes from the library writing to a dead
+ * Redis socket.  test_no_sigpipe reports it without killing the run. */
+static volatile sig_atomic_t sigpipes;
+
+static void on_sigpipe(int sig)
+{
+    (void)sig;
+    sigpipes = sigpipes + 1;
+}
+
+#define DEFAULT_WATCHDOG_MS 30000UL
+#define DEFAULT_TIMEOUT_MS  2000UL
+
+/* Extra slack (seconds) on upper time bounds: processing only, never the
+ * lease or deadline itself.  Larger under valgrind, which slows everything. */
+static double slack(double s)
+{
+#ifdef HAVE_VALGRIND_H
+    if (RUNNING_ON_VALGRIND)
+        return s * 4;
+#endif
+    return s;
+}
+
+/* Shared memory for results of forked children (one int per child). */
+static int *shared_ints(size_t n)
+{
+    int *p = mmap(NULL, n * sizeof *p, PROT_READ | PROT_WRITE,
+                  MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    size_t i;
+
+    if (p == MAP_FAILED)
+        return NULL;
+    for (i = 0; i < n; i++)
+        p[i] = -1;            /* not reported */
+    return p;
+}
+
+/* The child reports code both in shared memory and as its exit status. */
+static void child_exit(int *slot, int code)
+{
+    *slot = code;
+    _exit(code);
+}
+
+/* Did the child exit with the code it reported?  Under valgrind a forked
+ * child's exit status is replaced by --error-exitcode when its exit-time leak
+ * check finds the parent's state the library deliberately abandons in a
+ * child (the renewal and pub/sub threads' connections), so 9 is accepted
+ * there for a child that reported success. */
+static int child_exit_ok(int st, int code)
+{
+    if (!WIFEXITED(st))
+        return 0;
+    if (WEXITSTATUS(st) == code)
+        return 1;
+#ifdef HAVE_VALGRIND_H
+    if (RUNNING_ON_VALGRIND && code == 0 && WEXITSTATUS(st) == 9)
+        return 1;
+#endif
+    return 0;
+}
+
+#define assert_dbl_range(v, lo, hi)                                          \
+    do {                                                                     \
+        double v_ = (v), lo_ = (lo), hi_ = (hi);                             \
+        if (!(v_ >= lo_ && v_ <= hi_))                                       \
+            fail_msg("%s = %.3f s, expected within [%.3f, %.3f]", #v, v_,    \
+                     lo_, hi_);                                              \
+    } while (0)
+
+static void make_name(char *buf, size_t len, const char *test, const char *tag)
+{
+    snprintf(buf, len, "test_mutex:%s:%s:%ld", test, tag, (long)getpid());
+}
+
+#define NAME(buf, tag) make_name(buf, sizeof buf, __func__, tag)
+
+static struct timespec realtime_in(double secs)
+{
+    struct timespec ts;
+    long long ns;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ns = (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec +
+         (long long)(secs * 1e9);
+    ts.tv_sec = (time_t)(ns / 1000000000LL);
+    ts.tv_nsec = (long)(ns % 1000000000LL);
+    if (ts.tv_nsec < 0) {
+        ts.tv_nsec += 1000000000L;
+        ts.tv_sec--;
+    }
+    return ts;
+}
+
+/* ---- Redis helpers (main thread or forked child) ------------------------ */
+
+/* The only field of the lock hash, strdup'd, and its value in *count.
+ * NULL when the key does not have exactly one field. */
+static char *owner_field(const char *key, long long *count)
+{
+    redisReply *x = tu_cmd(&r, "HGETALL", key, NULL);
+    char *f = NULL;
+
+    if (x && x->type == REDIS_REPLY_ARRAY && x->elements == 2 &&
+        x->element[0]->type == REDIS_REPLY_STRING &&
+        x->element[1]->type == REDIS_REPLY_STRING) {
+        f = strdup(x->element[0]->str);
+        if (count)
+            *count = strtoll(x->element[1]->str, NULL, 10);
+    }
+    if (x)
+        freeReplyObject(x);
+    return f;
+}
+
+static long long hash_fields(const char *key)
+{
+    return tu_cmd_int(&r, "HLEN", key, NULL);
+}
+
+static long long key_exists(const char *key)
+{
+    return tu_cmd_int(&r, "EXISTS", key, NULL);
+}
+
+static long long hget_count(const char *key, const char *field)
+{
+    return tu_cmd_int(&r, "HGET", key, field, NULL);
+}
+
+/* Length of the uuid part of an owner field "<uuid>:<thread n>". */
+static size_t uuid_len(const char *owner)
+{
+    const char *c = strrchr(owner, ':');
+    return c ? (size_t)(c - owner) : strlen(owner);
+}
+
+/* ---- lost handler --------------------------------------------------------- */
+
+static atomic_int lost_calls;
+static pthread_mutex_t lost_mu = PTHREAD_MUTEX_INITIALIZER;
+static char lost_name[512];
+
+static void on_lost(const char *name, void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&lost_mu);
+    snprintf(lost_name, sizeof lost_name, "%s", name);
+    pthread_mutex_unlock(&lost_mu);
+    atomic_fetch_add(&lost_calls, 1);
+}
+
+static void lost_reset(void)
+{
+    pthread_mutex_lock(&lost_mu);
+    lost_name[0] = 0;
+    pthread_mutex_unlock(&lost_mu);
+    atomic_store(&lost_calls, 0);
+}
+
+static int lost_name_is(const char *name)
+{
+    int eq;
+
+    pthread_mutex_lock(&lost_mu);
+    eq = strcmp(lost_name, name) == 0;
+    pthread_mutex_unlock(&lost_mu);
+    return eq;
+}
+
+/* ---- a thread that holds a lock until told to let go --------------------- */
+
+struct holder {
+    dist_mutex_t *m;
+    sem_t locked, release;
+    int lock_rc, unlock_rc;
+    double t_locked;
+    pthread_t th;
+};
+
+static void *holder_main(void *arg)
+{
+    struct holder *h = arg;
+
+    h->lock_rc = dist_mutex_lock(h->m);
+    h->t_locked = tu_now();
+    sem_post(&h->locked);
+    while (sem_wait(&h->release) != 0)
+        ;
+    h->unlock_rc = h->lock_rc == 0 ? dist_mutex_unlock(h->m) : -1;
+    return NULL;
+}
+
+static void holder_start(struct holder *h, dist_mutex_t *m)
+{
+    memset(h, 0, sizeof *h);
+    h->m = m;
+    h->lock_rc = h->unlock_rc = -1;
+    sem_init(&h->locked, 0, 0);
+    sem_init(&h->release, 0, 0);
+    assert_int_equal(pthread_create(&h->th, NULL, holder_main, h), 0);
+    while (sem_wait(&h->locked) != 0)
+        ;
+    assert_int_equal(h->lock_rc, 0);
+}
+
+static void holder_stop(struct holder *h)
+{
+    sem_post(&h->release);
+    pthread_join(h->th, NULL);
+    sem_destroy(&h->locked);
+    sem_destroy(&h->release);
+    assert_int_equal(h->unlock_rc, 0);
+}
+
+/* ---- a thread that runs one call ----------------------------------------- */
+
+enum op { OP_TRYLOCK_UNLOCK, OP_UNLOCK };
+
+struct oneshot {
+    dist_mutex_t *m;
+    enum op op;
+    int rc, rc2;
+    char err[256];
+};
+
+static void *oneshot_main(void *arg)
+{
+    struct oneshot *o = arg;
+
+    o->rc2 = -1;
+    if (o->op == OP_TRYLOCK_UNLOCK) {
+        o->rc = dist_mutex_trylock(o->m);
+        snprintf(o->err, sizeof o->err, "%s", dist_last_error());
+        if (o->rc == 0)
+            o->rc2 = dist_mutex_unlock(o->m);
+    } else {
+        o->rc = dist_mutex_unlock(o->m);
+        snprintf(o->err, sizeof o->err, "%s", dist_last_error());
+    }
+    return NULL;
+}
+
+static void run_oneshot(struct oneshot *o, dist_mutex_t *m, enum op op)
+{
+    pthread_t th;
+
+    memset(o, 0, sizeof *o);
+    o->m = m;
+    o->op = op;
+    o->rc = -1;
+    assert_int_equal(pthread_create(&th, NULL, oneshot_main, o), 0);
+    pthread_join(th, NULL);
+}
+
+/* ---- fixtures -------------------------------------------------------------- */
+
+static int group_setup(void **state)
+{
+    struct sigaction sa;
+
+    (void)state;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigpipe;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGPIPE, &sa, NULL);
+    if (tu_redis_start(&r) != 0)
+        return -1;
+    if (dist_set_url(r.url_unix) != 0 ||
+        dist_set_watchdog_ms(DEFAULT_WATCHDOG_MS) != 0 ||
+        dist_set_timeout_ms(DEFAULT_TIMEOUT_MS) != 0)
+        return -1;
+    return 0;
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    dist_shutdown();
+    tu_redis_stop(&r);
+    return 0;
+}
+
+/* Safety net when a test failed before restoring what it changed. */
+static int restore_defaults(void **state)
+{
+    (void)state;
+    if (g_dirty) {
+        dist_set_lost_handler(NULL, NULL);
+        dist_set_url(r.url_unix);
+        dist_set_watchdog_ms(DEFAULT_WATCHDOG_MS);
+        dist_set_timeout_ms(DEFAULT_TIMEOUT_MS);
+        g_dirty = 0;
+    }
+    return 0;
+}
+
+/* ---- 1 ------------------------------------------------------------------- */
+
+static void test_reentrant_hold_counts(void **state)
+{
+    char name[200];
+    dist_mutex_t m;
+    char *owner;
+    long long cnt = -1;
+
+    (void)state;
+    NAME(name, "m");
+    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+
+    owner = owner_field(name, &cnt);
+    assert_non_null(owner);
+    assert_int_equal(cnt, 3);
+    assert_int_equal(hget_count(name, owner), 3);
+    assert_true(tu_cmd_int(&r, "PTTL", name, NULL) > 0);
+
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(hget_count(name, owner), 2);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(hget_count(name, owner), 1);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(key_exists(name), 0);
+    assert_int_equal(dist_mutex_unlock(&m), EPERM);
+    assert_int_equal(key_exists(name), 0);
+    free(owner);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+}
+
+/* ---- 2 ------------------------------------------------------------------- */
+
+static void test_errorcheck(void **state)
+{
+    char name[200];
+    dist_mutex_t m;
+    dist_mutexattr_t a;
+    int type = -1;
+    long long cnt = -1;
+    char *owner;
+
+    (void)state;
+    NAME(name, "m");
+    assert_int_equal(dist_mutexattr_init(&a), 0);
+    assert_int_equal(dist_mutexattr_gettype(&a, &type), 0);
+    assert_int_equal(type, DIST_MUTEX_RECURSIVE);
+    assert_int_equal(dist_mutexattr_settype(&a, DIST_MUTEX_ERRORCHECK), 0);
+    assert_int_equal(dist_mutexattr_settype(&a, 0), EINVAL);
+    assert_int_equal(dist_mutexattr_settype(&a, 3), EINVAL);
+    assert_int_equal(dist_mutexattr_settype(&a, -1), EINVAL);
+    assert_int_equal(dist_mutexattr_gettype(&a, &type), 0);
+    assert_int_equal(type, DIST_MUTEX_ERRORCHECK);
+
+    assert_int_equal(dist_mutex_init(&m, name, &a), 0);
+    assert_int_equal(dist_mutexattr_destroy(&a), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_mutex_lock(&m), EDEADLK);
+    assert_int_equal(dist_mutex_trylock(&m), EDEADLK);
+    owner = owner_field(name, &cnt);
+    assert_non_null(owner);
+    free(owner);
+    assert_int_equal(cnt, 1);          /* the refused relocks changed nothing */
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(key_exists(name), 0);
+    assert_int_equal(dist_mutex_unlock(&m), EPERM);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+}
+
+/* ---- 3 ------------------------------------------------------------------- */
+
+static void test_trylock_busy(void **state)
+{
+    char name[200];
+    dist_mutex_t m;
+    struct oneshot o;
+
+    (void)state;
+    NAME(name, "m");
+    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    run_oneshot(&o, &m, OP_TRYLOCK_UNLOCK);
+    assert_int_equal(o.rc, EBUSY);
+    assert_true(o.err[0] != 0);
+    assert_int_equal(hash_fields(name), 1);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+
+    run_oneshot(&o, &m, OP_TRYLOCK_UNLOCK);
+    assert_int_equal(o.rc, 0);
+    assert_int_equal(o.rc2, 0);
+    assert_int_equal(key_exists(name), 0);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+}
+
+/* ---- 4 ------------------------------------------------------------------- */
+
+static void test_unlock_not_owner(void **state)
+{
+    char name[200], name2[200];
+    dist_mutex_t m, m2;
+    struct oneshot o;
+    long long cnt = -1;
+    char *owner;
+
+    (void)state;
+    NAME(name, "m");
+    NAME(name2, "unheld");
+    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
+    assert_int_equal(dist_mutex_init(&m2, name2, NULL), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+
+    run_oneshot(&o, &m, OP_UNLOCK);
+    assert_int_equal(o.rc, EPERM);
+    assert_true(o.err[0] != 0);
+    owner = owner_field(name, &cnt);     /* main's hold is untouched */
+    assert_non_null(owner);
+    free(owner);
+    assert_int_equal(cnt, 1);
+
+    assert_int_equal(dist_mutex_unlock(&m2), EPERM);
+    assert_true(dist_last_error()[0] != 0);
+
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(key_exists(name), 0);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+    assert_int_equal(dist_mutex_destroy(&m2), 0);
+}
+
+/* ---- 5 ------------------------------------------------------------------- */
+
+static void test_timedlock_timeout(void **state)
+{
+    char name[200];
+    dist_mutex_t m;
+    struct holder h;
+    struct timespec dl;
+    double t0, el;
+    int rc;
+
+    (void)state;
+    NAME(name, "m");
+    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
+    holder_start(&h, &m);
+    t0 = tu_now();
+    dl = realtime_in(3.0);
+    rc = dist_mutex_timedlock(&m, &dl);
+    el = tu_now() - t0;
+    holder_stop(&h);
+    assert_int_equal(rc, ETIMEDOUT);
+    assert_dbl_range(el, 3.0, 3.0 + slack(1.0));
+    assert_int_equal(key_exists(name), 0);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+}
+
+/* ---- 6 ------------------------------------------------------------------- */
+
+static void test_timedlock_past_deadline(void **state)
+{
+    char name[200];
+    dist_mutex_t m;
+    struct holder h;
+    struct timespec dl;
+    double t0, el;
+    int rc;
+
+    (void)state;
+    NAME(name, "m");
+    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
+
+    dl = realtime_in(-10.0);
+    assert_int_equal(dist_mutex_timedlock(&m, &dl), 0);
+    assert_int_equal(hash_fields(name), 1);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(key_exists(name), 0);
+
+    holder_start(&h, &m);
+    dl = realtime_in(-10.0);
+    t0 = tu_now();
+    rc = dist_mutex_timedlock(&m, &dl);
+    el = tu_now() - t0;
+    holder_stop(&h);
+    assert_int_equal(rc, ETIMEDOUT);
+    assert_dbl_range(el, 0.0, slack(1.0));
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+}
+
+/* ---- 7 ------------------------------------------------------------------- */
+
+static void test_timedlock_invalid(void **state)
+{
+    char name[200];
+    dist_mutex_t m;
+    struct holder h;
+    struct timespec dl;
+    int rc1, rc2;
+    double t0, el;
+
+    (void)state;
+    NAME(name, "m");
+    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
+
+    holder_start(&h, &m);
+    t0 = tu_now();
+    dl = realtime_in(10.0);
+    dl.tv_nsec = 2000000000L;
+    rc1 = dist_mutex_timedlock(&m, &dl);
+    dl.tv_nsec = -1;
+    rc2 = dist_mutex_timedlock(&m, &dl);
+    el = tu_now() - t0;
+    holder_stop(&h);
+    assert_int_equal(rc1, EINVAL);
+    assert_int_equal(rc2, EINVAL);
+    assert_dbl_range(el, 0.0, slack(1.0));
+
+    /* free lock: the deadline is never looked at */
+    dl = realtime_in(10.0);
+    dl.tv_nsec = 2000000000L;
+    assert_int_equal(dist_mutex_timedlock(&m, &dl), 0);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    dl.tv_nsec = -1;
+    assert_int_equal(dist_mutex_timedlock(&m, &dl), 0);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+
+    assert_int_equal(dist_mutex_timedlock(&m, NULL), EINVAL);
+    assert_int_equal(key_exists(name), 0);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+}
+
+/* ---- 8 ------------------------------------------------------------------- */
+
+static void test_lease_expiry(void **state)
+{
+    char name[200];
+    dist_mutex_t m;
+    dist_mutexattr_t a;
+    struct holder h;
+    double tb, wait;
+    int rc_b, rc_b_unlock, calls, rc_destroy;
+    long long ex;
+    unsigned long lease = 0;
+
+    (void)state;
+    NAME(name, "m");
+    g_dirty = 1;
+    lost_reset();
+    assert_int_equal(dist_set_lost_handler(on_lost, NULL), 0);
+    assert_int_equal(dist_mutexattr_init(&a), 0);
+    assert_int_equal(dist_mutexattr_setlease(&a, 2000), 0);
+    assert_int_equal(dist_mutexattr_getlease(&a, &lease), 0);
+    assert_int_equal(lease, 2000);
+    assert_int_equal(dist_mutex_init(&m, name, &a), 0);
+
+    holder_start(&h, &m);              /* thread A takes it and keeps it */
+    rc_b = dist_mutex_lock(&m);        /* thread B (main) waits */
+    tb = tu_now();
+    wait = tb - h.t_locked;
+    sem_post(&h.release);              /* A's unlock, after B took it */
+    pthread_join(h.th, NULL);
+    sem_destroy(&h.locked);
+    sem_destroy(&h.release);
+    rc_b_unlock = rc_b == 0 ? dist_mutex_unlock(&m) : -1;
+    calls = atomic_load(&lost_calls);
+    dist_set_lost_handler(NULL, NULL);
+    g_dirty = 0;
+    ex = key_exists(name);
+    rc_destroy = dist_mutex_destroy(&m);
+
+    assert_int_equal(rc_b, 0);
+    assert_dbl_range(wait, 1.5, 3.0);
+    assert_int_equal(h.unlock_rc, EPERM);
+    assert_int_equal(rc_b_unlock, 0);
+    assert_true(calls >= 1);
+    assert_true(lost_name_is(name));
+    assert_int_equal(ex, 0);
+    assert_int_equal(rc_destroy, 0);
+}
+
+/* ---- 9 ------------------------------------------------------------------- */
+
+struct prober {
+    dist_mutex_t *m;
+    int rcs[4];
+    int unlocked_rcs[4];
+};
+
+static void *prober_main(void *arg)
+{
+    struct prober *p = arg;
+    int i;
+
+    for (i = 0; i < 4; i++) {
+        tu_sleep_ms(950);
+        p->rcs[i] = dist_mutex_trylock(p->m);
+        p->unlocked_rcs[i] = p->rcs[i] == 0 ? dist_mutex_unlock(p->m) : -1;
+    }
+    return NULL;
+}
+
+static void test_watchdog_renews(void **state)
+{
+    char name[200];
+    dist_mutex_t m;
+    struct prober p;
+    pthread_t th;
+    long long pttl, min_pttl = 1LL << 40, ex;
+    double t0;
+    int i, rc, rc_destroy;
+
+    (void)state;
+    NAME(name, "m");
+    g_dirty = 1;
+    assert_int_equal(dist_set_watchdog_ms(1500), 0);
+    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    t0 = tu_now();
+    pttl = tu_cmd_int(&r, "PTTL", name, NULL);
+    assert_in_range(pttl, 1, 1500);     /* the watchdog lease, not 30 s */
+
+    memset(&p, 0, sizeof p);
+    p.m = &m;
+    assert_int_equal(pthread_create(&th, NULL, prober_main, &p), 0);
+    while (tu_now() - t0 < 4.0) {
+        pttl = tu_cmd_int(&r, "PTTL", name, NULL);
+        if (pttl < min_pttl)
+            min_pttl = pttl;
+        tu_sleep_ms(100);
+    }
+    pthread_join(th, NULL);
+    rc = dist_mutex_unlock(&m);
+    dist_set_watchdog_ms(DEFAULT_WATCHDOG_MS);
+    g_dirty = 0;
+    ex = key_exists(name);
+    rc_destroy = dist_mutex_destroy(&m);
+
+    if (min_pttl <= 0)
+        fail_msg("the lock's PTTL fell to %lld while held", min_pttl);
+    for (i = 0; i < 4; i++)
+        assert_int_equal(p.rcs[i], EBUSY);
+    assert_int_equal(rc, 0);
+    assert_int_equal(ex, 0);
+    assert_int_equal(rc_destroy, 0);
+}
+
+/* ---- 10 ------------------------------------------------------------------ */
+
+static int read_byte(int fd, int timeout_ms, unsigned char *b)
+{
+    struct pollfd pfd = { fd, POLLIN, 0 };
+
+    if (poll(&pfd, 1, timeout_ms) != 1)
+        return -1;
+    return read(fd, b, 1) == 1 ? 0 : -1;
+}
+
+static void test_sigkill_holder(void **state)
+{
+    char name[200];
+    dist_mutex_t m;
+    int fds[2], st = 0, rc_try, rc_lock;
+    unsigned char b = 0xff;
+    pid_t pid;
+    double t0, el;
+
+    (void)state;
+    NAME(name, "m");
+    g_dirty = 1;
+    assert_int_equal(dist_set_watchdog_ms(1500), 0);
+    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
+    assert_int_equal(pipe(fds), 0);
+    pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        unsigned char c;
+        close(fds[0]);
+        c = (unsigned char)dist_mutex_lock(&m);
+        if (write(fds[1], &c, 1) != 1)
+            _exit(2);
+        for (;;)
+            pause();
+    }
+    close(fds[1]);
+    if (read_byte(fds[0], 10000, &b) != 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        close(fds[0]);
+        fail_msg("the child did not report its lock");
+    }
+    close(fds[0]);
+    if (b != 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        fail_msg("the child's lock returned %d", b);
+    }
+    /* Longer than the 1.5 s lease: only the child's watchdog keeps it. */
+    tu_sleep_ms(2000);
+    rc_try = dist_mutex_trylock(&m);
+    if (rc_try == 0)
+        dist_mutex_unlock(&m);
+
+    kill(pid, SIGKILL);
+    t0 = tu_now();
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    rc_lock = dist_mutex_lock(&m);
+    el = tu_now() - t0;
+    if (rc_lock == 0)
+        assert_int_equal(dist_mutex_unlock(&m), 0);
+    dist_set_watchdog_ms(DEFAULT_WATCHDOG_MS);
+
+    assert_true(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+    assert_int_equal(rc_try, EBUSY);
+    assert_int_equal(rc_lock, 0);
+    assert_dbl_range(el, 0.0, 1.5 + slack(1.5));
+    assert_int_equal(key_exists(name), 0);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+    g_dirty = 0;
+}
+
+/* ---- 11 ------------------------------------------------------------------ */
+
+#define MX_PROCS 4
+#define MX_THREADS 2
+#define MX_ITERS 100
+
+struct mx_thread {
+    dist_mutex_t *m;
+    const char *counter;
+    int fail;            /* 0, or the first failure's code */
+};
+
+static void *mx_main(void *arg)
+{
+    struct mx_thread *t = arg;
+    struct timeval tv = { 2, 0 };
+    redisContext *c = redisConnectUnixWithTimeout(r.sock, tv);
+    int i;
+
+    if (!c || c->err) {
+        t->fail = 20;
+        if (c)
+            redisFree(c);
+        return NULL;
+    }
+    redisSetTimeout(c, tv);
+    for (i = 0; i < MX_ITERS && !t->fail; i++) {
+        redisReply *x;
+        long long v = 0;
+        char buf[32];
+
+        if (dist_mutex_lock(t->m) != 0) {
+            t->fail = 21;
+            break;
+        }
+        x = redisCommand(c, "GET %s", t->counter);
+        if (!x || (x->type != REDIS_REPLY_STRING && x->type != REDIS_REPLY_NIL)) {
+            t->fail = 22;
+        } else {
+            if (x->type == REDIS_REPLY_STRING)
+                v = strtoll(x->str, NULL, 10);
+        }
+        if (x)
+            freeReplyObject(x);
+        if (!t->fail) {
+            snprintf(buf, sizeof buf, "%lld", v + 1);
+            x = redisCommand(c, "SET %s %s", t->counter, buf);
+            if (!x || x->type != REDIS_REPLY_STATUS)
+                t->fail = 23;
+            if (x)
+                freeReplyObject(x);
+        }
+        if (dist_mutex_unlock(t->m) != 0 && !t->fail)
+            t->fail = 24;
+    }
+    redisFree(c);
+    return NULL;
+}
+
+static void mx_child(const char *name, const char *counter, int *slot)
+{
+    dist_mutex_t m;
+    struct mx_thread t[MX_THREADS];
+    pthread_t th[MX_THREADS];
+    int i, code = 0;
+
+    if (dist_mutex_init(&m, name, NULL) != 0)
+        child_exit(slot, 10);
+    for (i = 0; i < MX_THREADS; i++) {
+        t[i].m = &m;
+        t[i].counter = counter;
+        t[i].fail = 0;
+        if (pthread_create(&th[i], NULL, mx_main, &t[i]) != 0)
+            child_exit(slot, 11);
+    }
+    for (i = 0; i < MX_THREADS; i++) {
+        pthread_join(th[i], NULL);
+        if (t[i].fail && !code)
+            code = t[i].fail;
+    }
+    if (!code && dist_mutex_destroy(&m) != 0)
+        code = 12;
+    child_exit(slot, code);
+}
+
+static void test_mutual_exclusion(void **state)
+{
+    char name[200], counter[220];
+    pid_t pids[MX_PROCS];
+    int st[MX_PROCS], i;
+    int *codes = shared_ints(MX_PROCS);
+    double t0, el;
+
+    (void)state;
+    assert_non_null(codes);
+    NAME(name, "m");
+    snprintf(counter, sizeof counter, "%s:counter", name);
+    t0 = tu_now();
+    for (i = 0; i < MX_PROCS; i++) {
+        pids[i] = fork();
+        if (pids[i] == 0)
+            mx_child(name, counter, &codes[i]);
+        assert_true(pids[i] > 0);
+    }
+    for (i = 0; i < MX_PROCS; i++) {
+        st[i] = -1;
+        waitpid(pids[i], &st[i], 0);
+    }
+    el = tu_now() - t0;
+    for (i = 0; i < MX_PROCS; i++) {
+        if (codes[i] != 0 || !child_exit_ok(st[i], codes[i]))
+            fail_msg("child %d: reported %d, status 0x%x (exit code %d)", i,
+                     codes[i], st[i], WIFEXITED(st[i]) ? WEXITSTATUS(st[i]) : -1);
+    }
+    munmap(codes, MX_PROCS * sizeof *codes);
+    assert_int_equal(tu_cmd_int(&r, "GET", counter, NULL),
+                     MX_PROCS * MX_THREADS * MX_ITERS);
+    assert_int_equal(key_exists(name), 0);
+    print_message("mutual exclusion: %d lock/unlock in %.2f s\n",
+                  MX_PROCS * MX_THREADS * MX_ITERS, el);
+}
+
+/* ---- 12 ------------------------------------------------------------------ */
+
+static void test_redis_restart(void **state)
+{
+    char name[200];
+    dist_mutex_t m;
+    double t0, waited;
+    int calls = 0, named, rc_restart, rc_unlock1, rc_lock, rc_unlock2, rc_destroy;
+    long long fields_before, fields_after, ex_after_restart, ex_end;
+
+    (void)state;
+    NAME(name, "m");
+    g_dirty = 1;
+    lost_reset();
+    assert_int_equal(dist_set_watchdog_ms(1500), 0);
+    assert_int_equal(dist_set_lost_handler(on_lost, NULL), 0);
+    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    fields_before = hash_fields(name);
+
+    rc_restart = tu_redis_restart(&r);
+    ex_after_restart = key_exists(name);
+    t0 = tu_now();
+    while (tu_now() - t0 < 5.0 && (calls = atomic_load(&lost_calls)) == 0)
+        tu_sleep_ms(50);
+    waited = tu_now() - t0;
+    named = lost_name_is(name);
+
+    /* clean up before asserting, so a failure leaves nothing behind */
+    rc_unlock1 = dist_mutex_unlock(&m);
+    rc_lock = dist_mutex_lock(&m);
+    fields_after = hash_fields(name);
+    rc_unlock2 = rc_lock == 0 ? dist_mutex_unlock(&m) : -1;
+    ex_end = key_exists(name);
+    rc_destroy = dist_mutex_destroy(&m);
+    dist_set_lost_handler(NULL, NULL);
+    dist_set_watchdog_ms(DEFAULT_WATCHDOG_MS);
+    g_dirty = 0;
+
+    assert_int_equal(fields_before, 1);
+    assert_int_equal(rc_restart, 0);
+    assert_int_equal(ex_after_restart, 0);
+    if (calls == 0)
+        fail_msg("the lost handler did not fire within %.1f s of the restart",
+                 waited);
+    assert_true(named);
+    assert_int_equal(rc_unlock1, EPERM);
+    assert_int_equal(rc_lock, 0);
+    assert_int_equal(fields_after, 1);
+    assert_int_equal(rc_unlock2, 0);
+    assert_int_equal(ex_end, 0);
+    assert_int_equal(rc_destroy, 0);
+}
+
+/* ---- 13 ------------------------------------------------------------------ */
+
+static void test_script_flush(void **state)
+{
+    char name[200];
+    dist_mutex_t m;
+    redisReply *x;
+
+    (void)state;
+    NAME(name, "m");
+    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    x = tu_cmd(&r, "SCRIPT", "FLUSH", NULL);
+    assert_non_null(x);
+    assert_int_equal(x->type, REDIS_REPLY_STATUS);
+    freeReplyObject(x);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(key_exists(name), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(hash_fields(name), 1);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(key_exists(name), 0);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+}
+
+/* ---- 14 ------------------------------------------------------------------ */
+
+static void test_unreachable(void **state)
+{
+    char name[200], url[64], addr[64], err[256];
+    dist_mutex_t m;
+    int port, rc_lock, rc_try;
+    double t0, el_lock, el_try;
+
+    (void)state;
+    NAME(name, "m");
+    port = tu_free_port();
+    assert_true(port > 0);
+    snprintf(url, sizeof url, "redis://127.0.0.1:%d", port);
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+    g_dirty = 1;
+    assert_int_equal(dist_set_url(url), 0);
+    assert_int_equal(dist_set_timeout_ms(500), 0);
+    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
+
+    t0 = tu_now();
+    rc_lock = dist_mutex_lock(&m);
+    el_lock = tu_now() - t0;
+    snprintf(err, sizeof err, "%s", dist_last_error());
+    t0 = tu_now();
+    rc_try = dist_mutex_trylock(&m);
+    el_try = tu_now() - t0;
+
+    assert_int_equal(dist_set_url(r.url_unix), 0);
+    assert_int_equal(dist_set_timeout_ms(DEFAULT_TIMEOUT_MS), 0);
+    g_dirty = 0;
+
+    assert_int_equal(rc_lock, EIO);
+    assert_dbl_range(el_lock, 0.0, 2.0);
+    if (!strstr(err, addr) && !strstr(err, "connect"))
+        fail_msg("dist_last_error() after the failed lock: '%s'", err);
+    assert_int_equal(rc_try, EIO);
+    assert_dbl_range(el_try, 0.0, 2.0 + slack(0.5));
+
+    /* reachable again: the object works */
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(hash_fields(name), 1);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(key_exists(name), 0);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+}
+
+/* ---- 15 ------------------------------------------------------------------ */
+
+struct waiter {
+    dist_mutex_t *m;
+    atomic_int *started, *inside, *acquired;
+    int lock_rc, unlock_rc, overlap;
+};
+
+static void *waiter_main(void *arg)
+{
+    struct waiter *w = arg;
+
+    atomic_fetch_add(w->started, 1);
+    w->lock_rc = dist_mutex_lock(w->m);
+    if (w->lock_rc != 0)
+        return NULL;
+    atomic_fetch_add(w->acquired, 1);
+    if (atomic_fetch_add(w->inside, 1) != 0)
+        w->overlap = 1;
+    tu_sleep_ms(50);
+    atomic_fetch_sub(w->inside, 1);
+    w->unlock_rc = dist_mutex_unlock(w->m);
+    return NULL;
+}
+
+static long long numsub(const char *chan)
+{
+    redisReply *x = tu_cmd(&r, "PUBSUB", "NUMSUB", chan, NULL);
+    long long n = -1;
+
+    if (x && x->type == REDIS_REPLY_ARRAY && x->elements == 2 &&
+        x->element[1]->type == REDIS_REPLY_INTEGER)
+        n = x->element[1]->integer;
+    if (x)
+        freeReplyObject(x);
+    return n;
+}
+
+static void test_no_channels_left(void **state)
+{
+    char name[200], chan[260];
+    dist_mutex_t m;
+    struct waiter w[3];
+    pthread_t th[3];
+    atomic_int started = 0, inside = 0, acquired = 0;
+    int i, early, subscribed = 0, remaining = -1;
+    double t0, el;
+    redisReply *x;
+
+    (void)state;
+    NAME(name, "m");
+    snprintf(chan, sizeof chan, "redisson_lock__channel:{%s}", name);
+    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    for (i = 0; i < 3; i++) {
+        memset(&w[i], 0, sizeof w[i]);
+        w[i].m = &m;
+        w[i].started = &started;
+        w[i].inside = &inside;
+        w[i].acquired = &acquired;
+        w[i].lock_rc = w[i].unlock_rc = -1;
+        assert_int_equal(pthread_create(&th[i], NULL, waiter_main, &w[i]), 0);
+    }
+    t0 = tu_now();
+    while (tu_now() - t0 < 5.0) {
+        if (atomic_load(&started) == 3 && numsub(chan) >= 1) {
+            subscribed = 1;
+            break;
+        }
+        tu_sleep_ms(20);
+    }
+    tu_sleep_ms(300);          /* let every waiter get into its wait */
+    early = atomic_load(&acquired);
+    t0 = tu_now();
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    for (i = 0; i < 3; i++)
+        pthread_join(th[i], NULL);
+    el = tu_now() - t0;
+
+    assert_true(subscribed);   /* the waiters listened on the channel */
+    assert_int_equal(early, 0);
+    for (i = 0; i < 3; i++) {
+        assert_int_equal(w[i].lock_rc, 0);
+        assert_int_equal(w[i].unlock_rc, 0);
+        assert_int_equal(w[i].overlap, 0);
+    }
+    /* handed on by release messages, not by the 30 s lease running out */
+    assert_dbl_range(el, 0.15, 0.15 + slack(3.0));
+    assert_int_equal(key_exists(name), 0);
+
+    t0 = tu_now();
+    do {
+        x = tu_cmd(&r, "PUBSUB", "CHANNELS", NULL);
+        assert_non_null(x);
+        assert_int_equal(x->type, REDIS_REPLY_ARRAY);
+        remaining = (int)x->elements;
+        freeReplyObject(x);
+        if (remaining == 0)
+            break;
+        tu_sleep_ms(50);
+    } while (tu_now() - t0 < 3.0);
+    assert_int_equal(remaining, 0);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+}
+
+/* ---- 16 ------------------------------------------------------------------ */
+
+#define STATIC_NAME "test_mutex:static_initializer:fixed-name-7f3a9c"
+static dist_mutex_t sm = DIST_MUTEX_INITIALIZER(STATIC_NAME);
+
+static void test_static_initializer(void **state)
+{
+    dist_mutex_t z;
+    char *owner;
+    long long cnt = -1;
+
+    (void)state;
+    assert_true(tu_cmd_int(&r, "DEL", STATIC_NAME, NULL) >= 0);
+    assert_int_equal(dist_mutex_lock(&sm), 0);
+    owner = owner_field(STATIC_NAME, &cnt);
+    assert_non_null(owner);
+    free(owner);
+    assert_int_equal(cnt, 1);
+    assert_int_equal(dist_mutex_trylock(&sm), 0);
+    assert_int_equal(hget_count(STATIC_NAME, "nonexistent"), -1);
+    assert_int_equal(dist_mutex_unlock(&sm), 0);
+    assert_int_equal(dist_mutex_unlock(&sm), 0);
+    assert_int_equal(key_exists(STATIC_NAME), 0);
+    assert_int_equal(dist_mutex_destroy(&sm), 0);
+
+    memset(&z, 0, sizeof z);
+    assert_int_equal(dist_mutex_lock(&z), EINVAL);
+    assert_true(dist_last_error()[0] != 0);
+    assert_int_equal(dist_mutex_trylock(&z), EINVAL);
+    assert_int_equal(dist_mutex_unlock(&z), EINVAL);
+}
+
+/* ---- 17 ------------------------------------------------------------------ */
+
+static void test_fork_child_identity(void **state)
+{
+    char name[200], name2[200];
+    dist_mutex_t m;
+    char *powner;
+    long long cnt = -1;
+    pid_t pid;
+    int st = -1, rep;
+    int *slot = shared_ints(1);
+
+    (void)state;
+    assert_non_null(slot);
+    NAME(name, "parent");
+    NAME(name2, "child");
+    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    powner = owner_field(name, &cnt);
+    assert_non_null(powner);
+    assert_int_equal(cnt, 1);
+
+    pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        dist_mutex_t m2;
+        char *cowner;
+        long long c2 = -1;
+        int code = 0;
+
+        if (dist_mutex_trylock(&m) != EBUSY)
+            child_exit(slot, 10);
+        if (dist_mutex_unlock(&m) != EPERM)
+            child_exit(slot, 11);
+        if (dist_mutex_init(&m2, name2, NULL) != 0)
+            child_exit(slot, 12);
+        if (dist_mutex_lock(&m2) != 0)
+            child_exit(slot, 13);
+        cowner = owner_field(name2, &c2);
+        if (!cowner || c2 != 1)
+            code = 14;
+        else if (uuid_len(cowner) == uuid_len(powner) &&
+                 memcmp(cowner, powner, uuid_len(cowner)) == 0)
+            code = 15;
+        free(cowner);
+        if (dist_mutex_unlock(&m2) != 0 && !code)
+            code = 16;
+        if (!code && key_exists(name2) != 0)
+            code = 17;
+        if (!code && hget_count(name, powner) != 1)   /* parent's untouched */
+            code = 18;
+        child_exit(slot, code);
+    }
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    rep = *slot;
+    munmap(slot, sizeof *slot);
+    if (rep != 0 || !child_exit_ok(st, rep))
+        fail_msg("child: reported %d, status 0x%x (exit code %d)", rep, st,
+                 WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+    assert_int_equal(hget_count(name, powner), 1);
+    free(powner);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(key_exists(name), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(key_exists(name), 0);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+}
+
+/* ---- 18 ------------------------------------------------------------------ */
+
+static void test_destroy_and_names(void **state)
+{
+    char name[200];
+    dist_mutex_t m;
+    char *big;
+
+    (void)state;
+    NAME(name, "m");
+    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_mutex_destroy(&m), EBUSY);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+    assert_int_equal(key_exists(name), 0);
+
+    assert_int_equal(dist_mutex_init(&m, NULL, NULL), EINVAL);
+    assert_int_equal(dist_mutex_init(&m, "", NULL), EINVAL);
+
+    big = malloc(DIST_NAME_MAX + 2);
+    assert_non_null(big);
+    memset(big, 'a', DIST_NAME_MAX + 1);
+    big[DIST_NAME_MAX + 1] = 0;
+    assert_int_equal(dist_mutex_init(&m, big, NULL), EINVAL);
+    /* exactly DIST_NAME_MAX bytes is accepted and works */
+    big[DIST_NAME_MAX] = 0;
+    memcpy(big, name, strlen(name));
+    assert_int_equal(dist_mutex_init(&m, big, NULL), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(hash_fields(big), 1);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(key_exists(big), 0);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+    free(big);
+}
+
+/* ---- 19 ------------------------------------------------------------------ */
+
+static void test_fencing_token(void **state)
+{
+    char name[200], tokkey[260];
+    dist_mutex_t m;
+    uint64_t t1 = 0, t1b = 0, t2 = 0, t = 0;
+
+    (void)state;
+    NAME(name, "m");
+    snprintf(tokkey, sizeof tokkey, "redisson_lock_token:{%s}", name);
+    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
+    assert_int_equal(dist_mutex_token(&m, &t), EPERM);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_mutex_token(&m, &t1), 0);
+    assert_true(t1 >= 1);
+    assert_int_equal(tu_cmd_int(&r, "GET", tokkey, NULL), (long long)t1);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_mutex_token(&m, &t1b), 0);
+    assert_int_equal(t1b, t1);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_token(&m, &t), 0);  /* still held once */
+    assert_int_equal(t, t1);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_token(&m, &t), EPERM);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_mutex_token(&m, &t2), 0);
+    assert_true(t2 > t1);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_token(&m, &t), EPERM);
+    assert_int_equal(dist_mutex_token(&m, NULL), EINVAL);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+}
+
+/* ---- 20 ------------------------------------------------------------------ */
+
+static void test_lost_reply_proxy(void **state)
+{
+    char name[200], url[64];
+    dist_mutex_t m;
+    tu_proxy_t *p;
+    char *owner;
+    long long cnt;
+    unsigned long fired;
+
+    (void)state;
+    NAME(name, "m");
+    p = tu_proxy_start(&r);
+    assert_non_null(p);
+    snprintf(url, sizeof url, "redis://127.0.0.1:%d", tu_proxy_port(p));
+    g_dirty = 1;
+    if (dist_set_url(url) != 0) {
+        tu_proxy_stop(p);
+        fail_msg("dist_set_url(%s) failed", url);
+    }
+    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);      /* warm up */
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_true(tu_proxy_connections(p) >= 1);
+    fired = tu_proxy_faults_fired(p);
+
+    /* acquire ran, its reply was lost */
+    tu_proxy_drop_next_reply(p);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(tu_proxy_faults_fired(p), fired + 1);
+    cnt = -1;
+    owner = owner_field(name, &cnt);
+    assert_non_null(owner);
+    free(owner);
+    assert_int_equal(cnt, 1);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(key_exists(name), 0);
+
+    /* release ran, its reply was lost */
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    tu_proxy_drop_next_reply(p);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(tu_proxy_faults_fired(p), fired + 2);
+    assert_int_equal(key_exists(name), 0);
+    assert_int_equal(dist_mutex_unlock(&m), EPERM);
+
+    /* acquire never reached the server */
+    tu_proxy_drop_next_request(p);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(tu_proxy_faults_fired(p), fired + 3);
+    cnt = -1;
+    owner = owner_field(name, &cnt);
+    assert_non_null(owner);
+    free(owner);
+    assert_int_equal(cnt, 1);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(key_exists(name), 0);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+
+    assert_int_equal(dist_set_url(r.url_unix), 0);
+    g_dirty = 0;
+    /* the library's connections through the proxy are replaced at next use */
+    tu_proxy_stop(p);
+}
+
+/* ---- 21 ------------------------------------------------------------------ */
+
+static void test_same_name_two_objects(void **state)
+{
+    char name[200];
+    dist_mutex_t a, b;
+    char *owner;
+    long long cnt = -1;
+
+    (void)state;
+    NAME(name, "m");
+    assert_int_equal(dist_mutex_init(&a, name, NULL), 0);
+    assert_int_equal(dist_mutex_init(&b, name, NULL), 0);
+    assert_int_equal(dist_mutex_lock(&a), 0);
+    assert_int_equal(dist_mutex_lock(&b), 0);
+    owner = owner_field(name, &cnt);
+    assert_non_null(owner);
+    assert_int_equal(cnt, 2);
+    assert_int_equal(dist_mutex_unlock(&b), 0);
+    assert_int_equal(hget_count(name, owner), 1);
+    free(owner);
+    assert_int_equal(dist_mutex_unlock(&a), 0);
+    assert_int_equal(key_exists(name), 0);
+    assert_int_equal(dist_mutex_unlock(&a), EPERM);
+    assert_int_equal(dist_mutex_unlock(&b), EPERM);
+    assert_int_equal(dist_mutex_destroy(&a), 0);
+    assert_int_equal(dist_mutex_destroy(&b), 0);
+}
+
+/* ---- 22 ------------------------------------------------------------------ */
+
+/* Runs last: the library must not have raised SIGPIPE in this process (the
+ * Redis restart of test_redis_restart is where a careless write would). */
+static void test_no_sigpipe(void **state)
+{
+    (void)state;
+    if (sigpipes != 0)
+        fail_msg("the library raised SIGPIPE %d time(s); with the default "
+                 "disposition the process would have been killed",
+                 (int)sigpipes);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+#define T(f) cmocka_unit_test_teardown(f, restore_defaults)
+        T(test_reentrant_hold_counts),
+        T(test_errorcheck),
+        T(test_trylock_busy),
+        T(test_unlock_not_owner),
+        T(test_timedlock_timeout),
+        T(test_timedlock_past_deadline),
+        T(test_timedlock_invalid),
+        T(test_lease_expiry),
+        T(test_watchdog_renews),
+        T(test_sigkill_holder),
+        T(test_mutual_exclusion),
+        T(test_redis_restart),
+        T(test_script_flush),
+        T(test_unreachable),
+        T(test_no_channels_left),
+        T(test_static_initializer),
+        T(test_fork_child_identity),
+        T(test_destroy_and_names),
+        T(test_fencing_token),
+        T(test_lost_reply_proxy),
+        T(test_same_name_two_objects),
+        T(test_no_sigpipe),
+#undef T
+    };
+    const char *filter = getenv("TEST_MUTEX_FILTER");
+
+    if (filter && *filter)
+        cmocka_set_test_filter(filter);
+
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
