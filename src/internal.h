@@ -125,6 +125,18 @@ void dist__names_unref(struct dist__names *n);
 
 /* ---- holds and the renewal thread (renew.c) ---------------------------- */
 
+/* What the renewal thread does for a registered entry.  Each kind has one
+ * batched script with the same layout: KEYS are the entries' keys one
+ * after another, ARGV[1] the lease or window in ms, then for each entry its
+ * owner and how many keys it has.  The reply has one integer per entry:
+ * 1 renewed, 0 gone. */
+enum dist__kind {
+    DIST__K_MUTEX,     /* a mutex hold: keys { N } */
+    DIST__K_RWLOCK,    /* a read-write hold: keys { N, its read-hold keys } */
+    DIST__K_WAITER,    /* a live waiter's deadline: keys { the deadline ZSET } */
+    DIST__K_COUNT
+};
+
 struct dist__hold {
     struct dist__hold *next;        /* the lock's list (lock's mu) */
     struct dist__hold *rprev, *rnext; /* renewal registry (registry mu) */
@@ -142,11 +154,23 @@ struct dist__hold {
     int doubt;                      /* a release may be owed: see renew.c */
     char owner[64];
     size_t owner_len;
+    /* renewal, set before dist__renew_add; keys may change later only
+     * through dist__renew_set_keys */
+    int kind;                       /* enum dist__kind */
+    unsigned long renew_ms;         /* ARGV[1]; 0: the watchdog lease */
+    unsigned long period_ms;        /* how often; 0: a third of the watchdog */
+    const struct dist__buf *keys;   /* NULL: just the lock's own name */
+    int nkeys;
+    uint64_t due;                   /* next renewal (registry mu) */
 };
 
 struct dist__hold *dist__hold_new(struct dist__names *names, unsigned long lease_ms);
 void dist__hold_free(struct dist__hold *h);
 void dist__renew_add(struct dist__hold *h);
+/* Replaces the keys the renewal script gets for h (the caller keeps them
+ * alive until the next call or until h is removed). */
+void dist__renew_set_keys(struct dist__hold *h, const struct dist__buf *keys,
+                          int nkeys);
 /* Unregisters h; returns 1 when the caller frees it, 0 when the renewal
  * thread will (it was part of a call under way). */
 int dist__renew_remove(struct dist__hold *h);

@@ -1,6 +1,7 @@
 /* renew.c: the renewal thread, one per process.  It extends the lease of
- * every watchdog hold in batched script calls, reports holds it finds lost,
- * and finishes releases whose reply was lost on the way back.
+ * every watchdog hold and the deadline of every live waiter in batched
+ * script calls, reports holds it finds lost, and finishes releases whose
+ * reply was lost on the way back.
  *
  * A "doubt" on a hold means Redis may count one hold more than the owner
  * does (an acquire or release ran but its reply never came back).  The
@@ -9,11 +10,13 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sched.h>
 #include <string.h>
 
 #include "internal.h"
 
-#define BATCH        100   /* locks per renewal script call */
+#define BATCH        100   /* entries per renewal script call */
+#define MAX_KEYS     1000  /* keys per renewal script call */
 #define RETRY_MS     500   /* after a failed call */
 
 static struct {
@@ -106,18 +109,38 @@ static void ensure_thread(void)
         fprintf(stderr, "distlock: cannot start the renewal thread\n");
 }
 
+static unsigned long period_of(const struct dist__hold *h)
+{
+    return h->period_ms ? h->period_ms : dist__watchdog_ms() / 3;
+}
+
 void dist__renew_add(struct dist__hold *h)
 {
     pthread_mutex_lock(&R.mu);
     h->registered = 1;
+    h->due = dist__now_ms() + period_of(h);   /* its lease was just set */
     link_hold(h);
     ensure_thread();
-    /* A thread asleep under a longer watchdog than now set would let this
-     * hold expire: wake it to plan again. */
-    if (R.wake_at > dist__now_ms() + dist__watchdog_ms() / 3) {
+    /* a thread asleep past this entry's first renewal must plan again */
+    if (R.wake_at > h->due) {
         R.kick = 1;
         pthread_cond_signal(&R.cv);
     }
+    pthread_mutex_unlock(&R.mu);
+}
+
+void dist__renew_set_keys(struct dist__hold *h, const struct dist__buf *keys,
+                          int nkeys)
+{
+    pthread_mutex_lock(&R.mu);
+    while (h->inflight) {
+        /* the thread is reading the old keys: let it finish */
+        pthread_mutex_unlock(&R.mu);
+        sched_yield();
+        pthread_mutex_lock(&R.mu);
+    }
+    h->keys = keys;
+    h->nkeys = nkeys;
     pthread_mutex_unlock(&R.mu);
 }
 
@@ -286,29 +309,62 @@ static int settle_one(struct dist__hold *h, struct lostlist *lost)
     return 0;
 }
 
-/* Renews up to BATCH holds in one call.  R.mu held, dropped for the call. */
-static int renew_batch(struct dist__hold **hs, size_t n, struct lostlist *lost)
+static const int renew_script[DIST__K_COUNT] = {
+    [DIST__K_MUTEX] = DIST__S_MUTEX_RENEW,
+    [DIST__K_RWLOCK] = DIST__S_RWLOCK_RENEW,
+    [DIST__K_WAITER] = DIST__S_WAITER_RENEW,
+};
+
+static int nkeys_of(const struct dist__hold *h)
 {
-    struct dist__buf kv[1 + 2 * BATCH];
-    char lease[24];
+    return h->keys ? h->nkeys : 1;
+}
+
+/* Renews n entries of one kind and one ms value in one call.  R.mu held,
+ * dropped for the call.  Returns 0, or -1 when Redis did not answer. */
+static int renew_batch(struct dist__hold **hs, size_t n, unsigned long ms,
+                       struct lostlist *lost)
+{
+    struct dist__buf *kv;
+    char msbuf[24], (*counts)[12];
     redisContext *c;
     redisReply *r = NULL;
-    size_t i;
-    int rc;
+    size_t i, nk = 0, k = 0;
+    int j, rc, kind = hs[0]->kind;
 
-    snprintf(lease, sizeof lease, "%lu", dist__watchdog_ms());
-    for (i = 0; i < n; i++) {
-        kv[i] = hs[i]->names->name;
-        kv[n + 1 + i] = (struct dist__buf){ hs[i]->owner, hs[i]->owner_len };
+    for (i = 0; i < n; i++)
+        nk += (size_t)nkeys_of(hs[i]);
+    kv = malloc((nk + 1 + 2 * n) * sizeof *kv);
+    counts = malloc(n * sizeof *counts);
+    if (!kv || !counts) {
+        free(kv);
+        free(counts);
+        return -1;
     }
-    kv[n] = (struct dist__buf){ lease, strlen(lease) };
+    snprintf(msbuf, sizeof msbuf, "%lu", ms);
+    for (i = 0; i < n; i++) {
+        const struct dist__hold *h = hs[i];
+        if (h->keys)
+            for (j = 0; j < h->nkeys; j++)
+                kv[k++] = h->keys[j];
+        else
+            kv[k++] = h->names->name;
+    }
+    kv[k++] = (struct dist__buf){ msbuf, strlen(msbuf) };
+    for (i = 0; i < n; i++) {
+        snprintf(counts[i], sizeof counts[i], "%d", nkeys_of(hs[i]));
+        kv[k++] = (struct dist__buf){ hs[i]->owner, hs[i]->owner_len };
+        kv[k++] = (struct dist__buf){ counts[i], strlen(counts[i]) };
+    }
     pthread_mutex_unlock(&R.mu);
 
     c = my_context();
-    rc = c ? dist__eval(c, DIST__S_MUTEX_RENEW, (int)n, kv, (int)(2 * n + 1), &r)
+    rc = c ? dist__eval(c, renew_script[kind], (int)nk, kv, (int)k, &r)
            : DIST__ECONN;
     if (rc == DIST__ECONN)
         drop_context();
+    free(kv);
+    free(counts);
 
     pthread_mutex_lock(&R.mu);
     for (i = 0; i < n; i++) {
@@ -316,36 +372,52 @@ static int renew_batch(struct dist__hold **hs, size_t n, struct lostlist *lost)
         long long ok;
         if (rc == 0 && dist__reply_int(r, i, &ok) == 0 && ok == 0 &&
             !h->orphan && h->registered) {
+            /* a waiter dropped from its queue finds out at its next try;
+             * a hold that is gone is lost */
             atomic_store(&h->lost, 1);
-            h->registered = 0;
-            note_lost(lost, h);
+            if (kind != DIST__K_WAITER) {
+                h->registered = 0;
+                note_lost(lost, h);
+            }
         }
     }
     freeReplyObject(r);
     return rc == 0 ? 0 : -1;
 }
 
-/* One round over the registry.  Returns 0, or -1 when a call failed and a
- * retry should come sooner than the next renewal.  R.mu held. */
-static int tick(int renew_due, struct lostlist *lost)
+static unsigned long ms_of(const struct dist__hold *h)
 {
-    struct dist__hold *batch[BATCH];
-    struct dist__hold *h, **all;
-    size_t n = 0, i, count = 0;
+    return h->renew_ms ? h->renew_ms : dist__watchdog_ms();
+}
+
+/* One round over the registry: settles doubts, renews what is due, and
+ * returns when the next entry falls due (monotonic ms).  R.mu held. */
+static uint64_t tick(struct lostlist *lost)
+{
+    struct dist__hold *h, **all, **batch;
+    uint64_t now = dist__now_ms(), next = now + 60000;
+    size_t n, i, j, count = 0, nk;
     int failed = 0;
 
     /* Snapshot first: the list changes while the mutex is dropped, but
-     * holds marked in flight are never freed by anyone but finish(). */
+     * entries marked in flight are freed by nobody but finish().  An entry
+     * a quarter period from due is taken too, to fill batches. */
     for (h = R.head; h; h = h->rnext)
         count++;
     if (count == 0)
-        return 0;
+        return next;
     all = malloc(count * sizeof *all);
-    if (!all)
-        return -1;
+    batch = malloc(count * sizeof *batch);
+    if (!all || !batch) {
+        free(all);
+        free(batch);
+        return now + RETRY_MS;
+    }
     for (h = R.head, i = 0; h; h = h->rnext) {
-        if (!h->inflight) {
-            h->inflight = 1;
+        int due = h->registered && !h->orphan && !atomic_load(&h->lost) &&
+                  h->due <= now + period_of(h) / 4;
+        if (!h->inflight && (due || h->doubt)) {
+            h->inflight = 1 + due;   /* 2: renew it this round */
             all[i++] = h;
         }
     }
@@ -354,44 +426,54 @@ static int tick(int renew_due, struct lostlist *lost)
     for (i = 0; i < count; i++)
         if (all[i]->doubt && settle_one(all[i], lost) != 0)
             failed = 1;
-    for (i = 0; i < count && renew_due; i++) {
+    /* batches of one kind and one ms value */
+    for (i = 0; i < count; i++) {
         h = all[i];
-        if (h->registered && !h->orphan && !atomic_load(&h->lost)) {
-            batch[n++] = h;
-            if (n == BATCH) {
-                if (renew_batch(batch, n, lost) != 0)
-                    failed = 1;
-                n = 0;
+        if (h->inflight != 2)
+            continue;
+        n = 0;
+        nk = 0;
+        for (j = i; j < count && n < BATCH; j++) {
+            struct dist__hold *o = all[j];
+            if (o->inflight == 2 && o->kind == h->kind && ms_of(o) == ms_of(h) &&
+                nk + (size_t)nkeys_of(o) <= MAX_KEYS) {
+                o->inflight = 1;
+                nk += (size_t)nkeys_of(o);
+                batch[n++] = o;
             }
         }
+        if (renew_batch(batch, n, ms_of(h), lost) != 0)
+            failed = 1;
+        for (j = 0; j < n; j++)
+            batch[j]->due = dist__now_ms() + (failed ? RETRY_MS : period_of(batch[j]));
     }
-    if (n && renew_batch(batch, n, lost) != 0)
-        failed = 1;
     for (i = 0; i < count; i++)
         finish(all[i]);
     free(all);
-    return failed ? -1 : 0;
+    free(batch);
+
+    for (h = R.head; h; h = h->rnext) {
+        if (h->doubt && failed && now + RETRY_MS < next)
+            next = now + RETRY_MS;
+        if (h->registered && !h->orphan && h->due < next)
+            next = h->due;
+    }
+    return next;
 }
 
 static void *renew_main(void *arg)
 {
-    uint64_t last_renew = 0, wake;
     struct timespec ts;
-    int failed = 0;
+    uint64_t wake;
 
     DIST__UNUSED(arg);
     pthread_mutex_lock(&R.mu);
     while (!R.stop) {
-        uint64_t now = dist__now_ms();
-        uint64_t period = dist__watchdog_ms() / 3;   /* may change any time */
-        int renew_due = now >= last_renew + period || failed;
         struct lostlist lost = { 0 };
         size_t i;
 
-        if (renew_due)
-            last_renew = now;
         R.kick = 0;
-        failed = tick(renew_due, &lost);
+        wake = tick(&lost);
         if (lost.n) {
             pthread_mutex_unlock(&R.mu);
             for (i = 0; i < lost.n; i++) {
@@ -402,9 +484,6 @@ static void *renew_main(void *arg)
         }
         free(lost.names);
 
-        wake = last_renew + period;
-        if (failed && dist__now_ms() + RETRY_MS < wake)
-            wake = dist__now_ms() + RETRY_MS;
         R.wake_at = wake;
         dist__ms_to_ts(wake, &ts);
         while (!R.stop && !R.kick && dist__now_ms() < wake)
