@@ -186,6 +186,9 @@ void dist__renew_shutdown(void);
 struct dist__chan;
 struct dist__chan *dist__sub_get(const struct dist__buf *chan);
 void dist__sub_put(struct dist__chan *ch);
+/* Whether this process's subscriber connection listens on chan, and how
+ * many local threads wait on it. */
+int dist__sub_listening(const struct dist__buf *chan, int *waiters);
 /* Waits until the channel is subscribed, or until_ms (monotonic). */
 void dist__sub_wait_ready(struct dist__chan *ch, uint64_t until_ms);
 /* Waits for a release message, or until_ms.  0 woken, ETIMEDOUT. */

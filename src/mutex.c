@@ -23,6 +23,8 @@ struct dist__lock {
      * that thread lets them go first (see acquire()).  Under mu. */
     uint64_t yield_thread;
     uint64_t yield_until;
+    uint64_t streak_thread;           /* who released to waiters last, */
+    unsigned streak;                  /* and how often in a row */
 };
 
 /* One dist_mutex_t's own settings. */
@@ -499,12 +501,13 @@ static uint64_t sleep_bound(const struct dist__mobj *o, long long pttl)
 }
 
 /* This thread released the lock to waiters a moment ago: sleep until one of
- * them has had time to take it (or a release message comes), so that a
- * thread looping on lock/unlock does not starve other processes.  trylock
- * never waits; a timed lock waits no longer than its deadline. */
+ * them has had time to take it, so that a thread looping on lock/unlock does
+ * not starve other processes.  A plain sleep: our own release message must
+ * not cut it short.  trylock never waits; a timed lock waits no longer than
+ * its deadline. */
 static void yield_to_waiters(struct dist__lock *lk, const struct timespec *abstime)
 {
-    struct dist__chan *ch;
+    struct timespec ts;
     uint64_t until = 0;
 
     pthread_mutex_lock(&lk->mu);
@@ -520,10 +523,9 @@ static void yield_to_waiters(struct dist__lock *lk, const struct timespec *absti
         if (deadline < until)
             until = deadline;
     }
-    if ((ch = dist__sub_get(&lk->names->chan)) != NULL) {
-        dist__sub_wait(ch, until);
-        dist__sub_put(ch);
-    }
+    dist__ms_to_ts(until, &ts);
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
+        ;
 }
 
 static int acquire(dist_mutex_t *m, int try_only, const struct timespec *abstime)
@@ -622,6 +624,7 @@ int dist_mutex_timedlock(dist_mutex_t *m, const struct timespec *abstime)
 
 #define REL_FAILED (-100)
 #define YIELD_MIN_MS 1
+#define YIELD_AFTER  8   /* releases to waiters in a row before yielding */
 
 /* Runs the release script; a lost reply is settled by reading the count
  * back.  Returns the script's answer (-1, or holds left >= 0), or
@@ -711,12 +714,27 @@ int dist_mutex_unlock(dist_mutex_t *m)
 
     pthread_mutex_lock(&lk->mu);
     if (res == 0 && waiters > 0) {
+        /* PUBLISH counted our own subscriber connection too, if it listens:
+         * that one matters only while another local thread waits. */
+        int local;
+        if (dist__sub_listening(&lk->names->chan, &local) && local == 0)
+            waiters--;
+    }
+    if (res == 0 && waiters > 0) {
         /* Others wait and need a message, a wake-up and a round trip to
          * get in; this thread needs only its next call, and would take the
-         * lock back nearly every time.  Give them a head start. */
-        uint64_t rtt = dist__now_ms() - t0;
-        lk->yield_thread = dist__thread_no();
-        lk->yield_until = dist__now_ms() + YIELD_MIN_MS + 8 * rtt;
+         * lock back nearly every time.  After a short run of its own it
+         * gives them a head start: turns go round in bursts, which is fair
+         * over time without paying a cross-process hand-off every time. */
+        uint64_t me = dist__thread_no();
+        lk->streak = lk->streak_thread == me ? lk->streak + 1 : 1;
+        lk->streak_thread = me;
+        if (lk->streak >= YIELD_AFTER) {
+            uint64_t rtt = dist__now_ms() - t0;
+            lk->yield_thread = me;
+            lk->yield_until = dist__now_ms() + YIELD_MIN_MS + 8 * rtt;
+            lk->streak = 0;
+        }
     }
     h = hold_find(lk);
     if (res >= 0 || doubt) {

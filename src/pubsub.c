@@ -27,8 +27,14 @@ struct dist__chan {
     enum wire wire;
     int resub;              /* subscribed again after a reconnect */
     unsigned long permits;  /* wake-ups not yet taken */
+    uint64_t idle_since;    /* when refs last fell to 0 */
     pthread_cond_t cv;
 };
+
+/* A channel nobody waits on stays subscribed this long: a lock contended
+ * once is usually contended again, and the next waiter then neither waits
+ * for a SUBSCRIBE nor wakes this thread. */
+#define GRACE_MS 250
 
 static struct {
     pthread_mutex_t mu;
@@ -125,9 +131,25 @@ void dist__sub_put(struct dist__chan *ch)
     pthread_mutex_lock(&P.mu);
     if (--ch->refs == 0) {
         ch->permits = 0;
-        poke();   /* the thread unsubscribes and frees it */
+        ch->idle_since = dist__now_ms();   /* the thread unsubscribes later */
     }
     pthread_mutex_unlock(&P.mu);
+}
+
+int dist__sub_listening(const struct dist__buf *chan, int *waiters)
+{
+    struct dist__chan *ch;
+    int subscribed = 0;
+
+    *waiters = 0;
+    pthread_mutex_lock(&P.mu);
+    ch = find(chan->p, chan->len);
+    if (ch) {
+        subscribed = ch->wire == W_SUBSCRIBED || ch->wire == W_UNSUBSCRIBING;
+        *waiters = ch->refs;
+    }
+    pthread_mutex_unlock(&P.mu);
+    return subscribed;
 }
 
 void dist__sub_wait_ready(struct dist__chan *ch, uint64_t until_ms)
@@ -181,9 +203,10 @@ static void wake(struct dist__chan *ch, int all)
 
 /* Queues the (un)subscribes the table asks for and frees channels nobody
  * needs.  P.mu held.  Returns the number of commands appended. */
-static int reconcile(redisContext *c)
+static int reconcile(redisContext *c, uint64_t *next_ms)
 {
     struct dist__chan **pp = &P.chans, *ch;
+    uint64_t now = dist__now_ms();
     int n = 0;
 
     while ((ch = *pp) != NULL) {
@@ -198,6 +221,10 @@ static int reconcile(redisContext *c)
                 ch->wire = W_SUBSCRIBING;
                 n++;
             }
+        } else if (ch->refs == 0 && ch->wire == W_SUBSCRIBED && c &&
+                   now < ch->idle_since + GRACE_MS) {
+            if (next_ms && ch->idle_since + GRACE_MS < *next_ms)
+                *next_ms = ch->idle_since + GRACE_MS;
         } else if (ch->refs == 0 && ch->wire == W_SUBSCRIBED && c) {
             argv[0] = "UNSUBSCRIBE";
             argvlen[0] = 11;
@@ -295,6 +322,7 @@ static void *pubsub_main(void *arg)
     DIST__UNUSED(arg);
     for (;;) {
         struct pollfd pfd[2];
+        uint64_t next, now;
         int n, done = 0, stop;
         unsigned long gen = dist__cfg_gen();
 
@@ -319,8 +347,9 @@ static void *pubsub_main(void *arg)
             backoff = 50;
         }
 
+        next = dist__now_ms() + 1000;
         pthread_mutex_lock(&P.mu);
-        n = reconcile(P.c);
+        n = reconcile(P.c, &next);
         pthread_mutex_unlock(&P.mu);
         while (n > 0 && !done)
             if (redisBufferWrite(P.c, &done) != REDIS_OK)
@@ -332,7 +361,8 @@ static void *pubsub_main(void *arg)
 
         pfd[0] = (struct pollfd){ P.pipe[0], POLLIN, 0 };
         pfd[1] = (struct pollfd){ P.c->fd, POLLIN, 0 };
-        if (poll(pfd, 2, 1000) < 0)
+        now = dist__now_ms();
+        if (poll(pfd, 2, next > now ? (int)(next - now) : 0) < 0)
             continue;
         if (pfd[0].revents)
             drain_pipe();
@@ -378,7 +408,7 @@ void dist__pubsub_shutdown(void)
         ch->wire = W_NONE;
         pthread_cond_broadcast(&ch->cv);
     }
-    reconcile(NULL);   /* frees the channels nobody waits on */
+    reconcile(NULL, NULL);   /* frees the channels nobody waits on */
     pthread_mutex_unlock(&P.mu);
 }
 
@@ -400,7 +430,7 @@ void dist__pubsub_fork(int phase)
             ch->permits = 0;
             dist__cond_init_mono(&ch->cv);
         }
-        reconcile(NULL);
+        reconcile(NULL, NULL);
         P.running = 0;
         P.stop = 0;
         P.c = NULL;

@@ -1,0 +1,1812 @@
+/*
+ * distlock-bench: throughput and latency of distlock against one Redis.
+ *
+ * A benchmark, not a test: it measures and prints, and says how each figure
+ * compares with its target, but a missed target does not make it fail.  It
+ * exits non-zero only when a scenario could not run (a distlock or Redis
+ * call failed, a worker died or hung).
+ *
+ *   distlock-bench [--json] [--quick] [--only NAME[,NAME...]] [--help]
+ *
+ * Scenarios (see usage() for the details):
+ *   floor  EVALSHA round trip of a trivial lock-like script (raw hiredis)
+ *   s1     one thread, one lock: lock+unlock pairs
+ *   s1t    T threads, one lock each: aggregate pairs/s for T = 1..16
+ *   s2     4 processes contending for one lock, guarding a counter
+ *   s3     hand-off latency from unlock in one process to lock in another
+ *   s4     1,000 held watchdog locks: renewal cost and memory per lock
+ *
+ * The main process never calls distlock: every scenario that uses it runs
+ * in forked processes, so each starts from a fresh library (and s2/s3
+ * workers initialise distlock only after the fork).  Results come back
+ * through a MAP_SHARED anonymous mapping.
+ *
+ * Needs DISTLOCK_URL (redis://[user:pass@]host[:port][/db] or
+ * unix://[user:pass@]/path[?db=N]); scripts/with-redis.sh sets it.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/time.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <hiredis/hiredis.h>
+
+#include "distlock.h"
+
+/* ------------------------------------------------------------------------ */
+/* Options and sizes                                                        */
+/* ------------------------------------------------------------------------ */
+
+enum { SC_FLOOR, SC_S1, SC_S1T, SC_S2, SC_S3, SC_S4, SC_COUNT };
+static const char *const sc_names[SC_COUNT] = {
+    "floor", "s1", "s1t", "s2", "s3", "s4"
+};
+
+static struct {
+    int json;
+    int quick;
+    unsigned only;            /* bit per scenario; 0 = all */
+} opt;
+
+static struct {
+    int floor_warm, floor_calls, floor_conns;
+    double floor_multi_s;
+    int s1_warm, s1_pairs;
+    double s1t_s;
+    int s2_procs;
+    double s2_s;
+    int s3_warm, s3_rounds;
+    int s4_locks;
+    double s4_hold_s;
+} P;
+
+static void set_sizes(void)
+{
+    P.floor_conns = 50;
+    P.s2_procs = 4;
+    P.s3_warm = 3;
+    if (opt.quick) {
+        P.floor_warm = 100;  P.floor_calls = 2000;  P.floor_multi_s = 1.0;
+        P.s1_warm = 100;     P.s1_pairs = 2000;     P.s1t_s = 0.5;
+        P.s2_s = 1.0;        P.s3_rounds = 50;
+        P.s4_locks = 100;    P.s4_hold_s = 3.0;
+    } else {
+        P.floor_warm = 500;  P.floor_calls = 20000; P.floor_multi_s = 2.0;
+        P.s1_warm = 500;     P.s1_pairs = 20000;    P.s1t_s = 2.0;
+        P.s2_s = 5.0;        P.s3_rounds = 500;
+        P.s4_locks = 1000;   P.s4_hold_s = 10.0;
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Small helpers                                                            */
+/* ------------------------------------------------------------------------ */
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void sleep_ns(uint64_t ns)
+{
+    struct timespec ts = { (time_t)(ns / 1000000000ull),
+                           (long)(ns % 1000000000ull) };
+
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+    return x < y ? -1 : x > y;
+}
+
+/* Nearest-rank percentile of a sorted array. */
+static uint64_t pct(const uint64_t *sorted, size_t n, double p)
+{
+    size_t k;
+
+    if (n == 0)
+        return 0;
+    k = (size_t)(p * (double)n);
+    if ((double)k < p * (double)n)
+        k++;                      /* ceil without libm */
+    if (k < 1)
+        k = 1;
+    if (k > n)
+        k = n;
+    return sorted[k - 1];
+}
+
+static long vmrss_kb(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long kb = -1;
+
+    if (!f)
+        return -1;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "VmRSS: %ld kB", &kb) == 1)
+            break;
+    fclose(f);
+    return kb;
+}
+
+/* A 64-bit xorshift: the hold times of s3 are the same on every run. */
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static uint64_t rng_next(void)
+{
+    uint64_t x = rng_state;
+
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return rng_state = x;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Results shared with worker processes                                     */
+/* ------------------------------------------------------------------------ */
+
+#define MAX_PROCS 8
+#define S1T_MAX 5
+#define S2_BUCKET_NS 10000ull     /* wait histogram: 10 us buckets ... */
+#define S2_BUCKETS 10001          /* ... up to 100 ms, then one overflow */
+static const int s1t_threads[S1T_MAX] = { 1, 2, 4, 8, 16 };
+
+struct shared {
+    atomic_int err_claimed;
+    char errmsg[512];
+
+    struct {
+        double pairs_per_s, p50_us, floor_same;
+        int pairs;
+    } s1;
+    struct {
+        double pairs_per_s[S1T_MAX];
+    } s1t;
+    struct {
+        atomic_int ready;
+        _Atomic uint64_t start_ns;
+        uint64_t end_ns;
+        long long count[MAX_PROCS];
+        uint64_t max_wait_ns[MAX_PROCS];
+        uint64_t sum_wait_ns[MAX_PROCS];
+        uint64_t finish_ns[MAX_PROCS];
+        uint32_t wait_hist[MAX_PROCS][S2_BUCKETS];
+    } s2;
+    struct {
+        int rounds;
+        uint64_t t0[1000];
+        uint64_t t1[1000];
+    } s3;
+    struct {
+        int locks, taken, alive, unlocked;
+        long long min_pttl_ms;
+        long long calls_delta;
+        double hold_s;
+        long rss_before_kb, rss_after_kb;
+    } s4;
+};
+
+static struct shared *sh;
+
+/* Records the first failure of a scenario (from any process or thread). */
+static int fail(const char *fmt, ...)
+{
+    int expected = 0;
+    va_list ap;
+
+    if (atomic_compare_exchange_strong(&sh->err_claimed, &expected, 1)) {
+        va_start(ap, fmt);
+        vsnprintf(sh->errmsg, sizeof sh->errmsg, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+static int dfail(const char *what, int rc)
+{
+    return fail("%s: %s (%s)", what, strerror(rc), dist_last_error());
+}
+
+/* ------------------------------------------------------------------------ */
+/* Redis through hiredis                                                    */
+/* ------------------------------------------------------------------------ */
+
+static struct {
+    char host[256];
+    int port;
+    char path[512];
+    char user[128];
+    char pass[256];
+    int db;
+} url;
+
+static int parse_url(const char *s, char *why, size_t whylen)
+{
+    const char *p, *end, *at, *q;
+    int is_unix;
+
+    memset(&url, 0, sizeof url);
+    url.port = 6379;
+    if (strncmp(s, "redis://", 8) == 0) {
+        is_unix = 0;
+        p = s + 8;
+    } else if (strncmp(s, "unix://", 7) == 0) {
+        is_unix = 1;
+        p = s + 7;
+    } else {
+        snprintf(why, whylen, "'%s' is neither redis://... nor unix://...", s);
+        return -1;
+    }
+    /* user:password@ */
+    end = is_unix ? strchr(p, '/') : p + strcspn(p, "/?");
+    if (!end)
+        end = p + strlen(p);
+    at = memchr(p, '@', (size_t)(end - p));
+    if (at) {
+        const char *colon = memchr(p, ':', (size_t)(at - p));
+        if (colon) {
+            snprintf(url.user, sizeof url.user, "%.*s", (int)(colon - p), p);
+            snprintf(url.pass, sizeof url.pass, "%.*s",
+                     (int)(at - colon - 1), colon + 1);
+        } else {
+            snprintf(url.pass, sizeof url.pass, "%.*s", (int)(at - p), p);
+        }
+        p = at + 1;
+    }
+    if (is_unix) {
+        q = strchr(p, '?');
+        snprintf(url.path, sizeof url.path, "%.*s",
+                 (int)(q ? (size_t)(q - p) : strlen(p)), p);
+        if (url.path[0] != '/') {
+            snprintf(why, whylen, "unix:// URL needs an absolute socket path");
+            return -1;
+        }
+        if (q && strncmp(q + 1, "db=", 3) == 0)
+            url.db = atoi(q + 4);
+        return 0;
+    }
+    end = p + strcspn(p, "/?");
+    if (*p == '[') {                      /* [ipv6]:port */
+        const char *rb = memchr(p, ']', (size_t)(end - p));
+        if (!rb) {
+            snprintf(why, whylen, "unterminated [ in the host");
+            return -1;
+        }
+        snprintf(url.host, sizeof url.host, "%.*s", (int)(rb - p - 1), p + 1);
+        if (rb + 1 < end && rb[1] == ':')
+            url.port = atoi(rb + 2);
+    } else {
+        const char *colon = memchr(p, ':', (size_t)(end - p));
+        if (colon) {
+            snprintf(url.host, sizeof url.host, "%.*s", (int)(colon - p), p);
+            url.port = atoi(colon + 1);
+        } else {
+            snprintf(url.host, sizeof url.host, "%.*s", (int)(end - p), p);
+        }
+    }
+    if (!url.host[0])
+        snprintf(url.host, sizeof url.host, "127.0.0.1");
+    if (url.port <= 0 || url.port > 65535) {
+        snprintf(why, whylen, "bad port in '%s'", s);
+        return -1;
+    }
+    if (*end == '/' && end[1])
+        url.db = atoi(end + 1);
+    return 0;
+}
+
+/* A command whose reply must not be an error; NULL (and fail()) otherwise. */
+static redisReply *rcmd(redisContext *c, const char *fmt, ...)
+{
+    redisReply *r;
+    va_list ap;
+
+    va_start(ap, fmt);
+    r = redisvCommand(c, fmt, ap);
+    va_end(ap);
+    if (!r) {
+        fail("redis: %s", c->errstr[0] ? c->errstr : "no reply");
+        return NULL;
+    }
+    if (r->type == REDIS_REPLY_ERROR) {
+        fail("redis refused '%s': %s", fmt, r->str);
+        freeReplyObject(r);
+        return NULL;
+    }
+    return r;
+}
+
+static redisContext *rconnect(void)
+{
+    struct timeval tv = { 10, 0 };
+    redisContext *c;
+    redisReply *r;
+
+    c = url.path[0] ? redisConnectUnixWithTimeout(url.path, tv)
+                    : redisConnectWithTimeout(url.host, url.port, tv);
+    if (!c) {
+        fail("cannot allocate a hiredis context");
+        return NULL;
+    }
+    if (c->err) {
+        fail("cannot connect to Redis: %s", c->errstr);
+        redisFree(c);
+        return NULL;
+    }
+    redisSetTimeout(c, tv);
+    if (url.pass[0]) {
+        r = url.user[0] ? rcmd(c, "AUTH %s %s", url.user, url.pass)
+                        : rcmd(c, "AUTH %s", url.pass);
+        if (!r) {
+            redisFree(c);
+            return NULL;
+        }
+        freeReplyObject(r);
+    }
+    if (url.db) {
+        if (!(r = rcmd(c, "SELECT %d", url.db))) {
+            redisFree(c);
+            return NULL;
+        }
+        freeReplyObject(r);
+    }
+    return c;
+}
+
+/* Value of "field:" in an INFO reply, copied into out. */
+static int info_field(const char *info, const char *field, char *out,
+                      size_t outlen)
+{
+    size_t flen = strlen(field);
+    const char *p = info;
+
+    while ((p = strstr(p, field)) != NULL) {
+        if ((p == info || p[-1] == '\n') && p[flen] == ':') {
+            p += flen + 1;
+            snprintf(out, outlen, "%.*s", (int)strcspn(p, "\r\n"), p);
+            return 0;
+        }
+        p += flen;
+    }
+    return -1;
+}
+
+/* EVALSHA + EVAL calls counted by the server so far; -1 on failure. */
+static long long script_calls(redisContext *c)
+{
+    static const char *const names[] = { "cmdstat_evalsha", "cmdstat_eval" };
+    redisReply *r = rcmd(c, "INFO commandstats");
+    long long sum = 0;
+    char val[512];
+    size_t i;
+
+    if (!r)
+        return -1;
+    for (i = 0; i < sizeof names / sizeof names[0]; i++) {
+        if (info_field(r->str, names[i], val, sizeof val) == 0 &&
+            strncmp(val, "calls=", 6) == 0)
+            sum += atoll(val + 6);
+    }
+    freeReplyObject(r);
+    return sum;
+}
+
+/* Deletes keys (any number), pipelined. */
+static void del_keys(redisContext *c, char **keys, int n)
+{
+    int i;
+    void *r;
+
+    for (i = 0; i < n; i++)
+        redisAppendCommand(c, "DEL %s", keys[i]);
+    for (i = 0; i < n; i++) {
+        if (redisGetReply(c, &r) != REDIS_OK)
+            return;
+        freeReplyObject(r);
+    }
+}
+
+static void del_lock_keys(redisContext *c, const char *name)
+{
+    char k1[256], k2[256];
+    char *keys[2] = { k1, k2 };
+
+    snprintf(k1, sizeof k1, "%s", name);
+    snprintf(k2, sizeof k2, "redisson_lock_token:{%s}", name);
+    del_keys(c, keys, 2);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Worker processes                                                         */
+/* ------------------------------------------------------------------------ */
+
+struct kids {
+    int n;
+    pid_t pid[MAX_PROCS];
+    int done[MAX_PROCS];
+};
+
+/* Forks a worker that runs fn(arg) and exits 0 when it returns 0. */
+static int spawn(struct kids *k, int (*fn)(int), int arg)
+{
+    pid_t ppid = getpid(), pid;
+
+    fflush(NULL);
+    pid = fork();
+    if (pid < 0)
+        return fail("fork: %s", strerror(errno));
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != ppid)
+            _exit(1);
+        signal(SIGPIPE, SIG_IGN);
+        _exit(fn(arg) == 0 ? 0 : 1);
+    }
+    k->pid[k->n] = pid;
+    k->done[k->n] = 0;
+    k->n++;
+    return 0;
+}
+
+static void kids_kill(struct kids *k)
+{
+    int i;
+
+    for (i = 0; i < k->n; i++) {
+        if (!k->done[i]) {
+            kill(k->pid[i], SIGKILL);
+            waitpid(k->pid[i], NULL, 0);
+            k->done[i] = 1;
+        }
+    }
+}
+
+/* Reaps finished workers.  1 when all are done, 0 while some run, -1 (and
+ * the others killed) when one failed. */
+static int kids_poll(struct kids *k)
+{
+    int i, st, all = 1;
+
+    for (i = 0; i < k->n; i++) {
+        if (k->done[i])
+            continue;
+        if (waitpid(k->pid[i], &st, WNOHANG) == k->pid[i]) {
+            k->done[i] = 1;
+            if (WIFSIGNALED(st)) {
+                fail("worker %d killed by signal %d", (int)k->pid[i],
+                     WTERMSIG(st));
+                kids_kill(k);
+                return -1;
+            }
+            if (WEXITSTATUS(st) != 0) {
+                fail("worker %d failed", (int)k->pid[i]);
+                kids_kill(k);
+                return -1;
+            }
+        } else {
+            all = 0;
+        }
+    }
+    return all;
+}
+
+/* Waits for all workers, at most timeout_s. */
+static int kids_wait(struct kids *k, double timeout_s)
+{
+    uint64_t deadline = now_ns() + (uint64_t)(timeout_s * 1e9);
+    int rc;
+
+    while ((rc = kids_poll(k)) == 0) {
+        if (now_ns() > deadline) {
+            kids_kill(k);
+            return fail("timed out after %.0f s (a worker hung)", timeout_s);
+        }
+        sleep_ns(2000000);
+    }
+    return rc > 0 ? 0 : -1;
+}
+
+static int run_in_child(int (*fn)(int), int arg, double timeout_s)
+{
+    struct kids k = { 0 };
+
+    if (spawn(&k, fn, arg) != 0)
+        return -1;
+    return kids_wait(&k, timeout_s);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Output                                                                   */
+/* ------------------------------------------------------------------------ */
+
+static int any_error;
+
+#define ROW_FMT "%-6s  %-30s %14s  %-8s  %-16s  %s\n"
+
+static void row(const char *sc, const char *fig, const char *val,
+                const char *unit, const char *target, const char *verdict)
+{
+    if (opt.json)
+        return;
+    printf(ROW_FMT, sc, fig, val, unit, target ? target : "-",
+           verdict ? verdict : "-");
+    fflush(stdout);
+}
+
+static const char *fmtd(char *buf, size_t n, double v, int decimals)
+{
+    snprintf(buf, n, "%.*f", decimals, v);
+    return buf;
+}
+
+/* Higher is better: ratio value/target. */
+static const char *v_hi(char *buf, size_t n, double v, double t)
+{
+    snprintf(buf, n, "%.2f %s", t > 0 ? v / t : 0.0, v >= t ? "ok" : "MISS");
+    return buf;
+}
+
+/* Lower is better: ratio value/target, ok when at most (or under) it. */
+static const char *v_lo(char *buf, size_t n, double v, double t, int strict)
+{
+    int ok = strict ? v < t : v <= t;
+
+    snprintf(buf, n, "%.2f %s", t > 0 ? v / t : 0.0, ok ? "ok" : "MISS");
+    return buf;
+}
+
+/* One JSON object, built up then printed on one line. */
+struct jobj {
+    char b[4096];
+    size_t n;
+};
+
+static void jraw(struct jobj *j, const char *fmt, ...)
+{
+    va_list ap;
+    int w;
+
+    if (j->n >= sizeof j->b)
+        return;
+    va_start(ap, fmt);
+    w = vsnprintf(j->b + j->n, sizeof j->b - j->n, fmt, ap);
+    va_end(ap);
+    if (w > 0)
+        j->n += (size_t)w;
+}
+
+static void jstrval(struct jobj *j, const char *s)
+{
+    jraw(j, "\"");
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            jraw(j, "\\%c", c);
+        else if (c < 0x20)
+            jraw(j, "\\u%04x", c);
+        else
+            jraw(j, "%c", c);
+    }
+    jraw(j, "\"");
+}
+
+static void jstart(struct jobj *j, const char *scenario)
+{
+    j->n = 0;
+    jraw(j, "{\"scenario\":");
+    jstrval(j, scenario);
+}
+
+static void jnum(struct jobj *j, const char *k, double v)
+{
+    if (isfinite(v))
+        jraw(j, ",\"%s\":%.10g", k, v);
+    else
+        jraw(j, ",\"%s\":null", k);
+}
+
+static void jint(struct jobj *j, const char *k, long long v)
+{
+    jraw(j, ",\"%s\":%lld", k, v);
+}
+
+static void jbool(struct jobj *j, const char *k, int v)
+{
+    jraw(j, ",\"%s\":%s", k, v ? "true" : "false");
+}
+
+static void jstr(struct jobj *j, const char *k, const char *v)
+{
+    jraw(j, ",\"%s\":", k);
+    jstrval(j, v);
+}
+
+static void jend(struct jobj *j)
+{
+    jraw(j, "}");
+    if (opt.json) {
+        printf("%s\n", j->b);
+        fflush(stdout);
+    }
+}
+
+/* A scenario that could not run. */
+static void report_error(const char *sc)
+{
+    struct jobj j;
+    char msg[600];
+
+    any_error = 1;
+    snprintf(msg, sizeof msg, "ERROR: %s",
+             sh->errmsg[0] ? sh->errmsg : "unknown failure");
+    if (!opt.json) {
+        printf("%-6s  %s\n", sc, msg);
+        fflush(stdout);
+        return;
+    }
+    jstart(&j, sc);
+    jstr(&j, "error", sh->errmsg[0] ? sh->errmsg : "unknown failure");
+    jend(&j);
+}
+
+static void reset_shared(void)
+{
+    memset(sh, 0, sizeof *sh);
+}
+
+/* ------------------------------------------------------------------------ */
+/* floor: raw EVALSHA round trips                                           */
+/* ------------------------------------------------------------------------ */
+
+static const char floor_lua[] =
+    "redis.call('hincrby', KEYS[1], ARGV[1], 1) "
+    "redis.call('pexpire', KEYS[1], 30000) return 1";
+
+static struct {
+    int done;
+    double ops1, p50_us, ops_multi;
+} fl;
+
+static char floor_sha[64];
+
+/* One EVALSHA of the floor script on key; 0 or -1. */
+static int floor_call(redisContext *c, const char *key)
+{
+    const char *argv[5] = { "EVALSHA", floor_sha, "1", key, "f" };
+    size_t len[5] = { 7, strlen(floor_sha), 1, strlen(key), 1 };
+    redisReply *r = redisCommandArgv(c, 5, argv, len);
+
+    if (!r)
+        return fail("floor: %s", c->errstr[0] ? c->errstr : "no reply");
+    if (r->type != REDIS_REPLY_INTEGER) {
+        fail("floor: unexpected reply to EVALSHA%s%s",
+             r->type == REDIS_REPLY_ERROR ? ": " : "",
+             r->type == REDIS_REPLY_ERROR ? r->str : "");
+        freeReplyObject(r);
+        return -1;
+    }
+    freeReplyObject(r);
+    return 0;
+}
+
+struct fthread {
+    pthread_t th;
+    char key[64];
+    long long ops;
+    int failed;
+};
+
+static pthread_barrier_t fbar;
+static atomic_int fstop;
+
+static void *floor_thread(void *arg)
+{
+    struct fthread *t = arg;
+    redisContext *c = rconnect();
+
+    if (!c)
+        t->failed = 1;
+    else if (floor_call(c, t->key) != 0)    /* warm-up */
+        t->failed = 1;
+    pthread_barrier_wait(&fbar);
+    while (!t->failed && !atomic_load_explicit(&fstop, memory_order_relaxed)) {
+        if (floor_call(c, t->key) != 0)
+            t->failed = 1;
+        else
+            t->ops++;
+    }
+    if (c) {
+        redisReply *r = redisCommand(c, "DEL %s", t->key);
+        freeReplyObject(r);
+        redisFree(c);
+    }
+    return NULL;
+}
+
+static int floor_measure(void)
+{
+    redisContext *c = rconnect();
+    const char *key = "bench-floor-1";
+    uint64_t *lat, t, start, end;
+    struct fthread *th;
+    redisReply *r;
+    long long total = 0;
+    int i, failed = 0;
+
+    if (!c)
+        return -1;
+    if (!(r = rcmd(c, "SCRIPT LOAD %s", floor_lua))) {
+        redisFree(c);
+        return -1;
+    }
+    snprintf(floor_sha, sizeof floor_sha, "%s", r->str);
+    freeReplyObject(r);
+
+    /* one connection */
+    lat = malloc(sizeof *lat * (size_t)P.floor_calls);
+    if (!lat) {
+        redisFree(c);
+        return fail("out of memory");
+    }
+    for (i = 0; i < P.floor_warm; i++)
+        if (floor_call(c, key) != 0)
+            goto out;
+    start = now_ns();
+    for (i = 0; i < P.floor_calls; i++) {
+        t = now_ns();
+        if (floor_call(c, key) != 0)
+            goto out;
+        lat[i] = now_ns() - t;
+    }
+    end = now_ns();
+    qsort(lat, (size_t)P.floor_calls, sizeof *lat, cmp_u64);
+    fl.ops1 = P.floor_calls / ((double)(end - start) / 1e9);
+    fl.p50_us = (double)pct(lat, (size_t)P.floor_calls, 0.50) / 1e3;
+    r = redisCommand(c, "DEL %s", key);
+    freeReplyObject(r);
+
+    /* many connections, one thread each */
+    th = calloc((size_t)P.floor_conns, sizeof *th);
+    if (!th) {
+        fail("out of memory");
+        goto out;
+    }
+    atomic_store(&fstop, 0);
+    pthread_barrier_init(&fbar, NULL, (unsigned)P.floor_conns + 1);
+    for (i = 0; i < P.floor_conns; i++) {
+        snprintf(th[i].key, sizeof th[i].key, "bench-floor-%d-%d",
+                 P.floor_conns, i);
+        if (pthread_create(&th[i].th, NULL, floor_thread, &th[i]) != 0) {
+            fail("pthread_create failed");
+            exit(1);     /* the barrier would never open */
+        }
+    }
+    pthread_barrier_wait(&fbar);
+    start = now_ns();
+    sleep_ns((uint64_t)(P.floor_multi_s * 1e9));
+    atomic_store(&fstop, 1);
+    end = now_ns();
+    for (i = 0; i < P.floor_conns; i++) {
+        pthread_join(th[i].th, NULL);
+        total += th[i].ops;
+        failed |= th[i].failed;
+    }
+    pthread_barrier_destroy(&fbar);
+    free(th);
+    if (failed)
+        goto out;
+    fl.ops_multi = (double)total / ((double)(end - start) / 1e9);
+    fl.done = 1;
+out:
+    free(lat);
+    redisFree(c);
+    return fl.done ? 0 : -1;
+}
+
+static void scenario_floor(int print)
+{
+    char b1[32], b2[32];
+    struct jobj j;
+
+    reset_shared();
+    if (floor_measure() != 0) {
+        report_error("floor");
+        return;
+    }
+    if (!print)
+        return;
+    row("floor", "EVALSHA, 1 conn", fmtd(b1, sizeof b1, fl.ops1, 0),
+        "ops/s", NULL, NULL);
+    row("floor", "EVALSHA, 1 conn, p50", fmtd(b1, sizeof b1, fl.p50_us, 1),
+        "us", NULL, NULL);
+    snprintf(b2, sizeof b2, "EVALSHA, %d conns", P.floor_conns);
+    row("floor", b2, fmtd(b1, sizeof b1, fl.ops_multi, 0), "ops/s", NULL, NULL);
+    jstart(&j, "floor");
+    jint(&j, "calls_1conn", P.floor_calls);
+    jnum(&j, "ops_per_s_1conn", fl.ops1);
+    jnum(&j, "p50_us_1conn", fl.p50_us);
+    jint(&j, "conns", P.floor_conns);
+    jnum(&j, "seconds_multi", P.floor_multi_s);
+    jnum(&j, "ops_per_s_multi", fl.ops_multi);
+    jend(&j);
+}
+
+/* ------------------------------------------------------------------------ */
+/* s1: one thread, one lock                                                 */
+/* ------------------------------------------------------------------------ */
+
+/* The pairs run in S1_CHUNKS chunks, each preceded by as many raw floor
+ * EVALSHAs on a hiredis connection of the same thread: on a small machine
+ * the round trip depends a lot on where the scheduler puts the client
+ * relative to redis-server (same core or not), so the floor scenario, run
+ * earlier, may have seen other conditions than s1.  The interleaved floor
+ * gives a second, like-for-like ratio. */
+#define S1_CHUNKS 10
+
+static int s1_child(int unused)
+{
+    redisContext *c;
+    dist_mutex_t m;
+    uint64_t *lat, t, t_chunk, pair_ns = 0, floor_ns = 0;
+    int i, k, rc, per = P.s1_pairs / S1_CHUNKS, n = 0;
+
+    (void)unused;
+    if (!(lat = malloc(sizeof *lat * (size_t)P.s1_pairs)))
+        return fail("out of memory");
+    if (!(c = rconnect()))
+        return -1;
+    if ((rc = dist_mutex_init(&m, "bench-s1", NULL)) != 0)
+        return dfail("dist_mutex_init", rc);
+    for (i = 0; i < P.s1_warm; i++) {
+        if (floor_call(c, "bench-s1-floor") != 0)
+            return -1;
+        if ((rc = dist_mutex_lock(&m)) != 0)
+            return dfail("dist_mutex_lock", rc);
+        if ((rc = dist_mutex_unlock(&m)) != 0)
+            return dfail("dist_mutex_unlock", rc);
+    }
+    for (k = 0; k < S1_CHUNKS; k++) {
+        t_chunk = now_ns();
+        for (i = 0; i < per; i++)
+            if (floor_call(c, "bench-s1-floor") != 0)
+                return -1;
+        t = now_ns();
+        floor_ns += t - t_chunk;
+        t_chunk = t;
+        for (i = 0; i < per; i++) {
+            t = now_ns();
+            if ((rc = dist_mutex_lock(&m)) != 0)
+                return dfail("dist_mutex_lock", rc);
+            if ((rc = dist_mutex_unlock(&m)) != 0)
+                return dfail("dist_mutex_unlock", rc);
+            lat[n++] = now_ns() - t;
+        }
+        pair_ns += now_ns() - t_chunk;
+    }
+    qsort(lat, (size_t)n, sizeof *lat, cmp_u64);
+    sh->s1.pairs_per_s = n / ((double)pair_ns / 1e9);
+    sh->s1.floor_same = n / ((double)floor_ns / 1e9);
+    sh->s1.p50_us = (double)pct(lat, (size_t)n, 0.50) / 1e3;
+    sh->s1.pairs = n;
+    free(lat);
+    dist_mutex_destroy(&m);
+    dist_shutdown();
+    freeReplyObject(redisCommand(c, "DEL bench-s1-floor"));
+    redisFree(c);
+    return 0;
+}
+
+static void scenario_s1(redisContext *c)
+{
+    double target = 0.85 * (fl.ops1 / 2), target_same;
+    char b1[32], b2[32], b3[32];
+    struct jobj j;
+    int rc;
+
+    reset_shared();
+    del_lock_keys(c, "bench-s1");
+    rc = run_in_child(s1_child, 0, 120);
+    del_lock_keys(c, "bench-s1");
+    if (rc != 0) {
+        report_error("s1");
+        return;
+    }
+    target_same = 0.85 * (sh->s1.floor_same / 2);
+    row("s1", "lock+unlock pairs, 1 thread",
+        fmtd(b1, sizeof b1, sh->s1.pairs_per_s, 0), "pairs/s",
+        fmtd(b2, sizeof b2, target, 0),
+        v_hi(b3, sizeof b3, sh->s1.pairs_per_s, target));
+    row("s1", "pair latency p50", fmtd(b1, sizeof b1, sh->s1.p50_us, 1),
+        "us", NULL, NULL);
+    row("s1", "floor interleaved, same thread",
+        fmtd(b1, sizeof b1, sh->s1.floor_same, 0), "ops/s", NULL, NULL);
+    row("s1", "pairs vs interleaved floor",
+        fmtd(b1, sizeof b1, sh->s1.pairs_per_s, 0), "pairs/s",
+        fmtd(b2, sizeof b2, target_same, 0),
+        v_hi(b3, sizeof b3, sh->s1.pairs_per_s, target_same));
+    jstart(&j, "s1");
+    jint(&j, "pairs", sh->s1.pairs);
+    jnum(&j, "pairs_per_s", sh->s1.pairs_per_s);
+    jnum(&j, "p50_us", sh->s1.p50_us);
+    jnum(&j, "target", target);
+    jnum(&j, "ratio", sh->s1.pairs_per_s / target);
+    jbool(&j, "ok", sh->s1.pairs_per_s >= target);
+    jnum(&j, "floor_interleaved_ops_per_s", sh->s1.floor_same);
+    jnum(&j, "target_interleaved", target_same);
+    jnum(&j, "ratio_interleaved", sh->s1.pairs_per_s / target_same);
+    jend(&j);
+}
+
+/* ------------------------------------------------------------------------ */
+/* s1t: T threads, one lock each                                            */
+/* ------------------------------------------------------------------------ */
+
+struct s1t_thread {
+    pthread_t th;
+    char name[64];
+    long long pairs;
+};
+
+static pthread_barrier_t s1t_bar;
+static atomic_int s1t_stop;
+static atomic_int s1t_failed;
+
+static void *s1t_thread(void *arg)
+{
+    struct s1t_thread *t = arg;
+    dist_mutex_t m;
+    int i, rc, ok = 1;
+
+    if ((rc = dist_mutex_init(&m, t->name, NULL)) != 0) {
+        dfail("dist_mutex_init", rc);
+        ok = 0;
+    }
+    for (i = 0; ok && i < 20; i++) {           /* warm-up, connect */
+        if ((rc = dist_mutex_lock(&m)) != 0 ||
+            (rc = dist_mutex_unlock(&m)) != 0) {
+            dfail("s1t warm-up lock/unlock", rc);
+            ok = 0;
+        }
+    }
+    pthread_barrier_wait(&s1t_bar);
+    while (ok && !atomic_load_explicit(&s1t_stop, memory_order_relaxed)) {
+        if ((rc = dist_mutex_lock(&m)) != 0) {
+            dfail("dist_mutex_lock", rc);
+            ok = 0;
+        } else if ((rc = dist_mutex_unlock(&m)) != 0) {
+            dfail("dist_mutex_unlock", rc);
+            ok = 0;
+        } else {
+            t->pairs++;
+        }
+    }
+    if (!ok)
+        atomic_store(&s1t_failed, 1);
+    else
+        dist_mutex_destroy(&m);
+    return NULL;
+}
+
+static int s1t_child(int unused)
+{
+    struct s1t_thread th[16];
+    uint64_t start, end;
+    long long total;
+    int k, i, n;
+
+    (void)unused;
+    for (k = 0; k < S1T_MAX; k++) {
+        n = s1t_threads[k];
+        memset(th, 0, sizeof th);
+        atomic_store(&s1t_stop, 0);
+        pthread_barrier_init(&s1t_bar, NULL, (unsigned)n + 1);
+        for (i = 0; i < n; i++) {
+            snprintf(th[i].name, sizeof th[i].name, "bench-s1t-%d-%d", n, i);
+            if (pthread_create(&th[i].th, NULL, s1t_thread, &th[i]) != 0) {
+                fail("pthread_create failed");
+                _exit(1);
+            }
+        }
+        pthread_barrier_wait(&s1t_bar);
+        start = now_ns();
+        sleep_ns((uint64_t)(P.s1t_s * 1e9));
+        atomic_store(&s1t_stop, 1);
+        end = now_ns();
+        total = 0;
+        for (i = 0; i < n; i++) {
+            pthread_join(th[i].th, NULL);
+            total += th[i].pairs;
+        }
+        pthread_barrier_destroy(&s1t_bar);
+        if (atomic_load(&s1t_failed))
+            return -1;
+        sh->s1t.pairs_per_s[k] = (double)total / ((double)(end - start) / 1e9);
+    }
+    dist_shutdown();
+    return 0;
+}
+
+static void s1t_cleanup(redisContext *c)
+{
+    char b[64];
+    int k, i;
+
+    for (k = 0; k < S1T_MAX; k++) {
+        for (i = 0; i < s1t_threads[k]; i++) {
+            snprintf(b, sizeof b, "bench-s1t-%d-%d", s1t_threads[k], i);
+            del_lock_keys(c, b);
+        }
+    }
+}
+
+static void scenario_s1t(redisContext *c)
+{
+    double target = 0.7 * (fl.ops_multi / 2);
+    char b0[48], b1[32], b2[32], b3[32];
+    struct jobj j;
+    int k, last, rc;
+
+    reset_shared();
+    s1t_cleanup(c);
+    rc = run_in_child(s1t_child, 0, 120 + S1T_MAX * P.s1t_s);
+    s1t_cleanup(c);
+    if (rc != 0) {
+        report_error("s1t");
+        return;
+    }
+    for (k = 0; k < S1T_MAX; k++) {
+        double v = sh->s1t.pairs_per_s[k];
+        last = k == S1T_MAX - 1;
+        snprintf(b0, sizeof b0, "pairs, T=%d threads", s1t_threads[k]);
+        row("s1t", b0, fmtd(b1, sizeof b1, v, 0), "pairs/s",
+            last ? fmtd(b2, sizeof b2, target, 0) : NULL,
+            last ? v_hi(b3, sizeof b3, v, target) : NULL);
+        jstart(&j, "s1t");
+        jint(&j, "threads", s1t_threads[k]);
+        jnum(&j, "seconds", P.s1t_s);
+        jnum(&j, "pairs_per_s", v);
+        if (last) {
+            jnum(&j, "target", target);
+            jnum(&j, "ratio", v / target);
+            jbool(&j, "ok", v >= target);
+        }
+        jend(&j);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* s2: processes contending for one lock around a counter                   */
+/* ------------------------------------------------------------------------ */
+
+static const char s2_lock[] = "bench-s2";
+static const char s2_counter[] = "bench-s2-counter";
+
+static int s2_worker(int idx)
+{
+    redisContext *c = rconnect();
+    dist_mutex_t m;
+    uint64_t start, end, t, w, maxw = 0, sumw = 0;
+    long long count = 0, v;
+    redisReply *r;
+    int rc;
+
+    if (!c)
+        return -1;
+    if ((rc = dist_mutex_init(&m, s2_lock, NULL)) != 0)
+        return dfail("dist_mutex_init", rc);
+    /* connect the library (one uncounted pair) before the start line */
+    if ((rc = dist_mutex_lock(&m)) != 0 || (rc = dist_mutex_unlock(&m)) != 0)
+        return dfail("s2 warm-up lock/unlock", rc);
+    atomic_fetch_add(&sh->s2.ready, 1);
+    while ((start = atomic_load(&sh->s2.start_ns)) == 0)
+        sleep_ns(200000);
+    while ((t = now_ns()) < start)
+        sleep_ns(start - t);
+    end = sh->s2.end_ns;
+    while ((t = now_ns()) < end) {
+        if ((rc = dist_mutex_lock(&m)) != 0)
+            return dfail("dist_mutex_lock", rc);
+        w = now_ns() - t;
+        sumw += w;
+        sh->s2.wait_hist[idx][w / S2_BUCKET_NS < S2_BUCKETS - 1 ?
+                              w / S2_BUCKET_NS : S2_BUCKETS - 1]++;
+        if (w > maxw)
+            maxw = w;
+        if (!(r = rcmd(c, "GET %s", s2_counter)))
+            return -1;
+        v = r->type == REDIS_REPLY_STRING ? atoll(r->str) : 0;
+        freeReplyObject(r);
+        if (!(r = rcmd(c, "SET %s %lld", s2_counter, v + 1)))
+            return -1;
+        freeReplyObject(r);
+        if ((rc = dist_mutex_unlock(&m)) != 0)
+            return dfail("dist_mutex_unlock", rc);
+        count++;
+    }
+    sh->s2.count[idx] = count;
+    sh->s2.max_wait_ns[idx] = maxw;
+    sh->s2.sum_wait_ns[idx] = sumw;
+    sh->s2.finish_ns[idx] = now_ns();
+    dist_mutex_destroy(&m);
+    dist_shutdown();
+    redisFree(c);
+    return 0;
+}
+
+static int s2_run(redisContext *c, long long *final)
+{
+    struct kids k = { 0 };
+    uint64_t deadline;
+    redisReply *r;
+    int i, rc;
+
+    del_lock_keys(c, s2_lock);
+    if (!(r = rcmd(c, "SET %s 0", s2_counter)))
+        return -1;
+    freeReplyObject(r);
+    for (i = 0; i < P.s2_procs; i++) {
+        if (spawn(&k, s2_worker, i) != 0) {
+            kids_kill(&k);
+            return -1;
+        }
+    }
+    deadline = now_ns() + 30000000000ull;
+    while (atomic_load(&sh->s2.ready) < P.s2_procs) {
+        if ((rc = kids_poll(&k)) != 0) {
+            kids_kill(&k);
+            return rc < 0 ? -1 : fail("s2 workers exited before the start");
+        }
+        if (now_ns() > deadline) {
+            kids_kill(&k);
+            return fail("s2 workers did not get ready within 30 s");
+        }
+        sleep_ns(1000000);
+    }
+    sh->s2.end_ns = now_ns() + 50000000ull + (uint64_t)(P.s2_s * 1e9);
+    atomic_store(&sh->s2.start_ns, sh->s2.end_ns - (uint64_t)(P.s2_s * 1e9));
+    if (kids_wait(&k, P.s2_s + 120) != 0)
+        return -1;
+    if (!(r = rcmd(c, "GET %s", s2_counter)))
+        return -1;
+    *final = r->type == REDIS_REPLY_STRING ? atoll(r->str) : 0;
+    freeReplyObject(r);
+    r = redisCommand(c, "DEL %s", s2_counter);
+    freeReplyObject(r);
+    del_lock_keys(c, s2_lock);
+    return 0;
+}
+
+/* Upper edge, in ms, of the histogram bucket holding percentile p. */
+static double s2_wait_pct(long long total, double p)
+{
+    long long want = (long long)(p * (double)total), seen = 0;
+    int b, i;
+
+    if (want < 1)
+        want = 1;
+    for (b = 0; b < S2_BUCKETS; b++) {
+        for (i = 0; i < P.s2_procs; i++)
+            seen += sh->s2.wait_hist[i][b];
+        if (seen >= want)
+            return (double)((uint64_t)(b + 1) * S2_BUCKET_NS) / 1e6;
+    }
+    return (double)(S2_BUCKETS * S2_BUCKET_NS) / 1e6;
+}
+
+static void scenario_s2(redisContext *c)
+{
+    double target = 0.7 * (fl.ops1 / 4), fair = 1.0 / P.s2_procs;
+    double acq, secs, maxsh, minsh, maxw_ms = 0, meanw_ms;
+    long long total = 0, final = 0, lost, mx = 0, mn = -1;
+    uint64_t last = 0, sumw = 0;
+    char b1[32], b2[32], b3[32];
+    struct jobj j;
+    int i;
+
+    reset_shared();
+    if (s2_run(c, &final) != 0) {
+        report_error("s2");
+        return;
+    }
+    for (i = 0; i < P.s2_procs; i++) {
+        long long n = sh->s2.count[i];
+        total += n;
+        if (n > mx)
+            mx = n;
+        if (mn < 0 || n < mn)
+            mn = n;
+        if (sh->s2.finish_ns[i] > last)
+            last = sh->s2.finish_ns[i];
+        if (sh->s2.max_wait_ns[i] / 1e6 > maxw_ms)
+            maxw_ms = (double)sh->s2.max_wait_ns[i] / 1e6;
+        sumw += sh->s2.sum_wait_ns[i];
+    }
+    secs = (double)(last - sh->s2.start_ns) / 1e9;
+    acq = (double)total / secs;
+    maxsh = total ? (double)mx / (double)total : 0;
+    minsh = total ? (double)mn / (double)total : 0;
+    meanw_ms = total ? (double)sumw / (double)total / 1e6 : 0;
+    lost = total - final;
+
+    row("s2", "acquisitions, 4 procs", fmtd(b1, sizeof b1, acq, 0), "acq/s",
+        fmtd(b2, sizeof b2, target, 0), v_hi(b3, sizeof b3, acq, target));
+    row("s2", "lost updates", fmtd(b1, sizeof b1, (double)lost, 0), "",
+        "0", lost == 0 ? "ok" : "MISS");
+    snprintf(b2, sizeof b2, ">= %.3f", 0.5 * fair);
+    row("s2", "smallest share of one proc", fmtd(b1, sizeof b1, minsh, 3),
+        "frac", b2, v_hi(b3, sizeof b3, minsh, 0.5 * fair));
+    row("s2", "largest share of one proc", fmtd(b1, sizeof b1, maxsh, 3),
+        "frac", NULL, NULL);
+    row("s2", "longest wait in lock()", fmtd(b1, sizeof b1, maxw_ms, 2),
+        "ms", NULL, NULL);
+    row("s2", "mean wait in lock()", fmtd(b1, sizeof b1, meanw_ms, 3),
+        "ms", NULL, NULL);
+    row("s2", "wait in lock() p99 (10us bins)",
+        fmtd(b1, sizeof b1, s2_wait_pct(total, 0.99), 2), "ms", NULL, NULL);
+    row("s2", "wait in lock() p99.9",
+        fmtd(b1, sizeof b1, s2_wait_pct(total, 0.999), 2), "ms", NULL, NULL);
+
+    jstart(&j, "s2");
+    jint(&j, "procs", P.s2_procs);
+    jnum(&j, "seconds", secs);
+    jint(&j, "acquisitions", total);
+    jnum(&j, "acq_per_s", acq);
+    jnum(&j, "target", target);
+    jnum(&j, "ratio", acq / target);
+    jint(&j, "final_counter", final);
+    jint(&j, "lost_updates", lost);
+    jnum(&j, "max_share", maxsh);
+    jnum(&j, "min_share", minsh);
+    jnum(&j, "min_share_target", 0.5 * fair);
+    jnum(&j, "max_wait_ms", maxw_ms);
+    jnum(&j, "mean_wait_ms", meanw_ms);
+    jnum(&j, "p99_wait_ms", s2_wait_pct(total, 0.99));
+    jnum(&j, "p999_wait_ms", s2_wait_pct(total, 0.999));
+    jraw(&j, ",\"per_proc\":[");
+    for (i = 0; i < P.s2_procs; i++)
+        jraw(&j, "%s%lld", i ? "," : "", sh->s2.count[i]);
+    jraw(&j, "]");
+    jbool(&j, "ok", acq >= target && lost == 0 && minsh >= 0.5 * fair);
+    jend(&j);
+}
+
+/* ------------------------------------------------------------------------ */
+/* s3: hand-off latency between two processes                               */
+/* ------------------------------------------------------------------------ */
+
+/* A holds the lock, B waits in dist_mutex_lock; A's unlock to B's return is
+ * the hand-off.  Each round, over two pipes:
+ *   A: lock L; send 'G'                (A holds L)
+ *   B: read 'G'; send 'R'; lock L      (B about to block)
+ *   A: read 'R'; sleep 3 ms + hold (5..105 ms, so B is surely waiting);
+ *      t0 = now; unlock L
+ *   B: lock returns; t1 = now; unlock L; send 'D'
+ *   A: read 'D', next round
+ * 'Q' from A ends B.  A few warm-up rounds are not recorded. */
+static const char s3_lock[] = "bench-s3";
+static int a2b[2], b2a[2];
+
+static int put(int fd, char c)
+{
+    ssize_t n;
+
+    do
+        n = write(fd, &c, 1);
+    while (n < 0 && errno == EINTR);
+    return n == 1 ? 0 : fail("s3 pipe write: %s", strerror(errno));
+}
+
+static int get(int fd, char want)
+{
+    ssize_t n;
+    char c;
+
+    do
+        n = read(fd, &c, 1);
+    while (n < 0 && errno == EINTR);
+    if (n != 1)
+        return fail("s3 pipe read: %s", n == 0 ? "peer gone" : strerror(errno));
+    if (want && c != want)
+        return fail("s3 protocol: got '%c', expected '%c'", c, want);
+    return c;
+}
+
+static int s3_a(int unused)
+{
+    dist_mutex_t m;
+    uint64_t hold_ms;
+    int round, rc;
+
+    (void)unused;
+    close(a2b[0]);
+    close(b2a[1]);
+    if ((rc = dist_mutex_init(&m, s3_lock, NULL)) != 0)
+        return dfail("dist_mutex_init", rc);
+    for (round = -P.s3_warm; round < P.s3_rounds; round++) {
+        if ((rc = dist_mutex_lock(&m)) != 0)
+            return dfail("A: dist_mutex_lock", rc);
+        if (put(a2b[1], 'G') || get(b2a[0], 'R') < 0)
+            return -1;
+        hold_ms = 5 + rng_next() % 101;
+        sleep_ns((3 + hold_ms) * 1000000ull);
+        if (round >= 0)
+            sh->s3.t0[round] = now_ns();
+        if ((rc = dist_mutex_unlock(&m)) != 0)
+            return dfail("A: dist_mutex_unlock", rc);
+        if (get(b2a[0], 'D') < 0)
+            return -1;
+    }
+    if (put(a2b[1], 'Q'))
+        return -1;
+    dist_mutex_destroy(&m);
+    dist_shutdown();
+    return 0;
+}
+
+static int s3_b(int unused)
+{
+    dist_mutex_t m;
+    uint64_t t1;
+    int round, rc, c;
+
+    (void)unused;
+    close(a2b[1]);
+    close(b2a[0]);
+    if ((rc = dist_mutex_init(&m, s3_lock, NULL)) != 0)
+        return dfail("dist_mutex_init", rc);
+    for (round = -P.s3_warm;; round++) {
+        if ((c = get(a2b[0], 0)) < 0)
+            return -1;
+        if (c == 'Q')
+            break;
+        if (c != 'G')
+            return fail("s3 protocol: B got '%c'", c);
+        if (put(b2a[1], 'R'))
+            return -1;
+        rc = dist_mutex_lock(&m);
+        t1 = now_ns();
+        if (rc != 0)
+            return dfail("B: dist_mutex_lock", rc);
+        if (round >= 0 && round < P.s3_rounds)
+            sh->s3.t1[round] = t1;
+        if ((rc = dist_mutex_unlock(&m)) != 0)
+            return dfail("B: dist_mutex_unlock", rc);
+        if (put(b2a[1], 'D'))
+            return -1;
+    }
+    dist_mutex_destroy(&m);
+    dist_shutdown();
+    return 0;
+}
+
+static void scenario_s3(redisContext *c)
+{
+    double tgt_p50 = 4 * fl.p50_us / 1e3, p50, p99, mx;
+    uint64_t lat[1000];
+    struct kids k = { 0 };
+    char b1[32], b2[32], b3[32];
+    struct jobj j;
+    int i, n = 0, early = 0, rc;
+
+    reset_shared();
+    del_lock_keys(c, s3_lock);
+    if (pipe(a2b) != 0 || pipe(b2a) != 0) {
+        fail("pipe: %s", strerror(errno));
+        report_error("s3");
+        return;
+    }
+    rc = spawn(&k, s3_a, 0);
+    if (rc == 0)
+        rc = spawn(&k, s3_b, 0);
+    close(a2b[0]);
+    close(a2b[1]);
+    close(b2a[0]);
+    close(b2a[1]);
+    if (rc != 0) {
+        kids_kill(&k);
+        report_error("s3");
+        return;
+    }
+    if (kids_wait(&k, P.s3_rounds * 0.2 + 120) != 0) {
+        report_error("s3");
+        return;
+    }
+    del_lock_keys(c, s3_lock);
+    for (i = 0; i < P.s3_rounds; i++) {
+        if (sh->s3.t1[i] < sh->s3.t0[i])
+            early++;          /* B had the lock before A let it go */
+        else
+            lat[n++] = sh->s3.t1[i] - sh->s3.t0[i];
+    }
+    qsort(lat, (size_t)n, sizeof *lat, cmp_u64);
+    p50 = (double)pct(lat, (size_t)n, 0.50) / 1e6;
+    p99 = (double)pct(lat, (size_t)n, 0.99) / 1e6;
+    mx = n ? (double)lat[n - 1] / 1e6 : 0;
+
+    snprintf(b2, sizeof b2, "<= %.3f", tgt_p50);
+    row("s3", "hand-off latency p50", fmtd(b1, sizeof b1, p50, 3), "ms", b2,
+        v_lo(b3, sizeof b3, p50, tgt_p50, 0));
+    row("s3", "hand-off latency p99", fmtd(b1, sizeof b1, p99, 3), "ms",
+        "< 2", v_lo(b3, sizeof b3, p99, 2.0, 1));
+    row("s3", "hand-off latency max", fmtd(b1, sizeof b1, mx, 3), "ms",
+        "< 50", v_lo(b3, sizeof b3, mx, 50.0, 1));
+    row("s3", "acquired before the unlock", fmtd(b1, sizeof b1, early, 0),
+        "rounds", "0", early == 0 ? "ok" : "MISS");
+
+    jstart(&j, "s3");
+    jint(&j, "handoffs", P.s3_rounds);
+    jnum(&j, "p50_ms", p50);
+    jnum(&j, "p99_ms", p99);
+    jnum(&j, "max_ms", mx);
+    jnum(&j, "target_p50_ms", tgt_p50);
+    jnum(&j, "target_p99_ms", 2.0);
+    jnum(&j, "target_max_ms", 50.0);
+    jint(&j, "early", early);
+    jbool(&j, "ok", p50 <= tgt_p50 && p99 < 2.0 && mx < 50.0 && early == 0);
+    jend(&j);
+}
+
+/* ------------------------------------------------------------------------ */
+/* s4: many held locks under the watchdog                                   */
+/* ------------------------------------------------------------------------ */
+
+static int s4_child(int unused)
+{
+    int n = P.s4_locks, i, rc;
+    dist_mutex_t *m, warm;
+    char **names;
+    redisContext *c;
+    long long c0, c1;
+    uint64_t t0, t1;
+    void *vr;
+
+    (void)unused;
+    if ((rc = dist_set_watchdog_ms(3000)) != 0)
+        return dfail("dist_set_watchdog_ms", rc);
+    if (!(c = rconnect()))
+        return -1;
+    m = calloc((size_t)n, sizeof *m);
+    names = calloc((size_t)n + 1, sizeof *names);
+    if (!m || !names)
+        return fail("out of memory");
+    memset(m, 0, (size_t)n * sizeof *m);   /* the caller's memory: touch it now */
+    for (i = 0; i < n; i++) {
+        char b[64];
+        snprintf(b, sizeof b, "bench-s4-%d", i);
+        if (!(names[i] = strdup(b)))
+            return fail("out of memory");
+    }
+    names[n] = "bench-s4-warm";
+    del_keys(c, names, n + 1);
+
+    /* One lock taken and given back first, so that the connection and the
+     * renewal thread are not counted as the cost of the first lock. */
+    if ((rc = dist_mutex_init(&warm, "bench-s4-warm", NULL)) != 0)
+        return dfail("dist_mutex_init", rc);
+    if ((rc = dist_mutex_lock(&warm)) != 0 || (rc = dist_mutex_unlock(&warm)) != 0)
+        return dfail("s4 warm-up lock/unlock", rc);
+    dist_mutex_destroy(&warm);
+
+    sh->s4.locks = n;
+    sh->s4.rss_before_kb = vmrss_kb();
+    for (i = 0; i < n; i++) {
+        if ((rc = dist_mutex_init(&m[i], names[i], NULL)) != 0)
+            return dfail("dist_mutex_init", rc);
+        if ((rc = dist_mutex_lock(&m[i])) != 0)
+            return dfail("dist_mutex_lock", rc);
+        sh->s4.taken++;
+    }
+    sh->s4.rss_after_kb = vmrss_kb();
+
+    if ((c0 = script_calls(c)) < 0)
+        return -1;
+    t0 = now_ns();
+    sleep_ns((uint64_t)(P.s4_hold_s * 1e9));
+    if ((c1 = script_calls(c)) < 0)
+        return -1;
+    t1 = now_ns();
+    sh->s4.calls_delta = c1 - c0;
+    sh->s4.hold_s = (double)(t1 - t0) / 1e9;
+
+    /* every lock still there with a live lease? */
+    sh->s4.min_pttl_ms = -3;
+    for (i = 0; i < n; i++)
+        redisAppendCommand(c, "PTTL %s", names[i]);
+    for (i = 0; i < n; i++) {
+        redisReply *r;
+        if (redisGetReply(c, &vr) != REDIS_OK)
+            return fail("redis: %s", c->errstr);
+        r = vr;
+        if (r->type == REDIS_REPLY_INTEGER) {
+            if (r->integer > 0)
+                sh->s4.alive++;
+            if (sh->s4.min_pttl_ms == -3 || r->integer < sh->s4.min_pttl_ms)
+                sh->s4.min_pttl_ms = r->integer;
+        }
+        freeReplyObject(r);
+    }
+
+    for (i = 0; i < n; i++) {
+        if ((rc = dist_mutex_unlock(&m[i])) == 0)
+            sh->s4.unlocked++;
+        else if (sh->s4.unlocked == i)   /* first failure only */
+            fail("dist_mutex_unlock(%s): %s (%s)", names[i], strerror(rc),
+                 dist_last_error());
+    }
+    for (i = 0; i < n; i++)
+        dist_mutex_destroy(&m[i]);
+    dist_shutdown();
+
+    /* the fencing counters stay behind otherwise */
+    for (i = 0; i <= n; i++) {
+        char b[96];
+        snprintf(b, sizeof b, "redisson_lock_token:{%s}", names[i]);
+        names[i] = strdup(b);
+    }
+    del_keys(c, names, n + 1);
+    redisFree(c);
+    return 0;
+}
+
+static void scenario_s4(void)
+{
+    double per_s, per_interval, tgt, rss_per_lock;
+    char b1[32], b2[32], b3[32];
+    struct jobj j;
+    int n;
+
+    reset_shared();
+    if (run_in_child(s4_child, 0, P.s4_hold_s + 120) != 0 &&
+        sh->s4.unlocked == 0) {
+        report_error("s4");
+        return;
+    }
+    /* An unlock failure is a result here (the figure "unlocked"), but it is
+     * still reported as an error line below. */
+    n = sh->s4.locks;
+    per_s = (double)sh->s4.calls_delta / sh->s4.hold_s;
+    per_interval = per_s * 1.0;             /* renewal every 3000/3 ms */
+    tgt = (double)((n + 99) / 100);
+    rss_per_lock = (double)(sh->s4.rss_after_kb - sh->s4.rss_before_kb) *
+                   1024.0 / n;
+
+    snprintf(b1, sizeof b1, "%d/%d", sh->s4.alive, n);
+    snprintf(b2, sizeof b2, "%d", n);
+    row("s4", "keys alive (PTTL>0) after hold", b1, "locks", b2,
+        sh->s4.alive == n ? "ok" : "MISS");
+    row("s4", "smallest PTTL after hold",
+        fmtd(b1, sizeof b1, (double)sh->s4.min_pttl_ms, 0), "ms", NULL, NULL);
+    snprintf(b1, sizeof b1, "%d/%d", sh->s4.unlocked, n);
+    row("s4", "unlocks returning 0", b1, "locks", b2,
+        sh->s4.unlocked == n ? "ok" : "MISS");
+    snprintf(b2, sizeof b2, "<= %.0f", tgt);
+    row("s4", "renewal script calls", fmtd(b1, sizeof b1, per_s, 2), "calls/s",
+        b2, v_lo(b3, sizeof b3, per_interval, tgt, 0));
+    row("s4", "resident memory per held lock",
+        fmtd(b1, sizeof b1, rss_per_lock, 0), "bytes", "< 1024",
+        v_lo(b3, sizeof b3, rss_per_lock, 1024, 1));
+    if (sh->errmsg[0])
+        report_error("s4");
+
+    jstart(&j, "s4");
+    jint(&j, "locks", n);
+    jnum(&j, "hold_s", sh->s4.hold_s);
+    jint(&j, "alive", sh->s4.alive);
+    jint(&j, "min_pttl_ms", sh->s4.min_pttl_ms);
+    jint(&j, "unlocked", sh->s4.unlocked);
+    jint(&j, "script_calls", sh->s4.calls_delta);
+    jnum(&j, "script_calls_per_s", per_s);
+    jnum(&j, "renew_interval_s", 1.0);
+    jnum(&j, "target_calls_per_interval", tgt);
+    jnum(&j, "ratio", per_interval / tgt);
+    jint(&j, "rss_before_kb", sh->s4.rss_before_kb);
+    jint(&j, "rss_after_kb", sh->s4.rss_after_kb);
+    jnum(&j, "rss_per_lock_bytes", rss_per_lock);
+    jnum(&j, "rss_target_bytes", 1024);
+    jbool(&j, "ok", sh->s4.alive == n && sh->s4.unlocked == n &&
+                    per_interval <= tgt && rss_per_lock < 1024);
+    jend(&j);
+}
+
+/* ------------------------------------------------------------------------ */
+/* main                                                                     */
+/* ------------------------------------------------------------------------ */
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+"usage: distlock-bench [--json] [--quick] [--only NAME[,NAME...]] [--help]\n"
+"\n"
+"Measures distlock against the Redis named by DISTLOCK_URL (required), e.g.\n"
+"  scripts/with-redis.sh distlock-bench\n"
+"\n"
+"  --json    one JSON object per line per scenario (s1t: per thread count)\n"
+"  --quick   short runs, for smoke tests\n"
+"  --only    run only these scenarios: floor,s1,s1t,s2,s3,s4\n"
+"            (floor is measured too when a chosen one's target needs it)\n"
+"  --help    this text\n"
+"\n"
+"Scenarios:\n"
+"  floor  EVALSHA of hincrby+pexpire: 1 connection (ops/s, p50) and\n"
+"         50 connections in 50 threads (aggregate ops/s)\n"
+"  s1     1 thread, 1 lock, lock+unlock pairs   target 0.85 x floor1/2\n"
+"  s1t    T = 1,2,4,8,16 threads, a lock each    target(T=16) 0.7 x floor50/2\n"
+"  s2     4 processes, 1 lock guarding GET/SET of a counter\n"
+"         target acq/s >= 0.7 x floor1/4, 0 lost updates, min share >= 0.125\n"
+"  s3     hand-off from unlock in one process to lock in another\n"
+"         target p50 <= 4 x floor p50, p99 < 2 ms, max < 50 ms\n"
+"  s4     1,000 watchdog locks held 10 s with a 3 s lease: all still held,\n"
+"         <= 10 renewal script calls per 1 s interval, < 1 KiB RSS per lock\n"
+"\n"
+"The ratio column is value/target; 'ok' when the target is met.  Missing a\n"
+"target does not change the exit status: 1 means a scenario could not run.\n");
+}
+
+static int parse_only(const char *s)
+{
+    char buf[256], *tok, *save = NULL;
+    int i;
+
+    snprintf(buf, sizeof buf, "%s", s);
+    for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        for (i = 0; i < SC_COUNT; i++)
+            if (strcmp(tok, sc_names[i]) == 0)
+                break;
+        if (i == SC_COUNT) {
+            fprintf(stderr, "distlock-bench: unknown scenario '%s' "
+                    "(floor,s1,s1t,s2,s3,s4)\n", tok);
+            return -1;
+        }
+        opt.only |= 1u << i;
+    }
+    return opt.only ? 0 : -1;
+}
+
+static int wanted(int sc)
+{
+    return opt.only == 0 || (opt.only & (1u << sc));
+}
+
+int main(int argc, char **argv)
+{
+    const char *env = getenv("DISTLOCK_URL");
+    char why[256], date[64], version[64] = "?";
+    redisContext *c;
+    redisReply *r;
+    struct jobj j;
+    double load1 = -1;
+    time_t now;
+    FILE *f;
+    int i, need_floor;
+
+    for (i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--json") == 0) {
+            opt.json = 1;
+        } else if (strcmp(argv[i], "--quick") == 0) {
+            opt.quick = 1;
+        } else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc) {
+            if (parse_only(argv[++i]) != 0)
+                return 2;
+        } else if (strncmp(argv[i], "--only=", 7) == 0) {
+            if (parse_only(argv[i] + 7) != 0)
+                return 2;
+        } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            usage(stdout);
+            return 0;
+        } else {
+            fprintf(stderr, "distlock-bench: unknown argument '%s'\n", argv[i]);
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (!env || !*env) {
+        fprintf(stderr, "distlock-bench: DISTLOCK_URL is not set; point it at "
+                "a Redis server (redis://HOST:PORT or unix:///PATH), or run "
+                "under scripts/with-redis.sh\n");
+        return 2;
+    }
+    if (parse_url(env, why, sizeof why) != 0) {
+        fprintf(stderr, "distlock-bench: DISTLOCK_URL: %s\n", why);
+        return 2;
+    }
+    set_sizes();
+    signal(SIGPIPE, SIG_IGN);
+
+    sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE,
+              MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (sh == MAP_FAILED) {
+        perror("distlock-bench: mmap");
+        return 1;
+    }
+    reset_shared();
+    if (!(c = rconnect())) {
+        fprintf(stderr, "distlock-bench: %s\n", sh->errmsg);
+        return 1;
+    }
+    if ((r = rcmd(c, "INFO server")) != NULL) {
+        info_field(r->str, "redis_version", version, sizeof version);
+        freeReplyObject(r);
+    }
+    now = time(NULL);
+    strftime(date, sizeof date, "%Y-%m-%d %H:%M:%S %z", localtime(&now));
+    if ((f = fopen("/proc/loadavg", "r")) != NULL) {
+        if (fscanf(f, "%lf", &load1) != 1)
+            load1 = -1;
+        fclose(f);
+    }
+
+    if (opt.json) {
+        jstart(&j, "info");
+        jstr(&j, "date", date);
+        jstr(&j, "redis_version", version);
+        jint(&j, "nproc", sysconf(_SC_NPROCESSORS_ONLN));
+        jnum(&j, "loadavg_1min", load1);
+        snprintf(why, sizeof why, "%d.%d.%d", DIST_VERSION_MAJOR,
+                 DIST_VERSION_MINOR, DIST_VERSION_PATCH);
+        jstr(&j, "distlock_version", why);
+        jstr(&j, "url", env);
+        jbool(&j, "quick", opt.quick);
+        jend(&j);
+    } else {
+        printf("# distlock-bench %d.%d.%d  %s  redis %s  nproc %ld  "
+               "load %.2f  %s%s\n",
+               DIST_VERSION_MAJOR, DIST_VERSION_MINOR, DIST_VERSION_PATCH,
+               date, version, sysconf(_SC_NPROCESSORS_ONLN), load1, env,
+               opt.quick ? "  (--quick)" : "");
+        printf("# ratio = value/target; ok = target met (a benchmark: misses "
+               "do not fail)\n");
+        printf(ROW_FMT, "scen", "figure", "value", "unit", "target", "ratio/ok");
+        printf(ROW_FMT, "------", "------------------------------",
+               "--------------", "--------", "----------------", "--------");
+        fflush(stdout);
+    }
+
+    need_floor = wanted(SC_FLOOR) || wanted(SC_S1) || wanted(SC_S1T) ||
+                 wanted(SC_S2) || wanted(SC_S3);
+    if (need_floor) {
+        if (!wanted(SC_FLOOR))
+            fprintf(stderr, "distlock-bench: measuring floor too (targets "
+                    "depend on it)\n");
+        scenario_floor(1);
+    }
+    if (need_floor && !fl.done) {
+        fprintf(stderr, "distlock-bench: floor failed; skipping s1..s3\n");
+    } else {
+        if (wanted(SC_S1))
+            scenario_s1(c);
+        if (wanted(SC_S1T))
+            scenario_s1t(c);
+        if (wanted(SC_S2))
+            scenario_s2(c);
+        if (wanted(SC_S3))
+            scenario_s3(c);
+    }
+    if (wanted(SC_S4))
+        scenario_s4();
+    redisFree(c);
+    munmap(sh, sizeof *sh);
+    return any_error ? 1 : 0;
+}
