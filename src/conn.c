@@ -273,47 +273,84 @@ int dist__reply_int(const redisReply *r, size_t i, long long *v)
 /* Redisson's rule: braces go around N unless N already has one, so that
  * every derived name hashes to N's cluster slot and stays byte-identical to
  * what a Java client computes. */
+static const char *const derived_prefix[] = {
+    "redisson_lock__channel:", "redisson_lock_token:", "redisson_lock_queue:",
+    "redisson_lock_timeout:", "redisson_rwlock:", "distlock_rwlock_writers:",
+};
+#define NDERIVED (sizeof derived_prefix / sizeof derived_prefix[0])
+
+/* Writes prefix, N (in braces when wanted), suffix and a NUL at p. */
+static size_t derive_at(char *p, const char *prefix, size_t plen,
+                        const struct dist__buf *name, int braces,
+                        const char *suffix, size_t slen)
+{
+    char *s = p;
+
+    memcpy(s, prefix, plen);
+    s += plen;
+    if (braces)
+        *s++ = '{';
+    memcpy(s, name->p, name->len);
+    s += name->len;
+    if (braces)
+        *s++ = '}';
+    memcpy(s, suffix, slen);
+    s += slen;
+    *s = 0;
+    return (size_t)(s - p);
+}
+
+/* Redisson's rule: braces go around N unless N already has one, so that
+ * every derived name hashes to N's cluster slot and stays byte-identical to
+ * what a Java client computes. */
 struct dist__names *dist__names_new(const char *name, size_t len)
 {
-    static const char chan_pfx[] = "redisson_lock__channel:";
-    static const char tok_pfx[] = "redisson_lock_token:";
-    int braces = memchr(name, '{', len) == NULL;
-    size_t extra = braces ? 2 : 0;
-    size_t chan_len = sizeof chan_pfx - 1 + len + extra;
-    size_t tok_len = sizeof tok_pfx - 1 + len + extra;
+    struct dist__buf *field[NDERIVED];
     struct dist__names *n;
+    size_t i, total = len + 1;
+    int braces = memchr(name, '{', len) == NULL;
     char *p;
 
-    n = malloc(sizeof *n + (len + 1) + (chan_len + 1) + (tok_len + 1));
+    for (i = 0; i < NDERIVED; i++)
+        total += strlen(derived_prefix[i]) + len + (braces ? 2 : 0) + 1;
+    n = malloc(sizeof *n + total);
     if (!n)
         return NULL;
     atomic_init(&n->refs, 1);
+    n->braces = braces;
     p = n->mem;
-
     memcpy(p, name, len);
     p[len] = 0;
     n->name.p = p;
     n->name.len = len;
     p += len + 1;
 
-#define DERIVE(field, pfx)                                   \
-    do {                                                     \
-        char *s = p;                                         \
-        memcpy(s, pfx, sizeof pfx - 1);                      \
-        s += sizeof pfx - 1;                                 \
-        if (braces) *s++ = '{';                              \
-        memcpy(s, name, len);                                \
-        s += len;                                            \
-        if (braces) *s++ = '}';                              \
-        *s = 0;                                              \
-        n->field.p = p;                                      \
-        n->field.len = (size_t)(s - p);                      \
-        p = s + 1;                                           \
-    } while (0)
-    DERIVE(chan, chan_pfx);
-    DERIVE(token, tok_pfx);
-#undef DERIVE
+    field[0] = &n->chan;
+    field[1] = &n->token;
+    field[2] = &n->queue;
+    field[3] = &n->timeout;
+    field[4] = &n->rwchan;
+    field[5] = &n->writers;
+    for (i = 0; i < NDERIVED; i++) {
+        size_t l = derive_at(p, derived_prefix[i], strlen(derived_prefix[i]),
+                             &n->name, braces, "", 0);
+        field[i]->p = p;
+        field[i]->len = l;
+        p += l + 1;
+    }
     return n;
+}
+
+char *dist__names_derive(const struct dist__names *n, const char *prefix,
+                         const char *suffix, size_t *len)
+{
+    size_t plen = strlen(prefix), slen = strlen(suffix);
+    char *p = malloc(plen + n->name.len + 2 + slen + 1);
+
+    if (!p)
+        return NULL;
+    *len = derive_at(p, prefix, plen, &n->name, n->braces, suffix, slen);
+    return p;
 }
 
 void dist__names_ref(struct dist__names *n)

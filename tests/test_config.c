@@ -4,6 +4,7 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -131,6 +132,49 @@ static void test_setters(void **state)
     assert_int_equal(dist__timeout_ms(), 750);
 }
 
+static void expect_derived(const char *name, const char *chan,
+                           const char *queue, const char *owner_chan)
+{
+    struct dist__names *n = dist__names_new(name, strlen(name));
+    size_t len = 0;
+    char *p;
+
+    assert_non_null(n);
+    assert_string_equal(n->name.p, name);
+    assert_string_equal(n->chan.p, chan);
+    assert_int_equal(n->chan.len, strlen(chan));
+    assert_string_equal(n->queue.p, queue);
+    p = dist__names_derive(n, "redisson_lock__channel:", ":c1:7", &len);
+    assert_non_null(p);
+    assert_string_equal(p, owner_chan);
+    assert_int_equal(len, strlen(owner_chan));
+    free(p);
+    dist__names_unref(n);
+}
+
+/* Redisson's hash-tag rule: braces around N unless N has one already. */
+static void test_derived_names(void **state)
+{
+    struct dist__names *n;
+
+    (void)state;
+    expect_derived("ledger", "redisson_lock__channel:{ledger}",
+                   "redisson_lock_queue:{ledger}",
+                   "redisson_lock__channel:{ledger}:c1:7");
+    expect_derived("{ledger}", "redisson_lock__channel:{ledger}",
+                   "redisson_lock_queue:{ledger}",
+                   "redisson_lock__channel:{ledger}:c1:7");
+    expect_derived("a{b", "redisson_lock__channel:a{b",
+                   "redisson_lock_queue:a{b", "redisson_lock__channel:a{b:c1:7");
+    n = dist__names_new("x", 1);
+    assert_non_null(n);
+    assert_string_equal(n->token.p, "redisson_lock_token:{x}");
+    assert_string_equal(n->timeout.p, "redisson_lock_timeout:{x}");
+    assert_string_equal(n->rwchan.p, "redisson_rwlock:{x}");
+    assert_string_equal(n->writers.p, "distlock_rwlock_writers:{x}");
+    dist__names_unref(n);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -139,6 +183,7 @@ int main(void)
         cmocka_unit_test(test_unix_forms),
         cmocka_unit_test(test_refused),
         cmocka_unit_test(test_setters),
+        cmocka_unit_test(test_derived_names),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
