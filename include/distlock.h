@@ -44,6 +44,10 @@ extern "C" {
  *                         the renewal thread renews it every third of that
  *                         (default 30000, at least 300)
  *   DISTLOCK_TIMEOUT_MS   connect timeout and command timeout (default 2000)
+ *   DISTLOCK_WAITER_MS    how long a queued waiter (fair mutex, writer of a
+ *                         writer-preferring rwlock) stays queued after its
+ *                         process stops refreshing it, e.g. because it died
+ *                         (default 5000, at least 300)
  * The setters below override them and may be called at any time; they take
  * effect for connections opened afterwards (open ones are replaced at their
  * next use).  They return EINVAL for a malformed value, ENOMEM.
@@ -51,6 +55,7 @@ extern "C" {
 DIST_EXPORT int dist_set_url(const char *url);
 DIST_EXPORT int dist_set_watchdog_ms(unsigned long ms);
 DIST_EXPORT int dist_set_timeout_ms(unsigned long ms);
+DIST_EXPORT int dist_set_waiter_ms(unsigned long ms);
 
 /* Called, from the renewal thread or from the thread that finds out, when a
  * lock this process held is found lost (lease expired, forced, or the server
@@ -139,6 +144,12 @@ DIST_EXPORT int dist_mutexattr_setlease(dist_mutexattr_t *a,
                                         unsigned long lease_ms);
 DIST_EXPORT int dist_mutexattr_getlease(const dist_mutexattr_t *a,
                                         unsigned long *lease_ms);
+/* 0 (default): whoever asks when the lock is free may take it.  1: strict
+ * FIFO across processes: waiters queue in Redis (Redisson's RFairLock) and
+ * take the lock in the order they started waiting; trylock succeeds only
+ * when the lock is free and nobody is queued. */
+DIST_EXPORT int dist_mutexattr_setfair(dist_mutexattr_t *a, int fair);
+DIST_EXPORT int dist_mutexattr_getfair(const dist_mutexattr_t *a, int *fair);
 
 #ifdef __cplusplus
 }

@@ -11,6 +11,8 @@
 #define DEFAULT_URL         "redis://127.0.0.1:6379"
 #define DEFAULT_WATCHDOG_MS 30000UL
 #define DEFAULT_TIMEOUT_MS  2000UL
+#define DEFAULT_WAITER_MS   5000UL
+#define MIN_WAITER_MS       300UL
 #define MIN_WATCHDOG_MS     300UL
 #define MAX_MS              (24UL * 3600 * 1000)
 
@@ -194,6 +196,7 @@ static void load_env(void)
     cfg.watchdog_ms = env_ms("DISTLOCK_WATCHDOG_MS", DEFAULT_WATCHDOG_MS,
                              MIN_WATCHDOG_MS);
     cfg.timeout_ms = env_ms("DISTLOCK_TIMEOUT_MS", DEFAULT_TIMEOUT_MS, 1);
+    cfg.waiter_ms = env_ms("DISTLOCK_WAITER_MS", DEFAULT_WAITER_MS, MIN_WAITER_MS);
 }
 
 void dist__cfg_get(struct dist__cfg *out)
@@ -218,6 +221,17 @@ unsigned long dist__watchdog_ms(void)
     pthread_once(&cfg_once, load_env);
     pthread_mutex_lock(&cfg_mu);
     v = cfg.watchdog_ms;
+    pthread_mutex_unlock(&cfg_mu);
+    return v;
+}
+
+unsigned long dist__waiter_ms(void)
+{
+    unsigned long v;
+
+    pthread_once(&cfg_once, load_env);
+    pthread_mutex_lock(&cfg_mu);
+    v = cfg.waiter_ms;
     pthread_mutex_unlock(&cfg_mu);
     return v;
 }
@@ -271,6 +285,11 @@ static int set_ms(unsigned long *field, unsigned long ms, unsigned long min,
 int dist_set_watchdog_ms(unsigned long ms)
 {
     return set_ms(&cfg.watchdog_ms, ms, MIN_WATCHDOG_MS, "dist_set_watchdog_ms");
+}
+
+int dist_set_waiter_ms(unsigned long ms)
+{
+    return set_ms(&cfg.waiter_ms, ms, MIN_WAITER_MS, "dist_set_waiter_ms");
 }
 
 int dist_set_timeout_ms(unsigned long ms)

@@ -1,6 +1,8 @@
 /* conn.c: one hiredis connection per thread, and script calls on it.
  * A connection whose context failed is dead: it is freed and reopened. */
+#define _GNU_SOURCE   /* POLLRDHUP */
 #include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -122,6 +124,17 @@ int dist__connect(const struct dist__cfg *cfg, redisContext **out)
     return 0;
 }
 
+/* An idle connection has nothing to read: if it is readable, the server
+ * closed it (a restart, a timeout, CLIENT KILL).  Found now, the next call
+ * goes out on a fresh connection instead of into a dead one, where it could
+ * not be told whether it ran. */
+static int alive(const redisContext *c)
+{
+    struct pollfd p = { c->fd, POLLIN | POLLRDHUP, 0 };
+
+    return poll(&p, 1, 0) == 0;
+}
+
 redisContext *dist__conn(void)
 {
     struct tconn *t = my_conn;
@@ -139,7 +152,7 @@ redisContext *dist__conn(void)
         pthread_setspecific(conn_key, t);
         my_conn = t;
     }
-    if (t->c && (t->fork_gen != fgen || t->cfg_gen != cgen)) {
+    if (t->c && (t->fork_gen != fgen || t->cfg_gen != cgen || !alive(t->c))) {
         redisFree(t->c);
         t->c = NULL;
     }
@@ -252,7 +265,7 @@ int dist__eval_here(int script, int nkeys, const struct dist__buf *kv,
 
     *out = NULL;
     if (!c)
-        return DIST__ECONN;
+        return DIST__ENOCONN;
     rc = dist__eval(c, script, nkeys, kv, nkv, out);
     if (rc == DIST__ECONN)
         dist__conn_drop();

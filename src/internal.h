@@ -22,6 +22,7 @@
 /* ---- util.c ------------------------------------------------------------ */
 
 uint64_t dist__now_ms(void);                  /* CLOCK_MONOTONIC */
+void dist__sleep_ms(uint64_t ms);
 uint64_t dist__ts_to_mono_ms(const struct timespec *abstime);
 void dist__ms_to_ts(uint64_t mono_ms, struct timespec *ts);
 int dist__realtime_reached(const struct timespec *abstime);
@@ -51,6 +52,7 @@ struct dist__cfg {
     int db;
     unsigned long watchdog_ms;
     unsigned long timeout_ms;
+    unsigned long waiter_ms;      /* a queued waiter's window */
     char bad[240];                /* why DISTLOCK_URL was refused, or "" */
     unsigned long gen;            /* bumped by every change */
 };
@@ -59,6 +61,7 @@ void dist__cfg_get(struct dist__cfg *out);
 unsigned long dist__cfg_gen(void);
 unsigned long dist__watchdog_ms(void);
 unsigned long dist__timeout_ms(void);
+unsigned long dist__waiter_ms(void);
 int dist__parse_url(const char *url, struct dist__cfg *out, char *why,
                     size_t whylen);
 
@@ -84,6 +87,7 @@ void dist__cfg_fork(int phase);
 
 #define DIST__EREPLY (-2)  /* Redis answered with an error: nothing changed */
 #define DIST__ECONN  (-3)  /* connection failed: a sent call may have run */
+#define DIST__ENOCONN (-4) /* no connection could be made: nothing was sent */
 
 struct dist__buf {        /* one argument of a command */
     const char *p;
@@ -101,7 +105,8 @@ void dist__conn_close_thread(void);  /* dist_shutdown */
  * context is dead: the caller frees or drops it), or ENOMEM. */
 int dist__eval(redisContext *c, int script, int nkeys,
                const struct dist__buf *kv, int nkv, redisReply **out);
-/* Same on the thread's own connection; drops it on DIST__ECONN. */
+/* Same on the thread's own connection; drops it on DIST__ECONN, and returns
+ * DIST__ENOCONN when it cannot connect at all. */
 int dist__eval_here(int script, int nkeys, const struct dist__buf *kv,
                     int nkv, redisReply **out);
 int dist__reply_int(const redisReply *r, size_t i, long long *v);

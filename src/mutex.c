@@ -9,6 +9,7 @@
 #include "internal.h"
 
 #define MUTEX_MAGIC 0x64697374u   /* "dist" */
+#define ATTR_FAIR   1u            /* dist_mutexattr_t.__flags */
 
 /* What Redis keys by name is shared by every object of that name in the
  * process: Redis counts one owner thread's holds of a name together, so the
@@ -31,6 +32,7 @@ struct dist__lock {
 struct dist__mobj {
     unsigned magic;
     int type;
+    int fair;                         /* FIFO through the queue in Redis */
     unsigned long lease_ms;           /* 0: watchdog */
     struct dist__lock *lk;
 };
@@ -80,6 +82,24 @@ int dist_mutexattr_setlease(dist_mutexattr_t *a, unsigned long lease_ms)
     if (lease_ms > 24UL * 3600 * 1000)
         return dist__err(EINVAL, "lease of %lu ms is longer than a day", lease_ms);
     a->__lease_ms = lease_ms;
+    return 0;
+}
+
+int dist_mutexattr_setfair(dist_mutexattr_t *a, int fair)
+{
+    if (!a)
+        return EINVAL;
+    if (fair != 0 && fair != 1)
+        return dist__err(EINVAL, "fair must be 0 or 1, not %d", fair);
+    a->__flags = fair ? (a->__flags | ATTR_FAIR) : (a->__flags & ~ATTR_FAIR);
+    return 0;
+}
+
+int dist_mutexattr_getfair(const dist_mutexattr_t *a, int *fair)
+{
+    if (!a || !fair)
+        return EINVAL;
+    *fair = (a->__flags & ATTR_FAIR) != 0;
     return 0;
 }
 
@@ -221,6 +241,7 @@ static int obj_new(const char *name, const dist_mutexattr_t *attr,
     o->magic = MUTEX_MAGIC;
     o->type = attr && attr->__type ? attr->__type : DIST_MUTEX_RECURSIVE;
     o->lease_ms = attr ? attr->__lease_ms : 0;
+    o->fair = attr && (attr->__flags & ATTR_FAIR);
     *out = o;
     return 0;
 }
@@ -329,12 +350,21 @@ static int probe(struct dist__lock *lk, const char *owner, size_t olen,
                                { owner, olen } };
     redisReply *r;
     long long t;
-    int tries, rc = DIST__ECONN;
+    uint64_t give_up = 0;
+    int tries, rc;
 
-    /* The first reconnect usually works; a second covers a server that
-     * was restarting.  Each is bounded by the connect timeout. */
-    for (tries = 0; tries < 2 && rc == DIST__ECONN; tries++)
+    /* The first reconnect usually works; a server that is restarting may
+     * need a few tries: keep at it for up to the command timeout. */
+    for (tries = 0;; tries++) {
         rc = dist__eval_here(DIST__S_MUTEX_PROBE, 2, kv, 3, &r);
+        if (rc == 0 || rc == DIST__EREPLY || rc == ENOMEM)
+            break;
+        if (!give_up)
+            give_up = dist__now_ms() + dist__timeout_ms();
+        if (dist__now_ms() >= give_up)
+            break;
+        dist__sleep_ms(tries == 0 ? 10 : 50);
+    }
     if (rc != 0)
         return EIO;
     if (dist__reply_int(r, 0, holds) || dist__reply_int(r, 1, pttl) ||
@@ -349,26 +379,51 @@ static int probe(struct dist__lock *lk, const char *owner, size_t olen,
 
 /* One try at taking the lock.  before: the owner's count in Redis as far
  * as we know.  0 with *a filled, or EIO; *doubt when the outcome is unknown. */
-static int try_acquire(struct dist__mobj *o, long long before,
+enum { TRY_PLAIN, TRY_FAIR, WAIT_FAIR };
+
+/* Runs the acquire script of the lock's kind.  A fair lock's WAIT_FAIR also
+ * puts the caller in the queue (once) when it cannot take the lock. */
+static int run_acquire(struct dist__mobj *o, int how, redisReply **r)
+{
+    struct dist__lock *lk = o->lk;
+    char lease[24], window[24];
+    size_t olen;
+    const char *owner = dist__owner(&olen);
+    struct dist__buf kv[8];
+
+    snprintf(lease, sizeof lease, "%lu", lease_of(o));
+    if (how == TRY_PLAIN) {
+        kv[0] = lk->names->name;
+        kv[1] = lk->names->token;
+        kv[2] = (struct dist__buf){ lease, strlen(lease) };
+        kv[3] = (struct dist__buf){ owner, olen };
+        return dist__eval_here(DIST__S_MUTEX_LOCK, 2, kv, 4, r);
+    }
+    snprintf(window, sizeof window, "%lu", dist__waiter_ms());
+    kv[0] = lk->names->name;
+    kv[1] = lk->names->queue;
+    kv[2] = lk->names->timeout;
+    kv[3] = lk->names->token;
+    kv[4] = (struct dist__buf){ lease, strlen(lease) };
+    kv[5] = (struct dist__buf){ owner, olen };
+    kv[6] = (struct dist__buf){ window, strlen(window) };
+    kv[7] = how == WAIT_FAIR ? (struct dist__buf){ "wait", 4 }
+                             : (struct dist__buf){ "try", 3 };
+    return dist__eval_here(DIST__S_FAIR_LOCK, 4, kv, 8, r);
+}
+
+static int try_acquire(struct dist__mobj *o, int how, long long before,
                        struct attempt *a, int *doubt)
 {
     struct dist__lock *lk = o->lk;
-    char lease[24];
     size_t olen;
     const char *owner = dist__owner(&olen);
-    struct dist__buf kv[4];
     redisReply *r;
     long long ok, v, t = 0;
     int rc;
 
     *doubt = 0;
-    snprintf(lease, sizeof lease, "%lu", lease_of(o));
-    kv[0] = lk->names->name;
-    kv[1] = lk->names->token;
-    kv[2] = (struct dist__buf){ lease, strlen(lease) };
-    kv[3] = (struct dist__buf){ owner, olen };
-
-    rc = dist__eval_here(DIST__S_MUTEX_LOCK, 2, kv, 4, &r);
+    rc = run_acquire(o, how, &r);
     if (rc == DIST__ECONN) {
         /* The call may have run: ask Redis rather than run it twice. */
         if (probe(lk, owner, olen, &a->holds, &a->pttl, &a->token) != 0) {
@@ -379,7 +434,7 @@ static int try_acquire(struct dist__mobj *o, long long before,
             a->taken = 1;
             return 0;
         }
-        rc = dist__eval_here(DIST__S_MUTEX_LOCK, 2, kv, 4, &r);
+        rc = run_acquire(o, how, &r);
         if (rc == DIST__ECONN)
             *doubt = 1;
     }
@@ -528,15 +583,109 @@ static void yield_to_waiters(struct dist__lock *lk, const struct timespec *absti
         ;
 }
 
+/* A fair waiter's presence: the renewal thread keeps its queue deadline
+ * fresh while it waits, so only a waiter whose process died is purged. */
+static struct dist__hold *waiter_start(struct dist__lock *lk)
+{
+    struct dist__hold *w = dist__hold_new(lk->names, 0);
+
+    if (w) {
+        w->kind = DIST__K_WAITER;
+        w->keys = &lk->names->timeout;
+        w->nkeys = 1;
+        w->renew_ms = dist__waiter_ms();
+        w->period_ms = w->renew_ms / 3;
+        dist__renew_add(w);
+    }
+    return w;
+}
+
+static void waiter_stop(struct dist__hold *w)
+{
+    if (w && dist__renew_remove(w))
+        dist__hold_free(w);
+}
+
+/* A fair waiter that gives up leaves the queue at once (best effort: if
+ * Redis cannot be reached, its deadline ends it within a window). */
+static void fair_cancel(struct dist__lock *lk)
+{
+    size_t olen;
+    const char *owner = dist__owner(&olen);
+    const char *pub = dist__publish_cmd();
+    struct dist__buf kv[7] = {
+        lk->names->name, lk->names->queue, lk->names->timeout, lk->names->chan,
+        { owner, olen }, { pub, strlen(pub) }, { "0", 1 },
+    };
+    redisReply *r;
+
+    if (dist__eval_here(DIST__S_FAIR_CANCEL, 4, kv, 7, &r) == 0)
+        freeReplyObject(r);
+}
+
+/* The channel a waiter sleeps on: the lock's, or for a fair lock its own
+ * (only the head of the queue is told of a release). */
+static struct dist__chan *wait_channel(struct dist__mobj *o)
+{
+    struct dist__lock *lk = o->lk;
+    struct dist__chan *ch;
+    struct dist__buf b;
+    size_t olen;
+    char *suffix, *name;
+
+    if (!o->fair)
+        return dist__sub_get(&lk->names->chan);
+    dist__owner(&olen);
+    if (!(suffix = malloc(olen + 2)))
+        return NULL;
+    suffix[0] = ':';
+    memcpy(suffix + 1, dist__owner(NULL), olen + 1);
+    name = dist__names_derive(lk->names, "redisson_lock__channel:", suffix,
+                              &b.len);
+    free(suffix);
+    if (!name)
+        return NULL;
+    b.p = name;
+    ch = dist__sub_get(&b);
+    free(name);
+    return ch;
+}
+
+/* try_acquire for a call that may wait: a Redis that cannot be reached for
+ * a moment (a restart, a failover) is tried again until the command
+ * timeout has passed, or the caller's deadline.  Never after a call whose
+ * outcome is unknown: that is settled first, by the renewal thread. */
+static int try_patiently(struct dist__mobj *o, int how, long long before,
+                         struct attempt *a, int *doubt, uint64_t deadline)
+{
+    uint64_t give_up = 0, now;
+    int rc;
+
+    for (;;) {
+        rc = try_acquire(o, how, before, a, doubt);
+        if (rc != EIO || *doubt)
+            return rc;
+        now = dist__now_ms();
+        if (!give_up)
+            give_up = now + dist__timeout_ms();
+        if (deadline && deadline < give_up)
+            give_up = deadline;
+        if (now >= give_up)
+            return rc;
+        dist__sleep_ms(give_up - now < 50 ? give_up - now : 50);
+    }
+}
+
 static int acquire(dist_mutex_t *m, int try_only, const struct timespec *abstime)
 {
     struct dist__mobj *o;
     struct dist__lock *lk;
     struct dist__chan *ch;
+    struct dist__hold *w = NULL;
     struct attempt a = { 0 };
     long long before;
     uint64_t deadline = 0, until;
-    int rc, held, doubt, lost;
+    int rc, held, doubt, lost, how, queued = 0;
 
     if ((rc = get_obj(m, &o)) != 0)
         return rc;
@@ -546,26 +695,38 @@ static int acquire(dist_mutex_t *m, int try_only, const struct timespec *abstime
     if (held == 1 && o->type == DIST_MUTEX_ERRORCHECK)
         return dist__err(EDEADLK, "mutex '%s' is already held by this thread",
                          lk->names->name.p);
-    if (!try_only && held == 0)
+    if (!try_only && held == 0 && !o->fair)
         yield_to_waiters(lk, abstime);
 
-    rc = try_acquire(o, before, &a, &doubt);
+    /* A fair lock's blocking call joins the queue at its first attempt, so
+     * that callers are served in the order they arrived. */
+    how = !o->fair ? TRY_PLAIN : try_only ? TRY_FAIR : WAIT_FAIR;
+    rc = try_only ? try_acquire(o, how, before, &a, &doubt)
+                  : try_patiently(o, how, before, &a, &doubt, 0);
+    queued = how == WAIT_FAIR && rc == 0 && !a.taken;
     if (rc == 0 && !a.taken && try_only)
-        return dist__err(EBUSY, "mutex '%s' is held by another owner",
-                         lk->names->name.p);
+        return dist__err(EBUSY, "mutex '%s' is held by another owner%s",
+                         lk->names->name.p, o->fair ? " or has waiters" : "");
     if (rc == 0 && !a.taken) {
         /* It would wait: only now is the deadline looked at (as musl). */
         if (abstime) {
             if (abstime->tv_nsec < 0 || abstime->tv_nsec >= 1000000000L)
-                return dist__err(EINVAL, "abstime.tv_nsec %ld is out of range",
-                                 abstime->tv_nsec);
-            if (dist__realtime_reached(abstime))
-                return dist__err(ETIMEDOUT, "mutex '%s': deadline passed",
-                                 lk->names->name.p);
-            deadline = dist__ts_to_mono_ms(abstime);
+                rc = dist__err(EINVAL, "abstime.tv_nsec %ld is out of range",
+                               abstime->tv_nsec);
+            else if (dist__realtime_reached(abstime))
+                rc = dist__err(ETIMEDOUT, "mutex '%s': deadline passed",
+                               lk->names->name.p);
+            else
+                deadline = dist__ts_to_mono_ms(abstime);
         }
-        if (!(ch = dist__sub_get(&lk->names->chan)))
-            return dist__err(ENOMEM, "out of memory");
+    }
+    if (rc == 0 && !a.taken) {
+        if (o->fair)
+            w = waiter_start(lk);
+        if (!(ch = wait_channel(o))) {
+            rc = dist__err(ENOMEM, "out of memory");
+            goto out;
+        }
         /* Subscribe before trying again, so that a release that comes
          * between that try and the sleep wakes the sleep. */
         until = dist__now_ms() + sleep_bound(o, a.pttl);
@@ -573,11 +734,12 @@ static int acquire(dist_mutex_t *m, int try_only, const struct timespec *abstime
             until = deadline;
         dist__sub_wait_ready(ch, until);
         for (;;) {
-            rc = try_acquire(o, before, &a, &doubt);
+            rc = try_patiently(o, how, before, &a, &doubt, deadline);
             if (rc != 0 || a.taken)
                 break;
-            /* Sleep until a release message, the end of the holder's lease,
-             * or our deadline, whichever comes first. */
+            /* Sleep until a release message, the end of the holder's lease
+             * (for a fair waiter behind others: the head's deadline), or
+             * our deadline, whichever comes first. */
             until = dist__now_ms() + sleep_bound(o, a.pttl);
             if (deadline && deadline < until)
                 until = deadline;
@@ -593,6 +755,10 @@ static int acquire(dist_mutex_t *m, int try_only, const struct timespec *abstime
         }
         dist__sub_put(ch);
     }
+out:
+    waiter_stop(w);
+    if (queued && !(rc == 0 && a.taken))
+        fair_cancel(lk);
     if (rc != 0) {
         if (doubt)
             leave_doubt(o, (unsigned long)before);
@@ -637,23 +803,30 @@ static long long release(struct dist__mobj *o, long long before,
     size_t olen;
     const char *owner = dist__owner(&olen);
     const char *pub = dist__publish_cmd();
-    struct dist__buf kv[6];
+    struct dist__buf kv[8];
     redisReply *r;
     long long res, holds, pttl;
     uint64_t tok;
-    int rc;
+    int rc, n, nkeys, script;
 
     *doubt = 0;
     *waiters = 0;
     snprintf(lease, sizeof lease, "%lu", lease_of(o));
-    kv[0] = lk->names->name;
-    kv[1] = lk->names->chan;
-    kv[2] = (struct dist__buf){ lease, strlen(lease) };
-    kv[3] = (struct dist__buf){ owner, olen };
-    kv[4] = (struct dist__buf){ pub, strlen(pub) };
-    kv[5] = (struct dist__buf){ "0", 1 };
+    n = 0;
+    kv[n++] = lk->names->name;
+    if (o->fair) {
+        kv[n++] = lk->names->queue;
+        kv[n++] = lk->names->timeout;
+    }
+    kv[n++] = lk->names->chan;
+    nkeys = n;
+    kv[n++] = (struct dist__buf){ lease, strlen(lease) };
+    kv[n++] = (struct dist__buf){ owner, olen };
+    kv[n++] = (struct dist__buf){ pub, strlen(pub) };
+    kv[n++] = (struct dist__buf){ "0", 1 };
+    script = o->fair ? DIST__S_FAIR_UNLOCK : DIST__S_MUTEX_UNLOCK;
 
-    rc = dist__eval_here(DIST__S_MUTEX_UNLOCK, 2, kv, 6, &r);
+    rc = dist__eval_here(script, nkeys, kv, n, &r);
     if (rc == DIST__ECONN) {
         if (probe(lk, owner, olen, &holds, &pttl, &tok) != 0) {
             *doubt = 1;
@@ -667,7 +840,7 @@ static long long release(struct dist__mobj *o, long long before,
             return holds;          /* it ran */
         if (holds != before)
             return -1;             /* the hold went away meanwhile */
-        rc = dist__eval_here(DIST__S_MUTEX_UNLOCK, 2, kv, 6, &r);
+        rc = dist__eval_here(script, nkeys, kv, n, &r);
         if (rc == DIST__ECONN) {
             *doubt = 1;
             return REL_FAILED;
@@ -713,6 +886,8 @@ int dist_mutex_unlock(dist_mutex_t *m)
     res = release(o, before, mytoken, &doubt, &waiters);
 
     pthread_mutex_lock(&lk->mu);
+    if (o->fair)
+        waiters = 0;   /* the queue already decides who is next */
     if (res == 0 && waiters > 0) {
         /* PUBLISH counted our own subscriber connection too, if it listens:
          * that one matters only while another local thread waits. */

@@ -155,3 +155,11 @@ int dist__thread_start(pthread_t *th, void *(*fn)(void *))
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     return rc;
 }
+
+void dist__sleep_ms(uint64_t ms)
+{
+    struct timespec ts = { (time_t)(ms / 1000), (long)(ms % 1000) * 1000000L };
+
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}

@@ -1,0 +1,58 @@
+-- fair_lock: take the fair (FIFO) lock, or join its queue and say how long to wait.
+-- Waiters' deadlines come from the server's clock and are short: a live waiter's
+-- process keeps pushing its own forward (waiter_renew), so one that died is purged
+-- within a window instead of stalling the queue for minutes as in Redisson.
+-- KEYS[1]  the lock: HASH { <owner>: hold count }                 (N)
+-- KEYS[2]  wait queue: LIST of owners, head first                 (redisson_lock_queue:{N})
+-- KEYS[3]  waiter deadlines: ZSET owner -> server ms              (redisson_lock_timeout:{N})
+-- KEYS[4]  fencing counter                                        (redisson_lock_token:{N})
+-- ARGV[1]  lease in ms
+-- ARGV[2]  owner
+-- ARGV[3]  waiter window in ms
+-- ARGV[4]  'try': never join the queue; 'wait': join it (once) when the lock is taken
+-- Reply    {1, holds, token}  taken (holds: the owner's count after this call)
+--          {0, wait_ms}       not taken; wait at most this long before trying again
+--                             (the lock's lease when the caller heads the queue, else
+--                             until the head's deadline, when a dead head is purged)
+local t = redis.call('time')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local dead = redis.call('zrangebyscore', KEYS[3], '-inf', now)
+for i = 1, #dead do
+  redis.call('lrem', KEYS[2], 0, dead[i])
+  redis.call('zrem', KEYS[3], dead[i])
+end
+
+if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+  local holds = redis.call('hincrby', KEYS[1], ARGV[2], 1)
+  redis.call('pexpire', KEYS[1], ARGV[1])
+  return {1, holds, tonumber(redis.call('get', KEYS[4]) or '0')}
+end
+
+local head = redis.call('lindex', KEYS[2], 0)
+if redis.call('exists', KEYS[1]) == 0 and (not head or head == ARGV[2]) then
+  if head then
+    redis.call('lpop', KEYS[2])
+  end
+  redis.call('zrem', KEYS[3], ARGV[2])
+  redis.call('hset', KEYS[1], ARGV[2], 1)
+  redis.call('pexpire', KEYS[1], ARGV[1])
+  return {1, 1, redis.call('incr', KEYS[4])}
+end
+
+local pttl = redis.call('pttl', KEYS[1])
+if ARGV[4] == 'try' then
+  return {0, pttl > 0 and pttl or 0}
+end
+
+local deadline = now + tonumber(ARGV[3])
+if redis.call('zadd', KEYS[3], deadline, ARGV[2]) == 1 then
+  redis.call('rpush', KEYS[2], ARGV[2])
+end
+head = redis.call('lindex', KEYS[2], 0)
+if head == ARGV[2] then
+  if pttl >= 0 then
+    return {0, pttl}
+  end
+  return {0, tonumber(ARGV[3])}
+end
+return {0, tonumber(redis.call('zscore', KEYS[3], head)) - now}

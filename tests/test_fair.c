@@ -1,0 +1,598 @@
+/*
+ * test_fair: the fair (FIFO) mutex against a private redis-server: order
+ * across processes, a queue that never stalls behind a dead waiter, waiters
+ * that give up leave at once, and only the head is told of a release.
+ *
+ * As in test_mutex, workers (threads, forked children) only record results
+ * and the main thread asserts; bounds hold on a loaded 2-core machine.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "distlock.h"
+#include "testutil.h"
+
+#define WAITER_MS 2000UL   /* a short waiter window keeps the tests short */
+
+static tu_redis_t r;
+
+struct names {
+    char lock[160], queue[200], timeout[200], chan[200];
+};
+
+static void make_names(struct names *n, const char *test)
+{
+    snprintf(n->lock, sizeof n->lock, "test_fair:%s:%ld", test, (long)getpid());
+    snprintf(n->queue, sizeof n->queue, "redisson_lock_queue:{%s}", n->lock);
+    snprintf(n->timeout, sizeof n->timeout, "redisson_lock_timeout:{%s}", n->lock);
+    snprintf(n->chan, sizeof n->chan, "redisson_lock__channel:{%s}", n->lock);
+}
+
+static void fair_init(dist_mutex_t *m, const char *name, unsigned long lease)
+{
+    dist_mutexattr_t a;
+    int fair = 0;
+
+    assert_int_equal(dist_mutexattr_init(&a), 0);
+    assert_int_equal(dist_mutexattr_setfair(&a, 1), 0);
+    assert_int_equal(dist_mutexattr_getfair(&a, &fair), 0);
+    assert_int_equal(fair, 1);
+    assert_int_equal(dist_mutexattr_setlease(&a, lease), 0);
+    assert_int_equal(dist_mutex_init(m, name, &a), 0);
+    dist_mutexattr_destroy(&a);
+}
+
+static long long llen(const char *key)
+{
+    return tu_cmd_int(&r, "LLEN", key, NULL);
+}
+
+static long long exists(const char *key)
+{
+    return tu_cmd_int(&r, "EXISTS", key, NULL);
+}
+
+/* Waits up to secs for LLEN(queue) to reach n. */
+static int queue_reaches(const char *queue, long long n, double secs)
+{
+    double end = tu_now() + secs;
+
+    while (tu_now() < end) {
+        if (llen(queue) == n)
+            return 1;
+        tu_sleep_ms(5);
+    }
+    return 0;
+}
+
+static int no_channels_within(double secs)
+{
+    double end = tu_now() + secs;
+
+    while (tu_now() < end) {
+        redisReply *x = tu_cmd(&r, "PUBSUB", "CHANNELS", NULL);
+        int empty = x && x->type == REDIS_REPLY_ARRAY && x->elements == 0;
+        if (x)
+            freeReplyObject(x);
+        if (empty)
+            return 1;
+        tu_sleep_ms(50);
+    }
+    return 0;
+}
+
+/* ---- a waiter that starts at a given time -------------------------------- */
+
+/* Shared by all processes of a test: where each waiter came in. */
+struct order {
+    atomic_int next;
+    int seq[16];       /* seq[i]: waiter i's place in the order, -1 none */
+    int rc[16];
+    double t[16];      /* CLOCK_MONOTONIC when it got the lock */
+};
+
+struct waiter {
+    dist_mutex_t *m;
+    struct order *o;
+    int idx;
+    double start_at;   /* tu_now() time to call lock */
+    double timeout;    /* > 0: timedlock with this many seconds */
+    int hold_ms;
+    int unlock;        /* 0: keep the lock (an explicit lease ends it) */
+    pthread_t th;
+};
+
+static void *waiter_main(void *arg)
+{
+    struct waiter *w = arg;
+    struct timespec ts;
+    double d = w->start_at - tu_now();
+    int rc;
+
+    if (d > 0)
+        tu_sleep_ms((long)(d * 1000));
+    if (w->timeout > 0) {
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += (time_t)w->timeout;
+        rc = dist_mutex_timedlock(w->m, &ts);
+    } else {
+        rc = dist_mutex_lock(w->m);
+    }
+    w->o->rc[w->idx] = rc;
+    if (rc == 0) {
+        w->o->t[w->idx] = tu_now();
+        w->o->seq[w->idx] = atomic_fetch_add(&w->o->next, 1);
+        tu_sleep_ms(w->hold_ms);
+        if (w->unlock)
+            w->o->rc[w->idx] = dist_mutex_unlock(w->m);
+    }
+    return NULL;
+}
+
+static struct order *order_new(void)
+{
+    struct order *o = mmap(NULL, sizeof *o, PROT_READ | PROT_WRITE,
+                           MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    int i;
+
+    assert_true(o != MAP_FAILED);
+    atomic_init(&o->next, 0);
+    for (i = 0; i < 16; i++) {
+        o->seq[i] = -1;
+        o->rc[i] = -1;
+    }
+    return o;
+}
+
+static void waiter_go(struct waiter *w, dist_mutex_t *m, struct order *o,
+                      int idx, double start_at)
+{
+    memset(w, 0, sizeof *w);
+    w->m = m;
+    w->o = o;
+    w->idx = idx;
+    w->start_at = start_at;
+    w->hold_ms = 20;
+    w->unlock = 1;
+}
+
+struct trylock_arg {
+    dist_mutex_t *m;
+    int rc;
+};
+
+static void *trylock_main(void *arg)
+{
+    struct trylock_arg *a = arg;
+
+    a->rc = dist_mutex_trylock(a->m);
+    if (a->rc == 0)
+        dist_mutex_unlock(a->m);
+    return NULL;
+}
+
+/* trylock (and unlock on success) from a thread of its own */
+static int trylock_in_thread(dist_mutex_t *m)
+{
+    struct trylock_arg ta = { m, -1 };
+    pthread_t th;
+
+    if (pthread_create(&th, NULL, trylock_main, &ta) != 0)
+        return -1;
+    pthread_join(th, NULL);
+    return ta.rc;
+}
+
+/* ---- tests ---------------------------------------------------------------- */
+
+/* 8 waiters in 2 processes start 50 ms apart while the lock is held, and
+ * acquire in exactly that order. */
+static void test_fifo_across_processes(void **state)
+{
+    struct names n;
+    dist_mutex_t m;
+    struct order *o = order_new();
+    struct waiter w[8];
+    double t0;
+    pid_t pid;
+    int i, st;
+
+    (void)state;
+    make_names(&n, __func__);
+    fair_init(&m, n.lock, 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    t0 = tu_now() + 0.3;
+
+    pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        dist_mutex_t cm;
+        dist_mutexattr_t a;
+        dist_mutexattr_init(&a);
+        dist_mutexattr_setfair(&a, 1);
+        if (dist_mutex_init(&cm, n.lock, &a) != 0)
+            _exit(3);
+        for (i = 1; i < 8; i += 2) {
+            waiter_go(&w[i], &cm, o, i, t0 + 0.05 * i);
+            pthread_create(&w[i].th, NULL, waiter_main, &w[i]);
+        }
+        for (i = 1; i < 8; i += 2)
+            pthread_join(w[i].th, NULL);
+        dist_shutdown();
+        _exit(0);
+    }
+    for (i = 0; i < 8; i += 2) {
+        waiter_go(&w[i], &m, o, i, t0 + 0.05 * i);
+        assert_int_equal(pthread_create(&w[i].th, NULL, waiter_main, &w[i]), 0);
+    }
+    /* all 8 queued, in order, and none has the lock */
+    assert_true(queue_reaches(n.queue, 8, 5.0));
+    assert_int_equal(atomic_load(&o->next), 0);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+
+    for (i = 0; i < 8; i += 2)
+        pthread_join(w[i].th, NULL);
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    for (i = 0; i < 8; i++) {
+        assert_int_equal(o->rc[i], 0);
+        if (o->seq[i] != i)
+            fail_msg("waiter %d (started %d ms after the first) came %d-th",
+                     i, 50 * i, o->seq[i]);
+    }
+    assert_int_equal(exists(n.lock), 0);
+    assert_int_equal(exists(n.queue), 0);
+    assert_int_equal(exists(n.timeout), 0);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+    munmap(o, sizeof *o);
+}
+
+/* 8 timedlock waiters with a 1 s lease that never unlock: each gets the lock
+ * when the previous lease ends, in the order they came. */
+static void test_fifo_leases_expire(void **state)
+{
+    struct names n;
+    dist_mutex_t m;
+    struct order *o = order_new();
+    struct waiter w[8];
+    double t0;
+    int i;
+
+    (void)state;
+    make_names(&n, __func__);
+    fair_init(&m, n.lock, 1000);
+    t0 = tu_now();
+    for (i = 0; i < 8; i++) {
+        waiter_go(&w[i], &m, o, i, t0 + 0.05 * i);
+        w[i].timeout = 30;
+        w[i].unlock = 0;
+        w[i].hold_ms = 0;
+        assert_int_equal(pthread_create(&w[i].th, NULL, waiter_main, &w[i]), 0);
+    }
+    for (i = 0; i < 8; i++)
+        pthread_join(w[i].th, NULL);
+    for (i = 0; i < 8; i++) {
+        assert_int_equal(o->rc[i], 0);
+        if (o->seq[i] != i)
+            fail_msg("waiter %d came %d-th", i, o->seq[i]);
+        /* each waits out the lease before it, and not much more */
+        if (i > 0 && (o->t[i] - o->t[i - 1] < 0.9 || o->t[i] - o->t[i - 1] > 2.0))
+            fail_msg("waiter %d got it %.3f s after waiter %d", i,
+                     o->t[i] - o->t[i - 1], i - 1);
+    }
+    assert_int_equal(exists(n.queue), 0);
+    assert_int_equal(exists(n.timeout), 0);
+    /* the holds were left to expire: destroy still sees them */
+    munmap(o, sizeof *o);
+}
+
+/* The head of a queue of 3 is SIGKILLed: the next waiter is delayed by at
+ * most the waiter window plus a second. */
+static void test_dead_head_evicted(void **state)
+{
+    struct names n;
+    dist_mutex_t m;
+    struct order *o = order_new();
+    struct waiter w[3];
+    double t_unlock, delay;
+    pid_t pid;
+    int st;
+
+    (void)state;
+    make_names(&n, __func__);
+    fair_init(&m, n.lock, 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+
+    pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        dist_mutex_t cm;
+        dist_mutexattr_t a;
+        dist_mutexattr_init(&a);
+        dist_mutexattr_setfair(&a, 1);
+        if (dist_mutex_init(&cm, n.lock, &a) == 0)
+            dist_mutex_lock(&cm);   /* never returns before the kill */
+        _exit(1);
+    }
+    assert_true(queue_reaches(n.queue, 1, 5.0));
+    waiter_go(&w[1], &m, o, 1, tu_now());
+    assert_int_equal(pthread_create(&w[1].th, NULL, waiter_main, &w[1]), 0);
+    assert_true(queue_reaches(n.queue, 2, 5.0));
+    waiter_go(&w[2], &m, o, 2, tu_now());
+    assert_int_equal(pthread_create(&w[2].th, NULL, waiter_main, &w[2]), 0);
+    assert_true(queue_reaches(n.queue, 3, 5.0));
+
+    kill(pid, SIGKILL);
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFSIGNALED(st));
+    t_unlock = tu_now();
+    assert_int_equal(dist_mutex_unlock(&m), 0);   /* tells the dead head */
+    pthread_join(w[1].th, NULL);
+    pthread_join(w[2].th, NULL);
+
+    assert_int_equal(o->rc[1], 0);
+    assert_int_equal(o->rc[2], 0);
+    assert_int_equal(o->seq[1], 0);
+    assert_int_equal(o->seq[2], 1);
+    delay = o->t[1] - t_unlock;
+    if (delay > WAITER_MS / 1000.0 + 1.0)
+        fail_msg("the next waiter waited %.3f s behind a dead head", delay);
+    assert_int_equal(exists(n.queue), 0);
+    assert_int_equal(exists(n.timeout), 0);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+    munmap(o, sizeof *o);
+}
+
+/* A waiter that times out leaves the queue and the deadline set at once;
+ * trylock never joins the queue. */
+static void test_giving_up_leaves_no_entry(void **state)
+{
+    struct names n;
+    dist_mutex_t m;
+    struct order *o = order_new();
+    struct waiter w;
+    double t0;
+
+    (void)state;
+    make_names(&n, __func__);
+    fair_init(&m, n.lock, 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+
+    waiter_go(&w, &m, o, 0, tu_now());
+    w.timeout = 1;
+    t0 = tu_now();
+    assert_int_equal(pthread_create(&w.th, NULL, waiter_main, &w), 0);
+    assert_true(queue_reaches(n.queue, 1, 3.0));
+    pthread_join(w.th, NULL);
+    assert_int_equal(o->rc[0], ETIMEDOUT);
+    assert_true(tu_now() - t0 < 3.0);
+    assert_int_equal(exists(n.queue), 0);
+    assert_int_equal(exists(n.timeout), 0);
+
+    /* trylock from another thread: EBUSY, and it does not queue */
+    assert_int_equal(trylock_in_thread(&m), EBUSY);
+    assert_int_equal(exists(n.queue), 0);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+    munmap(o, sizeof *o);
+}
+
+/* A free lock with someone queued is not for trylock: the queue decides. */
+static void test_trylock_respects_queue(void **state)
+{
+    struct names n;
+    dist_mutex_t m;
+    const char *fake_owner = "00000000-0000-0000-0000-000000000000:1";
+    char deadline[32];
+
+    (void)state;
+    make_names(&n, __func__);
+    fair_init(&m, n.lock, 0);
+    /* a live waiter of another client (deadline well ahead on the server) */
+    {
+        redisReply *t = tu_cmd(&r, "TIME", NULL);
+        assert_non_null(t);
+        snprintf(deadline, sizeof deadline, "%lld",
+                 atoll(t->element[0]->str) * 1000 + 60000);
+        freeReplyObject(t);
+    }
+    assert_int_equal(tu_cmd_int(&r, "RPUSH", n.queue, fake_owner, NULL), 1);
+    assert_int_equal(tu_cmd_int(&r, "ZADD", n.timeout, deadline, fake_owner, NULL), 1);
+    assert_int_equal(trylock_in_thread(&m), EBUSY);
+    assert_int_equal(llen(n.queue), 1);
+
+    /* once that waiter is gone, trylock takes the free lock */
+    tu_cmd_int(&r, "DEL", n.queue, n.timeout, NULL);
+    assert_int_equal(dist_mutex_trylock(&m), 0);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+}
+
+static void test_reentrant_counts(void **state)
+{
+    struct names n;
+    dist_mutex_t m;
+    uint64_t t1 = 0, t2 = 0;
+
+    (void)state;
+    make_names(&n, __func__);
+    fair_init(&m, n.lock, 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_mutex_token(&m, &t1), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_mutex_trylock(&m), 0);
+    assert_int_equal(dist_mutex_token(&m, &t2), 0);
+    assert_true(t1 >= 1 && t1 == t2);
+    {
+        redisReply *x = tu_cmd(&r, "HVALS", n.lock, NULL);
+        assert_non_null(x);
+        assert_int_equal(x->elements, 1);
+        assert_string_equal(x->element[0]->str, "3");
+        freeReplyObject(x);
+    }
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(exists(n.lock), 1);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(exists(n.lock), 0);
+    assert_int_equal(dist_mutex_unlock(&m), EPERM);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+}
+
+/* Only the head's own channel hears a release; the lock's channel does not. */
+static void test_release_wakes_only_head(void **state)
+{
+    struct names n;
+    dist_mutex_t m;
+    struct order *o = order_new();
+    struct waiter w;
+    redisContext *sub;
+    redisReply *x;
+    char pattern[256], *head;
+    int messages = 0, to_head = 0, to_other = 0;
+    double end;
+
+    (void)state;
+    make_names(&n, __func__);
+    fair_init(&m, n.lock, 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    waiter_go(&w, &m, o, 0, tu_now());
+    assert_int_equal(pthread_create(&w.th, NULL, waiter_main, &w), 0);
+    assert_true(queue_reaches(n.queue, 1, 3.0));
+    head = tu_cmd_str(&r, "LINDEX", n.queue, "0", NULL);
+    assert_non_null(head);
+
+    sub = tu_redis_admin(&r);
+    assert_non_null(sub);
+    snprintf(pattern, sizeof pattern, "redisson_lock__channel:{%s}*", n.lock);
+    x = redisCommand(sub, "PSUBSCRIBE %s", pattern);
+    assert_non_null(x);
+    freeReplyObject(x);
+
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    pthread_join(w.th, NULL);
+    assert_int_equal(o->rc[0], 0);
+
+    /* collect what was published for 0.5 s */
+    end = tu_now() + 0.5;
+    while (tu_now() < end) {
+        void *reply = NULL;
+        if (redisGetReply(sub, &reply) != REDIS_OK)
+            break;   /* read timeout of the admin connection */
+        x = reply;
+        if (x->type == REDIS_REPLY_ARRAY && x->elements == 4) {
+            const char *ch = x->element[2]->str;
+            size_t cl = strlen(ch), hl = strlen(head);
+            messages++;
+            if (cl > hl && strcmp(ch + cl - hl, head) == 0 && ch[cl - hl - 1] == ':')
+                to_head++;
+            else
+                to_other++;
+        }
+        freeReplyObject(x);
+    }
+    redisFree(sub);
+    free(head);
+    /* the waiter's own unlock had nobody queued: nothing published */
+    assert_int_equal(to_head, 1);
+    assert_int_equal(to_other, 0);
+    assert_int_equal(messages, 1);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+    munmap(o, sizeof *o);
+}
+
+/* Redis restarts while waiters queue: the holder's hold is lost, the
+ * waiters queue again and all acquire. */
+static void test_restart_while_queued(void **state)
+{
+    struct names n;
+    dist_mutex_t m;
+    struct order *o = order_new();
+    struct waiter w[2];
+    int i;
+
+    (void)state;
+    make_names(&n, __func__);
+    assert_int_equal(dist_set_watchdog_ms(1500), 0);
+    fair_init(&m, n.lock, 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    for (i = 0; i < 2; i++) {
+        waiter_go(&w[i], &m, o, i, tu_now());
+        w[i].timeout = 15;
+        assert_int_equal(pthread_create(&w[i].th, NULL, waiter_main, &w[i]), 0);
+        assert_true(queue_reaches(n.queue, i + 1, 3.0));
+    }
+    assert_int_equal(tu_redis_restart(&r), 0);
+    for (i = 0; i < 2; i++)
+        pthread_join(w[i].th, NULL);
+    assert_int_equal(dist_mutex_unlock(&m), EPERM);
+    dist_set_watchdog_ms(30000);
+    for (i = 0; i < 2; i++)
+        if (o->rc[i] != 0)
+            fail_msg("waiter %d: %s", i, strerror(o->rc[i]));
+    assert_int_equal(exists(n.queue), 0);
+    assert_int_equal(exists(n.timeout), 0);
+    assert_int_equal(exists(n.lock), 0);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+    munmap(o, sizeof *o);
+}
+
+/* Nothing of any test stays subscribed. */
+static void test_no_channels_left(void **state)
+{
+    (void)state;
+    assert_true(no_channels_within(3.0));
+}
+
+static int group_setup(void **state)
+{
+    (void)state;
+    signal(SIGPIPE, SIG_IGN);
+    if (tu_redis_start(&r) != 0)
+        return -1;
+    return dist_set_url(r.url_unix) || dist_set_waiter_ms(WAITER_MS) ? -1 : 0;
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    dist_shutdown();
+    tu_redis_stop(&r);
+    return 0;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_fifo_across_processes),
+        cmocka_unit_test(test_fifo_leases_expire),
+        cmocka_unit_test(test_dead_head_evicted),
+        cmocka_unit_test(test_giving_up_leaves_no_entry),
+        cmocka_unit_test(test_trylock_respects_queue),
+        cmocka_unit_test(test_reentrant_counts),
+        cmocka_unit_test(test_release_wakes_only_head),
+        cmocka_unit_test(test_restart_while_queued),
+        cmocka_unit_test(test_no_channels_left),
+    };
+    const char *filter = getenv("TEST_FAIR_FILTER");
+
+    if (filter && *filter)
+        cmocka_set_test_filter(filter);
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
