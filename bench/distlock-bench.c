@@ -51,10 +51,28 @@
 /* Options and sizes                                                        */
 /* ------------------------------------------------------------------------ */
 
-enum { SC_FLOOR, SC_S1, SC_S1T, SC_S2, SC_S3, SC_S4, SC_COUNT };
+enum { SC_FLOOR, SC_S1, SC_S1T, SC_S2, SC_S3, SC_S4, SC_S2F, SC_S3F, SC_COUNT };
 static const char *const sc_names[SC_COUNT] = {
-    "floor", "s1", "s1t", "s2", "s3", "s4"
+    "floor", "s1", "s1t", "s2", "s3", "s4", "s2f", "s3f"
 };
+
+/* s2f and s3f run s2 and s3 on a fair (FIFO) mutex; workers fork after
+ * these are set, so they see them. */
+static int bench_fair;
+static const char *cur_sc = "s2";
+
+/* A mutex of the kind the current scenario measures. */
+static int bench_mutex_init(dist_mutex_t *m, const char *name)
+{
+    dist_mutexattr_t a;
+    int rc;
+
+    dist_mutexattr_init(&a);
+    dist_mutexattr_setfair(&a, bench_fair);
+    rc = dist_mutex_init(m, name, &a);
+    dist_mutexattr_destroy(&a);
+    return rc;
+}
 
 static struct {
     int json;
@@ -1115,7 +1133,7 @@ static int s2_worker(int idx)
 
     if (!c)
         return -1;
-    if ((rc = dist_mutex_init(&m, s2_lock, NULL)) != 0)
+    if ((rc = bench_mutex_init(&m, s2_lock)) != 0)
         return dfail("dist_mutex_init", rc);
     /* connect the library (one uncounted pair) before the start line */
     if ((rc = dist_mutex_lock(&m)) != 0 || (rc = dist_mutex_unlock(&m)) != 0)
@@ -1228,7 +1246,7 @@ static void scenario_s2(redisContext *c)
 
     reset_shared();
     if (s2_run(c, &final) != 0) {
-        report_error("s2");
+        report_error(cur_sc);
         return;
     }
     for (i = 0; i < P.s2_procs; i++) {
@@ -1251,25 +1269,25 @@ static void scenario_s2(redisContext *c)
     meanw_ms = total ? (double)sumw / (double)total / 1e6 : 0;
     lost = total - final;
 
-    row("s2", "acquisitions, 4 procs", fmtd(b1, sizeof b1, acq, 0), "acq/s",
+    row(cur_sc, "acquisitions, 4 procs", fmtd(b1, sizeof b1, acq, 0), "acq/s",
         fmtd(b2, sizeof b2, target, 0), v_hi(b3, sizeof b3, acq, target));
-    row("s2", "lost updates", fmtd(b1, sizeof b1, (double)lost, 0), "",
+    row(cur_sc, "lost updates", fmtd(b1, sizeof b1, (double)lost, 0), "",
         "0", lost == 0 ? "ok" : "MISS");
     snprintf(b2, sizeof b2, ">= %.3f", 0.5 * fair);
-    row("s2", "smallest share of one proc", fmtd(b1, sizeof b1, minsh, 3),
+    row(cur_sc, "smallest share of one proc", fmtd(b1, sizeof b1, minsh, 3),
         "frac", b2, v_hi(b3, sizeof b3, minsh, 0.5 * fair));
-    row("s2", "largest share of one proc", fmtd(b1, sizeof b1, maxsh, 3),
+    row(cur_sc, "largest share of one proc", fmtd(b1, sizeof b1, maxsh, 3),
         "frac", NULL, NULL);
-    row("s2", "longest wait in lock()", fmtd(b1, sizeof b1, maxw_ms, 2),
+    row(cur_sc, "longest wait in lock()", fmtd(b1, sizeof b1, maxw_ms, 2),
         "ms", NULL, NULL);
-    row("s2", "mean wait in lock()", fmtd(b1, sizeof b1, meanw_ms, 3),
+    row(cur_sc, "mean wait in lock()", fmtd(b1, sizeof b1, meanw_ms, 3),
         "ms", NULL, NULL);
-    row("s2", "wait in lock() p99 (10us bins)",
+    row(cur_sc, "wait in lock() p99 (10us bins)",
         fmtd(b1, sizeof b1, s2_wait_pct(total, 0.99), 2), "ms", NULL, NULL);
-    row("s2", "wait in lock() p99.9",
+    row(cur_sc, "wait in lock() p99.9",
         fmtd(b1, sizeof b1, s2_wait_pct(total, 0.999), 2), "ms", NULL, NULL);
 
-    jstart(&j, "s2");
+    jstart(&j, cur_sc);
     jint(&j, "procs", P.s2_procs);
     jnum(&j, "seconds", secs);
     jint(&j, "acquisitions", total);
@@ -1343,7 +1361,7 @@ static int s3_a(int unused)
     (void)unused;
     close(a2b[0]);
     close(b2a[1]);
-    if ((rc = dist_mutex_init(&m, s3_lock, NULL)) != 0)
+    if ((rc = bench_mutex_init(&m, s3_lock)) != 0)
         return dfail("dist_mutex_init", rc);
     for (round = -P.s3_warm; round < P.s3_rounds; round++) {
         if ((rc = dist_mutex_lock(&m)) != 0)
@@ -1375,7 +1393,7 @@ static int s3_b(int unused)
     (void)unused;
     close(a2b[1]);
     close(b2a[0]);
-    if ((rc = dist_mutex_init(&m, s3_lock, NULL)) != 0)
+    if ((rc = bench_mutex_init(&m, s3_lock)) != 0)
         return dfail("dist_mutex_init", rc);
     for (round = -P.s3_warm;; round++) {
         if ((c = get(a2b[0], 0)) < 0)
@@ -1415,7 +1433,7 @@ static void scenario_s3(redisContext *c)
     del_lock_keys(c, s3_lock);
     if (pipe(a2b) != 0 || pipe(b2a) != 0) {
         fail("pipe: %s", strerror(errno));
-        report_error("s3");
+        report_error(cur_sc);
         return;
     }
     rc = spawn(&k, s3_a, 0);
@@ -1427,11 +1445,11 @@ static void scenario_s3(redisContext *c)
     close(b2a[1]);
     if (rc != 0) {
         kids_kill(&k);
-        report_error("s3");
+        report_error(cur_sc);
         return;
     }
     if (kids_wait(&k, P.s3_rounds * 0.2 + 120) != 0) {
-        report_error("s3");
+        report_error(cur_sc);
         return;
     }
     del_lock_keys(c, s3_lock);
@@ -1447,16 +1465,16 @@ static void scenario_s3(redisContext *c)
     mx = n ? (double)lat[n - 1] / 1e6 : 0;
 
     snprintf(b2, sizeof b2, "<= %.3f", tgt_p50);
-    row("s3", "hand-off latency p50", fmtd(b1, sizeof b1, p50, 3), "ms", b2,
+    row(cur_sc, "hand-off latency p50", fmtd(b1, sizeof b1, p50, 3), "ms", b2,
         v_lo(b3, sizeof b3, p50, tgt_p50, 0));
-    row("s3", "hand-off latency p99", fmtd(b1, sizeof b1, p99, 3), "ms",
+    row(cur_sc, "hand-off latency p99", fmtd(b1, sizeof b1, p99, 3), "ms",
         "< 2", v_lo(b3, sizeof b3, p99, 2.0, 1));
-    row("s3", "hand-off latency max", fmtd(b1, sizeof b1, mx, 3), "ms",
+    row(cur_sc, "hand-off latency max", fmtd(b1, sizeof b1, mx, 3), "ms",
         "< 50", v_lo(b3, sizeof b3, mx, 50.0, 1));
-    row("s3", "acquired before the unlock", fmtd(b1, sizeof b1, early, 0),
+    row(cur_sc, "acquired before the unlock", fmtd(b1, sizeof b1, early, 0),
         "rounds", "0", early == 0 ? "ok" : "MISS");
 
-    jstart(&j, "s3");
+    jstart(&j, cur_sc);
     jint(&j, "handoffs", P.s3_rounds);
     jnum(&j, "p50_ms", p50);
     jnum(&j, "p99_ms", p99);
@@ -1645,7 +1663,8 @@ static void usage(FILE *f)
 "\n"
 "  --json    one JSON object per line per scenario (s1t: per thread count)\n"
 "  --quick   short runs, for smoke tests\n"
-"  --only    run only these scenarios: floor,s1,s1t,s2,s3,s4\n"
+"  --only    run only these scenarios: floor,s1,s1t,s2,s3,s4,s2f,s3f\n"
+"            (s2f, s3f: s2 and s3 on a fair mutex)\n"
 "            (floor is measured too when a chosen one's target needs it)\n"
 "  --help    this text\n"
 "\n"
@@ -1785,7 +1804,7 @@ int main(int argc, char **argv)
     }
 
     need_floor = wanted(SC_FLOOR) || wanted(SC_S1) || wanted(SC_S1T) ||
-                 wanted(SC_S2) || wanted(SC_S3);
+                 wanted(SC_S2) || wanted(SC_S3) || wanted(SC_S2F) || wanted(SC_S3F);
     if (need_floor) {
         if (!wanted(SC_FLOOR))
             fprintf(stderr, "distlock-bench: measuring floor too (targets "
@@ -1799,10 +1818,24 @@ int main(int argc, char **argv)
             scenario_s1(c);
         if (wanted(SC_S1T))
             scenario_s1t(c);
-        if (wanted(SC_S2))
+        if (wanted(SC_S2)) {
+            cur_sc = "s2";
             scenario_s2(c);
-        if (wanted(SC_S3))
+        }
+        if (wanted(SC_S3)) {
+            cur_sc = "s3";
             scenario_s3(c);
+        }
+        bench_fair = 1;
+        if (wanted(SC_S2F)) {
+            cur_sc = "s2f";
+            scenario_s2(c);
+        }
+        if (wanted(SC_S3F)) {
+            cur_sc = "s3f";
+            scenario_s3(c);
+        }
+        bench_fair = 0;
     }
     if (wanted(SC_S4))
         scenario_s4();
