@@ -163,6 +163,8 @@ struct dist__hold {
     unsigned long count;            /* holds the owner believes it has */
     uint64_t token;
     unsigned long lease_ms;         /* 0: watchdog */
+    uint64_t lease_end;             /* explicit lease: gone on the server
+                                     * by then for sure (monotonic ms) */
     atomic_int lost;
     /* registry state, under the registry mutex */
     int registered;                 /* renewed by the watchdog */

@@ -316,7 +316,10 @@ int dist_mutex_destroy(dist_mutex_t *m)
     pthread_mutex_lock(&lk->mu);
     hold_find(lk);   /* drops a parent's records */
     for (h = lk->holds; h; h = h->next) {
-        if (h->count > 0 && !atomic_load(&h->lost)) {
+        /* a hold whose explicit lease has surely ended is not in the way,
+         * even if its thread never unlocked (it may have exited) */
+        int expired = h->lease_end && dist__now_ms() > h->lease_end;
+        if (h->count > 0 && !atomic_load(&h->lost) && !expired) {
             pthread_mutex_unlock(&lk->mu);
             return dist__err(EBUSY, "mutex '%s' is still held by thread %" PRIu64,
                              lk->names->name.p, h->thread_no);
@@ -481,6 +484,8 @@ static int record(struct dist__mobj *o, const struct attempt *a,
     if (h->count == 0 || *was_lost)
         h->token = a->token;
     h->count = (unsigned long)a->holds;
+    /* measured after the reply: the server's own expiry comes earlier */
+    h->lease_end = h->lease_ms ? dist__now_ms() + h->lease_ms : 0;
     atomic_store(&h->lost, 0);
     if (!h->lease_ms && !h->registered)
         dist__renew_add(h);
