@@ -214,37 +214,31 @@ unsigned long dist__cfg_gen(void)
     return atomic_load(&cfg_gen);
 }
 
-unsigned long dist__watchdog_ms(void)
+/* One setting, read consistently with the others. */
+static unsigned long read_ms(const unsigned long *field)
 {
     unsigned long v;
 
     pthread_once(&cfg_once, load_env);
     pthread_mutex_lock(&cfg_mu);
-    v = cfg.watchdog_ms;
+    v = *field;
     pthread_mutex_unlock(&cfg_mu);
     return v;
+}
+
+unsigned long dist__watchdog_ms(void)
+{
+    return read_ms(&cfg.watchdog_ms);
 }
 
 unsigned long dist__waiter_ms(void)
 {
-    unsigned long v;
-
-    pthread_once(&cfg_once, load_env);
-    pthread_mutex_lock(&cfg_mu);
-    v = cfg.waiter_ms;
-    pthread_mutex_unlock(&cfg_mu);
-    return v;
+    return read_ms(&cfg.waiter_ms);
 }
 
 unsigned long dist__timeout_ms(void)
 {
-    unsigned long v;
-
-    pthread_once(&cfg_once, load_env);
-    pthread_mutex_lock(&cfg_mu);
-    v = cfg.timeout_ms;
-    pthread_mutex_unlock(&cfg_mu);
-    return v;
+    return read_ms(&cfg.timeout_ms);
 }
 
 int dist_set_url(const char *url)
