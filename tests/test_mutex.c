@@ -1049,6 +1049,88 @@ static long long numsub(const char *chan)
     return n;
 }
 
+struct lock_arg {
+    dist_mutex_t *m;
+    int rc;
+    double t;
+};
+
+/* lock(), note when it returned, unlock. */
+static void *blocked_lock_main(void *arg)
+{
+    struct lock_arg *a = arg;
+
+    a->rc = dist_mutex_lock(a->m);
+    a->t = tu_now();
+    if (a->rc == 0)
+        dist_mutex_unlock(a->m);
+    return NULL;
+}
+
+/* Script calls the server has run so far (EVALSHA and EVAL). */
+static long long script_calls(void)
+{
+    char *info = tu_cmd_str(&r, "INFO", "commandstats", NULL);
+    const char *keys[] = { "cmdstat_evalsha:calls=", "cmdstat_eval:calls=" };
+    long long n = 0;
+    size_t i;
+
+    if (!info)
+        return -1;
+    for (i = 0; i < 2; i++) {
+        const char *p = strstr(info, keys[i]);
+        if (p)
+            n += atoll(p + strlen(keys[i]));
+    }
+    free(info);
+    return n;
+}
+
+/* A waiter sleeps on pub/sub and the holder's lease, never polls: waiting
+ * 3 s behind a holder costs a handful of script calls, not hundreds. */
+static void test_waiting_does_not_poll(void **state)
+{
+    char name[200];
+    dist_mutex_t m;
+    struct holder h;
+    struct oneshot o;
+    long long before, after;
+    double t0, waited;
+
+    (void)state;
+    NAME(name, "m");
+    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
+    holder_start(&h, &m);
+    before = script_calls();
+    assert_true(before >= 0);
+    t0 = tu_now();
+    {
+        /* a thread blocks in lock(); the holder lets go after 3 s */
+        pthread_t th;
+        struct lock_arg la = { &m, -1, 0 };
+        assert_int_equal(pthread_create(&th, NULL, blocked_lock_main, &la), 0);
+        tu_sleep_ms(3000);
+        sem_post(&h.release);
+        pthread_join(h.th, NULL);
+        pthread_join(th, NULL);
+        waited = la.t - t0;
+        after = script_calls();
+        assert_int_equal(la.rc, 0);
+    }
+    sem_destroy(&h.locked);
+    sem_destroy(&h.release);
+    assert_int_equal(h.unlock_rc, 0);
+    run_oneshot(&o, &m, OP_TRYLOCK_UNLOCK);
+    assert_int_equal(o.rc, 0);                /* all let go */
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+    assert_dbl_range(waited, 2.9, 3.0 + slack(1.0));
+    /* the holder's unlock, the waiter's first try, its try after
+     * subscribing, its try when woken, its unlock: about five.  Polling
+     * every 100 ms would be 30 or more. */
+    if (after - before > 12)
+        fail_msg("waiting 3 s cost %lld script calls", after - before);
+}
+
 static void test_no_channels_left(void **state)
 {
     char name[200], chan[260];
@@ -1415,6 +1497,7 @@ int main(void)
         T(test_script_flush),
         T(test_unreachable),
         T(test_no_channels_left),
+        T(test_waiting_does_not_poll),
         T(test_static_initializer),
         T(test_fork_child_identity),
         T(test_destroy_and_names),
