@@ -176,6 +176,8 @@ struct dist__hold {
     /* renewal, set before dist__renew_add; keys may change later only
      * through dist__renew_set_keys */
     int kind;                       /* enum dist__kind */
+    int fair;                       /* a fair mutex's hold: settled with
+                                     * fair_unlock, which wakes the head */
     unsigned long renew_ms;         /* ARGV[1]; 0: the watchdog lease */
     unsigned long period_ms;        /* how often; 0: a third of the watchdog */
     const struct dist__buf *keys;   /* NULL: just the lock's own name */

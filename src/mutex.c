@@ -476,6 +476,7 @@ static int record(struct dist__mobj *o, const struct attempt *a,
             pthread_mutex_unlock(&lk->mu);
             return ENOMEM;
         }
+        h->fair = o->fair;
         h->next = lk->holds;
         lk->holds = h;
     }
@@ -509,6 +510,7 @@ static void leave_doubt(struct dist__mobj *o, unsigned long count)
     }
     if (h) {
         h->count = count;
+        h->fair = o->fair;
         dist__renew_doubt(h);
     }
     pthread_mutex_unlock(&lk->mu);

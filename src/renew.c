@@ -266,27 +266,34 @@ static void finish(struct dist__hold *h)
  * Returns -1 when Redis did not answer. */
 static int settle_one(struct dist__hold *h, struct lostlist *lost)
 {
-    struct dist__buf kv[7];
+    struct dist__buf kv[9];
     char lease[24], expect[24];
+    const char *pub = dist__publish_cmd();
     redisContext *c;
     redisReply *r = NULL;
     long long res = 0;
-    int rc;
+    int rc, n = 0, nkeys, script;
 
     snprintf(lease, sizeof lease, "%lu",
              h->lease_ms ? h->lease_ms : dist__watchdog_ms());
     snprintf(expect, sizeof expect, "%lu", h->count + 1);
-    kv[0] = h->names->name;
-    kv[1] = h->names->chan;
-    kv[2] = (struct dist__buf){ lease, strlen(lease) };
-    kv[3] = (struct dist__buf){ h->owner, h->owner_len };
-    kv[4] = (struct dist__buf){ dist__publish_cmd(), strlen(dist__publish_cmd()) };
-    kv[5] = (struct dist__buf){ "0", 1 };
-    kv[6] = (struct dist__buf){ expect, strlen(expect) };
+    kv[n++] = h->names->name;
+    if (h->fair) {
+        kv[n++] = h->names->queue;
+        kv[n++] = h->names->timeout;
+    }
+    kv[n++] = h->names->chan;
+    nkeys = n;
+    kv[n++] = (struct dist__buf){ lease, strlen(lease) };
+    kv[n++] = (struct dist__buf){ h->owner, h->owner_len };
+    kv[n++] = (struct dist__buf){ pub, strlen(pub) };
+    kv[n++] = (struct dist__buf){ "0", 1 };
+    kv[n++] = (struct dist__buf){ expect, strlen(expect) };
+    script = h->fair ? DIST__S_FAIR_UNLOCK : DIST__S_MUTEX_UNLOCK;
     pthread_mutex_unlock(&R.mu);
 
     c = my_context();
-    rc = c ? dist__eval(c, DIST__S_MUTEX_UNLOCK, 2, kv, 7, &r) : DIST__ECONN;
+    rc = c ? dist__eval(c, script, nkeys, kv, n, &r) : DIST__ECONN;
     if (rc == DIST__ECONN)
         drop_context();
     if (rc == 0)

@@ -556,6 +556,44 @@ static void test_restart_while_queued(void **state)
     munmap(o, sizeof *o);
 }
 
+/* The server stops mid-unlock: unlock says EIO, and once it runs again the
+ * renewal thread finishes the release with the fair script, which tells the
+ * queued head: it gets the lock in seconds, not after a 30 s lease. */
+static void test_unknown_release_wakes_head(void **state)
+{
+    struct names n;
+    dist_mutex_t m;
+    struct order *o = order_new();
+    struct waiter w;
+    double t_cont;
+    int rc;
+
+    (void)state;
+    make_names(&n, __func__);
+    fair_init(&m, n.lock, 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    waiter_go(&w, &m, o, 0, tu_now());
+    w.timeout = 20;
+    assert_int_equal(pthread_create(&w.th, NULL, waiter_main, &w), 0);
+    assert_true(queue_reaches(n.queue, 1, 3.0));
+
+    assert_int_equal(dist_set_timeout_ms(300), 0);
+    assert_int_equal(tu_redis_signal(&r, SIGSTOP), 0);
+    rc = dist_mutex_unlock(&m);
+    assert_int_equal(tu_redis_signal(&r, SIGCONT), 0);
+    t_cont = tu_now();
+    dist_set_timeout_ms(2000);
+    pthread_join(w.th, NULL);
+    assert_int_equal(rc, EIO);
+    assert_int_equal(o->rc[0], 0);
+    if (o->t[0] - t_cont > 5.0)
+        fail_msg("the head got the lock %.3f s after the server resumed",
+                 o->t[0] - t_cont);
+    assert_int_equal(exists(n.queue), 0);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+    munmap(o, sizeof *o);
+}
+
 /* Nothing of any test stays subscribed. */
 static void test_no_channels_left(void **state)
 {
@@ -591,6 +629,7 @@ int main(void)
         cmocka_unit_test(test_reentrant_counts),
         cmocka_unit_test(test_release_wakes_only_head),
         cmocka_unit_test(test_restart_while_queued),
+        cmocka_unit_test(test_unknown_release_wakes_head),
         cmocka_unit_test(test_no_channels_left),
     };
     const char *filter = getenv("TEST_FAIR_FILTER");

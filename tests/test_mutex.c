@@ -1131,6 +1131,47 @@ static void test_waiting_does_not_poll(void **state)
         fail_msg("waiting 3 s cost %lld script calls", after - before);
 }
 
+/* The server stops mid-unlock (SIGSTOP) for longer than the command
+ * timeout: the outcome cannot be known, unlock says EIO, and once the
+ * server runs again the renewal thread finishes the release, so the lock is
+ * free for others without waiting out its 30 s lease. */
+static void test_unknown_release_is_finished(void **state)
+{
+    char name[200];
+    dist_mutex_t m;
+    struct oneshot o;
+    double t0, end;
+    int rc;
+
+    (void)state;
+    NAME(name, "m");
+    g_dirty = 1;
+    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_set_timeout_ms(300), 0);
+    assert_int_equal(tu_redis_signal(&r, SIGSTOP), 0);
+    t0 = tu_now();
+    rc = dist_mutex_unlock(&m);
+    end = tu_now() - t0;
+    assert_int_equal(tu_redis_signal(&r, SIGCONT), 0);
+    assert_int_equal(rc, EIO);
+    assert_dbl_range(end, 0.3, slack(3.0));
+    assert_int_equal(dist_set_timeout_ms(DEFAULT_TIMEOUT_MS), 0);
+
+    /* within a few seconds the release is done, whoever did it */
+    end = tu_now() + slack(5.0);
+    while (key_exists(name) != 0 && tu_now() < end)
+        tu_sleep_ms(50);
+    assert_int_equal(key_exists(name), 0);
+    run_oneshot(&o, &m, OP_TRYLOCK_UNLOCK);
+    assert_int_equal(o.rc, 0);
+    assert_int_equal(o.rc2, 0);
+    /* and this thread holds nothing: a second unlock is EPERM */
+    assert_int_equal(dist_mutex_unlock(&m), EPERM);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+    g_dirty = 0;
+}
+
 static void test_no_channels_left(void **state)
 {
     char name[200], chan[260];
@@ -1498,6 +1539,7 @@ int main(void)
         T(test_unreachable),
         T(test_no_channels_left),
         T(test_waiting_does_not_poll),
+        T(test_unknown_release_is_finished),
         T(test_static_initializer),
         T(test_fork_child_identity),
         T(test_destroy_and_names),
