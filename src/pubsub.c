@@ -27,6 +27,7 @@ struct dist__chan {
     enum wire wire;
     int resub;              /* subscribed again after a reconnect */
     unsigned long permits;  /* wake-ups not yet taken */
+    unsigned long gen;      /* wake-all messages so far (see sub_wait_since) */
     uint64_t idle_since;    /* when refs last fell to 0 */
     pthread_cond_t cv;
 };
@@ -185,10 +186,48 @@ int dist__sub_wait(struct dist__chan *ch, uint64_t until_ms)
     return rc;
 }
 
+unsigned long dist__sub_gen(struct dist__chan *ch)
+{
+    unsigned long gen;
+
+    pthread_mutex_lock(&P.mu);
+    gen = ch->gen;
+    pthread_mutex_unlock(&P.mu);
+    return gen;
+}
+
+int dist__sub_wait_since(struct dist__chan *ch, unsigned long gen,
+                         uint64_t until_ms)
+{
+    struct timespec ts;
+    int rc = ETIMEDOUT;
+
+    dist__ms_to_ts(until_ms, &ts);
+    pthread_mutex_lock(&P.mu);
+    for (;;) {
+        if (ch->gen != gen) {
+            rc = 0;          /* a wake-all: no other waiter can take it */
+            break;
+        }
+        if (ch->permits > 0) {
+            ch->permits--;
+            rc = 0;
+            break;
+        }
+        if (dist__now_ms() >= until_ms)
+            break;
+        pthread_cond_timedwait(&ch->cv, &P.mu, &ts);
+    }
+    pthread_mutex_unlock(&P.mu);
+    return rc;
+}
+
 /* P.mu held.  '1' (a write release of a read-write lock) wakes everyone,
  * anything else one waiter: the others would only lose the race. */
 static void wake(struct dist__chan *ch, int all)
 {
+    if (all)
+        ch->gen++;
     if (ch->refs == 0)
         return;
     if (all) {
