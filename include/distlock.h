@@ -151,6 +151,103 @@ DIST_EXPORT int dist_mutexattr_getlease(const dist_mutexattr_t *a,
 DIST_EXPORT int dist_mutexattr_setfair(dist_mutexattr_t *a, int fair);
 DIST_EXPORT int dist_mutexattr_getfair(const dist_mutexattr_t *a, int *fair);
 
+/* ------------------------------------------------------------------------ */
+/* Read-write lock                                                          */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * Redisson's RReadWriteLock: readers share the lock, a writer excludes
+ * everyone else.  Both sides are reentrant per thread (n holds need n
+ * unlocks), and the write holder may also take read holds.  An unlock by a
+ * thread that holds both gives back a write hold first, so that
+ * `wrlock; rdlock; unlock` leaves it holding a read lock (a downgrade), and
+ * readers blocked meanwhile enter at once.  A thread that holds read locks
+ * only cannot take the write lock (no upgrade): wrlock and timedwrlock give
+ * EDEADLK at once, trywrlock EBUSY.  Each read hold has its own lease, so a
+ * reader whose process died stops counting when its lease ends, even while
+ * other readers keep the lock.
+ */
+#define DIST_RWLOCK_PREFER_READER 0   /* default: readers join readers, as glibc */
+#define DIST_RWLOCK_PREFER_WRITER 1   /* new readers wait while a writer waits */
+
+struct dist_rwlockattr {
+    int __kind;
+    int __flags;
+    unsigned long __lease_ms;
+    unsigned long __reserved[2];
+};
+
+/* The caller owns the object; its fields are private.  As dist_mutex_t: an
+ * object set with DIST_RWLOCK_INITIALIZER keeps a pointer to the name. */
+struct dist_rwlock {
+    const char *__name;
+    void *__impl;
+    unsigned long __reserved[2];
+};
+
+typedef struct dist_rwlock dist_rwlock_t;
+typedef struct dist_rwlockattr dist_rwlockattr_t;
+
+/* Static or automatic initialisation with default attributes; the internal
+ * state is created, and Redis connected, at first use. */
+#define DIST_RWLOCK_INITIALIZER(name) { (name), 0, { 0, 0 } }
+
+/* name: 1..DIST_NAME_MAX bytes, copied.  attr may be NULL for defaults.
+ * Does no network I/O.  EINVAL, ENOMEM.  Not the same lock as a dist_mutex_t
+ * of the same name (do not use one name for both). */
+DIST_EXPORT int dist_rwlock_init(dist_rwlock_t *rw, const char *name,
+                                 const dist_rwlockattr_t *attr);
+
+/* Frees what init allocated.  EBUSY while a thread of this process holds it. */
+DIST_EXPORT int dist_rwlock_destroy(dist_rwlock_t *rw);
+
+/* Blocks until a read lock is taken.  EIO, EINVAL. */
+DIST_EXPORT int dist_rwlock_rdlock(dist_rwlock_t *rw);
+
+/* Never waits: EBUSY when a writer holds it, or (writer preference) a writer
+ * waits and the caller holds no read lock yet. */
+DIST_EXPORT int dist_rwlock_tryrdlock(dist_rwlock_t *rw);
+
+/* Waits until abstime (CLOCK_REALTIME), as dist_mutex_timedlock. */
+DIST_EXPORT int dist_rwlock_timedrdlock(dist_rwlock_t *rw,
+                                        const struct timespec *abstime);
+
+/* Blocks until the write lock is taken.  EDEADLK when the caller holds read
+ * locks only.  EIO, EINVAL. */
+DIST_EXPORT int dist_rwlock_wrlock(dist_rwlock_t *rw);
+
+/* Never waits: EBUSY when anyone else holds it, or the caller holds read
+ * locks only. */
+DIST_EXPORT int dist_rwlock_trywrlock(dist_rwlock_t *rw);
+
+/* Waits until abstime (CLOCK_REALTIME), as dist_mutex_timedlock; EDEADLK as
+ * dist_rwlock_wrlock. */
+DIST_EXPORT int dist_rwlock_timedwrlock(dist_rwlock_t *rw,
+                                        const struct timespec *abstime);
+
+/* Gives back one hold of the calling thread: a write hold when it has one,
+ * else a read hold.  EPERM when it holds none, or its hold was lost. */
+DIST_EXPORT int dist_rwlock_unlock(dist_rwlock_t *rw);
+
+/* Fencing token of the caller's write hold (see dist_mutex_token): it grows
+ * with every write acquisition by any distlock client.  EPERM when the
+ * caller does not hold the write lock. */
+DIST_EXPORT int dist_rwlock_token(dist_rwlock_t *rw, uint64_t *token);
+
+DIST_EXPORT int dist_rwlockattr_init(dist_rwlockattr_t *a);
+DIST_EXPORT int dist_rwlockattr_destroy(dist_rwlockattr_t *a);
+/* 0 (default): the watchdog lease, renewed while held.  Otherwise each hold
+ * expires lease_ms after it was taken unless unlocked first. */
+DIST_EXPORT int dist_rwlockattr_setlease(dist_rwlockattr_t *a,
+                                         unsigned long lease_ms);
+/* DIST_RWLOCK_PREFER_READER (default) or DIST_RWLOCK_PREFER_WRITER; EINVAL
+ * otherwise.  With writer preference a writer that waits is recorded in
+ * Redis while its process lives (it stops counting within
+ * DISTLOCK_WAITER_MS after the process dies) and keeps out new readers of
+ * every process, whatever their own kind; a thread that already holds a
+ * read lock may always take another. */
+DIST_EXPORT int dist_rwlockattr_setkind(dist_rwlockattr_t *a, int kind);
+
 #ifdef __cplusplus
 }
 #endif

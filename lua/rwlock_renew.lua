@@ -1,23 +1,37 @@
--- rwlock_renew: the watchdog for read-write holds; extend the lock's lease and
--- the owner's own read-hold keys, many owners in one call.
+-- rwlock_renew: the watchdog for read-write holds; extend the lock's lease, the
+-- owner's entry in the readers ZSET and its own read-hold keys, many owners in one
+-- call.  The lock is never shortened: other owners' holds may need it longer.
 -- KEYS     for each owner: the lock, HASH { mode, <owner>: read holds,
---          <owner>:write: write holds } (N), then the owner's read-hold keys
---          {N}:<owner>:rwlock_timeout:1 .. :k
+--          <owner>:write: write holds } (N), then the readers ZSET
+--          (distlock_rwlock_readers:{N}), then the owner's read-hold keys
+--          {N}:<owner>:rwlock_timeout:1 .. :k (any of them may be missing; an
+--          owner may also pass the lock alone)
 -- ARGV[1]  lease in ms
--- ARGV     then for each owner: the owner, and its number of keys (1 + k)
+-- ARGV     then for each owner: the owner, and its number of keys (1, or 2 + k)
 -- Reply    one integer per owner: 1 renewed, 0 it holds nothing any more
+local t = redis.call('time')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local lease = tonumber(ARGV[1])
 local renewed, k = {}, 1
 for e = 1, (#ARGV - 1) / 2 do
   local owner, nkeys = ARGV[2 * e], tonumber(ARGV[2 * e + 1])
   local lock = KEYS[k]
-  if redis.call('hexists', lock, owner) == 1 or
-     redis.call('hexists', lock, owner .. ':write') == 1 then
-    -- never shorten: other readers' holds may need the lock to live longer
+  local reads = redis.call('hexists', lock, owner) == 1
+  if reads or redis.call('hexists', lock, owner .. ':write') == 1 then
     if redis.call('pttl', lock) < lease then
       redis.call('pexpire', lock, lease)
     end
-    for i = k + 1, k + nkeys - 1 do
+    if nkeys >= 2 and reads then
+      local readers = KEYS[k + 1]
+      local score = redis.call('zscore', readers, owner)
+      if not score or tonumber(score) < now + lease then
+        redis.call('zadd', readers, now + lease, owner)
+      end
+      if redis.call('pttl', readers) < lease then
+        redis.call('pexpire', readers, lease)
+      end
+    end
+    for i = k + 2, k + nkeys - 1 do
       if redis.call('exists', KEYS[i]) == 1 then
         redis.call('pexpire', KEYS[i], lease)
       end

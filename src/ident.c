@@ -27,6 +27,7 @@ static __thread unsigned long my_owner_gen;
 static void fork_prepare(void)
 {
     dist__locks_fork(0);
+    dist__rwlocks_fork(0);
     dist__renew_fork(0);
     dist__pubsub_fork(0);
     dist__cfg_fork(0);
@@ -39,6 +40,7 @@ static void fork_parent(void)
     dist__cfg_fork(1);
     dist__pubsub_fork(1);
     dist__renew_fork(1);
+    dist__rwlocks_fork(1);
     dist__locks_fork(1);
 }
 
@@ -49,6 +51,7 @@ static void fork_child(void)
     dist__cfg_fork(2);
     dist__pubsub_fork(2);
     dist__renew_fork(2);
+    dist__rwlocks_fork(2);
     dist__locks_fork(2);
 }
 

@@ -1,6 +1,7 @@
 /* internal.h: what the modules of libdistlock share and nothing exports.
  * Lock order, outermost first: lock list (mutex.c), one lock's mu,
- * renewal registry (renew.c), pub/sub channels (pubsub.c), config. */
+ * rwlock list (rwlock.c), one rwlock's mu, renewal registry (renew.c),
+ * pub/sub channels (pubsub.c), config. */
 #ifndef DIST_INTERNAL_H
 #define DIST_INTERNAL_H
 
@@ -79,6 +80,7 @@ const char *dist__client_id(void);
 /* fork hooks of each module: phase 0 prepare (lock), 1 parent (unlock),
  * 2 child (reset what belonged to the parent) */
 void dist__locks_fork(int phase);
+void dist__rwlocks_fork(int phase);
 void dist__renew_fork(int phase);
 void dist__pubsub_fork(int phase);
 void dist__cfg_fork(int phase);

@@ -1,0 +1,14 @@
+-- rwlock_cancel: a waiting writer gives up (timeout, error): it stops being a waiting
+-- writer at once, and if it was the last one, readers it kept out are told.
+-- KEYS[1]  the lock                                               (N)
+-- KEYS[2]  waiting writers: ZSET owner -> deadline, server ms     (distlock_rwlock_writers:{N})
+-- KEYS[3]  release channel                                        (redisson_rwlock:{N})
+-- ARGV[1]  owner
+-- ARGV[2]  publish command
+-- Reply    1 it was a waiting writer, 0 it was not
+local removed = redis.call('zrem', KEYS[2], ARGV[1])
+if removed == 1 and redis.call('exists', KEYS[2]) == 0 and
+   redis.call('hget', KEYS[1], 'mode') ~= 'write' then
+  redis.call(ARGV[2], KEYS[3], '1')
+end
+return removed
