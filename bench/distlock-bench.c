@@ -15,6 +15,7 @@
  *   s2     4 processes contending for one lock, guarding a counter
  *   s3     hand-off latency from unlock in one process to lock in another
  *   s4     1,000 held watchdog locks: renewal cost and memory per lock
+ *   rw     4 processes, 90% reads and 10% writes on one read-write lock
  *
  * The main process never calls distlock: every scenario that uses it runs
  * in forked processes, so each starts from a fresh library (and s2/s3
@@ -51,9 +52,10 @@
 /* Options and sizes                                                        */
 /* ------------------------------------------------------------------------ */
 
-enum { SC_FLOOR, SC_S1, SC_S1T, SC_S2, SC_S3, SC_S4, SC_S2F, SC_S3F, SC_COUNT };
+enum { SC_FLOOR, SC_S1, SC_S1T, SC_S2, SC_S3, SC_S4, SC_S2F, SC_S3F, SC_RW,
+       SC_COUNT };
 static const char *const sc_names[SC_COUNT] = {
-    "floor", "s1", "s1t", "s2", "s3", "s4", "s2f", "s3f"
+    "floor", "s1", "s1t", "s2", "s3", "s4", "s2f", "s3f", "rw"
 };
 
 /* s2f and s3f run s2 and s3 on a fair (FIFO) mutex; workers fork after
@@ -90,6 +92,8 @@ static struct {
     int s3_warm, s3_rounds;
     int s4_locks;
     double s4_hold_s;
+    int rw_procs;
+    double rw_s;
 } P;
 
 static void set_sizes(void)
@@ -97,16 +101,19 @@ static void set_sizes(void)
     P.floor_conns = 50;
     P.s2_procs = 4;
     P.s3_warm = 3;
+    P.rw_procs = 4;
     if (opt.quick) {
         P.floor_warm = 100;  P.floor_calls = 2000;  P.floor_multi_s = 1.0;
         P.s1_warm = 100;     P.s1_pairs = 2000;     P.s1t_s = 0.5;
         P.s2_s = 1.0;        P.s3_rounds = 50;
         P.s4_locks = 100;    P.s4_hold_s = 3.0;
+        P.rw_s = 1.0;
     } else {
         P.floor_warm = 500;  P.floor_calls = 20000; P.floor_multi_s = 2.0;
         P.s1_warm = 500;     P.s1_pairs = 20000;    P.s1t_s = 2.0;
         P.s2_s = 5.0;        P.s3_rounds = 500;
         P.s4_locks = 1000;   P.s4_hold_s = 10.0;
+        P.rw_s = 5.0;
     }
 }
 
@@ -225,6 +232,15 @@ struct shared {
         double hold_s;
         long rss_before_kb, rss_after_kb;
     } s4;
+    struct {
+        atomic_int ready;
+        _Atomic uint64_t start_ns;
+        uint64_t end_ns;
+        long long reads[MAX_PROCS], writes[MAX_PROCS], torn[MAX_PROCS];
+        uint64_t max_wwait_ns[MAX_PROCS];   /* longest wait in wrlock() */
+        uint64_t max_rwait_ns[MAX_PROCS];   /* longest wait in rdlock() */
+        uint64_t finish_ns[MAX_PROCS];
+    } rw;
 };
 
 static struct shared *sh;
@@ -1649,6 +1665,201 @@ static void scenario_s4(void)
     jend(&j);
 }
 
+
+/* ------------------------------------------------------------------------ */
+/* rw: a read-heavy load on one read-write lock                             */
+/* ------------------------------------------------------------------------ */
+
+/* Each of 4 processes loops: 9 times in 10 a read (rdlock, GET the counter
+ * twice, the two values must agree, unlock), else a write (wrlock, GET,
+ * SET +1, unlock).  The choice comes from a per-process xorshift, so runs
+ * are alike.  Lost updates (writes the counter does not show) and torn
+ * reads (a write inside a read hold) must both be 0. */
+static const char rw_lock[] = "bench-rw";
+static const char rw_counter[] = "bench-rw-counter";
+
+static void del_rw_keys(redisContext *c)
+{
+    char k[4][96];
+    char *keys[5] = { k[0], k[1], k[2], k[3], (char *)rw_counter };
+
+    snprintf(k[0], sizeof k[0], "%s", rw_lock);
+    snprintf(k[1], sizeof k[1], "redisson_lock_token:{%s}", rw_lock);
+    snprintf(k[2], sizeof k[2], "distlock_rwlock_readers:{%s}", rw_lock);
+    snprintf(k[3], sizeof k[3], "distlock_rwlock_writers:{%s}", rw_lock);
+    del_keys(c, keys, 5);
+}
+
+static int rw_get(redisContext *c, long long *v)
+{
+    redisReply *r = rcmd(c, "GET %s", rw_counter);
+
+    if (!r)
+        return -1;
+    *v = r->type == REDIS_REPLY_STRING ? atoll(r->str) : 0;
+    freeReplyObject(r);
+    return 0;
+}
+
+static int rw_worker(int idx)
+{
+    redisContext *c = rconnect();
+    uint64_t rng = 0x9e3779b97f4a7c15ull * (uint64_t)(idx + 1);
+    uint64_t start, end, t, w, maxr = 0, maxw = 0;
+    long long reads = 0, writes = 0, torn = 0, v1, v2;
+    dist_rwlock_t rw;
+    redisReply *r;
+    int rc;
+
+    if (!c)
+        return -1;
+    if ((rc = dist_rwlock_init(&rw, rw_lock, NULL)) != 0)
+        return dfail("dist_rwlock_init", rc);
+    /* connect the library (uncounted) before the start line */
+    if ((rc = dist_rwlock_rdlock(&rw)) != 0 || (rc = dist_rwlock_unlock(&rw)) != 0 ||
+        (rc = dist_rwlock_wrlock(&rw)) != 0 || (rc = dist_rwlock_unlock(&rw)) != 0)
+        return dfail("rw warm-up", rc);
+    atomic_fetch_add(&sh->rw.ready, 1);
+    while ((start = atomic_load(&sh->rw.start_ns)) == 0)
+        sleep_ns(200000);
+    while ((t = now_ns()) < start)
+        sleep_ns(start - t);
+    end = sh->rw.end_ns;
+    while ((t = now_ns()) < end) {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        if (rng % 10 == 0) {
+            if ((rc = dist_rwlock_wrlock(&rw)) != 0)
+                return dfail("dist_rwlock_wrlock", rc);
+            if ((w = now_ns() - t) > maxw)
+                maxw = w;
+            if (rw_get(c, &v1) != 0)
+                return -1;
+            if (!(r = rcmd(c, "SET %s %lld", rw_counter, v1 + 1)))
+                return -1;
+            freeReplyObject(r);
+            writes++;
+        } else {
+            if ((rc = dist_rwlock_rdlock(&rw)) != 0)
+                return dfail("dist_rwlock_rdlock", rc);
+            if ((w = now_ns() - t) > maxr)
+                maxr = w;
+            if (rw_get(c, &v1) != 0 || rw_get(c, &v2) != 0)
+                return -1;
+            torn += v1 != v2;
+            reads++;
+        }
+        if ((rc = dist_rwlock_unlock(&rw)) != 0)
+            return dfail("dist_rwlock_unlock", rc);
+    }
+    sh->rw.reads[idx] = reads;
+    sh->rw.writes[idx] = writes;
+    sh->rw.torn[idx] = torn;
+    sh->rw.max_rwait_ns[idx] = maxr;
+    sh->rw.max_wwait_ns[idx] = maxw;
+    sh->rw.finish_ns[idx] = now_ns();
+    dist_rwlock_destroy(&rw);
+    dist_shutdown();
+    redisFree(c);
+    return 0;
+}
+
+static void scenario_rw(redisContext *c)
+{
+    struct kids k = { 0 };
+    long long reads = 0, writes = 0, torn = 0, final = 0, lost;
+    double secs, ops, rfrac, maxr_ms = 0, maxw_ms = 0;
+    uint64_t deadline, last = 0;
+    char b1[32];
+    struct jobj j;
+    redisReply *r;
+    int i, rc;
+
+    reset_shared();
+    del_rw_keys(c);
+    for (i = 0; i < P.rw_procs; i++) {
+        if (spawn(&k, rw_worker, i) != 0) {
+            kids_kill(&k);
+            report_error("rw");
+            return;
+        }
+    }
+    deadline = now_ns() + 30000000000ull;
+    while (atomic_load(&sh->rw.ready) < P.rw_procs) {
+        if ((rc = kids_poll(&k)) != 0 || now_ns() > deadline) {
+            kids_kill(&k);
+            if (rc == 0)
+                fail("rw workers did not get ready within 30 s");
+            else if (rc > 0)
+                fail("rw workers exited before the start");
+            report_error("rw");
+            return;
+        }
+        sleep_ns(1000000);
+    }
+    sh->rw.end_ns = now_ns() + 50000000ull + (uint64_t)(P.rw_s * 1e9);
+    atomic_store(&sh->rw.start_ns, sh->rw.end_ns - (uint64_t)(P.rw_s * 1e9));
+    if (kids_wait(&k, P.rw_s + 120) != 0 ||
+        !(r = rcmd(c, "GET %s", rw_counter))) {
+        del_rw_keys(c);
+        report_error("rw");
+        return;
+    }
+    final = r->type == REDIS_REPLY_STRING ? atoll(r->str) : 0;
+    freeReplyObject(r);
+    del_rw_keys(c);
+
+    for (i = 0; i < P.rw_procs; i++) {
+        reads += sh->rw.reads[i];
+        writes += sh->rw.writes[i];
+        torn += sh->rw.torn[i];
+        if (sh->rw.finish_ns[i] > last)
+            last = sh->rw.finish_ns[i];
+        if ((double)sh->rw.max_rwait_ns[i] / 1e6 > maxr_ms)
+            maxr_ms = (double)sh->rw.max_rwait_ns[i] / 1e6;
+        if ((double)sh->rw.max_wwait_ns[i] / 1e6 > maxw_ms)
+            maxw_ms = (double)sh->rw.max_wwait_ns[i] / 1e6;
+    }
+    secs = (double)(last - sh->rw.start_ns) / 1e9;
+    ops = (double)(reads + writes) / secs;
+    rfrac = reads + writes ? (double)reads / (double)(reads + writes) : 0;
+    lost = writes - final;
+
+    row("rw", "ops, 4 procs, 90% reads", fmtd(b1, sizeof b1, ops, 0), "ops/s",
+        NULL, NULL);
+    row("rw", "reads", fmtd(b1, sizeof b1, (double)reads / secs, 0), "ops/s",
+        NULL, NULL);
+    row("rw", "writes", fmtd(b1, sizeof b1, (double)writes / secs, 0), "ops/s",
+        NULL, NULL);
+    row("rw", "read share", fmtd(b1, sizeof b1, rfrac, 3), "frac", NULL, NULL);
+    row("rw", "lost updates", fmtd(b1, sizeof b1, (double)lost, 0), "", "0",
+        lost == 0 ? "ok" : "MISS");
+    row("rw", "torn reads", fmtd(b1, sizeof b1, (double)torn, 0), "", "0",
+        torn == 0 ? "ok" : "MISS");
+    row("rw", "longest wait in rdlock()", fmtd(b1, sizeof b1, maxr_ms, 2), "ms",
+        NULL, NULL);
+    row("rw", "longest wait in wrlock()", fmtd(b1, sizeof b1, maxw_ms, 2), "ms",
+        NULL, NULL);
+
+    jstart(&j, "rw");
+    jint(&j, "procs", P.rw_procs);
+    jnum(&j, "seconds", secs);
+    jint(&j, "reads", reads);
+    jint(&j, "writes", writes);
+    jnum(&j, "ops_per_s", ops);
+    jnum(&j, "reads_per_s", (double)reads / secs);
+    jnum(&j, "writes_per_s", (double)writes / secs);
+    jnum(&j, "read_share", rfrac);
+    jint(&j, "final_counter", final);
+    jint(&j, "lost_updates", lost);
+    jint(&j, "torn_reads", torn);
+    jnum(&j, "max_rdlock_wait_ms", maxr_ms);
+    jnum(&j, "max_wrlock_wait_ms", maxw_ms);
+    jbool(&j, "ok", lost == 0 && torn == 0);
+    jend(&j);
+}
+
 /* ------------------------------------------------------------------------ */
 /* main                                                                     */
 /* ------------------------------------------------------------------------ */
@@ -1663,7 +1874,7 @@ static void usage(FILE *f)
 "\n"
 "  --json    one JSON object per line per scenario (s1t: per thread count)\n"
 "  --quick   short runs, for smoke tests\n"
-"  --only    run only these scenarios: floor,s1,s1t,s2,s3,s4,s2f,s3f\n"
+"  --only    run only these scenarios: floor,s1,s1t,s2,s3,s4,s2f,s3f,rw\n"
 "            (s2f, s3f: s2 and s3 on a fair mutex)\n"
 "            (floor is measured too when a chosen one's target needs it)\n"
 "  --help    this text\n"
@@ -1679,6 +1890,9 @@ static void usage(FILE *f)
 "         target p50 <= 4 x floor p50, p99 < 2 ms, max < 50 ms\n"
 "  s4     1,000 watchdog locks held 10 s with a 3 s lease: all still held,\n"
 "         <= 10 renewal script calls per 1 s interval, < 1 KiB RSS per lock\n"
+"  rw     4 processes on 1 read-write lock, 5 s: 90%% reads (rdlock, GET the\n"
+"         counter twice, unlock), 10%% writes (wrlock, GET, SET +1, unlock);\n"
+"         ops/s and the split; 0 lost updates, 0 torn reads\n"
 "\n"
 "The ratio column is value/target; 'ok' when the target is met.  Missing a\n"
 "target does not change the exit status: 1 means a scenario could not run.\n");
@@ -1696,7 +1910,7 @@ static int parse_only(const char *s)
                 break;
         if (i == SC_COUNT) {
             fprintf(stderr, "distlock-bench: unknown scenario '%s' "
-                    "(floor,s1,s1t,s2,s3,s4)\n", tok);
+                    "(floor,s1,s1t,s2,s3,s4,s2f,s3f,rw)\n", tok);
             return -1;
         }
         opt.only |= 1u << i;
@@ -1839,6 +2053,8 @@ int main(int argc, char **argv)
     }
     if (wanted(SC_S4))
         scenario_s4();
+    if (wanted(SC_RW))
+        scenario_rw(c);
     redisFree(c);
     munmap(sh, sizeof *sh);
     return any_error ? 1 : 0;
