@@ -24,6 +24,7 @@ packages=(
     libhiredis-dev
     uuid-dev
     libcmocka-dev
+    libinih-dev
     redis-server
     redis-tools
     valgrind

@@ -1,0 +1,690 @@
+/* config.c: the preload configuration, an INI file read with inih.
+ *
+ * inih splits lines into sections, keys and values and strips comments, but
+ * its handler is not told the line number (Debian builds it without
+ * INI_HANDLER_LINENO) nor about section headers (nor about sections without
+ * keys).  So the file is fed to ini_parse_stream through our own line
+ * reader, which counts lines and classifies each one the way inih will read
+ * it: every message can then name FILE:LINE, and headers, empty sections
+ * and inih's silent quirks (a line longer than its buffer, an indented line
+ * taken as the continuation of the previous value) are caught here. */
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <ini.h>
+
+#include "preload.h"
+
+#define MAX_KEYS 16
+
+enum sect { S_NONE, S_REDIS, S_PRELOAD, S_MAP, S_SKIP };
+
+struct header {
+    char *text;            /* normalised: "redis", "mutex NAME", ... */
+    char *lockname;        /* for mapping sections */
+    int line;
+};
+
+struct parse {
+    FILE *f;
+    struct pl_config *cfg;
+    int line;              /* the line inih is parsing */
+    int errors;
+    int bad_line;          /* a line already reported by the reader */
+    int prev_key;          /* a key line since the last header */
+    char prev_name[64];
+    enum sect cur;
+    struct pl_section *sec;    /* current mapping section */
+    struct header *hdr;
+    size_t nhdr;
+    int redis_line, preload_line;
+    struct { char name[32]; int line; } seen[MAX_KEYS];
+    int nseen;
+    int url_line;
+};
+
+static void perr(struct parse *p, int line, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void perr(struct parse *p, int line, const char *fmt, ...)
+{
+    char buf[512];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    if (line > 0)
+        pl_msg("%s:%d: %s", p->cfg->path, line, buf);
+    else
+        pl_msg("%s: %s", p->cfg->path, buf);
+    p->errors++;
+}
+
+static char *dupn(const char *s, size_t n)
+{
+    char *d = malloc(n + 1);
+
+    if (d) {
+        memcpy(d, s, n);
+        d[n] = '\0';
+    }
+    return d;
+}
+
+static const char *skipws(const char *s)
+{
+    while (*s && isspace((unsigned char)*s))
+        s++;
+    return s;
+}
+
+/* Length of s without trailing white space. */
+static size_t trimlen(const char *s, size_t n)
+{
+    while (n > 0 && isspace((unsigned char)s[n - 1]))
+        n--;
+    return n;
+}
+
+/* Where inih ends a header or key: the first of chars, or an inline comment
+ * (';' after white space). */
+static const char *find_end(const char *s, const char *chars)
+{
+    int was_space = 0;
+
+    while (*s && !strchr(chars, *s) && !(was_space && *s == ';')) {
+        was_space = isspace((unsigned char)*s);
+        s++;
+    }
+    return s;
+}
+
+/* ---- sections -------------------------------------------------------------- */
+
+static void section_defaults(struct pl_section *s)
+{
+    memset(s, 0, sizeof *s);
+    s->index = -1;
+    s->lease_ms = -1;
+    s->on_unresolved = PL_UNRES_DEFAULT;
+}
+
+static void new_section(struct parse *p, const char *text, size_t n)
+{
+    struct pl_config *cfg = p->cfg;
+    char *norm = NULL, *lock = NULL;
+    enum sect kind = S_SKIP;
+    enum pl_kind mk = PL_MUTEX;
+    const char *sp;
+    size_t i, wlen;
+    struct header *h;
+
+    p->cur = S_SKIP;
+    p->sec = NULL;
+    p->nseen = 0;
+    while (n > 0 && isspace((unsigned char)*text))
+        text++, n--;
+    n = trimlen(text, n);
+    for (sp = text; sp < text + n && !isspace((unsigned char)*sp); sp++)
+        ;
+    wlen = (size_t)(sp - text);
+    if (wlen == n && n == 5 && memcmp(text, "redis", 5) == 0) {
+        kind = S_REDIS;
+        norm = dupn(text, n);
+    } else if (wlen == n && n == 7 && memcmp(text, "preload", 7) == 0) {
+        kind = S_PRELOAD;
+        norm = dupn(text, n);
+    } else if ((wlen == 5 && memcmp(text, "mutex", 5) == 0) ||
+               (wlen == 6 && memcmp(text, "rwlock", 6) == 0)) {
+        const char *nm = text + wlen;
+        size_t nl;
+
+        while (nm < text + n && isspace((unsigned char)*nm))
+            nm++;
+        nl = (size_t)(text + n - nm);
+        if (nl == 0) {
+            perr(p, p->line, "[%.*s] needs the distributed lock's name: "
+                 "[%.*s NAME]", (int)n, text, (int)wlen, text);
+            return;
+        }
+        if (nl > DIST_NAME_MAX) {
+            perr(p, p->line, "lock name longer than %d bytes", DIST_NAME_MAX);
+            return;
+        }
+        kind = S_MAP;
+        mk = wlen == 5 ? PL_MUTEX : PL_RWLOCK;
+        lock = dupn(nm, nl);
+        norm = lock ? malloc(wlen + 1 + nl + 1) : NULL;
+        if (norm)
+            sprintf(norm, "%.*s %s", (int)wlen, text, lock);
+    } else {
+        perr(p, p->line, "unknown section [%.*s]: expected [redis], "
+             "[preload], [mutex NAME] or [rwlock NAME]", (int)n, text);
+        return;
+    }
+    if (!norm) {
+        free(lock);
+        perr(p, p->line, "out of memory");
+        return;
+    }
+    for (i = 0; i < p->nhdr; i++) {
+        if (strcmp(p->hdr[i].text, norm) == 0 ||
+            (lock && p->hdr[i].lockname &&
+             strcmp(p->hdr[i].lockname, lock) == 0)) {
+            perr(p, p->line, "duplicate section [%s]: lock name or section "
+                 "already given at line %d", norm, p->hdr[i].line);
+            free(norm);
+            free(lock);
+            return;
+        }
+    }
+    h = realloc(p->hdr, (p->nhdr + 1) * sizeof *h);
+    if (!h) {
+        free(norm);
+        free(lock);
+        perr(p, p->line, "out of memory");
+        return;
+    }
+    p->hdr = h;
+    h[p->nhdr].text = norm;
+    h[p->nhdr].lockname = lock ? strdup(lock) : NULL;
+    h[p->nhdr].line = p->line;
+    p->nhdr++;
+    p->cur = kind;
+    if (kind == S_MAP) {
+        struct pl_section *s = realloc(cfg->sec, (cfg->nsec + 1) * sizeof *s);
+
+        if (!s) {
+            free(lock);
+            perr(p, p->line, "out of memory");
+            p->cur = S_SKIP;
+            return;
+        }
+        cfg->sec = s;
+        p->sec = &s[cfg->nsec++];
+        section_defaults(p->sec);
+        p->sec->kind = mk;
+        p->sec->name = lock;
+        p->sec->line = p->line;
+    }
+}
+
+/* ---- the line reader ------------------------------------------------------- */
+
+/* Classifies one line as inih will (see ini_parse_stream in inih r55). */
+static void classify(struct parse *p, char *line)
+{
+    const char *s = line, *t, *end;
+
+    if (p->line == 1 && (unsigned char)s[0] == 0xEF &&
+        (unsigned char)s[1] == 0xBB && (unsigned char)s[2] == 0xBF)
+        s += 3;
+    t = skipws(s);
+    if (*t == '\0' || *t == ';' || *t == '#')
+        return;
+    if (p->prev_key && t > s) {
+        perr(p, p->line, "indented line: inih reads it as more of the value "
+             "of '%s' above; remove the indentation", p->prev_name);
+        p->bad_line = p->line;
+        return;
+    }
+    if (*t == '[') {
+        end = find_end(t + 1, "]");
+        if (*end != ']') {
+            perr(p, p->line, "section header without ']'");
+            p->bad_line = p->line;
+            p->cur = S_SKIP;
+            p->sec = NULL;
+            p->prev_key = 0;
+            return;
+        }
+        t++;
+        new_section(p, t, (size_t)(end - t));
+        end = skipws(end + 1);
+        if (*end && *end != ';' && *end != '#')
+            perr(p, p->line, "text after the section header: '%.*s'",
+                 (int)trimlen(end, strlen(end)), end);
+        p->prev_key = 0;
+        return;
+    }
+    end = find_end(t, "=:");
+    if (*end != '=' && *end != ':') {
+        perr(p, p->line, "expected KEY = VALUE");
+        p->bad_line = p->line;
+        return;
+    }
+    snprintf(p->prev_name, sizeof p->prev_name, "%.*s",
+             (int)trimlen(t, (size_t)(end - t)), t);
+    p->prev_key = 1;
+}
+
+static char *reader(char *str, int num, void *stream)
+{
+    struct parse *p = stream;
+    size_t n;
+    int c;
+
+    if (!fgets(str, num, p->f))
+        return NULL;
+    p->line++;
+    n = strlen(str);
+    if (n > 0 && str[n - 1] != '\n' && !feof(p->f)) {
+        while ((c = getc(p->f)) != EOF && c != '\n')
+            ;
+        perr(p, p->line, "line longer than %d bytes (inih's limit)", num - 2);
+        p->bad_line = p->line;
+        strcpy(str, "\n");
+        return str;
+    }
+    classify(p, str);
+    return str;
+}
+
+/* ---- values ------------------------------------------------------------- */
+
+static int parse_ulong(const char *v, unsigned long max, unsigned long *out)
+{
+    char *end;
+    unsigned long x;
+
+    if (!*v || *v == '-' || *v == '+' || isspace((unsigned char)*v))
+        return -1;
+    errno = 0;
+    x = strtoul(v, &end, 0);
+    if (errno || *end || x > max)
+        return -1;
+    *out = x;
+    return 0;
+}
+
+static int parse_bool(const char *v, int *out)
+{
+    static const char *yes[] = { "yes", "true", "on", "1" };
+    static const char *no[] = { "no", "false", "off", "0" };
+    size_t i;
+
+    for (i = 0; i < 4; i++) {
+        if (strcasecmp(v, yes[i]) == 0)
+            return *out = 1, 0;
+        if (strcasecmp(v, no[i]) == 0)
+            return *out = 0, 0;
+    }
+    return -1;
+}
+
+static int is_symchar(int c)
+{
+    return isalnum(c) || c == '_' || c == '.' || c == '$' || c == '@';
+}
+
+/* "symbol [OBJ:][FILE:]NAME[[N]|[*]][+OFF]" or "init_site [OBJ:][FILE:]FN" */
+static void parse_match(struct parse *p, struct pl_section *s, const char *v)
+{
+    const char *sp = v, *spec, *c, *name;
+    size_t wlen;
+    int i;
+
+    while (*sp && !isspace((unsigned char)*sp))
+        sp++;
+    wlen = (size_t)(sp - v);
+    spec = skipws(sp);
+    if (wlen == 6 && memcmp(v, "symbol", 6) == 0)
+        s->how = PL_SYMBOL;
+    else if (wlen == 9 && memcmp(v, "init_site", 9) == 0)
+        s->how = PL_INIT_SITE;
+    else {
+        perr(p, p->line, "match: expected 'symbol NAME' or 'init_site "
+             "FUNCTION', not '%s'", v);
+        return;
+    }
+    if (!*spec) {
+        perr(p, p->line, "match: '%.*s' needs a name", (int)wlen, v);
+        return;
+    }
+    for (c = spec; *c; c++) {
+        if (isspace((unsigned char)*c)) {
+            perr(p, p->line, "match: white space inside '%s'", spec);
+            return;
+        }
+    }
+    s->match = strdup(v);
+    /* qualifiers: everything up to the last ':' before any '[' or '+' */
+    name = spec;
+    for (i = 0; i < 3; i++) {
+        const char *colon = strchr(name, ':');
+        const char *stop = name + strcspn(name, "[+");
+
+        if (!colon || colon > stop)
+            break;
+        if (i == 2 || colon == name) {
+            perr(p, p->line, "match: cannot read '%s': expected "
+                 "[OBJECT:][FILE:]NAME", spec);
+            return;
+        }
+        s->qual[s->nqual++] = dupn(name, (size_t)(colon - name));
+        name = colon + 1;
+    }
+    for (c = name; *c && is_symchar((unsigned char)*c); c++)
+        ;
+    if (c == name) {
+        perr(p, p->line, "match: no symbol name in '%s'", spec);
+        return;
+    }
+    s->symbol = dupn(name, (size_t)(c - name));
+    if (s->how == PL_INIT_SITE) {
+        if (*c)
+            perr(p, p->line, "match: init_site takes a function name, "
+                 "without [index] or +offset: '%s'", spec);
+        return;
+    }
+    if (*c == '[') {
+        if (c[1] == '*' && c[2] == ']') {
+            s->each = 1;
+            c += 3;
+        } else {
+            char *end;
+            unsigned long x;
+
+            errno = 0;
+            x = strtoul(c + 1, &end, 10);
+            if (!isdigit((unsigned char)c[1]) || *end != ']' || errno ||
+                x > LONG_MAX / 2) {
+                perr(p, p->line, "match: bad index in '%s': [N] or [*]", spec);
+                return;
+            }
+            s->index = (long)x;
+            c = end + 1;
+        }
+    }
+    if (*c == '+') {
+        if (parse_ulong(c + 1, 1UL << 30, &s->offset) != 0) {
+            perr(p, p->line, "match: bad offset in '%s': +N or +0xN", spec);
+            return;
+        }
+        c += strlen(c);
+    }
+    if (*c)
+        perr(p, p->line, "match: unexpected '%s' in '%s'", c, spec);
+}
+
+/* ---- keys ---------------------------------------------------------------- */
+
+static int seen_before(struct parse *p, const char *name)
+{
+    int i;
+
+    for (i = 0; i < p->nseen; i++) {
+        if (strcmp(p->seen[i].name, name) == 0) {
+            perr(p, p->line, "'%s' given twice in this section (first at "
+                 "line %d)", name, p->seen[i].line);
+            return 1;
+        }
+    }
+    if (p->nseen < MAX_KEYS) {
+        snprintf(p->seen[p->nseen].name, sizeof p->seen[0].name, "%s", name);
+        p->seen[p->nseen++].line = p->line;
+    }
+    return 0;
+}
+
+static int unres_value(struct parse *p, const char *v)
+{
+    if (strcmp(v, "error") == 0)
+        return PL_UNRES_ERROR;
+    if (strcmp(v, "warn") == 0)
+        return PL_UNRES_WARN;
+    perr(p, p->line, "on_unresolved: 'error' or 'warn', not '%s'", v);
+    return PL_UNRES_DEFAULT;
+}
+
+static void redis_key(struct parse *p, const char *k, const char *v)
+{
+    struct pl_config *cfg = p->cfg;
+    unsigned long x;
+
+    if (strcmp(k, "url") == 0) {
+        free(cfg->url);
+        cfg->url = strdup(v);
+        p->url_line = p->line;
+    } else if (strcmp(k, "lease_ms") == 0) {
+        if (parse_ulong(v, 24UL * 3600 * 1000, &x) != 0)
+            perr(p, p->line, "lease_ms: a number of milliseconds up to a "
+                 "day, or 0 for the watchdog; not '%s'", v);
+        else
+            cfg->lease_ms = x;
+    } else if (strcmp(k, "watchdog_ms") == 0) {
+        if (parse_ulong(v, 24UL * 3600 * 1000, &x) != 0 || x < 300)
+            perr(p, p->line, "watchdog_ms: 300 or more, not '%s'", v);
+        else
+            cfg->watchdog_ms = x;
+    } else if (strcmp(k, "timeout_ms") == 0) {
+        if (parse_ulong(v, 3600UL * 1000, &x) != 0 || x == 0)
+            perr(p, p->line, "timeout_ms: a number of milliseconds, not '%s'", v);
+        else
+            cfg->timeout_ms = x;
+    } else if (strcmp(k, "on_unavailable") == 0) {
+        if (strcmp(v, "block") == 0)
+            cfg->on_unavailable = PL_BLOCK;
+        else if (strcmp(v, "fail") == 0)
+            cfg->on_unavailable = PL_FAIL;
+        else if (strcmp(v, "abort") == 0)
+            cfg->on_unavailable = PL_ABORT;
+        else
+            perr(p, p->line, "on_unavailable: block, fail or abort, not '%s'", v);
+    } else if (strcmp(k, "on_lease_lost") == 0) {
+        if (strcmp(v, "abort") == 0)
+            cfg->on_lease_lost = PL_LOST_ABORT;
+        else if (strcmp(v, "log") == 0)
+            cfg->on_lease_lost = PL_LOST_LOG;
+        else
+            perr(p, p->line, "on_lease_lost: abort or log, not '%s'", v);
+    } else {
+        perr(p, p->line, "unknown key '%s' in [redis] (known: url, lease_ms, "
+             "watchdog_ms, timeout_ms, on_unavailable, on_lease_lost)", k);
+    }
+}
+
+static void preload_key(struct parse *p, const char *k, const char *v)
+{
+    int b;
+
+    if (strcmp(k, "on_unresolved") == 0) {
+        int u = unres_value(p, v);
+        if (u != PL_UNRES_DEFAULT)
+            p->cfg->on_unresolved = u;
+    } else if (strcmp(k, "verbose") == 0) {
+        if (parse_bool(v, &b) != 0)
+            perr(p, p->line, "verbose: yes or no, not '%s'", v);
+        else
+            p->cfg->verbose = b;
+    } else {
+        perr(p, p->line, "unknown key '%s' in [preload] (known: "
+             "on_unresolved, verbose)", k);
+    }
+}
+
+static void map_key(struct parse *p, const char *k, const char *v)
+{
+    struct pl_section *s = p->sec;
+    int rw = s->kind == PL_RWLOCK;
+    unsigned long x;
+    int b;
+
+    if (strcmp(k, "match") == 0) {
+        s->match_line = p->line;
+        parse_match(p, s, v);
+    } else if (strcmp(k, "fair") == 0 && !rw) {
+        if (parse_bool(v, &b) != 0)
+            perr(p, p->line, "fair: yes or no, not '%s'", v);
+        else
+            s->fair = b;
+    } else if (strcmp(k, "kind") == 0 && rw) {
+        if (strcmp(v, "prefer-reader") == 0)
+            s->rw_prefer_writer = 0;
+        else if (strcmp(v, "prefer-writer") == 0)
+            s->rw_prefer_writer = 1;
+        else
+            perr(p, p->line, "kind: prefer-reader or prefer-writer, not '%s'", v);
+    } else if (strcmp(k, "lease_ms") == 0) {
+        if (parse_ulong(v, 24UL * 3600 * 1000, &x) != 0)
+            perr(p, p->line, "lease_ms: a number of milliseconds up to a "
+                 "day, or 0 for the watchdog; not '%s'", v);
+        else
+            s->lease_ms = (long)x;
+    } else if (strcmp(k, "stride") == 0) {
+        if (parse_ulong(v, 1UL << 20, &x) != 0 || x == 0)
+            perr(p, p->line, "stride: a number of bytes, not '%s'", v);
+        else
+            s->stride = x;
+    } else if (strcmp(k, "count") == 0) {
+        if (parse_ulong(v, 1UL << 20, &x) != 0 || x == 0)
+            perr(p, p->line, "count: a number of elements, not '%s'", v);
+        else
+            s->count = x;
+    } else if (strcmp(k, "on_unresolved") == 0) {
+        s->on_unresolved = unres_value(p, v);
+    } else {
+        perr(p, p->line, "unknown key '%s' in [%s %s] (known: match, %s, "
+             "lease_ms, stride, count, on_unresolved)", k,
+             rw ? "rwlock" : "mutex", s->name, rw ? "kind" : "fair");
+    }
+}
+
+static int handler(void *user, const char *section, const char *name,
+                   const char *value)
+{
+    struct parse *p = user;
+
+    (void)section;          /* ours is untruncated: see new_section */
+    if (p->line == p->bad_line)
+        return 1;
+    if (p->cur == S_NONE) {
+        perr(p, p->line, "'%s' before any [section]", name);
+        return 1;
+    }
+    if (p->cur == S_SKIP || seen_before(p, name))
+        return 1;
+    switch (p->cur) {
+    case S_REDIS:
+        redis_key(p, name, value);
+        break;
+    case S_PRELOAD:
+        preload_key(p, name, value);
+        break;
+    case S_MAP:
+        map_key(p, name, value);
+        break;
+    default:
+        break;
+    }
+    return 1;
+}
+
+/* ---- after the last line --------------------------------------------------- */
+
+/* The match as a canonical string, to find two sections mapping the same. */
+static void canon(const struct pl_section *s, char *buf, size_t len)
+{
+    snprintf(buf, len, "%d|%s|%s|%s|%d|%ld|%lu", (int)s->how,
+             s->nqual > 0 ? s->qual[0] : "", s->nqual > 1 ? s->qual[1] : "",
+             s->symbol ? s->symbol : "", s->each, s->index, s->offset);
+}
+
+static void check_sections(struct parse *p)
+{
+    struct pl_config *cfg = p->cfg;
+    char a[512], b[512];
+    size_t i, j;
+
+    for (i = 0; i < cfg->nsec; i++) {
+        struct pl_section *s = &cfg->sec[i];
+
+        if (!s->match_line) {
+            perr(p, s->line, "[%s %s] has no 'match = ...'",
+                 s->kind == PL_MUTEX ? "mutex" : "rwlock", s->name);
+            continue;
+        }
+        if (!s->symbol)
+            continue;     /* reported */
+        if ((s->stride || s->count) && !s->each)
+            perr(p, s->match_line, "stride and count apply to an array "
+                 "match, NAME[*]");
+        canon(s, a, sizeof a);
+        for (j = 0; j < i; j++) {
+            if (!cfg->sec[j].symbol)
+                continue;
+            canon(&cfg->sec[j], b, sizeof b);
+            if (strcmp(a, b) == 0)
+                perr(p, s->match_line, "duplicate mapping: '%s' is already "
+                     "mapped by [%s] at line %d", s->match, cfg->sec[j].name,
+                     cfg->sec[j].match_line);
+        }
+    }
+}
+
+int pl_config_load(const char *path, struct pl_config *cfg)
+{
+    struct parse p;
+    size_t i;
+    int rc;
+
+    memset(cfg, 0, sizeof *cfg);
+    memset(&p, 0, sizeof p);
+    cfg->path = strdup(path);
+    cfg->on_unavailable = PL_BLOCK;
+    cfg->on_lease_lost = PL_LOST_ABORT;
+    cfg->on_unresolved = PL_UNRES_ERROR;
+    p.cfg = cfg;
+    if (!cfg->path)
+        return -1;
+    p.f = fopen(path, "re");
+    if (!p.f) {
+        pl_msg("%s: cannot open the configuration: %s", path, strerror(errno));
+        return -1;
+    }
+    rc = ini_parse_stream(reader, &p, handler, &p);
+    if (ferror(p.f))
+        perr(&p, p.line, "read error");
+    fclose(p.f);
+    if (rc > 0 && p.errors == 0)
+        perr(&p, rc, "cannot parse this line");
+    else if (rc < 0 && p.errors == 0)
+        perr(&p, 0, "inih failed (%d)", rc);
+    check_sections(&p);
+    if (cfg->nsec == 0 && p.errors == 0)
+        perr(&p, 0, "maps nothing: add a [mutex NAME] or [rwlock NAME] "
+             "section");
+    for (i = 0; i < p.nhdr; i++) {
+        free(p.hdr[i].text);
+        free(p.hdr[i].lockname);
+    }
+    free(p.hdr);
+    cfg->url_line = p.url_line;
+    return p.errors ? -1 : 0;
+}
+
+void pl_config_free(struct pl_config *cfg)
+{
+    size_t i;
+    int q;
+
+    for (i = 0; i < cfg->nsec; i++) {
+        struct pl_section *s = &cfg->sec[i];
+
+        free(s->name);
+        free(s->match);
+        free(s->symbol);
+        for (q = 0; q < s->nqual; q++)
+            free(s->qual[q]);
+    }
+    free(cfg->sec);
+    free(cfg->url);
+    free(cfg->path);
+    memset(cfg, 0, sizeof *cfg);
+}

@@ -1,0 +1,1038 @@
+/* shim.c: the pthread functions of libdistlock_preload.so.
+ *
+ * Every interposed function first asks whether its mutex is mapped.  That
+ * question must cost next to nothing for the mutexes that are not (nearly
+ * all of them, including libdistlock's own): one load of the table pointer,
+ * one multiply, one load of a slot; an empty slot means "not mapped" and
+ * the call goes on to glibc's function as a tail call.  The table is an
+ * open-addressing set of addresses, at most half full, published once with
+ * a release store and never changed in place except by adding keys (heap
+ * mutexes found through init_site); the loads on that path are plain moves
+ * on x86-64: no locked instruction, no fence, no allocation, no TLS.
+ *
+ * Start-up is lazy: the first call of any interposed function (a library's
+ * constructor, a thread, or our own constructor, whichever comes first)
+ * builds the table.  Other threads wait on a futex until it is published,
+ * so no mapped mutex is ever run as a plain one; the thread building it
+ * (whose own calls into libdistlock, inih and libc come back here) passes
+ * straight through.  Start-up reads the configuration and the symbol tables
+ * and creates the dist_mutex objects; it does no network I/O.
+ *
+ * Every wrapper exists in each symbol version glibc 2.36 defines for it,
+ * and forwards to the same version (dlvsym(RTLD_NEXT, name, version)):
+ * a freshly built binary binds pthread_mutex_trylock@GLIBC_2.34 and
+ * pthread_cond_wait@GLIBC_2.3.2, an old one @GLIBC_2.2.5, and both must
+ * land here and then in the right glibc function. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "preload.h"
+
+#define EXPORT __attribute__((visibility("default")))
+#define LIKELY(x) __builtin_expect(!!(x), 1)
+#define UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define SYMVER(s) __attribute__((symver(s)))
+
+/* ---- the real functions ------------------------------------------------ */
+
+typedef int (*lock_fn)(pthread_mutex_t *);
+typedef int (*timed_fn)(pthread_mutex_t *, const struct timespec *);
+typedef int (*clock_fn)(pthread_mutex_t *, clockid_t, const struct timespec *);
+typedef int (*init_fn)(pthread_mutex_t *, const pthread_mutexattr_t *);
+typedef int (*wait_fn)(pthread_cond_t *, pthread_mutex_t *);
+typedef int (*twait_fn)(pthread_cond_t *, pthread_mutex_t *,
+                        const struct timespec *);
+typedef int (*cwait_fn)(pthread_cond_t *, pthread_mutex_t *, clockid_t,
+                        const struct timespec *);
+
+/* One entry point of ours: the glibc symbol it stands for, the glibc
+ * function it forwards to, and how often it saw a mapped lock. */
+enum {
+    FN_LOCK, FN_UNLOCK, FN_INIT, FN_DESTROY,
+    FN_TRYLOCK, FN_TRYLOCK_OLD, FN_TIMEDLOCK, FN_TIMEDLOCK_OLD,
+    FN_CLOCKLOCK, FN_CLOCKLOCK_OLD,
+    FN_WAIT, FN_WAIT_OLD, FN_TIMEDWAIT, FN_TIMEDWAIT_OLD,
+    FN_CLOCKWAIT, FN_CLOCKWAIT_OLD,
+    FN_COUNT
+};
+
+static const struct {
+    const char *name, *version;
+} fn_sym[FN_COUNT] = {
+    [FN_LOCK] = { "pthread_mutex_lock", "GLIBC_2.2.5" },
+    [FN_UNLOCK] = { "pthread_mutex_unlock", "GLIBC_2.2.5" },
+    [FN_INIT] = { "pthread_mutex_init", "GLIBC_2.2.5" },
+    [FN_DESTROY] = { "pthread_mutex_destroy", "GLIBC_2.2.5" },
+    [FN_TRYLOCK] = { "pthread_mutex_trylock", "GLIBC_2.34" },
+    [FN_TRYLOCK_OLD] = { "pthread_mutex_trylock", "GLIBC_2.2.5" },
+    [FN_TIMEDLOCK] = { "pthread_mutex_timedlock", "GLIBC_2.34" },
+    [FN_TIMEDLOCK_OLD] = { "pthread_mutex_timedlock", "GLIBC_2.2.5" },
+    [FN_CLOCKLOCK] = { "pthread_mutex_clocklock", "GLIBC_2.34" },
+    [FN_CLOCKLOCK_OLD] = { "pthread_mutex_clocklock", "GLIBC_2.30" },
+    [FN_WAIT] = { "pthread_cond_wait", "GLIBC_2.3.2" },
+    [FN_WAIT_OLD] = { "pthread_cond_wait", "GLIBC_2.2.5" },
+    [FN_TIMEDWAIT] = { "pthread_cond_timedwait", "GLIBC_2.3.2" },
+    [FN_TIMEDWAIT_OLD] = { "pthread_cond_timedwait", "GLIBC_2.2.5" },
+    [FN_CLOCKWAIT] = { "pthread_cond_clockwait", "GLIBC_2.34" },
+    [FN_CLOCKWAIT_OLD] = { "pthread_cond_clockwait", "GLIBC_2.30" },
+};
+
+static void *real[FN_COUNT];
+static int reals_ready;
+static unsigned long calls[FN_COUNT];
+
+#define REAL(f, type) ((type)real[f])
+
+static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+
+static void resolve_reals(void)
+{
+    void *p[FN_COUNT];
+    int i;
+
+    if (LIKELY(__atomic_load_n(&reals_ready, __ATOMIC_ACQUIRE)))
+        return;
+    /* Several threads may get here at once: each finds the same values. */
+    for (i = 0; i < FN_COUNT; i++) {
+        p[i] = dlvsym(RTLD_NEXT, fn_sym[i].name, fn_sym[i].version);
+        if (!p[i])
+            die("cannot find %s@%s after this library (dlvsym: %s)",
+                fn_sym[i].name, fn_sym[i].version, dlerror());
+    }
+    for (i = 0; i < FN_COUNT; i++)
+        __atomic_store_n(&real[i], p[i], __ATOMIC_RELAXED);
+    __atomic_store_n(&reals_ready, 1, __ATOMIC_RELEASE);
+}
+
+/* ---- messages ------------------------------------------------------------- */
+
+static char *msgs;            /* start-up messages, one per line */
+static size_t msgs_len;
+static int started;           /* after start-up: print at once */
+static int verbose;
+static struct pl_config cfg;
+
+static void write_all(int fd, const char *p, size_t n)
+{
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return;
+        p += w;
+        n -= (size_t)w;
+    }
+}
+
+static void vmsg(const char *fmt, va_list ap)
+{
+    char line[1024];
+    size_t n;
+    int k;
+
+    k = snprintf(line, sizeof line, PL_MSG_PREFIX);
+    vsnprintf(line + k, sizeof line - (size_t)k - 1, fmt, ap);
+    n = strlen(line);
+    line[n++] = '\n';
+    if (__atomic_load_n(&started, __ATOMIC_ACQUIRE)) {
+        int saved = errno;
+        write_all(2, line, n);
+        errno = saved;
+        return;
+    }
+    {
+        char *m = realloc(msgs, msgs_len + n);
+        if (!m) {
+            write_all(2, line, n);
+            return;
+        }
+        memcpy(m + msgs_len, line, n);
+        msgs = m;
+        msgs_len += n;
+    }
+}
+
+void pl_msg(const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vmsg(fmt, ap);
+    va_end(ap);
+}
+
+int pl_verbose(void)
+{
+    return verbose;
+}
+
+static void die(const char *fmt, ...)
+{
+    va_list ap;
+
+    __atomic_store_n(&started, 1, __ATOMIC_RELEASE);
+    va_start(ap, fmt);
+    vmsg(fmt, ap);
+    va_end(ap);
+    abort();
+}
+
+/* ---- the address table ------------------------------------------------------ */
+
+struct entry {
+    uintptr_t addr;
+    int dynamic;                  /* found through init_site */
+    int live;                     /* atomic; always 1 for symbol entries */
+    const struct pl_section *sec;
+    char *lockname;
+    char *where;
+    dist_mutex_t dm;
+    /* the local holder: written only by the thread holding the real
+     * mutex (relaxed atomics, for the reads of a buggy non-owner) */
+    pthread_t owner;
+    unsigned long owner_gen;
+    unsigned depth;
+};
+
+struct table {
+    unsigned shift;               /* slot = (addr * K) >> shift */
+    size_t mask;
+    size_t used;
+    struct entry **val;
+    uintptr_t key[];
+};
+
+#define HASH_K 0x9E3779B97F4A7C15ull
+
+static const struct table *tab;         /* NULL until start-up is over */
+static struct table *tab_w;             /* the same, for the writer */
+static int phase;                       /* 0, 1 starting, 2 done (futex) */
+/* Set while this thread runs our own code that calls back into the
+ * interposed functions (start-up, mapping a heap mutex): those calls are
+ * libdistlock's, inih's or libc's, and pass straight through. */
+static __thread int in_shim __attribute__((tls_model("initial-exec")));
+static unsigned long fork_gen;
+
+/* Nothing mapped: two empty slots (a shift of 64 would be undefined). */
+static struct {
+    struct table t;
+    uintptr_t k[2];
+} empty = { { 63, 1, 0, NULL }, { 0, 0 } };
+
+static inline size_t slot_of(const struct table *t, uintptr_t a)
+{
+    return (size_t)((a * HASH_K) >> t->shift);
+}
+
+static struct table *table_new(size_t cap)
+{
+    struct table *t;
+    unsigned bits = 1;
+
+    while (((size_t)1 << bits) < cap)
+        bits++;
+    cap = (size_t)1 << bits;
+    t = calloc(1, sizeof *t + cap * sizeof t->key[0]);
+    if (!t)
+        return NULL;
+    t->val = calloc(cap, sizeof *t->val);
+    if (!t->val) {
+        free(t);
+        return NULL;
+    }
+    t->shift = 64 - bits;
+    t->mask = cap - 1;
+    return t;
+}
+
+static void table_put(struct table *t, struct entry *e)
+{
+    size_t i = slot_of(t, e->addr);
+
+    while (t->key[i])
+        i = (i + 1) & t->mask;
+    t->val[i] = e;
+    __atomic_store_n(&t->key[i], e->addr, __ATOMIC_RELEASE);
+    t->used++;
+}
+
+/* The entry of an address, dead or alive. */
+static struct entry *table_get(const struct table *t, uintptr_t a)
+{
+    size_t i = slot_of(t, a);
+    uintptr_t k;
+
+    while ((k = __atomic_load_n(&t->key[i], __ATOMIC_ACQUIRE)) != 0) {
+        if (k == a)
+            return t->val[i];
+        i = (i + 1) & t->mask;
+    }
+    return NULL;
+}
+
+/* ---- init_site ---------------------------------------------------------------- */
+
+static struct pl_site *sites;
+static size_t nsites;
+static pthread_mutex_t dyn_mu = PTHREAD_MUTEX_INITIALIZER;  /* via real[] */
+static unsigned long *site_seq;
+
+static const struct pl_site *site_of(uintptr_t ra)
+{
+    size_t i, j;
+
+    for (i = 0; i < nsites; i++)
+        for (j = 0; j < sites[i].nr; j++)
+            if (ra >= sites[i].r[j].lo && ra < sites[i].r[j].hi)
+                return &sites[i];
+    return NULL;
+}
+
+/* ---- start-up --------------------------------------------------------------- */
+
+static int status_fd = -1;
+
+static void on_lost(const char *name, void *arg)
+{
+    (void)arg;
+    if (cfg.on_lease_lost == PL_LOST_ABORT)
+        die("lock '%s' was lost (its lease ran out, it was forced, or Redis "
+            "lost its data): aborting (on_lease_lost = abort)", name);
+    pl_msg("lock '%s' was lost (its lease ran out, it was forced, or Redis "
+           "lost its data); the program goes on (on_lease_lost = log)", name);
+}
+
+/* A fork() must not copy the heap-mutex table half-changed, nor dyn_mu
+ * locked by a thread the child does not have.  (Registered after
+ * libdistlock's handlers, so this prepare runs first: dyn_mu, then the
+ * library's locks, the order site_init takes them in.) */
+static void fork_prepare(void)
+{
+    if (nsites)
+        REAL(FN_LOCK, lock_fn)(&dyn_mu);
+}
+
+static void fork_parent(void)
+{
+    if (nsites)
+        REAL(FN_UNLOCK, lock_fn)(&dyn_mu);
+}
+
+static void fork_child(void)
+{
+    fork_gen++;           /* the parent's holders are not this process's */
+    if (nsites)
+        REAL(FN_UNLOCK, lock_fn)(&dyn_mu);
+}
+
+static int init_entry(struct entry *e, const char *lockname)
+{
+    const struct pl_section *s = e->sec;
+    dist_mutexattr_t a;
+    long lease = s->lease_ms >= 0 ? s->lease_ms : (long)cfg.lease_ms;
+    int rc;
+
+    free(e->lockname);
+    e->lockname = strdup(lockname);
+    if (!e->lockname)
+        return ENOMEM;
+    dist_mutexattr_init(&a);
+    dist_mutexattr_setfair(&a, s->fair);
+    if ((rc = dist_mutexattr_setlease(&a, (unsigned long)lease)) == 0)
+        rc = dist_mutex_init(&e->dm, e->lockname, &a);
+    dist_mutexattr_destroy(&a);
+    return rc;
+}
+
+/* Is this process the one distlock-run started (or, without distlock-run,
+ * any process)?  Children that exec other programs inherit LD_PRELOAD; the
+ * mappings are about one program only. */
+static int is_target(void)
+{
+    const char *t = getenv("DISTLOCK_PRELOAD_TARGET");
+    unsigned long long dev, ino;
+    struct stat st;
+
+    if (!t || !*t)
+        return 1;
+    if (sscanf(t, "%llu:%llu", &dev, &ino) != 2 ||
+        stat("/proc/self/exe", &st) != 0)
+        return 1;
+    return (unsigned long long)st.st_dev == dev &&
+           (unsigned long long)st.st_ino == ino;
+}
+
+static void open_status(void)
+{
+    const char *s = getenv("DISTLOCK_PRELOAD_STATUS_FD");
+    long long pid;
+    int fd;
+
+    if (s && sscanf(s, "%d:%lld", &fd, &pid) == 2 && fd > 2 &&
+        pid == (long long)getpid())
+        status_fd = fd;
+}
+
+/* Hands the messages to distlock-run (or prints them) and the verdict. */
+static void finish_status(int ok, size_t mapped)
+{
+    char line[64];
+    size_t i, j;
+
+    if (status_fd < 0) {
+        if (msgs_len)
+            write_all(2, msgs, msgs_len);
+    } else {
+        for (i = 0; i < msgs_len; i = j + 1) {
+            for (j = i; j < msgs_len && msgs[j] != '\n'; j++)
+                ;
+            write_all(status_fd, "msg ", 4);
+            write_all(status_fd, msgs + i, j - i + 1);
+        }
+        if (ok)
+            snprintf(line, sizeof line, "ok %zu\n", mapped);
+        else
+            snprintf(line, sizeof line, "fail\n");
+        write_all(status_fd, line, strlen(line));
+        close(status_fd);
+        status_fd = -1;
+    }
+    free(msgs);
+    msgs = NULL;
+    msgs_len = 0;
+}
+
+static void startup_fail(void)
+{
+    finish_status(0, 0);
+    _exit(PL_EXIT_CONFIG);
+}
+
+static const struct table *build(void)
+{
+    struct pl_resolved res;
+    struct table *t;
+    const char *path, *v;
+    size_t i, cap;
+    int rc;
+
+    open_status();
+    v = getenv("DISTLOCK_PRELOAD_VERBOSE");
+    verbose = v && *v && strcmp(v, "0") != 0;
+    if (!is_target()) {
+        free(msgs);
+        msgs = NULL;
+        msgs_len = 0;
+        status_fd = -1;
+        return &empty.t;
+    }
+    path = getenv("DISTLOCK_PRELOAD_CONFIG");
+    if (!path || !*path) {
+        pl_msg("DISTLOCK_PRELOAD_CONFIG is not set: no configuration to "
+               "apply (distlock-run --config FILE sets it)");
+        startup_fail();
+    }
+    if (pl_config_load(path, &cfg) != 0)
+        startup_fail();
+    verbose |= cfg.verbose;
+    if (cfg.url && (rc = dist_set_url(cfg.url)) != 0) {
+        pl_msg("%s:%d: url: %s", cfg.path, cfg.url_line, dist_last_error());
+        startup_fail();
+    }
+    if (cfg.watchdog_ms)
+        dist_set_watchdog_ms(cfg.watchdog_ms);
+    if (cfg.timeout_ms)
+        dist_set_timeout_ms(cfg.timeout_ms);
+    for (i = 0; i < cfg.nsec; i++) {
+        if (cfg.sec[i].kind == PL_RWLOCK) {
+            pl_msg("%s:%d: [rwlock %s]: read-write locks are not supported "
+                   "by this build", cfg.path, cfg.sec[i].line, cfg.sec[i].name);
+            startup_fail();
+        }
+    }
+    if (pl_resolve(&cfg, &res) != 0)
+        startup_fail();
+
+    cap = 4 * res.nt + 16;
+    if (res.ns)
+        cap += 1024;
+    t = table_new(cap);
+    if (!t) {
+        pl_msg("out of memory");
+        startup_fail();
+    }
+    for (i = 0; i < res.nt; i++) {
+        struct entry *e = calloc(1, sizeof *e);
+        const struct pl_target *pt = &res.t[i];
+        char name[DIST_NAME_MAX + 32];
+
+        if (!e) {
+            pl_msg("out of memory");
+            startup_fail();
+        }
+        e->addr = pt->addr;
+        e->sec = pt->sec;
+        e->live = 1;
+        e->where = pt->where;
+        res.t[i].where = NULL;
+        if (pt->index >= 0)
+            snprintf(name, sizeof name, "%s:%ld", pt->sec->name, pt->index);
+        else
+            snprintf(name, sizeof name, "%s", pt->sec->name);
+        if ((rc = init_entry(e, name)) != 0) {
+            pl_msg("%s:%d: lock '%s': %s", cfg.path, pt->sec->line, name,
+                   dist_last_error());
+            startup_fail();
+        }
+        table_put(t, e);
+        if (verbose)
+            pl_msg("mutex '%s' = %s", e->lockname, e->where);
+    }
+    sites = res.s;
+    nsites = res.ns;
+    res.s = NULL;
+    res.ns = 0;
+    if (nsites) {
+        site_seq = calloc(nsites, sizeof *site_seq);
+        if (!site_seq) {
+            pl_msg("out of memory");
+            startup_fail();
+        }
+    }
+    for (i = 0; i < nsites && verbose; i++)
+        pl_msg("mutex '%s:<n>' = every mutex that %s", sites[i].sec->name,
+               sites[i].where);
+    if (res.unresolved)
+        pl_msg("warning: %zu section(s) not resolved (on_unresolved = warn)",
+               res.unresolved);
+    dist_set_lost_handler(on_lost, NULL);
+    pthread_atfork(fork_prepare, fork_parent, fork_child);
+    finish_status(1, res.nt + nsites);
+    pl_resolved_free(&res);
+    tab_w = t;
+    return t;
+}
+
+static const struct table *startup(void)
+{
+    int expect = 0;
+    const struct table *t;
+
+    resolve_reals();
+    if (in_shim)
+        return &empty.t;            /* our own start-up's calls */
+    if (__atomic_compare_exchange_n(&phase, &expect, 1, 0, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_ACQUIRE)) {
+        in_shim = 1;
+        t = build();
+        in_shim = 0;
+        __atomic_store_n(&started, 1, __ATOMIC_RELEASE);
+        __atomic_store_n(&tab, t, __ATOMIC_RELEASE);
+        __atomic_store_n(&phase, 2, __ATOMIC_RELEASE);
+        syscall(SYS_futex, &phase, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+        return t;
+    }
+    while (__atomic_load_n(&phase, __ATOMIC_ACQUIRE) != 2)
+        syscall(SYS_futex, &phase, FUTEX_WAIT_PRIVATE, 1, NULL, NULL, 0);
+    return __atomic_load_n(&tab, __ATOMIC_ACQUIRE);
+}
+
+__attribute__((constructor)) static void preload_ctor(void)
+{
+    if (!__atomic_load_n(&tab, __ATOMIC_ACQUIRE))
+        startup();
+}
+
+/* The live entry of a mutex, or NULL (start-up first if need be). */
+static struct entry *entry_of(const void *m)
+{
+    const struct table *t = __atomic_load_n(&tab, __ATOMIC_ACQUIRE);
+    struct entry *e;
+
+    if (UNLIKELY(!t))
+        t = startup();
+    e = table_get(t, (uintptr_t)m);
+    if (e && !__atomic_load_n(&e->live, __ATOMIC_ACQUIRE))
+        return NULL;
+    return e;
+}
+
+/* The fast path: true when m is certainly not mapped (its first slot is
+ * empty).  Plain loads only. */
+static inline int surely_plain(const void *m)
+{
+    const struct table *t = __atomic_load_n(&tab, __ATOMIC_ACQUIRE);
+
+    return LIKELY(t != NULL) &&
+           LIKELY(__atomic_load_n(&t->key[slot_of(t, (uintptr_t)m)],
+                                  __ATOMIC_RELAXED) == 0);
+}
+
+static inline void count(int f)
+{
+    __atomic_fetch_add(&calls[f], 1, __ATOMIC_RELAXED);
+}
+
+/* For tests: how often an entry point saw a mapped mutex, by
+ * "name@VERSION" (-1 for an unknown name). */
+EXPORT long distlock_preload_calls(const char *sym);
+EXPORT long distlock_preload_calls(const char *sym)
+{
+    char buf[96];
+    int i;
+
+    for (i = 0; i < FN_COUNT; i++) {
+        snprintf(buf, sizeof buf, "%s@%s", fn_sym[i].name, fn_sym[i].version);
+        if (strcmp(buf, sym) == 0)
+            return (long)__atomic_load_n(&calls[i], __ATOMIC_RELAXED);
+    }
+    return -1;
+}
+
+/* ---- the distributed half ------------------------------------------------- */
+
+static void sleep_ms(unsigned ms)
+{
+    struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
+static int realtime_passed(const struct timespec *abs)
+{
+    struct timespec now;
+
+    clock_gettime(CLOCK_REALTIME, &now);
+    return now.tv_sec > abs->tv_sec ||
+           (now.tv_sec == abs->tv_sec && now.tv_nsec >= abs->tv_nsec);
+}
+
+enum { D_BLOCK, D_TRY, D_TIMED, D_MUST };
+
+/* Takes the distributed lock; the real mutex is held.  0, EBUSY,
+ * ETIMEDOUT, EAGAIN (Redis unavailable and on_unavailable = fail), or the
+ * library's error.  D_MUST blocks whatever on_unavailable says but abort:
+ * a condition wait has to return with the whole mutex. */
+static int dist_take(struct entry *e, int how, const struct timespec *abs)
+{
+    unsigned backoff = 20;
+    int rc, told = 0, saved = errno;
+
+    for (;;) {
+        if (how == D_TRY)
+            rc = dist_mutex_trylock(&e->dm);
+        else if (how == D_TIMED)
+            rc = dist_mutex_timedlock(&e->dm, abs);
+        else
+            rc = dist_mutex_lock(&e->dm);
+        if (rc != EIO)
+            break;
+        if (cfg.on_unavailable == PL_ABORT)
+            die("lock '%s': %s: aborting (on_unavailable = abort)",
+                e->lockname, dist_last_error());
+        if (cfg.on_unavailable == PL_FAIL && how != D_MUST) {
+            pl_msg("lock '%s': %s: the call fails with EAGAIN "
+                   "(on_unavailable = fail)", e->lockname, dist_last_error());
+            rc = EAGAIN;
+            break;
+        }
+        if (how == D_TRY) {
+            rc = EBUSY;
+            break;
+        }
+        if (how == D_TIMED && realtime_passed(abs)) {
+            rc = ETIMEDOUT;
+            break;
+        }
+        if (!told++)
+            pl_msg("lock '%s': %s: waiting for Redis (on_unavailable = "
+                   "block)", e->lockname, dist_last_error());
+        sleep_ms(backoff);
+        backoff = backoff < 1000 ? backoff * 2 : 1000;
+    }
+    if (told && rc == 0)
+        pl_msg("lock '%s': Redis answers again; lock taken", e->lockname);
+    errno = saved;
+    return rc;
+}
+
+/* Gives the distributed lock back; the real mutex is still held.  A
+ * release that Redis did not confirm is retried until it does: leaving the
+ * hold behind would keep every other process out. */
+static void dist_give(struct entry *e)
+{
+    unsigned backoff = 20;
+    int rc, told = 0, saved = errno;
+
+    for (;;) {
+        rc = dist_mutex_unlock(&e->dm);
+        if (rc != EIO)
+            break;
+        if (cfg.on_unavailable == PL_ABORT)
+            die("lock '%s': release failed: %s: aborting (on_unavailable = "
+                "abort)", e->lockname, dist_last_error());
+        if (!told++)
+            pl_msg("lock '%s': release failed: %s: retrying until Redis "
+                   "answers", e->lockname, dist_last_error());
+        sleep_ms(backoff);
+        backoff = backoff < 1000 ? backoff * 2 : 1000;
+    }
+    /* EPERM: the hold was lost (on_lost said so) or was never ours (a
+     * fork() child unlocking what its parent locked) */
+    if (rc != 0 && rc != EPERM)
+        pl_msg("lock '%s': release: %s", e->lockname, dist_last_error());
+    errno = saved;
+}
+
+static int held_by_me(const struct entry *e)
+{
+    return __atomic_load_n(&e->depth, __ATOMIC_RELAXED) > 0 &&
+           __atomic_load_n(&e->owner_gen, __ATOMIC_RELAXED) == fork_gen &&
+           pthread_equal(__atomic_load_n(&e->owner, __ATOMIC_RELAXED),
+                         pthread_self());
+}
+
+static void set_holder(struct entry *e, unsigned depth)
+{
+    __atomic_store_n(&e->owner, depth ? pthread_self() : (pthread_t)0,
+                     __ATOMIC_RELAXED);
+    __atomic_store_n(&e->owner_gen, fork_gen, __ATOMIC_RELAXED);
+    __atomic_store_n(&e->depth, depth, __ATOMIC_RELAXED);
+}
+
+/* An absolute time on clk, as CLOCK_REALTIME (what libdistlock takes). */
+static struct timespec to_realtime(clockid_t clk, const struct timespec *abs)
+{
+    struct timespec now_c, now_r, r;
+    long long d;
+
+    if (clk == CLOCK_REALTIME)
+        return *abs;
+    clock_gettime(clk, &now_c);
+    clock_gettime(CLOCK_REALTIME, &now_r);
+    d = ((long long)abs->tv_sec - now_c.tv_sec) * 1000000000LL +
+        (abs->tv_nsec - now_c.tv_nsec);
+    d += (long long)now_r.tv_nsec;
+    r.tv_sec = now_r.tv_sec + (time_t)(d / 1000000000LL);
+    r.tv_nsec = (long)(d % 1000000000LL);
+    if (r.tv_nsec < 0) {
+        r.tv_nsec += 1000000000L;
+        r.tv_sec--;
+    }
+    return r;
+}
+
+/* ---- mapped mutexes ------------------------------------------------------- */
+
+enum { L_LOCK, L_TRY, L_TIMED, L_CLOCK };
+
+static int mapped_lock(struct entry *e, pthread_mutex_t *m, int how, void *fn,
+                       clockid_t clk, const struct timespec *abs)
+{
+    struct timespec rt;
+    int rc, rc2;
+
+    switch (how) {
+    case L_LOCK:
+        rc = ((lock_fn)fn)(m);
+        break;
+    case L_TRY:
+        rc = ((lock_fn)fn)(m);
+        break;
+    case L_TIMED:
+        rc = ((timed_fn)fn)(m, abs);
+        break;
+    default:
+        rc = ((clock_fn)fn)(m, clk, abs);
+        break;
+    }
+    if (rc != 0 && rc != EOWNERDEAD)
+        return rc;
+    if (rc == EOWNERDEAD)
+        set_holder(e, 0);           /* the dead owner's record */
+    if (held_by_me(e)) {            /* a recursive mutex, again */
+        __atomic_store_n(&e->depth, e->depth + 1, __ATOMIC_RELAXED);
+        return rc;
+    }
+    if (how == L_TRY)
+        rc2 = dist_take(e, D_TRY, NULL);
+    else if (how == L_LOCK)
+        rc2 = dist_take(e, D_BLOCK, NULL);
+    else {
+        rt = to_realtime(how == L_TIMED ? CLOCK_REALTIME : clk, abs);
+        rc2 = dist_take(e, D_TIMED, &rt);
+    }
+    if (rc2 != 0) {
+        REAL(FN_UNLOCK, lock_fn)(m);
+        return rc2;
+    }
+    set_holder(e, 1);
+    return rc;
+}
+
+static int mapped_unlock(struct entry *e, pthread_mutex_t *m)
+{
+    unsigned d;
+
+    if (!held_by_me(e))
+        return REAL(FN_UNLOCK, lock_fn)(m);  /* EPERM, or as glibc does */
+    d = __atomic_load_n(&e->depth, __ATOMIC_RELAXED);
+    if (d > 1) {
+        __atomic_store_n(&e->depth, d - 1, __ATOMIC_RELAXED);
+        return REAL(FN_UNLOCK, lock_fn)(m);
+    }
+    set_holder(e, 0);
+    dist_give(e);
+    return REAL(FN_UNLOCK, lock_fn)(m);
+}
+
+enum { W_WAIT, W_TIMED, W_CLOCK };
+
+static int mapped_wait(struct entry *e, pthread_cond_t *c, pthread_mutex_t *m,
+                       int how, void *fn, clockid_t clk,
+                       const struct timespec *abs)
+{
+    int rc;
+
+    /* what glibc refuses before it lets go of the mutex */
+    if (how != W_WAIT && (abs->tv_nsec < 0 || abs->tv_nsec >= 1000000000L))
+        return EINVAL;
+    if (how == W_CLOCK && clk != CLOCK_REALTIME && clk != CLOCK_MONOTONIC)
+        return EINVAL;
+    if (!held_by_me(e) || __atomic_load_n(&e->depth, __ATOMIC_RELAXED) != 1)
+        goto plain;     /* not the holder, or locked recursively: as glibc */
+    set_holder(e, 0);
+    dist_give(e);
+    if (how == W_WAIT)
+        rc = ((wait_fn)fn)(c, m);
+    else if (how == W_TIMED)
+        rc = ((twait_fn)fn)(c, m, abs);
+    else
+        rc = ((cwait_fn)fn)(c, m, clk, abs);
+    /* the real mutex is ours again: now the distributed one */
+    dist_take(e, D_MUST, NULL);
+    set_holder(e, 1);
+    return rc;
+plain:
+    if (how == W_WAIT)
+        return ((wait_fn)fn)(c, m);
+    if (how == W_TIMED)
+        return ((twait_fn)fn)(c, m, abs);
+    return ((cwait_fn)fn)(c, m, clk, abs);
+}
+
+/* pthread_mutex_init from an init_site function maps the new mutex; from
+ * anywhere else it unmaps a heap entry left at that address. */
+static void site_init(pthread_mutex_t *m, uintptr_t ra)
+{
+    const struct pl_site *s = site_of(ra);
+    struct entry *e;
+    char name[DIST_NAME_MAX + 32];
+
+    REAL(FN_LOCK, lock_fn)(&dyn_mu);
+    in_shim = 1;
+    e = table_get(tab_w, (uintptr_t)m);
+    if (e && !e->dynamic)
+        goto out;                   /* a mapped global, initialised again */
+    if (e && __atomic_load_n(&e->live, __ATOMIC_RELAXED)) {
+        __atomic_store_n(&e->live, 0, __ATOMIC_RELEASE);
+        dist_mutex_destroy(&e->dm);
+    }
+    if (!s)
+        goto out;
+    if (!e) {
+        struct table *t = tab_w;
+
+        e = calloc(1, sizeof *e);
+        if (!e) {
+            die("out of memory mapping a mutex of %s", s->where);
+        }
+        e->addr = (uintptr_t)m;
+        e->dynamic = 1;
+        if ((t->used + 1) * 2 > t->mask + 1) {
+            /* grow: the old table stays readable for whoever still has
+             * it, and is never freed */
+            struct table *n = table_new(2 * (t->mask + 1));
+            size_t i;
+
+            if (!n)
+                die("out of memory mapping a mutex of %s", s->where);
+            for (i = 0; i <= t->mask; i++)
+                if (t->key[i])
+                    table_put(n, t->val[i]);
+            tab_w = t = n;
+            __atomic_store_n(&tab, n, __ATOMIC_RELEASE);
+        }
+        table_put(t, e);
+    }
+    e->sec = s->sec;
+    snprintf(name, sizeof name, "%s:%lu", s->sec->name,
+             site_seq[s - sites]++);
+    set_holder(e, 0);
+    if (init_entry(e, name) != 0) {
+        pl_msg("lock '%s': %s: this mutex stays local", name,
+               dist_last_error());
+        goto out;
+    }
+    if (verbose)
+        pl_msg("mutex '%s' = %p, initialised by %s", name, (void *)m,
+               s->where);
+    __atomic_store_n(&e->live, 1, __ATOMIC_RELEASE);
+out:
+    in_shim = 0;
+    REAL(FN_UNLOCK, lock_fn)(&dyn_mu);
+}
+
+/* ---- the interposed functions -------------------------------------------- */
+
+#define PLAIN_OR_MAPPED(m, plain, f)                                         \
+    struct entry *e;                                                         \
+    if (LIKELY(surely_plain(m)))                                             \
+        return plain;                                                        \
+    if (!(e = entry_of(m)))                                                  \
+        return plain;                                                        \
+    count(f)
+
+int pl_mutex_lock(pthread_mutex_t *m);
+int pl_mutex_unlock(pthread_mutex_t *m);
+int pl_mutex_init(pthread_mutex_t *m, const pthread_mutexattr_t *a);
+int pl_mutex_destroy(pthread_mutex_t *m);
+
+EXPORT SYMVER("pthread_mutex_lock@@GLIBC_2.2.5")
+int pl_mutex_lock(pthread_mutex_t *m)
+{
+    PLAIN_OR_MAPPED(m, REAL(FN_LOCK, lock_fn)(m), FN_LOCK);
+    return mapped_lock(e, m, L_LOCK, real[FN_LOCK], 0, NULL);
+}
+
+EXPORT SYMVER("pthread_mutex_unlock@@GLIBC_2.2.5")
+int pl_mutex_unlock(pthread_mutex_t *m)
+{
+    PLAIN_OR_MAPPED(m, REAL(FN_UNLOCK, lock_fn)(m), FN_UNLOCK);
+    return mapped_unlock(e, m);
+}
+
+#define TRYLOCK(fname, f, ver)                                               \
+    int fname(pthread_mutex_t *m);                                           \
+    EXPORT SYMVER("pthread_mutex_trylock" ver)                               \
+    int fname(pthread_mutex_t *m)                                            \
+    {                                                                        \
+        PLAIN_OR_MAPPED(m, REAL(f, lock_fn)(m), f);                          \
+        return mapped_lock(e, m, L_TRY, real[f], 0, NULL);                   \
+    }
+TRYLOCK(pl_mutex_trylock, FN_TRYLOCK, "@@GLIBC_2.34")
+TRYLOCK(pl_mutex_trylock_old, FN_TRYLOCK_OLD, "@GLIBC_2.2.5")
+
+#define TIMEDLOCK(fname, f, ver)                                             \
+    int fname(pthread_mutex_t *m, const struct timespec *abs);               \
+    EXPORT SYMVER("pthread_mutex_timedlock" ver)                             \
+    int fname(pthread_mutex_t *m, const struct timespec *abs)                \
+    {                                                                        \
+        PLAIN_OR_MAPPED(m, REAL(f, timed_fn)(m, abs), f);                    \
+        return mapped_lock(e, m, L_TIMED, real[f], CLOCK_REALTIME, abs);     \
+    }
+TIMEDLOCK(pl_mutex_timedlock, FN_TIMEDLOCK, "@@GLIBC_2.34")
+TIMEDLOCK(pl_mutex_timedlock_old, FN_TIMEDLOCK_OLD, "@GLIBC_2.2.5")
+
+#define CLOCKLOCK(fname, f, ver)                                             \
+    int fname(pthread_mutex_t *m, clockid_t clk,                             \
+              const struct timespec *abs);                                   \
+    EXPORT SYMVER("pthread_mutex_clocklock" ver)                             \
+    int fname(pthread_mutex_t *m, clockid_t clk, const struct timespec *abs) \
+    {                                                                        \
+        PLAIN_OR_MAPPED(m, REAL(f, clock_fn)(m, clk, abs), f);               \
+        return mapped_lock(e, m, L_CLOCK, real[f], clk, abs);                \
+    }
+CLOCKLOCK(pl_mutex_clocklock, FN_CLOCKLOCK, "@@GLIBC_2.34")
+CLOCKLOCK(pl_mutex_clocklock_old, FN_CLOCKLOCK_OLD, "@GLIBC_2.30")
+
+#define CONDWAIT(fname, f, ver)                                              \
+    int fname(pthread_cond_t *c, pthread_mutex_t *m);                        \
+    EXPORT SYMVER("pthread_cond_wait" ver)                                   \
+    int fname(pthread_cond_t *c, pthread_mutex_t *m)                         \
+    {                                                                        \
+        PLAIN_OR_MAPPED(m, REAL(f, wait_fn)(c, m), f);                       \
+        return mapped_wait(e, c, m, W_WAIT, real[f], 0, NULL);               \
+    }
+CONDWAIT(pl_cond_wait, FN_WAIT, "@@GLIBC_2.3.2")
+CONDWAIT(pl_cond_wait_old, FN_WAIT_OLD, "@GLIBC_2.2.5")
+
+#define CONDTIMEDWAIT(fname, f, ver)                                         \
+    int fname(pthread_cond_t *c, pthread_mutex_t *m,                         \
+              const struct timespec *abs);                                   \
+    EXPORT SYMVER("pthread_cond_timedwait" ver)                              \
+    int fname(pthread_cond_t *c, pthread_mutex_t *m,                         \
+              const struct timespec *abs)                                    \
+    {                                                                        \
+        PLAIN_OR_MAPPED(m, REAL(f, twait_fn)(c, m, abs), f);                 \
+        return mapped_wait(e, c, m, W_TIMED, real[f], 0, abs);               \
+    }
+CONDTIMEDWAIT(pl_cond_timedwait, FN_TIMEDWAIT, "@@GLIBC_2.3.2")
+CONDTIMEDWAIT(pl_cond_timedwait_old, FN_TIMEDWAIT_OLD, "@GLIBC_2.2.5")
+
+#define CONDCLOCKWAIT(fname, f, ver)                                         \
+    int fname(pthread_cond_t *c, pthread_mutex_t *m, clockid_t clk,          \
+              const struct timespec *abs);                                   \
+    EXPORT SYMVER("pthread_cond_clockwait" ver)                              \
+    int fname(pthread_cond_t *c, pthread_mutex_t *m, clockid_t clk,          \
+              const struct timespec *abs)                                    \
+    {                                                                        \
+        PLAIN_OR_MAPPED(m, REAL(f, cwait_fn)(c, m, clk, abs), f);            \
+        return mapped_wait(e, c, m, W_CLOCK, real[f], clk, abs);             \
+    }
+CONDCLOCKWAIT(pl_cond_clockwait, FN_CLOCKWAIT, "@@GLIBC_2.34")
+CONDCLOCKWAIT(pl_cond_clockwait_old, FN_CLOCKWAIT_OLD, "@GLIBC_2.30")
+
+EXPORT SYMVER("pthread_mutex_init@@GLIBC_2.2.5")
+int pl_mutex_init(pthread_mutex_t *m, const pthread_mutexattr_t *a)
+{
+    uintptr_t ra = (uintptr_t)__builtin_return_address(0);
+    int rc;
+
+    if (UNLIKELY(!__atomic_load_n(&tab, __ATOMIC_ACQUIRE)))
+        startup();
+    rc = REAL(FN_INIT, init_fn)(m, a);
+    if (rc == 0 && nsites && !in_shim) {
+        count(FN_INIT);
+        site_init(m, ra);
+    }
+    return rc;
+}
+
+EXPORT SYMVER("pthread_mutex_destroy@@GLIBC_2.2.5")
+int pl_mutex_destroy(pthread_mutex_t *m)
+{
+    struct entry *e;
+    int rc;
+
+    if (LIKELY(surely_plain(m)))
+        return REAL(FN_DESTROY, lock_fn)(m);
+    e = entry_of(m);
+    rc = REAL(FN_DESTROY, lock_fn)(m);
+    if (rc == 0 && e && e->dynamic && !in_shim) {
+        count(FN_DESTROY);
+        REAL(FN_LOCK, lock_fn)(&dyn_mu);
+        in_shim = 1;
+        if (__atomic_load_n(&e->live, __ATOMIC_RELAXED)) {
+            __atomic_store_n(&e->live, 0, __ATOMIC_RELEASE);
+            dist_mutex_destroy(&e->dm);
+        }
+        in_shim = 0;
+        REAL(FN_UNLOCK, lock_fn)(&dyn_mu);
+    }
+    return rc;
+}
