@@ -1,0 +1,546 @@
+/*
+ * distlock-run: start an unmodified program with chosen pthread mutexes
+ * turned into distributed locks (libdistlock_preload.so).
+ *
+ *   distlock-run [-v] [--config FILE] [--preload LIB] [--timeout SEC]
+ *                [--] PROGRAM [ARGS...]
+ *
+ * The dynamic loader ignores LD_PRELOAD without a word in some cases: for a
+ * statically linked program (there is no loader), and for a program that
+ * runs in secure-execution mode (set-user-ID, set-group-ID, or with file
+ * capabilities).  distlock-run refuses those up front.  Then it starts the
+ * program with LD_PRELOAD and a status pipe, and lets it run only once the
+ * shim inside it has said that it loaded, read the configuration and found
+ * every lock it maps.  Otherwise the program is stopped and distlock-run
+ * fails.
+ *
+ * Status protocol (DISTLOCK_PRELOAD_STATUS_FD=FD:PID, written by the shim
+ * in process PID only): lines "msg TEXT" (to be shown), then one final
+ * line, "ok N" (N locks or init sites mapped) or "fail" (the shim exits).
+ *
+ * Exit status: the program's; a program killed by a signal makes
+ * distlock-run die of the same signal.  2 usage, 126 program refused,
+ * 127 program not found, 78 configuration refused or shim not loaded.
+ */
+#define _GNU_SOURCE
+#include <elf.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <sys/xattr.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifndef DISTLOCK_PRELOAD_LIB
+#define DISTLOCK_PRELOAD_LIB "libdistlock_preload.so"
+#endif
+
+#define EXIT_USAGE 2
+#define EXIT_REFUSED 126
+#define EXIT_NOTFOUND 127
+#define EXIT_CONFIG 78
+
+static const char *prog_name = "distlock-run";
+
+static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void say(const char *fmt, ...)
+{
+    va_list ap;
+
+    fprintf(stderr, "%s: ", prog_name);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: distlock-run [-v] [--config FILE] [--preload LIB] "
+            "[--timeout SEC] [--] PROGRAM [ARGS...]\n"
+            "\n"
+            "Runs PROGRAM with the pthread mutexes that FILE maps turned into\n"
+            "distributed locks (LD_PRELOAD=libdistlock_preload.so).\n"
+            "\n"
+            "  --config FILE   the mapping (default: $DISTLOCK_PRELOAD_CONFIG)\n"
+            "  --preload LIB   the shim (default: $DISTLOCK_PRELOAD_LIB, else\n"
+            "                  %s)\n"
+            "  --timeout SEC   how long the shim may take to report (default 30)\n"
+            "  -v              show every mapping\n",
+            DISTLOCK_PRELOAD_LIB);
+}
+
+/* ---- checks on the files ------------------------------------------------ */
+
+struct elfinfo {
+    int cls;                   /* ELFCLASS32 / ELFCLASS64 */
+    int machine;
+    int type;
+    int interp;                /* has PT_INTERP */
+    int dynamic;               /* has PT_DYNAMIC */
+};
+
+/* 0, 1 not ELF, -1 unreadable (errno) */
+static int read_elf(const char *path, struct elfinfo *ei)
+{
+    unsigned char id[EI_NIDENT];
+    Elf64_Ehdr eh;
+    int fd, i;
+
+    memset(ei, 0, sizeof *ei);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    if (pread(fd, id, sizeof id, 0) != (ssize_t)sizeof id ||
+        memcmp(id, ELFMAG, SELFMAG) != 0) {
+        close(fd);
+        return 1;
+    }
+    ei->cls = id[EI_CLASS];
+    if (ei->cls != ELFCLASS64) {
+        Elf32_Ehdr e32;
+        if (pread(fd, &e32, sizeof e32, 0) == (ssize_t)sizeof e32) {
+            ei->machine = e32.e_machine;
+            ei->type = e32.e_type;
+        }
+        close(fd);
+        return 0;
+    }
+    if (pread(fd, &eh, sizeof eh, 0) != (ssize_t)sizeof eh) {
+        close(fd);
+        return 1;
+    }
+    ei->machine = eh.e_machine;
+    ei->type = eh.e_type;
+    for (i = 0; i < eh.e_phnum && eh.e_phentsize == sizeof(Elf64_Phdr); i++) {
+        Elf64_Phdr ph;
+
+        if (pread(fd, &ph, sizeof ph,
+                  (off_t)(eh.e_phoff + (Elf64_Off)i * sizeof ph)) !=
+            (ssize_t)sizeof ph)
+            break;
+        if (ph.p_type == PT_INTERP)
+            ei->interp = 1;
+        else if (ph.p_type == PT_DYNAMIC)
+            ei->dynamic = 1;
+    }
+    close(fd);
+    return 0;
+}
+
+/* The file execvp would run, in buf. */
+static int find_program(const char *name, char *buf, size_t len)
+{
+    const char *path, *p, *end;
+
+    if (strchr(name, '/')) {
+        snprintf(buf, len, "%s", name);
+        return access(buf, F_OK) == 0 ? 0 : -1;
+    }
+    path = getenv("PATH");
+    if (!path)
+        path = "/usr/local/bin:/usr/bin:/bin";
+    for (p = path;; p = end + 1) {
+        struct stat st;
+
+        end = strchr(p, ':');
+        if (!end)
+            end = p + strlen(p);
+        snprintf(buf, len, "%.*s%s%s", (int)(end - p), p,
+                 end > p ? "/" : "", name);
+        if (stat(buf, &st) == 0 && S_ISREG(st.st_mode) &&
+            access(buf, X_OK) == 0)
+            return 0;
+        if (!*end)
+            break;
+    }
+    errno = ENOENT;
+    return -1;
+}
+
+/* Refuses what the loader would start without the shim. */
+static int check_program(const char *path, const struct elfinfo *shim,
+                         struct stat *st)
+{
+    struct elfinfo ei;
+    ssize_t cap;
+    int rc;
+
+    if (stat(path, st) != 0) {
+        say("%s: %s", path, strerror(errno));
+        return EXIT_NOTFOUND;
+    }
+    if (!S_ISREG(st->st_mode) || access(path, X_OK) != 0) {
+        say("%s: not an executable file", path);
+        return EXIT_REFUSED;
+    }
+    rc = read_elf(path, &ei);
+    if (rc < 0) {
+        say("%s: %s", path, strerror(errno));
+        return EXIT_REFUSED;
+    }
+    if (rc > 0) {
+        say("%s: not an ELF executable (a script?): name the program "
+            "itself, so that the shim can be checked into it", path);
+        return EXIT_REFUSED;
+    }
+    if (ei.cls != shim->cls || ei.machine != shim->machine) {
+        say("%s: built for another architecture or word size than the "
+            "shim (ELF class %d, machine %d; the shim: %d, %d): the loader "
+            "would skip the shim", path, ei.cls, ei.machine, shim->cls,
+            shim->machine);
+        return EXIT_REFUSED;
+    }
+    if (ei.type != ET_EXEC && ei.type != ET_DYN) {
+        say("%s: not an executable (ELF type %d)", path, ei.type);
+        return EXIT_REFUSED;
+    }
+    if (!ei.interp) {
+        say("%s: statically linked (no PT_INTERP program header): no dynamic "
+            "loader runs, so LD_PRELOAD cannot load the shim; link the "
+            "program dynamically", path);
+        return EXIT_REFUSED;
+    }
+    if (!ei.dynamic) {
+        say("%s: has no dynamic section (PT_DYNAMIC): the shim cannot "
+            "interpose its pthread calls", path);
+        return EXIT_REFUSED;
+    }
+    if (st->st_mode & S_ISUID) {
+        say("%s: set-user-ID (mode %04o): the loader ignores LD_PRELOAD in "
+            "secure-execution mode; run a copy without the bit", path,
+            (unsigned)(st->st_mode & 07777));
+        return EXIT_REFUSED;
+    }
+    if ((st->st_mode & S_ISGID) && (st->st_mode & S_IXGRP)) {
+        say("%s: set-group-ID (mode %04o): the loader ignores LD_PRELOAD in "
+            "secure-execution mode; run a copy without the bit", path,
+            (unsigned)(st->st_mode & 07777));
+        return EXIT_REFUSED;
+    }
+    cap = getxattr(path, "security.capability", NULL, 0);
+    if (cap > 0) {
+        say("%s: has file capabilities (security.capability): the loader "
+            "ignores LD_PRELOAD in secure-execution mode; run a copy "
+            "without them (setcap -r)", path);
+        return EXIT_REFUSED;
+    }
+    if (cap < 0 && errno != ENODATA && errno != ENOTSUP) {
+        say("%s: cannot read its security.capability attribute: %s", path,
+            strerror(errno));
+        return EXIT_REFUSED;
+    }
+    return 0;
+}
+
+/* ---- signals ------------------------------------------------------------- */
+
+static volatile pid_t child;
+static const int fwd_sigs[] = { SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1,
+                                SIGUSR2 };
+#define NFWD ((int)(sizeof fwd_sigs / sizeof fwd_sigs[0]))
+
+/* Passes a signal on to the program, except one the terminal sent to the
+ * whole foreground process group (the program has it already). */
+static void forward(int sig, siginfo_t *si, void *uc)
+{
+    (void)uc;
+    if (si && si->si_code == SI_KERNEL && (sig == SIGINT || sig == SIGQUIT))
+        return;
+    if (child > 0)
+        kill(child, sig);
+}
+
+static void die_like(int st)
+{
+    if (WIFEXITED(st))
+        exit(WEXITSTATUS(st));
+    if (WIFSIGNALED(st)) {
+        int sig = WTERMSIG(st);
+        struct sigaction sa;
+        sigset_t set;
+
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = SIG_DFL;
+        sigaction(sig, &sa, NULL);
+        sigemptyset(&set);
+        sigaddset(&set, sig);
+        sigprocmask(SIG_UNBLOCK, &set, NULL);
+        if (sig != SIGKILL && sig != SIGSTOP)
+            raise(sig);
+        exit(128 + sig);
+    }
+    exit(EXIT_FAILURE);
+}
+
+static int wait_child(pid_t pid)
+{
+    int st;
+
+    while (waitpid(pid, &st, 0) < 0) {
+        if (errno != EINTR) {
+            say("waitpid: %s", strerror(errno));
+            exit(EXIT_FAILURE);
+        }
+    }
+    return st;
+}
+
+/* ---- the status pipe ----------------------------------------------------- */
+
+enum { ST_OK, ST_FAIL, ST_EXEC, ST_EOF, ST_TIMEOUT };
+
+static double now_s(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* Reads the shim's report; shows its messages.  *mapped: N of "ok N". */
+static int read_status(int fd, double timeout, unsigned long *mapped,
+                       int *exec_errno)
+{
+    char buf[8192];
+    size_t have = 0;
+    double until = now_s() + timeout;
+
+    for (;;) {
+        char *nl;
+        struct pollfd pfd = { fd, POLLIN, 0 };
+        double left = until - now_s();
+        ssize_t n;
+        int rc;
+
+        while ((nl = memchr(buf, '\n', have)) != NULL) {
+            *nl = '\0';
+            if (strncmp(buf, "msg ", 4) == 0)
+                fprintf(stderr, "%s\n", buf + 4);
+            else if (sscanf(buf, "ok %lu", mapped) == 1)
+                return ST_OK;
+            else if (strcmp(buf, "fail") == 0)
+                return ST_FAIL;
+            else if (sscanf(buf, "exec %d", exec_errno) == 1)
+                return ST_EXEC;
+            have -= (size_t)(nl + 1 - buf);
+            memmove(buf, nl + 1, have);
+        }
+        if (have == sizeof buf)
+            have = 0;                 /* an absurd line: drop it */
+        if (left <= 0)
+            return ST_TIMEOUT;
+        rc = poll(&pfd, 1, (int)(left * 1000) + 1);
+        if (rc < 0 && errno == EINTR)
+            continue;
+        if (rc <= 0)
+            continue;
+        n = read(fd, buf + have, sizeof buf - have);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return ST_EOF;
+        have += (size_t)n;
+    }
+}
+
+/* ---- main ---------------------------------------------------------------- */
+
+static char *absolute(const char *path)
+{
+    char *r = realpath(path, NULL);
+
+    if (!r) {
+        say("%s: %s", path, strerror(errno));
+        exit(EXIT_CONFIG);
+    }
+    return r;
+}
+
+int main(int argc, char **argv)
+{
+    const char *config = getenv("DISTLOCK_PRELOAD_CONFIG");
+    const char *shim = getenv("DISTLOCK_PRELOAD_LIB");
+    double timeout = 30;
+    int verbose = 0, i, first, fds[2], rc, st, exec_errno = 0;
+    char *config_abs, *shim_abs, prog[PATH_MAX], *preload, env[64];
+    struct elfinfo shim_elf;
+    struct stat pst;
+    struct sigaction sa;
+    sigset_t fwd, old;
+    unsigned long mapped = 0;
+    const char *old_preload;
+    pid_t pid;
+
+    if (!shim || !*shim)
+        shim = DISTLOCK_PRELOAD_LIB;
+    for (i = 1; i < argc; i++) {
+        const char *a = argv[i];
+
+        if (strcmp(a, "--") == 0) {
+            i++;
+            break;
+        }
+        if (a[0] != '-')
+            break;
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            usage(stdout);
+            return 0;
+        } else if (strcmp(a, "-v") == 0 || strcmp(a, "--verbose") == 0) {
+            verbose = 1;
+        } else if ((strcmp(a, "--config") == 0 || strcmp(a, "-c") == 0) &&
+                   i + 1 < argc) {
+            config = argv[++i];
+        } else if (strncmp(a, "--config=", 9) == 0) {
+            config = a + 9;
+        } else if (strcmp(a, "--preload") == 0 && i + 1 < argc) {
+            shim = argv[++i];
+        } else if (strncmp(a, "--preload=", 10) == 0) {
+            shim = a + 10;
+        } else if (strcmp(a, "--timeout") == 0 && i + 1 < argc) {
+            char *end;
+            timeout = strtod(argv[++i], &end);
+            if (*end || !(timeout > 0)) {
+                say("--timeout: a number of seconds, not '%s'", argv[i]);
+                return EXIT_USAGE;
+            }
+        } else {
+            say("unknown option '%s'", a);
+            usage(stderr);
+            return EXIT_USAGE;
+        }
+    }
+    first = i;
+    if (first >= argc) {
+        say("no program to run");
+        usage(stderr);
+        return EXIT_USAGE;
+    }
+    if (!config || !*config) {
+        say("no configuration: give --config FILE (or set "
+            "DISTLOCK_PRELOAD_CONFIG)");
+        return EXIT_USAGE;
+    }
+    if (access(config, R_OK) != 0) {
+        say("%s: cannot open the configuration: %s", config, strerror(errno));
+        return EXIT_CONFIG;
+    }
+    config_abs = absolute(config);
+    if (!strchr(shim, '/') && access(shim, F_OK) != 0) {
+        say("%s: the shim is not installed there; give --preload LIB",
+            shim);
+        return EXIT_CONFIG;
+    }
+    shim_abs = absolute(shim);
+    rc = read_elf(shim_abs, &shim_elf);
+    if (rc != 0 || shim_elf.type != ET_DYN) {
+        say("%s: not a shared library", shim_abs);
+        return EXIT_CONFIG;
+    }
+    if (find_program(argv[first], prog, sizeof prog) != 0) {
+        say("%s: command not found", argv[first]);
+        return EXIT_NOTFOUND;
+    }
+    if ((rc = check_program(prog, &shim_elf, &pst)) != 0)
+        return rc;
+
+    old_preload = getenv("LD_PRELOAD");
+    if (old_preload && *old_preload) {
+        preload = malloc(strlen(shim_abs) + strlen(old_preload) + 2);
+        if (!preload)
+            return EXIT_FAILURE;
+        sprintf(preload, "%s:%s", shim_abs, old_preload);
+    } else {
+        preload = shim_abs;
+    }
+    if (pipe2(fds, O_CLOEXEC) != 0) {
+        say("pipe: %s", strerror(errno));
+        return EXIT_FAILURE;
+    }
+
+    /* no forwarded signal may slip between fork and knowing the pid */
+    sigemptyset(&fwd);
+    for (i = 0; i < NFWD; i++)
+        sigaddset(&fwd, fwd_sigs[i]);
+    sigprocmask(SIG_BLOCK, &fwd, &old);
+    fflush(NULL);
+    pid = fork();
+    if (pid < 0) {
+        say("fork: %s", strerror(errno));
+        return EXIT_FAILURE;
+    }
+    if (pid == 0) {
+        int sfd = fcntl(fds[1], F_DUPFD, 3);    /* without FD_CLOEXEC */
+
+        if (sfd < 0)
+            _exit(EXIT_FAILURE);
+        snprintf(env, sizeof env, "%d:%ld", sfd, (long)getpid());
+        setenv("DISTLOCK_PRELOAD_STATUS_FD", env, 1);
+        snprintf(env, sizeof env, "%llu:%llu",
+                 (unsigned long long)pst.st_dev,
+                 (unsigned long long)pst.st_ino);
+        setenv("DISTLOCK_PRELOAD_TARGET", env, 1);
+        setenv("DISTLOCK_PRELOAD_CONFIG", config_abs, 1);
+        setenv("LD_PRELOAD", preload, 1);
+        if (verbose)
+            setenv("DISTLOCK_PRELOAD_VERBOSE", "1", 1);
+        sigprocmask(SIG_SETMASK, &old, NULL);
+        execv(prog, argv + first);
+        dprintf(sfd, "msg %s: cannot execute %s: %s\nexec %d\n", prog_name,
+                prog, strerror(errno), errno);
+        _exit(errno == ENOENT ? EXIT_NOTFOUND : EXIT_REFUSED);
+    }
+    child = pid;
+    close(fds[1]);
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = forward;
+    sa.sa_flags = SA_SIGINFO | SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    for (i = 0; i < NFWD; i++)
+        sigaction(fwd_sigs[i], &sa, NULL);
+    sigprocmask(SIG_SETMASK, &old, NULL);
+
+    rc = read_status(fds[0], timeout, &mapped, &exec_errno);
+    close(fds[0]);
+    switch (rc) {
+    case ST_OK:
+        if (verbose)
+            say("%s: %lu mapping%s in place", prog, mapped,
+                mapped == 1 ? "" : "s");
+        break;
+    case ST_FAIL:
+        st = wait_child(pid);
+        say("%s was not started: the shim refused the configuration %s",
+            prog, config_abs);
+        return EXIT_CONFIG;
+    case ST_EXEC:
+        wait_child(pid);
+        return exec_errno == ENOENT ? EXIT_NOTFOUND : EXIT_REFUSED;
+    case ST_EOF:
+        kill(pid, SIGKILL);
+        st = wait_child(pid);
+        say("%s: the shim did not load (the program closed the status pipe "
+            "without a report%s); it was stopped", prog,
+            WIFEXITED(st) ? ", and exited" : "");
+        return EXIT_CONFIG;
+    default:
+        kill(pid, SIGKILL);
+        wait_child(pid);
+        say("%s: the shim did not report within %g s (not loaded?); the "
+            "program was killed", prog, timeout);
+        return EXIT_CONFIG;
+    }
+    st = wait_child(pid);
+    die_like(st);
+    return EXIT_FAILURE;
+}
