@@ -1,0 +1,457 @@
+/*
+ * preload_target: a program with mutexes of every kind the LD_PRELOAD mode
+ * can map, driven by test_preload.  It knows nothing of distlock (built
+ * with -pthread only); in "calls" mode it asks the shim, if loaded, for its
+ * call counters through dlsym.
+ *
+ *   preload_target hold WHICH          lock; "held"; wait for a line on
+ *                                      stdin; unlock; "released"
+ *   preload_target try WHICH           "rc N" of trylock (unlocks on 0)
+ *   preload_target timed WHICH MS      "rc N ms T" of timedlock
+ *   preload_target clock WHICH MS      the same with clocklock (MONOTONIC)
+ *   preload_target errcheck            relock and foreign unlock of an
+ *                                      error-checking mutex
+ *   preload_target condwait WHICH      wait on a condition variable until
+ *                                      another thread, which must get the
+ *                                      mutex meanwhile, signals; then hold
+ *   preload_target condtimed WHICH MS  pthread_cond_timedwait that times
+ *                                      out while another thread try-locks
+ *                                      the mutex; then hold
+ *   preload_target condclock WHICH MS  the same with pthread_cond_clockwait
+ *   preload_target                     (no argument: "calls", a self-test)
+ *   preload_target calls               every interposed function, every
+ *                                      version, on mapped mutexes; prints
+ *                                      "count SYMBOL@VERSION N" lines
+ *
+ * WHICH: global static bank shard2 errcheck account lib libglobal unmapped
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+pthread_mutex_t *preload_lib_cache_lock(void);
+pthread_mutex_t *preload_lib_global_lock(void);
+extern pthread_mutex_t lib_global_lock;
+
+/* match = symbol g_global_lock */
+pthread_mutex_t g_global_lock = PTHREAD_MUTEX_INITIALIZER;
+/* match = symbol preload_target.c:g_static_lock */
+static pthread_mutex_t g_static_lock = PTHREAD_MUTEX_INITIALIZER;
+/* never mapped */
+static pthread_mutex_t g_unmapped = PTHREAD_MUTEX_INITIALIZER;
+
+/* match = symbol g_bank+32 */
+struct bank {
+    char name[24];
+    long balance;
+    pthread_mutex_t lock;
+    long audit;
+};
+_Static_assert(offsetof(struct bank, lock) == 32, "the tests map g_bank+32");
+struct bank g_bank = { "main", 0, PTHREAD_MUTEX_INITIALIZER, 0 };
+
+/* match = symbol g_shards[*] */
+pthread_mutex_t g_shards[4] = {
+    PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER,
+    PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER
+};
+
+/* initialised as an error-checking mutex in main */
+pthread_mutex_t g_errcheck;
+
+/* match = init_site account_create */
+struct account {
+    long id;
+    pthread_mutex_t mu;
+};
+
+__attribute__((noinline)) struct account *account_create(long id);
+__attribute__((noinline)) struct account *account_create(long id)
+{
+    struct account *a = calloc(1, sizeof *a);
+
+    if (!a || pthread_mutex_init(&a->mu, NULL) != 0)
+        abort();
+    a->id = id;
+    return a;
+}
+
+static struct account *g_accounts[3];
+static pthread_cond_t g_cv = PTHREAD_COND_INITIALIZER;
+
+static double now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static struct timespec in_ms(clockid_t clk, long ms)
+{
+    struct timespec ts;
+
+    clock_gettime(clk, &ts);
+    ts.tv_sec += ms / 1000;
+    ts.tv_nsec += (ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_nsec -= 1000000000L;
+        ts.tv_sec++;
+    }
+    return ts;
+}
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
+    nanosleep(&ts, NULL);
+}
+
+static pthread_mutex_t *which(const char *w)
+{
+    if (strcmp(w, "global") == 0)
+        return &g_global_lock;
+    if (strcmp(w, "static") == 0)
+        return &g_static_lock;
+    if (strcmp(w, "bank") == 0)
+        return &g_bank.lock;
+    if (strcmp(w, "shard2") == 0)
+        return &g_shards[2];
+    if (strcmp(w, "errcheck") == 0)
+        return &g_errcheck;
+    if (strcmp(w, "account") == 0)
+        return &g_accounts[1]->mu;
+    if (strcmp(w, "lib") == 0)
+        return preload_lib_cache_lock();
+    if (strcmp(w, "libglobal") == 0)
+        return &lib_global_lock;
+    if (strcmp(w, "unmapped") == 0)
+        return &g_unmapped;
+    fprintf(stderr, "preload_target: unknown mutex '%s'\n", w);
+    exit(2);
+}
+
+static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void say(const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    putchar('\n');
+    fflush(stdout);
+}
+
+/* "held", a line from stdin, unlock, "released" */
+static int hold_then_release(pthread_mutex_t *m)
+{
+    char line[64];
+    int rc;
+
+    say("held");
+    if (!fgets(line, sizeof line, stdin))
+        line[0] = '\0';
+    rc = pthread_mutex_unlock(m);
+    say("released %d", rc);
+    return rc == 0 ? 0 : 1;
+}
+
+/* ---- condition variables ------------------------------------------------ */
+
+static pthread_mutex_t *W;
+static int w_flag;               /* under W */
+static volatile int w_failed;
+static int helper_rc = -1;
+static long helper_ms;
+
+static void *signaller(void *arg)
+{
+    struct timespec ts;
+
+    (void)arg;
+    sleep_ms(100);
+    ts = in_ms(CLOCK_REALTIME, 5000);
+    helper_rc = pthread_mutex_timedlock(W, &ts);
+    if (helper_rc != 0) {
+        w_failed = 1;
+        pthread_cond_signal(&g_cv);
+        return NULL;
+    }
+    w_flag = 1;
+    pthread_cond_signal(&g_cv);
+    pthread_mutex_unlock(W);
+    return NULL;
+}
+
+static void *trier(void *arg)
+{
+    (void)arg;
+    sleep_ms(helper_ms);
+    helper_rc = pthread_mutex_trylock(W);
+    if (helper_rc == 0)
+        pthread_mutex_unlock(W);
+    return NULL;
+}
+
+static int condwait(pthread_mutex_t *m)
+{
+    pthread_t th;
+    int rc = 0;
+
+    W = m;
+    pthread_mutex_lock(m);
+    pthread_create(&th, NULL, signaller, NULL);
+    while (!w_flag && !w_failed)
+        rc = pthread_cond_wait(&g_cv, m);
+    pthread_join(th, NULL);
+    say("woke rc %d helper %d", rc, helper_rc);
+    return hold_then_release(m);
+}
+
+static int condtimed(pthread_mutex_t *m, long ms, int clocked)
+{
+    struct timespec ts;
+    pthread_t th;
+    int rc;
+
+    W = m;
+    helper_ms = ms / 3;
+    pthread_mutex_lock(m);
+    pthread_create(&th, NULL, trier, NULL);
+    ts = in_ms(clocked ? CLOCK_MONOTONIC : CLOCK_REALTIME, ms);
+    do {
+        if (clocked)
+            rc = pthread_cond_clockwait(&g_cv, m, CLOCK_MONOTONIC, &ts);
+        else
+            rc = pthread_cond_timedwait(&g_cv, m, &ts);
+    } while (rc == 0);
+    pthread_join(th, NULL);
+    say("timedout rc %d helper %d", rc, helper_rc);
+    return hold_then_release(m);
+}
+
+/* ---- errcheck --------------------------------------------------------------- */
+
+static void *foreign_unlock(void *arg)
+{
+    helper_rc = pthread_mutex_unlock(arg);
+    return NULL;
+}
+
+static int errcheck(void)
+{
+    pthread_t th;
+    int relock, unlock;
+
+    pthread_mutex_lock(&g_errcheck);
+    relock = pthread_mutex_lock(&g_errcheck);
+    pthread_create(&th, NULL, foreign_unlock, &g_errcheck);
+    pthread_join(th, NULL);
+    unlock = pthread_mutex_unlock(&g_errcheck);
+    say("relock %d foreign %d unlock %d again %d", relock, helper_rc, unlock,
+        pthread_mutex_unlock(&g_errcheck));
+    return 0;
+}
+
+/* ---- calls: every entry point, every version --------------------------------- */
+
+typedef int (*m_fn)(pthread_mutex_t *);
+typedef int (*mt_fn)(pthread_mutex_t *, const struct timespec *);
+typedef int (*mc_fn)(pthread_mutex_t *, clockid_t, const struct timespec *);
+typedef int (*cw_fn)(pthread_cond_t *, pthread_mutex_t *);
+typedef int (*ct_fn)(pthread_cond_t *, pthread_mutex_t *,
+                     const struct timespec *);
+typedef int (*cc_fn)(pthread_cond_t *, pthread_mutex_t *, clockid_t,
+                     const struct timespec *);
+typedef int (*cs_fn)(pthread_cond_t *);
+
+static pthread_cond_t old_cv;      /* zeroed: for the GLIBC_2.2.5 condvar */
+
+static void *old_signaller(void *arg)
+{
+    cs_fn sig = (cs_fn)dlvsym(RTLD_DEFAULT, "pthread_cond_signal",
+                              "GLIBC_2.2.5");
+    (void)arg;
+    pthread_mutex_lock(W);
+    w_flag = 1;
+    if (sig)
+        sig(&old_cv);
+    pthread_mutex_unlock(W);
+    return NULL;
+}
+
+static void *new_signaller(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(W);
+    w_flag = 1;
+    pthread_cond_signal(&g_cv);
+    pthread_mutex_unlock(W);
+    return NULL;
+}
+
+#define OLD(type, name, ver) ((type)dlvsym(RTLD_DEFAULT, name, ver))
+
+static int calls(void)
+{
+    static const char *syms[] = {
+        "pthread_mutex_lock@GLIBC_2.2.5", "pthread_mutex_unlock@GLIBC_2.2.5",
+        "pthread_mutex_init@GLIBC_2.2.5", "pthread_mutex_destroy@GLIBC_2.2.5",
+        "pthread_mutex_trylock@GLIBC_2.34", "pthread_mutex_trylock@GLIBC_2.2.5",
+        "pthread_mutex_timedlock@GLIBC_2.34",
+        "pthread_mutex_timedlock@GLIBC_2.2.5",
+        "pthread_mutex_clocklock@GLIBC_2.34",
+        "pthread_mutex_clocklock@GLIBC_2.30",
+        "pthread_cond_wait@GLIBC_2.3.2", "pthread_cond_wait@GLIBC_2.2.5",
+        "pthread_cond_timedwait@GLIBC_2.3.2",
+        "pthread_cond_timedwait@GLIBC_2.2.5",
+        "pthread_cond_clockwait@GLIBC_2.34",
+        "pthread_cond_clockwait@GLIBC_2.30",
+    };
+    long (*counter)(const char *) =
+        (long (*)(const char *))dlsym(RTLD_DEFAULT, "distlock_preload_calls");
+    pthread_mutex_t *m = &g_global_lock;
+    struct timespec ts;
+    struct account *a;
+    pthread_t th;
+    size_t i;
+    int bad = 0;
+
+#define CHECK(expr, want)                                                    \
+    do {                                                                     \
+        int rc_ = (expr);                                                    \
+        if (rc_ != (want)) {                                                 \
+            fprintf(stderr, "preload_target: %s = %d, not %d\n", #expr, rc_, \
+                    (want));                                                 \
+            bad = 1;                                                         \
+        }                                                                    \
+    } while (0)
+
+    /* the versions a fresh build binds */
+    CHECK(pthread_mutex_lock(m), 0);
+    CHECK(pthread_mutex_unlock(m), 0);
+    CHECK(pthread_mutex_trylock(m), 0);
+    CHECK(pthread_mutex_unlock(m), 0);
+    ts = in_ms(CLOCK_REALTIME, 2000);
+    CHECK(pthread_mutex_timedlock(m, &ts), 0);
+    CHECK(pthread_mutex_unlock(m), 0);
+    ts = in_ms(CLOCK_MONOTONIC, 2000);
+    CHECK(pthread_mutex_clocklock(m, CLOCK_MONOTONIC, &ts), 0);
+    ts = in_ms(CLOCK_REALTIME, 10);
+    CHECK(pthread_cond_timedwait(&g_cv, m, &ts), ETIMEDOUT);
+    ts = in_ms(CLOCK_MONOTONIC, 10);
+    CHECK(pthread_cond_clockwait(&g_cv, m, CLOCK_MONOTONIC, &ts), ETIMEDOUT);
+    W = m;
+    w_flag = 0;
+    pthread_create(&th, NULL, new_signaller, NULL);
+    while (!w_flag)
+        CHECK(pthread_cond_wait(&g_cv, m), 0);
+    pthread_join(th, NULL);
+    CHECK(pthread_mutex_unlock(m), 0);
+    a = account_create(99);
+    CHECK(pthread_mutex_destroy(&a->mu), 0);
+    free(a);
+
+    /* the older versions, as an old binary would bind them */
+    CHECK(OLD(m_fn, "pthread_mutex_trylock", "GLIBC_2.2.5")(m), 0);
+    CHECK(pthread_mutex_unlock(m), 0);
+    ts = in_ms(CLOCK_REALTIME, 2000);
+    CHECK(OLD(mt_fn, "pthread_mutex_timedlock", "GLIBC_2.2.5")(m, &ts), 0);
+    CHECK(pthread_mutex_unlock(m), 0);
+    ts = in_ms(CLOCK_MONOTONIC, 2000);
+    CHECK(OLD(mc_fn, "pthread_mutex_clocklock", "GLIBC_2.30")(m, CLOCK_MONOTONIC, &ts), 0);
+    ts = in_ms(CLOCK_REALTIME, 10);
+    CHECK(OLD(ct_fn, "pthread_cond_timedwait", "GLIBC_2.2.5")(&old_cv, m, &ts),
+          ETIMEDOUT);
+    ts = in_ms(CLOCK_MONOTONIC, 10);
+    CHECK(OLD(cc_fn, "pthread_cond_clockwait", "GLIBC_2.30")(&g_cv, m,
+                                                            CLOCK_MONOTONIC, &ts),
+          ETIMEDOUT);
+    w_flag = 0;
+    pthread_create(&th, NULL, old_signaller, NULL);
+    while (!w_flag)
+        CHECK(OLD(cw_fn, "pthread_cond_wait", "GLIBC_2.2.5")(&old_cv, m), 0);
+    pthread_join(th, NULL);
+    CHECK(pthread_mutex_unlock(m), 0);
+
+    for (i = 0; i < sizeof syms / sizeof syms[0]; i++)
+        say("count %s %ld", syms[i], counter ? counter(syms[i]) : -1L);
+    return bad;
+}
+
+int main(int argc, char **argv)
+{
+    pthread_mutexattr_t a;
+    pthread_mutex_t *m;
+    long i;
+    double t0;
+    int rc;
+
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    pthread_mutexattr_init(&a);
+    pthread_mutexattr_settype(&a, PTHREAD_MUTEX_ERRORCHECK);
+    pthread_mutex_init(&g_errcheck, &a);
+    pthread_mutexattr_destroy(&a);
+    for (i = 0; i < 3; i++)
+        g_accounts[i] = account_create(i);
+    if (preload_lib_global_lock() != &lib_global_lock) {
+        fprintf(stderr, "preload_target: the library uses another "
+                "lib_global_lock than the program\n");
+        return 1;
+    }
+    if (argc < 2)
+        return calls();     /* without the shim: everything still works */
+    if (strcmp(argv[1], "calls") == 0)
+        return calls();
+    if (strcmp(argv[1], "errcheck") == 0)
+        return errcheck();
+    if (argc < 3)
+        return 2;
+    m = which(argv[2]);
+    if (strcmp(argv[1], "hold") == 0) {
+        rc = pthread_mutex_lock(m);
+        if (rc != 0) {
+            say("lock %d", rc);
+            return 1;
+        }
+        return hold_then_release(m);
+    }
+    if (strcmp(argv[1], "try") == 0) {
+        rc = pthread_mutex_trylock(m);
+        say("rc %d", rc);
+        if (rc == 0)
+            pthread_mutex_unlock(m);
+        return 0;
+    }
+    if (strcmp(argv[1], "condwait") == 0)
+        return condwait(m);
+    if (argc < 4)
+        return 2;
+    if (strcmp(argv[1], "condtimed") == 0)
+        return condtimed(m, atol(argv[3]), 0);
+    if (strcmp(argv[1], "condclock") == 0)
+        return condtimed(m, atol(argv[3]), 1);
+    if (strcmp(argv[1], "timed") == 0 || strcmp(argv[1], "clock") == 0) {
+        int clocked = argv[1][0] == 'c';
+        struct timespec ts = in_ms(clocked ? CLOCK_MONOTONIC : CLOCK_REALTIME,
+                                   atol(argv[3]));
+
+        t0 = now_ms();
+        rc = clocked ? pthread_mutex_clocklock(m, CLOCK_MONOTONIC, &ts)
+                     : pthread_mutex_timedlock(m, &ts);
+        say("rc %d ms %.0f", rc, now_ms() - t0);
+        if (rc == 0)
+            pthread_mutex_unlock(m);
+        return 0;
+    }
+    return 2;
+}

@@ -1,0 +1,1072 @@
+/*
+ * test_preload: the LD_PRELOAD mode (libdistlock_preload.so, distlock-run)
+ * against a private redis-server.
+ *
+ * The programs under test know nothing of distlock: legacy_ledger (threads
+ * of several processes add to a counter in a file under a static mutex,
+ * taking turns on a condition variable) and preload_target (one mutex of
+ * every kind a configuration can map, driven through its arguments and
+ * stdin/stdout).  This program starts them through distlock-run (or with a
+ * bare LD_PRELOAD), reads what they print, and looks in Redis for the
+ * locks they hold.  It is single-threaded: all asserts on the main thread.
+ * Time bounds are generous bounds, never exact timings.
+ *
+ * Paths come from $top_builddir (set by make check).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "testutil.h"
+
+static tu_redis_t r;
+static char dir[256];                 /* private temp dir */
+static char run_bin[PATH_MAX];        /* tools/distlock-run */
+static char shim[PATH_MAX];           /* .libs/libdistlock_preload.so */
+static char ledger_bin[PATH_MAX];     /* tests/legacy_ledger */
+static char static_bin[PATH_MAX];     /* tests/legacy_ledger_static, or "" */
+static char target_bin[PATH_MAX];     /* tests/preload_target */
+static char pfx[64];                  /* lock-name prefix of this run */
+
+/* ---- files ---------------------------------------------------------------- */
+
+static void path_in(char *buf, size_t len, const char *name)
+{
+    snprintf(buf, len, "%s/%s", dir, name);
+}
+
+/* Writes dir/NAME; returns its path (static storage of 8 rotating slots). */
+static const char *write_file(const char *name, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static const char *write_file(const char *name, const char *fmt, ...)
+{
+    static char paths[8][PATH_MAX];
+    static int next;
+    char *p = paths[next++ % 8];
+    va_list ap;
+    FILE *f;
+
+    path_in(p, PATH_MAX, name);
+    f = fopen(p, "w");
+    assert_non_null(f);
+    va_start(ap, fmt);
+    vfprintf(f, fmt, ap);
+    va_end(ap);
+    assert_int_equal(fclose(f), 0);
+    return p;
+}
+
+static long read_count(const char *path)
+{
+    char buf[64] = "";
+    FILE *f = fopen(path, "r");
+
+    if (!f)
+        return -1;
+    if (!fgets(buf, sizeof buf, f))
+        buf[0] = '\0';
+    fclose(f);
+    return atol(buf);
+}
+
+static int exists(const char *path)
+{
+    return access(path, F_OK) == 0;
+}
+
+/* ---- child processes -------------------------------------------------------- */
+
+struct proc {
+    pid_t pid;
+    int in, out, err;
+    char obuf[16384];
+    size_t olen;                     /* unread stdout */
+    char ebuf[16384];
+    size_t elen;
+    int out_eof, err_eof;
+};
+
+/* envp: extra "NAME=VALUE" settings (NULL-terminated), or NULL */
+static void proc_start(struct proc *p, char *const argv[], char *const envp[])
+{
+    int i[2], o[2], e[2];
+    pid_t pid;
+
+    memset(p, 0, sizeof *p);
+    assert_int_equal(pipe2(i, O_CLOEXEC), 0);
+    assert_int_equal(pipe2(o, O_CLOEXEC), 0);
+    assert_int_equal(pipe2(e, O_CLOEXEC), 0);
+    fflush(NULL);
+    pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        dup2(i[0], 0);
+        dup2(o[1], 1);
+        dup2(e[1], 2);
+        signal(SIGPIPE, SIG_DFL);
+        for (; envp && *envp; envp++)
+            putenv(*envp);
+        execv(argv[0], argv);
+        fprintf(stderr, "exec %s: %s\n", argv[0], strerror(errno));
+        _exit(127);
+    }
+    close(i[0]);
+    close(o[1]);
+    close(e[1]);
+    p->pid = pid;
+    p->in = i[1];
+    p->out = o[0];
+    p->err = e[0];
+}
+
+/* Reads what is there (or waits up to ms). */
+static void proc_pump(struct proc *p, int ms)
+{
+    struct pollfd f[2];
+    int n = 0, k;
+
+    if (!p->out_eof)
+        f[n++] = (struct pollfd){ p->out, POLLIN, 0 };
+    if (!p->err_eof)
+        f[n++] = (struct pollfd){ p->err, POLLIN, 0 };
+    if (n == 0) {
+        tu_sleep_ms(ms);
+        return;
+    }
+    if (poll(f, (nfds_t)n, ms) <= 0)
+        return;
+    for (k = 0; k < n; k++) {
+        ssize_t got;
+
+        if (!(f[k].revents & (POLLIN | POLLHUP | POLLERR)))
+            continue;
+        if (f[k].fd == p->out) {
+            got = read(p->out, p->obuf + p->olen, sizeof p->obuf - 1 - p->olen);
+            if (got <= 0)
+                p->out_eof = 1;
+            else
+                p->olen += (size_t)got;
+            p->obuf[p->olen] = '\0';
+        } else {
+            got = read(p->err, p->ebuf + p->elen, sizeof p->ebuf - 1 - p->elen);
+            if (got <= 0)
+                p->err_eof = 1;
+            else
+                p->elen += (size_t)got;
+            p->ebuf[p->elen] = '\0';
+        }
+    }
+}
+
+/* Copies n bytes of s as a string, cut to fit. */
+static void copy_cut(char *dst, size_t len, const char *s, size_t n)
+{
+    if (n >= len)
+        n = len - 1;
+    memcpy(dst, s, n);
+    dst[n] = '\0';
+}
+
+/* The next line of stdout, within timeout seconds.  0, or -1. */
+static int proc_line(struct proc *p, char *line, size_t len, double timeout)
+{
+    double until = tu_now() + timeout;
+    char *nl;
+
+    for (;;) {
+        nl = memchr(p->obuf, '\n', p->olen);
+        if (nl) {
+            size_t n = (size_t)(nl - p->obuf);
+
+            copy_cut(line, len, p->obuf, n);
+            p->olen -= n + 1;
+            memmove(p->obuf, nl + 1, p->olen);
+            p->obuf[p->olen] = '\0';
+            return 0;
+        }
+        if (p->out_eof || tu_now() >= until) {
+            copy_cut(line, len, p->obuf, p->olen);
+            return -1;
+        }
+        proc_pump(p, 50);
+    }
+}
+
+static void proc_send(struct proc *p, const char *s)
+{
+    assert_int_equal(write(p->in, s, strlen(s)), (ssize_t)strlen(s));
+}
+
+/* Closes stdin, reads the rest, waits (killing it after timeout s).
+ * Returns the wait status. */
+static int proc_end(struct proc *p, double timeout)
+{
+    double until = tu_now() + timeout;
+    int st = 0;
+
+    if (p->in >= 0)
+        close(p->in);
+    p->in = -1;
+    while ((!p->out_eof || !p->err_eof) && tu_now() < until)
+        proc_pump(p, 50);
+    while (waitpid(p->pid, &st, WNOHANG) == 0) {
+        if (tu_now() >= until) {
+            print_error("child %ld still running: killed\n", (long)p->pid);
+            kill(p->pid, SIGKILL);
+            waitpid(p->pid, &st, 0);
+            break;
+        }
+        tu_sleep_ms(20);
+    }
+    close(p->out);
+    close(p->err);
+    if (p->elen)
+        print_message("[child stderr] %s", p->ebuf);
+    return st;
+}
+
+/* Runs argv to its end; stdout and stderr in p.  Returns the wait status. */
+static int run(struct proc *p, char *const argv[], char *const envp[],
+               double timeout)
+{
+    proc_start(p, argv, envp);
+    return proc_end(p, timeout);
+}
+
+#define assert_exit(st, code)                                                \
+    do {                                                                     \
+        int st_ = (st);                                                      \
+        if (!WIFEXITED(st_) || WEXITSTATUS(st_) != (code))                   \
+            fail_msg("status %#x (exit %d, signal %d), expected exit %d",    \
+                     st_, WIFEXITED(st_) ? WEXITSTATUS(st_) : -1,            \
+                     WIFSIGNALED(st_) ? WTERMSIG(st_) : 0, (code));          \
+    } while (0)
+
+#define assert_contains(hay, needle)                                         \
+    do {                                                                     \
+        if (!strstr((hay), (needle)))                                        \
+            fail_msg("'%s' not in: %s", (needle), (hay));                    \
+    } while (0)
+
+/* ---- Redis ---------------------------------------------------------------------- */
+
+static char *lockname(char *buf, size_t len, const char *name)
+{
+    snprintf(buf, len, "%s%s", pfx, name);
+    return buf;
+}
+
+static long long hlen(const char *name)
+{
+    char k[256];
+    return tu_cmd_int(&r, "HLEN", lockname(k, sizeof k, name), NULL);
+}
+
+static long long key_exists(const char *name)
+{
+    char k[256];
+    return tu_cmd_int(&r, "EXISTS", lockname(k, sizeof k, name), NULL);
+}
+
+/* How many keys carry this run's prefix. */
+static long long prefixed_keys(void)
+{
+    char pat[128];
+    redisReply *x;
+    long long n;
+
+    snprintf(pat, sizeof pat, "%s*", pfx);    /* the locks, not their counters */
+    x = tu_cmd(&r, "KEYS", pat, NULL);
+    assert_non_null(x);
+    n = x->type == REDIS_REPLY_ARRAY ? (long long)x->elements : -1;
+    freeReplyObject(x);
+    return n;
+}
+
+/* ---- configurations --------------------------------------------------------------- */
+
+/* The [redis] section of every configuration. */
+static char redis_section[512];
+
+/* A configuration mapping every kind of mutex preload_target has. */
+static const char *target_config(const char *extra)
+{
+    return write_file("target.ini",
+        "%s"
+        "[mutex %sglobal]\n"
+        "match = symbol g_global_lock\n"
+        "\n"
+        "[mutex %sstatic]\n"
+        "match = symbol preload_target.c:g_static_lock\n"
+        "\n"
+        "[mutex %sbank]\n"
+        "match = symbol g_bank+32          ; the lock member of a struct\n"
+        "\n"
+        "[mutex %sshard]\n"
+        "match = symbol g_shards[*]\n"
+        "\n"
+        "[mutex %serr]\n"
+        "match = symbol g_errcheck\n"
+        "\n"
+        "[mutex %sacct]\n"
+        "match = init_site account_create\n"
+        "\n"
+        "[mutex %slib]\n"
+        "match = symbol libpreload_lib.so:cache_lock\n"
+        "\n"
+        "[mutex %slibglobal]\n"
+        "match = symbol libpreload_lib.so:lib_global_lock\n"
+        "%s",
+        redis_section, pfx, pfx, pfx, pfx, pfx, pfx, pfx, pfx,
+        extra ? extra : "");
+}
+
+#define ARGV(...) ((char *const[]){ __VA_ARGS__, NULL })
+
+/* distlock-run --config CFG -- preload_target ARGS... */
+static void start_target(struct proc *p, const char *cfg, const char *a1,
+                         const char *a2, const char *a3)
+{
+    char *argv[10];
+    int n = 0;
+
+    argv[n++] = run_bin;
+    argv[n++] = "--config";
+    argv[n++] = (char *)cfg;
+    argv[n++] = "--";
+    argv[n++] = target_bin;
+    argv[n++] = (char *)a1;
+    if (a2)
+        argv[n++] = (char *)a2;
+    if (a3)
+        argv[n++] = (char *)a3;
+    argv[n] = NULL;
+    proc_start(p, argv, NULL);
+}
+
+static void expect_line(struct proc *p, const char *prefix, char *line,
+                        size_t len, double timeout)
+{
+    if (proc_line(p, line, len, timeout) != 0) {
+        proc_pump(p, 100);
+        fail_msg("no line '%s...' (got '%s'; stderr: %s)", prefix, line,
+                 p->ebuf);
+    }
+    if (strncmp(line, prefix, strlen(prefix)) != 0)
+        fail_msg("expected '%s...', got '%s' (stderr: %s)", prefix, line,
+                 p->ebuf);
+}
+
+/* ---- the legacy program, 4 copies ----------------------------------------------- */
+
+#define COPIES 4
+#define THREADS 2
+#define POSTS 30
+
+static void test_legacy_four_copies_exact(void **state)
+{
+    const char *cfg, *count;
+    struct proc p[COPIES];
+    char posts[16], threads[16];
+    int i, st;
+
+    (void)state;
+    cfg = write_file("ledger.ini",
+        "%s"
+        "[mutex %sledger]\n"
+        "match = symbol legacy_ledger.c:g_ledger_lock\n"
+        "fair = no\n", redis_section, pfx);
+    count = write_file("count-shim", "%s", "");
+    snprintf(posts, sizeof posts, "%d", POSTS);
+    snprintf(threads, sizeof threads, "%d", THREADS);
+    for (i = 0; i < COPIES; i++)
+        proc_start(&p[i], ARGV(run_bin, "--config", (char *)cfg, "--",
+                               ledger_bin, (char *)count, threads, posts),
+                   NULL);
+    for (i = 0; i < COPIES; i++) {
+        st = proc_end(&p[i], 120);
+        assert_exit(st, 0);
+    }
+    assert_int_equal(read_count(count), COPIES * THREADS * POSTS);
+    assert_int_equal(prefixed_keys(), 0);
+}
+
+/* Without the shim the same run need not be exact: it must just not crash. */
+static void test_legacy_without_shim_runs(void **state)
+{
+    struct proc p[COPIES];
+    const char *count;
+    char posts[16], threads[16];
+    long n;
+    int i;
+
+    (void)state;
+    count = write_file("count-plain", "%s", "");
+    snprintf(posts, sizeof posts, "%d", POSTS);
+    snprintf(threads, sizeof threads, "%d", THREADS);
+    for (i = 0; i < COPIES; i++)
+        proc_start(&p[i], ARGV(ledger_bin, (char *)count, threads, posts),
+                   NULL);
+    for (i = 0; i < COPIES; i++)
+        assert_exit(proc_end(&p[i], 120), 0);
+    n = read_count(count);
+    print_message("without the shim: %ld of %d posts counted\n", n,
+                  COPIES * THREADS * POSTS);
+    assert_true(n >= 1 && n <= COPIES * THREADS * POSTS);
+}
+
+/* ---- configuration errors: file and line, program not started ------------------- */
+
+static void expect_refused(const char *cfg_text, const char *expect)
+{
+    char marker[PATH_MAX], needle[PATH_MAX + 300];
+    const char *cfg = write_file("bad.ini", "%s", cfg_text);
+    struct proc p;
+
+    path_in(marker, sizeof marker, "not-started");
+    unlink(marker);
+    assert_exit(run(&p, ARGV(run_bin, "--config", (char *)cfg, "--",
+                             ledger_bin, marker, "1", "1"), NULL, 30), 78);
+    snprintf(needle, sizeof needle, "%s%s", cfg, expect);
+    assert_contains(p.ebuf, needle);
+    assert_false(exists(marker));
+}
+
+static void test_config_errors_name_file_and_line(void **state)
+{
+    char text[2048];
+
+    (void)state;
+    snprintf(text, sizeof text, "%s[mutex a]\nmatch = symbol g_ledger_lock\n"
+             "bogus = 1\n", redis_section);
+    expect_refused(text, ":9: unknown key 'bogus' in [mutex a]");
+    expect_refused("[redis]\nurl = redis://127.0.0.1:1\n[mutex a]\n"
+                   "match symbol g_ledger_lock\n", ":4: expected KEY = VALUE");
+    expect_refused("[redis]\non_unavailable = sometimes\n[mutex a]\n"
+                   "match = symbol g_ledger_lock\n",
+                   ":2: on_unavailable: block, fail or abort");
+    expect_refused("[mutex a]\nmatch = symbol g_ledger_lock\n[mutex a]\n"
+                   "match = symbol g_turn_cv\n",
+                   ":3: duplicate section [mutex a]");
+    expect_refused("[mutex a]\nmatch = symbol g_ledger_lock\n\n[mutex b]\n"
+                   "match = symbol g_ledger_lock\n",
+                   ":5: duplicate mapping: 'symbol g_ledger_lock' is already "
+                   "mapped by [a] at line 2");
+    /* two spellings of one mutex: found once resolved */
+    expect_refused("[mutex a]\nmatch = symbol g_ledger_lock\n[mutex b]\n"
+                   "match = symbol legacy_ledger.c:g_ledger_lock\n",
+                   ":4: duplicate mapping: [b] maps g_ledger_lock");
+    expect_refused("[mutex a]\nfair = yes\n", ":1: [mutex a] has no 'match");
+    expect_refused("[mutex a]\nmatch = symbol g_ledger_lock\n[locks]\n",
+                   ":3: unknown section [locks]");
+    expect_refused("[mutex a]\nmatch = symbol g_ledger_lock\nfair = perhaps\n",
+                   ":3: fair: yes or no");
+    expect_refused("[mutex a]\nmatch = symbol g_ledger_lock\n"
+                   "  fair = yes\n", ":3: indented line");
+    expect_refused("[mutex a]\nmatch = pattern g_*\n", ":2: match: expected");
+}
+
+static void test_config_missing_file(void **state)
+{
+    char cfg[PATH_MAX], marker[PATH_MAX];
+    struct proc p;
+
+    (void)state;
+    path_in(cfg, sizeof cfg, "no-such.ini");
+    path_in(marker, sizeof marker, "not-started");
+    unlink(marker);
+    assert_exit(run(&p, ARGV(run_bin, "--config", cfg, "--", ledger_bin,
+                             marker, "1", "1"), NULL, 30), 78);
+    assert_contains(p.ebuf, "no-such.ini: cannot open the configuration");
+    assert_false(exists(marker));
+}
+
+/* ---- names that do not resolve -------------------------------------------------- */
+
+static void test_unresolved_name_refused(void **state)
+{
+    char text[1024], marker[PATH_MAX];
+    const char *cfg;
+    struct proc p;
+
+    (void)state;
+    snprintf(text, sizeof text, "%s[mutex %sgone]\nmatch = symbol "
+             "g_no_such_lock\n", redis_section, pfx);
+    expect_refused(text, ":8: [mutex ");
+    cfg = write_file("bad.ini", "%s", text);
+    path_in(marker, sizeof marker, "not-started");
+    assert_exit(run(&p, ARGV(run_bin, "--config", (char *)cfg, "--",
+                             ledger_bin, marker, "1", "1"), NULL, 30), 78);
+    assert_contains(p.ebuf, "symbol 'g_no_such_lock' in the program or its "
+                    "libraries not found");
+    assert_contains(p.ebuf, "was not started");
+    /* a file that has no such static */
+    snprintf(text, sizeof text, "[mutex a]\nmatch = symbol "
+             "other.c:g_ledger_lock\n");
+    expect_refused(text, ":2: [mutex a] symbol 'g_ledger_lock' of other.c");
+    /* a library that is not loaded */
+    snprintf(text, sizeof text, "[mutex a]\nmatch = symbol "
+             "libnothere.so:g_ledger_lock\n");
+    expect_refused(text, ":2: [mutex a] no loaded object is called "
+                   "'libnothere.so'");
+    /* a function is not a mutex */
+    expect_refused("[mutex a]\nmatch = symbol main\n", ":2: [mutex a] 'main' "
+                   "is a function");
+}
+
+static void test_unresolved_name_warned(void **state)
+{
+    char text[1024];
+    const char *cfg, *count;
+    struct proc p;
+
+    (void)state;
+    snprintf(text, sizeof text, "%s[preload]\non_unresolved = warn\n"
+             "[mutex %sgone]\nmatch = symbol g_no_such_lock\n"
+             "[mutex %sledger]\nmatch = symbol g_ledger_lock\n",
+             redis_section, pfx, pfx);
+    cfg = write_file("warn.ini", "%s", text);
+    count = write_file("count-warn", "%s", "");
+    assert_exit(run(&p, ARGV(run_bin, "--config", (char *)cfg, "--",
+                             ledger_bin, (char *)count, "1", "3"), NULL, 60), 0);
+    assert_contains(p.ebuf, "warning: ");
+    assert_contains(p.ebuf, "g_no_such_lock");
+    assert_int_equal(read_count(count), 3);
+}
+
+/* ---- what the loader would ignore --------------------------------------------- */
+
+static void expect_program_refused(const char *prog, const char *why)
+{
+    char marker[PATH_MAX];
+    const char *cfg;
+    struct proc p;
+
+    cfg = write_file("ok.ini", "%s[mutex %sledger]\nmatch = symbol "
+                     "g_ledger_lock\n", redis_section, pfx);
+    path_in(marker, sizeof marker, "not-started");
+    unlink(marker);
+    assert_exit(run(&p, ARGV(run_bin, "--config", (char *)cfg, "--",
+                             (char *)prog, marker, "1", "1"), NULL, 30), 126);
+    assert_contains(p.ebuf, why);
+    assert_false(exists(marker));
+}
+
+static void copy_file(const char *from, const char *to, mode_t mode)
+{
+    char buf[65536];
+    int in = open(from, O_RDONLY), out;
+    ssize_t n;
+
+    assert_true(in >= 0);
+    unlink(to);
+    out = open(to, O_WRONLY | O_CREAT | O_TRUNC, 0700);
+    assert_true(out >= 0);
+    while ((n = read(in, buf, sizeof buf)) > 0)
+        assert_int_equal(write(out, buf, (size_t)n), n);
+    close(in);
+    assert_int_equal(close(out), 0);
+    assert_int_equal(chmod(to, mode), 0);
+}
+
+static void test_static_binary_refused(void **state)
+{
+    (void)state;
+    if (!static_bin[0])
+        skip();           /* no static C library to link one */
+    expect_program_refused(static_bin, "statically linked");
+}
+
+static void test_secure_execution_refused(void **state)
+{
+    char copy[PATH_MAX], cmd[PATH_MAX + 100];
+
+    (void)state;
+    path_in(copy, sizeof copy, "setuid-ledger");
+    copy_file(ledger_bin, copy, 04755);
+    expect_program_refused(copy, "set-user-ID");
+    path_in(copy, sizeof copy, "setgid-ledger");
+    copy_file(ledger_bin, copy, 02755);
+    expect_program_refused(copy, "set-group-ID");
+    path_in(copy, sizeof copy, "script");
+    {
+        FILE *f = fopen(copy, "w");
+        assert_non_null(f);
+        fprintf(f, "#!/bin/sh\ntouch \"$1\"\n");
+        fclose(f);
+        chmod(copy, 0755);
+    }
+    expect_program_refused(copy, "not an ELF executable");
+    path_in(copy, sizeof copy, "caps-ledger");
+    copy_file(ledger_bin, copy, 0755);
+    snprintf(cmd, sizeof cmd, "setcap cap_net_bind_service+ep '%s' "
+             ">/dev/null 2>&1", copy);
+    if (system(cmd) == 0)
+        expect_program_refused(copy, "file capabilities");
+    else
+        print_message("setcap unavailable here: the file-capability refusal "
+                      "is not exercised\n");
+}
+
+/* ---- every kind of match ------------------------------------------------------ */
+
+struct kind {
+    const char *which;       /* preload_target's name for it */
+    const char *lock;        /* the lock name after the prefix */
+};
+
+static const struct kind kinds[] = {
+    { "global", "global" },          /* symbol g_global_lock */
+    { "static", "static" },          /* symbol FILE:name, file-static */
+    { "bank", "bank" },              /* symbol g_bank+32 */
+    { "shard2", "shard:2" },         /* symbol g_shards[*] */
+    { "errcheck", "err" },           /* re-initialised by the program */
+    { "account", "acct:1" },         /* init_site, the 2nd account */
+    { "lib", "lib" },                /* file-static in a library */
+    { "libglobal", "libglobal" },    /* copy-relocated into the program */
+};
+
+static void hold_and_check(const char *cfg, const char *which,
+                           const char *lock)
+{
+    char line[256];
+    struct proc p;
+
+    start_target(&p, cfg, "hold", which, NULL);
+    expect_line(&p, "held", line, sizeof line, 20);
+    if (lock) {
+        if (hlen(lock) != 1)
+            fail_msg("%s: lock '%s%s' not held in Redis", which, pfx, lock);
+    } else {
+        assert_int_equal(prefixed_keys(), 0);
+    }
+    proc_send(&p, "\n");
+    expect_line(&p, "released 0", line, sizeof line, 20);
+    assert_exit(proc_end(&p, 20), 0);
+    if (lock)
+        assert_int_equal(key_exists(lock), 0);
+}
+
+static void test_every_match_kind(void **state)
+{
+    const char *cfg = target_config(NULL);
+    size_t i;
+
+    (void)state;
+    for (i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
+        hold_and_check(cfg, kinds[i].which, kinds[i].lock);
+}
+
+static void test_unmapped_mutex_untouched(void **state)
+{
+    (void)state;
+    hold_and_check(target_config(NULL), "unmapped", NULL);
+    assert_int_equal(prefixed_keys(), 0);
+}
+
+/* The same, with a bare LD_PRELOAD and no launcher. */
+static void test_plain_ld_preload(void **state)
+{
+    char env1[PATH_MAX + 20], env2[PATH_MAX + 40], line[256];
+    const char *cfg = target_config(NULL);
+    struct proc p;
+
+    (void)state;
+    snprintf(env1, sizeof env1, "LD_PRELOAD=%s", shim);
+    snprintf(env2, sizeof env2, "DISTLOCK_PRELOAD_CONFIG=%s", cfg);
+    proc_start(&p, ARGV(target_bin, "hold", "static"),
+               (char *const[]){ env1, env2, NULL });
+    expect_line(&p, "held", line, sizeof line, 20);
+    assert_int_equal(hlen("static"), 1);
+    proc_send(&p, "\n");
+    expect_line(&p, "released 0", line, sizeof line, 20);
+    assert_exit(proc_end(&p, 20), 0);
+    /* a missing configuration stops the program before main */
+    snprintf(env2, sizeof env2, "DISTLOCK_PRELOAD_CONFIG=%s/none.ini", dir);
+    assert_exit(run(&p, ARGV(target_bin, "hold", "static"),
+                    (char *const[]){ env1, env2, NULL }, 20), 78);
+    assert_contains(p.ebuf, "none.ini: cannot open the configuration");
+    assert_int_equal(p.olen, 0);
+}
+
+/* ---- symbol versions --------------------------------------------------------------- */
+
+static int is_wrapped(const char *sym)
+{
+    static const char *names[] = {
+        "pthread_mutex_lock@", "pthread_mutex_unlock@", "pthread_mutex_init@",
+        "pthread_mutex_destroy@", "pthread_mutex_trylock@",
+        "pthread_mutex_timedlock@", "pthread_mutex_clocklock@",
+        "pthread_cond_wait@", "pthread_cond_timedwait@",
+        "pthread_cond_clockwait@",
+    };
+    size_t i;
+
+    for (i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (strncmp(sym, names[i], strlen(names[i])) == 0)
+            return 1;
+    return 0;
+}
+
+/* readelf --dyn-syms: "name@VERSION" of undefined (want_defined 0) or
+ * defined symbols, one per line, in out. */
+static void dyn_syms(const char *file, int want_defined, char *out, size_t len)
+{
+    char cmd[PATH_MAX + 64], line[512];
+    size_t used = 0;
+    FILE *f;
+
+    snprintf(cmd, sizeof cmd, "readelf --dyn-syms -W '%s'", file);
+    f = popen(cmd, "r");
+    assert_non_null(f);
+    out[0] = '\0';
+    while (fgets(line, sizeof line, f)) {
+        char ndx[32], name[256];
+        char *at;
+
+        if (sscanf(line, "%*s %*s %*s %*s %*s %*s %31s %255s", ndx, name) != 2)
+            continue;
+        if ((strcmp(ndx, "UND") == 0) == (want_defined != 0))
+            continue;
+        at = strstr(name, "@@");
+        if (at)
+            memmove(at, at + 1, strlen(at));      /* default version: @ */
+        if (!strchr(name, '@'))
+            continue;
+        used += (size_t)snprintf(out + used, len - used, "%s\n", name);
+    }
+    pclose(f);
+}
+
+static void test_symbol_versions_intercepted(void **state)
+{
+    static char imported[16384], defined[16384];
+    char line[512], want[300];
+    const char *cfg = target_config(NULL);
+    const char *s, *nl;
+    struct proc p;
+    int seen = 0, counted = 0;
+
+    (void)state;
+    dyn_syms(target_bin, 0, imported, sizeof imported);
+    dyn_syms(shim, 1, defined, sizeof defined);
+    /* what glibc 2.36 binds a fresh build to */
+    assert_contains(imported, "pthread_mutex_trylock@GLIBC_2.34\n");
+    assert_contains(imported, "pthread_mutex_timedlock@GLIBC_2.34\n");
+    assert_contains(imported, "pthread_cond_wait@GLIBC_2.3.2\n");
+    /* the shim defines each of those, in that version */
+    for (s = imported; (nl = strchr(s, '\n')) != NULL; s = nl + 1) {
+        snprintf(line, sizeof line, "%.*s\n", (int)(nl - s), s);
+        if (!is_wrapped(line))
+            continue;
+        seen++;
+        if (!strstr(defined, line))
+            fail_msg("the shim does not define %s", line);
+    }
+    assert_true(seen >= 10);
+
+    /* and each call on a mapped mutex reaches the shim, every version */
+    start_target(&p, cfg, "calls", NULL, NULL);
+    while (proc_line(&p, line, sizeof line, 30) == 0) {
+        char sym[256];
+        long n;
+
+        if (sscanf(line, "count %255s %ld", sym, &n) != 2)
+            continue;
+        counted++;
+        if (n < 1)
+            fail_msg("%s: %ld calls reached the shim", sym, n);
+        snprintf(want, sizeof want, "%s\n", sym);
+        if (is_wrapped(want) && !strstr(defined, want))
+            fail_msg("counted but not defined: %s", sym);
+    }
+    assert_exit(proc_end(&p, 30), 0);
+    assert_int_equal(counted, 16);
+    assert_int_equal(prefixed_keys(), 0);
+
+    /* without the shim the same calls work, and nobody counts them */
+    assert_exit(run(&p, ARGV(target_bin, "calls"), NULL, 30), 0);
+    assert_contains(p.obuf, "count pthread_mutex_lock@GLIBC_2.2.5 -1");
+}
+
+/* ---- trylock, timedlock, clocklock ------------------------------------------------- */
+
+static void expect_rc(const char *cfg, const char *mode, const char *ms,
+                      int rc, double min_ms, double max_ms)
+{
+    char line[256];
+    struct proc p;
+    int got = -1;
+    double took = -1;
+
+    start_target(&p, cfg, mode, "static", ms);
+    expect_line(&p, "rc ", line, sizeof line, 30);
+    sscanf(line, "rc %d ms %lf", &got, &took);
+    assert_exit(proc_end(&p, 20), 0);
+    if (got != rc)
+        fail_msg("%s: rc %d, expected %d", mode, got, rc);
+    if (min_ms >= 0 && !(took >= min_ms && took <= max_ms))
+        fail_msg("%s: took %.0f ms, expected [%.0f, %.0f]", mode, took,
+                 min_ms, max_ms);
+}
+
+static void test_trylock_and_timedlock(void **state)
+{
+    const char *cfg = target_config(NULL);
+    char line[256];
+    struct proc holder;
+    double t0;
+
+    (void)state;
+    start_target(&holder, cfg, "hold", "static", NULL);
+    expect_line(&holder, "held", line, sizeof line, 20);
+
+    t0 = tu_now();
+    expect_rc(cfg, "try", NULL, EBUSY, -1, -1);
+    assert_true(tu_now() - t0 < 10);              /* no waiting in there */
+    expect_rc(cfg, "timed", "400", ETIMEDOUT, 390, 5000);
+    expect_rc(cfg, "clock", "400", ETIMEDOUT, 390, 5000);
+
+    proc_send(&holder, "\n");
+    expect_line(&holder, "released 0", line, sizeof line, 20);
+    assert_exit(proc_end(&holder, 20), 0);
+
+    expect_rc(cfg, "try", NULL, 0, -1, -1);
+    expect_rc(cfg, "timed", "400", 0, 0, 5000);
+    expect_rc(cfg, "clock", "400", 0, 0, 5000);
+    assert_int_equal(prefixed_keys(), 0);
+}
+
+/* The real mutex keeps its type: relock and foreign unlock of an
+ * error-checking mutex fail as without the shim. */
+static void test_errorcheck_kept(void **state)
+{
+    const char *cfg = target_config(NULL);
+    char line[256], want[128];
+    struct proc p;
+
+    (void)state;
+    start_target(&p, cfg, "errcheck", NULL, NULL);
+    expect_line(&p, "relock ", line, sizeof line, 20);
+    assert_exit(proc_end(&p, 20), 0);
+    snprintf(want, sizeof want, "relock %d foreign %d unlock 0 again %d",
+             EDEADLK, EPERM, EPERM);
+    assert_string_equal(line, want);
+    assert_int_equal(prefixed_keys(), 0);
+}
+
+/* ---- condition variables -------------------------------------------------------- */
+
+/* pthread_cond_wait on a mapped mutex lets go of the distributed lock too
+ * (another thread, another owner for Redis, takes the mutex meanwhile) and
+ * has it back when it returns. */
+static void test_cond_wait(void **state)
+{
+    const char *cfg = target_config(NULL);
+    char line[256];
+    struct proc p;
+
+    (void)state;
+    start_target(&p, cfg, "condwait", "static", NULL);
+    expect_line(&p, "woke ", line, sizeof line, 30);
+    assert_string_equal(line, "woke rc 0 helper 0");
+    expect_line(&p, "held", line, sizeof line, 20);
+    assert_int_equal(hlen("static"), 1);
+    proc_send(&p, "\n");
+    expect_line(&p, "released 0", line, sizeof line, 20);
+    assert_exit(proc_end(&p, 20), 0);
+    assert_int_equal(key_exists("static"), 0);
+}
+
+static void cond_timed(const char *mode)
+{
+    const char *cfg = target_config(NULL);
+    char line[256], want[64];
+    struct proc p;
+
+    start_target(&p, cfg, mode, "bank", "600");
+    expect_line(&p, "timedout ", line, sizeof line, 30);
+    snprintf(want, sizeof want, "timedout rc %d helper 0", ETIMEDOUT);
+    assert_string_equal(line, want);
+    expect_line(&p, "held", line, sizeof line, 20);
+    assert_int_equal(hlen("bank"), 1);
+    proc_send(&p, "\n");
+    expect_line(&p, "released 0", line, sizeof line, 20);
+    assert_exit(proc_end(&p, 20), 0);
+    assert_int_equal(key_exists("bank"), 0);
+}
+
+static void test_cond_timedwait(void **state)
+{
+    (void)state;
+    cond_timed("condtimed");
+}
+
+static void test_cond_clockwait(void **state)
+{
+    (void)state;
+    cond_timed("condclock");
+}
+
+/* ---- Redis unavailable ------------------------------------------------------------ */
+
+static void test_on_unavailable(void **state)
+{
+    char text[1024], line[256];
+    const char *cfg;
+    struct proc p;
+    int port = tu_free_port(), rc = -1, st;
+    double ms = -1;
+
+    (void)state;
+    assert_true(port > 0);
+    /* fail: the call fails with EAGAIN */
+    snprintf(text, sizeof text, "[redis]\nurl = redis://127.0.0.1:%d\n"
+             "timeout_ms = 300\non_unavailable = fail\n"
+             "[mutex %sstatic]\nmatch = symbol preload_target.c:g_static_lock\n",
+             port, pfx);
+    cfg = write_file("down.ini", "%s", text);
+    start_target(&p, cfg, "timed", "static", "500");
+    expect_line(&p, "rc ", line, sizeof line, 30);
+    assert_exit(proc_end(&p, 20), 0);
+    sscanf(line, "rc %d", &rc);
+    assert_int_equal(rc, EAGAIN);
+    assert_contains(p.ebuf, "on_unavailable = fail");
+
+    /* block: waits for Redis until the deadline */
+    snprintf(text, sizeof text, "[redis]\nurl = redis://127.0.0.1:%d\n"
+             "timeout_ms = 300\non_unavailable = block\n"
+             "[mutex %sstatic]\nmatch = symbol preload_target.c:g_static_lock\n",
+             port, pfx);
+    cfg = write_file("down.ini", "%s", text);
+    start_target(&p, cfg, "timed", "static", "800");
+    expect_line(&p, "rc ", line, sizeof line, 30);
+    assert_exit(proc_end(&p, 20), 0);
+    sscanf(line, "rc %d ms %lf", &rc, &ms);
+    assert_int_equal(rc, ETIMEDOUT);
+    assert_true(ms >= 790);
+    assert_contains(p.ebuf, "waiting for Redis");
+
+    /* abort */
+    snprintf(text, sizeof text, "[redis]\nurl = redis://127.0.0.1:%d\n"
+             "timeout_ms = 300\non_unavailable = abort\n"
+             "[mutex %sstatic]\nmatch = symbol preload_target.c:g_static_lock\n",
+             port, pfx);
+    cfg = write_file("down.ini", "%s", text);
+    start_target(&p, cfg, "try", "static", NULL);
+    st = proc_end(&p, 30);
+    assert_true(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT);
+    assert_contains(p.ebuf, "on_unavailable = abort");
+}
+
+/* ---- set-up -------------------------------------------------------------------- */
+
+static void built(char *buf, const char *top, const char *rel)
+{
+    char tmp[PATH_MAX];
+
+    snprintf(tmp, sizeof tmp, "%s/%s", top, rel);
+    if (!realpath(tmp, buf))
+        buf[0] = '\0';
+}
+
+static int group_setup(void **state)
+{
+    const char *top = getenv("top_builddir");
+    const char *tmp = getenv("TMPDIR");
+    char env[PATH_MAX + 32];
+
+    (void)state;
+    signal(SIGPIPE, SIG_IGN);
+    if (!top || !*top)
+        top = ".";
+    built(run_bin, top, "tools/distlock-run");
+    built(shim, top, ".libs/libdistlock_preload.so");
+    built(ledger_bin, top, "tests/legacy_ledger");
+    built(static_bin, top, "tests/legacy_ledger_static");
+    built(target_bin, top, "tests/preload_target");
+    if (!run_bin[0] || !shim[0] || !ledger_bin[0] || !target_bin[0]) {
+        fprintf(stderr, "test_preload: build the shim, distlock-run and the "
+                "test programs first (top_builddir=%s)\n", top);
+        return -1;
+    }
+    snprintf(dir, sizeof dir, "%s/distlock-preload-XXXXXX",
+             tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(dir))
+        return -1;
+    snprintf(env, sizeof env, "DISTLOCK_PRELOAD_LIB=%s", shim);
+    putenv(strdup(env));
+    unsetenv("LD_PRELOAD");
+    unsetenv("DISTLOCK_PRELOAD_CONFIG");
+    snprintf(pfx, sizeof pfx, "pl%ld-", (long)getpid());
+    if (tu_redis_start(&r) != 0)
+        return -1;
+    snprintf(redis_section, sizeof redis_section,
+             "[redis]\n"
+             "url = %s     ; as DISTLOCK_URL\n"
+             "lease_ms = 0                     ; 0 = watchdog\n"
+             "on_unavailable = block           ; block | fail | abort\n"
+             "on_lease_lost = abort            ; abort | log\n\n",
+             r.url_tcp);
+    return 0;
+}
+
+static int group_teardown(void **state)
+{
+    char cmd[PATH_MAX + 16];
+
+    (void)state;
+    tu_redis_stop(&r);
+    if (dir[0]) {
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+        if (system(cmd) != 0)
+            fprintf(stderr, "test_preload: could not remove %s\n", dir);
+    }
+    return 0;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_legacy_four_copies_exact),
+        cmocka_unit_test(test_legacy_without_shim_runs),
+        cmocka_unit_test(test_config_errors_name_file_and_line),
+        cmocka_unit_test(test_config_missing_file),
+        cmocka_unit_test(test_unresolved_name_refused),
+        cmocka_unit_test(test_unresolved_name_warned),
+        cmocka_unit_test(test_static_binary_refused),
+        cmocka_unit_test(test_secure_execution_refused),
+        cmocka_unit_test(test_every_match_kind),
+        cmocka_unit_test(test_unmapped_mutex_untouched),
+        cmocka_unit_test(test_plain_ld_preload),
+        cmocka_unit_test(test_symbol_versions_intercepted),
+        cmocka_unit_test(test_trylock_and_timedlock),
+        cmocka_unit_test(test_errorcheck_kept),
+        cmocka_unit_test(test_cond_wait),
+        cmocka_unit_test(test_cond_timedwait),
+        cmocka_unit_test(test_cond_clockwait),
+        cmocka_unit_test(test_on_unavailable),
+    };
+    const char *filter = getenv("TEST_PRELOAD_FILTER");
+
+    if (filter && *filter)
+        cmocka_set_test_filter(filter);
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
