@@ -1,0 +1,417 @@
+#!/usr/bin/env bash
+# test_cli.sh: the distlock command-line tool (tools/distlock) against a
+# private redis-server.
+#
+# The script re-runs itself under scripts/with-redis.sh, the project's
+# launcher that starts redis-server on a free loopback port and checks that
+# the process answering there is the one it started; DISTLOCK_URL then
+# points at it.  Every lock name starts with a per-run prefix.  Timing
+# bounds are generous: they must hold on a loaded 2-core machine.
+set -u
+
+here=$(cd "$(dirname "$0")" && pwd)
+if [[ -z "${DISTLOCK_CLI_TEST_INNER:-}" ]]; then
+    unset DISTLOCK_USE_EXISTING      # always a private server
+    export DISTLOCK_CLI_TEST_INNER=1
+    exec bash "$here/../scripts/with-redis.sh" bash "$0" "$@"
+fi
+
+D="$(cd "${top_builddir:-.}" && pwd)/tools/distlock"
+if [[ ! -x "$D" ]]; then
+    echo "FAIL: $D not built"
+    exit 1
+fi
+rcli() { redis-cli -p "$DISTLOCK_TEST_REDIS_PORT" "$@"; }
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/distlock-cli.XXXXXX")
+pfx="clitest$$"
+bg_pids=()
+cleanup() {
+    local p
+    for p in "${bg_pids[@]}"; do
+        kill -KILL "$p" 2>/dev/null
+    done
+    [[ -n "${KEEP_TMP:-}" ]] || rm -rf -- "$tmp"
+}
+trap cleanup EXIT
+
+have_python=0
+command -v python3 >/dev/null 2>&1 && have_python=1
+
+n=0
+fails=0
+ok() { n=$((n + 1)); echo "ok $n - $1"; }
+not_ok() { n=$((n + 1)); fails=$((fails + 1)); echo "not ok $n - $1"; }
+# check DESCRIPTION COMMAND...: passes when COMMAND succeeds
+check() {
+    local desc=$1
+    shift
+    if "$@"; then ok "$desc"; else not_ok "$desc"; fi
+}
+now_ms() { echo $(($(date +%s%N) / 1000000)); }
+# until COMMAND... succeeds, at most about SECONDS
+wait_for() {
+    local secs=$1 i
+    shift
+    for ((i = 0; i < secs * 20; i++)); do
+        "$@" && return 0
+        sleep 0.05
+    done
+    return 1
+}
+has() { grep -q -- "$1" "$2"; }
+# run CMD...: sets $rc, $out (stdout) and $err (stderr) files
+out="$tmp/out" err="$tmp/err"
+run() {
+    "$@" >"$out" 2>"$err"
+    rc=$?
+}
+# json_ok FILE [PYTHON EXPRESSION over the list of parsed lines, "l"]
+json_ok() {
+    if [[ $have_python -eq 1 ]]; then
+        python3 - "$@" <<'EOF'
+import json, sys
+l = [json.loads(x) for x in open(sys.argv[1]) if x.strip()]
+ok = len(l) > 0 and (len(sys.argv) < 3 or eval("(" + sys.argv[2] + ")"))
+if not ok:
+    print("json check failed:", sys.argv[2:], l, file=sys.stderr)
+sys.exit(0 if ok else 1)
+EOF
+    else
+        grep -q '^{.*}$' "$1"
+    fi
+}
+show() { echo "--- rc=$rc stdout:"; cat "$out"; echo "--- stderr:"; cat "$err"; }
+
+uuid1=2c5ea1a8-9d0e-4a51-8b35-2a0f3e4c9b11
+uuid2=7a1b0c2d-3e4f-4a51-9b35-0123456789ab
+
+# ---- usage errors --------------------------------------------------------
+run "$D"
+check "no command: exit 2" test $rc -eq 2
+run "$D" status
+check "status without NAME: exit 2 and says so" \
+    eval '[[ $rc -eq 2 ]] && has "missing the lock NAME" "$err"'
+run "$D" frobnicate
+check "unknown command: exit 2" eval '[[ $rc -eq 2 ]] && has "no command" "$err"'
+run "$D" status --bogus x
+check "unknown option: exit 2" eval '[[ $rc -eq 2 ]] && has "unknown option" "$err"'
+run "$D" lock "$pfx-u"
+check "lock without COMMAND: exit 2" eval '[[ $rc -eq 2 ]] && has "COMMAND" "$err"'
+run "$D" lock --timeout soon "$pfx-u" -- true
+check "lock --timeout soon: exit 2" eval '[[ $rc -eq 2 ]] && has "timeout" "$err"'
+run "$D" unlock "$pfx-u"
+check "unlock without --force: exit 2" eval '[[ $rc -eq 2 ]] && has "force" "$err"'
+run "$D" --url http://127.0.0.1:80 status x
+check "a bad --url: exit 2 and why" eval '[[ $rc -eq 2 ]] && has "redis://" "$err"'
+for c in status list lock unlock watch; do
+    run "$D" "$c" --help
+    check "$c --help" eval '[[ $rc -eq 0 ]] && has "Usage: distlock $c" "$out"'
+done
+run "$D" --help
+check "--help lists the commands" eval '[[ $rc -eq 0 ]] && has "unlock --force" "$out"'
+
+# ---- Redis unreachable ---------------------------------------------------
+for c in "status x" "list" "lock x -- true" "unlock --force --yes x" "watch x"; do
+    # shellcheck disable=SC2086
+    run env DISTLOCK_URL=redis://127.0.0.1:1 "$D" $c
+    check "$c, Redis unreachable: exit 3 naming the address" \
+        eval '[[ $rc -eq 3 ]] && has "cannot connect to Redis at 127.0.0.1:1" "$err"'
+done
+run "$D" --url redis://127.0.0.1:1 status x
+check "--url overrides DISTLOCK_URL" eval '[[ $rc -eq 3 ]] && has "127.0.0.1:1" "$err"'
+
+# ---- status: mutex -------------------------------------------------------
+m="$pfx-m"
+run "$D" status "$m"
+check "status of a lock that does not exist: free" \
+    eval '[[ $rc -eq 0 ]] && has "state:    free" "$out"'
+
+# Redisson's layout, written directly as a Java client would: held twice
+rcli hset "$m" "$uuid1:57" 2 >/dev/null
+rcli pexpire "$m" 20000 >/dev/null
+rcli set "redisson_lock_token:{$m}" 41 >/dev/null
+run "$D" status "$m"
+check "status of a Redisson-layout mutex held twice" \
+    eval '[[ $rc -eq 0 ]] && has "kind:     mutex" "$out" && has "state:    held" "$out" &&
+          has "client $uuid1, thread 57, 2 holds" "$out" && has "lease:    1[0-9].[0-9] s left" "$out" &&
+          has "token:    41" "$out"' || show
+run "$D" --json status "$m"
+check "status --json of that mutex" json_ok "$out" \
+    "l[0]['kind'] == 'mutex' and l[0]['state'] == 'held' and l[0]['holders'][0]['holds'] == 2
+     and l[0]['holders'][0]['thread'] == 57 and l[0]['holders'][0]['client'] == '$uuid1'
+     and 10000 < l[0]['lease_ms'] <= 20000 and l[0]['token'] == 41"
+
+# held by `distlock lock`
+"$D" lock "$m-live" -- sleep 30 &
+live=$!
+bg_pids+=("$live")
+wait_for 5 eval 'rcli exists "$m-live" | grep -q 1'
+run "$D" --json status "$m-live"
+check "status of a lock held by 'distlock lock'" json_ok "$out" \
+    "l[0]['kind'] == 'mutex' and len(l[0]['holders']) == 1 and l[0]['holders'][0]['holds'] == 1
+     and l[0]['lease_ms'] > 20000 and l[0]['token'] >= 1"
+
+# ---- status: fair mutex with a queue of two -------------------------------
+f="$pfx-f"
+"$D" lock --fair "$f" -- sleep 30 &
+fh=$!
+bg_pids+=("$fh")
+wait_for 5 eval 'rcli exists "$f" | grep -q 1'
+"$D" lock --fair "$f" -- true &
+fw1=$!
+bg_pids+=("$fw1")
+wait_for 5 eval '[[ $(rcli llen "redisson_lock_queue:{$f}") == 1 ]]'
+"$D" lock --fair "$f" -- true &
+fw2=$!
+bg_pids+=("$fw2")
+wait_for 5 eval '[[ $(rcli llen "redisson_lock_queue:{$f}") == 2 ]]'
+run "$D" status "$f"
+check "status of a fair mutex with a queue of 2" \
+    eval '[[ $rc -eq 0 ]] && has "kind:     fair mutex" "$out" && has "queue:    1\. client" "$out" &&
+          has "^          2\. client .*window [0-9]" "$out"' || show
+run "$D" --json status "$f"
+queue=$(rcli lrange "redisson_lock_queue:{$f}" 0 -1 | tr '\n' ' ')
+check "status --json: the queue in order, with windows" json_ok "$out" \
+    "l[0]['kind'] == 'fair mutex' and l[0]['state'] == 'held'
+     and [w['owner'] for w in l[0]['queue']] == '$queue'.split()
+     and all(0 < w['window_ms'] <= 5000 for w in l[0]['queue'])"
+kill -TERM "$fh"
+wait "$fh"
+wait "$fw1"
+r1=$?
+wait "$fw2"
+r2=$?
+check "the fair waiters ran after the holder, both exit 0" test "$r1$r2" = 00
+run "$D" status "$f"
+check "the fair mutex is free afterwards" has "state:    free" "$out"
+
+# ---- status: rwlock, in Redisson's layout ----------------------------------
+rw="$pfx-rw"
+rcli hset "$rw" mode read "$uuid1:1" 2 "$uuid2:9" 1 >/dev/null
+rcli pexpire "$rw" 25000 >/dev/null
+rcli set "{$rw}:$uuid1:1:rwlock_timeout:1" 1 px 15000 >/dev/null
+rcli set "{$rw}:$uuid1:1:rwlock_timeout:2" 1 px 22000 >/dev/null
+rcli set "{$rw}:$uuid2:9:rwlock_timeout:1" 1 px 25000 >/dev/null
+run "$D" status "$rw"
+check "status of an rwlock read-held by two owners" \
+    eval '[[ $rc -eq 0 ]] && has "kind:     rwlock" "$out" && has "state:    read-held" "$out" &&
+          has "reader:   client $uuid1, thread 1, 2 read holds (read lease 2[01]\." "$out" &&
+          has "reader:   client $uuid2, thread 9, 1 read hold" "$out"' || show
+run "$D" --json status "$rw"
+check "status --json of the read-held rwlock" json_ok "$out" \
+    "l[0]['state'] == 'read-held' and sorted(h['reads'] for h in l[0]['holders']) == [1, 2]"
+rw2="$pfx-rw2"
+rcli hset "$rw2" mode write "$uuid2:3:write" 1 "$uuid2:3" 1 >/dev/null
+rcli pexpire "$rw2" 25000 >/dev/null
+rcli zadd "distlock_rwlock_writers:{$rw2}" $(( $(rcli time | head -1) * 1000 + 4000 )) "$uuid1:4" >/dev/null
+run "$D" status "$rw2"
+check "status of an rwlock write-held, a writer waiting" \
+    eval '[[ $rc -eq 0 ]] && has "state:    write-held" "$out" &&
+          has "writer:   client $uuid2, thread 3, 1 write hold, 1 read hold" "$out" &&
+          has "waiting writer: client $uuid1, thread 4, window" "$out"' || show
+run "$D" --json status "$rw2"
+check "status --json of the write-held rwlock" json_ok "$out" \
+    "l[0]['state'] == 'write-held' and l[0]['holders'][0]['writes'] == 1
+     and l[0]['waiting_writers'][0]['thread'] == 4"
+
+# ---- status of something that is not a lock ----------------------------------
+rcli set "$pfx-str" hello >/dev/null
+run "$D" status "$pfx-str"
+check "status of a string: unknown" eval '[[ $rc -eq 0 ]] && has "unknown (not a lock: a Redis string)" "$out"'
+
+# ---- list ----------------------------------------------------------------------
+rcli hset "$pfx-a-1" "$uuid1:1" 1 >/dev/null
+rcli hset "$pfx-a-2" "$uuid2:2" 1 >/dev/null
+rcli pexpire "$pfx-a-2" 60000 >/dev/null
+rcli hset "$pfx-a-hash" name alice age 30 >/dev/null
+rcli set "$pfx-a-str" x >/dev/null
+run "$D" list "$pfx-a-*"
+check "list PATTERN: the locks matching, nothing else" \
+    eval '[[ $rc -eq 0 ]] && has "^$pfx-a-1 .* mutex .* held .* no expiry" "$out" &&
+          has "^$pfx-a-2 .* mutex .* held .* [0-9.]* s " "$out" &&
+          ! has "hash" "$out" && ! has "str" "$out" && ! has "$pfx-rw" "$out" &&
+          [[ $(wc -l <"$out") -eq 3 ]]' || show
+run "$D" list "$pfx-*"
+check "list: every kind, no derived keys" \
+    eval 'has "^$pfx-rw .*rwlock .*read-held" "$out" && has "^$pfx-m-live .*mutex" "$out" &&
+          ! has "redisson_lock_token" "$out" && ! has "rwlock_timeout" "$out"' || show
+run "$D" --json list "$pfx-*"
+check "list --json: one object per lock" json_ok "$out" \
+    "sorted(x['name'] for x in l) == sorted(['$m', '$m-live', '$rw', '$rw2', '$pfx-a-1', '$pfx-a-2'])
+     and all('kind' in x and 'state' in x and 'lease_ms' in x for x in l)"
+run "$D" list "$pfx-none-*"
+check "list with no match" eval '[[ $rc -eq 0 ]] && has "no locks" "$out"'
+
+# ---- lock -- COMMAND ------------------------------------------------------------
+x="$pfx-x"
+log="$tmp/intervals"
+: >"$log"
+for i in 1 2 3; do
+    "$D" lock "$x" -- sh -c "for k in 1 2; do :; done; echo start $i >>'$log'; sleep 0.2; echo end $i >>'$log'" &
+    bg_pids+=($!)
+done
+for i in 1 2 3; do
+    "$D" lock "$x" -- sh -c "echo start b$i >>'$log'; sleep 0.1; echo end b$i >>'$log'" &
+    bg_pids+=($!)
+done
+wait_for 15 eval '[[ $(wc -l <"$log") -ge 12 ]]'
+check "lock excludes across processes: intervals never overlap" \
+    awk '$1 == "start" { if (open) bad = 1; open = $2 } $1 == "end" { if (open != $2) bad = 1; open = "" }
+         END { exit bad || NR != 12 }' "$log" || cat "$log"
+
+run "$D" lock "$pfx-code" -- sh -c 'exit 7'
+check "lock returns the command's exit code (7)" test $rc -eq 7
+run "$D" lock "$pfx-code" -- sh -c 'kill -TERM $$'
+check "a command killed by SIGTERM: 143" test $rc -eq 143
+run "$D" lock "$pfx-code" -- /nonexistent/program
+check "a command that cannot run: 127" eval '[[ $rc -eq 127 ]] && has "cannot run" "$err"'
+run "$D" lock "$pfx-code" -- sh -c 'echo "token=$DISTLOCK_TOKEN"'
+check "the command gets the fencing token" has "^token=[0-9][0-9]*$" "$out"
+ls /proc/self/fd >"$tmp/fds" 2>/dev/null
+run "$D" lock "$pfx-code" -- ls /proc/self/fd
+check "the command inherits our descriptors, no Redis connection" \
+    cmp -s "$tmp/fds" "$out" || { show; cat "$tmp/fds"; }
+run "$D" lock "$pfx-code" flock-style true
+check "lock without '--' (flock(1) style)" eval '[[ $rc -eq 127 ]]'
+run "$D" lock "$pfx-code" true
+check "lock NAME COMMAND without '--'" test $rc -eq 0
+run "$D" status "$pfx-code"
+check "the lock is free after the command" has "state:    free" "$out"
+
+t0=$(now_ms)
+run "$D" lock --timeout 1 "$m-live" -- true
+t1=$(now_ms)
+check "--timeout 1 on a held lock: exit 1 in 0.9-2.5 s, naming the holder" \
+    eval '[[ $rc -eq 1 && $((t1 - t0)) -ge 900 && $((t1 - t0)) -le 2500 ]] && has "held by client" "$err"' ||
+    { show; echo "took $((t1 - t0)) ms"; }
+run "$D" lock --timeout 0 "$m-live" -- true
+check "--timeout 0 tries once" test $rc -eq 1
+run "$D" lock -v "$pfx-v" -- true
+check "-v says when it took and released" \
+    eval 'has "acquired mutex .$pfx-v. (token 1)" "$err" && has "released mutex" "$err"' || show
+
+# ---- signals ------------------------------------------------------------------
+s="$pfx-sig"
+"$D" lock "$s" -- sh -c 'trap "echo child got TERM >'"$tmp/sig"'; exit 5" TERM; sleep 10 & wait' &
+sp=$!
+bg_pids+=("$sp")
+wait_for 5 eval 'rcli exists "$s" | grep -q 1'
+sleep 0.2
+kill -TERM "$sp"
+wait "$sp"
+rc=$?
+check "SIGTERM is passed to the command; its status is returned" \
+    eval '[[ $rc -eq 5 ]] && has "child got TERM" "$tmp/sig"'
+run "$D" status "$s"
+check "... and the lock is released" has "state:    free" "$out"
+
+"$D" lock --fair "$f" -- sleep 30 &
+fh=$!
+bg_pids+=("$fh")
+wait_for 5 eval 'rcli exists "$f" | grep -q 1'
+"$D" lock --fair "$f" -- true &
+fw=$!
+bg_pids+=("$fw")
+wait_for 5 eval '[[ $(rcli llen "redisson_lock_queue:{$f}") == 1 ]]'
+t0=$(now_ms)
+kill -TERM "$fw"
+wait "$fw"
+rc=$?
+t1=$(now_ms)
+check "SIGTERM while waiting: exit 143 at once, out of the queue" \
+    eval '[[ $rc -eq 143 && $((t1 - t0)) -lt 1500 && $(rcli llen "redisson_lock_queue:{$f}") == 0 ]]' ||
+    echo "rc=$rc took $((t1 - t0)) ms"
+
+# ---- unlock --force ---------------------------------------------------------
+run "$D" unlock --force "$m" </dev/null
+check "unlock --force without a terminal and without --yes: exit 2" \
+    eval '[[ $rc -eq 2 ]] && has "without --yes" "$err" && [[ $(rcli exists "$m") == 1 ]]'
+run "$D" unlock --force --yes "$m"
+check "unlock --force --yes removes a Redisson-layout lock" \
+    eval '[[ $rc -eq 0 ]] && has "forced free" "$out" && [[ $(rcli exists "$m") == 0 ]]' || show
+run "$D" unlock --force --yes "$m"
+check "unlock --force of a free lock: nothing to do" \
+    eval '[[ $rc -eq 0 ]] && has "not locked" "$out"'
+run "$D" unlock --force --yes "$pfx-str"
+check "unlock --force of a string: refused, kept" \
+    eval '[[ $rc -eq 2 ]] && [[ $(rcli get "$pfx-str") == hello ]]'
+
+# a waiter blocked behind a holder wakes at once
+"$D" lock "$m-live" -- true &
+waiter=$!
+bg_pids+=("$waiter")
+sleep 0.5
+t0=$(now_ms)
+run "$D" --json unlock --force --yes "$m-live"
+wait "$waiter"
+wrc=$?
+t1=$(now_ms)
+check "force unlock wakes a blocked waiter within 1 s" \
+    eval '[[ $wrc -eq 0 && $((t1 - t0)) -lt 1000 ]]' || echo "waiter rc=$wrc, $((t1 - t0)) ms"
+check "unlock --json" json_ok "$out" "l[0]['forced'] is True and l[0]['kind'] == 'mutex'"
+kill -TERM "$live"
+wait "$live" 2>/dev/null
+
+# the head of a fair queue wakes too
+"$D" lock --fair "$f" -- true &
+fw=$!
+bg_pids+=("$fw")
+wait_for 5 eval '[[ $(rcli llen "redisson_lock_queue:{$f}") == 1 ]]'
+sleep 0.3
+t0=$(now_ms)
+run "$D" unlock --force --yes "$f"
+wait "$fw"
+wrc=$?
+t1=$(now_ms)
+check "force unlock of a fair mutex wakes the head of its queue" \
+    eval '[[ $wrc -eq 0 && $((t1 - t0)) -lt 1000 ]] && has "head of its queue" "$out"' ||
+    { show; echo "waiter rc=$wrc, $((t1 - t0)) ms"; }
+kill -TERM "$fh"
+wait "$fh" 2>/dev/null
+
+run "$D" unlock --force --yes "$rw"
+check "unlock --force of an rwlock deletes its read-hold keys" \
+    eval '[[ $rc -eq 0 && $(rcli exists "$rw" "{$rw}:$uuid1:1:rwlock_timeout:1" "{$rw}:$uuid1:1:rwlock_timeout:2" "{$rw}:$uuid2:9:rwlock_timeout:1") == 0 ]]'
+
+# ---- watch --------------------------------------------------------------------
+w="$pfx-w"
+"$D" watch "$w" >"$tmp/watch" 2>&1 &
+wp=$!
+bg_pids+=("$wp")
+"$D" --json watch "$w" >"$tmp/watchj" 2>&1 &
+wj=$!
+bg_pids+=("$wj")
+wait_for 5 eval '[[ -s "$tmp/watch" && -s "$tmp/watchj" ]]'
+"$D" lock "$w" -- sleep 0.5
+"$D" lock --fair "$w" -- sleep 1 &
+bg_pids+=($!)
+wait_for 5 eval 'rcli exists "$w" | grep -q 1'
+"$D" lock --fair "$w" -- true &
+bg_pids+=($!)
+wait_for 5 eval 'grep -q queued "$tmp/watch"'
+wait_for 5 eval '[[ $(rcli exists "$w") == 0 ]]'
+sleep 0.3
+rcli hset "$w" "$uuid1:1" 1 >/dev/null
+rcli pexpire "$w" 400 >/dev/null
+wait_for 5 eval 'grep -q expired "$tmp/watch"'
+sleep 0.2
+kill -TERM "$wp" "$wj"
+wait "$wp"
+rc=$?
+wait "$wj"
+check "watch exits 0 when interrupted" test $rc -eq 0
+check "watch: acquired, released, queued, expired" \
+    eval 'has "  $w  free" "$tmp/watch" && has "acquired by" "$tmp/watch" &&
+          has "released by" "$tmp/watch" && has "queued .* (position 1)" "$tmp/watch" &&
+          has "expired, was held by $uuid1:1" "$tmp/watch" &&
+          [[ $(grep -c "expired" "$tmp/watch") -eq 1 ]]' || cat "$tmp/watch"
+check "watch --json" json_ok "$tmp/watchj" \
+    "l[0]['event'] == 'state' and {'acquired', 'released', 'queued', 'expired'} <= {x['event'] for x in l}"
+
+echo "1..$n"
+if [[ $fails -gt 0 ]]; then
+    echo "FAIL: $fails of $n checks failed"
+    exit 1
+fi
+echo "PASS: $n checks"
+exit 0
