@@ -6,14 +6,18 @@
 -- KEYS[2]  wait queue: LIST of owners, head first                 (redisson_lock_queue:{N})
 -- KEYS[3]  waiter deadlines: ZSET owner -> server ms              (redisson_lock_timeout:{N})
 -- KEYS[4]  fencing counter                                        (redisson_lock_token:{N})
+-- KEYS[5]  release channel (N's; a waiter's own channel is this name with
+--          ':<owner>' appended: see fair_unlock)
 -- ARGV[1]  lease in ms
 -- ARGV[2]  owner
 -- ARGV[3]  waiter window in ms
 -- ARGV[4]  'try': never join the queue; 'wait': join it (once) when the lock is taken
+-- ARGV[5]  publish command: 'publish', or 'spublish' on a cluster
 -- Reply    {1, holds, token}  taken (holds: the owner's count after this call)
 --          {0, wait_ms}       not taken; wait at most this long before trying again
 --                             (the lock's lease when the caller heads the queue, else
---                             until the head's deadline, when a dead head is purged)
+--                             the sooner of that and the head's deadline, when a
+--                             dead head is purged)
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local dead = redis.call('zrangebyscore', KEYS[3], '-inf', now)
@@ -32,6 +36,12 @@ local head = redis.call('lindex', KEYS[2], 0)
 if redis.call('exists', KEYS[1]) == 0 and (not head or head == ARGV[2]) then
   if head then
     redis.call('lpop', KEYS[2])
+    -- the next in line is now the head: it sleeps on a bound reckoned
+    -- behind us, so tell it to reckon again against our lease
+    local next_head = redis.call('lindex', KEYS[2], 0)
+    if next_head then
+      redis.call(ARGV[5], KEYS[5] .. ':' .. next_head, '0')
+    end
   end
   redis.call('zrem', KEYS[3], ARGV[2])
   redis.call('hset', KEYS[1], ARGV[2], 1)
@@ -55,4 +65,10 @@ if head == ARGV[2] then
   end
   return {0, tonumber(ARGV[3])}
 end
-return {0, tonumber(redis.call('zscore', KEYS[3], head)) - now}
+-- behind others: until the head's deadline (a dead head is purged then), or the
+-- lock's lease end, after which the head takes it and we may be next in line
+local wait = tonumber(redis.call('zscore', KEYS[3], head)) - now
+if pttl >= 0 and pttl < wait then
+  wait = pttl
+end
+return {0, wait}

@@ -392,7 +392,7 @@ static int run_acquire(struct dist__mobj *o, int how, redisReply **r)
     char lease[24], window[24];
     size_t olen;
     const char *owner = dist__owner(&olen);
-    struct dist__buf kv[8];
+    struct dist__buf kv[10];
 
     snprintf(lease, sizeof lease, "%lu", lease_of(o));
     if (how == TRY_PLAIN) {
@@ -407,12 +407,14 @@ static int run_acquire(struct dist__mobj *o, int how, redisReply **r)
     kv[1] = lk->names->queue;
     kv[2] = lk->names->timeout;
     kv[3] = lk->names->token;
-    kv[4] = (struct dist__buf){ lease, strlen(lease) };
-    kv[5] = (struct dist__buf){ owner, olen };
-    kv[6] = (struct dist__buf){ window, strlen(window) };
-    kv[7] = how == WAIT_FAIR ? (struct dist__buf){ "wait", 4 }
+    kv[4] = lk->names->chan;
+    kv[5] = (struct dist__buf){ lease, strlen(lease) };
+    kv[6] = (struct dist__buf){ owner, olen };
+    kv[7] = (struct dist__buf){ window, strlen(window) };
+    kv[8] = how == WAIT_FAIR ? (struct dist__buf){ "wait", 4 }
                              : (struct dist__buf){ "try", 3 };
-    return dist__eval_here(DIST__S_FAIR_LOCK, 4, kv, 8, r);
+    kv[9] = (struct dist__buf){ dist__publish_cmd(), strlen(dist__publish_cmd()) };
+    return dist__eval_here(DIST__S_FAIR_LOCK, 5, kv, 10, r);
 }
 
 static int try_acquire(struct dist__mobj *o, int how, long long before,

@@ -292,7 +292,7 @@ static void test_fifo_leases_expire(void **state)
         if (o->seq[i] != i)
             fail_msg("waiter %d came %d-th", i, o->seq[i]);
         /* each waits out the lease before it, and not much more */
-        if (i > 0 && (o->t[i] - o->t[i - 1] < 0.9 || o->t[i] - o->t[i - 1] > 2.0))
+        if (i > 0 && (o->t[i] - o->t[i - 1] < 0.9 || o->t[i] - o->t[i - 1] > 1.5))
             fail_msg("waiter %d got it %.3f s after waiter %d", i,
                      o->t[i] - o->t[i - 1], i - 1);
     }
