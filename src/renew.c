@@ -442,8 +442,9 @@ static uint64_t tick(struct lostlist *lost)
         nk = 0;
         for (j = i; j < count && n < BATCH; j++) {
             struct dist__hold *o = all[j];
+            /* the first always goes in: one larger than MAX_KEYS goes alone */
             if (o->inflight == 2 && o->kind == h->kind && ms_of(o) == ms_of(h) &&
-                nk + (size_t)nkeys_of(o) <= MAX_KEYS) {
+                (n == 0 || nk + (size_t)nkeys_of(o) <= MAX_KEYS)) {
                 o->inflight = 1;
                 nk += (size_t)nkeys_of(o);
                 batch[n++] = o;
