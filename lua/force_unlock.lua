@@ -6,7 +6,8 @@
 -- KEYS[3]  read-write lock release channel                        (redisson_rwlock:{N})
 -- KEYS[4]  fair wait queue: LIST of owners, head first            (redisson_lock_queue:{N})
 -- KEYS[5]  fair waiter deadlines: ZSET owner -> server ms         (redisson_lock_timeout:{N})
--- KEYS[6..] read-hold timeout keys of the holders the caller saw, deleted too
+-- KEYS[6]  live readers: ZSET, deleted too                        (distlock_rwlock_readers:{N})
+-- KEYS[7..] read-hold timeout keys of the holders the caller saw, deleted too
 --          ({N}:<owner>:rwlock_timeout:<k>; any may be missing)
 -- ARGV[1]  publish command: 'publish', or 'spublish' on a cluster
 -- Reply    1 the lock existed and is gone, 0 there was no lock, -1 N is not a HASH

@@ -322,6 +322,60 @@ check "SIGTERM while waiting: exit 143 at once, out of the queue" \
     eval '[[ $rc -eq 143 && $((t1 - t0)) -lt 1500 && $(rcli llen "redisson_lock_queue:{$f}") == 0 ]]' ||
     echo "rc=$rc took $((t1 - t0)) ms"
 
+# ---- lock --read / --write ------------------------------------------------------
+r="$pfx-rl"
+"$D" lock --read "$r" -- sleep 30 &
+rr1=$!
+"$D" lock --read "$r" -- sleep 30 &
+rr2=$!
+bg_pids+=("$rr1" "$rr2")
+wait_for 5 eval '[[ $(rcli hlen "$r") == 3 ]]'
+run "$D" --json status "$r"
+check "lock --read twice: read-held by two owners" json_ok "$out" \
+    "l[0]['kind'] == 'rwlock' and l[0]['state'] == 'read-held'
+     and [h['reads'] for h in l[0]['holders']] == [1, 1]
+     and all(h['read_lease_ms'] > 20000 for h in l[0]['holders'])"
+run "$D" lock --read --timeout 0 "$r" -- sh -c 'echo "token=${DISTLOCK_TOKEN-none}"'
+check "a third reader gets in at once; a read hold has no token" \
+    eval '[[ $rc -eq 0 ]] && has "^token=none$" "$out"'
+"$D" lock --write --prefer-writer "$r" -- true &
+ww=$!
+bg_pids+=("$ww")
+wait_for 5 eval '[[ $(rcli zcard "distlock_rwlock_writers:{$r}") == 1 ]]'
+run "$D" status "$r"
+check "status shows the waiting writer" has "^waiting writer: client" "$out" || show
+run "$D" lock --read --timeout 0.5 "$r" -- true
+check "a waiting preferring writer keeps new readers out (exit 1)" test $rc -eq 1
+kill -TERM "$rr1" "$rr2"
+wait "$rr1" "$rr2" 2>/dev/null
+wait "$ww"
+rc=$?
+check "the writer ran once the readers left" test $rc -eq 0
+"$D" lock --write "$r" -- sleep 30 &
+wh=$!
+bg_pids+=("$wh")
+wait_for 5 eval 'rcli exists "$r" | grep -q 1'
+run "$D" status "$r"
+check "lock --write: write-held" \
+    eval 'has "state:    write-held" "$out" && has "^writer:   client .*1 write hold" "$out"' || show
+run "$D" lock --read --timeout 0.3 "$r" -- true
+check "a reader cannot enter while a writer holds it" test $rc -eq 1
+"$D" lock --write --prefer-writer "$r" -- true &
+ww=$!
+bg_pids+=("$ww")
+wait_for 5 eval '[[ $(rcli zcard "distlock_rwlock_writers:{$r}") == 1 ]]'
+kill -TERM "$ww"
+wait "$ww"
+rc=$?
+check "SIGTERM to a waiting writer: 143, no longer a waiting writer" \
+    eval '[[ $rc -eq 143 && $(rcli zcard "distlock_rwlock_writers:{$r}") == 0 ]]'
+kill -TERM "$wh"
+wait "$wh" 2>/dev/null
+run "$D" lock --read --write "$r" -- true
+check "--read with --write: exit 2" test $rc -eq 2
+run "$D" lock --fair --read "$r" -- true
+check "--fair with --read: exit 2" test $rc -eq 2
+
 # ---- unlock --force ---------------------------------------------------------
 run "$D" unlock --force "$m" </dev/null
 check "unlock --force without a terminal and without --yes: exit 2" \
@@ -369,9 +423,10 @@ check "force unlock of a fair mutex wakes the head of its queue" \
 kill -TERM "$fh"
 wait "$fh" 2>/dev/null
 
+rcli zadd "distlock_rwlock_readers:{$rw}" 1 "$uuid1:1" >/dev/null
 run "$D" unlock --force --yes "$rw"
-check "unlock --force of an rwlock deletes its read-hold keys" \
-    eval '[[ $rc -eq 0 && $(rcli exists "$rw" "{$rw}:$uuid1:1:rwlock_timeout:1" "{$rw}:$uuid1:1:rwlock_timeout:2" "{$rw}:$uuid2:9:rwlock_timeout:1") == 0 ]]'
+check "unlock --force of an rwlock deletes its read-hold keys and readers" \
+    eval '[[ $rc -eq 0 && $(rcli exists "$rw" "{$rw}:$uuid1:1:rwlock_timeout:1" "{$rw}:$uuid1:1:rwlock_timeout:2" "{$rw}:$uuid2:9:rwlock_timeout:1" "distlock_rwlock_readers:{$rw}") == 0 ]]'
 
 # ---- watch --------------------------------------------------------------------
 w="$pfx-w"

@@ -1031,9 +1031,12 @@ static const char usage_lock[] =
 "Take lock NAME, run COMMAND while holding it, release it when COMMAND ends.\n"
 "The lease is renewed while COMMAND runs (DISTLOCK_WATCHDOG_MS, 30 s); if\n"
 "distlock itself is killed with SIGKILL, the lock frees itself within the\n"
-"lease.  COMMAND gets the fencing token in DISTLOCK_TOKEN.\n"
+"lease.  COMMAND gets the fencing token in DISTLOCK_TOKEN (not for --read).\n"
 "\n"
 "  --fair          a fair mutex: waiters take it in the order they came\n"
+"  --read          a read lock of the rwlock NAME (shared with readers)\n"
+"  --write         the write lock of the rwlock NAME\n"
+"  --prefer-writer with --write: while it waits, new readers wait too\n"
 "  --timeout S     give up after S seconds (decimals allowed; 0: try once)\n"
 "  -v, --verbose   say on stderr when the lock is taken and released\n"
 "\n"
@@ -1501,8 +1504,9 @@ static int cmd_unlock(int argc, char **argv)
         }
     }
 
-    /* KEYS: N, the channels, the fair queue, then the read-hold keys */
-    nkeys = 5;
+    /* KEYS: N, the channels, the fair queue, the readers ZSET, then the
+     * read-hold keys */
+    nkeys = 6;
     for (j = 0; j < s.nh; j++)
         nkeys += (size_t)(s.h[j].reads < READ_KEYS_MAX ? s.h[j].reads : READ_KEYS_MAX);
     kv = xrealloc(NULL, (nkeys + 1) * sizeof *kv);
@@ -1511,7 +1515,10 @@ static int cmd_unlock(int argc, char **argv)
     kv[2] = s.names->rwchan;
     kv[3] = s.names->queue;
     kv[4] = s.names->timeout;
-    k = 5;
+    kv[5].p = dist__names_derive(s.names, "distlock_rwlock_readers:", "", &kv[5].len);
+    if (!kv[5].p)
+        die(EX_REDIS, "out of memory");
+    k = 6;
     for (j = 0; j < s.nh; j++) {
         long long n;
         for (n = 1; n <= s.h[j].reads && n <= READ_KEYS_MAX; n++) {
@@ -2154,6 +2161,12 @@ static void cancel_wait(void)
             { lk.owner, lk.owner_len }, { pub, strlen(pub) }, { "0", 1 },
         };
         dist__eval(lk.c, DIST__S_FAIR_CANCEL, 4, kv, 7, &r);
+    } else if (lk.mode == M_WRITE) {
+        struct dist__buf kv[5] = {
+            lk.names->name, lk.names->writers, lk.names->rwchan,
+            { lk.owner, lk.owner_len }, { pub, strlen(pub) },
+        };
+        dist__eval(lk.c, DIST__S_RWLOCK_CANCEL, 3, kv, 5, &r);
     }
     if (r)
         freeReplyObject(r);
@@ -2208,6 +2221,70 @@ static void on_lost(const char *name, void *arg)
     (void)arg;
     fprintf(stderr, "distlock: warning: lost the lock '%s' (its lease ran out, "
             "it was forced, or Redis lost it) while the command runs\n", name);
+}
+
+/* The lock `lock` takes: a mutex (plain or fair) or one side of an rwlock. */
+static struct {
+    dist_mutex_t m;
+    dist_rwlock_t rw;
+} obj;
+
+static int obj_init(const char *name, int prefer_writer)
+{
+    if (lk.mode == M_MUTEX) {
+        dist_mutexattr_t a;
+        dist_mutexattr_init(&a);
+        dist_mutexattr_setfair(&a, lk.fair);
+        return dist_mutex_init(&obj.m, name, &a);
+    } else {
+        dist_rwlockattr_t a;
+        dist_rwlockattr_init(&a);
+        dist_rwlockattr_setkind(&a, prefer_writer ? DIST_RWLOCK_PREFER_WRITER
+                                                  : DIST_RWLOCK_PREFER_READER);
+        return dist_rwlock_init(&obj.rw, name, &a);
+    }
+}
+
+/* abstime NULL: wait as long as it takes; try: never wait. */
+static int obj_lock(int try, const struct timespec *abstime)
+{
+    switch (lk.mode) {
+    case M_READ:
+        return try ? dist_rwlock_tryrdlock(&obj.rw)
+             : abstime ? dist_rwlock_timedrdlock(&obj.rw, abstime)
+             : dist_rwlock_rdlock(&obj.rw);
+    case M_WRITE:
+        return try ? dist_rwlock_trywrlock(&obj.rw)
+             : abstime ? dist_rwlock_timedwrlock(&obj.rw, abstime)
+             : dist_rwlock_wrlock(&obj.rw);
+    default:
+        return try ? dist_mutex_trylock(&obj.m)
+             : abstime ? dist_mutex_timedlock(&obj.m, abstime)
+             : dist_mutex_lock(&obj.m);
+    }
+}
+
+static int obj_unlock(void)
+{
+    return lk.mode == M_MUTEX ? dist_mutex_unlock(&obj.m)
+                              : dist_rwlock_unlock(&obj.rw);
+}
+
+/* A read hold has no token of its own. */
+static int obj_token(uint64_t *token)
+{
+    if (lk.mode == M_READ)
+        return EPERM;
+    return lk.mode == M_MUTEX ? dist_mutex_token(&obj.m, token)
+                              : dist_rwlock_token(&obj.rw, token);
+}
+
+static void obj_destroy(void)
+{
+    if (lk.mode == M_MUTEX)
+        dist_mutex_destroy(&obj.m);
+    else
+        dist_rwlock_destroy(&obj.rw);
 }
 
 static double since(const struct timespec *t0)
@@ -2280,8 +2357,7 @@ static int cmd_lock(int argc, char **argv)
     int i, verbose = 0, rc, status = 0, has_token = 0, status_code;
     struct timespec t0, abstime;
     uint64_t token = 0;
-    dist_mutex_t m;
-    dist_mutexattr_t ma;
+    int prefer_writer = 0;
     pthread_t th;
     pid_t pid;
     const char *kind;
@@ -2301,6 +2377,13 @@ static int cmd_lock(int argc, char **argv)
                 usage_error("--timeout wants seconds (like 1 or 0.5), got '%s'", v);
         } else if (strcmp(argv[i], "--fair") == 0) {
             lk.fair = 1;
+        } else if (strcmp(argv[i], "--read") == 0 || strcmp(argv[i], "--write") == 0) {
+            int mode = argv[i][2] == 'r' ? M_READ : M_WRITE;
+            if (lk.mode != M_MUTEX && lk.mode != mode)
+                usage_error("--read and --write exclude each other");
+            lk.mode = mode;
+        } else if (strcmp(argv[i], "--prefer-writer") == 0) {
+            prefer_writer = 1;
         } else if (strcmp(argv[i], "-v") == 0 || strcmp(argv[i], "--verbose") == 0) {
             verbose = 1;
         } else if (argv[i][0] == '-' && argv[i][1]) {
@@ -2318,7 +2401,12 @@ static int cmd_lock(int argc, char **argv)
     check_name(name);
     if (!command_argv || !command_argv[0])
         usage_error("missing the COMMAND to run (after '--')");
-    kind = lk.fair ? "fair mutex" : "mutex";
+    if (lk.fair && lk.mode != M_MUTEX)
+        usage_error("--fair is for a mutex; an rwlock takes --read or --write");
+    if (prefer_writer && lk.mode == M_MUTEX)
+        usage_error("--prefer-writer goes with --read or --write");
+    kind = lk.mode == M_READ ? "read lock" : lk.mode == M_WRITE ? "write lock"
+         : lk.fair ? "fair mutex" : "mutex";
 
     redis_setup();
     lk.c = redis_open();         /* fail early, and clearly */
@@ -2352,14 +2440,12 @@ static int cmd_lock(int argc, char **argv)
     pthread_detach(th);
     dist_set_lost_handler(on_lost, NULL);
 
-    dist_mutexattr_init(&ma);
-    dist_mutexattr_setfair(&ma, lk.fair);
-    if ((rc = dist_mutex_init(&m, name, &ma)) != 0)
+    if ((rc = obj_init(name, prefer_writer)) != 0)
         die(rc == EINVAL ? EX_USAGE : EX_REDIS, "%s", dist_last_error());
 
     clock_gettime(CLOCK_MONOTONIC, &t0);
     if (timeout == 0) {
-        rc = dist_mutex_trylock(&m);
+        rc = obj_lock(1, NULL);
     } else if (timeout > 0) {
         clock_gettime(CLOCK_REALTIME, &abstime);
         abstime.tv_sec += (time_t)timeout;
@@ -2368,9 +2454,9 @@ static int cmd_lock(int argc, char **argv)
             abstime.tv_sec++;
             abstime.tv_nsec -= 1000000000L;
         }
-        rc = dist_mutex_timedlock(&m, &abstime);
+        rc = obj_lock(0, &abstime);
     } else {
-        rc = dist_mutex_lock(&m);
+        rc = obj_lock(0, NULL);
     }
 
     pthread_mutex_lock(&lk.mu);
@@ -2381,7 +2467,7 @@ static int cmd_lock(int argc, char **argv)
         pthread_cond_broadcast(&lk.cv);
         pthread_mutex_unlock(&lk.mu);
         if (rc == 0)
-            dist_mutex_unlock(&m);
+            obj_unlock();
         exit(128 + sig);
     }
     if (rc != 0) {
@@ -2394,7 +2480,7 @@ static int cmd_lock(int argc, char **argv)
         die(rc == EINVAL ? EX_USAGE : EX_REDIS, "cannot lock '%s': %s", name,
             dist_last_error());
     }
-    if (dist_mutex_token(&m, &token) == 0)
+    if (obj_token(&token) == 0)
         has_token = 1;
     if (verbose)
         verbose_line("acquired", name, kind, since(&t0), has_token, token, 0);
@@ -2432,7 +2518,7 @@ static int cmd_lock(int argc, char **argv)
         int e = errno;
         lk.phase = PH_DONE;
         pthread_mutex_unlock(&lk.mu);
-        dist_mutex_unlock(&m);
+        obj_unlock();
         die(EX_REDIS, "cannot fork: %s", strerror(e));
     }
     lk.child = pid;
@@ -2453,7 +2539,7 @@ static int cmd_lock(int argc, char **argv)
     else
         status_code = 128;
 
-    rc = dist_mutex_unlock(&m);
+    rc = obj_unlock();
     if (rc == EPERM)
         say("'%s' was no longer held when the command ended (lost or forced)", name);
     else if (rc != 0)
@@ -2461,7 +2547,7 @@ static int cmd_lock(int argc, char **argv)
             name, dist_last_error());
     if (verbose)
         verbose_line("released", name, kind, since(&t0), 0, 0, status_code);
-    dist_mutex_destroy(&m);
+    obj_destroy();
     dist_shutdown();
     return status_code;
 }
