@@ -23,7 +23,14 @@
  *                                      version, on mapped mutexes; prints
  *                                      "count SYMBOL@VERSION N" lines
  *
+ *   preload_target rdhold|wrhold RW    read- or write-lock; "held"; wait for
+ *                                      a line; unlock; "released"
+ *   preload_target tryrd|trywr RW      "rc N"
+ *   preload_target timedrd|timedwr|clockrd|clockwr RW MS    "rc N ms T"
+ *   preload_target rwcalls             every pthread_rwlock_* entry point
+ *
  * WHICH: global static bank shard2 errcheck account lib libglobal unmapped
+ * RW: catalog (a global) heapcat (initialised in catalog_create)
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -85,6 +92,28 @@ __attribute__((noinline)) struct account *account_create(long id)
 }
 
 static struct account *g_accounts[3];
+
+/* [rwlock] match = symbol g_catalog_lock */
+pthread_rwlock_t g_catalog_lock = PTHREAD_RWLOCK_INITIALIZER;
+
+/* [rwlock] match = init_site catalog_create */
+struct catalog {
+    pthread_rwlock_t rw;
+    int entries;
+};
+
+__attribute__((noinline)) struct catalog *catalog_create(void);
+__attribute__((noinline)) struct catalog *catalog_create(void)
+{
+    struct catalog *c = calloc(1, sizeof *c);
+
+    if (!c || pthread_rwlock_init(&c->rw, NULL) != 0)
+        abort();
+    c->entries = 1;
+    return c;
+}
+
+static struct catalog *g_catalog;
 static pthread_cond_t g_cv = PTHREAD_COND_INITIALIZER;
 
 static double now_ms(void)
@@ -301,6 +330,17 @@ static void *new_signaller(void *arg)
 
 #define OLD(type, name, ver) ((type)dlvsym(RTLD_DEFAULT, name, ver))
 
+/* expr must give want; a bad one is reported and sets bad */
+#define CHECK(expr, want)                                                    \
+    do {                                                                     \
+        int rc_ = (expr);                                                    \
+        if (rc_ != (want)) {                                                 \
+            fprintf(stderr, "preload_target: %s = %d, not %d\n", #expr, rc_, \
+                    (want));                                                 \
+            bad = 1;                                                         \
+        }                                                                    \
+    } while (0)
+
 static int calls(void)
 {
     static const char *syms[] = {
@@ -325,16 +365,6 @@ static int calls(void)
     pthread_t th;
     size_t i;
     int bad = 0;
-
-#define CHECK(expr, want)                                                    \
-    do {                                                                     \
-        int rc_ = (expr);                                                    \
-        if (rc_ != (want)) {                                                 \
-            fprintf(stderr, "preload_target: %s = %d, not %d\n", #expr, rc_, \
-                    (want));                                                 \
-            bad = 1;                                                         \
-        }                                                                    \
-    } while (0)
 
     /* the versions a fresh build binds */
     CHECK(pthread_mutex_lock(m), 0);
@@ -388,6 +418,139 @@ static int calls(void)
     return bad;
 }
 
+/* ---- read-write locks ---------------------------------------------------- */
+
+static pthread_rwlock_t *which_rw(const char *w)
+{
+    if (strcmp(w, "catalog") == 0)
+        return &g_catalog_lock;
+    if (strcmp(w, "heapcat") == 0)
+        return &g_catalog->rw;
+    fprintf(stderr, "preload_target: unknown rwlock '%s'\n", w);
+    exit(2);
+}
+
+typedef int (*rw_fn)(pthread_rwlock_t *);
+typedef int (*rwt_fn)(pthread_rwlock_t *, const struct timespec *);
+typedef int (*rwc_fn)(pthread_rwlock_t *, clockid_t, const struct timespec *);
+typedef int (*rwi_fn)(pthread_rwlock_t *, const pthread_rwlockattr_t *);
+
+static int rwcalls(void)
+{
+    static const char *names[] = { "rdlock", "tryrdlock", "timedrdlock",
+                                   "clockrdlock", "wrlock", "trywrlock",
+                                   "timedwrlock", "clockwrlock", "unlock",
+                                   "init", "destroy" };
+    long (*counter)(const char *) =
+        (long (*)(const char *))dlsym(RTLD_DEFAULT, "distlock_preload_calls");
+    pthread_rwlock_t *rw = &g_catalog_lock, scratch;
+    struct timespec ts;
+    struct catalog *c;
+    char sym[96];
+    size_t i;
+    int bad = 0, v;
+
+    CHECK(pthread_rwlock_rdlock(rw), 0);
+    CHECK(pthread_rwlock_unlock(rw), 0);
+    CHECK(pthread_rwlock_wrlock(rw), 0);
+    CHECK(pthread_rwlock_unlock(rw), 0);
+    CHECK(pthread_rwlock_tryrdlock(rw), 0);
+    CHECK(pthread_rwlock_unlock(rw), 0);
+    CHECK(pthread_rwlock_trywrlock(rw), 0);
+    CHECK(pthread_rwlock_unlock(rw), 0);
+    ts = in_ms(CLOCK_REALTIME, 2000);
+    CHECK(pthread_rwlock_timedrdlock(rw, &ts), 0);
+    CHECK(pthread_rwlock_unlock(rw), 0);
+    CHECK(pthread_rwlock_timedwrlock(rw, &ts), 0);
+    CHECK(pthread_rwlock_unlock(rw), 0);
+    ts = in_ms(CLOCK_MONOTONIC, 2000);
+    CHECK(pthread_rwlock_clockrdlock(rw, CLOCK_MONOTONIC, &ts), 0);
+    CHECK(pthread_rwlock_unlock(rw), 0);
+    CHECK(pthread_rwlock_clockwrlock(rw, CLOCK_MONOTONIC, &ts), 0);
+    CHECK(pthread_rwlock_unlock(rw), 0);
+    c = catalog_create();
+    CHECK(pthread_rwlock_destroy(&c->rw), 0);
+    free(c);
+
+    /* the GLIBC_2.2.5 / GLIBC_2.30 versions */
+    CHECK(OLD(rw_fn, "pthread_rwlock_rdlock", "GLIBC_2.2.5")(rw), 0);
+    CHECK(OLD(rw_fn, "pthread_rwlock_unlock", "GLIBC_2.2.5")(rw), 0);
+    CHECK(OLD(rw_fn, "pthread_rwlock_wrlock", "GLIBC_2.2.5")(rw), 0);
+    CHECK(pthread_rwlock_unlock(rw), 0);
+    CHECK(OLD(rw_fn, "pthread_rwlock_tryrdlock", "GLIBC_2.2.5")(rw), 0);
+    CHECK(pthread_rwlock_unlock(rw), 0);
+    CHECK(OLD(rw_fn, "pthread_rwlock_trywrlock", "GLIBC_2.2.5")(rw), 0);
+    CHECK(pthread_rwlock_unlock(rw), 0);
+    ts = in_ms(CLOCK_REALTIME, 2000);
+    CHECK(OLD(rwt_fn, "pthread_rwlock_timedrdlock", "GLIBC_2.2.5")(rw, &ts), 0);
+    CHECK(pthread_rwlock_unlock(rw), 0);
+    CHECK(OLD(rwt_fn, "pthread_rwlock_timedwrlock", "GLIBC_2.2.5")(rw, &ts), 0);
+    CHECK(pthread_rwlock_unlock(rw), 0);
+    ts = in_ms(CLOCK_MONOTONIC, 2000);
+    CHECK(OLD(rwc_fn, "pthread_rwlock_clockrdlock", "GLIBC_2.30")(rw, CLOCK_MONOTONIC, &ts), 0);
+    CHECK(pthread_rwlock_unlock(rw), 0);
+    CHECK(OLD(rwc_fn, "pthread_rwlock_clockwrlock", "GLIBC_2.30")(rw, CLOCK_MONOTONIC, &ts), 0);
+    CHECK(pthread_rwlock_unlock(rw), 0);
+    CHECK(OLD(rwi_fn, "pthread_rwlock_init", "GLIBC_2.2.5")(&scratch, NULL), 0);
+    CHECK(pthread_rwlock_destroy(&scratch), 0);
+    c = catalog_create();
+    CHECK(OLD(rw_fn, "pthread_rwlock_destroy", "GLIBC_2.2.5")(&c->rw), 0);
+    free(c);
+
+    for (i = 0; i < sizeof names / sizeof names[0]; i++) {
+        for (v = 0; v < 2; v++) {
+            snprintf(sym, sizeof sym, "pthread_rwlock_%s@%s", names[i],
+                     v == 0 ? "GLIBC_2.34"
+                            : strncmp(names[i], "clock", 5) == 0 ? "GLIBC_2.30"
+                                                                 : "GLIBC_2.2.5");
+            say("count %s %ld", sym, counter ? counter(sym) : -1L);
+        }
+    }
+    return bad;
+}
+
+static int rw_mode(const char *mode, pthread_rwlock_t *rw, const char *ms)
+{
+    int wr = strstr(mode, "wr") != NULL, rc;
+    char line[64];
+
+    if (strcmp(mode, "rdhold") == 0 || strcmp(mode, "wrhold") == 0) {
+        rc = wr ? pthread_rwlock_wrlock(rw) : pthread_rwlock_rdlock(rw);
+        if (rc != 0) {
+            say("lock %d", rc);
+            return 1;
+        }
+        say("held");
+        if (!fgets(line, sizeof line, stdin))
+            line[0] = '\0';
+        rc = pthread_rwlock_unlock(rw);
+        say("released %d", rc);
+        return rc == 0 ? 0 : 1;
+    }
+    if (strcmp(mode, "tryrd") == 0 || strcmp(mode, "trywr") == 0) {
+        rc = wr ? pthread_rwlock_trywrlock(rw) : pthread_rwlock_tryrdlock(rw);
+        say("rc %d ms 0", rc);
+    } else if (ms) {
+        int clocked = mode[0] == 'c';
+        struct timespec ts = in_ms(clocked ? CLOCK_MONOTONIC : CLOCK_REALTIME,
+                                   atol(ms));
+        double t0 = now_ms();
+
+        if (clocked)
+            rc = wr ? pthread_rwlock_clockwrlock(rw, CLOCK_MONOTONIC, &ts)
+                    : pthread_rwlock_clockrdlock(rw, CLOCK_MONOTONIC, &ts);
+        else
+            rc = wr ? pthread_rwlock_timedwrlock(rw, &ts)
+                    : pthread_rwlock_timedrdlock(rw, &ts);
+        say("rc %d ms %.0f", rc, now_ms() - t0);
+    } else {
+        return 2;
+    }
+    if (rc == 0)
+        pthread_rwlock_unlock(rw);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     pthread_mutexattr_t a;
@@ -403,17 +566,22 @@ int main(int argc, char **argv)
     pthread_mutexattr_destroy(&a);
     for (i = 0; i < 3; i++)
         g_accounts[i] = account_create(i);
+    g_catalog = catalog_create();
     if (preload_lib_global_lock() != &lib_global_lock) {
         fprintf(stderr, "preload_target: the library uses another "
                 "lib_global_lock than the program\n");
         return 1;
     }
-    if (argc < 2)
-        return calls();     /* without the shim: everything still works */
+    if (argc < 2)           /* without the shim: everything still works */
+        return calls() | rwcalls();
     if (strcmp(argv[1], "calls") == 0)
         return calls();
     if (strcmp(argv[1], "errcheck") == 0)
         return errcheck();
+    if (strcmp(argv[1], "rwcalls") == 0)
+        return rwcalls();
+    if (argc >= 3 && (strstr(argv[1], "rd") || strstr(argv[1], "wr")))
+        return rw_mode(argv[1], which_rw(argv[2]), argc > 3 ? argv[3] : NULL);
     if (argc < 3)
         return 2;
     m = which(argv[2]);

@@ -333,8 +333,15 @@ static const char *target_config(const char *extra)
         "\n"
         "[mutex %slibglobal]\n"
         "match = symbol libpreload_lib.so:lib_global_lock\n"
+        "\n"
+        "[rwlock %scatalog]\n"
+        "match = symbol g_catalog_lock\n"
+        "kind = prefer-writer\n"
+        "\n"
+        "[rwlock %sheapcat]\n"
+        "match = init_site catalog_create\n"
         "%s",
-        redis_section, pfx, pfx, pfx, pfx, pfx, pfx, pfx, pfx,
+        redis_section, pfx, pfx, pfx, pfx, pfx, pfx, pfx, pfx, pfx, pfx,
         extra ? extra : "");
 }
 
@@ -715,7 +722,12 @@ static int is_wrapped(const char *sym)
         "pthread_mutex_destroy@", "pthread_mutex_trylock@",
         "pthread_mutex_timedlock@", "pthread_mutex_clocklock@",
         "pthread_cond_wait@", "pthread_cond_timedwait@",
-        "pthread_cond_clockwait@",
+        "pthread_cond_clockwait@", "pthread_rwlock_rdlock@",
+        "pthread_rwlock_tryrdlock@", "pthread_rwlock_timedrdlock@",
+        "pthread_rwlock_clockrdlock@", "pthread_rwlock_wrlock@",
+        "pthread_rwlock_trywrlock@", "pthread_rwlock_timedwrlock@",
+        "pthread_rwlock_clockwrlock@", "pthread_rwlock_unlock@",
+        "pthread_rwlock_init@", "pthread_rwlock_destroy@",
     };
     size_t i;
 
@@ -771,6 +783,7 @@ static void test_symbol_versions_intercepted(void **state)
     assert_contains(imported, "pthread_mutex_trylock@GLIBC_2.34\n");
     assert_contains(imported, "pthread_mutex_timedlock@GLIBC_2.34\n");
     assert_contains(imported, "pthread_cond_wait@GLIBC_2.3.2\n");
+    assert_contains(imported, "pthread_rwlock_rdlock@GLIBC_2.34\n");
     /* the shim defines each of those, in that version */
     for (s = imported; (nl = strchr(s, '\n')) != NULL; s = nl + 1) {
         snprintf(line, sizeof line, "%.*s\n", (int)(nl - s), s);
@@ -780,7 +793,7 @@ static void test_symbol_versions_intercepted(void **state)
         if (!strstr(defined, line))
             fail_msg("the shim does not define %s", line);
     }
-    assert_true(seen >= 10);
+    assert_true(seen >= 21);
 
     /* and each call on a mapped mutex reaches the shim, every version */
     start_target(&p, cfg, "calls", NULL, NULL);
@@ -799,6 +812,24 @@ static void test_symbol_versions_intercepted(void **state)
     }
     assert_exit(proc_end(&p, 30), 0);
     assert_int_equal(counted, 16);
+
+    start_target(&p, cfg, "rwcalls", NULL, NULL);
+    counted = 0;
+    while (proc_line(&p, line, sizeof line, 30) == 0) {
+        char sym[256];
+        long n;
+
+        if (sscanf(line, "count %255s %ld", sym, &n) != 2)
+            continue;
+        counted++;
+        if (n < 1)
+            fail_msg("%s: %ld calls reached the shim", sym, n);
+        snprintf(want, sizeof want, "%s\n", sym);
+        if (!strstr(defined, want))
+            fail_msg("counted but not defined: %s", sym);
+    }
+    assert_exit(proc_end(&p, 30), 0);
+    assert_int_equal(counted, 22);
     assert_int_equal(prefixed_keys(), 0);
 
     /* without the shim the same calls work, and nobody counts them */
@@ -808,15 +839,15 @@ static void test_symbol_versions_intercepted(void **state)
 
 /* ---- trylock, timedlock, clocklock ------------------------------------------------- */
 
-static void expect_rc(const char *cfg, const char *mode, const char *ms,
-                      int rc, double min_ms, double max_ms)
+static void expect_rc_on(const char *cfg, const char *mode, const char *which,
+                         const char *ms, int rc, double min_ms, double max_ms)
 {
     char line[256];
     struct proc p;
     int got = -1;
     double took = -1;
 
-    start_target(&p, cfg, mode, "static", ms);
+    start_target(&p, cfg, mode, which, ms);
     expect_line(&p, "rc ", line, sizeof line, 30);
     sscanf(line, "rc %d ms %lf", &got, &took);
     assert_exit(proc_end(&p, 20), 0);
@@ -825,6 +856,12 @@ static void expect_rc(const char *cfg, const char *mode, const char *ms,
     if (min_ms >= 0 && !(took >= min_ms && took <= max_ms))
         fail_msg("%s: took %.0f ms, expected [%.0f, %.0f]", mode, took,
                  min_ms, max_ms);
+}
+
+static void expect_rc(const char *cfg, const char *mode, const char *ms,
+                      int rc, double min_ms, double max_ms)
+{
+    expect_rc_on(cfg, mode, "static", ms, rc, min_ms, max_ms);
 }
 
 static void test_trylock_and_timedlock(void **state)
@@ -923,6 +960,52 @@ static void test_cond_clockwait(void **state)
 {
     (void)state;
     cond_timed("condclock");
+}
+
+/* ---- read-write locks ---------------------------------------------------------- */
+
+static void test_rwlock_mapped(void **state)
+{
+    const char *cfg = target_config(NULL);
+    char line[256];
+    struct proc holder;
+
+    (void)state;
+    /* a writer in one process keeps out readers and writers of another */
+    start_target(&holder, cfg, "wrhold", "catalog", NULL);
+    expect_line(&holder, "held", line, sizeof line, 20);
+    assert_int_equal(key_exists("catalog"), 1);
+    expect_rc_on(cfg, "tryrd", "catalog", NULL, EBUSY, -1, -1);
+    expect_rc_on(cfg, "trywr", "catalog", NULL, EBUSY, -1, -1);
+    expect_rc_on(cfg, "timedrd", "catalog", "400", ETIMEDOUT, 390, 5000);
+    expect_rc_on(cfg, "clockwr", "catalog", "300", ETIMEDOUT, 290, 5000);
+    proc_send(&holder, "\n");
+    expect_line(&holder, "released 0", line, sizeof line, 20);
+    assert_exit(proc_end(&holder, 20), 0);
+    assert_int_equal(key_exists("catalog"), 0);
+
+    /* a reader lets readers in, keeps writers out */
+    start_target(&holder, cfg, "rdhold", "catalog", NULL);
+    expect_line(&holder, "held", line, sizeof line, 20);
+    assert_int_equal(key_exists("catalog"), 1);
+    expect_rc_on(cfg, "tryrd", "catalog", NULL, 0, -1, -1);
+    expect_rc_on(cfg, "clockrd", "catalog", "300", 0, 0, 5000);
+    expect_rc_on(cfg, "trywr", "catalog", NULL, EBUSY, -1, -1);
+    expect_rc_on(cfg, "timedwr", "catalog", "400", ETIMEDOUT, 390, 5000);
+    proc_send(&holder, "\n");
+    expect_line(&holder, "released 0", line, sizeof line, 20);
+    assert_exit(proc_end(&holder, 20), 0);
+    expect_rc_on(cfg, "timedwr", "catalog", "400", 0, 0, 5000);
+    assert_int_equal(key_exists("catalog"), 0);
+
+    /* one initialised by an init_site function */
+    start_target(&holder, cfg, "wrhold", "heapcat", NULL);
+    expect_line(&holder, "held", line, sizeof line, 20);
+    assert_int_equal(key_exists("heapcat:0"), 1);
+    proc_send(&holder, "\n");
+    expect_line(&holder, "released 0", line, sizeof line, 20);
+    assert_exit(proc_end(&holder, 20), 0);
+    assert_int_equal(prefixed_keys(), 0);
 }
 
 /* ---- Redis unavailable ------------------------------------------------------------ */
@@ -1062,6 +1145,7 @@ int main(void)
         cmocka_unit_test(test_cond_wait),
         cmocka_unit_test(test_cond_timedwait),
         cmocka_unit_test(test_cond_clockwait),
+        cmocka_unit_test(test_rwlock_mapped),
         cmocka_unit_test(test_on_unavailable),
     };
     const char *filter = getenv("TEST_PRELOAD_FILTER");

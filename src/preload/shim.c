@@ -56,6 +56,11 @@ typedef int (*twait_fn)(pthread_cond_t *, pthread_mutex_t *,
                         const struct timespec *);
 typedef int (*cwait_fn)(pthread_cond_t *, pthread_mutex_t *, clockid_t,
                         const struct timespec *);
+typedef int (*rw_fn)(pthread_rwlock_t *);
+typedef int (*rwtimed_fn)(pthread_rwlock_t *, const struct timespec *);
+typedef int (*rwclock_fn)(pthread_rwlock_t *, clockid_t,
+                          const struct timespec *);
+typedef int (*rwinit_fn)(pthread_rwlock_t *, const pthread_rwlockattr_t *);
 
 /* One entry point of ours: the glibc symbol it stands for, the glibc
  * function it forwards to, and how often it saw a mapped lock. */
@@ -65,6 +70,12 @@ enum {
     FN_CLOCKLOCK, FN_CLOCKLOCK_OLD,
     FN_WAIT, FN_WAIT_OLD, FN_TIMEDWAIT, FN_TIMEDWAIT_OLD,
     FN_CLOCKWAIT, FN_CLOCKWAIT_OLD,
+    FN_RDLOCK, FN_RDLOCK_OLD, FN_TRYRDLOCK, FN_TRYRDLOCK_OLD,
+    FN_TIMEDRDLOCK, FN_TIMEDRDLOCK_OLD, FN_CLOCKRDLOCK, FN_CLOCKRDLOCK_OLD,
+    FN_WRLOCK, FN_WRLOCK_OLD, FN_TRYWRLOCK, FN_TRYWRLOCK_OLD,
+    FN_TIMEDWRLOCK, FN_TIMEDWRLOCK_OLD, FN_CLOCKWRLOCK, FN_CLOCKWRLOCK_OLD,
+    FN_RWUNLOCK, FN_RWUNLOCK_OLD, FN_RWINIT, FN_RWINIT_OLD,
+    FN_RWDESTROY, FN_RWDESTROY_OLD,
     FN_COUNT
 };
 
@@ -87,6 +98,21 @@ static const struct {
     [FN_TIMEDWAIT_OLD] = { "pthread_cond_timedwait", "GLIBC_2.2.5" },
     [FN_CLOCKWAIT] = { "pthread_cond_clockwait", "GLIBC_2.34" },
     [FN_CLOCKWAIT_OLD] = { "pthread_cond_clockwait", "GLIBC_2.30" },
+#define RW(f, name, old)                                                     \
+    [f] = { "pthread_rwlock_" name, "GLIBC_2.34" },                          \
+    [f##_OLD] = { "pthread_rwlock_" name, old }
+    RW(FN_RDLOCK, "rdlock", "GLIBC_2.2.5"),
+    RW(FN_TRYRDLOCK, "tryrdlock", "GLIBC_2.2.5"),
+    RW(FN_TIMEDRDLOCK, "timedrdlock", "GLIBC_2.2.5"),
+    RW(FN_CLOCKRDLOCK, "clockrdlock", "GLIBC_2.30"),
+    RW(FN_WRLOCK, "wrlock", "GLIBC_2.2.5"),
+    RW(FN_TRYWRLOCK, "trywrlock", "GLIBC_2.2.5"),
+    RW(FN_TIMEDWRLOCK, "timedwrlock", "GLIBC_2.2.5"),
+    RW(FN_CLOCKWRLOCK, "clockwrlock", "GLIBC_2.30"),
+    RW(FN_RWUNLOCK, "unlock", "GLIBC_2.2.5"),
+    RW(FN_RWINIT, "init", "GLIBC_2.2.5"),
+    RW(FN_RWDESTROY, "destroy", "GLIBC_2.2.5"),
+#undef RW
 };
 
 static void *real[FN_COUNT];
@@ -194,13 +220,15 @@ static void die(const char *fmt, ...)
 
 struct entry {
     uintptr_t addr;
+    int kind;                     /* enum pl_kind */
     int dynamic;                  /* found through init_site */
     int live;                     /* atomic; always 1 for symbol entries */
     const struct pl_section *sec;
     char *lockname;
     char *where;
-    dist_mutex_t dm;
-    /* the local holder: written only by the thread holding the real
+    dist_mutex_t dm;              /* PL_MUTEX */
+    dist_rwlock_t drw;            /* PL_RWLOCK */
+    /* a mutex's local holder: written only by the thread holding the real
      * mutex (relaxed atomics, for the reads of a buggy non-owner) */
     pthread_t owner;
     unsigned long owner_gen;
@@ -290,12 +318,12 @@ static size_t nsites;
 static pthread_mutex_t dyn_mu = PTHREAD_MUTEX_INITIALIZER;  /* via real[] */
 static unsigned long *site_seq;
 
-static const struct pl_site *site_of(uintptr_t ra)
+static const struct pl_site *site_of(uintptr_t ra, int kind)
 {
     size_t i, j;
 
     for (i = 0; i < nsites; i++)
-        for (j = 0; j < sites[i].nr; j++)
+        for (j = 0; j < sites[i].nr && (int)sites[i].sec->kind == kind; j++)
             if (ra >= sites[i].r[j].lo && ra < sites[i].r[j].hi)
                 return &sites[i];
     return NULL;
@@ -349,6 +377,19 @@ static int init_entry(struct entry *e, const char *lockname)
     e->lockname = strdup(lockname);
     if (!e->lockname)
         return ENOMEM;
+    e->kind = s->kind;
+    if (s->kind == PL_RWLOCK) {
+        dist_rwlockattr_t ra;
+
+        dist_rwlockattr_init(&ra);
+        dist_rwlockattr_setkind(&ra, s->rw_prefer_writer
+                                         ? DIST_RWLOCK_PREFER_WRITER
+                                         : DIST_RWLOCK_PREFER_READER);
+        if ((rc = dist_rwlockattr_setlease(&ra, (unsigned long)lease)) == 0)
+            rc = dist_rwlock_init(&e->drw, e->lockname, &ra);
+        dist_rwlockattr_destroy(&ra);
+        return rc;
+    }
     dist_mutexattr_init(&a);
     dist_mutexattr_setfair(&a, s->fair);
     if ((rc = dist_mutexattr_setlease(&a, (unsigned long)lease)) == 0)
@@ -456,13 +497,6 @@ static const struct table *build(void)
         dist_set_watchdog_ms(cfg.watchdog_ms);
     if (cfg.timeout_ms)
         dist_set_timeout_ms(cfg.timeout_ms);
-    for (i = 0; i < cfg.nsec; i++) {
-        if (cfg.sec[i].kind == PL_RWLOCK) {
-            pl_msg("%s:%d: [rwlock %s]: read-write locks are not supported "
-                   "by this build", cfg.path, cfg.sec[i].line, cfg.sec[i].name);
-            startup_fail();
-        }
-    }
     if (pl_resolve(&cfg, &res) != 0)
         startup_fail();
 
@@ -499,7 +533,8 @@ static const struct table *build(void)
         }
         table_put(t, e);
         if (verbose)
-            pl_msg("mutex '%s' = %s", e->lockname, e->where);
+            pl_msg("%s '%s' = %s", e->kind == PL_MUTEX ? "mutex" : "rwlock",
+                   e->lockname, e->where);
     }
     sites = res.s;
     nsites = res.ns;
@@ -513,7 +548,10 @@ static const struct table *build(void)
         }
     }
     for (i = 0; i < nsites && verbose; i++)
-        pl_msg("mutex '%s:<n>' = every mutex that %s", sites[i].sec->name,
+        pl_msg("%s '%s:<n>' = every %s that %s",
+               sites[i].sec->kind == PL_MUTEX ? "mutex" : "rwlock",
+               sites[i].sec->name,
+               sites[i].sec->kind == PL_MUTEX ? "mutex" : "rwlock",
                sites[i].where);
     if (res.unresolved)
         pl_msg("warning: %zu section(s) not resolved (on_unresolved = warn)",
@@ -623,22 +661,39 @@ static int realtime_passed(const struct timespec *abs)
 
 enum { D_BLOCK, D_TRY, D_TIMED, D_MUST };
 
+/* One attempt on the distributed lock: a mutex, or a read-write lock for
+ * reading (wr 0) or writing (wr 1). */
+static int dist_try_once(struct entry *e, int how, int wr,
+                         const struct timespec *abs)
+{
+    if (e->kind == PL_MUTEX) {
+        if (how == D_TRY)
+            return dist_mutex_trylock(&e->dm);
+        if (how == D_TIMED)
+            return dist_mutex_timedlock(&e->dm, abs);
+        return dist_mutex_lock(&e->dm);
+    }
+    if (how == D_TRY)
+        return wr ? dist_rwlock_trywrlock(&e->drw)
+                  : dist_rwlock_tryrdlock(&e->drw);
+    if (how == D_TIMED)
+        return wr ? dist_rwlock_timedwrlock(&e->drw, abs)
+                  : dist_rwlock_timedrdlock(&e->drw, abs);
+    return wr ? dist_rwlock_wrlock(&e->drw) : dist_rwlock_rdlock(&e->drw);
+}
+
 /* Takes the distributed lock; the real mutex is held.  0, EBUSY,
  * ETIMEDOUT, EAGAIN (Redis unavailable and on_unavailable = fail), or the
  * library's error.  D_MUST blocks whatever on_unavailable says but abort:
  * a condition wait has to return with the whole mutex. */
-static int dist_take(struct entry *e, int how, const struct timespec *abs)
+static int dist_take(struct entry *e, int how, int wr,
+                     const struct timespec *abs)
 {
     unsigned backoff = 20;
     int rc, told = 0, saved = errno;
 
     for (;;) {
-        if (how == D_TRY)
-            rc = dist_mutex_trylock(&e->dm);
-        else if (how == D_TIMED)
-            rc = dist_mutex_timedlock(&e->dm, abs);
-        else
-            rc = dist_mutex_lock(&e->dm);
+        rc = dist_try_once(e, how, wr, abs);
         if (rc != EIO)
             break;
         if (cfg.on_unavailable == PL_ABORT)
@@ -679,7 +734,8 @@ static void dist_give(struct entry *e)
     int rc, told = 0, saved = errno;
 
     for (;;) {
-        rc = dist_mutex_unlock(&e->dm);
+        rc = e->kind == PL_MUTEX ? dist_mutex_unlock(&e->dm)
+                                 : dist_rwlock_unlock(&e->drw);
         if (rc != EIO)
             break;
         if (cfg.on_unavailable == PL_ABORT)
@@ -769,12 +825,12 @@ static int mapped_lock(struct entry *e, pthread_mutex_t *m, int how, void *fn,
         return rc;
     }
     if (how == L_TRY)
-        rc2 = dist_take(e, D_TRY, NULL);
+        rc2 = dist_take(e, D_TRY, 0, NULL);
     else if (how == L_LOCK)
-        rc2 = dist_take(e, D_BLOCK, NULL);
+        rc2 = dist_take(e, D_BLOCK, 0, NULL);
     else {
         rt = to_realtime(how == L_TIMED ? CLOCK_REALTIME : clk, abs);
-        rc2 = dist_take(e, D_TIMED, &rt);
+        rc2 = dist_take(e, D_TIMED, 0, &rt);
     }
     if (rc2 != 0) {
         REAL(FN_UNLOCK, lock_fn)(m);
@@ -824,7 +880,7 @@ static int mapped_wait(struct entry *e, pthread_cond_t *c, pthread_mutex_t *m,
     else
         rc = ((cwait_fn)fn)(c, m, clk, abs);
     /* the real mutex is ours again: now the distributed one */
-    dist_take(e, D_MUST, NULL);
+    dist_take(e, D_MUST, 0, NULL);
     set_holder(e, 1);
     return rc;
 plain:
@@ -835,11 +891,21 @@ plain:
     return ((cwait_fn)fn)(c, m, clk, abs);
 }
 
-/* pthread_mutex_init from an init_site function maps the new mutex; from
- * anywhere else it unmaps a heap entry left at that address. */
-static void site_init(pthread_mutex_t *m, uintptr_t ra)
+static void entry_kill(struct entry *e)
 {
-    const struct pl_site *s = site_of(ra);
+    __atomic_store_n(&e->live, 0, __ATOMIC_RELEASE);
+    if (e->kind == PL_MUTEX)
+        dist_mutex_destroy(&e->dm);
+    else
+        dist_rwlock_destroy(&e->drw);
+}
+
+/* pthread_mutex_init (pthread_rwlock_init) from an init_site function maps
+ * the new lock; from anywhere else it unmaps a heap entry left at that
+ * address. */
+static void site_init(void *m, uintptr_t ra, int kind)
+{
+    const struct pl_site *s = site_of(ra, kind);
     struct entry *e;
     char name[DIST_NAME_MAX + 32];
 
@@ -848,10 +914,8 @@ static void site_init(pthread_mutex_t *m, uintptr_t ra)
     e = table_get(tab_w, (uintptr_t)m);
     if (e && !e->dynamic)
         goto out;                   /* a mapped global, initialised again */
-    if (e && __atomic_load_n(&e->live, __ATOMIC_RELAXED)) {
-        __atomic_store_n(&e->live, 0, __ATOMIC_RELEASE);
-        dist_mutex_destroy(&e->dm);
-    }
+    if (e && __atomic_load_n(&e->live, __ATOMIC_RELAXED))
+        entry_kill(e);
     if (!s)
         goto out;
     if (!e) {
@@ -889,8 +953,8 @@ static void site_init(pthread_mutex_t *m, uintptr_t ra)
         goto out;
     }
     if (verbose)
-        pl_msg("mutex '%s' = %p, initialised by %s", name, (void *)m,
-               s->where);
+        pl_msg("%s '%s' = %p, initialised by %s",
+               kind == PL_MUTEX ? "mutex" : "rwlock", name, m, s->where);
     __atomic_store_n(&e->live, 1, __ATOMIC_RELEASE);
 out:
     in_shim = 0;
@@ -899,11 +963,16 @@ out:
 
 /* ---- the interposed functions -------------------------------------------- */
 
+/* (an entry of the other kind: the program reused the memory without
+ * initialising it; glibc decides) */
 #define PLAIN_OR_MAPPED(m, plain, f)                                         \
     struct entry *e;                                                         \
     if (LIKELY(surely_plain(m)))                                             \
         return plain;                                                        \
-    if (!(e = entry_of(m)))                                                  \
+    if (!(e = entry_of(m)) ||                                                \
+        e->kind != (__builtin_types_compatible_p(__typeof__(m),              \
+                                                 pthread_rwlock_t *)         \
+                        ? PL_RWLOCK : PL_MUTEX))                             \
         return plain;                                                        \
     count(f)
 
@@ -1008,7 +1077,7 @@ int pl_mutex_init(pthread_mutex_t *m, const pthread_mutexattr_t *a)
     rc = REAL(FN_INIT, init_fn)(m, a);
     if (rc == 0 && nsites && !in_shim) {
         count(FN_INIT);
-        site_init(m, ra);
+        site_init(m, ra, PL_MUTEX);
     }
     return rc;
 }
@@ -1027,12 +1096,166 @@ int pl_mutex_destroy(pthread_mutex_t *m)
         count(FN_DESTROY);
         REAL(FN_LOCK, lock_fn)(&dyn_mu);
         in_shim = 1;
-        if (__atomic_load_n(&e->live, __ATOMIC_RELAXED)) {
-            __atomic_store_n(&e->live, 0, __ATOMIC_RELEASE);
-            dist_mutex_destroy(&e->dm);
-        }
+        if (__atomic_load_n(&e->live, __ATOMIC_RELAXED))
+            entry_kill(e);
         in_shim = 0;
         REAL(FN_UNLOCK, lock_fn)(&dyn_mu);
     }
     return rc;
+}
+
+/* ---- mapped read-write locks -------------------------------------------------
+ *
+ * Every real hold has one distributed hold: a read lock taken n times by a
+ * thread is n read holds on both sides, and dist_rwlock_unlock, like
+ * pthread_rwlock_unlock, gives back the caller's write hold or else one of
+ * its read holds.  A thread that holds nothing gets EPERM from the library
+ * and glibc's behaviour from the real unlock. */
+
+enum { RW_LOCK, RW_TRY, RW_TIMED, RW_CLOCK };
+
+static int mapped_rw_lock(struct entry *e, pthread_rwlock_t *rw, int wr,
+                          int how, void *fn, clockid_t clk,
+                          const struct timespec *abs)
+{
+    struct timespec rt;
+    int rc;
+
+    switch (how) {
+    case RW_LOCK:
+    case RW_TRY:
+        rc = ((rw_fn)fn)(rw);
+        break;
+    case RW_TIMED:
+        rc = ((rwtimed_fn)fn)(rw, abs);
+        break;
+    default:
+        rc = ((rwclock_fn)fn)(rw, clk, abs);
+        break;
+    }
+    if (rc != 0)
+        return rc;
+    if (how == RW_TRY) {
+        rc = dist_take(e, D_TRY, wr, NULL);
+    } else if (how == RW_LOCK) {
+        rc = dist_take(e, D_BLOCK, wr, NULL);
+    } else {
+        rt = to_realtime(how == RW_TIMED ? CLOCK_REALTIME : clk, abs);
+        rc = dist_take(e, D_TIMED, wr, &rt);
+    }
+    if (rc != 0)
+        REAL(FN_RWUNLOCK, rw_fn)(rw);
+    return rc;
+}
+
+#define RWLOCK(fname, f, sym, wr, how)                                       \
+    int fname(pthread_rwlock_t *rw);                                         \
+    EXPORT SYMVER(sym)                                                       \
+    int fname(pthread_rwlock_t *rw)                                          \
+    {                                                                        \
+        PLAIN_OR_MAPPED(rw, REAL(f, rw_fn)(rw), f);                          \
+        return mapped_rw_lock(e, rw, wr, how, real[f], 0, NULL);             \
+    }
+RWLOCK(pl_rwlock_rdlock, FN_RDLOCK, "pthread_rwlock_rdlock@@GLIBC_2.34", 0, RW_LOCK)
+RWLOCK(pl_rwlock_rdlock_old, FN_RDLOCK_OLD, "pthread_rwlock_rdlock@GLIBC_2.2.5", 0, RW_LOCK)
+RWLOCK(pl_rwlock_wrlock, FN_WRLOCK, "pthread_rwlock_wrlock@@GLIBC_2.34", 1, RW_LOCK)
+RWLOCK(pl_rwlock_wrlock_old, FN_WRLOCK_OLD, "pthread_rwlock_wrlock@GLIBC_2.2.5", 1, RW_LOCK)
+RWLOCK(pl_rwlock_tryrdlock, FN_TRYRDLOCK, "pthread_rwlock_tryrdlock@@GLIBC_2.34", 0, RW_TRY)
+RWLOCK(pl_rwlock_tryrdlock_old, FN_TRYRDLOCK_OLD, "pthread_rwlock_tryrdlock@GLIBC_2.2.5", 0, RW_TRY)
+RWLOCK(pl_rwlock_trywrlock, FN_TRYWRLOCK, "pthread_rwlock_trywrlock@@GLIBC_2.34", 1, RW_TRY)
+RWLOCK(pl_rwlock_trywrlock_old, FN_TRYWRLOCK_OLD, "pthread_rwlock_trywrlock@GLIBC_2.2.5", 1, RW_TRY)
+
+#define RWTIMED(fname, f, sym, wr)                                           \
+    int fname(pthread_rwlock_t *rw, const struct timespec *abs);             \
+    EXPORT SYMVER(sym)                                                       \
+    int fname(pthread_rwlock_t *rw, const struct timespec *abs)              \
+    {                                                                        \
+        PLAIN_OR_MAPPED(rw, REAL(f, rwtimed_fn)(rw, abs), f);                \
+        return mapped_rw_lock(e, rw, wr, RW_TIMED, real[f], 0, abs);         \
+    }
+RWTIMED(pl_rwlock_timedrdlock, FN_TIMEDRDLOCK, "pthread_rwlock_timedrdlock@@GLIBC_2.34", 0)
+RWTIMED(pl_rwlock_timedrdlock_old, FN_TIMEDRDLOCK_OLD, "pthread_rwlock_timedrdlock@GLIBC_2.2.5", 0)
+RWTIMED(pl_rwlock_timedwrlock, FN_TIMEDWRLOCK, "pthread_rwlock_timedwrlock@@GLIBC_2.34", 1)
+RWTIMED(pl_rwlock_timedwrlock_old, FN_TIMEDWRLOCK_OLD, "pthread_rwlock_timedwrlock@GLIBC_2.2.5", 1)
+
+#define RWCLOCK(fname, f, sym, wr)                                           \
+    int fname(pthread_rwlock_t *rw, clockid_t clk,                           \
+              const struct timespec *abs);                                   \
+    EXPORT SYMVER(sym)                                                       \
+    int fname(pthread_rwlock_t *rw, clockid_t clk,                           \
+              const struct timespec *abs)                                    \
+    {                                                                        \
+        PLAIN_OR_MAPPED(rw, REAL(f, rwclock_fn)(rw, clk, abs), f);           \
+        return mapped_rw_lock(e, rw, wr, RW_CLOCK, real[f], clk, abs);       \
+    }
+RWCLOCK(pl_rwlock_clockrdlock, FN_CLOCKRDLOCK, "pthread_rwlock_clockrdlock@@GLIBC_2.34", 0)
+RWCLOCK(pl_rwlock_clockrdlock_old, FN_CLOCKRDLOCK_OLD, "pthread_rwlock_clockrdlock@GLIBC_2.30", 0)
+RWCLOCK(pl_rwlock_clockwrlock, FN_CLOCKWRLOCK, "pthread_rwlock_clockwrlock@@GLIBC_2.34", 1)
+RWCLOCK(pl_rwlock_clockwrlock_old, FN_CLOCKWRLOCK_OLD, "pthread_rwlock_clockwrlock@GLIBC_2.30", 1)
+
+#define RWUNLOCK(fname, f, sym)                                              \
+    int fname(pthread_rwlock_t *rw);                                         \
+    EXPORT SYMVER(sym)                                                       \
+    int fname(pthread_rwlock_t *rw)                                          \
+    {                                                                        \
+        PLAIN_OR_MAPPED(rw, REAL(f, rw_fn)(rw), f);                          \
+        dist_give(e);                                                        \
+        return REAL(f, rw_fn)(rw);                                           \
+    }
+RWUNLOCK(pl_rwlock_unlock, FN_RWUNLOCK, "pthread_rwlock_unlock@@GLIBC_2.34")
+RWUNLOCK(pl_rwlock_unlock_old, FN_RWUNLOCK_OLD, "pthread_rwlock_unlock@GLIBC_2.2.5")
+
+#define RWINIT(fname, f, sym)                                                \
+    int fname(pthread_rwlock_t *rw, const pthread_rwlockattr_t *a);          \
+    EXPORT SYMVER(sym)                                                       \
+    int fname(pthread_rwlock_t *rw, const pthread_rwlockattr_t *a)           \
+    {                                                                        \
+        uintptr_t ra = (uintptr_t)__builtin_return_address(0);               \
+        int rc;                                                              \
+                                                                             \
+        if (UNLIKELY(!__atomic_load_n(&tab, __ATOMIC_ACQUIRE)))              \
+            startup();                                                       \
+        rc = REAL(f, rwinit_fn)(rw, a);                                      \
+        if (rc == 0 && nsites && !in_shim) {                                 \
+            count(f);                                                        \
+            site_init(rw, ra, PL_RWLOCK);                                    \
+        }                                                                    \
+        return rc;                                                           \
+    }
+RWINIT(pl_rwlock_init, FN_RWINIT, "pthread_rwlock_init@@GLIBC_2.34")
+RWINIT(pl_rwlock_init_old, FN_RWINIT_OLD, "pthread_rwlock_init@GLIBC_2.2.5")
+
+static int rw_destroy(pthread_rwlock_t *rw, int f)
+{
+    struct entry *e;
+    int rc;
+
+    if (LIKELY(surely_plain(rw)))
+        return REAL(f, rw_fn)(rw);
+    e = entry_of(rw);
+    rc = REAL(f, rw_fn)(rw);
+    if (rc == 0 && e && e->dynamic && !in_shim) {
+        count(f);
+        REAL(FN_LOCK, lock_fn)(&dyn_mu);
+        in_shim = 1;
+        if (__atomic_load_n(&e->live, __ATOMIC_RELAXED))
+            entry_kill(e);
+        in_shim = 0;
+        REAL(FN_UNLOCK, lock_fn)(&dyn_mu);
+    }
+    return rc;
+}
+
+int pl_rwlock_destroy(pthread_rwlock_t *rw);
+EXPORT SYMVER("pthread_rwlock_destroy@@GLIBC_2.34")
+int pl_rwlock_destroy(pthread_rwlock_t *rw)
+{
+    return rw_destroy(rw, FN_RWDESTROY);
+}
+
+int pl_rwlock_destroy_old(pthread_rwlock_t *rw);
+EXPORT SYMVER("pthread_rwlock_destroy@GLIBC_2.2.5")
+int pl_rwlock_destroy_old(pthread_rwlock_t *rw)
+{
+    return rw_destroy(rw, FN_RWDESTROY_OLD);
 }
