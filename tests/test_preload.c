@@ -44,6 +44,10 @@ static char ledger_bin[PATH_MAX];     /* tests/legacy_ledger */
 static char static_bin[PATH_MAX];     /* tests/legacy_ledger_static, or "" */
 static char target_bin[PATH_MAX];     /* tests/preload_target */
 static char pfx[64];                  /* lock-name prefix of this run */
+/* Settings every child gets: in a sanitizer build, libdistlock.so (and so
+ * the shim) needs the sanitizer runtime, which must be preloaded first
+ * into the programs built without it. */
+static char *child_env[4];
 
 /* ---- files ---------------------------------------------------------------- */
 
@@ -106,7 +110,7 @@ struct proc {
 /* envp: extra "NAME=VALUE" settings (NULL-terminated), or NULL */
 static void proc_start(struct proc *p, char *const argv[], char *const envp[])
 {
-    int i[2], o[2], e[2];
+    int i[2], o[2], e[2], k;
     pid_t pid;
 
     memset(p, 0, sizeof *p);
@@ -121,6 +125,8 @@ static void proc_start(struct proc *p, char *const argv[], char *const envp[])
         dup2(o[1], 1);
         dup2(e[1], 2);
         signal(SIGPIPE, SIG_DFL);
+        for (k = 0; child_env[k]; k++)
+            putenv(child_env[k]);
         for (; envp && *envp; envp++)
             putenv(*envp);
         execv(argv[0], argv);
@@ -691,12 +697,14 @@ static void test_unmapped_mutex_untouched(void **state)
 /* The same, with a bare LD_PRELOAD and no launcher. */
 static void test_plain_ld_preload(void **state)
 {
-    char env1[PATH_MAX + 20], env2[PATH_MAX + 40], line[256];
+    char env1[2 * PATH_MAX + 20], env2[PATH_MAX + 40], line[256];
     const char *cfg = target_config(NULL);
     struct proc p;
 
     (void)state;
-    snprintf(env1, sizeof env1, "LD_PRELOAD=%s", shim);
+    snprintf(env1, sizeof env1, "LD_PRELOAD=%s%s%s", child_env[0] ?
+             child_env[0] + strlen("LD_PRELOAD=") : "", child_env[0] ? ":" : "",
+             shim);
     snprintf(env2, sizeof env2, "DISTLOCK_PRELOAD_CONFIG=%s", cfg);
     proc_start(&p, ARGV(target_bin, "hold", "static"),
                (char *const[]){ env1, env2, NULL });
@@ -1070,6 +1078,29 @@ static void built(char *buf, const char *top, const char *rel)
         buf[0] = '\0';
 }
 
+/* The sanitizer runtime the shim pulls in (through libdistlock.so), if
+ * any, from ldd's "libasan.so.8 => /path (0x...)". */
+static void find_sanitizer(void)
+{
+    static char preload[PATH_MAX + 16];
+    char cmd[PATH_MAX + 32], line[PATH_MAX + 64], lib[PATH_MAX];
+    FILE *f;
+
+    snprintf(cmd, sizeof cmd, "ldd '%s' 2>/dev/null", shim);
+    f = popen(cmd, "r");
+    if (!f)
+        return;
+    while (fgets(line, sizeof line, f)) {
+        if (strstr(line, "libasan.so") &&
+            sscanf(line, " %*s => %4095s", lib) == 1) {
+            snprintf(preload, sizeof preload, "LD_PRELOAD=%s", lib);
+            child_env[0] = preload;
+            child_env[1] = "ASAN_OPTIONS=detect_leaks=0";
+        }
+    }
+    pclose(f);
+}
+
 static int group_setup(void **state)
 {
     const char *top = getenv("top_builddir");
@@ -1099,6 +1130,7 @@ static int group_setup(void **state)
     unsetenv("LD_PRELOAD");
     unsetenv("DISTLOCK_PRELOAD_CONFIG");
     snprintf(pfx, sizeof pfx, "pl%ld-", (long)getpid());
+    find_sanitizer();
     if (tu_redis_start(&r) != 0)
         return -1;
     snprintf(redis_section, sizeof redis_section,

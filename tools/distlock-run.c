@@ -356,15 +356,12 @@ static int read_status(int fd, double timeout, unsigned long *mapped,
 
 /* ---- main ---------------------------------------------------------------- */
 
-static char *absolute(const char *path)
+static void absolute(const char *path, char *buf)
 {
-    char *r = realpath(path, NULL);
-
-    if (!r) {
+    if (!realpath(path, buf)) {
         say("%s: %s", path, strerror(errno));
         exit(EXIT_CONFIG);
     }
-    return r;
 }
 
 int main(int argc, char **argv)
@@ -373,7 +370,9 @@ int main(int argc, char **argv)
     const char *shim = getenv("DISTLOCK_PRELOAD_LIB");
     double timeout = 30;
     int verbose = 0, i, first, fds[2], rc, st, exec_errno = 0;
-    char *config_abs, *shim_abs, prog[PATH_MAX], *preload, env[64];
+    static char config_abs[PATH_MAX], shim_abs[PATH_MAX], prog[PATH_MAX];
+    static char preload[2 * PATH_MAX + 2];
+    char env[64];
     struct elfinfo shim_elf;
     struct stat pst;
     struct sigaction sa;
@@ -435,13 +434,13 @@ int main(int argc, char **argv)
         say("%s: cannot open the configuration: %s", config, strerror(errno));
         return EXIT_CONFIG;
     }
-    config_abs = absolute(config);
+    absolute(config, config_abs);
     if (!strchr(shim, '/') && access(shim, F_OK) != 0) {
         say("%s: the shim is not installed there; give --preload LIB",
             shim);
         return EXIT_CONFIG;
     }
-    shim_abs = absolute(shim);
+    absolute(shim, shim_abs);
     rc = read_elf(shim_abs, &shim_elf);
     if (rc != 0 || shim_elf.type != ET_DYN) {
         say("%s: not a shared library", shim_abs);
@@ -454,14 +453,17 @@ int main(int argc, char **argv)
     if ((rc = check_program(prog, &shim_elf, &pst)) != 0)
         return rc;
 
+    /* after what is there already: a sanitizer runtime, for one, must
+     * stay first */
     old_preload = getenv("LD_PRELOAD");
     if (old_preload && *old_preload) {
-        preload = malloc(strlen(shim_abs) + strlen(old_preload) + 2);
-        if (!preload)
-            return EXIT_FAILURE;
-        sprintf(preload, "%s:%s", shim_abs, old_preload);
+        if (strlen(old_preload) >= PATH_MAX) {
+            say("LD_PRELOAD is too long");
+            return EXIT_USAGE;
+        }
+        snprintf(preload, sizeof preload, "%s:%s", old_preload, shim_abs);
     } else {
-        preload = shim_abs;
+        snprintf(preload, sizeof preload, "%s", shim_abs);
     }
     if (pipe2(fds, O_CLOEXEC) != 0) {
         say("pipe: %s", strerror(errno));
