@@ -28,6 +28,8 @@
  *   preload_target tryrd|trywr RW      "rc N"
  *   preload_target timedrd|timedwr|clockrd|clockwr RW MS    "rc N ms T"
  *   preload_target rwcalls             every pthread_rwlock_* entry point
+ *   preload_target spawn               system("exit 7"): a child that execs
+ *                                      another program; "child N"
  *
  * WHICH: global static bank shard2 errcheck account lib libglobal unmapped
  * RW: catalog (a global) heapcat (initialised in catalog_create)
@@ -42,6 +44,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 pthread_mutex_t *preload_lib_cache_lock(void);
@@ -580,6 +583,11 @@ int main(int argc, char **argv)
         return errcheck();
     if (strcmp(argv[1], "rwcalls") == 0)
         return rwcalls();
+    if (strcmp(argv[1], "spawn") == 0) {
+        rc = system("exit 7");
+        say("child %d", WIFEXITED(rc) ? WEXITSTATUS(rc) : -1);
+        return 0;
+    }
     if (argc >= 3 && (strstr(argv[1], "rd") || strstr(argv[1], "wr")))
         return rw_mode(argv[1], which_rw(argv[2]), argc > 3 ? argv[3] : NULL);
     if (argc < 3)

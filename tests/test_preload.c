@@ -721,6 +721,43 @@ static void test_plain_ld_preload(void **state)
     assert_int_equal(p.olen, 0);
 }
 
+/* A child that execs another program (here /bin/sh) inherits LD_PRELOAD
+ * and the configuration, whose names are not in it: distlock-run's
+ * DISTLOCK_PRELOAD_TARGET keeps the shim out of its way. */
+static void test_children_stay_unmapped(void **state)
+{
+    const char *cfg = target_config(NULL);
+    char line[256];
+    struct proc p;
+
+    (void)state;
+    start_target(&p, cfg, "spawn", NULL, NULL);
+    expect_line(&p, "child ", line, sizeof line, 30);
+    assert_string_equal(line, "child 7");
+    assert_exit(proc_end(&p, 20), 0);
+}
+
+/* With a bare LD_PRELOAD, [preload] program = does the same. */
+static void test_program_key(void **state)
+{
+    char env1[2 * PATH_MAX + 20], env2[PATH_MAX + 40], line[256];
+    const char *cfg;
+    struct proc p;
+
+    (void)state;
+    cfg = write_file("program.ini", "[preload]\nprogram = preload_target\n"
+                     "[mutex %sglobal]\nmatch = symbol g_global_lock\n", pfx);
+    snprintf(env1, sizeof env1, "LD_PRELOAD=%s%s%s", child_env[0] ?
+             child_env[0] + strlen("LD_PRELOAD=") : "", child_env[0] ? ":" : "",
+             shim);
+    snprintf(env2, sizeof env2, "DISTLOCK_PRELOAD_CONFIG=%s", cfg);
+    proc_start(&p, ARGV(target_bin, "spawn"),
+               (char *const[]){ env1, env2, NULL });
+    expect_line(&p, "child ", line, sizeof line, 30);
+    assert_string_equal(line, "child 7");
+    assert_exit(proc_end(&p, 20), 0);
+}
+
 /* ---- symbol versions --------------------------------------------------------------- */
 
 static int is_wrapped(const char *sym)
@@ -1171,6 +1208,8 @@ int main(void)
         cmocka_unit_test(test_every_match_kind),
         cmocka_unit_test(test_unmapped_mutex_untouched),
         cmocka_unit_test(test_plain_ld_preload),
+        cmocka_unit_test(test_children_stay_unmapped),
+        cmocka_unit_test(test_program_key),
         cmocka_unit_test(test_symbol_versions_intercepted),
         cmocka_unit_test(test_trylock_and_timedlock),
         cmocka_unit_test(test_errorcheck_kept),

@@ -498,6 +498,9 @@ static void preload_key(struct parse *p, const char *k, const char *v)
         int u = unres_value(p, v);
         if (u != PL_UNRES_DEFAULT)
             p->cfg->on_unresolved = u;
+    } else if (strcmp(k, "program") == 0) {
+        free(p->cfg->program);
+        p->cfg->program = strdup(v);
     } else if (strcmp(k, "verbose") == 0) {
         if (parse_bool(v, &b) != 0)
             perr(p, p->line, "verbose: yes or no, not '%s'", v);
@@ -505,7 +508,7 @@ static void preload_key(struct parse *p, const char *k, const char *v)
             p->cfg->verbose = b;
     } else {
         perr(p, p->line, "unknown key '%s' in [preload] (known: "
-             "on_unresolved, verbose)", k);
+             "on_unresolved, verbose, program)", k);
     }
 }
 
@@ -685,6 +688,7 @@ void pl_config_free(struct pl_config *cfg)
     }
     free(cfg->sec);
     free(cfg->url);
+    free(cfg->program);
     free(cfg->path);
     memset(cfg, 0, sizeof *cfg);
 }

@@ -74,6 +74,7 @@ struct pl_config {
     enum pl_lost on_lease_lost;
     int on_unresolved;           /* PL_UNRES_ERROR or PL_UNRES_WARN */
     int verbose;
+    char *program;               /* [preload] program: only in that one */
     struct pl_section *sec;
     size_t nsec;
 };

@@ -416,6 +416,22 @@ static int is_target(void)
            (unsigned long long)st.st_ino == ino;
 }
 
+/* [preload] program = NAME or /path: is this process that program? */
+static int is_program(const char *want)
+{
+    char exe[4096];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    const char *base;
+
+    if (n <= 0)
+        return 1;
+    exe[n] = '\0';
+    if (strchr(want, '/'))
+        return strcmp(exe, want) == 0;
+    base = strrchr(exe, '/');
+    return strcmp(base ? base + 1 : exe, want) == 0;
+}
+
 static void open_status(void)
 {
     const char *s = getenv("DISTLOCK_PRELOAD_STATUS_FD");
@@ -488,6 +504,14 @@ static const struct table *build(void)
     }
     if (pl_config_load(path, &cfg) != 0)
         startup_fail();
+    if (cfg.program && !is_program(cfg.program)) {
+        /* another program started with the same environment */
+        free(msgs);
+        msgs = NULL;
+        msgs_len = 0;
+        status_fd = -1;
+        return &empty.t;
+    }
     verbose |= cfg.verbose;
     if (cfg.url && (rc = dist_set_url(cfg.url)) != 0) {
         pl_msg("%s:%d: url: %s", cfg.path, cfg.url_line, dist_last_error());
