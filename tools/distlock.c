@@ -1290,7 +1290,8 @@ static int cmd_list(int argc, char **argv)
     c = redis_open();
     scan_keys(c, pattern, &keys, &nkeys);
     /* SCAN may return a key twice */
-    qsort(keys, nkeys, sizeof *keys, key_cmp);
+    if (nkeys > 1)
+        qsort(keys, nkeys, sizeof *keys, key_cmp);
     for (i = 0, u = 0; i < nkeys; i++) {
         if (u > 0 && key_cmp(&keys[u - 1], &keys[i]) == 0) {
             free(keys[i].p);
