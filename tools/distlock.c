@@ -1,7 +1,7 @@
 /*
  * distlock: see, wait for and force distlock (and Redisson) locks from a shell.
  *
- *   distlock status NAME            who holds it, since when, who waits
+ *   distlock status NAME            who holds it, its lease, who waits
  *   distlock list [PATTERN]         the locks that exist now (SCAN)
  *   distlock lock NAME -- CMD...    run CMD while holding the lock (flock(1))
  *   distlock unlock --force NAME    remove a lock whatever its holder
@@ -724,7 +724,7 @@ static char *read_key(const struct dist__names *n, const struct holder *h,
 /* Each reader's lease: the longest PTTL of its read-hold keys. */
 static void snap_read_leases(redisContext *c, struct snap *s)
 {
-    size_t i, sent = 0;
+    size_t i;
     long long k;
 
     if (s->kind != KIND_RWLOCK)
@@ -737,18 +737,19 @@ static void snap_read_leases(redisContext *c, struct snap *s)
             size_t l[2] = { 4, len };
             append(c, 2, a, l);
             free(key);
-            sent++;
         }
     for (i = 0; i < s->nh; i++)
         for (k = 1; k <= s->h[i].reads && k <= READ_KEYS_MAX; k++) {
             redisReply *r = get_reply(c);
-            if (r->type == REDIS_REPLY_INTEGER && r->integer >= -1 &&
-                (s->h[i].lease_ms < 0 || r->integer > s->h[i].lease_ms) &&
-                !(s->h[i].lease_ms == -1 && r->integer >= 0))
-                s->h[i].lease_ms = r->integer;
+            long long *lease = &s->h[i].lease_ms;   /* -3: no key found */
+            if (r->type == REDIS_REPLY_INTEGER) {
+                if (r->integer == -1)
+                    *lease = -1;                    /* no expiry: longest */
+                else if (r->integer >= 0 && *lease != -1 && r->integer > *lease)
+                    *lease = r->integer;
+            }
             freeReplyObject(r);
         }
-    (void)sent;
 }
 
 static void snap_take(redisContext *c, const char *name, size_t len,
