@@ -1,10 +1,14 @@
 /* preload_lib: a shared library with mutexes, for the LD_PRELOAD tests
  * (libpreload_lib.so, linked by preload_target).  Knows nothing of
- * distlock. */
+ * distlock, except that its constructor asks the shim, if there is one,
+ * for a call counter. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
 #include <pthread.h>
 
 pthread_mutex_t *preload_lib_cache_lock(void);
 pthread_mutex_t *preload_lib_global_lock(void);
+long preload_lib_ctor_counted(void);
 
 /* file-static in the library: only in its .symtab */
 static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -21,4 +25,24 @@ pthread_mutex_t *preload_lib_cache_lock(void)
 pthread_mutex_t *preload_lib_global_lock(void)
 {
     return &lib_global_lock;
+}
+
+/* The dynamic loader runs this constructor before the shim's (the shim is
+ * preloaded, this library is a dependency of the program): its lock call
+ * is the first, and must find cache_lock mapped all the same. */
+static long ctor_counted = -2;
+
+__attribute__((constructor)) static void preload_lib_ctor(void)
+{
+    long (*counter)(const char *) =
+        (long (*)(const char *))dlsym(RTLD_DEFAULT, "distlock_preload_calls");
+
+    pthread_mutex_lock(&cache_lock);
+    pthread_mutex_unlock(&cache_lock);
+    ctor_counted = counter ? counter("pthread_mutex_lock@GLIBC_2.2.5") : -1;
+}
+
+long preload_lib_ctor_counted(void)
+{
+    return ctor_counted;
 }

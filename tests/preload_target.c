@@ -28,6 +28,10 @@
  *   preload_target tryrd|trywr RW      "rc N"
  *   preload_target timedrd|timedwr|clockrd|clockwr RW MS    "rc N ms T"
  *   preload_target rwcalls             every pthread_rwlock_* entry point
+ *   preload_target ctor                "ctor N": mapped lock calls the shim
+ *                                      had counted when the library's
+ *                                      constructor (run before the shim's)
+ *                                      had locked its cache_lock
  *   preload_target spawn               system("exit 7"): a child that execs
  *                                      another program; "child N"
  *
@@ -49,6 +53,7 @@
 
 pthread_mutex_t *preload_lib_cache_lock(void);
 pthread_mutex_t *preload_lib_global_lock(void);
+long preload_lib_ctor_counted(void);
 extern pthread_mutex_t lib_global_lock;
 
 /* match = symbol g_global_lock */
@@ -583,6 +588,10 @@ int main(int argc, char **argv)
         return errcheck();
     if (strcmp(argv[1], "rwcalls") == 0)
         return rwcalls();
+    if (strcmp(argv[1], "ctor") == 0) {
+        say("ctor %ld", preload_lib_ctor_counted());
+        return 0;
+    }
     if (strcmp(argv[1], "spawn") == 0) {
         rc = system("exit 7");
         say("child %d", WIFEXITED(rc) ? WEXITSTATUS(rc) : -1);

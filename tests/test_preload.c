@@ -721,6 +721,24 @@ static void test_plain_ld_preload(void **state)
     assert_int_equal(p.olen, 0);
 }
 
+/* A library constructor that runs before the shim's own locks a mapped
+ * mutex: start-up happens then, and the call is a mapped one. */
+static void test_start_up_from_a_library_constructor(void **state)
+{
+    const char *cfg = target_config(NULL);
+    char line[256];
+    struct proc p;
+
+    (void)state;
+    start_target(&p, cfg, "ctor", NULL, NULL);
+    expect_line(&p, "ctor ", line, sizeof line, 30);
+    assert_string_equal(line, "ctor 1");
+    assert_exit(proc_end(&p, 20), 0);
+    assert_exit(run(&p, ARGV(target_bin, "ctor"), NULL, 20), 0);
+    assert_contains(p.obuf, "ctor -1");        /* no shim: nobody counted */
+    assert_int_equal(prefixed_keys(), 0);
+}
+
 /* A child that execs another program (here /bin/sh) inherits LD_PRELOAD
  * and the configuration, whose names are not in it: distlock-run's
  * DISTLOCK_PRELOAD_TARGET keeps the shim out of its way. */
@@ -1208,6 +1226,7 @@ int main(void)
         cmocka_unit_test(test_every_match_kind),
         cmocka_unit_test(test_unmapped_mutex_untouched),
         cmocka_unit_test(test_plain_ld_preload),
+        cmocka_unit_test(test_start_up_from_a_library_constructor),
         cmocka_unit_test(test_children_stay_unmapped),
         cmocka_unit_test(test_program_key),
         cmocka_unit_test(test_symbol_versions_intercepted),
