@@ -324,9 +324,11 @@ static const char *target_config(const char *extra)
         "\n"
         "[mutex %sbank]\n"
         "match = symbol g_bank+32          ; the lock member of a struct\n"
+        "fair = yes\n"
         "\n"
         "[mutex %sshard]\n"
         "match = symbol g_shards[*]\n"
+        "lease_ms = 5000\n"
         "\n"
         "[mutex %serr]\n"
         "match = symbol g_errcheck\n"
@@ -665,8 +667,16 @@ static void hold_and_check(const char *cfg, const char *which,
     start_target(&p, cfg, "hold", which, NULL);
     expect_line(&p, "held", line, sizeof line, 20);
     if (lock) {
+        char k[256];
+        long long ttl;
+
         if (hlen(lock) != 1)
             fail_msg("%s: lock '%s%s' not held in Redis", which, pfx, lock);
+        /* lease_ms = 5000 for the shards, the 30 s watchdog elsewhere */
+        ttl = tu_cmd_int(&r, "PTTL", lockname(k, sizeof k, lock), NULL);
+        if (strncmp(lock, "shard", 5) == 0 ? !(ttl > 0 && ttl <= 5000)
+                                           : !(ttl > 5000 && ttl <= 30000))
+            fail_msg("%s: lease %lld ms left", which, ttl);
     } else {
         assert_int_equal(prefixed_keys(), 0);
     }
