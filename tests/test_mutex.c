@@ -32,13 +32,7 @@
 
 #include "distlock.h"
 #include "testutil.h"
-
-#if defined(__has_include)
-#if __has_include(<valgrind/valgrind.h>)
-#include <valgrind/valgrind.h>
-#define HAVE_VALGRIND_H 1
-#endif
-#endif
+#include "testhelp.h"
 
 static tu_redis_t r;
 static int g_dirty;                 /* a test changed the global settings */
@@ -56,17 +50,6 @@ static void on_sigpipe(int sig)
 
 #define DEFAULT_WATCHDOG_MS 30000UL
 #define DEFAULT_TIMEOUT_MS  2000UL
-
-/* Extra slack (seconds) on upper time bounds: processing only, never the
- * lease or deadline itself.  Larger under valgrind, which slows everything. */
-static double slack(double s)
-{
-#ifdef HAVE_VALGRIND_H
-    if (RUNNING_ON_VALGRIND)
-        return s * 4;
-#endif
-    return s;
-}
 
 /* Shared memory for results of forked children (one int per child). */
 static int *shared_ints(size_t n)
@@ -89,55 +72,12 @@ static void child_exit(int *slot, int code)
     _exit(code);
 }
 
-/* Did the child exit with the code it reported?  Under valgrind a forked
- * child's exit status is replaced by --error-exitcode when its exit-time leak
- * check finds the parent's state the library deliberately abandons in a
- * child (the renewal and pub/sub threads' connections), so 9 is accepted
- * there for a child that reported success. */
-static int child_exit_ok(int st, int code)
-{
-    if (!WIFEXITED(st))
-        return 0;
-    if (WEXITSTATUS(st) == code)
-        return 1;
-#ifdef HAVE_VALGRIND_H
-    if (RUNNING_ON_VALGRIND && code == 0 && WEXITSTATUS(st) == 9)
-        return 1;
-#endif
-    return 0;
-}
-
-#define assert_dbl_range(v, lo, hi)                                          \
-    do {                                                                     \
-        double v_ = (v), lo_ = (lo), hi_ = (hi);                             \
-        if (!(v_ >= lo_ && v_ <= hi_))                                       \
-            fail_msg("%s = %.3f s, expected within [%.3f, %.3f]", #v, v_,    \
-                     lo_, hi_);                                              \
-    } while (0)
-
 static void make_name(char *buf, size_t len, const char *test, const char *tag)
 {
     snprintf(buf, len, "test_mutex:%s:%s:%ld", test, tag, (long)getpid());
 }
 
 #define NAME(buf, tag) make_name(buf, sizeof buf, __func__, tag)
-
-static struct timespec realtime_in(double secs)
-{
-    struct timespec ts;
-    long long ns;
-
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ns = (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec +
-         (long long)(secs * 1e9);
-    ts.tv_sec = (time_t)(ns / 1000000000LL);
-    ts.tv_nsec = (long)(ns % 1000000000LL);
-    if (ts.tv_nsec < 0) {
-        ts.tv_nsec += 1000000000L;
-        ts.tv_sec--;
-    }
-    return ts;
-}
 
 /* ---- Redis helpers (main thread or forked child) ------------------------ */
 
