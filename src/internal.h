@@ -202,6 +202,13 @@ int dist__renew_remove(struct dist__hold *h);
 void dist__renew_doubt(struct dist__hold *h);
 /* Waits (bounded) until h has no doubt left; EIO if it could not be settled. */
 int dist__renew_settle(struct dist__hold *h, uint64_t until_ms);
+/* A queued waiter's presence (fair mutex, writer of a writer-preferring
+ * rwlock): the renewal thread keeps its deadline in the ZSET zset (one of
+ * names' keys) fresh while it waits, so only a waiter whose process died is
+ * dropped, within one DISTLOCK_WAITER_MS window.  NULL when out of memory. */
+struct dist__hold *dist__waiter_start(struct dist__names *names,
+                                      const struct dist__buf *zset);
+void dist__waiter_stop(struct dist__hold *w);   /* NULL is fine */
 void dist__renew_shutdown(void);
 
 /* ---- pubsub.c ---------------------------------------------------------- */

@@ -592,29 +592,6 @@ static void yield_to_waiters(struct dist__lock *lk, const struct timespec *absti
         ;
 }
 
-/* A fair waiter's presence: the renewal thread keeps its queue deadline
- * fresh while it waits, so only a waiter whose process died is purged. */
-static struct dist__hold *waiter_start(struct dist__lock *lk)
-{
-    struct dist__hold *w = dist__hold_new(lk->names, 0);
-
-    if (w) {
-        w->kind = DIST__K_WAITER;
-        w->keys = &lk->names->timeout;
-        w->nkeys = 1;
-        w->renew_ms = dist__waiter_ms();
-        w->period_ms = w->renew_ms / 3;
-        dist__renew_add(w);
-    }
-    return w;
-}
-
-static void waiter_stop(struct dist__hold *w)
-{
-    if (w && dist__renew_remove(w))
-        dist__hold_free(w);
-}
-
 /* A fair waiter that gives up leaves the queue at once (best effort: if
  * Redis cannot be reached, its deadline ends it within a window). */
 static void fair_cancel(struct dist__lock *lk)
@@ -731,7 +708,7 @@ static int acquire(dist_mutex_t *m, int try_only, const struct timespec *abstime
     }
     if (rc == 0 && !a.taken) {
         if (o->fair)
-            w = waiter_start(lk);
+            w = dist__waiter_start(lk->names, &lk->names->timeout);
         if (!(ch = wait_channel(o))) {
             rc = dist__err(ENOMEM, "out of memory");
             goto out;
@@ -765,7 +742,7 @@ static int acquire(dist_mutex_t *m, int try_only, const struct timespec *abstime
         dist__sub_put(ch);
     }
 out:
-    waiter_stop(w);
+    dist__waiter_stop(w);
     if (queued && !(rc == 0 && a.taken))
         fair_cancel(lk);
     if (rc != 0) {

@@ -129,6 +129,28 @@ void dist__renew_add(struct dist__hold *h)
     pthread_mutex_unlock(&R.mu);
 }
 
+struct dist__hold *dist__waiter_start(struct dist__names *names,
+                                      const struct dist__buf *zset)
+{
+    struct dist__hold *w = dist__hold_new(names, 0);
+
+    if (w) {
+        w->kind = DIST__K_WAITER;
+        w->keys = zset;
+        w->nkeys = 1;
+        w->renew_ms = dist__waiter_ms();
+        w->period_ms = w->renew_ms / 3;
+        dist__renew_add(w);
+    }
+    return w;
+}
+
+void dist__waiter_stop(struct dist__hold *w)
+{
+    if (w && dist__renew_remove(w))
+        dist__hold_free(w);
+}
+
 void dist__renew_set_keys(struct dist__hold *h, const struct dist__buf *keys,
                           int nkeys)
 {

@@ -838,30 +838,6 @@ static uint64_t sleep_bound(const struct dist__rwobj *o, long long wait)
     return lease_of(o);
 }
 
-/* A waiting writer's presence: the renewal thread keeps its deadline in the
- * writers ZSET fresh while it waits, so only a writer whose process died
- * stops counting (within one window). */
-static struct dist__hold *waiter_start(struct dist__rwstate *st)
-{
-    struct dist__hold *w = dist__hold_new(st->names, 0);
-
-    if (w) {
-        w->kind = DIST__K_WAITER;
-        w->keys = &st->names->writers;
-        w->nkeys = 1;
-        w->renew_ms = dist__waiter_ms();
-        w->period_ms = w->renew_ms / 3;
-        dist__renew_add(w);
-    }
-    return w;
-}
-
-static void waiter_stop(struct dist__hold *w)
-{
-    if (w && dist__renew_remove(w))
-        dist__hold_free(w);
-}
-
 /* A waiting writer that gives up stops keeping readers out at once (best
  * effort: if Redis cannot be reached, its deadline ends it within a window). */
 static void writer_cancel(struct dist__rwstate *st)
@@ -927,7 +903,7 @@ static int acquire(dist_rwlock_t *rw, int write, int try_only,
     }
     if (rc == 0 && !a.taken) {
         if (how == HOW_PREFER)
-            w = waiter_start(st);
+            w = dist__waiter_start(st->names, &st->names->writers);
         if (!(ch = dist__sub_get(&st->names->rwchan))) {
             rc = dist__err(ENOMEM, "out of memory");
             goto out;
@@ -965,7 +941,7 @@ static int acquire(dist_rwlock_t *rw, int write, int try_only,
         dist__sub_put(ch);
     }
 out:
-    waiter_stop(w);
+    dist__waiter_stop(w);
     if (queued && !(rc == 0 && a.taken))
         writer_cancel(st);
     if (rc == EDEADLK)
