@@ -662,6 +662,22 @@ static int try_patiently(struct dist__mobj *o, int how, long long before,
     }
 }
 
+/* Waits for a replica to acknowledge the hold just taken; gives it back
+ * when none does (see DIST_ENOREPLICA). */
+static int replica_sync(dist_mutex_t *m, struct dist__lock *lk)
+{
+    char why[256];
+    int rc = dist__replica_sync(lk->names->name.p);
+
+    if (rc == 0)
+        return 0;
+    snprintf(why, sizeof why, "%s", dist_last_error());
+    dist_mutex_unlock(m);
+    if (rc == DIST_ENOREPLICA)
+        return dist__err(rc, "%s", why);
+    return dist__err(EIO, "%s; the hold is given back", why);
+}
+
 static int acquire(dist_mutex_t *m, int try_only, const struct timespec *abstime)
 {
     struct dist__mobj *o;
@@ -754,6 +770,10 @@ out:
         return dist__err(rc, "out of memory");
     if (lost)
         dist__call_lost_handler(lk->names->name.p);
+    /* A new hold is only as safe as its copy on a replica (a reentrant
+     * one adds to a hold a replica has already). */
+    if (before == 0 || lost)
+        return replica_sync(m, lk);
     return 0;
 }
 
@@ -832,6 +852,13 @@ static long long release(struct dist__mobj *o, long long before,
             return REL_FAILED;
         }
     }
+    if (rc == DIST__ENOCONN) {
+        /* Nothing was sent, but the owner lets go now all the same: a hold
+         * kept after a failed unlock would be renewed for ever.  The
+         * renewal thread releases it when Redis answers again. */
+        *doubt = 1;
+        return REL_FAILED;
+    }
     if (rc != 0)
         return REL_FAILED;
     if (dist__reply_int(r, 0, &res) != 0 || dist__reply_int(r, 1, waiters) != 0) {
@@ -909,10 +936,14 @@ int dist_mutex_unlock(dist_mutex_t *m)
                 hold_drop(lk, h);
         }
         pthread_mutex_unlock(&lk->mu);
-        if (doubt)
-            return dist__err(EIO, "mutex '%s': the release's reply was lost; "
-                             "it will be finished when Redis answers, or the "
-                             "lease ends it", lk->names->name.p);
+        if (doubt) {
+            char why[256];
+            snprintf(why, sizeof why, "%s", dist_last_error());
+            return dist__err(EIO, "mutex '%s': the release got no answer "
+                             "(%s); this thread holds nothing now, and the "
+                             "release is finished when Redis answers, or the "
+                             "lease ends it", lk->names->name.p, why);
+        }
         return 0;
     }
     if (res == -1) {

@@ -960,6 +960,17 @@ out:
     }
     if (record(o, write, &a) != 0)
         return dist__err(ENOMEM, "out of memory");
+    /* The owner's first hold is only as safe as its copy on a replica:
+     * without one, give it back (see DIST_ENOREPLICA).  Later holds add to
+     * a hold a replica already has. */
+    if (rd + wr == 0 && (rc = dist__replica_sync(st->names->name.p)) != 0) {
+        char why[256];
+        snprintf(why, sizeof why, "%s", dist_last_error());
+        dist_rwlock_unlock(rw);
+        if (rc == DIST_ENOREPLICA)
+            return dist__err(rc, "%s", why);
+        return dist__err(EIO, "%s; the hold is given back", why);
+    }
     return 0;
 
 deadlock:
@@ -1041,6 +1052,10 @@ static int release(struct dist__rwobj *o, struct rwrec *c, int write,
     kv[n++] = (struct dist__buf){ pub, strlen(pub) };
     rc = run(write ? DIST__S_RWLOCK_WRUNLOCK : DIST__S_RWLOCK_RDUNLOCK,
              write ? 4 : 5, kv, n, &r, &again);
+    /* Not even sent: the owner lets go all the same, as for an unknown
+     * outcome; a hold kept after a failed unlock would be renewed for ever. */
+    if (rc == EIO)
+        rc = UNKNOWN;
     if (rc != 0)
         return rc;
     if (dist__reply_int(r, 0, &v0) != 0 || dist__reply_int(r, 1, &v1) != 0) {
