@@ -9,6 +9,7 @@
 #ifndef DISTLOCK_H
 #define DISTLOCK_H
 
+#include <errno.h>
 #include <stdint.h>
 #include <time.h>
 
@@ -39,7 +40,10 @@ extern "C" {
  * Settings are read from the environment at first use:
  *   DISTLOCK_URL          redis://[user:password@]host[:port][/db]
  *                         unix://[user:password@]/path/to/socket[?db=N]
- *                         (default redis://127.0.0.1:6379)
+ *                         redis-sentinel://[user:password@]host:port[,host:port...]/MASTER[?db=N]
+ *                         redis-cluster://[user:password@]host:port[,host:port...]
+ *                         (default redis://127.0.0.1:6379; README "Sentinel
+ *                         and Cluster" says what each guarantees)
  *   DISTLOCK_WATCHDOG_MS  lease of a lock taken without an explicit lease;
  *                         the renewal thread renews it every third of that
  *                         (default 30000, at least 300)
@@ -48,6 +52,11 @@ extern "C" {
  *                         writer-preferring rwlock) stays queued after its
  *                         process stops refreshing it, e.g. because it died
  *                         (default 5000, at least 300)
+ *   DISTLOCK_REPLICA_WAIT_MS  after a lock is taken on a master that has
+ *                         replicas, how long to wait for one of them to
+ *                         acknowledge it (WAIT); none in time gives
+ *                         DIST_ENOREPLICA and the lock is not taken
+ *                         (default 1000; 0 turns the check off)
  * The setters below override them and may be called at any time; they take
  * effect for connections opened afterwards (open ones are replaced at their
  * next use).  They return EINVAL for a malformed value, ENOMEM.
@@ -56,6 +65,14 @@ DIST_EXPORT int dist_set_url(const char *url);
 DIST_EXPORT int dist_set_watchdog_ms(unsigned long ms);
 DIST_EXPORT int dist_set_timeout_ms(unsigned long ms);
 DIST_EXPORT int dist_set_waiter_ms(unsigned long ms);
+DIST_EXPORT int dist_set_replica_wait_ms(unsigned long ms);
+
+/* Returned by the calls that take a lock (lock, trylock, timedlock, rdlock,
+ * wrlock and their try/timed forms) when the master has replicas and none of
+ * them acknowledged the new hold within DISTLOCK_REPLICA_WAIT_MS: a failover
+ * now would lose it, so it was given back.  Nothing is held; trying again
+ * is safe.  dist_last_error() says how many replicas there were. */
+#define DIST_ENOREPLICA ENOLINK
 
 /* Called, from the renewal thread or from the thread that finds out, when a
  * lock this process held is found lost (lease expired, forced, or the server

@@ -12,6 +12,7 @@
 #define DEFAULT_WATCHDOG_MS 30000UL
 #define DEFAULT_TIMEOUT_MS  2000UL
 #define DEFAULT_WAITER_MS   5000UL
+#define DEFAULT_REPLICA_WAIT_MS 1000UL
 #define MIN_WAITER_MS       300UL
 #define MIN_WATCHDOG_MS     300UL
 #define MAX_MS              (24UL * 3600 * 1000)
@@ -63,33 +64,95 @@ static int parse_ulong(const char *s, size_t len, unsigned long max,
 
 #define BAD(...) (snprintf(why, whylen, __VA_ARGS__), EINVAL)
 
+/* host[:port] or [v6]:port from p up to end into a; 0 or EINVAL. */
+static int parse_hostport(const char *p, const char *end, struct dist__addr *a,
+                          char *why, size_t whylen)
+{
+    const char *h = p, *hend;
+    unsigned long v;
+
+    a->port = 6379;
+    if (*p == '[') {
+        const char *rb = memchr(p, ']', (size_t)(end - p));
+        if (!rb || rb == p + 1)
+            return BAD("unterminated IPv6 address");
+        h = p + 1;
+        hend = rb;
+        p = rb + 1;
+    } else {
+        hend = memchr(p, ':', (size_t)(end - p));
+        if (!hend)
+            hend = end;
+        p = hend;
+    }
+    if (hend == h)
+        return BAD("no host");
+    if ((size_t)(hend - h) >= sizeof a->host)
+        return BAD("host name too long");
+    memcpy(a->host, h, (size_t)(hend - h));
+    a->host[hend - h] = 0;
+    if (p < end && *p == ':') {
+        if (parse_ulong(p + 1, (size_t)(end - p - 1), 65535, &v) || v == 0)
+            return BAD("bad port in '%.*s'", (int)(end - h), h);
+        a->port = (int)v;
+        p = end;
+    }
+    if (p != end)
+        return BAD("unexpected '%.*s' after the host", (int)(end - p), p);
+    return 0;
+}
+
+/* ?db=N (the only query there is); 0 or EINVAL. */
+static int parse_query(const char *p, int *db, char *why, size_t whylen)
+{
+    unsigned long v;
+
+    if (!*p)
+        return 0;
+    if (strncmp(p, "?db=", 4) != 0 || parse_ulong(p + 4, strlen(p + 4), 1000000, &v))
+        return BAD("unexpected '%s' (the only option is ?db=N)", p);
+    *db = (int)v;
+    return 0;
+}
+
 /* redis://[user[:password]@]host[:port][/db]
  * unix://[user[:password]@]/path[?db=N]
+ * redis-sentinel://[user[:password]@]host[:port][,host[:port]...]/MASTER[?db=N]
+ * redis-cluster://[user[:password]@]host[:port][,host[:port]...]
  * Fills the connection part of out; leaves the rest alone. */
 int dist__parse_url(const char *url, struct dist__cfg *out, char *why,
                     size_t whylen)
 {
     const char *p, *at, *end, *q;
-    int is_unix;
+    int is_unix = 0, mode = DIST__MODE_SINGLE, rc;
     unsigned long v;
 
     if (!url || !*url)
         return BAD("empty Redis URL");
     if (strncmp(url, "redis://", 8) == 0) {
-        is_unix = 0;
         p = url + 8;
     } else if (strncmp(url, "unix://", 7) == 0) {
         is_unix = 1;
         p = url + 7;
+    } else if (strncmp(url, "redis-sentinel://", 17) == 0) {
+        mode = DIST__MODE_SENTINEL;
+        p = url + 17;
+    } else if (strncmp(url, "redis-cluster://", 16) == 0) {
+        mode = DIST__MODE_CLUSTER;
+        p = url + 16;
     } else if (strncmp(url, "rediss://", 9) == 0) {
         return BAD("TLS (rediss://) is not supported by this hiredis");
     } else {
-        return BAD("the URL must start with redis:// or unix://");
+        return BAD("the URL must start with redis://, unix://, "
+                   "redis-sentinel:// or redis-cluster://");
     }
 
     out->user[0] = out->pass[0] = out->host[0] = out->path[0] = 0;
+    out->master[0] = 0;
     out->port = 6379;
     out->db = 0;
+    out->mode = mode;
+    out->nseeds = 0;
 
     /* credentials end at the last '@' before the path */
     end = is_unix ? p + strlen(p) : p + strcspn(p, "/?");
@@ -119,42 +182,65 @@ int dist__parse_url(const char *url, struct dist__cfg *out, char *why,
         memcpy(out->path, p, plen);
         out->path[plen] = 0;
         p += plen;
-        if (*p == '?') {
-            if (strncmp(p, "?db=", 4) != 0 ||
-                parse_ulong(p + 4, strlen(p + 4), 1000000, &v))
-                return BAD("expected ?db=N after the socket path");
+        if (*p == '?' && (strncmp(p, "?db=", 4) != 0 ||
+                          parse_ulong(p + 4, strlen(p + 4), 1000000, &v)))
+            return BAD("expected ?db=N after the socket path");
+        if (*p == '?')
             out->db = (int)v;
-        }
         return 0;
     }
 
-    if (*p == '[') {
-        const char *rb = strchr(p, ']');
-        if (!rb || rb == p + 1)
-            return BAD("unterminated IPv6 address");
-        if ((size_t)(rb - p - 1) >= sizeof out->host)
-            return BAD("host name too long");
-        memcpy(out->host, p + 1, (size_t)(rb - p - 1));
-        out->host[rb - p - 1] = 0;
-        p = rb + 1;
-    } else {
-        size_t hlen = strcspn(p, ":/?");
-        if (hlen >= sizeof out->host)
-            return BAD("host name too long");
-        memcpy(out->host, p, hlen);
-        out->host[hlen] = 0;
-        p += hlen;
+    if (mode != DIST__MODE_SINGLE) {
+        /* a comma-separated list of sentinels or cluster nodes */
+        while (p < end) {
+            const char *comma = memchr(p, ',', (size_t)(end - p));
+            const char *e = comma ? comma : end;
+            if (out->nseeds == DIST__MAX_SEEDS)
+                return BAD("more than %d addresses", DIST__MAX_SEEDS);
+            if ((rc = parse_hostport(p, e, &out->seeds[out->nseeds], why, whylen)))
+                return rc;
+            out->nseeds++;
+            p = comma ? comma + 1 : end;
+            if (comma && p == end)
+                return BAD("empty address after ','");
+        }
+        if (out->nseeds == 0)
+            return BAD("no host");
+        memcpy(out->host, out->seeds[0].host, sizeof out->host);
+        out->port = out->seeds[0].port;
+        if (mode == DIST__MODE_CLUSTER) {
+            if (*p == '/' && p[1] && p[1] != '?')
+                return BAD("a cluster has no database number or master name "
+                           "(unexpected '%s')", p);
+            if (*p == '/')
+                p++;
+            if ((rc = parse_query(p, &out->db, why, whylen)))
+                return rc;
+            if (out->db != 0)
+                return BAD("Redis Cluster has only database 0");
+            return 0;
+        }
+        if (*p != '/' || !p[1] || p[1] == '?')
+            return BAD("redis-sentinel:// needs the master's name after the "
+                       "addresses (.../mymaster)");
+        p++;
+        q = p + strcspn(p, "?");
+        if ((size_t)(q - p) >= sizeof out->master)
+            return BAD("master name too long");
+        memcpy(out->master, p, (size_t)(q - p));
+        out->master[q - p] = 0;
+        return parse_query(q, &out->db, why, whylen);
     }
-    if (!out->host[0])
-        return BAD("no host");
-    if (*p == ':') {
-        size_t n = strcspn(p + 1, "/?");
-        if (parse_ulong(p + 1, n, 65535, &v) || v == 0)
-            return BAD("bad port");
-        out->port = (int)v;
-        p += 1 + n;
+
+    {
+        struct dist__addr a;
+        if ((rc = parse_hostport(p, end, &a, why, whylen)))
+            return rc;
+        memcpy(out->host, a.host, sizeof out->host);
+        out->port = a.port;
+        p = end;
     }
-    if (*p == '/' && p[1]) {
+    if (*p == '/' && p[1] && p[1] != '?') {
         size_t n = strcspn(p + 1, "?");
         if (parse_ulong(p + 1, n, 1000000, &v))
             return BAD("bad database number");
@@ -163,9 +249,7 @@ int dist__parse_url(const char *url, struct dist__cfg *out, char *why,
     } else if (*p == '/') {
         p++;
     }
-    if (*p)
-        return BAD("unexpected '%s'", p);
-    return 0;
+    return parse_query(p, &out->db, why, whylen);
 }
 
 static unsigned long env_ms(const char *var, unsigned long def,
@@ -197,6 +281,8 @@ static void load_env(void)
                              MIN_WATCHDOG_MS);
     cfg.timeout_ms = env_ms("DISTLOCK_TIMEOUT_MS", DEFAULT_TIMEOUT_MS, 1);
     cfg.waiter_ms = env_ms("DISTLOCK_WAITER_MS", DEFAULT_WAITER_MS, MIN_WAITER_MS);
+    cfg.replica_wait_ms = env_ms("DISTLOCK_REPLICA_WAIT_MS",
+                                 DEFAULT_REPLICA_WAIT_MS, 0);
 }
 
 void dist__cfg_get(struct dist__cfg *out)
@@ -241,6 +327,22 @@ unsigned long dist__timeout_ms(void)
     return read_ms(&cfg.timeout_ms);
 }
 
+int dist__cfg_mode(void)
+{
+    int mode;
+
+    pthread_once(&cfg_once, load_env);
+    pthread_mutex_lock(&cfg_mu);
+    mode = cfg.mode;
+    pthread_mutex_unlock(&cfg_mu);
+    return mode;
+}
+
+unsigned long dist__replica_wait_ms(void)
+{
+    return read_ms(&cfg.replica_wait_ms);
+}
+
 int dist_set_url(const char *url)
 {
     struct dist__cfg tmp;
@@ -250,6 +352,10 @@ int dist_set_url(const char *url)
         return dist__err(EINVAL, "dist_set_url: %s", why);
     pthread_once(&cfg_once, load_env);
     pthread_mutex_lock(&cfg_mu);
+    cfg.mode = tmp.mode;
+    cfg.nseeds = tmp.nseeds;
+    memcpy(cfg.seeds, tmp.seeds, sizeof cfg.seeds);
+    memcpy(cfg.master, tmp.master, sizeof cfg.master);
     memcpy(cfg.host, tmp.host, sizeof cfg.host);
     memcpy(cfg.path, tmp.path, sizeof cfg.path);
     memcpy(cfg.user, tmp.user, sizeof cfg.user);
@@ -289,6 +395,11 @@ int dist_set_waiter_ms(unsigned long ms)
 int dist_set_timeout_ms(unsigned long ms)
 {
     return set_ms(&cfg.timeout_ms, ms, 1, "dist_set_timeout_ms");
+}
+
+int dist_set_replica_wait_ms(unsigned long ms)
+{
+    return set_ms(&cfg.replica_wait_ms, ms, 0, "dist_set_replica_wait_ms");
 }
 
 void dist__cfg_fork(int phase)

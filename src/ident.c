@@ -31,12 +31,14 @@ static void fork_prepare(void)
     dist__renew_fork(0);
     dist__pubsub_fork(0);
     dist__cfg_fork(0);
+    dist__topo_fork(0);
     pthread_mutex_lock(&id_mu);
 }
 
 static void fork_parent(void)
 {
     pthread_mutex_unlock(&id_mu);
+    dist__topo_fork(1);
     dist__cfg_fork(1);
     dist__pubsub_fork(1);
     dist__renew_fork(1);
@@ -48,6 +50,7 @@ static void fork_child(void)
 {
     pthread_mutex_init(&id_mu, NULL);
     atomic_fetch_add(&dist__fork_gen, 1);
+    dist__topo_fork(2);
     dist__cfg_fork(2);
     dist__pubsub_fork(2);
     dist__renew_fork(2);

@@ -1,7 +1,7 @@
 /* internal.h: what the modules of libdistlock share and nothing exports.
  * Lock order, outermost first: lock list (mutex.c), one lock's mu,
  * rwlock list (rwlock.c), one rwlock's mu, renewal registry (renew.c),
- * pub/sub channels (pubsub.c), config. */
+ * pub/sub channels (pubsub.c), config, topology (topo.c). */
 #ifndef DIST_INTERNAL_H
 #define DIST_INTERNAL_H
 
@@ -44,7 +44,22 @@ int dist__thread_start(pthread_t *th, void *(*fn)(void *));
 
 /* ---- config.c ---------------------------------------------------------- */
 
+#define DIST__MODE_SINGLE   0   /* redis:// or unix:// */
+#define DIST__MODE_SENTINEL 1   /* redis-sentinel:// */
+#define DIST__MODE_CLUSTER  2   /* redis-cluster:// */
+#define DIST__MAX_SEEDS     16
+
+struct dist__addr {
+    char host[256];               /* "" with port 0: the unix socket */
+    int port;
+};
+
 struct dist__cfg {
+    int mode;                     /* DIST__MODE_* */
+    int nseeds;                   /* sentinels or cluster nodes of the URL */
+    struct dist__addr seeds[DIST__MAX_SEEDS];
+    char master[128];             /* the sentinels' name for the master */
+    unsigned long replica_wait_ms;/* WAIT after an acquire; 0: off */
     char host[256];
     int port;
     char path[256];               /* unix socket; host unused when set */
@@ -63,6 +78,8 @@ unsigned long dist__cfg_gen(void);
 unsigned long dist__watchdog_ms(void);
 unsigned long dist__timeout_ms(void);
 unsigned long dist__waiter_ms(void);
+unsigned long dist__replica_wait_ms(void);
+int dist__cfg_mode(void);                     /* DIST__MODE_* */
 int dist__parse_url(const char *url, struct dist__cfg *out, char *why,
                     size_t whylen);
 
@@ -85,32 +102,64 @@ void dist__renew_fork(int phase);
 void dist__pubsub_fork(int phase);
 void dist__cfg_fork(int phase);
 
+struct dist__buf {        /* one argument of a command */
+    const char *p;
+    size_t len;
+};
+
+/* ---- topo.c ------------------------------------------------------------ */
+
+uint16_t dist__crc16(const char *p, size_t len);
+int dist__keyslot(const char *key, size_t len);   /* Redis Cluster's slot */
+/* Where commands on key go: the URL's server, the master the sentinels
+ * name, or the node serving key's slot (key NULL: any master).  0, or EIO
+ * with the reason. */
+int dist__route(const struct dist__cfg *cfg, const struct dist__buf *key,
+                struct dist__addr *out);
+/* Every master (one unless on a cluster), up to max; -1 on failure. */
+int dist__route_masters(const struct dist__cfg *cfg, struct dist__addr *out,
+                        int max);
+void dist__topo_moved(int slot, const struct dist__addr *to);  /* MOVED */
+/* A connection failed or a node was not what the map said: ask again at
+ * the next lookup. */
+void dist__topo_stale(void);
+/* Bumped whenever a master or a slot's owner changes. */
+unsigned long dist__topo_epoch(void);
+void dist__topo_fork(int phase);
+
 /* ---- conn.c ------------------------------------------------------------ */
 
 #define DIST__EREPLY (-2)  /* Redis answered with an error: nothing changed */
 #define DIST__ECONN  (-3)  /* connection failed: a sent call may have run */
 #define DIST__ENOCONN (-4) /* no connection could be made: nothing was sent */
 
-struct dist__buf {        /* one argument of a command */
-    const char *p;
-    size_t len;
-};
-
-int dist__connect(const struct dist__cfg *cfg, redisContext **out);
-/* The calling thread's connection, opened or replaced as needed.  NULL
- * with the last error set when Redis cannot be reached. */
-redisContext *dist__conn(void);
-void dist__conn_drop(void);          /* after an I/O error on it */
+/* A new connection to the server for key (see dist__route; key NULL: the
+ * master, or any master of a cluster), set up (AUTH, SELECT).  The caller
+ * frees it.  0, or EIO/ENOMEM with the reason. */
+int dist__connect(const struct dist__cfg *cfg, const struct dist__buf *key,
+                  redisContext **out);
+int dist__connect_addr(const struct dist__cfg *cfg, const struct dist__addr *a,
+                       redisContext **out);
 void dist__conn_close_thread(void);  /* dist_shutdown */
 /* EVALSHA, falling back to EVAL on NOSCRIPT.  keys then args.  Returns 0
  * with *out set (never an error reply), DIST__EREPLY, DIST__ECONN (the
  * context is dead: the caller frees or drops it), or ENOMEM. */
 int dist__eval(redisContext *c, int script, int nkeys,
                const struct dist__buf *kv, int nkv, redisReply **out);
-/* Same on the thread's own connection; drops it on DIST__ECONN, and returns
- * DIST__ENOCONN when it cannot connect at all. */
+/* Same on the calling thread's connection to the server of kv[0] (each
+ * thread keeps one per server it talks to).  Follows MOVED and ASK, and
+ * retries for up to the command timeout when the server says it cannot
+ * run the script yet (TRYAGAIN, CLUSTERDOWN, LOADING, MASTERDOWN, READONLY:
+ * nothing ran).  Drops the connection on DIST__ECONN; DIST__ENOCONN when
+ * no connection could be made. */
 int dist__eval_here(int script, int nkeys, const struct dist__buf *kv,
                     int nkv, redisReply **out);
+/* After a script of dist__eval_here that took a lock: waits for a replica
+ * of that server to acknowledge it (DISTLOCK_REPLICA_WAIT_MS).  0 when it
+ * did, or the server has no replicas, or the check is off;
+ * DIST_ENOREPLICA when none did; DIST__ECONN when the connection failed
+ * meanwhile.  what names the lock in the message. */
+int dist__replica_sync(const char *what);
 int dist__reply_int(const redisReply *r, size_t i, long long *v);
 const char *dist__publish_cmd(void);
 
@@ -121,6 +170,8 @@ const char *dist__publish_cmd(void);
 struct dist__names {
     atomic_int refs;
     int braces;              /* whether derived names wrap N in {} */
+    int slot;                /* the cluster slot of all of them; -1 when
+                              * they do not share one (see names_new) */
     struct dist__buf name;   /* N, also the lock key */
     struct dist__buf chan;   /* redisson_lock__channel:{N} */
     struct dist__buf token;  /* redisson_lock_token:{N} */

@@ -45,6 +45,7 @@ static struct {
     int pipe[2];
     redisContext *c;        /* owned by the thread */
     unsigned long c_gen;
+    struct dist__addr addr; /* where c is connected */
 } P = { .mu = PTHREAD_MUTEX_INITIALIZER, .pipe = { -1, -1 } };
 
 static void *pubsub_main(void *arg);
@@ -373,10 +374,22 @@ static void *pubsub_main(void *arg)
 
         if (P.c && P.c_gen != gen)
             lost_connection();
+        if (P.c && dist__cfg_mode() == DIST__MODE_SENTINEL) {
+            /* follow the master: the sentinels are asked about once a
+             * second, and releases are published on the new master */
+            struct dist__cfg cfg;
+            struct dist__addr a;
+            dist__cfg_get(&cfg);
+            if (dist__route(&cfg, NULL, &a) == 0 &&
+                (a.port != P.addr.port || strcmp(a.host, P.addr.host) != 0))
+                lost_connection();
+        }
         if (!P.c) {
             struct dist__cfg cfg;
             dist__cfg_get(&cfg);
-            if (dist__connect(&cfg, &P.c) != 0) {
+            if (dist__route(&cfg, NULL, &P.addr) != 0 ||
+                dist__connect_addr(&cfg, &P.addr, &P.c) != 0) {
+                dist__topo_stale();
                 nap(backoff);
                 if (backoff < 1000)
                     backoff *= 2;

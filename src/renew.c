@@ -28,8 +28,6 @@ static struct {
     uint64_t wake_at;          /* when the thread next looks, monotonic ms */
     pthread_t th;
     struct dist__hold *head;   /* registered or doubtful holds */
-    redisContext *c;
-    unsigned long c_gen;
 } R = { .mu = PTHREAD_MUTEX_INITIALIZER };
 
 struct dist__hold *dist__hold_new(struct dist__names *names,
@@ -218,33 +216,6 @@ int dist__renew_settle(struct dist__hold *h, uint64_t until_ms)
     return rc;
 }
 
-/* The thread's own connection; NULL when Redis cannot be reached. */
-static redisContext *my_context(void)
-{
-    unsigned long gen = dist__cfg_gen();
-    struct dist__cfg cfg;
-
-    if (R.c && R.c_gen != gen) {
-        redisFree(R.c);
-        R.c = NULL;
-    }
-    if (!R.c) {
-        dist__cfg_get(&cfg);
-        if (dist__connect(&cfg, &R.c) != 0)
-            return NULL;
-        R.c_gen = cfg.gen;
-    }
-    return R.c;
-}
-
-static void drop_context(void)
-{
-    if (R.c) {
-        redisFree(R.c);
-        R.c = NULL;
-    }
-}
-
 /* Lost names are reported after R.mu is released. */
 struct lostlist {
     char **names;
@@ -291,7 +262,6 @@ static int settle_one(struct dist__hold *h, struct lostlist *lost)
     struct dist__buf kv[9];
     char lease[24], expect[24];
     const char *pub = dist__publish_cmd();
-    redisContext *c;
     redisReply *r = NULL;
     long long res = 0;
     int rc, n = 0, nkeys, script;
@@ -314,10 +284,9 @@ static int settle_one(struct dist__hold *h, struct lostlist *lost)
     script = h->fair ? DIST__S_FAIR_UNLOCK : DIST__S_MUTEX_UNLOCK;
     pthread_mutex_unlock(&R.mu);
 
-    c = my_context();
-    rc = c ? dist__eval(c, script, nkeys, kv, n, &r) : DIST__ECONN;
-    if (rc == DIST__ECONN)
-        drop_context();
+    rc = dist__eval_here(script, nkeys, kv, n, &r);
+    if (rc == DIST__ENOCONN)
+        rc = DIST__ECONN;
     if (rc == 0)
         dist__reply_int(r, 0, &res);
     freeReplyObject(r);
@@ -356,7 +325,6 @@ static int renew_batch(struct dist__hold **hs, size_t n, unsigned long ms,
 {
     struct dist__buf *kv;
     char msbuf[24], (*counts)[12];
-    redisContext *c;
     redisReply *r = NULL;
     size_t i, nk = 0, k = 0;
     int j, rc, kind = hs[0]->kind;
@@ -387,11 +355,7 @@ static int renew_batch(struct dist__hold **hs, size_t n, unsigned long ms,
     }
     pthread_mutex_unlock(&R.mu);
 
-    c = my_context();
-    rc = c ? dist__eval(c, renew_script[kind], (int)nk, kv, (int)k, &r)
-           : DIST__ECONN;
-    if (rc == DIST__ECONN)
-        drop_context();
+    rc = dist__eval_here(renew_script[kind], (int)nk, kv, (int)k, &r);
     free(kv);
     free(counts);
 
@@ -426,7 +390,7 @@ static uint64_t tick(struct lostlist *lost)
     struct dist__hold *h, **all, **batch;
     uint64_t now = dist__now_ms(), next = now + 60000;
     size_t n, i, j, count = 0, nk;
-    int failed = 0;
+    int failed = 0, cluster;
 
     /* Snapshot first: the list changes while the mutex is dropped, but
      * entries marked in flight are freed by nobody but finish().  An entry
@@ -455,8 +419,11 @@ static uint64_t tick(struct lostlist *lost)
     for (i = 0; i < count; i++)
         if (all[i]->doubt && settle_one(all[i], lost) != 0)
             failed = 1;
-    /* batches of one kind and one ms value */
+    /* batches of one kind and one ms value (and on a cluster one slot: a
+     * script's keys must share one) */
+    cluster = dist__cfg_mode() == DIST__MODE_CLUSTER;
     for (i = 0; i < count; i++) {
+        int bad;
         h = all[i];
         if (h->inflight != 2)
             continue;
@@ -466,16 +433,17 @@ static uint64_t tick(struct lostlist *lost)
             struct dist__hold *o = all[j];
             /* the first always goes in: one larger than MAX_KEYS goes alone */
             if (o->inflight == 2 && o->kind == h->kind && ms_of(o) == ms_of(h) &&
+                (!cluster || o->names->slot == h->names->slot) &&
                 (n == 0 || nk + (size_t)nkeys_of(o) <= MAX_KEYS)) {
                 o->inflight = 1;
                 nk += (size_t)nkeys_of(o);
                 batch[n++] = o;
             }
         }
-        if (renew_batch(batch, n, ms_of(h), lost) != 0)
-            failed = 1;
+        bad = renew_batch(batch, n, ms_of(h), lost) != 0;
+        failed |= bad;
         for (j = 0; j < n; j++)
-            batch[j]->due = dist__now_ms() + (failed ? RETRY_MS : period_of(batch[j]));
+            batch[j]->due = dist__now_ms() + (bad ? RETRY_MS : period_of(batch[j]));
     }
     for (i = 0; i < count; i++)
         finish(all[i]);
@@ -521,7 +489,7 @@ static void *renew_main(void *arg)
                 break;
     }
     R.wake_at = 0;
-    drop_context();
+    dist__conn_close_thread();
     pthread_mutex_unlock(&R.mu);
     return NULL;
 }
@@ -576,6 +544,5 @@ void dist__renew_fork(int phase)
         R.stop = 0;
         R.kick = 0;
         R.head = NULL;
-        R.c = NULL;     /* the parent's socket: not ours to use or close */
     }
 }

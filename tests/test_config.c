@@ -130,6 +130,13 @@ static void test_setters(void **state)
     assert_int_equal(dist_set_timeout_ms(0), EINVAL);
     assert_int_equal(dist_set_timeout_ms(750), 0);
     assert_int_equal(dist__timeout_ms(), 750);
+    assert_int_equal(dist__replica_wait_ms(), 1000);
+    assert_int_equal(dist_set_replica_wait_ms(0), 0);
+    assert_int_equal(dist__replica_wait_ms(), 0);
+    assert_int_equal(dist_set_replica_wait_ms(250), 0);
+    assert_int_equal(dist__replica_wait_ms(), 250);
+    assert_int_equal(dist_set_url("redis-cluster://127.0.0.1:7000"), 0);
+    assert_int_equal(dist__cfg_mode(), DIST__MODE_CLUSTER);
 }
 
 static void expect_derived(const char *name, const char *chan,
@@ -175,6 +182,109 @@ static void test_derived_names(void **state)
     dist__names_unref(n);
 }
 
+static void test_ha_forms(void **state)
+{
+    struct dist__cfg c;
+
+    (void)state;
+    parse_ok("redis-sentinel://127.0.0.1:26379,127.0.0.1:26380,[::1]:26381/mymaster", &c);
+    assert_int_equal(c.mode, DIST__MODE_SENTINEL);
+    assert_int_equal(c.nseeds, 3);
+    assert_string_equal(c.seeds[0].host, "127.0.0.1");
+    assert_int_equal(c.seeds[0].port, 26379);
+    assert_int_equal(c.seeds[1].port, 26380);
+    assert_string_equal(c.seeds[2].host, "::1");
+    assert_int_equal(c.seeds[2].port, 26381);
+    assert_string_equal(c.master, "mymaster");
+    assert_int_equal(c.db, 0);
+
+    parse_ok("redis-sentinel://app:pw@s1/m?db=3", &c);
+    assert_int_equal(c.nseeds, 1);
+    assert_string_equal(c.seeds[0].host, "s1");
+    assert_int_equal(c.seeds[0].port, 6379);
+    assert_string_equal(c.user, "app");
+    assert_string_equal(c.pass, "pw");
+    assert_string_equal(c.master, "m");
+    assert_int_equal(c.db, 3);
+
+    parse_ok("redis-cluster://127.0.0.1:7000,127.0.0.1:7001", &c);
+    assert_int_equal(c.mode, DIST__MODE_CLUSTER);
+    assert_int_equal(c.nseeds, 2);
+    assert_int_equal(c.seeds[1].port, 7001);
+    parse_ok("redis-cluster://:pw@127.0.0.1:7000/", &c);
+    assert_string_equal(c.pass, "pw");
+
+    parse_ok("redis://127.0.0.1:6379", &c);
+    assert_int_equal(c.mode, DIST__MODE_SINGLE);
+
+    parse_bad("redis-sentinel://127.0.0.1:26379", "master's name");
+    parse_bad("redis-sentinel://127.0.0.1:26379/", "master's name");
+    parse_bad("redis-sentinel://127.0.0.1:26379,/m", "empty address");
+    parse_bad("redis-sentinel://127.0.0.1:26379,127.0.0.1:x/m", "bad port");
+    parse_bad("redis-sentinel:///m", "no host");
+    parse_bad("redis-cluster://127.0.0.1:7000/2", "database");
+    parse_bad("redis-cluster://127.0.0.1:7000?db=2", "only database 0");
+    parse_bad("redis-cluster://127.0.0.1:7000,", "empty address");
+    parse_bad("redis-cluster://127.0.0.1:7000?x=1", "?db=N");
+    {
+        char url[400] = "redis-cluster://";
+        int i;
+        for (i = 0; i <= DIST__MAX_SEEDS; i++)
+            strcat(url, i ? ",h:1" : "h:1");
+        parse_bad(url, "more than");
+    }
+}
+
+/* Values CLUSTER KEYSLOT gives on Redis 7; the cluster tests compare more
+ * against a live server. */
+static void test_keyslot(void **state)
+{
+    static const struct { const char *key; int slot; } t[] = {
+        { "foo", 12182 }, { "bar", 5061 }, { "hello", 866 },
+        { "123456789", 12739 },           /* CRC16/XMODEM check value 0x31c3 */
+        { "{user1000}.following", 3443 },
+        { "a}b{c}d", 7365 },              /* only "c" counts */
+        { "{}x", 10595 }, { "x{}", 2608 },/* empty tag: the whole key */
+        { "{a", 10276 }, { "{{a}}", 10276 }, { "}{a}", 15495 },
+        { "a{b}c{d}", 3300 }, { "a{}{b}", 15033 }, { "", 0 },
+        { "m", 15627 }, { "redisson_lock__channel:{m}", 15627 },
+    };
+    size_t i;
+
+    (void)state;
+    assert_int_equal(dist__crc16("123456789", 9), 0x31c3);
+    for (i = 0; i < sizeof t / sizeof t[0]; i++)
+        if (dist__keyslot(t[i].key, strlen(t[i].key)) != t[i].slot)
+            fail_msg("keyslot('%s') = %d, want %d", t[i].key,
+                     dist__keyslot(t[i].key, strlen(t[i].key)), t[i].slot);
+}
+
+/* Every name of a lock must be in one slot, or the name is refused on a
+ * cluster. */
+static void test_names_slot(void **state)
+{
+    static const char *const good[] = { "m", "{tag}rest", "ledger:42" };
+    static const char *const bad[] = { "a{b", "a{}b", "a}b" };
+    struct dist__names *n;
+    size_t i;
+
+    (void)state;
+    for (i = 0; i < sizeof good / sizeof good[0]; i++) {
+        n = dist__names_new(good[i], strlen(good[i]));
+        assert_non_null(n);
+        assert_int_equal(n->slot, dist__keyslot(good[i], strlen(good[i])));
+        assert_int_equal(dist__keyslot(n->queue.p, n->queue.len), n->slot);
+        assert_int_equal(dist__keyslot(n->writers.p, n->writers.len), n->slot);
+        dist__names_unref(n);
+    }
+    for (i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        n = dist__names_new(bad[i], strlen(bad[i]));
+        assert_non_null(n);
+        assert_int_equal(n->slot, -1);
+        dist__names_unref(n);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -184,6 +294,9 @@ int main(void)
         cmocka_unit_test(test_refused),
         cmocka_unit_test(test_setters),
         cmocka_unit_test(test_derived_names),
+        cmocka_unit_test(test_ha_forms),
+        cmocka_unit_test(test_keyslot),
+        cmocka_unit_test(test_names_slot),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -301,7 +301,7 @@ static redisContext *redis_open(void)
     redisContext *c;
 
     dist__cfg_get(&cfg);
-    if (dist__connect(&cfg, &c) != 0)
+    if (dist__connect(&cfg, NULL, &c) != 0)
         die(EX_REDIS, "%s", dist_last_error());
     return c;
 }

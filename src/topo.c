@@ -1,0 +1,544 @@
+/* topo.c: which server a lock's keys live on.
+ *
+ *   redis://, unix://   the URL's server.
+ *   redis-sentinel://   the master the sentinels name for the URL's master
+ *                       name, confirmed with ROLE when it changes; asked
+ *                       again after a connection to it failed and at least
+ *                       every second, so a failover is followed about a
+ *                       second after the sentinels announce it.
+ *   redis-cluster://    the slot map of CLUSTER SLOTS, patched by MOVED,
+ *                       read again after MOVED or a failed connection and
+ *                       every few seconds.
+ *
+ * One process-wide state under one mutex.  Only one thread asks the network
+ * at a time; the others go on with what is known unless it is known to be
+ * wrong (then they wait for the answer, bounded by the command timeout). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+#define SENTINEL_PERIOD_MS 1000   /* ask the sentinels again after this */
+#define CLUSTER_PERIOD_MS  5000   /* read the slot map again after this */
+#define MIN_GAP_MS         100    /* between two refreshes forced by failures */
+#define MAX_NODES          128
+#define NO_NODE            0xff
+
+/* ---- hash slots --------------------------------------------------------- */
+
+/* CRC16-CCITT (XMODEM: polynomial 0x1021, no reflection, initial value 0),
+ * the checksum Redis Cluster takes modulo 16384. */
+uint16_t dist__crc16(const char *p, size_t len)
+{
+    uint16_t crc = 0;
+    size_t i;
+    int b;
+
+    for (i = 0; i < len; i++) {
+        crc ^= (uint16_t)((unsigned char)p[i] << 8);
+        for (b = 0; b < 8; b++)
+            crc = (crc & 0x8000) ? (uint16_t)((crc << 1) ^ 0x1021)
+                                 : (uint16_t)(crc << 1);
+    }
+    return crc;
+}
+
+/* Only the part between the first '{' and the next '}' counts, if that part
+ * is not empty; otherwise the whole key. */
+int dist__keyslot(const char *key, size_t len)
+{
+    const char *open = memchr(key, '{', len), *close;
+
+    if (open) {
+        size_t rest = len - (size_t)(open - key) - 1;
+        close = memchr(open + 1, '}', rest);
+        if (close && close > open + 1)
+            return dist__crc16(open + 1, (size_t)(close - open - 1)) & 16383;
+    }
+    return dist__crc16(key, len) & 16383;
+}
+
+/* ---- shared state ------------------------------------------------------- */
+
+static struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;            /* a refresh finished */
+    int busy;                     /* a thread is asking the network */
+    unsigned long cfg_gen;        /* the settings this state belongs to */
+    int valid;                    /* what follows was read at least once */
+    int stale;                    /* known or suspected wrong: ask again */
+    uint64_t checked;             /* when it was last read (monotonic ms) */
+    uint64_t tried;               /* when a refresh last started */
+    unsigned long epoch;          /* bumped whenever the answer changes */
+    /* sentinel */
+    struct dist__addr master;
+    int good_seed;                /* the sentinel that answered last */
+    /* cluster */
+    int nnodes;
+    struct dist__addr nodes[MAX_NODES];
+    unsigned char owner[16384];   /* index into nodes, or NO_NODE */
+    char why[600];                /* why the last refresh failed */
+} T = { .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER };
+
+static int same_addr(const struct dist__addr *a, const struct dist__addr *b)
+{
+    return a->port == b->port && strcmp(a->host, b->host) == 0;
+}
+
+/* A short-lived connection for asking a sentinel or a node.  NULL with why
+ * filled in. */
+static redisContext *ask_connect(const struct dist__cfg *cfg,
+                                 const struct dist__addr *a, char *why,
+                                 size_t whylen)
+{
+    unsigned long ms = cfg->timeout_ms < 1000 ? cfg->timeout_ms : 1000;
+    struct timeval tv = { (time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000 };
+    redisContext *c = redisConnectWithTimeout(a->host, a->port, tv);
+
+    if (!c || c->err) {
+        snprintf(why, whylen, "cannot connect to %.100s:%d: %s", a->host, a->port,
+                 c ? c->errstr : "out of memory");
+        if (c)
+            redisFree(c);
+        return NULL;
+    }
+    redisSetTimeout(c, tv);
+    return c;
+}
+
+/* One command on c, with AUTH first when the server asks for it and the URL
+ * has credentials.  NULL with why filled in when it failed or was refused. */
+static redisReply *ask(redisContext *c, const struct dist__cfg *cfg,
+                       const struct dist__addr *a, int argc, const char **argv,
+                       char *why, size_t whylen)
+{
+    struct dist__sigpipe sp;
+    redisReply *r;
+    int authed = 0;
+
+    dist__sigpipe_block(&sp);
+    for (;;) {
+        r = redisCommandArgv(c, argc, argv, NULL);
+        if (r && r->type == REDIS_REPLY_ERROR && !authed && cfg->pass[0] &&
+            strncmp(r->str, "NOAUTH", 6) == 0) {
+            const char *av[3] = { "AUTH", cfg->user, cfg->pass };
+            redisReply *ar;
+            freeReplyObject(r);
+            ar = cfg->user[0] ? redisCommandArgv(c, 3, av, NULL)
+                              : (av[1] = cfg->pass, redisCommandArgv(c, 2, av, NULL));
+            authed = 1;
+            if (ar && ar->type != REDIS_REPLY_ERROR) {
+                freeReplyObject(ar);
+                continue;
+            }
+            snprintf(why, whylen, "%.100s:%d refused AUTH: %s", a->host, a->port,
+                     ar ? ar->str : c->errstr);
+            freeReplyObject(ar);
+            r = NULL;
+            break;
+        }
+        break;
+    }
+    dist__sigpipe_restore(&sp);
+    if (!r && !why[0])
+        snprintf(why, whylen, "%.100s:%d: %s", a->host, a->port,
+                 c->errstr[0] ? c->errstr : "no reply");
+    if (r && r->type == REDIS_REPLY_ERROR) {
+        snprintf(why, whylen, "%.100s:%d refused %s: %s", a->host, a->port,
+                 argv[0], r->str);
+        freeReplyObject(r);
+        r = NULL;
+    }
+    return r;
+}
+
+static int reply_addr(const redisReply *host, const redisReply *port,
+                      const struct dist__addr *asked, struct dist__addr *out)
+{
+    long long p;
+
+    if (host->type != REDIS_REPLY_STRING || host->len >= sizeof out->host)
+        return -1;
+    if (port->type == REDIS_REPLY_INTEGER)
+        p = port->integer;
+    else if (port->type == REDIS_REPLY_STRING)
+        p = strtoll(port->str, NULL, 10);
+    else
+        return -1;
+    if (p <= 0 || p > 65535)
+        return -1;
+    /* an empty or unknown host means the node we asked; the whole struct
+     * is written so that two addresses compare with memcmp */
+    memset(out, 0, sizeof *out);
+    if (host->len == 0 || strcmp(host->str, "?") == 0)
+        snprintf(out->host, sizeof out->host, "%s", asked->host);
+    else
+        memcpy(out->host, host->str, host->len);
+    out->port = (int)p;
+    return 0;
+}
+
+/* Whether the server at a says it is a master (ROLE). */
+static int confirm_master(const struct dist__cfg *cfg, const struct dist__addr *a,
+                          char *why, size_t whylen)
+{
+    const char *argv[1] = { "ROLE" };
+    redisContext *c = ask_connect(cfg, a, why, whylen);
+    redisReply *r;
+    int ok;
+
+    if (!c)
+        return 0;
+    r = ask(c, cfg, a, 1, argv, why, whylen);
+    redisFree(c);
+    if (!r)
+        return 0;
+    ok = r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
+         r->element[0]->type == REDIS_REPLY_STRING &&
+         strcmp(r->element[0]->str, "master") == 0;
+    if (!ok)
+        snprintf(why, whylen, "%.100s:%d is not a master (ROLE says %s)", a->host,
+                 a->port, r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
+                 r->element[0]->type == REDIS_REPLY_STRING ?
+                 r->element[0]->str : "something else");
+    freeReplyObject(r);
+    return ok;
+}
+
+/* Asks the sentinels, starting with the one that answered last.  Network
+ * only: T.mu is not held.  0 with *out, or -1 with why. */
+static int ask_sentinels(const struct dist__cfg *cfg, int first,
+                         const struct dist__addr *known, struct dist__addr *out,
+                         int *answered, char *why, size_t whylen)
+{
+    const char *argv[3] = { "SENTINEL", "get-master-addr-by-name", cfg->master };
+    int i;
+
+    for (i = 0; i < cfg->nseeds; i++) {
+        int k = (first + i) % cfg->nseeds;
+        const struct dist__addr *s = &cfg->seeds[k];
+        redisContext *c;
+        redisReply *r;
+
+        why[0] = 0;
+        if (!(c = ask_connect(cfg, s, why, whylen)))
+            continue;
+        r = ask(c, cfg, s, 3, argv, why, whylen);
+        redisFree(c);
+        if (!r)
+            continue;
+        if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+            reply_addr(r->element[0], r->element[1], s, out) != 0) {
+            snprintf(why, whylen, "sentinel %.100s:%d does not know a master "
+                     "named '%s'", s->host, s->port, cfg->master);
+            freeReplyObject(r);
+            continue;
+        }
+        freeReplyObject(r);
+        /* a master we already use was confirmed when it was connected to;
+         * a new one is asked, so that a stale sentinel is not believed */
+        if ((known && same_addr(known, out)) ||
+            confirm_master(cfg, out, why, whylen)) {
+            *answered = k;
+            return 0;
+        }
+    }
+    if (!why[0])
+        snprintf(why, whylen, "no sentinel given");
+    return -1;
+}
+
+static int node_index(const struct dist__addr *a)
+{
+    int i;
+
+    for (i = 0; i < T.nnodes; i++)
+        if (same_addr(&T.nodes[i], a))
+            return i;
+    if (T.nnodes == MAX_NODES)
+        return -1;
+    T.nodes[T.nnodes] = *a;
+    return T.nnodes++;
+}
+
+/* The slot map from one node.  0 with the map filled, -1 with why. */
+static int read_slots(const struct dist__cfg *cfg, const struct dist__addr *a,
+                      int *nnodes, struct dist__addr *nodes,
+                      unsigned char *owner, char *why, size_t whylen)
+{
+    const char *argv[2] = { "CLUSTER", "SLOTS" };
+    redisContext *c = ask_connect(cfg, a, why, whylen);
+    redisReply *r;
+    size_t i;
+    int j, covered = 0;
+
+    if (!c)
+        return -1;
+    r = ask(c, cfg, a, 2, argv, why, whylen);
+    redisFree(c);
+    if (!r)
+        return -1;
+    if (r->type != REDIS_REPLY_ARRAY || r->elements == 0) {
+        snprintf(why, whylen, "%.100s:%d serves no slots (is it a cluster node "
+                 "that has joined a cluster?)", a->host, a->port);
+        freeReplyObject(r);
+        return -1;
+    }
+    memset(owner, NO_NODE, 16384);
+    *nnodes = 0;
+    for (i = 0; i < r->elements; i++) {
+        redisReply *e = r->element[i];
+        struct dist__addr m;
+        long long lo, hi;
+        int idx = -1;
+        if (e->type != REDIS_REPLY_ARRAY || e->elements < 3 ||
+            e->element[0]->type != REDIS_REPLY_INTEGER ||
+            e->element[1]->type != REDIS_REPLY_INTEGER ||
+            e->element[2]->type != REDIS_REPLY_ARRAY ||
+            e->element[2]->elements < 2 ||
+            reply_addr(e->element[2]->element[0], e->element[2]->element[1],
+                       a, &m) != 0)
+            continue;
+        lo = e->element[0]->integer;
+        hi = e->element[1]->integer;
+        if (lo < 0 || hi > 16383 || lo > hi)
+            continue;
+        for (j = 0; j < *nnodes; j++)
+            if (same_addr(&nodes[j], &m))
+                idx = j;
+        if (idx < 0 && *nnodes < MAX_NODES) {
+            idx = (*nnodes)++;
+            nodes[idx] = m;
+        }
+        if (idx < 0)
+            continue;
+        for (j = (int)lo; j <= (int)hi; j++)
+            owner[j] = (unsigned char)idx;
+        covered += (int)(hi - lo + 1);
+    }
+    freeReplyObject(r);
+    if (covered == 0) {
+        snprintf(why, whylen, "%.100s:%d gave an empty slot map", a->host, a->port);
+        return -1;
+    }
+    return 0;
+}
+
+/* Reads the map from the nodes known so far, then the URL's.  Network only. */
+static int ask_cluster(const struct dist__cfg *cfg, int nknown,
+                       const struct dist__addr *known, int *nnodes,
+                       struct dist__addr *nodes, unsigned char *owner,
+                       char *why, size_t whylen)
+{
+    int i;
+
+    for (i = 0; i < nknown + cfg->nseeds; i++) {
+        const struct dist__addr *a = i < nknown ? &known[i] : &cfg->seeds[i - nknown];
+        why[0] = 0;
+        if (read_slots(cfg, a, nnodes, nodes, owner, why, whylen) == 0)
+            return 0;
+    }
+    if (!why[0])
+        snprintf(why, whylen, "no cluster node given");
+    return -1;
+}
+
+/* Brings T up to date when it is due, or waits for the thread that does.
+ * T.mu held on entry and exit. */
+static void refresh(const struct dist__cfg *cfg, uint64_t until)
+{
+    uint64_t now = dist__now_ms();
+    unsigned long period = cfg->mode == DIST__MODE_SENTINEL ? SENTINEL_PERIOD_MS
+                                                           : CLUSTER_PERIOD_MS;
+    int due, must;
+
+    if (T.cfg_gen != cfg->gen) {
+        T.cfg_gen = cfg->gen;
+        T.valid = 0;
+        T.stale = 0;
+        T.nnodes = 0;
+        T.good_seed = 0;
+        T.why[0] = 0;
+    }
+    must = !T.valid || (T.stale && now >= T.tried + MIN_GAP_MS);
+    due = must || now >= T.checked + period;
+    if (!due)
+        return;
+    if (T.busy) {
+        struct timespec ts;
+        /* someone asks already: go on with what is known, unless it is
+         * known to be wrong */
+        if (!must)
+            return;
+        dist__ms_to_ts(until, &ts);
+        while (T.busy && dist__now_ms() < until)
+            pthread_cond_timedwait(&T.cv, &T.mu, &ts);
+        return;
+    }
+    T.busy = 1;
+    T.tried = now;
+    if (cfg->mode == DIST__MODE_SENTINEL) {
+        struct dist__addr known = T.master, got;
+        int had = T.valid, first = T.good_seed, answered = 0, rc;
+        char why[600];
+        pthread_mutex_unlock(&T.mu);
+        rc = ask_sentinels(cfg, first, had ? &known : NULL, &got, &answered,
+                           why, sizeof why);
+        pthread_mutex_lock(&T.mu);
+        if (T.cfg_gen == cfg->gen) {
+            if (rc == 0) {
+                if (!T.valid || !same_addr(&T.master, &got))
+                    T.epoch++;
+                T.master = got;
+                T.good_seed = answered;
+                T.valid = 1;
+                T.stale = 0;
+                T.checked = dist__now_ms();
+            } else {
+                snprintf(T.why, sizeof T.why, "%s", why);
+                T.stale = 1;
+            }
+        }
+    } else {
+        static struct dist__addr known[MAX_NODES], nodes[MAX_NODES];
+        static unsigned char owner[16384];
+        int nknown = T.nnodes, nnodes = 0, rc;
+        char why[600];
+        /* the static scratch is only touched by the one busy thread */
+        memcpy(known, T.nodes, sizeof known[0] * (size_t)nknown);
+        pthread_mutex_unlock(&T.mu);
+        rc = ask_cluster(cfg, nknown, known, &nnodes, nodes, owner, why,
+                         sizeof why);
+        pthread_mutex_lock(&T.mu);
+        if (T.cfg_gen == cfg->gen) {
+            if (rc == 0) {
+                if (!T.valid || T.nnodes != nnodes ||
+                    memcmp(T.nodes, nodes, sizeof nodes[0] * (size_t)nnodes) ||
+                    memcmp(T.owner, owner, sizeof owner))
+                    T.epoch++;
+                T.nnodes = nnodes;
+                memcpy(T.nodes, nodes, sizeof nodes[0] * (size_t)nnodes);
+                memcpy(T.owner, owner, sizeof owner);
+                T.valid = 1;
+                T.stale = 0;
+                T.checked = dist__now_ms();
+            } else {
+                snprintf(T.why, sizeof T.why, "%s", why);
+                T.stale = 1;
+            }
+        }
+    }
+    T.busy = 0;
+    pthread_cond_broadcast(&T.cv);
+}
+
+int dist__route(const struct dist__cfg *cfg, const struct dist__buf *key,
+                struct dist__addr *out)
+{
+    uint64_t until = dist__now_ms() + cfg->timeout_ms;
+    int rc = 0;
+
+    if (cfg->mode == DIST__MODE_SINGLE) {
+        if (cfg->path[0]) {
+            out->host[0] = 0;
+            out->port = 0;
+        } else {
+            memcpy(out->host, cfg->host, sizeof out->host);
+            out->port = cfg->port;
+        }
+        return 0;
+    }
+    pthread_mutex_lock(&T.mu);
+    refresh(cfg, until);
+    if (!T.valid || T.cfg_gen != cfg->gen) {
+        rc = dist__err(EIO, "%s: %s", cfg->mode == DIST__MODE_SENTINEL ?
+                       "cannot find the master from the sentinels" :
+                       "cannot read the cluster's slot map",
+                       T.why[0] ? T.why : "no answer yet");
+    } else if (cfg->mode == DIST__MODE_SENTINEL) {
+        *out = T.master;
+    } else {
+        int slot = key ? dist__keyslot(key->p, key->len) : -1, i;
+        unsigned char o = NO_NODE;
+        if (slot >= 0)
+            o = T.owner[slot];
+        for (i = 0; slot < 0 && i < 16384; i++)   /* any master */
+            if (T.owner[i] != NO_NODE)
+                o = T.owner[i];
+        if (o == NO_NODE) {
+            T.stale = 1;
+            rc = dist__err(EIO, "cluster slot %d has no master (the cluster "
+                           "is down or being resharded)", slot);
+        } else {
+            *out = T.nodes[o];
+        }
+    }
+    pthread_mutex_unlock(&T.mu);
+    return rc;
+}
+
+int dist__route_masters(const struct dist__cfg *cfg, struct dist__addr *out,
+                        int max)
+{
+    int n = 0, i, j;
+
+    if (cfg->mode != DIST__MODE_CLUSTER)
+        return dist__route(cfg, NULL, out) == 0 ? 1 : -1;
+    if (dist__route(cfg, NULL, out) != 0)     /* brings the map up to date */
+        return -1;
+    pthread_mutex_lock(&T.mu);
+    for (i = 0; i < T.nnodes && n < max; i++) {
+        int serves = 0;
+        for (j = 0; j < 16384 && !serves; j++)
+            serves = T.owner[j] == i;
+        if (serves)
+            out[n++] = T.nodes[i];
+    }
+    pthread_mutex_unlock(&T.mu);
+    return n;
+}
+
+void dist__topo_moved(int slot, const struct dist__addr *to)
+{
+    int idx;
+
+    pthread_mutex_lock(&T.mu);
+    if (T.valid && slot >= 0 && slot < 16384 && (idx = node_index(to)) >= 0) {
+        T.owner[slot] = (unsigned char)idx;
+        T.epoch++;
+    }
+    T.stale = 1;     /* more slots probably moved with it */
+    pthread_mutex_unlock(&T.mu);
+}
+
+void dist__topo_stale(void)
+{
+    pthread_mutex_lock(&T.mu);
+    T.stale = 1;
+    pthread_mutex_unlock(&T.mu);
+}
+
+unsigned long dist__topo_epoch(void)
+{
+    unsigned long e;
+
+    pthread_mutex_lock(&T.mu);
+    e = T.epoch;
+    pthread_mutex_unlock(&T.mu);
+    return e;
+}
+
+void dist__topo_fork(int phase)
+{
+    if (phase == 0) {
+        pthread_mutex_lock(&T.mu);
+    } else if (phase == 1) {
+        pthread_mutex_unlock(&T.mu);
+    } else {
+        pthread_mutex_init(&T.mu, NULL);
+        pthread_cond_init(&T.cv, NULL);
+        T.busy = 0;
+    }
+}
