@@ -13,6 +13,10 @@
 #define DEFAULT_TIMEOUT_MS  2000UL
 #define DEFAULT_WAITER_MS   5000UL
 #define DEFAULT_REPLICA_WAIT_MS 1000UL
+/* How much longer than the command timeout a blocked lock call keeps trying
+ * when the master cannot be reached on Sentinel or Cluster: a failover
+ * usually takes a few seconds. */
+#define FAILOVER_GRACE_MS   15000UL
 #define MIN_WAITER_MS       300UL
 #define MIN_WATCHDOG_MS     300UL
 #define MAX_MS              (24UL * 3600 * 1000)
@@ -325,6 +329,19 @@ unsigned long dist__waiter_ms(void)
 unsigned long dist__timeout_ms(void)
 {
     return read_ms(&cfg.timeout_ms);
+}
+
+unsigned long dist__patience_ms(void)
+{
+    unsigned long ms;
+    int mode;
+
+    pthread_once(&cfg_once, load_env);
+    pthread_mutex_lock(&cfg_mu);
+    ms = cfg.timeout_ms;
+    mode = cfg.mode;
+    pthread_mutex_unlock(&cfg_mu);
+    return mode == DIST__MODE_SINGLE ? ms : ms + FAILOVER_GRACE_MS;
 }
 
 int dist__cfg_mode(void)

@@ -80,6 +80,9 @@ unsigned long dist__timeout_ms(void);
 unsigned long dist__waiter_ms(void);
 unsigned long dist__replica_wait_ms(void);
 int dist__cfg_mode(void);                     /* DIST__MODE_* */
+/* How long a call that may block keeps trying a Redis it cannot reach:
+ * the command timeout, plus a failover's worth on Sentinel or Cluster. */
+unsigned long dist__patience_ms(void);
 int dist__parse_url(const char *url, struct dist__cfg *out, char *why,
                     size_t whylen);
 
@@ -260,6 +263,10 @@ int dist__renew_settle(struct dist__hold *h, uint64_t until_ms);
 struct dist__hold *dist__waiter_start(struct dist__names *names,
                                       const struct dist__buf *zset);
 void dist__waiter_stop(struct dist__hold *w);   /* NULL is fine */
+/* Renews every hold now: a failover was seen, and the new master may have
+ * an older lease than the last renewal set (renewals are not waited for
+ * on replicas), or may have lost holds that should be reported. */
+void dist__renew_all_now(void);
 void dist__renew_shutdown(void);
 
 /* ---- pubsub.c ---------------------------------------------------------- */

@@ -638,26 +638,41 @@ static struct dist__chan *wait_channel(struct dist__mobj *o)
 }
 
 /* try_acquire for a call that may wait: a Redis that cannot be reached for
- * a moment (a restart, a failover) is tried again until the command
- * timeout has passed, or the caller's deadline.  Never after a call whose
- * outcome is unknown: that is settled first, by the renewal thread. */
+ * a moment (a restart, a failover) is tried again until the patience runs
+ * out (dist__patience_ms), or the caller's deadline.  A try whose outcome
+ * is unknown is handed to the renewal thread, and the next try waits until
+ * it has been settled (any hold it took given back), so a failover in the
+ * middle of a try does not end the wait. */
 static int try_patiently(struct dist__mobj *o, int how, long long before,
                          struct attempt *a, int *doubt, uint64_t deadline)
 {
+    struct dist__lock *lk = o->lk;
+    struct dist__hold *h;
     uint64_t give_up = 0, now;
     int rc;
 
     for (;;) {
         rc = try_acquire(o, how, before, a, doubt);
-        if (rc != EIO || *doubt)
+        if (rc != EIO)
             return rc;
         now = dist__now_ms();
         if (!give_up)
-            give_up = now + dist__timeout_ms();
+            give_up = now + dist__patience_ms();
         if (deadline && deadline < give_up)
             give_up = deadline;
         if (now >= give_up)
             return rc;
+        if (*doubt) {
+            leave_doubt(o, (unsigned long)before);
+            pthread_mutex_lock(&lk->mu);
+            h = hold_find(lk);
+            pthread_mutex_unlock(&lk->mu);
+            /* the hold record stays while it is in doubt */
+            if (h && dist__renew_settle(h, give_up) != 0)
+                return rc;          /* still in doubt: the caller says so */
+            *doubt = 0;
+            continue;
+        }
         dist__sleep_ms(give_up - now < 50 ? give_up - now : 50);
     }
 }

@@ -17,7 +17,8 @@
 
 #define BATCH        100   /* entries per renewal script call */
 #define MAX_KEYS     1000  /* keys per renewal script call */
-#define RETRY_MS     500   /* after a failed call */
+#define RETRY_MS     250   /* after a failed call */
+#define TOPO_WATCH_MS 1000 /* see renew_main */
 
 static struct {
     pthread_mutex_t mu;
@@ -191,6 +192,21 @@ void dist__renew_doubt(struct dist__hold *h)
     ensure_thread();
     R.kick = 1;
     pthread_cond_signal(&R.cv);
+    pthread_mutex_unlock(&R.mu);
+}
+
+void dist__renew_all_now(void)
+{
+    struct dist__hold *h;
+
+    pthread_mutex_lock(&R.mu);
+    if (R.running) {
+        for (h = R.head; h; h = h->rnext)
+            if (h->registered)
+                h->due = 0;
+        R.kick = 1;
+        pthread_cond_signal(&R.cv);
+    }
     pthread_mutex_unlock(&R.mu);
 }
 
@@ -482,6 +498,21 @@ static void *renew_main(void *arg)
         }
         free(lost.names);
 
+        if (R.head && dist__cfg_mode() != DIST__MODE_SINGLE) {
+            /* Holds on Sentinel or Cluster: look at the topology about
+             * once a second (the lookup asks the network only when its own
+             * period is due), so that a failover is seen, and every hold
+             * renewed on the new master, within about a second of it
+             * rather than at the next renewal. */
+            struct dist__cfg cfg;
+            struct dist__addr a;
+            pthread_mutex_unlock(&R.mu);
+            dist__cfg_get(&cfg);
+            dist__route(&cfg, NULL, &a);
+            pthread_mutex_lock(&R.mu);
+            if (!R.kick && wake > dist__now_ms() + TOPO_WATCH_MS)
+                wake = dist__now_ms() + TOPO_WATCH_MS;
+        }
         R.wake_at = wake;
         dist__ms_to_ts(wake, &ts);
         while (!R.stop && !R.kick && dist__now_ms() < wake)

@@ -804,25 +804,40 @@ static int try_acquire(struct dist__rwobj *o, int write, enum how how,
 }
 
 /* try_acquire for a call that may wait: a Redis that cannot be reached for
- * a moment is tried again until the command timeout has passed, or the
- * caller's deadline.  Never after a call whose outcome is unknown. */
+ * a moment (a restart, a failover) is tried again until the patience runs
+ * out (dist__patience_ms), or the caller's deadline.  A try whose outcome
+ * is unknown is noted as owed and settled (a hold it took given back)
+ * before the next try, so a failover in the middle of a try does not end
+ * the wait. */
 static int try_patiently(struct dist__rwobj *o, int write, enum how how,
                          struct attempt *a, int *unknown, uint64_t deadline)
 {
+    unsigned long rd, wr;
     uint64_t give_up = 0, now;
     int rc;
 
     for (;;) {
         rc = try_acquire(o, write, how, a, unknown);
-        if (rc != EIO || *unknown)
+        if (rc != EIO)
             return rc;
         now = dist__now_ms();
         if (!give_up)
-            give_up = now + dist__timeout_ms();
+            give_up = now + dist__patience_ms();
         if (deadline && deadline < give_up)
             give_up = deadline;
         if (now >= give_up)
             return rc;
+        if (*unknown) {
+            note_owed(o->st, o, write ? 'w' : 'r');
+            *unknown = 0;
+            while (prepare(o, &rd, &wr, NULL) != 0) {
+                now = dist__now_ms();
+                if (now >= give_up)
+                    return EIO;     /* still owed: its next call settles it */
+                dist__sleep_ms(give_up - now < 100 ? give_up - now : 100);
+            }
+            continue;
+        }
         dist__sleep_ms(give_up - now < 50 ? give_up - now : 50);
     }
 }

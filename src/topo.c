@@ -72,6 +72,7 @@ static struct {
     uint64_t checked;             /* when it was last read (monotonic ms) */
     uint64_t tried;               /* when a refresh last started */
     unsigned long epoch;          /* bumped whenever the answer changes */
+    int kick_renewals;            /* a master changed: renew holds now */
     /* sentinel */
     struct dist__addr master;
     int good_seed;                /* the sentinel that answered last */
@@ -389,6 +390,8 @@ static void refresh(const struct dist__cfg *cfg, uint64_t until)
         pthread_mutex_lock(&T.mu);
         if (T.cfg_gen == cfg->gen) {
             if (rc == 0) {
+                if (T.valid && !same_addr(&T.master, &got))
+                    T.kick_renewals = 1;
                 if (!T.valid || !same_addr(&T.master, &got))
                     T.epoch++;
                 T.master = got;
@@ -414,9 +417,12 @@ static void refresh(const struct dist__cfg *cfg, uint64_t until)
         pthread_mutex_lock(&T.mu);
         if (T.cfg_gen == cfg->gen) {
             if (rc == 0) {
-                if (!T.valid || T.nnodes != nnodes ||
+                int moved = T.nnodes != nnodes ||
                     memcmp(T.nodes, nodes, sizeof nodes[0] * (size_t)nnodes) ||
-                    memcmp(T.owner, owner, sizeof owner))
+                    memcmp(T.owner, owner, sizeof owner);
+                if (T.valid && moved)
+                    T.kick_renewals = 1;
+                if (!T.valid || moved)
                     T.epoch++;
                 T.nnodes = nnodes;
                 memcpy(T.nodes, nodes, sizeof nodes[0] * (size_t)nnodes);
@@ -452,6 +458,14 @@ int dist__route(const struct dist__cfg *cfg, const struct dist__buf *key,
     }
     pthread_mutex_lock(&T.mu);
     refresh(cfg, until);
+    if (T.kick_renewals) {
+        /* a master changed: renew every hold now, not at its next turn
+         * (outside T.mu: the renewal thread routes its calls too) */
+        T.kick_renewals = 0;
+        pthread_mutex_unlock(&T.mu);
+        dist__renew_all_now();
+        pthread_mutex_lock(&T.mu);
+    }
     if (!T.valid || T.cfg_gen != cfg->gen) {
         rc = dist__err(EIO, "%s: %s", cfg->mode == DIST__MODE_SENTINEL ?
                        "cannot find the master from the sentinels" :
