@@ -524,7 +524,9 @@ int dist__eval_here(int script, int nkeys, const struct dist__buf *kv,
             dist__sleep_ms(backoff);
             if (backoff < 200)
                 backoff *= 2;
-            hops--;    /* waiting is bounded by time, not by hops */
+            /* bounded by time from here: during a migration a script of
+             * several keys goes ASK, then TRYAGAIN, until the keys moved */
+            hops = -1;
             break;
         }
         if (++hops > MAX_REDIRECTS) {
