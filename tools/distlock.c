@@ -1385,7 +1385,10 @@ static const char usage_main[] =
 "\n"
 "Options (before or after the command):\n"
 "  --url URL    Redis to use (default: $DISTLOCK_URL, else redis://127.0.0.1:6379)\n"
-"               redis://[user:password@]host[:port][/db], unix:///path[?db=N]\n"
+"               redis://[user:password@]host[:port][/db], unix:///path[?db=N],\n"
+"               redis-sentinel://host:port[,host:port...]/MASTER[?db=N],\n"
+"               redis-cluster://host:port[,host:port...]\n"
+"               (each command goes to the master that holds the lock)\n"
 "  --json       one JSON object per line instead of text\n"
 "  -h, --help   help; 'distlock COMMAND --help' for a command\n"
 "  --version    the version\n"
@@ -1406,7 +1409,8 @@ static const char usage_list[] =
 "Usage: distlock list [PATTERN]\n"
 "List the locks that exist now, one line each: name, kind, state, lease,\n"
 "number of holders and of waiters.  PATTERN is a Redis glob (default '*')\n"
-"matched against lock names.  Uses SCAN, never KEYS; a key counts as a lock\n"
+"matched against lock names.  On a Redis Cluster it scans every master and\n"
+"merges what they hold.  Uses SCAN, never KEYS; a key counts as a lock\n"
 "when it is a hash whose fields are owners ('<uuid>:<thread>', ':write'\n"
 "suffixes and a 'mode' field for an rwlock).  A free lock has no key, so it\n"
 "is not listed.\n";
@@ -1449,8 +1453,9 @@ static const char usage_watch[] =
 "Print one line per change of lock NAME until interrupted: acquired,\n"
 "released, expired (the key vanished without a release message), queued,\n"
 "left queue, and waiting writers.  Listens on the lock's release channels\n"
-"and reads the state every MS milliseconds (default 100); changes nothing,\n"
-"and needs no keyspace notifications.\n";
+"(on a Redis Cluster with SSUBSCRIBE, on the master of the lock's slot,\n"
+"followed when the slot moves) and reads the state every MS milliseconds\n"
+"(default 100); changes nothing, and needs no keyspace notifications.\n";
 
 static const struct {
     const char *name;
