@@ -25,14 +25,28 @@ rcli() { redis-cli -p "$DISTLOCK_TEST_REDIS_PORT" "$@"; }
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/distlock-cli.XXXXXX")
 pfx="clitest$$"
 bg_pids=()
+srv_pids=()     # the cluster and sentinel servers this script started
 cleanup() {
-    local p
+    local p i
     for p in "${bg_pids[@]}"; do
         kill -KILL "$p" 2>/dev/null
+    done
+    for p in "${srv_pids[@]}"; do
+        kill -TERM "$p" 2>/dev/null
+    done
+    for p in "${srv_pids[@]}"; do
+        for ((i = 0; i < 30; i++)); do
+            kill -0 "$p" 2>/dev/null || break
+            sleep 0.1
+        done
+        kill -KILL "$p" 2>/dev/null
+        wait "$p" 2>/dev/null
     done
     [[ -n "${KEEP_TMP:-}" ]] || rm -rf -- "$tmp"
 }
 trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
 have_python=0
 command -v python3 >/dev/null 2>&1 && have_python=1
@@ -41,11 +55,12 @@ n=0
 fails=0
 ok() { n=$((n + 1)); echo "ok $n - $1"; }
 not_ok() { n=$((n + 1)); fails=$((fails + 1)); echo "not ok $n - $1"; }
-# check DESCRIPTION COMMAND...: passes when COMMAND succeeds
+# check DESCRIPTION COMMAND...: passes when COMMAND succeeds; returns 1
+# when it failed, so that "check ... || show" shows why
 check() {
     local desc=$1
     shift
-    if "$@"; then ok "$desc"; else not_ok "$desc"; fi
+    if "$@"; then ok "$desc"; else not_ok "$desc"; return 1; fi
 }
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
 # until COMMAND... succeeds, at most about SECONDS
@@ -522,6 +537,276 @@ check "watch: acquired, released, queued, expired" \
           [[ $(grep -c "expired" "$tmp/watch") -eq 1 ]]' || cat "$tmp/watch"
 check "watch --json" json_ok "$tmp/watchj" \
     "l[0]['event'] == 'state' and {'acquired', 'released', 'queued', 'expired'} <= {x['event'] for x in l}"
+
+
+# ---- servers of our own for Redis Cluster and Sentinel ----------------------
+# As scripts/with-redis.sh does: a random loopback port that is free, and
+# (for a cluster bus) whose port+10000 is free too, a private directory,
+# and a check that the process answering there is the one started.
+port_in_use() {
+    if command -v ss >/dev/null 2>&1; then
+        [[ -n "$(ss -Hltn "sport = :$1" 2>/dev/null)" ]]
+    else
+        (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+    fi
+}
+# start_server DIR ARGS...: sets $started_port, or returns 1
+start_server() {
+    local dir=$1 port pid i try
+    shift
+    mkdir -p "$dir"
+    for ((try = 0; try < 10; try++)); do
+        port=$((20000 + (RANDOM * 32768 + RANDOM) % 35000))
+        if port_in_use "$port" || port_in_use $((port + 10000)); then
+            continue
+        fi
+        redis-server "$@" --port "$port" --bind 127.0.0.1 --dir "$dir" \
+            --save "" --appendonly no --protected-mode no --daemonize no \
+            --logfile "$dir/redis.log" </dev/null >/dev/null 2>&1 &
+        pid=$!
+        for ((i = 0; i < 100; i++)); do
+            kill -0 "$pid" 2>/dev/null || break
+            if [[ "$(redis-cli -p "$port" INFO server 2>/dev/null | tr -d '\r' |
+                     sed -n 's/^process_id://p')" == "$pid" ]]; then
+                srv_pids+=("$pid")
+                started_port=$port
+                return 0
+            fi
+            sleep 0.05
+        done
+        kill -KILL "$pid" 2>/dev/null
+        wait "$pid" 2>/dev/null
+    done
+    return 1
+}
+
+# ---- Redis Cluster -------------------------------------------------------------
+# Three masters; each command must reach the master of the lock's slot.
+run "$D" list --help
+check "list --help says it covers every master of a cluster" has "every master" "$out"
+t_cluster=$(now_ms)
+cports=()
+for i in 1 2 3; do
+    start_server "$tmp/cluster$i" --cluster-enabled yes \
+        --cluster-config-file nodes.conf --cluster-node-timeout 5000 || break
+    cports+=("$started_port")
+done
+cluster_ok() {
+    local p
+    for p in "${cports[@]}"; do
+        redis-cli -p "$p" CLUSTER INFO | tr -d '\r' | grep -q '^cluster_state:ok$' || return 1
+    done
+}
+cluster_up=0
+if [[ ${#cports[@]} -eq 3 ]] &&
+    timeout 30 redis-cli --cluster create "${cports[@]/#/127.0.0.1:}" \
+        --cluster-yes >"$tmp/cluster-create" 2>&1 &&
+    wait_for 10 cluster_ok; then
+    cluster_up=1
+fi
+check "a 3-master cluster of our own is up" test $cluster_up -eq 1 ||
+    cat "$tmp/cluster-create"
+
+# the port of the master serving a slot
+slot_owner() {
+    redis-cli -p "${cports[0]}" CLUSTER NODES | awk -v s="$1" '
+        $3 ~ /master/ {
+            split($2, a, "[:@]")
+            for (i = 9; i <= NF; i++) {
+                if ($i ~ /^\[/) continue          # a slot being moved
+                n = split($i, r, "-")
+                if (s >= r[1] + 0 && s <= (n > 1 ? r[2] : r[1]) + 0) print a[2]
+            }
+        }'
+}
+# move_slot SLOT FROM TO: hands a slot and its keys to another master, as
+# resharding does
+move_slot() {
+    local slot=$1 from=$2 to=$3 fid tid keys p
+    fid=$(redis-cli -p "$from" CLUSTER MYID)
+    tid=$(redis-cli -p "$to" CLUSTER MYID)
+    redis-cli -p "$to" CLUSTER SETSLOT "$slot" IMPORTING "$fid" >/dev/null
+    redis-cli -p "$from" CLUSTER SETSLOT "$slot" MIGRATING "$tid" >/dev/null
+    while keys=$(redis-cli -p "$from" CLUSTER GETKEYSINSLOT "$slot" 100) && [[ -n "$keys" ]]; do
+        # shellcheck disable=SC2086
+        redis-cli -p "$from" MIGRATE 127.0.0.1 "$to" "" 0 5000 KEYS $keys >/dev/null || return 1
+    done
+    for p in "$to" "$from" "${cports[@]}"; do
+        redis-cli -p "$p" CLUSTER SETSLOT "$slot" NODE "$tid" >/dev/null || return 1
+    done
+}
+
+if [[ $cluster_up -eq 1 ]]; then
+    DC=(env "DISTLOCK_URL=redis-cluster://127.0.0.1:${cports[0]}" "$D")
+    ccli() { redis-cli -c -p "${cports[0]}" "$@"; }    # follows MOVED
+    # one lock name on each master
+    cn=() co=() cs=()
+    for ((k = 0; k < 300 && ${#cn[@]} < 3; k++)); do
+        slot=$(redis-cli -p "${cports[0]}" CLUSTER KEYSLOT "$pfx-c$k")
+        o=$(slot_owner "$slot")
+        [[ -n "$o" && " ${co[*]} " != *" $o "* ]] || continue
+        cn+=("$pfx-c$k")
+        co+=("$o")
+        cs+=("$slot")
+    done
+    check "lock names on 3 different masters: ${cn[*]} (${co[*]})" test ${#cn[@]} -eq 3
+
+    for i in 0 1 2; do
+        ccli HSET "${cn[i]}" "$uuid1:$((i + 1))" 2 >/dev/null
+        ccli PEXPIRE "${cn[i]}" 60000 >/dev/null
+        ccli SET "redisson_lock_token:{${cn[i]}}" $((i + 10)) >/dev/null
+    done
+    good=0
+    for i in 0 1 2; do
+        run "${DC[@]}" status "${cn[i]}"
+        [[ $rc -eq 0 ]] && has "client $uuid1, thread $((i + 1)), 2 holds" "$out" &&
+            has "token:    $((i + 10))" "$out" && good=$((good + 1))
+    done
+    check "cluster: status reads each lock from the master of its slot" test $good -eq 3 || show
+
+    run "${DC[@]}" --json list "$pfx-c*"
+    check "cluster: list --json covers every master" json_ok "$out" \
+        "[x['name'] for x in l] == sorted(['${cn[0]}', '${cn[1]}', '${cn[2]}'])
+         and all(x['kind'] == 'mutex' and x['holders'] == 1 for x in l)"
+    run "${DC[@]}" list "$pfx-c*"
+    check "cluster: list, one line per lock" \
+        eval '[[ $rc -eq 0 && $(wc -l <"$out") -eq 4 ]] && has "^${cn[2]} .* mutex .* held" "$out"' || show
+
+    good=0
+    for i in 0 1 2; do
+        run "${DC[@]}" unlock --force --yes "${cn[i]}"
+        [[ $rc -eq 0 ]] && has "forced free" "$out" &&
+            [[ $(redis-cli -p "${co[i]}" EXISTS "${cn[i]}") == 0 ]] && good=$((good + 1))
+    done
+    check "cluster: unlock --force on each master" test $good -eq 3 || show
+
+    # (the token counter was set to 11 above)
+    run "${DC[@]}" lock "${cn[1]}" -- sh -c 'echo "token=$DISTLOCK_TOKEN"'
+    check "cluster: lock -- CMD runs it with the next token" \
+        eval '[[ $rc -eq 0 ]] && has "^token=12$" "$out"' || show
+    "${DC[@]}" lock "${cn[2]}" -- sleep 30 &
+    ch=$!
+    bg_pids+=("$ch")
+    wait_for 5 eval '[[ $(redis-cli -p "${co[2]}" EXISTS "${cn[2]}") == 1 ]]'
+    run "${DC[@]}" --json status "${cn[2]}"
+    check "cluster: status of a lock held by 'distlock lock'" json_ok "$out" \
+        "l[0]['state'] == 'held' and l[0]['holders'][0]['holds'] == 1 and l[0]['lease_ms'] > 20000"
+    run "${DC[@]}" lock --timeout 0 "${cn[2]}" -- true
+    check "cluster: lock --timeout 0 on a held lock: exit 1, naming the holder" \
+        eval '[[ $rc -eq 1 ]] && has "held by client" "$err"' || show
+    kill -TERM "$ch"
+    wait "$ch" 2>/dev/null
+
+    # watch: SSUBSCRIBE on the master of the slot.  With a 60 s interval
+    # it looks again only when a release message comes.
+    "${DC[@]}" watch --interval 60000 "${cn[0]}" >"$tmp/cwatch" 2>&1 &
+    cw=$!
+    bg_pids+=("$cw")
+    wait_for 5 eval '[[ -s "$tmp/cwatch" ]]'
+    wait_for 5 eval '[[ $(redis-cli -p "${co[0]}" PUBSUB SHARDNUMSUB "redisson_lock__channel:{${cn[0]}}" | tail -1) == 1 ]]'
+    check "cluster: watch subscribes (sharded) on the master of the lock's slot" \
+        eval '[[ $(redis-cli -p "${co[0]}" PUBSUB SHARDNUMSUB "redisson_lock__channel:{${cn[0]}}" "redisson_rwlock:{${cn[0]}}" | tr "\n" " ") == *" 1 "*" 1 " ]]'
+    "${DC[@]}" lock "${cn[0]}" -- true
+    wait_for 5 eval '[[ $(grep -c "acquired and released" "$tmp/cwatch") -ge 1 ]]'
+    check "cluster: watch hears the release (SPUBLISH) and looks" \
+        has "acquired and released" "$tmp/cwatch" || cat "$tmp/cwatch"
+
+    # the slot moves to another master while watch runs: it follows
+    to=${co[1]}
+    if move_slot "${cs[0]}" "${co[0]}" "$to"; then
+        "${DC[@]}" lock "${cn[0]}" -- true
+        wait_for 5 eval '[[ $(grep -c "acquired and released" "$tmp/cwatch") -ge 2 ]]'
+        check "cluster: after the lock's slot moved, watch follows it" \
+            eval '[[ $(grep -c "acquired and released" "$tmp/cwatch") -ge 2 ]] &&
+                  [[ $(redis-cli -p "$to" PUBSUB SHARDNUMSUB "redisson_lock__channel:{${cn[0]}}" | tail -1) == 1 ]]' ||
+            cat "$tmp/cwatch"
+        ccli HSET "${cn[0]}" "$uuid2:5" 1 >/dev/null
+        run "${DC[@]}" status "${cn[0]}"
+        check "cluster: status after the slot moved" has "thread 5, 1 hold" "$out" || show
+    else
+        not_ok "cluster: moving slot ${cs[0]} to $to"
+    fi
+    kill -TERM "$cw"
+    wait "$cw"
+    check "cluster: watch exits 0 when interrupted" test $? -eq 0
+
+    # a fair lock: watch subscribes each queued waiter's own channel; a
+    # waiter that gives up leaves the queue (on the slot's master)
+    f=${cn[1]}
+    "${DC[@]}" watch "$f" >"$tmp/cwatchf" 2>&1 &
+    cw=$!
+    bg_pids+=("$cw")
+    "${DC[@]}" lock --fair "$f" -- sleep 30 &
+    fh=$!
+    bg_pids+=("$fh")
+    wait_for 5 eval '[[ $(redis-cli -p "${co[1]}" EXISTS "$f") == 1 ]]'
+    "${DC[@]}" lock --fair "$f" -- true &
+    fw=$!
+    bg_pids+=("$fw")
+    wait_for 5 eval 'grep -q queued "$tmp/cwatchf"'
+    # shellcheck disable=SC2034  # used in the evals below
+    head=$(redis-cli -p "${co[1]}" LINDEX "redisson_lock_queue:{$f}" 0)
+    wait_for 3 eval '[[ $(redis-cli -p "${co[1]}" PUBSUB SHARDNUMSUB "redisson_lock__channel:{$f}:$head" | tail -1) == 1 ]]'
+    check "cluster: watch subscribes a queued fair waiter's own channel" \
+        eval '[[ -n "$head" && $(redis-cli -p "${co[1]}" PUBSUB SHARDNUMSUB "redisson_lock__channel:{$f}:$head" | tail -1) == 1 ]]' ||
+        cat "$tmp/cwatchf"
+    kill -TERM "$fw"
+    wait "$fw"
+    rc=$?
+    check "cluster: SIGTERM to a fair waiter: 143, out of the queue" \
+        eval '[[ $rc -eq 143 && $(redis-cli -p "${co[1]}" LLEN "redisson_lock_queue:{$f}") == 0 ]]'
+    wait_for 3 eval 'grep -q "left queue" "$tmp/cwatchf"'
+    check "cluster: watch saw the waiter queue and leave" \
+        eval 'has "queued" "$tmp/cwatchf" && has "left queue" "$tmp/cwatchf"' || cat "$tmp/cwatchf"
+    kill -TERM "$fh" "$cw"
+    wait "$fh" "$cw" 2>/dev/null
+
+    run "${DC[@]}" status "$pfx-a{b"
+    check "cluster: a name whose keys would span slots: exit 2" \
+        eval '[[ $rc -eq 2 ]] && has "different slots" "$err"'
+    run env "DISTLOCK_URL=redis-cluster://127.0.0.1:1,127.0.0.1:${cports[2]}" "$D" status "${cn[0]}"
+    check "cluster: a URL whose first node is down" test $rc -eq 0 || show
+fi
+for c in "status x" "list" "lock x -- true" "unlock --force --yes x" "watch x"; do
+    # shellcheck disable=SC2086
+    run env DISTLOCK_URL=redis-cluster://127.0.0.1:1 "$D" $c
+    check "$c, cluster unreachable: exit 3 naming the node" \
+        eval '[[ $rc -eq 3 ]] && has "127.0.0.1:1" "$err"' || show
+done
+echo "# cluster section: $(($(now_ms) - t_cluster)) ms"
+
+# ---- Redis Sentinel ----------------------------------------------------------
+# One master, one replica, one sentinel: the commands go to the master.
+t_sentinel=$(now_ms)
+sentinel_up=0
+if start_server "$tmp/smaster"; then
+    sm=$started_port
+    if start_server "$tmp/sreplica" --replicaof 127.0.0.1 "$sm"; then
+        mkdir -p "$tmp/sentinel"
+        printf 'sentinel monitor dlm 127.0.0.1 %s 1\n' "$sm" >"$tmp/sentinel/sentinel.conf"
+        if start_server "$tmp/sentinel" "$tmp/sentinel/sentinel.conf" --sentinel; then
+            ss=$started_port
+            wait_for 5 eval 'redis-cli -p "$ss" SENTINEL GET-MASTER-ADDR-BY-NAME dlm | grep -qx "$sm"' &&
+                sentinel_up=1
+        fi
+    fi
+fi
+check "a master, a replica and a sentinel of our own are up" test $sentinel_up -eq 1
+if [[ $sentinel_up -eq 1 ]]; then
+    DS=(env "DISTLOCK_URL=redis-sentinel://127.0.0.1:$ss/dlm" "$D")
+    redis-cli -p "$sm" HSET "$pfx-s" "$uuid2:7" 1 >/dev/null
+    run "${DS[@]}" status "$pfx-s"
+    check "sentinel: status reads the master the sentinel names" \
+        eval '[[ $rc -eq 0 ]] && has "client $uuid2, thread 7, 1 hold" "$out"' || show
+    run "${DS[@]}" list "$pfx-s*"
+    check "sentinel: list" has "^$pfx-s .* mutex" "$out" || show
+    run "${DS[@]}" lock "$pfx-s2" -- sh -c 'echo "token=$DISTLOCK_TOKEN"'
+    check "sentinel: lock -- CMD" eval '[[ $rc -eq 0 ]] && has "^token=1$" "$out"' || show
+    run env "DISTLOCK_URL=redis-sentinel://127.0.0.1:$ss/nosuch" "$D" status "$pfx-s"
+    check "sentinel: an unknown master name: exit 3 naming the sentinel" \
+        eval '[[ $rc -eq 3 ]] && has "127.0.0.1:$ss" "$err"' || show
+fi
+echo "# sentinel section: $(($(now_ms) - t_sentinel)) ms"
 
 echo "1..$n"
 if [[ $fails -gt 0 ]]; then

@@ -271,12 +271,22 @@ static void sb_secs(struct sb *b, long long ms)
 /* Redis                                                                    */
 /* ------------------------------------------------------------------------ */
 
-static char redis_where[300];
+/*
+ * Every command about one lock goes to the server that owns the lock's keys
+ * (they share N's hash tag, so one cluster slot): the URL's server, the
+ * master the sentinels name, or on a cluster the master of the slot.  A
+ * server that answers MOVED or ASK anyway (the cluster is being resharded)
+ * is followed a few hops; one that says to try later (TRYAGAIN,
+ * CLUSTERDOWN, LOADING, MASTERDOWN, READONLY) or a read whose connection
+ * broke is tried again, for up to the command timeout.
+ */
+
+#define MAX_HOPS 5
+
+static struct dist__cfg rcfg;   /* the settings, once redis_setup ran */
 
 static void redis_setup(void)
 {
-    struct dist__cfg cfg;
-
     if (opt.url) {
         struct dist__cfg tmp;
         char why[200];
@@ -285,54 +295,360 @@ static void redis_setup(void)
         if (dist_set_url(opt.url) != 0)
             die(EX_USAGE, "--url: %s", dist_last_error());
     }
-    dist__cfg_get(&cfg);
-    if (cfg.bad[0])
-        die(EX_USAGE, "%s", cfg.bad);
-    if (cfg.path[0])
-        snprintf(redis_where, sizeof redis_where, "unix:%s", cfg.path);
-    else
-        snprintf(redis_where, sizeof redis_where, "%s:%d", cfg.host, cfg.port);
+    dist__cfg_get(&rcfg);
+    if (rcfg.bad[0])
+        die(EX_USAGE, "%s", rcfg.bad);
 }
 
-/* A new connection, or exit 3 saying why. */
-static redisContext *redis_open(void)
+static int on_cluster(void)
 {
-    struct dist__cfg cfg;
+    return rcfg.mode == DIST__MODE_CLUSTER;
+}
+
+/* A connection to one server. */
+struct srv {
     redisContext *c;
+    struct dist__addr a;
+    char where[300];      /* "host:port", or "unix:PATH" */
+    int asking;           /* made for an ASK redirection: each keyed command
+                           * goes after ASKING, and the next call routes anew */
+};
 
-    dist__cfg_get(&cfg);
-    if (dist__connect(&cfg, NULL, &c) != 0)
-        die(EX_REDIS, "%s", dist_last_error());
-    return c;
-}
-
-static void __attribute__((noreturn)) redis_lost(redisContext *c)
+static void srv_where(char *buf, size_t len, const struct dist__addr *a)
 {
-    die(EX_REDIS, "lost the connection to Redis at %s: %s", redis_where,
-        c->errstr[0] ? c->errstr : "no reply");
+    if (!a->port)
+        snprintf(buf, len, "unix:%s", rcfg.path);
+    else
+        snprintf(buf, len, "%s:%d", a->host, a->port);
 }
 
-static void append(redisContext *c, int argc, const char **argv,
+static void srv_close(struct srv *s)
+{
+    if (s->c)
+        redisFree(s->c);
+    s->c = NULL;
+    s->asking = 0;
+}
+
+/* Connects s to a.  0, or -1 with the reason in dist_last_error(). */
+static int srv_connect(struct srv *s, const struct dist__addr *a)
+{
+    srv_close(s);
+    s->a = *a;
+    srv_where(s->where, sizeof s->where, a);
+    if (dist__connect_addr(&rcfg, a, &s->c) != 0) {
+        dist__topo_stale();
+        return -1;
+    }
+    return 0;
+}
+
+/* Connects s to the server of key (NULL: the master, or any master of a
+ * cluster).  0, or -1 with the reason in dist_last_error(). */
+static int srv_route(struct srv *s, const struct dist__buf *key)
+{
+    struct dist__addr a;
+
+    srv_close(s);
+    if (dist__route(&rcfg, key, &a) != 0)
+        return -1;
+    return srv_connect(s, &a);
+}
+
+/* Same, or exit 3 saying why. */
+static void srv_open(struct srv *s, const struct dist__buf *key)
+{
+    memset(s, 0, sizeof *s);
+    if (srv_route(s, key) != 0)
+        die(EX_REDIS, "%s", dist_last_error());
+}
+
+/* Whether s still goes where a call for key should: after an ASK, or when
+ * the map of the servers changed (a failover, a slot that moved), the
+ * next call connects anew. */
+static int srv_placed(struct srv *s, const struct dist__buf *key)
+{
+    struct dist__addr a;
+
+    if (!s->c || s->asking)
+        return 0;
+    if (rcfg.mode == DIST__MODE_SINGLE || dist__route(&rcfg, key, &a) != 0)
+        return 1;     /* a failed lookup: the call itself will tell */
+    return a.port == s->a.port && strcmp(a.host, s->a.host) == 0;
+}
+
+/* Whether s can take a call for key now: connected where key's calls go,
+ * and not closed by the server while it sat idle (a server restart, its
+ * idle timeout), so that a call is not sent into a dead connection where
+ * it could not be told whether it ran. */
+static int srv_ready(struct srv *s, const struct dist__buf *key)
+{
+    struct pollfd p;
+
+    if (!srv_placed(s, key))
+        return 0;
+    p.fd = s->c->fd;
+    p.events = POLLIN | POLLRDHUP;
+    p.revents = 0;
+    return poll(&p, 1, 0) == 0;
+}
+
+static void __attribute__((noreturn)) srv_lost(struct srv *s)
+{
+    die(EX_REDIS, "lost the connection to Redis at %s: %s", s->where,
+        s->c && s->c->errstr[0] ? s->c->errstr : "no reply");
+}
+
+static void append(struct srv *s, int argc, const char **argv,
                    const size_t *lens)
 {
-    if (redisAppendCommandArgv(c, argc, argv, lens) != REDIS_OK)
-        redis_lost(c);
+    if (redisAppendCommandArgv(s->c, argc, argv, lens) != REDIS_OK)
+        srv_lost(s);
 }
 
-static redisReply *get_reply(redisContext *c)
+/* ASKING before a keyed command on a connection made for an ASK; returns
+ * the number of replies that adds (0 or 1). */
+static int append_asking(struct srv *s)
+{
+    const char *a[1] = { "ASKING" };
+
+    if (!s->asking)
+        return 0;
+    append(s, 1, a, NULL);
+    return 1;
+}
+
+/* The next reply, or NULL when the connection failed. */
+static redisReply *try_reply(struct srv *s)
 {
     void *r = NULL;
 
-    if (redisGetReply(c, &r) != REDIS_OK || !r)
-        redis_lost(c);
+    if (redisGetReply(s->c, &r) != REDIS_OK || !r) {
+        if (r)
+            freeReplyObject(r);
+        return NULL;
+    }
     return r;
 }
 
-static redisReply *command(redisContext *c, int argc, const char **argv,
+static redisReply *get_reply(struct srv *s)
+{
+    redisReply *r = try_reply(s);
+
+    if (!r)
+        srv_lost(s);
+    return r;
+}
+
+static redisReply *command(struct srv *s, int argc, const char **argv,
                            const size_t *lens)
 {
-    append(c, argc, argv, lens);
-    return get_reply(c);
+    append(s, argc, argv, lens);
+    return get_reply(s);
+}
+
+/* What an error reply asks for. */
+enum { RD_NONE, RD_MOVED, RD_ASK, RD_LATER, RD_STALE, RD_CONN };
+
+struct redir {
+    int kind;
+    int slot;
+    struct dist__addr to;     /* MOVED, ASK */
+    char msg[300];            /* the reply, for a message */
+};
+
+/* Classifies an error reply r from s; rd->kind RD_NONE when it is none of
+ * the above. */
+static int redir_of(const struct srv *s, const redisReply *r, struct redir *rd)
+{
+    const char *p = r->str, *sp, *colon;
+    long v;
+
+    memset(rd, 0, sizeof *rd);
+    snprintf(rd->msg, sizeof rd->msg, "%s", r->str ? r->str : "");
+    if (r->type != REDIS_REPLY_ERROR || !p)
+        return rd->kind = RD_NONE;
+    if (strncmp(p, "TRYAGAIN", 8) == 0 || strncmp(p, "LOADING", 7) == 0 ||
+        strncmp(p, "BUSY ", 5) == 0)
+        return rd->kind = RD_LATER;
+    if (strncmp(p, "CLUSTERDOWN", 11) == 0 || strncmp(p, "MASTERDOWN", 10) == 0 ||
+        strncmp(p, "READONLY", 8) == 0)
+        return rd->kind = RD_STALE;
+    if (strncmp(p, "MOVED ", 6) == 0)
+        rd->kind = RD_MOVED, p += 6;
+    else if (strncmp(p, "ASK ", 4) == 0)
+        rd->kind = RD_ASK, p += 4;
+    else
+        return rd->kind = RD_NONE;
+    /* "<slot> <host>:<port>"; no host: the one asked */
+    v = strtol(p, (char **)&sp, 10);
+    colon = sp == p || *sp != ' ' ? NULL : strrchr(sp + 1, ':');
+    if (v < 0 || v > 16383 || !colon ||
+        (size_t)(colon - sp - 1) >= sizeof rd->to.host)
+        return rd->kind = RD_NONE;
+    if (colon == sp + 1)
+        snprintf(rd->to.host, sizeof rd->to.host, "%s", s->a.host);
+    else
+        memcpy(rd->to.host, sp + 1, (size_t)(colon - sp - 1));
+    rd->to.port = atoi(colon + 1);
+    if (rd->to.port <= 0 || rd->to.port > 65535)
+        return rd->kind = RD_NONE;
+    rd->slot = (int)v;
+    return rd->kind;
+}
+
+/* The retries one call may take. */
+struct tries {
+    int hops;
+    uint64_t until;
+    unsigned long backoff;
+};
+
+static void tries_init(struct tries *t)
+{
+    t->hops = 0;
+    t->until = dist__now_ms() + rcfg.timeout_ms;
+    t->backoff = 10;
+}
+
+/* Gets s ready for the next try of a call on key after rd: connects where
+ * a redirection points, or waits a little and connects to key's server
+ * anew.  0 with s connected, or -1 with why when it is time to give up. */
+static int srv_follow(struct srv *s, const struct dist__buf *key,
+                      const struct redir *rd, struct tries *t, char *why,
+                      size_t whylen)
+{
+    if (rd->kind == RD_MOVED || rd->kind == RD_ASK) {
+        char from[300];
+        snprintf(from, sizeof from, "%s", s->where);
+        if (++t->hops > MAX_HOPS) {
+            snprintf(why, whylen, "more than %d redirections (the cluster is "
+                     "being resharded); the last, from %s: %s", MAX_HOPS,
+                     s->where, rd->msg);
+            return -1;
+        }
+        if (rd->kind == RD_MOVED)
+            dist__topo_moved(rd->slot, &rd->to);
+        if (srv_connect(s, &rd->to) != 0) {
+            snprintf(why, whylen, "%s (redirected there by %s)", dist_last_error(),
+                     from);
+            return -1;
+        }
+        s->asking = rd->kind == RD_ASK;
+        return 0;
+    }
+    if (rd->kind == RD_NONE) {
+        snprintf(why, whylen, "Redis at %s: %s", s->where, rd->msg);
+        return -1;
+    }
+    for (;;) {
+        if (dist__now_ms() >= t->until) {
+            if (rd->kind == RD_CONN && !s->c)
+                snprintf(why, whylen, "%s", dist_last_error());
+            else if (rd->kind == RD_CONN)
+                snprintf(why, whylen, "lost the connection to Redis at %s: %s",
+                         s->where, rd->msg);
+            else
+                snprintf(why, whylen, "Redis at %s: %s", s->where, rd->msg);
+            return -1;
+        }
+        if (rd->kind != RD_LATER) {
+            /* the server may be gone or no longer the master: ask again */
+            dist__topo_stale();
+            srv_close(s);
+        }
+        /* a connection that broke is tried again at once, once */
+        if (rd->kind != RD_CONN || t->backoff > 10)
+            dist__sleep_ms(t->backoff);
+        if (t->backoff < 200)
+            t->backoff *= 2;
+        if (s->c || srv_route(s, key) == 0)
+            return 0;
+    }
+}
+
+/* Runs one script on s (after ASKING when asking), EVAL when the server
+ * lacks it.  The reply (an error too), or NULL when the connection failed:
+ * then it may have run. */
+static redisReply *eval_once(struct srv *s, int script, int nkeys,
+                             const struct dist__buf *kv, int nkv)
+{
+    const struct dist__script *sc = &dist__scripts[script];
+    const char **argv = xrealloc(NULL, sizeof *argv * (size_t)(nkv + 3));
+    size_t *lens = xrealloc(NULL, sizeof *lens * (size_t)(nkv + 3));
+    redisReply *r = NULL;
+    char nk[16];
+    int i, pass, skip;
+
+    snprintf(nk, sizeof nk, "%d", nkeys);
+    argv[2] = nk;
+    lens[2] = strlen(nk);
+    for (i = 0; i < nkv; i++) {
+        argv[3 + i] = kv[i].p;
+        lens[3 + i] = kv[i].len;
+    }
+    for (pass = 0; pass < 2; pass++) {
+        argv[0] = pass ? "EVAL" : "EVALSHA";
+        lens[0] = strlen(argv[0]);
+        argv[1] = pass ? sc->body : sc->sha;
+        lens[1] = pass ? sc->len : strlen(sc->sha);
+        skip = append_asking(s);
+        if (redisAppendCommandArgv(s->c, nkv + 3, argv, lens) != REDIS_OK)
+            break;
+        while (skip-- > 0 && (r = try_reply(s)) != NULL) {
+            freeReplyObject(r);
+            r = NULL;
+        }
+        if (s->c->err || !(r = try_reply(s)))
+            break;
+        if (pass == 0 && r->type == REDIS_REPLY_ERROR &&
+            strncmp(r->str, "NOSCRIPT", 8) == 0) {
+            freeReplyObject(r);
+            r = NULL;
+            continue;
+        }
+        break;
+    }
+    free(argv);
+    free(lens);
+    return r;
+}
+
+/* A script on the server of kv[0], following redirections (a server that
+ * redirects has run nothing).  Its reply (an error reply that is no
+ * redirection too), or NULL with why: either nothing ran or, when the
+ * connection broke, it may have. */
+static redisReply *srv_eval(struct srv *s, int script, int nkeys,
+                            const struct dist__buf *kv, int nkv, char *why,
+                            size_t whylen)
+{
+    struct tries t;
+    struct redir rd;
+    redisReply *r;
+
+    tries_init(&t);
+    if (!srv_ready(s, &kv[0]) && srv_route(s, &kv[0]) != 0) {
+        snprintf(why, whylen, "%s", dist_last_error());
+        return NULL;
+    }
+    for (;;) {
+        if (!(r = eval_once(s, script, nkeys, kv, nkv))) {
+            snprintf(why, whylen, "lost the connection to Redis at %s during "
+                     "%s (it may or may not have run): %s", s->where,
+                     dist__scripts[script].name,
+                     s->c->errstr[0] ? s->c->errstr : "no reply");
+            srv_close(s);
+            return NULL;
+        }
+        if (r->type != REDIS_REPLY_ERROR || redir_of(s, r, &rd) == RD_NONE)
+            break;
+        freeReplyObject(r);
+        if (srv_follow(s, &kv[0], &rd, &t, why, whylen) != 0)
+            return NULL;
+    }
+    if (s->asking)
+        srv_close(s);        /* the next call goes where the map says */
+    return r;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -406,14 +722,35 @@ static struct dist__names *names_of(const char *name, size_t len)
     return n;
 }
 
+/* On a cluster the keys of a lock must share a slot (a script or a MULTI
+ * is refused otherwise): they do unless N has a '{' that opens no tag or a
+ * '}' without a '{'. */
+static int names_fit(const struct dist__names *n)
+{
+    return !on_cluster() || n->slot >= 0;
+}
+
+static struct dist__names *lock_names(const char *name, size_t len)
+{
+    struct dist__names *n = names_of(name, len);
+
+    if (!names_fit(n))
+        die(EX_USAGE, "'%s' cannot be a lock on a Redis Cluster: its keys "
+            "would fall in different slots (it has a '{' that opens no "
+            "{tag}, or a '}' without a '{')", name);
+    return n;
+}
+
 #define B(buf) (buf).p
 #define L(buf) (buf).len
 
-/* MULTI; the reads; EXEC: a consistent picture of N in one round trip. */
-static void snap_append(redisContext *c, const struct dist__names *n)
+/* MULTI; the reads; EXEC: a consistent picture of N in one round trip.
+ * Returns the number of replies to read before MULTI's. */
+static int snap_append(struct srv *c, const struct dist__names *n)
 {
     const char *a[5];
     size_t l[5];
+    int pre = append_asking(c);
 
 #define CMD1(x) (a[0] = x, l[0] = strlen(x))
     CMD1("MULTI");
@@ -439,6 +776,7 @@ static void snap_append(redisContext *c, const struct dist__names *n)
     CMD1("EXEC");
     append(c, 1, a, l);
 #undef CMD1
+    return pre;
 }
 
 static int is_digits(const char *s, size_t n)
@@ -594,22 +932,37 @@ static void waiters_from(struct waiter **out, size_t *nout,
     }
 }
 
-/* Reads what snap_append asked for into s (which holds the names). */
-static void snap_read(redisContext *c, struct snap *s)
+/* Reads what snap_append asked for (pre replies first) into s, which holds
+ * the names.  0, or 1 with rd when the server redirected the reads or
+ * asked to try later, or the connection broke (RD_CONN; s closed): then
+ * nothing is filled in. */
+static int snap_read(struct srv *c, int pre, struct snap *s, struct redir *rd)
 {
     redisReply *r, *e[8], *x;
     size_t i;
     int has_mode = 0;
 
-    for (i = 0; i < 9; i++) {   /* +OK, then +QUEUED x 8 */
-        r = get_reply(c);
-        if (r->type == REDIS_REPLY_ERROR)
-            die(EX_REDIS, "Redis at %s refused a read: %s", redis_where, r->str);
+    rd->kind = RD_NONE;
+    for (i = 0; i < (size_t)pre + 9; i++) {   /* +OK, then +QUEUED x 8 */
+        if (!(r = try_reply(c)))
+            goto lost;
+        /* on a cluster the first queued read that is redirected says
+         * where; EXEC then refuses them all */
+        if (r->type == REDIS_REPLY_ERROR && i >= (size_t)pre &&
+            rd->kind == RD_NONE && redir_of(c, r, rd) == RD_NONE)
+            die(EX_REDIS, "Redis at %s refused a read: %s", c->where, r->str);
         freeReplyObject(r);
     }
-    r = get_reply(c);
+    if (!(r = try_reply(c)))
+        goto lost;
+    if (rd->kind == RD_NONE && r->type == REDIS_REPLY_ERROR)
+        redir_of(c, r, rd);
+    if (rd->kind != RD_NONE) {
+        freeReplyObject(r);
+        return 1;
+    }
     if (r->type != REDIS_REPLY_ARRAY || r->elements != 8)
-        die(EX_REDIS, "Redis at %s: unexpected answer to EXEC%s%s", redis_where,
+        die(EX_REDIS, "Redis at %s: unexpected answer to EXEC%s%s", c->where,
             r->type == REDIS_REPLY_ERROR ? ": " : "",
             r->type == REDIS_REPLY_ERROR ? r->str : "");
     for (i = 0; i < 8; i++)
@@ -702,6 +1055,15 @@ static void snap_read(redisContext *c, struct snap *s)
         s->state = ST_UNKNOWN;
     }
     freeReplyObject(r);
+    return 0;
+
+lost:
+    memset(rd, 0, sizeof *rd);
+    rd->kind = RD_CONN;
+    snprintf(rd->msg, sizeof rd->msg, "%s",
+             c->c->errstr[0] ? c->c->errstr : "no reply");
+    srv_close(c);
+    return 1;
 }
 
 /* The read-hold timeout key {N}:<owner>:rwlock_timeout:<k>. */
@@ -722,7 +1084,7 @@ static char *read_key(const struct dist__names *n, const struct holder *h,
 }
 
 /* Each reader's lease: the longest PTTL of its read-hold keys. */
-static void snap_read_leases(redisContext *c, struct snap *s)
+static void snap_read_leases(struct srv *c, struct snap *s)
 {
     size_t i;
     long long k;
@@ -735,12 +1097,16 @@ static void snap_read_leases(redisContext *c, struct snap *s)
             char *key = read_key(s->names, &s->h[i], k, &len);
             const char *a[2] = { "PTTL", key };
             size_t l[2] = { 4, len };
+            append_asking(c);
             append(c, 2, a, l);
             free(key);
         }
     for (i = 0; i < s->nh; i++)
         for (k = 1; k <= s->h[i].reads && k <= READ_KEYS_MAX; k++) {
-            redisReply *r = get_reply(c);
+            redisReply *r;
+            if (c->asking)
+                freeReplyObject(get_reply(c));
+            r = get_reply(c);
             long long *lease = &s->h[i].lease_ms;   /* -3: no key found */
             if (r->type == REDIS_REPLY_INTEGER) {
                 if (r->integer == -1)
@@ -752,15 +1118,33 @@ static void snap_read_leases(redisContext *c, struct snap *s)
         }
 }
 
-static void snap_take(redisContext *c, const char *name, size_t len,
+/* A picture of lock N, read on the server that owns it (c is moved there
+ * as needed); exit 3 when it cannot be read. */
+static void snap_take(struct srv *c, const char *name, size_t len,
                       struct snap *s)
 {
-    memset(s, 0, sizeof *s);
-    s->names = names_of(name, len);
-    snap_append(c, s->names);
-    snap_read(c, s);
+    struct dist__names *n = lock_names(name, len);
+    struct tries t;
+    struct redir rd;
+    char why[700];
+
+    tries_init(&t);
+    if (!srv_ready(c, &n->name) && srv_route(c, &n->name) != 0)
+        die(EX_REDIS, "%s", dist_last_error());
+    for (;;) {
+        int pre;
+        memset(s, 0, sizeof *s);
+        s->names = n;
+        pre = snap_append(c, n);
+        if (snap_read(c, pre, s, &rd) == 0)
+            break;
+        if (srv_follow(c, &n->name, &rd, &t, why, sizeof why) != 0)
+            die(EX_REDIS, "cannot read '%s': %s", name, why);
+    }
     s->taken_ms = dist__now_ms();
     snap_read_leases(c, s);
+    if (c->asking)
+        srv_close(c);        /* the next call goes where the map says */
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1001,7 +1385,10 @@ static const char usage_main[] =
 "\n"
 "Options (before or after the command):\n"
 "  --url URL    Redis to use (default: $DISTLOCK_URL, else redis://127.0.0.1:6379)\n"
-"               redis://[user:password@]host[:port][/db], unix:///path[?db=N]\n"
+"               redis://[user:password@]host[:port][/db], unix:///path[?db=N],\n"
+"               redis-sentinel://host:port[,host:port...]/MASTER[?db=N],\n"
+"               redis-cluster://host:port[,host:port...]\n"
+"               (each command goes to the master that holds the lock)\n"
 "  --json       one JSON object per line instead of text\n"
 "  -h, --help   help; 'distlock COMMAND --help' for a command\n"
 "  --version    the version\n"
@@ -1022,7 +1409,8 @@ static const char usage_list[] =
 "Usage: distlock list [PATTERN]\n"
 "List the locks that exist now, one line each: name, kind, state, lease,\n"
 "number of holders and of waiters.  PATTERN is a Redis glob (default '*')\n"
-"matched against lock names.  Uses SCAN, never KEYS; a key counts as a lock\n"
+"matched against lock names.  On a Redis Cluster it scans every master and\n"
+"merges what they hold.  Uses SCAN, never KEYS; a key counts as a lock\n"
 "when it is a hash whose fields are owners ('<uuid>:<thread>', ':write'\n"
 "suffixes and a 'mode' field for an rwlock).  A free lock has no key, so it\n"
 "is not listed.\n";
@@ -1065,8 +1453,9 @@ static const char usage_watch[] =
 "Print one line per change of lock NAME until interrupted: acquired,\n"
 "released, expired (the key vanished without a release message), queued,\n"
 "left queue, and waiting writers.  Listens on the lock's release channels\n"
-"and reads the state every MS milliseconds (default 100); changes nothing,\n"
-"and needs no keyspace notifications.\n";
+"(on a Redis Cluster with SSUBSCRIBE, on the master of the lock's slot,\n"
+"followed when the slot moves) and reads the state every MS milliseconds\n"
+"(default 100); changes nothing, and needs no keyspace notifications.\n";
 
 static const struct {
     const char *name;
@@ -1171,18 +1560,17 @@ static const char *one_name(int argc, char **argv)
 static int cmd_status(int argc, char **argv)
 {
     const char *name = one_name(argc, argv);
-    redisContext *c;
+    struct srv c = { 0 };
     struct snap s;
 
     redis_setup();
-    c = redis_open();
-    snap_take(c, name, strlen(name), &s);
+    snap_take(&c, name, strlen(name), &s);
     if (opt.json)
         status_json(&s);
     else
         status_human(&s);
     snap_free(&s);
-    redisFree(c);
+    srv_close(&c);
     return 0;
 }
 
@@ -1222,7 +1610,7 @@ static int derived_key(const char *k, size_t n)
     return memmem(k, n, ":rwlock_timeout:", 16) != NULL;
 }
 
-static void scan_keys(redisContext *c, const char *pattern, struct key **keys,
+static void scan_keys(struct srv *c, const char *pattern, struct key **keys,
                       size_t *nkeys)
 {
     char cursor[32] = "0";
@@ -1243,7 +1631,7 @@ static void scan_keys(redisContext *c, const char *pattern, struct key **keys,
         if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
             r->element[0]->type != REDIS_REPLY_STRING ||
             r->element[1]->type != REDIS_REPLY_ARRAY)
-            die(EX_REDIS, "Redis at %s: unexpected answer to SCAN%s%s", redis_where,
+            die(EX_REDIS, "Redis at %s: unexpected answer to SCAN%s%s", c->where,
                 r->type == REDIS_REPLY_ERROR ? ": " : "",
                 r->type == REDIS_REPLY_ERROR ? r->str : "");
         snprintf(cursor, sizeof cursor, "%s", r->element[0]->str);
@@ -1259,14 +1647,95 @@ static void scan_keys(redisContext *c, const char *pattern, struct key **keys,
     } while (strcmp(cursor, "0") != 0);
 }
 
+static int row_cmp(const void *a, const void *b)
+{
+    const struct snap *x = a, *y = b;
+    struct key kx = { (char *)B(x->names->name), L(x->names->name) };
+    struct key ky = { (char *)B(y->names->name), L(y->names->name) };
+
+    return key_cmp(&kx, &ky);
+}
+
+/* Adds s to rows when it is a lock; frees it otherwise. */
+static void list_keep(struct snap *s, struct snap **rows, size_t *nrows)
+{
+    if (!s->lockish || s->kind == KIND_UNKNOWN || s->kind == KIND_NONE) {
+        snap_free(s);
+        return;
+    }
+    *rows = xrealloc(*rows, (*nrows + 1) * sizeof **rows);
+    (*rows)[(*nrows)++] = *s;
+}
+
+/* The locks among the keys SCAN found on c's server, in batches: HLEN,
+ * then a snapshot of each hash that may be a lock.  A key whose slot moved
+ * meanwhile (a cluster being resharded) is read where it went. */
+static void list_server(struct srv *c, struct key *keys, size_t nkeys,
+                        struct snap **rows, size_t *nrows)
+{
+    size_t i, j;
+
+    for (i = 0; i < nkeys; i += LIST_BATCH) {
+        size_t n = nkeys - i < LIST_BATCH ? nkeys - i : LIST_BATCH;
+        long long len[LIST_BATCH];
+        int moved[LIST_BATCH];
+        struct snap s[LIST_BATCH];
+        struct redir rd;
+
+        /* a hash with very many fields is not a lock: skip it unread */
+        for (j = 0; j < n; j++) {
+            const char *a[2] = { "HLEN", keys[i + j].p };
+            size_t l[2] = { 4, keys[i + j].n };
+            append(c, 2, a, l);
+        }
+        for (j = 0; j < n; j++) {
+            redisReply *r = get_reply(c);
+            len[j] = r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
+            moved[j] = r->type == REDIS_REPLY_ERROR && redir_of(c, r, &rd) != RD_NONE;
+            freeReplyObject(r);
+        }
+        for (j = 0; j < n; j++) {
+            struct dist__names *nm;
+            memset(&s[j], 0, sizeof s[j]);
+            if (!moved[j] && (len[j] < 1 || len[j] > LIST_MAX_FIELDS))
+                continue;
+            nm = names_of(keys[i + j].p, keys[i + j].n);
+            if (!names_fit(nm)) {      /* not a lock a cluster can hold */
+                dist__names_unref(nm);
+                moved[j] = 0;
+                continue;
+            }
+            s[j].names = nm;
+            if (!moved[j])
+                snap_append(c, nm);
+        }
+        for (j = 0; j < n; j++) {
+            if (!s[j].names)
+                continue;
+            if (!moved[j] && snap_read(c, 0, &s[j], &rd) != 0) {
+                if (rd.kind == RD_CONN)
+                    die(EX_REDIS, "lost the connection to Redis at %s: %s",
+                        c->where, rd.msg);
+                moved[j] = 1;
+            }
+            if (moved[j]) {
+                struct srv k = { 0 };
+                dist__names_unref(s[j].names);
+                snap_take(&k, keys[i + j].p, keys[i + j].n, &s[j]);
+                srv_close(&k);
+            }
+            list_keep(&s[j], rows, nrows);
+        }
+    }
+}
+
 static int cmd_list(int argc, char **argv)
 {
     const char *pattern = NULL;
-    struct key *keys = NULL;
-    size_t nkeys = 0, i, j, u, nrows = 0, width = 4;
+    size_t i, u, nrows = 0, width = 4;
     struct snap *rows = NULL;
-    redisContext *c;
-    int dashdash = 0;
+    struct dist__addr masters[128];
+    int m, nmasters, dashdash = 0;
 
     for (i = 0; i < (size_t)argc; i++) {
         int k = (int)i;
@@ -1288,58 +1757,47 @@ static int cmd_list(int argc, char **argv)
         pattern = "*";
 
     redis_setup();
-    c = redis_open();
-    scan_keys(c, pattern, &keys, &nkeys);
-    /* SCAN may return a key twice */
-    if (nkeys > 1)
-        qsort(keys, nkeys, sizeof *keys, key_cmp);
-    for (i = 0, u = 0; i < nkeys; i++) {
-        if (u > 0 && key_cmp(&keys[u - 1], &keys[i]) == 0) {
-            free(keys[i].p);
-            continue;
-        }
-        keys[u++] = keys[i];
-    }
-    nkeys = u;
+    /* one server, or every master of a cluster, each holding its slots */
+    nmasters = dist__route_masters(&rcfg, masters, 128);
+    if (nmasters < 0)
+        die(EX_REDIS, "%s", dist_last_error());
+    for (m = 0; m < nmasters; m++) {
+        struct srv c = { 0 };
+        struct key *keys = NULL;
+        size_t nkeys = 0;
 
-    for (i = 0; i < nkeys; i += LIST_BATCH) {
-        size_t n = nkeys - i < LIST_BATCH ? nkeys - i : LIST_BATCH;
-        long long len[LIST_BATCH];
-        struct snap s[LIST_BATCH];
-
-        /* a hash with very many fields is not a lock: skip it unread */
-        for (j = 0; j < n; j++) {
-            const char *a[2] = { "HLEN", keys[i + j].p };
-            size_t l[2] = { 4, keys[i + j].n };
-            append(c, 2, a, l);
-        }
-        for (j = 0; j < n; j++) {
-            redisReply *r = get_reply(c);
-            len[j] = r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
-            freeReplyObject(r);
-        }
-        for (j = 0; j < n; j++) {
-            memset(&s[j], 0, sizeof s[j]);
-            if (len[j] < 1 || len[j] > LIST_MAX_FIELDS)
-                continue;
-            s[j].names = names_of(keys[i + j].p, keys[i + j].n);
-            snap_append(c, s[j].names);
-        }
-        for (j = 0; j < n; j++) {
-            if (!s[j].names)
-                continue;
-            snap_read(c, &s[j]);
-            if (!s[j].lockish || s[j].kind == KIND_UNKNOWN || s[j].kind == KIND_NONE) {
-                snap_free(&s[j]);
+        if (srv_connect(&c, &masters[m]) != 0)
+            die(EX_REDIS, "%s", dist_last_error());
+        scan_keys(&c, pattern, &keys, &nkeys);
+        /* SCAN may return a key twice */
+        if (nkeys > 1)
+            qsort(keys, nkeys, sizeof *keys, key_cmp);
+        for (i = 0, u = 0; i < nkeys; i++) {
+            if (u > 0 && key_cmp(&keys[u - 1], &keys[i]) == 0) {
+                free(keys[i].p);
                 continue;
             }
-            rows = xrealloc(rows, (nrows + 1) * sizeof *rows);
-            rows[nrows++] = s[j];
+            keys[u++] = keys[i];
         }
+        nkeys = u;
+        list_server(&c, keys, nkeys, &rows, &nrows);
+        for (i = 0; i < nkeys; i++)
+            free(keys[i].p);
+        free(keys);
+        srv_close(&c);
     }
-    for (i = 0; i < nkeys; i++)
-        free(keys[i].p);
-    free(keys);
+    /* in name order; a key that moved between two masters while they
+     * were scanned is shown once */
+    if (nrows > 1)
+        qsort(rows, nrows, sizeof *rows, row_cmp);
+    for (i = 0, u = 0; i < nrows; i++) {
+        if (u > 0 && row_cmp(&rows[u - 1], &rows[i]) == 0) {
+            snap_free(&rows[i]);
+            continue;
+        }
+        rows[u++] = rows[i];
+    }
+    nrows = u;
 
     for (i = 0; i < nrows; i++)
         if (L(rows[i].names->name) > width)
@@ -1389,7 +1847,6 @@ static int cmd_list(int argc, char **argv)
         printf("no locks%s%s\n", strcmp(pattern, "*") ? " match " : "",
                strcmp(pattern, "*") ? pattern : "");
     free(rows);
-    redisFree(c);
     return 0;
 }
 
@@ -1438,9 +1895,10 @@ static int confirm(const struct snap *s)
 static int cmd_unlock(int argc, char **argv)
 {
     const char *name = NULL;
-    int i, force = 0, yes = 0, dashdash = 0, rc;
-    redisContext *c;
+    int i, force = 0, yes = 0, dashdash = 0;
+    struct srv c = { 0 };
     struct snap s;
+    char why[700];
     struct dist__buf *kv;
     size_t nkeys, k, j;
     long long result;
@@ -1473,8 +1931,7 @@ static int cmd_unlock(int argc, char **argv)
                     "itself; this removes a lock whatever its holder");
 
     redis_setup();
-    c = redis_open();
-    snap_take(c, name, strlen(name), &s);
+    snap_take(&c, name, strlen(name), &s);
     if (s.kind == KIND_UNKNOWN)
         die(EX_USAGE, "'%s' is not a lock (a Redis %s); left alone", name, s.type);
     if (strcmp(s.type, "none") == 0) {
@@ -1491,7 +1948,7 @@ static int cmd_unlock(int argc, char **argv)
         }
         sb_free(&b);
         snap_free(&s);
-        redisFree(c);
+        srv_close(&c);
         return 0;
     }
     if (!yes) {
@@ -1501,7 +1958,7 @@ static int cmd_unlock(int argc, char **argv)
         if (!confirm(&s)) {
             say("'%s' left alone", name);
             snap_free(&s);
-            redisFree(c);
+            srv_close(&c);
             return EX_BUSY;
         }
     }
@@ -1530,12 +1987,17 @@ static int cmd_unlock(int argc, char **argv)
     }
     kv[k].p = pub;
     kv[k].len = strlen(pub);
-    rc = dist__eval(c, DIST__S_FORCE_UNLOCK, (int)nkeys, kv, (int)nkeys + 1, &r);
+    /* on the server the lock was read from, unless its slot moved since */
+    r = srv_eval(&c, DIST__S_FORCE_UNLOCK, (int)nkeys, kv, (int)nkeys + 1,
+                 why, sizeof why);
     for (k = 5; k < nkeys; k++)
         free((char *)kv[k].p);
     free(kv);
-    if (rc != 0)
-        die(EX_REDIS, "%s", dist_last_error());
+    if (!r)
+        die(EX_REDIS, "cannot force '%s': %s", name, why);
+    if (r->type == REDIS_REPLY_ERROR)
+        die(EX_REDIS, "Redis at %s refused %s: %s", c.where,
+            dist__scripts[DIST__S_FORCE_UNLOCK].name, r->str);
     result = r->type == REDIS_REPLY_INTEGER ? r->integer : -2;
     freeReplyObject(r);
     if (result == -1)
@@ -1579,7 +2041,7 @@ static int cmd_unlock(int argc, char **argv)
     }
     sb_free(&b);
     snap_free(&s);
-    redisFree(c);
+    srv_close(&c);
     return 0;
 }
 
@@ -1903,40 +2365,6 @@ static int ev_diff(const struct snap *a, const struct snap *b, int released)
     return rc;
 }
 
-/* Reads what the subscriber connection has, waiting up to ms for it.
- * Counts release messages; -1 when the connection failed. */
-static int sub_drain(redisContext *s, int ms, int *msgs)
-{
-    struct pollfd p = { s->fd, POLLIN, 0 };
-    void *r;
-    int n;
-
-    for (;;) {
-        if (redisGetReplyFromReader(s, &r) != REDIS_OK)
-            return -1;
-        if (!r)
-            break;
-        {
-            redisReply *x = r;
-            if (x->type == REDIS_REPLY_ARRAY && x->elements >= 3 &&
-                x->element[0]->type == REDIS_REPLY_STRING &&
-                (strcmp(x->element[0]->str, "message") == 0 ||
-                 strcmp(x->element[0]->str, "pmessage") == 0))
-                ++*msgs;
-        }
-        freeReplyObject(r);
-        ms = 0;    /* something came: look at the lock now */
-    }
-    n = poll(&p, 1, ms);
-    if (n < 0)
-        return errno == EINTR ? 0 : -1;
-    if (n == 0)
-        return 0;
-    if (redisBufferRead(s) != REDIS_OK)
-        return -1;
-    return sub_drain(s, 0, msgs);
-}
-
 /* "redisson_lock__channel:{N}" as a glob that matches only itself. */
 static void glob_quote(struct sb *b, const char *p, size_t n)
 {
@@ -1949,15 +2377,262 @@ static void glob_quote(struct sb *b, const char *p, size_t n)
     }
 }
 
+/* watch's subscriber connection: the lock's release channels, and each
+ * fair waiter's own channel (redisson_lock__channel:{N}:<owner>, where a
+ * release wakes the head of the queue).  On one server (or the sentinels'
+ * master) a pattern covers the waiters' channels; a cluster publishes with
+ * SPUBLISH, heard only by SSUBSCRIBE on the node that owns the slot, and
+ * sharded pub/sub has no patterns, so there each queued waiter's channel
+ * is subscribed while it waits. */
+struct sub {
+    struct srv s;
+    struct dist__names *n;
+    const char *name;
+    struct key *own;      /* the waiters' channels subscribed (cluster) */
+    size_t nown;
+    int resub;            /* subscribe anew: a slot moved, a refusal */
+};
+
+static int sub_wants(const struct sub *u, const char *p, size_t len)
+{
+    size_t i;
+
+    if ((len == L(u->n->chan) && memcmp(p, B(u->n->chan), len) == 0) ||
+        (len == L(u->n->rwchan) && memcmp(p, B(u->n->rwchan), len) == 0))
+        return 1;
+    for (i = 0; i < u->nown; i++)
+        if (u->own[i].n == len && memcmp(u->own[i].p, p, len) == 0)
+            return 1;
+    return 0;
+}
+
+/* Sends what was appended to s (a subscriber reads only when told to). */
+static int srv_flush(struct srv *s)
+{
+    int done = 0;
+
+    while (!done)
+        if (redisBufferWrite(s->c, &done) != REDIS_OK)
+            return -1;
+    return 0;
+}
+
+/* Subscribes u anew on the server of the lock; after a lost connection
+ * (retry) keeps trying for the command timeout.  Exit 3 when it cannot. */
+static void sub_open(struct sub *u, int retry)
+{
+    const struct dist__buf *key = &u->n->name;
+    struct tries t;
+    struct redir rd;
+    char why[700];
+
+    tries_init(&t);
+    u->resub = 0;
+    if (srv_route(&u->s, key) != 0) {
+        if (!retry)
+            die(EX_REDIS, "%s", dist_last_error());
+        memset(&rd, 0, sizeof rd);
+        rd.kind = RD_CONN;
+        snprintf(rd.msg, sizeof rd.msg, "%s", dist_last_error());
+        if (srv_follow(&u->s, key, &rd, &t, why, sizeof why) != 0)
+            die(EX_REDIS, "cannot subscribe to the channels of '%s': %s",
+                u->name, why);
+    }
+    for (;;) {
+        struct srv *s = &u->s;
+        redisReply *r;
+        int pre = append_asking(s), nrep, k;
+
+        if (on_cluster()) {
+            size_t argc = 3 + u->nown, i;
+            const char **a = xrealloc(NULL, argc * sizeof *a);
+            size_t *l = xrealloc(NULL, argc * sizeof *l);
+            a[0] = "SSUBSCRIBE"; l[0] = 10;
+            a[1] = B(u->n->chan); l[1] = L(u->n->chan);
+            a[2] = B(u->n->rwchan); l[2] = L(u->n->rwchan);
+            for (i = 0; i < u->nown; i++) {
+                a[3 + i] = u->own[i].p;
+                l[3 + i] = u->own[i].n;
+            }
+            append(s, (int)argc, a, l);
+            free(a);
+            free(l);
+            nrep = (int)argc - 1;
+        } else {
+            const char *a[3] = { "SUBSCRIBE", B(u->n->chan), B(u->n->rwchan) };
+            size_t l[3] = { 9, L(u->n->chan), L(u->n->rwchan) };
+            const char *pa[2] = { "PSUBSCRIBE", NULL };
+            size_t pl[2] = { 10, 0 };
+            struct sb pat = { 0 };
+            glob_quote(&pat, B(u->n->chan), L(u->n->chan));
+            sb_adds(&pat, ":*");
+            pa[1] = pat.p;
+            pl[1] = pat.len;
+            append(s, 3, a, l);
+            append(s, 2, pa, pl);
+            sb_free(&pat);
+            nrep = 3;
+        }
+        s->asking = 0;    /* ASKING went with this try only */
+        rd.kind = RD_NONE;
+        for (k = 0; k < pre + nrep; k++) {
+            if (!(r = try_reply(s))) {
+                memset(&rd, 0, sizeof rd);
+                rd.kind = RD_CONN;
+                snprintf(rd.msg, sizeof rd.msg, "%s",
+                         s->c->errstr[0] ? s->c->errstr : "no reply");
+                break;
+            }
+            if (k >= pre && r->type == REDIS_REPLY_ERROR) {
+                /* refused: one error for the whole command */
+                if (redir_of(s, r, &rd) == RD_NONE)
+                    die(EX_REDIS, "Redis at %s refused %s: %s", s->where,
+                        on_cluster() ? "SSUBSCRIBE" : "SUBSCRIBE", r->str);
+                freeReplyObject(r);
+                break;
+            }
+            freeReplyObject(r);
+        }
+        if (rd.kind == RD_NONE)
+            return;
+        if (srv_follow(s, key, &rd, &t, why, sizeof why) != 0)
+            die(EX_REDIS, "cannot subscribe to the channels of '%s': %s",
+                u->name, why);
+    }
+}
+
+/* On a cluster: subscribes the channel of each waiter queued in cur, and
+ * drops those of waiters gone. */
+static void sub_waiters(struct sub *u, const struct snap *cur)
+{
+    size_t i, j;
+    int sent = 0;
+
+    if (!on_cluster())
+        return;
+    for (i = 0; i < u->nown;) {
+        const char *o = u->own[i].p + L(u->n->chan) + 1;
+        size_t on = u->own[i].n - L(u->n->chan) - 1;
+        if (waiter_in(cur->q, cur->nq, o, on, NULL)) {
+            i++;
+            continue;
+        }
+        {
+            const char *a[2] = { "SUNSUBSCRIBE", u->own[i].p };
+            size_t l[2] = { 12, u->own[i].n };
+            append(&u->s, 2, a, l);
+            sent = 1;
+        }
+        free(u->own[i].p);
+        u->own[i] = u->own[--u->nown];
+    }
+    for (i = 0; i < cur->nq; i++) {
+        struct sb ch = { 0 };
+        sb_addn(&ch, B(u->n->chan), L(u->n->chan));
+        sb_addn(&ch, ":", 1);
+        sb_addn(&ch, cur->q[i].owner, cur->q[i].olen);
+        for (j = 0; j < u->nown; j++)
+            if (u->own[j].n == ch.len && memcmp(u->own[j].p, ch.p, ch.len) == 0)
+                break;
+        if (j < u->nown) {
+            sb_free(&ch);
+            continue;
+        }
+        {
+            const char *a[2] = { "SSUBSCRIBE", ch.p };
+            size_t l[2] = { 10, ch.len };
+            append(&u->s, 2, a, l);
+            sent = 1;
+        }
+        u->own = xrealloc(u->own, (u->nown + 1) * sizeof *u->own);
+        u->own[u->nown].p = ch.p;        /* keeps the buffer */
+        u->own[u->nown++].n = ch.len;
+    }
+    if (sent && srv_flush(&u->s) != 0)
+        u->resub = 1;     /* the next look finds the connection broken */
+}
+
+static void sub_close(struct sub *u)
+{
+    size_t i;
+
+    for (i = 0; i < u->nown; i++)
+        free(u->own[i].p);
+    free(u->own);
+    u->own = NULL;
+    u->nown = 0;
+    srv_close(&u->s);
+}
+
+/* Reads what the subscriber connection has, waiting up to ms for it.
+ * Counts release messages; -1 when the connection failed.  Sets u->resub
+ * when the server dropped a channel we want (its slot moved away) or
+ * refused one. */
+static int sub_drain(struct sub *u, int ms, int *msgs)
+{
+    redisContext *s = u->s.c;
+    struct pollfd p = { s->fd, POLLIN, 0 };
+    void *r;
+    int n;
+
+    for (;;) {
+        if (redisGetReplyFromReader(s, &r) != REDIS_OK)
+            return -1;
+        if (!r)
+            break;
+        {
+            redisReply *x = r;
+            if (x->type == REDIS_REPLY_ERROR) {
+                u->resub = 1;
+            } else if (x->type == REDIS_REPLY_ARRAY && x->elements >= 3 &&
+                       x->element[0]->type == REDIS_REPLY_STRING) {
+                const char *kind = x->element[0]->str;
+                const redisReply *ch = x->element[1];
+                if (strcmp(kind, "message") == 0 ||
+                    strcmp(kind, "pmessage") == 0 ||
+                    strcmp(kind, "smessage") == 0)
+                    ++*msgs;
+                else if (strcmp(kind, "sunsubscribe") == 0 &&
+                         ch->type == REDIS_REPLY_STRING &&
+                         sub_wants(u, ch->str, ch->len))
+                    u->resub = 1;
+            }
+        }
+        freeReplyObject(r);
+        ms = 0;    /* something came: look at the lock now */
+    }
+    n = poll(&p, 1, ms);
+    if (n < 0)
+        return errno == EINTR ? 0 : -1;
+    if (n == 0)
+        return 0;
+    if (redisBufferRead(s) != REDIS_OK)
+        return -1;
+    return sub_drain(u, 0, msgs);
+}
+
+/* sub_drain, subscribing anew when the connection broke, the server
+ * dropped the channels or the lock's server changed (a failover, a slot
+ * that moved); exit 3 when that fails for the command timeout.  *look is
+ * set when messages may have been missed meanwhile. */
+static void sub_pump(struct sub *u, int ms, int *msgs, int *look)
+{
+    if (!u->resub && srv_placed(&u->s, &u->n->name) &&
+        sub_drain(u, ms, msgs) == 0)
+        return;
+    sub_open(u, 1);
+    *look = 1;
+}
+
 static int cmd_watch(int argc, char **argv)
 {
     const char *name = NULL;
     long interval = WATCH_INTERVAL_MS;
-    int i, dashdash = 0, msgs = 0;
-    redisContext *c, *s;
+    int i, dashdash = 0, msgs = 0, look = 0;
+    struct srv c = { 0 };
+    struct sub u;
     struct snap prev, cur;
     struct sigaction sa;
-    struct sb pat = { 0 };
     uint64_t next;
 
     for (i = 0; i < argc; i++) {
@@ -1983,8 +2658,9 @@ static int cmd_watch(int argc, char **argv)
     check_name(name);
 
     redis_setup();
-    c = redis_open();
-    s = redis_open();
+    memset(&u, 0, sizeof u);
+    u.name = name;
+    u.n = lock_names(name, strlen(name));
 
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_stop;        /* no SA_RESTART: poll returns */
@@ -1993,33 +2669,12 @@ static int cmd_watch(int argc, char **argv)
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGHUP, &sa, NULL);
 
-    snap_take(c, name, strlen(name), &prev);
-    {
-        /* the release channels, and each fair waiter's own channel */
-        const char *a[3] = { "SUBSCRIBE", B(prev.names->chan), B(prev.names->rwchan) };
-        size_t l[3] = { 9, L(prev.names->chan), L(prev.names->rwchan) };
-        const char *pa[2] = { "PSUBSCRIBE", NULL };
-        size_t pl[2] = { 10, 0 };
-        redisReply *r;
-        int k;
-
-        glob_quote(&pat, B(prev.names->chan), L(prev.names->chan));
-        sb_adds(&pat, ":*");
-        pa[1] = pat.p;
-        pl[1] = pat.len;
-        append(s, 3, a, l);
-        append(s, 2, pa, pl);
-        for (k = 0; k < 3; k++) {
-            r = get_reply(s);
-            if (r->type == REDIS_REPLY_ERROR)
-                die(EX_REDIS, "Redis at %s refused SUBSCRIBE: %s", redis_where, r->str);
-            freeReplyObject(r);
-        }
-        sb_free(&pat);
-    }
+    snap_take(&c, name, strlen(name), &prev);
+    sub_open(&u, 0);
     /* subscribed: look again, so that nothing falls between */
     snap_free(&prev);
-    snap_take(c, name, strlen(name), &prev);
+    snap_take(&c, name, strlen(name), &prev);
+    sub_waiters(&u, &prev);
     if (ev_state(&prev) != 0)
         goto out;
 
@@ -2028,18 +2683,16 @@ static int cmd_watch(int argc, char **argv)
         uint64_t now = dist__now_ms();
         int wait = now >= next ? 0 : (int)(next - now);
 
-        if (sub_drain(s, wait, &msgs) != 0)
-            redis_lost(s);
+        sub_pump(&u, wait, &msgs, &look);
         if (stop_sig)
             break;
-        if (msgs == 0 && dist__now_ms() < next)
+        if (msgs == 0 && !look && dist__now_ms() < next)
             continue;
-        snap_take(c, name, strlen(name), &cur);
+        snap_take(&c, name, strlen(name), &cur);
         if (strcmp(cur.type, "none") == 0 && prev.nh > 0 && msgs == 0) {
             /* gone: give a release message in flight a moment to arrive
              * before calling it an expiry */
-            if (sub_drain(s, 50, &msgs) != 0)
-                redis_lost(s);
+            sub_pump(&u, 50, &msgs, &look);
         }
         if (ev_diff(&prev, &cur, msgs > 0) != 0) {
             snap_free(&cur);
@@ -2047,13 +2700,15 @@ static int cmd_watch(int argc, char **argv)
         }
         snap_free(&prev);
         prev = cur;
-        msgs = 0;
+        sub_waiters(&u, &prev);
+        msgs = look = 0;
         next = dist__now_ms() + (uint64_t)interval;
     }
 out:
+    sub_close(&u);
+    dist__names_unref(u.n);
     snap_free(&prev);
-    redisFree(s);
-    redisFree(c);
+    srv_close(&c);
     return 0;
 }
 
@@ -2078,7 +2733,7 @@ static struct {
     int sig;                     /* the last signal taken */
     sigset_t set;                /* the signals the thread takes */
     sigset_t old_mask;           /* the mask the command gets */
-    redisContext *c;             /* for the waiting thread's cancel */
+    struct srv c;                /* for the waiting thread's cancel */
     struct dist__names *names;
     char owner[64];              /* the main thread's owner */
     size_t owner_len;
@@ -2086,7 +2741,7 @@ static struct {
     int mode;                    /* M_MUTEX, M_READ, M_WRITE */
     int prefer_writer;
 } lk = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PH_WAIT, 0, 0,
-         { { 0 } }, { { 0 } }, NULL, NULL, { 0 }, 0, 0, 0, 0 };
+         { { 0 } }, { { 0 } }, { 0 }, NULL, { 0 }, 0, 0, 0, 0 };
 
 /* The descriptors open when distlock started: the command inherits these
  * and no others (the library's Redis sockets are not its business). */
@@ -2154,21 +2809,22 @@ static void cancel_wait(void)
 {
     const char *pub = dist__publish_cmd();
     redisReply *r = NULL;
+    char why[700];
 
-    if (!lk.c || !lk.names)
+    if (!lk.names)
         return;
     if (lk.fair) {
         struct dist__buf kv[7] = {
             lk.names->name, lk.names->queue, lk.names->timeout, lk.names->chan,
             { lk.owner, lk.owner_len }, { pub, strlen(pub) }, { "0", 1 },
         };
-        dist__eval(lk.c, DIST__S_FAIR_CANCEL, 4, kv, 7, &r);
+        r = srv_eval(&lk.c, DIST__S_FAIR_CANCEL, 4, kv, 7, why, sizeof why);
     } else if (lk.mode == M_WRITE) {
         struct dist__buf kv[5] = {
             lk.names->name, lk.names->writers, lk.names->rwchan,
             { lk.owner, lk.owner_len }, { pub, strlen(pub) },
         };
-        dist__eval(lk.c, DIST__S_RWLOCK_CANCEL, 3, kv, 5, &r);
+        r = srv_eval(&lk.c, DIST__S_RWLOCK_CANCEL, 3, kv, 5, why, sizeof why);
     }
     if (r)
         freeReplyObject(r);
@@ -2289,6 +2945,24 @@ static void obj_destroy(void)
         dist_rwlock_destroy(&obj.rw);
 }
 
+/* The library's last error, naming the server of lock n when it does not
+ * say already. */
+static const char *lib_error(const struct dist__names *n)
+{
+    static char buf[1200];
+    char e[800], w[300];
+    struct dist__addr a;
+
+    snprintf(e, sizeof e, "%s", dist_last_error());   /* routing may set it */
+    snprintf(buf, sizeof buf, "%s", e);
+    if (dist__route(&rcfg, &n->name, &a) == 0) {
+        srv_where(w, sizeof w, &a);
+        if (!strstr(e, w))
+            snprintf(buf, sizeof buf, "%s (Redis at %s)", e, w);
+    }
+    return buf;
+}
+
 static double since(const struct timespec *t0)
 {
     struct timespec t;
@@ -2332,7 +3006,7 @@ static void print_busy(const char *name, double waited)
     struct snap s;
     struct sb b = { 0 };
 
-    snap_take(lk.c, name, strlen(name), &s);
+    snap_take(&lk.c, name, strlen(name), &s);
     sb_printf(&b, "distlock: gave up on '%s' after %.1f s", name, waited);
     if (s.nh) {
         sb_adds(&b, ": held by ");
@@ -2411,8 +3085,8 @@ static int cmd_lock(int argc, char **argv)
          : lk.fair ? "fair mutex" : "mutex";
 
     redis_setup();
-    lk.c = redis_open();         /* fail early, and clearly */
-    lk.names = names_of(name, strlen(name));
+    lk.names = lock_names(name, strlen(name));
+    srv_open(&lk.c, &lk.names->name);   /* fail early, and clearly */
     lk.owner_len = 0;
     {
         size_t len;
@@ -2480,7 +3154,7 @@ static int cmd_lock(int argc, char **argv)
             exit(EX_BUSY);
         }
         die(rc == EINVAL ? EX_USAGE : EX_REDIS, "cannot lock '%s': %s", name,
-            dist_last_error());
+            lib_error(lk.names));
     }
     if (obj_token(&token) == 0)
         has_token = 1;
@@ -2546,7 +3220,7 @@ static int cmd_lock(int argc, char **argv)
         say("'%s' was no longer held when the command ended (lost or forced)", name);
     else if (rc != 0)
         say("could not release '%s': %s; it frees itself when its lease ends",
-            name, dist_last_error());
+            name, lib_error(lk.names));
     if (verbose)
         verbose_line("released", name, kind, since(&t0), 0, 0, status_code);
     obj_destroy();
