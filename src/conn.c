@@ -4,6 +4,7 @@
  * reopened. */
 #define _GNU_SOURCE   /* POLLRDHUP */
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -134,6 +135,9 @@ int dist__connect_addr(const struct dist__cfg *cfg, const struct dist__addr *a,
         redisFree(c);
         return dist__err(EIO, "cannot set the Redis command timeout");
     }
+    /* not inherited by a program exec'd by ours: it would keep the
+     * connection, and its subscriptions, open on the server */
+    fcntl(c->fd, F_SETFD, fcntl(c->fd, F_GETFD) | FD_CLOEXEC);
     if (cfg->pass[0]) {
         const char *argv[3] = { "AUTH", cfg->user, cfg->pass };
         r = cfg->user[0] ? setup_cmd(c, "AUTH", 3, argv)

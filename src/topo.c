@@ -14,6 +14,7 @@
  * at a time; the others go on with what is known unless it is known to be
  * wrong (then they wait for the answer, bounded by the command timeout). */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,6 +80,8 @@ static struct {
     /* cluster */
     int nnodes;
     struct dist__addr nodes[MAX_NODES];
+    struct dist__addr good_node;  /* the node that answered last */
+    int have_good;
     unsigned char owner[16384];   /* index into nodes, or NO_NODE */
     char why[600];                /* why the last refresh failed */
 } T = { .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER };
@@ -106,6 +109,7 @@ static redisContext *ask_connect(const struct dist__cfg *cfg,
         return NULL;
     }
     redisSetTimeout(c, tv);
+    fcntl(c->fd, F_SETFD, fcntl(c->fd, F_GETFD) | FD_CLOEXEC);
     return c;
 }
 
@@ -329,17 +333,26 @@ static int read_slots(const struct dist__cfg *cfg, const struct dist__addr *a,
 
 /* Reads the map from the nodes known so far, then the URL's.  Network only. */
 static int ask_cluster(const struct dist__cfg *cfg, int nknown,
-                       const struct dist__addr *known, int *nnodes,
+                       const struct dist__addr *known,
+                       const struct dist__addr *last_good,
+                       struct dist__addr *answered, int *nnodes,
                        struct dist__addr *nodes, unsigned char *owner,
                        char *why, size_t whylen)
 {
     int i;
 
-    for (i = 0; i < nknown + cfg->nseeds; i++) {
-        const struct dist__addr *a = i < nknown ? &known[i] : &cfg->seeds[i - nknown];
+    /* the node that answered last first: a dead node early in the list
+     * would cost a connect timeout at every refresh */
+    for (i = -1; i < nknown + cfg->nseeds; i++) {
+        const struct dist__addr *a;
+        if (i < 0 && !last_good)
+            continue;
+        a = i < 0 ? last_good : i < nknown ? &known[i] : &cfg->seeds[i - nknown];
         why[0] = 0;
-        if (read_slots(cfg, a, nnodes, nodes, owner, why, whylen) == 0)
+        if (read_slots(cfg, a, nnodes, nodes, owner, why, whylen) == 0) {
+            *answered = *a;
             return 0;
+        }
     }
     if (!why[0])
         snprintf(why, whylen, "no cluster node given");
@@ -360,6 +373,7 @@ static void refresh(const struct dist__cfg *cfg, uint64_t until)
         T.valid = 0;
         T.stale = 0;
         T.nnodes = 0;
+        T.have_good = 0;
         T.good_seed = 0;
         T.why[0] = 0;
     }
@@ -411,13 +425,18 @@ static void refresh(const struct dist__cfg *cfg, uint64_t until)
         char why[600];
         /* the static scratch is only touched by the one busy thread */
         memcpy(known, T.nodes, sizeof known[0] * (size_t)nknown);
+        struct dist__addr good = T.good_node, answered;
+        int had_good = T.have_good;
         pthread_mutex_unlock(&T.mu);
-        rc = ask_cluster(cfg, nknown, known, &nnodes, nodes, owner, why,
-                         sizeof why);
+        rc = ask_cluster(cfg, nknown, known, had_good ? &good : NULL,
+                         &answered, &nnodes, nodes, owner, why, sizeof why);
         pthread_mutex_lock(&T.mu);
         if (T.cfg_gen == cfg->gen) {
             if (rc == 0) {
-                int moved = T.nnodes != nnodes ||
+                int moved;
+                T.good_node = answered;
+                T.have_good = 1;
+                moved = T.nnodes != nnodes ||
                     memcmp(T.nodes, nodes, sizeof nodes[0] * (size_t)nnodes) ||
                     memcmp(T.owner, owner, sizeof owner);
                 if (T.valid && moved)
