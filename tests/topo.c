@@ -1214,6 +1214,7 @@ tu_cluster_t *tu_cluster_start(int masters, int replicas_per_master,
 
     if (masters < 1 || replicas_per_master < 0 ||
         masters > TU_TOPO_MAX_NODES ||
+        replicas_per_master >= TU_TOPO_MAX_NODES ||   /* no overflow below */
         masters * (1 + replicas_per_master) > TU_TOPO_MAX_NODES) {
         topo_err("cluster: bad size %d masters x %d replicas (at most %d "
                  "nodes)", masters, replicas_per_master, TU_TOPO_MAX_NODES);
@@ -2192,7 +2193,7 @@ tu_sentinel_t *tu_sentinel_start(int replicas, int sentinels,
     double deadline;
     int start_ms, nargs = 0, i, quorum, n;
 
-    if (replicas < 0 || replicas + 1 > TU_TOPO_MAX_NODES || sentinels < 1 ||
+    if (replicas < 0 || replicas >= TU_TOPO_MAX_NODES || sentinels < 1 ||
         sentinels > TU_TOPO_MAX_NODES) {
         topo_err("sentinel: bad size %d replicas, %d sentinels", replicas,
                  sentinels);
