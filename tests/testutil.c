@@ -217,6 +217,11 @@ struct tu_srv {
     pthread_mutex_t lock;
     pid_t pid;            /* 0: not running */
     redisContext *conn;   /* cached admin connection */
+    /* What tu_redis_start_opts asked for, kept for tu_redis_restart.
+     * Written before the server first starts, read only afterwards. */
+    char conf[300];       /* config file passed first; "" none */
+    char **args;          /* extra arguments (NULL-terminated) or NULL */
+    int (*pick_port)(void);
 };
 
 static pthread_mutex_t g_reg_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -358,6 +363,17 @@ static void remove_dir(const char *dir)
     (void)rmdir(dir);
 }
 
+static void free_args(char **args)
+{
+    size_t i;
+
+    if (args == NULL)
+        return;
+    for (i = 0; args[i] != NULL; i++)
+        free(args[i]);
+    free(args);
+}
+
 /* Kill, reap, remove dir and free an entry already unlinked. */
 static void srv_destroy(struct tu_srv *e)
 {
@@ -374,6 +390,7 @@ static void srv_destroy(struct tu_srv *e)
     kill_and_reap(pid, SIGKILL, 0);
     remove_dir(e->dir);
     pthread_mutex_destroy(&e->lock);
+    free_args(e->args);
     free(e);
 }
 
@@ -496,11 +513,13 @@ static void print_tail(const char *text, int lines)
  * fork + exec redis-server.  Everything the child needs is prepared before
  * fork(), so that the child only makes async-signal-safe calls.
  */
-static pid_t spawn_server(const tu_redis_t *r, int port, const char *logpath)
+static pid_t spawn_server(const tu_redis_t *r, const struct tu_srv *e,
+                          int port, const char *logpath)
 {
     char portstr[16], dirarg[sizeof(r->dir)];
     const char *prog = server_program();
-    const char *argv[32];
+    const char **argv;
+    size_t nextra = 0, i;
     int argc = 0, nullfd, logfd;
     int deathsig = gettid() == getpid();
     pid_t parent = getpid(), pid;
@@ -512,7 +531,16 @@ static pid_t spawn_server(const tu_redis_t *r, int port, const char *logpath)
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
         maxfd = rl.rlim_cur > 1048576 ? 1048576 : (long)rl.rlim_cur;
 
+    while (e->args != NULL && e->args[nextra] != NULL)
+        nextra++;
+    argv = malloc(sizeof(*argv) * (32 + nextra));
+    if (argv == NULL) {
+        fprintf(stderr, "testutil: out of memory\n");
+        return -1;
+    }
     argv[argc++] = prog;
+    if (e->conf[0] != '\0')
+        argv[argc++] = e->conf;   /* redis-server wants it first */
     argv[argc++] = "--port";           argv[argc++] = portstr;
     argv[argc++] = "--bind";           argv[argc++] = "127.0.0.1";
     argv[argc++] = "--unixsocket";     argv[argc++] = r->sock;
@@ -524,17 +552,21 @@ static pid_t spawn_server(const tu_redis_t *r, int port, const char *logpath)
     argv[argc++] = "--protected-mode"; argv[argc++] = "no";
     argv[argc++] = "--logfile";        argv[argc++] = logpath;
     argv[argc++] = "--databases";      argv[argc++] = "16";
+    for (i = 0; i < nextra; i++)
+        argv[argc++] = e->args[i];
     argv[argc] = NULL;
 
     nullfd = open("/dev/null", O_RDONLY | O_CLOEXEC);
     if (nullfd < 0) {
         fprintf(stderr, "testutil: open /dev/null: %s\n", strerror(errno));
+        free(argv);
         return -1;
     }
     logfd = open(logpath, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
     if (logfd < 0) {
         fprintf(stderr, "testutil: open redis log: %s\n", strerror(errno));
         close(nullfd);
+        free(argv);
         return -1;
     }
 
@@ -575,6 +607,7 @@ static pid_t spawn_server(const tu_redis_t *r, int port, const char *logpath)
         fprintf(stderr, "testutil: fork: %s\n", strerror(errno));
     close(nullfd);
     close(logfd);
+    free(argv);
     return pid;
 }
 
@@ -705,7 +738,7 @@ static enum spawn_result start_once(tu_redis_t *r, struct tu_srv *e, int port,
 
     snprintf(logpath, sizeof(logpath), "%s/redis.log", r->dir);
     logoff = file_size(logpath);
-    pid = spawn_server(r, port, logpath);
+    pid = spawn_server(r, e, port, logpath);
     if (pid < 0)
         return SPAWN_FAILED;
     pthread_mutex_lock(&e->lock);
@@ -751,7 +784,73 @@ static int make_dir(tu_redis_t *r)
     return 0;
 }
 
-int tu_redis_start_port(tu_redis_t *r, int first_port)
+/* Write text to path (mode 0600).  0 or -1 (message printed). */
+static int write_file(const char *path, const char *text)
+{
+    size_t len = strlen(text), off = 0;
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+
+    if (fd < 0) {
+        fprintf(stderr, "testutil: create %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    while (off < len) {
+        ssize_t n = write(fd, text + off, len - off);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            fprintf(stderr, "testutil: write %s: %s\n", path,
+                    n < 0 ? strerror(errno) : "short write");
+            close(fd);
+            return -1;
+        }
+        off += (size_t)n;
+    }
+    if (close(fd) != 0) {
+        fprintf(stderr, "testutil: close %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+/* Record o in e (config file written into the dir, arguments copied). */
+static int srv_set_opts(struct tu_srv *e, const tu_redis_t *r,
+                        const tu_redis_opts *o)
+{
+    size_t n = 0, i;
+
+    if (o == NULL)
+        return 0;
+    e->pick_port = o->pick_port;
+    if (o->conf != NULL) {
+        int len = snprintf(e->conf, sizeof(e->conf), "%s/redis.conf", r->dir);
+        if (len < 0 || (size_t)len >= sizeof(e->conf)) {
+            fprintf(stderr, "testutil: config file path too long\n");
+            return -1;
+        }
+        if (write_file(e->conf, o->conf) != 0)
+            return -1;
+    }
+    if (o->args == NULL)
+        return 0;
+    while (o->args[n] != NULL)
+        n++;
+    e->args = calloc(n + 1, sizeof(*e->args));
+    if (e->args == NULL) {
+        fprintf(stderr, "testutil: out of memory\n");
+        return -1;
+    }
+    for (i = 0; i < n; i++) {
+        e->args[i] = strdup(o->args[i]);
+        if (e->args[i] == NULL) {
+            fprintf(stderr, "testutil: out of memory\n");
+            return -1;   /* srv_destroy frees what was copied */
+        }
+    }
+    return 0;
+}
+
+static int start_common(tu_redis_t *r, int first_port, const tu_redis_opts *o)
 {
     struct tu_srv *e;
     int i;
@@ -770,13 +869,20 @@ int tu_redis_start_port(tu_redis_t *r, int first_port)
     }
     r->creator_pid = e->creator;
     r->reg_id = e->id;
+    if (srv_set_opts(e, r, o) != 0) {
+        tu_redis_stop(r);
+        return -1;
+    }
 
     for (i = 0; i < TU_START_TRIES; i++) {
-        int port = (i == 0 && first_port > 0) ? first_port : tu_free_port();
+        int port = (i == 0 && first_port > 0) ? first_port
+                   : e->pick_port != NULL ? e->pick_port() : tu_free_port();
         enum spawn_result res;
 
-        if (port <= 0)
+        if (port <= 0) {
+            fprintf(stderr, "testutil: no free port\n");
             break;
+        }
         res = start_once(r, e, port, 0);
         if (res == SPAWN_OK)
             return 0;
@@ -789,9 +895,19 @@ int tu_redis_start_port(tu_redis_t *r, int first_port)
     return -1;
 }
 
+int tu_redis_start_port(tu_redis_t *r, int first_port)
+{
+    return start_common(r, first_port, NULL);
+}
+
 int tu_redis_start(tu_redis_t *r)
 {
-    return tu_redis_start_port(r, 0);
+    return start_common(r, 0, NULL);
+}
+
+int tu_redis_start_opts(tu_redis_t *r, const tu_redis_opts *o)
+{
+    return start_common(r, 0, o);
 }
 
 int tu_redis_restart(tu_redis_t *r)
@@ -870,6 +986,54 @@ int tu_redis_signal(tu_redis_t *r, int sig)
         return -1;
     }
     return 0;
+}
+
+int tu_redis_kill(tu_redis_t *r)
+{
+    struct tu_srv *e;
+    pid_t pid;
+
+    if (r == NULL || r->reg_id == 0 || r->creator_pid != getpid()) {
+        fprintf(stderr, "testutil: kill: not our server\n");
+        return -1;
+    }
+    e = srv_get(r);
+    if (e == NULL) {
+        fprintf(stderr, "testutil: kill: server not started\n");
+        return -1;
+    }
+    pthread_mutex_lock(&e->lock);
+    pid = e->pid;
+    e->pid = 0;
+    if (e->conn != NULL) {
+        redisFree(e->conn);
+        e->conn = NULL;
+    }
+    pthread_mutex_unlock(&e->lock);
+    r->pid = 0;
+    srv_put(e);
+    if (pid <= 0) {
+        fprintf(stderr, "testutil: kill: server not running\n");
+        return -1;
+    }
+    kill_and_reap(pid, SIGKILL, 0);
+    return 0;
+}
+
+void tu_redis_print_log(const tu_redis_t *r, int lines)
+{
+    char path[sizeof(r->dir) + 16];
+    char *log;
+
+    if (r == NULL || r->dir[0] == '\0')
+        return;
+    snprintf(path, sizeof(path), "%s/redis.log", r->dir);
+    log = read_from(path, 0);
+    if (log != NULL) {
+        fprintf(stderr, "testutil: %s:\n", path);
+        print_tail(log, lines > 0 ? lines : 20);
+    }
+    free(log);
 }
 
 redisContext *tu_redis_admin(tu_redis_t *r)

@@ -118,12 +118,50 @@ int tu_redis_start(tu_redis_t *r);
 int tu_redis_start_port(tu_redis_t *r, int first_port);
 
 /*
+ * Extra settings for tu_redis_start_opts (used by topo.c for Cluster and
+ * Sentinel nodes).  A zero-filled struct means plain tu_redis_start.  They
+ * are copied: the caller's strings may go away after the call.  Restarts
+ * (tu_redis_restart) use them again.
+ */
+typedef struct tu_redis_opts {
+    /* If not NULL: written to <dir>/redis.conf before the first start, and
+     * that file is passed as the first argument (before the options above),
+     * e.g. "sentinel monitor ..." text.  The server may rewrite it (Sentinel
+     * does); a restart uses it as rewritten. */
+    const char *conf;
+    /* NULL-terminated extra arguments appended after the standard ones
+     * (later ones win), e.g. {"--cluster-enabled", "yes", NULL}. */
+    const char *const *args;
+    /* Port chooser for each attempt (a port <= 0 gives up); NULL:
+     * tu_free_port.  E.g. one that also keeps port+10000 free. */
+    int (*pick_port)(void);
+} tu_redis_opts;
+
+/* tu_redis_start with extra settings (o may be NULL).  Same contract:
+ * readiness checked by pid, another port tried when one is taken. */
+int tu_redis_start_opts(tu_redis_t *r, const tu_redis_opts *o);
+
+/*
+ * Crash the server: SIGKILL and reap it.  Unlike tu_redis_stop the dir, the
+ * port and the registry entry stay, so tu_redis_restart brings it back on
+ * the same port (with whatever files it left in its dir, e.g. a cluster's
+ * nodes.conf) and tu_redis_stop still cleans up.  r->pid becomes 0; commands
+ * fail until a restart.  0, or -1 if it was not running (or in a forked
+ * child).
+ */
+int tu_redis_kill(tu_redis_t *r);
+
+/* Print the last `lines` lines (0: 20) of the server's log on stderr. */
+void tu_redis_print_log(const tu_redis_t *r, int lines);
+
+/*
  * Stop the server (SIGTERM, and SIGCONT in case it is stopped; SIGKILL after
  * 5 s), wait for it, and start it again on the SAME port and socket path, so
  * the URLs stay valid.  No persistence: all data is gone.  r->pid changes.
  * The cached admin connection is dropped.  If the port was taken by someone
  * else meanwhile it fails (no other port is tried) and says so.  On failure
- * r->pid is 0 and the dir is kept until tu_redis_stop.
+ * r->pid is 0 and the dir is kept until tu_redis_stop.  Also brings back a
+ * server crashed with tu_redis_kill.
  * Returns 0 or -1 (message on stderr).
  */
 int tu_redis_restart(tu_redis_t *r);
