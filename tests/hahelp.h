@@ -1,0 +1,151 @@
+/*
+ * hahelp.h: what the Sentinel and Cluster tests share: a waiter in a forked
+ * process that reports when it got the lock, and a watch on a key's TTL
+ * that sees a renewal land.  Static: each program gets its own copy.
+ * Include after cmocka.h, testutil.h and distlock.h.
+ */
+#ifndef DISTLOCK_HAHELP_H
+#define DISTLOCK_HAHELP_H
+
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+enum { HA_MUTEX, HA_FAIR, HA_WRITE, HA_READ };
+
+/* A process blocked on a lock.  It writes 'w' just before it calls lock,
+ * then the monotonic time it got the lock (text), unlocks and exits 0. */
+struct ha_waiter {
+    pid_t pid;
+    int fd;
+};
+
+static void ha_child_lock(int fd, const char *url, const char *name, int kind,
+                          unsigned long watchdog_ms)
+{
+    char buf[64];
+    int rc, n;
+
+    if (dist_set_url(url) != 0 || dist_set_watchdog_ms(watchdog_ms) != 0)
+        _exit(3);
+    if (write(fd, "w", 1) != 1)
+        _exit(3);
+    if (kind == HA_WRITE || kind == HA_READ) {
+        dist_rwlock_t rw;
+        if (dist_rwlock_init(&rw, name, NULL) != 0)
+            _exit(3);
+        rc = kind == HA_WRITE ? dist_rwlock_wrlock(&rw) : dist_rwlock_rdlock(&rw);
+        if (rc != 0) {
+            fprintf(stderr, "waiter: lock: %s\n", dist_last_error());
+            _exit(4);
+        }
+        n = snprintf(buf, sizeof buf, "%.6f\n", tu_now());
+        if (write(fd, buf, (size_t)n) != n)
+            _exit(3);
+        dist_rwlock_unlock(&rw);
+    } else {
+        dist_mutex_t m;
+        dist_mutexattr_t a;
+        dist_mutexattr_init(&a);
+        dist_mutexattr_setfair(&a, kind == HA_FAIR);
+        if (dist_mutex_init(&m, name, &a) != 0)
+            _exit(3);
+        if (dist_mutex_lock(&m) != 0) {
+            fprintf(stderr, "waiter: lock: %s\n", dist_last_error());
+            _exit(4);
+        }
+        n = snprintf(buf, sizeof buf, "%.6f\n", tu_now());
+        if (write(fd, buf, (size_t)n) != n)
+            _exit(3);
+        dist_mutex_unlock(&m);
+    }
+    dist_shutdown();
+    _exit(0);
+}
+
+/* Starts the waiter and returns once it is about to call lock. */
+static void ha_waiter_start(struct ha_waiter *w, const char *url,
+                            const char *name, int kind, unsigned long watchdog_ms)
+{
+    int p[2];
+    char c;
+
+    assert_int_equal(pipe(p), 0);
+    w->pid = fork();
+    assert_true(w->pid >= 0);
+    if (w->pid == 0) {
+        close(p[0]);
+        ha_child_lock(p[1], url, name, kind, watchdog_ms);
+    }
+    close(p[1]);
+    w->fd = p[0];
+    assert_int_equal(read(w->fd, &c, 1), 1);
+    assert_int_equal(c, 'w');
+}
+
+/* When the waiter got the lock (monotonic s), or -1 if it did not within
+ * timeout_s; reaps it either way. */
+static double ha_waiter_result(struct ha_waiter *w, double timeout_s)
+{
+    char buf[64];
+    size_t len = 0;
+    double end = tu_now() + timeout_s, t = -1;
+    int st;
+
+    while (len < sizeof buf - 1 && tu_now() < end) {
+        struct pollfd pf = { w->fd, POLLIN, 0 };
+        ssize_t n;
+        if (poll(&pf, 1, 50) <= 0)
+            continue;
+        n = read(w->fd, buf + len, sizeof buf - 1 - len);
+        if (n <= 0)
+            break;
+        len += (size_t)n;
+        if (memchr(buf, '\n', len))
+            break;
+    }
+    buf[len] = 0;
+    if (memchr(buf, '\n', len))
+        t = strtod(buf, NULL);
+    else
+        kill(w->pid, SIGKILL);
+    close(w->fd);
+    waitpid(w->pid, &st, 0);
+    if (t >= 0 && !child_exit_ok(st, 0))
+        fail_msg("waiter exited with status %d", st);
+    return t;
+}
+
+/* When the last renewal of key (lease lease_ms) on one of the nodes
+ * happened, if that is after since (monotonic s): a renewal sets the TTL
+ * to the lease, so now - (lease - PTTL) is when it ran.  Waits for one up
+ * to timeout_s; -1 if none came.  A node that does not answer (dead,
+ * stopped) is skipped. */
+static double ha_renewed_since(long long (*pttl)(void *, int, const char *),
+                               void *topo, const int *nodes, int n,
+                               const char *key, long long lease_ms,
+                               double since, double timeout_s)
+{
+    double end = tu_now() + timeout_s, at;
+    long long v;
+    int i;
+
+    while (tu_now() < end) {
+        for (i = 0; i < n; i++) {
+            v = pttl(topo, nodes[i], key);
+            at = tu_now() - (double)(lease_ms - v) / 1000.0;
+            if (v > 0 && at > since + 0.002)
+                return at;
+        }
+        tu_sleep_ms(10);
+    }
+    return -1;
+}
+
+#endif

@@ -1,0 +1,379 @@
+/* test_cluster.c: locks on a Redis Cluster of 3 masters with a replica
+ * each (redis-cluster:// URL), all on loopback and started here: locks on
+ * every master, a lock's keys and channel in one slot, MOVED after a slot
+ * moves, ASK and TRYAGAIN while it migrates, a waiter subscribed on the old
+ * owner woken after the move, a master failover with a lock held, and the
+ * replica check. */
+#include <errno.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "distlock.h"
+#include "testutil.h"
+#include "testhelp.h"
+#include "topo.h"
+#include "hahelp.h"
+
+#define WATCHDOG_MS 10000UL  /* much longer than a failover */
+#define TIMEOUT_MS  2000UL
+#define MASTERS 3
+
+static tu_cluster_t *C;
+static int g_seq;
+
+static long long node_pttl(void *topo, int node, const char *key)
+{
+    redisReply *r = tu_cluster_cmd(topo, node, "PTTL", key, NULL);
+    long long v = r && r->type == REDIS_REPLY_INTEGER ? r->integer : -3;
+
+    freeReplyObject(r);
+    return v;
+}
+
+/* The same on a node importing key's slot (ASKING first). */
+static long long node_pttl_asking(void *topo, int node, const char *key)
+{
+    redisReply *r = tu_cluster_cmd_asking(topo, node, "PTTL", key, NULL);
+    long long v = r && r->type == REDIS_REPLY_INTEGER ? r->integer : -3;
+
+    freeReplyObject(r);
+    return v;
+}
+
+/* EXISTS on one node: 1, 0, or -1 when the node redirects or fails. */
+static int node_exists(int node, const char *key)
+{
+    redisReply *r = tu_cluster_cmd(C, node, "EXISTS", key, NULL);
+    int v = r && r->type == REDIS_REPLY_INTEGER ? (int)r->integer : -1;
+
+    freeReplyObject(r);
+    return v;
+}
+
+/* A fresh lock name whose slot the master `master` serves now. */
+static int name_on(char *buf, size_t len, const char *what, int master)
+{
+    int slot;
+
+    for (;;) {
+        snprintf(buf, len, "ha-%s-%d-%d", what, (int)getpid(), ++g_seq);
+        slot = tu_cluster_keyslot(C, buf);
+        assert_true(slot >= 0);
+        if (tu_cluster_slot_owner(C, slot) == master)
+            return slot;
+    }
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    C = tu_cluster_start(MASTERS, 1, NULL);
+    if (!C)
+        return -1;
+    if (dist_set_url(tu_cluster_url(C)) != 0 ||
+        dist_set_watchdog_ms(WATCHDOG_MS) != 0 ||
+        dist_set_timeout_ms(TIMEOUT_MS) != 0)
+        return -1;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    dist_shutdown();
+    tu_cluster_stop(C);
+    return 0;
+}
+
+/* Unlock on this thread, hand-off to a waiter in another process woken by
+ * the sharded release message; returns unlock -> waiter's lock in s. */
+static double handoff(const char *name, int kind, void *lock)
+{
+    struct ha_waiter w;
+    double t0, t;
+    int rc;
+
+    ha_waiter_start(&w, tu_cluster_url(C), name, kind, WATCHDOG_MS);
+    tu_sleep_ms(300);                     /* subscribed and asleep */
+    t0 = tu_now();
+    rc = kind == HA_WRITE ? dist_rwlock_unlock(lock) : dist_mutex_unlock(lock);
+    if (rc != 0)
+        fail_msg("unlock of %s: %s", name, dist_last_error());
+    t = ha_waiter_result(&w, slack(10.0));
+    assert_true(t > 0);
+    return t - t0;
+}
+
+/* Mutex, fair mutex and rwlock on each of the 3 masters; every key and
+ * channel of a lock is in the lock's slot, on its master. */
+static void test_locks_on_every_master(void **state)
+{
+    static const char *const derived[] = {
+        "redisson_lock__channel:{%s}", "redisson_lock_token:{%s}",
+        "redisson_lock_queue:{%s}", "redisson_lock_timeout:{%s}",
+        "redisson_rwlock:{%s}",
+    };
+    char name[64], k[128];
+    int master, slot, i;
+
+    (void)state;
+    assert_int_equal(tu_cluster_wait_ok(C, 30000), 0);
+    for (master = 0; master < MASTERS; master++) {
+        dist_mutex_t m, f;
+        dist_mutexattr_t fa;
+        dist_rwlock_t rw;
+        double t;
+
+        slot = name_on(name, sizeof name, "every", master);
+        for (i = 0; i < (int)(sizeof derived / sizeof derived[0]); i++) {
+            snprintf(k, sizeof k, derived[i], name);
+            assert_int_equal(tu_cluster_keyslot(C, k), slot);
+        }
+        assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
+        assert_int_equal(dist_mutex_lock(&m), 0);
+        assert_int_equal(node_exists(master, name), 1);
+        snprintf(k, sizeof k, "redisson_lock_token:{%s}", name);
+        assert_int_equal(node_exists(master, k), 1);
+        t = handoff(name, HA_MUTEX, &m);
+        fprintf(stderr, "    master %d: mutex hand-off %.4f s\n", master, t);
+        assert_dbl_range(t, 0, slack(1.5));   /* not the 10 s lease */
+        assert_int_equal(dist_mutex_destroy(&m), 0);
+
+        dist_mutexattr_init(&fa);
+        dist_mutexattr_setfair(&fa, 1);
+        name_on(name, sizeof name, "every-fair", master);
+        assert_int_equal(dist_mutex_init(&f, name, &fa), 0);
+        assert_int_equal(dist_mutex_lock(&f), 0);
+        t = handoff(name, HA_FAIR, &f);
+        assert_dbl_range(t, 0, slack(1.5));
+        assert_int_equal(dist_mutex_destroy(&f), 0);
+
+        name_on(name, sizeof name, "every-rw", master);
+        assert_int_equal(dist_rwlock_init(&rw, name, NULL), 0);
+        assert_int_equal(dist_rwlock_rdlock(&rw), 0);
+        assert_int_equal(dist_rwlock_rdlock(&rw), 0);
+        assert_int_equal(dist_rwlock_unlock(&rw), 0);
+        assert_int_equal(dist_rwlock_unlock(&rw), 0);
+        assert_int_equal(dist_rwlock_wrlock(&rw), 0);
+        t = handoff(name, HA_WRITE, &rw);
+        assert_dbl_range(t, 0, slack(1.5));
+        assert_int_equal(dist_rwlock_destroy(&rw), 0);
+    }
+}
+
+/* A held lock's slot moves to another master: unlock follows MOVED, and
+ * the next lock lands on the new owner. */
+static void test_moved_after_reshard(void **state)
+{
+    char name[64];
+    dist_mutex_t m;
+    int slot, to;
+
+    (void)state;
+    assert_int_equal(tu_cluster_wait_ok(C, 30000), 0);
+    slot = name_on(name, sizeof name, "moved", 0);
+    to = 1;
+    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(tu_cluster_move_slot(C, slot, to), 0);
+    assert_int_equal(node_exists(to, name), 1);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(node_exists(to, name), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(node_exists(to, name), 1);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+    assert_int_equal(tu_cluster_move_slot(C, slot, 0), 0);
+}
+
+struct bg_finish {
+    int slot, to, rc;
+    double at;
+};
+
+static void *bg_finish_main(void *arg)
+{
+    struct bg_finish *b = arg;
+
+    tu_sleep_ms(300);
+    b->at = tu_now();
+    b->rc = tu_cluster_migrate_finish(C, b->slot, b->to);
+    return NULL;
+}
+
+/* While the slot migrates: the renewal (one key) follows ASK to the node
+ * importing it; an unlock (several keys, some on each side: Redis answers
+ * TRYAGAIN) is retried until the migration ends, and succeeds. */
+static void test_ask_during_migration(void **state)
+{
+    char name[64];
+    dist_mutex_t m;
+    struct bg_finish b = { 0 };
+    pthread_t th;
+    int slot, to = 2, rc;
+    double done, t_renew;
+
+    (void)state;
+    assert_int_equal(tu_cluster_wait_ok(C, 30000), 0);
+    slot = name_on(name, sizeof name, "ask", 0);
+    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(tu_cluster_migrate_begin(C, slot, to), 0);
+    assert_int_equal(tu_cluster_migrate_key(C, name), 1);
+    {
+        /* the source sends clients of that key to the target */
+        redisReply *r = tu_cluster_cmd(C, 0, "EXISTS", name, NULL);
+        assert_non_null(r);
+        assert_int_equal(tu_cluster_redirect(C, r, "ASK", NULL), to);
+        freeReplyObject(r);
+    }
+
+    /* the renewal thread's next call is ASKed to the importing node */
+    t_renew = ha_renewed_since(node_pttl_asking, C, &to, 1, name,
+                               WATCHDOG_MS, tu_now(), slack(5.0));
+    assert_true(t_renew > 0);
+
+    b.slot = slot;
+    b.to = to;
+    assert_int_equal(pthread_create(&th, NULL, bg_finish_main, &b), 0);
+    rc = dist_mutex_unlock(&m);
+    done = tu_now();
+    pthread_join(th, NULL);
+    assert_int_equal(b.rc, 0);
+    if (rc != 0)
+        fail_msg("unlock during the migration: %d %s", rc, dist_last_error());
+    assert_true(done >= b.at);            /* it waited for the end */
+    assert_int_equal(node_exists(to, name), 0);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+    assert_int_equal(tu_cluster_move_slot(C, slot, 0), 0);
+}
+
+/* A waiter subscribed on the old owner of the slot (sharded pub/sub) is
+ * woken by the unlock published on the new owner after the slot moved. */
+static void test_waiter_follows_moved_slot(void **state)
+{
+    char name[64];
+    dist_mutex_t m;
+    struct ha_waiter w;
+    int slot;
+    double t0, t;
+
+    (void)state;
+    assert_int_equal(tu_cluster_wait_ok(C, 30000), 0);
+    slot = name_on(name, sizeof name, "follow", 1);
+    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    ha_waiter_start(&w, tu_cluster_url(C), name, HA_MUTEX, WATCHDOG_MS);
+    tu_sleep_ms(300);
+    assert_int_equal(tu_cluster_move_slot(C, slot, 2), 0);
+    tu_sleep_ms(300);
+    t0 = tu_now();
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    t = ha_waiter_result(&w, slack(10.0));
+    assert_true(t > 0);
+    fprintf(stderr, "    unlock on the new owner -> waiter %.4f s\n", t - t0);
+    assert_dbl_range(t - t0, 0, slack(1.5));
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+    assert_int_equal(tu_cluster_move_slot(C, slot, 1), 0);
+}
+
+/* The master of a held lock dies; its replica takes over.  The lock was
+ * replicated before lock returned, so it is still held; the renewal's first
+ * script call on the promoted replica (which has no cached scripts)
+ * succeeds; unlock works and wakes a waiter through the new master. */
+static void test_master_failover(void **state)
+{
+    char name[64];
+    dist_mutex_t m;
+    struct ha_waiter w;
+    int old = 2, nm;
+    double t_fault, t_fail, t_renew, t_unlock, t_woken;
+
+    (void)state;
+    assert_int_equal(tu_cluster_wait_ok(C, 30000), 0);
+    name_on(name, sizeof name, "failover", old);
+    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    ha_waiter_start(&w, tu_cluster_url(C), name, HA_MUTEX, WATCHDOG_MS);
+    tu_sleep_ms(300);
+
+    t_fault = tu_now();
+    assert_int_equal(tu_cluster_kill(C, old), 0);
+    nm = tu_cluster_wait_promoted(C, old, 30000);
+    t_fail = tu_now();
+    assert_true(nm >= 0);
+    assert_int_equal(node_exists(nm, name), 1);
+    t_renew = ha_renewed_since(node_pttl, C, &nm, 1, name, WATCHDOG_MS,
+                               t_fault, slack(10.0));
+    assert_true(t_renew > 0);
+    fprintf(stderr, "    kill -> replica promoted %.3f s, kill -> first "
+            "renewal on it %.3f s\n", t_fail - t_fault, t_renew - t_fault);
+
+    t_unlock = tu_now();
+    if (dist_mutex_unlock(&m) != 0)
+        fail_msg("unlock after the failover: %s", dist_last_error());
+    t_woken = ha_waiter_result(&w, slack(10.0));
+    assert_true(t_woken > 0);
+    fprintf(stderr, "    unlock -> waiter %.4f s\n", t_woken - t_unlock);
+    assert_dbl_range(t_woken - t_unlock, 0, slack(1.5));
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+
+    assert_int_equal(tu_cluster_restart(C, old), 0);
+    assert_int_equal(tu_cluster_wait_ok(C, 30000), 0);
+}
+
+/* With the master's replica stopped, an acquire on it gives
+ * DIST_ENOREPLICA and leaves nothing behind; masters whose replica is
+ * fine are not affected. */
+static void test_replica_check(void **state)
+{
+    char name[64], other[64];
+    dist_mutex_t m, o;
+    int master = 0, replica = -1, i;
+
+    (void)state;
+    assert_int_equal(tu_cluster_wait_ok(C, 30000), 0);
+    for (i = 0; i < tu_cluster_size(C); i++)
+        if (tu_cluster_master_of(C, i) == master)
+            replica = i;
+    assert_true(replica >= 0);
+    name_on(name, sizeof name, "sync", master);
+    name_on(other, sizeof other, "sync-other", 1);
+    assert_int_equal(dist_set_replica_wait_ms(300), 0);
+    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
+    assert_int_equal(dist_mutex_init(&o, other, NULL), 0);
+    assert_int_equal(tu_cluster_signal(C, replica, SIGSTOP), 0);
+    assert_int_equal(dist_mutex_lock(&m), DIST_ENOREPLICA);
+    assert_int_equal(node_exists(master, name), 0);
+    assert_int_equal(dist_mutex_lock(&o), 0);
+    assert_int_equal(dist_mutex_unlock(&o), 0);
+    assert_int_equal(tu_cluster_signal(C, replica, SIGCONT), 0);
+    assert_int_equal(tu_cluster_wait_ok(C, 30000), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_set_replica_wait_ms(1000), 0);
+    dist_mutex_destroy(&m);
+    dist_mutex_destroy(&o);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_locks_on_every_master),
+        cmocka_unit_test(test_moved_after_reshard),
+        cmocka_unit_test(test_ask_during_migration),
+        cmocka_unit_test(test_waiter_follows_moved_slot),
+        cmocka_unit_test(test_replica_check),
+        cmocka_unit_test(test_master_failover),
+    };
+
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

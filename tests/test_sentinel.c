@@ -1,0 +1,380 @@
+/* test_sentinel.c: locks on a master with 2 replicas watched by 3
+ * sentinels (redis-sentinel:// URL), all on loopback and started here:
+ * replica sync (WAIT) and its distinct error, failovers by SENTINEL
+ * FAILOVER, SIGKILL and SIGSTOP of the master with a lock held and a waiter
+ * blocked, and the lost lock that the replica check exists to prevent. */
+#include <errno.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "distlock.h"
+#include "testutil.h"
+#include "testhelp.h"
+#include "topo.h"
+#include "hahelp.h"
+
+#define WATCHDOG_MS 10000UL  /* much longer than a failover */
+#define TIMEOUT_MS  1000UL
+
+static tu_sentinel_t *S;
+static int g_seq;
+
+static void lock_name(char *buf, size_t len, const char *what)
+{
+    snprintf(buf, len, "ha-%s-%d-%d", what, (int)getpid(), ++g_seq);
+}
+
+static long long node_pttl(void *topo, int node, const char *key)
+{
+    redisReply *r = tu_sentinel_cmd(topo, node, "PTTL", key, NULL);
+    long long v = r && r->type == REDIS_REPLY_INTEGER ? r->integer : -3;
+
+    freeReplyObject(r);
+    return v;
+}
+
+static int node_exists(int node, const char *key)
+{
+    redisReply *r = tu_sentinel_cmd(S, node, "EXISTS", key, NULL);
+    int v = r && r->type == REDIS_REPLY_INTEGER ? (int)r->integer : -1;
+
+    freeReplyObject(r);
+    return v;
+}
+
+/* EVALSHA and EVAL calls the node has run so far. */
+static long long script_calls(int node)
+{
+    redisReply *r = tu_sentinel_cmd(S, node, "INFO", "commandstats", NULL);
+    long long n = 0;
+    const char *p;
+
+    if (!r)   /* the admin connection may have died while it was stopped */
+        r = tu_sentinel_cmd(S, node, "INFO", "commandstats", NULL);
+
+    assert_non_null(r);
+    assert_int_equal(r->type, REDIS_REPLY_STRING);
+    for (p = r->str; (p = strstr(p, "cmdstat_eval")) != NULL; p++) {
+        const char *c = strstr(p, "calls=");
+        if (c)
+            n += atoll(c + 6);
+    }
+    freeReplyObject(r);
+    return n;
+}
+
+static void settle(void)
+{
+    assert_int_equal(tu_sentinel_wait_ok(S, 30000), 0);
+}
+
+static int lost_calls;
+static void on_lost(const char *name, void *arg)
+{
+    (void)name;
+    (void)arg;
+    __atomic_add_fetch(&lost_calls, 1, __ATOMIC_SEQ_CST);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    S = tu_sentinel_start(2, 3, NULL);
+    if (!S)
+        return -1;
+    if (dist_set_url(tu_sentinel_url(S)) != 0 ||
+        dist_set_watchdog_ms(WATCHDOG_MS) != 0 ||
+        dist_set_timeout_ms(TIMEOUT_MS) != 0)
+        return -1;
+    dist_set_lost_handler(on_lost, NULL);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    dist_shutdown();
+    tu_sentinel_stop(S);
+    return 0;
+}
+
+/* A lock taken through the sentinels is on the master, and (WAIT) on at
+ * least one replica by the time lock returns. */
+static void test_lock_reaches_a_replica(void **state)
+{
+    char name[64];
+    dist_mutex_t m;
+    int master, i, copies = 0;
+
+    (void)state;
+    settle();
+    master = tu_sentinel_master(S);
+    assert_true(master >= 0);
+    lock_name(name, sizeof name, "basic");
+    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(node_exists(master, name), 1);
+    for (i = 0; i < tu_sentinel_nodes(S); i++)
+        if (i != master && node_exists(i, name) == 1)
+            copies++;
+    assert_true(copies >= 1);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(node_exists(master, name), 0);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+}
+
+/* Replication stopped (both replicas SIGSTOPped): an acquire gives
+ * DIST_ENOREPLICA within the sync timeout and leaves no key behind, for the
+ * mutex, the fair mutex and the rwlock; healthy again, it succeeds. */
+static void test_no_replica_ack_fails_cleanly(void **state)
+{
+    char name[64], fname[64], rname[64];
+    dist_mutex_t m, f;
+    dist_mutexattr_t fa;
+    dist_rwlock_t rw;
+    int master, i;
+    double t0, took;
+
+    (void)state;
+    settle();
+    master = tu_sentinel_master(S);
+    lock_name(name, sizeof name, "nosync");
+    lock_name(fname, sizeof fname, "nosync-fair");
+    lock_name(rname, sizeof rname, "nosync-rw");
+    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
+    dist_mutexattr_init(&fa);
+    dist_mutexattr_setfair(&fa, 1);
+    assert_int_equal(dist_mutex_init(&f, fname, &fa), 0);
+    assert_int_equal(dist_rwlock_init(&rw, rname, NULL), 0);
+    assert_int_equal(dist_set_replica_wait_ms(400), 0);
+
+    for (i = 0; i < tu_sentinel_nodes(S); i++)
+        if (i != master)
+            assert_int_equal(tu_sentinel_signal(S, i, SIGSTOP), 0);
+    t0 = tu_now();
+    assert_int_equal(dist_mutex_lock(&m), DIST_ENOREPLICA);
+    took = tu_now() - t0;
+    assert_non_null(strstr(dist_last_error(), "replica"));
+    assert_int_equal(dist_mutex_trylock(&m), DIST_ENOREPLICA);
+    assert_int_equal(dist_mutex_lock(&f), DIST_ENOREPLICA);
+    assert_int_equal(dist_rwlock_wrlock(&rw), DIST_ENOREPLICA);
+    assert_int_equal(dist_rwlock_rdlock(&rw), DIST_ENOREPLICA);
+    /* nothing left behind, nothing held */
+    assert_int_equal(node_exists(master, name), 0);
+    assert_int_equal(node_exists(master, fname), 0);
+    assert_int_equal(node_exists(master, rname), 0);
+    assert_int_equal(dist_mutex_unlock(&m), EPERM);
+    for (i = 0; i < tu_sentinel_nodes(S); i++)
+        if (i != master)
+            assert_int_equal(tu_sentinel_signal(S, i, SIGCONT), 0);
+    assert_dbl_range(took, 0.4, 0.4 + slack(2.0));
+
+    settle();
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_rwlock_wrlock(&rw), 0);
+    assert_int_equal(dist_rwlock_unlock(&rw), 0);
+    assert_int_equal(dist_set_replica_wait_ms(1000), 0);
+    dist_mutex_destroy(&m);
+    dist_mutex_destroy(&f);
+    dist_rwlock_destroy(&rw);
+}
+
+enum fault { F_COMMAND, F_KILL, F_STOP };
+
+/* A lock held here and a waiter blocked in another process; then the
+ * master fails over.  The hold survives on the new master and is renewed
+ * there, the unlock works and wakes the waiter through the new master. */
+static void failover_with_lock(enum fault how, const char *tag, int kind)
+{
+    char name[64];
+    dist_mutex_t m;
+    dist_rwlock_t rw;
+    dist_mutexattr_t a;
+    struct ha_waiter w;
+    int old, now_master, rc, i;
+    long long before_calls = 0;
+    double t_fault, t_fail, t_renew, t_unlock, t_woken;
+
+    settle();
+    old = tu_sentinel_master(S);
+    assert_true(old >= 0);
+    lock_name(name, sizeof name, tag);
+    dist_mutexattr_init(&a);
+    dist_mutexattr_setfair(&a, kind == HA_FAIR);
+    if (kind == HA_WRITE) {
+        assert_int_equal(dist_rwlock_init(&rw, name, NULL), 0);
+        assert_int_equal(dist_rwlock_wrlock(&rw), 0);
+    } else {
+        assert_int_equal(dist_mutex_init(&m, name, &a), 0);
+        assert_int_equal(dist_mutex_lock(&m), 0);
+    }
+    ha_waiter_start(&w, tu_sentinel_url(S), name, kind, WATCHDOG_MS);
+    tu_sleep_ms(300);                     /* subscribed and asleep */
+    t_fault = tu_now();
+    if (how == F_COMMAND) {
+        now_master = tu_sentinel_failover(S, 30000);
+    } else {
+        if (how == F_KILL)
+            assert_int_equal(tu_sentinel_kill(S, old), 0);
+        else
+            assert_int_equal(tu_sentinel_signal(S, old, SIGSTOP), 0);
+        now_master = tu_sentinel_wait_new_master(S, old, 30000);
+    }
+    t_fail = tu_now();
+    assert_true(now_master >= 0);
+    assert_true(now_master != old);
+    if (how == F_STOP) {
+        /* the old master comes back believing it is the master until the
+         * sentinels turn it into a replica: nothing of ours may reach it */
+        assert_int_equal(tu_sentinel_signal(S, old, SIGCONT), 0);
+        tu_sleep_ms(200);                 /* it runs what it had queued */
+        before_calls = script_calls(old);
+    }
+
+    /* the hold was replicated before lock returned: it is there, and the
+     * renewal thread finds the new master and renews it (counted from the
+     * fault; the old master may renew it until the switch after SENTINEL
+     * FAILOVER, so there only renewals at most 0.5 s before every sentinel
+     * agreed count) */
+    assert_int_equal(node_exists(now_master, name), 1);
+    t_renew = ha_renewed_since(node_pttl, S, &now_master, 1, name,
+                               WATCHDOG_MS, how == F_COMMAND ? t_fail - 0.5
+                                                             : t_fault,
+                               slack(10.0));
+    assert_true(t_renew > 0);
+    fprintf(stderr, "    %s: fault -> sentinels agree %.3f s, fault -> first "
+            "renewal on the new master %.3f s\n", tag, t_fail - t_fault,
+            t_renew - t_fault);
+
+    t_unlock = tu_now();
+    rc = kind == HA_WRITE ? dist_rwlock_unlock(&rw) : dist_mutex_unlock(&m);
+    if (rc != 0)
+        fail_msg("unlock after the failover: %d %s", rc, dist_last_error());
+    /* woken by the release message on the new master, not by the lease
+     * (10 s) running out */
+    t_woken = ha_waiter_result(&w, slack(10.0));
+    assert_true(t_woken > 0);
+    fprintf(stderr, "    %s: unlock -> blocked waiter has the lock %.3f s\n",
+            tag, t_woken - t_unlock);
+    assert_dbl_range(t_woken - t_unlock, 0, slack(1.5));
+
+    if (how == F_STOP) {
+        for (i = 0; i < 20; i++) {        /* ~1 s of traffic */
+            assert_int_equal(kind == HA_WRITE ? dist_rwlock_wrlock(&rw)
+                                              : dist_mutex_lock(&m), 0);
+            assert_int_equal(kind == HA_WRITE ? dist_rwlock_unlock(&rw)
+                                              : dist_mutex_unlock(&m), 0);
+            tu_sleep_ms(50);
+        }
+        assert_int_equal(script_calls(old), before_calls);
+        assert_int_equal(tu_sentinel_wait_role(S, old, "slave", 30000), 0);
+    }
+    if (how == F_KILL)
+        assert_int_equal(tu_sentinel_restart(S, old), 0);
+    if (kind == HA_WRITE)
+        dist_rwlock_destroy(&rw);
+    else
+        dist_mutex_destroy(&m);
+    settle();
+}
+
+static void test_failover_command(void **state)
+{
+    (void)state;
+    failover_with_lock(F_COMMAND, "failover", HA_MUTEX);
+}
+
+static void test_master_killed(void **state)
+{
+    (void)state;
+    failover_with_lock(F_KILL, "kill", HA_MUTEX);
+}
+
+static void test_master_stopped(void **state)
+{
+    (void)state;
+    failover_with_lock(F_STOP, "stop", HA_MUTEX);
+}
+
+static void test_fair_and_rwlock_across_failover(void **state)
+{
+    (void)state;
+    failover_with_lock(F_COMMAND, "failover-fair", HA_FAIR);
+    failover_with_lock(F_COMMAND, "failover-rw", HA_WRITE);
+}
+
+/* With the replica check off, a master that dies before replicating takes
+ * the lock with it: after the failover a second client takes it while the
+ * first still believes it holds it, until its renewal finds it gone.  This
+ * is the README's warning, shown. */
+static void test_lost_lock_without_replica_check(void **state)
+{
+    char name[64];
+    dist_mutex_t m;
+    struct ha_waiter w;
+    int old, i, nm, lost0;
+    uint64_t tok;
+    double t;
+
+    (void)state;
+    settle();
+    old = tu_sentinel_master(S);
+    lock_name(name, sizeof name, "lost");
+    assert_int_equal(dist_set_replica_wait_ms(0), 0);
+    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
+    for (i = 0; i < tu_sentinel_nodes(S); i++)
+        if (i != old)
+            assert_int_equal(tu_sentinel_signal(S, i, SIGSTOP), 0);
+    /* cut the replication links, or the stopped replicas' socket buffers
+     * would still bring them the write once they run again */
+    freeReplyObject(tu_sentinel_cmd(S, old, "CLIENT", "KILL", "TYPE",
+                                    "replica", NULL));
+    assert_int_equal(dist_mutex_lock(&m), 0);        /* not replicated */
+    lost0 = __atomic_load_n(&lost_calls, __ATOMIC_SEQ_CST);
+    assert_int_equal(tu_sentinel_kill(S, old), 0);
+    for (i = 0; i < tu_sentinel_nodes(S); i++)
+        if (i != old)
+            assert_int_equal(tu_sentinel_signal(S, i, SIGCONT), 0);
+    nm = tu_sentinel_wait_new_master(S, old, 30000);
+    assert_true(nm >= 0);
+    assert_int_equal(node_exists(nm, name), 0);
+
+    /* a second holder, while this thread's hold is still unaware */
+    ha_waiter_start(&w, tu_sentinel_url(S), name, HA_MUTEX, WATCHDOG_MS);
+    t = ha_waiter_result(&w, slack(10.0));
+    assert_true(t > 0);
+    assert_int_equal(dist_mutex_token(&m, &tok), 0);  /* "still mine" */
+
+    /* the renewal finds it gone and says so */
+    for (i = 0; i < 100 && __atomic_load_n(&lost_calls, __ATOMIC_SEQ_CST) == lost0; i++)
+        tu_sleep_ms(50);
+    assert_true(__atomic_load_n(&lost_calls, __ATOMIC_SEQ_CST) > lost0);
+    assert_int_equal(dist_mutex_unlock(&m), EPERM);
+    assert_int_equal(dist_set_replica_wait_ms(1000), 0);
+    dist_mutex_destroy(&m);
+    assert_int_equal(tu_sentinel_restart(S, old), 0);
+    settle();
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_lock_reaches_a_replica),
+        cmocka_unit_test(test_no_replica_ack_fails_cleanly),
+        cmocka_unit_test(test_failover_command),
+        cmocka_unit_test(test_master_killed),
+        cmocka_unit_test(test_master_stopped),
+        cmocka_unit_test(test_fair_and_rwlock_across_failover),
+        cmocka_unit_test(test_lost_lock_without_replica_check),
+    };
+
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
