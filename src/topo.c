@@ -359,6 +359,26 @@ static int ask_cluster(const struct dist__cfg *cfg, int nknown,
     return -1;
 }
 
+/* A refresh got an answer; changed: it differs from what T held.  A change
+ * of a master that was known makes the renewal thread renew every hold on
+ * the new one.  T.mu held. */
+static void answered_with(int changed)
+{
+    if (T.valid && changed)
+        T.kick_renewals = 1;
+    if (!T.valid || changed)
+        T.epoch++;
+    T.valid = 1;
+    T.stale = 0;
+    T.checked = dist__now_ms();
+}
+
+static void failed_with(const char *why)
+{
+    snprintf(T.why, sizeof T.why, "%s", why);
+    T.stale = 1;
+}
+
 /* Brings T up to date when it is due, or waits for the thread that does.
  * T.mu held on entry and exit. */
 static void refresh(const struct dist__cfg *cfg, uint64_t until)
@@ -404,54 +424,38 @@ static void refresh(const struct dist__cfg *cfg, uint64_t until)
         pthread_mutex_lock(&T.mu);
         if (T.cfg_gen == cfg->gen) {
             if (rc == 0) {
-                if (T.valid && !same_addr(&T.master, &got))
-                    T.kick_renewals = 1;
-                if (!T.valid || !same_addr(&T.master, &got))
-                    T.epoch++;
+                answered_with(!T.valid || !same_addr(&T.master, &got));
                 T.master = got;
                 T.good_seed = answered;
-                T.valid = 1;
-                T.stale = 0;
-                T.checked = dist__now_ms();
             } else {
-                snprintf(T.why, sizeof T.why, "%s", why);
-                T.stale = 1;
+                failed_with(why);
             }
         }
     } else {
         static struct dist__addr known[MAX_NODES], nodes[MAX_NODES];
         static unsigned char owner[16384];
-        int nknown = T.nnodes, nnodes = 0, rc;
+        struct dist__addr good = T.good_node, answered;
+        int nknown = T.nnodes, nnodes = 0, had_good = T.have_good, rc;
         char why[600];
+
         /* the static scratch is only touched by the one busy thread */
         memcpy(known, T.nodes, sizeof known[0] * (size_t)nknown);
-        struct dist__addr good = T.good_node, answered;
-        int had_good = T.have_good;
         pthread_mutex_unlock(&T.mu);
         rc = ask_cluster(cfg, nknown, known, had_good ? &good : NULL,
                          &answered, &nnodes, nodes, owner, why, sizeof why);
         pthread_mutex_lock(&T.mu);
         if (T.cfg_gen == cfg->gen) {
             if (rc == 0) {
-                int moved;
-                T.good_node = answered;
-                T.have_good = 1;
-                moved = T.nnodes != nnodes ||
+                answered_with(T.nnodes != nnodes ||
                     memcmp(T.nodes, nodes, sizeof nodes[0] * (size_t)nnodes) ||
-                    memcmp(T.owner, owner, sizeof owner);
-                if (T.valid && moved)
-                    T.kick_renewals = 1;
-                if (!T.valid || moved)
-                    T.epoch++;
+                    memcmp(T.owner, owner, sizeof owner));
                 T.nnodes = nnodes;
                 memcpy(T.nodes, nodes, sizeof nodes[0] * (size_t)nnodes);
                 memcpy(T.owner, owner, sizeof owner);
-                T.valid = 1;
-                T.stale = 0;
-                T.checked = dist__now_ms();
+                T.good_node = answered;
+                T.have_good = 1;
             } else {
-                snprintf(T.why, sizeof T.why, "%s", why);
-                T.stale = 1;
+                failed_with(why);
             }
         }
     }
