@@ -284,7 +284,7 @@ static struct nconn *conn_to(struct tconn *t, const struct dist__addr *a)
      * one may come back still believing it is the master, and a cluster
      * map may be out of date. */
     role = read_role(n);
-    if (role == 1)
+    if (role == 1 && dist__topo_confirm(&t->cfg, a) == 0)
         return n;
     if (role == 0)
         dist__err(EIO, "Redis at %s is not a master (the map of the "

@@ -516,6 +516,36 @@ int dist__route(const struct dist__cfg *cfg, const struct dist__buf *key,
     return rc;
 }
 
+int dist__topo_confirm(const struct dist__cfg *cfg, const struct dist__addr *a)
+{
+    struct dist__addr got;
+    int first, answered = 0, rc;
+    char why[600];
+
+    if (cfg->mode != DIST__MODE_SENTINEL)
+        return 0;
+    pthread_mutex_lock(&T.mu);
+    first = T.good_seed;
+    pthread_mutex_unlock(&T.mu);
+    /* a is known to answer as a master, so no ROLE for it again */
+    rc = ask_sentinels(cfg, first, a, &got, &answered, why, sizeof why);
+    pthread_mutex_lock(&T.mu);
+    if (rc == 0 && T.cfg_gen == cfg->gen) {
+        answered_with(!T.valid || !same_addr(&T.master, &got));
+        T.master = got;
+        T.good_seed = answered;
+    }
+    pthread_mutex_unlock(&T.mu);
+    if (rc != 0)
+        return dist__err(EIO, "cannot confirm the master with the sentinels: "
+                         "%s", why);
+    if (!same_addr(&got, a))
+        return dist__err(EIO, "%.100s:%d answers as a master, but the "
+                         "sentinels now name %.100s:%d", a->host, a->port,
+                         got.host, got.port);
+    return 0;
+}
+
 int dist__route_masters(const struct dist__cfg *cfg, struct dist__addr *out,
                         int max)
 {
