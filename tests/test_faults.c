@@ -199,6 +199,7 @@ struct cstat {
     int iters;             /* critical sections completed */
     int iters_calm;        /* of them after calm was set */
     int lock_eio, unlock_eio, lost;
+    int unlock_kept;       /* of the unlock EIOs: the hold was still there */
     int lock_timedout;     /* ETIMEDOUT of a timed lock (retried) */
     int other_rc;          /* first unexpected return code */
     double max_lock_s;     /* longest wait for the lock, retries included */
@@ -315,24 +316,27 @@ static void child_main(struct cshared *s, int idx, const struct crun *run)
 
         rc = dist_mutex_unlock(&m);
         if (rc == EIO) {
-            /* outcome unknown: the library finishes the release later */
+            /* EIO means either "sent, outcome unknown: the library
+             * finishes the release" or "nothing sent, still held"
+             * (test_unlock_eio_keeps_hold).  With one level held, unlock
+             * until the library says this thread holds nothing is right
+             * for both: EPERM once a release in doubt is settled, 0 then
+             * EPERM when the hold was still there. */
+            double end = tu_now() + run->give_up_s;
             st->unlock_eio++;
+            do {
+                tu_sleep_ms(10);
+                rc = dist_mutex_unlock(&m);
+                if (rc == 0)
+                    st->unlock_kept++;
+            } while (rc != EPERM && tu_now() < end);
+            if (rc != EPERM) {
+                note_rc(st, rc);
+                child_exit(st, 22);
+            }
         } else if (rc != 0) {
             note_rc(st, rc);
             child_exit(st, 21);
-        }
-    }
-    /* A release left in doubt is finished by this process's renewal
-     * thread, which dies with it: an unlock waits for that (and then says
-     * EPERM, nothing being held), so the lock is free when the parent
-     * looks rather than at the end of its lease. */
-    if (st->unlock_eio > 0) {
-        double end = tu_now() + 3.0;
-        while ((rc = dist_mutex_unlock(&m)) == EIO && tu_now() < end)
-            tu_sleep_ms(50);
-        if (rc != EPERM) {
-            note_rc(st, rc);
-            child_exit(st, 22);
         }
     }
     if (dist_mutex_destroy(&m) != 0)
@@ -383,11 +387,16 @@ static int reap(pid_t *pids, int *status, int n, double secs)
 }
 
 /* Waits until every child has done at least `calm` turns since calm was set
- * (or has finished), up to secs. */
-static void await_calm_turns(struct cshared *s, int n, int turns, double secs)
+ * (or has finished), up to secs.  If they have not, says who holds the lock
+ * in Redis, and how many times (it helps to tell a stuck waiter from a
+ * holder that never lets go). */
+static void await_calm_turns(struct cshared *s, int n, int turns, double secs,
+                             const char *name)
 {
     double end = tu_now() + secs;
+    redisReply *x;
     int i, ok;
+    size_t k;
 
     do {
         ok = 1;
@@ -397,6 +406,16 @@ static void await_calm_turns(struct cshared *s, int n, int turns, double secs)
         if (!ok)
             tu_sleep_ms(20);
     } while (!ok && tu_now() < end);
+    if (ok)
+        return;
+    x = tu_cmd(&r, "HGETALL", name, NULL);
+    print_message("  after %.0f s of calm a child has not had %d turns; the "
+                  "lock's holders:\n", secs, turns);
+    for (k = 0; x && x->type == REDIS_REPLY_ARRAY && k + 1 < x->elements; k += 2)
+        print_message("    %s = %s\n", x->element[k]->str,
+                      x->element[k + 1]->str);
+    if (x)
+        freeReplyObject(x);
 }
 
 /* Assertions common to every run of children. */
@@ -409,9 +428,13 @@ static void check_children(struct cshared *s, const int *status, int n,
     for (i = 0; i < n; i++) {
         const struct cstat *c = &s->c[i];
         print_message("  child %d: %d turns (%d after the faults), lock EIO %d, "
-                      "timed out %d, unlock EIO %d, longest lock %.3f s\n", i,
-                      c->iters, c->iters_calm, c->lock_eio, c->lock_timedout,
-                      c->unlock_eio, c->max_lock_s);
+                      "timed out %d, unlock EIO %d (%d kept the hold), longest "
+                      "lock %.3f s\n", i, c->iters, c->iters_calm, c->lock_eio,
+                      c->lock_timedout, c->unlock_eio, c->unlock_kept,
+                      c->max_lock_s);
+    }
+    for (i = 0; i < n; i++) {
+        const struct cstat *c = &s->c[i];
         if (c->code != 0 || !child_exit_ok(status[i], c->code))
             fail_msg("child %d: code %d (rc %d), status 0x%x; %d killed", i,
                      c->code, c->other_rc, status[i], killed);
@@ -1269,7 +1292,7 @@ static void test_flaky_two_clients(void **state)
         tu_sleep_ms(200);
     }
     atomic_store(&s->calm, 1);
-    await_calm_turns(s, 2, 5, slack(10.0));
+    await_calm_turns(s, 2, 5, slack(10.0), name);
     atomic_store(&s->stop, 1);
     killed = reap(pids, status, 2, slack(15.0));
     el = tu_now() - t0;
@@ -1339,7 +1362,7 @@ static void test_reset_contended(void **state)
     for (i = 0; i < RST_CHILDREN; i++)
         turns1 += s->c[i].iters;
     atomic_store(&s->calm, 1);
-    await_calm_turns(s, RST_CHILDREN, 5, slack(10.0));
+    await_calm_turns(s, RST_CHILDREN, 5, slack(10.0), name);
     atomic_store(&s->stop, 1);
     killed = reap(pids, status, RST_CHILDREN, slack(15.0));
     el = tu_now() - t0;
@@ -1485,6 +1508,72 @@ static void test_slow_unlock_no_long_yield(void **state)
     assert_int_equal(dist_mutex_destroy(&m), 0);
 }
 
+/*
+ * Known bug: dist_mutex_unlock returns EIO in two cases that need opposite
+ * handling.  (a) The release was sent and its reply lost: the hold is given
+ * up locally and the renewal thread finishes the release ("it will be
+ * finished when Redis answers"); unlocking again would give back a level
+ * too many.  (b) No connection could be made (dist__eval_here gives
+ * DIST__ENOCONN; also an error reply, DIST__EREPLY): nothing is released,
+ * the hold count stays, and the watchdog keeps renewing it.  The caller
+ * cannot tell them apart.  Treated as (a), case (b) leaks the lock for as
+ * long as the thread lives: its next lock() succeeds at once as a
+ * recursive relock (count 2), and every later unlock leaves count 1, so
+ * other processes never get it.  Found in test_flaky_two_clients under
+ * valgrind (a refused connection during an unlock).  Here the endpoint
+ * refuses connections during the unlock; then Redis is reachable again and
+ * the lock should be released without another call.
+ */
+static void test_unlock_eio_keeps_hold(void **state)
+{
+    char name[200], err[256], *own;
+    dist_mutex_t m;
+    int rc, rc_lock;
+    long long ex, cnt = -1;
+
+    (void)state;
+    if (!known_bugs()) {
+        print_message("  skipped: known library bug, an unlock that could not "
+                      "connect returns EIO but keeps the hold, renewed "
+                      "forever (DISTLOCK_TEST_KNOWN_BUGS=1 runs it)\n");
+        skip();
+    }
+    NAME(name, "m");
+    proxy_up();
+    assert_int_equal(dist_set_watchdog_ms(1500), 0);
+    assert_int_equal(dist_set_timeout_ms(FAULT_TIMEOUT_MS), 0);
+    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    /* the endpoint goes away: connections are refused */
+    tu_proxy_stop(g_proxy);
+    g_proxy = NULL;
+    rc = dist_mutex_unlock(&m);
+    snprintf(err, sizeof err, "%s", dist_last_error());
+    assert_int_equal(dist_set_url(r.url_unix), 0);   /* reachable again */
+    ex = await_gone(name, 3.0 + slack(1.0));
+    /* the same thread locks again: once */
+    rc_lock = dist_mutex_lock(&m);
+    own = owner_field(name, &cnt);
+    free(own);
+    if (rc_lock == 0)
+        dist_mutex_unlock(&m);
+    while (dist_mutex_unlock(&m) == 0)          /* clean up a leaked level */
+        ;
+    dist_mutex_destroy(&m);
+    dist_set_watchdog_ms(DEFAULT_WATCHDOG_MS);
+    dist_set_timeout_ms(DEFAULT_TIMEOUT_MS);
+    g_dirty = 0;
+
+    print_message("  unlock: %d (%s); key after 3 s: %lld; relocked: "
+                  "count %lld\n", rc, err, ex, cnt);
+    assert_int_equal(rc, EIO);
+    if (ex != 0)
+        fail_msg("the unlock said EIO and Redis answers again, but the lock "
+                 "is still held (and renewed) by this thread");
+    assert_int_equal(rc_lock, 0);
+    assert_int_equal(cnt, 1);
+}
+
 /* ---- last --------------------------------------------------------------------------- */
 
 static void test_no_sigpipe(void **state)
@@ -1509,6 +1598,7 @@ int main(void)
         T(test_reset_contended),
         T(test_doubtful_unlock_not_lost),
         T(test_slow_unlock_no_long_yield),
+        T(test_unlock_eio_keeps_hold),
         T(test_no_sigpipe),
 #undef T
     };
