@@ -1316,20 +1316,48 @@ char *tu_cmd_str(tu_redis_t *r, const char *arg0, ...)
 /* Fault proxy                                                              */
 /* ------------------------------------------------------------------------ */
 
-#define TU_PROXY_BUF 16384
+#define TU_PROXY_BUF   16384          /* bytes read at once */
+#define TU_PROXY_QUEUE (1024 * 1024)  /* bytes queued in one direction before
+                                         reading from its source pauses */
+#define TU_NS_NEVER    LLONG_MAX
 
+/* CLOCK_MONOTONIC in nanoseconds. */
+static long long now_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* Bytes read from one side and not yet written to the other. */
+struct tu_chunk {
+    struct tu_chunk *next;
+    long long due;       /* not sent before then (now_ns) */
+    size_t off, len;     /* pending bytes data[off..len) */
+    char data[];
+};
+
+/* One direction of a connection: its chunks, oldest first.  Chunks are sent
+ * in the order they were read, each no earlier than its due time. */
 struct tu_flow {
-    size_t off, len;   /* pending bytes buf[off..len) */
-    int eof;           /* source sent EOF */
-    int shut;          /* EOF passed on (shutdown(dst, SHUT_WR)) */
-    char buf[TU_PROXY_BUF];
+    struct tu_chunk *head, *tail;
+    size_t queued;       /* bytes not yet sent */
+    long long last_due;  /* due time of the newest chunk */
+    int eof;             /* source sent EOF */
+    long long eof_due;   /* when that EOF may be passed on */
+    int shut;            /* EOF passed on (shutdown(dst, SHUT_WR)) */
 };
 
 struct tu_pconn {
     struct tu_pconn *next;
-    int cfd, sfd;        /* client (TCP) and server (unix) sockets */
+    int cfd, sfd;        /* client (TCP) and server (unix) sockets; sfd is
+                            -1 for one accepted during a blackhole, or whose
+                            server side went away during one */
     int drop_reply;      /* fault fired: discard server data, close on it */
     int chup, shup;      /* POLLHUP seen on cfd / sfd */
+    int holed;           /* open while the blackhole was on: closed when the
+                            blackhole ends (its byte streams lost data) */
     int dead;            /* to be closed and freed */
     struct tu_flow up;   /* client -> server */
     struct tu_flow down; /* server -> client */
@@ -1343,18 +1371,28 @@ struct tu_proxy {
     int wake[2];
     char sock[sizeof(((struct sockaddr_un *)0)->sun_path)];
 
-    pthread_mutex_t lock;   /* guards everything below */
+    pthread_mutex_t lock;   /* guards everything below up to "owned by" */
     pthread_cond_t cond;
     int stop;
     int arm_drop_reply;
     int arm_drop_request;
     unsigned long reset_req, reset_done;
-    unsigned long accepted, fired;
+    unsigned long accepted, fired, refused;
+    unsigned long long swallowed;
+    /* settings, applied by the thread at the top of its loop; sync_done
+     * tells a setter that they are in effect */
+    long delay_ms;
+    int blackhole;
+    int reset_new;
+    unsigned long sync_req, sync_done;
 
     /* Owned by the proxy thread only. */
     struct tu_pconn *conns;
     struct pollfd *pfd;
     size_t pfd_cap;
+    long long delay;        /* ns, in effect */
+    int holing;             /* the blackhole is in effect */
+    int resetting;          /* reset_new is in effect */
 };
 
 static void proxy_wake(tu_proxy_t *p)
@@ -1368,6 +1406,18 @@ static void proxy_wake(tu_proxy_t *p)
     /* EAGAIN: the pipe is full, so the thread will wake anyway. */
 }
 
+static void flow_clear(struct tu_flow *f)
+{
+    struct tu_chunk *c;
+
+    while ((c = f->head) != NULL) {
+        f->head = c->next;
+        free(c);
+    }
+    f->tail = NULL;
+    f->queued = 0;
+}
+
 static void pconn_close(struct tu_pconn *c)
 {
     if (c->cfd >= 0)
@@ -1378,14 +1428,21 @@ static void pconn_close(struct tu_pconn *c)
     c->dead = 1;
 }
 
+static void pconn_free(struct tu_pconn *c)
+{
+    pconn_close(c);
+    flow_clear(&c->up);
+    flow_clear(&c->down);
+    free(c);
+}
+
 static void proxy_close_all(tu_proxy_t *p)
 {
     struct tu_pconn *c;
 
     while ((c = p->conns) != NULL) {
         p->conns = c->next;
-        pconn_close(c);
-        free(c);
+        pconn_free(c);
     }
 }
 
@@ -1396,8 +1453,7 @@ static void proxy_sweep(tu_proxy_t *p)
     while ((c = *pp) != NULL) {
         if (c->dead) {
             *pp = c->next;
-            pconn_close(c);
-            free(c);
+            pconn_free(c);
         } else {
             pp = &c->next;
         }
@@ -1427,7 +1483,7 @@ static void proxy_accept(tu_proxy_t *p)
 {
     for (;;) {
         struct tu_pconn *c;
-        int cfd, sfd;
+        int cfd, sfd = -1;
 
         cfd = accept4(p->lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
         if (cfd < 0) {
@@ -1437,11 +1493,23 @@ static void proxy_accept(tu_proxy_t *p)
         }
         pthread_mutex_lock(&p->lock);
         p->accepted++;
+        if (p->resetting)
+            p->refused++;
         pthread_mutex_unlock(&p->lock);
-        sfd = connect_server(p->sock);
-        c = sfd >= 0 ? calloc(1, sizeof(*c)) : NULL;
+        if (p->resetting) {
+            /* SO_LINGER 0: close() sends a RST, not a FIN. */
+            struct linger lg = { 1, 0 };
+            (void)setsockopt(cfd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+            close(cfd);
+            continue;
+        }
+        if (!p->holing && (sfd = connect_server(p->sock)) < 0) {
+            /* Server down: the client sees EOF at once. */
+            close(cfd);
+            continue;
+        }
+        c = calloc(1, sizeof(*c));
         if (c == NULL) {
-            /* Server down (or no memory): the client sees EOF at once. */
             if (sfd >= 0)
                 close(sfd);
             close(cfd);
@@ -1449,16 +1517,54 @@ static void proxy_accept(tu_proxy_t *p)
         }
         c->cfd = cfd;
         c->sfd = sfd;
+        c->holed = p->holing;
         c->next = p->conns;
         p->conns = c;
     }
 }
 
-/* Write what is pending in f to fd.  -1 on a fatal error. */
-static int flow_flush(struct tu_flow *f, int fd)
+/* Queue n bytes read now, due after the delay in effect, never before the
+ * chunk queued last.  -1 when out of memory. */
+static int flow_push(struct tu_flow *f, const char *buf, size_t n,
+                     long long delay, long long now)
 {
-    while (f->off < f->len) {
-        ssize_t n = send(fd, f->buf + f->off, f->len - f->off, MSG_NOSIGNAL);
+    struct tu_chunk *c = malloc(sizeof(*c) + n);
+
+    if (c == NULL)
+        return -1;
+    c->next = NULL;
+    c->due = now + delay;
+    if (c->due < f->last_due)
+        c->due = f->last_due;
+    f->last_due = c->due;
+    c->off = 0;
+    c->len = n;
+    memcpy(c->data, buf, n);
+    if (f->tail)
+        f->tail->next = c;
+    else
+        f->head = c;
+    f->tail = c;
+    f->queued += n;
+    return 0;
+}
+
+/* The source sent EOF: pass it on after the delay, behind the data. */
+static void flow_set_eof(struct tu_flow *f, long long delay, long long now)
+{
+    f->eof = 1;
+    f->eof_due = now + delay;
+    if (f->eof_due < f->last_due)
+        f->eof_due = f->last_due;
+}
+
+/* Write what is due in f to fd.  -1 on a fatal error. */
+static int flow_flush(struct tu_flow *f, int fd, long long now)
+{
+    struct tu_chunk *c;
+
+    while ((c = f->head) != NULL && c->due <= now) {
+        ssize_t n = send(fd, c->data + c->off, c->len - c->off, MSG_NOSIGNAL);
         if (n < 0) {
             if (errno == EINTR)
                 continue;
@@ -1466,23 +1572,39 @@ static int flow_flush(struct tu_flow *f, int fd)
                 return 0;
             return -1;
         }
-        f->off += (size_t)n;
+        c->off += (size_t)n;
+        f->queued -= (size_t)n;
+        if (c->off == c->len) {
+            f->head = c->next;
+            if (f->head == NULL)
+                f->tail = NULL;
+            free(c);
+        }
     }
-    f->off = f->len = 0;
-    if (f->eof && !f->shut) {
+    if (f->head == NULL && f->eof && !f->shut && f->eof_due <= now) {
         (void)shutdown(fd, SHUT_WR);
         f->shut = 1;
     }
     return 0;
 }
 
-/* recv into f (which is empty).  >0 bytes, 0 EOF, -1 nothing now, -2 fatal */
-static ssize_t flow_fill(struct tu_flow *f, int fd)
+/* When f next has something to send that is not due yet; TU_NS_NEVER. */
+static long long flow_next_due(const struct tu_flow *f, long long now)
+{
+    if (f->head != NULL)
+        return f->head->due > now ? f->head->due : TU_NS_NEVER;
+    if (f->eof && !f->shut && f->eof_due > now)
+        return f->eof_due;
+    return TU_NS_NEVER;
+}
+
+/* recv into buf.  >0 bytes, 0 EOF, -1 nothing now, -2 fatal */
+static ssize_t recv_some(int fd, char *buf, size_t len)
 {
     ssize_t n;
 
     do {
-        n = recv(fd, f->buf, sizeof(f->buf), 0);
+        n = recv(fd, buf, len, 0);
     } while (n < 0 && errno == EINTR);
     if (n < 0)
         return (errno == EAGAIN || errno == EWOULDBLOCK) ? -1 : -2;
@@ -1491,11 +1613,57 @@ static ssize_t flow_fill(struct tu_flow *f, int fd)
 
 static int want_read(const struct tu_flow *f)
 {
-    return f->len == 0 && !f->eof;
+    return !f->eof && f->queued < TU_PROXY_QUEUE;
 }
 
-static void pconn_handle(tu_proxy_t *p, struct tu_pconn *c, short rc, short rs)
+static int has_due(const struct tu_flow *f, long long now)
 {
+    return f->head != NULL && f->head->due <= now;
+}
+
+/* A connection during the blackhole: read both sides and discard.  The
+ * client leaving closes it; the server leaving only closes the server side,
+ * so that the client goes on seeing silence. */
+static void pconn_swallow(tu_proxy_t *p, struct tu_pconn *c, short rc, short rs)
+{
+    char buf[TU_PROXY_BUF];
+    ssize_t n;
+
+    if (rc & (POLLERR | POLLNVAL)) {
+        pconn_close(c);
+        return;
+    }
+    if (rc & (POLLIN | POLLHUP)) {
+        n = recv_some(c->cfd, buf, sizeof(buf));
+        if (n == 0 || n == -2) {
+            pconn_close(c);
+            return;
+        }
+        if (n > 0) {
+            pthread_mutex_lock(&p->lock);
+            p->swallowed += (unsigned long long)n;
+            pthread_mutex_unlock(&p->lock);
+        }
+    }
+    if (c->sfd >= 0 && (rs & (POLLIN | POLLHUP | POLLERR | POLLNVAL))) {
+        n = (rs & (POLLERR | POLLNVAL)) ? -2 : recv_some(c->sfd, buf, sizeof(buf));
+        if (n == 0 || n == -2) {
+            close(c->sfd);
+            c->sfd = -1;
+        } else if (n > 0) {
+            pthread_mutex_lock(&p->lock);
+            p->swallowed += (unsigned long long)n;
+            pthread_mutex_unlock(&p->lock);
+        }
+    }
+}
+
+/* A connection outside the blackhole: forward, with the delay in effect,
+ * and fire the armed one-shot faults. */
+static void pconn_forward(tu_proxy_t *p, struct tu_pconn *c, short rc, short rs,
+                          long long now)
+{
+    char buf[TU_PROXY_BUF];
     ssize_t n;
 
     if ((rc | rs) & (POLLERR | POLLNVAL)) {
@@ -1509,13 +1677,13 @@ static void pconn_handle(tu_proxy_t *p, struct tu_pconn *c, short rc, short rs)
 
     /* client -> server */
     if (want_read(&c->up) && (rc & (POLLIN | POLLHUP))) {
-        n = flow_fill(&c->up, c->cfd);
+        n = recv_some(c->cfd, buf, sizeof(buf));
         if (n == -2) {
             pconn_close(c);
             return;
         }
         if (n == 0) {
-            c->up.eof = 1;
+            flow_set_eof(&c->up, p->delay, now);
         } else if (n > 0) {
             int action = 0;   /* 1 drop request, 2 drop reply */
 
@@ -1538,18 +1706,20 @@ static void pconn_handle(tu_proxy_t *p, struct tu_pconn *c, short rc, short rs)
             }
             if (action == 2)
                 c->drop_reply = 1;
-            c->up.off = 0;
-            c->up.len = (size_t)n;
+            if (flow_push(&c->up, buf, (size_t)n, p->delay, now) != 0) {
+                pconn_close(c);
+                return;
+            }
         }
     }
-    if (flow_flush(&c->up, c->sfd) != 0) {
+    if (flow_flush(&c->up, c->sfd, now) != 0) {
         pconn_close(c);
         return;
     }
 
     /* server -> client */
     if (want_read(&c->down) && (rs & (POLLIN | POLLHUP))) {
-        n = flow_fill(&c->down, c->sfd);
+        n = recv_some(c->sfd, buf, sizeof(buf));
         if (n == -2) {
             pconn_close(c);
             return;
@@ -1560,13 +1730,15 @@ static void pconn_handle(tu_proxy_t *p, struct tu_pconn *c, short rc, short rs)
             return;
         }
         if (n == 0) {
-            c->down.eof = 1;
+            flow_set_eof(&c->down, p->delay, now);
         } else if (n > 0) {
-            c->down.off = 0;
-            c->down.len = (size_t)n;
+            if (flow_push(&c->down, buf, (size_t)n, p->delay, now) != 0) {
+                pconn_close(c);
+                return;
+            }
         }
     }
-    if (flow_flush(&c->down, c->cfd) != 0) {
+    if (flow_flush(&c->down, c->cfd, now) != 0) {
         pconn_close(c);
         return;
     }
@@ -1575,13 +1747,14 @@ static void pconn_handle(tu_proxy_t *p, struct tu_pconn *c, short rc, short rs)
         pconn_close(c);
 }
 
-static short events_for(const struct tu_flow *in, const struct tu_flow *out)
+static short events_for(const struct tu_flow *in, const struct tu_flow *out,
+                        long long now)
 {
     short ev = 0;
 
     if (want_read(in))
         ev |= POLLIN;
-    if (out->len > out->off)
+    if (has_due(out, now))
         ev |= POLLOUT;
     return ev;
 }
@@ -1604,6 +1777,33 @@ static int proxy_grow_pfd(tu_proxy_t *p, size_t need)
     return 0;
 }
 
+/* Puts the settings in effect (proxy thread, at the top of its loop). */
+static void proxy_apply(tu_proxy_t *p, long delay_ms, int blackhole,
+                        int reset_new)
+{
+    struct tu_pconn *c;
+
+    p->delay = (long long)delay_ms * 1000000LL;
+    p->resetting = reset_new;
+    if (blackhole && !p->holing) {
+        /* What is in flight is lost with the rest; a half-closed
+         * connection is closed, its EOF being all that was left to say. */
+        for (c = p->conns; c != NULL; c = c->next) {
+            c->holed = 1;
+            flow_clear(&c->up);
+            flow_clear(&c->down);
+            if (c->up.eof || c->down.eof)
+                pconn_close(c);
+        }
+    } else if (!blackhole && p->holing) {
+        for (c = p->conns; c != NULL; c = c->next)
+            if (c->holed)
+                pconn_close(c);
+    }
+    p->holing = blackhole;
+    proxy_sweep(p);
+}
+
 static void *proxy_main(void *arg)
 {
     tu_proxy_t *p = arg;
@@ -1612,23 +1812,31 @@ static void *proxy_main(void *arg)
     for (;;) {
         struct tu_pconn *c;
         size_t nconn = 0, i;
-        unsigned long reset_req;
-        int stop, rc;
+        unsigned long reset_req, sync_req;
+        long delay_ms;
+        long long now, next = TU_NS_NEVER;
+        struct timespec ts, *tsp = NULL;
+        int stop, rc, blackhole, reset_new;
 
         pthread_mutex_lock(&p->lock);
         stop = p->stop;
         reset_req = p->reset_req;
+        sync_req = p->sync_req;
+        delay_ms = p->delay_ms;
+        blackhole = p->blackhole;
+        reset_new = p->reset_new;
         pthread_mutex_unlock(&p->lock);
         if (stop)
             break;
-        if (reset_req != reset_seen) {
+        if (reset_req != reset_seen)
             proxy_close_all(p);
-            reset_seen = reset_req;
-            pthread_mutex_lock(&p->lock);
-            p->reset_done = reset_req;
-            pthread_cond_broadcast(&p->cond);
-            pthread_mutex_unlock(&p->lock);
-        }
+        proxy_apply(p, delay_ms, blackhole, reset_new);
+        pthread_mutex_lock(&p->lock);
+        reset_seen = reset_req;
+        p->reset_done = reset_req;
+        p->sync_done = sync_req;
+        pthread_cond_broadcast(&p->cond);
+        pthread_mutex_unlock(&p->lock);
 
         for (c = p->conns; c != NULL; c = c->next)
             nconn++;
@@ -1645,23 +1853,40 @@ static void *proxy_main(void *arg)
         p->pfd[0].events = POLLIN;
         p->pfd[1].fd = p->lfd;
         p->pfd[1].events = POLLIN;
+        now = now_ns();
         for (c = p->conns, i = 2; c != NULL; c = c->next, i += 2) {
             struct pollfd *pc = &p->pfd[i], *ps = &p->pfd[i + 1];
+            long long d;
 
             pc->fd = c->cfd;
-            pc->events = events_for(&c->up, &c->down);
-            ps->fd = c->sfd;
-            ps->events = events_for(&c->down, &c->up);
+            ps->fd = c->sfd;   /* -1 (none) is ignored by poll */
+            if (p->holing) {
+                pc->events = POLLIN;
+                ps->events = POLLIN;
+                continue;
+            }
+            pc->events = events_for(&c->up, &c->down, now);
+            ps->events = events_for(&c->down, &c->up, now);
             /* A hung-up fd we have no interest in would wake us forever. */
             if (pc->events == 0 && c->chup)
                 pc->fd = -1;
             if (ps->events == 0 && c->shup)
                 ps->fd = -1;
+            if ((d = flow_next_due(&c->up, now)) < next)
+                next = d;
+            if ((d = flow_next_due(&c->down, now)) < next)
+                next = d;
         }
         for (i = 0; i < 2 + 2 * nconn; i++)
             p->pfd[i].revents = 0;
+        if (next != TU_NS_NEVER) {
+            long long wait = next - now;
+            ts.tv_sec = (time_t)(wait / 1000000000LL);
+            ts.tv_nsec = (long)(wait % 1000000000LL);
+            tsp = &ts;
+        }
 
-        rc = poll(p->pfd, (nfds_t)(2 + 2 * nconn), -1);
+        rc = ppoll(p->pfd, (nfds_t)(2 + 2 * nconn), tsp, NULL);
         if (rc < 0) {
             if (errno != EINTR)
                 tu_sleep_ms(1);
@@ -1674,9 +1899,14 @@ static void *proxy_main(void *arg)
             }
         }
         /* Connections first (the pfd slots follow the list), then accept. */
+        now = now_ns();
         for (c = p->conns, i = 2; c != NULL && i < 2 + 2 * nconn;
              c = c->next, i += 2) {
-            pconn_handle(p, c, p->pfd[i].revents, p->pfd[i + 1].revents);
+            if (p->holing)
+                pconn_swallow(p, c, p->pfd[i].revents, p->pfd[i + 1].revents);
+            else
+                pconn_forward(p, c, p->pfd[i].revents, p->pfd[i + 1].revents,
+                              now);
         }
         proxy_sweep(p);
         if (p->pfd[1].revents & POLLIN)
@@ -1794,6 +2024,51 @@ void tu_proxy_reset_all(tu_proxy_t *p)
     pthread_mutex_unlock(&p->lock);
 }
 
+/* Waits until the thread has put the settings changed so far in effect.
+ * p->lock held on entry and on return. */
+static void proxy_sync_locked(tu_proxy_t *p)
+{
+    unsigned long want = ++p->sync_req;
+
+    if (!p->thread_started)
+        return;
+    pthread_mutex_unlock(&p->lock);
+    proxy_wake(p);
+    pthread_mutex_lock(&p->lock);
+    while (p->sync_done < want && !p->stop)
+        pthread_cond_wait(&p->cond, &p->lock);
+}
+
+void tu_proxy_set_delay(tu_proxy_t *p, long ms)
+{
+    if (p == NULL)
+        return;
+    pthread_mutex_lock(&p->lock);
+    p->delay_ms = ms > 0 ? ms : 0;
+    proxy_sync_locked(p);
+    pthread_mutex_unlock(&p->lock);
+}
+
+void tu_proxy_blackhole(tu_proxy_t *p, int on)
+{
+    if (p == NULL)
+        return;
+    pthread_mutex_lock(&p->lock);
+    p->blackhole = on != 0;
+    proxy_sync_locked(p);
+    pthread_mutex_unlock(&p->lock);
+}
+
+void tu_proxy_reset_new(tu_proxy_t *p, int on)
+{
+    if (p == NULL)
+        return;
+    pthread_mutex_lock(&p->lock);
+    p->reset_new = on != 0;
+    proxy_sync_locked(p);
+    pthread_mutex_unlock(&p->lock);
+}
+
 unsigned long tu_proxy_connections(tu_proxy_t *p)
 {
     unsigned long n;
@@ -1814,6 +2089,30 @@ unsigned long tu_proxy_faults_fired(tu_proxy_t *p)
         return 0;
     pthread_mutex_lock(&p->lock);
     n = p->fired;
+    pthread_mutex_unlock(&p->lock);
+    return n;
+}
+
+unsigned long long tu_proxy_swallowed(tu_proxy_t *p)
+{
+    unsigned long long n;
+
+    if (p == NULL)
+        return 0;
+    pthread_mutex_lock(&p->lock);
+    n = p->swallowed;
+    pthread_mutex_unlock(&p->lock);
+    return n;
+}
+
+unsigned long tu_proxy_refused(tu_proxy_t *p)
+{
+    unsigned long n;
+
+    if (p == NULL)
+        return 0;
+    pthread_mutex_lock(&p->lock);
+    n = p->refused;
     pthread_mutex_unlock(&p->lock);
     return n;
 }

@@ -10,7 +10,8 @@
  *     on 127.0.0.1:<port> and on a unix socket inside a private temp dir;
  *   - one-shot commands against that server (tu_cmd*);
  *   - a TCP proxy in front of the server that can lose a request or a reply
- *     on purpose (tu_proxy_*);
+ *     on purpose, add latency, swallow all traffic (a blackhole) and reset
+ *     connections (tu_proxy_*);
  *   - small clock / sleep / port helpers.
  *
  * Thread safety
@@ -24,7 +25,10 @@
  *     sent by other threads while a restart is in progress fail cleanly
  *     (NULL / -1) rather than crash.
  *   tu_proxy_*: any thread, except that tu_proxy_stop must be the last call
- *     on that proxy.
+ *     on that proxy.  Not in a forked child: the proxy's thread lives in
+ *     the parent only, so the calls that wait for it (tu_proxy_reset_all
+ *     and the settings) would wait forever.  Children connect to it like
+ *     any client.
  *
  * fork()
  *   A forked child may use tu_cmd* and tu_redis_admin on the parent's
@@ -257,6 +261,17 @@ typedef struct tu_proxy tu_proxy_t;
  * server is down the client's connection is closed at once).  One thread
  * runs everything with poll(); shared state is under a mutex.
  * NULL on error (message on stderr).
+ *
+ * Faults, which may be combined:
+ *   one-shot       tu_proxy_drop_next_reply / _request: one command's reply
+ *                  or request is lost and its connection closed;
+ *   latency        tu_proxy_set_delay: everything arrives ms late;
+ *   blackhole      tu_proxy_blackhole: nothing arrives at all, nothing is
+ *                  closed (a partition, or a peer that hangs);
+ *   resets         tu_proxy_reset_all: every open connection is closed;
+ *                  tu_proxy_reset_new: every new one is reset at once.
+ * The settings (delay, blackhole, reset_new) are in effect when their call
+ * returns; all are off after tu_proxy_start.
  */
 tu_proxy_t *tu_proxy_start(tu_redis_t *r) TU_WARN_UNUSED;
 
@@ -288,11 +303,61 @@ void tu_proxy_drop_next_request(tu_proxy_t *p);
  * Synchronous: when it returns, they are closed.  Armed faults stay armed. */
 void tu_proxy_reset_all(tu_proxy_t *p);
 
+/*
+ * Added latency: every chunk of data read from either side afterwards (and
+ * an EOF) is passed on ms milliseconds after it was read, so a request and
+ * its reply take at least 2 * ms more.  Order within each connection and
+ * direction is kept, also across a change of the delay (a chunk is never
+ * sent before the one read before it).  Up to 1 MiB per direction is held
+ * back; beyond that the proxy stops reading from that side until it drains.
+ * ms <= 0 turns it off for data read from then on (data already held back
+ * keeps its time).  The one-shot faults act when the data is read: a
+ * dropped request or reply closes its connection at once, not ms later.
+ */
+void tu_proxy_set_delay(tu_proxy_t *p, long ms);
+
+/*
+ * Blackhole: while on, all data of every connection, open ones and those
+ * accepted meanwhile, is read and discarded in both directions, including
+ * data held back by the delay when it was turned on.  Connections stay
+ * open: a client's request goes out and no reply ever comes back, so it
+ * sees a timeout, never EOF.  New connections are accepted (connect
+ * succeeds) but not connected to the server.  Only two things close a
+ * connection meanwhile: its client closing it (a connection already
+ * half-closed when the blackhole starts is closed then), and
+ * tu_proxy_reset_all.  If the server closes its side, the client is not
+ * told.  Armed one-shot faults do not fire on swallowed data.
+ *
+ * Turning it off closes every connection that was open at any time while
+ * it was on (their clients see EOF at their next read: the byte streams
+ * lost data, so nothing more may pass on them), and connections accepted
+ * afterwards are forwarded normally.  Both directions are synchronous: when
+ * the call returns, nothing more is forwarded (on), or the old connections
+ * are closed (off).  Turning it on while on, or off while off, changes
+ * nothing.
+ */
+void tu_proxy_blackhole(tu_proxy_t *p, int on);
+
+/* While on, every connection accepted is reset at once (closed with
+ * SO_LINGER 0: the client's connect succeeds, its first read or write
+ * fails with ECONNRESET or EOF); the server never sees it.  Connections
+ * already open are left alone (see tu_proxy_reset_all).  Takes precedence
+ * over the blackhole for new connections. */
+void tu_proxy_reset_new(tu_proxy_t *p, int on);
+
 /* Number of client connections accepted so far. */
 unsigned long tu_proxy_connections(tu_proxy_t *p);
 
 /* Number of armed faults that have fired so far (both kinds). */
 unsigned long tu_proxy_faults_fired(tu_proxy_t *p);
+
+/* Bytes the blackhole has discarded so far (both directions; data held back
+ * by the delay and discarded when the blackhole started is not counted). */
+unsigned long long tu_proxy_swallowed(tu_proxy_t *p);
+
+/* Connections reset at once by tu_proxy_reset_new so far (they are counted
+ * by tu_proxy_connections too). */
+unsigned long tu_proxy_refused(tu_proxy_t *p);
 
 /* Stop the thread, close every socket, free p.  NULL is fine. */
 void tu_proxy_stop(tu_proxy_t *p);

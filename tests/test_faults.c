@@ -1,0 +1,1610 @@
+/*
+ * test_faults: dist_mutex_* when the one Redis server misbehaves.
+ *
+ * The server is this program's own (tu_redis_start).  Faults come from the
+ * server itself (SIGSTOP, CLIENT PAUSE) or from the fault proxy of testutil
+ * in front of it (latency, a blackhole, resets).  Other clients are forked
+ * children; they only record results (shared memory, exit codes) and the
+ * main thread asserts, since cmocka is not thread- or fork-safe.
+ *
+ * Timing: only generous upper bounds (they must hold on a loaded 2-core
+ * machine, and under valgrind with slack()), and lower bounds that follow
+ * from the fault itself (a delay of d ms makes a round trip last >= 2d).
+ *
+ * TEST_FAULTS_FILTER=<glob> runs some tests only.  DISTLOCK_TEST_KNOWN_BUGS=1
+ * runs the tests that are skipped because they fail on a known library bug.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "distlock.h"
+#include "testutil.h"
+#include "testhelp.h"
+
+static tu_redis_t r;
+static tu_proxy_t *g_proxy;         /* stopped by the teardown after a failure */
+static int g_dirty;                 /* a test changed the global settings */
+
+#define DEFAULT_WATCHDOG_MS 30000UL
+#define DEFAULT_TIMEOUT_MS  2000UL
+#define FAULT_TIMEOUT_MS    300UL   /* command timeout while faults are on */
+
+/* SIGPIPE is counted, not fatal (see test_mutex.c): testutil and the proxy
+ * never raise it, so any would come from the library. */
+static volatile sig_atomic_t sigpipes;
+
+static void on_sigpipe(int sig)
+{
+    (void)sig;
+    sigpipes = sigpipes + 1;
+}
+
+static void make_name(char *buf, size_t len, const char *test, const char *tag)
+{
+    snprintf(buf, len, "test_faults:%s:%s:%ld", test, tag, (long)getpid());
+}
+
+#define NAME(buf, tag) make_name(buf, sizeof buf, __func__, tag)
+
+static int known_bugs(void)
+{
+    const char *e = getenv("DISTLOCK_TEST_KNOWN_BUGS");
+    return e && *e && strcmp(e, "0") != 0;
+}
+
+/* ---- Redis helpers (main thread) ------------------------------------------ */
+
+/* The only field of the lock hash, strdup'd, and its value in *count.
+ * NULL when the key does not have exactly one field. */
+static char *owner_field(const char *key, long long *count)
+{
+    redisReply *x = tu_cmd(&r, "HGETALL", key, NULL);
+    char *f = NULL;
+
+    if (x && x->type == REDIS_REPLY_ARRAY && x->elements == 2 &&
+        x->element[0]->type == REDIS_REPLY_STRING &&
+        x->element[1]->type == REDIS_REPLY_STRING) {
+        f = strdup(x->element[0]->str);
+        if (count)
+            *count = strtoll(x->element[1]->str, NULL, 10);
+    }
+    if (x)
+        freeReplyObject(x);
+    return f;
+}
+
+static long long key_exists(const char *key)
+{
+    return tu_cmd_int(&r, "EXISTS", key, NULL);
+}
+
+/* Waits up to secs for key to be gone; its last EXISTS. */
+static long long await_gone(const char *key, double secs)
+{
+    double end = tu_now() + secs;
+    long long ex;
+
+    while ((ex = key_exists(key)) != 0 && tu_now() < end)
+        tu_sleep_ms(20);
+    return ex;
+}
+
+static void set_url(const char *url)
+{
+    g_dirty = 1;
+    if (dist_set_url(url) != 0)
+        fail_msg("dist_set_url(%s) failed", url);
+}
+
+/* A proxy in front of the server, and the library pointed at it. */
+static tu_proxy_t *proxy_up(void)
+{
+    char url[64];
+
+    assert_null(g_proxy);
+    g_proxy = tu_proxy_start(&r);
+    assert_non_null(g_proxy);
+    snprintf(url, sizeof url, "redis://127.0.0.1:%d", tu_proxy_port(g_proxy));
+    set_url(url);
+    return g_proxy;
+}
+
+/* Back to the unix socket first, so that no library connection is left on
+ * the proxy's port; then the proxy goes. */
+static void proxy_down(void)
+{
+    assert_int_equal(dist_set_url(r.url_unix), 0);
+    tu_proxy_stop(g_proxy);
+    g_proxy = NULL;
+}
+
+/* ---- lost handler ------------------------------------------------------------ */
+
+#define LOST_MAX 16
+static pthread_mutex_t lost_mu = PTHREAD_MUTEX_INITIALIZER;
+static char lost_names[LOST_MAX][200];
+static int lost_n;                  /* calls so far (names kept: LOST_MAX) */
+
+static void on_lost(const char *name, void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&lost_mu);
+    if (lost_n < LOST_MAX)
+        snprintf(lost_names[lost_n], sizeof lost_names[0], "%s", name);
+    lost_n++;
+    pthread_mutex_unlock(&lost_mu);
+}
+
+static void lost_reset(void)
+{
+    pthread_mutex_lock(&lost_mu);
+    lost_n = 0;
+    pthread_mutex_unlock(&lost_mu);
+}
+
+/* Calls for name (NULL: all). */
+static int lost_calls(const char *name)
+{
+    int i, n = 0;
+
+    pthread_mutex_lock(&lost_mu);
+    if (name == NULL)
+        n = lost_n;
+    for (i = 0; name && i < lost_n && i < LOST_MAX; i++)
+        if (strcmp(lost_names[i], name) == 0)
+            n++;
+    pthread_mutex_unlock(&lost_mu);
+    return n;
+}
+
+/* ---- forked clients ------------------------------------------------------------ */
+
+/*
+ * Up to MAXC children take one mutex in turns.  Inside, each one checks
+ * that nobody else is (inside), and increments a plain counter with a read
+ * and a write apart, which a second holder would make lose an update.
+ * They run until the parent sets stop, and count what they did; a lock
+ * failing with EIO (Redis unreachable for longer than the timeout) is
+ * retried, as an application would.
+ *
+ * With timed set they use dist_mutex_timedlock with a 1 s deadline (and
+ * retry on ETIMEDOUT) instead of dist_mutex_lock: lock() may sleep 8 times
+ * as long as the caller's previous unlock took before it even tries (see
+ * test_slow_unlock_no_long_yield), which under repeated faults stalls a
+ * child for seconds; the deadline bounds that sleep.
+ */
+#define MAXC 4
+
+struct cstat {
+    int code;              /* -1 running; 0 fine; else what went wrong */
+    int iters;             /* critical sections completed */
+    int iters_calm;        /* of them after calm was set */
+    int lock_eio, unlock_eio, lost;
+    int unlock_kept;       /* of the unlock EIOs: the hold was still there */
+    int lock_timedout;     /* ETIMEDOUT of a timed lock (retried) */
+    int other_rc;          /* first unexpected return code */
+    double max_lock_s;     /* longest wait for the lock, retries included */
+};
+
+struct cshared {
+    atomic_int inside;     /* children in the critical section now */
+    atomic_int overlaps;   /* entries while another was inside */
+    atomic_int stop;       /* parent: finish the current turn and exit */
+    atomic_int calm;       /* parent: no more faults from now on */
+    atomic_int ready;      /* children that have started */
+    long counter;          /* read, then written, under the lock only */
+    struct cstat c[MAXC];
+};
+
+struct crun {
+    const char *name;
+    int iters;             /* > 0: stop after that many; 0: until stop */
+    long hold_us;          /* between the counter's read and write */
+    double give_up_s;      /* a lock that keeps failing this long: code 30 */
+    int timed;             /* timedlock, 1 s deadline, instead of lock */
+    unsigned long watchdog_ms;
+    unsigned long timeout_ms;
+};
+
+static struct cshared *cshared_new(void)
+{
+    struct cshared *s = mmap(NULL, sizeof *s, PROT_READ | PROT_WRITE,
+                             MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    int i;
+
+    if (s == MAP_FAILED)
+        return NULL;
+    memset(s, 0, sizeof *s);
+    for (i = 0; i < MAXC; i++)
+        s->c[i].code = -1;
+    return s;
+}
+
+static struct cstat *g_child_stat;
+
+static void child_on_lost(const char *name, void *arg)
+{
+    (void)name;
+    (void)arg;
+    if (g_child_stat)
+        __atomic_add_fetch(&g_child_stat->lost, 1, __ATOMIC_RELAXED);
+}
+
+static void child_exit(struct cstat *st, int code)
+{
+    st->code = code;
+    _exit(code);
+}
+
+static void note_rc(struct cstat *st, int rc)
+{
+    if (!st->other_rc)
+        st->other_rc = rc;
+}
+
+static void child_main(struct cshared *s, int idx, const struct crun *run)
+{
+    struct cstat *st = &s->c[idx];
+    dist_mutex_t m;
+    int rc;
+
+    g_child_stat = st;
+    if (dist_set_watchdog_ms(run->watchdog_ms) != 0 ||
+        dist_set_timeout_ms(run->timeout_ms) != 0 ||
+        dist_set_lost_handler(child_on_lost, NULL) != 0 ||
+        dist_mutex_init(&m, run->name, NULL) != 0)
+        child_exit(st, 10);
+    atomic_fetch_add(&s->ready, 1);
+    while (!atomic_load(&s->stop) && (run->iters == 0 || st->iters < run->iters)) {
+        double t0 = tu_now(), t;
+        long v;
+
+        for (;;) {
+            if (run->timed) {
+                struct timespec ts = realtime_in(1.0);
+                rc = dist_mutex_timedlock(&m, &ts);
+            } else {
+                rc = dist_mutex_lock(&m);
+            }
+            if (rc == 0)
+                break;
+            if (rc == ETIMEDOUT && run->timed)
+                st->lock_timedout++;
+            else if (rc == EIO)
+                st->lock_eio++;
+            else {
+                note_rc(st, rc);
+                child_exit(st, 20);
+            }
+            if (tu_now() - t0 > run->give_up_s)
+                child_exit(st, 30);
+            tu_sleep_ms(10);
+        }
+        t = tu_now() - t0;
+        if (t > st->max_lock_s)
+            st->max_lock_s = t;
+
+        if (atomic_fetch_add(&s->inside, 1) != 0)
+            atomic_fetch_add(&s->overlaps, 1);
+        v = s->counter;
+        if (run->hold_us > 0)
+            usleep((useconds_t)run->hold_us);
+        s->counter = v + 1;
+        atomic_fetch_sub(&s->inside, 1);
+        st->iters++;
+        if (atomic_load(&s->calm))
+            st->iters_calm++;
+
+        rc = dist_mutex_unlock(&m);
+        if (rc == EIO) {
+            /* EIO means either "sent, outcome unknown: the library
+             * finishes the release" or "nothing sent, still held"
+             * (test_unlock_eio_keeps_hold).  With one level held, unlock
+             * until the library says this thread holds nothing is right
+             * for both: EPERM once a release in doubt is settled, 0 then
+             * EPERM when the hold was still there. */
+            double end = tu_now() + run->give_up_s;
+            st->unlock_eio++;
+            do {
+                tu_sleep_ms(10);
+                rc = dist_mutex_unlock(&m);
+                if (rc == 0)
+                    st->unlock_kept++;
+            } while (rc != EPERM && tu_now() < end);
+            if (rc != EPERM) {
+                note_rc(st, rc);
+                child_exit(st, 22);
+            }
+        } else if (rc != 0) {
+            note_rc(st, rc);
+            child_exit(st, 21);
+        }
+    }
+    if (dist_mutex_destroy(&m) != 0)
+        child_exit(st, 12);
+    child_exit(st, 0);
+}
+
+static void spawn(struct cshared *s, pid_t *pids, int n, const struct crun *run)
+{
+    int i;
+
+    for (i = 0; i < n; i++) {
+        pids[i] = fork();
+        if (pids[i] == 0)
+            child_main(s, i, run);
+        assert_true(pids[i] > 0);
+    }
+}
+
+/* Waits for the children, up to secs in all; kills those still running.
+ * Returns how many had to be killed. */
+static int reap(pid_t *pids, int *status, int n, double secs)
+{
+    double end = tu_now() + secs;
+    int i, left = n, killed = 0;
+
+    for (i = 0; i < n; i++)
+        status[i] = -1;
+    while (left > 0 && tu_now() < end) {
+        for (i = 0; i < n; i++) {
+            if (pids[i] > 0 && waitpid(pids[i], &status[i], WNOHANG) == pids[i]) {
+                pids[i] = 0;
+                left--;
+            }
+        }
+        if (left > 0)
+            tu_sleep_ms(20);
+    }
+    for (i = 0; i < n; i++) {
+        if (pids[i] > 0) {
+            kill(pids[i], SIGKILL);
+            waitpid(pids[i], &status[i], 0);
+            pids[i] = 0;
+            killed++;
+        }
+    }
+    return killed;
+}
+
+/* Waits until every child has done at least `calm` turns since calm was set
+ * (or has finished), up to secs.  If they have not, says who holds the lock
+ * in Redis, and how many times (it helps to tell a stuck waiter from a
+ * holder that never lets go). */
+static void await_calm_turns(struct cshared *s, int n, int turns, double secs,
+                             const char *name)
+{
+    double end = tu_now() + secs;
+    redisReply *x;
+    int i, ok;
+    size_t k;
+
+    do {
+        ok = 1;
+        for (i = 0; i < n; i++)
+            if (s->c[i].iters_calm < turns && s->c[i].code == -1)
+                ok = 0;
+        if (!ok)
+            tu_sleep_ms(20);
+    } while (!ok && tu_now() < end);
+    if (ok)
+        return;
+    x = tu_cmd(&r, "HGETALL", name, NULL);
+    print_message("  after %.0f s of calm a child has not had %d turns; the "
+                  "lock's holders:\n", secs, turns);
+    for (k = 0; x && x->type == REDIS_REPLY_ARRAY && k + 1 < x->elements; k += 2)
+        print_message("    %s = %s\n", x->element[k]->str,
+                      x->element[k + 1]->str);
+    if (x)
+        freeReplyObject(x);
+}
+
+/* Assertions common to every run of children. */
+static void check_children(struct cshared *s, const int *status, int n,
+                           int killed, int calm_turns)
+{
+    long total = 0;
+    int i;
+
+    for (i = 0; i < n; i++) {
+        const struct cstat *c = &s->c[i];
+        print_message("  child %d: %d turns (%d after the faults), lock EIO %d, "
+                      "timed out %d, unlock EIO %d (%d kept the hold), longest "
+                      "lock %.3f s\n", i, c->iters, c->iters_calm, c->lock_eio,
+                      c->lock_timedout, c->unlock_eio, c->unlock_kept,
+                      c->max_lock_s);
+    }
+    for (i = 0; i < n; i++) {
+        const struct cstat *c = &s->c[i];
+        if (c->code != 0 || !child_exit_ok(status[i], c->code))
+            fail_msg("child %d: code %d (rc %d), status 0x%x; %d killed", i,
+                     c->code, c->other_rc, status[i], killed);
+        /* An unlock that ended in EIO may be followed by a lost-handler
+         * call for that very release (test_doubtful_unlock_not_lost): only
+         * a child without one must have none. */
+        if (c->lost != 0 && (c->unlock_eio == 0 || known_bugs()))
+            fail_msg("child %d: the lost handler ran %d time(s)", i, c->lost);
+        if (c->iters_calm < calm_turns)
+            fail_msg("child %d: only %d turns after the faults ended", i,
+                     c->iters_calm);
+        total += c->iters;
+    }
+    if (atomic_load(&s->overlaps) != 0)
+        fail_msg("%d time(s) two children were inside the critical section "
+                 "at once", atomic_load(&s->overlaps));
+    if (s->counter != total)
+        fail_msg("counter %ld, but %ld turns were completed: lost updates",
+                 s->counter, total);
+}
+
+/* ---- fixtures ---------------------------------------------------------------- */
+
+static int group_setup(void **state)
+{
+    struct sigaction sa;
+
+    (void)state;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigpipe;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGPIPE, &sa, NULL);
+    if (tu_redis_start(&r) != 0)
+        return -1;
+    if (dist_set_url(r.url_unix) != 0 ||
+        dist_set_watchdog_ms(DEFAULT_WATCHDOG_MS) != 0 ||
+        dist_set_timeout_ms(DEFAULT_TIMEOUT_MS) != 0)
+        return -1;
+    return 0;
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    dist_shutdown();
+    tu_redis_stop(&r);
+    return 0;
+}
+
+/* Safety net when a test failed half-way: the server runs and takes
+ * commands, the proxy is gone, the settings are the defaults. */
+static int restore_defaults(void **state)
+{
+    redisReply *x;
+
+    (void)state;
+    tu_redis_signal(&r, SIGCONT);
+    if (g_dirty) {
+        x = tu_cmd(&r, "CLIENT", "UNPAUSE", NULL);
+        if (x)
+            freeReplyObject(x);
+        dist_set_lost_handler(NULL, NULL);
+        dist_set_url(r.url_unix);
+        dist_set_watchdog_ms(DEFAULT_WATCHDOG_MS);
+        dist_set_timeout_ms(DEFAULT_TIMEOUT_MS);
+        g_dirty = 0;
+    }
+    if (g_proxy) {
+        tu_proxy_stop(g_proxy);
+        g_proxy = NULL;
+    }
+    return 0;
+}
+
+/* ---- the proxy's own faults ------------------------------------------------------ */
+
+static redisContext *proxy_client(tu_proxy_t *p, long timeout_ms)
+{
+    struct timeval tv = { timeout_ms / 1000, (timeout_ms % 1000) * 1000 };
+    redisContext *c = redisConnectWithTimeout("127.0.0.1", tu_proxy_port(p), tv);
+
+    if (c && !c->err)
+        redisSetTimeout(c, tv);
+    return c;
+}
+
+/* PING on c: 1 PONG, 0 anything else (c->err tells). */
+static int ping(redisContext *c)
+{
+    redisReply *x = redisCommand(c, "PING");
+    int ok = x && x->type == REDIS_REPLY_STATUS && strcmp(x->str, "PONG") == 0;
+
+    if (x)
+        freeReplyObject(x);
+    return ok;
+}
+
+/* Whether fd shows EOF (or an error) within ms. */
+static int sees_eof(int fd, int ms)
+{
+    struct pollfd pfd = { fd, POLLIN, 0 };
+    char b;
+
+    if (poll(&pfd, 1, ms) != 1)
+        return 0;
+    return recv(fd, &b, 1, MSG_DONTWAIT) <= 0;
+}
+
+/* Latency, order across a change of the delay, the blackhole (a timeout,
+ * not EOF; the old connections closed when it ends) and reset_new. */
+static void test_proxy_faults(void **state)
+{
+    char key[200];
+    tu_proxy_t *p;
+    redisContext *c, *idle, *c2;
+    redisReply *x;
+    double t0, el;
+    unsigned long long sw;
+    char *v;
+
+    (void)state;
+    NAME(key, "k");
+    p = g_proxy = tu_proxy_start(&r);
+    assert_non_null(p);
+
+    /* latency: a round trip takes at least twice the delay */
+    c = proxy_client(p, 2000);
+    assert_true(c && !c->err);
+    assert_true(ping(c));
+    tu_proxy_set_delay(p, 100);
+    t0 = tu_now();
+    assert_true(ping(c));
+    el = tu_now() - t0;
+    assert_dbl_range(el, 0.2, 0.2 + slack(1.0));
+
+    /* order: a chunk read at delay 100 is not overtaken by one read after
+     * the delay went to 0 */
+    assert_int_equal(redisAppendCommand(c, "SET %s a", key), REDIS_OK);
+    assert_int_equal(redisBufferWrite(c, &(int){ 0 }), REDIS_OK);
+    tu_sleep_ms(20);             /* the proxy has read it */
+    tu_proxy_set_delay(p, 0);
+    assert_int_equal(redisAppendCommand(c, "APPEND %s b", key), REDIS_OK);
+    assert_int_equal(redisGetReply(c, (void **)&x), REDIS_OK);
+    freeReplyObject(x);
+    assert_int_equal(redisGetReply(c, (void **)&x), REDIS_OK);
+    freeReplyObject(x);
+    v = tu_cmd_str(&r, "GET", key, NULL);
+    assert_non_null(v);
+    assert_string_equal(v, "ab");
+    free(v);
+    redisFree(c);
+
+    /* blackhole: a request times out, the connection is not closed */
+    c = proxy_client(p, 300);
+    idle = proxy_client(p, 300);
+    assert_true(c && !c->err && idle && !idle->err);
+    assert_true(ping(c));
+    assert_true(ping(idle));
+    sw = tu_proxy_swallowed(p);
+    tu_proxy_blackhole(p, 1);
+    t0 = tu_now();
+    assert_false(ping(c));
+    el = tu_now() - t0;
+    assert_int_equal(c->err, REDIS_ERR_IO);      /* a timeout, not EOF */
+    assert_dbl_range(el, 0.29, 0.3 + slack(1.0));
+    assert_true(tu_proxy_swallowed(p) > sw);
+    assert_false(sees_eof(idle->fd, 100));
+    /* a new connection is accepted, and swallowed too */
+    c2 = proxy_client(p, 300);
+    assert_true(c2 && !c2->err);
+    assert_false(ping(c2));
+    assert_int_equal(c2->err, REDIS_ERR_IO);
+    redisFree(c2);
+    redisFree(c);
+    /* ended: the old connections are closed, new ones work */
+    tu_proxy_blackhole(p, 0);
+    assert_true(sees_eof(idle->fd, 1000));
+    redisFree(idle);
+    c = proxy_client(p, 2000);
+    assert_true(c && !c->err);
+    assert_true(ping(c));
+    redisFree(c);
+
+    /* reset_new: new connections are reset at once, old ones live on */
+    idle = proxy_client(p, 2000);
+    assert_true(idle && !idle->err);
+    assert_true(ping(idle));
+    tu_proxy_reset_new(p, 1);
+    c = proxy_client(p, 2000);
+    assert_true(c != NULL);
+    assert_false(!c->err && ping(c));
+    redisFree(c);
+    assert_int_equal(tu_proxy_refused(p), 1);
+    assert_true(ping(idle));
+    tu_proxy_reset_new(p, 0);
+    c = proxy_client(p, 2000);
+    assert_true(c && !c->err);
+    assert_true(ping(c));
+    redisFree(c);
+    redisFree(idle);
+
+    x = tu_cmd(&r, "DEL", key, NULL);
+    if (x)
+        freeReplyObject(x);
+    tu_proxy_stop(p);
+    g_proxy = NULL;
+}
+
+/* ---- a. the server stopped (SIGSTOP) ------------------------------------------ */
+
+/*
+ * The server stops for longer than the command timeout while this process
+ * holds two locks (one renewed by the watchdog, one with its own lease,
+ * both longer than the stop).  Calls on a third lock fail with EIO within a
+ * few timeouts, not after a lease; once the server runs again the next
+ * calls work, and the two holds are still this process's.
+ */
+static void test_sigstop(void **state)
+{
+    char nheld[200], nleased[200], nm[200], err_lock[256], err_try[256];
+    char *own_held, *own_leased, *own;
+    dist_mutex_t held, leased, m;
+    dist_mutexattr_t at;
+    long long cnt;
+    double t_stop, t0, el_lock, el_try, el_timed, el_recover, stopped;
+    int rc_lock, rc_try, rc_timed, rc_after;
+    struct timespec ts;
+
+    (void)state;
+    NAME(nheld, "held");
+    NAME(nleased, "leased");
+    NAME(nm, "m");
+    g_dirty = 1;
+    lost_reset();
+    assert_int_equal(dist_set_lost_handler(on_lost, NULL), 0);
+    /* renewed every 2 s, so that it is renewed around the stop */
+    assert_int_equal(dist_set_watchdog_ms(6000), 0);
+    assert_int_equal(dist_set_timeout_ms(FAULT_TIMEOUT_MS), 0);
+    assert_int_equal(dist_mutexattr_init(&at), 0);
+    assert_int_equal(dist_mutexattr_setlease(&at, 10000), 0);
+    assert_int_equal(dist_mutex_init(&held, nheld, NULL), 0);
+    assert_int_equal(dist_mutex_init(&leased, nleased, &at), 0);
+    assert_int_equal(dist_mutex_init(&m, nm, NULL), 0);
+    assert_int_equal(dist_mutex_lock(&held), 0);
+    assert_int_equal(dist_mutex_lock(&leased), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);        /* connection warm */
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    own_held = owner_field(nheld, NULL);
+    own_leased = owner_field(nleased, NULL);
+    assert_non_null(own_held);
+    assert_non_null(own_leased);
+
+    assert_int_equal(tu_redis_signal(&r, SIGSTOP), 0);
+    t_stop = tu_now();
+    t0 = tu_now();
+    rc_lock = dist_mutex_lock(&m);
+    el_lock = tu_now() - t0;
+    snprintf(err_lock, sizeof err_lock, "%s", dist_last_error());
+    t0 = tu_now();
+    rc_try = dist_mutex_trylock(&m);
+    el_try = tu_now() - t0;
+    snprintf(err_try, sizeof err_try, "%s", dist_last_error());
+    ts = realtime_in(20.0);
+    t0 = tu_now();
+    rc_timed = dist_mutex_timedlock(&m, &ts);
+    el_timed = tu_now() - t0;
+    /* stopped for at least 1.5 s in all */
+    while (tu_now() - t_stop < 1.5)
+        tu_sleep_ms(10);
+    stopped = tu_now() - t_stop;
+    assert_int_equal(tu_redis_signal(&r, SIGCONT), 0);
+    t0 = tu_now();
+    rc_after = dist_mutex_lock(&m);
+    el_recover = tu_now() - t0;
+
+    print_message("  server stopped %.2f s: lock EIO after %.3f s, trylock "
+                  "%.3f s, timedlock %.3f s; first lock after SIGCONT %.3f s\n",
+                  stopped, el_lock, el_try, el_timed, el_recover);
+    print_message("  lock's error: %s\n  trylock's error: %s\n", err_lock,
+                  err_try);
+    /* a clean error, within a few timeouts (the lease is 6 s, 20 s) */
+    assert_int_equal(rc_lock, EIO);
+    assert_dbl_range(el_lock, 0.3, 6 * 0.3 + slack(1.0));
+    if (strstr(err_lock, "Redis") == NULL)
+        fail_msg("lock's error does not say Redis failed: '%s'", err_lock);
+    assert_int_equal(rc_try, EIO);
+    assert_dbl_range(el_try, 0.0, 6 * 0.3 + slack(1.0));
+    if (err_try[0] == '\0')
+        fail_msg("trylock failed without a reason");
+    assert_int_equal(rc_timed, EIO);
+    assert_dbl_range(el_timed, 0.0, 6 * 0.3 + slack(1.0));
+
+    /* running again: the same client's next calls work */
+    assert_int_equal(rc_after, 0);
+    assert_dbl_range(el_recover, 0.0, 4 * 0.3 + 0.5 + slack(1.0));
+    own = owner_field(nm, &cnt);
+    assert_non_null(own);
+    assert_int_equal(cnt, 1);
+    free(own);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(key_exists(nm), 0);
+
+    /* the holds from before the stop are still ours, once each */
+    cnt = 0;
+    own = owner_field(nheld, &cnt);
+    assert_non_null(own);
+    assert_string_equal(own, own_held);
+    assert_int_equal(cnt, 1);
+    free(own);
+    cnt = 0;
+    own = owner_field(nleased, &cnt);
+    assert_non_null(own);
+    assert_string_equal(own, own_leased);
+    assert_int_equal(cnt, 1);
+    free(own);
+    assert_int_equal(dist_mutex_unlock(&held), 0);
+    assert_int_equal(dist_mutex_unlock(&leased), 0);
+    assert_int_equal(key_exists(nheld), 0);
+    assert_int_equal(key_exists(nleased), 0);
+    assert_int_equal(lost_calls(NULL), 0);
+
+    free(own_held);
+    free(own_leased);
+    assert_int_equal(dist_mutex_destroy(&held), 0);
+    assert_int_equal(dist_mutex_destroy(&leased), 0);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+    dist_set_lost_handler(NULL, NULL);
+    dist_set_watchdog_ms(DEFAULT_WATCHDOG_MS);
+    dist_set_timeout_ms(DEFAULT_TIMEOUT_MS);
+    g_dirty = 0;
+}
+
+/* dist_last_error() after a call that timed out should say so.  Known bug:
+ * it says "Redis connection failed during mutex_probe: Resource temporarily
+ * unavailable" (hiredis's strerror(EAGAIN) of the timed-out read, and the
+ * internal probe's name instead of the lock's). */
+static void test_sigstop_error_names_timeout(void **state)
+{
+    char nm[200], err[256];
+    dist_mutex_t m;
+    int rc;
+
+    (void)state;
+    if (!known_bugs()) {
+        print_message("  skipped: known library bug, the error of a call that "
+                      "timed out names neither the timeout nor the lock "
+                      "(DISTLOCK_TEST_KNOWN_BUGS=1 runs it)\n");
+        skip();
+    }
+    NAME(nm, "m");
+    g_dirty = 1;
+    assert_int_equal(dist_set_timeout_ms(FAULT_TIMEOUT_MS), 0);
+    assert_int_equal(dist_mutex_init(&m, nm, NULL), 0);
+    assert_int_equal(tu_redis_signal(&r, SIGSTOP), 0);
+    rc = dist_mutex_lock(&m);
+    snprintf(err, sizeof err, "%s", dist_last_error());
+    assert_int_equal(tu_redis_signal(&r, SIGCONT), 0);
+    /* settle the doubt the failed lock left, then clean up */
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+    dist_set_timeout_ms(DEFAULT_TIMEOUT_MS);
+    g_dirty = 0;
+
+    assert_int_equal(rc, EIO);
+    if (!strstr(err, "timed out") && !strstr(err, "timeout"))
+        fail_msg("the error does not name the timeout: '%s'", err);
+    if (!strstr(err, nm))
+        fail_msg("the error does not name the lock: '%s'", err);
+}
+
+/* ---- b. CLIENT PAUSE ------------------------------------------------------------- */
+
+struct pause_shared {
+    atomic_int ready, stop;
+    int code;              /* -1 running */
+    int tries, taken, ebusy, eio, other;
+    double max_call_s;     /* longest trylock */
+};
+
+/* A second client: trylock every 50 ms until told to stop. */
+static void pause_child(struct pause_shared *s, const char *name)
+{
+    dist_mutex_t m;
+
+    if (dist_mutex_init(&m, name, NULL) != 0) {
+        s->code = 10;
+        _exit(10);
+    }
+    atomic_store(&s->ready, 1);
+    while (!atomic_load(&s->stop)) {
+        double t0 = tu_now(), el;
+        int rc = dist_mutex_trylock(&m);
+
+        el = tu_now() - t0;
+        if (el > s->max_call_s)
+            s->max_call_s = el;
+        s->tries++;
+        if (rc == 0) {
+            s->taken++;
+            dist_mutex_unlock(&m);
+        } else if (rc == EBUSY) {
+            s->ebusy++;
+        } else if (rc == EIO) {
+            s->eio++;
+        } else {
+            s->other++;
+        }
+        tu_sleep_ms(50);
+    }
+    s->code = 0;
+    _exit(0);
+}
+
+/*
+ * CLIENT PAUSE <1500 ms> WRITE or ALL while this process holds a lock that
+ * the watchdog renews (lease 3 s, renewed every second: at least one
+ * renewal is held up by the pause and runs when it ends).  Redis does not
+ * expire keys during a pause but does not extend them either, so a pause
+ * longer than the lease must lose the hold (a 600 ms lease does, this test
+ * then fails); shorter, the hold must survive.  A second client trying all
+ * along never gets it; a lock call of ours on another lock waits for the
+ * pause (shorter than the command timeout) and succeeds.
+ */
+static void pause_case(const char *mode)
+{
+    char name[200], n2[200], *own0, *own;
+    dist_mutex_t m, m2;
+    struct pause_shared *s;
+    redisReply *x;
+    pid_t pid;
+    long long cnt = 0, pttl;
+    double t_sent, t_pause, t0, el_m2, end_m2, end;
+    int st = -1, rc_m2, killed;
+
+    make_name(name, sizeof name, "pause", mode);
+    make_name(n2, sizeof n2, "pause2", mode);
+    s = mmap(NULL, sizeof *s, PROT_READ | PROT_WRITE,
+             MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    assert_true(s != MAP_FAILED);
+    memset(s, 0, sizeof *s);
+    s->code = -1;
+    g_dirty = 1;
+    lost_reset();
+    assert_int_equal(dist_set_lost_handler(on_lost, NULL), 0);
+    assert_int_equal(dist_set_watchdog_ms(3000), 0);
+    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
+    assert_int_equal(dist_mutex_init(&m2, n2, NULL), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    own0 = owner_field(name, NULL);
+    assert_non_null(own0);
+
+    pid = fork();
+    if (pid == 0)
+        pause_child(s, name);
+    assert_true(pid > 0);
+    end = tu_now() + 10.0;
+    while (!atomic_load(&s->ready) && tu_now() < end)
+        tu_sleep_ms(10);
+    tu_sleep_ms(300);                 /* a few tries before the pause */
+
+    t_sent = tu_now();
+    x = tu_cmd(&r, "CLIENT", "PAUSE", "1500", mode, NULL);
+    t_pause = tu_now();
+    assert_non_null(x);
+    if (x->type != REDIS_REPLY_STATUS) {
+        freeReplyObject(x);
+        atomic_store(&s->stop, 1);
+        reap(&pid, &st, 1, 10.0);
+        fail_msg("CLIENT PAUSE 1500 %s was refused", mode);
+    }
+    freeReplyObject(x);
+    t0 = tu_now();
+    rc_m2 = dist_mutex_lock(&m2);
+    el_m2 = tu_now() - t0;
+    end_m2 = tu_now() - t_sent;   /* the pause began after t_sent */
+    if (rc_m2 == 0)
+        dist_mutex_unlock(&m2);
+    /* the pause, then a second of trying and renewing */
+    while (tu_now() - t_pause < 2.5)
+        tu_sleep_ms(20);
+    atomic_store(&s->stop, 1);
+    killed = reap(&pid, &st, 1, 10.0);
+
+    print_message("  pause %s: our lock waited %.3f s; the other client "
+                  "tried %d times (%d EBUSY, %d EIO), longest try %.3f s\n",
+                  mode, el_m2, s->tries, s->ebusy, s->eio, s->max_call_s);
+    own = owner_field(name, &cnt);
+    pttl = tu_cmd_int(&r, "PTTL", name, NULL);
+    assert_int_equal(killed, 0);
+    assert_true(child_exit_ok(st, 0));
+    assert_int_equal(s->code, 0);
+    if (s->taken != 0)
+        fail_msg("the other client took the lock %d time(s)", s->taken);
+    assert_int_equal(s->other, 0);
+    assert_true(s->ebusy > 0);
+    /* the pause did hold up scripts (else this test proves nothing) */
+    assert_true(s->max_call_s >= 0.5);
+    assert_int_equal(rc_m2, 0);
+    assert_dbl_range(end_m2, 1.45, 1.5 + slack(1.0));
+    if (lost_calls(NULL) != 0)
+        fail_msg("the lost handler ran %d time(s)", lost_calls(NULL));
+    if (own == NULL || strcmp(own, own0) != 0)
+        fail_msg("after the pause the lock's owner is %s, not %s",
+                 own ? own : "(none)", own0);
+    assert_int_equal(cnt, 1);
+    assert_in_range(pttl, 1, 3000);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(key_exists(name), 0);
+    free(own);
+    free(own0);
+    munmap(s, sizeof *s);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+    assert_int_equal(dist_mutex_destroy(&m2), 0);
+    dist_set_lost_handler(NULL, NULL);
+    dist_set_watchdog_ms(DEFAULT_WATCHDOG_MS);
+    g_dirty = 0;
+}
+
+static void test_client_pause_write(void **state)
+{
+    (void)state;
+    pause_case("WRITE");
+}
+
+static void test_client_pause_all(void **state)
+{
+    (void)state;
+    pause_case("ALL");
+}
+
+/* ---- c. latency ------------------------------------------------------------------ */
+
+#define LAT_DELAY_MS 25
+#define LAT_CHILDREN 3
+#define LAT_ITERS    12
+
+/* Every byte 25 ms late each way: a lock/unlock pair costs at least two
+ * round trips, and children taking turns still never overlap nor lose an
+ * update. */
+static void test_latency(void **state)
+{
+    char name[200];
+    struct crun run;
+    struct cshared *s;
+    dist_mutex_t m;
+    pid_t pids[LAT_CHILDREN];
+    int status[LAT_CHILDREN], i, killed;
+    double t0, el_pair, el;
+
+    (void)state;
+    NAME(name, "m");
+    proxy_up();
+    tu_proxy_set_delay(g_proxy, LAT_DELAY_MS);
+
+    /* one client alone: each pair pays the delay */
+    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);       /* connection made */
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    t0 = tu_now();
+    for (i = 0; i < 5; i++) {
+        assert_int_equal(dist_mutex_lock(&m), 0);
+        assert_int_equal(dist_mutex_unlock(&m), 0);
+    }
+    el_pair = (tu_now() - t0) / 5;
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+    assert_dbl_range(el_pair, 4 * LAT_DELAY_MS / 1000.0, slack(2.0));
+
+    s = cshared_new();
+    assert_non_null(s);
+    atomic_store(&s->calm, 1);
+    memset(&run, 0, sizeof run);
+    run.name = name;
+    run.iters = LAT_ITERS;
+    run.hold_us = 2000;
+    run.give_up_s = 10.0;
+    run.watchdog_ms = DEFAULT_WATCHDOG_MS;
+    run.timeout_ms = DEFAULT_TIMEOUT_MS;
+    t0 = tu_now();
+    spawn(s, pids, LAT_CHILDREN, &run);
+    killed = reap(pids, status, LAT_CHILDREN, slack(60.0));
+    el = tu_now() - t0;
+    print_message("  delay %d ms each way: lock+unlock alone %.0f ms; %d "
+                  "children, %d turns in %.2f s (%.1f turns/s)\n",
+                  LAT_DELAY_MS, el_pair * 1000, LAT_CHILDREN,
+                  LAT_CHILDREN * LAT_ITERS, el,
+                  LAT_CHILDREN * LAT_ITERS / el);
+    check_children(s, status, LAT_CHILDREN, killed, LAT_ITERS);
+    for (i = 0; i < LAT_CHILDREN; i++) {
+        /* 50 ms round trips are far from the 2 s timeout */
+        assert_int_equal(s->c[i].lock_eio, 0);
+        assert_int_equal(s->c[i].unlock_eio, 0);
+    }
+    assert_int_equal(s->counter, LAT_CHILDREN * LAT_ITERS);
+    munmap(s, sizeof *s);
+    assert_int_equal(key_exists(name), 0);
+    proxy_down();
+}
+
+/* ---- d. blackhole ------------------------------------------------------------------ */
+
+struct waiter_arg {
+    dist_mutex_t *m;
+    int rc;
+    double t_done;
+    atomic_int done;       /* rc and t_done are set */
+};
+
+static void *waiter_main(void *arg)
+{
+    struct waiter_arg *w = arg;
+
+    w->rc = dist_mutex_lock(w->m);
+    w->t_done = tu_now();
+    atomic_store(&w->done, 1);
+    if (w->rc == 0)
+        dist_mutex_unlock(w->m);
+    return NULL;
+}
+
+static int read_byte(int fd, int timeout_ms)
+{
+    struct pollfd pfd = { fd, POLLIN, 0 };
+    unsigned char b;
+
+    if (poll(&pfd, 1, timeout_ms) != 1 || read(fd, &b, 1) != 1)
+        return -1;
+    return b;
+}
+
+/*
+ * The path to Redis goes silent for 1.5 s (the proxy swallows everything
+ * and closes nothing) while this process holds a lock, releases another,
+ * tries a third, and a thread waits for a fourth held by another client
+ * (which reaches Redis directly and lets go meanwhile).  The calls give EIO
+ * within a few command timeouts; once the path is back, the next call
+ * works at once, the held lock is still ours, the release that timed out
+ * is finished by the library, and the waiter gets its lock without sitting
+ * out the other client's 30 s lease.
+ */
+static void test_blackhole(void **state)
+{
+    char nheld[200], nrel[200], nm[200], nw[200], err[256];
+    char *own_held, *own;
+    dist_mutex_t held, rel, m, w;
+    struct waiter_arg wa;
+    pthread_t th;
+    int to_child[2], from_child[2], st = -1, b;
+    pid_t pid;
+    long long cnt = 0;
+    unsigned long conns;
+    double t_on, t_off, t0, el_lock, el_unlock, el_recover;
+    int rc_lock, rc_unlock, rc_after;
+
+    (void)state;
+    NAME(nheld, "held");
+    NAME(nrel, "rel");
+    NAME(nm, "m");
+    NAME(nw, "w");
+    proxy_up();
+    lost_reset();
+    assert_int_equal(dist_set_lost_handler(on_lost, NULL), 0);
+    assert_int_equal(dist_set_watchdog_ms(6000), 0);
+    assert_int_equal(dist_set_timeout_ms(FAULT_TIMEOUT_MS), 0);
+    assert_int_equal(dist_mutex_init(&held, nheld, NULL), 0);
+    assert_int_equal(dist_mutex_init(&rel, nrel, NULL), 0);
+    assert_int_equal(dist_mutex_init(&m, nm, NULL), 0);
+    assert_int_equal(dist_mutex_init(&w, nw, NULL), 0);
+    assert_int_equal(dist_mutex_lock(&held), 0);
+    assert_int_equal(dist_mutex_lock(&rel), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    own_held = owner_field(nheld, NULL);
+    assert_non_null(own_held);
+
+    /* the other client: holds w with a 30 s lease, over the unix socket */
+    assert_int_equal(pipe(to_child), 0);
+    assert_int_equal(pipe(from_child), 0);
+    pid = fork();
+    if (pid == 0) {
+        unsigned char c;
+        int rc;
+        close(to_child[1]);
+        close(from_child[0]);
+        if (dist_set_url(r.url_unix) != 0 ||
+            dist_set_watchdog_ms(DEFAULT_WATCHDOG_MS) != 0 ||
+            dist_set_timeout_ms(DEFAULT_TIMEOUT_MS) != 0)
+            _exit(10);
+        c = (unsigned char)dist_mutex_lock(&w);
+        if (write(from_child[1], &c, 1) != 1 || c != 0)
+            _exit(11);
+        if (read_byte(to_child[0], 30000) < 0)
+            _exit(12);
+        c = (unsigned char)(rc = dist_mutex_unlock(&w));
+        if (write(from_child[1], &c, 1) != 1 || rc != 0)
+            _exit(13);
+        _exit(0);
+    }
+    assert_true(pid > 0);
+    close(to_child[0]);
+    close(from_child[1]);
+    b = read_byte(from_child[0], 10000);
+    if (b != 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        fail_msg("the other client's lock: %d", b);
+    }
+    memset(&wa, 0, sizeof wa);
+    atomic_init(&wa.done, 0);
+    wa.m = &w;
+    wa.rc = -1;
+    assert_int_equal(pthread_create(&th, NULL, waiter_main, &wa), 0);
+    tu_sleep_ms(300);              /* it is waiting, subscribed */
+
+    conns = tu_proxy_connections(g_proxy);
+    tu_proxy_blackhole(g_proxy, 1);
+    t_on = tu_now();
+    t0 = tu_now();
+    rc_lock = dist_mutex_lock(&m);
+    el_lock = tu_now() - t0;
+    snprintf(err, sizeof err, "%s", dist_last_error());
+    t0 = tu_now();
+    rc_unlock = dist_mutex_unlock(&rel);
+    el_unlock = tu_now() - t0;
+    /* the other client lets go; the message is swallowed */
+    if (write(to_child[1], "x", 1) != 1 || read_byte(from_child[0], 10000) != 0) {
+        tu_proxy_blackhole(g_proxy, 0);
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        pthread_join(th, NULL);
+        fail_msg("the other client's unlock failed");
+    }
+    while (tu_now() - t_on < 1.5)
+        tu_sleep_ms(10);
+    assert_false(atomic_load(&wa.done));   /* still waiting */
+    assert_true(tu_proxy_swallowed(g_proxy) > 0);
+    /* the path comes back during this call: its start is the reference */
+    t_off = tu_now();
+    tu_proxy_blackhole(g_proxy, 0);
+    t0 = tu_now();
+    rc_after = dist_mutex_lock(&m);
+    el_recover = tu_now() - t0;
+    pthread_join(th, NULL);
+    waitpid(pid, &st, 0);
+    close(to_child[1]);
+    close(from_child[0]);
+
+    print_message("  blackhole 1.5 s: lock EIO after %.3f s, unlock EIO after "
+                  "%.3f s; after it: lock %.3f s, the waiter got in %.3f s\n",
+                  el_lock, el_unlock, el_recover, wa.t_done - t_off);
+    print_message("  lock's error: %s\n", err);
+    assert_int_equal(rc_lock, EIO);
+    assert_dbl_range(el_lock, 0.3, 6 * 0.3 + slack(1.0));
+    assert_int_equal(rc_unlock, EIO);
+    assert_dbl_range(el_unlock, 0.3, 6 * 0.3 + slack(1.0));
+    assert_true(child_exit_ok(st, 0));
+
+    assert_int_equal(rc_after, 0);
+    assert_dbl_range(el_recover, 0.0, 4 * 0.3 + 0.5 + slack(1.0));
+    assert_true(tu_proxy_connections(g_proxy) > conns);   /* reconnected */
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(key_exists(nm), 0);
+    /* the waiter: woken by the reconnection, not by the 30 s lease */
+    assert_int_equal(wa.rc, 0);
+    assert_dbl_range(wa.t_done - t_off, 0.0, 1.0 + slack(1.0));
+    assert_int_equal(await_gone(nw, 2.0), 0);
+    /* the release that timed out: finished by the library */
+    assert_int_equal(await_gone(nrel, 2.0 + slack(1.0)), 0);
+    assert_int_equal(dist_mutex_unlock(&rel), EPERM);
+    /* the hold through the blackhole */
+    own = owner_field(nheld, &cnt);
+    assert_non_null(own);
+    assert_string_equal(own, own_held);
+    assert_int_equal(cnt, 1);
+    free(own);
+    free(own_held);
+    assert_int_equal(dist_mutex_unlock(&held), 0);
+    assert_int_equal(key_exists(nheld), 0);
+    /* nothing held was lost (rel, released, may be reported lost by a
+     * known bug: test_doubtful_unlock_not_lost) */
+    assert_int_equal(lost_calls(nheld), 0);
+    assert_int_equal(lost_calls(nm), 0);
+    assert_int_equal(lost_calls(nw), 0);
+
+    assert_int_equal(dist_mutex_destroy(&held), 0);
+    assert_int_equal(dist_mutex_destroy(&rel), 0);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+    assert_int_equal(dist_mutex_destroy(&w), 0);
+    dist_set_lost_handler(NULL, NULL);
+    dist_set_watchdog_ms(DEFAULT_WATCHDOG_MS);
+    dist_set_timeout_ms(DEFAULT_TIMEOUT_MS);
+    proxy_down();
+    g_dirty = 0;
+}
+
+/* Two clients take turns through a proxy that resets every connection,
+ * refuses new ones, and goes silent, again and again: never both inside,
+ * no lost update, and both go on once the faults stop. */
+static void test_flaky_two_clients(void **state)
+{
+    char name[200];
+    struct crun run;
+    struct cshared *s;
+    pid_t pids[2];
+    int status[2], i, killed, eio = 0, resets = 0, holes = 0, turns0;
+    unsigned long conns;
+    double t0, el;
+
+    (void)state;
+    NAME(name, "m");
+    proxy_up();
+    s = cshared_new();
+    assert_non_null(s);
+    memset(&run, 0, sizeof run);
+    run.name = name;
+    run.hold_us = 500;
+    run.give_up_s = slack(10.0);
+    run.timed = 1;
+    run.watchdog_ms = 6000;        /* longer than any silence below */
+    run.timeout_ms = FAULT_TIMEOUT_MS;
+    conns = tu_proxy_connections(g_proxy);
+    t0 = tu_now();
+    spawn(s, pids, 2, &run);
+    while (atomic_load(&s->ready) < 2 && tu_now() - t0 < 10.0)
+        tu_sleep_ms(10);
+    tu_sleep_ms(300);
+    turns0 = s->c[0].iters + s->c[1].iters;
+
+    /* Each round: two resets; a 0.5 s silence, which the library's retries
+     * (about three command timeouts) ride out; a 1.5 s one, which they do
+     * not; every connection cut while new ones are refused. */
+    for (i = 0; i < 2; i++) {
+        tu_proxy_reset_all(g_proxy);
+        resets++;
+        tu_sleep_ms(150);
+        tu_proxy_reset_all(g_proxy);
+        resets++;
+        tu_sleep_ms(200);
+        tu_proxy_blackhole(g_proxy, 1);
+        tu_sleep_ms(500);
+        tu_proxy_blackhole(g_proxy, 0);
+        holes++;
+        tu_sleep_ms(200);
+        tu_proxy_blackhole(g_proxy, 1);
+        tu_sleep_ms(1500);
+        tu_proxy_blackhole(g_proxy, 0);
+        holes++;
+        tu_sleep_ms(200);
+        tu_proxy_reset_new(g_proxy, 1);
+        tu_proxy_reset_all(g_proxy);
+        resets++;
+        tu_sleep_ms(150);
+        tu_proxy_reset_new(g_proxy, 0);
+        tu_sleep_ms(200);
+    }
+    atomic_store(&s->calm, 1);
+    await_calm_turns(s, 2, 5, slack(10.0), name);
+    atomic_store(&s->stop, 1);
+    killed = reap(pids, status, 2, slack(15.0));
+    el = tu_now() - t0;
+
+    print_message("  %d resets, %d blackholes, %lu connections, "
+                  "%llu bytes swallowed, %lu refused, %.2f s\n", resets, holes,
+                  tu_proxy_connections(g_proxy) - conns,
+                  tu_proxy_swallowed(g_proxy), tu_proxy_refused(g_proxy), el);
+    check_children(s, status, 2, killed, 5);
+    for (i = 0; i < 2; i++)
+        eio += s->c[i].lock_eio + s->c[i].unlock_eio;
+    /* the faults were felt (else this proves nothing) */
+    assert_true(turns0 > 0);
+    assert_true(eio > 0);
+    assert_true(tu_proxy_swallowed(g_proxy) > 0);
+    assert_true(tu_proxy_refused(g_proxy) > 0);
+    assert_int_equal(await_gone(name, 2.0 + slack(1.0)), 0);
+    munmap(s, sizeof *s);
+    proxy_down();
+}
+
+/* ---- e. resets in a contended run ------------------------------------------------ */
+
+#define RST_CHILDREN 3
+
+/* Every connection is cut eight times while three clients contend: waiters
+ * reconnect and go on.  A reset is an EOF, not a timeout, and the library
+ * settles a call cut short by asking Redis again: no call fails with EIO.
+ * (timedlock: an unlock slowed by a reset makes the next lock() sleep 8
+ * times as long, which under ASan stalled the run for 2 s at a time.) */
+static void test_reset_contended(void **state)
+{
+    char name[200];
+    struct crun run;
+    struct cshared *s;
+    pid_t pids[RST_CHILDREN];
+    int status[RST_CHILDREN], i, killed, turns0, turns1;
+    unsigned long conns;
+    double t0, el;
+
+    (void)state;
+    NAME(name, "m");
+    proxy_up();
+    s = cshared_new();
+    assert_non_null(s);
+    memset(&run, 0, sizeof run);
+    run.name = name;
+    run.hold_us = 1000;
+    run.give_up_s = slack(10.0);
+    run.timed = 1;
+    run.watchdog_ms = 6000;
+    run.timeout_ms = DEFAULT_TIMEOUT_MS;
+    conns = tu_proxy_connections(g_proxy);
+    t0 = tu_now();
+    spawn(s, pids, RST_CHILDREN, &run);
+    while (atomic_load(&s->ready) < RST_CHILDREN && tu_now() - t0 < 10.0)
+        tu_sleep_ms(10);
+    tu_sleep_ms(300);
+    turns0 = 0;
+    for (i = 0; i < RST_CHILDREN; i++)
+        turns0 += s->c[i].iters;
+    for (i = 0; i < 8; i++) {
+        tu_proxy_reset_all(g_proxy);
+        tu_sleep_ms(250);
+    }
+    turns1 = 0;
+    for (i = 0; i < RST_CHILDREN; i++)
+        turns1 += s->c[i].iters;
+    atomic_store(&s->calm, 1);
+    await_calm_turns(s, RST_CHILDREN, 5, slack(10.0), name);
+    atomic_store(&s->stop, 1);
+    killed = reap(pids, status, RST_CHILDREN, slack(15.0));
+    el = tu_now() - t0;
+
+    print_message("  8 resets: %d turns before, %d during, %lu connections, "
+                  "%.2f s\n", turns0, turns1 - turns0,
+                  tu_proxy_connections(g_proxy) - conns, el);
+    check_children(s, status, RST_CHILDREN, killed, 5);
+    assert_true(turns0 > 0);
+    assert_true(turns1 > turns0);
+    /* every reset cut the connections of all three children */
+    assert_true(tu_proxy_connections(g_proxy) - conns >= 8 * RST_CHILDREN);
+    for (i = 0; i < RST_CHILDREN; i++) {
+        assert_int_equal(s->c[i].lock_eio, 0);
+        assert_int_equal(s->c[i].unlock_eio, 0);
+    }
+    assert_int_equal(key_exists(name), 0);
+    munmap(s, sizeof *s);
+    proxy_down();
+}
+
+/* ---- known library bugs ---------------------------------------------------------- */
+
+/*
+ * Known bug: an unlock whose outcome is unknown (EIO: Redis did not answer
+ * within the timeout) is finished by the renewal thread once Redis answers,
+ * as documented, but the hold stays registered with the watchdog: its next
+ * renewal finds the lock gone and calls the lost handler for a lock the
+ * application already released.  (mutex.c, dist_mutex_unlock: on doubt the
+ * hold, count now 0, is handed to dist__renew_doubt without being
+ * unregistered; renew.c, settle_one clears the doubt but not registered.)
+ */
+static void test_doubtful_unlock_not_lost(void **state)
+{
+    char name[200];
+    dist_mutex_t m;
+    double t_stop;
+    int rc;
+
+    (void)state;
+    if (!known_bugs()) {
+        print_message("  skipped: known library bug, an unlock that returned "
+                      "EIO is later reported lost by the watchdog "
+                      "(DISTLOCK_TEST_KNOWN_BUGS=1 runs it)\n");
+        skip();
+    }
+    NAME(name, "m");
+    g_dirty = 1;
+    lost_reset();
+    assert_int_equal(dist_set_lost_handler(on_lost, NULL), 0);
+    assert_int_equal(dist_set_watchdog_ms(1500), 0);   /* renewed every 0.5 s */
+    assert_int_equal(dist_set_timeout_ms(FAULT_TIMEOUT_MS), 0);
+    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(tu_redis_signal(&r, SIGSTOP), 0);
+    t_stop = tu_now();
+    rc = dist_mutex_unlock(&m);
+    while (tu_now() - t_stop < 1.0)
+        tu_sleep_ms(10);
+    assert_int_equal(tu_redis_signal(&r, SIGCONT), 0);
+    assert_int_equal(rc, EIO);
+    /* the release is finished for us... */
+    assert_int_equal(await_gone(name, 2.0 + slack(1.0)), 0);
+    /* ...and two renewal periods later nothing was reported lost */
+    tu_sleep_ms(1000);
+    if (lost_calls(NULL) != 0)
+        fail_msg("the lost handler ran %d time(s) for '%s', released by "
+                 "this process", lost_calls(NULL), lost_names[0]);
+    assert_int_equal(dist_mutex_unlock(&m), EPERM);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+    dist_set_lost_handler(NULL, NULL);
+    dist_set_watchdog_ms(DEFAULT_WATCHDOG_MS);
+    dist_set_timeout_ms(DEFAULT_TIMEOUT_MS);
+    g_dirty = 0;
+}
+
+/*
+ * Known bug: after a thread released a lock to waiters 8 times in a row,
+ * its next dist_mutex_lock() first sleeps 8 times as long as that last
+ * unlock call took (mutex.c: yield_until = now + 1 + 8 * rtt, rtt being the
+ * duration of the whole unlock call).  Meant as a courtesy of a few round
+ * trips; but an unlock slowed by a fault (a pause, a timeout, a probe and a
+ * reconnect) makes it seconds, slept even though the lock is free: a 1 s
+ * pause of the server during the 8th unlock makes the next lock take 8 s.
+ * With the default 2 s timeout an unlock can take ~6 s, hence a ~48 s sleep.
+ */
+static void test_slow_unlock_no_long_yield(void **state)
+{
+    char name[200];
+    dist_mutex_t m;
+    redisReply *x;
+    pid_t pid;
+    double t0, el_unlock = 0, el_lock;
+    int i, rc_unlock = -1, rc_lock, st = -1;
+
+    (void)state;
+    if (!known_bugs()) {
+        print_message("  skipped: known library bug, lock() sleeps 8 times "
+                      "the duration of the caller's last unlock before trying "
+                      "(DISTLOCK_TEST_KNOWN_BUGS=1 runs it)\n");
+        skip();
+    }
+    NAME(name, "m");
+    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    pid = fork();
+    if (pid == 0) {
+        /* the waiter: takes the lock whenever it can and lets go at once */
+        for (;;)
+            if (dist_mutex_lock(&m) == 0)
+                dist_mutex_unlock(&m);
+    }
+    assert_true(pid > 0);
+    for (i = 1; i <= 8; i++) {
+        if (i > 1 && dist_mutex_lock(&m) != 0)
+            break;
+        tu_sleep_ms(100);              /* the other one is waiting now */
+        if (i == 8) {
+            x = tu_cmd(&r, "CLIENT", "PAUSE", "1000", "WRITE", NULL);
+            if (x)
+                freeReplyObject(x);
+        }
+        t0 = tu_now();
+        rc_unlock = dist_mutex_unlock(&m);
+        el_unlock = tu_now() - t0;
+    }
+    t0 = tu_now();
+    rc_lock = dist_mutex_lock(&m);
+    el_lock = tu_now() - t0;
+    if (rc_lock == 0)
+        dist_mutex_unlock(&m);
+    kill(pid, SIGKILL);
+    waitpid(pid, &st, 0);
+    print_message("  the 8th unlock took %.3f s, the next lock %.3f s\n",
+                  el_unlock, el_lock);
+    assert_int_equal(i, 9);
+    assert_int_equal(rc_unlock, 0);
+    assert_true(el_unlock >= 0.5);
+    assert_int_equal(rc_lock, 0);
+    /* the other process holds it for microseconds at a time */
+    assert_dbl_range(el_lock, 0.0, 1.0 + slack(1.0));
+    assert_int_equal(await_gone(name, 2.0), 0);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+}
+
+/*
+ * Known bug: dist_mutex_unlock returns EIO in two cases that need opposite
+ * handling.  (a) The release was sent and its reply lost: the hold is given
+ * up locally and the renewal thread finishes the release ("it will be
+ * finished when Redis answers"); unlocking again would give back a level
+ * too many.  (b) No connection could be made (dist__eval_here gives
+ * DIST__ENOCONN; also an error reply, DIST__EREPLY): nothing is released,
+ * the hold count stays, and the watchdog keeps renewing it.  The caller
+ * cannot tell them apart.  Treated as (a), case (b) leaks the lock for as
+ * long as the thread lives: its next lock() succeeds at once as a
+ * recursive relock (count 2), and every later unlock leaves count 1, so
+ * other processes never get it.  Found in test_flaky_two_clients under
+ * valgrind (a refused connection during an unlock).  Here the endpoint
+ * refuses connections during the unlock; then Redis is reachable again and
+ * the lock should be released without another call.
+ */
+static void test_unlock_eio_keeps_hold(void **state)
+{
+    char name[200], err[256], *own;
+    dist_mutex_t m;
+    int rc, rc_lock;
+    long long ex, cnt = -1;
+
+    (void)state;
+    if (!known_bugs()) {
+        print_message("  skipped: known library bug, an unlock that could not "
+                      "connect returns EIO but keeps the hold, renewed "
+                      "forever (DISTLOCK_TEST_KNOWN_BUGS=1 runs it)\n");
+        skip();
+    }
+    NAME(name, "m");
+    proxy_up();
+    assert_int_equal(dist_set_watchdog_ms(1500), 0);
+    assert_int_equal(dist_set_timeout_ms(FAULT_TIMEOUT_MS), 0);
+    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    /* the endpoint goes away: connections are refused */
+    tu_proxy_stop(g_proxy);
+    g_proxy = NULL;
+    rc = dist_mutex_unlock(&m);
+    snprintf(err, sizeof err, "%s", dist_last_error());
+    assert_int_equal(dist_set_url(r.url_unix), 0);   /* reachable again */
+    ex = await_gone(name, 3.0 + slack(1.0));
+    /* the same thread locks again: once */
+    rc_lock = dist_mutex_lock(&m);
+    own = owner_field(name, &cnt);
+    free(own);
+    if (rc_lock == 0)
+        dist_mutex_unlock(&m);
+    while (dist_mutex_unlock(&m) == 0)          /* clean up a leaked level */
+        ;
+    dist_mutex_destroy(&m);
+    dist_set_watchdog_ms(DEFAULT_WATCHDOG_MS);
+    dist_set_timeout_ms(DEFAULT_TIMEOUT_MS);
+    g_dirty = 0;
+
+    print_message("  unlock: %d (%s); key after 3 s: %lld; relocked: "
+                  "count %lld\n", rc, err, ex, cnt);
+    assert_int_equal(rc, EIO);
+    if (ex != 0)
+        fail_msg("the unlock said EIO and Redis answers again, but the lock "
+                 "is still held (and renewed) by this thread");
+    assert_int_equal(rc_lock, 0);
+    assert_int_equal(cnt, 1);
+}
+
+/* ---- last --------------------------------------------------------------------------- */
+
+static void test_no_sigpipe(void **state)
+{
+    (void)state;
+    if (sigpipes != 0)
+        fail_msg("the library raised SIGPIPE %d time(s)", (int)sigpipes);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+#define T(f) cmocka_unit_test_teardown(f, restore_defaults)
+        T(test_proxy_faults),
+        T(test_sigstop),
+        T(test_sigstop_error_names_timeout),
+        T(test_client_pause_write),
+        T(test_client_pause_all),
+        T(test_latency),
+        T(test_blackhole),
+        T(test_flaky_two_clients),
+        T(test_reset_contended),
+        T(test_doubtful_unlock_not_lost),
+        T(test_slow_unlock_no_long_yield),
+        T(test_unlock_eio_keeps_hold),
+        T(test_no_sigpipe),
+#undef T
+    };
+    const char *filter = getenv("TEST_FAULTS_FILTER");
+
+    if (filter && *filter)
+        cmocka_set_test_filter(filter);
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
