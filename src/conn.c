@@ -84,6 +84,22 @@ static const char *where(const struct dist__cfg *cfg, const struct dist__addr *a
     return buf;
 }
 
+/* Why a call on c failed, in words: hiredis reports a command timeout as
+ * the EAGAIN of the read ("Resource temporarily unavailable"). */
+static const char *io_why(const redisContext *c, char *buf, size_t len)
+{
+    struct dist__cfg cfg;
+
+    if (c->err == REDIS_ERR_IO && (strstr(c->errstr, "temporarily unavailable") ||
+                                   strstr(c->errstr, "timed out"))) {
+        dist__cfg_get(&cfg);
+        snprintf(buf, len, "no answer within the command timeout of %lu ms "
+                 "(DISTLOCK_TIMEOUT_MS)", cfg.timeout_ms);
+        return buf;
+    }
+    return c->errstr[0] ? c->errstr : "no reply";
+}
+
 /* Sends one command during set-up; the reply, or NULL with EIO and the
  * reason set (an error reply too). */
 static redisReply *setup_cmd(redisContext *c, const char *what, int argc,
@@ -97,7 +113,8 @@ static redisReply *setup_cmd(redisContext *c, const char *what, int argc,
     dist__sigpipe_restore(&sp);
 
     if (!r) {
-        dist__err(EIO, "%s: %s", what, c->errstr[0] ? c->errstr : "no reply");
+        char why[160];
+        dist__err(EIO, "%s: %s", what, io_why(c, why, sizeof why));
         return NULL;
     }
     if (r->type == REDIS_REPLY_ERROR) {
@@ -376,8 +393,9 @@ static int eval_on(redisContext *c, const struct dist__script *s, int asking,
             r = redisCommandArgv(c, argc, argv, argvlen);
         }
         if (!r) {
+            char why[160];
             dist__err(EIO, "Redis connection failed during %s: %s", s->name,
-                      c->errstr[0] ? c->errstr : "no reply");
+                      io_why(c, why, sizeof why));
             break;
         }
         if (r->type == REDIS_REPLY_ERROR && pass == 0 &&
@@ -584,7 +602,8 @@ int dist__replica_sync(const char *what)
     }
     if (!r) {
         dist__err(EIO, "lock '%s': the connection failed while waiting for "
-                  "a replica to acknowledge it: %s", what, n->c->errstr);
+                  "a replica to acknowledge it: %s", what,
+                  io_why(n->c, w, sizeof w));
         drop(n);
         t->last = NULL;
         return DIST__ECONN;

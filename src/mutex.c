@@ -779,6 +779,12 @@ out:
     if (rc != 0) {
         if (doubt)
             leave_doubt(o, (unsigned long)before);
+        if (rc == EIO) {
+            char why[256];
+            snprintf(why, sizeof why, "%s", dist_last_error());
+            if (!strstr(why, lk->names->name.p))
+                dist__err(EIO, "mutex '%s': %s", lk->names->name.p, why);
+        }
         return rc;
     }
     if ((rc = record(o, &a, before, &lost)) != 0)
@@ -812,6 +818,7 @@ int dist_mutex_timedlock(dist_mutex_t *m, const struct timespec *abstime)
 #define REL_FAILED (-100)
 #define YIELD_MIN_MS 1
 #define YIELD_AFTER  8   /* releases to waiters in a row before yielding */
+#define YIELD_MAX_RTT_MS 2
 
 /* Runs the release script; a lost reply is settled by reading the count
  * back.  Returns the script's answer (-1, or holds left >= 0), or
@@ -935,6 +942,10 @@ int dist_mutex_unlock(dist_mutex_t *m)
         if (lk->streak >= YIELD_AFTER) {
             uint64_t rtt = dist__now_ms() - t0;
             lk->yield_thread = me;
+            /* a few round trips; an unlock slowed by a fault (a pause,
+             * a reconnect) says nothing about the round trip */
+            if (rtt > YIELD_MAX_RTT_MS)
+                rtt = YIELD_MAX_RTT_MS;
             lk->yield_until = dist__now_ms() + YIELD_MIN_MS + 8 * rtt;
             lk->streak = 0;
         }

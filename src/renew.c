@@ -188,6 +188,10 @@ void dist__renew_doubt(struct dist__hold *h)
 {
     pthread_mutex_lock(&R.mu);
     h->doubt = 1;
+    /* an owner that holds nothing any more is not renewed: a renewal
+     * after the release was finished would report the hold lost */
+    if (h->count == 0)
+        h->registered = 0;
     link_hold(h);
     ensure_thread();
     R.kick = 1;
