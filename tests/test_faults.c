@@ -205,6 +205,7 @@ struct cshared {
     atomic_int stop;       /* parent: finish the current turn and exit */
     atomic_int calm;       /* parent: no more faults from now on */
     atomic_int ready;      /* children that have started */
+    atomic_int go;         /* parent: all forked, start */
     long counter;          /* read, then written, under the lock only */
     struct cstat c[MAXC];
 };
@@ -267,6 +268,8 @@ static void child_main(struct cshared *s, int idx, const struct crun *run)
         dist_set_lost_handler(child_on_lost, NULL) != 0 ||
         dist_mutex_init(&m, run->name, NULL) != 0)
         child_exit(st, 10);
+    while (!atomic_load(&s->go))
+        tu_sleep_ms(1);
     atomic_fetch_add(&s->ready, 1);
     while (!atomic_load(&s->stop) && (run->iters == 0 || st->iters < run->iters)) {
         double t0 = tu_now(), t;
@@ -338,16 +341,24 @@ static void child_main(struct cshared *s, int idx, const struct crun *run)
     child_exit(st, 0);
 }
 
+/* Forks them all, then lets them start: no child talks (and keeps the
+ * proxy thread busy) while the next one is forked (see tu_proxy_start). */
 static void spawn(struct cshared *s, pid_t *pids, int n, const struct crun *run)
 {
     int i;
 
+    atomic_store(&s->go, 0);
     for (i = 0; i < n; i++) {
         pids[i] = fork();
         if (pids[i] == 0)
             child_main(s, i, run);
-        assert_true(pids[i] > 0);
+        if (pids[i] < 0) {
+            atomic_store(&s->stop, 1);
+            atomic_store(&s->go, 1);
+            fail_msg("fork: %s", strerror(errno));
+        }
     }
+    atomic_store(&s->go, 1);
 }
 
 /* Waits for the children, up to secs in all; kills those still running.

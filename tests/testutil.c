@@ -1317,9 +1317,14 @@ char *tu_cmd_str(tu_redis_t *r, const char *arg0, ...)
 /* ------------------------------------------------------------------------ */
 
 #define TU_PROXY_BUF   16384          /* bytes read at once */
-#define TU_PROXY_QUEUE (1024 * 1024)  /* bytes queued in one direction before
-                                         reading from its source pauses */
+#define TU_PROXY_QUEUE 64             /* chunks (reads) queued in one direction
+                                         before reading from its source pauses:
+                                         up to 1 MiB */
 #define TU_NS_NEVER    LLONG_MAX
+#define TU_PROXY_WARM  8              /* chunks and connection records made at
+                                         start, before the thread runs */
+#define TU_PROXY_PFD   64             /* poll slots made at start: room for
+                                         31 connections before any realloc */
 
 /* CLOCK_MONOTONIC in nanoseconds. */
 static long long now_ns(void)
@@ -1330,18 +1335,23 @@ static long long now_ns(void)
     return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
-/* Bytes read from one side and not yet written to the other. */
+/* Bytes read from one side and not yet written to the other.  Chunks and
+ * connection records are kept on free lists and reused: once warmed up the
+ * proxy thread does not call the allocator, so a test may fork() while the
+ * proxy forwards (a sanitizer's allocator whose lock another thread holds
+ * at fork() stays locked in the child: GCC 12's ASan is such a one). */
 struct tu_chunk {
     struct tu_chunk *next;
     long long due;       /* not sent before then (now_ns) */
     size_t off, len;     /* pending bytes data[off..len) */
-    char data[];
+    char data[TU_PROXY_BUF];
 };
 
 /* One direction of a connection: its chunks, oldest first.  Chunks are sent
  * in the order they were read, each no earlier than its due time. */
 struct tu_flow {
     struct tu_chunk *head, *tail;
+    size_t nchunks;      /* chunks in the queue */
     size_t queued;       /* bytes not yet sent */
     long long last_due;  /* due time of the newest chunk */
     int eof;             /* source sent EOF */
@@ -1386,10 +1396,12 @@ struct tu_proxy {
     int reset_new;
     unsigned long sync_req, sync_done;
 
-    /* Owned by the proxy thread only. */
+    /* Owned by the proxy thread only (and by tu_proxy_stop after it). */
     struct tu_pconn *conns;
     struct pollfd *pfd;
     size_t pfd_cap;
+    struct tu_chunk *free_chunks;   /* free lists, for reuse */
+    struct tu_pconn *free_conns;
     long long delay;        /* ns, in effect */
     int holing;             /* the blackhole is in effect */
     int resetting;          /* reset_new is in effect */
@@ -1406,15 +1418,33 @@ static void proxy_wake(tu_proxy_t *p)
     /* EAGAIN: the pipe is full, so the thread will wake anyway. */
 }
 
-static void flow_clear(struct tu_flow *f)
+static struct tu_chunk *chunk_get(tu_proxy_t *p)
+{
+    struct tu_chunk *c = p->free_chunks;
+
+    if (c != NULL)
+        p->free_chunks = c->next;
+    else
+        c = malloc(sizeof(*c));
+    return c;
+}
+
+static void chunk_put(tu_proxy_t *p, struct tu_chunk *c)
+{
+    c->next = p->free_chunks;
+    p->free_chunks = c;
+}
+
+static void flow_clear(tu_proxy_t *p, struct tu_flow *f)
 {
     struct tu_chunk *c;
 
     while ((c = f->head) != NULL) {
         f->head = c->next;
-        free(c);
+        chunk_put(p, c);
     }
     f->tail = NULL;
+    f->nchunks = 0;
     f->queued = 0;
 }
 
@@ -1428,12 +1458,14 @@ static void pconn_close(struct tu_pconn *c)
     c->dead = 1;
 }
 
-static void pconn_free(struct tu_pconn *c)
+/* Closes c and keeps its record (and chunks) for reuse. */
+static void pconn_free(tu_proxy_t *p, struct tu_pconn *c)
 {
     pconn_close(c);
-    flow_clear(&c->up);
-    flow_clear(&c->down);
-    free(c);
+    flow_clear(p, &c->up);
+    flow_clear(p, &c->down);
+    c->next = p->free_conns;
+    p->free_conns = c;
 }
 
 static void proxy_close_all(tu_proxy_t *p)
@@ -1442,7 +1474,23 @@ static void proxy_close_all(tu_proxy_t *p)
 
     while ((c = p->conns) != NULL) {
         p->conns = c->next;
-        pconn_free(c);
+        pconn_free(p, c);
+    }
+}
+
+/* Gives the free lists back to the allocator (at stop). */
+static void proxy_free_pools(tu_proxy_t *p)
+{
+    struct tu_chunk *k;
+    struct tu_pconn *c;
+
+    while ((k = p->free_chunks) != NULL) {
+        p->free_chunks = k->next;
+        free(k);
+    }
+    while ((c = p->free_conns) != NULL) {
+        p->free_conns = c->next;
+        free(c);
     }
 }
 
@@ -1453,7 +1501,7 @@ static void proxy_sweep(tu_proxy_t *p)
     while ((c = *pp) != NULL) {
         if (c->dead) {
             *pp = c->next;
-            pconn_free(c);
+            pconn_free(p, c);
         } else {
             pp = &c->next;
         }
@@ -1508,8 +1556,10 @@ static void proxy_accept(tu_proxy_t *p)
             close(cfd);
             continue;
         }
-        c = calloc(1, sizeof(*c));
-        if (c == NULL) {
+        if ((c = p->free_conns) != NULL) {
+            p->free_conns = c->next;
+            memset(c, 0, sizeof(*c));
+        } else if ((c = calloc(1, sizeof(*c))) == NULL) {
             if (sfd >= 0)
                 close(sfd);
             close(cfd);
@@ -1523,15 +1573,11 @@ static void proxy_accept(tu_proxy_t *p)
     }
 }
 
-/* Queue n bytes read now, due after the delay in effect, never before the
- * chunk queued last.  -1 when out of memory. */
-static int flow_push(struct tu_flow *f, const char *buf, size_t n,
-                     long long delay, long long now)
+/* Queues chunk c holding n bytes read now, due after the delay in effect,
+ * never before the chunk queued last. */
+static void flow_push(struct tu_flow *f, struct tu_chunk *c, size_t n,
+                      long long delay, long long now)
 {
-    struct tu_chunk *c = malloc(sizeof(*c) + n);
-
-    if (c == NULL)
-        return -1;
     c->next = NULL;
     c->due = now + delay;
     if (c->due < f->last_due)
@@ -1539,14 +1585,13 @@ static int flow_push(struct tu_flow *f, const char *buf, size_t n,
     f->last_due = c->due;
     c->off = 0;
     c->len = n;
-    memcpy(c->data, buf, n);
     if (f->tail)
         f->tail->next = c;
     else
         f->head = c;
     f->tail = c;
+    f->nchunks++;
     f->queued += n;
-    return 0;
 }
 
 /* The source sent EOF: pass it on after the delay, behind the data. */
@@ -1559,7 +1604,7 @@ static void flow_set_eof(struct tu_flow *f, long long delay, long long now)
 }
 
 /* Write what is due in f to fd.  -1 on a fatal error. */
-static int flow_flush(struct tu_flow *f, int fd, long long now)
+static int flow_flush(tu_proxy_t *p, struct tu_flow *f, int fd, long long now)
 {
     struct tu_chunk *c;
 
@@ -1578,7 +1623,8 @@ static int flow_flush(struct tu_flow *f, int fd, long long now)
             f->head = c->next;
             if (f->head == NULL)
                 f->tail = NULL;
-            free(c);
+            f->nchunks--;
+            chunk_put(p, c);
         }
     }
     if (f->head == NULL && f->eof && !f->shut && f->eof_due <= now) {
@@ -1613,7 +1659,7 @@ static ssize_t recv_some(int fd, char *buf, size_t len)
 
 static int want_read(const struct tu_flow *f)
 {
-    return !f->eof && f->queued < TU_PROXY_QUEUE;
+    return !f->eof && f->nchunks < TU_PROXY_QUEUE;
 }
 
 static int has_due(const struct tu_flow *f, long long now)
@@ -1658,12 +1704,30 @@ static void pconn_swallow(tu_proxy_t *p, struct tu_pconn *c, short rc, short rs)
     }
 }
 
+/* recv from fd into a chunk from the pool.  >0 bytes (in *out), 0 EOF,
+ * -1 nothing now, -2 fatal (or no memory). */
+static ssize_t recv_chunk(tu_proxy_t *p, int fd, struct tu_chunk **out)
+{
+    struct tu_chunk *c = chunk_get(p);
+    ssize_t n;
+
+    *out = NULL;
+    if (c == NULL)
+        return -2;
+    n = recv_some(fd, c->data, sizeof(c->data));
+    if (n > 0)
+        *out = c;
+    else
+        chunk_put(p, c);
+    return n;
+}
+
 /* A connection outside the blackhole: forward, with the delay in effect,
  * and fire the armed one-shot faults. */
 static void pconn_forward(tu_proxy_t *p, struct tu_pconn *c, short rc, short rs,
                           long long now)
 {
-    char buf[TU_PROXY_BUF];
+    struct tu_chunk *k;
     ssize_t n;
 
     if ((rc | rs) & (POLLERR | POLLNVAL)) {
@@ -1677,7 +1741,7 @@ static void pconn_forward(tu_proxy_t *p, struct tu_pconn *c, short rc, short rs,
 
     /* client -> server */
     if (want_read(&c->up) && (rc & (POLLIN | POLLHUP))) {
-        n = recv_some(c->cfd, buf, sizeof(buf));
+        n = recv_chunk(p, c->cfd, &k);
         if (n == -2) {
             pconn_close(c);
             return;
@@ -1701,44 +1765,40 @@ static void pconn_forward(tu_proxy_t *p, struct tu_pconn *c, short rc, short rs,
                 pthread_mutex_unlock(&p->lock);
             }
             if (action == 1) {
+                chunk_put(p, k);
                 pconn_close(c);
                 return;
             }
             if (action == 2)
                 c->drop_reply = 1;
-            if (flow_push(&c->up, buf, (size_t)n, p->delay, now) != 0) {
-                pconn_close(c);
-                return;
-            }
+            flow_push(&c->up, k, (size_t)n, p->delay, now);
         }
     }
-    if (flow_flush(&c->up, c->sfd, now) != 0) {
+    if (flow_flush(p, &c->up, c->sfd, now) != 0) {
         pconn_close(c);
         return;
     }
 
     /* server -> client */
     if (want_read(&c->down) && (rs & (POLLIN | POLLHUP))) {
-        n = recv_some(c->sfd, buf, sizeof(buf));
+        n = recv_chunk(p, c->sfd, &k);
         if (n == -2) {
             pconn_close(c);
             return;
         }
         if (c->drop_reply && n >= 0) {
             /* The reply (or EOF): discard it and hang up on both. */
+            if (k)
+                chunk_put(p, k);
             pconn_close(c);
             return;
         }
-        if (n == 0) {
+        if (n == 0)
             flow_set_eof(&c->down, p->delay, now);
-        } else if (n > 0) {
-            if (flow_push(&c->down, buf, (size_t)n, p->delay, now) != 0) {
-                pconn_close(c);
-                return;
-            }
-        }
+        else if (n > 0)
+            flow_push(&c->down, k, (size_t)n, p->delay, now);
     }
-    if (flow_flush(&c->down, c->cfd, now) != 0) {
+    if (flow_flush(p, &c->down, c->cfd, now) != 0) {
         pconn_close(c);
         return;
     }
@@ -1790,8 +1850,8 @@ static void proxy_apply(tu_proxy_t *p, long delay_ms, int blackhole,
          * connection is closed, its EOF being all that was left to say. */
         for (c = p->conns; c != NULL; c = c->next) {
             c->holed = 1;
-            flow_clear(&c->up);
-            flow_clear(&c->down);
+            flow_clear(p, &c->up);
+            flow_clear(p, &c->down);
             if (c->up.eof || c->down.eof)
                 pconn_close(c);
         }
@@ -1916,12 +1976,14 @@ static void *proxy_main(void *arg)
     return NULL;
 }
 
+static void proxy_sync_locked(tu_proxy_t *p);
+
 tu_proxy_t *tu_proxy_start(tu_redis_t *r)
 {
     struct sockaddr_in sa;
     socklen_t len = sizeof(sa);
     tu_proxy_t *p;
-    int err;
+    int err, i;
 
     if (r == NULL || r->sock[0] == '\0') {
         fprintf(stderr, "testutil: proxy: server not started\n");
@@ -1970,13 +2032,38 @@ tu_proxy_t *tu_proxy_start(tu_redis_t *r)
     }
     p->port = ntohs(sa.sin_port);
 
+    /* What the thread needs at first, made here rather than by it (see
+     * struct tu_chunk): a test may fork() as soon as this returns. */
+    if (proxy_grow_pfd(p, TU_PROXY_PFD) != 0)
+        goto nomem;
+    for (i = 0; i < TU_PROXY_WARM; i++) {
+        struct tu_chunk *k = malloc(sizeof(*k));
+        struct tu_pconn *c = calloc(1, sizeof(*c));
+
+        if (k == NULL || c == NULL) {
+            free(k);
+            free(c);
+            goto nomem;
+        }
+        chunk_put(p, k);
+        c->next = p->free_conns;
+        p->free_conns = c;
+    }
+
     err = pthread_create(&p->thread, NULL, proxy_main, p);
     if (err != 0) {
         fprintf(stderr, "testutil: proxy: pthread_create: %s\n", strerror(err));
         goto fail;
     }
     p->thread_started = 1;
+    /* and it returns once the thread runs (its own start-up allocates) */
+    pthread_mutex_lock(&p->lock);
+    proxy_sync_locked(p);
+    pthread_mutex_unlock(&p->lock);
     return p;
+
+nomem:
+    fprintf(stderr, "testutil: proxy: out of memory\n");
 
 fail:
     tu_proxy_stop(p);
@@ -2130,6 +2217,7 @@ void tu_proxy_stop(tu_proxy_t *p)
         pthread_join(p->thread, NULL);
     }
     proxy_close_all(p);
+    proxy_free_pools(p);
     free(p->pfd);
     if (p->lfd >= 0)
         close(p->lfd);

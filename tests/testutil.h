@@ -272,6 +272,13 @@ typedef struct tu_proxy tu_proxy_t;
  *                  tu_proxy_reset_new: every new one is reset at once.
  * The settings (delay, blackhole, reset_new) are in effect when their call
  * returns; all are off after tu_proxy_start.
+ *
+ * Once warmed up the proxy thread reuses its buffers and does not call the
+ * allocator, so the test may fork() while it forwards.  (Under ASan, a
+ * child forked while another thread held the allocator's lock can hang at
+ * its first allocation.)  Forking while the test's other threads allocate,
+ * e.g. a child already talking through the proxy, is still best avoided:
+ * fork all children first, then let them start.
  */
 tu_proxy_t *tu_proxy_start(tu_redis_t *r) TU_WARN_UNUSED;
 
@@ -308,8 +315,9 @@ void tu_proxy_reset_all(tu_proxy_t *p);
  * an EOF) is passed on ms milliseconds after it was read, so a request and
  * its reply take at least 2 * ms more.  Order within each connection and
  * direction is kept, also across a change of the delay (a chunk is never
- * sent before the one read before it).  Up to 1 MiB per direction is held
- * back; beyond that the proxy stops reading from that side until it drains.
+ * sent before the one read before it).  Up to 64 reads (1 MiB) per
+ * direction are held back; beyond that the proxy stops reading from that
+ * side until it drains.
  * ms <= 0 turns it off for data read from then on (data already held back
  * keeps its time).  The one-shot faults act when the data is read: a
  * dropped request or reply closes its connection at once, not ms later.
