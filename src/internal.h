@@ -125,8 +125,8 @@ int dist__route_masters(const struct dist__cfg *cfg, struct dist__addr *out,
 void dist__topo_moved(int slot, const struct dist__addr *to);  /* MOVED */
 /* Sentinel: asks the sentinels now whether a, which just answered ROLE as
  * a master, is the master they name (an old master back from a pause says
- * master until they demote it).  0, or EIO with the reason.  0 in the
- * other modes. */
+ * master until they demote it).  EIO with the reason when they name
+ * another; 0 when they name a, when none answers, and in the other modes. */
 int dist__topo_confirm(const struct dist__cfg *cfg, const struct dist__addr *a);
 /* A connection failed or a node was not what the map said: ask again at
  * the next lookup. */
