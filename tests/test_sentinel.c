@@ -83,6 +83,30 @@ static void on_lost(const char *name, void *arg)
     __atomic_add_fetch(&lost_calls, 1, __ATOMIC_SEQ_CST);
 }
 
+/* After each test, whatever it did: no data node left stopped, the check
+ * back at its default. */
+static int resume_all(void **state)
+{
+    int i;
+
+    (void)state;
+    for (i = 0; i < tu_sentinel_nodes(S); i++)
+        if (tu_sentinel_pid(S, i) > 0)
+            tu_sentinel_signal(S, i, SIGCONT);
+    dist_set_replica_wait_ms(1000);
+    return 0;
+}
+
+/* rc of a lock call, with the library's reason when it is not the one
+ * expected. */
+#define expect_rc(call, want)                                               \
+    do {                                                                    \
+        int rc_ = (call);                                                   \
+        if (rc_ != (want))                                                  \
+            fail_msg("%s = %d, want %d: %s", #call, rc_, (want),            \
+                     dist_last_error());                                    \
+    } while (0)
+
 static int setup(void **state)
 {
     (void)state;
@@ -159,13 +183,13 @@ static void test_no_replica_ack_fails_cleanly(void **state)
         if (i != master)
             assert_int_equal(tu_sentinel_signal(S, i, SIGSTOP), 0);
     t0 = tu_now();
-    assert_int_equal(dist_mutex_lock(&m), DIST_ENOREPLICA);
+    expect_rc(dist_mutex_lock(&m), DIST_ENOREPLICA);
     took = tu_now() - t0;
     assert_non_null(strstr(dist_last_error(), "replica"));
-    assert_int_equal(dist_mutex_trylock(&m), DIST_ENOREPLICA);
-    assert_int_equal(dist_mutex_lock(&f), DIST_ENOREPLICA);
-    assert_int_equal(dist_rwlock_wrlock(&rw), DIST_ENOREPLICA);
-    assert_int_equal(dist_rwlock_rdlock(&rw), DIST_ENOREPLICA);
+    expect_rc(dist_mutex_trylock(&m), DIST_ENOREPLICA);
+    expect_rc(dist_mutex_lock(&f), DIST_ENOREPLICA);
+    expect_rc(dist_rwlock_wrlock(&rw), DIST_ENOREPLICA);
+    expect_rc(dist_rwlock_rdlock(&rw), DIST_ENOREPLICA);
     /* nothing left behind, nothing held */
     assert_int_equal(node_exists(master, name), 0);
     assert_int_equal(node_exists(master, fname), 0);
@@ -211,10 +235,10 @@ static void failover_with_lock(enum fault how, const char *tag, int kind)
     dist_mutexattr_setfair(&a, kind == HA_FAIR);
     if (kind == HA_WRITE) {
         assert_int_equal(dist_rwlock_init(&rw, name, NULL), 0);
-        assert_int_equal(dist_rwlock_wrlock(&rw), 0);
+        expect_rc(dist_rwlock_wrlock(&rw), 0);
     } else {
         assert_int_equal(dist_mutex_init(&m, name, &a), 0);
-        assert_int_equal(dist_mutex_lock(&m), 0);
+        expect_rc(dist_mutex_lock(&m), 0);
     }
     ha_waiter_start(&w, tu_sentinel_url(S), name, kind, WATCHDOG_MS);
     tu_sleep_ms(300);                     /* subscribed and asleep */
@@ -368,13 +392,13 @@ static void test_lost_lock_without_replica_check(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_lock_reaches_a_replica),
-        cmocka_unit_test(test_no_replica_ack_fails_cleanly),
-        cmocka_unit_test(test_failover_command),
-        cmocka_unit_test(test_master_killed),
-        cmocka_unit_test(test_master_stopped),
-        cmocka_unit_test(test_fair_and_rwlock_across_failover),
-        cmocka_unit_test(test_lost_lock_without_replica_check),
+        cmocka_unit_test_teardown(test_lock_reaches_a_replica, resume_all),
+        cmocka_unit_test_teardown(test_no_replica_ack_fails_cleanly, resume_all),
+        cmocka_unit_test_teardown(test_failover_command, resume_all),
+        cmocka_unit_test_teardown(test_master_killed, resume_all),
+        cmocka_unit_test_teardown(test_master_stopped, resume_all),
+        cmocka_unit_test_teardown(test_fair_and_rwlock_across_failover, resume_all),
+        cmocka_unit_test_teardown(test_lost_lock_without_replica_check, resume_all),
     };
 
     return cmocka_run_group_tests(tests, setup, teardown);
