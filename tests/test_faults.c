@@ -58,33 +58,12 @@ static void on_sigpipe(int sig)
     sigpipes = sigpipes + 1;
 }
 
-static void make_name(char *buf, size_t len, const char *test, const char *tag)
-{
-    snprintf(buf, len, "test_faults:%s:%s:%ld", test, tag, (long)getpid());
-}
-
-#define NAME(buf, tag) make_name(buf, sizeof buf, __func__, tag)
+#define NAME(buf, tag) test_lock_name(buf, sizeof buf, "test_faults", __func__, tag)
 
 /* ---- Redis helpers (main thread) ------------------------------------------ */
 
-/* The only field of the lock hash, strdup'd, and its value in *count.
- * NULL when the key does not have exactly one field. */
-static char *owner_field(const char *key, long long *count)
-{
-    redisReply *x = tu_cmd(&r, "HGETALL", key, NULL);
-    char *f = NULL;
-
-    if (x && x->type == REDIS_REPLY_ARRAY && x->elements == 2 &&
-        x->element[0]->type == REDIS_REPLY_STRING &&
-        x->element[1]->type == REDIS_REPLY_STRING) {
-        f = strdup(x->element[0]->str);
-        if (count)
-            *count = strtoll(x->element[1]->str, NULL, 10);
-    }
-    if (x)
-        freeReplyObject(x);
-    return f;
-}
+/* The owner field of the lock hash and its count (testhelp.h). */
+#define owner_field(key, count) lock_owner_field(&r, key, count)
 
 static long long key_exists(const char *key)
 {
@@ -869,8 +848,8 @@ static void pause_case(const char *mode)
     double t_sent, t_pause, t0, el_m2, end_m2, end;
     int st = -1, rc_m2, killed;
 
-    make_name(name, sizeof name, "pause", mode);
-    make_name(n2, sizeof n2, "pause2", mode);
+    test_lock_name(name, sizeof name, "test_faults", "pause", mode);
+    test_lock_name(n2, sizeof n2, "test_faults", "pause2", mode);
     s = mmap(NULL, sizeof *s, PROT_READ | PROT_WRITE,
              MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     assert_true(s != MAP_FAILED);

@@ -72,33 +72,12 @@ static void child_exit(int *slot, int code)
     _exit(code);
 }
 
-static void make_name(char *buf, size_t len, const char *test, const char *tag)
-{
-    snprintf(buf, len, "test_mutex:%s:%s:%ld", test, tag, (long)getpid());
-}
-
-#define NAME(buf, tag) make_name(buf, sizeof buf, __func__, tag)
+#define NAME(buf, tag) test_lock_name(buf, sizeof buf, "test_mutex", __func__, tag)
 
 /* ---- Redis helpers (main thread or forked child) ------------------------ */
 
-/* The only field of the lock hash, strdup'd, and its value in *count.
- * NULL when the key does not have exactly one field. */
-static char *owner_field(const char *key, long long *count)
-{
-    redisReply *x = tu_cmd(&r, "HGETALL", key, NULL);
-    char *f = NULL;
-
-    if (x && x->type == REDIS_REPLY_ARRAY && x->elements == 2 &&
-        x->element[0]->type == REDIS_REPLY_STRING &&
-        x->element[1]->type == REDIS_REPLY_STRING) {
-        f = strdup(x->element[0]->str);
-        if (count)
-            *count = strtoll(x->element[1]->str, NULL, 10);
-    }
-    if (x)
-        freeReplyObject(x);
-    return f;
-}
+/* The owner field of the lock hash and its count (testhelp.h). */
+#define owner_field(key, count) lock_owner_field(&r, key, count)
 
 static long long hash_fields(const char *key)
 {

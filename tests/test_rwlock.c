@@ -51,12 +51,7 @@ static void *shared(size_t n)
     return p == MAP_FAILED ? NULL : memset(p, 0, n);
 }
 
-static void make_name(char *buf, size_t len, const char *test, const char *tag)
-{
-    snprintf(buf, len, "test_rwlock:%s:%s:%ld", test, tag, (long)getpid());
-}
-
-#define NAME(buf, tag) make_name(buf, sizeof buf, __func__, tag)
+#define NAME(buf, tag) test_lock_name(buf, sizeof buf, "test_rwlock", __func__, tag)
 
 /* ---- Redis helpers (main thread or forked child) ------------------------ */
 

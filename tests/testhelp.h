@@ -6,8 +6,12 @@
 #ifndef DISTLOCK_TESTHELP_H
 #define DISTLOCK_TESTHELP_H
 
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #if defined(__has_include)
 #if __has_include(<valgrind/valgrind.h>)
@@ -53,6 +57,36 @@ static inline int child_exit_ok(int st, int code)
             fail_msg("%s = %.3f s, expected within [%.3f, %.3f]", #v, v_,    \
                      lo_, hi_);                                              \
     } while (0)
+
+/* A lock name no other test, program or run shares:
+ * "<prog>:<test>:<tag>:<pid>".  Use through a NAME(buf, tag) macro that
+ * passes the program and __func__. */
+static inline void test_lock_name(char *buf, size_t len, const char *prog,
+                                  const char *test, const char *tag)
+{
+    snprintf(buf, len, "%s:%s:%s:%ld", prog, test, tag, (long)getpid());
+}
+
+/* The only field of the lock hash key on r (the owner), strdup'd, and its
+ * value (the hold count) in *count.  NULL when the key does not have
+ * exactly one field. */
+static inline char *lock_owner_field(tu_redis_t *r, const char *key,
+                                     long long *count)
+{
+    redisReply *x = tu_cmd(r, "HGETALL", key, NULL);
+    char *f = NULL;
+
+    if (x && x->type == REDIS_REPLY_ARRAY && x->elements == 2 &&
+        x->element[0]->type == REDIS_REPLY_STRING &&
+        x->element[1]->type == REDIS_REPLY_STRING) {
+        f = strdup(x->element[0]->str);
+        if (count)
+            *count = strtoll(x->element[1]->str, NULL, 10);
+    }
+    if (x)
+        freeReplyObject(x);
+    return f;
+}
 
 /* CLOCK_REALTIME secs from now, for timed calls. */
 static inline struct timespec realtime_in(double secs)
