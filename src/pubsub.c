@@ -82,8 +82,10 @@ struct node {
     int sharded;              /* SSUBSCRIBE (cluster) rather than SUBSCRIBE */
     redisContext *c;          /* NULL: not connected */
     unsigned long cfg_gen;    /* the settings c was opened with */
-    int backoff;              /* ms to wait after the next failed connect */
+    int backoff;              /* ms to wait after the next failed connect,
+                               * or a connection lost soon after it */
     uint64_t retry_at;        /* no connect before */
+    uint64_t connected_at;    /* when c was opened; 0: not connected */
     uint64_t idle_since;      /* cluster: connected and serving no channel
                                * since; 0 otherwise */
     int nchans;               /* channels placed on it, as last counted */
@@ -102,6 +104,7 @@ struct node {
  * read again when due even if no other thread needs it. */
 #define MAP_CHECK_MS 1000
 #define BACKOFF_MIN_MS 50
+#define HEALTHY_MS     1000  /* a connection that lived this long worked */
 
 static struct {
     pthread_mutex_t mu;
@@ -437,7 +440,18 @@ static void lost_node(struct node *n)
     struct dist__chan *ch;
 
     disconnect(n);
-    n->retry_at = 0;          /* reconnect at once */
+    if (n->connected_at && dist__now_ms() >= n->connected_at + HEALTHY_MS) {
+        n->backoff = BACKOFF_MIN_MS;
+        n->retry_at = 0;      /* it had worked: reconnect at once */
+    } else {
+        /* lost as soon as it was made (a server at maxclients, or one
+         * that refuses us after accepting): back off as after a failed
+         * connect, instead of reconnecting in a tight loop */
+        n->retry_at = dist__now_ms() + (uint64_t)n->backoff;
+        if (n->backoff < 1000)
+            n->backoff *= 2;
+    }
+    n->connected_at = 0;
     for (ch = P.chans; ch; ch = ch->next) {
         if (n->sharded && ch->node != n)
             continue;
@@ -787,7 +801,7 @@ static void open_nodes(struct loop *l, uint64_t *next)
             n->c = c;
             n->addr = a;
             n->cfg_gen = l->cfg.gen;
-            n->backoff = BACKOFF_MIN_MS;
+            n->connected_at = dist__now_ms();
         } else {
             struct dist__chan *ch;
             dist__topo_stale();
