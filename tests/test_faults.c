@@ -1537,6 +1537,100 @@ static void test_unlock_eio_keeps_hold(void **state)
 
 /* ---- last --------------------------------------------------------------------------- */
 
+/* Subscribers of chan on the server (PUBSUB NUMSUB); -1 on error. */
+static long long numsub(const char *chan)
+{
+    redisReply *x = tu_cmd(&r, "PUBSUB", "NUMSUB", chan, NULL);
+    long long n = -1;
+
+    if (x && x->type == REDIS_REPLY_ARRAY && x->elements == 2 &&
+        x->element[1]->type == REDIS_REPLY_INTEGER)
+        n = x->element[1]->integer;
+    freeReplyObject(x);
+    return n;
+}
+
+struct bg_wait {
+    dist_mutex_t *m;
+    int rc;
+    double done;
+};
+
+static void *bg_timedlock(void *arg)
+{
+    struct bg_wait *b = arg;
+    struct timespec ts = realtime_in(15.0);
+
+    b->rc = dist_mutex_timedlock(b->m, &ts);
+    b->done = tu_now();
+    if (b->rc == 0)
+        dist_mutex_unlock(b->m);
+    return NULL;
+}
+
+/* A server that accepts every connection and drops it at once (maxclients
+ * reached, a proxy that resets): the pub/sub thread backs off as after a
+ * failed connect, rather than reconnecting as fast as it can (it made about
+ * 50 connections a second), and once the server is fine again it
+ * subscribes and the waiter is woken by the release. */
+static void test_pubsub_backs_off_on_resets(void **state)
+{
+    char name[200], chan[260];
+    dist_mutex_t m;
+    struct bg_wait b = { 0 };
+    pthread_t th;
+    unsigned long c0, made;
+    double end, t_pub;
+    redisReply *x;
+
+    (void)state;
+    NAME(name, "m");
+    snprintf(chan, sizeof chan, "redisson_lock__channel:{%s}", name);
+    /* held by an owner nobody renews, for longer than the test */
+    x = tu_cmd(&r, "HSET", name, "someone-else:1", "1", NULL);
+    freeReplyObject(x);
+    x = tu_cmd(&r, "PEXPIRE", name, "30000", NULL);
+    freeReplyObject(x);
+    proxy_up();
+    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
+    b.m = &m;
+    assert_int_equal(pthread_create(&th, NULL, bg_timedlock, &b), 0);
+    end = tu_now() + slack(5.0);
+    while (numsub(chan) != 1 && tu_now() < end)
+        tu_sleep_ms(20);
+
+    /* from now on every new connection is dropped; the subscriber's is
+     * closed by the server */
+    tu_proxy_reset_new(g_proxy, 1);
+    c0 = tu_proxy_connections(g_proxy);
+    x = tu_cmd(&r, "CLIENT", "KILL", "TYPE", "pubsub", NULL);
+    freeReplyObject(x);
+    tu_sleep_ms(2000);
+    made = tu_proxy_connections(g_proxy) - c0;
+    tu_proxy_reset_new(g_proxy, 0);
+    print_message("  %lu connections in 2 s while every one was reset\n", made);
+    /* backing off from 50 ms, doubling: about 6 */
+    assert_true(made >= 2);
+    assert_true(made <= 15);
+
+    /* the server is fine again: subscribed within the backoff, and the
+     * release message wakes the waiter */
+    end = tu_now() + slack(5.0);
+    while (numsub(chan) != 1 && tu_now() < end)
+        tu_sleep_ms(20);
+    assert_int_equal(numsub(chan), 1);
+    x = tu_cmd(&r, "DEL", name, NULL);
+    freeReplyObject(x);
+    t_pub = tu_now();
+    x = tu_cmd(&r, "PUBLISH", chan, "0", NULL);
+    freeReplyObject(x);
+    pthread_join(th, NULL);
+    assert_int_equal(b.rc, 0);
+    assert_dbl_range(b.done - t_pub, 0.0, slack(1.0));
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+    proxy_down();
+}
+
 static void test_no_sigpipe(void **state)
 {
     (void)state;
@@ -1560,6 +1654,7 @@ int main(void)
         T(test_doubtful_unlock_not_lost),
         T(test_slow_unlock_no_long_yield),
         T(test_unlock_eio_keeps_hold),
+        T(test_pubsub_backs_off_on_resets),
         T(test_no_sigpipe),
 #undef T
     };
