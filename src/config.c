@@ -333,15 +333,9 @@ unsigned long dist__timeout_ms(void)
 
 unsigned long dist__patience_ms(void)
 {
-    unsigned long ms;
-    int mode;
+    unsigned long ms = dist__timeout_ms();
 
-    pthread_once(&cfg_once, load_env);
-    pthread_mutex_lock(&cfg_mu);
-    ms = cfg.timeout_ms;
-    mode = cfg.mode;
-    pthread_mutex_unlock(&cfg_mu);
-    return mode == DIST__MODE_SINGLE ? ms : ms + FAILOVER_GRACE_MS;
+    return dist__cfg_mode() == DIST__MODE_SINGLE ? ms : ms + FAILOVER_GRACE_MS;
 }
 
 int dist__cfg_mode(void)

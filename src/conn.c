@@ -179,19 +179,6 @@ int dist__connect_addr(const struct dist__cfg *cfg, const struct dist__addr *a,
     return 0;
 }
 
-int dist__connect(const struct dist__cfg *cfg, const struct dist__buf *key,
-                  redisContext **out)
-{
-    struct dist__addr a;
-
-    *out = NULL;
-    if (cfg->bad[0])
-        return dist__err(EIO, "%s", cfg->bad);
-    if (dist__route(cfg, key, &a) != 0)
-        return EIO;
-    return dist__connect_addr(cfg, &a, out);
-}
-
 /* ROLE: whether the server is a master, and how many replicas it has.
  * 1 master, 0 not a master (role in the error), -1 no answer. */
 static int read_role(struct nconn *n)

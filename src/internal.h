@@ -141,11 +141,9 @@ void dist__topo_fork(int phase);
 #define DIST__ECONN  (-3)  /* connection failed: a sent call may have run */
 #define DIST__ENOCONN (-4) /* no connection could be made: nothing was sent */
 
-/* A new connection to the server for key (see dist__route; key NULL: the
- * master, or any master of a cluster), set up (AUTH, SELECT).  The caller
- * frees it.  0, or EIO/ENOMEM with the reason. */
-int dist__connect(const struct dist__cfg *cfg, const struct dist__buf *key,
-                  redisContext **out);
+/* A new connection to the server at a (dist__route says which), set up
+ * (AUTH, SELECT).  The caller frees it.  0, or EIO/ENOMEM with the
+ * reason. */
 int dist__connect_addr(const struct dist__cfg *cfg, const struct dist__addr *a,
                        redisContext **out);
 void dist__conn_close_thread(void);  /* dist_shutdown */
