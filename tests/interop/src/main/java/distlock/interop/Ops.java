@@ -1,0 +1,129 @@
+package distlock.interop;
+
+import java.lang.reflect.Method;
+import java.util.concurrent.TimeUnit;
+
+import org.redisson.api.RBucket;
+import org.redisson.api.RLock;
+import org.redisson.api.RReadWriteLock;
+import org.redisson.api.RedissonClient;
+import org.redisson.client.codec.StringCodec;
+
+/**
+ * The commands of the suite's Java agents, run on the calling thread
+ * (Redisson's locks belong to a thread).  The same line protocol as the C
+ * agent (dl-agent.c): a command line in, one answer line out,
+ * "status startNs endNs [value]", with System.nanoTime, which on Linux
+ * reads CLOCK_MONOTONIC as the C agent does.
+ */
+final class Ops {
+    private final RedissonClient client;
+
+    Ops(RedissonClient client) {
+        this.client = client;
+    }
+
+    /** The owner string Redisson writes into a lock hash for this thread. */
+    String owner() {
+        return client.getId() + ":" + Thread.currentThread().getId();
+    }
+
+    String run(String line) {
+        String[] a = line.trim().split("\\s+");
+        long t0 = System.nanoTime();
+        try {
+            String v = dispatch(a);
+            if (v == null) {
+                return "busy " + t0 + " " + System.nanoTime();
+            }
+            return ("ok " + t0 + " " + System.nanoTime() + " " + v).trim();
+        } catch (Throwable e) {
+            String why = String.valueOf(e).replace('\n', ' ');
+            return "err " + t0 + " " + System.nanoTime() + " 0 " + why;
+        }
+    }
+
+    private RLock lockOf(String cmd, String name) {
+        return cmd.startsWith("f") ? client.getFairLock(name) : client.getLock(name);
+    }
+
+    /** "" done, null a try that did not get the lock, else a value. */
+    private String dispatch(String[] a) throws Exception {
+        String cmd = a[0];
+        String name = a.length > 1 ? a[1] : "";
+        long ms = a.length > 2 && !cmd.equals("count") ? Long.parseLong(a[2]) : 0;
+        RReadWriteLock rw = client.getReadWriteLock(name);
+        switch (cmd) {
+        case "pid":
+            return Long.toString(ProcessHandle.current().pid());
+        case "owner":
+            return owner();
+        case "sleep":
+            Thread.sleep(Long.parseLong(name));
+            return "";
+        case "lock":
+        case "flock":
+            lockOf(cmd, name).lock();
+            return "";
+        case "trylock":
+        case "ftrylock":
+            return lockOf(cmd, name).tryLock(ms, TimeUnit.MILLISECONDS) ? "" : null;
+        case "unlock":
+        case "funlock":
+            lockOf(cmd, name).unlock();
+            return "";
+        case "held":
+            return Integer.toString(client.getLock(name).getHoldCount());
+        case "rlock":
+            rw.readLock().lock();
+            return "";
+        case "wlock":
+            rw.writeLock().lock();
+            return "";
+        case "tryrlock":
+            return rw.readLock().tryLock(ms, TimeUnit.MILLISECONDS) ? "" : null;
+        case "trywlock":
+            return rw.writeLock().tryLock(ms, TimeUnit.MILLISECONDS) ? "" : null;
+        case "runlock":
+            rw.readLock().unlock();
+            return "";
+        case "wunlock":
+            rw.writeLock().unlock();
+            return "";
+        case "xlock":
+            return fenced(name, "lockAndGetToken").toString();
+        case "xunlock":
+            fenced(name, "unlock");
+            return "";
+        case "count":
+            count(name, a[2], Integer.parseInt(a[3]));
+            return "";
+        default:
+            throw new IllegalArgumentException("unknown command " + cmd);
+        }
+    }
+
+    /** RFencedLock by reflection: the older pinned line has none. */
+    private Object fenced(String name, String method) throws Exception {
+        Object lock = client.getClass().getMethod("getFencedLock", String.class)
+                .invoke(client, name);
+        Method m = lock.getClass().getMethod(method);
+        Object r = m.invoke(lock);
+        return r == null ? "" : r;
+    }
+
+    /** n increments of key, GET then SET, each under the lock name. */
+    private void count(String name, String key, int n) {
+        RLock lock = client.getLock(name);
+        RBucket<String> b = client.getBucket(key, StringCodec.INSTANCE);
+        for (int i = 0; i < n; i++) {
+            lock.lock();
+            try {
+                String v = b.get();
+                b.set(Long.toString(v == null ? 1 : Long.parseLong(v) + 1));
+            } finally {
+                lock.unlock();
+            }
+        }
+    }
+}
