@@ -383,15 +383,18 @@ static int renew_batch(struct dist__hold **hs, size_t n, unsigned long ms,
     for (i = 0; i < n; i++) {
         struct dist__hold *h = hs[i];
         long long ok;
+        /* A hold that is gone is lost.  A waiter dropped from its queue
+         * (purged while its process could not renew it) stays registered
+         * and is renewed as before, which works again once it has queued
+         * again at its next try (a fair waiter's script wakes it for
+         * that).  Marking it lost instead left it registered with a due
+         * time in the past, which tick() then chose as the next wake-up
+         * for ever: the thread spun holding R.mu and starved every caller. */
         if (rc == 0 && dist__reply_int(r, i, &ok) == 0 && ok == 0 &&
-            !h->orphan && h->registered) {
-            /* a waiter dropped from its queue finds out at its next try;
-             * a hold that is gone is lost */
+            !h->orphan && h->registered && kind != DIST__K_WAITER) {
             atomic_store(&h->lost, 1);
-            if (kind != DIST__K_WAITER) {
-                h->registered = 0;
-                note_lost(lost, h);
-            }
+            h->registered = 0;
+            note_lost(lost, h);
         }
     }
     freeReplyObject(r);
