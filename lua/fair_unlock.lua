@@ -15,10 +15,15 @@
 --          -2 the count differs from ARGV[5]; woken is 1 when a head was told
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local dead = redis.call('zrangebyscore', KEYS[3], '-inf', now)
-for i = 1, #dead do
-  redis.call('lrem', KEYS[2], 0, dead[i])
-  redis.call('zrem', KEYS[3], dead[i])
+-- purge from the head, by Redisson's rule (see fair_lock)
+while true do
+  local first = redis.call('lindex', KEYS[2], 0)
+  local score = first and redis.call('zscore', KEYS[3], first)
+  if not first or (score and tonumber(score) > now) then
+    break
+  end
+  redis.call('lpop', KEYS[2])
+  redis.call('zrem', KEYS[3], first)
 end
 
 local holds = redis.call('hget', KEYS[1], ARGV[2])

@@ -34,10 +34,15 @@ end
 
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local dead = redis.call('zrangebyscore', KEYS[5], '-inf', now)
-for i = 1, #dead do
-  redis.call('lrem', KEYS[4], 0, dead[i])
-  redis.call('zrem', KEYS[5], dead[i])
+-- purge from the head, by Redisson's rule (see fair_lock)
+while true do
+  local first = redis.call('lindex', KEYS[4], 0)
+  local score = first and redis.call('zscore', KEYS[5], first)
+  if not first or (score and tonumber(score) > now) then
+    break
+  end
+  redis.call('lpop', KEYS[4])
+  redis.call('zrem', KEYS[5], first)
 end
 local head = redis.call('lindex', KEYS[4], 0)
 if head then

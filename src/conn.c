@@ -626,6 +626,7 @@ int dist__reply_int(const redisReply *r, size_t i, long long *v)
 static const char *const derived_prefix[] = {
     "redisson_lock__channel:", "redisson_lock_token:", "redisson_lock_queue:",
     "redisson_lock_timeout:", "redisson_rwlock:", "distlock_rwlock_writers:",
+    "distlock_fair_waiters:",
 };
 #define NDERIVED (sizeof derived_prefix / sizeof derived_prefix[0])
 
@@ -681,6 +682,7 @@ struct dist__names *dist__names_new(const char *name, size_t len)
     field[3] = &n->timeout;
     field[4] = &n->rwchan;
     field[5] = &n->writers;
+    field[6] = &n->fairwait;
     for (i = 0; i < NDERIVED; i++) {
         size_t l = derive_at(p, derived_prefix[i], strlen(derived_prefix[i]),
                              &n->name, braces, "", 0);
@@ -688,6 +690,10 @@ struct dist__names *dist__names_new(const char *name, size_t len)
         field[i]->len = l;
         p += l + 1;
     }
+    n->fairkeys[0] = n->timeout;
+    n->fairkeys[1] = n->queue;
+    n->fairkeys[2] = n->fairwait;
+    n->fairkeys[3] = n->chan;
     /* On a cluster a script's keys must share a slot.  They do, unless N
      * has a '{' that opens no tag ("a{b", "a{}b": N is hashed whole, the
      * derived names too but with a prefix) or a '}' without a '{' ("a}b":

@@ -185,6 +185,10 @@ struct dist__names {
     struct dist__buf timeout;/* redisson_lock_timeout:{N}   (fair lock) */
     struct dist__buf rwchan; /* redisson_rwlock:{N}         (read-write lock) */
     struct dist__buf writers;/* distlock_rwlock_writers:{N} (read-write lock) */
+    struct dist__buf fairwait;/* distlock_fair_waiters:{N}  (fair lock) */
+    /* a fair waiter's renewal keys (waiter_renew): timeout, queue,
+     * fairwait, chan */
+    struct dist__buf fairkeys[4];
     char mem[];
 };
 

@@ -392,7 +392,7 @@ static int run_acquire(struct dist__mobj *o, int how, redisReply **r)
     char lease[24], window[24];
     size_t olen;
     const char *owner = dist__owner(&olen);
-    struct dist__buf kv[10];
+    struct dist__buf kv[11];
 
     snprintf(lease, sizeof lease, "%lu", lease_of(o));
     if (how == TRY_PLAIN) {
@@ -408,13 +408,14 @@ static int run_acquire(struct dist__mobj *o, int how, redisReply **r)
     kv[2] = lk->names->timeout;
     kv[3] = lk->names->token;
     kv[4] = lk->names->chan;
-    kv[5] = (struct dist__buf){ lease, strlen(lease) };
-    kv[6] = (struct dist__buf){ owner, olen };
-    kv[7] = (struct dist__buf){ window, strlen(window) };
-    kv[8] = how == WAIT_FAIR ? (struct dist__buf){ "wait", 4 }
+    kv[5] = lk->names->fairwait;
+    kv[6] = (struct dist__buf){ lease, strlen(lease) };
+    kv[7] = (struct dist__buf){ owner, olen };
+    kv[8] = (struct dist__buf){ window, strlen(window) };
+    kv[9] = how == WAIT_FAIR ? (struct dist__buf){ "wait", 4 }
                              : (struct dist__buf){ "try", 3 };
-    kv[9] = (struct dist__buf){ dist__publish_cmd(), strlen(dist__publish_cmd()) };
-    return dist__eval_here(DIST__S_FAIR_LOCK, 5, kv, 10, r);
+    kv[10] = (struct dist__buf){ dist__publish_cmd(), strlen(dist__publish_cmd()) };
+    return dist__eval_here(DIST__S_FAIR_LOCK, 6, kv, 11, r);
 }
 
 static int try_acquire(struct dist__mobj *o, int how, long long before,
@@ -738,8 +739,11 @@ static int acquire(dist_mutex_t *m, int try_only, const struct timespec *abstime
         }
     }
     if (rc == 0 && !a.taken) {
-        if (o->fair)
-            w = dist__waiter_start(lk->names, &lk->names->timeout);
+        /* a fair waiter's renewal needs four keys (see waiter_renew), set
+         * long before its first renewal, a period away */
+        if (o->fair &&
+            (w = dist__waiter_start(lk->names, &lk->names->fairkeys[0])) != NULL)
+            dist__renew_set_keys(w, lk->names->fairkeys, 4);
         if (!(ch = wait_channel(o))) {
             rc = dist__err(ENOMEM, "out of memory");
             goto out;
