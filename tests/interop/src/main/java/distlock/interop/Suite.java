@@ -202,6 +202,15 @@ public final class Suite {
         SCENARIOS.put("2", Scenarios::wakeUps);
         SCENARIOS.put("3", Scenarios::watchdog);
         SCENARIOS.put("4", FairScenarios::fair);
+        // its parts, to run one alone
+        SCENARIOS.put("4q", s -> {
+            FairScenarios.mixedQueue(s, true);
+            FairScenarios.mixedQueue(s, false);
+        });
+        SCENARIOS.put("4dj", FairScenarios::deadRedissonWaiter);
+        SCENARIOS.put("4dc", FairScenarios::deadDistlockWaiter);
+        SCENARIOS.put("4drop", FairScenarios::droppedWaiter);
+        SCENARIOS.put("4stop", FairScenarios::stoppedWaiter);
         SCENARIOS.put("5", Scenarios::readWrite);
         SCENARIOS.put("6", Scenarios::fencing);
         SCENARIOS.put("7", Scenarios::counter);
