@@ -26,8 +26,7 @@ static __thread unsigned long my_owner_gen;
  * consistent, and the child handler then resets what belonged to the parent. */
 static void fork_prepare(void)
 {
-    dist__locks_fork(0);
-    dist__rwlocks_fork(0);
+    dist__engine_fork(0);
     dist__renew_fork(0);
     dist__pubsub_fork(0);
     dist__cfg_fork(0);
@@ -42,8 +41,7 @@ static void fork_parent(void)
     dist__cfg_fork(1);
     dist__pubsub_fork(1);
     dist__renew_fork(1);
-    dist__rwlocks_fork(1);
-    dist__locks_fork(1);
+    dist__engine_fork(1);
 }
 
 static void fork_child(void)
@@ -54,8 +52,7 @@ static void fork_child(void)
     dist__cfg_fork(2);
     dist__pubsub_fork(2);
     dist__renew_fork(2);
-    dist__rwlocks_fork(2);
-    dist__locks_fork(2);
+    dist__engine_fork(2);
 }
 
 static void lib_init_once(void)

@@ -24,9 +24,7 @@
 
 uint64_t dist__now_ms(void);                  /* CLOCK_MONOTONIC */
 void dist__sleep_ms(uint64_t ms);
-uint64_t dist__ts_to_mono_ms(const struct timespec *abstime);
 void dist__ms_to_ts(uint64_t mono_ms, struct timespec *ts);
-int dist__realtime_reached(const struct timespec *abstime);
 /* Sets the calling thread's last error and returns code, so that callers
  * can write `return dist__err(EIO, "...")`. */
 int dist__err(int code, const char *fmt, ...)
@@ -99,8 +97,7 @@ const char *dist__owner(size_t *len);
 const char *dist__client_id(void);
 /* fork hooks of each module: phase 0 prepare (lock), 1 parent (unlock),
  * 2 child (reset what belonged to the parent) */
-void dist__locks_fork(int phase);
-void dist__rwlocks_fork(int phase);
+void dist__engine_fork(int phase);
 void dist__renew_fork(int phase);
 void dist__pubsub_fork(int phase);
 void dist__cfg_fork(int phase);
@@ -201,50 +198,42 @@ char *dist__names_derive(const struct dist__names *n, const char *prefix,
 
 /* ---- holds and the renewal thread (renew.c) ---------------------------- */
 
-/* What the renewal thread does for a registered entry.  Each kind has one
- * batched script with the same layout: KEYS are the entries' keys one
- * after another, ARGV[1] the lease or window in ms, then for each entry its
- * owner and how many keys it has.  The reply has one integer per entry:
- * 1 renewed, 0 gone. */
-enum dist__kind {
-    DIST__K_MUTEX,     /* a mutex hold: keys { N } */
-    DIST__K_RWLOCK,    /* a read-write hold: keys { N, its read-hold keys } */
-    DIST__K_WAITER,    /* a live waiter's deadline: keys { the deadline ZSET } */
-    DIST__K_COUNT
-};
-
+/* A renewal entry: a hold the watchdog keeps alive, a queued waiter whose
+ * deadline it keeps fresh, or an outcome it settles.  Each renewal script
+ * is batched with the same layout: KEYS are the entries' keys one after
+ * another, ARGV[1] the lease or window in ms, then for each entry its owner
+ * and how many keys it has; the reply has one integer per entry: 1 renewed,
+ * 0 gone.  The owner fills the first block before handing the entry over
+ * and never writes it after (the keys change only through
+ * dist__renew_set_keys); the rest belongs to the registry mutex. */
+struct dist__kind;
 struct dist__hold {
-    struct dist__hold *next;        /* the lock's list (lock's mu) */
-    struct dist__hold *rprev, *rnext; /* renewal registry (registry mu) */
+    const struct dist__kind *kind;  /* NULL for a waiter */
     struct dist__names *names;
-    uint64_t thread_no;
-    unsigned long gen;
-    unsigned long count;            /* holds the owner believes it has */
-    uint64_t token;
-    unsigned long lease_ms;         /* 0: watchdog */
-    uint64_t lease_end;             /* explicit lease: gone on the server
-                                     * by then for sure (monotonic ms) */
-    atomic_int lost;
-    /* registry state, under the registry mutex */
-    int registered;                 /* renewed by the watchdog */
-    int inflight;                   /* part of a call under way */
-    int orphan;                     /* owner let go while in flight */
-    int doubt;                      /* a release may be owed: see renew.c */
     char owner[64];
     size_t owner_len;
-    /* renewal, set before dist__renew_add; keys may change later only
-     * through dist__renew_set_keys */
-    int kind;                       /* enum dist__kind */
-    int fair;                       /* a fair mutex's hold: settled with
-                                     * fair_unlock, which wakes the head */
+    unsigned long lease_ms;         /* 0: watchdog */
+    int renew_script;
     unsigned long renew_ms;         /* ARGV[1]; 0: the watchdog lease */
     unsigned long period_ms;        /* how often; 0: a third of the watchdog */
     const struct dist__buf *keys;   /* NULL: just the lock's own name */
     int nkeys;
-    uint64_t due;                   /* next renewal (registry mu) */
+    atomic_int lost;                /* found gone (set by the thread) */
+    /* registry mutex */
+    struct dist__hold *rprev, *rnext;
+    int registered;                 /* renewed by the watchdog */
+    int inflight;                   /* part of a call under way */
+    int orphan;                     /* owner let go while in flight */
+    uint64_t due;                   /* next renewal */
+    int unknown;                    /* an outcome to settle: Redis may count
+                                     * one hold of mode more than n[] */
+    int mode;
+    unsigned long n[2];
 };
 
-struct dist__hold *dist__hold_new(struct dist__names *names, unsigned long lease_ms);
+struct dist__hold *dist__hold_new(const struct dist__kind *k,
+                                  struct dist__names *names,
+                                  unsigned long lease_ms);
 void dist__hold_free(struct dist__hold *h);
 void dist__renew_add(struct dist__hold *h);
 /* Replaces the keys the renewal script gets for h (the caller keeps them
@@ -252,12 +241,16 @@ void dist__renew_add(struct dist__hold *h);
 void dist__renew_set_keys(struct dist__hold *h, const struct dist__buf *keys,
                           int nkeys);
 /* Unregisters h; returns 1 when the caller frees it, 0 when the renewal
- * thread will (it was part of a call under way). */
+ * thread will (a call or a settle on it is under way). */
 int dist__renew_remove(struct dist__hold *h);
-/* Hands the renewal thread a release that may be owed on Redis (the reply
- * of an acquire or release was lost): it finishes it when Redis answers. */
-void dist__renew_doubt(struct dist__hold *h);
-/* Waits (bounded) until h has no doubt left; EIO if it could not be settled. */
+/* Hands the renewal thread an outcome to settle: the owner holds n[] for
+ * sure, Redis may count one hold of mode more (an acquire or release ran
+ * but its reply never came back).  The kind's settle finishes it when
+ * Redis answers.  With n[] all 0 the entry is no longer renewed. */
+void dist__renew_unknown(struct dist__hold *h, const unsigned long n[2],
+                         int mode);
+/* Waits (bounded) until h has nothing left to settle; EIO if it could not
+ * be settled by then. */
 int dist__renew_settle(struct dist__hold *h, uint64_t until_ms);
 /* A queued waiter's presence (fair mutex, writer of a writer-preferring
  * rwlock): the renewal thread keeps its deadline in the ZSET zset (one of

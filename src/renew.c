@@ -3,17 +3,17 @@
  * script calls, reports holds it finds lost, and finishes releases whose
  * reply was lost on the way back.
  *
- * A "doubt" on a hold means Redis may count one hold more than the owner
- * does (an acquire or release ran but its reply never came back).  The
- * thread settles it with a conditional release (mutex_unlock with the
- * expected count), so no hold stays behind unknown to its owner. */
+ * An "unknown" outcome on an entry means Redis may count one hold more
+ * than the owner does (an acquire or release ran but its reply never came
+ * back).  The thread settles it with the kind's conditional release, so no
+ * hold stays behind unknown to its owner, whatever the kind. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sched.h>
 #include <string.h>
 
-#include "internal.h"
+#include "engine.h"
 
 #define BATCH        100   /* entries per renewal script call */
 #define MAX_KEYS     1000  /* keys per renewal script call */
@@ -23,15 +23,16 @@
 static struct {
     pthread_mutex_t mu;
     pthread_cond_t cv;         /* wakes the thread */
-    pthread_cond_t settled;    /* a doubt was settled */
+    pthread_cond_t settled;    /* an unknown outcome was settled */
     int cv_ready;
     int running, stop, kick;
     uint64_t wake_at;          /* when the thread next looks, monotonic ms */
     pthread_t th;
-    struct dist__hold *head;   /* registered or doubtful holds */
+    struct dist__hold *head;   /* registered or unsettled entries */
 } R = { .mu = PTHREAD_MUTEX_INITIALIZER };
 
-struct dist__hold *dist__hold_new(struct dist__names *names,
+struct dist__hold *dist__hold_new(const struct dist__kind *k,
+                                  struct dist__names *names,
                                   unsigned long lease_ms)
 {
     struct dist__hold *h = calloc(1, sizeof *h);
@@ -41,10 +42,10 @@ struct dist__hold *dist__hold_new(struct dist__names *names,
     if (!h)
         return NULL;
     dist__names_ref(names);
+    h->kind = k;
     h->names = names;
-    h->thread_no = dist__thread_no();
-    h->gen = atomic_load(&dist__fork_gen);
     h->lease_ms = lease_ms;
+    h->renew_script = k ? k->renew_script : DIST__S_WAITER_RENEW;
     owner = dist__owner(&len);
     memcpy(h->owner, owner, len + 1);
     h->owner_len = len;
@@ -131,10 +132,9 @@ void dist__renew_add(struct dist__hold *h)
 struct dist__hold *dist__waiter_start(struct dist__names *names,
                                       const struct dist__buf *zset)
 {
-    struct dist__hold *w = dist__hold_new(names, 0);
+    struct dist__hold *w = dist__hold_new(NULL, names, 0);
 
     if (w) {
-        w->kind = DIST__K_WAITER;
         w->keys = zset;
         w->nkeys = 1;
         w->renew_ms = dist__waiter_ms();
@@ -172,7 +172,7 @@ int dist__renew_remove(struct dist__hold *h)
     pthread_mutex_lock(&R.mu);
     h->registered = 0;
     if (linked(h)) {
-        if (h->inflight || h->doubt) {
+        if (h->inflight || h->unknown) {
             /* the thread finishes what is under way, then frees it */
             h->orphan = 1;
             caller_frees = 0;
@@ -184,13 +184,17 @@ int dist__renew_remove(struct dist__hold *h)
     return caller_frees;
 }
 
-void dist__renew_doubt(struct dist__hold *h)
+void dist__renew_unknown(struct dist__hold *h, const unsigned long n[2],
+                         int mode)
 {
     pthread_mutex_lock(&R.mu);
-    h->doubt = 1;
+    h->unknown = 1;
+    h->mode = mode;
+    h->n[0] = n[0];
+    h->n[1] = n[1];
     /* an owner that holds nothing any more is not renewed: a renewal
      * after the release was finished would report the hold lost */
-    if (h->count == 0)
+    if (n[0] + n[1] == 0)
         h->registered = 0;
     link_hold(h);
     ensure_thread();
@@ -220,14 +224,14 @@ int dist__renew_settle(struct dist__hold *h, uint64_t until_ms)
     int rc = 0;
 
     pthread_mutex_lock(&R.mu);
-    if (h->doubt) {
+    if (h->unknown) {
         ensure_thread();
         R.kick = 1;
         pthread_cond_signal(&R.cv);
         dist__ms_to_ts(until_ms, &ts);
-        while (h->doubt && R.running && dist__now_ms() < until_ms)
+        while (h->unknown && R.running && dist__now_ms() < until_ms)
             pthread_cond_timedwait(&R.settled, &R.mu, &ts);
-        if (h->doubt)
+        if (h->unknown)
             rc = dist__err(EIO, "an earlier call on lock '%s' lost its reply "
                            "and Redis has not answered since",
                            h->names->name.p);
@@ -265,7 +269,7 @@ static void note_lost(struct lostlist *l, const struct dist__hold *h)
 static void finish(struct dist__hold *h)
 {
     h->inflight = 0;
-    if (h->doubt)
+    if (h->unknown)
         return;
     if (h->orphan) {
         unlink_hold(h);
@@ -275,49 +279,21 @@ static void finish(struct dist__hold *h)
     }
 }
 
-/* Settles one doubt.  R.mu held on entry and exit, dropped for the call.
- * Returns -1 when Redis did not answer. */
+/* Settles one unknown outcome with the kind's conditional release.  R.mu
+ * held on entry and exit, dropped for the call (the owner waits for the
+ * settle before it touches h again).  Returns -1 when Redis did not
+ * answer. */
 static int settle_one(struct dist__hold *h, struct lostlist *lost)
 {
-    struct dist__buf kv[9];
-    char lease[24], expect[24];
-    const char *pub = dist__publish_cmd();
-    redisReply *r = NULL;
-    long long res = 0;
-    int rc, n = 0, nkeys, script;
+    int gone = 0, rc;
 
-    snprintf(lease, sizeof lease, "%lu",
-             h->lease_ms ? h->lease_ms : dist__watchdog_ms());
-    snprintf(expect, sizeof expect, "%lu", h->count + 1);
-    kv[n++] = h->names->name;
-    if (h->fair) {
-        kv[n++] = h->names->queue;
-        kv[n++] = h->names->timeout;
-    }
-    kv[n++] = h->names->chan;
-    nkeys = n;
-    kv[n++] = (struct dist__buf){ lease, strlen(lease) };
-    kv[n++] = (struct dist__buf){ h->owner, h->owner_len };
-    kv[n++] = (struct dist__buf){ pub, strlen(pub) };
-    kv[n++] = (struct dist__buf){ "0", 1 };
-    kv[n++] = (struct dist__buf){ expect, strlen(expect) };
-    script = h->fair ? DIST__S_FAIR_UNLOCK : DIST__S_MUTEX_UNLOCK;
     pthread_mutex_unlock(&R.mu);
-
-    rc = dist__eval_here(script, nkeys, kv, n, &r);
-    if (rc == DIST__ENOCONN)
-        rc = DIST__ECONN;
-    if (rc == 0)
-        dist__reply_int(r, 0, &res);
-    freeReplyObject(r);
-
+    rc = h->kind->settle(h, &gone);
     pthread_mutex_lock(&R.mu);
-    if (rc == DIST__ECONN)
+    if (rc != 0)
         return -1;
-    /* answered: -2 nothing was owed, >= 0 the owed release is done,
-     * -1 the owner holds nothing at all any more */
-    h->doubt = 0;
-    if (rc == 0 && res == -1 && h->count > 0 && !h->orphan &&
+    h->unknown = 0;
+    if (gone && h->n[0] + h->n[1] > 0 && !h->orphan &&
         !atomic_load(&h->lost)) {
         atomic_store(&h->lost, 1);
         h->registered = 0;
@@ -326,12 +302,6 @@ static int settle_one(struct dist__hold *h, struct lostlist *lost)
     pthread_cond_broadcast(&R.settled);
     return 0;
 }
-
-static const int renew_script[DIST__K_COUNT] = {
-    [DIST__K_MUTEX] = DIST__S_MUTEX_RENEW,
-    [DIST__K_RWLOCK] = DIST__S_RWLOCK_RENEW,
-    [DIST__K_WAITER] = DIST__S_WAITER_RENEW,
-};
 
 static int nkeys_of(const struct dist__hold *h)
 {
@@ -347,7 +317,7 @@ static int renew_batch(struct dist__hold **hs, size_t n, unsigned long ms,
     char msbuf[24], (*counts)[12];
     redisReply *r = NULL;
     size_t i, nk = 0, k = 0;
-    int j, rc, kind = hs[0]->kind;
+    int j, rc, script = hs[0]->renew_script;
 
     for (i = 0; i < n; i++)
         nk += (size_t)nkeys_of(hs[i]);
@@ -375,7 +345,7 @@ static int renew_batch(struct dist__hold **hs, size_t n, unsigned long ms,
     }
     pthread_mutex_unlock(&R.mu);
 
-    rc = dist__eval_here(renew_script[kind], (int)nk, kv, (int)k, &r);
+    rc = dist__eval_here(script, (int)nk, kv, (int)k, &r);
     free(kv);
     free(counts);
 
@@ -388,7 +358,7 @@ static int renew_batch(struct dist__hold **hs, size_t n, unsigned long ms,
             /* a waiter dropped from its queue finds out at its next try;
              * a hold that is gone is lost */
             atomic_store(&h->lost, 1);
-            if (kind != DIST__K_WAITER) {
+            if (h->kind) {
                 h->registered = 0;
                 note_lost(lost, h);
             }
@@ -403,7 +373,7 @@ static unsigned long ms_of(const struct dist__hold *h)
     return h->renew_ms ? h->renew_ms : dist__watchdog_ms();
 }
 
-/* One round over the registry: settles doubts, renews what is due, and
+/* One round over the registry: settles unknown outcomes, renews what is due, and
  * returns when the next entry falls due (monotonic ms).  R.mu held. */
 static uint64_t tick(struct lostlist *lost)
 {
@@ -429,7 +399,7 @@ static uint64_t tick(struct lostlist *lost)
     for (h = R.head, i = 0; h; h = h->rnext) {
         int due = h->registered && !h->orphan && !atomic_load(&h->lost) &&
                   h->due <= now + period_of(h) / 4;
-        if (!h->inflight && (due || h->doubt)) {
+        if (!h->inflight && (due || h->unknown)) {
             h->inflight = 1 + due;   /* 2: renew it this round */
             all[i++] = h;
         }
@@ -437,7 +407,7 @@ static uint64_t tick(struct lostlist *lost)
     count = i;
 
     for (i = 0; i < count; i++)
-        if (all[i]->doubt && settle_one(all[i], lost) != 0)
+        if (all[i]->unknown && settle_one(all[i], lost) != 0)
             failed = 1;
     /* batches of one kind and one ms value (and on a cluster one slot: a
      * script's keys must share one) */
@@ -452,7 +422,8 @@ static uint64_t tick(struct lostlist *lost)
         for (j = i; j < count && n < BATCH; j++) {
             struct dist__hold *o = all[j];
             /* the first always goes in: one larger than MAX_KEYS goes alone */
-            if (o->inflight == 2 && o->kind == h->kind && ms_of(o) == ms_of(h) &&
+            if (o->inflight == 2 && o->renew_script == h->renew_script &&
+                ms_of(o) == ms_of(h) &&
                 (!cluster || o->names->slot == h->names->slot) &&
                 (n == 0 || nk + (size_t)nkeys_of(o) <= MAX_KEYS)) {
                 o->inflight = 1;
@@ -471,9 +442,12 @@ static uint64_t tick(struct lostlist *lost)
     free(batch);
 
     for (h = R.head; h; h = h->rnext) {
-        if (h->doubt && failed && now + RETRY_MS < next)
+        if (h->unknown && failed && now + RETRY_MS < next)
             next = now + RETRY_MS;
-        if (h->registered && !h->orphan && h->due < next)
+        /* an entry found gone waits for its owner, not for a renewal: its
+         * old due time would make the thread spin */
+        if (h->registered && !h->orphan && !atomic_load(&h->lost) &&
+            h->due < next)
             next = h->due;
     }
     return next;
@@ -552,7 +526,7 @@ void dist__renew_shutdown(void)
         next = h->rnext;
         h->rprev = h->rnext = NULL;
         h->registered = 0;
-        h->doubt = 0;
+        h->unknown = 0;
         if (h->orphan)
             dist__hold_free(h);
     }

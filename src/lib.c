@@ -1,0 +1,9 @@
+/* lib.c: the library as a whole. */
+#include "internal.h"
+
+void dist_shutdown(void)
+{
+    dist__pubsub_shutdown();
+    dist__renew_shutdown();
+    dist__conn_close_thread();
+}
