@@ -200,6 +200,30 @@ void dist__obj_free(struct dist__obj *o)
     free(o);
 }
 
+int dist__obj_init(const struct dist__kind *k, const char *name, int flags,
+                   unsigned long lease_ms, const char **uname, void **impl,
+                   unsigned long reserved[2])
+{
+    struct dist__obj *o;
+    int rc = dist__obj_new(k, name, flags, lease_ms, &o);
+
+    if (rc != 0)
+        return rc;
+    *uname = NULL;
+    reserved[0] = reserved[1] = 0;
+    __atomic_store_n((struct dist__obj **)impl, o, __ATOMIC_RELEASE);
+    return 0;
+}
+
+int dist__lease_set(unsigned long *field, unsigned long lease_ms)
+{
+    if (lease_ms > 24UL * 3600 * 1000)
+        return dist__err(EINVAL, "lease of %lu ms is longer than a day",
+                         lease_ms);
+    *field = lease_ms;
+    return 0;
+}
+
 static unsigned family_magic(const struct dist__kind *k)
 {
     return k->magic;

@@ -141,6 +141,12 @@ int dist__check_name(const char *name, size_t *len);
 int dist__obj_new(const struct dist__kind *k, const char *name, int flags,
                   unsigned long lease_ms, struct dist__obj **out);
 void dist__obj_free(struct dist__obj *o);
+/* dist_*_init: a new object into the user's fields. */
+int dist__obj_init(const struct dist__kind *k, const char *name, int flags,
+                   unsigned long lease_ms, const char **uname, void **impl,
+                   unsigned long reserved[2]);
+/* An attribute's explicit lease: EINVAL past a day. */
+int dist__lease_set(unsigned long *field, unsigned long lease_ms);
 /* The object behind a user's (name, impl) pair, created at first use for
  * an object set with an INITIALIZER.  what: "mutex" or "rwlock". */
 int dist__obj_get(const struct dist__kind *k, const char *name, void **impl,

@@ -46,10 +46,7 @@ int dist_mutexattr_setlease(dist_mutexattr_t *a, unsigned long lease_ms)
 {
     if (!a)
         return EINVAL;
-    if (lease_ms > 24UL * 3600 * 1000)
-        return dist__err(EINVAL, "lease of %lu ms is longer than a day", lease_ms);
-    a->__lease_ms = lease_ms;
-    return 0;
+    return dist__lease_set(&a->__lease_ms, lease_ms);
 }
 
 int dist_mutexattr_setfair(dist_mutexattr_t *a, int fair)
@@ -80,8 +77,6 @@ int dist_mutexattr_getlease(const dist_mutexattr_t *a, unsigned long *lease_ms)
 
 /* ---- objects ----------------------------------------------------------- */
 
-/* ---- objects ----------------------------------------------------------- */
-
 static int get_obj(dist_mutex_t *m, struct dist__obj **out)
 {
     if (!m)
@@ -92,8 +87,7 @@ static int get_obj(dist_mutex_t *m, struct dist__obj **out)
 int dist_mutex_init(dist_mutex_t *m, const char *name,
                     const dist_mutexattr_t *attr)
 {
-    struct dist__obj *o;
-    int rc, fair = attr && (attr->__flags & ATTR_FAIR);
+    int fair = attr && (attr->__flags & ATTR_FAIR);
 
     if (!m)
         return dist__err(EINVAL, "mutex is NULL");
@@ -101,16 +95,11 @@ int dist_mutex_init(dist_mutex_t *m, const char *name,
         attr->__type != DIST_MUTEX_ERRORCHECK)
         return dist__err(EINVAL, "mutex attribute has an unknown type %d",
                          attr->__type);
-    rc = dist__obj_new(fair ? &dist__fair_kind : &dist__mutex_kind, name,
-                       attr && attr->__type == DIST_MUTEX_ERRORCHECK
-                           ? DIST__MUTEX_ERRORCHECK : 0,
-                       attr ? attr->__lease_ms : 0, &o);
-    if (rc != 0)
-        return rc;
-    m->__name = NULL;
-    m->__reserved[0] = m->__reserved[1] = 0;
-    __atomic_store_n((struct dist__obj **)&m->__impl, o, __ATOMIC_RELEASE);
-    return 0;
+    return dist__obj_init(fair ? &dist__fair_kind : &dist__mutex_kind, name,
+                          attr && attr->__type == DIST_MUTEX_ERRORCHECK
+                              ? DIST__MUTEX_ERRORCHECK : 0,
+                          attr ? attr->__lease_ms : 0, &m->__name, &m->__impl,
+                          m->__reserved);
 }
 
 int dist_mutex_destroy(dist_mutex_t *m)

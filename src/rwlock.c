@@ -25,10 +25,7 @@ int dist_rwlockattr_setlease(dist_rwlockattr_t *a, unsigned long lease_ms)
 {
     if (!a)
         return EINVAL;
-    if (lease_ms > 24UL * 3600 * 1000)
-        return dist__err(EINVAL, "lease of %lu ms is longer than a day", lease_ms);
-    a->__lease_ms = lease_ms;
-    return 0;
+    return dist__lease_set(&a->__lease_ms, lease_ms);
 }
 
 int dist_rwlockattr_setkind(dist_rwlockattr_t *a, int kind)
@@ -54,25 +51,17 @@ static int get_obj(dist_rwlock_t *rw, struct dist__obj **out)
 int dist_rwlock_init(dist_rwlock_t *rw, const char *name,
                      const dist_rwlockattr_t *attr)
 {
-    struct dist__obj *o;
-    int rc;
-
     if (!rw)
         return dist__err(EINVAL, "rwlock is NULL");
     if (attr && attr->__kind != DIST_RWLOCK_PREFER_READER &&
         attr->__kind != DIST_RWLOCK_PREFER_WRITER)
         return dist__err(EINVAL, "rwlock attribute has an unknown kind %d",
                          attr->__kind);
-    rc = dist__obj_new(&dist__rwlock_kind, name,
-                       attr && attr->__kind == DIST_RWLOCK_PREFER_WRITER
-                           ? DIST__RWLOCK_PREFER_WRITER : 0,
-                       attr ? attr->__lease_ms : 0, &o);
-    if (rc != 0)
-        return rc;
-    rw->__name = NULL;
-    rw->__reserved[0] = rw->__reserved[1] = 0;
-    __atomic_store_n((struct dist__obj **)&rw->__impl, o, __ATOMIC_RELEASE);
-    return 0;
+    return dist__obj_init(&dist__rwlock_kind, name,
+                          attr && attr->__kind == DIST_RWLOCK_PREFER_WRITER
+                              ? DIST__RWLOCK_PREFER_WRITER : 0,
+                          attr ? attr->__lease_ms : 0, &rw->__name,
+                          &rw->__impl, rw->__reserved);
 }
 
 int dist_rwlock_destroy(dist_rwlock_t *rw)
