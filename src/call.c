@@ -111,6 +111,8 @@ static int prepare(struct dist__call *c, int *held)
  * owner holds for sure.  The state's mu held. */
 static void hand_over(struct dist__call *c, struct dist__rec *r)
 {
+    if (r->unknown)
+        return;            /* handed over already, and not settled yet */
     if (!rec_hold(c, r))
         return;            /* out of memory: the lease ends it */
     r->unknown = 1;
