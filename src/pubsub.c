@@ -44,7 +44,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "pubsub.h"
+#include "route.h"
 
 enum wire { W_NONE, W_SUBSCRIBING, W_SUBSCRIBED, W_UNSUBSCRIBING };
 
@@ -80,7 +81,7 @@ struct node {
     struct dist__addr addr;   /* cluster: what it is; otherwise the master
                                * it last connected to */
     int sharded;              /* SSUBSCRIBE (cluster) rather than SUBSCRIBE */
-    redisContext *c;          /* NULL: not connected */
+    struct dist__link *link;  /* NULL: not connected */
     unsigned long cfg_gen;    /* the settings c was opened with */
     int backoff;              /* ms to wait after the next failed connect,
                                * or a connection lost soon after it */
@@ -111,13 +112,28 @@ static struct {
     struct dist__chan *chans;
     struct node *nodes;
     struct node *left;      /* in a forked child: the parent's nodes, never
-                             * used (see dist__pubsub_fork) */
+                             * used (see pubsub_fork) */
     int running, stop;
     pthread_t th;
     int pipe[2];
 } P = { .mu = PTHREAD_MUTEX_INITIALIZER, .pipe = { -1, -1 } };
 
 static void *pubsub_main(void *arg);
+static void pubsub_fork(int phase);
+static pthread_once_t pubsub_once = PTHREAD_ONCE_INIT;
+
+static void pubsub_register(void)
+{
+    dist__atfork_register(pubsub_fork, DIST__RANK_PUBSUB);
+}
+
+/* Before P.mu is first taken: a fork must find it registered.  Every other
+ * entry point has a channel from dist__sub_get. */
+static void pubsub_init(void)
+{
+    pthread_once(&pubsub_once, pubsub_register);
+}
+
 static void poke(void)
 {
     char b = 1;
@@ -168,6 +184,7 @@ struct dist__chan *dist__sub_get(const struct dist__buf *chan)
 {
     struct dist__chan *ch;
 
+    pubsub_init();
     pthread_mutex_lock(&P.mu);
     ch = find(chan->p, chan->len);
     if (!ch) {
@@ -211,6 +228,7 @@ int dist__sub_listening(const struct dist__buf *chan, int *waiters)
     struct dist__chan *ch;
     int subscribed = 0;
 
+    pubsub_init();
     *waiters = 0;
     pthread_mutex_lock(&P.mu);
     ch = find(chan->p, chan->len);
@@ -368,13 +386,13 @@ static int send_cmd(struct node *n, struct dist__chan *ch, int unsub)
     const char *argv[2];
     size_t argvlen[2];
 
-    if (!n->c || q_push(n, ch, unsub) != 0)
+    if (!n->link || q_push(n, ch, unsub) != 0)
         return -1;
     argv[0] = cmds[n->sharded][unsub];
     argvlen[0] = strlen(argv[0]);
     argv[1] = ch->name;
     argvlen[1] = ch->len;
-    if (redisAppendCommandArgv(n->c, 2, argv, argvlen) != REDIS_OK) {
+    if (dist__link_append(n->link, 2, argv, argvlen) != 0) {
         n->qlen--;            /* not sent after all */
         ch->sent--;
         return -1;
@@ -408,10 +426,8 @@ static void disconnect(struct node *n)
 
     while (q_pop(n, &s))
         ;
-    if (n->c) {
-        redisFree(n->c);
-        n->c = NULL;
-    }
+    dist__link_close(n->link);
+    n->link = NULL;
     n->out = 0;
     n->idle_since = 0;
 }
@@ -649,7 +665,7 @@ static void settings(struct loop *l)
     l->cluster = l->cfg.mode == DIST__MODE_CLUSTER;
     pthread_mutex_lock(&P.mu);
     for (n = P.nodes; n; n = n->next)
-        if (n->c && n->cfg_gen != l->cfg.gen)
+        if (n->link && n->cfg_gen != l->cfg.gen)
             lost_node(n);
     if (l->cluster || was != l->cluster) {
         for (ch = P.chans; ch; ch = ch->next) {
@@ -674,7 +690,7 @@ static void follow(struct loop *l, uint64_t now)
     struct node *n = P.nodes;   /* only this thread changes the list */
     unsigned long e;
 
-    if (l->cfg.mode == DIST__MODE_SENTINEL && n && n->c) {
+    if (l->cfg.mode == DIST__MODE_SENTINEL && n && n->link) {
         /* the sentinels are asked about once a second, and releases are
          * published on the new master */
         if (dist__route(&l->cfg, NULL, &a) == 0 && !same_addr(&a, &n->addr)) {
@@ -782,10 +798,10 @@ static void open_nodes(struct loop *l, uint64_t *next)
     pthread_mutex_unlock(&P.mu);
     for (n = P.nodes; n; n = n->next) {
         struct dist__addr a = n->addr;
-        redisContext *c = NULL;
+        struct dist__link *c = NULL;
         uint64_t now = dist__now_ms();
         int rc = 0;
-        if (n->c || (n->sharded && n->nchans == 0))
+        if (n->link || (n->sharded && n->nchans == 0))
             continue;
         if (now < n->retry_at) {
             if (n->retry_at < *next)
@@ -795,10 +811,10 @@ static void open_nodes(struct loop *l, uint64_t *next)
         if (!n->sharded)
             rc = dist__route(&l->cfg, NULL, &a);   /* the master, now */
         if (rc == 0)
-            rc = dist__connect_addr(&l->cfg, &a, &c);
+            rc = dist__route_open_master(&l->cfg, &a, &c);
         pthread_mutex_lock(&P.mu);
         if (rc == 0) {
-            n->c = c;
+            n->link = c;
             n->addr = a;
             n->cfg_gen = l->cfg.gen;
             n->connected_at = dist__now_ms();
@@ -843,14 +859,14 @@ static void reconcile(uint64_t now, uint64_t *next)
         }
         if ((n = ch->node) != NULL)
             n->nchans++;
-        if (n && n->c && ch->refs > 0 && ch->wire == W_NONE) {
+        if (n && n->link && ch->refs > 0 && ch->wire == W_NONE) {
             if (now < ch->retry_at) {
                 if (next && ch->retry_at < *next)
                     *next = ch->retry_at;
             } else if (send_cmd(n, ch, 0) == 0) {
                 ch->wire = W_SUBSCRIBING;
             }
-        } else if (n && n->c && ch->refs == 0 && ch->wire == W_SUBSCRIBED) {
+        } else if (n && n->link && ch->refs == 0 && ch->wire == W_SUBSCRIBED) {
             if (now < ch->idle_since + GRACE_MS) {
                 if (next && ch->idle_since + GRACE_MS < *next)
                     *next = ch->idle_since + GRACE_MS;
@@ -876,9 +892,9 @@ static void close_idle(uint64_t now, uint64_t *next)
             n->idle_since = 0;
             continue;
         }
-        if (n->c && !n->idle_since)
+        if (n->link && !n->idle_since)
             n->idle_since = now;
-        due = n->c ? n->idle_since + IDLE_MS : n->retry_at;
+        due = n->link ? n->idle_since + IDLE_MS : n->retry_at;
         if (now >= due)
             node_free(n);
         else if (due < *next)
@@ -892,14 +908,10 @@ static void flush(void)
     struct node *n;
 
     for (n = P.nodes; n; n = n->next) {
-        int done = 0;
-        if (!n->c || n->out == 0)
+        if (!n->link || n->out == 0)
             continue;
         n->out = 0;
-        while (!done)
-            if (redisBufferWrite(n->c, &done) != REDIS_OK)
-                break;
-        if (n->c->err) {
+        if (dist__link_flush(n->link, dist__link_deadline(n->link)) != 0) {
             pthread_mutex_lock(&P.mu);
             lost_node(n);
             pthread_mutex_unlock(&P.mu);
@@ -917,15 +929,14 @@ static void drain_pipe(void)
 
 static void read_node(struct node *n)
 {
-    void *reply;
+    redisReply *reply;
 
-    if (redisBufferRead(n->c) == REDIS_OK) {
-        while (redisGetReplyFromReader(n->c, &reply) == REDIS_OK && reply) {
-            handle(n, reply);
-            freeReplyObject(reply);
-        }
+    dist__link_read_some(n->link);
+    while (dist__link_next(n->link, &reply) == 1) {
+        handle(n, reply);
+        freeReplyObject(reply);
     }
-    if (n->c->err) {
+    if (dist__link_broken(n->link)) {
         pthread_mutex_lock(&P.mu);
         lost_node(n);
         pthread_mutex_unlock(&P.mu);
@@ -940,7 +951,7 @@ static void wait_and_read(struct loop *l, uint64_t next)
     int k = 1, i;
 
     for (n = P.nodes; n; n = n->next)
-        k += n->c != NULL;
+        k += n->link != NULL;
     if (k > l->cap) {
         struct pollfd *pfd = realloc(l->pfd, sizeof *pfd * (size_t)k);
         struct node **pn;
@@ -958,9 +969,9 @@ static void wait_and_read(struct loop *l, uint64_t next)
     l->pfd[0] = (struct pollfd){ P.pipe[0], POLLIN, 0 };
     k = 1;
     for (n = P.nodes; n; n = n->next)
-        if (n->c) {
+        if (n->link) {
             l->pn[k] = n;
-            l->pfd[k++] = (struct pollfd){ n->c->fd, POLLIN, 0 };
+            l->pfd[k++] = (struct pollfd){ dist__link_fd(n->link), POLLIN, 0 };
         }
     now = dist__now_ms();
     if (poll(l->pfd, (nfds_t)k, next > now ? (int)(next - now) : 0) <= 0)
@@ -971,11 +982,11 @@ static void wait_and_read(struct loop *l, uint64_t next)
          * tried now.  Not a cluster node's: connecting blocks this thread,
          * and the other nodes' messages would wait for a dead one. */
         for (n = P.nodes; n; n = n->next)
-            if (!n->c && !n->sharded)
+            if (!n->link && !n->sharded)
                 n->retry_at = 0;
     }
     for (i = 1; i < k; i++)
-        if (l->pfd[i].revents && l->pn[i]->c)
+        if (l->pfd[i].revents && l->pn[i]->link)
             read_node(l->pn[i]);
 }
 
@@ -1028,6 +1039,7 @@ void dist__pubsub_shutdown(void)
     pthread_t th;
     int running;
 
+    pubsub_init();
     pthread_mutex_lock(&P.mu);
     running = P.running;
     th = P.th;
@@ -1047,7 +1059,7 @@ void dist__pubsub_shutdown(void)
     pthread_mutex_unlock(&P.mu);
 }
 
-void dist__pubsub_fork(int phase)
+static void pubsub_fork(int phase)
 {
     struct dist__chan *ch;
 

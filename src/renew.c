@@ -31,13 +31,25 @@ static struct {
     struct dist__hold *head;   /* registered or doubtful holds */
 } R = { .mu = PTHREAD_MUTEX_INITIALIZER };
 
+static pthread_once_t renew_once = PTHREAD_ONCE_INIT;
+
+/* Before R.mu is first taken (every hold starts here): a fork must find
+ * the hook registered; and a failover renews every hold at once. */
+static void renew_register(void)
+{
+    dist__atfork_register(dist__renew_fork, DIST__RANK_RENEW);
+    dist__topo_on_change(dist__renew_all_now);
+}
+
 struct dist__hold *dist__hold_new(struct dist__names *names,
                                   unsigned long lease_ms)
 {
-    struct dist__hold *h = calloc(1, sizeof *h);
+    struct dist__hold *h;
     const char *owner;
     size_t len;
 
+    pthread_once(&renew_once, renew_register);
+    h = calloc(1, sizeof *h);
     if (!h)
         return NULL;
     dist__names_ref(names);
@@ -535,6 +547,7 @@ void dist__renew_shutdown(void)
     pthread_t th;
     int running;
 
+    pthread_once(&renew_once, renew_register);
     pthread_mutex_lock(&R.mu);
     running = R.running;
     th = R.th;

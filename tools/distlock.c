@@ -330,13 +330,48 @@ static void srv_close(struct srv *s)
     s->asking = 0;
 }
 
+/* A hiredis context to a, set up (AUTH, SELECT).  Temporary, until the
+ * tool talks through the library's links. */
+static int connect_addr(const struct dist__addr *a, redisContext **out)
+{
+    struct timeval tv = { (time_t)(rcfg.timeout_ms / 1000),
+                          (suseconds_t)(rcfg.timeout_ms % 1000) * 1000 };
+    redisContext *c = a->port ? redisConnectWithTimeout(a->host, a->port, tv)
+                              : redisConnectUnixWithTimeout(rcfg.path, tv);
+    char w[300];
+    redisReply *r = NULL;
+
+    srv_where(w, sizeof w, a);
+    if (!c || c->err) {
+        dist__err(EIO, "cannot connect to Redis at %s: %s", w,
+                  c ? c->errstr : "out of memory");
+        redisFree(c);
+        return EIO;
+    }
+    redisSetTimeout(c, tv);
+    if (rcfg.pass[0])
+        r = rcfg.user[0] ? redisCommand(c, "AUTH %s %s", rcfg.user, rcfg.pass)
+                         : redisCommand(c, "AUTH %s", rcfg.pass);
+    if (rcfg.pass[0] && (!r || r->type == REDIS_REPLY_ERROR)) {
+        dist__err(EIO, "AUTH refused: %s", r ? r->str : c->errstr);
+        freeReplyObject(r);
+        redisFree(c);
+        return EIO;
+    }
+    freeReplyObject(r);
+    if (rcfg.db && rcfg.mode != DIST__MODE_CLUSTER)
+        freeReplyObject(redisCommand(c, "SELECT %d", rcfg.db));
+    *out = c;
+    return 0;
+}
+
 /* Connects s to a.  0, or -1 with the reason in dist_last_error(). */
 static int srv_connect(struct srv *s, const struct dist__addr *a)
 {
     srv_close(s);
     s->a = *a;
     srv_where(s->where, sizeof s->where, a);
-    if (dist__connect_addr(&rcfg, a, &s->c) != 0) {
+    if (connect_addr(a, &s->c) != 0) {
         dist__topo_stale();
         return -1;
     }
