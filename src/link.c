@@ -451,13 +451,13 @@ int dist__link_reply(struct dist__link *l, uint64_t until, redisReply **out)
     *out = NULL;
     if (l->outlen && (rc = dist__link_flush(l, until)) != 0)
         return rc;
+    /* poll before each read: right after a command the answer is rarely
+     * there yet, and a read that finds nothing would cost a system call */
     for (;;) {
         if ((rc = dist__link_next(l, out)) != 0)
             return rc == 1 ? 0 : rc;
-        rc = read_once(l);
-        if (rc == 1)
-            rc = wait_fd(l, POLLIN, until);
-        if (rc)
+        if ((rc = wait_fd(l, POLLIN, until)) != 0 ||
+            (rc = read_once(l)) < 0)
             return rc;
     }
 }
