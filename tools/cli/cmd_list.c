@@ -351,23 +351,11 @@ static void print_rows(struct rows *rows, const char *pattern)
 
 int cmd_list(int argc, char **argv)
 {
-    const char *pattern = NULL;
+    const char *pattern = operand_args(argc, argv, NULL, NULL);
     struct dist__addr masters[MAX_MASTERS];
     struct rows rows = { NULL, 0 };
-    int i, m, nmasters, dashdash = 0;
+    int m, nmasters;
 
-    for (i = 0; i < argc; i++) {
-        if (!dashdash && strcmp(argv[i], "--") == 0) {
-            dashdash = 1;
-        } else if (!dashdash && argv[i][0] == '-' && argv[i][1]) {
-            if (!common_opt(argc, argv, &i))
-                usage_error("unknown option '%s'", argv[i]);
-        } else if (pattern) {
-            usage_error("unexpected argument '%s'", argv[i]);
-        } else {
-            pattern = argv[i];
-        }
-    }
     if (!pattern)
         pattern = "*";
     redis_setup();

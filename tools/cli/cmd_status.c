@@ -249,7 +249,7 @@ void holders_text(struct sb *b, const struct snap *s)
 
 int cmd_status(int argc, char **argv)
 {
-    const char *name = one_name(argc, argv);
+    const char *name = name_args(argc, argv, NULL, NULL);
     struct snap s;
 
     redis_setup();

@@ -37,36 +37,22 @@ static int confirm(const struct snap *s)
             strncasecmp(line + i, "yes", 3) == 0);
 }
 
-/* "unlock [--force] [--yes] NAME": the name; *force, *yes. */
-static const char *parse_args(int argc, char **argv, int *force, int *yes)
-{
-    const char *name = NULL;
-    int i, dashdash = 0;
+struct unlock_opts {
+    int force, yes;
+};
 
-    for (i = 0; i < argc; i++) {
-        if (!dashdash && strcmp(argv[i], "--") == 0) {
-            dashdash = 1;
-        } else if (!dashdash && strcmp(argv[i], "--force") == 0) {
-            *force = 1;
-        } else if (!dashdash && (strcmp(argv[i], "--yes") == 0 ||
-                                 strcmp(argv[i], "-y") == 0)) {
-            *yes = 1;
-        } else if (!dashdash && argv[i][0] == '-' && argv[i][1]) {
-            if (!common_opt(argc, argv, &i))
-                usage_error("unknown option '%s'", argv[i]);
-        } else if (name) {
-            usage_error("unexpected argument '%s'", argv[i]);
-        } else {
-            name = argv[i];
-        }
-    }
-    if (!name)
-        usage_error("missing the lock NAME");
-    check_name(name);
-    if (!*force)
-        usage_error("unlock needs --force: distlock releases the locks it holds "
-                    "itself; this removes a lock whatever its holder");
-    return name;
+static int unlock_opt(int argc, char **argv, int *i, void *arg)
+{
+    struct unlock_opts *o = arg;
+
+    (void)argc;
+    if (strcmp(argv[*i], "--force") == 0)
+        o->force = 1;
+    else if (strcmp(argv[*i], "--yes") == 0 || strcmp(argv[*i], "-y") == 0)
+        o->yes = 1;
+    else
+        return 0;
+    return 1;
 }
 
 static void say_not_locked(const char *name)
@@ -189,11 +175,14 @@ static void say_forced(const char *name, const struct snap *s, long long result)
 
 int cmd_unlock(int argc, char **argv)
 {
-    int force_opt = 0, yes = 0;
-    const char *name = parse_args(argc, argv, &force_opt, &yes);
+    struct unlock_opts o = { 0, 0 };
+    const char *name = name_args(argc, argv, unlock_opt, &o);
     long long result;
     struct snap s;
 
+    if (!o.force)
+        usage_error("unlock needs --force: distlock releases the locks it holds "
+                    "itself; this removes a lock whatever its holder");
     redis_setup();
     snap_take(name, strlen(name), &s);
     if (s.kind == KIND_UNKNOWN)
@@ -203,10 +192,10 @@ int cmd_unlock(int argc, char **argv)
         snap_free(&s);
         return 0;
     }
-    if (!yes && !isatty(STDIN_FILENO))
+    if (!o.yes && !isatty(STDIN_FILENO))
         die(EX_USAGE, "refusing to force '%s' without --yes (no terminal "
             "to ask on)", name);
-    if (!yes && !confirm(&s)) {
+    if (!o.yes && !confirm(&s)) {
         say("'%s' left alone", name);
         snap_free(&s);
         return EX_BUSY;

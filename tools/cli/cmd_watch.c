@@ -387,32 +387,18 @@ static void sub_pump(struct sub *u, int ms, int *msgs, int *look)
     *look = 1;
 }
 
-static const char *parse_args(int argc, char **argv, long *interval)
+static int watch_opt(int argc, char **argv, int *i, void *arg)
 {
-    const char *name = NULL, *v;
-    int i, dashdash = 0;
+    long *interval = arg;
+    const char *v = opt_value(argc, argv, i, "--interval");
+    char *end;
 
-    for (i = 0; i < argc; i++) {
-        if (!dashdash && strcmp(argv[i], "--") == 0) {
-            dashdash = 1;
-        } else if (!dashdash && (v = opt_value(argc, argv, &i, "--interval"))) {
-            char *end;
-            *interval = strtol(v, &end, 10);
-            if (*end || *interval < 10 || *interval > 60000)
-                usage_error("--interval wants milliseconds, 10..60000");
-        } else if (!dashdash && argv[i][0] == '-' && argv[i][1]) {
-            if (!common_opt(argc, argv, &i))
-                usage_error("unknown option '%s'", argv[i]);
-        } else if (name) {
-            usage_error("unexpected argument '%s'", argv[i]);
-        } else {
-            name = argv[i];
-        }
-    }
-    if (!name)
-        usage_error("missing the lock NAME");
-    check_name(name);
-    return name;
+    if (!v)
+        return 0;
+    *interval = strtol(v, &end, 10);
+    if (*end || *interval < 10 || *interval > 60000)
+        usage_error("--interval wants milliseconds, 10..60000");
+    return 1;
 }
 
 static void catch_stops(void)
@@ -465,7 +451,7 @@ static void watch_loop(struct sub *u, struct snap *prev, long interval)
 int cmd_watch(int argc, char **argv)
 {
     long interval = WATCH_INTERVAL_MS;
-    const char *name = parse_args(argc, argv, &interval);
+    const char *name = name_args(argc, argv, watch_opt, &interval);
     struct snap prev;
     struct sub u;
 

@@ -29,13 +29,18 @@ struct dist__cfg rcfg;
 /* Messages                                                                 */
 /* ------------------------------------------------------------------------ */
 
+static void vsay(const char *fmt, va_list ap)
+{
+    fputs("distlock: ", stderr);
+    vfprintf(stderr, fmt, ap);
+}
+
 void say(const char *fmt, ...)
 {
     va_list ap;
 
-    fputs("distlock: ", stderr);
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    vsay(fmt, ap);
     va_end(ap);
     fputc('\n', stderr);
 }
@@ -44,9 +49,8 @@ void die(int code, const char *fmt, ...)
 {
     va_list ap;
 
-    fputs("distlock: ", stderr);
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    vsay(fmt, ap);
     va_end(ap);
     fputc('\n', stderr);
     exit(code);
@@ -58,9 +62,8 @@ void usage_error(const char *fmt, ...)
 {
     va_list ap;
 
-    fputs("distlock: ", stderr);
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    vsay(fmt, ap);
     va_end(ap);
     fprintf(stderr, "\nTry 'distlock %s%s--help'.\n", cur_cmd ? cur_cmd : "",
             cur_cmd ? " " : "");
@@ -259,26 +262,32 @@ void check_name(const char *name)
         usage_error("the lock name is longer than %d bytes", DIST_NAME_MAX);
 }
 
-/* Parses "status NAME"-like argument lists: options and one operand. */
-const char *one_name(int argc, char **argv)
+const char *operand_args(int argc, char **argv, extra_opt_fn extra, void *arg)
 {
-    const char *name = NULL;
+    const char *operand = NULL;
     int i, dashdash = 0;
 
     for (i = 0; i < argc; i++) {
         if (!dashdash && strcmp(argv[i], "--") == 0) {
             dashdash = 1;
+        } else if (!dashdash && extra && extra(argc, argv, &i, arg)) {
             continue;
-        }
-        if (!dashdash && argv[i][0] == '-' && argv[i][1]) {
+        } else if (!dashdash && argv[i][0] == '-' && argv[i][1]) {
             if (!common_opt(argc, argv, &i))
                 usage_error("unknown option '%s'", argv[i]);
-            continue;
-        }
-        if (name)
+        } else if (operand) {
             usage_error("unexpected argument '%s'", argv[i]);
-        name = argv[i];
+        } else {
+            operand = argv[i];
+        }
     }
+    return operand;
+}
+
+const char *name_args(int argc, char **argv, extra_opt_fn extra, void *arg)
+{
+    const char *name = operand_args(argc, argv, extra, arg);
+
     if (!name)
         usage_error("missing the lock NAME");
     check_name(name);

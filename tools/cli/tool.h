@@ -44,8 +44,15 @@ int common_opt(int argc, char **argv, int *i);
 /* "--opt V" or "--opt=V": V, or NULL when argv[*i] is not name. */
 const char *opt_value(int argc, char **argv, int *i, const char *name);
 void check_name(const char *name);
-/* "status NAME"-like argument lists: options and one operand. */
-const char *one_name(int argc, char **argv);
+/* A command's own option: 1 when argv[*i] is one (*i moved past its
+ * value), 0 otherwise. */
+typedef int (*extra_opt_fn)(int argc, char **argv, int *i, void *arg);
+/* Parses options (the command's own through extra, which may be NULL, then
+ * the common ones; none after "--") and at most one operand, which it
+ * returns (NULL: none). */
+const char *operand_args(int argc, char **argv, extra_opt_fn extra, void *arg);
+/* The same, for a lock NAME, which must be there and valid. */
+const char *name_args(int argc, char **argv, extra_opt_fn extra, void *arg);
 /* Reads the settings (--url, DISTLOCK_URL); exit 2 when they are bad. */
 void redis_setup(void);
 int on_cluster(void);
