@@ -9,6 +9,14 @@
 
 #include "engine.h"
 
+int dist__run(int script, int nkeys, const struct dist__buf *kv, int nkv,
+              redisReply **out)
+{
+    struct dist__link *on;
+
+    return dist__route_eval(script, nkeys, kv, nkv, out, &on);
+}
+
 /* ---- deadlines ---------------------------------------------------------- */
 
 int dist__deadline_ms(const struct dist__deadline *dl, uint64_t *ms)
@@ -295,7 +303,9 @@ static int replica_sync(struct dist__call *c)
 {
     struct dist__call back = { .o = c->o, .mode = c->mode };
     char why[256];
-    int rc = dist__replica_sync(name_of(c)), held;
+    int rc, held;
+
+    rc = dist__link_wait_replicas(c->on, dist__replica_wait_ms(), name_of(c));
 
     if (rc == 0)
         return 0;

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "base.h"
 
 #define DEFAULT_URL         "redis://127.0.0.1:6379"
 #define DEFAULT_WATCHDOG_MS 30000UL
@@ -272,6 +272,8 @@ static unsigned long env_ms(const char *var, unsigned long def,
     return v;
 }
 
+static void cfg_fork(int phase);
+
 static void load_env(void)
 {
     const char *url = getenv("DISTLOCK_URL");
@@ -287,6 +289,8 @@ static void load_env(void)
     cfg.waiter_ms = env_ms("DISTLOCK_WAITER_MS", DEFAULT_WAITER_MS, MIN_WAITER_MS);
     cfg.replica_wait_ms = env_ms("DISTLOCK_REPLICA_WAIT_MS",
                                  DEFAULT_REPLICA_WAIT_MS, 0);
+    /* before cfg_mu is first taken: every user comes through here */
+    dist__atfork_register(cfg_fork, DIST__RANK_CFG);
 }
 
 void dist__cfg_get(struct dist__cfg *out)
@@ -413,7 +417,7 @@ int dist_set_replica_wait_ms(unsigned long ms)
     return set_ms(&cfg.replica_wait_ms, ms, 0, "dist_set_replica_wait_ms");
 }
 
-void dist__cfg_fork(int phase)
+static void cfg_fork(int phase)
 {
     if (phase == 0)
         pthread_mutex_lock(&cfg_mu);

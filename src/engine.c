@@ -12,6 +12,14 @@ static pthread_mutex_t fam_mu[DIST__FAM_COUNT] = {
     PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER,
 };
 static struct dist__state *fam_states[DIST__FAM_COUNT];
+static pthread_once_t hook_once = PTHREAD_ONCE_INIT;
+
+static void engine_fork(int phase);
+
+static void register_hook(void)
+{
+    dist__atfork_register(engine_fork, DIST__RANK_LOCKS);
+}
 
 int dist__check_name(const char *name, size_t *len)
 {
@@ -173,7 +181,7 @@ int dist__obj_new(const struct dist__kind *k, const char *name, int flags,
 
     if ((rc = dist__check_name(name, &len)) != 0)
         return rc;
-    dist__lib_init();
+    pthread_once(&hook_once, register_hook);
     if (!(o = calloc(1, sizeof *o)))
         return dist__err(ENOMEM, "out of memory");
     pthread_mutex_lock(&fam_mu[k->family]);
@@ -292,7 +300,7 @@ int dist__obj_destroy(const struct dist__kind *k, void **impl)
 
 /* ---- fork ------------------------------------------------------------------- */
 
-void dist__engine_fork(int phase)
+static void engine_fork(int phase)
 {
     struct dist__state *st;
     int f;

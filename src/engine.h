@@ -89,6 +89,9 @@ struct dist__call {
     int lost;                     /* earlier holds were found gone */
     int unknown;                  /* sent, and no answer came back */
     long long woken;              /* release: subscribers the message reached */
+    struct dist__link *on;        /* where the acquire ran (for the replica
+                                   * sync); valid until the thread's next
+                                   * route call */
     uint64_t started;             /* when the call began (monotonic ms) */
 };
 
@@ -164,6 +167,10 @@ void dist__rec_tidy(struct dist__state *st);
 
 /* ---- calls (call.c) ------------------------------------------------------- */
 
+/* A script on the server of kv[0], for calls whose link nobody needs. */
+int dist__run(int script, int nkeys, const struct dist__buf *kv, int nkv,
+              redisReply **out);
+
 int dist__acquire(struct dist__obj *o, int mode, int try_only,
                   const struct dist__deadline *dl);
 int dist__release(struct dist__obj *o);
@@ -172,7 +179,5 @@ int dist__token(struct dist__obj *o, int mode, uint64_t *token);
 /* ms on the monotonic clock when dl is reached; EINVAL for a bad dl */
 int dist__deadline_ms(const struct dist__deadline *dl, uint64_t *ms);
 int dist__deadline_reached(const struct dist__deadline *dl);
-
-void dist__engine_fork(int phase);
 
 #endif

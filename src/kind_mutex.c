@@ -35,7 +35,7 @@ static struct dist__buf arg(const char *s)
 
 /* Reads the owner's count after a lost reply.  0, or EIO. */
 static int probe(const struct dist__names *nm, long long *holds, long long *pttl,
-                 uint64_t *token)
+                 uint64_t *token, struct dist__link **on)
 {
     size_t olen;
     const char *owner = dist__owner(&olen);
@@ -48,7 +48,7 @@ static int probe(const struct dist__names *nm, long long *holds, long long *pttl
     /* The first reconnect usually works; a server that is restarting may
      * need a few tries: keep at it for up to the command timeout. */
     for (tries = 0;; tries++) {
-        rc = dist__eval_here(DIST__S_MUTEX_PROBE, 2, kv, 3, &r);
+        rc = dist__route_eval(DIST__S_MUTEX_PROBE, 2, kv, 3, &r, on);
         if (rc == 0 || rc == DIST__EREPLY || rc == ENOMEM)
             break;
         if (!give_up)
@@ -85,7 +85,7 @@ static int run_acquire(struct dist__call *c, redisReply **r)
         kv[1] = nm->token;
         kv[2] = arg(lease);
         kv[3] = (struct dist__buf){ owner, olen };
-        return dist__eval_here(DIST__S_MUTEX_LOCK, 2, kv, 4, r);
+        return dist__route_eval(DIST__S_MUTEX_LOCK, 2, kv, 4, r, &c->on);
     }
     snprintf(window, sizeof window, "%lu", dist__waiter_ms());
     kv[0] = nm->name;
@@ -98,7 +98,7 @@ static int run_acquire(struct dist__call *c, redisReply **r)
     kv[7] = arg(window);
     kv[8] = arg(c->how == DIST__HOW_QUEUE ? "wait" : "try");
     kv[9] = arg(dist__publish_cmd());
-    return dist__eval_here(DIST__S_FAIR_LOCK, 5, kv, 10, r);
+    return dist__route_eval(DIST__S_FAIR_LOCK, 5, kv, 10, r, &c->on);
 }
 
 /* One try.  A lost reply is settled by reading the owner's count back
@@ -111,7 +111,7 @@ static int m_acquire(struct dist__call *c)
     int rc = run_acquire(c, &r);
 
     if (rc == DIST__ECONN) {
-        if (probe(c->o->st->names, &holds, &pttl, &tok) != 0) {
+        if (probe(c->o->st->names, &holds, &pttl, &tok, &c->on) != 0) {
             c->unknown = 1;
             return EIO;
         }
@@ -186,7 +186,7 @@ static int release_ran(struct dist__call *c, uint64_t mytoken)
     long long holds, pttl;
     uint64_t tok;
 
-    if (probe(c->o->st->names, &holds, &pttl, &tok) != 0)
+    if (probe(c->o->st->names, &holds, &pttl, &tok, &c->on) != 0)
         return -2;
     /* A counter below our token means the server lost its data (a restart
      * without persistence): the hold went with it. */
@@ -225,14 +225,14 @@ static int m_release(struct dist__call *c)
     snprintf(lease, sizeof lease, "%lu", dist__lease_of(c->o));
     nkeys = release_args(c->o->st->names, fair, lease, owner, olen, NULL, kv,
                          &nkv);
-    rc = dist__eval_here(script, nkeys, kv, nkv, &r);
+    rc = dist__run(script, nkeys, kv, nkv, &r);
     if (rc == DIST__ECONN) {
         switch (release_ran(c, my_token(c))) {
         case 1: return 0;
         case -1: return EPERM;
         case -2: c->unknown = 1; return EIO;
         }
-        if ((rc = dist__eval_here(script, nkeys, kv, nkv, &r)) == DIST__ECONN) {
+        if ((rc = dist__run(script, nkeys, kv, nkv, &r)) == DIST__ECONN) {
             c->unknown = 1;
             return EIO;
         }
@@ -272,8 +272,8 @@ static int m_settle(struct dist__hold *h, int *lost)
     snprintf(expect, sizeof expect, "%lu", h->n[0] + 1);
     nkeys = release_args(h->names, fair, lease, h->owner, h->owner_len, expect,
                          kv, &nkv);
-    rc = dist__eval_here(fair ? DIST__S_FAIR_UNLOCK : DIST__S_MUTEX_UNLOCK,
-                         nkeys, kv, nkv, &r);
+    rc = dist__run(fair ? DIST__S_FAIR_UNLOCK : DIST__S_MUTEX_UNLOCK,
+                   nkeys, kv, nkv, &r);
     if (rc == DIST__ECONN || rc == DIST__ENOCONN)
         return -1;
     if (rc == 0)
@@ -332,7 +332,7 @@ static void m_cancel(struct dist__call *c)
     };
     redisReply *r;
 
-    if (dist__eval_here(DIST__S_FAIR_CANCEL, 4, kv, 7, &r) == 0)
+    if (dist__run(DIST__S_FAIR_CANCEL, 4, kv, 7, &r) == 0)
         freeReplyObject(r);
 }
 

@@ -183,16 +183,19 @@ static int tkey(struct dist__state *st, struct dist__rec *r, unsigned long k,
  * caller to read the answer in that light.  Returns 0 with *r, EIO or
  * ENOMEM (nothing ran), or UNKNOWN. */
 static int run(int script, int nkeys, const struct dist__buf *kv, int nkv,
-               redisReply **r, int *again)
+               redisReply **r, int *again, struct dist__link **on)
 {
+    struct dist__link *dummy;
     int rc, tries;
 
+    if (!on)
+        on = &dummy;
     *again = 0;
-    rc = dist__eval_here(script, nkeys, kv, nkv, r);
+    rc = dist__route_eval(script, nkeys, kv, nkv, r, on);
     for (tries = 0; tries < 2 && (rc == DIST__ECONN ||
                                   (*again && rc == DIST__ENOCONN)); tries++) {
         *again = 1;
-        rc = dist__eval_here(script, nkeys, kv, nkv, r);
+        rc = dist__route_eval(script, nkeys, kv, nkv, r, on);
     }
     if (rc == 0)
         return 0;
@@ -243,7 +246,7 @@ static int run_release(const struct dist__state *st, const char *owner,
     kv[n++] = arg(ewr);
     kv[n++] = arg(dist__publish_cmd());
     rc = run(mode ? DIST__S_RWLOCK_WRUNLOCK : DIST__S_RWLOCK_RDUNLOCK,
-             mode ? 4 : 5, kv, n, &r, again);
+             mode ? 4 : 5, kv, n, &r, again, NULL);
     if (rc != 0)
         return rc;
     return read_ints(r, v, mode ? "rwlock_wrunlock" : "rwlock_rdunlock");
@@ -304,7 +307,7 @@ static int run_acquire(struct dist__call *c, struct dist__rec *r, long long v[4]
     }
     kv[n++] = arg(dist__publish_cmd());
     rc = run(c->mode ? DIST__S_RWLOCK_WRLOCK : DIST__S_RWLOCK_RDLOCK, 5, kv, n,
-             &rep, again);
+             &rep, again, &c->on);
     if (rc != 0)
         return rc;
     return read_ints(rep, v, c->mode ? "rwlock_wrlock" : "rwlock_rdlock");
@@ -517,7 +520,7 @@ static void rw_cancel(struct dist__call *c)
     };
     redisReply *r;
 
-    if (dist__eval_here(DIST__S_RWLOCK_CANCEL, 3, kv, 5, &r) == 0)
+    if (dist__run(DIST__S_RWLOCK_CANCEL, 3, kv, 5, &r) == 0)
         freeReplyObject(r);
 }
 

@@ -5,5 +5,5 @@ void dist_shutdown(void)
 {
     dist__pubsub_shutdown();
     dist__renew_shutdown();
-    dist__conn_close_thread();
+    dist__route_close_thread();
 }

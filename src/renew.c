@@ -31,14 +31,26 @@ static struct {
     struct dist__hold *head;   /* registered or unsettled entries */
 } R = { .mu = PTHREAD_MUTEX_INITIALIZER };
 
+static pthread_once_t renew_once = PTHREAD_ONCE_INIT;
+
+/* Before R.mu is first taken (every hold starts here): a fork must find
+ * the hook registered; and a failover renews every hold at once. */
+static void renew_register(void)
+{
+    dist__atfork_register(dist__renew_fork, DIST__RANK_RENEW);
+    dist__topo_on_change(dist__renew_all_now);
+}
+
 struct dist__hold *dist__hold_new(const struct dist__kind *k,
                                   struct dist__names *names,
                                   unsigned long lease_ms)
 {
-    struct dist__hold *h = calloc(1, sizeof *h);
+    struct dist__hold *h;
     const char *owner;
     size_t len;
 
+    pthread_once(&renew_once, renew_register);
+    h = calloc(1, sizeof *h);
     if (!h)
         return NULL;
     dist__names_ref(names);
@@ -345,7 +357,7 @@ static int renew_batch(struct dist__hold **hs, size_t n, unsigned long ms,
     }
     pthread_mutex_unlock(&R.mu);
 
-    rc = dist__eval_here(script, (int)nk, kv, (int)k, &r);
+    rc = dist__run(script, (int)nk, kv, (int)k, &r);
     free(kv);
     free(counts);
 
@@ -498,7 +510,7 @@ static void *renew_main(void *arg)
                 break;
     }
     R.wake_at = 0;
-    dist__conn_close_thread();
+    dist__route_close_thread();
     pthread_mutex_unlock(&R.mu);
     return NULL;
 }
@@ -509,6 +521,7 @@ void dist__renew_shutdown(void)
     pthread_t th;
     int running;
 
+    pthread_once(&renew_once, renew_register);
     pthread_mutex_lock(&R.mu);
     running = R.running;
     th = R.th;
