@@ -18,13 +18,10 @@
 --                             (the lock's lease when the caller heads the queue, else
 --                             the sooner of that and the head's deadline, when a
 --                             dead head is purged)
+--#include prelude_waiters.lua
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local dead = redis.call('zrangebyscore', KEYS[3], '-inf', now)
-for i = 1, #dead do
-  redis.call('lrem', KEYS[2], 0, dead[i])
-  redis.call('zrem', KEYS[3], dead[i])
-end
+drop_dead_waiters(now, KEYS[2], KEYS[3])
 
 if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
   local holds = redis.call('hincrby', KEYS[1], ARGV[2], 1)

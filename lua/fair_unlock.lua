@@ -13,27 +13,16 @@
 -- ARGV[5]  optional: the owner's count this call expects (see mutex_unlock)
 -- Reply    {n, woken}: n is the holds left (0: released), -1 the owner holds nothing,
 --          -2 the count differs from ARGV[5]; woken is 1 when a head was told
+--#include prelude_waiters.lua
+--#include prelude_release.lua
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local dead = redis.call('zrangebyscore', KEYS[3], '-inf', now)
-for i = 1, #dead do
-  redis.call('lrem', KEYS[2], 0, dead[i])
-  redis.call('zrem', KEYS[3], dead[i])
-end
+drop_dead_waiters(now, KEYS[2], KEYS[3])
 
-local holds = redis.call('hget', KEYS[1], ARGV[2])
-if not holds then
-  return {-1, 0}
-end
-if ARGV[5] and tonumber(holds) ~= tonumber(ARGV[5]) then
-  return {-2, 0}
-end
-holds = redis.call('hincrby', KEYS[1], ARGV[2], -1)
-if holds > 0 then
-  redis.call('pexpire', KEYS[1], ARGV[1])
+local holds = give_back_hold(KEYS[1], ARGV[2], ARGV[1], ARGV[5])
+if holds ~= 0 then
   return {holds, 0}
 end
-redis.call('del', KEYS[1])
 local head = redis.call('lindex', KEYS[2], 0)
 if head then
   redis.call(ARGV[3], KEYS[4] .. ':' .. head, ARGV[4])

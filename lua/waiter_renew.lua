@@ -6,18 +6,14 @@
 -- ARGV[1]  window in ms
 -- ARGV     then for each waiter: its owner, and its number of keys (1)
 -- Reply    one integer per waiter: 1 pushed forward, 0 no longer queued
+--#include prelude_batch.lua
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local deadline = now + tonumber(ARGV[1])
-local renewed, k = {}, 1
-for e = 1, (#ARGV - 1) / 2 do
-  local owner, nkeys = ARGV[2 * e], tonumber(ARGV[2 * e + 1])
+return for_each_entry(function(owner, k, nkeys)
   if redis.call('zscore', KEYS[k], owner) then
     redis.call('zadd', KEYS[k], deadline, owner)
-    renewed[e] = 1
-  else
-    renewed[e] = 0
+    return true
   end
-  k = k + nkeys
-end
-return renewed
+  return false
+end)

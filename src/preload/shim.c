@@ -142,76 +142,18 @@ static void resolve_reals(void)
     __atomic_store_n(&reals_ready, 1, __ATOMIC_RELEASE);
 }
 
-/* ---- messages ------------------------------------------------------------- */
+/* ---- the configuration, fatal errors ------------------------------------------ */
 
-static char *msgs;            /* start-up messages, one per line */
-static size_t msgs_len;
-static int started;           /* after start-up: print at once */
-static int verbose;
 static struct pl_config cfg;
 
-static void write_all(int fd, const char *p, size_t n)
-{
-    while (n > 0) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return;
-        p += w;
-        n -= (size_t)w;
-    }
-}
-
-static void vmsg(const char *fmt, va_list ap)
-{
-    char line[1024];
-    size_t n;
-    int k;
-
-    k = snprintf(line, sizeof line, PL_MSG_PREFIX);
-    vsnprintf(line + k, sizeof line - (size_t)k - 1, fmt, ap);
-    n = strlen(line);
-    line[n++] = '\n';
-    if (__atomic_load_n(&started, __ATOMIC_ACQUIRE)) {
-        int saved = errno;
-        write_all(2, line, n);
-        errno = saved;
-        return;
-    }
-    {
-        char *m = realloc(msgs, msgs_len + n);
-        if (!m) {
-            write_all(2, line, n);
-            return;
-        }
-        memcpy(m + msgs_len, line, n);
-        msgs = m;
-        msgs_len += n;
-    }
-}
-
-void pl_msg(const char *fmt, ...)
-{
-    va_list ap;
-
-    va_start(ap, fmt);
-    vmsg(fmt, ap);
-    va_end(ap);
-}
-
-int pl_verbose(void)
-{
-    return verbose;
-}
-
+/* Prints at once (start-up may not be over) and aborts. */
 static void die(const char *fmt, ...)
 {
     va_list ap;
 
-    __atomic_store_n(&started, 1, __ATOMIC_RELEASE);
+    pl_msg_started();
     va_start(ap, fmt);
-    vmsg(fmt, ap);
+    pl_vmsg(fmt, ap);
     va_end(ap);
     abort();
 }
@@ -447,29 +389,17 @@ static void open_status(void)
 static void finish_status(int ok, size_t mapped)
 {
     char line[64];
-    size_t i, j;
 
-    if (status_fd < 0) {
-        if (msgs_len)
-            write_all(2, msgs, msgs_len);
-    } else {
-        for (i = 0; i < msgs_len; i = j + 1) {
-            for (j = i; j < msgs_len && msgs[j] != '\n'; j++)
-                ;
-            write_all(status_fd, "msg ", 4);
-            write_all(status_fd, msgs + i, j - i + 1);
-        }
+    pl_msg_hand_over(status_fd);
+    if (status_fd >= 0) {
         if (ok)
             snprintf(line, sizeof line, "ok %zu\n", mapped);
         else
             snprintf(line, sizeof line, "fail\n");
-        write_all(status_fd, line, strlen(line));
+        pl_write_all(status_fd, line, strlen(line));
         close(status_fd);
         status_fd = -1;
     }
-    free(msgs);
-    msgs = NULL;
-    msgs_len = 0;
 }
 
 static void startup_fail(void)
@@ -488,11 +418,9 @@ static const struct table *build(void)
 
     open_status();
     v = getenv("DISTLOCK_PRELOAD_VERBOSE");
-    verbose = v && *v && strcmp(v, "0") != 0;
+    pl_set_verbose(v && *v && strcmp(v, "0") != 0);
     if (!is_target()) {
-        free(msgs);
-        msgs = NULL;
-        msgs_len = 0;
+        pl_msg_drop();
         status_fd = -1;
         return &empty.t;
     }
@@ -506,13 +434,12 @@ static const struct table *build(void)
         startup_fail();
     if (cfg.program && !is_program(cfg.program)) {
         /* another program started with the same environment */
-        free(msgs);
-        msgs = NULL;
-        msgs_len = 0;
+        pl_msg_drop();
         status_fd = -1;
         return &empty.t;
     }
-    verbose |= cfg.verbose;
+    if (cfg.verbose)
+        pl_set_verbose(1);
     if (cfg.url && (rc = dist_set_url(cfg.url)) != 0) {
         pl_msg("%s:%d: url: %s", cfg.path, cfg.url_line, dist_last_error());
         startup_fail();
@@ -556,7 +483,7 @@ static const struct table *build(void)
             startup_fail();
         }
         table_put(t, e);
-        if (verbose)
+        if (pl_verbose())
             pl_msg("%s '%s' = %s", e->kind == PL_MUTEX ? "mutex" : "rwlock",
                    e->lockname, e->where);
     }
@@ -571,7 +498,7 @@ static const struct table *build(void)
             startup_fail();
         }
     }
-    for (i = 0; i < nsites && verbose; i++)
+    for (i = 0; i < nsites && pl_verbose(); i++)
         pl_msg("%s '%s:<n>' = every %s that %s",
                sites[i].sec->kind == PL_MUTEX ? "mutex" : "rwlock",
                sites[i].sec->name,
@@ -601,7 +528,7 @@ static const struct table *startup(void)
         in_shim = 1;
         t = build();
         in_shim = 0;
-        __atomic_store_n(&started, 1, __ATOMIC_RELEASE);
+        pl_msg_started();
         __atomic_store_n(&tab, t, __ATOMIC_RELEASE);
         __atomic_store_n(&phase, 2, __ATOMIC_RELEASE);
         syscall(SYS_futex, &phase, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
@@ -976,7 +903,7 @@ static void site_init(void *m, uintptr_t ra, int kind)
                dist_last_error());
         goto out;
     }
-    if (verbose)
+    if (pl_verbose())
         pl_msg("%s '%s' = %p, initialised by %s",
                kind == PL_MUTEX ? "mutex" : "rwlock", name, m, s->where);
     __atomic_store_n(&e->live, 1, __ATOMIC_RELEASE);
