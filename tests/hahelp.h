@@ -2,7 +2,7 @@
  * hahelp.h: what the Sentinel and Cluster tests share: a waiter in a forked
  * process that reports when it got the lock, and a watch on a key's TTL
  * that sees a renewal land.  Static: each program gets its own copy.
- * Include after cmocka.h, testutil.h and distlock.h.
+ * Include after cmocka.h, harness_server.h and distlock.h.
  */
 #ifndef DISTLOCK_HAHELP_H
 #define DISTLOCK_HAHELP_H

@@ -17,9 +17,9 @@
 #include <cmocka.h>
 
 #include "distlock.h"
-#include "testutil.h"
+#include "harness_server.h"
 #include "testhelp.h"
-#include "topo.h"
+#include "harness_cluster.h"
 #include "hahelp.h"
 
 #define WATCHDOG_MS 10000UL  /* much longer than a failover */

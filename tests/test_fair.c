@@ -26,7 +26,7 @@
 #include <cmocka.h>
 
 #include "distlock.h"
-#include "testutil.h"
+#include "harness_server.h"
 
 #define WAITER_MS 2000UL   /* a short waiter window keeps the tests short */
 

@@ -31,7 +31,8 @@
 #include <cmocka.h>
 
 #include "distlock.h"
-#include "testutil.h"
+#include "harness_server.h"
+#include "harness_proxy.h"
 #include "testhelp.h"
 
 static tu_redis_t r;

@@ -34,7 +34,7 @@
 
 #include <cmocka.h>
 
-#include "testutil.h"
+#include "harness_server.h"
 
 static tu_redis_t r;
 static char dir[256];                 /* private temp dir */

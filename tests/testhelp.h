@@ -1,6 +1,6 @@
 /*
- * testhelp.h: helpers the cmocka test programs share (testutil.h is the
- * plain-C part; this one may use cmocka and is included after it).
+ * testhelp.h: helpers the cmocka test programs share (harness_server.h is
+ * the plain-C part; this one may use cmocka and is included after it).
  * Everything is static: each program gets its own copy.
  */
 #ifndef DISTLOCK_TESTHELP_H
