@@ -21,6 +21,7 @@
 #include "testhelp.h"
 #include "harness_cluster.h"
 #include "hahelp.h"
+#include "fixture.h"
 
 #define WATCHDOG_MS 10000UL  /* much longer than a failover */
 #define TIMEOUT_MS  2000UL
@@ -74,15 +75,11 @@ static int name_on(char *buf, size_t len, const char *what, int master)
 
 static int setup(void **state)
 {
+    static const struct fx_settings settings = { WATCHDOG_MS, TIMEOUT_MS, 0 };
+
     (void)state;
     C = tu_cluster_start(MASTERS, 1, NULL);
-    if (!C)
-        return -1;
-    if (dist_set_url(tu_cluster_url(C)) != 0 ||
-        dist_set_watchdog_ms(WATCHDOG_MS) != 0 ||
-        dist_set_timeout_ms(TIMEOUT_MS) != 0)
-        return -1;
-    return 0;
+    return C != NULL ? fx_apply(tu_cluster_url(C), &settings) : -1;
 }
 
 static int teardown(void **state)

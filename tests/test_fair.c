@@ -27,8 +27,14 @@
 
 #include "distlock.h"
 #include "harness_server.h"
+#include "testhelp.h"
+#include "fixture.h"
 
 #define WAITER_MS 2000UL   /* a short waiter window keeps the tests short */
+
+/* The group's settings (fixture.h): the library's own but for the waiter
+ * window. */
+static const struct fx_settings defaults = { 0, 0, WAITER_MS };
 
 static tu_redis_t r;
 
@@ -601,23 +607,6 @@ static void test_no_channels_left(void **state)
     assert_true(no_channels_within(3.0));
 }
 
-static int group_setup(void **state)
-{
-    (void)state;
-    signal(SIGPIPE, SIG_IGN);
-    if (tu_redis_start(&r) != 0)
-        return -1;
-    return dist_set_url(r.url_unix) || dist_set_waiter_ms(WAITER_MS) ? -1 : 0;
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    dist_shutdown();
-    tu_redis_stop(&r);
-    return 0;
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -632,9 +621,8 @@ int main(void)
         cmocka_unit_test(test_unknown_release_wakes_head),
         cmocka_unit_test(test_no_channels_left),
     };
-    const char *filter = getenv("TEST_FAIR_FILTER");
 
-    if (filter && *filter)
-        cmocka_set_test_filter(filter);
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    filter_from_env("TEST_FAIR_FILTER");
+    fx_use(&r, &defaults);
+    return cmocka_run_group_tests(tests, fx_group_setup, fx_group_teardown);
 }

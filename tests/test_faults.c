@@ -40,24 +40,21 @@
 #include "harness_server.h"
 #include "harness_proxy.h"
 #include "testhelp.h"
+#include "fixture.h"
 
 static tu_redis_t r;
 static tu_proxy_t *g_proxy;         /* stopped by the teardown after a failure */
-static int g_dirty;                 /* a test changed the global settings */
 
 #define DEFAULT_WATCHDOG_MS 30000UL
 #define DEFAULT_TIMEOUT_MS  2000UL
 #define FAULT_TIMEOUT_MS    300UL   /* command timeout while faults are on */
 
-/* SIGPIPE is counted, not fatal (see test_mutex.c): testutil and the proxy
- * never raise it, so any would come from the library. */
-static volatile sig_atomic_t sigpipes;
-
-static void on_sigpipe(int sig)
-{
-    (void)sig;
-    sigpipes = sigpipes + 1;
-}
+/* The group's settings (fixture.h); SIGPIPE is counted, not fatal: the
+ * harness and the proxy never raise it, so any would come from the
+ * library. */
+static const struct fx_settings defaults = {
+    DEFAULT_WATCHDOG_MS, DEFAULT_TIMEOUT_MS, 0
+};
 
 #define NAME(buf, tag) test_lock_name(buf, sizeof buf, "test_faults", __func__, tag)
 
@@ -84,7 +81,7 @@ static long long await_gone(const char *key, double secs)
 
 static void set_url(const char *url)
 {
-    g_dirty = 1;
+    fx_dirty = 1;
     if (dist_set_url(url) != 0)
         fail_msg("dist_set_url(%s) failed", url);
 }
@@ -442,51 +439,19 @@ static void check_children(struct cshared *s, const int *status, int n,
 
 /* ---- fixtures ---------------------------------------------------------------- */
 
-static int group_setup(void **state)
-{
-    struct sigaction sa;
-
-    (void)state;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_sigpipe;
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESTART;
-    sigaction(SIGPIPE, &sa, NULL);
-    if (tu_redis_start(&r) != 0)
-        return -1;
-    if (dist_set_url(r.url_unix) != 0 ||
-        dist_set_watchdog_ms(DEFAULT_WATCHDOG_MS) != 0 ||
-        dist_set_timeout_ms(DEFAULT_TIMEOUT_MS) != 0)
-        return -1;
-    return 0;
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    dist_shutdown();
-    tu_redis_stop(&r);
-    return 0;
-}
-
 /* Safety net when a test failed half-way: the server runs and takes
  * commands, the proxy is gone, the settings are the defaults. */
 static int restore_defaults(void **state)
 {
     redisReply *x;
 
-    (void)state;
     tu_redis_signal(&r, SIGCONT);
-    if (g_dirty) {
+    if (fx_dirty) {
         x = tu_cmd(&r, "CLIENT", "UNPAUSE", NULL);
         if (x)
             freeReplyObject(x);
-        dist_set_lost_handler(NULL, NULL);
-        dist_set_url(r.url_unix);
-        dist_set_watchdog_ms(DEFAULT_WATCHDOG_MS);
-        dist_set_timeout_ms(DEFAULT_TIMEOUT_MS);
-        g_dirty = 0;
     }
+    fx_restore_defaults(state);
     if (g_proxy) {
         tu_proxy_stop(g_proxy);
         g_proxy = NULL;
@@ -652,7 +617,7 @@ static void test_sigstop(void **state)
     NAME(nheld, "held");
     NAME(nleased, "leased");
     NAME(nm, "m");
-    g_dirty = 1;
+    fx_dirty = 1;
     lost_reset();
     assert_int_equal(dist_set_lost_handler(on_lost, NULL), 0);
     /* renewed every 2 s, so that it is renewed around the stop */
@@ -749,7 +714,7 @@ static void test_sigstop(void **state)
     dist_set_lost_handler(NULL, NULL);
     dist_set_watchdog_ms(DEFAULT_WATCHDOG_MS);
     dist_set_timeout_ms(DEFAULT_TIMEOUT_MS);
-    g_dirty = 0;
+    fx_dirty = 0;
 }
 
 /* dist_last_error() after a call that timed out should say so.  Was a bug
@@ -764,7 +729,7 @@ static void test_sigstop_error_names_timeout(void **state)
 
     (void)state;
     NAME(nm, "m");
-    g_dirty = 1;
+    fx_dirty = 1;
     assert_int_equal(dist_set_timeout_ms(FAULT_TIMEOUT_MS), 0);
     assert_int_equal(dist_mutex_init(&m, nm, NULL), 0);
     assert_int_equal(tu_redis_signal(&r, SIGSTOP), 0);
@@ -776,7 +741,7 @@ static void test_sigstop_error_names_timeout(void **state)
     assert_int_equal(dist_mutex_unlock(&m), 0);
     assert_int_equal(dist_mutex_destroy(&m), 0);
     dist_set_timeout_ms(DEFAULT_TIMEOUT_MS);
-    g_dirty = 0;
+    fx_dirty = 0;
 
     assert_int_equal(rc, EIO);
     if (!strstr(err, "timed out") && !strstr(err, "timeout"))
@@ -856,7 +821,7 @@ static void pause_case(const char *mode)
     assert_true(s != MAP_FAILED);
     memset(s, 0, sizeof *s);
     s->code = -1;
-    g_dirty = 1;
+    fx_dirty = 1;
     lost_reset();
     assert_int_equal(dist_set_lost_handler(on_lost, NULL), 0);
     assert_int_equal(dist_set_watchdog_ms(3000), 0);
@@ -930,7 +895,7 @@ static void pause_case(const char *mode)
     assert_int_equal(dist_mutex_destroy(&m2), 0);
     dist_set_lost_handler(NULL, NULL);
     dist_set_watchdog_ms(DEFAULT_WATCHDOG_MS);
-    g_dirty = 0;
+    fx_dirty = 0;
 }
 
 static void test_client_pause_write(void **state)
@@ -1206,7 +1171,7 @@ static void test_blackhole(void **state)
     dist_set_watchdog_ms(DEFAULT_WATCHDOG_MS);
     dist_set_timeout_ms(DEFAULT_TIMEOUT_MS);
     proxy_down();
-    g_dirty = 0;
+    fx_dirty = 0;
 }
 
 /* Two clients take turns through a proxy that resets every connection,
@@ -1382,7 +1347,7 @@ static void test_doubtful_unlock_not_lost(void **state)
 
     (void)state;
     NAME(name, "m");
-    g_dirty = 1;
+    fx_dirty = 1;
     lost_reset();
     assert_int_equal(dist_set_lost_handler(on_lost, NULL), 0);
     assert_int_equal(dist_set_watchdog_ms(1500), 0);   /* renewed every 0.5 s */
@@ -1408,7 +1373,7 @@ static void test_doubtful_unlock_not_lost(void **state)
     dist_set_lost_handler(NULL, NULL);
     dist_set_watchdog_ms(DEFAULT_WATCHDOG_MS);
     dist_set_timeout_ms(DEFAULT_TIMEOUT_MS);
-    g_dirty = 0;
+    fx_dirty = 0;
 }
 
 /*
@@ -1524,7 +1489,7 @@ static void test_unlock_eio_keeps_hold(void **state)
     dist_mutex_destroy(&m);
     dist_set_watchdog_ms(DEFAULT_WATCHDOG_MS);
     dist_set_timeout_ms(DEFAULT_TIMEOUT_MS);
-    g_dirty = 0;
+    fx_dirty = 0;
 
     print_message("  unlock: %d (%s); key after 3 s: %lld; relocked: "
                   "count %lld\n", rc, err, ex, cnt);
@@ -1635,8 +1600,8 @@ static void test_pubsub_backs_off_on_resets(void **state)
 static void test_no_sigpipe(void **state)
 {
     (void)state;
-    if (sigpipes != 0)
-        fail_msg("the library raised SIGPIPE %d time(s)", (int)sigpipes);
+    if (fx_sigpipes() != 0)
+        fail_msg("the library raised SIGPIPE %d time(s)", fx_sigpipes());
 }
 
 int main(void)
@@ -1659,9 +1624,8 @@ int main(void)
         T(test_no_sigpipe),
 #undef T
     };
-    const char *filter = getenv("TEST_FAULTS_FILTER");
 
-    if (filter && *filter)
-        cmocka_set_test_filter(filter);
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    filter_from_env("TEST_FAULTS_FILTER");
+    fx_use(&r, &defaults);
+    return cmocka_run_group_tests(tests, fx_group_setup, fx_group_teardown);
 }

@@ -34,23 +34,18 @@
 #include "harness_server.h"
 #include "harness_proxy.h"
 #include "testhelp.h"
+#include "fixture.h"
 
 static tu_redis_t r;
-static int g_dirty;                 /* a test changed the global settings */
-
-/* SIGPIPE is counted, not fatal: testutil blocks its own and the proxy uses
- * MSG_NOSIGNAL, so any SIGPIPE comes from the library writing to a dead
- * Redis socket.  test_no_sigpipe reports it without killing the run. */
-static volatile sig_atomic_t sigpipes;
-
-static void on_sigpipe(int sig)
-{
-    (void)sig;
-    sigpipes = sigpipes + 1;
-}
 
 #define DEFAULT_WATCHDOG_MS 30000UL
 #define DEFAULT_TIMEOUT_MS  2000UL
+
+/* The group's settings (fixture.h); SIGPIPE is counted, not fatal, and
+ * test_no_sigpipe reports it without killing the run. */
+static const struct fx_settings defaults = {
+    DEFAULT_WATCHDOG_MS, DEFAULT_TIMEOUT_MS, 0
+};
 
 /* Shared memory for results of forked children (one int per child). */
 static int *shared_ints(size_t n)
@@ -218,49 +213,6 @@ static void run_oneshot(struct oneshot *o, dist_mutex_t *m, enum op op)
     o->rc = -1;
     assert_int_equal(pthread_create(&th, NULL, oneshot_main, o), 0);
     pthread_join(th, NULL);
-}
-
-/* ---- fixtures -------------------------------------------------------------- */
-
-static int group_setup(void **state)
-{
-    struct sigaction sa;
-
-    (void)state;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_sigpipe;
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESTART;
-    sigaction(SIGPIPE, &sa, NULL);
-    if (tu_redis_start(&r) != 0)
-        return -1;
-    if (dist_set_url(r.url_unix) != 0 ||
-        dist_set_watchdog_ms(DEFAULT_WATCHDOG_MS) != 0 ||
-        dist_set_timeout_ms(DEFAULT_TIMEOUT_MS) != 0)
-        return -1;
-    return 0;
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    dist_shutdown();
-    tu_redis_stop(&r);
-    return 0;
-}
-
-/* Safety net when a test failed before restoring what it changed. */
-static int restore_defaults(void **state)
-{
-    (void)state;
-    if (g_dirty) {
-        dist_set_lost_handler(NULL, NULL);
-        dist_set_url(r.url_unix);
-        dist_set_watchdog_ms(DEFAULT_WATCHDOG_MS);
-        dist_set_timeout_ms(DEFAULT_TIMEOUT_MS);
-        g_dirty = 0;
-    }
-    return 0;
 }
 
 /* ---- 1 ------------------------------------------------------------------- */
@@ -509,7 +461,7 @@ static void test_lease_expiry(void **state)
 
     (void)state;
     NAME(name, "m");
-    g_dirty = 1;
+    fx_dirty = 1;
     lost_reset();
     assert_int_equal(dist_set_lost_handler(on_lost, NULL), 0);
     assert_int_equal(dist_mutexattr_init(&a), 0);
@@ -529,7 +481,7 @@ static void test_lease_expiry(void **state)
     rc_b_unlock = rc_b == 0 ? dist_mutex_unlock(&m) : -1;
     calls = atomic_load(&lost_calls);
     dist_set_lost_handler(NULL, NULL);
-    g_dirty = 0;
+    fx_dirty = 0;
     ex = key_exists(name);
     rc_destroy = dist_mutex_destroy(&m);
 
@@ -576,7 +528,7 @@ static void test_watchdog_renews(void **state)
 
     (void)state;
     NAME(name, "m");
-    g_dirty = 1;
+    fx_dirty = 1;
     assert_int_equal(dist_set_watchdog_ms(1500), 0);
     assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
     assert_int_equal(dist_mutex_lock(&m), 0);
@@ -596,7 +548,7 @@ static void test_watchdog_renews(void **state)
     pthread_join(th, NULL);
     rc = dist_mutex_unlock(&m);
     dist_set_watchdog_ms(DEFAULT_WATCHDOG_MS);
-    g_dirty = 0;
+    fx_dirty = 0;
     ex = key_exists(name);
     rc_destroy = dist_mutex_destroy(&m);
 
@@ -631,7 +583,7 @@ static void test_sigkill_holder(void **state)
 
     (void)state;
     NAME(name, "m");
-    g_dirty = 1;
+    fx_dirty = 1;
     assert_int_equal(dist_set_watchdog_ms(1500), 0);
     assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
     assert_int_equal(pipe(fds), 0);
@@ -680,7 +632,7 @@ static void test_sigkill_holder(void **state)
     assert_dbl_range(el, 0.0, 1.5 + slack(1.5));
     assert_int_equal(key_exists(name), 0);
     assert_int_equal(dist_mutex_destroy(&m), 0);
-    g_dirty = 0;
+    fx_dirty = 0;
 }
 
 /* ---- 11 ------------------------------------------------------------------ */
@@ -817,7 +769,7 @@ static void test_redis_restart(void **state)
 
     (void)state;
     NAME(name, "m");
-    g_dirty = 1;
+    fx_dirty = 1;
     lost_reset();
     assert_int_equal(dist_set_watchdog_ms(1500), 0);
     assert_int_equal(dist_set_lost_handler(on_lost, NULL), 0);
@@ -842,7 +794,7 @@ static void test_redis_restart(void **state)
     rc_destroy = dist_mutex_destroy(&m);
     dist_set_lost_handler(NULL, NULL);
     dist_set_watchdog_ms(DEFAULT_WATCHDOG_MS);
-    g_dirty = 0;
+    fx_dirty = 0;
 
     assert_int_equal(fields_before, 1);
     assert_int_equal(rc_restart, 0);
@@ -899,7 +851,7 @@ static void test_unreachable(void **state)
     assert_true(port > 0);
     snprintf(url, sizeof url, "redis://127.0.0.1:%d", port);
     snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
-    g_dirty = 1;
+    fx_dirty = 1;
     assert_int_equal(dist_set_url(url), 0);
     assert_int_equal(dist_set_timeout_ms(500), 0);
     assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
@@ -914,7 +866,7 @@ static void test_unreachable(void **state)
 
     assert_int_equal(dist_set_url(r.url_unix), 0);
     assert_int_equal(dist_set_timeout_ms(DEFAULT_TIMEOUT_MS), 0);
-    g_dirty = 0;
+    fx_dirty = 0;
 
     assert_int_equal(rc_lock, EIO);
     assert_dbl_range(el_lock, 0.0, 2.0);
@@ -1065,7 +1017,7 @@ static void test_unknown_release_is_finished(void **state)
 
     (void)state;
     NAME(name, "m");
-    g_dirty = 1;
+    fx_dirty = 1;
     assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
     assert_int_equal(dist_mutex_lock(&m), 0);
     assert_int_equal(dist_set_timeout_ms(300), 0);
@@ -1089,7 +1041,7 @@ static void test_unknown_release_is_finished(void **state)
     /* and this thread holds nothing: a second unlock is EPERM */
     assert_int_equal(dist_mutex_unlock(&m), EPERM);
     assert_int_equal(dist_mutex_destroy(&m), 0);
-    g_dirty = 0;
+    fx_dirty = 0;
 }
 
 static void test_no_channels_left(void **state)
@@ -1347,7 +1299,7 @@ static void test_lost_reply_proxy(void **state)
     p = tu_proxy_start(&r);
     assert_non_null(p);
     snprintf(url, sizeof url, "redis://127.0.0.1:%d", tu_proxy_port(p));
-    g_dirty = 1;
+    fx_dirty = 1;
     if (dist_set_url(url) != 0) {
         tu_proxy_stop(p);
         fail_msg("dist_set_url(%s) failed", url);
@@ -1392,7 +1344,7 @@ static void test_lost_reply_proxy(void **state)
     assert_int_equal(dist_mutex_destroy(&m), 0);
 
     assert_int_equal(dist_set_url(r.url_unix), 0);
-    g_dirty = 0;
+    fx_dirty = 0;
     /* the library's connections through the proxy are replaced at next use */
     tu_proxy_stop(p);
 }
@@ -1433,16 +1385,16 @@ static void test_same_name_two_objects(void **state)
 static void test_no_sigpipe(void **state)
 {
     (void)state;
-    if (sigpipes != 0)
+    if (fx_sigpipes() != 0)
         fail_msg("the library raised SIGPIPE %d time(s); with the default "
                  "disposition the process would have been killed",
-                 (int)sigpipes);
+                 fx_sigpipes());
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-#define T(f) cmocka_unit_test_teardown(f, restore_defaults)
+#define T(f) cmocka_unit_test_teardown(f, fx_restore_defaults)
         T(test_reentrant_hold_counts),
         T(test_errorcheck),
         T(test_trylock_busy),
@@ -1469,10 +1421,8 @@ int main(void)
         T(test_no_sigpipe),
 #undef T
     };
-    const char *filter = getenv("TEST_MUTEX_FILTER");
 
-    if (filter && *filter)
-        cmocka_set_test_filter(filter);
-
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    filter_from_env("TEST_MUTEX_FILTER");
+    fx_use(&r, &defaults);
+    return cmocka_run_group_tests(tests, fx_group_setup, fx_group_teardown);
 }

@@ -35,13 +35,18 @@
 #include "harness_server.h"
 #include "harness_proxy.h"
 #include "testhelp.h"
+#include "fixture.h"
 
 static tu_redis_t r;
-static int g_dirty;                 /* a test changed the global settings */
 
 #define DEFAULT_WATCHDOG_MS 30000UL
 #define DEFAULT_TIMEOUT_MS  2000UL
 #define DEFAULT_WAITER_MS   5000UL
+
+/* The group's settings (fixture.h). */
+static const struct fx_settings defaults = {
+    DEFAULT_WATCHDOG_MS, DEFAULT_TIMEOUT_MS, DEFAULT_WAITER_MS
+};
 
 /* Shared memory for what forked children report. */
 static void *shared(size_t n)
@@ -310,44 +315,6 @@ static int read_byte(int fd, int timeout_ms, unsigned char *b)
     if (poll(&pfd, 1, timeout_ms) != 1)
         return -1;
     return read(fd, b, 1) == 1 ? 0 : -1;
-}
-
-/* ---- fixtures -------------------------------------------------------------- */
-
-static int group_setup(void **state)
-{
-    (void)state;
-    signal(SIGPIPE, SIG_IGN);
-    if (tu_redis_start(&r) != 0)
-        return -1;
-    if (dist_set_url(r.url_unix) != 0 ||
-        dist_set_watchdog_ms(DEFAULT_WATCHDOG_MS) != 0 ||
-        dist_set_timeout_ms(DEFAULT_TIMEOUT_MS) != 0 ||
-        dist_set_waiter_ms(DEFAULT_WAITER_MS) != 0)
-        return -1;
-    return 0;
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    dist_shutdown();
-    tu_redis_stop(&r);
-    return 0;
-}
-
-static int restore_defaults(void **state)
-{
-    (void)state;
-    if (g_dirty) {
-        dist_set_lost_handler(NULL, NULL);
-        dist_set_url(r.url_unix);
-        dist_set_watchdog_ms(DEFAULT_WATCHDOG_MS);
-        dist_set_timeout_ms(DEFAULT_TIMEOUT_MS);
-        dist_set_waiter_ms(DEFAULT_WAITER_MS);
-        g_dirty = 0;
-    }
-    return 0;
 }
 
 /* ---- 1 ------------------------------------------------------------------- */
@@ -785,7 +752,7 @@ static void test_sigkill_reader(void **state)
 
     (void)state;
     NAME(name, "rw");
-    g_dirty = 1;
+    fx_dirty = 1;
     assert_int_equal(dist_set_watchdog_ms(1500), 0);
     assert_int_equal(dist_rwlock_init(&rw, name, NULL), 0);
     assert_int_equal(pipe(fds), 0);
@@ -830,7 +797,7 @@ static void test_sigkill_reader(void **state)
         el = w.t_locked - t_live;
     th_finish(&w);
     dist_set_watchdog_ms(DEFAULT_WATCHDOG_MS);
-    g_dirty = 0;
+    fx_dirty = 0;
 
     assert_true(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
     assert_false(early);
@@ -1530,7 +1497,7 @@ static void test_lost_reply_proxy(void **state)
     p = tu_proxy_start(&r);
     assert_non_null(p);
     snprintf(url, sizeof url, "redis://127.0.0.1:%d", tu_proxy_port(p));
-    g_dirty = 1;
+    fx_dirty = 1;
     if (dist_set_url(url) != 0) {
         tu_proxy_stop(p);
         fail_msg("dist_set_url(%s) failed", url);
@@ -1584,7 +1551,7 @@ static void test_lost_reply_proxy(void **state)
     assert_int_equal(dist_rwlock_destroy(&rw), 0);
 
     assert_int_equal(dist_set_url(r.url_unix), 0);
-    g_dirty = 0;
+    fx_dirty = 0;
     tu_proxy_stop(p);
 }
 
@@ -1610,7 +1577,7 @@ static void test_watchdog_and_lost(void **state)
 
     (void)state;
     NAME(name, "rw");
-    g_dirty = 1;
+    fx_dirty = 1;
     atomic_store(&lost_calls, 0);
     assert_int_equal(dist_set_lost_handler(on_lost, NULL), 0);
     assert_int_equal(dist_set_watchdog_ms(1500), 0);
@@ -1643,7 +1610,7 @@ static void test_watchdog_and_lost(void **state)
     rc_unlock = dist_rwlock_unlock(&rw);
     dist_set_lost_handler(NULL, NULL);
     dist_set_watchdog_ms(DEFAULT_WATCHDOG_MS);
-    g_dirty = 0;
+    fx_dirty = 0;
 
     if (min_lock <= 0 || min_k1 <= 0 || min_k2 <= 0)
         fail_msg("a PTTL fell to 0 while held: lock %lld, holds %lld %lld",
@@ -1720,7 +1687,7 @@ static void test_unknown_outcome(void **state)
 
     (void)state;
     NAME(name, "rw");
-    g_dirty = 1;
+    fx_dirty = 1;
     assert_int_equal(dist_rwlock_init(&rw, name, NULL), 0);
     assert_int_equal(dist_rwlock_rdlock(&rw), 0);
     owner = read_owner(name);
@@ -1751,7 +1718,7 @@ static void test_unknown_outcome(void **state)
     after_unlock = hget_int(name, owner);     /* 0 (-1: nil) if it ran, else 1 */
     rc_try = dist_rwlock_tryrdlock(&rw);      /* settles first */
     assert_int_equal(dist_set_timeout_ms(DEFAULT_TIMEOUT_MS), 0);
-    g_dirty = 0;
+    fx_dirty = 0;
 
     assert_int_equal(rc_lock, EIO);
     assert_dbl_range(el_lock, 0.3, slack(5.0));
@@ -1776,7 +1743,7 @@ static void test_unknown_outcome(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-#define T(f) cmocka_unit_test_teardown(f, restore_defaults)
+#define T(f) cmocka_unit_test_teardown(f, fx_restore_defaults)
         T(test_many_readers),
         T(test_writer_excludes),
         T(test_try_busy),
@@ -1801,9 +1768,8 @@ int main(void)
         T(test_unknown_outcome),
 #undef T
     };
-    const char *filter = getenv("TEST_RWLOCK_FILTER");
 
-    if (filter && *filter)
-        cmocka_set_test_filter(filter);
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    filter_from_env("TEST_RWLOCK_FILTER");
+    fx_use(&r, &defaults);
+    return cmocka_run_group_tests(tests, fx_group_setup, fx_group_teardown);
 }

@@ -19,6 +19,7 @@
 #include "testhelp.h"
 #include "harness_sentinel.h"
 #include "hahelp.h"
+#include "fixture.h"
 
 #define WATCHDOG_MS 10000UL  /* much longer than a failover */
 #define TIMEOUT_MS  1000UL
@@ -109,13 +110,11 @@ static int resume_all(void **state)
 
 static int setup(void **state)
 {
+    static const struct fx_settings settings = { WATCHDOG_MS, TIMEOUT_MS, 0 };
+
     (void)state;
     S = tu_sentinel_start(2, 3, NULL);
-    if (!S)
-        return -1;
-    if (dist_set_url(tu_sentinel_url(S)) != 0 ||
-        dist_set_watchdog_ms(WATCHDOG_MS) != 0 ||
-        dist_set_timeout_ms(TIMEOUT_MS) != 0)
+    if (S == NULL || fx_apply(tu_sentinel_url(S), &settings) != 0)
         return -1;
     dist_set_lost_handler(on_lost, NULL);
     return 0;

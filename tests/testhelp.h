@@ -88,6 +88,16 @@ static inline char *lock_owner_field(tu_redis_t *r, const char *key,
     return f;
 }
 
+/* Runs only the tests whose names match the glob in the environment
+ * variable env, when it is set (e.g. TEST_MUTEX_FILTER=test_fork*). */
+static inline void filter_from_env(const char *env)
+{
+    const char *filter = getenv(env);
+
+    if (filter && *filter)
+        cmocka_set_test_filter(filter);
+}
+
 /* CLOCK_REALTIME secs from now, for timed calls. */
 static inline struct timespec realtime_in(double secs)
 {
