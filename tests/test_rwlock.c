@@ -58,23 +58,14 @@ static void *shared(size_t n)
 }
 
 #define NAME(buf, tag) test_lock_name(buf, sizeof buf, "test_rwlock", __func__, tag)
+#define NAMED_RWLOCK(lock, buf) NAMED_LOCK(dist_rwlock_init, lock, buf, "rw")
 
 /* ---- Redis helpers (main thread or forked child) ------------------------ */
 
-static long long key_exists(const char *key)
-{
-    return tu_cmd_int(&r, "EXISTS", key, NULL);
-}
-
-static long long hlen(const char *key)
-{
-    return tu_cmd_int(&r, "HLEN", key, NULL);
-}
-
-static long long hget_int(const char *key, const char *field)
-{
-    return tu_cmd_int(&r, "HGET", key, field, NULL);
-}
+/* One-number queries (tu_cmd_int: -1 for nil or an error). */
+#define key_exists(key)      tu_cmd_int(&r, "EXISTS", key, NULL)
+#define hlen(key)            tu_cmd_int(&r, "HLEN", key, NULL)
+#define hget_int(key, field) tu_cmd_int(&r, "HGET", key, field, NULL)
 
 static char *hget_str(const char *key, const char *field)
 {
@@ -137,18 +128,8 @@ static void tkey(char *buf, size_t len, const char *name, const char *owner,
     snprintf(buf, len, "{%s}:%s:rwlock_timeout:%d", name, owner, k);
 }
 
-static long long numsub(const char *chan)
-{
-    redisReply *x = tu_cmd(&r, "PUBSUB", "NUMSUB", chan, NULL);
-    long long n = -1;
-
-    if (x && x->type == REDIS_REPLY_ARRAY && x->elements == 2 &&
-        x->element[1]->type == REDIS_REPLY_INTEGER)
-        n = x->element[1]->integer;
-    if (x)
-        freeReplyObject(x);
-    return n;
-}
+/* Subscribers of chan (testhelp.h). */
+#define numsub(chan) pubsub_numsub(&r, chan)
 
 static void chan_of(char *buf, size_t len, const char *name)
 {
@@ -308,15 +289,6 @@ static int other_thread(dist_rwlock_t *rw, enum op op)
     return rc;
 }
 
-static int read_byte(int fd, int timeout_ms, unsigned char *b)
-{
-    struct pollfd pfd = { fd, POLLIN, 0 };
-
-    if (poll(&pfd, 1, timeout_ms) != 1)
-        return -1;
-    return read(fd, b, 1) == 1 ? 0 : -1;
-}
-
 /* ---- 1 ------------------------------------------------------------------- */
 
 #define NREADERS 8
@@ -360,8 +332,7 @@ static void test_many_readers(void **state)
     int i, mode_read;
 
     (void)state;
-    NAME(name, "rw");
-    assert_int_equal(dist_rwlock_init(&rw, name, NULL), 0);
+    NAMED_RWLOCK(rw, name);
 
     /* the layout of one read hold */
     assert_int_equal(dist_rwlock_rdlock(&rw), 0);
@@ -410,8 +381,7 @@ static void test_writer_excludes(void **state)
     int n, i;
 
     (void)state;
-    NAME(name, "rw");
-    assert_int_equal(dist_rwlock_init(&rw, name, NULL), 0);
+    NAMED_RWLOCK(rw, name);
     assert_int_equal(dist_rwlock_wrlock(&rw), 0);
     assert_true(mode_is(name, "write"));
     n = fields(name, f, 4);
@@ -469,8 +439,7 @@ static void test_try_busy(void **state)
     dist_rwlock_t rw;
 
     (void)state;
-    NAME(name, "rw");
-    assert_int_equal(dist_rwlock_init(&rw, name, NULL), 0);
+    NAMED_RWLOCK(rw, name);
 
     assert_int_equal(dist_rwlock_tryrdlock(&rw), 0);
     assert_int_equal(other_thread(&rw, OP_TRYRD), 0);      /* readers share */
@@ -498,8 +467,7 @@ static void test_reentrant(void **state)
     int k;
 
     (void)state;
-    NAME(name, "rw");
-    assert_int_equal(dist_rwlock_init(&rw, name, NULL), 0);
+    NAMED_RWLOCK(rw, name);
     assert_int_equal(dist_rwlock_rdlock(&rw), 0);
     assert_int_equal(dist_rwlock_rdlock(&rw), 0);
     assert_int_equal(dist_rwlock_tryrdlock(&rw), 0);
@@ -546,6 +514,24 @@ static void test_reentrant(void **state)
 
 /* ---- 5 ------------------------------------------------------------------- */
 
+/* The reader of test_downgrade, in a forked child: rdlock on the parent's
+ * object (a new owner), the time it got in, unlock. */
+struct downgrade_arg {
+    dist_rwlock_t *rw;
+    double *t_in;
+};
+
+static void downgrade_child(void *arg)
+{
+    struct downgrade_arg *a = arg;
+    int rc = dist_rwlock_rdlock(a->rw);
+
+    a->t_in[0] = tu_now();
+    if (rc != 0)
+        _exit(3);
+    _exit(dist_rwlock_unlock(a->rw) == 0 ? 0 : 4);
+}
+
 /* wrlock; rdlock; unlock leaves a read lock, and a reader blocked in another
  * process enters at once. */
 static void test_downgrade(void **state)
@@ -553,16 +539,15 @@ static void test_downgrade(void **state)
     char name[200], wfield[300];
     dist_rwlock_t rw;
     double *t_in = shared(sizeof(double) * 2);
-    int fds[2], st = -1, subscribed, early, rc_try_wr, rc_try_rd;
-    unsigned char b = 0;
+    struct downgrade_arg ta;
+    int st = -1, subscribed, early, rc_try_wr, rc_try_rd;
     char *owner;
     double t0, el;
     pid_t pid;
 
     (void)state;
     assert_non_null(t_in);
-    NAME(name, "rw");
-    assert_int_equal(dist_rwlock_init(&rw, name, NULL), 0);
+    NAMED_RWLOCK(rw, name);
     assert_int_equal(dist_rwlock_wrlock(&rw), 0);
     assert_int_equal(dist_rwlock_rdlock(&rw), 0);     /* the writer may read */
     assert_true(mode_is(name, "write"));
@@ -574,28 +559,9 @@ static void test_downgrade(void **state)
     assert_int_equal(hget_int(name, wfield), 1);
     assert_int_equal(other_thread(&rw, OP_TRYRD), EBUSY);
 
-    assert_int_equal(pipe(fds), 0);
-    pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        int rc;
-        close(fds[0]);
-        b = 'w';
-        if (write(fds[1], &b, 1) != 1)
-            _exit(2);
-        rc = dist_rwlock_rdlock(&rw);   /* the parent's object: a new owner */
-        t_in[0] = tu_now();
-        if (rc != 0)
-            _exit(3);
-        _exit(dist_rwlock_unlock(&rw) == 0 ? 0 : 4);
-    }
-    close(fds[1]);
-    if (read_byte(fds[0], 10000, &b) != 0) {
-        kill(pid, SIGKILL);
-        waitpid(pid, NULL, 0);
-        fail_msg("the child did not start");
-    }
-    close(fds[0]);
+    ta.rw = &rw;
+    ta.t_in = t_in;
+    pid = fork_started(downgrade_child, &ta);
     subscribed = wait_subscribed(name, 10.0);
     tu_sleep_ms(300);                 /* into its sleep */
     early = t_in[0] != 0;
@@ -644,8 +610,7 @@ static void test_no_upgrade(void **state)
     char *owner;
 
     (void)state;
-    NAME(name, "rw");
-    assert_int_equal(dist_rwlock_init(&rw, name, NULL), 0);
+    NAMED_RWLOCK(rw, name);
     assert_int_equal(dist_rwlock_rdlock(&rw), 0);
     assert_int_equal(dist_rwlock_rdlock(&rw), 0);
     t0 = tu_now();
@@ -686,8 +651,7 @@ static void test_readers_behind_writer(void **state)
     long long holders = -1;
 
     (void)state;
-    NAME(name, "rw");
-    assert_int_equal(dist_rwlock_init(&rw, name, NULL), 0);
+    NAMED_RWLOCK(rw, name);
     assert_int_equal(dist_rwlock_wrlock(&rw), 0);
     for (i = 0; i < NBLOCKED; i++) {
         th_start(&t[i], &rw, OP_RD);
@@ -736,6 +700,11 @@ static void test_readers_behind_writer(void **state)
 
 /* ---- 8 ------------------------------------------------------------------- */
 
+static int rdlock_of(void *rw)
+{
+    return dist_rwlock_rdlock(rw);
+}
+
 /* A reader killed with SIGKILL stops counting when its lease ends, although
  * a live reader keeps the lock alive; the writer then gets in as soon as the
  * live reader leaves. */
@@ -744,8 +713,7 @@ static void test_sigkill_reader(void **state)
     char name[200];
     dist_rwlock_t rw;
     struct th live, w;
-    int fds[2], st = 0, early, rc_try;
-    unsigned char b = 0xff;
+    int st = 0, early, rc_try, rc_child;
     double t_kill, t_live, el, before_live;
     long long held;
     pid_t pid;
@@ -755,26 +723,9 @@ static void test_sigkill_reader(void **state)
     fx_dirty = 1;
     assert_int_equal(dist_set_watchdog_ms(1500), 0);
     assert_int_equal(dist_rwlock_init(&rw, name, NULL), 0);
-    assert_int_equal(pipe(fds), 0);
-    pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        unsigned char c;
-        close(fds[0]);
-        c = (unsigned char)dist_rwlock_rdlock(&rw);
-        if (write(fds[1], &c, 1) != 1)
-            _exit(2);
-        for (;;)
-            pause();
-    }
-    close(fds[1]);
-    if (read_byte(fds[0], 10000, &b) != 0 || b != 0) {
-        kill(pid, SIGKILL);
-        waitpid(pid, NULL, 0);
-        close(fds[0]);
-        fail_msg("the child did not take its read lock (%d)", b);
-    }
-    close(fds[0]);
+    pid = fork_locked(rdlock_of, &rw, &rc_child);
+    if (pid < 0)
+        fail_msg("the child did not take its read lock (%d)", rc_child);
 
     th_hold(&live, &rw, OP_RD);        /* a live reader, renewed */
     th_start(&w, &rw, OP_WR);          /* a writer waits for both */
@@ -829,8 +780,7 @@ static void test_per_hold_lease(void **state)
     int rc_try_2s;
 
     (void)state;
-    NAME(name, "rw");
-    assert_int_equal(dist_rwlock_init(&rw, name, NULL), 0);
+    NAMED_RWLOCK(rw, name);
     assert_int_equal(dist_rwlockattr_init(&a), 0);
     assert_int_equal(dist_rwlockattr_setlease(&a, 4000), 0);
     assert_int_equal(dist_rwlock_init(&rw4, name, &a), 0);
@@ -959,6 +909,14 @@ static void test_writer_preference(void **state)
 
 /* ---- 11 ------------------------------------------------------------------ */
 
+/* A forked child's writer, waiting until it is killed. */
+static void wrlock_forever(void *rw)
+{
+    dist_rwlock_wrlock(rw);
+    for (;;)
+        pause();
+}
+
 /* A waiting writer of a writer-preferring lock whose process is killed stops
  * keeping readers out within its window. */
 static void test_preferring_writer_killed(void **state)
@@ -967,8 +925,7 @@ static void test_preferring_writer_killed(void **state)
     dist_rwlock_t rw;
     dist_rwlockattr_t a;
     struct th rd;
-    int fds[2], st = 0, waiting, rc_try;
-    unsigned char b = 0;
+    int st = 0, waiting, rc_try;
     double t_kill, el, lo;
     pid_t pid;
 
@@ -978,25 +935,7 @@ static void test_preferring_writer_killed(void **state)
     assert_int_equal(dist_rwlockattr_setkind(&a, DIST_RWLOCK_PREFER_WRITER), 0);
     assert_int_equal(dist_rwlock_init(&rw, name, &a), 0);
     assert_int_equal(dist_rwlock_rdlock(&rw), 0);
-    assert_int_equal(pipe(fds), 0);
-    pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        close(fds[0]);
-        b = 'w';
-        if (write(fds[1], &b, 1) != 1)
-            _exit(2);
-        dist_rwlock_wrlock(&rw);
-        for (;;)
-            pause();
-    }
-    close(fds[1]);
-    if (read_byte(fds[0], 10000, &b) != 0) {
-        kill(pid, SIGKILL);
-        waitpid(pid, NULL, 0);
-        fail_msg("the child did not start");
-    }
-    close(fds[0]);
+    pid = fork_started(wrlock_forever, &rw);
     waiting = wait_writers(name, 1, 10.0);
     tu_sleep_ms(2000);            /* its process has refreshed its deadline */
     rc_try = other_thread(&rw, OP_TRYRD);
@@ -1033,8 +972,7 @@ static void test_timed(void **state)
     int rc_rd, rc_wr, rc_inval1, rc_inval2, rc_past;
 
     (void)state;
-    NAME(name, "rw");
-    assert_int_equal(dist_rwlock_init(&rw, name, NULL), 0);
+    NAMED_RWLOCK(rw, name);
     th_hold(&w, &rw, OP_WR);
     t0 = tu_now();
     dl = realtime_in(2.0);
@@ -1241,13 +1179,11 @@ static void test_no_channels_left(void **state)
     char name[200];
     dist_rwlock_t rw;
     struct th t[4];
-    int i, remaining = -1, subscribed, done = 0, finished[4] = { 0 };
+    int i, subscribed, done = 0, finished[4] = { 0 };
     double t0;
-    redisReply *x;
 
     (void)state;
-    NAME(name, "rw");
-    assert_int_equal(dist_rwlock_init(&rw, name, NULL), 0);
+    NAMED_RWLOCK(rw, name);
     assert_int_equal(dist_rwlock_wrlock(&rw), 0);
     for (i = 0; i < 4; i++)
         th_start(&t[i], &rw, i == 3 ? OP_WR : OP_RD);
@@ -1277,18 +1213,7 @@ static void test_no_channels_left(void **state)
     assert_int_equal(key_exists(name), 0);
     assert_int_equal(dist_rwlock_destroy(&rw), 0);
 
-    t0 = tu_now();
-    do {
-        x = tu_cmd(&r, "PUBSUB", "CHANNELS", NULL);
-        assert_non_null(x);
-        assert_int_equal(x->type, REDIS_REPLY_ARRAY);
-        remaining = (int)x->elements;
-        freeReplyObject(x);
-        if (remaining == 0)
-            break;
-        tu_sleep_ms(50);
-    } while (tu_now() - t0 < 3.0);
-    assert_int_equal(remaining, 0);
+    assert_int_equal(channels_left(&r, 3.0), 0);
 }
 
 /* ---- 16 ------------------------------------------------------------------ */
@@ -1410,8 +1335,7 @@ static void test_destroy_and_names(void **state)
     char *big;
 
     (void)state;
-    NAME(name, "rw");
-    assert_int_equal(dist_rwlock_init(&rw, name, NULL), 0);
+    NAMED_RWLOCK(rw, name);
     assert_int_equal(dist_rwlock_rdlock(&rw), 0);
     assert_int_equal(dist_rwlock_destroy(&rw), EBUSY);
     assert_int_equal(dist_rwlock_unlock(&rw), 0);
@@ -1484,7 +1408,7 @@ static void test_token(void **state)
  * never applied twice. */
 static void test_lost_reply_proxy(void **state)
 {
-    char name[200], url[64], tokkey[260], wfield[300];
+    char name[200], tokkey[260], wfield[300];
     dist_rwlock_t rw;
     tu_proxy_t *p;
     unsigned long fired;
@@ -1494,14 +1418,8 @@ static void test_lost_reply_proxy(void **state)
     (void)state;
     NAME(name, "rw");
     snprintf(tokkey, sizeof tokkey, "redisson_lock_token:{%s}", name);
-    p = tu_proxy_start(&r);
+    p = fx_proxy_up(&r);
     assert_non_null(p);
-    snprintf(url, sizeof url, "redis://127.0.0.1:%d", tu_proxy_port(p));
-    fx_dirty = 1;
-    if (dist_set_url(url) != 0) {
-        tu_proxy_stop(p);
-        fail_msg("dist_set_url(%s) failed", url);
-    }
     assert_int_equal(dist_rwlock_init(&rw, name, NULL), 0);
     assert_int_equal(dist_rwlock_rdlock(&rw), 0);          /* warm up */
     owner = read_owner(name);
@@ -1550,9 +1468,8 @@ static void test_lost_reply_proxy(void **state)
     free(owner);
     assert_int_equal(dist_rwlock_destroy(&rw), 0);
 
-    assert_int_equal(dist_set_url(r.url_unix), 0);
+    assert_int_equal(fx_proxy_down(&r, p), 0);
     fx_dirty = 0;
-    tu_proxy_stop(p);
 }
 
 /* ---- 20 ------------------------------------------------------------------ */
@@ -1636,8 +1553,7 @@ static void test_fork_child(void **state)
 
     (void)state;
     assert_non_null(code);
-    NAME(name, "rw");
-    assert_int_equal(dist_rwlock_init(&rw, name, NULL), 0);
+    NAMED_RWLOCK(rw, name);
     assert_int_equal(dist_rwlock_rdlock(&rw), 0);
     owner = read_owner(name);
     assert_non_null(owner);
@@ -1766,10 +1682,6 @@ int main(void)
         T(test_watchdog_and_lost),
         T(test_fork_child),
         T(test_unknown_outcome),
-#undef T
     };
-
-    filter_from_env("TEST_RWLOCK_FILTER");
-    fx_use(&r, &defaults);
-    return cmocka_run_group_tests(tests, fx_group_setup, fx_group_teardown);
+    return fx_run_group(tests, &r, &defaults, "TEST_RWLOCK_FILTER");
 }
