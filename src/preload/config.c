@@ -115,15 +115,123 @@ static void section_defaults(struct pl_section *s)
     s->on_unresolved = PL_UNRES_DEFAULT;
 }
 
-static void new_section(struct parse *p, const char *text, size_t n)
+/* The lock kind and name of "mutex NAME" or "rwlock NAME" (text trimmed,
+ * wlen the length of its first word).  S_MAP with *norm and *lock
+ * allocated (*norm NULL when out of memory), or S_SKIP after reporting. */
+static enum sect map_header(struct parse *p, const char *text, size_t n,
+                            size_t wlen, char **norm, char **lock,
+                            enum pl_kind *mk)
+{
+    const char *nm = text + wlen;
+    size_t nl;
+
+    while (nm < text + n && isspace((unsigned char)*nm))
+        nm++;
+    nl = (size_t)(text + n - nm);
+    if (nl == 0) {
+        perr(p, p->line, "[%.*s] needs the distributed lock's name: "
+             "[%.*s NAME]", (int)n, text, (int)wlen, text);
+        return S_SKIP;
+    }
+    if (nl > DIST_NAME_MAX) {
+        perr(p, p->line, "lock name longer than %d bytes", DIST_NAME_MAX);
+        return S_SKIP;
+    }
+    *mk = wlen == 5 ? PL_MUTEX : PL_RWLOCK;
+    *lock = dupn(nm, nl);
+    *norm = *lock ? malloc(wlen + 1 + nl + 1) : NULL;
+    if (*norm)
+        sprintf(*norm, "%.*s %s", (int)wlen, text, *lock);
+    return S_MAP;
+}
+
+/* What a header's text (trimmed) opens: its kind and normalised text, and
+ * for a mapping section the lock's kind and name.  *norm is NULL when out
+ * of memory; S_SKIP after reporting a header that is not understood. */
+static enum sect read_header(struct parse *p, const char *text, size_t n,
+                             char **norm, char **lock, enum pl_kind *mk)
+{
+    const char *sp;
+    size_t wlen;
+
+    for (sp = text; sp < text + n && !isspace((unsigned char)*sp); sp++)
+        ;
+    wlen = (size_t)(sp - text);
+    if (wlen == n && n == 5 && memcmp(text, "redis", 5) == 0) {
+        *norm = dupn(text, n);
+        return S_REDIS;
+    }
+    if (wlen == n && n == 7 && memcmp(text, "preload", 7) == 0) {
+        *norm = dupn(text, n);
+        return S_PRELOAD;
+    }
+    if ((wlen == 5 && memcmp(text, "mutex", 5) == 0) ||
+        (wlen == 6 && memcmp(text, "rwlock", 6) == 0))
+        return map_header(p, text, n, wlen, norm, lock, mk);
+    perr(p, p->line, "unknown section [%.*s]: expected [redis], "
+         "[preload], [mutex NAME] or [rwlock NAME]", (int)n, text);
+    return S_SKIP;
+}
+
+/* Reports a header (or a lock name) given before.  1 when it was. */
+static int duplicate_header(struct parse *p, const char *norm,
+                            const char *lock)
+{
+    size_t i;
+
+    for (i = 0; i < p->nhdr; i++) {
+        if (strcmp(p->hdr[i].text, norm) == 0 ||
+            (lock && p->hdr[i].lockname &&
+             strcmp(p->hdr[i].lockname, lock) == 0)) {
+            perr(p, p->line, "duplicate section [%s]: lock name or section "
+                 "already given at line %d", norm, p->hdr[i].line);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Keeps a header, taking norm, for the duplicate check.  0, or -1 when out
+ * of memory (norm not taken). */
+static int record_header(struct parse *p, char *norm, const char *lock)
+{
+    struct header *h = realloc(p->hdr, (p->nhdr + 1) * sizeof *h);
+
+    if (!h)
+        return -1;
+    p->hdr = h;
+    h[p->nhdr].text = norm;
+    h[p->nhdr].lockname = lock ? strdup(lock) : NULL;
+    h[p->nhdr].line = p->line;
+    p->nhdr++;
+    return 0;
+}
+
+/* Opens the pl_section of a [mutex NAME] or [rwlock NAME], taking lock. */
+static void add_map_section(struct parse *p, enum pl_kind mk, char *lock)
 {
     struct pl_config *cfg = p->cfg;
+    struct pl_section *s = realloc(cfg->sec, (cfg->nsec + 1) * sizeof *s);
+
+    if (!s) {
+        free(lock);
+        perr(p, p->line, "out of memory");
+        p->cur = S_SKIP;
+        return;
+    }
+    cfg->sec = s;
+    p->sec = &s[cfg->nsec++];
+    section_defaults(p->sec);
+    p->sec->kind = mk;
+    p->sec->name = lock;
+    p->sec->line = p->line;
+}
+
+static void new_section(struct parse *p, const char *text, size_t n)
+{
     char *norm = NULL, *lock = NULL;
-    enum sect kind = S_SKIP;
     enum pl_kind mk = PL_MUTEX;
-    const char *sp;
-    size_t i, wlen;
-    struct header *h;
+    enum sect kind;
 
     p->cur = S_SKIP;
     p->sec = NULL;
@@ -131,88 +239,28 @@ static void new_section(struct parse *p, const char *text, size_t n)
     while (n > 0 && isspace((unsigned char)*text))
         text++, n--;
     n = trimlen(text, n);
-    for (sp = text; sp < text + n && !isspace((unsigned char)*sp); sp++)
-        ;
-    wlen = (size_t)(sp - text);
-    if (wlen == n && n == 5 && memcmp(text, "redis", 5) == 0) {
-        kind = S_REDIS;
-        norm = dupn(text, n);
-    } else if (wlen == n && n == 7 && memcmp(text, "preload", 7) == 0) {
-        kind = S_PRELOAD;
-        norm = dupn(text, n);
-    } else if ((wlen == 5 && memcmp(text, "mutex", 5) == 0) ||
-               (wlen == 6 && memcmp(text, "rwlock", 6) == 0)) {
-        const char *nm = text + wlen;
-        size_t nl;
-
-        while (nm < text + n && isspace((unsigned char)*nm))
-            nm++;
-        nl = (size_t)(text + n - nm);
-        if (nl == 0) {
-            perr(p, p->line, "[%.*s] needs the distributed lock's name: "
-                 "[%.*s NAME]", (int)n, text, (int)wlen, text);
-            return;
-        }
-        if (nl > DIST_NAME_MAX) {
-            perr(p, p->line, "lock name longer than %d bytes", DIST_NAME_MAX);
-            return;
-        }
-        kind = S_MAP;
-        mk = wlen == 5 ? PL_MUTEX : PL_RWLOCK;
-        lock = dupn(nm, nl);
-        norm = lock ? malloc(wlen + 1 + nl + 1) : NULL;
-        if (norm)
-            sprintf(norm, "%.*s %s", (int)wlen, text, lock);
-    } else {
-        perr(p, p->line, "unknown section [%.*s]: expected [redis], "
-             "[preload], [mutex NAME] or [rwlock NAME]", (int)n, text);
+    kind = read_header(p, text, n, &norm, &lock, &mk);
+    if (kind == S_SKIP)
         return;
-    }
     if (!norm) {
         free(lock);
         perr(p, p->line, "out of memory");
         return;
     }
-    for (i = 0; i < p->nhdr; i++) {
-        if (strcmp(p->hdr[i].text, norm) == 0 ||
-            (lock && p->hdr[i].lockname &&
-             strcmp(p->hdr[i].lockname, lock) == 0)) {
-            perr(p, p->line, "duplicate section [%s]: lock name or section "
-                 "already given at line %d", norm, p->hdr[i].line);
-            free(norm);
-            free(lock);
-            return;
-        }
+    if (duplicate_header(p, norm, lock)) {
+        free(norm);
+        free(lock);
+        return;
     }
-    h = realloc(p->hdr, (p->nhdr + 1) * sizeof *h);
-    if (!h) {
+    if (record_header(p, norm, lock) != 0) {
         free(norm);
         free(lock);
         perr(p, p->line, "out of memory");
         return;
     }
-    p->hdr = h;
-    h[p->nhdr].text = norm;
-    h[p->nhdr].lockname = lock ? strdup(lock) : NULL;
-    h[p->nhdr].line = p->line;
-    p->nhdr++;
     p->cur = kind;
-    if (kind == S_MAP) {
-        struct pl_section *s = realloc(cfg->sec, (cfg->nsec + 1) * sizeof *s);
-
-        if (!s) {
-            free(lock);
-            perr(p, p->line, "out of memory");
-            p->cur = S_SKIP;
-            return;
-        }
-        cfg->sec = s;
-        p->sec = &s[cfg->nsec++];
-        section_defaults(p->sec);
-        p->sec->kind = mk;
-        p->sec->name = lock;
-        p->sec->line = p->line;
-    }
+    if (kind == S_MAP)
+        add_map_section(p, mk, lock);
 }
 
 /* ---- the line reader ------------------------------------------------------- */
@@ -323,12 +371,13 @@ static int is_symchar(int c)
     return isalnum(c) || c == '_' || c == '.' || c == '$' || c == '@';
 }
 
-/* "symbol [OBJ:][FILE:]NAME[[N]|[*]][+OFF]" or "init_site [OBJ:][FILE:]FN" */
-static void parse_match(struct parse *p, struct pl_section *s, const char *v)
+/* The kind of match ("symbol" or "init_site") into s->how; returns the
+ * spec after it, or NULL after reporting. */
+static const char *match_how(struct parse *p, struct pl_section *s,
+                             const char *v)
 {
-    const char *sp = v, *spec, *c, *name;
+    const char *sp = v, *spec, *c;
     size_t wlen;
-    int i;
 
     while (*sp && !isspace((unsigned char)*sp))
         sp++;
@@ -341,21 +390,29 @@ static void parse_match(struct parse *p, struct pl_section *s, const char *v)
     else {
         perr(p, p->line, "match: expected 'symbol NAME' or 'init_site "
              "FUNCTION', not '%s'", v);
-        return;
+        return NULL;
     }
     if (!*spec) {
         perr(p, p->line, "match: '%.*s' needs a name", (int)wlen, v);
-        return;
+        return NULL;
     }
     for (c = spec; *c; c++) {
         if (isspace((unsigned char)*c)) {
             perr(p, p->line, "match: white space inside '%s'", spec);
-            return;
+            return NULL;
         }
     }
-    s->match = strdup(v);
-    /* qualifiers: everything up to the last ':' before any '[' or '+' */
-    name = spec;
+    return spec;
+}
+
+/* The qualifiers, everything up to the last ':' before any '[' or '+',
+ * into s->qual.  Returns what follows them, or NULL after reporting. */
+static const char *match_qualifiers(struct parse *p, struct pl_section *s,
+                                    const char *spec)
+{
+    const char *name = spec;
+    int i;
+
     for (i = 0; i < 3; i++) {
         const char *colon = strchr(name, ':');
         const char *stop = name + strcspn(name, "[+");
@@ -365,24 +422,18 @@ static void parse_match(struct parse *p, struct pl_section *s, const char *v)
         if (i == 2 || colon == name) {
             perr(p, p->line, "match: cannot read '%s': expected "
                  "[OBJECT:][FILE:]NAME", spec);
-            return;
+            return NULL;
         }
         s->qual[s->nqual++] = dupn(name, (size_t)(colon - name));
         name = colon + 1;
     }
-    for (c = name; *c && is_symchar((unsigned char)*c); c++)
-        ;
-    if (c == name) {
-        perr(p, p->line, "match: no symbol name in '%s'", spec);
-        return;
-    }
-    s->symbol = dupn(name, (size_t)(c - name));
-    if (s->how == PL_INIT_SITE) {
-        if (*c)
-            perr(p, p->line, "match: init_site takes a function name, "
-                 "without [index] or +offset: '%s'", spec);
-        return;
-    }
+    return name;
+}
+
+/* What may follow a symbol's name: [N] or [*], then +OFFSET. */
+static void match_suffix(struct parse *p, struct pl_section *s,
+                         const char *c, const char *spec)
+{
     if (*c == '[') {
         if (c[1] == '*' && c[2] == ']') {
             s->each = 1;
@@ -411,6 +462,34 @@ static void parse_match(struct parse *p, struct pl_section *s, const char *v)
     }
     if (*c)
         perr(p, p->line, "match: unexpected '%s' in '%s'", c, spec);
+}
+
+/* "symbol [OBJ:][FILE:]NAME[[N]|[*]][+OFF]" or "init_site [OBJ:][FILE:]FN" */
+static void parse_match(struct parse *p, struct pl_section *s, const char *v)
+{
+    const char *spec, *name, *c;
+
+    spec = match_how(p, s, v);
+    if (!spec)
+        return;
+    s->match = strdup(v);
+    name = match_qualifiers(p, s, spec);
+    if (!name)
+        return;
+    for (c = name; *c && is_symchar((unsigned char)*c); c++)
+        ;
+    if (c == name) {
+        perr(p, p->line, "match: no symbol name in '%s'", spec);
+        return;
+    }
+    s->symbol = dupn(name, (size_t)(c - name));
+    if (s->how == PL_INIT_SITE) {
+        if (*c)
+            perr(p, p->line, "match: init_site takes a function name, "
+                 "without [index] or +offset: '%s'", spec);
+        return;
+    }
+    match_suffix(p, s, c, spec);
 }
 
 /* ---- keys ---------------------------------------------------------------- */
