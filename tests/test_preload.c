@@ -498,6 +498,26 @@ static void test_config_errors_name_file_and_line(void **state)
     expect_refused("[mutex a]\nmatch = pattern g_*\n", ":2: match: expected");
 }
 
+/* Issue 15 item 1: a section with more than 16 keys before its 'match'
+ * used to forget the later ones, so a second 'match' was parsed too and
+ * wrote past the section's two qualifiers: the program died of SIGSEGV. */
+static void test_config_many_keys_then_second_match(void **state)
+{
+    char text[1024];
+    size_t n = 0;
+    int k;
+
+    (void)state;
+    n += (size_t)snprintf(text + n, sizeof text - n, "[mutex a]\n");
+    for (k = 1; k <= 16; k++)
+        n += (size_t)snprintf(text + n, sizeof text - n, "k%d = 1\n", k);
+    snprintf(text + n, sizeof text - n,
+             "match = symbol obj:file.c:g_ledger_lock\n"
+             "match = symbol obj:file.c:g_turn_cv\n");
+    expect_refused(text, ":19: 'match' given twice in this section "
+                   "(first at line 18)");
+}
+
 static void test_config_missing_file(void **state)
 {
     char cfg[PATH_MAX], marker[PATH_MAX];
@@ -1228,6 +1248,7 @@ int main(void)
         cmocka_unit_test(test_legacy_four_copies_exact),
         cmocka_unit_test(test_legacy_without_shim_runs),
         cmocka_unit_test(test_config_errors_name_file_and_line),
+        cmocka_unit_test(test_config_many_keys_then_second_match),
         cmocka_unit_test(test_config_missing_file),
         cmocka_unit_test(test_unresolved_name_refused),
         cmocka_unit_test(test_unresolved_name_warned),

@@ -20,9 +20,13 @@
 
 #include "preload.h"
 
-#define MAX_KEYS 16
-
 enum sect { S_NONE, S_REDIS, S_PRELOAD, S_MAP, S_SKIP };
+
+/* A key given in the current section, to refuse a second one. */
+struct seen {
+    char *name;
+    int line;
+};
 
 struct header {
     char *text;            /* normalised: "redis", "mutex NAME", ... */
@@ -43,8 +47,8 @@ struct parse {
     struct header *hdr;
     size_t nhdr;
     int redis_line, preload_line;
-    struct { char name[32]; int line; } seen[MAX_KEYS];
-    int nseen;
+    struct seen *seen;     /* every key of the current section */
+    size_t nseen, seen_cap;
     int url_line;
 };
 
@@ -106,6 +110,13 @@ static const char *find_end(const char *s, const char *chars)
 }
 
 /* ---- sections -------------------------------------------------------------- */
+
+/* A new section starts with no keys given. */
+static void forget_keys(struct parse *p)
+{
+    while (p->nseen > 0)
+        free(p->seen[--p->nseen].name);
+}
 
 static void section_defaults(struct pl_section *s)
 {
@@ -235,7 +246,7 @@ static void new_section(struct parse *p, const char *text, size_t n)
 
     p->cur = S_SKIP;
     p->sec = NULL;
-    p->nseen = 0;
+    forget_keys(p);
     while (n > 0 && isspace((unsigned char)*text))
         text++, n--;
     n = trimlen(text, n);
@@ -424,7 +435,9 @@ static const char *match_qualifiers(struct parse *p, struct pl_section *s,
                  "[OBJECT:][FILE:]NAME", spec);
             return NULL;
         }
-        s->qual[s->nqual++] = dupn(name, (size_t)(colon - name));
+        /* indexed by i, not nqual: the bound of qual is this loop's */
+        s->qual[i] = dupn(name, (size_t)(colon - name));
+        s->nqual = i + 1;
         name = colon + 1;
     }
     return name;
@@ -494,9 +507,12 @@ static void parse_match(struct parse *p, struct pl_section *s, const char *v)
 
 /* ---- keys ---------------------------------------------------------------- */
 
+/* Every key is remembered, however many a section has: a key missed here
+ * is applied twice, and a second 'match' would add qualifiers past
+ * pl_section.qual. */
 static int seen_before(struct parse *p, const char *name)
 {
-    int i;
+    size_t i;
 
     for (i = 0; i < p->nseen; i++) {
         if (strcmp(p->seen[i].name, name) == 0) {
@@ -505,10 +521,23 @@ static int seen_before(struct parse *p, const char *name)
             return 1;
         }
     }
-    if (p->nseen < MAX_KEYS) {
-        snprintf(p->seen[p->nseen].name, sizeof p->seen[0].name, "%s", name);
-        p->seen[p->nseen++].line = p->line;
+    if (p->nseen == p->seen_cap) {
+        size_t cap = p->seen_cap ? 2 * p->seen_cap : 8;
+        struct seen *n = realloc(p->seen, cap * sizeof *n);
+
+        if (!n) {
+            perr(p, p->line, "out of memory");
+            return 1;
+        }
+        p->seen = n;
+        p->seen_cap = cap;
     }
+    p->seen[p->nseen].name = strdup(name);
+    if (!p->seen[p->nseen].name) {
+        perr(p, p->line, "out of memory");
+        return 1;
+    }
+    p->seen[p->nseen++].line = p->line;
     return 0;
 }
 
@@ -747,6 +776,8 @@ int pl_config_load(const char *path, struct pl_config *cfg)
         free(p.hdr[i].lockname);
     }
     free(p.hdr);
+    forget_keys(&p);
+    free(p.seen);
     cfg->url_line = p.url_line;
     return p.errors ? -1 : 0;
 }
