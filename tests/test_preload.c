@@ -518,6 +518,28 @@ static void test_config_many_keys_then_second_match(void **state)
                    "(first at line 18)");
 }
 
+/* Two different qualifiers that read the same once joined with '|' (the
+ * old canonical string) are two mappings, not a duplicate.  [mutex c]
+ * lacks its 'match' so that the file is refused either way. */
+static void test_config_distinct_qualifiers_not_duplicate(void **state)
+{
+    const char *cfg;
+    char marker[PATH_MAX];
+    struct proc p;
+
+    (void)state;
+    cfg = write_file("bad.ini", "%s",
+                     "[mutex a]\nmatch = symbol o:f|g:g_ledger_lock\n"
+                     "[mutex b]\nmatch = symbol o|f:g:g_ledger_lock\n"
+                     "[mutex c]\nfair = yes\n");
+    path_in(marker, sizeof marker, "not-started");
+    assert_exit(run(&p, ARGV(run_bin, "--config", (char *)cfg, "--",
+                             ledger_bin, marker, "1", "1"), NULL, 30), 78);
+    assert_contains(p.ebuf, ":5: [mutex c] has no 'match");
+    if (strstr(p.ebuf, "duplicate mapping"))
+        fail_msg("two mappings taken for one: %s", p.ebuf);
+}
+
 static void test_config_missing_file(void **state)
 {
     char cfg[PATH_MAX], marker[PATH_MAX];
@@ -1249,6 +1271,7 @@ int main(void)
         cmocka_unit_test(test_legacy_without_shim_runs),
         cmocka_unit_test(test_config_errors_name_file_and_line),
         cmocka_unit_test(test_config_many_keys_then_second_match),
+        cmocka_unit_test(test_config_distinct_qualifiers_not_duplicate),
         cmocka_unit_test(test_config_missing_file),
         cmocka_unit_test(test_unresolved_name_refused),
         cmocka_unit_test(test_unresolved_name_warned),

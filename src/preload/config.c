@@ -699,18 +699,27 @@ static int handler(void *user, const char *section, const char *name,
 
 /* ---- after the last line --------------------------------------------------- */
 
-/* The match as a canonical string, to find two sections mapping the same. */
-static void canon(const struct pl_section *s, char *buf, size_t len)
+static int same_string(const char *a, const char *b)
 {
-    snprintf(buf, len, "%d|%s|%s|%s|%d|%ld|%lu", (int)s->how,
-             s->nqual > 0 ? s->qual[0] : "", s->nqual > 1 ? s->qual[1] : "",
-             s->symbol ? s->symbol : "", s->each, s->index, s->offset);
+    return strcmp(a ? a : "", b ? b : "") == 0;
+}
+
+/* Whether two sections map the same thing as written.  Field by field: a
+ * joined string would need a bound and a separator no field contains. */
+static int same_match(const struct pl_section *a, const struct pl_section *b)
+{
+    return a->how == b->how &&
+           same_string(a->nqual > 0 ? a->qual[0] : NULL,
+                       b->nqual > 0 ? b->qual[0] : NULL) &&
+           same_string(a->nqual > 1 ? a->qual[1] : NULL,
+                       b->nqual > 1 ? b->qual[1] : NULL) &&
+           same_string(a->symbol, b->symbol) && a->each == b->each &&
+           a->index == b->index && a->offset == b->offset;
 }
 
 static void check_sections(struct parse *p)
 {
     struct pl_config *cfg = p->cfg;
-    char a[512], b[512];
     size_t i, j;
 
     for (i = 0; i < cfg->nsec; i++) {
@@ -726,12 +735,10 @@ static void check_sections(struct parse *p)
         if ((s->stride || s->count) && !s->each)
             perr(p, s->match_line, "stride and count apply to an array "
                  "match, NAME[*]");
-        canon(s, a, sizeof a);
         for (j = 0; j < i; j++) {
             if (!cfg->sec[j].symbol)
                 continue;
-            canon(&cfg->sec[j], b, sizeof b);
-            if (strcmp(a, b) == 0)
+            if (same_match(s, &cfg->sec[j]))
                 perr(p, s->match_line, "duplicate mapping: '%s' is already "
                      "mapped by [%s] at line %d", s->match, cfg->sec[j].name,
                      cfg->sec[j].match_line);
