@@ -510,6 +510,48 @@ static void test_config_errors_name_file_and_line(void **state)
     expect_refused("[mutex a]\nmatch = pattern g_*\n", ":2: match: expected");
 }
 
+/* Issue 15 item 1: a section with more than 16 keys before its 'match'
+ * used to forget the later ones, so a second 'match' was parsed too and
+ * wrote past the section's two qualifiers: the program died of SIGSEGV. */
+static void test_config_many_keys_then_second_match(void **state)
+{
+    char text[1024];
+    size_t n = 0;
+    int k;
+
+    (void)state;
+    n += (size_t)snprintf(text + n, sizeof text - n, "[mutex a]\n");
+    for (k = 1; k <= 16; k++)
+        n += (size_t)snprintf(text + n, sizeof text - n, "k%d = 1\n", k);
+    snprintf(text + n, sizeof text - n,
+             "match = symbol obj:file.c:g_ledger_lock\n"
+             "match = symbol obj:file.c:g_turn_cv\n");
+    expect_refused(text, ":19: 'match' given twice in this section "
+                   "(first at line 18)");
+}
+
+/* Two different qualifiers that read the same once joined with '|' (the
+ * old canonical string) are two mappings, not a duplicate.  [mutex c]
+ * lacks its 'match' so that the file is refused either way. */
+static void test_config_distinct_qualifiers_not_duplicate(void **state)
+{
+    const char *cfg;
+    char marker[PATH_MAX];
+    struct proc p;
+
+    (void)state;
+    cfg = write_file("bad.ini", "%s",
+                     "[mutex a]\nmatch = symbol o:f|g:g_ledger_lock\n"
+                     "[mutex b]\nmatch = symbol o|f:g:g_ledger_lock\n"
+                     "[mutex c]\nfair = yes\n");
+    path_in(marker, sizeof marker, "not-started");
+    assert_exit(run(&p, ARGV(run_bin, "--config", (char *)cfg, "--",
+                             ledger_bin, marker, "1", "1"), NULL, 30), 78);
+    assert_contains(p.ebuf, ":5: [mutex c] has no 'match");
+    if (strstr(p.ebuf, "duplicate mapping"))
+        fail_msg("two mappings taken for one: %s", p.ebuf);
+}
+
 static void test_config_missing_file(void **state)
 {
     char cfg[PATH_MAX], marker[PATH_MAX];
@@ -1220,6 +1262,8 @@ int main(void)
         cmocka_unit_test(test_legacy_four_copies_exact),
         cmocka_unit_test(test_legacy_without_shim_runs),
         cmocka_unit_test(test_config_errors_name_file_and_line),
+        cmocka_unit_test(test_config_many_keys_then_second_match),
+        cmocka_unit_test(test_config_distinct_qualifiers_not_duplicate),
         cmocka_unit_test(test_config_missing_file),
         cmocka_unit_test(test_unresolved_name_refused),
         cmocka_unit_test(test_unresolved_name_warned),

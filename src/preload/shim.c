@@ -408,13 +408,103 @@ static void startup_fail(void)
     _exit(PL_EXIT_CONFIG);
 }
 
+/* The [redis] settings, for the library. */
+static void apply_settings(void)
+{
+    int rc;
+
+    if (cfg.url && (rc = dist_set_url(cfg.url)) != 0) {
+        pl_msg("%s:%d: url: %s", cfg.path, cfg.url_line, dist_last_error());
+        startup_fail();
+    }
+    if (cfg.watchdog_ms)
+        dist_set_watchdog_ms(cfg.watchdog_ms);
+    if (cfg.timeout_ms)
+        dist_set_timeout_ms(cfg.timeout_ms);
+}
+
+/* The entry of one resolved address, its distributed lock made. */
+static struct entry *target_entry(struct pl_target *pt)
+{
+    struct entry *e = calloc(1, sizeof *e);
+    char name[DIST_NAME_MAX + 32];
+    int rc;
+
+    if (!e) {
+        pl_msg("out of memory");
+        startup_fail();
+    }
+    e->addr = pt->addr;
+    e->sec = pt->sec;
+    e->live = 1;
+    e->where = pt->where;
+    pt->where = NULL;
+    if (pt->index >= 0)
+        snprintf(name, sizeof name, "%s:%ld", pt->sec->name, pt->index);
+    else
+        snprintf(name, sizeof name, "%s", pt->sec->name);
+    if ((rc = init_entry(e, name)) != 0) {
+        pl_msg("%s:%d: lock '%s': %s", cfg.path, pt->sec->line, name,
+               dist_last_error());
+        startup_fail();
+    }
+    return e;
+}
+
+/* The address table, with room for the heap mutexes of init_site. */
+static struct table *map_targets(struct pl_resolved *res)
+{
+    struct table *t;
+    size_t i, cap;
+
+    cap = 4 * res->nt + 16;
+    if (res->ns)
+        cap += 1024;
+    t = table_new(cap);
+    if (!t) {
+        pl_msg("out of memory");
+        startup_fail();
+    }
+    for (i = 0; i < res->nt; i++) {
+        struct entry *e = target_entry(&res->t[i]);
+
+        table_put(t, e);
+        if (pl_verbose())
+            pl_msg("%s '%s' = %s", e->kind == PL_MUTEX ? "mutex" : "rwlock",
+                   e->lockname, e->where);
+    }
+    return t;
+}
+
+/* Takes the init_site sections from res, for site_init. */
+static void take_sites(struct pl_resolved *res)
+{
+    size_t i;
+
+    sites = res->s;
+    nsites = res->ns;
+    res->s = NULL;
+    res->ns = 0;
+    if (nsites) {
+        site_seq = calloc(nsites, sizeof *site_seq);
+        if (!site_seq) {
+            pl_msg("out of memory");
+            startup_fail();
+        }
+    }
+    for (i = 0; i < nsites && pl_verbose(); i++)
+        pl_msg("%s '%s:<n>' = every %s that %s",
+               sites[i].sec->kind == PL_MUTEX ? "mutex" : "rwlock",
+               sites[i].sec->name,
+               sites[i].sec->kind == PL_MUTEX ? "mutex" : "rwlock",
+               sites[i].where);
+}
+
 static const struct table *build(void)
 {
     struct pl_resolved res;
     struct table *t;
     const char *path, *v;
-    size_t i, cap;
-    int rc;
 
     open_status();
     v = getenv("DISTLOCK_PRELOAD_VERBOSE");
@@ -440,70 +530,11 @@ static const struct table *build(void)
     }
     if (cfg.verbose)
         pl_set_verbose(1);
-    if (cfg.url && (rc = dist_set_url(cfg.url)) != 0) {
-        pl_msg("%s:%d: url: %s", cfg.path, cfg.url_line, dist_last_error());
-        startup_fail();
-    }
-    if (cfg.watchdog_ms)
-        dist_set_watchdog_ms(cfg.watchdog_ms);
-    if (cfg.timeout_ms)
-        dist_set_timeout_ms(cfg.timeout_ms);
+    apply_settings();
     if (pl_resolve(&cfg, &res) != 0)
         startup_fail();
-
-    cap = 4 * res.nt + 16;
-    if (res.ns)
-        cap += 1024;
-    t = table_new(cap);
-    if (!t) {
-        pl_msg("out of memory");
-        startup_fail();
-    }
-    for (i = 0; i < res.nt; i++) {
-        struct entry *e = calloc(1, sizeof *e);
-        const struct pl_target *pt = &res.t[i];
-        char name[DIST_NAME_MAX + 32];
-
-        if (!e) {
-            pl_msg("out of memory");
-            startup_fail();
-        }
-        e->addr = pt->addr;
-        e->sec = pt->sec;
-        e->live = 1;
-        e->where = pt->where;
-        res.t[i].where = NULL;
-        if (pt->index >= 0)
-            snprintf(name, sizeof name, "%s:%ld", pt->sec->name, pt->index);
-        else
-            snprintf(name, sizeof name, "%s", pt->sec->name);
-        if ((rc = init_entry(e, name)) != 0) {
-            pl_msg("%s:%d: lock '%s': %s", cfg.path, pt->sec->line, name,
-                   dist_last_error());
-            startup_fail();
-        }
-        table_put(t, e);
-        if (pl_verbose())
-            pl_msg("%s '%s' = %s", e->kind == PL_MUTEX ? "mutex" : "rwlock",
-                   e->lockname, e->where);
-    }
-    sites = res.s;
-    nsites = res.ns;
-    res.s = NULL;
-    res.ns = 0;
-    if (nsites) {
-        site_seq = calloc(nsites, sizeof *site_seq);
-        if (!site_seq) {
-            pl_msg("out of memory");
-            startup_fail();
-        }
-    }
-    for (i = 0; i < nsites && pl_verbose(); i++)
-        pl_msg("%s '%s:<n>' = every %s that %s",
-               sites[i].sec->kind == PL_MUTEX ? "mutex" : "rwlock",
-               sites[i].sec->name,
-               sites[i].sec->kind == PL_MUTEX ? "mutex" : "rwlock",
-               sites[i].where);
+    t = map_targets(&res);
+    take_sites(&res);
     if (res.unresolved)
         pl_msg("warning: %zu section(s) not resolved (on_unresolved = warn)",
                res.unresolved);
