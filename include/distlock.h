@@ -97,7 +97,8 @@ DIST_EXPORT void dist_shutdown(void);
 /* ------------------------------------------------------------------------ */
 
 #define DIST_MUTEX_RECURSIVE  1   /* default: n locks need n unlocks */
-#define DIST_MUTEX_ERRORCHECK 2   /* relock by the owner gives EDEADLK */
+#define DIST_MUTEX_ERRORCHECK 2   /* relock by the owner gives EDEADLK
+                                   * (trylock: EBUSY) */
 
 struct dist_mutexattr {
     int __type;
@@ -133,7 +134,8 @@ DIST_EXPORT int dist_mutex_destroy(dist_mutex_t *m);
 /* Blocks until the lock is taken.  EDEADLK (errorcheck relock), EIO, EINVAL. */
 DIST_EXPORT int dist_mutex_lock(dist_mutex_t *m);
 
-/* Never waits for the lock: EBUSY when another owner holds it. */
+/* Never waits for the lock: EBUSY when another owner holds it, or when the
+ * caller holds an error-checking mutex already. */
 DIST_EXPORT int dist_mutex_trylock(dist_mutex_t *m);
 
 /* Waits until abstime (CLOCK_REALTIME): ETIMEDOUT once that time has been
