@@ -3,6 +3,7 @@
 
 void dist_shutdown(void)
 {
+    DIST__KEEP_ERRNO;
     dist__pubsub_shutdown();
     dist__renew_shutdown();
     dist__conn_close_thread();

@@ -9,6 +9,7 @@
 
 int dist_rwlockattr_init(dist_rwlockattr_t *a)
 {
+    DIST__KEEP_ERRNO;
     if (!a)
         return EINVAL;
     memset(a, 0, sizeof *a);
@@ -18,11 +19,13 @@ int dist_rwlockattr_init(dist_rwlockattr_t *a)
 
 int dist_rwlockattr_destroy(dist_rwlockattr_t *a)
 {
+    DIST__KEEP_ERRNO;
     return a ? 0 : EINVAL;
 }
 
 int dist_rwlockattr_setlease(dist_rwlockattr_t *a, unsigned long lease_ms)
 {
+    DIST__KEEP_ERRNO;
     if (!a)
         return EINVAL;
     if (lease_ms > 24UL * 3600 * 1000)
@@ -33,6 +36,7 @@ int dist_rwlockattr_setlease(dist_rwlockattr_t *a, unsigned long lease_ms)
 
 int dist_rwlockattr_setkind(dist_rwlockattr_t *a, int kind)
 {
+    DIST__KEEP_ERRNO;
     if (!a)
         return EINVAL;
     if (kind != DIST_RWLOCK_PREFER_READER && kind != DIST_RWLOCK_PREFER_WRITER)
@@ -54,6 +58,7 @@ static int get_obj(dist_rwlock_t *rw, struct dist__obj **out)
 int dist_rwlock_init(dist_rwlock_t *rw, const char *name,
                      const dist_rwlockattr_t *attr)
 {
+    DIST__KEEP_ERRNO;
     struct dist__obj *o;
     int rc;
 
@@ -77,6 +82,7 @@ int dist_rwlock_init(dist_rwlock_t *rw, const char *name,
 
 int dist_rwlock_destroy(dist_rwlock_t *rw)
 {
+    DIST__KEEP_ERRNO;
     if (!rw)
         return dist__err(EINVAL, "rwlock is NULL");
     return dist__obj_destroy(&dist__rwlock_kind, &rw->__impl);
@@ -103,16 +109,19 @@ static int acquire(dist_rwlock_t *rw, int mode, int try_only,
 
 int dist_rwlock_rdlock(dist_rwlock_t *rw)
 {
+    DIST__KEEP_ERRNO;
     return acquire(rw, 0, 0, NULL);
 }
 
 int dist_rwlock_tryrdlock(dist_rwlock_t *rw)
 {
+    DIST__KEEP_ERRNO;
     return acquire(rw, 0, 1, NULL);
 }
 
 int dist_rwlock_timedrdlock(dist_rwlock_t *rw, const struct timespec *abstime)
 {
+    DIST__KEEP_ERRNO;
     if (!abstime)
         return dist__err(EINVAL, "abstime is NULL");
     return acquire(rw, 0, 0, abstime);
@@ -120,16 +129,19 @@ int dist_rwlock_timedrdlock(dist_rwlock_t *rw, const struct timespec *abstime)
 
 int dist_rwlock_wrlock(dist_rwlock_t *rw)
 {
+    DIST__KEEP_ERRNO;
     return acquire(rw, 1, 0, NULL);
 }
 
 int dist_rwlock_trywrlock(dist_rwlock_t *rw)
 {
+    DIST__KEEP_ERRNO;
     return acquire(rw, 1, 1, NULL);
 }
 
 int dist_rwlock_timedwrlock(dist_rwlock_t *rw, const struct timespec *abstime)
 {
+    DIST__KEEP_ERRNO;
     if (!abstime)
         return dist__err(EINVAL, "abstime is NULL");
     return acquire(rw, 1, 0, abstime);
@@ -137,6 +149,7 @@ int dist_rwlock_timedwrlock(dist_rwlock_t *rw, const struct timespec *abstime)
 
 int dist_rwlock_unlock(dist_rwlock_t *rw)
 {
+    DIST__KEEP_ERRNO;
     struct dist__obj *o;
     int rc = get_obj(rw, &o);
 
@@ -145,6 +158,7 @@ int dist_rwlock_unlock(dist_rwlock_t *rw)
 
 int dist_rwlock_token(dist_rwlock_t *rw, uint64_t *token)
 {
+    DIST__KEEP_ERRNO;
     struct dist__obj *o;
     int rc;
 

@@ -590,6 +590,7 @@ static const struct table *build(void)
 
 static const struct table *startup(void)
 {
+    PL_KEEP_ERRNO;
     int expect = 0;
     const struct table *t;
 
@@ -714,7 +715,8 @@ static int dist_take(struct entry *e, int how, int wr,
                      const struct timespec *abs)
 {
     unsigned backoff = 20;
-    int rc, told = 0, saved = errno;
+    int rc, told = 0;
+    PL_KEEP_ERRNO;
 
     for (;;) {
         rc = dist_try_once(e, how, wr, abs);
@@ -745,7 +747,6 @@ static int dist_take(struct entry *e, int how, int wr,
     }
     if (told && rc == 0)
         pl_msg("lock '%s': Redis answers again; lock taken", e->lockname);
-    errno = saved;
     return rc;
 }
 
@@ -755,7 +756,8 @@ static int dist_take(struct entry *e, int how, int wr,
 static void dist_give(struct entry *e)
 {
     unsigned backoff = 20;
-    int rc, told = 0, saved = errno;
+    int rc, told = 0;
+    PL_KEEP_ERRNO;
 
     for (;;) {
         rc = e->kind == PL_MUTEX ? dist_mutex_unlock(&e->dm)
@@ -775,7 +777,6 @@ static void dist_give(struct entry *e)
      * fork() child unlocking what its parent locked) */
     if (rc != 0 && rc != EPERM)
         pl_msg("lock '%s': release: %s", e->lockname, dist_last_error());
-    errno = saved;
 }
 
 static int held_by_me(const struct entry *e)
@@ -823,6 +824,7 @@ enum { L_LOCK, L_TRY, L_TIMED, L_CLOCK };
 static int mapped_lock(struct entry *e, pthread_mutex_t *m, int how, void *fn,
                        clockid_t clk, const struct timespec *abs)
 {
+    PL_KEEP_ERRNO;
     struct timespec rt;
     int rc, rc2;
 
@@ -866,6 +868,7 @@ static int mapped_lock(struct entry *e, pthread_mutex_t *m, int how, void *fn,
 
 static int mapped_unlock(struct entry *e, pthread_mutex_t *m)
 {
+    PL_KEEP_ERRNO;
     unsigned d;
 
     if (!held_by_me(e))
@@ -886,6 +889,7 @@ static int mapped_wait(struct entry *e, pthread_cond_t *c, pthread_mutex_t *m,
                        int how, void *fn, clockid_t clk,
                        const struct timespec *abs)
 {
+    PL_KEEP_ERRNO;
     int rc;
 
     /* what glibc refuses before it lets go of the mutex */
@@ -917,6 +921,7 @@ plain:
 
 static void entry_kill(struct entry *e)
 {
+    PL_KEEP_ERRNO;
     __atomic_store_n(&e->live, 0, __ATOMIC_RELEASE);
     if (e->kind == PL_MUTEX)
         dist_mutex_destroy(&e->dm);
@@ -929,6 +934,7 @@ static void entry_kill(struct entry *e)
  * address. */
 static void site_init(void *m, uintptr_t ra, int kind)
 {
+    PL_KEEP_ERRNO;
     const struct pl_site *s = site_of(ra, kind);
     struct entry *e;
     char name[DIST_NAME_MAX + 32];
@@ -1142,6 +1148,7 @@ static int mapped_rw_lock(struct entry *e, pthread_rwlock_t *rw, int wr,
                           int how, void *fn, clockid_t clk,
                           const struct timespec *abs)
 {
+    PL_KEEP_ERRNO;
     struct timespec rt;
     int rc;
 
