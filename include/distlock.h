@@ -144,6 +144,13 @@ DIST_EXPORT int dist_mutex_trylock(dist_mutex_t *m);
 DIST_EXPORT int dist_mutex_timedlock(dist_mutex_t *m,
                                      const struct timespec *abstime);
 
+/* dist_mutex_timedlock with abstime on clockid, CLOCK_REALTIME or
+ * CLOCK_MONOTONIC (as glibc's pthread_mutex_clocklock).  EINVAL for any
+ * other clock, whether or not the call would wait.  A CLOCK_MONOTONIC
+ * deadline is not moved by steps of the wall clock. */
+DIST_EXPORT int dist_mutex_clocklock(dist_mutex_t *m, clockid_t clockid,
+                                     const struct timespec *abstime);
+
 /* EPERM when the calling thread does not hold it, or its hold was lost. */
 DIST_EXPORT int dist_mutex_unlock(dist_mutex_t *m);
 
@@ -231,6 +238,11 @@ DIST_EXPORT int dist_rwlock_tryrdlock(dist_rwlock_t *rw);
 DIST_EXPORT int dist_rwlock_timedrdlock(dist_rwlock_t *rw,
                                         const struct timespec *abstime);
 
+/* As dist_rwlock_timedrdlock, with abstime on clockid (see
+ * dist_mutex_clocklock). */
+DIST_EXPORT int dist_rwlock_clockrdlock(dist_rwlock_t *rw, clockid_t clockid,
+                                        const struct timespec *abstime);
+
 /* Blocks until the write lock is taken.  EDEADLK when the caller holds read
  * locks only.  EIO, EINVAL. */
 DIST_EXPORT int dist_rwlock_wrlock(dist_rwlock_t *rw);
@@ -242,6 +254,11 @@ DIST_EXPORT int dist_rwlock_trywrlock(dist_rwlock_t *rw);
 /* Waits until abstime (CLOCK_REALTIME), as dist_mutex_timedlock; EDEADLK as
  * dist_rwlock_wrlock. */
 DIST_EXPORT int dist_rwlock_timedwrlock(dist_rwlock_t *rw,
+                                        const struct timespec *abstime);
+
+/* As dist_rwlock_timedwrlock, with abstime on clockid (see
+ * dist_mutex_clocklock). */
+DIST_EXPORT int dist_rwlock_clockwrlock(dist_rwlock_t *rw, clockid_t clockid,
                                         const struct timespec *abstime);
 
 /* Gives back one hold of the calling thread: a write hold when it has one,

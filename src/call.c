@@ -11,6 +11,21 @@
 
 /* ---- deadlines ---------------------------------------------------------- */
 
+int dist__deadline_set(struct dist__deadline *dl, clockid_t clock,
+                       const struct timespec *abs)
+{
+    /* the clock is refused whether or not the call would wait, as glibc's
+     * clocklock does */
+    if (clock != CLOCK_REALTIME && clock != CLOCK_MONOTONIC)
+        return dist__err(EINVAL, "clock %d: use CLOCK_REALTIME or "
+                         "CLOCK_MONOTONIC", (int)clock);
+    if (!abs)
+        return dist__err(EINVAL, "abstime is NULL");
+    dl->clock = clock;
+    dl->abs = *abs;
+    return 0;
+}
+
 int dist__deadline_ms(const struct dist__deadline *dl, uint64_t *ms)
 {
     struct timespec now;

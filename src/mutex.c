@@ -153,16 +153,21 @@ int dist_mutex_trylock(dist_mutex_t *m)
 int dist_mutex_timedlock(dist_mutex_t *m, const struct timespec *abstime)
 {
     DIST__KEEP_ERRNO;
+    return dist_mutex_clocklock(m, CLOCK_REALTIME, abstime);
+}
+
+int dist_mutex_clocklock(dist_mutex_t *m, clockid_t clockid,
+                         const struct timespec *abstime)
+{
+    DIST__KEEP_ERRNO;
     struct dist__deadline dl;
     struct dist__obj *o;
     int rc;
 
-    if (!abstime)
-        return dist__err(EINVAL, "abstime is NULL");
+    if ((rc = dist__deadline_set(&dl, clockid, abstime)) != 0)
+        return rc;
     if ((rc = get_obj(m, &o)) != 0)
         return rc;
-    dl.clock = CLOCK_REALTIME;
-    dl.abs = *abstime;
     return dist__acquire(o, 0, 0, &dl);
 }
 

@@ -90,21 +90,23 @@ int dist_rwlock_destroy(dist_rwlock_t *rw)
 
 /* ---- lock and unlock --------------------------------------------------- */
 
-/* mode 0 read, 1 write; abstime NULL: no deadline. */
+/* mode 0 read, 1 write; dl NULL: no deadline. */
 static int acquire(dist_rwlock_t *rw, int mode, int try_only,
-                   const struct timespec *abstime)
+                   const struct dist__deadline *dl)
 {
-    struct dist__deadline dl;
     struct dist__obj *o;
     int rc = get_obj(rw, &o);
 
-    if (rc != 0)
-        return rc;
-    if (!abstime)
-        return dist__acquire(o, mode, try_only, NULL);
-    dl.clock = CLOCK_REALTIME;
-    dl.abs = *abstime;
-    return dist__acquire(o, mode, try_only, &dl);
+    return rc ? rc : dist__acquire(o, mode, try_only, dl);
+}
+
+static int acquire_by(dist_rwlock_t *rw, int mode, clockid_t clockid,
+                      const struct timespec *abstime)
+{
+    struct dist__deadline dl;
+    int rc = dist__deadline_set(&dl, clockid, abstime);
+
+    return rc ? rc : acquire(rw, mode, 0, &dl);
 }
 
 int dist_rwlock_rdlock(dist_rwlock_t *rw)
@@ -122,9 +124,14 @@ int dist_rwlock_tryrdlock(dist_rwlock_t *rw)
 int dist_rwlock_timedrdlock(dist_rwlock_t *rw, const struct timespec *abstime)
 {
     DIST__KEEP_ERRNO;
-    if (!abstime)
-        return dist__err(EINVAL, "abstime is NULL");
-    return acquire(rw, 0, 0, abstime);
+    return acquire_by(rw, 0, CLOCK_REALTIME, abstime);
+}
+
+int dist_rwlock_clockrdlock(dist_rwlock_t *rw, clockid_t clockid,
+                            const struct timespec *abstime)
+{
+    DIST__KEEP_ERRNO;
+    return acquire_by(rw, 0, clockid, abstime);
 }
 
 int dist_rwlock_wrlock(dist_rwlock_t *rw)
@@ -142,9 +149,14 @@ int dist_rwlock_trywrlock(dist_rwlock_t *rw)
 int dist_rwlock_timedwrlock(dist_rwlock_t *rw, const struct timespec *abstime)
 {
     DIST__KEEP_ERRNO;
-    if (!abstime)
-        return dist__err(EINVAL, "abstime is NULL");
-    return acquire(rw, 1, 0, abstime);
+    return acquire_by(rw, 1, CLOCK_REALTIME, abstime);
+}
+
+int dist_rwlock_clockwrlock(dist_rwlock_t *rw, clockid_t clockid,
+                            const struct timespec *abstime)
+{
+    DIST__KEEP_ERRNO;
+    return acquire_by(rw, 1, clockid, abstime);
 }
 
 int dist_rwlock_unlock(dist_rwlock_t *rw)

@@ -675,11 +675,11 @@ static void sleep_ms(unsigned ms)
         ;
 }
 
-static int realtime_passed(const struct timespec *abs)
+static int deadline_passed(clockid_t clk, const struct timespec *abs)
 {
     struct timespec now;
 
-    clock_gettime(CLOCK_REALTIME, &now);
+    clock_gettime(clk, &now);
     return now.tv_sec > abs->tv_sec ||
            (now.tv_sec == abs->tv_sec && now.tv_nsec >= abs->tv_nsec);
 }
@@ -687,23 +687,24 @@ static int realtime_passed(const struct timespec *abs)
 enum { D_BLOCK, D_TRY, D_TIMED, D_MUST };
 
 /* One attempt on the distributed lock: a mutex, or a read-write lock for
- * reading (wr 0) or writing (wr 1). */
-static int dist_try_once(struct entry *e, int how, int wr,
+ * reading (wr 0) or writing (wr 1).  D_TIMED: abs on clk, the caller's own
+ * clock (a CLOCK_MONOTONIC deadline stays one). */
+static int dist_try_once(struct entry *e, int how, int wr, clockid_t clk,
                          const struct timespec *abs)
 {
     if (e->kind == PL_MUTEX) {
         if (how == D_TRY)
             return dist_mutex_trylock(&e->dm);
         if (how == D_TIMED)
-            return dist_mutex_timedlock(&e->dm, abs);
+            return dist_mutex_clocklock(&e->dm, clk, abs);
         return dist_mutex_lock(&e->dm);
     }
     if (how == D_TRY)
         return wr ? dist_rwlock_trywrlock(&e->drw)
                   : dist_rwlock_tryrdlock(&e->drw);
     if (how == D_TIMED)
-        return wr ? dist_rwlock_timedwrlock(&e->drw, abs)
-                  : dist_rwlock_timedrdlock(&e->drw, abs);
+        return wr ? dist_rwlock_clockwrlock(&e->drw, clk, abs)
+                  : dist_rwlock_clockrdlock(&e->drw, clk, abs);
     return wr ? dist_rwlock_wrlock(&e->drw) : dist_rwlock_rdlock(&e->drw);
 }
 
@@ -711,7 +712,7 @@ static int dist_try_once(struct entry *e, int how, int wr,
  * ETIMEDOUT, EAGAIN (Redis unavailable and on_unavailable = fail), or the
  * library's error.  D_MUST blocks whatever on_unavailable says but abort:
  * a condition wait has to return with the whole mutex. */
-static int dist_take(struct entry *e, int how, int wr,
+static int dist_take(struct entry *e, int how, int wr, clockid_t clk,
                      const struct timespec *abs)
 {
     unsigned backoff = 20;
@@ -719,7 +720,7 @@ static int dist_take(struct entry *e, int how, int wr,
     PL_KEEP_ERRNO;
 
     for (;;) {
-        rc = dist_try_once(e, how, wr, abs);
+        rc = dist_try_once(e, how, wr, clk, abs);
         if (rc != EIO)
             break;
         if (cfg.on_unavailable == PL_ABORT)
@@ -735,7 +736,7 @@ static int dist_take(struct entry *e, int how, int wr,
             rc = EBUSY;
             break;
         }
-        if (how == D_TIMED && realtime_passed(abs)) {
+        if (how == D_TIMED && deadline_passed(clk, abs)) {
             rc = ETIMEDOUT;
             break;
         }
@@ -795,28 +796,6 @@ static void set_holder(struct entry *e, unsigned depth)
     __atomic_store_n(&e->depth, depth, __ATOMIC_RELAXED);
 }
 
-/* An absolute time on clk, as CLOCK_REALTIME (what libdistlock takes). */
-static struct timespec to_realtime(clockid_t clk, const struct timespec *abs)
-{
-    struct timespec now_c, now_r, r;
-    long long d;
-
-    if (clk == CLOCK_REALTIME)
-        return *abs;
-    clock_gettime(clk, &now_c);
-    clock_gettime(CLOCK_REALTIME, &now_r);
-    d = ((long long)abs->tv_sec - now_c.tv_sec) * 1000000000LL +
-        (abs->tv_nsec - now_c.tv_nsec);
-    d += (long long)now_r.tv_nsec;
-    r.tv_sec = now_r.tv_sec + (time_t)(d / 1000000000LL);
-    r.tv_nsec = (long)(d % 1000000000LL);
-    if (r.tv_nsec < 0) {
-        r.tv_nsec += 1000000000L;
-        r.tv_sec--;
-    }
-    return r;
-}
-
 /* ---- mapped mutexes ------------------------------------------------------- */
 
 enum { L_LOCK, L_TRY, L_TIMED, L_CLOCK };
@@ -825,7 +804,6 @@ static int mapped_lock(struct entry *e, pthread_mutex_t *m, int how, void *fn,
                        clockid_t clk, const struct timespec *abs)
 {
     PL_KEEP_ERRNO;
-    struct timespec rt;
     int rc, rc2;
 
     switch (how) {
@@ -851,13 +829,12 @@ static int mapped_lock(struct entry *e, pthread_mutex_t *m, int how, void *fn,
         return rc;
     }
     if (how == L_TRY)
-        rc2 = dist_take(e, D_TRY, 0, NULL);
+        rc2 = dist_take(e, D_TRY, 0, 0, NULL);
     else if (how == L_LOCK)
-        rc2 = dist_take(e, D_BLOCK, 0, NULL);
-    else {
-        rt = to_realtime(how == L_TIMED ? CLOCK_REALTIME : clk, abs);
-        rc2 = dist_take(e, D_TIMED, 0, &rt);
-    }
+        rc2 = dist_take(e, D_BLOCK, 0, 0, NULL);
+    else
+        rc2 = dist_take(e, D_TIMED, 0, how == L_TIMED ? CLOCK_REALTIME : clk,
+                        abs);
     if (rc2 != 0) {
         REAL(FN_UNLOCK, lock_fn)(m);
         return rc2;
@@ -908,7 +885,7 @@ static int mapped_wait(struct entry *e, pthread_cond_t *c, pthread_mutex_t *m,
     else
         rc = ((cwait_fn)fn)(c, m, clk, abs);
     /* the real mutex is ours again: now the distributed one */
-    dist_take(e, D_MUST, 0, NULL);
+    dist_take(e, D_MUST, 0, 0, NULL);
     set_holder(e, 1);
     return rc;
 plain:
@@ -1149,7 +1126,6 @@ static int mapped_rw_lock(struct entry *e, pthread_rwlock_t *rw, int wr,
                           const struct timespec *abs)
 {
     PL_KEEP_ERRNO;
-    struct timespec rt;
     int rc;
 
     switch (how) {
@@ -1167,12 +1143,12 @@ static int mapped_rw_lock(struct entry *e, pthread_rwlock_t *rw, int wr,
     if (rc != 0)
         return rc;
     if (how == RW_TRY) {
-        rc = dist_take(e, D_TRY, wr, NULL);
+        rc = dist_take(e, D_TRY, wr, 0, NULL);
     } else if (how == RW_LOCK) {
-        rc = dist_take(e, D_BLOCK, wr, NULL);
+        rc = dist_take(e, D_BLOCK, wr, 0, NULL);
     } else {
-        rt = to_realtime(how == RW_TIMED ? CLOCK_REALTIME : clk, abs);
-        rc = dist_take(e, D_TIMED, wr, &rt);
+        rc = dist_take(e, D_TIMED, wr, how == RW_TIMED ? CLOCK_REALTIME : clk,
+                       abs);
     }
     if (rc != 0)
         REAL(FN_RWUNLOCK, rw_fn)(rw);
