@@ -311,6 +311,7 @@ static int restore(void **state)
 {
     (void)state;
     atomic_store(&rt_step_ns, 0);
+    dist_set_lost_handler(NULL, NULL);
     dist_set_url(r.url_unix);
     dist_set_watchdog_ms(WATCHDOG_MS);
     dist_set_timeout_ms(TIMEOUT_MS);
@@ -1019,6 +1020,216 @@ static void test_zeroed_object_is_einval(void **state)
     assert_int_equal(dist_rwlock_destroy(&l), 0);
 }
 
+/* ---- a hold is never reported already expired --------------------------------- */
+
+/* The validity of a hold runs from when its acquire was sent.  These
+ * cases talk to Redis through the fault proxy, whose latency makes the
+ * reply (and only the reply, the delay being switched off while it is held
+ * back) late. */
+
+struct delayer {
+    tu_proxy_t *p;
+    long after_ms;
+    pthread_t th;
+};
+
+static void *delayer_main(void *arg)
+{
+    struct delayer *d = arg;
+
+    tu_sleep_ms(d->after_ms);
+    tu_proxy_set_delay(d->p, 0);
+    return NULL;
+}
+
+/* Points the library at a new proxy and connects this thread (and the
+ * library's) through it. */
+static tu_proxy_t *via_proxy(unsigned long timeout_ms)
+{
+    char url[64], name[200];
+    tu_proxy_t *p = tu_proxy_start(&r);
+    dist_mutex_t warm;
+
+    assert_non_null(p);
+    snprintf(url, sizeof url, "redis://127.0.0.1:%d", tu_proxy_port(p));
+    assert_int_equal(dist_set_timeout_ms(timeout_ms), 0);
+    assert_int_equal(dist_set_url(url), 0);
+    NAME(name, "warm-up");
+    assert_int_equal(dist_mutex_init(&warm, name, NULL), 0);
+    assert_int_equal(dist_mutex_lock(&warm), 0);
+    assert_int_equal(dist_mutex_unlock(&warm), 0);
+    assert_int_equal(dist_mutex_destroy(&warm), 0);
+    return p;
+}
+
+static long long token_count(const char *name)
+{
+    char key[300];
+    long long v = -1;
+
+    snprintf(key, sizeof key, "redisson_lock_token:{%s}", name);
+    if (tu_cmd_int_ex(&r, &v, "GET", key, NULL) != 0)
+        return 0;
+    return v;
+}
+
+/* A lock call whose request and reply each take delay_ms, the delay being
+ * switched off after switch_ms (while the reply is held back).  Returns its
+ * answer, with the key's remaining lease right after it in *pttl_ms (plus
+ * the time it took to ask). */
+static int late_lock(tu_proxy_t *p, struct obj *o, int wr, long delay_ms,
+                     long switch_ms, long long *pttl_ms)
+{
+    struct delayer d = { p, switch_ms, 0 };
+    double t_ret;
+    int rc;
+
+    tu_proxy_set_delay(p, delay_ms);
+    assert_int_equal(pthread_create(&d.th, NULL, delayer_main, &d), 0);
+    rc = o_lock(o, wr);
+    t_ret = tu_now();
+    *pttl_ms = tu_cmd_int(&r, "PTTL", o->name, NULL);
+    if (*pttl_ms > 0)
+        *pttl_ms += (long long)((tu_now() - t_ret) * 1000);
+    pthread_join(d.th, NULL);
+    return rc;
+}
+
+static void late_reply_renewed(enum kind k, int wr)
+{
+    const unsigned long lease = 4000;
+    dist_mutexattr_t ma;
+    dist_rwlockattr_t ra;
+    tu_proxy_t *p = via_proxy(8000);
+    long long pttl;
+    struct obj o;
+    int rc;
+
+    memset(&o, 0, sizeof o);
+    o.k = k;
+    o.rw = k == K_RWLOCK;
+    test_lock_name(o.name, sizeof o.name, "test_posix", "late_reply",
+                   kind_name[k]);
+    if (o.rw) {
+        dist_rwlockattr_init(&ra);
+        dist_rwlockattr_setlease(&ra, lease);
+        assert_int_equal(dist_rwlock_init(&o.l, o.name, &ra), 0);
+    } else {
+        dist_mutexattr_init(&ma);
+        dist_mutexattr_setlease(&ma, lease);
+        dist_mutexattr_setfair(&ma, k == K_FAIR);
+        assert_int_equal(dist_mutex_init(&o.m, o.name, &ma), 0);
+    }
+    /* sent at 0, run at 1 s (lease until 5 s), reply back at 2 s: half the
+     * lease is gone, more than the third allowed */
+    rc = late_lock(p, &o, wr, 1000, 1500, &pttl);
+    assert_int_equal(rc, 0);
+    if (pttl < (long long)lease - 500)
+        fail_msg("%s: a hold whose reply took 2 s of its 4 s lease was "
+                 "reported with %lld ms left", kind_name[k], pttl);
+    if (!o.rw || wr)
+        assert_int_equal(token_count(o.name), 1);   /* renewed, not retaken */
+    assert_int_equal(o_unlock(&o), 0);
+    obj_destroy(&o);
+    tu_proxy_stop(p);
+}
+
+static void test_late_reply_is_renewed(void **state)
+{
+    (void)state;
+    late_reply_renewed(K_RECURSIVE, 0);
+    late_reply_renewed(K_FAIR, 0);
+    late_reply_renewed(K_RWLOCK, 0);
+    late_reply_renewed(K_RWLOCK, 1);
+}
+
+static void test_expired_on_arrival_is_taken_again(void **state)
+{
+    dist_mutexattr_t ma;
+    tu_proxy_t *p;
+    long long pttl;
+    struct obj o;
+    char *owner;
+    int rc;
+
+    (void)state;
+    p = via_proxy(8000);
+    memset(&o, 0, sizeof o);
+    NAME(o.name, "m");
+    dist_mutexattr_init(&ma);
+    dist_mutexattr_setlease(&ma, 1000);
+    assert_int_equal(dist_mutex_init(&o.m, o.name, &ma), 0);
+    /* sent at 0, run at 1.2 s (lease until 2.2 s), reply back at 2.4 s:
+     * the hold is gone when the caller hears of it */
+    rc = late_lock(p, &o, 0, 1200, 1800, &pttl);
+    assert_int_equal(rc, 0);
+    owner = lock_owner_field(&r, o.name, NULL);
+    if (!owner)
+        fail_msg("lock returned 0 for a hold that had expired on the way "
+                 "back (no holder in Redis)");
+    free(owner);
+    assert_true(pttl > 500);
+    assert_int_equal(token_count(o.name), 2);       /* taken again */
+    assert_int_equal(o_unlock(&o), 0);
+    obj_destroy(&o);
+    tu_proxy_stop(p);
+}
+
+static atomic_int lost_calls;
+
+static void on_lost(const char *name, void *arg)
+{
+    (void)name;
+    (void)arg;
+    atomic_fetch_add(&lost_calls, 1);
+}
+
+static void test_late_renewal_is_lost(void **state)
+{
+    tu_proxy_t *p;
+    struct obj o;
+    double until;
+    long long prev, pttl;
+
+    (void)state;
+    p = via_proxy(8000);
+    atomic_store(&lost_calls, 0);
+    dist_set_lost_handler(on_lost, NULL);
+    assert_int_equal(dist_set_watchdog_ms(3000), 0);
+    obj_init(&o, K_RECURSIVE, __func__);
+    assert_int_equal(o_lock(&o, 0), 0);
+    /* the first renewal, with no delay (the renewal thread connects and
+     * loads its script meanwhile): the lease jumps back up */
+    until = tu_now() + slack(10.0);
+    prev = tu_cmd_int(&r, "PTTL", o.name, NULL);
+    while ((pttl = tu_cmd_int(&r, "PTTL", o.name, NULL)) <= prev &&
+           tu_now() < until) {
+        prev = pttl;
+        tu_sleep_ms(20);
+    }
+    assert_true(pttl > prev);
+    /* renewed (sent) at s, the lease runs until s + 3 s.  The next renewal,
+     * sent at s + 0.75..1 s, runs at s + 2.25..2.5 s, still in time, but its
+     * answer is back at s + 3.75..4 s: for a while nothing showed that the
+     * hold was still there.  The delay ends while that answer is held back,
+     * so the renewal after it is in time again: only the late answer can
+     * make the hold lost. */
+    tu_proxy_set_delay(p, 1500);
+    tu_sleep_ms(3500);
+    tu_proxy_set_delay(p, 0);
+    until = tu_now() + slack(5.0);
+    while (atomic_load(&lost_calls) == 0 && tu_now() < until)
+        tu_sleep_ms(50);
+    dist_set_lost_handler(NULL, NULL);
+    if (atomic_load(&lost_calls) == 0)
+        fail_msg("a watchdog renewal answered after the lease ran out was "
+                 "not reported lost");
+    assert_int_equal(o_unlock(&o), EPERM);
+    tu_cmd_int(&r, "DEL", o.name, NULL);    /* what it left ends with its lease */
+    obj_destroy(&o);
+    tu_proxy_stop(p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1033,6 +1244,9 @@ int main(void)
         T(test_clock_variants),
         T(test_realtime_steps),
         T(test_zeroed_object_is_einval),
+        T(test_late_reply_is_renewed),
+        T(test_expired_on_arrival_is_taken_again),
+        T(test_late_renewal_is_lost),
 #undef T
     };
     const char *filter = getenv("TEST_POSIX_FILTER");
