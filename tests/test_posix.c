@@ -32,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -1020,6 +1021,129 @@ static void test_zeroed_object_is_einval(void **state)
     assert_int_equal(dist_rwlock_destroy(&l), 0);
 }
 
+/* ---- small stacks ------------------------------------------------------------------ */
+
+/* glibc's locks work on a thread created with PTHREAD_STACK_MIN, and
+ * programs create such threads; so must every call here.  Set to 0 once
+ * the connection layer reads through a heap buffer (issue 14, item 4):
+ * until then a crash of this case is reported as a skip, not a failure. */
+#define SMALL_STACK_PENDING 1
+
+struct small {
+    struct obj *m, *rw;
+    int bad;                 /* the first call that failed, 1-based */
+    int rc;
+};
+
+#define SMALL(n, call, want)                                                 \
+    do {                                                                     \
+        int rc_ = (call);                                                    \
+        if (rc_ != (want) && !s->bad) {                                      \
+            s->bad = (n);                                                    \
+            s->rc = rc_;                                                     \
+        }                                                                    \
+    } while (0)
+
+static void *small_main(void *arg)
+{
+    struct small *s = arg;
+    struct timespec rt = clock_in(CLOCK_REALTIME, 5.0);
+    struct timespec mono = clock_in(CLOCK_MONOTONIC, 5.0);
+    struct timespec soon = clock_in(CLOCK_MONOTONIC, 0.3);
+    dist_mutex_t *m = &s->m->m;
+    dist_rwlock_t *l = &s->rw->l;
+    uint64_t tok;
+
+    SMALL(1, dist_mutex_lock(m), 0);
+    SMALL(2, dist_mutex_token(m, &tok), 0);
+    SMALL(3, dist_mutex_trylock(m), 0);
+    SMALL(4, dist_mutex_timedlock(m, &rt), 0);
+    SMALL(5, dist_mutex_clocklock(m, CLOCK_MONOTONIC, &mono), 0);
+    SMALL(6, dist_mutex_unlock(m), 0);
+    SMALL(7, dist_mutex_unlock(m), 0);
+    SMALL(8, dist_mutex_unlock(m), 0);
+    SMALL(9, dist_mutex_unlock(m), 0);
+    SMALL(10, dist_mutex_unlock(m), EPERM);
+    SMALL(11, dist_rwlock_rdlock(l), 0);
+    SMALL(12, dist_rwlock_tryrdlock(l), 0);
+    SMALL(13, dist_rwlock_timedrdlock(l, &rt), 0);
+    SMALL(14, dist_rwlock_clockrdlock(l, CLOCK_MONOTONIC, &mono), 0);
+    SMALL(15, dist_rwlock_trywrlock(l), EBUSY);
+    SMALL(16, dist_rwlock_unlock(l), 0);
+    SMALL(17, dist_rwlock_unlock(l), 0);
+    SMALL(18, dist_rwlock_unlock(l), 0);
+    SMALL(19, dist_rwlock_unlock(l), 0);
+    SMALL(20, dist_rwlock_wrlock(l), 0);
+    SMALL(21, dist_rwlock_token(l, &tok), 0);
+    SMALL(22, dist_rwlock_trywrlock(l), 0);
+    SMALL(23, dist_rwlock_timedwrlock(l, &rt), 0);
+    SMALL(24, dist_rwlock_clockwrlock(l, CLOCK_MONOTONIC, &mono), 0);
+    SMALL(25, dist_rwlock_unlock(l), 0);
+    SMALL(26, dist_rwlock_unlock(l), 0);
+    SMALL(27, dist_rwlock_unlock(l), 0);
+    SMALL(28, dist_rwlock_unlock(l), 0);
+    /* a wait, on the lock's channel: the parent's holder keeps it */
+    SMALL(29, dist_mutex_clocklock(&s->m[1].m, CLOCK_MONOTONIC, &soon),
+          ETIMEDOUT);
+    SMALL(30, dist_mutex_destroy(m), 0);
+    SMALL(31, dist_rwlock_destroy(l), 0);
+    return NULL;
+}
+
+static void test_small_stack(void **state)
+{
+    struct obj o[3];
+    struct holder h;
+    pid_t pid;
+    int st;
+
+    (void)state;
+    obj_init(&o[0], K_RECURSIVE, __func__);
+    obj_init(&o[1], K_ERRORCHECK, __func__);
+    obj_init(&o[2], K_RWLOCK, __func__);
+    holder_start(&h, &o[1], 0);
+    fflush(NULL);
+    pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        /* a new client: its holds are its own, o[1] is the parent's */
+        struct small s = { &o[0], &o[2], 0, 0 };
+        pthread_attr_t a;
+        pthread_t th;
+
+        pthread_attr_init(&a);
+        pthread_attr_setstacksize(&a, PTHREAD_STACK_MIN);
+        if (pthread_create(&th, &a, small_main, &s) != 0)
+            _exit(100);
+        pthread_join(th, NULL);
+        if (s.bad)
+            fprintf(stderr, "small stack: call %d said %d\n", s.bad, s.rc);
+        _exit(s.bad);
+    }
+    while (waitpid(pid, &st, 0) < 0)
+        ;
+    holder_stop(&h);
+    tu_cmd_int(&r, "DEL", o[0].name, NULL);
+    tu_cmd_int(&r, "DEL", o[2].name, NULL);
+    obj_destroy(&o[0]);
+    obj_destroy(&o[1]);
+    obj_destroy(&o[2]);
+    if (WIFSIGNALED(st) && SMALL_STACK_PENDING) {
+        print_message("[  SKIP    ] test_small_stack: a thread with a %ld-byte "
+                      "stack died of signal %d; pending the connection "
+                      "layer's heap read buffer (issue 14, item 4)\n",
+                      (long)PTHREAD_STACK_MIN, WTERMSIG(st));
+        skip();
+    }
+    if (WIFSIGNALED(st))
+        fail_msg("a thread with a %ld-byte stack died of signal %d",
+                 (long)PTHREAD_STACK_MIN, WTERMSIG(st));
+    assert_true(WIFEXITED(st));
+    if (WEXITSTATUS(st) != 0)
+        fail_msg("on a %ld-byte stack, call %d failed (see stderr)",
+                 (long)PTHREAD_STACK_MIN, WEXITSTATUS(st));
+}
+
 /* ---- a hold is never reported already expired --------------------------------- */
 
 /* The validity of a hold runs from when its acquire was sent.  These
@@ -1244,6 +1368,7 @@ int main(void)
         T(test_clock_variants),
         T(test_realtime_steps),
         T(test_zeroed_object_is_einval),
+        T(test_small_stack),
         T(test_late_reply_is_renewed),
         T(test_expired_on_arrival_is_taken_again),
         T(test_late_renewal_is_lost),
