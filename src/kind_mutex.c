@@ -125,7 +125,7 @@ static int m_acquire(struct dist__call *c)
             c->unknown = 1;
     }
     if (rc != 0)
-        return EIO;
+        return rc == ENOMEM ? ENOMEM : EIO;   /* ENOMEM: nothing was sent */
     if (dist__reply_int(r, 0, &ok) != 0 || dist__reply_int(r, 1, &v) != 0) {
         freeReplyObject(r);
         return dist__err(EIO, "unexpected reply to mutex_lock");
