@@ -709,9 +709,11 @@ static int dist_try_once(struct entry *e, int how, int wr, clockid_t clk,
 }
 
 /* Takes the distributed lock; the real mutex is held.  0, EBUSY,
- * ETIMEDOUT, EAGAIN (Redis unavailable and on_unavailable = fail), or the
- * library's error.  D_MUST blocks whatever on_unavailable says but abort:
- * a condition wait has to return with the whole mutex. */
+ * ETIMEDOUT, EAGAIN (Redis unavailable and on_unavailable = fail, or out
+ * of memory: an error every lock call of pthread may give, where ENOMEM is
+ * none), or the library's error.  D_MUST blocks whatever on_unavailable
+ * says but abort, and waits for memory too: a condition wait has to
+ * return with the whole mutex. */
 static int dist_take(struct entry *e, int how, int wr, clockid_t clk,
                      const struct timespec *abs)
 {
@@ -721,6 +723,14 @@ static int dist_take(struct entry *e, int how, int wr, clockid_t clk,
 
     for (;;) {
         rc = dist_try_once(e, how, wr, clk, abs);
+        if (rc == ENOMEM && how != D_MUST) {
+            pl_msg("lock '%s': out of memory: the call fails with EAGAIN",
+                   e->lockname);
+            rc = EAGAIN;
+            break;
+        }
+        if (rc == ENOMEM)
+            goto again;
         if (rc != EIO)
             break;
         if (cfg.on_unavailable == PL_ABORT)
@@ -743,6 +753,7 @@ static int dist_take(struct entry *e, int how, int wr, clockid_t clk,
         if (!told++)
             pl_msg("lock '%s': %s: waiting for Redis (on_unavailable = "
                    "block)", e->lockname, dist_last_error());
+again:
         sleep_ms(backoff);
         backoff = backoff < 1000 ? backoff * 2 : 1000;
     }
@@ -908,13 +919,16 @@ static void entry_kill(struct entry *e)
 
 /* pthread_mutex_init (pthread_rwlock_init) from an init_site function maps
  * the new lock; from anywhere else it unmaps a heap entry left at that
- * address. */
-static void site_init(void *m, uintptr_t ra, int kind)
+ * address.  0, or ENOMEM: the lock could not be mapped for want of memory,
+ * and the caller's init fails with it (a lock that stayed local would not
+ * exclude the other processes). */
+static int site_init(void *m, uintptr_t ra, int kind)
 {
     PL_KEEP_ERRNO;
     const struct pl_site *s = site_of(ra, kind);
     struct entry *e;
     char name[DIST_NAME_MAX + 32];
+    int rc = 0;
 
     REAL(FN_LOCK, lock_fn)(&dyn_mu);
     in_shim = 1;
@@ -930,7 +944,8 @@ static void site_init(void *m, uintptr_t ra, int kind)
 
         e = calloc(1, sizeof *e);
         if (!e) {
-            die("out of memory mapping a mutex of %s", s->where);
+            rc = ENOMEM;
+            goto out;
         }
         e->addr = (uintptr_t)m;
         e->dynamic = 1;
@@ -940,8 +955,12 @@ static void site_init(void *m, uintptr_t ra, int kind)
             struct table *n = table_new(2 * (t->mask + 1));
             size_t i;
 
-            if (!n)
-                die("out of memory mapping a mutex of %s", s->where);
+            if (!n) {
+                free(e);
+                e = NULL;
+                rc = ENOMEM;
+                goto out;
+            }
             for (i = 0; i <= t->mask; i++)
                 if (t->key[i])
                     table_put(n, t->val[i]);
@@ -954,9 +973,14 @@ static void site_init(void *m, uintptr_t ra, int kind)
     snprintf(name, sizeof name, "%s:%lu", s->sec->name,
              site_seq[s - sites]++);
     set_holder(e, 0);
-    if (init_entry(e, name) != 0) {
+    if ((rc = init_entry(e, name)) == ENOMEM) {
+        pl_msg("lock '%s': out of memory: its init fails with ENOMEM", name);
+        goto out;
+    }
+    if (rc != 0) {
         pl_msg("lock '%s': %s: this mutex stays local", name,
                dist_last_error());
+        rc = 0;
         goto out;
     }
     if (verbose)
@@ -964,8 +988,12 @@ static void site_init(void *m, uintptr_t ra, int kind)
                kind == PL_MUTEX ? "mutex" : "rwlock", name, m, s->where);
     __atomic_store_n(&e->live, 1, __ATOMIC_RELEASE);
 out:
+    if (rc == ENOMEM && s && e == NULL)
+        pl_msg("%s initialised by %s: out of memory: its init fails with "
+               "ENOMEM", kind == PL_MUTEX ? "mutex" : "rwlock", s->where);
     in_shim = 0;
     REAL(FN_UNLOCK, lock_fn)(&dyn_mu);
+    return rc;
 }
 
 /* ---- the interposed functions -------------------------------------------- */
@@ -1084,7 +1112,8 @@ int pl_mutex_init(pthread_mutex_t *m, const pthread_mutexattr_t *a)
     rc = REAL(FN_INIT, init_fn)(m, a);
     if (rc == 0 && nsites && !in_shim) {
         count(FN_INIT);
-        site_init(m, ra, PL_MUTEX);
+        if ((rc = site_init(m, ra, PL_MUTEX)) != 0)
+            REAL(FN_DESTROY, lock_fn)(m);
     }
     return rc;
 }
@@ -1225,7 +1254,7 @@ RWUNLOCK(pl_rwlock_unlock_old, FN_RWUNLOCK_OLD, "pthread_rwlock_unlock@GLIBC_2.2
         rc = REAL(f, rwinit_fn)(rw, a);                                      \
         if (rc == 0 && nsites && !in_shim) {                                 \
             count(f);                                                        \
-            site_init(rw, ra, PL_RWLOCK);                                    \
+            rc = site_init(rw, ra, PL_RWLOCK);                               \
         }                                                                    \
         return rc;                                                           \
     }
