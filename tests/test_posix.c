@@ -521,22 +521,22 @@ static void test_einval_only_when_blocking(void **state)
 
 /* ---- no ETIMEDOUT for a lock that is free at the deadline ------------------------ */
 
-/* A signal handler that keeps its thread busy for slow_ms: the thread's
- * wake-up comes long after its deadline. */
-static atomic_int slow_ms;
+/* A signal handler that keeps its thread busy until the lock has been
+ * given back and its deadline is well past: the thread's wake-up comes
+ * long after its deadline, and the lock is free by then. */
+static atomic_int slow_released;
+static _Atomic double slow_until;
 static double slow_start, slow_end;
 
 static void on_slow(int sig)
 {
     int saved = errno;
-    struct timespec ts;
+    struct timespec ts = { 0, 10 * 1000000L };
 
     (void)sig;
     slow_start = tu_now();
-    ts.tv_sec = atomic_load(&slow_ms) / 1000;
-    ts.tv_nsec = (long)(atomic_load(&slow_ms) % 1000) * 1000000L;
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-        ;
+    while (!atomic_load(&slow_released) || tu_now() < atomic_load(&slow_until))
+        nanosleep(&ts, NULL);
     slow_end = tu_now();
     errno = saved;
 }
@@ -580,7 +580,7 @@ static void late_wakeup(enum kind k, int hold_wr, int wait_wr, enum how how)
     sigemptyset(&sa.sa_mask);
     sa.sa_flags = SA_RESTART;
     assert_int_equal(sigaction(SIGUSR1, &sa, NULL), 0);
-    atomic_store(&slow_ms, 1200);
+    atomic_store(&slow_released, 0);
     slow_start = slow_end = 0;
 
     obj_init(&o, k, "late_wakeup");
@@ -595,10 +595,12 @@ static void late_wakeup(enum kind k, int hold_wr, int wait_wr, enum how how)
     assert_int_equal(pthread_create(&th, NULL, waiter_main, &w), 0);
     while (sem_wait(&w.started) != 0)
         ;
+    atomic_store(&slow_until, w.t_deadline + 0.3);
     tu_sleep_ms(300);              /* it waits now */
-    pthread_kill(th, SIGUSR1);     /* busy until 0.3 + 1.2 = 1.5 s */
+    pthread_kill(th, SIGUSR1);     /* busy until free and 0.3 s past 1 s */
     tu_sleep_ms(200);
-    holder_stop(&h);               /* free at 0.5 s, before the deadline */
+    holder_stop(&h);               /* free at about 0.5 s */
+    atomic_store(&slow_released, 1);
     pthread_join(th, NULL);
     sem_destroy(&w.started);
     signal(SIGUSR1, SIG_DFL);
@@ -948,6 +950,7 @@ static double stepped_wait(struct obj *o, clockid_t clk, double secs,
     struct waiter w;
     struct holder h;
     pthread_t th;
+    double t_step;
 
     holder_start(&h, o, 1);
     memset(&w, 0, sizeof w);
@@ -961,11 +964,16 @@ static double stepped_wait(struct obj *o, clockid_t clk, double secs,
         ;
     tu_sleep_ms(300);
     step_realtime(step);
+    t_step = tu_now();
     pthread_join(th, NULL);
     holder_stop(&h);
     sem_destroy(&w.started);
     atomic_store(&rt_step_ns, 0);
     assert_int_equal(w.rc, ETIMEDOUT);
+    if (t_step >= w.t_deadline)
+        fail_msg("the clock was stepped only %.3f s after the wait began, "
+                 "after its deadline: a machine too loaded for this case",
+                 t_step - w.t_call);
     return w.t_ret - w.t_call;
 }
 
@@ -978,16 +986,16 @@ static void test_realtime_steps(void **state)
     obj_init(&o, K_RECURSIVE, __func__);
     /* a realtime wait: the clock set back 2 s, so its deadline comes 2 s
      * later (never ETIMEDOUT before the clock reaches it) */
-    el = stepped_wait(&o, CLOCK_REALTIME, 1.0, -2.0);
-    assert_dbl_range(el, 3.0 - 0.01, 3.0 + slack(1.0));
+    el = stepped_wait(&o, CLOCK_REALTIME, 2.0, -2.0);
+    assert_dbl_range(el, 4.0 - 0.01, 4.0 + slack(1.0));
     /* set forward past the deadline: over by the original time at most */
     el = stepped_wait(&o, CLOCK_REALTIME, 2.0, 5.0);
     assert_dbl_range(el, 0.3, 2.0 + slack(1.0));
     /* a monotonic wait does not see either step */
-    el = stepped_wait(&o, CLOCK_MONOTONIC, 1.0, -2.0);
-    assert_dbl_range(el, 1.0 - 0.002, 1.0 + slack(1.0));
-    el = stepped_wait(&o, CLOCK_MONOTONIC, 1.0, 5.0);
-    assert_dbl_range(el, 1.0 - 0.002, 1.0 + slack(1.0));
+    el = stepped_wait(&o, CLOCK_MONOTONIC, 2.0, -2.0);
+    assert_dbl_range(el, 2.0 - 0.002, 2.0 + slack(1.0));
+    el = stepped_wait(&o, CLOCK_MONOTONIC, 2.0, 5.0);
+    assert_dbl_range(el, 2.0 - 0.002, 2.0 + slack(1.0));
     obj_destroy(&o);
 }
 
@@ -1221,7 +1229,7 @@ static int late_lock(tu_proxy_t *p, struct obj *o, int wr, long delay_ms,
 
 static void late_reply_renewed(enum kind k, int wr)
 {
-    const unsigned long lease = 4000;
+    const unsigned long lease = 6000;
     dist_mutexattr_t ma;
     dist_rwlockattr_t ra;
     tu_proxy_t *p = via_proxy(8000);
@@ -1244,12 +1252,12 @@ static void late_reply_renewed(enum kind k, int wr)
         dist_mutexattr_setfair(&ma, k == K_FAIR);
         assert_int_equal(dist_mutex_init(&o.m, o.name, &ma), 0);
     }
-    /* sent at 0, run at 1 s (lease until 5 s), reply back at 2 s: half the
-     * lease is gone, more than the third allowed */
-    rc = late_lock(p, &o, wr, 1000, 1500, &pttl);
+    /* sent at 0, run at 1.5 s (lease until 7.5 s), reply back at 3 s: half
+     * the lease is gone, more than the third allowed */
+    rc = late_lock(p, &o, wr, 1500, 2250, &pttl);
     assert_int_equal(rc, 0);
-    if (pttl < (long long)lease - 500)
-        fail_msg("%s: a hold whose reply took 2 s of its 4 s lease was "
+    if (pttl < (long long)lease - 750)
+        fail_msg("%s: a hold whose reply took 3 s of its 6 s lease was "
                  "reported with %lld ms left", kind_name[k], pttl);
     if (!o.rw || wr)
         assert_int_equal(token_count(o.name), 1);   /* renewed, not retaken */
@@ -1283,9 +1291,9 @@ static void test_expired_on_arrival_is_taken_again(void **state)
     dist_mutexattr_init(&ma);
     dist_mutexattr_setlease(&ma, 1000);
     assert_int_equal(dist_mutex_init(&o.m, o.name, &ma), 0);
-    /* sent at 0, run at 1.2 s (lease until 2.2 s), reply back at 2.4 s:
-     * the hold is gone when the caller hears of it */
-    rc = late_lock(p, &o, 0, 1200, 1800, &pttl);
+    /* sent at 0, run at 1.5 s (lease until 2.5 s), reply back at 3 s: the
+     * hold is gone when the caller hears of it */
+    rc = late_lock(p, &o, 0, 1500, 2250, &pttl);
     assert_int_equal(rc, 0);
     owner = lock_owner_field(&r, o.name, NULL);
     if (!owner)
