@@ -4,6 +4,7 @@
 #ifndef DIST_BASE_H
 #define DIST_BASE_H
 
+#include <errno.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -15,6 +16,19 @@
 #include "distlock.h"
 
 #define DIST__UNUSED(x) ((void)(x))
+
+/* Every public entry point begins with DIST__KEEP_ERRNO: however the call
+ * leaves, errno is put back as the caller had it.  The library's own system
+ * calls change it (a non-blocking connect leaves EINPROGRESS) and the API
+ * promises to leave it alone; a cleanup handler cannot be missed by a
+ * return path added later, as a restore before each return could. */
+static inline void dist__errno_put_back(const int *saved)
+{
+    errno = *saved;
+}
+#define DIST__KEEP_ERRNO                                                   \
+    const int dist__errno_saved                                            \
+        __attribute__((cleanup(dist__errno_put_back), unused)) = errno
 
 /* ---- util.c ------------------------------------------------------------ */
 

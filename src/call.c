@@ -19,6 +19,21 @@ int dist__run(int script, int nkeys, const struct dist__buf *kv, int nkv,
 
 /* ---- deadlines ---------------------------------------------------------- */
 
+int dist__deadline_set(struct dist__deadline *dl, clockid_t clock,
+                       const struct timespec *abs)
+{
+    /* the clock is refused whether or not the call would wait, as glibc's
+     * clocklock does */
+    if (clock != CLOCK_REALTIME && clock != CLOCK_MONOTONIC)
+        return dist__err(EINVAL, "clock %d: use CLOCK_REALTIME or "
+                         "CLOCK_MONOTONIC", (int)clock);
+    if (!abs)
+        return dist__err(EINVAL, "abstime is NULL");
+    dl->clock = clock;
+    dl->abs = *abs;
+    return 0;
+}
+
 int dist__deadline_ms(const struct dist__deadline *dl, uint64_t *ms)
 {
     struct timespec now;
@@ -170,10 +185,92 @@ static int record(struct dist__call *c)
                                                   * server's expiry is earlier */
     if (!lease && !r->reg && rec_hold(c, r)) {
         r->reg = 1;
-        dist__renew_add(r->h);
+        dist__renew_add(r->h, c->started + dist__lease_of(c->o));
     }
     pthread_mutex_unlock(&st->mu);
     return 0;
+}
+
+/* ---- freshness ---------------------------------------------------------------- */
+
+/* A hold is valid from when its acquire was sent, not from when the reply
+ * came back: the server set its lease somewhere in between.  A reply that
+ * took longer than a third of the lease (FRESH_PART) leaves too little of
+ * it to report a fresh hold, and a watchdog hold too little time for its
+ * first renewal, due a third of the lease after it is taken.  Such a hold
+ * is renewed at once, on the condition that it is still ours; if it is
+ * gone (it expired on the way back), the try counts as not taken and the
+ * caller tries again. */
+#define FRESH_PART 3
+#define FRESH_TRIES 3
+
+static int stale(const struct dist__call *c)
+{
+    return dist__now_ms() - c->started > dist__lease_of(c->o) / FRESH_PART;
+}
+
+/* 1 renewed, 0 gone, -1 no answer (see dist__renew_one). */
+static int renew_now(struct dist__call *c)
+{
+    const struct dist__kind *k = c->o->kind;
+    struct dist__state *st = c->o->st;
+    struct dist__hold keys;
+    struct dist__rec *r;
+
+    memset(&keys, 0, sizeof keys);
+    if (k->renew_keys) {
+        pthread_mutex_lock(&st->mu);
+        if ((r = dist__rec_get(st)) != NULL)
+            k->renew_keys(st, r, &keys);
+        pthread_mutex_unlock(&st->mu);
+    }
+    return dist__renew_one(k, st->names, keys.keys, keys.nkeys,
+                           dist__lease_of(c->o));
+}
+
+/* A try took the lock, but its reply came back late: renew before the
+ * hold is reported.  0 with c->taken (fresh) or not (gone, c->wait 0: try
+ * again at once); EIO with c->unknown when it could not be renewed in
+ * time, which gives back the hold taken (see hand_over). */
+static int refresh(struct dist__call *c)
+{
+    int i, rc;
+
+    for (i = 0; i < FRESH_TRIES; i++) {
+        c->started = dist__now_ms();
+        if ((rc = renew_now(c)) < 0)
+            break;
+        if (rc == 0) {
+            c->taken = 0;
+            c->wait = 0;
+            return 0;
+        }
+        if (!stale(c))
+            return 0;
+    }
+    c->unknown = 1;
+    return dist__err(EIO, "%s '%s': its acquire's reply came back later than "
+                     "a third of the lease, and it could not be renewed in "
+                     "time", c->o->kind->noun, c->o->st->names->name.p);
+}
+
+/* One try of the kind's acquire; a hold it takes is reported only when
+ * it is fresh.  One that expired on the way back is tried for again at
+ * once (a few times), so that trylock does not say EBUSY for it. */
+static int try_once(struct dist__call *c)
+{
+    int i, rc = 0;
+
+    for (i = 0; i < FRESH_TRIES; i++) {
+        c->started = dist__now_ms();
+        c->unknown = 0;
+        rc = c->o->kind->acquire(c);
+        if (rc != 0 || !c->taken || !stale(c))
+            return rc;
+        if ((rc = refresh(c)) != 0 || c->taken)
+            return rc;
+    }
+    return rc;
 }
 
 /* ---- trying ------------------------------------------------------------------- */
@@ -190,8 +287,7 @@ static int try_patiently(struct dist__call *c, uint64_t deadline)
     int rc, held;
 
     for (;;) {
-        c->unknown = 0;
-        rc = c->o->kind->acquire(c);
+        rc = try_once(c);
         if (rc != EIO)
             return rc;
         now = dist__now_ms();
@@ -355,8 +451,7 @@ int dist__acquire(struct dist__obj *o, int mode, int try_only,
         return failed(&c, rc);
     if (!try_only && k->before_wait)
         k->before_wait(&c, dl);
-    c.unknown = 0;
-    rc = try_only ? k->acquire(&c) : try_patiently(&c, 0);
+    rc = try_only ? try_once(&c) : try_patiently(&c, 0);
     queued = c.how == DIST__HOW_QUEUE && rc == 0 && !c.taken;
     if (rc == 0 && !c.taken && try_only)
         return failed(&c, dist__err(EBUSY, "%s '%s' is held by another "

@@ -419,6 +419,7 @@ unsigned long dist__replica_wait_ms(void)
 
 int dist_set_url(const char *url)
 {
+    DIST__KEEP_ERRNO;
     struct dist__cfg tmp;
     char why[200];
 
@@ -458,21 +459,25 @@ static int set_ms(unsigned long *field, unsigned long ms, unsigned long min,
 
 int dist_set_watchdog_ms(unsigned long ms)
 {
+    DIST__KEEP_ERRNO;
     return set_ms(&cfg.watchdog_ms, ms, MIN_WATCHDOG_MS, "dist_set_watchdog_ms");
 }
 
 int dist_set_waiter_ms(unsigned long ms)
 {
+    DIST__KEEP_ERRNO;
     return set_ms(&cfg.waiter_ms, ms, MIN_WAITER_MS, "dist_set_waiter_ms");
 }
 
 int dist_set_timeout_ms(unsigned long ms)
 {
+    DIST__KEEP_ERRNO;
     return set_ms(&cfg.timeout_ms, ms, 1, "dist_set_timeout_ms");
 }
 
 int dist_set_replica_wait_ms(unsigned long ms)
 {
+    DIST__KEEP_ERRNO;
     return set_ms(&cfg.replica_wait_ms, ms, 0, "dist_set_replica_wait_ms");
 }
 

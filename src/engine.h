@@ -176,6 +176,11 @@ int dist__acquire(struct dist__obj *o, int mode, int try_only,
 int dist__release(struct dist__obj *o);
 /* The calling thread's fencing token; mode 1: of a write hold. */
 int dist__token(struct dist__obj *o, int mode, uint64_t *token);
+/* Fills dl from an API call's arguments: EINVAL for a clock other than
+ * CLOCK_REALTIME and CLOCK_MONOTONIC, or a NULL abstime (abstime's fields
+ * are checked only when the call would wait). */
+int dist__deadline_set(struct dist__deadline *dl, clockid_t clock,
+                       const struct timespec *abs);
 /* ms on the monotonic clock when dl is reached; EINVAL for a bad dl */
 int dist__deadline_ms(const struct dist__deadline *dl, uint64_t *ms);
 int dist__deadline_reached(const struct dist__deadline *dl);

@@ -54,6 +54,10 @@ struct dist__hold {
     int inflight;                   /* part of a call under way */
     int orphan;                     /* owner let go while in flight */
     uint64_t due;                   /* next renewal */
+    uint64_t valid_until;           /* a hold: its lease runs at least until
+                                     * then (monotonic ms), counted from when
+                                     * the last acquire or renewal that
+                                     * reached it was sent; 0: unknown */
     int unknown;                    /* an outcome to settle: Redis may count
                                      * one hold of mode more than n[] */
     int mode;
@@ -64,7 +68,15 @@ struct dist__hold *dist__hold_new(const struct dist__kind *k,
                                   struct dist__names *names,
                                   unsigned long lease_ms);
 void dist__hold_free(struct dist__hold *h);
-void dist__renew_add(struct dist__hold *h);
+/* Registers h with the watchdog.  valid_until: see struct dist__hold (the
+ * caller's acquire was sent then, plus the lease). */
+void dist__renew_add(struct dist__hold *h, uint64_t valid_until);
+/* Renews the calling thread's hold of names now, with kind k's renewal
+ * script on keys (NULL: the name alone), for ms: on the condition that the
+ * owner still holds it.  1 renewed, 0 the owner holds nothing, -1 Redis
+ * did not answer. */
+int dist__renew_one(const struct dist__kind *k, struct dist__names *names,
+                    const struct dist__buf *keys, int nkeys, unsigned long ms);
 /* Replaces the keys the renewal script gets for h (the caller keeps them
  * alive until the next call or until h is removed). */
 void dist__renew_set_keys(struct dist__hold *h, const struct dist__buf *keys,

@@ -125,7 +125,7 @@ static int m_acquire(struct dist__call *c)
             c->unknown = 1;
     }
     if (rc != 0)
-        return EIO;
+        return rc == ENOMEM ? ENOMEM : EIO;   /* ENOMEM: nothing was sent */
     if (dist__reply_int(r, 0, &ok) != 0 || dist__reply_int(r, 1, &v) != 0) {
         freeReplyObject(r);
         return dist__err(EIO, "unexpected reply to mutex_lock");
@@ -142,11 +142,14 @@ static int m_acquire(struct dist__call *c)
     return 0;
 }
 
+/* An error-checking mutex refuses its owner: lock says EDEADLK (waiting
+ * would wait for ever), trylock EBUSY, as POSIX and glibc have it (trylock
+ * never deadlocks; it only finds the mutex taken). */
 static int m_plan(struct dist__call *c, int try_only)
 {
     if (c->n[0] > 0 && (c->o->flags & DIST__MUTEX_ERRORCHECK))
-        return dist__err(EDEADLK, "mutex '%s' is already held by this thread",
-                         c->o->st->names->name.p);
+        return dist__err(try_only ? EBUSY : EDEADLK, "mutex '%s' is already "
+                         "held by this thread", c->o->st->names->name.p);
     c->how = try_only ? DIST__HOW_TRY
                       : is_fair(c) ? DIST__HOW_QUEUE : DIST__HOW_WAIT;
     return 0;

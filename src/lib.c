@@ -3,6 +3,7 @@
 
 void dist_shutdown(void)
 {
+    DIST__KEEP_ERRNO;
     dist__pubsub_shutdown();
     dist__renew_shutdown();
     dist__route_close_thread();

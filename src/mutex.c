@@ -11,6 +11,7 @@
 
 int dist_mutexattr_init(dist_mutexattr_t *a)
 {
+    DIST__KEEP_ERRNO;
     if (!a)
         return EINVAL;
     memset(a, 0, sizeof *a);
@@ -20,11 +21,13 @@ int dist_mutexattr_init(dist_mutexattr_t *a)
 
 int dist_mutexattr_destroy(dist_mutexattr_t *a)
 {
+    DIST__KEEP_ERRNO;
     return a ? 0 : EINVAL;
 }
 
 int dist_mutexattr_settype(dist_mutexattr_t *a, int type)
 {
+    DIST__KEEP_ERRNO;
     if (!a)
         return EINVAL;
     if (type != DIST_MUTEX_RECURSIVE && type != DIST_MUTEX_ERRORCHECK)
@@ -36,6 +39,7 @@ int dist_mutexattr_settype(dist_mutexattr_t *a, int type)
 
 int dist_mutexattr_gettype(const dist_mutexattr_t *a, int *type)
 {
+    DIST__KEEP_ERRNO;
     if (!a || !type)
         return EINVAL;
     *type = a->__type ? a->__type : DIST_MUTEX_RECURSIVE;
@@ -44,6 +48,7 @@ int dist_mutexattr_gettype(const dist_mutexattr_t *a, int *type)
 
 int dist_mutexattr_setlease(dist_mutexattr_t *a, unsigned long lease_ms)
 {
+    DIST__KEEP_ERRNO;
     if (!a)
         return EINVAL;
     return dist__lease_set(&a->__lease_ms, lease_ms);
@@ -51,6 +56,7 @@ int dist_mutexattr_setlease(dist_mutexattr_t *a, unsigned long lease_ms)
 
 int dist_mutexattr_setfair(dist_mutexattr_t *a, int fair)
 {
+    DIST__KEEP_ERRNO;
     if (!a)
         return EINVAL;
     if (fair != 0 && fair != 1)
@@ -61,6 +67,7 @@ int dist_mutexattr_setfair(dist_mutexattr_t *a, int fair)
 
 int dist_mutexattr_getfair(const dist_mutexattr_t *a, int *fair)
 {
+    DIST__KEEP_ERRNO;
     if (!a || !fair)
         return EINVAL;
     *fair = (a->__flags & ATTR_FAIR) != 0;
@@ -69,6 +76,7 @@ int dist_mutexattr_getfair(const dist_mutexattr_t *a, int *fair)
 
 int dist_mutexattr_getlease(const dist_mutexattr_t *a, unsigned long *lease_ms)
 {
+    DIST__KEEP_ERRNO;
     if (!a || !lease_ms)
         return EINVAL;
     *lease_ms = a->__lease_ms;
@@ -87,6 +95,7 @@ static int get_obj(dist_mutex_t *m, struct dist__obj **out)
 int dist_mutex_init(dist_mutex_t *m, const char *name,
                     const dist_mutexattr_t *attr)
 {
+    DIST__KEEP_ERRNO;
     int fair = attr && (attr->__flags & ATTR_FAIR);
 
     if (!m)
@@ -104,6 +113,7 @@ int dist_mutex_init(dist_mutex_t *m, const char *name,
 
 int dist_mutex_destroy(dist_mutex_t *m)
 {
+    DIST__KEEP_ERRNO;
     if (!m)
         return dist__err(EINVAL, "mutex is NULL");
     return dist__obj_destroy(&dist__mutex_kind, &m->__impl);
@@ -113,6 +123,7 @@ int dist_mutex_destroy(dist_mutex_t *m)
 
 int dist_mutex_lock(dist_mutex_t *m)
 {
+    DIST__KEEP_ERRNO;
     struct dist__obj *o;
     int rc = get_obj(m, &o);
 
@@ -121,6 +132,7 @@ int dist_mutex_lock(dist_mutex_t *m)
 
 int dist_mutex_trylock(dist_mutex_t *m)
 {
+    DIST__KEEP_ERRNO;
     struct dist__obj *o;
     int rc = get_obj(m, &o);
 
@@ -129,21 +141,28 @@ int dist_mutex_trylock(dist_mutex_t *m)
 
 int dist_mutex_timedlock(dist_mutex_t *m, const struct timespec *abstime)
 {
+    DIST__KEEP_ERRNO;
+    return dist_mutex_clocklock(m, CLOCK_REALTIME, abstime);
+}
+
+int dist_mutex_clocklock(dist_mutex_t *m, clockid_t clockid,
+                         const struct timespec *abstime)
+{
+    DIST__KEEP_ERRNO;
     struct dist__deadline dl;
     struct dist__obj *o;
     int rc;
 
-    if (!abstime)
-        return dist__err(EINVAL, "abstime is NULL");
+    if ((rc = dist__deadline_set(&dl, clockid, abstime)) != 0)
+        return rc;
     if ((rc = get_obj(m, &o)) != 0)
         return rc;
-    dl.clock = CLOCK_REALTIME;
-    dl.abs = *abstime;
     return dist__acquire(o, 0, 0, &dl);
 }
 
 int dist_mutex_unlock(dist_mutex_t *m)
 {
+    DIST__KEEP_ERRNO;
     struct dist__obj *o;
     int rc = get_obj(m, &o);
 
@@ -152,6 +171,7 @@ int dist_mutex_unlock(dist_mutex_t *m)
 
 int dist_mutex_token(dist_mutex_t *m, uint64_t *token)
 {
+    DIST__KEEP_ERRNO;
     struct dist__obj *o;
     int rc;
 

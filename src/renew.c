@@ -126,10 +126,11 @@ static unsigned long period_of(const struct dist__hold *h)
     return h->period_ms ? h->period_ms : dist__watchdog_ms() / 3;
 }
 
-void dist__renew_add(struct dist__hold *h)
+void dist__renew_add(struct dist__hold *h, uint64_t valid_until)
 {
     pthread_mutex_lock(&R.mu);
     h->registered = 1;
+    h->valid_until = valid_until;
     h->due = dist__now_ms() + period_of(h);   /* its lease was just set */
     link_hold(h);
     ensure_thread();
@@ -151,7 +152,7 @@ struct dist__hold *dist__waiter_start(struct dist__names *names,
         w->nkeys = 1;
         w->renew_ms = dist__waiter_ms();
         w->period_ms = w->renew_ms / 3;
-        dist__renew_add(w);
+        dist__renew_add(w, 0);
     }
     return w;
 }
@@ -320,6 +321,27 @@ static int nkeys_of(const struct dist__hold *h)
     return h->keys ? h->nkeys : 1;
 }
 
+/* After a renewal of h that was sent at sent: whether its hold is to be
+ * reported lost.  Gone, it is.  Renewed, it is too when the answer came
+ * back after the lease h last had ran out: for a while the owner went on
+ * as the holder with nothing to show that it still was (a slow network or
+ * server, or a starved renewal thread), which is what the lost handler is
+ * for; the owner then gets EPERM from its unlock, and what Redis still
+ * keeps of the hold ends with its lease.  Otherwise the lease now runs from
+ * sent.  R.mu held. */
+static int renewal_lost(struct dist__hold *h, int renewed, uint64_t sent,
+                        unsigned long ms)
+{
+    uint64_t now = dist__now_ms();
+
+    if (!renewed)
+        return 1;
+    if (h->kind && h->valid_until && now > h->valid_until)
+        return 1;
+    h->valid_until = sent + ms;
+    return 0;
+}
+
 /* Renews n entries of one kind and one ms value in one call.  R.mu held,
  * dropped for the call.  Returns 0, or -1 when Redis did not answer. */
 static int renew_batch(struct dist__hold **hs, size_t n, unsigned long ms,
@@ -330,6 +352,7 @@ static int renew_batch(struct dist__hold **hs, size_t n, unsigned long ms,
     redisReply *r = NULL;
     size_t i, nk = 0, k = 0;
     int j, rc, script = hs[0]->renew_script;
+    uint64_t sent;
 
     for (i = 0; i < n; i++)
         nk += (size_t)nkeys_of(hs[i]);
@@ -357,6 +380,7 @@ static int renew_batch(struct dist__hold **hs, size_t n, unsigned long ms,
     }
     pthread_mutex_unlock(&R.mu);
 
+    sent = dist__now_ms();
     rc = dist__run(script, (int)nk, kv, (int)k, &r);
     free(kv);
     free(counts);
@@ -365,8 +389,8 @@ static int renew_batch(struct dist__hold **hs, size_t n, unsigned long ms,
     for (i = 0; i < n; i++) {
         struct dist__hold *h = hs[i];
         long long ok;
-        if (rc == 0 && dist__reply_int(r, i, &ok) == 0 && ok == 0 &&
-            !h->orphan && h->registered) {
+        if (rc == 0 && dist__reply_int(r, i, &ok) == 0 && !h->orphan &&
+            h->registered && renewal_lost(h, ok != 0, sent, ms)) {
             /* a waiter dropped from its queue finds out at its next try;
              * a hold that is gone is lost */
             atomic_store(&h->lost, 1);
@@ -378,6 +402,38 @@ static int renew_batch(struct dist__hold **hs, size_t n, unsigned long ms,
     }
     freeReplyObject(r);
     return rc == 0 ? 0 : -1;
+}
+
+int dist__renew_one(const struct dist__kind *k, struct dist__names *names,
+                    const struct dist__buf *keys, int nkeys, unsigned long ms)
+{
+    struct dist__buf *kv;
+    char msbuf[24], nbuf[12];
+    redisReply *r = NULL;
+    long long ok = 0;
+    size_t olen;
+    const char *owner = dist__owner(&olen);
+    int i, rc;
+
+    if (!keys) {
+        keys = &names->name;
+        nkeys = 1;
+    }
+    if (!(kv = malloc(((size_t)nkeys + 3) * sizeof *kv)))
+        return -1;
+    for (i = 0; i < nkeys; i++)
+        kv[i] = keys[i];
+    snprintf(msbuf, sizeof msbuf, "%lu", ms);
+    snprintf(nbuf, sizeof nbuf, "%d", nkeys);
+    kv[i++] = (struct dist__buf){ msbuf, strlen(msbuf) };
+    kv[i++] = (struct dist__buf){ owner, olen };
+    kv[i++] = (struct dist__buf){ nbuf, strlen(nbuf) };
+    rc = dist__run(k->renew_script, nkeys, kv, i, &r);
+    free(kv);
+    if (rc == 0 && dist__reply_int(r, 0, &ok) != 0)
+        rc = -1;
+    freeReplyObject(r);
+    return rc == 0 ? ok != 0 : -1;
 }
 
 static unsigned long ms_of(const struct dist__hold *h)

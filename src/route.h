@@ -72,8 +72,8 @@ int dist__route_open_master(const struct dist__cfg *cfg,
  * DIST__EREPLY (refused: nothing ran), DIST__ECONN (the link failed: it may
  * have run), DIST__ENOCONN (no link could be made: nothing was sent) or
  * ENOMEM, with the reason in the thread's error; *on is NULL unless 0.
- * *on stays valid until the thread's next route call (dist__route_*,
- * dist__eval_here): e.g. for dist__link_wait_replicas. */
+ * *on stays valid until the thread's next route call (dist__route_*):
+ * e.g. for dist__link_wait_replicas. */
 int dist__route_eval(int script, int nkeys, const struct dist__buf *kv,
                      int nkv, redisReply **out, struct dist__link **on);
 

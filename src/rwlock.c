@@ -9,6 +9,7 @@
 
 int dist_rwlockattr_init(dist_rwlockattr_t *a)
 {
+    DIST__KEEP_ERRNO;
     if (!a)
         return EINVAL;
     memset(a, 0, sizeof *a);
@@ -18,11 +19,13 @@ int dist_rwlockattr_init(dist_rwlockattr_t *a)
 
 int dist_rwlockattr_destroy(dist_rwlockattr_t *a)
 {
+    DIST__KEEP_ERRNO;
     return a ? 0 : EINVAL;
 }
 
 int dist_rwlockattr_setlease(dist_rwlockattr_t *a, unsigned long lease_ms)
 {
+    DIST__KEEP_ERRNO;
     if (!a)
         return EINVAL;
     return dist__lease_set(&a->__lease_ms, lease_ms);
@@ -30,6 +33,7 @@ int dist_rwlockattr_setlease(dist_rwlockattr_t *a, unsigned long lease_ms)
 
 int dist_rwlockattr_setkind(dist_rwlockattr_t *a, int kind)
 {
+    DIST__KEEP_ERRNO;
     if (!a)
         return EINVAL;
     if (kind != DIST_RWLOCK_PREFER_READER && kind != DIST_RWLOCK_PREFER_WRITER)
@@ -51,6 +55,7 @@ static int get_obj(dist_rwlock_t *rw, struct dist__obj **out)
 int dist_rwlock_init(dist_rwlock_t *rw, const char *name,
                      const dist_rwlockattr_t *attr)
 {
+    DIST__KEEP_ERRNO;
     if (!rw)
         return dist__err(EINVAL, "rwlock is NULL");
     if (attr && attr->__kind != DIST_RWLOCK_PREFER_READER &&
@@ -66,6 +71,7 @@ int dist_rwlock_init(dist_rwlock_t *rw, const char *name,
 
 int dist_rwlock_destroy(dist_rwlock_t *rw)
 {
+    DIST__KEEP_ERRNO;
     if (!rw)
         return dist__err(EINVAL, "rwlock is NULL");
     return dist__obj_destroy(&dist__rwlock_kind, &rw->__impl);
@@ -73,59 +79,78 @@ int dist_rwlock_destroy(dist_rwlock_t *rw)
 
 /* ---- lock and unlock --------------------------------------------------- */
 
-/* mode 0 read, 1 write; abstime NULL: no deadline. */
+/* mode 0 read, 1 write; dl NULL: no deadline. */
 static int acquire(dist_rwlock_t *rw, int mode, int try_only,
-                   const struct timespec *abstime)
+                   const struct dist__deadline *dl)
 {
-    struct dist__deadline dl;
     struct dist__obj *o;
     int rc = get_obj(rw, &o);
 
-    if (rc != 0)
-        return rc;
-    if (!abstime)
-        return dist__acquire(o, mode, try_only, NULL);
-    dl.clock = CLOCK_REALTIME;
-    dl.abs = *abstime;
-    return dist__acquire(o, mode, try_only, &dl);
+    return rc ? rc : dist__acquire(o, mode, try_only, dl);
+}
+
+static int acquire_by(dist_rwlock_t *rw, int mode, clockid_t clockid,
+                      const struct timespec *abstime)
+{
+    struct dist__deadline dl;
+    int rc = dist__deadline_set(&dl, clockid, abstime);
+
+    return rc ? rc : acquire(rw, mode, 0, &dl);
 }
 
 int dist_rwlock_rdlock(dist_rwlock_t *rw)
 {
+    DIST__KEEP_ERRNO;
     return acquire(rw, 0, 0, NULL);
 }
 
 int dist_rwlock_tryrdlock(dist_rwlock_t *rw)
 {
+    DIST__KEEP_ERRNO;
     return acquire(rw, 0, 1, NULL);
 }
 
 int dist_rwlock_timedrdlock(dist_rwlock_t *rw, const struct timespec *abstime)
 {
-    if (!abstime)
-        return dist__err(EINVAL, "abstime is NULL");
-    return acquire(rw, 0, 0, abstime);
+    DIST__KEEP_ERRNO;
+    return acquire_by(rw, 0, CLOCK_REALTIME, abstime);
+}
+
+int dist_rwlock_clockrdlock(dist_rwlock_t *rw, clockid_t clockid,
+                            const struct timespec *abstime)
+{
+    DIST__KEEP_ERRNO;
+    return acquire_by(rw, 0, clockid, abstime);
 }
 
 int dist_rwlock_wrlock(dist_rwlock_t *rw)
 {
+    DIST__KEEP_ERRNO;
     return acquire(rw, 1, 0, NULL);
 }
 
 int dist_rwlock_trywrlock(dist_rwlock_t *rw)
 {
+    DIST__KEEP_ERRNO;
     return acquire(rw, 1, 1, NULL);
 }
 
 int dist_rwlock_timedwrlock(dist_rwlock_t *rw, const struct timespec *abstime)
 {
-    if (!abstime)
-        return dist__err(EINVAL, "abstime is NULL");
-    return acquire(rw, 1, 0, abstime);
+    DIST__KEEP_ERRNO;
+    return acquire_by(rw, 1, CLOCK_REALTIME, abstime);
+}
+
+int dist_rwlock_clockwrlock(dist_rwlock_t *rw, clockid_t clockid,
+                            const struct timespec *abstime)
+{
+    DIST__KEEP_ERRNO;
+    return acquire_by(rw, 1, clockid, abstime);
 }
 
 int dist_rwlock_unlock(dist_rwlock_t *rw)
 {
+    DIST__KEEP_ERRNO;
     struct dist__obj *o;
     int rc = get_obj(rw, &o);
 
@@ -134,6 +159,7 @@ int dist_rwlock_unlock(dist_rwlock_t *rw)
 
 int dist_rwlock_token(dist_rwlock_t *rw, uint64_t *token)
 {
+    DIST__KEEP_ERRNO;
     struct dist__obj *o;
     int rc;
 

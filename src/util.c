@@ -21,6 +21,7 @@ int dist__err(int code, const char *fmt, ...)
 
 const char *dist_last_error(void)
 {
+    DIST__KEEP_ERRNO;
     return errbuf;
 }
 
@@ -67,6 +68,7 @@ void dist__lost_handler_set(dist_lost_fn fn, void *arg)
 
 int dist_set_lost_handler(dist_lost_fn fn, void *arg)
 {
+    DIST__KEEP_ERRNO;
     dist__lost_handler_set(fn, arg);
     return 0;
 }

@@ -1025,6 +1025,56 @@ static void test_errorcheck_kept(void **state)
     assert_int_equal(prefixed_keys(), 0);
 }
 
+/* ---- errno -------------------------------------------------------------------------- */
+
+static void test_errno_kept(void **state)
+{
+    char line[256];
+    struct proc p;
+
+    (void)state;
+    start_target(&p, target_config(NULL), "errno", NULL, NULL);
+    expect_line(&p, "errno changed ", line, sizeof line, 30);
+    assert_exit(proc_end(&p, 20), 0);
+    if (strcmp(line, "errno changed 0 of 22") != 0)
+        fail_msg("%s; stdout: %s", line, p.obuf);
+    assert_int_equal(prefixed_keys(), 0);
+}
+
+/* ---- out of memory ----------------------------------------------------------------- */
+
+/* With the address space exhausted (RLIMIT_AS), pthread_mutex_init of an
+ * init_site mutex fails with ENOMEM, and the lock calls of mapped locks
+ * with EAGAIN, instead of an abort; with memory back both work.  The
+ * configuration says on_unavailable = fail: out of memory, the library may
+ * also answer as if Redis could not be reached, and then block would
+ * wait for memory to come back. */
+static void test_out_of_memory(void **state)
+{
+    char saved[sizeof redis_section], line[256], want[128], *at;
+    const char *cfg;
+    struct proc p;
+
+    (void)state;
+    if (child_env[0])
+        skip();      /* the sanitizer's allocator dies rather than fail */
+    memcpy(saved, redis_section, sizeof saved);
+    at = strstr(redis_section, "on_unavailable = block");
+    assert_non_null(at);
+    memcpy(at + strlen("on_unavailable = "), "fail ", 5);
+    cfg = target_config(NULL);
+    memcpy(redis_section, saved, sizeof saved);
+    start_target(&p, cfg, "nomem", NULL, NULL);
+    expect_line(&p, "nomem ", line, sizeof line, 60);
+    snprintf(want, sizeof want, "nomem init %d lock %d try %d rd %d wait %d",
+             ENOMEM, EAGAIN, EAGAIN, EAGAIN, EAGAIN);
+    assert_string_equal(line, want);
+    expect_line(&p, "back ", line, sizeof line, 30);
+    assert_string_equal(line, "back init 0 lock 0");
+    assert_exit(proc_end(&p, 20), 0);
+    assert_int_equal(prefixed_keys(), 0);
+}
+
 /* The target says it holds lock (one hold in Redis); told to, it lets go,
  * exits 0 and leaves no key. */
 static void held_then_released(struct proc *p, const char *lock)
@@ -1281,6 +1331,8 @@ int main(void)
         param_test(test_cond_wait, test_cond, &cond_wait, NULL),
         param_test(test_cond_timedwait, test_cond, &cond_timed, NULL),
         param_test(test_cond_clockwait, test_cond, &cond_clock, NULL),
+        cmocka_unit_test(test_out_of_memory),
+        cmocka_unit_test(test_errno_kept),
         cmocka_unit_test(test_rwlock_mapped),
         cmocka_unit_test(test_on_unavailable),
     };

@@ -14,6 +14,7 @@
 #define DIST_PRELOAD_H
 
 #include <elf.h>
+#include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -26,6 +27,19 @@
 #define PL_EXIT_CONFIG 78
 
 #define PL_MSG_PREFIX "distlock-preload: "
+
+/* errno is the program's: every path of the shim that can change it (the
+ * mapped calls, start-up, mapping a heap mutex) begins with PL_KEEP_ERRNO,
+ * which puts it back however the function returns.  The fast path for an
+ * unmapped mutex does not need it (glibc's lock functions leave errno
+ * alone) and must not pay for it (errno is TLS). */
+static inline void pl_errno_put_back(const int *saved)
+{
+    errno = *saved;
+}
+#define PL_KEEP_ERRNO                                                      \
+    const int pl_errno_saved                                               \
+        __attribute__((cleanup(pl_errno_put_back), unused)) = errno
 
 /* ---- messages (msg.c) -------------------------------------------------- */
 
