@@ -108,7 +108,8 @@ const char *dist__client_id(void);
 
 /* fork(): a module whose state a mutex guards registers a hook, called with
  * phase 0 before the fork (take the mutexes), 1 in the parent after it
- * (release them), 2 in the child (reset what belonged to the parent).
+ * (release them), 2 in the child (release them too, and reset what belonged
+ * to the parent: the forking thread, the child's only one, holds them).
  * Prepare runs in ascending rank, parent and child in descending rank, so
  * the ranks are the lock order, outermost first.  A module registers before
  * it first takes its mutex (a pthread_once at its entry points); registering

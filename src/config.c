@@ -485,8 +485,6 @@ static void cfg_fork(int phase)
 {
     if (phase == 0)
         pthread_mutex_lock(&cfg_mu);
-    else if (phase == 1)
-        pthread_mutex_unlock(&cfg_mu);
     else
-        pthread_mutex_init(&cfg_mu, NULL);
+        pthread_mutex_unlock(&cfg_mu);  /* parent, or the child's copy */
 }

@@ -310,14 +310,13 @@ static void engine_fork(int phase)
             pthread_mutex_lock(&fam_mu[f]);
             for (st = fam_states[f]; st; st = st->next)
                 pthread_mutex_lock(&st->mu);
-        } else if (phase == 1) {
+        } else {
+            /* parent or child alike: the forking thread took them all, and
+             * in the child it is that thread that lets go (re-initialising
+             * a locked mutex is undefined) */
             for (st = fam_states[f]; st; st = st->next)
                 pthread_mutex_unlock(&st->mu);
             pthread_mutex_unlock(&fam_mu[f]);
-        } else {
-            pthread_mutex_init(&fam_mu[f], NULL);
-            for (st = fam_states[f]; st; st = st->next)
-                pthread_mutex_init(&st->mu, NULL);
         }
     }
 }

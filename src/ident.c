@@ -93,7 +93,10 @@ static void fork_child(void)
 {
     int i;
 
-    pthread_mutex_init(&id_mu, NULL);
+    /* id_mu was taken by fork_prepare on this very thread: let go of it.
+     * hooks_mu is not taken there (a registration may have been under way
+     * in another thread, which the child does not have): start it anew. */
+    pthread_mutex_unlock(&id_mu);
     pthread_mutex_init(&hooks_mu, NULL);
     atomic_fetch_add(&dist__fork_gen, 1);
     for (i = nforked; i-- > 0;)

@@ -292,7 +292,6 @@ static void pubsub_fork(int phase)
     } else if (phase == 1) {
         pthread_mutex_unlock(&P.mu);
     } else {
-        pthread_mutex_init(&P.mu, NULL);
         /* No thread waits in the child; the parent's subscriptions and
          * sockets are not ours.  Its nodes are put aside, never used nor
          * freed: the parent's thread may have been using a context when
@@ -321,5 +320,6 @@ static void pubsub_fork(int phase)
             close(P.pipe[1]);
             P.pipe[0] = P.pipe[1] = -1;
         }
+        pthread_mutex_unlock(&P.mu);
     }
 }

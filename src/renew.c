@@ -612,8 +612,8 @@ void dist__renew_fork(int phase)
     } else if (phase == 1) {
         pthread_mutex_unlock(&R.mu);
     } else {
-        /* The thread and the parent's holds did not come along. */
-        pthread_mutex_init(&R.mu, NULL);
+        /* The thread and the parent's holds did not come along.  R.mu
+         * is the forking thread's, which the child's one thread is. */
         if (R.cv_ready) {
             dist__cond_init_mono(&R.cv);
             dist__cond_init_mono(&R.settled);
@@ -622,5 +622,6 @@ void dist__renew_fork(int phase)
         R.stop = 0;
         R.kick = 0;
         R.head = NULL;
+        pthread_mutex_unlock(&R.mu);
     }
 }

@@ -643,8 +643,8 @@ static void topo_fork(int phase)
     } else if (phase == 1) {
         pthread_mutex_unlock(&T.mu);
     } else {
-        pthread_mutex_init(&T.mu, NULL);
         pthread_cond_init(&T.cv, NULL);
         T.busy = 0;
+        pthread_mutex_unlock(&T.mu);
     }
 }
