@@ -182,27 +182,6 @@ void dist__sub_wait_ready(struct dist__chan *ch, uint64_t until_ms)
     pthread_mutex_unlock(&P.mu);
 }
 
-int dist__sub_wait(struct dist__chan *ch, uint64_t until_ms)
-{
-    struct timespec ts;
-    int rc = ETIMEDOUT;
-
-    dist__ms_to_ts(until_ms, &ts);
-    pthread_mutex_lock(&P.mu);
-    for (;;) {
-        if (ch->permits > 0) {
-            ch->permits--;
-            rc = 0;
-            break;
-        }
-        if (dist__now_ms() >= until_ms)
-            break;
-        pthread_cond_timedwait(&ch->cv, &P.mu, &ts);
-    }
-    pthread_mutex_unlock(&P.mu);
-    return rc;
-}
-
 unsigned long dist__sub_gen(struct dist__chan *ch)
 {
     unsigned long gen;

@@ -14,14 +14,14 @@ void dist__sub_put(struct dist__chan *ch);
 int dist__sub_listening(const struct dist__buf *chan, int *waiters);
 /* Waits until the channel is subscribed, or until_ms (monotonic). */
 void dist__sub_wait_ready(struct dist__chan *ch, uint64_t until_ms);
-/* Waits for a release message, or until_ms.  0 woken, ETIMEDOUT. */
-int dist__sub_wait(struct dist__chan *ch, uint64_t until_ms);
-/* A wake-all message ('1') wakes every thread waiting on the channel, but
- * a woken thread that goes back to sleep at once may take the wake-up of
- * one that has not run yet.  A waiter that can be refused for a reason that
- * is not the others' (a reader a waiting writer keeps out) reads the count
- * of wake-all messages before each try and sleeps with
- * dist__sub_wait_since, which returns as soon as that count moved. */
+/* A release message wakes one waiting thread; a wake-all message ('1')
+ * wakes every thread waiting on the channel, but a woken thread that goes
+ * back to sleep at once may take the wake-up of one that has not run yet.  A waiter that can be refused for a reason that
+ * is not the others' (a reader a waiting writer keeps out) would miss it.
+ * So a waiter reads the count of wake-all messages before each try and
+ * sleeps with dist__sub_wait_since, which returns on a release message
+ * for it, as soon as that count moved, or at until_ms (monotonic): 0
+ * woken, ETIMEDOUT. */
 unsigned long dist__sub_gen(struct dist__chan *ch);
 int dist__sub_wait_since(struct dist__chan *ch, unsigned long gen,
                          uint64_t until_ms);
