@@ -9,14 +9,6 @@
 
 #include "engine.h"
 
-int dist__run(int script, int nkeys, const struct dist__buf *kv, int nkv,
-              redisReply **out)
-{
-    struct dist__link *on;
-
-    return dist__route_eval(script, nkeys, kv, nkv, out, &on);
-}
-
 /* ---- deadlines ---------------------------------------------------------- */
 
 int dist__deadline_set(struct dist__deadline *dl, clockid_t clock,

@@ -167,10 +167,6 @@ void dist__rec_tidy(struct dist__state *st);
 
 /* ---- calls (call.c) ------------------------------------------------------- */
 
-/* A script on the server of kv[0], for calls whose link nobody needs. */
-int dist__run(int script, int nkeys, const struct dist__buf *kv, int nkv,
-              redisReply **out);
-
 int dist__acquire(struct dist__obj *o, int mode, int try_only,
                   const struct dist__deadline *dl);
 int dist__release(struct dist__obj *o);

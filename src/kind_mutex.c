@@ -228,14 +228,14 @@ static int m_release(struct dist__call *c)
     snprintf(lease, sizeof lease, "%lu", dist__lease_of(c->o));
     nkeys = release_args(c->o->st->names, fair, lease, owner, olen, NULL, kv,
                          &nkv);
-    rc = dist__run(script, nkeys, kv, nkv, &r);
+    rc = dist__route_run(script, nkeys, kv, nkv, &r);
     if (rc == DIST__ECONN) {
         switch (release_ran(c, my_token(c))) {
         case 1: return 0;
         case -1: return EPERM;
         case -2: c->unknown = 1; return EIO;
         }
-        if ((rc = dist__run(script, nkeys, kv, nkv, &r)) == DIST__ECONN) {
+        if ((rc = dist__route_run(script, nkeys, kv, nkv, &r)) == DIST__ECONN) {
             c->unknown = 1;
             return EIO;
         }
@@ -275,7 +275,7 @@ static int m_settle(struct dist__hold *h, int *lost)
     snprintf(expect, sizeof expect, "%lu", h->n[0] + 1);
     nkeys = release_args(h->names, fair, lease, h->owner, h->owner_len, expect,
                          kv, &nkv);
-    rc = dist__run(fair ? DIST__S_FAIR_UNLOCK : DIST__S_MUTEX_UNLOCK,
+    rc = dist__route_run(fair ? DIST__S_FAIR_UNLOCK : DIST__S_MUTEX_UNLOCK,
                    nkeys, kv, nkv, &r);
     if (rc == DIST__ECONN || rc == DIST__ENOCONN)
         return -1;
@@ -335,7 +335,7 @@ static void m_cancel(struct dist__call *c)
     };
     redisReply *r;
 
-    if (dist__run(DIST__S_FAIR_CANCEL, 4, kv, 7, &r) == 0)
+    if (dist__route_run(DIST__S_FAIR_CANCEL, 4, kv, 7, &r) == 0)
         freeReplyObject(r);
 }
 

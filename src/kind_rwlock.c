@@ -520,7 +520,7 @@ static void rw_cancel(struct dist__call *c)
     };
     redisReply *r;
 
-    if (dist__run(DIST__S_RWLOCK_CANCEL, 3, kv, 5, &r) == 0)
+    if (dist__route_run(DIST__S_RWLOCK_CANCEL, 3, kv, 5, &r) == 0)
         freeReplyObject(r);
 }
 

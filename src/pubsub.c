@@ -100,16 +100,6 @@ static void ensure_thread(void)
         fprintf(stderr, "distlock: cannot start the pub/sub thread\n");
 }
 
-struct dist__chan *dist__ps_find(const char *name, size_t len)
-{
-    struct dist__chan *ch;
-
-    for (ch = P.chans; ch; ch = ch->next)
-        if (ch->len == len && memcmp(ch->name, name, len) == 0)
-            return ch;
-    return NULL;
-}
-
 struct dist__chan *dist__sub_get(const struct dist__buf *chan)
 {
     struct dist__chan *ch;
@@ -216,24 +206,6 @@ int dist__sub_wait_since(struct dist__chan *ch, unsigned long gen,
     }
     pthread_mutex_unlock(&P.mu);
     return rc;
-}
-
-/* P.mu held.  '1' (a write release of a read-write lock) wakes everyone,
- * anything else one waiter: the others would only lose the race. */
-void dist__ps_wake(struct dist__chan *ch, int all)
-{
-    if (all)
-        ch->gen++;
-    if (ch->refs == 0)
-        return;
-    if (all) {
-        ch->permits = (unsigned long)ch->refs;
-        pthread_cond_broadcast(&ch->cv);
-    } else {
-        if (ch->permits < (unsigned long)ch->refs)
-            ch->permits++;
-        pthread_cond_signal(&ch->cv);
-    }
 }
 
 void dist__pubsub_shutdown(void)

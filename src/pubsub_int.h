@@ -80,11 +80,12 @@ struct dist__ps_state {
 extern struct dist__ps_state dist__ps;
 #define P dist__ps     /* the one state of pubsub.c and pubsub_thread.c */
 
-
-/* pubsub.c; P.mu held */
+/* ---- pubsub_thread.c ---- */
+/* The channel named so, or NULL.  P.mu held. */
 struct dist__chan *dist__ps_find(const char *name, size_t len);
+/* A release message for ch: wakes one waiter, or all (a '1').  P.mu held. */
 void dist__ps_wake(struct dist__chan *ch, int all);
-/* pubsub_thread.c */
+/* The thread. */
 void *dist__ps_main(void *arg);
 /* Queues the (un)subscribes the table asks for, frees channels nobody
  * needs and counts the channels of each node.  P.mu held.  next (may be

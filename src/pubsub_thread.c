@@ -1,7 +1,9 @@
 /* pubsub_thread.c: the pub/sub thread's side: its nodes (one link each,
  * confirmed as the master by route.c), what was sent to them, and the
- * loop that keeps the subscriptions where the channel table wants them.
- * The design is in pubsub.c. */
+ * loop that keeps the subscriptions where the channel table wants them;
+ * and the lookups and wake-ups of the channel table that pubsub.c uses too
+ * (so that this file never calls up into pubsub.c).  The design is in
+ * pubsub.c. */
 #include <errno.h>
 #include <poll.h>
 #include <stdio.h>
@@ -10,6 +12,36 @@
 #include <unistd.h>
 
 #include "pubsub_int.h"
+
+/* ---- the channel table, for both halves (P.mu held) ---------------------- */
+
+struct dist__chan *dist__ps_find(const char *name, size_t len)
+{
+    struct dist__chan *ch;
+
+    for (ch = P.chans; ch; ch = ch->next)
+        if (ch->len == len && memcmp(ch->name, name, len) == 0)
+            return ch;
+    return NULL;
+}
+
+/* P.mu held.  '1' (a write release of a read-write lock) wakes everyone,
+ * anything else one waiter: the others would only lose the race. */
+void dist__ps_wake(struct dist__chan *ch, int all)
+{
+    if (all)
+        ch->gen++;
+    if (ch->refs == 0)
+        return;
+    if (all) {
+        ch->permits = (unsigned long)ch->refs;
+        pthread_cond_broadcast(&ch->cv);
+    } else {
+        if (ch->permits < (unsigned long)ch->refs)
+            ch->permits++;
+        pthread_cond_signal(&ch->cv);
+    }
+}
 
 /* ---- the thread's side: nodes and what was sent to them ------------------ */
 

@@ -381,7 +381,7 @@ static int renew_batch(struct dist__hold **hs, size_t n, unsigned long ms,
     pthread_mutex_unlock(&R.mu);
 
     sent = dist__now_ms();
-    rc = dist__run(script, (int)nk, kv, (int)k, &r);
+    rc = dist__route_run(script, (int)nk, kv, (int)k, &r);
     free(kv);
     free(counts);
 
@@ -428,7 +428,7 @@ int dist__renew_one(const struct dist__kind *k, struct dist__names *names,
     kv[i++] = (struct dist__buf){ msbuf, strlen(msbuf) };
     kv[i++] = (struct dist__buf){ owner, olen };
     kv[i++] = (struct dist__buf){ nbuf, strlen(nbuf) };
-    rc = dist__run(k->renew_script, nkeys, kv, i, &r);
+    rc = dist__route_run(k->renew_script, nkeys, kv, i, &r);
     free(kv);
     if (rc == 0 && dist__reply_int(r, 0, &ok) != 0)
         rc = -1;

@@ -361,6 +361,14 @@ int dist__route_eval(int script, int nkeys, const struct dist__buf *kv,
     }
 }
 
+int dist__route_run(int script, int nkeys, const struct dist__buf *kv,
+                    int nkv, redisReply **out)
+{
+    struct dist__link *on;
+
+    return dist__route_eval(script, nkeys, kv, nkv, out, &on);
+}
+
 /* ---- pipelines ------------------------------------------------------------ */
 
 static int is_cmd(const struct dist__cmd *c, const char *name)

@@ -77,6 +77,10 @@ int dist__route_open_master(const struct dist__cfg *cfg,
 int dist__route_eval(int script, int nkeys, const struct dist__buf *kv,
                      int nkv, redisReply **out, struct dist__link **on);
 
+/* The same, for calls whose link nobody needs afterwards. */
+int dist__route_run(int script, int nkeys, const struct dist__buf *kv,
+                    int nkv, redisReply **out);
+
 /* One command of a pipeline (lens NULL: NUL-terminated arguments). */
 struct dist__cmd {
     int argc;
