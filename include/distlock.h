@@ -97,7 +97,8 @@ DIST_EXPORT void dist_shutdown(void);
 /* ------------------------------------------------------------------------ */
 
 #define DIST_MUTEX_RECURSIVE  1   /* default: n locks need n unlocks */
-#define DIST_MUTEX_ERRORCHECK 2   /* relock by the owner gives EDEADLK */
+#define DIST_MUTEX_ERRORCHECK 2   /* relock by the owner gives EDEADLK
+                                   * (trylock: EBUSY) */
 
 struct dist_mutexattr {
     int __type;
@@ -133,13 +134,21 @@ DIST_EXPORT int dist_mutex_destroy(dist_mutex_t *m);
 /* Blocks until the lock is taken.  EDEADLK (errorcheck relock), EIO, EINVAL. */
 DIST_EXPORT int dist_mutex_lock(dist_mutex_t *m);
 
-/* Never waits for the lock: EBUSY when another owner holds it. */
+/* Never waits for the lock: EBUSY when another owner holds it, or when the
+ * caller holds an error-checking mutex already. */
 DIST_EXPORT int dist_mutex_trylock(dist_mutex_t *m);
 
 /* Waits until abstime (CLOCK_REALTIME): ETIMEDOUT once that time has been
  * reached.  A free lock is taken even when abstime has passed; abstime is
  * checked (EINVAL for tv_nsec out of range) only when the call would wait. */
 DIST_EXPORT int dist_mutex_timedlock(dist_mutex_t *m,
+                                     const struct timespec *abstime);
+
+/* dist_mutex_timedlock with abstime on clockid, CLOCK_REALTIME or
+ * CLOCK_MONOTONIC (as glibc's pthread_mutex_clocklock).  EINVAL for any
+ * other clock, whether or not the call would wait.  A CLOCK_MONOTONIC
+ * deadline is not moved by steps of the wall clock. */
+DIST_EXPORT int dist_mutex_clocklock(dist_mutex_t *m, clockid_t clockid,
                                      const struct timespec *abstime);
 
 /* EPERM when the calling thread does not hold it, or its hold was lost. */
@@ -229,6 +238,11 @@ DIST_EXPORT int dist_rwlock_tryrdlock(dist_rwlock_t *rw);
 DIST_EXPORT int dist_rwlock_timedrdlock(dist_rwlock_t *rw,
                                         const struct timespec *abstime);
 
+/* As dist_rwlock_timedrdlock, with abstime on clockid (see
+ * dist_mutex_clocklock). */
+DIST_EXPORT int dist_rwlock_clockrdlock(dist_rwlock_t *rw, clockid_t clockid,
+                                        const struct timespec *abstime);
+
 /* Blocks until the write lock is taken.  EDEADLK when the caller holds read
  * locks only.  EIO, EINVAL. */
 DIST_EXPORT int dist_rwlock_wrlock(dist_rwlock_t *rw);
@@ -240,6 +254,11 @@ DIST_EXPORT int dist_rwlock_trywrlock(dist_rwlock_t *rw);
 /* Waits until abstime (CLOCK_REALTIME), as dist_mutex_timedlock; EDEADLK as
  * dist_rwlock_wrlock. */
 DIST_EXPORT int dist_rwlock_timedwrlock(dist_rwlock_t *rw,
+                                        const struct timespec *abstime);
+
+/* As dist_rwlock_timedwrlock, with abstime on clockid (see
+ * dist_mutex_clocklock). */
+DIST_EXPORT int dist_rwlock_clockwrlock(dist_rwlock_t *rw, clockid_t clockid,
                                         const struct timespec *abstime);
 
 /* Gives back one hold of the calling thread: a write hold when it has one,

@@ -1,14 +1,8 @@
 -- fair_lock: take the fair (FIFO) lock, or join its queue and say how long to wait.
--- The queue and the deadline ZSET are shared with Redisson's RFairLock, so both
--- clients must read every deadline alike.  Redisson's rule: a waiter is gone when it
--- heads the queue and its deadline has passed; a Redisson waiter's deadline is the
--- one ahead of it plus its wait time, and a Redisson waiter that takes the lock (or
--- gives up) takes its wait time off the deadlines behind it.  A distlock waiter's
--- deadline is the server's clock plus a short window, plus Redisson's default wait
--- time (5 min) for each Redisson waiter ahead of it, which that waiter will take
--- off; its process pushes it forward while it lives (waiter_renew), so a waiter that
--- died is purged within the window once it heads the queue.  Its own mark in
--- distlock_fair_waiters:{N} tells distlock waiters from Redisson's.
+-- The queue is shared with Redisson's RFairLock; how both clients read its deadlines,
+-- and how a distlock waiter's deadline survives Redisson's arithmetic: see
+-- prelude_waiters.  A live waiter's process pushes its deadline forward
+-- (waiter_renew), so one that died is purged within its window once it heads the queue.
 -- KEYS[1]  the lock: HASH { <owner>: hold count }                 (N)
 -- KEYS[2]  wait queue: LIST of owners, head first                 (redisson_lock_queue:{N})
 -- KEYS[3]  waiter deadlines: ZSET owner -> ms                     (redisson_lock_timeout:{N})
@@ -27,28 +21,11 @@
 --                             (the lock's lease when the caller heads the queue, else
 --                             the sooner of that and the head's deadline, when a
 --                             dead head is purged)
-local REDISSON_WAIT = 300000   -- Redisson's default fairLockWaitTimeout, ms
+--#include prelude_waiters.lua
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local window = tonumber(ARGV[3])
-
--- purge from the head: Redisson's rule, and a distlock waiter whose window ended
--- (its deadline can be later when a Redisson waiter ahead left without taking its
--- wait time off); an entry without a deadline would break Redisson's scripts
-while true do
-  local head = redis.call('lindex', KEYS[2], 0)
-  if not head then
-    break
-  end
-  local score = redis.call('zscore', KEYS[3], head)
-  local mark = redis.call('zscore', KEYS[6], head)
-  if score and tonumber(score) > now and not (mark and tonumber(mark) <= now) then
-    break
-  end
-  redis.call('lpop', KEYS[2])
-  redis.call('zrem', KEYS[3], head)
-end
-redis.call('zremrangebyscore', KEYS[6], '-inf', now)
+drop_dead_waiters(now, KEYS[2], KEYS[3], KEYS[6])
 
 if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
   local holds = redis.call('hincrby', KEYS[1], ARGV[2], 1)
@@ -79,41 +56,8 @@ if ARGV[4] == 'try' then
   return {0, pttl > 0 and pttl or 0}
 end
 
--- join the queue (once), then set our deadlines; Redisson waiters queued behind us
--- reckon theirs from ours, so they move with it, up to the next distlock waiter
-local q = redis.call('lrange', KEYS[2], 0, -1)
-local pos, ahead = nil, 0
-for i = 1, #q do
-  if q[i] == ARGV[2] then
-    pos = i
-    break
-  end
-  if not redis.call('zscore', KEYS[6], q[i]) then
-    ahead = ahead + 1
-  end
-end
-if not pos then
-  redis.call('rpush', KEYS[2], ARGV[2])
-  q[#q + 1] = ARGV[2]
-  pos = #q
-end
-local deadline = now + window + ahead * REDISSON_WAIT
-local old = redis.call('zscore', KEYS[3], ARGV[2])
-redis.call('zadd', KEYS[3], deadline, ARGV[2])
-if old and tonumber(old) ~= deadline then
-  for i = pos + 1, #q do
-    if redis.call('zscore', KEYS[6], q[i]) then
-      break
-    end
-    if redis.call('zscore', KEYS[3], q[i]) then
-      redis.call('zincrby', KEYS[3], deadline - tonumber(old), q[i])
-    end
-  end
-end
-redis.call('zadd', KEYS[6], now + window, ARGV[2])
-if redis.call('pttl', KEYS[6]) < window then
-  redis.call('pexpire', KEYS[6], window)
-end
+-- join the queue (once), and set our deadline and mark (see prelude_waiters)
+local q = keep_place(now, window, KEYS[2], KEYS[3], KEYS[6], ARGV[2], true)
 
 head = q[1]
 if head == ARGV[2] then

@@ -15,6 +15,7 @@
 -- Messages: '0' on KEYS[2] (what a mutex release sends), '1' on KEYS[3] when it was a
 -- read-write lock (wakes every waiter), and for a fair lock '0' on the channel of the
 -- queue's head (KEYS[2] .. ':' .. head, as fair_unlock), after dropping dead waiters.
+--#include prelude_waiters.lua
 local kind = redis.call('type', KEYS[1])['ok']
 if kind == 'none' then
   return 0
@@ -34,16 +35,7 @@ end
 
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
--- purge from the head, by Redisson's rule (see fair_lock)
-while true do
-  local first = redis.call('lindex', KEYS[4], 0)
-  local score = first and redis.call('zscore', KEYS[5], first)
-  if not first or (score and tonumber(score) > now) then
-    break
-  end
-  redis.call('lpop', KEYS[4])
-  redis.call('zrem', KEYS[5], first)
-end
+drop_dead_waiters(now, KEYS[4], KEYS[5])
 local head = redis.call('lindex', KEYS[4], 0)
 if head then
   redis.call(ARGV[1], KEYS[2] .. ':' .. head, '0')

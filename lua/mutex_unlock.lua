@@ -11,17 +11,9 @@
 --          -1 the owner holds nothing (expired, forced, or never taken), or
 --          -2 ARGV[5] was given and the count differs from it; waiters is the
 --          number of subscribers the release message reached (0 otherwise)
-local holds = redis.call('hget', KEYS[1], ARGV[2])
-if not holds then
-  return {-1, 0}
-end
-if ARGV[5] and tonumber(holds) ~= tonumber(ARGV[5]) then
-  return {-2, 0}
-end
-holds = redis.call('hincrby', KEYS[1], ARGV[2], -1)
-if holds > 0 then
-  redis.call('pexpire', KEYS[1], ARGV[1])
+--#include prelude_release.lua
+local holds = give_back_hold(KEYS[1], ARGV[2], ARGV[1], ARGV[5])
+if holds ~= 0 then
   return {holds, 0}
 end
-redis.call('del', KEYS[1])
 return {0, redis.call(ARGV[3], KEYS[2], ARGV[4])}

@@ -20,21 +20,11 @@
 -- Other owners' timeout keys are never read: their liveness is the readers ZSET, so
 -- every key touched is in KEYS.  (Redisson's own unlock reads them instead; distlock
 -- keeps them, renewed, for it.)
+--#include prelude_readers.lua
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
-redis.call('zremrangebyscore', KEYS[3], '-inf', now)
-local dead = redis.call('zrangebyscore', KEYS[2], '-inf', now)
-if #dead > 0 then
-  for i = 1, #dead do
-    redis.call('hdel', KEYS[1], dead[i])
-  end
-  redis.call('zremrangebyscore', KEYS[2], '-inf', now)
-  if redis.call('hlen', KEYS[1]) == 1 then
-    redis.call('del', KEYS[1], KEYS[2])
-    redis.call(ARGV[4], KEYS[4], '1')
-  end
-end
+reap_dead_readers(now, KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[4])
 
 local reads = tonumber(redis.call('hget', KEYS[1], ARGV[1]) or '0')
 local writes = tonumber(redis.call('hget', KEYS[1], ARGV[1] .. ':write') or '0')

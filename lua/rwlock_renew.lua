@@ -9,37 +9,33 @@
 -- ARGV[1]  lease in ms
 -- ARGV     then for each owner: the owner, and its number of keys (1, or 2 + k)
 -- Reply    one integer per owner: 1 renewed, 0 it holds nothing any more
+--#include prelude_batch.lua
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local lease = tonumber(ARGV[1])
-local renewed, k = {}, 1
-for e = 1, (#ARGV - 1) / 2 do
-  local owner, nkeys = ARGV[2 * e], tonumber(ARGV[2 * e + 1])
+return for_each_entry(function(owner, k, nkeys)
   local lock = KEYS[k]
   local reads = redis.call('hexists', lock, owner) == 1
-  if reads or redis.call('hexists', lock, owner .. ':write') == 1 then
-    if redis.call('pttl', lock) < lease then
-      redis.call('pexpire', lock, lease)
-    end
-    if nkeys >= 2 and reads then
-      local readers = KEYS[k + 1]
-      local score = redis.call('zscore', readers, owner)
-      if not score or tonumber(score) < now + lease then
-        redis.call('zadd', readers, now + lease, owner)
-      end
-      if redis.call('pttl', readers) < lease then
-        redis.call('pexpire', readers, lease)
-      end
-    end
-    for i = k + 2, k + nkeys - 1 do
-      if redis.call('exists', KEYS[i]) == 1 then
-        redis.call('pexpire', KEYS[i], lease)
-      end
-    end
-    renewed[e] = 1
-  else
-    renewed[e] = 0
+  if not reads and redis.call('hexists', lock, owner .. ':write') == 0 then
+    return false
   end
-  k = k + nkeys
-end
-return renewed
+  if redis.call('pttl', lock) < lease then
+    redis.call('pexpire', lock, lease)
+  end
+  if nkeys >= 2 and reads then
+    local readers = KEYS[k + 1]
+    local score = redis.call('zscore', readers, owner)
+    if not score or tonumber(score) < now + lease then
+      redis.call('zadd', readers, now + lease, owner)
+    end
+    if redis.call('pttl', readers) < lease then
+      redis.call('pexpire', readers, lease)
+    end
+  end
+  for i = k + 2, k + nkeys - 1 do
+    if redis.call('exists', KEYS[i]) == 1 then
+      redis.call('pexpire', KEYS[i], lease)
+    end
+  end
+  return true
+end)

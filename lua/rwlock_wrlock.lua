@@ -22,22 +22,12 @@
 --          {-1, reads, writes, token}  the owner's counts differ from ARGV[3..4]; nothing
 --                                  changed (token: the counter's value)
 --          {-2}                    the owner holds read holds only: no upgrade
+--#include prelude_readers.lua
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local lease = tonumber(ARGV[1])
 
-redis.call('zremrangebyscore', KEYS[3], '-inf', now)
-local dead = redis.call('zrangebyscore', KEYS[2], '-inf', now)
-if #dead > 0 then
-  for i = 1, #dead do
-    redis.call('hdel', KEYS[1], dead[i])
-  end
-  redis.call('zremrangebyscore', KEYS[2], '-inf', now)
-  if redis.call('hlen', KEYS[1]) == 1 then
-    redis.call('del', KEYS[1], KEYS[2])
-    redis.call(ARGV[7], KEYS[4], '1')
-  end
-end
+reap_dead_readers(now, KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[7])
 
 local wfield = ARGV[2] .. ':write'
 local mode = redis.call('hget', KEYS[1], 'mode')

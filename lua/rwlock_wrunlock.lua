@@ -16,21 +16,11 @@
 --                                  release message reached (0 when none was sent)
 --          {-1, reads, writes}     the owner's counts differ from ARGV[2..3]; nothing
 --                                  changed (writes 0: its write hold is gone, lost)
+--#include prelude_readers.lua
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
-redis.call('zremrangebyscore', KEYS[3], '-inf', now)
-local dead = redis.call('zrangebyscore', KEYS[2], '-inf', now)
-if #dead > 0 then
-  for i = 1, #dead do
-    redis.call('hdel', KEYS[1], dead[i])
-  end
-  redis.call('zremrangebyscore', KEYS[2], '-inf', now)
-  if redis.call('hlen', KEYS[1]) == 1 then
-    redis.call('del', KEYS[1], KEYS[2])
-    redis.call(ARGV[4], KEYS[4], '1')
-  end
-end
+reap_dead_readers(now, KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[4])
 
 local wfield = ARGV[1] .. ':write'
 local reads = tonumber(redis.call('hget', KEYS[1], ARGV[1]) or '0')

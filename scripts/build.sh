@@ -40,6 +40,12 @@ wanted=$(printf '%q ' "$@")
 if [[ ! -f Makefile || ! -f "$stamp" || "$(cat "$stamp")" != "$wanted" ||
       "$root/configure" -nt Makefile ]]; then
     log "configuring $dir/ ${*:-(default options)}"
+    if [[ -f Makefile && -f "$stamp" && "$(cat "$stamp")" != "$wanted" ]]; then
+        # other options (a compiler, sanitizers): make tracks no flags, so
+        # objects built with the old ones would be linked with the new
+        log "options changed: make clean in $dir/ first"
+        make -s clean >/dev/null 2>&1 || true
+    fi
     rm -f "$stamp"
     "$root/configure" -q "$@"
     printf '%s' "$wanted" >"$stamp"

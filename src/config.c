@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "base.h"
 
 #define DEFAULT_URL         "redis://127.0.0.1:6379"
 #define DEFAULT_WATCHDOG_MS 30000UL
@@ -119,131 +119,152 @@ static int parse_query(const char *p, int *db, char *why, size_t whylen)
     return 0;
 }
 
-/* redis://[user[:password]@]host[:port][/db]
- * unix://[user[:password]@]/path[?db=N]
- * redis-sentinel://[user[:password]@]host[:port][,host[:port]...]/MASTER[?db=N]
- * redis-cluster://[user[:password]@]host[:port][,host[:port]...]
- * Fills the connection part of out; leaves the rest alone. */
-int dist__parse_url(const char *url, struct dist__cfg *out, char *why,
-                    size_t whylen)
+/* The scheme: sets *mode and *is_unix, *rest to what follows "://". */
+static int parse_scheme(const char *url, const char **rest, int *mode,
+                        int *is_unix, char *why, size_t whylen)
 {
-    const char *p, *at, *end, *q;
-    int is_unix = 0, mode = DIST__MODE_SINGLE, rc;
-    unsigned long v;
-
-    if (!url || !*url)
-        return BAD("empty Redis URL");
     if (strncmp(url, "redis://", 8) == 0) {
-        p = url + 8;
+        *rest = url + 8;
     } else if (strncmp(url, "unix://", 7) == 0) {
-        is_unix = 1;
-        p = url + 7;
+        *is_unix = 1;
+        *rest = url + 7;
     } else if (strncmp(url, "redis-sentinel://", 17) == 0) {
-        mode = DIST__MODE_SENTINEL;
-        p = url + 17;
+        *mode = DIST__MODE_SENTINEL;
+        *rest = url + 17;
     } else if (strncmp(url, "redis-cluster://", 16) == 0) {
-        mode = DIST__MODE_CLUSTER;
-        p = url + 16;
+        *mode = DIST__MODE_CLUSTER;
+        *rest = url + 16;
     } else if (strncmp(url, "rediss://", 9) == 0) {
         return BAD("TLS (rediss://) is not supported by this hiredis");
     } else {
         return BAD("the URL must start with redis://, unix://, "
                    "redis-sentinel:// or redis-cluster://");
     }
+    return 0;
+}
 
-    out->user[0] = out->pass[0] = out->host[0] = out->path[0] = 0;
-    out->master[0] = 0;
-    out->port = 6379;
-    out->db = 0;
-    out->mode = mode;
-    out->nseeds = 0;
+/* user[:password]@ at *p, if any, before end: into out, *p past it.
+ * Credentials end at the last '@' before the path. */
+static int parse_credentials(const char **p, const char *end,
+                             struct dist__cfg *out, char *why, size_t whylen)
+{
+    const char *q, *at = NULL, *colon;
 
-    /* credentials end at the last '@' before the path */
-    end = is_unix ? p + strlen(p) : p + strcspn(p, "/?");
-    at = NULL;
-    for (q = p; q < end; q++)
+    for (q = *p; q < end; q++)
         if (*q == '@')
             at = q;
-    if (at) {
-        const char *colon = memchr(p, ':', (size_t)(at - p));
-        if (colon) {
-            if (unescape(p, (size_t)(colon - p), out->user, sizeof out->user) ||
-                unescape(colon + 1, (size_t)(at - colon - 1), out->pass,
-                         sizeof out->pass))
-                return BAD("user name or password too long");
-        } else if (unescape(p, (size_t)(at - p), out->pass, sizeof out->pass)) {
-            return BAD("password too long");
-        }
-        p = at + 1;
-    }
-
-    if (is_unix) {
-        size_t plen = strcspn(p, "?");
-        if (plen == 0 || p[0] != '/')
-            return BAD("unix:// needs an absolute socket path");
-        if (plen >= sizeof out->path)
-            return BAD("socket path too long");
-        memcpy(out->path, p, plen);
-        out->path[plen] = 0;
-        p += plen;
-        if (*p == '?' && (strncmp(p, "?db=", 4) != 0 ||
-                          parse_ulong(p + 4, strlen(p + 4), 1000000, &v)))
-            return BAD("expected ?db=N after the socket path");
-        if (*p == '?')
-            out->db = (int)v;
+    if (!at)
         return 0;
+    colon = memchr(*p, ':', (size_t)(at - *p));
+    if (colon) {
+        if (unescape(*p, (size_t)(colon - *p), out->user, sizeof out->user) ||
+            unescape(colon + 1, (size_t)(at - colon - 1), out->pass,
+                     sizeof out->pass))
+            return BAD("user name or password too long");
+    } else if (unescape(*p, (size_t)(at - *p), out->pass, sizeof out->pass)) {
+        return BAD("password too long");
     }
+    *p = at + 1;
+    return 0;
+}
 
-    if (mode != DIST__MODE_SINGLE) {
-        /* a comma-separated list of sentinels or cluster nodes */
-        while (p < end) {
-            const char *comma = memchr(p, ',', (size_t)(end - p));
-            const char *e = comma ? comma : end;
-            if (out->nseeds == DIST__MAX_SEEDS)
-                return BAD("more than %d addresses", DIST__MAX_SEEDS);
-            if ((rc = parse_hostport(p, e, &out->seeds[out->nseeds], why, whylen)))
-                return rc;
-            out->nseeds++;
-            p = comma ? comma + 1 : end;
-            if (comma && p == end)
-                return BAD("empty address after ','");
-        }
-        if (out->nseeds == 0)
-            return BAD("no host");
-        memcpy(out->host, out->seeds[0].host, sizeof out->host);
-        out->port = out->seeds[0].port;
-        if (mode == DIST__MODE_CLUSTER) {
-            if (*p == '/' && p[1] && p[1] != '?')
-                return BAD("a cluster has no database number or master name "
-                           "(unexpected '%s')", p);
-            if (*p == '/')
-                p++;
-            if ((rc = parse_query(p, &out->db, why, whylen)))
-                return rc;
-            if (out->db != 0)
-                return BAD("Redis Cluster has only database 0");
-            return 0;
-        }
-        if (*p != '/' || !p[1] || p[1] == '?')
-            return BAD("redis-sentinel:// needs the master's name after the "
-                       "addresses (.../mymaster)");
-        p++;
-        q = p + strcspn(p, "?");
-        if ((size_t)(q - p) >= sizeof out->master)
-            return BAD("master name too long");
-        memcpy(out->master, p, (size_t)(q - p));
-        out->master[q - p] = 0;
-        return parse_query(q, &out->db, why, whylen);
-    }
+/* unix://: /path[?db=N] */
+static int parse_socket(const char *p, struct dist__cfg *out, char *why,
+                        size_t whylen)
+{
+    size_t plen = strcspn(p, "?");
+    unsigned long v;
 
-    {
-        struct dist__addr a;
-        if ((rc = parse_hostport(p, end, &a, why, whylen)))
+    if (plen == 0 || p[0] != '/')
+        return BAD("unix:// needs an absolute socket path");
+    if (plen >= sizeof out->path)
+        return BAD("socket path too long");
+    memcpy(out->path, p, plen);
+    out->path[plen] = 0;
+    p += plen;
+    if (*p == '?' && (strncmp(p, "?db=", 4) != 0 ||
+                      parse_ulong(p + 4, strlen(p + 4), 1000000, &v)))
+        return BAD("expected ?db=N after the socket path");
+    if (*p == '?')
+        out->db = (int)v;
+    return 0;
+}
+
+/* A comma-separated list of sentinels or cluster nodes up to end, into
+ * out->seeds; the first is also out->host and out->port. */
+static int parse_seeds(const char *p, const char *end, struct dist__cfg *out,
+                       char *why, size_t whylen)
+{
+    int rc;
+
+    while (p < end) {
+        const char *comma = memchr(p, ',', (size_t)(end - p));
+        const char *e = comma ? comma : end;
+        if (out->nseeds == DIST__MAX_SEEDS)
+            return BAD("more than %d addresses", DIST__MAX_SEEDS);
+        if ((rc = parse_hostport(p, e, &out->seeds[out->nseeds], why, whylen)))
             return rc;
-        memcpy(out->host, a.host, sizeof out->host);
-        out->port = a.port;
-        p = end;
+        out->nseeds++;
+        p = comma ? comma + 1 : end;
+        if (comma && p == end)
+            return BAD("empty address after ','");
     }
+    if (out->nseeds == 0)
+        return BAD("no host");
+    memcpy(out->host, out->seeds[0].host, sizeof out->host);
+    out->port = out->seeds[0].port;
+    return 0;
+}
+
+/* What follows a cluster's addresses: [/][?db=0] */
+static int parse_cluster_tail(const char *p, struct dist__cfg *out,
+                              char *why, size_t whylen)
+{
+    int rc;
+
+    if (*p == '/' && p[1] && p[1] != '?')
+        return BAD("a cluster has no database number or master name "
+                   "(unexpected '%s')", p);
+    if (*p == '/')
+        p++;
+    if ((rc = parse_query(p, &out->db, why, whylen)))
+        return rc;
+    if (out->db != 0)
+        return BAD("Redis Cluster has only database 0");
+    return 0;
+}
+
+/* What follows the sentinels' addresses: /MASTER[?db=N] */
+static int parse_sentinel_tail(const char *p, struct dist__cfg *out,
+                               char *why, size_t whylen)
+{
+    const char *q;
+
+    if (*p != '/' || !p[1] || p[1] == '?')
+        return BAD("redis-sentinel:// needs the master's name after the "
+                   "addresses (.../mymaster)");
+    p++;
+    q = p + strcspn(p, "?");
+    if ((size_t)(q - p) >= sizeof out->master)
+        return BAD("master name too long");
+    memcpy(out->master, p, (size_t)(q - p));
+    out->master[q - p] = 0;
+    return parse_query(q, &out->db, why, whylen);
+}
+
+/* redis://: host[:port] up to end, then [/db][?db=N] */
+static int parse_single(const char *p, const char *end, struct dist__cfg *out,
+                        char *why, size_t whylen)
+{
+    struct dist__addr a;
+    unsigned long v;
+    int rc;
+
+    if ((rc = parse_hostport(p, end, &a, why, whylen)))
+        return rc;
+    memcpy(out->host, a.host, sizeof out->host);
+    out->port = a.port;
+    p = end;
     if (*p == '/' && p[1] && p[1] != '?') {
         size_t n = strcspn(p + 1, "?");
         if (parse_ulong(p + 1, n, 1000000, &v))
@@ -254,6 +275,44 @@ int dist__parse_url(const char *url, struct dist__cfg *out, char *why,
         p++;
     }
     return parse_query(p, &out->db, why, whylen);
+}
+
+/* redis://[user[:password]@]host[:port][/db]
+ * unix://[user[:password]@]/path[?db=N]
+ * redis-sentinel://[user[:password]@]host[:port][,host[:port]...]/MASTER[?db=N]
+ * redis-cluster://[user[:password]@]host[:port][,host[:port]...]
+ * Fills the connection part of out; leaves the rest alone. */
+int dist__parse_url(const char *url, struct dist__cfg *out, char *why,
+                    size_t whylen)
+{
+    const char *p, *end;
+    int is_unix = 0, mode = DIST__MODE_SINGLE, rc;
+
+    if (!url || !*url)
+        return BAD("empty Redis URL");
+    if ((rc = parse_scheme(url, &p, &mode, &is_unix, why, whylen)))
+        return rc;
+
+    out->user[0] = out->pass[0] = out->host[0] = out->path[0] = 0;
+    out->master[0] = 0;
+    out->port = 6379;
+    out->db = 0;
+    out->mode = mode;
+    out->nseeds = 0;
+
+    end = is_unix ? p + strlen(p) : p + strcspn(p, "/?");
+    if ((rc = parse_credentials(&p, end, out, why, whylen)))
+        return rc;
+    if (is_unix)
+        return parse_socket(p, out, why, whylen);
+    if (mode == DIST__MODE_SINGLE)
+        return parse_single(p, end, out, why, whylen);
+    if ((rc = parse_seeds(p, end, out, why, whylen)))
+        return rc;
+    p = end;
+    if (mode == DIST__MODE_CLUSTER)
+        return parse_cluster_tail(p, out, why, whylen);
+    return parse_sentinel_tail(p, out, why, whylen);
 }
 
 static unsigned long env_ms(const char *var, unsigned long def,
@@ -272,6 +331,8 @@ static unsigned long env_ms(const char *var, unsigned long def,
     return v;
 }
 
+static void cfg_fork(int phase);
+
 static void load_env(void)
 {
     const char *url = getenv("DISTLOCK_URL");
@@ -287,6 +348,8 @@ static void load_env(void)
     cfg.waiter_ms = env_ms("DISTLOCK_WAITER_MS", DEFAULT_WAITER_MS, MIN_WAITER_MS);
     cfg.replica_wait_ms = env_ms("DISTLOCK_REPLICA_WAIT_MS",
                                  DEFAULT_REPLICA_WAIT_MS, 0);
+    /* before cfg_mu is first taken: every user comes through here */
+    dist__atfork_register(cfg_fork, DIST__RANK_CFG);
 }
 
 void dist__cfg_get(struct dist__cfg *out)
@@ -356,6 +419,7 @@ unsigned long dist__replica_wait_ms(void)
 
 int dist_set_url(const char *url)
 {
+    DIST__KEEP_ERRNO;
     struct dist__cfg tmp;
     char why[200];
 
@@ -395,30 +459,32 @@ static int set_ms(unsigned long *field, unsigned long ms, unsigned long min,
 
 int dist_set_watchdog_ms(unsigned long ms)
 {
+    DIST__KEEP_ERRNO;
     return set_ms(&cfg.watchdog_ms, ms, MIN_WATCHDOG_MS, "dist_set_watchdog_ms");
 }
 
 int dist_set_waiter_ms(unsigned long ms)
 {
+    DIST__KEEP_ERRNO;
     return set_ms(&cfg.waiter_ms, ms, MIN_WAITER_MS, "dist_set_waiter_ms");
 }
 
 int dist_set_timeout_ms(unsigned long ms)
 {
+    DIST__KEEP_ERRNO;
     return set_ms(&cfg.timeout_ms, ms, 1, "dist_set_timeout_ms");
 }
 
 int dist_set_replica_wait_ms(unsigned long ms)
 {
+    DIST__KEEP_ERRNO;
     return set_ms(&cfg.replica_wait_ms, ms, 0, "dist_set_replica_wait_ms");
 }
 
-void dist__cfg_fork(int phase)
+static void cfg_fork(int phase)
 {
     if (phase == 0)
         pthread_mutex_lock(&cfg_mu);
-    else if (phase == 1)
-        pthread_mutex_unlock(&cfg_mu);
     else
-        pthread_mutex_init(&cfg_mu, NULL);
+        pthread_mutex_unlock(&cfg_mu);  /* parent, or the child's copy */
 }

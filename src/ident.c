@@ -6,7 +6,7 @@
 
 #include <uuid/uuid.h>
 
-#include "internal.h"
+#include "base.h"
 
 atomic_ulong dist__fork_gen = 1;
 
@@ -21,41 +21,86 @@ static __thread char my_owner[64];
 static __thread size_t my_owner_len;
 static __thread unsigned long my_owner_gen;
 
+/* The fork hooks modules registered, in the order they came.  Entries are
+ * written once, before nhooks counts them, so the handlers read the table
+ * without a lock; hooks_mu only keeps two registrations apart. */
+#define MAX_HOOKS 16
+static struct {
+    void (*fn)(int phase);
+    int rank;
+} hooks[MAX_HOOKS];
+static atomic_int nhooks;
+static pthread_mutex_t hooks_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* The hooks the prepare handler ran, ascending by rank: the parent and
+ * child handlers run the same ones, whatever registered since.  Per
+ * thread, for two threads forking at once; the child's one thread has
+ * its copy. */
+static __thread int forked[MAX_HOOKS];
+static __thread int nforked;
+
+static void add_hook(void (*fn)(int phase), int rank)
+{
+    int i, n;
+
+    pthread_mutex_lock(&hooks_mu);
+    n = atomic_load(&nhooks);
+    for (i = 0; i < n && hooks[i].fn != fn; i++)
+        ;
+    if (i == n && n < MAX_HOOKS) {
+        hooks[n].fn = fn;
+        hooks[n].rank = rank;
+        atomic_store(&nhooks, n + 1);
+    }
+    pthread_mutex_unlock(&hooks_mu);
+}
+
+void dist__atfork_register(void (*fn)(int phase), int rank)
+{
+    dist__lib_init();
+    add_hook(fn, rank);
+}
+
 /* Each module guards its state with its own mutex; the prepare handler takes
- * them in the documented lock order so the child inherits them unlocked and
- * consistent, and the child handler then resets what belonged to the parent. */
+ * them in the documented lock order (ascending rank) so the child inherits
+ * them unlocked and consistent, and the child handler then resets what
+ * belonged to the parent. */
 static void fork_prepare(void)
 {
-    dist__locks_fork(0);
-    dist__rwlocks_fork(0);
-    dist__renew_fork(0);
-    dist__pubsub_fork(0);
-    dist__cfg_fork(0);
-    dist__topo_fork(0);
+    int i, j, n = atomic_load(&nhooks);
+
+    for (i = 0; i < n; i++) {           /* insertion sort by rank */
+        for (j = i; j > 0 && hooks[forked[j - 1]].rank > hooks[i].rank; j--)
+            forked[j] = forked[j - 1];
+        forked[j] = i;
+    }
+    nforked = n;
+    for (i = 0; i < n; i++)
+        hooks[forked[i]].fn(0);
     pthread_mutex_lock(&id_mu);
 }
 
 static void fork_parent(void)
 {
+    int i;
+
     pthread_mutex_unlock(&id_mu);
-    dist__topo_fork(1);
-    dist__cfg_fork(1);
-    dist__pubsub_fork(1);
-    dist__renew_fork(1);
-    dist__rwlocks_fork(1);
-    dist__locks_fork(1);
+    for (i = nforked; i-- > 0;)
+        hooks[forked[i]].fn(1);
 }
 
 static void fork_child(void)
 {
-    pthread_mutex_init(&id_mu, NULL);
+    int i;
+
+    /* id_mu was taken by fork_prepare on this very thread: let go of it.
+     * hooks_mu is not taken there (a registration may have been under way
+     * in another thread, which the child does not have): start it anew. */
+    pthread_mutex_unlock(&id_mu);
+    pthread_mutex_init(&hooks_mu, NULL);
     atomic_fetch_add(&dist__fork_gen, 1);
-    dist__topo_fork(2);
-    dist__cfg_fork(2);
-    dist__pubsub_fork(2);
-    dist__renew_fork(2);
-    dist__rwlocks_fork(2);
-    dist__locks_fork(2);
+    for (i = nforked; i-- > 0;)
+        hooks[forked[i]].fn(2);
 }
 
 static void lib_init_once(void)

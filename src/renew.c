@@ -3,17 +3,17 @@
  * script calls, reports holds it finds lost, and finishes releases whose
  * reply was lost on the way back.
  *
- * A "doubt" on a hold means Redis may count one hold more than the owner
- * does (an acquire or release ran but its reply never came back).  The
- * thread settles it with a conditional release (mutex_unlock with the
- * expected count), so no hold stays behind unknown to its owner. */
+ * An "unknown" outcome on an entry means Redis may count one hold more
+ * than the owner does (an acquire or release ran but its reply never came
+ * back).  The thread settles it with the kind's conditional release, so no
+ * hold stays behind unknown to its owner, whatever the kind. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sched.h>
 #include <string.h>
 
-#include "internal.h"
+#include "engine.h"
 
 #define BATCH        100   /* entries per renewal script call */
 #define MAX_KEYS     1000  /* keys per renewal script call */
@@ -23,28 +23,41 @@
 static struct {
     pthread_mutex_t mu;
     pthread_cond_t cv;         /* wakes the thread */
-    pthread_cond_t settled;    /* a doubt was settled */
+    pthread_cond_t settled;    /* an unknown outcome was settled */
     int cv_ready;
     int running, stop, kick;
     uint64_t wake_at;          /* when the thread next looks, monotonic ms */
     pthread_t th;
-    struct dist__hold *head;   /* registered or doubtful holds */
+    struct dist__hold *head;   /* registered or unsettled entries */
 } R = { .mu = PTHREAD_MUTEX_INITIALIZER };
 
-struct dist__hold *dist__hold_new(struct dist__names *names,
+static pthread_once_t renew_once = PTHREAD_ONCE_INIT;
+
+/* Before R.mu is first taken (every hold starts here): a fork must find
+ * the hook registered; and a failover renews every hold at once. */
+static void renew_register(void)
+{
+    dist__atfork_register(dist__renew_fork, DIST__RANK_RENEW);
+    dist__topo_on_change(dist__renew_all_now);
+}
+
+struct dist__hold *dist__hold_new(const struct dist__kind *k,
+                                  struct dist__names *names,
                                   unsigned long lease_ms)
 {
-    struct dist__hold *h = calloc(1, sizeof *h);
+    struct dist__hold *h;
     const char *owner;
     size_t len;
 
+    pthread_once(&renew_once, renew_register);
+    h = calloc(1, sizeof *h);
     if (!h)
         return NULL;
     dist__names_ref(names);
+    h->kind = k;
     h->names = names;
-    h->thread_no = dist__thread_no();
-    h->gen = atomic_load(&dist__fork_gen);
     h->lease_ms = lease_ms;
+    h->renew_script = k ? k->renew_script : DIST__S_WAITER_RENEW;
     owner = dist__owner(&len);
     memcpy(h->owner, owner, len + 1);
     h->owner_len = len;
@@ -113,10 +126,11 @@ static unsigned long period_of(const struct dist__hold *h)
     return h->period_ms ? h->period_ms : dist__watchdog_ms() / 3;
 }
 
-void dist__renew_add(struct dist__hold *h)
+void dist__renew_add(struct dist__hold *h, uint64_t valid_until)
 {
     pthread_mutex_lock(&R.mu);
     h->registered = 1;
+    h->valid_until = valid_until;
     h->due = dist__now_ms() + period_of(h);   /* its lease was just set */
     link_hold(h);
     ensure_thread();
@@ -129,17 +143,16 @@ void dist__renew_add(struct dist__hold *h)
 }
 
 struct dist__hold *dist__waiter_start(struct dist__names *names,
-                                      const struct dist__buf *zset)
+                                      const struct dist__buf *keys, int nkeys)
 {
-    struct dist__hold *w = dist__hold_new(names, 0);
+    struct dist__hold *w = dist__hold_new(NULL, names, 0);
 
     if (w) {
-        w->kind = DIST__K_WAITER;
-        w->keys = zset;
-        w->nkeys = 1;
+        w->keys = keys;
+        w->nkeys = nkeys;
         w->renew_ms = dist__waiter_ms();
         w->period_ms = w->renew_ms / 3;
-        dist__renew_add(w);
+        dist__renew_add(w, 0);
     }
     return w;
 }
@@ -172,7 +185,7 @@ int dist__renew_remove(struct dist__hold *h)
     pthread_mutex_lock(&R.mu);
     h->registered = 0;
     if (linked(h)) {
-        if (h->inflight || h->doubt) {
+        if (h->inflight || h->unknown) {
             /* the thread finishes what is under way, then frees it */
             h->orphan = 1;
             caller_frees = 0;
@@ -184,13 +197,17 @@ int dist__renew_remove(struct dist__hold *h)
     return caller_frees;
 }
 
-void dist__renew_doubt(struct dist__hold *h)
+void dist__renew_unknown(struct dist__hold *h, const unsigned long n[2],
+                         int mode)
 {
     pthread_mutex_lock(&R.mu);
-    h->doubt = 1;
+    h->unknown = 1;
+    h->mode = mode;
+    h->n[0] = n[0];
+    h->n[1] = n[1];
     /* an owner that holds nothing any more is not renewed: a renewal
      * after the release was finished would report the hold lost */
-    if (h->count == 0)
+    if (n[0] + n[1] == 0)
         h->registered = 0;
     link_hold(h);
     ensure_thread();
@@ -220,14 +237,14 @@ int dist__renew_settle(struct dist__hold *h, uint64_t until_ms)
     int rc = 0;
 
     pthread_mutex_lock(&R.mu);
-    if (h->doubt) {
+    if (h->unknown) {
         ensure_thread();
         R.kick = 1;
         pthread_cond_signal(&R.cv);
         dist__ms_to_ts(until_ms, &ts);
-        while (h->doubt && R.running && dist__now_ms() < until_ms)
+        while (h->unknown && R.running && dist__now_ms() < until_ms)
             pthread_cond_timedwait(&R.settled, &R.mu, &ts);
-        if (h->doubt)
+        if (h->unknown)
             rc = dist__err(EIO, "an earlier call on lock '%s' lost its reply "
                            "and Redis has not answered since",
                            h->names->name.p);
@@ -265,7 +282,7 @@ static void note_lost(struct lostlist *l, const struct dist__hold *h)
 static void finish(struct dist__hold *h)
 {
     h->inflight = 0;
-    if (h->doubt)
+    if (h->unknown)
         return;
     if (h->orphan) {
         unlink_hold(h);
@@ -275,49 +292,21 @@ static void finish(struct dist__hold *h)
     }
 }
 
-/* Settles one doubt.  R.mu held on entry and exit, dropped for the call.
- * Returns -1 when Redis did not answer. */
+/* Settles one unknown outcome with the kind's conditional release.  R.mu
+ * held on entry and exit, dropped for the call (the owner waits for the
+ * settle before it touches h again).  Returns -1 when Redis did not
+ * answer. */
 static int settle_one(struct dist__hold *h, struct lostlist *lost)
 {
-    struct dist__buf kv[9];
-    char lease[24], expect[24];
-    const char *pub = dist__publish_cmd();
-    redisReply *r = NULL;
-    long long res = 0;
-    int rc, n = 0, nkeys, script;
+    int gone = 0, rc;
 
-    snprintf(lease, sizeof lease, "%lu",
-             h->lease_ms ? h->lease_ms : dist__watchdog_ms());
-    snprintf(expect, sizeof expect, "%lu", h->count + 1);
-    kv[n++] = h->names->name;
-    if (h->fair) {
-        kv[n++] = h->names->queue;
-        kv[n++] = h->names->timeout;
-    }
-    kv[n++] = h->names->chan;
-    nkeys = n;
-    kv[n++] = (struct dist__buf){ lease, strlen(lease) };
-    kv[n++] = (struct dist__buf){ h->owner, h->owner_len };
-    kv[n++] = (struct dist__buf){ pub, strlen(pub) };
-    kv[n++] = (struct dist__buf){ "0", 1 };
-    kv[n++] = (struct dist__buf){ expect, strlen(expect) };
-    script = h->fair ? DIST__S_FAIR_UNLOCK : DIST__S_MUTEX_UNLOCK;
     pthread_mutex_unlock(&R.mu);
-
-    rc = dist__eval_here(script, nkeys, kv, n, &r);
-    if (rc == DIST__ENOCONN)
-        rc = DIST__ECONN;
-    if (rc == 0)
-        dist__reply_int(r, 0, &res);
-    freeReplyObject(r);
-
+    rc = h->kind->settle(h, &gone);
     pthread_mutex_lock(&R.mu);
-    if (rc == DIST__ECONN)
+    if (rc != 0)
         return -1;
-    /* answered: -2 nothing was owed, >= 0 the owed release is done,
-     * -1 the owner holds nothing at all any more */
-    h->doubt = 0;
-    if (rc == 0 && res == -1 && h->count > 0 && !h->orphan &&
+    h->unknown = 0;
+    if (gone && h->n[0] + h->n[1] > 0 && !h->orphan &&
         !atomic_load(&h->lost)) {
         atomic_store(&h->lost, 1);
         h->registered = 0;
@@ -327,15 +316,30 @@ static int settle_one(struct dist__hold *h, struct lostlist *lost)
     return 0;
 }
 
-static const int renew_script[DIST__K_COUNT] = {
-    [DIST__K_MUTEX] = DIST__S_MUTEX_RENEW,
-    [DIST__K_RWLOCK] = DIST__S_RWLOCK_RENEW,
-    [DIST__K_WAITER] = DIST__S_WAITER_RENEW,
-};
-
 static int nkeys_of(const struct dist__hold *h)
 {
     return h->keys ? h->nkeys : 1;
+}
+
+/* After a renewal of h that was sent at sent: whether its hold is to be
+ * reported lost.  Gone, it is.  Renewed, it is too when the answer came
+ * back after the lease h last had ran out: for a while the owner went on
+ * as the holder with nothing to show that it still was (a slow network or
+ * server, or a starved renewal thread), which is what the lost handler is
+ * for; the owner then gets EPERM from its unlock, and what Redis still
+ * keeps of the hold ends with its lease.  Otherwise the lease now runs from
+ * sent.  R.mu held. */
+static int renewal_lost(struct dist__hold *h, int renewed, uint64_t sent,
+                        unsigned long ms)
+{
+    uint64_t now = dist__now_ms();
+
+    if (!renewed)
+        return 1;
+    if (h->kind && h->valid_until && now > h->valid_until)
+        return 1;
+    h->valid_until = sent + ms;
+    return 0;
 }
 
 /* Renews n entries of one kind and one ms value in one call.  R.mu held,
@@ -347,7 +351,8 @@ static int renew_batch(struct dist__hold **hs, size_t n, unsigned long ms,
     char msbuf[24], (*counts)[12];
     redisReply *r = NULL;
     size_t i, nk = 0, k = 0;
-    int j, rc, kind = hs[0]->kind;
+    int j, rc, script = hs[0]->renew_script;
+    uint64_t sent;
 
     for (i = 0; i < n; i++)
         nk += (size_t)nkeys_of(hs[i]);
@@ -375,7 +380,8 @@ static int renew_batch(struct dist__hold **hs, size_t n, unsigned long ms,
     }
     pthread_mutex_unlock(&R.mu);
 
-    rc = dist__eval_here(renew_script[kind], (int)nk, kv, (int)k, &r);
+    sent = dist__now_ms();
+    rc = dist__route_run(script, (int)nk, kv, (int)k, &r);
     free(kv);
     free(counts);
 
@@ -383,15 +389,15 @@ static int renew_batch(struct dist__hold **hs, size_t n, unsigned long ms,
     for (i = 0; i < n; i++) {
         struct dist__hold *h = hs[i];
         long long ok;
-        /* A hold that is gone is lost.  A waiter dropped from its queue
-         * (purged while its process could not renew it) stays registered
-         * and is renewed as before, which works again once it has queued
-         * again at its next try (a fair waiter's script wakes it for
-         * that).  Marking it lost instead left it registered with a due
-         * time in the past, which tick() then chose as the next wake-up
-         * for ever: the thread spun holding R.mu and starved every caller. */
-        if (rc == 0 && dist__reply_int(r, i, &ok) == 0 && ok == 0 &&
-            !h->orphan && h->registered && kind != DIST__K_WAITER) {
+        /* A hold that is gone is lost.  A waiter (no kind) dropped from
+         * its queue (purged while its process could not renew it, or by
+         * hand) is not: it stays registered and renewed every period,
+         * which works again once it has queued again at its next try (a
+         * fair waiter's renewal script wakes it for that); a waiter
+         * marked lost would no longer be renewed after queueing again,
+         * and be purged again a window later. */
+        if (rc == 0 && dist__reply_int(r, i, &ok) == 0 && !h->orphan &&
+            h->registered && h->kind && renewal_lost(h, ok != 0, sent, ms)) {
             atomic_store(&h->lost, 1);
             h->registered = 0;
             note_lost(lost, h);
@@ -401,12 +407,44 @@ static int renew_batch(struct dist__hold **hs, size_t n, unsigned long ms,
     return rc == 0 ? 0 : -1;
 }
 
+int dist__renew_one(const struct dist__kind *k, struct dist__names *names,
+                    const struct dist__buf *keys, int nkeys, unsigned long ms)
+{
+    struct dist__buf *kv;
+    char msbuf[24], nbuf[12];
+    redisReply *r = NULL;
+    long long ok = 0;
+    size_t olen;
+    const char *owner = dist__owner(&olen);
+    int i, rc;
+
+    if (!keys) {
+        keys = &names->name;
+        nkeys = 1;
+    }
+    if (!(kv = malloc(((size_t)nkeys + 3) * sizeof *kv)))
+        return -1;
+    for (i = 0; i < nkeys; i++)
+        kv[i] = keys[i];
+    snprintf(msbuf, sizeof msbuf, "%lu", ms);
+    snprintf(nbuf, sizeof nbuf, "%d", nkeys);
+    kv[i++] = (struct dist__buf){ msbuf, strlen(msbuf) };
+    kv[i++] = (struct dist__buf){ owner, olen };
+    kv[i++] = (struct dist__buf){ nbuf, strlen(nbuf) };
+    rc = dist__route_run(k->renew_script, nkeys, kv, i, &r);
+    free(kv);
+    if (rc == 0 && dist__reply_int(r, 0, &ok) != 0)
+        rc = -1;
+    freeReplyObject(r);
+    return rc == 0 ? ok != 0 : -1;
+}
+
 static unsigned long ms_of(const struct dist__hold *h)
 {
     return h->renew_ms ? h->renew_ms : dist__watchdog_ms();
 }
 
-/* One round over the registry: settles doubts, renews what is due, and
+/* One round over the registry: settles unknown outcomes, renews what is due, and
  * returns when the next entry falls due (monotonic ms).  R.mu held. */
 static uint64_t tick(struct lostlist *lost)
 {
@@ -432,7 +470,7 @@ static uint64_t tick(struct lostlist *lost)
     for (h = R.head, i = 0; h; h = h->rnext) {
         int due = h->registered && !h->orphan && !atomic_load(&h->lost) &&
                   h->due <= now + period_of(h) / 4;
-        if (!h->inflight && (due || h->doubt)) {
+        if (!h->inflight && (due || h->unknown)) {
             h->inflight = 1 + due;   /* 2: renew it this round */
             all[i++] = h;
         }
@@ -440,7 +478,7 @@ static uint64_t tick(struct lostlist *lost)
     count = i;
 
     for (i = 0; i < count; i++)
-        if (all[i]->doubt && settle_one(all[i], lost) != 0)
+        if (all[i]->unknown && settle_one(all[i], lost) != 0)
             failed = 1;
     /* batches of one kind and one ms value (and on a cluster one slot: a
      * script's keys must share one) */
@@ -455,7 +493,8 @@ static uint64_t tick(struct lostlist *lost)
         for (j = i; j < count && n < BATCH; j++) {
             struct dist__hold *o = all[j];
             /* the first always goes in: one larger than MAX_KEYS goes alone */
-            if (o->inflight == 2 && o->kind == h->kind && ms_of(o) == ms_of(h) &&
+            if (o->inflight == 2 && o->renew_script == h->renew_script &&
+                ms_of(o) == ms_of(h) &&
                 (!cluster || o->names->slot == h->names->slot) &&
                 (n == 0 || nk + (size_t)nkeys_of(o) <= MAX_KEYS)) {
                 o->inflight = 1;
@@ -474,9 +513,12 @@ static uint64_t tick(struct lostlist *lost)
     free(batch);
 
     for (h = R.head; h; h = h->rnext) {
-        if (h->doubt && failed && now + RETRY_MS < next)
+        if (h->unknown && failed && now + RETRY_MS < next)
             next = now + RETRY_MS;
-        if (h->registered && !h->orphan && h->due < next)
+        /* an entry found gone waits for its owner, not for a renewal: its
+         * old due time would make the thread spin */
+        if (h->registered && !h->orphan && !atomic_load(&h->lost) &&
+            h->due < next)
             next = h->due;
     }
     return next;
@@ -527,7 +569,7 @@ static void *renew_main(void *arg)
                 break;
     }
     R.wake_at = 0;
-    dist__conn_close_thread();
+    dist__route_close_thread();
     pthread_mutex_unlock(&R.mu);
     return NULL;
 }
@@ -538,6 +580,7 @@ void dist__renew_shutdown(void)
     pthread_t th;
     int running;
 
+    pthread_once(&renew_once, renew_register);
     pthread_mutex_lock(&R.mu);
     running = R.running;
     th = R.th;
@@ -555,7 +598,7 @@ void dist__renew_shutdown(void)
         next = h->rnext;
         h->rprev = h->rnext = NULL;
         h->registered = 0;
-        h->doubt = 0;
+        h->unknown = 0;
         if (h->orphan)
             dist__hold_free(h);
     }
@@ -572,8 +615,8 @@ void dist__renew_fork(int phase)
     } else if (phase == 1) {
         pthread_mutex_unlock(&R.mu);
     } else {
-        /* The thread and the parent's holds did not come along. */
-        pthread_mutex_init(&R.mu, NULL);
+        /* The thread and the parent's holds did not come along.  R.mu
+         * is the forking thread's, which the child's one thread is. */
         if (R.cv_ready) {
             dist__cond_init_mono(&R.cv);
             dist__cond_init_mono(&R.settled);
@@ -582,5 +625,6 @@ void dist__renew_fork(int phase)
         R.stop = 0;
         R.kick = 0;
         R.head = NULL;
+        pthread_mutex_unlock(&R.mu);
     }
 }

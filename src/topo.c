@@ -14,12 +14,11 @@
  * at a time; the others go on with what is known unless it is known to be
  * wrong (then they wait for the answer, bounded by the command timeout). */
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "route.h"
 
 #define SENTINEL_PERIOD_MS 1000   /* ask the sentinels again after this */
 #define CLUSTER_PERIOD_MS  5000   /* read the slot map again after this */
@@ -73,7 +72,7 @@ static struct {
     uint64_t checked;             /* when it was last read (monotonic ms) */
     uint64_t tried;               /* when a refresh last started */
     unsigned long epoch;          /* bumped whenever the answer changes */
-    int kick_renewals;            /* a master changed: renew holds now */
+    int kick_renewals;            /* a master changed: run on_change */
     /* sentinel */
     struct dist__addr master;
     int good_seed;                /* the sentinel that answered last */
@@ -86,77 +85,116 @@ static struct {
     char why[600];                /* why the last refresh failed */
 } T = { .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER };
 
+/* What dist__topo_on_change registered; written before nfns is raised. */
+#define MAX_ON_CHANGE 4
+static void (*on_change[MAX_ON_CHANGE])(void);
+static atomic_int nfns;
+static pthread_mutex_t fns_mu = PTHREAD_MUTEX_INITIALIZER;
+
+void dist__topo_on_change(void (*fn)(void))
+{
+    int i, n;
+
+    pthread_mutex_lock(&fns_mu);
+    n = atomic_load(&nfns);
+    for (i = 0; i < n && on_change[i] != fn; i++)
+        ;
+    if (i == n && n < MAX_ON_CHANGE) {
+        on_change[n] = fn;
+        atomic_store(&nfns, n + 1);
+    }
+    pthread_mutex_unlock(&fns_mu);
+}
+
+static void notify_change(void)
+{
+    int i, n = atomic_load(&nfns);
+
+    for (i = 0; i < n; i++)
+        on_change[i]();
+}
+
+static void topo_fork(int phase);
+static pthread_once_t topo_once = PTHREAD_ONCE_INIT;
+
+static void topo_register(void)
+{
+    dist__atfork_register(topo_fork, DIST__RANK_TOPO);
+}
+
+/* Before T.mu is first taken: a fork must find it registered. */
+static void topo_init(void)
+{
+    pthread_once(&topo_once, topo_register);
+}
+
 static int same_addr(const struct dist__addr *a, const struct dist__addr *b)
 {
     return a->port == b->port && strcmp(a->host, b->host) == 0;
 }
 
-/* A short-lived connection for asking a sentinel or a node.  NULL with why
- * filled in. */
-static redisContext *ask_connect(const struct dist__cfg *cfg,
-                                 const struct dist__addr *a, char *why,
-                                 size_t whylen)
+/* A short-lived link for asking a sentinel or a node: no AUTH until the
+ * server asks for it (a sentinel may have no password when the data nodes
+ * do), and at most a second per command so that a dead one is passed over
+ * quickly.  NULL with why filled in. */
+static struct dist__link *ask_connect(const struct dist__cfg *cfg,
+                                      const struct dist__addr *a, char *why,
+                                      size_t whylen)
 {
     unsigned long ms = cfg->timeout_ms < 1000 ? cfg->timeout_ms : 1000;
-    struct timeval tv = { (time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000 };
-    redisContext *c = redisConnectWithTimeout(a->host, a->port, tv);
+    struct dist__link *l;
 
-    if (!c || c->err) {
-        snprintf(why, whylen, "cannot connect to %.100s:%d: %s", a->host, a->port,
-                 c ? c->errstr : "out of memory");
-        if (c)
-            redisFree(c);
+    if (dist__link_open(cfg, a, ms, DIST__LINK_BARE, &l, why, whylen) != 0)
         return NULL;
-    }
-    redisSetTimeout(c, tv);
-    fcntl(c->fd, F_SETFD, fcntl(c->fd, F_GETFD) | FD_CLOEXEC);
-    return c;
+    return l;
 }
 
-/* One command on c, with AUTH first when the server asks for it and the URL
- * has credentials.  NULL with why filled in when it failed or was refused. */
-static redisReply *ask(redisContext *c, const struct dist__cfg *cfg,
-                       const struct dist__addr *a, int argc, const char **argv,
-                       char *why, size_t whylen)
+/* AUTH with the URL's credentials.  0, or -1 with why. */
+static int ask_auth(struct dist__link *l, const struct dist__cfg *cfg,
+                    char *why, size_t whylen)
 {
-    struct dist__sigpipe sp;
+    const char *av[3] = { "AUTH", cfg->user, cfg->pass };
+    redisReply *r;
+    int rc = cfg->user[0] ? dist__link_cmd(l, 3, av, NULL, &r)
+                          : (av[1] = cfg->pass, dist__link_cmd(l, 2, av, NULL, &r));
+
+    if (rc == 0 && r->type != REDIS_REPLY_ERROR) {
+        freeReplyObject(r);
+        return 0;
+    }
+    snprintf(why, whylen, "%s refused AUTH: %s", dist__link_where(l),
+             rc == 0 ? r->str : dist__link_error(l));
+    freeReplyObject(rc == 0 ? r : NULL);
+    return -1;
+}
+
+/* One command on l, with AUTH first when the server asks for it and the URL
+ * has credentials.  NULL with why filled in when it failed or was refused. */
+static redisReply *ask(struct dist__link *l, const struct dist__cfg *cfg,
+                       int argc, const char **argv, char *why, size_t whylen)
+{
     redisReply *r;
     int authed = 0;
 
-    dist__sigpipe_block(&sp);
     for (;;) {
-        r = redisCommandArgv(c, argc, argv, NULL);
-        if (r && r->type == REDIS_REPLY_ERROR && !authed && cfg->pass[0] &&
-            strncmp(r->str, "NOAUTH", 6) == 0) {
-            const char *av[3] = { "AUTH", cfg->user, cfg->pass };
-            redisReply *ar;
-            freeReplyObject(r);
-            ar = cfg->user[0] ? redisCommandArgv(c, 3, av, NULL)
-                              : (av[1] = cfg->pass, redisCommandArgv(c, 2, av, NULL));
-            authed = 1;
-            if (ar && ar->type != REDIS_REPLY_ERROR) {
-                freeReplyObject(ar);
-                continue;
-            }
-            snprintf(why, whylen, "%.100s:%d refused AUTH: %s", a->host, a->port,
-                     ar ? ar->str : c->errstr);
-            freeReplyObject(ar);
-            r = NULL;
-            break;
+        if (dist__link_cmd(l, argc, argv, NULL, &r) != 0) {
+            snprintf(why, whylen, "%s: %s", dist__link_where(l),
+                     dist__link_error(l));
+            return NULL;
         }
-        break;
-    }
-    dist__sigpipe_restore(&sp);
-    if (!r && !why[0])
-        snprintf(why, whylen, "%.100s:%d: %s", a->host, a->port,
-                 c->errstr[0] ? c->errstr : "no reply");
-    if (r && r->type == REDIS_REPLY_ERROR) {
-        snprintf(why, whylen, "%.100s:%d refused %s: %s", a->host, a->port,
-                 argv[0], r->str);
+        if (r->type != REDIS_REPLY_ERROR)
+            return r;
+        if (authed || !cfg->pass[0] || strncmp(r->str, "NOAUTH", 6) != 0)
+            break;
         freeReplyObject(r);
-        r = NULL;
+        authed = 1;
+        if (ask_auth(l, cfg, why, whylen) != 0)
+            return NULL;
     }
-    return r;
+    snprintf(why, whylen, "%s refused %s: %s", dist__link_where(l), argv[0],
+             r->str);
+    freeReplyObject(r);
+    return NULL;
 }
 
 static int reply_addr(const redisReply *host, const redisReply *port,
@@ -189,25 +227,20 @@ static int reply_addr(const redisReply *host, const redisReply *port,
 static int confirm_master(const struct dist__cfg *cfg, const struct dist__addr *a,
                           char *why, size_t whylen)
 {
-    const char *argv[1] = { "ROLE" };
-    redisContext *c = ask_connect(cfg, a, why, whylen);
+    const char *argv[1] = { "ROLE" }, *role;
+    struct dist__link *l = ask_connect(cfg, a, why, whylen);
     redisReply *r;
-    int ok;
+    int ok, replicas;
 
-    if (!c)
+    if (!l)
         return 0;
-    r = ask(c, cfg, a, 1, argv, why, whylen);
-    redisFree(c);
+    r = ask(l, cfg, 1, argv, why, whylen);
+    dist__link_close(l);
     if (!r)
         return 0;
-    ok = r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
-         r->element[0]->type == REDIS_REPLY_STRING &&
-         strcmp(r->element[0]->str, "master") == 0;
-    if (!ok)
-        snprintf(why, whylen, "%.100s:%d is not a master (ROLE says %s)", a->host,
-                 a->port, r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
-                 r->element[0]->type == REDIS_REPLY_STRING ?
-                 r->element[0]->str : "something else");
+    if (!(ok = dist__role_of(r, &replicas, &role)))
+        snprintf(why, whylen, "%.100s:%d is not a master (ROLE says %s)",
+                 a->host, a->port, role);
     freeReplyObject(r);
     return ok;
 }
@@ -224,14 +257,14 @@ static int ask_sentinels(const struct dist__cfg *cfg, int first,
     for (i = 0; i < cfg->nseeds; i++) {
         int k = (first + i) % cfg->nseeds;
         const struct dist__addr *s = &cfg->seeds[k];
-        redisContext *c;
+        struct dist__link *l;
         redisReply *r;
 
         why[0] = 0;
-        if (!(c = ask_connect(cfg, s, why, whylen)))
+        if (!(l = ask_connect(cfg, s, why, whylen)))
             continue;
-        r = ask(c, cfg, s, 3, argv, why, whylen);
-        redisFree(c);
+        r = ask(l, cfg, 3, argv, why, whylen);
+        dist__link_close(l);
         if (!r)
             continue;
         if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
@@ -274,15 +307,15 @@ static int read_slots(const struct dist__cfg *cfg, const struct dist__addr *a,
                       unsigned char *owner, char *why, size_t whylen)
 {
     const char *argv[2] = { "CLUSTER", "SLOTS" };
-    redisContext *c = ask_connect(cfg, a, why, whylen);
+    struct dist__link *l = ask_connect(cfg, a, why, whylen);
     redisReply *r;
     size_t i;
     int j, covered = 0;
 
-    if (!c)
+    if (!l)
         return -1;
-    r = ask(c, cfg, a, 2, argv, why, whylen);
-    redisFree(c);
+    r = ask(l, cfg, 2, argv, why, whylen);
+    dist__link_close(l);
     if (!r)
         return -1;
     if (r->type != REDIS_REPLY_ARRAY || r->elements == 0) {
@@ -479,14 +512,15 @@ int dist__route(const struct dist__cfg *cfg, const struct dist__buf *key,
         }
         return 0;
     }
+    topo_init();
     pthread_mutex_lock(&T.mu);
     refresh(cfg, until);
     if (T.kick_renewals) {
-        /* a master changed: renew every hold now, not at its next turn
-         * (outside T.mu: the renewal thread routes its calls too) */
+        /* a master changed: tell who asked (the renewal thread renews
+         * every hold now); outside T.mu, as they may route calls too */
         T.kick_renewals = 0;
         pthread_mutex_unlock(&T.mu);
-        dist__renew_all_now();
+        notify_change();
         pthread_mutex_lock(&T.mu);
     }
     if (!T.valid || T.cfg_gen != cfg->gen) {
@@ -524,6 +558,7 @@ int dist__topo_confirm(const struct dist__cfg *cfg, const struct dist__addr *a)
 
     if (cfg->mode != DIST__MODE_SENTINEL)
         return 0;
+    topo_init();
     pthread_mutex_lock(&T.mu);
     first = T.good_seed;
     pthread_mutex_unlock(&T.mu);
@@ -572,6 +607,7 @@ void dist__topo_moved(int slot, const struct dist__addr *to)
 {
     int idx;
 
+    topo_init();
     pthread_mutex_lock(&T.mu);
     if (T.valid && slot >= 0 && slot < 16384 && (idx = node_index(to)) >= 0) {
         T.owner[slot] = (unsigned char)idx;
@@ -583,6 +619,7 @@ void dist__topo_moved(int slot, const struct dist__addr *to)
 
 void dist__topo_stale(void)
 {
+    topo_init();
     pthread_mutex_lock(&T.mu);
     T.stale = 1;
     pthread_mutex_unlock(&T.mu);
@@ -592,21 +629,22 @@ unsigned long dist__topo_epoch(void)
 {
     unsigned long e;
 
+    topo_init();
     pthread_mutex_lock(&T.mu);
     e = T.epoch;
     pthread_mutex_unlock(&T.mu);
     return e;
 }
 
-void dist__topo_fork(int phase)
+static void topo_fork(int phase)
 {
     if (phase == 0) {
         pthread_mutex_lock(&T.mu);
     } else if (phase == 1) {
         pthread_mutex_unlock(&T.mu);
     } else {
-        pthread_mutex_init(&T.mu, NULL);
         pthread_cond_init(&T.cv, NULL);
         T.busy = 0;
+        pthread_mutex_unlock(&T.mu);
     }
 }

@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "internal.h"
+#include "base.h"
 
 static __thread char errbuf[256];
 
@@ -21,6 +21,7 @@ int dist__err(int code, const char *fmt, ...)
 
 const char *dist_last_error(void)
 {
+    DIST__KEEP_ERRNO;
     return errbuf;
 }
 
@@ -30,32 +31,6 @@ uint64_t dist__now_ms(void)
 
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
-/* The monotonic time at which CLOCK_REALTIME should reach abstime.  Rounded
- * up, so that a waiter never gives up early; callers still confirm with
- * dist__realtime_reached() because the wall clock can be stepped. */
-uint64_t dist__ts_to_mono_ms(const struct timespec *abstime)
-{
-    struct timespec now;
-    int64_t left_ns;
-    uint64_t mono = dist__now_ms();
-
-    clock_gettime(CLOCK_REALTIME, &now);
-    left_ns = ((int64_t)abstime->tv_sec - (int64_t)now.tv_sec) * 1000000000LL
-              + (abstime->tv_nsec - now.tv_nsec);
-    if (left_ns <= 0)
-        return mono;
-    return mono + (uint64_t)(left_ns + 999999) / 1000000u;
-}
-
-int dist__realtime_reached(const struct timespec *abstime)
-{
-    struct timespec now;
-
-    clock_gettime(CLOCK_REALTIME, &now);
-    return now.tv_sec > abstime->tv_sec ||
-           (now.tv_sec == abstime->tv_sec && now.tv_nsec >= abstime->tv_nsec);
 }
 
 void dist__ms_to_ts(uint64_t mono_ms, struct timespec *ts)
@@ -93,6 +68,7 @@ void dist__lost_handler_set(dist_lost_fn fn, void *arg)
 
 int dist_set_lost_handler(dist_lost_fn fn, void *arg)
 {
+    DIST__KEEP_ERRNO;
     dist__lost_handler_set(fn, arg);
     return 0;
 }

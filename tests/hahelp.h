@@ -1,8 +1,9 @@
 /*
  * hahelp.h: what the Sentinel and Cluster tests share: a waiter in a forked
- * process that reports when it got the lock, and a watch on a key's TTL
- * that sees a renewal land.  Static: each program gets its own copy.
- * Include after cmocka.h, testutil.h and distlock.h.
+ * process that reports when it got the lock, a key's PTTL and existence on
+ * one node, and a watch on a key's TTL that sees a renewal land.  Static:
+ * each program gets its own copy.  Include after cmocka.h,
+ * harness_server.h and distlock.h; the program defines ha_node_cmd.
  */
 #ifndef DISTLOCK_HAHELP_H
 #define DISTLOCK_HAHELP_H
@@ -19,6 +20,32 @@
 
 enum { HA_MUTEX, HA_FAIR, HA_WRITE, HA_READ };
 
+/* "<verb> <key>" to one node of the program's topology, for the caller to
+ * free (NULL when the node does not answer).  Each program defines it. */
+static redisReply *ha_node_cmd(void *topo, int node, const char *verb,
+                               const char *key);
+
+/* The integer of reply x, or none when it is not one; frees x. */
+static long long ha_reply_int(redisReply *x, long long none)
+{
+    long long v = x && x->type == REDIS_REPLY_INTEGER ? x->integer : none;
+
+    freeReplyObject(x);
+    return v;
+}
+
+/* PTTL of key on one node; -3 when the node fails or redirects. */
+static long long node_pttl(void *topo, int node, const char *key)
+{
+    return ha_reply_int(ha_node_cmd(topo, node, "PTTL", key), -3);
+}
+
+/* EXISTS on one node: 1, 0, or -1 when the node redirects or fails. */
+static int node_exists(void *topo, int node, const char *key)
+{
+    return (int)ha_reply_int(ha_node_cmd(topo, node, "EXISTS", key), -1);
+}
+
 /* A process blocked on a lock.  It writes 'w' just before it calls lock,
  * then the monotonic time it got the lock (text), unlocks and exits 0. */
 struct ha_waiter {
@@ -26,45 +53,59 @@ struct ha_waiter {
     int fd;
 };
 
+/* The lock of a waiter of that kind on name; 0 or the error of init. */
+union ha_lock {
+    dist_mutex_t m;
+    dist_rwlock_t rw;
+};
+
+static int ha_init(union ha_lock *l, const char *name, int kind)
+{
+    dist_mutexattr_t a;
+
+    if (kind == HA_WRITE || kind == HA_READ)
+        return dist_rwlock_init(&l->rw, name, NULL);
+    dist_mutexattr_init(&a);
+    dist_mutexattr_setfair(&a, kind == HA_FAIR);
+    return dist_mutex_init(&l->m, name, &a);
+}
+
+static int ha_lock(union ha_lock *l, int kind)
+{
+    return kind == HA_WRITE ? dist_rwlock_wrlock(&l->rw)
+         : kind == HA_READ  ? dist_rwlock_rdlock(&l->rw)
+                            : dist_mutex_lock(&l->m);
+}
+
+static void ha_unlock(union ha_lock *l, int kind)
+{
+    if (kind == HA_WRITE || kind == HA_READ)
+        dist_rwlock_unlock(&l->rw);
+    else
+        dist_mutex_unlock(&l->m);
+}
+
 static void ha_child_lock(int fd, const char *url, const char *name, int kind,
                           unsigned long watchdog_ms)
 {
+    union ha_lock l;
     char buf[64];
-    int rc, n;
+    int n;
 
     if (dist_set_url(url) != 0 || dist_set_watchdog_ms(watchdog_ms) != 0)
         _exit(3);
     if (write(fd, "w", 1) != 1)
         _exit(3);
-    if (kind == HA_WRITE || kind == HA_READ) {
-        dist_rwlock_t rw;
-        if (dist_rwlock_init(&rw, name, NULL) != 0)
-            _exit(3);
-        rc = kind == HA_WRITE ? dist_rwlock_wrlock(&rw) : dist_rwlock_rdlock(&rw);
-        if (rc != 0) {
-            fprintf(stderr, "waiter: lock: %s\n", dist_last_error());
-            _exit(4);
-        }
-        n = snprintf(buf, sizeof buf, "%.6f\n", tu_now());
-        if (write(fd, buf, (size_t)n) != n)
-            _exit(3);
-        dist_rwlock_unlock(&rw);
-    } else {
-        dist_mutex_t m;
-        dist_mutexattr_t a;
-        dist_mutexattr_init(&a);
-        dist_mutexattr_setfair(&a, kind == HA_FAIR);
-        if (dist_mutex_init(&m, name, &a) != 0)
-            _exit(3);
-        if (dist_mutex_lock(&m) != 0) {
-            fprintf(stderr, "waiter: lock: %s\n", dist_last_error());
-            _exit(4);
-        }
-        n = snprintf(buf, sizeof buf, "%.6f\n", tu_now());
-        if (write(fd, buf, (size_t)n) != n)
-            _exit(3);
-        dist_mutex_unlock(&m);
+    if (ha_init(&l, name, kind) != 0)
+        _exit(3);
+    if (ha_lock(&l, kind) != 0) {
+        fprintf(stderr, "waiter: lock: %s\n", dist_last_error());
+        _exit(4);
     }
+    n = snprintf(buf, sizeof buf, "%.6f\n", tu_now());
+    if (write(fd, buf, (size_t)n) != n)
+        _exit(3);
+    ha_unlock(&l, kind);
     dist_shutdown();
     _exit(0);
 }

@@ -34,6 +34,13 @@
  *                                      had locked its cache_lock
  *   preload_target spawn               system("exit 7"): a child that execs
  *                                      another program; "child N"
+ *   preload_target errno               every mapped call with errno set to
+ *                                      4242: "errno changed K of N" and
+ *                                      "changed by NAME" lines
+ *   preload_target nomem               with the address space exhausted
+ *                                      (RLIMIT_AS): "nomem init N lock N try N
+ *                                      rd N wait N"; then with memory back:
+ *                                      "back init N lock N global N"
  *
  * WHICH: global static bank shard2 errcheck account lib libglobal unmapped
  * RW: catalog (a global) heapcat (initialised in catalog_create)
@@ -48,6 +55,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -88,12 +96,21 @@ struct account {
     pthread_mutex_t mu;
 };
 
+/* nomem: the memory of the next account (allocated beforehand), and
+ * whether an init that fails is reported in g_init_rc rather than fatal */
+static struct account *g_spare;
+static int g_init_soft, g_init_rc;
+
 __attribute__((noinline)) struct account *account_create(long id);
 __attribute__((noinline)) struct account *account_create(long id)
 {
-    struct account *a = calloc(1, sizeof *a);
+    struct account *a = g_spare ? g_spare : calloc(1, sizeof *a);
 
-    if (!a || pthread_mutex_init(&a->mu, NULL) != 0)
+    g_spare = NULL;
+    if (!a)
+        abort();
+    g_init_rc = pthread_mutex_init(&a->mu, NULL);
+    if (g_init_rc != 0 && !g_init_soft)
         abort();
     a->id = id;
     return a;
@@ -559,6 +576,144 @@ static int rw_mode(const char *mode, pthread_rwlock_t *rw, const char *ms)
     return 0;
 }
 
+static int errno_calls, errno_bad;
+
+#define KEEPS(call)                                                          \
+    do {                                                                     \
+        errno = 4242;                                                        \
+        (void)(call);                                                        \
+        errno_calls++;                                                       \
+        if (errno != 4242) {                                                 \
+            errno_bad++;                                                     \
+            say("changed by %s: %d", #call, errno);                          \
+        }                                                                    \
+    } while (0)
+
+/* The program's errno is its own: no mapped call changes it (the first
+ * one connects to Redis, with a non-blocking connect). */
+static int errno_mode(void)
+{
+    pthread_mutex_t *m = &g_global_lock;
+    struct timespec ts;
+    struct account *a;
+
+    KEEPS(pthread_mutex_lock(m));
+    KEEPS(pthread_mutex_lock(&g_errcheck));
+    KEEPS(pthread_mutex_lock(&g_errcheck));          /* EDEADLK */
+    KEEPS(pthread_mutex_unlock(&g_errcheck));
+    ts = in_ms(CLOCK_REALTIME, 10);
+    KEEPS(pthread_cond_timedwait(&g_cv, m, &ts));
+    ts = in_ms(CLOCK_MONOTONIC, 10);
+    KEEPS(pthread_cond_clockwait(&g_cv, m, CLOCK_MONOTONIC, &ts));
+    KEEPS(pthread_mutex_unlock(m));
+    KEEPS(pthread_mutex_unlock(m));                  /* EPERM */
+    KEEPS(pthread_mutex_trylock(m));
+    KEEPS(pthread_mutex_unlock(m));
+    ts = in_ms(CLOCK_REALTIME, 1000);
+    KEEPS(pthread_mutex_timedlock(m, &ts));
+    KEEPS(pthread_mutex_unlock(m));
+    ts = in_ms(CLOCK_MONOTONIC, 1000);
+    KEEPS(pthread_mutex_clocklock(m, CLOCK_MONOTONIC, &ts));
+    KEEPS(pthread_mutex_unlock(m));
+    KEEPS(pthread_rwlock_rdlock(&g_catalog_lock));
+    KEEPS(pthread_rwlock_unlock(&g_catalog_lock));
+    ts = in_ms(CLOCK_MONOTONIC, 1000);
+    KEEPS(pthread_rwlock_clockwrlock(&g_catalog_lock, CLOCK_MONOTONIC, &ts));
+    KEEPS(pthread_rwlock_unlock(&g_catalog_lock));
+    KEEPS((a = account_create(7)) != NULL);
+    KEEPS(pthread_mutex_lock(&a->mu));
+    KEEPS(pthread_mutex_unlock(&a->mu));
+    KEEPS(pthread_mutex_destroy(&a->mu));
+    free(a);
+    say("errno changed %d of %d", errno_bad, errno_calls);
+    return 0;
+}
+
+/* Fills what is left of the address space below a limit just above what
+ * is mapped now; returns the allocations, chained. */
+static void *exhaust(struct rlimit *old)
+{
+    struct rlimit lim;
+    unsigned long pages = 0;
+    void *hoard = NULL, *p;
+    size_t sz;
+    FILE *f = fopen("/proc/self/statm", "r");
+
+    if (!f || fscanf(f, "%lu", &pages) != 1)
+        abort();
+    fclose(f);
+    getrlimit(RLIMIT_AS, old);
+    lim = *old;
+    lim.rlim_cur = (rlim_t)pages * (rlim_t)sysconf(_SC_PAGESIZE) + (1u << 20);
+    if (setrlimit(RLIMIT_AS, &lim) != 0)
+        abort();
+    for (sz = 1u << 20; sz >= sizeof(void *); sz /= 2) {
+        while ((p = malloc(sz)) != NULL) {
+            *(void **)p = hoard;
+            hoard = p;
+        }
+    }
+    return hoard;
+}
+
+static void give_back(void *hoard, const struct rlimit *old)
+{
+    while (hoard) {
+        void *next = *(void **)hoard;
+        free(hoard);
+        hoard = next;
+    }
+    setrlimit(RLIMIT_AS, old);
+}
+
+/* Every mapped entry point, out of memory: each returns an error pthread
+ * documents for it, none aborts. */
+static int nomem(void)
+{
+    struct timespec ts = in_ms(CLOCK_MONOTONIC, 200);
+    struct rlimit old;
+    struct account *a;
+    void *hoard;
+    int init, lock, try, rd, wait, rc;
+
+    g_init_soft = 1;
+    g_spare = calloc(1, sizeof *g_spare);
+    hoard = exhaust(&old);
+    a = account_create(100);
+    init = g_init_rc;
+    lock = pthread_mutex_lock(&g_global_lock);
+    if (lock == 0)
+        pthread_mutex_unlock(&g_global_lock);
+    try = pthread_mutex_trylock(&g_static_lock);
+    if (try == 0)
+        pthread_mutex_unlock(&g_static_lock);
+    rd = pthread_rwlock_rdlock(&g_catalog_lock);
+    if (rd == 0)
+        pthread_rwlock_unlock(&g_catalog_lock);
+    wait = pthread_mutex_clocklock(&g_shards[1], CLOCK_MONOTONIC, &ts);
+    if (wait == 0)
+        pthread_mutex_unlock(&g_shards[1]);
+    give_back(hoard, &old);
+    say("nomem init %d lock %d try %d rd %d wait %d", init, lock, try, rd,
+        wait);
+    if (init == 0)
+        pthread_mutex_destroy(&a->mu);
+    free(a);
+
+    a = account_create(101);
+    lock = g_init_rc == 0 ? pthread_mutex_lock(&a->mu) : -1;
+    if (lock == 0)
+        pthread_mutex_unlock(&a->mu);
+    /* The global lock's reply may have been lost to the memory shortage
+     * after its script ran (reading a reply allocates): its next call
+     * settles that first, so a lock and an unlock leave no hold behind. */
+    rc = pthread_mutex_lock(&g_global_lock);
+    if (rc == 0)
+        rc = pthread_mutex_unlock(&g_global_lock);
+    say("back init %d lock %d global %d", g_init_rc, lock, rc);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     pthread_mutexattr_t a;
@@ -592,6 +747,10 @@ int main(int argc, char **argv)
         say("ctor %ld", preload_lib_ctor_counted());
         return 0;
     }
+    if (strcmp(argv[1], "nomem") == 0)
+        return nomem();
+    if (strcmp(argv[1], "errno") == 0)
+        return errno_mode();
     if (strcmp(argv[1], "spawn") == 0) {
         rc = system("exit 7");
         say("child %d", WIFEXITED(rc) ? WEXITSTATUS(rc) : -1);

@@ -17,10 +17,11 @@
 #include <cmocka.h>
 
 #include "distlock.h"
-#include "testutil.h"
+#include "harness_server.h"
 #include "testhelp.h"
-#include "topo.h"
+#include "harness_cluster.h"
 #include "hahelp.h"
+#include "fixture.h"
 
 #define WATCHDOG_MS 10000UL  /* much longer than a failover */
 #define TIMEOUT_MS  2000UL
@@ -29,33 +30,17 @@
 static tu_cluster_t *C;
 static int g_seq;
 
-static long long node_pttl(void *topo, int node, const char *key)
+static redisReply *ha_node_cmd(void *topo, int node, const char *verb,
+                               const char *key)
 {
-    redisReply *r = tu_cluster_cmd(topo, node, "PTTL", key, NULL);
-    long long v = r && r->type == REDIS_REPLY_INTEGER ? r->integer : -3;
-
-    freeReplyObject(r);
-    return v;
+    return tu_cluster_cmd(topo, node, verb, key, NULL);
 }
 
-/* The same on a node importing key's slot (ASKING first). */
+/* PTTL on a node importing key's slot (ASKING first). */
 static long long node_pttl_asking(void *topo, int node, const char *key)
 {
-    redisReply *r = tu_cluster_cmd_asking(topo, node, "PTTL", key, NULL);
-    long long v = r && r->type == REDIS_REPLY_INTEGER ? r->integer : -3;
-
-    freeReplyObject(r);
-    return v;
-}
-
-/* EXISTS on one node: 1, 0, or -1 when the node redirects or fails. */
-static int node_exists(int node, const char *key)
-{
-    redisReply *r = tu_cluster_cmd(C, node, "EXISTS", key, NULL);
-    int v = r && r->type == REDIS_REPLY_INTEGER ? (int)r->integer : -1;
-
-    freeReplyObject(r);
-    return v;
+    return ha_reply_int(tu_cluster_cmd_asking(topo, node, "PTTL", key, NULL),
+                        -3);
 }
 
 /* A fresh lock name whose slot the master `master` serves now. */
@@ -74,15 +59,11 @@ static int name_on(char *buf, size_t len, const char *what, int master)
 
 static int setup(void **state)
 {
+    static const struct fx_settings settings = { WATCHDOG_MS, TIMEOUT_MS, 0 };
+
     (void)state;
     C = tu_cluster_start(MASTERS, 1, NULL);
-    if (!C)
-        return -1;
-    if (dist_set_url(tu_cluster_url(C)) != 0 ||
-        dist_set_watchdog_ms(WATCHDOG_MS) != 0 ||
-        dist_set_timeout_ms(TIMEOUT_MS) != 0)
-        return -1;
-    return 0;
+    return C != NULL ? fx_apply(tu_cluster_url(C), &settings) : -1;
 }
 
 static int teardown(void **state)
@@ -139,9 +120,9 @@ static void test_locks_on_every_master(void **state)
         }
         assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
         assert_int_equal(dist_mutex_lock(&m), 0);
-        assert_int_equal(node_exists(master, name), 1);
+        assert_int_equal(node_exists(C, master, name), 1);
         snprintf(k, sizeof k, "redisson_lock_token:{%s}", name);
-        assert_int_equal(node_exists(master, k), 1);
+        assert_int_equal(node_exists(C, master, k), 1);
         t = handoff(name, HA_MUTEX, &m);
         fprintf(stderr, "    master %d: mutex hand-off %.4f s\n", master, t);
         assert_dbl_range(t, 0, slack(1.5));   /* not the 10 s lease */
@@ -184,11 +165,11 @@ static void test_moved_after_reshard(void **state)
     assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
     assert_int_equal(dist_mutex_lock(&m), 0);
     assert_int_equal(tu_cluster_move_slot(C, slot, to), 0);
-    assert_int_equal(node_exists(to, name), 1);
+    assert_int_equal(node_exists(C, to, name), 1);
     assert_int_equal(dist_mutex_unlock(&m), 0);
-    assert_int_equal(node_exists(to, name), 0);
+    assert_int_equal(node_exists(C, to, name), 0);
     assert_int_equal(dist_mutex_lock(&m), 0);
-    assert_int_equal(node_exists(to, name), 1);
+    assert_int_equal(node_exists(C, to, name), 1);
     assert_int_equal(dist_mutex_unlock(&m), 0);
     assert_int_equal(dist_mutex_destroy(&m), 0);
     assert_int_equal(tu_cluster_move_slot(C, slot, 0), 0);
@@ -251,7 +232,7 @@ static void test_ask_during_migration(void **state)
     if (rc != 0)
         fail_msg("unlock during the migration: %d %s", rc, dist_last_error());
     assert_true(done >= b.at);            /* it waited for the end */
-    assert_int_equal(node_exists(to, name), 0);
+    assert_int_equal(node_exists(C, to, name), 0);
     assert_int_equal(dist_mutex_destroy(&m), 0);
     assert_int_equal(tu_cluster_move_slot(C, slot, 0), 0);
 }
@@ -310,7 +291,7 @@ static void test_master_failover(void **state)
     nm = tu_cluster_wait_promoted(C, old, 30000);
     t_fail = tu_now();
     assert_true(nm >= 0);
-    assert_int_equal(node_exists(nm, name), 1);
+    assert_int_equal(node_exists(C, nm, name), 1);
     t_renew = ha_renewed_since(node_pttl, C, &nm, 1, name, WATCHDOG_MS,
                                t_fault, slack(10.0));
     assert_true(t_renew > 0);
@@ -352,7 +333,7 @@ static void test_replica_check(void **state)
     assert_int_equal(dist_mutex_init(&o, other, NULL), 0);
     assert_int_equal(tu_cluster_signal(C, replica, SIGSTOP), 0);
     assert_int_equal(dist_mutex_lock(&m), DIST_ENOREPLICA);
-    assert_int_equal(node_exists(master, name), 0);
+    assert_int_equal(node_exists(C, master, name), 0);
     assert_int_equal(dist_mutex_lock(&o), 0);
     assert_int_equal(dist_mutex_unlock(&o), 0);
     assert_int_equal(tu_cluster_signal(C, replica, SIGCONT), 0);

@@ -26,9 +26,15 @@
 #include <cmocka.h>
 
 #include "distlock.h"
-#include "testutil.h"
+#include "harness_server.h"
+#include "testhelp.h"
+#include "fixture.h"
 
 #define WAITER_MS 2000UL   /* a short waiter window keeps the tests short */
+
+/* The group's settings (fixture.h): the library's own but for the waiter
+ * window. */
+static const struct fx_settings defaults = { 0, 0, WAITER_MS };
 
 static tu_redis_t r;
 
@@ -77,22 +83,6 @@ static int queue_reaches(const char *queue, long long n, double secs)
         if (llen(queue) == n)
             return 1;
         tu_sleep_ms(5);
-    }
-    return 0;
-}
-
-static int no_channels_within(double secs)
-{
-    double end = tu_now() + secs;
-
-    while (tu_now() < end) {
-        redisReply *x = tu_cmd(&r, "PUBSUB", "CHANNELS", NULL);
-        int empty = x && x->type == REDIS_REPLY_ARRAY && x->elements == 0;
-        if (x)
-            freeReplyObject(x);
-        if (empty)
-            return 1;
-        tu_sleep_ms(50);
     }
     return 0;
 }
@@ -199,87 +189,161 @@ static int trylock_in_thread(dist_mutex_t *m)
     return ta.rc;
 }
 
+/* A fair mutex on name for a forked child (no cmocka there).  0 or the
+ * error of init. */
+static int child_fair_init(dist_mutex_t *m, const char *name)
+{
+    dist_mutexattr_t a;
+
+    dist_mutexattr_init(&a);
+    dist_mutexattr_setfair(&a, 1);
+    return dist_mutex_init(m, name, &a);
+}
+
+/* ---- what the tests share ------------------------------------------------- */
+
+/* A test's names, its fair mutex and where its waiters came in. */
+struct fair_case {
+    struct names n;
+    dist_mutex_t m;
+    struct order *o;
+};
+
+/* Fresh names for test, the mutex with that lease (0: the watchdog), held
+ * by this thread when locked. */
+static void case_begin(struct fair_case *c, const char *test,
+                       unsigned long lease, int locked)
+{
+    c->o = order_new();
+    make_names(&c->n, test);
+    fair_init(&c->m, c->n.lock, lease);
+    if (locked)
+        assert_int_equal(dist_mutex_lock(&c->m), 0);
+}
+
+/* Nobody is queued, no waiter deadline is left. */
+static void queue_gone(const struct fair_case *c)
+{
+    assert_int_equal(exists(c->n.queue), 0);
+    assert_int_equal(exists(c->n.timeout), 0);
+}
+
+static void case_end(struct fair_case *c)
+{
+    assert_int_equal(dist_mutex_destroy(&c->m), 0);
+    munmap(c->o, sizeof *c->o);
+}
+
+/* Waiter idx on m starts now (timedlock when timeout > 0) and is the
+ * queue's want-th entry within secs. */
+static void join_queue(struct fair_case *c, struct waiter *w, dist_mutex_t *m,
+                       int idx, double timeout, long long want, double secs)
+{
+    waiter_go(w, m, c->o, idx, tu_now());
+    w->timeout = timeout;
+    assert_int_equal(pthread_create(&w->th, NULL, waiter_main, w), 0);
+    assert_true(queue_reaches(c->n.queue, want, secs));
+}
+
+/* Waiters from..to (step 2) start 50 ms apart after t0; joined later. */
+static void start_staggered(struct waiter *w, dist_mutex_t *m,
+                            struct order *o, int from, int to, double t0)
+{
+    int i;
+
+    for (i = from; i < to; i += 2) {
+        waiter_go(&w[i], m, o, i, t0 + 0.05 * i);
+        assert_int_equal(pthread_create(&w[i].th, NULL, waiter_main, &w[i]),
+                         0);
+    }
+}
+
 /* ---- tests ---------------------------------------------------------------- */
+
+/* The odd waiters of test_fifo_across_processes, in a forked child. */
+static void fifo_child(const char *name, struct order *o, double t0)
+{
+    struct waiter w[8];
+    dist_mutex_t cm;
+    int i;
+
+    if (child_fair_init(&cm, name) != 0)
+        _exit(3);
+    for (i = 1; i < 8; i += 2) {
+        waiter_go(&w[i], &cm, o, i, t0 + 0.05 * i);
+        pthread_create(&w[i].th, NULL, waiter_main, &w[i]);
+    }
+    for (i = 1; i < 8; i += 2)
+        pthread_join(w[i].th, NULL);
+    dist_shutdown();
+    _exit(0);
+}
 
 /* 8 waiters in 2 processes start 50 ms apart while the lock is held, and
  * acquire in exactly that order. */
 static void test_fifo_across_processes(void **state)
 {
-    struct names n;
-    dist_mutex_t m;
-    struct order *o = order_new();
+    struct fair_case c;
     struct waiter w[8];
     double t0;
     pid_t pid;
-    int i, st;
+    int i, st, go[2];
 
     (void)state;
-    make_names(&n, __func__);
-    fair_init(&m, n.lock, 0);
-    assert_int_equal(dist_mutex_lock(&m), 0);
-    t0 = tu_now() + 0.3;
-
+    case_begin(&c, __func__, 0, 0);
+    /* Fork before the lock starts the library's threads: under gcc 12's
+     * AddressSanitizer a fork while another thread is inside the allocator
+     * leaves the child's allocator locked for ever.  The child learns the
+     * start time once the parent holds the lock. */
+    assert_int_equal(pipe(go), 0);
     pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
-        dist_mutex_t cm;
-        dist_mutexattr_t a;
-        dist_mutexattr_init(&a);
-        dist_mutexattr_setfair(&a, 1);
-        if (dist_mutex_init(&cm, n.lock, &a) != 0)
-            _exit(3);
-        for (i = 1; i < 8; i += 2) {
-            waiter_go(&w[i], &cm, o, i, t0 + 0.05 * i);
-            pthread_create(&w[i].th, NULL, waiter_main, &w[i]);
-        }
-        for (i = 1; i < 8; i += 2)
-            pthread_join(w[i].th, NULL);
-        dist_shutdown();
-        _exit(0);
+        close(go[1]);
+        if (read(go[0], &t0, sizeof t0) != (ssize_t)sizeof t0)
+            _exit(4);
+        fifo_child(c.n.lock, c.o, t0);
     }
-    for (i = 0; i < 8; i += 2) {
-        waiter_go(&w[i], &m, o, i, t0 + 0.05 * i);
-        assert_int_equal(pthread_create(&w[i].th, NULL, waiter_main, &w[i]), 0);
-    }
+    close(go[0]);
+    assert_int_equal(dist_mutex_lock(&c.m), 0);
+    t0 = tu_now() + 0.3;
+    assert_int_equal(write(go[1], &t0, sizeof t0), (ssize_t)sizeof t0);
+    close(go[1]);
+    start_staggered(w, &c.m, c.o, 0, 8, t0);
     /* all 8 queued, in order, and none has the lock */
-    assert_true(queue_reaches(n.queue, 8, 15.0));   /* 8 processes and threads start */
-    assert_int_equal(atomic_load(&o->next), 0);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_true(queue_reaches(c.n.queue, 8, 15.0));   /* 8 processes and threads start */
+    assert_int_equal(atomic_load(&c.o->next), 0);
+    assert_int_equal(dist_mutex_unlock(&c.m), 0);
 
     for (i = 0; i < 8; i += 2)
         pthread_join(w[i].th, NULL);
     assert_int_equal(waitpid(pid, &st, 0), pid);
     assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
     for (i = 0; i < 8; i++) {
-        assert_int_equal(o->rc[i], 0);
-        if (o->seq[i] != i)
+        assert_int_equal(c.o->rc[i], 0);
+        if (c.o->seq[i] != i)
             fail_msg("waiter %d (started %d ms after the first) came %d-th",
-                     i, 50 * i, o->seq[i]);
+                     i, 50 * i, c.o->seq[i]);
     }
-    assert_int_equal(exists(n.lock), 0);
-    assert_int_equal(exists(n.queue), 0);
-    assert_int_equal(exists(n.timeout), 0);
-    assert_int_equal(dist_mutex_destroy(&m), 0);
-    munmap(o, sizeof *o);
+    assert_int_equal(exists(c.n.lock), 0);
+    queue_gone(&c);
+    case_end(&c);
 }
 
 /* 8 timedlock waiters with a 1 s lease that never unlock: each gets the lock
  * when the previous lease ends, in the order they came. */
 static void test_fifo_leases_expire(void **state)
 {
-    struct names n;
-    dist_mutex_t m;
-    struct order *o = order_new();
+    struct fair_case c;
     struct waiter w[8];
     double t0;
     int i;
 
     (void)state;
-    make_names(&n, __func__);
-    fair_init(&m, n.lock, 1000);
+    case_begin(&c, __func__, 1000, 0);
     t0 = tu_now();
     for (i = 0; i < 8; i++) {
-        waiter_go(&w[i], &m, o, i, t0 + 0.05 * i);
+        waiter_go(&w[i], &c.m, c.o, i, t0 + 0.05 * i);
         w[i].timeout = 30;
         w[i].unlock = 0;
         w[i].hold_ms = 0;
@@ -288,272 +352,233 @@ static void test_fifo_leases_expire(void **state)
     for (i = 0; i < 8; i++)
         pthread_join(w[i].th, NULL);
     for (i = 0; i < 8; i++) {
-        assert_int_equal(o->rc[i], 0);
-        if (o->seq[i] != i)
-            fail_msg("waiter %d came %d-th", i, o->seq[i]);
+        double gap = i > 0 ? c.o->t[i] - c.o->t[i - 1] : 1.0;
+
+        assert_int_equal(c.o->rc[i], 0);
+        if (c.o->seq[i] != i)
+            fail_msg("waiter %d came %d-th", i, c.o->seq[i]);
         /* each waits out the lease before it, and not much more */
-        if (i > 0 && (o->t[i] - o->t[i - 1] < 0.9 || o->t[i] - o->t[i - 1] > 1.5))
-            fail_msg("waiter %d got it %.3f s after waiter %d", i,
-                     o->t[i] - o->t[i - 1], i - 1);
+        if (gap < 0.9 || gap > 1.5)
+            fail_msg("waiter %d got it %.3f s after waiter %d", i, gap, i - 1);
     }
-    assert_int_equal(exists(n.queue), 0);
-    assert_int_equal(exists(n.timeout), 0);
+    queue_gone(&c);
     /* the holds were left to expire: busy until the last lease ends */
-    assert_int_equal(dist_mutex_destroy(&m), EBUSY);
+    assert_int_equal(dist_mutex_destroy(&c.m), EBUSY);
     tu_sleep_ms(1200);
-    assert_int_equal(dist_mutex_destroy(&m), 0);
-    munmap(o, sizeof *o);
+    case_end(&c);
 }
 
 /* The head of a queue of 3 is SIGKILLed: the next waiter is delayed by at
  * most the waiter window plus a second. */
 static void test_dead_head_evicted(void **state)
 {
-    struct names n;
-    dist_mutex_t m;
-    struct order *o = order_new();
+    struct fair_case c;
     struct waiter w[3];
     double t_unlock, delay;
+    dist_mutex_t cm;
     pid_t pid;
     int st;
 
     (void)state;
-    make_names(&n, __func__);
-    fair_init(&m, n.lock, 0);
-    assert_int_equal(dist_mutex_lock(&m), 0);
-
+    case_begin(&c, __func__, 0, 1);
     pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
-        dist_mutex_t cm;
-        dist_mutexattr_t a;
-        dist_mutexattr_init(&a);
-        dist_mutexattr_setfair(&a, 1);
-        if (dist_mutex_init(&cm, n.lock, &a) == 0)
+        if (child_fair_init(&cm, c.n.lock) == 0)
             dist_mutex_lock(&cm);   /* never returns before the kill */
         _exit(1);
     }
-    assert_true(queue_reaches(n.queue, 1, 5.0));
-    waiter_go(&w[1], &m, o, 1, tu_now());
-    assert_int_equal(pthread_create(&w[1].th, NULL, waiter_main, &w[1]), 0);
-    assert_true(queue_reaches(n.queue, 2, 5.0));
-    waiter_go(&w[2], &m, o, 2, tu_now());
-    assert_int_equal(pthread_create(&w[2].th, NULL, waiter_main, &w[2]), 0);
-    assert_true(queue_reaches(n.queue, 3, 5.0));
+    assert_true(queue_reaches(c.n.queue, 1, 5.0));
+    join_queue(&c, &w[1], &c.m, 1, 0, 2, 5.0);
+    join_queue(&c, &w[2], &c.m, 2, 0, 3, 5.0);
 
     kill(pid, SIGKILL);
     assert_int_equal(waitpid(pid, &st, 0), pid);
     assert_true(WIFSIGNALED(st));
     t_unlock = tu_now();
-    assert_int_equal(dist_mutex_unlock(&m), 0);   /* tells the dead head */
+    assert_int_equal(dist_mutex_unlock(&c.m), 0);   /* tells the dead head */
     pthread_join(w[1].th, NULL);
     pthread_join(w[2].th, NULL);
 
-    assert_int_equal(o->rc[1], 0);
-    assert_int_equal(o->rc[2], 0);
-    assert_int_equal(o->seq[1], 0);
-    assert_int_equal(o->seq[2], 1);
-    delay = o->t[1] - t_unlock;
+    assert_int_equal(c.o->rc[1], 0);
+    assert_int_equal(c.o->rc[2], 0);
+    assert_int_equal(c.o->seq[1], 0);
+    assert_int_equal(c.o->seq[2], 1);
+    delay = c.o->t[1] - t_unlock;
     if (delay > WAITER_MS / 1000.0 + 1.0)
         fail_msg("the next waiter waited %.3f s behind a dead head", delay);
-    assert_int_equal(exists(n.queue), 0);
-    assert_int_equal(exists(n.timeout), 0);
-    assert_int_equal(dist_mutex_destroy(&m), 0);
-    munmap(o, sizeof *o);
+    queue_gone(&c);
+    case_end(&c);
 }
 
 /* A waiter that times out leaves the queue and the deadline set at once;
  * trylock never joins the queue. */
 static void test_giving_up_leaves_no_entry(void **state)
 {
-    struct names n;
-    dist_mutex_t m;
-    struct order *o = order_new();
+    struct fair_case c;
     struct waiter w;
     double t0;
 
     (void)state;
-    make_names(&n, __func__);
-    fair_init(&m, n.lock, 0);
-    assert_int_equal(dist_mutex_lock(&m), 0);
-
-    waiter_go(&w, &m, o, 0, tu_now());
-    w.timeout = 1;
+    case_begin(&c, __func__, 0, 1);
     t0 = tu_now();
-    assert_int_equal(pthread_create(&w.th, NULL, waiter_main, &w), 0);
-    assert_true(queue_reaches(n.queue, 1, 3.0));
+    join_queue(&c, &w, &c.m, 0, 1, 1, 3.0);
     pthread_join(w.th, NULL);
-    assert_int_equal(o->rc[0], ETIMEDOUT);
+    assert_int_equal(c.o->rc[0], ETIMEDOUT);
     assert_true(tu_now() - t0 < 3.0);
-    assert_int_equal(exists(n.queue), 0);
-    assert_int_equal(exists(n.timeout), 0);
+    queue_gone(&c);
 
     /* trylock from another thread: EBUSY, and it does not queue */
-    assert_int_equal(trylock_in_thread(&m), EBUSY);
-    assert_int_equal(exists(n.queue), 0);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
-    assert_int_equal(dist_mutex_destroy(&m), 0);
-    munmap(o, sizeof *o);
+    assert_int_equal(trylock_in_thread(&c.m), EBUSY);
+    assert_int_equal(exists(c.n.queue), 0);
+    assert_int_equal(dist_mutex_unlock(&c.m), 0);
+    case_end(&c);
 }
 
 /* A free lock with someone queued is not for trylock: the queue decides. */
 static void test_trylock_respects_queue(void **state)
 {
-    struct names n;
-    dist_mutex_t m;
+    struct fair_case c;
     const char *fake_owner = "00000000-0000-0000-0000-000000000000:1";
     char deadline[32];
+    redisReply *t;
 
     (void)state;
-    make_names(&n, __func__);
-    fair_init(&m, n.lock, 0);
+    case_begin(&c, __func__, 0, 0);
     /* a live waiter of another client (deadline well ahead on the server) */
-    {
-        redisReply *t = tu_cmd(&r, "TIME", NULL);
-        assert_non_null(t);
-        snprintf(deadline, sizeof deadline, "%lld",
-                 atoll(t->element[0]->str) * 1000 + 60000);
-        freeReplyObject(t);
-    }
-    assert_int_equal(tu_cmd_int(&r, "RPUSH", n.queue, fake_owner, NULL), 1);
-    assert_int_equal(tu_cmd_int(&r, "ZADD", n.timeout, deadline, fake_owner, NULL), 1);
-    assert_int_equal(trylock_in_thread(&m), EBUSY);
-    assert_int_equal(llen(n.queue), 1);
+    t = tu_cmd(&r, "TIME", NULL);
+    assert_non_null(t);
+    snprintf(deadline, sizeof deadline, "%lld",
+             atoll(t->element[0]->str) * 1000 + 60000);
+    freeReplyObject(t);
+    assert_int_equal(tu_cmd_int(&r, "RPUSH", c.n.queue, fake_owner, NULL), 1);
+    assert_int_equal(tu_cmd_int(&r, "ZADD", c.n.timeout, deadline, fake_owner, NULL), 1);
+    assert_int_equal(trylock_in_thread(&c.m), EBUSY);
+    assert_int_equal(llen(c.n.queue), 1);
 
     /* once that waiter is gone, trylock takes the free lock */
-    tu_cmd_int(&r, "DEL", n.queue, n.timeout, NULL);
-    assert_int_equal(dist_mutex_trylock(&m), 0);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
-    assert_int_equal(dist_mutex_destroy(&m), 0);
+    tu_cmd_int(&r, "DEL", c.n.queue, c.n.timeout, NULL);
+    assert_int_equal(dist_mutex_trylock(&c.m), 0);
+    assert_int_equal(dist_mutex_unlock(&c.m), 0);
+    case_end(&c);
 }
 
 static void test_reentrant_counts(void **state)
 {
-    struct names n;
-    dist_mutex_t m;
+    struct fair_case c;
     uint64_t t1 = 0, t2 = 0;
+    redisReply *x;
 
     (void)state;
-    make_names(&n, __func__);
-    fair_init(&m, n.lock, 0);
-    assert_int_equal(dist_mutex_lock(&m), 0);
-    assert_int_equal(dist_mutex_token(&m, &t1), 0);
-    assert_int_equal(dist_mutex_lock(&m), 0);
-    assert_int_equal(dist_mutex_trylock(&m), 0);
-    assert_int_equal(dist_mutex_token(&m, &t2), 0);
+    case_begin(&c, __func__, 0, 1);
+    assert_int_equal(dist_mutex_token(&c.m, &t1), 0);
+    assert_int_equal(dist_mutex_lock(&c.m), 0);
+    assert_int_equal(dist_mutex_trylock(&c.m), 0);
+    assert_int_equal(dist_mutex_token(&c.m, &t2), 0);
     assert_true(t1 >= 1 && t1 == t2);
-    {
-        redisReply *x = tu_cmd(&r, "HVALS", n.lock, NULL);
-        assert_non_null(x);
-        assert_int_equal(x->elements, 1);
-        assert_string_equal(x->element[0]->str, "3");
-        freeReplyObject(x);
-    }
-    assert_int_equal(dist_mutex_unlock(&m), 0);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
-    assert_int_equal(exists(n.lock), 1);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
-    assert_int_equal(exists(n.lock), 0);
-    assert_int_equal(dist_mutex_unlock(&m), EPERM);
-    assert_int_equal(dist_mutex_destroy(&m), 0);
+    x = tu_cmd(&r, "HVALS", c.n.lock, NULL);
+    assert_non_null(x);
+    assert_int_equal(x->elements, 1);
+    assert_string_equal(x->element[0]->str, "3");
+    freeReplyObject(x);
+    assert_int_equal(dist_mutex_unlock(&c.m), 0);
+    assert_int_equal(dist_mutex_unlock(&c.m), 0);
+    assert_int_equal(exists(c.n.lock), 1);
+    assert_int_equal(dist_mutex_unlock(&c.m), 0);
+    assert_int_equal(exists(c.n.lock), 0);
+    assert_int_equal(dist_mutex_unlock(&c.m), EPERM);
+    case_end(&c);
 }
 
-/* Only the head's own channel hears a release; the lock's channel does not. */
-static void test_release_wakes_only_head(void **state)
+/* What was published on sub for 0.5 s: messages, and how many went to the
+ * channel of head (one ending in ":<head>") and to others. */
+static void count_messages(redisContext *sub, const char *head,
+                           int *messages, int *to_head, int *to_other)
 {
-    struct names n;
-    dist_mutex_t m;
-    struct order *o = order_new();
-    struct waiter w;
-    redisContext *sub;
-    redisReply *x;
-    char pattern[256], *head;
-    int messages = 0, to_head = 0, to_other = 0;
-    double end;
+    double end = tu_now() + 0.5;
+    size_t hl = strlen(head);
 
-    (void)state;
-    make_names(&n, __func__);
-    fair_init(&m, n.lock, 0);
-    assert_int_equal(dist_mutex_lock(&m), 0);
-    waiter_go(&w, &m, o, 0, tu_now());
-    assert_int_equal(pthread_create(&w.th, NULL, waiter_main, &w), 0);
-    assert_true(queue_reaches(n.queue, 1, 3.0));
-    head = tu_cmd_str(&r, "LINDEX", n.queue, "0", NULL);
-    assert_non_null(head);
-
-    sub = tu_redis_admin(&r);
-    assert_non_null(sub);
-    snprintf(pattern, sizeof pattern, "redisson_lock__channel:{%s}*", n.lock);
-    x = redisCommand(sub, "PSUBSCRIBE %s", pattern);
-    assert_non_null(x);
-    freeReplyObject(x);
-
-    assert_int_equal(dist_mutex_unlock(&m), 0);
-    pthread_join(w.th, NULL);
-    assert_int_equal(o->rc[0], 0);
-
-    /* collect what was published for 0.5 s */
-    end = tu_now() + 0.5;
     while (tu_now() < end) {
         void *reply = NULL;
+        redisReply *x;
+
         if (redisGetReply(sub, &reply) != REDIS_OK)
             break;   /* read timeout of the admin connection */
         x = reply;
         if (x->type == REDIS_REPLY_ARRAY && x->elements == 4) {
             const char *ch = x->element[2]->str;
-            size_t cl = strlen(ch), hl = strlen(head);
-            messages++;
+            size_t cl = strlen(ch);
+
+            (*messages)++;
             if (cl > hl && strcmp(ch + cl - hl, head) == 0 && ch[cl - hl - 1] == ':')
-                to_head++;
+                (*to_head)++;
             else
-                to_other++;
+                (*to_other)++;
         }
         freeReplyObject(x);
     }
+}
+
+/* Only the head's own channel hears a release; the lock's channel does not. */
+static void test_release_wakes_only_head(void **state)
+{
+    struct fair_case c;
+    struct waiter w;
+    redisContext *sub;
+    redisReply *x;
+    char pattern[256], *head;
+    int messages = 0, to_head = 0, to_other = 0;
+
+    (void)state;
+    case_begin(&c, __func__, 0, 1);
+    join_queue(&c, &w, &c.m, 0, 0, 1, 3.0);
+    head = tu_cmd_str(&r, "LINDEX", c.n.queue, "0", NULL);
+    assert_non_null(head);
+
+    sub = tu_redis_admin(&r);
+    assert_non_null(sub);
+    snprintf(pattern, sizeof pattern, "redisson_lock__channel:{%s}*", c.n.lock);
+    x = redisCommand(sub, "PSUBSCRIBE %s", pattern);
+    assert_non_null(x);
+    freeReplyObject(x);
+
+    assert_int_equal(dist_mutex_unlock(&c.m), 0);
+    pthread_join(w.th, NULL);
+    assert_int_equal(c.o->rc[0], 0);
+    count_messages(sub, head, &messages, &to_head, &to_other);
     redisFree(sub);
     free(head);
     /* the waiter's own unlock had nobody queued: nothing published */
     assert_int_equal(to_head, 1);
     assert_int_equal(to_other, 0);
     assert_int_equal(messages, 1);
-    assert_int_equal(dist_mutex_destroy(&m), 0);
-    munmap(o, sizeof *o);
+    case_end(&c);
 }
 
 /* Redis restarts while waiters queue: the holder's hold is lost, the
  * waiters queue again and all acquire. */
 static void test_restart_while_queued(void **state)
 {
-    struct names n;
-    dist_mutex_t m;
-    struct order *o = order_new();
+    struct fair_case c;
     struct waiter w[2];
     int i;
 
     (void)state;
-    make_names(&n, __func__);
     assert_int_equal(dist_set_watchdog_ms(1500), 0);
-    fair_init(&m, n.lock, 0);
-    assert_int_equal(dist_mutex_lock(&m), 0);
-    for (i = 0; i < 2; i++) {
-        waiter_go(&w[i], &m, o, i, tu_now());
-        w[i].timeout = 15;
-        assert_int_equal(pthread_create(&w[i].th, NULL, waiter_main, &w[i]), 0);
-        assert_true(queue_reaches(n.queue, i + 1, 3.0));
-    }
+    case_begin(&c, __func__, 0, 1);
+    for (i = 0; i < 2; i++)
+        join_queue(&c, &w[i], &c.m, i, 15, i + 1, 3.0);
     assert_int_equal(tu_redis_restart(&r), 0);
     for (i = 0; i < 2; i++)
         pthread_join(w[i].th, NULL);
-    assert_int_equal(dist_mutex_unlock(&m), EPERM);
+    assert_int_equal(dist_mutex_unlock(&c.m), EPERM);
     dist_set_watchdog_ms(30000);
     for (i = 0; i < 2; i++)
-        if (o->rc[i] != 0)
-            fail_msg("waiter %d: %s", i, strerror(o->rc[i]));
-    assert_int_equal(exists(n.queue), 0);
-    assert_int_equal(exists(n.timeout), 0);
-    assert_int_equal(exists(n.lock), 0);
-    assert_int_equal(dist_mutex_destroy(&m), 0);
-    munmap(o, sizeof *o);
+        if (c.o->rc[i] != 0)
+            fail_msg("waiter %d: %s", i, strerror(c.o->rc[i]));
+    queue_gone(&c);
+    assert_int_equal(exists(c.n.lock), 0);
+    case_end(&c);
 }
 
 /* The server stops mid-unlock: unlock says EIO, and once it runs again the
@@ -561,61 +586,36 @@ static void test_restart_while_queued(void **state)
  * queued head: it gets the lock in seconds, not after a 30 s lease. */
 static void test_unknown_release_wakes_head(void **state)
 {
-    struct names n;
-    dist_mutex_t m;
-    struct order *o = order_new();
+    struct fair_case c;
     struct waiter w;
     double t_cont;
     int rc;
 
     (void)state;
-    make_names(&n, __func__);
-    fair_init(&m, n.lock, 0);
-    assert_int_equal(dist_mutex_lock(&m), 0);
-    waiter_go(&w, &m, o, 0, tu_now());
-    w.timeout = 20;
-    assert_int_equal(pthread_create(&w.th, NULL, waiter_main, &w), 0);
-    assert_true(queue_reaches(n.queue, 1, 3.0));
+    case_begin(&c, __func__, 0, 1);
+    join_queue(&c, &w, &c.m, 0, 20, 1, 3.0);
 
     assert_int_equal(dist_set_timeout_ms(300), 0);
     assert_int_equal(tu_redis_signal(&r, SIGSTOP), 0);
-    rc = dist_mutex_unlock(&m);
+    rc = dist_mutex_unlock(&c.m);
     assert_int_equal(tu_redis_signal(&r, SIGCONT), 0);
     t_cont = tu_now();
     dist_set_timeout_ms(2000);
     pthread_join(w.th, NULL);
     assert_int_equal(rc, EIO);
-    assert_int_equal(o->rc[0], 0);
-    if (o->t[0] - t_cont > 5.0)
+    assert_int_equal(c.o->rc[0], 0);
+    if (c.o->t[0] - t_cont > 5.0)
         fail_msg("the head got the lock %.3f s after the server resumed",
-                 o->t[0] - t_cont);
-    assert_int_equal(exists(n.queue), 0);
-    assert_int_equal(dist_mutex_destroy(&m), 0);
-    munmap(o, sizeof *o);
+                 c.o->t[0] - t_cont);
+    assert_int_equal(exists(c.n.queue), 0);
+    case_end(&c);
 }
 
 /* Nothing of any test stays subscribed. */
 static void test_no_channels_left(void **state)
 {
     (void)state;
-    assert_true(no_channels_within(3.0));
-}
-
-static int group_setup(void **state)
-{
-    (void)state;
-    signal(SIGPIPE, SIG_IGN);
-    if (tu_redis_start(&r) != 0)
-        return -1;
-    return dist_set_url(r.url_unix) || dist_set_waiter_ms(WAITER_MS) ? -1 : 0;
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    dist_shutdown();
-    tu_redis_stop(&r);
-    return 0;
+    assert_int_equal(channels_left(&r, 3.0), 0);
 }
 
 int main(void)
@@ -632,9 +632,5 @@ int main(void)
         cmocka_unit_test(test_unknown_release_wakes_head),
         cmocka_unit_test(test_no_channels_left),
     };
-    const char *filter = getenv("TEST_FAIR_FILTER");
-
-    if (filter && *filter)
-        cmocka_set_test_filter(filter);
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return fx_run_group(tests, &r, &defaults, "TEST_FAIR_FILTER");
 }

@@ -2,7 +2,7 @@
  * test_faults: dist_mutex_* when the one Redis server misbehaves.
  *
  * The server is this program's own (tu_redis_start).  Faults come from the
- * server itself (SIGSTOP, CLIENT PAUSE) or from the fault proxy of testutil
+ * server itself (SIGSTOP, CLIENT PAUSE) or from the fault proxy (harness_proxy.h)
  * in front of it (latency, a blackhole, resets).  Other clients are forked
  * children; they only record results (shared memory, exit codes) and the
  * main thread asserts, since cmocka is not thread- or fork-safe.
@@ -37,26 +37,24 @@
 #include <cmocka.h>
 
 #include "distlock.h"
-#include "testutil.h"
+#include "harness_server.h"
+#include "harness_proxy.h"
 #include "testhelp.h"
+#include "fixture.h"
 
 static tu_redis_t r;
 static tu_proxy_t *g_proxy;         /* stopped by the teardown after a failure */
-static int g_dirty;                 /* a test changed the global settings */
 
 #define DEFAULT_WATCHDOG_MS 30000UL
 #define DEFAULT_TIMEOUT_MS  2000UL
 #define FAULT_TIMEOUT_MS    300UL   /* command timeout while faults are on */
 
-/* SIGPIPE is counted, not fatal (see test_mutex.c): testutil and the proxy
- * never raise it, so any would come from the library. */
-static volatile sig_atomic_t sigpipes;
-
-static void on_sigpipe(int sig)
-{
-    (void)sig;
-    sigpipes = sigpipes + 1;
-}
+/* The group's settings (fixture.h); SIGPIPE is counted, not fatal: the
+ * harness and the proxy never raise it, so any would come from the
+ * library. */
+static const struct fx_settings defaults = {
+    DEFAULT_WATCHDOG_MS, DEFAULT_TIMEOUT_MS, 0
+};
 
 #define NAME(buf, tag) test_lock_name(buf, sizeof buf, "test_faults", __func__, tag)
 
@@ -81,32 +79,18 @@ static long long await_gone(const char *key, double secs)
     return ex;
 }
 
-static void set_url(const char *url)
-{
-    g_dirty = 1;
-    if (dist_set_url(url) != 0)
-        fail_msg("dist_set_url(%s) failed", url);
-}
-
 /* A proxy in front of the server, and the library pointed at it. */
 static tu_proxy_t *proxy_up(void)
 {
-    char url[64];
-
     assert_null(g_proxy);
-    g_proxy = tu_proxy_start(&r);
+    g_proxy = fx_proxy_up(&r);
     assert_non_null(g_proxy);
-    snprintf(url, sizeof url, "redis://127.0.0.1:%d", tu_proxy_port(g_proxy));
-    set_url(url);
     return g_proxy;
 }
 
-/* Back to the unix socket first, so that no library connection is left on
- * the proxy's port; then the proxy goes. */
 static void proxy_down(void)
 {
-    assert_int_equal(dist_set_url(r.url_unix), 0);
-    tu_proxy_stop(g_proxy);
+    assert_int_equal(fx_proxy_down(&r, g_proxy), 0);
     g_proxy = NULL;
 }
 
@@ -439,34 +423,56 @@ static void check_children(struct cshared *s, const int *status, int n,
                  s->counter, total);
 }
 
+/* A contended run through the proxy: n children taking turns on name with
+ * timedlock and a 6 s watchdog (longer than any silence the faults make),
+ * holding it hold_us per turn; returns once all have started and had
+ * 0.3 s of turns.  *conns: the proxy's connections before it. */
+static struct cshared *contend_start(pid_t *pids, int n, const char *name,
+                                     long hold_us, unsigned long timeout_ms,
+                                     unsigned long *conns, double *t0)
+{
+    struct cshared *s = cshared_new();
+    struct crun run;
+
+    assert_non_null(s);
+    memset(&run, 0, sizeof run);
+    run.name = name;
+    run.hold_us = hold_us;
+    run.give_up_s = slack(10.0);
+    run.timed = 1;
+    run.watchdog_ms = 6000;
+    run.timeout_ms = timeout_ms;
+    *conns = tu_proxy_connections(g_proxy);
+    *t0 = tu_now();
+    spawn(s, pids, n, &run);
+    while (atomic_load(&s->ready) < n && tu_now() - *t0 < 10.0)
+        tu_sleep_ms(10);
+    tu_sleep_ms(300);
+    return s;
+}
+
+/* The faults are over: every child has 5 more turns, then stops.  Returns
+ * how many had to be killed. */
+static int contend_stop(struct cshared *s, pid_t *pids, int *status, int n,
+                        const char *name)
+{
+    atomic_store(&s->calm, 1);
+    await_calm_turns(s, n, 5, slack(10.0), name);
+    atomic_store(&s->stop, 1);
+    return reap(pids, status, n, slack(15.0));
+}
+
+/* Turns the children have had so far. */
+static int turns_of(const struct cshared *s, int n)
+{
+    int i, turns = 0;
+
+    for (i = 0; i < n; i++)
+        turns += s->c[i].iters;
+    return turns;
+}
+
 /* ---- fixtures ---------------------------------------------------------------- */
-
-static int group_setup(void **state)
-{
-    struct sigaction sa;
-
-    (void)state;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_sigpipe;
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESTART;
-    sigaction(SIGPIPE, &sa, NULL);
-    if (tu_redis_start(&r) != 0)
-        return -1;
-    if (dist_set_url(r.url_unix) != 0 ||
-        dist_set_watchdog_ms(DEFAULT_WATCHDOG_MS) != 0 ||
-        dist_set_timeout_ms(DEFAULT_TIMEOUT_MS) != 0)
-        return -1;
-    return 0;
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    dist_shutdown();
-    tu_redis_stop(&r);
-    return 0;
-}
 
 /* Safety net when a test failed half-way: the server runs and takes
  * commands, the proxy is gone, the settings are the defaults. */
@@ -474,18 +480,13 @@ static int restore_defaults(void **state)
 {
     redisReply *x;
 
-    (void)state;
     tu_redis_signal(&r, SIGCONT);
-    if (g_dirty) {
+    if (fx_dirty) {
         x = tu_cmd(&r, "CLIENT", "UNPAUSE", NULL);
         if (x)
             freeReplyObject(x);
-        dist_set_lost_handler(NULL, NULL);
-        dist_set_url(r.url_unix);
-        dist_set_watchdog_ms(DEFAULT_WATCHDOG_MS);
-        dist_set_timeout_ms(DEFAULT_TIMEOUT_MS);
-        g_dirty = 0;
     }
+    fx_restore_defaults(state);
     if (g_proxy) {
         tu_proxy_stop(g_proxy);
         g_proxy = NULL;
@@ -638,20 +639,20 @@ static void test_proxy_faults(void **state)
  */
 static void test_sigstop(void **state)
 {
-    char nheld[200], nleased[200], nm[200], err_lock[256], err_try[256];
-    char *own_held, *own_leased, *own;
+    char nheld[200], nleased[200], nm[200];
+    struct fx_call lk, try, timed;
+    char *own_held, *own_leased;
     dist_mutex_t held, leased, m;
     dist_mutexattr_t at;
-    long long cnt;
-    double t_stop, t0, el_lock, el_try, el_timed, el_recover, stopped;
-    int rc_lock, rc_try, rc_timed, rc_after;
+    double t_stop, t0, el_recover, stopped;
+    int rc_after;
     struct timespec ts;
 
     (void)state;
     NAME(nheld, "held");
     NAME(nleased, "leased");
     NAME(nm, "m");
-    g_dirty = 1;
+    fx_dirty = 1;
     lost_reset();
     assert_int_equal(dist_set_lost_handler(on_lost, NULL), 0);
     /* renewed every 2 s, so that it is renewed around the stop */
@@ -673,18 +674,10 @@ static void test_sigstop(void **state)
 
     assert_int_equal(tu_redis_signal(&r, SIGSTOP), 0);
     t_stop = tu_now();
-    t0 = tu_now();
-    rc_lock = dist_mutex_lock(&m);
-    el_lock = tu_now() - t0;
-    snprintf(err_lock, sizeof err_lock, "%s", dist_last_error());
-    t0 = tu_now();
-    rc_try = dist_mutex_trylock(&m);
-    el_try = tu_now() - t0;
-    snprintf(err_try, sizeof err_try, "%s", dist_last_error());
+    FX_CALL(&lk, dist_mutex_lock(&m));
+    FX_CALL(&try, dist_mutex_trylock(&m));
     ts = realtime_in(20.0);
-    t0 = tu_now();
-    rc_timed = dist_mutex_timedlock(&m, &ts);
-    el_timed = tu_now() - t0;
+    FX_CALL(&timed, dist_mutex_timedlock(&m, &ts));
     /* stopped for at least 1.5 s in all */
     while (tu_now() - t_stop < 1.5)
         tu_sleep_ms(10);
@@ -696,44 +689,31 @@ static void test_sigstop(void **state)
 
     print_message("  server stopped %.2f s: lock EIO after %.3f s, trylock "
                   "%.3f s, timedlock %.3f s; first lock after SIGCONT %.3f s\n",
-                  stopped, el_lock, el_try, el_timed, el_recover);
-    print_message("  lock's error: %s\n  trylock's error: %s\n", err_lock,
-                  err_try);
+                  stopped, lk.el, try.el, timed.el, el_recover);
+    print_message("  lock's error: %s\n  trylock's error: %s\n", lk.err,
+                  try.err);
     /* a clean error, within a few timeouts (the lease is 6 s, 20 s) */
-    assert_int_equal(rc_lock, EIO);
-    assert_dbl_range(el_lock, 0.3, 6 * 0.3 + slack(1.0));
-    if (strstr(err_lock, "Redis") == NULL)
-        fail_msg("lock's error does not say Redis failed: '%s'", err_lock);
-    assert_int_equal(rc_try, EIO);
-    assert_dbl_range(el_try, 0.0, 6 * 0.3 + slack(1.0));
-    if (err_try[0] == '\0')
+    assert_int_equal(lk.rc, EIO);
+    assert_dbl_range(lk.el, 0.3, 6 * 0.3 + slack(1.0));
+    if (strstr(lk.err, "Redis") == NULL)
+        fail_msg("lock's error does not say Redis failed: '%s'", lk.err);
+    assert_int_equal(try.rc, EIO);
+    assert_dbl_range(try.el, 0.0, 6 * 0.3 + slack(1.0));
+    if (try.err[0] == '\0')
         fail_msg("trylock failed without a reason");
-    assert_int_equal(rc_timed, EIO);
-    assert_dbl_range(el_timed, 0.0, 6 * 0.3 + slack(1.0));
+    assert_int_equal(timed.rc, EIO);
+    assert_dbl_range(timed.el, 0.0, 6 * 0.3 + slack(1.0));
 
     /* running again: the same client's next calls work */
     assert_int_equal(rc_after, 0);
     assert_dbl_range(el_recover, 0.0, 4 * 0.3 + 0.5 + slack(1.0));
-    own = owner_field(nm, &cnt);
-    assert_non_null(own);
-    assert_int_equal(cnt, 1);
-    free(own);
+    assert_held_once(&r, nm, NULL);
     assert_int_equal(dist_mutex_unlock(&m), 0);
     assert_int_equal(key_exists(nm), 0);
 
     /* the holds from before the stop are still ours, once each */
-    cnt = 0;
-    own = owner_field(nheld, &cnt);
-    assert_non_null(own);
-    assert_string_equal(own, own_held);
-    assert_int_equal(cnt, 1);
-    free(own);
-    cnt = 0;
-    own = owner_field(nleased, &cnt);
-    assert_non_null(own);
-    assert_string_equal(own, own_leased);
-    assert_int_equal(cnt, 1);
-    free(own);
+    assert_held_once(&r, nheld, own_held);
+    assert_held_once(&r, nleased, own_leased);
     assert_int_equal(dist_mutex_unlock(&held), 0);
     assert_int_equal(dist_mutex_unlock(&leased), 0);
     assert_int_equal(key_exists(nheld), 0);
@@ -745,10 +725,7 @@ static void test_sigstop(void **state)
     assert_int_equal(dist_mutex_destroy(&held), 0);
     assert_int_equal(dist_mutex_destroy(&leased), 0);
     assert_int_equal(dist_mutex_destroy(&m), 0);
-    dist_set_lost_handler(NULL, NULL);
-    dist_set_watchdog_ms(DEFAULT_WATCHDOG_MS);
-    dist_set_timeout_ms(DEFAULT_TIMEOUT_MS);
-    g_dirty = 0;
+    fx_restore_defaults(NULL);
 }
 
 /* dist_last_error() after a call that timed out should say so.  Was a bug
@@ -763,7 +740,7 @@ static void test_sigstop_error_names_timeout(void **state)
 
     (void)state;
     NAME(nm, "m");
-    g_dirty = 1;
+    fx_dirty = 1;
     assert_int_equal(dist_set_timeout_ms(FAULT_TIMEOUT_MS), 0);
     assert_int_equal(dist_mutex_init(&m, nm, NULL), 0);
     assert_int_equal(tu_redis_signal(&r, SIGSTOP), 0);
@@ -775,7 +752,7 @@ static void test_sigstop_error_names_timeout(void **state)
     assert_int_equal(dist_mutex_unlock(&m), 0);
     assert_int_equal(dist_mutex_destroy(&m), 0);
     dist_set_timeout_ms(DEFAULT_TIMEOUT_MS);
-    g_dirty = 0;
+    fx_dirty = 0;
 
     assert_int_equal(rc, EIO);
     if (!strstr(err, "timed out") && !strstr(err, "timeout"))
@@ -837,8 +814,9 @@ static void pause_child(struct pause_shared *s, const char *name)
  * along never gets it; a lock call of ours on another lock waits for the
  * pause (shorter than the command timeout) and succeeds.
  */
-static void pause_case(const char *mode)
+static void test_client_pause(void **state)
 {
+    const char *mode = *state;
     char name[200], n2[200], *own0, *own;
     dist_mutex_t m, m2;
     struct pause_shared *s;
@@ -855,7 +833,7 @@ static void pause_case(const char *mode)
     assert_true(s != MAP_FAILED);
     memset(s, 0, sizeof *s);
     s->code = -1;
-    g_dirty = 1;
+    fx_dirty = 1;
     lost_reset();
     assert_int_equal(dist_set_lost_handler(on_lost, NULL), 0);
     assert_int_equal(dist_set_watchdog_ms(3000), 0);
@@ -927,21 +905,7 @@ static void pause_case(const char *mode)
     munmap(s, sizeof *s);
     assert_int_equal(dist_mutex_destroy(&m), 0);
     assert_int_equal(dist_mutex_destroy(&m2), 0);
-    dist_set_lost_handler(NULL, NULL);
-    dist_set_watchdog_ms(DEFAULT_WATCHDOG_MS);
-    g_dirty = 0;
-}
-
-static void test_client_pause_write(void **state)
-{
-    (void)state;
-    pause_case("WRITE");
-}
-
-static void test_client_pause_all(void **state)
-{
-    (void)state;
-    pause_case("ALL");
+    fx_restore_defaults(NULL);
 }
 
 /* ---- c. latency ------------------------------------------------------------------ */
@@ -1014,35 +978,6 @@ static void test_latency(void **state)
 
 /* ---- d. blackhole ------------------------------------------------------------------ */
 
-struct waiter_arg {
-    dist_mutex_t *m;
-    int rc;
-    double t_done;
-    atomic_int done;       /* rc and t_done are set */
-};
-
-static void *waiter_main(void *arg)
-{
-    struct waiter_arg *w = arg;
-
-    w->rc = dist_mutex_lock(w->m);
-    w->t_done = tu_now();
-    atomic_store(&w->done, 1);
-    if (w->rc == 0)
-        dist_mutex_unlock(w->m);
-    return NULL;
-}
-
-static int read_byte(int fd, int timeout_ms)
-{
-    struct pollfd pfd = { fd, POLLIN, 0 };
-    unsigned char b;
-
-    if (poll(&pfd, 1, timeout_ms) != 1 || read(fd, &b, 1) != 1)
-        return -1;
-    return b;
-}
-
 /*
  * The path to Redis goes silent for 1.5 s (the proxy swallows everything
  * and closes nothing) while this process holds a lock, releases another,
@@ -1055,17 +990,17 @@ static int read_byte(int fd, int timeout_ms)
  */
 static void test_blackhole(void **state)
 {
-    char nheld[200], nrel[200], nm[200], nw[200], err[256];
+    char nheld[200], nrel[200], nm[200], nw[200];
+    struct fx_call lk, unl;
     char *own_held, *own;
     dist_mutex_t held, rel, m, w;
-    struct waiter_arg wa;
-    pthread_t th;
+    struct fx_locker wa;
     int to_child[2], from_child[2], st = -1, b;
     pid_t pid;
     long long cnt = 0;
     unsigned long conns;
-    double t_on, t_off, t0, el_lock, el_unlock, el_recover;
-    int rc_lock, rc_unlock, rc_after;
+    double t_on, t_off, t0, el_recover;
+    int rc_after;
 
     (void)state;
     NAME(nheld, "held");
@@ -1120,29 +1055,20 @@ static void test_blackhole(void **state)
         waitpid(pid, NULL, 0);
         fail_msg("the other client's lock: %d", b);
     }
-    memset(&wa, 0, sizeof wa);
-    atomic_init(&wa.done, 0);
-    wa.m = &w;
-    wa.rc = -1;
-    assert_int_equal(pthread_create(&th, NULL, waiter_main, &wa), 0);
+    assert_int_equal(fx_locker_start(&wa, &w, 0), 0);
     tu_sleep_ms(300);              /* it is waiting, subscribed */
 
     conns = tu_proxy_connections(g_proxy);
     tu_proxy_blackhole(g_proxy, 1);
     t_on = tu_now();
-    t0 = tu_now();
-    rc_lock = dist_mutex_lock(&m);
-    el_lock = tu_now() - t0;
-    snprintf(err, sizeof err, "%s", dist_last_error());
-    t0 = tu_now();
-    rc_unlock = dist_mutex_unlock(&rel);
-    el_unlock = tu_now() - t0;
+    FX_CALL(&lk, dist_mutex_lock(&m));
+    FX_CALL(&unl, dist_mutex_unlock(&rel));
     /* the other client lets go; the message is swallowed */
     if (write(to_child[1], "x", 1) != 1 || read_byte(from_child[0], 10000) != 0) {
         tu_proxy_blackhole(g_proxy, 0);
         kill(pid, SIGKILL);
         waitpid(pid, NULL, 0);
-        pthread_join(th, NULL);
+        fx_locker_join(&wa);
         fail_msg("the other client's unlock failed");
     }
     while (tu_now() - t_on < 1.5)
@@ -1155,19 +1081,19 @@ static void test_blackhole(void **state)
     t0 = tu_now();
     rc_after = dist_mutex_lock(&m);
     el_recover = tu_now() - t0;
-    pthread_join(th, NULL);
+    fx_locker_join(&wa);
     waitpid(pid, &st, 0);
     close(to_child[1]);
     close(from_child[0]);
 
     print_message("  blackhole 1.5 s: lock EIO after %.3f s, unlock EIO after "
                   "%.3f s; after it: lock %.3f s, the waiter got in %.3f s\n",
-                  el_lock, el_unlock, el_recover, wa.t_done - t_off);
-    print_message("  lock's error: %s\n", err);
-    assert_int_equal(rc_lock, EIO);
-    assert_dbl_range(el_lock, 0.3, 6 * 0.3 + slack(1.0));
-    assert_int_equal(rc_unlock, EIO);
-    assert_dbl_range(el_unlock, 0.3, 6 * 0.3 + slack(1.0));
+                  lk.el, unl.el, el_recover, wa.t - t_off);
+    print_message("  lock's error: %s\n", lk.err);
+    assert_int_equal(lk.rc, EIO);
+    assert_dbl_range(lk.el, 0.3, 6 * 0.3 + slack(1.0));
+    assert_int_equal(unl.rc, EIO);
+    assert_dbl_range(unl.el, 0.3, 6 * 0.3 + slack(1.0));
     assert_true(child_exit_ok(st, 0));
 
     assert_int_equal(rc_after, 0);
@@ -1177,7 +1103,7 @@ static void test_blackhole(void **state)
     assert_int_equal(key_exists(nm), 0);
     /* the waiter: woken by the reconnection, not by the 30 s lease */
     assert_int_equal(wa.rc, 0);
-    assert_dbl_range(wa.t_done - t_off, 0.0, 1.0 + slack(1.0));
+    assert_dbl_range(wa.t - t_off, 0.0, 1.0 + slack(1.0));
     assert_int_equal(await_gone(nw, 2.0), 0);
     /* the release that timed out: finished by the library */
     assert_int_equal(await_gone(nrel, 2.0 + slack(1.0)), 0);
@@ -1201,11 +1127,8 @@ static void test_blackhole(void **state)
     assert_int_equal(dist_mutex_destroy(&rel), 0);
     assert_int_equal(dist_mutex_destroy(&m), 0);
     assert_int_equal(dist_mutex_destroy(&w), 0);
-    dist_set_lost_handler(NULL, NULL);
-    dist_set_watchdog_ms(DEFAULT_WATCHDOG_MS);
-    dist_set_timeout_ms(DEFAULT_TIMEOUT_MS);
+    fx_restore_defaults(NULL);
     proxy_down();
-    g_dirty = 0;
 }
 
 /* Two clients take turns through a proxy that resets every connection,
@@ -1214,7 +1137,6 @@ static void test_blackhole(void **state)
 static void test_flaky_two_clients(void **state)
 {
     char name[200];
-    struct crun run;
     struct cshared *s;
     pid_t pids[2];
     int status[2], i, killed, eio = 0, resets = 0, holes = 0, turns0;
@@ -1224,22 +1146,8 @@ static void test_flaky_two_clients(void **state)
     (void)state;
     NAME(name, "m");
     proxy_up();
-    s = cshared_new();
-    assert_non_null(s);
-    memset(&run, 0, sizeof run);
-    run.name = name;
-    run.hold_us = 500;
-    run.give_up_s = slack(10.0);
-    run.timed = 1;
-    run.watchdog_ms = 6000;        /* longer than any silence below */
-    run.timeout_ms = FAULT_TIMEOUT_MS;
-    conns = tu_proxy_connections(g_proxy);
-    t0 = tu_now();
-    spawn(s, pids, 2, &run);
-    while (atomic_load(&s->ready) < 2 && tu_now() - t0 < 10.0)
-        tu_sleep_ms(10);
-    tu_sleep_ms(300);
-    turns0 = s->c[0].iters + s->c[1].iters;
+    s = contend_start(pids, 2, name, 500, FAULT_TIMEOUT_MS, &conns, &t0);
+    turns0 = turns_of(s, 2);
 
     /* Each round: two resets; a 0.5 s silence, which the library's retries
      * (about three command timeouts) ride out; a 1.5 s one, which they do
@@ -1268,10 +1176,7 @@ static void test_flaky_two_clients(void **state)
         tu_proxy_reset_new(g_proxy, 0);
         tu_sleep_ms(200);
     }
-    atomic_store(&s->calm, 1);
-    await_calm_turns(s, 2, 5, slack(10.0), name);
-    atomic_store(&s->stop, 1);
-    killed = reap(pids, status, 2, slack(15.0));
+    killed = contend_stop(s, pids, status, 2, name);
     el = tu_now() - t0;
 
     print_message("  %d resets, %d blackholes, %lu connections, "
@@ -1303,7 +1208,6 @@ static void test_flaky_two_clients(void **state)
 static void test_reset_contended(void **state)
 {
     char name[200];
-    struct crun run;
     struct cshared *s;
     pid_t pids[RST_CHILDREN];
     int status[RST_CHILDREN], i, killed, turns0, turns1;
@@ -1313,35 +1217,15 @@ static void test_reset_contended(void **state)
     (void)state;
     NAME(name, "m");
     proxy_up();
-    s = cshared_new();
-    assert_non_null(s);
-    memset(&run, 0, sizeof run);
-    run.name = name;
-    run.hold_us = 1000;
-    run.give_up_s = slack(10.0);
-    run.timed = 1;
-    run.watchdog_ms = 6000;
-    run.timeout_ms = DEFAULT_TIMEOUT_MS;
-    conns = tu_proxy_connections(g_proxy);
-    t0 = tu_now();
-    spawn(s, pids, RST_CHILDREN, &run);
-    while (atomic_load(&s->ready) < RST_CHILDREN && tu_now() - t0 < 10.0)
-        tu_sleep_ms(10);
-    tu_sleep_ms(300);
-    turns0 = 0;
-    for (i = 0; i < RST_CHILDREN; i++)
-        turns0 += s->c[i].iters;
+    s = contend_start(pids, RST_CHILDREN, name, 1000, DEFAULT_TIMEOUT_MS,
+                      &conns, &t0);
+    turns0 = turns_of(s, RST_CHILDREN);
     for (i = 0; i < 8; i++) {
         tu_proxy_reset_all(g_proxy);
         tu_sleep_ms(250);
     }
-    turns1 = 0;
-    for (i = 0; i < RST_CHILDREN; i++)
-        turns1 += s->c[i].iters;
-    atomic_store(&s->calm, 1);
-    await_calm_turns(s, RST_CHILDREN, 5, slack(10.0), name);
-    atomic_store(&s->stop, 1);
-    killed = reap(pids, status, RST_CHILDREN, slack(15.0));
+    turns1 = turns_of(s, RST_CHILDREN);
+    killed = contend_stop(s, pids, status, RST_CHILDREN, name);
     el = tu_now() - t0;
 
     print_message("  8 resets: %d turns before, %d during, %lu connections, "
@@ -1381,7 +1265,7 @@ static void test_doubtful_unlock_not_lost(void **state)
 
     (void)state;
     NAME(name, "m");
-    g_dirty = 1;
+    fx_dirty = 1;
     lost_reset();
     assert_int_equal(dist_set_lost_handler(on_lost, NULL), 0);
     assert_int_equal(dist_set_watchdog_ms(1500), 0);   /* renewed every 0.5 s */
@@ -1404,10 +1288,7 @@ static void test_doubtful_unlock_not_lost(void **state)
                  "this process", lost_calls(NULL), lost_names[0]);
     assert_int_equal(dist_mutex_unlock(&m), EPERM);
     assert_int_equal(dist_mutex_destroy(&m), 0);
-    dist_set_lost_handler(NULL, NULL);
-    dist_set_watchdog_ms(DEFAULT_WATCHDOG_MS);
-    dist_set_timeout_ms(DEFAULT_TIMEOUT_MS);
-    g_dirty = 0;
+    fx_restore_defaults(NULL);
 }
 
 /*
@@ -1523,7 +1404,7 @@ static void test_unlock_eio_keeps_hold(void **state)
     dist_mutex_destroy(&m);
     dist_set_watchdog_ms(DEFAULT_WATCHDOG_MS);
     dist_set_timeout_ms(DEFAULT_TIMEOUT_MS);
-    g_dirty = 0;
+    fx_dirty = 0;
 
     print_message("  unlock: %d (%s); key after 3 s: %lld; relocked: "
                   "count %lld\n", rc, err, ex, cnt);
@@ -1538,35 +1419,7 @@ static void test_unlock_eio_keeps_hold(void **state)
 /* ---- last --------------------------------------------------------------------------- */
 
 /* Subscribers of chan on the server (PUBSUB NUMSUB); -1 on error. */
-static long long numsub(const char *chan)
-{
-    redisReply *x = tu_cmd(&r, "PUBSUB", "NUMSUB", chan, NULL);
-    long long n = -1;
-
-    if (x && x->type == REDIS_REPLY_ARRAY && x->elements == 2 &&
-        x->element[1]->type == REDIS_REPLY_INTEGER)
-        n = x->element[1]->integer;
-    freeReplyObject(x);
-    return n;
-}
-
-struct bg_wait {
-    dist_mutex_t *m;
-    int rc;
-    double done;
-};
-
-static void *bg_timedlock(void *arg)
-{
-    struct bg_wait *b = arg;
-    struct timespec ts = realtime_in(15.0);
-
-    b->rc = dist_mutex_timedlock(b->m, &ts);
-    b->done = tu_now();
-    if (b->rc == 0)
-        dist_mutex_unlock(b->m);
-    return NULL;
-}
+#define numsub(chan) pubsub_numsub(&r, chan)
 
 /* A server that accepts every connection and drops it at once (maxclients
  * reached, a proxy that resets): the pub/sub thread backs off as after a
@@ -1577,8 +1430,7 @@ static void test_pubsub_backs_off_on_resets(void **state)
 {
     char name[200], chan[260];
     dist_mutex_t m;
-    struct bg_wait b = { 0 };
-    pthread_t th;
+    struct fx_locker b;
     unsigned long c0, made;
     double end, t_pub;
     redisReply *x;
@@ -1593,8 +1445,7 @@ static void test_pubsub_backs_off_on_resets(void **state)
     freeReplyObject(x);
     proxy_up();
     assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
-    b.m = &m;
-    assert_int_equal(pthread_create(&th, NULL, bg_timedlock, &b), 0);
+    assert_int_equal(fx_locker_start(&b, &m, 15.0), 0);
     end = tu_now() + slack(5.0);
     while (numsub(chan) != 1 && tu_now() < end)
         tu_sleep_ms(20);
@@ -1624,9 +1475,9 @@ static void test_pubsub_backs_off_on_resets(void **state)
     t_pub = tu_now();
     x = tu_cmd(&r, "PUBLISH", chan, "0", NULL);
     freeReplyObject(x);
-    pthread_join(th, NULL);
+    fx_locker_join(&b);
     assert_int_equal(b.rc, 0);
-    assert_dbl_range(b.done - t_pub, 0.0, slack(1.0));
+    assert_dbl_range(b.t - t_pub, 0.0, slack(1.0));
     assert_int_equal(dist_mutex_destroy(&m), 0);
     proxy_down();
 }
@@ -1634,8 +1485,8 @@ static void test_pubsub_backs_off_on_resets(void **state)
 static void test_no_sigpipe(void **state)
 {
     (void)state;
-    if (sigpipes != 0)
-        fail_msg("the library raised SIGPIPE %d time(s)", (int)sigpipes);
+    if (fx_sigpipes() != 0)
+        fail_msg("the library raised SIGPIPE %d time(s)", fx_sigpipes());
 }
 
 int main(void)
@@ -1645,8 +1496,10 @@ int main(void)
         T(test_proxy_faults),
         T(test_sigstop),
         T(test_sigstop_error_names_timeout),
-        T(test_client_pause_write),
-        T(test_client_pause_all),
+        param_test(test_client_pause_write, test_client_pause, "WRITE",
+                   restore_defaults),
+        param_test(test_client_pause_all, test_client_pause, "ALL",
+                   restore_defaults),
         T(test_latency),
         T(test_blackhole),
         T(test_flaky_two_clients),
@@ -1656,11 +1509,6 @@ int main(void)
         T(test_unlock_eio_keeps_hold),
         T(test_pubsub_backs_off_on_resets),
         T(test_no_sigpipe),
-#undef T
     };
-    const char *filter = getenv("TEST_FAULTS_FILTER");
-
-    if (filter && *filter)
-        cmocka_set_test_filter(filter);
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return fx_run_group(tests, &r, &defaults, "TEST_FAULTS_FILTER");
 }

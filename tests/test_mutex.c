@@ -31,25 +31,21 @@
 #include <cmocka.h>
 
 #include "distlock.h"
-#include "testutil.h"
+#include "harness_server.h"
+#include "harness_proxy.h"
 #include "testhelp.h"
+#include "fixture.h"
 
 static tu_redis_t r;
-static int g_dirty;                 /* a test changed the global settings */
-
-/* SIGPIPE is counted, not fatal: testutil blocks its own and the proxy uses
- * MSG_NOSIGNAL, so any SIGPIPE comes from the library writing to a dead
- * Redis socket.  test_no_sigpipe reports it without killing the run. */
-static volatile sig_atomic_t sigpipes;
-
-static void on_sigpipe(int sig)
-{
-    (void)sig;
-    sigpipes = sigpipes + 1;
-}
 
 #define DEFAULT_WATCHDOG_MS 30000UL
 #define DEFAULT_TIMEOUT_MS  2000UL
+
+/* The group's settings (fixture.h); SIGPIPE is counted, not fatal, and
+ * test_no_sigpipe reports it without killing the run. */
+static const struct fx_settings defaults = {
+    DEFAULT_WATCHDOG_MS, DEFAULT_TIMEOUT_MS, 0
+};
 
 /* Shared memory for results of forked children (one int per child). */
 static int *shared_ints(size_t n)
@@ -73,26 +69,17 @@ static void child_exit(int *slot, int code)
 }
 
 #define NAME(buf, tag) test_lock_name(buf, sizeof buf, "test_mutex", __func__, tag)
+#define NAMED_MUTEX(lock, buf) NAMED_LOCK(dist_mutex_init, lock, buf, "m")
 
 /* ---- Redis helpers (main thread or forked child) ------------------------ */
 
 /* The owner field of the lock hash and its count (testhelp.h). */
 #define owner_field(key, count) lock_owner_field(&r, key, count)
 
-static long long hash_fields(const char *key)
-{
-    return tu_cmd_int(&r, "HLEN", key, NULL);
-}
-
-static long long key_exists(const char *key)
-{
-    return tu_cmd_int(&r, "EXISTS", key, NULL);
-}
-
-static long long hget_count(const char *key, const char *field)
-{
-    return tu_cmd_int(&r, "HGET", key, field, NULL);
-}
+/* One-number queries (tu_cmd_int: -1 for nil or an error). */
+#define hash_fields(key)       tu_cmd_int(&r, "HLEN", key, NULL)
+#define key_exists(key)        tu_cmd_int(&r, "EXISTS", key, NULL)
+#define hget_count(key, field) tu_cmd_int(&r, "HGET", key, field, NULL)
 
 /* Length of the uuid part of an owner field "<uuid>:<thread n>". */
 static size_t uuid_len(const char *owner)
@@ -219,49 +206,6 @@ static void run_oneshot(struct oneshot *o, dist_mutex_t *m, enum op op)
     pthread_join(th, NULL);
 }
 
-/* ---- fixtures -------------------------------------------------------------- */
-
-static int group_setup(void **state)
-{
-    struct sigaction sa;
-
-    (void)state;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_sigpipe;
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESTART;
-    sigaction(SIGPIPE, &sa, NULL);
-    if (tu_redis_start(&r) != 0)
-        return -1;
-    if (dist_set_url(r.url_unix) != 0 ||
-        dist_set_watchdog_ms(DEFAULT_WATCHDOG_MS) != 0 ||
-        dist_set_timeout_ms(DEFAULT_TIMEOUT_MS) != 0)
-        return -1;
-    return 0;
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    dist_shutdown();
-    tu_redis_stop(&r);
-    return 0;
-}
-
-/* Safety net when a test failed before restoring what it changed. */
-static int restore_defaults(void **state)
-{
-    (void)state;
-    if (g_dirty) {
-        dist_set_lost_handler(NULL, NULL);
-        dist_set_url(r.url_unix);
-        dist_set_watchdog_ms(DEFAULT_WATCHDOG_MS);
-        dist_set_timeout_ms(DEFAULT_TIMEOUT_MS);
-        g_dirty = 0;
-    }
-    return 0;
-}
-
 /* ---- 1 ------------------------------------------------------------------- */
 
 static void test_reentrant_hold_counts(void **state)
@@ -272,8 +216,7 @@ static void test_reentrant_hold_counts(void **state)
     long long cnt = -1;
 
     (void)state;
-    NAME(name, "m");
-    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
+    NAMED_MUTEX(m, name);
     assert_int_equal(dist_mutex_lock(&m), 0);
     assert_int_equal(dist_mutex_lock(&m), 0);
     assert_int_equal(dist_mutex_lock(&m), 0);
@@ -323,7 +266,8 @@ static void test_errorcheck(void **state)
     assert_int_equal(dist_mutexattr_destroy(&a), 0);
     assert_int_equal(dist_mutex_lock(&m), 0);
     assert_int_equal(dist_mutex_lock(&m), EDEADLK);
-    assert_int_equal(dist_mutex_trylock(&m), EDEADLK);
+    assert_int_equal(dist_mutex_trylock(&m), EBUSY);   /* POSIX: trylock
+                                                        * finds it taken */
     owner = owner_field(name, &cnt);
     assert_non_null(owner);
     free(owner);
@@ -343,8 +287,7 @@ static void test_trylock_busy(void **state)
     struct oneshot o;
 
     (void)state;
-    NAME(name, "m");
-    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
+    NAMED_MUTEX(m, name);
     assert_int_equal(dist_mutex_lock(&m), 0);
     run_oneshot(&o, &m, OP_TRYLOCK_UNLOCK);
     assert_int_equal(o.rc, EBUSY);
@@ -395,59 +338,56 @@ static void test_unlock_not_owner(void **state)
 
 /* ---- 5 ------------------------------------------------------------------- */
 
+/* timedlock on m, which another thread holds, with a deadline secs from
+ * now (set once the holder has it). */
+static struct fx_call timed_vs_holder(dist_mutex_t *m, double secs)
+{
+    struct timespec dl;
+    struct fx_call t;
+    struct holder h;
+
+    holder_start(&h, m);
+    dl = realtime_in(secs);
+    FX_CALL(&t, dist_mutex_timedlock(m, &dl));
+    holder_stop(&h);
+    return t;
+}
+
 static void test_timedlock_timeout(void **state)
 {
+    struct fx_call t;
     char name[200];
     dist_mutex_t m;
-    struct holder h;
-    struct timespec dl;
-    double t0, el;
-    int rc;
 
     (void)state;
-    NAME(name, "m");
-    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
-    holder_start(&h, &m);
-    t0 = tu_now();
-    dl = realtime_in(3.0);
-    rc = dist_mutex_timedlock(&m, &dl);
-    el = tu_now() - t0;
-    holder_stop(&h);
-    assert_int_equal(rc, ETIMEDOUT);
-    assert_dbl_range(el, 3.0, 3.0 + slack(1.0));
+    NAMED_MUTEX(m, name);
+    t = timed_vs_holder(&m, 3.0);
+    assert_int_equal(t.rc, ETIMEDOUT);
+    assert_dbl_range(t.el, 3.0, 3.0 + slack(1.0));
     assert_int_equal(key_exists(name), 0);
     assert_int_equal(dist_mutex_destroy(&m), 0);
 }
 
 /* ---- 6 ------------------------------------------------------------------- */
 
+/* A deadline in the past: a free lock is taken all the same, a held one
+ * gives ETIMEDOUT at once. */
 static void test_timedlock_past_deadline(void **state)
 {
+    struct timespec dl = realtime_in(-10.0);
     char name[200];
     dist_mutex_t m;
-    struct holder h;
-    struct timespec dl;
-    double t0, el;
-    int rc;
+    struct fx_call t;
 
     (void)state;
-    NAME(name, "m");
-    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
-
-    dl = realtime_in(-10.0);
+    NAMED_MUTEX(m, name);
     assert_int_equal(dist_mutex_timedlock(&m, &dl), 0);
     assert_int_equal(hash_fields(name), 1);
     assert_int_equal(dist_mutex_unlock(&m), 0);
     assert_int_equal(key_exists(name), 0);
-
-    holder_start(&h, &m);
-    dl = realtime_in(-10.0);
-    t0 = tu_now();
-    rc = dist_mutex_timedlock(&m, &dl);
-    el = tu_now() - t0;
-    holder_stop(&h);
-    assert_int_equal(rc, ETIMEDOUT);
-    assert_dbl_range(el, 0.0, slack(1.0));
+    t = timed_vs_holder(&m, -10.0);
+    assert_int_equal(t.rc, ETIMEDOUT);
+    assert_dbl_range(t.el, 0.0, slack(1.0));
     assert_int_equal(dist_mutex_destroy(&m), 0);
 }
 
@@ -463,8 +403,7 @@ static void test_timedlock_invalid(void **state)
     double t0, el;
 
     (void)state;
-    NAME(name, "m");
-    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
+    NAMED_MUTEX(m, name);
 
     holder_start(&h, &m);
     t0 = tu_now();
@@ -508,7 +447,7 @@ static void test_lease_expiry(void **state)
 
     (void)state;
     NAME(name, "m");
-    g_dirty = 1;
+    fx_dirty = 1;
     lost_reset();
     assert_int_equal(dist_set_lost_handler(on_lost, NULL), 0);
     assert_int_equal(dist_mutexattr_init(&a), 0);
@@ -528,7 +467,7 @@ static void test_lease_expiry(void **state)
     rc_b_unlock = rc_b == 0 ? dist_mutex_unlock(&m) : -1;
     calls = atomic_load(&lost_calls);
     dist_set_lost_handler(NULL, NULL);
-    g_dirty = 0;
+    fx_dirty = 0;
     ex = key_exists(name);
     rc_destroy = dist_mutex_destroy(&m);
 
@@ -575,7 +514,7 @@ static void test_watchdog_renews(void **state)
 
     (void)state;
     NAME(name, "m");
-    g_dirty = 1;
+    fx_dirty = 1;
     assert_int_equal(dist_set_watchdog_ms(1500), 0);
     assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
     assert_int_equal(dist_mutex_lock(&m), 0);
@@ -595,7 +534,7 @@ static void test_watchdog_renews(void **state)
     pthread_join(th, NULL);
     rc = dist_mutex_unlock(&m);
     dist_set_watchdog_ms(DEFAULT_WATCHDOG_MS);
-    g_dirty = 0;
+    fx_dirty = 0;
     ex = key_exists(name);
     rc_destroy = dist_mutex_destroy(&m);
 
@@ -610,54 +549,27 @@ static void test_watchdog_renews(void **state)
 
 /* ---- 10 ------------------------------------------------------------------ */
 
-static int read_byte(int fd, int timeout_ms, unsigned char *b)
+static int lock_of(void *m)
 {
-    struct pollfd pfd = { fd, POLLIN, 0 };
-
-    if (poll(&pfd, 1, timeout_ms) != 1)
-        return -1;
-    return read(fd, b, 1) == 1 ? 0 : -1;
+    return dist_mutex_lock(m);
 }
 
 static void test_sigkill_holder(void **state)
 {
     char name[200];
     dist_mutex_t m;
-    int fds[2], st = 0, rc_try, rc_lock;
-    unsigned char b = 0xff;
+    int st = 0, rc_try, rc_lock, rc_child;
     pid_t pid;
     double t0, el;
 
     (void)state;
     NAME(name, "m");
-    g_dirty = 1;
+    fx_dirty = 1;
     assert_int_equal(dist_set_watchdog_ms(1500), 0);
     assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
-    assert_int_equal(pipe(fds), 0);
-    pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        unsigned char c;
-        close(fds[0]);
-        c = (unsigned char)dist_mutex_lock(&m);
-        if (write(fds[1], &c, 1) != 1)
-            _exit(2);
-        for (;;)
-            pause();
-    }
-    close(fds[1]);
-    if (read_byte(fds[0], 10000, &b) != 0) {
-        kill(pid, SIGKILL);
-        waitpid(pid, NULL, 0);
-        close(fds[0]);
-        fail_msg("the child did not report its lock");
-    }
-    close(fds[0]);
-    if (b != 0) {
-        kill(pid, SIGKILL);
-        waitpid(pid, NULL, 0);
-        fail_msg("the child's lock returned %d", b);
-    }
+    pid = fork_locked(lock_of, &m, &rc_child);
+    if (pid < 0)
+        fail_msg("the child's lock returned %d (-1: no report)", rc_child);
     /* Longer than the 1.5 s lease: only the child's watchdog keeps it. */
     tu_sleep_ms(2000);
     rc_try = dist_mutex_trylock(&m);
@@ -679,7 +591,7 @@ static void test_sigkill_holder(void **state)
     assert_dbl_range(el, 0.0, 1.5 + slack(1.5));
     assert_int_equal(key_exists(name), 0);
     assert_int_equal(dist_mutex_destroy(&m), 0);
-    g_dirty = 0;
+    fx_dirty = 0;
 }
 
 /* ---- 11 ------------------------------------------------------------------ */
@@ -816,7 +728,7 @@ static void test_redis_restart(void **state)
 
     (void)state;
     NAME(name, "m");
-    g_dirty = 1;
+    fx_dirty = 1;
     lost_reset();
     assert_int_equal(dist_set_watchdog_ms(1500), 0);
     assert_int_equal(dist_set_lost_handler(on_lost, NULL), 0);
@@ -841,7 +753,7 @@ static void test_redis_restart(void **state)
     rc_destroy = dist_mutex_destroy(&m);
     dist_set_lost_handler(NULL, NULL);
     dist_set_watchdog_ms(DEFAULT_WATCHDOG_MS);
-    g_dirty = 0;
+    fx_dirty = 0;
 
     assert_int_equal(fields_before, 1);
     assert_int_equal(rc_restart, 0);
@@ -867,8 +779,7 @@ static void test_script_flush(void **state)
     redisReply *x;
 
     (void)state;
-    NAME(name, "m");
-    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
+    NAMED_MUTEX(m, name);
     assert_int_equal(dist_mutex_lock(&m), 0);
     x = tu_cmd(&r, "SCRIPT", "FLUSH", NULL);
     assert_non_null(x);
@@ -887,10 +798,10 @@ static void test_script_flush(void **state)
 
 static void test_unreachable(void **state)
 {
-    char name[200], url[64], addr[64], err[256];
+    char name[200], url[64], addr[64];
+    struct fx_call lk, try;
     dist_mutex_t m;
-    int port, rc_lock, rc_try;
-    double t0, el_lock, el_try;
+    int port;
 
     (void)state;
     NAME(name, "m");
@@ -898,29 +809,24 @@ static void test_unreachable(void **state)
     assert_true(port > 0);
     snprintf(url, sizeof url, "redis://127.0.0.1:%d", port);
     snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
-    g_dirty = 1;
+    fx_dirty = 1;
     assert_int_equal(dist_set_url(url), 0);
     assert_int_equal(dist_set_timeout_ms(500), 0);
     assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
 
-    t0 = tu_now();
-    rc_lock = dist_mutex_lock(&m);
-    el_lock = tu_now() - t0;
-    snprintf(err, sizeof err, "%s", dist_last_error());
-    t0 = tu_now();
-    rc_try = dist_mutex_trylock(&m);
-    el_try = tu_now() - t0;
+    FX_CALL(&lk, dist_mutex_lock(&m));
+    FX_CALL(&try, dist_mutex_trylock(&m));
 
     assert_int_equal(dist_set_url(r.url_unix), 0);
     assert_int_equal(dist_set_timeout_ms(DEFAULT_TIMEOUT_MS), 0);
-    g_dirty = 0;
+    fx_dirty = 0;
 
-    assert_int_equal(rc_lock, EIO);
-    assert_dbl_range(el_lock, 0.0, 2.0);
-    if (!strstr(err, addr) && !strstr(err, "connect"))
-        fail_msg("dist_last_error() after the failed lock: '%s'", err);
-    assert_int_equal(rc_try, EIO);
-    assert_dbl_range(el_try, 0.0, 2.0 + slack(0.5));
+    assert_int_equal(lk.rc, EIO);
+    assert_dbl_range(lk.el, 0.0, 2.0);
+    if (!strstr(lk.err, addr) && !strstr(lk.err, "connect"))
+        fail_msg("dist_last_error() after the failed lock: '%s'", lk.err);
+    assert_int_equal(try.rc, EIO);
+    assert_dbl_range(try.el, 0.0, 2.0 + slack(0.5));
 
     /* reachable again: the object works */
     assert_int_equal(dist_mutex_lock(&m), 0);
@@ -955,36 +861,8 @@ static void *waiter_main(void *arg)
     return NULL;
 }
 
-static long long numsub(const char *chan)
-{
-    redisReply *x = tu_cmd(&r, "PUBSUB", "NUMSUB", chan, NULL);
-    long long n = -1;
-
-    if (x && x->type == REDIS_REPLY_ARRAY && x->elements == 2 &&
-        x->element[1]->type == REDIS_REPLY_INTEGER)
-        n = x->element[1]->integer;
-    if (x)
-        freeReplyObject(x);
-    return n;
-}
-
-struct lock_arg {
-    dist_mutex_t *m;
-    int rc;
-    double t;
-};
-
-/* lock(), note when it returned, unlock. */
-static void *blocked_lock_main(void *arg)
-{
-    struct lock_arg *a = arg;
-
-    a->rc = dist_mutex_lock(a->m);
-    a->t = tu_now();
-    if (a->rc == 0)
-        dist_mutex_unlock(a->m);
-    return NULL;
-}
+/* Subscribers of chan (testhelp.h). */
+#define numsub(chan) pubsub_numsub(&r, chan)
 
 /* Script calls the server has run so far (EVALSHA and EVAL). */
 static long long script_calls(void)
@@ -1013,29 +891,25 @@ static void test_waiting_does_not_poll(void **state)
     dist_mutex_t m;
     struct holder h;
     struct oneshot o;
+    struct fx_locker la;
     long long before, after;
     double t0, waited;
 
     (void)state;
-    NAME(name, "m");
-    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
+    NAMED_MUTEX(m, name);
     holder_start(&h, &m);
     before = script_calls();
     assert_true(before >= 0);
     t0 = tu_now();
-    {
-        /* a thread blocks in lock(); the holder lets go after 3 s */
-        pthread_t th;
-        struct lock_arg la = { &m, -1, 0 };
-        assert_int_equal(pthread_create(&th, NULL, blocked_lock_main, &la), 0);
-        tu_sleep_ms(3000);
-        sem_post(&h.release);
-        pthread_join(h.th, NULL);
-        pthread_join(th, NULL);
-        waited = la.t - t0;
-        after = script_calls();
-        assert_int_equal(la.rc, 0);
-    }
+    /* a thread blocks in lock(); the holder lets go after 3 s */
+    assert_int_equal(fx_locker_start(&la, &m, 0), 0);
+    tu_sleep_ms(3000);
+    sem_post(&h.release);
+    pthread_join(h.th, NULL);
+    fx_locker_join(&la);
+    waited = la.t - t0;
+    after = script_calls();
+    assert_int_equal(la.rc, 0);
     sem_destroy(&h.locked);
     sem_destroy(&h.release);
     assert_int_equal(h.unlock_rc, 0);
@@ -1064,7 +938,7 @@ static void test_unknown_release_is_finished(void **state)
 
     (void)state;
     NAME(name, "m");
-    g_dirty = 1;
+    fx_dirty = 1;
     assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
     assert_int_equal(dist_mutex_lock(&m), 0);
     assert_int_equal(dist_set_timeout_ms(300), 0);
@@ -1088,7 +962,7 @@ static void test_unknown_release_is_finished(void **state)
     /* and this thread holds nothing: a second unlock is EPERM */
     assert_int_equal(dist_mutex_unlock(&m), EPERM);
     assert_int_equal(dist_mutex_destroy(&m), 0);
-    g_dirty = 0;
+    fx_dirty = 0;
 }
 
 static void test_no_channels_left(void **state)
@@ -1098,9 +972,8 @@ static void test_no_channels_left(void **state)
     struct waiter w[3];
     pthread_t th[3];
     atomic_int started = 0, inside = 0, acquired = 0;
-    int i, early, subscribed = 0, remaining = -1;
+    int i, early, subscribed = 0;
     double t0, el;
-    redisReply *x;
 
     (void)state;
     NAME(name, "m");
@@ -1143,18 +1016,7 @@ static void test_no_channels_left(void **state)
     assert_dbl_range(el, 0.15, 0.15 + slack(3.0));
     assert_int_equal(key_exists(name), 0);
 
-    t0 = tu_now();
-    do {
-        x = tu_cmd(&r, "PUBSUB", "CHANNELS", NULL);
-        assert_non_null(x);
-        assert_int_equal(x->type, REDIS_REPLY_ARRAY);
-        remaining = (int)x->elements;
-        freeReplyObject(x);
-        if (remaining == 0)
-            break;
-        tu_sleep_ms(50);
-    } while (tu_now() - t0 < 3.0);
-    assert_int_equal(remaining, 0);
+    assert_int_equal(channels_left(&r, 3.0), 0);
     assert_int_equal(dist_mutex_destroy(&m), 0);
 }
 
@@ -1268,8 +1130,7 @@ static void test_destroy_and_names(void **state)
     char *big;
 
     (void)state;
-    NAME(name, "m");
-    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
+    NAMED_MUTEX(m, name);
     assert_int_equal(dist_mutex_lock(&m), 0);
     assert_int_equal(dist_mutex_destroy(&m), EBUSY);
     assert_int_equal(dist_mutex_unlock(&m), 0);
@@ -1332,25 +1193,29 @@ static void test_fencing_token(void **state)
 
 /* ---- 20 ------------------------------------------------------------------ */
 
+/* lock with a fault of p armed: it fires (fired in all), and the lock is
+ * held once, then released. */
+static void lock_through_fault(dist_mutex_t *m, const char *name,
+                               tu_proxy_t *p, unsigned long fired)
+{
+    assert_int_equal(dist_mutex_lock(m), 0);
+    assert_int_equal(tu_proxy_faults_fired(p), fired);
+    assert_held_once(&r, name, NULL);
+    assert_int_equal(dist_mutex_unlock(m), 0);
+    assert_int_equal(key_exists(name), 0);
+}
+
 static void test_lost_reply_proxy(void **state)
 {
-    char name[200], url[64];
+    char name[200];
     dist_mutex_t m;
     tu_proxy_t *p;
-    char *owner;
-    long long cnt;
     unsigned long fired;
 
     (void)state;
     NAME(name, "m");
-    p = tu_proxy_start(&r);
+    p = fx_proxy_up(&r);
     assert_non_null(p);
-    snprintf(url, sizeof url, "redis://127.0.0.1:%d", tu_proxy_port(p));
-    g_dirty = 1;
-    if (dist_set_url(url) != 0) {
-        tu_proxy_stop(p);
-        fail_msg("dist_set_url(%s) failed", url);
-    }
     assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
     assert_int_equal(dist_mutex_lock(&m), 0);      /* warm up */
     assert_int_equal(dist_mutex_unlock(&m), 0);
@@ -1359,15 +1224,7 @@ static void test_lost_reply_proxy(void **state)
 
     /* acquire ran, its reply was lost */
     tu_proxy_drop_next_reply(p);
-    assert_int_equal(dist_mutex_lock(&m), 0);
-    assert_int_equal(tu_proxy_faults_fired(p), fired + 1);
-    cnt = -1;
-    owner = owner_field(name, &cnt);
-    assert_non_null(owner);
-    free(owner);
-    assert_int_equal(cnt, 1);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
-    assert_int_equal(key_exists(name), 0);
+    lock_through_fault(&m, name, p, fired + 1);
 
     /* release ran, its reply was lost */
     assert_int_equal(dist_mutex_lock(&m), 0);
@@ -1379,21 +1236,12 @@ static void test_lost_reply_proxy(void **state)
 
     /* acquire never reached the server */
     tu_proxy_drop_next_request(p);
-    assert_int_equal(dist_mutex_lock(&m), 0);
-    assert_int_equal(tu_proxy_faults_fired(p), fired + 3);
-    cnt = -1;
-    owner = owner_field(name, &cnt);
-    assert_non_null(owner);
-    free(owner);
-    assert_int_equal(cnt, 1);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
-    assert_int_equal(key_exists(name), 0);
+    lock_through_fault(&m, name, p, fired + 3);
     assert_int_equal(dist_mutex_destroy(&m), 0);
 
-    assert_int_equal(dist_set_url(r.url_unix), 0);
-    g_dirty = 0;
     /* the library's connections through the proxy are replaced at next use */
-    tu_proxy_stop(p);
+    assert_int_equal(fx_proxy_down(&r, p), 0);
+    fx_dirty = 0;
 }
 
 /* ---- 21 ------------------------------------------------------------------ */
@@ -1432,16 +1280,16 @@ static void test_same_name_two_objects(void **state)
 static void test_no_sigpipe(void **state)
 {
     (void)state;
-    if (sigpipes != 0)
+    if (fx_sigpipes() != 0)
         fail_msg("the library raised SIGPIPE %d time(s); with the default "
                  "disposition the process would have been killed",
-                 (int)sigpipes);
+                 fx_sigpipes());
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-#define T(f) cmocka_unit_test_teardown(f, restore_defaults)
+#define T(f) cmocka_unit_test_teardown(f, fx_restore_defaults)
         T(test_reentrant_hold_counts),
         T(test_errorcheck),
         T(test_trylock_busy),
@@ -1466,12 +1314,6 @@ int main(void)
         T(test_lost_reply_proxy),
         T(test_same_name_two_objects),
         T(test_no_sigpipe),
-#undef T
     };
-    const char *filter = getenv("TEST_MUTEX_FILTER");
-
-    if (filter && *filter)
-        cmocka_set_test_filter(filter);
-
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return fx_run_group(tests, &r, &defaults, "TEST_MUTEX_FILTER");
 }

@@ -34,7 +34,8 @@
 
 #include <cmocka.h>
 
-#include "testutil.h"
+#include "harness_server.h"
+#include "testhelp.h"
 
 static tu_redis_t r;
 static char dir[256];                 /* private temp dir */
@@ -142,6 +143,19 @@ static void proc_start(struct proc *p, char *const argv[], char *const envp[])
     p->err = e[0];
 }
 
+/* One read from fd appended to buf (size cap, *len used, kept a string);
+ * *eof set at its end. */
+static void read_more(int fd, char *buf, size_t cap, size_t *len, int *eof)
+{
+    ssize_t got = read(fd, buf + *len, cap - 1 - *len);
+
+    if (got <= 0)
+        *eof = 1;
+    else
+        *len += (size_t)got;
+    buf[*len] = '\0';
+}
+
 /* Reads what is there (or waits up to ms). */
 static void proc_pump(struct proc *p, int ms)
 {
@@ -159,25 +173,12 @@ static void proc_pump(struct proc *p, int ms)
     if (poll(f, (nfds_t)n, ms) <= 0)
         return;
     for (k = 0; k < n; k++) {
-        ssize_t got;
-
         if (!(f[k].revents & (POLLIN | POLLHUP | POLLERR)))
             continue;
-        if (f[k].fd == p->out) {
-            got = read(p->out, p->obuf + p->olen, sizeof p->obuf - 1 - p->olen);
-            if (got <= 0)
-                p->out_eof = 1;
-            else
-                p->olen += (size_t)got;
-            p->obuf[p->olen] = '\0';
-        } else {
-            got = read(p->err, p->ebuf + p->elen, sizeof p->ebuf - 1 - p->elen);
-            if (got <= 0)
-                p->err_eof = 1;
-            else
-                p->elen += (size_t)got;
-            p->ebuf[p->elen] = '\0';
-        }
+        if (f[k].fd == p->out)
+            read_more(p->out, p->obuf, sizeof p->obuf, &p->olen, &p->out_eof);
+        else
+            read_more(p->err, p->ebuf, sizeof p->ebuf, &p->elen, &p->err_eof);
     }
 }
 
@@ -389,6 +390,17 @@ static void expect_line(struct proc *p, const char *prefix, char *line,
                  p->ebuf);
 }
 
+/* The target in mode a1 (a2, a3 as start_target) says a line starting
+ * with prefix within secs, then exits 0; that line in line. */
+static void target_says(struct proc *p, const char *cfg, const char *a1,
+                        const char *a2, const char *a3, const char *prefix,
+                        double secs, char *line, size_t len)
+{
+    start_target(p, cfg, a1, a2, a3);
+    expect_line(p, prefix, line, len, secs);
+    assert_exit(proc_end(p, 20), 0);
+}
+
 /* ---- the legacy program, 4 copies ----------------------------------------------- */
 
 #define COPIES 4
@@ -496,6 +508,48 @@ static void test_config_errors_name_file_and_line(void **state)
     expect_refused("[mutex a]\nmatch = symbol g_ledger_lock\n"
                    "  fair = yes\n", ":3: indented line");
     expect_refused("[mutex a]\nmatch = pattern g_*\n", ":2: match: expected");
+}
+
+/* Issue 15 item 1: a section with more than 16 keys before its 'match'
+ * used to forget the later ones, so a second 'match' was parsed too and
+ * wrote past the section's two qualifiers: the program died of SIGSEGV. */
+static void test_config_many_keys_then_second_match(void **state)
+{
+    char text[1024];
+    size_t n = 0;
+    int k;
+
+    (void)state;
+    n += (size_t)snprintf(text + n, sizeof text - n, "[mutex a]\n");
+    for (k = 1; k <= 16; k++)
+        n += (size_t)snprintf(text + n, sizeof text - n, "k%d = 1\n", k);
+    snprintf(text + n, sizeof text - n,
+             "match = symbol obj:file.c:g_ledger_lock\n"
+             "match = symbol obj:file.c:g_turn_cv\n");
+    expect_refused(text, ":19: 'match' given twice in this section "
+                   "(first at line 18)");
+}
+
+/* Two different qualifiers that read the same once joined with '|' (the
+ * old canonical string) are two mappings, not a duplicate.  [mutex c]
+ * lacks its 'match' so that the file is refused either way. */
+static void test_config_distinct_qualifiers_not_duplicate(void **state)
+{
+    const char *cfg;
+    char marker[PATH_MAX];
+    struct proc p;
+
+    (void)state;
+    cfg = write_file("bad.ini", "%s",
+                     "[mutex a]\nmatch = symbol o:f|g:g_ledger_lock\n"
+                     "[mutex b]\nmatch = symbol o|f:g:g_ledger_lock\n"
+                     "[mutex c]\nfair = yes\n");
+    path_in(marker, sizeof marker, "not-started");
+    assert_exit(run(&p, ARGV(run_bin, "--config", (char *)cfg, "--",
+                             ledger_bin, marker, "1", "1"), NULL, 30), 78);
+    assert_contains(p.ebuf, ":5: [mutex c] has no 'match");
+    if (strstr(p.ebuf, "duplicate mapping"))
+        fail_msg("two mappings taken for one: %s", p.ebuf);
 }
 
 static void test_config_missing_file(void **state)
@@ -740,10 +794,8 @@ static void test_start_up_from_a_library_constructor(void **state)
     struct proc p;
 
     (void)state;
-    start_target(&p, cfg, "ctor", NULL, NULL);
-    expect_line(&p, "ctor ", line, sizeof line, 30);
+    target_says(&p, cfg, "ctor", NULL, NULL, "ctor ", 30, line, sizeof line);
     assert_string_equal(line, "ctor 1");
-    assert_exit(proc_end(&p, 20), 0);
     assert_exit(run(&p, ARGV(target_bin, "ctor"), NULL, 20), 0);
     assert_contains(p.obuf, "ctor -1");        /* no shim: nobody counted */
     assert_int_equal(prefixed_keys(), 0);
@@ -759,10 +811,9 @@ static void test_children_stay_unmapped(void **state)
     struct proc p;
 
     (void)state;
-    start_target(&p, cfg, "spawn", NULL, NULL);
-    expect_line(&p, "child ", line, sizeof line, 30);
+    target_says(&p, cfg, "spawn", NULL, NULL, "child ", 30, line,
+                sizeof line);
     assert_string_equal(line, "child 7");
-    assert_exit(proc_end(&p, 20), 0);
 }
 
 /* With a bare LD_PRELOAD, [preload] program = does the same. */
@@ -840,14 +891,41 @@ static void dyn_syms(const char *file, int want_defined, char *out, size_t len)
     pclose(f);
 }
 
+/* The target in mode counts the calls that reached the shim ("count <sym>
+ * <n>" lines): each at least one, each symbol one the shim defines (of
+ * those it wraps only, when wrapped_only).  Returns how many it counted. */
+static int shim_counts(struct proc *p, const char *cfg, const char *mode,
+                       const char *defined, int wrapped_only)
+{
+    char line[512], want[300];
+    int counted = 0;
+
+    start_target(p, cfg, mode, NULL, NULL);
+    while (proc_line(p, line, sizeof line, 30) == 0) {
+        char sym[256];
+        long n;
+
+        if (sscanf(line, "count %255s %ld", sym, &n) != 2)
+            continue;
+        counted++;
+        if (n < 1)
+            fail_msg("%s: %ld calls reached the shim", sym, n);
+        snprintf(want, sizeof want, "%s\n", sym);
+        if ((!wrapped_only || is_wrapped(want)) && !strstr(defined, want))
+            fail_msg("counted but not defined: %s", sym);
+    }
+    assert_exit(proc_end(p, 30), 0);
+    return counted;
+}
+
 static void test_symbol_versions_intercepted(void **state)
 {
     static char imported[16384], defined[16384];
-    char line[512], want[300];
+    char line[512];
     const char *cfg = target_config(NULL);
     const char *s, *nl;
     struct proc p;
-    int seen = 0, counted = 0;
+    int seen = 0;
 
     (void)state;
     dyn_syms(target_bin, 0, imported, sizeof imported);
@@ -869,40 +947,8 @@ static void test_symbol_versions_intercepted(void **state)
     assert_true(seen >= 21);
 
     /* and each call on a mapped mutex reaches the shim, every version */
-    start_target(&p, cfg, "calls", NULL, NULL);
-    while (proc_line(&p, line, sizeof line, 30) == 0) {
-        char sym[256];
-        long n;
-
-        if (sscanf(line, "count %255s %ld", sym, &n) != 2)
-            continue;
-        counted++;
-        if (n < 1)
-            fail_msg("%s: %ld calls reached the shim", sym, n);
-        snprintf(want, sizeof want, "%s\n", sym);
-        if (is_wrapped(want) && !strstr(defined, want))
-            fail_msg("counted but not defined: %s", sym);
-    }
-    assert_exit(proc_end(&p, 30), 0);
-    assert_int_equal(counted, 16);
-
-    start_target(&p, cfg, "rwcalls", NULL, NULL);
-    counted = 0;
-    while (proc_line(&p, line, sizeof line, 30) == 0) {
-        char sym[256];
-        long n;
-
-        if (sscanf(line, "count %255s %ld", sym, &n) != 2)
-            continue;
-        counted++;
-        if (n < 1)
-            fail_msg("%s: %ld calls reached the shim", sym, n);
-        snprintf(want, sizeof want, "%s\n", sym);
-        if (!strstr(defined, want))
-            fail_msg("counted but not defined: %s", sym);
-    }
-    assert_exit(proc_end(&p, 30), 0);
-    assert_int_equal(counted, 22);
+    assert_int_equal(shim_counts(&p, cfg, "calls", defined, 1), 16);
+    assert_int_equal(shim_counts(&p, cfg, "rwcalls", defined, 0), 22);
     assert_int_equal(prefixed_keys(), 0);
 
     /* without the shim the same calls work, and nobody counts them */
@@ -920,10 +966,8 @@ static void expect_rc_on(const char *cfg, const char *mode, const char *which,
     int got = -1;
     double took = -1;
 
-    start_target(&p, cfg, mode, which, ms);
-    expect_line(&p, "rc ", line, sizeof line, 30);
+    target_says(&p, cfg, mode, which, ms, "rc ", 30, line, sizeof line);
     sscanf(line, "rc %d ms %lf", &got, &took);
-    assert_exit(proc_end(&p, 20), 0);
     if (got != rc)
         fail_msg("%s: rc %d, expected %d", mode, got, rc);
     if (min_ms >= 0 && !(took >= min_ms && took <= max_ms))
@@ -973,66 +1017,106 @@ static void test_errorcheck_kept(void **state)
     struct proc p;
 
     (void)state;
-    start_target(&p, cfg, "errcheck", NULL, NULL);
-    expect_line(&p, "relock ", line, sizeof line, 20);
-    assert_exit(proc_end(&p, 20), 0);
+    target_says(&p, cfg, "errcheck", NULL, NULL, "relock ", 20, line,
+                sizeof line);
     snprintf(want, sizeof want, "relock %d foreign %d unlock 0 again %d",
              EDEADLK, EPERM, EPERM);
     assert_string_equal(line, want);
     assert_int_equal(prefixed_keys(), 0);
 }
 
-/* ---- condition variables -------------------------------------------------------- */
+/* ---- errno -------------------------------------------------------------------------- */
 
-/* pthread_cond_wait on a mapped mutex lets go of the distributed lock too
- * (another thread, another owner for Redis, takes the mutex meanwhile) and
- * has it back when it returns. */
-static void test_cond_wait(void **state)
+static void test_errno_kept(void **state)
 {
-    const char *cfg = target_config(NULL);
     char line[256];
     struct proc p;
 
     (void)state;
-    start_target(&p, cfg, "condwait", "static", NULL);
-    expect_line(&p, "woke ", line, sizeof line, 30);
-    assert_string_equal(line, "woke rc 0 helper 0");
-    expect_line(&p, "held", line, sizeof line, 20);
-    assert_int_equal(hlen("static"), 1);
-    proc_send(&p, "\n");
-    expect_line(&p, "released 0", line, sizeof line, 20);
+    start_target(&p, target_config(NULL), "errno", NULL, NULL);
+    expect_line(&p, "errno changed ", line, sizeof line, 30);
     assert_exit(proc_end(&p, 20), 0);
-    assert_int_equal(key_exists("static"), 0);
+    if (strcmp(line, "errno changed 0 of 22") != 0)
+        fail_msg("%s; stdout: %s", line, p.obuf);
+    assert_int_equal(prefixed_keys(), 0);
 }
 
-static void cond_timed(const char *mode)
+/* ---- out of memory ----------------------------------------------------------------- */
+
+/* With the address space exhausted (RLIMIT_AS), pthread_mutex_init of an
+ * init_site mutex fails with ENOMEM, and the lock calls of mapped locks
+ * with EAGAIN, instead of an abort; with memory back both work, and a hold
+ * whose reply the shortage lost is given back (no key is left).  The
+ * configuration says on_unavailable = fail: out of memory, the library may
+ * also answer as if Redis could not be reached, and then block would
+ * wait for memory to come back. */
+static void test_out_of_memory(void **state)
 {
+    char saved[sizeof redis_section], line[256], want[128], *at;
+    const char *cfg;
+    struct proc p;
+
+    (void)state;
+    if (child_env[0])
+        skip();      /* the sanitizer's allocator dies rather than fail */
+    memcpy(saved, redis_section, sizeof saved);
+    at = strstr(redis_section, "on_unavailable = block");
+    assert_non_null(at);
+    memcpy(at + strlen("on_unavailable = "), "fail ", 5);
+    cfg = target_config(NULL);
+    memcpy(redis_section, saved, sizeof saved);
+    start_target(&p, cfg, "nomem", NULL, NULL);
+    expect_line(&p, "nomem ", line, sizeof line, 60);
+    snprintf(want, sizeof want, "nomem init %d lock %d try %d rd %d wait %d",
+             ENOMEM, EAGAIN, EAGAIN, EAGAIN, EAGAIN);
+    assert_string_equal(line, want);
+    expect_line(&p, "back ", line, sizeof line, 30);
+    assert_string_equal(line, "back init 0 lock 0 global 0");
+    assert_exit(proc_end(&p, 20), 0);
+    assert_int_equal(prefixed_keys(), 0);
+}
+
+/* The target says it holds lock (one hold in Redis); told to, it lets go,
+ * exits 0 and leaves no key. */
+static void held_then_released(struct proc *p, const char *lock)
+{
+    char line[256];
+
+    expect_line(p, "held", line, sizeof line, 20);
+    assert_int_equal(hlen(lock), 1);
+    proc_send(p, "\n");
+    expect_line(p, "released 0", line, sizeof line, 20);
+    assert_exit(proc_end(p, 20), 0);
+    assert_int_equal(key_exists(lock), 0);
+}
+
+/* ---- condition variables -------------------------------------------------------- */
+
+/* A wait on a condition variable with a mapped mutex: the target in mode
+ * (on lock, ms as start_target) says "<said>rc <rc> helper 0", then holds
+ * the lock until told to let go.
+ *   test_cond_wait: pthread_cond_wait lets go of the distributed lock too
+ *     (another thread, another owner for Redis, takes the mutex meanwhile)
+ *     and has it back when it returns;
+ *   test_cond_timedwait, test_cond_clockwait: the same when the wait times
+ *     out. */
+struct cond_case {
+    const char *mode, *lock, *ms, *said;
+    int rc;
+};
+
+static void test_cond(void **state)
+{
+    const struct cond_case *c = *state;
     const char *cfg = target_config(NULL);
     char line[256], want[64];
     struct proc p;
 
-    start_target(&p, cfg, mode, "bank", "600");
-    expect_line(&p, "timedout ", line, sizeof line, 30);
-    snprintf(want, sizeof want, "timedout rc %d helper 0", ETIMEDOUT);
+    start_target(&p, cfg, c->mode, c->lock, c->ms);
+    expect_line(&p, c->said, line, sizeof line, 30);
+    snprintf(want, sizeof want, "%src %d helper 0", c->said, c->rc);
     assert_string_equal(line, want);
-    expect_line(&p, "held", line, sizeof line, 20);
-    assert_int_equal(hlen("bank"), 1);
-    proc_send(&p, "\n");
-    expect_line(&p, "released 0", line, sizeof line, 20);
-    assert_exit(proc_end(&p, 20), 0);
-    assert_int_equal(key_exists("bank"), 0);
-}
-
-static void test_cond_timedwait(void **state)
-{
-    (void)state;
-    cond_timed("condtimed");
-}
-
-static void test_cond_clockwait(void **state)
-{
-    (void)state;
-    cond_timed("condclock");
+    held_then_released(&p, c->lock);
 }
 
 /* ---- read-write locks ---------------------------------------------------------- */
@@ -1083,9 +1167,20 @@ static void test_rwlock_mapped(void **state)
 
 /* ---- Redis unavailable ------------------------------------------------------------ */
 
+/* A configuration with Redis on port (where nobody listens) and the given
+ * on_unavailable. */
+static const char *down_config(int port, const char *on_unavailable)
+{
+    return write_file("down.ini", "[redis]\nurl = redis://127.0.0.1:%d\n"
+                      "timeout_ms = 300\non_unavailable = %s\n"
+                      "[mutex %sstatic]\n"
+                      "match = symbol preload_target.c:g_static_lock\n",
+                      port, on_unavailable, pfx);
+}
+
 static void test_on_unavailable(void **state)
 {
-    char text[1024], line[256];
+    char line[256];
     const char *cfg;
     struct proc p;
     int port = tu_free_port(), rc = -1, st;
@@ -1094,38 +1189,24 @@ static void test_on_unavailable(void **state)
     (void)state;
     assert_true(port > 0);
     /* fail: the call fails with EAGAIN */
-    snprintf(text, sizeof text, "[redis]\nurl = redis://127.0.0.1:%d\n"
-             "timeout_ms = 300\non_unavailable = fail\n"
-             "[mutex %sstatic]\nmatch = symbol preload_target.c:g_static_lock\n",
-             port, pfx);
-    cfg = write_file("down.ini", "%s", text);
-    start_target(&p, cfg, "timed", "static", "500");
-    expect_line(&p, "rc ", line, sizeof line, 30);
-    assert_exit(proc_end(&p, 20), 0);
+    cfg = down_config(port, "fail");
+    target_says(&p, cfg, "timed", "static", "500", "rc ", 30, line,
+                sizeof line);
     sscanf(line, "rc %d", &rc);
     assert_int_equal(rc, EAGAIN);
     assert_contains(p.ebuf, "on_unavailable = fail");
 
     /* block: waits for Redis until the deadline */
-    snprintf(text, sizeof text, "[redis]\nurl = redis://127.0.0.1:%d\n"
-             "timeout_ms = 300\non_unavailable = block\n"
-             "[mutex %sstatic]\nmatch = symbol preload_target.c:g_static_lock\n",
-             port, pfx);
-    cfg = write_file("down.ini", "%s", text);
-    start_target(&p, cfg, "timed", "static", "800");
-    expect_line(&p, "rc ", line, sizeof line, 30);
-    assert_exit(proc_end(&p, 20), 0);
+    cfg = down_config(port, "block");
+    target_says(&p, cfg, "timed", "static", "800", "rc ", 30, line,
+                sizeof line);
     sscanf(line, "rc %d ms %lf", &rc, &ms);
     assert_int_equal(rc, ETIMEDOUT);
     assert_true(ms >= 790);
     assert_contains(p.ebuf, "waiting for Redis");
 
     /* abort */
-    snprintf(text, sizeof text, "[redis]\nurl = redis://127.0.0.1:%d\n"
-             "timeout_ms = 300\non_unavailable = abort\n"
-             "[mutex %sstatic]\nmatch = symbol preload_target.c:g_static_lock\n",
-             port, pfx);
-    cfg = write_file("down.ini", "%s", text);
+    cfg = down_config(port, "abort");
     start_target(&p, cfg, "try", "static", NULL);
     st = proc_end(&p, 30);
     assert_true(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT);
@@ -1224,10 +1305,16 @@ static int group_teardown(void **state)
 
 int main(void)
 {
+    static struct cond_case
+        cond_wait = { "condwait", "static", NULL, "woke ", 0 },
+        cond_timed = { "condtimed", "bank", "600", "timedout ", ETIMEDOUT },
+        cond_clock = { "condclock", "bank", "600", "timedout ", ETIMEDOUT };
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_legacy_four_copies_exact),
         cmocka_unit_test(test_legacy_without_shim_runs),
         cmocka_unit_test(test_config_errors_name_file_and_line),
+        cmocka_unit_test(test_config_many_keys_then_second_match),
+        cmocka_unit_test(test_config_distinct_qualifiers_not_duplicate),
         cmocka_unit_test(test_config_missing_file),
         cmocka_unit_test(test_unresolved_name_refused),
         cmocka_unit_test(test_unresolved_name_warned),
@@ -1242,15 +1329,15 @@ int main(void)
         cmocka_unit_test(test_symbol_versions_intercepted),
         cmocka_unit_test(test_trylock_and_timedlock),
         cmocka_unit_test(test_errorcheck_kept),
-        cmocka_unit_test(test_cond_wait),
-        cmocka_unit_test(test_cond_timedwait),
-        cmocka_unit_test(test_cond_clockwait),
+        param_test(test_cond_wait, test_cond, &cond_wait, NULL),
+        param_test(test_cond_timedwait, test_cond, &cond_timed, NULL),
+        param_test(test_cond_clockwait, test_cond, &cond_clock, NULL),
+        cmocka_unit_test(test_out_of_memory),
+        cmocka_unit_test(test_errno_kept),
         cmocka_unit_test(test_rwlock_mapped),
         cmocka_unit_test(test_on_unavailable),
     };
-    const char *filter = getenv("TEST_PRELOAD_FILTER");
 
-    if (filter && *filter)
-        cmocka_set_test_filter(filter);
+    filter_from_env("TEST_PRELOAD_FILTER");
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

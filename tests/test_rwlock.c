@@ -32,15 +32,21 @@
 #include <cmocka.h>
 
 #include "distlock.h"
-#include "testutil.h"
+#include "harness_server.h"
+#include "harness_proxy.h"
 #include "testhelp.h"
+#include "fixture.h"
 
 static tu_redis_t r;
-static int g_dirty;                 /* a test changed the global settings */
 
 #define DEFAULT_WATCHDOG_MS 30000UL
 #define DEFAULT_TIMEOUT_MS  2000UL
 #define DEFAULT_WAITER_MS   5000UL
+
+/* The group's settings (fixture.h). */
+static const struct fx_settings defaults = {
+    DEFAULT_WATCHDOG_MS, DEFAULT_TIMEOUT_MS, DEFAULT_WAITER_MS
+};
 
 /* Shared memory for what forked children report. */
 static void *shared(size_t n)
@@ -52,23 +58,14 @@ static void *shared(size_t n)
 }
 
 #define NAME(buf, tag) test_lock_name(buf, sizeof buf, "test_rwlock", __func__, tag)
+#define NAMED_RWLOCK(lock, buf) NAMED_LOCK(dist_rwlock_init, lock, buf, "rw")
 
 /* ---- Redis helpers (main thread or forked child) ------------------------ */
 
-static long long key_exists(const char *key)
-{
-    return tu_cmd_int(&r, "EXISTS", key, NULL);
-}
-
-static long long hlen(const char *key)
-{
-    return tu_cmd_int(&r, "HLEN", key, NULL);
-}
-
-static long long hget_int(const char *key, const char *field)
-{
-    return tu_cmd_int(&r, "HGET", key, field, NULL);
-}
+/* One-number queries (tu_cmd_int: -1 for nil or an error). */
+#define key_exists(key)      tu_cmd_int(&r, "EXISTS", key, NULL)
+#define hlen(key)            tu_cmd_int(&r, "HLEN", key, NULL)
+#define hget_int(key, field) tu_cmd_int(&r, "HGET", key, field, NULL)
 
 static char *hget_str(const char *key, const char *field)
 {
@@ -131,18 +128,8 @@ static void tkey(char *buf, size_t len, const char *name, const char *owner,
     snprintf(buf, len, "{%s}:%s:rwlock_timeout:%d", name, owner, k);
 }
 
-static long long numsub(const char *chan)
-{
-    redisReply *x = tu_cmd(&r, "PUBSUB", "NUMSUB", chan, NULL);
-    long long n = -1;
-
-    if (x && x->type == REDIS_REPLY_ARRAY && x->elements == 2 &&
-        x->element[1]->type == REDIS_REPLY_INTEGER)
-        n = x->element[1]->integer;
-    if (x)
-        freeReplyObject(x);
-    return n;
-}
+/* Subscribers of chan (testhelp.h). */
+#define numsub(chan) pubsub_numsub(&r, chan)
 
 static void chan_of(char *buf, size_t len, const char *name)
 {
@@ -200,6 +187,7 @@ struct th {
     int rc, unlock_rc;
     int relock;                /* take it this many more times (reentrant) */
     double t_called, t_locked;
+    atomic_int in;             /* t_locked is set (for polling) */
     atomic_int *started;
     pthread_t th;
 };
@@ -234,6 +222,7 @@ static void *th_main(void *arg)
         atomic_fetch_add(t->started, 1);
     t->rc = do_op(t->rw, t->op, t->timeout_s);
     t->t_locked = tu_now();
+    atomic_store(&t->in, 1);
     for (i = 0; i < t->relock && t->rc == 0; i++)
         t->rc = do_op(t->rw, t->op, t->timeout_s);
     sem_post(&t->locked);
@@ -302,53 +291,6 @@ static int other_thread(dist_rwlock_t *rw, enum op op)
     return rc;
 }
 
-static int read_byte(int fd, int timeout_ms, unsigned char *b)
-{
-    struct pollfd pfd = { fd, POLLIN, 0 };
-
-    if (poll(&pfd, 1, timeout_ms) != 1)
-        return -1;
-    return read(fd, b, 1) == 1 ? 0 : -1;
-}
-
-/* ---- fixtures -------------------------------------------------------------- */
-
-static int group_setup(void **state)
-{
-    (void)state;
-    signal(SIGPIPE, SIG_IGN);
-    if (tu_redis_start(&r) != 0)
-        return -1;
-    if (dist_set_url(r.url_unix) != 0 ||
-        dist_set_watchdog_ms(DEFAULT_WATCHDOG_MS) != 0 ||
-        dist_set_timeout_ms(DEFAULT_TIMEOUT_MS) != 0 ||
-        dist_set_waiter_ms(DEFAULT_WAITER_MS) != 0)
-        return -1;
-    return 0;
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    dist_shutdown();
-    tu_redis_stop(&r);
-    return 0;
-}
-
-static int restore_defaults(void **state)
-{
-    (void)state;
-    if (g_dirty) {
-        dist_set_lost_handler(NULL, NULL);
-        dist_set_url(r.url_unix);
-        dist_set_watchdog_ms(DEFAULT_WATCHDOG_MS);
-        dist_set_timeout_ms(DEFAULT_TIMEOUT_MS);
-        dist_set_waiter_ms(DEFAULT_WAITER_MS);
-        g_dirty = 0;
-    }
-    return 0;
-}
-
 /* ---- 1 ------------------------------------------------------------------- */
 
 #define NREADERS 8
@@ -392,8 +334,7 @@ static void test_many_readers(void **state)
     int i, mode_read;
 
     (void)state;
-    NAME(name, "rw");
-    assert_int_equal(dist_rwlock_init(&rw, name, NULL), 0);
+    NAMED_RWLOCK(rw, name);
 
     /* the layout of one read hold */
     assert_int_equal(dist_rwlock_rdlock(&rw), 0);
@@ -442,8 +383,7 @@ static void test_writer_excludes(void **state)
     int n, i;
 
     (void)state;
-    NAME(name, "rw");
-    assert_int_equal(dist_rwlock_init(&rw, name, NULL), 0);
+    NAMED_RWLOCK(rw, name);
     assert_int_equal(dist_rwlock_wrlock(&rw), 0);
     assert_true(mode_is(name, "write"));
     n = fields(name, f, 4);
@@ -468,7 +408,7 @@ static void test_writer_excludes(void **state)
     while (th_wait(&rd, 0.01) != 0 && th_wait(&wr, 0.01) != 0)
         if (tu_now() - t0 > 10.0)
             break;
-    if (rd.t_locked > 0) {
+    if (atomic_load(&rd.in)) {
         el_rd = rd.t_locked - t0;
         th_finish(&rd);
         assert_int_equal(th_wait(&wr, 10.0), 0);
@@ -501,8 +441,7 @@ static void test_try_busy(void **state)
     dist_rwlock_t rw;
 
     (void)state;
-    NAME(name, "rw");
-    assert_int_equal(dist_rwlock_init(&rw, name, NULL), 0);
+    NAMED_RWLOCK(rw, name);
 
     assert_int_equal(dist_rwlock_tryrdlock(&rw), 0);
     assert_int_equal(other_thread(&rw, OP_TRYRD), 0);      /* readers share */
@@ -530,8 +469,7 @@ static void test_reentrant(void **state)
     int k;
 
     (void)state;
-    NAME(name, "rw");
-    assert_int_equal(dist_rwlock_init(&rw, name, NULL), 0);
+    NAMED_RWLOCK(rw, name);
     assert_int_equal(dist_rwlock_rdlock(&rw), 0);
     assert_int_equal(dist_rwlock_rdlock(&rw), 0);
     assert_int_equal(dist_rwlock_tryrdlock(&rw), 0);
@@ -578,6 +516,24 @@ static void test_reentrant(void **state)
 
 /* ---- 5 ------------------------------------------------------------------- */
 
+/* The reader of test_downgrade, in a forked child: rdlock on the parent's
+ * object (a new owner), the time it got in, unlock. */
+struct downgrade_arg {
+    dist_rwlock_t *rw;
+    double *t_in;
+};
+
+static void downgrade_child(void *arg)
+{
+    struct downgrade_arg *a = arg;
+    int rc = dist_rwlock_rdlock(a->rw);
+
+    a->t_in[0] = tu_now();
+    if (rc != 0)
+        _exit(3);
+    _exit(dist_rwlock_unlock(a->rw) == 0 ? 0 : 4);
+}
+
 /* wrlock; rdlock; unlock leaves a read lock, and a reader blocked in another
  * process enters at once. */
 static void test_downgrade(void **state)
@@ -585,16 +541,15 @@ static void test_downgrade(void **state)
     char name[200], wfield[300];
     dist_rwlock_t rw;
     double *t_in = shared(sizeof(double) * 2);
-    int fds[2], st = -1, subscribed, early, rc_try_wr, rc_try_rd;
-    unsigned char b = 0;
+    struct downgrade_arg ta;
+    int st = -1, subscribed, early, rc_try_wr, rc_try_rd;
     char *owner;
     double t0, el;
     pid_t pid;
 
     (void)state;
     assert_non_null(t_in);
-    NAME(name, "rw");
-    assert_int_equal(dist_rwlock_init(&rw, name, NULL), 0);
+    NAMED_RWLOCK(rw, name);
     assert_int_equal(dist_rwlock_wrlock(&rw), 0);
     assert_int_equal(dist_rwlock_rdlock(&rw), 0);     /* the writer may read */
     assert_true(mode_is(name, "write"));
@@ -606,28 +561,9 @@ static void test_downgrade(void **state)
     assert_int_equal(hget_int(name, wfield), 1);
     assert_int_equal(other_thread(&rw, OP_TRYRD), EBUSY);
 
-    assert_int_equal(pipe(fds), 0);
-    pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        int rc;
-        close(fds[0]);
-        b = 'w';
-        if (write(fds[1], &b, 1) != 1)
-            _exit(2);
-        rc = dist_rwlock_rdlock(&rw);   /* the parent's object: a new owner */
-        t_in[0] = tu_now();
-        if (rc != 0)
-            _exit(3);
-        _exit(dist_rwlock_unlock(&rw) == 0 ? 0 : 4);
-    }
-    close(fds[1]);
-    if (read_byte(fds[0], 10000, &b) != 0) {
-        kill(pid, SIGKILL);
-        waitpid(pid, NULL, 0);
-        fail_msg("the child did not start");
-    }
-    close(fds[0]);
+    ta.rw = &rw;
+    ta.t_in = t_in;
+    pid = fork_started(downgrade_child, &ta);
     subscribed = wait_subscribed(name, 10.0);
     tu_sleep_ms(300);                 /* into its sleep */
     early = t_in[0] != 0;
@@ -676,8 +612,7 @@ static void test_no_upgrade(void **state)
     char *owner;
 
     (void)state;
-    NAME(name, "rw");
-    assert_int_equal(dist_rwlock_init(&rw, name, NULL), 0);
+    NAMED_RWLOCK(rw, name);
     assert_int_equal(dist_rwlock_rdlock(&rw), 0);
     assert_int_equal(dist_rwlock_rdlock(&rw), 0);
     t0 = tu_now();
@@ -718,12 +653,10 @@ static void test_readers_behind_writer(void **state)
     long long holders = -1;
 
     (void)state;
-    NAME(name, "rw");
-    assert_int_equal(dist_rwlock_init(&rw, name, NULL), 0);
+    NAMED_RWLOCK(rw, name);
     assert_int_equal(dist_rwlock_wrlock(&rw), 0);
     for (i = 0; i < NBLOCKED; i++) {
         th_start(&t[i], &rw, OP_RD);
-        t[i].started = NULL;
     }
     (void)started;
     subscribed = wait_subscribed(name, 10.0);
@@ -737,7 +670,7 @@ static void test_readers_behind_writer(void **state)
     t0s = tu_now();
     while (tu_now() - t0s < 10.0) {
         for (i = all_in = 0; i < NBLOCKED; i++)
-            all_in += t[i].t_locked > 0;
+            all_in += atomic_load(&t[i].in);
         if (all_in == NBLOCKED)
             break;
         tu_sleep_ms(5);
@@ -745,7 +678,7 @@ static void test_readers_behind_writer(void **state)
     if (all_in == NBLOCKED)
         holders = hlen(name) - 1;          /* all of them at once */
     for (i = 0; i < NBLOCKED; i++) {
-        if (t[i].t_locked > 0 && t[i].t_locked - t0 > worst)
+        if (atomic_load(&t[i].in) && t[i].t_locked - t0 > worst)
             worst = t[i].t_locked - t0;
     }
     for (i = 0; i < NBLOCKED; i++)
@@ -768,6 +701,11 @@ static void test_readers_behind_writer(void **state)
 
 /* ---- 8 ------------------------------------------------------------------- */
 
+static int rdlock_of(void *rw)
+{
+    return dist_rwlock_rdlock(rw);
+}
+
 /* A reader killed with SIGKILL stops counting when its lease ends, although
  * a live reader keeps the lock alive; the writer then gets in as soon as the
  * live reader leaves. */
@@ -776,37 +714,19 @@ static void test_sigkill_reader(void **state)
     char name[200];
     dist_rwlock_t rw;
     struct th live, w;
-    int fds[2], st = 0, early, rc_try;
-    unsigned char b = 0xff;
+    int st = 0, early, rc_try, rc_child;
     double t_kill, t_live, el, before_live;
     long long held;
     pid_t pid;
 
     (void)state;
     NAME(name, "rw");
-    g_dirty = 1;
+    fx_dirty = 1;
     assert_int_equal(dist_set_watchdog_ms(1500), 0);
     assert_int_equal(dist_rwlock_init(&rw, name, NULL), 0);
-    assert_int_equal(pipe(fds), 0);
-    pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        unsigned char c;
-        close(fds[0]);
-        c = (unsigned char)dist_rwlock_rdlock(&rw);
-        if (write(fds[1], &c, 1) != 1)
-            _exit(2);
-        for (;;)
-            pause();
-    }
-    close(fds[1]);
-    if (read_byte(fds[0], 10000, &b) != 0 || b != 0) {
-        kill(pid, SIGKILL);
-        waitpid(pid, NULL, 0);
-        close(fds[0]);
-        fail_msg("the child did not take its read lock (%d)", b);
-    }
-    close(fds[0]);
+    pid = fork_locked(rdlock_of, &rw, &rc_child);
+    if (pid < 0)
+        fail_msg("the child did not take its read lock (%d)", rc_child);
 
     th_hold(&live, &rw, OP_RD);        /* a live reader, renewed */
     th_start(&w, &rw, OP_WR);          /* a writer waits for both */
@@ -829,7 +749,7 @@ static void test_sigkill_reader(void **state)
         el = w.t_locked - t_live;
     th_finish(&w);
     dist_set_watchdog_ms(DEFAULT_WATCHDOG_MS);
-    g_dirty = 0;
+    fx_dirty = 0;
 
     assert_true(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
     assert_false(early);
@@ -861,8 +781,7 @@ static void test_per_hold_lease(void **state)
     int rc_try_2s;
 
     (void)state;
-    NAME(name, "rw");
-    assert_int_equal(dist_rwlock_init(&rw, name, NULL), 0);
+    NAMED_RWLOCK(rw, name);
     assert_int_equal(dist_rwlockattr_init(&a), 0);
     assert_int_equal(dist_rwlockattr_setlease(&a, 4000), 0);
     assert_int_equal(dist_rwlock_init(&rw4, name, &a), 0);
@@ -991,6 +910,14 @@ static void test_writer_preference(void **state)
 
 /* ---- 11 ------------------------------------------------------------------ */
 
+/* A forked child's writer, waiting until it is killed. */
+static void wrlock_forever(void *rw)
+{
+    dist_rwlock_wrlock(rw);
+    for (;;)
+        pause();
+}
+
 /* A waiting writer of a writer-preferring lock whose process is killed stops
  * keeping readers out within its window. */
 static void test_preferring_writer_killed(void **state)
@@ -999,8 +926,7 @@ static void test_preferring_writer_killed(void **state)
     dist_rwlock_t rw;
     dist_rwlockattr_t a;
     struct th rd;
-    int fds[2], st = 0, waiting, rc_try;
-    unsigned char b = 0;
+    int st = 0, waiting, rc_try;
     double t_kill, el, lo;
     pid_t pid;
 
@@ -1010,25 +936,7 @@ static void test_preferring_writer_killed(void **state)
     assert_int_equal(dist_rwlockattr_setkind(&a, DIST_RWLOCK_PREFER_WRITER), 0);
     assert_int_equal(dist_rwlock_init(&rw, name, &a), 0);
     assert_int_equal(dist_rwlock_rdlock(&rw), 0);
-    assert_int_equal(pipe(fds), 0);
-    pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        close(fds[0]);
-        b = 'w';
-        if (write(fds[1], &b, 1) != 1)
-            _exit(2);
-        dist_rwlock_wrlock(&rw);
-        for (;;)
-            pause();
-    }
-    close(fds[1]);
-    if (read_byte(fds[0], 10000, &b) != 0) {
-        kill(pid, SIGKILL);
-        waitpid(pid, NULL, 0);
-        fail_msg("the child did not start");
-    }
-    close(fds[0]);
+    pid = fork_started(wrlock_forever, &rw);
     waiting = wait_writers(name, 1, 10.0);
     tu_sleep_ms(2000);            /* its process has refreshed its deadline */
     rc_try = other_thread(&rw, OP_TRYRD);
@@ -1065,8 +973,7 @@ static void test_timed(void **state)
     int rc_rd, rc_wr, rc_inval1, rc_inval2, rc_past;
 
     (void)state;
-    NAME(name, "rw");
-    assert_int_equal(dist_rwlock_init(&rw, name, NULL), 0);
+    NAMED_RWLOCK(rw, name);
     th_hold(&w, &rw, OP_WR);
     t0 = tu_now();
     dl = realtime_in(2.0);
@@ -1273,13 +1180,11 @@ static void test_no_channels_left(void **state)
     char name[200];
     dist_rwlock_t rw;
     struct th t[4];
-    int i, remaining = -1, subscribed, done = 0, finished[4] = { 0 };
+    int i, subscribed, done = 0, finished[4] = { 0 };
     double t0;
-    redisReply *x;
 
     (void)state;
-    NAME(name, "rw");
-    assert_int_equal(dist_rwlock_init(&rw, name, NULL), 0);
+    NAMED_RWLOCK(rw, name);
     assert_int_equal(dist_rwlock_wrlock(&rw), 0);
     for (i = 0; i < 4; i++)
         th_start(&t[i], &rw, i == 3 ? OP_WR : OP_RD);
@@ -1309,18 +1214,7 @@ static void test_no_channels_left(void **state)
     assert_int_equal(key_exists(name), 0);
     assert_int_equal(dist_rwlock_destroy(&rw), 0);
 
-    t0 = tu_now();
-    do {
-        x = tu_cmd(&r, "PUBSUB", "CHANNELS", NULL);
-        assert_non_null(x);
-        assert_int_equal(x->type, REDIS_REPLY_ARRAY);
-        remaining = (int)x->elements;
-        freeReplyObject(x);
-        if (remaining == 0)
-            break;
-        tu_sleep_ms(50);
-    } while (tu_now() - t0 < 3.0);
-    assert_int_equal(remaining, 0);
+    assert_int_equal(channels_left(&r, 3.0), 0);
 }
 
 /* ---- 16 ------------------------------------------------------------------ */
@@ -1442,8 +1336,7 @@ static void test_destroy_and_names(void **state)
     char *big;
 
     (void)state;
-    NAME(name, "rw");
-    assert_int_equal(dist_rwlock_init(&rw, name, NULL), 0);
+    NAMED_RWLOCK(rw, name);
     assert_int_equal(dist_rwlock_rdlock(&rw), 0);
     assert_int_equal(dist_rwlock_destroy(&rw), EBUSY);
     assert_int_equal(dist_rwlock_unlock(&rw), 0);
@@ -1516,7 +1409,7 @@ static void test_token(void **state)
  * never applied twice. */
 static void test_lost_reply_proxy(void **state)
 {
-    char name[200], url[64], tokkey[260], wfield[300];
+    char name[200], tokkey[260], wfield[300];
     dist_rwlock_t rw;
     tu_proxy_t *p;
     unsigned long fired;
@@ -1526,14 +1419,8 @@ static void test_lost_reply_proxy(void **state)
     (void)state;
     NAME(name, "rw");
     snprintf(tokkey, sizeof tokkey, "redisson_lock_token:{%s}", name);
-    p = tu_proxy_start(&r);
+    p = fx_proxy_up(&r);
     assert_non_null(p);
-    snprintf(url, sizeof url, "redis://127.0.0.1:%d", tu_proxy_port(p));
-    g_dirty = 1;
-    if (dist_set_url(url) != 0) {
-        tu_proxy_stop(p);
-        fail_msg("dist_set_url(%s) failed", url);
-    }
     assert_int_equal(dist_rwlock_init(&rw, name, NULL), 0);
     assert_int_equal(dist_rwlock_rdlock(&rw), 0);          /* warm up */
     owner = read_owner(name);
@@ -1582,9 +1469,8 @@ static void test_lost_reply_proxy(void **state)
     free(owner);
     assert_int_equal(dist_rwlock_destroy(&rw), 0);
 
-    assert_int_equal(dist_set_url(r.url_unix), 0);
-    g_dirty = 0;
-    tu_proxy_stop(p);
+    assert_int_equal(fx_proxy_down(&r, p), 0);
+    fx_dirty = 0;
 }
 
 /* ---- 20 ------------------------------------------------------------------ */
@@ -1609,7 +1495,7 @@ static void test_watchdog_and_lost(void **state)
 
     (void)state;
     NAME(name, "rw");
-    g_dirty = 1;
+    fx_dirty = 1;
     atomic_store(&lost_calls, 0);
     assert_int_equal(dist_set_lost_handler(on_lost, NULL), 0);
     assert_int_equal(dist_set_watchdog_ms(1500), 0);
@@ -1642,7 +1528,7 @@ static void test_watchdog_and_lost(void **state)
     rc_unlock = dist_rwlock_unlock(&rw);
     dist_set_lost_handler(NULL, NULL);
     dist_set_watchdog_ms(DEFAULT_WATCHDOG_MS);
-    g_dirty = 0;
+    fx_dirty = 0;
 
     if (min_lock <= 0 || min_k1 <= 0 || min_k2 <= 0)
         fail_msg("a PTTL fell to 0 while held: lock %lld, holds %lld %lld",
@@ -1668,8 +1554,7 @@ static void test_fork_child(void **state)
 
     (void)state;
     assert_non_null(code);
-    NAME(name, "rw");
-    assert_int_equal(dist_rwlock_init(&rw, name, NULL), 0);
+    NAMED_RWLOCK(rw, name);
     assert_int_equal(dist_rwlock_rdlock(&rw), 0);
     owner = read_owner(name);
     assert_non_null(owner);
@@ -1719,7 +1604,7 @@ static void test_unknown_outcome(void **state)
 
     (void)state;
     NAME(name, "rw");
-    g_dirty = 1;
+    fx_dirty = 1;
     assert_int_equal(dist_rwlock_init(&rw, name, NULL), 0);
     assert_int_equal(dist_rwlock_rdlock(&rw), 0);
     owner = read_owner(name);
@@ -1750,7 +1635,7 @@ static void test_unknown_outcome(void **state)
     after_unlock = hget_int(name, owner);     /* 0 (-1: nil) if it ran, else 1 */
     rc_try = dist_rwlock_tryrdlock(&rw);      /* settles first */
     assert_int_equal(dist_set_timeout_ms(DEFAULT_TIMEOUT_MS), 0);
-    g_dirty = 0;
+    fx_dirty = 0;
 
     assert_int_equal(rc_lock, EIO);
     assert_dbl_range(el_lock, 0.3, slack(5.0));
@@ -1775,7 +1660,7 @@ static void test_unknown_outcome(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-#define T(f) cmocka_unit_test_teardown(f, restore_defaults)
+#define T(f) cmocka_unit_test_teardown(f, fx_restore_defaults)
         T(test_many_readers),
         T(test_writer_excludes),
         T(test_try_busy),
@@ -1798,11 +1683,6 @@ int main(void)
         T(test_watchdog_and_lost),
         T(test_fork_child),
         T(test_unknown_outcome),
-#undef T
     };
-    const char *filter = getenv("TEST_RWLOCK_FILTER");
-
-    if (filter && *filter)
-        cmocka_set_test_filter(filter);
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return fx_run_group(tests, &r, &defaults, "TEST_RWLOCK_FILTER");
 }

@@ -15,10 +15,11 @@
 #include <cmocka.h>
 
 #include "distlock.h"
-#include "testutil.h"
+#include "harness_server.h"
 #include "testhelp.h"
-#include "topo.h"
+#include "harness_sentinel.h"
 #include "hahelp.h"
+#include "fixture.h"
 
 #define WATCHDOG_MS 10000UL  /* much longer than a failover */
 #define TIMEOUT_MS  1000UL
@@ -31,22 +32,10 @@ static void lock_name(char *buf, size_t len, const char *what)
     snprintf(buf, len, "ha-%s-%d-%d", what, (int)getpid(), ++g_seq);
 }
 
-static long long node_pttl(void *topo, int node, const char *key)
+static redisReply *ha_node_cmd(void *topo, int node, const char *verb,
+                               const char *key)
 {
-    redisReply *r = tu_sentinel_cmd(topo, node, "PTTL", key, NULL);
-    long long v = r && r->type == REDIS_REPLY_INTEGER ? r->integer : -3;
-
-    freeReplyObject(r);
-    return v;
-}
-
-static int node_exists(int node, const char *key)
-{
-    redisReply *r = tu_sentinel_cmd(S, node, "EXISTS", key, NULL);
-    int v = r && r->type == REDIS_REPLY_INTEGER ? (int)r->integer : -1;
-
-    freeReplyObject(r);
-    return v;
+    return tu_sentinel_cmd(topo, node, verb, key, NULL);
 }
 
 /* EVALSHA and EVAL calls the node has run so far. */
@@ -109,13 +98,11 @@ static int resume_all(void **state)
 
 static int setup(void **state)
 {
+    static const struct fx_settings settings = { WATCHDOG_MS, TIMEOUT_MS, 0 };
+
     (void)state;
     S = tu_sentinel_start(2, 3, NULL);
-    if (!S)
-        return -1;
-    if (dist_set_url(tu_sentinel_url(S)) != 0 ||
-        dist_set_watchdog_ms(WATCHDOG_MS) != 0 ||
-        dist_set_timeout_ms(TIMEOUT_MS) != 0)
+    if (S == NULL || fx_apply(tu_sentinel_url(S), &settings) != 0)
         return -1;
     dist_set_lost_handler(on_lost, NULL);
     return 0;
@@ -144,13 +131,13 @@ static void test_lock_reaches_a_replica(void **state)
     lock_name(name, sizeof name, "basic");
     assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
     assert_int_equal(dist_mutex_lock(&m), 0);
-    assert_int_equal(node_exists(master, name), 1);
+    assert_int_equal(node_exists(S, master, name), 1);
     for (i = 0; i < tu_sentinel_nodes(S); i++)
-        if (i != master && node_exists(i, name) == 1)
+        if (i != master && node_exists(S, i, name) == 1)
             copies++;
     assert_true(copies >= 1);
     assert_int_equal(dist_mutex_unlock(&m), 0);
-    assert_int_equal(node_exists(master, name), 0);
+    assert_int_equal(node_exists(S, master, name), 0);
     assert_int_equal(dist_mutex_destroy(&m), 0);
 }
 
@@ -191,9 +178,9 @@ static void test_no_replica_ack_fails_cleanly(void **state)
     expect_rc(dist_rwlock_wrlock(&rw), DIST_ENOREPLICA);
     expect_rc(dist_rwlock_rdlock(&rw), DIST_ENOREPLICA);
     /* nothing left behind, nothing held */
-    assert_int_equal(node_exists(master, name), 0);
-    assert_int_equal(node_exists(master, fname), 0);
-    assert_int_equal(node_exists(master, rname), 0);
+    assert_int_equal(node_exists(S, master, name), 0);
+    assert_int_equal(node_exists(S, master, fname), 0);
+    assert_int_equal(node_exists(S, master, rname), 0);
     assert_int_equal(dist_mutex_unlock(&m), EPERM);
     for (i = 0; i < tu_sentinel_nodes(S); i++)
         if (i != master)
@@ -268,7 +255,7 @@ static void failover_with_lock(enum fault how, const char *tag, int kind)
      * fault; the old master may renew it until the switch after SENTINEL
      * FAILOVER, so there only renewals at most 0.5 s before every sentinel
      * agreed count) */
-    assert_int_equal(node_exists(now_master, name), 1);
+    assert_int_equal(node_exists(S, now_master, name), 1);
     t_renew = ha_renewed_since(node_pttl, S, &now_master, 1, name,
                                WATCHDOG_MS, how == F_COMMAND ? t_fail - 0.5
                                                              : t_fault,
@@ -310,22 +297,18 @@ static void failover_with_lock(enum fault how, const char *tag, int kind)
     settle();
 }
 
-static void test_failover_command(void **state)
-{
-    (void)state;
-    failover_with_lock(F_COMMAND, "failover", HA_MUTEX);
-}
+/* One failover with a lock held: how, the label of its figures, the kind of
+ * lock (test_failover_command, test_master_killed, test_master_stopped). */
+struct failover_case {
+    enum fault how;
+    const char *tag;
+};
 
-static void test_master_killed(void **state)
+static void test_failover(void **state)
 {
-    (void)state;
-    failover_with_lock(F_KILL, "kill", HA_MUTEX);
-}
+    const struct failover_case *c = *state;
 
-static void test_master_stopped(void **state)
-{
-    (void)state;
-    failover_with_lock(F_STOP, "stop", HA_MUTEX);
+    failover_with_lock(c->how, c->tag, HA_MUTEX);
 }
 
 static void test_fair_and_rwlock_across_failover(void **state)
@@ -368,7 +351,7 @@ static void test_lost_lock_without_replica_check(void **state)
             assert_int_equal(tu_sentinel_signal(S, i, SIGCONT), 0);
     nm = tu_sentinel_wait_new_master(S, old, 30000);
     assert_true(nm >= 0);
-    assert_int_equal(node_exists(nm, name), 0);
+    assert_int_equal(node_exists(S, nm, name), 0);
 
     /* a second holder, though this thread never let go: its hold is on
      * no server any more.  (This process finds out at its first renewal
@@ -391,12 +374,15 @@ static void test_lost_lock_without_replica_check(void **state)
 
 int main(void)
 {
+    static struct failover_case by_command = { F_COMMAND, "failover" },
+                                by_kill = { F_KILL, "kill" },
+                                by_stop = { F_STOP, "stop" };
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_lock_reaches_a_replica, resume_all),
         cmocka_unit_test_teardown(test_no_replica_ack_fails_cleanly, resume_all),
-        cmocka_unit_test_teardown(test_failover_command, resume_all),
-        cmocka_unit_test_teardown(test_master_killed, resume_all),
-        cmocka_unit_test_teardown(test_master_stopped, resume_all),
+        param_test(test_failover_command, test_failover, &by_command, resume_all),
+        param_test(test_master_killed, test_failover, &by_kill, resume_all),
+        param_test(test_master_stopped, test_failover, &by_stop, resume_all),
         cmocka_unit_test_teardown(test_fair_and_rwlock_across_failover, resume_all),
         cmocka_unit_test_teardown(test_lost_lock_without_replica_check, resume_all),
     };

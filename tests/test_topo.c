@@ -1,5 +1,6 @@
 /*
- * test_topo: the HA topologies of topo.h do what they claim, against real
+ * test_topo: the HA topologies of the test harness (harness_cluster.h,
+ * harness_sentinel.h) do what they claim, against real
  * redis-server processes.
  *
  *   group "cluster 3":   3 masters - layout, CLUSTER KEYSLOT against our own
@@ -32,8 +33,9 @@
 
 #include <cmocka.h>
 
-#include "testutil.h"
-#include "topo.h"
+#include "harness_server.h"
+#include "harness_cluster.h"
+#include "harness_sentinel.h"
 
 #define WAIT_MS 30000   /* bound for every wait: generous on purpose */
 

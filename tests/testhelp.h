@@ -1,11 +1,13 @@
 /*
- * testhelp.h: helpers the cmocka test programs share (testutil.h is the
- * plain-C part; this one may use cmocka and is included after it).
+ * testhelp.h: helpers the cmocka test programs share (harness_server.h is
+ * the plain-C part; this one may use cmocka and is included after it).
  * Everything is static: each program gets its own copy.
  */
 #ifndef DISTLOCK_TESTHELP_H
 #define DISTLOCK_TESTHELP_H
 
+#include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -88,22 +90,150 @@ static inline char *lock_owner_field(tu_redis_t *r, const char *key,
     return f;
 }
 
-/* CLOCK_REALTIME secs from now, for timed calls. */
-static inline struct timespec realtime_in(double secs)
-{
-    struct timespec ts;
-    long long ns;
+/* A table entry for a test run with *state = arg: one function for cases
+ * that differ in a value only, each case under its own name.  teardown may
+ * be NULL. */
+#define param_test(name, fn, arg, teardown)                                  \
+    { #name, fn, NULL, teardown, (void *)(arg) }
 
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ns = (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec +
-         (long long)(secs * 1e9);
-    ts.tv_sec = (time_t)(ns / 1000000000LL);
-    ts.tv_nsec = (long)(ns % 1000000000LL);
-    if (ts.tv_nsec < 0) {
-        ts.tv_nsec += 1000000000L;
-        ts.tv_sec--;
+/* A fresh name (the program's NAME) and the lock on it, made by init
+ * (dist_mutex_init, dist_rwlock_init) with default attributes. */
+#define NAMED_LOCK(init, lock, buf, tag)                                     \
+    do {                                                                     \
+        NAME(buf, tag);                                                      \
+        assert_int_equal(init(&(lock), buf, NULL), 0);                       \
+    } while (0)
+
+/* Runs only the tests whose names match the glob in the environment
+ * variable env, when it is set (e.g. TEST_MUTEX_FILTER=test_fork*). */
+static inline void filter_from_env(const char *env)
+{
+    const char *filter = getenv(env);
+
+    if (filter && *filter)
+        cmocka_set_test_filter(filter);
+}
+
+/* The lock hash key on r has one owner, owner when not NULL, holding it
+ * once. */
+static inline void assert_held_once(tu_redis_t *r, const char *key,
+                                    const char *owner)
+{
+    long long cnt = 0;
+    char *own = lock_owner_field(r, key, &cnt);
+
+    assert_non_null(own);
+    if (owner != NULL)
+        assert_string_equal(own, owner);
+    assert_int_equal(cnt, 1);
+    free(own);
+}
+
+/* Channels with subscribers on r (PUBSUB CHANNELS) once there are none,
+ * or when secs have passed. */
+static inline long long channels_left(tu_redis_t *r, double secs)
+{
+    double end = tu_now() + secs;
+    redisReply *x;
+    long long n;
+
+    for (;;) {
+        x = tu_cmd(r, "PUBSUB", "CHANNELS", NULL);
+        assert_non_null(x);
+        assert_int_equal(x->type, REDIS_REPLY_ARRAY);
+        n = (long long)x->elements;
+        freeReplyObject(x);
+        if (n == 0 || tu_now() >= end)
+            return n;
+        tu_sleep_ms(50);
     }
-    return ts;
+}
+
+/* Subscribers of chan on r (PUBSUB NUMSUB); -1 on error. */
+static inline long long pubsub_numsub(tu_redis_t *r, const char *chan)
+{
+    redisReply *x = tu_cmd(r, "PUBSUB", "NUMSUB", chan, NULL);
+    long long n = -1;
+
+    if (x && x->type == REDIS_REPLY_ARRAY && x->elements == 2 &&
+        x->element[1]->type == REDIS_REPLY_INTEGER)
+        n = x->element[1]->integer;
+    if (x)
+        freeReplyObject(x);
+    return n;
+}
+
+/* One byte from fd within timeout_ms: the byte (0..255), or -1. */
+static inline int read_byte(int fd, int timeout_ms)
+{
+    struct pollfd pfd = { fd, POLLIN, 0 };
+    unsigned char b;
+
+    if (poll(&pfd, 1, timeout_ms) != 1 || read(fd, &b, 1) != 1)
+        return -1;
+    return b;
+}
+
+/* A forked child that calls lock(obj), writes its result (one byte) on a
+ * pipe and then sleeps until it is killed.  Returns its pid once the
+ * result came, the result in *rc; if none came within 10 s (*rc -1) or
+ * the lock failed, the child is killed and reaped and -1 returned. */
+static inline pid_t fork_locked(int (*lock)(void *), void *obj, int *rc)
+{
+    int fds[2];
+    pid_t pid;
+
+    assert_int_equal(pipe(fds), 0);
+    pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        unsigned char c;
+
+        close(fds[0]);
+        c = (unsigned char)lock(obj);
+        if (write(fds[1], &c, 1) != 1)
+            _exit(2);
+        for (;;)
+            pause();
+    }
+    close(fds[1]);
+    *rc = read_byte(fds[0], 10000);
+    close(fds[0]);
+    if (*rc != 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        return -1;
+    }
+    return pid;
+}
+
+/* A forked child that says it started (one byte on a pipe) and then runs
+ * body(arg), which exits.  Returns its pid once it said so; when it did not
+ * within 10 s, kills and reaps it and fails the test. */
+static inline pid_t fork_started(void (*body)(void *), void *arg)
+{
+    int fds[2], said;
+    pid_t pid;
+
+    assert_int_equal(pipe(fds), 0);
+    pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        close(fds[0]);
+        if (write(fds[1], "w", 1) != 1)
+            _exit(2);
+        body(arg);
+        _exit(2);
+    }
+    close(fds[1]);
+    said = read_byte(fds[0], 10000);
+    close(fds[0]);
+    if (said < 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        fail_msg("the child did not start");
+    }
+    return pid;
 }
 
 #endif

@@ -364,25 +364,22 @@ static void absolute(const char *path, char *buf)
     }
 }
 
-int main(int argc, char **argv)
-{
-    const char *config = getenv("DISTLOCK_PRELOAD_CONFIG");
-    const char *shim = getenv("DISTLOCK_PRELOAD_LIB");
-    double timeout = 30;
-    int verbose = 0, i, first, fds[2], rc, st, exec_errno = 0;
-    static char config_abs[PATH_MAX], shim_abs[PATH_MAX], prog[PATH_MAX];
-    static char preload[2 * PATH_MAX + 2];
-    char env[64];
-    struct elfinfo shim_elf;
-    struct stat pst;
-    struct sigaction sa;
-    sigset_t fwd, old;
-    unsigned long mapped = 0;
-    const char *old_preload;
-    pid_t pid;
+/* What one run is about: the options, then the files they lead to. */
+struct run {
+    const char *config, *shim;
+    double timeout;
+    int verbose;
+    char **argv;                 /* the program's, from ours */
+    char config_abs[PATH_MAX], shim_abs[PATH_MAX], prog[PATH_MAX];
+    char preload[2 * PATH_MAX + 2];
+    struct stat pst;             /* of prog */
+};
 
-    if (!shim || !*shim)
-        shim = DISTLOCK_PRELOAD_LIB;
+/* Reads the options into r.  -1 to go on, else the exit status. */
+static int parse_options(int argc, char **argv, struct run *r)
+{
+    int i;
+
     for (i = 1; i < argc; i++) {
         const char *a = argv[i];
 
@@ -396,20 +393,20 @@ int main(int argc, char **argv)
             usage(stdout);
             return 0;
         } else if (strcmp(a, "-v") == 0 || strcmp(a, "--verbose") == 0) {
-            verbose = 1;
+            r->verbose = 1;
         } else if ((strcmp(a, "--config") == 0 || strcmp(a, "-c") == 0) &&
                    i + 1 < argc) {
-            config = argv[++i];
+            r->config = argv[++i];
         } else if (strncmp(a, "--config=", 9) == 0) {
-            config = a + 9;
+            r->config = a + 9;
         } else if (strcmp(a, "--preload") == 0 && i + 1 < argc) {
-            shim = argv[++i];
+            r->shim = argv[++i];
         } else if (strncmp(a, "--preload=", 10) == 0) {
-            shim = a + 10;
+            r->shim = a + 10;
         } else if (strcmp(a, "--timeout") == 0 && i + 1 < argc) {
             char *end;
-            timeout = strtod(argv[++i], &end);
-            if (*end || !(timeout > 0)) {
+            r->timeout = strtod(argv[++i], &end);
+            if (*end || !(r->timeout > 0)) {
                 say("--timeout: a number of seconds, not '%s'", argv[i]);
                 return EXIT_USAGE;
             }
@@ -419,56 +416,107 @@ int main(int argc, char **argv)
             return EXIT_USAGE;
         }
     }
-    first = i;
-    if (first >= argc) {
+    if (i >= argc) {
         say("no program to run");
         usage(stderr);
         return EXIT_USAGE;
     }
-    if (!config || !*config) {
+    r->argv = argv + i;
+    return -1;
+}
+
+/* The configuration, the shim and the program, checked before anything
+ * starts.  0, or the exit status. */
+static int check_files(struct run *r)
+{
+    struct elfinfo shim_elf;
+    int rc;
+
+    if (!r->config || !*r->config) {
         say("no configuration: give --config FILE (or set "
             "DISTLOCK_PRELOAD_CONFIG)");
         return EXIT_USAGE;
     }
-    if (access(config, R_OK) != 0) {
-        say("%s: cannot open the configuration: %s", config, strerror(errno));
+    if (access(r->config, R_OK) != 0) {
+        say("%s: cannot open the configuration: %s", r->config,
+            strerror(errno));
         return EXIT_CONFIG;
     }
-    absolute(config, config_abs);
-    if (!strchr(shim, '/') && access(shim, F_OK) != 0) {
+    absolute(r->config, r->config_abs);
+    if (!strchr(r->shim, '/') && access(r->shim, F_OK) != 0) {
         say("%s: the shim is not installed there; give --preload LIB",
-            shim);
+            r->shim);
         return EXIT_CONFIG;
     }
-    absolute(shim, shim_abs);
-    rc = read_elf(shim_abs, &shim_elf);
+    absolute(r->shim, r->shim_abs);
+    rc = read_elf(r->shim_abs, &shim_elf);
     if (rc != 0 || shim_elf.type != ET_DYN) {
-        say("%s: not a shared library", shim_abs);
+        say("%s: not a shared library", r->shim_abs);
         return EXIT_CONFIG;
     }
-    if (find_program(argv[first], prog, sizeof prog) != 0) {
-        say("%s: command not found", argv[first]);
+    if (find_program(r->argv[0], r->prog, sizeof r->prog) != 0) {
+        say("%s: command not found", r->argv[0]);
         return EXIT_NOTFOUND;
     }
-    if ((rc = check_program(prog, &shim_elf, &pst)) != 0)
-        return rc;
+    return check_program(r->prog, &shim_elf, &r->pst);
+}
 
+/* The program's LD_PRELOAD.  0, or the exit status. */
+static int set_preload(struct run *r)
+{
     /* after what is there already: a sanitizer runtime, for one, must
      * stay first */
-    old_preload = getenv("LD_PRELOAD");
+    const char *old_preload = getenv("LD_PRELOAD");
+
     if (old_preload && *old_preload) {
         if (strlen(old_preload) >= PATH_MAX) {
             say("LD_PRELOAD is too long");
             return EXIT_USAGE;
         }
-        snprintf(preload, sizeof preload, "%s:%s", old_preload, shim_abs);
+        snprintf(r->preload, sizeof r->preload, "%s:%s", old_preload,
+                 r->shim_abs);
     } else {
-        snprintf(preload, sizeof preload, "%s", shim_abs);
+        snprintf(r->preload, sizeof r->preload, "%s", r->shim_abs);
     }
-    if (pipe2(fds, O_CLOEXEC) != 0) {
-        say("pipe: %s", strerror(errno));
-        return EXIT_FAILURE;
-    }
+    return 0;
+}
+
+/* In the child: the settings the shim reads, then the program.  The status
+ * pipe's write end is duplicated without FD_CLOEXEC for the shim. */
+static void exec_program(const struct run *r, int status_w,
+                         const sigset_t *old) __attribute__((noreturn));
+static void exec_program(const struct run *r, int status_w,
+                         const sigset_t *old)
+{
+    int sfd = fcntl(status_w, F_DUPFD, 3);
+    char env[64];
+
+    if (sfd < 0)
+        _exit(EXIT_FAILURE);
+    snprintf(env, sizeof env, "%d:%ld", sfd, (long)getpid());
+    setenv("DISTLOCK_PRELOAD_STATUS_FD", env, 1);
+    snprintf(env, sizeof env, "%llu:%llu",
+             (unsigned long long)r->pst.st_dev,
+             (unsigned long long)r->pst.st_ino);
+    setenv("DISTLOCK_PRELOAD_TARGET", env, 1);
+    setenv("DISTLOCK_PRELOAD_CONFIG", r->config_abs, 1);
+    setenv("LD_PRELOAD", r->preload, 1);
+    if (r->verbose)
+        setenv("DISTLOCK_PRELOAD_VERBOSE", "1", 1);
+    sigprocmask(SIG_SETMASK, old, NULL);
+    execv(r->prog, r->argv);
+    dprintf(sfd, "msg %s: cannot execute %s: %s\nexec %d\n", prog_name,
+            r->prog, strerror(errno), errno);
+    _exit(errno == ENOENT ? EXIT_NOTFOUND : EXIT_REFUSED);
+}
+
+/* Forks the program and forwards signals to it.  Its pid, or -1. */
+static pid_t start_program(const struct run *r, int fds[2])
+{
+    struct sigaction sa;
+    sigset_t fwd, old;
+    pid_t pid;
+    int i;
 
     /* no forwarded signal may slip between fork and knowing the pid */
     sigemptyset(&fwd);
@@ -479,29 +527,10 @@ int main(int argc, char **argv)
     pid = fork();
     if (pid < 0) {
         say("fork: %s", strerror(errno));
-        return EXIT_FAILURE;
+        return -1;
     }
-    if (pid == 0) {
-        int sfd = fcntl(fds[1], F_DUPFD, 3);    /* without FD_CLOEXEC */
-
-        if (sfd < 0)
-            _exit(EXIT_FAILURE);
-        snprintf(env, sizeof env, "%d:%ld", sfd, (long)getpid());
-        setenv("DISTLOCK_PRELOAD_STATUS_FD", env, 1);
-        snprintf(env, sizeof env, "%llu:%llu",
-                 (unsigned long long)pst.st_dev,
-                 (unsigned long long)pst.st_ino);
-        setenv("DISTLOCK_PRELOAD_TARGET", env, 1);
-        setenv("DISTLOCK_PRELOAD_CONFIG", config_abs, 1);
-        setenv("LD_PRELOAD", preload, 1);
-        if (verbose)
-            setenv("DISTLOCK_PRELOAD_VERBOSE", "1", 1);
-        sigprocmask(SIG_SETMASK, &old, NULL);
-        execv(prog, argv + first);
-        dprintf(sfd, "msg %s: cannot execute %s: %s\nexec %d\n", prog_name,
-                prog, strerror(errno), errno);
-        _exit(errno == ENOENT ? EXIT_NOTFOUND : EXIT_REFUSED);
-    }
+    if (pid == 0)
+        exec_program(r, fds[1], &old);
     child = pid;
     close(fds[1]);
     memset(&sa, 0, sizeof sa);
@@ -511,19 +540,28 @@ int main(int argc, char **argv)
     for (i = 0; i < NFWD; i++)
         sigaction(fwd_sigs[i], &sa, NULL);
     sigprocmask(SIG_SETMASK, &old, NULL);
+    return pid;
+}
 
-    rc = read_status(fds[0], timeout, &mapped, &exec_errno);
-    close(fds[0]);
+/* Waits for the shim's report on fd.  -1 when the program may run on,
+ * else the exit status (the program stopped). */
+static int await_shim(const struct run *r, pid_t pid, int fd)
+{
+    unsigned long mapped = 0;
+    int rc, st, exec_errno = 0;
+
+    rc = read_status(fd, r->timeout, &mapped, &exec_errno);
+    close(fd);
     switch (rc) {
     case ST_OK:
-        if (verbose)
-            say("%s: %lu mapping%s in place", prog, mapped,
+        if (r->verbose)
+            say("%s: %lu mapping%s in place", r->prog, mapped,
                 mapped == 1 ? "" : "s");
-        break;
+        return -1;
     case ST_FAIL:
-        st = wait_child(pid);
+        wait_child(pid);
         say("%s was not started: the shim refused the configuration %s",
-            prog, config_abs);
+            r->prog, r->config_abs);
         return EXIT_CONFIG;
     case ST_EXEC:
         wait_child(pid);
@@ -532,17 +570,44 @@ int main(int argc, char **argv)
         kill(pid, SIGKILL);
         st = wait_child(pid);
         say("%s: the shim did not load (the program closed the status pipe "
-            "without a report%s); it was stopped", prog,
+            "without a report%s); it was stopped", r->prog,
             WIFEXITED(st) ? ", and exited" : "");
         return EXIT_CONFIG;
     default:
         kill(pid, SIGKILL);
         wait_child(pid);
         say("%s: the shim did not report within %g s (not loaded?); the "
-            "program was killed", prog, timeout);
+            "program was killed", r->prog, r->timeout);
         return EXIT_CONFIG;
     }
-    st = wait_child(pid);
-    die_like(st);
+}
+
+int main(int argc, char **argv)
+{
+    static struct run r;
+    int fds[2], rc;
+    pid_t pid;
+
+    r.config = getenv("DISTLOCK_PRELOAD_CONFIG");
+    r.shim = getenv("DISTLOCK_PRELOAD_LIB");
+    r.timeout = 30;
+    if (!r.shim || !*r.shim)
+        r.shim = DISTLOCK_PRELOAD_LIB;
+    if ((rc = parse_options(argc, argv, &r)) >= 0)
+        return rc;
+    if ((rc = check_files(&r)) != 0)
+        return rc;
+    if ((rc = set_preload(&r)) != 0)
+        return rc;
+    if (pipe2(fds, O_CLOEXEC) != 0) {
+        say("pipe: %s", strerror(errno));
+        return EXIT_FAILURE;
+    }
+    pid = start_program(&r, fds);
+    if (pid < 0)
+        return EXIT_FAILURE;
+    if ((rc = await_shim(&r, pid, fds[0])) >= 0)
+        return rc;
+    die_like(wait_child(pid));
     return EXIT_FAILURE;
 }

@@ -20,9 +20,13 @@
 
 #include "preload.h"
 
-#define MAX_KEYS 16
-
 enum sect { S_NONE, S_REDIS, S_PRELOAD, S_MAP, S_SKIP };
+
+/* A key given in the current section, to refuse a second one. */
+struct seen {
+    char *name;
+    int line;
+};
 
 struct header {
     char *text;            /* normalised: "redis", "mutex NAME", ... */
@@ -43,8 +47,8 @@ struct parse {
     struct header *hdr;
     size_t nhdr;
     int redis_line, preload_line;
-    struct { char name[32]; int line; } seen[MAX_KEYS];
-    int nseen;
+    struct seen *seen;     /* every key of the current section */
+    size_t nseen, seen_cap;
     int url_line;
 };
 
@@ -107,6 +111,13 @@ static const char *find_end(const char *s, const char *chars)
 
 /* ---- sections -------------------------------------------------------------- */
 
+/* A new section starts with no keys given. */
+static void forget_keys(struct parse *p)
+{
+    while (p->nseen > 0)
+        free(p->seen[--p->nseen].name);
+}
+
 static void section_defaults(struct pl_section *s)
 {
     memset(s, 0, sizeof *s);
@@ -115,104 +126,152 @@ static void section_defaults(struct pl_section *s)
     s->on_unresolved = PL_UNRES_DEFAULT;
 }
 
-static void new_section(struct parse *p, const char *text, size_t n)
+/* The lock kind and name of "mutex NAME" or "rwlock NAME" (text trimmed,
+ * wlen the length of its first word).  S_MAP with *norm and *lock
+ * allocated (*norm NULL when out of memory), or S_SKIP after reporting. */
+static enum sect map_header(struct parse *p, const char *text, size_t n,
+                            size_t wlen, char **norm, char **lock,
+                            enum pl_kind *mk)
 {
-    struct pl_config *cfg = p->cfg;
-    char *norm = NULL, *lock = NULL;
-    enum sect kind = S_SKIP;
-    enum pl_kind mk = PL_MUTEX;
-    const char *sp;
-    size_t i, wlen;
-    struct header *h;
+    const char *nm = text + wlen;
+    size_t nl;
 
-    p->cur = S_SKIP;
-    p->sec = NULL;
-    p->nseen = 0;
-    while (n > 0 && isspace((unsigned char)*text))
-        text++, n--;
-    n = trimlen(text, n);
+    while (nm < text + n && isspace((unsigned char)*nm))
+        nm++;
+    nl = (size_t)(text + n - nm);
+    if (nl == 0) {
+        perr(p, p->line, "[%.*s] needs the distributed lock's name: "
+             "[%.*s NAME]", (int)n, text, (int)wlen, text);
+        return S_SKIP;
+    }
+    if (nl > DIST_NAME_MAX) {
+        perr(p, p->line, "lock name longer than %d bytes", DIST_NAME_MAX);
+        return S_SKIP;
+    }
+    *mk = wlen == 5 ? PL_MUTEX : PL_RWLOCK;
+    *lock = dupn(nm, nl);
+    *norm = *lock ? malloc(wlen + 1 + nl + 1) : NULL;
+    if (*norm)
+        sprintf(*norm, "%.*s %s", (int)wlen, text, *lock);
+    return S_MAP;
+}
+
+/* What a header's text (trimmed) opens: its kind and normalised text, and
+ * for a mapping section the lock's kind and name.  *norm is NULL when out
+ * of memory; S_SKIP after reporting a header that is not understood. */
+static enum sect read_header(struct parse *p, const char *text, size_t n,
+                             char **norm, char **lock, enum pl_kind *mk)
+{
+    const char *sp;
+    size_t wlen;
+
     for (sp = text; sp < text + n && !isspace((unsigned char)*sp); sp++)
         ;
     wlen = (size_t)(sp - text);
     if (wlen == n && n == 5 && memcmp(text, "redis", 5) == 0) {
-        kind = S_REDIS;
-        norm = dupn(text, n);
-    } else if (wlen == n && n == 7 && memcmp(text, "preload", 7) == 0) {
-        kind = S_PRELOAD;
-        norm = dupn(text, n);
-    } else if ((wlen == 5 && memcmp(text, "mutex", 5) == 0) ||
-               (wlen == 6 && memcmp(text, "rwlock", 6) == 0)) {
-        const char *nm = text + wlen;
-        size_t nl;
+        *norm = dupn(text, n);
+        return S_REDIS;
+    }
+    if (wlen == n && n == 7 && memcmp(text, "preload", 7) == 0) {
+        *norm = dupn(text, n);
+        return S_PRELOAD;
+    }
+    if ((wlen == 5 && memcmp(text, "mutex", 5) == 0) ||
+        (wlen == 6 && memcmp(text, "rwlock", 6) == 0))
+        return map_header(p, text, n, wlen, norm, lock, mk);
+    perr(p, p->line, "unknown section [%.*s]: expected [redis], "
+         "[preload], [mutex NAME] or [rwlock NAME]", (int)n, text);
+    return S_SKIP;
+}
 
-        while (nm < text + n && isspace((unsigned char)*nm))
-            nm++;
-        nl = (size_t)(text + n - nm);
-        if (nl == 0) {
-            perr(p, p->line, "[%.*s] needs the distributed lock's name: "
-                 "[%.*s NAME]", (int)n, text, (int)wlen, text);
-            return;
-        }
-        if (nl > DIST_NAME_MAX) {
-            perr(p, p->line, "lock name longer than %d bytes", DIST_NAME_MAX);
-            return;
-        }
-        kind = S_MAP;
-        mk = wlen == 5 ? PL_MUTEX : PL_RWLOCK;
-        lock = dupn(nm, nl);
-        norm = lock ? malloc(wlen + 1 + nl + 1) : NULL;
-        if (norm)
-            sprintf(norm, "%.*s %s", (int)wlen, text, lock);
-    } else {
-        perr(p, p->line, "unknown section [%.*s]: expected [redis], "
-             "[preload], [mutex NAME] or [rwlock NAME]", (int)n, text);
-        return;
-    }
-    if (!norm) {
-        free(lock);
-        perr(p, p->line, "out of memory");
-        return;
-    }
+/* Reports a header (or a lock name) given before.  1 when it was. */
+static int duplicate_header(struct parse *p, const char *norm,
+                            const char *lock)
+{
+    size_t i;
+
     for (i = 0; i < p->nhdr; i++) {
         if (strcmp(p->hdr[i].text, norm) == 0 ||
             (lock && p->hdr[i].lockname &&
              strcmp(p->hdr[i].lockname, lock) == 0)) {
             perr(p, p->line, "duplicate section [%s]: lock name or section "
                  "already given at line %d", norm, p->hdr[i].line);
-            free(norm);
-            free(lock);
-            return;
+            return 1;
         }
     }
-    h = realloc(p->hdr, (p->nhdr + 1) * sizeof *h);
-    if (!h) {
-        free(norm);
-        free(lock);
-        perr(p, p->line, "out of memory");
-        return;
-    }
+    return 0;
+}
+
+/* Keeps a header, taking norm, for the duplicate check.  0, or -1 when out
+ * of memory (norm not taken). */
+static int record_header(struct parse *p, char *norm, const char *lock)
+{
+    struct header *h = realloc(p->hdr, (p->nhdr + 1) * sizeof *h);
+
+    if (!h)
+        return -1;
     p->hdr = h;
     h[p->nhdr].text = norm;
     h[p->nhdr].lockname = lock ? strdup(lock) : NULL;
     h[p->nhdr].line = p->line;
     p->nhdr++;
-    p->cur = kind;
-    if (kind == S_MAP) {
-        struct pl_section *s = realloc(cfg->sec, (cfg->nsec + 1) * sizeof *s);
+    return 0;
+}
 
-        if (!s) {
-            free(lock);
-            perr(p, p->line, "out of memory");
-            p->cur = S_SKIP;
-            return;
-        }
-        cfg->sec = s;
-        p->sec = &s[cfg->nsec++];
-        section_defaults(p->sec);
-        p->sec->kind = mk;
-        p->sec->name = lock;
-        p->sec->line = p->line;
+/* Opens the pl_section of a [mutex NAME] or [rwlock NAME], taking lock. */
+static void add_map_section(struct parse *p, enum pl_kind mk, char *lock)
+{
+    struct pl_config *cfg = p->cfg;
+    struct pl_section *s = realloc(cfg->sec, (cfg->nsec + 1) * sizeof *s);
+
+    if (!s) {
+        free(lock);
+        perr(p, p->line, "out of memory");
+        p->cur = S_SKIP;
+        return;
     }
+    cfg->sec = s;
+    p->sec = &s[cfg->nsec++];
+    section_defaults(p->sec);
+    p->sec->kind = mk;
+    p->sec->name = lock;
+    p->sec->line = p->line;
+}
+
+static void new_section(struct parse *p, const char *text, size_t n)
+{
+    char *norm = NULL, *lock = NULL;
+    enum pl_kind mk = PL_MUTEX;
+    enum sect kind;
+
+    p->cur = S_SKIP;
+    p->sec = NULL;
+    forget_keys(p);
+    while (n > 0 && isspace((unsigned char)*text))
+        text++, n--;
+    n = trimlen(text, n);
+    kind = read_header(p, text, n, &norm, &lock, &mk);
+    if (kind == S_SKIP)
+        return;
+    if (!norm) {
+        free(lock);
+        perr(p, p->line, "out of memory");
+        return;
+    }
+    if (duplicate_header(p, norm, lock)) {
+        free(norm);
+        free(lock);
+        return;
+    }
+    if (record_header(p, norm, lock) != 0) {
+        free(norm);
+        free(lock);
+        perr(p, p->line, "out of memory");
+        return;
+    }
+    p->cur = kind;
+    if (kind == S_MAP)
+        add_map_section(p, mk, lock);
 }
 
 /* ---- the line reader ------------------------------------------------------- */
@@ -323,12 +382,13 @@ static int is_symchar(int c)
     return isalnum(c) || c == '_' || c == '.' || c == '$' || c == '@';
 }
 
-/* "symbol [OBJ:][FILE:]NAME[[N]|[*]][+OFF]" or "init_site [OBJ:][FILE:]FN" */
-static void parse_match(struct parse *p, struct pl_section *s, const char *v)
+/* The kind of match ("symbol" or "init_site") into s->how; returns the
+ * spec after it, or NULL after reporting. */
+static const char *match_how(struct parse *p, struct pl_section *s,
+                             const char *v)
 {
-    const char *sp = v, *spec, *c, *name;
+    const char *sp = v, *spec, *c;
     size_t wlen;
-    int i;
 
     while (*sp && !isspace((unsigned char)*sp))
         sp++;
@@ -341,21 +401,29 @@ static void parse_match(struct parse *p, struct pl_section *s, const char *v)
     else {
         perr(p, p->line, "match: expected 'symbol NAME' or 'init_site "
              "FUNCTION', not '%s'", v);
-        return;
+        return NULL;
     }
     if (!*spec) {
         perr(p, p->line, "match: '%.*s' needs a name", (int)wlen, v);
-        return;
+        return NULL;
     }
     for (c = spec; *c; c++) {
         if (isspace((unsigned char)*c)) {
             perr(p, p->line, "match: white space inside '%s'", spec);
-            return;
+            return NULL;
         }
     }
-    s->match = strdup(v);
-    /* qualifiers: everything up to the last ':' before any '[' or '+' */
-    name = spec;
+    return spec;
+}
+
+/* The qualifiers, everything up to the last ':' before any '[' or '+',
+ * into s->qual.  Returns what follows them, or NULL after reporting. */
+static const char *match_qualifiers(struct parse *p, struct pl_section *s,
+                                    const char *spec)
+{
+    const char *name = spec;
+    int i;
+
     for (i = 0; i < 3; i++) {
         const char *colon = strchr(name, ':');
         const char *stop = name + strcspn(name, "[+");
@@ -365,24 +433,20 @@ static void parse_match(struct parse *p, struct pl_section *s, const char *v)
         if (i == 2 || colon == name) {
             perr(p, p->line, "match: cannot read '%s': expected "
                  "[OBJECT:][FILE:]NAME", spec);
-            return;
+            return NULL;
         }
-        s->qual[s->nqual++] = dupn(name, (size_t)(colon - name));
+        /* indexed by i, not nqual: the bound of qual is this loop's */
+        s->qual[i] = dupn(name, (size_t)(colon - name));
+        s->nqual = i + 1;
         name = colon + 1;
     }
-    for (c = name; *c && is_symchar((unsigned char)*c); c++)
-        ;
-    if (c == name) {
-        perr(p, p->line, "match: no symbol name in '%s'", spec);
-        return;
-    }
-    s->symbol = dupn(name, (size_t)(c - name));
-    if (s->how == PL_INIT_SITE) {
-        if (*c)
-            perr(p, p->line, "match: init_site takes a function name, "
-                 "without [index] or +offset: '%s'", spec);
-        return;
-    }
+    return name;
+}
+
+/* What may follow a symbol's name: [N] or [*], then +OFFSET. */
+static void match_suffix(struct parse *p, struct pl_section *s,
+                         const char *c, const char *spec)
+{
     if (*c == '[') {
         if (c[1] == '*' && c[2] == ']') {
             s->each = 1;
@@ -413,11 +477,42 @@ static void parse_match(struct parse *p, struct pl_section *s, const char *v)
         perr(p, p->line, "match: unexpected '%s' in '%s'", c, spec);
 }
 
+/* "symbol [OBJ:][FILE:]NAME[[N]|[*]][+OFF]" or "init_site [OBJ:][FILE:]FN" */
+static void parse_match(struct parse *p, struct pl_section *s, const char *v)
+{
+    const char *spec, *name, *c;
+
+    spec = match_how(p, s, v);
+    if (!spec)
+        return;
+    s->match = strdup(v);
+    name = match_qualifiers(p, s, spec);
+    if (!name)
+        return;
+    for (c = name; *c && is_symchar((unsigned char)*c); c++)
+        ;
+    if (c == name) {
+        perr(p, p->line, "match: no symbol name in '%s'", spec);
+        return;
+    }
+    s->symbol = dupn(name, (size_t)(c - name));
+    if (s->how == PL_INIT_SITE) {
+        if (*c)
+            perr(p, p->line, "match: init_site takes a function name, "
+                 "without [index] or +offset: '%s'", spec);
+        return;
+    }
+    match_suffix(p, s, c, spec);
+}
+
 /* ---- keys ---------------------------------------------------------------- */
 
+/* Every key is remembered, however many a section has: a key missed here
+ * is applied twice, and a second 'match' would add qualifiers past
+ * pl_section.qual. */
 static int seen_before(struct parse *p, const char *name)
 {
-    int i;
+    size_t i;
 
     for (i = 0; i < p->nseen; i++) {
         if (strcmp(p->seen[i].name, name) == 0) {
@@ -426,10 +521,23 @@ static int seen_before(struct parse *p, const char *name)
             return 1;
         }
     }
-    if (p->nseen < MAX_KEYS) {
-        snprintf(p->seen[p->nseen].name, sizeof p->seen[0].name, "%s", name);
-        p->seen[p->nseen++].line = p->line;
+    if (p->nseen == p->seen_cap) {
+        size_t cap = p->seen_cap ? 2 * p->seen_cap : 8;
+        struct seen *n = realloc(p->seen, cap * sizeof *n);
+
+        if (!n) {
+            perr(p, p->line, "out of memory");
+            return 1;
+        }
+        p->seen = n;
+        p->seen_cap = cap;
     }
+    p->seen[p->nseen].name = strdup(name);
+    if (!p->seen[p->nseen].name) {
+        perr(p, p->line, "out of memory");
+        return 1;
+    }
+    p->seen[p->nseen++].line = p->line;
     return 0;
 }
 
@@ -591,18 +699,27 @@ static int handler(void *user, const char *section, const char *name,
 
 /* ---- after the last line --------------------------------------------------- */
 
-/* The match as a canonical string, to find two sections mapping the same. */
-static void canon(const struct pl_section *s, char *buf, size_t len)
+static int same_string(const char *a, const char *b)
 {
-    snprintf(buf, len, "%d|%s|%s|%s|%d|%ld|%lu", (int)s->how,
-             s->nqual > 0 ? s->qual[0] : "", s->nqual > 1 ? s->qual[1] : "",
-             s->symbol ? s->symbol : "", s->each, s->index, s->offset);
+    return strcmp(a ? a : "", b ? b : "") == 0;
+}
+
+/* Whether two sections map the same thing as written.  Field by field: a
+ * joined string would need a bound and a separator no field contains. */
+static int same_match(const struct pl_section *a, const struct pl_section *b)
+{
+    return a->how == b->how &&
+           same_string(a->nqual > 0 ? a->qual[0] : NULL,
+                       b->nqual > 0 ? b->qual[0] : NULL) &&
+           same_string(a->nqual > 1 ? a->qual[1] : NULL,
+                       b->nqual > 1 ? b->qual[1] : NULL) &&
+           same_string(a->symbol, b->symbol) && a->each == b->each &&
+           a->index == b->index && a->offset == b->offset;
 }
 
 static void check_sections(struct parse *p)
 {
     struct pl_config *cfg = p->cfg;
-    char a[512], b[512];
     size_t i, j;
 
     for (i = 0; i < cfg->nsec; i++) {
@@ -618,12 +735,10 @@ static void check_sections(struct parse *p)
         if ((s->stride || s->count) && !s->each)
             perr(p, s->match_line, "stride and count apply to an array "
                  "match, NAME[*]");
-        canon(s, a, sizeof a);
         for (j = 0; j < i; j++) {
             if (!cfg->sec[j].symbol)
                 continue;
-            canon(&cfg->sec[j], b, sizeof b);
-            if (strcmp(a, b) == 0)
+            if (same_match(s, &cfg->sec[j]))
                 perr(p, s->match_line, "duplicate mapping: '%s' is already "
                      "mapped by [%s] at line %d", s->match, cfg->sec[j].name,
                      cfg->sec[j].match_line);
@@ -668,6 +783,8 @@ int pl_config_load(const char *path, struct pl_config *cfg)
         free(p.hdr[i].lockname);
     }
     free(p.hdr);
+    forget_keys(&p);
+    free(p.seen);
     cfg->url_line = p.url_line;
     return p.errors ? -1 : 0;
 }

@@ -1,5 +1,7 @@
 /* preload.h: what the modules of libdistlock_preload share.
  *
+ * msg.c      the messages: collected during start-up, printed at once after
+ *            (calls nothing else here, so everything may report through it)
  * config.c   reads the INI file into struct pl_config (inih + a line-tracking
  *            reader, so that every message has FILE:LINE)
  * elf.c      reads the symbol tables of an ELF file (.symtab, else .dynsym)
@@ -12,7 +14,9 @@
 #define DIST_PRELOAD_H
 
 #include <elf.h>
+#include <errno.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -24,12 +28,37 @@
 
 #define PL_MSG_PREFIX "distlock-preload: "
 
-/* ---- messages (shim.c) ------------------------------------------------- */
+/* errno is the program's: every path of the shim that can change it (the
+ * mapped calls, start-up, mapping a heap mutex) begins with PL_KEEP_ERRNO,
+ * which puts it back however the function returns.  The fast path for an
+ * unmapped mutex does not need it (glibc's lock functions leave errno
+ * alone) and must not pay for it (errno is TLS). */
+static inline void pl_errno_put_back(const int *saved)
+{
+    errno = *saved;
+}
+#define PL_KEEP_ERRNO                                                      \
+    const int pl_errno_saved                                               \
+        __attribute__((cleanup(pl_errno_put_back), unused)) = errno
+
+/* ---- messages (msg.c) -------------------------------------------------- */
 
 /* Collected during start-up; sent to distlock-run over the status pipe, or
  * printed on stderr when there is none.  Printf-like; one line each. */
 void pl_msg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void pl_vmsg(const char *fmt, va_list ap) __attribute__((format(printf, 1, 0)));
+/* Start-up is over (or failing): from now on every message is printed at once. */
+void pl_msg_started(void);
+/* Hands the collected messages to distlock-run's status pipe as "msg LINE"
+ * lines, or to stderr when status_fd < 0, and forgets them. */
+void pl_msg_hand_over(int status_fd);
+/* Forgets the collected messages (this process is not the one configured). */
+void pl_msg_drop(void);
+/* DISTLOCK_PRELOAD_VERBOSE or the configuration's verbose: more messages. */
+void pl_set_verbose(int on);
 int pl_verbose(void);
+/* write(2) until all of p is written or the descriptor fails. */
+void pl_write_all(int fd, const char *p, size_t n);
 
 /* ---- configuration (config.c) ----------------------------------------- */
 

@@ -283,41 +283,75 @@ static void unresolved(struct ctx *c, const struct pl_section *s,
         c->errors++;
 }
 
-/* Finds the section's name: the object it is in (*where) and its hits. */
-static int find(struct ctx *c, const struct pl_section *s, struct search *q,
-                struct obj **where)
+/* Sets up the search for the section's name from its qualifiers: a file
+ * into q->file; returns the object qualifier, or NULL.  A lone qualifier is
+ * an object when a loaded object has that name or it looks like one. */
+static const char *search_for(struct ctx *c, const struct pl_section *s,
+                              struct search *q)
 {
-    const char *objq = NULL;
-    struct obj *first = NULL;
-    struct search best;
-    char list[300];
     size_t i;
-    int any_obj = 0, first_global = 0;
+    int any_obj = 0;
 
     memset(q, 0, sizeof *q);
-    memset(&best, 0, sizeof best);
     q->name = s->symbol;
     q->func = s->how == PL_INIT_SITE;
     if (s->nqual == 2) {
-        objq = s->qual[0];
         q->file = s->qual[1];
-    } else if (s->nqual == 1) {
+        return s->qual[0];
+    }
+    if (s->nqual == 1) {
         for (i = 0; i < c->os->n; i++)
             if (obj_matches(&c->os->o[i], s->qual[0]))
                 any_obj = 1;
         if (any_obj || looks_like_object(s->qual[0]))
-            objq = s->qual[0];
-        else
-            q->file = s->qual[0];
+            return s->qual[0];
+        q->file = s->qual[0];
     }
-    if (objq) {
-        any_obj = 0;
-        for (i = 0; i < c->os->n; i++)
-            any_obj |= obj_matches(&c->os->o[i], objq);
-        if (!any_obj) {
-            unresolved(c, s, "no loaded object is called '%s'", objq);
-            return -1;
-        }
+    return NULL;
+}
+
+static int any_object_called(const struct ctx *c, const char *objq)
+{
+    int any_obj = 0;
+    size_t i;
+
+    for (i = 0; i < c->os->n; i++)
+        any_obj |= obj_matches(&c->os->o[i], objq);
+    return any_obj;
+}
+
+static void not_found(struct ctx *c, const struct pl_section *s,
+                      const struct search *q, const char *objq)
+{
+    char in[300];
+
+    if (objq)
+        snprintf(in, sizeof in, " in %s", objq);
+    else
+        snprintf(in, sizeof in, " in the program or its libraries");
+    unresolved(c, s, "%s '%s'%s%s%s not found%s", q->func ? "function" : "symbol",
+               s->symbol, q->file ? " of " : "", q->file ? q->file : "", in,
+               c->os->n && c->os->o[0].state == 1 && c->os->o[0].elf.dynamic_only
+                   ? " (the program is stripped: only its dynamic symbols "
+                     "are known)" : "");
+}
+
+/* Finds the section's name: the object it is in (*where) and its hits. */
+static int find(struct ctx *c, const struct pl_section *s, struct search *q,
+                struct obj **where)
+{
+    const char *objq;
+    struct obj *first = NULL;
+    struct search best;
+    char list[300];
+    size_t i;
+    int first_global = 0;
+
+    memset(&best, 0, sizeof best);
+    objq = search_for(c, s, q);
+    if (objq && !any_object_called(c, objq)) {
+        unresolved(c, s, "no loaded object is called '%s'", objq);
+        return -1;
     }
     for (i = 0; i < c->os->n; i++) {
         struct obj *o = &c->os->o[i];
@@ -358,17 +392,7 @@ static int find(struct ctx *c, const struct pl_section *s, struct search *q,
         }
     }
     if (!first) {
-        char in[300];
-
-        if (objq)
-            snprintf(in, sizeof in, " in %s", objq);
-        else
-            snprintf(in, sizeof in, " in the program or its libraries");
-        unresolved(c, s, "%s '%s'%s%s%s not found%s", q->func ? "function" : "symbol",
-                   s->symbol, q->file ? " of " : "", q->file ? q->file : "", in,
-                   c->os->n && c->os->o[0].state == 1 && c->os->o[0].elf.dynamic_only
-                       ? " (the program is stripped: only its dynamic symbols "
-                         "are known)" : "");
+        not_found(c, s, q, objq);
         return -1;
     }
     *q = best;
@@ -437,75 +461,72 @@ static uintptr_t copy_of(struct ctx *c, const struct obj *o, const struct hit *h
     return o->addr + h->s->st_value;
 }
 
-static void resolve_symbol(struct ctx *c, const struct pl_section *s)
+/* Refuses a name that cannot be a lock object.  0 when it can be. */
+static int refuse_kind(struct ctx *c, const struct pl_section *s,
+                       const struct hit *h)
 {
-    size_t lsize = s->kind == PL_MUTEX ? sizeof(pthread_mutex_t)
-                                       : sizeof(pthread_rwlock_t);
-    const struct obj *in;
-    struct search q;
-    struct obj *o;
-    const struct hit *h;
-    uintptr_t base;
-    unsigned long stride, count, first, i;
-    int type;
+    int type = ELF64_ST_TYPE(h->s->st_info);
 
-    if (find(c, s, &q, &o) != 0)
-        return;
-    h = &q.hit[0];
-    type = ELF64_ST_TYPE(h->s->st_info);
     if (type == STT_FUNC || type == STT_GNU_IFUNC) {
         unresolved(c, s, "'%s' is a function, not a %s", s->symbol,
                    s->kind == PL_MUTEX ? "pthread_mutex_t" : "pthread_rwlock_t");
-        return;
+        return -1;
     }
     if (type == STT_TLS) {
         unresolved(c, s, "'%s' is thread-local: not supported", s->symbol);
-        return;
+        return -1;
     }
-    base = copy_of(c, o, h, &in);
-    stride = s->stride ? s->stride : lsize;
-    if (s->each || s->index >= 0) {
-        if (s->offset + lsize > stride) {
-            unresolved(c, s, "offset %lu leaves no room for a %zu-byte lock "
-                       "in a %lu-byte element (set stride =)", s->offset,
-                       lsize, stride);
-            return;
-        }
-        count = s->count ? s->count : h->s->st_size / stride;
-        if (s->count && h->s->st_size && s->count * stride > h->s->st_size) {
-            unresolved(c, s, "%lu elements of %lu bytes do not fit in '%s' "
-                       "(%lu bytes)", s->count, stride, s->symbol,
-                       (unsigned long)h->s->st_size);
-            return;
-        }
-        if (count == 0) {
-            unresolved(c, s, "'%s' has %s (%lu bytes): set count =",
-                       s->symbol, h->s->st_size ? "no whole element"
-                                                : "no recorded size",
-                       (unsigned long)h->s->st_size);
-            return;
-        }
-        if (s->index >= 0) {
-            if ((unsigned long)s->index >= count) {
-                unresolved(c, s, "index %ld is past the end of '%s' (%lu "
-                           "elements)", s->index, s->symbol, count);
-                return;
-            }
-            first = (unsigned long)s->index;
-            count = first + 1;
-        } else {
-            first = 0;
-        }
-    } else {
-        if (h->s->st_size && s->offset + lsize > h->s->st_size) {
-            unresolved(c, s, "'%s' is %lu bytes: no room for a %zu-byte lock "
-                       "at offset %lu", s->symbol,
-                       (unsigned long)h->s->st_size, lsize, s->offset);
-            return;
-        }
-        first = 0;
-        count = 1;
+    return 0;
+}
+
+/* Which elements of an array match, NAME[*] or NAME[N]: [*first, *count).
+ * 0, or -1 after reporting. */
+static int array_range(struct ctx *c, const struct pl_section *s,
+                       const struct hit *h, size_t lsize, unsigned long stride,
+                       unsigned long *first, unsigned long *count)
+{
+    if (s->offset + lsize > stride) {
+        unresolved(c, s, "offset %lu leaves no room for a %zu-byte lock "
+                   "in a %lu-byte element (set stride =)", s->offset,
+                   lsize, stride);
+        return -1;
     }
+    *count = s->count ? s->count : h->s->st_size / stride;
+    if (s->count && h->s->st_size && s->count * stride > h->s->st_size) {
+        unresolved(c, s, "%lu elements of %lu bytes do not fit in '%s' "
+                   "(%lu bytes)", s->count, stride, s->symbol,
+                   (unsigned long)h->s->st_size);
+        return -1;
+    }
+    if (*count == 0) {
+        unresolved(c, s, "'%s' has %s (%lu bytes): set count =",
+                   s->symbol, h->s->st_size ? "no whole element"
+                                            : "no recorded size",
+                   (unsigned long)h->s->st_size);
+        return -1;
+    }
+    *first = 0;
+    if (s->index >= 0) {
+        if ((unsigned long)s->index >= *count) {
+            unresolved(c, s, "index %ld is past the end of '%s' (%lu "
+                       "elements)", s->index, s->symbol, *count);
+            return -1;
+        }
+        *first = (unsigned long)s->index;
+        *count = *first + 1;
+    }
+    return 0;
+}
+
+/* Adds the lock at base + i * stride + offset for i in [first, count),
+ * each checked for alignment and writable memory. */
+static void add_elements(struct ctx *c, const struct pl_section *s,
+                         const struct hit *h, const struct obj *in,
+                         uintptr_t base, size_t lsize, unsigned long stride,
+                         unsigned long first, unsigned long count)
+{
+    unsigned long i;
+
     for (i = first; i < count; i++) {
         uintptr_t a = base + i * stride + s->offset;
         long idx = (s->each || s->index >= 0) ? (long)i : -1;
@@ -524,6 +545,40 @@ static void resolve_symbol(struct ctx *c, const struct pl_section *s)
                        where_text(s, h, in, idx, a)) != 0)
             return;
     }
+}
+
+static void resolve_symbol(struct ctx *c, const struct pl_section *s)
+{
+    size_t lsize = s->kind == PL_MUTEX ? sizeof(pthread_mutex_t)
+                                       : sizeof(pthread_rwlock_t);
+    const struct obj *in;
+    struct search q;
+    struct obj *o;
+    const struct hit *h;
+    uintptr_t base;
+    unsigned long stride, count, first;
+
+    if (find(c, s, &q, &o) != 0)
+        return;
+    h = &q.hit[0];
+    if (refuse_kind(c, s, h) != 0)
+        return;
+    base = copy_of(c, o, h, &in);
+    stride = s->stride ? s->stride : lsize;
+    if (s->each || s->index >= 0) {
+        if (array_range(c, s, h, lsize, stride, &first, &count) != 0)
+            return;
+    } else {
+        if (h->s->st_size && s->offset + lsize > h->s->st_size) {
+            unresolved(c, s, "'%s' is %lu bytes: no room for a %zu-byte lock "
+                       "at offset %lu", s->symbol,
+                       (unsigned long)h->s->st_size, lsize, s->offset);
+            return;
+        }
+        first = 0;
+        count = 1;
+    }
+    add_elements(c, s, h, in, base, lsize, stride, first, count);
 }
 
 static void resolve_site(struct ctx *c, const struct pl_section *s)

@@ -142,76 +142,18 @@ static void resolve_reals(void)
     __atomic_store_n(&reals_ready, 1, __ATOMIC_RELEASE);
 }
 
-/* ---- messages ------------------------------------------------------------- */
+/* ---- the configuration, fatal errors ------------------------------------------ */
 
-static char *msgs;            /* start-up messages, one per line */
-static size_t msgs_len;
-static int started;           /* after start-up: print at once */
-static int verbose;
 static struct pl_config cfg;
 
-static void write_all(int fd, const char *p, size_t n)
-{
-    while (n > 0) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return;
-        p += w;
-        n -= (size_t)w;
-    }
-}
-
-static void vmsg(const char *fmt, va_list ap)
-{
-    char line[1024];
-    size_t n;
-    int k;
-
-    k = snprintf(line, sizeof line, PL_MSG_PREFIX);
-    vsnprintf(line + k, sizeof line - (size_t)k - 1, fmt, ap);
-    n = strlen(line);
-    line[n++] = '\n';
-    if (__atomic_load_n(&started, __ATOMIC_ACQUIRE)) {
-        int saved = errno;
-        write_all(2, line, n);
-        errno = saved;
-        return;
-    }
-    {
-        char *m = realloc(msgs, msgs_len + n);
-        if (!m) {
-            write_all(2, line, n);
-            return;
-        }
-        memcpy(m + msgs_len, line, n);
-        msgs = m;
-        msgs_len += n;
-    }
-}
-
-void pl_msg(const char *fmt, ...)
-{
-    va_list ap;
-
-    va_start(ap, fmt);
-    vmsg(fmt, ap);
-    va_end(ap);
-}
-
-int pl_verbose(void)
-{
-    return verbose;
-}
-
+/* Prints at once (start-up may not be over) and aborts. */
 static void die(const char *fmt, ...)
 {
     va_list ap;
 
-    __atomic_store_n(&started, 1, __ATOMIC_RELEASE);
+    pl_msg_started();
     va_start(ap, fmt);
-    vmsg(fmt, ap);
+    pl_vmsg(fmt, ap);
     va_end(ap);
     abort();
 }
@@ -447,29 +389,17 @@ static void open_status(void)
 static void finish_status(int ok, size_t mapped)
 {
     char line[64];
-    size_t i, j;
 
-    if (status_fd < 0) {
-        if (msgs_len)
-            write_all(2, msgs, msgs_len);
-    } else {
-        for (i = 0; i < msgs_len; i = j + 1) {
-            for (j = i; j < msgs_len && msgs[j] != '\n'; j++)
-                ;
-            write_all(status_fd, "msg ", 4);
-            write_all(status_fd, msgs + i, j - i + 1);
-        }
+    pl_msg_hand_over(status_fd);
+    if (status_fd >= 0) {
         if (ok)
             snprintf(line, sizeof line, "ok %zu\n", mapped);
         else
             snprintf(line, sizeof line, "fail\n");
-        write_all(status_fd, line, strlen(line));
+        pl_write_all(status_fd, line, strlen(line));
         close(status_fd);
         status_fd = -1;
     }
-    free(msgs);
-    msgs = NULL;
-    msgs_len = 0;
 }
 
 static void startup_fail(void)
@@ -478,21 +408,109 @@ static void startup_fail(void)
     _exit(PL_EXIT_CONFIG);
 }
 
+/* The [redis] settings, for the library. */
+static void apply_settings(void)
+{
+    int rc;
+
+    if (cfg.url && (rc = dist_set_url(cfg.url)) != 0) {
+        pl_msg("%s:%d: url: %s", cfg.path, cfg.url_line, dist_last_error());
+        startup_fail();
+    }
+    if (cfg.watchdog_ms)
+        dist_set_watchdog_ms(cfg.watchdog_ms);
+    if (cfg.timeout_ms)
+        dist_set_timeout_ms(cfg.timeout_ms);
+}
+
+/* The entry of one resolved address, its distributed lock made. */
+static struct entry *target_entry(struct pl_target *pt)
+{
+    struct entry *e = calloc(1, sizeof *e);
+    char name[DIST_NAME_MAX + 32];
+    int rc;
+
+    if (!e) {
+        pl_msg("out of memory");
+        startup_fail();
+    }
+    e->addr = pt->addr;
+    e->sec = pt->sec;
+    e->live = 1;
+    e->where = pt->where;
+    pt->where = NULL;
+    if (pt->index >= 0)
+        snprintf(name, sizeof name, "%s:%ld", pt->sec->name, pt->index);
+    else
+        snprintf(name, sizeof name, "%s", pt->sec->name);
+    if ((rc = init_entry(e, name)) != 0) {
+        pl_msg("%s:%d: lock '%s': %s", cfg.path, pt->sec->line, name,
+               dist_last_error());
+        startup_fail();
+    }
+    return e;
+}
+
+/* The address table, with room for the heap mutexes of init_site. */
+static struct table *map_targets(struct pl_resolved *res)
+{
+    struct table *t;
+    size_t i, cap;
+
+    cap = 4 * res->nt + 16;
+    if (res->ns)
+        cap += 1024;
+    t = table_new(cap);
+    if (!t) {
+        pl_msg("out of memory");
+        startup_fail();
+    }
+    for (i = 0; i < res->nt; i++) {
+        struct entry *e = target_entry(&res->t[i]);
+
+        table_put(t, e);
+        if (pl_verbose())
+            pl_msg("%s '%s' = %s", e->kind == PL_MUTEX ? "mutex" : "rwlock",
+                   e->lockname, e->where);
+    }
+    return t;
+}
+
+/* Takes the init_site sections from res, for site_init. */
+static void take_sites(struct pl_resolved *res)
+{
+    size_t i;
+
+    sites = res->s;
+    nsites = res->ns;
+    res->s = NULL;
+    res->ns = 0;
+    if (nsites) {
+        site_seq = calloc(nsites, sizeof *site_seq);
+        if (!site_seq) {
+            pl_msg("out of memory");
+            startup_fail();
+        }
+    }
+    for (i = 0; i < nsites && pl_verbose(); i++)
+        pl_msg("%s '%s:<n>' = every %s that %s",
+               sites[i].sec->kind == PL_MUTEX ? "mutex" : "rwlock",
+               sites[i].sec->name,
+               sites[i].sec->kind == PL_MUTEX ? "mutex" : "rwlock",
+               sites[i].where);
+}
+
 static const struct table *build(void)
 {
     struct pl_resolved res;
     struct table *t;
     const char *path, *v;
-    size_t i, cap;
-    int rc;
 
     open_status();
     v = getenv("DISTLOCK_PRELOAD_VERBOSE");
-    verbose = v && *v && strcmp(v, "0") != 0;
+    pl_set_verbose(v && *v && strcmp(v, "0") != 0);
     if (!is_target()) {
-        free(msgs);
-        msgs = NULL;
-        msgs_len = 0;
+        pl_msg_drop();
         status_fd = -1;
         return &empty.t;
     }
@@ -506,77 +524,17 @@ static const struct table *build(void)
         startup_fail();
     if (cfg.program && !is_program(cfg.program)) {
         /* another program started with the same environment */
-        free(msgs);
-        msgs = NULL;
-        msgs_len = 0;
+        pl_msg_drop();
         status_fd = -1;
         return &empty.t;
     }
-    verbose |= cfg.verbose;
-    if (cfg.url && (rc = dist_set_url(cfg.url)) != 0) {
-        pl_msg("%s:%d: url: %s", cfg.path, cfg.url_line, dist_last_error());
-        startup_fail();
-    }
-    if (cfg.watchdog_ms)
-        dist_set_watchdog_ms(cfg.watchdog_ms);
-    if (cfg.timeout_ms)
-        dist_set_timeout_ms(cfg.timeout_ms);
+    if (cfg.verbose)
+        pl_set_verbose(1);
+    apply_settings();
     if (pl_resolve(&cfg, &res) != 0)
         startup_fail();
-
-    cap = 4 * res.nt + 16;
-    if (res.ns)
-        cap += 1024;
-    t = table_new(cap);
-    if (!t) {
-        pl_msg("out of memory");
-        startup_fail();
-    }
-    for (i = 0; i < res.nt; i++) {
-        struct entry *e = calloc(1, sizeof *e);
-        const struct pl_target *pt = &res.t[i];
-        char name[DIST_NAME_MAX + 32];
-
-        if (!e) {
-            pl_msg("out of memory");
-            startup_fail();
-        }
-        e->addr = pt->addr;
-        e->sec = pt->sec;
-        e->live = 1;
-        e->where = pt->where;
-        res.t[i].where = NULL;
-        if (pt->index >= 0)
-            snprintf(name, sizeof name, "%s:%ld", pt->sec->name, pt->index);
-        else
-            snprintf(name, sizeof name, "%s", pt->sec->name);
-        if ((rc = init_entry(e, name)) != 0) {
-            pl_msg("%s:%d: lock '%s': %s", cfg.path, pt->sec->line, name,
-                   dist_last_error());
-            startup_fail();
-        }
-        table_put(t, e);
-        if (verbose)
-            pl_msg("%s '%s' = %s", e->kind == PL_MUTEX ? "mutex" : "rwlock",
-                   e->lockname, e->where);
-    }
-    sites = res.s;
-    nsites = res.ns;
-    res.s = NULL;
-    res.ns = 0;
-    if (nsites) {
-        site_seq = calloc(nsites, sizeof *site_seq);
-        if (!site_seq) {
-            pl_msg("out of memory");
-            startup_fail();
-        }
-    }
-    for (i = 0; i < nsites && verbose; i++)
-        pl_msg("%s '%s:<n>' = every %s that %s",
-               sites[i].sec->kind == PL_MUTEX ? "mutex" : "rwlock",
-               sites[i].sec->name,
-               sites[i].sec->kind == PL_MUTEX ? "mutex" : "rwlock",
-               sites[i].where);
+    t = map_targets(&res);
+    take_sites(&res);
     if (res.unresolved)
         pl_msg("warning: %zu section(s) not resolved (on_unresolved = warn)",
                res.unresolved);
@@ -590,6 +548,7 @@ static const struct table *build(void)
 
 static const struct table *startup(void)
 {
+    PL_KEEP_ERRNO;
     int expect = 0;
     const struct table *t;
 
@@ -601,7 +560,7 @@ static const struct table *startup(void)
         in_shim = 1;
         t = build();
         in_shim = 0;
-        __atomic_store_n(&started, 1, __ATOMIC_RELEASE);
+        pl_msg_started();
         __atomic_store_n(&tab, t, __ATOMIC_RELEASE);
         __atomic_store_n(&phase, 2, __ATOMIC_RELEASE);
         syscall(SYS_futex, &phase, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
@@ -674,11 +633,11 @@ static void sleep_ms(unsigned ms)
         ;
 }
 
-static int realtime_passed(const struct timespec *abs)
+static int deadline_passed(clockid_t clk, const struct timespec *abs)
 {
     struct timespec now;
 
-    clock_gettime(CLOCK_REALTIME, &now);
+    clock_gettime(clk, &now);
     return now.tv_sec > abs->tv_sec ||
            (now.tv_sec == abs->tv_sec && now.tv_nsec >= abs->tv_nsec);
 }
@@ -686,38 +645,50 @@ static int realtime_passed(const struct timespec *abs)
 enum { D_BLOCK, D_TRY, D_TIMED, D_MUST };
 
 /* One attempt on the distributed lock: a mutex, or a read-write lock for
- * reading (wr 0) or writing (wr 1). */
-static int dist_try_once(struct entry *e, int how, int wr,
+ * reading (wr 0) or writing (wr 1).  D_TIMED: abs on clk, the caller's own
+ * clock (a CLOCK_MONOTONIC deadline stays one). */
+static int dist_try_once(struct entry *e, int how, int wr, clockid_t clk,
                          const struct timespec *abs)
 {
     if (e->kind == PL_MUTEX) {
         if (how == D_TRY)
             return dist_mutex_trylock(&e->dm);
         if (how == D_TIMED)
-            return dist_mutex_timedlock(&e->dm, abs);
+            return dist_mutex_clocklock(&e->dm, clk, abs);
         return dist_mutex_lock(&e->dm);
     }
     if (how == D_TRY)
         return wr ? dist_rwlock_trywrlock(&e->drw)
                   : dist_rwlock_tryrdlock(&e->drw);
     if (how == D_TIMED)
-        return wr ? dist_rwlock_timedwrlock(&e->drw, abs)
-                  : dist_rwlock_timedrdlock(&e->drw, abs);
+        return wr ? dist_rwlock_clockwrlock(&e->drw, clk, abs)
+                  : dist_rwlock_clockrdlock(&e->drw, clk, abs);
     return wr ? dist_rwlock_wrlock(&e->drw) : dist_rwlock_rdlock(&e->drw);
 }
 
 /* Takes the distributed lock; the real mutex is held.  0, EBUSY,
- * ETIMEDOUT, EAGAIN (Redis unavailable and on_unavailable = fail), or the
- * library's error.  D_MUST blocks whatever on_unavailable says but abort:
- * a condition wait has to return with the whole mutex. */
-static int dist_take(struct entry *e, int how, int wr,
+ * ETIMEDOUT, EAGAIN (Redis unavailable and on_unavailable = fail, or out
+ * of memory: an error every lock call of pthread may give, where ENOMEM is
+ * none), or the library's error.  D_MUST blocks whatever on_unavailable
+ * says but abort, and waits for memory too: a condition wait has to
+ * return with the whole mutex. */
+static int dist_take(struct entry *e, int how, int wr, clockid_t clk,
                      const struct timespec *abs)
 {
     unsigned backoff = 20;
-    int rc, told = 0, saved = errno;
+    int rc, told = 0;
+    PL_KEEP_ERRNO;
 
     for (;;) {
-        rc = dist_try_once(e, how, wr, abs);
+        rc = dist_try_once(e, how, wr, clk, abs);
+        if (rc == ENOMEM && how != D_MUST) {
+            pl_msg("lock '%s': out of memory: the call fails with EAGAIN",
+                   e->lockname);
+            rc = EAGAIN;
+            break;
+        }
+        if (rc == ENOMEM)
+            goto again;
         if (rc != EIO)
             break;
         if (cfg.on_unavailable == PL_ABORT)
@@ -733,19 +704,19 @@ static int dist_take(struct entry *e, int how, int wr,
             rc = EBUSY;
             break;
         }
-        if (how == D_TIMED && realtime_passed(abs)) {
+        if (how == D_TIMED && deadline_passed(clk, abs)) {
             rc = ETIMEDOUT;
             break;
         }
         if (!told++)
             pl_msg("lock '%s': %s: waiting for Redis (on_unavailable = "
                    "block)", e->lockname, dist_last_error());
+again:
         sleep_ms(backoff);
         backoff = backoff < 1000 ? backoff * 2 : 1000;
     }
     if (told && rc == 0)
         pl_msg("lock '%s': Redis answers again; lock taken", e->lockname);
-    errno = saved;
     return rc;
 }
 
@@ -755,7 +726,8 @@ static int dist_take(struct entry *e, int how, int wr,
 static void dist_give(struct entry *e)
 {
     unsigned backoff = 20;
-    int rc, told = 0, saved = errno;
+    int rc, told = 0;
+    PL_KEEP_ERRNO;
 
     for (;;) {
         rc = e->kind == PL_MUTEX ? dist_mutex_unlock(&e->dm)
@@ -775,7 +747,6 @@ static void dist_give(struct entry *e)
      * fork() child unlocking what its parent locked) */
     if (rc != 0 && rc != EPERM)
         pl_msg("lock '%s': release: %s", e->lockname, dist_last_error());
-    errno = saved;
 }
 
 static int held_by_me(const struct entry *e)
@@ -794,28 +765,6 @@ static void set_holder(struct entry *e, unsigned depth)
     __atomic_store_n(&e->depth, depth, __ATOMIC_RELAXED);
 }
 
-/* An absolute time on clk, as CLOCK_REALTIME (what libdistlock takes). */
-static struct timespec to_realtime(clockid_t clk, const struct timespec *abs)
-{
-    struct timespec now_c, now_r, r;
-    long long d;
-
-    if (clk == CLOCK_REALTIME)
-        return *abs;
-    clock_gettime(clk, &now_c);
-    clock_gettime(CLOCK_REALTIME, &now_r);
-    d = ((long long)abs->tv_sec - now_c.tv_sec) * 1000000000LL +
-        (abs->tv_nsec - now_c.tv_nsec);
-    d += (long long)now_r.tv_nsec;
-    r.tv_sec = now_r.tv_sec + (time_t)(d / 1000000000LL);
-    r.tv_nsec = (long)(d % 1000000000LL);
-    if (r.tv_nsec < 0) {
-        r.tv_nsec += 1000000000L;
-        r.tv_sec--;
-    }
-    return r;
-}
-
 /* ---- mapped mutexes ------------------------------------------------------- */
 
 enum { L_LOCK, L_TRY, L_TIMED, L_CLOCK };
@@ -823,7 +772,7 @@ enum { L_LOCK, L_TRY, L_TIMED, L_CLOCK };
 static int mapped_lock(struct entry *e, pthread_mutex_t *m, int how, void *fn,
                        clockid_t clk, const struct timespec *abs)
 {
-    struct timespec rt;
+    PL_KEEP_ERRNO;
     int rc, rc2;
 
     switch (how) {
@@ -849,13 +798,12 @@ static int mapped_lock(struct entry *e, pthread_mutex_t *m, int how, void *fn,
         return rc;
     }
     if (how == L_TRY)
-        rc2 = dist_take(e, D_TRY, 0, NULL);
+        rc2 = dist_take(e, D_TRY, 0, 0, NULL);
     else if (how == L_LOCK)
-        rc2 = dist_take(e, D_BLOCK, 0, NULL);
-    else {
-        rt = to_realtime(how == L_TIMED ? CLOCK_REALTIME : clk, abs);
-        rc2 = dist_take(e, D_TIMED, 0, &rt);
-    }
+        rc2 = dist_take(e, D_BLOCK, 0, 0, NULL);
+    else
+        rc2 = dist_take(e, D_TIMED, 0, how == L_TIMED ? CLOCK_REALTIME : clk,
+                        abs);
     if (rc2 != 0) {
         REAL(FN_UNLOCK, lock_fn)(m);
         return rc2;
@@ -866,6 +814,7 @@ static int mapped_lock(struct entry *e, pthread_mutex_t *m, int how, void *fn,
 
 static int mapped_unlock(struct entry *e, pthread_mutex_t *m)
 {
+    PL_KEEP_ERRNO;
     unsigned d;
 
     if (!held_by_me(e))
@@ -886,6 +835,7 @@ static int mapped_wait(struct entry *e, pthread_cond_t *c, pthread_mutex_t *m,
                        int how, void *fn, clockid_t clk,
                        const struct timespec *abs)
 {
+    PL_KEEP_ERRNO;
     int rc;
 
     /* what glibc refuses before it lets go of the mutex */
@@ -904,7 +854,7 @@ static int mapped_wait(struct entry *e, pthread_cond_t *c, pthread_mutex_t *m,
     else
         rc = ((cwait_fn)fn)(c, m, clk, abs);
     /* the real mutex is ours again: now the distributed one */
-    dist_take(e, D_MUST, 0, NULL);
+    dist_take(e, D_MUST, 0, 0, NULL);
     set_holder(e, 1);
     return rc;
 plain:
@@ -917,6 +867,7 @@ plain:
 
 static void entry_kill(struct entry *e)
 {
+    PL_KEEP_ERRNO;
     __atomic_store_n(&e->live, 0, __ATOMIC_RELEASE);
     if (e->kind == PL_MUTEX)
         dist_mutex_destroy(&e->dm);
@@ -926,12 +877,16 @@ static void entry_kill(struct entry *e)
 
 /* pthread_mutex_init (pthread_rwlock_init) from an init_site function maps
  * the new lock; from anywhere else it unmaps a heap entry left at that
- * address. */
-static void site_init(void *m, uintptr_t ra, int kind)
+ * address.  0, or ENOMEM: the lock could not be mapped for want of memory,
+ * and the caller's init fails with it (a lock that stayed local would not
+ * exclude the other processes). */
+static int site_init(void *m, uintptr_t ra, int kind)
 {
+    PL_KEEP_ERRNO;
     const struct pl_site *s = site_of(ra, kind);
     struct entry *e;
     char name[DIST_NAME_MAX + 32];
+    int rc = 0;
 
     REAL(FN_LOCK, lock_fn)(&dyn_mu);
     in_shim = 1;
@@ -947,7 +902,8 @@ static void site_init(void *m, uintptr_t ra, int kind)
 
         e = calloc(1, sizeof *e);
         if (!e) {
-            die("out of memory mapping a mutex of %s", s->where);
+            rc = ENOMEM;
+            goto out;
         }
         e->addr = (uintptr_t)m;
         e->dynamic = 1;
@@ -957,8 +913,12 @@ static void site_init(void *m, uintptr_t ra, int kind)
             struct table *n = table_new(2 * (t->mask + 1));
             size_t i;
 
-            if (!n)
-                die("out of memory mapping a mutex of %s", s->where);
+            if (!n) {
+                free(e);
+                e = NULL;
+                rc = ENOMEM;
+                goto out;
+            }
             for (i = 0; i <= t->mask; i++)
                 if (t->key[i])
                     table_put(n, t->val[i]);
@@ -971,18 +931,27 @@ static void site_init(void *m, uintptr_t ra, int kind)
     snprintf(name, sizeof name, "%s:%lu", s->sec->name,
              site_seq[s - sites]++);
     set_holder(e, 0);
-    if (init_entry(e, name) != 0) {
-        pl_msg("lock '%s': %s: this mutex stays local", name,
-               dist_last_error());
+    if ((rc = init_entry(e, name)) == ENOMEM) {
+        pl_msg("lock '%s': out of memory: its init fails with ENOMEM", name);
         goto out;
     }
-    if (verbose)
+    if (rc != 0) {
+        pl_msg("lock '%s': %s: this mutex stays local", name,
+               dist_last_error());
+        rc = 0;
+        goto out;
+    }
+    if (pl_verbose())
         pl_msg("%s '%s' = %p, initialised by %s",
                kind == PL_MUTEX ? "mutex" : "rwlock", name, m, s->where);
     __atomic_store_n(&e->live, 1, __ATOMIC_RELEASE);
 out:
+    if (rc == ENOMEM && s && e == NULL)
+        pl_msg("%s initialised by %s: out of memory: its init fails with "
+               "ENOMEM", kind == PL_MUTEX ? "mutex" : "rwlock", s->where);
     in_shim = 0;
     REAL(FN_UNLOCK, lock_fn)(&dyn_mu);
+    return rc;
 }
 
 /* ---- the interposed functions -------------------------------------------- */
@@ -1101,7 +1070,8 @@ int pl_mutex_init(pthread_mutex_t *m, const pthread_mutexattr_t *a)
     rc = REAL(FN_INIT, init_fn)(m, a);
     if (rc == 0 && nsites && !in_shim) {
         count(FN_INIT);
-        site_init(m, ra, PL_MUTEX);
+        if ((rc = site_init(m, ra, PL_MUTEX)) != 0)
+            REAL(FN_DESTROY, lock_fn)(m);
     }
     return rc;
 }
@@ -1142,7 +1112,7 @@ static int mapped_rw_lock(struct entry *e, pthread_rwlock_t *rw, int wr,
                           int how, void *fn, clockid_t clk,
                           const struct timespec *abs)
 {
-    struct timespec rt;
+    PL_KEEP_ERRNO;
     int rc;
 
     switch (how) {
@@ -1160,12 +1130,12 @@ static int mapped_rw_lock(struct entry *e, pthread_rwlock_t *rw, int wr,
     if (rc != 0)
         return rc;
     if (how == RW_TRY) {
-        rc = dist_take(e, D_TRY, wr, NULL);
+        rc = dist_take(e, D_TRY, wr, 0, NULL);
     } else if (how == RW_LOCK) {
-        rc = dist_take(e, D_BLOCK, wr, NULL);
+        rc = dist_take(e, D_BLOCK, wr, 0, NULL);
     } else {
-        rt = to_realtime(how == RW_TIMED ? CLOCK_REALTIME : clk, abs);
-        rc = dist_take(e, D_TIMED, wr, &rt);
+        rc = dist_take(e, D_TIMED, wr, how == RW_TIMED ? CLOCK_REALTIME : clk,
+                       abs);
     }
     if (rc != 0)
         REAL(FN_RWUNLOCK, rw_fn)(rw);
@@ -1242,7 +1212,7 @@ RWUNLOCK(pl_rwlock_unlock_old, FN_RWUNLOCK_OLD, "pthread_rwlock_unlock@GLIBC_2.2
         rc = REAL(f, rwinit_fn)(rw, a);                                      \
         if (rc == 0 && nsites && !in_shim) {                                 \
             count(f);                                                        \
-            site_init(rw, ra, PL_RWLOCK);                                    \
+            rc = site_init(rw, ra, PL_RWLOCK);                               \
         }                                                                    \
         return rc;                                                           \
     }

@@ -1,0 +1,17 @@
+-- prelude_batch: joined by the build in front of the watchdog scripts, which all take
+-- the same batch ('--#include prelude_batch.lua'):
+--   KEYS     for each entry, its keys, one after the other
+--   ARGV[1]  the script's own argument (a lease or a window, in ms)
+--   ARGV     then for each entry: its owner, and its number of keys
+-- for_each_entry(fn) calls fn(owner, k, nkeys) for every entry, its keys being
+-- KEYS[k .. k + nkeys - 1], and returns the reply: one integer per entry, 1 where fn
+-- returned true, else 0.
+local function for_each_entry(fn)
+  local replies, k = {}, 1
+  for e = 1, (#ARGV - 1) / 2 do
+    local owner, nkeys = ARGV[2 * e], tonumber(ARGV[2 * e + 1])
+    replies[e] = fn(owner, k, nkeys) and 1 or 0
+    k = k + nkeys
+  end
+  return replies
+end

@@ -1,0 +1,133 @@
+/* base.h: what every layer of libdistlock leans on: clocks and the error
+ * text (util.c), the settings (config.c), who this process and thread are
+ * and what fork() does to that (ident.c).  It knows nothing of Redis. */
+#ifndef DIST_BASE_H
+#define DIST_BASE_H
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "distlock.h"
+
+#define DIST__UNUSED(x) ((void)(x))
+
+/* Every public entry point begins with DIST__KEEP_ERRNO: however the call
+ * leaves, errno is put back as the caller had it.  The library's own system
+ * calls change it (a non-blocking connect leaves EINPROGRESS) and the API
+ * promises to leave it alone; a cleanup handler cannot be missed by a
+ * return path added later, as a restore before each return could. */
+static inline void dist__errno_put_back(const int *saved)
+{
+    errno = *saved;
+}
+#define DIST__KEEP_ERRNO                                                   \
+    const int dist__errno_saved                                            \
+        __attribute__((cleanup(dist__errno_put_back), unused)) = errno
+
+/* ---- util.c ------------------------------------------------------------ */
+
+uint64_t dist__now_ms(void);                  /* CLOCK_MONOTONIC */
+void dist__sleep_ms(uint64_t ms);
+void dist__ms_to_ts(uint64_t mono_ms, struct timespec *ts);
+/* Sets the calling thread's last error and returns code, so that callers
+ * can write `return dist__err(EIO, "...")`. */
+int dist__err(int code, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+int dist__cond_init_mono(pthread_cond_t *cv);
+void dist__call_lost_handler(const char *name);
+void dist__lost_handler_set(dist_lost_fn fn, void *arg);
+struct dist__sigpipe {
+    sigset_t old;
+    int was_pending;
+};
+void dist__sigpipe_block(struct dist__sigpipe *s);
+void dist__sigpipe_restore(struct dist__sigpipe *s);
+int dist__thread_start(pthread_t *th, void *(*fn)(void *));
+
+/* ---- config.c ---------------------------------------------------------- */
+
+#define DIST__MODE_SINGLE   0   /* redis:// or unix:// */
+#define DIST__MODE_SENTINEL 1   /* redis-sentinel:// */
+#define DIST__MODE_CLUSTER  2   /* redis-cluster:// */
+#define DIST__MAX_SEEDS     16
+
+struct dist__addr {
+    char host[256];               /* "" with port 0: the unix socket */
+    int port;
+};
+
+struct dist__cfg {
+    int mode;                     /* DIST__MODE_* */
+    int nseeds;                   /* sentinels or cluster nodes of the URL */
+    struct dist__addr seeds[DIST__MAX_SEEDS];
+    char master[128];             /* the sentinels' name for the master */
+    unsigned long replica_wait_ms;/* WAIT after an acquire; 0: off */
+    char host[256];
+    int port;
+    char path[256];               /* unix socket; host unused when set */
+    char user[128];
+    char pass[256];
+    int db;
+    unsigned long watchdog_ms;
+    unsigned long timeout_ms;
+    unsigned long waiter_ms;      /* a queued waiter's window */
+    char bad[240];                /* why DISTLOCK_URL was refused, or "" */
+    unsigned long gen;            /* bumped by every change */
+};
+
+void dist__cfg_get(struct dist__cfg *out);
+unsigned long dist__cfg_gen(void);
+unsigned long dist__watchdog_ms(void);
+unsigned long dist__timeout_ms(void);
+unsigned long dist__waiter_ms(void);
+unsigned long dist__replica_wait_ms(void);
+int dist__cfg_mode(void);                     /* DIST__MODE_* */
+/* How long a call that may block keeps trying a Redis it cannot reach:
+ * the command timeout, plus a failover's worth on Sentinel or Cluster. */
+unsigned long dist__patience_ms(void);
+int dist__parse_url(const char *url, struct dist__cfg *out, char *why,
+                    size_t whylen);
+
+/* ---- ident.c ----------------------------------------------------------- */
+
+/* Bumped in the child after fork(); holds and connections of an older
+ * generation belong to the parent. */
+extern atomic_ulong dist__fork_gen;
+void dist__lib_init(void);                    /* pthread_once: atfork etc. */
+uint64_t dist__thread_no(void);
+/* "<client id>:<thread n>" of the calling thread, valid until its next
+ * distlock call after a fork; length in *len. */
+const char *dist__owner(size_t *len);
+const char *dist__client_id(void);
+
+/* fork(): a module whose state a mutex guards registers a hook, called with
+ * phase 0 before the fork (take the mutexes), 1 in the parent after it
+ * (release them), 2 in the child (release them too, and reset what belonged
+ * to the parent: the forking thread, the child's only one, holds them).
+ * Prepare runs in ascending rank, parent and child in descending rank, so
+ * the ranks are the lock order, outermost first.  A module registers before
+ * it first takes its mutex (a pthread_once at its entry points); registering
+ * the same hook again does nothing.  Registration takes no lock a hook
+ * takes, so it may be called with any mutex held. */
+enum dist__fork_rank {
+    DIST__RANK_LOCKS = 10,     /* the lock families' registries and states
+                                * (engine.c) */
+    DIST__RANK_RENEW = 30,     /* renewal registry (renew.c) */
+    DIST__RANK_PUBSUB = 40,    /* pub/sub channels (pubsub.c) */
+    DIST__RANK_CFG = 50,       /* settings (config.c) */
+    DIST__RANK_TOPO = 60,      /* topology (topo.c) */
+};
+void dist__atfork_register(void (*fn)(int phase), int rank);
+
+struct dist__buf {        /* one argument of a command */
+    const char *p;
+    size_t len;
+};
+
+#endif

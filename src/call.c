@@ -1,0 +1,555 @@
+/* call.c: one acquire or release of any kind of lock: the owner's standing
+ * first, then the kind's script, the wait for a release message, patience
+ * with a Redis that cannot be reached, and the record of what was taken.
+ * An outcome that stays unknown is handed to the renewal thread, which
+ * settles it with the kind's conditional release (see renew.c). */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "engine.h"
+
+/* ---- deadlines ---------------------------------------------------------- */
+
+int dist__deadline_set(struct dist__deadline *dl, clockid_t clock,
+                       const struct timespec *abs)
+{
+    /* the clock is refused whether or not the call would wait, as glibc's
+     * clocklock does */
+    if (clock != CLOCK_REALTIME && clock != CLOCK_MONOTONIC)
+        return dist__err(EINVAL, "clock %d: use CLOCK_REALTIME or "
+                         "CLOCK_MONOTONIC", (int)clock);
+    if (!abs)
+        return dist__err(EINVAL, "abstime is NULL");
+    dl->clock = clock;
+    dl->abs = *abs;
+    return 0;
+}
+
+int dist__deadline_ms(const struct dist__deadline *dl, uint64_t *ms)
+{
+    struct timespec now;
+    int64_t left_ns;
+    uint64_t mono;
+
+    if (dl->abs.tv_nsec < 0 || dl->abs.tv_nsec >= 1000000000L)
+        return dist__err(EINVAL, "abstime.tv_nsec %ld is out of range",
+                         dl->abs.tv_nsec);
+    /* Rounded up, so that a waiter never gives up early; callers still
+     * confirm with dist__deadline_reached, the clock may be stepped. */
+    mono = dist__now_ms();
+    clock_gettime(dl->clock, &now);
+    left_ns = ((int64_t)dl->abs.tv_sec - (int64_t)now.tv_sec) * 1000000000LL
+              + (dl->abs.tv_nsec - now.tv_nsec);
+    *ms = left_ns <= 0 ? mono : mono + (uint64_t)(left_ns + 999999) / 1000000u;
+    return 0;
+}
+
+int dist__deadline_reached(const struct dist__deadline *dl)
+{
+    struct timespec now;
+
+    clock_gettime(dl->clock, &now);
+    return now.tv_sec > dl->abs.tv_sec ||
+           (now.tv_sec == dl->abs.tv_sec && now.tv_nsec >= dl->abs.tv_nsec);
+}
+
+/* ---- the owner's standing ------------------------------------------------- */
+
+static const char *name_of(const struct dist__call *c)
+{
+    return c->o->st->names->name.p;
+}
+
+/* A new renewal entry for r.  The state's mu held. */
+static struct dist__hold *rec_hold(struct dist__call *c, struct dist__rec *r)
+{
+    const struct dist__kind *k = c->o->kind;
+
+    if (!r->h && (r->h = dist__hold_new(k, c->o->st->names,
+                                        c->o->lease_ms)) != NULL &&
+        k->renew_keys)
+        k->renew_keys(c->o->st, r, r->h);
+    return r->h;
+}
+
+/* The renewal thread settled r's outcome: its entry goes unless the
+ * watchdog still renews it.  The state's mu held. */
+static void settled(struct dist__rec *r)
+{
+    r->unknown = 0;
+    if (!r->reg && dist__renew_remove(r->h)) {
+        dist__hold_free(r->h);
+        r->h = NULL;
+    } else if (!r->reg) {
+        r->h = NULL;
+    }
+}
+
+/* Before any call: the owner's standing, in c->n.  Waits for an earlier
+ * unknown outcome to be settled first.  *held is 1 for live holds, 0 for
+ * none, -1 for holds that were lost (the record is dropped). */
+static int prepare(struct dist__call *c, int *held)
+{
+    struct dist__state *st = c->o->st;
+    struct dist__rec *r;
+    uint64_t until = 0;
+    int rc;
+
+    pthread_mutex_lock(&st->mu);
+    while ((r = dist__rec_find(st)) != NULL && r->unknown) {
+        struct dist__hold *h = r->h;
+        pthread_mutex_unlock(&st->mu);
+        if (!until)
+            until = dist__now_ms() + dist__timeout_ms() * 2;
+        rc = dist__renew_settle(h, until);
+        pthread_mutex_lock(&st->mu);
+        if (rc != 0) {
+            pthread_mutex_unlock(&st->mu);
+            return rc;
+        }
+        settled(r);
+    }
+    c->n[0] = c->n[1] = 0;
+    *held = 0;
+    if (r && r->h && atomic_load(&r->h->lost))
+        *held = r->n[0] + r->n[1] > 0 ? -1 : 0;
+    else if (r && r->n[0] + r->n[1] > 0)
+        *held = 1, c->n[0] = r->n[0], c->n[1] = r->n[1];
+    if (r && *held != 1)
+        dist__rec_drop(st, r);
+    pthread_mutex_unlock(&st->mu);
+    return 0;
+}
+
+/* Hands c's unknown outcome to the renewal thread: r's counts are what the
+ * owner holds for sure.  The state's mu held. */
+static void hand_over(struct dist__call *c, struct dist__rec *r)
+{
+    if (r->unknown)
+        return;            /* handed over already, and not settled yet */
+    if (!rec_hold(c, r))
+        return;            /* out of memory: the lease ends it */
+    r->unknown = 1;
+    if (r->n[0] + r->n[1] == 0)
+        r->reg = 0;        /* not renewed: see dist__renew_unknown */
+    dist__renew_unknown(r->h, r->n, c->mode);
+}
+
+static void note_unknown(struct dist__call *c)
+{
+    struct dist__state *st = c->o->st;
+    struct dist__rec *r;
+
+    pthread_mutex_lock(&st->mu);
+    if ((r = dist__rec_get(st)) != NULL)
+        hand_over(c, r);
+    pthread_mutex_unlock(&st->mu);
+}
+
+/* Records a hold taken.  c->lost when Redis had forgotten earlier holds of
+ * ours and this is a fresh one.  0 or ENOMEM. */
+static int record(struct dist__call *c)
+{
+    struct dist__state *st = c->o->st;
+    unsigned long lease = c->o->lease_ms;
+    struct dist__rec *r;
+
+    pthread_mutex_lock(&st->mu);
+    if (!(r = dist__rec_get(st))) {
+        pthread_mutex_unlock(&st->mu);
+        return ENOMEM;
+    }
+    if (c->n[c->mode] > 0 && c->count != c->n[c->mode] + 1)
+        c->lost = 1;
+    if (r->h && atomic_load(&r->h->lost)) {
+        /* found gone meanwhile: that entry is done, a new one renews */
+        if (dist__renew_remove(r->h))
+            dist__hold_free(r->h);
+        r->h = NULL;
+        r->reg = 0;
+    }
+    if (c->token && (r->n[c->mode] == 0 || c->lost))
+        r->token = c->token;
+    r->n[c->mode] = c->count;
+    if (lease && dist__now_ms() + lease > r->lease_end)
+        r->lease_end = dist__now_ms() + lease;   /* after the reply: the
+                                                  * server's expiry is earlier */
+    if (!lease && !r->reg && rec_hold(c, r)) {
+        r->reg = 1;
+        dist__renew_add(r->h, c->started + dist__lease_of(c->o));
+    }
+    pthread_mutex_unlock(&st->mu);
+    return 0;
+}
+
+/* ---- freshness ---------------------------------------------------------------- */
+
+/* A hold is valid from when its acquire was sent, not from when the reply
+ * came back: the server set its lease somewhere in between.  A reply that
+ * took longer than a third of the lease (FRESH_PART) leaves too little of
+ * it to report a fresh hold, and a watchdog hold too little time for its
+ * first renewal, due a third of the lease after it is taken.  Such a hold
+ * is renewed at once, on the condition that it is still ours; if it is
+ * gone (it expired on the way back), the try counts as not taken and the
+ * caller tries again. */
+#define FRESH_PART 3
+#define FRESH_TRIES 3
+
+static int stale(const struct dist__call *c)
+{
+    return dist__now_ms() - c->started > dist__lease_of(c->o) / FRESH_PART;
+}
+
+/* 1 renewed, 0 gone, -1 no answer (see dist__renew_one). */
+static int renew_now(struct dist__call *c)
+{
+    const struct dist__kind *k = c->o->kind;
+    struct dist__state *st = c->o->st;
+    struct dist__hold keys;
+    struct dist__rec *r;
+
+    memset(&keys, 0, sizeof keys);
+    if (k->renew_keys) {
+        pthread_mutex_lock(&st->mu);
+        if ((r = dist__rec_get(st)) != NULL)
+            k->renew_keys(st, r, &keys);
+        pthread_mutex_unlock(&st->mu);
+    }
+    return dist__renew_one(k, st->names, keys.keys, keys.nkeys,
+                           dist__lease_of(c->o));
+}
+
+/* A try took the lock, but its reply came back late: renew before the
+ * hold is reported.  0 with c->taken (fresh) or not (gone, c->wait 0: try
+ * again at once); EIO with c->unknown when it could not be renewed in
+ * time, which gives back the hold taken (see hand_over). */
+static int refresh(struct dist__call *c)
+{
+    int i, rc;
+
+    for (i = 0; i < FRESH_TRIES; i++) {
+        c->started = dist__now_ms();
+        if ((rc = renew_now(c)) < 0)
+            break;
+        if (rc == 0) {
+            c->taken = 0;
+            c->wait = 0;
+            return 0;
+        }
+        if (!stale(c))
+            return 0;
+    }
+    c->unknown = 1;
+    return dist__err(EIO, "%s '%s': its acquire's reply came back later than "
+                     "a third of the lease, and it could not be renewed in "
+                     "time", c->o->kind->noun, c->o->st->names->name.p);
+}
+
+/* One try of the kind's acquire; a hold it takes is reported only when
+ * it is fresh.  One that expired on the way back is tried for again at
+ * once (a few times), so that trylock does not say EBUSY for it. */
+static int try_once(struct dist__call *c)
+{
+    int i, rc = 0;
+
+    for (i = 0; i < FRESH_TRIES; i++) {
+        c->started = dist__now_ms();
+        c->unknown = 0;
+        rc = c->o->kind->acquire(c);
+        if (rc != 0 || !c->taken || !stale(c))
+            return rc;
+        if ((rc = refresh(c)) != 0 || c->taken)
+            return rc;
+    }
+    return rc;
+}
+
+/* ---- trying ------------------------------------------------------------------- */
+
+/* The kind's try for a call that may wait: a Redis that cannot be reached
+ * for a moment (a restart, a failover) is tried again until the patience
+ * runs out (dist__patience_ms), or the caller's deadline.  A try whose
+ * outcome is unknown is handed to the renewal thread, and the next try
+ * waits until it has been settled, so a failover in the middle of a try
+ * does not end the wait. */
+static int try_patiently(struct dist__call *c, uint64_t deadline)
+{
+    uint64_t give_up = 0, now;
+    int rc, held;
+
+    for (;;) {
+        rc = try_once(c);
+        if (rc != EIO)
+            return rc;
+        now = dist__now_ms();
+        if (!give_up)
+            give_up = now + dist__patience_ms();
+        if (deadline && deadline < give_up)
+            give_up = deadline;
+        if (now >= give_up)
+            return rc;
+        if (c->unknown) {
+            note_unknown(c);
+            c->unknown = 0;
+            while (prepare(c, &held) != 0) {
+                now = dist__now_ms();
+                if (now >= give_up) {
+                    c->unknown = 1;    /* still unknown: the caller says so */
+                    return EIO;
+                }
+                dist__sleep_ms(give_up - now < 100 ? give_up - now : 100);
+            }
+            continue;
+        }
+        dist__sleep_ms(give_up - now < 50 ? give_up - now : 50);
+    }
+}
+
+/* How long a waiter may sleep before trying again: what the script said
+ * (the holder's remaining lease, or the deadline of a waiter ahead).  0
+ * means it ends this very millisecond (a script sees time stand still), so
+ * try again at once; -1 (a lock with no expiry, which no well-behaved
+ * client leaves) falls back to a lease of our own. */
+static uint64_t sleep_until(const struct dist__call *c, uint64_t deadline)
+{
+    uint64_t until = dist__now_ms() + (c->wait >= 0 ? (uint64_t)c->wait + 1
+                                                    : dist__lease_of(c->o));
+
+    return deadline && deadline < until ? deadline : until;
+}
+
+/* Sleeps on the lock's channel between tries until it is taken, an error,
+ * or the deadline (after one last try: a lock free at the deadline is
+ * taken, never timed out). */
+static int wait_loop(struct dist__call *c, const struct dist__deadline *dl,
+                     uint64_t deadline)
+{
+    const struct dist__kind *k = c->o->kind;
+    struct dist__chan *ch = k->channel(c);
+    int rc, last = 0;
+
+    if (!ch)
+        return dist__err(ENOMEM, "out of memory");
+    /* Subscribe before trying again, so that a release that comes between
+     * that try and the sleep wakes the sleep. */
+    dist__sub_wait_ready(ch, sleep_until(c, deadline));
+    for (;;) {
+        /* Wake-ups are not taken from each other: a waiter woken with the
+         * others and refused for its own reason (a reader a waiting writer
+         * keeps out) must not sleep through its turn. */
+        unsigned long gen = dist__sub_gen(ch);
+        rc = try_patiently(c, deadline);
+        if (rc != 0 || c->taken)
+            break;
+        if (last) {
+            rc = dist__err(ETIMEDOUT, "%s '%s': timed out", k->noun, name_of(c));
+            break;
+        }
+        dist__sub_wait_since(ch, gen, sleep_until(c, deadline));
+        if (deadline && dist__now_ms() >= deadline) {
+            if (dist__deadline_reached(dl))
+                last = 1;
+            else
+                dist__deadline_ms(dl, &deadline);   /* the clock stepped */
+        }
+    }
+    dist__sub_put(ch);
+    return rc;
+}
+
+/* The lock is not free and the caller would wait: the deadline is looked
+ * at only now (as musl does), then the wait. */
+static int wait_for_it(struct dist__call *c, const struct dist__deadline *dl)
+{
+    const struct dist__kind *k = c->o->kind;
+    struct dist__hold *w = NULL;
+    uint64_t deadline = 0;
+    int rc;
+
+    if (dl) {
+        if ((rc = dist__deadline_ms(dl, &deadline)) != 0)
+            return rc;
+        if (dist__deadline_reached(dl))
+            return dist__err(ETIMEDOUT, "%s '%s': deadline passed", k->noun,
+                             name_of(c));
+    }
+    if (c->how == DIST__HOW_QUEUE) {
+        int nkeys;
+        const struct dist__buf *keys = k->queue(c, &nkeys);
+        w = dist__waiter_start(c->o->st->names, keys, nkeys);
+    }
+    rc = wait_loop(c, dl, deadline);
+    dist__waiter_stop(w);
+    return rc;
+}
+
+/* ---- acquire -------------------------------------------------------------------- */
+
+static int release_held(struct dist__call *c);
+
+/* A new hold is only as safe as its copy on a replica: without one, it is
+ * given back (see DIST_ENOREPLICA). */
+static int replica_sync(struct dist__call *c)
+{
+    struct dist__call back = { .o = c->o, .mode = c->mode };
+    char why[256];
+    int rc, held;
+
+    rc = dist__link_wait_replicas(c->on, dist__replica_wait_ms(), name_of(c));
+
+    if (rc == 0)
+        return 0;
+    snprintf(why, sizeof why, "%s", dist_last_error());
+    if (prepare(&back, &held) == 0 && held == 1)
+        release_held(&back);
+    if (rc == DIST_ENOREPLICA)
+        return dist__err(rc, "%s", why);
+    return dist__err(EIO, "%s; the hold is given back", why);
+}
+
+/* Says why a call that did not take the lock failed, with the lock's
+ * name. */
+static int failed(struct dist__call *c, int rc)
+{
+    const struct dist__kind *k = c->o->kind;
+    char why[256];
+
+    if (c->unknown) {
+        note_unknown(c);
+        return dist__err(EIO, "%s '%s': the lock's reply was lost and Redis "
+                         "has not answered since; a hold it may have taken "
+                         "is given back when Redis answers, or its lease "
+                         "ends it", k->noun, name_of(c));
+    }
+    pthread_mutex_lock(&c->o->st->mu);
+    dist__rec_tidy(c->o->st);
+    pthread_mutex_unlock(&c->o->st->mu);
+    if (rc == EIO) {
+        snprintf(why, sizeof why, "%s", dist_last_error());
+        if (!strstr(why, name_of(c)))
+            dist__err(EIO, "%s '%s': %s", k->noun, name_of(c), why);
+    }
+    return rc;
+}
+
+int dist__acquire(struct dist__obj *o, int mode, int try_only,
+                  const struct dist__deadline *dl)
+{
+    const struct dist__kind *k = o->kind;
+    struct dist__call c = { .o = o, .mode = mode };
+    int rc, held, queued, fresh;
+
+    if ((rc = prepare(&c, &held)) != 0)
+        return rc;
+    if ((rc = k->plan(&c, try_only)) != 0)
+        return failed(&c, rc);
+    if (!try_only && k->before_wait)
+        k->before_wait(&c, dl);
+    rc = try_only ? try_once(&c) : try_patiently(&c, 0);
+    queued = c.how == DIST__HOW_QUEUE && rc == 0 && !c.taken;
+    if (rc == 0 && !c.taken && try_only)
+        return failed(&c, dist__err(EBUSY, "%s '%s' is held by another "
+                                    "owner%s", k->noun, name_of(&c),
+                                    k->busy_why ? k->busy_why(&c) : ""));
+    if (rc == 0 && !c.taken)
+        rc = wait_for_it(&c, dl);
+    if (queued && !(rc == 0 && c.taken))
+        k->cancel(&c);
+    if (rc != 0)
+        return failed(&c, rc);
+    fresh = c.n[0] + c.n[1] == 0;
+    if (record(&c) != 0)
+        return dist__err(ENOMEM, "out of memory");
+    /* a reentrant hold adds to one a replica has already */
+    if (fresh || c.lost)
+        rc = replica_sync(&c);
+    if (c.lost)
+        dist__call_lost_handler(name_of(&c));
+    return rc;
+}
+
+/* ---- release ----------------------------------------------------------------- */
+
+/* Gives back one hold of c->mode, which the owner has. */
+static int release_held(struct dist__call *c)
+{
+    const struct dist__kind *k = c->o->kind;
+    struct dist__state *st = c->o->st;
+    struct dist__rec *r;
+    char why[256];
+    int rc;
+
+    c->started = dist__now_ms();
+    c->unknown = 0;
+    rc = k->release(c);
+    if (rc == EIO && !c->unknown)
+        return rc;                 /* refused: nothing changed */
+    snprintf(why, sizeof why, "%s", dist_last_error());
+    pthread_mutex_lock(&st->mu);
+    r = dist__rec_find(st);
+    if (rc == 0 && k->after_release)
+        k->after_release(c);
+    if (r && rc == 0) {
+        r->n[c->mode] = c->count;
+    } else if (r && rc == EIO) {
+        /* given up locally either way; the renewal thread finishes the
+         * release when Redis answers again */
+        r->n[c->mode]--;
+        hand_over(c, r);
+    } else if (r) {
+        r->n[0] = r->n[1] = 0;     /* lost */
+    }
+    if (r)
+        dist__rec_tidy(st);
+    pthread_mutex_unlock(&st->mu);
+    if (rc == EIO)
+        return dist__err(EIO, "%s '%s': the release got no answer (%s); this "
+                         "thread has let go of it, and the release is "
+                         "finished when Redis answers, or the lease ends it",
+                         k->noun, name_of(c), why);
+    if (rc == EPERM) {
+        dist__call_lost_handler(name_of(c));
+        return dist__err(EPERM, "%s '%s' was lost (its lease ran out or it "
+                         "was forced) before this unlock", k->noun, name_of(c));
+    }
+    return rc;
+}
+
+int dist__release(struct dist__obj *o)
+{
+    const struct dist__kind *k = o->kind;
+    struct dist__call c = { .o = o };
+    int rc, held;
+
+    if ((rc = prepare(&c, &held)) != 0)
+        return rc;
+    if (held == -1)
+        return dist__err(EPERM, "%s '%s' was lost (its lease ran out or it "
+                         "was forced) before this unlock", k->noun,
+                         name_of(&c));
+    if (held == 0)
+        return dist__err(EPERM, "%s '%s' is not held by this thread", k->noun,
+                         name_of(&c));
+    c.mode = c.n[1] > 0;           /* a write hold goes first */
+    return release_held(&c);
+}
+
+int dist__token(struct dist__obj *o, int mode, uint64_t *token)
+{
+    struct dist__state *st = o->st;
+    struct dist__rec *r;
+
+    pthread_mutex_lock(&st->mu);
+    r = dist__rec_find(st);
+    if (!r || r->n[mode] == 0 ||
+        (r->h && atomic_load(&r->h->lost))) {
+        pthread_mutex_unlock(&st->mu);
+        return dist__err(EPERM, "%s '%s' is not %s by this thread",
+                         o->kind->noun, st->names->name.p,
+                         mode ? "write-locked" : "held");
+    }
+    *token = r->token;
+    pthread_mutex_unlock(&st->mu);
+    return 0;
+}

@@ -1,0 +1,322 @@
+/* engine.c: the objects of every kind of lock, the per-name state they
+ * share, and each thread's record of its holds (see engine.h). */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine.h"
+
+/* Every name in use, per family, for sharing and for fork(). */
+static pthread_mutex_t fam_mu[DIST__FAM_COUNT] = {
+    PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER,
+};
+static struct dist__state *fam_states[DIST__FAM_COUNT];
+static pthread_once_t hook_once = PTHREAD_ONCE_INIT;
+
+static void engine_fork(int phase);
+
+static void register_hook(void)
+{
+    dist__atfork_register(engine_fork, DIST__RANK_LOCKS);
+}
+
+int dist__check_name(const char *name, size_t *len)
+{
+    if (!name)
+        return dist__err(EINVAL, "lock name is NULL");
+    *len = strnlen(name, DIST_NAME_MAX + 1);
+    if (*len == 0)
+        return dist__err(EINVAL, "lock name is empty");
+    if (*len > DIST_NAME_MAX)
+        return dist__err(EINVAL, "lock name is longer than %d bytes",
+                         DIST_NAME_MAX);
+    return 0;
+}
+
+unsigned long dist__lease_of(const struct dist__obj *o)
+{
+    return o->lease_ms ? o->lease_ms : dist__watchdog_ms();
+}
+
+/* ---- records ------------------------------------------------------------ */
+
+/* Lets go of a record: its renewal entry leaves the registry (or is left to
+ * the renewal thread when a call or a settle on it is under way). */
+void dist__rec_drop(struct dist__state *st, struct dist__rec *r)
+{
+    struct dist__rec **pp;
+
+    for (pp = &st->recs; *pp; pp = &(*pp)->next) {
+        if (*pp == r) {
+            *pp = r->next;
+            break;
+        }
+    }
+    if (r->h) {
+        if (r->gen != atomic_load(&dist__fork_gen))
+            dist__hold_free(r->h);    /* the parent's: not in our registry */
+        else if (dist__renew_remove(r->h))
+            dist__hold_free(r->h);
+    }
+    if (r->ext_free)
+        r->ext_free(r->ext);
+    free(r);
+}
+
+/* The calling thread's record, or NULL.  Drops records the parent left
+ * behind across a fork. */
+struct dist__rec *dist__rec_find(struct dist__state *st)
+{
+    unsigned long gen = atomic_load(&dist__fork_gen);
+    uint64_t tno = dist__thread_no();
+    struct dist__rec *r, *next;
+
+    for (r = st->recs; r; r = next) {
+        next = r->next;
+        if (r->gen != gen)
+            dist__rec_drop(st, r);
+        else if (r->thread_no == tno)
+            return r;
+    }
+    return NULL;
+}
+
+struct dist__rec *dist__rec_get(struct dist__state *st)
+{
+    struct dist__rec *r = dist__rec_find(st);
+
+    if (r)
+        return r;
+    if (!(r = calloc(1, sizeof *r)))
+        return NULL;
+    r->thread_no = dist__thread_no();
+    r->gen = atomic_load(&dist__fork_gen);
+    r->next = st->recs;
+    st->recs = r;
+    return r;
+}
+
+/* Drops the calling thread's record when it holds nothing and owes
+ * nothing. */
+void dist__rec_tidy(struct dist__state *st)
+{
+    struct dist__rec *r = dist__rec_find(st);
+
+    if (r && r->n[0] + r->n[1] == 0 && !r->unknown)
+        dist__rec_drop(st, r);
+}
+
+/* ---- per-name state --------------------------------------------------------- */
+
+/* Finds or makes the state of a name.  The family's registry mutex held. */
+static struct dist__state *state_get(const struct dist__kind *k,
+                                     const char *name, size_t len)
+{
+    struct dist__state **list = &fam_states[k->family], *st;
+
+    for (st = *list; st; st = st->next) {
+        if (st->names->name.len == len &&
+            memcmp(st->names->name.p, name, len) == 0) {
+            st->refs++;
+            return st;
+        }
+    }
+    st = calloc(1, sizeof *st);
+    if (!st || !(st->names = dist__names_new(name, len))) {
+        free(st);
+        return NULL;
+    }
+    if (k->state_init && k->state_init(st) != 0) {
+        dist__names_unref(st->names);
+        free(st);
+        return NULL;
+    }
+    pthread_mutex_init(&st->mu, NULL);
+    st->refs = 1;
+    st->next = *list;
+    if (*list)
+        (*list)->prev = st;
+    *list = st;
+    return st;
+}
+
+/* Drops one object's reference; the last one frees the state and any
+ * records left (lost holds, or settles the renewal thread still owes). */
+static void state_put(const struct dist__kind *k, struct dist__state *st)
+{
+    pthread_mutex_t *mu = &fam_mu[k->family];
+
+    pthread_mutex_lock(mu);
+    if (--st->refs > 0) {
+        pthread_mutex_unlock(mu);
+        return;
+    }
+    if (st->prev)
+        st->prev->next = st->next;
+    else
+        fam_states[k->family] = st->next;
+    if (st->next)
+        st->next->prev = st->prev;
+    pthread_mutex_unlock(mu);
+    pthread_mutex_lock(&st->mu);
+    while (st->recs)
+        dist__rec_drop(st, st->recs);
+    pthread_mutex_unlock(&st->mu);
+    pthread_mutex_destroy(&st->mu);
+    if (k->state_free)
+        k->state_free(st);
+    dist__names_unref(st->names);
+    free(st);
+}
+
+/* ---- objects ---------------------------------------------------------------- */
+
+int dist__obj_new(const struct dist__kind *k, const char *name, int flags,
+                  unsigned long lease_ms, struct dist__obj **out)
+{
+    struct dist__obj *o;
+    size_t len = 0;
+    int rc;
+
+    if ((rc = dist__check_name(name, &len)) != 0)
+        return rc;
+    pthread_once(&hook_once, register_hook);
+    if (!(o = calloc(1, sizeof *o)))
+        return dist__err(ENOMEM, "out of memory");
+    pthread_mutex_lock(&fam_mu[k->family]);
+    o->st = state_get(k, name, len);
+    pthread_mutex_unlock(&fam_mu[k->family]);
+    if (!o->st) {
+        free(o);
+        return dist__err(ENOMEM, "out of memory");
+    }
+    o->magic = k->magic;
+    o->kind = k;
+    o->flags = flags;
+    o->lease_ms = lease_ms;
+    *out = o;
+    return 0;
+}
+
+void dist__obj_free(struct dist__obj *o)
+{
+    const struct dist__kind *k = o->kind;
+
+    o->magic = 0;
+    state_put(k, o->st);
+    free(o);
+}
+
+int dist__obj_init(const struct dist__kind *k, const char *name, int flags,
+                   unsigned long lease_ms, const char **uname, void **impl,
+                   unsigned long reserved[2])
+{
+    struct dist__obj *o;
+    int rc = dist__obj_new(k, name, flags, lease_ms, &o);
+
+    if (rc != 0)
+        return rc;
+    *uname = NULL;
+    reserved[0] = reserved[1] = 0;
+    __atomic_store_n((struct dist__obj **)impl, o, __ATOMIC_RELEASE);
+    return 0;
+}
+
+int dist__lease_set(unsigned long *field, unsigned long lease_ms)
+{
+    if (lease_ms > 24UL * 3600 * 1000)
+        return dist__err(EINVAL, "lease of %lu ms is longer than a day",
+                         lease_ms);
+    *field = lease_ms;
+    return 0;
+}
+
+static unsigned family_magic(const struct dist__kind *k)
+{
+    return k->magic;
+}
+
+int dist__obj_get(const struct dist__kind *k, const char *name, void **impl,
+                  struct dist__obj **out)
+{
+    struct dist__obj *o, *expected = NULL;
+    int rc;
+
+    o = __atomic_load_n((struct dist__obj **)impl, __ATOMIC_ACQUIRE);
+    if (o) {
+        if (o->magic != family_magic(k))
+            return dist__err(EINVAL, "%s is not initialised (or destroyed)",
+                             k->noun);
+        *out = o;
+        return 0;
+    }
+    if (!name)
+        return dist__err(EINVAL, "%s has no name: use dist_%s_init or "
+                         "DIST_%s_INITIALIZER", k->noun, k->noun,
+                         k->family == DIST__FAM_MUTEX ? "MUTEX" : "RWLOCK");
+    if ((rc = dist__obj_new(k, name, 0, 0, &o)) != 0)
+        return rc;
+    if (!__atomic_compare_exchange_n((struct dist__obj **)impl, &expected, o,
+                                     0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+        dist__obj_free(o);        /* another thread won the race */
+        o = expected;
+    }
+    *out = o;
+    return 0;
+}
+
+int dist__obj_destroy(const struct dist__kind *k, void **impl)
+{
+    struct dist__obj *o;
+    struct dist__state *st;
+    struct dist__rec *r;
+
+    o = __atomic_load_n((struct dist__obj **)impl, __ATOMIC_ACQUIRE);
+    if (!o)
+        return 0;
+    if (o->magic != family_magic(k))
+        return dist__err(EINVAL, "%s is not initialised (or destroyed)",
+                         k->noun);
+    st = o->st;
+    pthread_mutex_lock(&st->mu);
+    dist__rec_find(st);   /* drops a parent's records */
+    for (r = st->recs; r; r = r->next) {
+        /* a hold whose explicit lease has surely ended is not in the way,
+         * even if its thread never unlocked (it may have exited) */
+        int expired = r->lease_end && dist__now_ms() > r->lease_end;
+        int lost = r->h && atomic_load(&r->h->lost);
+        if (r->n[0] + r->n[1] > 0 && !lost && !expired) {
+            pthread_mutex_unlock(&st->mu);
+            return dist__err(EBUSY, "%s '%s' is still held by thread %" PRIu64,
+                             k->noun, st->names->name.p, r->thread_no);
+        }
+    }
+    pthread_mutex_unlock(&st->mu);
+    __atomic_store_n((struct dist__obj **)impl, NULL, __ATOMIC_RELEASE);
+    dist__obj_free(o);
+    return 0;
+}
+
+/* ---- fork ------------------------------------------------------------------- */
+
+static void engine_fork(int phase)
+{
+    struct dist__state *st;
+    int f;
+
+    for (f = 0; f < DIST__FAM_COUNT; f++) {
+        if (phase == 0) {
+            pthread_mutex_lock(&fam_mu[f]);
+            for (st = fam_states[f]; st; st = st->next)
+                pthread_mutex_lock(&st->mu);
+        } else {
+            /* parent or child alike: the forking thread took them all, and
+             * in the child it is that thread that lets go (re-initialising
+             * a locked mutex is undefined) */
+            for (st = fam_states[f]; st; st = st->next)
+                pthread_mutex_unlock(&st->mu);
+            pthread_mutex_unlock(&fam_mu[f]);
+        }
+    }
+}

@@ -1,0 +1,184 @@
+/* engine.h: what every kind of lock shares (the lock engine).
+ *
+ * A kind (mutex, fair mutex, rwlock) is its scripts: it fills one
+ * struct dist__kind with the calls that build their KEYS and ARGV and read
+ * their replies.  Everything else is here, written once: the per-name state
+ * shared by the objects of a name, lazy initialisation, the calling thread's
+ * record of its holds, the wait loop (subscribe, try, sleep bounded by the
+ * holder's lease and the caller's deadline, clock steps), patience with a
+ * Redis that cannot be reached, replica sync and its give-back, and the
+ * hand-off of a call whose outcome is unknown to the renewal thread.
+ *
+ * Lock order, outermost first: a family's registry, one state's mu, the
+ * renewal registry (renew.c), pub/sub channels, config, topology. */
+#ifndef DIST_ENGINE_H
+#define DIST_ENGINE_H
+
+#include "internal.h"
+
+/* A caller's absolute deadline, as given at the API; converted to the
+ * monotonic clock by the engine (dist__deadline_ms), once per wait and
+ * again only when the clock it names was stepped. */
+struct dist__deadline {
+    clockid_t clock;              /* CLOCK_REALTIME or CLOCK_MONOTONIC */
+    struct timespec abs;
+};
+
+/* How a try may end when the lock is not free. */
+enum dist__how {
+    DIST__HOW_TRY,                /* trylock: not at all */
+    DIST__HOW_WAIT,               /* sleep and try again */
+    DIST__HOW_QUEUE               /* join a queue in Redis (fair mutex,
+                                   * writer of a writer-preferring rwlock) */
+};
+
+struct dist__kind;
+
+/* The calling thread's holds of one name.  Under its state's mu. */
+struct dist__rec {
+    struct dist__rec *next;
+    uint64_t thread_no;
+    unsigned long gen;            /* fork generation: older is the parent's */
+    unsigned long n[2];           /* holds the owner believes it has: [0]
+                                   * the mutex's or the read holds, [1] the
+                                   * write holds */
+    uint64_t token;               /* fencing token of the first hold */
+    uint64_t lease_end;           /* explicit lease: gone on the server by
+                                   * then for sure (monotonic ms) */
+    struct dist__hold *h;         /* renewal entry while registered or while
+                                   * an unknown outcome is being settled */
+    int reg;                      /* h is renewed by the watchdog */
+    int unknown;                  /* h carries an outcome to settle */
+    void *ext;                    /* the kind's own (rwlock: timeout keys) */
+    void (*ext_free)(void *ext);
+};
+
+/* What Redis keys by name, shared by every object of that name and family
+ * in the process: Redis counts one owner thread's holds of a name together,
+ * so the local record of them must be one too. */
+struct dist__state {
+    struct dist__state *prev, *next;
+    int refs;                     /* objects using it (family registry) */
+    pthread_mutex_t mu;           /* guards recs and the kind's fields */
+    struct dist__names *names;
+    struct dist__rec *recs;
+    void *ext;                    /* the kind's own, under mu */
+};
+
+/* One user object (dist_mutex_t, dist_rwlock_t). */
+struct dist__obj {
+    unsigned magic;
+    const struct dist__kind *kind;
+    struct dist__state *st;
+    int flags;                    /* the kind's settings */
+    unsigned long lease_ms;       /* 0: the watchdog renews */
+};
+
+/* One acquire or release in progress. */
+struct dist__call {
+    struct dist__obj *o;
+    int mode;                     /* 0 mutex or read, 1 write */
+    enum dist__how how;
+    unsigned long n[2];           /* the owner's counts before the call */
+    /* an acquire try's answer */
+    int taken;
+    unsigned long count;          /* the owner's holds of mode afterwards */
+    uint64_t token;
+    long long wait;               /* not taken: sleep at most this (ms);
+                                   * -1: the lock never expires */
+    int lost;                     /* earlier holds were found gone */
+    int unknown;                  /* sent, and no answer came back */
+    long long woken;              /* release: subscribers the message reached */
+    struct dist__link *on;        /* where the acquire ran (for the replica
+                                   * sync); valid until the thread's next
+                                   * route call */
+    uint64_t started;             /* when the call began (monotonic ms) */
+};
+
+struct dist__kind {
+    const char *noun;             /* in messages: "mutex", "rwlock" */
+    int family;                   /* DIST__FAM_*: states are shared by name
+                                   * within a family */
+    unsigned magic;
+    int renew_script;             /* batched renewal (see renew.c) */
+    /* One try of c->mode.  0 with c->taken and c->count/token or c->wait;
+     * EDEADLK; EIO, with c->unknown when it may have run; ENOMEM. */
+    int (*acquire)(struct dist__call *c);
+    /* Gives back one hold of c->mode.  0 with c->count left; EPERM when
+     * the holds were lost; EIO, with c->unknown when it may have run. */
+    int (*release)(struct dist__call *c);
+    /* The renewal thread settles an unknown outcome of h with a conditional
+     * release.  0 answered (*lost: the owner's holds were gone), -1 Redis
+     * did not answer. */
+    int (*settle)(struct dist__hold *h, int *lost);
+    /* A queued waiter that gives up leaves the queue (best effort). */
+    void (*cancel)(struct dist__call *c);
+    /* The channel a waiter of c sleeps on; the keys with which a queued
+     * one's deadline is kept fresh (waiter_renew), *nkeys of them. */
+    struct dist__chan *(*channel)(struct dist__call *c);
+    const struct dist__buf *(*queue)(struct dist__call *c, int *nkeys);
+    /* Optional: after a try that was refused, why (" or has waiters"). */
+    const char *(*busy_why)(const struct dist__call *c);
+    /* Optional hooks: before a blocking acquire, after a release. */
+    void (*before_wait)(struct dist__call *c, const struct dist__deadline *dl);
+    void (*after_release)(struct dist__call *c);
+    /* Says how a try of c may end (c->how), or refuses the call (EDEADLK
+     * for a relock the type forbids, with the text set). */
+    int (*plan)(struct dist__call *c, int try_only);
+    /* Optional: the state's ext. */
+    int (*state_init)(struct dist__state *st);
+    void (*state_free)(struct dist__state *st);
+    /* Optional: a new renewal entry of r gets its keys (default: the
+     * name).  The state's mu held. */
+    void (*renew_keys)(struct dist__state *st, struct dist__rec *r,
+                       struct dist__hold *h);
+};
+
+#define DIST__FAM_MUTEX  0
+#define DIST__FAM_RWLOCK 1
+#define DIST__FAM_COUNT  2
+
+/* ---- objects (engine.c) -------------------------------------------------- */
+
+int dist__check_name(const char *name, size_t *len);
+int dist__obj_new(const struct dist__kind *k, const char *name, int flags,
+                  unsigned long lease_ms, struct dist__obj **out);
+void dist__obj_free(struct dist__obj *o);
+/* dist_*_init: a new object into the user's fields. */
+int dist__obj_init(const struct dist__kind *k, const char *name, int flags,
+                   unsigned long lease_ms, const char **uname, void **impl,
+                   unsigned long reserved[2]);
+/* An attribute's explicit lease: EINVAL past a day. */
+int dist__lease_set(unsigned long *field, unsigned long lease_ms);
+/* The object behind a user's (name, impl) pair, created at first use for
+ * an object set with an INITIALIZER.  what: "mutex" or "rwlock". */
+int dist__obj_get(const struct dist__kind *k, const char *name, void **impl,
+                  struct dist__obj **out);
+/* Destroys *impl: EBUSY while a local thread holds it. */
+int dist__obj_destroy(const struct dist__kind *k, void **impl);
+unsigned long dist__lease_of(const struct dist__obj *o);
+
+/* ---- records (engine.c); the state's mu held -------------------------------- */
+
+struct dist__rec *dist__rec_find(struct dist__state *st);
+struct dist__rec *dist__rec_get(struct dist__state *st);
+void dist__rec_drop(struct dist__state *st, struct dist__rec *r);
+void dist__rec_tidy(struct dist__state *st);
+
+/* ---- calls (call.c) ------------------------------------------------------- */
+
+int dist__acquire(struct dist__obj *o, int mode, int try_only,
+                  const struct dist__deadline *dl);
+int dist__release(struct dist__obj *o);
+/* The calling thread's fencing token; mode 1: of a write hold. */
+int dist__token(struct dist__obj *o, int mode, uint64_t *token);
+/* Fills dl from an API call's arguments: EINVAL for a clock other than
+ * CLOCK_REALTIME and CLOCK_MONOTONIC, or a NULL abstime (abstime's fields
+ * are checked only when the call would wait). */
+int dist__deadline_set(struct dist__deadline *dl, clockid_t clock,
+                       const struct timespec *abs);
+/* ms on the monotonic clock when dl is reached; EINVAL for a bad dl */
+int dist__deadline_ms(const struct dist__deadline *dl, uint64_t *ms);
+int dist__deadline_reached(const struct dist__deadline *dl);
+
+#endif

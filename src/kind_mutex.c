@@ -1,0 +1,443 @@
+/* kind_mutex.c: the scripts of the reentrant mutex (Redisson's RLock) and
+ * of the fair mutex (RFairLock), for the engine (engine.h). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine.h"
+#include "kinds.h"
+
+#define YIELD_MIN_MS 1
+#define YIELD_AFTER  8   /* releases to waiters in a row before yielding */
+#define YIELD_MAX_RTT_MS 2
+
+/* Courtesy after a release that reached waiters: until yield_until that
+ * thread lets them go first (see before_wait).  Under the state's mu. */
+struct courtesy {
+    uint64_t yield_thread;
+    uint64_t yield_until;
+    uint64_t streak_thread;           /* who released to waiters last, */
+    unsigned streak;                  /* and how often in a row */
+};
+
+static int is_fair(const struct dist__call *c)
+{
+    return c->o->kind == &dist__fair_kind;
+}
+
+static struct dist__buf arg(const char *s)
+{
+    return (struct dist__buf){ s, strlen(s) };
+}
+
+/* ---- acquire -------------------------------------------------------------- */
+
+/* Reads the owner's count after a lost reply.  0, or EIO. */
+static int probe(const struct dist__names *nm, long long *holds, long long *pttl,
+                 uint64_t *token, struct dist__link **on)
+{
+    size_t olen;
+    const char *owner = dist__owner(&olen);
+    struct dist__buf kv[3] = { nm->name, nm->token, { owner, olen } };
+    redisReply *r;
+    long long t;
+    uint64_t give_up = 0;
+    int tries, rc;
+
+    /* The first reconnect usually works; a server that is restarting may
+     * need a few tries: keep at it for up to the command timeout. */
+    for (tries = 0;; tries++) {
+        rc = dist__route_eval(DIST__S_MUTEX_PROBE, 2, kv, 3, &r, on);
+        if (rc == 0 || rc == DIST__EREPLY || rc == ENOMEM)
+            break;
+        if (!give_up)
+            give_up = dist__now_ms() + dist__timeout_ms();
+        if (dist__now_ms() >= give_up)
+            break;
+        dist__sleep_ms(tries == 0 ? 10 : 50);
+    }
+    if (rc != 0)
+        return EIO;
+    if (dist__reply_int(r, 0, holds) || dist__reply_int(r, 1, pttl) ||
+        dist__reply_int(r, 2, &t)) {
+        freeReplyObject(r);
+        return dist__err(EIO, "unexpected reply to mutex_probe");
+    }
+    *token = (uint64_t)t;
+    freeReplyObject(r);
+    return 0;
+}
+
+/* Runs the acquire script of the lock's kind.  A fair lock's queued try
+ * also puts the caller in the queue (once) when it cannot take the lock. */
+static int run_acquire(struct dist__call *c, redisReply **r)
+{
+    const struct dist__names *nm = c->o->st->names;
+    char lease[24], window[24];
+    size_t olen;
+    const char *owner = dist__owner(&olen);
+    struct dist__buf kv[11];
+
+    snprintf(lease, sizeof lease, "%lu", dist__lease_of(c->o));
+    if (!is_fair(c)) {
+        kv[0] = nm->name;
+        kv[1] = nm->token;
+        kv[2] = arg(lease);
+        kv[3] = (struct dist__buf){ owner, olen };
+        return dist__route_eval(DIST__S_MUTEX_LOCK, 2, kv, 4, r, &c->on);
+    }
+    snprintf(window, sizeof window, "%lu", dist__waiter_ms());
+    kv[0] = nm->name;
+    kv[1] = nm->queue;
+    kv[2] = nm->timeout;
+    kv[3] = nm->token;
+    kv[4] = nm->chan;
+    kv[5] = nm->fairwait;
+    kv[6] = arg(lease);
+    kv[7] = (struct dist__buf){ owner, olen };
+    kv[8] = arg(window);
+    kv[9] = arg(c->how == DIST__HOW_QUEUE ? "wait" : "try");
+    kv[10] = arg(dist__publish_cmd());
+    return dist__route_eval(DIST__S_FAIR_LOCK, 6, kv, 11, r, &c->on);
+}
+
+/* One try.  A lost reply is settled by reading the owner's count back
+ * rather than running the script twice. */
+static int m_acquire(struct dist__call *c)
+{
+    long long ok, v, t = 0, holds, pttl;
+    uint64_t tok;
+    redisReply *r;
+    int rc = run_acquire(c, &r);
+
+    if (rc == DIST__ECONN) {
+        if (probe(c->o->st->names, &holds, &pttl, &tok, &c->on) != 0) {
+            c->unknown = 1;
+            return EIO;
+        }
+        if (holds == (long long)c->n[0] + 1) {
+            c->taken = 1;
+            c->count = (unsigned long)holds;
+            c->token = tok;
+            return 0;
+        }
+        if ((rc = run_acquire(c, &r)) == DIST__ECONN)
+            c->unknown = 1;
+    }
+    if (rc != 0)
+        return rc == ENOMEM ? ENOMEM : EIO;   /* ENOMEM: nothing was sent */
+    if (dist__reply_int(r, 0, &ok) != 0 || dist__reply_int(r, 1, &v) != 0) {
+        freeReplyObject(r);
+        return dist__err(EIO, "unexpected reply to mutex_lock");
+    }
+    c->taken = ok == 1;
+    if (c->taken) {
+        c->count = (unsigned long)v;
+        dist__reply_int(r, 2, &t);
+        c->token = (uint64_t)t;
+    } else {
+        c->wait = v;
+    }
+    freeReplyObject(r);
+    return 0;
+}
+
+/* An error-checking mutex refuses its owner: lock says EDEADLK (waiting
+ * would wait for ever), trylock EBUSY, as POSIX and glibc have it (trylock
+ * never deadlocks; it only finds the mutex taken). */
+static int m_plan(struct dist__call *c, int try_only)
+{
+    if (c->n[0] > 0 && (c->o->flags & DIST__MUTEX_ERRORCHECK))
+        return dist__err(try_only ? EBUSY : EDEADLK, "mutex '%s' is already "
+                         "held by this thread", c->o->st->names->name.p);
+    c->how = try_only ? DIST__HOW_TRY
+                      : is_fair(c) ? DIST__HOW_QUEUE : DIST__HOW_WAIT;
+    return 0;
+}
+
+/* ---- release -------------------------------------------------------------- */
+
+/* The release script's arguments; expect: the count a settle expects to
+ * find, or NULL.  Returns the number of keys. */
+static int release_args(const struct dist__names *nm, int fair,
+                        const char *lease, const char *owner, size_t olen,
+                        const char *expect, struct dist__buf *kv, int *nkv)
+{
+    int n = 0, nkeys;
+
+    kv[n++] = nm->name;
+    if (fair) {
+        kv[n++] = nm->queue;
+        kv[n++] = nm->timeout;
+    }
+    kv[n++] = nm->chan;
+    nkeys = n;
+    kv[n++] = arg(lease);
+    kv[n++] = (struct dist__buf){ owner, olen };
+    kv[n++] = arg(dist__publish_cmd());
+    kv[n++] = arg("0");
+    if (expect)
+        kv[n++] = arg(expect);
+    *nkv = n;
+    return nkeys;
+}
+
+/* After a lost reply: whether the release ran.  1 it did (c->count set),
+ * 0 it did not, -1 the hold is gone, -2 unknown. */
+static int release_ran(struct dist__call *c, uint64_t mytoken)
+{
+    long long holds, pttl;
+    uint64_t tok;
+
+    if (probe(c->o->st->names, &holds, &pttl, &tok, &c->on) != 0)
+        return -2;
+    /* A counter below our token means the server lost its data (a restart
+     * without persistence): the hold went with it. */
+    if (tok < mytoken)
+        return -1;
+    if (holds == (long long)c->n[0] - 1) {
+        c->count = (unsigned long)holds;
+        return 1;
+    }
+    return holds == (long long)c->n[0] ? 0 : -1;
+}
+
+static uint64_t my_token(struct dist__call *c)
+{
+    struct dist__rec *r;
+    uint64_t t = 0;
+
+    pthread_mutex_lock(&c->o->st->mu);
+    if ((r = dist__rec_find(c->o->st)) != NULL)
+        t = r->token;
+    pthread_mutex_unlock(&c->o->st->mu);
+    return t;
+}
+
+static int m_release(struct dist__call *c)
+{
+    const int fair = is_fair(c);
+    char lease[24];
+    size_t olen;
+    const char *owner = dist__owner(&olen);
+    struct dist__buf kv[9];
+    redisReply *r;
+    long long res;
+    int rc, nkv, nkeys, script = fair ? DIST__S_FAIR_UNLOCK : DIST__S_MUTEX_UNLOCK;
+
+    snprintf(lease, sizeof lease, "%lu", dist__lease_of(c->o));
+    nkeys = release_args(c->o->st->names, fair, lease, owner, olen, NULL, kv,
+                         &nkv);
+    rc = dist__route_run(script, nkeys, kv, nkv, &r);
+    if (rc == DIST__ECONN) {
+        switch (release_ran(c, my_token(c))) {
+        case 1: return 0;
+        case -1: return EPERM;
+        case -2: c->unknown = 1; return EIO;
+        }
+        if ((rc = dist__route_run(script, nkeys, kv, nkv, &r)) == DIST__ECONN) {
+            c->unknown = 1;
+            return EIO;
+        }
+    }
+    /* Nothing was sent, but the owner lets go all the same: a hold kept
+     * after a failed unlock would be renewed for ever.  The renewal thread
+     * releases it when Redis answers again. */
+    if (rc == DIST__ENOCONN)
+        c->unknown = 1;
+    if (rc != 0)
+        return EIO;
+    if (dist__reply_int(r, 0, &res) != 0 ||
+        dist__reply_int(r, 1, &c->woken) != 0) {
+        freeReplyObject(r);
+        return dist__err(EIO, "unexpected reply to mutex_unlock");
+    }
+    freeReplyObject(r);
+    if (res < 0)
+        return EPERM;
+    c->count = (unsigned long)res;
+    return 0;
+}
+
+/* The renewal thread: a release whose reply was lost, run again on the
+ * condition that Redis still counts the one hold more. */
+static int m_settle(struct dist__hold *h, int *lost)
+{
+    const int fair = h->kind == &dist__fair_kind;
+    char lease[24], expect[24];
+    struct dist__buf kv[9];
+    redisReply *r = NULL;
+    long long res = 0;
+    int rc, nkv, nkeys;
+
+    snprintf(lease, sizeof lease, "%lu",
+             h->lease_ms ? h->lease_ms : dist__watchdog_ms());
+    snprintf(expect, sizeof expect, "%lu", h->n[0] + 1);
+    nkeys = release_args(h->names, fair, lease, h->owner, h->owner_len, expect,
+                         kv, &nkv);
+    rc = dist__route_run(fair ? DIST__S_FAIR_UNLOCK : DIST__S_MUTEX_UNLOCK,
+                   nkeys, kv, nkv, &r);
+    if (rc == DIST__ECONN || rc == DIST__ENOCONN)
+        return -1;
+    if (rc == 0)
+        dist__reply_int(r, 0, &res);
+    freeReplyObject(r);
+    /* -2 nothing was owed, >= 0 the owed release is done, -1 the owner
+     * holds nothing at all any more */
+    *lost = rc == 0 && res == -1;
+    return 0;
+}
+
+/* ---- waiting ---------------------------------------------------------------- */
+
+/* The channel a waiter sleeps on: the lock's, or for a fair lock its own
+ * (only the head of the queue is told of a release). */
+static struct dist__chan *m_channel(struct dist__call *c)
+{
+    const struct dist__names *nm = c->o->st->names;
+    struct dist__chan *ch;
+    struct dist__buf b;
+    size_t olen;
+    const char *owner = dist__owner(&olen);
+    char *suffix, *name;
+
+    if (!is_fair(c))
+        return dist__sub_get(&nm->chan);
+    if (!(suffix = malloc(olen + 2)))
+        return NULL;
+    suffix[0] = ':';
+    memcpy(suffix + 1, owner, olen + 1);
+    name = dist__names_derive(nm, "redisson_lock__channel:", suffix, &b.len);
+    free(suffix);
+    if (!name)
+        return NULL;
+    b.p = name;
+    ch = dist__sub_get(&b);
+    free(name);
+    return ch;
+}
+
+/* A fair waiter's renewal keeps its place as fair_lock set it: four keys
+ * (see waiter_renew). */
+static const struct dist__buf *m_queue(struct dist__call *c, int *nkeys)
+{
+    *nkeys = 4;
+    return c->o->st->names->fairkeys;
+}
+
+/* A fair waiter that gives up leaves the queue at once (best effort: if
+ * Redis cannot be reached, its deadline ends it within a window). */
+static void m_cancel(struct dist__call *c)
+{
+    const struct dist__names *nm = c->o->st->names;
+    size_t olen;
+    const char *owner = dist__owner(&olen);
+    struct dist__buf kv[7] = {
+        nm->name, nm->queue, nm->timeout, nm->chan,
+        { owner, olen }, arg(dist__publish_cmd()), arg("0"),
+    };
+    redisReply *r;
+
+    if (dist__route_run(DIST__S_FAIR_CANCEL, 4, kv, 7, &r) == 0)
+        freeReplyObject(r);
+}
+
+static const char *m_busy_why(const struct dist__call *c)
+{
+    return is_fair(c) ? " or has waiters" : "";
+}
+
+/* This thread released the lock to waiters a moment ago: sleep until one of
+ * them has had time to take it, so that a thread looping on lock/unlock does
+ * not starve other processes.  A plain sleep: our own release message must
+ * not cut it short.  A timed lock waits no longer than its deadline. */
+static void m_before_wait(struct dist__call *c, const struct dist__deadline *dl)
+{
+    struct dist__state *st = c->o->st;
+    struct courtesy *y = st->ext;
+    struct timespec ts;
+    uint64_t until = 0, deadline;
+
+    if (c->n[0] > 0 || is_fair(c))
+        return;
+    pthread_mutex_lock(&st->mu);
+    if (y->yield_thread == dist__thread_no()) {
+        until = y->yield_until;
+        y->yield_thread = 0;
+    }
+    pthread_mutex_unlock(&st->mu);
+    if (until <= dist__now_ms())
+        return;
+    if (dl && dist__deadline_ms(dl, &deadline) == 0 && deadline < until)
+        until = deadline;
+    dist__ms_to_ts(until, &ts);
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
+        ;
+}
+
+/* After a release that reached waiters.  Others wait and need a message, a
+ * wake-up and a round trip to get in; this thread needs only its next call,
+ * and would take the lock back nearly every time.  After a short run of its
+ * own it gives them a head start: turns go round in bursts, which is fair
+ * over time without paying a cross-process hand-off every time.  The
+ * state's mu held. */
+static void m_after_release(struct dist__call *c)
+{
+    struct courtesy *y = c->o->st->ext;
+    long long waiters = c->woken;
+    uint64_t me = dist__thread_no(), rtt;
+    int local;
+
+    if (is_fair(c) || c->count != 0 || waiters <= 0)
+        return;     /* a fair queue already decides who is next */
+    /* PUBLISH counted our own subscriber connection too, if it listens:
+     * that one matters only while another local thread waits. */
+    if (dist__sub_listening(&c->o->st->names->chan, &local) && local == 0)
+        waiters--;
+    if (waiters <= 0)
+        return;
+    y->streak = y->streak_thread == me ? y->streak + 1 : 1;
+    y->streak_thread = me;
+    if (y->streak < YIELD_AFTER)
+        return;
+    /* a few round trips; an unlock slowed by a fault (a pause, a
+     * reconnect) says nothing about the round trip */
+    rtt = dist__now_ms() - c->started;
+    if (rtt > YIELD_MAX_RTT_MS)
+        rtt = YIELD_MAX_RTT_MS;
+    y->yield_thread = me;
+    y->yield_until = dist__now_ms() + YIELD_MIN_MS + 8 * rtt;
+    y->streak = 0;
+}
+
+static int m_state_init(struct dist__state *st)
+{
+    return (st->ext = calloc(1, sizeof(struct courtesy))) ? 0 : ENOMEM;
+}
+
+static void m_state_free(struct dist__state *st)
+{
+    free(st->ext);
+}
+
+#define MUTEX_OPS                       \
+    .noun = "mutex",                    \
+    .family = DIST__FAM_MUTEX,          \
+    .magic = 0x64697374u, /* "dist" */  \
+    .renew_script = DIST__S_MUTEX_RENEW, \
+    .plan = m_plan,                     \
+    .acquire = m_acquire,               \
+    .release = m_release,               \
+    .settle = m_settle,                 \
+    .cancel = m_cancel,                 \
+    .channel = m_channel,               \
+    .queue = m_queue,                   \
+    .busy_why = m_busy_why,             \
+    .before_wait = m_before_wait,       \
+    .after_release = m_after_release,   \
+    .state_init = m_state_init,         \
+    .state_free = m_state_free
+
+const struct dist__kind dist__mutex_kind = { MUTEX_OPS };
+const struct dist__kind dist__fair_kind = { MUTEX_OPS };

@@ -1,0 +1,574 @@
+/* kind_rwlock.c: the scripts of the read-write lock (Redisson's
+ * RReadWriteLock, with a downgrade that wakes readers and an opt-in writer
+ * preference), for the engine (engine.h).
+ *
+ * Every acquire and release script is conditional on the owner's read and
+ * write counts as the owner believes them.  After a lost reply the same
+ * call is simply run again: the second run either does the work (the first
+ * never ran) or refuses it and reports counts that show the first one ran,
+ * so nothing is ever applied twice.  When Redis cannot be reached to find
+ * out, the engine hands the outcome to the renewal thread, which settles it
+ * with a conditional release (rw_settle). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine.h"
+#include "kinds.h"
+
+/* Timeout keys of one owner the watchdog renews; holds beyond that many
+ * (one thread reentering hundreds of times) keep their hash entry and their
+ * readers-ZSET lease, only their Redisson-side keys are not extended. */
+#define RENEW_TKEYS_MAX 400
+
+/* A thread's renewal keys: N, the readers ZSET, then the timeout keys of
+ * its read holds 1..nt.  The record's ext. */
+struct tkeys {
+    struct dist__buf *keys;
+    unsigned nt, cap;
+    char *tprefix;              /* "{N}:<owner>:rwlock_timeout:" */
+    size_t tplen;
+};
+
+static struct dist__buf arg(const char *s)
+{
+    return (struct dist__buf){ s, strlen(s) };
+}
+
+static const struct dist__buf *readers_of(const struct dist__state *st)
+{
+    return st->ext;
+}
+
+/* ---- timeout keys ---------------------------------------------------------- */
+
+static void tkeys_free(void *p)
+{
+    struct tkeys *t = p;
+    unsigned i;
+
+    if (!t)
+        return;
+    if (t->keys)
+        for (i = 0; i < t->nt; i++)
+            free((char *)t->keys[2 + i].p);
+    free(t->keys);
+    free(t->tprefix);
+    free(t);
+}
+
+/* "{N}:<owner>:rwlock_timeout:" of the calling thread; NULL when out of
+ * memory. */
+static char *tprefix_of(const struct dist__names *nm, const char *owner,
+                        size_t olen, size_t *len)
+{
+    char *suffix = malloc(olen + 32), *p;
+
+    if (!suffix)
+        return NULL;
+    snprintf(suffix, olen + 32, ":%.*s:rwlock_timeout:", (int)olen, owner);
+    p = dist__names_derive(nm, "", suffix, len);
+    free(suffix);
+    return p;
+}
+
+/* The record's keys, made at first use.  The state's mu held. */
+static struct tkeys *tkeys_of(struct dist__state *st, struct dist__rec *r)
+{
+    struct tkeys *t = r->ext;
+    size_t olen;
+    const char *owner;
+
+    if (t)
+        return t;
+    if (!(t = calloc(1, sizeof *t)))
+        return NULL;
+    owner = dist__owner(&olen);
+    t->tprefix = tprefix_of(st->names, owner, olen, &t->tplen);
+    t->cap = 8;
+    t->keys = malloc(t->cap * sizeof *t->keys);
+    if (!t->tprefix || !t->keys) {
+        tkeys_free(t);
+        return NULL;
+    }
+    t->keys[0] = st->names->name;
+    t->keys[1] = *readers_of(st);
+    r->ext = t;
+    r->ext_free = tkeys_free;
+    return t;
+}
+
+static int renew_nkeys(const struct tkeys *t)
+{
+    return 2 + (int)(t->nt < RENEW_TKEYS_MAX ? t->nt : RENEW_TKEYS_MAX);
+}
+
+static void rw_renew_keys(struct dist__state *st, struct dist__rec *r,
+                          struct dist__hold *h)
+{
+    struct tkeys *t = tkeys_of(st, r);
+
+    if (t) {
+        h->keys = t->keys;
+        h->nkeys = renew_nkeys(t);
+    }
+}
+
+/* The renewal entry follows a change of r's keys (which waits for a
+ * renewal under way that reads the old ones). */
+static void keys_changed(struct dist__rec *r, struct tkeys *t)
+{
+    if (r->h)
+        dist__renew_set_keys(r->h, t->keys, renew_nkeys(t));
+}
+
+/* Room for one more key.  0 or ENOMEM. */
+static int tkeys_grow(struct dist__rec *r, struct tkeys *t)
+{
+    struct dist__buf *nk, *old = t->keys;
+
+    if (2 + t->nt < t->cap)
+        return 0;
+    if (!(nk = malloc(2 * t->cap * sizeof *nk)))
+        return ENOMEM;
+    memcpy(nk, t->keys, t->cap * sizeof *nk);
+    t->cap *= 2;
+    t->keys = nk;
+    /* the renewal thread may be reading the old array: switch it over
+     * before freeing */
+    keys_changed(r, t);
+    free(old);
+    return 0;
+}
+
+/* The timeout key of the owner's k-th read hold (k >= 1), made on first
+ * use and kept with the record.  0 or ENOMEM. */
+static int tkey(struct dist__state *st, struct dist__rec *r, unsigned long k,
+                struct dist__buf *out)
+{
+    struct tkeys *t;
+    int rc = 0;
+
+    pthread_mutex_lock(&st->mu);
+    t = tkeys_of(st, r);
+    while (t && t->nt < k) {
+        char *p;
+        if ((rc = tkeys_grow(r, t)) != 0)
+            break;
+        if (!(p = malloc(t->tplen + 24))) {
+            rc = ENOMEM;
+            break;
+        }
+        t->keys[2 + t->nt].len = (size_t)snprintf(p, t->tplen + 24, "%s%u",
+                                                  t->tprefix, t->nt + 1);
+        t->keys[2 + t->nt].p = p;
+        t->nt++;
+        if (t->nt <= RENEW_TKEYS_MAX)
+            keys_changed(r, t);
+    }
+    if (t && rc == 0)
+        *out = t->keys[1 + k];
+    pthread_mutex_unlock(&st->mu);
+    return t ? rc : ENOMEM;
+}
+
+/* ---- script calls ------------------------------------------------------------ */
+
+#define UNKNOWN (-100)   /* a call was sent and no answer came back */
+
+/* Runs one of the conditional scripts.  After a lost reply it runs it again
+ * on a new connection (at most twice, each bounded by the timeouts): a
+ * second run never repeats the first one's work, and *again tells the
+ * caller to read the answer in that light.  Returns 0 with *r, EIO or
+ * ENOMEM (nothing ran), or UNKNOWN. */
+static int run(int script, int nkeys, const struct dist__buf *kv, int nkv,
+               redisReply **r, int *again, struct dist__link **on)
+{
+    struct dist__link *dummy;
+    int rc, tries;
+
+    if (!on)
+        on = &dummy;
+    *again = 0;
+    rc = dist__route_eval(script, nkeys, kv, nkv, r, on);
+    for (tries = 0; tries < 2 && (rc == DIST__ECONN ||
+                                  (*again && rc == DIST__ENOCONN)); tries++) {
+        *again = 1;
+        rc = dist__route_eval(script, nkeys, kv, nkv, r, on);
+    }
+    if (rc == 0)
+        return 0;
+    if (*again)
+        return UNKNOWN;
+    return rc == ENOMEM ? ENOMEM : EIO;
+}
+
+/* Up to four integers of a reply; 0, or EIO when the first is missing. */
+static int read_ints(redisReply *r, long long v[4], const char *what)
+{
+    int i;
+
+    v[0] = v[1] = v[2] = v[3] = 0;
+    if (dist__reply_int(r, 0, &v[0]) != 0) {
+        freeReplyObject(r);
+        return dist__err(EIO, "unexpected reply to %s", what);
+    }
+    for (i = 1; i < 4; i++)
+        dist__reply_int(r, (size_t)i, &v[i]);
+    freeReplyObject(r);
+    return 0;
+}
+
+/* The conditional release of one hold of mode (0 read, 1 write) by owner,
+ * who holds rd and wr as far as it knows.  tk: the read hold's timeout
+ * key.  Returns run()'s code, with v[] the reply. */
+static int run_release(const struct dist__state *st, const char *owner,
+                       size_t olen, int mode, unsigned long rd,
+                       unsigned long wr, const struct dist__buf *tk,
+                       long long v[4], int *again)
+{
+    char erd[24], ewr[24];
+    struct dist__buf kv[9];
+    redisReply *r;
+    int rc, n = 0;
+
+    snprintf(erd, sizeof erd, "%lu", rd);
+    snprintf(ewr, sizeof ewr, "%lu", wr);
+    kv[n++] = st->names->name;
+    kv[n++] = *readers_of(st);
+    kv[n++] = st->names->writers;
+    kv[n++] = st->names->rwchan;
+    if (!mode)
+        kv[n++] = *tk;
+    kv[n++] = (struct dist__buf){ owner, olen };
+    kv[n++] = arg(erd);
+    kv[n++] = arg(ewr);
+    kv[n++] = arg(dist__publish_cmd());
+    rc = run(mode ? DIST__S_RWLOCK_WRUNLOCK : DIST__S_RWLOCK_RDUNLOCK,
+             mode ? 4 : 5, kv, n, &r, again, NULL);
+    if (rc != 0)
+        return rc;
+    return read_ints(r, v, mode ? "rwlock_wrunlock" : "rwlock_rdunlock");
+}
+
+/* ---- acquire --------------------------------------------------------------- */
+
+/* A read lock cannot be upgraded: a thread that holds read locks only and
+ * asks to write would wait for ever. */
+static int no_upgrade(struct dist__call *c, int try_only)
+{
+    const char *name = c->o->st->names->name.p;
+
+    if (try_only)
+        return dist__err(EBUSY, "rwlock '%s': this thread holds read locks "
+                         "only, and a read lock cannot be upgraded", name);
+    return dist__err(EDEADLK, "rwlock '%s': this thread holds read locks "
+                     "only; waiting for the write lock would wait forever "
+                     "(a read lock cannot be upgraded)", name);
+}
+
+/* One acquire script call with the owner's expected counts c->n.  0 with
+ * v[] the reply; EIO/ENOMEM; UNKNOWN. */
+static int run_acquire(struct dist__call *c, struct dist__rec *r, long long v[4],
+                       int *again)
+{
+    static const char *const hows[] = { "try", "wait", "prefer" };
+    struct dist__state *st = c->o->st;
+    char lease[24], erd[24], ewr[24], window[24];
+    size_t olen;
+    const char *owner = dist__owner(&olen);
+    struct dist__buf kv[12], tk;
+    redisReply *rep;
+    int rc, n = 0;
+
+    snprintf(lease, sizeof lease, "%lu", dist__lease_of(c->o));
+    snprintf(erd, sizeof erd, "%lu", c->n[0]);
+    snprintf(ewr, sizeof ewr, "%lu", c->n[1]);
+    kv[n++] = st->names->name;
+    kv[n++] = *readers_of(st);
+    kv[n++] = st->names->writers;
+    kv[n++] = st->names->rwchan;
+    if (c->mode) {
+        kv[n++] = st->names->token;
+    } else {
+        if (tkey(st, r, c->n[0] + 1, &tk) != 0)
+            return dist__err(ENOMEM, "out of memory");
+        kv[n++] = tk;
+    }
+    kv[n++] = arg(lease);
+    kv[n++] = (struct dist__buf){ owner, olen };
+    kv[n++] = arg(erd);
+    kv[n++] = arg(ewr);
+    if (c->mode) {
+        snprintf(window, sizeof window, "%lu", dist__waiter_ms());
+        kv[n++] = arg(hows[c->how]);
+        kv[n++] = arg(window);
+    }
+    kv[n++] = arg(dist__publish_cmd());
+    rc = run(c->mode ? DIST__S_RWLOCK_WRLOCK : DIST__S_RWLOCK_RDLOCK, 5, kv, n,
+             &rep, again, &c->on);
+    if (rc != 0)
+        return rc;
+    return read_ints(rep, v, c->mode ? "rwlock_wrlock" : "rwlock_rdlock");
+}
+
+/* Brings the record in line with Redis after a mismatch: holds Redis no
+ * longer counts were lost.  *lost when some were.  EIO when Redis counts
+ * more than the owner knows of (nothing explains that). */
+static int reconcile(struct dist__state *st, struct dist__rec *r,
+                     long long rr, long long rw, int *lost)
+{
+    *lost = 0;
+    pthread_mutex_lock(&st->mu);
+    if (rr > (long long)r->n[0] || rw > (long long)r->n[1] || rr < 0 || rw < 0) {
+        unsigned long rd = r->n[0], wr = r->n[1];
+        pthread_mutex_unlock(&st->mu);
+        return dist__err(EIO, "rwlock '%s': Redis counts %lld read and %lld "
+                         "write holds for this thread, which holds %lu and %lu",
+                         st->names->name.p, rr, rw, rd, wr);
+    }
+    *lost = (unsigned long)rr < r->n[0] || (unsigned long)rw < r->n[1];
+    r->n[0] = (unsigned long)rr;
+    r->n[1] = (unsigned long)rw;
+    dist__rec_tidy(st);
+    pthread_mutex_unlock(&st->mu);
+    return 0;
+}
+
+/* Reads an acquire's reply.  1 when it was a mismatch (v[1..2] are the
+ * counts in Redis), 0 otherwise. */
+static int read_acquire(struct dist__call *c, const long long v[4], int again)
+{
+    long long rd = (long long)c->n[0], wr = (long long)c->n[1];
+
+    if (v[0] == 1) {
+        c->taken = 1;
+        c->count = (unsigned long)v[1];
+        c->token = (uint64_t)v[2];
+    } else if (v[0] == 0) {
+        c->wait = v[1];
+    } else if (again && !c->mode && v[1] == rd + 1 && v[2] == wr) {
+        c->taken = 1;           /* the first run took it */
+        c->count = (unsigned long)v[1];
+    } else if (again && c->mode && v[2] == wr + 1 && v[1] == rd) {
+        c->taken = 1;
+        c->count = (unsigned long)v[2];
+        c->token = (uint64_t)v[3];
+    } else {
+        return v[0] != -2;
+    }
+    return 0;
+}
+
+/* One try, with the record's expectations; a mismatch that shows lost holds
+ * is reconciled and tried again. */
+static int rw_acquire(struct dist__call *c)
+{
+    struct dist__state *st = c->o->st;
+    struct dist__rec *r;
+    long long v[4];
+    int rc, tries, lost, again;
+
+    for (tries = 0; tries < 3; tries++) {
+        pthread_mutex_lock(&st->mu);
+        r = dist__rec_get(st);
+        if (r)
+            c->n[0] = r->n[0], c->n[1] = r->n[1];
+        pthread_mutex_unlock(&st->mu);
+        if (!r)
+            return dist__err(ENOMEM, "out of memory");
+        if (c->mode && c->n[0] > 0 && c->n[1] == 0)
+            return no_upgrade(c, c->how == DIST__HOW_TRY);
+        rc = run_acquire(c, r, v, &again);
+        if (rc == UNKNOWN) {
+            c->unknown = 1;
+            return EIO;
+        }
+        if (rc != 0)
+            return rc;
+        if (v[0] == -2)
+            return no_upgrade(c, c->how == DIST__HOW_TRY);
+        if (!read_acquire(c, v, again))
+            return 0;
+        if (reconcile(st, r, v[1], v[2], &lost) != 0)
+            return EIO;
+        if (lost)
+            dist__call_lost_handler(st->names->name.p);
+    }
+    return dist__err(EIO, "rwlock '%s': this thread's holds keep changing in "
+                     "Redis", st->names->name.p);
+}
+
+static int rw_plan(struct dist__call *c, int try_only)
+{
+    if (c->mode && c->n[0] > 0 && c->n[1] == 0)
+        return no_upgrade(c, try_only);
+    c->how = try_only ? DIST__HOW_TRY
+             : c->mode && (c->o->flags & DIST__RWLOCK_PREFER_WRITER)
+                 ? DIST__HOW_QUEUE : DIST__HOW_WAIT;
+    return 0;
+}
+
+/* ---- release ------------------------------------------------------------------ */
+
+static int rw_release(struct dist__call *c)
+{
+    struct dist__state *st = c->o->st;
+    struct dist__rec *r;
+    struct dist__buf tk = { 0 };
+    unsigned long rd = c->n[0], wr = c->n[1];
+    long long v[4];
+    size_t olen;
+    const char *owner = dist__owner(&olen);
+    int rc, again, lost;
+
+    pthread_mutex_lock(&st->mu);
+    r = dist__rec_find(st);
+    pthread_mutex_unlock(&st->mu);
+    if (!r)
+        return EPERM;
+    if (!c->mode && tkey(st, r, rd, &tk) != 0)
+        return dist__err(ENOMEM, "out of memory");
+    rc = run_release(st, owner, olen, c->mode, rd, wr, &tk, v, &again);
+    /* Not even sent: the owner lets go all the same, as for an unknown
+     * outcome; a hold kept after a failed unlock would be renewed for ever. */
+    if (rc == EIO || rc == UNKNOWN) {
+        c->unknown = 1;
+        return EIO;
+    }
+    if (rc != 0)
+        return rc;
+    if (v[0] == -1 && again &&
+        ((c->mode && v[2] == (long long)wr - 1 && v[1] == (long long)rd) ||
+         (!c->mode && v[1] == (long long)rd - 1 && v[2] == (long long)wr)))
+        v[0] = c->mode ? v[2] : v[1];        /* the first run did it */
+    if (v[0] >= 0) {
+        c->count = (unsigned long)v[0];
+        c->woken = v[1];
+        return 0;
+    }
+    if (reconcile(st, r, v[1], v[2], &lost) != 0)
+        return EIO;
+    if (lost || (c->mode ? v[2] : v[1]) == 0)
+        return EPERM;
+    return dist__err(EIO, "rwlock '%s': unexpected counts in Redis",
+                     st->names->name.p);
+}
+
+/* The renewal thread: the hold Redis may count beyond the owner's own,
+ * given back on the condition that it is there. */
+static int rw_settle(struct dist__hold *h, int *lost)
+{
+    struct dist__state st = { .names = h->names };
+    unsigned long rd = h->n[0] + (h->mode == 0), wr = h->n[1] + (h->mode == 1);
+    struct dist__buf tk = { 0 }, readers;
+    long long v[4];
+    char *p = NULL, *rp;
+    size_t len;
+    int rc, again;
+
+    rp = dist__names_derive(h->names, "distlock_rwlock_readers:", "",
+                            &readers.len);
+    if (!rp)
+        return -1;
+    readers.p = rp;
+    st.ext = &readers;
+    if (h->mode == 0) {
+        char *pre = tprefix_of(h->names, h->owner, h->owner_len, &len);
+        if (pre && (p = malloc(len + 24)) != NULL)
+            tk = (struct dist__buf){ p, (size_t)snprintf(p, len + 24, "%s%lu",
+                                                         pre, rd) };
+        free(pre);
+    }
+    rc = h->mode == 0 && !p ? ENOMEM
+         : run_release(&st, h->owner, h->owner_len, h->mode, rd, wr, &tk, v,
+                       &again);
+    free(p);
+    free(rp);
+    if (rc != 0)
+        return -1;
+    /* >= 0: the owed hold was given back; -1 with the owner's own counts:
+     * nothing was owed (or the first run gave it back); lower counts: Redis
+     * lost holds of ours meanwhile */
+    *lost = v[0] == -1 && (v[1] < (long long)h->n[0] || v[2] < (long long)h->n[1]);
+    return 0;
+}
+
+/* ---- waiting ------------------------------------------------------------------ */
+
+static struct dist__chan *rw_channel(struct dist__call *c)
+{
+    return dist__sub_get(&c->o->st->names->rwchan);
+}
+
+static const struct dist__buf *rw_queue(struct dist__call *c, int *nkeys)
+{
+    *nkeys = 1;
+    return &c->o->st->names->writers;
+}
+
+/* A waiting writer that gives up stops keeping readers out at once (best
+ * effort: if Redis cannot be reached, its deadline ends it within a window). */
+static void rw_cancel(struct dist__call *c)
+{
+    const struct dist__names *nm = c->o->st->names;
+    size_t olen;
+    const char *owner = dist__owner(&olen);
+    struct dist__buf kv[5] = {
+        nm->name, nm->writers, nm->rwchan,
+        { owner, olen }, arg(dist__publish_cmd()),
+    };
+    redisReply *r;
+
+    if (dist__route_run(DIST__S_RWLOCK_CANCEL, 3, kv, 5, &r) == 0)
+        freeReplyObject(r);
+}
+
+static const char *rw_busy_why(const struct dist__call *c)
+{
+    return c->mode ? "" : ", or a writer waits";
+}
+
+static int rw_state_init(struct dist__state *st)
+{
+    struct dist__buf *b = malloc(sizeof *b);
+    char *p;
+
+    if (!b)
+        return ENOMEM;
+    p = dist__names_derive(st->names, "distlock_rwlock_readers:", "", &b->len);
+    if (!p) {
+        free(b);
+        return ENOMEM;
+    }
+    b->p = p;
+    st->ext = b;
+    return 0;
+}
+
+static void rw_state_free(struct dist__state *st)
+{
+    struct dist__buf *b = st->ext;
+
+    free((char *)b->p);
+    free(b);
+}
+
+const struct dist__kind dist__rwlock_kind = {
+    .noun = "rwlock",
+    .family = DIST__FAM_RWLOCK,
+    .magic = 0x72776c6bu,   /* "rwlk" */
+    .renew_script = DIST__S_RWLOCK_RENEW,
+    .plan = rw_plan,
+    .acquire = rw_acquire,
+    .release = rw_release,
+    .settle = rw_settle,
+    .cancel = rw_cancel,
+    .channel = rw_channel,
+    .queue = rw_queue,
+    .busy_why = rw_busy_why,
+    .state_init = rw_state_init,
+    .state_free = rw_state_free,
+    .renew_keys = rw_renew_keys,
+};

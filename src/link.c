@@ -1,0 +1,631 @@
+/* link.c: one connection to one Redis server.  The socket is non-blocking
+ * and every call waits with poll(2) for what is left of its deadline, so a
+ * server that trickles bytes cannot stretch a command past its timeout.
+ * Replies are read into a buffer on the heap and fed to hiredis's reader
+ * (hiredis's own read path puts 16 KiB on the stack, too much for a thread
+ * with a small one); hiredis does no I/O here. */
+#define _GNU_SOURCE   /* POLLRDHUP */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "link.h"
+#include "scripts.h"
+
+#define READ_CHUNK      8192   /* bytes asked of one read(2) */
+#define ROLE_MAX_AGE_MS 1000   /* replica count older than this is read again */
+#define STACK_ARGS      24
+
+struct dist__link {
+    int fd;
+    int broken;
+    redisReader *reader;
+    char *out;                 /* formatted commands not written yet */
+    size_t outlen, outcap;
+    char *in;                  /* READ_CHUNK bytes */
+    unsigned long timeout_ms;
+    int own_timeout;           /* timeout_ms is not DISTLOCK_TIMEOUT_MS */
+    int replicas;              /* connected replicas ROLE listed; -1 unknown */
+    uint64_t role_ms;          /* when ROLE was read; 0 never */
+    struct dist__addr addr;
+    char where[300];
+    char err[256];
+};
+
+static int fail(struct dist__link *l, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static int fail(struct dist__link *l, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(l->err, sizeof l->err, fmt, ap);
+    va_end(ap);
+    l->broken = 1;
+    return DIST__ECONN;
+}
+
+static int timed_out(struct dist__link *l)
+{
+    if (l->own_timeout)
+        return fail(l, "no answer within %lu ms", l->timeout_ms);
+    return fail(l, "no answer within the command timeout of %lu ms "
+                "(DISTLOCK_TIMEOUT_MS)", l->timeout_ms);
+}
+
+/* Waits until fd is ready for ev, or until (monotonic ms).  0, or
+ * DIST__ECONN (l broken). */
+static int wait_fd(struct dist__link *l, short ev, uint64_t until)
+{
+    for (;;) {
+        struct pollfd p = { l->fd, ev, 0 };
+        uint64_t now = dist__now_ms(), left;
+        int n;
+
+        if (now >= until)
+            return timed_out(l);
+        left = until - now;
+        n = poll(&p, 1, left > INT_MAX ? INT_MAX : (int)left);
+        if (n > 0)
+            return 0;
+        if (n < 0 && errno != EINTR)
+            return fail(l, "%s", strerror(errno));
+    }
+}
+
+/* ---- connecting ------------------------------------------------------- */
+
+/* connect(2) on a non-blocking socket, finished by until.  0, or an errno. */
+static int connect_fd(int fd, const struct sockaddr *sa, socklen_t len,
+                      uint64_t until)
+{
+    int e = 0;
+    socklen_t elen = sizeof e;
+
+    if (connect(fd, sa, len) == 0)
+        return 0;
+    if (errno != EINPROGRESS)
+        return errno;
+    for (;;) {
+        struct pollfd p = { fd, POLLOUT, 0 };
+        uint64_t now = dist__now_ms();
+        int n;
+
+        if (now >= until)
+            return ETIMEDOUT;
+        n = poll(&p, 1, until - now > INT_MAX ? INT_MAX : (int)(until - now));
+        if (n > 0)
+            break;
+        if (n < 0 && errno != EINTR)
+            return errno;
+    }
+    if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &elen) != 0)
+        return errno;
+    return e;
+}
+
+/* A TCP connection to host:port, IPv4 addresses first (as hiredis does:
+ * IPv6 only when the name has no IPv4 address).  The fd, or -1 with why. */
+static int dial_tcp(const char *host, int port, uint64_t until, char *why,
+                    size_t whylen)
+{
+    struct addrinfo hints, *res = NULL, *ai;
+    char sport[16];
+    int rc, fd = -1, e = 0, one = 1;
+
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_INET;
+    hints.ai_socktype = SOCK_STREAM;
+    snprintf(sport, sizeof sport, "%d", port);
+    if ((rc = getaddrinfo(host, sport, &hints, &res)) != 0) {
+        hints.ai_family = AF_INET6;
+        if ((rc = getaddrinfo(host, sport, &hints, &res)) != 0) {
+            snprintf(why, whylen, "%s", gai_strerror(rc));
+            return -1;
+        }
+    }
+    for (ai = res; ai; ai = ai->ai_next) {
+        fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
+                    ai->ai_protocol);
+        if (fd < 0) {
+            e = errno;
+            continue;
+        }
+        if ((e = connect_fd(fd, ai->ai_addr, ai->ai_addrlen, until)) == 0)
+            break;
+        close(fd);
+        fd = -1;
+    }
+    freeaddrinfo(res);
+    if (fd < 0) {
+        snprintf(why, whylen, "%s", strerror(e ? e : EADDRNOTAVAIL));
+        return -1;
+    }
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    return fd;
+}
+
+static int dial_unix(const char *path, uint64_t until, char *why,
+                     size_t whylen)
+{
+    struct sockaddr_un sa;
+    int fd, e;
+
+    memset(&sa, 0, sizeof sa);
+    sa.sun_family = AF_UNIX;
+    if (strlen(path) >= sizeof sa.sun_path) {
+        snprintf(why, whylen, "%s", strerror(ENAMETOOLONG));
+        return -1;
+    }
+    strcpy(sa.sun_path, path);
+    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        snprintf(why, whylen, "%s", strerror(errno));
+        return -1;
+    }
+    if ((e = connect_fd(fd, (struct sockaddr *)&sa, sizeof sa, until)) != 0) {
+        snprintf(why, whylen, "%s", strerror(e));
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+static struct dist__link *link_new(const struct dist__cfg *cfg,
+                                   const struct dist__addr *a,
+                                   unsigned long timeout_ms)
+{
+    struct dist__link *l = calloc(1, sizeof *l);
+
+    if (!l)
+        return NULL;
+    l->fd = -1;
+    l->replicas = -1;
+    l->timeout_ms = timeout_ms ? timeout_ms : cfg->timeout_ms;
+    l->own_timeout = l->timeout_ms != cfg->timeout_ms;
+    l->addr = *a;
+    if (!a->port)
+        snprintf(l->where, sizeof l->where, "unix:%s", cfg->path);
+    else
+        snprintf(l->where, sizeof l->where, "%s:%d", a->host, a->port);
+    l->in = malloc(READ_CHUNK);
+    l->reader = redisReaderCreate();
+    if (!l->in || !l->reader) {
+        dist__link_close(l);
+        return NULL;
+    }
+    return l;
+}
+
+/* Sends one set-up command; 0, or EIO with the reason in why. */
+static int setup_cmd(struct dist__link *l, const char *what, int argc,
+                     const char **argv, char *why, size_t whylen)
+{
+    redisReply *r;
+
+    if (dist__link_cmd(l, argc, argv, NULL, &r) != 0) {
+        snprintf(why, whylen, "%s: %s", what, l->err);
+        return EIO;
+    }
+    if (r->type == REDIS_REPLY_ERROR) {
+        snprintf(why, whylen, "%s refused: %.*s", what, (int)r->len, r->str);
+        freeReplyObject(r);
+        return EIO;
+    }
+    freeReplyObject(r);
+    return 0;
+}
+
+static int setup(struct dist__link *l, const struct dist__cfg *cfg, char *why,
+                 size_t whylen)
+{
+    if (cfg->pass[0]) {
+        const char *argv[3] = { "AUTH", cfg->user, cfg->pass };
+        int rc = cfg->user[0]
+                     ? setup_cmd(l, "AUTH", 3, argv, why, whylen)
+                     : (argv[1] = cfg->pass,
+                        setup_cmd(l, "AUTH", 2, argv, why, whylen));
+        if (rc)
+            return rc;
+    }
+    if (cfg->db && cfg->mode != DIST__MODE_CLUSTER) {
+        char db[16];
+        const char *argv[2] = { "SELECT", db };
+        snprintf(db, sizeof db, "%d", cfg->db);
+        return setup_cmd(l, "SELECT", 2, argv, why, whylen);
+    }
+    return 0;
+}
+
+static int open_into(const struct dist__cfg *cfg, const struct dist__addr *a,
+                     unsigned long timeout_ms, int flags,
+                     struct dist__link **out, char *why, size_t whylen)
+{
+    struct dist__link *l;
+    char e[200];
+
+    if (cfg->bad[0]) {
+        snprintf(why, whylen, "%s", cfg->bad);
+        return EIO;
+    }
+    if (!(l = link_new(cfg, a, timeout_ms))) {
+        snprintf(why, whylen, "out of memory connecting to Redis");
+        return ENOMEM;
+    }
+    l->fd = a->port ? dial_tcp(a->host, a->port, dist__link_deadline(l), e,
+                               sizeof e)
+                    : dial_unix(cfg->path, dist__link_deadline(l), e, sizeof e);
+    if (l->fd < 0) {
+        snprintf(why, whylen, "cannot connect to Redis at %s: %s", l->where, e);
+        dist__link_close(l);
+        return EIO;
+    }
+    if (!(flags & DIST__LINK_BARE) && setup(l, cfg, why, whylen) != 0) {
+        dist__link_close(l);
+        return EIO;
+    }
+    *out = l;
+    return 0;
+}
+
+int dist__link_open(const struct dist__cfg *cfg, const struct dist__addr *a,
+                    unsigned long timeout_ms, int flags,
+                    struct dist__link **out, char *why, size_t whylen)
+{
+    char buf[400];
+    int rc;
+
+    *out = NULL;
+    rc = open_into(cfg, a, timeout_ms, flags, out, why ? why : buf,
+                   why ? whylen : sizeof buf);
+    if (rc && !why)
+        dist__err(rc, "%s", buf);
+    return rc;
+}
+
+void dist__link_close(struct dist__link *l)
+{
+    if (!l)
+        return;
+    if (l->fd >= 0)
+        close(l->fd);
+    if (l->reader)
+        redisReaderFree(l->reader);
+    free(l->in);
+    free(l->out);
+    free(l);
+}
+
+const struct dist__addr *dist__link_addr(const struct dist__link *l)
+{
+    return &l->addr;
+}
+
+const char *dist__link_where(const struct dist__link *l)
+{
+    return l->where;
+}
+
+const char *dist__link_error(const struct dist__link *l)
+{
+    return l->err[0] ? l->err : "no reply";
+}
+
+int dist__link_broken(const struct dist__link *l)
+{
+    return l->broken;
+}
+
+int dist__link_alive(const struct dist__link *l)
+{
+    struct pollfd p = { l->fd, POLLIN | POLLRDHUP, 0 };
+
+    return !l->broken && poll(&p, 1, 0) == 0;
+}
+
+int dist__link_fd(const struct dist__link *l)
+{
+    return l->fd;
+}
+
+uint64_t dist__link_deadline(const struct dist__link *l)
+{
+    return dist__now_ms() + l->timeout_ms;
+}
+
+/* ---- commands ---------------------------------------------------------- */
+
+int dist__link_append(struct dist__link *l, int argc, const char **argv,
+                      const size_t *lens)
+{
+    char *cmd = NULL, *p;
+    int len;
+
+    if (l->broken)
+        return DIST__ECONN;
+    if ((len = redisFormatCommandArgv(&cmd, argc, argv, lens)) < 0)
+        return fail(l, "out of memory"), ENOMEM;
+    if (l->outlen + (size_t)len > l->outcap) {
+        size_t cap = (l->outlen + (size_t)len) * 2;
+        if (!(p = realloc(l->out, cap))) {
+            redisFreeCommand(cmd);
+            return fail(l, "out of memory"), ENOMEM;
+        }
+        l->out = p;
+        l->outcap = cap;
+    }
+    memcpy(l->out + l->outlen, cmd, (size_t)len);
+    l->outlen += (size_t)len;
+    redisFreeCommand(cmd);
+    return 0;
+}
+
+/* MSG_NOSIGNAL: a server that closed the connection gives EPIPE, not a
+ * SIGPIPE that would kill the program. */
+int dist__link_flush(struct dist__link *l, uint64_t until)
+{
+    size_t off = 0;
+    ssize_t n;
+    int rc = 0;
+
+    if (l->broken)
+        return DIST__ECONN;
+    while (off < l->outlen) {
+        n = send(l->fd, l->out + off, l->outlen - off, MSG_NOSIGNAL);
+        if (n > 0) {
+            off += (size_t)n;
+        } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            if ((rc = wait_fd(l, POLLOUT, until)) != 0)
+                break;
+        } else if (n < 0 && errno != EINTR) {
+            rc = fail(l, "%s", strerror(errno));
+            break;
+        }
+    }
+    if (off) {
+        memmove(l->out, l->out + off, l->outlen - off);
+        l->outlen -= off;
+    }
+    return rc;
+}
+
+/* One read(2) into the reader: 0 (something read), 1 (nothing there
+ * yet), or DIST__ECONN. */
+static int read_once(struct dist__link *l)
+{
+    ssize_t n;
+
+    for (;;) {
+        n = recv(l->fd, l->in, READ_CHUNK, 0);
+        if (n > 0)
+            break;
+        if (n == 0)
+            return fail(l, "Server closed the connection");
+        if (errno == EAGAIN || errno == EWOULDBLOCK)
+            return 1;
+        if (errno != EINTR)
+            return fail(l, "%s", strerror(errno));
+    }
+    if (redisReaderFeed(l->reader, l->in, (size_t)n) != REDIS_OK)
+        return fail(l, "%s", l->reader->errstr);
+    return 0;
+}
+
+int dist__link_next(struct dist__link *l, redisReply **out)
+{
+    void *r = NULL;
+
+    *out = NULL;
+    if (l->broken)
+        return DIST__ECONN;
+    if (redisReaderGetReply(l->reader, &r) != REDIS_OK)
+        return fail(l, "%s", l->reader->errstr);
+    *out = r;
+    return r != NULL;
+}
+
+int dist__link_read_some(struct dist__link *l)
+{
+    int rc;
+
+    if (l->broken)
+        return DIST__ECONN;
+    rc = read_once(l);
+    return rc == 1 ? 0 : rc;
+}
+
+int dist__link_reply(struct dist__link *l, uint64_t until, redisReply **out)
+{
+    int rc;
+
+    *out = NULL;
+    if (l->outlen && (rc = dist__link_flush(l, until)) != 0)
+        return rc;
+    /* poll before each read: right after a command the answer is rarely
+     * there yet, and a read that finds nothing would cost a system call */
+    for (;;) {
+        if ((rc = dist__link_next(l, out)) != 0)
+            return rc == 1 ? 0 : rc;
+        if ((rc = wait_fd(l, POLLIN, until)) != 0 ||
+            (rc = read_once(l)) < 0)
+            return rc;
+    }
+}
+
+int dist__link_cmd(struct dist__link *l, int argc, const char **argv,
+                   const size_t *lens, redisReply **out)
+{
+    *out = NULL;
+    if (dist__link_append(l, argc, argv, lens) != 0)
+        return DIST__ECONN;
+    return dist__link_reply(l, dist__link_deadline(l), out);
+}
+
+/* One EVALSHA or EVAL, after ASKING when asking; one deadline for both. */
+static int eval_pass(struct dist__link *l, int asking, int argc,
+                     const char **argv, const size_t *lens, redisReply **out)
+{
+    static const char *const ask[1] = { "ASKING" };
+    uint64_t until = dist__link_deadline(l);
+    redisReply *r;
+    int rc;
+
+    if ((asking && dist__link_append(l, 1, (const char **)ask, NULL) != 0) ||
+        dist__link_append(l, argc, argv, lens) != 0)
+        return DIST__ECONN;
+    if (asking) {
+        if ((rc = dist__link_reply(l, until, &r)) != 0)
+            return rc;
+        freeReplyObject(r);
+    }
+    return dist__link_reply(l, until, out);
+}
+
+int dist__link_eval(struct dist__link *l, const struct dist__script *s,
+                    int asking, int nkeys, const struct dist__buf *kv, int nkv,
+                    redisReply **out)
+{
+    const char *sargv[STACK_ARGS];
+    size_t slen[STACK_ARGS];
+    const char **argv = sargv;
+    size_t *lens = slen;
+    char nk[16];
+    int i, argc = 3 + nkv, rc;
+
+    *out = NULL;
+    if (argc > STACK_ARGS) {
+        argv = malloc(sizeof *argv * (size_t)argc);
+        lens = malloc(sizeof *lens * (size_t)argc);
+        if (!argv || !lens) {
+            free(argv);
+            free(lens);
+            return dist__err(ENOMEM, "out of memory");
+        }
+    }
+    snprintf(nk, sizeof nk, "%d", nkeys);
+    argv[2] = nk;
+    lens[2] = strlen(nk);
+    for (i = 0; i < nkv; i++) {
+        argv[3 + i] = kv[i].p;
+        lens[3 + i] = kv[i].len;
+    }
+    argv[0] = "EVALSHA"; lens[0] = 7;
+    argv[1] = s->sha;    lens[1] = 40;
+    rc = eval_pass(l, asking, argc, argv, lens, out);
+    if (rc == 0 && (*out)->type == REDIS_REPLY_ERROR &&
+        strncmp((*out)->str, "NOSCRIPT", 8) == 0) {
+        /* the server lacks the script: EVAL sends the body and caches it */
+        freeReplyObject(*out);
+        *out = NULL;
+        argv[0] = "EVAL";  lens[0] = 4;
+        argv[1] = s->body; lens[1] = s->len;
+        rc = eval_pass(l, asking, argc, argv, lens, out);
+    }
+    if (argv != sargv) {
+        free(argv);
+        free(lens);
+    }
+    return rc;
+}
+
+/* ---- roles and replicas --------------------------------------------------- */
+
+int dist__role_of(const redisReply *r, int *replicas, const char **role)
+{
+    int master;
+
+    *role = r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
+            r->element[0]->type == REDIS_REPLY_STRING
+                ? r->element[0]->str : "something else";
+    master = r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
+             strcmp(*role, "master") == 0;
+    *replicas = master && r->elements >= 3 &&
+                r->element[2]->type == REDIS_REPLY_ARRAY
+                    ? (int)r->element[2]->elements : 0;
+    return master;
+}
+
+int dist__link_role(struct dist__link *l)
+{
+    const char *argv[1] = { "ROLE" }, *role;
+    redisReply *r;
+    int master;
+
+    l->role_ms = dist__now_ms();
+    l->replicas = -1;
+    if (dist__link_cmd(l, 1, argv, NULL, &r) != 0)
+        return -1;
+    if (r->type == REDIS_REPLY_ERROR) {
+        freeReplyObject(r);
+        return 1;
+    }
+    master = dist__role_of(r, &l->replicas, &role);
+    if (!master)
+        snprintf(l->err, sizeof l->err, "not a master (ROLE says %s)", role);
+    freeReplyObject(r);
+    return master;
+}
+
+/* WAIT 1 ms; the deadline leaves WAIT its ms on top of the timeout. */
+static int wait_one(struct dist__link *l, unsigned long ms, redisReply **out)
+{
+    const char *argv[3] = { "WAIT", "1", NULL };
+    char arg[24];
+    uint64_t until = dist__link_deadline(l);
+
+    snprintf(arg, sizeof arg, "%lu", ms);
+    argv[2] = arg;
+    if (ms >= l->timeout_ms)
+        until += ms;
+    if (dist__link_append(l, 3, argv, NULL) != 0)
+        return DIST__ECONN;
+    return dist__link_reply(l, until, out);
+}
+
+int dist__link_wait_replicas(struct dist__link *l, unsigned long ms,
+                             const char *what)
+{
+    redisReply *r;
+    long long acked;
+
+    if (!ms || !l || l->broken)
+        return 0;
+    if (dist__now_ms() >= l->role_ms + ROLE_MAX_AGE_MS &&
+        dist__link_role(l) == -1)
+        return dist__err(EIO, "ROLE: %s", dist__link_error(l)), DIST__ECONN;
+    if (l->replicas <= 0)
+        return 0;
+    if (wait_one(l, ms, &r) != 0) {
+        dist__err(EIO, "lock '%s': the connection failed while waiting for "
+                  "a replica to acknowledge it: %s", what, dist__link_error(l));
+        return DIST__ECONN;
+    }
+    acked = r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
+    freeReplyObject(r);
+    if (acked >= 1)
+        return 0;
+    return dist__err(DIST_ENOREPLICA, "lock '%s': none of the %d replica%s of "
+                     "%s acknowledged it within %lu ms, so it was given back "
+                     "(a failover now would lose it; DISTLOCK_REPLICA_WAIT_MS=0 "
+                     "turns this check off)", what, l->replicas,
+                     l->replicas == 1 ? "" : "s", l->where, ms);
+}
+
+int dist__reply_int(const redisReply *r, size_t i, long long *v)
+{
+    if (!r || r->type != REDIS_REPLY_ARRAY || i >= r->elements ||
+        r->element[i]->type != REDIS_REPLY_INTEGER)
+        return -1;
+    *v = r->element[i]->integer;
+    return 0;
+}

@@ -1,0 +1,30 @@
+/* pubsub.h: the pub/sub thread (pubsub.c), one per process: it subscribes
+ * each lock channel once however many threads wait on it, on links route.c
+ * confirms, and turns release messages into wake-ups of local waiters. */
+#ifndef DIST_PUBSUB_H
+#define DIST_PUBSUB_H
+
+#include "base.h"
+
+struct dist__chan;
+struct dist__chan *dist__sub_get(const struct dist__buf *chan);
+void dist__sub_put(struct dist__chan *ch);
+/* Whether this process's subscriber connection listens on chan, and how
+ * many local threads wait on it. */
+int dist__sub_listening(const struct dist__buf *chan, int *waiters);
+/* Waits until the channel is subscribed, or until_ms (monotonic). */
+void dist__sub_wait_ready(struct dist__chan *ch, uint64_t until_ms);
+/* A release message wakes one waiting thread; a wake-all message ('1')
+ * wakes every thread waiting on the channel, but a woken thread that goes
+ * back to sleep at once may take the wake-up of one that has not run yet.  A waiter that can be refused for a reason that
+ * is not the others' (a reader a waiting writer keeps out) would miss it.
+ * So a waiter reads the count of wake-all messages before each try and
+ * sleeps with dist__sub_wait_since, which returns on a release message
+ * for it, as soon as that count moved, or at until_ms (monotonic): 0
+ * woken, ETIMEDOUT. */
+unsigned long dist__sub_gen(struct dist__chan *ch);
+int dist__sub_wait_since(struct dist__chan *ch, unsigned long gen,
+                         uint64_t until_ms);
+void dist__pubsub_shutdown(void);
+
+#endif

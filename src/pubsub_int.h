@@ -1,0 +1,97 @@
+/* pubsub_int.h: what the two halves of the pub/sub module share:
+ * pubsub.c, the waiters' side (the channel table), and pubsub_thread.c,
+ * the thread's (nodes, links, the loop).  See pubsub.c for the design. */
+#ifndef DIST_PUBSUB_INT_H
+#define DIST_PUBSUB_INT_H
+
+#include "pubsub.h"
+#include "route.h"
+
+enum wire { W_NONE, W_SUBSCRIBING, W_SUBSCRIBED, W_UNSUBSCRIBING };
+
+struct dist__node;
+
+struct dist__chan {
+    struct dist__chan *next;
+    char *name;
+    size_t len;
+    int refs;               /* threads waiting on it */
+    struct dist__node *node; /* where it is or will be subscribed; NULL:
+                             * not placed yet (or about to be freed) */
+    enum wire wire;         /* its state there; W_NONE unless node is
+                             * connected */
+    int resub;              /* wake all waiters once subscribed: messages
+                             * may have been missed meanwhile */
+    int sent;               /* commands naming it not answered yet */
+    int errors;             /* failed placements or subscribes in a row */
+    uint64_t retry_at;      /* not placed or subscribed before (errors) */
+    unsigned long permits;  /* wake-ups not yet taken */
+    unsigned long gen;      /* wake-all messages so far (see sub_wait_since) */
+    uint64_t idle_since;    /* when refs last fell to 0 */
+    pthread_cond_t cv;
+};
+
+struct sent {               /* a command awaiting its answer */
+    struct dist__chan *ch;
+    int unsub;
+};
+
+struct dist__node {
+    struct dist__node *next;
+    struct dist__addr addr;   /* cluster: what it is; otherwise the master
+                               * it last connected to */
+    int sharded;              /* SSUBSCRIBE (cluster) rather than SUBSCRIBE */
+    struct dist__link *link;  /* NULL: not connected */
+    unsigned long cfg_gen;    /* the settings link was opened with */
+    int backoff;              /* ms to wait after the next failed connect,
+                               * or a connection lost soon after it */
+    uint64_t retry_at;        /* no connect before */
+    uint64_t connected_at;    /* when link was opened; 0: not connected */
+    uint64_t idle_since;      /* cluster: connected and serving no channel
+                               * since; 0 otherwise */
+    int nchans;               /* channels placed on it, as last counted */
+    int out;                  /* commands appended, not written yet */
+    struct sent *q;           /* unanswered commands: a ring, oldest at */
+    int qhead, qlen, qcap;    /* qhead */
+};
+
+/* A channel nobody waits on stays subscribed this long: a lock contended
+ * once is usually contended again, and the next waiter then neither waits
+ * for a SUBSCRIBE nor wakes this thread. */
+#define GRACE_MS 250
+/* A cluster node's connection serving no channel is closed after this. */
+#define IDLE_MS 1000
+/* On a cluster, dist__route is asked this often so that the slot map is
+ * read again when due even if no other thread needs it. */
+#define MAP_CHECK_MS 1000
+#define BACKOFF_MIN_MS 50
+#define HEALTHY_MS     1000  /* a connection that lived this long worked */
+
+struct dist__ps_state {
+    pthread_mutex_t mu;
+    struct dist__chan *chans;
+    struct dist__node *nodes;
+    struct dist__node *left;      /* in a forked child: the parent's nodes, never
+                             * used (see pubsub_fork) */
+    int running, stop;
+    pthread_t th;
+    int pipe[2];
+};
+extern struct dist__ps_state dist__ps;
+#define P dist__ps     /* the one state of pubsub.c and pubsub_thread.c */
+
+/* ---- pubsub_thread.c ---- */
+/* The channel named so, or NULL.  P.mu held. */
+struct dist__chan *dist__ps_find(const char *name, size_t len);
+/* A release message for ch: wakes one waiter, or all (a '1').  P.mu held. */
+void dist__ps_wake(struct dist__chan *ch, int all);
+/* The thread. */
+void *dist__ps_main(void *arg);
+/* Queues the (un)subscribes the table asks for, frees channels nobody
+ * needs and counts the channels of each node.  P.mu held.  next (may be
+ * NULL): lowered to when something is due. */
+void dist__ps_reconcile(uint64_t now, uint64_t *next);
+/* Unlinks and frees n; no channel may be placed on it.  P.mu held. */
+void dist__ps_node_free(struct dist__node *n);
+
+#endif

@@ -1,0 +1,525 @@
+/* route.c: calls on the server a key lives on.  Each thread keeps one link
+ * per server it talks to (one, unless on a cluster), confirmed as the
+ * master when it was opened; a link that failed is closed and reopened.
+ * What a server answers instead of running a call is followed here:
+ * MOVED and ASK a few hops, "not now" (TRYAGAIN, CLUSTERDOWN, LOADING,
+ * MASTERDOWN, READONLY) for up to the command timeout. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "route.h"
+#include "scripts.h"
+
+#define POOL 8                 /* servers one thread keeps links to */
+#define MAX_REDIRECTS 5
+
+struct pooled {
+    struct dist__addr addr;
+    struct dist__link *l;      /* NULL: free slot */
+    uint64_t used;             /* for replacing the least recently used */
+};
+
+struct tconn {
+    struct pooled n[POOL];
+    struct dist__cfg cfg;      /* a copy, refreshed when the settings change */
+    unsigned long fork_gen;
+    uint64_t tick;
+};
+
+static pthread_once_t key_once = PTHREAD_ONCE_INIT;
+static pthread_key_t conn_key;
+static __thread struct tconn *my_conn;
+
+/* A link inherited across fork() is the parent's socket: closing our copy
+ * of the descriptor is harmless to it, sending anything is not, and
+ * closing a link sends nothing.  So the pool needs no fork hook: a child's
+ * thread finds dist__fork_gen changed and closes what it has. */
+static void close_all(struct tconn *t)
+{
+    int i;
+
+    for (i = 0; i < POOL; i++) {
+        dist__link_close(t->n[i].l);
+        t->n[i].l = NULL;
+    }
+}
+
+static void conn_destructor(void *p)
+{
+    struct tconn *t = p;
+
+    close_all(t);
+    free(t);
+    my_conn = NULL;
+}
+
+static void key_init(void)
+{
+    pthread_key_create(&conn_key, conn_destructor);
+}
+
+static struct tconn *thread_conns(void)
+{
+    struct tconn *t = my_conn;
+    unsigned long fgen = atomic_load(&dist__fork_gen);
+    unsigned long cgen = dist__cfg_gen();
+
+    if (!t) {
+        pthread_once(&key_once, key_init);
+        t = calloc(1, sizeof *t);
+        if (!t) {
+            dist__err(ENOMEM, "out of memory");
+            return NULL;
+        }
+        pthread_setspecific(conn_key, t);
+        my_conn = t;
+        t->cfg.gen = cgen - 1;
+    }
+    if (t->fork_gen != fgen || t->cfg.gen != cgen) {
+        close_all(t);
+        t->fork_gen = fgen;
+        dist__cfg_get(&t->cfg);
+    }
+    return t;
+}
+
+int dist__route_open_master(const struct dist__cfg *cfg,
+                            const struct dist__addr *a,
+                            struct dist__link **out)
+{
+    struct dist__link *l;
+    int role, rc;
+
+    *out = NULL;
+    if ((rc = dist__link_open(cfg, a, 0, 0, &l, NULL, 0)) != 0) {
+        dist__topo_stale();
+        return rc;
+    }
+    role = dist__link_role(l);
+    if (role == 1 && dist__topo_confirm(cfg, a) == 0) {
+        *out = l;
+        return 0;
+    }
+    if (role == 0)
+        dist__err(EIO, "Redis at %s is not a master (the map of the "
+                  "servers is out of date; it is read again)",
+                  dist__link_where(l));
+    else if (role == -1)
+        dist__err(EIO, "ROLE: %s", dist__link_error(l));
+    dist__link_close(l);
+    dist__topo_stale();
+    return EIO;
+}
+
+/* Closes the link of slot n. */
+static void pool_close(struct tconn *t, struct pooled *n)
+{
+    dist__link_close(n->l);
+    n->l = NULL;
+}
+
+/* The thread's link to a, opened as needed.  NULL with the reason. */
+static struct dist__link *pool_link(struct tconn *t, const struct dist__addr *a)
+{
+    struct pooled *n = NULL, *lru = &t->n[0];
+    int i;
+
+    for (i = 0; i < POOL; i++) {
+        struct pooled *x = &t->n[i];
+        if (x->l && x->addr.port == a->port &&
+            strcmp(x->addr.host, a->host) == 0) {
+            n = x;
+            break;
+        }
+        if (!x->l || (lru->l && x->used < lru->used))
+            lru = x;
+    }
+    if (n && !dist__link_alive(n->l))
+        pool_close(t, n);
+    if (!n) {
+        n = lru;
+        pool_close(t, n);
+        memset(&n->addr, 0, sizeof n->addr);
+        snprintf(n->addr.host, sizeof n->addr.host, "%s", a->host);
+        n->addr.port = a->port;
+    }
+    n->used = ++t->tick;
+    if (!n->l && dist__route_open_master(&t->cfg, a, &n->l) != 0)
+        return NULL;
+    return n->l;
+}
+
+void dist__route_close_thread(void)
+{
+    if (my_conn)
+        close_all(my_conn);
+}
+
+const char *dist__publish_cmd(void)
+{
+    struct dist__cfg cfg;
+
+    if (my_conn && my_conn->cfg.gen == dist__cfg_gen())
+        return my_conn->cfg.mode == DIST__MODE_CLUSTER ? "spublish" : "publish";
+    dist__cfg_get(&cfg);
+    return cfg.mode == DIST__MODE_CLUSTER ? "spublish" : "publish";
+}
+
+/* ---- redirections ------------------------------------------------------- */
+
+enum dist__redirect dist__redirect_of(const redisReply *r,
+                                      const struct dist__addr *from,
+                                      int *slot, struct dist__addr *to)
+{
+    const char *p = r->str, *sp, *colon;
+    enum dist__redirect k;
+    long v;
+
+    if (r->type != REDIS_REPLY_ERROR || !p)
+        return DIST__R_NONE;
+    if (strncmp(p, "MOVED ", 6) == 0)
+        k = DIST__R_MOVED, p += 6;
+    else if (strncmp(p, "ASK ", 4) == 0)
+        k = DIST__R_ASK, p += 4;
+    else if (strncmp(p, "TRYAGAIN", 8) == 0 || strncmp(p, "LOADING", 7) == 0 ||
+             strncmp(p, "BUSY ", 5) == 0)
+        return DIST__R_LATER;
+    else if (strncmp(p, "CLUSTERDOWN", 11) == 0 ||
+             strncmp(p, "MASTERDOWN", 10) == 0 ||
+             strncmp(p, "READONLY", 8) == 0)
+        return DIST__R_LATER_STALE;
+    else
+        return DIST__R_NONE;
+    v = strtol(p, (char **)&sp, 10);
+    if (sp == p || *sp != ' ' || v < 0 || v > 16383)
+        return DIST__R_NONE;
+    sp++;
+    colon = strrchr(sp, ':');
+    if (!colon || (size_t)(colon - sp) >= sizeof to->host)
+        return DIST__R_NONE;
+    memset(to, 0, sizeof *to);   /* topo.c compares whole addresses */
+    if (colon == sp)        /* no host: the one we asked */
+        snprintf(to->host, sizeof to->host, "%s", from->host);
+    else
+        memcpy(to->host, sp, (size_t)(colon - sp));
+    to->port = atoi(colon + 1);
+    if (to->port <= 0 || to->port > 65535)
+        return DIST__R_NONE;
+    *slot = (int)v;
+    return k;
+}
+
+/* One routed call's state across its tries. */
+struct trip {
+    struct dist__addr ask;     /* where an ASK points */
+    int asking;
+    int hops;
+    uint64_t give_up;          /* 0: not waiting yet */
+    unsigned long backoff;
+    unsigned long timeout_ms;
+};
+
+static void trip_init(struct trip *tr, const struct tconn *t)
+{
+    memset(tr, 0, sizeof *tr);
+    tr->backoff = 10;
+    tr->timeout_ms = t->cfg.timeout_ms;
+}
+
+/* Where the next try goes: the ASK target, or where the map says.  0, or
+ * DIST__ENOCONN with the reason. */
+static int trip_target(struct tconn *t, const struct trip *tr,
+                       const struct dist__buf *key, struct dist__link **l)
+{
+    struct dist__addr a;
+
+    if (tr->asking)
+        a = tr->ask;
+    else if (dist__route(&t->cfg, key, &a) != 0)
+        return DIST__ENOCONN;
+    if (!(*l = pool_link(t, &a)))
+        return DIST__ENOCONN;
+    return 0;
+}
+
+/* Sleeps before trying a server that said "not now" again.  0, or -1 when
+ * the command timeout is over. */
+static int trip_later(struct trip *tr)
+{
+    if (!tr->give_up)
+        tr->give_up = dist__now_ms() + tr->timeout_ms;
+    if (dist__now_ms() >= tr->give_up)
+        return -1;
+    dist__sleep_ms(tr->backoff);
+    if (tr->backoff < 200)
+        tr->backoff *= 2;
+    /* bounded by time from here: during a migration a script of several
+     * keys goes ASK, then TRYAGAIN, until the keys moved */
+    tr->hops = -1;
+    return 0;
+}
+
+/* Closes the pooled link l: its server may be gone or no master. */
+static void pool_drop(struct tconn *t, struct dist__link *l)
+{
+    int i;
+
+    for (i = 0; i < POOL; i++)
+        if (t->n[i].l == l)
+            pool_close(t, &t->n[i]);
+}
+
+/* The error reply r came from l.  1: try again (tr says where), 0: r is
+ * no redirection, -1: time is up (DIST__R_LATER*), -2: too many hops. */
+static int trip_next(struct tconn *t, struct trip *tr, struct dist__link *l,
+                     const redisReply *r)
+{
+    struct dist__addr to;
+    int slot = -1;
+
+    switch (dist__redirect_of(r, dist__link_addr(l), &slot, &to)) {
+    case DIST__R_NONE:
+        return 0;
+    case DIST__R_MOVED:
+        dist__topo_moved(slot, &to);
+        tr->asking = 0;
+        break;
+    case DIST__R_ASK:
+        tr->ask = to;
+        tr->asking = 1;
+        break;
+    case DIST__R_LATER_STALE:
+        pool_drop(t, l);
+        dist__topo_stale();
+        /* fall through */
+    case DIST__R_LATER:
+        tr->asking = 0;
+        if (trip_later(tr) != 0)
+            return -1;
+        break;
+    }
+    return ++tr->hops > MAX_REDIRECTS ? -2 : 1;
+}
+
+/* ---- scripts ------------------------------------------------------------ */
+
+/* r is an error reply that is not followed: EREPLY with the reason. */
+static int refused(const struct dist__script *s, redisReply **r, int why)
+{
+    if (why == -2)
+        dist__err(EIO, "Redis refused %s: more than %d redirections (the "
+                  "cluster is being resharded)", s->name, MAX_REDIRECTS);
+    else if (strncmp((*r)->str, "CROSSSLOT", 9) == 0)
+        dist__err(EIO, "Redis Cluster refused %s: the lock's keys are in "
+                  "different slots; its name has a '{' that opens no "
+                  "{tag}, or a '}' without a '{'", s->name);
+    else
+        dist__err(EIO, "Redis refused %s: %.*s", s->name, (int)(*r)->len,
+                  (*r)->str);
+    freeReplyObject(*r);
+    *r = NULL;
+    return DIST__EREPLY;
+}
+
+int dist__route_eval(int script, int nkeys, const struct dist__buf *kv,
+                     int nkv, redisReply **out, struct dist__link **on)
+{
+    const struct dist__script *s = &dist__scripts[script];
+    struct tconn *t = thread_conns();
+    struct dist__link *l;
+    struct trip tr;
+    int rc;
+
+    *out = NULL;
+    *on = NULL;
+    if (!t)
+        return DIST__ENOCONN;
+    trip_init(&tr, t);
+    for (;;) {
+        if ((rc = trip_target(t, &tr, nkeys > 0 ? &kv[0] : NULL, &l)) != 0)
+            return rc;
+        rc = dist__link_eval(l, s, tr.asking, nkeys, kv, nkv, out);
+        if (rc == DIST__ECONN) {
+            dist__err(EIO, "Redis connection failed during %s: %s", s->name,
+                      dist__link_error(l));
+            dist__topo_stale();
+            return rc;
+        }
+        if (rc != 0)
+            return rc;
+        if ((*out)->type != REDIS_REPLY_ERROR) {
+            *on = l;
+            return 0;
+        }
+        /* nothing ran: a redirection, or a server not ready yet */
+        if ((rc = trip_next(t, &tr, l, *out)) != 1)
+            return refused(s, out, rc);
+        freeReplyObject(*out);
+        *out = NULL;
+    }
+}
+
+int dist__route_run(int script, int nkeys, const struct dist__buf *kv,
+                    int nkv, redisReply **out)
+{
+    struct dist__link *on;
+
+    return dist__route_eval(script, nkeys, kv, nkv, out, &on);
+}
+
+/* ---- pipelines ------------------------------------------------------------ */
+
+static int is_cmd(const struct dist__cmd *c, const char *name)
+{
+    size_t n = strlen(name);
+
+    return c->argc > 0 && (c->lens ? c->lens[0] == n : strlen(c->argv[0]) == n) &&
+           strncasecmp(c->argv[0], name, n) == 0;
+}
+
+/* Whether cmds[i] goes after ASKING: when asking, each command outside a
+ * MULTI (inside, ASKING would be queued; the one before MULTI covers the
+ * transaction).  *in_multi follows the commands. */
+static int asks(const struct dist__cmd *c, int asking, int *in_multi)
+{
+    int before = asking && !*in_multi;
+
+    if (is_cmd(c, "MULTI"))
+        *in_multi = 1;
+    else if (is_cmd(c, "EXEC") || is_cmd(c, "DISCARD"))
+        *in_multi = 0;
+    return before;
+}
+
+/* Sends cmds on l and reads their replies into out.  0, DIST__ECONN (out
+ * all NULL), ENOMEM. */
+static int pipeline(struct dist__link *l, int asking, int n,
+                    const struct dist__cmd *cmds, redisReply **out)
+{
+    static const char *const ask[1] = { "ASKING" };
+    uint64_t until = dist__link_deadline(l);
+    redisReply *r;
+    int i, in_multi = 0, rc = 0;
+
+    for (i = 0; i < n && rc == 0; i++)
+        if ((rc = asks(&cmds[i], asking, &in_multi)
+                      ? dist__link_append(l, 1, (const char **)ask, NULL) : 0) ||
+            (rc = dist__link_append(l, cmds[i].argc, cmds[i].argv,
+                                    cmds[i].lens)))
+            return rc == ENOMEM ? dist__err(ENOMEM, "out of memory") : rc;
+    in_multi = 0;
+    for (i = 0; i < n && rc == 0; i++) {
+        if (asks(&cmds[i], asking, &in_multi) &&
+            (rc = dist__link_reply(l, until, &r)) == 0)
+            freeReplyObject(r);
+        if (rc == 0)
+            rc = dist__link_reply(l, until, &out[i]);
+    }
+    if (rc)
+        while (i-- > 0) {
+            freeReplyObject(out[i]);
+            out[i] = NULL;
+        }
+    return rc;
+}
+
+static void free_replies(int n, redisReply **out)
+{
+    int i;
+
+    for (i = 0; i < n; i++) {
+        freeReplyObject(out[i]);
+        out[i] = NULL;
+    }
+}
+
+/* The first reply of out that redirects, or NULL. */
+static const redisReply *redirecting(int n, redisReply **out,
+                                     struct dist__link *l)
+{
+    struct dist__addr to;
+    int i, slot;
+
+    for (i = 0; i < n; i++)
+        if (out[i]->type == REDIS_REPLY_ERROR &&
+            dist__redirect_of(out[i], dist__link_addr(l), &slot, &to) !=
+                DIST__R_NONE)
+            return out[i];
+    return NULL;
+}
+
+/* A link failed during a pipeline of reads: 0 to send it again (after a
+ * pause, but at once the first time), or DIST__ECONN when time is up. */
+static int retry_lost(struct trip *tr, uint64_t *until, const char *why)
+{
+    uint64_t now = dist__now_ms();
+
+    dist__topo_stale();
+    tr->asking = 0;
+    if (!*until) {
+        *until = now + tr->timeout_ms;
+        return 0;
+    }
+    if (now >= *until)
+        return dist__err(EIO, "%s", why), DIST__ECONN;
+    dist__sleep_ms(tr->backoff);
+    if (tr->backoff < 200)
+        tr->backoff *= 2;
+    return 0;
+}
+
+int dist__route_cmds(const struct dist__buf *key, int n,
+                     const struct dist__cmd *cmds, redisReply **out,
+                     struct dist__link **on)
+{
+    struct tconn *t = thread_conns();
+    struct dist__link *l;
+    const redisReply *r;
+    uint64_t lost_until = 0;
+    char why[400];
+    struct trip tr;
+    int rc;
+
+    memset(out, 0, sizeof *out * (size_t)n);
+    if (on)
+        *on = NULL;
+    if (!t)
+        return DIST__ENOCONN;
+    trip_init(&tr, t);
+    for (;;) {
+        if ((rc = trip_target(t, &tr, key, &l)) != 0) {
+            snprintf(why, sizeof why, "%s", dist_last_error());
+            if (!lost_until || retry_lost(&tr, &lost_until, why) != 0)
+                return rc;
+            continue;
+        }
+        if ((rc = pipeline(l, tr.asking, n, cmds, out)) == DIST__ECONN) {
+            snprintf(why, sizeof why, "lost the connection to Redis at %s: %s",
+                     dist__link_where(l), dist__link_error(l));
+            if (retry_lost(&tr, &lost_until, why) != 0)
+                return DIST__ECONN;
+            continue;
+        }
+        if (rc != 0)
+            return rc;
+        if (!(r = redirecting(n, out, l)))
+            break;
+        snprintf(why, sizeof why, "%s", dist__link_where(l));  /* l may go */
+        if ((rc = trip_next(t, &tr, l, r)) != 1) {
+            if (rc == -2)
+                dist__err(EIO, "more than %d redirections (the cluster is "
+                          "being resharded); the last, from %s: %s",
+                          MAX_REDIRECTS, why, r->str);
+            else
+                dist__err(EIO, "Redis at %s: %s", why, r->str);
+            free_replies(n, out);
+            return DIST__EREPLY;
+        }
+        free_replies(n, out);
+    }
+    if (on)
+        *on = l;
+    return 0;
+}

@@ -1,0 +1,109 @@
+/* route.h: which server a key lives on, and calls that reach it.
+ *
+ * topo.c knows the topology: the URL's server, the master the sentinels
+ * name, or the cluster's slot map.  route.c keeps each thread's links (one
+ * per server it talks to), confirms a new link's server is the master, and
+ * follows what a server answers instead of running a call (MOVED, ASK,
+ * TRYAGAIN, CLUSTERDOWN, LOADING, MASTERDOWN, READONLY) within the command
+ * timeout.  Both sit on link.h and know nothing of locks. */
+#ifndef DIST_ROUTE_H
+#define DIST_ROUTE_H
+
+#include "link.h"
+
+/* ---- topo.c ------------------------------------------------------------ */
+
+uint16_t dist__crc16(const char *p, size_t len);
+int dist__keyslot(const char *key, size_t len);   /* Redis Cluster's slot */
+/* Where commands on key go: the URL's server, the master the sentinels
+ * name, or the node serving key's slot (key NULL: any master).  0, or EIO
+ * with the reason. */
+int dist__route(const struct dist__cfg *cfg, const struct dist__buf *key,
+                struct dist__addr *out);
+/* Every master (one unless on a cluster), up to max; -1 on failure. */
+int dist__route_masters(const struct dist__cfg *cfg, struct dist__addr *out,
+                        int max);
+void dist__topo_moved(int slot, const struct dist__addr *to);  /* MOVED */
+/* Sentinel: asks the sentinels now whether a, which just answered ROLE as
+ * a master, is the master they name (an old master back from a pause says
+ * master until they demote it).  EIO with the reason when they name
+ * another; 0 when they name a, when none answers, and in the other modes. */
+int dist__topo_confirm(const struct dist__cfg *cfg, const struct dist__addr *a);
+/* A connection failed or a node was not what the map said: ask again at
+ * the next lookup. */
+void dist__topo_stale(void);
+/* Bumped whenever a master or a slot's owner changes. */
+unsigned long dist__topo_epoch(void);
+/* fn runs (on the thread that noticed, with no lock of topo.c held) when a
+ * master that was known changed: a failover.  Up to 4 functions; the same
+ * one registered twice runs once. */
+void dist__topo_on_change(void (*fn)(void));
+
+/* ---- route.c ------------------------------------------------------------ */
+
+/* What an error reply asks of the caller. */
+enum dist__redirect {
+    DIST__R_NONE,        /* nothing: a real error */
+    DIST__R_MOVED,       /* the slot lives at *to now */
+    DIST__R_ASK,         /* this once at *to, after ASKING */
+    DIST__R_LATER,       /* TRYAGAIN, LOADING, BUSY: nothing ran, try again */
+    DIST__R_LATER_STALE  /* CLUSTERDOWN, MASTERDOWN, READONLY: the same, and
+                          * the map may be wrong */
+};
+/* Classifies an error reply of the server at from; *slot and *to for
+ * MOVED and ASK (no host in the reply: from's). */
+enum dist__redirect dist__redirect_of(const redisReply *r,
+                                      const struct dist__addr *from,
+                                      int *slot, struct dist__addr *to);
+
+/* A new link to a, set up and confirmed as the master: ROLE, and on
+ * Sentinel the sentinels' word (after a failover the old master may come
+ * back still believing it is one, and a cluster map may be out of date).
+ * 0 with *out (the caller closes it), or EIO/ENOMEM with the reason; the
+ * map is marked stale then. */
+int dist__route_open_master(const struct dist__cfg *cfg,
+                            const struct dist__addr *a,
+                            struct dist__link **out);
+
+/* Runs script on the calling thread's link to the server of kv[0] (keys
+ * then args), following MOVED and ASK and retrying for up to the command
+ * timeout while the server cannot run it yet.  Returns 0 with *out (never
+ * an error reply; the caller frees it) and *on the link it ran on,
+ * DIST__EREPLY (refused: nothing ran), DIST__ECONN (the link failed: it may
+ * have run), DIST__ENOCONN (no link could be made: nothing was sent) or
+ * ENOMEM, with the reason in the thread's error; *on is NULL unless 0.
+ * *on stays valid until the thread's next route call (dist__route_*):
+ * e.g. for dist__link_wait_replicas. */
+int dist__route_eval(int script, int nkeys, const struct dist__buf *kv,
+                     int nkv, redisReply **out, struct dist__link **on);
+
+/* The same, for calls whose link nobody needs afterwards. */
+int dist__route_run(int script, int nkeys, const struct dist__buf *kv,
+                    int nkv, redisReply **out);
+
+/* One command of a pipeline (lens NULL: NUL-terminated arguments). */
+struct dist__cmd {
+    int argc;
+    const char **argv;
+    const size_t *lens;
+};
+/* Sends n commands in one write to the server of key (NULL: any master)
+ * and reads their n replies into out[] (the caller frees each; error
+ * replies too), following redirections as dist__route_eval does: when any
+ * reply redirects, the whole pipeline goes again where it points (after
+ * ASKING, outside MULTI).  For reads and MULTI ... EXEC blocks of reads
+ * only: a link that fails is replaced and the pipeline sent again, within
+ * the command timeout.  0 with *on (as for dist__route_eval; on may be
+ * NULL), or DIST__ECONN, DIST__ENOCONN, DIST__EREPLY (a redirection not
+ * followed: too many, or the server kept saying later), ENOMEM, with the
+ * reason in the thread's error. */
+int dist__route_cmds(const struct dist__buf *key, int n,
+                     const struct dist__cmd *cmds, redisReply **out,
+                     struct dist__link **on);
+
+/* "spublish" on a cluster, "publish" otherwise. */
+const char *dist__publish_cmd(void);
+/* Closes the calling thread's links (dist_shutdown). */
+void dist__route_close_thread(void);
+
+#endif

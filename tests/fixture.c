@@ -1,0 +1,169 @@
+/*
+ * fixture: one private server for a group of lock tests and the library's
+ * settings around it (fixture.h).
+ */
+#include "fixture.h"
+
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cmocka.h>
+
+
+int fx_dirty;
+
+static tu_redis_t *g_redis;
+static const struct fx_settings *g_settings;
+static volatile sig_atomic_t g_sigpipes;
+
+static void on_sigpipe(int sig)
+{
+    (void)sig;
+    g_sigpipes = g_sigpipes + 1;
+}
+
+struct timespec realtime_in(double secs)
+{
+    struct timespec ts;
+    long long ns;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ns = (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec +
+         (long long)(secs * 1e9);
+    ts.tv_sec = (time_t)(ns / 1000000000LL);
+    ts.tv_nsec = (long)(ns % 1000000000LL);
+    if (ts.tv_nsec < 0) {
+        ts.tv_nsec += 1000000000L;
+        ts.tv_sec--;
+    }
+    return ts;
+}
+
+int fx_sigpipes(void)
+{
+    return (int)g_sigpipes;
+}
+
+int fx_apply(const char *url, const struct fx_settings *s)
+{
+    if (dist_set_url(url) != 0)
+        return -1;
+    if (s->watchdog_ms != 0 && dist_set_watchdog_ms(s->watchdog_ms) != 0)
+        return -1;
+    if (s->timeout_ms != 0 && dist_set_timeout_ms(s->timeout_ms) != 0)
+        return -1;
+    if (s->waiter_ms != 0 && dist_set_waiter_ms(s->waiter_ms) != 0)
+        return -1;
+    return 0;
+}
+
+void fx_use(tu_redis_t *r, const struct fx_settings *s,
+            const char *filter_env)
+{
+    const char *filter = getenv(filter_env);
+
+    g_redis = r;
+    g_settings = s;
+    if (filter && *filter)
+        cmocka_set_test_filter(filter);
+}
+
+int fx_group_setup(void **state)
+{
+    struct sigaction sa;
+
+    (void)state;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigpipe;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGPIPE, &sa, NULL);
+    if (tu_redis_start(g_redis) != 0)
+        return -1;
+    return fx_apply(g_redis->url_unix, g_settings);
+}
+
+int fx_group_teardown(void **state)
+{
+    (void)state;
+    dist_shutdown();
+    tu_redis_stop(g_redis);
+    return 0;
+}
+
+int fx_restore_defaults(void **state)
+{
+    (void)state;
+    if (fx_dirty) {
+        dist_set_lost_handler(NULL, NULL);
+        (void)fx_apply(g_redis->url_unix, g_settings);
+        fx_dirty = 0;
+    }
+    return 0;
+}
+
+tu_proxy_t *fx_proxy_up(tu_redis_t *r)
+{
+    tu_proxy_t *p = tu_proxy_start(r);
+    char url[64];
+
+    if (p == NULL)
+        return NULL;
+    snprintf(url, sizeof url, "redis://127.0.0.1:%d", tu_proxy_port(p));
+    fx_dirty = 1;
+    if (dist_set_url(url) != 0) {
+        tu_proxy_stop(p);
+        return NULL;
+    }
+    return p;
+}
+
+int fx_proxy_down(tu_redis_t *r, tu_proxy_t *p)
+{
+    int rc = dist_set_url(r->url_unix) == 0 ? 0 : -1;
+
+    tu_proxy_stop(p);
+    return rc;
+}
+
+static void *locker_main(void *arg)
+{
+    struct fx_locker *l = arg;
+    struct timespec dl;
+    int rc;
+
+    if (l->secs > 0) {
+        dl = realtime_in(l->secs);
+        rc = dist_mutex_timedlock(l->m, &dl);
+    } else {
+        rc = dist_mutex_lock(l->m);
+    }
+    l->t = tu_now();
+    l->rc = rc;
+    atomic_store(&l->done, 1);
+    if (rc == 0)
+        dist_mutex_unlock(l->m);
+    return NULL;
+}
+
+int fx_locker_start(struct fx_locker *l, dist_mutex_t *m, double secs)
+{
+    memset(l, 0, sizeof *l);
+    l->m = m;
+    l->secs = secs;
+    l->rc = -1;
+    atomic_init(&l->done, 0);
+    return pthread_create(&l->th, NULL, locker_main, l);
+}
+
+void fx_locker_join(struct fx_locker *l)
+{
+    pthread_join(l->th, NULL);
+}

@@ -1,0 +1,113 @@
+/*
+ * fixture: the group fixture the lock tests share (test_mutex, test_faults,
+ * test_rwlock, test_fair; test_cluster and test_sentinel use fx_apply): one
+ * private redis-server for the whole group, the library pointed at its
+ * unix socket with known settings, the settings put back after a test that
+ * changed them, and SIGPIPE counted instead of fatal.
+ *
+ * On the harness (harness_server.h), the library and cmocka; the
+ * functions taking void **state are cmocka group or test fixtures.
+ */
+#ifndef DISTLOCK_FIXTURE_H
+#define DISTLOCK_FIXTURE_H
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdatomic.h>
+#include <time.h>
+
+#include "distlock.h"
+#include "harness_server.h"
+#include "harness_proxy.h"
+
+/* Library settings a group runs with; a 0 field is left as the library
+ * has it. */
+struct fx_settings {
+    unsigned long watchdog_ms;
+    unsigned long timeout_ms;
+    unsigned long waiter_ms;
+};
+
+/* The library on url with the settings s.  0, or -1 when one is refused. */
+int fx_apply(const char *url, const struct fx_settings *s);
+
+/* The group's server and settings, for the fixtures below, and the tests
+ * to run: only those whose names match the glob in the environment
+ * variable filter_env when it is set.  Call before cmocka_run_group_tests;
+ * r and s must stay valid while it runs. */
+void fx_use(tu_redis_t *r, const struct fx_settings *s,
+            const char *filter_env);
+
+/* main's last step: the tests of the group on r with settings s (fx_use),
+ * filtered by $filter_env. */
+#define fx_run_group(tests, r, s, filter_env)                                \
+    (fx_use(r, s, filter_env),                                               \
+     cmocka_run_group_tests(tests, fx_group_setup, fx_group_teardown))
+
+/* Group setup: SIGPIPE counted (fx_sigpipes), the server started, the
+ * library on its unix socket with the settings.  0 or -1. */
+int fx_group_setup(void **state);
+
+/* Group teardown: dist_shutdown, then the server stopped. */
+int fx_group_teardown(void **state);
+
+/* Set by a test that changes the library's settings or lost handler and
+ * cleared when it put them back itself. */
+extern int fx_dirty;
+
+/* Test teardown, a safety net for a test that failed half-way: when
+ * fx_dirty, no lost handler and the group's url and settings again.  A
+ * test that is done with its own settings calls it too (state NULL). */
+int fx_restore_defaults(void **state);
+
+/* A fault proxy in front of r and the library on it (fx_dirty set); NULL
+ * when either fails (nothing left running). */
+tu_proxy_t *fx_proxy_up(tu_redis_t *r);
+
+/* The library back on r's unix socket first, so that none of its
+ * connections is left on the proxy's port, then the proxy stopped.  0, or
+ * -1 when the url is refused.  fx_dirty is left as it is. */
+int fx_proxy_down(tu_redis_t *r, tu_proxy_t *p);
+
+/* CLOCK_REALTIME secs from now, for timed calls. */
+struct timespec realtime_in(double secs);
+
+/* What a library call gave, how long it took, and the library's reason
+ * (dist_last_error) right after it. */
+struct fx_call {
+    int rc;
+    double el;
+    char err[256];
+};
+
+/* Runs call (an expression giving a library result) into *c. */
+#define FX_CALL(c, call)                                                      \
+    do {                                                                      \
+        double t0_ = tu_now();                                                \
+        (c)->rc = (call);                                                     \
+        (c)->el = tu_now() - t0_;                                             \
+        snprintf((c)->err, sizeof (c)->err, "%s", dist_last_error());         \
+    } while (0)
+
+/* A thread that locks m (timedlock with a deadline secs ahead when
+ * secs > 0), notes its result and when the call returned, and unlocks at
+ * once. */
+struct fx_locker {
+    dist_mutex_t *m;
+    double secs;
+    int rc;               /* -1 until the call returned */
+    double t;             /* tu_now() when it returned */
+    atomic_int done;      /* rc and t are set */
+    pthread_t th;
+};
+
+/* 0, or pthread_create's error. */
+int fx_locker_start(struct fx_locker *l, dist_mutex_t *m, double secs);
+void fx_locker_join(struct fx_locker *l);
+
+/* SIGPIPEs this process received since fx_group_setup.  The harness
+ * blocks its own and its proxy uses MSG_NOSIGNAL, so any comes from the
+ * library writing to a dead Redis socket. */
+int fx_sigpipes(void);
+
+#endif

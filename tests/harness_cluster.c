@@ -1,0 +1,587 @@
+/*
+ * harness_cluster: a Redis Cluster of private servers for the tests:
+ * start, accessors, commands, signals and failovers (harness_cluster.h).
+ * What the nodes see of the cluster is harness_layout.c; slot migration
+ * harness_slots.c.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE 1
+#endif
+
+#include "harness_int.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define TP_BUS_OFFSET    10000   /* cluster bus port = port + 10000 */
+
+/* A fresh connection: ASKING, then the command, pipelined. */
+static redisReply *asking_cmdv(tu_redis_t *r, int argc, const char **argv)
+{
+    redisContext *ctx;
+    redisReply *first = NULL, *second = NULL;
+    struct hx_pipe_guard g;
+    char err[160];
+    void *p;
+
+    if (!tp_usable(r)) {
+        tp_err("%s after ASKING: node not running", argv[0]);
+        return NULL;
+    }
+    ctx = tp_connect(r, err, sizeof(err));
+    if (ctx == NULL) {
+        tp_err("%s after ASKING on port %d: %s", argv[0], r->port, err);
+        return NULL;
+    }
+    hx_pipe_block(&g);
+    if (redisAppendCommand(ctx, "ASKING") == REDIS_OK &&
+        redisAppendCommandArgv(ctx, argc, argv, NULL) == REDIS_OK &&
+        redisGetReply(ctx, &p) == REDIS_OK) {
+        first = p;
+        if (redisGetReply(ctx, &p) == REDIS_OK)
+            second = p;
+    }
+    hx_pipe_unblock(&g);
+    if (second == NULL)
+        tp_err("%s after ASKING on port %d: %s", argv[0], r->port,
+               ctx->errstr[0] ? ctx->errstr : "I/O error");
+    else if (!tp_reply_ok(first))
+        tp_err("ASKING on port %d: %s", r->port, tp_reply_err(first));
+    if (first != NULL)
+        freeReplyObject(first);
+    redisFree(ctx);
+    return second;
+}
+
+/* A TCP port on 127.0.0.1 we can bind now (no SO_REUSEADDR: a port in
+ * TIME_WAIT counts as taken, which only makes us pick another). */
+static int port_bindable(int port)
+{
+    struct sockaddr_in sa;
+    int fd, ok;
+
+    fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return 0;
+    memset(&sa, 0, sizeof(sa));
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    sa.sin_port = htons((unsigned short)port);
+    ok = bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
+    close(fd);
+    return ok;
+}
+
+/*
+ * Port chooser for cluster nodes: Redis listens on port + 10000 for the
+ * cluster bus and refuses a port above 55535.  The check is only a hint
+ * (someone may take either port before the server binds); the server then
+ * exits with "Address already in use" and the server harness tries another
+ * port.
+ */
+static int cluster_pick_port(void)
+{
+    int i;
+
+    for (i = 0; i < 200; i++) {
+        int p = tu_free_port();
+
+        if (p <= 0)
+            return -1;
+        if (p + TP_BUS_OFFSET <= 65535 && port_bindable(p + TP_BUS_OFFSET))
+            return p;
+    }
+    return -1;
+}
+
+/* Last slot of master k: round((k + 1) * 16384 / masters - 1), the way
+ * redis-cli --cluster create splits them (exact integer arithmetic). */
+static int range_end(int masters, int k)
+{
+    long a = (long)(k + 1) * TU_CLUSTER_SLOTS - masters;
+
+    if (k >= masters - 1)
+        return TU_CLUSTER_SLOTS - 1;
+    return (int)((2 * a + masters) / (2L * masters));
+}
+
+/* The initial slot range of master k. */
+static void initial_range(int masters, int k, int *lo, int *hi)
+{
+    *lo = k == 0 ? 0 : range_end(masters, k - 1) + 1;
+    *hi = range_end(masters, k);
+}
+
+static void cluster_free(tu_cluster_t *c)
+{
+    int i;
+
+    for (i = 0; i < c->n; i++) {
+        tu_redis_stop(&c->node[i]);
+        tp_conn_destroy(&c->q[i]);
+    }
+    free(c->url);
+    free(c);
+}
+
+void tu_cluster_stop(tu_cluster_t *c)
+{
+    if (c == NULL || c->head.creator != getpid())
+        return;
+    (void)tp_unregister(&c->head);
+    cluster_free(c);
+}
+
+/* CLUSTER REPLICATE on replica i once it knows its master (gossip). */
+static int make_replica(tu_cluster_t *c, int i, int m, double deadline)
+{
+    redisReply *x = NULL;
+
+    for (;;) {
+        x = tp_act(&c->node[i], (const char *[]){ "CLUSTER", "REPLICATE",
+                                                 c->id[m], NULL });
+        if (tp_reply_ok(x))
+            break;
+        if (x == NULL || tu_now() > deadline) {
+            tp_err("CLUSTER REPLICATE on node %d (of node %d): %s", i, m,
+                     tp_reply_err(x));
+            if (x != NULL)
+                freeReplyObject(x);
+            tu_redis_print_log(&c->node[i], TP_LOG_LINES);
+            return -1;
+        }
+        freeReplyObject(x);   /* "Unknown node": not met yet */
+        tu_sleep_ms(10);
+    }
+    freeReplyObject(x);
+    return 0;
+}
+
+/* The command line of every node: ours, then opts->extra_args.  The
+ * number of arguments, or -1 (too many). */
+static int cluster_args(const tu_cluster_opts *o, const char **args, int cap,
+                        char *timeout, size_t tlen)
+{
+    /* nodes.conf is relative to the node's own dir: the same name for all */
+    const char *mine[] = {
+        "--cluster-enabled", "yes",
+        "--cluster-config-file", "nodes.conf",
+        "--cluster-node-timeout", timeout,
+        "--cluster-replica-validity-factor", "0",
+        "--cluster-require-full-coverage",
+        o->require_full_coverage ? "yes" : "no",
+        "--cluster-allow-replica-migration", "no",
+        "--repl-diskless-sync-delay", "0",
+    };
+
+    int nargs;
+
+    snprintf(timeout, tlen, "%d",
+             o->node_timeout_ms > 0 ? o->node_timeout_ms : 1000);
+    for (nargs = 0; nargs < (int)(sizeof(mine) / sizeof(mine[0])); nargs++)
+        args[nargs] = mine[nargs];
+    return tp_append_args(args, nargs, cap, o->extra_args,
+                          "cluster: too many extra_args");
+}
+
+static void cluster_free_head(struct tp_head *h)
+{
+    cluster_free((tu_cluster_t *)(void *)h);
+}
+
+/* A registered cluster of n nodes, none started yet. */
+static tu_cluster_t *cluster_new(int masters, int replicas_per_master, int n)
+{
+    tu_cluster_t *c = calloc(1, sizeof(*c));
+    int i;
+
+    if (c == NULL) {
+        tp_err("cluster: out of memory");
+        return NULL;
+    }
+    c->n = n;
+    for (i = 0; i < n; i++)
+        tp_conn_init(&c->q[i]);
+    c->masters = masters;
+    c->replicas = replicas_per_master;
+    for (i = 0; i < n; i++)
+        c->master_of[i] = i < masters ? -1
+                                      : (i - masters) / replicas_per_master;
+    tp_register(&c->head, cluster_free_head);
+    return c;
+}
+
+/* Start every node and learn its id.  Masters first: Redis holds a
+ * master's cluster_state at fail for 2 s after it starts, so they should
+ * start their clocks first. */
+static int start_nodes(tu_cluster_t *c, const tu_redis_opts *ro)
+{
+    int i;
+
+    for (i = 0; i < c->n; i++) {
+        redisReply *x;
+
+        if (tu_redis_start_opts(&c->node[i], ro) != 0) {
+            tp_err("cluster: node %d did not start", i);
+            return -1;
+        }
+        x = tp_query(&c->node[i], &c->q[i], "CLUSTER", "MYID", NULL);
+        if (tp_reply_text(x) == NULL || strlen(x->str) != TP_ID_LEN) {
+            tp_err("cluster: CLUSTER MYID on node %d: %s", i, tp_reply_err(x));
+            if (x != NULL)
+                freeReplyObject(x);
+            return -1;
+        }
+        memcpy(c->id[i], x->str, TP_ID_LEN + 1);
+        freeReplyObject(x);
+    }
+    c->url = tp_make_url("redis-cluster://", c->node, c->masters, "");
+    if (c->url == NULL) {
+        tp_err("cluster: out of memory");
+        return -1;
+    }
+    return 0;
+}
+
+/* Unique config epochs and the initial slot ranges of the masters. */
+static int assign_slots(tu_cluster_t *c)
+{
+    char buf[32], lo_s[16], hi_s[16];
+    int k, i;
+
+    for (k = 0; k < c->masters; k++) {
+        int lo, hi;
+
+        initial_range(c->masters, k, &lo, &hi);
+        snprintf(buf, sizeof(buf), "%d", k + 1);
+        snprintf(lo_s, sizeof(lo_s), "%d", lo);
+        snprintf(hi_s, sizeof(hi_s), "%d", hi);
+        if (tp_cmd_ok(&c->node[k], "node", k, "CLUSTER",
+                      "SET-CONFIG-EPOCH", buf, NULL) != 0 ||
+            tp_cmd_ok(&c->node[k], "node", k, "CLUSTER", "ADDSLOTSRANGE",
+                      lo_s, hi_s, NULL) != 0)
+            return -1;
+        for (i = lo; i <= hi; i++)
+            c->owner[i] = (short)k;
+    }
+    return 0;
+}
+
+/* Every node meets node 0; the replicas follow their masters. */
+static int join_nodes(tu_cluster_t *c, double deadline)
+{
+    char port0[16];
+    int i;
+
+    snprintf(port0, sizeof(port0), "%d", c->node[0].port);
+    for (i = 1; i < c->n; i++)
+        if (tp_cmd_ok(&c->node[i], "node", i, "CLUSTER", "MEET",
+                      "127.0.0.1", port0, NULL) != 0)
+            return -1;
+    for (i = c->masters; i < c->n; i++)
+        if (make_replica(c, i, c->master_of[i], deadline) != 0)
+            return -1;
+    return 0;
+}
+
+/* A wait for the cluster with no extra condition. */
+static int wait_plain(tu_cluster_t *c, int timeout_ms, const char *what)
+{
+    struct cl_want w;
+
+    memset(&w, 0, sizeof(w));
+    w.slot = -1;
+    w.old_master = -1;
+    return tp_cluster_wait(c, &w, timeout_ms, what);
+}
+
+/*
+ * Why not redis-cli --cluster create: it waits in steps of a second for
+ * the nodes to join and checks with its own client, adding a few seconds
+ * to every start, and its output would have to be parsed for errors.  By
+ * hand it is a handful of commands, and the wait below checks more (every
+ * node's view, replica links) than redis-cli does.  Unique config epochs
+ * are set before the nodes meet, as redis-cli does, so that no epoch
+ * collision has to be resolved while they join.
+ */
+tu_cluster_t *tu_cluster_start(int masters, int replicas_per_master,
+                               const tu_cluster_opts *opts)
+{
+    static const tu_cluster_opts defaults;
+    const tu_cluster_opts *o = opts != NULL ? opts : &defaults;
+    const char *args[64];
+    char timeout[16];
+    tu_redis_opts ro;
+    tu_cluster_t *c;
+    double deadline;
+
+    if (masters < 1 || replicas_per_master < 0 ||
+        masters > TU_TOPO_MAX_NODES ||
+        replicas_per_master >= TU_TOPO_MAX_NODES ||   /* no overflow below */
+        masters * (1 + replicas_per_master) > TU_TOPO_MAX_NODES) {
+        tp_err("cluster: bad size %d masters x %d replicas (at most %d "
+               "nodes)", masters, replicas_per_master, TU_TOPO_MAX_NODES);
+        return NULL;
+    }
+    deadline = tu_now() + (o->start_timeout_ms > 0 ? o->start_timeout_ms
+                                                   : 30000) / 1000.0;
+    if (cluster_args(o, args, (int)(sizeof(args) / sizeof(args[0])),
+                     timeout, sizeof(timeout)) < 0)
+        return NULL;
+    memset(&ro, 0, sizeof(ro));
+    ro.args = args;
+    ro.pick_port = cluster_pick_port;
+    c = cluster_new(masters, replicas_per_master,
+                    masters * (1 + replicas_per_master));
+    if (c == NULL)
+        return NULL;
+    if (start_nodes(c, &ro) != 0 || assign_slots(c) != 0 ||
+        join_nodes(c, deadline) != 0)
+        goto fail;
+    if (wait_plain(c, tp_ms_left(deadline), "cluster start") != 0)
+        goto fail;
+    return c;
+
+fail:
+    tu_cluster_stop(c);
+    return NULL;
+}
+
+int tu_cluster_size(const tu_cluster_t *c)
+{
+    return c != NULL ? c->n : -1;
+}
+
+int tu_cluster_masters(const tu_cluster_t *c)
+{
+    return c != NULL ? c->masters : -1;
+}
+
+int tu_cluster_slot_range(const tu_cluster_t *c, int master, int *lo, int *hi)
+{
+    if (c == NULL || master < 0 || master >= c->masters || !lo || !hi)
+        return -1;
+    initial_range(c->masters, master, lo, hi);
+    return 0;
+}
+
+int tu_cluster_port(const tu_cluster_t *c, int node)
+{
+    return tp_valid_node(c, node) ? c->node[node].port : -1;
+}
+
+pid_t tu_cluster_pid(const tu_cluster_t *c, int node)
+{
+    return tp_valid_node(c, node) ? c->node[node].pid : -1;
+}
+
+const char *tu_cluster_node_id(const tu_cluster_t *c, int node)
+{
+    return tp_valid_node(c, node) ? c->id[node] : NULL;
+}
+
+tu_redis_t *tu_cluster_node(tu_cluster_t *c, int node)
+{
+    return tp_valid_node(c, node) ? &c->node[node] : NULL;
+}
+
+const char *tu_cluster_role(tu_cluster_t *c, int node)
+{
+    return tp_valid_node(c, node) ? tp_role_name(tp_node_role(&c->node[node],
+                                                     &c->q[node], NULL,
+                                                     NULL, 0))
+                               : NULL;
+}
+
+int tu_cluster_master_of(tu_cluster_t *c, int node)
+{
+    int mport;
+
+    if (!tp_valid_node(c, node) ||
+        tp_node_role(&c->node[node], &c->q[node], &mport, NULL, 0) != 'S')
+        return -1;
+    return tp_node_by_port(c, mport);
+}
+
+const char *tu_cluster_url(const tu_cluster_t *c)
+{
+    return c != NULL ? c->url : NULL;
+}
+
+redisReply *tu_cluster_cmd(tu_cluster_t *c, int node, const char *arg0, ...)
+{
+    redisReply *x;
+    va_list ap;
+
+    if (!tp_valid_node(c, node)) {
+        tp_err("cluster command: no node %d", node);
+        return NULL;
+    }
+    va_start(ap, arg0);
+    x = tp_cmd_va(&c->node[node], arg0, ap);
+    va_end(ap);
+    return x;
+}
+
+redisReply *tu_cluster_cmd_asking(tu_cluster_t *c, int node,
+                                  const char *arg0, ...)
+{
+    const char **argv;
+    redisReply *x;
+    va_list ap;
+    int argc = 0;
+
+    if (!tp_valid_node(c, node) || arg0 == NULL) {
+        tp_err("cluster command: no node %d or no command", node);
+        return NULL;
+    }
+    va_start(ap, arg0);
+    argv = hx_collect_args(arg0, ap, &argc);
+    va_end(ap);
+    if (argv == NULL) {
+        tp_err("%s: out of memory", arg0);
+        return NULL;
+    }
+    x = asking_cmdv(&c->node[node], argc, argv);
+    free(argv);
+    return x;
+}
+
+int tu_cluster_redirect(const tu_cluster_t *c, const redisReply *reply,
+                        const char *kind, int *slot)
+{
+    size_t klen;
+    char host[64];
+    int s, port, used = 0;
+
+    if (c == NULL || kind == NULL || reply == NULL ||
+        reply->type != REDIS_REPLY_ERROR || reply->str == NULL)
+        return -1;
+    klen = strlen(kind);
+    if (strncmp(reply->str, kind, klen) != 0 || reply->str[klen] != ' ')
+        return -1;
+    if (sscanf(reply->str + klen, " %d %63[^:]:%d%n", &s, host, &port,
+               &used) != 3 || reply->str[klen + (size_t)used] != '\0' ||
+        strcmp(host, "127.0.0.1") != 0)
+        return -1;
+    if (slot != NULL)
+        *slot = s;
+    return tp_node_by_port(c, port);
+}
+
+int tu_cluster_keyslot(tu_cluster_t *c, const char *key)
+{
+    redisReply *x;
+    long long v;
+    int i;
+
+    if (c == NULL || key == NULL || (i = tp_first_usable(c)) < 0) {
+        tp_err("CLUSTER KEYSLOT: no node running");
+        return -1;
+    }
+    x = tp_query(&c->node[i], &c->q[i], "CLUSTER", "KEYSLOT", key, NULL);
+    if (x == NULL || x->type != REDIS_REPLY_INTEGER) {
+        tp_err("CLUSTER KEYSLOT on node %d: %s", i, tp_reply_err(x));
+        if (x != NULL)
+            freeReplyObject(x);
+        return -1;
+    }
+    v = x->integer;
+    freeReplyObject(x);
+    return (int)v;
+}
+
+int tu_cluster_signal(tu_cluster_t *c, int node, int sig)
+{
+    if (!tp_valid_node(c, node)) {
+        tp_err("signal: no node %d", node);
+        return -1;
+    }
+    return tp_signal_node(&c->node[node], &c->q[node], sig, "cluster node",
+                       node);
+}
+
+int tu_cluster_kill(tu_cluster_t *c, int node)
+{
+    return tu_cluster_signal(c, node, SIGKILL);
+}
+
+int tu_cluster_restart(tu_cluster_t *c, int node)
+{
+    if (!tp_valid_node(c, node)) {
+        tp_err("restart: no node %d", node);
+        return -1;
+    }
+    return tp_restart_node(&c->node[node], &c->q[node]);
+}
+
+static int wait_takeover(tu_cluster_t *c, int old_master, int new_master,
+                         int timeout_ms, const char *what)
+{
+    struct cl_want w;
+    int j, slots = 0, replicas = 0, rc;
+
+    memset(&w, 0, sizeof(w));
+    w.slot = -1;
+    w.old_master = old_master;
+    w.new_master = new_master;
+    w.result = -1;
+    for (j = 0; j < TU_CLUSTER_SLOTS; j++)
+        slots += c->owner[j] == old_master;
+    for (j = 0; j < c->n; j++)
+        replicas += c->master_of[j] == old_master;
+    if (slots == 0 || replicas == 0) {
+        tp_err("%s: node %d served %d slots and had %d replicas (need "
+                 "both)", what, old_master, slots, replicas);
+        return -1;
+    }
+    w.old_owner = malloc(sizeof(c->owner));
+    if (w.old_owner == NULL) {
+        tp_err("%s: out of memory", what);
+        return -1;
+    }
+    memcpy(w.old_owner, c->owner, sizeof(c->owner));
+    rc = tp_cluster_wait(c, &w, timeout_ms, what);
+    free(w.old_owner);
+    return rc == 0 ? w.result : -1;
+}
+
+int tu_cluster_wait_promoted(tu_cluster_t *c, int old_master, int timeout_ms)
+{
+    if (!tp_valid_node(c, old_master)) {
+        tp_err("wait_promoted: no node %d", old_master);
+        return -1;
+    }
+    return wait_takeover(c, old_master, -1, timeout_ms, "wait_promoted");
+}
+
+int tu_cluster_failover(tu_cluster_t *c, int replica, int timeout_ms)
+{
+    int old;
+
+    if (!tp_valid_node(c, replica) || (old = c->master_of[replica]) < 0) {
+        tp_err("failover: node %d is not a replica", replica);
+        return -1;
+    }
+    if (tp_cmd_ok(&c->node[replica], "node", replica, "CLUSTER", "FAILOVER",
+               NULL) != 0)
+        return -1;
+    return wait_takeover(c, old, replica, timeout_ms, "failover") == replica
+               ? 0 : -1;
+}
+
+int tu_cluster_wait_ok(tu_cluster_t *c, int timeout_ms)
+{
+    if (c == NULL)
+        return -1;
+    return wait_plain(c, timeout_ms, "wait_ok");
+}
+
+

@@ -1,0 +1,225 @@
+/*
+ * harness_cluster: a Redis Cluster of private servers on loopback for the
+ * tests; harness_topo.h says what all topologies share (processes,
+ * connections, node indexes, live nodes, threads, timeouts).
+ */
+#ifndef DISTLOCK_HARNESS_CLUSTER_H
+#define DISTLOCK_HARNESS_CLUSTER_H
+
+#include "harness_topo.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Number of hash slots of a Redis Cluster. */
+#define TU_CLUSTER_SLOTS 16384
+
+typedef struct tu_cluster tu_cluster_t;
+
+/* Settings for tu_cluster_start; NULL or a zero-filled struct means all
+ * defaults. */
+typedef struct tu_cluster_opts {
+    /* --cluster-node-timeout; 0: 1000 ms.  Failure detection, and so
+     * failover time, scales with it. */
+    int node_timeout_ms;
+    /* --cluster-require-full-coverage.  0 (default): "no", so a dead master
+     * only takes ITS slots offline and the rest of the cluster keeps
+     * answering during a failover; 1: "yes" (Redis's default: every node
+     * answers CLUSTERDOWN until the slots are served again). */
+    int require_full_coverage;
+    /* How long tu_cluster_start waits for the cluster to form; 0: 30 s. */
+    int start_timeout_ms;
+    /* NULL-terminated redis-server arguments added to every node's command
+     * line after ours (later ones win), e.g. {"--loglevel", "verbose",
+     * NULL}; NULL: none. */
+    const char *const *extra_args;
+} tu_cluster_opts;
+
+/*
+ * Start masters * (1 + replicas_per_master) nodes (at most
+ * TU_TOPO_MAX_NODES) and make them one cluster.  Every node runs with
+ *   --cluster-enabled yes --cluster-config-file nodes.conf (in its own dir)
+ *   --cluster-node-timeout <opts> --cluster-replica-validity-factor 0
+ *   --cluster-require-full-coverage <opts, default no>
+ *   --cluster-allow-replica-migration no  (replicas stay where they were
+ *                                          put, the layout is predictable)
+ *   --repl-diskless-sync-delay 0          (a replica syncs at once)
+ * The cluster is made by hand (unique config epochs 1..masters,
+ * ADDSLOTSRANGE, MEET, REPLICATE; harness_cluster.c says why not
+ * redis-cli).
+ * Returns when every node reports cluster_state:ok, knows every node, all
+ * nodes show the same current epoch and the same layout (slot owners,
+ * roles, masters, config epochs), every slot is served by a live master
+ * and every replica has master_link_status:up.
+ * A failover needs a majority of masters to vote: use 3 masters or more.
+ * NULL on failure (nothing left running).
+ */
+tu_cluster_t *tu_cluster_start(int masters, int replicas_per_master,
+                               const tu_cluster_opts *opts) TU_WARN_UNUSED;
+
+/* Kill every node, remove the temp dirs, free c.  NULL is fine.  In a
+ * forked child it does nothing. */
+void tu_cluster_stop(tu_cluster_t *c);
+
+/* Number of nodes (masters * (1 + replicas_per_master)). */
+int tu_cluster_size(const tu_cluster_t *c);
+
+/* Number of masters it was created with (not the current number). */
+int tu_cluster_masters(const tu_cluster_t *c);
+
+/* The slot range [*lo, *hi] master k was created with.  0 or -1. */
+int tu_cluster_slot_range(const tu_cluster_t *c, int master, int *lo, int *hi);
+
+/* The node's TCP port on 127.0.0.1 (its bus port is port + 10000); -1 for
+ * a bad index.  Ports never change, not even across tu_cluster_restart. */
+int tu_cluster_port(const tu_cluster_t *c, int node);
+
+/* The node's pid; 0 if it was killed (and not restarted), -1 bad index. */
+pid_t tu_cluster_pid(const tu_cluster_t *c, int node);
+
+/* The node's cluster node id (40 hex digits, stable across restarts), or
+ * NULL for a bad index.  Owned by c. */
+const char *tu_cluster_node_id(const tu_cluster_t *c, int node);
+
+/* The underlying harness server (for tu_cmd_int, tu_cmd_str...).  Do not
+ * stop, restart or kill it behind topo's back: use the tu_cluster_
+ * functions.  NULL for a bad index. */
+tu_redis_t *tu_cluster_node(tu_cluster_t *c, int node);
+
+/* The node's role now, from ROLE: "master" or "slave"; NULL if it does not
+ * answer (killed, stopped) or on error.  A static string. */
+const char *tu_cluster_role(tu_cluster_t *c, int node);
+
+/* For a node that is a replica now (ROLE), the index of the node it
+ * replicates from; -1 otherwise. */
+int tu_cluster_master_of(tu_cluster_t *c, int node);
+
+/*
+ * "redis-cluster://127.0.0.1:p1,127.0.0.1:p2,..." listing the nodes that
+ * were created as masters (0 .. masters-1), in that order: the seed list a
+ * cluster client starts from.  It does not change after failovers (a seed
+ * that is down is one a client must skip).  Owned by c.
+ */
+const char *tu_cluster_url(const tu_cluster_t *c);
+
+/*
+ * Send one command to one node (no redirection is followed), given as a
+ * NULL-terminated list of strings like tu_cmd (binary-safe, no format):
+ *   redisReply *x = tu_cluster_cmd(c, 1, "SET", key, "v", NULL);
+ * On a fresh connection (unix socket, 1 s timeouts).  Returns the reply,
+ * error replies included (MOVED/ASK arrive as REDIS_REPLY_ERROR
+ * "MOVED <slot> 127.0.0.1:<port>"), for the caller to freeReplyObject();
+ * NULL (and a line on stderr) on I/O failure or if the node is not
+ * running.
+ */
+redisReply *tu_cluster_cmd(tu_cluster_t *c, int node, const char *arg0, ...)
+    TU_SENTINEL TU_WARN_UNUSED;
+
+/* The same, on a fresh connection, preceded by ASKING (as a client does
+ * after an ASK redirection): the node serves a key of a slot it is
+ * importing.  Returns the command's reply. */
+redisReply *tu_cluster_cmd_asking(tu_cluster_t *c, int node,
+                                  const char *arg0, ...)
+    TU_SENTINEL TU_WARN_UNUSED;
+
+/*
+ * If reply is the error "<kind> <slot> 127.0.0.1:<port>" with kind "MOVED"
+ * or "ASK" as asked, the index of the node it points to (and the slot in
+ * *slot if not NULL); -1 if it is not such a redirection or the port is
+ * not one of ours.  No message.
+ */
+int tu_cluster_redirect(const tu_cluster_t *c, const redisReply *reply,
+                        const char *kind, int *slot);
+
+/* The hash slot of key (CLUSTER KEYSLOT, asked from a live node), or -1. */
+int tu_cluster_keyslot(tu_cluster_t *c, const char *key);
+
+/* Index of the master serving slot, as the first live node sees it now
+ * (CLUSTER NODES); -1 if none or on error. */
+int tu_cluster_slot_owner(tu_cluster_t *c, int slot);
+
+/*
+ * Live migration of one slot to master `to` (the way redis-cli reshards):
+ *   CLUSTER SETSLOT slot IMPORTING <source> on to,
+ *   CLUSTER SETSLOT slot MIGRATING <to> on the source,
+ *   GETKEYSINSLOT + MIGRATE ... REPLACE KEYS ... until the source has none,
+ *   CLUSTER SETSLOT slot NODE <to> on to, the source, then every other
+ *   live master,
+ * then waits (up to 30 s) until every live node agrees on the new owner and
+ * the cluster is ok as after tu_cluster_start.  From then on the source
+ * (and every other node) answers MOVED <slot> <to> for keys of the slot.
+ * 0 (also if `to` owns it already), -1 on error.
+ */
+int tu_cluster_move_slot(tu_cluster_t *c, int slot, int to);
+
+/*
+ * The same in steps, to look at a slot while it migrates:
+ *   tu_cluster_migrate_begin: the two SETSLOT IMPORTING / MIGRATING; no key
+ *     moves.  From now on the source answers ASK <slot> <to> for keys of
+ *     the slot it does not have (any more), and `to` serves such keys to a
+ *     client that sends ASKING first (tu_cluster_cmd_asking); without
+ *     ASKING it answers MOVED to the source.
+ *   tu_cluster_migrate_key: MIGRATE one key of a migrating slot from the
+ *     source to `to` (the slot and both ends are those given to begin).
+ *     1 moved, 0 the source did not have it, -1 error.
+ *   tu_cluster_migrate_finish: move the keys left and assign the slot as
+ *     tu_cluster_move_slot does, and wait for agreement.  `to` must be the
+ *     one given to begin.
+ * At most 16 slots may be migrating at once.  0 / -1.
+ */
+int tu_cluster_migrate_begin(tu_cluster_t *c, int slot, int to);
+int tu_cluster_migrate_key(tu_cluster_t *c, const char *key);
+int tu_cluster_migrate_finish(tu_cluster_t *c, int slot, int to);
+
+/*
+ * kill(pid, sig).  For SIGSTOP it returns once the process is stopped, for
+ * SIGCONT once it runs again (/proc), so the next call sees it that way.
+ * A stopped master is, for the cluster, a failing one: after the node
+ * timeout its replica takes over just as after a kill; once continued it
+ * learns of the newer configuration and turns into a replica.
+ * 0, or -1 if the node is not running.
+ */
+int tu_cluster_signal(tu_cluster_t *c, int node, int sig);
+
+/* SIGKILL the node and reap it (a crash).  Its dir, port and nodes.conf
+ * are kept for tu_cluster_restart.  0 / -1. */
+int tu_cluster_kill(tu_cluster_t *c, int node);
+
+/*
+ * Start a killed node again on the same port with its nodes.conf (stopping
+ * it first if it runs), empty data.  A former master whose slots were taken
+ * over rejoins as a replica of the new owner; one whose slots nobody took
+ * serves them again.  Returns when it answers (as our child) - call
+ * tu_cluster_wait_ok to wait until the cluster has taken it back.  0 / -1.
+ */
+int tu_cluster_restart(tu_cluster_t *c, int node);
+
+/*
+ * After old_master died (or was stopped), wait until one of its replicas
+ * (as of the last layout topo saw agreed: at start, or after the last
+ * successful wait) is a master serving every slot old_master served, and
+ * the cluster is ok again among the live nodes as after start (agreement,
+ * every slot served, replicas in sync).  Returns the new master's index,
+ * or -1 on timeout (the line says what was missing) or if old_master had
+ * no replica.
+ */
+int tu_cluster_wait_promoted(tu_cluster_t *c, int old_master, int timeout_ms);
+
+/*
+ * Manual failover: CLUSTER FAILOVER on replica (a live replica; its
+ * master must be live too), then wait as tu_cluster_wait_promoted for it.
+ * The old master becomes its replica.  0 / -1.
+ */
+int tu_cluster_failover(tu_cluster_t *c, int replica, int timeout_ms);
+
+/* Wait until the live nodes form an ok cluster, as checked at the end of
+ * tu_cluster_start (e.g. after tu_cluster_restart, or after commands sent
+ * with tu_cluster_cmd changed the layout).  0 / -1. */
+int tu_cluster_wait_ok(tu_cluster_t *c, int timeout_ms);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DISTLOCK_HARNESS_CLUSTER_H */

@@ -1,0 +1,799 @@
+/*
+ * harness_sentinel: a master, its replicas and the sentinels watching
+ * them, private servers for the tests: start, the waits for a settled
+ * topology, failovers, signals (harness_sentinel.h).
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE 1
+#endif
+
+#include "harness_int.h"
+#include "harness_sentinel.h"
+
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* Value of key in a flat [key, value, key, value...] array (SENTINEL
+ * MASTER / REPLICAS); NULL if absent. */
+static const char *kv_get(const redisReply *arr, const char *key)
+{
+    size_t i;
+
+    if (arr == NULL || arr->type != REDIS_REPLY_ARRAY)
+        return NULL;
+    for (i = 0; i + 1 < arr->elements; i += 2) {
+        const char *k = tp_reply_text(arr->element[i]);
+        if (k != NULL && strcmp(k, key) == 0)
+            return tp_reply_text(arr->element[i + 1]);
+    }
+    return NULL;
+}
+
+struct tu_sentinel {
+    struct tp_head head;     /* first: the registry casts */
+    int ndata, nsent;
+    int fast_timers;
+    int down_after_ms;
+    char name[64];
+    char *url;
+    tu_redis_t data[TU_TOPO_MAX_NODES];
+    tu_redis_t sent[TU_TOPO_MAX_NODES];
+    struct tp_conn dq[TU_TOPO_MAX_NODES];   /* queries to data[i] */
+    struct tp_conn sq[TU_TOPO_MAX_NODES];   /* queries to sent[i] */
+};
+
+static int valid_data(const tu_sentinel_t *s, int node)
+{
+    return s != NULL && node >= 0 && node < s->ndata;
+}
+
+static int valid_sent(const tu_sentinel_t *s, int i)
+{
+    return s != NULL && i >= 0 && i < s->nsent;
+}
+
+static int data_by_port(const tu_sentinel_t *s, int port)
+{
+    int i;
+
+    for (i = 0; i < s->ndata; i++)
+        if (s->data[i].port == port)
+            return i;
+    return -1;
+}
+
+/* Data node i (sent == 0) or sentinel i (sent == 1) and its query
+ * connection; NULL with a message naming op when there is no such one. */
+static tu_redis_t *member(tu_sentinel_t *s, int sent, int i,
+                          struct tp_conn **q, const char *op)
+{
+    if (sent ? !valid_sent(s, i) : !valid_data(s, i)) {
+        tp_err("%s: no %s %d", op, sent ? "sentinel" : "data node", i);
+        return NULL;
+    }
+    *q = sent ? &s->sq[i] : &s->dq[i];
+    return sent ? &s->sent[i] : &s->data[i];
+}
+
+static void sentinel_free(tu_sentinel_t *s)
+{
+    int i;
+
+    for (i = 0; i < s->nsent; i++) {
+        tu_redis_stop(&s->sent[i]);
+        tp_conn_destroy(&s->sq[i]);
+    }
+    for (i = 0; i < s->ndata; i++) {
+        tu_redis_stop(&s->data[i]);
+        tp_conn_destroy(&s->dq[i]);
+    }
+    free(s->url);
+    free(s);
+}
+
+void tu_sentinel_stop(tu_sentinel_t *s)
+{
+    if (s == NULL || s->head.creator != getpid())
+        return;
+    (void)tp_unregister(&s->head);
+    sentinel_free(s);
+}
+
+/*
+ * Shorter internal timers (see tu_sentinel_opts.redis_timers), chosen so
+ * that no margin Sentinel relies on shrinks below what its own defaults
+ * leave with down-after-milliseconds 1000:
+ *
+ *   ping-period = down_after * 2/5 (400 ms for 1000; at most 1000).  After a
+ *     switch a sentinel resets the new master's "last answer" clock to now
+ *     but still throttles reconnects to one per ping period; with both at
+ *     1000 ms it can declare the new master down before it has connected
+ *     and start another failover.  The replica selection's freshness limit
+ *     (5 x ping-period = 2 s) stays well above the 1 s INFO period used
+ *     during a failover.
+ *   publish-period 1000: a replica that reports master is converted back by
+ *     a sentinel that has not heard of the switch after 4 x publish-period;
+ *     the leader notices a promotion within ~1 s (INFO every second) and
+ *     tells the others at once, so 4 s leaves ~3 s.  (250 ms made fresh
+ *     masters get demoted again under load.)
+ *   info-period 1000, ask-period 250 (o_down within a quarter second of the
+ *     others' s_down), tilt-period 5000 (a stalled sentinel resumes sooner).
+ */
+static int sentinel_debug(tu_sentinel_t *s, int i)
+{
+    char ping[16];
+    int p = s->down_after_ms * 2 / 5;
+
+    if (!s->fast_timers)
+        return 0;
+    snprintf(ping, sizeof(ping), "%d", p < 100 ? 100 : p > 1000 ? 1000 : p);
+    return tp_cmd_ok(&s->sent[i], "sentinel", i, "SENTINEL", "DEBUG",
+                  "info-period", "1000", "ping-period", ping,
+                  "ask-period", "250", "publish-period", "1000",
+                  "tilt-period", "5000", NULL);
+}
+
+/* The master port sentinel i reports; -1 if it does not answer. */
+static int reported_master_port(tu_sentinel_t *s, int i)
+{
+    redisReply *x = tp_query(&s->sent[i], &s->sq[i], "SENTINEL",
+                          "GET-MASTER-ADDR-BY-NAME", s->name, NULL);
+    int port = -1;
+
+    if (x != NULL && x->type == REDIS_REPLY_ARRAY && x->elements == 2 &&
+        tp_reply_text(x->element[1]) != NULL)
+        port = atoi(x->element[1]->str);
+    if (x != NULL)
+        freeReplyObject(x);
+    return port;
+}
+
+/* The data node every live sentinel reports, or -1 (why says why). */
+static int agreed_master(tu_sentinel_t *s, char *why, size_t wlen, int *bad)
+{
+    int i, m = -1, first = -1;
+
+    for (i = 0; i < s->nsent; i++) {
+        int port, idx;
+
+        if (!tp_usable(&s->sent[i]))
+            continue;
+        port = reported_master_port(s, i);
+        idx = data_by_port(s, port);
+        if (idx < 0) {
+            hx_why(why, wlen, "sentinel %d reports master port %d, not one "
+                    "of the data nodes", i, port);
+            *bad = i;
+            return -1;
+        }
+        if (first < 0) {
+            first = i;
+            m = idx;
+        } else if (idx != m) {
+            hx_why(why, wlen, "sentinel %d reports node %d as master, "
+                    "sentinel %d node %d", first, m, i, idx);
+            *bad = i;
+            return -1;
+        }
+    }
+    if (first < 0) {
+        hx_why(why, wlen, "no sentinel is running");
+        return -1;
+    }
+    return m;
+}
+
+/* The entry of data node j in a SENTINEL REPLICAS reply, or NULL. */
+static const redisReply *replica_entry(const tu_sentinel_t *s,
+                                       const redisReply *reps, int j)
+{
+    const redisReply *e = NULL;
+    size_t k;
+
+    for (k = 0; k < reps->elements; k++) {
+        const char *p = kv_get(reps->element[k], "port");
+        if (p != NULL && atoi(p) == s->data[j].port)
+            e = reps->element[k];
+    }
+    return e;
+}
+
+/* Why a check failed, and whose logs tell more: sentinel bad, data node
+ * bad_data (-1: none). */
+struct verdict {
+    char *why;
+    size_t wlen;
+    int bad, bad_data;
+};
+
+/* The master m says master, every other live data node replicates from
+ * it, connected (ROLE). */
+static int check_data(tu_sentinel_t *s, int m, struct verdict *v)
+{
+    char state[32];
+    int j, mport;
+
+    v->bad_data = m;
+    if (tp_node_role(&s->data[m], &s->dq[m], NULL, NULL, 0) != 'M') {
+        hx_why(v->why, v->wlen, "node %d, the sentinels' master, is %s", m,
+               tp_usable(&s->data[m]) ? "not a master"
+                                      : tp_down_name(&s->data[m]));
+        return -1;
+    }
+    for (j = 0; j < s->ndata; j++) {
+        if (j == m || !tp_usable(&s->data[j]))
+            continue;
+        if (tp_node_role(&s->data[j], &s->dq[j], &mport, state,
+                         sizeof(state)) != 'S' ||
+            mport != s->data[m].port || strcmp(state, "connected") != 0) {
+            hx_why(v->why, v->wlen, "node %d does not replicate from node %d "
+                   "(yet)", j, m);
+            v->bad_data = j;
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* SENTINEL MASTER on sentinel i: flags plain "master", the other
+ * sentinels known, and with exact_slaves every replica counted. */
+static int check_master_entry(tu_sentinel_t *s, int i, int exact_slaves,
+                              struct verdict *v)
+{
+    redisReply *x = tp_query(&s->sent[i], &s->sq[i], "SENTINEL", "MASTER",
+                             s->name, NULL);
+    const char *f = kv_get(x, "flags");
+    const char *o = kv_get(x, "num-other-sentinels");
+    const char *n = kv_get(x, "num-slaves");
+    int rc = -1;
+
+    if (f == NULL || strcmp(f, "master") != 0)
+        hx_why(v->why, v->wlen, "sentinel %d: master flags %s", i,
+               f ? f : tp_reply_err(x));
+    else if (o == NULL || atoi(o) != s->nsent - 1)
+        hx_why(v->why, v->wlen, "sentinel %d knows %s other sentinels, not "
+               "%d", i, o ? o : "?", s->nsent - 1);
+    else if (exact_slaves && (n == NULL || atoi(n) != s->ndata - 1))
+        hx_why(v->why, v->wlen, "sentinel %d knows %s replicas, not %d", i,
+               n ? n : "?", s->ndata - 1);
+    else
+        rc = 0;
+    if (x != NULL)
+        freeReplyObject(x);
+    return rc;
+}
+
+/* SENTINEL REPLICAS on sentinel i: every other live data node a healthy
+ * slave of m. */
+static int check_replicas(tu_sentinel_t *s, int i, int m, struct verdict *v)
+{
+    redisReply *reps = tp_query(&s->sent[i], &s->sq[i], "SENTINEL",
+                                "REPLICAS", s->name, NULL);
+    int j;
+
+    if (reps == NULL || reps->type != REDIS_REPLY_ARRAY) {
+        hx_why(v->why, v->wlen, "sentinel %d: SENTINEL REPLICAS: %s", i,
+               tp_reply_err(reps));
+        if (reps != NULL)
+            freeReplyObject(reps);
+        return -1;
+    }
+    for (j = 0; j < s->ndata; j++) {
+        const redisReply *e;
+        const char *flags, *link, *mport;
+
+        if (j == m || !tp_usable(&s->data[j]))
+            continue;
+        e = replica_entry(s, reps, j);
+        flags = kv_get(e, "flags");
+        link = kv_get(e, "master-link-status");
+        mport = kv_get(e, "master-port");
+        if (flags == NULL || strcmp(flags, "slave") != 0 ||
+            link == NULL || strcmp(link, "ok") != 0 || mport == NULL ||
+            atoi(mport) != s->data[m].port) {
+            hx_why(v->why, v->wlen, "sentinel %d sees node %d as %s (link "
+                   "%s, master port %s)", i, j, flags ? flags : "unknown",
+                   link ? link : "?", mport ? mport : "?");
+            v->bad_data = j;
+            freeReplyObject(reps);
+            return -1;
+        }
+    }
+    freeReplyObject(reps);
+    return 0;
+}
+
+/*
+ * Settled (see tu_sentinel_wait_ok)?  Returns the master's index, or -1
+ * with v filled in.  With exact_slaves, num-slaves must be ndata - 1.
+ */
+static int sentinel_check(tu_sentinel_t *s, int exact_slaves,
+                          struct verdict *v)
+{
+    int i, m;
+
+    v->bad = v->bad_data = -1;
+    m = agreed_master(s, v->why, v->wlen, &v->bad);
+    if (m < 0 || check_data(s, m, v) != 0)
+        return -1;
+    for (i = 0; i < s->nsent; i++) {
+        if (!tp_usable(&s->sent[i]))
+            continue;
+        v->bad = i;
+        if (check_master_entry(s, i, exact_slaves, v) != 0 ||
+            check_replicas(s, i, m, v) != 0)
+            return -1;
+    }
+    return m;
+}
+
+static int sentinel_wait(tu_sentinel_t *s, int exact_slaves, int timeout_ms,
+                         const char *what)
+{
+    double deadline = tu_now() + timeout_ms / 1000.0;
+    char why[256] = "";
+    struct verdict v = { why, sizeof(why), -1, -1 };
+    int m;
+
+    while ((m = sentinel_check(s, exact_slaves, &v)) < 0 &&
+           tu_now() <= deadline)
+        tu_sleep_ms(TP_POLL_MS);
+    if (m >= 0)
+        return 0;
+    tp_err("%s: not done after %d ms: %s", what, timeout_ms, why);
+    if (v.bad >= 0)
+        tu_redis_print_log(&s->sent[v.bad], TP_LOG_LINES);
+    if (v.bad_data >= 0)
+        tu_redis_print_log(&s->data[v.bad_data], TP_LOG_LINES);
+    return -1;
+}
+
+/* Replicas attached to the master and in sync (before any sentinel). */
+static int wait_replication(tu_sentinel_t *s, double deadline)
+{
+    char buf[32];
+    int j;
+
+    for (;;) {
+        int ok = 1;
+
+        if (tp_server_info(&s->data[0], &s->dq[0], "replication",
+                        "connected_slaves", buf, sizeof(buf)) == NULL ||
+            atoi(buf) != s->ndata - 1)
+            ok = 0;
+        for (j = 1; ok && j < s->ndata; j++) {
+            if (tp_server_info(&s->data[j], &s->dq[j], "replication",
+                            "master_link_status", buf, sizeof(buf)) == NULL ||
+                strcmp(buf, "up") != 0)
+                ok = 0;
+        }
+        if (ok)
+            return 0;
+        if (tu_now() > deadline) {
+            tp_err("sentinel start: the replicas did not sync with the "
+                     "master");
+            tu_redis_print_log(&s->data[0], TP_LOG_LINES);
+            return -1;
+        }
+        tu_sleep_ms(10);
+    }
+}
+
+static void sentinel_free_head(struct tp_head *h)
+{
+    sentinel_free((tu_sentinel_t *)(void *)h);
+}
+
+/* A registered topology of 1 + replicas data nodes and `sentinels`
+ * sentinels, none started yet; NULL with a message. */
+static tu_sentinel_t *sentinel_new(int replicas, int sentinels,
+                                   const tu_sentinel_opts *o)
+{
+    tu_sentinel_t *s = calloc(1, sizeof(*s));
+    int i, n;
+
+    if (s == NULL) {
+        tp_err("sentinel: out of memory");
+        return NULL;
+    }
+    s->ndata = replicas + 1;
+    s->nsent = sentinels;
+    for (i = 0; i < s->ndata; i++)
+        tp_conn_init(&s->dq[i]);
+    for (i = 0; i < s->nsent; i++)
+        tp_conn_init(&s->sq[i]);
+    s->fast_timers = !o->redis_timers;
+    s->down_after_ms = o->down_after_ms > 0 ? o->down_after_ms : 1000;
+    n = snprintf(s->name, sizeof(s->name), "%s",
+                 o->master_name != NULL ? o->master_name : "distlock");
+    if (n <= 0 || (size_t)n >= sizeof(s->name) ||
+        strcspn(s->name, " \t\r\n\"'") != strlen(s->name)) {
+        tp_err("sentinel: bad master name");
+        sentinel_free(s);
+        return NULL;
+    }
+    tp_register(&s->head, sentinel_free_head);
+    return s;
+}
+
+/* The data nodes: node 0 the master, the others its replicas, in sync. */
+static int start_data(tu_sentinel_t *s, const tu_sentinel_opts *o,
+                      double deadline)
+{
+    const char *args[64] = { "--repl-diskless-sync-delay", "0" };
+    char port0[16];
+    tu_redis_opts ro;
+    int i;
+
+    if (tp_append_args(args, 2, (int)(sizeof(args) / sizeof(args[0])),
+                       o->data_args, "sentinel: too many data_args") < 0)
+        return -1;
+    memset(&ro, 0, sizeof(ro));
+    ro.args = args;
+    for (i = 0; i < s->ndata; i++) {
+        if (tu_redis_start_opts(&s->data[i], &ro) != 0) {
+            tp_err("sentinel: data node %d did not start", i);
+            return -1;
+        }
+    }
+    snprintf(port0, sizeof(port0), "%d", s->data[0].port);
+    for (i = 1; i < s->ndata; i++)
+        if (tp_cmd_ok(&s->data[i], "node", i, "REPLICAOF", "127.0.0.1",
+                      port0, NULL) != 0)
+            return -1;
+    return wait_replication(s, deadline);
+}
+
+/* The sentinels, monitoring data node 0 with the settings of o. */
+static int start_sentinels(tu_sentinel_t *s, const tu_sentinel_opts *o)
+{
+    static const char *const sentinel_args[] = {"--sentinel", NULL};
+    int quorum = o->quorum > 0 ? o->quorum : s->nsent / 2 + 1;
+    char conf[1024];
+    tu_redis_opts ro;
+    int n, i;
+
+    n = snprintf(conf, sizeof(conf),
+                 "sentinel resolve-hostnames no\n"
+                 "sentinel monitor %s 127.0.0.1 %d %d\n"
+                 "sentinel down-after-milliseconds %s %d\n"
+                 "sentinel failover-timeout %s %d\n"
+                 "sentinel parallel-syncs %s 1\n",
+                 s->name, s->data[0].port, quorum,
+                 s->name, s->down_after_ms,
+                 s->name,
+                 o->failover_timeout_ms > 0 ? o->failover_timeout_ms : 5000,
+                 s->name);
+    if (n <= 0 || (size_t)n >= sizeof(conf)) {
+        tp_err("sentinel: config too long");
+        return -1;
+    }
+    memset(&ro, 0, sizeof(ro));
+    ro.conf = conf;
+    ro.args = sentinel_args;
+    for (i = 0; i < s->nsent; i++) {
+        if (tu_redis_start_opts(&s->sent[i], &ro) != 0) {
+            tp_err("sentinel: sentinel %d did not start", i);
+            return -1;
+        }
+        if (sentinel_debug(s, i) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* s->url: every sentinel, then the master name. */
+static int sentinel_url(tu_sentinel_t *s)
+{
+    char *list = tp_make_url("redis-sentinel://", s->sent, s->nsent, "");
+    size_t len;
+
+    if (list != NULL) {
+        len = strlen(list) + strlen(s->name) + 2;
+        s->url = malloc(len);
+        if (s->url != NULL)
+            snprintf(s->url, len, "%s/%s", list, s->name);
+        free(list);
+    }
+    if (s->url == NULL) {
+        tp_err("sentinel: out of memory");
+        return -1;
+    }
+    return 0;
+}
+
+tu_sentinel_t *tu_sentinel_start(int replicas, int sentinels,
+                                 const tu_sentinel_opts *opts)
+{
+    static const tu_sentinel_opts defaults;
+    const tu_sentinel_opts *o = opts != NULL ? opts : &defaults;
+    tu_sentinel_t *s;
+    double deadline;
+
+    if (replicas < 0 || replicas >= TU_TOPO_MAX_NODES || sentinels < 1 ||
+        sentinels > TU_TOPO_MAX_NODES) {
+        tp_err("sentinel: bad size %d replicas, %d sentinels", replicas,
+               sentinels);
+        return NULL;
+    }
+    deadline = tu_now() + (o->start_timeout_ms > 0 ? o->start_timeout_ms
+                                                   : 30000) / 1000.0;
+    s = sentinel_new(replicas, sentinels, o);
+    if (s == NULL)
+        return NULL;
+    if (start_data(s, o, deadline) != 0 || start_sentinels(s, o) != 0 ||
+        sentinel_url(s) != 0)
+        goto fail;
+    if (sentinel_wait(s, 1, tp_ms_left(deadline), "sentinel start") != 0)
+        goto fail;
+    return s;
+
+fail:
+    tu_sentinel_stop(s);
+    return NULL;
+}
+
+int tu_sentinel_nodes(const tu_sentinel_t *s)
+{
+    return s != NULL ? s->ndata : -1;
+}
+
+int tu_sentinel_count(const tu_sentinel_t *s)
+{
+    return s != NULL ? s->nsent : -1;
+}
+
+const char *tu_sentinel_name(const tu_sentinel_t *s)
+{
+    return s != NULL ? s->name : NULL;
+}
+
+const char *tu_sentinel_url(const tu_sentinel_t *s)
+{
+    return s != NULL ? s->url : NULL;
+}
+
+int tu_sentinel_port(const tu_sentinel_t *s, int node)
+{
+    return valid_data(s, node) ? s->data[node].port : -1;
+}
+
+pid_t tu_sentinel_pid(const tu_sentinel_t *s, int node)
+{
+    return valid_data(s, node) ? s->data[node].pid : -1;
+}
+
+tu_redis_t *tu_sentinel_node(tu_sentinel_t *s, int node)
+{
+    return valid_data(s, node) ? &s->data[node] : NULL;
+}
+
+int tu_sentinel_sentinel_port(const tu_sentinel_t *s, int i)
+{
+    return valid_sent(s, i) ? s->sent[i].port : -1;
+}
+
+tu_redis_t *tu_sentinel_sentinel(tu_sentinel_t *s, int i)
+{
+    return valid_sent(s, i) ? &s->sent[i] : NULL;
+}
+
+static redisReply *member_cmd(tu_sentinel_t *s, int sent, int i,
+                              const char *arg0, va_list ap)
+{
+    struct tp_conn *q;
+    tu_redis_t *r = member(s, sent, i, &q, "sentinel command");
+
+    return r ? tp_cmd_va(r, arg0, ap) : NULL;
+}
+
+/* tu_sentinel_cmd and tu_sentinel_scmd: one body, to data node i (sent 0)
+ * or to sentinel i (sent 1). */
+#define MEMBER_CMD(name, sent)                                              \
+    redisReply *name(tu_sentinel_t *s, int i, const char *arg0, ...)       \
+    {                                                                       \
+        redisReply *x;                                                      \
+        va_list ap;                                                         \
+                                                                            \
+        va_start(ap, arg0);                                                 \
+        x = member_cmd(s, sent, i, arg0, ap);                               \
+        va_end(ap);                                                         \
+        return x;                                                           \
+    }
+
+MEMBER_CMD(tu_sentinel_cmd, 0)
+MEMBER_CMD(tu_sentinel_scmd, 1)
+
+int tu_sentinel_master(tu_sentinel_t *s)
+{
+    char why[256];
+    int bad;
+
+    if (s == NULL)
+        return -1;
+    return agreed_master(s, why, sizeof(why), &bad);
+}
+
+const char *tu_sentinel_role(tu_sentinel_t *s, int node)
+{
+    return valid_data(s, node)
+               ? tp_role_name(tp_node_role(&s->data[node], &s->dq[node], NULL,
+                                     NULL, 0))
+               : NULL;
+}
+
+int tu_sentinel_master_of(tu_sentinel_t *s, int node)
+{
+    int mport;
+
+    if (!valid_data(s, node) ||
+        tp_node_role(&s->data[node], &s->dq[node], &mport, NULL, 0) != 'S')
+        return -1;
+    return data_by_port(s, mport);
+}
+
+int tu_sentinel_wait_new_master(tu_sentinel_t *s, int old, int timeout_ms)
+{
+    double deadline = tu_now() + timeout_ms / 1000.0;
+    char why[256] = "";
+    int bad = -1;
+
+    if (s == NULL)
+        return -1;
+    for (;;) {
+        int m = agreed_master(s, why, sizeof(why), &bad);
+
+        if (m >= 0 && m != old) {
+            if (tp_node_role(&s->data[m], &s->dq[m], NULL, NULL, 0) == 'M')
+                return m;
+            hx_why(why, sizeof(why), "the sentinels report node %d, which "
+                    "does not say master (yet)", m);
+        } else if (m == old) {
+            hx_why(why, sizeof(why), "the sentinels still report node %d",
+                    old);
+        }
+        if (tu_now() > deadline)
+            break;
+        tu_sleep_ms(TP_POLL_MS);
+    }
+    tp_err("wait_new_master: none after %d ms: %s", timeout_ms, why);
+    for (bad = 0; bad < s->nsent; bad++) {
+        if (tp_usable(&s->sent[bad])) {
+            tu_redis_print_log(&s->sent[bad], TP_LOG_LINES);
+            break;
+        }
+    }
+    return -1;
+}
+
+int tu_sentinel_failover(tu_sentinel_t *s, int timeout_ms)
+{
+    double deadline = tu_now() + timeout_ms / 1000.0;
+    int old, i = 0, left;
+
+    if (s == NULL)
+        return -1;
+    old = tu_sentinel_master(s);
+    if (old < 0) {
+        tp_err("failover: the sentinels do not agree on a master");
+        return -1;
+    }
+    for (;;) {
+        redisReply *x;
+        int retry;
+
+        while (i < s->nsent && !tp_usable(&s->sent[i]))
+            i++;
+        if (i >= s->nsent) {
+            tp_err("failover: no sentinel running");
+            return -1;
+        }
+        x = tp_act(&s->sent[i], (const char *[]){ "SENTINEL", "FAILOVER",
+                                                 s->name, NULL });
+        if (tp_reply_ok(x)) {
+            freeReplyObject(x);
+            break;
+        }
+        /* A failover still finishing, or no replica fit yet: try again. */
+        retry = x != NULL && x->type == REDIS_REPLY_ERROR &&
+                (strncmp(x->str, "INPROG", 6) == 0 ||
+                 strncmp(x->str, "NOGOODSLAVE", 11) == 0);
+        if (!retry || tu_now() > deadline) {
+            tp_err("SENTINEL FAILOVER on sentinel %d: %s", i, tp_reply_err(x));
+            if (x != NULL)
+                freeReplyObject(x);
+            tu_redis_print_log(&s->sent[i], TP_LOG_LINES);
+            return -1;
+        }
+        freeReplyObject(x);
+        tu_sleep_ms(100);
+    }
+    left = (int)((deadline - tu_now()) * 1000);
+    return tu_sentinel_wait_new_master(s, old, left > 0 ? left : 1);
+}
+
+int tu_sentinel_wait_role(tu_sentinel_t *s, int node, const char *role,
+                          int timeout_ms)
+{
+    double deadline = tu_now() + timeout_ms / 1000.0;
+    const char *now = NULL;
+
+    if (!valid_data(s, node) || role == NULL ||
+        (strcmp(role, "master") != 0 && strcmp(role, "slave") != 0)) {
+        tp_err("wait_role: bad node %d or role", node);
+        return -1;
+    }
+    for (;;) {
+        now = tp_role_name(tp_node_role(&s->data[node], &s->dq[node], NULL, NULL,
+                                  0));
+        if (now != NULL && strcmp(now, role) == 0)
+            return 0;
+        if (tu_now() > deadline)
+            break;
+        tu_sleep_ms(TP_POLL_MS);
+    }
+    tp_err("wait_role: node %d is %s after %d ms, not %s", node,
+             now ? now : "not answering", timeout_ms, role);
+    tu_redis_print_log(&s->data[node], TP_LOG_LINES);
+    return -1;
+}
+
+int tu_sentinel_wait_ok(tu_sentinel_t *s, int timeout_ms)
+{
+    if (s == NULL)
+        return -1;
+    return sentinel_wait(s, 0, timeout_ms, "sentinel wait_ok");
+}
+
+static int member_signal(tu_sentinel_t *s, int sent, int i, int sig)
+{
+    struct tp_conn *q;
+    tu_redis_t *r = member(s, sent, i, &q, "signal");
+
+    return r ? tp_signal_node(r, q, sig, sent ? "sentinel" : "data node", i)
+             : -1;
+}
+
+static int member_restart(tu_sentinel_t *s, int sent, int i)
+{
+    struct tp_conn *q;
+    tu_redis_t *r = member(s, sent, i, &q, "restart");
+
+    return r ? tp_restart_node(r, q) : -1;
+}
+
+int tu_sentinel_signal(tu_sentinel_t *s, int node, int sig)
+{
+    return member_signal(s, 0, node, sig);
+}
+
+int tu_sentinel_kill(tu_sentinel_t *s, int node)
+{
+    return member_signal(s, 0, node, SIGKILL);
+}
+
+int tu_sentinel_restart(tu_sentinel_t *s, int node)
+{
+    return member_restart(s, 0, node);
+}
+
+int tu_sentinel_sentinel_signal(tu_sentinel_t *s, int i, int sig)
+{
+    return member_signal(s, 1, i, sig);
+}
+
+int tu_sentinel_sentinel_kill(tu_sentinel_t *s, int i)
+{
+    return member_signal(s, 1, i, SIGKILL);
+}
+
+int tu_sentinel_sentinel_restart(tu_sentinel_t *s, int i)
+{
+    if (member_restart(s, 1, i) != 0)
+        return -1;
+    return sentinel_debug(s, i);
+}

@@ -1,0 +1,372 @@
+/* cmd_list.c: distlock list [PATTERN]: SCAN every master for hashes whose
+ * fields look like lock owners, and show each as status would, in short. */
+#define _GNU_SOURCE   /* memmem */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tool.h"
+
+#define LIST_BATCH      64
+#define LIST_MAX_FIELDS 4096   /* a larger hash is not taken for a lock */
+#define MAX_MASTERS     128
+
+struct key {
+    char *p;
+    size_t n;
+};
+
+struct rows {
+    struct snap *s;
+    size_t n;
+};
+
+static int key_cmp(const void *a, const void *b)
+{
+    const struct key *x = a, *y = b;
+    size_t n = x->n < y->n ? x->n : y->n;
+    int c = memcmp(x->p, y->p, n);
+
+    return c ? c : (x->n > y->n) - (x->n < y->n);
+}
+
+/* Names distlock and Redisson derive from a lock: never locks themselves. */
+static int derived_key(const char *k, size_t n)
+{
+    static const char *const prefix[] = {
+        "redisson_lock_token:", "redisson_lock_queue:", "redisson_lock_timeout:",
+        "redisson_lock__channel:", "redisson_rwlock:", "distlock_rwlock_writers:",
+        "distlock_rwlock_readers:", "distlock_fair_waiters:",
+    };
+    size_t i, pl;
+
+    for (i = 0; i < sizeof prefix / sizeof prefix[0]; i++) {
+        pl = strlen(prefix[i]);
+        if (n >= pl && memcmp(k, prefix[i], pl) == 0)
+            return 1;
+    }
+    return memmem(k, n, ":rwlock_timeout:", 16) != NULL;
+}
+
+/* One command on l; exit 3 when the link fails. */
+static redisReply *command(struct dist__link *l, int argc, const char **argv)
+{
+    redisReply *r;
+
+    if (dist__link_cmd(l, argc, argv, NULL, &r) != 0)
+        die(EX_REDIS, "lost the connection to Redis at %s: %s",
+            dist__link_where(l), dist__link_error(l));
+    return r;
+}
+
+/* Adds the keys of one SCAN reply that may be locks. */
+static void scan_reply(const redisReply *r, struct key **keys, size_t *nkeys)
+{
+    size_t i;
+
+    for (i = 0; i < r->element[1]->elements; i++) {
+        const redisReply *k = r->element[1]->element[i];
+        if (k->type != REDIS_REPLY_STRING || derived_key(k->str, k->len))
+            continue;
+        *keys = xrealloc(*keys, (*nkeys + 1) * sizeof **keys);
+        (*keys)[*nkeys].p = xmemdup(k->str, k->len);
+        (*keys)[(*nkeys)++].n = k->len;
+    }
+}
+
+static void scan_keys(struct dist__link *l, const char *pattern,
+                      struct key **keys, size_t *nkeys)
+{
+    char cursor[32] = "0";
+    int with_type = 1;
+
+    do {
+        const char *a[8] = { "SCAN", cursor, "MATCH", pattern, "COUNT", "1000",
+                             "TYPE", "hash" };
+        redisReply *r = command(l, with_type ? 8 : 6, a);
+
+        if (r->type == REDIS_REPLY_ERROR && with_type) {
+            /* a Redis before 6.0: no TYPE filter; the snapshot checks */
+            freeReplyObject(r);
+            with_type = 0;
+            continue;
+        }
+        if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+            r->element[0]->type != REDIS_REPLY_STRING ||
+            r->element[1]->type != REDIS_REPLY_ARRAY)
+            die(EX_REDIS, "Redis at %s: unexpected answer to SCAN%s%s",
+                dist__link_where(l), r->type == REDIS_REPLY_ERROR ? ": " : "",
+                r->type == REDIS_REPLY_ERROR ? r->str : "");
+        snprintf(cursor, sizeof cursor, "%s", r->element[0]->str);
+        scan_reply(r, keys, nkeys);
+        freeReplyObject(r);
+    } while (strcmp(cursor, "0") != 0);
+}
+
+/* Sorts keys and drops duplicates (SCAN may return a key twice). */
+static size_t keys_unique(struct key *keys, size_t nkeys)
+{
+    size_t i, u;
+
+    if (nkeys > 1)
+        qsort(keys, nkeys, sizeof *keys, key_cmp);
+    for (i = 0, u = 0; i < nkeys; i++) {
+        if (u > 0 && key_cmp(&keys[u - 1], &keys[i]) == 0) {
+            free(keys[i].p);
+            continue;
+        }
+        keys[u++] = keys[i];
+    }
+    return u;
+}
+
+/* Adds s to rows when it is a lock; frees it otherwise. */
+static void list_keep(struct snap *s, struct rows *rows)
+{
+    if (!s->lockish || s->kind == KIND_UNKNOWN || s->kind == KIND_NONE) {
+        snap_free(s);
+        return;
+    }
+    rows->s = xrealloc(rows->s, (rows->n + 1) * sizeof *rows->s);
+    rows->s[rows->n++] = *s;
+}
+
+/* The next reply on l; exit 3 when the link fails. */
+static redisReply *next_reply(struct dist__link *l, uint64_t until)
+{
+    redisReply *r;
+
+    if (dist__link_reply(l, until, &r) != 0)
+        die(EX_REDIS, "lost the connection to Redis at %s: %s",
+            dist__link_where(l), dist__link_error(l));
+    return r;
+}
+
+/* HLEN of each key (a hash with very many fields is not a lock: skipped
+ * unread); moved[j] when a key's slot went elsewhere meanwhile. */
+static void batch_hlen(struct dist__link *l, const struct key *keys, size_t n,
+                       long long *len, int *moved)
+{
+    static const struct dist__addr nowhere;
+    uint64_t until = dist__link_deadline(l);
+    struct dist__addr to;
+    size_t j;
+    int slot;
+
+    for (j = 0; j < n; j++) {
+        const char *a[2] = { "HLEN", keys[j].p };
+        size_t ln[2] = { 4, keys[j].n };
+        if (dist__link_append(l, 2, a, ln) != 0)
+            die(EX_REDIS, "out of memory");
+    }
+    for (j = 0; j < n; j++) {
+        redisReply *r = next_reply(l, until);
+        len[j] = r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
+        moved[j] = r->type == REDIS_REPLY_ERROR &&
+                   dist__redirect_of(r, &nowhere, &slot, &to) != DIST__R_NONE;
+        freeReplyObject(r);
+    }
+}
+
+/* Queues a picture of n on l. */
+static void snap_append(struct dist__link *l, const struct dist__names *n)
+{
+    struct dist__cmd cmds[SNAP_CMDS];
+    struct snap_args args;
+    int i;
+
+    snap_cmds(n, &args, cmds);
+    for (i = 0; i < SNAP_CMDS; i++)
+        if (dist__link_append(l, cmds[i].argc, cmds[i].argv, cmds[i].lens) != 0)
+            die(EX_REDIS, "out of memory");
+}
+
+/* Reads what snap_append queued into s: 0, or 1 when it was redirected. */
+static int snap_read(struct dist__link *l, uint64_t until, struct snap *s)
+{
+    redisReply *r[SNAP_CMDS];
+    int i, rc;
+
+    for (i = 0; i < SNAP_CMDS; i++)
+        r[i] = next_reply(l, until);
+    rc = snap_parse(s, r, dist__link_where(l));
+    for (i = 0; i < SNAP_CMDS; i++)
+        freeReplyObject(r[i]);
+    return rc;
+}
+
+/* Pictures of the keys that may be locks, in one pipeline; a key whose
+ * slot moved meanwhile (a cluster being resharded) is read where it went. */
+static void batch_snaps(struct dist__link *l, const struct key *keys,
+                        size_t n, const long long *len, int *moved,
+                        struct rows *rows)
+{
+    struct snap s[LIST_BATCH];
+    uint64_t until;
+    size_t j;
+
+    for (j = 0; j < n; j++) {
+        struct dist__names *nm;
+        memset(&s[j], 0, sizeof s[j]);
+        if (!moved[j] && (len[j] < 1 || len[j] > LIST_MAX_FIELDS))
+            continue;
+        nm = names_of(keys[j].p, keys[j].n);
+        if (!names_fit(nm)) {      /* not a lock a cluster can hold */
+            dist__names_unref(nm);
+            continue;
+        }
+        s[j].names = nm;
+        if (!moved[j])
+            snap_append(l, nm);
+    }
+    until = dist__link_deadline(l);
+    for (j = 0; j < n; j++) {
+        if (!s[j].names)
+            continue;
+        if (!moved[j] && snap_read(l, until, &s[j]) != 0)
+            moved[j] = 1;
+        if (moved[j]) {
+            dist__names_unref(s[j].names);
+            snap_take(keys[j].p, keys[j].n, &s[j]);
+        }
+        list_keep(&s[j], rows);
+    }
+}
+
+/* The locks among the keys SCAN found on l's server, in batches. */
+static void list_server(struct dist__link *l, const struct key *keys,
+                        size_t nkeys, struct rows *rows)
+{
+    long long len[LIST_BATCH];
+    int moved[LIST_BATCH];
+    size_t i, n;
+
+    for (i = 0; i < nkeys; i += n) {
+        n = nkeys - i < LIST_BATCH ? nkeys - i : LIST_BATCH;
+        batch_hlen(l, keys + i, n, len, moved);
+        batch_snaps(l, keys + i, n, len, moved, rows);
+    }
+}
+
+/* Scans one master (a link confirmed as the master) for pattern. */
+static void list_master(const struct dist__addr *a, const char *pattern,
+                        struct rows *rows)
+{
+    struct dist__link *l;
+    struct key *keys = NULL;
+    size_t nkeys = 0, i;
+
+    if (dist__route_open_master(&rcfg, a, &l) != 0)
+        die(EX_REDIS, "%s", dist_last_error());
+    scan_keys(l, pattern, &keys, &nkeys);
+    nkeys = keys_unique(keys, nkeys);
+    list_server(l, keys, nkeys, rows);
+    for (i = 0; i < nkeys; i++)
+        free(keys[i].p);
+    free(keys);
+    dist__link_close(l);
+}
+
+static int row_cmp(const void *a, const void *b)
+{
+    const struct snap *x = a, *y = b;
+    struct key kx = { (char *)B(x->names->name), L(x->names->name) };
+    struct key ky = { (char *)B(y->names->name), L(y->names->name) };
+
+    return key_cmp(&kx, &ky);
+}
+
+/* In name order; a key that moved between two masters while they were
+ * scanned is shown once. */
+static void rows_unique(struct rows *rows)
+{
+    size_t i, u;
+
+    if (rows->n > 1)
+        qsort(rows->s, rows->n, sizeof *rows->s, row_cmp);
+    for (i = 0, u = 0; i < rows->n; i++) {
+        if (u > 0 && row_cmp(&rows->s[u - 1], &rows->s[i]) == 0) {
+            snap_free(&rows->s[i]);
+            continue;
+        }
+        rows->s[u++] = rows->s[i];
+    }
+    rows->n = u;
+}
+
+/* One row: JSON, or a table line (with a heading before the first). */
+static void print_row(struct sb *b, const struct snap *s, size_t width,
+                      int first)
+{
+    size_t waiting = s->nq + s->nw, start;
+    char tmp[32];
+
+    if (opt.json) {
+        sb_adds(b, "{");
+        json_head(b, s);
+        json_lease(b, "lease_ms", s->pttl);
+        sb_printf(b, ",\"holders\":%zu,\"waiting\":%zu}", s->nh, waiting);
+        return;
+    }
+    if (first) {
+        sb_printf(b, "%-*s  %-10s  %-10s  %-9s  %7s  %7s", (int)width,
+                  "NAME", "KIND", "STATE", "LEASE", "HOLDERS", "WAITING");
+        sb_flush_line(b);
+    }
+    start = b->len;
+    sb_human(b, B(s->names->name), L(s->names->name));
+    while (b->len - start < width)
+        sb_addn(b, " ", 1);
+    sb_printf(b, "  %-10s  %-10s  ", kind_name[s->kind], state_name[s->state]);
+    start = b->len;
+    if (s->pttl >= 0)
+        sb_secs(b, s->pttl);
+    else
+        sb_adds(b, "no expiry");
+    snprintf(tmp, sizeof tmp, "%.*s", (int)(b->len - start), b->p + start);
+    b->len = start;
+    sb_printf(b, "%-9s  %7zu  %7zu", tmp, s->nh, waiting);
+}
+
+static void print_rows(struct rows *rows, const char *pattern)
+{
+    size_t i, width = 4;
+
+    for (i = 0; i < rows->n; i++)
+        if (L(rows->s[i].names->name) > width)
+            width = L(rows->s[i].names->name);
+    if (width > 48)
+        width = 48;
+    for (i = 0; i < rows->n; i++) {
+        struct sb b = { 0 };
+        print_row(&b, &rows->s[i], width, i == 0);
+        sb_flush_line(&b);
+        sb_free(&b);
+        snap_free(&rows->s[i]);
+    }
+    if (rows->n == 0 && !opt.json)
+        printf("no locks%s%s\n", strcmp(pattern, "*") ? " match " : "",
+               strcmp(pattern, "*") ? pattern : "");
+}
+
+int cmd_list(int argc, char **argv)
+{
+    const char *pattern = operand_args(argc, argv, NULL, NULL);
+    struct dist__addr masters[MAX_MASTERS];
+    struct rows rows = { NULL, 0 };
+    int m, nmasters;
+
+    if (!pattern)
+        pattern = "*";
+    redis_setup();
+    /* one server, or every master of a cluster, each holding its slots */
+    nmasters = dist__route_masters(&rcfg, masters, MAX_MASTERS);
+    if (nmasters < 0)
+        die(EX_REDIS, "%s", dist_last_error());
+    for (m = 0; m < nmasters; m++)
+        list_master(&masters[m], pattern, &rows);
+    rows_unique(&rows);
+    print_rows(&rows, pattern);
+    free(rows.s);
+    return 0;
+}

@@ -1,0 +1,263 @@
+/* cmd_status.c: distlock status, and printing a lock's state (which the
+ * other commands share). */
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "tool.h"
+
+void json_owner(struct sb *b, const char *o, size_t n)
+{
+    size_t clen, tlen;
+    const char *t;
+
+    owner_split(o, n, &clen, &t, &tlen);
+    sb_adds(b, "\"owner\":");
+    sb_json(b, o, n);
+    sb_adds(b, ",\"client\":");
+    sb_json(b, o, clen);
+    sb_adds(b, ",\"thread\":");
+    if (is_digits(t, tlen))
+        sb_addn(b, t, tlen);
+    else if (tlen)
+        sb_json(b, t, tlen);
+    else
+        sb_adds(b, "null");
+}
+
+void human_owner(struct sb *b, const char *o, size_t n)
+{
+    size_t clen, tlen;
+    const char *t;
+
+    owner_split(o, n, &clen, &t, &tlen);
+    if (!tlen) {
+        sb_human(b, o, n);
+        return;
+    }
+    sb_adds(b, "client ");
+    sb_human(b, o, clen);
+    sb_adds(b, ", thread ");
+    sb_human(b, t, tlen);
+}
+
+void json_lease(struct sb *b, const char *key, long long pttl)
+{
+    sb_printf(b, ",\"%s\":", key);
+    if (pttl >= 0)
+        sb_printf(b, "%lld", pttl);
+    else
+        sb_adds(b, "null");
+}
+
+void json_waiters(struct sb *b, const char *key, const struct waiter *w,
+                         size_t n)
+{
+    size_t i;
+
+    sb_printf(b, ",\"%s\":[", key);
+    for (i = 0; i < n; i++) {
+        sb_adds(b, i ? ",{" : "{");
+        json_owner(b, w[i].owner, w[i].olen);
+        if (w[i].window_ms != LLONG_MIN)
+            sb_printf(b, ",\"window_ms\":%lld", w[i].window_ms);
+        else
+            sb_adds(b, ",\"window_ms\":null");
+        sb_adds(b, "}");
+    }
+    sb_adds(b, "]");
+}
+
+void json_holders(struct sb *b, const struct snap *s)
+{
+    size_t i;
+
+    sb_adds(b, ",\"holders\":[");
+    for (i = 0; i < s->nh; i++) {
+        const struct holder *h = &s->h[i];
+        sb_adds(b, i ? ",{" : "{");
+        json_owner(b, h->owner, h->olen);
+        if (s->kind == KIND_RWLOCK) {
+            sb_printf(b, ",\"reads\":%lld,\"writes\":%lld", h->reads, h->writes);
+            if (h->lease_ms >= -1)
+                json_lease(b, "read_lease_ms", h->lease_ms);
+        } else {
+            sb_printf(b, ",\"holds\":%lld", h->holds);
+        }
+        sb_adds(b, "}");
+    }
+    sb_adds(b, "]");
+}
+
+void json_head(struct sb *b, const struct snap *s)
+{
+    sb_adds(b, "\"name\":");
+    sb_json(b, B(s->names->name), L(s->names->name));
+    sb_adds(b, ",\"kind\":");
+    if (kind_name[s->kind])
+        sb_jsonz(b, kind_name[s->kind]);
+    else
+        sb_adds(b, "null");
+    sb_adds(b, ",\"state\":");
+    sb_jsonz(b, state_name[s->state]);
+    if (s->kind == KIND_UNKNOWN) {
+        sb_adds(b, ",\"type\":");
+        sb_jsonz(b, s->type);
+    }
+}
+
+void status_json(const struct snap *s)
+{
+    struct sb b = { 0 };
+
+    sb_adds(&b, "{");
+    json_head(&b, s);
+    if (s->kind != KIND_UNKNOWN) {
+        json_holders(&b, s);
+        json_lease(&b, "lease_ms", s->state == ST_FREE ? -2 : s->pttl);
+        if (s->state != ST_FREE && s->pttl == -1)
+            sb_adds(&b, ",\"no_expiry\":true");
+        json_waiters(&b, "queue", s->q, s->nq);
+        json_waiters(&b, "waiting_writers", s->w, s->nw);
+    }
+    sb_adds(&b, ",\"token\":");
+    if (s->has_token && is_digits(s->token, strlen(s->token)))
+        sb_adds(&b, s->token);
+    else
+        sb_adds(&b, "null");
+    sb_adds(&b, "}");
+    sb_flush_line(&b);
+    sb_free(&b);
+}
+
+static void human_window(struct sb *b, long long ms)
+{
+    if (ms == LLONG_MIN)
+        sb_adds(b, "no deadline");
+    else if (ms < 0)
+        sb_adds(b, "window over (dropped at the next call)");
+    else {
+        sb_adds(b, "window ");
+        sb_secs(b, ms);
+    }
+}
+
+void human_lease(struct sb *b, long long pttl)
+{
+    if (pttl == -1)
+        sb_adds(b, "none (the key has no expiry)");
+    else {
+        sb_secs(b, pttl);
+        sb_adds(b, " left");
+    }
+}
+
+/* "holder:   client X, thread 3, 2 holds" and so on, one line each. */
+static void human_holders(struct sb *b, const struct snap *s)
+{
+    size_t i;
+
+    for (i = 0; s->kind != KIND_UNKNOWN && i < s->nh; i++) {
+        const struct holder *h = &s->h[i];
+        if (s->kind != KIND_RWLOCK) {
+            sb_adds(b, "holder:   ");
+            human_owner(b, h->owner, h->olen);
+            sb_printf(b, ", %lld hold%s", h->holds, h->holds == 1 ? "" : "s");
+        } else {
+            sb_adds(b, h->writes > 0 ? "writer:   " : "reader:   ");
+            human_owner(b, h->owner, h->olen);
+            if (h->writes > 0)
+                sb_printf(b, ", %lld write hold%s", h->writes,
+                          h->writes == 1 ? "" : "s");
+            if (h->reads > 0)
+                sb_printf(b, ", %lld read hold%s", h->reads,
+                          h->reads == 1 ? "" : "s");
+            if (h->lease_ms >= 0) {
+                sb_adds(b, " (read lease ");
+                sb_secs(b, h->lease_ms);
+                sb_adds(b, ")");
+            }
+        }
+        sb_flush_line(b);
+    }
+}
+
+/* The fair queue and the waiting writers, one line each. */
+static void human_waiters(struct sb *b, const struct snap *s)
+{
+    size_t i;
+
+    for (i = 0; i < s->nq; i++) {
+        sb_adds(b, i ? "          " : "queue:    ");
+        sb_printf(b, "%zu. ", i + 1);
+        human_owner(b, s->q[i].owner, s->q[i].olen);
+        sb_adds(b, ", ");
+        human_window(b, s->q[i].window_ms);
+        sb_flush_line(b);
+    }
+    for (i = 0; i < s->nw; i++) {
+        sb_adds(b, "waiting writer: ");
+        human_owner(b, s->w[i].owner, s->w[i].olen);
+        sb_adds(b, ", ");
+        human_window(b, s->w[i].window_ms);
+        sb_flush_line(b);
+    }
+}
+
+void status_human(const struct snap *s)
+{
+    struct sb b = { 0 };
+
+    sb_adds(&b, "name:     ");
+    sb_human(&b, B(s->names->name), L(s->names->name));
+    sb_flush_line(&b);
+    if (s->kind == KIND_UNKNOWN) {
+        sb_printf(&b, "kind:     unknown (not a lock: a Redis %s)", s->type);
+        sb_flush_line(&b);
+    } else {
+        sb_printf(&b, "kind:     %s", kind_name[s->kind] ? kind_name[s->kind]
+                                     : "- (nothing in Redis)");
+        sb_flush_line(&b);
+        sb_printf(&b, "state:    %s", state_name[s->state]);
+        sb_flush_line(&b);
+    }
+    human_holders(&b, s);
+    if (s->kind != KIND_UNKNOWN && s->state != ST_FREE) {
+        sb_adds(&b, "lease:    ");
+        human_lease(&b, s->pttl);
+        sb_flush_line(&b);
+    }
+    human_waiters(&b, s);
+    if (s->has_token) {
+        sb_adds(&b, "token:    ");
+        sb_human(&b, s->token, strlen(s->token));
+        sb_adds(&b, " (last fencing token issued)");
+        sb_flush_line(&b);
+    }
+    sb_free(&b);
+}
+
+void holders_text(struct sb *b, const struct snap *s)
+{
+    size_t i;
+
+    for (i = 0; i < s->nh; i++) {
+        sb_adds(b, i ? "; " : "");
+        human_owner(b, s->h[i].owner, s->h[i].olen);
+    }
+}
+
+int cmd_status(int argc, char **argv)
+{
+    const char *name = name_args(argc, argv, NULL, NULL);
+    struct snap s;
+
+    redis_setup();
+    snap_take(name, strlen(name), &s);
+    if (opt.json)
+        status_json(&s);
+    else
+        status_human(&s);
+    snap_free(&s);
+    return 0;
+}

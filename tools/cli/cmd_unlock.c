@@ -1,0 +1,212 @@
+/* cmd_unlock.c: distlock unlock --force NAME: remove a lock whatever its
+ * holders, after a look at it and (on a terminal) a confirmation. */
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "tool.h"
+
+static int confirm(const struct snap *s)
+{
+    struct sb b = { 0 };
+    char line[64];
+    size_t i;
+
+    sb_adds(&b, "distlock: force ");
+    sb_adds(&b, kind_name[s->kind] ? kind_name[s->kind] : "lock");
+    sb_adds(&b, " '");
+    sb_human(&b, B(s->names->name), L(s->names->name));
+    sb_adds(&b, "' free");
+    if (s->nh) {
+        sb_adds(&b, ", held by ");
+        holders_text(&b, s);
+    }
+    sb_adds(&b, "? [y/N] ");
+    fputs(b.p, stderr);
+    fflush(stderr);
+    sb_free(&b);
+    if (!fgets(line, sizeof line, stdin))
+        return 0;
+    for (i = 0; line[i] && isspace((unsigned char)line[i]); i++)
+        ;
+    return strncasecmp(line + i, "y", 1) == 0 &&
+           (line[i + 1] == 0 || isspace((unsigned char)line[i + 1]) ||
+            strncasecmp(line + i, "yes", 3) == 0);
+}
+
+struct unlock_opts {
+    int force, yes;
+};
+
+static int unlock_opt(int argc, char **argv, int *i, void *arg)
+{
+    struct unlock_opts *o = arg;
+
+    (void)argc;
+    if (strcmp(argv[*i], "--force") == 0)
+        o->force = 1;
+    else if (strcmp(argv[*i], "--yes") == 0 || strcmp(argv[*i], "-y") == 0)
+        o->yes = 1;
+    else
+        return 0;
+    return 1;
+}
+
+static void say_not_locked(const char *name)
+{
+    struct sb b = { 0 };
+
+    if (opt.json) {
+        sb_adds(&b, "{\"name\":");
+        sb_jsonz(&b, name);
+        sb_adds(&b, ",\"existed\":false,\"forced\":false}");
+    } else {
+        sb_adds(&b, "'");
+        sb_human(&b, name, strlen(name));
+        sb_adds(&b, "' is not locked; nothing to do");
+    }
+    sb_flush_line(&b);
+    sb_free(&b);
+}
+
+/* force_unlock's KEYS: N, the channels, the fair queue, the readers ZSET,
+ * then the read-hold keys; the publish command after them.  *nkeys set;
+ * kv[5] and on are the caller's to free. */
+static struct dist__buf *force_args(const struct snap *s, size_t *nkeys)
+{
+    const char *pub = dist__publish_cmd();
+    struct dist__buf *kv;
+    size_t j, k = 6, n = 6;
+    long long r;
+
+    for (j = 0; j < s->nh; j++)
+        n += (size_t)(s->h[j].reads < READ_KEYS_MAX ? s->h[j].reads : READ_KEYS_MAX);
+    kv = xrealloc(NULL, (n + 1) * sizeof *kv);
+    kv[0] = s->names->name;
+    kv[1] = s->names->chan;
+    kv[2] = s->names->rwchan;
+    kv[3] = s->names->queue;
+    kv[4] = s->names->timeout;
+    kv[5].p = dist__names_derive(s->names, "distlock_rwlock_readers:", "",
+                                 &kv[5].len);
+    if (!kv[5].p)
+        die(EX_REDIS, "out of memory");
+    for (j = 0; j < s->nh; j++)
+        for (r = 1; r <= s->h[j].reads && r <= READ_KEYS_MAX; r++, k++)
+            kv[k].p = read_key(s->names, &s->h[j], r, &kv[k].len);
+    kv[k].p = pub;
+    kv[k].len = strlen(pub);
+    *nkeys = n;
+    return kv;
+}
+
+/* Runs force_unlock on the lock's master: its result (1 forced, 0 gone
+ * meanwhile, -1 not a lock); exit 3 when it cannot. */
+static long long force(const char *name, const struct snap *s)
+{
+    struct dist__link *on;
+    struct dist__buf *kv;
+    redisReply *r;
+    size_t nkeys, k;
+    long long result;
+    int rc;
+
+    kv = force_args(s, &nkeys);
+    rc = dist__route_eval(DIST__S_FORCE_UNLOCK, (int)nkeys, kv, (int)nkeys + 1,
+                          &r, &on);
+    for (k = 5; k < nkeys; k++)
+        free((char *)kv[k].p);
+    free(kv);
+    if (rc != 0)
+        die(EX_REDIS, "cannot force '%s': %s%s", name, dist_last_error(),
+            rc == DIST__ECONN ? " (it may or may not have run)" : "");
+    result = r->type == REDIS_REPLY_INTEGER ? r->integer : -2;
+    freeReplyObject(r);
+    return result;
+}
+
+static void say_json(const char *name, const struct snap *s, long long result)
+{
+    struct sb o = { 0 };
+    size_t j;
+
+    sb_adds(&o, "{\"name\":");
+    sb_jsonz(&o, name);
+    sb_printf(&o, ",\"existed\":%s,\"forced\":%s,\"kind\":",
+              result == 1 ? "true" : "false", result == 1 ? "true" : "false");
+    if (kind_name[s->kind])
+        sb_jsonz(&o, kind_name[s->kind]);
+    else
+        sb_adds(&o, "null");
+    sb_adds(&o, ",\"was_held_by\":[");
+    for (j = 0; j < s->nh; j++) {
+        sb_adds(&o, j ? "," : "");
+        sb_json(&o, s->h[j].owner, s->h[j].olen);
+    }
+    sb_adds(&o, "]}");
+    sb_flush_line(&o);
+    sb_free(&o);
+}
+
+static void say_forced(const char *name, const struct snap *s, long long result)
+{
+    struct sb b = { 0 };
+
+    sb_adds(&b, "'");
+    sb_human(&b, name, strlen(name));
+    if (result == 1) {
+        sb_adds(&b, "' forced free");
+        if (s->nh) {
+            sb_adds(&b, " (was held by ");
+            holders_text(&b, s);
+            sb_adds(&b, ")");
+        }
+        if (s->nq)
+            sb_printf(&b, "; the head of its queue (%zu waiting) was told", s->nq);
+    } else {
+        sb_adds(&b, "' was released meanwhile; nothing to do");
+    }
+    sb_flush_line(&b);
+    sb_free(&b);
+}
+
+int cmd_unlock(int argc, char **argv)
+{
+    struct unlock_opts o = { 0, 0 };
+    const char *name = name_args(argc, argv, unlock_opt, &o);
+    long long result;
+    struct snap s;
+
+    if (!o.force)
+        usage_error("unlock needs --force: distlock releases the locks it holds "
+                    "itself; this removes a lock whatever its holder");
+    redis_setup();
+    snap_take(name, strlen(name), &s);
+    if (s.kind == KIND_UNKNOWN)
+        die(EX_USAGE, "'%s' is not a lock (a Redis %s); left alone", name, s.type);
+    if (strcmp(s.type, "none") == 0) {
+        say_not_locked(name);
+        snap_free(&s);
+        return 0;
+    }
+    if (!o.yes && !isatty(STDIN_FILENO))
+        die(EX_USAGE, "refusing to force '%s' without --yes (no terminal "
+            "to ask on)", name);
+    if (!o.yes && !confirm(&s)) {
+        say("'%s' left alone", name);
+        snap_free(&s);
+        return EX_BUSY;
+    }
+    result = force(name, &s);
+    if (result == -1)
+        die(EX_USAGE, "'%s' is not a lock; left alone", name);
+    if (opt.json)
+        say_json(name, &s, result);
+    else
+        say_forced(name, &s, result);
+    snap_free(&s);
+    return 0;
+}

@@ -1,0 +1,353 @@
+/*
+ * distlock: see, wait for and force distlock (and Redisson) locks from a shell.
+ *
+ *   distlock status NAME            who holds it, its lease, who waits
+ *   distlock list [PATTERN]         the locks that exist now (SCAN)
+ *   distlock lock NAME -- CMD...    run CMD while holding the lock (flock(1))
+ *   distlock unlock --force NAME    remove a lock whatever its holder
+ *   distlock watch NAME             one line per change until interrupted
+ *
+ * Exit codes: 0 success, 1 busy / timed out / declined, 2 usage error,
+ * 3 Redis error; `lock` returns the command's own status.
+ *
+ * main.c: the command line, messages and the settings; one file per
+ * command group beside it (cmd_*.c), a lock's state in snap.c and show.c.
+ */
+#define _GNU_SOURCE
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tool.h"
+
+struct tool_opt opt;
+struct dist__cfg rcfg;
+
+/* ------------------------------------------------------------------------ */
+/* Messages                                                                 */
+/* ------------------------------------------------------------------------ */
+
+static void vsay(const char *fmt, va_list ap)
+{
+    fputs("distlock: ", stderr);
+    vfprintf(stderr, fmt, ap);
+}
+
+void say(const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsay(fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}
+
+void die(int code, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsay(fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    exit(code);
+}
+
+const char *cur_cmd = NULL;   /* for "Try 'distlock CMD --help'" */
+
+void usage_error(const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsay(fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\nTry 'distlock %s%s--help'.\n", cur_cmd ? cur_cmd : "",
+            cur_cmd ? " " : "");
+    exit(EX_USAGE);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Settings                                                                 */
+/* ------------------------------------------------------------------------ */
+
+void redis_setup(void)
+{
+    if (opt.url) {
+        struct dist__cfg tmp;
+        char why[200];
+        if (dist__parse_url(opt.url, &tmp, why, sizeof why) != 0)
+            usage_error("--url: %s", why);
+        if (dist_set_url(opt.url) != 0)
+            die(EX_USAGE, "--url: %s", dist_last_error());
+    }
+    dist__cfg_get(&rcfg);
+    if (rcfg.bad[0])
+        die(EX_USAGE, "%s", rcfg.bad);
+}
+
+int on_cluster(void)
+{
+    return rcfg.mode == DIST__MODE_CLUSTER;
+}
+
+void addr_text(char *buf, size_t len, const struct dist__addr *a)
+{
+    if (!a->port)
+        snprintf(buf, len, "unix:%s", rcfg.path);
+    else
+        snprintf(buf, len, "%s:%d", a->host, a->port);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Command line                                                             */
+/* ------------------------------------------------------------------------ */
+
+static const char usage_main[] =
+"Usage: distlock [--url URL] [--json] COMMAND [ARGS]\n"
+"See, wait for and force distlock (and Redisson) locks in Redis.\n"
+"\n"
+"Commands:\n"
+"  status NAME                   kind, state, holders, lease, queue, token\n"
+"  list [PATTERN]                the locks that exist now (SCAN MATCH PATTERN)\n"
+"  lock NAME [OPTIONS] -- CMD... run CMD while holding the lock\n"
+"  unlock --force [--yes] NAME   remove a lock whatever its holder\n"
+"  watch NAME                    print each change until interrupted\n"
+"  help [COMMAND]                this text, or a command's\n"
+"\n"
+"Options (before or after the command):\n"
+"  --url URL    Redis to use (default: $DISTLOCK_URL, else redis://127.0.0.1:6379)\n"
+"               redis://[user:password@]host[:port][/db], unix:///path[?db=N],\n"
+"               redis-sentinel://host:port[,host:port...]/MASTER[?db=N],\n"
+"               redis-cluster://host:port[,host:port...]\n"
+"               (each command goes to the master that holds the lock)\n"
+"  --json       one JSON object per line instead of text\n"
+"  -h, --help   help; 'distlock COMMAND --help' for a command\n"
+"  --version    the version\n"
+"\n"
+"Exit status: 0 done, 1 lock busy / timed out / declined, 2 usage error,\n"
+"3 Redis error; 'lock' exits with the command's status.\n";
+
+static const char usage_status[] =
+"Usage: distlock status NAME\n"
+"Show lock NAME: its kind (mutex, fair mutex, rwlock, or unknown when the\n"
+"key is something else), its state (free, held, read-held, write-held),\n"
+"each holder (client id, thread number, hold counts), the remaining lease,\n"
+"a fair mutex's queue in order with each waiter's remaining window, the\n"
+"writers waiting on a writer-preferring rwlock, and the last fencing token.\n"
+"Reads only; one MULTI/EXEC, so the picture is consistent.\n";
+
+static const char usage_list[] =
+"Usage: distlock list [PATTERN]\n"
+"List the locks that exist now, one line each: name, kind, state, lease,\n"
+"number of holders and of waiters.  PATTERN is a Redis glob (default '*')\n"
+"matched against lock names.  On a Redis Cluster it scans every master and\n"
+"merges what they hold.  Uses SCAN, never KEYS; a key counts as a lock\n"
+"when it is a hash whose fields are owners ('<uuid>:<thread>', ':write'\n"
+"suffixes and a 'mode' field for an rwlock).  A free lock has no key, so it\n"
+"is not listed.\n";
+
+static const char usage_lock[] =
+"Usage: distlock lock NAME [OPTIONS] [--] COMMAND [ARGS...]\n"
+"Take lock NAME, run COMMAND while holding it, release it when COMMAND ends.\n"
+"The lease is renewed while COMMAND runs (DISTLOCK_WATCHDOG_MS, 30 s); if\n"
+"distlock itself is killed with SIGKILL, the lock frees itself within the\n"
+"lease.  COMMAND gets the fencing token in DISTLOCK_TOKEN (not for --read).\n"
+"\n"
+"  --fair          a fair mutex: waiters take it in the order they came\n"
+"  --read          a read lock of the rwlock NAME (shared with readers)\n"
+"  --write         the write lock of the rwlock NAME\n"
+"  --prefer-writer with --write: while it waits, new readers wait too\n"
+"  --timeout S     give up after S seconds (decimals allowed; 0: try once)\n"
+"  -v, --verbose   say on stderr when the lock is taken and released\n"
+"\n"
+"Signals: SIGINT, SIGTERM and SIGHUP sent to distlock are passed on to\n"
+"COMMAND (which runs in distlock's process group, so that it keeps the\n"
+"terminal; a Ctrl-C typed there reaches both and is not sent twice); distlock\n"
+"waits for COMMAND, releases the lock and exits with COMMAND's status.\n"
+"While still waiting for the lock, such a signal makes distlock leave the\n"
+"queue and exit with 128+signal.\n"
+"\n"
+"Exit status: COMMAND's status (128+N if a signal N killed it), 1 when the\n"
+"lock could not be taken in time, 2 usage error, 3 Redis error, 126/127\n"
+"when COMMAND cannot be run.\n";
+
+static const char usage_unlock[] =
+"Usage: distlock unlock --force [--yes] NAME\n"
+"Remove lock NAME whatever its holders and wake its waiters (a fair lock's\n"
+"head, an rwlock's readers and writers).  The holders are not told: their\n"
+"watchdog finds the hold gone and reports it lost.  Asks for confirmation\n"
+"when stdin is a terminal; --yes (-y) skips it, and without a terminal it\n"
+"is required.\n";
+
+static const char usage_watch[] =
+"Usage: distlock watch [--interval MS] NAME\n"
+"Print one line per change of lock NAME until interrupted: acquired,\n"
+"released, expired (the key vanished without a release message), queued,\n"
+"left queue, and waiting writers.  Listens on the lock's release channels\n"
+"(on a Redis Cluster with SSUBSCRIBE, on the master of the lock's slot,\n"
+"followed when the slot moves) and reads the state every MS milliseconds\n"
+"(default 100); changes nothing, and needs no keyspace notifications.\n";
+
+static const struct {
+    const char *name;
+    const char *usage;
+} cmds[] = {
+    { "status", usage_status }, { "list", usage_list }, { "lock", usage_lock },
+    { "unlock", usage_unlock }, { "watch", usage_watch },
+};
+
+static const char *usage_of(const char *cmd)
+{
+    size_t i;
+
+    for (i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
+        if (strcmp(cmds[i].name, cmd) == 0)
+            return cmds[i].usage;
+    return NULL;
+}
+
+/* Options every command takes.  Returns 1 when argv[*i] was one (and moves
+ * *i past its value), 0 otherwise. */
+int common_opt(int argc, char **argv, int *i)
+{
+    const char *a = argv[*i];
+
+    if (strcmp(a, "--json") == 0) {
+        opt.json = 1;
+        return 1;
+    }
+    if (strcmp(a, "--url") == 0) {
+        if (*i + 1 >= argc)
+            usage_error("--url needs a value");
+        opt.url = argv[++*i];
+        return 1;
+    }
+    if (strncmp(a, "--url=", 6) == 0) {
+        opt.url = a + 6;
+        return 1;
+    }
+    if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+        fputs(cur_cmd ? usage_of(cur_cmd) : usage_main, stdout);
+        exit(0);
+    }
+    return 0;
+}
+
+/* A value: "--opt V" or "--opt=V". */
+const char *opt_value(int argc, char **argv, int *i, const char *name)
+{
+    size_t n = strlen(name);
+
+    if (strcmp(argv[*i], name) == 0) {
+        if (*i + 1 >= argc)
+            usage_error("%s needs a value", name);
+        return argv[++*i];
+    }
+    if (strncmp(argv[*i], name, n) == 0 && argv[*i][n] == '=')
+        return argv[*i] + n + 1;
+    return NULL;
+}
+
+void check_name(const char *name)
+{
+    size_t n = strlen(name);
+
+    if (n == 0)
+        usage_error("the lock name is empty");
+    if (n > DIST_NAME_MAX)
+        usage_error("the lock name is longer than %d bytes", DIST_NAME_MAX);
+}
+
+const char *operand_args(int argc, char **argv, extra_opt_fn extra, void *arg)
+{
+    const char *operand = NULL;
+    int i, dashdash = 0;
+
+    for (i = 0; i < argc; i++) {
+        if (!dashdash && strcmp(argv[i], "--") == 0) {
+            dashdash = 1;
+        } else if (!dashdash && extra && extra(argc, argv, &i, arg)) {
+            continue;
+        } else if (!dashdash && argv[i][0] == '-' && argv[i][1]) {
+            if (!common_opt(argc, argv, &i))
+                usage_error("unknown option '%s'", argv[i]);
+        } else if (operand) {
+            usage_error("unexpected argument '%s'", argv[i]);
+        } else {
+            operand = argv[i];
+        }
+    }
+    return operand;
+}
+
+const char *name_args(int argc, char **argv, extra_opt_fn extra, void *arg)
+{
+    const char *name = operand_args(argc, argv, extra, arg);
+
+    if (!name)
+        usage_error("missing the lock NAME");
+    check_name(name);
+    return name;
+}
+
+/* ------------------------------------------------------------------------ */
+/* main                                                                     */
+/* ------------------------------------------------------------------------ */
+
+int main(int argc, char **argv)
+{
+    int i;
+    const char *cmd = NULL;
+    struct sigaction sa;
+
+    note_startup_fds();
+    /* A Redis socket that closed must give an error, not kill us; `lock`
+     * gives its command the original disposition back. */
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = SIG_IGN;
+    sigaction(SIGPIPE, &sa, NULL);
+
+    for (i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--version") == 0) {
+            printf("distlock %d.%d.%d\n", DIST_VERSION_MAJOR, DIST_VERSION_MINOR,
+                   DIST_VERSION_PATCH);
+            return 0;
+        }
+        if (argv[i][0] == '-' && argv[i][1]) {
+            if (!common_opt(argc, argv, &i))
+                usage_error("unknown option '%s'", argv[i]);
+            continue;
+        }
+        cmd = argv[i];
+        break;
+    }
+    if (!cmd) {
+        fputs(usage_main, stderr);
+        return EX_USAGE;
+    }
+    if (strcmp(cmd, "help") == 0) {
+        const char *u = i + 1 < argc ? usage_of(argv[i + 1]) : usage_main;
+        if (!u)
+            usage_error("no command '%s'", argv[i + 1]);
+        fputs(u, stdout);
+        return 0;
+    }
+    if (!usage_of(cmd))
+        usage_error("no command '%s'", cmd);
+    cur_cmd = cmd;
+    argc -= i + 1;
+    argv += i + 1;
+    if (strcmp(cmd, "status") == 0)
+        return cmd_status(argc, argv);
+    if (strcmp(cmd, "list") == 0)
+        return cmd_list(argc, argv);
+    if (strcmp(cmd, "lock") == 0)
+        return cmd_lock(argc, argv);
+    if (strcmp(cmd, "unlock") == 0)
+        return cmd_unlock(argc, argv);
+    return cmd_watch(argc, argv);
+}

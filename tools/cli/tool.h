@@ -1,0 +1,194 @@
+/* tool.h: what the files of the distlock command share.  The tool talks to
+ * Redis through the library's route and link layers (convenience library,
+ * not the public API), so that it and the library never disagree on where
+ * Redis is or on a layout. */
+#ifndef DISTLOCK_TOOL_H
+#define DISTLOCK_TOOL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <hiredis/hiredis.h>
+
+#include "distlock.h"
+#include "names.h"
+#include "route.h"
+#include "scripts.h"
+
+#define EX_BUSY  1
+#define EX_USAGE 2
+#define EX_REDIS 3
+
+#define READ_KEYS_MAX 1000   /* read-hold timeout keys looked at per owner */
+
+#define B(buf) (buf).p
+#define L(buf) (buf).len
+
+/* ---- main.c: options, messages ------------------------------------------ */
+
+extern struct tool_opt {
+    int json;
+    const char *url;
+} opt;
+extern struct dist__cfg rcfg;      /* the settings, once redis_setup ran */
+extern const char *cur_cmd;        /* for "Try 'distlock CMD --help'" */
+
+void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void die(int code, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3), noreturn));
+void usage_error(const char *fmt, ...)
+    __attribute__((format(printf, 1, 2), noreturn));
+/* Options every command takes: 1 when argv[*i] was one (*i moved past its
+ * value), 0 otherwise. */
+int common_opt(int argc, char **argv, int *i);
+/* "--opt V" or "--opt=V": V, or NULL when argv[*i] is not name. */
+const char *opt_value(int argc, char **argv, int *i, const char *name);
+void check_name(const char *name);
+/* A command's own option: 1 when argv[*i] is one (*i moved past its
+ * value), 0 otherwise. */
+typedef int (*extra_opt_fn)(int argc, char **argv, int *i, void *arg);
+/* Parses options (the command's own through extra, which may be NULL, then
+ * the common ones; none after "--") and at most one operand, which it
+ * returns (NULL: none). */
+const char *operand_args(int argc, char **argv, extra_opt_fn extra, void *arg);
+/* The same, for a lock NAME, which must be there and valid. */
+const char *name_args(int argc, char **argv, extra_opt_fn extra, void *arg);
+/* Reads the settings (--url, DISTLOCK_URL); exit 2 when they are bad. */
+void redis_setup(void);
+int on_cluster(void);
+/* "host:port" or "unix:PATH" of a. */
+void addr_text(char *buf, size_t len, const struct dist__addr *a);
+
+/* ---- text.c: growing strings, escaping ---------------------------------- */
+
+struct sb {
+    char *p;
+    size_t len, cap;
+};
+
+void *xrealloc(void *p, size_t n);
+char *xmemdup(const char *p, size_t n);
+void sb_addn(struct sb *b, const char *s, size_t n);
+void sb_adds(struct sb *b, const char *s);
+void sb_printf(struct sb *b, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+void sb_json(struct sb *b, const char *s, size_t n);   /* a JSON string */
+void sb_jsonz(struct sb *b, const char *s);
+void sb_human(struct sb *b, const char *s, size_t n);  /* for a terminal */
+void sb_flush_line(struct sb *b);                      /* + "\n" to stdout */
+void sb_free(struct sb *b);
+void sb_secs(struct sb *b, long long ms);              /* "29.9 s" */
+int is_digits(const char *s, size_t n);
+int parse_ll(const char *s, size_t n, long long *v);
+
+/* ---- snap.c: a lock's state --------------------------------------------- */
+
+enum { KIND_NONE, KIND_MUTEX, KIND_FAIR, KIND_RWLOCK, KIND_UNKNOWN };
+enum { ST_FREE, ST_HELD, ST_READ, ST_WRITE, ST_UNKNOWN };
+extern const char *const kind_name[];
+extern const char *const state_name[];
+
+struct holder {
+    char *owner;          /* "<client id>:<thread n>" */
+    size_t olen;
+    long long holds;      /* mutex */
+    long long reads;      /* rwlock */
+    long long writes;
+    long long lease_ms;   /* rwlock reader: longest read-hold key; -3 none */
+};
+
+struct waiter {
+    char *owner;
+    size_t olen;
+    long long window_ms;  /* deadline - server now; LLONG_MIN if unknown */
+};
+
+struct snap {
+    struct dist__names *names;
+    char type[32];        /* Redis TYPE of N */
+    int kind, state;
+    int lockish;          /* every field looks like a distlock/Redisson owner */
+    int ownerish;         /* the same, loosely: "<something>:<digits>" */
+    struct holder *h;
+    size_t nh;
+    long long pttl;
+    int has_token;
+    char token[32];
+    struct waiter *q;     /* fair queue, head first */
+    size_t nq;
+    int has_timeouts;     /* the fair lock's deadline ZSET exists */
+    struct waiter *w;     /* waiting writers, first deadline first */
+    size_t nw;
+    long long now_ms;     /* Redis server clock */
+    uint64_t taken_ms;    /* our monotonic clock when it was read */
+};
+
+#define SNAP_CMDS 10      /* MULTI, 8 reads, EXEC */
+
+struct dist__names *names_of(const char *name, size_t len);
+/* On a cluster a lock's keys must share a slot: whether n's do. */
+int names_fit(const struct dist__names *n);
+/* names_of, exit 2 when the name cannot be a lock here. */
+struct dist__names *lock_names(const char *name, size_t len);
+/* The commands of one picture of n (MULTI ... EXEC); args holds their
+ * arguments. */
+struct snap_args {
+    const char *a[SNAP_CMDS][5];
+    size_t l[SNAP_CMDS][5];
+};
+void snap_cmds(const struct dist__names *n, struct snap_args *args,
+               struct dist__cmd *cmds);
+/* Fills s (which holds the names) from the SNAP_CMDS replies r read at
+ * where.  0, or 1 when one redirects (nothing filled in); exit 3 when the
+ * server refused a read. */
+int snap_parse(struct snap *s, redisReply **r, const char *where);
+/* A picture of lock N, read on the master that holds it; exit 3 when it
+ * cannot be read. */
+void snap_take(const char *name, size_t len, struct snap *s);
+void snap_free(struct snap *s);
+/* The read-hold timeout key {N}:<owner>:rwlock_timeout:<k>. */
+char *read_key(const struct dist__names *n, const struct holder *h,
+               long long k, size_t *len);
+void owner_split(const char *o, size_t n, size_t *clen, const char **thr,
+                 size_t *tlen);
+int owner_strict(const char *o, size_t n);   /* "<uuid>:<digits>" */
+
+/* ---- show.c: printing a state ------------------------------------------- */
+
+void json_owner(struct sb *b, const char *o, size_t n);
+void human_owner(struct sb *b, const char *o, size_t n);
+void json_lease(struct sb *b, const char *key, long long pttl);
+void json_waiters(struct sb *b, const char *key, const struct waiter *w,
+                  size_t n);
+void json_holders(struct sb *b, const struct snap *s);
+void json_head(struct sb *b, const struct snap *s);
+void human_lease(struct sb *b, long long pttl);
+void holders_text(struct sb *b, const struct snap *s);
+void status_json(const struct snap *s);
+void status_human(const struct snap *s);
+
+/* ---- watch_events.c ----------------------------------------------------- */
+
+enum { M_MUTEX, M_READ, M_WRITE };     /* a hold's kind */
+/* Whether owner o is among the n waiters w; *pos (may be NULL) its place. */
+int waiter_in(const struct waiter *w, size_t n, const char *o, size_t on,
+              size_t *pos);
+/* The first line of watch: the state when watching starts.  0, or -1 when
+ * stdout failed. */
+int ev_state(const struct snap *s);
+/* Prints what changed from a to b; released: a release message came. */
+int ev_diff(const struct snap *a, const struct snap *b, int released);
+
+/* ---- the commands ------------------------------------------------------- */
+
+/* The descriptors open at start-up (cmd_lock.c): the command lock runs
+ * inherits these and no others. */
+void note_startup_fds(void);
+
+int cmd_status(int argc, char **argv);
+int cmd_list(int argc, char **argv);
+int cmd_lock(int argc, char **argv);
+int cmd_unlock(int argc, char **argv);
+int cmd_watch(int argc, char **argv);
+
+#endif
