@@ -67,6 +67,10 @@ struct dist__cfg {
     int nseeds;                   /* sentinels or cluster nodes of the URL */
     struct dist__addr seeds[DIST__MAX_SEEDS];
     char master[128];             /* the sentinels' name for the master */
+    int plain_pubsub;             /* cluster: release messages by PUBLISH
+                                   * and SUBSCRIBE, not their sharded kinds
+                                   * (?pubsub=plain: Redisson before 3.22,
+                                   * Redis 6) */
     unsigned long replica_wait_ms;/* WAIT after an acquire; 0: off */
     char host[256];
     int port;
@@ -88,6 +92,9 @@ unsigned long dist__timeout_ms(void);
 unsigned long dist__waiter_ms(void);
 unsigned long dist__replica_wait_ms(void);
 int dist__cfg_mode(void);                     /* DIST__MODE_* */
+/* Whether release messages go by SPUBLISH, heard by SSUBSCRIBE on the node
+ * serving the channel's slot: on a cluster, unless ?pubsub=plain. */
+int dist__sharded_pubsub(const struct dist__cfg *cfg);
 /* How long a call that may block keeps trying a Redis it cannot reach:
  * the command timeout, plus a failover's worth on Sentinel or Cluster. */
 unsigned long dist__patience_ms(void);

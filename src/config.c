@@ -216,7 +216,32 @@ static int parse_seeds(const char *p, const char *end, struct dist__cfg *out,
     return 0;
 }
 
-/* What follows a cluster's addresses: [/][?db=0] */
+/* One option of a cluster URL, n bytes at p: db=N or pubsub=sharded|plain. */
+static int parse_cluster_opt(const char *p, size_t n, struct dist__cfg *out,
+                             char *why, size_t whylen)
+{
+    unsigned long v;
+
+    if (n > 3 && strncmp(p, "db=", 3) == 0) {
+        if (parse_ulong(p + 3, n - 3, 1000000, &v))
+            return BAD("bad database number");
+        if (v != 0)
+            return BAD("Redis Cluster has only database 0");
+        return 0;
+    }
+    if (n == 14 && strncmp(p, "pubsub=sharded", 14) == 0) {
+        out->plain_pubsub = 0;
+        return 0;
+    }
+    if (n == 12 && strncmp(p, "pubsub=plain", 12) == 0) {
+        out->plain_pubsub = 1;
+        return 0;
+    }
+    return BAD("unexpected '%.*s' (a cluster's options are ?db=N, N being 0, "
+               "and pubsub=sharded or pubsub=plain, joined by '&')", (int)n, p);
+}
+
+/* What follows a cluster's addresses: [/][?opt[&opt]...] (parse_cluster_opt) */
 static int parse_cluster_tail(const char *p, struct dist__cfg *out,
                               char *why, size_t whylen)
 {
@@ -227,10 +252,16 @@ static int parse_cluster_tail(const char *p, struct dist__cfg *out,
                    "(unexpected '%s')", p);
     if (*p == '/')
         p++;
-    if ((rc = parse_query(p, &out->db, why, whylen)))
-        return rc;
-    if (out->db != 0)
-        return BAD("Redis Cluster has only database 0");
+    if (!*p)
+        return 0;
+    if (*p != '?')
+        return BAD("unexpected '%s' after the addresses", p);
+    do {
+        size_t n = strcspn(++p, "&");
+        if ((rc = parse_cluster_opt(p, n, out, why, whylen)))
+            return rc;
+        p += n;
+    } while (*p == '&');
     return 0;
 }
 
@@ -299,6 +330,7 @@ int dist__parse_url(const char *url, struct dist__cfg *out, char *why,
     out->db = 0;
     out->mode = mode;
     out->nseeds = 0;
+    out->plain_pubsub = 0;
 
     end = is_unix ? p + strlen(p) : p + strcspn(p, "/?");
     if ((rc = parse_credentials(&p, end, out, why, whylen)))
@@ -401,6 +433,11 @@ unsigned long dist__patience_ms(void)
     return dist__cfg_mode() == DIST__MODE_SINGLE ? ms : ms + FAILOVER_GRACE_MS;
 }
 
+int dist__sharded_pubsub(const struct dist__cfg *c)
+{
+    return c->mode == DIST__MODE_CLUSTER && !c->plain_pubsub;
+}
+
 int dist__cfg_mode(void)
 {
     int mode;
@@ -437,6 +474,7 @@ int dist_set_url(const char *url)
     memcpy(cfg.pass, tmp.pass, sizeof cfg.pass);
     cfg.port = tmp.port;
     cfg.db = tmp.db;
+    cfg.plain_pubsub = tmp.plain_pubsub;
     cfg.bad[0] = 0;
     atomic_fetch_add(&cfg_gen, 1);
     pthread_mutex_unlock(&cfg_mu);

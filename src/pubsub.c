@@ -25,6 +25,10 @@
  *       sunsubscribe not asked for: the slot was migrated away), and when
  *       the slot map changes (dist__topo_epoch, looked at every turn; the
  *       map is asked for every MAP_CHECK_MS, which reads it again when due).
+ *   redis-cluster://...?pubsub=plain   releases are published with PUBLISH,
+ *       which the cluster passes to every node: one connection, to any
+ *       master, with SUBSCRIBE, as on one server (what Redisson before 3.22
+ *       does, and all there is on Redis 6).
  *
  * Every (S)SUBSCRIBE and (S)UNSUBSCRIBE names one channel, and each node
  * keeps those not answered yet: answers come in order, so an error belongs

@@ -328,7 +328,10 @@ static void handle(struct dist__node *n, redisReply *r)
 struct loop {                 /* the thread's own */
     struct dist__cfg cfg;     /* the settings, as last read */
     int have_cfg;
-    int cluster;              /* cfg.mode == DIST__MODE_CLUSTER */
+    int cluster;              /* channels go to the node of their slot:
+                               * dist__sharded_pubsub (a cluster with
+                               * ?pubsub=plain has one node, as one
+                               * server has) */
     unsigned long epoch;      /* dist__topo_epoch the channels were placed at */
     uint64_t map_due;         /* next dist__route to keep the map fresh */
     struct pollfd *pfd;       /* the pipe, then the connected nodes */
@@ -348,7 +351,7 @@ static void settings(struct loop *l)
         return;
     dist__cfg_get(&l->cfg);
     l->have_cfg = 1;
-    l->cluster = l->cfg.mode == DIST__MODE_CLUSTER;
+    l->cluster = dist__sharded_pubsub(&l->cfg);
     pthread_mutex_lock(&P.mu);
     for (n = P.nodes; n; n = n->next)
         if (n->link && n->cfg_gen != l->cfg.gen)

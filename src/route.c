@@ -162,9 +162,9 @@ const char *dist__publish_cmd(void)
     struct dist__cfg cfg;
 
     if (my_conn && my_conn->cfg.gen == dist__cfg_gen())
-        return my_conn->cfg.mode == DIST__MODE_CLUSTER ? "spublish" : "publish";
+        return dist__sharded_pubsub(&my_conn->cfg) ? "spublish" : "publish";
     dist__cfg_get(&cfg);
-    return cfg.mode == DIST__MODE_CLUSTER ? "spublish" : "publish";
+    return dist__sharded_pubsub(&cfg) ? "spublish" : "publish";
 }
 
 /* ---- redirections ------------------------------------------------------- */

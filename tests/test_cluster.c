@@ -266,6 +266,108 @@ static void test_waiter_follows_moved_slot(void **state)
     assert_int_equal(tu_cluster_move_slot(C, slot, 1), 0);
 }
 
+/* PUBSUB NUMSUB (plain) or SHARDNUMSUB of chan, summed over every node. */
+static long long subscribers(const char *verb, const char *chan)
+{
+    long long sum = 0;
+    int node;
+
+    for (node = 0; node < tu_cluster_size(C); node++) {
+        redisReply *r = tu_cluster_cmd(C, node, "PUBSUB", verb, chan, NULL);
+        if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+            r->element[1]->type == REDIS_REPLY_INTEGER)
+            sum += r->element[1]->integer;
+        freeReplyObject(r);
+    }
+    return sum;
+}
+
+/* Reads sub's pattern messages until a "0" on a channel that starts with
+ * prefix (is prefix, unless more): 1, or 0 when none came in its timeout. */
+static int got_plain(redisContext *sub, const char *prefix, int more)
+{
+    size_t n = strlen(prefix);
+
+    for (;;) {
+        redisReply *r = NULL;
+        int ok;
+        if (redisGetReply(sub, (void **)&r) != REDIS_OK || !r)
+            return 0;
+        ok = r->type == REDIS_REPLY_ARRAY && r->elements == 4 &&
+             strcmp(r->element[0]->str, "pmessage") == 0 &&
+             strncmp(r->element[2]->str, prefix, n) == 0 &&
+             (more ? r->element[2]->len > n : r->element[2]->len == n) &&
+             strcmp(r->element[3]->str, "0") == 0;
+        freeReplyObject(r);
+        if (ok)
+            return 1;
+    }
+}
+
+/* ?pubsub=plain, for Redisson lines before 3.22 and Redis 6 clusters:
+ * releases go by PUBLISH, which the cluster passes to every node, and
+ * waiters listen with SUBSCRIBE.  A subscriber on a master that does not
+ * serve the lock hears the mutex's release and a fair waiter's wake-up,
+ * the waiting processes are subscribed plainly (none sharded), and both
+ * are woken by the message, long before the lease. */
+static void test_plain_pubsub(void **state)
+{
+    char name[64], url[512], chan[160], own[200];
+    dist_mutex_t m;
+    dist_mutexattr_t fa;
+    struct ha_waiter w;
+    struct timeval tv = { 5, 0 };
+    redisContext *sub;
+    redisReply *r;
+    double t0, t;
+
+    (void)state;
+    assert_int_equal(tu_cluster_wait_ok(C, 30000), 0);
+    snprintf(url, sizeof url, "%s?pubsub=plain", tu_cluster_url(C));
+    assert_int_equal(dist_set_url(url), 0);
+    name_on(name, sizeof name, "plain", 1);
+    snprintf(chan, sizeof chan, "redisson_lock__channel:{%s}", name);
+    assert_non_null(sub = tu_redis_admin(tu_cluster_node(C, 2)));
+    redisSetTimeout(sub, tv);
+    r = redisCommand(sub, "PSUBSCRIBE %s*", chan);
+    assert_non_null(r);
+    freeReplyObject(r);
+
+    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    ha_waiter_start(&w, url, name, HA_MUTEX, WATCHDOG_MS);
+    tu_sleep_ms(300);                     /* subscribed and asleep */
+    assert_true(subscribers("NUMSUB", chan) >= 1);
+    assert_int_equal(subscribers("SHARDNUMSUB", chan), 0);
+    t0 = tu_now();
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    t = ha_waiter_result(&w, slack(10.0));
+    assert_true(t > 0);
+    fprintf(stderr, "    plain pub/sub: mutex hand-off %.4f s\n", t - t0);
+    assert_dbl_range(t - t0, 0, slack(1.5));   /* not the 10 s lease */
+    assert_true(got_plain(sub, chan, 0));
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+
+    dist_mutexattr_init(&fa);
+    dist_mutexattr_setfair(&fa, 1);
+    assert_int_equal(dist_mutex_init(&m, name, &fa), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    ha_waiter_start(&w, url, name, HA_FAIR, WATCHDOG_MS);
+    tu_sleep_ms(300);
+    t0 = tu_now();
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    t = ha_waiter_result(&w, slack(10.0));
+    assert_true(t > 0);
+    assert_dbl_range(t - t0, 0, slack(1.5));
+    /* the fair release wakes the head on its own channel, N's plus ':<owner>' */
+    snprintf(own, sizeof own, "%s:", chan);
+    assert_true(got_plain(sub, own, 1));
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+
+    redisFree(sub);
+    assert_int_equal(dist_set_url(tu_cluster_url(C)), 0);
+}
+
 /* The master of a held lock dies; its replica takes over.  The lock was
  * replicated before lock returned, so it is still held; the renewal's first
  * script call on the promoted replica (which has no cached scripts)
@@ -352,6 +454,7 @@ int main(void)
         cmocka_unit_test(test_moved_after_reshard),
         cmocka_unit_test(test_ask_during_migration),
         cmocka_unit_test(test_waiter_follows_moved_slot),
+        cmocka_unit_test(test_plain_pubsub),
         cmocka_unit_test(test_replica_check),
         cmocka_unit_test(test_master_failover),
     };

@@ -211,8 +211,20 @@ static void test_ha_forms(void **state)
     assert_int_equal(c.mode, DIST__MODE_CLUSTER);
     assert_int_equal(c.nseeds, 2);
     assert_int_equal(c.seeds[1].port, 7001);
+    assert_int_equal(c.plain_pubsub, 0);
     parse_ok("redis-cluster://:pw@127.0.0.1:7000/", &c);
     assert_string_equal(c.pass, "pw");
+    /* release messages by PUBLISH, for Redisson before 3.22 and Redis 6 */
+    parse_ok("redis-cluster://127.0.0.1:7000?pubsub=plain", &c);
+    assert_int_equal(c.plain_pubsub, 1);
+    parse_ok("redis-cluster://127.0.0.1:7000/?db=0&pubsub=plain", &c);
+    assert_int_equal(c.plain_pubsub, 1);
+    assert_int_equal(c.db, 0);
+    parse_ok("redis-cluster://127.0.0.1:7000?pubsub=plain&pubsub=sharded", &c);
+    assert_int_equal(c.plain_pubsub, 0);
+    parse_bad("redis-cluster://127.0.0.1:7000?pubsub=fast", "pubsub=plain");
+    parse_bad("redis-cluster://127.0.0.1:7000?pubsub=plain&", "unexpected ''");
+    parse_bad("redis://127.0.0.1:7000?pubsub=plain", "?db=N");
 
     parse_ok("redis://127.0.0.1:6379", &c);
     assert_int_equal(c.mode, DIST__MODE_SINGLE);

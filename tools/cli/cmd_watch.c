@@ -29,10 +29,11 @@ struct chan {
 /* watch's subscriber link: the lock's release channels, and each fair
  * waiter's own channel (redisson_lock__channel:{N}:<owner>, where a
  * release wakes the head of the queue).  On one server (or the sentinels'
- * master) a pattern covers the waiters' channels; a cluster publishes with
- * SPUBLISH, heard only by SSUBSCRIBE on the node that owns the slot, and
- * sharded pub/sub has no patterns, so there each queued waiter's channel
- * is subscribed while it waits. */
+ * master, or a cluster with ?pubsub=plain, whose PUBLISH reaches every
+ * node) a pattern covers the waiters' channels; a cluster otherwise
+ * publishes with SPUBLISH, heard only by SSUBSCRIBE on the node that owns
+ * the slot, and sharded pub/sub has no patterns, so there each queued
+ * waiter's channel is subscribed while it waits. */
 struct sub {
     struct dist__link *l;   /* NULL: not connected */
     struct dist__names *n;
@@ -91,7 +92,7 @@ static int sub_append(struct sub *u)
     size_t *l;
     struct sb pat = { 0 };
 
-    if (!on_cluster()) {
+    if (!sharded_pubsub()) {
         const char *sa[3] = { "SUBSCRIBE", B(u->n->chan), B(u->n->rwchan) };
         size_t sl[3] = { 9, L(u->n->chan), L(u->n->rwchan) };
         const char *pa[2] = { "PSUBSCRIBE", NULL };
@@ -170,7 +171,7 @@ static void sub_redirect(struct sub *u, struct tries *t, redisReply *err)
     k = dist__redirect_of(err, dist__link_addr(u->l), &slot, &t->to);
     if (k == DIST__R_NONE)
         die(EX_REDIS, "Redis at %s refused %s: %s", dist__link_where(u->l),
-            on_cluster() ? "SSUBSCRIBE" : "SUBSCRIBE", err->str);
+            sharded_pubsub() ? "SSUBSCRIBE" : "SUBSCRIBE", err->str);
     if ((k == DIST__R_MOVED || k == DIST__R_ASK) && ++t->hops > MAX_HOPS)
         die(EX_REDIS, "cannot subscribe to the channels of '%s': more than "
             "%d redirections (the cluster is being resharded); the last, "
@@ -260,14 +261,14 @@ static int sub_unwatch_gone(struct sub *u, const struct snap *cur)
     return sent;
 }
 
-/* On a cluster: subscribes the channel of each waiter queued in cur, and
- * drops those of waiters gone. */
+/* With sharded pub/sub (no patterns): subscribes the channel of each waiter
+ * queued in cur, and drops those of waiters gone. */
 static void sub_waiters(struct sub *u, const struct snap *cur)
 {
     size_t i, j;
     int sent;
 
-    if (!on_cluster() || !u->l)
+    if (!sharded_pubsub() || !u->l)
         return;
     sent = sub_unwatch_gone(u, cur);
     for (i = 0; i < cur->nq; i++) {

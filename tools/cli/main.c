@@ -94,6 +94,11 @@ int on_cluster(void)
     return rcfg.mode == DIST__MODE_CLUSTER;
 }
 
+int sharded_pubsub(void)
+{
+    return dist__sharded_pubsub(&rcfg);
+}
+
 void addr_text(char *buf, size_t len, const struct dist__addr *a)
 {
     if (!a->port)

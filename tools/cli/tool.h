@@ -56,6 +56,8 @@ const char *name_args(int argc, char **argv, extra_opt_fn extra, void *arg);
 /* Reads the settings (--url, DISTLOCK_URL); exit 2 when they are bad. */
 void redis_setup(void);
 int on_cluster(void);
+/* Releases go by SPUBLISH (a cluster without ?pubsub=plain). */
+int sharded_pubsub(void);
 /* "host:port" or "unix:PATH" of a. */
 void addr_text(char *buf, size_t len, const struct dist__addr *a);
 

@@ -101,10 +101,41 @@ final class Scenarios {
         return lat;
     }
 
+    /**
+     * On a cluster: while a waiter of either side waits, the lock's channel
+     * has subscribers of the kind this Redisson line uses there
+     * (INTEROP_PUBSUB: sharded since 3.22, plain before) and none of the
+     * other kind, so that each side hears the other's releases.
+     */
+    static void pubsubKinds(Suite s, String n, Handle j, Handle c) throws Exception {
+        boolean sharded = !Suite.envOr("INTEROP_PUBSUB", "sharded").equals("plain");
+        String chan = "redisson_lock__channel:{" + n + "}";
+        Handle[][] pairs = { { c, j }, { j, c } };
+        for (Handle[] p : pairs) {
+            p[0].ok("lock " + n);
+            CompletableFuture<Handle.Reply> f = p[1].send("lock " + n);
+            stillBlocked(f, 300, p[1].label + "'s lock");
+            long shard = s.subscribers("SHARDNUMSUB", chan);
+            long plain = s.subscribers("NUMSUB", chan);
+            check(sharded ? shard >= 1 && plain == 0 : plain >= 1 && shard == 0,
+                    String.format("%s waiting: %d sharded and %d plain subscribers of %s, "
+                            + "expected %s ones only", p[1].label, shard, plain, chan,
+                            sharded ? "sharded" : "plain"));
+            p[0].ok("unlock " + n);
+            check(await(f, 40000, p[1].label + "'s lock").ok(), p[1].label + "'s lock");
+            p[1].ok("unlock " + n);
+        }
+        s.figure("both sides wait with " + (sharded ? "SSUBSCRIBE" : "SUBSCRIBE")
+                + " and release with " + (sharded ? "SPUBLISH" : "PUBLISH"));
+    }
+
     static void wakeUps(Suite s) throws Exception {
         String n = s.fresh("s2");
         Handle j = s.javaThread("java");
         Handle c = s.cAgent("c");
+        if (s.cluster) {
+            pubsubKinds(s, n, j, c);
+        }
         List<Double> toC = new ArrayList<>(), toJ = new ArrayList<>();
         for (int i = 0; i < 7; i++) {
             toC.add(wake(j, "lock " + n, "unlock " + n, c, "lock " + n,

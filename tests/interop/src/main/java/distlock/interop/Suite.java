@@ -110,6 +110,31 @@ public final class Suite {
                 StringCodec.INSTANCE).getScore(owner);
     }
 
+    /**
+     * PUBSUB NUMSUB (plain) or SHARDNUMSUB of chan, summed over the
+     * cluster's nodes (redis-cli: Redisson has no call for these).
+     */
+    long subscribers(String verb, String chan) throws IOException, InterruptedException {
+        long sum = 0;
+        for (String hp : System.getenv("INTEROP_CLUSTER").split(",")) {
+            String[] a = hp.split(":");
+            ProcessBuilder pb = new ProcessBuilder("redis-cli", "-h", a[0], "-p", a[1],
+                    "PUBSUB", verb, chan);
+            pb.redirectErrorStream(true);
+            Process p = pb.start();
+            ByteArrayOutputStream out = new ByteArrayOutputStream();
+            try (InputStream in = p.getInputStream()) {
+                in.transferTo(out);
+            }
+            check(p.waitFor(30, TimeUnit.SECONDS) && p.exitValue() == 0,
+                    "redis-cli PUBSUB " + verb + " failed: " + out);
+            String[] lines = out.toString(StandardCharsets.UTF_8).trim().split("\n");
+            check(lines.length == 2, "redis-cli PUBSUB " + verb + ": " + out);
+            sum += Long.parseLong(lines[1].trim());
+        }
+        return sum;
+    }
+
     /** `distlock status NAME` (text), for what an operator sees. */
     String status(String name) throws IOException, InterruptedException {
         ProcessBuilder pb = new ProcessBuilder(System.getenv("INTEROP_TOOL"), "status", name);
