@@ -233,6 +233,24 @@ check "status --json of the write-held rwlock" json_ok "$out" \
 rcli set "$pfx-str" hello >/dev/null
 run "$D" status "$pfx-str"
 check "status of a string: unknown" eval '[[ $rc -eq 0 ]] && has "unknown (not a lock: a Redis string)" "$out"'
+# node-redisson's default owner is "<uuid>:<uuid>": a holder all the same
+nr="x$pfx-node"
+rcli hset "$nr" "$uuid1:$uuid2" 1 >/dev/null
+rcli pexpire "$nr" 20000 >/dev/null
+run "$D" status "$nr"
+check "status of a mutex held by '<uuid>:<uuid>' (node-redisson)" \
+    eval '[[ $rc -eq 0 ]] && has "kind:     mutex" "$out" && has "state:    held" "$out" &&
+          has "client $uuid1, thread $uuid2, 1 hold" "$out"' || show
+run "$D" --json status "$nr"
+check "status --json of it: the thread is a string" json_ok "$out" \
+    "l[0]['holders'][0]['thread'] == '$uuid2' and l[0]['holders'][0]['client'] == '$uuid1'"
+run "$D" list "x$pfx-*"
+check "list finds it" eval '[[ $rc -eq 0 ]] && has "^$nr .* mutex .* held" "$out"' || show
+rcli hset "x$pfx-kv" "user:alice" admin >/dev/null
+run "$D" status "x$pfx-kv"
+check "a hash of '<id>:<id>' fields without integer counts is no lock" \
+    eval '[[ $rc -eq 0 ]] && has "unknown (not a lock: a Redis hash)" "$out"' || show
+rcli del "$nr" "x$pfx-kv" >/dev/null
 
 # ---- list ----------------------------------------------------------------------
 rcli hset "$pfx-a-1" "$uuid1:1" 1 >/dev/null

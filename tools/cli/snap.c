@@ -98,23 +98,37 @@ void owner_split(const char *o, size_t n, size_t *clen,
     *tlen = n - *clen - 1;
 }
 
-/* "<uuid>:<digits>", the strict form `list` looks for. */
+/* A thread's part of an owner: letters, digits, '-', '_', '.', at least
+ * one.  Java's are thread ids; node-redisson's default is a second UUID. */
+static int is_id(const char *s, size_t n)
+{
+    size_t i;
+
+    for (i = 0; i < n; i++)
+        if (!isalnum((unsigned char)s[i]) && !strchr("-_.", s[i]))
+            return 0;
+    return n > 0;
+}
+
+/* "<uuid>:<digits>" (distlock, Redisson) or "<uuid>:<uuid>" (node-redisson),
+ * the strict form `list` looks for. */
 int owner_strict(const char *o, size_t n)
 {
     size_t clen, tlen;
     const char *t;
 
     owner_split(o, n, &clen, &t, &tlen);
-    return is_uuid(o, clen) && is_digits(t, tlen);
+    return is_uuid(o, clen) && (is_digits(t, tlen) || is_uuid(t, tlen));
 }
 
+/* "<something>:<id>": what status shows as a holder (with integer counts). */
 static int owner_loose(const char *o, size_t n)
 {
     size_t clen, tlen;
     const char *t;
 
     owner_split(o, n, &clen, &t, &tlen);
-    return clen > 0 && is_digits(t, tlen);
+    return clen > 0 && is_id(t, tlen);
 }
 
 static struct holder *holder_get(struct snap *s, const char *o, size_t n)

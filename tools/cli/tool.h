@@ -110,7 +110,7 @@ struct snap {
     char type[32];        /* Redis TYPE of N */
     int kind, state;
     int lockish;          /* every field looks like a distlock/Redisson owner */
-    int ownerish;         /* the same, loosely: "<something>:<digits>" */
+    int ownerish;         /* the same, loosely: "<something>:<id>" */
     struct holder *h;
     size_t nh;
     long long pttl;
