@@ -7,6 +7,9 @@
 #
 # Environment:
 #   DISTLOCK_DEPS_EXTRA   extra package names (space separated) to require
+#   DISTLOCK_INTEROP      1: also a JDK and Maven, for the Redisson interop
+#                         suite (tests/interop); the default under CI, where
+#                         make check must run it (0 leaves them out)
 #
 # Note: installing redis-server may start the system's Redis service on
 # port 6379.  distlock's scripts never use it; scripts/with-redis.sh starts
@@ -29,6 +32,11 @@ packages=(
     redis-tools
     valgrind
 )
+# Debian's own JDK and Maven; the suite pulls Redisson itself from Maven
+# Central into Maven's local repository (~/.m2) on its first run.
+if [[ "${DISTLOCK_INTEROP:-$([[ -n "${CI:-}" ]] && echo 1 || echo 0)}" == 1 ]]; then
+    packages+=(openjdk-17-jdk-headless maven)
+fi
 if [[ -n "${DISTLOCK_DEPS_EXTRA:-}" ]]; then
     read -r -a extra <<<"$DISTLOCK_DEPS_EXTRA"
     packages+=("${extra[@]}")

@@ -3,12 +3,18 @@
 #
 #   scripts/test.sh [--distcheck]
 #
-# 1. build/ : make check (each test program starts its own redis-server)
+# 1. build/ : make check (each test program starts its own redis-server),
+#    with the Redisson interop suite (tests/interop: both Redisson lines,
+#    one server and a cluster) when java and mvn are there
 # 2. build-asan/ : the same, built with AddressSanitizer and UBSan
-#    (DISTLOCK_SANITIZE=1/0 forces it on/off; default on when CI is set)
+#    (DISTLOCK_SANITIZE=1/0 forces it on/off; default on when CI is set);
+#    the interop suite with the current Redisson line only
 # 3. build-tsan/ : the same, built with ThreadSanitizer, only when
 #    DISTLOCK_TSAN=1 (off by default, CI too, until the suite is clean)
-# 4. with --distcheck: make distcheck (the tarball builds and passes)
+# 4. with --distcheck: make distcheck (the tarball builds and passes; the
+#    interop suite's scenarios 1 and 2 on one server, the current line)
+# DISTLOCK_INTEROP=1 (the default when CI is set) installs a JDK and Maven
+# (scripts/deps.sh) and makes a missing one a failure instead of a skip.
 # The log of every failed test is printed, and each stage's time.  Exits
 # non-zero if any stage failed.
 set -euo pipefail
@@ -22,7 +28,7 @@ distcheck=0
 for arg in "$@"; do
     case "$arg" in
     --distcheck) distcheck=1 ;;
-    -h | --help) sed -n '2,14p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,19p' "$0"; exit 0 ;;
     *) echo "usage: $0 [--distcheck]" >&2; exit 2 ;;
     esac
 done
@@ -32,6 +38,11 @@ else
     sanitize=$([[ -n "${CI:-}" ]] && echo 1 || echo 0)
 fi
 tsan=$([[ "${DISTLOCK_TSAN:-0}" != 0 ]] && echo 1 || echo 0)
+DISTLOCK_INTEROP=${DISTLOCK_INTEROP:-$([[ -n "${CI:-}" ]] && echo 1 || echo 0)}
+export DISTLOCK_INTEROP          # scripts/deps.sh: a JDK and Maven too
+if [[ $DISTLOCK_INTEROP == 1 ]]; then
+    export INTEROP_REQUIRED=1    # tests/interop/run.sh: no skipping
+fi
 
 summary=()
 failed=0
@@ -73,7 +84,7 @@ check() {
 cd "$root"
 check check build
 if [[ $sanitize -eq 1 ]]; then
-    check check-asan build-asan --enable-sanitizers
+    INTEROP_LINES=current check check-asan build-asan --enable-sanitizers
 else
     summary+=("check-asan: skipped")
 fi
@@ -92,7 +103,8 @@ if [[ $distcheck -eq 1 ]]; then
     log "distcheck: make distcheck in build/"
     stage_t0=$SECONDS
     status=0
-    make -C build distcheck || status=$?
+    INTEROP_LINES=current INTEROP_SCENARIOS="1 2" INTEROP_CLUSTER_SCENARIOS= \
+        make -C build distcheck || status=$?
     [[ $status -eq 0 ]] || show_failures build
     record distcheck "$status"
 fi

@@ -35,7 +35,7 @@ for tool_name in java mvn; do
             log "error: $tool_name not found; the Redisson interop suite needs a JDK and Maven"
             exit 1
         fi
-        log "SKIPPED: $tool_name not found; the Redisson interop suite needs a JDK and Maven (apt-get install default-jdk-headless maven)"
+        log "SKIPPED: $tool_name not found; the Redisson interop suite needs a JDK and Maven (apt-get install openjdk-17-jdk-headless maven, or DISTLOCK_INTEROP=1 scripts/deps.sh)"
         exit 77
     fi
 done
