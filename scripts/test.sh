@@ -6,8 +6,8 @@
 # 1. build/ : make check (each test program starts its own redis-server)
 # 2. build-asan/ : the same, built with AddressSanitizer and UBSan
 #    (DISTLOCK_SANITIZE=1/0 forces it on/off; default on when CI is set)
-# 3. build-tsan/ : the same, built with ThreadSanitizer, only when
-#    DISTLOCK_TSAN=1 (off by default, CI too, until the suite is clean)
+# 3. build-tsan/ : the same, built with ThreadSanitizer (clang; the shim
+#    left out), DISTLOCK_TSAN=1/0 forces it on/off; default on when CI is set
 # 4. with --distcheck: make distcheck (the tarball builds and passes)
 # The log of every failed test is printed, and each stage's time.  Exits
 # non-zero if any stage failed.
@@ -31,7 +31,11 @@ if [[ -n "${DISTLOCK_SANITIZE:-}" ]]; then
 else
     sanitize=$([[ -n "${CI:-}" ]] && echo 1 || echo 0)
 fi
-tsan=$([[ "${DISTLOCK_TSAN:-0}" != 0 ]] && echo 1 || echo 0)
+if [[ -n "${DISTLOCK_TSAN:-}" ]]; then
+    tsan=$([[ "$DISTLOCK_TSAN" != 0 ]] && echo 1 || echo 0)
+else
+    tsan=$([[ -n "${CI:-}" ]] && echo 1 || echo 0)
+fi
 
 summary=()
 failed=0
