@@ -482,7 +482,8 @@ static int release_held(struct dist__call *c)
     rc = k->release(c);
     if (rc == EIO && !c->unknown)
         return rc;                 /* refused: nothing changed */
-    snprintf(why, sizeof why, "%s", dist_last_error());
+    if (rc == EIO)                 /* kept for the message below */
+        snprintf(why, sizeof why, "%s", dist_last_error());
     pthread_mutex_lock(&st->mu);
     r = dist__rec_find(st);
     if (rc == 0 && k->after_release)
