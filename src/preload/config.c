@@ -8,6 +8,7 @@
  * it: every message can then name FILE:LINE, and headers, empty sections
  * and inih's silent quirks (a line longer than its buffer, an indented line
  * taken as the continuation of the previous value) are caught here. */
+#define _GNU_SOURCE
 #include <ctype.h>
 #include <errno.h>
 #include <limits.h>
@@ -745,6 +746,8 @@ static void check_sections(struct parse *p)
         }
     }
 }
+
+struct pl_config pl_cfg;
 
 int pl_config_load(const char *path, struct pl_config *cfg)
 {
