@@ -2,6 +2,7 @@
  *
  * msg.c      the messages: collected during start-up, printed at once after
  *            (calls nothing else here, so everything may report through it)
+ * value.c    reads a value: numbers, yes/no, the grammar of "match ="
  * config.c   reads the INI file into struct pl_config (inih + a line-tracking
  *            reader, so that every message has FILE:LINE)
  * elf.c      reads the symbol tables of an ELF file (.symtab, else .dynsym)
@@ -127,6 +128,16 @@ struct pl_config {
     struct pl_section *sec;
     size_t nsec;
 };
+
+/* Reads a number up to max (decimal, 0x hex or 0 octal; no sign).  0, or
+ * -1 when v is not one. */
+int pl_parse_ulong(const char *v, unsigned long max, unsigned long *out);
+/* yes/true/on/1 or no/false/off/0, any case.  0, or -1 when v is neither. */
+int pl_parse_bool(const char *v, int *out);
+/* Reads the value of "match =" into s (how, qual, symbol, each, index,
+ * offset; match as written).  0, or -1 with the reason in why. */
+int pl_parse_match(struct pl_section *s, const char *v, char *why,
+                   size_t whylen);
 
 /* Reads path.  0, or -1 after reporting every problem with pl_msg as
  * "FILE:LINE: ...".  cfg is filled either way; free it with pl_config_free. */
