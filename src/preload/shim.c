@@ -159,28 +159,18 @@ static void dist_give(struct pl_entry *e)
 
 /* ---- mapped mutexes ------------------------------------------------------- */
 
-enum { L_LOCK, L_TRY, L_TIMED, L_CLOCK };
+/* The mapped paths stay out of line (MAPPED): inlined into a wrapper, they
+ * would make its fast path save and restore registers it does not use. */
+#define MAPPED static __attribute__((noinline))
 
-static int mapped_lock(struct pl_entry *e, pthread_mutex_t *m, int how,
-                       void *fn, clockid_t clk, const struct timespec *abs)
+/* The real mutex's lock call returned rc; when it took the mutex, the
+ * distributed lock follows (how: D_BLOCK, D_TRY, or D_TIMED by abs on clk). */
+MAPPED int mapped_lock(struct pl_entry *e, pthread_mutex_t *m, int rc,
+                       int how, clockid_t clk, const struct timespec *abs)
 {
     PL_KEEP_ERRNO;
-    int rc, rc2;
+    int rc2;
 
-    switch (how) {
-    case L_LOCK:
-        rc = ((lock_fn)fn)(m);
-        break;
-    case L_TRY:
-        rc = ((lock_fn)fn)(m);
-        break;
-    case L_TIMED:
-        rc = ((timed_fn)fn)(m, abs);
-        break;
-    default:
-        rc = ((clock_fn)fn)(m, clk, abs);
-        break;
-    }
     if (rc != 0 && rc != EOWNERDEAD)
         return rc;
     if (rc == EOWNERDEAD)
@@ -189,13 +179,7 @@ static int mapped_lock(struct pl_entry *e, pthread_mutex_t *m, int how,
         __atomic_store_n(&e->depth, e->depth + 1, __ATOMIC_RELAXED);
         return rc;
     }
-    if (how == L_TRY)
-        rc2 = dist_take(e, D_TRY, 0, 0, NULL);
-    else if (how == L_LOCK)
-        rc2 = dist_take(e, D_BLOCK, 0, 0, NULL);
-    else
-        rc2 = dist_take(e, D_TIMED, 0, how == L_TIMED ? CLOCK_REALTIME : clk,
-                        abs);
+    rc2 = dist_take(e, how, 0, clk, abs);
     if (rc2 != 0) {
         REAL(FN_UNLOCK, lock_fn)(m);
         return rc2;
@@ -204,7 +188,7 @@ static int mapped_lock(struct pl_entry *e, pthread_mutex_t *m, int how,
     return rc;
 }
 
-static int mapped_unlock(struct pl_entry *e, pthread_mutex_t *m)
+MAPPED int mapped_unlock(struct pl_entry *e, pthread_mutex_t *m)
 {
     PL_KEEP_ERRNO;
     unsigned d;
@@ -223,7 +207,7 @@ static int mapped_unlock(struct pl_entry *e, pthread_mutex_t *m)
 
 enum { W_WAIT, W_TIMED, W_CLOCK };
 
-static int mapped_wait(struct pl_entry *e, pthread_cond_t *c,
+MAPPED int mapped_wait(struct pl_entry *e, pthread_cond_t *c,
                        pthread_mutex_t *m, int how, void *fn, clockid_t clk,
                        const struct timespec *abs)
 {
@@ -259,8 +243,9 @@ plain:
 
 /* ---- the interposed functions -------------------------------------------- */
 
-/* (an entry of the other kind: the program reused the memory without
- * initialising it; glibc decides) */
+/* Returns plain (glibc's call) unless m is mapped; a mapped call goes on
+ * with e, counted.  (An entry of the other kind: the program reused the
+ * memory without initialising it; glibc decides.) */
 #define PLAIN_OR_MAPPED(m, plain, f)                                         \
     struct pl_entry *e;                                                      \
     if (PL_LIKELY(pl_surely_plain(m)))                                       \
@@ -279,7 +264,7 @@ EXPORT SYMVER("pthread_mutex_lock@@GLIBC_2.2.5")
 int pl_mutex_lock(pthread_mutex_t *m)
 {
     PLAIN_OR_MAPPED(m, REAL(FN_LOCK, lock_fn)(m), FN_LOCK);
-    return mapped_lock(e, m, L_LOCK, pl_real[FN_LOCK], 0, NULL);
+    return mapped_lock(e, m, REAL(FN_LOCK, lock_fn)(m), D_BLOCK, 0, NULL);
 }
 
 EXPORT SYMVER("pthread_mutex_unlock@@GLIBC_2.2.5")
@@ -295,7 +280,7 @@ int pl_mutex_unlock(pthread_mutex_t *m)
     int fname(pthread_mutex_t *m)                                            \
     {                                                                        \
         PLAIN_OR_MAPPED(m, REAL(f, lock_fn)(m), f);                          \
-        return mapped_lock(e, m, L_TRY, pl_real[f], 0, NULL);                \
+        return mapped_lock(e, m, REAL(f, lock_fn)(m), D_TRY, 0, NULL);       \
     }
 TRYLOCK(pl_mutex_trylock, FN_TRYLOCK, "@@GLIBC_2.34")
 TRYLOCK(pl_mutex_trylock_old, FN_TRYLOCK_OLD, "@GLIBC_2.2.5")
@@ -306,7 +291,8 @@ TRYLOCK(pl_mutex_trylock_old, FN_TRYLOCK_OLD, "@GLIBC_2.2.5")
     int fname(pthread_mutex_t *m, const struct timespec *abs)                \
     {                                                                        \
         PLAIN_OR_MAPPED(m, REAL(f, timed_fn)(m, abs), f);                    \
-        return mapped_lock(e, m, L_TIMED, pl_real[f], CLOCK_REALTIME, abs);  \
+        return mapped_lock(e, m, REAL(f, timed_fn)(m, abs), D_TIMED,         \
+                           CLOCK_REALTIME, abs);                             \
     }
 TIMEDLOCK(pl_mutex_timedlock, FN_TIMEDLOCK, "@@GLIBC_2.34")
 TIMEDLOCK(pl_mutex_timedlock_old, FN_TIMEDLOCK_OLD, "@GLIBC_2.2.5")
@@ -318,7 +304,8 @@ TIMEDLOCK(pl_mutex_timedlock_old, FN_TIMEDLOCK_OLD, "@GLIBC_2.2.5")
     int fname(pthread_mutex_t *m, clockid_t clk, const struct timespec *abs) \
     {                                                                        \
         PLAIN_OR_MAPPED(m, REAL(f, clock_fn)(m, clk, abs), f);               \
-        return mapped_lock(e, m, L_CLOCK, pl_real[f], clk, abs);             \
+        return mapped_lock(e, m, REAL(f, clock_fn)(m, clk, abs), D_TIMED,    \
+                           clk, abs);                                        \
     }
 CLOCKLOCK(pl_mutex_clocklock, FN_CLOCKLOCK, "@@GLIBC_2.34")
 CLOCKLOCK(pl_mutex_clocklock_old, FN_CLOCKLOCK_OLD, "@GLIBC_2.30")
@@ -368,37 +355,17 @@ CONDCLOCKWAIT(pl_cond_clockwait_old, FN_CLOCKWAIT_OLD, "@GLIBC_2.30")
  * its read holds.  A thread that holds nothing gets EPERM from the library
  * and glibc's behaviour from the real unlock. */
 
-enum { RW_LOCK, RW_TRY, RW_TIMED, RW_CLOCK };
-
-static int mapped_rw_lock(struct pl_entry *e, pthread_rwlock_t *rw, int wr,
-                          int how, void *fn, clockid_t clk,
+/* The real lock call returned rc; when it took the lock, the distributed
+ * lock follows, for reading (wr 0) or writing (wr 1), how as mapped_lock. */
+MAPPED int mapped_rw_lock(struct pl_entry *e, pthread_rwlock_t *rw, int rc,
+                          int wr, int how, clockid_t clk,
                           const struct timespec *abs)
 {
     PL_KEEP_ERRNO;
-    int rc;
 
-    switch (how) {
-    case RW_LOCK:
-    case RW_TRY:
-        rc = ((rw_fn)fn)(rw);
-        break;
-    case RW_TIMED:
-        rc = ((rwtimed_fn)fn)(rw, abs);
-        break;
-    default:
-        rc = ((rwclock_fn)fn)(rw, clk, abs);
-        break;
-    }
     if (rc != 0)
         return rc;
-    if (how == RW_TRY) {
-        rc = dist_take(e, D_TRY, wr, 0, NULL);
-    } else if (how == RW_LOCK) {
-        rc = dist_take(e, D_BLOCK, wr, 0, NULL);
-    } else {
-        rc = dist_take(e, D_TIMED, wr, how == RW_TIMED ? CLOCK_REALTIME : clk,
-                       abs);
-    }
+    rc = dist_take(e, how, wr, clk, abs);
     if (rc != 0)
         REAL(FN_RWUNLOCK, rw_fn)(rw);
     return rc;
@@ -410,16 +377,16 @@ static int mapped_rw_lock(struct pl_entry *e, pthread_rwlock_t *rw, int wr,
     int fname(pthread_rwlock_t *rw)                                          \
     {                                                                        \
         PLAIN_OR_MAPPED(rw, REAL(f, rw_fn)(rw), f);                          \
-        return mapped_rw_lock(e, rw, wr, how, pl_real[f], 0, NULL);          \
+        return mapped_rw_lock(e, rw, REAL(f, rw_fn)(rw), wr, how, 0, NULL);  \
     }
-RWLOCK(pl_rwlock_rdlock, FN_RDLOCK, "pthread_rwlock_rdlock@@GLIBC_2.34", 0, RW_LOCK)
-RWLOCK(pl_rwlock_rdlock_old, FN_RDLOCK_OLD, "pthread_rwlock_rdlock@GLIBC_2.2.5", 0, RW_LOCK)
-RWLOCK(pl_rwlock_wrlock, FN_WRLOCK, "pthread_rwlock_wrlock@@GLIBC_2.34", 1, RW_LOCK)
-RWLOCK(pl_rwlock_wrlock_old, FN_WRLOCK_OLD, "pthread_rwlock_wrlock@GLIBC_2.2.5", 1, RW_LOCK)
-RWLOCK(pl_rwlock_tryrdlock, FN_TRYRDLOCK, "pthread_rwlock_tryrdlock@@GLIBC_2.34", 0, RW_TRY)
-RWLOCK(pl_rwlock_tryrdlock_old, FN_TRYRDLOCK_OLD, "pthread_rwlock_tryrdlock@GLIBC_2.2.5", 0, RW_TRY)
-RWLOCK(pl_rwlock_trywrlock, FN_TRYWRLOCK, "pthread_rwlock_trywrlock@@GLIBC_2.34", 1, RW_TRY)
-RWLOCK(pl_rwlock_trywrlock_old, FN_TRYWRLOCK_OLD, "pthread_rwlock_trywrlock@GLIBC_2.2.5", 1, RW_TRY)
+RWLOCK(pl_rwlock_rdlock, FN_RDLOCK, "pthread_rwlock_rdlock@@GLIBC_2.34", 0, D_BLOCK)
+RWLOCK(pl_rwlock_rdlock_old, FN_RDLOCK_OLD, "pthread_rwlock_rdlock@GLIBC_2.2.5", 0, D_BLOCK)
+RWLOCK(pl_rwlock_wrlock, FN_WRLOCK, "pthread_rwlock_wrlock@@GLIBC_2.34", 1, D_BLOCK)
+RWLOCK(pl_rwlock_wrlock_old, FN_WRLOCK_OLD, "pthread_rwlock_wrlock@GLIBC_2.2.5", 1, D_BLOCK)
+RWLOCK(pl_rwlock_tryrdlock, FN_TRYRDLOCK, "pthread_rwlock_tryrdlock@@GLIBC_2.34", 0, D_TRY)
+RWLOCK(pl_rwlock_tryrdlock_old, FN_TRYRDLOCK_OLD, "pthread_rwlock_tryrdlock@GLIBC_2.2.5", 0, D_TRY)
+RWLOCK(pl_rwlock_trywrlock, FN_TRYWRLOCK, "pthread_rwlock_trywrlock@@GLIBC_2.34", 1, D_TRY)
+RWLOCK(pl_rwlock_trywrlock_old, FN_TRYWRLOCK_OLD, "pthread_rwlock_trywrlock@GLIBC_2.2.5", 1, D_TRY)
 
 #define RWTIMED(fname, f, sym, wr)                                           \
     int fname(pthread_rwlock_t *rw, const struct timespec *abs);             \
@@ -427,7 +394,8 @@ RWLOCK(pl_rwlock_trywrlock_old, FN_TRYWRLOCK_OLD, "pthread_rwlock_trywrlock@GLIB
     int fname(pthread_rwlock_t *rw, const struct timespec *abs)              \
     {                                                                        \
         PLAIN_OR_MAPPED(rw, REAL(f, rwtimed_fn)(rw, abs), f);                \
-        return mapped_rw_lock(e, rw, wr, RW_TIMED, pl_real[f], 0, abs);      \
+        return mapped_rw_lock(e, rw, REAL(f, rwtimed_fn)(rw, abs), wr,       \
+                              D_TIMED, CLOCK_REALTIME, abs);                 \
     }
 RWTIMED(pl_rwlock_timedrdlock, FN_TIMEDRDLOCK, "pthread_rwlock_timedrdlock@@GLIBC_2.34", 0)
 RWTIMED(pl_rwlock_timedrdlock_old, FN_TIMEDRDLOCK_OLD, "pthread_rwlock_timedrdlock@GLIBC_2.2.5", 0)
@@ -442,7 +410,8 @@ RWTIMED(pl_rwlock_timedwrlock_old, FN_TIMEDWRLOCK_OLD, "pthread_rwlock_timedwrlo
               const struct timespec *abs)                                    \
     {                                                                        \
         PLAIN_OR_MAPPED(rw, REAL(f, rwclock_fn)(rw, clk, abs), f);           \
-        return mapped_rw_lock(e, rw, wr, RW_CLOCK, pl_real[f], clk, abs);    \
+        return mapped_rw_lock(e, rw, REAL(f, rwclock_fn)(rw, clk, abs), wr,  \
+                              D_TIMED, clk, abs);                            \
     }
 RWCLOCK(pl_rwlock_clockrdlock, FN_CLOCKRDLOCK, "pthread_rwlock_clockrdlock@@GLIBC_2.34", 0)
 RWCLOCK(pl_rwlock_clockrdlock_old, FN_CLOCKRDLOCK_OLD, "pthread_rwlock_clockrdlock@GLIBC_2.30", 0)
