@@ -339,7 +339,7 @@ void pl_set_holder(struct pl_entry *e, unsigned depth);
 
 extern size_t pl_nsites;          /* init_site sections */
 
-/* Takes the init_site sections from res (0 when out of memory). */
+/* Takes the init_site sections from res.  1, or 0 when out of memory. */
 int pl_take_sites(struct pl_resolved *res);
 /* pthread_mutex_init (pthread_rwlock_init) of the lock at m, called from
  * ra, succeeded: maps it when ra is in an init_site function, unmaps a heap
