@@ -9,8 +9,9 @@
 # 2. build-asan/ : the same, built with AddressSanitizer and UBSan
 #    (DISTLOCK_SANITIZE=1/0 forces it on/off; default on when CI is set);
 #    the interop suite with the current Redisson line only
-# 3. build-tsan/ : the same, built with ThreadSanitizer, only when
-#    DISTLOCK_TSAN=1 (off by default, CI too, until the suite is clean)
+# 3. build-tsan/ : the same, built with ThreadSanitizer (clang; the shim
+#    left out), DISTLOCK_TSAN=1/0 forces it on/off; default on when CI is set;
+#    the interop suite with the current Redisson line only
 # 4. with --distcheck: make distcheck (the tarball builds and passes; the
 #    interop suite's scenarios 1 and 2 on one server, the current line)
 # DISTLOCK_INTEROP=1 (the default when CI is set) installs a JDK and Maven
@@ -28,7 +29,7 @@ distcheck=0
 for arg in "$@"; do
     case "$arg" in
     --distcheck) distcheck=1 ;;
-    -h | --help) sed -n '2,19p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,20p' "$0"; exit 0 ;;
     *) echo "usage: $0 [--distcheck]" >&2; exit 2 ;;
     esac
 done
@@ -37,7 +38,11 @@ if [[ -n "${DISTLOCK_SANITIZE:-}" ]]; then
 else
     sanitize=$([[ -n "${CI:-}" ]] && echo 1 || echo 0)
 fi
-tsan=$([[ "${DISTLOCK_TSAN:-0}" != 0 ]] && echo 1 || echo 0)
+if [[ -n "${DISTLOCK_TSAN:-}" ]]; then
+    tsan=$([[ "$DISTLOCK_TSAN" != 0 ]] && echo 1 || echo 0)
+else
+    tsan=$([[ -n "${CI:-}" ]] && echo 1 || echo 0)
+fi
 DISTLOCK_INTEROP=${DISTLOCK_INTEROP:-$([[ -n "${CI:-}" ]] && echo 1 || echo 0)}
 export DISTLOCK_INTEROP          # scripts/deps.sh: a JDK and Maven too
 if [[ $DISTLOCK_INTEROP == 1 ]]; then
@@ -94,7 +99,7 @@ if [[ $tsan -eq 1 ]]; then
     # the suite forks such children.  No shim: it needs GCC's symver
     # attribute, and under TSan it is not tested (see Makefile.am).
     DISTLOCK_DEPS_EXTRA="${DISTLOCK_DEPS_EXTRA:-} clang-14 libclang-rt-14-dev" \
-        check check-tsan build-tsan --enable-sanitizers=thread \
+        INTEROP_LINES=current check check-tsan build-tsan --enable-sanitizers=thread \
         --disable-preload CC=clang-14
 else
     summary+=("check-tsan: skipped (DISTLOCK_TSAN=1 runs it)")

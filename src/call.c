@@ -319,9 +319,18 @@ static uint64_t sleep_until(const struct dist__call *c, uint64_t deadline)
     return deadline && deadline < until ? deadline : until;
 }
 
+/* Set once by dist__abandon_waits, for a process about to exit. */
+static atomic_int abandon;
+
+void dist__abandon_waits(void)
+{
+    atomic_store(&abandon, 1);
+    dist__sub_wake_all();
+}
+
 /* Sleeps on the lock's channel between tries until it is taken, an error,
- * or the deadline (after one last try: a lock free at the deadline is
- * taken, never timed out). */
+ * the deadline (after one last try: a lock free at the deadline is taken,
+ * never timed out), or dist__abandon_waits. */
 static int wait_loop(struct dist__call *c, const struct dist__deadline *dl,
                      uint64_t deadline)
 {
@@ -339,6 +348,12 @@ static int wait_loop(struct dist__call *c, const struct dist__deadline *dl,
          * others and refused for its own reason (a reader a waiting writer
          * keeps out) must not sleep through its turn. */
         unsigned long gen = dist__sub_gen(ch);
+        /* read after gen: a wake-all that comes later ends the sleep */
+        if (atomic_load(&abandon)) {
+            rc = dist__err(ECANCELED, "%s '%s': the wait was abandoned",
+                           k->noun, name_of(c));
+            break;
+        }
         rc = try_patiently(c, deadline);
         if (rc != 0 || c->taken)
             break;
@@ -485,7 +500,8 @@ static int release_held(struct dist__call *c)
     rc = k->release(c);
     if (rc == EIO && !c->unknown)
         return rc;                 /* refused: nothing changed */
-    snprintf(why, sizeof why, "%s", dist_last_error());
+    if (rc == EIO)                 /* kept for the message below */
+        snprintf(why, sizeof why, "%s", dist_last_error());
     pthread_mutex_lock(&st->mu);
     r = dist__rec_find(st);
     if (rc == 0 && k->after_release)

@@ -169,6 +169,11 @@ void dist__rec_tidy(struct dist__state *st);
 
 int dist__acquire(struct dist__obj *o, int mode, int try_only,
                   const struct dist__deadline *dl);
+/* Every waiting acquire of the process, now and later, gives up at its next
+ * wake-up with ECANCELED, leaving its queue from its own thread, after its
+ * last try (for the distlock tool, which exits on a signal while its main
+ * thread waits).  Async-signal-unsafe; never undone. */
+void dist__abandon_waits(void);
 int dist__release(struct dist__obj *o);
 /* The calling thread's fencing token; mode 1: of a write hold. */
 int dist__token(struct dist__obj *o, int mode, uint64_t *token);

@@ -175,13 +175,12 @@ static int tkey(struct dist__state *st, struct dist__rec *r, unsigned long k,
 
 /* ---- script calls ------------------------------------------------------------ */
 
-#define UNKNOWN (-100)   /* a call was sent and no answer came back */
-
 /* Runs one of the conditional scripts.  After a lost reply it runs it again
  * on a new connection (at most twice, each bounded by the timeouts): a
  * second run never repeats the first one's work, and *again tells the
  * caller to read the answer in that light.  Returns 0 with *r, EIO or
- * ENOMEM (nothing ran), or UNKNOWN. */
+ * ENOMEM (nothing ran), or DIST__ECONN (sent, and whether it ran is
+ * unknown). */
 static int run(int script, int nkeys, const struct dist__buf *kv, int nkv,
                redisReply **r, int *again, struct dist__link **on)
 {
@@ -200,7 +199,7 @@ static int run(int script, int nkeys, const struct dist__buf *kv, int nkv,
     if (rc == 0)
         return 0;
     if (*again)
-        return UNKNOWN;
+        return DIST__ECONN;
     return rc == ENOMEM ? ENOMEM : EIO;
 }
 
@@ -269,7 +268,7 @@ static int no_upgrade(struct dist__call *c, int try_only)
 }
 
 /* One acquire script call with the owner's expected counts c->n.  0 with
- * v[] the reply; EIO/ENOMEM; UNKNOWN. */
+ * v[] the reply; EIO/ENOMEM; DIST__ECONN. */
 static int run_acquire(struct dist__call *c, struct dist__rec *r, long long v[4],
                        int *again)
 {
@@ -381,7 +380,7 @@ static int rw_acquire(struct dist__call *c)
         if (c->mode && c->n[0] > 0 && c->n[1] == 0)
             return no_upgrade(c, c->how == DIST__HOW_TRY);
         rc = run_acquire(c, r, v, &again);
-        if (rc == UNKNOWN) {
+        if (rc == DIST__ECONN) {
             c->unknown = 1;
             return EIO;
         }
@@ -433,7 +432,7 @@ static int rw_release(struct dist__call *c)
     rc = run_release(st, owner, olen, c->mode, rd, wr, &tk, v, &again);
     /* Not even sent: the owner lets go all the same, as for an unknown
      * outcome; a hold kept after a failed unlock would be renewed for ever. */
-    if (rc == EIO || rc == UNKNOWN) {
+    if (rc == EIO || rc == DIST__ECONN) {
         c->unknown = 1;
         return EIO;
     }

@@ -212,6 +212,17 @@ int dist__sub_wait_since(struct dist__chan *ch, unsigned long gen,
     return rc;
 }
 
+void dist__sub_wake_all(void)
+{
+    struct dist__chan *ch;
+
+    pubsub_init();
+    pthread_mutex_lock(&P.mu);
+    for (ch = P.chans; ch; ch = ch->next)
+        dist__ps_wake(ch, 1);
+    pthread_mutex_unlock(&P.mu);
+}
+
 void dist__pubsub_shutdown(void)
 {
     struct dist__chan *ch;

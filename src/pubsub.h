@@ -25,6 +25,9 @@ void dist__sub_wait_ready(struct dist__chan *ch, uint64_t until_ms);
 unsigned long dist__sub_gen(struct dist__chan *ch);
 int dist__sub_wait_since(struct dist__chan *ch, unsigned long gen,
                          uint64_t until_ms);
+/* Wakes every waiting thread of every channel, as a wake-all message
+ * would (dist__abandon_waits). */
+void dist__sub_wake_all(void);
 void dist__pubsub_shutdown(void);
 
 #endif

@@ -168,12 +168,44 @@ static int find_program(const char *name, char *buf, size_t len)
     return -1;
 }
 
+/* The loader ignores LD_PRELOAD in secure-execution mode, which a
+ * set-user-ID or set-group-ID bit or file capabilities turn on.  0, or
+ * EXIT_REFUSED after saying which. */
+static int check_secure_exec(const char *path, const struct stat *st)
+{
+    const char *bit = NULL;
+    ssize_t cap;
+
+    if (st->st_mode & S_ISUID)
+        bit = "set-user-ID";
+    else if ((st->st_mode & S_ISGID) && (st->st_mode & S_IXGRP))
+        bit = "set-group-ID";
+    if (bit) {
+        say("%s: %s (mode %04o): the loader ignores LD_PRELOAD in "
+            "secure-execution mode; run a copy without the bit", path, bit,
+            (unsigned)(st->st_mode & 07777));
+        return EXIT_REFUSED;
+    }
+    cap = getxattr(path, "security.capability", NULL, 0);
+    if (cap > 0) {
+        say("%s: has file capabilities (security.capability): the loader "
+            "ignores LD_PRELOAD in secure-execution mode; run a copy "
+            "without them (setcap -r)", path);
+        return EXIT_REFUSED;
+    }
+    if (cap < 0 && errno != ENODATA && errno != ENOTSUP) {
+        say("%s: cannot read its security.capability attribute: %s", path,
+            strerror(errno));
+        return EXIT_REFUSED;
+    }
+    return 0;
+}
+
 /* Refuses what the loader would start without the shim. */
 static int check_program(const char *path, const struct elfinfo *shim,
                          struct stat *st)
 {
     struct elfinfo ei;
-    ssize_t cap;
     int rc;
 
     if (stat(path, st) != 0) {
@@ -216,31 +248,7 @@ static int check_program(const char *path, const struct elfinfo *shim,
             "interpose its pthread calls", path);
         return EXIT_REFUSED;
     }
-    if (st->st_mode & S_ISUID) {
-        say("%s: set-user-ID (mode %04o): the loader ignores LD_PRELOAD in "
-            "secure-execution mode; run a copy without the bit", path,
-            (unsigned)(st->st_mode & 07777));
-        return EXIT_REFUSED;
-    }
-    if ((st->st_mode & S_ISGID) && (st->st_mode & S_IXGRP)) {
-        say("%s: set-group-ID (mode %04o): the loader ignores LD_PRELOAD in "
-            "secure-execution mode; run a copy without the bit", path,
-            (unsigned)(st->st_mode & 07777));
-        return EXIT_REFUSED;
-    }
-    cap = getxattr(path, "security.capability", NULL, 0);
-    if (cap > 0) {
-        say("%s: has file capabilities (security.capability): the loader "
-            "ignores LD_PRELOAD in secure-execution mode; run a copy "
-            "without them (setcap -r)", path);
-        return EXIT_REFUSED;
-    }
-    if (cap < 0 && errno != ENODATA && errno != ENOTSUP) {
-        say("%s: cannot read its security.capability attribute: %s", path,
-            strerror(errno));
-        return EXIT_REFUSED;
-    }
-    return 0;
+    return check_secure_exec(path, st);
 }
 
 /* ---- signals ------------------------------------------------------------- */

@@ -8,9 +8,9 @@
  * it: every message can then name FILE:LINE, and headers, empty sections
  * and inih's silent quirks (a line longer than its buffer, an indented line
  * taken as the continuation of the previous value) are caught here. */
+#define _GNU_SOURCE
 #include <ctype.h>
 #include <errno.h>
-#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -345,166 +345,6 @@ static char *reader(char *str, int num, void *stream)
     return str;
 }
 
-/* ---- values ------------------------------------------------------------- */
-
-static int parse_ulong(const char *v, unsigned long max, unsigned long *out)
-{
-    char *end;
-    unsigned long x;
-
-    if (!*v || *v == '-' || *v == '+' || isspace((unsigned char)*v))
-        return -1;
-    errno = 0;
-    x = strtoul(v, &end, 0);
-    if (errno || *end || x > max)
-        return -1;
-    *out = x;
-    return 0;
-}
-
-static int parse_bool(const char *v, int *out)
-{
-    static const char *yes[] = { "yes", "true", "on", "1" };
-    static const char *no[] = { "no", "false", "off", "0" };
-    size_t i;
-
-    for (i = 0; i < 4; i++) {
-        if (strcasecmp(v, yes[i]) == 0)
-            return *out = 1, 0;
-        if (strcasecmp(v, no[i]) == 0)
-            return *out = 0, 0;
-    }
-    return -1;
-}
-
-static int is_symchar(int c)
-{
-    return isalnum(c) || c == '_' || c == '.' || c == '$' || c == '@';
-}
-
-/* The kind of match ("symbol" or "init_site") into s->how; returns the
- * spec after it, or NULL after reporting. */
-static const char *match_how(struct parse *p, struct pl_section *s,
-                             const char *v)
-{
-    const char *sp = v, *spec, *c;
-    size_t wlen;
-
-    while (*sp && !isspace((unsigned char)*sp))
-        sp++;
-    wlen = (size_t)(sp - v);
-    spec = skipws(sp);
-    if (wlen == 6 && memcmp(v, "symbol", 6) == 0)
-        s->how = PL_SYMBOL;
-    else if (wlen == 9 && memcmp(v, "init_site", 9) == 0)
-        s->how = PL_INIT_SITE;
-    else {
-        perr(p, p->line, "match: expected 'symbol NAME' or 'init_site "
-             "FUNCTION', not '%s'", v);
-        return NULL;
-    }
-    if (!*spec) {
-        perr(p, p->line, "match: '%.*s' needs a name", (int)wlen, v);
-        return NULL;
-    }
-    for (c = spec; *c; c++) {
-        if (isspace((unsigned char)*c)) {
-            perr(p, p->line, "match: white space inside '%s'", spec);
-            return NULL;
-        }
-    }
-    return spec;
-}
-
-/* The qualifiers, everything up to the last ':' before any '[' or '+',
- * into s->qual.  Returns what follows them, or NULL after reporting. */
-static const char *match_qualifiers(struct parse *p, struct pl_section *s,
-                                    const char *spec)
-{
-    const char *name = spec;
-    int i;
-
-    for (i = 0; i < 3; i++) {
-        const char *colon = strchr(name, ':');
-        const char *stop = name + strcspn(name, "[+");
-
-        if (!colon || colon > stop)
-            break;
-        if (i == 2 || colon == name) {
-            perr(p, p->line, "match: cannot read '%s': expected "
-                 "[OBJECT:][FILE:]NAME", spec);
-            return NULL;
-        }
-        /* indexed by i, not nqual: the bound of qual is this loop's */
-        s->qual[i] = dupn(name, (size_t)(colon - name));
-        s->nqual = i + 1;
-        name = colon + 1;
-    }
-    return name;
-}
-
-/* What may follow a symbol's name: [N] or [*], then +OFFSET. */
-static void match_suffix(struct parse *p, struct pl_section *s,
-                         const char *c, const char *spec)
-{
-    if (*c == '[') {
-        if (c[1] == '*' && c[2] == ']') {
-            s->each = 1;
-            c += 3;
-        } else {
-            char *end;
-            unsigned long x;
-
-            errno = 0;
-            x = strtoul(c + 1, &end, 10);
-            if (!isdigit((unsigned char)c[1]) || *end != ']' || errno ||
-                x > LONG_MAX / 2) {
-                perr(p, p->line, "match: bad index in '%s': [N] or [*]", spec);
-                return;
-            }
-            s->index = (long)x;
-            c = end + 1;
-        }
-    }
-    if (*c == '+') {
-        if (parse_ulong(c + 1, 1UL << 30, &s->offset) != 0) {
-            perr(p, p->line, "match: bad offset in '%s': +N or +0xN", spec);
-            return;
-        }
-        c += strlen(c);
-    }
-    if (*c)
-        perr(p, p->line, "match: unexpected '%s' in '%s'", c, spec);
-}
-
-/* "symbol [OBJ:][FILE:]NAME[[N]|[*]][+OFF]" or "init_site [OBJ:][FILE:]FN" */
-static void parse_match(struct parse *p, struct pl_section *s, const char *v)
-{
-    const char *spec, *name, *c;
-
-    spec = match_how(p, s, v);
-    if (!spec)
-        return;
-    s->match = strdup(v);
-    name = match_qualifiers(p, s, spec);
-    if (!name)
-        return;
-    for (c = name; *c && is_symchar((unsigned char)*c); c++)
-        ;
-    if (c == name) {
-        perr(p, p->line, "match: no symbol name in '%s'", spec);
-        return;
-    }
-    s->symbol = dupn(name, (size_t)(c - name));
-    if (s->how == PL_INIT_SITE) {
-        if (*c)
-            perr(p, p->line, "match: init_site takes a function name, "
-                 "without [index] or +offset: '%s'", spec);
-        return;
-    }
-    match_suffix(p, s, c, spec);
-}
-
 /* ---- keys ---------------------------------------------------------------- */
 
 /* Every key is remembered, however many a section has: a key missed here
@@ -561,18 +401,18 @@ static void redis_key(struct parse *p, const char *k, const char *v)
         cfg->url = strdup(v);
         p->url_line = p->line;
     } else if (strcmp(k, "lease_ms") == 0) {
-        if (parse_ulong(v, 24UL * 3600 * 1000, &x) != 0)
+        if (pl_parse_ulong(v, 24UL * 3600 * 1000, &x) != 0)
             perr(p, p->line, "lease_ms: a number of milliseconds up to a "
                  "day, or 0 for the watchdog; not '%s'", v);
         else
             cfg->lease_ms = x;
     } else if (strcmp(k, "watchdog_ms") == 0) {
-        if (parse_ulong(v, 24UL * 3600 * 1000, &x) != 0 || x < 300)
+        if (pl_parse_ulong(v, 24UL * 3600 * 1000, &x) != 0 || x < 300)
             perr(p, p->line, "watchdog_ms: 300 or more, not '%s'", v);
         else
             cfg->watchdog_ms = x;
     } else if (strcmp(k, "timeout_ms") == 0) {
-        if (parse_ulong(v, 3600UL * 1000, &x) != 0 || x == 0)
+        if (pl_parse_ulong(v, 3600UL * 1000, &x) != 0 || x == 0)
             perr(p, p->line, "timeout_ms: a number of milliseconds, not '%s'", v);
         else
             cfg->timeout_ms = x;
@@ -610,7 +450,7 @@ static void preload_key(struct parse *p, const char *k, const char *v)
         free(p->cfg->program);
         p->cfg->program = strdup(v);
     } else if (strcmp(k, "verbose") == 0) {
-        if (parse_bool(v, &b) != 0)
+        if (pl_parse_bool(v, &b) != 0)
             perr(p, p->line, "verbose: yes or no, not '%s'", v);
         else
             p->cfg->verbose = b;
@@ -628,10 +468,13 @@ static void map_key(struct parse *p, const char *k, const char *v)
     int b;
 
     if (strcmp(k, "match") == 0) {
+        char why[512];
+
         s->match_line = p->line;
-        parse_match(p, s, v);
+        if (pl_parse_match(s, v, why, sizeof why) != 0)
+            perr(p, p->line, "%s", why);
     } else if (strcmp(k, "fair") == 0 && !rw) {
-        if (parse_bool(v, &b) != 0)
+        if (pl_parse_bool(v, &b) != 0)
             perr(p, p->line, "fair: yes or no, not '%s'", v);
         else
             s->fair = b;
@@ -643,18 +486,18 @@ static void map_key(struct parse *p, const char *k, const char *v)
         else
             perr(p, p->line, "kind: prefer-reader or prefer-writer, not '%s'", v);
     } else if (strcmp(k, "lease_ms") == 0) {
-        if (parse_ulong(v, 24UL * 3600 * 1000, &x) != 0)
+        if (pl_parse_ulong(v, 24UL * 3600 * 1000, &x) != 0)
             perr(p, p->line, "lease_ms: a number of milliseconds up to a "
                  "day, or 0 for the watchdog; not '%s'", v);
         else
             s->lease_ms = (long)x;
     } else if (strcmp(k, "stride") == 0) {
-        if (parse_ulong(v, 1UL << 20, &x) != 0 || x == 0)
+        if (pl_parse_ulong(v, 1UL << 20, &x) != 0 || x == 0)
             perr(p, p->line, "stride: a number of bytes, not '%s'", v);
         else
             s->stride = x;
     } else if (strcmp(k, "count") == 0) {
-        if (parse_ulong(v, 1UL << 20, &x) != 0 || x == 0)
+        if (pl_parse_ulong(v, 1UL << 20, &x) != 0 || x == 0)
             perr(p, p->line, "count: a number of elements, not '%s'", v);
         else
             s->count = x;
@@ -745,6 +588,8 @@ static void check_sections(struct parse *p)
         }
     }
 }
+
+struct pl_config pl_cfg;
 
 int pl_config_load(const char *path, struct pl_config *cfg)
 {

@@ -7,6 +7,7 @@
  * file).  In .symtab the local symbols come first, each group after the
  * STT_FILE symbol naming the source file it came from; that is how a
  * file-static symbol is told from its namesakes in other files. */
+#define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>

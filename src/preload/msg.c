@@ -4,7 +4,7 @@
  * its status pipe together with the verdict (or, without distlock-run, they
  * go to stderr when start-up is over); after start-up each one is printed
  * at once.  This file calls nothing else of the shim: the configuration
- * reader and the resolver report through it, and shim.c drives it. */
+ * reader and the resolver report through it, and startup.c drives it. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <stdarg.h>
@@ -108,4 +108,15 @@ void pl_set_verbose(int on)
 int pl_verbose(void)
 {
     return verbose;
+}
+
+void pl_die(const char *fmt, ...)
+{
+    va_list ap;
+
+    pl_msg_started();
+    va_start(ap, fmt);
+    pl_vmsg(fmt, ap);
+    va_end(ap);
+    abort();
 }

@@ -2,16 +2,29 @@
  *
  * msg.c      the messages: collected during start-up, printed at once after
  *            (calls nothing else here, so everything may report through it)
+ * value.c    reads a value: numbers, yes/no, the grammar of "match ="
  * config.c   reads the INI file into struct pl_config (inih + a line-tracking
  *            reader, so that every message has FILE:LINE)
  * elf.c      reads the symbol tables of an ELF file (.symtab, else .dynsym)
  * resolve.c  turns each [mutex]/[rwlock] section into addresses of the
  *            loaded objects (dl_iterate_phdr + elf.c)
- * shim.c     the interposed pthread functions, the address table and the
- *            lazy, thread-safe start-up
+ * real.c     glibc's functions behind ours, by symbol version
+ * table.c    the address table of the mapped locks, and their entries
+ * site.c     init_site: heap locks mapped when their init runs
+ * startup.c  the lazy, thread-safe start-up and the status pipe
+ * shim.c     the interposed pthread functions, and their distributed half
+ *
+ * Each uses only those listed above it.
  */
 #ifndef DIST_PRELOAD_H
 #define DIST_PRELOAD_H
+
+/* (every file of the shim defines _GNU_SOURCE first: glibc declares the
+ * clock variants of the lock functions, whose types are taken below, only
+ * then) */
+#ifndef _GNU_SOURCE
+#error "define _GNU_SOURCE before the first include"
+#endif
 
 #include <elf.h>
 #include <errno.h>
@@ -21,6 +34,11 @@
 #include <stdint.h>
 
 #include "distlock.h"
+
+/* Nothing declared here leaves the library: declared hidden, it is reached
+ * without the GOT or the PLT, as cheaply as a file's statics (the fast path
+ * for an unmapped mutex reads pl_tab and pl_real). */
+#pragma GCC visibility push(hidden)
 
 /* Exit status of a process whose configuration was refused (sysexits'
  * EX_CONFIG); distlock-run exits with it too. */
@@ -59,6 +77,9 @@ void pl_set_verbose(int on);
 int pl_verbose(void);
 /* write(2) until all of p is written or the descriptor fails. */
 void pl_write_all(int fd, const char *p, size_t n);
+/* Prints at once (start-up may not be over) and aborts. */
+void pl_die(const char *fmt, ...)
+    __attribute__((format(printf, 1, 2), noreturn));
 
 /* ---- configuration (config.c) ----------------------------------------- */
 
@@ -108,10 +129,23 @@ struct pl_config {
     size_t nsec;
 };
 
+/* Reads a number up to max (decimal, 0x hex or 0 octal; no sign).  0, or
+ * -1 when v is not one. */
+int pl_parse_ulong(const char *v, unsigned long max, unsigned long *out);
+/* yes/true/on/1 or no/false/off/0, any case.  0, or -1 when v is neither. */
+int pl_parse_bool(const char *v, int *out);
+/* Reads the value of "match =" into s (how, qual, symbol, each, index,
+ * offset; match as written).  0, or -1 with the reason in why. */
+int pl_parse_match(struct pl_section *s, const char *v, char *why,
+                   size_t whylen);
+
 /* Reads path.  0, or -1 after reporting every problem with pl_msg as
  * "FILE:LINE: ...".  cfg is filled either way; free it with pl_config_free. */
 int pl_config_load(const char *path, struct pl_config *cfg);
 void pl_config_free(struct pl_config *cfg);
+/* The configuration this process runs with: loaded by start-up, read by
+ * the shim afterwards. */
+extern struct pl_config pl_cfg;
 
 /* ---- ELF symbol tables (elf.c) ------------------------------------------ */
 
@@ -173,5 +207,157 @@ struct pl_resolved {
  * not resolve (unless only warned) with pl_msg. */
 int pl_resolve(const struct pl_config *cfg, struct pl_resolved *out);
 void pl_resolved_free(struct pl_resolved *r);
+
+/* ==== the shim's own parts: real.c, table.c, site.c, startup.c, shim.c === */
+
+#define PL_LIKELY(x) __builtin_expect(!!(x), 1)
+#define PL_UNLIKELY(x) __builtin_expect(!!(x), 0)
+
+/* ---- glibc's functions (real.c) ----------------------------------------- */
+
+/* The pointer types of glibc's own declarations. */
+typedef __typeof__(&pthread_mutex_lock) lock_fn;
+typedef __typeof__(&pthread_mutex_timedlock) timed_fn;
+typedef __typeof__(&pthread_mutex_clocklock) clock_fn;
+typedef __typeof__(&pthread_mutex_init) init_fn;
+typedef __typeof__(&pthread_cond_wait) wait_fn;
+typedef __typeof__(&pthread_cond_timedwait) twait_fn;
+typedef __typeof__(&pthread_cond_clockwait) cwait_fn;
+typedef __typeof__(&pthread_rwlock_rdlock) rw_fn;
+typedef __typeof__(&pthread_rwlock_timedrdlock) rwtimed_fn;
+typedef __typeof__(&pthread_rwlock_clockrdlock) rwclock_fn;
+typedef __typeof__(&pthread_rwlock_init) rwinit_fn;
+
+/* One entry point of ours: the glibc symbol and version it stands for
+ * (real.c's table), the glibc function it forwards to (pl_real) and how
+ * often it saw a mapped lock (pl_count). */
+enum {
+    FN_LOCK, FN_UNLOCK, FN_INIT, FN_DESTROY,
+    FN_TRYLOCK, FN_TRYLOCK_OLD, FN_TIMEDLOCK, FN_TIMEDLOCK_OLD,
+    FN_CLOCKLOCK, FN_CLOCKLOCK_OLD,
+    FN_WAIT, FN_WAIT_OLD, FN_TIMEDWAIT, FN_TIMEDWAIT_OLD,
+    FN_CLOCKWAIT, FN_CLOCKWAIT_OLD,
+    FN_RDLOCK, FN_RDLOCK_OLD, FN_TRYRDLOCK, FN_TRYRDLOCK_OLD,
+    FN_TIMEDRDLOCK, FN_TIMEDRDLOCK_OLD, FN_CLOCKRDLOCK, FN_CLOCKRDLOCK_OLD,
+    FN_WRLOCK, FN_WRLOCK_OLD, FN_TRYWRLOCK, FN_TRYWRLOCK_OLD,
+    FN_TIMEDWRLOCK, FN_TIMEDWRLOCK_OLD, FN_CLOCKWRLOCK, FN_CLOCKWRLOCK_OLD,
+    FN_RWUNLOCK, FN_RWUNLOCK_OLD, FN_RWINIT, FN_RWINIT_OLD,
+    FN_RWDESTROY, FN_RWDESTROY_OLD,
+    FN_COUNT
+};
+
+extern void *pl_real[FN_COUNT];
+extern unsigned long pl_calls[FN_COUNT];
+#define REAL(f, type) ((type)pl_real[f])
+
+/* Fills pl_real (once; dies when a function is missing). */
+void pl_resolve_reals(void);
+
+static inline void pl_count(int f)
+{
+    __atomic_fetch_add(&pl_calls[f], 1, __ATOMIC_RELAXED);
+}
+
+/* Set while this thread runs our own code that calls back into the
+ * interposed functions (start-up, mapping a heap lock): those calls are
+ * libdistlock's, inih's or libc's, and pass straight through. */
+extern __thread int pl_in_shim __attribute__((tls_model("initial-exec")));
+
+/* ---- the address table and its entries (table.c) ---------------------- */
+
+struct pl_entry {
+    uintptr_t addr;
+    int kind;                     /* enum pl_kind */
+    int dynamic;                  /* found through init_site */
+    int live;                     /* atomic; always 1 for symbol entries */
+    const struct pl_section *sec;
+    char *lockname;
+    char *where;
+    dist_mutex_t dm;              /* PL_MUTEX */
+    dist_rwlock_t drw;            /* PL_RWLOCK */
+    /* a mutex's local holder: written only by the thread holding the real
+     * mutex (relaxed atomics, for the reads of a buggy non-owner) */
+    pthread_t owner;
+    unsigned long owner_gen;
+    unsigned depth;
+};
+
+/* An open-addressing set of addresses, at most half full: a key is
+ * published with a release store and never removed. */
+struct pl_table {
+    unsigned shift;               /* slot = (addr * K) >> shift */
+    size_t mask;
+    size_t used;
+    struct pl_entry **val;
+    uintptr_t key[];
+};
+
+#define PL_HASH_K 0x9E3779B97F4A7C15ull
+
+extern const struct pl_table *pl_tab;   /* NULL until start-up is over */
+extern struct pl_table *pl_tab_w;       /* the same, for the writer */
+/* Bumped in a fork() child: the parent's holders are not this process's. */
+extern unsigned long pl_fork_gen;
+
+static inline size_t pl_slot_of(const struct pl_table *t, uintptr_t a)
+{
+    return (size_t)((a * PL_HASH_K) >> t->shift);
+}
+
+/* The fast path: true when m is certainly not mapped (its first slot is
+ * empty).  Plain loads only. */
+static inline int pl_surely_plain(const void *m)
+{
+    const struct pl_table *t = __atomic_load_n(&pl_tab, __ATOMIC_ACQUIRE);
+
+    return PL_LIKELY(t != NULL) &&
+           PL_LIKELY(__atomic_load_n(&t->key[pl_slot_of(t, (uintptr_t)m)],
+                                     __ATOMIC_RELAXED) == 0);
+}
+
+/* The table of a process with nothing mapped. */
+const struct pl_table *pl_table_none(void);
+/* Room for cap keys (a power of two at least that); NULL: no memory. */
+struct pl_table *pl_table_new(size_t cap);
+/* Twice as large, with t's entries; NULL: no memory. */
+struct pl_table *pl_table_grow(const struct pl_table *t);
+void pl_table_put(struct pl_table *t, struct pl_entry *e);
+/* The entry of an address, dead or alive. */
+struct pl_entry *pl_table_get(const struct pl_table *t, uintptr_t a);
+
+/* Makes e's distributed lock, named lockname, as e->sec says.  0, or the
+ * library's error. */
+int pl_entry_init(struct pl_entry *e, const char *lockname);
+/* Marks e dead and destroys its distributed lock. */
+void pl_entry_kill(struct pl_entry *e);
+/* Does this thread hold e's real mutex (as recorded by pl_set_holder)? */
+int pl_held_by_me(const struct pl_entry *e);
+/* Records this thread as e's holder, depth times (0: nobody). */
+void pl_set_holder(struct pl_entry *e, unsigned depth);
+
+/* ---- init_site (site.c) ------------------------------------------------- */
+
+extern size_t pl_nsites;          /* init_site sections */
+
+/* Takes the init_site sections from res.  1, or 0 when out of memory. */
+int pl_take_sites(struct pl_resolved *res);
+/* pthread_mutex_init (pthread_rwlock_init) of the lock at m, called from
+ * ra, succeeded: maps it when ra is in an init_site function, unmaps a heap
+ * entry left at m otherwise.  0, or ENOMEM: the lock could not be mapped
+ * for want of memory, and the caller's init fails with it (a lock that
+ * stayed local would not exclude the other processes). */
+int pl_site_init(void *m, uintptr_t ra, int kind);
+/* The heap lock of e was destroyed: so is its distributed lock. */
+void pl_site_forget(struct pl_entry *e);
+/* fork() must not copy the heap entries half-changed. */
+void pl_site_atfork(void);
+
+/* ---- start-up (startup.c) ----------------------------------------------- */
+
+/* Builds the table once (waiting for another thread doing it) and returns
+ * it; during our own start-up calls, the empty table. */
+const struct pl_table *pl_startup(void);
+
+#pragma GCC visibility pop
 
 #endif

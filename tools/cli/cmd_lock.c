@@ -22,9 +22,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "engine.h"   /* dist__abandon_waits */
 #include "tool.h"
 
 enum { PH_WAIT, PH_ABANDON, PH_RUN, PH_DONE };
+
+/* How long a signal waits for the main thread to give up its wait. */
+#define ABANDON_WAIT_MS 1000
 
 static struct {
     pthread_mutex_t mu;
@@ -102,9 +106,11 @@ static void cloexec_ours(void)
     close(d);
 }
 
-/* A waiter that gives up leaves its queue (fair mutex; a writer of a
- * writer-preferring rwlock), from the signal thread's own link, with the
- * owner of the main thread. */
+/* The last resort when the main thread did not give up in time (Redis
+ * slow to answer): the waiter leaves its queue (fair mutex; a writer of a
+ * writer-preferring rwlock) from the signal thread's own link, with the
+ * owner of the main thread.  The main thread may still be trying, and put
+ * it back; then the queue's window ends it. */
 static void cancel_wait(void)
 {
     const char *pub = dist__publish_cmd();
@@ -145,11 +151,14 @@ static void *signal_thread(void *arg)
 
             lk.phase = PH_ABANDON;
             pthread_mutex_unlock(&lk.mu);
-            cancel_wait();
-            /* the lock may have been granted meanwhile: then the main
-             * thread sees PH_ABANDON, releases it and exits */
+            /* The main thread's wait gives up at once and leaves its
+             * queue itself, after its last try, so that no try of it can
+             * queue it again after the leaving; or the lock was granted
+             * meanwhile.  Either way it sees PH_ABANDON and exits. */
+            dist__abandon_waits();
             clock_gettime(CLOCK_REALTIME, &until);
-            until.tv_nsec += 200 * 1000000L;
+            until.tv_sec += ABANDON_WAIT_MS / 1000;
+            until.tv_nsec += (ABANDON_WAIT_MS % 1000) * 1000000L;
             if (until.tv_nsec >= 1000000000L) {
                 until.tv_sec++;
                 until.tv_nsec -= 1000000000L;
@@ -159,6 +168,8 @@ static void *signal_thread(void *arg)
                    pthread_cond_timedwait(&lk.cv, &lk.mu, &until) == 0)
                 ;
             if (lk.phase == PH_ABANDON) {
+                pthread_mutex_unlock(&lk.mu);
+                cancel_wait();
                 fflush(stderr);
                 _exit(128 + sig);
             }

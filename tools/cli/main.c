@@ -10,102 +10,17 @@
  * Exit codes: 0 success, 1 busy / timed out / declined, 2 usage error,
  * 3 Redis error; `lock` returns the command's own status.
  *
- * main.c: the command line, messages and the settings; one file per
- * command group beside it (cmd_*.c), a lock's state in snap.c and show.c.
+ * main.c: the command line and its help; what the commands share in
+ * common.c, one file per command group beside it (cmd_*.c), a lock's state
+ * in snap.c.
  */
 #define _GNU_SOURCE
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "tool.h"
-
-struct tool_opt opt;
-struct dist__cfg rcfg;
-
-/* ------------------------------------------------------------------------ */
-/* Messages                                                                 */
-/* ------------------------------------------------------------------------ */
-
-static void vsay(const char *fmt, va_list ap)
-{
-    fputs("distlock: ", stderr);
-    vfprintf(stderr, fmt, ap);
-}
-
-void say(const char *fmt, ...)
-{
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsay(fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
-}
-
-void die(int code, const char *fmt, ...)
-{
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsay(fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
-    exit(code);
-}
-
-const char *cur_cmd = NULL;   /* for "Try 'distlock CMD --help'" */
-
-void usage_error(const char *fmt, ...)
-{
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsay(fmt, ap);
-    va_end(ap);
-    fprintf(stderr, "\nTry 'distlock %s%s--help'.\n", cur_cmd ? cur_cmd : "",
-            cur_cmd ? " " : "");
-    exit(EX_USAGE);
-}
-
-/* ------------------------------------------------------------------------ */
-/* Settings                                                                 */
-/* ------------------------------------------------------------------------ */
-
-void redis_setup(void)
-{
-    if (opt.url) {
-        struct dist__cfg tmp;
-        char why[200];
-        if (dist__parse_url(opt.url, &tmp, why, sizeof why) != 0)
-            usage_error("--url: %s", why);
-        if (dist_set_url(opt.url) != 0)
-            die(EX_USAGE, "--url: %s", dist_last_error());
-    }
-    dist__cfg_get(&rcfg);
-    if (rcfg.bad[0])
-        die(EX_USAGE, "%s", rcfg.bad);
-}
-
-int on_cluster(void)
-{
-    return rcfg.mode == DIST__MODE_CLUSTER;
-}
-
-int sharded_pubsub(void)
-{
-    return dist__sharded_pubsub(&rcfg);
-}
-
-void addr_text(char *buf, size_t len, const struct dist__addr *a)
-{
-    if (!a->port)
-        snprintf(buf, len, "unix:%s", rcfg.path);
-    else
-        snprintf(buf, len, "%s:%d", a->host, a->port);
-}
 
 /* ------------------------------------------------------------------------ */
 /* Command line                                                             */
@@ -215,90 +130,6 @@ static const char *usage_of(const char *cmd)
     return NULL;
 }
 
-/* Options every command takes.  Returns 1 when argv[*i] was one (and moves
- * *i past its value), 0 otherwise. */
-int common_opt(int argc, char **argv, int *i)
-{
-    const char *a = argv[*i];
-
-    if (strcmp(a, "--json") == 0) {
-        opt.json = 1;
-        return 1;
-    }
-    if (strcmp(a, "--url") == 0) {
-        if (*i + 1 >= argc)
-            usage_error("--url needs a value");
-        opt.url = argv[++*i];
-        return 1;
-    }
-    if (strncmp(a, "--url=", 6) == 0) {
-        opt.url = a + 6;
-        return 1;
-    }
-    if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-        fputs(cur_cmd ? usage_of(cur_cmd) : usage_main, stdout);
-        exit(0);
-    }
-    return 0;
-}
-
-/* A value: "--opt V" or "--opt=V". */
-const char *opt_value(int argc, char **argv, int *i, const char *name)
-{
-    size_t n = strlen(name);
-
-    if (strcmp(argv[*i], name) == 0) {
-        if (*i + 1 >= argc)
-            usage_error("%s needs a value", name);
-        return argv[++*i];
-    }
-    if (strncmp(argv[*i], name, n) == 0 && argv[*i][n] == '=')
-        return argv[*i] + n + 1;
-    return NULL;
-}
-
-void check_name(const char *name)
-{
-    size_t n = strlen(name);
-
-    if (n == 0)
-        usage_error("the lock name is empty");
-    if (n > DIST_NAME_MAX)
-        usage_error("the lock name is longer than %d bytes", DIST_NAME_MAX);
-}
-
-const char *operand_args(int argc, char **argv, extra_opt_fn extra, void *arg)
-{
-    const char *operand = NULL;
-    int i, dashdash = 0;
-
-    for (i = 0; i < argc; i++) {
-        if (!dashdash && strcmp(argv[i], "--") == 0) {
-            dashdash = 1;
-        } else if (!dashdash && extra && extra(argc, argv, &i, arg)) {
-            continue;
-        } else if (!dashdash && argv[i][0] == '-' && argv[i][1]) {
-            if (!common_opt(argc, argv, &i))
-                usage_error("unknown option '%s'", argv[i]);
-        } else if (operand) {
-            usage_error("unexpected argument '%s'", argv[i]);
-        } else {
-            operand = argv[i];
-        }
-    }
-    return operand;
-}
-
-const char *name_args(int argc, char **argv, extra_opt_fn extra, void *arg)
-{
-    const char *name = operand_args(argc, argv, extra, arg);
-
-    if (!name)
-        usage_error("missing the lock NAME");
-    check_name(name);
-    return name;
-}
-
 /* ------------------------------------------------------------------------ */
 /* main                                                                     */
 /* ------------------------------------------------------------------------ */
@@ -310,6 +141,7 @@ int main(int argc, char **argv)
     struct sigaction sa;
 
     note_startup_fds();
+    cur_usage = usage_main;
     /* A Redis socket that closed must give an error, not kill us; `lock`
      * gives its command the original disposition back. */
     memset(&sa, 0, sizeof sa);
@@ -344,6 +176,7 @@ int main(int argc, char **argv)
     if (!usage_of(cmd))
         usage_error("no command '%s'", cmd);
     cur_cmd = cmd;
+    cur_usage = usage_of(cmd);
     argc -= i + 1;
     argv += i + 1;
     if (strcmp(cmd, "status") == 0)

@@ -32,6 +32,7 @@ extern struct tool_opt {
 } opt;
 extern struct dist__cfg rcfg;      /* the settings, once redis_setup ran */
 extern const char *cur_cmd;        /* for "Try 'distlock CMD --help'" */
+extern const char *cur_usage;      /* what --help prints */
 
 void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void die(int code, const char *fmt, ...)

@@ -1,0 +1,150 @@
+/* table.c: the address table of the mapped locks, and their entries.
+ *
+ * Every interposed function first asks whether its lock is mapped.  That
+ * question must cost next to nothing for the locks that are not (nearly
+ * all of them, including libdistlock's own): one load of the table pointer,
+ * one multiply, one load of a slot (pl_surely_plain in preload.h); an empty
+ * slot means "not mapped" and the call goes on to glibc's function as a
+ * tail call.  The table is an open-addressing set of addresses, at most
+ * half full, published once with a release store and never changed in
+ * place except by adding keys (heap locks found through init_site, see
+ * site.c); the loads on that path are plain moves on x86-64: no locked
+ * instruction, no fence, no allocation, no TLS. */
+#define _GNU_SOURCE
+#include <stdlib.h>
+#include <string.h>
+
+#include "preload.h"
+
+const struct pl_table *pl_tab;
+struct pl_table *pl_tab_w;
+unsigned long pl_fork_gen;
+
+/* Nothing mapped: two empty slots (a shift of 64 would be undefined). */
+static struct {
+    struct pl_table t;
+    uintptr_t k[2];
+} empty = { { 63, 1, 0, NULL }, { 0, 0 } };
+
+const struct pl_table *pl_table_none(void)
+{
+    return &empty.t;
+}
+
+struct pl_table *pl_table_new(size_t cap)
+{
+    struct pl_table *t;
+    unsigned bits = 1;
+
+    while (((size_t)1 << bits) < cap)
+        bits++;
+    cap = (size_t)1 << bits;
+    t = calloc(1, sizeof *t + cap * sizeof t->key[0]);
+    if (!t)
+        return NULL;
+    t->val = calloc(cap, sizeof *t->val);
+    if (!t->val) {
+        free(t);
+        return NULL;
+    }
+    t->shift = 64 - bits;
+    t->mask = cap - 1;
+    return t;
+}
+
+void pl_table_put(struct pl_table *t, struct pl_entry *e)
+{
+    size_t i = pl_slot_of(t, e->addr);
+
+    while (t->key[i])
+        i = (i + 1) & t->mask;
+    t->val[i] = e;
+    __atomic_store_n(&t->key[i], e->addr, __ATOMIC_RELEASE);
+    t->used++;
+}
+
+struct pl_table *pl_table_grow(const struct pl_table *t)
+{
+    struct pl_table *n = pl_table_new(2 * (t->mask + 1));
+    size_t i;
+
+    if (!n)
+        return NULL;
+    for (i = 0; i <= t->mask; i++)
+        if (t->key[i])
+            pl_table_put(n, t->val[i]);
+    return n;
+}
+
+struct pl_entry *pl_table_get(const struct pl_table *t, uintptr_t a)
+{
+    size_t i = pl_slot_of(t, a);
+    uintptr_t k;
+
+    while ((k = __atomic_load_n(&t->key[i], __ATOMIC_ACQUIRE)) != 0) {
+        if (k == a)
+            return t->val[i];
+        i = (i + 1) & t->mask;
+    }
+    return NULL;
+}
+
+/* ---- entries ------------------------------------------------------------ */
+
+int pl_entry_init(struct pl_entry *e, const char *lockname)
+{
+    const struct pl_section *s = e->sec;
+    dist_mutexattr_t a;
+    long lease = s->lease_ms >= 0 ? s->lease_ms : (long)pl_cfg.lease_ms;
+    int rc;
+
+    free(e->lockname);
+    e->lockname = strdup(lockname);
+    if (!e->lockname)
+        return ENOMEM;
+    e->kind = s->kind;
+    if (s->kind == PL_RWLOCK) {
+        dist_rwlockattr_t ra;
+
+        dist_rwlockattr_init(&ra);
+        dist_rwlockattr_setkind(&ra, s->rw_prefer_writer
+                                         ? DIST_RWLOCK_PREFER_WRITER
+                                         : DIST_RWLOCK_PREFER_READER);
+        if ((rc = dist_rwlockattr_setlease(&ra, (unsigned long)lease)) == 0)
+            rc = dist_rwlock_init(&e->drw, e->lockname, &ra);
+        dist_rwlockattr_destroy(&ra);
+        return rc;
+    }
+    dist_mutexattr_init(&a);
+    dist_mutexattr_setfair(&a, s->fair);
+    if ((rc = dist_mutexattr_setlease(&a, (unsigned long)lease)) == 0)
+        rc = dist_mutex_init(&e->dm, e->lockname, &a);
+    dist_mutexattr_destroy(&a);
+    return rc;
+}
+
+void pl_entry_kill(struct pl_entry *e)
+{
+    PL_KEEP_ERRNO;
+    __atomic_store_n(&e->live, 0, __ATOMIC_RELEASE);
+    if (e->kind == PL_MUTEX)
+        dist_mutex_destroy(&e->dm);
+    else
+        dist_rwlock_destroy(&e->drw);
+}
+
+int pl_held_by_me(const struct pl_entry *e)
+{
+    return __atomic_load_n(&e->depth, __ATOMIC_RELAXED) > 0 &&
+           __atomic_load_n(&e->owner_gen, __ATOMIC_RELAXED) == pl_fork_gen &&
+           pthread_equal(__atomic_load_n(&e->owner, __ATOMIC_RELAXED),
+                         pthread_self());
+}
+
+void pl_set_holder(struct pl_entry *e, unsigned depth)
+{
+    __atomic_store_n(&e->owner, depth ? pthread_self() : (pthread_t)0,
+                     __ATOMIC_RELAXED);
+    __atomic_store_n(&e->owner_gen, pl_fork_gen, __ATOMIC_RELAXED);
+    __atomic_store_n(&e->depth, depth, __ATOMIC_RELAXED);
+}
