@@ -79,6 +79,14 @@ abstract class Handle implements AutoCloseable {
     @Override
     public abstract void close();
 
+    /**
+     * After close: why the process ended badly (a non-zero status after
+     * quit: a sanitizer's report in a sanitizer build), or null.
+     */
+    String badExit() {
+        return null;
+    }
+
     /** A child process speaking the agent protocol. */
     static final class Proc extends Handle {
         private final Process p;
@@ -86,6 +94,8 @@ abstract class Handle implements AutoCloseable {
         private final ConcurrentLinkedQueue<CompletableFuture<Reply>> pending =
                 new ConcurrentLinkedQueue<>();
         final long pid;
+        private boolean killed;
+        private String bad;
 
         Proc(String label, List<String> argv, java.util.Map<String, String> env)
                 throws IOException {
@@ -142,6 +152,7 @@ abstract class Handle implements AutoCloseable {
 
         @Override
         void kill() {
+            killed = true;
             p.destroyForcibly();
             try {
                 p.waitFor(10, TimeUnit.SECONDS);
@@ -152,7 +163,11 @@ abstract class Handle implements AutoCloseable {
 
         @Override
         public void close() {
+            if (killed) {
+                return;
+            }
             if (!p.isAlive()) {
+                bad = label + " exited by itself, status " + p.exitValue();
                 return;
             }
             try {
@@ -160,12 +175,22 @@ abstract class Handle implements AutoCloseable {
                 w.flush();
                 w.close();
                 if (p.waitFor(15, TimeUnit.SECONDS)) {
+                    if (p.exitValue() != 0) {
+                        bad = label + " exited with status " + p.exitValue()
+                                + " after quit (see its stderr above)";
+                    }
                     return;
                 }
             } catch (IOException | InterruptedException e) {
                 // fall through to the kill
             }
+            bad = label + " did not quit";
             kill();
+        }
+
+        @Override
+        String badExit() {
+            return bad;
         }
     }
 

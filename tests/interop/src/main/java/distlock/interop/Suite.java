@@ -83,11 +83,17 @@ public final class Suite {
         return h;
     }
 
-    void closeAll() {
+    /** Closes every client; what ended badly (see Handle.badExit). */
+    List<String> closeAll() {
+        List<String> bad = new ArrayList<>();
         for (Handle h : open) {
             h.close();
+            if (h.badExit() != null) {
+                bad.add(h.badExit());
+            }
         }
         open.clear();
+        return bad;
     }
 
     // ---- looking at Redis -------------------------------------------------
@@ -257,16 +263,23 @@ public final class Suite {
             long t0 = System.nanoTime();
             System.out.println("[" + s.label + (s.cluster ? ", cluster" : "") + "] "
                     + s.scenario + " ...");
+            Throwable err = null;
             try {
                 b.run(s);
+            } catch (Throwable e) {
+                err = e;
+            }
+            List<String> bad = s.closeAll();
+            if (err != null) {
+                failed++;
+                System.out.println("FAIL " + s.scenario + ": " + err);
+                err.printStackTrace(System.out);
+            } else if (!bad.isEmpty()) {
+                failed++;
+                System.out.println("FAIL " + s.scenario + ": " + String.join("; ", bad));
+            } else {
                 System.out.printf("PASS %s (%.1f s)%n", s.scenario,
                         (System.nanoTime() - t0) / 1e9);
-            } catch (Throwable e) {
-                failed++;
-                System.out.println("FAIL " + s.scenario + ": " + e);
-                e.printStackTrace(System.out);
-            } finally {
-                s.closeAll();
             }
         }
         s.admin.shutdown();
