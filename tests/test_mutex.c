@@ -123,47 +123,20 @@ static int lost_name_is(const char *name)
 
 /* ---- a thread that holds a lock until told to let go --------------------- */
 
-struct holder {
-    dist_mutex_t *m;
-    sem_t locked, release;
-    int lock_rc, unlock_rc;
-    double t_locked;
-    pthread_t th;
-};
-
-static void *holder_main(void *arg)
+static int holder_lock(void *m)
 {
-    struct holder *h = arg;
-
-    h->lock_rc = dist_mutex_lock(h->m);
-    h->t_locked = tu_now();
-    sem_post(&h->locked);
-    while (sem_wait(&h->release) != 0)
-        ;
-    h->unlock_rc = h->lock_rc == 0 ? dist_mutex_unlock(h->m) : -1;
-    return NULL;
+    return dist_mutex_lock(m);
 }
 
-static void holder_start(struct holder *h, dist_mutex_t *m)
+static int holder_unlock(void *m)
 {
-    memset(h, 0, sizeof *h);
-    h->m = m;
-    h->lock_rc = h->unlock_rc = -1;
-    sem_init(&h->locked, 0, 0);
-    sem_init(&h->release, 0, 0);
-    assert_int_equal(pthread_create(&h->th, NULL, holder_main, h), 0);
-    while (sem_wait(&h->locked) != 0)
-        ;
-    assert_int_equal(h->lock_rc, 0);
+    return dist_mutex_unlock(m);
 }
 
-static void holder_stop(struct holder *h)
+/* The fixture's holder thread on m. */
+static void holder_start(struct fx_holder *h, dist_mutex_t *m)
 {
-    sem_post(&h->release);
-    pthread_join(h->th, NULL);
-    sem_destroy(&h->locked);
-    sem_destroy(&h->release);
-    assert_int_equal(h->unlock_rc, 0);
+    fx_holder_start(h, holder_lock, holder_unlock, m);
 }
 
 /* ---- a thread that runs one call ----------------------------------------- */
@@ -344,12 +317,12 @@ static struct fx_call timed_vs_holder(dist_mutex_t *m, double secs)
 {
     struct timespec dl;
     struct fx_call t;
-    struct holder h;
+    struct fx_holder h;
 
     holder_start(&h, m);
     dl = realtime_in(secs);
     FX_CALL(&t, dist_mutex_timedlock(m, &dl));
-    holder_stop(&h);
+    fx_holder_stop(&h);
     return t;
 }
 
@@ -397,7 +370,7 @@ static void test_timedlock_invalid(void **state)
 {
     char name[200];
     dist_mutex_t m;
-    struct holder h;
+    struct fx_holder h;
     struct timespec dl;
     int rc1, rc2;
     double t0, el;
@@ -413,7 +386,7 @@ static void test_timedlock_invalid(void **state)
     dl.tv_nsec = -1;
     rc2 = dist_mutex_timedlock(&m, &dl);
     el = tu_now() - t0;
-    holder_stop(&h);
+    fx_holder_stop(&h);
     assert_int_equal(rc1, EINVAL);
     assert_int_equal(rc2, EINVAL);
     assert_dbl_range(el, 0.0, slack(1.0));
@@ -439,7 +412,7 @@ static void test_lease_expiry(void **state)
     char name[200];
     dist_mutex_t m;
     dist_mutexattr_t a;
-    struct holder h;
+    struct fx_holder h;
     double tb, wait;
     int rc_b, rc_b_unlock, calls, rc_destroy;
     long long ex;
@@ -889,7 +862,7 @@ static void test_waiting_does_not_poll(void **state)
 {
     char name[200];
     dist_mutex_t m;
-    struct holder h;
+    struct fx_holder h;
     struct oneshot o;
     struct fx_locker la;
     long long before, after;

@@ -42,6 +42,7 @@
 #include "harness_server.h"
 #include "harness_proxy.h"
 #include "testhelp.h"
+#include "fixture.h"
 
 static tu_redis_t r;
 
@@ -80,20 +81,6 @@ int clock_gettime(clockid_t clk, struct timespec *ts)
 static void step_realtime(double secs)
 {
     atomic_fetch_add(&rt_step_ns, (long long)(secs * 1e9));
-}
-
-/* clk's time secs from now. */
-static struct timespec clock_in(clockid_t clk, double secs)
-{
-    struct timespec ts;
-    long long ns;
-
-    clock_gettime(clk, &ts);
-    ns = (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec +
-         (long long)(secs * 1e9);
-    ts.tv_sec = (time_t)(ns / 1000000000LL);
-    ts.tv_nsec = (long)(ns % 1000000000LL);
-    return ts;
 }
 
 /* ---- every type of lock, through one set of calls ------------------------------ */
@@ -190,64 +177,51 @@ static int o_deadline(struct obj *o, int wr, enum how h, double secs,
     clockid_t clk = h == H_CLOCK_MONO ? CLOCK_MONOTONIC : CLOCK_REALTIME;
 
     if (abs->tv_sec == 0 && abs->tv_nsec == 0)
-        *abs = clock_in(clk, secs);
+        *abs = fx_clock_in(clk, secs);
     return h == H_TIMED ? o_timed(o, wr, abs) : o_clock(o, wr, clk, abs);
 }
 
 /* ---- a thread that holds a lock until told to let go ------------------------ */
 
+/* the fixture's holder thread on one of the objects, as reader or writer */
 struct holder {
+    struct fx_holder fx;
     struct obj *o;
     int wr;
-    sem_t locked, release;
-    int lock_rc, unlock_rc;
-    pthread_t th;
 };
 
-static void *holder_main(void *arg)
+static int holder_lock(void *arg)
 {
     struct holder *h = arg;
 
-    h->lock_rc = o_lock(h->o, h->wr);
-    sem_post(&h->locked);
-    while (sem_wait(&h->release) != 0)
-        ;
-    h->unlock_rc = h->lock_rc == 0 ? o_unlock(h->o) : -1;
-    return NULL;
+    return o_lock(h->o, h->wr);
+}
+
+static int holder_unlock(void *arg)
+{
+    return o_unlock(((struct holder *)arg)->o);
 }
 
 static void holder_start(struct holder *h, struct obj *o, int wr)
 {
-    memset(h, 0, sizeof *h);
     h->o = o;
     h->wr = wr;
-    h->lock_rc = h->unlock_rc = -1;
-    sem_init(&h->locked, 0, 0);
-    sem_init(&h->release, 0, 0);
-    assert_int_equal(pthread_create(&h->th, NULL, holder_main, h), 0);
-    while (sem_wait(&h->locked) != 0)
-        ;
-    assert_int_equal(h->lock_rc, 0);
+    fx_holder_start(&h->fx, holder_lock, holder_unlock, h);
 }
 
-/* Tells it to let go, without waiting for it. */
 static void holder_release(struct holder *h)
 {
-    sem_post(&h->release);
+    fx_holder_release(&h->fx);
 }
 
 static void holder_join(struct holder *h)
 {
-    pthread_join(h->th, NULL);
-    sem_destroy(&h->locked);
-    sem_destroy(&h->release);
-    assert_int_equal(h->unlock_rc, 0);
+    fx_holder_join(&h->fx);
 }
 
 static void holder_stop(struct holder *h)
 {
-    holder_release(h);
-    holder_join(h);
+    fx_holder_stop(&h->fx);
 }
 
 /* ---- a thread that makes one call ---------------------------------------------- */
@@ -485,7 +459,7 @@ static void test_einval_only_when_blocking(void **state)
                     double t0;
                     /* free: taken, the deadline never looked at */
                     memset(&abs, 0, sizeof abs);
-                    abs = clock_in(h == H_CLOCK_MONO ? CLOCK_MONOTONIC
+                    abs = fx_clock_in(h == H_CLOCK_MONO ? CLOCK_MONOTONIC
                                                      : CLOCK_REALTIME, 5.0);
                     abs.tv_nsec = bad[b];
                     rc = o_deadline(&o, wr, (enum how)h, 0, &abs);
@@ -506,7 +480,7 @@ static void test_einval_only_when_blocking(void **state)
             }
             /* no deadline at all, or a clock the call cannot wait on:
              * refused whether or not the lock is free */
-            abs = clock_in(CLOCK_REALTIME, 5.0);
+            abs = fx_clock_in(CLOCK_REALTIME, 5.0);
             assert_int_equal(o_timed(&o, wr, NULL), EINVAL);
             assert_int_equal(o_clock(&o, wr, CLOCK_MONOTONIC, NULL), EINVAL);
             assert_int_equal(o_clock(&o, wr, CLOCK_PROCESS_CPUTIME_ID, &abs),
@@ -790,8 +764,8 @@ static void *errno_main(void *arg)
     unsigned long ul;
     uint64_t tok;
     int ty;
-    struct timespec past = clock_in(CLOCK_REALTIME, -1.0);
-    struct timespec soon = clock_in(CLOCK_MONOTONIC, 0.2);
+    struct timespec past = fx_clock_in(CLOCK_REALTIME, -1.0);
+    struct timespec soon = fx_clock_in(CLOCK_MONOTONIC, 0.2);
 
     KEEPS(dist_mutexattr_init(&ma));
     KEEPS(dist_mutexattr_settype(&ma, DIST_MUTEX_ERRORCHECK));
@@ -867,7 +841,7 @@ static void test_errno_unchanged(void **state)
     /* failures of every kind: busy, timed out, Redis unreachable */
     holder_start(&h, &o[0], 0);
     {
-        struct timespec soon = clock_in(CLOCK_REALTIME, 0.2);
+        struct timespec soon = fx_clock_in(CLOCK_REALTIME, 0.2);
         KEEPS(dist_mutex_trylock(&o[0].m));          /* EBUSY */
         KEEPS(dist_mutex_timedlock(&o[0].m, &soon)); /* ETIMEDOUT */
     }
@@ -909,7 +883,7 @@ static void clock_wait(struct obj *o, int wr, clockid_t clk, double secs)
 
     holder_start(&h, o, 1);
     t0 = tu_now();
-    abs = clock_in(clk, secs);
+    abs = fx_clock_in(clk, secs);
     rc = o_clock(o, wr, clk, &abs);
     el = tu_now() - t0;
     holder_stop(&h);
@@ -931,7 +905,7 @@ static void test_clock_variants(void **state)
             clock_wait(&o, wr, CLOCK_MONOTONIC, 0.4);
             clock_wait(&o, wr, CLOCK_REALTIME, 0.4);
             /* a free lock is taken, whatever the deadline */
-            abs = clock_in(CLOCK_MONOTONIC, -5.0);
+            abs = fx_clock_in(CLOCK_MONOTONIC, -5.0);
             assert_int_equal(o_clock(&o, wr, CLOCK_MONOTONIC, &abs), 0);
             assert_int_equal(o_unlock(&o), 0);
             abs.tv_sec = 0;
@@ -1004,7 +978,7 @@ static void test_realtime_steps(void **state)
 
 static void test_zeroed_object_is_einval(void **state)
 {
-    struct timespec abs = clock_in(CLOCK_REALTIME, 1.0);
+    struct timespec abs = fx_clock_in(CLOCK_REALTIME, 1.0);
     dist_mutex_t m;
     dist_rwlock_t l;
     uint64_t tok;
@@ -1042,60 +1016,72 @@ struct small {
     struct obj *m, *rw;
     int bad;                 /* the first call that failed, 1-based */
     int rc;
+    struct timespec rt, mono;  /* deadlines 5 s ahead, for every timed call */
 };
 
-#define SMALL(n, call, want)                                                 \
-    do {                                                                     \
-        int rc_ = (call);                                                    \
-        if (rc_ != (want) && !s->bad) {                                      \
-            s->bad = (n);                                                    \
-            s->rc = rc_;                                                     \
-        }                                                                    \
-    } while (0)
+/* Step n of small_main gave rc and must give want; the first that does
+ * not is noted. */
+static void small_step(struct small *s, int n, int rc, int want)
+{
+    if (rc != want && !s->bad) {
+        s->bad = n;
+        s->rc = rc;
+    }
+}
+
+static int o_token(struct obj *o, uint64_t *tok)
+{
+    return o->rw ? dist_rwlock_token(&o->l, tok) : dist_mutex_token(&o->m, tok);
+}
+
+/* Steps from n on: o taken (as writer when wr) plainly, then its token
+ * (not a reader's: it has none), then by try, timed and clock lock, all
+ * succeeding.  The next step's number. */
+static int small_take4(struct small *s, int n, struct obj *o, int wr)
+{
+    uint64_t tok;
+
+    small_step(s, n++, o_lock(o, wr), 0);
+    if (!o->rw || wr)
+        small_step(s, n++, o_token(o, &tok), 0);
+    small_step(s, n++, o_try(o, wr), 0);
+    small_step(s, n++, o_timed(o, wr, &s->rt), 0);
+    small_step(s, n++, o_clock(o, wr, CLOCK_MONOTONIC, &s->mono), 0);
+    return n;
+}
+
+/* Steps n to n + 3: the four holds of small_take4 given back. */
+static int small_unlock4(struct small *s, int n, struct obj *o)
+{
+    int end = n + 4;
+
+    while (n < end)
+        small_step(s, n++, o_unlock(o), 0);
+    return n;
+}
 
 static void *small_main(void *arg)
 {
     struct small *s = arg;
-    struct timespec rt = clock_in(CLOCK_REALTIME, 5.0);
-    struct timespec mono = clock_in(CLOCK_MONOTONIC, 5.0);
-    struct timespec soon = clock_in(CLOCK_MONOTONIC, 0.3);
-    dist_mutex_t *m = &s->m->m;
-    dist_rwlock_t *l = &s->rw->l;
-    uint64_t tok;
+    struct timespec soon = fx_clock_in(CLOCK_MONOTONIC, 0.3);
+    int n;
 
-    SMALL(1, dist_mutex_lock(m), 0);
-    SMALL(2, dist_mutex_token(m, &tok), 0);
-    SMALL(3, dist_mutex_trylock(m), 0);
-    SMALL(4, dist_mutex_timedlock(m, &rt), 0);
-    SMALL(5, dist_mutex_clocklock(m, CLOCK_MONOTONIC, &mono), 0);
-    SMALL(6, dist_mutex_unlock(m), 0);
-    SMALL(7, dist_mutex_unlock(m), 0);
-    SMALL(8, dist_mutex_unlock(m), 0);
-    SMALL(9, dist_mutex_unlock(m), 0);
-    SMALL(10, dist_mutex_unlock(m), EPERM);
-    SMALL(11, dist_rwlock_rdlock(l), 0);
-    SMALL(12, dist_rwlock_tryrdlock(l), 0);
-    SMALL(13, dist_rwlock_timedrdlock(l, &rt), 0);
-    SMALL(14, dist_rwlock_clockrdlock(l, CLOCK_MONOTONIC, &mono), 0);
-    SMALL(15, dist_rwlock_trywrlock(l), EBUSY);
-    SMALL(16, dist_rwlock_unlock(l), 0);
-    SMALL(17, dist_rwlock_unlock(l), 0);
-    SMALL(18, dist_rwlock_unlock(l), 0);
-    SMALL(19, dist_rwlock_unlock(l), 0);
-    SMALL(20, dist_rwlock_wrlock(l), 0);
-    SMALL(21, dist_rwlock_token(l, &tok), 0);
-    SMALL(22, dist_rwlock_trywrlock(l), 0);
-    SMALL(23, dist_rwlock_timedwrlock(l, &rt), 0);
-    SMALL(24, dist_rwlock_clockwrlock(l, CLOCK_MONOTONIC, &mono), 0);
-    SMALL(25, dist_rwlock_unlock(l), 0);
-    SMALL(26, dist_rwlock_unlock(l), 0);
-    SMALL(27, dist_rwlock_unlock(l), 0);
-    SMALL(28, dist_rwlock_unlock(l), 0);
+    s->rt = fx_clock_in(CLOCK_REALTIME, 5.0);
+    s->mono = fx_clock_in(CLOCK_MONOTONIC, 5.0);
+    n = small_take4(s, 1, s->m, 0);                 /* steps 1-5 */
+    n = small_unlock4(s, n, s->m);                  /* 6-9 */
+    small_step(s, n++, dist_mutex_unlock(&s->m->m), EPERM);
+    n = small_take4(s, n, s->rw, 0);                /* 11-14 */
+    small_step(s, n++, dist_rwlock_trywrlock(&s->rw->l), EBUSY);
+    n = small_unlock4(s, n, s->rw);                 /* 16-19 */
+    n = small_take4(s, n, s->rw, 1);                /* 20-24 */
+    n = small_unlock4(s, n, s->rw);                 /* 25-28 */
     /* a wait, on the lock's channel: the parent's holder keeps it */
-    SMALL(29, dist_mutex_clocklock(&s->m[1].m, CLOCK_MONOTONIC, &soon),
-          ETIMEDOUT);
-    SMALL(30, dist_mutex_destroy(m), 0);
-    SMALL(31, dist_rwlock_destroy(l), 0);
+    small_step(s, n++,
+               dist_mutex_clocklock(&s->m[1].m, CLOCK_MONOTONIC, &soon),
+               ETIMEDOUT);
+    small_step(s, n++, dist_mutex_destroy(&s->m->m), 0);
+    small_step(s, n++, dist_rwlock_destroy(&s->rw->l), 0);
     return NULL;
 }
 
@@ -1116,7 +1102,7 @@ static void test_small_stack(void **state)
     assert_true(pid >= 0);
     if (pid == 0) {
         /* a new client: its holds are its own, o[1] is the parent's */
-        struct small s = { &o[0], &o[2], 0, 0 };
+        struct small s = { .m = &o[0], .rw = &o[2] };
         pthread_attr_t a;
         pthread_t th;
 
