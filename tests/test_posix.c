@@ -168,6 +168,11 @@ static int o_unlock(struct obj *o)
     return o->rw ? dist_rwlock_unlock(&o->l) : dist_mutex_unlock(&o->m);
 }
 
+static int o_token(struct obj *o, uint64_t *tok)
+{
+    return o->rw ? dist_rwlock_token(&o->l, tok) : dist_mutex_token(&o->m, tok);
+}
+
 /* The ways a call may ask for a lock with a deadline. */
 enum how { H_TIMED, H_CLOCK_RT, H_CLOCK_MONO, H_COUNT };
 
@@ -294,95 +299,108 @@ static int restore(void **state)
     return 0;
 }
 
-/* ---- EBUSY from trylock on a locked object, whoever holds it --------------------- */
-
-static void test_trylock_busy(void **state)
+/* body on a fresh object of each kind in turn, named for test; the
+ * object is destroyed after it (which checks that no key is left). */
+static void each_kind(const char *test, void (*body)(struct obj *o))
 {
-    int k, hw, tw;
+    int k;
 
-    (void)state;
     for (k = 0; k < K_COUNT; k++) {
         struct obj o;
-        struct holder h;
 
-        obj_init(&o, (enum kind)k, __func__);
-        for (hw = 0; hw <= o.rw; hw++) {
-            holder_start(&h, &o, hw);
-            for (tw = 0; tw <= o.rw; tw++) {
-                /* readers share: a read try while another reads succeeds */
-                int want = o.rw && !hw && !tw ? 0 : EBUSY, rc = o_try(&o, tw);
-                if (rc == 0)
-                    assert_int_equal(o_unlock(&o), 0);
-                if (rc != want)
-                    fail_msg("%s: try%s while another thread holds it%s: "
-                             "%d, expected %d", kind_name[k],
-                             o.rw ? (tw ? "wrlock" : "rdlock") : "lock",
-                             o.rw ? (hw ? " for writing" : " for reading") : "",
-                             rc, want);
-            }
-            holder_stop(&h);
-        }
-        /* the owner itself: only the types that refuse a relock say EBUSY */
-        assert_int_equal(o_lock(&o, 0), 0);
-        if (k == K_ERRORCHECK) {
-            assert_int_equal(o_try(&o, 0), EBUSY);
-        } else {
-            assert_int_equal(o_try(&o, 0), 0);
-            assert_int_equal(o_unlock(&o), 0);
-        }
-        if (o.rw)             /* a read hold cannot be upgraded */
-            assert_int_equal(o_try(&o, 1), EBUSY);
-        assert_int_equal(o_unlock(&o), 0);
+        obj_init(&o, (enum kind)k, test);
+        body(&o);
         obj_destroy(&o);
     }
 }
 
+/* ---- EBUSY from trylock on a locked object, whoever holds it --------------------- */
+
+static void trylock_busy_on(struct obj *o)
+{
+    struct holder h;
+    int hw, tw;
+
+    for (hw = 0; hw <= o->rw; hw++) {
+        holder_start(&h, o, hw);
+        for (tw = 0; tw <= o->rw; tw++) {
+            /* readers share: a read try while another reads succeeds */
+            int want = o->rw && !hw && !tw ? 0 : EBUSY, rc = o_try(o, tw);
+            if (rc == 0)
+                assert_int_equal(o_unlock(o), 0);
+            if (rc != want)
+                fail_msg("%s: try%s while another thread holds it%s: "
+                         "%d, expected %d", kind_name[o->k],
+                         o->rw ? (tw ? "wrlock" : "rdlock") : "lock",
+                         o->rw ? (hw ? " for writing" : " for reading") : "",
+                         rc, want);
+        }
+        holder_stop(&h);
+    }
+    /* the owner itself: only the types that refuse a relock say EBUSY */
+    assert_int_equal(o_lock(o, 0), 0);
+    if (o->k == K_ERRORCHECK) {
+        assert_int_equal(o_try(o, 0), EBUSY);
+    } else {
+        assert_int_equal(o_try(o, 0), 0);
+        assert_int_equal(o_unlock(o), 0);
+    }
+    if (o->rw)             /* a read hold cannot be upgraded */
+        assert_int_equal(o_try(o, 1), EBUSY);
+    assert_int_equal(o_unlock(o), 0);
+}
+
+static void test_trylock_busy(void **state)
+{
+    (void)state;
+    each_kind(__func__, trylock_busy_on);
+}
+
 /* ---- EDEADLK and EPERM where the type says so -------------------------------------- */
+
+static void deadlock_and_perm_by_type_on(struct obj *o)
+{
+    struct holder hd;
+    struct timespec abs;
+    int h;
+
+    /* unlock of what nobody holds, and of another thread's hold */
+    assert_int_equal(o_unlock(o), EPERM);
+    holder_start(&hd, o, 1);
+    assert_int_equal(o_unlock(o), EPERM);
+    holder_stop(&hd);                /* its hold was untouched */
+
+    assert_int_equal(o_lock(o, 0), 0);
+    for (h = 0; h < H_COUNT; h++) {
+        int rc, want = o->k == K_ERRORCHECK ? EDEADLK : 0;
+        memset(&abs, 0, sizeof abs);
+        rc = o_deadline(o, 0, (enum how)h, 5.0, &abs);
+        if (rc == 0)
+            assert_int_equal(o_unlock(o), 0);
+        if (rc != want)
+            fail_msg("%s: relock by the owner (how %d): %d, expected %d",
+                     kind_name[o->k], h, rc, want);
+    }
+    if (o->k == K_ERRORCHECK)
+        assert_int_equal(o_lock(o, 0), EDEADLK);
+    if (o->rw) {
+        /* read holds only: waiting to write would wait for ever */
+        assert_int_equal(o_lock(o, 1), EDEADLK);
+        for (h = 0; h < H_COUNT; h++) {
+            memset(&abs, 0, sizeof abs);
+            assert_int_equal(o_deadline(o, 1, (enum how)h, 5.0, &abs),
+                             EDEADLK);
+        }
+    }
+    assert_int_equal(other_thread(o, 0, OP_UNLOCK), EPERM);
+    assert_int_equal(o_unlock(o), 0);
+    assert_int_equal(o_unlock(o), EPERM);
+}
 
 static void test_deadlock_and_perm_by_type(void **state)
 {
-    struct timespec abs;
-    int k, h;
-
     (void)state;
-    for (k = 0; k < K_COUNT; k++) {
-        struct obj o;
-        struct holder hd;
-
-        obj_init(&o, (enum kind)k, __func__);
-        /* unlock of what nobody holds, and of another thread's hold */
-        assert_int_equal(o_unlock(&o), EPERM);
-        holder_start(&hd, &o, 1);
-        assert_int_equal(o_unlock(&o), EPERM);
-        holder_stop(&hd);                /* its hold was untouched */
-
-        assert_int_equal(o_lock(&o, 0), 0);
-        for (h = 0; h < H_COUNT; h++) {
-            int rc, want = k == K_ERRORCHECK ? EDEADLK : 0;
-            memset(&abs, 0, sizeof abs);
-            rc = o_deadline(&o, 0, (enum how)h, 5.0, &abs);
-            if (rc == 0)
-                assert_int_equal(o_unlock(&o), 0);
-            if (rc != want)
-                fail_msg("%s: relock by the owner (how %d): %d, expected %d",
-                         kind_name[k], h, rc, want);
-        }
-        if (k == K_ERRORCHECK)
-            assert_int_equal(o_lock(&o, 0), EDEADLK);
-        if (o.rw) {
-            /* read holds only: waiting to write would wait for ever */
-            assert_int_equal(o_lock(&o, 1), EDEADLK);
-            for (h = 0; h < H_COUNT; h++) {
-                memset(&abs, 0, sizeof abs);
-                assert_int_equal(o_deadline(&o, 1, (enum how)h, 5.0, &abs),
-                                 EDEADLK);
-            }
-        }
-        assert_int_equal(other_thread(&o, 0, OP_UNLOCK), EPERM);
-        assert_int_equal(o_unlock(&o), 0);
-        assert_int_equal(o_unlock(&o), EPERM);
-        obj_destroy(&o);
-    }
+    each_kind(__func__, deadlock_and_perm_by_type_on);
 }
 
 /* ---- recursive counts ----------------------------------------------------------- */
@@ -411,87 +429,83 @@ static void check_counts(struct obj *o, int wr, int n)
     assert_int_equal(o_unlock(o), EPERM);
 }
 
+static void recursive_counts_on(struct obj *o)
+{
+    check_counts(o, 0, o->k == K_ERRORCHECK ? 1 : 5);
+    if (o->rw) {
+        check_counts(o, 1, 5);
+        /* a writer's read holds count with its write holds */
+        assert_int_equal(o_lock(o, 1), 0);
+        assert_int_equal(o_lock(o, 0), 0);
+        assert_int_equal(o_lock(o, 0), 0);
+        assert_int_equal(o_unlock(o), 0);        /* the write hold */
+        assert_int_equal(other_thread(o, 1, OP_TRY), EBUSY);
+        assert_int_equal(other_thread(o, 0, OP_TRY), 0);
+        assert_int_equal(o_unlock(o), 0);
+        assert_int_equal(o_unlock(o), 0);
+        assert_int_equal(o_unlock(o), EPERM);
+    }
+}
+
 static void test_recursive_counts(void **state)
 {
-    int k;
-
     (void)state;
-    for (k = 0; k < K_COUNT; k++) {
-        struct obj o;
-
-        obj_init(&o, (enum kind)k, __func__);
-        check_counts(&o, 0, k == K_ERRORCHECK ? 1 : 5);
-        if (o.rw) {
-            check_counts(&o, 1, 5);
-            /* a writer's read holds count with its write holds */
-            assert_int_equal(o_lock(&o, 1), 0);
-            assert_int_equal(o_lock(&o, 0), 0);
-            assert_int_equal(o_lock(&o, 0), 0);
-            assert_int_equal(o_unlock(&o), 0);        /* the write hold */
-            assert_int_equal(other_thread(&o, 1, OP_TRY), EBUSY);
-            assert_int_equal(other_thread(&o, 0, OP_TRY), 0);
-            assert_int_equal(o_unlock(&o), 0);
-            assert_int_equal(o_unlock(&o), 0);
-            assert_int_equal(o_unlock(&o), EPERM);
-        }
-        obj_destroy(&o);
-    }
+    each_kind(__func__, recursive_counts_on);
 }
 
 /* ---- EINVAL for a bad deadline, only when the call would wait ---------------- */
 
-static void test_einval_only_when_blocking(void **state)
+static void einval_only_when_blocking_on(struct obj *o)
 {
     static const long bad[] = { -1, 1000000000L, LONG_MAX };
+    struct holder hd;
     struct timespec abs;
-    int k, h, b, wr;
+    int h, b, wr;
 
-    (void)state;
-    for (k = 0; k < K_COUNT; k++) {
-        struct obj o;
-        struct holder hd;
-
-        obj_init(&o, (enum kind)k, __func__);
-        for (wr = 0; wr <= o.rw; wr++) {
-            for (h = 0; h < H_COUNT; h++) {
-                for (b = 0; b < 3; b++) {
-                    int rc;
-                    double t0;
-                    /* free: taken, the deadline never looked at */
-                    memset(&abs, 0, sizeof abs);
-                    abs = fx_clock_in(h == H_CLOCK_MONO ? CLOCK_MONOTONIC
-                                                     : CLOCK_REALTIME, 5.0);
-                    abs.tv_nsec = bad[b];
-                    rc = o_deadline(&o, wr, (enum how)h, 0, &abs);
-                    if (rc != 0)
-                        fail_msg("%s: free lock, tv_nsec %ld (how %d): %d",
-                                 kind_name[k], bad[b], h, rc);
-                    assert_int_equal(o_unlock(&o), 0);
-                    /* taken by another: EINVAL, at once */
-                    holder_start(&hd, &o, 1);
-                    t0 = tu_now();
-                    rc = o_deadline(&o, wr, (enum how)h, 0, &abs);
-                    assert_dbl_range(tu_now() - t0, 0.0, slack(1.0));
-                    holder_stop(&hd);
-                    if (rc != EINVAL)
-                        fail_msg("%s: held lock, tv_nsec %ld (how %d): %d",
-                                 kind_name[k], bad[b], h, rc);
-                }
+    for (wr = 0; wr <= o->rw; wr++) {
+        for (h = 0; h < H_COUNT; h++) {
+            for (b = 0; b < 3; b++) {
+                int rc;
+                double t0;
+                /* free: taken, the deadline never looked at */
+                memset(&abs, 0, sizeof abs);
+                abs = fx_clock_in(h == H_CLOCK_MONO ? CLOCK_MONOTONIC
+                                                    : CLOCK_REALTIME, 5.0);
+                abs.tv_nsec = bad[b];
+                rc = o_deadline(o, wr, (enum how)h, 0, &abs);
+                if (rc != 0)
+                    fail_msg("%s: free lock, tv_nsec %ld (how %d): %d",
+                             kind_name[o->k], bad[b], h, rc);
+                assert_int_equal(o_unlock(o), 0);
+                /* taken by another: EINVAL, at once */
+                holder_start(&hd, o, 1);
+                t0 = tu_now();
+                rc = o_deadline(o, wr, (enum how)h, 0, &abs);
+                assert_dbl_range(tu_now() - t0, 0.0, slack(1.0));
+                holder_stop(&hd);
+                if (rc != EINVAL)
+                    fail_msg("%s: held lock, tv_nsec %ld (how %d): %d",
+                             kind_name[o->k], bad[b], h, rc);
             }
-            /* no deadline at all, or a clock the call cannot wait on:
-             * refused whether or not the lock is free */
-            abs = fx_clock_in(CLOCK_REALTIME, 5.0);
-            assert_int_equal(o_timed(&o, wr, NULL), EINVAL);
-            assert_int_equal(o_clock(&o, wr, CLOCK_MONOTONIC, NULL), EINVAL);
-            assert_int_equal(o_clock(&o, wr, CLOCK_PROCESS_CPUTIME_ID, &abs),
-                             EINVAL);
-            assert_int_equal(o_clock(&o, wr, CLOCK_THREAD_CPUTIME_ID, &abs),
-                             EINVAL);
-            assert_int_equal(o_clock(&o, wr, (clockid_t)12345, &abs), EINVAL);
-            assert_int_equal(tu_cmd_int(&r, "EXISTS", o.name, NULL), 0);
         }
-        obj_destroy(&o);
+        /* no deadline at all, or a clock the call cannot wait on:
+         * refused whether or not the lock is free */
+        abs = fx_clock_in(CLOCK_REALTIME, 5.0);
+        assert_int_equal(o_timed(o, wr, NULL), EINVAL);
+        assert_int_equal(o_clock(o, wr, CLOCK_MONOTONIC, NULL), EINVAL);
+        assert_int_equal(o_clock(o, wr, CLOCK_PROCESS_CPUTIME_ID, &abs),
+                         EINVAL);
+        assert_int_equal(o_clock(o, wr, CLOCK_THREAD_CPUTIME_ID, &abs),
+                         EINVAL);
+        assert_int_equal(o_clock(o, wr, (clockid_t)12345, &abs), EINVAL);
+        assert_int_equal(tu_cmd_int(&r, "EXISTS", o->name, NULL), 0);
     }
+}
+
+static void test_einval_only_when_blocking(void **state)
+{
+    (void)state;
+    each_kind(__func__, einval_only_when_blocking_on);
 }
 
 /* ---- no ETIMEDOUT for a lock that is free at the deadline ------------------------ */
@@ -891,30 +905,29 @@ static void clock_wait(struct obj *o, int wr, clockid_t clk, double secs)
     assert_dbl_range(el, secs - 0.002, secs + slack(1.0));
 }
 
-static void test_clock_variants(void **state)
+static void clock_variants_on(struct obj *o)
 {
     struct timespec abs;
-    int k, wr;
+    int wr;
 
-    (void)state;
-    for (k = 0; k < K_COUNT; k++) {
-        struct obj o;
-
-        obj_init(&o, (enum kind)k, __func__);
-        for (wr = 0; wr <= o.rw; wr++) {
-            clock_wait(&o, wr, CLOCK_MONOTONIC, 0.4);
-            clock_wait(&o, wr, CLOCK_REALTIME, 0.4);
-            /* a free lock is taken, whatever the deadline */
-            abs = fx_clock_in(CLOCK_MONOTONIC, -5.0);
-            assert_int_equal(o_clock(&o, wr, CLOCK_MONOTONIC, &abs), 0);
-            assert_int_equal(o_unlock(&o), 0);
-            abs.tv_sec = 0;
-            abs.tv_nsec = 0;
-            assert_int_equal(o_clock(&o, wr, CLOCK_REALTIME, &abs), 0);
-            assert_int_equal(o_unlock(&o), 0);
-        }
-        obj_destroy(&o);
+    for (wr = 0; wr <= o->rw; wr++) {
+        clock_wait(o, wr, CLOCK_MONOTONIC, 0.4);
+        clock_wait(o, wr, CLOCK_REALTIME, 0.4);
+        /* a free lock is taken, whatever the deadline */
+        abs = fx_clock_in(CLOCK_MONOTONIC, -5.0);
+        assert_int_equal(o_clock(o, wr, CLOCK_MONOTONIC, &abs), 0);
+        assert_int_equal(o_unlock(o), 0);
+        abs.tv_sec = 0;
+        abs.tv_nsec = 0;
+        assert_int_equal(o_clock(o, wr, CLOCK_REALTIME, &abs), 0);
+        assert_int_equal(o_unlock(o), 0);
     }
+}
+
+static void test_clock_variants(void **state)
+{
+    (void)state;
+    each_kind(__func__, clock_variants_on);
 }
 
 /* A wait on clk for secs, with CLOCK_REALTIME stepped by step s after
@@ -976,32 +989,31 @@ static void test_realtime_steps(void **state)
 
 /* ---- a zero-filled object ----------------------------------------------------------- */
 
+/* Every call on a zero-filled mutex (rw 0) or rwlock (rw 1), as reader
+ * and as writer, on both clocks: EINVAL; destroy has nothing to free. */
 static void test_zeroed_object_is_einval(void **state)
 {
     struct timespec abs = fx_clock_in(CLOCK_REALTIME, 1.0);
-    dist_mutex_t m;
-    dist_rwlock_t l;
+    struct obj o;
     uint64_t tok;
+    int rw, wr;
 
     (void)state;
-    memset(&m, 0, sizeof m);
-    memset(&l, 0, sizeof l);
-    assert_int_equal(dist_mutex_lock(&m), EINVAL);
-    assert_int_equal(dist_mutex_trylock(&m), EINVAL);
-    assert_int_equal(dist_mutex_timedlock(&m, &abs), EINVAL);
-    assert_int_equal(dist_mutex_clocklock(&m, CLOCK_REALTIME, &abs), EINVAL);
-    assert_int_equal(dist_mutex_unlock(&m), EINVAL);
-    assert_int_equal(dist_mutex_token(&m, &tok), EINVAL);
-    assert_int_equal(dist_mutex_destroy(&m), 0);     /* nothing to free */
-    assert_int_equal(dist_rwlock_rdlock(&l), EINVAL);
-    assert_int_equal(dist_rwlock_wrlock(&l), EINVAL);
-    assert_int_equal(dist_rwlock_tryrdlock(&l), EINVAL);
-    assert_int_equal(dist_rwlock_trywrlock(&l), EINVAL);
-    assert_int_equal(dist_rwlock_timedrdlock(&l, &abs), EINVAL);
-    assert_int_equal(dist_rwlock_clockwrlock(&l, CLOCK_MONOTONIC, &abs), EINVAL);
-    assert_int_equal(dist_rwlock_unlock(&l), EINVAL);
-    assert_int_equal(dist_rwlock_token(&l, &tok), EINVAL);
-    assert_int_equal(dist_rwlock_destroy(&l), 0);
+    for (rw = 0; rw <= 1; rw++) {
+        memset(&o, 0, sizeof o);
+        o.rw = rw;
+        for (wr = 0; wr <= rw; wr++) {
+            assert_int_equal(o_lock(&o, wr), EINVAL);
+            assert_int_equal(o_try(&o, wr), EINVAL);
+            assert_int_equal(o_timed(&o, wr, &abs), EINVAL);
+            assert_int_equal(o_clock(&o, wr, CLOCK_REALTIME, &abs), EINVAL);
+            assert_int_equal(o_clock(&o, wr, CLOCK_MONOTONIC, &abs), EINVAL);
+        }
+        assert_int_equal(o_unlock(&o), EINVAL);
+        assert_int_equal(o_token(&o, &tok), EINVAL);
+        assert_int_equal(rw ? dist_rwlock_destroy(&o.l)
+                            : dist_mutex_destroy(&o.m), 0);
+    }
 }
 
 /* ---- small stacks ------------------------------------------------------------------ */
@@ -1027,11 +1039,6 @@ static void small_step(struct small *s, int n, int rc, int want)
         s->bad = n;
         s->rc = rc;
     }
-}
-
-static int o_token(struct obj *o, uint64_t *tok)
-{
-    return o->rw ? dist_rwlock_token(&o->l, tok) : dist_mutex_token(&o->m, tok);
 }
 
 /* Steps from n on: o taken (as writer when wr) plainly, then its token
