@@ -220,3 +220,62 @@ void fx_holder_stop(struct fx_holder *h)
     fx_holder_release(h);
     fx_holder_join(h);
 }
+
+/* ---- the recording lost handler ------------------------------------------ */
+
+static pthread_mutex_t g_lost_mu = PTHREAD_MUTEX_INITIALIZER;
+static char g_lost_names[FX_LOST_MAX][256];
+static char g_lost_last[256];
+static int g_lost_n;                  /* calls so far */
+
+void fx_on_lost(const char *name, void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&g_lost_mu);
+    if (g_lost_n < FX_LOST_MAX)
+        snprintf(g_lost_names[g_lost_n], sizeof g_lost_names[0], "%s", name);
+    snprintf(g_lost_last, sizeof g_lost_last, "%s", name);
+    g_lost_n++;
+    pthread_mutex_unlock(&g_lost_mu);
+}
+
+void fx_lost_reset(void)
+{
+    pthread_mutex_lock(&g_lost_mu);
+    g_lost_n = 0;
+    g_lost_last[0] = '\0';
+    pthread_mutex_unlock(&g_lost_mu);
+}
+
+int fx_lost_calls(const char *name)
+{
+    int i, n = 0;
+
+    pthread_mutex_lock(&g_lost_mu);
+    if (name == NULL)
+        n = g_lost_n;
+    for (i = 0; name && i < g_lost_n && i < FX_LOST_MAX; i++)
+        if (strcmp(g_lost_names[i], name) == 0)
+            n++;
+    pthread_mutex_unlock(&g_lost_mu);
+    return n;
+}
+
+const char *fx_lost_name(int i, char *buf, size_t len)
+{
+    pthread_mutex_lock(&g_lost_mu);
+    snprintf(buf, len, "%s",
+             i >= 0 && i < g_lost_n && i < FX_LOST_MAX ? g_lost_names[i] : "");
+    pthread_mutex_unlock(&g_lost_mu);
+    return buf;
+}
+
+int fx_lost_last_is(const char *name)
+{
+    int eq;
+
+    pthread_mutex_lock(&g_lost_mu);
+    eq = strcmp(g_lost_last, name) == 0;
+    pthread_mutex_unlock(&g_lost_mu);
+    return eq;
+}

@@ -133,6 +133,19 @@ void fx_holder_join(struct fx_holder *h);
 /* fx_holder_release, then fx_holder_join. */
 void fx_holder_stop(struct fx_holder *h);
 
+/* A lost handler that records its calls, for dist_set_lost_handler
+ * (fx_on_lost, NULL); the names of the first FX_LOST_MAX are kept. */
+#define FX_LOST_MAX 16
+void fx_on_lost(const char *name, void *arg);
+/* Forget the calls recorded so far. */
+void fx_lost_reset(void);
+/* Calls recorded for name (NULL: all calls). */
+int fx_lost_calls(const char *name);
+/* The name of call i (from 0) in buf, "" when it was not kept; buf. */
+const char *fx_lost_name(int i, char *buf, size_t len);
+/* Whether the last call was for name. */
+int fx_lost_last_is(const char *name);
+
 /* SIGPIPEs this process received since fx_group_setup.  The harness
  * blocks its own and its proxy uses MSG_NOSIGNAL, so any comes from the
  * library writing to a dead Redis socket. */

@@ -88,39 +88,6 @@ static size_t uuid_len(const char *owner)
     return c ? (size_t)(c - owner) : strlen(owner);
 }
 
-/* ---- lost handler --------------------------------------------------------- */
-
-static atomic_int lost_calls;
-static pthread_mutex_t lost_mu = PTHREAD_MUTEX_INITIALIZER;
-static char lost_name[512];
-
-static void on_lost(const char *name, void *arg)
-{
-    (void)arg;
-    pthread_mutex_lock(&lost_mu);
-    snprintf(lost_name, sizeof lost_name, "%s", name);
-    pthread_mutex_unlock(&lost_mu);
-    atomic_fetch_add(&lost_calls, 1);
-}
-
-static void lost_reset(void)
-{
-    pthread_mutex_lock(&lost_mu);
-    lost_name[0] = 0;
-    pthread_mutex_unlock(&lost_mu);
-    atomic_store(&lost_calls, 0);
-}
-
-static int lost_name_is(const char *name)
-{
-    int eq;
-
-    pthread_mutex_lock(&lost_mu);
-    eq = strcmp(lost_name, name) == 0;
-    pthread_mutex_unlock(&lost_mu);
-    return eq;
-}
-
 /* ---- a thread that holds a lock until told to let go --------------------- */
 
 static int holder_lock(void *m)
@@ -421,8 +388,8 @@ static void test_lease_expiry(void **state)
     (void)state;
     NAME(name, "m");
     fx_dirty = 1;
-    lost_reset();
-    assert_int_equal(dist_set_lost_handler(on_lost, NULL), 0);
+    fx_lost_reset();
+    assert_int_equal(dist_set_lost_handler(fx_on_lost, NULL), 0);
     assert_int_equal(dist_mutexattr_init(&a), 0);
     assert_int_equal(dist_mutexattr_setlease(&a, 2000), 0);
     assert_int_equal(dist_mutexattr_getlease(&a, &lease), 0);
@@ -438,7 +405,7 @@ static void test_lease_expiry(void **state)
     sem_destroy(&h.locked);
     sem_destroy(&h.release);
     rc_b_unlock = rc_b == 0 ? dist_mutex_unlock(&m) : -1;
-    calls = atomic_load(&lost_calls);
+    calls = fx_lost_calls(NULL);
     dist_set_lost_handler(NULL, NULL);
     fx_dirty = 0;
     ex = key_exists(name);
@@ -449,7 +416,7 @@ static void test_lease_expiry(void **state)
     assert_int_equal(h.unlock_rc, EPERM);
     assert_int_equal(rc_b_unlock, 0);
     assert_true(calls >= 1);
-    assert_true(lost_name_is(name));
+    assert_true(fx_lost_last_is(name));
     assert_int_equal(ex, 0);
     assert_int_equal(rc_destroy, 0);
 }
@@ -702,9 +669,9 @@ static void test_redis_restart(void **state)
     (void)state;
     NAME(name, "m");
     fx_dirty = 1;
-    lost_reset();
+    fx_lost_reset();
     assert_int_equal(dist_set_watchdog_ms(1500), 0);
-    assert_int_equal(dist_set_lost_handler(on_lost, NULL), 0);
+    assert_int_equal(dist_set_lost_handler(fx_on_lost, NULL), 0);
     assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
     assert_int_equal(dist_mutex_lock(&m), 0);
     fields_before = hash_fields(name);
@@ -712,10 +679,10 @@ static void test_redis_restart(void **state)
     rc_restart = tu_redis_restart(&r);
     ex_after_restart = key_exists(name);
     t0 = tu_now();
-    while (tu_now() - t0 < 5.0 && (calls = atomic_load(&lost_calls)) == 0)
+    while (tu_now() - t0 < 5.0 && (calls = fx_lost_calls(NULL)) == 0)
         tu_sleep_ms(50);
     waited = tu_now() - t0;
-    named = lost_name_is(name);
+    named = fx_lost_last_is(name);
 
     /* clean up before asserting, so a failure leaves nothing behind */
     rc_unlock1 = dist_mutex_unlock(&m);

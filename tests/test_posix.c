@@ -1301,15 +1301,6 @@ static void test_expired_on_arrival_is_taken_again(void **state)
     tu_proxy_stop(p);
 }
 
-static atomic_int lost_calls;
-
-static void on_lost(const char *name, void *arg)
-{
-    (void)name;
-    (void)arg;
-    atomic_fetch_add(&lost_calls, 1);
-}
-
 static void test_late_renewal_is_lost(void **state)
 {
     tu_proxy_t *p;
@@ -1319,8 +1310,8 @@ static void test_late_renewal_is_lost(void **state)
 
     (void)state;
     p = via_proxy(8000);
-    atomic_store(&lost_calls, 0);
-    dist_set_lost_handler(on_lost, NULL);
+    fx_lost_reset();
+    dist_set_lost_handler(fx_on_lost, NULL);
     assert_int_equal(dist_set_watchdog_ms(3000), 0);
     obj_init(&o, K_RECURSIVE, __func__);
     assert_int_equal(o_lock(&o, 0), 0);
@@ -1344,10 +1335,10 @@ static void test_late_renewal_is_lost(void **state)
     tu_sleep_ms(3500);
     tu_proxy_set_delay(p, 0);
     until = tu_now() + slack(5.0);
-    while (atomic_load(&lost_calls) == 0 && tu_now() < until)
+    while (fx_lost_calls(NULL) == 0 && tu_now() < until)
         tu_sleep_ms(50);
     dist_set_lost_handler(NULL, NULL);
-    if (atomic_load(&lost_calls) == 0)
+    if (fx_lost_calls(NULL) == 0)
         fail_msg("a watchdog renewal answered after the lease ran out was "
                  "not reported lost");
     assert_int_equal(o_unlock(&o), EPERM);
