@@ -199,6 +199,15 @@ static uint64_t rng_next(void)
 #define S2_BUCKETS 10001          /* ... up to 100 ms, then one overflow */
 static const int s1t_threads[S1T_MAX] = { 1, 2, 4, 8, 16 };
 
+/* Where the worker processes of a timed scenario line up: each says it
+ * is ready, the parent then sets one start for all of them a little
+ * ahead, and they run until end_ns. */
+struct start_line {
+    atomic_int ready;
+    _Atomic uint64_t start_ns;
+    uint64_t end_ns;
+};
+
 struct shared {
     atomic_int err_claimed;
     char errmsg[512];
@@ -211,9 +220,7 @@ struct shared {
         double pairs_per_s[S1T_MAX];
     } s1t;
     struct {
-        atomic_int ready;
-        _Atomic uint64_t start_ns;
-        uint64_t end_ns;
+        struct start_line go;
         long long count[MAX_PROCS];
         uint64_t max_wait_ns[MAX_PROCS];
         uint64_t sum_wait_ns[MAX_PROCS];
@@ -233,9 +240,7 @@ struct shared {
         long rss_before_kb, rss_after_kb;
     } s4;
     struct {
-        atomic_int ready;
-        _Atomic uint64_t start_ns;
-        uint64_t end_ns;
+        struct start_line go;
         long long reads[MAX_PROCS], writes[MAX_PROCS], torn[MAX_PROCS];
         uint64_t max_wwait_ns[MAX_PROCS];   /* longest wait in wrlock() */
         uint64_t max_rwait_ns[MAX_PROCS];   /* longest wait in rdlock() */
@@ -1132,6 +1137,49 @@ static void scenario_s1t(redisContext *c)
 }
 
 /* ------------------------------------------------------------------------ */
+/* the start line of the timed multi-process scenarios (s2, rw)             */
+/* ------------------------------------------------------------------------ */
+
+/* A worker at the start line: says it is ready, waits for the start.
+ * When it must stop. */
+static uint64_t line_up(struct start_line *g)
+{
+    uint64_t start, t;
+
+    atomic_fetch_add(&g->ready, 1);
+    while ((start = atomic_load(&g->start_ns)) == 0)
+        sleep_ns(200000);
+    while ((t = now_ns()) < start)
+        sleep_ns(start - t);
+    return g->end_ns;
+}
+
+/* The parent: once the n workers of scenario sc are ready (30 s at most),
+ * starts them all 50 ms from now for secs.  0, or -1 with the workers
+ * killed and the failure recorded. */
+static int start_workers(struct kids *k, struct start_line *g, int n,
+                         double secs, const char *sc)
+{
+    uint64_t deadline = now_ns() + 30000000000ull;
+    int rc = 0;
+
+    while (atomic_load(&g->ready) < n) {
+        if ((rc = kids_poll(k)) != 0 || now_ns() > deadline) {
+            kids_kill(k);
+            if (rc == 0)
+                fail("%s workers did not get ready within 30 s", sc);
+            else if (rc > 0)
+                fail("%s workers exited before the start", sc);
+            return -1;
+        }
+        sleep_ns(1000000);
+    }
+    g->end_ns = now_ns() + 50000000ull + (uint64_t)(secs * 1e9);
+    atomic_store(&g->start_ns, g->end_ns - (uint64_t)(secs * 1e9));
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
 /* s2: processes contending for one lock around a counter                   */
 /* ------------------------------------------------------------------------ */
 
@@ -1142,7 +1190,7 @@ static int s2_worker(int idx)
 {
     redisContext *c = rconnect();
     dist_mutex_t m;
-    uint64_t start, end, t, w, maxw = 0, sumw = 0;
+    uint64_t end, t, w, maxw = 0, sumw = 0;
     long long count = 0, v;
     redisReply *r;
     int rc;
@@ -1154,12 +1202,7 @@ static int s2_worker(int idx)
     /* connect the library (one uncounted pair) before the start line */
     if ((rc = dist_mutex_lock(&m)) != 0 || (rc = dist_mutex_unlock(&m)) != 0)
         return dfail("s2 warm-up lock/unlock", rc);
-    atomic_fetch_add(&sh->s2.ready, 1);
-    while ((start = atomic_load(&sh->s2.start_ns)) == 0)
-        sleep_ns(200000);
-    while ((t = now_ns()) < start)
-        sleep_ns(start - t);
-    end = sh->s2.end_ns;
+    end = line_up(&sh->s2.go);
     while ((t = now_ns()) < end) {
         if ((rc = dist_mutex_lock(&m)) != 0)
             return dfail("dist_mutex_lock", rc);
@@ -1193,9 +1236,8 @@ static int s2_worker(int idx)
 static int s2_run(redisContext *c, long long *final)
 {
     struct kids k = { 0 };
-    uint64_t deadline;
     redisReply *r;
-    int i, rc;
+    int i;
 
     del_lock_keys(c, s2_lock);
     if (!(r = rcmd(c, "SET %s 0", s2_counter)))
@@ -1207,20 +1249,8 @@ static int s2_run(redisContext *c, long long *final)
             return -1;
         }
     }
-    deadline = now_ns() + 30000000000ull;
-    while (atomic_load(&sh->s2.ready) < P.s2_procs) {
-        if ((rc = kids_poll(&k)) != 0) {
-            kids_kill(&k);
-            return rc < 0 ? -1 : fail("s2 workers exited before the start");
-        }
-        if (now_ns() > deadline) {
-            kids_kill(&k);
-            return fail("s2 workers did not get ready within 30 s");
-        }
-        sleep_ns(1000000);
-    }
-    sh->s2.end_ns = now_ns() + 50000000ull + (uint64_t)(P.s2_s * 1e9);
-    atomic_store(&sh->s2.start_ns, sh->s2.end_ns - (uint64_t)(P.s2_s * 1e9));
+    if (start_workers(&k, &sh->s2.go, P.s2_procs, P.s2_s, "s2") != 0)
+        return -1;
     if (kids_wait(&k, P.s2_s + 120) != 0)
         return -1;
     if (!(r = rcmd(c, "GET %s", s2_counter)))
@@ -1278,7 +1308,7 @@ static void scenario_s2(redisContext *c)
             maxw_ms = (double)sh->s2.max_wait_ns[i] / 1e6;
         sumw += sh->s2.sum_wait_ns[i];
     }
-    secs = (double)(last - sh->s2.start_ns) / 1e9;
+    secs = (double)(last - sh->s2.go.start_ns) / 1e9;
     acq = (double)total / secs;
     maxsh = total ? (double)mx / (double)total : 0;
     minsh = total ? (double)mn / (double)total : 0;
@@ -1705,7 +1735,7 @@ static int rw_worker(int idx)
 {
     redisContext *c = rconnect();
     uint64_t rng = 0x9e3779b97f4a7c15ull * (uint64_t)(idx + 1);
-    uint64_t start, end, t, w, maxr = 0, maxw = 0;
+    uint64_t end, t, w, maxr = 0, maxw = 0;
     long long reads = 0, writes = 0, torn = 0, v1, v2;
     dist_rwlock_t rw;
     redisReply *r;
@@ -1719,12 +1749,7 @@ static int rw_worker(int idx)
     if ((rc = dist_rwlock_rdlock(&rw)) != 0 || (rc = dist_rwlock_unlock(&rw)) != 0 ||
         (rc = dist_rwlock_wrlock(&rw)) != 0 || (rc = dist_rwlock_unlock(&rw)) != 0)
         return dfail("rw warm-up", rc);
-    atomic_fetch_add(&sh->rw.ready, 1);
-    while ((start = atomic_load(&sh->rw.start_ns)) == 0)
-        sleep_ns(200000);
-    while ((t = now_ns()) < start)
-        sleep_ns(start - t);
-    end = sh->rw.end_ns;
+    end = line_up(&sh->rw.go);
     while ((t = now_ns()) < end) {
         rng ^= rng << 13;
         rng ^= rng >> 7;
@@ -1770,11 +1795,11 @@ static void scenario_rw(redisContext *c)
     struct kids k = { 0 };
     long long reads = 0, writes = 0, torn = 0, final = 0, lost;
     double secs, ops, rfrac, maxr_ms = 0, maxw_ms = 0;
-    uint64_t deadline, last = 0;
+    uint64_t last = 0;
     char b1[32];
     struct jobj j;
     redisReply *r;
-    int i, rc;
+    int i;
 
     reset_shared();
     del_rw_keys(c);
@@ -1785,21 +1810,10 @@ static void scenario_rw(redisContext *c)
             return;
         }
     }
-    deadline = now_ns() + 30000000000ull;
-    while (atomic_load(&sh->rw.ready) < P.rw_procs) {
-        if ((rc = kids_poll(&k)) != 0 || now_ns() > deadline) {
-            kids_kill(&k);
-            if (rc == 0)
-                fail("rw workers did not get ready within 30 s");
-            else if (rc > 0)
-                fail("rw workers exited before the start");
-            report_error("rw");
-            return;
-        }
-        sleep_ns(1000000);
+    if (start_workers(&k, &sh->rw.go, P.rw_procs, P.rw_s, "rw") != 0) {
+        report_error("rw");
+        return;
     }
-    sh->rw.end_ns = now_ns() + 50000000ull + (uint64_t)(P.rw_s * 1e9);
-    atomic_store(&sh->rw.start_ns, sh->rw.end_ns - (uint64_t)(P.rw_s * 1e9));
     if (kids_wait(&k, P.rw_s + 120) != 0 ||
         !(r = rcmd(c, "GET %s", rw_counter))) {
         del_rw_keys(c);
@@ -1821,7 +1835,7 @@ static void scenario_rw(redisContext *c)
         if ((double)sh->rw.max_wwait_ns[i] / 1e6 > maxw_ms)
             maxw_ms = (double)sh->rw.max_wwait_ns[i] / 1e6;
     }
-    secs = (double)(last - sh->rw.start_ns) / 1e9;
+    secs = (double)(last - sh->rw.go.start_ns) / 1e9;
     ops = (double)(reads + writes) / secs;
     rfrac = reads + writes ? (double)reads / (double)(reads + writes) : 0;
     lost = writes - final;
@@ -1921,6 +1935,19 @@ static int parse_only(const char *s)
 static int wanted(int sc)
 {
     return opt.only == 0 || (opt.only & (1u << sc));
+}
+
+/* s2 or s3 (run) under the name of sc, on fair mutexes when fair (s2f,
+ * s3f), when sc is wanted. */
+static void contended(redisContext *c, int sc, void (*run)(redisContext *),
+                      int fair)
+{
+    if (!wanted(sc))
+        return;
+    cur_sc = sc_names[sc];
+    bench_fair = fair;
+    run(c);
+    bench_fair = 0;
 }
 
 int main(int argc, char **argv)
@@ -2032,24 +2059,10 @@ int main(int argc, char **argv)
             scenario_s1(c);
         if (wanted(SC_S1T))
             scenario_s1t(c);
-        if (wanted(SC_S2)) {
-            cur_sc = "s2";
-            scenario_s2(c);
-        }
-        if (wanted(SC_S3)) {
-            cur_sc = "s3";
-            scenario_s3(c);
-        }
-        bench_fair = 1;
-        if (wanted(SC_S2F)) {
-            cur_sc = "s2f";
-            scenario_s2(c);
-        }
-        if (wanted(SC_S3F)) {
-            cur_sc = "s3f";
-            scenario_s3(c);
-        }
-        bench_fair = 0;
+        contended(c, SC_S2, scenario_s2, 0);
+        contended(c, SC_S3, scenario_s3, 0);
+        contended(c, SC_S2F, scenario_s2, 1);
+        contended(c, SC_S3F, scenario_s3, 1);
     }
     if (wanted(SC_S4))
         scenario_s4();

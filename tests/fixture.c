@@ -29,12 +29,12 @@ static void on_sigpipe(int sig)
     g_sigpipes = g_sigpipes + 1;
 }
 
-struct timespec realtime_in(double secs)
+struct timespec fx_clock_in(clockid_t clk, double secs)
 {
     struct timespec ts;
     long long ns;
 
-    clock_gettime(CLOCK_REALTIME, &ts);
+    clock_gettime(clk, &ts);
     ns = (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec +
          (long long)(secs * 1e9);
     ts.tv_sec = (time_t)(ns / 1000000000LL);
@@ -44,6 +44,11 @@ struct timespec realtime_in(double secs)
         ts.tv_sec--;
     }
     return ts;
+}
+
+struct timespec realtime_in(double secs)
+{
+    return fx_clock_in(CLOCK_REALTIME, secs);
 }
 
 int fx_sigpipes(void)
@@ -166,4 +171,111 @@ int fx_locker_start(struct fx_locker *l, dist_mutex_t *m, double secs)
 void fx_locker_join(struct fx_locker *l)
 {
     pthread_join(l->th, NULL);
+}
+
+static void *holder_main(void *arg)
+{
+    struct fx_holder *h = arg;
+
+    h->lock_rc = h->lock(h->arg);
+    h->t_locked = tu_now();
+    sem_post(&h->locked);
+    while (sem_wait(&h->release) != 0)
+        ;
+    h->unlock_rc = h->lock_rc == 0 ? h->unlock(h->arg) : -1;
+    return NULL;
+}
+
+void fx_holder_start(struct fx_holder *h, int (*lock)(void *),
+                     int (*unlock)(void *), void *arg)
+{
+    memset(h, 0, sizeof *h);
+    h->lock = lock;
+    h->unlock = unlock;
+    h->arg = arg;
+    h->lock_rc = h->unlock_rc = -1;
+    sem_init(&h->locked, 0, 0);
+    sem_init(&h->release, 0, 0);
+    assert_int_equal(pthread_create(&h->th, NULL, holder_main, h), 0);
+    while (sem_wait(&h->locked) != 0)
+        ;
+    assert_int_equal(h->lock_rc, 0);
+}
+
+void fx_holder_release(struct fx_holder *h)
+{
+    sem_post(&h->release);
+}
+
+void fx_holder_join(struct fx_holder *h)
+{
+    pthread_join(h->th, NULL);
+    sem_destroy(&h->locked);
+    sem_destroy(&h->release);
+    assert_int_equal(h->unlock_rc, 0);
+}
+
+void fx_holder_stop(struct fx_holder *h)
+{
+    fx_holder_release(h);
+    fx_holder_join(h);
+}
+
+/* ---- the recording lost handler ------------------------------------------ */
+
+static pthread_mutex_t g_lost_mu = PTHREAD_MUTEX_INITIALIZER;
+static char g_lost_names[FX_LOST_MAX][256];
+static char g_lost_last[256];
+static int g_lost_n;                  /* calls so far */
+
+void fx_on_lost(const char *name, void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&g_lost_mu);
+    if (g_lost_n < FX_LOST_MAX)
+        snprintf(g_lost_names[g_lost_n], sizeof g_lost_names[0], "%s", name);
+    snprintf(g_lost_last, sizeof g_lost_last, "%s", name);
+    g_lost_n++;
+    pthread_mutex_unlock(&g_lost_mu);
+}
+
+void fx_lost_reset(void)
+{
+    pthread_mutex_lock(&g_lost_mu);
+    g_lost_n = 0;
+    g_lost_last[0] = '\0';
+    pthread_mutex_unlock(&g_lost_mu);
+}
+
+int fx_lost_calls(const char *name)
+{
+    int i, n = 0;
+
+    pthread_mutex_lock(&g_lost_mu);
+    if (name == NULL)
+        n = g_lost_n;
+    for (i = 0; name && i < g_lost_n && i < FX_LOST_MAX; i++)
+        if (strcmp(g_lost_names[i], name) == 0)
+            n++;
+    pthread_mutex_unlock(&g_lost_mu);
+    return n;
+}
+
+const char *fx_lost_name(int i, char *buf, size_t len)
+{
+    pthread_mutex_lock(&g_lost_mu);
+    snprintf(buf, len, "%s",
+             i >= 0 && i < g_lost_n && i < FX_LOST_MAX ? g_lost_names[i] : "");
+    pthread_mutex_unlock(&g_lost_mu);
+    return buf;
+}
+
+int fx_lost_last_is(const char *name)
+{
+    int eq;
+
+    pthread_mutex_lock(&g_lost_mu);
+    eq = strcmp(g_lost_last, name) == 0;
+    pthread_mutex_unlock(&g_lost_mu);
+    return eq;
 }

@@ -12,6 +12,7 @@
 #define DISTLOCK_FIXTURE_H
 
 #include <pthread.h>
+#include <semaphore.h>
 #include <stdio.h>
 #include <stdatomic.h>
 #include <time.h>
@@ -69,7 +70,10 @@ tu_proxy_t *fx_proxy_up(tu_redis_t *r);
  * -1 when the url is refused.  fx_dirty is left as it is. */
 int fx_proxy_down(tu_redis_t *r, tu_proxy_t *p);
 
-/* CLOCK_REALTIME secs from now, for timed calls. */
+/* clk's time secs from now (secs may be negative), for timed calls. */
+struct timespec fx_clock_in(clockid_t clk, double secs);
+
+/* CLOCK_REALTIME secs from now: fx_clock_in(CLOCK_REALTIME, secs). */
 struct timespec realtime_in(double secs);
 
 /* What a library call gave, how long it took, and the library's reason
@@ -104,6 +108,43 @@ struct fx_locker {
 /* 0, or pthread_create's error. */
 int fx_locker_start(struct fx_locker *l, dist_mutex_t *m, double secs);
 void fx_locker_join(struct fx_locker *l);
+
+/* A thread that takes a lock with lock(arg), notes when it got it, keeps
+ * it until told to let go, then gives it back with unlock(arg) (both
+ * return 0 or an error number).  A test wraps it with its kind of lock. */
+struct fx_holder {
+    int (*lock)(void *arg);
+    int (*unlock)(void *arg);
+    void *arg;
+    sem_t locked, release;
+    int lock_rc, unlock_rc;   /* -1 until done; unlock_rc stays -1 when
+                               * the lock failed */
+    double t_locked;          /* tu_now() when lock returned */
+    pthread_t th;
+};
+
+/* Starts h and waits until its lock call returned; asserts it gave 0. */
+void fx_holder_start(struct fx_holder *h, int (*lock)(void *),
+                     int (*unlock)(void *), void *arg);
+/* Tells it to let go, without waiting for it. */
+void fx_holder_release(struct fx_holder *h);
+/* Waits for it to end; asserts that its unlock gave 0. */
+void fx_holder_join(struct fx_holder *h);
+/* fx_holder_release, then fx_holder_join. */
+void fx_holder_stop(struct fx_holder *h);
+
+/* A lost handler that records its calls, for dist_set_lost_handler
+ * (fx_on_lost, NULL); the names of the first FX_LOST_MAX are kept. */
+#define FX_LOST_MAX 16
+void fx_on_lost(const char *name, void *arg);
+/* Forget the calls recorded so far. */
+void fx_lost_reset(void);
+/* Calls recorded for name (NULL: all calls). */
+int fx_lost_calls(const char *name);
+/* The name of call i (from 0) in buf, "" when it was not kept; buf. */
+const char *fx_lost_name(int i, char *buf, size_t len);
+/* Whether the last call was for name. */
+int fx_lost_last_is(const char *name);
 
 /* SIGPIPEs this process received since fx_group_setup.  The harness
  * blocks its own and its proxy uses MSG_NOSIGNAL, so any comes from the

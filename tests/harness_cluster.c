@@ -121,22 +121,15 @@ static void initial_range(int masters, int k, int *lo, int *hi)
 
 static void cluster_free(tu_cluster_t *c)
 {
-    int i;
-
-    for (i = 0; i < c->n; i++) {
-        tu_redis_stop(&c->node[i]);
-        tp_conn_destroy(&c->q[i]);
-    }
+    tp_nodes_stop(c->node, c->q, c->n);
     free(c->url);
     free(c);
 }
 
 void tu_cluster_stop(tu_cluster_t *c)
 {
-    if (c == NULL || c->head.creator != getpid())
-        return;
-    (void)tp_unregister(&c->head);
-    cluster_free(c);
+    if (tp_release(c != NULL ? &c->head : NULL))
+        cluster_free(c);
 }
 
 /* CLUSTER REPLICATE on replica i once it knows its master (gossip). */
@@ -330,8 +323,7 @@ tu_cluster_t *tu_cluster_start(int masters, int replicas_per_master,
                "nodes)", masters, replicas_per_master, TU_TOPO_MAX_NODES);
         return NULL;
     }
-    deadline = tu_now() + (o->start_timeout_ms > 0 ? o->start_timeout_ms
-                                                   : 30000) / 1000.0;
+    deadline = tp_start_deadline(o->start_timeout_ms);
     if (cluster_args(o, args, (int)(sizeof(args) / sizeof(args[0])),
                      timeout, sizeof(timeout)) < 0)
         return NULL;
@@ -394,20 +386,17 @@ tu_redis_t *tu_cluster_node(tu_cluster_t *c, int node)
 
 const char *tu_cluster_role(tu_cluster_t *c, int node)
 {
-    return tp_valid_node(c, node) ? tp_role_name(tp_node_role(&c->node[node],
-                                                     &c->q[node], NULL,
-                                                     NULL, 0))
-                               : NULL;
+    return tp_valid_node(c, node) ? tp_role_of(&c->node[node], &c->q[node])
+                                  : NULL;
 }
 
 int tu_cluster_master_of(tu_cluster_t *c, int node)
 {
-    int mport;
+    int mport = tp_valid_node(c, node)
+                    ? tp_master_port(&c->node[node], &c->q[node])
+                    : -1;
 
-    if (!tp_valid_node(c, node) ||
-        tp_node_role(&c->node[node], &c->q[node], &mport, NULL, 0) != 'S')
-        return -1;
-    return tp_node_by_port(c, mport);
+    return mport < 0 ? -1 : tp_node_by_port(c, mport);
 }
 
 const char *tu_cluster_url(const tu_cluster_t *c)

@@ -158,6 +158,20 @@ char tp_node_role(tu_redis_t *r, struct tp_conn *q, int *mport, char *state,
 /* "master" / "slave" for 'M' / 'S', else NULL. */
 const char *tp_role_name(char role);
 
+/* A server's ROLE as "master" / "slave"; NULL when it does not answer. */
+const char *tp_role_of(tu_redis_t *r, struct tp_conn *q);
+
+/* The port of the master a replica follows; -1 when it is no replica or
+ * does not answer. */
+int tp_master_port(tu_redis_t *r, struct tp_conn *q);
+
+/* Stop the n servers and drop their query connections: a topology's
+ * free. */
+void tp_nodes_stop(tu_redis_t *nodes, struct tp_conn *q, int n);
+
+/* When a start gives up: start_timeout_ms from now, 30 s when it is 0. */
+double tp_start_deadline(int start_timeout_ms);
+
 /* Milliseconds until deadline (tu_now), at least 1: a wait's timeout. */
 int tp_ms_left(double deadline);
 
@@ -183,6 +197,11 @@ void tp_register(struct tp_head *h, void (*free_fn)(struct tp_head *));
 
 /* Unlink h; 1 if it was registered. */
 int tp_unregister(struct tp_head *h);
+
+/* The first step of tu_*_stop: 0 when h is NULL or the topology is not
+ * this process's (a forked child leaves the parent's servers alone), else
+ * h unregistered and 1: free it. */
+int tp_release(struct tp_head *h);
 
 #define TP_POLL_MS       30      /* poll period of the waits */
 #define TP_LOG_LINES     15      /* log tail printed on failure */

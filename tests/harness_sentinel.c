@@ -81,26 +81,16 @@ static tu_redis_t *member(tu_sentinel_t *s, int sent, int i,
 
 static void sentinel_free(tu_sentinel_t *s)
 {
-    int i;
-
-    for (i = 0; i < s->nsent; i++) {
-        tu_redis_stop(&s->sent[i]);
-        tp_conn_destroy(&s->sq[i]);
-    }
-    for (i = 0; i < s->ndata; i++) {
-        tu_redis_stop(&s->data[i]);
-        tp_conn_destroy(&s->dq[i]);
-    }
+    tp_nodes_stop(s->sent, s->sq, s->nsent);
+    tp_nodes_stop(s->data, s->dq, s->ndata);
     free(s->url);
     free(s);
 }
 
 void tu_sentinel_stop(tu_sentinel_t *s)
 {
-    if (s == NULL || s->head.creator != getpid())
-        return;
-    (void)tp_unregister(&s->head);
-    sentinel_free(s);
+    if (tp_release(s != NULL ? &s->head : NULL))
+        sentinel_free(s);
 }
 
 /*
@@ -520,8 +510,7 @@ tu_sentinel_t *tu_sentinel_start(int replicas, int sentinels,
                sentinels);
         return NULL;
     }
-    deadline = tu_now() + (o->start_timeout_ms > 0 ? o->start_timeout_ms
-                                                   : 30000) / 1000.0;
+    deadline = tp_start_deadline(o->start_timeout_ms);
     s = sentinel_new(replicas, sentinels, o);
     if (s == NULL)
         return NULL;
@@ -620,20 +609,17 @@ int tu_sentinel_master(tu_sentinel_t *s)
 
 const char *tu_sentinel_role(tu_sentinel_t *s, int node)
 {
-    return valid_data(s, node)
-               ? tp_role_name(tp_node_role(&s->data[node], &s->dq[node], NULL,
-                                     NULL, 0))
-               : NULL;
+    return valid_data(s, node) ? tp_role_of(&s->data[node], &s->dq[node])
+                               : NULL;
 }
 
 int tu_sentinel_master_of(tu_sentinel_t *s, int node)
 {
-    int mport;
+    int mport = valid_data(s, node)
+                    ? tp_master_port(&s->data[node], &s->dq[node])
+                    : -1;
 
-    if (!valid_data(s, node) ||
-        tp_node_role(&s->data[node], &s->dq[node], &mport, NULL, 0) != 'S')
-        return -1;
-    return data_by_port(s, mport);
+    return mport < 0 ? -1 : data_by_port(s, mport);
 }
 
 int tu_sentinel_wait_new_master(tu_sentinel_t *s, int old, int timeout_ms)
@@ -728,8 +714,7 @@ int tu_sentinel_wait_role(tu_sentinel_t *s, int node, const char *role,
         return -1;
     }
     for (;;) {
-        now = tp_role_name(tp_node_role(&s->data[node], &s->dq[node], NULL, NULL,
-                                  0));
+        now = tp_role_of(&s->data[node], &s->dq[node]);
         if (now != NULL && strcmp(now, role) == 0)
             return 0;
         if (tu_now() > deadline)

@@ -406,6 +406,34 @@ const char *tp_role_name(char role)
     return role == 'M' ? "master" : role == 'S' ? "slave" : NULL;
 }
 
+const char *tp_role_of(tu_redis_t *r, struct tp_conn *q)
+{
+    return tp_role_name(tp_node_role(r, q, NULL, NULL, 0));
+}
+
+int tp_master_port(tu_redis_t *r, struct tp_conn *q)
+{
+    int mport;
+
+    return tp_node_role(r, q, &mport, NULL, 0) == 'S' ? mport : -1;
+}
+
+void tp_nodes_stop(tu_redis_t *nodes, struct tp_conn *q, int n)
+{
+    int i;
+
+    for (i = 0; i < n; i++) {
+        tu_redis_stop(&nodes[i]);
+        tp_conn_destroy(&q[i]);
+    }
+}
+
+double tp_start_deadline(int start_timeout_ms)
+{
+    return tu_now() + (start_timeout_ms > 0 ? start_timeout_ms : 30000) /
+                          1000.0;
+}
+
 int tp_ms_left(double deadline)
 {
     int left = (int)((deadline - tu_now()) * 1000);
@@ -510,4 +538,12 @@ int tp_unregister(struct tp_head *h)
     }
     pthread_mutex_unlock(&g_topo_lock);
     return found;
+}
+
+int tp_release(struct tp_head *h)
+{
+    if (h == NULL || h->creator != getpid())
+        return 0;
+    (void)tp_unregister(h);
+    return 1;
 }

@@ -205,8 +205,9 @@ static void say(const char *fmt, ...)
     fflush(stdout);
 }
 
-/* "held", a line from stdin, unlock, "released" */
-static int hold_then_release(pthread_mutex_t *m)
+/* "held", a line from stdin, unlock (mutex, or rwlock when rw), then
+ * "released" */
+static int hold_then_release_lock(void *lock, int rw)
 {
     char line[64];
     int rc;
@@ -214,9 +215,14 @@ static int hold_then_release(pthread_mutex_t *m)
     say("held");
     if (!fgets(line, sizeof line, stdin))
         line[0] = '\0';
-    rc = pthread_mutex_unlock(m);
+    rc = rw ? pthread_rwlock_unlock(lock) : pthread_mutex_unlock(lock);
     say("released %d", rc);
     return rc == 0 ? 0 : 1;
+}
+
+static int hold_then_release(pthread_mutex_t *m)
+{
+    return hold_then_release_lock(m, 0);
 }
 
 /* ---- condition variables ------------------------------------------------ */
@@ -318,53 +324,48 @@ static int errcheck(void)
 
 /* ---- calls: every entry point, every version --------------------------------- */
 
-typedef int (*m_fn)(pthread_mutex_t *);
-typedef int (*mt_fn)(pthread_mutex_t *, const struct timespec *);
-typedef int (*mc_fn)(pthread_mutex_t *, clockid_t, const struct timespec *);
-typedef int (*cw_fn)(pthread_cond_t *, pthread_mutex_t *);
-typedef int (*ct_fn)(pthread_cond_t *, pthread_mutex_t *,
-                     const struct timespec *);
-typedef int (*cc_fn)(pthread_cond_t *, pthread_mutex_t *, clockid_t,
-                     const struct timespec *);
-typedef int (*cs_fn)(pthread_cond_t *);
-
 static pthread_cond_t old_cv;      /* zeroed: for the GLIBC_2.2.5 condvar */
 
-static void *old_signaller(void *arg)
+/* which pthread_cond_signal (the current one, or an older version found
+ * by dlvsym: NULL when there is none) signals which condvar */
+struct signal_arg {
+    int (*sig)(pthread_cond_t *);
+    pthread_cond_t *cv;
+};
+
+/* Under W, sets the flag and signals as arg says: one thread body for
+ * the current and the GLIBC_2.2.5 condvar. */
+static void *flag_and_signal(void *arg)
 {
-    cs_fn sig = (cs_fn)dlvsym(RTLD_DEFAULT, "pthread_cond_signal",
-                              "GLIBC_2.2.5");
-    (void)arg;
+    struct signal_arg *a = arg;
+
     pthread_mutex_lock(W);
     w_flag = 1;
-    if (sig)
-        sig(&old_cv);
+    if (a->sig)
+        a->sig(a->cv);
     pthread_mutex_unlock(W);
     return NULL;
 }
 
-static void *new_signaller(void *arg)
-{
-    (void)arg;
-    pthread_mutex_lock(W);
-    w_flag = 1;
-    pthread_cond_signal(&g_cv);
-    pthread_mutex_unlock(W);
-    return NULL;
-}
-
-#define OLD(type, name, ver) ((type)dlvsym(RTLD_DEFAULT, name, ver))
+/* fn as version ver of it, as an older binary binds it; the type is the
+ * declaration's. */
+#define OLD(fn, ver) ((__typeof__(&fn))dlvsym(RTLD_DEFAULT, #fn, ver))
 
 /* expr must give want; a bad one is reported and sets bad */
-#define CHECK(expr, want)                                                    \
-    do {                                                                     \
-        int rc_ = (expr);                                                    \
-        if (rc_ != (want)) {                                                 \
-            fprintf(stderr, "preload_target: %s = %d, not %d\n", #expr, rc_, \
-                    (want));                                                 \
-            bad = 1;                                                         \
-        }                                                                    \
-    } while (0)
+static void check_rc(int rc, int want, const char *what, int *bad)
+{
+    if (rc != want) {
+        fprintf(stderr, "preload_target: %s = %d, not %d\n", what, rc, want);
+        *bad = 1;
+    }
+}
+
+/* A call that must give want (else a line on stderr and bad = 1). */
+#define CHECK(expr, want) check_rc((expr), (want), #expr, &bad)
+
+/* A lock call that must succeed, then the unlock that must too. */
+#define CHECK_HELD(expr, unlock)                                             \
+    (check_rc((expr), 0, #expr, &bad), check_rc((unlock), 0, #unlock, &bad))
 
 static int calls(void)
 {
@@ -384,6 +385,10 @@ static int calls(void)
     };
     long (*counter)(const char *) =
         (long (*)(const char *))dlsym(RTLD_DEFAULT, "distlock_preload_calls");
+    struct signal_arg new_sig = { pthread_cond_signal, &g_cv };
+    struct signal_arg old_sig = {
+        OLD(pthread_cond_signal, "GLIBC_2.2.5"), &old_cv
+    };
     pthread_mutex_t *m = &g_global_lock;
     struct timespec ts;
     struct account *a;
@@ -392,13 +397,10 @@ static int calls(void)
     int bad = 0;
 
     /* the versions a fresh build binds */
-    CHECK(pthread_mutex_lock(m), 0);
-    CHECK(pthread_mutex_unlock(m), 0);
-    CHECK(pthread_mutex_trylock(m), 0);
-    CHECK(pthread_mutex_unlock(m), 0);
+    CHECK_HELD(pthread_mutex_lock(m), pthread_mutex_unlock(m));
+    CHECK_HELD(pthread_mutex_trylock(m), pthread_mutex_unlock(m));
     ts = in_ms(CLOCK_REALTIME, 2000);
-    CHECK(pthread_mutex_timedlock(m, &ts), 0);
-    CHECK(pthread_mutex_unlock(m), 0);
+    CHECK_HELD(pthread_mutex_timedlock(m, &ts), pthread_mutex_unlock(m));
     ts = in_ms(CLOCK_MONOTONIC, 2000);
     CHECK(pthread_mutex_clocklock(m, CLOCK_MONOTONIC, &ts), 0);
     ts = in_ms(CLOCK_REALTIME, 10);
@@ -407,7 +409,7 @@ static int calls(void)
     CHECK(pthread_cond_clockwait(&g_cv, m, CLOCK_MONOTONIC, &ts), ETIMEDOUT);
     W = m;
     w_flag = 0;
-    pthread_create(&th, NULL, new_signaller, NULL);
+    pthread_create(&th, NULL, flag_and_signal, &new_sig);
     while (!w_flag)
         CHECK(pthread_cond_wait(&g_cv, m), 0);
     pthread_join(th, NULL);
@@ -417,24 +419,24 @@ static int calls(void)
     free(a);
 
     /* the older versions, as an old binary would bind them */
-    CHECK(OLD(m_fn, "pthread_mutex_trylock", "GLIBC_2.2.5")(m), 0);
-    CHECK(pthread_mutex_unlock(m), 0);
+    CHECK_HELD(OLD(pthread_mutex_trylock, "GLIBC_2.2.5")(m),
+               pthread_mutex_unlock(m));
     ts = in_ms(CLOCK_REALTIME, 2000);
-    CHECK(OLD(mt_fn, "pthread_mutex_timedlock", "GLIBC_2.2.5")(m, &ts), 0);
-    CHECK(pthread_mutex_unlock(m), 0);
+    CHECK_HELD(OLD(pthread_mutex_timedlock, "GLIBC_2.2.5")(m, &ts),
+               pthread_mutex_unlock(m));
     ts = in_ms(CLOCK_MONOTONIC, 2000);
-    CHECK(OLD(mc_fn, "pthread_mutex_clocklock", "GLIBC_2.30")(m, CLOCK_MONOTONIC, &ts), 0);
+    CHECK(OLD(pthread_mutex_clocklock, "GLIBC_2.30")(m, CLOCK_MONOTONIC, &ts), 0);
     ts = in_ms(CLOCK_REALTIME, 10);
-    CHECK(OLD(ct_fn, "pthread_cond_timedwait", "GLIBC_2.2.5")(&old_cv, m, &ts),
+    CHECK(OLD(pthread_cond_timedwait, "GLIBC_2.2.5")(&old_cv, m, &ts),
           ETIMEDOUT);
     ts = in_ms(CLOCK_MONOTONIC, 10);
-    CHECK(OLD(cc_fn, "pthread_cond_clockwait", "GLIBC_2.30")(&g_cv, m,
+    CHECK(OLD(pthread_cond_clockwait, "GLIBC_2.30")(&g_cv, m,
                                                             CLOCK_MONOTONIC, &ts),
           ETIMEDOUT);
     w_flag = 0;
-    pthread_create(&th, NULL, old_signaller, NULL);
+    pthread_create(&th, NULL, flag_and_signal, &old_sig);
     while (!w_flag)
-        CHECK(OLD(cw_fn, "pthread_cond_wait", "GLIBC_2.2.5")(&old_cv, m), 0);
+        CHECK(OLD(pthread_cond_wait, "GLIBC_2.2.5")(&old_cv, m), 0);
     pthread_join(th, NULL);
     CHECK(pthread_mutex_unlock(m), 0);
 
@@ -455,11 +457,6 @@ static pthread_rwlock_t *which_rw(const char *w)
     exit(2);
 }
 
-typedef int (*rw_fn)(pthread_rwlock_t *);
-typedef int (*rwt_fn)(pthread_rwlock_t *, const struct timespec *);
-typedef int (*rwc_fn)(pthread_rwlock_t *, clockid_t, const struct timespec *);
-typedef int (*rwi_fn)(pthread_rwlock_t *, const pthread_rwlockattr_t *);
-
 static int rwcalls(void)
 {
     static const char *names[] = { "rdlock", "tryrdlock", "timedrdlock",
@@ -475,51 +472,47 @@ static int rwcalls(void)
     size_t i;
     int bad = 0, v;
 
-    CHECK(pthread_rwlock_rdlock(rw), 0);
-    CHECK(pthread_rwlock_unlock(rw), 0);
-    CHECK(pthread_rwlock_wrlock(rw), 0);
-    CHECK(pthread_rwlock_unlock(rw), 0);
-    CHECK(pthread_rwlock_tryrdlock(rw), 0);
-    CHECK(pthread_rwlock_unlock(rw), 0);
-    CHECK(pthread_rwlock_trywrlock(rw), 0);
-    CHECK(pthread_rwlock_unlock(rw), 0);
+    CHECK_HELD(pthread_rwlock_rdlock(rw), pthread_rwlock_unlock(rw));
+    CHECK_HELD(pthread_rwlock_wrlock(rw), pthread_rwlock_unlock(rw));
+    CHECK_HELD(pthread_rwlock_tryrdlock(rw), pthread_rwlock_unlock(rw));
+    CHECK_HELD(pthread_rwlock_trywrlock(rw), pthread_rwlock_unlock(rw));
     ts = in_ms(CLOCK_REALTIME, 2000);
-    CHECK(pthread_rwlock_timedrdlock(rw, &ts), 0);
-    CHECK(pthread_rwlock_unlock(rw), 0);
-    CHECK(pthread_rwlock_timedwrlock(rw, &ts), 0);
-    CHECK(pthread_rwlock_unlock(rw), 0);
+    CHECK_HELD(pthread_rwlock_timedrdlock(rw, &ts), pthread_rwlock_unlock(rw));
+    CHECK_HELD(pthread_rwlock_timedwrlock(rw, &ts), pthread_rwlock_unlock(rw));
     ts = in_ms(CLOCK_MONOTONIC, 2000);
-    CHECK(pthread_rwlock_clockrdlock(rw, CLOCK_MONOTONIC, &ts), 0);
-    CHECK(pthread_rwlock_unlock(rw), 0);
-    CHECK(pthread_rwlock_clockwrlock(rw, CLOCK_MONOTONIC, &ts), 0);
-    CHECK(pthread_rwlock_unlock(rw), 0);
+    CHECK_HELD(pthread_rwlock_clockrdlock(rw, CLOCK_MONOTONIC, &ts),
+               pthread_rwlock_unlock(rw));
+    CHECK_HELD(pthread_rwlock_clockwrlock(rw, CLOCK_MONOTONIC, &ts),
+               pthread_rwlock_unlock(rw));
     c = catalog_create();
     CHECK(pthread_rwlock_destroy(&c->rw), 0);
     free(c);
 
     /* the GLIBC_2.2.5 / GLIBC_2.30 versions */
-    CHECK(OLD(rw_fn, "pthread_rwlock_rdlock", "GLIBC_2.2.5")(rw), 0);
-    CHECK(OLD(rw_fn, "pthread_rwlock_unlock", "GLIBC_2.2.5")(rw), 0);
-    CHECK(OLD(rw_fn, "pthread_rwlock_wrlock", "GLIBC_2.2.5")(rw), 0);
-    CHECK(pthread_rwlock_unlock(rw), 0);
-    CHECK(OLD(rw_fn, "pthread_rwlock_tryrdlock", "GLIBC_2.2.5")(rw), 0);
-    CHECK(pthread_rwlock_unlock(rw), 0);
-    CHECK(OLD(rw_fn, "pthread_rwlock_trywrlock", "GLIBC_2.2.5")(rw), 0);
-    CHECK(pthread_rwlock_unlock(rw), 0);
+    CHECK(OLD(pthread_rwlock_rdlock, "GLIBC_2.2.5")(rw), 0);
+    CHECK(OLD(pthread_rwlock_unlock, "GLIBC_2.2.5")(rw), 0);
+    CHECK_HELD(OLD(pthread_rwlock_wrlock, "GLIBC_2.2.5")(rw),
+               pthread_rwlock_unlock(rw));
+    CHECK_HELD(OLD(pthread_rwlock_tryrdlock, "GLIBC_2.2.5")(rw),
+               pthread_rwlock_unlock(rw));
+    CHECK_HELD(OLD(pthread_rwlock_trywrlock, "GLIBC_2.2.5")(rw),
+               pthread_rwlock_unlock(rw));
     ts = in_ms(CLOCK_REALTIME, 2000);
-    CHECK(OLD(rwt_fn, "pthread_rwlock_timedrdlock", "GLIBC_2.2.5")(rw, &ts), 0);
-    CHECK(pthread_rwlock_unlock(rw), 0);
-    CHECK(OLD(rwt_fn, "pthread_rwlock_timedwrlock", "GLIBC_2.2.5")(rw, &ts), 0);
-    CHECK(pthread_rwlock_unlock(rw), 0);
+    CHECK_HELD(OLD(pthread_rwlock_timedrdlock, "GLIBC_2.2.5")(rw, &ts),
+               pthread_rwlock_unlock(rw));
+    CHECK_HELD(OLD(pthread_rwlock_timedwrlock, "GLIBC_2.2.5")(rw, &ts),
+               pthread_rwlock_unlock(rw));
     ts = in_ms(CLOCK_MONOTONIC, 2000);
-    CHECK(OLD(rwc_fn, "pthread_rwlock_clockrdlock", "GLIBC_2.30")(rw, CLOCK_MONOTONIC, &ts), 0);
-    CHECK(pthread_rwlock_unlock(rw), 0);
-    CHECK(OLD(rwc_fn, "pthread_rwlock_clockwrlock", "GLIBC_2.30")(rw, CLOCK_MONOTONIC, &ts), 0);
-    CHECK(pthread_rwlock_unlock(rw), 0);
-    CHECK(OLD(rwi_fn, "pthread_rwlock_init", "GLIBC_2.2.5")(&scratch, NULL), 0);
+    CHECK_HELD(OLD(pthread_rwlock_clockrdlock, "GLIBC_2.30")(rw, CLOCK_MONOTONIC,
+                                                            &ts),
+               pthread_rwlock_unlock(rw));
+    CHECK_HELD(OLD(pthread_rwlock_clockwrlock, "GLIBC_2.30")(rw, CLOCK_MONOTONIC,
+                                                            &ts),
+               pthread_rwlock_unlock(rw));
+    CHECK(OLD(pthread_rwlock_init, "GLIBC_2.2.5")(&scratch, NULL), 0);
     CHECK(pthread_rwlock_destroy(&scratch), 0);
     c = catalog_create();
-    CHECK(OLD(rw_fn, "pthread_rwlock_destroy", "GLIBC_2.2.5")(&c->rw), 0);
+    CHECK(OLD(pthread_rwlock_destroy, "GLIBC_2.2.5")(&c->rw), 0);
     free(c);
 
     for (i = 0; i < sizeof names / sizeof names[0]; i++) {
@@ -537,7 +530,6 @@ static int rwcalls(void)
 static int rw_mode(const char *mode, pthread_rwlock_t *rw, const char *ms)
 {
     int wr = strstr(mode, "wr") != NULL, rc;
-    char line[64];
 
     if (strcmp(mode, "rdhold") == 0 || strcmp(mode, "wrhold") == 0) {
         rc = wr ? pthread_rwlock_wrlock(rw) : pthread_rwlock_rdlock(rw);
@@ -545,12 +537,7 @@ static int rw_mode(const char *mode, pthread_rwlock_t *rw, const char *ms)
             say("lock %d", rc);
             return 1;
         }
-        say("held");
-        if (!fgets(line, sizeof line, stdin))
-            line[0] = '\0';
-        rc = pthread_rwlock_unlock(rw);
-        say("released %d", rc);
-        return rc == 0 ? 0 : 1;
+        return hold_then_release_lock(rw, 1);
     }
     if (strcmp(mode, "tryrd") == 0 || strcmp(mode, "trywr") == 0) {
         rc = wr ? pthread_rwlock_trywrlock(rw) : pthread_rwlock_tryrdlock(rw);

@@ -74,6 +74,28 @@ wait_for() {
     return 1
 }
 has() { grep -q -- "$1" "$2"; }
+# spawn CMD...: runs CMD in the background, killed at exit; its pid in $spawned
+spawn() {
+    "$@" &
+    spawned=$!
+    bg_pids+=("$spawned")
+}
+# fair_queue NAME N: the fair mutex NAME held by 'distlock lock' (30 s),
+# then N more queued behind it, one after the other; the holder's pid in
+# $fh, the waiters' in ${fwaiters[@]}
+fair_queue() {
+    local f=$1 n=$2 i
+    spawn "$D" lock --fair "$f" -- sleep 30
+    fh=$spawned
+    wait_for 5 eval 'rcli exists "$f" | grep -q 1'
+    fwaiters=()
+    for ((i = 1; i <= n; i++)); do
+        spawn "$D" lock --fair "$f" -- true
+        fwaiters+=("$spawned")
+        # (the count goes in as text: wait_for has an i of its own)
+        wait_for 5 eval '[[ $(rcli llen "redisson_lock_queue:{$f}") == '"$i"' ]]'
+    done
+}
 # run CMD...: sets $rc, $out (stdout) and $err (stderr) files
 out="$tmp/out" err="$tmp/err"
 run() {
@@ -157,9 +179,8 @@ check "status --json of that mutex" json_ok "$out" \
      and 10000 < l[0]['lease_ms'] <= 20000 and l[0]['token'] == 41"
 
 # held by `distlock lock`
-"$D" lock "$m-live" -- sleep 30 &
-live=$!
-bg_pids+=("$live")
+spawn "$D" lock "$m-live" -- sleep 30
+live=$spawned
 wait_for 5 eval 'rcli exists "$m-live" | grep -q 1'
 run "$D" --json status "$m-live"
 check "status of a lock held by 'distlock lock'" json_ok "$out" \
@@ -168,18 +189,7 @@ check "status of a lock held by 'distlock lock'" json_ok "$out" \
 
 # ---- status: fair mutex with a queue of two -------------------------------
 f="$pfx-f"
-"$D" lock --fair "$f" -- sleep 30 &
-fh=$!
-bg_pids+=("$fh")
-wait_for 5 eval 'rcli exists "$f" | grep -q 1'
-"$D" lock --fair "$f" -- true &
-fw1=$!
-bg_pids+=("$fw1")
-wait_for 5 eval '[[ $(rcli llen "redisson_lock_queue:{$f}") == 1 ]]'
-"$D" lock --fair "$f" -- true &
-fw2=$!
-bg_pids+=("$fw2")
-wait_for 5 eval '[[ $(rcli llen "redisson_lock_queue:{$f}") == 2 ]]'
+fair_queue "$f" 2
 run "$D" status "$f"
 check "status of a fair mutex with a queue of 2" \
     eval '[[ $rc -eq 0 ]] && has "kind:     fair mutex" "$out" && has "queue:    1\. client" "$out" &&
@@ -192,9 +202,9 @@ check "status --json: the queue in order, with windows" json_ok "$out" \
      and all(0 < w['window_ms'] <= 5000 for w in l[0]['queue'])"
 kill -TERM "$fh"
 wait "$fh"
-wait "$fw1"
+wait "${fwaiters[0]}"
 r1=$?
-wait "$fw2"
+wait "${fwaiters[1]}"
 r2=$?
 check "the fair waiters ran after the holder, both exit 0" test "$r1$r2" = 00
 run "$D" status "$f"
@@ -280,12 +290,10 @@ x="$pfx-x"
 log="$tmp/intervals"
 : >"$log"
 for i in 1 2 3; do
-    "$D" lock "$x" -- sh -c "for k in 1 2; do :; done; echo start $i >>'$log'; sleep 0.2; echo end $i >>'$log'" &
-    bg_pids+=($!)
+    spawn "$D" lock "$x" -- sh -c "for k in 1 2; do :; done; echo start $i >>'$log'; sleep 0.2; echo end $i >>'$log'"
 done
 for i in 1 2 3; do
-    "$D" lock "$x" -- sh -c "echo start b$i >>'$log'; sleep 0.1; echo end b$i >>'$log'" &
-    bg_pids+=($!)
+    spawn "$D" lock "$x" -- sh -c "echo start b$i >>'$log'; sleep 0.1; echo end b$i >>'$log'"
 done
 wait_for 15 eval '[[ $(wc -l <"$log") -ge 12 ]]'
 check "lock excludes across processes: intervals never overlap" \
@@ -325,9 +333,8 @@ check "-v says when it took and released" \
 
 # ---- signals ------------------------------------------------------------------
 s="$pfx-sig"
-"$D" lock "$s" -- sh -c 'trap "echo child got TERM >'"$tmp/sig"'; exit 5" TERM; sleep 10 & wait' &
-sp=$!
-bg_pids+=("$sp")
+spawn "$D" lock "$s" -- sh -c 'trap "echo child got TERM >'"$tmp/sig"'; exit 5" TERM; sleep 10 & wait'
+sp=$spawned
 wait_for 5 eval 'rcli exists "$s" | grep -q 1'
 sleep 0.2
 kill -TERM "$sp"
@@ -338,17 +345,10 @@ check "SIGTERM is passed to the command; its status is returned" \
 run "$D" status "$s"
 check "... and the lock is released" has "state:    free" "$out"
 
-"$D" lock --fair "$f" -- sleep 30 &
-fh=$!
-bg_pids+=("$fh")
-wait_for 5 eval 'rcli exists "$f" | grep -q 1'
-"$D" lock --fair "$f" -- true &
-fw=$!
-bg_pids+=("$fw")
-wait_for 5 eval '[[ $(rcli llen "redisson_lock_queue:{$f}") == 1 ]]'
+fair_queue "$f" 1
 t0=$(now_ms)
-kill -TERM "$fw"
-wait "$fw"
+kill -TERM "${fwaiters[0]}"
+wait "${fwaiters[0]}"
 rc=$?
 t1=$(now_ms)
 check "SIGTERM while waiting: exit 143 at once, out of the queue" \
@@ -417,11 +417,10 @@ fi
 
 # ---- lock --read / --write ------------------------------------------------------
 r="$pfx-rl"
-"$D" lock --read "$r" -- sleep 30 &
-rr1=$!
-"$D" lock --read "$r" -- sleep 30 &
-rr2=$!
-bg_pids+=("$rr1" "$rr2")
+spawn "$D" lock --read "$r" -- sleep 30
+rr1=$spawned
+spawn "$D" lock --read "$r" -- sleep 30
+rr2=$spawned
 wait_for 5 eval '[[ $(rcli hlen "$r") == 3 ]]'
 run "$D" --json status "$r"
 check "lock --read twice: read-held by two owners" json_ok "$out" \
@@ -431,9 +430,8 @@ check "lock --read twice: read-held by two owners" json_ok "$out" \
 run "$D" lock --read --timeout 0 "$r" -- sh -c 'echo "token=${DISTLOCK_TOKEN-none}"'
 check "a third reader gets in at once; a read hold has no token" \
     eval '[[ $rc -eq 0 ]] && has "^token=none$" "$out"'
-"$D" lock --write --prefer-writer "$r" -- true &
-ww=$!
-bg_pids+=("$ww")
+spawn "$D" lock --write --prefer-writer "$r" -- true
+ww=$spawned
 wait_for 5 eval '[[ $(rcli zcard "distlock_rwlock_writers:{$r}") == 1 ]]'
 run "$D" status "$r"
 check "status shows the waiting writer" has "^waiting writer: client" "$out" || show
@@ -444,18 +442,16 @@ wait "$rr1" "$rr2" 2>/dev/null
 wait "$ww"
 rc=$?
 check "the writer ran once the readers left" test $rc -eq 0
-"$D" lock --write "$r" -- sleep 30 &
-wh=$!
-bg_pids+=("$wh")
+spawn "$D" lock --write "$r" -- sleep 30
+wh=$spawned
 wait_for 5 eval 'rcli exists "$r" | grep -q 1'
 run "$D" status "$r"
 check "lock --write: write-held" \
     eval 'has "state:    write-held" "$out" && has "^writer:   client .*1 write hold" "$out"' || show
 run "$D" lock --read --timeout 0.3 "$r" -- true
 check "a reader cannot enter while a writer holds it" test $rc -eq 1
-"$D" lock --write --prefer-writer "$r" -- true &
-ww=$!
-bg_pids+=("$ww")
+spawn "$D" lock --write --prefer-writer "$r" -- true
+ww=$spawned
 wait_for 5 eval '[[ $(rcli zcard "distlock_rwlock_writers:{$r}") == 1 ]]'
 kill -TERM "$ww"
 wait "$ww"
@@ -484,9 +480,8 @@ check "unlock --force of a string: refused, kept" \
     eval '[[ $rc -eq 2 ]] && [[ $(rcli get "$pfx-str") == hello ]]'
 
 # a waiter blocked behind a holder wakes at once
-"$D" lock "$m-live" -- true &
-waiter=$!
-bg_pids+=("$waiter")
+spawn "$D" lock "$m-live" -- true
+waiter=$spawned
 sleep 0.5
 t0=$(now_ms)
 run "$D" --json unlock --force --yes "$m-live"
@@ -500,9 +495,8 @@ kill -TERM "$live"
 wait "$live" 2>/dev/null
 
 # the head of a fair queue wakes too
-"$D" lock --fair "$f" -- true &
-fw=$!
-bg_pids+=("$fw")
+spawn "$D" lock --fair "$f" -- true
+fw=$spawned
 wait_for 5 eval '[[ $(rcli llen "redisson_lock_queue:{$f}") == 1 ]]'
 sleep 0.3
 t0=$(now_ms)
@@ -523,19 +517,15 @@ check "unlock --force of an rwlock deletes its read-hold keys and readers" \
 
 # ---- watch --------------------------------------------------------------------
 w="$pfx-w"
-"$D" watch "$w" >"$tmp/watch" 2>&1 &
-wp=$!
-bg_pids+=("$wp")
-"$D" --json watch "$w" >"$tmp/watchj" 2>&1 &
-wj=$!
-bg_pids+=("$wj")
+spawn "$D" watch "$w" >"$tmp/watch" 2>&1
+wp=$spawned
+spawn "$D" --json watch "$w" >"$tmp/watchj" 2>&1
+wj=$spawned
 wait_for 5 eval '[[ -s "$tmp/watch" && -s "$tmp/watchj" ]]'
 "$D" lock "$w" -- sleep 0.5
-"$D" lock --fair "$w" -- sleep 1 &
-bg_pids+=($!)
+spawn "$D" lock --fair "$w" -- sleep 1
 wait_for 5 eval 'rcli exists "$w" | grep -q 1'
-"$D" lock --fair "$w" -- true &
-bg_pids+=($!)
+spawn "$D" lock --fair "$w" -- true
 wait_for 5 eval 'grep -q queued "$tmp/watch"'
 wait_for 5 eval '[[ $(rcli exists "$w") == 0 ]]'
 sleep 0.3
@@ -702,9 +692,8 @@ if [[ $cluster_up -eq 1 ]]; then
     run "${DC[@]}" lock "${cn[1]}" -- sh -c 'echo "token=$DISTLOCK_TOKEN"'
     check "cluster: lock -- CMD runs it with the next token" \
         eval '[[ $rc -eq 0 ]] && has "^token=12$" "$out"' || show
-    "${DC[@]}" lock "${cn[2]}" -- sleep 30 &
-    ch=$!
-    bg_pids+=("$ch")
+    spawn "${DC[@]}" lock "${cn[2]}" -- sleep 30
+    ch=$spawned
     wait_for 5 eval '[[ $(redis-cli -p "${co[2]}" EXISTS "${cn[2]}") == 1 ]]'
     run "${DC[@]}" --json status "${cn[2]}"
     check "cluster: status of a lock held by 'distlock lock'" json_ok "$out" \
@@ -717,9 +706,8 @@ if [[ $cluster_up -eq 1 ]]; then
 
     # watch: SSUBSCRIBE on the master of the slot.  With a 60 s interval
     # it looks again only when a release message comes.
-    "${DC[@]}" watch --interval 60000 "${cn[0]}" >"$tmp/cwatch" 2>&1 &
-    cw=$!
-    bg_pids+=("$cw")
+    spawn "${DC[@]}" watch --interval 60000 "${cn[0]}" >"$tmp/cwatch" 2>&1
+    cw=$spawned
     wait_for 5 eval '[[ -s "$tmp/cwatch" ]]'
     wait_for 5 eval '[[ $(redis-cli -p "${co[0]}" PUBSUB SHARDNUMSUB "redisson_lock__channel:{${cn[0]}}" | tail -1) == 1 ]]'
     check "cluster: watch subscribes (sharded) on the master of the lock's slot" \
@@ -751,16 +739,13 @@ if [[ $cluster_up -eq 1 ]]; then
     # a fair lock: watch subscribes each queued waiter's own channel; a
     # waiter that gives up leaves the queue (on the slot's master)
     f=${cn[1]}
-    "${DC[@]}" watch "$f" >"$tmp/cwatchf" 2>&1 &
-    cw=$!
-    bg_pids+=("$cw")
-    "${DC[@]}" lock --fair "$f" -- sleep 30 &
-    fh=$!
-    bg_pids+=("$fh")
+    spawn "${DC[@]}" watch "$f" >"$tmp/cwatchf" 2>&1
+    cw=$spawned
+    spawn "${DC[@]}" lock --fair "$f" -- sleep 30
+    fh=$spawned
     wait_for 5 eval '[[ $(redis-cli -p "${co[1]}" EXISTS "$f") == 1 ]]'
-    "${DC[@]}" lock --fair "$f" -- true &
-    fw=$!
-    bg_pids+=("$fw")
+    spawn "${DC[@]}" lock --fair "$f" -- true
+    fw=$spawned
     wait_for 5 eval 'grep -q queued "$tmp/cwatchf"'
     # shellcheck disable=SC2034  # used in the evals below
     head=$(redis-cli -p "${co[1]}" LINDEX "redisson_lock_queue:{$f}" 0)

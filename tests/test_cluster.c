@@ -74,23 +74,66 @@ static int teardown(void **state)
     return 0;
 }
 
-/* Unlock on this thread, hand-off to a waiter in another process woken by
- * the sharded release message; returns unlock -> waiter's lock in s. */
-static double handoff(const char *name, int kind, void *lock)
+/* A waiter on name (kind) in another process, given the time to
+ * subscribe and fall asleep. */
+static void waiter_on(struct ha_waiter *w, const char *name, int kind)
 {
-    struct ha_waiter w;
+    ha_waiter_start(w, tu_cluster_url(C), name, kind, WATCHDOG_MS);
+    tu_sleep_ms(300);
+}
+
+/* Unlock on this thread, hand-off to w, woken by the sharded release
+ * message; returns unlock -> waiter's lock in s. */
+static double unlock_to(struct ha_waiter *w, const char *name, int kind,
+                        void *lock)
+{
     double t0, t;
     int rc;
 
-    ha_waiter_start(&w, tu_cluster_url(C), name, kind, WATCHDOG_MS);
-    tu_sleep_ms(300);                     /* subscribed and asleep */
     t0 = tu_now();
     rc = kind == HA_WRITE ? dist_rwlock_unlock(lock) : dist_mutex_unlock(lock);
     if (rc != 0)
         fail_msg("unlock of %s: %s", name, dist_last_error());
-    t = ha_waiter_result(&w, slack(10.0));
+    t = ha_waiter_result(w, slack(10.0));
     assert_true(t > 0);
     return t - t0;
+}
+
+static double handoff(const char *name, int kind, void *lock)
+{
+    struct ha_waiter w;
+
+    waiter_on(&w, name, kind);
+    return unlock_to(&w, name, kind, lock);
+}
+
+/* Once the cluster is settled: a fresh name whose slot master serves, and
+ * m on it, initialised and locked here.  The slot. */
+static int locked_on(char *name, size_t len, const char *what, int master,
+                     dist_mutex_t *m)
+{
+    int slot;
+
+    assert_int_equal(tu_cluster_wait_ok(C, 30000), 0);
+    slot = name_on(name, len, what, master);
+    assert_int_equal(dist_mutex_init(m, name, NULL), 0);
+    assert_int_equal(dist_mutex_lock(m), 0);
+    return slot;
+}
+
+/* A mutex held here, on a fresh name, with a waiter on it in another
+ * process. */
+struct held {
+    char name[64];
+    dist_mutex_t m;
+    struct ha_waiter w;
+    int slot;
+};
+
+static void held_with_waiter(struct held *h, const char *what, int master)
+{
+    h->slot = locked_on(h->name, sizeof h->name, what, master, &h->m);
+    waiter_on(&h->w, h->name, HA_MUTEX);
 }
 
 /* Mutex, fair mutex and rwlock on each of the 3 masters; every key and
@@ -159,11 +202,8 @@ static void test_moved_after_reshard(void **state)
     int slot, to;
 
     (void)state;
-    assert_int_equal(tu_cluster_wait_ok(C, 30000), 0);
-    slot = name_on(name, sizeof name, "moved", 0);
+    slot = locked_on(name, sizeof name, "moved", 0, &m);
     to = 1;
-    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
-    assert_int_equal(dist_mutex_lock(&m), 0);
     assert_int_equal(tu_cluster_move_slot(C, slot, to), 0);
     assert_int_equal(node_exists(C, to, name), 1);
     assert_int_equal(dist_mutex_unlock(&m), 0);
@@ -203,10 +243,7 @@ static void test_ask_during_migration(void **state)
     double done, t_renew;
 
     (void)state;
-    assert_int_equal(tu_cluster_wait_ok(C, 30000), 0);
-    slot = name_on(name, sizeof name, "ask", 0);
-    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
-    assert_int_equal(dist_mutex_lock(&m), 0);
+    slot = locked_on(name, sizeof name, "ask", 0, &m);
     assert_int_equal(tu_cluster_migrate_begin(C, slot, to), 0);
     assert_int_equal(tu_cluster_migrate_key(C, name), 1);
     {
@@ -241,29 +278,18 @@ static void test_ask_during_migration(void **state)
  * woken by the unlock published on the new owner after the slot moved. */
 static void test_waiter_follows_moved_slot(void **state)
 {
-    char name[64];
-    dist_mutex_t m;
-    struct ha_waiter w;
-    int slot;
-    double t0, t;
+    struct held h;
+    double t;
 
     (void)state;
-    assert_int_equal(tu_cluster_wait_ok(C, 30000), 0);
-    slot = name_on(name, sizeof name, "follow", 1);
-    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
-    assert_int_equal(dist_mutex_lock(&m), 0);
-    ha_waiter_start(&w, tu_cluster_url(C), name, HA_MUTEX, WATCHDOG_MS);
+    held_with_waiter(&h, "follow", 1);
+    assert_int_equal(tu_cluster_move_slot(C, h.slot, 2), 0);
     tu_sleep_ms(300);
-    assert_int_equal(tu_cluster_move_slot(C, slot, 2), 0);
-    tu_sleep_ms(300);
-    t0 = tu_now();
-    assert_int_equal(dist_mutex_unlock(&m), 0);
-    t = ha_waiter_result(&w, slack(10.0));
-    assert_true(t > 0);
-    fprintf(stderr, "    unlock on the new owner -> waiter %.4f s\n", t - t0);
-    assert_dbl_range(t - t0, 0, slack(1.5));
-    assert_int_equal(dist_mutex_destroy(&m), 0);
-    assert_int_equal(tu_cluster_move_slot(C, slot, 1), 0);
+    t = unlock_to(&h.w, h.name, HA_MUTEX, &h.m);
+    fprintf(stderr, "    unlock on the new owner -> waiter %.4f s\n", t);
+    assert_dbl_range(t, 0, slack(1.5));
+    assert_int_equal(dist_mutex_destroy(&h.m), 0);
+    assert_int_equal(tu_cluster_move_slot(C, h.slot, 1), 0);
 }
 
 /* PUBSUB NUMSUB (plain) or SHARDNUMSUB of chan, summed over every node. */
@@ -374,40 +400,29 @@ static void test_plain_pubsub(void **state)
  * succeeds; unlock works and wakes a waiter through the new master. */
 static void test_master_failover(void **state)
 {
-    char name[64];
-    dist_mutex_t m;
-    struct ha_waiter w;
+    struct held h;
     int old = 2, nm;
-    double t_fault, t_fail, t_renew, t_unlock, t_woken;
+    double t_fault, t_fail, t_renew, t;
 
     (void)state;
-    assert_int_equal(tu_cluster_wait_ok(C, 30000), 0);
-    name_on(name, sizeof name, "failover", old);
-    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
-    assert_int_equal(dist_mutex_lock(&m), 0);
-    ha_waiter_start(&w, tu_cluster_url(C), name, HA_MUTEX, WATCHDOG_MS);
-    tu_sleep_ms(300);
+    held_with_waiter(&h, "failover", old);
 
     t_fault = tu_now();
     assert_int_equal(tu_cluster_kill(C, old), 0);
     nm = tu_cluster_wait_promoted(C, old, 30000);
     t_fail = tu_now();
     assert_true(nm >= 0);
-    assert_int_equal(node_exists(C, nm, name), 1);
-    t_renew = ha_renewed_since(node_pttl, C, &nm, 1, name, WATCHDOG_MS,
+    assert_int_equal(node_exists(C, nm, h.name), 1);
+    t_renew = ha_renewed_since(node_pttl, C, &nm, 1, h.name, WATCHDOG_MS,
                                t_fault, slack(10.0));
     assert_true(t_renew > 0);
     fprintf(stderr, "    kill -> replica promoted %.3f s, kill -> first "
             "renewal on it %.3f s\n", t_fail - t_fault, t_renew - t_fault);
 
-    t_unlock = tu_now();
-    if (dist_mutex_unlock(&m) != 0)
-        fail_msg("unlock after the failover: %s", dist_last_error());
-    t_woken = ha_waiter_result(&w, slack(10.0));
-    assert_true(t_woken > 0);
-    fprintf(stderr, "    unlock -> waiter %.4f s\n", t_woken - t_unlock);
-    assert_dbl_range(t_woken - t_unlock, 0, slack(1.5));
-    assert_int_equal(dist_mutex_destroy(&m), 0);
+    t = unlock_to(&h.w, h.name, HA_MUTEX, &h.m);   /* after the failover */
+    fprintf(stderr, "    unlock -> waiter %.4f s\n", t);
+    assert_dbl_range(t, 0, slack(1.5));
+    assert_int_equal(dist_mutex_destroy(&h.m), 0);
 
     assert_int_equal(tu_cluster_restart(C, old), 0);
     assert_int_equal(tu_cluster_wait_ok(C, 30000), 0);

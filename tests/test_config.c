@@ -30,67 +30,87 @@ static void parse_bad(const char *url, const char *expect)
         fail_msg("'%s': reason '%s' lacks '%s'", url, why, expect);
 }
 
-static void test_tcp_forms(void **state)
+/* What a URL must parse to: the strings that are not NULL and the numbers
+ * that are not ANY are compared. */
+#define ANY (-1)
+struct parsed {
+    const char *url;
+    const char *host;
+    int port, db;
+    const char *path, *user, *pass;
+};
+
+/* A field of url's parse: want NULL or ANY is not compared. */
+static void same_str(const char *url, const char *field, const char *got,
+                     const char *want)
+{
+    if (want && strcmp(got, want) != 0)
+        fail_msg("'%s': %s is '%s', not '%s'", url, field, got, want);
+}
+
+static void same_int(const char *url, const char *field, int got, int want)
+{
+    if (want != ANY && got != want)
+        fail_msg("'%s': %s is %d, not %d", url, field, got, want);
+}
+
+static void expect_parsed(const struct parsed *t, size_t n)
 {
     struct dist__cfg c;
+    size_t i;
+
+    for (i = 0; i < n; i++) {
+        parse_ok(t[i].url, &c);
+        same_str(t[i].url, "host", c.host, t[i].host);
+        same_int(t[i].url, "port", c.port, t[i].port);
+        same_int(t[i].url, "db", c.db, t[i].db);
+        same_str(t[i].url, "path", c.path, t[i].path);
+        same_str(t[i].url, "user", c.user, t[i].user);
+        same_str(t[i].url, "pass", c.pass, t[i].pass);
+    }
+}
+
+#define NROWS(t) (sizeof (t) / sizeof (t)[0])
+
+static void test_tcp_forms(void **state)
+{
+    static const struct parsed t[] = {
+        /* url, host, port, db, path, user, pass */
+        { "redis://127.0.0.1:6380", "127.0.0.1", 6380, 0, "", NULL, "" },
+        { "redis://localhost", "localhost", 6379, ANY, NULL, NULL, NULL },
+        { "redis://h:1/7", NULL, ANY, 7, NULL, NULL, NULL },
+        { "redis://[::1]:7000/2", "::1", 7000, 2, NULL, NULL, NULL },
+    };
 
     (void)state;
-    parse_ok("redis://127.0.0.1:6380", &c);
-    assert_string_equal(c.host, "127.0.0.1");
-    assert_int_equal(c.port, 6380);
-    assert_int_equal(c.db, 0);
-    assert_string_equal(c.path, "");
-    assert_string_equal(c.pass, "");
-
-    parse_ok("redis://localhost", &c);
-    assert_string_equal(c.host, "localhost");
-    assert_int_equal(c.port, 6379);
-
-    parse_ok("redis://h:1/7", &c);
-    assert_int_equal(c.db, 7);
-
-    parse_ok("redis://[::1]:7000/2", &c);
-    assert_string_equal(c.host, "::1");
-    assert_int_equal(c.port, 7000);
-    assert_int_equal(c.db, 2);
+    expect_parsed(t, NROWS(t));
 }
 
 static void test_credentials(void **state)
 {
-    struct dist__cfg c;
+    static const struct parsed t[] = {
+        { "redis://:s3cret@127.0.0.1:6379", NULL, ANY, ANY, NULL, "", "s3cret" },
+        { "redis://app:pa%40ss%3A@127.0.0.1", NULL, ANY, ANY, NULL, "app",
+          "pa@ss:" },
+        { "redis://onlypass@127.0.0.1", NULL, ANY, ANY, NULL, "", "onlypass" },
+        /* the last '@' before the path ends the credentials */
+        { "redis://u:p@x@127.0.0.1:1", "127.0.0.1", ANY, ANY, NULL, NULL, "p@x" },
+    };
 
     (void)state;
-    parse_ok("redis://:s3cret@127.0.0.1:6379", &c);
-    assert_string_equal(c.user, "");
-    assert_string_equal(c.pass, "s3cret");
-
-    parse_ok("redis://app:pa%40ss%3A@127.0.0.1", &c);
-    assert_string_equal(c.user, "app");
-    assert_string_equal(c.pass, "pa@ss:");
-
-    parse_ok("redis://onlypass@127.0.0.1", &c);
-    assert_string_equal(c.user, "");
-    assert_string_equal(c.pass, "onlypass");
-
-    /* the last '@' before the path ends the credentials */
-    parse_ok("redis://u:p@x@127.0.0.1:1", &c);
-    assert_string_equal(c.pass, "p@x");
-    assert_string_equal(c.host, "127.0.0.1");
+    expect_parsed(t, NROWS(t));
 }
 
 static void test_unix_forms(void **state)
 {
-    struct dist__cfg c;
+    static const struct parsed t[] = {
+        { "unix:///run/redis/redis.sock", NULL, ANY, 0, "/run/redis/redis.sock",
+          NULL, NULL },
+        { "unix://:pw@/tmp/r.sock?db=3", NULL, ANY, 3, "/tmp/r.sock", NULL, "pw" },
+    };
 
     (void)state;
-    parse_ok("unix:///run/redis/redis.sock", &c);
-    assert_string_equal(c.path, "/run/redis/redis.sock");
-    assert_int_equal(c.db, 0);
-
-    parse_ok("unix://:pw@/tmp/r.sock?db=3", &c);
-    assert_string_equal(c.path, "/tmp/r.sock");
-    assert_string_equal(c.pass, "pw");
-    assert_int_equal(c.db, 3);
+    expect_parsed(t, NROWS(t));
 }
 
 static void test_refused(void **state)

@@ -94,45 +94,6 @@ static void proxy_down(void)
     g_proxy = NULL;
 }
 
-/* ---- lost handler ------------------------------------------------------------ */
-
-#define LOST_MAX 16
-static pthread_mutex_t lost_mu = PTHREAD_MUTEX_INITIALIZER;
-static char lost_names[LOST_MAX][200];
-static int lost_n;                  /* calls so far (names kept: LOST_MAX) */
-
-static void on_lost(const char *name, void *arg)
-{
-    (void)arg;
-    pthread_mutex_lock(&lost_mu);
-    if (lost_n < LOST_MAX)
-        snprintf(lost_names[lost_n], sizeof lost_names[0], "%s", name);
-    lost_n++;
-    pthread_mutex_unlock(&lost_mu);
-}
-
-static void lost_reset(void)
-{
-    pthread_mutex_lock(&lost_mu);
-    lost_n = 0;
-    pthread_mutex_unlock(&lost_mu);
-}
-
-/* Calls for name (NULL: all). */
-static int lost_calls(const char *name)
-{
-    int i, n = 0;
-
-    pthread_mutex_lock(&lost_mu);
-    if (name == NULL)
-        n = lost_n;
-    for (i = 0; name && i < lost_n && i < LOST_MAX; i++)
-        if (strcmp(lost_names[i], name) == 0)
-            n++;
-    pthread_mutex_unlock(&lost_mu);
-    return n;
-}
-
 /* ---- forked clients ------------------------------------------------------------ */
 
 /*
@@ -653,8 +614,8 @@ static void test_sigstop(void **state)
     NAME(nleased, "leased");
     NAME(nm, "m");
     fx_dirty = 1;
-    lost_reset();
-    assert_int_equal(dist_set_lost_handler(on_lost, NULL), 0);
+    fx_lost_reset();
+    assert_int_equal(dist_set_lost_handler(fx_on_lost, NULL), 0);
     /* renewed every 2 s, so that it is renewed around the stop */
     assert_int_equal(dist_set_watchdog_ms(6000), 0);
     assert_int_equal(dist_set_timeout_ms(FAULT_TIMEOUT_MS), 0);
@@ -718,7 +679,7 @@ static void test_sigstop(void **state)
     assert_int_equal(dist_mutex_unlock(&leased), 0);
     assert_int_equal(key_exists(nheld), 0);
     assert_int_equal(key_exists(nleased), 0);
-    assert_int_equal(lost_calls(NULL), 0);
+    assert_int_equal(fx_lost_calls(NULL), 0);
 
     free(own_held);
     free(own_leased);
@@ -834,8 +795,8 @@ static void test_client_pause(void **state)
     memset(s, 0, sizeof *s);
     s->code = -1;
     fx_dirty = 1;
-    lost_reset();
-    assert_int_equal(dist_set_lost_handler(on_lost, NULL), 0);
+    fx_lost_reset();
+    assert_int_equal(dist_set_lost_handler(fx_on_lost, NULL), 0);
     assert_int_equal(dist_set_watchdog_ms(3000), 0);
     assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
     assert_int_equal(dist_mutex_init(&m2, n2, NULL), 0);
@@ -891,8 +852,8 @@ static void test_client_pause(void **state)
     assert_true(s->max_call_s >= 0.5);
     assert_int_equal(rc_m2, 0);
     assert_dbl_range(end_m2, 1.45, 1.5 + slack(1.0));
-    if (lost_calls(NULL) != 0)
-        fail_msg("the lost handler ran %d time(s)", lost_calls(NULL));
+    if (fx_lost_calls(NULL) != 0)
+        fail_msg("the lost handler ran %d time(s)", fx_lost_calls(NULL));
     if (own == NULL || strcmp(own, own0) != 0)
         fail_msg("after the pause the lock's owner is %s, not %s",
                  own ? own : "(none)", own0);
@@ -1008,8 +969,8 @@ static void test_blackhole(void **state)
     NAME(nm, "m");
     NAME(nw, "w");
     proxy_up();
-    lost_reset();
-    assert_int_equal(dist_set_lost_handler(on_lost, NULL), 0);
+    fx_lost_reset();
+    assert_int_equal(dist_set_lost_handler(fx_on_lost, NULL), 0);
     assert_int_equal(dist_set_watchdog_ms(6000), 0);
     assert_int_equal(dist_set_timeout_ms(FAULT_TIMEOUT_MS), 0);
     assert_int_equal(dist_mutex_init(&held, nheld, NULL), 0);
@@ -1119,9 +1080,9 @@ static void test_blackhole(void **state)
     assert_int_equal(key_exists(nheld), 0);
     /* nothing held was lost (rel, released, may be reported lost by a
      * known bug: test_doubtful_unlock_not_lost) */
-    assert_int_equal(lost_calls(nheld), 0);
-    assert_int_equal(lost_calls(nm), 0);
-    assert_int_equal(lost_calls(nw), 0);
+    assert_int_equal(fx_lost_calls(nheld), 0);
+    assert_int_equal(fx_lost_calls(nm), 0);
+    assert_int_equal(fx_lost_calls(nw), 0);
 
     assert_int_equal(dist_mutex_destroy(&held), 0);
     assert_int_equal(dist_mutex_destroy(&rel), 0);
@@ -1258,7 +1219,7 @@ static void test_reset_contended(void **state)
  */
 static void test_doubtful_unlock_not_lost(void **state)
 {
-    char name[200];
+    char name[200], first[256];
     dist_mutex_t m;
     double t_stop;
     int rc;
@@ -1266,8 +1227,8 @@ static void test_doubtful_unlock_not_lost(void **state)
     (void)state;
     NAME(name, "m");
     fx_dirty = 1;
-    lost_reset();
-    assert_int_equal(dist_set_lost_handler(on_lost, NULL), 0);
+    fx_lost_reset();
+    assert_int_equal(dist_set_lost_handler(fx_on_lost, NULL), 0);
     assert_int_equal(dist_set_watchdog_ms(1500), 0);   /* renewed every 0.5 s */
     assert_int_equal(dist_set_timeout_ms(FAULT_TIMEOUT_MS), 0);
     assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
@@ -1283,9 +1244,10 @@ static void test_doubtful_unlock_not_lost(void **state)
     assert_int_equal(await_gone(name, 2.0 + slack(1.0)), 0);
     /* ...and two renewal periods later nothing was reported lost */
     tu_sleep_ms(1000);
-    if (lost_calls(NULL) != 0)
+    if (fx_lost_calls(NULL) != 0)
         fail_msg("the lost handler ran %d time(s) for '%s', released by "
-                 "this process", lost_calls(NULL), lost_names[0]);
+                 "this process", fx_lost_calls(NULL),
+                 fx_lost_name(0, first, sizeof first));
     assert_int_equal(dist_mutex_unlock(&m), EPERM);
     assert_int_equal(dist_mutex_destroy(&m), 0);
     fx_restore_defaults(NULL);

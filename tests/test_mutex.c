@@ -88,82 +88,22 @@ static size_t uuid_len(const char *owner)
     return c ? (size_t)(c - owner) : strlen(owner);
 }
 
-/* ---- lost handler --------------------------------------------------------- */
-
-static atomic_int lost_calls;
-static pthread_mutex_t lost_mu = PTHREAD_MUTEX_INITIALIZER;
-static char lost_name[512];
-
-static void on_lost(const char *name, void *arg)
-{
-    (void)arg;
-    pthread_mutex_lock(&lost_mu);
-    snprintf(lost_name, sizeof lost_name, "%s", name);
-    pthread_mutex_unlock(&lost_mu);
-    atomic_fetch_add(&lost_calls, 1);
-}
-
-static void lost_reset(void)
-{
-    pthread_mutex_lock(&lost_mu);
-    lost_name[0] = 0;
-    pthread_mutex_unlock(&lost_mu);
-    atomic_store(&lost_calls, 0);
-}
-
-static int lost_name_is(const char *name)
-{
-    int eq;
-
-    pthread_mutex_lock(&lost_mu);
-    eq = strcmp(lost_name, name) == 0;
-    pthread_mutex_unlock(&lost_mu);
-    return eq;
-}
-
 /* ---- a thread that holds a lock until told to let go --------------------- */
 
-struct holder {
-    dist_mutex_t *m;
-    sem_t locked, release;
-    int lock_rc, unlock_rc;
-    double t_locked;
-    pthread_t th;
-};
-
-static void *holder_main(void *arg)
+static int holder_lock(void *m)
 {
-    struct holder *h = arg;
-
-    h->lock_rc = dist_mutex_lock(h->m);
-    h->t_locked = tu_now();
-    sem_post(&h->locked);
-    while (sem_wait(&h->release) != 0)
-        ;
-    h->unlock_rc = h->lock_rc == 0 ? dist_mutex_unlock(h->m) : -1;
-    return NULL;
+    return dist_mutex_lock(m);
 }
 
-static void holder_start(struct holder *h, dist_mutex_t *m)
+static int holder_unlock(void *m)
 {
-    memset(h, 0, sizeof *h);
-    h->m = m;
-    h->lock_rc = h->unlock_rc = -1;
-    sem_init(&h->locked, 0, 0);
-    sem_init(&h->release, 0, 0);
-    assert_int_equal(pthread_create(&h->th, NULL, holder_main, h), 0);
-    while (sem_wait(&h->locked) != 0)
-        ;
-    assert_int_equal(h->lock_rc, 0);
+    return dist_mutex_unlock(m);
 }
 
-static void holder_stop(struct holder *h)
+/* The fixture's holder thread on m. */
+static void holder_start(struct fx_holder *h, dist_mutex_t *m)
 {
-    sem_post(&h->release);
-    pthread_join(h->th, NULL);
-    sem_destroy(&h->locked);
-    sem_destroy(&h->release);
-    assert_int_equal(h->unlock_rc, 0);
+    fx_holder_start(h, holder_lock, holder_unlock, m);
 }
 
 /* ---- a thread that runs one call ----------------------------------------- */
@@ -344,12 +284,12 @@ static struct fx_call timed_vs_holder(dist_mutex_t *m, double secs)
 {
     struct timespec dl;
     struct fx_call t;
-    struct holder h;
+    struct fx_holder h;
 
     holder_start(&h, m);
     dl = realtime_in(secs);
     FX_CALL(&t, dist_mutex_timedlock(m, &dl));
-    holder_stop(&h);
+    fx_holder_stop(&h);
     return t;
 }
 
@@ -397,7 +337,7 @@ static void test_timedlock_invalid(void **state)
 {
     char name[200];
     dist_mutex_t m;
-    struct holder h;
+    struct fx_holder h;
     struct timespec dl;
     int rc1, rc2;
     double t0, el;
@@ -413,7 +353,7 @@ static void test_timedlock_invalid(void **state)
     dl.tv_nsec = -1;
     rc2 = dist_mutex_timedlock(&m, &dl);
     el = tu_now() - t0;
-    holder_stop(&h);
+    fx_holder_stop(&h);
     assert_int_equal(rc1, EINVAL);
     assert_int_equal(rc2, EINVAL);
     assert_dbl_range(el, 0.0, slack(1.0));
@@ -439,7 +379,7 @@ static void test_lease_expiry(void **state)
     char name[200];
     dist_mutex_t m;
     dist_mutexattr_t a;
-    struct holder h;
+    struct fx_holder h;
     double tb, wait;
     int rc_b, rc_b_unlock, calls, rc_destroy;
     long long ex;
@@ -448,8 +388,8 @@ static void test_lease_expiry(void **state)
     (void)state;
     NAME(name, "m");
     fx_dirty = 1;
-    lost_reset();
-    assert_int_equal(dist_set_lost_handler(on_lost, NULL), 0);
+    fx_lost_reset();
+    assert_int_equal(dist_set_lost_handler(fx_on_lost, NULL), 0);
     assert_int_equal(dist_mutexattr_init(&a), 0);
     assert_int_equal(dist_mutexattr_setlease(&a, 2000), 0);
     assert_int_equal(dist_mutexattr_getlease(&a, &lease), 0);
@@ -465,7 +405,7 @@ static void test_lease_expiry(void **state)
     sem_destroy(&h.locked);
     sem_destroy(&h.release);
     rc_b_unlock = rc_b == 0 ? dist_mutex_unlock(&m) : -1;
-    calls = atomic_load(&lost_calls);
+    calls = fx_lost_calls(NULL);
     dist_set_lost_handler(NULL, NULL);
     fx_dirty = 0;
     ex = key_exists(name);
@@ -476,7 +416,7 @@ static void test_lease_expiry(void **state)
     assert_int_equal(h.unlock_rc, EPERM);
     assert_int_equal(rc_b_unlock, 0);
     assert_true(calls >= 1);
-    assert_true(lost_name_is(name));
+    assert_true(fx_lost_last_is(name));
     assert_int_equal(ex, 0);
     assert_int_equal(rc_destroy, 0);
 }
@@ -729,9 +669,9 @@ static void test_redis_restart(void **state)
     (void)state;
     NAME(name, "m");
     fx_dirty = 1;
-    lost_reset();
+    fx_lost_reset();
     assert_int_equal(dist_set_watchdog_ms(1500), 0);
-    assert_int_equal(dist_set_lost_handler(on_lost, NULL), 0);
+    assert_int_equal(dist_set_lost_handler(fx_on_lost, NULL), 0);
     assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
     assert_int_equal(dist_mutex_lock(&m), 0);
     fields_before = hash_fields(name);
@@ -739,10 +679,10 @@ static void test_redis_restart(void **state)
     rc_restart = tu_redis_restart(&r);
     ex_after_restart = key_exists(name);
     t0 = tu_now();
-    while (tu_now() - t0 < 5.0 && (calls = atomic_load(&lost_calls)) == 0)
+    while (tu_now() - t0 < 5.0 && (calls = fx_lost_calls(NULL)) == 0)
         tu_sleep_ms(50);
     waited = tu_now() - t0;
-    named = lost_name_is(name);
+    named = fx_lost_last_is(name);
 
     /* clean up before asserting, so a failure leaves nothing behind */
     rc_unlock1 = dist_mutex_unlock(&m);
@@ -889,7 +829,7 @@ static void test_waiting_does_not_poll(void **state)
 {
     char name[200];
     dist_mutex_t m;
-    struct holder h;
+    struct fx_holder h;
     struct oneshot o;
     struct fx_locker la;
     long long before, after;

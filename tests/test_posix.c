@@ -42,6 +42,7 @@
 #include "harness_server.h"
 #include "harness_proxy.h"
 #include "testhelp.h"
+#include "fixture.h"
 
 static tu_redis_t r;
 
@@ -80,20 +81,6 @@ int clock_gettime(clockid_t clk, struct timespec *ts)
 static void step_realtime(double secs)
 {
     atomic_fetch_add(&rt_step_ns, (long long)(secs * 1e9));
-}
-
-/* clk's time secs from now. */
-static struct timespec clock_in(clockid_t clk, double secs)
-{
-    struct timespec ts;
-    long long ns;
-
-    clock_gettime(clk, &ts);
-    ns = (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec +
-         (long long)(secs * 1e9);
-    ts.tv_sec = (time_t)(ns / 1000000000LL);
-    ts.tv_nsec = (long)(ns % 1000000000LL);
-    return ts;
 }
 
 /* ---- every type of lock, through one set of calls ------------------------------ */
@@ -181,6 +168,11 @@ static int o_unlock(struct obj *o)
     return o->rw ? dist_rwlock_unlock(&o->l) : dist_mutex_unlock(&o->m);
 }
 
+static int o_token(struct obj *o, uint64_t *tok)
+{
+    return o->rw ? dist_rwlock_token(&o->l, tok) : dist_mutex_token(&o->m, tok);
+}
+
 /* The ways a call may ask for a lock with a deadline. */
 enum how { H_TIMED, H_CLOCK_RT, H_CLOCK_MONO, H_COUNT };
 
@@ -190,64 +182,51 @@ static int o_deadline(struct obj *o, int wr, enum how h, double secs,
     clockid_t clk = h == H_CLOCK_MONO ? CLOCK_MONOTONIC : CLOCK_REALTIME;
 
     if (abs->tv_sec == 0 && abs->tv_nsec == 0)
-        *abs = clock_in(clk, secs);
+        *abs = fx_clock_in(clk, secs);
     return h == H_TIMED ? o_timed(o, wr, abs) : o_clock(o, wr, clk, abs);
 }
 
 /* ---- a thread that holds a lock until told to let go ------------------------ */
 
+/* the fixture's holder thread on one of the objects, as reader or writer */
 struct holder {
+    struct fx_holder fx;
     struct obj *o;
     int wr;
-    sem_t locked, release;
-    int lock_rc, unlock_rc;
-    pthread_t th;
 };
 
-static void *holder_main(void *arg)
+static int holder_lock(void *arg)
 {
     struct holder *h = arg;
 
-    h->lock_rc = o_lock(h->o, h->wr);
-    sem_post(&h->locked);
-    while (sem_wait(&h->release) != 0)
-        ;
-    h->unlock_rc = h->lock_rc == 0 ? o_unlock(h->o) : -1;
-    return NULL;
+    return o_lock(h->o, h->wr);
+}
+
+static int holder_unlock(void *arg)
+{
+    return o_unlock(((struct holder *)arg)->o);
 }
 
 static void holder_start(struct holder *h, struct obj *o, int wr)
 {
-    memset(h, 0, sizeof *h);
     h->o = o;
     h->wr = wr;
-    h->lock_rc = h->unlock_rc = -1;
-    sem_init(&h->locked, 0, 0);
-    sem_init(&h->release, 0, 0);
-    assert_int_equal(pthread_create(&h->th, NULL, holder_main, h), 0);
-    while (sem_wait(&h->locked) != 0)
-        ;
-    assert_int_equal(h->lock_rc, 0);
+    fx_holder_start(&h->fx, holder_lock, holder_unlock, h);
 }
 
-/* Tells it to let go, without waiting for it. */
 static void holder_release(struct holder *h)
 {
-    sem_post(&h->release);
+    fx_holder_release(&h->fx);
 }
 
 static void holder_join(struct holder *h)
 {
-    pthread_join(h->th, NULL);
-    sem_destroy(&h->locked);
-    sem_destroy(&h->release);
-    assert_int_equal(h->unlock_rc, 0);
+    fx_holder_join(&h->fx);
 }
 
 static void holder_stop(struct holder *h)
 {
-    holder_release(h);
-    holder_join(h);
+    fx_holder_stop(&h->fx);
 }
 
 /* ---- a thread that makes one call ---------------------------------------------- */
@@ -320,95 +299,108 @@ static int restore(void **state)
     return 0;
 }
 
-/* ---- EBUSY from trylock on a locked object, whoever holds it --------------------- */
-
-static void test_trylock_busy(void **state)
+/* body on a fresh object of each kind in turn, named for test; the
+ * object is destroyed after it (which checks that no key is left). */
+static void each_kind(const char *test, void (*body)(struct obj *o))
 {
-    int k, hw, tw;
+    int k;
 
-    (void)state;
     for (k = 0; k < K_COUNT; k++) {
         struct obj o;
-        struct holder h;
 
-        obj_init(&o, (enum kind)k, __func__);
-        for (hw = 0; hw <= o.rw; hw++) {
-            holder_start(&h, &o, hw);
-            for (tw = 0; tw <= o.rw; tw++) {
-                /* readers share: a read try while another reads succeeds */
-                int want = o.rw && !hw && !tw ? 0 : EBUSY, rc = o_try(&o, tw);
-                if (rc == 0)
-                    assert_int_equal(o_unlock(&o), 0);
-                if (rc != want)
-                    fail_msg("%s: try%s while another thread holds it%s: "
-                             "%d, expected %d", kind_name[k],
-                             o.rw ? (tw ? "wrlock" : "rdlock") : "lock",
-                             o.rw ? (hw ? " for writing" : " for reading") : "",
-                             rc, want);
-            }
-            holder_stop(&h);
-        }
-        /* the owner itself: only the types that refuse a relock say EBUSY */
-        assert_int_equal(o_lock(&o, 0), 0);
-        if (k == K_ERRORCHECK) {
-            assert_int_equal(o_try(&o, 0), EBUSY);
-        } else {
-            assert_int_equal(o_try(&o, 0), 0);
-            assert_int_equal(o_unlock(&o), 0);
-        }
-        if (o.rw)             /* a read hold cannot be upgraded */
-            assert_int_equal(o_try(&o, 1), EBUSY);
-        assert_int_equal(o_unlock(&o), 0);
+        obj_init(&o, (enum kind)k, test);
+        body(&o);
         obj_destroy(&o);
     }
 }
 
+/* ---- EBUSY from trylock on a locked object, whoever holds it --------------------- */
+
+static void trylock_busy_on(struct obj *o)
+{
+    struct holder h;
+    int hw, tw;
+
+    for (hw = 0; hw <= o->rw; hw++) {
+        holder_start(&h, o, hw);
+        for (tw = 0; tw <= o->rw; tw++) {
+            /* readers share: a read try while another reads succeeds */
+            int want = o->rw && !hw && !tw ? 0 : EBUSY, rc = o_try(o, tw);
+            if (rc == 0)
+                assert_int_equal(o_unlock(o), 0);
+            if (rc != want)
+                fail_msg("%s: try%s while another thread holds it%s: "
+                         "%d, expected %d", kind_name[o->k],
+                         o->rw ? (tw ? "wrlock" : "rdlock") : "lock",
+                         o->rw ? (hw ? " for writing" : " for reading") : "",
+                         rc, want);
+        }
+        holder_stop(&h);
+    }
+    /* the owner itself: only the types that refuse a relock say EBUSY */
+    assert_int_equal(o_lock(o, 0), 0);
+    if (o->k == K_ERRORCHECK) {
+        assert_int_equal(o_try(o, 0), EBUSY);
+    } else {
+        assert_int_equal(o_try(o, 0), 0);
+        assert_int_equal(o_unlock(o), 0);
+    }
+    if (o->rw)             /* a read hold cannot be upgraded */
+        assert_int_equal(o_try(o, 1), EBUSY);
+    assert_int_equal(o_unlock(o), 0);
+}
+
+static void test_trylock_busy(void **state)
+{
+    (void)state;
+    each_kind(__func__, trylock_busy_on);
+}
+
 /* ---- EDEADLK and EPERM where the type says so -------------------------------------- */
+
+static void deadlock_and_perm_by_type_on(struct obj *o)
+{
+    struct holder hd;
+    struct timespec abs;
+    int h;
+
+    /* unlock of what nobody holds, and of another thread's hold */
+    assert_int_equal(o_unlock(o), EPERM);
+    holder_start(&hd, o, 1);
+    assert_int_equal(o_unlock(o), EPERM);
+    holder_stop(&hd);                /* its hold was untouched */
+
+    assert_int_equal(o_lock(o, 0), 0);
+    for (h = 0; h < H_COUNT; h++) {
+        int rc, want = o->k == K_ERRORCHECK ? EDEADLK : 0;
+        memset(&abs, 0, sizeof abs);
+        rc = o_deadline(o, 0, (enum how)h, 5.0, &abs);
+        if (rc == 0)
+            assert_int_equal(o_unlock(o), 0);
+        if (rc != want)
+            fail_msg("%s: relock by the owner (how %d): %d, expected %d",
+                     kind_name[o->k], h, rc, want);
+    }
+    if (o->k == K_ERRORCHECK)
+        assert_int_equal(o_lock(o, 0), EDEADLK);
+    if (o->rw) {
+        /* read holds only: waiting to write would wait for ever */
+        assert_int_equal(o_lock(o, 1), EDEADLK);
+        for (h = 0; h < H_COUNT; h++) {
+            memset(&abs, 0, sizeof abs);
+            assert_int_equal(o_deadline(o, 1, (enum how)h, 5.0, &abs),
+                             EDEADLK);
+        }
+    }
+    assert_int_equal(other_thread(o, 0, OP_UNLOCK), EPERM);
+    assert_int_equal(o_unlock(o), 0);
+    assert_int_equal(o_unlock(o), EPERM);
+}
 
 static void test_deadlock_and_perm_by_type(void **state)
 {
-    struct timespec abs;
-    int k, h;
-
     (void)state;
-    for (k = 0; k < K_COUNT; k++) {
-        struct obj o;
-        struct holder hd;
-
-        obj_init(&o, (enum kind)k, __func__);
-        /* unlock of what nobody holds, and of another thread's hold */
-        assert_int_equal(o_unlock(&o), EPERM);
-        holder_start(&hd, &o, 1);
-        assert_int_equal(o_unlock(&o), EPERM);
-        holder_stop(&hd);                /* its hold was untouched */
-
-        assert_int_equal(o_lock(&o, 0), 0);
-        for (h = 0; h < H_COUNT; h++) {
-            int rc, want = k == K_ERRORCHECK ? EDEADLK : 0;
-            memset(&abs, 0, sizeof abs);
-            rc = o_deadline(&o, 0, (enum how)h, 5.0, &abs);
-            if (rc == 0)
-                assert_int_equal(o_unlock(&o), 0);
-            if (rc != want)
-                fail_msg("%s: relock by the owner (how %d): %d, expected %d",
-                         kind_name[k], h, rc, want);
-        }
-        if (k == K_ERRORCHECK)
-            assert_int_equal(o_lock(&o, 0), EDEADLK);
-        if (o.rw) {
-            /* read holds only: waiting to write would wait for ever */
-            assert_int_equal(o_lock(&o, 1), EDEADLK);
-            for (h = 0; h < H_COUNT; h++) {
-                memset(&abs, 0, sizeof abs);
-                assert_int_equal(o_deadline(&o, 1, (enum how)h, 5.0, &abs),
-                                 EDEADLK);
-            }
-        }
-        assert_int_equal(other_thread(&o, 0, OP_UNLOCK), EPERM);
-        assert_int_equal(o_unlock(&o), 0);
-        assert_int_equal(o_unlock(&o), EPERM);
-        obj_destroy(&o);
-    }
+    each_kind(__func__, deadlock_and_perm_by_type_on);
 }
 
 /* ---- recursive counts ----------------------------------------------------------- */
@@ -437,87 +429,83 @@ static void check_counts(struct obj *o, int wr, int n)
     assert_int_equal(o_unlock(o), EPERM);
 }
 
+static void recursive_counts_on(struct obj *o)
+{
+    check_counts(o, 0, o->k == K_ERRORCHECK ? 1 : 5);
+    if (o->rw) {
+        check_counts(o, 1, 5);
+        /* a writer's read holds count with its write holds */
+        assert_int_equal(o_lock(o, 1), 0);
+        assert_int_equal(o_lock(o, 0), 0);
+        assert_int_equal(o_lock(o, 0), 0);
+        assert_int_equal(o_unlock(o), 0);        /* the write hold */
+        assert_int_equal(other_thread(o, 1, OP_TRY), EBUSY);
+        assert_int_equal(other_thread(o, 0, OP_TRY), 0);
+        assert_int_equal(o_unlock(o), 0);
+        assert_int_equal(o_unlock(o), 0);
+        assert_int_equal(o_unlock(o), EPERM);
+    }
+}
+
 static void test_recursive_counts(void **state)
 {
-    int k;
-
     (void)state;
-    for (k = 0; k < K_COUNT; k++) {
-        struct obj o;
-
-        obj_init(&o, (enum kind)k, __func__);
-        check_counts(&o, 0, k == K_ERRORCHECK ? 1 : 5);
-        if (o.rw) {
-            check_counts(&o, 1, 5);
-            /* a writer's read holds count with its write holds */
-            assert_int_equal(o_lock(&o, 1), 0);
-            assert_int_equal(o_lock(&o, 0), 0);
-            assert_int_equal(o_lock(&o, 0), 0);
-            assert_int_equal(o_unlock(&o), 0);        /* the write hold */
-            assert_int_equal(other_thread(&o, 1, OP_TRY), EBUSY);
-            assert_int_equal(other_thread(&o, 0, OP_TRY), 0);
-            assert_int_equal(o_unlock(&o), 0);
-            assert_int_equal(o_unlock(&o), 0);
-            assert_int_equal(o_unlock(&o), EPERM);
-        }
-        obj_destroy(&o);
-    }
+    each_kind(__func__, recursive_counts_on);
 }
 
 /* ---- EINVAL for a bad deadline, only when the call would wait ---------------- */
 
-static void test_einval_only_when_blocking(void **state)
+static void einval_only_when_blocking_on(struct obj *o)
 {
     static const long bad[] = { -1, 1000000000L, LONG_MAX };
+    struct holder hd;
     struct timespec abs;
-    int k, h, b, wr;
+    int h, b, wr;
 
-    (void)state;
-    for (k = 0; k < K_COUNT; k++) {
-        struct obj o;
-        struct holder hd;
-
-        obj_init(&o, (enum kind)k, __func__);
-        for (wr = 0; wr <= o.rw; wr++) {
-            for (h = 0; h < H_COUNT; h++) {
-                for (b = 0; b < 3; b++) {
-                    int rc;
-                    double t0;
-                    /* free: taken, the deadline never looked at */
-                    memset(&abs, 0, sizeof abs);
-                    abs = clock_in(h == H_CLOCK_MONO ? CLOCK_MONOTONIC
-                                                     : CLOCK_REALTIME, 5.0);
-                    abs.tv_nsec = bad[b];
-                    rc = o_deadline(&o, wr, (enum how)h, 0, &abs);
-                    if (rc != 0)
-                        fail_msg("%s: free lock, tv_nsec %ld (how %d): %d",
-                                 kind_name[k], bad[b], h, rc);
-                    assert_int_equal(o_unlock(&o), 0);
-                    /* taken by another: EINVAL, at once */
-                    holder_start(&hd, &o, 1);
-                    t0 = tu_now();
-                    rc = o_deadline(&o, wr, (enum how)h, 0, &abs);
-                    assert_dbl_range(tu_now() - t0, 0.0, slack(1.0));
-                    holder_stop(&hd);
-                    if (rc != EINVAL)
-                        fail_msg("%s: held lock, tv_nsec %ld (how %d): %d",
-                                 kind_name[k], bad[b], h, rc);
-                }
+    for (wr = 0; wr <= o->rw; wr++) {
+        for (h = 0; h < H_COUNT; h++) {
+            for (b = 0; b < 3; b++) {
+                int rc;
+                double t0;
+                /* free: taken, the deadline never looked at */
+                memset(&abs, 0, sizeof abs);
+                abs = fx_clock_in(h == H_CLOCK_MONO ? CLOCK_MONOTONIC
+                                                    : CLOCK_REALTIME, 5.0);
+                abs.tv_nsec = bad[b];
+                rc = o_deadline(o, wr, (enum how)h, 0, &abs);
+                if (rc != 0)
+                    fail_msg("%s: free lock, tv_nsec %ld (how %d): %d",
+                             kind_name[o->k], bad[b], h, rc);
+                assert_int_equal(o_unlock(o), 0);
+                /* taken by another: EINVAL, at once */
+                holder_start(&hd, o, 1);
+                t0 = tu_now();
+                rc = o_deadline(o, wr, (enum how)h, 0, &abs);
+                assert_dbl_range(tu_now() - t0, 0.0, slack(1.0));
+                holder_stop(&hd);
+                if (rc != EINVAL)
+                    fail_msg("%s: held lock, tv_nsec %ld (how %d): %d",
+                             kind_name[o->k], bad[b], h, rc);
             }
-            /* no deadline at all, or a clock the call cannot wait on:
-             * refused whether or not the lock is free */
-            abs = clock_in(CLOCK_REALTIME, 5.0);
-            assert_int_equal(o_timed(&o, wr, NULL), EINVAL);
-            assert_int_equal(o_clock(&o, wr, CLOCK_MONOTONIC, NULL), EINVAL);
-            assert_int_equal(o_clock(&o, wr, CLOCK_PROCESS_CPUTIME_ID, &abs),
-                             EINVAL);
-            assert_int_equal(o_clock(&o, wr, CLOCK_THREAD_CPUTIME_ID, &abs),
-                             EINVAL);
-            assert_int_equal(o_clock(&o, wr, (clockid_t)12345, &abs), EINVAL);
-            assert_int_equal(tu_cmd_int(&r, "EXISTS", o.name, NULL), 0);
         }
-        obj_destroy(&o);
+        /* no deadline at all, or a clock the call cannot wait on:
+         * refused whether or not the lock is free */
+        abs = fx_clock_in(CLOCK_REALTIME, 5.0);
+        assert_int_equal(o_timed(o, wr, NULL), EINVAL);
+        assert_int_equal(o_clock(o, wr, CLOCK_MONOTONIC, NULL), EINVAL);
+        assert_int_equal(o_clock(o, wr, CLOCK_PROCESS_CPUTIME_ID, &abs),
+                         EINVAL);
+        assert_int_equal(o_clock(o, wr, CLOCK_THREAD_CPUTIME_ID, &abs),
+                         EINVAL);
+        assert_int_equal(o_clock(o, wr, (clockid_t)12345, &abs), EINVAL);
+        assert_int_equal(tu_cmd_int(&r, "EXISTS", o->name, NULL), 0);
     }
+}
+
+static void test_einval_only_when_blocking(void **state)
+{
+    (void)state;
+    each_kind(__func__, einval_only_when_blocking_on);
 }
 
 /* ---- no ETIMEDOUT for a lock that is free at the deadline ------------------------ */
@@ -790,8 +778,8 @@ static void *errno_main(void *arg)
     unsigned long ul;
     uint64_t tok;
     int ty;
-    struct timespec past = clock_in(CLOCK_REALTIME, -1.0);
-    struct timespec soon = clock_in(CLOCK_MONOTONIC, 0.2);
+    struct timespec past = fx_clock_in(CLOCK_REALTIME, -1.0);
+    struct timespec soon = fx_clock_in(CLOCK_MONOTONIC, 0.2);
 
     KEEPS(dist_mutexattr_init(&ma));
     KEEPS(dist_mutexattr_settype(&ma, DIST_MUTEX_ERRORCHECK));
@@ -867,7 +855,7 @@ static void test_errno_unchanged(void **state)
     /* failures of every kind: busy, timed out, Redis unreachable */
     holder_start(&h, &o[0], 0);
     {
-        struct timespec soon = clock_in(CLOCK_REALTIME, 0.2);
+        struct timespec soon = fx_clock_in(CLOCK_REALTIME, 0.2);
         KEEPS(dist_mutex_trylock(&o[0].m));          /* EBUSY */
         KEEPS(dist_mutex_timedlock(&o[0].m, &soon)); /* ETIMEDOUT */
     }
@@ -909,7 +897,7 @@ static void clock_wait(struct obj *o, int wr, clockid_t clk, double secs)
 
     holder_start(&h, o, 1);
     t0 = tu_now();
-    abs = clock_in(clk, secs);
+    abs = fx_clock_in(clk, secs);
     rc = o_clock(o, wr, clk, &abs);
     el = tu_now() - t0;
     holder_stop(&h);
@@ -917,30 +905,29 @@ static void clock_wait(struct obj *o, int wr, clockid_t clk, double secs)
     assert_dbl_range(el, secs - 0.002, secs + slack(1.0));
 }
 
-static void test_clock_variants(void **state)
+static void clock_variants_on(struct obj *o)
 {
     struct timespec abs;
-    int k, wr;
+    int wr;
 
-    (void)state;
-    for (k = 0; k < K_COUNT; k++) {
-        struct obj o;
-
-        obj_init(&o, (enum kind)k, __func__);
-        for (wr = 0; wr <= o.rw; wr++) {
-            clock_wait(&o, wr, CLOCK_MONOTONIC, 0.4);
-            clock_wait(&o, wr, CLOCK_REALTIME, 0.4);
-            /* a free lock is taken, whatever the deadline */
-            abs = clock_in(CLOCK_MONOTONIC, -5.0);
-            assert_int_equal(o_clock(&o, wr, CLOCK_MONOTONIC, &abs), 0);
-            assert_int_equal(o_unlock(&o), 0);
-            abs.tv_sec = 0;
-            abs.tv_nsec = 0;
-            assert_int_equal(o_clock(&o, wr, CLOCK_REALTIME, &abs), 0);
-            assert_int_equal(o_unlock(&o), 0);
-        }
-        obj_destroy(&o);
+    for (wr = 0; wr <= o->rw; wr++) {
+        clock_wait(o, wr, CLOCK_MONOTONIC, 0.4);
+        clock_wait(o, wr, CLOCK_REALTIME, 0.4);
+        /* a free lock is taken, whatever the deadline */
+        abs = fx_clock_in(CLOCK_MONOTONIC, -5.0);
+        assert_int_equal(o_clock(o, wr, CLOCK_MONOTONIC, &abs), 0);
+        assert_int_equal(o_unlock(o), 0);
+        abs.tv_sec = 0;
+        abs.tv_nsec = 0;
+        assert_int_equal(o_clock(o, wr, CLOCK_REALTIME, &abs), 0);
+        assert_int_equal(o_unlock(o), 0);
     }
+}
+
+static void test_clock_variants(void **state)
+{
+    (void)state;
+    each_kind(__func__, clock_variants_on);
 }
 
 /* A wait on clk for secs, with CLOCK_REALTIME stepped by step s after
@@ -1002,32 +989,31 @@ static void test_realtime_steps(void **state)
 
 /* ---- a zero-filled object ----------------------------------------------------------- */
 
+/* Every call on a zero-filled mutex (rw 0) or rwlock (rw 1), as reader
+ * and as writer, on both clocks: EINVAL; destroy has nothing to free. */
 static void test_zeroed_object_is_einval(void **state)
 {
-    struct timespec abs = clock_in(CLOCK_REALTIME, 1.0);
-    dist_mutex_t m;
-    dist_rwlock_t l;
+    struct timespec abs = fx_clock_in(CLOCK_REALTIME, 1.0);
+    struct obj o;
     uint64_t tok;
+    int rw, wr;
 
     (void)state;
-    memset(&m, 0, sizeof m);
-    memset(&l, 0, sizeof l);
-    assert_int_equal(dist_mutex_lock(&m), EINVAL);
-    assert_int_equal(dist_mutex_trylock(&m), EINVAL);
-    assert_int_equal(dist_mutex_timedlock(&m, &abs), EINVAL);
-    assert_int_equal(dist_mutex_clocklock(&m, CLOCK_REALTIME, &abs), EINVAL);
-    assert_int_equal(dist_mutex_unlock(&m), EINVAL);
-    assert_int_equal(dist_mutex_token(&m, &tok), EINVAL);
-    assert_int_equal(dist_mutex_destroy(&m), 0);     /* nothing to free */
-    assert_int_equal(dist_rwlock_rdlock(&l), EINVAL);
-    assert_int_equal(dist_rwlock_wrlock(&l), EINVAL);
-    assert_int_equal(dist_rwlock_tryrdlock(&l), EINVAL);
-    assert_int_equal(dist_rwlock_trywrlock(&l), EINVAL);
-    assert_int_equal(dist_rwlock_timedrdlock(&l, &abs), EINVAL);
-    assert_int_equal(dist_rwlock_clockwrlock(&l, CLOCK_MONOTONIC, &abs), EINVAL);
-    assert_int_equal(dist_rwlock_unlock(&l), EINVAL);
-    assert_int_equal(dist_rwlock_token(&l, &tok), EINVAL);
-    assert_int_equal(dist_rwlock_destroy(&l), 0);
+    for (rw = 0; rw <= 1; rw++) {
+        memset(&o, 0, sizeof o);
+        o.rw = rw;
+        for (wr = 0; wr <= rw; wr++) {
+            assert_int_equal(o_lock(&o, wr), EINVAL);
+            assert_int_equal(o_try(&o, wr), EINVAL);
+            assert_int_equal(o_timed(&o, wr, &abs), EINVAL);
+            assert_int_equal(o_clock(&o, wr, CLOCK_REALTIME, &abs), EINVAL);
+            assert_int_equal(o_clock(&o, wr, CLOCK_MONOTONIC, &abs), EINVAL);
+        }
+        assert_int_equal(o_unlock(&o), EINVAL);
+        assert_int_equal(o_token(&o, &tok), EINVAL);
+        assert_int_equal(rw ? dist_rwlock_destroy(&o.l)
+                            : dist_mutex_destroy(&o.m), 0);
+    }
 }
 
 /* ---- small stacks ------------------------------------------------------------------ */
@@ -1040,60 +1026,67 @@ struct small {
     struct obj *m, *rw;
     int bad;                 /* the first call that failed, 1-based */
     int rc;
+    struct timespec rt, mono;  /* deadlines 5 s ahead, for every timed call */
 };
 
-#define SMALL(n, call, want)                                                 \
-    do {                                                                     \
-        int rc_ = (call);                                                    \
-        if (rc_ != (want) && !s->bad) {                                      \
-            s->bad = (n);                                                    \
-            s->rc = rc_;                                                     \
-        }                                                                    \
-    } while (0)
+/* Step n of small_main gave rc and must give want; the first that does
+ * not is noted. */
+static void small_step(struct small *s, int n, int rc, int want)
+{
+    if (rc != want && !s->bad) {
+        s->bad = n;
+        s->rc = rc;
+    }
+}
+
+/* Steps from n on: o taken (as writer when wr) plainly, then its token
+ * (not a reader's: it has none), then by try, timed and clock lock, all
+ * succeeding.  The next step's number. */
+static int small_take4(struct small *s, int n, struct obj *o, int wr)
+{
+    uint64_t tok;
+
+    small_step(s, n++, o_lock(o, wr), 0);
+    if (!o->rw || wr)
+        small_step(s, n++, o_token(o, &tok), 0);
+    small_step(s, n++, o_try(o, wr), 0);
+    small_step(s, n++, o_timed(o, wr, &s->rt), 0);
+    small_step(s, n++, o_clock(o, wr, CLOCK_MONOTONIC, &s->mono), 0);
+    return n;
+}
+
+/* Steps n to n + 3: the four holds of small_take4 given back. */
+static int small_unlock4(struct small *s, int n, struct obj *o)
+{
+    int end = n + 4;
+
+    while (n < end)
+        small_step(s, n++, o_unlock(o), 0);
+    return n;
+}
 
 static void *small_main(void *arg)
 {
     struct small *s = arg;
-    struct timespec rt = clock_in(CLOCK_REALTIME, 5.0);
-    struct timespec mono = clock_in(CLOCK_MONOTONIC, 5.0);
-    struct timespec soon = clock_in(CLOCK_MONOTONIC, 0.3);
-    dist_mutex_t *m = &s->m->m;
-    dist_rwlock_t *l = &s->rw->l;
-    uint64_t tok;
+    struct timespec soon = fx_clock_in(CLOCK_MONOTONIC, 0.3);
+    int n;
 
-    SMALL(1, dist_mutex_lock(m), 0);
-    SMALL(2, dist_mutex_token(m, &tok), 0);
-    SMALL(3, dist_mutex_trylock(m), 0);
-    SMALL(4, dist_mutex_timedlock(m, &rt), 0);
-    SMALL(5, dist_mutex_clocklock(m, CLOCK_MONOTONIC, &mono), 0);
-    SMALL(6, dist_mutex_unlock(m), 0);
-    SMALL(7, dist_mutex_unlock(m), 0);
-    SMALL(8, dist_mutex_unlock(m), 0);
-    SMALL(9, dist_mutex_unlock(m), 0);
-    SMALL(10, dist_mutex_unlock(m), EPERM);
-    SMALL(11, dist_rwlock_rdlock(l), 0);
-    SMALL(12, dist_rwlock_tryrdlock(l), 0);
-    SMALL(13, dist_rwlock_timedrdlock(l, &rt), 0);
-    SMALL(14, dist_rwlock_clockrdlock(l, CLOCK_MONOTONIC, &mono), 0);
-    SMALL(15, dist_rwlock_trywrlock(l), EBUSY);
-    SMALL(16, dist_rwlock_unlock(l), 0);
-    SMALL(17, dist_rwlock_unlock(l), 0);
-    SMALL(18, dist_rwlock_unlock(l), 0);
-    SMALL(19, dist_rwlock_unlock(l), 0);
-    SMALL(20, dist_rwlock_wrlock(l), 0);
-    SMALL(21, dist_rwlock_token(l, &tok), 0);
-    SMALL(22, dist_rwlock_trywrlock(l), 0);
-    SMALL(23, dist_rwlock_timedwrlock(l, &rt), 0);
-    SMALL(24, dist_rwlock_clockwrlock(l, CLOCK_MONOTONIC, &mono), 0);
-    SMALL(25, dist_rwlock_unlock(l), 0);
-    SMALL(26, dist_rwlock_unlock(l), 0);
-    SMALL(27, dist_rwlock_unlock(l), 0);
-    SMALL(28, dist_rwlock_unlock(l), 0);
+    s->rt = fx_clock_in(CLOCK_REALTIME, 5.0);
+    s->mono = fx_clock_in(CLOCK_MONOTONIC, 5.0);
+    n = small_take4(s, 1, s->m, 0);                 /* steps 1-5 */
+    n = small_unlock4(s, n, s->m);                  /* 6-9 */
+    small_step(s, n++, dist_mutex_unlock(&s->m->m), EPERM);
+    n = small_take4(s, n, s->rw, 0);                /* 11-14 */
+    small_step(s, n++, dist_rwlock_trywrlock(&s->rw->l), EBUSY);
+    n = small_unlock4(s, n, s->rw);                 /* 16-19 */
+    n = small_take4(s, n, s->rw, 1);                /* 20-24 */
+    n = small_unlock4(s, n, s->rw);                 /* 25-28 */
     /* a wait, on the lock's channel: the parent's holder keeps it */
-    SMALL(29, dist_mutex_clocklock(&s->m[1].m, CLOCK_MONOTONIC, &soon),
-          ETIMEDOUT);
-    SMALL(30, dist_mutex_destroy(m), 0);
-    SMALL(31, dist_rwlock_destroy(l), 0);
+    small_step(s, n++,
+               dist_mutex_clocklock(&s->m[1].m, CLOCK_MONOTONIC, &soon),
+               ETIMEDOUT);
+    small_step(s, n++, dist_mutex_destroy(&s->m->m), 0);
+    small_step(s, n++, dist_rwlock_destroy(&s->rw->l), 0);
     return NULL;
 }
 
@@ -1114,7 +1107,7 @@ static void test_small_stack(void **state)
     assert_true(pid >= 0);
     if (pid == 0) {
         /* a new client: its holds are its own, o[1] is the parent's */
-        struct small s = { &o[0], &o[2], 0, 0 };
+        struct small s = { .m = &o[0], .rw = &o[2] };
         pthread_attr_t a;
         pthread_t th;
 
@@ -1299,15 +1292,6 @@ static void test_expired_on_arrival_is_taken_again(void **state)
     tu_proxy_stop(p);
 }
 
-static atomic_int lost_calls;
-
-static void on_lost(const char *name, void *arg)
-{
-    (void)name;
-    (void)arg;
-    atomic_fetch_add(&lost_calls, 1);
-}
-
 static void test_late_renewal_is_lost(void **state)
 {
     tu_proxy_t *p;
@@ -1317,8 +1301,8 @@ static void test_late_renewal_is_lost(void **state)
 
     (void)state;
     p = via_proxy(8000);
-    atomic_store(&lost_calls, 0);
-    dist_set_lost_handler(on_lost, NULL);
+    fx_lost_reset();
+    dist_set_lost_handler(fx_on_lost, NULL);
     assert_int_equal(dist_set_watchdog_ms(3000), 0);
     obj_init(&o, K_RECURSIVE, __func__);
     assert_int_equal(o_lock(&o, 0), 0);
@@ -1342,10 +1326,10 @@ static void test_late_renewal_is_lost(void **state)
     tu_sleep_ms(3500);
     tu_proxy_set_delay(p, 0);
     until = tu_now() + slack(5.0);
-    while (atomic_load(&lost_calls) == 0 && tu_now() < until)
+    while (fx_lost_calls(NULL) == 0 && tu_now() < until)
         tu_sleep_ms(50);
     dist_set_lost_handler(NULL, NULL);
-    if (atomic_load(&lost_calls) == 0)
+    if (fx_lost_calls(NULL) == 0)
         fail_msg("a watchdog renewal answered after the lease ran out was "
                  "not reported lost");
     assert_int_equal(o_unlock(&o), EPERM);

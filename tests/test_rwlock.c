@@ -1475,15 +1475,6 @@ static void test_lost_reply_proxy(void **state)
 
 /* ---- 20 ------------------------------------------------------------------ */
 
-static atomic_int lost_calls;
-
-static void on_lost(const char *name, void *arg)
-{
-    (void)name;
-    (void)arg;
-    atomic_fetch_add(&lost_calls, 1);
-}
-
 static void test_watchdog_and_lost(void **state)
 {
     char name[200], tk1[400], tk2[400];
@@ -1496,8 +1487,8 @@ static void test_watchdog_and_lost(void **state)
     (void)state;
     NAME(name, "rw");
     fx_dirty = 1;
-    atomic_store(&lost_calls, 0);
-    assert_int_equal(dist_set_lost_handler(on_lost, NULL), 0);
+    fx_lost_reset();
+    assert_int_equal(dist_set_lost_handler(fx_on_lost, NULL), 0);
     assert_int_equal(dist_set_watchdog_ms(1500), 0);
     assert_int_equal(dist_rwlock_init(&rw, name, NULL), 0);
     assert_int_equal(dist_rwlock_rdlock(&rw), 0);
@@ -1522,9 +1513,9 @@ static void test_watchdog_and_lost(void **state)
     /* forced away: the watchdog notices, the unlock says EPERM */
     del_all(name);
     t0 = tu_now();
-    while (atomic_load(&lost_calls) == 0 && tu_now() - t0 < 3.0)
+    while (fx_lost_calls(NULL) == 0 && tu_now() - t0 < 3.0)
         tu_sleep_ms(20);
-    lost = atomic_load(&lost_calls);
+    lost = fx_lost_calls(NULL);
     rc_unlock = dist_rwlock_unlock(&rw);
     dist_set_lost_handler(NULL, NULL);
     dist_set_watchdog_ms(DEFAULT_WATCHDOG_MS);

@@ -210,16 +210,29 @@ static long long cluster_info_num(tu_cluster_t *c, int i, const char *field)
 /* Cluster, 3 masters                                                       */
 /* ======================================================================== */
 
-static int setup_cluster3(void **state)
+/* The end of a group setup: -1 when its topology did not start, else 0
+ * and how long it took since t0. */
+static int came_up(const void *topo, const char *what, double t0)
+{
+    if (topo == NULL)
+        return -1;
+    say_time(what, t0);
+    return 0;
+}
+
+/* A cluster of 3 masters with replicas replicas each, for a group. */
+static int cluster_up(int replicas, const char *what)
 {
     double t0 = tu_now();
 
+    cl = tu_cluster_start(3, replicas, NULL);
+    return came_up(cl, what, t0);
+}
+
+static int setup_cluster3(void **state)
+{
     (void)state;
-    cl = tu_cluster_start(3, 0, NULL);
-    if (cl == NULL)
-        return -1;
-    say_time("cluster 3 masters up", t0);
-    return 0;
+    return cluster_up(0, "cluster 3 masters up");
 }
 
 static int teardown_cluster(void **state)
@@ -434,14 +447,8 @@ static void test_cluster_ask(void **state)
 
 static int setup_cluster33(void **state)
 {
-    double t0 = tu_now();
-
     (void)state;
-    cl = tu_cluster_start(3, 1, NULL);
-    if (cl == NULL)
-        return -1;
-    say_time("cluster 3+3 up", t0);
-    return 0;
+    return cluster_up(1, "cluster 3+3 up");
 }
 
 static void test_cluster_replicas(void **state)
@@ -469,40 +476,55 @@ static void test_cluster_replicas(void **state)
     }
 }
 
+/* key = "before" on master m, a key of its own, and on its replica
+ * (WAIT) before anything happens to it.  The key's slot. */
+static int cluster_write_replicated(int m, const char *what, char *key,
+                                    size_t len)
+{
+    redisReply *x;
+    int slot;
+
+    key_of_master(cl, m, what, key, len);
+    slot = tu_cluster_keyslot(cl, key);
+    assert_int_equal(tu_cluster_slot_owner(cl, slot), m);
+    expect_ok(tu_cluster_cmd(cl, m, "SET", key, "before", NULL));
+    x = tu_cluster_cmd(cl, m, "WAIT", "1", "5000", NULL);
+    assert_non_null(x);
+    assert_int_equal(x->type, REDIS_REPLY_INTEGER);
+    assert_int_equal(x->integer, 1);
+    freeReplyObject(x);
+    return slot;
+}
+
+/* After a fault of master old (what): its replica want is promoted, and
+ * has key's "before". */
+static void cluster_promoted(int old, int want, const char *key,
+                             const char *what)
+{
+    double t0 = tu_now();
+    int nm = tu_cluster_wait_promoted(cl, old, WAIT_MS);
+
+    say_time(what, t0);
+    assert_int_equal(nm, want);
+    expect_str(tu_cluster_cmd(cl, nm, "GET", key, NULL), "before");
+}
+
 static void test_cluster_failover_kill(void **state)
 {
     char key[64], key2[96];
-    int slot, old, nm, other;
-    double t0;
+    int slot, old = 0, nm = 3, other;   /* 3: master 0's only replica */
 
     (void)state;
-    key_of_master(cl, 0, "kill", key, sizeof(key));
+    slot = cluster_write_replicated(old, "kill", key, sizeof(key));
     snprintf(key2, sizeof(key2), "{%s}2", key);
-    slot = tu_cluster_keyslot(cl, key);
-    old = tu_cluster_slot_owner(cl, slot);
-    assert_int_equal(old, 0);
-    expect_ok(tu_cluster_cmd(cl, old, "SET", key, "before", NULL));
-    /* The replica has it before the master dies. */
-    {
-        redisReply *x = tu_cluster_cmd(cl, old, "WAIT", "1", "5000", NULL);
-
-        assert_non_null(x);
-        assert_int_equal(x->type, REDIS_REPLY_INTEGER);
-        assert_int_equal(x->integer, 1);
-        freeReplyObject(x);
-    }
 
     assert_int_equal(tu_cluster_kill(cl, old), 0);
     assert_int_equal(tu_cluster_pid(cl, old), 0);
     assert_null(tu_cluster_role(cl, old));
-    t0 = tu_now();
-    nm = tu_cluster_wait_promoted(cl, old, WAIT_MS);
-    say_time("cluster failover after SIGKILL of a master", t0);
-    assert_int_equal(nm, 3);   /* master 0's only replica */
+    cluster_promoted(old, nm, key, "cluster failover after SIGKILL of a master");
     assert_string_equal(tu_cluster_role(cl, nm), "master");
     assert_int_equal(tu_cluster_slot_owner(cl, slot), nm);
 
-    expect_str(tu_cluster_cmd(cl, nm, "GET", key, NULL), "before");
     expect_ok(tu_cluster_cmd(cl, nm, "SET", key2, "after", NULL));
     other = 1;
     expect_redirect(cl, tu_cluster_cmd(cl, other, "GET", key2, NULL), "MOVED",
@@ -528,30 +550,16 @@ static void test_cluster_restart_old_master(void **state)
 static void test_cluster_stop_cont(void **state)
 {
     char key[64];
-    int slot, nm;
+    int nm = 4;
     double t0;
 
     (void)state;
     /* Master 1 paused: its replica (node 4) takes over; continued, it
      * learns of the newer configuration and becomes a replica. */
-    key_of_master(cl, 1, "stop", key, sizeof(key));
-    slot = tu_cluster_keyslot(cl, key);
-    assert_int_equal(tu_cluster_slot_owner(cl, slot), 1);
-    expect_ok(tu_cluster_cmd(cl, 1, "SET", key, "before", NULL));
-    {
-        redisReply *x = tu_cluster_cmd(cl, 1, "WAIT", "1", "5000", NULL);
-
-        assert_non_null(x);
-        assert_int_equal(x->integer, 1);
-        freeReplyObject(x);
-    }
+    cluster_write_replicated(1, "stop", key, sizeof(key));
     assert_int_equal(tu_cluster_signal(cl, 1, SIGSTOP), 0);
     assert_null(tu_cluster_role(cl, 1));   /* skipped: it is stopped */
-    t0 = tu_now();
-    nm = tu_cluster_wait_promoted(cl, 1, WAIT_MS);
-    say_time("cluster failover after SIGSTOP of a master", t0);
-    assert_int_equal(nm, 4);
-    expect_str(tu_cluster_cmd(cl, nm, "GET", key, NULL), "before");
+    cluster_promoted(1, nm, key, "cluster failover after SIGSTOP of a master");
 
     assert_int_equal(tu_cluster_signal(cl, 1, SIGCONT), 0);
     t0 = tu_now();
@@ -585,10 +593,7 @@ static int setup_sentinel(void **state)
 
     (void)state;
     sn = tu_sentinel_start(2, 3, NULL);
-    if (sn == NULL)
-        return -1;
-    say_time("sentinel 1+2 data nodes, 3 sentinels up", t0);
-    return 0;
+    return came_up(sn, "sentinel 1+2 data nodes, 3 sentinels up", t0);
 }
 
 static int teardown_sentinel(void **state)
@@ -660,6 +665,20 @@ static void test_sentinel_layout(void **state)
     assert_int_equal(tu_sentinel_wait_ok(sn, WAIT_MS), 0);
 }
 
+/* SENTINEL FAILOVER away from master old (what): the node that is
+ * master now. */
+static int sentinel_failover(int old, const char *what)
+{
+    double t0 = tu_now();
+    int m = tu_sentinel_failover(sn, WAIT_MS);
+
+    say_time(what, t0);
+    assert_true(m >= 0);
+    assert_true(m != old);
+    assert_string_equal(tu_sentinel_role(sn, m), "master");
+    return m;
+}
+
 static void test_sentinel_failover_cmd(void **state)
 {
     char key[64];
@@ -672,12 +691,7 @@ static void test_sentinel_failover_cmd(void **state)
     assert_true(m0 >= 0);
     write_replicated(m0, key, "v1");
 
-    t0 = tu_now();
-    m1 = tu_sentinel_failover(sn, WAIT_MS);
-    say_time("sentinel: SENTINEL FAILOVER", t0);
-    assert_true(m1 >= 0);
-    assert_true(m1 != m0);
-    assert_string_equal(tu_sentinel_role(sn, m1), "master");
+    m1 = sentinel_failover(m0, "sentinel: SENTINEL FAILOVER");
     assert_int_equal(tu_sentinel_master(sn), m1);
     expect_str(tu_sentinel_cmd(sn, m1, "GET", key, NULL), "v1");
 
@@ -688,78 +702,84 @@ static void test_sentinel_failover_cmd(void **state)
     write_replicated(m1, key, "v2");
 
     /* A second one right away. */
-    t0 = tu_now();
-    m2 = tu_sentinel_failover(sn, WAIT_MS);
-    say_time("sentinel: second SENTINEL FAILOVER", t0);
-    assert_true(m2 >= 0);
-    assert_true(m2 != m1);
-    assert_string_equal(tu_sentinel_role(sn, m2), "master");
+    m2 = sentinel_failover(m1, "sentinel: second SENTINEL FAILOVER");
     assert_int_equal(tu_sentinel_wait_ok(sn, WAIT_MS), 0);
     assert_int_equal(tu_sentinel_master(sn), m2);
     expect_str(tu_sentinel_cmd(sn, m2, "GET", key, NULL), "v2");
 }
 
-static void test_sentinel_kill(void **state)
-{
+/* A fault of the sentinel topology's master: a key written before it,
+ * the master that was, the one that took over. */
+struct fault {
     char key[64];
     int old, nm;
+};
+
+/* Once the topology is settled, f->key ("what:pid") = "before" on the
+ * master and its replicas, then the master killed (sig SIGKILL: it is
+ * gone) or stopped (SIGSTOP): another node becomes master and has the
+ * key's "before". */
+static void sentinel_fault(struct fault *f, int sig, const char *what)
+{
+    char msg[96];
+    double t0;
+
+    snprintf(f->key, sizeof(f->key), "%s:%ld", what, (long)getpid());
+    assert_int_equal(tu_sentinel_wait_ok(sn, WAIT_MS), 0);
+    f->old = tu_sentinel_master(sn);
+    assert_true(f->old >= 0);
+    write_replicated(f->old, f->key, "before");
+
+    if (sig == SIGKILL) {
+        assert_int_equal(tu_sentinel_kill(sn, f->old), 0);
+        assert_int_equal(tu_sentinel_pid(sn, f->old), 0);
+    } else {
+        assert_int_equal(tu_sentinel_signal(sn, f->old, sig), 0);
+    }
+    t0 = tu_now();
+    f->nm = tu_sentinel_wait_new_master(sn, f->old, WAIT_MS);
+    snprintf(msg, sizeof(msg), "sentinel: failover after %s of the master",
+             sig == SIGKILL ? "SIGKILL" : "SIGSTOP");
+    say_time(msg, t0);
+    assert_true(f->nm >= 0);
+    assert_true(f->nm != f->old);
+    expect_str(tu_sentinel_cmd(sn, f->nm, "GET", f->key, NULL), "before");
+}
+
+static void test_sentinel_kill(void **state)
+{
+    struct fault f;
     double t0;
 
     (void)state;
-    snprintf(key, sizeof(key), "skill:%ld", (long)getpid());
-    assert_int_equal(tu_sentinel_wait_ok(sn, WAIT_MS), 0);
-    old = tu_sentinel_master(sn);
-    assert_true(old >= 0);
-    write_replicated(old, key, "before");
-
-    assert_int_equal(tu_sentinel_kill(sn, old), 0);
-    assert_int_equal(tu_sentinel_pid(sn, old), 0);
-    t0 = tu_now();
-    nm = tu_sentinel_wait_new_master(sn, old, WAIT_MS);
-    say_time("sentinel: failover after SIGKILL of the master", t0);
-    assert_true(nm >= 0);
-    assert_true(nm != old);
-    expect_str(tu_sentinel_cmd(sn, nm, "GET", key, NULL), "before");
-    expect_ok(tu_sentinel_cmd(sn, nm, "SET", key, "after", NULL));
+    sentinel_fault(&f, SIGKILL, "skill");
+    expect_ok(tu_sentinel_cmd(sn, f.nm, "SET", f.key, "after", NULL));
 
     /* Restarted (empty), the sentinels make it a replica of the new one. */
     t0 = tu_now();
-    assert_int_equal(tu_sentinel_restart(sn, old), 0);
-    assert_int_equal(tu_sentinel_wait_role(sn, old, "slave", WAIT_MS), 0);
+    assert_int_equal(tu_sentinel_restart(sn, f.old), 0);
+    assert_int_equal(tu_sentinel_wait_role(sn, f.old, "slave", WAIT_MS), 0);
     assert_int_equal(tu_sentinel_wait_ok(sn, WAIT_MS), 0);
     say_time("sentinel: killed old master restarted, back as a replica", t0);
-    assert_int_equal(tu_sentinel_master_of(sn, old), nm);
-    expect_str(tu_sentinel_cmd(sn, old, "GET", key, NULL), "after");
+    assert_int_equal(tu_sentinel_master_of(sn, f.old), f.nm);
+    expect_str(tu_sentinel_cmd(sn, f.old, "GET", f.key, NULL), "after");
 }
 
 static void test_sentinel_stop_cont(void **state)
 {
-    char key[64];
-    int old, nm;
+    struct fault f;
     double t0;
 
     (void)state;
-    snprintf(key, sizeof(key), "sstop:%ld", (long)getpid());
-    assert_int_equal(tu_sentinel_wait_ok(sn, WAIT_MS), 0);
-    old = tu_sentinel_master(sn);
-    assert_true(old >= 0);
-    write_replicated(old, key, "before");
+    sentinel_fault(&f, SIGSTOP, "sstop");
 
-    assert_int_equal(tu_sentinel_signal(sn, old, SIGSTOP), 0);
+    assert_int_equal(tu_sentinel_signal(sn, f.old, SIGCONT), 0);
     t0 = tu_now();
-    nm = tu_sentinel_wait_new_master(sn, old, WAIT_MS);
-    say_time("sentinel: failover after SIGSTOP of the master", t0);
-    assert_true(nm >= 0);
-    assert_true(nm != old);
-    expect_str(tu_sentinel_cmd(sn, nm, "GET", key, NULL), "before");
-
-    assert_int_equal(tu_sentinel_signal(sn, old, SIGCONT), 0);
-    t0 = tu_now();
-    assert_int_equal(tu_sentinel_wait_role(sn, old, "slave", WAIT_MS), 0);
+    assert_int_equal(tu_sentinel_wait_role(sn, f.old, "slave", WAIT_MS), 0);
     say_time("sentinel: old master continued (SIGCONT) until role slave", t0);
-    assert_int_equal(tu_sentinel_master_of(sn, old), nm);
+    assert_int_equal(tu_sentinel_master_of(sn, f.old), f.nm);
     assert_int_equal(tu_sentinel_wait_ok(sn, WAIT_MS), 0);
-    assert_int_equal(tu_sentinel_master(sn), nm);
+    assert_int_equal(tu_sentinel_master(sn), f.nm);
 }
 
 int main(void)
