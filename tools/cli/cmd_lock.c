@@ -106,6 +106,21 @@ static void cloexec_ours(void)
     close(d);
 }
 
+/* CLOCK_REALTIME secs from now, for the timed calls. */
+static struct timespec realtime_in(double secs)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += (time_t)secs;
+    ts.tv_nsec += (long)((secs - (double)(time_t)secs) * 1e9);
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    return ts;
+}
+
 /* The last resort when the main thread did not give up in time (Redis
  * slow to answer): the waiter leaves its queue (fair mutex; a writer of a
  * writer-preferring rwlock) from the signal thread's own link, with the
@@ -156,13 +171,7 @@ static void *signal_thread(void *arg)
              * queue it again after the leaving; or the lock was granted
              * meanwhile.  Either way it sees PH_ABANDON and exits. */
             dist__abandon_waits();
-            clock_gettime(CLOCK_REALTIME, &until);
-            until.tv_sec += ABANDON_WAIT_MS / 1000;
-            until.tv_nsec += (ABANDON_WAIT_MS % 1000) * 1000000L;
-            if (until.tv_nsec >= 1000000000L) {
-                until.tv_sec++;
-                until.tv_nsec -= 1000000000L;
-            }
+            until = realtime_in(ABANDON_WAIT_MS / 1000.0);
             pthread_mutex_lock(&lk.mu);
             while (lk.phase == PH_ABANDON &&
                    pthread_cond_timedwait(&lk.cv, &lk.mu, &until) == 0)
@@ -454,13 +463,7 @@ static int take(double timeout)
         return obj_lock(1, NULL);
     if (timeout < 0)
         return obj_lock(0, NULL);
-    clock_gettime(CLOCK_REALTIME, &abstime);
-    abstime.tv_sec += (time_t)timeout;
-    abstime.tv_nsec += (long)((timeout - (double)(time_t)timeout) * 1e9);
-    if (abstime.tv_nsec >= 1000000000L) {
-        abstime.tv_sec++;
-        abstime.tv_nsec -= 1000000000L;
-    }
+    abstime = realtime_in(timeout);
     return obj_lock(0, &abstime);
 }
 
