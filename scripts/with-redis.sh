@@ -19,6 +19,8 @@
 set -euo pipefail
 
 log() { printf '[distlock] %s\n' "$*" >&2; }
+# shellcheck source=scripts/procs.sh
+. "$(dirname "${BASH_SOURCE[0]}")/procs.sh"
 
 if [[ $# -eq 0 ]]; then
     echo "usage: $0 COMMAND [ARGS...]" >&2
@@ -43,18 +45,6 @@ done
 tmpdir=""
 redis_pid=""
 cmd_pid=""
-
-# Send SIGTERM to a process, give it a few seconds, then SIGKILL it.
-stop_process() {
-    local pid=$1 i
-    kill -TERM "$pid" 2>/dev/null || return 0
-    for ((i = 0; i < 50; i++)); do
-        kill -0 "$pid" 2>/dev/null || break
-        sleep 0.1
-    done
-    kill -KILL "$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
-}
 
 stop_redis() {
     if [[ -n "$redis_pid" ]]; then
@@ -93,31 +83,6 @@ if (( ${#tmpdir} > 90 )); then
     tmpdir=$(mktemp -d /tmp/distlock-redis.XXXXXX)
 fi
 sock="$tmpdir/redis.sock"
-
-# Is something already listening on 127.0.0.1:$1?
-port_in_use() {
-    local port=$1
-    if command -v ss >/dev/null 2>&1; then
-        [[ -n "$(ss -Hltn "sport = :$port" 2>/dev/null)" ]]
-    else
-        (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null
-    fi
-}
-
-random_port() {
-    echo $((20000 + (RANDOM * 32768 + RANDOM) % 40001))
-}
-
-# Print the process_id reported by "redis-cli ARGS INFO server", if any.
-# (With a time limit, in case some other, silent program owns the port.)
-redis_process_id() {
-    local limit=()
-    if command -v timeout >/dev/null 2>&1; then
-        limit=(timeout 5)
-    fi
-    "${limit[@]}" redis-cli "$@" INFO server 2>/dev/null |
-        tr -d '\r' | sed -n 's/^process_id://p' || true
-}
 
 # Start redis-server on port $1 and check that it is really ours.
 try_start() {

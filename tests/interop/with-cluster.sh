@@ -17,21 +17,12 @@
 set -euo pipefail
 
 log() { printf '[interop] %s\n' "$*" >&2; }
+# shellcheck source=scripts/procs.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../../scripts/procs.sh"
 
 tmpdir=$(mktemp -d /tmp/distlock-cluster.XXXXXX)
 pids=()
 cmd_pid=""
-
-stop_process() {
-    local pid=$1 i
-    kill -TERM "$pid" 2>/dev/null || return 0
-    for ((i = 0; i < 50; i++)); do
-        kill -0 "$pid" 2>/dev/null || break
-        sleep 0.1
-    done
-    kill -KILL "$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
-}
 
 # shellcheck disable=SC2317  # called through the EXIT trap
 on_exit() {
@@ -50,18 +41,14 @@ trap on_exit EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-port_in_use() {
-    [[ -n "$(ss -Hltn "sport = :$1" 2>/dev/null)" ]] ||
-        (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
-}
-
 # start_node N: a cluster-enabled redis-server on a free port (node_port).
 start_node() {
     local n=$1 port dir attempt i pid
     dir=$tmpdir/node$n
     mkdir -p "$dir"
     for ((attempt = 0; attempt < 20; attempt++)); do
-        port=$((20000 + (RANDOM * 32768 + RANDOM) % 30000))
+        port=$(random_port)
+        ((port + 10000 < 65536)) || continue
         if port_in_use "$port" || port_in_use $((port + 10000)); then
             continue
         fi
@@ -76,8 +63,7 @@ start_node() {
             sleep 0.1
         done
         if kill -0 "$pid" 2>/dev/null &&
-            [[ "$(redis-cli -p "$port" INFO server 2>/dev/null | tr -d '\r' |
-                sed -n 's/^process_id://p')" == "$pid" ]]; then
+            [[ "$(redis_process_id -p "$port")" == "$pid" ]]; then
             pids+=("$pid")
             node_port=$port
             return 0
