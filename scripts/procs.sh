@@ -38,3 +38,16 @@ redis_process_id() {
     "${limit[@]}" redis-cli "$@" INFO server 2>/dev/null |
         tr -d '\r' | sed -n 's/^process_id://p' || true
 }
+
+# Runs "$@" in the background with our stdin and waits for it, so that a
+# SIGTERM sent to the script is handled at once (bash defers traps until a
+# foreground child exits); cmd_pid names it meanwhile, for the EXIT trap.
+# Returns its status.
+run_command() {
+    local rc=0
+    "$@" <&0 &
+    cmd_pid=$!
+    wait "$cmd_pid" || rc=$?
+    cmd_pid=""
+    return "$rc"
+}

@@ -160,12 +160,6 @@ export DISTLOCK_URL="redis://127.0.0.1:$port"
 export DISTLOCK_TEST_REDIS_PORT="$port"
 export DISTLOCK_TEST_REDIS_SOCK="$sock"
 
-# Run the command in the background and wait for it, so that a SIGTERM sent
-# to this script is handled at once (bash defers traps until a foreground
-# child exits).  "<&0" keeps our stdin for the command.
 rc=0
-"$@" <&0 &
-cmd_pid=$!
-wait "$cmd_pid" || rc=$?
-cmd_pid=""
+run_command "$@" || rc=$?
 exit "$rc"

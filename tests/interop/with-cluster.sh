@@ -109,8 +109,5 @@ list=$(IFS=,; echo "${addrs[*]}")
 export INTEROP_CLUSTER=$list
 export DISTLOCK_URL="redis-cluster://$list"
 rc=0
-"$@" <&0 &
-cmd_pid=$!
-wait "$cmd_pid" || rc=$?
-cmd_pid=""
+run_command "$@" || rc=$?
 exit "$rc"
