@@ -121,18 +121,17 @@ static int append_cmd(struct dist__node *n, struct dist__chan *ch, int unsub,
     return 0;
 }
 
-/* Appends (S)SUBSCRIBE or (S)UNSUBSCRIBE of ch to n's output, and on a
- * plain_too node the plain one after it (RESP2 lets one connection hold
- * both kinds).  The sharded answer alone moves ch's state: the plain one
- * is a second ear, and a message heard twice only wakes twice.  P.mu held.
- * 0, or -1 (not connected, out of memory). */
+/* Appends (S)SUBSCRIBE or (S)UNSUBSCRIBE of ch to n's output, on a
+ * plain_too node after the plain one (RESP2 lets one connection hold both
+ * kinds).  The sharded answer alone moves ch's state: the plain one is a
+ * second ear, and a message heard twice only wakes twice.  Sent first, the
+ * plain SUBSCRIBE is in force by the time ch counts as subscribed.  P.mu
+ * held.  0, or -1 (not connected, out of memory). */
 static int send_cmd(struct dist__node *n, struct dist__chan *ch, int unsub)
 {
-    if (append_cmd(n, ch, unsub, n->sharded, 0) != 0)
+    if (n->plain_too && append_cmd(n, ch, unsub, 0, 1) != 0)
         return -1;
-    if (n->plain_too)
-        append_cmd(n, ch, unsub, 0, 1);
-    return 0;
+    return append_cmd(n, ch, unsub, n->sharded, 0);
 }
 
 /* The node at a, made when new.  P.mu held.  NULL when out of memory. */
