@@ -15,12 +15,13 @@
 -- ARGV[2]  owner
 -- ARGV[3]  waiter window in ms
 -- ARGV[4]  'try': never join the queue; 'wait': join it (once) when the lock is taken
--- ARGV[5]  publish command: 'publish', or 'spublish' on a cluster
+-- ARGV[5]  publish command: 'publish', 'spublish' or 'spublish+publish' (notify)
 -- Reply    {1, holds, token}  taken (holds: the owner's count after this call)
 --          {0, wait_ms}       not taken; wait at most this long before trying again
 --                             (the lock's lease when the caller heads the queue, else
 --                             the sooner of that and the head's deadline, when a
 --                             dead head is purged)
+--#include prelude_publish.lua
 --#include prelude_waiters.lua
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -41,7 +42,7 @@ if redis.call('exists', KEYS[1]) == 0 and (not head or head == ARGV[2]) then
     -- behind us, so tell it to reckon again against our lease
     local next_head = redis.call('lindex', KEYS[2], 0)
     if next_head then
-      redis.call(ARGV[5], KEYS[5] .. ':' .. next_head, '0')
+      notify(ARGV[5], KEYS[5] .. ':' .. next_head, '0')
     end
   end
   redis.call('zrem', KEYS[3], ARGV[2])

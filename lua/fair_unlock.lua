@@ -8,11 +8,12 @@
 --          owner only from the queue; it shares KEYS[4]'s hash tag, so its slot)
 -- ARGV[1]  lease in ms, re-armed while holds remain
 -- ARGV[2]  owner
--- ARGV[3]  publish command: 'publish', or 'spublish' on a cluster
+-- ARGV[3]  publish command: 'publish', 'spublish' or 'spublish+publish' (notify)
 -- ARGV[4]  message ('0')
 -- ARGV[5]  optional: the owner's count this call expects (see mutex_unlock)
 -- Reply    {n, woken}: n is the holds left (0: released), -1 the owner holds nothing,
 --          -2 the count differs from ARGV[5]; woken is 1 when a head was told
+--#include prelude_publish.lua
 --#include prelude_waiters.lua
 --#include prelude_release.lua
 local t = redis.call('time')
@@ -25,7 +26,7 @@ if holds ~= 0 then
 end
 local head = redis.call('lindex', KEYS[2], 0)
 if head then
-  redis.call(ARGV[3], KEYS[4] .. ':' .. head, ARGV[4])
+  notify(ARGV[3], KEYS[4] .. ':' .. head, ARGV[4])
   return {0, 1}
 end
 return {0, 0}

@@ -9,12 +9,13 @@
 -- KEYS[6]  live readers: ZSET, deleted too                        (distlock_rwlock_readers:{N})
 -- KEYS[7..] read-hold timeout keys of the holders the caller saw, deleted too
 --          ({N}:<owner>:rwlock_timeout:<k>; any may be missing)
--- ARGV[1]  publish command: 'publish', or 'spublish' on a cluster
+-- ARGV[1]  publish command: 'publish', 'spublish' or 'spublish+publish' (notify)
 -- Reply    1 the lock existed and is gone, 0 there was no lock, -1 N is not a HASH
 --          (not a lock): nothing changed
 -- Messages: '0' on KEYS[2] (what a mutex release sends), '1' on KEYS[3] when it was a
 -- read-write lock (wakes every waiter), and for a fair lock '0' on the channel of the
 -- queue's head (KEYS[2] .. ':' .. head, as fair_unlock), after dropping dead waiters.
+--#include prelude_publish.lua
 --#include prelude_waiters.lua
 local kind = redis.call('type', KEYS[1])['ok']
 if kind == 'none' then
@@ -28,9 +29,9 @@ redis.call('del', KEYS[1])
 for i = 6, #KEYS do
   redis.call('del', KEYS[i])
 end
-redis.call(ARGV[1], KEYS[2], '0')
+notify(ARGV[1], KEYS[2], '0')
 if rw then
-  redis.call(ARGV[1], KEYS[3], '1')
+  notify(ARGV[1], KEYS[3], '1')
 end
 
 local t = redis.call('time')
@@ -38,6 +39,6 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 drop_dead_waiters(now, KEYS[4], KEYS[5])
 local head = redis.call('lindex', KEYS[4], 0)
 if head then
-  redis.call(ARGV[1], KEYS[2] .. ':' .. head, '0')
+  notify(ARGV[1], KEYS[2] .. ':' .. head, '0')
 end
 return 1

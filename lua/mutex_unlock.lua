@@ -3,7 +3,7 @@
 -- KEYS[2]  release channel                                        (redisson_lock__channel:{N})
 -- ARGV[1]  lease in ms, re-armed while holds remain
 -- ARGV[2]  owner
--- ARGV[3]  publish command: 'publish', or 'spublish' on a cluster
+-- ARGV[3]  publish command: 'publish', 'spublish' or 'spublish+publish' (notify)
 -- ARGV[4]  message published on the final release ('0')
 -- ARGV[5]  optional: the owner's count this call expects to find; when given and the
 --          count differs, nothing changes (used to finish a release whose reply was lost)
@@ -11,9 +11,10 @@
 --          -1 the owner holds nothing (expired, forced, or never taken), or
 --          -2 ARGV[5] was given and the count differs from it; waiters is the
 --          number of subscribers the release message reached (0 otherwise)
+--#include prelude_publish.lua
 --#include prelude_release.lua
 local holds = give_back_hold(KEYS[1], ARGV[2], ARGV[1], ARGV[5])
 if holds ~= 0 then
   return {holds, 0}
 end
-return {0, redis.call(ARGV[3], KEYS[2], ARGV[4])}
+return {0, notify(ARGV[3], KEYS[2], ARGV[4])}

@@ -5,7 +5,7 @@
 --   lock     the lock: HASH { mode, <owner>: read holds, <owner>:write: write holds }
 --   readers  live readers: ZSET owner -> end of its lease, server ms
 --   writers  waiting writers: ZSET owner -> deadline, server ms
---   channel  release channel; publish: 'publish' or 'spublish'
+--   channel  release channel; publish: the publish command, as notify (prelude_publish) takes it
 -- Drops the waiting writers whose deadline passed and the readers whose lease ended:
 -- a reader that died stops counting once its lease ends, a writer that died stops
 -- keeping readers out once its window ends.  When no holder is left (only 'mode'),
@@ -20,7 +20,7 @@ local function reap_dead_readers(now, lock, readers, writers, channel, publish)
     redis.call('zremrangebyscore', readers, '-inf', now)
     if redis.call('hlen', lock) == 1 then
       redis.call('del', lock, readers)
-      redis.call(publish, channel, '1')
+      notify(publish, channel, '1')
     end
   end
 end

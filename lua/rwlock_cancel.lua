@@ -6,9 +6,10 @@
 -- ARGV[1]  owner
 -- ARGV[2]  publish command
 -- Reply    1 it was a waiting writer, 0 it was not
+--#include prelude_publish.lua
 local removed = redis.call('zrem', KEYS[2], ARGV[1])
 if removed == 1 and redis.call('exists', KEYS[2]) == 0 and
    redis.call('hget', KEYS[1], 'mode') ~= 'write' then
-  redis.call(ARGV[2], KEYS[3], '1')
+  notify(ARGV[2], KEYS[3], '1')
 end
 return removed

@@ -13,13 +13,14 @@
 -- ARGV[2]  owner, "<client id>:<thread n>"
 -- ARGV[3]  read holds the owner believes it has
 -- ARGV[4]  write holds the owner believes it has
--- ARGV[5]  publish command: 'publish', or 'spublish' on a cluster
+-- ARGV[5]  publish command: 'publish', 'spublish' or 'spublish+publish' (notify)
 -- Reply    {1, holds}              taken; holds is the owner's read holds now
 --          {0, wait_ms}            not taken: a writer holds it, or (new readers only)
 --                                  a writer waits; try again within wait_ms or on a
 --                                  message (-1: the lock has no expiry)
 --          {-1, reads, writes}     the owner's counts in Redis differ from ARGV[3..4];
 --                                  nothing changed
+--#include prelude_publish.lua
 --#include prelude_readers.lua
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

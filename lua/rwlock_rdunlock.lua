@@ -20,6 +20,7 @@
 -- Other owners' timeout keys are never read: their liveness is the readers ZSET, so
 -- every key touched is in KEYS.  (Redisson's own unlock reads them instead; distlock
 -- keeps them, renewed, for it.)
+--#include prelude_publish.lua
 --#include prelude_readers.lua
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -68,4 +69,4 @@ end
 
 redis.call('del', KEYS[1], KEYS[2])
 local msg = redis.call('exists', KEYS[3]) == 1 and '1' or '0'
-return {0, redis.call(ARGV[4], KEYS[4], msg)}
+return {0, notify(ARGV[4], KEYS[4], msg)}

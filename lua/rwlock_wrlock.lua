@@ -22,6 +22,7 @@
 --          {-1, reads, writes, token}  the owner's counts differ from ARGV[3..4]; nothing
 --                                  changed (token: the counter's value)
 --          {-2}                    the owner holds read holds only: no upgrade
+--#include prelude_publish.lua
 --#include prelude_readers.lua
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

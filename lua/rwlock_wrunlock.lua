@@ -16,6 +16,7 @@
 --                                  release message reached (0 when none was sent)
 --          {-1, reads, writes}     the owner's counts differ from ARGV[2..3]; nothing
 --                                  changed (writes 0: its write hold is gone, lost)
+--#include prelude_publish.lua
 --#include prelude_readers.lua
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -35,11 +36,11 @@ end
 redis.call('hdel', KEYS[1], wfield)
 if redis.call('hlen', KEYS[1]) <= 1 then
   redis.call('del', KEYS[1], KEYS[2])
-  return {0, redis.call(ARGV[4], KEYS[4], '1')}
+  return {0, notify(ARGV[4], KEYS[4], '1')}
 end
 redis.call('hset', KEYS[1], 'mode', 'read')
 local score = redis.call('zscore', KEYS[2], ARGV[1])
 if score and redis.call('pttl', KEYS[1]) < tonumber(score) - now then
   redis.call('pexpire', KEYS[1], tonumber(score) - now)
 end
-return {0, redis.call(ARGV[4], KEYS[4], '1')}
+return {0, notify(ARGV[4], KEYS[4], '1')}

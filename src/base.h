@@ -67,10 +67,8 @@ struct dist__cfg {
     int nseeds;                   /* sentinels or cluster nodes of the URL */
     struct dist__addr seeds[DIST__MAX_SEEDS];
     char master[128];             /* the sentinels' name for the master */
-    int plain_pubsub;             /* cluster: release messages by PUBLISH
-                                   * and SUBSCRIBE, not their sharded kinds
-                                   * (?pubsub=plain: Redisson before 3.22,
-                                   * Redis 6) */
+    int pubsub;                   /* cluster: how release messages go,
+                                   * DIST__PUBSUB_* (?pubsub=) */
     unsigned long replica_wait_ms;/* WAIT after an acquire; 0: off */
     char host[256];
     int port;
@@ -92,9 +90,17 @@ unsigned long dist__timeout_ms(void);
 unsigned long dist__waiter_ms(void);
 unsigned long dist__replica_wait_ms(void);
 int dist__cfg_mode(void);                     /* DIST__MODE_* */
+/* A cluster's ways of sending release messages.  BOTH, the default, sends
+ * each one by SPUBLISH and by PUBLISH and listens both ways, so that Redisson
+ * clients of either kind (sharded from 3.22, plain before, or set so) and
+ * distlock hear each other; SHARDED and PLAIN keep to one. */
+enum { DIST__PUBSUB_BOTH, DIST__PUBSUB_SHARDED, DIST__PUBSUB_PLAIN };
 /* Whether release messages go by SPUBLISH, heard by SSUBSCRIBE on the node
  * serving the channel's slot: on a cluster, unless ?pubsub=plain. */
 int dist__sharded_pubsub(const struct dist__cfg *cfg);
+/* Whether they also go by plain PUBLISH, heard by SUBSCRIBE on any node:
+ * on a cluster with ?pubsub=both (the default). */
+int dist__both_pubsub(const struct dist__cfg *cfg);
 /* How long a call that may block keeps trying a Redis it cannot reach:
  * the command timeout, plus a failover's worth on Sentinel or Cluster. */
 unsigned long dist__patience_ms(void);

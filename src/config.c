@@ -216,7 +216,8 @@ static int parse_seeds(const char *p, const char *end, struct dist__cfg *out,
     return 0;
 }
 
-/* One option of a cluster URL, n bytes at p: db=N or pubsub=sharded|plain. */
+/* One option of a cluster URL, n bytes at p: db=N or
+ * pubsub=both|sharded|plain. */
 static int parse_cluster_opt(const char *p, size_t n, struct dist__cfg *out,
                              char *why, size_t whylen)
 {
@@ -229,16 +230,21 @@ static int parse_cluster_opt(const char *p, size_t n, struct dist__cfg *out,
             return BAD("Redis Cluster has only database 0");
         return 0;
     }
+    if (n == 11 && strncmp(p, "pubsub=both", 11) == 0) {
+        out->pubsub = DIST__PUBSUB_BOTH;
+        return 0;
+    }
     if (n == 14 && strncmp(p, "pubsub=sharded", 14) == 0) {
-        out->plain_pubsub = 0;
+        out->pubsub = DIST__PUBSUB_SHARDED;
         return 0;
     }
     if (n == 12 && strncmp(p, "pubsub=plain", 12) == 0) {
-        out->plain_pubsub = 1;
+        out->pubsub = DIST__PUBSUB_PLAIN;
         return 0;
     }
     return BAD("unexpected '%.*s' (a cluster's options are ?db=N, N being 0, "
-               "and pubsub=sharded or pubsub=plain, joined by '&')", (int)n, p);
+               "and pubsub=both, pubsub=sharded or pubsub=plain, joined by "
+               "'&')", (int)n, p);
 }
 
 /* What follows a cluster's addresses: [/][?opt[&opt]...] (parse_cluster_opt) */
@@ -330,7 +336,7 @@ int dist__parse_url(const char *url, struct dist__cfg *out, char *why,
     out->db = 0;
     out->mode = mode;
     out->nseeds = 0;
-    out->plain_pubsub = 0;
+    out->pubsub = DIST__PUBSUB_BOTH;
 
     end = is_unix ? p + strlen(p) : p + strcspn(p, "/?");
     if ((rc = parse_credentials(&p, end, out, why, whylen)))
@@ -435,7 +441,12 @@ unsigned long dist__patience_ms(void)
 
 int dist__sharded_pubsub(const struct dist__cfg *c)
 {
-    return c->mode == DIST__MODE_CLUSTER && !c->plain_pubsub;
+    return c->mode == DIST__MODE_CLUSTER && c->pubsub != DIST__PUBSUB_PLAIN;
+}
+
+int dist__both_pubsub(const struct dist__cfg *c)
+{
+    return c->mode == DIST__MODE_CLUSTER && c->pubsub == DIST__PUBSUB_BOTH;
 }
 
 int dist__cfg_mode(void)
@@ -474,7 +485,7 @@ int dist_set_url(const char *url)
     memcpy(cfg.pass, tmp.pass, sizeof cfg.pass);
     cfg.port = tmp.port;
     cfg.db = tmp.db;
-    cfg.plain_pubsub = tmp.plain_pubsub;
+    cfg.pubsub = tmp.pubsub;
     cfg.bad[0] = 0;
     atomic_fetch_add(&cfg_gen, 1);
     pthread_mutex_unlock(&cfg_mu);

@@ -14,8 +14,8 @@
  *   redis://, unix://, redis-sentinel://   one, to the master, opened when
  *       the thread starts and kept; SUBSCRIBE.  Behind sentinels it follows
  *       the master: it is dropped when dist__route names another one.
- *   redis-cluster://   releases are published with SPUBLISH and heard only
- *       on the node serving the channel's slot (a lock's channels carry its
+ *   redis-cluster://...?pubsub=sharded   releases are published with
+ *       SPUBLISH and heard only on the node serving the channel's slot (a lock's channels carry its
  *       {hash tag}, so that is the lock's node).  A channel is subscribed
  *       with SSUBSCRIBE on the node dist__route names for its name; there
  *       is one connection per such node, opened when a channel needs it and
@@ -29,6 +29,13 @@
  *       which the cluster passes to every node: one connection, to any
  *       master, with SUBSCRIBE, as on one server (what Redisson before 3.22
  *       does, and all there is on Redis 6).
+ *   redis-cluster:// (pubsub=both, the default)   releases are published
+ *       both ways, and each channel is heard both ways on the node its slot
+ *       names, as with pubsub=sharded: SSUBSCRIBE, then SUBSCRIBE on the
+ *       same connection (a plain PUBLISH reaches every node, that one too).
+ *       The sharded answer alone moves the channel's state; the plain one
+ *       is a second ear, so that Redisson clients of either kind wake us.
+ *       A message heard twice only wakes twice: a wake is a hint.
  *
  * Every (S)SUBSCRIBE and (S)UNSUBSCRIBE names one channel, and each node
  * keeps those not answered yet: answers come in order, so an error belongs

@@ -34,6 +34,9 @@ struct dist__chan {
 struct sent {               /* a command awaiting its answer */
     struct dist__chan *ch;
     int unsub;
+    int plain_too;          /* the plain (UN)SUBSCRIBE that follows the
+                             * sharded one on a plain_too node: its answer
+                             * changes nothing but the queue */
 };
 
 struct dist__node {
@@ -41,6 +44,9 @@ struct dist__node {
     struct dist__addr addr;   /* cluster: what it is; otherwise the master
                                * it last connected to */
     int sharded;              /* SSUBSCRIBE (cluster) rather than SUBSCRIBE */
+    int plain_too;            /* sharded, and each channel SUBSCRIBEd too
+                               * (?pubsub=both): a plain PUBLISH reaches
+                               * every node of a cluster, this one too */
     struct dist__link *link;  /* NULL: not connected */
     unsigned long cfg_gen;    /* the settings link was opened with */
     int backoff;              /* ms to wait after the next failed connect,

@@ -51,7 +51,8 @@ static int same_addr(const struct dist__addr *a, const struct dist__addr *b)
 }
 
 /* Remembers a command sent to n for ch.  0, or -1 when out of memory. */
-static int q_push(struct dist__node *n, struct dist__chan *ch, int unsub)
+static int q_push(struct dist__node *n, struct dist__chan *ch, int unsub,
+                  int plain_too)
 {
     if (n->qlen == n->qcap) {
         int cap = n->qcap ? 2 * n->qcap : 8, i;
@@ -65,7 +66,7 @@ static int q_push(struct dist__node *n, struct dist__chan *ch, int unsub)
         n->qcap = cap;
         n->qhead = 0;
     }
-    n->q[(n->qhead + n->qlen) % n->qcap] = (struct sent){ ch, unsub };
+    n->q[(n->qhead + n->qlen) % n->qcap] = (struct sent){ ch, unsub, plain_too };
     n->qlen++;
     ch->sent++;
     return 0;
@@ -84,17 +85,20 @@ static int q_pop(struct dist__node *n, struct sent *s)
 }
 
 /* Whether the oldest unanswered command of n is this one. */
-static int q_head_is(const struct dist__node *n, int unsub, const redisReply *name)
+static int q_head_is(const struct dist__node *n, int unsub, int plain_too,
+                     const redisReply *name)
 {
     const struct sent *s = n->qlen ? &n->q[n->qhead] : NULL;
 
-    return s && s->unsub == unsub && s->ch->len == name->len &&
+    return s && s->unsub == unsub && s->plain_too == plain_too &&
+           s->ch->len == name->len &&
            memcmp(s->ch->name, name->str, name->len) == 0;
 }
 
-/* Appends (S)SUBSCRIBE or (S)UNSUBSCRIBE of ch to n's output.  P.mu held.
- * 0, or -1 (not connected, out of memory). */
-static int send_cmd(struct dist__node *n, struct dist__chan *ch, int unsub)
+/* Appends one (un)subscribe of ch to n's output, sharded or not.  P.mu
+ * held.  0, or -1 (not connected, out of memory). */
+static int append_cmd(struct dist__node *n, struct dist__chan *ch, int unsub,
+                      int sharded, int plain_too)
 {
     static const char *const cmds[2][2] = {
         { "SUBSCRIBE", "UNSUBSCRIBE" }, { "SSUBSCRIBE", "SUNSUBSCRIBE" },
@@ -102,9 +106,9 @@ static int send_cmd(struct dist__node *n, struct dist__chan *ch, int unsub)
     const char *argv[2];
     size_t argvlen[2];
 
-    if (!n->link || q_push(n, ch, unsub) != 0)
+    if (!n->link || q_push(n, ch, unsub, plain_too) != 0)
         return -1;
-    argv[0] = cmds[n->sharded][unsub];
+    argv[0] = cmds[sharded][unsub];
     argvlen[0] = strlen(argv[0]);
     argv[1] = ch->name;
     argvlen[1] = ch->len;
@@ -115,6 +119,19 @@ static int send_cmd(struct dist__node *n, struct dist__chan *ch, int unsub)
     }
     n->out++;
     return 0;
+}
+
+/* Appends (S)SUBSCRIBE or (S)UNSUBSCRIBE of ch to n's output, on a
+ * plain_too node after the plain one (RESP2 lets one connection hold both
+ * kinds).  The sharded answer alone moves ch's state: the plain one is a
+ * second ear, and a message heard twice only wakes twice.  Sent first, the
+ * plain SUBSCRIBE is in force by the time ch counts as subscribed.  P.mu
+ * held.  0, or -1 (not connected, out of memory). */
+static int send_cmd(struct dist__node *n, struct dist__chan *ch, int unsub)
+{
+    if (n->plain_too && append_cmd(n, ch, unsub, 0, 1) != 0)
+        return -1;
+    return append_cmd(n, ch, unsub, n->sharded, 0);
 }
 
 /* The node at a, made when new.  P.mu held.  NULL when out of memory. */
@@ -231,8 +248,8 @@ static void refused(struct dist__node *n, const struct sent *s, const redisReply
     struct dist__addr to;
     int slot;
 
-    if (ch->node != n)
-        return;               /* it has left n since */
+    if (ch->node != n || s->plain_too)
+        return;               /* it has left n since; or the second ear */
     if (s->unsub) {
         if (ch->wire == W_UNSUBSCRIBING)
             ch->wire = W_NONE;
@@ -282,6 +299,14 @@ static void handle(struct dist__node *n, redisReply *r)
     kind = r->element[0];
     name = r->element[1];
     ch = dist__ps_find(name->str, name->len);
+    if (n->plain_too && (strcmp(kind->str, "subscribe") == 0 ||
+                         strcmp(kind->str, "unsubscribe") == 0)) {
+        /* the answer to a plain_too command: nothing else to do */
+        if (q_head_is(n, kind->str[0] == 'u', 1, name))
+            q_pop(n, &s);
+        pthread_mutex_unlock(&P.mu);
+        return;
+    }
     if (kind_is(kind, "message")) {
         /* from whichever node: a hint is never wrong for long */
         redisReply *msg = r->element[2];
@@ -290,7 +315,7 @@ static void handle(struct dist__node *n, redisReply *r)
         if (ch)
             dist__ps_wake(ch, all);
     } else if (kind_is(kind, "subscribe")) {
-        if (q_head_is(n, 0, name))
+        if (q_head_is(n, 0, 0, name))
             q_pop(n, &s);
         if (ch && ch->node == n && ch->wire == W_SUBSCRIBING) {
             ch->wire = W_SUBSCRIBED;
@@ -307,13 +332,15 @@ static void handle(struct dist__node *n, redisReply *r)
          * longer subscribed there.  An answer to an older command always
          * comes before the one that made ch subscribed again, so while it
          * is subscribed this cannot be stale. */
-        if (q_head_is(n, 1, name))
+        if (q_head_is(n, 1, 0, name))
             q_pop(n, &s);
         if (ch && ch->node == n && ch->wire == W_UNSUBSCRIBING) {
             ch->wire = W_NONE;
         } else if (ch && ch->node == n && ch->wire == W_SUBSCRIBED) {
             ch->wire = W_NONE;
             ch->resub = 1;
+            if (n->plain_too)
+                append_cmd(n, ch, 1, 0, 1);   /* its second ear too */
             if (n->sharded) {
                 ch->node = NULL;       /* placed again where the map says */
                 dist__topo_stale();
@@ -451,6 +478,7 @@ static void place(struct loop *l, uint64_t now, uint64_t *next)
         rc = dist__route(&l->cfg, &key, &a);
         pthread_mutex_lock(&P.mu);
         if (rc == 0 && (n = node_get(&a, 1)) != NULL) {
+            n->plain_too = dist__both_pubsub(&l->cfg);
             ch->node = n;
         } else {
             ch->errors++;

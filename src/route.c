@@ -157,14 +157,23 @@ void dist__route_close_thread(void)
         close_all(my_conn);
 }
 
+/* The scripts' name for how a release message goes under cfg (see
+ * prelude_publish.lua). */
+static const char *publish_cmd_of(const struct dist__cfg *cfg)
+{
+    if (dist__both_pubsub(cfg))
+        return "spublish+publish";
+    return dist__sharded_pubsub(cfg) ? "spublish" : "publish";
+}
+
 const char *dist__publish_cmd(void)
 {
     struct dist__cfg cfg;
 
     if (my_conn && my_conn->cfg.gen == dist__cfg_gen())
-        return dist__sharded_pubsub(&my_conn->cfg) ? "spublish" : "publish";
+        return publish_cmd_of(&my_conn->cfg);
     dist__cfg_get(&cfg);
-    return dist__sharded_pubsub(&cfg) ? "spublish" : "publish";
+    return publish_cmd_of(&cfg);
 }
 
 /* ---- redirections ------------------------------------------------------- */

@@ -101,7 +101,9 @@ int dist__route_cmds(const struct dist__buf *key, int n,
                      const struct dist__cmd *cmds, redisReply **out,
                      struct dist__link **on);
 
-/* "spublish" when dist__sharded_pubsub, "publish" otherwise. */
+/* "spublish+publish" when dist__both_pubsub (the scripts then publish
+ * both ways), "spublish" when dist__sharded_pubsub alone, "publish"
+ * otherwise. */
 const char *dist__publish_cmd(void);
 /* Closes the calling thread's links (dist_shutdown). */
 void dist__route_close_thread(void);

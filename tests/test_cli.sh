@@ -716,6 +716,21 @@ if [[ $cluster_up -eq 1 ]]; then
     wait_for 5 eval '[[ $(grep -c "acquired and released" "$tmp/cwatch") -ge 1 ]]'
     check "cluster: watch hears the release (SPUBLISH) and looks" \
         has "acquired and released" "$tmp/cwatch" || cat "$tmp/cwatch"
+    # by default (pubsub=both) it listens plainly too, on the same master,
+    # as a Redisson line before 3.22 releases with PUBLISH: a plain message
+    # sent on another master (the cluster passes it on) makes it look
+    check "cluster: watch subscribes plainly too (pubsub=both)" \
+        eval '[[ $(redis-cli -p "${co[0]}" PUBSUB NUMSUB "redisson_lock__channel:{${cn[0]}}" | tail -1) == 1 ]]'
+    ccli HSET "${cn[0]}" "$uuid2:7" 1 >/dev/null
+    redis-cli -p "${co[2]}" PUBLISH "redisson_lock__channel:{${cn[0]}}" 0 >/dev/null
+    wait_for 5 has "acquired by $uuid2:7" "$tmp/cwatch"
+    check "cluster: watch hears a plain PUBLISH and looks" \
+        has "acquired by $uuid2:7" "$tmp/cwatch" || cat "$tmp/cwatch"
+    ccli DEL "${cn[0]}" >/dev/null
+    redis-cli -p "${co[2]}" PUBLISH "redisson_lock__channel:{${cn[0]}}" 0 >/dev/null
+    wait_for 5 has "released by $uuid2:7" "$tmp/cwatch"
+    check "cluster: watch hears the plain release and looks" \
+        has "released by $uuid2:7" "$tmp/cwatch" || cat "$tmp/cwatch"
 
     # the slot moves to another master while watch runs: it follows
     to=${co[1]}

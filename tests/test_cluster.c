@@ -394,6 +394,99 @@ static void test_plain_pubsub(void **state)
     assert_int_equal(dist_set_url(tu_cluster_url(C)), 0);
 }
 
+/* Whether sub (subscribed to chan, sharded or not) gets a message on chan
+ * within its timeout: 1, or 0 when none came. */
+static int got_message(redisContext *sub, const char *chan)
+{
+    redisReply *r = NULL;
+    int ok;
+
+    if (redisGetReply(sub, (void **)&r) != REDIS_OK || !r)
+        return 0;
+    ok = r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
+         (strcmp(r->element[0]->str, "message") == 0 ||
+          strcmp(r->element[0]->str, "smessage") == 0) &&
+         strcmp(r->element[1]->str, chan) == 0;
+    freeReplyObject(r);
+    return ok;
+}
+
+/* One cluster pub/sub setting (query: "" the default, or "?pubsub=..."):
+ * a distlock waiter behind a lock held by another client is woken by that
+ * client's release published by `publish` (SPUBLISH or PUBLISH: Redisson's
+ * two kinds), long before the lease; a distlock release reaches a plain
+ * subscriber (on a master that does not serve the lock) when plain_too and
+ * a sharded one on the lock's master always. */
+static void check_pubsub_mode(const char *query, const char *publish,
+                              int plain_too)
+{
+    char name[64], url[512], chan[160];
+    dist_mutex_t m;
+    struct ha_waiter w;
+    struct timeval tv = { 1, 0 };
+    redisContext *plain, *sharded;
+    redisReply *r;
+    double t0, t;
+
+    snprintf(url, sizeof url, "%s%s", tu_cluster_url(C), query);
+    assert_int_equal(dist_set_url(url), 0);
+    name_on(name, sizeof name, "mode", 1);
+    snprintf(chan, sizeof chan, "redisson_lock__channel:{%s}", name);
+
+    /* another client holds it; the distlock waiter listens both ways or one */
+    freeReplyObject(tu_cluster_cmd(C, 1, "HSET", name, "other:1", "1", NULL));
+    freeReplyObject(tu_cluster_cmd(C, 1, "PEXPIRE", name, "10000", NULL));
+    ha_waiter_start(&w, url, name, HA_MUTEX, WATCHDOG_MS);
+    tu_sleep_ms(300);                     /* subscribed and asleep */
+    assert_true(subscribers("SHARDNUMSUB", chan) >= 1);
+    if (plain_too)
+        assert_true(subscribers("NUMSUB", chan) >= 1);
+    else
+        assert_int_equal(subscribers("NUMSUB", chan), 0);
+    t0 = tu_now();
+    freeReplyObject(tu_cluster_cmd(C, 1, "DEL", name, NULL));
+    freeReplyObject(tu_cluster_cmd(C, 1, publish, chan, "0", NULL));
+    t = ha_waiter_result(&w, slack(10.0));
+    assert_true(t > 0);
+    fprintf(stderr, "    pubsub%s: %s -> distlock waiter %.4f s\n",
+            *query ? query + 7 : " (default)", publish, t - t0);
+    assert_dbl_range(t - t0, 0, slack(1.5));   /* not the 10 s lease */
+
+    /* a distlock release, heard by a plain and by a sharded subscriber */
+    assert_non_null(plain = tu_redis_admin(tu_cluster_node(C, 2)));
+    assert_non_null(sharded = tu_redis_admin(tu_cluster_node(C, 1)));
+    redisSetTimeout(plain, tv);
+    redisSetTimeout(sharded, tv);
+    assert_non_null(r = redisCommand(plain, "SUBSCRIBE %s", chan));
+    freeReplyObject(r);
+    assert_non_null(r = redisCommand(sharded, "SSUBSCRIBE %s", chan));
+    freeReplyObject(r);
+    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_true(got_message(sharded, chan));
+    assert_int_equal(got_message(plain, chan), plain_too);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+    redisFree(plain);
+    redisFree(sharded);
+    assert_int_equal(dist_set_url(tu_cluster_url(C)), 0);
+}
+
+/* The default (pubsub=both) hears and reaches Redisson clients of either
+ * kind: those from 3.22 (SPUBLISH, SSUBSCRIBE) and older lines (PUBLISH,
+ * SUBSCRIBE); ?pubsub=both says the same; ?pubsub=sharded keeps to the
+ * sharded kind, its waiters not subscribed plainly and its releases not
+ * reaching plain subscribers. */
+static void test_pubsub_modes(void **state)
+{
+    (void)state;
+    assert_int_equal(tu_cluster_wait_ok(C, 30000), 0);
+    check_pubsub_mode("", "PUBLISH", 1);
+    check_pubsub_mode("", "SPUBLISH", 1);
+    check_pubsub_mode("?pubsub=both", "PUBLISH", 1);
+    check_pubsub_mode("?pubsub=sharded", "SPUBLISH", 0);
+}
+
 /* The master of a held lock dies; its replica takes over.  The lock was
  * replicated before lock returned, so it is still held; the renewal's first
  * script call on the promoted replica (which has no cached scripts)
@@ -470,6 +563,7 @@ int main(void)
         cmocka_unit_test(test_ask_during_migration),
         cmocka_unit_test(test_waiter_follows_moved_slot),
         cmocka_unit_test(test_plain_pubsub),
+        cmocka_unit_test(test_pubsub_modes),
         cmocka_unit_test(test_replica_check),
         cmocka_unit_test(test_master_failover),
     };

@@ -231,23 +231,41 @@ static void test_ha_forms(void **state)
     assert_int_equal(c.mode, DIST__MODE_CLUSTER);
     assert_int_equal(c.nseeds, 2);
     assert_int_equal(c.seeds[1].port, 7001);
-    assert_int_equal(c.plain_pubsub, 0);
+    /* the default sends and hears release messages both ways */
+    assert_int_equal(c.pubsub, DIST__PUBSUB_BOTH);
+    assert_true(dist__sharded_pubsub(&c));
+    assert_true(dist__both_pubsub(&c));
     parse_ok("redis-cluster://:pw@127.0.0.1:7000/", &c);
     assert_string_equal(c.pass, "pw");
+    assert_int_equal(c.pubsub, DIST__PUBSUB_BOTH);
     /* release messages by PUBLISH, for Redisson before 3.22 and Redis 6 */
     parse_ok("redis-cluster://127.0.0.1:7000?pubsub=plain", &c);
-    assert_int_equal(c.plain_pubsub, 1);
+    assert_int_equal(c.pubsub, DIST__PUBSUB_PLAIN);
+    assert_false(dist__sharded_pubsub(&c));
+    assert_false(dist__both_pubsub(&c));
     parse_ok("redis-cluster://127.0.0.1:7000/?db=0&pubsub=plain", &c);
-    assert_int_equal(c.plain_pubsub, 1);
+    assert_int_equal(c.pubsub, DIST__PUBSUB_PLAIN);
     assert_int_equal(c.db, 0);
     parse_ok("redis-cluster://127.0.0.1:7000?pubsub=plain&pubsub=sharded", &c);
-    assert_int_equal(c.plain_pubsub, 0);
+    assert_int_equal(c.pubsub, DIST__PUBSUB_SHARDED);
+    assert_true(dist__sharded_pubsub(&c));
+    assert_false(dist__both_pubsub(&c));
+    parse_ok("redis-cluster://127.0.0.1:7000?pubsub=sharded&pubsub=both", &c);
+    assert_int_equal(c.pubsub, DIST__PUBSUB_BOTH);
+    assert_true(dist__both_pubsub(&c));
+    parse_bad("redis-cluster://127.0.0.1:7000?pubsub=Both", "pubsub=both");
     parse_bad("redis-cluster://127.0.0.1:7000?pubsub=fast", "pubsub=plain");
     parse_bad("redis-cluster://127.0.0.1:7000?pubsub=plain&", "unexpected ''");
     parse_bad("redis://127.0.0.1:7000?pubsub=plain", "?db=N");
 
     parse_ok("redis://127.0.0.1:6379", &c);
     assert_int_equal(c.mode, DIST__MODE_SINGLE);
+    /* one server and the sentinels' master: plain pub/sub only */
+    assert_false(dist__sharded_pubsub(&c));
+    assert_false(dist__both_pubsub(&c));
+    parse_ok("redis-sentinel://127.0.0.1:26379/m", &c);
+    assert_false(dist__sharded_pubsub(&c));
+    assert_false(dist__both_pubsub(&c));
 
     parse_bad("redis-sentinel://127.0.0.1:26379", "master's name");
     parse_bad("redis-sentinel://127.0.0.1:26379/", "master's name");

@@ -8,15 +8,13 @@
 # On one server with-redis.sh gives DISTLOCK_URL and DISTLOCK_TEST_REDIS_PORT;
 # on a cluster with-cluster.sh gives DISTLOCK_URL and INTEROP_CLUSTER, and
 # INTEROP_PUBSUB (sharded or plain) says which pub/sub the Redisson line
-# uses there.
+# uses there.  distlock keeps its default on a cluster (pubsub=both), which
+# hears and reaches either kind.
 set -euo pipefail
 cp=$1 label=$2 agent=$3 tool=$4
 shift 4
 if [[ -z "${INTEROP_CLUSTER:-}" ]]; then
     export INTEROP_REDIS="127.0.0.1:$DISTLOCK_TEST_REDIS_PORT"
-elif [[ "${INTEROP_PUBSUB:-sharded}" == plain ]]; then
-    # a Redisson line that releases with PUBLISH on a cluster
-    export DISTLOCK_URL="$DISTLOCK_URL?pubsub=plain"
 fi
 export INTEROP_LABEL=$label INTEROP_C_AGENT=$agent INTEROP_TOOL=$tool
 exec java -XX:TieredStopAtLevel=1 -Dorg.slf4j.simpleLogger.defaultLogLevel=error \

@@ -90,10 +90,12 @@ for line in $lines; do
     fi
     if [[ -n "$cluster_scenarios" ]]; then
         # Redisson releases with SPUBLISH on a Redis 7 cluster since 3.22,
-        # with PUBLISH before: distlock is told with ?pubsub=plain
+        # with PUBLISH before; distlock's default (pubsub=both) must serve
+        # either, so its URL is left as it is: the suite is told only
+        # which kind to expect of Redisson
         pubsub=sharded
         [[ $line == old ]] && pubsub=plain
-        log "Redisson $(version_of "$line"), 3-master cluster ($pubsub pub/sub): scenarios $cluster_scenarios"
+        log "Redisson $(version_of "$line"), 3-master cluster (Redisson: $pubsub pub/sub, distlock: default): scenarios $cluster_scenarios"
         # shellcheck disable=SC2086
         if ! INTEROP_PUBSUB=$pubsub "$here/with-cluster.sh" "$here/run-one.sh" \
             "$(cat "$out/$line/classpath")" "Redisson $(version_of "$line")" \

@@ -33,7 +33,8 @@ struct chan {
  * node) a pattern covers the waiters' channels; a cluster otherwise
  * publishes with SPUBLISH, heard only by SSUBSCRIBE on the node that owns
  * the slot, and sharded pub/sub has no patterns, so there each queued
- * waiter's channel is subscribed while it waits. */
+ * waiter's channel is subscribed while it waits.  With ?pubsub=both (a
+ * cluster's default) the link, on the slot's node, listens both ways. */
 struct sub {
     struct dist__link *l;   /* NULL: not connected */
     struct dist__names *n;
@@ -84,28 +85,37 @@ static void append(struct sub *u, int argc, const char **argv,
         die(EX_REDIS, "out of memory");
 }
 
-/* Queues the subscriptions: returns how many replies they bring. */
+/* Queues the plain subscriptions, SUBSCRIBE of the lock's channels and a
+ * pattern for the waiters': returns how many replies they bring. */
+static int sub_append_plain(struct sub *u)
+{
+    const char *sa[3] = { "SUBSCRIBE", B(u->n->chan), B(u->n->rwchan) };
+    size_t sl[3] = { 9, L(u->n->chan), L(u->n->rwchan) };
+    const char *pa[2] = { "PSUBSCRIBE", NULL };
+    size_t pl[2] = { 10, 0 };
+    struct sb pat = { 0 };
+
+    glob_quote(&pat, B(u->n->chan), L(u->n->chan));
+    sb_adds(&pat, ":*");
+    pa[1] = pat.p;
+    pl[1] = pat.len;
+    append(u, 3, sa, sl);
+    append(u, 2, pa, pl);
+    sb_free(&pat);
+    return 3;
+}
+
+/* Queues the subscriptions: returns how many replies they bring.  On a
+ * cluster with ?pubsub=both (the default) both kinds, on the node of the
+ * lock's slot: a plain PUBLISH reaches that node too. */
 static int sub_append(struct sub *u)
 {
     size_t argc = 3 + u->nown, i;
     const char **a;
     size_t *l;
-    struct sb pat = { 0 };
 
-    if (!sharded_pubsub()) {
-        const char *sa[3] = { "SUBSCRIBE", B(u->n->chan), B(u->n->rwchan) };
-        size_t sl[3] = { 9, L(u->n->chan), L(u->n->rwchan) };
-        const char *pa[2] = { "PSUBSCRIBE", NULL };
-        size_t pl[2] = { 10, 0 };
-        glob_quote(&pat, B(u->n->chan), L(u->n->chan));
-        sb_adds(&pat, ":*");
-        pa[1] = pat.p;
-        pl[1] = pat.len;
-        append(u, 3, sa, sl);
-        append(u, 2, pa, pl);
-        sb_free(&pat);
-        return 3;
-    }
+    if (!sharded_pubsub())
+        return sub_append_plain(u);
     a = xrealloc(NULL, argc * sizeof *a);
     l = xrealloc(NULL, argc * sizeof *l);
     a[0] = "SSUBSCRIBE"; l[0] = 10;
@@ -118,7 +128,7 @@ static int sub_append(struct sub *u)
     append(u, (int)argc, a, l);
     free(a);
     free(l);
-    return (int)argc - 1;
+    return (int)argc - 1 + (both_pubsub() ? sub_append_plain(u) : 0);
 }
 
 /* Subscribes on u's link (after ASKING when asking).  0 subscribed, 1 with

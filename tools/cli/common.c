@@ -89,6 +89,11 @@ int sharded_pubsub(void)
     return dist__sharded_pubsub(&rcfg);
 }
 
+int both_pubsub(void)
+{
+    return dist__both_pubsub(&rcfg);
+}
+
 void addr_text(char *buf, size_t len, const struct dist__addr *a)
 {
     if (!a->port)

@@ -42,7 +42,7 @@ static const char usage_main[] =
 "  --url URL    Redis to use (default: $DISTLOCK_URL, else redis://127.0.0.1:6379)\n"
 "               redis://[user:password@]host[:port][/db], unix:///path[?db=N],\n"
 "               redis-sentinel://host:port[,host:port...]/MASTER[?db=N],\n"
-"               redis-cluster://host:port[,host:port...][?pubsub=plain]\n"
+"               redis-cluster://host:port[,host:port...][?pubsub=both|sharded|plain]\n"
 "               (each command goes to the master that holds the lock)\n"
 "  --json       one JSON object per line instead of text\n"
 "  -h, --help   help; 'distlock COMMAND --help' for a command\n"

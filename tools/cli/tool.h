@@ -59,6 +59,9 @@ void redis_setup(void);
 int on_cluster(void);
 /* Releases go by SPUBLISH (a cluster without ?pubsub=plain). */
 int sharded_pubsub(void);
+/* Releases go by PUBLISH as well (a cluster with ?pubsub=both, its
+ * default). */
+int both_pubsub(void);
 /* "host:port" or "unix:PATH" of a. */
 void addr_text(char *buf, size_t len, const struct dist__addr *a);
 
