@@ -174,6 +174,18 @@ final class FairScenarios {
                 HOLDER_LEASE, took));
     }
 
+    /**
+     * Two more seconds of pid's life, which must not burn a CPU (a waiter
+     * that spins): its CPU seconds since cpu0, checked under 1.
+     */
+    static double notSpinning(long pid, double cpu0, String who) throws Exception {
+        sleep(2000);
+        double cpu = cpuSeconds(pid) - cpu0;
+        check(cpu < 1.0, String.format("%s used %.2f s of CPU in about 2 s: it spins",
+                who, cpu));
+        return cpu;
+    }
+
     /** CPU seconds (user + system) a process has used so far. */
     static double cpuSeconds(long pid) throws IOException {
         String st = new String(Files.readAllBytes(Paths.get("/proc/" + pid + "/stat")));
@@ -210,10 +222,7 @@ final class FairScenarios {
         List<String> q = s.queue(n);
         check(q.size() == 2 && q.get(1).equals(o1), "the dropped waiter did not queue "
                 + "again at the tail within 10 s: " + q);
-        sleep(2000);
-        double cpu = cpuSeconds(c1.pid) - cpu0;
-        check(cpu < 1.0, String.format("the dropped waiter's process used %.2f s of CPU "
-                + "in about 2 s: it spins", cpu));
+        double cpu = notSpinning(c1.pid, cpu0, "the dropped waiter's process");
         holder.ok("funlock " + n);
         check(await(fj, 30000, "the Redisson waiter, now ahead").ok(), "");
         stillBlocked(f1, 200, "the requeued waiter");
@@ -249,11 +258,7 @@ final class FairScenarios {
             signal("CONT", c1.pid);
         }
         s.queueReaches(n, 1);
-        double cpu0 = cpuSeconds(c1.pid);
-        sleep(2000);
-        double cpu = cpuSeconds(c1.pid) - cpu0;
-        check(cpu < 1.0, String.format("the continued waiter's process used %.2f s of CPU "
-                + "in about 2 s: it spins", cpu));
+        notSpinning(c1.pid, cpuSeconds(c1.pid), "the continued waiter's process");
         holder.ok("funlock " + n);
         check(await(f1, 30000, "the continued waiter").ok(), "");
         c1.ok("funlock " + n);

@@ -84,6 +84,23 @@ final class Scenarios {
     // ---- 2 ------------------------------------------------------------------
 
     /**
+     * f, a lock call sent, stays blocked (what it is) until unlocker's
+     * unlock; the time from the start of the unlock to f returning (ms),
+     * which a release message, not the lease, must explain.
+     */
+    static double wokenBy(CompletableFuture<Handle.Reply> f, String blocked,
+                          Handle unlocker, String unlock, String who) {
+        stillBlocked(f, 300, blocked);
+        Handle.Reply u = unlocker.ok(unlock);
+        Handle.Reply r = await(f, 40000, who);
+        check(r.ok(), who + ": " + r.line);
+        double lat = ms(r.t1 - u.t0);
+        check(lat < WAKE_BOUND_MS, String.format("%s woken %.0f ms after the unlock: "
+                + "not by the release message", who, lat));
+        return lat;
+    }
+
+    /**
      * One wake-up: holder holds, waiter blocks, holder unlocks; the time
      * from the start of the unlock to the waiter's lock returning (ms).
      */
@@ -212,37 +229,25 @@ final class Scenarios {
         stillBlocked(w, 300, "a distlock writer while two readers hold");
         j.ok("runlock " + n);
         stillBlocked(w, 200, "a distlock writer while a distlock reader holds");
-        Handle.Reply u = c.ok("rwunlock " + n);
+        c.ok("rwunlock " + n);
         Handle.Reply r = await(w, 40000, "the distlock writer");
         check(r.ok(), r.line);
 
         // a distlock writer excludes Redisson readers, whose wake-up it sends
         check(busy(j, "tryrlock " + n + " 0"), "a Redisson reader entered beside a writer");
-        CompletableFuture<Handle.Reply> jr = j.send("rlock " + n);
-        stillBlocked(jr, 300, "a Redisson reader while distlock writes");
-        u = c2.ok("rwunlock " + n);
-        r = await(jr, 40000, "the Redisson reader");
-        lat.add(ms(r.t1 - u.t0));
-        check(lat.get(lat.size() - 1) < WAKE_BOUND_MS, "Redisson reader woken late");
+        lat.add(wokenBy(j.send("rlock " + n), "a Redisson reader while distlock writes",
+                c2, "rwunlock " + n, "the Redisson reader"));
 
         // a Redisson reader keeps a distlock writer out until it leaves
-        CompletableFuture<Handle.Reply> cw = c.send("wlock " + n);
-        stillBlocked(cw, 300, "a distlock writer while Redisson reads");
-        u = j.ok("runlock " + n);
-        r = await(cw, 40000, "the distlock writer after Redisson's read unlock");
-        lat.add(ms(r.t1 - u.t0));
-        check(lat.get(lat.size() - 1) < WAKE_BOUND_MS, "distlock writer woken late");
+        lat.add(wokenBy(c.send("wlock " + n), "a distlock writer while Redisson reads",
+                j, "runlock " + n, "the distlock writer after Redisson's read unlock"));
         c.ok("rwunlock " + n);
 
         // a Redisson writer excludes distlock readers and wakes them
         j.ok("wlock " + n);
         check(busy(c, "tryrlock " + n + " 0"), "a distlock reader entered beside a writer");
-        CompletableFuture<Handle.Reply> cr = c.send("rlock " + n);
-        stillBlocked(cr, 300, "a distlock reader while Redisson writes");
-        u = j.ok("wunlock " + n);
-        r = await(cr, 40000, "the distlock reader");
-        lat.add(ms(r.t1 - u.t0));
-        check(lat.get(lat.size() - 1) < WAKE_BOUND_MS, "distlock reader woken late");
+        lat.add(wokenBy(c.send("rlock " + n), "a distlock reader while Redisson writes",
+                j, "wunlock " + n, "the distlock reader"));
         c.ok("rwunlock " + n);
         check(!s.exists(n), "left behind: " + s.hash(n));
         s.figure("rwlock wake-ups across clients (write unlock -> reader, read unlock -> "
