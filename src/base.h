@@ -138,6 +138,22 @@ enum dist__fork_rank {
 };
 void dist__atfork_register(void (*fn)(int phase), int rank);
 
+/* Defines a module's NAME(void), which registers its fork hook HOOK at RANK
+ * the first time it is called and costs a pthread_once check after that:
+ * the module calls it at every entry point that may take its mutex first,
+ * so that a fork always finds the hook registered. */
+#define DIST__FORK_HOOK(name, hook, rank)                                  \
+    static void hook(int phase);                                           \
+    static pthread_once_t name##_once = PTHREAD_ONCE_INIT;                 \
+    static void name##_register(void)                                      \
+    {                                                                      \
+        dist__atfork_register(hook, rank);                                 \
+    }                                                                      \
+    static void name(void)                                                 \
+    {                                                                      \
+        pthread_once(&name##_once, name##_register);                       \
+    }
+
 struct dist__buf {        /* one argument of a command */
     const char *p;
     size_t len;

@@ -12,14 +12,7 @@ static pthread_mutex_t fam_mu[DIST__FAM_COUNT] = {
     PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER,
 };
 static struct dist__state *fam_states[DIST__FAM_COUNT];
-static pthread_once_t hook_once = PTHREAD_ONCE_INIT;
-
-static void engine_fork(int phase);
-
-static void register_hook(void)
-{
-    dist__atfork_register(engine_fork, DIST__RANK_LOCKS);
-}
+DIST__FORK_HOOK(engine_hook, engine_fork, DIST__RANK_LOCKS)
 
 int dist__check_name(const char *name, size_t *len)
 {
@@ -181,7 +174,7 @@ int dist__obj_new(const struct dist__kind *k, const char *name, int flags,
 
     if ((rc = dist__check_name(name, &len)) != 0)
         return rc;
-    pthread_once(&hook_once, register_hook);
+    engine_hook();
     if (!(o = calloc(1, sizeof *o)))
         return dist__err(ENOMEM, "out of memory");
     pthread_mutex_lock(&fam_mu[k->family]);

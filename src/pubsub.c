@@ -60,20 +60,9 @@ struct dist__ps_state dist__ps = {
     .mu = PTHREAD_MUTEX_INITIALIZER, .pipe = { -1, -1 },
 };
 
-static void pubsub_fork(int phase);
-static pthread_once_t pubsub_once = PTHREAD_ONCE_INIT;
-
-static void pubsub_register(void)
-{
-    dist__atfork_register(pubsub_fork, DIST__RANK_PUBSUB);
-}
-
-/* Before P.mu is first taken: a fork must find it registered.  Every other
- * entry point has a channel from dist__sub_get. */
-static void pubsub_init(void)
-{
-    pthread_once(&pubsub_once, pubsub_register);
-}
+/* Before P.mu is first taken.  Every other entry point has a channel from
+ * dist__sub_get. */
+DIST__FORK_HOOK(pubsub_init, pubsub_fork, DIST__RANK_PUBSUB)
 
 static void poke(void)
 {

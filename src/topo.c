@@ -114,19 +114,8 @@ static void notify_change(void)
         on_change[i]();
 }
 
-static void topo_fork(int phase);
-static pthread_once_t topo_once = PTHREAD_ONCE_INIT;
-
-static void topo_register(void)
-{
-    dist__atfork_register(topo_fork, DIST__RANK_TOPO);
-}
-
-/* Before T.mu is first taken: a fork must find it registered. */
-static void topo_init(void)
-{
-    pthread_once(&topo_once, topo_register);
-}
+/* Before T.mu is first taken. */
+DIST__FORK_HOOK(topo_init, topo_fork, DIST__RANK_TOPO)
 
 static int same_addr(const struct dist__addr *a, const struct dist__addr *b)
 {

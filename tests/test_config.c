@@ -202,9 +202,25 @@ static void test_derived_names(void **state)
     dist__names_unref(n);
 }
 
+/* Cluster URLs and the pub/sub kind each gives. */
+static const struct {
+    const char *url;
+    int pubsub;
+} pubsub_cases[] = {
+    { "redis-cluster://127.0.0.1:7000,127.0.0.1:7001", DIST__PUBSUB_BOTH },
+    { "redis-cluster://:pw@127.0.0.1:7000/", DIST__PUBSUB_BOTH },
+    { "redis-cluster://127.0.0.1:7000?pubsub=plain", DIST__PUBSUB_PLAIN },
+    { "redis-cluster://127.0.0.1:7000/?db=0&pubsub=plain", DIST__PUBSUB_PLAIN },
+    { "redis-cluster://127.0.0.1:7000?pubsub=plain&pubsub=sharded",
+      DIST__PUBSUB_SHARDED },
+    { "redis-cluster://127.0.0.1:7000?pubsub=sharded&pubsub=both",
+      DIST__PUBSUB_BOTH },
+};
+
 static void test_ha_forms(void **state)
 {
     struct dist__cfg c;
+    size_t i;
 
     (void)state;
     parse_ok("redis-sentinel://127.0.0.1:26379,127.0.0.1:26380,[::1]:26381/mymaster", &c);
@@ -231,28 +247,20 @@ static void test_ha_forms(void **state)
     assert_int_equal(c.mode, DIST__MODE_CLUSTER);
     assert_int_equal(c.nseeds, 2);
     assert_int_equal(c.seeds[1].port, 7001);
-    /* the default sends and hears release messages both ways */
-    assert_int_equal(c.pubsub, DIST__PUBSUB_BOTH);
-    assert_true(dist__sharded_pubsub(&c));
-    assert_true(dist__both_pubsub(&c));
+    /* the default sends and hears release messages both ways; plain is for
+     * Redisson before 3.22 and Redis 6; the last pubsub= wins */
+    for (i = 0; i < sizeof pubsub_cases / sizeof pubsub_cases[0]; i++) {
+        parse_ok(pubsub_cases[i].url, &c);
+        assert_int_equal(c.pubsub, pubsub_cases[i].pubsub);
+        assert_int_equal(dist__sharded_pubsub(&c),
+                         pubsub_cases[i].pubsub != DIST__PUBSUB_PLAIN);
+        assert_int_equal(dist__both_pubsub(&c),
+                         pubsub_cases[i].pubsub == DIST__PUBSUB_BOTH);
+    }
     parse_ok("redis-cluster://:pw@127.0.0.1:7000/", &c);
     assert_string_equal(c.pass, "pw");
-    assert_int_equal(c.pubsub, DIST__PUBSUB_BOTH);
-    /* release messages by PUBLISH, for Redisson before 3.22 and Redis 6 */
-    parse_ok("redis-cluster://127.0.0.1:7000?pubsub=plain", &c);
-    assert_int_equal(c.pubsub, DIST__PUBSUB_PLAIN);
-    assert_false(dist__sharded_pubsub(&c));
-    assert_false(dist__both_pubsub(&c));
     parse_ok("redis-cluster://127.0.0.1:7000/?db=0&pubsub=plain", &c);
-    assert_int_equal(c.pubsub, DIST__PUBSUB_PLAIN);
     assert_int_equal(c.db, 0);
-    parse_ok("redis-cluster://127.0.0.1:7000?pubsub=plain&pubsub=sharded", &c);
-    assert_int_equal(c.pubsub, DIST__PUBSUB_SHARDED);
-    assert_true(dist__sharded_pubsub(&c));
-    assert_false(dist__both_pubsub(&c));
-    parse_ok("redis-cluster://127.0.0.1:7000?pubsub=sharded&pubsub=both", &c);
-    assert_int_equal(c.pubsub, DIST__PUBSUB_BOTH);
-    assert_true(dist__both_pubsub(&c));
     parse_bad("redis-cluster://127.0.0.1:7000?pubsub=Both", "pubsub=both");
     parse_bad("redis-cluster://127.0.0.1:7000?pubsub=fast", "pubsub=plain");
     parse_bad("redis-cluster://127.0.0.1:7000?pubsub=plain&", "unexpected ''");
@@ -278,7 +286,6 @@ static void test_ha_forms(void **state)
     parse_bad("redis-cluster://127.0.0.1:7000?x=1", "?db=N");
     {
         char url[400] = "redis-cluster://";
-        int i;
         for (i = 0; i <= DIST__MAX_SEEDS; i++)
             strcat(url, i ? ",h:1" : "h:1");
         parse_bad(url, "more than");

@@ -107,15 +107,7 @@ final class Scenarios {
     static double wake(Handle holder, String hlock, String hunlock,
                        Handle waiter, String wlock, String what) {
         holder.ok(hlock);
-        CompletableFuture<Handle.Reply> f = waiter.send(wlock);
-        stillBlocked(f, 300, what);
-        Handle.Reply u = holder.ok(hunlock);
-        Handle.Reply w = await(f, 40000, what);
-        check(w.ok(), what + ": " + w.line);
-        double lat = ms(w.t1 - u.t0);
-        check(lat < WAKE_BOUND_MS, String.format("%s took %.0f ms: not woken by the "
-                + "release message (the lease is 30 s)", what, lat));
-        return lat;
+        return wokenBy(waiter.send(wlock), what, holder, hunlock, what);
     }
 
     /**
