@@ -97,10 +97,11 @@ if [[ $tsan -eq 1 ]]; then
     # clang: GCC 12's ThreadSanitizer kills a child forked from a threaded
     # process as soon as it starts a thread ("dup thread with used id"), and
     # the suite forks such children.  No shim: it needs GCC's symver
-    # attribute, and under TSan it is not tested (see Makefile.am).
+    # attribute, and under TSan it is not tested (see Makefile.am).  The
+    # C++ tests with clang++ too: one sanitizer runtime per program.
     DISTLOCK_DEPS_EXTRA="${DISTLOCK_DEPS_EXTRA:-} clang-14 libclang-rt-14-dev" \
         INTEROP_LINES=current check check-tsan build-tsan --enable-sanitizers=thread \
-        --disable-preload CC=clang-14
+        --disable-preload CC=clang-14 CXX=clang++-14
 else
     summary+=("check-tsan: skipped (DISTLOCK_TSAN=1 runs it)")
 fi
