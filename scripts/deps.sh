@@ -31,6 +31,8 @@ packages=(
     redis-server
     redis-tools
     valgrind
+    mandoc          # make check lints the manual pages (tests/test_man.sh)
+    cmake           # make check builds a CMake project against an install
 )
 # Debian's own JDK and Maven; the suite pulls Redisson itself from Maven
 # Central into Maven's local repository (~/.m2) on its first run.
