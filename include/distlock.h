@@ -284,6 +284,51 @@ DIST_EXPORT int dist_rwlockattr_setlease(dist_rwlockattr_t *a,
  * read lock may always take another. */
 DIST_EXPORT int dist_rwlockattr_setkind(dist_rwlockattr_t *a, int kind);
 
+/* ------------------------------------------------------------------------ */
+/* Counters                                                                 */
+/* ------------------------------------------------------------------------ */
+
+/* Buckets of struct dist_stats.wait_ms: bucket 0 counts waits under 1 ms,
+ * bucket i (1..14) those of 2^(i-1) to 2^i ms, bucket 15 those of 16384 ms
+ * or more. */
+#define DIST_STATS_WAIT_BUCKETS 16
+
+/* What this process's locks did since it started (or since the last
+ * dist_stats_reset).  A forked child starts with its parent's counts. */
+struct dist_stats {
+    uint64_t acquired;        /* holds taken by every lock call, try and
+                               * reentrant ones included */
+    uint64_t contended;       /* of those, taken after waiting for another
+                               * holder */
+    uint64_t busy;            /* try calls that found the lock held */
+    uint64_t timed_out;       /* timed calls that gave ETIMEDOUT */
+    uint64_t wait_ms[DIST_STATS_WAIT_BUCKETS];
+                              /* lock calls that may wait (not try), by how
+                               * long they took to take the lock */
+    uint64_t renewed;         /* holds renewed by the renewal thread */
+    uint64_t renew_failed;    /* hold renewals Redis did not answer */
+    uint64_t lost;            /* holds found lost (the lost handler's calls) */
+    uint64_t connects;        /* connections opened to Redis servers: after
+                               * the first few, reconnects */
+    uint64_t redirects;       /* Cluster MOVED and ASK answers followed */
+    uint64_t no_replica;      /* new holds given back because no replica
+                               * acknowledged them in time (DIST_ENOREPLICA),
+                               * or the WAIT for one failed */
+    uint64_t pubsub_messages; /* release messages heard */
+    uint64_t pubsub_resyncs;  /* waits woken to try again because release
+                               * messages may have been missed (after the
+                               * pub/sub connection was lost) */
+    uint64_t __reserved[8];
+};
+
+/* Copies the counters into *s (each read whole, not all at one instant).
+ * Cheap: they are atomics counted where things happen, never behind a
+ * lock.  EINVAL when s is NULL. */
+DIST_EXPORT int dist_stats_get(struct dist_stats *s);
+
+/* Sets every counter back to 0. */
+DIST_EXPORT void dist_stats_reset(void);
+
 #ifdef __cplusplus
 }
 #endif

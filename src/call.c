@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "engine.h"
+#include "stats.h"
 
 /* ---- deadlines ---------------------------------------------------------- */
 
@@ -415,6 +416,7 @@ static int replica_sync(struct dist__call *c)
 
     if (rc == 0)
         return 0;
+    dist__stat_add(DIST__ST_NOREPLICA, 1);
     snprintf(why, sizeof why, "%s", dist_last_error());
     if (prepare(&back, &held) == 0 && held == 1)
         release_held(&back);
@@ -448,12 +450,24 @@ static int failed(struct dist__call *c, int rc)
     return rc;
 }
 
+/* The counters of a hold taken (stats.h): a call that may wait also
+ * counts in the histogram of how long it took, from t0. */
+static void count_taken(int try_only, int waited, uint64_t t0)
+{
+    dist__stat_add(DIST__ST_ACQUIRED, 1);
+    if (waited)
+        dist__stat_add(DIST__ST_CONTENDED, 1);
+    if (!try_only)
+        dist__stat_wait(dist__now_ms() - t0);
+}
+
 int dist__acquire(struct dist__obj *o, int mode, int try_only,
                   const struct dist__deadline *dl)
 {
     const struct dist__kind *k = o->kind;
     struct dist__call c = { .o = o, .mode = mode };
-    int rc, held, queued, fresh;
+    uint64_t t0 = dist__now_ms();
+    int rc, held, queued, fresh, waited = 0;
 
     if ((rc = prepare(&c, &held)) != 0)
         return rc;
@@ -463,14 +477,20 @@ int dist__acquire(struct dist__obj *o, int mode, int try_only,
         k->before_wait(&c, dl);
     rc = try_only ? try_once(&c) : try_patiently(&c, 0);
     queued = c.how == DIST__HOW_QUEUE && rc == 0 && !c.taken;
-    if (rc == 0 && !c.taken && try_only)
+    if (rc == 0 && !c.taken && try_only) {
+        dist__stat_add(DIST__ST_BUSY, 1);
         return failed(&c, dist__err(EBUSY, "%s '%s' is held by another "
                                     "owner%s", k->noun, name_of(&c),
                                     k->busy_why ? k->busy_why(&c) : ""));
-    if (rc == 0 && !c.taken)
+    }
+    if (rc == 0 && !c.taken) {
+        waited = 1;
         rc = wait_for_it(&c, dl);
+    }
     if (queued && !(rc == 0 && c.taken))
         k->cancel(&c);
+    if (rc == ETIMEDOUT)
+        dist__stat_add(DIST__ST_TIMEDOUT, 1);
     if (rc != 0)
         return failed(&c, rc);
     fresh = c.n[0] + c.n[1] == 0;
@@ -481,6 +501,8 @@ int dist__acquire(struct dist__obj *o, int mode, int try_only,
         rc = replica_sync(&c);
     if (c.lost)
         dist__call_lost_handler(name_of(&c));
+    if (rc == 0)
+        count_taken(try_only, waited, t0);
     return rc;
 }
 

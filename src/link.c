@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "link.h"
+#include "stats.h"
 #include "scripts.h"
 
 #define READ_CHUNK      8192   /* bytes asked of one read(2) */
@@ -290,6 +291,8 @@ int dist__link_open(const struct dist__cfg *cfg, const struct dist__addr *a,
                    why ? whylen : sizeof buf);
     if (rc && !why)
         dist__err(rc, "%s", buf);
+    if (rc == 0)
+        dist__stat_add(DIST__ST_CONNECTS, 1);
     return rc;
 }
 

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "pubsub_int.h"
+#include "stats.h"
 
 /* ---- the channel table, for both halves (P.mu held) ---------------------- */
 
@@ -312,6 +313,7 @@ static void handle(struct dist__node *n, redisReply *r)
         redisReply *msg = r->element[2];
         int all = msg->type == REDIS_REPLY_STRING && msg->len == 1 &&
                   msg->str[0] == '1';
+        dist__stat_add(DIST__ST_PS_MESSAGES, 1);
         if (ch)
             dist__ps_wake(ch, all);
     } else if (kind_is(kind, "subscribe")) {
@@ -323,6 +325,7 @@ static void handle(struct dist__node *n, redisReply *r)
             pthread_cond_broadcast(&ch->cv);   /* wait_ready */
             if (ch->resub) {
                 ch->resub = 0;
+                dist__stat_add(DIST__ST_PS_RESYNCS, 1);
                 dist__ps_wake(ch, 1);   /* messages may have been missed meanwhile */
             }
         }

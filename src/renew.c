@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "engine.h"
+#include "stats.h"
 
 #define BATCH        100   /* entries per renewal script call */
 #define MAX_KEYS     1000  /* keys per renewal script call */
@@ -352,7 +353,7 @@ static int renew_batch(struct dist__hold **hs, size_t n, unsigned long ms,
     redisReply *r = NULL;
     size_t i, nk = 0, k = 0;
     int j, rc, script = hs[0]->renew_script;
-    uint64_t sent;
+    uint64_t sent, renewed = 0, holds = 0;
 
     for (i = 0; i < n; i++)
         nk += (size_t)nkeys_of(hs[i]);
@@ -388,7 +389,8 @@ static int renew_batch(struct dist__hold **hs, size_t n, unsigned long ms,
     pthread_mutex_lock(&R.mu);
     for (i = 0; i < n; i++) {
         struct dist__hold *h = hs[i];
-        long long ok;
+        long long ok = 0;
+        int got = rc == 0 && dist__reply_int(r, i, &ok) == 0;
         /* A hold that is gone is lost.  A waiter (no kind) dropped from
          * its queue (purged while its process could not renew it, or by
          * hand) is not: it stays registered and renewed every period,
@@ -396,13 +398,19 @@ static int renew_batch(struct dist__hold **hs, size_t n, unsigned long ms,
          * fair waiter's renewal script wakes it for that); a waiter
          * marked lost would no longer be renewed after queueing again,
          * and be purged again a window later. */
-        if (rc == 0 && dist__reply_int(r, i, &ok) == 0 && !h->orphan &&
+        if (got && !h->orphan &&
             h->registered && h->kind && renewal_lost(h, ok != 0, sent, ms)) {
             atomic_store(&h->lost, 1);
             h->registered = 0;
             note_lost(lost, h);
         }
+        /* holds only: a queued waiter's refresh is not a renewal */
+        holds += h->kind != NULL;
+        renewed += h->kind && got && ok;
     }
+    dist__stat_add(DIST__ST_RENEWED, renewed);
+    if (rc != 0)
+        dist__stat_add(DIST__ST_RENEW_FAILED, holds);
     freeReplyObject(r);
     return rc == 0 ? 0 : -1;
 }

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "route.h"
+#include "stats.h"
 #include "scripts.h"
 
 #define POOL 8                 /* servers one thread keeps links to */
@@ -292,10 +293,12 @@ static int trip_next(struct tconn *t, struct trip *tr, struct dist__link *l,
     case DIST__R_NONE:
         return 0;
     case DIST__R_MOVED:
+        dist__stat_add(DIST__ST_REDIRECTS, 1);
         dist__topo_moved(slot, &to);
         tr->asking = 0;
         break;
     case DIST__R_ASK:
+        dist__stat_add(DIST__ST_REDIRECTS, 1);
         tr->ask = to;
         tr->asking = 1;
         break;

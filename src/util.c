@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base.h"
+#include "stats.h"
 
 static __thread char errbuf[256];
 
@@ -82,6 +83,7 @@ void dist__call_lost_handler(const char *name)
     fn = lost_fn;
     arg = lost_arg;
     pthread_mutex_unlock(&lost_mu);
+    dist__stat_add(DIST__ST_LOST, 1);
     if (fn)
         fn(name, arg);
 }
