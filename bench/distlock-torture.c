@@ -3,8 +3,12 @@
  * faults, every section recorded, the history judged by torture_check.
  *
  *   distlock-torture [--secs N] [--procs P] [--threads T] [--seed S]
- *                    [--no-restart]
+ *                    [--no-restart] [--sabotage] [--verbose]
  *
+ * --no-restart leaves out the server restarts; --sabotage makes 1% of the
+ * plain mutex's sections skip the lock, which the checker must catch (exit
+ * 1); --verbose lists the faults, the lost-handler calls and every unlock
+ * that gave EPERM, with their times.
  * TORTURE_SECS (default 60) sets the length when --secs is not given.  It
  * starts its own redis-server (tests/harness_server.h: loopback, private
  * dir, AOF with appendfsync always, DEBUG enabled) and stops it at the end.
@@ -93,11 +97,11 @@ struct arena {
 };
 
 static struct {
-    int secs, procs, threads, restarts;
+    int secs, procs, threads, restarts, sabotage, verbose;
     unsigned long seed;
     char names[NLOCKS][64], ctr[NLOCKS][64];
     int port;
-} opt = { 60, 4, 4, 1, 0, { "" }, { "" }, 0 };
+} opt = { 60, 4, 4, 1, 0, 0, 0, { "" }, { "" }, 0 };
 
 static struct arena *A;
 
@@ -303,6 +307,22 @@ static void section(struct worker *w, struct tc_rec *r)
     r->unlock_rc = (int16_t)do_unlock(r->lock);
 }
 
+/* --sabotage: a section that never took the lock, recorded as if it had,
+ * to show that the checker catches what a broken lock would do. */
+static void fake_section(struct worker *w, struct tc_rec *r)
+{
+    r->rc = 0;
+    r->ret_ns = now_ns();
+    occ_enter(w, r);
+    r->token_rc = 0;
+    r->token = 1;
+    bump_counter(w, r);
+    sleep_us((long)(rnd(&w->rs) % 3000));
+    occ_leave(w);
+    r->end_ns = now_ns();
+    r->unlock_rc = 0;
+}
+
 static void one_op(struct worker *w)
 {
     int l = (int)(rnd(&w->rs) % NLOCKS), p = (int)(rnd(&w->rs) % 100);
@@ -318,11 +338,15 @@ static void one_op(struct worker *w)
     }
     if (op == TC_OP_TIMED)
         r->deadline_ns = r->call_ns + (1 + rnd(&w->rs) % 200) * MS;
-    rc = do_lock(l, mode, op, r->deadline_ns);
-    r->rc = (int16_t)rc;
-    r->ret_ns = now_ns();
-    if (rc == 0)
-        section(w, r);
+    if (opt.sabotage && l == L_MUTEX && rnd(&w->rs) % 100 == 0) {
+        fake_section(w, r);
+    } else {
+        rc = do_lock(l, mode, op, r->deadline_ns);
+        r->rc = (int16_t)rc;
+        r->ret_ns = now_ns();
+        if (rc == 0)
+            section(w, r);
+    }
     atomic_store(&A->slot[w->p][w->t].open, -1L);
     sleep_us((long)(rnd(&w->rs) % 1000));
 }
@@ -752,8 +776,16 @@ static void print_faults_losses(const struct tc_history *h,
     unsigned long fk[F_COUNT] = { 0 }, src[F_COUNT + 1] = { 0 };
     unsigned long eperm = 0, killed = 0;
 
-    for (size_t i = 0; i < nfault; i++)
+    for (size_t i = 0; i < nfault; i++) {
         fk[faults[i].kind]++;
+        if (opt.verbose)
+            printf("  fault %-26s %.3f-%.3f s, proc %u\n",
+                   fault_label[faults[i].kind], faults[i].start_ns / 1e9,
+                   faults[i].end_ns / 1e9, faults[i].proc);
+    }
+    for (size_t i = 0; opt.verbose && i < h->nlost; i++)
+        printf("  lost handler: proc %u lock %u at %.3f s\n", h->lost[i].proc,
+               h->lost[i].lock, h->lost[i].ns / 1e9);
     printf("\n  %-30s %6s\n", "fault", "count");
     for (int k = 0; k < F_COUNT; k++)
         printf("  %-30s %6lu\n", fault_label[k], fk[k]);
@@ -765,6 +797,11 @@ static void print_faults_losses(const struct tc_history *h,
         killed += !!(r->flags & TC_F_KILLED);
         if (r->unlock_rc == EPERM) {
             int k = fault_at(r->ret_ns, r->end_ns);
+            if (opt.verbose)
+                printf("  EPERM: proc %u lock %u mode %u op %u call %.3f "
+                       "ret %.3f end %.3f s, flags %#x\n", r->proc, r->lock,
+                       r->mode, r->op, r->call_ns / 1e9, r->ret_ns / 1e9,
+                       r->end_ns / 1e9, r->flags);
             eperm++;
             src[k < 0 ? F_COUNT : k]++;
         }
@@ -792,8 +829,11 @@ static int parse(int argc, char **argv)
     opt.seed = (unsigned long)time(NULL) ^ (unsigned long)getpid();
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (strcmp(a, "--no-restart") == 0) {
-            opt.restarts = 0;
+        if (strcmp(a, "--no-restart") == 0 || strcmp(a, "--sabotage") == 0
+            || strcmp(a, "--verbose") == 0) {
+            opt.restarts &= a[2] != 'n';
+            opt.sabotage |= a[2] == 's';
+            opt.verbose |= a[2] == 'v';
             continue;
         }
         if (!v)
@@ -924,7 +964,8 @@ int main(int argc, char **argv)
 
     if (parse(argc, argv) != 0) {
         fprintf(stderr, "usage: distlock-torture [--secs N>=5] [--procs 1-16] "
-                "[--threads 1-16] [--seed S] [--no-restart]\n");
+                "[--threads 1-16] [--seed S] [--no-restart] [--sabotage] "
+                "[--verbose]\n");
         return 2;
     }
     if (setup() != 0) {
