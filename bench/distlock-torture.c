@@ -770,6 +770,14 @@ static void print_ops(const struct tc_rec *rec, size_t n)
         }
 }
 
+/* Times as the checker prints them: ms since the first call of the run. */
+static uint64_t t_base;
+
+static double rel_ms(uint64_t ns)
+{
+    return (double)(int64_t)(ns - t_base) / 1e6;
+}
+
 static void print_faults_losses(const struct tc_history *h,
                                 const struct tc_result *res)
 {
@@ -779,13 +787,13 @@ static void print_faults_losses(const struct tc_history *h,
     for (size_t i = 0; i < nfault; i++) {
         fk[faults[i].kind]++;
         if (opt.verbose)
-            printf("  fault %-26s %.3f-%.3f s, proc %u\n",
-                   fault_label[faults[i].kind], faults[i].start_ns / 1e9,
-                   faults[i].end_ns / 1e9, faults[i].proc);
+            printf("  fault %-26s %.3f-%.3f ms, proc %d\n",
+                   fault_label[faults[i].kind], rel_ms(faults[i].start_ns),
+                   rel_ms(faults[i].end_ns), (int)faults[i].proc);
     }
     for (size_t i = 0; opt.verbose && i < h->nlost; i++)
-        printf("  lost handler: proc %u lock %u at %.3f s\n", h->lost[i].proc,
-               h->lost[i].lock, h->lost[i].ns / 1e9);
+        printf("  lost handler: proc %u lock %u at %.3f ms\n", h->lost[i].proc,
+               h->lost[i].lock, rel_ms(h->lost[i].ns));
     printf("\n  %-30s %6s\n", "fault", "count");
     for (int k = 0; k < F_COUNT; k++)
         printf("  %-30s %6lu\n", fault_label[k], fk[k]);
@@ -799,9 +807,9 @@ static void print_faults_losses(const struct tc_history *h,
             int k = fault_at(r->ret_ns, r->end_ns);
             if (opt.verbose)
                 printf("  EPERM: proc %u lock %u mode %u op %u call %.3f "
-                       "ret %.3f end %.3f s, flags %#x\n", r->proc, r->lock,
-                       r->mode, r->op, r->call_ns / 1e9, r->ret_ns / 1e9,
-                       r->end_ns / 1e9, r->flags);
+                       "ret %.3f end %.3f ms, flags %#x\n", r->proc, r->lock,
+                       r->mode, r->op, rel_ms(r->call_ns), rel_ms(r->ret_ns),
+                       rel_ms(r->end_ns), r->flags);
             eperm++;
             src[k < 0 ? F_COUNT : k]++;
         }
@@ -934,6 +942,10 @@ static int judge(void)
     long keys, clients, v;
 
     fill_history(&h);
+    t_base = UINT64_MAX;
+    for (size_t i = 0; i < h.nrec; i++)
+        if (h.rec[i].call_ns < t_base)
+            t_base = h.rec[i].call_ns;
     v = tc_check(&h, stdout, 10, &res);
     snprintf(prefix, sizeof prefix, "torture:%d:", (int)getpid());
     keys = leftover_keys(prefix);

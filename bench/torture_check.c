@@ -82,6 +82,19 @@ static int data_lost_during(const struct tc_history *h, uint64_t from,
     return 0;
 }
 
+/* The process itself was stopped (or killed) during [from, to]: its
+ * clocks ran on while it could not. */
+static int own_fault_during(const struct tc_history *h, uint32_t proc,
+                            uint64_t from, uint64_t to)
+{
+    for (size_t i = 0; i < h->nfault; i++) {
+        const struct tc_fault *f = &h->fault[i];
+        if (f->proc == proc && f->start_ns <= to && f->end_ns >= from)
+            return 1;
+    }
+    return 0;
+}
+
 static int handler_called(const struct tc_history *h, const struct tc_rec *r,
                           uint64_t from, uint64_t to)
 {
@@ -303,7 +316,8 @@ static void check_calls(struct ctx *c)
         if (r->op == TC_OP_TIMED) {
             uint64_t from = r->deadline_ns > r->call_ns ? r->deadline_ns
                                                         : r->call_ns;
-            if (r->ret_ns > from + h->slack_ns)
+            if (r->ret_ns > from + h->slack_ns
+                && !own_fault_during(h, r->proc, r->call_ns, r->ret_ns))
                 report(c, TC_V_DEADLINE, r, NULL, "returned past deadline "
                        "+ slack");
         }

@@ -245,6 +245,15 @@ static void test_calls(void **state)
     rec[1].deadline_ns = T0 - 600 * MS;
     rec[1].call_ns = T0 - 700 * MS;     /* returned 611 ms past it */
     assert_int_equal(run(&h).violations[TC_V_DEADLINE], 1);
+    /* but not when its own process was stopped meanwhile */
+    {
+        struct tc_fault f = { T0 - 300 * MS, T0 - 100 * MS, 2, 0, 0 };
+        h.fault = &f;
+        h.nfault = 1;
+        assert_int_equal(run(&h).violations[TC_V_DEADLINE], 0);
+        f.proc = 3;   /* another process's stop excuses nothing */
+        assert_int_equal(run(&h).violations[TC_V_DEADLINE], 1);
+    }
 }
 
 int main(void)
