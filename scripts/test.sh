@@ -6,6 +6,9 @@
 # 1. build/ : make check (each test program starts its own redis-server),
 #    with the Redisson interop suite (tests/interop: both Redisson lines,
 #    one server and a cluster) when java and mvn are there
+# 1b. build/ : make torture, a 60 s torture run with its history checker
+#    (bench/distlock-torture.c), DISTLOCK_TORTURE=1/0 forces it on/off;
+#    default on when CI is set; TORTURE_SECS changes its length
 # 2. build-asan/ : the same, built with AddressSanitizer and UBSan
 #    (DISTLOCK_SANITIZE=1/0 forces it on/off; default on when CI is set);
 #    the interop suite with the current Redisson line only
@@ -29,7 +32,7 @@ distcheck=0
 for arg in "$@"; do
     case "$arg" in
     --distcheck) distcheck=1 ;;
-    -h | --help) sed -n '2,20p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,23p' "$0"; exit 0 ;;
     *) echo "usage: $0 [--distcheck]" >&2; exit 2 ;;
     esac
 done
@@ -43,6 +46,13 @@ if [[ -n "${DISTLOCK_TSAN:-}" ]]; then
 else
     tsan=$([[ -n "${CI:-}" ]] && echo 1 || echo 0)
 fi
+# ---- torture run (issue 16) ----
+if [[ -n "${DISTLOCK_TORTURE:-}" ]]; then
+    torture=$([[ "$DISTLOCK_TORTURE" != 0 ]] && echo 1 || echo 0)
+else
+    torture=$([[ -n "${CI:-}" ]] && echo 1 || echo 0)
+fi
+# ---- end of the torture block ----
 DISTLOCK_INTEROP=${DISTLOCK_INTEROP:-$([[ -n "${CI:-}" ]] && echo 1 || echo 0)}
 export DISTLOCK_INTEROP          # scripts/deps.sh: a JDK and Maven too
 if [[ $DISTLOCK_INTEROP == 1 ]]; then
@@ -88,6 +98,19 @@ check() {
 
 cd "$root"
 check check build
+# ---- torture run (issue 16) ----
+# In the normal build only: many workers under random faults for 60 s, the
+# history checked afterwards; a violation fails the stage.
+if [[ $torture -eq 1 ]]; then
+    log "torture: make torture in build/ (${TORTURE_SECS:-60} s)"
+    stage_t0=$SECONDS
+    status=0
+    TORTURE_SECS=${TORTURE_SECS:-60} make -C build torture || status=$?
+    record torture "$status"
+else
+    summary+=("torture: skipped (DISTLOCK_TORTURE=1 runs it)")
+fi
+# ---- end of the torture block ----
 if [[ $sanitize -eq 1 ]]; then
     INTEROP_LINES=current check check-asan build-asan --enable-sanitizers
 else

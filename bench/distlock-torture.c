@@ -1,0 +1,998 @@
+/*
+ * distlock-torture: many workers on a few locks while a nemesis injects
+ * faults, every section recorded, the history judged by torture_check.
+ *
+ *   distlock-torture [--secs N] [--procs P] [--threads T] [--seed S]
+ *                    [--no-restart] [--sabotage] [--verbose]
+ *
+ * --no-restart leaves out the server restarts; --sabotage makes 1% of the
+ * plain mutex's sections skip the lock, which the checker must catch (exit
+ * 1); --verbose lists the faults, the lost-handler calls and every unlock
+ * that gave EPERM, with their times.
+ * TORTURE_SECS (default 60) sets the length when --secs is not given.  It
+ * starts its own redis-server (tests/harness_server.h: loopback, private
+ * dir, AOF with appendfsync always, DEBUG enabled) and stops it at the end.
+ *
+ * P worker processes (default 4) of T threads (default 4) take three locks,
+ * a plain mutex, a fair mutex and a rwlock, with lock, trylock, clocklock
+ * (short deadlines), recursive re-locks, rdlock and wrlock, hold them 0-3
+ * ms, and inside each exclusive section bump a Redis counter with GET and
+ * SET on their own hiredis connection.  Every attempt and section goes to
+ * a shared-memory history.  The main process never calls distlock: it is
+ * the nemesis (faults below, each logged with its window), reaps and
+ * restarts killed workers, and at the end runs the checker and prints the
+ * table.  Exit status: 0 clean, 1 violations, 2 could not run.
+ *
+ * Faults: SIGSTOP of a worker past its lease; SIGKILL of a worker that
+ * holds; CLIENT KILL TYPE normal and TYPE pubsub; CLIENT PAUSE WRITE and
+ * ALL shorter and longer than the command timeout; SCRIPT FLUSH; DEBUG
+ * SLEEP past the command timeout; server restart from the AOF (nothing may
+ * be lost); server restart with its data removed (every loss must reach
+ * the lost handler).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <ftw.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <hiredis/hiredis.h>
+
+#include "distlock.h"
+#include "harness_server.h"
+#include "torture_check.h"
+
+/* The library's settings for the run: short, so that faults outlast them. */
+#define WATCHDOG_MS 1000UL
+#define TIMEOUT_MS 500UL
+#define WAITER_MS 1000UL
+#define MS 1000000ULL
+
+#define NLOCKS 3
+#define MAXP 16
+#define MAXT 16
+#define CAP_LOST 100000UL
+
+enum { L_MUTEX, L_FAIR, L_RW };
+static const char *const lock_label[NLOCKS] = { "mutex", "fair", "rwlock" };
+
+enum fault_kind {
+    F_STOP, F_KILL, F_KILL_NORMAL, F_KILL_PUBSUB, F_PAUSE_W_SHORT,
+    F_PAUSE_W_LONG, F_PAUSE_ALL_SHORT, F_PAUSE_ALL_LONG, F_SCRIPT_FLUSH,
+    F_DEBUG_SLEEP, F_RESTART_AOF, F_RESTART_EMPTY, F_COUNT
+};
+static const char *const fault_label[F_COUNT] = {
+    "SIGSTOP > lease", "SIGKILL of a holder", "CLIENT KILL normal",
+    "CLIENT KILL pubsub", "PAUSE WRITE < timeout", "PAUSE WRITE > timeout",
+    "PAUSE ALL < timeout", "PAUSE ALL > timeout", "SCRIPT FLUSH",
+    "DEBUG SLEEP > timeout", "restart, AOF always", "restart, data lost"
+};
+
+/* What a worker thread is in the middle of, for the parent to close its
+ * record when the process is killed. */
+struct slot {
+    _Atomic long open;      /* record index of its current attempt, -1 */
+    _Atomic int occ;        /* 1 + lock*2 + (read ? 1 : 0) it counts in; 0 */
+};
+
+struct arena {
+    atomic_int stop;
+    atomic_ulong nrec, nlost;
+    unsigned long cap;
+    atomic_int occ_excl[NLOCKS], occ_read[NLOCKS];
+    struct slot slot[MAXP][MAXT];
+    struct tc_lost lost[CAP_LOST];
+    struct tc_rec rec[];
+};
+
+static struct {
+    int secs, procs, threads, restarts, sabotage, verbose;
+    unsigned long seed;
+    char names[NLOCKS][64], ctr[NLOCKS][64];
+    int port;
+} opt = { 60, 4, 4, 1, 0, 0, 0, { "" }, { "" }, 0 };
+
+static struct arena *A;
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t rnd(uint64_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+static void sleep_us(long us)
+{
+    struct timespec ts = { us / 1000000, (us % 1000000) * 1000 };
+    while (nanosleep(&ts, &ts) == -1 && errno == EINTR)
+        ;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Workers                                                                  */
+/* ------------------------------------------------------------------------ */
+
+static uint32_t my_proc;      /* incarnation id of this worker process */
+static dist_mutex_t locks_m[2];
+static dist_rwlock_t lock_rw;
+
+static void on_lost(const char *name, void *arg)
+{
+    unsigned long i = atomic_fetch_add(&A->nlost, 1);
+    (void)arg;
+    if (i >= CAP_LOST)
+        return;
+    for (uint16_t l = 0; l < NLOCKS; l++)
+        if (strcmp(name, opt.names[l]) == 0)
+            A->lost[i].lock = l;
+    A->lost[i].proc = my_proc;
+    A->lost[i].ns = now_ns();
+}
+
+struct worker {
+    int p, t;
+    uint64_t rs;
+    redisContext *c;      /* this thread's connection for the counter */
+};
+
+static struct tc_rec *new_rec(struct worker *w, int lock, int mode, int op)
+{
+    unsigned long i = atomic_fetch_add(&A->nrec, 1);
+    struct tc_rec *r;
+
+    if (i >= A->cap)
+        return NULL;
+    r = &A->rec[i];
+    r->proc = my_proc;
+    r->lock = (uint16_t)lock;
+    r->mode = (uint8_t)mode;
+    r->op = (uint8_t)op;
+    r->unlock_rc = r->token_rc = -1;
+    r->call_ns = now_ns();
+    atomic_store(&A->slot[w->p][w->t].open, (long)i);
+    return r;
+}
+
+/* GET then SET the lock's counter.  A SET sent without its reply may have
+ * been applied: the record says so until the reply comes. */
+static void bump_counter(struct worker *w, struct tc_rec *r)
+{
+    redisReply *x;
+    long long v = 0;
+    char buf[32];
+
+    if (!w->c || w->c->err) {
+        struct timeval tv = { 3, 0 };
+        if (w->c)
+            redisFree(w->c);
+        w->c = redisConnectWithTimeout("127.0.0.1", opt.port, tv);
+        if (!w->c || w->c->err)
+            return;
+        redisSetTimeout(w->c, tv);
+    }
+    x = redisCommand(w->c, "GET %s", opt.ctr[r->lock]);
+    if (!x || (x->type != REDIS_REPLY_STRING && x->type != REDIS_REPLY_NIL)) {
+        if (x)
+            freeReplyObject(x);
+        return;
+    }
+    if (x->type == REDIS_REPLY_STRING)
+        v = strtoll(x->str, NULL, 10);
+    freeReplyObject(x);
+    snprintf(buf, sizeof buf, "%lld", v + 1);
+    r->flags |= TC_F_COUNT_UNSURE;
+    x = redisCommand(w->c, "SET %s %s", opt.ctr[r->lock], buf);
+    if (!x)
+        return;
+    r->flags &= (uint16_t)~TC_F_COUNT_UNSURE;
+    if (x->type == REDIS_REPLY_STATUS)
+        r->flags |= TC_F_COUNTED;
+    freeReplyObject(x);
+}
+
+/* Count this thread in the lock's occupancy and see whether the mode's
+ * limit held: an exclusive holder alone, readers only without a writer. */
+static void occ_enter(struct worker *w, struct tc_rec *r)
+{
+    int l = r->lock, rd = r->mode == TC_READ, bad;
+
+    atomic_store(&A->slot[w->p][w->t].occ, 1 + l * 2 + rd);
+    if (rd) {
+        atomic_fetch_add(&A->occ_read[l], 1);
+        bad = atomic_load(&A->occ_excl[l]) > 0;
+    } else {
+        bad = atomic_fetch_add(&A->occ_excl[l], 1) > 0
+              || atomic_load(&A->occ_read[l]) > 0;
+    }
+    if (bad)
+        r->flags |= TC_F_OCC_BAD;
+}
+
+static void occ_leave_code(int code)
+{
+    int l = (code - 1) / 2, rd = (code - 1) % 2;
+    atomic_fetch_sub(rd ? &A->occ_read[l] : &A->occ_excl[l], 1);
+}
+
+static void occ_leave(struct worker *w)
+{
+    occ_leave_code(atomic_load(&A->slot[w->p][w->t].occ));
+    atomic_store(&A->slot[w->p][w->t].occ, 0);
+}
+
+static int do_lock(int l, int mode, int op, uint64_t deadline)
+{
+    struct timespec ts = { (time_t)(deadline / 1000000000ULL),
+                           (long)(deadline % 1000000000ULL) };
+
+    if (l != L_RW) {
+        dist_mutex_t *m = &locks_m[l];
+        return op == TC_OP_TRY ? dist_mutex_trylock(m)
+               : op == TC_OP_TIMED ? dist_mutex_clocklock(m, CLOCK_MONOTONIC, &ts)
+               : dist_mutex_lock(m);
+    }
+    if (mode == TC_READ)
+        return op == TC_OP_TRY ? dist_rwlock_tryrdlock(&lock_rw)
+               : op == TC_OP_TIMED
+                   ? dist_rwlock_clockrdlock(&lock_rw, CLOCK_MONOTONIC, &ts)
+                   : dist_rwlock_rdlock(&lock_rw);
+    return op == TC_OP_TRY ? dist_rwlock_trywrlock(&lock_rw)
+           : op == TC_OP_TIMED
+               ? dist_rwlock_clockwrlock(&lock_rw, CLOCK_MONOTONIC, &ts)
+               : dist_rwlock_wrlock(&lock_rw);
+}
+
+static int do_unlock(int l)
+{
+    return l == L_RW ? dist_rwlock_unlock(&lock_rw)
+                     : dist_mutex_unlock(&locks_m[l]);
+}
+
+static int do_token(int l, uint64_t *t)
+{
+    return l == L_RW ? dist_rwlock_token(&lock_rw, t)
+                     : dist_mutex_token(&locks_m[l], t);
+}
+
+/* A recursive re-lock inside the section: its own record, not a section. */
+static void nested(struct worker *w, struct tc_rec *outer)
+{
+    struct tc_rec *r = new_rec(w, outer->lock, outer->mode, TC_OP_NESTED);
+    long idx = outer - A->rec;
+
+    if (!r)
+        return;
+    r->rc = (int16_t)do_lock(outer->lock, outer->mode, TC_OP_LOCK, 0);
+    r->ret_ns = now_ns();
+    if (r->rc == 0) {
+        r->end_ns = now_ns();
+        r->unlock_rc = (int16_t)do_unlock(outer->lock);
+    }
+    atomic_store(&A->slot[w->p][w->t].open, idx);
+}
+
+static void section(struct worker *w, struct tc_rec *r)
+{
+    occ_enter(w, r);
+    if (r->mode != TC_READ) {
+        uint64_t t = 0;
+        r->token_rc = (int16_t)do_token(r->lock, &t);
+        r->token = t;
+        bump_counter(w, r);
+    }
+    if (rnd(&w->rs) % 100 < 15)
+        nested(w, r);
+    sleep_us((long)(rnd(&w->rs) % 3000));
+    occ_leave(w);
+    r->end_ns = now_ns();
+    r->unlock_rc = (int16_t)do_unlock(r->lock);
+}
+
+/* --sabotage: a section that never took the lock, recorded as if it had,
+ * to show that the checker catches what a broken lock would do. */
+static void fake_section(struct worker *w, struct tc_rec *r)
+{
+    r->rc = 0;
+    r->ret_ns = now_ns();
+    occ_enter(w, r);
+    r->token_rc = 0;
+    r->token = 1;
+    bump_counter(w, r);
+    sleep_us((long)(rnd(&w->rs) % 3000));
+    occ_leave(w);
+    r->end_ns = now_ns();
+    r->unlock_rc = 0;
+}
+
+static void one_op(struct worker *w)
+{
+    int l = (int)(rnd(&w->rs) % NLOCKS), p = (int)(rnd(&w->rs) % 100);
+    int mode = l != L_RW ? TC_EXCL : p < 65 ? TC_READ : TC_WRITE;
+    int q = (int)(rnd(&w->rs) % 100);
+    int op = q < 35 ? TC_OP_LOCK : q < 60 ? TC_OP_TRY : TC_OP_TIMED;
+    struct tc_rec *r = new_rec(w, l, mode, op);
+    int rc;
+
+    if (!r) {
+        atomic_store(&A->stop, 1);
+        return;
+    }
+    if (op == TC_OP_TIMED)
+        r->deadline_ns = r->call_ns + (1 + rnd(&w->rs) % 200) * MS;
+    if (opt.sabotage && l == L_MUTEX && rnd(&w->rs) % 100 == 0) {
+        fake_section(w, r);
+    } else {
+        rc = do_lock(l, mode, op, r->deadline_ns);
+        r->rc = (int16_t)rc;
+        r->ret_ns = now_ns();
+        if (rc == 0)
+            section(w, r);
+    }
+    atomic_store(&A->slot[w->p][w->t].open, -1L);
+    sleep_us((long)(rnd(&w->rs) % 1000));
+}
+
+static void *worker_thread(void *arg)
+{
+    struct worker *w = arg;
+
+    while (!atomic_load(&A->stop))
+        one_op(w);
+    if (w->c)
+        redisFree(w->c);
+    return NULL;
+}
+
+static int init_locks(void)
+{
+    dist_mutexattr_t a;
+    int rc;
+
+    dist_mutexattr_init(&a);
+    rc = dist_mutex_init(&locks_m[L_MUTEX], opt.names[L_MUTEX], &a);
+    dist_mutexattr_setfair(&a, 1);
+    if (rc == 0)
+        rc = dist_mutex_init(&locks_m[L_FAIR], opt.names[L_FAIR], &a);
+    dist_mutexattr_destroy(&a);
+    if (rc == 0)
+        rc = dist_rwlock_init(&lock_rw, opt.names[L_RW], NULL);
+    return rc;
+}
+
+static void worker_main(int p, uint32_t proc)
+{
+    pthread_t th[MAXT];
+    struct worker w[MAXT];
+
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    my_proc = proc;
+    if (init_locks() != 0 || dist_set_lost_handler(on_lost, NULL) != 0)
+        _exit(3);
+    for (int t = 0; t < opt.threads; t++) {
+        uint64_t s = opt.seed ^ (proc * 7919ULL + (uint64_t)t + 1) * 0x9E3779B97F4A7C15ULL;
+        w[t] = (struct worker){ p, t, s | 1, NULL };
+        if (pthread_create(&th[t], NULL, worker_thread, &w[t]) != 0)
+            _exit(3);
+    }
+    for (int t = 0; t < opt.threads; t++)
+        pthread_join(th[t], NULL);
+    dist_shutdown();
+    _exit(0);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Parent: worker processes                                                 */
+/* ------------------------------------------------------------------------ */
+
+static tu_redis_t srv;
+static pid_t wpid[MAXP];
+static uint32_t wproc[MAXP];
+static uint32_t next_proc = 1;
+static unsigned long restarts;
+
+static struct tc_fault faults[4096];
+static size_t nfault;
+
+static int spawn(int p)
+{
+    uint32_t proc = next_proc++;
+    pid_t pid = fork();
+
+    if (pid < 0)
+        return -1;
+    if (pid == 0)
+        worker_main(p, proc);
+    wpid[p] = pid;
+    wproc[p] = proc;
+    return 0;
+}
+
+/* Close what a dead worker left open: a pending call stays "never
+ * returned" but is marked killed, an open section ends now; its
+ * occupancy is given back. */
+static void bury(int p)
+{
+    uint64_t t = now_ns();
+
+    for (int k = 0; k < opt.threads; k++) {
+        struct slot *s = &A->slot[p][k];
+        long i = atomic_exchange(&s->open, -1L);
+        int code = atomic_exchange(&s->occ, 0);
+        if (code)
+            occ_leave_code(code);
+        if (i < 0 || (unsigned long)i >= A->cap)
+            continue;
+        A->rec[i].flags |= TC_F_KILLED;
+        if (A->rec[i].ret_ns && A->rec[i].rc == 0 && !A->rec[i].end_ns)
+            A->rec[i].end_ns = t;
+    }
+}
+
+/* Reap dead workers; restart them while the run goes on.  A worker that
+ * exits with an error status before the end is a failure of the run. */
+static int reap(int restart)
+{
+    int bad = 0;
+
+    for (int p = 0; p < opt.procs; p++) {
+        int st;
+        if (!wpid[p] || waitpid(wpid[p], &st, WNOHANG) != wpid[p])
+            continue;
+        wpid[p] = 0;
+        if (WIFSIGNALED(st)) {
+            bury(p);
+        } else if (WEXITSTATUS(st) != 0) {
+            fprintf(stderr, "torture: worker %d exited with %d\n", p,
+                    WEXITSTATUS(st));
+            bad = 1;
+        }
+        if (restart && !atomic_load(&A->stop)) {
+            restarts++;
+            if (spawn(p) != 0)
+                bad = 1;
+        }
+    }
+    return bad;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Parent: the nemesis                                                      */
+/* ------------------------------------------------------------------------ */
+
+static struct tc_fault *log_fault(int kind, uint32_t proc)
+{
+    struct tc_fault *f = &faults[nfault < 4095 ? nfault++ : 4095];
+    f->kind = (uint8_t)kind;
+    f->proc = proc;
+    f->loses_data = kind == F_RESTART_EMPTY;
+    f->start_ns = f->end_ns = now_ns();
+    return f;
+}
+
+static void admin(const char *a0, const char *a1, const char *a2,
+                  const char *a3)
+{
+    redisReply *x = tu_cmd(&srv, a0, a1, a2, a3, (char *)NULL);
+    if (x)
+        freeReplyObject(x);
+}
+
+/* Sleep ms while reaping, so that restarts are not delayed by a fault. */
+static int wait_reaping(long ms)
+{
+    uint64_t until = now_ns() + (uint64_t)ms * MS;
+    int bad = 0;
+
+    while (now_ns() < until) {
+        bad |= reap(1);
+        sleep_us(5000);
+    }
+    return bad;
+}
+
+/* A worker that holds something, if any does (else any worker). */
+static int pick_holder(uint64_t *rs)
+{
+    int start = (int)(rnd(rs) % (unsigned)opt.procs);
+
+    for (int k = 0; k < opt.procs; k++) {
+        int p = (start + k) % opt.procs;
+        for (int t = 0; t < opt.threads; t++)
+            if (wpid[p] && atomic_load(&A->slot[p][t].occ))
+                return p;
+    }
+    return wpid[start] ? start : -1;
+}
+
+static int fault_signal(int kind, uint64_t *rs)
+{
+    int p = pick_holder(rs);
+    struct tc_fault *f;
+    int bad = 0;
+
+    if (p < 0)
+        return 0;
+    f = log_fault(kind, wproc[p]);
+    if (kind == F_KILL) {
+        kill(wpid[p], SIGKILL);
+        bad = wait_reaping(20);
+    } else {
+        kill(wpid[p], SIGSTOP);
+        bad = wait_reaping((long)(WATCHDOG_MS * 3 / 2 + rnd(rs) % 500));
+        kill(wpid[p], SIGCONT);
+    }
+    f->end_ns = now_ns();
+    return bad;
+}
+
+static int remove_entry(const char *path, const struct stat *st, int flag,
+                        struct FTW *ftw)
+{
+    (void)st; (void)flag; (void)ftw;
+    return remove(path);
+}
+
+/* Restart the server: from its AOF (SIGTERM, it writes and fsyncs), or
+ * after a crash with the AOF removed, so everything is gone. */
+static int fault_restart(int kind)
+{
+    struct tc_fault *f = log_fault(kind, TC_ALL);
+    char dir[400];
+    int rc;
+
+    if (kind == F_RESTART_EMPTY) {
+        tu_redis_kill(&srv);
+        snprintf(dir, sizeof dir, "%s/appendonlydir", srv.dir);
+        nftw(dir, remove_entry, 8, FTW_DEPTH | FTW_PHYS);
+    }
+    rc = tu_redis_restart(&srv);
+    f->end_ns = now_ns();
+    return rc != 0;
+}
+
+static int fault(int kind, uint64_t *rs)
+{
+    struct tc_fault *f;
+    static const char *const pause_ms[] = { "200", "1000", "200", "1000" };
+
+    if (kind == F_STOP || kind == F_KILL)
+        return fault_signal(kind, rs);
+    if (kind == F_RESTART_AOF || kind == F_RESTART_EMPTY)
+        return fault_restart(kind);
+    f = log_fault(kind, TC_ALL);
+    if (kind == F_KILL_NORMAL || kind == F_KILL_PUBSUB)
+        admin("CLIENT", "KILL", "TYPE", kind == F_KILL_NORMAL ? "normal"
+                                                              : "pubsub");
+    else if (kind == F_SCRIPT_FLUSH)
+        admin("SCRIPT", "FLUSH", NULL, NULL);
+    else if (kind == F_DEBUG_SLEEP)
+        admin("DEBUG", "SLEEP", "0.7", NULL);
+    else {
+        int k = kind - F_PAUSE_W_SHORT;
+        admin("CLIENT", "PAUSE", pause_ms[k], k < 2 ? "WRITE" : "ALL");
+        f->end_ns = f->start_ns + (uint64_t)atol(pause_ms[k]) * MS;
+        return wait_reaping(atol(pause_ms[k]));
+    }
+    f->end_ns = now_ns();
+    return 0;
+}
+
+/* The run: faults at random intervals, every kind in turn order shuffled,
+ * with quiet stretches between them for the latency comparison. */
+static int nemesis(uint64_t until, uint64_t *rs)
+{
+    int bad = 0, nkinds = opt.restarts ? F_COUNT : F_RESTART_AOF;
+
+    bad |= wait_reaping(2000);
+    while (!bad && now_ns() + 3000 * MS < until) {
+        int kind = (int)(rnd(rs) % (unsigned)nkinds);
+        bad |= fault(kind, rs);
+        bad |= wait_reaping((long)(500 + rnd(rs) % 1500));
+    }
+    while (!bad && now_ns() < until)
+        bad |= wait_reaping(100);
+    return bad;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Parent: the end of the run                                               */
+/* ------------------------------------------------------------------------ */
+
+/* Tell the workers to stop and wait for them as long as a blocked call may
+ * legitimately take; whoever is still there then is hung: killed, and its
+ * pending call left "never returned" for the checker. */
+static int stop_workers(void)
+{
+    uint64_t until = now_ns() + (WATCHDOG_MS + WAITER_MS + TIMEOUT_MS) * 4 * MS;
+    int live = 1, bad = 0;
+
+    atomic_store(&A->stop, 1);
+    while (live && now_ns() < until) {
+        bad |= reap(0);
+        live = 0;
+        for (int p = 0; p < opt.procs; p++)
+            live |= wpid[p] != 0;
+        sleep_us(10000);
+    }
+    for (int p = 0; p < opt.procs; p++) {
+        if (!wpid[p])
+            continue;
+        fprintf(stderr, "torture: worker %d (pid %d) did not stop\n", p,
+                (int)wpid[p]);
+        kill(wpid[p], SIGKILL);
+        waitpid(wpid[p], NULL, 0);
+        wpid[p] = 0;
+    }
+    return bad;
+}
+
+/* Keys of the run's locks still in Redis once every holder is gone and
+ * every lease and waiter entry has run out.  Not counted: the run's own
+ * counters, and the fencing counters, which are never reset by design
+ * (tokens only grow, PROTOCOL.md). */
+static long leftover_keys(char *prefix)
+{
+    redisReply *x;
+    long n = 0;
+    char pat[128];
+
+    sleep_us((long)(WATCHDOG_MS + WAITER_MS + 500) * 1000);
+    snprintf(pat, sizeof pat, "*%s*", prefix);
+    x = tu_cmd(&srv, "KEYS", pat, (char *)NULL);
+    if (!x || x->type != REDIS_REPLY_ARRAY) {
+        if (x)
+            freeReplyObject(x);
+        return -1;
+    }
+    for (size_t i = 0; i < x->elements; i++)
+        if (!strstr(x->element[i]->str, ":ctr:")
+            && strncmp(x->element[i]->str, "redisson_lock_token:", 20) != 0) {
+            printf("  key left: %s\n", x->element[i]->str);
+            n++;
+        }
+    freeReplyObject(x);
+    return n;
+}
+
+/* Clients connected besides the admin connection, once workers are gone. */
+static long leftover_clients(void)
+{
+    char *s = tu_cmd_str(&srv, "CLIENT", "LIST", (char *)NULL);
+    long n = -1;
+
+    if (!s)
+        return -1;
+    for (char *p = s; (p = strchr(p, '\n')) != NULL; p++)
+        n++;
+    free(s);
+    return n;
+}
+
+static int by_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The fault whose window (plus a lease of recovery) covers [a, b], or -1. */
+static int fault_at(uint64_t a, uint64_t b)
+{
+    for (size_t i = 0; i < nfault; i++)
+        if (faults[i].start_ns <= b
+            && faults[i].end_ns + WATCHDOG_MS * MS >= a)
+            return faults[i].kind;
+    return -1;
+}
+
+static void print_pct(const char *what, uint64_t *v, size_t n)
+{
+    qsort(v, n, sizeof *v, by_u64);
+    if (n == 0)
+        printf("  %-30s %8s\n", what, "-");
+    else
+        printf("  %-30s p50 %7.2f ms  p99 %8.2f ms  (%zu)\n", what,
+               v[n / 2] / 1e6, v[n * 99 / 100] / 1e6, n);
+}
+
+/* Acquire latency of successful lock/timedlock calls, split by whether a
+ * fault (or its recovery) overlapped the call, and the longest stall. */
+static void print_latency(const struct tc_rec *rec, size_t n)
+{
+    uint64_t *in = malloc((n + 1) * sizeof *in);
+    uint64_t *out = malloc((n + 1) * sizeof *out), stall = 0;
+    size_t ni = 0, no = 0;
+
+    if (!in || !out)
+        goto done;
+    for (size_t i = 0; i < n; i++) {
+        const struct tc_rec *r = &rec[i];
+        if (!r->ret_ns || r->op == TC_OP_NESTED)
+            continue;
+        if (r->ret_ns - r->call_ns > stall)
+            stall = r->ret_ns - r->call_ns;
+        if (r->rc != 0 || r->op == TC_OP_TRY)
+            continue;
+        if (fault_at(r->call_ns, r->ret_ns) >= 0)
+            in[ni++] = r->ret_ns - r->call_ns;
+        else
+            out[no++] = r->ret_ns - r->call_ns;
+    }
+    print_pct("acquire, no fault near", out, no);
+    print_pct("acquire, during a fault", in, ni);
+    printf("  %-30s %.1f ms\n", "longest call (stall)", stall / 1e6);
+done:
+    free(in);
+    free(out);
+}
+
+static void print_ops(const struct tc_rec *rec, size_t n)
+{
+    static const char *const oname[] = { "lock", "trylock", "timedlock",
+                                         "nested lock" };
+    static const char *const mname[] = { "mutex", "write", "read" };
+    unsigned long cnt[3][4][4] = { { { 0 } } };  /* mode, op, result */
+
+    for (size_t i = 0; i < n; i++) {
+        int res = rec[i].rc == 0 ? 0 : rec[i].rc == EBUSY || rec[i].rc == ETIMEDOUT
+                  ? 1 : rec[i].ret_ns ? 2 : 3;
+        cnt[rec[i].mode % 3][rec[i].op % 4][res]++;
+    }
+    printf("  %-22s %9s %9s %9s %9s\n", "operation", "ok", "busy/tmo",
+           "EIO etc", "no return");
+    for (int m = 0; m < 3; m++)
+        for (int o = 0; o < 4; o++) {
+            unsigned long *c = cnt[m][o];
+            char label[40];
+            if (!(c[0] | c[1] | c[2] | c[3]))
+                continue;
+            snprintf(label, sizeof label, "%s %s", mname[m], oname[o]);
+            printf("  %-22s %9lu %9lu %9lu %9lu\n", label, c[0], c[1], c[2],
+                   c[3]);
+        }
+}
+
+/* Times as the checker prints them: ms since the first call of the run. */
+static uint64_t t_base;
+
+static double rel_ms(uint64_t ns)
+{
+    return (double)(int64_t)(ns - t_base) / 1e6;
+}
+
+static void print_faults_losses(const struct tc_history *h,
+                                const struct tc_result *res)
+{
+    unsigned long fk[F_COUNT] = { 0 }, src[F_COUNT + 1] = { 0 };
+    unsigned long eperm = 0, killed = 0;
+
+    for (size_t i = 0; i < nfault; i++) {
+        fk[faults[i].kind]++;
+        if (opt.verbose)
+            printf("  fault %-26s %.3f-%.3f ms, proc %d\n",
+                   fault_label[faults[i].kind], rel_ms(faults[i].start_ns),
+                   rel_ms(faults[i].end_ns), (int)faults[i].proc);
+    }
+    for (size_t i = 0; opt.verbose && i < h->nlost; i++)
+        printf("  lost handler: proc %u lock %u at %.3f ms\n", h->lost[i].proc,
+               h->lost[i].lock, rel_ms(h->lost[i].ns));
+    printf("\n  %-30s %6s\n", "fault", "count");
+    for (int k = 0; k < F_COUNT; k++)
+        printf("  %-30s %6lu\n", fault_label[k], fk[k]);
+    printf("  %-30s %6lu\n", "worker restarts", restarts);
+    for (size_t i = 0; i < h->nrec; i++) {
+        const struct tc_rec *r = &h->rec[i];
+        if (r->op == TC_OP_NESTED || r->rc != 0 || !r->end_ns)
+            continue;
+        killed += !!(r->flags & TC_F_KILLED);
+        if (r->unlock_rc == EPERM) {
+            int k = fault_at(r->ret_ns, r->end_ns);
+            if (opt.verbose)
+                printf("  EPERM: proc %u lock %u mode %u op %u call %.3f "
+                       "ret %.3f end %.3f ms, flags %#x\n", r->proc, r->lock,
+                       r->mode, r->op, rel_ms(r->call_ns), rel_ms(r->ret_ns),
+                       rel_ms(r->end_ns), r->flags);
+            eperm++;
+            src[k < 0 ? F_COUNT : k]++;
+        }
+    }
+    printf("\n  losses: %lu lost-handler calls, %lu holds lost or inside a "
+           "data-loss window, %lu unlocks gave EPERM, %lu holders killed\n",
+           (unsigned long)h->nlost,
+           res->lost_sections, eperm, killed);
+    for (int k = 0; k <= F_COUNT; k++)
+        if (src[k])
+            printf("    EPERM after %-26s %6lu\n",
+                   k < F_COUNT ? fault_label[k] : "no fault", src[k]);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Main                                                                     */
+/* ------------------------------------------------------------------------ */
+
+static int parse(int argc, char **argv)
+{
+    const char *e = getenv("TORTURE_SECS");
+
+    if (e && *e)
+        opt.secs = atoi(e);
+    opt.seed = (unsigned long)time(NULL) ^ (unsigned long)getpid();
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "--no-restart") == 0 || strcmp(a, "--sabotage") == 0
+            || strcmp(a, "--verbose") == 0) {
+            opt.restarts &= a[2] != 'n';
+            opt.sabotage |= a[2] == 's';
+            opt.verbose |= a[2] == 'v';
+            continue;
+        }
+        if (!v)
+            return -1;
+        if (strcmp(a, "--secs") == 0)
+            opt.secs = atoi(v);
+        else if (strcmp(a, "--procs") == 0)
+            opt.procs = atoi(v);
+        else if (strcmp(a, "--threads") == 0)
+            opt.threads = atoi(v);
+        else if (strcmp(a, "--seed") == 0)
+            opt.seed = strtoul(v, NULL, 10);
+        else
+            return -1;
+        i++;
+    }
+    if (opt.secs < 5 || opt.procs < 1 || opt.procs > MAXP || opt.threads < 1
+        || opt.threads > MAXT)
+        return -1;
+    return 0;
+}
+
+/* The shared history, sized for the run: far more than workers of one
+ * host manage per second, mapped lazily (MAP_NORESERVE). */
+static int setup(void)
+{
+    static const char *const args[] = { "--enable-debug-command", "yes",
+        "--appendonly", "yes", "--appendfsync", "always", NULL };
+    tu_redis_opts o = { NULL, args, NULL };
+    unsigned long cap = (unsigned long)opt.secs * 50000UL + 100000UL;
+    char num[32];
+
+    A = mmap(NULL, sizeof *A + cap * sizeof(struct tc_rec),
+             PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS | MAP_NORESERVE,
+             -1, 0);
+    if (A == MAP_FAILED)
+        return -1;
+    A->cap = cap;
+    for (int p = 0; p < MAXP; p++)
+        for (int t = 0; t < MAXT; t++)
+            atomic_store(&A->slot[p][t].open, -1L);
+    if (tu_redis_start_opts(&srv, &o) != 0)
+        return -1;
+    opt.port = srv.port;
+    for (int l = 0; l < NLOCKS; l++) {
+        snprintf(opt.names[l], sizeof opt.names[l], "torture:%d:%s",
+                 (int)getpid(), lock_label[l]);
+        snprintf(opt.ctr[l], sizeof opt.ctr[l], "torture:%d:ctr:%d",
+                 (int)getpid(), l);
+    }
+    setenv("DISTLOCK_URL", srv.url_tcp, 1);
+    snprintf(num, sizeof num, "%lu", WATCHDOG_MS);
+    setenv("DISTLOCK_WATCHDOG_MS", num, 1);
+    snprintf(num, sizeof num, "%lu", TIMEOUT_MS);
+    setenv("DISTLOCK_TIMEOUT_MS", num, 1);
+    snprintf(num, sizeof num, "%lu", WAITER_MS);
+    setenv("DISTLOCK_WAITER_MS", num, 1);
+    unsetenv("DISTLOCK_REPLICA_WAIT_MS");
+    return 0;
+}
+
+static void fill_history(struct tc_history *h)
+{
+    memset(h, 0, sizeof *h);
+    h->rec = A->rec;
+    h->nrec = atomic_load(&A->nrec);
+    if (h->nrec > A->cap)
+        h->nrec = A->cap;
+    h->lost = A->lost;
+    h->nlost = atomic_load(&A->nlost);
+    if (h->nlost > CAP_LOST)
+        h->nlost = CAP_LOST;
+    h->fault = faults;
+    h->nfault = nfault;
+    h->nlocks = NLOCKS;
+    h->kind[L_MUTEX] = h->kind[L_FAIR] = TC_LOCK_MUTEX;
+    h->kind[L_RW] = TC_LOCK_RW;
+    for (int l = 0; l < NLOCKS; l++) {
+        long long v = 0;
+        if (tu_cmd_int_ex(&srv, &v, "GET", opt.ctr[l], (char *)NULL) < 0)
+            v = -1;
+        h->counter[l] = v;
+    }
+    h->end_ns = now_ns();
+    /* a dead holder's lease; a fair lock's queue also keeps a dead
+     * waiter's place for the waiter window */
+    h->lease_ns = (WATCHDOG_MS + WAITER_MS) * MS;
+    /* a timed call may be inside one command when its deadline passes */
+    h->slack_ns = (2 * TIMEOUT_MS + 250) * MS;
+    h->hang_ns = (WATCHDOG_MS + WAITER_MS + 2 * TIMEOUT_MS + 1000) * MS;
+}
+
+static int judge(void)
+{
+    struct tc_history h;
+    struct tc_result res;
+    char prefix[32];
+    long keys, clients, v;
+
+    fill_history(&h);
+    t_base = UINT64_MAX;
+    for (size_t i = 0; i < h.nrec; i++)
+        if (h.rec[i].call_ns < t_base)
+            t_base = h.rec[i].call_ns;
+    v = tc_check(&h, stdout, 10, &res);
+    snprintf(prefix, sizeof prefix, "torture:%d:", (int)getpid());
+    keys = leftover_keys(prefix);
+    clients = leftover_clients();
+    printf("\ndistlock torture: %d s, %d processes x %d threads, seed %lu\n\n",
+           opt.secs, opt.procs, opt.threads, opt.seed);
+    print_ops(h.rec, h.nrec);
+    print_faults_losses(&h, &res);
+    printf("\n");
+    print_latency(h.rec, h.nrec);
+    printf("\n  %-30s %6lu\n", "sections checked", res.sections);
+    for (int k = 0; k < TC_V_COUNT; k++)
+        printf("  violations: %-28s %6lu\n", tc_violation_name(k),
+               res.violations[k]);
+    printf("  %-40s %6ld\n", "lock keys left after the run", keys);
+    printf("  %-40s %6ld\n", "clients left after the run", clients);
+    printf("  %-40s %6lld %lld %lld\n", "counters (mutex fair rwlock)",
+           h.counter[0], h.counter[1], h.counter[2]);
+    if (v < 0 || keys != 0 || clients != 0)
+        return 2 - (v == 0);
+    return v > 0;
+}
+
+int main(int argc, char **argv)
+{
+    uint64_t rs;
+    int bad = 0, rc;
+
+    if (parse(argc, argv) != 0) {
+        fprintf(stderr, "usage: distlock-torture [--secs N>=5] [--procs 1-16] "
+                "[--threads 1-16] [--seed S] [--no-restart] [--sabotage] "
+                "[--verbose]\n");
+        return 2;
+    }
+    if (setup() != 0) {
+        fprintf(stderr, "torture: could not set up (memory or redis-server)\n");
+        return 2;
+    }
+    rs = opt.seed | 1;
+    for (int p = 0; p < opt.procs && !bad; p++)
+        bad = spawn(p) != 0;
+    if (!bad)
+        bad = nemesis(now_ns() + (uint64_t)opt.secs * 1000 * MS, &rs);
+    bad |= stop_workers();
+    rc = judge();
+    tu_redis_stop(&srv);
+    if (bad)
+        fprintf(stderr, "torture: the run itself failed (see above)\n");
+    return bad ? 2 : rc;
+}

@@ -1,0 +1,130 @@
+/*
+ * torture_check: judges the history of a torture run (bench/distlock-torture.c)
+ * after the fact, the way Jepsen's checkers judge a database's history.
+ *
+ * The history is what the workers saw, on CLOCK_MONOTONIC (one clock for all
+ * processes of a host): every acquisition attempt with its result, the
+ * critical section it opened, the lost-handler calls, the fault windows the
+ * nemesis opened, and the final values of the Redis counters.  The checker
+ * needs no knowledge of how the run was made; tests/test_torture_check.c
+ * feeds it hand-made histories.
+ *
+ * Every interval it is given is the inside of the truth: a section runs
+ * from the return of the call that took the lock to the call that gives it
+ * back, so the real hold in Redis covers at least that.  Two recorded
+ * sections that overlap therefore held at once for real.
+ */
+#ifndef DISTLOCK_TORTURE_CHECK_H
+#define DISTLOCK_TORTURE_CHECK_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#define TC_MAX_LOCKS 8
+
+/* What a hold excludes: a mutex hold or a write hold excludes everybody, a
+ * read hold only writers. */
+enum tc_mode { TC_EXCL, TC_WRITE, TC_READ };
+
+/* How the lock was asked for.  TC_OP_NESTED is a recursive re-lock inside a
+ * section of the same thread: a call, not a section of its own. */
+enum tc_op { TC_OP_LOCK, TC_OP_TRY, TC_OP_TIMED, TC_OP_NESTED };
+
+/* flags of a record */
+#define TC_F_KILLED      1u  /* its process died (SIGKILL) while it held:
+                                end_ns is the death as the parent saw it */
+#define TC_F_COUNTED     2u  /* the counter SET inside it was acknowledged */
+#define TC_F_COUNT_UNSURE 4u /* a SET was sent, its reply never came: it may
+                                or may not have been applied */
+#define TC_F_OCC_BAD     8u  /* the shared-memory occupancy seen on entry
+                                exceeded what the mode allows */
+
+/* One acquisition attempt, and the section it opened when rc == 0. */
+struct tc_rec {
+    uint64_t call_ns;     /* the acquiring call was made */
+    uint64_t ret_ns;      /* it returned; 0: it never did */
+    uint64_t end_ns;      /* the section ended (unlock called); 0: no section */
+    uint64_t deadline_ns; /* timed calls: their deadline; 0 otherwise */
+    uint64_t token;       /* fencing token of an exclusive hold; 0: none */
+    uint32_t proc;        /* process incarnation (a restart is a new one) */
+    uint16_t lock;        /* index into tc_history.kind */
+    uint8_t mode;         /* enum tc_mode */
+    uint8_t op;           /* enum tc_op */
+    int16_t rc;           /* result of the acquiring call */
+    int16_t unlock_rc;    /* result of the unlock; -1: not called */
+    int16_t token_rc;     /* result of the token call; -1: not called */
+    uint16_t flags;       /* TC_F_* */
+};
+
+/* A call of the lost handler: process proc heard that lock was lost. */
+struct tc_lost {
+    uint64_t ns;
+    uint32_t proc;
+    uint16_t lock;
+};
+
+/* A fault the nemesis caused.  proc is the process it targeted (SIGSTOP,
+ * SIGKILL), or TC_ALL for the whole server.  loses_data: the server lost
+ * its data (a restart without persistence), which excuses overlaps inside
+ * [start_ns, end_ns + lease]. */
+#define TC_ALL UINT32_MAX
+struct tc_fault {
+    uint64_t start_ns, end_ns;
+    uint32_t proc;
+    uint8_t kind;         /* the runner's own numbering, not interpreted */
+    uint8_t loses_data;
+};
+
+enum tc_lock_kind { TC_LOCK_MUTEX, TC_LOCK_RW };
+
+struct tc_history {
+    const struct tc_rec *rec;
+    size_t nrec;
+    const struct tc_lost *lost;
+    size_t nlost;
+    const struct tc_fault *fault;
+    size_t nfault;
+    unsigned nlocks;
+    uint8_t kind[TC_MAX_LOCKS];        /* enum tc_lock_kind */
+    long long counter[TC_MAX_LOCKS];   /* final Redis counter of each lock */
+    uint64_t end_ns;                   /* the run ended (for calls that never
+                                          returned) */
+    /* Documented bounds */
+    uint64_t lease_ns;     /* longest a dead holder keeps a lock */
+    uint64_t slack_ns;     /* how late past its deadline a timed call may
+                              return (command timeout + scheduling) */
+    uint64_t hang_ns;      /* longest a blocked call may wait while the lock
+                              is free and no fault is on */
+};
+
+enum tc_violation {
+    TC_V_OVERLAP,      /* two exclusive holds at once */
+    TC_V_RW_OVERLAP,   /* a read hold during a write hold */
+    TC_V_TOKEN,        /* token not above an earlier hold's */
+    TC_V_OCCUPANCY,    /* shared-memory count exceeded, no loss to explain */
+    TC_V_COUNTER,      /* Redis counter differs from the write sections */
+    TC_V_ERRNO,        /* a call returned an undocumented value */
+    TC_V_SILENT_LOSS,  /* unlock said EPERM but no lost-handler call came */
+    TC_V_DEADLINE,     /* a timed call returned too long after its deadline */
+    TC_V_HANG,         /* a blocked call waited on a free lock too long */
+    TC_V_COUNT
+};
+
+struct tc_result {
+    unsigned long violations[TC_V_COUNT];
+    unsigned long total;
+    unsigned long sections;      /* completed sections checked */
+    unsigned long lost_sections; /* of them, excused by a documented loss */
+    unsigned long killed;        /* sections ended by their process's death */
+};
+
+/* Name of a violation kind, for the table. */
+const char *tc_violation_name(int v);
+
+/* Check h.  Prints each violation (with the records involved) on out, at
+ * most `max_print` of each kind (out may be NULL: count only).  Fills *res
+ * and returns res->total.  -1 on out of memory. */
+long tc_check(const struct tc_history *h, FILE *out, unsigned max_print,
+              struct tc_result *res);
+
+#endif /* DISTLOCK_TORTURE_CHECK_H */
