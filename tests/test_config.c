@@ -1,11 +1,17 @@
 /* test_config.c: DISTLOCK_URL parsing and the settings' bounds, without a
  * server.  Links config.c directly to reach the parser. */
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -342,6 +348,72 @@ static void test_names_slot(void **state)
     }
 }
 
+/* ---- a silent sentinel ------------------------------------------------- */
+
+static double clock_s(clockid_t id)
+{
+    struct timespec ts;
+
+    clock_gettime(id, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static void *trylock_once(void *arg)
+{
+    dist_mutex_t m;
+
+    if (dist_mutex_init(&m, (const char *)arg, NULL) == 0) {
+        dist_mutex_trylock(&m);     /* fails: nobody answers */
+        dist_mutex_destroy(&m);
+    }
+    return NULL;
+}
+
+/* Issue 15 item 8: the threads that wait for another's topology refresh
+ * waited on a CLOCK_REALTIME condition variable with a monotonic deadline,
+ * which is long past on that clock: each spun until the refresh gave up
+ * (4 threads burned about 2 s of CPU per second).  The sentinel here takes
+ * connections (the kernel's backlog) and never answers. */
+static void test_silent_sentinel_no_spin(void **state)
+{
+    struct sockaddr_in sa = { .sin_family = AF_INET };
+    socklen_t len = sizeof sa;
+    char url[100], names[4][16];
+    pthread_t t[4];
+    double wall, cpu;
+    int fd = socket(AF_INET, SOCK_STREAM, 0), i;
+
+    (void)state;
+    assert_true(fd >= 0);
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    assert_int_equal(listen(fd, 64), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+    snprintf(url, sizeof url, "redis-sentinel://127.0.0.1:%d/m",
+             ntohs(sa.sin_port));
+    assert_int_equal(dist_set_url(url), 0);
+    assert_int_equal(dist_set_timeout_ms(1500), 0);
+    wall = clock_s(CLOCK_MONOTONIC);
+    cpu = clock_s(CLOCK_PROCESS_CPUTIME_ID);
+    for (i = 0; i < 4; i++) {
+        snprintf(names[i], sizeof names[i], "spin%d", i);
+        assert_int_equal(pthread_create(&t[i], NULL, trylock_once, names[i]), 0);
+    }
+    for (i = 0; i < 4; i++)
+        pthread_join(t[i], NULL);
+    wall = clock_s(CLOCK_MONOTONIC) - wall;
+    cpu = clock_s(CLOCK_PROCESS_CPUTIME_ID) - cpu;
+    close(fd);
+    print_message("4 threads against a silent sentinel: %.3f s CPU in "
+                  "%.3f s\n", cpu, wall);
+    /* waiting costs next to nothing; three spinning threads cost whatever
+     * the machine gives them, far above half a core even when loaded */
+    assert_true(wall >= 0.9);
+    if (cpu > 0.5 * wall)
+        fail_msg("%.3f s of CPU in %.3f s: the waiting threads spin", cpu,
+                 wall);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -354,6 +426,7 @@ int main(void)
         cmocka_unit_test(test_ha_forms),
         cmocka_unit_test(test_keyslot),
         cmocka_unit_test(test_names_slot),
+        cmocka_unit_test(test_silent_sentinel_no_spin),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
