@@ -101,6 +101,13 @@ static void test_credentials(void **state)
         { "redis://onlypass@127.0.0.1", NULL, ANY, ANY, NULL, "", "onlypass" },
         /* the last '@' before the path ends the credentials */
         { "redis://u:p@x@127.0.0.1:1", "127.0.0.1", ANY, ANY, NULL, NULL, "p@x" },
+        /* the first ':' ends the user name */
+        { "redis://app:p:w@h", "h", ANY, ANY, NULL, "app", "p:w" },
+        /* '/' and '?' percent-encoded; a '%' without two hex digits is one */
+        { "redis://app:a%2Fb%3Fc%25@h/2", "h", ANY, 2, NULL, "app", "a/b?c%" },
+        { "redis://:50%@h", "h", ANY, ANY, NULL, "", "50%" },
+        { "redis-sentinel://u:p%2Fq@s1:26379/m", NULL, ANY, ANY, NULL, "u",
+          "p/q" },
     };
 
     (void)state;
@@ -113,6 +120,10 @@ static void test_unix_forms(void **state)
         { "unix:///run/redis/redis.sock", NULL, ANY, 0, "/run/redis/redis.sock",
           NULL, NULL },
         { "unix://:pw@/tmp/r.sock?db=3", NULL, ANY, 3, "/tmp/r.sock", NULL, "pw" },
+        /* an '@' in the path is the path's */
+        { "unix:///tmp/a@b.sock", NULL, ANY, 0, "/tmp/a@b.sock", "", "" },
+        { "unix://u:p%2Fw@x@/tmp/a@b.sock", NULL, ANY, 0, "/tmp/a@b.sock",
+          "u", "p/w@x" },
     };
 
     (void)state;
@@ -142,6 +153,40 @@ static void test_refused(void **state)
         snprintf(url, sizeof url, "redis://%s:1", longhost);
         parse_bad(url, "too long");
     }
+}
+
+/* Issue 15 item 6: a password holding '/' was cut there and the rest
+ * quoted back as a bad port, kept by dist_last_error() and printed by the
+ * tool and the shim.  No reason may quote a secret. */
+static void secret_kept(const char *url, const char *secret,
+                        const char *expect)
+{
+    struct dist__cfg c;
+    char why[200] = "";
+
+    assert_int_equal(dist__parse_url(url, &c, why, sizeof why), EINVAL);
+    if (!strstr(why, expect) || strstr(why, secret))
+        fail_msg("'%s': reason '%s' lacks '%s' or quotes '%s'", url, why,
+                 expect, secret);
+    assert_int_equal(dist_set_url(url), EINVAL);
+    if (strstr(dist_last_error(), secret))
+        fail_msg("dist_last_error() quotes '%s': %s", secret,
+                 dist_last_error());
+}
+
+static void test_credentials_never_quoted(void **state)
+{
+    (void)state;
+    secret_kept("redis://app:Sup3rS3cret/x@127.0.0.1", "Sup3rS3cret",
+                "percent-encoded (%2F, %3F)");
+    secret_kept("redis://app:Sup3r?S3cret@127.0.0.1", "S3cret", "%3F");
+    secret_kept("redis-sentinel://u:Sup3r/S3cret@s:1/m", "S3cret", "%2F");
+    secret_kept("redis-cluster://u:Sup3r/S3cret@s:1", "S3cret", "%2F");
+    secret_kept("unix://u:Sup3r/S3cret@/tmp/r.sock", "S3cret", "%2F");
+    /* the host forgotten: what stands in the port is a password */
+    secret_kept("redis://app:Sup3rS3cret", "Sup3rS3cret", "bad port");
+    secret_kept("redis://[::1]Sup3rS3cret", "Sup3rS3cret", "IPv6");
+    secret_kept("redis://app:Sup3r%00S3cret@h", "S3cret", "%00");
 }
 
 static void test_setters(void **state)
@@ -419,6 +464,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tcp_forms),
         cmocka_unit_test(test_credentials),
+        cmocka_unit_test(test_credentials_never_quoted),
         cmocka_unit_test(test_unix_forms),
         cmocka_unit_test(test_refused),
         cmocka_unit_test(test_setters),
