@@ -530,6 +530,28 @@ static void test_config_many_keys_then_second_match(void **state)
                    "(first at line 18)");
 }
 
+/* Issue 15 item 13: a NUL byte cut the line short for fgets, the rest was
+ * taken for an over-long line and skipped together with the next line, and
+ * every later line number was one too low. */
+static void test_config_nul_byte(void **state)
+{
+    char marker[PATH_MAX];
+    const char *cfg;
+    struct proc p;
+
+    (void)state;
+    cfg = write_file("nul.ini", "[mutex a]\nmatch = symbol g_ledger_lock\n"
+                     "x%cy = 1\nbogus = 2\n\nworse = 3\n", 0);
+    path_in(marker, sizeof marker, "not-started");
+    unlink(marker);
+    assert_exit(run(&p, ARGV(run_bin, "--config", (char *)cfg, "--",
+                             ledger_bin, marker, "1", "1"), NULL, 30), 78);
+    assert_contains(p.ebuf, "nul.ini:3: a NUL byte in the line");
+    assert_contains(p.ebuf, "nul.ini:4: unknown key 'bogus' in [mutex a]");
+    assert_contains(p.ebuf, "nul.ini:6: unknown key 'worse' in [mutex a]");
+    assert_false(exists(marker));
+}
+
 /* Two different qualifiers that read the same once joined with '|' (the
  * old canonical string) are two mappings, not a duplicate.  [mutex c]
  * lacks its 'match' so that the file is refused either way. */
@@ -1314,6 +1336,7 @@ int main(void)
         cmocka_unit_test(test_legacy_without_shim_runs),
         cmocka_unit_test(test_config_errors_name_file_and_line),
         cmocka_unit_test(test_config_many_keys_then_second_match),
+        cmocka_unit_test(test_config_nul_byte),
         cmocka_unit_test(test_config_distinct_qualifiers_not_duplicate),
         cmocka_unit_test(test_config_missing_file),
         cmocka_unit_test(test_unresolved_name_refused),
