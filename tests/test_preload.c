@@ -716,6 +716,62 @@ static void test_secure_execution_refused(void **state)
                       "is not exercised\n");
 }
 
+/* Issue 15 item 7: a shim path with a space or a colon is split by the
+ * loader, which then loads no shim and runs the program unprotected (to
+ * its end, or until --timeout), before distlock-run stopped it.  It must
+ * be refused before the program runs at all. */
+static void test_split_shim_path_refused(void **state)
+{
+    static const char *const names[] = { "shim copy.so", "shim:copy.so" };
+    char copy[PATH_MAX], marker[PATH_MAX];
+    const char *cfg;
+    struct proc p;
+    size_t i;
+
+    (void)state;
+    cfg = write_file("ok.ini", "%s[mutex %sledger]\nmatch = symbol "
+                     "g_ledger_lock\n", redis_section, pfx);
+    path_in(marker, sizeof marker, "not-started");
+    for (i = 0; i < sizeof names / sizeof names[0]; i++) {
+        path_in(copy, sizeof copy, names[i]);
+        copy_file(shim, copy, 0755);
+        unlink(marker);
+        assert_exit(run(&p, ARGV(run_bin, "--config", (char *)cfg,
+                                 "--preload", copy, "--", ledger_bin, marker,
+                                 "1", "1"), NULL, 30), 78);
+        assert_contains(p.ebuf, "splits LD_PRELOAD at spaces and colons");
+        assert_false(exists(marker));
+        unlink(copy);
+    }
+}
+
+/* Issue 15 item 14: --timeout 1e300 or inf reached an out-of-range
+ * float-to-int conversion (undefined behaviour); nan, 0 and negatives are
+ * no timeouts either. */
+static void test_timeout_out_of_range_refused(void **state)
+{
+    static const char *const bad[] = { "1e300", "inf", "-inf", "nan", "0",
+                                       "-1", "86401", "1e", "", "0x" };
+    char marker[PATH_MAX];
+    const char *cfg;
+    struct proc p;
+    size_t i;
+
+    (void)state;
+    cfg = write_file("ok.ini", "%s[mutex %sledger]\nmatch = symbol "
+                     "g_ledger_lock\n", redis_section, pfx);
+    path_in(marker, sizeof marker, "not-started");
+    unlink(marker);
+    for (i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        assert_exit(run(&p, ARGV(run_bin, "--config", (char *)cfg,
+                                 "--timeout", (char *)bad[i], "--",
+                                 ledger_bin, marker, "1", "1"), NULL, 30), 2);
+        assert_contains(p.ebuf, "--timeout: seconds, more than 0 and at "
+                        "most 86400");
+        assert_false(exists(marker));
+    }
+}
+
 /* ---- every kind of match ------------------------------------------------------ */
 
 struct kind {
@@ -1343,6 +1399,8 @@ int main(void)
         cmocka_unit_test(test_unresolved_name_warned),
         cmocka_unit_test(test_static_binary_refused),
         cmocka_unit_test(test_secure_execution_refused),
+        cmocka_unit_test(test_split_shim_path_refused),
+        cmocka_unit_test(test_timeout_out_of_range_refused),
         cmocka_unit_test(test_every_match_kind),
         cmocka_unit_test(test_unmapped_mutex_untouched),
         cmocka_unit_test(test_plain_ld_preload),

@@ -75,7 +75,8 @@ static void usage(FILE *f)
             "  --config FILE   the mapping (default: $DISTLOCK_PRELOAD_CONFIG)\n"
             "  --preload LIB   the shim (default: $DISTLOCK_PRELOAD_LIB, else\n"
             "                  %s)\n"
-            "  --timeout SEC   how long the shim may take to report (default 30)\n"
+            "  --timeout SEC   how long the shim may take to report (default 30,\n"
+            "                  at most 86400)\n"
             "  -v              show every mapping\n",
             DISTLOCK_PRELOAD_LIB);
 }
@@ -90,22 +91,17 @@ struct elfinfo {
     int dynamic;               /* has PT_DYNAMIC */
 };
 
-/* 0, 1 not ELF, -1 unreadable (errno) */
-static int read_elf(const char *path, struct elfinfo *ei)
+/* The ELF headers of the file open on fd: 0, or 1 not ELF. */
+static int read_elf_fd(int fd, struct elfinfo *ei)
 {
     unsigned char id[EI_NIDENT];
     Elf64_Ehdr eh;
-    int fd, i;
+    int i;
 
     memset(ei, 0, sizeof *ei);
-    fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return -1;
     if (pread(fd, id, sizeof id, 0) != (ssize_t)sizeof id ||
-        memcmp(id, ELFMAG, SELFMAG) != 0) {
-        close(fd);
+        memcmp(id, ELFMAG, SELFMAG) != 0)
         return 1;
-    }
     ei->cls = id[EI_CLASS];
     if (ei->cls != ELFCLASS64) {
         Elf32_Ehdr e32;
@@ -113,13 +109,10 @@ static int read_elf(const char *path, struct elfinfo *ei)
             ei->machine = e32.e_machine;
             ei->type = e32.e_type;
         }
-        close(fd);
         return 0;
     }
-    if (pread(fd, &eh, sizeof eh, 0) != (ssize_t)sizeof eh) {
-        close(fd);
+    if (pread(fd, &eh, sizeof eh, 0) != (ssize_t)sizeof eh)
         return 1;
-    }
     ei->machine = eh.e_machine;
     ei->type = eh.e_type;
     for (i = 0; i < eh.e_phnum && eh.e_phentsize == sizeof(Elf64_Phdr); i++) {
@@ -134,8 +127,19 @@ static int read_elf(const char *path, struct elfinfo *ei)
         else if (ph.p_type == PT_DYNAMIC)
             ei->dynamic = 1;
     }
-    close(fd);
     return 0;
+}
+
+/* 0, 1 not ELF, -1 unreadable (errno) */
+static int read_elf(const char *path, struct elfinfo *ei)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC), rc;
+
+    if (fd < 0)
+        return -1;
+    rc = read_elf_fd(fd, ei);
+    close(fd);
+    return rc;
 }
 
 /* The file execvp would run, in buf. */
@@ -171,7 +175,7 @@ static int find_program(const char *name, char *buf, size_t len)
 /* The loader ignores LD_PRELOAD in secure-execution mode, which a
  * set-user-ID or set-group-ID bit or file capabilities turn on.  0, or
  * EXIT_REFUSED after saying which. */
-static int check_secure_exec(const char *path, const struct stat *st)
+static int check_secure_exec(const char *path, int fd, const struct stat *st)
 {
     const char *bit = NULL;
     ssize_t cap;
@@ -186,7 +190,7 @@ static int check_secure_exec(const char *path, const struct stat *st)
             (unsigned)(st->st_mode & 07777));
         return EXIT_REFUSED;
     }
-    cap = getxattr(path, "security.capability", NULL, 0);
+    cap = fgetxattr(fd, "security.capability", NULL, 0);
     if (cap > 0) {
         say("%s: has file capabilities (security.capability): the loader "
             "ignores LD_PRELOAD in secure-execution mode; run a copy "
@@ -201,26 +205,27 @@ static int check_secure_exec(const char *path, const struct stat *st)
     return 0;
 }
 
-/* Refuses what the loader would start without the shim. */
+/* Refuses what the loader would start without the shim.  Every check is
+ * made on the file open on *fd, which is the one executed (fexecve): a
+ * file put in its place between the checks and the exec cannot run in its
+ * stead.  *fd is -1 when it could not be opened. */
 static int check_program(const char *path, const struct elfinfo *shim,
-                         struct stat *st)
+                         struct stat *st, int *fd)
 {
     struct elfinfo ei;
     int rc;
 
-    if (stat(path, st) != 0) {
+    *fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (*fd < 0) {
         say("%s: %s", path, strerror(errno));
-        return EXIT_NOTFOUND;
+        return errno == ENOENT ? EXIT_NOTFOUND : EXIT_REFUSED;
     }
-    if (!S_ISREG(st->st_mode) || access(path, X_OK) != 0) {
+    if (fstat(*fd, st) != 0 || !S_ISREG(st->st_mode) ||
+        access(path, X_OK) != 0) {
         say("%s: not an executable file", path);
         return EXIT_REFUSED;
     }
-    rc = read_elf(path, &ei);
-    if (rc < 0) {
-        say("%s: %s", path, strerror(errno));
-        return EXIT_REFUSED;
-    }
+    rc = read_elf_fd(*fd, &ei);
     if (rc > 0) {
         say("%s: not an ELF executable (a script?): name the program "
             "itself, so that the shim can be checked into it", path);
@@ -248,7 +253,7 @@ static int check_program(const char *path, const struct elfinfo *shim,
             "interpose its pthread calls", path);
         return EXIT_REFUSED;
     }
-    return check_secure_exec(path, st);
+    return check_secure_exec(path, *fd, st);
 }
 
 /* ---- signals ------------------------------------------------------------- */
@@ -381,7 +386,29 @@ struct run {
     char config_abs[PATH_MAX], shim_abs[PATH_MAX], prog[PATH_MAX];
     char preload[2 * PATH_MAX + 2];
     struct stat pst;             /* of prog */
+    int prog_fd;                 /* prog, open: what is checked is run */
 };
+
+/* --timeout's value: seconds, more than 0 and at most MAX_TIMEOUT_S.  The
+ * bound keeps the milliseconds poll() is given an int: 1e300, inf and nan
+ * made that conversion undefined. */
+#define MAX_TIMEOUT_S 86400.0
+static int parse_timeout(const char *s, double *out)
+{
+    char *end;
+    double v;
+
+    errno = 0;
+    v = strtod(s, &end);
+    if (end == s || *end || errno == ERANGE || !(v > 0) ||
+        !(v <= MAX_TIMEOUT_S)) {
+        say("--timeout: seconds, more than 0 and at most %g, not '%s'",
+            MAX_TIMEOUT_S, s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
 
 /* Reads the options into r.  -1 to go on, else the exit status. */
 static int parse_options(int argc, char **argv, struct run *r)
@@ -412,12 +439,8 @@ static int parse_options(int argc, char **argv, struct run *r)
         } else if (strncmp(a, "--preload=", 10) == 0) {
             r->shim = a + 10;
         } else if (strcmp(a, "--timeout") == 0 && i + 1 < argc) {
-            char *end;
-            r->timeout = strtod(argv[++i], &end);
-            if (*end || !(r->timeout > 0)) {
-                say("--timeout: a number of seconds, not '%s'", argv[i]);
+            if (parse_timeout(argv[++i], &r->timeout) != 0)
                 return EXIT_USAGE;
-            }
         } else {
             say("unknown option '%s'", a);
             usage(stderr);
@@ -457,6 +480,14 @@ static int check_files(struct run *r)
         return EXIT_CONFIG;
     }
     absolute(r->shim, r->shim_abs);
+    if (strpbrk(r->shim_abs, " :")) {
+        /* the loader would load the pieces, none of them the shim, and
+         * start the program without it */
+        say("%s: the loader splits LD_PRELOAD at spaces and colons, so it "
+            "would not load the shim from this path; put it where the path "
+            "has neither", r->shim_abs);
+        return EXIT_CONFIG;
+    }
     rc = read_elf(r->shim_abs, &shim_elf);
     if (rc != 0 || shim_elf.type != ET_DYN) {
         say("%s: not a shared library", r->shim_abs);
@@ -466,7 +497,7 @@ static int check_files(struct run *r)
         say("%s: command not found", r->argv[0]);
         return EXIT_NOTFOUND;
     }
-    return check_program(r->prog, &shim_elf, &r->pst);
+    return check_program(r->prog, &shim_elf, &r->pst, &r->prog_fd);
 }
 
 /* The program's LD_PRELOAD.  0, or the exit status. */
@@ -512,7 +543,7 @@ static void exec_program(const struct run *r, int status_w,
     if (r->verbose)
         setenv("DISTLOCK_PRELOAD_VERBOSE", "1", 1);
     sigprocmask(SIG_SETMASK, old, NULL);
-    execv(r->prog, r->argv);
+    fexecve(r->prog_fd, r->argv, environ);
     dprintf(sfd, "msg %s: cannot execute %s: %s\nexec %d\n", prog_name,
             r->prog, strerror(errno), errno);
     _exit(errno == ENOENT ? EXIT_NOTFOUND : EXIT_REFUSED);
