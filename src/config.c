@@ -1,5 +1,6 @@
 /* config.c: where Redis is and how long to wait for it.  Read from the
  * environment at first use; the dist_set_* calls override it at any time. */
+#define _GNU_SOURCE   /* secure_getenv */
 #include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
@@ -384,10 +385,14 @@ int dist__parse_url(const char *url, struct dist__cfg *out, char *why,
     return parse_sentinel_tail(p, out, why, whylen);
 }
 
+/* The environment is read with secure_getenv: in a set-user-ID or
+ * set-group-ID program (or one with file capabilities) it is the caller's,
+ * who must not point the program at another Redis or change its timeouts;
+ * there the defaults apply, and dist_set_* is the program's own way. */
 static unsigned long env_ms(const char *var, unsigned long def,
                             unsigned long min)
 {
-    const char *s = getenv(var);
+    const char *s = secure_getenv(var);
     unsigned long v;
 
     if (!s || !*s)
@@ -404,7 +409,7 @@ static void cfg_fork(int phase);
 
 static void load_env(void)
 {
-    const char *url = getenv("DISTLOCK_URL");
+    const char *url = secure_getenv("DISTLOCK_URL");
     char why[200];
 
     if (!url || !*url)
