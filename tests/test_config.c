@@ -253,6 +253,54 @@ static void test_derived_names(void **state)
     dist__names_unref(n);
 }
 
+/* Issue 15 item 9: "q" and "{q}" share every derived key (Redisson's
+ * rule, kept); dist__names_twin finds the other name of each pair. */
+static void expect_twin(const char *name, const char *want)
+{
+    struct dist__names *a, *b;
+    size_t len = 0;
+    char *t = dist__names_twin(name, strlen(name), &len);
+
+    if (!want) {
+        if (t)
+            fail_msg("'%s' has no twin, not '%s'", name, t);
+        return;
+    }
+    assert_non_null(t);
+    assert_string_equal(t, want);
+    assert_int_equal(len, strlen(want));
+    a = dist__names_new(name, strlen(name));
+    b = dist__names_new(t, len);
+    assert_non_null(a);
+    assert_non_null(b);
+    assert_string_not_equal(a->name.p, b->name.p);
+    assert_string_equal(a->chan.p, b->chan.p);
+    assert_string_equal(a->token.p, b->token.p);
+    assert_string_equal(a->queue.p, b->queue.p);
+    assert_string_equal(a->timeout.p, b->timeout.p);
+    assert_string_equal(a->rwchan.p, b->rwchan.p);
+    assert_string_equal(a->writers.p, b->writers.p);
+    assert_string_equal(a->fairwait.p, b->fairwait.p);
+    dist__names_unref(a);
+    dist__names_unref(b);
+    free(t);
+}
+
+static void test_names_twin(void **state)
+{
+    (void)state;
+    expect_twin("q", "{q}");
+    expect_twin("{q}", "q");
+    expect_twin("a}b", "{a}b}");
+    expect_twin("{a}b}", "a}b");
+    expect_twin("{tag}rest", NULL);
+    expect_twin("a{b", NULL);
+    expect_twin("{{q}}", NULL);
+    expect_twin("{}", NULL);
+    expect_twin("{", NULL);
+    expect_twin("", NULL);
+}
+
 /* Cluster URLs and the pub/sub kind each gives. */
 static const struct {
     const char *url;
@@ -469,6 +517,7 @@ int main(void)
         cmocka_unit_test(test_refused),
         cmocka_unit_test(test_setters),
         cmocka_unit_test(test_derived_names),
+        cmocka_unit_test(test_names_twin),
         cmocka_unit_test(test_ha_forms),
         cmocka_unit_test(test_keyslot),
         cmocka_unit_test(test_names_slot),
