@@ -14,6 +14,7 @@
  * Paths come from $top_builddir (set by make check).
  */
 #define _GNU_SOURCE
+#include <elf.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -772,6 +773,54 @@ static void test_timeout_out_of_range_refused(void **state)
     }
 }
 
+/* Issue 15, minor: a .symtab that cannot be read made the shim fall back to
+ * .dynsym silently, and an unresolved name was blamed on a stripped
+ * program.  A copy of the ledger with its .symtab's entry size broken must
+ * be reported as corrupted. */
+static void break_symtab(const char *path)
+{
+    Elf64_Ehdr eh;
+    Elf64_Shdr sh;
+    int fd = open(path, O_RDWR), i, done = 0;
+
+    assert_true(fd >= 0);
+    assert_int_equal(pread(fd, &eh, sizeof eh, 0), sizeof eh);
+    for (i = 0; i < eh.e_shnum && !done; i++) {
+        off_t at = (off_t)(eh.e_shoff + (Elf64_Off)i * sizeof sh);
+        assert_int_equal(pread(fd, &sh, sizeof sh, at), sizeof sh);
+        if (sh.sh_type == SHT_SYMTAB) {
+            sh.sh_entsize = 7;
+            assert_int_equal(pwrite(fd, &sh, sizeof sh, at), sizeof sh);
+            done = 1;
+        }
+    }
+    close(fd);
+    assert_true(done);
+}
+
+static void test_corrupted_symtab_reported(void **state)
+{
+    char copy[PATH_MAX], text[1024];
+    const char *cfg;
+    struct proc p;
+
+    (void)state;
+    path_in(copy, sizeof copy, "broken-symtab-ledger");
+    copy_file(ledger_bin, copy, 0755);
+    break_symtab(copy);
+    snprintf(text, sizeof text, "%s[mutex %sledger]\nmatch = symbol "
+             "g_ledger_lock\n", redis_section, pfx);
+    cfg = write_file("symtab.ini", "%s", text);
+    assert_exit(run(&p, ARGV(run_bin, "--config", (char *)cfg, "--", copy,
+                             "/dev/null", "1", "1"), NULL, 30), 78);
+    assert_contains(p.ebuf, "its .symtab is corrupted (a bad entry size, "
+                    "alignment or string table)");
+    assert_contains(p.ebuf, "(the program's .symtab is corrupted: only its "
+                    "dynamic symbols are known)");
+    if (strstr(p.ebuf, "stripped"))
+        fail_msg("a corrupted .symtab called stripped: %s", p.ebuf);
+}
+
 /* ---- every kind of match ------------------------------------------------------ */
 
 struct kind {
@@ -1397,6 +1446,7 @@ int main(void)
         cmocka_unit_test(test_config_missing_file),
         cmocka_unit_test(test_unresolved_name_refused),
         cmocka_unit_test(test_unresolved_name_warned),
+        cmocka_unit_test(test_corrupted_symtab_reported),
         cmocka_unit_test(test_static_binary_refused),
         cmocka_unit_test(test_secure_execution_refused),
         cmocka_unit_test(test_split_shim_path_refused),

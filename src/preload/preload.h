@@ -159,11 +159,17 @@ struct pl_elf {
     const char *str;
     size_t strsz;
     size_t first_global;     /* sh_info of the table: locals come first */
-    int dynamic_only;        /* no .symtab: stripped */
+    int dynamic_only;        /* .dynsym in use: no .symtab, or a bad one */
+    const char *symtab_bad;  /* why the .symtab was not usable, or NULL */
+    int mapped;              /* map is ours (pl_elf_open) */
 };
 
 /* Maps path read-only and finds its symbol table.  0, or -1 with why. */
 int pl_elf_open(struct pl_elf *e, const char *path, char *why, size_t whylen);
+/* The same on size bytes at map, which stay the caller's and must outlive
+ * e (the fuzz target's entry). */
+int pl_elf_parse(struct pl_elf *e, const unsigned char *map, size_t size,
+                 char *why, size_t whylen);
 void pl_elf_close(struct pl_elf *e);
 
 /* Calls fn for every defined symbol with a name.  file is the STT_FILE that
