@@ -441,6 +441,31 @@ static void test_names_slot(void **state)
     }
 }
 
+/* Issue 15, minor: the "mutex 'N': " prefix was left out whenever N
+ * occurred anywhere in the reason, as a lock called "Redis" does in
+ * "cannot connect to Redis at ...". */
+static void test_error_names_the_lock(void **state)
+{
+    static const char *const names[] = { "Redis", "connect", "m" };
+    char want[64];
+    dist_mutex_t m;
+    size_t i;
+
+    (void)state;
+    assert_int_equal(dist_set_url("redis://127.0.0.1:1"), 0);
+    assert_int_equal(dist_set_timeout_ms(300), 0);
+    for (i = 0; i < sizeof names / sizeof names[0]; i++) {
+        assert_int_equal(dist_mutex_init(&m, names[i], NULL), 0);
+        assert_int_not_equal(dist_mutex_trylock(&m), 0);
+        snprintf(want, sizeof want, "mutex '%s': ", names[i]);
+        if (strncmp(dist_last_error(), want, strlen(want)) != 0)
+            fail_msg("'%s' does not start with \"%s\"", dist_last_error(),
+                     want);
+        assert_non_null(strstr(dist_last_error(), "127.0.0.1:1"));
+        dist_mutex_destroy(&m);
+    }
+}
+
 /* ---- a silent sentinel ------------------------------------------------- */
 
 static double clock_s(clockid_t id)
@@ -521,6 +546,7 @@ int main(void)
         cmocka_unit_test(test_ha_forms),
         cmocka_unit_test(test_keyslot),
         cmocka_unit_test(test_names_slot),
+        cmocka_unit_test(test_error_names_the_lock),
         cmocka_unit_test(test_silent_sentinel_no_spin),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
