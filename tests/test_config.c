@@ -476,14 +476,22 @@ static double clock_s(clockid_t id)
     return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
+struct try_one {
+    char name[16];
+    int rc;
+    char why[400];
+};
+
 static void *trylock_once(void *arg)
 {
+    struct try_one *t = arg;
     dist_mutex_t m;
 
-    if (dist_mutex_init(&m, (const char *)arg, NULL) == 0) {
-        dist_mutex_trylock(&m);     /* fails: nobody answers */
+    if ((t->rc = dist_mutex_init(&m, t->name, NULL)) == 0) {
+        t->rc = dist_mutex_trylock(&m);     /* fails: nobody answers */
         dist_mutex_destroy(&m);
     }
+    snprintf(t->why, sizeof t->why, "%s", dist_last_error());
     return NULL;
 }
 
@@ -496,7 +504,8 @@ static void test_silent_sentinel_no_spin(void **state)
 {
     struct sockaddr_in sa = { .sin_family = AF_INET };
     socklen_t len = sizeof sa;
-    char url[100], names[4][16];
+    char url[100];
+    struct try_one one[4];
     pthread_t t[4];
     double wall, cpu;
     int fd = socket(AF_INET, SOCK_STREAM, 0), i;
@@ -514,8 +523,8 @@ static void test_silent_sentinel_no_spin(void **state)
     wall = clock_s(CLOCK_MONOTONIC);
     cpu = clock_s(CLOCK_PROCESS_CPUTIME_ID);
     for (i = 0; i < 4; i++) {
-        snprintf(names[i], sizeof names[i], "spin%d", i);
-        assert_int_equal(pthread_create(&t[i], NULL, trylock_once, names[i]), 0);
+        snprintf(one[i].name, sizeof one[i].name, "spin%d", i);
+        assert_int_equal(pthread_create(&t[i], NULL, trylock_once, &one[i]), 0);
     }
     for (i = 0; i < 4; i++)
         pthread_join(t[i], NULL);
@@ -530,6 +539,15 @@ static void test_silent_sentinel_no_spin(void **state)
     if (cpu > 0.5 * wall)
         fail_msg("%.3f s of CPU in %.3f s: the waiting threads spin", cpu,
                  wall);
+    /* and each says what happened (once "Resource temporarily
+     * unavailable") */
+    for (i = 0; i < 4; i++) {
+        assert_int_equal(one[i].rc, EIO);
+        if (!strstr(one[i].why, "cannot find the master from the sentinels"))
+            fail_msg("thread %d: '%s'", i, one[i].why);
+        if (strstr(one[i].why, "temporarily"))
+            fail_msg("thread %d: '%s'", i, one[i].why);
+    }
 }
 
 int main(void)
