@@ -610,6 +610,21 @@ struct pl_config pl_cfg;
 
 int pl_config_load(const char *path, struct pl_config *cfg)
 {
+    FILE *f = fopen(path, "re");
+    int rc;
+
+    if (!f) {
+        memset(cfg, 0, sizeof *cfg);
+        pl_msg("%s: cannot open the configuration: %s", path, strerror(errno));
+        return -1;
+    }
+    rc = pl_config_read(f, path, cfg);
+    fclose(f);
+    return rc;
+}
+
+int pl_config_read(FILE *f, const char *path, struct pl_config *cfg)
+{
     struct parse p;
     size_t i;
     int rc;
@@ -623,15 +638,10 @@ int pl_config_load(const char *path, struct pl_config *cfg)
     p.cfg = cfg;
     if (!cfg->path)
         return -1;
-    p.f = fopen(path, "re");
-    if (!p.f) {
-        pl_msg("%s: cannot open the configuration: %s", path, strerror(errno));
-        return -1;
-    }
+    p.f = f;
     rc = ini_parse_stream(reader, &p, handler, &p);
     if (ferror(p.f))
         perr(&p, p.line, "read error");
-    fclose(p.f);
     if (rc > 0 && p.errors == 0)
         perr(&p, rc, "cannot parse this line");
     else if (rc < 0 && p.errors == 0)

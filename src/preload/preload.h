@@ -32,6 +32,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "distlock.h"
 
@@ -142,6 +143,8 @@ int pl_parse_match(struct pl_section *s, const char *v, char *why,
 /* Reads path.  0, or -1 after reporting every problem with pl_msg as
  * "FILE:LINE: ...".  cfg is filled either way; free it with pl_config_free. */
 int pl_config_load(const char *path, struct pl_config *cfg);
+/* The same from f, named path in the messages (the fuzz target's entry). */
+int pl_config_read(FILE *f, const char *path, struct pl_config *cfg);
 void pl_config_free(struct pl_config *cfg);
 /* The configuration this process runs with: loaded by start-up, read by
  * the shim afterwards. */
