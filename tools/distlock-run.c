@@ -8,11 +8,16 @@
  * The dynamic loader ignores LD_PRELOAD without a word in some cases: for a
  * statically linked program (there is no loader), and for a program that
  * runs in secure-execution mode (set-user-ID, set-group-ID, or with file
- * capabilities).  distlock-run refuses those up front.  Then it starts the
+ * capabilities), and for a shim path with a space or a colon, which it
+ * splits into pieces that are not the shim.  distlock-run refuses those up
+ * front, and runs the very file it checked (fexecve).  Then it starts the
  * program with LD_PRELOAD and a status pipe, and lets it run only once the
  * shim inside it has said that it loaded, read the configuration and found
  * every lock it maps.  Otherwise the program is stopped and distlock-run
- * fails.
+ * fails.  (The shim reports from its constructor, before the program's
+ * main.  A shim the loader still skips, for a reason not checked here such
+ * as a library it needs that is missing, leaves the program running
+ * unprotected until the missing report is noticed.)
  *
  * Status protocol (DISTLOCK_PRELOAD_STATUS_FD=FD:PID, written by the shim
  * in process PID only): lines "msg TEXT" (to be shown), then one final
