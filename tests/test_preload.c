@@ -746,6 +746,50 @@ static void test_split_shim_path_refused(void **state)
     }
 }
 
+/* The same for a shim the loader skips although distlock-run's look at its
+ * ELF header finds nothing wrong (here: its program header entry size
+ * broken, "cannot be preloaded ... ignored"), and for one it would crash
+ * on (cut short after 4 KiB: SIGBUS): the loader's own trial run, which
+ * runs none of the program's code, finds both and the program never runs. */
+static void expect_shim_refused(const char *copy, const char *why)
+{
+    char marker[PATH_MAX];
+    const char *cfg;
+    struct proc p;
+
+    cfg = write_file("ok.ini", "%s[mutex %sledger]\nmatch = symbol "
+                     "g_ledger_lock\n", redis_section, pfx);
+    path_in(marker, sizeof marker, "not-started");
+    unlink(marker);
+    assert_exit(run(&p, ARGV(run_bin, "--config", (char *)cfg, "--preload",
+                             (char *)copy, "--", ledger_bin, marker, "1", "1"),
+                    NULL, 30), 78);
+    assert_contains(p.ebuf, "the loader would start it without the shim");
+    assert_contains(p.ebuf, why);
+    assert_false(exists(marker));
+}
+
+static void test_unloadable_shim_refused(void **state)
+{
+    char copy[PATH_MAX];
+    int fd;
+
+    (void)state;
+    path_in(copy, sizeof copy, "bad-shim.so");
+    copy_file(shim, copy, 0755);
+    fd = open(copy, O_WRONLY);
+    assert_true(fd >= 0);
+    assert_int_equal(pwrite(fd, "\x10\x00", 2,
+                            offsetof(Elf64_Ehdr, e_phentsize)), 2);
+    close(fd);
+    expect_shim_refused(copy, "cannot be preloaded");
+    assert_int_equal(truncate(copy, 0), 0);
+    copy_file(shim, copy, 0755);
+    assert_int_equal(truncate(copy, 4096), 0);
+    expect_shim_refused(copy, "died of signal");
+    unlink(copy);
+}
+
 /* Issue 15 item 14: --timeout 1e300 or inf reached an out-of-range
  * float-to-int conversion (undefined behaviour); nan, 0 and negatives are
  * no timeouts either. */
@@ -1450,6 +1494,7 @@ int main(void)
         cmocka_unit_test(test_static_binary_refused),
         cmocka_unit_test(test_secure_execution_refused),
         cmocka_unit_test(test_split_shim_path_refused),
+        cmocka_unit_test(test_unloadable_shim_refused),
         cmocka_unit_test(test_timeout_out_of_range_refused),
         cmocka_unit_test(test_every_match_kind),
         cmocka_unit_test(test_unmapped_mutex_untouched),

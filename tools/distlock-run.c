@@ -14,10 +14,11 @@
  * program with LD_PRELOAD and a status pipe, and lets it run only once the
  * shim inside it has said that it loaded, read the configuration and found
  * every lock it maps.  Otherwise the program is stopped and distlock-run
- * fails.  (The shim reports from its constructor, before the program's
- * main.  A shim the loader still skips, for a reason not checked here such
- * as a library it needs that is missing, leaves the program running
- * unprotected until the missing report is noticed.)
+ * fails.  The shim reports from its constructor, before the program's
+ * main; a shim the loader would skip for any other reason is caught by a
+ * trial run of the loader alone (loader_takes_shim), so the program's own
+ * code never runs without it (short of the shim file being replaced
+ * between that trial and the start).
  *
  * Status protocol (DISTLOCK_PRELOAD_STATUS_FD=FD:PID, written by the shim
  * in process PID only): lines "msg TEXT" (to be shown), then one final
@@ -525,6 +526,58 @@ static int set_preload(struct run *r)
     return 0;
 }
 
+/* The loader's own verdict, without running any of the program's code:
+ * with LD_TRACE_LOADED_OBJECTS it loads the program's objects, the
+ * preloaded ones first, lists them and exits.  The shim must be listed
+ * ("\t/path (0x...)"); when it is not, the loader's complaint is shown.
+ * 0, or the exit status. */
+static int loader_takes_shim(const struct run *r)
+{
+    char out[65536], want[PATH_MAX + 8], *line;
+    size_t have = 0;
+    ssize_t n;
+    int p[2], st;
+    pid_t pid;
+
+    if (pipe2(p, O_CLOEXEC) != 0) {
+        say("pipe: %s", strerror(errno));
+        return EXIT_FAILURE;
+    }
+    fflush(NULL);
+    if ((pid = fork()) < 0) {
+        say("fork: %s", strerror(errno));
+        return EXIT_FAILURE;
+    }
+    if (pid == 0) {
+        dup2(p[1], 1);
+        dup2(p[1], 2);
+        setenv("LD_TRACE_LOADED_OBJECTS", "1", 1);
+        setenv("LD_PRELOAD", r->preload, 1);
+        fexecve(r->prog_fd, r->argv, environ);
+        _exit(127);
+    }
+    close(p[1]);
+    while (have < sizeof out - 1 &&
+           ((n = read(p[0], out + have, sizeof out - 1 - have)) > 0 ||
+            (n < 0 && errno == EINTR)))
+        have += n > 0 ? (size_t)n : 0;
+    out[have] = '\0';
+    close(p[0]);
+    st = wait_child(pid);
+    snprintf(want, sizeof want, "\t%s (0x", r->shim_abs);
+    if (WIFEXITED(st) && WEXITSTATUS(st) == 0 && strstr(out, want))
+        return 0;
+    line = strstr(out, "ERROR: ");
+    if (WIFSIGNALED(st))
+        say("%s: the loader would start it without the shim %s (it died of "
+            "signal %d loading it)", r->prog, r->shim_abs, WTERMSIG(st));
+    else
+        say("%s: the loader would start it without the shim %s%s%.*s",
+            r->prog, r->shim_abs, line ? ": " : "",
+            line ? (int)strcspn(line, "\n") : 0, line ? line : "");
+    return EXIT_CONFIG;
+}
+
 /* In the child: the settings the shim reads, then the program.  The status
  * pipe's write end is duplicated without FD_CLOEXEC for the shim. */
 static void exec_program(const struct run *r, int status_w,
@@ -641,7 +694,7 @@ int main(int argc, char **argv)
         return rc;
     if ((rc = check_files(&r)) != 0)
         return rc;
-    if ((rc = set_preload(&r)) != 0)
+    if ((rc = set_preload(&r)) != 0 || (rc = loader_takes_shim(&r)) != 0)
         return rc;
     if (pipe2(fds, O_CLOEXEC) != 0) {
         say("pipe: %s", strerror(errno));
