@@ -15,7 +15,11 @@
 # 3. build-tsan/ : the same, built with ThreadSanitizer (clang; the shim
 #    left out), DISTLOCK_TSAN=1/0 forces it on/off; default on when CI is set;
 #    the interop suite with the current Redisson line only
-# 4. with --distcheck: make distcheck (the tarball builds and passes; the
+# 4. build-fuzz/ : when clang-14 is there (DISTLOCK_FUZZ=0 skips it), the
+#    fuzz targets of tests/fuzz/ built with libFuzzer, ASan and UBSan, each
+#    run for DISTLOCK_FUZZ_SECONDS (60) by tests/fuzz/run.sh: a crash, a
+#    leak or a timeout fails the stage; executions and coverage are printed
+# 5. with --distcheck: make distcheck (the tarball builds and passes; the
 #    interop suite's scenarios 1 and 2 on one server, the current line)
 # DISTLOCK_INTEROP=1 (the default when CI is set) installs a JDK and Maven
 # (scripts/deps.sh) and makes a missing one a failure instead of a skip.
@@ -32,7 +36,7 @@ distcheck=0
 for arg in "$@"; do
     case "$arg" in
     --distcheck) distcheck=1 ;;
-    -h | --help) sed -n '2,23p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,27p' "$0"; exit 0 ;;
     *) echo "usage: $0 [--distcheck]" >&2; exit 2 ;;
     esac
 done
@@ -127,6 +131,23 @@ if [[ $tsan -eq 1 ]]; then
         --disable-preload CC=clang-14 CXX=clang++-14
 else
     summary+=("check-tsan: skipped (DISTLOCK_TSAN=1 runs it)")
+fi
+if [[ "${DISTLOCK_FUZZ:-1}" != 0 ]] && command -v clang-14 >/dev/null 2>&1; then
+    # the shim is left out as for TSan (clang lacks GCC's symver
+    # attribute); the INI and ELF targets compile its readers themselves
+    stage_t0=$SECONDS
+    log "fuzz: building in build-fuzz/"
+    status=0
+    DISTLOCK_DEPS_EXTRA="${DISTLOCK_DEPS_EXTRA:-} libclang-rt-14-dev" \
+        "$script_dir/build.sh" --dir build-fuzz --enable-fuzzing \
+        --enable-sanitizers --disable-preload CC=clang-14 || status=$?
+    if [[ $status -eq 0 ]]; then
+        log "fuzz: each target for ${DISTLOCK_FUZZ_SECONDS:-60} s"
+        "$root/tests/fuzz/run.sh" "$root/build-fuzz" "${DISTLOCK_FUZZ_SECONDS:-60}" || status=$?
+    fi
+    record fuzz "$status"
+else
+    summary+=("fuzz: skipped (no clang-14, or DISTLOCK_FUZZ=0)")
 fi
 if [[ $distcheck -eq 1 ]]; then
     log "distcheck: make distcheck in build/"

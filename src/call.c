@@ -425,6 +425,18 @@ static int replica_sync(struct dist__call *c)
     return dist__err(EIO, "%s; the hold is given back", why);
 }
 
+/* Whether why starts with "<noun> '<name>'" already.  Only the start
+ * counts: a lock called "Redis" is named in "cannot connect to Redis" and
+ * still needs its prefix. */
+static int names_lock(const char *why, const char *noun, const char *name)
+{
+    size_t nl = strlen(noun), ml = strlen(name);
+
+    return strncmp(why, noun, nl) == 0 && why[nl] == ' ' &&
+           why[nl + 1] == '\'' && strncmp(why + nl + 2, name, ml) == 0 &&
+           why[nl + 2 + ml] == '\'';
+}
+
 /* Says why a call that did not take the lock failed, with the lock's
  * name. */
 static int failed(struct dist__call *c, int rc)
@@ -444,7 +456,7 @@ static int failed(struct dist__call *c, int rc)
     pthread_mutex_unlock(&c->o->st->mu);
     if (rc == EIO) {
         snprintf(why, sizeof why, "%s", dist_last_error());
-        if (!strstr(why, name_of(c)))
+        if (!names_lock(why, k->noun, name_of(c)))
             dist__err(EIO, "%s '%s': %s", k->noun, name_of(c), why);
     }
     return rc;

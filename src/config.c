@@ -1,5 +1,6 @@
 /* config.c: where Redis is and how long to wait for it.  Read from the
  * environment at first use; the dist_set_* calls override it at any time. */
+#define _GNU_SOURCE   /* secure_getenv */
 #include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
@@ -26,20 +27,23 @@ static pthread_once_t cfg_once = PTHREAD_ONCE_INIT;
 static struct dist__cfg cfg;
 static atomic_ulong cfg_gen = 1;
 
-/* Decodes %XX escapes of a user name or password into out. */
+/* Decodes the %XX escapes of a user name or password into out; a '%' not
+ * followed by two hex digits stands for itself.  -1 when it does not fit or
+ * holds %00 (the AUTH arguments are C strings). */
 static int unescape(const char *s, size_t len, char *out, size_t outlen)
 {
     size_t i, o = 0;
 
     for (i = 0; i < len; i++) {
         int c = (unsigned char)s[i];
-        if (c == '%' && i + 2 < len && isxdigit((unsigned char)s[i + 1]) &&
+        if (c == '%' && i + 2 < len &&
+            isxdigit((unsigned char)s[i + 1]) &&
             isxdigit((unsigned char)s[i + 2])) {
             char hex[3] = { s[i + 1], s[i + 2], 0 };
             c = (int)strtol(hex, NULL, 16);
             i += 2;
         }
-        if (o + 1 >= outlen)
+        if (o + 1 >= outlen || c == 0)
             return -1;
         out[o++] = (char)c;
     }
@@ -68,7 +72,10 @@ static int parse_ulong(const char *s, size_t len, unsigned long max,
 
 #define BAD(...) (snprintf(why, whylen, __VA_ARGS__), EINVAL)
 
-/* host[:port] or [v6]:port from p up to end into a; 0 or EINVAL. */
+/* host[:port] or [v6]:port from p up to end into a; 0 or EINVAL.  The
+ * reasons never quote the text: when a URL is mistyped (an '@' missing),
+ * what stands where the host and port should be may be a password, and
+ * the reason is kept and shown by every later dist_last_error(). */
 static int parse_hostport(const char *p, const char *end, struct dist__addr *a,
                           char *why, size_t whylen)
 {
@@ -97,12 +104,12 @@ static int parse_hostport(const char *p, const char *end, struct dist__addr *a,
     a->host[hend - h] = 0;
     if (p < end && *p == ':') {
         if (parse_ulong(p + 1, (size_t)(end - p - 1), 65535, &v) || v == 0)
-            return BAD("bad port in '%.*s'", (int)(end - h), h);
+            return BAD("bad port (a number from 1 to 65535)");
         a->port = (int)v;
         p = end;
     }
     if (p != end)
-        return BAD("unexpected '%.*s' after the host", (int)(end - p), p);
+        return BAD("unexpected text after the IPv6 address's ']'");
     return 0;
 }
 
@@ -144,7 +151,9 @@ static int parse_scheme(const char *url, const char **rest, int *mode,
 }
 
 /* user[:password]@ at *p, if any, before end: into out, *p past it.
- * Credentials end at the last '@' before the path. */
+ * Credentials end at the last '@' before end (an '@' may stand in the
+ * password as it is); the user name at the first ':' (so may a ':').  The
+ * reasons never quote them. */
 static int parse_credentials(const char **p, const char *end,
                              struct dist__cfg *out, char *why, size_t whylen)
 {
@@ -160,11 +169,32 @@ static int parse_credentials(const char **p, const char *end,
         if (unescape(*p, (size_t)(colon - *p), out->user, sizeof out->user) ||
             unescape(colon + 1, (size_t)(at - colon - 1), out->pass,
                      sizeof out->pass))
-            return BAD("user name or password too long");
+            return BAD("user name or password too long, or holding %%00");
     } else if (unescape(*p, (size_t)(at - *p), out->pass, sizeof out->pass)) {
-        return BAD("password too long");
+        return BAD("password too long, or holding %%00");
     }
     *p = at + 1;
+    return 0;
+}
+
+/* Where the credentials and addresses at p end: at the first '/' or '?'
+ * (unix://: at the socket path's '/').  An '@' after that means a password
+ * holding '/' or '?' as they are, which would be taken for a path or a
+ * query; refused without quoting anything. */
+static int authority_end(const char *p, int is_unix, const char **end,
+                         char *why, size_t whylen)
+{
+    *end = p + strcspn(p, is_unix ? "/" : "/?");
+    if (is_unix) {
+        if (*end > p && (*end)[-1] != '@')
+            return BAD("unix:// needs an absolute socket path, after "
+                       "user:password@ if any (a '/' in a password is "
+                       "written %%2F)");
+        return 0;
+    }
+    if (strchr(*end, '@'))
+        return BAD("'@' after the address: a user name or password holding "
+                   "'/' or '?' must write them percent-encoded (%%2F, %%3F)");
     return 0;
 }
 
@@ -318,7 +348,9 @@ static int parse_single(const char *p, const char *end, struct dist__cfg *out,
  * unix://[user[:password]@]/path[?db=N]
  * redis-sentinel://[user[:password]@]host[:port][,host[:port]...]/MASTER[?db=N]
  * redis-cluster://[user[:password]@]host[:port][,host[:port]...]
- * Fills the connection part of out; leaves the rest alone. */
+ * A user name or password may hold any byte but NUL written %XX; '/' and
+ * '?' must be (%2F, %3F), '@', ':' and '%' may be.  Fills the connection
+ * part of out; leaves the rest alone.  why never quotes the credentials. */
 int dist__parse_url(const char *url, struct dist__cfg *out, char *why,
                     size_t whylen)
 {
@@ -338,8 +370,8 @@ int dist__parse_url(const char *url, struct dist__cfg *out, char *why,
     out->nseeds = 0;
     out->pubsub = DIST__PUBSUB_BOTH;
 
-    end = is_unix ? p + strlen(p) : p + strcspn(p, "/?");
-    if ((rc = parse_credentials(&p, end, out, why, whylen)))
+    if ((rc = authority_end(p, is_unix, &end, why, whylen)) ||
+        (rc = parse_credentials(&p, end, out, why, whylen)))
         return rc;
     if (is_unix)
         return parse_socket(p, out, why, whylen);
@@ -353,10 +385,14 @@ int dist__parse_url(const char *url, struct dist__cfg *out, char *why,
     return parse_sentinel_tail(p, out, why, whylen);
 }
 
+/* The environment is read with secure_getenv: in a set-user-ID or
+ * set-group-ID program (or one with file capabilities) it is the caller's,
+ * who must not point the program at another Redis or change its timeouts;
+ * there the defaults apply, and dist_set_* is the program's own way. */
 static unsigned long env_ms(const char *var, unsigned long def,
                             unsigned long min)
 {
-    const char *s = getenv(var);
+    const char *s = secure_getenv(var);
     unsigned long v;
 
     if (!s || !*s)
@@ -373,7 +409,7 @@ static void cfg_fork(int phase);
 
 static void load_env(void)
 {
-    const char *url = getenv("DISTLOCK_URL");
+    const char *url = secure_getenv("DISTLOCK_URL");
     char why[200];
 
     if (!url || !*url)

@@ -103,6 +103,31 @@ char *dist__names_derive(const struct dist__names *n, const char *prefix,
     return p;
 }
 
+char *dist__names_twin(const char *name, size_t len, size_t *tlen)
+{
+    char *t;
+
+    if (!memchr(name, '{', len)) {
+        /* N derives "P{N}", which "{N}" derives as it stands */
+        if (len == 0 || !(t = malloc(len + 3)))
+            return NULL;
+        t[0] = '{';
+        memcpy(t + 1, name, len);
+        t[len + 1] = '}';
+        t[len + 2] = 0;
+        *tlen = len + 2;
+        return t;
+    }
+    /* "{X}" derives "P{X}", which X derives too if it has no '{' */
+    if (len < 3 || name[0] != '{' || name[len - 1] != '}' ||
+        memchr(name + 1, '{', len - 2) || !(t = malloc(len - 1)))
+        return NULL;
+    memcpy(t, name + 1, len - 2);
+    t[len - 2] = 0;
+    *tlen = len - 2;
+    return t;
+}
+
 void dist__names_ref(struct dist__names *n)
 {
     atomic_fetch_add(&n->refs, 1);

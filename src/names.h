@@ -36,5 +36,12 @@ void dist__names_unref(struct dist__names *n);
  * malloc'd, NUL-terminated; NULL when out of memory. */
 char *dist__names_derive(const struct dist__names *n, const char *prefix,
                          const char *suffix, size_t *len);
+/* The other lock name whose derived names are all those of name: "{q}" for
+ * "q", "q" for "{q}".  Redisson's brace rule maps both to the same queue,
+ * channels, token and read-write keys, so that locks used under both
+ * names block each other; the layout is Redisson's and stays, the tool
+ * warns.  malloc'd, NUL-terminated, its length in *tlen; NULL when name
+ * has no twin (or out of memory). */
+char *dist__names_twin(const char *name, size_t len, size_t *tlen);
 
 #endif

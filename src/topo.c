@@ -83,7 +83,7 @@ static struct {
     int have_good;
     unsigned char owner[16384];   /* index into nodes, or NO_NODE */
     char why[600];                /* why the last refresh failed */
-} T = { .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER };
+} T = { .mu = PTHREAD_MUTEX_INITIALIZER };
 
 /* What dist__topo_on_change registered; written before nfns is raised. */
 #define MAX_ON_CHANGE 4
@@ -114,8 +114,23 @@ static void notify_change(void)
         on_change[i]();
 }
 
-/* Before T.mu is first taken. */
-DIST__FORK_HOOK(topo_init, topo_fork, DIST__RANK_TOPO)
+/* Before T.mu is first taken.  T.cv is waited on with a monotonic deadline
+ * (refresh), so it must run on CLOCK_MONOTONIC: a default condition variable
+ * measures the deadline on CLOCK_REALTIME, finds it long past and returns at
+ * once, which turned every wait for a busy refresh into a spin. */
+static void topo_fork(int phase);
+static pthread_once_t topo_once = PTHREAD_ONCE_INIT;
+
+static void topo_register(void)
+{
+    dist__cond_init_mono(&T.cv);
+    dist__atfork_register(topo_fork, DIST__RANK_TOPO);
+}
+
+static void topo_init(void)
+{
+    pthread_once(&topo_once, topo_register);
+}
 
 static int same_addr(const struct dist__addr *a, const struct dist__addr *b)
 {
@@ -632,7 +647,7 @@ static void topo_fork(int phase)
     } else if (phase == 1) {
         pthread_mutex_unlock(&T.mu);
     } else {
-        pthread_cond_init(&T.cv, NULL);
+        dist__cond_init_mono(&T.cv);
         T.busy = 0;
         pthread_mutex_unlock(&T.mu);
     }

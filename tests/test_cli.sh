@@ -187,6 +187,27 @@ check "status of a lock held by 'distlock lock'" json_ok "$out" \
     "l[0]['kind'] == 'mutex' and len(l[0]['holders']) == 1 and l[0]['holders'][0]['holds'] == 1
      and l[0]['lease_ms'] > 20000 and l[0]['token'] >= 1"
 
+# ---- status: "q" and "{q}" share every derived key -----------------------
+# Redisson's brace rule gives both the same queue, channels and token
+# (issue 15 item 9): status warns when the other one is held.
+tw="$pfx-tw"
+rcli hset "{$tw}" "$uuid1:5" 1 >/dev/null
+run "$D" status "$tw"
+check "status q while {q} is held: warns, naming both" \
+    eval '[[ $rc -eq 0 ]] && has "warning: the lock .{$tw}. is held too, and shares every derived key of .$tw." "$err" &&
+          has "state:    free" "$out"' || show
+run "$D" status "{$tw}"
+check "status {q} while q is free: no warning" \
+    eval '[[ $rc -eq 0 ]] && ! has "warning" "$err" && has "state:    held" "$out"' || show
+rcli hset "$tw" "$uuid2:6" 1 >/dev/null
+run "$D" status "{$tw}"
+check "status {q} while q is held: warns" \
+    eval '[[ $rc -eq 0 ]] && has "warning: the lock .$tw. is held too" "$err"' || show
+run "$D" status "a{$tw}b"
+check "a name with a tag of its own has no twin: no warning" \
+    eval '[[ $rc -eq 0 ]] && ! has "warning" "$err"' || show
+rcli del "$tw" "{$tw}" >/dev/null
+
 # ---- status: fair mutex with a queue of two -------------------------------
 f="$pfx-f"
 fair_queue "$f" 2

@@ -1,11 +1,17 @@
 /* test_config.c: DISTLOCK_URL parsing and the settings' bounds, without a
  * server.  Links config.c directly to reach the parser. */
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -95,6 +101,13 @@ static void test_credentials(void **state)
         { "redis://onlypass@127.0.0.1", NULL, ANY, ANY, NULL, "", "onlypass" },
         /* the last '@' before the path ends the credentials */
         { "redis://u:p@x@127.0.0.1:1", "127.0.0.1", ANY, ANY, NULL, NULL, "p@x" },
+        /* the first ':' ends the user name */
+        { "redis://app:p:w@h", "h", ANY, ANY, NULL, "app", "p:w" },
+        /* '/' and '?' percent-encoded; a '%' without two hex digits is one */
+        { "redis://app:a%2Fb%3Fc%25@h/2", "h", ANY, 2, NULL, "app", "a/b?c%" },
+        { "redis://:50%@h", "h", ANY, ANY, NULL, "", "50%" },
+        { "redis-sentinel://u:p%2Fq@s1:26379/m", NULL, ANY, ANY, NULL, "u",
+          "p/q" },
     };
 
     (void)state;
@@ -107,6 +120,10 @@ static void test_unix_forms(void **state)
         { "unix:///run/redis/redis.sock", NULL, ANY, 0, "/run/redis/redis.sock",
           NULL, NULL },
         { "unix://:pw@/tmp/r.sock?db=3", NULL, ANY, 3, "/tmp/r.sock", NULL, "pw" },
+        /* an '@' in the path is the path's */
+        { "unix:///tmp/a@b.sock", NULL, ANY, 0, "/tmp/a@b.sock", "", "" },
+        { "unix://u:p%2Fw@x@/tmp/a@b.sock", NULL, ANY, 0, "/tmp/a@b.sock",
+          "u", "p/w@x" },
     };
 
     (void)state;
@@ -136,6 +153,40 @@ static void test_refused(void **state)
         snprintf(url, sizeof url, "redis://%s:1", longhost);
         parse_bad(url, "too long");
     }
+}
+
+/* Issue 15 item 6: a password holding '/' was cut there and the rest
+ * quoted back as a bad port, kept by dist_last_error() and printed by the
+ * tool and the shim.  No reason may quote a secret. */
+static void secret_kept(const char *url, const char *secret,
+                        const char *expect)
+{
+    struct dist__cfg c;
+    char why[200] = "";
+
+    assert_int_equal(dist__parse_url(url, &c, why, sizeof why), EINVAL);
+    if (!strstr(why, expect) || strstr(why, secret))
+        fail_msg("'%s': reason '%s' lacks '%s' or quotes '%s'", url, why,
+                 expect, secret);
+    assert_int_equal(dist_set_url(url), EINVAL);
+    if (strstr(dist_last_error(), secret))
+        fail_msg("dist_last_error() quotes '%s': %s", secret,
+                 dist_last_error());
+}
+
+static void test_credentials_never_quoted(void **state)
+{
+    (void)state;
+    secret_kept("redis://app:Sup3rS3cret/x@127.0.0.1", "Sup3rS3cret",
+                "percent-encoded (%2F, %3F)");
+    secret_kept("redis://app:Sup3r?S3cret@127.0.0.1", "S3cret", "%3F");
+    secret_kept("redis-sentinel://u:Sup3r/S3cret@s:1/m", "S3cret", "%2F");
+    secret_kept("redis-cluster://u:Sup3r/S3cret@s:1", "S3cret", "%2F");
+    secret_kept("unix://u:Sup3r/S3cret@/tmp/r.sock", "S3cret", "%2F");
+    /* the host forgotten: what stands in the port is a password */
+    secret_kept("redis://app:Sup3rS3cret", "Sup3rS3cret", "bad port");
+    secret_kept("redis://[::1]Sup3rS3cret", "Sup3rS3cret", "IPv6");
+    secret_kept("redis://app:Sup3r%00S3cret@h", "S3cret", "%00");
 }
 
 static void test_setters(void **state)
@@ -200,6 +251,54 @@ static void test_derived_names(void **state)
     assert_string_equal(n->rwchan.p, "redisson_rwlock:{x}");
     assert_string_equal(n->writers.p, "distlock_rwlock_writers:{x}");
     dist__names_unref(n);
+}
+
+/* Issue 15 item 9: "q" and "{q}" share every derived key (Redisson's
+ * rule, kept); dist__names_twin finds the other name of each pair. */
+static void expect_twin(const char *name, const char *want)
+{
+    struct dist__names *a, *b;
+    size_t len = 0;
+    char *t = dist__names_twin(name, strlen(name), &len);
+
+    if (!want) {
+        if (t)
+            fail_msg("'%s' has no twin, not '%s'", name, t);
+        return;
+    }
+    assert_non_null(t);
+    assert_string_equal(t, want);
+    assert_int_equal(len, strlen(want));
+    a = dist__names_new(name, strlen(name));
+    b = dist__names_new(t, len);
+    assert_non_null(a);
+    assert_non_null(b);
+    assert_string_not_equal(a->name.p, b->name.p);
+    assert_string_equal(a->chan.p, b->chan.p);
+    assert_string_equal(a->token.p, b->token.p);
+    assert_string_equal(a->queue.p, b->queue.p);
+    assert_string_equal(a->timeout.p, b->timeout.p);
+    assert_string_equal(a->rwchan.p, b->rwchan.p);
+    assert_string_equal(a->writers.p, b->writers.p);
+    assert_string_equal(a->fairwait.p, b->fairwait.p);
+    dist__names_unref(a);
+    dist__names_unref(b);
+    free(t);
+}
+
+static void test_names_twin(void **state)
+{
+    (void)state;
+    expect_twin("q", "{q}");
+    expect_twin("{q}", "q");
+    expect_twin("a}b", "{a}b}");
+    expect_twin("{a}b}", "a}b");
+    expect_twin("{tag}rest", NULL);
+    expect_twin("a{b", NULL);
+    expect_twin("{{q}}", NULL);
+    expect_twin("{}", NULL);
+    expect_twin("{", NULL);
+    expect_twin("", NULL);
 }
 
 /* Cluster URLs and the pub/sub kind each gives. */
@@ -342,18 +441,131 @@ static void test_names_slot(void **state)
     }
 }
 
+/* Issue 15, minor: the "mutex 'N': " prefix was left out whenever N
+ * occurred anywhere in the reason, as a lock called "Redis" does in
+ * "cannot connect to Redis at ...". */
+static void test_error_names_the_lock(void **state)
+{
+    static const char *const names[] = { "Redis", "connect", "m" };
+    char want[64];
+    dist_mutex_t m;
+    size_t i;
+
+    (void)state;
+    assert_int_equal(dist_set_url("redis://127.0.0.1:1"), 0);
+    assert_int_equal(dist_set_timeout_ms(300), 0);
+    for (i = 0; i < sizeof names / sizeof names[0]; i++) {
+        assert_int_equal(dist_mutex_init(&m, names[i], NULL), 0);
+        assert_int_not_equal(dist_mutex_trylock(&m), 0);
+        snprintf(want, sizeof want, "mutex '%s': ", names[i]);
+        if (strncmp(dist_last_error(), want, strlen(want)) != 0)
+            fail_msg("'%s' does not start with \"%s\"", dist_last_error(),
+                     want);
+        assert_non_null(strstr(dist_last_error(), "127.0.0.1:1"));
+        dist_mutex_destroy(&m);
+    }
+}
+
+/* ---- a silent sentinel ------------------------------------------------- */
+
+static double clock_s(clockid_t id)
+{
+    struct timespec ts;
+
+    clock_gettime(id, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+struct try_one {
+    char name[16];
+    int rc;
+    char why[400];
+};
+
+static void *trylock_once(void *arg)
+{
+    struct try_one *t = arg;
+    dist_mutex_t m;
+
+    if ((t->rc = dist_mutex_init(&m, t->name, NULL)) == 0) {
+        t->rc = dist_mutex_trylock(&m);     /* fails: nobody answers */
+        dist_mutex_destroy(&m);
+    }
+    snprintf(t->why, sizeof t->why, "%s", dist_last_error());
+    return NULL;
+}
+
+/* Issue 15 item 8: the threads that wait for another's topology refresh
+ * waited on a CLOCK_REALTIME condition variable with a monotonic deadline,
+ * which is long past on that clock: each spun until the refresh gave up
+ * (4 threads burned about 2 s of CPU per second).  The sentinel here takes
+ * connections (the kernel's backlog) and never answers. */
+static void test_silent_sentinel_no_spin(void **state)
+{
+    struct sockaddr_in sa = { .sin_family = AF_INET };
+    socklen_t len = sizeof sa;
+    char url[100];
+    struct try_one one[4];
+    pthread_t t[4];
+    double wall, cpu;
+    int fd = socket(AF_INET, SOCK_STREAM, 0), i;
+
+    (void)state;
+    assert_true(fd >= 0);
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    assert_int_equal(listen(fd, 64), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+    snprintf(url, sizeof url, "redis-sentinel://127.0.0.1:%d/m",
+             ntohs(sa.sin_port));
+    assert_int_equal(dist_set_url(url), 0);
+    assert_int_equal(dist_set_timeout_ms(1500), 0);
+    wall = clock_s(CLOCK_MONOTONIC);
+    cpu = clock_s(CLOCK_PROCESS_CPUTIME_ID);
+    for (i = 0; i < 4; i++) {
+        snprintf(one[i].name, sizeof one[i].name, "spin%d", i);
+        assert_int_equal(pthread_create(&t[i], NULL, trylock_once, &one[i]), 0);
+    }
+    for (i = 0; i < 4; i++)
+        pthread_join(t[i], NULL);
+    wall = clock_s(CLOCK_MONOTONIC) - wall;
+    cpu = clock_s(CLOCK_PROCESS_CPUTIME_ID) - cpu;
+    close(fd);
+    print_message("4 threads against a silent sentinel: %.3f s CPU in "
+                  "%.3f s\n", cpu, wall);
+    /* waiting costs next to nothing; three spinning threads cost whatever
+     * the machine gives them, far above half a core even when loaded */
+    assert_true(wall >= 0.9);
+    if (cpu > 0.5 * wall)
+        fail_msg("%.3f s of CPU in %.3f s: the waiting threads spin", cpu,
+                 wall);
+    /* and each says what happened (once "Resource temporarily
+     * unavailable") */
+    for (i = 0; i < 4; i++) {
+        assert_int_equal(one[i].rc, EIO);
+        if (!strstr(one[i].why, "cannot find the master from the sentinels"))
+            fail_msg("thread %d: '%s'", i, one[i].why);
+        if (strstr(one[i].why, "temporarily"))
+            fail_msg("thread %d: '%s'", i, one[i].why);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tcp_forms),
         cmocka_unit_test(test_credentials),
+        cmocka_unit_test(test_credentials_never_quoted),
         cmocka_unit_test(test_unix_forms),
         cmocka_unit_test(test_refused),
         cmocka_unit_test(test_setters),
         cmocka_unit_test(test_derived_names),
+        cmocka_unit_test(test_names_twin),
         cmocka_unit_test(test_ha_forms),
         cmocka_unit_test(test_keyslot),
         cmocka_unit_test(test_names_slot),
+        cmocka_unit_test(test_error_names_the_lock),
+        cmocka_unit_test(test_silent_sentinel_no_spin),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

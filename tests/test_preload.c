@@ -14,6 +14,7 @@
  * Paths come from $top_builddir (set by make check).
  */
 #define _GNU_SOURCE
+#include <elf.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -530,6 +531,28 @@ static void test_config_many_keys_then_second_match(void **state)
                    "(first at line 18)");
 }
 
+/* Issue 15 item 13: a NUL byte cut the line short for fgets, the rest was
+ * taken for an over-long line and skipped together with the next line, and
+ * every later line number was one too low. */
+static void test_config_nul_byte(void **state)
+{
+    char marker[PATH_MAX];
+    const char *cfg;
+    struct proc p;
+
+    (void)state;
+    cfg = write_file("nul.ini", "[mutex a]\nmatch = symbol g_ledger_lock\n"
+                     "x%cy = 1\nbogus = 2\n\nworse = 3\n", 0);
+    path_in(marker, sizeof marker, "not-started");
+    unlink(marker);
+    assert_exit(run(&p, ARGV(run_bin, "--config", (char *)cfg, "--",
+                             ledger_bin, marker, "1", "1"), NULL, 30), 78);
+    assert_contains(p.ebuf, "nul.ini:3: a NUL byte in the line");
+    assert_contains(p.ebuf, "nul.ini:4: unknown key 'bogus' in [mutex a]");
+    assert_contains(p.ebuf, "nul.ini:6: unknown key 'worse' in [mutex a]");
+    assert_false(exists(marker));
+}
+
 /* Two different qualifiers that read the same once joined with '|' (the
  * old canonical string) are two mappings, not a duplicate.  [mutex c]
  * lacks its 'match' so that the file is refused either way. */
@@ -692,6 +715,154 @@ static void test_secure_execution_refused(void **state)
     else
         print_message("setcap unavailable here: the file-capability refusal "
                       "is not exercised\n");
+}
+
+/* Issue 15 item 7: a shim path with a space or a colon is split by the
+ * loader, which then loads no shim and runs the program unprotected (to
+ * its end, or until --timeout), before distlock-run stopped it.  It must
+ * be refused before the program runs at all. */
+static void test_split_shim_path_refused(void **state)
+{
+    static const char *const names[] = { "shim copy.so", "shim:copy.so" };
+    char copy[PATH_MAX], marker[PATH_MAX];
+    const char *cfg;
+    struct proc p;
+    size_t i;
+
+    (void)state;
+    cfg = write_file("ok.ini", "%s[mutex %sledger]\nmatch = symbol "
+                     "g_ledger_lock\n", redis_section, pfx);
+    path_in(marker, sizeof marker, "not-started");
+    for (i = 0; i < sizeof names / sizeof names[0]; i++) {
+        path_in(copy, sizeof copy, names[i]);
+        copy_file(shim, copy, 0755);
+        unlink(marker);
+        assert_exit(run(&p, ARGV(run_bin, "--config", (char *)cfg,
+                                 "--preload", copy, "--", ledger_bin, marker,
+                                 "1", "1"), NULL, 30), 78);
+        assert_contains(p.ebuf, "splits LD_PRELOAD at spaces and colons");
+        assert_false(exists(marker));
+        unlink(copy);
+    }
+}
+
+/* The same for a shim the loader skips although distlock-run's look at its
+ * ELF header finds nothing wrong (here: its program header entry size
+ * broken, "cannot be preloaded ... ignored"), and for one it would crash
+ * on (cut short after 4 KiB: SIGBUS): the loader's own trial run, which
+ * runs none of the program's code, finds both and the program never runs. */
+static void expect_shim_refused(const char *copy, const char *why)
+{
+    char marker[PATH_MAX];
+    const char *cfg;
+    struct proc p;
+
+    cfg = write_file("ok.ini", "%s[mutex %sledger]\nmatch = symbol "
+                     "g_ledger_lock\n", redis_section, pfx);
+    path_in(marker, sizeof marker, "not-started");
+    unlink(marker);
+    assert_exit(run(&p, ARGV(run_bin, "--config", (char *)cfg, "--preload",
+                             (char *)copy, "--", ledger_bin, marker, "1", "1"),
+                    NULL, 30), 78);
+    assert_contains(p.ebuf, "the loader would start it without the shim");
+    assert_contains(p.ebuf, why);
+    assert_false(exists(marker));
+}
+
+static void test_unloadable_shim_refused(void **state)
+{
+    char copy[PATH_MAX];
+    int fd;
+
+    (void)state;
+    path_in(copy, sizeof copy, "bad-shim.so");
+    copy_file(shim, copy, 0755);
+    fd = open(copy, O_WRONLY);
+    assert_true(fd >= 0);
+    assert_int_equal(pwrite(fd, "\x10\x00", 2,
+                            offsetof(Elf64_Ehdr, e_phentsize)), 2);
+    close(fd);
+    expect_shim_refused(copy, "cannot be preloaded");
+    assert_int_equal(truncate(copy, 0), 0);
+    copy_file(shim, copy, 0755);
+    assert_int_equal(truncate(copy, 4096), 0);
+    expect_shim_refused(copy, "died of signal");
+    unlink(copy);
+}
+
+/* Issue 15 item 14: --timeout 1e300 or inf reached an out-of-range
+ * float-to-int conversion (undefined behaviour); nan, 0 and negatives are
+ * no timeouts either. */
+static void test_timeout_out_of_range_refused(void **state)
+{
+    static const char *const bad[] = { "1e300", "inf", "-inf", "nan", "0",
+                                       "-1", "86401", "1e", "", "0x" };
+    char marker[PATH_MAX];
+    const char *cfg;
+    struct proc p;
+    size_t i;
+
+    (void)state;
+    cfg = write_file("ok.ini", "%s[mutex %sledger]\nmatch = symbol "
+                     "g_ledger_lock\n", redis_section, pfx);
+    path_in(marker, sizeof marker, "not-started");
+    unlink(marker);
+    for (i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        assert_exit(run(&p, ARGV(run_bin, "--config", (char *)cfg,
+                                 "--timeout", (char *)bad[i], "--",
+                                 ledger_bin, marker, "1", "1"), NULL, 30), 2);
+        assert_contains(p.ebuf, "--timeout: seconds, more than 0 and at "
+                        "most 86400");
+        assert_false(exists(marker));
+    }
+}
+
+/* Issue 15, minor: a .symtab that cannot be read made the shim fall back to
+ * .dynsym silently, and an unresolved name was blamed on a stripped
+ * program.  A copy of the ledger with its .symtab's entry size broken must
+ * be reported as corrupted. */
+static void break_symtab(const char *path)
+{
+    Elf64_Ehdr eh;
+    Elf64_Shdr sh;
+    int fd = open(path, O_RDWR), i, done = 0;
+
+    assert_true(fd >= 0);
+    assert_int_equal(pread(fd, &eh, sizeof eh, 0), sizeof eh);
+    for (i = 0; i < eh.e_shnum && !done; i++) {
+        off_t at = (off_t)(eh.e_shoff + (Elf64_Off)i * sizeof sh);
+        assert_int_equal(pread(fd, &sh, sizeof sh, at), sizeof sh);
+        if (sh.sh_type == SHT_SYMTAB) {
+            sh.sh_entsize = 7;
+            assert_int_equal(pwrite(fd, &sh, sizeof sh, at), sizeof sh);
+            done = 1;
+        }
+    }
+    close(fd);
+    assert_true(done);
+}
+
+static void test_corrupted_symtab_reported(void **state)
+{
+    char copy[PATH_MAX], text[1024];
+    const char *cfg;
+    struct proc p;
+
+    (void)state;
+    path_in(copy, sizeof copy, "broken-symtab-ledger");
+    copy_file(ledger_bin, copy, 0755);
+    break_symtab(copy);
+    snprintf(text, sizeof text, "%s[mutex %sledger]\nmatch = symbol "
+             "g_ledger_lock\n", redis_section, pfx);
+    cfg = write_file("symtab.ini", "%s", text);
+    assert_exit(run(&p, ARGV(run_bin, "--config", (char *)cfg, "--", copy,
+                             "/dev/null", "1", "1"), NULL, 30), 78);
+    assert_contains(p.ebuf, "its .symtab is corrupted (a bad entry size, "
+                    "alignment or string table)");
+    assert_contains(p.ebuf, "(the program's .symtab is corrupted: only its "
+                    "dynamic symbols are known)");
+    if (strstr(p.ebuf, "stripped"))
+        fail_msg("a corrupted .symtab called stripped: %s", p.ebuf);
 }
 
 /* ---- every kind of match ------------------------------------------------------ */
@@ -1314,12 +1485,17 @@ int main(void)
         cmocka_unit_test(test_legacy_without_shim_runs),
         cmocka_unit_test(test_config_errors_name_file_and_line),
         cmocka_unit_test(test_config_many_keys_then_second_match),
+        cmocka_unit_test(test_config_nul_byte),
         cmocka_unit_test(test_config_distinct_qualifiers_not_duplicate),
         cmocka_unit_test(test_config_missing_file),
         cmocka_unit_test(test_unresolved_name_refused),
         cmocka_unit_test(test_unresolved_name_warned),
+        cmocka_unit_test(test_corrupted_symtab_reported),
         cmocka_unit_test(test_static_binary_refused),
         cmocka_unit_test(test_secure_execution_refused),
+        cmocka_unit_test(test_split_shim_path_refused),
+        cmocka_unit_test(test_unloadable_shim_refused),
+        cmocka_unit_test(test_timeout_out_of_range_refused),
         cmocka_unit_test(test_every_match_kind),
         cmocka_unit_test(test_unmapped_mutex_untouched),
         cmocka_unit_test(test_plain_ld_preload),

@@ -8,11 +8,17 @@
  * The dynamic loader ignores LD_PRELOAD without a word in some cases: for a
  * statically linked program (there is no loader), and for a program that
  * runs in secure-execution mode (set-user-ID, set-group-ID, or with file
- * capabilities).  distlock-run refuses those up front.  Then it starts the
+ * capabilities), and for a shim path with a space or a colon, which it
+ * splits into pieces that are not the shim.  distlock-run refuses those up
+ * front, and runs the very file it checked (fexecve).  Then it starts the
  * program with LD_PRELOAD and a status pipe, and lets it run only once the
  * shim inside it has said that it loaded, read the configuration and found
  * every lock it maps.  Otherwise the program is stopped and distlock-run
- * fails.
+ * fails.  The shim reports from its constructor, before the program's
+ * main; a shim the loader would skip for any other reason is caught by a
+ * trial run of the loader alone (loader_takes_shim), so the program's own
+ * code never runs without it (short of the shim file being replaced
+ * between that trial and the start).
  *
  * Status protocol (DISTLOCK_PRELOAD_STATUS_FD=FD:PID, written by the shim
  * in process PID only): lines "msg TEXT" (to be shown), then one final
@@ -75,7 +81,8 @@ static void usage(FILE *f)
             "  --config FILE   the mapping (default: $DISTLOCK_PRELOAD_CONFIG)\n"
             "  --preload LIB   the shim (default: $DISTLOCK_PRELOAD_LIB, else\n"
             "                  %s)\n"
-            "  --timeout SEC   how long the shim may take to report (default 30)\n"
+            "  --timeout SEC   how long the shim may take to report (default 30,\n"
+            "                  at most 86400)\n"
             "  -v              show every mapping\n",
             DISTLOCK_PRELOAD_LIB);
 }
@@ -90,22 +97,17 @@ struct elfinfo {
     int dynamic;               /* has PT_DYNAMIC */
 };
 
-/* 0, 1 not ELF, -1 unreadable (errno) */
-static int read_elf(const char *path, struct elfinfo *ei)
+/* The ELF headers of the file open on fd: 0, or 1 not ELF. */
+static int read_elf_fd(int fd, struct elfinfo *ei)
 {
     unsigned char id[EI_NIDENT];
     Elf64_Ehdr eh;
-    int fd, i;
+    int i;
 
     memset(ei, 0, sizeof *ei);
-    fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return -1;
     if (pread(fd, id, sizeof id, 0) != (ssize_t)sizeof id ||
-        memcmp(id, ELFMAG, SELFMAG) != 0) {
-        close(fd);
+        memcmp(id, ELFMAG, SELFMAG) != 0)
         return 1;
-    }
     ei->cls = id[EI_CLASS];
     if (ei->cls != ELFCLASS64) {
         Elf32_Ehdr e32;
@@ -113,13 +115,10 @@ static int read_elf(const char *path, struct elfinfo *ei)
             ei->machine = e32.e_machine;
             ei->type = e32.e_type;
         }
-        close(fd);
         return 0;
     }
-    if (pread(fd, &eh, sizeof eh, 0) != (ssize_t)sizeof eh) {
-        close(fd);
+    if (pread(fd, &eh, sizeof eh, 0) != (ssize_t)sizeof eh)
         return 1;
-    }
     ei->machine = eh.e_machine;
     ei->type = eh.e_type;
     for (i = 0; i < eh.e_phnum && eh.e_phentsize == sizeof(Elf64_Phdr); i++) {
@@ -134,8 +133,19 @@ static int read_elf(const char *path, struct elfinfo *ei)
         else if (ph.p_type == PT_DYNAMIC)
             ei->dynamic = 1;
     }
-    close(fd);
     return 0;
+}
+
+/* 0, 1 not ELF, -1 unreadable (errno) */
+static int read_elf(const char *path, struct elfinfo *ei)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC), rc;
+
+    if (fd < 0)
+        return -1;
+    rc = read_elf_fd(fd, ei);
+    close(fd);
+    return rc;
 }
 
 /* The file execvp would run, in buf. */
@@ -171,7 +181,7 @@ static int find_program(const char *name, char *buf, size_t len)
 /* The loader ignores LD_PRELOAD in secure-execution mode, which a
  * set-user-ID or set-group-ID bit or file capabilities turn on.  0, or
  * EXIT_REFUSED after saying which. */
-static int check_secure_exec(const char *path, const struct stat *st)
+static int check_secure_exec(const char *path, int fd, const struct stat *st)
 {
     const char *bit = NULL;
     ssize_t cap;
@@ -186,7 +196,7 @@ static int check_secure_exec(const char *path, const struct stat *st)
             (unsigned)(st->st_mode & 07777));
         return EXIT_REFUSED;
     }
-    cap = getxattr(path, "security.capability", NULL, 0);
+    cap = fgetxattr(fd, "security.capability", NULL, 0);
     if (cap > 0) {
         say("%s: has file capabilities (security.capability): the loader "
             "ignores LD_PRELOAD in secure-execution mode; run a copy "
@@ -201,26 +211,27 @@ static int check_secure_exec(const char *path, const struct stat *st)
     return 0;
 }
 
-/* Refuses what the loader would start without the shim. */
+/* Refuses what the loader would start without the shim.  Every check is
+ * made on the file open on *fd, which is the one executed (fexecve): a
+ * file put in its place between the checks and the exec cannot run in its
+ * stead.  *fd is -1 when it could not be opened. */
 static int check_program(const char *path, const struct elfinfo *shim,
-                         struct stat *st)
+                         struct stat *st, int *fd)
 {
     struct elfinfo ei;
     int rc;
 
-    if (stat(path, st) != 0) {
+    *fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (*fd < 0) {
         say("%s: %s", path, strerror(errno));
-        return EXIT_NOTFOUND;
+        return errno == ENOENT ? EXIT_NOTFOUND : EXIT_REFUSED;
     }
-    if (!S_ISREG(st->st_mode) || access(path, X_OK) != 0) {
+    if (fstat(*fd, st) != 0 || !S_ISREG(st->st_mode) ||
+        access(path, X_OK) != 0) {
         say("%s: not an executable file", path);
         return EXIT_REFUSED;
     }
-    rc = read_elf(path, &ei);
-    if (rc < 0) {
-        say("%s: %s", path, strerror(errno));
-        return EXIT_REFUSED;
-    }
+    rc = read_elf_fd(*fd, &ei);
     if (rc > 0) {
         say("%s: not an ELF executable (a script?): name the program "
             "itself, so that the shim can be checked into it", path);
@@ -248,7 +259,7 @@ static int check_program(const char *path, const struct elfinfo *shim,
             "interpose its pthread calls", path);
         return EXIT_REFUSED;
     }
-    return check_secure_exec(path, st);
+    return check_secure_exec(path, *fd, st);
 }
 
 /* ---- signals ------------------------------------------------------------- */
@@ -381,7 +392,29 @@ struct run {
     char config_abs[PATH_MAX], shim_abs[PATH_MAX], prog[PATH_MAX];
     char preload[2 * PATH_MAX + 2];
     struct stat pst;             /* of prog */
+    int prog_fd;                 /* prog, open: what is checked is run */
 };
+
+/* --timeout's value: seconds, more than 0 and at most MAX_TIMEOUT_S.  The
+ * bound keeps the milliseconds poll() is given an int: 1e300, inf and nan
+ * made that conversion undefined. */
+#define MAX_TIMEOUT_S 86400.0
+static int parse_timeout(const char *s, double *out)
+{
+    char *end;
+    double v;
+
+    errno = 0;
+    v = strtod(s, &end);
+    if (end == s || *end || errno == ERANGE || !(v > 0) ||
+        !(v <= MAX_TIMEOUT_S)) {
+        say("--timeout: seconds, more than 0 and at most %g, not '%s'",
+            MAX_TIMEOUT_S, s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
 
 /* Reads the options into r.  -1 to go on, else the exit status. */
 static int parse_options(int argc, char **argv, struct run *r)
@@ -412,12 +445,8 @@ static int parse_options(int argc, char **argv, struct run *r)
         } else if (strncmp(a, "--preload=", 10) == 0) {
             r->shim = a + 10;
         } else if (strcmp(a, "--timeout") == 0 && i + 1 < argc) {
-            char *end;
-            r->timeout = strtod(argv[++i], &end);
-            if (*end || !(r->timeout > 0)) {
-                say("--timeout: a number of seconds, not '%s'", argv[i]);
+            if (parse_timeout(argv[++i], &r->timeout) != 0)
                 return EXIT_USAGE;
-            }
         } else {
             say("unknown option '%s'", a);
             usage(stderr);
@@ -457,6 +486,14 @@ static int check_files(struct run *r)
         return EXIT_CONFIG;
     }
     absolute(r->shim, r->shim_abs);
+    if (strpbrk(r->shim_abs, " :")) {
+        /* the loader would load the pieces, none of them the shim, and
+         * start the program without it */
+        say("%s: the loader splits LD_PRELOAD at spaces and colons, so it "
+            "would not load the shim from this path; put it where the path "
+            "has neither", r->shim_abs);
+        return EXIT_CONFIG;
+    }
     rc = read_elf(r->shim_abs, &shim_elf);
     if (rc != 0 || shim_elf.type != ET_DYN) {
         say("%s: not a shared library", r->shim_abs);
@@ -466,7 +503,7 @@ static int check_files(struct run *r)
         say("%s: command not found", r->argv[0]);
         return EXIT_NOTFOUND;
     }
-    return check_program(r->prog, &shim_elf, &r->pst);
+    return check_program(r->prog, &shim_elf, &r->pst, &r->prog_fd);
 }
 
 /* The program's LD_PRELOAD.  0, or the exit status. */
@@ -487,6 +524,58 @@ static int set_preload(struct run *r)
         snprintf(r->preload, sizeof r->preload, "%s", r->shim_abs);
     }
     return 0;
+}
+
+/* The loader's own verdict, without running any of the program's code:
+ * with LD_TRACE_LOADED_OBJECTS it loads the program's objects, the
+ * preloaded ones first, lists them and exits.  The shim must be listed
+ * ("\t/path (0x...)"); when it is not, the loader's complaint is shown.
+ * 0, or the exit status. */
+static int loader_takes_shim(const struct run *r)
+{
+    char out[65536], want[PATH_MAX + 8], *line;
+    size_t have = 0;
+    ssize_t n;
+    int p[2], st;
+    pid_t pid;
+
+    if (pipe2(p, O_CLOEXEC) != 0) {
+        say("pipe: %s", strerror(errno));
+        return EXIT_FAILURE;
+    }
+    fflush(NULL);
+    if ((pid = fork()) < 0) {
+        say("fork: %s", strerror(errno));
+        return EXIT_FAILURE;
+    }
+    if (pid == 0) {
+        dup2(p[1], 1);
+        dup2(p[1], 2);
+        setenv("LD_TRACE_LOADED_OBJECTS", "1", 1);
+        setenv("LD_PRELOAD", r->preload, 1);
+        fexecve(r->prog_fd, r->argv, environ);
+        _exit(127);
+    }
+    close(p[1]);
+    while (have < sizeof out - 1 &&
+           ((n = read(p[0], out + have, sizeof out - 1 - have)) > 0 ||
+            (n < 0 && errno == EINTR)))
+        have += n > 0 ? (size_t)n : 0;
+    out[have] = '\0';
+    close(p[0]);
+    st = wait_child(pid);
+    snprintf(want, sizeof want, "\t%s (0x", r->shim_abs);
+    if (WIFEXITED(st) && WEXITSTATUS(st) == 0 && strstr(out, want))
+        return 0;
+    line = strstr(out, "ERROR: ");
+    if (WIFSIGNALED(st))
+        say("%s: the loader would start it without the shim %s (it died of "
+            "signal %d loading it)", r->prog, r->shim_abs, WTERMSIG(st));
+    else
+        say("%s: the loader would start it without the shim %s%s%.*s",
+            r->prog, r->shim_abs, line ? ": " : "",
+            line ? (int)strcspn(line, "\n") : 0, line ? line : "");
+    return EXIT_CONFIG;
 }
 
 /* In the child: the settings the shim reads, then the program.  The status
@@ -512,7 +601,7 @@ static void exec_program(const struct run *r, int status_w,
     if (r->verbose)
         setenv("DISTLOCK_PRELOAD_VERBOSE", "1", 1);
     sigprocmask(SIG_SETMASK, old, NULL);
-    execv(r->prog, r->argv);
+    fexecve(r->prog_fd, r->argv, environ);
     dprintf(sfd, "msg %s: cannot execute %s: %s\nexec %d\n", prog_name,
             r->prog, strerror(errno), errno);
     _exit(errno == ENOENT ? EXIT_NOTFOUND : EXIT_REFUSED);
@@ -605,7 +694,7 @@ int main(int argc, char **argv)
         return rc;
     if ((rc = check_files(&r)) != 0)
         return rc;
-    if ((rc = set_preload(&r)) != 0)
+    if ((rc = set_preload(&r)) != 0 || (rc = loader_takes_shim(&r)) != 0)
         return rc;
     if (pipe2(fds, O_CLOEXEC) != 0) {
         say("pipe: %s", strerror(errno));

@@ -323,20 +323,37 @@ static void classify(struct parse *p, char *line)
     p->prev_key = 1;
 }
 
+/* One line into str, as fgets would, but read a byte at a time: a NUL in a
+ * line made fgets's line look short, so the rest of it was taken for an
+ * over-long line and skipped with the line after it, and every later line
+ * number was off by one.  Now a line with a NUL, or longer than inih's
+ * buffer, is reported and handed to inih as an empty line. */
 static char *reader(char *str, int num, void *stream)
 {
     struct parse *p = stream;
-    size_t n;
-    int c;
+    size_t n = 0, max = num > 1 ? (size_t)num - 1 : 0;
+    int c = EOF, nul = 0, longer = 0;
 
-    if (!fgets(str, num, p->f))
+    while ((c = getc(p->f)) != EOF) {
+        if (c == '\0')
+            nul = 1;
+        if (n < max)
+            str[n++] = (char)c;
+        else
+            longer = 1;
+        if (c == '\n')
+            break;
+    }
+    if (n == 0 && c == EOF)
         return NULL;
+    str[n] = '\0';
     p->line++;
-    n = strlen(str);
-    if (n > 0 && str[n - 1] != '\n' && !feof(p->f)) {
-        while ((c = getc(p->f)) != EOF && c != '\n')
-            ;
-        perr(p, p->line, "line longer than %d bytes (inih's limit)", num - 2);
+    if (nul || longer) {
+        if (nul)
+            perr(p, p->line, "a NUL byte in the line");
+        else
+            perr(p, p->line, "line longer than %d bytes (inih's limit)",
+                 num - 2);
         p->bad_line = p->line;
         strcpy(str, "\n");
         return str;
@@ -593,6 +610,21 @@ struct pl_config pl_cfg;
 
 int pl_config_load(const char *path, struct pl_config *cfg)
 {
+    FILE *f = fopen(path, "re");
+    int rc;
+
+    if (!f) {
+        memset(cfg, 0, sizeof *cfg);
+        pl_msg("%s: cannot open the configuration: %s", path, strerror(errno));
+        return -1;
+    }
+    rc = pl_config_read(f, path, cfg);
+    fclose(f);
+    return rc;
+}
+
+int pl_config_read(FILE *f, const char *path, struct pl_config *cfg)
+{
     struct parse p;
     size_t i;
     int rc;
@@ -606,15 +638,10 @@ int pl_config_load(const char *path, struct pl_config *cfg)
     p.cfg = cfg;
     if (!cfg->path)
         return -1;
-    p.f = fopen(path, "re");
-    if (!p.f) {
-        pl_msg("%s: cannot open the configuration: %s", path, strerror(errno));
-        return -1;
-    }
+    p.f = f;
     rc = ini_parse_stream(reader, &p, handler, &p);
     if (ferror(p.f))
         perr(&p, p.line, "read error");
-    fclose(p.f);
     if (rc > 0 && p.errors == 0)
         perr(&p, rc, "cannot parse this line");
     else if (rc < 0 && p.errors == 0)

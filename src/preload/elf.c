@@ -4,7 +4,7 @@
  * neither its globals nor its file-static variables, which are only in
  * .symtab (a section that is never loaded).  So the file is mapped and its
  * section headers are read: .symtab when present, else .dynsym (a stripped
- * file).  In .symtab the local symbols come first, each group after the
+ * file, or one whose .symtab is corrupted, which is said).  In .symtab the local symbols come first, each group after the
  * STT_FILE symbol naming the source file it came from; that is how a
  * file-static symbol is told from its namesakes in other files. */
 #define _GNU_SOURCE
@@ -53,13 +53,68 @@ static int use_table(struct pl_elf *e, const Elf64_Shdr *t)
     return 0;
 }
 
+/* The symbol table to use: .symtab, else .dynsym.  A .symtab that is
+ * there but unusable is not taken for a stripped file: the fallback to
+ * .dynsym is kept, with e->symtab_bad saying what is wrong. */
+static int pick_table(struct pl_elf *e, char *why, size_t whylen)
+{
+    const Elf64_Shdr *symtab = NULL, *dynsym = NULL;
+    size_t i;
+
+    for (i = 1; i < e->shnum; i++) {
+        const Elf64_Shdr *s = section(e, i);
+
+        if (e->sh[i].sh_type == SHT_SYMTAB && !symtab && !e->symtab_bad) {
+            if (!s)
+                e->symtab_bad = "its contents lie past the end of the file";
+            symtab = s;
+        } else if (s && s->sh_type == SHT_DYNSYM && !dynsym) {
+            dynsym = s;
+        }
+    }
+    if (symtab && use_table(e, symtab) == 0)
+        return 0;
+    if (symtab)
+        e->symtab_bad = "a bad entry size, alignment or string table";
+    if (dynsym && use_table(e, dynsym) == 0) {
+        e->dynamic_only = 1;
+        return 0;
+    }
+    return fail(why, whylen, e->symtab_bad ? "corrupted .symtab and no usable "
+                ".dynsym" : "no symbol table");
+}
+
+int pl_elf_parse(struct pl_elf *e, const unsigned char *map, size_t size,
+                 char *why, size_t whylen)
+{
+    const Elf64_Ehdr *eh = (const Elf64_Ehdr *)map;
+
+    memset(e, 0, sizeof *e);
+    if (size < sizeof(Elf64_Ehdr))
+        return fail(why, whylen, "too short for ELF");
+    e->map = map;
+    e->size = size;
+    if (memcmp(eh->e_ident, ELFMAG, SELFMAG) != 0 ||
+        eh->e_ident[EI_CLASS] != ELFCLASS64 ||
+        eh->e_ident[EI_DATA] != ELFDATA2LSB)
+        return fail(why, whylen, "not a little-endian ELF64 file");
+    if (eh->e_shoff == 0 || eh->e_shentsize != sizeof(Elf64_Shdr) ||
+        eh->e_shoff % 8 != 0 || eh->e_shoff > e->size)
+        return fail(why, whylen, "no usable section headers");
+    e->sh = (const Elf64_Shdr *)(e->map + eh->e_shoff);
+    e->shnum = eh->e_shnum;
+    if (e->shnum == 0 && e->size - eh->e_shoff >= sizeof(Elf64_Shdr))
+        e->shnum = e->sh[0].sh_size;        /* more than SHN_LORESERVE */
+    if (e->shnum == 0 ||
+        e->shnum > (e->size - eh->e_shoff) / sizeof(Elf64_Shdr))
+        return fail(why, whylen, "section headers past the end of the file");
+    return pick_table(e, why, whylen);
+}
+
 int pl_elf_open(struct pl_elf *e, const char *path, char *why, size_t whylen)
 {
-    const Elf64_Ehdr *eh;
-    const Elf64_Shdr *symtab = NULL, *dynsym = NULL;
     struct stat st;
     void *map;
-    size_t i;
     int fd;
 
     memset(e, 0, sizeof *e);
@@ -79,52 +134,18 @@ int pl_elf_open(struct pl_elf *e, const char *path, char *why, size_t whylen)
         snprintf(why, whylen, "cannot map: %s", strerror(errno));
         return -1;
     }
-    e->map = map;
-    e->size = (size_t)st.st_size;
-    eh = map;
-    if (memcmp(eh->e_ident, ELFMAG, SELFMAG) != 0 ||
-        eh->e_ident[EI_CLASS] != ELFCLASS64 ||
-        eh->e_ident[EI_DATA] != ELFDATA2LSB) {
-        pl_elf_close(e);
-        return fail(why, whylen, "not a little-endian ELF64 file");
+    if (pl_elf_parse(e, map, (size_t)st.st_size, why, whylen) != 0) {
+        munmap(map, (size_t)st.st_size);
+        memset(e, 0, sizeof *e);
+        return -1;
     }
-    if (eh->e_shoff == 0 || eh->e_shentsize != sizeof(Elf64_Shdr) ||
-        eh->e_shoff % 8 != 0 || eh->e_shoff > e->size) {
-        pl_elf_close(e);
-        return fail(why, whylen, "no usable section headers");
-    }
-    e->sh = (const Elf64_Shdr *)(e->map + eh->e_shoff);
-    e->shnum = eh->e_shnum;
-    if (e->shnum == 0 && e->size - eh->e_shoff >= sizeof(Elf64_Shdr))
-        e->shnum = e->sh[0].sh_size;        /* more than SHN_LORESERVE */
-    if (e->shnum == 0 ||
-        e->shnum > (e->size - eh->e_shoff) / sizeof(Elf64_Shdr)) {
-        pl_elf_close(e);
-        return fail(why, whylen, "section headers past the end of the file");
-    }
-    for (i = 1; i < e->shnum; i++) {
-        const Elf64_Shdr *s = section(e, i);
-
-        if (!s)
-            continue;
-        if (s->sh_type == SHT_SYMTAB && !symtab)
-            symtab = s;
-        else if (s->sh_type == SHT_DYNSYM && !dynsym)
-            dynsym = s;
-    }
-    if (symtab && use_table(e, symtab) == 0)
-        return 0;
-    if (dynsym && use_table(e, dynsym) == 0) {
-        e->dynamic_only = 1;
-        return 0;
-    }
-    pl_elf_close(e);
-    return fail(why, whylen, "no symbol table");
+    e->mapped = 1;
+    return 0;
 }
 
 void pl_elf_close(struct pl_elf *e)
 {
-    if (e->map)
+    if (e->map && e->mapped)
         munmap((void *)e->map, e->size);
     memset(e, 0, sizeof *e);
 }

@@ -32,6 +32,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "distlock.h"
 
@@ -142,6 +143,8 @@ int pl_parse_match(struct pl_section *s, const char *v, char *why,
 /* Reads path.  0, or -1 after reporting every problem with pl_msg as
  * "FILE:LINE: ...".  cfg is filled either way; free it with pl_config_free. */
 int pl_config_load(const char *path, struct pl_config *cfg);
+/* The same from f, named path in the messages (the fuzz target's entry). */
+int pl_config_read(FILE *f, const char *path, struct pl_config *cfg);
 void pl_config_free(struct pl_config *cfg);
 /* The configuration this process runs with: loaded by start-up, read by
  * the shim afterwards. */
@@ -159,11 +162,17 @@ struct pl_elf {
     const char *str;
     size_t strsz;
     size_t first_global;     /* sh_info of the table: locals come first */
-    int dynamic_only;        /* no .symtab: stripped */
+    int dynamic_only;        /* .dynsym in use: no .symtab, or a bad one */
+    const char *symtab_bad;  /* why the .symtab was not usable, or NULL */
+    int mapped;              /* map is ours (pl_elf_open) */
 };
 
 /* Maps path read-only and finds its symbol table.  0, or -1 with why. */
 int pl_elf_open(struct pl_elf *e, const char *path, char *why, size_t whylen);
+/* The same on size bytes at map, which stay the caller's and must outlive
+ * e (the fuzz target's entry). */
+int pl_elf_parse(struct pl_elf *e, const unsigned char *map, size_t size,
+                 char *why, size_t whylen);
 void pl_elf_close(struct pl_elf *e);
 
 /* Calls fn for every defined symbol with a name.  file is the STT_FILE that

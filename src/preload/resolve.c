@@ -101,7 +101,11 @@ static int obj_read(struct obj *o)
     if (o->state == 0) {
         if (pl_elf_open(&o->elf, o->path, why, sizeof why) == 0) {
             o->state = 1;
-            if (o->elf.dynamic_only && o->is_main && pl_verbose())
+            if (o->elf.symtab_bad)
+                pl_msg("warning: %s: its .symtab is corrupted (%s): only "
+                       "its dynamic symbols can be found", o->display,
+                       o->elf.symtab_bad);
+            else if (o->elf.dynamic_only && o->is_main && pl_verbose())
                 pl_msg("note: %s has no .symtab (stripped): only its "
                        "dynamic symbols can be found", o->display);
         } else {
@@ -320,6 +324,24 @@ static int any_object_called(const struct ctx *c, const char *objq)
     return any_obj;
 }
 
+/* Why the program's own symbols may be missing: stripped, or a .symtab
+ * that could not be read (elf.c). */
+static const char *main_note(const struct ctx *c)
+{
+    const struct pl_elf *e;
+
+    if (!c->os->n || c->os->o[0].state != 1)
+        return "";
+    e = &c->os->o[0].elf;
+    if (e->symtab_bad)
+        return " (the program's .symtab is corrupted: only its dynamic "
+               "symbols are known)";
+    if (e->dynamic_only)
+        return " (the program is stripped: only its dynamic symbols are "
+               "known)";
+    return "";
+}
+
 static void not_found(struct ctx *c, const struct pl_section *s,
                       const struct search *q, const char *objq)
 {
@@ -331,9 +353,7 @@ static void not_found(struct ctx *c, const struct pl_section *s,
         snprintf(in, sizeof in, " in the program or its libraries");
     unresolved(c, s, "%s '%s'%s%s%s not found%s", q->func ? "function" : "symbol",
                s->symbol, q->file ? " of " : "", q->file ? q->file : "", in,
-               c->os->n && c->os->o[0].state == 1 && c->os->o[0].elf.dynamic_only
-                   ? " (the program is stripped: only its dynamic symbols "
-                     "are known)" : "");
+               main_note(c));
 }
 
 /* Finds the section's name: the object it is in (*where) and its hits. */

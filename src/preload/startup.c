@@ -7,7 +7,10 @@
  * own calls into libdistlock, inih and libc come back to the shim) passes
  * straight through.  Start-up reads the configuration and the symbol
  * tables and creates the dist_mutex objects; it does no network I/O.  Its
- * messages and verdict go to distlock-run over the status pipe. */
+ * messages and verdict go to distlock-run over the status pipe.  Its
+ * settings are read with secure_getenv: a set-user-ID program never takes
+ * them from its caller (the loader does not preload into one either, but
+ * the shim may be linked or loaded by other means). */
 #define _GNU_SOURCE
 #include <limits.h>
 #include <linux/futex.h>
@@ -38,7 +41,7 @@ static void on_lost(const char *name, void *arg)
  * mappings are about one program only. */
 static int is_target(void)
 {
-    const char *t = getenv("DISTLOCK_PRELOAD_TARGET");
+    const char *t = secure_getenv("DISTLOCK_PRELOAD_TARGET");
     unsigned long long dev, ino;
     struct stat st;
 
@@ -71,7 +74,7 @@ static int is_program(const char *want)
 
 static void open_status(void)
 {
-    const char *s = getenv("DISTLOCK_PRELOAD_STATUS_FD");
+    const char *s = secure_getenv("DISTLOCK_PRELOAD_STATUS_FD");
     long long pid;
     int fd;
 
@@ -189,11 +192,11 @@ static const struct pl_table *build(void)
     const char *path, *v;
 
     open_status();
-    v = getenv("DISTLOCK_PRELOAD_VERBOSE");
+    v = secure_getenv("DISTLOCK_PRELOAD_VERBOSE");
     pl_set_verbose(v && *v && strcmp(v, "0") != 0);
     if (!is_target())
         return not_ours();
-    path = getenv("DISTLOCK_PRELOAD_CONFIG");
+    path = secure_getenv("DISTLOCK_PRELOAD_CONFIG");
     if (!path || !*path) {
         pl_msg("DISTLOCK_PRELOAD_CONFIG is not set: no configuration to "
                "apply (distlock-run --config FILE sets it)");

@@ -254,6 +254,7 @@ int cmd_status(int argc, char **argv)
 
     redis_setup();
     snap_take(name, strlen(name), &s);
+    warn_twin(name);
     if (opt.json)
         status_json(&s);
     else

@@ -64,6 +64,42 @@ void usage_error(const char *fmt, ...)
 /* Settings                                                                 */
 /* ------------------------------------------------------------------------ */
 
+/* Issue 15 item 9: by Redisson's brace rule "q" and "{q}" derive the same
+ * fair queue, channels, token and read-write keys, so locks used under
+ * both names block each other.  The layout must stay Redisson's; status
+ * warns when the other name is held too.  A failed look says nothing: the
+ * command has read the server already and reports it. */
+void warn_twin(const char *name)
+{
+    size_t tlen, len = strlen(name);
+    char *twin = dist__names_twin(name, len, &tlen);
+    const char *av[2] = { "EXISTS", twin };
+    size_t lens[2] = { 6, tlen };
+    struct dist__cmd cmd = { 2, av, lens };
+    struct dist__buf key = { name, len };
+    redisReply *r = NULL;
+    struct sb b = { 0 };
+
+    if (!twin)
+        return;
+    /* the twin hashes to the name's slot: both are hashed on the text
+     * inside the braces */
+    if (dist__route_cmds(&key, 1, &cmd, &r, NULL) == 0 &&
+        r->type == REDIS_REPLY_INTEGER && r->integer == 1) {
+        sb_adds(&b, "distlock: warning: the lock '");
+        sb_human(&b, twin, tlen);
+        sb_adds(&b, "' is held too, and shares every derived key of '");
+        sb_human(&b, name, len);
+        sb_adds(&b, "' (fair queue, channels, token, read-write keys: "
+                "Redisson's naming), so they block each other and what is "
+                "shown may be the other's; use one of the two names\n");
+        fwrite(b.p, 1, b.len, stderr);
+        sb_free(&b);
+    }
+    freeReplyObject(r);
+    free(twin);
+}
+
 void redis_setup(void)
 {
     if (opt.url) {

@@ -54,6 +54,9 @@ typedef int (*extra_opt_fn)(int argc, char **argv, int *i, void *arg);
 const char *operand_args(int argc, char **argv, extra_opt_fn extra, void *arg);
 /* The same, for a lock NAME, which must be there and valid. */
 const char *name_args(int argc, char **argv, extra_opt_fn extra, void *arg);
+/* On stderr, when the lock whose derived keys are all NAME's ("{q}" for
+ * "q", and back) is held: the two block each other (names.h). */
+void warn_twin(const char *name);
 /* Reads the settings (--url, DISTLOCK_URL); exit 2 when they are bad. */
 void redis_setup(void);
 int on_cluster(void);
