@@ -258,7 +258,7 @@ static int trip_target(struct tconn *t, const struct trip *tr,
 static int trip_later(struct trip *tr)
 {
     if (!tr->give_up)
-        tr->give_up = dist__now_ms() + tr->timeout_ms;
+        tr->give_up = dist__link_until(tr->timeout_ms);
     if (dist__now_ms() >= tr->give_up)
         return -1;
     dist__sleep_ms(tr->backoff);
@@ -468,7 +468,7 @@ static int retry_lost(struct trip *tr, uint64_t *until, const char *why)
     dist__topo_stale();
     tr->asking = 0;
     if (!*until) {
-        *until = now + tr->timeout_ms;
+        *until = dist__link_until(tr->timeout_ms);
         return 0;
     }
     if (now >= *until)
