@@ -144,9 +144,12 @@ static int m_acquire(struct dist__call *c)
     int rc = run_acquire(c, &r);
 
     if (rc == DIST__ECONN) {
+        char why[256];
+        /* the reason the reply was lost says more than the probe's */
+        snprintf(why, sizeof why, "%s", dist_last_error());
         if (probe(c->o->st->names, &holds, &pttl, &tok, &c->on) != 0) {
             c->unknown = 1;
-            return EIO;
+            return dist__err(EIO, "%s", why);
         }
         if (holds > (long long)c->n[0] + 1)
             return dist__call_bad(c, "mutex_probe", "%lld holds (this "
@@ -255,10 +258,12 @@ static int m_release(struct dist__call *c)
                          &nkv);
     rc = dist__route_run(script, nkeys, kv, nkv, &r);
     if (rc == DIST__ECONN) {
+        char why[256];
+        snprintf(why, sizeof why, "%s", dist_last_error());
         switch (release_ran(c, my_token(c))) {
         case 1: return 0;
         case -1: return EPERM;
-        case -2: c->unknown = 1; return EIO;
+        case -2: c->unknown = 1; return dist__err(EIO, "%s", why);
         }
         if ((rc = dist__route_run(script, nkeys, kv, nkv, &r)) == DIST__ECONN) {
             c->unknown = 1;

@@ -185,12 +185,15 @@ static int run(int script, int nkeys, const struct dist__buf *kv, int nkv,
                redisReply **r, int *again, struct dist__link **on)
 {
     struct dist__link *dummy;
+    char why[256];
     int rc, tries;
 
     if (!on)
         on = &dummy;
     *again = 0;
     rc = dist__route_eval(script, nkeys, kv, nkv, r, on);
+    if (rc == DIST__ECONN)      /* why it was lost says more than a retry */
+        snprintf(why, sizeof why, "%s", dist_last_error());
     for (tries = 0; tries < 2 && (rc == DIST__ECONN ||
                                   (*again && rc == DIST__ENOCONN)); tries++) {
         *again = 1;
@@ -199,7 +202,7 @@ static int run(int script, int nkeys, const struct dist__buf *kv, int nkv,
     if (rc == 0)
         return 0;
     if (*again)
-        return DIST__ECONN;
+        return dist__err(EIO, "%s", why), DIST__ECONN;
     return rc == ENOMEM ? ENOMEM : EIO;
 }
 

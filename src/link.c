@@ -120,16 +120,17 @@ static int connect_fd(int fd, const struct sockaddr *sa, socklen_t len,
     if (errno != EINPROGRESS)
         return errno;
     for (;;) {
+        /* one look even when the time is up: on loopback the connection
+         * is usually made by then */
         struct pollfd p = { fd, POLLOUT, 0 };
-        uint64_t now = dist__now_ms();
-        int n;
+        uint64_t now = dist__now_ms(), left = until > now ? until - now : 0;
+        int n = poll(&p, 1, left > INT_MAX ? INT_MAX : (int)left);
 
-        if (now >= until)
-            return ETIMEDOUT;
-        n = poll(&p, 1, until - now > INT_MAX ? INT_MAX : (int)(until - now));
         if (n > 0)
             break;
-        if (n < 0 && errno != EINTR)
+        if (n == 0)
+            return ETIMEDOUT;
+        if (errno != EINTR)
             return errno;
     }
     if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &elen) != 0)
@@ -779,6 +780,14 @@ int dist__link_role(struct dist__link *l)
     l->replicas = -1;
     if (dist__link_cmd(l, 1, argv, NULL, &r) != 0)
         return -1;
+    if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOAUTH", 6) == 0) {
+        /* said before anything else refuses, in plain words */
+        freeReplyObject(r);
+        return fail(l, "Redis at %s wants a password (NOAUTH): give it in "
+                    "the URL, redis://:PASSWORD@HOST:PORT (or "
+                    "redis://USER:PASSWORD@... for an ACL user)", l->where),
+               -1;
+    }
     if (r->type == REDIS_REPLY_ERROR) {
         freeReplyObject(r);
         return 1;

@@ -399,7 +399,7 @@ int main(void)
         /* slow and silent */
         C(mutex_try_trickle, K_MUTEX, OP_TRY, "500 ms",
           .bytes = TAKEN, .drip_ms = 300),
-        C(fair_timed_trickle, K_FAIR, OP_TIMED, "500 ms",
+        C(fair_timed_trickle, K_FAIR, OP_TIMED, "lock 'liar",
           .bytes = TAKEN, .drip_ms = 300),
         C(wrlock_try_trickle, K_WRITE, OP_TRY, "500 ms",
           .bytes = TAKEN, .drip_ms = 300),
