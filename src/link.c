@@ -28,8 +28,8 @@
  * "*2147483647" it callocs 16 GiB, for "$2147483647" it buffers whatever
  * comes until 2 GiB have.  A lock's replies are a few numbers and names;
  * the tool's largest (a lock's holders, a SCAN batch) are far below. */
-#define REPLY_MAX_ELEMENTS (1L << 20)   /* in one array */
-#define REPLY_MAX_ITEMS    (1L << 21)   /* in one reply, nested ones too */
+#define REPLY_MAX_ELEMENTS (1L << 18)   /* in one array */
+#define REPLY_MAX_ITEMS    (1L << 19)   /* in one reply, nested ones too */
 #define REPLY_MAX_BULK     (16L << 20)  /* bytes of one string */
 #define REPLY_MAX_BYTES    (64L << 20)  /* bytes of one reply */
 #define REPLY_MAX_LINE     (64L << 10)  /* a status, error or header line */
@@ -534,13 +534,14 @@ static int line_done(struct dist__link *l, struct scan *sc)
         sc->skip = sc->num + 2;
         return 0;
     }
-    if (sc->num > REPLY_MAX_ELEMENTS ||
-        sc->items + sc->num > REPLY_MAX_ITEMS)
+    if (sc->num > REPLY_MAX_ELEMENTS)
         return fail(l, "Redis at %s announced an array of %lld elements, "
-                    "more than the %ld elements a reply may hold (the "
-                    "connection is dropped)", l->where, sc->num,
-                    sc->num > REPLY_MAX_ELEMENTS ? REPLY_MAX_ELEMENTS
-                                                 : REPLY_MAX_ITEMS);
+                    "more than the %ld an array may hold (the connection "
+                    "is dropped)", l->where, sc->num, REPLY_MAX_ELEMENTS);
+    if (sc->items + sc->num > REPLY_MAX_ITEMS)
+        return fail(l, "Redis at %s sent a reply of more than %ld elements "
+                    "in all (the connection is dropped)", l->where,
+                    REPLY_MAX_ITEMS);
     sc->items += sc->num;
     sc->pending += sc->num;
     item_done(sc);

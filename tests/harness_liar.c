@@ -409,7 +409,11 @@ static int next_due(const struct conn *c)
 {
     long long d;
 
-    if (!c->head || c->head->drip_ms <= 0 || c->head->off >= c->head->len)
+    if (c->head && c->head->off >= c->head->len && c->head->fill)
+        return 0;                       /* a flood: as fast as it reads */
+    if (c->head && c->head->drip_ms <= 0)
+        return 0;
+    if (!c->head || c->head->off >= c->head->len)
         return LIAR_TICK_MS;
     d = c->head->due_ms - now_ms();
     return d < 0 ? 0 : d > LIAR_TICK_MS ? LIAR_TICK_MS : (int)d;

@@ -40,6 +40,17 @@
 #define BOUND_S     (TIMEOUT_MS / 1000.0 + 2.0)
 #define MAX_RSS_KB  (400L * 1024)  /* a child that took more asked for it */
 
+#define AS_LIMIT    (1024UL << 20)  /* address space of a child */
+
+/* ASan reserves terabytes of address space: no RLIMIT_AS under it. */
+#if defined(__SANITIZE_ADDRESS__)
+#define UNDER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define UNDER_ASAN 1
+#endif
+#endif
+
 static tu_liar_t *liar;
 
 /* ---- cases ------------------------------------------------------------- */
@@ -179,6 +190,11 @@ static void in_child(void (*fn)(const void *arg, void *res), const void *arg,
     assert_true(pid >= 0);
     if (pid == 0) {
         close(fds[0]);
+#ifndef UNDER_ASAN
+        /* a regression must not take the machine's memory with it: past
+         * this, allocations fail (and the case fails on its text) */
+        setrlimit(RLIMIT_AS, &(struct rlimit){ AS_LIMIT, AS_LIMIT });
+#endif
         memset(res, 0, len);
         fn(arg, res);
         if (write(fds[1], res, len) != (ssize_t)len)
@@ -394,7 +410,9 @@ int main(void)
                    "*1\r\n:1\r\n"),
         C(mutex_try_element_flood, K_MUTEX, OP_TRY, NULL,
           .bytes = "*1000000000\r\n", .fill = ":1\r\n"),
-        C(mutex_try_line_flood, K_MUTEX, OP_TRY, NULL,
+        C(mutex_try_nested_flood, K_MUTEX, OP_TRY, "elements in all",
+          .bytes = "*200000\r\n", .fill = "*3\r\n:1\r\n:1\r\n:1\r\n"),
+        C(mutex_try_line_flood, K_MUTEX, OP_TRY, "line",
           .bytes = "+", .fill = "OKOKOKOK"),
         /* slow and silent */
         C(mutex_try_trickle, K_MUTEX, OP_TRY, "500 ms",
