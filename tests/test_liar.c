@@ -64,6 +64,8 @@ struct lie_case {
     struct tu_lie lie;          /* on EVALSHA unless lie.cmd says */
     const char *want;           /* in the error text (NULL: anything) */
     int want_rc;                /* 0: EIO */
+    const char *held;           /* EVALSHA's other answers (NULL: none):
+                                   the lock held by another, say */
 };
 
 /* What a child saw. */
@@ -78,6 +80,8 @@ struct outcome {
 
 /* A good answer to a lock script: taken, 1 hold, token 7. */
 #define TAKEN "*3\r\n:1\r\n:1\r\n:7\r\n"
+/* Another: held by another owner for 200 ms more. */
+#define HELD "*2\r\n:0\r\n:200\r\n"
 
 static const char *url(void)
 {
@@ -245,6 +249,9 @@ static void check_case(void **state)
         tu_liar_add(liar, &(struct tu_lie){ .cmd = "EVALSHA", .bytes = TAKEN,
                                              .times = 1 });
     tu_liar_add(liar, &lie);
+    if (c->held)
+        tu_liar_add(liar, &(struct tu_lie){ .cmd = "EVALSHA",
+                                             .bytes = c->held });
     in_child(run_case, c, &o, sizeof o, BOUND_S * 3, &rss);
     print_message("%s %s: rc %d in %.3f s, rss %ld KiB: %s\n",
                   kind_name[c->kind], op_name[c->op], o.rc, o.secs, rss, o.err);
@@ -348,7 +355,7 @@ static void check_tool(void **state)
 
 #define LIE(...) { __VA_ARGS__ }
 #define CASE(k, op, lie, want) \
-    (&(const struct lie_case){ k, op, lie, want, 0 })
+    (&(const struct lie_case){ k, op, lie, want, 0, NULL })
 
 static int setup(void **state)
 {
@@ -361,6 +368,10 @@ int main(void)
 #define C(name, k, op, want, ...)                                            \
     param_test(name, check_case,                                             \
                CASE(k, op, LIE(__VA_ARGS__), want), NULL)
+#define CR(name, k, op, rc, want, held, ...)                                 \
+    param_test(name, check_case,                                             \
+               (&(const struct lie_case){ k, op, { __VA_ARGS__ }, want, rc,  \
+                                          held }), NULL)
 #define TOOL(name, want, ...)                                                \
     param_test(name, check_tool,                                             \
                (&(const struct tool_case){ { __VA_ARGS__ }, want }), NULL)
@@ -435,6 +446,19 @@ int main(void)
         C(rdlock_try_unauthenticated, K_READ, OP_TRY, "AUTH",
           .bytes = "-ERR Protocol error: unauthenticated multibulk length\r\n",
           .close = 1),
+        /* the pub/sub connection of a waiter lies; the lock is held by
+         * another (200 ms left, again and again) */
+        CR(mutex_timed_subscribe_2g, K_MUTEX, OP_TIMED, ETIMEDOUT,
+           "timed out", HELD, .cmd = "SUBSCRIBE", .bytes = "*2147483647\r\n"),
+        CR(fair_timed_subscribe_types, K_FAIR, OP_TIMED, ETIMEDOUT,
+           "timed out", HELD, .cmd = "SUBSCRIBE",
+           .bytes = "*3\r\n:1\r\n*0\r\n$-1\r\n"),
+        CR(rdlock_timed_subscribe_message, K_READ, OP_TIMED, ETIMEDOUT,
+           "timed out", HELD, .cmd = "SUBSCRIBE",
+           .bytes = "*3\r\n$7\r\nmessage\r\n$1\r\nx\r\n:1\r\n"
+                    "*3\r\n$7\r\nmessage\r\n$1\r\nx\r\n*0\r\n"),
+        CR(wrlock_timed_subscribe_silent, K_WRITE, OP_TIMED, ETIMEDOUT,
+           "timed out", HELD, .cmd = "SUBSCRIBE", .silent = 1),
         /* the tool */
         TOOL(status_time_integer, "TIME", .cmd = "EXEC",
              .bytes = "*8\r\n+hash\r\n*0\r\n:-2\r\n$-1\r\n*0\r\n*0\r\n*0\r\n"
