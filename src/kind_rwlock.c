@@ -208,14 +208,14 @@ static int run(int script, int nkeys, const struct dist__buf *kv, int nkv,
 
 /* Up to four integers of a reply (elements missing: 0); 0, or EPROTO
  * when it is not an array of at least two integers (every script's reply
- * is), with the text naming what. */
+ * is, but wrlock's {-2}), with the text naming what. */
 static int read_ints(redisReply *r, long long v[4], const char *what)
 {
     int i;
 
     v[0] = v[1] = v[2] = v[3] = 0;
     if (dist__reply_int(r, 0, &v[0]) != 0 ||
-        dist__reply_int(r, 1, &v[1]) != 0) {
+        (v[0] != -2 && dist__reply_int(r, 1, &v[1]) != 0)) {
         freeReplyObject(r);
         dist__err(EIO, "Redis answered %s with a reply that is not a list "
                   "of numbers", what);
@@ -343,16 +343,16 @@ static int reconcile(struct dist__state *st, struct dist__rec *r,
     return 0;
 }
 
-/* Whether an acquire's reply can be true: a hold taken is the owner's
- * next (the scripts are conditional on its counts), a wait is a PTTL or a
- * deadline, counts and tokens are not negative.  0, or EIO (c->unknown)
- * naming what is wrong, before any number of it is used. */
+/* Whether an acquire's reply can be true: a hold taken is exactly the
+ * owner's next (the scripts are conditional on its counts), a wait is a
+ * PTTL or a deadline, counts and tokens are not negative.  0, or EIO
+ * (c->unknown) naming what is wrong, before any number of it is used. */
 static int acquire_sane(struct dist__call *c, const long long v[4])
 {
     const char *script = c->mode ? "rwlock_wrlock" : "rwlock_rdlock";
     unsigned long had = c->n[c->mode];
 
-    if (v[0] == 1 && (v[1] < 1 || (unsigned long long)v[1] > had + 1ULL ||
+    if (v[0] == 1 && (v[1] < 1 || (unsigned long long)v[1] != had + 1ULL ||
                       v[2] < 0))
         return dist__call_bad(c, script, "%lld holds after taking it (this "
                               "thread had %lu), token %lld", v[1], had, v[2]);
@@ -373,7 +373,6 @@ static int read_acquire(struct dist__call *c, const long long v[4], int again)
     long long rd = (long long)c->n[0], wr = (long long)c->n[1];
 
     if (v[0] == 1) {
-        /* a reentrant hold whose earlier ones were lost starts at 1 */
         c->taken = 1;
         c->count = (unsigned long)v[1];
         c->token = (uint64_t)v[2];

@@ -409,6 +409,10 @@ int main(void)
           .bytes = "*3\r\n:-1\r\n:100000000\r\n:-100000000\r\n"),
         C(rdlock_try_mismatch_max, K_READ, OP_TRY, "rwlock 'liar",
           .bytes = "*3\r\n:-1\r\n:9223372036854775807\r\n:0\r\n"),
+        CR(wrlock_try_no_upgrade, K_WRITE, OP_TRY, EBUSY, "upgraded", NULL,
+           .bytes = "*1\r\n:-2\r\n"),
+        C(rdlock_try_no_upgrade, K_READ, OP_TRY, "status -2",
+          .bytes = "*1\r\n:-2\r\n"),
         /* oversized headers */
         C(mutex_try_array_2g, K_MUTEX, OP_TRY, "elements",
           .bytes = "*2147483647\r\n"),
