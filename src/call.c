@@ -4,6 +4,7 @@
  * An outcome that stays unknown is handed to the renewal thread, which
  * settles it with the kind's conditional release (see renew.c). */
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -53,6 +54,24 @@ int dist__deadline_reached(const struct dist__deadline *dl)
     clock_gettime(dl->clock, &now);
     return now.tv_sec > dl->abs.tv_sec ||
            (now.tv_sec == dl->abs.tv_sec && now.tv_nsec >= dl->abs.tv_nsec);
+}
+
+/* ---- replies that cannot be true ---------------------------------------------- */
+
+int dist__call_bad(struct dist__call *c, const char *script,
+                   const char *fmt, ...)
+{
+    char what[160];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    c->unknown = 1;
+    return dist__err(EIO, "%s '%s': Redis answered %s with %s, which no "
+                     "call could have left (a broken or hostile server; the "
+                     "answer is not believed)", c->o->kind->noun,
+                     c->o->st->names->name.p, script, what);
 }
 
 /* ---- the owner's standing ------------------------------------------------- */
@@ -247,6 +266,18 @@ static int refresh(struct dist__call *c)
                      "time", c->o->kind->noun, c->o->st->names->name.p);
 }
 
+/* The kind's acquire, all of whose commands (a reconnect, the script, a
+ * probe after a lost reply) end within the command timeout from its start:
+ * a server that answers one byte at a time cannot stretch it. */
+static int try_limited(struct dist__call *c)
+{
+    uint64_t old = dist__link_limit(c->started + dist__timeout_ms());
+    int rc = c->o->kind->acquire(c);
+
+    dist__link_unlimit(old);
+    return rc;
+}
+
 /* One try of the kind's acquire; a hold it takes is reported only when
  * it is fresh.  One that expired on the way back is tried for again at
  * once (a few times), so that trylock does not say EBUSY for it. */
@@ -257,7 +288,7 @@ static int try_once(struct dist__call *c)
     for (i = 0; i < FRESH_TRIES; i++) {
         c->started = dist__now_ms();
         c->unknown = 0;
-        rc = c->o->kind->acquire(c);
+        rc = try_limited(c);
         if (rc != 0 || !c->taken || !stale(c))
             return rc;
         if ((rc = refresh(c)) != 0 || c->taken)
@@ -445,11 +476,17 @@ static int failed(struct dist__call *c, int rc)
     char why[256];
 
     if (c->unknown) {
+        /* why, with the name once */
+        snprintf(why, sizeof why, "%s", dist_last_error());
         note_unknown(c);
-        return dist__err(EIO, "%s '%s': the lock's reply was lost and Redis "
-                         "has not answered since; a hold it may have taken "
-                         "is given back when Redis answers, or its lease "
-                         "ends it", k->noun, name_of(c));
+        if (strstr(why, name_of(c)))
+            return dist__err(EIO, "%s; whether it took the lock is unknown: "
+                             "a hold it may have taken is given back when "
+                             "Redis answers, or its lease ends it", why);
+        return dist__err(EIO, "%s '%s': %s; whether it took the lock is "
+                         "unknown: a hold it may have taken is given back "
+                         "when Redis answers, or its lease ends it", k->noun,
+                         name_of(c), why[0] ? why : "the reply was lost");
     }
     pthread_mutex_lock(&c->o->st->mu);
     dist__rec_tidy(c->o->st);
@@ -527,11 +564,14 @@ static int release_held(struct dist__call *c)
     struct dist__state *st = c->o->st;
     struct dist__rec *r;
     char why[256];
+    uint64_t old;
     int rc;
 
     c->started = dist__now_ms();
     c->unknown = 0;
+    old = dist__link_limit(c->started + dist__timeout_ms());
     rc = k->release(c);
+    dist__link_unlimit(old);
     if (rc == EIO && !c->unknown)
         return rc;                 /* refused: nothing changed */
     if (rc == EIO)                 /* kept for the message below */
@@ -553,6 +593,10 @@ static int release_held(struct dist__call *c)
     if (r)
         dist__rec_tidy(st);
     pthread_mutex_unlock(&st->mu);
+    if (rc == EIO && strstr(why, name_of(c)))
+        return dist__err(EIO, "%s; this thread has let go of it, and the "
+                         "release is finished when Redis answers, or the "
+                         "lease ends it", why);
     if (rc == EIO)
         return dist__err(EIO, "%s '%s': the release got no answer (%s); this "
                          "thread has let go of it, and the release is "

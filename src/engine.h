@@ -175,6 +175,13 @@ int dist__acquire(struct dist__obj *o, int mode, int try_only,
  * thread waits).  Async-signal-unsafe; never undone. */
 void dist__abandon_waits(void);
 int dist__release(struct dist__obj *o);
+/* A kind found c's reply impossible (a count no call could have left, a
+ * reply of the wrong shape): EIO with the text "<noun> '<name>': Redis
+ * answered <script> with <what>, ...", and c->unknown, since whatever the
+ * server did is not known (the engine hands it to the renewal thread, the
+ * caller believes no hold from it). */
+int dist__call_bad(struct dist__call *c, const char *script,
+                   const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* The calling thread's fencing token; mode 1: of a write hold. */
 int dist__token(struct dist__obj *o, int mode, uint64_t *token);
 /* Fills dl from an API call's arguments: EINVAL for a clock other than

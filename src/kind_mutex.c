@@ -52,7 +52,7 @@ static int probe(const struct dist__names *nm, long long *holds, long long *pttl
         if (rc == 0 || rc == DIST__EREPLY || rc == ENOMEM)
             break;
         if (!give_up)
-            give_up = dist__now_ms() + dist__timeout_ms();
+            give_up = dist__link_until(dist__timeout_ms());
         if (dist__now_ms() >= give_up)
             break;
         dist__sleep_ms(tries == 0 ? 10 : 50);
@@ -60,9 +60,11 @@ static int probe(const struct dist__names *nm, long long *holds, long long *pttl
     if (rc != 0)
         return EIO;
     if (dist__reply_int(r, 0, holds) || dist__reply_int(r, 1, pttl) ||
-        dist__reply_int(r, 2, &t)) {
+        dist__reply_int(r, 2, &t) || *holds < 0 || t < 0) {
         freeReplyObject(r);
-        return dist__err(EIO, "unexpected reply to mutex_probe");
+        return dist__err(EIO, "mutex '%s': Redis answered mutex_probe with "
+                         "something no call could have left (a broken or "
+                         "hostile server)", nm->name.p);
     }
     *token = (uint64_t)t;
     freeReplyObject(r);
@@ -102,20 +104,56 @@ static int run_acquire(struct dist__call *c, redisReply **r)
     return dist__route_eval(DIST__S_FAIR_LOCK, 6, kv, 11, r, &c->on);
 }
 
+/* Reads the acquire script's reply: {1, holds, token} or {0, wait}.  A
+ * hold taken leaves the owner 1 (a fresh hold) to its count + 1 holds;
+ * a wait is a PTTL (-1: no expiry) or a waiter's deadline.  Anything else
+ * cannot be, and is refused before a number of it is used. */
+static int read_acquire(struct dist__call *c, const redisReply *r)
+{
+    const char *script = is_fair(c) ? "fair_lock" : "mutex_lock";
+    long long ok, v, t;
+
+    if (dist__reply_int(r, 0, &ok) != 0 || dist__reply_int(r, 1, &v) != 0)
+        return dist__call_bad(c, script, "a reply that is not {status, n}");
+    if (ok == 1) {
+        if (v < 1 || (unsigned long long)v > c->n[0] + 1ULL)
+            return dist__call_bad(c, script, "%lld holds after taking it "
+                                  "(this thread had %lu)", v, c->n[0]);
+        if (dist__reply_int(r, 2, &t) != 0 || t < 0)
+            return dist__call_bad(c, script, "no fencing token, or a "
+                                  "negative one");
+        c->taken = 1;
+        c->count = (unsigned long)v;
+        c->token = (uint64_t)t;
+        return 0;
+    }
+    if (ok != 0 || v < -1)
+        return dist__call_bad(c, script, "status %lld, wait %lld ms", ok, v);
+    c->taken = 0;
+    c->wait = v;
+    return 0;
+}
+
 /* One try.  A lost reply is settled by reading the owner's count back
  * rather than running the script twice. */
 static int m_acquire(struct dist__call *c)
 {
-    long long ok, v, t = 0, holds, pttl;
+    long long holds, pttl;
     uint64_t tok;
     redisReply *r;
     int rc = run_acquire(c, &r);
 
     if (rc == DIST__ECONN) {
+        char why[256];
+        /* the reason the reply was lost says more than the probe's */
+        snprintf(why, sizeof why, "%s", dist_last_error());
         if (probe(c->o->st->names, &holds, &pttl, &tok, &c->on) != 0) {
             c->unknown = 1;
-            return EIO;
+            return dist__err(EIO, "%s", why);
         }
+        if (holds > (long long)c->n[0] + 1)
+            return dist__call_bad(c, "mutex_probe", "%lld holds (this "
+                                  "thread had %lu)", holds, c->n[0]);
         if (holds == (long long)c->n[0] + 1) {
             c->taken = 1;
             c->count = (unsigned long)holds;
@@ -127,20 +165,9 @@ static int m_acquire(struct dist__call *c)
     }
     if (rc != 0)
         return rc == ENOMEM ? ENOMEM : EIO;   /* ENOMEM: nothing was sent */
-    if (dist__reply_int(r, 0, &ok) != 0 || dist__reply_int(r, 1, &v) != 0) {
-        freeReplyObject(r);
-        return dist__err(EIO, "unexpected reply to mutex_lock");
-    }
-    c->taken = ok == 1;
-    if (c->taken) {
-        c->count = (unsigned long)v;
-        dist__reply_int(r, 2, &t);
-        c->token = (uint64_t)t;
-    } else {
-        c->wait = v;
-    }
+    rc = read_acquire(c, r);
     freeReplyObject(r);
-    return 0;
+    return rc;
 }
 
 /* An error-checking mutex refuses its owner: lock says EDEADLK (waiting
@@ -231,10 +258,12 @@ static int m_release(struct dist__call *c)
                          &nkv);
     rc = dist__route_run(script, nkeys, kv, nkv, &r);
     if (rc == DIST__ECONN) {
+        char why[256];
+        snprintf(why, sizeof why, "%s", dist_last_error());
         switch (release_ran(c, my_token(c))) {
         case 1: return 0;
         case -1: return EPERM;
-        case -2: c->unknown = 1; return EIO;
+        case -2: c->unknown = 1; return dist__err(EIO, "%s", why);
         }
         if ((rc = dist__route_run(script, nkeys, kv, nkv, &r)) == DIST__ECONN) {
             c->unknown = 1;
@@ -248,12 +277,19 @@ static int m_release(struct dist__call *c)
         c->unknown = 1;
     if (rc != 0)
         return EIO;
+    /* {holds left, woken}: left below what the owner had, or -1 (lost) */
     if (dist__reply_int(r, 0, &res) != 0 ||
         dist__reply_int(r, 1, &c->woken) != 0) {
         freeReplyObject(r);
-        return dist__err(EIO, "unexpected reply to mutex_unlock");
+        return dist__call_bad(c, fair ? "fair_unlock" : "mutex_unlock",
+                              "a reply that is not {holds, woken}");
     }
     freeReplyObject(r);
+    if (res < -1 || (res >= 0 && (unsigned long long)res >= c->n[0]) ||
+        c->woken < 0)
+        return dist__call_bad(c, fair ? "fair_unlock" : "mutex_unlock",
+                              "%lld holds left and %lld woken (this thread "
+                              "had %lu)", res, c->woken, c->n[0]);
     if (res < 0)
         return EPERM;
     c->count = (unsigned long)res;

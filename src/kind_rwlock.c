@@ -185,12 +185,15 @@ static int run(int script, int nkeys, const struct dist__buf *kv, int nkv,
                redisReply **r, int *again, struct dist__link **on)
 {
     struct dist__link *dummy;
+    char why[256];
     int rc, tries;
 
     if (!on)
         on = &dummy;
     *again = 0;
     rc = dist__route_eval(script, nkeys, kv, nkv, r, on);
+    if (rc == DIST__ECONN)      /* why it was lost says more than a retry */
+        snprintf(why, sizeof why, "%s", dist_last_error());
     for (tries = 0; tries < 2 && (rc == DIST__ECONN ||
                                   (*again && rc == DIST__ENOCONN)); tries++) {
         *again = 1;
@@ -199,21 +202,26 @@ static int run(int script, int nkeys, const struct dist__buf *kv, int nkv,
     if (rc == 0)
         return 0;
     if (*again)
-        return DIST__ECONN;
+        return dist__err(EIO, "%s", why), DIST__ECONN;
     return rc == ENOMEM ? ENOMEM : EIO;
 }
 
-/* Up to four integers of a reply; 0, or EIO when the first is missing. */
+/* Up to four integers of a reply (elements missing: 0); 0, or EPROTO
+ * when it is not an array of at least two integers (every script's reply
+ * is, but wrlock's {-2}), with the text naming what. */
 static int read_ints(redisReply *r, long long v[4], const char *what)
 {
     int i;
 
     v[0] = v[1] = v[2] = v[3] = 0;
-    if (dist__reply_int(r, 0, &v[0]) != 0) {
+    if (dist__reply_int(r, 0, &v[0]) != 0 ||
+        (v[0] != -2 && dist__reply_int(r, 1, &v[1]) != 0)) {
         freeReplyObject(r);
-        return dist__err(EIO, "unexpected reply to %s", what);
+        dist__err(EIO, "Redis answered %s with a reply that is not a list "
+                  "of numbers", what);
+        return EPROTO;
     }
-    for (i = 1; i < 4; i++)
+    for (i = 2; i < 4; i++)
         dist__reply_int(r, (size_t)i, &v[i]);
     freeReplyObject(r);
     return 0;
@@ -335,6 +343,29 @@ static int reconcile(struct dist__state *st, struct dist__rec *r,
     return 0;
 }
 
+/* Whether an acquire's reply can be true: a hold taken is exactly the
+ * owner's next (the scripts are conditional on its counts), a wait is a
+ * PTTL or a deadline, counts and tokens are not negative.  0, or EIO
+ * (c->unknown) naming what is wrong, before any number of it is used. */
+static int acquire_sane(struct dist__call *c, const long long v[4])
+{
+    const char *script = c->mode ? "rwlock_wrlock" : "rwlock_rdlock";
+    unsigned long had = c->n[c->mode];
+
+    if (v[0] == 1 && (v[1] < 1 || (unsigned long long)v[1] != had + 1ULL ||
+                      v[2] < 0))
+        return dist__call_bad(c, script, "%lld holds after taking it (this "
+                              "thread had %lu), token %lld", v[1], had, v[2]);
+    if (v[0] == 0 && v[1] < -1)
+        return dist__call_bad(c, script, "a wait of %lld ms", v[1]);
+    if (v[0] == -1 && (v[1] < 0 || v[2] < 0 || v[3] < 0))
+        return dist__call_bad(c, script, "%lld read and %lld write holds",
+                              v[1], v[2]);
+    if (v[0] > 1 || v[0] < -2 || (v[0] == -2 && !c->mode))
+        return dist__call_bad(c, script, "status %lld", v[0]);
+    return 0;
+}
+
 /* Reads an acquire's reply.  1 when it was a mismatch (v[1..2] are the
  * counts in Redis), 0 otherwise. */
 static int read_acquire(struct dist__call *c, const long long v[4], int again)
@@ -380,12 +411,14 @@ static int rw_acquire(struct dist__call *c)
         if (c->mode && c->n[0] > 0 && c->n[1] == 0)
             return no_upgrade(c, c->how == DIST__HOW_TRY);
         rc = run_acquire(c, r, v, &again);
-        if (rc == DIST__ECONN) {
+        if (rc == DIST__ECONN || rc == EPROTO) {
             c->unknown = 1;
             return EIO;
         }
         if (rc != 0)
             return rc;
+        if (acquire_sane(c, v) != 0)
+            return EIO;
         if (v[0] == -2)
             return no_upgrade(c, c->how == DIST__HOW_TRY);
         if (!read_acquire(c, v, again))
@@ -411,6 +444,29 @@ static int rw_plan(struct dist__call *c, int try_only)
 
 /* ---- release ------------------------------------------------------------------ */
 
+/* Whether a release's reply can be true: {left, woken} with left one
+ * below what the owner had (a second run after a lost reply may find the
+ * first did it: -1 with those counts), or {-1, reads, writes} with counts
+ * no higher than the owner's.  0, or EIO (c->unknown). */
+static int release_sane(struct dist__call *c, const long long v[4])
+{
+    const char *script = c->mode ? "rwlock_wrunlock" : "rwlock_rdunlock";
+    unsigned long had = c->n[c->mode];
+
+    if (v[0] >= 0 && ((unsigned long long)v[0] + 1 != had || v[1] < 0))
+        return dist__call_bad(c, script, "%lld holds left and %lld woken "
+                              "(this thread had %lu)", v[0], v[1], had);
+    if (v[0] == -1 && (v[1] < 0 || v[2] < 0 ||
+                       (unsigned long long)v[1] > c->n[0] ||
+                       (unsigned long long)v[2] > c->n[1]))
+        return dist__call_bad(c, script, "%lld read and %lld write holds "
+                              "(this thread had %lu and %lu)", v[1], v[2],
+                              c->n[0], c->n[1]);
+    if (v[0] < -1)
+        return dist__call_bad(c, script, "status %lld", v[0]);
+    return 0;
+}
+
 static int rw_release(struct dist__call *c)
 {
     struct dist__state *st = c->o->st;
@@ -432,12 +488,14 @@ static int rw_release(struct dist__call *c)
     rc = run_release(st, owner, olen, c->mode, rd, wr, &tk, v, &again);
     /* Not even sent: the owner lets go all the same, as for an unknown
      * outcome; a hold kept after a failed unlock would be renewed for ever. */
-    if (rc == EIO || rc == DIST__ECONN) {
+    if (rc == EIO || rc == DIST__ECONN || rc == EPROTO) {
         c->unknown = 1;
         return EIO;
     }
     if (rc != 0)
         return rc;
+    if (release_sane(c, v) != 0)
+        return EIO;
     if (v[0] == -1 && again &&
         ((c->mode && v[2] == (long long)wr - 1 && v[1] == (long long)rd) ||
          (!c->mode && v[1] == (long long)rd - 1 && v[2] == (long long)wr)))
@@ -485,6 +543,12 @@ static int rw_settle(struct dist__hold *h, int *lost)
                        &again);
     free(p);
     free(rp);
+    if (rc == EPROTO) {
+        /* an answer no call could have left: nothing better will come of
+         * asking again; the lease ends what Redis may keep */
+        *lost = 0;
+        return 0;
+    }
     if (rc != 0)
         return -1;
     /* >= 0: the owed hold was given back; -1 with the owner's own counts:

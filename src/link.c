@@ -24,13 +24,36 @@
 #include "scripts.h"
 
 #define READ_CHUNK      8192   /* bytes asked of one read(2) */
+
+/* What one reply may hold.  hiredis 0.14.1 believes every header: for
+ * "*2147483647" it callocs 16 GiB, for "$2147483647" it buffers whatever
+ * comes until 2 GiB have.  A lock's replies are a few numbers and names;
+ * the tool's largest (a lock's holders, a SCAN batch) are far below. */
+#define REPLY_MAX_ELEMENTS (1L << 18)   /* in one array */
+#define REPLY_MAX_ITEMS    (1L << 19)   /* in one reply, nested ones too */
+#define REPLY_MAX_BULK     (16L << 20)  /* bytes of one string */
+#define REPLY_MAX_BYTES    (64L << 20)  /* bytes of one reply */
+#define REPLY_MAX_LINE     (64L << 10)  /* a status, error or header line */
 #define ROLE_MAX_AGE_MS 1000   /* replica count older than this is read again */
 #define STACK_ARGS      24
+
+/* Where the scan of the bytes read stands (see scan_bytes). */
+struct scan {
+    int in_line;               /* in a line: its type byte was seen */
+    char type;                 /* '+', '-', ':', '$', '*' */
+    int neg, digits, junk;     /* the line's number so far */
+    long long num;
+    long long line;            /* bytes of the line so far */
+    long long skip;            /* bytes of a string (and its CRLF) to pass */
+    long long pending;         /* items the reply still owes; 0: between */
+    long long items, bytes;    /* of the reply being read */
+};
 
 struct dist__link {
     int fd;
     int broken;
     redisReader *reader;
+    struct scan scan;
     char *out;                 /* formatted commands not written yet */
     size_t outlen, outcap;
     char *in;                  /* READ_CHUNK bytes */
@@ -98,16 +121,17 @@ static int connect_fd(int fd, const struct sockaddr *sa, socklen_t len,
     if (errno != EINPROGRESS)
         return errno;
     for (;;) {
+        /* one look even when the time is up: on loopback the connection
+         * is usually made by then */
         struct pollfd p = { fd, POLLOUT, 0 };
-        uint64_t now = dist__now_ms();
-        int n;
+        uint64_t now = dist__now_ms(), left = until > now ? until - now : 0;
+        int n = poll(&p, 1, left > INT_MAX ? INT_MAX : (int)left);
 
-        if (now >= until)
-            return ETIMEDOUT;
-        n = poll(&p, 1, until - now > INT_MAX ? INT_MAX : (int)(until - now));
         if (n > 0)
             break;
-        if (n < 0 && errno != EINTR)
+        if (n == 0)
+            return ETIMEDOUT;
+        if (errno != EINTR)
             return errno;
     }
     if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &elen) != 0)
@@ -341,9 +365,34 @@ int dist__link_fd(const struct dist__link *l)
     return l->fd;
 }
 
+/* The end of the calling thread's lock call (0: none), which no command
+ * of the call outlives: DISTLOCK_TIMEOUT_MS bounds the whole call, not
+ * each of its commands (a reconnect, ROLE, EVALSHA, EVAL, a probe). */
+static __thread uint64_t call_until;
+
+uint64_t dist__link_limit(uint64_t until)
+{
+    uint64_t old = call_until;
+
+    call_until = old && until && old < until ? old : until;
+    return old;
+}
+
+void dist__link_unlimit(uint64_t old)
+{
+    call_until = old;
+}
+
+uint64_t dist__link_until(unsigned long ms)
+{
+    uint64_t d = dist__now_ms() + ms;
+
+    return call_until && call_until < d ? call_until : d;
+}
+
 uint64_t dist__link_deadline(const struct dist__link *l)
 {
-    return dist__now_ms() + l->timeout_ms;
+    return dist__link_until(l->timeout_ms);
 }
 
 /* ---- commands ---------------------------------------------------------- */
@@ -454,6 +503,119 @@ int dist__link_flush(struct dist__link *l, uint64_t until)
     return rc;
 }
 
+/* ---- bounds on replies -------------------------------------------------- */
+
+/* One item of the reply is complete; the reply is when it owes no more. */
+static void item_done(struct scan *sc)
+{
+    if (--sc->pending == 0)
+        sc->items = sc->bytes = 0;
+}
+
+/* The end of a line: what its header announces.  0, or DIST__ECONN. */
+static int line_done(struct dist__link *l, struct scan *sc)
+{
+    sc->in_line = 0;
+    if (sc->type != '$' && sc->type != '*') {
+        item_done(sc);
+        return 0;
+    }
+    if (!sc->digits || sc->junk || (sc->neg && sc->num != 1))
+        return fail(l, "Redis at %s sent a bad %s header (the connection "
+                    "is dropped)", l->where,
+                    sc->type == '$' ? "string" : "array");
+    if (sc->neg) {                      /* -1: nil */
+        item_done(sc);
+        return 0;
+    }
+    if (sc->type == '$') {
+        if (sc->num > REPLY_MAX_BULK)
+            return fail(l, "Redis at %s announced a string of %lld bytes, "
+                        "more than the %ld bytes a reply may hold (the "
+                        "connection is dropped)", l->where, sc->num,
+                        REPLY_MAX_BULK);
+        sc->skip = sc->num + 2;
+        return 0;
+    }
+    if (sc->num > REPLY_MAX_ELEMENTS)
+        return fail(l, "Redis at %s announced an array of %lld elements, "
+                    "more than the %ld an array may hold (the connection "
+                    "is dropped)", l->where, sc->num, REPLY_MAX_ELEMENTS);
+    if (sc->items + sc->num > REPLY_MAX_ITEMS)
+        return fail(l, "Redis at %s sent a reply of more than %ld elements "
+                    "in all (the connection is dropped)", l->where,
+                    REPLY_MAX_ITEMS);
+    sc->items += sc->num;
+    sc->pending += sc->num;
+    item_done(sc);
+    return 0;
+}
+
+/* One byte of a line. */
+static void line_byte(struct scan *sc, char c)
+{
+    if (c >= '0' && c <= '9') {
+        if (sc->num < 1000000000000LL)  /* beyond every bound: stays so */
+            sc->num = sc->num * 10 + (c - '0');
+        sc->digits++;
+    } else if (c == '-' && !sc->digits && !sc->neg) {
+        sc->neg = 1;
+    } else if (c != '\r') {
+        sc->junk = 1;
+    }
+}
+
+/* Looks at every byte read before hiredis does, to refuse a reply that
+ * announces more than it may hold (REPLY_MAX_*) or is no RESP, before
+ * anything is allocated for it.  0, or DIST__ECONN (l broken). */
+static int scan_bytes(struct dist__link *l, const char *p, size_t n)
+{
+    struct scan *sc = &l->scan;
+    size_t i = 0;
+
+    while (i < n) {
+        if (sc->pending == 0)
+            sc->pending = 1;            /* a new reply */
+        if (sc->skip) {
+            size_t k = (size_t)sc->skip < n - i ? (size_t)sc->skip : n - i;
+            sc->skip -= (long long)k;
+            sc->bytes += (long long)k;
+            i += k;
+            if (!sc->skip)
+                item_done(sc);
+        } else if (!sc->in_line) {
+            sc->type = p[i++];
+            sc->bytes++;
+            if (!strchr("+-:$*", sc->type) || !sc->type)
+                return fail(l, "Redis at %s sent something that is not a "
+                            "Redis reply (byte 0x%02x; the connection is "
+                            "dropped)", l->where, (unsigned char)sc->type);
+            sc->in_line = 1;
+            sc->neg = sc->digits = sc->junk = 0;
+            sc->num = sc->line = 0;
+        } else {
+            char c = p[i++];
+            sc->bytes++;
+            if (c == '\n') {
+                if (line_done(l, sc) != 0)
+                    return DIST__ECONN;
+                continue;
+            }
+            if (++sc->line > REPLY_MAX_LINE)
+                return fail(l, "Redis at %s sent a line longer than %ld "
+                            "bytes (the connection is dropped)", l->where,
+                            REPLY_MAX_LINE);
+            if (sc->type == '$' || sc->type == '*')
+                line_byte(sc, c);
+        }
+        if (sc->bytes > REPLY_MAX_BYTES)
+            return fail(l, "Redis at %s sent a reply of more than %ld bytes "
+                        "(the connection is dropped)", l->where,
+                        REPLY_MAX_BYTES);
+    }
+    return 0;
+}
+
 /* One read(2) into the reader: 0 (something read), 1 (nothing there
  * yet), or DIST__ECONN. */
 static int read_once(struct dist__link *l)
@@ -471,6 +633,8 @@ static int read_once(struct dist__link *l)
         if (errno != EINTR)
             return fail(l, "%s", strerror(errno));
     }
+    if (scan_bytes(l, l->in, (size_t)n) != 0)
+        return DIST__ECONN;
     if (redisReaderFeed(l->reader, l->in, (size_t)n) != REDIS_OK)
         return fail(l, "%s", l->reader->errstr);
     return 0;
@@ -620,6 +784,14 @@ int dist__link_role(struct dist__link *l)
     l->replicas = -1;
     if (dist__link_cmd(l, 1, argv, NULL, &r) != 0)
         return -1;
+    if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOAUTH", 6) == 0) {
+        /* said before anything else refuses, in plain words */
+        freeReplyObject(r);
+        return fail(l, "Redis at %s wants a password (NOAUTH): give it in "
+                    "the URL, redis://:PASSWORD@HOST:PORT (or "
+                    "redis://USER:PASSWORD@... for an ACL user)", l->where),
+               -1;
+    }
     if (r->type == REDIS_REPLY_ERROR) {
         freeReplyObject(r);
         return 1;

@@ -50,8 +50,17 @@ int dist__link_broken(const struct dist__link *l);
  * told whether it ran.  Costs a poll(2), no round trip. */
 int dist__link_alive(const struct dist__link *l);
 int dist__link_fd(const struct dist__link *l);
-/* now + the link's command timeout (monotonic ms). */
+/* now + the link's command timeout (monotonic ms), or the calling
+ * thread's limit when that comes first. */
 uint64_t dist__link_deadline(const struct dist__link *l);
+/* now + ms, or the thread's limit when that comes first. */
+uint64_t dist__link_until(unsigned long ms);
+/* Limits every command of the calling thread, connecting included, to end
+ * by until (monotonic ms; the sooner of it and a limit already set) until
+ * dist__link_unlimit(the value returned): one lock call is one deadline,
+ * however many commands it takes. */
+uint64_t dist__link_limit(uint64_t until);
+void dist__link_unlimit(uint64_t old);
 
 /* ---- commands ---------------------------------------------------------- */
 

@@ -259,7 +259,7 @@ static int trip_target(struct tconn *t, const struct trip *tr,
 static int trip_later(struct trip *tr)
 {
     if (!tr->give_up)
-        tr->give_up = dist__now_ms() + tr->timeout_ms;
+        tr->give_up = dist__link_until(tr->timeout_ms);
     if (dist__now_ms() >= tr->give_up)
         return -1;
     dist__sleep_ms(tr->backoff);
@@ -323,6 +323,11 @@ static int refused(const struct dist__script *s, redisReply **r, int why)
     if (why == -2)
         dist__err(EIO, "Redis refused %s: more than %d redirections (the "
                   "cluster is being resharded)", s->name, MAX_REDIRECTS);
+    else if (strncmp((*r)->str, "NOAUTH", 6) == 0 ||
+             strstr((*r)->str, "unauthenticated"))
+        dist__err(EIO, "Redis refused %s: it wants a password (AUTH) first; "
+                  "give it in the URL, redis://:PASSWORD@HOST:PORT (it "
+                  "said: %.*s)", s->name, (int)(*r)->len, (*r)->str);
     else if (strncmp((*r)->str, "CROSSSLOT", 9) == 0)
         dist__err(EIO, "Redis Cluster refused %s: the lock's keys are in "
                   "different slots; its name has a '{' that opens no "
@@ -463,17 +468,23 @@ static const redisReply *redirecting(int n, redisReply **out,
 }
 
 /* A link failed during a pipeline of reads: 0 to send it again (after a
- * pause, but at once the first time), or DIST__ECONN when time is up. */
-static int retry_lost(struct trip *tr, uint64_t *until, const char *why)
+ * pause, but at once the first time), or DIST__ECONN when time is up, with
+ * the first failure and the last (why) as the reason. */
+static int retry_lost(struct trip *tr, uint64_t *until, const char *first,
+                      const char *why)
 {
     uint64_t now = dist__now_ms();
 
     dist__topo_stale();
     tr->asking = 0;
     if (!*until) {
-        *until = now + tr->timeout_ms;
-        return 0;
+        *until = dist__link_until(tr->timeout_ms);
+        if (*until > now)
+            return 0;       /* else the caller's time is up: say why */
     }
+    if (now >= *until && strcmp(first, why) != 0)
+        return dist__err(EIO, "%s; tried again until the command timeout ran "
+                         "out: %s", first, why), DIST__ECONN;
     if (now >= *until)
         return dist__err(EIO, "%s", why), DIST__ECONN;
     dist__sleep_ms(tr->backoff);
@@ -490,7 +501,7 @@ int dist__route_cmds(const struct dist__buf *key, int n,
     struct dist__link *l;
     const redisReply *r;
     uint64_t lost_until = 0;
-    char why[400];
+    char why[400], first[400] = "";
     struct trip tr;
     int rc;
 
@@ -503,14 +514,16 @@ int dist__route_cmds(const struct dist__buf *key, int n,
     for (;;) {
         if ((rc = trip_target(t, &tr, key, &l)) != 0) {
             snprintf(why, sizeof why, "%s", dist_last_error());
-            if (!lost_until || retry_lost(&tr, &lost_until, why) != 0)
+            if (!lost_until || retry_lost(&tr, &lost_until, first, why) != 0)
                 return rc;
             continue;
         }
         if ((rc = pipeline(l, tr.asking, n, cmds, out)) == DIST__ECONN) {
             snprintf(why, sizeof why, "lost the connection to Redis at %s: %s",
                      dist__link_where(l), dist__link_error(l));
-            if (retry_lost(&tr, &lost_until, why) != 0)
+            if (!first[0])
+                snprintf(first, sizeof first, "%s", why);
+            if (retry_lost(&tr, &lost_until, first, why) != 0)
                 return DIST__ECONN;
             continue;
         }

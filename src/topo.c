@@ -503,7 +503,7 @@ static void refresh(const struct dist__cfg *cfg, uint64_t until)
 int dist__route(const struct dist__cfg *cfg, const struct dist__buf *key,
                 struct dist__addr *out)
 {
-    uint64_t until = dist__now_ms() + cfg->timeout_ms;
+    uint64_t until = dist__link_until(cfg->timeout_ms);
     int rc = 0;
 
     if (cfg->mode == DIST__MODE_SINGLE) {

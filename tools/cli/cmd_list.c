@@ -257,7 +257,7 @@ static void list_master(const struct dist__addr *a, const char *pattern,
     size_t nkeys = 0, i;
 
     if (dist__route_open_master(&rcfg, a, &l) != 0)
-        die(EX_REDIS, "%s", dist_last_error());
+        die(EX_REDIS, "%s", redis_why());
     scan_keys(l, pattern, &keys, &nkeys);
     nkeys = keys_unique(keys, nkeys);
     list_server(l, keys, nkeys, rows);
@@ -362,7 +362,7 @@ int cmd_list(int argc, char **argv)
     /* one server, or every master of a cluster, each holding its slots */
     nmasters = dist__route_masters(&rcfg, masters, MAX_MASTERS);
     if (nmasters < 0)
-        die(EX_REDIS, "%s", dist_last_error());
+        die(EX_REDIS, "%s", redis_why());
     for (m = 0; m < nmasters; m++)
         list_master(&masters[m], pattern, &rows);
     rows_unique(&rows);

@@ -428,7 +428,7 @@ static void reach(const struct dist__names *n)
     redisReply *r;
 
     if (dist__route_cmds(&n->name, 1, &c, &r, NULL) != 0)
-        die(EX_REDIS, "%s", dist_last_error());
+        die(EX_REDIS, "%s", redis_why());
     freeReplyObject(r);
 }
 

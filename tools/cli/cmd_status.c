@@ -253,6 +253,9 @@ int cmd_status(int argc, char **argv)
     struct snap s;
 
     redis_setup();
+    /* the whole command within the command timeout, however slowly a
+     * server answers (reconnects and every read included) */
+    dist__link_limit(dist__now_ms() + rcfg.timeout_ms);
     snap_take(name, strlen(name), &s);
     warn_twin(name);
     if (opt.json)

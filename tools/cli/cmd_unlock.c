@@ -121,7 +121,7 @@ static long long force(const char *name, const struct snap *s)
         free((char *)kv[k].p);
     free(kv);
     if (rc != 0)
-        die(EX_REDIS, "cannot force '%s': %s%s", name, dist_last_error(),
+        die(EX_REDIS, "cannot force '%s': %s%s", name, redis_why(),
             rc == DIST__ECONN ? " (it may or may not have run)" : "");
     result = r->type == REDIS_REPLY_INTEGER ? r->integer : -2;
     freeReplyObject(r);

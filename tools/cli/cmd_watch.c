@@ -229,8 +229,8 @@ static void sub_open(struct sub *u, int retry)
     for (;;) {
         if (sub_connect(u, &t) != 0) {
             if (!retry)
-                die(EX_REDIS, "%s", dist_last_error());
-            snprintf(why, sizeof why, "%s", dist_last_error());
+                die(EX_REDIS, "%s", redis_why());
+            snprintf(why, sizeof why, "%s", redis_why());
             sub_lost(u, &t, why);
             continue;
         }

@@ -115,6 +115,13 @@ void redis_setup(void)
         die(EX_USAGE, "%s", rcfg.bad);
 }
 
+const char *redis_why(void)
+{
+    const char *e = dist_last_error();
+
+    return e && *e ? e : "Redis did not answer (no reason was recorded)";
+}
+
 int on_cluster(void)
 {
     return rcfg.mode == DIST__MODE_CLUSTER;

@@ -160,6 +160,21 @@ static int holder_cmp(const void *a, const void *b)
     return c ? c : (x->olen > y->olen) - (x->olen < y->olen);
 }
 
+/* A waiter's window: its deadline (a ZSET score, server ms) - now, or
+ * LLONG_MIN when the score is no such time (a hostile "1e300" or "nan"
+ * must not reach a conversion to an integer). */
+static long long window_of(const redisReply *score, long long now)
+{
+    double d;
+
+    if (score->type != REDIS_REPLY_STRING)
+        return LLONG_MIN;
+    d = strtod(score->str, NULL);
+    if (!(d > -1e15 && d < 1e15))
+        return LLONG_MIN;
+    return (long long)d - now;
+}
+
 static void waiters_from(struct waiter **out, size_t *nout,
                          const redisReply *zr, const redisReply *list,
                          long long now)
@@ -172,16 +187,16 @@ static void waiters_from(struct waiter **out, size_t *nout,
         for (i = 0; i < list->elements; i++) {
             const redisReply *e = list->element[i];
             struct waiter *w = &(*out)[(*nout)++];
-            w->owner = xmemdup(e->str ? e->str : "", e->str ? e->len : 0);
-            w->olen = e->str ? e->len : 0;
+            int str = e->type == REDIS_REPLY_STRING;
+            w->owner = xmemdup(str ? e->str : "", str ? e->len : 0);
+            w->olen = str ? e->len : 0;
             w->window_ms = LLONG_MIN;
             if (zr && zr->type == REDIS_REPLY_ARRAY)
                 for (j = 0; j + 1 < zr->elements; j += 2) {
                     const redisReply *m = zr->element[j], *sc = zr->element[j + 1];
-                    double d;
-                    if (m->len == w->olen && memcmp(m->str, w->owner, w->olen) == 0 &&
-                        sc->str && (d = strtod(sc->str, NULL), 1))
-                        w->window_ms = (long long)d - now;
+                    if (m->type == REDIS_REPLY_STRING && m->len == w->olen &&
+                        memcmp(m->str, w->owner, w->olen) == 0)
+                        w->window_ms = window_of(sc, now);
                 }
         }
         return;
@@ -192,9 +207,10 @@ static void waiters_from(struct waiter **out, size_t *nout,
     for (j = 0; j + 1 < zr->elements; j += 2) {
         const redisReply *m = zr->element[j], *sc = zr->element[j + 1];
         struct waiter *w = &(*out)[(*nout)++];
-        w->owner = xmemdup(m->str ? m->str : "", m->str ? m->len : 0);
-        w->olen = m->str ? m->len : 0;
-        w->window_ms = sc->str ? (long long)strtod(sc->str, NULL) - now : LLONG_MIN;
+        int str = m->type == REDIS_REPLY_STRING;
+        w->owner = xmemdup(str ? m->str : "", str ? m->len : 0);
+        w->olen = str ? m->len : 0;
+        w->window_ms = window_of(sc, now);
     }
 }
 
@@ -217,14 +233,16 @@ char *read_key(const struct dist__names *n, const struct holder *h,
 
 /* ---- reading ------------------------------------------------------------- */
 
+static const char *const snap_name[SNAP_CMDS] = {
+    "MULTI", "TYPE", "HGETALL", "PTTL", "GET", "LRANGE", "ZRANGE",
+    "ZRANGE", "TIME", "EXEC",
+};
+
 /* MULTI; the reads; EXEC: a consistent picture of N in one round trip. */
 void snap_cmds(const struct dist__names *n, struct snap_args *x,
                struct dist__cmd *cmds)
 {
-    static const char *const name[SNAP_CMDS] = {
-        "MULTI", "TYPE", "HGETALL", "PTTL", "GET", "LRANGE", "ZRANGE",
-        "ZRANGE", "TIME", "EXEC",
-    };
+    const char *const *name = snap_name;
     static const int argc[SNAP_CMDS] = { 1, 2, 2, 2, 2, 4, 5, 5, 1, 1 };
     const struct dist__buf *key[SNAP_CMDS] = {
         NULL, &n->name, &n->name, &n->name, &n->token, &n->queue,
@@ -386,6 +404,24 @@ static void parse_exec(struct snap *s, redisReply **e)
     classify(s, has_mode);
 }
 
+/* The first of EXEC's eight replies that is not what its command gives
+ * (the reads of a key may also fail: a key of another type), or -1. */
+static int exec_odd(redisReply **e)
+{
+    static const int want[7] = {
+        REDIS_REPLY_STATUS, REDIS_REPLY_ARRAY, REDIS_REPLY_INTEGER,
+        REDIS_REPLY_STRING, REDIS_REPLY_ARRAY, REDIS_REPLY_ARRAY,
+        REDIS_REPLY_ARRAY,
+    };
+    int i;
+
+    for (i = 0; i < 7; i++)
+        if (e[i]->type != want[i] && (i == 0 || e[i]->type != REDIS_REPLY_ERROR) &&
+            !(i == 3 && e[i]->type == REDIS_REPLY_NIL))
+            return i;
+    return server_ms(e[7]) > 0 ? -1 : 7;
+}
+
 int snap_parse(struct snap *s, redisReply **r, const char *where)
 {
     static const struct dist__addr nowhere;
@@ -406,6 +442,9 @@ int snap_parse(struct snap *s, redisReply **r, const char *where)
         die(EX_REDIS, "Redis at %s: unexpected answer to EXEC%s%s", where,
             x->type == REDIS_REPLY_ERROR ? ": " : "",
             x->type == REDIS_REPLY_ERROR ? x->str : "");
+    if ((i = exec_odd(x->element)) >= 0)
+        die(EX_REDIS, "Redis at %s: unexpected answer to %s inside EXEC (a "
+            "broken or hostile server)", where, snap_name[i + 1]);
     parse_exec(s, x->element);
     return 0;
 }
@@ -424,7 +463,7 @@ static void read_pttls(struct snap *s, const char **av, const size_t *lens,
         cmds[k] = (struct dist__cmd){ 2, av + 2 * k, lens + 2 * k };
     if (dist__route_cmds(&s->names->name, (int)n, cmds, r, NULL) != 0)
         die(EX_REDIS, "cannot read '%s': %s", B(s->names->name),
-            dist_last_error());
+            redis_why());
     for (i = 0, k = 0; i < s->nh; i++)
         for (j = 1; j <= s->h[i].reads && j <= READ_KEYS_MAX; j++, k++) {
             long long *lease = &s->h[i].lease_ms;   /* -3: no key found */
@@ -481,7 +520,7 @@ void snap_take(const char *name, size_t len, struct snap *s)
     s->names = n;
     snap_cmds(n, &args, cmds);
     if (dist__route_cmds(&n->name, SNAP_CMDS, cmds, r, &on) != 0)
-        die(EX_REDIS, "cannot read '%s': %s", name, dist_last_error());
+        die(EX_REDIS, "cannot read '%s': %s", name, redis_why());
     /* the route followed every redirection: none is left */
     if (snap_parse(s, r, dist__link_where(on)) != 0)
         die(EX_REDIS, "cannot read '%s': redirected", name);

@@ -59,6 +59,8 @@ const char *name_args(int argc, char **argv, extra_opt_fn extra, void *arg);
 void warn_twin(const char *name);
 /* Reads the settings (--url, DISTLOCK_URL); exit 2 when they are bad. */
 void redis_setup(void);
+/* Why the last call to Redis failed: never empty. */
+const char *redis_why(void);
 int on_cluster(void);
 /* Releases go by SPUBLISH (a cluster without ?pubsub=plain). */
 int sharded_pubsub(void);

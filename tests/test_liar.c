@@ -1,0 +1,496 @@
+/*
+ * test_liar: the library and the distlock tool against a Redis that lies
+ * (harness_liar.h): wrong types, impossible numbers, oversized headers,
+ * one byte at a time, silence.  Every call must end with a clear error
+ * within its bound, never crash, never take memory a number from the
+ * server asked for, and never leave the caller believing it holds a lock
+ * it was not shown to hold.
+ *
+ * Each case runs in a forked child (a fresh library, its own memory
+ * figures); the child only reports (a pipe), the parent asserts.  Bounds
+ * are generous: the command timeout plus 2 s, on a loaded 2-core machine.
+ *
+ * TEST_LIAR_FILTER=<glob> runs some tests only.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/time.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "distlock.h"
+#include "harness_server.h"
+#include "harness_liar.h"
+#include "testhelp.h"
+
+#define TIMEOUT_MS  500UL       /* DISTLOCK_TIMEOUT_MS of every case */
+#define BOUND_S     (TIMEOUT_MS / 1000.0 + 2.0)
+#define MAX_RSS_KB  (400L * 1024)  /* a child that took more asked for it */
+
+#define AS_LIMIT    (1024UL << 20)  /* address space of a child */
+
+/* ASan reserves terabytes of address space: no RLIMIT_AS under it. */
+#if defined(__SANITIZE_ADDRESS__)
+#define UNDER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define UNDER_ASAN 1
+#endif
+#endif
+
+static tu_liar_t *liar;
+
+/* ---- cases ------------------------------------------------------------- */
+
+enum kind { K_MUTEX, K_FAIR, K_READ, K_WRITE };
+enum op { OP_LOCK, OP_TRY, OP_TIMED, OP_UNLOCK };
+
+struct lie_case {
+    enum kind kind;
+    enum op op;
+    struct tu_lie lie;          /* on EVALSHA unless lie.cmd says */
+    const char *want;           /* in the error text (NULL: anything) */
+    int want_rc;                /* 0: EIO */
+    const char *held;           /* EVALSHA's other answers (NULL: none):
+                                   the lock held by another, say */
+};
+
+/* What a child saw. */
+struct outcome {
+    int setup_rc;               /* the lock taken before an unlock case */
+    int rc;
+    double secs;
+    int token_rc;               /* dist_*_token after the call */
+    int next_rc;                /* an unlock after the call */
+    char err[512];
+};
+
+/* A good answer to a lock script: taken, 1 hold, token 7. */
+#define TAKEN "*3\r\n:1\r\n:1\r\n:7\r\n"
+/* Another: held by another owner for 200 ms more. */
+#define HELD "*2\r\n:0\r\n:200\r\n"
+
+static const char *url(void)
+{
+    static char buf[64];
+
+    snprintf(buf, sizeof buf, "redis://127.0.0.1:%d", tu_liar_port(liar));
+    return buf;
+}
+
+/* The lock of c, initialised; mutex or rwlock. */
+union lock {
+    dist_mutex_t m;
+    dist_rwlock_t rw;
+};
+
+static int lock_init(union lock *l, enum kind k, const char *name)
+{
+    dist_mutexattr_t a;
+
+    if (k == K_READ || k == K_WRITE)
+        return dist_rwlock_init(&l->rw, name, NULL);
+    dist_mutexattr_init(&a);
+    dist_mutexattr_setfair(&a, k == K_FAIR);
+    return dist_mutex_init(&l->m, name, &a);
+}
+
+static int deadline_in(struct timespec *ts, long ms)
+{
+    clock_gettime(CLOCK_REALTIME, ts);
+    ts->tv_sec += ms / 1000;
+    ts->tv_nsec += (ms % 1000) * 1000000L;
+    if (ts->tv_nsec >= 1000000000L) {
+        ts->tv_sec++;
+        ts->tv_nsec -= 1000000000L;
+    }
+    return 0;
+}
+
+static int do_op(union lock *l, enum kind k, enum op op)
+{
+    struct timespec ts;
+    int rw = k == K_READ || k == K_WRITE;
+
+    deadline_in(&ts, 1000);
+    switch (op) {
+    case OP_LOCK:
+        return !rw ? dist_mutex_lock(&l->m)
+               : k == K_READ ? dist_rwlock_rdlock(&l->rw)
+                             : dist_rwlock_wrlock(&l->rw);
+    case OP_TRY:
+        return !rw ? dist_mutex_trylock(&l->m)
+               : k == K_READ ? dist_rwlock_tryrdlock(&l->rw)
+                             : dist_rwlock_trywrlock(&l->rw);
+    case OP_TIMED:
+        return !rw ? dist_mutex_timedlock(&l->m, &ts)
+               : k == K_READ ? dist_rwlock_timedrdlock(&l->rw, &ts)
+                             : dist_rwlock_timedwrlock(&l->rw, &ts);
+    case OP_UNLOCK:
+        return !rw ? dist_mutex_unlock(&l->m) : dist_rwlock_unlock(&l->rw);
+    }
+    return -1;
+}
+
+static int token_of(union lock *l, enum kind k)
+{
+    uint64_t t;
+
+    return k == K_MUTEX || k == K_FAIR ? dist_mutex_token(&l->m, &t)
+           : k == K_WRITE ? dist_rwlock_token(&l->rw, &t)
+                          : dist_rwlock_token(&l->rw, &t);
+}
+
+/* The child's part: set up, the call, what it believes afterwards. */
+static void child_run(const struct lie_case *c, struct outcome *o)
+{
+    union lock l;
+    char name[96];
+    double t0;
+
+    snprintf(name, sizeof name, "liar:%d", (int)getpid());
+    if (dist_set_url(url()) != 0 || dist_set_timeout_ms(TIMEOUT_MS) != 0 ||
+        lock_init(&l, c->kind, name) != 0) {
+        o->setup_rc = -1;
+        return;
+    }
+    if (c->op == OP_UNLOCK && (o->setup_rc = do_op(&l, c->kind, OP_TRY)) != 0)
+        return;
+    t0 = tu_now();
+    o->rc = do_op(&l, c->kind, c->op);
+    o->secs = tu_now() - t0;
+    snprintf(o->err, sizeof o->err, "%s", dist_last_error());
+    o->token_rc = token_of(&l, c->kind);
+    o->next_rc = do_op(&l, c->kind, OP_UNLOCK);
+}
+
+/* Runs fn in a forked child that writes len bytes of its result to a
+ * pipe; the child's peak RSS in *rss_kb.  Fails the test when the child
+ * did not finish within limit_s or died. */
+static void in_child(void (*fn)(const void *arg, void *res), const void *arg,
+                     void *res, size_t len, double limit_s, long *rss_kb)
+{
+    int fds[2], st = 0;
+    struct rusage ru;
+    size_t got = 0;
+    pid_t pid;
+    double end;
+
+    assert_int_equal(pipe(fds), 0);
+    pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        close(fds[0]);
+#ifndef UNDER_ASAN
+        /* a regression must not take the machine's memory with it: past
+         * this, allocations fail (and the case fails on its text) */
+        setrlimit(RLIMIT_AS, &(struct rlimit){ AS_LIMIT, AS_LIMIT });
+#endif
+        memset(res, 0, len);
+        fn(arg, res);
+        if (write(fds[1], res, len) != (ssize_t)len)
+            _exit(3);
+        _exit(0);
+    }
+    close(fds[1]);
+    end = tu_now() + limit_s + 5;
+    while (got < len && tu_now() < end) {
+        int b = read_byte(fds[0], 200);
+        if (b >= 0)
+            ((unsigned char *)res)[got++] = (unsigned char)b;
+        else if (waitpid(pid, &st, WNOHANG) == pid)
+            break;
+    }
+    close(fds[0]);
+    if (got < len)
+        kill(pid, SIGKILL);
+    memset(&ru, 0, sizeof ru);
+    wait4(pid, &st, 0, &ru);
+    *rss_kb = ru.ru_maxrss;
+    if (got < len)
+        fail_msg("the child %s (status %d) before it reported",
+                 WIFSIGNALED(st) ? "was killed or crashed" : "exited", st);
+}
+
+static void run_case(const void *arg, void *res)
+{
+    child_run(arg, res);
+}
+
+static const char *const op_name[] = { "lock", "trylock", "timedlock",
+                                       "unlock" };
+static const char *const kind_name[] = { "mutex", "fair mutex", "rdlock",
+                                         "wrlock" };
+
+static void check_case(void **state)
+{
+    const struct lie_case *c = *state;
+    struct tu_lie lie = c->lie;
+    struct outcome o;
+    long rss;
+
+    if (!lie.cmd)
+        lie.cmd = "EVALSHA";
+    tu_liar_reset(liar);
+    if (c->op == OP_UNLOCK)
+        tu_liar_add(liar, &(struct tu_lie){ .cmd = "EVALSHA", .bytes = TAKEN,
+                                             .times = 1 });
+    tu_liar_add(liar, &lie);
+    if (c->held)
+        tu_liar_add(liar, &(struct tu_lie){ .cmd = "EVALSHA",
+                                             .bytes = c->held });
+    in_child(run_case, c, &o, sizeof o, BOUND_S * 3, &rss);
+    print_message("%s %s: rc %d in %.3f s, rss %ld KiB: %s\n",
+                  kind_name[c->kind], op_name[c->op], o.rc, o.secs, rss, o.err);
+    assert_int_equal(o.setup_rc, 0);
+    assert_int_equal(o.rc, c->want_rc ? c->want_rc : EIO);
+    if (!o.err[0])
+        fail_msg("no error text");
+    if (c->want && !strstr(o.err, c->want))
+        fail_msg("'%s' is not in the error text '%s'", c->want, o.err);
+    if (o.secs > BOUND_S)
+        fail_msg("the call took %.3f s, more than %.3f s", o.secs, BOUND_S);
+    if (rss > MAX_RSS_KB)
+        fail_msg("the child took %ld KiB", rss);
+    /* nothing is believed held: no token, and the unlock refuses */
+    assert_int_equal(o.token_rc, EPERM);
+    assert_int_not_equal(o.next_rc, 0);
+}
+
+/* ---- the tool ---------------------------------------------------------- */
+
+struct tool_out {
+    int status;
+    double secs;
+    char err[1024];
+};
+
+static const char *tool_path(void)
+{
+    static char path[4096];
+    const char *top = getenv("top_builddir");
+
+    snprintf(path, sizeof path, "%s/tools/distlock", top ? top : ".");
+    return path;
+}
+
+/* Runs `distlock status NAME --url ...` with the command timeout, its
+ * stderr into o->err. */
+static void run_tool(const void *arg, void *res)
+{
+    struct tool_out *o = res;
+    const char *name = arg;
+    int fds[2], st;
+    double t0 = tu_now();
+    size_t got = 0;
+    ssize_t n;
+    pid_t pid;
+    char ms[16];
+
+    snprintf(ms, sizeof ms, "%lu", TIMEOUT_MS);
+    if (pipe(fds) != 0)
+        return;
+    if ((pid = fork()) == 0) {
+        dup2(fds[1], 2);
+        close(fds[0]);
+        setenv("DISTLOCK_TIMEOUT_MS", ms, 1);
+        execl(tool_path(), "distlock", "status", name, "--url", url(),
+              (char *)NULL);
+        _exit(127);
+    }
+    close(fds[1]);
+    while (got + 1 < sizeof o->err &&
+           (n = read(fds[0], o->err + got, sizeof o->err - 1 - got)) > 0)
+        got += (size_t)n;
+    close(fds[0]);
+    waitpid(pid, &st, 0);
+    o->status = st;
+    o->secs = tu_now() - t0;
+}
+
+struct tool_case {
+    struct tu_lie lie;
+    const char *want;           /* in stderr */
+};
+
+static void check_tool(void **state)
+{
+    const struct tool_case *c = *state;
+    struct tool_out o;
+    long rss;
+
+    if (access(tool_path(), X_OK) != 0)
+        fail_msg("%s is not there: build it first", tool_path());
+    tu_liar_reset(liar);
+    tu_liar_add(liar, &c->lie);
+    in_child(run_tool, "x", &o, sizeof o, BOUND_S * 3, &rss);
+    print_message("status: %d in %.3f s: %s", o.status, o.secs, o.err);
+    if (!WIFEXITED(o.status))
+        fail_msg("distlock status died (status %d): %s", o.status, o.err);
+    assert_int_equal(WEXITSTATUS(o.status), 3);
+    if (c->want && !strstr(o.err, c->want))
+        fail_msg("'%s' is not in '%s'", c->want, o.err);
+    /* a reason after "cannot read 'x': ", never an empty one */
+    if (strstr(o.err, "': \n") || strstr(o.err, ": \n"))
+        fail_msg("an empty reason: '%s'", o.err);
+    if (o.secs > BOUND_S)
+        fail_msg("distlock status took %.3f s, more than %.3f s", o.secs,
+                 BOUND_S);
+}
+
+/* ---- the table ----------------------------------------------------------- */
+
+#define LIE(...) { __VA_ARGS__ }
+#define CASE(k, op, lie, want) \
+    (&(const struct lie_case){ k, op, lie, want, 0, NULL })
+
+static int setup(void **state)
+{
+    (void)state;
+    return 0;
+}
+
+int main(void)
+{
+#define C(name, k, op, want, ...)                                            \
+    param_test(name, check_case,                                             \
+               CASE(k, op, LIE(__VA_ARGS__), want), NULL)
+#define CR(name, k, op, rc, want, held, ...)                                 \
+    param_test(name, check_case,                                             \
+               (&(const struct lie_case){ k, op, { __VA_ARGS__ }, want, rc,  \
+                                          held }), NULL)
+#define TOOL(name, want, ...)                                                \
+    param_test(name, check_tool,                                             \
+               (&(const struct tool_case){ { __VA_ARGS__ }, want }), NULL)
+    const struct CMUnitTest tests[] = {
+        /* wrong types */
+        C(mutex_try_string, K_MUTEX, OP_TRY, "mutex_lock",
+          .bytes = "+OK\r\n"),
+        C(mutex_try_nil_element, K_MUTEX, OP_TRY, "mutex_lock",
+          .bytes = "*2\r\n$-1\r\n:5\r\n"),
+        C(fair_lock_integer, K_FAIR, OP_LOCK, NULL, .bytes = ":1\r\n"),
+        C(rdlock_try_array_of_arrays, K_READ, OP_TRY, "rwlock_rdlock",
+          .bytes = "*2\r\n*0\r\n*0\r\n"),
+        /* impossible numbers */
+        C(mutex_try_count_huge, K_MUTEX, OP_TRY, "mutex 'liar",
+          .bytes = "*3\r\n:1\r\n:9223372036854775807\r\n:7\r\n"),
+        C(mutex_try_count_zero, K_MUTEX, OP_TRY, "mutex 'liar",
+          .bytes = "*3\r\n:1\r\n:0\r\n:7\r\n"),
+        C(fair_timed_count_negative, K_FAIR, OP_TIMED, "mutex 'liar",
+          .bytes = "*3\r\n:1\r\n:-1\r\n:7\r\n"),
+        C(mutex_timed_wait_negative, K_MUTEX, OP_TIMED, "mutex 'liar",
+          .bytes = "*2\r\n:0\r\n:-5\r\n"),
+        C(mutex_unlock_left_huge, K_MUTEX, OP_UNLOCK, "mutex 'liar",
+          .bytes = "*2\r\n:9223372036854775807\r\n:0\r\n"),
+        C(fair_unlock_left_negative, K_FAIR, OP_UNLOCK, "mutex 'liar",
+          .bytes = "*2\r\n:-7\r\n:0\r\n"),
+        C(rdlock_try_holds_1e8, K_READ, OP_TRY, "rwlock 'liar",
+          .bytes = "*2\r\n:1\r\n:100000000\r\n"),
+        C(rdlock_lock_holds_max, K_READ, OP_LOCK, "rwlock 'liar",
+          .bytes = "*2\r\n:1\r\n:9223372036854775807\r\n"),
+        C(wrlock_timed_holds_negative, K_WRITE, OP_TIMED, "rwlock 'liar",
+          .bytes = "*3\r\n:1\r\n:-1\r\n:7\r\n"),
+        C(rdlock_unlock_left_1e8, K_READ, OP_UNLOCK, "rwlock 'liar",
+          .bytes = "*2\r\n:100000000\r\n:0\r\n"),
+        C(wrlock_unlock_counts_huge, K_WRITE, OP_UNLOCK, "rwlock 'liar",
+          .bytes = "*3\r\n:-1\r\n:100000000\r\n:-100000000\r\n"),
+        C(rdlock_try_mismatch_max, K_READ, OP_TRY, "rwlock 'liar",
+          .bytes = "*3\r\n:-1\r\n:9223372036854775807\r\n:0\r\n"),
+        CR(wrlock_try_no_upgrade, K_WRITE, OP_TRY, EBUSY, "upgraded", NULL,
+           .bytes = "*1\r\n:-2\r\n"),
+        C(rdlock_try_no_upgrade, K_READ, OP_TRY, "status -2",
+          .bytes = "*1\r\n:-2\r\n"),
+        /* oversized headers */
+        C(mutex_try_array_2g, K_MUTEX, OP_TRY, "elements",
+          .bytes = "*2147483647\r\n"),
+        C(rdlock_try_array_2g, K_READ, OP_TRY, "elements",
+          .bytes = "*2147483647\r\n:1\r\n:1\r\n"),
+        C(mutex_try_bulk_2g, K_MUTEX, OP_TRY, "bytes",
+          .bytes = "$2147483647\r\n", .fill = "xxxxxxxx"),
+        C(wrlock_try_nested, K_WRITE, OP_TRY, NULL,
+          .bytes = "*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n"
+                   "*1\r\n:1\r\n"),
+        C(mutex_try_element_flood, K_MUTEX, OP_TRY, NULL,
+          .bytes = "*1000000000\r\n", .fill = ":1\r\n"),
+        C(mutex_try_nested_flood, K_MUTEX, OP_TRY, "elements in all",
+          .bytes = "*200000\r\n", .fill = "*3\r\n:1\r\n:1\r\n:1\r\n"),
+        C(mutex_try_line_flood, K_MUTEX, OP_TRY, "line",
+          .bytes = "+", .fill = "OKOKOKOK"),
+        /* slow and silent */
+        C(mutex_try_trickle, K_MUTEX, OP_TRY, "500 ms",
+          .bytes = TAKEN, .drip_ms = 300),
+        C(fair_timed_trickle, K_FAIR, OP_TIMED, "lock 'liar",
+          .bytes = TAKEN, .drip_ms = 300),
+        C(wrlock_try_trickle, K_WRITE, OP_TRY, "500 ms",
+          .bytes = TAKEN, .drip_ms = 300),
+        C(mutex_try_silent, K_MUTEX, OP_TRY, "500 ms", .silent = 1),
+        C(rdlock_unlock_silent, K_READ, OP_UNLOCK, NULL, .silent = 1),
+        C(mutex_try_role_trickle, K_MUTEX, OP_TRY, "ROLE",
+          .cmd = "ROLE", .bytes = "*3\r\n$6\r\nmaster\r\n:0\r\n*0\r\n",
+          .drip_ms = 300),
+        /* no AUTH: every command refused (ROLE first), or a long one
+         * refused with a protocol error and the connection closed */
+        C(rdlock_try_noauth, K_READ, OP_TRY, "AUTH", .cmd = "ROLE",
+          .bytes = "-NOAUTH Authentication required.\r\n"),
+        C(mutex_try_noauth, K_MUTEX, OP_TRY, "AUTH", .cmd = "ROLE",
+          .bytes = "-NOAUTH Authentication required.\r\n"),
+        C(rdlock_try_unauthenticated, K_READ, OP_TRY, "AUTH",
+          .bytes = "-ERR Protocol error: unauthenticated multibulk length\r\n",
+          .close = 1),
+        /* the pub/sub connection of a waiter lies; the lock is held by
+         * another (200 ms left, again and again) */
+        CR(mutex_timed_subscribe_2g, K_MUTEX, OP_TIMED, ETIMEDOUT,
+           "timed out", HELD, .cmd = "SUBSCRIBE", .bytes = "*2147483647\r\n"),
+        CR(fair_timed_subscribe_types, K_FAIR, OP_TIMED, ETIMEDOUT,
+           "timed out", HELD, .cmd = "SUBSCRIBE",
+           .bytes = "*3\r\n:1\r\n*0\r\n$-1\r\n"),
+        CR(rdlock_timed_subscribe_message, K_READ, OP_TIMED, ETIMEDOUT,
+           "timed out", HELD, .cmd = "SUBSCRIBE",
+           .bytes = "*3\r\n$7\r\nmessage\r\n$1\r\nx\r\n:1\r\n"
+                    "*3\r\n$7\r\nmessage\r\n$1\r\nx\r\n*0\r\n"),
+        CR(wrlock_timed_subscribe_silent, K_WRITE, OP_TIMED, ETIMEDOUT,
+           "timed out", HELD, .cmd = "SUBSCRIBE", .silent = 1),
+        /* the tool */
+        TOOL(status_time_integer, "TIME", .cmd = "EXEC",
+             .bytes = "*8\r\n+hash\r\n*0\r\n:-2\r\n$-1\r\n*0\r\n*0\r\n*0\r\n"
+                      "*2\r\n:1\r\n:2\r\n"),
+        TOOL(status_time_nil, "TIME", .cmd = "EXEC",
+             .bytes = "*8\r\n+none\r\n*0\r\n:-2\r\n$-1\r\n*0\r\n*0\r\n*0\r\n"
+                      "$-1\r\n"),
+        TOOL(status_type_integer, NULL, .cmd = "EXEC",
+             .bytes = "*8\r\n:5\r\n*2\r\n:1\r\n:1\r\n:-2\r\n:1\r\n*1\r\n:1\r\n"
+                      "*2\r\n:1\r\n:2\r\n*1\r\n$1\r\nx\r\n*0\r\n"),
+        TOOL(status_exec_trickle, "500 ms", .cmd = "EXEC",
+             .bytes = "*8\r\n+none\r\n*0\r\n:-2\r\n$-1\r\n*0\r\n*0\r\n*0\r\n"
+                      "*2\r\n$1\r\n1\r\n$1\r\n2\r\n", .drip_ms = 300),
+        TOOL(status_silent, "500 ms", .cmd = "EXEC", .silent = 1),
+        TOOL(status_junk, NULL, .cmd = "EXEC", .bytes = "?junk\r\n"),
+        TOOL(status_closing, "closed", .cmd = "EXEC", .close = 1),
+        TOOL(status_array_2g, "elements", .cmd = "EXEC",
+             .bytes = "*2147483647\r\n"),
+        TOOL(status_noauth, "AUTH", .cmd = "ROLE",
+             .bytes = "-NOAUTH Authentication required.\r\n"),
+    };
+    int rc;
+
+    (void)setup;
+    filter_from_env("TEST_LIAR_FILTER");
+    if (!(liar = tu_liar_start()))
+        return 1;
+    rc = cmocka_run_group_tests(tests, NULL, NULL);
+    tu_liar_stop(liar);
+    return rc;
+}
