@@ -120,7 +120,7 @@ static void test_refused(void **state)
     (void)state;
     parse_bad("", "empty");
     parse_bad("http://127.0.0.1", "must start with");
-    parse_bad("rediss://127.0.0.1", "TLS");
+    parse_bad("redis://127.0.0.1?tls=1", "scheme");
     parse_bad("redis://", "no host");
     parse_bad("redis://127.0.0.1:0", "bad port");
     parse_bad("redis://127.0.0.1:65536", "bad port");
