@@ -110,9 +110,10 @@ struct xport {
  * TLS port that got plain text: say so, as a question. */
 static int closed(struct dist__link *l, const char *what)
 {
-    return fail(l, "%s%s", what,
-                l->got ? "" : " before the first reply (plain text sent to a "
-                              "TLS port? a TLS server wants rediss://)");
+    if (l->got || l->tls)
+        return fail(l, "%s", what);
+    return fail(l, "%s before the first reply from %s (plain text sent to a "
+                "TLS port? a TLS server wants rediss://)", what, l->where);
 }
 
 static ssize_t plain_in(struct dist__link *l, char *buf, size_t n, short *ev)

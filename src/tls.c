@@ -291,7 +291,7 @@ static ssize_t io_fail(struct dist__tls *t, int rc, short *ev)
         *ev = err == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT;
         return 0;
     }
-    if (t->cert_asked && !t->has_cert && err == SSL_ERROR_SSL)
+    if (t->cert_asked && !t->has_cert)   /* an alert, or just a reset */
         snprintf(t->err, sizeof t->err, "the server asked for a client "
                  "certificate (DISTLOCK_TLS_CERT and DISTLOCK_TLS_KEY, or "
                  "tls_cert= and tls_key=)");
