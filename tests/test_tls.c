@@ -172,6 +172,23 @@ static long long script_calls(void)
     return n;
 }
 
+/* The whole of a small file, malloc'd; NULL when it cannot be read. */
+static char *read_file(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    char *text = calloc(1, 16384);
+
+    if (f && text)
+        (void)!fread(text, 1, 16383, f);
+    if (f)
+        fclose(f);
+    if (!f) {
+        free(text);
+        return NULL;
+    }
+    return text;
+}
+
 /* ---- locks over TLS ------------------------------------------------------ */
 
 static void test_mutex(void **state)
@@ -505,7 +522,6 @@ static void test_tls_to_plain_port(void **state)
 static void test_insecure_warns_once(void **state)
 {
     char name[200], url[600], url2[700], q[400], log[320], *text;
-    FILE *f;
     pid_t pid;
     int st, n = 0;
 
@@ -533,16 +549,46 @@ static void test_insecure_warns_once(void **state)
     assert_int_equal(waitpid(pid, &st, 0), pid);
     if (!child_exit_ok(st, 0))
         fail_msg("locking with tls_insecure=1: status %d", st);
-    f = fopen(log, "r");
-    assert_non_null(f);
-    text = calloc(1, 8192);
+    text = read_file(log);
     assert_non_null(text);
-    assert_true(fread(text, 1, 8191, f) > 0);
-    fclose(f);
     for (const char *p = text; (p = strstr(p, "without certificate checks")); p++)
         n++;
     free(text);
     assert_int_equal(n, 1);
+}
+
+/* The distlock tool over TLS: the URL and the options from the
+ * environment, as the library takes them; a refusal in words on stderr. */
+static void test_tool(void **state)
+{
+    const char *top = getenv("top_builddir");
+    char name[200], url[100], cmd[2000], out[320];
+    char *text;
+    int st;
+
+    (void)state;
+    NAME(name, "tool");
+    snprintf(url, sizeof url, "rediss://127.0.0.1:%d", srv.tls_port);
+    snprintf(out, sizeof out, "%s", file(3, "tool.out"));
+    snprintf(cmd, sizeof cmd, "DISTLOCK_URL='%s' DISTLOCK_TLS_CA='%s' "
+             "'%s/tools/distlock' lock '%s' -- sh -c 'echo inside' > '%s' 2>&1",
+             url, file(0, "ca.crt"), top && *top ? top : ".", name, out);
+    st = system(cmd);
+    text = read_file(out);
+    if (st != 0 || !text || !strstr(text, "inside"))
+        fail_msg("distlock lock over TLS: status %d, output '%s'", st,
+                 text ? text : "");
+    free(text);
+    snprintf(cmd, sizeof cmd, "DISTLOCK_URL='%s' DISTLOCK_TLS_CA='%s' "
+             "'%s/tools/distlock' status '%s' > '%s' 2>&1",
+             url, file(0, "ca2.crt"), top && *top ? top : ".", name, out);
+    st = system(cmd);
+    text = read_file(out);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 3 || !text ||
+        !strstr(text, "certificate verify failed"))
+        fail_msg("distlock status with the wrong CA: status %d, output '%s'",
+                 st, text ? text : "");
+    free(text);
 }
 
 int main(void)
@@ -563,6 +609,7 @@ int main(void)
         cmocka_unit_test(test_plain_to_tls_port),
         cmocka_unit_test(test_tls_to_plain_port),
         cmocka_unit_test(test_insecure_warns_once),
+        cmocka_unit_test(test_tool),
     };
     const char *filter = getenv("TEST_TLS_FILTER");
 
