@@ -481,7 +481,7 @@ int dist__link_alive(const struct dist__link *l)
 
     if (l->broken)
         return 0;
-    if (poll(&p, 1, 0) == 0)
+    if (poll(&p, 1, 0) == 0 && !l->x->pending(l))
         return 1;
     return !(p.revents & (POLLRDHUP | POLLHUP | POLLERR)) && l->x->idle(l);
 }

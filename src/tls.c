@@ -95,6 +95,9 @@ static int ctx_build(const struct dist__tls_opts *o, SSL_CTX **out, char *why,
     SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE |
                               SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
     SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
+    /* a record in one recv(2), not its header and then its body: a lock
+     * call's replies are small, and the system calls are its cost */
+    SSL_CTX_set_read_ahead(ctx, 1);
     SSL_CTX_set_verify(ctx, o->insecure ? SSL_VERIFY_NONE : SSL_VERIFY_PEER,
                        NULL);
     SSL_CTX_set_client_cert_cb(ctx, no_cert);
@@ -327,11 +330,13 @@ ssize_t dist__tls_write(struct dist__tls *t, const void *buf, size_t n,
     return rc > 0 ? rc : io_fail(t, rc, ev);
 }
 
+/* With read-ahead, bytes of a record not yet decrypted count too
+ * (SSL_has_pending): they were taken off the socket all the same. */
 size_t dist__tls_pending(const struct dist__tls *t)
 {
     int n = SSL_pending(t->ssl);
 
-    return n > 0 ? (size_t)n : 0;
+    return n > 0 ? (size_t)n : (size_t)SSL_has_pending(t->ssl);
 }
 
 int dist__tls_idle(struct dist__tls *t)
