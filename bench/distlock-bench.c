@@ -215,6 +215,7 @@ struct shared {
     struct {
         double pairs_per_s, p50_us, floor_same;
         int pairs;
+        double plain_pps, tls_pps;   /* s1 over TLS beside plain */
     } s1;
     struct {
         double pairs_per_s[S1T_MAX];
@@ -956,6 +957,80 @@ static int s1_child(int unused)
     freeReplyObject(redisCommand(c, "DEL bench-s1-floor"));
     redisFree(c);
     return 0;
+}
+
+/* S1 over TLS beside S1 plain, chunk for chunk (A B A B) in one process
+ * switching the URL between DISTLOCK_URL and DISTLOCK_BENCH_TLS_URL (the
+ * same server's TLS port), so that both see the same machine.  A switch
+ * replaces the connections: the handshake falls in the untimed warm-up
+ * pairs that follow it, as a long-lived program pays it once. */
+static int s1_pairs_on(dist_mutex_t *m, const char *to, int warm, int n,
+                       uint64_t *ns)
+{
+    uint64_t t = now_ns();
+    int i, rc;
+
+    if ((rc = dist_set_url(to)) != 0)
+        return dfail("dist_set_url", rc);
+    for (i = 0; i < warm + n; i++) {
+        if (i == warm)
+            t = now_ns();
+        if ((rc = dist_mutex_lock(m)) != 0)
+            return dfail("dist_mutex_lock", rc);
+        if ((rc = dist_mutex_unlock(m)) != 0)
+            return dfail("dist_mutex_unlock", rc);
+    }
+    *ns += now_ns() - t;
+    return 0;
+}
+
+static int s1_tls_child(int unused)
+{
+    const char *plain = getenv("DISTLOCK_URL");
+    const char *tls = getenv("DISTLOCK_BENCH_TLS_URL");
+    int k, per = P.s1_pairs / S1_CHUNKS, rc;
+    uint64_t plain_ns = 0, tls_ns = 0;
+    dist_mutex_t m;
+
+    (void)unused;
+    if ((rc = dist_mutex_init(&m, "bench-s1", NULL)) != 0)
+        return dfail("dist_mutex_init", rc);
+    for (k = 0; k < S1_CHUNKS; k++)
+        if (s1_pairs_on(&m, plain, 50, per, &plain_ns) != 0 ||
+            s1_pairs_on(&m, tls, 50, per, &tls_ns) != 0)
+            return -1;
+    sh->s1.plain_pps = per * S1_CHUNKS / ((double)plain_ns / 1e9);
+    sh->s1.tls_pps = per * S1_CHUNKS / ((double)tls_ns / 1e9);
+    dist_mutex_destroy(&m);
+    dist_shutdown();
+    return 0;
+}
+
+static void scenario_s1_tls(redisContext *c)
+{
+    char b1[32], b2[32], b3[32];
+    struct jobj j;
+    double target;
+
+    del_lock_keys(c, "bench-s1");
+    if (run_in_child(s1_tls_child, 0, 120) != 0) {
+        del_lock_keys(c, "bench-s1");
+        report_error("s1");
+        return;
+    }
+    del_lock_keys(c, "bench-s1");
+    target = 0.8 * sh->s1.plain_pps;
+    row("s1", "plain, interleaved with TLS",
+        fmtd(b1, sizeof b1, sh->s1.plain_pps, 0), "pairs/s", NULL, NULL);
+    row("s1", "TLS, interleaved with plain",
+        fmtd(b1, sizeof b1, sh->s1.tls_pps, 0), "pairs/s",
+        fmtd(b2, sizeof b2, target, 0),
+        v_hi(b3, sizeof b3, sh->s1.tls_pps, target));
+    jstart(&j, "s1_tls");
+    jnum(&j, "plain_pairs_per_s", sh->s1.plain_pps);
+    jnum(&j, "tls_pairs_per_s", sh->s1.tls_pps);
+    jnum(&j, "ratio_tls_plain", sh->s1.tls_pps / sh->s1.plain_pps);
+    jend(&j);
 }
 
 static void scenario_s1(redisContext *c)
@@ -1897,6 +1972,8 @@ static void usage(FILE *f)
 "  floor  EVALSHA of hincrby+pexpire: 1 connection (ops/s, p50) and\n"
 "         50 connections in 50 threads (aggregate ops/s)\n"
 "  s1     1 thread, 1 lock, lock+unlock pairs   target 0.85 x floor1/2\n"
+"         with DISTLOCK_BENCH_TLS_URL (rediss:// to the same server): also\n"
+"         plain and TLS pairs in alternate chunks  target TLS 0.8 x plain\n"
 "  s1t    T = 1,2,4,8,16 threads, a lock each    target(T=16) 0.7 x floor50/2\n"
 "  s2     4 processes, 1 lock guarding GET/SET of a counter\n"
 "         target acq/s >= 0.7 x floor1/4, 0 lost updates, min share >= 0.125\n"
@@ -2057,6 +2134,8 @@ int main(int argc, char **argv)
     } else {
         if (wanted(SC_S1))
             scenario_s1(c);
+        if (wanted(SC_S1) && getenv("DISTLOCK_BENCH_TLS_URL"))
+            scenario_s1_tls(c);
         if (wanted(SC_S1T))
             scenario_s1t(c);
         contended(c, SC_S2, scenario_s2, 0);

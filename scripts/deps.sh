@@ -26,6 +26,8 @@ packages=(
     pkg-config
     libhiredis-dev
     uuid-dev
+    libssl-dev
+    openssl
     libcmocka-dev
     libinih-dev
     redis-server

@@ -52,14 +52,25 @@ int dist__thread_start(pthread_t *th, void *(*fn)(void *));
 
 /* ---- config.c ---------------------------------------------------------- */
 
-#define DIST__MODE_SINGLE   0   /* redis:// or unix:// */
-#define DIST__MODE_SENTINEL 1   /* redis-sentinel:// */
-#define DIST__MODE_CLUSTER  2   /* redis-cluster:// */
+#define DIST__MODE_SINGLE   0   /* redis://, rediss:// or unix:// */
+#define DIST__MODE_SENTINEL 1   /* redis-sentinel://, rediss-sentinel:// */
+#define DIST__MODE_CLUSTER  2   /* redis-cluster://, rediss-cluster:// */
 #define DIST__MAX_SEEDS     16
 
 struct dist__addr {
     char host[256];               /* "" with port 0: the unix socket */
     int port;
+};
+
+/* TLS, chosen by the scheme (rediss...://); the options come from the
+ * URL's query (tls_ca=, ...) or else from DISTLOCK_TLS_* (config.c). */
+struct dist__tls_opts {
+    int on;                       /* every server is reached over TLS */
+    int insecure;                 /* no certificate checks (warned once) */
+    char ca[256];                 /* CA file or directory; "": system store */
+    char cert[256];               /* client certificate (mutual TLS) */
+    char key[256];                /* its key; "": in the cert file */
+    char name[256];               /* name to verify; "": each server's host */
 };
 
 struct dist__cfg {
@@ -79,6 +90,7 @@ struct dist__cfg {
     unsigned long watchdog_ms;
     unsigned long timeout_ms;
     unsigned long waiter_ms;      /* a queued waiter's window */
+    struct dist__tls_opts tls;
     char bad[240];                /* why DISTLOCK_URL was refused, or "" */
     unsigned long gen;            /* bumped by every change */
 };
@@ -135,6 +147,8 @@ enum dist__fork_rank {
     DIST__RANK_PUBSUB = 40,    /* pub/sub channels (pubsub.c) */
     DIST__RANK_CFG = 50,       /* settings (config.c) */
     DIST__RANK_TOPO = 60,      /* topology (topo.c) */
+    DIST__RANK_TLS = 70,       /* the TLS context (tls.c), taken while a
+                                * link opens, under any of the above */
 };
 void dist__atfork_register(void (*fn)(int phase), int rank);
 

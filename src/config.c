@@ -113,41 +113,107 @@ static int parse_hostport(const char *p, const char *end, struct dist__addr *a,
     return 0;
 }
 
-/* ?db=N (the only query there is); 0 or EINVAL. */
-static int parse_query(const char *p, int *db, char *why, size_t whylen)
+/* One TLS option of a URL's query, n bytes at p: tls_ca=, tls_cert=,
+ * tls_key=, tls_server_name= (%XX escapes decoded) or tls_insecure=0|1.
+ * 0, EINVAL, or -1 when p is no TLS option. */
+static int parse_tls_opt(const char *p, size_t n, struct dist__tls_opts *t,
+                         char *why, size_t whylen)
+{
+    static const struct { const char *name; size_t off; } paths[] = {
+        { "tls_ca=", offsetof(struct dist__tls_opts, ca) },
+        { "tls_cert=", offsetof(struct dist__tls_opts, cert) },
+        { "tls_key=", offsetof(struct dist__tls_opts, key) },
+        { "tls_server_name=", offsetof(struct dist__tls_opts, name) },
+    };
+    size_t i, k;
+
+    if (n >= 4 && strncmp(p, "tls=", 4) == 0)
+        return BAD("there is no tls= option: TLS is chosen by the scheme "
+                   "(rediss://, rediss-sentinel://, rediss-cluster://)");
+    if (n < 4 || strncmp(p, "tls_", 4) != 0)
+        return -1;
+    if (!t->on)
+        return BAD("'%.*s' needs a TLS URL (rediss://, rediss-sentinel:// "
+                   "or rediss-cluster://)", (int)n, p);
+    if (n == 14 && (strncmp(p, "tls_insecure=1", 14) == 0 ||
+                    strncmp(p, "tls_insecure=0", 14) == 0)) {
+        t->insecure = p[13] == '1';
+        return 0;
+    }
+    for (i = 0; i < sizeof paths / sizeof paths[0]; i++) {
+        k = strlen(paths[i].name);
+        if (n > k && strncmp(p, paths[i].name, k) == 0) {
+            if (unescape(p + k, n - k, (char *)t + paths[i].off, 256))
+                return BAD("'%.*s' is too long", (int)k - 1, p);
+            return 0;
+        }
+    }
+    return BAD("unexpected '%.*s' (the TLS options are tls_ca=, tls_cert=, "
+               "tls_key=, tls_server_name= and tls_insecure=1)", (int)n, p);
+}
+
+/* ?opt[&opt]...: db=N and the TLS options; 0 or EINVAL. */
+static int parse_query(const char *p, int *db, struct dist__tls_opts *t,
+                       char *why, size_t whylen)
 {
     unsigned long v;
+    int rc;
 
     if (!*p)
         return 0;
-    if (strncmp(p, "?db=", 4) != 0 || parse_ulong(p + 4, strlen(p + 4), 1000000, &v))
-        return BAD("unexpected '%s' (the only option is ?db=N)", p);
-    *db = (int)v;
+    if (*p != '?')
+        return BAD("unexpected '%s'", p);
+    do {
+        size_t n = strcspn(++p, "&");
+        if ((rc = parse_tls_opt(p, n, t, why, whylen)) >= 0) {
+            if (rc)
+                return rc;
+        } else if (n > 3 && strncmp(p, "db=", 3) == 0 &&
+                   !parse_ulong(p + 3, n - 3, 1000000, &v)) {
+            *db = (int)v;
+        } else {
+            return BAD("unexpected '%.*s' (the options are ?db=N and, "
+                       "with TLS, tls_...=)", (int)n, p);
+        }
+        p += n;
+    } while (*p == '&');
     return 0;
 }
 
-/* The scheme: sets *mode and *is_unix, *rest to what follows "://". */
+/* The scheme: sets *mode, *is_unix and *tls, *rest to what follows "://".
+ * TLS is the scheme's "s" (rediss-sentinel://, not a query flag). */
 static int parse_scheme(const char *url, const char **rest, int *mode,
-                        int *is_unix, char *why, size_t whylen)
+                        int *is_unix, int *tls, char *why, size_t whylen)
 {
-    if (strncmp(url, "redis://", 8) == 0) {
-        *rest = url + 8;
-    } else if (strncmp(url, "unix://", 7) == 0) {
-        *is_unix = 1;
-        *rest = url + 7;
-    } else if (strncmp(url, "redis-sentinel://", 17) == 0) {
-        *mode = DIST__MODE_SENTINEL;
-        *rest = url + 17;
-    } else if (strncmp(url, "redis-cluster://", 16) == 0) {
-        *mode = DIST__MODE_CLUSTER;
-        *rest = url + 16;
-    } else if (strncmp(url, "rediss://", 9) == 0) {
-        return BAD("TLS (rediss://) is not supported by this hiredis");
-    } else {
-        return BAD("the URL must start with redis://, unix://, "
-                   "redis-sentinel:// or redis-cluster://");
+    static const struct { const char *s; int mode, is_unix, tls; } k[] = {
+        { "redis://", DIST__MODE_SINGLE, 0, 0 },
+        { "rediss://", DIST__MODE_SINGLE, 0, 1 },
+        { "unix://", DIST__MODE_SINGLE, 1, 0 },
+        { "redis-sentinel://", DIST__MODE_SENTINEL, 0, 0 },
+        { "rediss-sentinel://", DIST__MODE_SENTINEL, 0, 1 },
+        { "redis-cluster://", DIST__MODE_CLUSTER, 0, 0 },
+        { "rediss-cluster://", DIST__MODE_CLUSTER, 0, 1 },
+    };
+    size_t i, n;
+
+    for (i = 0; i < sizeof k / sizeof k[0]; i++) {
+        n = strlen(k[i].s);
+        if (strncmp(url, k[i].s, n) == 0) {
+            *rest = url + n;
+            *mode = k[i].mode;
+            *is_unix = k[i].is_unix;
+            *tls = k[i].tls;
+            return 0;
+        }
     }
-    return 0;
+    if (strncmp(url, "redis-sentinels://", 18) == 0 ||
+        strncmp(url, "redis-clusters://", 17) == 0 ||
+        strncmp(url, "unixs://", 8) == 0)
+        return BAD("TLS is written rediss://, rediss-sentinel:// or "
+                   "rediss-cluster:// (and not over a unix socket)");
+    return BAD("the URL must start with redis://, rediss://, unix://, "
+               "redis-sentinel://, rediss-sentinel://, redis-cluster:// "
+               "or rediss-cluster://");
 }
 
 /* user[:password]@ at *p, if any, before end: into out, *p past it.
@@ -252,7 +318,10 @@ static int parse_cluster_opt(const char *p, size_t n, struct dist__cfg *out,
                              char *why, size_t whylen)
 {
     unsigned long v;
+    int rc;
 
+    if ((rc = parse_tls_opt(p, n, &out->tls, why, whylen)) >= 0)
+        return rc;
     if (n > 3 && strncmp(p, "db=", 3) == 0) {
         if (parse_ulong(p + 3, n - 3, 1000000, &v))
             return BAD("bad database number");
@@ -273,8 +342,8 @@ static int parse_cluster_opt(const char *p, size_t n, struct dist__cfg *out,
         return 0;
     }
     return BAD("unexpected '%.*s' (a cluster's options are ?db=N, N being 0, "
-               "and pubsub=both, pubsub=sharded or pubsub=plain, joined by "
-               "'&')", (int)n, p);
+               "and pubsub=both, pubsub=sharded or pubsub=plain, and with TLS "
+               "the tls_...= options, joined by '&')", (int)n, p);
 }
 
 /* What follows a cluster's addresses: [/][?opt[&opt]...] (parse_cluster_opt) */
@@ -316,7 +385,7 @@ static int parse_sentinel_tail(const char *p, struct dist__cfg *out,
         return BAD("master name too long");
     memcpy(out->master, p, (size_t)(q - p));
     out->master[q - p] = 0;
-    return parse_query(q, &out->db, why, whylen);
+    return parse_query(q, &out->db, &out->tls, why, whylen);
 }
 
 /* redis://: host[:port] up to end, then [/db][?db=N] */
@@ -341,10 +410,12 @@ static int parse_single(const char *p, const char *end, struct dist__cfg *out,
     } else if (*p == '/') {
         p++;
     }
-    return parse_query(p, &out->db, why, whylen);
+    return parse_query(p, &out->db, &out->tls, why, whylen);
 }
 
-/* redis://[user[:password]@]host[:port][/db]
+/* redis://[user[:password]@]host[:port][/db][?db=N]
+ * rediss://, rediss-sentinel://, rediss-cluster://: the same over TLS,
+ * with the options ?tls_ca=...&tls_cert=... (parse_tls_opt)
  * unix://[user[:password]@]/path[?db=N]
  * redis-sentinel://[user[:password]@]host[:port][,host[:port]...]/MASTER[?db=N]
  * redis-cluster://[user[:password]@]host[:port][,host[:port]...]
@@ -355,12 +426,14 @@ int dist__parse_url(const char *url, struct dist__cfg *out, char *why,
                     size_t whylen)
 {
     const char *p, *end;
-    int is_unix = 0, mode = DIST__MODE_SINGLE, rc;
+    int is_unix = 0, mode = DIST__MODE_SINGLE, tls = 0, rc;
 
     if (!url || !*url)
         return BAD("empty Redis URL");
-    if ((rc = parse_scheme(url, &p, &mode, &is_unix, why, whylen)))
+    if ((rc = parse_scheme(url, &p, &mode, &is_unix, &tls, why, whylen)))
         return rc;
+    memset(&out->tls, 0, sizeof out->tls);
+    out->tls.on = tls;
 
     out->user[0] = out->pass[0] = out->host[0] = out->path[0] = 0;
     out->master[0] = 0;
@@ -405,6 +478,30 @@ static unsigned long env_ms(const char *var, unsigned long def,
     return v;
 }
 
+/* DISTLOCK_TLS_* for each TLS option the URL did not give. */
+static void tls_env(struct dist__tls_opts *t)
+{
+    static const struct { const char *var; size_t off; } v[] = {
+        { "DISTLOCK_TLS_CA", offsetof(struct dist__tls_opts, ca) },
+        { "DISTLOCK_TLS_CERT", offsetof(struct dist__tls_opts, cert) },
+        { "DISTLOCK_TLS_KEY", offsetof(struct dist__tls_opts, key) },
+        { "DISTLOCK_TLS_SERVER_NAME", offsetof(struct dist__tls_opts, name) },
+    };
+    const char *s;
+    size_t i;
+
+    if (!t->on)
+        return;
+    for (i = 0; i < sizeof v / sizeof v[0]; i++) {
+        char *field = (char *)t + v[i].off;
+        if (!field[0] && (s = getenv(v[i].var)) != NULL)
+            snprintf(field, 256, "%s", s);
+    }
+    s = getenv("DISTLOCK_TLS_INSECURE");
+    if (s && strcmp(s, "1") == 0)
+        t->insecure = 1;
+}
+
 static void cfg_fork(int phase);
 
 static void load_env(void)
@@ -416,6 +513,7 @@ static void load_env(void)
         url = DEFAULT_URL;
     if (dist__parse_url(url, &cfg, why, sizeof why) != 0)
         snprintf(cfg.bad, sizeof cfg.bad, "DISTLOCK_URL: %s", why);
+    tls_env(&cfg.tls);
     cfg.watchdog_ms = env_ms("DISTLOCK_WATCHDOG_MS", DEFAULT_WATCHDOG_MS,
                              MIN_WATCHDOG_MS);
     cfg.timeout_ms = env_ms("DISTLOCK_TIMEOUT_MS", DEFAULT_TIMEOUT_MS, 1);
@@ -522,6 +620,8 @@ int dist_set_url(const char *url)
     cfg.port = tmp.port;
     cfg.db = tmp.db;
     cfg.pubsub = tmp.pubsub;
+    tls_env(&tmp.tls);
+    cfg.tls = tmp.tls;
     cfg.bad[0] = 0;
     atomic_fetch_add(&cfg_gen, 1);
     pthread_mutex_unlock(&cfg_mu);

@@ -3,7 +3,8 @@
  * server that trickles bytes cannot stretch a command past its timeout.
  * Replies are read into a buffer on the heap and fed to hiredis's reader
  * (hiredis's own read path puts 16 KiB on the stack, too much for a thread
- * with a small one); hiredis does no I/O here. */
+ * with a small one); hiredis does no I/O here.  The bytes go through a
+ * transport: the socket itself, or a TLS session over it (tls.c). */
 #define _GNU_SOURCE   /* POLLRDHUP */
 #include <errno.h>
 #include <fcntl.h>
@@ -22,6 +23,7 @@
 #include "link.h"
 #include "stats.h"
 #include "scripts.h"
+#include "tls.h"
 
 #define READ_CHUNK      8192   /* bytes asked of one read(2) */
 
@@ -49,9 +51,14 @@ struct scan {
     long long items, bytes;    /* of the reply being read */
 };
 
+struct xport;
+
 struct dist__link {
     int fd;
     int broken;
+    int got;                   /* something was ever read */
+    const struct xport *x;     /* plain, or TLS over fd */
+    struct dist__tls *tls;     /* the TLS session, or NULL */
     redisReader *reader;
     struct scan scan;
     char *out;                 /* formatted commands not written yet */
@@ -106,6 +113,121 @@ static int wait_fd(struct dist__link *l, short ev, uint64_t until)
             return fail(l, "%s", strerror(errno));
     }
 }
+
+/* ---- transports ------------------------------------------------------- */
+
+/* How bytes go to and from the server.  in and out: n > 0 bytes moved, 0
+ * with *ev the poll(2) event to wait for, or DIST__ECONN (l broken, l->err
+ * says why).  pending: bytes read from the socket and not handed out yet
+ * (a poll(2) would not see them).  idle: whether a link whose socket polls
+ * readable while no reply is due still only holds the transport's own
+ * housekeeping.  drop: frees the transport's state, sending nothing. */
+struct xport {
+    ssize_t (*in)(struct dist__link *l, char *buf, size_t n, short *ev);
+    ssize_t (*out)(struct dist__link *l, const char *buf, size_t n, short *ev);
+    size_t (*pending)(const struct dist__link *l);
+    int (*idle)(const struct dist__link *l);
+    void (*drop)(struct dist__link *l);
+};
+
+/* A server that resets or closes the connection before any reply may be a
+ * TLS port that got plain text: say so, as a question. */
+static int closed(struct dist__link *l, const char *what)
+{
+    if (l->got || l->tls)
+        return fail(l, "%s", what);
+    return fail(l, "%s before the first reply from %s (plain text sent to a "
+                "TLS port? a TLS server wants rediss://)", what, l->where);
+}
+
+static ssize_t plain_in(struct dist__link *l, char *buf, size_t n, short *ev)
+{
+    for (;;) {
+        ssize_t got = recv(l->fd, buf, n, 0);
+        if (got > 0)
+            return got;
+        if (got == 0)
+            return closed(l, "Server closed the connection");
+        if (errno == EAGAIN || errno == EWOULDBLOCK)
+            return *ev = POLLIN, 0;
+        if (errno == ECONNRESET)
+            return closed(l, strerror(errno));
+        if (errno != EINTR)
+            return fail(l, "%s", strerror(errno));
+    }
+}
+
+/* MSG_NOSIGNAL: a server that closed the connection gives EPIPE, not a
+ * SIGPIPE that would kill the program. */
+static ssize_t plain_out(struct dist__link *l, const char *buf, size_t n,
+                         short *ev)
+{
+    for (;;) {
+        ssize_t put = send(l->fd, buf, n, MSG_NOSIGNAL);
+        if (put > 0)
+            return put;
+        if (put < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return *ev = POLLOUT, 0;
+        if (put < 0 && errno != EINTR)
+            return fail(l, "%s", strerror(errno));
+    }
+}
+
+static size_t plain_pending(const struct dist__link *l)
+{
+    DIST__UNUSED(l);
+    return 0;
+}
+
+static int plain_idle(const struct dist__link *l)
+{
+    DIST__UNUSED(l);
+    return 0;       /* bytes nobody asked for, or the server's close */
+}
+
+static void plain_drop(struct dist__link *l)
+{
+    DIST__UNUSED(l);
+}
+
+static const struct xport plain = {
+    plain_in, plain_out, plain_pending, plain_idle, plain_drop
+};
+
+static ssize_t tls_in(struct dist__link *l, char *buf, size_t n, short *ev)
+{
+    ssize_t got = dist__tls_read(l->tls, buf, n, ev);
+
+    return got >= 0 ? got : fail(l, "%s", dist__tls_error(l->tls));
+}
+
+static ssize_t tls_out(struct dist__link *l, const char *buf, size_t n,
+                       short *ev)
+{
+    ssize_t put = dist__tls_write(l->tls, buf, n, ev);
+
+    return put >= 0 ? put : fail(l, "%s", dist__tls_error(l->tls));
+}
+
+static size_t tls_pending(const struct dist__link *l)
+{
+    return dist__tls_pending(l->tls);
+}
+
+static int tls_idle(const struct dist__link *l)
+{
+    return dist__tls_idle(l->tls);
+}
+
+static void tls_drop(struct dist__link *l)
+{
+    dist__tls_free(l->tls);
+    l->tls = NULL;
+}
+
+static const struct xport tls = {
+    tls_in, tls_out, tls_pending, tls_idle, tls_drop
+};
 
 /* ---- connecting ------------------------------------------------------- */
 
@@ -215,6 +337,7 @@ static struct dist__link *link_new(const struct dist__cfg *cfg,
     if (!l)
         return NULL;
     l->fd = -1;
+    l->x = &plain;
     l->replicas = -1;
     l->timeout_ms = timeout_ms ? timeout_ms : cfg->timeout_ms;
     l->own_timeout = l->timeout_ms != cfg->timeout_ms;
@@ -272,12 +395,37 @@ static int setup(struct dist__link *l, const struct dist__cfg *cfg, char *why,
     return 0;
 }
 
+/* TLS over l's connected socket, within l's timeout.  A server that asked
+ * for a client certificate we lack may say no only after the handshake
+ * (TLS 1.3), so it is asked for a PING at once: the refusal then shows
+ * here, in words, rather than on the first lock call.  0, or EIO with
+ * why. */
+static int start_tls(struct dist__link *l, const struct dist__cfg *cfg,
+                     char *why, size_t whylen)
+{
+    const char *ping[1] = { "PING" };
+    redisReply *r;
+    int rc;
+
+    rc = dist__tls_open(cfg, &l->addr, l->fd, dist__link_deadline(l), &l->tls,
+                        why, whylen);
+    if (rc)
+        return rc;
+    l->x = &tls;
+    if (!dist__tls_cert_asked(l->tls))
+        return 0;
+    if (dist__link_cmd(l, 1, ping, NULL, &r) != 0)
+        return snprintf(why, whylen, "%.200s", l->err), EIO;
+    freeReplyObject(r);      /* an error reply (NOAUTH) is an answer too */
+    return 0;
+}
+
 static int open_into(const struct dist__cfg *cfg, const struct dist__addr *a,
                      unsigned long timeout_ms, int flags,
                      struct dist__link **out, char *why, size_t whylen)
 {
     struct dist__link *l;
-    char e[200];
+    char e[256];
 
     if (cfg->bad[0]) {
         snprintf(why, whylen, "%s", cfg->bad);
@@ -290,7 +438,7 @@ static int open_into(const struct dist__cfg *cfg, const struct dist__addr *a,
     l->fd = a->port ? dial_tcp(a->host, a->port, dist__link_deadline(l), e,
                                sizeof e)
                     : dial_unix(cfg->path, dist__link_deadline(l), e, sizeof e);
-    if (l->fd < 0) {
+    if (l->fd < 0 || (cfg->tls.on && start_tls(l, cfg, e, sizeof e) != 0)) {
         snprintf(why, whylen, "cannot connect to Redis at %s: %s", l->where, e);
         dist__link_close(l);
         return EIO;
@@ -324,6 +472,7 @@ void dist__link_close(struct dist__link *l)
 {
     if (!l)
         return;
+    l->x->drop(l);
     if (l->fd >= 0)
         close(l->fd);
     if (l->reader)
@@ -357,7 +506,11 @@ int dist__link_alive(const struct dist__link *l)
 {
     struct pollfd p = { l->fd, POLLIN | POLLRDHUP, 0 };
 
-    return !l->broken && poll(&p, 1, 0) == 0;
+    if (l->broken)
+        return 0;
+    if (poll(&p, 1, 0) == 0 && !l->x->pending(l))
+        return 1;
+    return !(p.revents & (POLLRDHUP | POLLHUP | POLLERR)) && l->x->idle(l);
 }
 
 int dist__link_fd(const struct dist__link *l)
@@ -474,25 +627,23 @@ int dist__link_append(struct dist__link *l, int argc, const char **argv,
     return 0;
 }
 
-/* MSG_NOSIGNAL: a server that closed the connection gives EPIPE, not a
- * SIGPIPE that would kill the program. */
 int dist__link_flush(struct dist__link *l, uint64_t until)
 {
     size_t off = 0;
     ssize_t n;
+    short ev;
     int rc = 0;
 
     if (l->broken)
         return DIST__ECONN;
     while (off < l->outlen) {
-        n = send(l->fd, l->out + off, l->outlen - off, MSG_NOSIGNAL);
+        n = l->x->out(l, l->out + off, l->outlen - off, &ev);
         if (n > 0) {
             off += (size_t)n;
-        } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            if ((rc = wait_fd(l, POLLOUT, until)) != 0)
-                break;
-        } else if (n < 0 && errno != EINTR) {
-            rc = fail(l, "%s", strerror(errno));
+        } else if (n < 0) {
+            rc = (int)n;
+            break;
+        } else if ((rc = wait_fd(l, ev, until)) != 0) {
             break;
         }
     }
@@ -616,23 +767,26 @@ static int scan_bytes(struct dist__link *l, const char *p, size_t n)
     return 0;
 }
 
-/* One read(2) into the reader: 0 (something read), 1 (nothing there
- * yet), or DIST__ECONN. */
+/* Whether the first bytes from a plain link are a TLS record (an alert:
+ * 0x15, version 3.x): a TLS port that got plain text. */
+static int tls_answer(const struct dist__link *l, const char *p, ssize_t n)
+{
+    return !l->got && !l->tls && n >= 3 && p[0] == 0x15 && p[1] == 0x03;
+}
+
+/* One read into the reader: 0 (something read), the poll(2) event to
+ * wait for when nothing is there yet, or DIST__ECONN. */
 static int read_once(struct dist__link *l)
 {
-    ssize_t n;
+    short ev = 0;
+    ssize_t n = l->x->in(l, l->in, READ_CHUNK, &ev);
 
-    for (;;) {
-        n = recv(l->fd, l->in, READ_CHUNK, 0);
-        if (n > 0)
-            break;
-        if (n == 0)
-            return fail(l, "Server closed the connection");
-        if (errno == EAGAIN || errno == EWOULDBLOCK)
-            return 1;
-        if (errno != EINTR)
-            return fail(l, "%s", strerror(errno));
-    }
+    if (n <= 0)
+        return n < 0 ? (int)n : ev;
+    if (tls_answer(l, l->in, n))
+        return fail(l, "plain text sent to a TLS port: the server answered "
+                    "in TLS (the URL wants rediss://)");
+    l->got = 1;
     if (scan_bytes(l, l->in, (size_t)n) != 0)
         return DIST__ECONN;
     if (redisReaderFeed(l->reader, l->in, (size_t)n) != REDIS_OK)
@@ -653,14 +807,18 @@ int dist__link_next(struct dist__link *l, redisReply **out)
     return r != NULL;
 }
 
+/* What TLS decrypted beyond one read is drained too: the caller's poll(2)
+ * would not wake for it. */
 int dist__link_read_some(struct dist__link *l)
 {
     int rc;
 
     if (l->broken)
         return DIST__ECONN;
-    rc = read_once(l);
-    return rc == 1 ? 0 : rc;
+    do
+        rc = read_once(l);
+    while (rc == 0 && l->x->pending(l) > 0);
+    return rc < 0 ? rc : 0;
 }
 
 int dist__link_reply(struct dist__link *l, uint64_t until, redisReply **out)
@@ -671,12 +829,17 @@ int dist__link_reply(struct dist__link *l, uint64_t until, redisReply **out)
     if (l->outlen && (rc = dist__link_flush(l, until)) != 0)
         return rc;
     /* poll before each read: right after a command the answer is rarely
-     * there yet, and a read that finds nothing would cost a system call */
+     * there yet, and a read that finds nothing would cost a system call;
+     * but not for what TLS already holds decrypted */
     for (;;) {
         if ((rc = dist__link_next(l, out)) != 0)
             return rc == 1 ? 0 : rc;
-        if ((rc = wait_fd(l, POLLIN, until)) != 0 ||
-            (rc = read_once(l)) < 0)
+        if (!l->x->pending(l) && (rc = wait_fd(l, POLLIN, until)) != 0)
+            return rc;
+        while ((rc = read_once(l)) > 0)
+            if ((rc = wait_fd(l, (short)rc, until)) != 0)
+                return rc;
+        if (rc < 0)
             return rc;
     }
 }

@@ -69,6 +69,9 @@ struct tu_srv {
     char conf[300];       /* config file passed first; "" none */
     char **args;          /* extra arguments (NULL-terminated) or NULL */
     int (*pick_port)(void);
+    char *tls[3];         /* cert, key, CA of a TLS listener; NULLs none */
+    int tls_auth;         /* --tls-auth-clients yes */
+    int tls_port;         /* its port, picked with each new plain port */
 };
 
 static pthread_mutex_t g_reg_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -232,6 +235,9 @@ static void srv_destroy(struct tu_srv *e)
     hx_remove_dir(e->dir);
     pthread_mutex_destroy(&e->lock);
     free_args(e->args);
+    free(e->tls[0]);
+    free(e->tls[1]);
+    free(e->tls[2]);
     free(e);
 }
 
@@ -290,6 +296,7 @@ struct spawn_plan {
     const char *prog;
     const char **argv;
     char portstr[16];
+    char tlsportstr[16];
     char dirarg[sizeof(((tu_redis_t *)0)->dir)];
     int nullfd, logfd;
     int deathsig;         /* PR_SET_PDEATHSIG: started from the main thread */
@@ -309,7 +316,7 @@ static int plan_argv(struct spawn_plan *pl, const tu_redis_t *r,
     snprintf(pl->dirarg, sizeof(pl->dirarg), "%s", r->dir);
     while (e->args != NULL && e->args[nextra] != NULL)
         nextra++;
-    argv = malloc(sizeof(*argv) * (32 + nextra));
+    argv = malloc(sizeof(*argv) * (48 + nextra));
     if (argv == NULL) {
         fprintf(stderr, "harness: out of memory\n");
         return -1;
@@ -328,6 +335,15 @@ static int plan_argv(struct spawn_plan *pl, const tu_redis_t *r,
     argv[argc++] = "--protected-mode"; argv[argc++] = "no";
     argv[argc++] = "--logfile";        argv[argc++] = logpath;
     argv[argc++] = "--databases";      argv[argc++] = "16";
+    if (e->tls[0] != NULL) {
+        snprintf(pl->tlsportstr, sizeof(pl->tlsportstr), "%d", e->tls_port);
+        argv[argc++] = "--tls-port";          argv[argc++] = pl->tlsportstr;
+        argv[argc++] = "--tls-cert-file";     argv[argc++] = e->tls[0];
+        argv[argc++] = "--tls-key-file";      argv[argc++] = e->tls[1];
+        argv[argc++] = "--tls-ca-cert-file";  argv[argc++] = e->tls[2];
+        argv[argc++] = "--tls-auth-clients";
+        argv[argc++] = e->tls_auth ? "yes" : "no";
+    }
     for (i = 0; i < nextra; i++)
         argv[argc++] = e->args[i];
     argv[argc] = NULL;
@@ -562,6 +578,7 @@ static enum spawn_result start_once(tu_redis_t *r, struct tu_srv *e, int port,
     }
     r->pid = pid;
     r->port = port;
+    r->tls_port = e->tls[0] != NULL ? e->tls_port : 0;
     snprintf(r->url_tcp, sizeof(r->url_tcp), "redis://127.0.0.1:%d", port);
     return SPAWN_OK;
 }
@@ -575,6 +592,16 @@ static int srv_set_opts(struct tu_srv *e, const tu_redis_t *r,
     if (o == NULL)
         return 0;
     e->pick_port = o->pick_port;
+    if (o->tls != NULL) {
+        e->tls[0] = strdup(o->tls->cert);
+        e->tls[1] = strdup(o->tls->key);
+        e->tls[2] = strdup(o->tls->ca);
+        e->tls_auth = o->tls->auth_clients;
+        if (!e->tls[0] || !e->tls[1] || !e->tls[2]) {
+            fprintf(stderr, "harness: out of memory\n");
+            return -1;
+        }
+    }
     if (o->conf != NULL) {
         int len = snprintf(e->conf, sizeof(e->conf), "%s/redis.conf", r->dir);
         if (len < 0 || (size_t)len >= sizeof(e->conf)) {
@@ -632,7 +659,11 @@ static int start_common(tu_redis_t *r, int first_port, const tu_redis_opts *o)
                    : e->pick_port != NULL ? e->pick_port() : tu_free_port();
         enum spawn_result res;
 
-        if (port <= 0) {
+        /* a TLS port taken meanwhile fails the start as a taken plain
+         * port does: both are picked again */
+        if (e->tls[0] != NULL && (e->tls_port = tu_free_port()) == port)
+            e->tls_port = tu_free_port();
+        if (port <= 0 || (e->tls[0] != NULL && e->tls_port <= 0)) {
             fprintf(stderr, "harness: no free port\n");
             break;
         }

@@ -79,6 +79,7 @@ typedef struct tu_redis {
                              0 while it is not running */
     char url_unix[512];   /* "unix://<sock>" */
     char url_tcp[64];     /* "redis://127.0.0.1:<port>" */
+    int tls_port;         /* TLS on 127.0.0.1 (tu_redis_opts.tls); 0 none */
     /* private */
     pid_t creator_pid;    /* process that started it (fork guard) */
     unsigned long reg_id; /* key in the registry of started servers; 0: none */
@@ -134,7 +135,21 @@ typedef struct tu_redis_opts {
     /* Port chooser for each attempt (a port <= 0 gives up); NULL:
      * tu_free_port.  E.g. one that also keeps port+10000 free. */
     int (*pick_port)(void);
+    /* If not NULL: the server also listens for TLS, on r->tls_port (a
+     * free port picked with the plain one, kept across restarts), with
+     * these files (copied). */
+    const struct tu_tls_conf *tls;
 } tu_redis_opts;
+
+/* A TLS listener's files (PEM paths) and whether it wants client
+ * certificates (--tls-auth-clients yes). */
+typedef struct tu_tls_conf {
+    const char *cert, *key;   /* the server's certificate and key */
+    const char *ca;           /* the CA client certificates are checked
+                               * against (Redis wants one even when it
+                               * does not ask for them) */
+    int auth_clients;
+} tu_tls_conf;
 
 /* tu_redis_start with extra settings (o may be NULL).  Same contract:
  * readiness checked by pid, another port tried when one is taken. */

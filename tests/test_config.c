@@ -137,7 +137,7 @@ static void test_refused(void **state)
     (void)state;
     parse_bad("", "empty");
     parse_bad("http://127.0.0.1", "must start with");
-    parse_bad("rediss://127.0.0.1", "TLS");
+    parse_bad("redis://127.0.0.1?tls=1", "scheme");
     parse_bad("redis://", "no host");
     parse_bad("redis://127.0.0.1:0", "bad port");
     parse_bad("redis://127.0.0.1:65536", "bad port");
@@ -187,6 +187,56 @@ static void test_credentials_never_quoted(void **state)
     secret_kept("redis://app:Sup3rS3cret", "Sup3rS3cret", "bad port");
     secret_kept("redis://[::1]Sup3rS3cret", "Sup3rS3cret", "IPv6");
     secret_kept("redis://app:Sup3r%00S3cret@h", "S3cret", "%00");
+}
+
+/* TLS is the scheme's "s" on every topology; its options come from the
+ * query (escaped like the credentials), and only with a TLS scheme. */
+static void test_tls_forms(void **state)
+{
+    static const struct {
+        const char *url;
+        int mode, insecure, db;
+        const char *ca, *cert, *key, *name;
+    } t[] = {
+        { "rediss://127.0.0.1:6380", DIST__MODE_SINGLE, 0, 0, "", "", "", "" },
+        { "rediss://h:1/2?tls_ca=/etc/ca%20dir&tls_insecure=1",
+          DIST__MODE_SINGLE, 1, 2, "/etc/ca dir", "", "", "" },
+        { "rediss://h:1?db=3&tls_cert=/c.pem&tls_key=/k.pem"
+          "&tls_server_name=redis.example", DIST__MODE_SINGLE, 0, 3, "",
+          "/c.pem", "/k.pem", "redis.example" },
+        { "rediss-sentinel://h:26379,h:26380/m?tls_ca=/ca.pem",
+          DIST__MODE_SENTINEL, 0, 0, "/ca.pem", "", "", "" },
+        { "rediss-cluster://h:7000?pubsub=plain&tls_ca=/ca.pem&tls_insecure=0",
+          DIST__MODE_CLUSTER, 0, 0, "/ca.pem", "", "", "" },
+    };
+    struct dist__cfg c;
+    size_t i;
+
+    (void)state;
+    for (i = 0; i < sizeof t / sizeof t[0]; i++) {
+        parse_ok(t[i].url, &c);
+        assert_int_equal(c.tls.on, 1);
+        same_int(t[i].url, "mode", c.mode, t[i].mode);
+        same_int(t[i].url, "tls_insecure", c.tls.insecure, t[i].insecure);
+        same_int(t[i].url, "db", c.db, t[i].db);
+        same_str(t[i].url, "tls_ca", c.tls.ca, t[i].ca);
+        same_str(t[i].url, "tls_cert", c.tls.cert, t[i].cert);
+        same_str(t[i].url, "tls_key", c.tls.key, t[i].key);
+        same_str(t[i].url, "tls_server_name", c.tls.name, t[i].name);
+    }
+    parse_ok("redis://127.0.0.1:6379", &c);
+    assert_int_equal(c.tls.on, 0);
+    parse_ok("redis-cluster://127.0.0.1:7000", &c);
+    assert_int_equal(c.tls.on, 0);
+    /* one way to say TLS: the scheme; and options only with it */
+    parse_bad("redis://127.0.0.1?tls=1", "scheme");
+    parse_bad("redis-cluster://127.0.0.1:7000?tls=yes", "scheme");
+    parse_bad("redis-sentinels://127.0.0.1/m", "rediss-sentinel://");
+    parse_bad("redis://127.0.0.1?tls_ca=/ca.pem", "needs a TLS URL");
+    parse_bad("redis-cluster://127.0.0.1:7000?tls_insecure=1", "needs a TLS");
+    parse_bad("unix:///tmp/r.sock?tls_ca=/x", "db=N");
+    parse_bad("rediss://127.0.0.1?tls_insecure=yes", "tls_insecure=1");
+    parse_bad("rediss://127.0.0.1?tls_pass=x", "tls_ca=");
 }
 
 static void test_setters(void **state)
@@ -558,6 +608,7 @@ int main(void)
         cmocka_unit_test(test_credentials_never_quoted),
         cmocka_unit_test(test_unix_forms),
         cmocka_unit_test(test_refused),
+        cmocka_unit_test(test_tls_forms),
         cmocka_unit_test(test_setters),
         cmocka_unit_test(test_derived_names),
         cmocka_unit_test(test_names_twin),

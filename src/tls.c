@@ -1,0 +1,366 @@
+/* tls.c: TLS sessions for links (OpenSSL), and the one SSL_CTX that the
+ * current options call for.  Failures are put in words that name the cause:
+ * which check failed, or that one side was not speaking TLS. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <limits.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
+
+#include "tls.h"
+
+struct dist__tls {
+    SSL *ssl;
+    int has_cert;          /* a client certificate was configured */
+    int cert_asked;        /* the server asked for one we did not have */
+    char err[200];
+};
+
+/* The SSL_CTX of the options last used, kept while they stay the same:
+ * building one reads the CA store.  Sessions hold their own reference,
+ * so replacing it under them is safe. */
+static pthread_mutex_t ctx_mu = PTHREAD_MUTEX_INITIALIZER;
+static SSL_CTX *ctx_cur;
+static struct dist__tls_opts ctx_opts;
+static int ctx_index = -1;  /* SSL ex_data slot of the dist__tls */
+static atomic_int warned_insecure;
+
+DIST__FORK_HOOK(tls_init, tls_fork, DIST__RANK_TLS)
+
+static void tls_fork(int phase)
+{
+    if (phase == 0)
+        pthread_mutex_lock(&ctx_mu);
+    else
+        pthread_mutex_unlock(&ctx_mu);  /* the parent's, or the child's copy */
+}
+
+/* The first error in OpenSSL's queue as text (the queue is cleared). */
+static const char *ssl_reason(char *buf, size_t len)
+{
+    unsigned long e = ERR_peek_error();
+    const char *r = e ? ERR_reason_error_string(e) : NULL;
+
+    if (r)
+        snprintf(buf, len, "%s", r);
+    else if (e)
+        snprintf(buf, len, "OpenSSL error %lu", e);
+    else
+        snprintf(buf, len, "unknown TLS error");
+    ERR_clear_error();
+    return buf;
+}
+
+/* Called when the server asks for a client certificate and none is set. */
+static int no_cert(SSL *ssl, X509 **x509, EVP_PKEY **pkey)
+{
+    struct dist__tls *t = SSL_get_ex_data(ssl, ctx_index);
+
+    DIST__UNUSED(x509);
+    DIST__UNUSED(pkey);
+    if (t)
+        t->cert_asked = 1;
+    return 0;
+}
+
+static int load_ca(SSL_CTX *ctx, const char *ca)
+{
+    struct stat st;
+
+    if (!ca[0])
+        return SSL_CTX_set_default_verify_paths(ctx);
+    if (stat(ca, &st) == 0 && S_ISDIR(st.st_mode))
+        return SSL_CTX_load_verify_locations(ctx, NULL, ca);
+    return SSL_CTX_load_verify_locations(ctx, ca, NULL);
+}
+
+/* A new SSL_CTX for o: 0, or EIO with why. */
+static int ctx_build(const struct dist__tls_opts *o, SSL_CTX **out, char *why,
+                     size_t whylen)
+{
+    SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+    const char *key = o->key[0] ? o->key : o->cert;
+    char r[160];
+
+    if (!ctx)
+        return snprintf(why, whylen, "TLS: %s", ssl_reason(r, sizeof r)), EIO;
+    SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+    SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE |
+                              SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+    SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
+    /* a record in one recv(2), not its header and then its body: a lock
+     * call's replies are small, and the system calls are its cost */
+    SSL_CTX_set_read_ahead(ctx, 1);
+    SSL_CTX_set_verify(ctx, o->insecure ? SSL_VERIFY_NONE : SSL_VERIFY_PEER,
+                       NULL);
+    SSL_CTX_set_client_cert_cb(ctx, no_cert);
+    if (!o->insecure && load_ca(ctx, o->ca) != 1) {
+        snprintf(why, whylen, "TLS: cannot load the CA certificates %s%s: %s",
+                 o->ca[0] ? "of " : "(the system's)", o->ca,
+                 ssl_reason(r, sizeof r));
+        SSL_CTX_free(ctx);
+        return EIO;
+    }
+    if (!o->cert[0] && o->key[0]) {
+        snprintf(why, whylen, "TLS: a client key without its certificate "
+                 "(DISTLOCK_TLS_CERT or tls_cert=)");
+        SSL_CTX_free(ctx);
+        return EIO;
+    }
+    if (o->cert[0] &&
+        (SSL_CTX_use_certificate_chain_file(ctx, o->cert) != 1 ||
+         SSL_CTX_use_PrivateKey_file(ctx, key, SSL_FILETYPE_PEM) != 1 ||
+         SSL_CTX_check_private_key(ctx) != 1)) {
+        snprintf(why, whylen, "TLS: cannot use the client certificate %s with "
+                 "the key %s: %s", o->cert, key, ssl_reason(r, sizeof r));
+        SSL_CTX_free(ctx);
+        return EIO;
+    }
+    *out = ctx;
+    return 0;
+}
+
+/* A reference to the SSL_CTX for o (the caller frees it): 0, or EIO. */
+static int ctx_get(const struct dist__tls_opts *o, SSL_CTX **out, char *why,
+                   size_t whylen)
+{
+    SSL_CTX *ctx = NULL;
+    int rc = 0;
+
+    tls_init();
+    pthread_mutex_lock(&ctx_mu);
+    if (ctx_index < 0)
+        ctx_index = SSL_get_ex_new_index(0, NULL, NULL, NULL, NULL);
+    if (!ctx_cur || memcmp(&ctx_opts, o, sizeof *o) != 0) {
+        if ((rc = ctx_build(o, &ctx, why, whylen)) == 0) {
+            SSL_CTX_free(ctx_cur);
+            ctx_cur = ctx;
+            ctx_opts = *o;
+        }
+    }
+    if (rc == 0 && SSL_CTX_up_ref(ctx_cur) == 1)
+        *out = ctx_cur;
+    else if (rc == 0)
+        rc = EIO, snprintf(why, whylen, "TLS: out of memory");
+    pthread_mutex_unlock(&ctx_mu);
+    if (rc == 0 && o->insecure && atomic_exchange(&warned_insecure, 1) == 0)
+        fprintf(stderr, "distlock: WARNING: TLS without certificate checks "
+                "(DISTLOCK_TLS_INSECURE or tls_insecure=1): anyone on the "
+                "path can pose as the Redis server\n");
+    return rc;
+}
+
+/* Names the server to check the certificate against and, for a host name
+ * (not an address), sends it as SNI. */
+static int set_name(SSL *ssl, const char *name)
+{
+    X509_VERIFY_PARAM *vp = SSL_get0_param(ssl);
+    unsigned char ip[16];
+
+    if (inet_pton(AF_INET, name, ip) == 1 || inet_pton(AF_INET6, name, ip) == 1)
+        return X509_VERIFY_PARAM_set1_ip_asc(vp, name) == 1 ? 0 : -1;
+    X509_VERIFY_PARAM_set_hostflags(vp, X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS);
+    if (X509_VERIFY_PARAM_set1_host(vp, name, 0) != 1 ||
+        SSL_set_tlsext_host_name(ssl, name) != 1)
+        return -1;
+    return 0;
+}
+
+/* Why a handshake failed (SSL_get_error said err), in words. */
+static void explain(struct dist__tls *t, int err, int sys, const char *name,
+                    char *why, size_t whylen)
+{
+    long v = SSL_get_verify_result(t->ssl);
+    unsigned long e = ERR_peek_error();
+    int reason = ERR_GET_REASON(e);
+    char r[160];
+
+    if (err == SSL_ERROR_SSL && reason == SSL_R_CERTIFICATE_VERIFY_FAILED &&
+        (v == X509_V_ERR_HOSTNAME_MISMATCH || v == X509_V_ERR_IP_ADDRESS_MISMATCH))
+        snprintf(why, whylen, "host name mismatch: the server's certificate "
+                 "is not for %s (DISTLOCK_TLS_SERVER_NAME or tls_server_name= "
+                 "names the one to check)", name);
+    else if (err == SSL_ERROR_SSL && reason == SSL_R_CERTIFICATE_VERIFY_FAILED)
+        snprintf(why, whylen, "certificate verify failed: %s",
+                 X509_verify_cert_error_string(v));
+    else if (t->cert_asked && !t->has_cert)
+        snprintf(why, whylen, "the server asked for a client certificate "
+                 "(DISTLOCK_TLS_CERT and DISTLOCK_TLS_KEY, or tls_cert= and "
+                 "tls_key=)");
+    else if (err == SSL_ERROR_SSL && (reason == SSL_R_WRONG_VERSION_NUMBER ||
+                                      reason == SSL_R_PACKET_LENGTH_TOO_LONG ||
+                                      reason == SSL_R_UNKNOWN_PROTOCOL))
+        snprintf(why, whylen, "TLS sent to a plain port: the server's answer "
+                 "is not TLS (is the URL's rediss:// meant to be redis://?)");
+    else if (err == SSL_ERROR_SYSCALL && !e)
+        snprintf(why, whylen, "the server closed the connection during the TLS "
+                 "handshake%s%s", sys ? ": " : "", sys ? strerror(sys) : "");
+    else
+        snprintf(why, whylen, "TLS handshake failed: %s",
+                 ssl_reason(r, sizeof r));
+    ERR_clear_error();
+}
+
+/* The handshake proper, waiting by poll(2) until until: 0, or EIO. */
+static int handshake(struct dist__tls *t, int fd, const char *name,
+                     uint64_t until, char *why, size_t whylen)
+{
+    for (;;) {
+        struct pollfd p = { fd, POLLIN, 0 };
+        uint64_t now;
+        int rc, err;
+
+        ERR_clear_error();
+        errno = 0;
+        if ((rc = SSL_connect(t->ssl)) == 1)
+            return 0;
+        err = SSL_get_error(t->ssl, rc);
+        if (err != SSL_ERROR_WANT_READ && err != SSL_ERROR_WANT_WRITE) {
+            explain(t, err, errno, name, why, whylen);
+            return EIO;
+        }
+        p.events = err == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT;
+        do {
+            if ((now = dist__now_ms()) >= until) {
+                snprintf(why, whylen, "no TLS handshake within the timeout: "
+                         "the server did not answer in TLS (a plain port that "
+                         "waits for more? then the URL wants redis://)");
+                return EIO;
+            }
+            rc = poll(&p, 1, until - now > INT_MAX ? INT_MAX : (int)(until - now));
+        } while (rc < 0 && errno == EINTR);
+        if (rc < 0)
+            return snprintf(why, whylen, "%s", strerror(errno)), EIO;
+    }
+}
+
+int dist__tls_open(const struct dist__cfg *cfg, const struct dist__addr *a,
+                   int fd, uint64_t until, struct dist__tls **out, char *why,
+                   size_t whylen)
+{
+    const char *name = cfg->tls.name[0] ? cfg->tls.name : a->host;
+    struct dist__tls *t = calloc(1, sizeof *t);
+    SSL_CTX *ctx = NULL;
+    int rc;
+
+    *out = NULL;
+    if (!t)
+        return snprintf(why, whylen, "out of memory"), ENOMEM;
+    if ((rc = ctx_get(&cfg->tls, &ctx, why, whylen)) != 0) {
+        free(t);
+        return rc;
+    }
+    t->has_cert = cfg->tls.cert[0] != 0;
+    t->ssl = SSL_new(ctx);
+    SSL_CTX_free(ctx);         /* the session holds its own reference */
+    if (!t->ssl || SSL_set_fd(t->ssl, fd) != 1 ||
+        SSL_set_ex_data(t->ssl, ctx_index, t) != 1 ||
+        set_name(t->ssl, name) != 0) {
+        snprintf(why, whylen, "TLS: cannot set up a session for %s", name);
+        dist__tls_free(t);
+        return EIO;
+    }
+    if ((rc = handshake(t, fd, name, until, why, whylen)) != 0) {
+        dist__tls_free(t);
+        return rc;
+    }
+    *out = t;
+    return 0;
+}
+
+void dist__tls_free(struct dist__tls *t)
+{
+    if (!t)
+        return;
+    SSL_free(t->ssl);          /* no SSL_shutdown: nothing is sent */
+    free(t);
+}
+
+/* After SSL_read or SSL_write returned rc <= 0: 0 with *ev, or -1 with
+ * the reason in t->err. */
+static ssize_t io_fail(struct dist__tls *t, int rc, short *ev)
+{
+    int err = SSL_get_error(t->ssl, rc), sys = errno;
+    char r[160];
+
+    if (err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE) {
+        *ev = err == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT;
+        return 0;
+    }
+    if (t->cert_asked && !t->has_cert)   /* an alert, or just a reset */
+        snprintf(t->err, sizeof t->err, "the server asked for a client "
+                 "certificate (DISTLOCK_TLS_CERT and DISTLOCK_TLS_KEY, or "
+                 "tls_cert= and tls_key=)");
+    else if (err == SSL_ERROR_ZERO_RETURN ||
+             (err == SSL_ERROR_SYSCALL && !ERR_peek_error() && !sys))
+        snprintf(t->err, sizeof t->err, "Server closed the connection");
+    else if (err == SSL_ERROR_SYSCALL && !ERR_peek_error())
+        snprintf(t->err, sizeof t->err, "%s", strerror(sys));
+    else
+        snprintf(t->err, sizeof t->err, "TLS: %s", ssl_reason(r, sizeof r));
+    ERR_clear_error();
+    return -1;
+}
+
+ssize_t dist__tls_read(struct dist__tls *t, void *buf, size_t n, short *ev)
+{
+    int rc;
+
+    ERR_clear_error();
+    errno = 0;
+    rc = SSL_read(t->ssl, buf, n > INT_MAX ? INT_MAX : (int)n);
+    return rc > 0 ? rc : io_fail(t, rc, ev);
+}
+
+ssize_t dist__tls_write(struct dist__tls *t, const void *buf, size_t n,
+                        short *ev)
+{
+    int rc;
+
+    ERR_clear_error();
+    errno = 0;
+    rc = SSL_write(t->ssl, buf, n > INT_MAX ? INT_MAX : (int)n);
+    return rc > 0 ? rc : io_fail(t, rc, ev);
+}
+
+/* With read-ahead, bytes of a record not yet decrypted count too
+ * (SSL_has_pending): they were taken off the socket all the same. */
+size_t dist__tls_pending(const struct dist__tls *t)
+{
+    int n = SSL_pending(t->ssl);
+
+    return n > 0 ? (size_t)n : (size_t)SSL_has_pending(t->ssl);
+}
+
+int dist__tls_idle(struct dist__tls *t)
+{
+    char c;
+    int rc;
+
+    if (SSL_pending(t->ssl) > 0)
+        return 0;
+    ERR_clear_error();
+    rc = SSL_peek(t->ssl, &c, 1);
+    if (rc > 0)
+        return 0;
+    rc = SSL_get_error(t->ssl, rc) == SSL_ERROR_WANT_READ;
+    ERR_clear_error();
+    return rc;
+}
+
+int dist__tls_cert_asked(const struct dist__tls *t)
+{
+    return t->cert_asked && !t->has_cert;
+}
+
+const char *dist__tls_error(const struct dist__tls *t)
+{
+    return t->err;
+}

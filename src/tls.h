@@ -1,0 +1,47 @@
+/* tls.h: TLS over a link's connected, non-blocking socket (OpenSSL).  The
+ * link (link.c) decides when to wait and for what; this says how to move
+ * bytes through a TLS session and, when that fails, why in words. */
+#ifndef DIST_TLS_H
+#define DIST_TLS_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+#include "base.h"
+
+struct dist__tls;
+
+/* The TLS handshake on fd (connected, non-blocking) with the server a
+ * (its host is the name verified and sent as SNI unless the options name
+ * another), by until (monotonic ms).  0 with *out (dist__tls_free), or EIO
+ * with the reason in why: "certificate verify failed: ...", "host name
+ * mismatch: ...", "TLS sent to a plain port: ...".  The options are cfg's;
+ * one SSL_CTX serves every link of the same options. */
+int dist__tls_open(const struct dist__cfg *cfg, const struct dist__addr *a,
+                   int fd, uint64_t until, struct dist__tls **out, char *why,
+                   size_t whylen);
+/* Frees the session without a close_notify: closing sends nothing, so a
+ * child of fork() can drop a link it inherited while the parent goes on
+ * with the same TLS session. */
+void dist__tls_free(struct dist__tls *t);
+
+/* Reads up to n bytes: n > 0, or 0 with *ev the poll(2) event to wait for,
+ * or -1 when the connection failed or the server closed it (the reason in
+ * dist__tls_error). */
+ssize_t dist__tls_read(struct dist__tls *t, void *buf, size_t n, short *ev);
+/* Writes up to n bytes (n > 0): the same. */
+ssize_t dist__tls_write(struct dist__tls *t, const void *buf, size_t n,
+                        short *ev);
+/* Bytes decrypted and not read yet: a poll(2) on the socket does not see
+ * them, so a reader drains them first. */
+size_t dist__tls_pending(const struct dist__tls *t);
+/* Whether an idle session whose socket polls readable only got TLS's own
+ * records (a session ticket): 1, or 0 when data came or it was closed. */
+int dist__tls_idle(struct dist__tls *t);
+/* The server asked for a client certificate and none was set: a server
+ * that requires one says no only after the handshake (TLS 1.3), so the
+ * link asks it something at once to find out. */
+int dist__tls_cert_asked(const struct dist__tls *t);
+const char *dist__tls_error(const struct dist__tls *t);
+
+#endif

@@ -1,0 +1,619 @@
+/*
+ * test_tls: the library over TLS (rediss://) against private redis-servers
+ * with a TLS listener: locks of every kind, pub/sub wake-ups, renewal and a
+ * hand-off between processes over TLS; mutual TLS; and each way a TLS
+ * connection can be wrong, refused in words within the timeout.
+ *
+ * The certificates are made at start by the openssl command in a temp dir:
+ * a CA, a server certificate for 127.0.0.1 and localhost, an expired one, a
+ * client certificate, and a second, unrelated CA.  Each server also has its
+ * plain port and unix socket, which the harness and the checks use.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "distlock.h"
+#include "harness_server.h"
+#include "testhelp.h"
+#include "fixture.h"
+
+#define NAME(buf, tag) test_lock_name(buf, sizeof buf, "test_tls", __func__, tag)
+#define TIMEOUT_MS 3000UL     /* the command (and connect) timeout here */
+
+static char dir[256];           /* the certificates */
+static tu_redis_t srv;          /* TLS, no client certificates asked */
+static tu_redis_t srv_mtls;     /* TLS, client certificates required */
+static tu_redis_t srv_expired;  /* TLS with an expired certificate */
+
+/* dir/name, in a static buffer of its own per slot (0..3). */
+static const char *file(int slot, const char *name)
+{
+    static char buf[4][320];
+
+    snprintf(buf[slot], sizeof buf[slot], "%s/%s", dir, name);
+    return buf[slot];
+}
+
+/* ---- certificates and servers ------------------------------------------- */
+
+/* The CA, an unrelated one, a server certificate (and an expired one) for
+ * 127.0.0.1 and localhost, a client certificate.  0 or -1. */
+static int make_certs(void)
+{
+    static const char *const steps[] = {
+        "printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\\n' > srv.ext",
+        "printf 'extendedKeyUsage=clientAuth\\n' > cli.ext",
+        "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes"
+        " -keyout ca.key -out ca.crt -days 2 -subj /CN=distlock-test-ca",
+        "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes"
+        " -keyout ca2.key -out ca2.crt -days 2 -subj /CN=distlock-other-ca",
+        "openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes"
+        " -keyout srv.key -out srv.csr -subj /CN=localhost",
+        "openssl x509 -req -in srv.csr -CA ca.crt -CAkey ca.key"
+        " -CAcreateserial -days 2 -extfile srv.ext -out srv.crt",
+        "openssl x509 -req -in srv.csr -CA ca.crt -CAkey ca.key"
+        " -CAcreateserial -days -1 -extfile srv.ext -out expired.crt",
+        "openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes"
+        " -keyout cli.key -out cli.csr -subj /CN=distlock-test-client",
+        "openssl x509 -req -in cli.csr -CA ca.crt -CAkey ca.key"
+        " -CAcreateserial -days 2 -extfile cli.ext -out cli.crt",
+    };
+    char cmd[600];
+    size_t i;
+
+    for (i = 0; i < sizeof steps / sizeof steps[0]; i++) {
+        snprintf(cmd, sizeof cmd, "cd '%s' && { %s; } >/dev/null 2>&1", dir,
+                 steps[i]);
+        if (system(cmd) != 0) {
+            fprintf(stderr, "test_tls: failed: %s\n", steps[i]);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int start_tls(tu_redis_t *r, const char *cert, int auth)
+{
+    tu_tls_conf t = { NULL, NULL, NULL, auth };
+    tu_redis_opts o;
+
+    t.cert = file(0, cert);
+    t.key = file(1, "srv.key");
+    t.ca = file(2, "ca.crt");
+    memset(&o, 0, sizeof o);
+    o.tls = &t;
+    return tu_redis_start_opts(r, &o);
+}
+
+static int group_setup(void **state)
+{
+    const char *tmp = getenv("TMPDIR");
+
+    (void)state;
+    snprintf(dir, sizeof dir, "%s/distlock-tls-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(dir) || make_certs() != 0)
+        return -1;
+    if (start_tls(&srv, "srv.crt", 0) != 0 ||
+        start_tls(&srv_mtls, "srv.crt", 1) != 0 ||
+        start_tls(&srv_expired, "expired.crt", 0) != 0)
+        return -1;
+    return dist_set_timeout_ms(TIMEOUT_MS) == 0 ? 0 : -1;
+}
+
+static int group_teardown(void **state)
+{
+    char cmd[300];
+
+    (void)state;
+    dist_shutdown();
+    tu_redis_stop(&srv);
+    tu_redis_stop(&srv_mtls);
+    tu_redis_stop(&srv_expired);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+/* rediss://host:port of r's TLS port, then the query q (may be ""). */
+static void tls_url(char *buf, size_t len, const char *host, const tu_redis_t *r,
+                    const char *q)
+{
+    snprintf(buf, len, "rediss://%s:%d%s", host, r->tls_port, q);
+}
+
+/* The library on r's TLS port, trusting the test CA. */
+static void use_tls(const tu_redis_t *r)
+{
+    char url[600];
+    char q[400];
+
+    snprintf(q, sizeof q, "?tls_ca=%s", file(3, "ca.crt"));
+    tls_url(url, sizeof url, "127.0.0.1", r, q);
+    assert_int_equal(dist_set_url(url), 0);
+}
+
+static long long exists(const char *key)
+{
+    return tu_cmd_int(&srv, "EXISTS", key, NULL);
+}
+
+/* EVAL and EVALSHA calls the server ran so far (INFO commandstats). */
+static long long script_calls(void)
+{
+    static const char *const keys[] = { "cmdstat_evalsha:calls=",
+                                        "cmdstat_eval:calls=" };
+    char *info = tu_cmd_str(&srv, "INFO", "commandstats", NULL);
+    long long n = 0;
+    size_t i;
+
+    if (!info)
+        return -1;
+    for (i = 0; i < 2; i++) {
+        const char *p = strstr(info, keys[i]);
+        if (p)
+            n += atoll(p + strlen(keys[i]));
+    }
+    free(info);
+    return n;
+}
+
+/* The whole of a small file, malloc'd; NULL when it cannot be read. */
+static char *read_file(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    char *text = calloc(1, 16384);
+
+    if (f && text)
+        (void)!fread(text, 1, 16383, f);
+    if (f)
+        fclose(f);
+    if (!f) {
+        free(text);
+        return NULL;
+    }
+    return text;
+}
+
+/* ---- locks over TLS ------------------------------------------------------ */
+
+static void test_mutex(void **state)
+{
+    char name[200];
+    dist_mutex_t m;
+    uint64_t token = 0;
+
+    (void)state;
+    NAME(name, "m");
+    use_tls(&srv);
+    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(exists(name), 1);
+    assert_int_equal(dist_mutex_token(&m, &token), 0);
+    assert_true(token > 0);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(exists(name), 0);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+}
+
+/* The options from the environment, and a host name checked against the
+ * certificate's DNS name. */
+static void test_env_and_host_name(void **state)
+{
+    char name[200], url[400];
+    dist_mutex_t m;
+
+    (void)state;
+    NAME(name, "m");
+    assert_int_equal(setenv("DISTLOCK_TLS_CA", file(0, "ca.crt"), 1), 0);
+    tls_url(url, sizeof url, "localhost", &srv, "");
+    assert_int_equal(dist_set_url(url), 0);
+    unsetenv("DISTLOCK_TLS_CA");
+    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(exists(name), 1);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+}
+
+/* A waiter sleeps on pub/sub over TLS, is woken by the release, and
+ * does not poll meanwhile (as test_mutex's test_waiting_does_not_poll). */
+static void test_pubsub_wakeup(void **state)
+{
+    char name[200];
+    dist_mutex_t m, other;
+    struct fx_locker la;
+    long long before, after;
+    double t0;
+
+    (void)state;
+    NAME(name, "m");
+    use_tls(&srv);
+    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
+    assert_int_equal(dist_mutex_init(&other, name, NULL), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    before = script_calls();
+    assert_true(before >= 0);
+    t0 = tu_now();
+    assert_int_equal(fx_locker_start(&la, &other, 0), 0);
+    tu_sleep_ms(2000);
+    assert_int_equal(atomic_load(&la.done), 0);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    fx_locker_join(&la);
+    after = script_calls();
+    assert_int_equal(la.rc, 0);
+    assert_dbl_range(la.t - t0, 1.9, 2.0 + slack(1.0));
+    if (after - before > 12)
+        fail_msg("waiting 2 s over TLS cost %lld script calls", after - before);
+    assert_int_equal(exists(name), 0);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+    assert_int_equal(dist_mutex_destroy(&other), 0);
+}
+
+/* The lease is renewed over TLS while held. */
+static void test_renewal(void **state)
+{
+    char name[200];
+    dist_mutex_t m;
+    long long pttl, min_pttl = 1LL << 40;
+    double t0;
+
+    (void)state;
+    NAME(name, "m");
+    use_tls(&srv);
+    assert_int_equal(dist_set_watchdog_ms(1000), 0);
+    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    t0 = tu_now();
+    while (tu_now() - t0 < 3.0) {
+        pttl = tu_cmd_int(&srv, "PTTL", name, NULL);
+        if (pttl < min_pttl)
+            min_pttl = pttl;
+        tu_sleep_ms(100);
+    }
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_set_watchdog_ms(30000), 0);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+    if (min_pttl <= 0 || min_pttl > 1000)
+        fail_msg("the lock's PTTL went to %lld while held", min_pttl);
+}
+
+/* A forked child waits for the parent's lock over its own TLS links and
+ * gets it on release; the parent's links, inherited by the child and
+ * dropped there, go on working in the parent. */
+static void test_handoff_between_processes(void **state)
+{
+    char name[200];
+    dist_mutex_t m;
+    pid_t pid;
+    int st, i;
+
+    (void)state;
+    NAME(name, "m");
+    use_tls(&srv);
+    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        struct timespec until = realtime_in(20);
+        int rc = dist_mutex_timedlock(&m, &until);
+        if (rc == 0)
+            rc = dist_mutex_unlock(&m);
+        _exit(rc == 0 ? 0 : 10 + rc);
+    }
+    tu_sleep_ms(1000);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    if (!child_exit_ok(st, 0))
+        fail_msg("the child's lock over TLS: status %d", st);
+    for (i = 0; i < 3; i++) {
+        assert_int_equal(dist_mutex_lock(&m), 0);
+        assert_int_equal(dist_mutex_unlock(&m), 0);
+    }
+    assert_int_equal(exists(name), 0);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+}
+
+static void test_fair(void **state)
+{
+    char name[200];
+    dist_mutexattr_t a;
+    dist_mutex_t m, other;
+    struct fx_locker la;
+
+    (void)state;
+    NAME(name, "f");
+    use_tls(&srv);
+    assert_int_equal(dist_mutexattr_init(&a), 0);
+    assert_int_equal(dist_mutexattr_setfair(&a, 1), 0);
+    assert_int_equal(dist_mutex_init(&m, name, &a), 0);
+    assert_int_equal(dist_mutex_init(&other, name, &a), 0);
+    dist_mutexattr_destroy(&a);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(fx_locker_start(&la, &other, 20), 0);
+    tu_sleep_ms(500);
+    assert_int_equal(atomic_load(&la.done), 0);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    fx_locker_join(&la);
+    assert_int_equal(la.rc, 0);
+    assert_int_equal(exists(name), 0);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+    assert_int_equal(dist_mutex_destroy(&other), 0);
+}
+
+struct reader {
+    dist_rwlock_t *rw;
+    int rc;
+    atomic_int done;
+};
+
+static void *reader_main(void *arg)
+{
+    struct reader *rd = arg;
+
+    rd->rc = dist_rwlock_rdlock(rd->rw);
+    if (rd->rc == 0)
+        rd->rc = dist_rwlock_unlock(rd->rw);
+    atomic_store(&rd->done, 1);
+    return NULL;
+}
+
+static void test_rwlock(void **state)
+{
+    char name[200];
+    dist_rwlock_t w, rw;
+    struct reader rd = { &rw, -1, 0 };
+    pthread_t th;
+
+    (void)state;
+    NAME(name, "rw");
+    use_tls(&srv);
+    assert_int_equal(dist_rwlock_init(&w, name, NULL), 0);
+    assert_int_equal(dist_rwlock_init(&rw, name, NULL), 0);
+    assert_int_equal(dist_rwlock_wrlock(&w), 0);
+    assert_int_equal(pthread_create(&th, NULL, reader_main, &rd), 0);
+    tu_sleep_ms(500);
+    assert_int_equal(atomic_load(&rd.done), 0);
+    assert_int_equal(dist_rwlock_unlock(&w), 0);
+    pthread_join(th, NULL);
+    assert_int_equal(rd.rc, 0);
+    assert_int_equal(dist_rwlock_rdlock(&w), 0);
+    assert_int_equal(dist_rwlock_unlock(&w), 0);
+    assert_int_equal(exists(name), 0);
+    assert_int_equal(dist_rwlock_destroy(&w), 0);
+    assert_int_equal(dist_rwlock_destroy(&rw), 0);
+}
+
+/* ---- mutual TLS ------------------------------------------------------------ */
+
+static void test_mtls_with_cert(void **state)
+{
+    char name[200], url[1300], q[1200];
+    dist_mutex_t m;
+
+    (void)state;
+    NAME(name, "m");
+    snprintf(q, sizeof q, "?tls_ca=%s&tls_cert=%s&tls_key=%s",
+             file(0, "ca.crt"), file(1, "cli.crt"), file(2, "cli.key"));
+    tls_url(url, sizeof url, "127.0.0.1", &srv_mtls, q);
+    assert_int_equal(dist_set_url(url), 0);
+    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(tu_cmd_int(&srv_mtls, "EXISTS", name, NULL), 1);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+}
+
+/* ---- refusals ---------------------------------------------------------------- */
+
+/* A lock on url fails with EIO, a reason naming the server (host:port)
+ * and containing what, within tries times the timeout (the lock call tries
+ * again for a timeout's worth after its first failure). */
+static void expect_refused_in(const char *url, int port, const char *what,
+                              int tries)
+{
+    char name[200], addr[64];
+    struct fx_call lk;
+    dist_mutex_t m;
+
+    NAME(name, "m");
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+    assert_int_equal(dist_set_url(url), 0);
+    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
+    FX_CALL(&lk, dist_mutex_lock(&m));
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+    if (lk.rc != EIO || !strstr(lk.err, what) || !strstr(lk.err, addr))
+        fail_msg("lock on %s: %d '%s', expected EIO naming %s and '%s'",
+                 url, lk.rc, lk.err, addr, what);
+    assert_dbl_range(lk.el, 0.0, tries * TIMEOUT_MS / 1000.0 + slack(1.0));
+}
+
+static void expect_refused(const char *url, int port, const char *what)
+{
+    expect_refused_in(url, port, what, 1);
+}
+
+static void test_mtls_without_cert(void **state)
+{
+    char url[600], q[400];
+
+    (void)state;
+    snprintf(q, sizeof q, "?tls_ca=%s", file(0, "ca.crt"));
+    tls_url(url, sizeof url, "127.0.0.1", &srv_mtls, q);
+    expect_refused(url, srv_mtls.tls_port,
+                   "the server asked for a client certificate");
+}
+
+static void test_wrong_ca(void **state)
+{
+    char url[600], q[400];
+
+    (void)state;
+    snprintf(q, sizeof q, "?tls_ca=%s", file(0, "ca2.crt"));
+    tls_url(url, sizeof url, "127.0.0.1", &srv, q);
+    expect_refused(url, srv.tls_port, "certificate verify failed");
+}
+
+static void test_expired(void **state)
+{
+    char url[600], q[400];
+
+    (void)state;
+    snprintf(q, sizeof q, "?tls_ca=%s", file(0, "ca.crt"));
+    tls_url(url, sizeof url, "127.0.0.1", &srv_expired, q);
+    expect_refused(url, srv_expired.tls_port,
+                   "certificate verify failed: certificate has expired");
+}
+
+static void test_host_name_mismatch(void **state)
+{
+    char url[600], q[400];
+
+    (void)state;
+    snprintf(q, sizeof q, "?tls_ca=%s&tls_server_name=elsewhere.example",
+             file(0, "ca.crt"));
+    tls_url(url, sizeof url, "127.0.0.1", &srv, q);
+    expect_refused(url, srv.tls_port, "host name mismatch");
+}
+
+/* Plain text to the TLS port: the server drops the connection at once,
+ * which is said, not waited out (the lock call tries again while its
+ * patience lasts, each try failing at once). */
+static void test_plain_to_tls_port(void **state)
+{
+    char url[100];
+
+    (void)state;
+    snprintf(url, sizeof url, "redis://127.0.0.1:%d", srv.tls_port);
+    expect_refused(url, srv.tls_port, "plain text sent to a TLS port");
+}
+
+/* TLS to the plain port: Redis does not answer a ClientHello (a NUL byte
+ * comes before its first newline, and Redis's inline parser drops such a
+ * line), so the handshake runs into the connect timeout, and the lock
+ * call's one more try into it again; the reason says what is likely. */
+static void test_tls_to_plain_port(void **state)
+{
+    char url[600], q[400];
+
+    (void)state;
+    snprintf(q, sizeof q, "?tls_ca=%s", file(0, "ca.crt"));
+    snprintf(url, sizeof url, "rediss://127.0.0.1:%d%s", srv.port, q);
+    expect_refused_in(url, srv.port, "plain port", 2);
+}
+
+/* The insecure switch connects to a server the CA does not vouch for, and
+ * says so on stderr once per process, however many connections. */
+static void test_insecure_warns_once(void **state)
+{
+    char name[200], url[600], url2[700], q[400], log[320], *text;
+    pid_t pid;
+    int st, n = 0;
+
+    (void)state;
+    NAME(name, "m");
+    snprintf(q, sizeof q, "?tls_ca=%s&tls_insecure=1", file(0, "ca2.crt"));
+    tls_url(url, sizeof url, "127.0.0.1", &srv, q);
+    snprintf(url2, sizeof url2, "%s&tls_server_name=localhost", url);
+    snprintf(log, sizeof log, "%s", file(1, "insecure.log"));
+    pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        dist_mutex_t m;
+        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0600), i, rc = 0;
+        if (fd < 0 || dup2(fd, 2) < 0)
+            _exit(20);
+        for (i = 0; i < 2 && rc == 0; i++) {
+            /* other options the second time: a new TLS context */
+            rc = dist_set_url(i ? url2 : url) ||
+                 dist_mutex_init(&m, name, NULL) || dist_mutex_lock(&m) ||
+                 dist_mutex_unlock(&m) || dist_mutex_destroy(&m);
+        }
+        _exit(rc == 0 ? 0 : 21);
+    }
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    if (!child_exit_ok(st, 0))
+        fail_msg("locking with tls_insecure=1: status %d", st);
+    text = read_file(log);
+    assert_non_null(text);
+    for (const char *p = text; (p = strstr(p, "without certificate checks")); p++)
+        n++;
+    free(text);
+    assert_int_equal(n, 1);
+}
+
+/* The distlock tool over TLS: the URL and the options from the
+ * environment, as the library takes them; a refusal in words on stderr. */
+static void test_tool(void **state)
+{
+    const char *top = getenv("top_builddir");
+    char name[200], url[100], cmd[2000], out[320];
+    char *text;
+    int st;
+
+    (void)state;
+    NAME(name, "tool");
+    snprintf(url, sizeof url, "rediss://127.0.0.1:%d", srv.tls_port);
+    snprintf(out, sizeof out, "%s", file(3, "tool.out"));
+    snprintf(cmd, sizeof cmd, "DISTLOCK_URL='%s' DISTLOCK_TLS_CA='%s' "
+             "'%s/tools/distlock' lock '%s' -- sh -c 'echo inside' > '%s' 2>&1",
+             url, file(0, "ca.crt"), top && *top ? top : ".", name, out);
+    st = system(cmd);
+    text = read_file(out);
+    if (st != 0 || !text || !strstr(text, "inside"))
+        fail_msg("distlock lock over TLS: status %d, output '%s'", st,
+                 text ? text : "");
+    free(text);
+    snprintf(cmd, sizeof cmd, "DISTLOCK_URL='%s' DISTLOCK_TLS_CA='%s' "
+             "'%s/tools/distlock' status '%s' > '%s' 2>&1",
+             url, file(0, "ca2.crt"), top && *top ? top : ".", name, out);
+    st = system(cmd);
+    text = read_file(out);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 3 || !text ||
+        !strstr(text, "certificate verify failed"))
+        fail_msg("distlock status with the wrong CA: status %d, output '%s'",
+                 st, text ? text : "");
+    free(text);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_mutex),
+        cmocka_unit_test(test_env_and_host_name),
+        cmocka_unit_test(test_pubsub_wakeup),
+        cmocka_unit_test(test_renewal),
+        cmocka_unit_test(test_handoff_between_processes),
+        cmocka_unit_test(test_fair),
+        cmocka_unit_test(test_rwlock),
+        cmocka_unit_test(test_mtls_with_cert),
+        cmocka_unit_test(test_mtls_without_cert),
+        cmocka_unit_test(test_wrong_ca),
+        cmocka_unit_test(test_expired),
+        cmocka_unit_test(test_host_name_mismatch),
+        cmocka_unit_test(test_plain_to_tls_port),
+        cmocka_unit_test(test_tls_to_plain_port),
+        cmocka_unit_test(test_insecure_warns_once),
+        cmocka_unit_test(test_tool),
+    };
+    const char *filter = getenv("TEST_TLS_FILTER");
+
+    if (filter && *filter)
+        cmocka_set_test_filter(filter);
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
