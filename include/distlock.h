@@ -284,6 +284,96 @@ DIST_EXPORT int dist_rwlockattr_setlease(dist_rwlockattr_t *a,
  * read lock may always take another. */
 DIST_EXPORT int dist_rwlockattr_setkind(dist_rwlockattr_t *a, int kind);
 
+/* ------------------------------------------------------------------------ */
+/* Condition variable                                                       */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * A condition variable shared by every process that names it, used with a
+ * dist_mutex_t as pthread_cond_t is with a pthread_mutex_t.  A waiter is
+ * registered in Redis while it still holds the mutex, so a signal from a
+ * thread that takes the mutex after the waiter let go of it is never lost.
+ * A wait returns holding the mutex again, taken through the mutex's normal
+ * path (replica sync, fencing token, lost handler).  Waiters are woken by
+ * pub/sub; each has a mark in Redis, so a missed message only delays it
+ * (by at most DISTLOCK_WAITER_MS).  A waiter whose process died stops
+ * counting within DISTLOCK_WAITER_MS: signal skips it, and a signal it was
+ * given and never took goes to the next waiter.  A signal when no live
+ * waiter is registered does nothing.  Never EINTR.
+ *
+ * Cluster: the wait runs one script on the mutex and the condition's keys,
+ * so the condition's name must hash to the mutex's slot: give it the
+ * mutex's name as a {hash tag} (mutex "jobs", condition "{jobs}:ready"), or
+ * give both the same tag.  A wait on a cluster refuses names that do not
+ * (EINVAL).  On one server or Sentinel any names work.
+ */
+struct dist_condattr {
+    int __clock;
+    int __flags;
+    unsigned long __reserved[2];
+};
+
+/* The caller owns the object; its fields are private.  As dist_mutex_t: an
+ * object set with DIST_COND_INITIALIZER keeps a pointer to the name. */
+struct dist_cond {
+    const char *__name;
+    void *__impl;
+    unsigned long __reserved[2];
+};
+
+typedef struct dist_cond dist_cond_t;
+typedef struct dist_condattr dist_condattr_t;
+
+/* Static or automatic initialisation with default attributes
+ * (CLOCK_REALTIME); the internal state is created at first use. */
+#define DIST_COND_INITIALIZER(name) { (name), 0, { 0, 0 } }
+
+/* Sets up c under name (copied); attr may be NULL.  Does no network I/O.
+ * EINVAL, ENOMEM. */
+DIST_EXPORT int dist_cond_init(dist_cond_t *c, const char *name,
+                               const dist_condattr_t *attr);
+
+/* Frees what init allocated.  EBUSY while a thread of this process waits
+ * on it.  Other processes' waiters are not affected. */
+DIST_EXPORT int dist_cond_destroy(dist_cond_t *c);
+
+/* Gives up m, which the caller must hold exactly once (EPERM when it does
+ * not hold it, EINVAL when it holds it more than once), waits until
+ * signalled, and takes m again.  0 holding m; a wake-up may be spurious,
+ * as POSIX allows, so wait in a loop on the predicate.  An error from
+ * taking m back (EIO when Redis could not be reached) is returned without
+ * holding m. */
+DIST_EXPORT int dist_cond_wait(dist_cond_t *c, dist_mutex_t *m);
+
+/* dist_cond_wait until abstime on the condition's clock (CLOCK_REALTIME
+ * unless set by dist_condattr_setclock): ETIMEDOUT, holding m again, once
+ * abstime has passed.  A signal that reaches the waiter as its deadline
+ * passes is taken (0), so it is never lost for the other waiters. */
+DIST_EXPORT int dist_cond_timedwait(dist_cond_t *c, dist_mutex_t *m,
+                                    const struct timespec *abstime);
+
+/* dist_cond_timedwait with abstime on clockid, CLOCK_REALTIME or
+ * CLOCK_MONOTONIC (as glibc's pthread_cond_clockwait); EINVAL otherwise. */
+DIST_EXPORT int dist_cond_clockwait(dist_cond_t *c, dist_mutex_t *m,
+                                    clockid_t clockid,
+                                    const struct timespec *abstime);
+
+/* Wakes the oldest live waiter of any process, if there is one.  The caller
+ * need not hold the mutex; a waiter is certain to be reached only when the
+ * signaller took the mutex after the waiter began to wait.  EIO. */
+DIST_EXPORT int dist_cond_signal(dist_cond_t *c);
+
+/* Wakes every live waiter of every process.  EIO. */
+DIST_EXPORT int dist_cond_broadcast(dist_cond_t *c);
+
+DIST_EXPORT int dist_condattr_init(dist_condattr_t *a);
+DIST_EXPORT int dist_condattr_destroy(dist_condattr_t *a);
+/* The clock of dist_cond_timedwait's abstime: CLOCK_REALTIME (default) or
+ * CLOCK_MONOTONIC; EINVAL otherwise. */
+DIST_EXPORT int dist_condattr_setclock(dist_condattr_t *a, clockid_t clock);
+DIST_EXPORT int dist_condattr_getclock(const dist_condattr_t *a,
+                                       clockid_t *clock);
+
 #ifdef __cplusplus
 }
 #endif

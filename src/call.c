@@ -569,3 +569,17 @@ int dist__token(struct dist__obj *o, int mode, uint64_t *token)
     pthread_mutex_unlock(&st->mu);
     return 0;
 }
+
+unsigned long dist__held(struct dist__obj *o, int mode)
+{
+    struct dist__state *st = o->st;
+    struct dist__rec *r;
+    unsigned long n = 0;
+
+    pthread_mutex_lock(&st->mu);
+    r = dist__rec_find(st);
+    if (r && !(r->h && atomic_load(&r->h->lost)))
+        n = r->n[mode];
+    pthread_mutex_unlock(&st->mu);
+    return n;
+}

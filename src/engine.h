@@ -177,6 +177,9 @@ void dist__abandon_waits(void);
 int dist__release(struct dist__obj *o);
 /* The calling thread's fencing token; mode 1: of a write hold. */
 int dist__token(struct dist__obj *o, int mode, uint64_t *token);
+/* The calling thread's holds of mode as it believes them: 0 when it holds
+ * none or they were found lost. */
+unsigned long dist__held(struct dist__obj *o, int mode);
 /* Fills dl from an API call's arguments: EINVAL for a clock other than
  * CLOCK_REALTIME and CLOCK_MONOTONIC, or a NULL abstime (abstime's fields
  * are checked only when the call would wait). */
