@@ -374,6 +374,116 @@ DIST_EXPORT int dist_condattr_setclock(dist_condattr_t *a, clockid_t clock);
 DIST_EXPORT int dist_condattr_getclock(const dist_condattr_t *a,
                                        clockid_t *clock);
 
+/* ------------------------------------------------------------------------ */
+/* Semaphore                                                                */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * A counting semaphore shared by every process that names it, shaped like
+ * sem_t.  Two modes, chosen per semaphore by attribute:
+ *
+ * DIST_SEM_LEASED (default): each permit taken is a hold of the thread that
+ * took it, with a lease the renewal thread renews as it does a lock's; a
+ * holder whose process dies gives its permits back when the lease ends, so
+ * free plus held permits stay what they were set to.  dist_sem_post gives
+ * back one of the calling thread's permits; a thread that holds none gets
+ * EPERM, unless the semaphore allows unowned posts
+ * (dist_semattr_setunowned), where such a post adds a new permit.  A thread
+ * that takes a permit and never posts keeps it while its process lives.
+ *
+ * DIST_SEM_REDISSON: Redisson's RSemaphore layout (the permit count in the
+ * plain string key NAME, wake-ups on redisson_sc:{NAME}), so that a Java
+ * service and a C program share the permits.  Nothing records who took a
+ * permit: any thread may post, and a permit taken by a process that dies
+ * is lost for good, as with Redisson.
+ *
+ * Waiters are woken by pub/sub, not FIFO: a post wakes one waiting thread
+ * in each process that waits, which race for the permit.
+ */
+#define DIST_SEM_LEASED   0
+#define DIST_SEM_REDISSON 1
+#define DIST_SEM_VALUE_MAX 2147483647L   /* as SEM_VALUE_MAX */
+
+struct dist_semattr {
+    int __mode;
+    int __flags;
+    unsigned long __lease_ms;
+    long __max;
+    unsigned long __reserved[2];
+};
+
+/* The caller owns the object; its fields are private. */
+struct dist_sem {
+    void *__impl;
+    unsigned long __reserved[3];
+};
+
+typedef struct dist_sem dist_sem_t;
+typedef struct dist_semattr dist_semattr_t;
+
+/* Sets up s under name (copied); attr may be NULL.  A semaphore that does
+ * not exist in Redis yet is created with initial_if_new free permits by the
+ * first call that reaches it.  Does no network I/O.  EINVAL (initial past
+ * the maximum), ENOMEM. */
+DIST_EXPORT int dist_sem_init(dist_sem_t *s, const char *name,
+                              unsigned initial_if_new,
+                              const dist_semattr_t *attr);
+
+/* Frees what init allocated.  EBUSY while a thread of this process holds
+ * one of its leased permits. */
+DIST_EXPORT int dist_sem_destroy(dist_sem_t *s);
+
+/* Takes a permit, waiting until one is free.  EIO. */
+DIST_EXPORT int dist_sem_wait(dist_sem_t *s);
+
+/* Takes a permit if one is free; EAGAIN otherwise (as sem_trywait). */
+DIST_EXPORT int dist_sem_trywait(dist_sem_t *s);
+
+/* dist_sem_wait until abstime (CLOCK_REALTIME): ETIMEDOUT.  A free permit
+ * is taken even when abstime has passed (as sem_timedwait). */
+DIST_EXPORT int dist_sem_timedwait(dist_sem_t *s,
+                                   const struct timespec *abstime);
+
+/* dist_sem_timedwait with abstime on clockid, CLOCK_REALTIME or
+ * CLOCK_MONOTONIC (as glibc's sem_clockwait); EINVAL otherwise. */
+DIST_EXPORT int dist_sem_clockwait(dist_sem_t *s, clockid_t clockid,
+                                   const struct timespec *abstime);
+
+/* Gives a permit back (see the modes above) and wakes a waiter.  EPERM
+ * (leased, the caller holds none, unowned posts not allowed), EOVERFLOW
+ * (a new permit would pass the maximum), EIO. */
+DIST_EXPORT int dist_sem_post(dist_sem_t *s);
+
+/* n posts in one call, waking up to n waiters.  Leased: the caller's own
+ * permits go back first; the rest are new ones (unowned posts) or EPERM,
+ * after those given back. */
+DIST_EXPORT int dist_sem_post_multiple(dist_sem_t *s, unsigned n);
+
+/* The free permits now, in *value (as sem_getvalue; a snapshot).  EIO. */
+DIST_EXPORT int dist_sem_getvalue(dist_sem_t *s, int *value);
+
+/* Sets the free permits to value whatever they were: a reset after a
+ * change of plan, or of a Redisson semaphore.  Leased permits held stay
+ * held and still come back when posted or when their lease ends.  EINVAL
+ * past the maximum, EIO. */
+DIST_EXPORT int dist_sem_setvalue(dist_sem_t *s, unsigned value);
+
+DIST_EXPORT int dist_semattr_init(dist_semattr_t *a);
+DIST_EXPORT int dist_semattr_destroy(dist_semattr_t *a);
+/* DIST_SEM_LEASED (default) or DIST_SEM_REDISSON; EINVAL otherwise. */
+DIST_EXPORT int dist_semattr_setmode(dist_semattr_t *a, int mode);
+DIST_EXPORT int dist_semattr_getmode(const dist_semattr_t *a, int *mode);
+/* Leased mode: 0 (default) the watchdog lease, renewed while held;
+ * otherwise each permit's lease ends lease_ms after it was taken unless
+ * posted first.  EINVAL past a day. */
+DIST_EXPORT int dist_semattr_setlease(dist_semattr_t *a,
+                                      unsigned long lease_ms);
+/* Leased mode: 1 lets a thread that holds no permit post, adding one. */
+DIST_EXPORT int dist_semattr_setunowned(dist_semattr_t *a, int unowned);
+/* The most free permits (default and at most DIST_SEM_VALUE_MAX): a post
+ * past it gives EOVERFLOW. */
+DIST_EXPORT int dist_semattr_setmax(dist_semattr_t *a, long max);
+
 #ifdef __cplusplus
 }
 #endif

@@ -136,7 +136,8 @@ struct dist__kind {
 
 #define DIST__FAM_MUTEX  0
 #define DIST__FAM_RWLOCK 1
-#define DIST__FAM_COUNT  2
+#define DIST__FAM_SEM    2
+#define DIST__FAM_COUNT  3
 
 /* ---- objects (engine.c) -------------------------------------------------- */
 

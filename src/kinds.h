@@ -42,6 +42,31 @@ int dist__cond_check(struct dist__cond *cv, int leave, int *res);
 /* Marks the oldest live waiter, or all: *marked how many (may be NULL). */
 int dist__cond_signal(struct dist__cond *cv, int all, long long *marked);
 
+/* ---- semaphores (kind_sem.c, sem.c) ------------------------------------ */
+
+extern const struct dist__kind dist__sem_kind;      /* kind_sem.c */
+
+#define DIST__SEM_NKEYS 4
+
+/* A leased semaphore's state's ext: its keys (sem, holds, leases, channel;
+ * see lua/prelude_sem.lua), and what a script needs to create it. */
+struct dist__semx {
+    struct dist__buf keys[DIST__SEM_NKEYS];
+    atomic_long initial;          /* free permits if new */
+    atomic_long max;              /* most free permits */
+};
+
+/* The keys of the semaphore named by nm, malloc'd: DIST__SEM_NKEYS of them,
+ * or with redisson the RSemaphore's two (S, redisson_sc:{S}).  0 or
+ * ENOMEM. */
+int dist__sem_keys(const struct dist__names *nm, int redisson,
+                   struct dist__buf *keys);
+void dist__sem_keys_free(struct dist__buf *keys, int n);
+/* sem_count on o's semaphore: op "get", "add" or "set" with n.  0 with
+ * *free_ and *held (either may be NULL), EOVERFLOW, EIO. */
+int dist__sem_count(struct dist__obj *o, const char *op, long n, long *free_,
+                    long *held);
+
 /* struct dist__obj.flags */
 #define DIST__MUTEX_ERRORCHECK 1
 #define DIST__RWLOCK_PREFER_WRITER 1
