@@ -484,6 +484,53 @@ DIST_EXPORT int dist_semattr_setunowned(dist_semattr_t *a, int unowned);
  * past it gives EOVERFLOW. */
 DIST_EXPORT int dist_semattr_setmax(dist_semattr_t *a, long max);
 
+/* ------------------------------------------------------------------------ */
+/* Barrier                                                                  */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * A barrier shared by every process that names it, shaped like
+ * pthread_barrier_t: each round ends when count waits have arrived, and
+ * the barrier is used again round after round.  A thread's barrier object
+ * becomes a member at its first wait and stays one until destroyed; its
+ * renewal thread keeps it alive in Redis.  A member whose process dies
+ * breaks the round under way within DISTLOCK_WAITER_MS: the members
+ * waiting in it get EOWNERDEAD, and the next round starts (without it).
+ */
+#define DIST_BARRIER_SERIAL_THREAD (-1)   /* as PTHREAD_BARRIER_SERIAL_THREAD */
+
+/* The caller owns the object; its fields are private. */
+struct dist_barrier {
+    void *__impl;
+    unsigned long __reserved[3];
+};
+
+typedef struct dist_barrier dist_barrier_t;
+
+/* Sets up b under name (copied) for rounds of count (>= 1) waits.  Every
+ * process must give the same count (a wait gives EINVAL otherwise).  Does
+ * no network I/O.  EINVAL, ENOMEM. */
+DIST_EXPORT int dist_barrier_init(dist_barrier_t *b, const char *name,
+                                  unsigned count);
+
+/* Leaves the barrier (this object is no longer a member) and frees what
+ * init allocated.  EBUSY while a thread waits on it. */
+DIST_EXPORT int dist_barrier_destroy(dist_barrier_t *b);
+
+/* Arrives and waits until count waits have arrived in this round.
+ * DIST_BARRIER_SERIAL_THREAD in exactly one of them (the last to arrive),
+ * 0 in the others; EOWNERDEAD when a member died in this round (the round
+ * is over for everyone; wait again for the next), EINVAL when the barrier
+ * exists with another count, EIO.  Never EINTR. */
+DIST_EXPORT int dist_barrier_wait(dist_barrier_t *b);
+
+/* dist_barrier_wait until abstime on clockid (CLOCK_REALTIME or
+ * CLOCK_MONOTONIC): ETIMEDOUT once it has passed, and the caller no longer
+ * counts in the round.  A round that ends as the deadline passes ends for
+ * it too (0 or DIST_BARRIER_SERIAL_THREAD). */
+DIST_EXPORT int dist_barrier_clockwait(dist_barrier_t *b, clockid_t clockid,
+                                       const struct timespec *abstime);
+
 #ifdef __cplusplus
 }
 #endif
