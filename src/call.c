@@ -448,8 +448,8 @@ static int failed(struct dist__call *c, int rc)
     return rc;
 }
 
-int dist__acquire(struct dist__obj *o, int mode, int try_only,
-                  const struct dist__deadline *dl)
+static int acquire(struct dist__obj *o, int mode, int try_only,
+                   const struct dist__deadline *dl, int courtesy)
 {
     const struct dist__kind *k = o->kind;
     struct dist__call c = { .o = o, .mode = mode };
@@ -459,7 +459,7 @@ int dist__acquire(struct dist__obj *o, int mode, int try_only,
         return rc;
     if ((rc = k->plan(&c, try_only)) != 0)
         return failed(&c, rc);
-    if (!try_only && k->before_wait)
+    if (!try_only && courtesy && k->before_wait)
         k->before_wait(&c, dl);
     rc = try_only ? try_once(&c) : try_patiently(&c, 0);
     queued = c.how == DIST__HOW_QUEUE && rc == 0 && !c.taken;
@@ -482,6 +482,17 @@ int dist__acquire(struct dist__obj *o, int mode, int try_only,
     if (c.lost)
         dist__call_lost_handler(name_of(&c));
     return rc;
+}
+
+int dist__acquire(struct dist__obj *o, int mode, int try_only,
+                  const struct dist__deadline *dl)
+{
+    return acquire(o, mode, try_only, dl, 1);
+}
+
+int dist__reacquire(struct dist__obj *o)
+{
+    return acquire(o, 0, 0, NULL, 0);
 }
 
 /* ---- release ----------------------------------------------------------------- */

@@ -236,7 +236,7 @@ static int cond_wait(dist_cond_t *c, dist_mutex_t *m,
     if (rc != 0 && rc != ETIMEDOUT)
         return rc;               /* EPERM, EINVAL, EIO: m as it was */
     /* the mutex comes back however the wait ended, as POSIX has it */
-    if ((back = dist__acquire(o, 0, 0, NULL)) != 0)
+    if ((back = dist__reacquire(o)) != 0)
         return back;
     if (rc == ETIMEDOUT)
         return dist__err(ETIMEDOUT, "condition '%s': timed out",

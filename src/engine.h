@@ -170,6 +170,11 @@ void dist__rec_tidy(struct dist__state *st);
 
 int dist__acquire(struct dist__obj *o, int mode, int try_only,
                   const struct dist__deadline *dl);
+/* A blocking acquire of mode 0 by a thread that has been waiting already
+ * (a condition variable's waiter taking its mutex back): without the
+ * kind's before_wait, whose courtesy to other waiters is for a thread
+ * that loops on lock and unlock. */
+int dist__reacquire(struct dist__obj *o);
 /* Every waiting acquire of the process, now and later, gives up at its next
  * wake-up with ECANCELED, leaving its queue from its own thread, after its
  * last try (for the distlock tool, which exits on a signal while its main
