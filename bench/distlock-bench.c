@@ -53,9 +53,9 @@
 /* ------------------------------------------------------------------------ */
 
 enum { SC_FLOOR, SC_S1, SC_S1T, SC_S2, SC_S3, SC_S4, SC_S2F, SC_S3F, SC_RW,
-       SC_COUNT };
+       SC_CV, SC_SEM, SC_COUNT };
 static const char *const sc_names[SC_COUNT] = {
-    "floor", "s1", "s1t", "s2", "s3", "s4", "s2f", "s3f", "rw"
+    "floor", "s1", "s1t", "s2", "s3", "s4", "s2f", "s3f", "rw", "cv", "sem"
 };
 
 /* s2f and s3f run s2 and s3 on a fair (FIFO) mutex; workers fork after
@@ -94,6 +94,9 @@ static struct {
     double s4_hold_s;
     int rw_procs;
     double rw_s;
+    int cv_rounds;
+    int sem_procs, sem_permits;
+    double sem_s;
 } P;
 
 static void set_sizes(void)
@@ -102,18 +105,22 @@ static void set_sizes(void)
     P.s2_procs = 4;
     P.s3_warm = 3;
     P.rw_procs = 4;
+    P.sem_procs = 4;
+    P.sem_permits = 2;
     if (opt.quick) {
         P.floor_warm = 100;  P.floor_calls = 2000;  P.floor_multi_s = 1.0;
         P.s1_warm = 100;     P.s1_pairs = 2000;     P.s1t_s = 0.5;
         P.s2_s = 1.0;        P.s3_rounds = 50;
         P.s4_locks = 100;    P.s4_hold_s = 3.0;
         P.rw_s = 1.0;
+        P.cv_rounds = 200;   P.sem_s = 1.0;
     } else {
         P.floor_warm = 500;  P.floor_calls = 20000; P.floor_multi_s = 2.0;
         P.s1_warm = 500;     P.s1_pairs = 20000;    P.s1t_s = 2.0;
         P.s2_s = 5.0;        P.s3_rounds = 500;
         P.s4_locks = 1000;   P.s4_hold_s = 10.0;
         P.rw_s = 5.0;
+        P.cv_rounds = 2000;  P.sem_s = 5.0;
     }
 }
 
@@ -247,6 +254,18 @@ struct shared {
         uint64_t max_rwait_ns[MAX_PROCS];   /* longest wait in rdlock() */
         uint64_t finish_ns[MAX_PROCS];
     } rw;
+    struct {
+        atomic_int turn;              /* whose turn: 0 or 1 */
+        uint64_t t0[2000];            /* signal sent (handing to 1) */
+        uint64_t t1[2000];            /* 1's wait returned with its turn */
+    } cv;
+    struct {
+        struct start_line go;
+        atomic_int holding;           /* holders now, by the workers' count */
+        atomic_int max_holding;
+        long long count[MAX_PROCS];
+        uint64_t finish_ns[MAX_PROCS];
+    } sem;
 };
 
 static struct shared *sh;
@@ -1950,6 +1969,217 @@ static void scenario_rw(redisContext *c)
 }
 
 /* ------------------------------------------------------------------------ */
+/* cv: ping-pong through one mutex and two condition variables              */
+/* ------------------------------------------------------------------------ */
+
+static const char cv_lock[] = "bench-cv";
+static const char *const cv_conds[2] = { "{bench-cv}:a", "{bench-cv}:b" };
+
+static void del_cv_keys(redisContext *c)
+{
+    static const char *const fmt[] = {
+        "distlock_cond_waiters:%s", "distlock_cond_queue:%s",
+        "distlock_cond_signalled:%s",
+    };
+    char k[8][64], *keys[8];
+    int i, n = 0;
+
+    for (i = 0; i < 6; i++) {
+        snprintf(k[n], sizeof k[n], fmt[i % 3], cv_conds[i / 3]);
+        keys[n] = k[n];
+        n++;
+    }
+    del_keys(c, keys, n);
+    del_lock_keys(c, cv_lock);
+}
+
+/* Side me of the ping-pong: waits for its turn, hands it over, signals. */
+static int cv_worker(int me)
+{
+    dist_mutex_t m;
+    dist_cond_t mine, theirs;
+    int round, rc;
+
+    if ((rc = dist_mutex_init(&m, cv_lock, NULL)) != 0 ||
+        (rc = dist_cond_init(&mine, cv_conds[me], NULL)) != 0 ||
+        (rc = dist_cond_init(&theirs, cv_conds[1 - me], NULL)) != 0)
+        return dfail("cv init", rc);
+    for (round = 0; round < P.cv_rounds; round++) {
+        if ((rc = dist_mutex_lock(&m)) != 0)
+            return dfail("cv: dist_mutex_lock", rc);
+        while (atomic_load(&sh->cv.turn) != me)
+            if ((rc = dist_cond_wait(&mine, &m)) != 0)
+                return dfail("cv: dist_cond_wait", rc);
+        if (me == 1)
+            sh->cv.t1[round] = now_ns();
+        else
+            sh->cv.t0[round] = now_ns();
+        atomic_store(&sh->cv.turn, 1 - me);
+        if ((rc = dist_cond_signal(&theirs)) != 0)
+            return dfail("cv: dist_cond_signal", rc);
+        if ((rc = dist_mutex_unlock(&m)) != 0)
+            return dfail("cv: dist_mutex_unlock", rc);
+    }
+    dist_cond_destroy(&mine);
+    dist_cond_destroy(&theirs);
+    dist_mutex_destroy(&m);
+    dist_shutdown();
+    return 0;
+}
+
+static void scenario_cv(redisContext *c)
+{
+    uint64_t lat[2000];
+    struct kids k = { 0 };
+    long long c0, c1;
+    double p50, p99, mx, secs, per;
+    uint64_t t0;
+    char b1[32];
+    struct jobj j;
+    int i, n = 0;
+
+    reset_shared();
+    del_cv_keys(c);
+    if ((c0 = script_calls(c)) < 0) {
+        report_error("cv");
+        return;
+    }
+    t0 = now_ns();
+    if (spawn(&k, cv_worker, 0) != 0 || spawn(&k, cv_worker, 1) != 0) {
+        kids_kill(&k);
+        report_error("cv");
+        return;
+    }
+    if (kids_wait(&k, P.cv_rounds * 0.1 + 120) != 0) {
+        report_error("cv");
+        return;
+    }
+    secs = (double)(now_ns() - t0) / 1e9;
+    c1 = script_calls(c);
+    del_cv_keys(c);
+    /* 0's signal in round i hands the turn to 1's wait of round i */
+    for (i = 0; i < P.cv_rounds; i++)
+        if (sh->cv.t1[i] >= sh->cv.t0[i])
+            lat[n++] = sh->cv.t1[i] - sh->cv.t0[i];
+    qsort(lat, (size_t)n, sizeof *lat, cmp_u64);
+    p50 = (double)pct(lat, (size_t)n, 0.50) / 1e6;
+    p99 = (double)pct(lat, (size_t)n, 0.99) / 1e6;
+    mx = n ? (double)lat[n - 1] / 1e6 : 0;
+    per = c1 >= c0 ? (double)(c1 - c0) / (2.0 * P.cv_rounds) : -1;
+
+    row("cv", "hand-offs (2 procs)", fmtd(b1, sizeof b1,
+        2.0 * P.cv_rounds / secs, 0), "/s", NULL, NULL);
+    row("cv", "hand-off latency p50", fmtd(b1, sizeof b1, p50, 3), "ms",
+        NULL, NULL);
+    row("cv", "hand-off latency p99", fmtd(b1, sizeof b1, p99, 3), "ms",
+        NULL, NULL);
+    row("cv", "hand-off latency max", fmtd(b1, sizeof b1, mx, 3), "ms",
+        NULL, NULL);
+    row("cv", "scripts per hand-off", fmtd(b1, sizeof b1, per, 2), "calls",
+        NULL, NULL);
+    jstart(&j, "cv");
+    jint(&j, "rounds", P.cv_rounds);
+    jnum(&j, "handoffs_per_s", 2.0 * P.cv_rounds / secs);
+    jnum(&j, "p50_ms", p50);
+    jnum(&j, "p99_ms", p99);
+    jnum(&j, "max_ms", mx);
+    jnum(&j, "scripts_per_handoff", per);
+    jend(&j);
+}
+
+/* ------------------------------------------------------------------------ */
+/* sem: processes taking and giving back the permits of a semaphore         */
+/* ------------------------------------------------------------------------ */
+
+static const char sem_name[] = "bench-sem";
+
+static void del_sem_keys(redisContext *c)
+{
+    char k1[64], k2[64], k3[64];
+    char *keys[3] = { k1, k2, k3 };
+
+    snprintf(k1, sizeof k1, "distlock_sem:{%s}", sem_name);
+    snprintf(k2, sizeof k2, "distlock_sem_holds:{%s}", sem_name);
+    snprintf(k3, sizeof k3, "distlock_sem_leases:{%s}", sem_name);
+    del_keys(c, keys, 3);
+}
+
+static int sem_worker(int idx)
+{
+    dist_sem_t s;
+    uint64_t end;
+    int rc, now, seen;
+
+    if ((rc = dist_sem_init(&s, sem_name, (unsigned)P.sem_permits, NULL)) != 0)
+        return dfail("dist_sem_init", rc);
+    end = line_up(&sh->sem.go);
+    while (now_ns() < end) {
+        if ((rc = dist_sem_wait(&s)) != 0)
+            return dfail("dist_sem_wait", rc);
+        now = atomic_fetch_add(&sh->sem.holding, 1) + 1;
+        seen = atomic_load(&sh->sem.max_holding);
+        while (now > seen &&
+               !atomic_compare_exchange_weak(&sh->sem.max_holding, &seen, now))
+            ;
+        atomic_fetch_sub(&sh->sem.holding, 1);
+        if ((rc = dist_sem_post(&s)) != 0)
+            return dfail("dist_sem_post", rc);
+        sh->sem.count[idx]++;
+    }
+    sh->sem.finish_ns[idx] = now_ns();
+    dist_sem_destroy(&s);
+    dist_shutdown();
+    return 0;
+}
+
+static void scenario_sem(redisContext *c)
+{
+    struct kids k = { 0 };
+    long long total = 0;
+    uint64_t last = 0;
+    double secs, rate;
+    char b1[32], b2[32];
+    struct jobj j;
+    int i, maxh;
+
+    reset_shared();
+    del_sem_keys(c);
+    for (i = 0; i < P.sem_procs; i++) {
+        if (spawn(&k, sem_worker, i) != 0) {
+            kids_kill(&k);
+            report_error("sem");
+            return;
+        }
+    }
+    if (start_workers(&k, &sh->sem.go, P.sem_procs, P.sem_s, "sem") != 0 ||
+        kids_wait(&k, P.sem_s + 120) != 0) {
+        report_error("sem");
+        return;
+    }
+    del_sem_keys(c);
+    for (i = 0; i < P.sem_procs; i++) {
+        total += sh->sem.count[i];
+        if (sh->sem.finish_ns[i] > last)
+            last = sh->sem.finish_ns[i];
+    }
+    secs = (double)(last - sh->sem.go.start_ns) / 1e9;
+    rate = (double)total / secs;
+    maxh = atomic_load(&sh->sem.max_holding);
+    snprintf(b2, sizeof b2, "<= %d", P.sem_permits);
+    row("sem", "wait+post, 4 procs, 2 permits", fmtd(b1, sizeof b1, rate, 0),
+        "pairs/s", NULL, NULL);
+    row("sem", "most holders at once", fmtd(b1, sizeof b1, maxh, 0), "", b2,
+        maxh <= P.sem_permits ? "ok" : "MISS");
+    jstart(&j, "sem");
+    jint(&j, "procs", P.sem_procs);
+    jint(&j, "permits", P.sem_permits);
+    jnum(&j, "pairs_per_s", rate);
+    jint(&j, "max_holders", maxh);
+    jbool(&j, "ok", maxh <= P.sem_permits);
+    jend(&j);
+}
+
+/* ------------------------------------------------------------------------ */
 /* main                                                                     */
 /* ------------------------------------------------------------------------ */
 
@@ -1963,7 +2193,8 @@ static void usage(FILE *f)
 "\n"
 "  --json    one JSON object per line per scenario (s1t: per thread count)\n"
 "  --quick   short runs, for smoke tests\n"
-"  --only    run only these scenarios: floor,s1,s1t,s2,s3,s4,s2f,s3f,rw\n"
+"  --only    run only these scenarios: floor,s1,s1t,s2,s3,s4,s2f,s3f,rw,\n"
+"            cv,sem\n"
 "            (s2f, s3f: s2 and s3 on a fair mutex)\n"
 "            (floor is measured too when a chosen one's target needs it)\n"
 "  --help    this text\n"
@@ -1984,6 +2215,11 @@ static void usage(FILE *f)
 "  rw     4 processes on 1 read-write lock, 5 s: 90%% reads (rdlock, GET the\n"
 "         counter twice, unlock), 10%% writes (wrlock, GET, SET +1, unlock);\n"
 "         ops/s and the split; 0 lost updates, 0 torn reads\n"
+"  cv     2 processes ping-pong through 1 mutex and 2 condition variables:\n"
+"         hand-offs/s, signal -> the other's wait returning p50/p99/max,\n"
+"         script calls per hand-off\n"
+"  sem    4 processes wait+post on a leased semaphore of 2 permits, 5 s:\n"
+"         pairs/s; never more than 2 holders\n"
 "\n"
 "The ratio column is value/target; 'ok' when the target is met.  Missing a\n"
 "target does not change the exit status: 1 means a scenario could not run.\n");
@@ -2001,7 +2237,7 @@ static int parse_only(const char *s)
                 break;
         if (i == SC_COUNT) {
             fprintf(stderr, "distlock-bench: unknown scenario '%s' "
-                    "(floor,s1,s1t,s2,s3,s4,s2f,s3f,rw)\n", tok);
+                    "(floor,s1,s1t,s2,s3,s4,s2f,s3f,rw,cv,sem)\n", tok);
             return -1;
         }
         opt.only |= 1u << i;
@@ -2147,6 +2383,10 @@ int main(int argc, char **argv)
         scenario_s4();
     if (wanted(SC_RW))
         scenario_rw(c);
+    if (wanted(SC_CV))
+        scenario_cv(c);
+    if (wanted(SC_SEM))
+        scenario_sem(c);
     redisFree(c);
     munmap(sh, sizeof *sh);
     return any_error ? 1 : 0;

@@ -329,6 +329,253 @@ DIST_EXPORT int dist_stats_get(struct dist_stats *s);
 /* Sets every counter back to 0. */
 DIST_EXPORT void dist_stats_reset(void);
 
+/* ------------------------------------------------------------------------ */
+/* Condition variable                                                       */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * A condition variable shared by every process that names it, used with a
+ * dist_mutex_t as pthread_cond_t is with a pthread_mutex_t.  A waiter is
+ * registered in Redis while it still holds the mutex, so a signal from a
+ * thread that takes the mutex after the waiter let go of it is never lost.
+ * A wait returns holding the mutex again, taken through the mutex's normal
+ * path (replica sync, fencing token, lost handler).  Waiters are woken by
+ * pub/sub; each has a mark in Redis, so a missed message only delays it
+ * (by at most DISTLOCK_WAITER_MS).  A waiter whose process died stops
+ * counting within DISTLOCK_WAITER_MS: signal skips it, and a signal it was
+ * given and never took goes to the next waiter.  A signal when no live
+ * waiter is registered does nothing.  Never EINTR.
+ *
+ * Cluster: the wait runs one script on the mutex and the condition's keys,
+ * so the condition's name must hash to the mutex's slot: give it the
+ * mutex's name as a {hash tag} (mutex "jobs", condition "{jobs}:ready"), or
+ * give both the same tag.  A wait on a cluster refuses names that do not
+ * (EINVAL).  On one server or Sentinel any names work.
+ */
+struct dist_condattr {
+    int __clock;
+    int __flags;
+    unsigned long __reserved[2];
+};
+
+/* The caller owns the object; its fields are private.  As dist_mutex_t: an
+ * object set with DIST_COND_INITIALIZER keeps a pointer to the name. */
+struct dist_cond {
+    const char *__name;
+    void *__impl;
+    unsigned long __reserved[2];
+};
+
+typedef struct dist_cond dist_cond_t;
+typedef struct dist_condattr dist_condattr_t;
+
+/* Static or automatic initialisation with default attributes
+ * (CLOCK_REALTIME); the internal state is created at first use. */
+#define DIST_COND_INITIALIZER(name) { (name), 0, { 0, 0 } }
+
+/* Sets up c under name (copied); attr may be NULL.  Does no network I/O.
+ * EINVAL, ENOMEM. */
+DIST_EXPORT int dist_cond_init(dist_cond_t *c, const char *name,
+                               const dist_condattr_t *attr);
+
+/* Frees what init allocated.  EBUSY while a thread of this process waits
+ * on it.  Other processes' waiters are not affected. */
+DIST_EXPORT int dist_cond_destroy(dist_cond_t *c);
+
+/* Gives up m, which the caller must hold exactly once (EPERM when it does
+ * not hold it, EINVAL when it holds it more than once), waits until
+ * signalled, and takes m again.  0 holding m; a wake-up may be spurious,
+ * as POSIX allows, so wait in a loop on the predicate.  An error from
+ * taking m back (EIO when Redis could not be reached) is returned without
+ * holding m. */
+DIST_EXPORT int dist_cond_wait(dist_cond_t *c, dist_mutex_t *m);
+
+/* dist_cond_wait until abstime on the condition's clock (CLOCK_REALTIME
+ * unless set by dist_condattr_setclock): ETIMEDOUT, holding m again, once
+ * abstime has passed.  A signal that reaches the waiter as its deadline
+ * passes is taken (0), so it is never lost for the other waiters. */
+DIST_EXPORT int dist_cond_timedwait(dist_cond_t *c, dist_mutex_t *m,
+                                    const struct timespec *abstime);
+
+/* dist_cond_timedwait with abstime on clockid, CLOCK_REALTIME or
+ * CLOCK_MONOTONIC (as glibc's pthread_cond_clockwait); EINVAL otherwise. */
+DIST_EXPORT int dist_cond_clockwait(dist_cond_t *c, dist_mutex_t *m,
+                                    clockid_t clockid,
+                                    const struct timespec *abstime);
+
+/* Wakes the oldest live waiter of any process, if there is one.  The caller
+ * need not hold the mutex; a waiter is certain to be reached only when the
+ * signaller took the mutex after the waiter began to wait.  EIO. */
+DIST_EXPORT int dist_cond_signal(dist_cond_t *c);
+
+/* Wakes every live waiter of every process.  EIO. */
+DIST_EXPORT int dist_cond_broadcast(dist_cond_t *c);
+
+DIST_EXPORT int dist_condattr_init(dist_condattr_t *a);
+DIST_EXPORT int dist_condattr_destroy(dist_condattr_t *a);
+/* The clock of dist_cond_timedwait's abstime: CLOCK_REALTIME (default) or
+ * CLOCK_MONOTONIC; EINVAL otherwise. */
+DIST_EXPORT int dist_condattr_setclock(dist_condattr_t *a, clockid_t clock);
+DIST_EXPORT int dist_condattr_getclock(const dist_condattr_t *a,
+                                       clockid_t *clock);
+
+/* ------------------------------------------------------------------------ */
+/* Semaphore                                                                */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * A counting semaphore shared by every process that names it, shaped like
+ * sem_t.  Two modes, chosen per semaphore by attribute:
+ *
+ * DIST_SEM_LEASED (default): each permit taken is a hold of the thread that
+ * took it, with a lease the renewal thread renews as it does a lock's; a
+ * holder whose process dies gives its permits back when the lease ends, so
+ * free plus held permits stay what they were set to.  dist_sem_post gives
+ * back one of the calling thread's permits; a thread that holds none gets
+ * EPERM, unless the semaphore allows unowned posts
+ * (dist_semattr_setunowned), where such a post adds a new permit.  A thread
+ * that takes a permit and never posts keeps it while its process lives.
+ *
+ * DIST_SEM_REDISSON: Redisson's RSemaphore layout (the permit count in the
+ * plain string key NAME, wake-ups on redisson_sc:{NAME}), so that a Java
+ * service and a C program share the permits.  Nothing records who took a
+ * permit: any thread may post, and a permit taken by a process that dies
+ * is lost for good, as with Redisson.
+ *
+ * Waiters are woken by pub/sub, not FIFO: a post wakes one waiting thread
+ * in each process that waits, which race for the permit.
+ */
+#define DIST_SEM_LEASED   0
+#define DIST_SEM_REDISSON 1
+#define DIST_SEM_VALUE_MAX 2147483647L   /* as SEM_VALUE_MAX */
+
+struct dist_semattr {
+    int __mode;
+    int __flags;
+    unsigned long __lease_ms;
+    long __max;
+    unsigned long __reserved[2];
+};
+
+/* The caller owns the object; its fields are private. */
+struct dist_sem {
+    void *__impl;
+    unsigned long __reserved[3];
+};
+
+typedef struct dist_sem dist_sem_t;
+typedef struct dist_semattr dist_semattr_t;
+
+/* Sets up s under name (copied); attr may be NULL.  A semaphore that does
+ * not exist in Redis yet is created with initial_if_new free permits by the
+ * first call that reaches it.  Does no network I/O.  EINVAL (initial past
+ * the maximum), ENOMEM. */
+DIST_EXPORT int dist_sem_init(dist_sem_t *s, const char *name,
+                              unsigned initial_if_new,
+                              const dist_semattr_t *attr);
+
+/* Frees what init allocated.  EBUSY while a thread of this process holds
+ * one of its leased permits. */
+DIST_EXPORT int dist_sem_destroy(dist_sem_t *s);
+
+/* Takes a permit, waiting until one is free.  EIO. */
+DIST_EXPORT int dist_sem_wait(dist_sem_t *s);
+
+/* Takes a permit if one is free; EAGAIN otherwise (as sem_trywait). */
+DIST_EXPORT int dist_sem_trywait(dist_sem_t *s);
+
+/* dist_sem_wait until abstime (CLOCK_REALTIME): ETIMEDOUT.  A free permit
+ * is taken even when abstime has passed (as sem_timedwait). */
+DIST_EXPORT int dist_sem_timedwait(dist_sem_t *s,
+                                   const struct timespec *abstime);
+
+/* dist_sem_timedwait with abstime on clockid, CLOCK_REALTIME or
+ * CLOCK_MONOTONIC (as glibc's sem_clockwait); EINVAL otherwise. */
+DIST_EXPORT int dist_sem_clockwait(dist_sem_t *s, clockid_t clockid,
+                                   const struct timespec *abstime);
+
+/* Gives a permit back (see the modes above) and wakes a waiter.  EPERM
+ * (leased, the caller holds none, unowned posts not allowed), EOVERFLOW
+ * (a new permit would pass the maximum), EIO. */
+DIST_EXPORT int dist_sem_post(dist_sem_t *s);
+
+/* n posts in one call, waking up to n waiters.  Leased: the caller's own
+ * permits go back first; the rest are new ones (unowned posts) or EPERM,
+ * after those given back. */
+DIST_EXPORT int dist_sem_post_multiple(dist_sem_t *s, unsigned n);
+
+/* The free permits now, in *value (as sem_getvalue; a snapshot).  EIO. */
+DIST_EXPORT int dist_sem_getvalue(dist_sem_t *s, int *value);
+
+/* Sets the free permits to value whatever they were: a reset after a
+ * change of plan, or of a Redisson semaphore.  Leased permits held stay
+ * held and still come back when posted or when their lease ends.  EINVAL
+ * past the maximum, EIO. */
+DIST_EXPORT int dist_sem_setvalue(dist_sem_t *s, unsigned value);
+
+DIST_EXPORT int dist_semattr_init(dist_semattr_t *a);
+DIST_EXPORT int dist_semattr_destroy(dist_semattr_t *a);
+/* DIST_SEM_LEASED (default) or DIST_SEM_REDISSON; EINVAL otherwise. */
+DIST_EXPORT int dist_semattr_setmode(dist_semattr_t *a, int mode);
+DIST_EXPORT int dist_semattr_getmode(const dist_semattr_t *a, int *mode);
+/* Leased mode: 0 (default) the watchdog lease, renewed while held;
+ * otherwise each permit's lease ends lease_ms after it was taken unless
+ * posted first.  EINVAL past a day. */
+DIST_EXPORT int dist_semattr_setlease(dist_semattr_t *a,
+                                      unsigned long lease_ms);
+/* Leased mode: 1 lets a thread that holds no permit post, adding one. */
+DIST_EXPORT int dist_semattr_setunowned(dist_semattr_t *a, int unowned);
+/* The most free permits (default and at most DIST_SEM_VALUE_MAX): a post
+ * past it gives EOVERFLOW. */
+DIST_EXPORT int dist_semattr_setmax(dist_semattr_t *a, long max);
+
+/* ------------------------------------------------------------------------ */
+/* Barrier                                                                  */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * A barrier shared by every process that names it, shaped like
+ * pthread_barrier_t: each round ends when count waits have arrived, and
+ * the barrier is used again round after round.  A thread's barrier object
+ * becomes a member at its first wait and stays one until destroyed; its
+ * renewal thread keeps it alive in Redis.  A member whose process dies
+ * breaks the round under way within DISTLOCK_WAITER_MS: the members
+ * waiting in it get EOWNERDEAD, and the next round starts (without it).
+ */
+#define DIST_BARRIER_SERIAL_THREAD (-1)   /* as PTHREAD_BARRIER_SERIAL_THREAD */
+
+/* The caller owns the object; its fields are private. */
+struct dist_barrier {
+    void *__impl;
+    unsigned long __reserved[3];
+};
+
+typedef struct dist_barrier dist_barrier_t;
+
+/* Sets up b under name (copied) for rounds of count (>= 1) waits.  Every
+ * process must give the same count (a wait gives EINVAL otherwise).  Does
+ * no network I/O.  EINVAL, ENOMEM. */
+DIST_EXPORT int dist_barrier_init(dist_barrier_t *b, const char *name,
+                                  unsigned count);
+
+/* Leaves the barrier (this object is no longer a member) and frees what
+ * init allocated.  EBUSY while a thread waits on it. */
+DIST_EXPORT int dist_barrier_destroy(dist_barrier_t *b);
+
+/* Arrives and waits until count waits have arrived in this round.
+ * DIST_BARRIER_SERIAL_THREAD in exactly one of them (the last to arrive),
+ * 0 in the others; EOWNERDEAD when a member died in this round (the round
+ * is over for everyone; wait again for the next), EINVAL when the barrier
+ * exists with another count, EIO.  Never EINTR. */
+DIST_EXPORT int dist_barrier_wait(dist_barrier_t *b);
+
+/* dist_barrier_wait until abstime on clockid (CLOCK_REALTIME or
+ * CLOCK_MONOTONIC): ETIMEDOUT once it has passed, and the caller no longer
+ * counts in the round.  A round that ends as the deadline passes ends for
+ * it too (0 or DIST_BARRIER_SERIAL_THREAD). */
+DIST_EXPORT int dist_barrier_clockwait(dist_barrier_t *b, clockid_t clockid,
+                                       const struct timespec *abstime);
+
 #ifdef __cplusplus
 }
 #endif

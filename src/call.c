@@ -510,8 +510,8 @@ static void count_taken(int try_only, int waited, uint64_t t0)
         dist__stat_wait(dist__now_ms() - t0);
 }
 
-int dist__acquire(struct dist__obj *o, int mode, int try_only,
-                  const struct dist__deadline *dl)
+static int acquire(struct dist__obj *o, int mode, int try_only,
+                   const struct dist__deadline *dl, int courtesy)
 {
     const struct dist__kind *k = o->kind;
     struct dist__call c = { .o = o, .mode = mode };
@@ -522,7 +522,7 @@ int dist__acquire(struct dist__obj *o, int mode, int try_only,
         return rc;
     if ((rc = k->plan(&c, try_only)) != 0)
         return failed(&c, rc);
-    if (!try_only && k->before_wait)
+    if (!try_only && courtesy && k->before_wait)
         k->before_wait(&c, dl);
     rc = try_only ? try_once(&c) : try_patiently(&c, 0);
     queued = c.how == DIST__HOW_QUEUE && rc == 0 && !c.taken;
@@ -553,6 +553,17 @@ int dist__acquire(struct dist__obj *o, int mode, int try_only,
     if (rc == 0)
         count_taken(try_only, waited, t0);
     return rc;
+}
+
+int dist__acquire(struct dist__obj *o, int mode, int try_only,
+                  const struct dist__deadline *dl)
+{
+    return acquire(o, mode, try_only, dl, 1);
+}
+
+int dist__reacquire(struct dist__obj *o)
+{
+    return acquire(o, 0, 0, NULL, 0);
 }
 
 /* ---- release ----------------------------------------------------------------- */
@@ -646,4 +657,18 @@ int dist__token(struct dist__obj *o, int mode, uint64_t *token)
     *token = r->token;
     pthread_mutex_unlock(&st->mu);
     return 0;
+}
+
+unsigned long dist__held(struct dist__obj *o, int mode)
+{
+    struct dist__state *st = o->st;
+    struct dist__rec *r;
+    unsigned long n = 0;
+
+    pthread_mutex_lock(&st->mu);
+    r = dist__rec_find(st);
+    if (r && !(r->h && atomic_load(&r->h->lost)))
+        n = r->n[mode];
+    pthread_mutex_unlock(&st->mu);
+    return n;
 }

@@ -10,6 +10,7 @@
 /* Every name in use, per family, for sharing and for fork(). */
 static pthread_mutex_t fam_mu[DIST__FAM_COUNT] = {
     PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER,
+    PTHREAD_MUTEX_INITIALIZER,
 };
 static struct dist__state *fam_states[DIST__FAM_COUNT];
 DIST__FORK_HOOK(engine_hook, engine_fork, DIST__RANK_LOCKS)

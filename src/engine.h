@@ -136,7 +136,8 @@ struct dist__kind {
 
 #define DIST__FAM_MUTEX  0
 #define DIST__FAM_RWLOCK 1
-#define DIST__FAM_COUNT  2
+#define DIST__FAM_SEM    2
+#define DIST__FAM_COUNT  3
 
 /* ---- objects (engine.c) -------------------------------------------------- */
 
@@ -169,6 +170,11 @@ void dist__rec_tidy(struct dist__state *st);
 
 int dist__acquire(struct dist__obj *o, int mode, int try_only,
                   const struct dist__deadline *dl);
+/* A blocking acquire of mode 0 by a thread that has been waiting already
+ * (a condition variable's waiter taking its mutex back): without the
+ * kind's before_wait, whose courtesy to other waiters is for a thread
+ * that loops on lock and unlock. */
+int dist__reacquire(struct dist__obj *o);
 /* Every waiting acquire of the process, now and later, gives up at its next
  * wake-up with ECANCELED, leaving its queue from its own thread, after its
  * last try (for the distlock tool, which exits on a signal while its main
@@ -184,6 +190,9 @@ int dist__call_bad(struct dist__call *c, const char *script,
                    const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* The calling thread's fencing token; mode 1: of a write hold. */
 int dist__token(struct dist__obj *o, int mode, uint64_t *token);
+/* The calling thread's holds of mode as it believes them: 0 when it holds
+ * none or they were found lost. */
+unsigned long dist__held(struct dist__obj *o, int mode);
 /* Fills dl from an API call's arguments: EINVAL for a clock other than
  * CLOCK_REALTIME and CLOCK_MONOTONIC, or a NULL abstime (abstime's fields
  * are checked only when the call would wait). */

@@ -92,6 +92,11 @@ static int get_obj(dist_mutex_t *m, struct dist__obj **out)
     return dist__obj_get(&dist__mutex_kind, m->__name, &m->__impl, out);
 }
 
+int dist__mutex_obj(dist_mutex_t *m, struct dist__obj **out)
+{
+    return get_obj(m, out);
+}
+
 int dist_mutex_init(dist_mutex_t *m, const char *name,
                     const dist_mutexattr_t *attr)
 {

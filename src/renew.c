@@ -349,28 +349,38 @@ static int renew_batch(struct dist__hold **hs, size_t n, unsigned long ms,
                        struct lostlist *lost)
 {
     struct dist__buf *kv;
-    char msbuf[24], (*counts)[12];
+    char msbuf[24], (*counts)[12], *copy, *p;
     redisReply *r = NULL;
-    size_t i, nk = 0, k = 0;
+    size_t i, nk = 0, k = 0, bytes = 0;
     int j, rc, script = hs[0]->renew_script;
     uint64_t sent, renewed = 0, holds = 0;
 
-    for (i = 0; i < n; i++)
+    for (i = 0; i < n; i++) {
         nk += (size_t)nkeys_of(hs[i]);
+        for (j = 0; hs[i]->keys && j < hs[i]->nkeys; j++)
+            bytes += hs[i]->keys[j].len;
+    }
     kv = malloc((nk + 1 + 2 * n) * sizeof *kv);
     counts = malloc(n * sizeof *counts);
-    if (!kv || !counts) {
+    copy = p = malloc(bytes + 1);
+    if (!kv || !counts || !copy) {
         free(kv);
         free(counts);
+        free(copy);
         return -1;
     }
     snprintf(msbuf, sizeof msbuf, "%lu", ms);
     for (i = 0; i < n; i++) {
         const struct dist__hold *h = hs[i];
-        if (h->keys)
-            for (j = 0; j < h->nkeys; j++)
-                kv[k++] = h->keys[j];
-        else
+        /* An entry's own keys belong to its owner, who may free them once
+         * it let go of the entry, while this call still runs: copied.  The
+         * names and the owner stay with the entry until the call is done. */
+        for (j = 0; h->keys && j < h->nkeys; j++) {
+            memcpy(p, h->keys[j].p, h->keys[j].len);
+            kv[k++] = (struct dist__buf){ p, h->keys[j].len };
+            p += h->keys[j].len;
+        }
+        if (!h->keys)
             kv[k++] = h->names->name;
     }
     kv[k++] = (struct dist__buf){ msbuf, strlen(msbuf) };
@@ -385,6 +395,7 @@ static int renew_batch(struct dist__hold **hs, size_t n, unsigned long ms,
     rc = dist__route_run(script, (int)nk, kv, (int)k, &r);
     free(kv);
     free(counts);
+    free(copy);
 
     pthread_mutex_lock(&R.mu);
     for (i = 0; i < n; i++) {

@@ -555,6 +555,92 @@ static void test_replica_check(void **state)
     dist_mutex_destroy(&o);
 }
 
+/* ---- waiting objects (issue 21) ------------------------------------------- */
+
+struct cond_waiter {
+    dist_mutex_t *m;
+    dist_cond_t *c;
+    int rc;
+    pthread_t th;
+};
+
+static void *cond_waiter_main(void *arg)
+{
+    struct cond_waiter *w = arg;
+    struct timespec dl = realtime_in(20);
+
+    w->rc = dist_mutex_lock(w->m);
+    if (w->rc == 0) {
+        w->rc = dist_cond_timedwait(w->c, w->m, &dl);
+        if (dist_mutex_unlock(w->m) != 0 && w->rc == 0)
+            w->rc = EIO;
+    }
+    return NULL;
+}
+
+/* The condition's slot rule: a condition tagged with its mutex's name
+ * waits and is woken on the mutex's master; one that hashes elsewhere is
+ * refused with EINVAL, the mutex still held.  The semaphore's and the
+ * barrier's keys share their own slot. */
+static void test_waiting_objects_slot_rule(void **state)
+{
+    char name[64], cname[96], key[128];
+    struct cond_waiter w;
+    dist_mutex_t m;
+    dist_cond_t c, bad;
+    dist_sem_t s;
+    dist_barrier_t b;
+    struct timespec dl;
+    int slot, i;
+
+    (void)state;
+    assert_int_equal(tu_cluster_wait_ok(C, 30000), 0);
+    slot = name_on(name, sizeof name, "cond", 1);
+    snprintf(cname, sizeof cname, "{%s}:ready", name);
+    snprintf(key, sizeof key, "distlock_cond_waiters:%s", cname);
+    assert_int_equal(tu_cluster_keyslot(C, key), slot);
+    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
+    assert_int_equal(dist_cond_init(&c, cname, NULL), 0);
+    w.m = &m;
+    w.c = &c;
+    w.rc = -1;
+    assert_int_equal(pthread_create(&w.th, NULL, cond_waiter_main, &w), 0);
+    for (i = 0; i < 200 && node_exists(C, 1, key) != 1; i++)
+        tu_sleep_ms(20);
+    assert_int_equal(node_exists(C, 1, key), 1);
+    assert_int_equal(dist_cond_signal(&c), 0);
+    pthread_join(w.th, NULL);
+    assert_int_equal(w.rc, 0);
+
+    /* a name in another slot (this one hashes whole) */
+    for (i = 0;; i++) {
+        snprintf(cname, sizeof cname, "cond-elsewhere-%d", i);
+        snprintf(key, sizeof key, "distlock_cond_waiters:{%s}", cname);
+        if (tu_cluster_keyslot(C, key) != slot)
+            break;
+    }
+    assert_int_equal(dist_cond_init(&bad, cname, NULL), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    dl = realtime_in(0.2);
+    assert_int_equal(dist_cond_timedwait(&bad, &m, &dl), EINVAL);
+    assert_non_null(strstr(dist_last_error(), "slot"));
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_cond_destroy(&bad), 0);
+    assert_int_equal(dist_cond_destroy(&c), 0);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+
+    name_on(name, sizeof name, "sem", 2);
+    assert_int_equal(dist_sem_init(&s, name, 1, NULL), 0);
+    assert_int_equal(dist_sem_trywait(&s), 0);
+    assert_int_equal(dist_sem_trywait(&s), EAGAIN);
+    assert_int_equal(dist_sem_post(&s), 0);
+    assert_int_equal(dist_sem_destroy(&s), 0);
+    name_on(name, sizeof name, "barrier", 0);
+    assert_int_equal(dist_barrier_init(&b, name, 1), 0);
+    assert_int_equal(dist_barrier_wait(&b), DIST_BARRIER_SERIAL_THREAD);
+    assert_int_equal(dist_barrier_destroy(&b), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -565,6 +651,7 @@ int main(void)
         cmocka_unit_test(test_plain_pubsub),
         cmocka_unit_test(test_pubsub_modes),
         cmocka_unit_test(test_replica_check),
+        cmocka_unit_test(test_waiting_objects_slot_rule),
         cmocka_unit_test(test_master_failover),
     };
 

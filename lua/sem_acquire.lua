@@ -1,0 +1,31 @@
+-- sem_acquire: take one permit of a leased semaphore as a hold of the owner.
+-- KEYS[1]  sem: HASH { free }                                     (distlock_sem:{S})
+-- KEYS[2]  holds: HASH owner -> permits                           (distlock_sem_holds:{S})
+-- KEYS[3]  leases: ZSET owner -> lease end                        (distlock_sem_leases:{S})
+-- KEYS[4]  channel                                                (distlock_sem_channel:{S})
+-- ARGV[1]  lease in ms
+-- ARGV[2]  owner
+-- ARGV[3]  free permits of a semaphore that does not exist yet
+-- ARGV[4]  publish command (see prelude_publish)
+-- Reply    {1, holds}  taken; holds is the owner's count after this call
+--          {0, ms}     none free; ms until the first lease ends (when permits may
+--                      come back), -1 when nobody holds any
+--#include prelude_publish.lua
+--#include prelude_sem.lua
+local now = sem_now()
+sem_create(KEYS[1], ARGV[3])
+local back = sem_reclaim(KEYS[1], KEYS[2], KEYS[3], now)
+local free = tonumber(redis.call('hget', KEYS[1], 'free'))
+if free >= 1 then
+  redis.call('hincrby', KEYS[1], 'free', -1)
+  local n = redis.call('hincrby', KEYS[2], ARGV[2], 1)
+  redis.call('zadd', KEYS[3], now + tonumber(ARGV[1]), ARGV[2])
+  -- permits a dead holder gave back beyond this one: others may take them
+  sem_tell(ARGV[4], KEYS[4], math.min(back - 1, free - 1))
+  return {1, n}
+end
+local first = redis.call('zrange', KEYS[3], 0, 0, 'withscores')
+if first[2] then
+  return {0, math.max(0, tonumber(first[2]) - now)}
+end
+return {0, -1}

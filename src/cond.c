@@ -1,0 +1,297 @@
+/* cond.c: the dist_cond API: a waiter registers (kind_cond.c), gives up the
+ * mutex through the engine, sleeps on the condition's channel until its mark
+ * is there, then takes the mutex back through the engine (call.c). */
+#include <errno.h>
+#include <string.h>
+
+#include "kinds.h"
+
+/* ---- attributes ---------------------------------------------------------- */
+
+int dist_condattr_init(dist_condattr_t *a)
+{
+    DIST__KEEP_ERRNO;
+    if (!a)
+        return EINVAL;
+    memset(a, 0, sizeof *a);
+    a->__clock = CLOCK_REALTIME;
+    return 0;
+}
+
+int dist_condattr_destroy(dist_condattr_t *a)
+{
+    DIST__KEEP_ERRNO;
+    return a ? 0 : EINVAL;
+}
+
+int dist_condattr_setclock(dist_condattr_t *a, clockid_t clock)
+{
+    DIST__KEEP_ERRNO;
+    if (!a)
+        return EINVAL;
+    if (clock != CLOCK_REALTIME && clock != CLOCK_MONOTONIC)
+        return dist__err(EINVAL, "clock %d: use CLOCK_REALTIME or "
+                         "CLOCK_MONOTONIC", (int)clock);
+    a->__clock = (int)clock;
+    return 0;
+}
+
+int dist_condattr_getclock(const dist_condattr_t *a, clockid_t *clock)
+{
+    DIST__KEEP_ERRNO;
+    if (!a || !clock)
+        return EINVAL;
+    *clock = (clockid_t)a->__clock;
+    return 0;
+}
+
+/* ---- objects ---------------------------------------------------------------- */
+
+int dist_cond_init(dist_cond_t *c, const char *name,
+                   const dist_condattr_t *attr)
+{
+    DIST__KEEP_ERRNO;
+    clockid_t clock = attr ? (clockid_t)attr->__clock : CLOCK_REALTIME;
+    struct dist__cond *cv;
+    int rc;
+
+    if (!c)
+        return dist__err(EINVAL, "condition is NULL");
+    if (clock != CLOCK_REALTIME && clock != CLOCK_MONOTONIC)
+        return dist__err(EINVAL, "condition attribute has an unknown clock %d",
+                         (int)clock);
+    if ((rc = dist__cond_new(name, clock, &cv)) != 0)
+        return rc;
+    c->__name = NULL;
+    c->__reserved[0] = c->__reserved[1] = 0;
+    __atomic_store_n((struct dist__cond **)&c->__impl, cv, __ATOMIC_RELEASE);
+    return 0;
+}
+
+/* The object behind c, created at first use for DIST_COND_INITIALIZER. */
+static int get_cond(dist_cond_t *c, struct dist__cond **out)
+{
+    struct dist__cond *cv, *expected = NULL;
+    int rc;
+
+    if (!c)
+        return dist__err(EINVAL, "condition is NULL");
+    cv = __atomic_load_n((struct dist__cond **)&c->__impl, __ATOMIC_ACQUIRE);
+    if (cv) {
+        if (cv->magic != DIST__COND_MAGIC)
+            return dist__err(EINVAL, "condition is not initialised (or "
+                             "destroyed)");
+        *out = cv;
+        return 0;
+    }
+    if (!c->__name)
+        return dist__err(EINVAL, "condition has no name: use dist_cond_init "
+                         "or DIST_COND_INITIALIZER");
+    if ((rc = dist__cond_new(c->__name, CLOCK_REALTIME, &cv)) != 0)
+        return rc;
+    if (!__atomic_compare_exchange_n((struct dist__cond **)&c->__impl,
+                                     &expected, cv, 0, __ATOMIC_ACQ_REL,
+                                     __ATOMIC_ACQUIRE)) {
+        dist__cond_free(cv);      /* another thread won the race */
+        cv = expected;
+    }
+    *out = cv;
+    return 0;
+}
+
+int dist_cond_destroy(dist_cond_t *c)
+{
+    DIST__KEEP_ERRNO;
+    struct dist__cond *cv;
+
+    if (!c)
+        return dist__err(EINVAL, "condition is NULL");
+    cv = __atomic_load_n((struct dist__cond **)&c->__impl, __ATOMIC_ACQUIRE);
+    if (!cv)
+        return 0;
+    if (cv->magic != DIST__COND_MAGIC)
+        return dist__err(EINVAL, "condition is not initialised (or destroyed)");
+    if (atomic_load(&cv->waiting) > 0)
+        return dist__err(EBUSY, "condition '%s' has waiters in this process",
+                         cv->names->name.p);
+    __atomic_store_n((struct dist__cond **)&c->__impl, NULL, __ATOMIC_RELEASE);
+    dist__cond_free(cv);
+    return 0;
+}
+
+/* ---- waiting ---------------------------------------------------------------- */
+
+/* How long to sleep before looking again: until the next message, the
+ * deadline, or the safety net (a message can be missed; the mark cannot). */
+static uint64_t next_look(uint64_t deadline, uint64_t in_ms)
+{
+    uint64_t until = dist__now_ms() + in_ms;
+
+    return deadline && deadline < until ? deadline : until;
+}
+
+/* Sleeps until the caller's mark is there (0), or the deadline has passed
+ * and it left (ETIMEDOUT).  Never fails: when Redis cannot be reached for
+ * longer than the patience, it ends as a spurious wake-up, and taking the
+ * mutex back says what is wrong. */
+static int sleep_marked(struct dist__cond *cv, struct dist__chan *ch,
+                        const struct dist__deadline *dl, uint64_t deadline)
+{
+    uint64_t failing = 0;
+    int last = 0, res, rc;
+
+    dist__sub_wait_ready(ch, next_look(deadline, dist__waiter_ms()));
+    for (;;) {
+        /* read before the look: a message after it ends the sleep */
+        unsigned long gen = dist__sub_gen(ch);
+
+        rc = dist__cond_check(cv, last, &res);
+        if (rc == 0) {
+            failing = 0;
+            if (res == 1)
+                return 0;
+            if (res < 0) {
+                atomic_fetch_add(&cv->spurious, 1);
+                return 0;
+            }
+            if (last)
+                return dist__err(ETIMEDOUT, "condition '%s': timed out",
+                                 cv->names->name.p);
+        } else {
+            if (!failing)
+                failing = dist__now_ms() + dist__patience_ms();
+            if (dist__now_ms() >= failing) {
+                atomic_fetch_add(&cv->spurious, 1);
+                return last ? dist__err(ETIMEDOUT, "condition '%s': timed "
+                                        "out", cv->names->name.p) : 0;
+            }
+        }
+        dist__sub_wait_since(ch, gen, next_look(deadline, rc == 0
+                                                ? dist__waiter_ms() : 50));
+        if (deadline && dist__now_ms() >= deadline) {
+            if (dist__deadline_reached(dl))
+                last = 1;
+            else
+                dist__deadline_ms(dl, &deadline);   /* the clock stepped */
+        }
+    }
+}
+
+/* Registered, the mutex is given up; then the sleep.  The waiter's liveness
+ * is renewed meanwhile, and the channel is subscribed before the release so
+ * that the first look after it is already covered by a subscription. */
+static int give_up_and_sleep(struct dist__cond *cv, struct dist__obj *o,
+                             const struct dist__deadline *dl,
+                             uint64_t deadline)
+{
+    struct dist__chan *ch = dist__sub_get(&cv->keys[3]);
+    struct dist__hold *w;
+    int rc, res;
+
+    if (!ch)
+        return dist__err(ENOMEM, "out of memory");
+    w = dist__waiter_start(cv->names, &cv->keys[0], 1);
+    if ((rc = dist__cond_register(cv, o->st->names)) != 0) {
+        dist__waiter_stop(w);
+        dist__sub_put(ch);
+        return rc;
+    }
+    /* EIO: this thread has let go, the engine finishes the release */
+    rc = dist__release(o);
+    if (rc == EPERM) {
+        dist__cond_check(cv, 1, &res);
+    } else {
+        rc = sleep_marked(cv, ch, dl, deadline);
+        rc = rc == ETIMEDOUT ? rc : 0;
+    }
+    dist__waiter_stop(w);
+    dist__sub_put(ch);
+    return rc;
+}
+
+static int cond_wait(dist_cond_t *c, dist_mutex_t *m,
+                     const struct dist__deadline *dl)
+{
+    struct dist__cond *cv;
+    struct dist__obj *o;
+    uint64_t deadline = 0;
+    unsigned long held;
+    int rc, back;
+
+    if ((rc = get_cond(c, &cv)) != 0 || (rc = dist__mutex_obj(m, &o)) != 0)
+        return rc;
+    if (dl && (rc = dist__deadline_ms(dl, &deadline)) != 0)
+        return rc;
+    held = dist__held(o, 0);
+    if (held == 0)
+        return dist__err(EPERM, "mutex '%s' is not held by this thread",
+                         o->st->names->name.p);
+    if (held > 1)
+        return dist__err(EINVAL, "mutex '%s' is held %lu times by this "
+                         "thread; a condition wait gives up exactly one "
+                         "hold", o->st->names->name.p, held);
+    atomic_fetch_add(&cv->waiting, 1);
+    rc = give_up_and_sleep(cv, o, dl, deadline);
+    atomic_fetch_sub(&cv->waiting, 1);
+    if (rc != 0 && rc != ETIMEDOUT)
+        return rc;               /* EPERM, EINVAL, EIO: m as it was */
+    /* the mutex comes back however the wait ended, as POSIX has it */
+    if ((back = dist__reacquire(o)) != 0)
+        return back;
+    if (rc == ETIMEDOUT)
+        return dist__err(ETIMEDOUT, "condition '%s': timed out",
+                         cv->names->name.p);
+    return 0;
+}
+
+int dist_cond_wait(dist_cond_t *c, dist_mutex_t *m)
+{
+    DIST__KEEP_ERRNO;
+    return cond_wait(c, m, NULL);
+}
+
+int dist_cond_timedwait(dist_cond_t *c, dist_mutex_t *m,
+                        const struct timespec *abstime)
+{
+    DIST__KEEP_ERRNO;
+    struct dist__deadline dl;
+    struct dist__cond *cv;
+    int rc;
+
+    if ((rc = get_cond(c, &cv)) != 0 ||
+        (rc = dist__deadline_set(&dl, cv->clock, abstime)) != 0)
+        return rc;
+    return cond_wait(c, m, &dl);
+}
+
+int dist_cond_clockwait(dist_cond_t *c, dist_mutex_t *m, clockid_t clockid,
+                        const struct timespec *abstime)
+{
+    DIST__KEEP_ERRNO;
+    struct dist__deadline dl;
+    int rc;
+
+    if ((rc = dist__deadline_set(&dl, clockid, abstime)) != 0)
+        return rc;
+    return cond_wait(c, m, &dl);
+}
+
+/* ---- waking ----------------------------------------------------------------- */
+
+int dist_cond_signal(dist_cond_t *c)
+{
+    DIST__KEEP_ERRNO;
+    struct dist__cond *cv;
+    int rc = get_cond(c, &cv);
+
+    return rc ? rc : dist__cond_signal(cv, 0, NULL);
+}
+
+int dist_cond_broadcast(dist_cond_t *c)
+{
+    DIST__KEEP_ERRNO;
+    struct dist__cond *cv;
+    int rc = get_cond(c, &cv);
+
+    return rc ? rc : dist__cond_signal(cv, 1, NULL);
+}

@@ -1,0 +1,174 @@
+/* kind_cond.c: the condition variable's side in Redis: its keys, named after
+ * the condition, and the scripts that register, mark and check waiters. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kinds.h"
+
+static const char *const key_prefix[DIST__COND_NKEYS] = {
+    "distlock_cond_waiters:", "distlock_cond_queue:",
+    "distlock_cond_signalled:", "distlock_cond:",
+};
+
+static struct dist__buf arg(const char *s)
+{
+    return (struct dist__buf){ s, strlen(s) };
+}
+
+int dist__cond_new(const char *name, clockid_t clock, struct dist__cond **out)
+{
+    struct dist__cond *cv;
+    size_t len;
+    int i, rc;
+
+    if ((rc = dist__check_name(name, &len)) != 0)
+        return rc;
+    if (!(cv = calloc(1, sizeof *cv)) ||
+        !(cv->names = dist__names_new(name, len)))
+        goto oom;
+    cv->slot = dist__keyslot(name, len);
+    for (i = 0; i < DIST__COND_NKEYS; i++) {
+        char *p = dist__names_derive(cv->names, key_prefix[i], "",
+                                     &cv->keys[i].len);
+        if (!p)
+            goto oom;
+        cv->keys[i].p = p;
+        /* a name with a '{' that opens no tag leaves them in several slots */
+        if (dist__keyslot(p, cv->keys[i].len) != dist__keyslot(cv->keys[0].p,
+                                                               cv->keys[0].len))
+            cv->slot = -1;
+    }
+    if (cv->slot >= 0)
+        cv->slot = dist__keyslot(cv->keys[0].p, cv->keys[0].len);
+    cv->magic = DIST__COND_MAGIC;
+    cv->clock = clock;
+    *out = cv;
+    return 0;
+oom:
+    dist__cond_free(cv);
+    return dist__err(ENOMEM, "out of memory");
+}
+
+void dist__cond_free(struct dist__cond *cv)
+{
+    int i;
+
+    if (!cv)
+        return;
+    cv->magic = 0;
+    for (i = 0; i < DIST__COND_NKEYS; i++)
+        free((char *)cv->keys[i].p);
+    dist__names_unref(cv->names);
+    free(cv);
+}
+
+/* On a cluster every key of a script must share a slot. */
+static int slot_ok(const struct dist__cond *cv, const struct dist__names *m)
+{
+    if (dist__cfg_mode() != DIST__MODE_CLUSTER)
+        return 0;
+    if (cv->slot < 0)
+        return dist__err(EINVAL, "condition '%s': its name has a '{' that "
+                         "opens no hash tag, so its keys would be spread "
+                         "over cluster slots", cv->names->name.p);
+    if (m && cv->slot != m->slot)
+        return dist__err(EINVAL, "condition '%s' and mutex '%s' hash to "
+                         "different cluster slots: give the condition the "
+                         "mutex's name as a hash tag ('{%s}...')",
+                         cv->names->name.p, m->name.p, m->name.p);
+    return 0;
+}
+
+/* Runs a script whose reply is one integer.  A call whose reply was lost
+ * runs again once: every caller's script may safely run twice (see each).
+ * 0 with *v, or EIO. */
+static int run_int(int script, const char *what, int nkeys,
+                   const struct dist__buf *kv, int nkv, long long *v)
+{
+    redisReply *r = NULL;
+    int rc = dist__route_run(script, nkeys, kv, nkv, &r);
+
+    if (rc == DIST__ECONN)
+        rc = dist__route_run(script, nkeys, kv, nkv, &r);
+    if (rc == ENOMEM)
+        return ENOMEM;
+    if (rc != 0)
+        return EIO;
+    if (r->type != REDIS_REPLY_INTEGER) {
+        freeReplyObject(r);
+        return dist__err(EIO, "unexpected reply to %s", what);
+    }
+    *v = r->integer;
+    freeReplyObject(r);
+    return 0;
+}
+
+/* Registering twice only moves the waiter to the back of the queue. */
+int dist__cond_register(struct dist__cond *cv, const struct dist__names *m)
+{
+    char window[24];
+    size_t olen;
+    const char *owner = dist__owner(&olen);
+    struct dist__buf kv[8] = {
+        m->name, cv->keys[0], cv->keys[1], cv->keys[2], cv->keys[3],
+        { owner, olen }, { window, 0 }, arg(dist__publish_cmd()),
+    };
+    long long v = 0;
+    int rc;
+
+    if ((rc = slot_ok(cv, m)) != 0)
+        return rc;
+    kv[6].len = (size_t)snprintf(window, sizeof window, "%lu",
+                                 dist__waiter_ms());
+    if ((rc = run_int(DIST__S_COND_WAIT, "cond_wait", 5, kv, 8, &v)) != 0)
+        return rc;
+    if (v < 0)
+        return dist__err(EPERM, "mutex '%s' is not held by this thread (its "
+                         "lease ran out or it was forced)", m->name.p);
+    return 0;
+}
+
+/* Running twice: a mark taken the first time reads as "not registered"
+ * the second (see the caller). */
+int dist__cond_check(struct dist__cond *cv, int leave, int *res)
+{
+    size_t olen;
+    const char *owner = dist__owner(&olen);
+    struct dist__buf kv[7] = {
+        cv->keys[0], cv->keys[1], cv->keys[2], cv->keys[3],
+        { owner, olen }, arg(leave ? "1" : "0"), arg(dist__publish_cmd()),
+    };
+    long long v = 0;
+    int rc;
+
+    if ((rc = slot_ok(cv, NULL)) != 0)
+        return rc;
+    if ((rc = run_int(DIST__S_COND_CHECK, "cond_check", 4, kv, 7, &v)) != 0)
+        return rc;
+    *res = (int)v;
+    return 0;
+}
+
+/* Running twice marks more waiters than asked: spurious wake-ups, which
+ * POSIX allows, rather than a signal lost. */
+int dist__cond_signal(struct dist__cond *cv, int all, long long *marked)
+{
+    struct dist__buf kv[6] = {
+        cv->keys[0], cv->keys[1], cv->keys[2], cv->keys[3],
+        arg(all ? "all" : "1"), arg(dist__publish_cmd()),
+    };
+    long long v = 0;
+    int rc;
+
+    if ((rc = slot_ok(cv, NULL)) != 0)
+        return rc;
+    rc = run_int(DIST__S_COND_SIGNAL, "cond_signal", 4, kv, 6, &v);
+    if (rc == EIO)
+        return dist__err(EIO, "condition '%s': %s %s", cv->names->name.p,
+                         all ? "broadcast" : "signal", dist_last_error());
+    if (marked)
+        *marked = v;
+    return rc;
+}

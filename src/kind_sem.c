@@ -1,0 +1,270 @@
+/* kind_sem.c: the scripts of the leased semaphore, for the engine
+ * (engine.h): each permit taken is a hold of the taking thread, renewed by
+ * the watchdog as a lock's is, and given back by its lease when the holder
+ * dies.  Also the Redisson-compatible semaphore's scripts (RSemaphore),
+ * which keep no holders and so are not a kind of the engine. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine.h"
+#include "kinds.h"
+
+static const char *const sem_prefix[DIST__SEM_NKEYS] = {
+    "distlock_sem:", "distlock_sem_holds:", "distlock_sem_leases:",
+    "distlock_sem_channel:",
+};
+
+static struct dist__buf arg(const char *s)
+{
+    return (struct dist__buf){ s, strlen(s) };
+}
+
+void dist__sem_keys_free(struct dist__buf *keys, int n)
+{
+    int i;
+
+    for (i = 0; i < n; i++) {
+        free((char *)keys[i].p);
+        keys[i].p = NULL;
+    }
+}
+
+int dist__sem_keys(const struct dist__names *nm, int redisson,
+                   struct dist__buf *keys)
+{
+    int i, n = redisson ? 2 : DIST__SEM_NKEYS;
+    char *p;
+
+    memset(keys, 0, sizeof *keys * (size_t)n);
+    for (i = 0; i < n; i++) {
+        if (redisson && i == 0)
+            p = strdup(nm->name.p), keys[i].len = nm->name.len;
+        else
+            p = dist__names_derive(nm, redisson ? "redisson_sc:" : sem_prefix[i],
+                                   "", &keys[i].len);
+        if (!p) {
+            dist__sem_keys_free(keys, n);
+            return ENOMEM;
+        }
+        keys[i].p = p;
+    }
+    return 0;
+}
+
+static struct dist__semx *semx(const struct dist__call *c)
+{
+    return c->o->st->ext;
+}
+
+/* ---- the engine's operations ---------------------------------------------- */
+
+static int s_plan(struct dist__call *c, int try_only)
+{
+    c->how = try_only ? DIST__HOW_TRY : DIST__HOW_WAIT;
+    return 0;
+}
+
+static int s_acquire(struct dist__call *c)
+{
+    struct dist__semx *sx = semx(c);
+    char lease[24], initial[24];
+    size_t olen;
+    const char *owner = dist__owner(&olen);
+    struct dist__buf kv[8] = {
+        sx->keys[0], sx->keys[1], sx->keys[2], sx->keys[3],
+        { lease, 0 }, { owner, olen }, { initial, 0 },
+        arg(dist__publish_cmd()),
+    };
+    long long ok, v;
+    redisReply *r;
+    int rc;
+
+    kv[4].len = (size_t)snprintf(lease, sizeof lease, "%lu",
+                                 dist__lease_of(c->o));
+    kv[6].len = (size_t)snprintf(initial, sizeof initial, "%ld", atomic_load(&sx->initial));
+    rc = dist__route_eval(DIST__S_SEM_ACQUIRE, 4, kv, 8, &r, &c->on);
+    if (rc == DIST__ECONN) {
+        c->unknown = 1;   /* the renewal thread gives back what it took */
+        return EIO;
+    }
+    if (rc != 0)
+        return rc == ENOMEM ? ENOMEM : EIO;
+    if (dist__reply_int(r, 0, &ok) != 0 || dist__reply_int(r, 1, &v) != 0) {
+        freeReplyObject(r);
+        return dist__err(EIO, "unexpected reply to sem_acquire");
+    }
+    freeReplyObject(r);
+    c->taken = ok == 1;
+    c->token = 0;
+    if (c->taken)
+        c->count = (unsigned long)v;
+    else
+        c->wait = v;
+    return 0;
+}
+
+/* Runs sem_release on keys (sem, holds, leases, channel); expect: the count
+ * a settle expects, or NULL.  0 with *res and *woken, or a DIST__E*. */
+static int run_release(const struct dist__buf *keys, const char *owner,
+                       size_t olen, unsigned long lease_ms, const char *expect,
+                       long long *res, long long *woken)
+{
+    char lease[24];
+    struct dist__buf kv[8] = {
+        keys[0], keys[1], keys[2], keys[3], { lease, 0 }, { owner, olen },
+        arg(dist__publish_cmd()), { NULL, 0 },
+    };
+    redisReply *r;
+    int rc;
+
+    kv[4].len = (size_t)snprintf(lease, sizeof lease, "%lu", lease_ms);
+    if (expect)
+        kv[7] = arg(expect);
+    rc = dist__route_run(DIST__S_SEM_RELEASE, 4, kv, expect ? 8 : 7, &r);
+    if (rc != 0)
+        return rc;
+    if (dist__reply_int(r, 0, res) != 0 || dist__reply_int(r, 1, woken) != 0) {
+        freeReplyObject(r);
+        dist__err(EIO, "unexpected reply to sem_release");
+        return DIST__EREPLY;
+    }
+    freeReplyObject(r);
+    return 0;
+}
+
+static int s_release(struct dist__call *c)
+{
+    size_t olen;
+    const char *owner = dist__owner(&olen);
+    long long res = 0;
+    int rc = run_release(semx(c)->keys, owner, olen, dist__lease_of(c->o),
+                         NULL, &res, &c->woken);
+
+    /* a reply lost, or nothing sent: the owner lets go all the same and the
+     * renewal thread finishes the release (see m_release) */
+    if (rc == DIST__ECONN || rc == DIST__ENOCONN)
+        c->unknown = 1;
+    if (rc != 0)
+        return rc == ENOMEM ? ENOMEM : EIO;
+    if (res < 0)
+        return EPERM;
+    c->count = (unsigned long)res;
+    return 0;
+}
+
+/* The renewal thread: a release whose reply was lost, run again on the
+ * condition that Redis still counts the one permit more. */
+static int s_settle(struct dist__hold *h, int *lost)
+{
+    struct dist__buf keys[DIST__SEM_NKEYS];
+    char expect[24];
+    long long res = 0, woken;
+    int rc;
+
+    if (dist__sem_keys(h->names, 0, keys) != 0)
+        return -1;
+    snprintf(expect, sizeof expect, "%lu", h->n[0] + 1);
+    rc = run_release(keys, h->owner, h->owner_len,
+                     h->lease_ms ? h->lease_ms : dist__watchdog_ms(), expect,
+                     &res, &woken);
+    dist__sem_keys_free(keys, DIST__SEM_NKEYS);
+    if (rc == DIST__ECONN || rc == DIST__ENOCONN)
+        return -1;
+    *lost = rc == 0 && res == -1;
+    return 0;
+}
+
+static struct dist__chan *s_channel(struct dist__call *c)
+{
+    return dist__sub_get(&semx(c)->keys[3]);
+}
+
+/* The watchdog renews a holder's lease in the holds and leases keys. */
+static void s_renew_keys(struct dist__state *st, struct dist__rec *r,
+                         struct dist__hold *h)
+{
+    struct dist__semx *sx = st->ext;
+
+    DIST__UNUSED(r);
+    h->keys = &sx->keys[1];
+    h->nkeys = 2;
+}
+
+static int s_state_init(struct dist__state *st)
+{
+    struct dist__semx *sx = calloc(1, sizeof *sx);
+
+    if (!sx)
+        return ENOMEM;
+    if (dist__sem_keys(st->names, 0, sx->keys) != 0) {
+        free(sx);
+        return ENOMEM;
+    }
+    st->ext = sx;
+    return 0;
+}
+
+static void s_state_free(struct dist__state *st)
+{
+    struct dist__semx *sx = st->ext;
+
+    dist__sem_keys_free(sx->keys, DIST__SEM_NKEYS);
+    free(sx);
+}
+
+const struct dist__kind dist__sem_kind = {
+    .noun = "semaphore",
+    .family = DIST__FAM_SEM,
+    .magic = 0x73656d61u,  /* "sema" */
+    .renew_script = DIST__S_SEM_RENEW,
+    .plan = s_plan,
+    .acquire = s_acquire,
+    .release = s_release,
+    .settle = s_settle,
+    .channel = s_channel,
+    .renew_keys = s_renew_keys,
+    .state_init = s_state_init,
+    .state_free = s_state_free,
+};
+
+/* ---- counts ------------------------------------------------------------------ */
+
+int dist__sem_count(struct dist__obj *o, const char *op, long n, long *free_,
+                    long *held)
+{
+    struct dist__semx *sx = o->st->ext;
+    char num[24], initial[24], max[24];
+    struct dist__buf kv[9] = {
+        sx->keys[0], sx->keys[1], sx->keys[2], sx->keys[3], arg(op),
+        { num, 0 }, { initial, 0 }, { max, 0 }, arg(dist__publish_cmd()),
+    };
+    long long f, h;
+    redisReply *r;
+    int rc;
+
+    kv[5].len = (size_t)snprintf(num, sizeof num, "%ld", n);
+    kv[6].len = (size_t)snprintf(initial, sizeof initial, "%ld", atomic_load(&sx->initial));
+    kv[7].len = (size_t)snprintf(max, sizeof max, "%ld", atomic_load(&sx->max));
+    rc = dist__route_run(DIST__S_SEM_COUNT, 4, kv, 9, &r);
+    /* 'add' is not run twice: a lost reply may have added the permits */
+    if (rc == DIST__ECONN && strcmp(op, "add") != 0)
+        rc = dist__route_run(DIST__S_SEM_COUNT, 4, kv, 9, &r);
+    if (rc != 0)
+        return rc == ENOMEM ? ENOMEM : EIO;
+    if (dist__reply_int(r, 0, &f) != 0 || dist__reply_int(r, 1, &h) != 0) {
+        freeReplyObject(r);
+        return dist__err(EIO, "unexpected reply to sem_count");
+    }
+    freeReplyObject(r);
+    if (f < 0)
+        return dist__err(EOVERFLOW, "semaphore '%s': %ld more permits would "
+                         "pass its maximum of %ld", o->st->names->name.p, n,
+                         atomic_load(&sx->max));
+    if (free_)
+        *free_ = (long)f;
+    if (held)
+        *held = (long)h;
+    return 0;
+}

@@ -1,0 +1,450 @@
+/* sem.c: the dist_sem API.  A leased semaphore runs on the engine (call.c)
+ * with the semaphore's kind (kind_sem.c); a Redisson-compatible one keeps
+ * no holders and has its own short wait loop here. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kinds.h"
+
+#define SEM_MAGIC 0x73656d21u         /* "sem!" */
+#define ATTR_UNOWNED 1u               /* dist_semattr_t.__flags */
+
+struct dist__sem {
+    unsigned magic;
+    int mode;                         /* DIST_SEM_* */
+    int unowned;
+    long initial, max;
+    struct dist__obj *o;              /* leased */
+    struct dist__names *names;        /* Redisson: the name, */
+    struct dist__buf keys[2];         /* S and redisson_sc:{S} */
+};
+
+/* ---- attributes ---------------------------------------------------------- */
+
+int dist_semattr_init(dist_semattr_t *a)
+{
+    DIST__KEEP_ERRNO;
+    if (!a)
+        return EINVAL;
+    memset(a, 0, sizeof *a);
+    a->__max = DIST_SEM_VALUE_MAX;
+    return 0;
+}
+
+int dist_semattr_destroy(dist_semattr_t *a)
+{
+    DIST__KEEP_ERRNO;
+    return a ? 0 : EINVAL;
+}
+
+int dist_semattr_setmode(dist_semattr_t *a, int mode)
+{
+    DIST__KEEP_ERRNO;
+    if (!a)
+        return EINVAL;
+    if (mode != DIST_SEM_LEASED && mode != DIST_SEM_REDISSON)
+        return dist__err(EINVAL, "semaphore mode %d: use DIST_SEM_LEASED or "
+                         "DIST_SEM_REDISSON", mode);
+    a->__mode = mode;
+    return 0;
+}
+
+int dist_semattr_getmode(const dist_semattr_t *a, int *mode)
+{
+    DIST__KEEP_ERRNO;
+    if (!a || !mode)
+        return EINVAL;
+    *mode = a->__mode;
+    return 0;
+}
+
+int dist_semattr_setlease(dist_semattr_t *a, unsigned long lease_ms)
+{
+    DIST__KEEP_ERRNO;
+    if (!a)
+        return EINVAL;
+    return dist__lease_set(&a->__lease_ms, lease_ms);
+}
+
+int dist_semattr_setunowned(dist_semattr_t *a, int unowned)
+{
+    DIST__KEEP_ERRNO;
+    if (!a)
+        return EINVAL;
+    if (unowned != 0 && unowned != 1)
+        return dist__err(EINVAL, "unowned must be 0 or 1, not %d", unowned);
+    a->__flags = unowned ? (a->__flags | ATTR_UNOWNED)
+                         : (a->__flags & ~ATTR_UNOWNED);
+    return 0;
+}
+
+int dist_semattr_setmax(dist_semattr_t *a, long max)
+{
+    DIST__KEEP_ERRNO;
+    if (!a)
+        return EINVAL;
+    if (max < 1 || max > DIST_SEM_VALUE_MAX)
+        return dist__err(EINVAL, "semaphore maximum %ld: use 1 to "
+                         "DIST_SEM_VALUE_MAX", max);
+    a->__max = max;
+    return 0;
+}
+
+/* ---- objects ---------------------------------------------------------------- */
+
+static void sem_free(struct dist__sem *sm)
+{
+    sm->magic = 0;
+    if (sm->o)
+        dist__obj_free(sm->o);
+    dist__sem_keys_free(sm->keys, 2);
+    dist__names_unref(sm->names);
+    free(sm);
+}
+
+/* The leased semaphore's object, its create-if-new settings in the
+ * per-name state. */
+static int leased_new(struct dist__sem *sm, const char *name,
+                      unsigned long lease_ms)
+{
+    struct dist__semx *sx;
+    int rc = dist__obj_new(&dist__sem_kind, name, 0, lease_ms, &sm->o);
+
+    if (rc != 0)
+        return rc;
+    sx = sm->o->st->ext;
+    atomic_store(&sx->initial, sm->initial);
+    atomic_store(&sx->max, sm->max);
+    return 0;
+}
+
+static int redisson_new(struct dist__sem *sm, const char *name)
+{
+    size_t len;
+    int rc;
+
+    if ((rc = dist__check_name(name, &len)) != 0)
+        return rc;
+    if (!(sm->names = dist__names_new(name, len)) ||
+        dist__sem_keys(sm->names, 1, sm->keys) != 0)
+        return dist__err(ENOMEM, "out of memory");
+    return 0;
+}
+
+int dist_sem_init(dist_sem_t *s, const char *name, unsigned initial_if_new,
+                  const dist_semattr_t *attr)
+{
+    DIST__KEEP_ERRNO;
+    struct dist__sem *sm;
+    int rc;
+
+    if (!s)
+        return dist__err(EINVAL, "semaphore is NULL");
+    if (attr && attr->__mode != DIST_SEM_LEASED &&
+        attr->__mode != DIST_SEM_REDISSON)
+        return dist__err(EINVAL, "semaphore attribute has an unknown mode %d",
+                         attr->__mode);
+    if (!(sm = calloc(1, sizeof *sm)))
+        return dist__err(ENOMEM, "out of memory");
+    sm->mode = attr ? attr->__mode : DIST_SEM_LEASED;
+    sm->unowned = attr && (attr->__flags & ATTR_UNOWNED);
+    sm->max = attr && attr->__max > 0 ? attr->__max : DIST_SEM_VALUE_MAX;
+    sm->initial = (long)initial_if_new;
+    if (sm->initial > sm->max) {
+        rc = dist__err(EINVAL, "semaphore '%s': initial value %u is past "
+                       "its maximum of %ld", name ? name : "", initial_if_new,
+                       sm->max);
+        free(sm);
+        return rc;
+    }
+    rc = sm->mode == DIST_SEM_LEASED
+         ? leased_new(sm, name, attr ? attr->__lease_ms : 0)
+         : redisson_new(sm, name);
+    if (rc != 0) {
+        sem_free(sm);
+        return rc;
+    }
+    sm->magic = SEM_MAGIC;
+    memset(s->__reserved, 0, sizeof s->__reserved);
+    __atomic_store_n((struct dist__sem **)&s->__impl, sm, __ATOMIC_RELEASE);
+    return 0;
+}
+
+static int get_sem(dist_sem_t *s, struct dist__sem **out)
+{
+    struct dist__sem *sm;
+
+    if (!s)
+        return dist__err(EINVAL, "semaphore is NULL");
+    sm = __atomic_load_n((struct dist__sem **)&s->__impl, __ATOMIC_ACQUIRE);
+    if (!sm || sm->magic != SEM_MAGIC)
+        return dist__err(EINVAL, "semaphore is not initialised (or "
+                         "destroyed)");
+    *out = sm;
+    return 0;
+}
+
+int dist_sem_destroy(dist_sem_t *s)
+{
+    DIST__KEEP_ERRNO;
+    struct dist__sem *sm;
+    int rc;
+
+    if ((rc = get_sem(s, &sm)) != 0)
+        return rc;
+    if (sm->o && dist__held(sm->o, 0) > 0)
+        return dist__err(EBUSY, "semaphore '%s': this thread holds permits",
+                         sm->o->st->names->name.p);
+    if (sm->o) {
+        /* another thread's holds make it EBUSY as for a lock */
+        void *impl = sm->o;
+        if ((rc = dist__obj_destroy(&dist__sem_kind, &impl)) != 0)
+            return rc;
+        sm->o = NULL;
+    }
+    __atomic_store_n((struct dist__sem **)&s->__impl, NULL, __ATOMIC_RELEASE);
+    sem_free(sm);
+    return 0;
+}
+
+/* ---- the Redisson-compatible semaphore ---------------------------------------- */
+
+static const char *rs_name(const struct dist__sem *sm)
+{
+    return sm->names->name.p;
+}
+
+/* One try: 1 taken, 0 none free, or -EIO. */
+static int rs_try(struct dist__sem *sm)
+{
+    char initial[24];
+    struct dist__buf kv[2] = { sm->keys[0], { initial, 0 } };
+    redisReply *r;
+    int rc, taken;
+
+    kv[1].len = (size_t)snprintf(initial, sizeof initial, "%ld", sm->initial);
+    rc = dist__route_run(DIST__S_RSEM_ACQUIRE, 1, kv, 2, &r);
+    if (rc != 0)
+        return -(rc == ENOMEM ? ENOMEM : EIO);
+    if (r->type != REDIS_REPLY_INTEGER) {
+        freeReplyObject(r);
+        return -dist__err(EIO, "unexpected reply to rsem_acquire");
+    }
+    taken = r->integer == 1;
+    freeReplyObject(r);
+    return taken;
+}
+
+static uint64_t next_try(uint64_t deadline)
+{
+    uint64_t until = dist__now_ms() + dist__waiter_ms();
+
+    return deadline && deadline < until ? deadline : until;
+}
+
+/* Tries, then sleeps on the channel between tries, as the engine's wait
+ * loop does (the permit count has no lease to bound the sleep: a missed
+ * message is made up for at the next try, a waiter window later). */
+static int rs_wait(struct dist__sem *sm, int try_only,
+                   const struct dist__deadline *dl)
+{
+    struct dist__chan *ch;
+    uint64_t deadline = 0;
+    int rc, last = 0;
+
+    if ((rc = rs_try(sm)) != 0)
+        return rc > 0 ? 0 : -rc;
+    if (try_only)
+        return dist__err(EAGAIN, "semaphore '%s' has no free permit",
+                         rs_name(sm));
+    if (dl && ((rc = dist__deadline_ms(dl, &deadline)) != 0))
+        return rc;
+    if (!(ch = dist__sub_get(&sm->keys[1])))
+        return dist__err(ENOMEM, "out of memory");
+    dist__sub_wait_ready(ch, next_try(deadline));
+    for (;;) {
+        unsigned long gen = dist__sub_gen(ch);
+        if ((rc = rs_try(sm)) != 0) {
+            rc = rc > 0 ? 0 : -rc;
+            break;
+        }
+        if (last) {
+            rc = dist__err(ETIMEDOUT, "semaphore '%s': timed out",
+                           rs_name(sm));
+            break;
+        }
+        dist__sub_wait_since(ch, gen, next_try(deadline));
+        if (deadline && dist__now_ms() >= deadline) {
+            if (dist__deadline_reached(dl))
+                last = 1;
+            else
+                dist__deadline_ms(dl, &deadline);
+        }
+    }
+    dist__sub_put(ch);
+    return rc;
+}
+
+/* rsem_count: 0 with *value, EOVERFLOW, EIO. */
+static int rs_count(struct dist__sem *sm, const char *op, long n, long *value)
+{
+    char num[24], initial[24], max[24];
+    struct dist__buf kv[7] = {
+        sm->keys[0], sm->keys[1], { op, strlen(op) }, { num, 0 },
+        { initial, 0 }, { max, 0 },
+        { dist__publish_cmd(), strlen(dist__publish_cmd()) },
+    };
+    redisReply *r;
+    long long v;
+    int rc;
+
+    kv[3].len = (size_t)snprintf(num, sizeof num, "%ld", n);
+    kv[4].len = (size_t)snprintf(initial, sizeof initial, "%ld", sm->initial);
+    kv[5].len = (size_t)snprintf(max, sizeof max, "%ld", sm->max);
+    rc = dist__route_run(DIST__S_RSEM_COUNT, 2, kv, 7, &r);
+    if (rc != 0)
+        return rc == ENOMEM ? ENOMEM : EIO;
+    if (r->type != REDIS_REPLY_INTEGER) {
+        freeReplyObject(r);
+        return dist__err(EIO, "unexpected reply to rsem_count");
+    }
+    v = r->integer;
+    freeReplyObject(r);
+    if (v < 0)
+        return dist__err(EOVERFLOW, "semaphore '%s': %ld more permits would "
+                         "pass its maximum of %ld", rs_name(sm), n, sm->max);
+    if (value)
+        *value = (long)v;
+    return 0;
+}
+
+/* ---- waiting and posting -------------------------------------------------------- */
+
+static int sem_take(dist_sem_t *s, int try_only,
+                    const struct dist__deadline *dl)
+{
+    struct dist__sem *sm;
+    int rc;
+
+    if ((rc = get_sem(s, &sm)) != 0)
+        return rc;
+    if (sm->mode == DIST_SEM_REDISSON)
+        return rs_wait(sm, try_only, dl);
+    rc = dist__acquire(sm->o, 0, try_only, dl);
+    if (rc == EBUSY && try_only)
+        return dist__err(EAGAIN, "semaphore '%s' has no free permit",
+                         sm->o->st->names->name.p);
+    return rc;
+}
+
+int dist_sem_wait(dist_sem_t *s)
+{
+    DIST__KEEP_ERRNO;
+    return sem_take(s, 0, NULL);
+}
+
+int dist_sem_trywait(dist_sem_t *s)
+{
+    DIST__KEEP_ERRNO;
+    return sem_take(s, 1, NULL);
+}
+
+int dist_sem_timedwait(dist_sem_t *s, const struct timespec *abstime)
+{
+    DIST__KEEP_ERRNO;
+    return dist_sem_clockwait(s, CLOCK_REALTIME, abstime);
+}
+
+int dist_sem_clockwait(dist_sem_t *s, clockid_t clockid,
+                       const struct timespec *abstime)
+{
+    DIST__KEEP_ERRNO;
+    struct dist__deadline dl;
+    int rc;
+
+    if ((rc = dist__deadline_set(&dl, clockid, abstime)) != 0)
+        return rc;
+    return sem_take(s, 0, &dl);
+}
+
+/* Leased: the caller's own permits go back one by one, then new ones are
+ * added when unowned posts are allowed. */
+static int leased_post(struct dist__sem *sm, unsigned n)
+{
+    unsigned i;
+    int rc;
+
+    for (i = 0; i < n; i++) {
+        if (dist__held(sm->o, 0) == 0)
+            break;
+        if ((rc = dist__release(sm->o)) != 0)
+            return rc;
+    }
+    if (i == n)
+        return 0;
+    if (!sm->unowned)
+        return dist__err(EPERM, "semaphore '%s': this thread holds no permit "
+                         "(and the semaphore does not allow unowned posts)",
+                         sm->o->st->names->name.p);
+    return dist__sem_count(sm->o, "add", (long)(n - i), NULL, NULL);
+}
+
+int dist_sem_post_multiple(dist_sem_t *s, unsigned n)
+{
+    DIST__KEEP_ERRNO;
+    struct dist__sem *sm;
+    int rc;
+
+    if ((rc = get_sem(s, &sm)) != 0)
+        return rc;
+    if (n == 0)
+        return 0;
+    if ((long)n > sm->max)
+        return dist__err(EOVERFLOW, "%u permits are more than the maximum "
+                         "of %ld", n, sm->max);
+    if (sm->mode == DIST_SEM_REDISSON)
+        return rs_count(sm, "add", (long)n, NULL);
+    return leased_post(sm, n);
+}
+
+int dist_sem_post(dist_sem_t *s)
+{
+    DIST__KEEP_ERRNO;
+    return dist_sem_post_multiple(s, 1);
+}
+
+int dist_sem_getvalue(dist_sem_t *s, int *value)
+{
+    DIST__KEEP_ERRNO;
+    struct dist__sem *sm;
+    long v = 0;
+    int rc;
+
+    if (!value)
+        return dist__err(EINVAL, "value is NULL");
+    if ((rc = get_sem(s, &sm)) != 0)
+        return rc;
+    rc = sm->mode == DIST_SEM_REDISSON ? rs_count(sm, "get", 0, &v)
+                                       : dist__sem_count(sm->o, "get", 0, &v,
+                                                         NULL);
+    if (rc == 0)
+        *value = (int)v;
+    return rc;
+}
+
+int dist_sem_setvalue(dist_sem_t *s, unsigned value)
+{
+    DIST__KEEP_ERRNO;
+    struct dist__sem *sm;
+    int rc;
+
+    if ((rc = get_sem(s, &sm)) != 0)
+        return rc;
+    if ((long)value > sm->max)
+        return dist__err(EINVAL, "value %u is past the maximum of %ld", value,
+                         sm->max);
+    return sm->mode == DIST_SEM_REDISSON
+           ? rs_count(sm, "set", (long)value, NULL)
+           : dist__sem_count(sm->o, "set", (long)value, NULL, NULL);
+}
