@@ -557,6 +557,115 @@ static void test_insecure_warns_once(void **state)
     assert_int_equal(n, 1);
 }
 
+/* Whether r's sentinel names the master at port within secs. */
+static int sentinel_names(tu_redis_t *sent, int port, double secs)
+{
+    double end = tu_now() + secs;
+
+    do {
+        redisReply *x = tu_cmd(sent, "SENTINEL", "get-master-addr-by-name",
+                               "tlsm", NULL);
+        int ok = x && x->type == REDIS_REPLY_ARRAY && x->elements == 2 &&
+                 atoi(x->element[1]->str) == port;
+        if (x)
+            freeReplyObject(x);
+        if (ok)
+            return 1;
+        tu_sleep_ms(100);
+    } while (tu_now() < end);
+    return 0;
+}
+
+/* Whether r says it is a replica within secs (a command failing because
+ * its connection was killed counts as not yet). */
+static int becomes_replica(tu_redis_t *r, double secs)
+{
+    double end = tu_now() + secs;
+
+    do {
+        char *info = tu_cmd_str(r, "INFO", "replication", NULL);
+        int yes = info && strstr(info, "role:slave") != NULL;
+        free(info);
+        if (yes)
+            return 1;
+        tu_sleep_ms(100);
+    } while (tu_now() < end);
+    return 0;
+}
+
+/* Sentinel over TLS: the sentinel, the master and its replica all on TLS
+ * ports (replication and the sentinel's own links too); a lock taken, the
+ * master failed over to the replica under it, and the lock given back on
+ * the new master. */
+static void test_sentinel(void **state)
+{
+    static const char *const sent_args[] = { "--sentinel",
+                                             "--tls-replication", "yes", NULL };
+    tu_tls_conf t = { NULL, NULL, NULL, 0 };
+    tu_redis_t master, replica, sent;
+    const char *rargs[6] = { "--tls-replication", "yes", "--replicaof",
+                             "127.0.0.1", NULL, NULL };
+    char name[200], port[16], conf[400], url[700];
+    tu_redis_opts o;
+    dist_mutex_t m;
+
+    (void)state;
+    NAME(name, "m");
+    t.cert = file(0, "srv.crt");
+    t.key = file(1, "srv.key");
+    t.ca = file(2, "ca.crt");
+    memset(&o, 0, sizeof o);
+    o.tls = &t;
+    assert_int_equal(tu_redis_start_opts(&master, &o), 0);
+    snprintf(port, sizeof port, "%d", master.tls_port);
+    rargs[4] = port;
+    o.args = rargs;
+    assert_int_equal(tu_redis_start_opts(&replica, &o), 0);
+    snprintf(conf, sizeof conf, "sentinel resolve-hostnames no\n"
+             "sentinel monitor tlsm 127.0.0.1 %d 1\n"
+             "sentinel down-after-milliseconds tlsm 1000\n"
+             "sentinel failover-timeout tlsm 5000\n", master.tls_port);
+    o.args = sent_args;
+    o.conf = conf;
+    assert_int_equal(tu_redis_start_opts(&sent, &o), 0);
+    /* the replica in sync and known to the sentinel before anything */
+    assert_true(sentinel_names(&sent, master.tls_port, 10));
+    for (int i = 0; i < 100 && tu_cmd_int(&master, "WAIT", "1", "100", NULL) < 1; i++)
+        ;
+
+    snprintf(url, sizeof url, "rediss-sentinel://127.0.0.1:%d/tlsm?tls_ca=%s",
+             sent.tls_port, file(3, "ca.crt"));
+    assert_int_equal(dist_set_url(url), 0);
+    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(tu_cmd_int(&master, "EXISTS", name, NULL), 1);
+    assert_int_equal(tu_cmd_int(&replica, "EXISTS", name, NULL), 1);
+
+    redisReply *x = tu_cmd(&sent, "SENTINEL", "FAILOVER", "tlsm", NULL);
+    assert_non_null(x);
+    freeReplyObject(x);
+    assert_true(sentinel_names(&sent, replica.tls_port, 20));
+    /* the old master demoted, as the sentinel does right after: until
+     * then it still takes writes, as it would without TLS */
+    assert_true(becomes_replica(&master, 20));
+    /* the promotion ended with CLIENT KILL TYPE normal, the harness's
+     * admin connection to the replica included: this one finds it gone,
+     * and the harness opens another for the next command */
+    x = tu_cmd(&replica, "PING", NULL);
+    if (x)
+        freeReplyObject(x);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(tu_cmd_int(&replica, "EXISTS", name, NULL), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(tu_cmd_int(&replica, "EXISTS", name, NULL), 1);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+    use_tls(&srv);      /* off the sentinel's servers before they go */
+    tu_redis_stop(&sent);
+    tu_redis_stop(&replica);
+    tu_redis_stop(&master);
+}
+
 /* The distlock tool over TLS: the URL and the options from the
  * environment, as the library takes them; a refusal in words on stderr. */
 static void test_tool(void **state)
@@ -610,6 +719,7 @@ int main(void)
         cmocka_unit_test(test_tls_to_plain_port),
         cmocka_unit_test(test_insecure_warns_once),
         cmocka_unit_test(test_tool),
+        cmocka_unit_test(test_sentinel),
     };
     const char *filter = getenv("TEST_TLS_FILTER");
 
