@@ -329,6 +329,27 @@ static void test_handoff_between_processes(void **state)
     assert_int_equal(dist_mutex_destroy(&m), 0);
 }
 
+/* A server restart under idle TLS links: the next call finds them closed
+ * and connects again, with a new handshake, on the same port. */
+static void test_reconnect(void **state)
+{
+    char name[200];
+    dist_mutex_t m;
+
+    (void)state;
+    NAME(name, "m");
+    use_tls(&srv);
+    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(tu_redis_restart(&srv), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(exists(name), 1);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(exists(name), 0);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+}
+
 static void test_fair(void **state)
 {
     char name[200];
@@ -830,6 +851,7 @@ int main(void)
         cmocka_unit_test(test_pubsub_wakeup),
         cmocka_unit_test(test_renewal),
         cmocka_unit_test(test_handoff_between_processes),
+        cmocka_unit_test(test_reconnect),
         cmocka_unit_test(test_fair),
         cmocka_unit_test(test_rwlock),
         cmocka_unit_test(test_mtls_with_cert),
