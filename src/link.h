@@ -6,8 +6,10 @@
  *
  * A link belongs to one thread at a time.  Once a call on it failed it is
  * broken (dist__link_broken): every later call fails at once, and the
- * owner closes it.  Closing sends nothing, so a link inherited across
- * fork() can be closed by the child without disturbing the parent. */
+ * owner closes it.  Closing sends nothing (over TLS not even a
+ * close_notify), so a link inherited across fork() can be closed by the
+ * child without disturbing the parent.  With cfg->tls.on the link speaks
+ * TLS (tls.h), handshake included in the connect timeout. */
 #ifndef DIST_LINK_H
 #define DIST_LINK_H
 
@@ -79,7 +81,8 @@ int dist__link_reply(struct dist__link *l, uint64_t until, redisReply **out);
 int dist__link_cmd(struct dist__link *l, int argc, const char **argv,
                    const size_t *lens, redisReply **out);
 /* For a caller that polls dist__link_fd itself (subscribers): reads what
- * the socket has without waiting (0, or DIST__ECONN when the server closed
+ * the socket has without waiting (and, over TLS, all that was decrypted:
+ * a poll(2) would not see it) (0, or DIST__ECONN when the server closed
  * the connection or it failed), and takes the replies read so far one by
  * one (1 with *out, 0 when none is complete, DIST__ECONN on a protocol
  * error). */

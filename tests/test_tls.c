@@ -329,6 +329,27 @@ static void test_handoff_between_processes(void **state)
     assert_int_equal(dist_mutex_destroy(&m), 0);
 }
 
+/* A server restart under idle TLS links: the next call finds them closed
+ * and connects again, with a new handshake, on the same port. */
+static void test_reconnect(void **state)
+{
+    char name[200];
+    dist_mutex_t m;
+
+    (void)state;
+    NAME(name, "m");
+    use_tls(&srv);
+    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(tu_redis_restart(&srv), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(exists(name), 1);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(exists(name), 0);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+}
+
 static void test_fair(void **state)
 {
     char name[200];
@@ -557,6 +578,237 @@ static void test_insecure_warns_once(void **state)
     assert_int_equal(n, 1);
 }
 
+/* Whether r's sentinel names the master at port within secs. */
+static int sentinel_names(tu_redis_t *sent, int port, double secs)
+{
+    double end = tu_now() + secs;
+
+    do {
+        redisReply *x = tu_cmd(sent, "SENTINEL", "get-master-addr-by-name",
+                               "tlsm", NULL);
+        int ok = x && x->type == REDIS_REPLY_ARRAY && x->elements == 2 &&
+                 atoi(x->element[1]->str) == port;
+        if (x)
+            freeReplyObject(x);
+        if (ok)
+            return 1;
+        tu_sleep_ms(100);
+    } while (tu_now() < end);
+    return 0;
+}
+
+/* Whether r says it is a replica within secs (a command failing because
+ * its connection was killed counts as not yet). */
+static int becomes_replica(tu_redis_t *r, double secs)
+{
+    double end = tu_now() + secs;
+
+    do {
+        char *info = tu_cmd_str(r, "INFO", "replication", NULL);
+        int yes = info && strstr(info, "role:slave") != NULL;
+        free(info);
+        if (yes)
+            return 1;
+        tu_sleep_ms(100);
+    } while (tu_now() < end);
+    return 0;
+}
+
+/* Sentinel over TLS: the sentinel, the master and its replica all on TLS
+ * ports (replication and the sentinel's own links too); a lock taken, the
+ * master failed over to the replica under it, and the lock given back on
+ * the new master. */
+static void test_sentinel(void **state)
+{
+    static const char *const sent_args[] = { "--sentinel",
+                                             "--tls-replication", "yes", NULL };
+    tu_tls_conf t = { NULL, NULL, NULL, 0 };
+    tu_redis_t master, replica, sent;
+    const char *rargs[6] = { "--tls-replication", "yes", "--replicaof",
+                             "127.0.0.1", NULL, NULL };
+    char name[200], port[16], conf[400], url[700];
+    tu_redis_opts o;
+    dist_mutex_t m;
+
+    (void)state;
+    NAME(name, "m");
+    t.cert = file(0, "srv.crt");
+    t.key = file(1, "srv.key");
+    t.ca = file(2, "ca.crt");
+    memset(&o, 0, sizeof o);
+    o.tls = &t;
+    assert_int_equal(tu_redis_start_opts(&master, &o), 0);
+    snprintf(port, sizeof port, "%d", master.tls_port);
+    rargs[4] = port;
+    o.args = rargs;
+    assert_int_equal(tu_redis_start_opts(&replica, &o), 0);
+    snprintf(conf, sizeof conf, "sentinel resolve-hostnames no\n"
+             "sentinel monitor tlsm 127.0.0.1 %d 1\n"
+             "sentinel down-after-milliseconds tlsm 1000\n"
+             "sentinel failover-timeout tlsm 5000\n", master.tls_port);
+    o.args = sent_args;
+    o.conf = conf;
+    assert_int_equal(tu_redis_start_opts(&sent, &o), 0);
+    /* the replica in sync and known to the sentinel before anything */
+    assert_true(sentinel_names(&sent, master.tls_port, 10));
+    for (int i = 0; i < 100 && tu_cmd_int(&master, "WAIT", "1", "100", NULL) < 1; i++)
+        ;
+
+    snprintf(url, sizeof url, "rediss-sentinel://127.0.0.1:%d/tlsm?tls_ca=%s",
+             sent.tls_port, file(3, "ca.crt"));
+    assert_int_equal(dist_set_url(url), 0);
+    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(tu_cmd_int(&master, "EXISTS", name, NULL), 1);
+    assert_int_equal(tu_cmd_int(&replica, "EXISTS", name, NULL), 1);
+
+    redisReply *x = tu_cmd(&sent, "SENTINEL", "FAILOVER", "tlsm", NULL);
+    assert_non_null(x);
+    freeReplyObject(x);
+    assert_true(sentinel_names(&sent, replica.tls_port, 20));
+    /* the old master demoted, as the sentinel does right after: until
+     * then it still takes writes, as it would without TLS */
+    assert_true(becomes_replica(&master, 20));
+    /* the promotion ended with CLIENT KILL TYPE normal, the harness's
+     * admin connection to the replica included: this one finds it gone,
+     * and the harness opens another for the next command */
+    x = tu_cmd(&replica, "PING", NULL);
+    if (x)
+        freeReplyObject(x);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(tu_cmd_int(&replica, "EXISTS", name, NULL), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(tu_cmd_int(&replica, "EXISTS", name, NULL), 1);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+    use_tls(&srv);      /* off the sentinel's servers before they go */
+    tu_redis_stop(&sent);
+    tu_redis_stop(&replica);
+    tu_redis_stop(&master);
+}
+
+/* Whether every node of n says cluster_state:ok and knows all of them
+ * within secs. */
+static int cluster_ok(tu_redis_t *n, int count, double secs)
+{
+    double end = tu_now() + secs;
+    int i, ok;
+
+    do {
+        for (i = 0, ok = 1; i < count && ok; i++) {
+            char *info = tu_cmd_str(&n[i], "CLUSTER", "INFO", NULL);
+            ok = info && strstr(info, "cluster_state:ok") &&
+                 strstr(info, "cluster_known_nodes:3");
+            free(info);
+        }
+        if (ok)
+            return 1;
+        tu_sleep_ms(100);
+    } while (tu_now() < end);
+    return 0;
+}
+
+/* Asserts that a reply (tu_cmd_str's copy, freed here) was OK. */
+static void said_ok(char *reply)
+{
+    int ok = reply && strcmp(reply, "OK") == 0;
+
+    free(reply);
+    assert_true(ok);
+}
+
+/* Three masters with tls-cluster (the bus too on TLS), made by hand: a
+ * third of the slots each, then MEET by their TLS ports. */
+static void start_tls_cluster(tu_redis_t *n, char bus[][16])
+{
+    static const char *const ranges[3][2] = {
+        { "0", "5460" }, { "5461", "10922" }, { "10923", "16383" } };
+    tu_tls_conf t = { NULL, NULL, NULL, 0 };
+    const char *args[3][9];
+    char port[16], epoch[8];
+    tu_redis_opts o;
+    int i;
+
+    t.cert = file(0, "srv.crt");
+    t.key = file(1, "srv.key");
+    t.ca = file(2, "ca.crt");
+    for (i = 0; i < 3; i++) {
+        const char *a[9] = { "--cluster-enabled", "yes", "--cluster-port",
+                             bus[i], "--tls-cluster", "yes",
+                             "--tls-replication", "yes", NULL };
+        snprintf(bus[i], 16, "%d", tu_free_port());
+        memcpy(args[i], a, sizeof a);
+        memset(&o, 0, sizeof o);
+        o.tls = &t;
+        o.args = args[i];
+        assert_int_equal(tu_redis_start_opts(&n[i], &o), 0);
+        snprintf(epoch, sizeof epoch, "%d", i + 1);
+        said_ok(tu_cmd_str(&n[i], "CLUSTER", "SET-CONFIG-EPOCH", epoch,
+                           NULL));
+        said_ok(tu_cmd_str(&n[i], "CLUSTER", "ADDSLOTSRANGE", ranges[i][0],
+                           ranges[i][1], NULL));
+    }
+    for (i = 1; i < 3; i++) {
+        snprintf(port, sizeof port, "%d", n[i].tls_port);
+        said_ok(tu_cmd_str(&n[0], "CLUSTER", "MEET", "127.0.0.1", port, bus[i],
+                           NULL));
+    }
+    assert_true(cluster_ok(n, 3, 30));
+}
+
+/* Cluster over TLS: a lock on each of 3 masters from one seed (so two of
+ * them are found by MOVED or the slot map, over TLS), held at once, and a
+ * waiter woken by a release message. */
+static void test_cluster(void **state)
+{
+    tu_redis_t n[3];
+    char bus[3][16], names[3][64], url[700], cand[64];
+    dist_mutex_t m[3], other;
+    struct fx_locker la;
+    int i, k, found = 0;
+
+    (void)state;
+    memset(n, 0, sizeof n);
+    start_tls_cluster(n, bus);
+    memset(names, 0, sizeof names);
+    for (k = 0; found < 3 && k < 1000; k++) {
+        long long slot;
+        snprintf(cand, sizeof cand, "test_tls:cluster:%d:%ld", k, (long)getpid());
+        slot = tu_cmd_int(&n[0], "CLUSTER", "KEYSLOT", cand, NULL);
+        i = slot <= 5460 ? 0 : slot <= 10922 ? 1 : 2;
+        if (!names[i][0]) {
+            snprintf(names[i], sizeof names[i], "%s", cand);
+            found++;
+        }
+    }
+    assert_int_equal(found, 3);
+    snprintf(url, sizeof url, "rediss-cluster://127.0.0.1:%d?tls_ca=%s",
+             n[0].tls_port, file(3, "ca.crt"));
+    assert_int_equal(dist_set_url(url), 0);
+    for (i = 0; i < 3; i++) {
+        assert_int_equal(dist_mutex_init(&m[i], names[i], NULL), 0);
+        assert_int_equal(dist_mutex_lock(&m[i]), 0);
+    }
+    for (i = 0; i < 3; i++)
+        assert_int_equal(tu_cmd_int(&n[i], "EXISTS", names[i], NULL), 1);
+    assert_int_equal(dist_mutex_init(&other, names[2], NULL), 0);
+    assert_int_equal(fx_locker_start(&la, &other, 20), 0);
+    tu_sleep_ms(500);
+    assert_int_equal(atomic_load(&la.done), 0);
+    for (i = 0; i < 3; i++)
+        assert_int_equal(dist_mutex_unlock(&m[i]), 0);
+    fx_locker_join(&la);
+    assert_int_equal(la.rc, 0);
+    for (i = 0; i < 3; i++) {
+        assert_int_equal(tu_cmd_int(&n[i], "EXISTS", names[i], NULL), 0);
+        assert_int_equal(dist_mutex_destroy(&m[i]), 0);
+    }
+    assert_int_equal(dist_mutex_destroy(&other), 0);
+    use_tls(&srv);      /* off the cluster before it goes */
+    for (i = 0; i < 3; i++)
+        tu_redis_stop(&n[i]);
+}
+
 /* The distlock tool over TLS: the URL and the options from the
  * environment, as the library takes them; a refusal in words on stderr. */
 static void test_tool(void **state)
@@ -599,6 +851,7 @@ int main(void)
         cmocka_unit_test(test_pubsub_wakeup),
         cmocka_unit_test(test_renewal),
         cmocka_unit_test(test_handoff_between_processes),
+        cmocka_unit_test(test_reconnect),
         cmocka_unit_test(test_fair),
         cmocka_unit_test(test_rwlock),
         cmocka_unit_test(test_mtls_with_cert),
@@ -610,6 +863,8 @@ int main(void)
         cmocka_unit_test(test_tls_to_plain_port),
         cmocka_unit_test(test_insecure_warns_once),
         cmocka_unit_test(test_tool),
+        cmocka_unit_test(test_sentinel),
+        cmocka_unit_test(test_cluster),
     };
     const char *filter = getenv("TEST_TLS_FILTER");
 
