@@ -494,10 +494,15 @@ static void tls_env(struct dist__tls_opts *t)
         return;
     for (i = 0; i < sizeof v / sizeof v[0]; i++) {
         char *field = (char *)t + v[i].off;
-        if (!field[0] && (s = getenv(v[i].var)) != NULL)
-            snprintf(field, 256, "%s", s);
+        if (field[0] || (s = secure_getenv(v[i].var)) == NULL)
+            continue;
+        if (strlen(s) >= sizeof t->ca)   /* every field has that size */
+            fprintf(stderr, "distlock: ignoring %s: longer than %zu bytes\n",
+                    v[i].var, sizeof t->ca - 1);
+        else
+            memcpy(field, s, strlen(s) + 1);
     }
-    s = getenv("DISTLOCK_TLS_INSECURE");
+    s = secure_getenv("DISTLOCK_TLS_INSECURE");
     if (s && strcmp(s, "1") == 0)
         t->insecure = 1;
 }
