@@ -23,6 +23,7 @@ struct dist__barrier {
     struct dist__buf keys[NKEYS];
     pthread_mutex_t mu;               /* guards member and waiting */
     struct dist__hold *member;        /* renewal entry, from the first wait */
+    unsigned long gen;                /* fork generation of member */
     int waiting;
 };
 
@@ -99,13 +100,26 @@ static int get_barrier(dist_barrier_t *b, struct dist__barrier **out)
 
 /* ---- scripts -------------------------------------------------------------------- */
 
+/* A member entry made before a fork is the parent's: the child's renewal
+ * thread does not know it, and the parent is still that member.  The
+ * child lets go of its copy (as the engine does with a parent's holds). */
+static void drop_parents_member(struct dist__barrier *bo)
+{
+    if (bo->member && bo->gen != atomic_load(&dist__fork_gen)) {
+        dist__hold_free(bo->member);
+        bo->member = NULL;
+    }
+}
+
 /* The object's member name, "<client id>:b<n>": each object is a member of
- * its own, whichever thread waits on it. */
+ * its own, whichever thread waits on it; a forked child's copy is a new
+ * member.  bo->mu held. */
 static int join(struct dist__barrier *bo)
 {
     struct dist__hold *h;
     int len;
 
+    drop_parents_member(bo);
     if (bo->member)
         return 0;
     if (!(h = dist__hold_new(NULL, bo->names, 0)))
@@ -119,6 +133,7 @@ static int join(struct dist__barrier *bo)
     h->period_ms = h->renew_ms / 3;
     dist__renew_add(h, 0);
     bo->member = h;
+    bo->gen = atomic_load(&dist__fork_gen);
     return 0;
 }
 
@@ -301,6 +316,7 @@ int dist_barrier_destroy(dist_barrier_t *b)
         return dist__err(EBUSY, "barrier '%s' has waiters in this process",
                          bo->names->name.p);
     }
+    drop_parents_member(bo);
     pthread_mutex_unlock(&bo->mu);
     if (bo->member) {
         /* best effort: else the member's window ends it, breaking a round */

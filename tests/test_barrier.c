@@ -226,6 +226,43 @@ static void test_barrier_of_one(void **state)
     assert_int_equal(dist_barrier_destroy(&b), 0);
 }
 
+/* A barrier object carried across fork(): the child is a member of its
+ * own (the parent stays one), and destroying it in the child leaves the
+ * parent's membership alone. */
+static void fork_child_body(void *arg)
+{
+    dist_barrier_t *b = arg;
+    int rc = dist_barrier_wait(b);
+
+    if (rc == DIST_BARRIER_SERIAL_THREAD)
+        rc = dist_barrier_destroy(b);
+    dist_shutdown();
+    _exit(rc == 0 ? 0 : 1);
+}
+
+static void test_fork_child_member(void **state)
+{
+    char name[160], key[200];
+    dist_barrier_t b;
+    pid_t pid;
+    int st;
+
+    (void)state;
+    NAME(name, "b");
+    snprintf(key, sizeof key, "distlock_barrier_members:{%s}", name);
+    assert_int_equal(dist_barrier_init(&b, name, 1), 0);
+    assert_int_equal(dist_barrier_wait(&b), DIST_BARRIER_SERIAL_THREAD);
+    assert_int_equal(tu_cmd_int(&r, "ZCARD", key, NULL), 1);
+    pid = fork_started(fork_child_body, &b);
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(child_exit_ok(st, 0));
+    /* the child joined and left; the parent is still the one member */
+    assert_int_equal(tu_cmd_int(&r, "ZCARD", key, NULL), 1);
+    assert_int_equal(dist_barrier_wait(&b), DIST_BARRIER_SERIAL_THREAD);
+    assert_int_equal(dist_barrier_destroy(&b), 0);
+    assert_int_equal(tu_cmd_int(&r, "ZCARD", key, NULL), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -234,6 +271,7 @@ int main(void)
         T(test_timed_wait_leaves_round),
         T(test_rounds),
         T(test_dead_member_breaks_round),
+        T(test_fork_child_member),
     };
     return fx_run_group(tests, &r, &defaults, "TEST_BARRIER_FILTER");
 }

@@ -19,6 +19,9 @@
  *   rwunlock NAME                   dist_rwlock_unlock (write holds first)
  *   wtoken NAME                     dist_rwlock_token
  *   count NAME KEY N                N times: lock, GET KEY, SET KEY +1, unlock
+ *   sacquire NAME MS                a Redisson-mode dist_sem_t (RSemaphore's
+ *                                   layout): trywait (MS 0) or timedwait
+ *   srelease NAME | svalue NAME     dist_sem_post / dist_sem_getvalue
  *   pid | sleep MS | quit
  *
  * INTEROP_RW_PREFER_WRITER=1 makes every rwlock writer-preferring.
@@ -52,6 +55,14 @@ struct lockent {
 
 static struct lockent locks[MAX_LOCKS];
 static int nlocks;
+
+struct sement {
+    char *name;
+    dist_sem_t s;
+};
+
+static struct sement sems[MAX_LOCKS];
+static int nsems;
 
 static uint64_t mono_ns(void)
 {
@@ -214,6 +225,43 @@ static int run_rw(const char *cmd, struct lockent *e, long ms, uint64_t *val)
     return EINVAL;
 }
 
+/* The Redisson-mode semaphore of that name, made at first use (0 permits
+ * if it does not exist yet: the Java side sets them). */
+static struct sement *find_sem(const char *name)
+{
+    dist_semattr_t a;
+    int i, rc;
+
+    for (i = 0; i < nsems; i++)
+        if (strcmp(sems[i].name, name) == 0)
+            return &sems[i];
+    if (nsems == MAX_LOCKS)
+        return NULL;
+    dist_semattr_init(&a);
+    dist_semattr_setmode(&a, DIST_SEM_REDISSON);
+    rc = dist_sem_init(&sems[nsems].s, name, 0, &a);
+    if (rc != 0 || !(sems[nsems].name = strdup(name)))
+        return NULL;
+    return &sems[nsems++];
+}
+
+static int run_sem(const char *cmd, struct sement *e, long ms, uint64_t *val)
+{
+    struct timespec ts = after_ms(ms);
+    int rc, v = 0;
+
+    if (!strcmp(cmd, "sacquire"))
+        return ms <= 0 ? dist_sem_trywait(&e->s) : dist_sem_timedwait(&e->s, &ts);
+    if (!strcmp(cmd, "srelease"))
+        return dist_sem_post(&e->s);
+    if (!strcmp(cmd, "svalue")) {
+        rc = dist_sem_getvalue(&e->s, &v);
+        *val = (uint64_t)v;
+        return rc;
+    }
+    return EINVAL;
+}
+
 static enum kind kind_of(const char *cmd)
 {
     if (cmd[0] == 'f')
@@ -246,6 +294,12 @@ static int run_line(char *line)
                (unsigned long long)mono_ns(), (long)getpid());
         return 0;
     }
+    if (cmd[0] == 's' && name && strcmp(cmd, "sleep") != 0) {
+        struct sement *se = find_sem(name);
+        rc = se ? run_sem(cmd, se, arg ? atol(arg) : 0, &val) : EINVAL;
+        has_val = !strcmp(cmd, "svalue");
+        goto answer;
+    }
     if (!name || !(e = find(name, kind_of(cmd)))) {
         printf("err %llu %llu EINVAL bad command or name\n",
                (unsigned long long)t0, (unsigned long long)mono_ns());
@@ -258,11 +312,12 @@ static int run_line(char *line)
     else
         rc = run_mutex(cmd, e, arg ? atol(arg) : 0, NULL, &val);
     has_val = strstr(cmd, "token") != NULL;
+answer:
     if (rc == 0)
         printf(has_val ? "ok %llu %llu %llu\n" : "ok %llu %llu\n",
                (unsigned long long)t0, (unsigned long long)mono_ns(),
                (unsigned long long)val);
-    else if (rc == EBUSY || rc == ETIMEDOUT)
+    else if (rc == EBUSY || rc == ETIMEDOUT || rc == EAGAIN)
         printf("busy %llu %llu\n", (unsigned long long)t0,
                (unsigned long long)mono_ns());
     else

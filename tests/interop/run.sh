@@ -6,13 +6,13 @@
 #
 # For each pinned Redisson line (tests/interop/pom.xml: the current 3.x and,
 # with -Pold, an older widely used one) it builds the Java side with Maven,
-# then runs scenarios 1-7 on one server and 1, 2 and 5 on the cluster
+# then runs scenarios 1-7 and 9 on one server and 1, 2, 5 and 9 on the cluster
 # (scenario 8).  Maven works offline once the artifacts are in the local
 # repository (~/.m2, or MAVEN_REPO_LOCAL); the first run needs Maven Central.
 #
 # Environment: top_builddir (set by make), INTEROP_LINES (default
-# "current old"), INTEROP_SCENARIOS (default "1 2 3 4 5 6 7"),
-# INTEROP_CLUSTER_SCENARIOS (default "1 2 5"; empty: no cluster),
+# "current old"), INTEROP_SCENARIOS (default "1 2 3 4 5 6 7 9"),
+# INTEROP_CLUSTER_SCENARIOS (default "1 2 5 9"; empty: no cluster),
 # INTEROP_REQUIRED=1 makes a missing java or mvn a failure, not a skip.
 # Exit status: 0 passed, 77 skipped (no JDK or Maven), 1 failed.
 set -euo pipefail
@@ -26,8 +26,8 @@ agent=$builddir/tests/interop/dl-agent
 tool=$builddir/tools/distlock
 out=$builddir/tests/interop/java
 lines=${INTEROP_LINES:-current old}
-scenarios=${INTEROP_SCENARIOS:-1 2 3 4 5 6 7}
-cluster_scenarios=${INTEROP_CLUSTER_SCENARIOS-1 2 5}
+scenarios=${INTEROP_SCENARIOS:-1 2 3 4 5 6 7 9}
+cluster_scenarios=${INTEROP_CLUSTER_SCENARIOS-1 2 5 9}
 
 for tool_name in java mvn; do
     if ! command -v "$tool_name" >/dev/null 2>&1; then

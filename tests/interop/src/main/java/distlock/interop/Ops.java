@@ -6,6 +6,7 @@ import java.util.concurrent.TimeUnit;
 import org.redisson.api.RBucket;
 import org.redisson.api.RLock;
 import org.redisson.api.RReadWriteLock;
+import org.redisson.api.RSemaphore;
 import org.redisson.api.RedissonClient;
 import org.redisson.client.codec.StringCodec;
 
@@ -98,9 +99,23 @@ final class Ops {
         case "count":
             count(name, a[2], Integer.parseInt(a[3]));
             return "";
+        case "ssetpermits":
+            return client.getSemaphore(name).trySetPermits((int) ms) ? "" : null;
+        case "sacquire":
+            return semAcquire(client.getSemaphore(name), ms) ? "" : null;
+        case "srelease":
+            client.getSemaphore(name).release();
+            return "";
+        case "svalue":
+            return Integer.toString(client.getSemaphore(name).availablePermits());
         default:
             throw new IllegalArgumentException("unknown command " + cmd);
         }
+    }
+
+    /** One permit: at once (ms 0), or waiting up to ms. */
+    private static boolean semAcquire(RSemaphore sem, long ms) throws InterruptedException {
+        return ms <= 0 ? sem.tryAcquire() : sem.tryAcquire(ms, TimeUnit.MILLISECONDS);
     }
 
     /** RFencedLock by reflection: the older pinned line has none. */

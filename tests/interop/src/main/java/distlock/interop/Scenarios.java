@@ -14,7 +14,7 @@ import java.util.concurrent.CompletableFuture;
 
 import org.redisson.client.codec.StringCodec;
 
-/** Scenarios 1-3 and 5-7 (the fair lock's are in FairScenarios). */
+/** Scenarios 1-3, 5-7 and 9 (the fair lock's are in FairScenarios). */
 final class Scenarios {
     private Scenarios() {
     }
@@ -388,5 +388,43 @@ final class Scenarios {
                 "counter " + v + ", expected " + 4 * each);
         s.figure(String.format("2 Redisson + 2 distlock processes, %d GET/SET increments "
                 + "each under one lock: %s, exact, in %.1f s", each, v, secs));
+    }
+
+    // ---- 9 ------------------------------------------------------------------
+
+    /**
+     * RSemaphore and a Redisson-mode dist_sem_t share the permits: the
+     * count in the plain key both ways, a try refused on both sides when
+     * none is free, and a blocked acquire on each side woken by the other
+     * side's release message, not by a timeout.
+     */
+    static void semaphore(Suite s) throws Exception {
+        String n = s.fresh("s9");
+        Handle j = s.javaThread("java");
+        Handle c = s.cAgent("c");
+
+        j.ok("ssetpermits " + n + " 2");
+        check("2".equals(s.get(n)), "RSemaphore's count: " + s.get(n));
+        check(c.ok("svalue " + n).value.equals("2"), "distlock reads the permits");
+        c.ok("sacquire " + n + " 0");
+        check("1".equals(s.get(n)), "distlock took one: " + s.get(n));
+        check(j.ok("svalue " + n).value.equals("1"), "Redisson reads the permits");
+        j.ok("sacquire " + n + " 0");
+        check(busy(c, "sacquire " + n + " 0"), "distlock took a permit none had");
+        check(busy(j, "sacquire " + n + " 0"), "Redisson took a permit none had");
+        check("0".equals(s.get(n)), "none left: " + s.get(n));
+
+        double cj = wokenBy(c.send("sacquire " + n + " 30000"),
+                "distlock's acquire with no permit", j, "srelease " + n,
+                "distlock woken by Redisson's release");
+        double jc = wokenBy(j.send("sacquire " + n + " 30000"),
+                "Redisson's acquire with no permit", c, "srelease " + n,
+                "Redisson woken by distlock's release");
+        check("0".equals(s.get(n)), "after two hand-overs: " + s.get(n));
+        c.ok("srelease " + n);
+        j.ok("srelease " + n);
+        check("2".equals(s.get(n)), "both given back: " + s.get(n));
+        s.figure(String.format("semaphore wake-up: Redisson -> distlock %.1f ms, "
+                + "distlock -> Redisson %.1f ms", cj, jc));
     }
 }

@@ -102,6 +102,11 @@ public final class Suite {
         return admin.<String, String>getMap(key, StringCodec.INSTANCE).readAllMap();
     }
 
+    /** A plain string key's value, or null. */
+    String get(String key) {
+        return admin.<String>getBucket(key, StringCodec.INSTANCE).get();
+    }
+
     boolean exists(String key) {
         return admin.getKeys().countExists(key) == 1;
     }
@@ -245,6 +250,7 @@ public final class Suite {
         SCENARIOS.put("5", Scenarios::readWrite);
         SCENARIOS.put("6", Scenarios::fencing);
         SCENARIOS.put("7", Scenarios::counter);
+        SCENARIOS.put("9", Scenarios::semaphore);
     }
 
     public static void main(String[] args) {
