@@ -572,7 +572,8 @@ static int fault_restart(int kind)
 static int fault(int kind, uint64_t *rs)
 {
     struct tc_fault *f;
-    static const char *const pause_ms[] = { "200", "1000", "200", "1000" };
+        /* shorter than the command timeout, and longer but within the lease */
+    static const char *const pause_ms[] = { "200", "800", "200", "800" };
 
     if (kind == F_STOP || kind == F_KILL)
         return fault_signal(kind, rs);
@@ -693,14 +694,17 @@ static int by_u64(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* The fault whose window (plus a lease of recovery) covers [a, b], or -1. */
+/* The latest fault whose window (plus a lease of recovery) meets [a, b],
+ * or -1. */
 static int fault_at(uint64_t a, uint64_t b)
 {
+    int k = -1;
+
     for (size_t i = 0; i < nfault; i++)
         if (faults[i].start_ns <= b
             && faults[i].end_ns + WATCHDOG_MS * MS >= a)
-            return faults[i].kind;
-    return -1;
+            k = faults[i].kind;
+    return k;
 }
 
 static void print_pct(const char *what, uint64_t *v, size_t n)
