@@ -572,7 +572,8 @@ static int fault_restart(int kind)
 static int fault(int kind, uint64_t *rs)
 {
     struct tc_fault *f;
-    static const char *const pause_ms[] = { "200", "1000", "200", "1000" };
+        /* shorter than the command timeout, and longer but within the lease */
+    static const char *const pause_ms[] = { "200", "800", "200", "800" };
 
     if (kind == F_STOP || kind == F_KILL)
         return fault_signal(kind, rs);
@@ -693,14 +694,17 @@ static int by_u64(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* The fault whose window (plus a lease of recovery) covers [a, b], or -1. */
+/* The latest fault whose window (plus a lease of recovery) meets [a, b],
+ * or -1. */
 static int fault_at(uint64_t a, uint64_t b)
 {
+    int k = -1;
+
     for (size_t i = 0; i < nfault; i++)
         if (faults[i].start_ns <= b
             && faults[i].end_ns + WATCHDOG_MS * MS >= a)
-            return faults[i].kind;
-    return -1;
+            k = faults[i].kind;
+    return k;
 }
 
 static void print_pct(const char *what, uint64_t *v, size_t n)
@@ -778,6 +782,36 @@ static double rel_ms(uint64_t ns)
     return (double)(int64_t)(ns - t_base) / 1e6;
 }
 
+static void print_rec_line(const char *tag, const struct tc_rec *r)
+{
+    printf("    %s proc %u mode %u op %u rc %d call %.3f ret %.3f end %.3f "
+           "token %" PRIu64 " unlock %d flags %#x\n", tag, r->proc, r->mode,
+           r->op, r->rc, rel_ms(r->call_ns), rel_ms(r->ret_ns),
+           rel_ms(r->end_ns), r->token, r->unlock_rc, r->flags);
+}
+
+/* --verbose: what surrounds a hold that was lost, to tell a real loss
+ * (someone else took the lock) from one the client only believed in:
+ * the sections of the same lock that overlap it, and the same process's
+ * previous section of it. */
+static void explain_loss(const struct tc_history *h, size_t k)
+{
+    const struct tc_rec *e = &h->rec[k], *prev = NULL;
+
+    for (size_t i = 0; i < h->nrec; i++) {
+        const struct tc_rec *r = &h->rec[i];
+        if (i == k || r->lock != e->lock || r->rc != 0 || !r->ret_ns)
+            continue;
+        if (r->proc == e->proc && r->call_ns < e->call_ns)
+            prev = r;
+        if (r->ret_ns < e->end_ns
+            && (r->end_ns ? r->end_ns : h->end_ns) > e->ret_ns)
+            print_rec_line(r->proc == e->proc ? "same proc:" : "meets it:", r);
+    }
+    if (prev)
+        print_rec_line("previous:", prev);
+}
+
 static void print_faults_losses(const struct tc_history *h,
                                 const struct tc_result *res)
 {
@@ -804,12 +838,16 @@ static void print_faults_losses(const struct tc_history *h,
             continue;
         killed += !!(r->flags & TC_F_KILLED);
         if (r->unlock_rc == EPERM) {
-            int k = fault_at(r->ret_ns, r->end_ns);
+            /* end_ns is when the unlock was called: it may have run
+             * into a fault for up to a command timeout after that */
+            int k = fault_at(r->ret_ns, r->end_ns + TIMEOUT_MS * MS);
             if (opt.verbose)
                 printf("  EPERM: proc %u lock %u mode %u op %u call %.3f "
                        "ret %.3f end %.3f ms, flags %#x\n", r->proc, r->lock,
                        r->mode, r->op, rel_ms(r->call_ns), rel_ms(r->ret_ns),
                        rel_ms(r->end_ns), r->flags);
+            if (opt.verbose)
+                explain_loss(h, i);
             eperm++;
             src[k < 0 ? F_COUNT : k]++;
         }
