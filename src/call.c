@@ -68,6 +68,7 @@ int dist__call_bad(struct dist__call *c, const char *script,
     vsnprintf(what, sizeof what, fmt, ap);
     va_end(ap);
     c->unknown = 1;
+    c->bad = 1;
     return dist__err(EIO, "%s '%s': Redis answered %s with %s, which no "
                      "call could have left (a broken or hostile server; the "
                      "answer is not believed)", c->o->kind->noun,
@@ -287,7 +288,7 @@ static int try_once(struct dist__call *c)
 
     for (i = 0; i < FRESH_TRIES; i++) {
         c->started = dist__now_ms();
-        c->unknown = 0;
+        c->unknown = c->bad = 0;
         rc = try_limited(c);
         if (rc != 0 || !c->taken || !stale(c))
             return rc;
@@ -312,7 +313,10 @@ static int try_patiently(struct dist__call *c, uint64_t deadline)
 
     for (;;) {
         rc = try_once(c);
-        if (rc != EIO)
+        /* a server that answers what cannot be is no server that cannot
+         * be reached for a moment: asking again only repeats it (and runs
+         * the script again each time) */
+        if (rc != EIO || c->bad)
             return rc;
         now = dist__now_ms();
         if (!give_up)

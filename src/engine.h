@@ -88,6 +88,8 @@ struct dist__call {
                                    * -1: the lock never expires */
     int lost;                     /* earlier holds were found gone */
     int unknown;                  /* sent, and no answer came back */
+    int bad;                      /* the answer could not be true
+                                   * (dist__call_bad): not tried again */
     long long woken;              /* release: subscribers the message reached */
     struct dist__link *on;        /* where the acquire ran (for the replica
                                    * sync); valid until the thread's next

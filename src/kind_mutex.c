@@ -11,6 +11,10 @@
 #define YIELD_MIN_MS 1
 #define YIELD_AFTER  8   /* releases to waiters in a row before yielding */
 #define YIELD_MAX_RTT_MS 2
+/* Holds Redis may count for a thread beyond its own + 1: acquires whose
+ * reply was lost and that could not be handed over (out of memory) are
+ * counted in Redis and not in the thread.  More cannot be. */
+#define HOLDS_AHEAD_MAX 1000000
 
 /* Courtesy after a release that reached waiters: until yield_until that
  * thread lets them go first (see before_wait).  Under the state's mu. */
@@ -105,9 +109,10 @@ static int run_acquire(struct dist__call *c, redisReply **r)
 }
 
 /* Reads the acquire script's reply: {1, holds, token} or {0, wait}.  A
- * hold taken leaves the owner 1 (a fresh hold) to its count + 1 holds;
- * a wait is a PTTL (-1: no expiry) or a waiter's deadline.  Anything else
- * cannot be, and is refused before a number of it is used. */
+ * hold taken leaves the owner 1 (a fresh hold) to its count + 1 holds
+ * (a few more after lost replies, HOLDS_AHEAD_MAX); a wait is a PTTL (-1:
+ * no expiry) or a waiter's deadline.  Anything else cannot be, and is
+ * refused before a number of it is used. */
 static int read_acquire(struct dist__call *c, const redisReply *r)
 {
     const char *script = is_fair(c) ? "fair_lock" : "mutex_lock";
@@ -116,7 +121,7 @@ static int read_acquire(struct dist__call *c, const redisReply *r)
     if (dist__reply_int(r, 0, &ok) != 0 || dist__reply_int(r, 1, &v) != 0)
         return dist__call_bad(c, script, "a reply that is not {status, n}");
     if (ok == 1) {
-        if (v < 1 || (unsigned long long)v > c->n[0] + 1ULL)
+        if (v < 1 || (unsigned long long)v > c->n[0] + 1ULL + HOLDS_AHEAD_MAX)
             return dist__call_bad(c, script, "%lld holds after taking it "
                                   "(this thread had %lu)", v, c->n[0]);
         if (dist__reply_int(r, 2, &t) != 0 || t < 0)
@@ -151,7 +156,7 @@ static int m_acquire(struct dist__call *c)
             c->unknown = 1;
             return dist__err(EIO, "%s", why);
         }
-        if (holds > (long long)c->n[0] + 1)
+        if (holds > (long long)c->n[0] + 1 + HOLDS_AHEAD_MAX)
             return dist__call_bad(c, "mutex_probe", "%lld holds (this "
                                   "thread had %lu)", holds, c->n[0]);
         if (holds == (long long)c->n[0] + 1) {

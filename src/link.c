@@ -39,16 +39,19 @@
 #define ROLE_MAX_AGE_MS 1000   /* replica count older than this is read again */
 #define STACK_ARGS      24
 
-/* Where the scan of the bytes read stands (see scan_bytes). */
+/* Where the scan of the bytes read stands (see scan_bytes).  Small: a
+ * link's size is felt when memory is short.  Every count stays below its
+ * REPLY_MAX_* bound, far below 2^31. */
 struct scan {
-    int in_line;               /* in a line: its type byte was seen */
+    char in_line;              /* in a line: its type byte was seen */
     char type;                 /* '+', '-', ':', '$', '*' */
-    int neg, digits, junk;     /* the line's number so far */
+    char neg, junk;            /* the line's number so far */
+    int digits;
     long long num;
-    long long line;            /* bytes of the line so far */
-    long long skip;            /* bytes of a string (and its CRLF) to pass */
-    long long pending;         /* items the reply still owes; 0: between */
-    long long items, bytes;    /* of the reply being read */
+    int line;                  /* bytes of the line so far */
+    int skip;                  /* bytes of a string (and its CRLF) to pass */
+    int pending;               /* items the reply still owes; 0: between */
+    int items, bytes;          /* of the reply being read */
 };
 
 struct xport;
@@ -69,7 +72,7 @@ struct dist__link {
     int replicas;              /* connected replicas ROLE listed; -1 unknown */
     uint64_t role_ms;          /* when ROLE was read; 0 never */
     struct dist__addr addr;
-    char where[300];
+    char where[264];           /* "host:port", "unix:PATH" */
     char err[256];
 };
 
@@ -685,7 +688,7 @@ static int line_done(struct dist__link *l, struct scan *sc)
                         "more than the %ld bytes a reply may hold (the "
                         "connection is dropped)", l->where, sc->num,
                         REPLY_MAX_BULK);
-        sc->skip = sc->num + 2;
+        sc->skip = (int)sc->num + 2;
         return 0;
     }
     if (sc->num > REPLY_MAX_ELEMENTS)
@@ -696,8 +699,8 @@ static int line_done(struct dist__link *l, struct scan *sc)
         return fail(l, "Redis at %s sent a reply of more than %ld elements "
                     "in all (the connection is dropped)", l->where,
                     REPLY_MAX_ITEMS);
-    sc->items += sc->num;
-    sc->pending += sc->num;
+    sc->items += (int)sc->num;
+    sc->pending += (int)sc->num;
     item_done(sc);
     return 0;
 }
@@ -729,8 +732,8 @@ static int scan_bytes(struct dist__link *l, const char *p, size_t n)
             sc->pending = 1;            /* a new reply */
         if (sc->skip) {
             size_t k = (size_t)sc->skip < n - i ? (size_t)sc->skip : n - i;
-            sc->skip -= (long long)k;
-            sc->bytes += (long long)k;
+            sc->skip -= (int)k;
+            sc->bytes += (int)k;
             i += k;
             if (!sc->skip)
                 item_done(sc);
