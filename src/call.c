@@ -267,12 +267,21 @@ static int refresh(struct dist__call *c)
                      "time", c->o->kind->noun, c->o->st->names->name.p);
 }
 
+/* When a call that began at c->started must have ended: the command
+ * timeout later.  started is the clock cut down to the millisecond (as a
+ * lease's start must be), so one more keeps the call from giving up
+ * before the whole timeout has passed. */
+static uint64_t call_cap(const struct dist__call *c)
+{
+    return c->started + dist__timeout_ms() + 1;
+}
+
 /* The kind's acquire, all of whose commands (a reconnect, the script, a
  * probe after a lost reply) end within the command timeout from its start:
  * a server that answers one byte at a time cannot stretch it. */
 static int try_limited(struct dist__call *c)
 {
-    uint64_t old = dist__link_limit(c->started + dist__timeout_ms());
+    uint64_t old = dist__link_limit(call_cap(c));
     int rc = c->o->kind->acquire(c);
 
     dist__link_unlimit(old);
@@ -584,7 +593,7 @@ static int release_held(struct dist__call *c)
 
     c->started = dist__now_ms();
     c->unknown = 0;
-    old = dist__link_limit(c->started + dist__timeout_ms());
+    old = dist__link_limit(call_cap(c));
     rc = k->release(c);
     dist__link_unlimit(old);
     if (rc == EIO && !c->unknown)

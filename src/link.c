@@ -541,7 +541,7 @@ void dist__link_unlimit(uint64_t old)
 
 uint64_t dist__link_until(unsigned long ms)
 {
-    uint64_t d = dist__now_ms() + ms;
+    uint64_t d = dist__now_ms() + ms + 1;   /* now is cut to the ms */
 
     return call_until && call_until < d ? call_until : d;
 }
