@@ -96,6 +96,10 @@ struct dist__cfg {
 };
 
 void dist__cfg_get(struct dist__cfg *out);
+/* The two settings a release message depends on, without copying the
+ * whole of them (a struct dist__cfg is kilobytes: too much for a 16 KiB
+ * stack on the unlock path). */
+void dist__cfg_pubsub(int *mode, int *pubsub);
 unsigned long dist__cfg_gen(void);
 unsigned long dist__watchdog_ms(void);
 unsigned long dist__timeout_ms(void);

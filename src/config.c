@@ -588,6 +588,15 @@ int dist__both_pubsub(const struct dist__cfg *c)
     return c->mode == DIST__MODE_CLUSTER && c->pubsub == DIST__PUBSUB_BOTH;
 }
 
+void dist__cfg_pubsub(int *mode, int *pubsub)
+{
+    pthread_once(&cfg_once, load_env);
+    pthread_mutex_lock(&cfg_mu);
+    *mode = cfg.mode;
+    *pubsub = cfg.pubsub;
+    pthread_mutex_unlock(&cfg_mu);
+}
+
 int dist__cfg_mode(void)
 {
     int mode;

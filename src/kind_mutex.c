@@ -141,30 +141,44 @@ static int read_acquire(struct dist__call *c, const redisReply *r)
 
 /* One try.  A lost reply is settled by reading the owner's count back
  * rather than running the script twice. */
-static int m_acquire(struct dist__call *c)
+/* The acquire's reply was lost: reads the owner's count back.  0 with the
+ * hold taken, 1 to run the script again, or an error.  Apart from
+ * m_acquire (noinline) so that its buffer is on the stack only on this
+ * path: every call must fit a PTHREAD_STACK_MIN stack. */
+static __attribute__((noinline)) int m_settle_lost(struct dist__call *c)
 {
     long long holds, pttl;
     uint64_t tok;
+    char why[256];
+
+    /* the reason the reply was lost says more than the probe's */
+    snprintf(why, sizeof why, "%s", dist_last_error());
+    if (probe(c->o->st->names, &holds, &pttl, &tok, &c->on) != 0) {
+        c->unknown = 1;
+        return dist__err(EIO, "%s", why);
+    }
+    if (holds > (long long)c->n[0] + 1 + HOLDS_AHEAD_MAX)
+        return dist__call_bad(c, "mutex_probe", "%lld holds (this "
+                              "thread had %lu)", holds, c->n[0]);
+    if (holds == (long long)c->n[0] + 1) {
+        c->taken = 1;
+        c->count = (unsigned long)holds;
+        c->token = tok;
+        return 0;
+    }
+    return 1;
+}
+
+/* One try.  A lost reply is settled by reading the owner's count back
+ * rather than running the script twice. */
+static int m_acquire(struct dist__call *c)
+{
     redisReply *r;
     int rc = run_acquire(c, &r);
 
     if (rc == DIST__ECONN) {
-        char why[256];
-        /* the reason the reply was lost says more than the probe's */
-        snprintf(why, sizeof why, "%s", dist_last_error());
-        if (probe(c->o->st->names, &holds, &pttl, &tok, &c->on) != 0) {
-            c->unknown = 1;
-            return dist__err(EIO, "%s", why);
-        }
-        if (holds > (long long)c->n[0] + 1 + HOLDS_AHEAD_MAX)
-            return dist__call_bad(c, "mutex_probe", "%lld holds (this "
-                                  "thread had %lu)", holds, c->n[0]);
-        if (holds == (long long)c->n[0] + 1) {
-            c->taken = 1;
-            c->count = (unsigned long)holds;
-            c->token = tok;
-            return 0;
-        }
+        if ((rc = m_settle_lost(c)) != 1)
+            return rc;
         if ((rc = run_acquire(c, &r)) == DIST__ECONN)
             c->unknown = 1;
     }
@@ -247,6 +261,22 @@ static uint64_t my_token(struct dist__call *c)
     return t;
 }
 
+/* The release's reply was lost: whether it ran.  0 (it did), EPERM (the
+ * hold was gone), EIO (cannot tell: the renewal thread settles it), or 1
+ * to run it again.  noinline: see m_settle_lost. */
+static __attribute__((noinline)) int release_lost(struct dist__call *c)
+{
+    char why[256];
+
+    snprintf(why, sizeof why, "%s", dist_last_error());
+    switch (release_ran(c, my_token(c))) {
+    case 1: return 0;
+    case -1: return EPERM;
+    case -2: c->unknown = 1; return dist__err(EIO, "%s", why);
+    }
+    return 1;
+}
+
 static int m_release(struct dist__call *c)
 {
     const int fair = is_fair(c);
@@ -263,13 +293,8 @@ static int m_release(struct dist__call *c)
                          &nkv);
     rc = dist__route_run(script, nkeys, kv, nkv, &r);
     if (rc == DIST__ECONN) {
-        char why[256];
-        snprintf(why, sizeof why, "%s", dist_last_error());
-        switch (release_ran(c, my_token(c))) {
-        case 1: return 0;
-        case -1: return EPERM;
-        case -2: c->unknown = 1; return dist__err(EIO, "%s", why);
-        }
+        if ((rc = release_lost(c)) != 1)
+            return rc;
         if ((rc = dist__route_run(script, nkeys, kv, nkv, &r)) == DIST__ECONN) {
             c->unknown = 1;
             return EIO;

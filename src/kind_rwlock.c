@@ -181,28 +181,42 @@ static int tkey(struct dist__state *st, struct dist__rec *r, unsigned long k,
  * caller to read the answer in that light.  Returns 0 with *r, EIO or
  * ENOMEM (nothing ran), or DIST__ECONN (sent, and whether it ran is
  * unknown). */
+/* run() after a lost reply: runs the script again, at most twice, and
+ * names the first loss if that fails too.  Apart (noinline) so that its
+ * buffer is on the stack only on this path (PTHREAD_STACK_MIN stacks). */
+static __attribute__((noinline)) int run_again(int script, int nkeys,
+                                               const struct dist__buf *kv,
+                                               int nkv, redisReply **r,
+                                               struct dist__link **on)
+{
+    char why[256];
+    int rc = DIST__ECONN, tries;
+
+    snprintf(why, sizeof why, "%s", dist_last_error());
+    for (tries = 0; tries < 2 && (rc == DIST__ECONN || rc == DIST__ENOCONN);
+         tries++)
+        rc = dist__route_eval(script, nkeys, kv, nkv, r, on);
+    if (rc == 0)
+        return 0;
+    return dist__err(EIO, "%s", why), DIST__ECONN;
+}
+
 static int run(int script, int nkeys, const struct dist__buf *kv, int nkv,
                redisReply **r, int *again, struct dist__link **on)
 {
     struct dist__link *dummy;
-    char why[256];
-    int rc, tries;
+    int rc;
 
     if (!on)
         on = &dummy;
     *again = 0;
     rc = dist__route_eval(script, nkeys, kv, nkv, r, on);
-    if (rc == DIST__ECONN)      /* why it was lost says more than a retry */
-        snprintf(why, sizeof why, "%s", dist_last_error());
-    for (tries = 0; tries < 2 && (rc == DIST__ECONN ||
-                                  (*again && rc == DIST__ENOCONN)); tries++) {
+    if (rc == DIST__ECONN) {    /* why it was lost says more than a retry */
         *again = 1;
-        rc = dist__route_eval(script, nkeys, kv, nkv, r, on);
+        return run_again(script, nkeys, kv, nkv, r, on);
     }
     if (rc == 0)
         return 0;
-    if (*again)
-        return dist__err(EIO, "%s", why), DIST__ECONN;
     return rc == ENOMEM ? ENOMEM : EIO;
 }
 
@@ -398,7 +412,7 @@ static int rw_acquire(struct dist__call *c)
     struct dist__state *st = c->o->st;
     struct dist__rec *r;
     long long v[4];
-    int rc, tries, lost, again;
+    int rc, tries, lost, again = 0;
 
     for (tries = 0; tries < 3; tries++) {
         pthread_mutex_lock(&st->mu);
@@ -476,7 +490,7 @@ static int rw_release(struct dist__call *c)
     long long v[4];
     size_t olen;
     const char *owner = dist__owner(&olen);
-    int rc, again, lost;
+    int rc, again = 0, lost;
 
     pthread_mutex_lock(&st->mu);
     r = dist__rec_find(st);
@@ -523,7 +537,7 @@ static int rw_settle(struct dist__hold *h, int *lost)
     long long v[4];
     char *p = NULL, *rp;
     size_t len;
-    int rc, again;
+    int rc, again = 0;
 
     rp = dist__names_derive(h->names, "distlock_rwlock_readers:", "",
                             &readers.len);

@@ -160,21 +160,22 @@ void dist__route_close_thread(void)
 
 /* The scripts' name for how a release message goes under cfg (see
  * prelude_publish.lua). */
-static const char *publish_cmd_of(const struct dist__cfg *cfg)
+static const char *publish_cmd_of(int mode, int pubsub)
 {
-    if (dist__both_pubsub(cfg))
-        return "spublish+publish";
-    return dist__sharded_pubsub(cfg) ? "spublish" : "publish";
+    if (mode != DIST__MODE_CLUSTER || pubsub == DIST__PUBSUB_PLAIN)
+        return "publish";
+    return pubsub == DIST__PUBSUB_BOTH ? "spublish+publish" : "spublish";
 }
 
 const char *dist__publish_cmd(void)
 {
-    struct dist__cfg cfg;
+    struct dist__cfg *c = my_conn ? &my_conn->cfg : NULL;
+    int mode, pubsub;
 
-    if (my_conn && my_conn->cfg.gen == dist__cfg_gen())
-        return publish_cmd_of(&my_conn->cfg);
-    dist__cfg_get(&cfg);
-    return publish_cmd_of(&cfg);
+    if (c && c->gen == dist__cfg_gen())
+        return publish_cmd_of(c->mode, c->pubsub);
+    dist__cfg_pubsub(&mode, &pubsub);
+    return publish_cmd_of(mode, pubsub);
 }
 
 /* ---- redirections ------------------------------------------------------- */
@@ -493,15 +494,18 @@ static int retry_lost(struct trip *tr, uint64_t *until, const char *first,
     return 0;
 }
 
-int dist__route_cmds(const struct dist__buf *key, int n,
-                     const struct dist__cmd *cmds, redisReply **out,
-                     struct dist__link **on)
+/* dist__route_cmds, with *first the reason of the first lost connection
+ * (on the heap: the caller's stack may be PTHREAD_STACK_MIN, and this is
+ * the rare path). */
+static int route_cmds(const struct dist__buf *key, int n,
+                      const struct dist__cmd *cmds, redisReply **out,
+                      struct dist__link **on, char **first)
 {
     struct tconn *t = thread_conns();
     struct dist__link *l;
     const redisReply *r;
     uint64_t lost_until = 0;
-    char why[400], first[400] = "";
+    char why[400];
     struct trip tr;
     int rc;
 
@@ -514,16 +518,17 @@ int dist__route_cmds(const struct dist__buf *key, int n,
     for (;;) {
         if ((rc = trip_target(t, &tr, key, &l)) != 0) {
             snprintf(why, sizeof why, "%s", dist_last_error());
-            if (!lost_until || retry_lost(&tr, &lost_until, first, why) != 0)
+            if (!lost_until ||
+                retry_lost(&tr, &lost_until, *first ? *first : why, why) != 0)
                 return rc;
             continue;
         }
         if ((rc = pipeline(l, tr.asking, n, cmds, out)) == DIST__ECONN) {
             snprintf(why, sizeof why, "lost the connection to Redis at %s: %s",
                      dist__link_where(l), dist__link_error(l));
-            if (!first[0])
-                snprintf(first, sizeof first, "%s", why);
-            if (retry_lost(&tr, &lost_until, first, why) != 0)
+            if (!*first)
+                *first = strdup(why);      /* NULL: only the last is told */
+            if (retry_lost(&tr, &lost_until, *first ? *first : why, why) != 0)
                 return DIST__ECONN;
             continue;
         }
@@ -547,4 +552,15 @@ int dist__route_cmds(const struct dist__buf *key, int n,
     if (on)
         *on = l;
     return 0;
+}
+
+int dist__route_cmds(const struct dist__buf *key, int n,
+                     const struct dist__cmd *cmds, redisReply **out,
+                     struct dist__link **on)
+{
+    char *first = NULL;
+    int rc = route_cmds(key, n, cmds, out, on, &first);
+
+    free(first);
+    return rc;
 }

@@ -83,7 +83,10 @@ case "$flags" in
 *"-L$dest"*) ;;
 *) fail "pkg-config's -L is not in the installed tree: $flags" ;;
 esac
-${CC:-cc} -o "$tmp/pc-consumer" "$tmp/consumer.c" $flags ||
+# A sanitizer build's library wants its runtime in the program too: the
+# consumers get the build's own compiler and sanitizer flags (SAN_CFLAGS,
+# empty in an ordinary build), as a user of such a build would.
+${CC:-cc} ${SAN_CFLAGS-} -o "$tmp/pc-consumer" "$tmp/consumer.c" $flags ||
     fail "the pkg-config build failed ($flags)"
 out=$(LD_LIBRARY_PATH="$libdir" "$tmp/pc-consumer") || fail "pc-consumer: $out"
 echo "pkg-config: $out"
@@ -96,6 +99,10 @@ if ! command -v cmake >/dev/null 2>&1; then
     exit 77
 fi
 mkdir -p "$tmp/proj"
+cxx_arg=
+if [ -n "${CXX-}" ] && command -v "${CXX%% *}" >/dev/null 2>&1; then
+    cxx_arg="-DCMAKE_CXX_COMPILER=${CXX%% *}"
+fi
 cp "$tmp/consumer.c" "$tmp/consumer.cpp" "$tmp/proj/"
 cat >"$tmp/proj/CMakeLists.txt" <<'CMAKE'
 cmake_minimum_required(VERSION 3.5)
@@ -116,6 +123,8 @@ if(CMAKE_CXX_COMPILER)
 endif()
 CMAKE
 (cd "$tmp/proj" && cmake -S . -B build -DCMAKE_PREFIX_PATH="$prefix" \
+    -DCMAKE_C_COMPILER="${CC:-cc}" -DCMAKE_C_FLAGS="${SAN_CFLAGS-}" \
+    $cxx_arg -DCMAKE_CXX_FLAGS="${SAN_CFLAGS-}" \
     >"$tmp/cmake.log" 2>&1 && cmake --build build >>"$tmp/cmake.log" 2>&1) ||
     { cat "$tmp/cmake.log"; fail "the CMake project did not build"; }
 out=$(LD_LIBRARY_PATH="$libdir" "$tmp/proj/build/consumer") || fail "consumer: $out"

@@ -42,12 +42,14 @@
 
 #define AS_LIMIT    (1024UL << 20)  /* address space of a child */
 
-/* ASan reserves terabytes of address space: no RLIMIT_AS under it. */
-#if defined(__SANITIZE_ADDRESS__)
-#define UNDER_ASAN 1
+/* ASan and TSan reserve terabytes of address space for their shadow
+ * memory: no RLIMIT_AS under them (MAX_RSS_KB still bounds what a child
+ * took). */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define UNDER_SANITIZER 1
 #elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define UNDER_ASAN 1
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define UNDER_SANITIZER 1
 #endif
 #endif
 
@@ -194,7 +196,7 @@ static void in_child(void (*fn)(const void *arg, void *res), const void *arg,
     assert_true(pid >= 0);
     if (pid == 0) {
         close(fds[0]);
-#ifndef UNDER_ASAN
+#ifndef UNDER_SANITIZER
         /* a regression must not take the machine's memory with it: past
          * this, allocations fail (and the case fails on its text) */
         setrlimit(RLIMIT_AS, &(struct rlimit){ AS_LIMIT, AS_LIMIT });
