@@ -417,12 +417,17 @@ static const char *tool_path(void)
     return path;
 }
 
-/* Runs `distlock status NAME --url ...` with the command timeout, its
- * stderr into o->err. */
+/* The tool's arguments after "--url URL": at most 4, NULL-terminated. */
+struct tool_args {
+    const char *argv[5];
+};
+
+/* Runs `distlock --url ... ARGS` with the command timeout, its stderr
+ * into o->err. */
 static void run_tool(const void *arg, void *res)
 {
     struct tool_out *o = res;
-    const char *name = arg;
+    const struct tool_args *ta = arg;
     int fds[2], st;
     double t0 = tu_now();
     size_t got = 0;
@@ -437,7 +442,8 @@ static void run_tool(const void *arg, void *res)
         dup2(fds[1], 2);
         close(fds[0]);
         setenv("DISTLOCK_TIMEOUT_MS", ms, 1);
-        execl(tool_path(), "distlock", "status", name, "--url", url(),
+        execl(tool_path(), "distlock", "--url", url(), ta->argv[0],
+              ta->argv[1], ta->argv[2], ta->argv[3], ta->argv[4],
               (char *)NULL);
         _exit(127);
     }
@@ -454,6 +460,7 @@ static void run_tool(const void *arg, void *res)
 struct tool_case {
     struct tu_lie lie;
     const char *want;           /* in stderr */
+    struct tool_args args;      /* none: status x */
 };
 
 static void check_tool(void **state)
@@ -466,10 +473,15 @@ static void check_tool(void **state)
         fail_msg("%s is not there: build it first", tool_path());
     tu_liar_reset(liar);
     tu_liar_add(liar, &c->lie);
-    in_child(run_tool, "x", &o, sizeof o, BOUND_S * 3, &rss);
-    print_message("status: %d in %.3f s: %s", o.status, o.secs, o.err);
+    const struct tool_args status = { { "status", "x", NULL, NULL, NULL } };
+    const struct tool_args *ta = c->args.argv[0] ? &c->args : &status;
+
+    in_child(run_tool, ta, &o, sizeof o, BOUND_S * 3, &rss);
+    print_message("%s: %d in %.3f s: %s", ta->argv[0], o.status, o.secs,
+                  o.err);
     if (!WIFEXITED(o.status))
-        fail_msg("distlock status died (status %d): %s", o.status, o.err);
+        fail_msg("distlock %s died (status %d): %s", ta->argv[0], o.status,
+                 o.err);
     assert_int_equal(WEXITSTATUS(o.status), 3);
     if (c->want && !strstr(o.err, c->want))
         fail_msg("'%s' is not in '%s'", c->want, o.err);
@@ -477,8 +489,8 @@ static void check_tool(void **state)
     if (strstr(o.err, "': \n") || strstr(o.err, ": \n"))
         fail_msg("an empty reason: '%s'", o.err);
     if (o.secs > BOUND_S)
-        fail_msg("distlock status took %.3f s, more than %.3f s", o.secs,
-                 BOUND_S);
+        fail_msg("distlock %s took %.3f s, more than %.3f s", ta->argv[0],
+                 o.secs, BOUND_S);
 }
 
 /* ---- the table ----------------------------------------------------------- */
@@ -508,7 +520,14 @@ int main(void)
                NULL)
 #define TOOL(name, want, ...)                                                \
     param_test(name, check_tool,                                             \
-               (&(const struct tool_case){ { __VA_ARGS__ }, want }), NULL)
+               (&(const struct tool_case){ { __VA_ARGS__ }, want,            \
+                                           { { NULL } } }), NULL)
+#define LIST_ARGS "list"
+#define UNLOCK_ARGS "unlock", "--force", "--yes", "x"
+#define TOOLA(name, args, want, ...)                                         \
+    param_test(name, check_tool,                                             \
+               (&(const struct tool_case){ { __VA_ARGS__ }, want,            \
+                                           { { args } } }), NULL)
     const struct CMUnitTest tests[] = {
         /* wrong types */
         C(mutex_try_string, K_MUTEX, OP_TRY, "mutex_lock",
@@ -632,6 +651,22 @@ int main(void)
              .bytes = "*2147483647\r\n"),
         TOOL(status_noauth, "AUTH", .cmd = "ROLE",
              .bytes = "-NOAUTH Authentication required.\r\n"),
+        /* list: a SCAN answered wrongly, or whose cursors go round */
+        TOOLA(list_scan_string, LIST_ARGS, "SCAN", .cmd = "SCAN",
+              .bytes = "+OK\r\n"),
+        TOOLA(list_scan_nil_cursor, LIST_ARGS, "SCAN", .cmd = "SCAN",
+              .bytes = "*2\r\n$-1\r\n*0\r\n"),
+        TOOLA(list_scan_silent, LIST_ARGS, "500 ms", .cmd = "SCAN",
+              .silent = 1),
+        TOOLA(list_scan_endless, LIST_ARGS, "twice", .cmd = "SCAN",
+              .bytes = "*2\r\n$1\r\n7\r\n*0\r\n"),
+        /* unlock --force: its look at the lock, then its script */
+        TOOLA(unlock_exec_junk, UNLOCK_ARGS, NULL, .cmd = "EXEC",
+              .bytes = "?junk\r\n"),
+        TOOLA(unlock_exec_trickle, UNLOCK_ARGS, "500 ms", .cmd = "EXEC",
+              .bytes = "*8\r\n+hash\r\n*0\r\n:-2\r\n$-1\r\n*0\r\n*0\r\n"
+                       "*0\r\n*2\r\n$1\r\n1\r\n$1\r\n2\r\n",
+              .drip_ms = 300),
     };
     int rc;
 
