@@ -15,6 +15,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -297,15 +298,31 @@ struct renew_out {
     char err[512];
 };
 
-static volatile int lost_calls;
+/* Set by the renewal thread, read by the child's main thread. */
+static pthread_mutex_t lost_mu = PTHREAD_MUTEX_INITIALIZER;
+static int lost_calls;
 static double lost_at;
 
 static void on_lost(const char *name, void *arg)
 {
     (void)name;
     (void)arg;
+    pthread_mutex_lock(&lost_mu);
     if (lost_calls++ == 0)
         lost_at = tu_now();
+    pthread_mutex_unlock(&lost_mu);
+}
+
+/* The lost handler's calls so far, and when the first came. */
+static int lost_seen(double *at)
+{
+    int n;
+
+    pthread_mutex_lock(&lost_mu);
+    n = lost_calls;
+    *at = lost_at;
+    pthread_mutex_unlock(&lost_mu);
+    return n;
 }
 
 static double cpu_now(void)
@@ -323,7 +340,7 @@ static void run_renew(const void *arg, void *res)
     struct renew_out *o = res;
     union lock l;
     char name[96];
-    double t0, cpu0, end;
+    double t0, cpu0, end, at;
 
     snprintf(name, sizeof name, "liar:%d", (int)getpid());
     if (dist_set_url(url()) != 0 || dist_set_timeout_ms(TIMEOUT_MS) != 0 ||
@@ -339,12 +356,12 @@ static void run_renew(const void *arg, void *res)
     cpu0 = cpu_now();
     /* the good case watches two leases; a lying one until the report */
     end = t0 + (c->keeps ? 2.0 * LEASE_MS / 1000.0 : LOST_BOUND_S + 2.0);
-    while (tu_now() < end && !(lost_calls && !c->keeps))
+    while (tu_now() < end && !(lost_seen(&at) && !c->keeps))
         usleep(10000);
     o->secs = tu_now() - t0;
     o->cpu = cpu_now() - cpu0;
-    o->lost = lost_calls;
-    o->lost_after = lost_calls ? lost_at - t0 : 0;
+    o->lost = lost_seen(&at);
+    o->lost_after = o->lost ? at - t0 : 0;
     o->token_rc = token_of(&l, c->kind);
     o->unlock_rc = do_op(&l, c->kind, OP_UNLOCK);
     snprintf(o->err, sizeof o->err, "%s", dist_last_error());
