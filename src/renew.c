@@ -343,6 +343,55 @@ static int renewal_lost(struct dist__hold *h, int renewed, uint64_t sent,
     return 0;
 }
 
+/* The lease of h ran out before any renewal was confirmed: Redis may have
+ * let the hold go (and given it to another) while renewals went
+ * unanswered or were answered with what no renewal script returns. */
+static int lease_over(const struct dist__hold *h)
+{
+    return h->kind && h->valid_until && dist__now_ms() > h->valid_until;
+}
+
+/* What one renewal call did to each of its n entries; r the reply, NULL
+ * when none came.  Only 1 (renewed) and 0 (gone) are answers: anything
+ * else (a reply of another shape, an impossible number) counts as no
+ * answer, retried soon.  An entry is reported lost when it is gone, or
+ * when no answer confirmed it before its lease ran out.  R.mu held.
+ * Returns 0, or -1 when some entry got no answer. */
+static int batch_results(struct dist__hold **hs, size_t n,
+                         const redisReply *r, uint64_t sent, unsigned long ms,
+                         struct lostlist *lost)
+{
+    uint64_t renewed = 0, failed = 0;
+    size_t i, unanswered = 0;
+
+    for (i = 0; i < n; i++) {
+        struct dist__hold *h = hs[i];
+        long long ok = 0;
+        int got = r && r->type == REDIS_REPLY_ARRAY && r->elements == n &&
+                  dist__reply_int(r, i, &ok) == 0 && (ok == 0 || ok == 1);
+        /* A hold that is gone is lost.  A waiter (no kind) dropped from
+         * its queue (purged while its process could not renew it, or by
+         * hand) is not: it stays registered and renewed every period,
+         * which works again once it has queued again at its next try (a
+         * fair waiter's renewal script wakes it for that); a waiter
+         * marked lost would no longer be renewed after queueing again,
+         * and be purged again a window later. */
+        if (!h->orphan && h->registered && h->kind &&
+            (got ? renewal_lost(h, ok != 0, sent, ms) : lease_over(h))) {
+            atomic_store(&h->lost, 1);
+            h->registered = 0;
+            note_lost(lost, h);
+        }
+        /* holds only: a queued waiter's refresh is not a renewal */
+        renewed += h->kind && got && ok;
+        failed += h->kind && !got;
+        unanswered += !got;
+    }
+    dist__stat_add(DIST__ST_RENEWED, renewed);
+    dist__stat_add(DIST__ST_RENEW_FAILED, failed);
+    return unanswered ? -1 : 0;
+}
+
 /* Renews n entries of one kind and one ms value in one call.  R.mu held,
  * dropped for the call.  Returns 0, or -1 when Redis did not answer. */
 static int renew_batch(struct dist__hold **hs, size_t n, unsigned long ms,
@@ -353,7 +402,7 @@ static int renew_batch(struct dist__hold **hs, size_t n, unsigned long ms,
     redisReply *r = NULL;
     size_t i, nk = 0, k = 0, bytes = 0;
     int j, rc, script = hs[0]->renew_script;
-    uint64_t sent, renewed = 0, holds = 0;
+    uint64_t sent;
 
     for (i = 0; i < n; i++) {
         nk += (size_t)nkeys_of(hs[i]);
@@ -398,32 +447,9 @@ static int renew_batch(struct dist__hold **hs, size_t n, unsigned long ms,
     free(copy);
 
     pthread_mutex_lock(&R.mu);
-    for (i = 0; i < n; i++) {
-        struct dist__hold *h = hs[i];
-        long long ok = 0;
-        int got = rc == 0 && dist__reply_int(r, i, &ok) == 0;
-        /* A hold that is gone is lost.  A waiter (no kind) dropped from
-         * its queue (purged while its process could not renew it, or by
-         * hand) is not: it stays registered and renewed every period,
-         * which works again once it has queued again at its next try (a
-         * fair waiter's renewal script wakes it for that); a waiter
-         * marked lost would no longer be renewed after queueing again,
-         * and be purged again a window later. */
-        if (got && !h->orphan &&
-            h->registered && h->kind && renewal_lost(h, ok != 0, sent, ms)) {
-            atomic_store(&h->lost, 1);
-            h->registered = 0;
-            note_lost(lost, h);
-        }
-        /* holds only: a queued waiter's refresh is not a renewal */
-        holds += h->kind != NULL;
-        renewed += h->kind && got && ok;
-    }
-    dist__stat_add(DIST__ST_RENEWED, renewed);
-    if (rc != 0)
-        dist__stat_add(DIST__ST_RENEW_FAILED, holds);
+    rc = batch_results(hs, n, rc == 0 ? r : NULL, sent, ms, lost);
     freeReplyObject(r);
-    return rc == 0 ? 0 : -1;
+    return rc;
 }
 
 int dist__renew_one(const struct dist__kind *k, struct dist__names *names,
@@ -452,7 +478,8 @@ int dist__renew_one(const struct dist__kind *k, struct dist__names *names,
     kv[i++] = (struct dist__buf){ nbuf, strlen(nbuf) };
     rc = dist__route_run(k->renew_script, nkeys, kv, i, &r);
     free(kv);
-    if (rc == 0 && dist__reply_int(r, 0, &ok) != 0)
+    /* 1 or 0 are answers; anything else is no answer (batch_results) */
+    if (rc == 0 && (dist__reply_int(r, 0, &ok) != 0 || (ok != 0 && ok != 1)))
         rc = -1;
     freeReplyObject(r);
     return rc == 0 ? ok != 0 : -1;

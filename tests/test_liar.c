@@ -15,6 +15,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -272,6 +273,152 @@ static void check_case(void **state)
     assert_int_not_equal(o.next_rc, 0);
 }
 
+/* ---- renewal ------------------------------------------------------------- */
+
+/* A hold taken on a good answer, then every renewal (the watchdog's
+ * EVALSHA of mutex_renew or rwlock_renew, every lease / 3) answered with
+ * a lie.  The renewal thread must neither crash nor spin (its CPU time and
+ * its calls are counted), must report the hold lost to the lost handler
+ * once its lease ran out unconfirmed, and the next unlock says EPERM. */
+
+#define LEASE_MS    1500UL      /* the watchdog lease of the renewal cases */
+#define LOST_BOUND_S ((LEASE_MS + TIMEOUT_MS) / 1000.0 + 2.0)
+
+struct renew_case {
+    enum kind kind;
+    struct tu_lie lie;          /* on EVALSHA, after the lock's TAKEN */
+    int keeps;                  /* a good answer: the hold must stay */
+};
+
+struct renew_out {
+    int setup_rc;
+    int lost;                   /* the lost handler's calls */
+    double lost_after;          /* s from the lock to the first */
+    double secs;                /* the time watched */
+    double cpu;                 /* the child's CPU time meanwhile */
+    int token_rc, unlock_rc;
+    char err[512];
+};
+
+/* Set by the renewal thread, read by the child's main thread. */
+static pthread_mutex_t lost_mu = PTHREAD_MUTEX_INITIALIZER;
+static int lost_calls;
+static double lost_at;
+
+static void on_lost(const char *name, void *arg)
+{
+    (void)name;
+    (void)arg;
+    pthread_mutex_lock(&lost_mu);
+    if (lost_calls++ == 0)
+        lost_at = tu_now();
+    pthread_mutex_unlock(&lost_mu);
+}
+
+/* The lost handler's calls so far, and when the first came. */
+static int lost_seen(double *at)
+{
+    int n;
+
+    pthread_mutex_lock(&lost_mu);
+    n = lost_calls;
+    *at = lost_at;
+    pthread_mutex_unlock(&lost_mu);
+    return n;
+}
+
+static double cpu_now(void)
+{
+    struct rusage ru;
+
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 +
+           (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6;
+}
+
+static void run_renew(const void *arg, void *res)
+{
+    const struct renew_case *c = arg;
+    struct renew_out *o = res;
+    union lock l;
+    char name[96];
+    double t0, cpu0, end, at;
+
+    snprintf(name, sizeof name, "liar:%d", (int)getpid());
+    if (dist_set_url(url()) != 0 || dist_set_timeout_ms(TIMEOUT_MS) != 0 ||
+        dist_set_watchdog_ms(LEASE_MS) != 0 ||
+        dist_set_lost_handler(on_lost, NULL) != 0 ||
+        lock_init(&l, c->kind, name) != 0 ||
+        do_op(&l, c->kind, OP_TRY) != 0) {
+        o->setup_rc = -1;
+        snprintf(o->err, sizeof o->err, "%s", dist_last_error());
+        return;
+    }
+    t0 = tu_now();
+    cpu0 = cpu_now();
+    /* the good case watches two leases; a lying one until the report */
+    end = t0 + (c->keeps ? 2.0 * LEASE_MS / 1000.0 : LOST_BOUND_S + 2.0);
+    while (tu_now() < end && !(lost_seen(&at) && !c->keeps))
+        usleep(10000);
+    o->secs = tu_now() - t0;
+    o->cpu = cpu_now() - cpu0;
+    o->lost = lost_seen(&at);
+    o->lost_after = o->lost ? at - t0 : 0;
+    o->token_rc = token_of(&l, c->kind);
+    o->unlock_rc = do_op(&l, c->kind, OP_UNLOCK);
+    snprintf(o->err, sizeof o->err, "%s", dist_last_error());
+}
+
+static void check_renew(void **state)
+{
+    const struct renew_case *c = *state;
+    struct tu_lie lie = c->lie;
+    struct renew_out o;
+    long rss, calls;
+
+    lie.cmd = "EVALSHA";
+    tu_liar_reset(liar);
+    tu_liar_add(liar, &(struct tu_lie){ .cmd = "EVALSHA", .bytes = TAKEN,
+                                         .times = 1 });
+    tu_liar_add(liar, &lie);
+    calls = tu_liar_count(liar, "EVALSHA");
+    in_child(run_renew, c, &o, sizeof o, LOST_BOUND_S + 4.0, &rss);
+    calls = tu_liar_count(liar, "EVALSHA") - calls;
+    print_message("%s: lost %d after %.3f s; %.3f s watched, %.3f s CPU, "
+                  "%ld EVALSHA; token %d, unlock %d: %s\n",
+                  kind_name[c->kind], o.lost, o.lost_after, o.secs, o.cpu,
+                  calls, o.token_rc, o.unlock_rc, o.err);
+    if (o.setup_rc != 0)
+        fail_msg("the lock was not taken: %s", o.err);
+    /* the renewal was asked, and not in a loop: one call per RETRY (250
+     * ms) at most, and the thread slept meanwhile */
+    if (calls < 2)
+        fail_msg("no renewal was tried (%ld EVALSHA)", calls);
+    if (calls > 4 + (long)(o.secs / 0.1))
+        fail_msg("%ld EVALSHA in %.3f s: the renewal thread spins", calls,
+                 o.secs);
+    if (o.cpu > 0.3 + 0.25 * o.secs)
+        fail_msg("%.3f s of CPU in %.3f s: the renewal thread spins", o.cpu,
+                 o.secs);
+    if (c->keeps) {
+        assert_int_equal(o.lost, 0);
+        assert_int_equal(o.token_rc == 0 || c->kind == K_READ, 1);
+        return;
+    }
+    if (!o.lost)
+        fail_msg("the hold was not reported lost within %.3f s", o.secs);
+    assert_int_equal(o.lost, 1);
+    if (o.lost_after > LOST_BOUND_S)
+        fail_msg("the hold was reported lost after %.3f s, more than %.3f s",
+                 o.lost_after, LOST_BOUND_S);
+    /* the lease ran out unconfirmed: never reported before it did */
+    if (o.lost_after < LEASE_MS / 1000.0 - 0.1)
+        fail_msg("reported lost after %.3f s, before the %.3f s lease ran out",
+                 o.lost_after, LEASE_MS / 1000.0);
+    assert_int_equal(o.token_rc, EPERM);
+    assert_int_equal(o.unlock_rc, EPERM);
+}
+
 /* ---- the tool ---------------------------------------------------------- */
 
 struct tool_out {
@@ -289,12 +436,17 @@ static const char *tool_path(void)
     return path;
 }
 
-/* Runs `distlock status NAME --url ...` with the command timeout, its
- * stderr into o->err. */
+/* The tool's arguments after "--url URL": at most 4, NULL-terminated. */
+struct tool_args {
+    const char *argv[5];
+};
+
+/* Runs `distlock --url ... ARGS` with the command timeout, its stderr
+ * into o->err. */
 static void run_tool(const void *arg, void *res)
 {
     struct tool_out *o = res;
-    const char *name = arg;
+    const struct tool_args *ta = arg;
     int fds[2], st;
     double t0 = tu_now();
     size_t got = 0;
@@ -309,7 +461,8 @@ static void run_tool(const void *arg, void *res)
         dup2(fds[1], 2);
         close(fds[0]);
         setenv("DISTLOCK_TIMEOUT_MS", ms, 1);
-        execl(tool_path(), "distlock", "status", name, "--url", url(),
+        execl(tool_path(), "distlock", "--url", url(), ta->argv[0],
+              ta->argv[1], ta->argv[2], ta->argv[3], ta->argv[4],
               (char *)NULL);
         _exit(127);
     }
@@ -326,6 +479,7 @@ static void run_tool(const void *arg, void *res)
 struct tool_case {
     struct tu_lie lie;
     const char *want;           /* in stderr */
+    struct tool_args args;      /* none: status x */
 };
 
 static void check_tool(void **state)
@@ -338,10 +492,15 @@ static void check_tool(void **state)
         fail_msg("%s is not there: build it first", tool_path());
     tu_liar_reset(liar);
     tu_liar_add(liar, &c->lie);
-    in_child(run_tool, "x", &o, sizeof o, BOUND_S * 3, &rss);
-    print_message("status: %d in %.3f s: %s", o.status, o.secs, o.err);
+    const struct tool_args status = { { "status", "x", NULL, NULL, NULL } };
+    const struct tool_args *ta = c->args.argv[0] ? &c->args : &status;
+
+    in_child(run_tool, ta, &o, sizeof o, BOUND_S * 3, &rss);
+    print_message("%s: %d in %.3f s: %s", ta->argv[0], o.status, o.secs,
+                  o.err);
     if (!WIFEXITED(o.status))
-        fail_msg("distlock status died (status %d): %s", o.status, o.err);
+        fail_msg("distlock %s died (status %d): %s", ta->argv[0], o.status,
+                 o.err);
     assert_int_equal(WEXITSTATUS(o.status), 3);
     if (c->want && !strstr(o.err, c->want))
         fail_msg("'%s' is not in '%s'", c->want, o.err);
@@ -349,8 +508,8 @@ static void check_tool(void **state)
     if (strstr(o.err, "': \n") || strstr(o.err, ": \n"))
         fail_msg("an empty reason: '%s'", o.err);
     if (o.secs > BOUND_S)
-        fail_msg("distlock status took %.3f s, more than %.3f s", o.secs,
-                 BOUND_S);
+        fail_msg("distlock %s took %.3f s, more than %.3f s", ta->argv[0],
+                 o.secs, BOUND_S);
 }
 
 /* ---- the table ----------------------------------------------------------- */
@@ -374,9 +533,20 @@ int main(void)
     param_test(name, check_case,                                             \
                (&(const struct lie_case){ k, op, { __VA_ARGS__ }, want, rc,  \
                                           held }), NULL)
+#define RENEW(name, k, keeps, ...)                                           \
+    param_test(name, check_renew,                                            \
+               (&(const struct renew_case){ k, { __VA_ARGS__ }, keeps }),    \
+               NULL)
 #define TOOL(name, want, ...)                                                \
     param_test(name, check_tool,                                             \
-               (&(const struct tool_case){ { __VA_ARGS__ }, want }), NULL)
+               (&(const struct tool_case){ { __VA_ARGS__ }, want,            \
+                                           { { NULL } } }), NULL)
+#define LIST_ARGS "list"
+#define UNLOCK_ARGS "unlock", "--force", "--yes", "x"
+#define TOOLA(name, args, want, ...)                                         \
+    param_test(name, check_tool,                                             \
+               (&(const struct tool_case){ { __VA_ARGS__ }, want,            \
+                                           { { args } } }), NULL)
     const struct CMUnitTest tests[] = {
         /* wrong types */
         C(mutex_try_string, K_MUTEX, OP_TRY, "mutex_lock",
@@ -465,6 +635,21 @@ int main(void)
                     "*3\r\n$7\r\nmessage\r\n$1\r\nx\r\n*0\r\n"),
         CR(wrlock_timed_subscribe_silent, K_WRITE, OP_TIMED, ETIMEDOUT,
            "timed out", HELD, .cmd = "SUBSCRIBE", .silent = 1),
+        /* renewal: a good answer keeps the hold, every lie loses it */
+        RENEW(renew_ok, K_MUTEX, 1, .bytes = "*1\r\n:1\r\n"),
+        RENEW(renew_ok_write, K_WRITE, 1, .bytes = "*1\r\n:1\r\n"),
+        RENEW(renew_string, K_MUTEX, 0, .bytes = "+OK\r\n"),
+        RENEW(renew_bulk_element, K_MUTEX, 0, .bytes = "*1\r\n$1\r\n1\r\n"),
+        RENEW(renew_too_many, K_FAIR, 0, .bytes = "*2\r\n:1\r\n:1\r\n"),
+        RENEW(renew_huge, K_MUTEX, 0,
+              .bytes = "*1\r\n:9223372036854775807\r\n"),
+        RENEW(renew_negative, K_WRITE, 0, .bytes = "*1\r\n:-1\r\n"),
+        RENEW(renew_error, K_READ, 0, .bytes = "-BUSY script running\r\n"),
+        RENEW(renew_array_2g, K_READ, 0, .bytes = "*2147483647\r\n"),
+        RENEW(renew_silent, K_MUTEX, 0, .silent = 1),
+        RENEW(renew_closing, K_WRITE, 0, .close = 1),
+        RENEW(renew_trickle, K_MUTEX, 0, .bytes = "*1\r\n:1\r\n",
+              .drip_ms = 300),
         /* the tool */
         TOOL(status_time_integer, "TIME", .cmd = "EXEC",
              .bytes = "*8\r\n+hash\r\n*0\r\n:-2\r\n$-1\r\n*0\r\n*0\r\n*0\r\n"
@@ -485,6 +670,22 @@ int main(void)
              .bytes = "*2147483647\r\n"),
         TOOL(status_noauth, "AUTH", .cmd = "ROLE",
              .bytes = "-NOAUTH Authentication required.\r\n"),
+        /* list: a SCAN answered wrongly, or whose cursors go round */
+        TOOLA(list_scan_string, LIST_ARGS, "SCAN", .cmd = "SCAN",
+              .bytes = "+OK\r\n"),
+        TOOLA(list_scan_nil_cursor, LIST_ARGS, "SCAN", .cmd = "SCAN",
+              .bytes = "*2\r\n$-1\r\n*0\r\n"),
+        TOOLA(list_scan_silent, LIST_ARGS, "500 ms", .cmd = "SCAN",
+              .silent = 1),
+        TOOLA(list_scan_endless, LIST_ARGS, "twice", .cmd = "SCAN",
+              .bytes = "*2\r\n$1\r\n7\r\n*0\r\n"),
+        /* unlock --force: its look at the lock, then its script */
+        TOOLA(unlock_exec_junk, UNLOCK_ARGS, NULL, .cmd = "EXEC",
+              .bytes = "?junk\r\n"),
+        TOOLA(unlock_exec_trickle, UNLOCK_ARGS, "500 ms", .cmd = "EXEC",
+              .bytes = "*8\r\n+hash\r\n*0\r\n:-2\r\n$-1\r\n*0\r\n*0\r\n"
+                       "*0\r\n*2\r\n$1\r\n1\r\n$1\r\n2\r\n",
+              .drip_ms = 300),
     };
     int rc;
 

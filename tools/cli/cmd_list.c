@@ -74,10 +74,29 @@ static void scan_reply(const redisReply *r, struct key **keys, size_t *nkeys)
     }
 }
 
+/* Whether cursor was returned before in this scan: Redis never returns a
+ * cursor twice before the scan ends, a broken or hostile server that does
+ * would keep the tool scanning for ever.  Brent's method: the cursor is
+ * compared with one saved at each power of two of rounds, so any cycle is
+ * found within twice its start plus its length, in constant memory. */
+static int cursor_cycles(const char *cursor, char *saved, size_t len,
+                         unsigned long *round, unsigned long *power)
+{
+    if (strcmp(cursor, saved) == 0)
+        return 1;
+    if (++*round == *power) {
+        snprintf(saved, len, "%s", cursor);
+        *power *= 2;
+        *round = 0;
+    }
+    return 0;
+}
+
 static void scan_keys(struct dist__link *l, const char *pattern,
                       struct key **keys, size_t *nkeys)
 {
-    char cursor[32] = "0";
+    char cursor[32] = "0", saved[32] = "0";
+    unsigned long round = 0, power = 1;
     int with_type = 1;
 
     do {
@@ -100,6 +119,11 @@ static void scan_keys(struct dist__link *l, const char *pattern,
         snprintf(cursor, sizeof cursor, "%s", r->element[0]->str);
         scan_reply(r, keys, nkeys);
         freeReplyObject(r);
+        if (strcmp(cursor, "0") != 0 &&
+            cursor_cycles(cursor, saved, sizeof saved, &round, &power))
+            die(EX_REDIS, "Redis at %s: SCAN returned cursor %s twice (a "
+                "broken server: the scan would never end)",
+                dist__link_where(l), cursor);
     } while (strcmp(cursor, "0") != 0);
 }
 
