@@ -908,7 +908,7 @@ static int setup(void)
 {
     static const char *const args[] = { "--enable-debug-command", "yes",
         "--appendonly", "yes", "--appendfsync", "always", NULL };
-    tu_redis_opts o = { NULL, args, NULL };
+    tu_redis_opts o = { .args = args };
     unsigned long cap = (unsigned long)opt.secs * 50000UL + 100000UL;
     char num[32];
 
