@@ -3,12 +3,15 @@
  * faults, every section recorded, the history judged by torture_check.
  *
  *   distlock-torture [--secs N] [--procs P] [--threads T] [--seed S]
- *                    [--no-restart] [--sabotage] [--verbose]
+ *                    [--no-restart] [--sabotage] [--verbose] [--proxy]
  *
  * --no-restart leaves out the server restarts; --sabotage makes 1% of the
  * plain mutex's sections skip the lock, which the checker must catch (exit
  * 1); --verbose lists the faults, the lost-handler calls and every unlock
- * that gave EPERM, with their times.
+ * that gave EPERM, with their times.  --proxy puts the fault proxy
+ * (tests/harness_proxy.h) between the workers' locks and the server and
+ * adds its faults to the nemesis: latency, a blackhole shorter than the
+ * command timeout and one longer than the lease, and resets.
  * TORTURE_SECS (default 60) sets the length when --secs is not given.  It
  * starts its own redis-server (tests/harness_server.h: loopback, private
  * dir, AOF with appendfsync always, DEBUG enabled) and stops it at the end.
@@ -50,6 +53,7 @@
 #include <hiredis/hiredis.h>
 
 #include "distlock.h"
+#include "harness_proxy.h"
 #include "harness_server.h"
 #include "torture_check.h"
 
@@ -70,13 +74,19 @@ static const char *const lock_label[NLOCKS] = { "mutex", "fair", "rwlock" };
 enum fault_kind {
     F_STOP, F_KILL, F_KILL_NORMAL, F_KILL_PUBSUB, F_PAUSE_W_SHORT,
     F_PAUSE_W_LONG, F_PAUSE_ALL_SHORT, F_PAUSE_ALL_LONG, F_SCRIPT_FLUSH,
-    F_DEBUG_SLEEP, F_RESTART_AOF, F_RESTART_EMPTY, F_COUNT
+    F_DEBUG_SLEEP, F_RESTART_AOF, F_RESTART_EMPTY,
+    /* --proxy only: the workers' lock connections go through the fault
+     * proxy (tests/harness_proxy.h) */
+    F_LATENCY, F_HOLE_SHORT, F_HOLE_LONG, F_RESET,
+    F_COUNT
 };
 static const char *const fault_label[F_COUNT] = {
     "SIGSTOP > lease", "SIGKILL of a holder", "CLIENT KILL normal",
     "CLIENT KILL pubsub", "PAUSE WRITE < timeout", "PAUSE WRITE > timeout",
     "PAUSE ALL < timeout", "PAUSE ALL > timeout", "SCRIPT FLUSH",
-    "DEBUG SLEEP > timeout", "restart, AOF always", "restart, data lost"
+    "DEBUG SLEEP > timeout", "restart, AOF always", "restart, data lost",
+    "proxy latency", "blackhole < timeout", "blackhole > lease",
+    "proxy resets connections"
 };
 
 /* What a worker thread is in the middle of, for the parent to close its
@@ -97,11 +107,11 @@ struct arena {
 };
 
 static struct {
-    int secs, procs, threads, restarts, sabotage, verbose;
+    int secs, procs, threads, restarts, sabotage, verbose, proxy;
     unsigned long seed;
     char names[NLOCKS][64], ctr[NLOCKS][64];
     int port;
-} opt = { 60, 4, 4, 1, 0, 0, 0, { "" }, { "" }, 0 };
+} opt = { 60, 4, 4, 1, 0, 0, 0, 0, { "" }, { "" }, 0 };
 
 static struct arena *A;
 
@@ -404,6 +414,7 @@ static void worker_main(int p, uint32_t proc)
 /* ------------------------------------------------------------------------ */
 
 static tu_redis_t srv;
+static tu_proxy_t *proxy;   /* --proxy: in front of srv for the locks */
 static pid_t wpid[MAXP];
 static uint32_t wproc[MAXP];
 static uint32_t next_proc = 1;
@@ -569,6 +580,38 @@ static int fault_restart(int kind)
     return rc != 0;
 }
 
+/* The proxy's faults on the workers' lock connections (the counter's
+ * connections go straight to the server): latency of 20-300 ms each way
+ * for 1-2 s (a round trip may pass the command timeout), a blackhole
+ * shorter than the command timeout and one longer than the lease, and a
+ * reset of every open connection. */
+static int fault_proxy(int kind, uint64_t *rs)
+{
+    struct tc_fault *f = log_fault(kind, TC_ALL);
+    long ms;
+    int bad = 0;
+
+    if (kind == F_RESET) {
+        tu_proxy_reset_all(proxy);
+    } else if (kind == F_LATENCY) {
+        ms = 20 + (long)(rnd(rs) % 280);
+        tu_proxy_set_delay(proxy, ms);
+        bad = wait_reaping(1000 + (long)(rnd(rs) % 1000));
+        tu_proxy_set_delay(proxy, 0);
+        /* what was read just before still arrives ms late */
+        f->end_ns = now_ns() + (uint64_t)ms * MS;
+        return bad;
+    } else {
+        ms = kind == F_HOLE_SHORT ? (long)TIMEOUT_MS / 2
+                                  : (long)(WATCHDOG_MS * 3 / 2);
+        tu_proxy_blackhole(proxy, 1);
+        bad = wait_reaping(ms + (long)(rnd(rs) % 100));
+        tu_proxy_blackhole(proxy, 0);
+    }
+    f->end_ns = now_ns();
+    return bad;
+}
+
 static int fault(int kind, uint64_t *rs)
 {
     struct tc_fault *f;
@@ -579,6 +622,8 @@ static int fault(int kind, uint64_t *rs)
         return fault_signal(kind, rs);
     if (kind == F_RESTART_AOF || kind == F_RESTART_EMPTY)
         return fault_restart(kind);
+    if (kind >= F_LATENCY && kind <= F_RESET)
+        return fault_proxy(kind, rs);
     f = log_fault(kind, TC_ALL);
     if (kind == F_KILL_NORMAL || kind == F_KILL_PUBSUB)
         admin("CLIENT", "KILL", "TYPE", kind == F_KILL_NORMAL ? "normal"
@@ -597,15 +642,28 @@ static int fault(int kind, uint64_t *rs)
     return 0;
 }
 
+/* Whether the run's options let the nemesis inject this kind. */
+static int fault_enabled(int kind)
+{
+    if (kind == F_RESTART_AOF || kind == F_RESTART_EMPTY)
+        return opt.restarts;
+    if (kind >= F_LATENCY && kind <= F_RESET)
+        return opt.proxy;
+    return 1;
+}
+
 /* The run: faults at random intervals, every kind in turn order shuffled,
  * with quiet stretches between them for the latency comparison. */
 static int nemesis(uint64_t until, uint64_t *rs)
 {
-    int bad = 0, nkinds = opt.restarts ? F_COUNT : F_RESTART_AOF;
+    int bad = 0, kinds[F_COUNT], nkinds = 0;
 
+    for (int k = 0; k < F_COUNT; k++)
+        if (fault_enabled(k))
+            kinds[nkinds++] = k;
     bad |= wait_reaping(2000);
     while (!bad && now_ns() + 3000 * MS < until) {
-        int kind = (int)(rnd(rs) % (unsigned)nkinds);
+        int kind = kinds[rnd(rs) % (unsigned)nkinds];
         bad |= fault(kind, rs);
         bad |= wait_reaping((long)(500 + rnd(rs) % 1500));
     }
@@ -830,7 +888,8 @@ static void print_faults_losses(const struct tc_history *h,
                h->lost[i].lock, rel_ms(h->lost[i].ns));
     printf("\n  %-30s %6s\n", "fault", "count");
     for (int k = 0; k < F_COUNT; k++)
-        printf("  %-30s %6lu\n", fault_label[k], fk[k]);
+        if (fault_enabled(k))
+            printf("  %-30s %6lu\n", fault_label[k], fk[k]);
     printf("  %-30s %6lu\n", "worker restarts", restarts);
     for (size_t i = 0; i < h->nrec; i++) {
         const struct tc_rec *r = &h->rec[i];
@@ -876,10 +935,11 @@ static int parse(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--no-restart") == 0 || strcmp(a, "--sabotage") == 0
-            || strcmp(a, "--verbose") == 0) {
+            || strcmp(a, "--verbose") == 0 || strcmp(a, "--proxy") == 0) {
             opt.restarts &= a[2] != 'n';
             opt.sabotage |= a[2] == 's';
             opt.verbose |= a[2] == 'v';
+            opt.proxy |= a[2] == 'p';
             continue;
         }
         if (!v)
@@ -910,7 +970,7 @@ static int setup(void)
         "--appendonly", "yes", "--appendfsync", "always", NULL };
     tu_redis_opts o = { .args = args };
     unsigned long cap = (unsigned long)opt.secs * 50000UL + 100000UL;
-    char num[32];
+    char num[32], url[64];
 
     A = mmap(NULL, sizeof *A + cap * sizeof(struct tc_rec),
              PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS | MAP_NORESERVE,
@@ -930,7 +990,17 @@ static int setup(void)
         snprintf(opt.ctr[l], sizeof opt.ctr[l], "torture:%d:ctr:%d",
                  (int)getpid(), l);
     }
-    setenv("DISTLOCK_URL", srv.url_tcp, 1);
+    if (opt.proxy) {
+        /* started before any worker is forked (tests/harness_proxy.h) */
+        proxy = tu_proxy_start(&srv);
+        if (!proxy)
+            return -1;
+        snprintf(num, sizeof num, "%d", tu_proxy_port(proxy));
+        snprintf(url, sizeof url, "redis://127.0.0.1:%s", num);
+        setenv("DISTLOCK_URL", url, 1);
+    } else {
+        setenv("DISTLOCK_URL", srv.url_tcp, 1);
+    }
     snprintf(num, sizeof num, "%lu", WATCHDOG_MS);
     setenv("DISTLOCK_WATCHDOG_MS", num, 1);
     snprintf(num, sizeof num, "%lu", TIMEOUT_MS);
@@ -1015,7 +1085,7 @@ int main(int argc, char **argv)
     if (parse(argc, argv) != 0) {
         fprintf(stderr, "usage: distlock-torture [--secs N>=5] [--procs 1-16] "
                 "[--threads 1-16] [--seed S] [--no-restart] [--sabotage] "
-                "[--verbose]\n");
+                "[--verbose] [--proxy]\n");
         return 2;
     }
     if (setup() != 0) {
@@ -1029,6 +1099,7 @@ int main(int argc, char **argv)
         bad = nemesis(now_ns() + (uint64_t)opt.secs * 1000 * MS, &rs);
     bad |= stop_workers();
     rc = judge();
+    tu_proxy_stop(proxy);
     tu_redis_stop(&srv);
     if (bad)
         fprintf(stderr, "torture: the run itself failed (see above)\n");
