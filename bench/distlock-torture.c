@@ -54,6 +54,7 @@
 
 #include "distlock.h"
 #include "harness_proxy.h"
+#include "harness_sentinel.h"
 #include "harness_server.h"
 #include "torture_check.h"
 
@@ -78,6 +79,7 @@ enum fault_kind {
     /* --proxy only: the workers' lock connections go through the fault
      * proxy (tests/harness_proxy.h) */
     F_LATENCY, F_HOLE_SHORT, F_HOLE_LONG, F_RESET,
+    F_FAILOVER,   /* --sentinel only */
     F_COUNT
 };
 static const char *const fault_label[F_COUNT] = {
@@ -86,7 +88,7 @@ static const char *const fault_label[F_COUNT] = {
     "PAUSE ALL < timeout", "PAUSE ALL > timeout", "SCRIPT FLUSH",
     "DEBUG SLEEP > timeout", "restart, AOF always", "restart, data lost",
     "proxy latency", "blackhole < timeout", "blackhole > lease",
-    "proxy resets connections"
+    "proxy resets connections", "Sentinel failover"
 };
 
 /* What a worker thread is in the middle of, for the parent to close its
@@ -107,11 +109,11 @@ struct arena {
 };
 
 static struct {
-    int secs, procs, threads, restarts, sabotage, verbose, proxy;
+    int secs, procs, threads, restarts, sabotage, verbose, proxy, sentinel;
     unsigned long seed;
     char names[NLOCKS][64], ctr[NLOCKS][64];
     int port;
-} opt = { 60, 4, 4, 1, 0, 0, 0, 0, { "" }, { "" }, 0 };
+} opt = { 60, 4, 4, 1, 0, 0, 0, 0, 0, { "" }, { "" }, 0 };
 
 static struct arena *A;
 
@@ -415,6 +417,10 @@ static void worker_main(int p, uint32_t proc)
 
 static tu_redis_t srv;
 static tu_proxy_t *proxy;   /* --proxy: in front of srv for the locks */
+/* --sentinel: the locks live on this topology's master; srv then holds
+ * only the counters, out of the faults' way */
+static tu_sentinel_t *topo;
+static int master;          /* its data node index now */
 static pid_t wpid[MAXP];
 static uint32_t wproc[MAXP];
 static uint32_t next_proc = 1;
@@ -502,7 +508,9 @@ static struct tc_fault *log_fault(int kind, uint32_t proc)
 static void admin(const char *a0, const char *a1, const char *a2,
                   const char *a3)
 {
-    redisReply *x = tu_cmd(&srv, a0, a1, a2, a3, (char *)NULL);
+    redisReply *x = topo ? tu_sentinel_cmd(topo, master, a0, a1, a2, a3,
+                                           (char *)NULL)
+                         : tu_cmd(&srv, a0, a1, a2, a3, (char *)NULL);
     if (x)
         freeReplyObject(x);
 }
@@ -612,6 +620,28 @@ static int fault_proxy(int kind, uint64_t *rs)
     return bad;
 }
 
+/* SENTINEL FAILOVER under load.  The old master stays a master until the
+ * sentinels turn it into a replica of the new one (tests/harness_sentinel.h):
+ * the window lasts until then, and counts as one that may lose data, since
+ * writes acknowledged by the old master meanwhile are dropped when it
+ * resyncs. */
+static int fault_failover(void)
+{
+    struct tc_fault *f = log_fault(F_FAILOVER, TC_ALL);
+    int old = master, now;
+
+    f->loses_data = 1;
+    now = tu_sentinel_failover(topo, 30000);
+    if (now < 0 || tu_sentinel_wait_role(topo, old, "slave", 30000) != 0) {
+        fprintf(stderr, "torture: failover did not complete\n");
+        f->end_ns = now_ns();
+        return 1;
+    }
+    master = now;
+    f->end_ns = now_ns();
+    return 0;
+}
+
 static int fault(int kind, uint64_t *rs)
 {
     struct tc_fault *f;
@@ -624,6 +654,8 @@ static int fault(int kind, uint64_t *rs)
         return fault_restart(kind);
     if (kind >= F_LATENCY && kind <= F_RESET)
         return fault_proxy(kind, rs);
+    if (kind == F_FAILOVER)
+        return fault_failover();
     f = log_fault(kind, TC_ALL);
     if (kind == F_KILL_NORMAL || kind == F_KILL_PUBSUB)
         admin("CLIENT", "KILL", "TYPE", kind == F_KILL_NORMAL ? "normal"
@@ -646,9 +678,11 @@ static int fault(int kind, uint64_t *rs)
 static int fault_enabled(int kind)
 {
     if (kind == F_RESTART_AOF || kind == F_RESTART_EMPTY)
-        return opt.restarts;
+        return opt.restarts && !opt.sentinel;
     if (kind >= F_LATENCY && kind <= F_RESET)
         return opt.proxy;
+    if (kind == F_FAILOVER)
+        return opt.sentinel;
     return 1;
 }
 
@@ -664,6 +698,9 @@ static int nemesis(uint64_t until, uint64_t *rs)
     bad |= wait_reaping(2000);
     while (!bad && now_ns() + 3000 * MS < until) {
         int kind = kinds[rnd(rs) % (unsigned)nkinds];
+        /* --sentinel: every other fault a failover, the point of the mode */
+        if (opt.sentinel && (nfault % 2) == 0)
+            kind = F_FAILOVER;
         bad |= fault(kind, rs);
         bad |= wait_reaping((long)(500 + rnd(rs) % 1500));
     }
@@ -675,6 +712,13 @@ static int nemesis(uint64_t until, uint64_t *rs)
 /* ------------------------------------------------------------------------ */
 /* Parent: the end of the run                                               */
 /* ------------------------------------------------------------------------ */
+
+/* A command to the server that holds the locks (the master on Sentinel). */
+static redisReply *lock_cmd(const char *a0, const char *a1, const char *a2)
+{
+    return topo ? tu_sentinel_cmd(topo, master, a0, a1, a2, (char *)NULL)
+                : tu_cmd(&srv, a0, a1, a2, (char *)NULL);
+}
 
 /* Tell the workers to stop and wait for them as long as a blocked call may
  * legitimately take; whoever is still there then is hung: killed, and its
@@ -716,7 +760,7 @@ static long leftover_keys(char *prefix)
 
     sleep_us((long)(WATCHDOG_MS + WAITER_MS + 500) * 1000);
     snprintf(pat, sizeof pat, "*%s*", prefix);
-    x = tu_cmd(&srv, "KEYS", pat, (char *)NULL);
+    x = lock_cmd("KEYS", pat, NULL);
     if (!x || x->type != REDIS_REPLY_ARRAY) {
         if (x)
             freeReplyObject(x);
@@ -732,16 +776,48 @@ static long leftover_keys(char *prefix)
     return n;
 }
 
-/* Clients connected besides the admin connection, once workers are gone. */
+/* Clients in a CLIENT LIST text other than the one asking (cmd=client),
+ * the harness's own on the unix socket (addr=/...), a replica's or
+ * master's link (flags S, M) and the sentinels' (named sentinel-...):
+ * the workers connect over TCP. */
+static long count_clients(const char *list)
+{
+    long n = 0;
+
+    for (const char *p = list; p && *p;) {
+        const char *e = strchr(p, '\n');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        char line[1024];
+        snprintf(line, sizeof line, "%.*s", (int)len, p);
+        if (len && !strstr(line, " cmd=client") && !strstr(line, " addr=/")
+            && !strstr(line, " flags=S")
+            && !strstr(line, " flags=M") && !strstr(line, " name=sentinel-")) {
+            printf("  client left: %s\n", line);
+            n++;
+        }
+        p = e ? e + 1 : NULL;
+    }
+    return n;
+}
+
+/* Clients left once the workers are gone: on the lock server, and on
+ * Sentinel also the counters' server. */
 static long leftover_clients(void)
 {
-    char *s = tu_cmd_str(&srv, "CLIENT", "LIST", (char *)NULL);
+    redisReply *x = lock_cmd("CLIENT", "LIST", NULL);
+    char *s;
     long n = -1;
 
+    if (x && x->type == REDIS_REPLY_STRING)
+        n = count_clients(x->str);
+    if (x)
+        freeReplyObject(x);
+    if (n < 0 || !topo)
+        return n;
+    s = tu_cmd_str(&srv, "CLIENT", "LIST", (char *)NULL);
     if (!s)
         return -1;
-    for (char *p = s; (p = strchr(p, '\n')) != NULL; p++)
-        n++;
+    n += count_clients(s);
     free(s);
     return n;
 }
@@ -935,11 +1011,13 @@ static int parse(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--no-restart") == 0 || strcmp(a, "--sabotage") == 0
-            || strcmp(a, "--verbose") == 0 || strcmp(a, "--proxy") == 0) {
+            || strcmp(a, "--verbose") == 0 || strcmp(a, "--proxy") == 0
+            || strcmp(a, "--sentinel") == 0) {
             opt.restarts &= a[2] != 'n';
-            opt.sabotage |= a[2] == 's';
+            opt.sabotage |= strcmp(a, "--sabotage") == 0;
             opt.verbose |= a[2] == 'v';
             opt.proxy |= a[2] == 'p';
+            opt.sentinel |= strcmp(a, "--sentinel") == 0;
             continue;
         }
         if (!v)
@@ -959,6 +1037,26 @@ static int parse(int argc, char **argv)
     if (opt.secs < 5 || opt.procs < 1 || opt.procs > MAXP || opt.threads < 1
         || opt.threads > MAXT)
         return -1;
+    return 0;
+}
+
+/* --sentinel: a master, one replica and three sentinels; the workers find
+ * the master through the sentinels, and replica sync stays on with its
+ * default wait (DISTLOCK_REPLICA_WAIT_MS unset). */
+static int setup_sentinel(void)
+{
+    static const char *const args[] = { "--enable-debug-command", "yes",
+                                        NULL };
+    tu_sentinel_opts so = { .data_args = args };
+
+    topo = tu_sentinel_start(1, 3, &so);
+    if (!topo)
+        return -1;
+    master = tu_sentinel_master(topo);
+    if (master < 0)
+        return -1;
+    setenv("DISTLOCK_URL", tu_sentinel_url(topo), 1);
+    unsetenv("DISTLOCK_REPLICA_WAIT_MS");
     return 0;
 }
 
@@ -990,6 +1088,14 @@ static int setup(void)
         snprintf(opt.ctr[l], sizeof opt.ctr[l], "torture:%d:ctr:%d",
                  (int)getpid(), l);
     }
+    snprintf(num, sizeof num, "%lu", WATCHDOG_MS);
+    setenv("DISTLOCK_WATCHDOG_MS", num, 1);
+    snprintf(num, sizeof num, "%lu", TIMEOUT_MS);
+    setenv("DISTLOCK_TIMEOUT_MS", num, 1);
+    snprintf(num, sizeof num, "%lu", WAITER_MS);
+    setenv("DISTLOCK_WAITER_MS", num, 1);
+    if (opt.sentinel)
+        return setup_sentinel();
     if (opt.proxy) {
         /* started before any worker is forked (tests/harness_proxy.h) */
         proxy = tu_proxy_start(&srv);
@@ -1001,12 +1107,6 @@ static int setup(void)
     } else {
         setenv("DISTLOCK_URL", srv.url_tcp, 1);
     }
-    snprintf(num, sizeof num, "%lu", WATCHDOG_MS);
-    setenv("DISTLOCK_WATCHDOG_MS", num, 1);
-    snprintf(num, sizeof num, "%lu", TIMEOUT_MS);
-    setenv("DISTLOCK_TIMEOUT_MS", num, 1);
-    snprintf(num, sizeof num, "%lu", WAITER_MS);
-    setenv("DISTLOCK_WAITER_MS", num, 1);
     unsetenv("DISTLOCK_REPLICA_WAIT_MS");
     return 0;
 }
@@ -1040,6 +1140,7 @@ static void fill_history(struct tc_history *h)
     /* a timed call may be inside one command when its deadline passes */
     h->slack_ns = (2 * TIMEOUT_MS + 250) * MS;
     h->hang_ns = (WATCHDOG_MS + WAITER_MS + 2 * TIMEOUT_MS + 1000) * MS;
+    h->replicas = topo != NULL;
 }
 
 static int judge(void)
@@ -1085,7 +1186,7 @@ int main(int argc, char **argv)
     if (parse(argc, argv) != 0) {
         fprintf(stderr, "usage: distlock-torture [--secs N>=5] [--procs 1-16] "
                 "[--threads 1-16] [--seed S] [--no-restart] [--sabotage] "
-                "[--verbose] [--proxy]\n");
+                "[--verbose] [--proxy] [--sentinel]\n");
         return 2;
     }
     if (setup() != 0) {
@@ -1100,6 +1201,7 @@ int main(int argc, char **argv)
     bad |= stop_workers();
     rc = judge();
     tu_proxy_stop(proxy);
+    tu_sentinel_stop(topo);
     tu_redis_stop(&srv);
     if (bad)
         fprintf(stderr, "torture: the run itself failed (see above)\n");
