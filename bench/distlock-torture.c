@@ -4,6 +4,7 @@
  *
  *   distlock-torture [--secs N] [--procs P] [--threads T] [--seed S]
  *                    [--no-restart] [--sabotage] [--verbose] [--proxy]
+ *                    [--sentinel [--strict-failover]]
  *
  * --no-restart leaves out the server restarts; --sabotage makes 1% of the
  * plain mutex's sections skip the lock, which the checker must catch (exit
@@ -12,6 +13,13 @@
  * (tests/harness_proxy.h) between the workers' locks and the server and
  * adds its faults to the nemesis: latency, a blackhole shorter than the
  * command timeout and one longer than the lease, and resets.
+ * --sentinel runs the locks on a master + 1 replica + 3 sentinels with
+ * replica sync on, and makes every other fault a SENTINEL FAILOVER (no
+ * server restarts, no proxy); its window, until the old master is a
+ * replica, counts as one where data may be lost, unless --strict-failover
+ * (then the split-brain stretch shows up as violations, README).
+ * At the end, before the workers stop, their threads (/proc/<pid>/task),
+ * sockets (/proc/<pid>/fd) and clients (CLIENT LIST) must be within bounds.
  * TORTURE_SECS (default 60) sets the length when --secs is not given.  It
  * starts its own redis-server (tests/harness_server.h: loopback, private
  * dir, AOF with appendfsync always, DEBUG enabled) and stops it at the end.
@@ -35,6 +43,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <dirent.h>
 #include <ftw.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -110,10 +119,11 @@ struct arena {
 
 static struct {
     int secs, procs, threads, restarts, sabotage, verbose, proxy, sentinel;
+    int strict_failover;
     unsigned long seed;
     char names[NLOCKS][64], ctr[NLOCKS][64];
     int port;
-} opt = { 60, 4, 4, 1, 0, 0, 0, 0, 0, { "" }, { "" }, 0 };
+} opt = { 60, 4, 4, 1, 0, 0, 0, 0, 0, 0, { "" }, { "" }, 0 };
 
 static struct arena *A;
 
@@ -396,6 +406,11 @@ static void worker_main(int p, uint32_t proc)
     struct worker w[MAXT];
 
     prctl(PR_SET_PDEATHSIG, SIGKILL);
+    /* Drop what fork() copied from the parent: its admin connections and,
+     * with --proxy, the proxy's sockets, whose copies here would keep a
+     * connection the proxy closes open (and count as this worker's). */
+    for (int fd = 3; fd < 1024; fd++)
+        close(fd);
     my_proc = proc;
     if (init_locks() != 0 || dist_set_lost_handler(on_lost, NULL) != 0)
         _exit(3);
@@ -630,7 +645,7 @@ static int fault_failover(void)
     struct tc_fault *f = log_fault(F_FAILOVER, TC_ALL);
     int old = master, now;
 
-    f->loses_data = 1;
+    f->loses_data = !opt.strict_failover;
     now = tu_sentinel_failover(topo, 30000);
     if (now < 0 || tu_sentinel_wait_role(topo, old, "slave", 30000) != 0) {
         fprintf(stderr, "torture: failover did not complete\n");
@@ -720,6 +735,94 @@ static redisReply *lock_cmd(const char *a0, const char *a1, const char *a2)
                 : tu_cmd(&srv, a0, a1, a2, (char *)NULL);
 }
 
+/* Threads and connections of the live workers at the end of the run,
+ * before they are told to stop: a leak grows with every reconnect and
+ * every fault, so a bound on them catches it. */
+static struct {
+    int workers, threads_max, socks_max, threads_ok, socks_ok;
+    long clients;          /* the workers' clients on the lock server */
+    long clients_ok;
+} census;
+
+/* Entries of a /proc directory; with prefix, only links to targets that
+ * start with it. */
+static int count_dir(const char *dir, const char *prefix)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    int n = 0;
+
+    if (!d)
+        return -1;
+    while ((e = readdir(d)) != NULL) {
+        char path[300], to[64];
+        ssize_t k;
+        if (e->d_name[0] == '.')
+            continue;
+        if (prefix) {
+            snprintf(path, sizeof path, "%.40s/%.200s", dir, e->d_name);
+            k = readlink(path, to, sizeof to - 1);
+            if (k < 0 || (to[k] = '\0', strncmp(to, prefix, strlen(prefix))))
+                continue;
+        }
+        n++;
+    }
+    closedir(d);
+    return n;
+}
+
+static long leftover_clients_of(int skip_unix);
+
+/* The library runs two threads of its own (renewal, pub/sub) and each
+ * thread keeps one link per server it talks to; the renewal and pub/sub
+ * threads one each too.  On one server a worker has at most T + 2 links
+ * and T counter connections; on Sentinel, links to every data node and
+ * sentinel are allowed. */
+static void take_census(void)
+{
+    int servers = topo ? tu_sentinel_nodes(topo) + tu_sentinel_count(topo) : 1;
+    char dir[64];
+
+    census.threads_ok = 1 + opt.threads + 2;
+    census.socks_ok = (opt.threads + 2) * servers + opt.threads;
+    for (int p = 0; p < opt.procs; p++) {
+        int t, k;
+        if (!wpid[p])
+            continue;
+        snprintf(dir, sizeof dir, "/proc/%d/task", (int)wpid[p]);
+        t = count_dir(dir, NULL);
+        snprintf(dir, sizeof dir, "/proc/%d/fd", (int)wpid[p]);
+        k = count_dir(dir, "socket:");
+        if (t < 0 || k < 0)
+            continue;   /* died just now */
+        census.workers++;
+        census.threads_max = t > census.threads_max ? t : census.threads_max;
+        census.socks_max = k > census.socks_max ? k : census.socks_max;
+    }
+    /* on one server the counters' connections are there too */
+    census.clients_ok = (long)census.workers
+                        * (opt.threads + 2 + (topo ? 0 : opt.threads));
+    census.clients = leftover_clients_of(topo != NULL);
+}
+
+static int census_bad(void)
+{
+    return census.threads_max > census.threads_ok
+           || census.socks_max > census.socks_ok
+           || census.clients < 0 || census.clients > census.clients_ok;
+}
+
+static void print_census(void)
+{
+    printf("  %-40s %3d (allowed %d)\n", "threads per worker at the end, max",
+           census.threads_max, census.threads_ok);
+    printf("  %-40s %3d (allowed %d)\n", "sockets per worker at the end, max",
+           census.socks_max, census.socks_ok);
+    printf("  %-40s %3ld (allowed %ld, %d workers)\n",
+           "worker clients on the lock server", census.clients,
+           census.clients_ok, census.workers);
+}
+
 /* Tell the workers to stop and wait for them as long as a blocked call may
  * legitimately take; whoever is still there then is hung: killed, and its
  * pending call left "never returned" for the checker. */
@@ -780,7 +883,7 @@ static long leftover_keys(char *prefix)
  * the harness's own on the unix socket (addr=/...), a replica's or
  * master's link (flags S, M) and the sentinels' (named sentinel-...):
  * the workers connect over TCP. */
-static long count_clients(const char *list)
+static long count_clients(const char *list, int skip_unix)
 {
     long n = 0;
 
@@ -789,10 +892,12 @@ static long count_clients(const char *list)
         size_t len = e ? (size_t)(e - p) : strlen(p);
         char line[1024];
         snprintf(line, sizeof line, "%.*s", (int)len, p);
-        if (len && !strstr(line, " cmd=client") && !strstr(line, " addr=/")
+        if (len && !strstr(line, " cmd=client")
+            && !(skip_unix && strstr(line, " addr=/"))
             && !strstr(line, " flags=S")
             && !strstr(line, " flags=M") && !strstr(line, " name=sentinel-")) {
-            printf("  client left: %s\n", line);
+            if (!atomic_load(&A->stop) || opt.verbose)
+                printf("  client: %s\n", line);
             n++;
         }
         p = e ? e + 1 : NULL;
@@ -800,24 +905,33 @@ static long count_clients(const char *list)
     return n;
 }
 
+/* Clients on the lock server (but the harness's own on its unix socket
+ * when skip_unix: on Sentinel, where no proxy is in between). */
+static long leftover_clients_of(int skip_unix)
+{
+    redisReply *x = lock_cmd("CLIENT", "LIST", NULL);
+    long n = -1;
+
+    if (x && x->type == REDIS_REPLY_STRING)
+        n = count_clients(x->str, skip_unix);
+    if (x)
+        freeReplyObject(x);
+    return n;
+}
+
 /* Clients left once the workers are gone: on the lock server, and on
  * Sentinel also the counters' server. */
 static long leftover_clients(void)
 {
-    redisReply *x = lock_cmd("CLIENT", "LIST", NULL);
+    long n = leftover_clients_of(topo != NULL);
     char *s;
-    long n = -1;
 
-    if (x && x->type == REDIS_REPLY_STRING)
-        n = count_clients(x->str);
-    if (x)
-        freeReplyObject(x);
     if (n < 0 || !topo)
         return n;
     s = tu_cmd_str(&srv, "CLIENT", "LIST", (char *)NULL);
     if (!s)
         return -1;
-    n += count_clients(s);
+    n += count_clients(s, 0);
     free(s);
     return n;
 }
@@ -1012,12 +1126,14 @@ static int parse(int argc, char **argv)
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--no-restart") == 0 || strcmp(a, "--sabotage") == 0
             || strcmp(a, "--verbose") == 0 || strcmp(a, "--proxy") == 0
-            || strcmp(a, "--sentinel") == 0) {
+            || strcmp(a, "--sentinel") == 0
+            || strcmp(a, "--strict-failover") == 0) {
             opt.restarts &= a[2] != 'n';
             opt.sabotage |= strcmp(a, "--sabotage") == 0;
             opt.verbose |= a[2] == 'v';
             opt.proxy |= a[2] == 'p';
             opt.sentinel |= strcmp(a, "--sentinel") == 0;
+            opt.strict_failover |= strcmp(a, "--strict-failover") == 0;
             continue;
         }
         if (!v)
@@ -1171,9 +1287,10 @@ static int judge(void)
                res.violations[k]);
     printf("  %-40s %6ld\n", "lock keys left after the run", keys);
     printf("  %-40s %6ld\n", "clients left after the run", clients);
+    print_census();
     printf("  %-40s %6lld %lld %lld\n", "counters (mutex fair rwlock)",
            h.counter[0], h.counter[1], h.counter[2]);
-    if (v < 0 || keys != 0 || clients != 0)
+    if (v < 0 || keys != 0 || clients != 0 || census_bad())
         return 2 - (v == 0);
     return v > 0;
 }
@@ -1186,7 +1303,7 @@ int main(int argc, char **argv)
     if (parse(argc, argv) != 0) {
         fprintf(stderr, "usage: distlock-torture [--secs N>=5] [--procs 1-16] "
                 "[--threads 1-16] [--seed S] [--no-restart] [--sabotage] "
-                "[--verbose] [--proxy] [--sentinel]\n");
+                "[--verbose] [--proxy] [--sentinel [--strict-failover]]\n");
         return 2;
     }
     if (setup() != 0) {
@@ -1198,6 +1315,7 @@ int main(int argc, char **argv)
         bad = spawn(p) != 0;
     if (!bad)
         bad = nemesis(now_ns() + (uint64_t)opt.secs * 1000 * MS, &rs);
+    take_census();
     bad |= stop_workers();
     rc = judge();
     tu_proxy_stop(proxy);
