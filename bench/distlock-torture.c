@@ -915,7 +915,7 @@ static long count_clients(const char *list, int skip_unix)
             && !(skip_unix && strstr(line, " addr=/"))
             && !strstr(line, " flags=S")
             && !strstr(line, " flags=M") && !strstr(line, " name=sentinel-")) {
-            if (!atomic_load(&A->stop) || opt.verbose)
+            if (atomic_load(&A->stop) || opt.verbose)
                 printf("  client: %s\n", line);
             n++;
         }
