@@ -3,12 +3,23 @@
  * faults, every section recorded, the history judged by torture_check.
  *
  *   distlock-torture [--secs N] [--procs P] [--threads T] [--seed S]
- *                    [--no-restart] [--sabotage] [--verbose]
+ *                    [--no-restart] [--sabotage] [--verbose] [--proxy]
+ *                    [--sentinel [--strict-failover]]
  *
  * --no-restart leaves out the server restarts; --sabotage makes 1% of the
  * plain mutex's sections skip the lock, which the checker must catch (exit
  * 1); --verbose lists the faults, the lost-handler calls and every unlock
- * that gave EPERM, with their times.
+ * that gave EPERM, with their times.  --proxy puts the fault proxy
+ * (tests/harness_proxy.h) between the workers' locks and the server and
+ * adds its faults to the nemesis: latency, a blackhole shorter than the
+ * command timeout and one longer than the lease, and resets.
+ * --sentinel runs the locks on a master + 1 replica + 3 sentinels with
+ * replica sync on, and makes every other fault a SENTINEL FAILOVER (no
+ * server restarts, no proxy); its window, until the old master is a
+ * replica, counts as one where data may be lost, unless --strict-failover
+ * (then the split-brain stretch shows up as violations, README).
+ * At the end, before the workers stop, their threads (/proc/<pid>/task),
+ * sockets (/proc/<pid>/fd) and clients (CLIENT LIST) must be within bounds.
  * TORTURE_SECS (default 60) sets the length when --secs is not given.  It
  * starts its own redis-server (tests/harness_server.h: loopback, private
  * dir, AOF with appendfsync always, DEBUG enabled) and stops it at the end.
@@ -32,6 +43,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <dirent.h>
 #include <ftw.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -50,6 +62,8 @@
 #include <hiredis/hiredis.h>
 
 #include "distlock.h"
+#include "harness_proxy.h"
+#include "harness_sentinel.h"
 #include "harness_server.h"
 #include "torture_check.h"
 
@@ -70,13 +84,20 @@ static const char *const lock_label[NLOCKS] = { "mutex", "fair", "rwlock" };
 enum fault_kind {
     F_STOP, F_KILL, F_KILL_NORMAL, F_KILL_PUBSUB, F_PAUSE_W_SHORT,
     F_PAUSE_W_LONG, F_PAUSE_ALL_SHORT, F_PAUSE_ALL_LONG, F_SCRIPT_FLUSH,
-    F_DEBUG_SLEEP, F_RESTART_AOF, F_RESTART_EMPTY, F_COUNT
+    F_DEBUG_SLEEP, F_RESTART_AOF, F_RESTART_EMPTY,
+    /* --proxy only: the workers' lock connections go through the fault
+     * proxy (tests/harness_proxy.h) */
+    F_LATENCY, F_HOLE_SHORT, F_HOLE_LONG, F_RESET,
+    F_FAILOVER,   /* --sentinel only */
+    F_COUNT
 };
 static const char *const fault_label[F_COUNT] = {
     "SIGSTOP > lease", "SIGKILL of a holder", "CLIENT KILL normal",
     "CLIENT KILL pubsub", "PAUSE WRITE < timeout", "PAUSE WRITE > timeout",
     "PAUSE ALL < timeout", "PAUSE ALL > timeout", "SCRIPT FLUSH",
-    "DEBUG SLEEP > timeout", "restart, AOF always", "restart, data lost"
+    "DEBUG SLEEP > timeout", "restart, AOF always", "restart, data lost",
+    "proxy latency", "blackhole < timeout", "blackhole > lease",
+    "proxy resets connections", "Sentinel failover"
 };
 
 /* What a worker thread is in the middle of, for the parent to close its
@@ -92,16 +113,18 @@ struct arena {
     unsigned long cap;
     atomic_int occ_excl[NLOCKS], occ_read[NLOCKS];
     struct slot slot[MAXP][MAXT];
+    atomic_int threads0[MAXP];  /* threads of worker p before it started any */
     struct tc_lost lost[CAP_LOST];
     struct tc_rec rec[];
 };
 
 static struct {
-    int secs, procs, threads, restarts, sabotage, verbose;
+    int secs, procs, threads, restarts, sabotage, verbose, proxy, sentinel;
+    int strict_failover;
     unsigned long seed;
     char names[NLOCKS][64], ctr[NLOCKS][64];
     int port;
-} opt = { 60, 4, 4, 1, 0, 0, 0, { "" }, { "" }, 0 };
+} opt = { 60, 4, 4, 1, 0, 0, 0, 0, 0, 0, { "" }, { "" }, 0 };
 
 static struct arena *A;
 
@@ -378,12 +401,34 @@ static int init_locks(void)
     return rc;
 }
 
+static int count_dir(const char *dir, const char *prefix);
+
+/* ThreadSanitizer's runtime starts a background thread of its own with a
+ * process's first pthread_create, after threads0 was counted. */
+#if defined(__SANITIZE_THREAD__)
+#define SANITIZER_THREADS 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define SANITIZER_THREADS 1
+#endif
+#endif
+#ifndef SANITIZER_THREADS
+#define SANITIZER_THREADS 0
+#endif
+
 static void worker_main(int p, uint32_t proc)
 {
     pthread_t th[MAXT];
     struct worker w[MAXT];
 
     prctl(PR_SET_PDEATHSIG, SIGKILL);
+    /* Drop what fork() copied from the parent: its admin connections and,
+     * with --proxy, the proxy's sockets, whose copies here would keep a
+     * connection the proxy closes open (and count as this worker's). */
+    for (int fd = 3; fd < 1024; fd++)
+        close(fd);
+    /* 1, or more where a sanitizer's runtime runs threads of its own */
+    atomic_store(&A->threads0[p], count_dir("/proc/self/task", NULL));
     my_proc = proc;
     if (init_locks() != 0 || dist_set_lost_handler(on_lost, NULL) != 0)
         _exit(3);
@@ -404,6 +449,11 @@ static void worker_main(int p, uint32_t proc)
 /* ------------------------------------------------------------------------ */
 
 static tu_redis_t srv;
+static tu_proxy_t *proxy;   /* --proxy: in front of srv for the locks */
+/* --sentinel: the locks live on this topology's master; srv then holds
+ * only the counters, out of the faults' way */
+static tu_sentinel_t *topo;
+static int master;          /* its data node index now */
 static pid_t wpid[MAXP];
 static uint32_t wproc[MAXP];
 static uint32_t next_proc = 1;
@@ -491,7 +541,9 @@ static struct tc_fault *log_fault(int kind, uint32_t proc)
 static void admin(const char *a0, const char *a1, const char *a2,
                   const char *a3)
 {
-    redisReply *x = tu_cmd(&srv, a0, a1, a2, a3, (char *)NULL);
+    redisReply *x = topo ? tu_sentinel_cmd(topo, master, a0, a1, a2, a3,
+                                           (char *)NULL)
+                         : tu_cmd(&srv, a0, a1, a2, a3, (char *)NULL);
     if (x)
         freeReplyObject(x);
 }
@@ -569,6 +621,60 @@ static int fault_restart(int kind)
     return rc != 0;
 }
 
+/* The proxy's faults on the workers' lock connections (the counter's
+ * connections go straight to the server): latency of 20-300 ms each way
+ * for 1-2 s (a round trip may pass the command timeout), a blackhole
+ * shorter than the command timeout and one longer than the lease, and a
+ * reset of every open connection. */
+static int fault_proxy(int kind, uint64_t *rs)
+{
+    struct tc_fault *f = log_fault(kind, TC_ALL);
+    long ms;
+    int bad = 0;
+
+    if (kind == F_RESET) {
+        tu_proxy_reset_all(proxy);
+    } else if (kind == F_LATENCY) {
+        ms = 20 + (long)(rnd(rs) % 280);
+        tu_proxy_set_delay(proxy, ms);
+        bad = wait_reaping(1000 + (long)(rnd(rs) % 1000));
+        tu_proxy_set_delay(proxy, 0);
+        /* what was read just before still arrives ms late */
+        f->end_ns = now_ns() + (uint64_t)ms * MS;
+        return bad;
+    } else {
+        ms = kind == F_HOLE_SHORT ? (long)TIMEOUT_MS / 2
+                                  : (long)(WATCHDOG_MS * 3 / 2);
+        tu_proxy_blackhole(proxy, 1);
+        bad = wait_reaping(ms + (long)(rnd(rs) % 100));
+        tu_proxy_blackhole(proxy, 0);
+    }
+    f->end_ns = now_ns();
+    return bad;
+}
+
+/* SENTINEL FAILOVER under load.  The old master stays a master until the
+ * sentinels turn it into a replica of the new one (tests/harness_sentinel.h):
+ * the window lasts until then, and counts as one that may lose data, since
+ * writes acknowledged by the old master meanwhile are dropped when it
+ * resyncs. */
+static int fault_failover(void)
+{
+    struct tc_fault *f = log_fault(F_FAILOVER, TC_ALL);
+    int old = master, now;
+
+    f->loses_data = !opt.strict_failover;
+    now = tu_sentinel_failover(topo, 30000);
+    if (now < 0 || tu_sentinel_wait_role(topo, old, "slave", 30000) != 0) {
+        fprintf(stderr, "torture: failover did not complete\n");
+        f->end_ns = now_ns();
+        return 1;
+    }
+    master = now;
+    f->end_ns = now_ns();
+    return 0;
+}
+
 static int fault(int kind, uint64_t *rs)
 {
     struct tc_fault *f;
@@ -579,6 +685,10 @@ static int fault(int kind, uint64_t *rs)
         return fault_signal(kind, rs);
     if (kind == F_RESTART_AOF || kind == F_RESTART_EMPTY)
         return fault_restart(kind);
+    if (kind >= F_LATENCY && kind <= F_RESET)
+        return fault_proxy(kind, rs);
+    if (kind == F_FAILOVER)
+        return fault_failover();
     f = log_fault(kind, TC_ALL);
     if (kind == F_KILL_NORMAL || kind == F_KILL_PUBSUB)
         admin("CLIENT", "KILL", "TYPE", kind == F_KILL_NORMAL ? "normal"
@@ -597,15 +707,33 @@ static int fault(int kind, uint64_t *rs)
     return 0;
 }
 
+/* Whether the run's options let the nemesis inject this kind. */
+static int fault_enabled(int kind)
+{
+    if (kind == F_RESTART_AOF || kind == F_RESTART_EMPTY)
+        return opt.restarts && !opt.sentinel;
+    if (kind >= F_LATENCY && kind <= F_RESET)
+        return opt.proxy;
+    if (kind == F_FAILOVER)
+        return opt.sentinel;
+    return 1;
+}
+
 /* The run: faults at random intervals, every kind in turn order shuffled,
  * with quiet stretches between them for the latency comparison. */
 static int nemesis(uint64_t until, uint64_t *rs)
 {
-    int bad = 0, nkinds = opt.restarts ? F_COUNT : F_RESTART_AOF;
+    int bad = 0, kinds[F_COUNT], nkinds = 0;
 
+    for (int k = 0; k < F_COUNT; k++)
+        if (fault_enabled(k))
+            kinds[nkinds++] = k;
     bad |= wait_reaping(2000);
     while (!bad && now_ns() + 3000 * MS < until) {
-        int kind = (int)(rnd(rs) % (unsigned)nkinds);
+        int kind = kinds[rnd(rs) % (unsigned)nkinds];
+        /* --sentinel: every other fault a failover, the point of the mode */
+        if (opt.sentinel && (nfault % 2) == 0)
+            kind = F_FAILOVER;
         bad |= fault(kind, rs);
         bad |= wait_reaping((long)(500 + rnd(rs) % 1500));
     }
@@ -617,6 +745,102 @@ static int nemesis(uint64_t until, uint64_t *rs)
 /* ------------------------------------------------------------------------ */
 /* Parent: the end of the run                                               */
 /* ------------------------------------------------------------------------ */
+
+/* A command to the server that holds the locks (the master on Sentinel). */
+static redisReply *lock_cmd(const char *a0, const char *a1, const char *a2)
+{
+    return topo ? tu_sentinel_cmd(topo, master, a0, a1, a2, (char *)NULL)
+                : tu_cmd(&srv, a0, a1, a2, (char *)NULL);
+}
+
+/* Threads and connections of the live workers at the end of the run,
+ * before they are told to stop: a leak grows with every reconnect and
+ * every fault, so a bound on them catches it. */
+static struct {
+    int workers, threads_max, socks_max, threads_ok, socks_ok;
+    long clients;          /* the workers' clients on the lock server */
+    long clients_ok;
+} census;
+
+/* Entries of a /proc directory; with prefix, only links to targets that
+ * start with it. */
+static int count_dir(const char *dir, const char *prefix)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    int n = 0;
+
+    if (!d)
+        return -1;
+    while ((e = readdir(d)) != NULL) {
+        char path[300], to[64];
+        ssize_t k;
+        if (e->d_name[0] == '.')
+            continue;
+        if (prefix) {
+            snprintf(path, sizeof path, "%.40s/%.200s", dir, e->d_name);
+            k = readlink(path, to, sizeof to - 1);
+            if (k < 0 || (to[k] = '\0', strncmp(to, prefix, strlen(prefix))))
+                continue;
+        }
+        n++;
+    }
+    closedir(d);
+    return n;
+}
+
+static long leftover_clients_of(int skip_unix);
+
+/* The library runs two threads of its own (renewal, pub/sub) and each
+ * thread keeps one link per server it talks to; the renewal and pub/sub
+ * threads one each too.  On one server a worker has at most T + 2 links
+ * and T counter connections; on Sentinel, links to every data node and
+ * sentinel are allowed. */
+static void take_census(void)
+{
+    int servers = topo ? tu_sentinel_nodes(topo) + tu_sentinel_count(topo) : 1;
+    char dir[64];
+
+    census.threads_ok = opt.threads + 2 + SANITIZER_THREADS;
+    census.socks_ok = (opt.threads + 2) * servers + opt.threads;
+    for (int p = 0; p < opt.procs; p++) {
+        int t, k;
+        if (!wpid[p])
+            continue;
+        snprintf(dir, sizeof dir, "/proc/%d/task", (int)wpid[p]);
+        t = count_dir(dir, NULL);
+        snprintf(dir, sizeof dir, "/proc/%d/fd", (int)wpid[p]);
+        k = count_dir(dir, "socket:");
+        if (t < 0 || k < 0)
+            continue;   /* died just now */
+        t -= atomic_load(&A->threads0[p]);   /* main, sanitizer runtime */
+        census.workers++;
+        census.threads_max = t > census.threads_max ? t : census.threads_max;
+        census.socks_max = k > census.socks_max ? k : census.socks_max;
+    }
+    /* on one server the counters' connections are there too */
+    census.clients_ok = (long)census.workers
+                        * (opt.threads + 2 + (topo ? 0 : opt.threads));
+    census.clients = leftover_clients_of(topo != NULL);
+}
+
+static int census_bad(void)
+{
+    return census.threads_max > census.threads_ok
+           || census.socks_max > census.socks_ok
+           || census.clients < 0 || census.clients > census.clients_ok;
+}
+
+static void print_census(void)
+{
+    printf("  %-40s %3d (allowed %d)\n", "threads added per worker, max",
+           census.threads_max, census.threads_ok);
+    printf("  %-40s %3d (allowed %d)\n", "sockets per worker at the end, max",
+           census.socks_max, census.socks_ok);
+    printf("  %-40s %3ld (allowed %ld, %d workers)\n",
+           "worker clients on the lock server", census.clients,
+           census.clients_ok, census.workers);
+}
 
 /* Tell the workers to stop and wait for them as long as a blocked call may
  * legitimately take; whoever is still there then is hung: killed, and its
@@ -658,7 +882,7 @@ static long leftover_keys(char *prefix)
 
     sleep_us((long)(WATCHDOG_MS + WAITER_MS + 500) * 1000);
     snprintf(pat, sizeof pat, "*%s*", prefix);
-    x = tu_cmd(&srv, "KEYS", pat, (char *)NULL);
+    x = lock_cmd("KEYS", pat, NULL);
     if (!x || x->type != REDIS_REPLY_ARRAY) {
         if (x)
             freeReplyObject(x);
@@ -674,16 +898,59 @@ static long leftover_keys(char *prefix)
     return n;
 }
 
-/* Clients connected besides the admin connection, once workers are gone. */
-static long leftover_clients(void)
+/* Clients in a CLIENT LIST text other than the one asking (cmd=client),
+ * the harness's own on the unix socket (addr=/...), a replica's or
+ * master's link (flags S, M) and the sentinels' (named sentinel-...):
+ * the workers connect over TCP. */
+static long count_clients(const char *list, int skip_unix)
 {
-    char *s = tu_cmd_str(&srv, "CLIENT", "LIST", (char *)NULL);
+    long n = 0;
+
+    for (const char *p = list; p && *p;) {
+        const char *e = strchr(p, '\n');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        char line[1024];
+        snprintf(line, sizeof line, "%.*s", (int)len, p);
+        if (len && !strstr(line, " cmd=client")
+            && !(skip_unix && strstr(line, " addr=/"))
+            && !strstr(line, " flags=S")
+            && !strstr(line, " flags=M") && !strstr(line, " name=sentinel-")) {
+            if (atomic_load(&A->stop) || opt.verbose)
+                printf("  client: %s\n", line);
+            n++;
+        }
+        p = e ? e + 1 : NULL;
+    }
+    return n;
+}
+
+/* Clients on the lock server (but the harness's own on its unix socket
+ * when skip_unix: on Sentinel, where no proxy is in between). */
+static long leftover_clients_of(int skip_unix)
+{
+    redisReply *x = lock_cmd("CLIENT", "LIST", NULL);
     long n = -1;
 
+    if (x && x->type == REDIS_REPLY_STRING)
+        n = count_clients(x->str, skip_unix);
+    if (x)
+        freeReplyObject(x);
+    return n;
+}
+
+/* Clients left once the workers are gone: on the lock server, and on
+ * Sentinel also the counters' server. */
+static long leftover_clients(void)
+{
+    long n = leftover_clients_of(topo != NULL);
+    char *s;
+
+    if (n < 0 || !topo)
+        return n;
+    s = tu_cmd_str(&srv, "CLIENT", "LIST", (char *)NULL);
     if (!s)
         return -1;
-    for (char *p = s; (p = strchr(p, '\n')) != NULL; p++)
-        n++;
+    n += count_clients(s, 0);
     free(s);
     return n;
 }
@@ -830,7 +1097,8 @@ static void print_faults_losses(const struct tc_history *h,
                h->lost[i].lock, rel_ms(h->lost[i].ns));
     printf("\n  %-30s %6s\n", "fault", "count");
     for (int k = 0; k < F_COUNT; k++)
-        printf("  %-30s %6lu\n", fault_label[k], fk[k]);
+        if (fault_enabled(k))
+            printf("  %-30s %6lu\n", fault_label[k], fk[k]);
     printf("  %-30s %6lu\n", "worker restarts", restarts);
     for (size_t i = 0; i < h->nrec; i++) {
         const struct tc_rec *r = &h->rec[i];
@@ -876,10 +1144,15 @@ static int parse(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--no-restart") == 0 || strcmp(a, "--sabotage") == 0
-            || strcmp(a, "--verbose") == 0) {
+            || strcmp(a, "--verbose") == 0 || strcmp(a, "--proxy") == 0
+            || strcmp(a, "--sentinel") == 0
+            || strcmp(a, "--strict-failover") == 0) {
             opt.restarts &= a[2] != 'n';
-            opt.sabotage |= a[2] == 's';
+            opt.sabotage |= strcmp(a, "--sabotage") == 0;
             opt.verbose |= a[2] == 'v';
+            opt.proxy |= a[2] == 'p';
+            opt.sentinel |= strcmp(a, "--sentinel") == 0;
+            opt.strict_failover |= strcmp(a, "--strict-failover") == 0;
             continue;
         }
         if (!v)
@@ -902,6 +1175,26 @@ static int parse(int argc, char **argv)
     return 0;
 }
 
+/* --sentinel: a master, one replica and three sentinels; the workers find
+ * the master through the sentinels, and replica sync stays on with its
+ * default wait (DISTLOCK_REPLICA_WAIT_MS unset). */
+static int setup_sentinel(void)
+{
+    static const char *const args[] = { "--enable-debug-command", "yes",
+                                        NULL };
+    tu_sentinel_opts so = { .data_args = args };
+
+    topo = tu_sentinel_start(1, 3, &so);
+    if (!topo)
+        return -1;
+    master = tu_sentinel_master(topo);
+    if (master < 0)
+        return -1;
+    setenv("DISTLOCK_URL", tu_sentinel_url(topo), 1);
+    unsetenv("DISTLOCK_REPLICA_WAIT_MS");
+    return 0;
+}
+
 /* The shared history, sized for the run: far more than workers of one
  * host manage per second, mapped lazily (MAP_NORESERVE). */
 static int setup(void)
@@ -910,7 +1203,7 @@ static int setup(void)
         "--appendonly", "yes", "--appendfsync", "always", NULL };
     tu_redis_opts o = { .args = args };
     unsigned long cap = (unsigned long)opt.secs * 50000UL + 100000UL;
-    char num[32];
+    char num[32], url[64];
 
     A = mmap(NULL, sizeof *A + cap * sizeof(struct tc_rec),
              PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS | MAP_NORESERVE,
@@ -930,13 +1223,25 @@ static int setup(void)
         snprintf(opt.ctr[l], sizeof opt.ctr[l], "torture:%d:ctr:%d",
                  (int)getpid(), l);
     }
-    setenv("DISTLOCK_URL", srv.url_tcp, 1);
     snprintf(num, sizeof num, "%lu", WATCHDOG_MS);
     setenv("DISTLOCK_WATCHDOG_MS", num, 1);
     snprintf(num, sizeof num, "%lu", TIMEOUT_MS);
     setenv("DISTLOCK_TIMEOUT_MS", num, 1);
     snprintf(num, sizeof num, "%lu", WAITER_MS);
     setenv("DISTLOCK_WAITER_MS", num, 1);
+    if (opt.sentinel)
+        return setup_sentinel();
+    if (opt.proxy) {
+        /* started before any worker is forked (tests/harness_proxy.h) */
+        proxy = tu_proxy_start(&srv);
+        if (!proxy)
+            return -1;
+        snprintf(num, sizeof num, "%d", tu_proxy_port(proxy));
+        snprintf(url, sizeof url, "redis://127.0.0.1:%s", num);
+        setenv("DISTLOCK_URL", url, 1);
+    } else {
+        setenv("DISTLOCK_URL", srv.url_tcp, 1);
+    }
     unsetenv("DISTLOCK_REPLICA_WAIT_MS");
     return 0;
 }
@@ -970,6 +1275,7 @@ static void fill_history(struct tc_history *h)
     /* a timed call may be inside one command when its deadline passes */
     h->slack_ns = (2 * TIMEOUT_MS + 250) * MS;
     h->hang_ns = (WATCHDOG_MS + WAITER_MS + 2 * TIMEOUT_MS + 1000) * MS;
+    h->replicas = topo != NULL;
 }
 
 static int judge(void)
@@ -1000,9 +1306,10 @@ static int judge(void)
                res.violations[k]);
     printf("  %-40s %6ld\n", "lock keys left after the run", keys);
     printf("  %-40s %6ld\n", "clients left after the run", clients);
+    print_census();
     printf("  %-40s %6lld %lld %lld\n", "counters (mutex fair rwlock)",
            h.counter[0], h.counter[1], h.counter[2]);
-    if (v < 0 || keys != 0 || clients != 0)
+    if (v < 0 || keys != 0 || clients != 0 || census_bad())
         return 2 - (v == 0);
     return v > 0;
 }
@@ -1015,7 +1322,7 @@ int main(int argc, char **argv)
     if (parse(argc, argv) != 0) {
         fprintf(stderr, "usage: distlock-torture [--secs N>=5] [--procs 1-16] "
                 "[--threads 1-16] [--seed S] [--no-restart] [--sabotage] "
-                "[--verbose]\n");
+                "[--verbose] [--proxy] [--sentinel [--strict-failover]]\n");
         return 2;
     }
     if (setup() != 0) {
@@ -1027,8 +1334,11 @@ int main(int argc, char **argv)
         bad = spawn(p) != 0;
     if (!bad)
         bad = nemesis(now_ns() + (uint64_t)opt.secs * 1000 * MS, &rs);
+    take_census();
     bad |= stop_workers();
     rc = judge();
+    tu_proxy_stop(proxy);
+    tu_sentinel_stop(topo);
     tu_redis_stop(&srv);
     if (bad)
         fprintf(stderr, "torture: the run itself failed (see above)\n");

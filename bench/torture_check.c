@@ -279,9 +279,9 @@ static void check_counter(struct ctx *c, unsigned lock)
     report(c, TC_V_COUNTER, NULL, NULL, what);
 }
 
-static int allowed(int op, int rc)
+static int allowed(const struct tc_history *h, int op, int rc)
 {
-    if (rc == 0 || rc == EIO)
+    if (rc == 0 || rc == EIO || (h->replicas && rc == ENOLINK))
         return 1;
     return (op == TC_OP_TRY && rc == EBUSY)
            || (op == TC_OP_TIMED && rc == ETIMEDOUT);
@@ -297,7 +297,7 @@ static void check_calls(struct ctx *c)
         const struct tc_rec *r = &h->rec[i];
         if (!r->ret_ns)
             continue;   /* never returned: the hang check's business */
-        if (!allowed(r->op, r->rc))
+        if (!allowed(h, r->op, r->rc))
             report(c, TC_V_ERRNO, r, NULL, "acquiring call");
         if (r->unlock_rc != -1 && r->unlock_rc != 0 && r->unlock_rc != EPERM
             && r->unlock_rc != EIO)

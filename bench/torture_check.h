@@ -95,6 +95,9 @@ struct tc_history {
                               return (command timeout + scheduling) */
     uint64_t hang_ns;      /* longest a blocked call may wait while the lock
                               is free and no fault is on */
+    /* The locks' master has replicas and replica sync is on: an acquire
+     * may also fail with DIST_ENOREPLICA (ENOLINK, distlock.h). */
+    int replicas;
 };
 
 enum tc_violation {

@@ -7,13 +7,16 @@
 #    with the Redisson interop suite (tests/interop: both Redisson lines,
 #    one server and a cluster) when java and mvn are there
 # 1b. build/ : make torture, a 60 s torture run with its history checker
-#    (bench/distlock-torture.c), DISTLOCK_TORTURE=1/0 forces it on/off;
-#    default on when CI is set; TORTURE_SECS changes its length
+#    (bench/distlock-torture.c) through the fault proxy, then a 30 s one on
+#    Sentinel with failovers; DISTLOCK_TORTURE=1/0 forces them on/off;
+#    default on when CI is set; TORTURE_SECS and TORTURE_SENTINEL_SECS
+#    change their lengths (TORTURE_TSAN_SECS: the 20 s one in stage 3)
 # 2. build-asan/ : the same, built with AddressSanitizer and UBSan
 #    (DISTLOCK_SANITIZE=1/0 forces it on/off; default on when CI is set);
 #    the interop suite with the current Redisson line only
 # 3. build-tsan/ : the same, built with ThreadSanitizer (clang; the shim
-#    left out), DISTLOCK_TSAN=1/0 forces it on/off; default on when CI is set;
+#    left out), and a 20 s torture run when 1b runs; DISTLOCK_TSAN=1/0
+#    forces it on/off; default on when CI is set;
 #    the interop suite with the current Redisson line only
 # 4. build-fuzz/ : when clang-14 is there (DISTLOCK_FUZZ=0 skips it), the
 #    fuzz targets of tests/fuzz/ built with libFuzzer, ASan and UBSan, each
@@ -103,14 +106,25 @@ check() {
 cd "$root"
 check check build
 # ---- torture run (issue 16) ----
-# In the normal build only: many workers under random faults for 60 s, the
-# history checked afterwards; a violation fails the stage.
+# Many workers under random faults, the history checked afterwards; a
+# violation fails the stage.  In the normal build: 60 s on one server with
+# the fault proxy in front of it, then 30 s on Sentinel with failovers
+# (TORTURE_SECS sets the first, TORTURE_SENTINEL_SECS the second, 0 skips
+# it); the ThreadSanitizer stage below runs a shorter one.
 if [[ $torture -eq 1 ]]; then
-    log "torture: make torture in build/ (${TORTURE_SECS:-60} s)"
+    log "torture: make torture in build/ (${TORTURE_SECS:-60} s, --proxy)"
     stage_t0=$SECONDS
     status=0
-    TORTURE_SECS=${TORTURE_SECS:-60} make -C build torture || status=$?
+    TORTURE_SECS=${TORTURE_SECS:-60} make -C build torture \
+        TORTURE_ARGS=--proxy || status=$?
     record torture "$status"
+    if [[ "${TORTURE_SENTINEL_SECS:-30}" != 0 ]]; then
+        log "torture-sentinel: ${TORTURE_SENTINEL_SECS:-30} s with failovers"
+        status=0
+        make -C build torture \
+            TORTURE_ARGS="--sentinel --secs ${TORTURE_SENTINEL_SECS:-30}" || status=$?
+        record torture-sentinel "$status"
+    fi
 else
     summary+=("torture: skipped (DISTLOCK_TORTURE=1 runs it)")
 fi
@@ -129,6 +143,17 @@ if [[ $tsan -eq 1 ]]; then
     DISTLOCK_DEPS_EXTRA="${DISTLOCK_DEPS_EXTRA:-} clang-14 libclang-rt-14-dev" \
         INTEROP_LINES=current check check-tsan build-tsan --enable-sanitizers=thread \
         --disable-preload CC=clang-14 CXX=clang++-14
+    if [[ $torture -eq 1 ]]; then
+        # the library's threads under TSan with many workers and faults; a
+        # report makes a worker exit non-zero, which fails the run
+        log "torture-tsan: make torture in build-tsan/ (${TORTURE_TSAN_SECS:-20} s)"
+        stage_t0=$SECONDS
+        status=0
+        TSAN_OPTIONS="die_after_fork=0 atexit_sleep_ms=0 ${TSAN_OPTIONS-}" \
+            make -C build-tsan torture \
+            TORTURE_ARGS="--secs ${TORTURE_TSAN_SECS:-20}" || status=$?
+        record torture-tsan "$status"
+    fi
 else
     summary+=("check-tsan: skipped (DISTLOCK_TSAN=1 runs it)")
 fi

@@ -256,6 +256,24 @@ static void test_calls(void **state)
     }
 }
 
+/* DIST_ENOREPLICA (ENOLINK) is documented only where replicas exist. */
+static void test_enoreplica(void **state)
+{
+    struct tc_rec rec[] = {
+        sect(1, 0, TC_EXCL, 0, 10, 1), sect(2, 0, TC_EXCL, 11, 20, 2),
+    };
+    struct tc_history h = hist(rec, 2);
+
+    (void)state;
+    h.counter[0] = 1;
+    rec[1].rc = ENOLINK;
+    rec[1].flags = 0;
+    assert_int_equal(run(&h).violations[TC_V_ERRNO], 1);
+    h.replicas = 1;
+    assert_int_equal(run(&h).violations[TC_V_ERRNO], 0);
+    assert_int_equal(run(&h).total, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -268,6 +286,7 @@ int main(void)
         cmocka_unit_test(test_lost_update),
         cmocka_unit_test(test_hang),
         cmocka_unit_test(test_calls),
+        cmocka_unit_test(test_enoreplica),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
