@@ -39,6 +39,10 @@ void dist__ms_to_ts(uint64_t mono_ms, struct timespec *ts);
  * can write `return dist__err(EIO, "...")`. */
 int dist__err(int code, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+/* A per-thread mark: the failure just met is one that trying again cannot
+ * mend (set by the link; see link.h).  take returns it and clears it. */
+void dist__hopeless_set(void);
+int dist__hopeless_take(void);
 int dist__cond_init_mono(pthread_cond_t *cv);
 void dist__call_lost_handler(const char *name);
 void dist__lost_handler_set(dist_lost_fn fn, void *arg);

@@ -304,16 +304,18 @@ static int try_once(struct dist__call *c)
  * runs out (dist__patience_ms), or the caller's deadline.  A try whose
  * outcome is unknown is handed to the renewal thread, and the next try
  * waits until it has been settled, so a failover in the middle of a try
- * does not end the wait. */
+ * does not end the wait.  A failure the link marked hopeless (a refused
+ * certificate, a wrong URL scheme) ends it at once. */
 static int try_patiently(struct dist__call *c, uint64_t deadline)
 {
     uint64_t give_up = 0, now;
     int rc, held;
 
     for (;;) {
+        dist__hopeless_take();
         rc = try_once(c);
-        if (rc != EIO)
-            return rc;
+        if (rc != EIO || dist__hopeless_take())
+            return rc;    /* a refused certificate stays refused: say so now */
         now = dist__now_ms();
         if (!give_up)
             give_up = now + dist__patience_ms();

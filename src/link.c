@@ -86,6 +86,14 @@ static int fail(struct dist__link *l, const char *fmt, ...)
     return DIST__ECONN;
 }
 
+/* A failure that trying again cannot mend: the thread is told so (see
+ * dist__hopeless_set), so that a lock call gives up at once. */
+static int hopeless(struct dist__link *l, const char *what)
+{
+    dist__hopeless_set();
+    return fail(l, "%s", what);
+}
+
 static int timed_out(struct dist__link *l)
 {
     if (l->own_timeout)
@@ -409,13 +417,18 @@ static int start_tls(struct dist__link *l, const struct dist__cfg *cfg,
 
     rc = dist__tls_open(cfg, &l->addr, l->fd, dist__link_deadline(l), &l->tls,
                         why, whylen);
+    if (rc == EPROTO)
+        dist__hopeless_set();
     if (rc)
-        return rc;
+        return EIO;
     l->x = &tls;
     if (!dist__tls_cert_asked(l->tls))
         return 0;
-    if (dist__link_cmd(l, 1, ping, NULL, &r) != 0)
+    if (dist__link_cmd(l, 1, ping, NULL, &r) != 0) {
+        if (dist__tls_cert_asked(l->tls))   /* refused, not just dropped */
+            dist__hopeless_set();
         return snprintf(why, whylen, "%.200s", l->err), EIO;
+    }
     freeReplyObject(r);      /* an error reply (NOAUTH) is an answer too */
     return 0;
 }
@@ -428,6 +441,7 @@ static int open_into(const struct dist__cfg *cfg, const struct dist__addr *a,
     char e[256];
 
     if (cfg->bad[0]) {
+        dist__hopeless_set();       /* the settings are wrong: say it now */
         snprintf(why, whylen, "%s", cfg->bad);
         return EIO;
     }
@@ -784,8 +798,8 @@ static int read_once(struct dist__link *l)
     if (n <= 0)
         return n < 0 ? (int)n : ev;
     if (tls_answer(l, l->in, n))
-        return fail(l, "plain text sent to a TLS port: the server answered "
-                    "in TLS (the URL wants rediss://)");
+        return hopeless(l, "plain text sent to a TLS port: the server "
+                        "answered in TLS (the URL wants rediss://)");
     l->got = 1;
     if (scan_bytes(l, l->in, (size_t)n) != 0)
         return DIST__ECONN;

@@ -13,9 +13,11 @@ struct dist__tls;
 
 /* The TLS handshake on fd (connected, non-blocking) with the server a
  * (its host is the name verified and sent as SNI unless the options name
- * another), by until (monotonic ms).  0 with *out (dist__tls_free), or EIO
- * with the reason in why: "certificate verify failed: ...", "host name
- * mismatch: ...", "TLS sent to a plain port: ...".  The options are cfg's;
+ * another), by until (monotonic ms).  0 with *out (dist__tls_free), or
+ * with the reason in why EIO (the connection failed: a restart may explain
+ * it) or EPROTO (trying again cannot help: "certificate verify failed:
+ * ...", "host name mismatch: ...", "TLS sent to a plain port: ...", a CA or
+ * client certificate file that cannot be used).  The options are cfg's;
  * one SSL_CTX serves every link of the same options. */
 int dist__tls_open(const struct dist__cfg *cfg, const struct dist__addr *a,
                    int fd, uint64_t until, struct dist__tls **out, char *why,
