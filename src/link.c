@@ -138,12 +138,40 @@ struct xport {
     void (*drop)(struct dist__link *l);
 };
 
+static int dial_tcp(const char *host, int port, uint64_t until, char *why,
+                    size_t whylen);
+
+/* Whether l's server answers TLS on a second connection: a TLS port
+ * resets a plain-text client (its alert lost with the reset).  Half a
+ * second at most: a plain server (behind a proxy that dropped us) may sit
+ * silent on a handshake, and then the failure stays one to try again. */
+static int speaks_tls(const struct dist__link *l)
+{
+    uint64_t until = dist__link_deadline(l), cap = dist__now_ms() + 500;
+    char e[128];
+    int fd, yes;
+
+    until = cap < until ? cap : until;
+    if (!l->addr.port ||
+        (fd = dial_tcp(l->addr.host, l->addr.port, until, e, sizeof e)) < 0)
+        return 0;
+    yes = dist__tls_speaks(fd, until);
+    close(fd);
+    return yes;
+}
+
 /* A server that resets or closes the connection before any reply may be a
- * TLS port that got plain text: say so, as a question. */
+ * TLS port that got plain text: a TLS handshake tells, and when it takes,
+ * trying again in plain text cannot help.  Else say it as a question. */
 static int closed(struct dist__link *l, const char *what)
 {
     if (l->got || l->tls)
         return fail(l, "%s", what);
+    if (speaks_tls(l)) {
+        dist__hopeless_set();
+        return fail(l, "plain text sent to a TLS port: %s answers TLS "
+                    "handshakes (the URL wants rediss://)", l->where);
+    }
     return fail(l, "%s before the first reply from %s (plain text sent to a "
                 "TLS port? a TLS server wants rediss://)", what, l->where);
 }

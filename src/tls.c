@@ -280,6 +280,55 @@ int dist__tls_open(const struct dist__cfg *cfg, const struct dist__addr *a,
     return 0;
 }
 
+/* One step of a handshake that checks nothing: 1 done, 0 to wait for *ev,
+ * -1 failed.  A failure that is an alert from the server counts as done:
+ * it answered in TLS all the same. */
+static int probe_step(SSL *ssl, short *ev)
+{
+    int rc, err;
+
+    ERR_clear_error();
+    if ((rc = SSL_connect(ssl)) == 1)
+        return 1;
+    err = SSL_get_error(ssl, rc);
+    if (err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE) {
+        *ev = err == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT;
+        return 0;
+    }
+    rc = err == SSL_ERROR_SSL &&
+         ERR_GET_REASON(ERR_peek_error()) >= SSL_AD_REASON_OFFSET;
+    ERR_clear_error();
+    return rc ? 1 : -1;
+}
+
+int dist__tls_speaks(int fd, uint64_t until)
+{
+    SSL_CTX *ctx;
+    SSL *ssl = NULL;
+    int rc = -1;
+
+    tls_init();
+    if ((ctx = SSL_CTX_new(TLS_client_method())) != NULL)
+        ssl = SSL_new(ctx);
+    SSL_CTX_free(ctx);          /* the session holds its own reference */
+    if (ssl && SSL_set_fd(ssl, fd) == 1) {
+        SSL_set_verify(ssl, SSL_VERIFY_NONE, NULL);
+        for (;;) {
+            struct pollfd p = { fd, 0, 0 };
+            uint64_t now = dist__now_ms();
+            if ((rc = probe_step(ssl, &p.events)) != 0 || now >= until)
+                break;
+            if (poll(&p, 1, until - now > INT_MAX ? INT_MAX
+                                                  : (int)(until - now)) < 0 &&
+                errno != EINTR)
+                break;
+        }
+    }
+    SSL_free(ssl);
+    ERR_clear_error();
+    return rc == 1;
+}
+
 void dist__tls_free(struct dist__tls *t)
 {
     if (!t)

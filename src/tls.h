@@ -22,6 +22,12 @@ struct dist__tls;
 int dist__tls_open(const struct dist__cfg *cfg, const struct dist__addr *a,
                    int fd, uint64_t until, struct dist__tls **out, char *why,
                    size_t whylen);
+/* Whether the server on fd (connected, non-blocking) answers a TLS
+ * handshake by until (monotonic ms): 1, or 0.  Nothing is verified and
+ * nothing sent after the handshake: this only tells a TLS port, which
+ * resets a plain-text client, from a server that fails for other reasons.
+ * fd stays the caller's. */
+int dist__tls_speaks(int fd, uint64_t until);
 /* Frees the session without a close_notify: closing sends nothing, so a
  * child of fork() can drop a link it inherited while the parent goes on
  * with the same TLS session. */
