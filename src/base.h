@@ -71,6 +71,8 @@ struct dist__addr {
 struct dist__tls_opts {
     int on;                       /* every server is reached over TLS */
     int insecure;                 /* no certificate checks (warned once) */
+    int insecure_said;            /* the URL said tls_insecure=0|1: it wins
+                                   * over DISTLOCK_TLS_INSECURE */
     char ca[256];                 /* CA file or directory; "": system store */
     char cert[256];               /* client certificate (mutual TLS) */
     char key[256];                /* its key; "": in the cert file */
