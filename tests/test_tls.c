@@ -846,6 +846,63 @@ static void test_tool(void **state)
     free(text);
 }
 
+/* ---- the LD_PRELOAD shim --------------------------------------------------- */
+
+/* preload_target (a program that knows nothing of distlock) under
+ * distlock-run with a configuration whose URL is TLS: "try global" on
+ * its g_global_lock; what it printed, malloc'd, and the exit status. */
+static char *shim_try(const char *name, int *st)
+{
+    const char *top = getenv("top_builddir");
+    char cfg[320], out[320], cmd[3000];
+
+    top = top && *top ? top : ".";
+    snprintf(cfg, sizeof cfg, "%s", file(0, "shim.ini"));
+    snprintf(out, sizeof out, "%s", file(1, "shim.out"));
+    snprintf(cmd, sizeof cmd,
+             "printf '[redis]\\nurl = rediss://127.0.0.1:%d?tls_ca=%s\\n"
+             "[mutex %s]\\nmatch = symbol g_global_lock\\n' > '%s' && "
+             /* a sanitizer build's shim needs its runtime loaded first */
+             "a=$(ldd '%s/.libs/libdistlock_preload.so' | awk '/libasan/{print $3}'); "
+             "if [ -n \"$a\" ]; then export LD_PRELOAD=$a "
+             "ASAN_OPTIONS=detect_leaks=0; fi; "
+             "DISTLOCK_PRELOAD_LIB='%s/.libs/libdistlock_preload.so' "
+             "'%s/tools/distlock-run' --config '%s' -- "
+             "'%s/tests/preload_target' try global > '%s' 2>&1",
+             srv.tls_port, file(2, "ca.crt"), name, cfg, top, top, top, cfg,
+             top, out);
+    *st = system(cmd);
+    return read_file(out);
+}
+
+/* The shim over TLS: a mutex the test holds is busy for the program, and
+ * free once let go, so the program's trylock went to Redis over TLS. */
+static void test_preload_shim(void **state)
+{
+    char name[200], *text;
+    dist_mutex_t m;
+    int st;
+
+    (void)state;
+    NAME(name, "shim");
+    use_tls(&srv);
+    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    text = shim_try(name, &st);
+    if (st != 0 || !text || !strstr(text, "rc 16"))
+        fail_msg("trylock under the shim of a held mutex: status %d, '%s'",
+                 st, text ? text : "");
+    free(text);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    text = shim_try(name, &st);
+    if (st != 0 || !text || !strstr(text, "rc 0"))
+        fail_msg("trylock under the shim of a free mutex: status %d, '%s'",
+                 st, text ? text : "");
+    free(text);
+    assert_int_equal(exists(name), 0);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -866,6 +923,7 @@ int main(void)
         cmocka_unit_test(test_tls_to_plain_port),
         cmocka_unit_test(test_insecure_warns_once),
         cmocka_unit_test(test_tool),
+        cmocka_unit_test(test_preload_shim),
         cmocka_unit_test(test_sentinel),
         cmocka_unit_test(test_cluster),
     };
