@@ -846,6 +846,47 @@ static void test_tool(void **state)
     free(text);
 }
 
+/* The tool's own flags: the URL from a file (a password stays out of
+ * argv), --tls-ca in place of DISTLOCK_TLS_CA, which it overrides, and
+ * not passed on to the command that `lock` runs. */
+static void test_tool_flags(void **state)
+{
+    const char *top = getenv("top_builddir");
+    char name[200], cmd[2000], out[320], urlf[320];
+    char *text;
+    FILE *f;
+    int st;
+
+    (void)state;
+    top = top && *top ? top : ".";
+    NAME(name, "toolflags");
+    snprintf(urlf, sizeof urlf, "%s", file(2, "url.txt"));
+    snprintf(out, sizeof out, "%s", file(3, "tool.out"));
+    assert_non_null(f = fopen(urlf, "w"));
+    fprintf(f, "rediss://127.0.0.1:%d\n", srv.tls_port);
+    assert_int_equal(fclose(f), 0);
+    snprintf(cmd, sizeof cmd, "env -u DISTLOCK_URL -u DISTLOCK_TLS_CA "
+             "'%s/tools/distlock' --url-file '%s' --tls-ca '%s' lock '%s' -- "
+             "sh -c 'echo \"inside ca=${DISTLOCK_TLS_CA-none}\"' > '%s' 2>&1",
+             top, urlf, file(0, "ca.crt"), name, out);
+    st = system(cmd);
+    text = read_file(out);
+    if (st != 0 || !text || !strstr(text, "inside ca=none"))
+        fail_msg("distlock --url-file --tls-ca lock: status %d, output '%s'",
+                 st, text ? text : "");
+    free(text);
+    snprintf(cmd, sizeof cmd, "DISTLOCK_TLS_CA='%s' '%s/tools/distlock' "
+             "--url-file '%s' status --tls-ca '%s' '%s' > '%s' 2>&1",
+             file(0, "ca.crt"), top, urlf, file(1, "ca2.crt"), name, out);
+    st = system(cmd);
+    text = read_file(out);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 3 || !text ||
+        !strstr(text, "certificate verify failed"))
+        fail_msg("distlock --tls-ca with the wrong CA: status %d, output '%s'",
+                 st, text ? text : "");
+    free(text);
+}
+
 /* ---- the LD_PRELOAD shim --------------------------------------------------- */
 
 /* preload_target (a program that knows nothing of distlock) under
@@ -923,6 +964,7 @@ int main(void)
         cmocka_unit_test(test_tls_to_plain_port),
         cmocka_unit_test(test_insecure_warns_once),
         cmocka_unit_test(test_tool),
+        cmocka_unit_test(test_tool_flags),
         cmocka_unit_test(test_preload_shim),
         cmocka_unit_test(test_sentinel),
         cmocka_unit_test(test_cluster),
