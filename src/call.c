@@ -314,15 +314,15 @@ static int try_patiently(struct dist__call *c, uint64_t deadline)
     for (;;) {
         dist__hopeless_take();
         rc = try_once(c);
-        if (rc != EIO || dist__hopeless_take())
-            return rc;    /* a refused certificate stays refused: say so now */
+        if (rc != EIO)
+            return rc;
         now = dist__now_ms();
         if (!give_up)
             give_up = now + dist__patience_ms();
         if (deadline && deadline < give_up)
             give_up = deadline;
-        if (now >= give_up)
-            return rc;
+        if (now >= give_up || dist__hopeless_take())
+            return rc;    /* a refused certificate stays refused: say so now */
         if (c->unknown) {
             note_unknown(c);
             c->unknown = 0;
