@@ -39,6 +39,10 @@ void dist__ms_to_ts(uint64_t mono_ms, struct timespec *ts);
  * can write `return dist__err(EIO, "...")`. */
 int dist__err(int code, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+/* A per-thread mark: the failure just met is one that trying again cannot
+ * mend (set by the link; see link.h).  take returns it and clears it. */
+void dist__hopeless_set(void);
+int dist__hopeless_take(void);
 int dist__cond_init_mono(pthread_cond_t *cv);
 void dist__call_lost_handler(const char *name);
 void dist__lost_handler_set(dist_lost_fn fn, void *arg);
@@ -67,6 +71,8 @@ struct dist__addr {
 struct dist__tls_opts {
     int on;                       /* every server is reached over TLS */
     int insecure;                 /* no certificate checks (warned once) */
+    int insecure_said;            /* the URL said tls_insecure=0|1: it wins
+                                   * over DISTLOCK_TLS_INSECURE */
     char ca[256];                 /* CA file or directory; "": system store */
     char cert[256];               /* client certificate (mutual TLS) */
     char key[256];                /* its key; "": in the cert file */

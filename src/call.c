@@ -314,13 +314,15 @@ static int try_once(struct dist__call *c)
  * runs out (dist__patience_ms), or the caller's deadline.  A try whose
  * outcome is unknown is handed to the renewal thread, and the next try
  * waits until it has been settled, so a failover in the middle of a try
- * does not end the wait. */
+ * does not end the wait.  A failure the link marked hopeless (a refused
+ * certificate, a wrong URL scheme) ends it at once. */
 static int try_patiently(struct dist__call *c, uint64_t deadline)
 {
     uint64_t give_up = 0, now;
     int rc, held;
 
     for (;;) {
+        dist__hopeless_take();
         rc = try_once(c);
         /* a server that answers what cannot be is no server that cannot
          * be reached for a moment: asking again only repeats it (and runs
@@ -332,8 +334,8 @@ static int try_patiently(struct dist__call *c, uint64_t deadline)
             give_up = now + dist__patience_ms();
         if (deadline && deadline < give_up)
             give_up = deadline;
-        if (now >= give_up)
-            return rc;
+        if (now >= give_up || dist__hopeless_take())
+            return rc;    /* a refused certificate stays refused: say so now */
         if (c->unknown) {
             note_unknown(c);
             c->unknown = 0;

@@ -138,6 +138,7 @@ static int parse_tls_opt(const char *p, size_t n, struct dist__tls_opts *t,
     if (n == 14 && (strncmp(p, "tls_insecure=1", 14) == 0 ||
                     strncmp(p, "tls_insecure=0", 14) == 0)) {
         t->insecure = p[13] == '1';
+        t->insecure_said = 1;
         return 0;
     }
     for (i = 0; i < sizeof paths / sizeof paths[0]; i++) {
@@ -478,7 +479,8 @@ static unsigned long env_ms(const char *var, unsigned long def,
     return v;
 }
 
-/* DISTLOCK_TLS_* for each TLS option the URL did not give. */
+/* DISTLOCK_TLS_* for each TLS option the URL did not give (tls_insecure=0
+ * included: a URL that asks for checks gets them). */
 static void tls_env(struct dist__tls_opts *t)
 {
     static const struct { const char *var; size_t off; } v[] = {
@@ -503,7 +505,7 @@ static void tls_env(struct dist__tls_opts *t)
             memcpy(field, s, strlen(s) + 1);
     }
     s = secure_getenv("DISTLOCK_TLS_INSECURE");
-    if (s && strcmp(s, "1") == 0)
+    if (s && strcmp(s, "1") == 0 && !t->insecure_said)
         t->insecure = 1;
 }
 

@@ -89,6 +89,14 @@ static int fail(struct dist__link *l, const char *fmt, ...)
     return DIST__ECONN;
 }
 
+/* A failure that trying again cannot mend: the thread is told so (see
+ * dist__hopeless_set), so that a lock call gives up at once. */
+static int hopeless(struct dist__link *l, const char *what)
+{
+    dist__hopeless_set();
+    return fail(l, "%s", what);
+}
+
 static int timed_out(struct dist__link *l)
 {
     if (l->own_timeout)
@@ -133,12 +141,40 @@ struct xport {
     void (*drop)(struct dist__link *l);
 };
 
+static int dial_tcp(const char *host, int port, uint64_t until, char *why,
+                    size_t whylen);
+
+/* Whether l's server answers TLS on a second connection: a TLS port
+ * resets a plain-text client (its alert lost with the reset).  Half a
+ * second at most: a plain server (behind a proxy that dropped us) may sit
+ * silent on a handshake, and then the failure stays one to try again. */
+static int speaks_tls(const struct dist__link *l)
+{
+    uint64_t until = dist__link_deadline(l), cap = dist__now_ms() + 500;
+    char e[128];
+    int fd, yes;
+
+    until = cap < until ? cap : until;
+    if (!l->addr.port ||
+        (fd = dial_tcp(l->addr.host, l->addr.port, until, e, sizeof e)) < 0)
+        return 0;
+    yes = dist__tls_speaks(fd, until);
+    close(fd);
+    return yes;
+}
+
 /* A server that resets or closes the connection before any reply may be a
- * TLS port that got plain text: say so, as a question. */
+ * TLS port that got plain text: a TLS handshake tells, and when it takes,
+ * trying again in plain text cannot help.  Else say it as a question. */
 static int closed(struct dist__link *l, const char *what)
 {
     if (l->got || l->tls)
         return fail(l, "%s", what);
+    if (speaks_tls(l)) {
+        dist__hopeless_set();
+        return fail(l, "plain text sent to a TLS port: %s answers TLS "
+                    "handshakes (the URL wants rediss://)", l->where);
+    }
     return fail(l, "%s before the first reply from %s (plain text sent to a "
                 "TLS port? a TLS server wants rediss://)", what, l->where);
 }
@@ -412,13 +448,18 @@ static int start_tls(struct dist__link *l, const struct dist__cfg *cfg,
 
     rc = dist__tls_open(cfg, &l->addr, l->fd, dist__link_deadline(l), &l->tls,
                         why, whylen);
+    if (rc == EPROTO)
+        dist__hopeless_set();
     if (rc)
-        return rc;
+        return EIO;
     l->x = &tls;
     if (!dist__tls_cert_asked(l->tls))
         return 0;
-    if (dist__link_cmd(l, 1, ping, NULL, &r) != 0)
+    if (dist__link_cmd(l, 1, ping, NULL, &r) != 0) {
+        if (dist__tls_cert_asked(l->tls))   /* refused, not just dropped */
+            dist__hopeless_set();
         return snprintf(why, whylen, "%.200s", l->err), EIO;
+    }
     freeReplyObject(r);      /* an error reply (NOAUTH) is an answer too */
     return 0;
 }
@@ -431,6 +472,7 @@ static int open_into(const struct dist__cfg *cfg, const struct dist__addr *a,
     char e[256];
 
     if (cfg->bad[0]) {
+        dist__hopeless_set();       /* the settings are wrong: say it now */
         snprintf(why, whylen, "%s", cfg->bad);
         return EIO;
     }
@@ -787,8 +829,8 @@ static int read_once(struct dist__link *l)
     if (n <= 0)
         return n < 0 ? (int)n : ev;
     if (tls_answer(l, l->in, n))
-        return fail(l, "plain text sent to a TLS port: the server answered "
-                    "in TLS (the URL wants rediss://)");
+        return hopeless(l, "plain text sent to a TLS port: the server "
+                        "answered in TLS (the URL wants rediss://)");
     l->got = 1;
     if (scan_bytes(l, l->in, (size_t)n) != 0)
         return DIST__ECONN;

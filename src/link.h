@@ -33,7 +33,10 @@ struct dist__script;
  * close-on-exec, then AUTH and SELECT as cfg says unless DIST__LINK_BARE.
  * 0 with *out (the caller closes it), or EIO/ENOMEM with *out NULL and the
  * reason ("cannot connect to Redis at host:port: ...", "AUTH refused: ...")
- * in why, or, when why is NULL, in the thread's last error. */
+ * in why, or, when why is NULL, in the thread's last error.  A failure
+ * that no retry can mend (a certificate refused, a TLS port that got plain
+ * text or a plain port TLS, settings that cannot work) also marks the
+ * thread (dist__hopeless_set), here or on a later command of the link. */
 int dist__link_open(const struct dist__cfg *cfg, const struct dist__addr *a,
                     unsigned long timeout_ms, int flags,
                     struct dist__link **out, char *why, size_t whylen);

@@ -81,7 +81,8 @@ static int load_ca(SSL_CTX *ctx, const char *ca)
     return SSL_CTX_load_verify_locations(ctx, ca, NULL);
 }
 
-/* A new SSL_CTX for o: 0, or EIO with why. */
+/* A new SSL_CTX for o: 0, or EIO with why (EPROTO: the options cannot
+ * work, a file that cannot be used). */
 static int ctx_build(const struct dist__tls_opts *o, SSL_CTX **out, char *why,
                      size_t whylen)
 {
@@ -106,13 +107,13 @@ static int ctx_build(const struct dist__tls_opts *o, SSL_CTX **out, char *why,
                  o->ca[0] ? "of " : "(the system's)", o->ca,
                  ssl_reason(r, sizeof r));
         SSL_CTX_free(ctx);
-        return EIO;
+        return EPROTO;
     }
     if (!o->cert[0] && o->key[0]) {
         snprintf(why, whylen, "TLS: a client key without its certificate "
                  "(DISTLOCK_TLS_CERT or tls_cert=)");
         SSL_CTX_free(ctx);
-        return EIO;
+        return EPROTO;
     }
     if (o->cert[0] &&
         (SSL_CTX_use_certificate_chain_file(ctx, o->cert) != 1 ||
@@ -121,13 +122,14 @@ static int ctx_build(const struct dist__tls_opts *o, SSL_CTX **out, char *why,
         snprintf(why, whylen, "TLS: cannot use the client certificate %s with "
                  "the key %s: %s", o->cert, key, ssl_reason(r, sizeof r));
         SSL_CTX_free(ctx);
-        return EIO;
+        return EPROTO;
     }
     *out = ctx;
     return 0;
 }
 
-/* A reference to the SSL_CTX for o (the caller frees it): 0, or EIO. */
+/* A reference to the SSL_CTX for o (the caller frees it): 0, or EIO or
+ * EPROTO (ctx_build). */
 static int ctx_get(const struct dist__tls_opts *o, SSL_CTX **out, char *why,
                    size_t whylen)
 {
@@ -173,13 +175,15 @@ static int set_name(SSL *ssl, const char *name)
     return 0;
 }
 
-/* Why a handshake failed (SSL_get_error said err), in words. */
-static void explain(struct dist__tls *t, int err, int sys, const char *name,
+/* Why a handshake failed (SSL_get_error said err), in words: EPROTO when
+ * trying again cannot help (a certificate refused, a server that does not
+ * speak TLS), else EIO (a connection dropped, which a restart explains). */
+static int explain(struct dist__tls *t, int err, int sys, const char *name,
                     char *why, size_t whylen)
 {
     long v = SSL_get_verify_result(t->ssl);
     unsigned long e = ERR_peek_error();
-    int reason = ERR_GET_REASON(e);
+    int reason = ERR_GET_REASON(e), rc = EPROTO;
     char r[160];
 
     if (err == SSL_ERROR_SSL && reason == SSL_R_CERTIFICATE_VERIFY_FAILED &&
@@ -200,15 +204,18 @@ static void explain(struct dist__tls *t, int err, int sys, const char *name,
         snprintf(why, whylen, "TLS sent to a plain port: the server's answer "
                  "is not TLS (is the URL's rediss:// meant to be redis://?)");
     else if (err == SSL_ERROR_SYSCALL && !e)
-        snprintf(why, whylen, "the server closed the connection during the TLS "
-                 "handshake%s%s", sys ? ": " : "", sys ? strerror(sys) : "");
+        rc = EIO, snprintf(why, whylen, "the server closed the connection "
+                           "during the TLS handshake%s%s", sys ? ": " : "",
+                           sys ? strerror(sys) : "");
     else
-        snprintf(why, whylen, "TLS handshake failed: %s",
-                 ssl_reason(r, sizeof r));
+        rc = EIO, snprintf(why, whylen, "TLS handshake failed: %s",
+                           ssl_reason(r, sizeof r));
     ERR_clear_error();
+    return rc;
 }
 
-/* The handshake proper, waiting by poll(2) until until: 0, or EIO. */
+/* The handshake proper, waiting by poll(2) until until: 0, or EIO or
+ * EPROTO (see explain). */
 static int handshake(struct dist__tls *t, int fd, const char *name,
                      uint64_t until, char *why, size_t whylen)
 {
@@ -222,10 +229,8 @@ static int handshake(struct dist__tls *t, int fd, const char *name,
         if ((rc = SSL_connect(t->ssl)) == 1)
             return 0;
         err = SSL_get_error(t->ssl, rc);
-        if (err != SSL_ERROR_WANT_READ && err != SSL_ERROR_WANT_WRITE) {
-            explain(t, err, errno, name, why, whylen);
-            return EIO;
-        }
+        if (err != SSL_ERROR_WANT_READ && err != SSL_ERROR_WANT_WRITE)
+            return explain(t, err, errno, name, why, whylen);
         p.events = err == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT;
         do {
             if ((now = dist__now_ms()) >= until) {
@@ -273,6 +278,55 @@ int dist__tls_open(const struct dist__cfg *cfg, const struct dist__addr *a,
     }
     *out = t;
     return 0;
+}
+
+/* One step of a handshake that checks nothing: 1 done, 0 to wait for *ev,
+ * -1 failed.  A failure that is an alert from the server counts as done:
+ * it answered in TLS all the same. */
+static int probe_step(SSL *ssl, short *ev)
+{
+    int rc, err;
+
+    ERR_clear_error();
+    if ((rc = SSL_connect(ssl)) == 1)
+        return 1;
+    err = SSL_get_error(ssl, rc);
+    if (err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE) {
+        *ev = err == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT;
+        return 0;
+    }
+    rc = err == SSL_ERROR_SSL &&
+         ERR_GET_REASON(ERR_peek_error()) >= SSL_AD_REASON_OFFSET;
+    ERR_clear_error();
+    return rc ? 1 : -1;
+}
+
+int dist__tls_speaks(int fd, uint64_t until)
+{
+    SSL_CTX *ctx;
+    SSL *ssl = NULL;
+    int rc = -1;
+
+    tls_init();
+    if ((ctx = SSL_CTX_new(TLS_client_method())) != NULL)
+        ssl = SSL_new(ctx);
+    SSL_CTX_free(ctx);          /* the session holds its own reference */
+    if (ssl && SSL_set_fd(ssl, fd) == 1) {
+        SSL_set_verify(ssl, SSL_VERIFY_NONE, NULL);
+        for (;;) {
+            struct pollfd p = { fd, 0, 0 };
+            uint64_t now = dist__now_ms();
+            if ((rc = probe_step(ssl, &p.events)) != 0 || now >= until)
+                break;
+            if (poll(&p, 1, until - now > INT_MAX ? INT_MAX
+                                                  : (int)(until - now)) < 0 &&
+                errno != EINTR)
+                break;
+        }
+    }
+    SSL_free(ssl);
+    ERR_clear_error();
+    return rc == 1;
 }
 
 void dist__tls_free(struct dist__tls *t)

@@ -13,13 +13,21 @@ struct dist__tls;
 
 /* The TLS handshake on fd (connected, non-blocking) with the server a
  * (its host is the name verified and sent as SNI unless the options name
- * another), by until (monotonic ms).  0 with *out (dist__tls_free), or EIO
- * with the reason in why: "certificate verify failed: ...", "host name
- * mismatch: ...", "TLS sent to a plain port: ...".  The options are cfg's;
+ * another), by until (monotonic ms).  0 with *out (dist__tls_free), or
+ * with the reason in why EIO (the connection failed: a restart may explain
+ * it) or EPROTO (trying again cannot help: "certificate verify failed:
+ * ...", "host name mismatch: ...", "TLS sent to a plain port: ...", a CA or
+ * client certificate file that cannot be used).  The options are cfg's;
  * one SSL_CTX serves every link of the same options. */
 int dist__tls_open(const struct dist__cfg *cfg, const struct dist__addr *a,
                    int fd, uint64_t until, struct dist__tls **out, char *why,
                    size_t whylen);
+/* Whether the server on fd (connected, non-blocking) answers a TLS
+ * handshake by until (monotonic ms): 1, or 0.  Nothing is verified and
+ * nothing sent after the handshake: this only tells a TLS port, which
+ * resets a plain-text client, from a server that fails for other reasons.
+ * fd stays the caller's. */
+int dist__tls_speaks(int fd, uint64_t until);
 /* Frees the session without a close_notify: closing sends nothing, so a
  * child of fork() can drop a link it inherited while the parent goes on
  * with the same TLS session. */

@@ -20,6 +20,24 @@ int dist__err(int code, const char *fmt, ...)
     return code;
 }
 
+/* Set when the calling thread met a failure that no retry can mend (a
+ * certificate refused, a server that speaks another protocol, options that
+ * cannot work): a caller that would try again for a while gives up at once. */
+static __thread int hopeless;
+
+void dist__hopeless_set(void)
+{
+    hopeless = 1;
+}
+
+int dist__hopeless_take(void)
+{
+    int was = hopeless;
+
+    hopeless = 0;
+    return was;
+}
+
 const char *dist_last_error(void)
 {
     DIST__KEEP_ERRNO;

@@ -239,6 +239,31 @@ static void test_tls_forms(void **state)
     parse_bad("rediss://127.0.0.1?tls_pass=x", "tls_ca=");
 }
 
+/* DISTLOCK_TLS_INSECURE=1 fills in for a URL that says nothing of it, and
+ * gives way to one that says tls_insecure=0, as every other option does. */
+static void test_tls_insecure_env(void **state)
+{
+    struct dist__cfg c;
+
+    (void)state;
+    assert_int_equal(setenv("DISTLOCK_TLS_INSECURE", "1", 1), 0);
+    assert_int_equal(dist_set_url("rediss://127.0.0.1:6380"), 0);
+    dist__cfg_get(&c);
+    assert_int_equal(c.tls.insecure, 1);
+    assert_int_equal(dist_set_url("rediss://127.0.0.1:6380?tls_insecure=0"), 0);
+    dist__cfg_get(&c);
+    assert_int_equal(c.tls.insecure, 0);
+    assert_int_equal(dist_set_url("rediss://127.0.0.1:6380?tls_insecure=1"), 0);
+    dist__cfg_get(&c);
+    assert_int_equal(c.tls.insecure, 1);
+    assert_int_equal(setenv("DISTLOCK_TLS_INSECURE", "0", 1), 0);
+    assert_int_equal(dist_set_url("rediss://127.0.0.1:6380"), 0);
+    dist__cfg_get(&c);
+    assert_int_equal(c.tls.insecure, 0);
+    assert_int_equal(unsetenv("DISTLOCK_TLS_INSECURE"), 0);
+    assert_int_equal(dist_set_url("redis://127.0.0.1:6390"), 0);
+}
+
 static void test_setters(void **state)
 {
     (void)state;
@@ -609,6 +634,7 @@ int main(void)
         cmocka_unit_test(test_unix_forms),
         cmocka_unit_test(test_refused),
         cmocka_unit_test(test_tls_forms),
+        cmocka_unit_test(test_tls_insecure_env),
         cmocka_unit_test(test_setters),
         cmocka_unit_test(test_derived_names),
         cmocka_unit_test(test_names_twin),

@@ -4,6 +4,7 @@
  * command takes.  main.c, above it, picks the command.
  */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -100,8 +101,45 @@ void warn_twin(const char *name)
     free(twin);
 }
 
+/* The --tls-* flags and the variables they stand for. */
+static const char *const tls_vars[5] = {
+    "DISTLOCK_TLS_CA", "DISTLOCK_TLS_CERT", "DISTLOCK_TLS_KEY",
+    "DISTLOCK_TLS_SERVER_NAME", "DISTLOCK_TLS_INSECURE",
+};
+static const char *const tls_flags[5] = {
+    "--tls-ca", "--tls-cert", "--tls-key", "--tls-server-name",
+    "--tls-insecure",
+};
+
+/* The --tls-* flags go where the library reads them, its DISTLOCK_TLS_*
+ * (so a URL's own tls_*= still wins), for as long as the settings are
+ * read (back): `lock`'s command gets the environment it was given. */
+static void tls_flags_env(int put, char **saved)
+{
+    size_t i;
+
+    for (i = 0; i < 5; i++) {
+        const char *old;
+        if (!opt.tls[i])
+            continue;
+        if (put) {
+            old = getenv(tls_vars[i]);
+            saved[i] = old ? strdup(old) : NULL;
+            setenv(tls_vars[i], opt.tls[i], 1);
+        } else if (saved[i]) {
+            setenv(tls_vars[i], saved[i], 1);
+            free(saved[i]);
+        } else {
+            unsetenv(tls_vars[i]);
+        }
+    }
+}
+
 void redis_setup(void)
 {
+    char *saved[5] = { NULL };
+
+    tls_flags_env(1, saved);
     if (opt.url) {
         struct dist__cfg tmp;
         char why[200];
@@ -111,6 +149,7 @@ void redis_setup(void)
             die(EX_USAGE, "--url: %s", dist_last_error());
     }
     dist__cfg_get(&rcfg);
+    tls_flags_env(0, saved);
     if (rcfg.bad[0])
         die(EX_USAGE, "%s", rcfg.bad);
 }
@@ -149,11 +188,51 @@ void addr_text(char *buf, size_t len, const struct dist__addr *a)
 /* Options                                                                  */
 /* ------------------------------------------------------------------------ */
 
+/* The URL in the first line of file: a password in it stays out of argv
+ * (and so out of ps(1)); DISTLOCK_URL does the same.  Exits 2 when it
+ * cannot be read; the text itself is never shown. */
+static const char *url_from_file(const char *file)
+{
+    FILE *f = fopen(file, "r");
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n;
+
+    if (!f)
+        die(EX_USAGE, "--url-file %s: %s", file, strerror(errno));
+    n = getline(&line, &cap, f);
+    fclose(f);
+    while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
+        line[--n] = 0;
+    if (n <= 0)
+        die(EX_USAGE, "--url-file %s: no URL on its first line", file);
+    return line;             /* kept for the process's life */
+}
+
+/* --tls-* (a value) and --tls-insecure (none): 1 when argv[*i] was one. */
+static int tls_opt(int argc, char **argv, int *i)
+{
+    const char *v;
+    size_t k;
+
+    if (strcmp(argv[*i], "--tls-insecure") == 0) {
+        opt.tls[4] = "1";
+        return 1;
+    }
+    for (k = 0; k < 4; k++)
+        if ((v = opt_value(argc, argv, i, tls_flags[k])) != NULL) {
+            opt.tls[k] = v;
+            return 1;
+        }
+    return 0;
+}
+
 /* Options every command takes.  Returns 1 when argv[*i] was one (and moves
  * *i past its value), 0 otherwise. */
 int common_opt(int argc, char **argv, int *i)
 {
     const char *a = argv[*i];
+    const char *v;
 
     if (strcmp(a, "--json") == 0) {
         opt.json = 1;
@@ -169,6 +248,12 @@ int common_opt(int argc, char **argv, int *i)
         opt.url = a + 6;
         return 1;
     }
+    if ((v = opt_value(argc, argv, i, "--url-file")) != NULL) {
+        opt.url = url_from_file(v);
+        return 1;
+    }
+    if (tls_opt(argc, argv, i))
+        return 1;
     if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
         fputs(cur_usage, stdout);
         exit(0);

@@ -27,7 +27,8 @@
 /* ------------------------------------------------------------------------ */
 
 static const char usage_main[] =
-"Usage: distlock [--url URL] [--json] COMMAND [ARGS]\n"
+"Usage: distlock [--url URL | --url-file FILE] [--tls-...] [--json] COMMAND\n"
+"       [ARGS]\n"
 "See, wait for and force distlock (and Redisson) locks in Redis.\n"
 "\n"
 "Commands:\n"
@@ -47,6 +48,10 @@ static const char usage_main[] =
 "               rediss://, rediss-sentinel://, rediss-cluster:// for TLS, with\n"
 "               ?tls_ca=, tls_cert=, tls_key=, tls_server_name=, tls_insecure=1\n"
 "               or $DISTLOCK_TLS_CA, _CERT, _KEY, _SERVER_NAME, _INSECURE\n"
+"  --url-file FILE  the URL from the first line of FILE: with a password,\n"
+"               use it or $DISTLOCK_URL, not --url, which ps(1) shows to all\n"
+"  --tls-ca FILE|DIR, --tls-cert FILE, --tls-key FILE, --tls-server-name NAME,\n"
+"  --tls-insecure   as $DISTLOCK_TLS_CA, ... (a URL's own tls_*= wins)\n"
 "  --json       one JSON object per line instead of text\n"
 "  -h, --help   help; 'distlock COMMAND --help' for a command\n"
 "  --version    the version\n"

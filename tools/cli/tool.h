@@ -29,6 +29,7 @@
 extern struct tool_opt {
     int json;
     const char *url;
+    const char *tls[5];    /* --tls-ca, -cert, -key, -server-name, -insecure */
 } opt;
 extern struct dist__cfg rcfg;      /* the settings, once redis_setup ran */
 extern const char *cur_cmd;        /* for "Try 'distlock CMD --help'" */
@@ -57,7 +58,8 @@ const char *name_args(int argc, char **argv, extra_opt_fn extra, void *arg);
 /* On stderr, when the lock whose derived keys are all NAME's ("{q}" for
  * "q", and back) is held: the two block each other (names.h). */
 void warn_twin(const char *name);
-/* Reads the settings (--url, DISTLOCK_URL); exit 2 when they are bad. */
+/* Reads the settings (--url or --url-file, DISTLOCK_URL, the --tls-*
+ * flags and DISTLOCK_TLS_*); exit 2 when they are bad. */
 void redis_setup(void);
 /* Why the last call to Redis failed: never empty. */
 const char *redis_why(void);
