@@ -205,6 +205,14 @@ size_t obj_live(const struct obj *o, int which)
     return n;
 }
 
+size_t obj_entries(const struct obj *o, int kind)
+{
+    const redisReply *z = o->e->element[kind == OBJ_COND ? R_CWAIT
+                                        : kind == OBJ_SEM ? R_SHOLDS : R_BMEMBERS];
+
+    return z->type == REDIS_REPLY_ARRAY ? z->elements / 2 : 0;
+}
+
 void obj_sem_counts(const struct obj *o, long long *free_, long long *held)
 {
     const redisReply *h = o->e->element[R_SHOLDS];
