@@ -284,32 +284,44 @@ static int kind_found(const struct obj *o)
     return found ? found : -1;
 }
 
+/* The object of kind (OBJ_NONE: whichever exists) under name when there
+ * is one to show: 1 (printed), else 0. */
+static int status_obj(const char *name, int kind)
+{
+    struct obj o;
+
+    obj_take(name, strlen(name), &o);
+    if (kind == OBJ_NONE)
+        kind = kind_found(&o);
+    if (kind != -1) {
+        if (opt.json)
+            obj_json(&o, kind);
+        else
+            obj_human(&o, kind);
+    }
+    obj_free(&o);
+    return kind != -1;
+}
+
 int cmd_status(int argc, char **argv)
 {
     int kind = OBJ_NONE;
     const char *name = name_args(argc, argv, kind_opt, &kind);
     struct snap s;
-    struct obj o;
 
     redis_setup();
     /* the whole command within the command timeout, however slowly a
      * server answers (reconnects and every read included) */
     dist__link_limit(dist__now_ms() + rcfg.timeout_ms);
-    if (kind != -1) {
-        obj_take(name, strlen(name), &o);
-        if (kind == OBJ_NONE)
-            kind = kind_found(&o);
-        if (kind != -1) {
-            if (opt.json)
-                obj_json(&o, kind);
-            else
-                obj_human(&o, kind);
-            obj_free(&o);
-            return 0;
-        }
-        obj_free(&o);
-    }
+    if (kind > OBJ_NONE)
+        return !status_obj(name, kind);
+    /* the lock's own picture first: its reads are checked one by one, and
+     * a server that answers them wrongly is named for what it got wrong */
     snap_take(name, strlen(name), &s);
+    if (kind == OBJ_NONE && status_obj(name, OBJ_NONE)) {
+        snap_free(&s);
+        return 0;
+    }
     warn_twin(name);
     if (opt.json)
         status_json(&s);
