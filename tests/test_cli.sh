@@ -568,6 +568,104 @@ check "watch --json" json_ok "$tmp/watchj" \
     "l[0]['event'] == 'state' and {'acquired', 'released', 'queued', 'expired'} <= {x['event'] for x in l}"
 
 
+# ---- conditions, semaphores and barriers ----------------------------------
+# Real participants (tests/cli_objs) with a short liveness window, so that a
+# killed one's deadline passes quickly; nothing here signals or posts, so
+# what the tool shows stays put while it is checked.
+O="$(cd "${top_builddir:-.}" && pwd)/tests/cli_objs"
+ocn="$pfx-cond" osn="$pfx-sem" obn="$pfx-bar" orn="$pfx-rsem"
+export DISTLOCK_WAITER_MS=300
+spawn "$O" cond "$ocn" "$pfx-cm" >"$tmp/c1"
+c1=$spawned
+wait_for 10 eval '[[ $(rcli zcard "distlock_cond_waiters:{$ocn}") == 1 ]]'
+spawn "$O" cond "$ocn" "$pfx-cm" >"$tmp/c2"
+wait_for 10 eval '[[ $(rcli zcard "distlock_cond_waiters:{$ocn}") == 2 ]]'
+kill -KILL "$c1"
+# the dead waiter's deadline passes within its window; it stays listed
+# (dropped by the next signal)
+cond_dead() { "$D" --json status "$ocn" | grep -q '"live":false'; }
+wait_for 10 cond_dead
+run "$D" --json status "$ocn"
+check "status of a condition (--json): one live waiter, one dead" json_ok "$out" \
+    "l[0]['kind'] == 'cond' and sorted(w['live'] for w in l[0]['waiters']) == [False, True] and l[0]['live'] == 1 and l[0]['queued'] == 2" || show
+run "$D" status "$ocn"
+check "status of a condition: waiters live and not live" \
+    eval '[[ $rc -eq 0 ]] && has "condition variable" "$out" &&
+          has "waiters:  2 (1 live)" "$out" && has ", not live" "$out" &&
+          has ", live, window" "$out"' || show
+unset DISTLOCK_WAITER_MS
+
+spawn "$O" sem "$osn" 5 2 >"$tmp/s1"
+wait_for 10 eval 'grep -q held "$tmp/s1"'
+run "$D" --json status "$osn"
+check "status of a semaphore (--json): free, held, holder with its lease" \
+    json_ok "$out" "l[0]['kind'] == 'sem' and l[0]['free'] == 3 and l[0]['held'] == 2 and l[0]['total'] == 5 and l[0]['holders'][0]['permits'] == 2 and l[0]['holders'][0]['lease_ms'] > 0" || show
+run "$D" status "$osn"
+check "status of a semaphore" \
+    eval '[[ $rc -eq 0 ]] && has "3 free, 2 held (total 5)" "$out" &&
+          has "2 permits, lease .* left" "$out"' || show
+run "$D" sem-set "$osn" 1
+check "sem-set: free := 1, the holder's permits stay held" \
+    eval '[[ $rc -eq 0 ]] && has "1 free permit" "$out" &&
+          [[ $(rcli hget "distlock_sem:{$osn}" free) == 1 ]] &&
+          [[ $(rcli hget "distlock_sem_holds:{$osn}" $(rcli hkeys "distlock_sem_holds:{$osn}")) == 2 ]]' || show
+for bad in -1 abc 2147483648 ""; do
+    run "$D" sem-set "$osn" "$bad"
+    check "sem-set refuses N '$bad' (exit 2), changes nothing" \
+        eval '[[ $rc -eq 2 ]] && [[ $(rcli hget "distlock_sem:{$osn}" free) == 1 ]]' || show
+done
+run "$D" --json sem-set --redisson "$orn" 4
+check "sem-set --redisson: RSemaphore's count" json_ok "$out" \
+    "l[0]['kind'] == 'rsem' and l[0]['free'] == 4" || show
+check "sem-set --redisson: the count at NAME" test "$(rcli get "$orn")" = 4
+run "$D" status "$orn"
+check "status of a Redisson semaphore" \
+    eval '[[ $rc -eq 0 ]] && has "semaphore (Redisson)" "$out" && has "permits:  4" "$out"' || show
+run "$D" --json status "$orn"
+check "status of a Redisson semaphore (--json)" json_ok "$out" \
+    "l[0]['kind'] == 'rsem' and l[0]['permits'] == 4" || show
+
+export DISTLOCK_WAITER_MS=300
+spawn "$O" barrier "$obn" 3 >"$tmp/b1"
+wait_for 10 eval '[[ $(rcli hget "distlock_barrier:{$obn}" arrived) == 1 ]]'
+spawn "$O" barrier "$obn" 3 >"$tmp/b2"
+b2=$spawned
+wait_for 10 eval '[[ $(rcli hget "distlock_barrier:{$obn}" arrived) == 2 ]]'
+run "$D" --json status "$obn"
+check "status of a barrier mid-round (--json)" json_ok "$out" \
+    "l[0]['kind'] == 'barrier' and l[0]['arrived'] == 2 and l[0]['count'] == 3 and l[0]['round'] == 0 and not l[0]['broken'] and len(l[0]['members']) == 2" || show
+kill -KILL "$b2"
+wait_for 10 eval 'grep -q EOWNERDEAD "$tmp/b1"'
+check "barrier: the member left gets EOWNERDEAD" has EOWNERDEAD "$tmp/b1"
+unset DISTLOCK_WAITER_MS
+run "$D" --json status "$obn"
+check "status of a broken barrier (--json)" json_ok "$out" \
+    "l[0]['broken'] and l[0]['broken_round'] == 0 and l[0]['round'] == 1 and l[0]['arrived'] == 0 and [m['live'] for m in l[0]['members']] == [True]" || show
+run "$D" status "$obn"
+check "status of a broken barrier" \
+    eval '[[ $rc -eq 0 ]] && has "arrived:  0/3" "$out" && has "round:    1" "$out" &&
+          has "broken:   round 0" "$out" && has "member: .*, live" "$out"' || show
+
+run "$D" list "$pfx-*"
+check "list shows the condition, semaphore and barrier with their kinds" \
+    eval '[[ $rc -eq 0 ]] && has "^$ocn  *cond  *1 live" "$out" &&
+          has "^$osn  *sem  *1 free" "$out" && has "^$obn  *barrier  *broken" "$out" &&
+          ! has "$orn" "$out" && ! has "distlock_" "$out"' || show
+run "$D" --json list "$pfx-*"
+check "list --json: their kinds" json_ok "$out" \
+    "sorted(x['kind'] for x in l if x['kind'] in ('barrier', 'cond', 'sem', 'rsem')) == ['barrier', 'cond', 'sem'] and [x['broken'] for x in l if x['kind'] == 'barrier'] == [True]" || show
+rcli hset "distlock_barrier:{$osn}" count 2 >/dev/null
+run "$D" status "$osn"
+check "status: two kinds under one name: exit 2, asks for --kind" \
+    eval '[[ $rc -eq 2 ]] && has "choose one with --kind" "$err"' || show
+run "$D" status --kind sem "$osn"
+check "status --kind sem picks the semaphore" \
+    eval '[[ $rc -eq 0 ]] && has "semaphore (leased)" "$out"' || show
+run "$D" status --kind bogus "$osn"
+check "status --kind bogus: exit 2" test $rc -eq 2
+rcli del "distlock_barrier:{$osn}" >/dev/null
+
+
 # ---- servers of our own for Redis Cluster and Sentinel ----------------------
 # As scripts/with-redis.sh does: a random loopback port that is free, and
 # (for a cluster bus) whose port+10000 is free too, a private directory,
@@ -708,6 +806,23 @@ if [[ $cluster_up -eq 1 ]]; then
             [[ $(redis-cli -p "${co[i]}" EXISTS "${cn[i]}") == 0 ]] && good=$((good + 1))
     done
     check "cluster: unlock --force on each master" test $good -eq 3 || show
+
+    # a semaphore on each master (named with each lock's tag), set and read
+    # through the route
+    good=0
+    for i in 0 1 2; do
+        run "${DC[@]}" sem-set "{${cn[i]}}:s" $((i + 2))
+        [[ $rc -eq 0 ]] &&
+            [[ $(redis-cli -p "${co[i]}" HGET "distlock_sem:{${cn[i]}}:s" free) == $((i + 2)) ]] &&
+            good=$((good + 1))
+        run "${DC[@]}" --json status "{${cn[i]}}:s"
+        json_ok "$out" "l[0]['kind'] == 'sem' and l[0]['free'] == $((i + 2))" &&
+            good=$((good + 1))
+    done
+    check "cluster: sem-set and status of a semaphore on each master" test $good -eq 6 || show
+    run "${DC[@]}" --json list "{$pfx-c*"
+    check "cluster: list --json shows the semaphores of every master" json_ok "$out" \
+        "sorted(x['free'] for x in l if x['kind'] == 'sem') == [2, 3, 4]" || show
 
     # (the token counter was set to 11 above)
     run "${DC[@]}" lock "${cn[1]}" -- sh -c 'echo "token=$DISTLOCK_TOKEN"'

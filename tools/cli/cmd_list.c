@@ -45,7 +45,7 @@ static int derived_key(const char *k, size_t n)
         if (n >= pl && memcmp(k, prefix[i], pl) == 0)
             return 1;
     }
-    return memmem(k, n, ":rwlock_timeout:", 16) != NULL;
+    return obj_key(k, n) || memmem(k, n, ":rwlock_timeout:", 16) != NULL;
 }
 
 /* One command on l; exit 3 when the link fails. */
@@ -274,7 +274,7 @@ static void list_server(struct dist__link *l, const struct key *keys,
 
 /* Scans one master (a link confirmed as the master) for pattern. */
 static void list_master(const struct dist__addr *a, const char *pattern,
-                        struct rows *rows)
+                        struct rows *rows, struct objs *os)
 {
     struct dist__link *l;
     struct key *keys = NULL;
@@ -285,6 +285,7 @@ static void list_master(const struct dist__addr *a, const char *pattern,
     scan_keys(l, pattern, &keys, &nkeys);
     nkeys = keys_unique(keys, nkeys);
     list_server(l, keys, nkeys, rows);
+    objs_scan(l, pattern, os);
     for (i = 0; i < nkeys; i++)
         free(keys[i].p);
     free(keys);
@@ -352,13 +353,17 @@ static void print_row(struct sb *b, const struct snap *s, size_t width,
     sb_printf(b, "%-9s  %7zu  %7zu", tmp, s->nh, waiting);
 }
 
-static void print_rows(struct rows *rows, const char *pattern)
+static void print_rows(struct rows *rows, struct objs *os,
+                       const char *pattern)
 {
-    size_t i, width = 4;
+    size_t i, width = 4, shown;
 
     for (i = 0; i < rows->n; i++)
         if (L(rows->s[i].names->name) > width)
             width = L(rows->s[i].names->name);
+    for (i = 0; i < os->n; i++)
+        if (os->v[i].len > width)
+            width = os->v[i].len;
     if (width > 48)
         width = 48;
     for (i = 0; i < rows->n; i++) {
@@ -368,7 +373,8 @@ static void print_rows(struct rows *rows, const char *pattern)
         sb_free(&b);
         snap_free(&rows->s[i]);
     }
-    if (rows->n == 0 && !opt.json)
+    shown = objs_print(os, width, rows->n == 0);
+    if (rows->n == 0 && shown == 0 && !opt.json)
         printf("no locks%s%s\n", strcmp(pattern, "*") ? " match " : "",
                strcmp(pattern, "*") ? pattern : "");
 }
@@ -378,6 +384,7 @@ int cmd_list(int argc, char **argv)
     const char *pattern = operand_args(argc, argv, NULL, NULL);
     struct dist__addr masters[MAX_MASTERS];
     struct rows rows = { NULL, 0 };
+    struct objs os = { NULL, 0 };
     int m, nmasters;
 
     if (!pattern)
@@ -388,9 +395,9 @@ int cmd_list(int argc, char **argv)
     if (nmasters < 0)
         die(EX_REDIS, "%s", redis_why());
     for (m = 0; m < nmasters; m++)
-        list_master(&masters[m], pattern, &rows);
+        list_master(&masters[m], pattern, &rows, &os);
     rows_unique(&rows);
-    print_rows(&rows, pattern);
+    print_rows(&rows, &os, pattern);
     free(rows.s);
     return 0;
 }

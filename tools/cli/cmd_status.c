@@ -247,16 +247,81 @@ void holders_text(struct sb *b, const struct snap *s)
     }
 }
 
+/* --kind K: "lock" (-1) or a kind of objs.c. */
+static int kind_opt(int argc, char **argv, int *i, void *arg)
+{
+    const char *v = opt_value(argc, argv, i, "--kind");
+    int *kind = arg;
+
+    if (!v)
+        return 0;
+    if (strcmp(v, "lock") == 0)
+        *kind = -1;
+    else if ((*kind = obj_kind_of(v)) == OBJ_NONE)
+        usage_error("--kind: '%s' is not lock, cond, sem, rsem or barrier", v);
+    return 1;
+}
+
+/* The kind to show when none was asked for: the only one with keys under
+ * name; a lock when there is none (a free lock has no key); exit 2 when
+ * several kinds have keys there. */
+static int kind_found(const struct obj *o)
+{
+    int k, found = o->lock ? -1 : 0, n = o->lock;
+
+    for (k = OBJ_COND; k <= OBJ_BARRIER; k++)
+        if (o->present & (1 << k)) {
+            found = k;
+            n++;
+        }
+    if (n > 1)
+        usage_error("several kinds exist under '%s' (%s%s%s%s%s): choose one "
+                    "with --kind", B(o->names->name), o->lock ? "lock " : "",
+                    o->present & (1 << OBJ_COND) ? "cond " : "",
+                    o->present & (1 << OBJ_SEM) ? "sem " : "",
+                    o->present & (1 << OBJ_RSEM) ? "rsem " : "",
+                    o->present & (1 << OBJ_BARRIER) ? "barrier" : "");
+    return found ? found : -1;
+}
+
+/* The object of kind (OBJ_NONE: whichever exists) under name when there
+ * is one to show: 1 (printed), else 0. */
+static int status_obj(const char *name, int kind)
+{
+    struct obj o;
+
+    obj_take(name, strlen(name), &o);
+    if (kind == OBJ_NONE)
+        kind = kind_found(&o);
+    if (kind != -1) {
+        if (opt.json)
+            obj_json(&o, kind);
+        else
+            obj_human(&o, kind);
+    }
+    obj_free(&o);
+    return kind != -1;
+}
+
 int cmd_status(int argc, char **argv)
 {
-    const char *name = name_args(argc, argv, NULL, NULL);
+    int kind = OBJ_NONE;
+    const char *name = name_args(argc, argv, kind_opt, &kind);
     struct snap s;
 
     redis_setup();
     /* the whole command within the command timeout, however slowly a
      * server answers (reconnects and every read included) */
     dist__link_limit(dist__now_ms() + rcfg.timeout_ms);
+    if (kind > OBJ_NONE)
+        return !status_obj(name, kind);
+    /* the lock's own picture first: its reads are checked one by one, and
+     * a server that answers them wrongly is named for what it got wrong */
     snap_take(name, strlen(name), &s);
+    if (kind == OBJ_NONE && status_obj(name, OBJ_NONE)) {
+        snap_free(&s);
+        return 0;
+    }
     warn_twin(name);
     if (opt.json)
         status_json(&s);

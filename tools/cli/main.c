@@ -6,6 +6,7 @@
  *   distlock lock NAME -- CMD...    run CMD while holding the lock (flock(1))
  *   distlock unlock --force NAME    remove a lock whatever its holder
  *   distlock watch NAME             one line per change until interrupted
+ *   distlock sem-set NAME N         set a semaphore's free permits
  *
  * Exit codes: 0 success, 1 busy / timed out / declined, 2 usage error,
  * 3 Redis error; `lock` returns the command's own status.
@@ -32,11 +33,13 @@ static const char usage_main[] =
 "See, wait for and force distlock (and Redisson) locks in Redis.\n"
 "\n"
 "Commands:\n"
-"  status NAME                   kind, state, holders, lease, queue, token\n"
+"  status [--kind K] NAME        kind, state, holders, lease, queue, token;\n"
+"                                a condition, semaphore or barrier's picture\n"
 "  list [PATTERN]                the locks that exist now (SCAN MATCH PATTERN)\n"
 "  lock NAME [OPTIONS] -- CMD... run CMD while holding the lock\n"
 "  unlock --force [--yes] NAME   remove a lock whatever its holder\n"
 "  watch NAME                    print each change until interrupted\n"
+"  sem-set [--redisson] NAME N   set semaphore NAME's free permits to N\n"
 "  help [COMMAND]                this text, or a command's\n"
 "\n"
 "Options (before or after the command):\n"
@@ -60,13 +63,25 @@ static const char usage_main[] =
 "3 Redis error; 'lock' exits with the command's status.\n";
 
 static const char usage_status[] =
-"Usage: distlock status NAME\n"
+"Usage: distlock status [--kind lock|cond|sem|rsem|barrier] NAME\n"
 "Show lock NAME: its kind (mutex, fair mutex, rwlock, or unknown when the\n"
 "key is something else), its state (free, held, read-held, write-held),\n"
 "each holder (client id, thread number, hold counts), the remaining lease,\n"
 "a fair mutex's queue in order with each waiter's remaining window, the\n"
 "writers waiting on a writer-preferring rwlock, and the last fencing token.\n"
-"Reads only; one MULTI/EXEC, so the picture is consistent.\n";
+"Reads only; one MULTI/EXEC, so the picture is consistent.\n"
+"\n"
+"NAME may also be a condition variable (cond: its waiters, each live or not\n"
+"by its liveness deadline, and which are signalled), a leased semaphore\n"
+"(sem: free and held permits, each holder with its lease left), a\n"
+"Redisson-mode semaphore (rsem: the count, an integer string at NAME) or a\n"
+"barrier (barrier: arrived/count, round, whether the last round was broken\n"
+"by a dead member, each member live or not).  Without --kind the kind is\n"
+"the one whose keys exist under NAME (distlock_cond_waiters:{NAME},\n"
+"distlock_cond_queue:{NAME}, distlock_cond_signalled:{NAME};\n"
+"distlock_sem:{NAME}; NAME holding an integer; distlock_barrier:{NAME});\n"
+"a lock when none does; a usage error when several do.  --kind K shows\n"
+"kind K whatever exists.\n";
 
 static const char usage_list[] =
 "Usage: distlock list [PATTERN]\n"
@@ -76,7 +91,12 @@ static const char usage_list[] =
 "merges what they hold.  Uses SCAN, never KEYS; a key counts as a lock\n"
 "when it is a hash whose fields are owners ('<uuid>:<thread>', ':write'\n"
 "suffixes and a 'mode' field for an rwlock).  A free lock has no key, so it\n"
-"is not listed.\n";
+"is not listed.\n"
+"Condition variables with waiters, leased semaphores and barriers whose keys\n"
+"exist are listed too, with their kind (cond, sem, barrier), after the\n"
+"locks; PATTERN is matched against their names.  A Redisson-mode semaphore\n"
+"is a plain integer string, which nothing tells from a counter: it is not\n"
+"listed ('status --kind rsem NAME' shows it).\n";
 
 static const char usage_lock[] =
 "Usage: distlock lock NAME [OPTIONS] [--] COMMAND [ARGS...]\n"
@@ -120,12 +140,21 @@ static const char usage_watch[] =
 "followed when the slot moves) and reads the state every MS milliseconds\n"
 "(default 100); changes nothing, and needs no keyspace notifications.\n";
 
+static const char usage_sem_set[] =
+"Usage: distlock sem-set [--redisson] NAME N\n"
+"Set the free permits of semaphore NAME to N (0 to 2147483647), creating\n"
+"it when it does not exist, as dist_sem_setvalue does (the same script):\n"
+"permits held in leased mode stay held and come back on top of N.\n"
+"--redisson: a Redisson-mode semaphore (RSemaphore's count at NAME).\n"
+"Waiters are woken for the permits now free.  Prints the free permits.\n";
+
 static const struct {
     const char *name;
     const char *usage;
 } cmds[] = {
     { "status", usage_status }, { "list", usage_list }, { "lock", usage_lock },
     { "unlock", usage_unlock }, { "watch", usage_watch },
+    { "sem-set", usage_sem_set },
 };
 
 static const char *usage_of(const char *cmd)
@@ -195,5 +224,7 @@ int main(int argc, char **argv)
         return cmd_lock(argc, argv);
     if (strcmp(cmd, "unlock") == 0)
         return cmd_unlock(argc, argv);
+    if (strcmp(cmd, "sem-set") == 0)
+        return cmd_sem_set(argc, argv);
     return cmd_watch(argc, argv);
 }

@@ -192,6 +192,52 @@ int ev_state(const struct snap *s);
 /* Prints what changed from a to b; released: a release message came. */
 int ev_diff(const struct snap *a, const struct snap *b, int released);
 
+/* ---- objs.c: a condition, semaphore or barrier ------------------------- */
+
+enum { OBJ_NONE, OBJ_COND, OBJ_SEM, OBJ_RSEM, OBJ_BARRIER };
+
+struct obj {
+    struct dist__names *names;
+    redisReply *e;        /* EXEC's replies, read when printed */
+    long long now_ms;     /* Redis server clock */
+    int present;          /* bits 1 << OBJ_*: kinds with keys under the name */
+    int lock;             /* the key N is a hash: a lock */
+};
+
+/* A picture of every kind's keys under name; exit 3 when unreadable. */
+void obj_take(const char *name, size_t len, struct obj *o);
+void obj_free(struct obj *o);
+const char *obj_kind_text(int kind);          /* "cond", ...; NULL */
+int obj_kind_of(const char *s);               /* OBJ_NONE: not a kind */
+size_t obj_live(const struct obj *o, int which);   /* OBJ_COND, OBJ_BARRIER */
+/* Waiters (cond), holders (sem) or members (barrier). */
+size_t obj_entries(const struct obj *o, int kind);
+void obj_sem_counts(const struct obj *o, long long *free_, long long *held);
+void obj_barrier(const struct obj *o, long long *count, long long *arrived,
+                 long long *round, long long *broken);
+int obj_broken(const struct obj *o);
+void obj_json(const struct obj *o, int kind);
+void obj_human(const struct obj *o, int kind);
+
+/* ---- list_objs.c: the objects distlock list shows ----------------------- */
+
+struct objname {
+    int kind;
+    char *name;
+    size_t len;
+};
+struct objs {
+    struct objname *v;
+    size_t n;
+};
+/* Whether key k is one of a condition's, semaphore's or barrier's. */
+int obj_key(const char *k, size_t n);
+/* Adds the objects on l whose names match pattern. */
+void objs_scan(struct dist__link *l, const char *pattern, struct objs *os);
+/* Prints them as rows of list's table (its heading first unless heading
+ * is 0: the locks printed it); frees them.  How many were shown. */
+size_t objs_print(struct objs *os, size_t width, int heading);
+
 /* ---- the commands ------------------------------------------------------- */
 
 /* The descriptors open at start-up (cmd_lock.c): the command lock runs
@@ -203,5 +249,6 @@ int cmd_list(int argc, char **argv);
 int cmd_lock(int argc, char **argv);
 int cmd_unlock(int argc, char **argv);
 int cmd_watch(int argc, char **argv);
+int cmd_sem_set(int argc, char **argv);
 
 #endif
