@@ -237,12 +237,8 @@ static int sleep_round(struct dist__barrier *bo, long long round,
         if (res != 0 || last)
             break;
         dist__sub_wait_since(ch, gen, next_look(deadline));
-        if (deadline && dist__now_ms() >= deadline) {
-            if (dist__deadline_reached(dl))
-                last = 1;
-            else
-                dist__deadline_ms(dl, &deadline);
-        }
+        if (dist__deadline_step(dl, &deadline))
+            last = 1;
     }
     dist__sub_put(ch);
     if (rc != 0)

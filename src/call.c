@@ -56,6 +56,16 @@ int dist__deadline_reached(const struct dist__deadline *dl)
            (now.tv_sec == dl->abs.tv_sec && now.tv_nsec >= dl->abs.tv_nsec);
 }
 
+int dist__deadline_step(const struct dist__deadline *dl, uint64_t *deadline)
+{
+    if (!*deadline || dist__now_ms() < *deadline)
+        return 0;
+    if (dist__deadline_reached(dl))
+        return 1;
+    dist__deadline_ms(dl, deadline);            /* the clock stepped */
+    return 0;
+}
+
 /* ---- replies that cannot be true ---------------------------------------------- */
 
 int dist__call_bad(struct dist__call *c, const char *script,
@@ -409,12 +419,8 @@ static int wait_loop(struct dist__call *c, const struct dist__deadline *dl,
             break;
         }
         dist__sub_wait_since(ch, gen, sleep_until(c, deadline));
-        if (deadline && dist__now_ms() >= deadline) {
-            if (dist__deadline_reached(dl))
-                last = 1;
-            else
-                dist__deadline_ms(dl, &deadline);   /* the clock stepped */
-        }
+        if (dist__deadline_step(dl, &deadline))
+            last = 1;
     }
     dist__sub_put(ch);
     return rc;

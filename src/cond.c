@@ -168,12 +168,8 @@ static int sleep_marked(struct dist__cond *cv, struct dist__chan *ch,
         }
         dist__sub_wait_since(ch, gen, next_look(deadline, rc == 0
                                                 ? dist__waiter_ms() : 50));
-        if (deadline && dist__now_ms() >= deadline) {
-            if (dist__deadline_reached(dl))
-                last = 1;
-            else
-                dist__deadline_ms(dl, &deadline);   /* the clock stepped */
-        }
+        if (dist__deadline_step(dl, &deadline))
+            last = 1;
     }
 }
 

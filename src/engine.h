@@ -203,5 +203,9 @@ int dist__deadline_set(struct dist__deadline *dl, clockid_t clock,
 /* ms on the monotonic clock when dl is reached; EINVAL for a bad dl */
 int dist__deadline_ms(const struct dist__deadline *dl, uint64_t *ms);
 int dist__deadline_reached(const struct dist__deadline *dl);
+/* After a sleep bounded by *deadline (monotonic ms, 0: none): 1 when dl is
+ * reached (the caller makes its last try), else 0, with *deadline moved
+ * when the clock dl names was stepped meanwhile. */
+int dist__deadline_step(const struct dist__deadline *dl, uint64_t *deadline);
 
 #endif

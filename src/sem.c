@@ -275,12 +275,8 @@ static int rs_wait(struct dist__sem *sm, int try_only,
             break;
         }
         dist__sub_wait_since(ch, gen, next_try(deadline));
-        if (deadline && dist__now_ms() >= deadline) {
-            if (dist__deadline_reached(dl))
-                last = 1;
-            else
-                dist__deadline_ms(dl, &deadline);
-        }
+        if (dist__deadline_step(dl, &deadline))
+            last = 1;
     }
     dist__sub_put(ch);
     return rc;
