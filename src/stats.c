@@ -1,11 +1,11 @@
-/* stats.c: per-process counters (dist_stats_get, dist_stats_reset).
+/* stats.c: per-process counters, read by dist_stats_get (lib.c).  A leaf:
+ * every layer counts here, so it calls nothing of the library.
  * Relaxed atomics: a reader gets each counter whole, not all of them at
  * one instant, which is all an operator's dashboard needs. */
-#include <errno.h>
 #include <stdatomic.h>
 #include <string.h>
 
-#include "base.h"
+#include "distlock.h"
 #include "stats.h"
 
 static _Atomic uint64_t counters[DIST__ST_COUNT];
@@ -34,13 +34,10 @@ static uint64_t get(_Atomic uint64_t *c)
     return atomic_load_explicit(c, memory_order_relaxed);
 }
 
-int dist_stats_get(struct dist_stats *s)
+void dist__stats_read(struct dist_stats *s)
 {
-    DIST__KEEP_ERRNO;
     int i;
 
-    if (!s)
-        return dist__err(EINVAL, "dist_stats_get: the struct is NULL");
     memset(s, 0, sizeof *s);
     s->acquired = get(&counters[DIST__ST_ACQUIRED]);
     s->contended = get(&counters[DIST__ST_CONTENDED]);
@@ -56,12 +53,10 @@ int dist_stats_get(struct dist_stats *s)
     s->pubsub_resyncs = get(&counters[DIST__ST_PS_RESYNCS]);
     for (i = 0; i < DIST_STATS_WAIT_BUCKETS; i++)
         s->wait_ms[i] = get(&waits[i]);
-    return 0;
 }
 
-void dist_stats_reset(void)
+void dist__stats_zero(void)
 {
-    DIST__KEEP_ERRNO;
     int i;
 
     for (i = 0; i < DIST__ST_COUNT; i++)

@@ -29,4 +29,8 @@ void dist__stat_add(enum dist__stat s, uint64_t n);
 /* A lock call that took its lock after ms milliseconds (the histogram). */
 void dist__stat_wait(uint64_t ms);
 
+struct dist_stats;
+void dist__stats_read(struct dist_stats *s);   /* every counter, now */
+void dist__stats_zero(void);
+
 #endif

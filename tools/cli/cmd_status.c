@@ -6,41 +6,6 @@
 
 #include "tool.h"
 
-void json_owner(struct sb *b, const char *o, size_t n)
-{
-    size_t clen, tlen;
-    const char *t;
-
-    owner_split(o, n, &clen, &t, &tlen);
-    sb_adds(b, "\"owner\":");
-    sb_json(b, o, n);
-    sb_adds(b, ",\"client\":");
-    sb_json(b, o, clen);
-    sb_adds(b, ",\"thread\":");
-    if (is_digits(t, tlen))
-        sb_addn(b, t, tlen);
-    else if (tlen)
-        sb_json(b, t, tlen);
-    else
-        sb_adds(b, "null");
-}
-
-void human_owner(struct sb *b, const char *o, size_t n)
-{
-    size_t clen, tlen;
-    const char *t;
-
-    owner_split(o, n, &clen, &t, &tlen);
-    if (!tlen) {
-        sb_human(b, o, n);
-        return;
-    }
-    sb_adds(b, "client ");
-    sb_human(b, o, clen);
-    sb_adds(b, ", thread ");
-    sb_human(b, t, tlen);
-}
-
 void json_lease(struct sb *b, const char *key, long long pttl)
 {
     sb_printf(b, ",\"%s\":", key);

@@ -1,6 +1,5 @@
 /*
- * common.c: what every command of the distlock tool shares: messages and
- * exit codes, the settings (--url and DISTLOCK_URL), and the options every
+ * common.c: what every command of the distlock tool shares: exit codes, the settings (--url and DISTLOCK_URL), and the options every
  * command takes.  main.c, above it, picks the command.
  */
 #define _GNU_SOURCE
@@ -15,37 +14,6 @@
 struct tool_opt opt;
 struct dist__cfg rcfg;
 const char *cur_usage = "";   /* what --help prints: main.c sets it */
-
-/* ------------------------------------------------------------------------ */
-/* Messages                                                                 */
-/* ------------------------------------------------------------------------ */
-
-static void vsay(const char *fmt, va_list ap)
-{
-    fputs("distlock: ", stderr);
-    vfprintf(stderr, fmt, ap);
-}
-
-void say(const char *fmt, ...)
-{
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsay(fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
-}
-
-void die(int code, const char *fmt, ...)
-{
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsay(fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
-    exit(code);
-}
 
 const char *cur_cmd = NULL;   /* for "Try 'distlock CMD --help'" */
 

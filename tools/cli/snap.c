@@ -98,6 +98,42 @@ void owner_split(const char *o, size_t n, size_t *clen,
     *tlen = n - *clen - 1;
 }
 
+/* An owner for --json: the whole field, its client and its thread. */
+void json_owner(struct sb *b, const char *o, size_t n)
+{
+    size_t clen, tlen;
+    const char *t;
+
+    owner_split(o, n, &clen, &t, &tlen);
+    sb_adds(b, "\"owner\":");
+    sb_json(b, o, n);
+    sb_adds(b, ",\"client\":");
+    sb_json(b, o, clen);
+    sb_adds(b, ",\"thread\":");
+    if (is_digits(t, tlen))
+        sb_addn(b, t, tlen);
+    else if (tlen)
+        sb_json(b, t, tlen);
+    else
+        sb_adds(b, "null");
+}
+
+void human_owner(struct sb *b, const char *o, size_t n)
+{
+    size_t clen, tlen;
+    const char *t;
+
+    owner_split(o, n, &clen, &t, &tlen);
+    if (!tlen) {
+        sb_human(b, o, n);
+        return;
+    }
+    sb_adds(b, "client ");
+    sb_human(b, o, clen);
+    sb_adds(b, ", thread ");
+    sb_human(b, t, tlen);
+}
+
 /* A thread's part of an owner: letters, digits, '-', '_', '.', at least
  * one.  Java's are thread ids; node-redisson's default is a second UUID. */
 static int is_id(const char *s, size_t n)

@@ -1,5 +1,5 @@
-/* text.c: the distlock tool's growing strings, and text made safe for JSON
- * or a terminal (names and owners are arbitrary bytes). */
+/* text.c: the distlock tool's messages, its growing strings, and text made
+ * safe for JSON or a terminal (names and owners are arbitrary bytes). */
 #include <ctype.h>
 #include <errno.h>
 #include <stdarg.h>
@@ -8,6 +8,37 @@
 #include <string.h>
 
 #include "tool.h"
+
+/* ------------------------------------------------------------------------ */
+/* Messages                                                                 */
+/* ------------------------------------------------------------------------ */
+
+void vsay(const char *fmt, va_list ap)
+{
+    fputs("distlock: ", stderr);
+    vfprintf(stderr, fmt, ap);
+}
+
+void say(const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsay(fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}
+
+void die(int code, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsay(fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    exit(code);
+}
 
 void *xrealloc(void *p, size_t n)
 {

@@ -5,6 +5,7 @@
 #ifndef DISTLOCK_TOOL_H
 #define DISTLOCK_TOOL_H
 
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -35,6 +36,8 @@ extern struct dist__cfg rcfg;      /* the settings, once redis_setup ran */
 extern const char *cur_cmd;        /* for "Try 'distlock CMD --help'" */
 extern const char *cur_usage;      /* what --help prints */
 
+/* text.c: messages on stderr, "distlock: " first */
+void vsay(const char *fmt, va_list ap);
 void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void die(int code, const char *fmt, ...)
     __attribute__((format(printf, 2, 3), noreturn));
@@ -165,11 +168,11 @@ char *read_key(const struct dist__names *n, const struct holder *h,
 void owner_split(const char *o, size_t n, size_t *clen, const char **thr,
                  size_t *tlen);
 int owner_strict(const char *o, size_t n);   /* "<uuid>:<digits>" */
-
-/* ---- show.c: printing a state ------------------------------------------- */
-
 void json_owner(struct sb *b, const char *o, size_t n);
 void human_owner(struct sb *b, const char *o, size_t n);
+
+/* ---- cmd_status.c: printing a state ------------------------------------------- */
+
 void json_lease(struct sb *b, const char *key, long long pttl);
 void json_waiters(struct sb *b, const char *key, const struct waiter *w,
                   size_t n);
