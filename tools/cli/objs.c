@@ -44,11 +44,12 @@ int obj_kind_of(const char *s)
     return OBJ_NONE;
 }
 
-static const char *const obj_cmd[R_N][4] = {
-    { "TYPE" }, { "GET" }, { "ZRANGE", NULL, "0", "-1" },
+/* Each command, its key (argument 1) left out: filled in by obj_cmds. */
+static const char *const obj_cmd[R_N][5] = {
+    { "TYPE" }, { "GET" }, { "ZRANGE", NULL, "0", "-1", "WITHSCORES" },
     { "LRANGE", NULL, "0", "-1" }, { "SMEMBERS" }, { "HGET", NULL, "free" },
-    { "HGETALL" }, { "ZRANGE", NULL, "0", "-1" }, { "HGETALL" },
-    { "ZRANGE", NULL, "0", "-1" }, { "TIME" },
+    { "HGETALL" }, { "ZRANGE", NULL, "0", "-1", "WITHSCORES" }, { "HGETALL" },
+    { "ZRANGE", NULL, "0", "-1", "WITHSCORES" }, { "TIME" },
 };
 static const int obj_argc[R_N] = { 2, 2, 5, 4, 2, 3, 2, 5, 2, 5, 1 };
 
@@ -79,10 +80,6 @@ static void obj_cmds(const struct dist__names *n, struct obj_args *x,
         for (j = 0; j < obj_argc[i]; j++) {
             x->a[i][j] = j == 1 ? k : obj_cmd[i][j];
             x->l[i][j] = j == 1 ? kl : strlen(obj_cmd[i][j]);
-        }
-        if (obj_argc[i] == 5) {
-            x->a[i][4] = "WITHSCORES";
-            x->l[i][4] = 10;
         }
         cmds[i + 1] = (struct dist__cmd){ obj_argc[i], x->a[i], x->l[i] };
     }
