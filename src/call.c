@@ -286,6 +286,20 @@ static uint64_t call_cap(const struct dist__call *c)
     return c->started + dist__timeout_ms() + 1;
 }
 
+/* How long the first try of a timed call may wait for a Redis that cannot
+ * be reached: until the caller's deadline (monotonic ms), not the whole
+ * patience (the torture run saw a 145 ms timedlock return EIO after
+ * 1.5 s).  0: no deadline, or a bad one, which is refused only when the
+ * call would wait. */
+static uint64_t first_deadline(const struct dist__deadline *dl)
+{
+    uint64_t ms = 0;
+
+    if (dl && dist__deadline_ms(dl, &ms) != 0)
+        return 0;
+    return ms;
+}
+
 /* The kind's acquire, all of whose commands (a reconnect, the script, a
  * probe after a lost reply) end within the command timeout from its start:
  * a server that answers one byte at a time cannot stretch it. */
@@ -545,7 +559,7 @@ static int acquire(struct dist__obj *o, int mode, int try_only,
         return failed(&c, rc);
     if (!try_only && courtesy && k->before_wait)
         k->before_wait(&c, dl);
-    rc = try_only ? try_once(&c) : try_patiently(&c, 0);
+    rc = try_only ? try_once(&c) : try_patiently(&c, first_deadline(dl));
     queued = c.how == DIST__HOW_QUEUE && rc == 0 && !c.taken;
     if (rc == 0 && !c.taken && try_only) {
         dist__stat_add(DIST__ST_BUSY, 1);
