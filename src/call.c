@@ -30,8 +30,11 @@ int dist__deadline_set(struct dist__deadline *dl, clockid_t clock,
 
 int dist__deadline_ms(const struct dist__deadline *dl, uint64_t *ms)
 {
+    /* a deadline further than this is "never" (std::chrono's time_point::max
+     * arrives as a tv_sec near INT64_MAX); the cap keeps the sums in range */
+    const int64_t far_s = INT64_C(1) << 32;     /* about 136 years */
     struct timespec now;
-    int64_t left_ns;
+    int64_t left_s, left_ns;
     uint64_t mono;
 
     if (dl->abs.tv_nsec < 0 || dl->abs.tv_nsec >= 1000000000L)
@@ -41,8 +44,13 @@ int dist__deadline_ms(const struct dist__deadline *dl, uint64_t *ms)
      * confirm with dist__deadline_reached, the clock may be stepped. */
     mono = dist__now_ms();
     clock_gettime(dl->clock, &now);
-    left_ns = ((int64_t)dl->abs.tv_sec - (int64_t)now.tv_sec) * 1000000000LL
-              + (dl->abs.tv_nsec - now.tv_nsec);
+    if (dl->abs.tv_sec > (time_t)now.tv_sec + far_s)
+        left_s = far_s;
+    else if (dl->abs.tv_sec < (time_t)now.tv_sec - far_s)
+        left_s = -far_s;
+    else
+        left_s = (int64_t)dl->abs.tv_sec - (int64_t)now.tv_sec;
+    left_ns = left_s * 1000000000LL + (dl->abs.tv_nsec - now.tv_nsec);
     *ms = left_ns <= 0 ? mono : mono + (uint64_t)(left_ns + 999999) / 1000000u;
     return 0;
 }

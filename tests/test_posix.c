@@ -618,6 +618,39 @@ static void test_free_at_deadline_is_taken(void **state)
     late_wakeup(K_RWLOCK_PW, 0, 1, H_TIMED);
 }
 
+/* ---- deadlines at the ends of time_t ------------------------------------------------ */
+
+/* A deadline centuries away (std::chrono's time_point::max arrives as a
+ * tv_sec near the top of time_t) takes a free lock at once; one centuries
+ * past times out at once on a held lock; neither overflows on the way. */
+static void extreme_deadlines_on(struct obj *o)
+{
+    const time_t far = (time_t)(~(uint64_t)0 >> 1);
+    const struct timespec never = { far, 999999999L };
+    const struct timespec long_ago = { -far - 1, 0 };
+    struct holder h;
+    int wr, hw;
+
+    for (wr = 0; wr <= o->rw; wr++) {
+        assert_int_equal(o_timed(o, wr, &never), 0);
+        assert_int_equal(o_unlock(o), 0);
+        assert_int_equal(o_clock(o, wr, CLOCK_MONOTONIC, &never), 0);
+        assert_int_equal(o_unlock(o), 0);
+        hw = !o->rw || !wr;    /* the holder excludes the caller */
+        holder_start(&h, o, hw);
+        assert_int_equal(o_timed(o, wr, &long_ago), ETIMEDOUT);
+        assert_int_equal(o_clock(o, wr, CLOCK_MONOTONIC, &long_ago),
+                         ETIMEDOUT);
+        holder_stop(&h);
+    }
+}
+
+static void test_extreme_deadlines(void **state)
+{
+    (void)state;
+    each_kind(__func__, extreme_deadlines_on);
+}
+
 /* ---- no EINTR: a signal during a wait resumes it ---------------------------------- */
 
 static atomic_int sigs_seen;
@@ -1347,6 +1380,7 @@ int main(void)
         T(test_recursive_counts),
         T(test_einval_only_when_blocking),
         T(test_free_at_deadline_is_taken),
+        T(test_extreme_deadlines),
         T(test_signals_resume_waits),
         T(test_errno_unchanged),
         T(test_clock_variants),
