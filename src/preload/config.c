@@ -126,12 +126,11 @@ static void section_defaults(struct pl_section *s)
     s->on_unresolved = PL_UNRES_DEFAULT;
 }
 
-/* The lock kind and name of "mutex NAME" or "rwlock NAME" (text trimmed,
- * wlen the length of its first word).  S_MAP with *norm and *lock
- * allocated (*norm NULL when out of memory), or S_SKIP after reporting. */
+/* The name of "KIND NAME" (text trimmed, wlen the length of KIND, *mk set
+ * by the caller).  S_MAP with *norm and *lock allocated (*norm NULL when
+ * out of memory), or S_SKIP after reporting. */
 static enum sect map_header(struct parse *p, const char *text, size_t n,
-                            size_t wlen, char **norm, char **lock,
-                            enum pl_kind *mk)
+                            size_t wlen, char **norm, char **lock)
 {
     const char *nm = text + wlen;
     size_t nl;
@@ -148,7 +147,6 @@ static enum sect map_header(struct parse *p, const char *text, size_t n,
         perr(p, p->line, "lock name longer than %d bytes", DIST_NAME_MAX);
         return S_SKIP;
     }
-    *mk = wlen == 5 ? PL_MUTEX : PL_RWLOCK;
     *lock = dupn(nm, nl);
     *norm = *lock ? malloc(wlen + 1 + nl + 1) : NULL;
     if (*norm)
@@ -176,11 +174,15 @@ static enum sect read_header(struct parse *p, const char *text, size_t n,
         *norm = dupn(text, n);
         return S_PRELOAD;
     }
-    if ((wlen == 5 && memcmp(text, "mutex", 5) == 0) ||
-        (wlen == 6 && memcmp(text, "rwlock", 6) == 0))
-        return map_header(p, text, n, wlen, norm, lock, mk);
+    for (*mk = PL_MUTEX; *mk <= PL_SEM; (*mk)++) {
+        const char *k = pl_kind_name(*mk);
+
+        if (wlen == strlen(k) && memcmp(text, k, wlen) == 0)
+            return map_header(p, text, n, wlen, norm, lock);
+    }
     perr(p, p->line, "unknown section [%.*s]: expected [redis], "
-         "[preload], [mutex NAME] or [rwlock NAME]", (int)n, text);
+         "[preload], [mutex NAME], [rwlock NAME], [cond NAME], "
+         "[barrier NAME] or [semaphore NAME]", (int)n, text);
     return S_SKIP;
 }
 
@@ -218,7 +220,7 @@ static int record_header(struct parse *p, char *norm, const char *lock)
     return 0;
 }
 
-/* Opens the pl_section of a [mutex NAME] or [rwlock NAME], taking lock. */
+/* Opens the pl_section of a [KIND NAME], taking lock. */
 static void add_map_section(struct parse *p, enum pl_kind mk, char *lock)
 {
     struct pl_config *cfg = p->cfg;
@@ -477,53 +479,128 @@ static void preload_key(struct parse *p, const char *k, const char *v)
     }
 }
 
-static void map_key(struct parse *p, const char *k, const char *v)
+/* The keys only a [semaphore NAME] has.  1 when k was one of them. */
+static int sem_key(struct parse *p, const char *k, const char *v)
 {
     struct pl_section *s = p->sec;
-    int rw = s->kind == PL_RWLOCK;
     unsigned long x;
     int b;
 
     if (strcmp(k, "match") == 0) {
-        char why[512];
-
         s->match_line = p->line;
-        if (pl_parse_match(s, v, why, sizeof why) != 0)
-            perr(p, p->line, "%s", why);
-    } else if (strcmp(k, "fair") == 0 && !rw) {
+        if (strncmp(v, "sem_open", 8) != 0 || !isspace((unsigned char)v[8]) ||
+            *skipws(v + 8) != '/' || strchr(skipws(v + 8) + 1, '/') ||
+            strlen(skipws(v + 8)) > 255)
+            perr(p, p->line, "match: 'sem_open /NAME' (one slash, at the "
+                 "start, as sem_open wants it), not '%s'", v);
+        else if (!(s->sem_name = strdup(skipws(v + 8))))
+            perr(p, p->line, "out of memory");
+        s->how = PL_SYMBOL;
+    } else if (strcmp(k, "mode") == 0) {
+        if (strcmp(v, "leased") == 0)
+            s->sem_mode = PL_SEM_LEASED;
+        else if (strcmp(v, "redisson") == 0)
+            s->sem_mode = PL_SEM_REDISSON;
+        else
+            perr(p, p->line, "mode: leased or redisson, not '%s'", v);
+    } else if (strcmp(k, "unowned_post") == 0) {
+        if (pl_parse_bool(v, &b) != 0)
+            perr(p, p->line, "unowned_post: yes or no, not '%s'", v);
+        else
+            s->sem_unowned = b;
+    } else if (strcmp(k, "max") == 0) {
+        if (pl_parse_ulong(v, DIST_SEM_VALUE_MAX, &x) != 0 || x == 0)
+            perr(p, p->line, "max: a number of permits from 1 to %ld, not "
+                 "'%s'", DIST_SEM_VALUE_MAX, v);
+        else
+            s->sem_max = x;
+    } else {
+        return 0;
+    }
+    return 1;
+}
+
+/* The keys of one kind of section only.  1 when k was one of them. */
+static int kind_key(struct parse *p, const char *k, const char *v)
+{
+    struct pl_section *s = p->sec;
+    unsigned long x;
+    int b;
+
+    if (s->kind == PL_SEM)
+        return sem_key(p, k, v);
+    if (strcmp(k, "fair") == 0 && s->kind == PL_MUTEX) {
         if (pl_parse_bool(v, &b) != 0)
             perr(p, p->line, "fair: yes or no, not '%s'", v);
         else
             s->fair = b;
-    } else if (strcmp(k, "kind") == 0 && rw) {
+    } else if (strcmp(k, "kind") == 0 && s->kind == PL_RWLOCK) {
         if (strcmp(v, "prefer-reader") == 0)
             s->rw_prefer_writer = 0;
         else if (strcmp(v, "prefer-writer") == 0)
             s->rw_prefer_writer = 1;
         else
             perr(p, p->line, "kind: prefer-reader or prefer-writer, not '%s'", v);
-    } else if (strcmp(k, "lease_ms") == 0) {
+    } else if (strcmp(k, "mutex") == 0 && s->kind == PL_COND) {
+        free(s->pair);
+        if (!(s->pair = strdup(v)))
+            perr(p, p->line, "out of memory");
+        s->pair_line = p->line;
+    } else if (strcmp(k, "parties") == 0 && s->kind == PL_BARRIER) {
+        if (pl_parse_ulong(v, 1UL << 20, &x) != 0 || x == 0)
+            perr(p, p->line, "parties: a number of waits, not '%s'", v);
+        else
+            s->parties = x;
+    } else {
+        return 0;
+    }
+    return 1;
+}
+
+static const char *const known_keys[] = {
+    [PL_MUTEX] = "match, fair, lease_ms, stride, count, on_unresolved",
+    [PL_RWLOCK] = "match, kind, lease_ms, stride, count, on_unresolved",
+    [PL_COND] = "match, mutex, stride, count, on_unresolved",
+    [PL_BARRIER] = "match, parties, stride, count, on_unresolved",
+    [PL_SEM] = "match, mode, lease_ms, unowned_post, max",
+};
+
+static void map_key(struct parse *p, const char *k, const char *v)
+{
+    struct pl_section *s = p->sec;
+    int sem = s->kind == PL_SEM;
+    unsigned long x;
+
+    if (kind_key(p, k, v))
+        return;
+    if (strcmp(k, "match") == 0) {
+        char why[512];
+
+        s->match_line = p->line;
+        if (pl_parse_match(s, v, why, sizeof why) != 0)
+            perr(p, p->line, "%s", why);
+    } else if (strcmp(k, "lease_ms") == 0 &&
+               (s->kind <= PL_RWLOCK || sem)) {
         if (pl_parse_ulong(v, 24UL * 3600 * 1000, &x) != 0)
             perr(p, p->line, "lease_ms: a number of milliseconds up to a "
                  "day, or 0 for the watchdog; not '%s'", v);
         else
             s->lease_ms = (long)x;
-    } else if (strcmp(k, "stride") == 0) {
+    } else if (strcmp(k, "stride") == 0 && !sem) {
         if (pl_parse_ulong(v, 1UL << 20, &x) != 0 || x == 0)
             perr(p, p->line, "stride: a number of bytes, not '%s'", v);
         else
             s->stride = x;
-    } else if (strcmp(k, "count") == 0) {
+    } else if (strcmp(k, "count") == 0 && !sem) {
         if (pl_parse_ulong(v, 1UL << 20, &x) != 0 || x == 0)
             perr(p, p->line, "count: a number of elements, not '%s'", v);
         else
             s->count = x;
-    } else if (strcmp(k, "on_unresolved") == 0) {
+    } else if (strcmp(k, "on_unresolved") == 0 && !sem) {
         s->on_unresolved = unres_value(p, v);
     } else {
-        perr(p, p->line, "unknown key '%s' in [%s %s] (known: match, %s, "
-             "lease_ms, stride, count, on_unresolved)", k,
-             rw ? "rwlock" : "mutex", s->name, rw ? "kind" : "fair");
+        perr(p, p->line, "unknown key '%s' in [%s %s] (known: %s)", k,
+             pl_kind_name(s->kind), s->name, known_keys[s->kind]);
     }
 }
 
@@ -577,6 +654,61 @@ static int same_match(const struct pl_section *a, const struct pl_section *b)
            a->index == b->index && a->offset == b->offset;
 }
 
+/* The section of kind named name, or NULL. */
+static const struct pl_section *section_named(const struct pl_config *cfg,
+                                              int kind, const char *name)
+{
+    size_t i;
+
+    for (i = 0; i < cfg->nsec; i++)
+        if ((int)cfg->sec[i].kind == kind &&
+            strcmp(cfg->sec[i].name, name) == 0)
+            return &cfg->sec[i];
+    return NULL;
+}
+
+static int section_named_any(const struct pl_config *cfg, int kind)
+{
+    size_t i;
+
+    for (i = 0; i < cfg->nsec; i++)
+        if ((int)cfg->sec[i].kind == kind)
+            return 1;
+    return 0;
+}
+
+/* A [cond] whose waits can never be distributed, as far as the file
+ * tells: a warning, once, since the program still runs as it did. */
+static void check_pairing(struct parse *p, const struct pl_section *s)
+{
+    const struct pl_config *cfg = p->cfg;
+
+    if (s->pair && !section_named(cfg, PL_MUTEX, s->pair))
+        pl_msg("warning: %s:%d: [cond %s] mutex = %s: no [mutex %s] "
+               "section: its waits stay local, and only its signals reach "
+               "other processes", cfg->path, s->pair_line, s->name, s->pair,
+               s->pair);
+    else if (!s->pair && !section_named_any(cfg, PL_MUTEX))
+        pl_msg("warning: %s:%d: [cond %s]: no [mutex] section: a wait "
+               "with an unmapped mutex stays local, and only its signals "
+               "reach other processes", cfg->path, s->line, s->name);
+}
+
+/* Two [semaphore] sections on one sem_open name. */
+static void check_sem(struct parse *p, size_t i)
+{
+    const struct pl_config *cfg = p->cfg;
+    const struct pl_section *s = &cfg->sec[i];
+    size_t j;
+
+    for (j = 0; j < i && s->sem_name; j++)
+        if (cfg->sec[j].sem_name &&
+            strcmp(cfg->sec[j].sem_name, s->sem_name) == 0)
+            perr(p, s->match_line, "duplicate mapping: '%s' is already "
+                 "mapped by [semaphore %s] at line %d", s->sem_name,
+                 cfg->sec[j].name, cfg->sec[j].match_line);
+}
+
 static void check_sections(struct parse *p)
 {
     struct pl_config *cfg = p->cfg;
@@ -587,16 +719,22 @@ static void check_sections(struct parse *p)
 
         if (!s->match_line) {
             perr(p, s->line, "[%s %s] has no 'match = ...'",
-                 s->kind == PL_MUTEX ? "mutex" : "rwlock", s->name);
+                 pl_kind_name(s->kind), s->name);
             continue;
         }
+        if (s->kind == PL_SEM) {
+            check_sem(p, i);
+            continue;
+        }
+        if (s->kind == PL_COND)
+            check_pairing(p, s);
         if (!s->symbol)
             continue;     /* reported */
         if ((s->stride || s->count) && !s->each)
             perr(p, s->match_line, "stride and count apply to an array "
                  "match, NAME[*]");
         for (j = 0; j < i; j++) {
-            if (!cfg->sec[j].symbol)
+            if (!cfg->sec[j].symbol || cfg->sec[j].kind == PL_SEM)
                 continue;
             if (same_match(s, &cfg->sec[j]))
                 perr(p, s->match_line, "duplicate mapping: '%s' is already "
@@ -648,8 +786,8 @@ int pl_config_read(FILE *f, const char *path, struct pl_config *cfg)
         perr(&p, 0, "inih failed (%d)", rc);
     check_sections(&p);
     if (cfg->nsec == 0 && p.errors == 0)
-        perr(&p, 0, "maps nothing: add a [mutex NAME] or [rwlock NAME] "
-             "section");
+        perr(&p, 0, "maps nothing: add a [mutex NAME], [rwlock NAME], "
+             "[cond NAME], [barrier NAME] or [semaphore NAME] section");
     for (i = 0; i < p.nhdr; i++) {
         free(p.hdr[i].text);
         free(p.hdr[i].lockname);
@@ -672,6 +810,8 @@ void pl_config_free(struct pl_config *cfg)
         free(s->name);
         free(s->match);
         free(s->symbol);
+        free(s->pair);
+        free(s->sem_name);
         for (q = 0; q < s->nqual; q++)
             free(s->qual[q]);
     }

@@ -29,6 +29,7 @@
 #include <elf.h>
 #include <errno.h>
 #include <pthread.h>
+#include <semaphore.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -84,13 +85,15 @@ void pl_die(const char *fmt, ...)
 
 /* ---- configuration (config.c) ----------------------------------------- */
 
-enum pl_kind { PL_MUTEX, PL_RWLOCK };
+enum pl_kind { PL_MUTEX, PL_RWLOCK, PL_COND, PL_BARRIER, PL_SEM };
+enum pl_semmode { PL_SEM_LEASED, PL_SEM_REDISSON };
 enum pl_how { PL_SYMBOL, PL_INIT_SITE };
 enum pl_unavail { PL_BLOCK, PL_FAIL, PL_ABORT };
 enum pl_lost { PL_LOST_ABORT, PL_LOST_LOG };
 enum pl_unres { PL_UNRES_DEFAULT = -1, PL_UNRES_ERROR = 0, PL_UNRES_WARN = 1 };
 
-/* One [mutex NAME] or [rwlock NAME] section. */
+/* One [mutex NAME], [rwlock NAME], [cond NAME], [barrier NAME] or
+ * [semaphore NAME] section. */
 struct pl_section {
     enum pl_kind kind;
     char *name;              /* the distributed lock's name */
@@ -112,6 +115,13 @@ struct pl_section {
     long lease_ms;           /* -1: [redis] lease_ms */
     int rw_prefer_writer;
     int on_unresolved;       /* enum pl_unres */
+    char *pair;              /* [cond]: mutex = the [mutex] it waits with */
+    int pair_line;
+    unsigned long parties;   /* [barrier]: waits per round; 0: the program's */
+    char *sem_name;          /* [semaphore]: match = sem_open /NAME */
+    int sem_mode;            /* enum pl_semmode */
+    int sem_unowned;         /* [semaphore]: unowned_post = yes */
+    unsigned long sem_max;   /* 0: the library's maximum */
 };
 
 struct pl_config {
@@ -129,6 +139,12 @@ struct pl_config {
     struct pl_section *sec;
     size_t nsec;
 };
+
+/* "mutex", "rwlock", "cond", "barrier", "semaphore". */
+const char *pl_kind_name(int kind);
+/* The pthread type of a kind ("pthread_mutex_t"), and its size. */
+const char *pl_kind_type(int kind);
+size_t pl_kind_size(int kind);
 
 /* Reads a number up to max (decimal, 0x hex or 0 octal; no sign).  0, or
  * -1 when v is not one. */
@@ -236,6 +252,16 @@ typedef __typeof__(&pthread_rwlock_rdlock) rw_fn;
 typedef __typeof__(&pthread_rwlock_timedrdlock) rwtimed_fn;
 typedef __typeof__(&pthread_rwlock_clockrdlock) rwclock_fn;
 typedef __typeof__(&pthread_rwlock_init) rwinit_fn;
+typedef __typeof__(&pthread_cond_signal) csig_fn;
+typedef __typeof__(&pthread_cond_init) cinit_fn;
+typedef __typeof__(&pthread_barrier_init) binit_fn;
+typedef __typeof__(&pthread_barrier_wait) bwait_fn;
+typedef __typeof__(&sem_open) sopen_fn;
+typedef __typeof__(&sem_wait) swait_fn;
+typedef __typeof__(&sem_timedwait) stimed_fn;
+typedef __typeof__(&sem_clockwait) sclock_fn;
+typedef __typeof__(&sem_getvalue) sget_fn;
+typedef __typeof__(&sem_unlink) sunlink_fn;
 
 /* One entry point of ours: the glibc symbol and version it stands for
  * (real.c's table), the glibc function it forwards to (pl_real) and how
@@ -252,6 +278,14 @@ enum {
     FN_TIMEDWRLOCK, FN_TIMEDWRLOCK_OLD, FN_CLOCKWRLOCK, FN_CLOCKWRLOCK_OLD,
     FN_RWUNLOCK, FN_RWUNLOCK_OLD, FN_RWINIT, FN_RWINIT_OLD,
     FN_RWDESTROY, FN_RWDESTROY_OLD,
+    FN_CSIGNAL, FN_CSIGNAL_OLD, FN_CBROADCAST, FN_CBROADCAST_OLD,
+    FN_CINIT, FN_CINIT_OLD, FN_CDESTROY, FN_CDESTROY_OLD,
+    FN_BINIT, FN_BINIT_OLD, FN_BWAIT, FN_BWAIT_OLD,
+    FN_BDESTROY, FN_BDESTROY_OLD,
+    FN_SOPEN, FN_SOPEN_OLD, FN_SWAIT, FN_SWAIT_OLD, FN_STRYWAIT,
+    FN_STRYWAIT_OLD, FN_STIMEDWAIT, FN_STIMEDWAIT_OLD, FN_SCLOCKWAIT,
+    FN_SCLOCKWAIT_OLD, FN_SPOST, FN_SPOST_OLD, FN_SGETVALUE, FN_SGETVALUE_OLD,
+    FN_SCLOSE, FN_SCLOSE_OLD, FN_SUNLINK, FN_SUNLINK_OLD,
     FN_COUNT
 };
 
@@ -284,6 +318,14 @@ struct pl_entry {
     char *where;
     dist_mutex_t dm;              /* PL_MUTEX */
     dist_rwlock_t drw;            /* PL_RWLOCK */
+    dist_cond_t dc;               /* PL_COND */
+    clockid_t clock;              /* PL_COND: of pthread_cond_timedwait */
+    dist_barrier_t db;            /* PL_BARRIER, once pthread_barrier_init
+                                   * gave the count (binit 1) */
+    int binit;
+    dist_sem_t ds;                /* PL_SEM */
+    unsigned sem_refs;            /* PL_SEM: sem_open minus sem_close */
+    sem_t shadow;                 /* PL_SEM: addr, what sem_open returns */
     /* a mutex's local holder: written only by the thread holding the real
      * mutex (relaxed atomics, for the reads of a buggy non-owner) */
     pthread_t owner;
@@ -337,6 +379,11 @@ struct pl_entry *pl_table_get(const struct pl_table *t, uintptr_t a);
 /* Makes e's distributed lock, named lockname, as e->sec says.  0, or the
  * library's error. */
 int pl_entry_init(struct pl_entry *e, const char *lockname);
+/* The distributed barrier of e for count waits (its section's parties
+ * unless 0), made by pthread_barrier_init.  0, or the library's error. */
+int pl_entry_barrier(struct pl_entry *e, unsigned count);
+/* The distributed semaphore of e, with initial free permits if new. */
+int pl_entry_sem(struct pl_entry *e, unsigned initial);
 /* Marks e dead and destroys its distributed lock. */
 void pl_entry_kill(struct pl_entry *e);
 /* Does this thread hold e's real mutex (as recorded by pl_set_holder)? */
@@ -350,12 +397,16 @@ extern size_t pl_nsites;          /* init_site sections */
 
 /* Takes the init_site sections from res.  1, or 0 when out of memory. */
 int pl_take_sites(struct pl_resolved *res);
-/* pthread_mutex_init (pthread_rwlock_init) of the lock at m, called from
+/* pthread_mutex_init (pthread_rwlock_init, ...) of the object at m (a
+ * condition's clock clk), called from
  * ra, succeeded: maps it when ra is in an init_site function, unmaps a heap
  * entry left at m otherwise.  0, or ENOMEM: the lock could not be mapped
  * for want of memory, and the caller's init fails with it (a lock that
  * stayed local would not exclude the other processes). */
-int pl_site_init(void *m, uintptr_t ra, int kind);
+int pl_site_init(void *m, uintptr_t ra, int kind, clockid_t clk);
+/* Adds e (not yet in the table: a sem_open's semaphore) to the table.  0,
+ * or ENOMEM. */
+int pl_heap_add(struct pl_entry *e);
 /* The heap lock of e was destroyed: so is its distributed lock. */
 void pl_site_forget(struct pl_entry *e);
 /* fork() must not copy the heap entries half-changed. */

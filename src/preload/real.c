@@ -50,6 +50,25 @@ static const struct {
     RW(FN_RWINIT, "init", "GLIBC_2.2.5"),
     RW(FN_RWDESTROY, "destroy", "GLIBC_2.2.5"),
 #undef RW
+#define V(f, name, new, old)                                                 \
+    [f] = { name, new }, [f##_OLD] = { name, old }
+    V(FN_CSIGNAL, "pthread_cond_signal", "GLIBC_2.3.2", "GLIBC_2.2.5"),
+    V(FN_CBROADCAST, "pthread_cond_broadcast", "GLIBC_2.3.2", "GLIBC_2.2.5"),
+    V(FN_CINIT, "pthread_cond_init", "GLIBC_2.3.2", "GLIBC_2.2.5"),
+    V(FN_CDESTROY, "pthread_cond_destroy", "GLIBC_2.3.2", "GLIBC_2.2.5"),
+    V(FN_BINIT, "pthread_barrier_init", "GLIBC_2.34", "GLIBC_2.2.5"),
+    V(FN_BWAIT, "pthread_barrier_wait", "GLIBC_2.34", "GLIBC_2.2.5"),
+    V(FN_BDESTROY, "pthread_barrier_destroy", "GLIBC_2.34", "GLIBC_2.2.5"),
+    V(FN_SOPEN, "sem_open", "GLIBC_2.34", "GLIBC_2.2.5"),
+    V(FN_SWAIT, "sem_wait", "GLIBC_2.34", "GLIBC_2.2.5"),
+    V(FN_STRYWAIT, "sem_trywait", "GLIBC_2.34", "GLIBC_2.2.5"),
+    V(FN_STIMEDWAIT, "sem_timedwait", "GLIBC_2.34", "GLIBC_2.2.5"),
+    V(FN_SCLOCKWAIT, "sem_clockwait", "GLIBC_2.34", "GLIBC_2.30"),
+    V(FN_SPOST, "sem_post", "GLIBC_2.34", "GLIBC_2.2.5"),
+    V(FN_SGETVALUE, "sem_getvalue", "GLIBC_2.34", "GLIBC_2.2.5"),
+    V(FN_SCLOSE, "sem_close", "GLIBC_2.34", "GLIBC_2.2.5"),
+    V(FN_SUNLINK, "sem_unlink", "GLIBC_2.34", "GLIBC_2.2.5"),
+#undef V
 };
 
 void *pl_real[FN_COUNT];

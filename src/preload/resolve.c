@@ -279,7 +279,7 @@ static void unresolved(struct ctx *c, const struct pl_section *s,
     vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
     pl_msg("%s%s:%d: [%s %s] %s", warn ? "warning: " : "", c->cfg->path,
-           s->match_line, s->kind == PL_MUTEX ? "mutex" : "rwlock", s->name,
+           s->match_line, pl_kind_name(s->kind), s->name,
            buf);
     if (warn)
         c->out->unresolved++;
@@ -489,7 +489,7 @@ static int refuse_kind(struct ctx *c, const struct pl_section *s,
 
     if (type == STT_FUNC || type == STT_GNU_IFUNC) {
         unresolved(c, s, "'%s' is a function, not a %s", s->symbol,
-                   s->kind == PL_MUTEX ? "pthread_mutex_t" : "pthread_rwlock_t");
+                   pl_kind_type(s->kind));
         return -1;
     }
     if (type == STT_TLS) {
@@ -569,8 +569,7 @@ static void add_elements(struct ctx *c, const struct pl_section *s,
 
 static void resolve_symbol(struct ctx *c, const struct pl_section *s)
 {
-    size_t lsize = s->kind == PL_MUTEX ? sizeof(pthread_mutex_t)
-                                       : sizeof(pthread_rwlock_t);
+    size_t lsize = pl_kind_size(s->kind);
     const struct obj *in;
     struct search q;
     struct obj *o;
@@ -650,7 +649,7 @@ static void resolve_site(struct ctx *c, const struct pl_section *s)
         return;
     }
     snprintf(buf, sizeof buf, "pthread_%s_init called from %s%s%s%s in %s",
-             s->kind == PL_MUTEX ? "mutex" : "rwlock", s->symbol,
+             pl_kind_name(s->kind), s->symbol,
              file ? " (" : "", file ? file : "", file ? ")" : "", o->display);
     site->where = strdup(buf);
     c->out->ns++;
@@ -670,6 +669,8 @@ int pl_resolve(const struct pl_config *cfg, struct pl_resolved *out)
         return -1;
     }
     for (i = 0; i < cfg->nsec; i++) {
+        if (cfg->sec[i].kind == PL_SEM)
+            continue;           /* found by name at sem_open */
         if (cfg->sec[i].how == PL_SYMBOL)
             resolve_symbol(&c, &cfg->sec[i]);
         else

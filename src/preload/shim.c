@@ -10,6 +10,7 @@
  * preload.map declares the versions. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <stdint.h>
 #include <time.h>
 
 #include "preload.h"
@@ -241,7 +242,105 @@ plain:
     return ((cwait_fn)fn)(c, m, clk, abs);
 }
 
+/* A failed dist_cond wait: the wait ends as a spurious wake-up (POSIX
+ * gives pthread_cond_wait no error for it), after a pause so that a
+ * program looping on its predicate does not spin while Redis is away. */
+static void cwait_failed(struct pl_entry *ce, int rc)
+{
+    if (rc == EINVAL)   /* names in two slots of a cluster: never works */
+        pl_die("condition '%s': %s: aborting (on a cluster, name the "
+               "condition with its mutex's {hash tag})", ce->lockname,
+               dist_last_error());
+    if (rc == EIO && pl_cfg.on_unavailable == PL_ABORT)
+        pl_die("condition '%s': %s: aborting (on_unavailable = abort)",
+               ce->lockname, dist_last_error());
+    pl_msg("condition '%s': %s: the wait ends early", ce->lockname,
+           dist_last_error());
+    sleep_ms(100);
+}
+
+/* A wait on a mapped condition with a mapped mutex that this thread holds
+ * once: a dist_cond_t wait.  The real mutex goes first while the
+ * distributed one is still held, so no signaller that takes the mutex (in
+ * this process or another) can come between; then dist_cond_* registers
+ * the waiter and gives the distributed mutex up in one step.  It comes
+ * back holding the distributed mutex, which is given back and taken again
+ * after the real one: real first, the order every mapped lock is taken
+ * in (a thread of ours blocked holding the real mutex waits for it). */
+MAPPED int mapped_cwait(struct pl_entry *ce, struct pl_entry *me,
+                        pthread_cond_t *c, pthread_mutex_t *m, int how,
+                        void *fn, clockid_t clk, const struct timespec *abs)
+{
+    PL_KEEP_ERRNO;
+    uint64_t tok;
+    int rc;
+
+    if (how != W_WAIT && (abs->tv_nsec < 0 || abs->tv_nsec >= 1000000000L))
+        return EINVAL;
+    if (how == W_CLOCK && clk != CLOCK_REALTIME && clk != CLOCK_MONOTONIC)
+        return EINVAL;
+    if (!pl_held_by_me(me) || __atomic_load_n(&me->depth, __ATOMIC_RELAXED) != 1)
+        return mapped_wait(me, c, m, how, fn, clk, abs);
+    pl_set_holder(me, 0);
+    REAL(FN_UNLOCK, lock_fn)(m);
+    if (how == W_WAIT)
+        rc = dist_cond_wait(&ce->dc, &me->dm);
+    else
+        rc = dist_cond_clockwait(&ce->dc, &me->dm,
+                                 how == W_TIMED ? ce->clock : clk, abs);
+    if (rc != 0 && rc != ETIMEDOUT)
+        cwait_failed(ce, rc);
+    if (dist_mutex_token(&me->dm, &tok) == 0)
+        dist_give(me);
+    REAL(FN_LOCK, lock_fn)(m);
+    dist_take(me, D_MUST, 0, 0, NULL);
+    pl_set_holder(me, 1);
+    return rc == ETIMEDOUT ? ETIMEDOUT : 0;
+}
+
+/* Wakes the distributed waiters of a mapped condition; a signal Redis did
+ * not take is sent again until it does (a lost signal is a hang), unless
+ * on_unavailable says fail (then it is dropped, with a message). */
+MAPPED void mapped_signal(struct pl_entry *ce, int all)
+{
+    PL_KEEP_ERRNO;
+    unsigned backoff = 20;
+    int rc, told = 0;
+
+    while ((rc = all ? dist_cond_broadcast(&ce->dc)
+                     : dist_cond_signal(&ce->dc)) == EIO) {
+        if (pl_cfg.on_unavailable == PL_ABORT)
+            pl_die("condition '%s': %s: aborting (on_unavailable = abort)",
+                   ce->lockname, dist_last_error());
+        if (pl_cfg.on_unavailable == PL_FAIL)
+            break;
+        if (!told++)
+            pl_msg("condition '%s': %s: signalling again until Redis "
+                   "answers", ce->lockname, dist_last_error());
+        sleep_ms(backoff);
+        backoff = backoff < 1000 ? backoff * 2 : 1000;
+    }
+    if (rc != 0)
+        pl_msg("condition '%s': signal: %s", ce->lockname, dist_last_error());
+}
+
 /* ---- the interposed functions -------------------------------------------- */
+
+#define KIND_OF(p)                                                           \
+    _Generic((p), pthread_rwlock_t *: PL_RWLOCK, pthread_cond_t *: PL_COND,  \
+             pthread_barrier_t *: PL_BARRIER, sem_t *: PL_SEM,               \
+             default: PL_MUTEX)
+
+/* The live entry of p if it is one of p's kind, or NULL. */
+#define ENTRY_OF_KIND(p)                                                     \
+    (pl_surely_plain(p) ? NULL : entry_of_kind((p), KIND_OF(p)))
+
+static struct pl_entry *entry_of_kind(const void *p, int kind)
+{
+    struct pl_entry *e = entry_of(p);
+
+    return e && e->kind == kind ? e : NULL;
+}
 
 /* Returns plain (glibc's call) unless m is mapped; a mapped call goes on
  * with e, counted.  (An entry of the other kind: the program reused the
@@ -250,10 +349,7 @@ plain:
     struct pl_entry *e;                                                      \
     if (PL_LIKELY(pl_surely_plain(m)))                                       \
         return plain;                                                        \
-    if (!(e = entry_of(m)) ||                                                \
-        e->kind != (__builtin_types_compatible_p(__typeof__(m),              \
-                                                 pthread_rwlock_t *)         \
-                        ? PL_RWLOCK : PL_MUTEX))                             \
+    if (!(e = entry_of(m)) || e->kind != KIND_OF(m))                         \
         return plain;                                                        \
     pl_count(f)
 
@@ -310,13 +406,37 @@ TIMEDLOCK(pl_mutex_timedlock_old, FN_TIMEDLOCK_OLD, "@GLIBC_2.2.5")
 CLOCKLOCK(pl_mutex_clocklock, FN_CLOCKLOCK, "@@GLIBC_2.34")
 CLOCKLOCK(pl_mutex_clocklock_old, FN_CLOCKLOCK_OLD, "@GLIBC_2.30")
 
+/* The slow path of every condition wait: c or m (or both) is mapped, or
+ * start-up is not over. */
+MAPPED int cond_slow(pthread_cond_t *c, pthread_mutex_t *m, int how, int f,
+                     clockid_t clk, const struct timespec *abs)
+{
+    struct pl_entry *ce = ENTRY_OF_KIND(c), *me = ENTRY_OF_KIND(m);
+    void *fn = pl_real[f];
+
+    if (ce || me)
+        pl_count(f);
+    if (ce && me)
+        return mapped_cwait(ce, me, c, m, how, fn, clk, abs);
+    if (me)
+        return mapped_wait(me, c, m, how, fn, clk, abs);
+    if (how == W_WAIT)
+        return ((wait_fn)fn)(c, m);
+    if (how == W_TIMED)
+        return ((twait_fn)fn)(c, m, abs);
+    return ((cwait_fn)fn)(c, m, clk, abs);
+}
+
+#define BOTH_PLAIN(c, m) (pl_surely_plain(c) && pl_surely_plain(m))
+
 #define CONDWAIT(fname, f, ver)                                              \
     int fname(pthread_cond_t *c, pthread_mutex_t *m);                        \
     EXPORT SYMVER("pthread_cond_wait" ver)                                   \
     int fname(pthread_cond_t *c, pthread_mutex_t *m)                         \
     {                                                                        \
-        PLAIN_OR_MAPPED(m, REAL(f, wait_fn)(c, m), f);                       \
-        return mapped_wait(e, c, m, W_WAIT, pl_real[f], 0, NULL);            \
+        if (PL_LIKELY(BOTH_PLAIN(c, m)))                                     \
+            return REAL(f, wait_fn)(c, m);                                   \
+        return cond_slow(c, m, W_WAIT, f, 0, NULL);                          \
     }
 CONDWAIT(pl_cond_wait, FN_WAIT, "@@GLIBC_2.3.2")
 CONDWAIT(pl_cond_wait_old, FN_WAIT_OLD, "@GLIBC_2.2.5")
@@ -328,8 +448,9 @@ CONDWAIT(pl_cond_wait_old, FN_WAIT_OLD, "@GLIBC_2.2.5")
     int fname(pthread_cond_t *c, pthread_mutex_t *m,                         \
               const struct timespec *abs)                                    \
     {                                                                        \
-        PLAIN_OR_MAPPED(m, REAL(f, twait_fn)(c, m, abs), f);                 \
-        return mapped_wait(e, c, m, W_TIMED, pl_real[f], 0, abs);            \
+        if (PL_LIKELY(BOTH_PLAIN(c, m)))                                     \
+            return REAL(f, twait_fn)(c, m, abs);                             \
+        return cond_slow(c, m, W_TIMED, f, 0, abs);                          \
     }
 CONDTIMEDWAIT(pl_cond_timedwait, FN_TIMEDWAIT, "@@GLIBC_2.3.2")
 CONDTIMEDWAIT(pl_cond_timedwait_old, FN_TIMEDWAIT_OLD, "@GLIBC_2.2.5")
@@ -341,11 +462,29 @@ CONDTIMEDWAIT(pl_cond_timedwait_old, FN_TIMEDWAIT_OLD, "@GLIBC_2.2.5")
     int fname(pthread_cond_t *c, pthread_mutex_t *m, clockid_t clk,          \
               const struct timespec *abs)                                    \
     {                                                                        \
-        PLAIN_OR_MAPPED(m, REAL(f, cwait_fn)(c, m, clk, abs), f);            \
-        return mapped_wait(e, c, m, W_CLOCK, pl_real[f], clk, abs);          \
+        if (PL_LIKELY(BOTH_PLAIN(c, m)))                                     \
+            return REAL(f, cwait_fn)(c, m, clk, abs);                        \
+        return cond_slow(c, m, W_CLOCK, f, clk, abs);                        \
     }
 CONDCLOCKWAIT(pl_cond_clockwait, FN_CLOCKWAIT, "@@GLIBC_2.34")
 CONDCLOCKWAIT(pl_cond_clockwait_old, FN_CLOCKWAIT_OLD, "@GLIBC_2.30")
+
+/* A signal or broadcast on a mapped condition reaches the distributed
+ * waiters and then the local ones glibc knows of (the waits that stayed
+ * local: with an unmapped mutex, or a recursively held one). */
+#define CONDSIGNAL(fname, f, sym, all)                                       \
+    int fname(pthread_cond_t *c);                                            \
+    EXPORT SYMVER(sym)                                                       \
+    int fname(pthread_cond_t *c)                                             \
+    {                                                                        \
+        PLAIN_OR_MAPPED(c, REAL(f, csig_fn)(c), f);                          \
+        mapped_signal(e, all);                                               \
+        return REAL(f, csig_fn)(c);                                          \
+    }
+CONDSIGNAL(pl_cond_signal, FN_CSIGNAL, "pthread_cond_signal@@GLIBC_2.3.2", 0)
+CONDSIGNAL(pl_cond_signal_old, FN_CSIGNAL_OLD, "pthread_cond_signal@GLIBC_2.2.5", 0)
+CONDSIGNAL(pl_cond_broadcast, FN_CBROADCAST, "pthread_cond_broadcast@@GLIBC_2.3.2", 1)
+CONDSIGNAL(pl_cond_broadcast_old, FN_CBROADCAST_OLD, "pthread_cond_broadcast@GLIBC_2.2.5", 1)
 
 /* ---- mapped read-write locks -------------------------------------------------
  *
@@ -434,12 +573,12 @@ RWUNLOCK(pl_rwlock_unlock_old, FN_RWUNLOCK_OLD, "pthread_rwlock_unlock@GLIBC_2.2
 
 /* glibc's init of the lock at m, called from ra, succeeded: site.c maps it
  * or unmaps what it left at m.  0, or ENOMEM. */
-static int site_map(void *m, uintptr_t ra, int kind, int f)
+static int site_map(void *m, uintptr_t ra, int kind, int f, clockid_t clk)
 {
     if (!pl_nsites || pl_in_shim)
         return 0;
     pl_count(f);
-    return pl_site_init(m, ra, kind);
+    return pl_site_init(m, ra, kind, clk);
 }
 
 int pl_mutex_init(pthread_mutex_t *m, const pthread_mutexattr_t *a);
@@ -452,7 +591,7 @@ int pl_mutex_init(pthread_mutex_t *m, const pthread_mutexattr_t *a)
     if (PL_UNLIKELY(!__atomic_load_n(&pl_tab, __ATOMIC_ACQUIRE)))
         pl_startup();
     rc = REAL(FN_INIT, init_fn)(m, a);
-    if (rc == 0 && (rc = site_map(m, ra, PL_MUTEX, FN_INIT)) != 0)
+    if (rc == 0 && (rc = site_map(m, ra, PL_MUTEX, FN_INIT, 0)) != 0)
         REAL(FN_DESTROY, lock_fn)(m);
     return rc;
 }
@@ -468,10 +607,156 @@ int pl_mutex_init(pthread_mutex_t *m, const pthread_mutexattr_t *a)
         if (PL_UNLIKELY(!__atomic_load_n(&pl_tab, __ATOMIC_ACQUIRE)))        \
             pl_startup();                                                    \
         rc = REAL(f, rwinit_fn)(rw, a);                                      \
-        return rc == 0 ? site_map(rw, ra, PL_RWLOCK, f) : rc;                \
+        return rc == 0 ? site_map(rw, ra, PL_RWLOCK, f, 0) : rc;                \
     }
 RWINIT(pl_rwlock_init, FN_RWINIT, "pthread_rwlock_init@@GLIBC_2.34")
 RWINIT(pl_rwlock_init_old, FN_RWINIT_OLD, "pthread_rwlock_init@GLIBC_2.2.5")
+
+/* A condition's clock, from the attributes of its init. */
+static clockid_t attr_clock(const pthread_condattr_t *a)
+{
+    clockid_t clk = CLOCK_REALTIME;
+
+    if (a)
+        pthread_condattr_getclock(a, &clk);
+    return clk;
+}
+
+/* glibc's init of a condition succeeded: an init_site maps it; a mapped
+ * static one takes its (new) clock.  0, or ENOMEM. */
+static int cond_inited(pthread_cond_t *c, const pthread_condattr_t *a,
+                       uintptr_t ra, int f)
+{
+    struct pl_entry *e;
+    int rc = site_map(c, ra, PL_COND, f, attr_clock(a));
+
+    if (rc == 0 && !pl_in_shim && (e = ENTRY_OF_KIND(c)) && !e->dynamic)
+        e->clock = attr_clock(a);
+    return rc;
+}
+
+#define CONDINIT(fname, f, fd, sym)                                          \
+    int fname(pthread_cond_t *c, const pthread_condattr_t *a);               \
+    EXPORT SYMVER(sym)                                                       \
+    int fname(pthread_cond_t *c, const pthread_condattr_t *a)                \
+    {                                                                        \
+        uintptr_t ra = (uintptr_t)__builtin_return_address(0);               \
+        int rc;                                                              \
+                                                                             \
+        if (PL_UNLIKELY(!__atomic_load_n(&pl_tab, __ATOMIC_ACQUIRE)))        \
+            pl_startup();                                                    \
+        rc = REAL(f, cinit_fn)(c, a);                                        \
+        if (rc == 0 && (rc = cond_inited(c, a, ra, f)) != 0)                 \
+            REAL(fd, csig_fn)(c);                                            \
+        return rc;                                                           \
+    }
+CONDINIT(pl_cond_init, FN_CINIT, FN_CDESTROY, "pthread_cond_init@@GLIBC_2.3.2")
+CONDINIT(pl_cond_init_old, FN_CINIT_OLD, FN_CDESTROY_OLD, "pthread_cond_init@GLIBC_2.2.5")
+
+/* ---- barriers ------------------------------------------------------------ */
+
+/* glibc's init of a barrier for count succeeded: an init_site maps it, and
+ * a mapped barrier (static or heap) gets its distributed barrier, for its
+ * section's parties or else count.  0, ENOMEM or EINVAL. */
+static int barrier_inited(pthread_barrier_t *b, unsigned count, uintptr_t ra,
+                          int f)
+{
+    PL_KEEP_ERRNO;
+    struct pl_entry *e;
+    int rc = site_map(b, ra, PL_BARRIER, f, 0);
+
+    if (rc != 0 || pl_in_shim || !(e = ENTRY_OF_KIND(b)))
+        return rc;
+    pl_count(f);
+    if ((rc = pl_entry_barrier(e, count)) != 0)
+        pl_msg("barrier '%s': %s", e->lockname, dist_last_error());
+    return rc;
+}
+
+#define BARRIERINIT(fname, f, fd, sym)                                       \
+    int fname(pthread_barrier_t *b, const pthread_barrierattr_t *a,          \
+              unsigned count);                                               \
+    EXPORT SYMVER(sym)                                                       \
+    int fname(pthread_barrier_t *b, const pthread_barrierattr_t *a,          \
+              unsigned count)                                                \
+    {                                                                        \
+        uintptr_t ra = (uintptr_t)__builtin_return_address(0);               \
+        int rc;                                                              \
+                                                                             \
+        if (PL_UNLIKELY(!__atomic_load_n(&pl_tab, __ATOMIC_ACQUIRE)))        \
+            pl_startup();                                                    \
+        rc = REAL(f, binit_fn)(b, a, count);                                 \
+        if (rc == 0 && (rc = barrier_inited(b, count, ra, f)) != 0)          \
+            REAL(fd, bwait_fn)(b);                                           \
+        return rc;                                                           \
+    }
+BARRIERINIT(pl_barrier_init, FN_BINIT, FN_BDESTROY, "pthread_barrier_init@@GLIBC_2.34")
+BARRIERINIT(pl_barrier_init_old, FN_BINIT_OLD, FN_BDESTROY_OLD, "pthread_barrier_init@GLIBC_2.2.5")
+
+/* A wait on a mapped barrier is a dist_barrier_t wait: 0 or
+ * PTHREAD_BARRIER_SERIAL_THREAD, or EOWNERDEAD when a member died during
+ * the round (no pthread error says that; the program sees it as it is). */
+MAPPED int mapped_barrier_wait(struct pl_entry *e)
+{
+    PL_KEEP_ERRNO;
+    unsigned backoff = 20;
+    int rc, told = 0;
+
+    while ((rc = dist_barrier_wait(&e->db)) == EIO) {
+        if (pl_cfg.on_unavailable == PL_ABORT)
+            pl_die("barrier '%s': %s: aborting (on_unavailable = abort)",
+                   e->lockname, dist_last_error());
+        if (pl_cfg.on_unavailable == PL_FAIL)
+            return EAGAIN;
+        if (!told++)
+            pl_msg("barrier '%s': %s: waiting for Redis (on_unavailable = "
+                   "block)", e->lockname, dist_last_error());
+        sleep_ms(backoff);
+        backoff = backoff < 1000 ? backoff * 2 : 1000;
+    }
+    if (rc == DIST_BARRIER_SERIAL_THREAD)
+        return PTHREAD_BARRIER_SERIAL_THREAD;
+    return rc;
+}
+
+#define BARRIERWAIT(fname, f, sym)                                           \
+    int fname(pthread_barrier_t *b);                                         \
+    EXPORT SYMVER(sym)                                                       \
+    int fname(pthread_barrier_t *b)                                          \
+    {                                                                        \
+        PLAIN_OR_MAPPED(b, REAL(f, bwait_fn)(b), f);                         \
+        if (!e->binit)                                                       \
+            return REAL(f, bwait_fn)(b);                                     \
+        return mapped_barrier_wait(e);                                       \
+    }
+BARRIERWAIT(pl_barrier_wait, FN_BWAIT, "pthread_barrier_wait@@GLIBC_2.34")
+BARRIERWAIT(pl_barrier_wait_old, FN_BWAIT_OLD, "pthread_barrier_wait@GLIBC_2.2.5")
+
+/* A destroyed barrier leaves its distributed barrier; a heap one is
+ * unmapped too. */
+#define BARRIERDESTROY(fname, f, sym)                                        \
+    int fname(pthread_barrier_t *b);                                         \
+    EXPORT SYMVER(sym)                                                       \
+    int fname(pthread_barrier_t *b)                                          \
+    {                                                                        \
+        PLAIN_OR_MAPPED(b, REAL(f, bwait_fn)(b), f);                         \
+        barrier_leave(e);                                                    \
+        return REAL(f, bwait_fn)(b);                                         \
+    }
+
+MAPPED void barrier_leave(struct pl_entry *e)
+{
+    PL_KEEP_ERRNO;
+
+    if (e->dynamic && !pl_in_shim) {
+        pl_site_forget(e);
+    } else if (e->binit) {
+        dist_barrier_destroy(&e->db);
+        e->binit = 0;
+    }
+}
+BARRIERDESTROY(pl_barrier_destroy, FN_BDESTROY, "pthread_barrier_destroy@@GLIBC_2.34")
+BARRIERDESTROY(pl_barrier_destroy_old, FN_BDESTROY_OLD, "pthread_barrier_destroy@GLIBC_2.2.5")
 
 /* A destroyed heap lock takes its distributed lock with it. */
 #define DESTROY(fname, type, f, fn_type, sym)                                \
@@ -498,3 +783,7 @@ DESTROY(pl_rwlock_destroy, pthread_rwlock_t, FN_RWDESTROY, rw_fn,
         "pthread_rwlock_destroy@@GLIBC_2.34")
 DESTROY(pl_rwlock_destroy_old, pthread_rwlock_t, FN_RWDESTROY_OLD, rw_fn,
         "pthread_rwlock_destroy@GLIBC_2.2.5")
+DESTROY(pl_cond_destroy, pthread_cond_t, FN_CDESTROY, csig_fn,
+        "pthread_cond_destroy@@GLIBC_2.3.2")
+DESTROY(pl_cond_destroy_old, pthread_cond_t, FN_CDESTROY_OLD, csig_fn,
+        "pthread_cond_destroy@GLIBC_2.2.5")

@@ -20,7 +20,7 @@ static unsigned long *site_seq;
 
 static const char *kind_name(int kind)
 {
-    return kind == PL_MUTEX ? "mutex" : "rwlock";
+    return pl_kind_name(kind);
 }
 
 int pl_take_sites(struct pl_resolved *res)
@@ -54,40 +54,50 @@ static const struct pl_site *site_of(uintptr_t ra, int kind)
     return NULL;
 }
 
-/* A new heap entry for m in the table, grown when it would be more than
- * half full; NULL: out of memory.  The old table stays readable for
- * whoever still has it, and is never freed. */
-static struct pl_entry *heap_entry(void *m)
+/* Puts e into the table, grown when it would be more than half full.  0,
+ * or ENOMEM.  The old table stays readable for whoever still has it, and
+ * is never freed.  dyn_mu is held. */
+static int put_entry(struct pl_entry *e)
 {
     struct pl_table *t = pl_tab_w;
+
+    if ((t->used + 1) * 2 > t->mask + 1) {
+        struct pl_table *n = pl_table_grow(t);
+
+        if (!n)
+            return ENOMEM;
+        pl_tab_w = t = n;
+        __atomic_store_n(&pl_tab, n, __ATOMIC_RELEASE);
+    }
+    pl_table_put(t, e);
+    return 0;
+}
+
+/* A new heap entry for m in the table; NULL: out of memory. */
+static struct pl_entry *heap_entry(void *m)
+{
     struct pl_entry *e = calloc(1, sizeof *e);
 
     if (!e)
         return NULL;
     e->addr = (uintptr_t)m;
     e->dynamic = 1;
-    if ((t->used + 1) * 2 > t->mask + 1) {
-        struct pl_table *n = pl_table_grow(t);
-
-        if (!n) {
-            free(e);
-            return NULL;
-        }
-        pl_tab_w = t = n;
-        __atomic_store_n(&pl_tab, n, __ATOMIC_RELEASE);
+    if (put_entry(e) != 0) {
+        free(e);
+        return NULL;
     }
-    pl_table_put(t, e);
     return e;
 }
 
 /* Makes e (at m) the next lock of site s.  0, or ENOMEM. */
 static int map_heap(struct pl_entry *e, const struct pl_site *s, void *m,
-                    int kind)
+                    int kind, clockid_t clk)
 {
     char name[DIST_NAME_MAX + 32];
     int rc;
 
     e->sec = s->sec;
+    e->clock = clk;
     snprintf(name, sizeof name, "%s:%lu", s->sec->name,
              site_seq[s - sites]++);
     pl_set_holder(e, 0);
@@ -107,7 +117,7 @@ static int map_heap(struct pl_entry *e, const struct pl_site *s, void *m,
     return 0;
 }
 
-int pl_site_init(void *m, uintptr_t ra, int kind)
+int pl_site_init(void *m, uintptr_t ra, int kind, clockid_t clk)
 {
     PL_KEEP_ERRNO;
     const struct pl_site *s = site_of(ra, kind);
@@ -129,9 +139,19 @@ int pl_site_init(void *m, uintptr_t ra, int kind)
         rc = ENOMEM;
         goto out;
     }
-    rc = map_heap(e, s, m, kind);
+    rc = map_heap(e, s, m, kind, clk);
 out:
     pl_in_shim = 0;
+    REAL(FN_UNLOCK, lock_fn)(&dyn_mu);
+    return rc;
+}
+
+int pl_heap_add(struct pl_entry *e)
+{
+    int rc;
+
+    REAL(FN_LOCK, lock_fn)(&dyn_mu);
+    rc = put_entry(e);
     REAL(FN_UNLOCK, lock_fn)(&dyn_mu);
     return rc;
 }
@@ -146,27 +166,25 @@ void pl_site_forget(struct pl_entry *e)
     REAL(FN_UNLOCK, lock_fn)(&dyn_mu);
 }
 
-/* A fork() must not copy the heap-lock table half-changed, nor dyn_mu
+/* A fork() must not copy the heap-lock table half-changed (by an init_site
+ * or a sem_open), nor dyn_mu
  * locked by a thread the child does not have.  (Registered after
  * libdistlock's handlers, so this prepare runs first: dyn_mu, then the
  * library's locks, the order pl_site_init takes them in.) */
 static void fork_prepare(void)
 {
-    if (pl_nsites)
-        REAL(FN_LOCK, lock_fn)(&dyn_mu);
+    REAL(FN_LOCK, lock_fn)(&dyn_mu);
 }
 
 static void fork_parent(void)
 {
-    if (pl_nsites)
-        REAL(FN_UNLOCK, lock_fn)(&dyn_mu);
+    REAL(FN_UNLOCK, lock_fn)(&dyn_mu);
 }
 
 static void fork_child(void)
 {
     pl_fork_gen++;        /* the parent's holders are not this process's */
-    if (pl_nsites)
-        REAL(FN_UNLOCK, lock_fn)(&dyn_mu);
+    REAL(FN_UNLOCK, lock_fn)(&dyn_mu);
 }
 
 void pl_site_atfork(void)

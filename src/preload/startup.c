@@ -179,7 +179,7 @@ static struct pl_table *map_targets(struct pl_resolved *res)
 
         pl_table_put(t, e);
         if (pl_verbose())
-            pl_msg("%s '%s' = %s", e->kind == PL_MUTEX ? "mutex" : "rwlock",
+            pl_msg("%s '%s' = %s", pl_kind_name(e->kind),
                    e->lockname, e->where);
     }
     return t;

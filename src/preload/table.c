@@ -103,6 +103,18 @@ int pl_entry_init(struct pl_entry *e, const char *lockname)
     if (!e->lockname)
         return ENOMEM;
     e->kind = s->kind;
+    if (s->kind == PL_COND) {
+        dist_condattr_t ca;
+
+        dist_condattr_init(&ca);
+        rc = dist_condattr_setclock(&ca, e->clock);
+        if (rc == 0)
+            rc = dist_cond_init(&e->dc, e->lockname, &ca);
+        dist_condattr_destroy(&ca);
+        return rc;
+    }
+    if (s->kind == PL_BARRIER || s->kind == PL_SEM)
+        return 0;       /* at pthread_barrier_init, at sem_open */
     if (s->kind == PL_RWLOCK) {
         dist_rwlockattr_t ra;
 
@@ -123,14 +135,63 @@ int pl_entry_init(struct pl_entry *e, const char *lockname)
     return rc;
 }
 
+int pl_entry_barrier(struct pl_entry *e, unsigned count)
+{
+    if (e->binit) {
+        dist_barrier_destroy(&e->db);
+        e->binit = 0;
+    }
+    if (e->sec->parties)
+        count = (unsigned)e->sec->parties;
+    if (dist_barrier_init(&e->db, e->lockname, count) != 0)
+        return EINVAL;
+    e->binit = 1;
+    return 0;
+}
+
+int pl_entry_sem(struct pl_entry *e, unsigned initial)
+{
+    const struct pl_section *s = e->sec;
+    long lease = s->lease_ms >= 0 ? s->lease_ms : (long)pl_cfg.lease_ms;
+    dist_semattr_t a;
+    int rc;
+
+    dist_semattr_init(&a);
+    dist_semattr_setmode(&a, s->sem_mode == PL_SEM_REDISSON
+                                 ? DIST_SEM_REDISSON : DIST_SEM_LEASED);
+    dist_semattr_setunowned(&a, s->sem_unowned);
+    if (s->sem_max)
+        dist_semattr_setmax(&a, (long)s->sem_max);
+    rc = dist_semattr_setlease(&a, (unsigned long)lease);
+    if (rc == 0)
+        rc = dist_sem_init(&e->ds, e->lockname, initial, &a);
+    dist_semattr_destroy(&a);
+    return rc;
+}
+
 void pl_entry_kill(struct pl_entry *e)
 {
     PL_KEEP_ERRNO;
     __atomic_store_n(&e->live, 0, __ATOMIC_RELEASE);
-    if (e->kind == PL_MUTEX)
+    switch (e->kind) {
+    case PL_MUTEX:
         dist_mutex_destroy(&e->dm);
-    else
+        break;
+    case PL_RWLOCK:
         dist_rwlock_destroy(&e->drw);
+        break;
+    case PL_COND:
+        dist_cond_destroy(&e->dc);
+        break;
+    case PL_BARRIER:
+        if (e->binit)
+            dist_barrier_destroy(&e->db);
+        e->binit = 0;
+        break;
+    default:
+        dist_sem_destroy(&e->ds);
+        break;
+    }
 }
 
 int pl_held_by_me(const struct pl_entry *e)

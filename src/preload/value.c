@@ -15,6 +15,39 @@
 
 #include "preload.h"
 
+const char *pl_kind_name(int kind)
+{
+    static const char *const n[] = { "mutex", "rwlock", "cond", "barrier",
+                                     "semaphore" };
+
+    return kind >= 0 && kind <= PL_SEM ? n[kind] : "?";
+}
+
+const char *pl_kind_type(int kind)
+{
+    static const char *const n[] = { "pthread_mutex_t", "pthread_rwlock_t",
+                                     "pthread_cond_t", "pthread_barrier_t",
+                                     "sem_t" };
+
+    return kind >= 0 && kind <= PL_SEM ? n[kind] : "?";
+}
+
+size_t pl_kind_size(int kind)
+{
+    switch (kind) {
+    case PL_MUTEX:
+        return sizeof(pthread_mutex_t);
+    case PL_RWLOCK:
+        return sizeof(pthread_rwlock_t);
+    case PL_COND:
+        return sizeof(pthread_cond_t);
+    case PL_BARRIER:
+        return sizeof(pthread_barrier_t);
+    default:
+        return 0;
+    }
+}
+
 int pl_parse_ulong(const char *v, unsigned long max, unsigned long *out)
 {
     char *end;
