@@ -31,9 +31,9 @@ if [[ ! -x $run_bin || ! -f $shim ]]; then
     echo "SKIP: built without the LD_PRELOAD shim (--disable-preload)"
     exit 77
 fi
-for p in prodcons joblimit; do
-    if [[ ! -x $top/examples/$p ]]; then
-        echo "FAIL: $top/examples/$p not built"
+for p in examples/prodcons examples/joblimit tests/preload_waits; do
+    if [[ ! -x $top/$p ]]; then
+        echo "FAIL: $top/$p not built"
         exit 1
     fi
 done
@@ -166,5 +166,126 @@ wait_for "$!" 60
 [[ $rc == 0 ]] || fail "joblimit, unmapped name: ended with $rc: $(cat "$tmp/other.err")"
 [[ -e /dev/shm/sem.${other#/} ]] || fail "joblimit, unmapped name: no glibc semaphore $other"
 grep -q '^most 1 ' "$tmp/other.out" || fail "joblimit, unmapped name: $(cat "$tmp/other.out")"
+
+# ---- a barrier, a heap condition, a timed-out wait (tests/preload_waits) ----
+
+waits=$top/tests/preload_waits
+cat >"$tmp/waits.ini" <<'EOF'
+[mutex wl]
+match = symbol g_lock
+
+[cond {wl}:ready]
+match = init_site make_ready_cond
+mutex = wl
+
+[cond {wl}:idle]
+match = symbol g_idle_cv
+mutex = wl
+
+[barrier phase]
+match = symbol g_phase
+parties = 2
+EOF
+
+# Each process thinks it is alone at its barrier (count 1); parties = 2
+# makes every round wait for the other process.
+rounds=5
+"$run_bin" --config "$tmp/waits.ini" -- "$waits" barrier $rounds \
+    >"$tmp/bar1.out" 2>"$tmp/bar1.err" &
+bar1=$!
+pids+=("$bar1")
+wait_line "$tmp/bar1.out" 1 '^round' &&
+    fail "barrier: one process alone passed a barrier of 2 parties"
+"$run_bin" --config "$tmp/waits.ini" -- "$waits" barrier $rounds \
+    >"$tmp/bar2.out" 2>"$tmp/bar2.err" &
+bar2=$!
+pids+=("$bar2")
+wait_for "$bar1" 60
+[[ $rc == 0 ]] || fail "barrier 1 ended with $rc: $(cat "$tmp/bar1.err")"
+wait_for "$bar2" 60
+[[ $rc == 0 ]] || fail "barrier 2 ended with $rc: $(cat "$tmp/bar2.err")"
+serial=$(cat "$tmp/bar1.out" "$tmp/bar2.out" | awk '/^serial / { s += $2 } END { print s + 0 }')
+[[ $serial == "$rounds" ]] || fail "barrier: $serial serial returns in $rounds rounds"
+grep -q '^error' "$tmp/bar1.out" "$tmp/bar2.out" && fail "barrier: a wait failed"
+echo "barrier: $rounds rounds across 2 processes, one serial return each"
+
+# A heap condition (init_site, CLOCK_MONOTONIC): a broadcast in one
+# process ends a timed wait in another long before its 60 s.
+"$run_bin" --config "$tmp/waits.ini" -- "$waits" waiter "$tmp/flag" \
+    >"$tmp/waiter.out" 2>"$tmp/waiter.err" &
+wpid=$!
+pids+=("$wpid")
+wait_line "$tmp/waiter.out" 30 '^waiting' || fail "cond: the waiter never waited: $(cat "$tmp/waiter.err")"
+"$run_bin" --config "$tmp/waits.ini" -- "$waits" waker "$tmp/flag" \
+    >"$tmp/waker.out" 2>"$tmp/waker.err" &
+pids+=("$!")
+wait_for "$!" 30
+[[ $rc == 0 ]] || fail "cond: the waker ended with $rc: $(cat "$tmp/waker.err")"
+wait_for "$wpid" 40
+[[ $rc == 0 ]] || fail "cond: the waiter ended with $rc"
+grep -q '^woken 0$' "$tmp/waiter.out" || fail "cond: the waiter says $(tail -1 "$tmp/waiter.out")"
+echo "cond: a heap condition woken from another process"
+
+# pthread_cond_clockwait on a mapped pair times out after its deadline,
+# holding the mutex again, errno as it was.
+"$run_bin" --config "$tmp/waits.ini" -- "$waits" timeout 300 \
+    >"$tmp/to.out" 2>"$tmp/to.err" &
+pids+=("$!")
+wait_for "$!" 30
+read -r _ trc _ tms _ terr <"$tmp/to.out"
+[[ $rc == 0 && $trc == 110 && $terr == 4242 ]] && ((tms >= 300)) ||
+    fail "cond timeout: exit $rc, '$(cat "$tmp/to.out")' $(cat "$tmp/to.err")"
+echo "cond: clockwait timed out after $tms ms"
+
+# ---- the shim defines every version of the new functions the programs bind
+
+defined=$(readelf --dyn-syms -W "$shim" | awk '$7 != "UND" { sub("@@", "@", $8); print $8 }')
+for prog in "$top/examples/prodcons" "$top/examples/joblimit" "$waits"; do
+    for sym in $(readelf --dyn-syms -W "$prog" |
+                 awk '$7 == "UND" && $8 ~ /^(sem_|pthread_cond_|pthread_barrier_)/ { sub("@@", "@", $8); print $8 }'); do
+        grep -qxF -- "$sym" <<<"$defined" || fail "the shim does not define $sym (bound by ${prog##*/})"
+    done
+done
+
+# ---- the configuration ----------------------------------------------------------
+
+# Runs distlock-run with the configuration on stdin; its stderr in $out.
+try_config() {
+    cat >"$tmp/try.ini"
+    out=$("$run_bin" --config "$tmp/try.ini" -- "$waits" timeout 1 2>&1 >/dev/null)
+    rc=$?
+}
+try_config <<'EOF'
+[cond c]
+match = symbol g_idle_cv
+mutex = nosuch
+EOF
+[[ $rc == 0 && $out == *"[cond c] mutex = nosuch: no [mutex nosuch] section"* ]] ||
+    fail "pairing with a mutex not mapped: no warning (rc $rc): $out"
+try_config <<'EOF'
+[cond c]
+match = symbol g_idle_cv
+EOF
+[[ $rc == 0 && $out == *"[cond c]: no [mutex] section"* ]] ||
+    fail "a condition without any mapped mutex: no warning (rc $rc): $out"
+try_config <<'EOF'
+[semaphore s]
+match = sem_open jobs
+mode = fifo
+fair = yes
+[semaphore t]
+match = sem_open /a
+[semaphore u]
+match = sem_open //a
+[barrier b]
+match = symbol g_phase
+parties = 0
+EOF
+[[ $rc == 78 && $out == *":2: match: 'sem_open /NAME'"* &&
+   $out == *":3: mode: leased or redisson, not 'fifo'"* &&
+   $out == *":4: unknown key 'fair' in [semaphore s] (known: match, mode,"* &&
+   $out == *":8: match: 'sem_open /NAME'"* &&
+   $out == *":11: parties: a number of waits, not '0'"* ]] ||
+    fail "configuration errors not reported by line (rc $rc): $out"
 
 exit $failed

@@ -1,0 +1,171 @@
+/*
+ * preload_waits: a program with a barrier and conditions for the LD_PRELOAD
+ * tests (tests/test_preload_examples.sh).  It knows nothing of distlock:
+ * built with -pthread only.
+ *
+ *   preload_waits barrier ROUNDS   pthread_barrier_init(&g_phase, NULL, 1),
+ *                                  then ROUNDS waits: "round I" after each,
+ *                                  "serial N" at the end (how many returned
+ *                                  PTHREAD_BARRIER_SERIAL_THREAD)
+ *   preload_waits waiter FLAG      under g_lock: until FLAG holds "1",
+ *                                  pthread_cond_timedwait (60 s, on
+ *                                  CLOCK_MONOTONIC) on a condition made by
+ *                                  make_ready_cond; "waiting" first, then
+ *                                  "woken RC"
+ *   preload_waits waker FLAG       under g_lock: writes "1" to FLAG and
+ *                                  broadcasts that condition
+ *   preload_waits timeout MS       pthread_cond_clockwait for MS on
+ *                                  g_idle_cv and g_lock, nobody signalling:
+ *                                  "rc RC ms T errno E" (errno set to 4242
+ *                                  before)
+ *   preload_waits                  a self-test without the shim
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_idle_cv = PTHREAD_COND_INITIALIZER;
+static pthread_barrier_t g_phase;
+static pthread_cond_t *g_ready;
+
+static double now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static struct timespec in_ms(long ms)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ts.tv_sec += ms / 1000;
+    ts.tv_nsec += (ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_nsec -= 1000000000L;
+        ts.tv_sec++;
+    }
+    return ts;
+}
+
+/* The init site of the tests' configuration: a heap condition on the
+ * monotonic clock. */
+__attribute__((noinline)) static pthread_cond_t *make_ready_cond(void)
+{
+    pthread_condattr_t a;
+    pthread_cond_t *c = malloc(sizeof *c);
+
+    if (!c)
+        exit(1);
+    pthread_condattr_init(&a);
+    pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+    pthread_cond_init(c, &a);
+    pthread_condattr_destroy(&a);
+    return c;
+}
+
+static int flag_set(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    int c = f ? fgetc(f) : EOF;
+
+    if (f)
+        fclose(f);
+    return c == '1';
+}
+
+static int barrier(long rounds)
+{
+    long i, serial = 0;
+    int rc;
+
+    if (pthread_barrier_init(&g_phase, NULL, 1) != 0)
+        return 1;
+    for (i = 0; i < rounds; i++) {
+        rc = pthread_barrier_wait(&g_phase);
+        if (rc == PTHREAD_BARRIER_SERIAL_THREAD)
+            serial++;
+        else if (rc != 0)
+            printf("error %d\n", rc);
+        printf("round %ld\n", i);
+        fflush(stdout);
+    }
+    printf("serial %ld\n", serial);
+    return pthread_barrier_destroy(&g_phase) != 0;
+}
+
+static int waiter(const char *flag)
+{
+    struct timespec until = in_ms(60000);
+    int rc = 0;
+
+    g_ready = make_ready_cond();
+    pthread_mutex_lock(&g_lock);
+    printf("waiting\n");
+    fflush(stdout);
+    while (!flag_set(flag) && rc == 0)
+        rc = pthread_cond_timedwait(g_ready, &g_lock, &until);
+    pthread_mutex_unlock(&g_lock);
+    printf("woken %d\n", rc);
+    pthread_cond_destroy(g_ready);
+    free(g_ready);
+    return 0;
+}
+
+static int waker(const char *flag)
+{
+    FILE *f;
+
+    g_ready = make_ready_cond();
+    pthread_mutex_lock(&g_lock);
+    f = fopen(flag, "w");
+    if (!f || fputs("1", f) < 0 || fclose(f) != 0)
+        return 1;
+    pthread_cond_broadcast(g_ready);
+    pthread_mutex_unlock(&g_lock);
+    pthread_cond_destroy(g_ready);
+    free(g_ready);
+    return 0;
+}
+
+static int timeout(long ms)
+{
+    struct timespec until = in_ms(ms);
+    double t0 = now_ms();
+    int rc, e;
+
+    pthread_mutex_lock(&g_lock);
+    errno = 4242;
+    rc = pthread_cond_clockwait(&g_idle_cv, &g_lock, CLOCK_MONOTONIC, &until);
+    e = errno;
+    pthread_mutex_unlock(&g_lock);
+    printf("rc %d ms %.0f errno %d\n", rc, now_ms() - t0, e);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 1) {
+        if (barrier(3) != 0)
+            return 1;
+        return timeout(10);
+    }
+    if (argc == 3 && strcmp(argv[1], "barrier") == 0)
+        return barrier(atol(argv[2]));
+    if (argc == 3 && strcmp(argv[1], "waiter") == 0)
+        return waiter(argv[2]);
+    if (argc == 3 && strcmp(argv[1], "waker") == 0)
+        return waker(argv[2]);
+    if (argc == 3 && strcmp(argv[1], "timeout") == 0)
+        return timeout(atol(argv[2]));
+    fprintf(stderr, "usage: preload_waits barrier ROUNDS | waiter FLAG | "
+            "waker FLAG | timeout MS\n");
+    return 2;
+}
