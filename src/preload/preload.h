@@ -6,13 +6,15 @@
  * config.c   reads the INI file into struct pl_config (inih + a line-tracking
  *            reader, so that every message has FILE:LINE)
  * elf.c      reads the symbol tables of an ELF file (.symtab, else .dynsym)
- * resolve.c  turns each [mutex]/[rwlock] section into addresses of the
- *            loaded objects (dl_iterate_phdr + elf.c)
+ * resolve.c  turns each [mutex]/[rwlock]/[cond]/[barrier] section into
+ *            addresses of the loaded objects (dl_iterate_phdr + elf.c)
  * real.c     glibc's functions behind ours, by symbol version
  * table.c    the address table of the mapped locks, and their entries
  * site.c     init_site: heap locks mapped when their init runs
  * startup.c  the lazy, thread-safe start-up and the status pipe
  * shim.c     the interposed pthread functions, and their distributed half
+ * sem.c      the interposed sem_* functions: named semaphores
+ *            (both use startup.c; startup.c reaches neither)
  *
  * Each uses only those listed above it.
  */

@@ -85,16 +85,37 @@ static struct pl_entry *sem_entry(const struct pl_section *sec, int *rc)
     return e;
 }
 
+/* fork() must not copy the list of semaphores half-changed, nor sem_mu
+ * locked by a thread the child does not have.  Registered at the first
+ * mapped sem_open, after start-up's handlers, so this prepare runs first:
+ * sem_mu, then site.c's lock, the order mapped_open takes them in. */
+static void fork_prepare(void)
+{
+    REAL(FN_LOCK, lock_fn)(&sem_mu);
+}
+
+static void fork_after(void)
+{
+    REAL(FN_UNLOCK, lock_fn)(&sem_mu);
+}
+
+static void register_atfork(void)
+{
+    pthread_atfork(fork_prepare, fork_after, fork_after);
+}
+
 /* sem_open of a mapped name.  0 with *out, or an errno value. */
 static int mapped_open(const struct pl_section *sec, int oflag,
                        unsigned value, sem_t **out)
 {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
     PL_KEEP_ERRNO;
     struct pl_entry *e;
     int rc = 0;
 
     if (value > (unsigned)SEM_VALUE_MAX)
         return EINVAL;
+    pthread_once(&once, register_atfork);
     REAL(FN_LOCK, lock_fn)(&sem_mu);
     pl_in_shim = 1;
     e = sem_entry(sec, &rc);

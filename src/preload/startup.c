@@ -185,6 +185,22 @@ static struct pl_table *map_targets(struct pl_resolved *res)
     return t;
 }
 
+/* The [semaphore] sections: mapped when the program opens their names. */
+static size_t sem_sections(void)
+{
+    size_t i, n = 0;
+
+    for (i = 0; i < pl_cfg.nsec; i++) {
+        if (pl_cfg.sec[i].kind != PL_SEM)
+            continue;
+        n++;
+        if (pl_verbose())
+            pl_msg("semaphore '%s' = sem_open(\"%s\")", pl_cfg.sec[i].name,
+                   pl_cfg.sec[i].sem_name);
+    }
+    return n;
+}
+
 static const struct pl_table *build(void)
 {
     struct pl_resolved res;
@@ -221,7 +237,7 @@ static const struct pl_table *build(void)
                res.unresolved);
     dist_set_lost_handler(on_lost, NULL);
     pl_site_atfork();
-    finish_status(1, res.nt + pl_nsites);
+    finish_status(1, res.nt + pl_nsites + sem_sections());
     pl_resolved_free(&res);
     pl_tab_w = t;
     return t;
