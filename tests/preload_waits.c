@@ -18,6 +18,9 @@
  *                                  g_idle_cv and g_lock, nobody signalling:
  *                                  "rc RC ms T errno E" (errno set to 4242
  *                                  before)
+ *   preload_waits local            a thread waits on g_idle_cv with a mutex
+ *                                  no test maps (g_plain), main signals:
+ *                                  "local RC" (0: woken)
  *   preload_waits                  a self-test without the shim
  */
 #define _GNU_SOURCE
@@ -69,6 +72,13 @@ __attribute__((noinline)) static pthread_cond_t *make_ready_cond(void)
     pthread_cond_init(c, &a);
     pthread_condattr_destroy(&a);
     return c;
+}
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
+
+    nanosleep(&ts, NULL);
 }
 
 static int flag_set(const char *path)
@@ -135,6 +145,42 @@ static int waker(const char *flag)
     return 0;
 }
 
+static pthread_mutex_t g_plain = PTHREAD_MUTEX_INITIALIZER;
+static int g_flag;                     /* under g_plain */
+
+static void *local_waiter(void *arg)
+{
+    struct timespec until = in_ms(30000);
+    int rc = 0;
+
+    (void)arg;
+    pthread_mutex_lock(&g_plain);
+    while (!g_flag && rc == 0)
+        rc = pthread_cond_clockwait(&g_idle_cv, &g_plain, CLOCK_MONOTONIC,
+                                    &until);
+    pthread_mutex_unlock(&g_plain);
+    return (void *)(long)rc;
+}
+
+/* A wait on g_idle_cv with a mutex no configuration maps: local, and a
+ * signal of this process still wakes it. */
+static int local(void)
+{
+    pthread_t t;
+    void *rc;
+
+    if (pthread_create(&t, NULL, local_waiter, NULL) != 0)
+        return 1;
+    sleep_ms(200);
+    pthread_mutex_lock(&g_plain);
+    g_flag = 1;
+    pthread_cond_signal(&g_idle_cv);
+    pthread_mutex_unlock(&g_plain);
+    pthread_join(t, &rc);
+    printf("local %ld\n", (long)rc);
+    return 0;
+}
+
 static int timeout(long ms)
 {
     struct timespec until = in_ms(ms);
@@ -155,7 +201,7 @@ int main(int argc, char **argv)
     if (argc == 1) {
         if (barrier(3) != 0)
             return 1;
-        return timeout(10);
+        return timeout(10) || local();
     }
     if (argc == 3 && strcmp(argv[1], "barrier") == 0)
         return barrier(atol(argv[2]));
@@ -163,6 +209,8 @@ int main(int argc, char **argv)
         return waiter(argv[2]);
     if (argc == 3 && strcmp(argv[1], "waker") == 0)
         return waker(argv[2]);
+    if (argc == 2 && strcmp(argv[1], "local") == 0)
+        return local();
     if (argc == 3 && strcmp(argv[1], "timeout") == 0)
         return timeout(atol(argv[2]));
     fprintf(stderr, "usage: preload_waits barrier ROUNDS | waiter FLAG | "

@@ -157,6 +157,17 @@ done_=$(cat "$tmp/job1.out" "$tmp/job2.out" | awk '/^most / { if ($4 > d) d = $4
 [[ $(rcli --scan --pattern '*jobs*' | wc -l) -ge 1 ]] || fail "joblimit: no semaphore 'jobs' in Redis"
 echo "joblimit: at most $most of $limit permits in use across 2 processes, $done_ jobs"
 
+# mode = redisson: Redisson's layout, the free permits in a plain string
+# key named as the section; all of them back after the jobs.
+printf '[semaphore rjobs]\nmatch = sem_open %s\nmode = redisson\n' "$sem" >"$tmp/rjob.ini"
+"$run_bin" --config "$tmp/rjob.ini" -- "$top/examples/joblimit" \
+    "$sem" $limit 2 3 "$tmp/board3" >"$tmp/rjob.out" 2>"$tmp/rjob.err" &
+pids+=("$!")
+wait_for "$!" 60
+[[ $rc == 0 ]] || fail "joblimit, redisson mode: ended with $rc: $(cat "$tmp/rjob.err")"
+[[ $(rcli type rjobs) == string && $(rcli get rjobs) == "$limit" ]] ||
+    fail "joblimit, redisson mode: key rjobs is $(rcli type rjobs) '$(rcli get rjobs)'"
+
 # A name the configuration does not choose is glibc's semaphore.
 rm -f "/dev/shm/sem.${other#/}"
 "$run_bin" --config "$tmp/joblimit.ini" -- "$top/examples/joblimit" \
@@ -236,6 +247,15 @@ read -r _ trc _ tms _ terr <"$tmp/to.out"
 [[ $rc == 0 && $trc == 110 && $terr == 4242 ]] && ((tms >= 300)) ||
     fail "cond timeout: exit $rc, '$(cat "$tmp/to.out")' $(cat "$tmp/to.err")"
 echo "cond: clockwait timed out after $tms ms"
+
+# A mapped condition with an unmapped mutex: the wait stays glibc's, and
+# the signal of the same process still reaches it.
+"$run_bin" --config "$tmp/waits.ini" -- "$waits" local \
+    >"$tmp/local.out" 2>"$tmp/local.err" &
+pids+=("$!")
+wait_for "$!" 40
+[[ $rc == 0 ]] && grep -qx 'local 0' "$tmp/local.out" ||
+    fail "cond, unmapped mutex: exit $rc, '$(cat "$tmp/local.out")' $(cat "$tmp/local.err")"
 
 # ---- the shim defines every version of the new functions the programs bind
 
