@@ -136,17 +136,16 @@ threads=4
 jobs=15
 sed "s|sem_open /jobs|sem_open $sem|" "$src/examples/joblimit.ini" >"$tmp/joblimit.ini"
 rm -f "/dev/shm/sem.${sem#/}"
+job=()
 for i in 1 2; do
     "$run_bin" --config "$tmp/joblimit.ini" -- "$top/examples/joblimit" \
         "$sem" $limit $threads $jobs "$tmp/board" \
         >"$tmp/job$i.out" 2>"$tmp/job$i.err" &
-    eval "job$i=\$!"
+    job[i]=$!
     pids+=("$!")
 done
-# shellcheck disable=SC2154  # job1, job2: set by the eval above
 for i in 1 2; do
-    pid=$([[ $i == 1 ]] && echo "$job1" || echo "$job2")
-    wait_for "$pid" 180
+    wait_for "${job[i]}" 180
     [[ $rc == 0 ]] || fail "joblimit $i ended with $rc: $(cat "$tmp/job$i.err")"
 done
 most=$(cat "$tmp/job1.out" "$tmp/job2.out" | awk '/^most / { if ($2 > m) m = $2 } END { print m + 0 }')
