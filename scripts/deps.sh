@@ -35,6 +35,10 @@ packages=(
     valgrind
     mandoc          # make check lints the manual pages (tests/test_man.sh)
     cmake           # make check builds a CMake project against an install
+    # make check builds the Debian packages of debian/ (tests/test_deb.sh)
+    dpkg-dev
+    debhelper       # compat 13, which runs autoreconf itself
+    lintian
 )
 # Debian's own JDK and Maven; the suite pulls Redisson itself from Maven
 # Central into Maven's local repository (~/.m2) on its first run.
