@@ -22,6 +22,13 @@ srcdir=$(cd "$here/.." && pwd)
 skip() { echo "SKIP: $*"; exit 77; }
 fail() { echo "FAIL: $*"; exit 1; }
 
+# The packages are built from the tarball with Debian's own flags, the same
+# whatever this build's: a sanitizer build (of scripts/test.sh's several)
+# leaves them to the plain one and to make distcheck.
+if [ -n "${SAN_CFLAGS:-}" ]; then
+    skip "a sanitizer build: the Debian packages do not depend on its flags and are checked by the plain build's make check"
+fi
+
 missing=
 for tool in dpkg-buildpackage:dpkg-dev dh:debhelper dpkg-deb:dpkg \
             dpkg-checkbuilddeps:dpkg-dev; do
@@ -36,7 +43,7 @@ deps=$(dpkg-checkbuilddeps -P nocheck "$srcdir/debian/control" 2>&1) ||
 version=$(sed -n 's/^PACKAGE_VERSION = //p' "$top_builddir/Makefile")
 [ -n "$version" ] || fail "no PACKAGE_VERSION in $top_builddir/Makefile"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/distlock-deb.XXXXXX") || exit 1
-trap 'rm -rf "$tmp"' EXIT INT TERM
+trap 'chmod -R u+w "$tmp" 2>/dev/null; rm -rf "$tmp"' EXIT INT TERM
 log="$tmp/log"
 
 # ---- the tarball, then the packages from it ----
@@ -53,6 +60,9 @@ tar -C "$tmp/ship" -czf "$tmp/distlock_$version.orig.tar.gz" \
     "distlock-$version" || fail "could not pack the tree"
 mkdir "$tmp/pkg" && tar -C "$tmp/pkg" -xzf "$tmp/distlock_$version.orig.tar.gz" ||
     fail "could not unpack the tarball"
+# under make distcheck the source tree, and so what make distdir copied
+# from it, is read-only; the package build writes into its tree
+chmod -R u+w "$tmp/pkg"
 echo "building the packages of distlock $version (dpkg-buildpackage -b)"
 (cd "$tmp/pkg/distlock-$version" &&
  $clean_env DEB_BUILD_OPTIONS="nocheck parallel=2" \
