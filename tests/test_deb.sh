@@ -10,7 +10,8 @@
 #     where each package must hold its own files (and no other's);
 #   - a C program is compiled against the unpacked libdistlock-dev with
 #     pkg-config (PKG_CONFIG_SYSROOT_DIR into the root) and run on the
-#     unpacked libdistlock0; the unpacked distlock tool answers --help.
+#     unpacked libdistlock0; then, under scripts/with-redis.sh, it takes a
+#     lock twice and the unpacked distlock tool a third time (tokens 1..3).
 # Without dpkg-buildpackage, debhelper or the build dependencies the test
 # reports itself skipped (77), saying what is missing.
 set -u
@@ -116,20 +117,37 @@ done
 libdir="$root/usr/lib/$ma"
 cat >"$tmp/consumer.c" <<'C'
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <distlock.h>
 
+/* Without Redis: a refusal with its reason, the counters, the version.
+ * With DISTLOCK_URL: a lock taken and released, and its fencing token. */
 int main(void)
 {
     dist_mutex_t m;
     struct dist_stats st;
+    uint64_t token = 0;
     int rc = dist_mutex_init(&m, "", NULL);
 
     if (rc != EINVAL || strstr(dist_last_error(), "empty") == NULL) {
         fprintf(stderr, "dist_mutex_init(\"\"): %d, '%s'\n", rc,
                 dist_last_error());
         return 1;
+    }
+    if (getenv("DISTLOCK_URL")) {
+        if ((rc = dist_mutex_init(&m, "deb-consumer", NULL)) != 0 ||
+            (rc = dist_mutex_lock(&m)) != 0 ||
+            (rc = dist_mutex_token(&m, &token)) != 0 ||
+            (rc = dist_mutex_unlock(&m)) != 0) {
+            fprintf(stderr, "the lock: %s (%s)\n", strerror(rc),
+                    dist_last_error());
+            return 1;
+        }
+        dist_mutex_destroy(&m);
+        printf("held deb-consumer, token %" PRIu64 "; ", token);
     }
     if (dist_stats_get(&st) != 0)
         return 1;
@@ -155,4 +173,25 @@ LD_LIBRARY_PATH="$libdir" ldd "$tmp/consumer" 2>/dev/null |
     fail "the consumer does not run on the unpacked libdistlock0"
 LD_LIBRARY_PATH="$libdir" "$root/usr/bin/distlock" --help >"$log" 2>&1 ||
     { cat "$log"; fail "the packaged distlock tool does not run"; }
-echo "PASS: the packages build, pass lintian and serve a pkg-config build"
+
+# ---- the unpacked library and tool against a private redis-server ----
+if ! command -v redis-server >/dev/null 2>&1; then
+    echo "redis-server is not installed: the packages were not tried on Redis"
+    echo "PASS: the packages build, pass lintian and serve a pkg-config build"
+    exit 0
+fi
+cat >"$tmp/on-redis.sh" <<'SH'
+# the consumer takes its lock twice; the packaged tool then takes it and
+# sees the token of the third taking
+set -e
+"$1/consumer" && "$1/consumer"
+"$2/usr/bin/distlock" lock deb-consumer -- sh -c 'echo "tool: token $DISTLOCK_TOKEN"'
+SH
+out=$(unset DISTLOCK_USE_EXISTING; LD_LIBRARY_PATH="$libdir" \
+      bash "$srcdir/scripts/with-redis.sh" sh "$tmp/on-redis.sh" "$tmp" "$root" 2>"$log") ||
+    { echo "$out"; cat "$log"; fail "the packaged library or tool failed on Redis"; }
+echo "$out"
+echo "$out" | grep -q "held deb-consumer, token 2;" &&
+    echo "$out" | grep -q "tool: token 3" ||
+    fail "the fencing tokens are not 1, 2, 3 in order"
+echo "PASS: the packages build, pass lintian, serve a pkg-config build and work on Redis"
