@@ -710,6 +710,16 @@ check "top --json: a look per interval, a rate where the counter grew" json_ok "
      and l[-1]['locks'][0]['token'] == 7" || cat "$tmp/top"
 run "$D" top --interval 5 x
 check "top --interval below 10: exit 2" test $rc -eq 2
+# on a terminal (script(1) gives it one): drawn in place, q quits (without
+# the key it would run until timeout kills it, status 124)
+if command -v script >/dev/null 2>&1; then
+    (sleep 1; printf q) | timeout 20 script -qec "'$D' top --interval 100 '$pfx-top-*'" \
+        /dev/null >"$tmp/topq" 2>&1
+    rc=$?
+    check "top on a terminal: clears and redraws, q quits" \
+        eval '[[ $rc -eq 0 ]] && grep -q "$(printf "\033\\[2J")" "$tmp/topq" &&
+              [[ $(grep -c "^NAME " "$tmp/topq") -ge 2 ]]' || cat -v "$tmp/topq"
+fi
 kill -TERM "$fh" "$thp"
 wait "$fh" "$thp" "${fwaiters[@]}"
 
