@@ -6,7 +6,8 @@
  * exits non-zero only when a scenario could not run (a distlock or Redis
  * call failed, a worker died or hung).
  *
- *   distlock-bench [--json] [--quick] [--only NAME[,NAME...]] [--help]
+ *   distlock-bench [--json] [--quick] [--only NAME[,NAME...]] [--csv FILE]
+ *                  [--help]
  *
  * Scenarios (see usage() for the details):
  *   floor  EVALSHA round trip of a trivial lock-like script (raw hiredis)
@@ -80,6 +81,7 @@ static struct {
     int json;
     int quick;
     unsigned only;            /* bit per scenario; 0 = all */
+    FILE *csv;                /* --csv: the distributions, for bench/plot.sh */
 } opt;
 
 static struct {
@@ -167,6 +169,28 @@ static uint64_t pct(const uint64_t *sorted, size_t n, double p)
     if (k > n)
         k = n;
     return sorted[k - 1];
+}
+
+/* --csv FILE: one row "scenario,series,x,y" per point of a distribution
+ * (bench/plot.sh draws them).  Series: handoff_ms_cdf and wait_ms_cdf, x a
+ * time in ms and y the fraction of the samples at or below it;
+ * pairs_per_s, x a thread count. */
+static void csv_row(const char *sc, const char *series, double x, double y)
+{
+    if (opt.csv)
+        fprintf(opt.csv, "%s,%s,%.6g,%.6g\n", sc, series, x, y);
+}
+
+/* The n sorted samples (ns) as a cumulative distribution in ms. */
+static void csv_cdf(const char *sc, const char *series, const uint64_t *lat,
+                    size_t n)
+{
+    size_t i;
+
+    for (i = 0; i < n; i++)
+        if (i + 1 == n || lat[i + 1] != lat[i])
+            csv_row(sc, series, (double)lat[i] / 1e6,
+                    (double)(i + 1) / (double)n);
 }
 
 static long vmrss_kb(void)
@@ -1217,6 +1241,7 @@ static void scenario_s1t(redisContext *c)
         row("s1t", b0, fmtd(b1, sizeof b1, v, 0), "pairs/s",
             last ? fmtd(b2, sizeof b2, target, 0) : NULL,
             last ? v_hi(b3, sizeof b3, v, target) : NULL);
+        csv_row("s1t", "pairs_per_s", s1t_threads[k], v);
         jstart(&j, "s1t");
         jint(&j, "threads", s1t_threads[k]);
         jnum(&j, "seconds", P.s1t_s);
@@ -1374,6 +1399,24 @@ static double s2_wait_pct(long long total, double p)
     return (double)(S2_BUCKETS * S2_BUCKET_NS) / 1e6;
 }
 
+/* The wait histogram as a cumulative distribution: each non-empty
+ * bucket's upper edge (ms) and the fraction of waits in it or below. */
+static void csv_s2_waits(long long total)
+{
+    long long seen = 0, in;
+    int b, i;
+
+    for (b = 0; b < S2_BUCKETS && total > 0; b++) {
+        for (i = 0, in = 0; i < P.s2_procs; i++)
+            in += sh->s2.wait_hist[i][b];
+        seen += in;
+        if (in > 0)
+            csv_row(cur_sc, "wait_ms_cdf",
+                    (double)((uint64_t)(b + 1) * S2_BUCKET_NS) / 1e6,
+                    (double)seen / (double)total);
+    }
+}
+
 static void scenario_s2(redisContext *c)
 {
     double target = 0.7 * (fl.ops1 / 4), fair = 1.0 / P.s2_procs;
@@ -1427,6 +1470,7 @@ static void scenario_s2(redisContext *c)
     row(cur_sc, "wait in lock() p99.9",
         fmtd(b1, sizeof b1, s2_wait_pct(total, 0.999), 2), "ms", NULL, NULL);
 
+    csv_s2_waits(total);
     jstart(&j, cur_sc);
     jint(&j, "procs", P.s2_procs);
     jnum(&j, "seconds", secs);
@@ -1614,6 +1658,7 @@ static void scenario_s3(redisContext *c)
     row(cur_sc, "acquired before the unlock", fmtd(b1, sizeof b1, early, 0),
         "rounds", "0", early == 0 ? "ok" : "MISS");
 
+    csv_cdf(cur_sc, "handoff_ms_cdf", lat, (size_t)n);
     jstart(&j, cur_sc);
     jint(&j, "handoffs", P.s3_rounds);
     jnum(&j, "p50_ms", p50);
@@ -2066,6 +2111,7 @@ static void scenario_cv(redisContext *c)
     p99 = (double)pct(lat, (size_t)n, 0.99) / 1e6;
     mx = n ? (double)lat[n - 1] / 1e6 : 0;
     per = c1 >= c0 ? (double)(c1 - c0) / (2.0 * P.cv_rounds) : -1;
+    csv_cdf("cv", "handoff_ms_cdf", lat, (size_t)n);
 
     row("cv", "hand-offs (2 procs)", fmtd(b1, sizeof b1,
         2.0 * P.cv_rounds / secs, 0), "/s", NULL, NULL);
@@ -2186,7 +2232,8 @@ static void scenario_sem(redisContext *c)
 static void usage(FILE *f)
 {
     fprintf(f,
-"usage: distlock-bench [--json] [--quick] [--only NAME[,NAME...]] [--help]\n"
+"usage: distlock-bench [--json] [--quick] [--only NAME[,NAME...]] [--csv FILE]\n"
+"                      [--help]\n"
 "\n"
 "Measures distlock against the Redis named by DISTLOCK_URL (required), e.g.\n"
 "  scripts/with-redis.sh distlock-bench\n"
@@ -2197,6 +2244,11 @@ static void usage(FILE *f)
 "            cv,sem\n"
 "            (s2f, s3f: s2 and s3 on a fair mutex)\n"
 "            (floor is measured too when a chosen one's target needs it)\n"
+"  --csv FILE  also write the distributions to FILE as CSV rows\n"
+"            scenario,series,x,y: hand-off latencies of s3, s3f and cv and\n"
+"            lock() waits of s2 and s2f (series handoff_ms_cdf, wait_ms_cdf:\n"
+"            x ms, y the fraction at or below x), s1t's pairs/s by thread\n"
+"            count (pairs_per_s); bench/plot.sh draws them\n"
 "  --help    this text\n"
 "\n"
 "Scenarios:\n"
@@ -2223,6 +2275,22 @@ static void usage(FILE *f)
 "\n"
 "The ratio column is value/target; 'ok' when the target is met.  Missing a\n"
 "target does not change the exit status: 1 means a scenario could not run.\n");
+}
+
+static int open_csv(const char *path)
+{
+    if (opt.csv)
+        fclose(opt.csv);
+    opt.csv = fopen(path, "w");
+    if (!opt.csv) {
+        fprintf(stderr, "distlock-bench: --csv %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    /* line-buffered: the workers fork from this process, and a row left
+     * in the buffer would be written again by each that exits */
+    setvbuf(opt.csv, NULL, _IOLBF, 0);
+    fprintf(opt.csv, "scenario,series,x,y\n");
+    return 0;
 }
 
 static int parse_only(const char *s)
@@ -2285,6 +2353,9 @@ int main(int argc, char **argv)
                 return 2;
         } else if (strncmp(argv[i], "--only=", 7) == 0) {
             if (parse_only(argv[i] + 7) != 0)
+                return 2;
+        } else if (strcmp(argv[i], "--csv") == 0 && i + 1 < argc) {
+            if (open_csv(argv[++i]) != 0)
                 return 2;
         } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             usage(stdout);
@@ -2389,5 +2460,9 @@ int main(int argc, char **argv)
         scenario_sem(c);
     redisFree(c);
     munmap(sh, sizeof *sh);
+    if (opt.csv && fclose(opt.csv) != 0) {
+        perror("distlock-bench: --csv");
+        return 1;
+    }
     return any_error ? 1 : 0;
 }

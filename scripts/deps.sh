@@ -10,6 +10,8 @@
 #   DISTLOCK_INTEROP      1: also a JDK and Maven, for the Redisson interop
 #                         suite (tests/interop); the default under CI, where
 #                         make check must run it (0 leaves them out)
+#   DISTLOCK_PLOT         1: also gnuplot, for bench/plot.sh (pictures of a
+#                         distlock-bench run); nothing else needs it
 #
 # Note: installing redis-server may start the system's Redis service on
 # port 6379.  distlock's scripts never use it; scripts/with-redis.sh starts
@@ -35,11 +37,18 @@ packages=(
     valgrind
     mandoc          # make check lints the manual pages (tests/test_man.sh)
     cmake           # make check builds a CMake project against an install
+    # make check builds the Debian packages of debian/ (tests/test_deb.sh)
+    dpkg-dev
+    debhelper       # compat 13, which runs autoreconf itself
+    lintian
 )
 # Debian's own JDK and Maven; the suite pulls Redisson itself from Maven
 # Central into Maven's local repository (~/.m2) on its first run.
 if [[ "${DISTLOCK_INTEROP:-$([[ -n "${CI:-}" ]] && echo 1 || echo 0)}" == 1 ]]; then
     packages+=(openjdk-17-jdk-headless maven)
+fi
+if [[ "${DISTLOCK_PLOT:-0}" == 1 ]]; then
+    packages+=(gnuplot-nox)
 fi
 if [[ -n "${DISTLOCK_DEPS_EXTRA:-}" ]]; then
     read -r -a extra <<<"$DISTLOCK_DEPS_EXTRA"

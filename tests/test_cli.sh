@@ -140,7 +140,7 @@ run "$D" unlock "$pfx-u"
 check "unlock without --force: exit 2" eval '[[ $rc -eq 2 ]] && has "force" "$err"'
 run "$D" --url http://127.0.0.1:80 status x
 check "a bad --url: exit 2 and why" eval '[[ $rc -eq 2 ]] && has "redis://" "$err"'
-for c in status list lock unlock watch; do
+for c in status list lock unlock watch top; do
     run "$D" "$c" --help
     check "$c --help" eval '[[ $rc -eq 0 ]] && has "Usage: distlock $c" "$out"'
 done
@@ -664,6 +664,64 @@ check "status --kind sem picks the semaphore" \
 run "$D" status --kind bogus "$osn"
 check "status --kind bogus: exit 2" test $rc -eq 2
 rcli del "distlock_barrier:{$osn}" >/dev/null
+
+# ---- top ---------------------------------------------------------------------
+# A held mutex, a fair mutex with one waiter, a free lock whose fencing
+# counter exists (taken 3 times), and the semaphore above.
+th="$pfx-top-h" tf="$pfx-top-f" tb="$pfx-top-b"
+for i in 1 2 3; do "$D" lock "$tb" -- true; done
+spawn "$D" lock "$th" -- sleep 30
+thp=$spawned
+fair_queue "$tf" 1
+wait_for 5 eval 'rcli exists "$th" | grep -q 1'
+run "$D" --json top --once --interval 100 "$pfx-top-*"
+check "top --once --json: holders, waiters, the free lock by its counter" json_ok "$out" \
+    "len(l) == 1 and [x['name'] for x in l[0]['locks']] == ['$tb', '$tf', '$th']
+     and l[0]['locks'][0]['state'] == 'free' and l[0]['locks'][0]['kind'] is None
+     and l[0]['locks'][0]['token'] == 3 and l[0]['locks'][0]['acquisitions_per_s'] == 0
+     and l[0]['locks'][1]['kind'] == 'fair mutex' and l[0]['locks'][1]['holders'] == 1
+     and l[0]['locks'][1]['waiting'] == 1 and l[0]['locks'][2]['state'] == 'held'
+     and l[0]['locks'][2]['holders'] == 1 and l[0]['locks'][2]['waiting'] is None
+     and 0 < l[0]['locks'][2]['lease_ms'] <= 30000 and l[0]['objects'] == []" || show
+run "$D" top --once --interval 100 "$pfx-top-*"
+check "top --once: a table with a heading, one line per lock" \
+    eval '[[ $rc -eq 0 ]] && has "^NAME .*HOLDERS .*WAITING .*ACQ/S" "$out" &&
+          has "^$th  *mutex  *held  *1  *-  *0\.0 " "$out" &&
+          has "^$tf  *fair mutex  *held  *1  *1 " "$out" &&
+          has "^$tb  *-  *free  *0 " "$out" && [[ $(wc -l <"$out") -eq 5 ]]' || show
+run "$D" --json top --once --interval 100 "$osn"
+check "top shows a semaphore with its holders" json_ok "$out" \
+    "l[0]['locks'] == [] and [(x['kind'], x['holders']) for x in l[0]['objects']] == [('sem', 1)]" || show
+# the rate: $tb taken 4 more times while top looks every 100 ms; between
+# two looks that both saw the counter it grew, so some look has a rate
+spawn "$D" --json top --interval 100 "$tb" >"$tmp/top"
+tp=$spawned
+wait_for 10 eval 'grep -q "\"token\":3" "$tmp/top"'
+for i in 1 2 3 4; do "$D" lock "$tb" -- true; done
+wait_for 10 eval 'grep -q "\"token\":7" "$tmp/top"'
+kill -INT "$tp"
+wait "$tp"
+rc=$?
+check "top exits 0 on SIGINT" test $rc -eq 0
+check "top --json: a look per interval, a rate where the counter grew" json_ok "$tmp/top" \
+    "len(l) >= 2 and l[0]['locks'][0]['acquisitions_per_s'] is None
+     and any((x['locks'][0]['acquisitions_per_s'] or 0) > 0 for x in l)
+     and all((x['locks'][0]['acquisitions_per_s'] or 0) >= 0 for x in l)
+     and l[-1]['locks'][0]['token'] == 7" || cat "$tmp/top"
+run "$D" top --interval 5 x
+check "top --interval below 10: exit 2" test $rc -eq 2
+# on a terminal (script(1) gives it one): drawn in place, q quits (without
+# the key it would run until timeout kills it, status 124)
+if command -v script >/dev/null 2>&1; then
+    (sleep 1; printf q) | timeout 20 script -qec "'$D' top --interval 100 '$pfx-top-*'" \
+        /dev/null >"$tmp/topq" 2>&1
+    rc=$?
+    check "top on a terminal: clears and redraws, q quits" \
+        eval '[[ $rc -eq 0 ]] && grep -q "$(printf "\033\\[2J")" "$tmp/topq" &&
+              [[ $(grep -c "^NAME " "$tmp/topq") -ge 2 ]]' || cat -v "$tmp/topq"
+fi
+kill -TERM "$fh" "$thp"
+wait "$fh" "$thp" "${fwaiters[@]}"
 
 
 # ---- servers of our own for Redis Cluster and Sentinel ----------------------

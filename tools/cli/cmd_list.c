@@ -16,11 +16,6 @@ struct key {
     size_t n;
 };
 
-struct rows {
-    struct snap *s;
-    size_t n;
-};
-
 static int key_cmp(const void *a, const void *b)
 {
     const struct key *x = a, *y = b;
@@ -59,19 +54,21 @@ static redisReply *command(struct dist__link *l, int argc, const char **argv)
     return r;
 }
 
-/* Adds the keys of one SCAN reply that may be locks. */
-static void scan_reply(const redisReply *r, struct key **keys, size_t *nkeys)
-{
-    size_t i;
+/* The keys SCAN found that may be locks. */
+struct keyset {
+    struct key **keys;
+    size_t *nkeys;
+};
 
-    for (i = 0; i < r->element[1]->elements; i++) {
-        const redisReply *k = r->element[1]->element[i];
-        if (k->type != REDIS_REPLY_STRING || derived_key(k->str, k->len))
-            continue;
-        *keys = xrealloc(*keys, (*nkeys + 1) * sizeof **keys);
-        (*keys)[*nkeys].p = xmemdup(k->str, k->len);
-        (*keys)[(*nkeys)++].n = k->len;
-    }
+static void add_key(const char *k, size_t n, void *arg)
+{
+    struct keyset *ks = arg;
+
+    if (derived_key(k, n))
+        return;
+    *ks->keys = xrealloc(*ks->keys, (*ks->nkeys + 1) * sizeof **ks->keys);
+    (*ks->keys)[*ks->nkeys].p = xmemdup(k, n);
+    (*ks->keys)[(*ks->nkeys)++].n = n;
 }
 
 /* Whether cursor was returned before in this scan: Redis never returns a
@@ -92,20 +89,21 @@ static int cursor_cycles(const char *cursor, char *saved, size_t len,
     return 0;
 }
 
-static void scan_keys(struct dist__link *l, const char *pattern,
-                      struct key **keys, size_t *nkeys)
+void scan_each(struct dist__link *l, const char *pattern, const char *type,
+               scan_fn fn, void *arg)
 {
     char cursor[32] = "0", saved[32] = "0";
     unsigned long round = 0, power = 1;
     int with_type = 1;
+    size_t i;
 
     do {
         const char *a[8] = { "SCAN", cursor, "MATCH", pattern, "COUNT", "1000",
-                             "TYPE", "hash" };
+                             "TYPE", type };
         redisReply *r = command(l, with_type ? 8 : 6, a);
 
         if (r->type == REDIS_REPLY_ERROR && with_type) {
-            /* a Redis before 6.0: no TYPE filter; the snapshot checks */
+            /* a Redis before 6.0: no TYPE filter; the caller's reads check */
             freeReplyObject(r);
             with_type = 0;
             continue;
@@ -117,7 +115,11 @@ static void scan_keys(struct dist__link *l, const char *pattern,
                 dist__link_where(l), r->type == REDIS_REPLY_ERROR ? ": " : "",
                 r->type == REDIS_REPLY_ERROR ? r->str : "");
         snprintf(cursor, sizeof cursor, "%s", r->element[0]->str);
-        scan_reply(r, keys, nkeys);
+        for (i = 0; i < r->element[1]->elements; i++) {
+            const redisReply *k = r->element[1]->element[i];
+            if (k->type == REDIS_REPLY_STRING)
+                fn(k->str, k->len, arg);
+        }
         freeReplyObject(r);
         if (strcmp(cursor, "0") != 0 &&
             cursor_cycles(cursor, saved, sizeof saved, &round, &power))
@@ -125,6 +127,14 @@ static void scan_keys(struct dist__link *l, const char *pattern,
                 "broken server: the scan would never end)",
                 dist__link_where(l), cursor);
     } while (strcmp(cursor, "0") != 0);
+}
+
+static void scan_keys(struct dist__link *l, const char *pattern,
+                      struct key **keys, size_t *nkeys)
+{
+    struct keyset ks = { keys, nkeys };
+
+    scan_each(l, pattern, "hash", add_key, &ks);
 }
 
 /* Sorts keys and drops duplicates (SCAN may return a key twice). */
@@ -272,9 +282,11 @@ static void list_server(struct dist__link *l, const struct key *keys,
     }
 }
 
-/* Scans one master (a link confirmed as the master) for pattern. */
+/* Scans one master (a link confirmed as the master) for pattern; then
+ * each(l, arg) when given. */
 static void list_master(const struct dist__addr *a, const char *pattern,
-                        struct rows *rows, struct objs *os)
+                        struct rows *rows, struct objs *os,
+                        master_fn each, void *arg)
 {
     struct dist__link *l;
     struct key *keys = NULL;
@@ -286,6 +298,8 @@ static void list_master(const struct dist__addr *a, const char *pattern,
     nkeys = keys_unique(keys, nkeys);
     list_server(l, keys, nkeys, rows);
     objs_scan(l, pattern, os);
+    if (each)
+        each(l, arg);
     for (i = 0; i < nkeys; i++)
         free(keys[i].p);
     free(keys);
@@ -379,24 +393,31 @@ static void print_rows(struct rows *rows, struct objs *os,
                strcmp(pattern, "*") ? pattern : "");
 }
 
-int cmd_list(int argc, char **argv)
+void list_collect(const char *pattern, struct rows *rows, struct objs *os,
+                  master_fn each, void *arg)
 {
-    const char *pattern = operand_args(argc, argv, NULL, NULL);
     struct dist__addr masters[MAX_MASTERS];
-    struct rows rows = { NULL, 0 };
-    struct objs os = { NULL, 0 };
     int m, nmasters;
 
-    if (!pattern)
-        pattern = "*";
-    redis_setup();
     /* one server, or every master of a cluster, each holding its slots */
     nmasters = dist__route_masters(&rcfg, masters, MAX_MASTERS);
     if (nmasters < 0)
         die(EX_REDIS, "%s", redis_why());
     for (m = 0; m < nmasters; m++)
-        list_master(&masters[m], pattern, &rows, &os);
-    rows_unique(&rows);
+        list_master(&masters[m], pattern, rows, os, each, arg);
+    rows_unique(rows);
+}
+
+int cmd_list(int argc, char **argv)
+{
+    const char *pattern = operand_args(argc, argv, NULL, NULL);
+    struct rows rows = { NULL, 0 };
+    struct objs os = { NULL, 0 };
+
+    if (!pattern)
+        pattern = "*";
+    redis_setup();
+    list_collect(pattern, &rows, &os, NULL, NULL);
     print_rows(&rows, &os, pattern);
     free(rows.s);
     return 0;

@@ -121,7 +121,7 @@ static int objname_cmp(const void *a, const void *b)
 }
 
 /* In name order, each once (SCAN may return a key twice). */
-static void objs_unique(struct objs *os)
+void objs_unique(struct objs *os)
 {
     size_t i, u;
 

@@ -237,9 +237,29 @@ struct objs {
 int obj_key(const char *k, size_t n);
 /* Adds the objects on l whose names match pattern. */
 void objs_scan(struct dist__link *l, const char *pattern, struct objs *os);
+/* In name order, each once (free()s the duplicates). */
+void objs_unique(struct objs *os);
 /* Prints them as rows of list's table (its heading first unless heading
  * is 0: the locks printed it); frees them.  How many were shown. */
 size_t objs_print(struct objs *os, size_t width, int heading);
+
+/* ---- cmd_list.c: what distlock list and top read ------------------------- */
+
+struct rows {
+    struct snap *s;
+    size_t n;
+};
+typedef void (*scan_fn)(const char *key, size_t len, void *arg);
+typedef void (*master_fn)(struct dist__link *l, void *arg);
+/* SCAN on l for the keys that match pattern, of Redis type type (on a
+ * Redis before 6.0, of any type): fn for each (a key may come twice). */
+void scan_each(struct dist__link *l, const char *pattern, const char *type,
+               scan_fn fn, void *arg);
+/* The locks (rows, in name order) and the other objects whose names match
+ * pattern, on every master; each(l, arg) on each master's link too, when
+ * each is not NULL.  Exit 3 when Redis cannot be read. */
+void list_collect(const char *pattern, struct rows *rows, struct objs *os,
+                  master_fn each, void *arg);
 
 /* ---- the commands ------------------------------------------------------- */
 
@@ -253,5 +273,6 @@ int cmd_lock(int argc, char **argv);
 int cmd_unlock(int argc, char **argv);
 int cmd_watch(int argc, char **argv);
 int cmd_sem_set(int argc, char **argv);
+int cmd_top(int argc, char **argv);
 
 #endif
