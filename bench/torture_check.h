@@ -53,7 +53,8 @@ enum tc_op { TC_OP_LOCK, TC_OP_TRY, TC_OP_TIMED, TC_OP_NESTED,
 #define TC_F_TIMED_OUT  16u  /* a condition wait ended by its deadline
                                 (rc is 0: the mutex is held again) */
 #define TC_F_WAIT_EIO   32u  /* a condition wait failed with EIO before it
-                                gave the mutex up (rc is 0: still held) */
+                                gave the mutex up (rc is 0: still held; the
+                                hold goes on, so no token of its own) */
 
 /* One acquisition attempt, and the section it opened when rc == 0. */
 struct tc_rec {
