@@ -1,6 +1,7 @@
 /* cmd_list.c: distlock list [PATTERN]: SCAN every master for hashes whose
  * fields look like lock owners, and show each as status would, in short. */
 #define _GNU_SOURCE   /* memmem */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +11,7 @@
 #define LIST_BATCH      64
 #define LIST_MAX_FIELDS 4096   /* a larger hash is not taken for a lock */
 #define MAX_MASTERS     128
+#define LIST_TIMEOUT_S  30.0   /* the listing's deadline unless --timeout */
 
 struct key {
     char *p;
@@ -48,29 +50,24 @@ static int derived_key(const char *k, size_t n)
     return obj_key(k, n) || memmem(k, n, ":rwlock_timeout:", 16) != NULL;
 }
 
-/* One command on l; exit 3 when the link fails. */
-static redisReply *command(struct dist__link *l, int argc, const char **argv)
-{
-    redisReply *r;
+struct keys {
+    struct key *v;
+    size_t n;
+};
 
-    if (dist__link_cmd(l, argc, argv, NULL, &r) != 0)
-        die(EX_REDIS, "lost the connection to Redis at %s: %s",
-            dist__link_where(l), dist__link_error(l));
-    return r;
-}
-
-/* Adds the keys of one SCAN reply that may be locks. */
-static void scan_reply(const redisReply *r, struct key **keys, size_t *nkeys)
+/* Adds the keys of one SCAN page that may be locks. */
+static void keys_page(const redisReply *page, void *arg)
 {
+    struct keys *ks = arg;
     size_t i;
 
-    for (i = 0; i < r->element[1]->elements; i++) {
-        const redisReply *k = r->element[1]->element[i];
+    for (i = 0; i < page->elements; i++) {
+        const redisReply *k = page->element[i];
         if (k->type != REDIS_REPLY_STRING || derived_key(k->str, k->len))
             continue;
-        *keys = xrealloc(*keys, (*nkeys + 1) * sizeof **keys);
-        (*keys)[*nkeys].p = xmemdup(k->str, k->len);
-        (*keys)[(*nkeys)++].n = k->len;
+        ks->v = xrealloc(ks->v, (ks->n + 1) * sizeof *ks->v);
+        ks->v[ks->n].p = xmemdup(k->str, k->len);
+        ks->v[ks->n++].n = k->len;
     }
 }
 
@@ -92,32 +89,65 @@ static int cursor_cycles(const char *cursor, char *saved, size_t len,
     return 0;
 }
 
-static void scan_keys(struct dist__link *l, const char *pattern,
-                      struct key **keys, size_t *nkeys)
+/* The whole listing's deadline (monotonic ms), and --timeout's seconds
+ * for messages. */
+static uint64_t list_until;
+static double list_secs;
+
+/* Exit 3 with why a SCAN page did not come: the listing's deadline when it
+ * has passed (a server that trickles pages, or one that never ends a
+ * scan), else the link's own reason. */
+static void scan_failed(struct dist__link *l)
+{
+    if (list_until && dist__now_ms() >= list_until)
+        die(EX_REDIS, "Redis at %s: the listing did not end within %g s "
+            "(--timeout): SCAN pages came too slowly", dist__link_where(l),
+            list_secs);
+    die(EX_REDIS, "lost the connection to Redis at %s: %s",
+        dist__link_where(l), dist__link_error(l));
+}
+
+/* One SCAN page: the reply, checked to be [cursor, [keys...]]; NULL when
+ * the server refused the TYPE filter (a Redis before 6.0). */
+static redisReply *scan_page(struct dist__link *l, const char *cursor,
+                             const char *pattern, const char *type)
+{
+    const char *a[8] = { "SCAN", cursor, "MATCH", pattern, "COUNT", "1000",
+                         "TYPE", type };
+    redisReply *r;
+
+    if ((list_until && dist__now_ms() >= list_until) ||
+        dist__link_cmd(l, type ? 8 : 6, a, NULL, &r) != 0)
+        scan_failed(l);
+    if (r->type == REDIS_REPLY_ERROR && type) {
+        freeReplyObject(r);
+        return NULL;
+    }
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+        r->element[0]->type != REDIS_REPLY_STRING ||
+        r->element[1]->type != REDIS_REPLY_ARRAY)
+        die(EX_REDIS, "Redis at %s: unexpected answer to SCAN%s%s",
+            dist__link_where(l), r->type == REDIS_REPLY_ERROR ? ": " : "",
+            r->type == REDIS_REPLY_ERROR ? r->str : "");
+    return r;
+}
+
+void list_scan(struct dist__link *l, const char *pattern, const char *type,
+               scan_page_fn fn, void *arg)
 {
     char cursor[32] = "0", saved[32] = "0";
     unsigned long round = 0, power = 1;
-    int with_type = 1;
 
     do {
-        const char *a[8] = { "SCAN", cursor, "MATCH", pattern, "COUNT", "1000",
-                             "TYPE", "hash" };
-        redisReply *r = command(l, with_type ? 8 : 6, a);
+        redisReply *r = scan_page(l, cursor, pattern, type);
 
-        if (r->type == REDIS_REPLY_ERROR && with_type) {
-            /* a Redis before 6.0: no TYPE filter; the snapshot checks */
-            freeReplyObject(r);
-            with_type = 0;
+        if (!r) {
+            /* no TYPE filter: the caller checks the type itself */
+            type = NULL;
             continue;
         }
-        if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
-            r->element[0]->type != REDIS_REPLY_STRING ||
-            r->element[1]->type != REDIS_REPLY_ARRAY)
-            die(EX_REDIS, "Redis at %s: unexpected answer to SCAN%s%s",
-                dist__link_where(l), r->type == REDIS_REPLY_ERROR ? ": " : "",
-                r->type == REDIS_REPLY_ERROR ? r->str : "");
         snprintf(cursor, sizeof cursor, "%s", r->element[0]->str);
-        scan_reply(r, keys, nkeys);
+        fn(r->element[1], arg);
         freeReplyObject(r);
         if (strcmp(cursor, "0") != 0 &&
             cursor_cycles(cursor, saved, sizeof saved, &round, &power))
@@ -277,18 +307,19 @@ static void list_master(const struct dist__addr *a, const char *pattern,
                         struct rows *rows, struct objs *os)
 {
     struct dist__link *l;
-    struct key *keys = NULL;
-    size_t nkeys = 0, i;
+    struct keys ks = { NULL, 0 };
+    size_t i;
 
     if (dist__route_open_master(&rcfg, a, &l) != 0)
         die(EX_REDIS, "%s", redis_why());
-    scan_keys(l, pattern, &keys, &nkeys);
-    nkeys = keys_unique(keys, nkeys);
-    list_server(l, keys, nkeys, rows);
+    /* hashes only where the server filters by type; the snapshot checks */
+    list_scan(l, pattern, "hash", keys_page, &ks);
+    ks.n = keys_unique(ks.v, ks.n);
+    list_server(l, ks.v, ks.n, rows);
     objs_scan(l, pattern, os);
-    for (i = 0; i < nkeys; i++)
-        free(keys[i].p);
-    free(keys);
+    for (i = 0; i < ks.n; i++)
+        free(ks.v[i].p);
+    free(ks.v);
     dist__link_close(l);
 }
 
@@ -379,17 +410,40 @@ static void print_rows(struct rows *rows, struct objs *os,
                strcmp(pattern, "*") ? pattern : "");
 }
 
+/* --timeout S: the whole listing's deadline, in seconds (> 0). */
+static int timeout_opt(int argc, char **argv, int *i, void *arg)
+{
+    const char *v = opt_value(argc, argv, i, "--timeout");
+    double *secs = arg;
+    char *end;
+
+    if (!v)
+        return 0;
+    errno = 0;
+    *secs = strtod(v, &end);
+    if (errno || *end || end == v || !(*secs > 0) || *secs > 1e6)
+        usage_error("--timeout wants seconds above 0 (like 30 or 0.5), got "
+                    "'%s'", v);
+    return 1;
+}
+
 int cmd_list(int argc, char **argv)
 {
-    const char *pattern = operand_args(argc, argv, NULL, NULL);
+    const char *pattern;
     struct dist__addr masters[MAX_MASTERS];
     struct rows rows = { NULL, 0 };
     struct objs os = { NULL, 0 };
     int m, nmasters;
 
+    list_secs = LIST_TIMEOUT_S;
+    pattern = operand_args(argc, argv, timeout_opt, &list_secs);
     if (!pattern)
         pattern = "*";
     redis_setup();
+    /* the whole listing, connecting and every page included, within
+     * --timeout: a server that trickles SCAN pages cannot keep it */
+    list_until = dist__now_ms() + (uint64_t)(list_secs * 1000.0);
+    dist__link_limit(list_until);
     /* one server, or every master of a cluster, each holding its slots */
     nmasters = dist__route_masters(&rcfg, masters, MAX_MASTERS);
     if (nmasters < 0)

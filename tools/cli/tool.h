@@ -222,6 +222,18 @@ int obj_broken(const struct obj *o);
 void obj_json(const struct obj *o, int kind);
 void obj_human(const struct obj *o, int kind);
 
+/* ---- cmd_list.c: the scan of distlock list ------------------------------ */
+
+/* Called with the keys array of each SCAN page. */
+typedef void (*scan_page_fn)(const redisReply *keys, void *arg);
+/* Every key on l's server matching the glob pattern (and of type type,
+ * where the server filters by type; NULL: any), page by page to fn.  Exit
+ * 3 when the link fails, the answer is not a SCAN page, a cursor comes
+ * back before the scan ends (a broken server), or list's --timeout has
+ * passed. */
+void list_scan(struct dist__link *l, const char *pattern, const char *type,
+               scan_page_fn fn, void *arg);
+
 /* ---- list_objs.c: the objects distlock list shows ----------------------- */
 
 struct objname {
