@@ -771,6 +771,8 @@ static void test_semaphore_calls()
     CHECK(secs_since(t0) >= 0.09);
     poster.join();
     CHECK_THROWS(sig.release(2), EOVERFLOW);
+    sig.release();        /* its own permit back: destroyed unheld */
+    CHECK(sig.value() == 1);
 
     o = distlock::semaphore_options();
     o.mode = distlock::semaphore_mode::redisson;
