@@ -28,7 +28,12 @@
  * a plain mutex, a fair mutex and a rwlock, with lock, trylock, clocklock
  * (short deadlines), recursive re-locks, rdlock and wrlock, hold them 0-3
  * ms, and inside each exclusive section bump a Redis counter with GET and
- * SET on their own hiredis connection.  Every attempt and section goes to
+ * SET on their own hiredis connection.  They also take permits of a leased
+ * semaphore of two (wait, trywait, clockwait; a shared-memory count of
+ * holders), and put items in and take them out of a bounded queue in
+ * shared memory, guarded by a distributed mutex with a "not empty" and a
+ * "not full" condition variable (even threads put, odd ones take; waits
+ * untimed or with short deadlines).  Every attempt and section goes to
  * a shared-memory history.  The main process never calls distlock: it is
  * the nemesis (faults below, each logged with its window), reaps and
  * restarts killed workers, and at the end runs the checker and prints the
@@ -73,13 +78,19 @@
 #define WAITER_MS 1000UL
 #define MS 1000000ULL
 
-#define NLOCKS 3
+#define NLOCKS 5
+#define SEM_PERMITS 2   /* the semaphore's */
+#define QCAP 4          /* the queue's room, in items */
 #define MAXP 16
 #define MAXT 16
 #define CAP_LOST 100000UL
 
-enum { L_MUTEX, L_FAIR, L_RW };
-static const char *const lock_label[NLOCKS] = { "mutex", "fair", "rwlock" };
+/* L_SEM: a leased semaphore of SEM_PERMITS; L_QUEUE: the mutex of a
+ * bounded producer/consumer queue in shared memory, with two condition
+ * variables ("not empty", "not full"). */
+enum { L_MUTEX, L_FAIR, L_RW, L_SEM, L_QUEUE };
+static const char *const lock_label[NLOCKS] = { "mutex", "fair", "rwlock",
+                                                "sem", "queue" };
 
 enum fault_kind {
     F_STOP, F_KILL, F_KILL_NORMAL, F_KILL_PUBSUB, F_PAUSE_W_SHORT,
@@ -114,6 +125,10 @@ struct arena {
     atomic_int occ_excl[NLOCKS], occ_read[NLOCKS];
     struct slot slot[MAXP][MAXT];
     atomic_int threads0[MAXP];  /* threads of worker p before it started any */
+    /* the queue: items q_head..q_tail-1 are in it, their numbers in q_ring;
+     * q_next numbers the next item put (tc_item in I) */
+    atomic_ulong q_head, q_tail, q_next;
+    atomic_ulong q_ring[QCAP];
     struct tc_lost lost[CAP_LOST];
     struct tc_rec rec[];
 };
@@ -127,6 +142,8 @@ static struct {
 } opt = { 60, 4, 4, 1, 0, 0, 0, 0, 0, 0, { "" }, { "" }, 0 };
 
 static struct arena *A;
+static struct tc_item *I;      /* the queue's items, shared like A */
+static unsigned long icap;
 
 static uint64_t now_ns(void)
 {
@@ -157,6 +174,9 @@ static void sleep_us(long us)
 static uint32_t my_proc;      /* incarnation id of this worker process */
 static dist_mutex_t locks_m[2];
 static dist_rwlock_t lock_rw;
+static dist_sem_t sem;
+static dist_mutex_t q_mutex;
+static dist_cond_t q_nonempty, q_nonfull;
 
 static void on_lost(const char *name, void *arg)
 {
@@ -233,17 +253,19 @@ static void bump_counter(struct worker *w, struct tc_rec *r)
 }
 
 /* Count this thread in the lock's occupancy and see whether the mode's
- * limit held: an exclusive holder alone, readers only without a writer. */
+ * limit held: an exclusive holder alone (a semaphore's holders no more
+ * than its permits), readers only without a writer. */
 static void occ_enter(struct worker *w, struct tc_rec *r)
 {
     int l = r->lock, rd = r->mode == TC_READ, bad;
+    int limit = l == L_SEM ? SEM_PERMITS : 1;
 
     atomic_store(&A->slot[w->p][w->t].occ, 1 + l * 2 + rd);
     if (rd) {
         atomic_fetch_add(&A->occ_read[l], 1);
         bad = atomic_load(&A->occ_excl[l]) > 0;
     } else {
-        bad = atomic_fetch_add(&A->occ_excl[l], 1) > 0
+        bad = atomic_fetch_add(&A->occ_excl[l], 1) >= limit
               || atomic_load(&A->occ_read[l]) > 0;
     }
     if (bad)
@@ -346,22 +368,215 @@ static void fake_section(struct worker *w, struct tc_rec *r)
     r->unlock_rc = 0;
 }
 
+/* ---- the semaphore ---- */
+
+/* A permit taken by wait, trywait or clockwait, held 0-3 ms while counted
+ * in the occupancy, posted back. */
+static void sem_op(struct worker *w, struct tc_rec *r)
+{
+    struct timespec ts = { (time_t)(r->deadline_ns / 1000000000ULL),
+                           (long)(r->deadline_ns % 1000000000ULL) };
+    int rc = r->op == TC_OP_TRY ? dist_sem_trywait(&sem)
+             : r->op == TC_OP_TIMED
+                 ? dist_sem_clockwait(&sem, CLOCK_MONOTONIC, &ts)
+                 : dist_sem_wait(&sem);
+
+    r->rc = (int16_t)rc;
+    r->ret_ns = now_ns();
+    if (rc != 0)
+        return;
+    occ_enter(w, r);
+    sleep_us((long)(rnd(&w->rs) % 3000));
+    occ_leave(w);
+    r->end_ns = now_ns();
+    r->unlock_rc = (int16_t)dist_sem_post(&sem);
+}
+
+/* ---- the queue ---- */
+
+static int q_empty(void)
+{
+    return atomic_load(&A->q_tail) == atomic_load(&A->q_head);
+}
+
+static int q_full(void)
+{
+    return atomic_load(&A->q_tail) - atomic_load(&A->q_head) >= QCAP;
+}
+
+/* A hold of the queue's mutex begins (the first, or one after a condition
+ * wait): counted in the occupancy, its fencing token read. */
+static void q_enter(struct worker *w, struct tc_rec *r)
+{
+    uint64_t t = 0;
+
+    occ_enter(w, r);
+    r->token_rc = (int16_t)dist_mutex_token(&q_mutex, &t);
+    r->token = t;
+}
+
+static void q_leave(struct worker *w, struct tc_rec *r)
+{
+    occ_leave(w);
+    r->end_ns = now_ns();
+}
+
+/* A condition wait, untimed or with a deadline 20-300 ms away. */
+static int q_cond_wait(struct worker *w, struct tc_rec *n, dist_cond_t *cv)
+{
+    struct timespec ts;
+
+    if (rnd(&w->rs) % 2)
+        return dist_cond_wait(cv, &q_mutex);
+    n->deadline_ns = n->call_ns + (20 + rnd(&w->rs) % 280) * MS;
+    ts.tv_sec = (time_t)(n->deadline_ns / 1000000000ULL);
+    ts.tv_nsec = (long)(n->deadline_ns % 1000000000ULL);
+    return dist_cond_clockwait(cv, &q_mutex, CLOCK_MONOTONIC, &ts);
+}
+
+/* Waits on cv: the hold r ends, and the one after the wait is a record of
+ * its own (op), returned; NULL when the mutex is not held after it.  EPERM
+ * means r's hold had been lost: that is r's unlock result.  After EIO the
+ * mutex may still be held (the wait failed before giving it up). */
+static struct tc_rec *q_wait(struct worker *w, struct tc_rec *r,
+                             dist_cond_t *cv, int op)
+{
+    struct tc_rec *n;
+    uint64_t t;
+    int rc;
+
+    q_leave(w, r);
+    n = new_rec(w, L_QUEUE, TC_EXCL, op);
+    if (!n) {
+        atomic_store(&A->stop, 1);
+        r->unlock_rc = (int16_t)dist_mutex_unlock(&q_mutex);
+        return NULL;
+    }
+    rc = q_cond_wait(w, n, cv);
+    n->ret_ns = now_ns();
+    if (rc == EPERM)
+        r->unlock_rc = EPERM;
+    if (rc == ETIMEDOUT) {
+        n->flags |= TC_F_TIMED_OUT;
+        rc = 0;
+    } else if (rc == EIO && dist_mutex_token(&q_mutex, &t) == 0) {
+        n->flags |= TC_F_WAIT_EIO;
+        rc = 0;
+    }
+    n->rc = (int16_t)rc;
+    if (rc != 0)
+        return NULL;
+    q_enter(w, n);
+    if (n->flags & TC_F_WAIT_EIO) {
+        n->token_rc = -1;   /* the same hold goes on: not a new grant */
+        n->token = 0;
+    }
+    return n;
+}
+
+/* Under the mutex: a new item at the tail, then "not empty" signalled. */
+static void q_put(void)
+{
+    unsigned long id = atomic_fetch_add(&A->q_next, 1);
+    unsigned long tail = atomic_load(&A->q_tail);
+    struct tc_item *it;
+
+    if (id >= icap) {
+        atomic_store(&A->stop, 1);
+        return;
+    }
+    it = &I[id];
+    it->put_proc = my_proc;
+    it->put_ns = now_ns();
+    atomic_store(&A->q_ring[tail % QCAP], id);
+    atomic_store(&A->q_tail, tail + 1);
+    if (dist_cond_signal(&q_nonempty) != 0)
+        it->flags |= TC_I_NOSIGNAL;
+}
+
+/* Under the mutex: the head item out, then "not full" signalled. */
+static void q_take(void)
+{
+    unsigned long head = atomic_load(&A->q_head);
+    unsigned long id = atomic_load(&A->q_ring[head % QCAP]);
+    struct tc_item *it = &I[id < icap ? id : 0];
+
+    if (__atomic_fetch_add(&it->takes, 1, __ATOMIC_SEQ_CST) == 0) {
+        it->take_proc = my_proc;
+        it->take_ns = now_ns();
+    }
+    atomic_store(&A->q_head, head + 1);
+    dist_cond_signal(&q_nonfull);
+}
+
+/* A producer (put) or consumer (take): the queue's mutex, condition waits
+ * while the queue is full (empty), the item, the mutex given back.  The
+ * run's end ends the waiting too (see q_goodbye). */
+static void queue_op(struct worker *w, struct tc_rec *r, int put)
+{
+    r->rc = (int16_t)dist_mutex_lock(&q_mutex);
+    r->ret_ns = now_ns();
+    if (r->rc != 0)
+        return;
+    q_enter(w, r);
+    while (r && (put ? q_full() : q_empty()) && !atomic_load(&A->stop))
+        r = q_wait(w, r, put ? &q_nonfull : &q_nonempty,
+                   put ? TC_OP_CWAIT_PROD : TC_OP_CWAIT_CONS);
+    if (!r)
+        return;
+    if (put && !q_full())
+        q_put();
+    else if (!put && !q_empty())
+        q_take();
+    q_leave(w, r);
+    r->unlock_rc = (int16_t)dist_mutex_unlock(&q_mutex);
+}
+
+/* At the end of a thread: every waiter on either condition is woken, by a
+ * broadcast under the mutex, so that it reaches each one that checked the
+ * stop flag before it was set. */
+static void q_goodbye(void)
+{
+    if (dist_mutex_lock(&q_mutex) != 0)
+        return;
+    dist_cond_broadcast(&q_nonempty);
+    dist_cond_broadcast(&q_nonfull);
+    dist_mutex_unlock(&q_mutex);
+}
+
+/* Whether this thread puts or takes on the queue: every process with two
+ * threads or more has both; -1: no queue ops (a lone worker thread would
+ * wait for itself). */
+static int queue_role(const struct worker *w)
+{
+    if (opt.threads > 1)
+        return w->t % 2 == 0;
+    return opt.procs > 1 ? w->p % 2 == 0 : -1;
+}
+
 static void one_op(struct worker *w)
 {
     int l = (int)(rnd(&w->rs) % NLOCKS), p = (int)(rnd(&w->rs) % 100);
     int mode = l != L_RW ? TC_EXCL : p < 65 ? TC_READ : TC_WRITE;
     int q = (int)(rnd(&w->rs) % 100);
-    int op = q < 35 ? TC_OP_LOCK : q < 60 ? TC_OP_TRY : TC_OP_TIMED;
-    struct tc_rec *r = new_rec(w, l, mode, op);
+    int op = q < 35 || l == L_QUEUE ? TC_OP_LOCK : q < 60 ? TC_OP_TRY
+                                                          : TC_OP_TIMED;
+    struct tc_rec *r;
     int rc;
 
-    if (!r) {
+    if (l == L_QUEUE && queue_role(w) < 0)
+        l = L_MUTEX;
+    if (!(r = new_rec(w, l, mode, op))) {
         atomic_store(&A->stop, 1);
         return;
     }
     if (op == TC_OP_TIMED)
         r->deadline_ns = r->call_ns + (1 + rnd(&w->rs) % 200) * MS;
-    if (opt.sabotage && l == L_MUTEX && rnd(&w->rs) % 100 == 0) {
+    if (l == L_SEM) {
+        sem_op(w, r);
+    } else if (l == L_QUEUE) {
+        queue_op(w, r, queue_role(w));
+    } else if (opt.sabotage && l == L_MUTEX && rnd(&w->rs) % 100 == 0) {
         fake_section(w, r);
     } else {
         rc = do_lock(l, mode, op, r->deadline_ns);
@@ -380,9 +595,28 @@ static void *worker_thread(void *arg)
 
     while (!atomic_load(&A->stop))
         one_op(w);
+    q_goodbye();
     if (w->c)
         redisFree(w->c);
     return NULL;
+}
+
+/* The semaphore (leased, the default) and the queue's mutex and
+ * conditions, named in the mutex's hash slot. */
+static int init_waits(void)
+{
+    char cn[96];
+    int rc = dist_sem_init(&sem, opt.names[L_SEM], SEM_PERMITS, NULL);
+
+    if (rc == 0)
+        rc = dist_mutex_init(&q_mutex, opt.names[L_QUEUE], NULL);
+    snprintf(cn, sizeof cn, "{%s}:nonempty", opt.names[L_QUEUE]);
+    if (rc == 0)
+        rc = dist_cond_init(&q_nonempty, cn, NULL);
+    snprintf(cn, sizeof cn, "{%s}:nonfull", opt.names[L_QUEUE]);
+    if (rc == 0)
+        rc = dist_cond_init(&q_nonfull, cn, NULL);
+    return rc;
 }
 
 static int init_locks(void)
@@ -398,7 +632,7 @@ static int init_locks(void)
     dist_mutexattr_destroy(&a);
     if (rc == 0)
         rc = dist_rwlock_init(&lock_rw, opt.names[L_RW], NULL);
-    return rc;
+    return rc ? rc : init_waits();
 }
 
 static int count_dir(const char *dir, const char *prefix);
@@ -872,14 +1106,17 @@ static int stop_workers(void)
 
 /* Keys of the run's locks still in Redis once every holder is gone and
  * every lease and waiter entry has run out.  Not counted: the run's own
- * counters, and the fencing counters, which are never reset by design
- * (tokens only grow, PROTOCOL.md). */
+ * counters, the fencing counters, which are never reset by design
+ * (tokens only grow, PROTOCOL.md), and the semaphore's count. */
 static long leftover_keys(char *prefix)
 {
     redisReply *x;
     long n = 0;
-    char pat[128];
+    char pat[128], sem_key[128];
 
+    /* the semaphore's free permits: the semaphore itself, kept as a
+     * Redisson semaphore's count is */
+    snprintf(sem_key, sizeof sem_key, "distlock_sem:{%s}", opt.names[L_SEM]);
     sleep_us((long)(WATCHDOG_MS + WAITER_MS + 500) * 1000);
     snprintf(pat, sizeof pat, "*%s*", prefix);
     x = lock_cmd("KEYS", pat, NULL);
@@ -890,7 +1127,8 @@ static long leftover_keys(char *prefix)
     }
     for (size_t i = 0; i < x->elements; i++)
         if (!strstr(x->element[i]->str, ":ctr:")
-            && strncmp(x->element[i]->str, "redisson_lock_token:", 20) != 0) {
+            && strncmp(x->element[i]->str, "redisson_lock_token:", 20) != 0
+            && strcmp(x->element[i]->str, sem_key) != 0) {
             printf("  key left: %s\n", x->element[i]->str);
             n++;
         }
@@ -1015,30 +1253,70 @@ done:
     free(out);
 }
 
+/* The table's row of a record: the mutexes' (both), the rwlock's write
+ * and read sides, the semaphore's, the queue's. */
+enum { ROW_MUTEX, ROW_WRITE, ROW_READ, ROW_SEM, ROW_QUEUE, NROWS };
+
+static int op_row(const struct tc_rec *r)
+{
+    return r->lock == L_SEM ? ROW_SEM : r->lock == L_QUEUE ? ROW_QUEUE
+           : r->mode == TC_READ ? ROW_READ : r->mode == TC_WRITE ? ROW_WRITE
+           : ROW_MUTEX;
+}
+
 static void print_ops(const struct tc_rec *rec, size_t n)
 {
-    static const char *const oname[] = { "lock", "trylock", "timedlock",
-                                         "nested lock" };
-    static const char *const mname[] = { "mutex", "write", "read" };
-    unsigned long cnt[3][4][4] = { { { 0 } } };  /* mode, op, result */
+    static const char *const oname[TC_OP_COUNT] = {
+        "lock", "trylock", "timedlock", "nested lock", "cond wait (take)",
+        "cond wait (put)" };
+    static const char *const sname[3] = { "wait", "trywait", "timedwait" };
+    static const char *const rname[NROWS] = { "mutex", "write", "read",
+                                              "sem", "queue" };
+    unsigned long cnt[NROWS][TC_OP_COUNT][4] = { { { 0 } } };
 
     for (size_t i = 0; i < n; i++) {
-        int res = rec[i].rc == 0 ? 0 : rec[i].rc == EBUSY || rec[i].rc == ETIMEDOUT
-                  ? 1 : rec[i].ret_ns ? 2 : 3;
-        cnt[rec[i].mode % 3][rec[i].op % 4][res]++;
+        const struct tc_rec *r = &rec[i];
+        int res = r->rc == EBUSY || r->rc == EAGAIN || r->rc == ETIMEDOUT
+                  || (r->flags & TC_F_TIMED_OUT) ? 1
+                  : r->rc == 0 ? 0 : r->ret_ns ? 2 : 3;
+        cnt[op_row(r)][r->op % TC_OP_COUNT][res]++;
     }
-    printf("  %-22s %9s %9s %9s %9s\n", "operation", "ok", "busy/tmo",
+    printf("  %-26s %9s %9s %9s %9s\n", "operation", "ok", "busy/tmo",
            "EIO etc", "no return");
-    for (int m = 0; m < 3; m++)
-        for (int o = 0; o < 4; o++) {
+    for (int m = 0; m < NROWS; m++)
+        for (int o = 0; o < TC_OP_COUNT; o++) {
             unsigned long *c = cnt[m][o];
-            char label[40];
+            char label[48];
             if (!(c[0] | c[1] | c[2] | c[3]))
                 continue;
-            snprintf(label, sizeof label, "%s %s", mname[m], oname[o]);
-            printf("  %-22s %9lu %9lu %9lu %9lu\n", label, c[0], c[1], c[2],
+            snprintf(label, sizeof label, "%s %s", rname[m],
+                     m == ROW_SEM && o < 3 ? sname[o] : oname[o]);
+            printf("  %-26s %9lu %9lu %9lu %9lu\n", label, c[0], c[1], c[2],
                    c[3]);
         }
+}
+
+/* The queue: items put, taken, left in it; the lost wake-ups and lost or
+ * doubled items are among the violations. */
+static void print_items(const struct tc_history *h)
+{
+    unsigned long taken = 0, queued = 0, nosignal = 0;
+    uint64_t *stay = malloc((h->nitem + 1) * sizeof *stay);
+    size_t ns = 0;
+
+    for (size_t i = 0; i < h->nitem; i++) {
+        const struct tc_item *it = &h->item[i];
+        taken += it->takes > 0;
+        queued += !!(it->flags & TC_I_QUEUED);
+        nosignal += !!(it->flags & TC_I_NOSIGNAL);
+        if (stay && it->put_ns && it->take_ns > it->put_ns)
+            stay[ns++] = it->take_ns - it->put_ns;
+    }
+    printf("\n  queue: %zu items put, %lu taken, %lu left at the end, %lu "
+           "signals failed\n", h->nitem, taken, queued, nosignal);
+    if (stay)
+        print_pct("time in the queue", stay, ns);
+    free(stay);
 }
 
 /* Times as the checker prints them: ms since the first call of the run. */
@@ -1211,6 +1489,11 @@ static int setup(void)
     if (A == MAP_FAILED)
         return -1;
     A->cap = cap;
+    icap = (unsigned long)opt.secs * 20000UL + 10000UL;
+    I = mmap(NULL, icap * sizeof *I, PROT_READ | PROT_WRITE,
+             MAP_SHARED | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (I == MAP_FAILED)
+        return -1;
     for (int p = 0; p < MAXP; p++)
         for (int t = 0; t < MAXT; t++)
             atomic_store(&A->slot[p][t].open, -1L);
@@ -1262,6 +1545,21 @@ static void fill_history(struct tc_history *h)
     h->nlocks = NLOCKS;
     h->kind[L_MUTEX] = h->kind[L_FAIR] = TC_LOCK_MUTEX;
     h->kind[L_RW] = TC_LOCK_RW;
+    h->kind[L_SEM] = TC_LOCK_SEM;
+    h->permits[L_SEM] = SEM_PERMITS;
+    h->kind[L_QUEUE] = TC_LOCK_MUTEX;
+    h->queue_lock = L_QUEUE;
+    h->item = I;
+    h->nitem = atomic_load(&A->q_next);
+    if (h->nitem > icap)
+        h->nitem = icap;
+    /* what is left in the queue (no worker runs any more) */
+    for (unsigned long k = atomic_load(&A->q_head), n = 0;
+         k < atomic_load(&A->q_tail) && n < QCAP; k++, n++) {
+        unsigned long id = atomic_load(&A->q_ring[k % QCAP]);
+        if (id < icap)
+            I[id].flags |= TC_I_QUEUED;
+    }
     for (int l = 0; l < NLOCKS; l++) {
         long long v = 0;
         if (tu_cmd_int_ex(&srv, &v, "GET", opt.ctr[l], (char *)NULL) < 0)
@@ -1300,6 +1598,7 @@ static int judge(void)
     print_faults_losses(&h, &res);
     printf("\n");
     print_latency(h.rec, h.nrec);
+    print_items(&h);
     printf("\n  %-30s %6lu\n", "sections checked", res.sections);
     for (int k = 0; k < TC_V_COUNT; k++)
         printf("  violations: %-28s %6lu\n", tc_violation_name(k),

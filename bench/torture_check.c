@@ -13,10 +13,13 @@ static const char *const vnames[TC_V_COUNT] = {
     "overlapping exclusive holds", "read hold during a write hold",
     "fencing token not increasing", "occupancy exceeded",
     "counter != completed writes", "undocumented return value",
-    "EPERM without lost handler", "late past deadline", "hang"
+    "EPERM without lost handler", "late past deadline", "hang",
+    "permits over-granted", "queue item lost or doubled", "lost wake-up"
 };
 static const char *const mnames[] = { "excl", "write", "read" };
-static const char *const onames[] = { "lock", "try", "timed", "nested" };
+static const char *const onames[TC_OP_COUNT] = {
+    "lock", "try", "timed", "nested", "cwait-consumer", "cwait-producer"
+};
 
 const char *tc_violation_name(int v)
 {
@@ -50,7 +53,7 @@ static void print_rec(const struct ctx *c, const struct tc_rec *r)
             " ret %.3f end %.3f ms, deadline %.3f, token %" PRIu64
             " (rc %d), unlock rc %d, flags %#x\n",
             (size_t)(r - c->h->rec), r->proc, r->lock, mnames[r->mode % 3],
-            onames[r->op % 4], r->rc, ms(c, r->call_ns), ms(c, r->ret_ns),
+            onames[r->op % TC_OP_COUNT], r->rc, ms(c, r->call_ns), ms(c, r->ret_ns),
             ms(c, r->end_ns), ms(c, r->deadline_ns), r->token, r->token_rc,
             r->unlock_rc, r->flags);
 }
@@ -213,6 +216,48 @@ static int check_overlaps(struct ctx *c, unsigned lock)
     return 0;
 }
 
+/* A semaphore's sections swept by start, keeping those still open: as many
+ * open as it has permits when the next starts is an over-grant, excused
+ * when any of them is a documented loss (all are then marked, as both
+ * sides of an excused overlap are). */
+static int check_overgrant(struct ctx *c, unsigned lock)
+{
+    size_t n = 0, nact = 0;
+    size_t *v = select_recs(c->h, lock, is_section, &n, by_ret);
+    size_t *act = malloc((c->h->nrec + 1) * sizeof *act);
+    const struct tc_rec *rec = c->h->rec;
+    unsigned permits = c->h->permits[lock] ? c->h->permits[lock] : 1;
+
+    if (!v || !act) {
+        free(v);
+        free(act);
+        return -1;
+    }
+    for (size_t k = 0; k < n; k++) {
+        const struct tc_rec *s = &rec[v[k]];
+        size_t keep = 0;
+        int lost = c->lost[v[k]];
+        for (size_t j = 0; j < nact; j++)
+            if (rec[act[j]].end_ns > s->ret_ns) {
+                lost |= c->lost[act[j]];
+                act[keep++] = act[j];
+            }
+        nact = keep;
+        if (nact >= permits && lost) {
+            for (size_t j = 0; j < nact; j++)
+                c->excused[act[j]] = 1;
+            c->excused[v[k]] = 1;
+        } else if (nact >= permits) {
+            report(c, TC_V_OVERGRANT, &rec[act[0]], s, "more sections at "
+                   "once than the semaphore has permits, none lost");
+        }
+        act[nact++] = v[k];
+    }
+    free(v);
+    free(act);
+    return 0;
+}
+
 static int has_token(const struct tc_rec *r)
 {
     return r->rc == 0 && r->op != TC_OP_NESTED && r->ret_ns
@@ -279,12 +324,20 @@ static void check_counter(struct ctx *c, unsigned lock)
     report(c, TC_V_COUNTER, NULL, NULL, what);
 }
 
-static int allowed(const struct tc_history *h, int op, int rc)
+/* A condition wait may also say EPERM: the hold it was to give up had been
+ * lost, which the section before it records (its unlock_rc). */
+static int allowed(const struct tc_history *h, const struct tc_rec *r)
 {
+    int op = r->op, rc = r->rc;
+
     if (rc == 0 || rc == EIO || (h->replicas && rc == ENOLINK))
         return 1;
-    return (op == TC_OP_TRY && rc == EBUSY)
-           || (op == TC_OP_TIMED && rc == ETIMEDOUT);
+    if (op == TC_OP_TRY)
+        return rc == (h->kind[r->lock % TC_MAX_LOCKS] == TC_LOCK_SEM ? EAGAIN
+                                                                   : EBUSY);
+    return (op == TC_OP_TIMED && rc == ETIMEDOUT)
+           || ((op == TC_OP_CWAIT_CONS || op == TC_OP_CWAIT_PROD)
+               && rc == EPERM);
 }
 
 /* Return values, EPERM's lost-handler call, occupancy and deadlines: all
@@ -297,7 +350,7 @@ static void check_calls(struct ctx *c)
         const struct tc_rec *r = &h->rec[i];
         if (!r->ret_ns)
             continue;   /* never returned: the hang check's business */
-        if (!allowed(h, r->op, r->rc))
+        if (!allowed(h, r))
             report(c, TC_V_ERRNO, r, NULL, "acquiring call");
         if (r->unlock_rc != -1 && r->unlock_rc != 0 && r->unlock_rc != EPERM
             && r->unlock_rc != EIO)
@@ -324,10 +377,7 @@ static void check_calls(struct ctx *c)
     }
 }
 
-/* Busy time of one lock for one kind of waiter: the conflicting holds (a
- * dead holder's, or one whose unlock failed, lasting a lease longer) and
- * every fault window with its recovery time.  Merged into sorted disjoint
- * intervals. */
+/* Stretches of time [a, b). */
 struct ival { uint64_t a, b; };
 
 static int by_a(const void *x, const void *y)
@@ -336,14 +386,13 @@ static int by_a(const void *x, const void *y)
     return p < q ? -1 : p > q;
 }
 
-static struct ival *busy_union(const struct tc_history *h, unsigned lock,
-                               int reader, size_t *n)
+/* The conflicting holds of a lock for one kind of waiter (a dead holder's,
+ * or one whose unlock failed, lasting a lease longer), into v. */
+static size_t hold_ivals(const struct tc_history *h, unsigned lock, int reader,
+                         struct ival *v)
 {
-    struct ival *v = malloc((h->nrec + h->nfault + 1) * sizeof *v);
-    size_t k = 0, m = 0;
+    size_t k = 0;
 
-    if (!v)
-        return NULL;
     for (size_t i = 0; i < h->nrec; i++) {
         const struct tc_rec *r = &h->rec[i];
         if (r->lock != lock || !is_section(r) || (reader && r->mode == TC_READ))
@@ -353,6 +402,72 @@ static struct ival *busy_union(const struct tc_history *h, unsigned lock,
         if ((r->flags & TC_F_KILLED) || r->unlock_rc == EIO)
             v[k].b += h->lease_ns;
         k++;
+    }
+    return k;
+}
+
+/* A semaphore is busy while every permit is held: the holds as above,
+ * swept by their starts and ends (an end first where both fall at once),
+ * into the stretches where as many are open as there are permits. */
+struct edge { uint64_t t; int d; };
+
+static int by_edge(const void *x, const void *y)
+{
+    const struct edge *p = x, *q = y;
+    return p->t < q->t ? -1 : p->t > q->t ? 1 : p->d - q->d;
+}
+
+static long sem_full_ivals(const struct tc_history *h, unsigned lock,
+                           struct ival *v)
+{
+    struct ival *all = malloc((h->nrec + 1) * sizeof *all);
+    struct edge *e = malloc((2 * h->nrec + 1) * sizeof *e);
+    unsigned permits = h->permits[lock] ? h->permits[lock] : 1, open = 0;
+    size_t n, k = 0;
+    uint64_t from = 0;
+
+    if (!all || !e) {
+        free(all);
+        free(e);
+        return -1;
+    }
+    n = hold_ivals(h, lock, 0, all);
+    for (size_t i = 0; i < n; i++) {
+        e[2 * i] = (struct edge){ all[i].a, 1 };
+        e[2 * i + 1] = (struct edge){ all[i].b, -1 };
+    }
+    qsort(e, 2 * n, sizeof *e, by_edge);
+    for (size_t i = 0; i < 2 * n; i++) {
+        if (e[i].d > 0 && ++open == permits)
+            from = e[i].t;
+        else if (e[i].d < 0 && open-- == permits)
+            v[k++] = (struct ival){ from, e[i].t };
+    }
+    free(all);
+    free(e);
+    return (long)k;
+}
+
+/* Busy time of one lock for one kind of waiter: the holds that keep it out
+ * and every fault window with its recovery time, merged into sorted
+ * disjoint intervals. */
+static struct ival *busy_union(const struct tc_history *h, unsigned lock,
+                               int reader, size_t *n)
+{
+    struct ival *v = malloc((h->nrec + h->nfault + 1) * sizeof *v);
+    size_t k = 0, m = 0;
+    long sk;
+
+    if (!v)
+        return NULL;
+    if (h->kind[lock] == TC_LOCK_SEM) {
+        if ((sk = sem_full_ivals(h, lock, v)) < 0) {
+            free(v);
+            return NULL;
+        }
+        k = (size_t)sk;
+    } else {
+        k = hold_ivals(h, lock, reader, v);
     }
     for (size_t i = 0; i < h->nfault; i++) {
         v[k].a = h->fault[i].start_ns;
@@ -415,8 +530,9 @@ static int check_hangs(struct ctx *c, unsigned lock)
     for (size_t i = 0; i < h->nrec; i++) {
         const struct tc_rec *r = &h->rec[i];
         uint64_t to = r->ret_ns ? r->ret_ns : h->end_ns;
-        if (r->lock != lock || r->op == TC_OP_NESTED || r->op == TC_OP_TRY)
-            continue;
+        if (r->lock != lock || r->op == TC_OP_NESTED || r->op == TC_OP_TRY
+            || r->op == TC_OP_CWAIT_CONS || r->op == TC_OP_CWAIT_PROD)
+            continue;   /* a condition wait: check_items' business */
         if (!r->ret_ns && (r->flags & TC_F_KILLED))
             continue;
         if (r->mode == TC_READ ? longest_free(rd, nr, r->call_ns, to) > h->hang_ns
@@ -430,6 +546,140 @@ static int check_hangs(struct ctx *c, unsigned lock)
     return 0;
 }
 
+/* ---- the queue --------------------------------------------------------------- */
+
+/* A lost-handler call for the queue's mutex, in any process, in [from, to]:
+ * two threads may have had the queue at once. */
+static int queue_lost_during(const struct tc_history *h, uint64_t from,
+                             uint64_t to)
+{
+    for (size_t i = 0; i < h->nlost; i++)
+        if (h->lost[i].lock == h->queue_lock && h->lost[i].ns >= from
+            && h->lost[i].ns <= to)
+            return 1;
+    return 0;
+}
+
+/* Every item put is taken once, or is still in the queue at the end.  A
+ * documented loss on the queue's mutex, a data loss, or a fault on the
+ * process that put or took it (killed between its bookkeeping and the
+ * queue's) excuses an item lost or taken twice. */
+static void check_takes(struct ctx *c)
+{
+    const struct tc_history *h = c->h;
+    char what[200];
+
+    for (size_t i = 0; i < h->nitem; i++) {
+        const struct tc_item *it = &h->item[i];
+        int queued = !!(it->flags & TC_I_QUEUED);
+        if (!it->put_ns)
+            continue;
+        c->res->items++;
+        if (it->takes + queued == 1)
+            continue;
+        if (data_lost_during(h, it->put_ns, h->end_ns)
+            || queue_lost_during(h, it->put_ns, h->end_ns)
+            || own_fault_during(h, it->put_proc, it->put_ns, h->end_ns)
+            || (it->take_ns && own_fault_during(h, it->take_proc, it->take_ns,
+                                                h->end_ns)))
+            continue;
+        snprintf(what, sizeof what, "item %zu put by proc %" PRIu32 " at "
+                 "%.3f ms: taken %u times%s", i, it->put_proc,
+                 ms(c, it->put_ns), (unsigned)it->takes,
+                 queued ? ", and still queued at the end" : "");
+        report(c, TC_V_ITEM, NULL, NULL, what);
+    }
+}
+
+/* When some consumer was inside a condition wait on the queue: merged, and
+ * gaps shorter than slack_ns bridged (a consumer holds the mutex between
+ * two waits while it looks at the queue again).  A wait whose process died
+ * in it is a dead waiter: the condition skips it (documented). */
+static struct ival *consumer_waits(const struct tc_history *h, size_t *n)
+{
+    struct ival *v = malloc((h->nrec + 1) * sizeof *v);
+    size_t k = 0, m = 0;
+
+    if (!v)
+        return NULL;
+    for (size_t i = 0; i < h->nrec; i++) {
+        const struct tc_rec *r = &h->rec[i];
+        if (r->lock != h->queue_lock || r->op != TC_OP_CWAIT_CONS
+            || (!r->ret_ns && (r->flags & TC_F_KILLED)))
+            continue;
+        v[k].a = r->call_ns;
+        v[k++].b = r->ret_ns ? r->ret_ns : h->end_ns;
+    }
+    qsort(v, k, sizeof *v, by_a);
+    for (size_t i = 0; i < k; i++) {
+        if (m && v[i].a <= v[m - 1].b + h->slack_ns) {
+            if (v[i].b > v[m - 1].b)
+                v[m - 1].b = v[i].b;
+        } else {
+            v[m++] = v[i];
+        }
+    }
+    *n = m;
+    return v;
+}
+
+/* An item in the queue while a consumer sleeps on "not empty": the signal
+ * after the put should have woken one.  Longer than hang_ns of that, with
+ * no fault, no busy mutex and a signal that was sent, is a lost wake-up. */
+static void item_wakeup(struct ctx *c, const struct tc_item *it,
+                        const struct ival *w, size_t nw,
+                        const struct ival *busy, size_t nb)
+{
+    uint64_t a = it->put_ns, b = it->take_ns ? it->take_ns : c->h->end_ns;
+    size_t lo = 0, hi = nw;
+    char what[200];
+
+    if (b <= a || b - a <= c->h->hang_ns || (it->flags & TC_I_NOSIGNAL))
+        return;
+    while (lo < hi) {   /* first wait ending after the put */
+        size_t mid = (lo + hi) / 2;
+        if (w[mid].b <= a)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    for (size_t i = lo; i < nw && w[i].a < b; i++) {
+        uint64_t x = w[i].a > a ? w[i].a : a, y = w[i].b < b ? w[i].b : b;
+        if (y <= x || longest_free(busy, nb, x, y) <= c->h->hang_ns)
+            continue;
+        snprintf(what, sizeof what, "item %zu put at %.3f ms, taken at "
+                 "%.3f ms, while a consumer waited from %.3f to %.3f ms",
+                 (size_t)(it - c->h->item), ms(c, it->put_ns),
+                 ms(c, it->take_ns), ms(c, w[i].a), ms(c, w[i].b));
+        report(c, TC_V_WAKEUP, NULL, NULL, what);
+        return;
+    }
+}
+
+static int check_items(struct ctx *c)
+{
+    const struct tc_history *h = c->h;
+    size_t nw = 0, nb = 0;
+    struct ival *w, *busy;
+
+    if (h->nitem == 0)
+        return 0;
+    check_takes(c);
+    w = consumer_waits(h, &nw);
+    busy = w ? busy_union(h, h->queue_lock, 0, &nb) : NULL;
+    if (!w || !busy) {
+        free(w);
+        free(busy);
+        return -1;
+    }
+    for (size_t i = 0; i < h->nitem; i++)
+        if (h->item[i].put_ns)
+            item_wakeup(c, &h->item[i], w, nw, busy, nb);
+    free(w);
+    free(busy);
+    return 0;
+}
+
 long tc_check(const struct tc_history *h, FILE *out, unsigned max_print,
               struct tc_result *res)
 {
@@ -440,6 +690,9 @@ long tc_check(const struct tc_history *h, FILE *out, unsigned max_print,
     for (size_t i = 0; i < h->nrec; i++)
         if (h->rec[i].call_ns < c.base)
             c.base = h->rec[i].call_ns;
+    for (size_t i = 0; i < h->nitem; i++)
+        if (h->item[i].put_ns && h->item[i].put_ns < c.base)
+            c.base = h->item[i].put_ns;
     c.lost = calloc(h->nrec + 1, 1);
     c.excused = calloc(h->nrec + 1, 1);
     if (!c.lost || !c.excused) {
@@ -449,7 +702,8 @@ long tc_check(const struct tc_history *h, FILE *out, unsigned max_print,
     }
     mark_lost(&c);
     for (unsigned l = 0; l < h->nlocks && rc == 0; l++)
-        rc = check_overlaps(&c, l);
+        rc = h->kind[l] == TC_LOCK_SEM ? check_overgrant(&c, l)
+                                       : check_overlaps(&c, l);
     for (unsigned l = 0; l < h->nlocks && rc == 0; l++) {
         rc = check_tokens(&c, l);
         if (rc == 0)
@@ -457,6 +711,8 @@ long tc_check(const struct tc_history *h, FILE *out, unsigned max_print,
         check_counter(&c, l);
     }
     check_calls(&c);
+    if (rc == 0)
+        rc = check_items(&c);
     free(c.lost);
     free(c.excused);
     return rc ? -1 : (long)res->total;

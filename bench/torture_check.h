@@ -9,6 +9,12 @@
  * needs no knowledge of how the run was made; tests/test_torture_check.c
  * feeds it hand-made histories.
  *
+ * Besides locks it judges a semaphore (a lock of kind TC_LOCK_SEM: no more
+ * sections at once than its permits) and a producer/consumer queue guarded
+ * by a mutex and two condition variables (struct tc_item: every item put
+ * is taken once, and none waits long in the queue while a consumer sleeps
+ * on the condition).
+ *
  * Every interval it is given is the inside of the truth: a section runs
  * from the return of the call that took the lock to the call that gives it
  * back, so the real hold in Redis covers at least that.  Two recorded
@@ -27,8 +33,13 @@
 enum tc_mode { TC_EXCL, TC_WRITE, TC_READ };
 
 /* How the lock was asked for.  TC_OP_NESTED is a recursive re-lock inside a
- * section of the same thread: a call, not a section of its own. */
-enum tc_op { TC_OP_LOCK, TC_OP_TRY, TC_OP_TIMED, TC_OP_NESTED };
+ * section of the same thread: a call, not a section of its own.  On the
+ * queue's mutex, a condition wait gives the mutex up and takes it back: the
+ * hold after it is a section of its own, opened by TC_OP_CWAIT_CONS (a
+ * consumer waiting for an item) or TC_OP_CWAIT_PROD (a producer waiting
+ * for room), whose call_ns/ret_ns are the wait's. */
+enum tc_op { TC_OP_LOCK, TC_OP_TRY, TC_OP_TIMED, TC_OP_NESTED,
+             TC_OP_CWAIT_CONS, TC_OP_CWAIT_PROD, TC_OP_COUNT };
 
 /* flags of a record */
 #define TC_F_KILLED      1u  /* its process died (SIGKILL) while it held:
@@ -37,7 +48,13 @@ enum tc_op { TC_OP_LOCK, TC_OP_TRY, TC_OP_TIMED, TC_OP_NESTED };
 #define TC_F_COUNT_UNSURE 4u /* a SET was sent, its reply never came: it may
                                 or may not have been applied */
 #define TC_F_OCC_BAD     8u  /* the shared-memory occupancy seen on entry
-                                exceeded what the mode allows */
+                                exceeded what the mode allows (for a
+                                semaphore: more holders than permits) */
+#define TC_F_TIMED_OUT  16u  /* a condition wait ended by its deadline
+                                (rc is 0: the mutex is held again) */
+#define TC_F_WAIT_EIO   32u  /* a condition wait failed with EIO before it
+                                gave the mutex up (rc is 0: still held; the
+                                hold goes on, so no token of its own) */
 
 /* One acquisition attempt, and the section it opened when rc == 0. */
 struct tc_rec {
@@ -75,7 +92,22 @@ struct tc_fault {
     uint8_t loses_data;
 };
 
-enum tc_lock_kind { TC_LOCK_MUTEX, TC_LOCK_RW };
+/* TC_LOCK_SEM: a semaphore; its sections are the permits held, at most
+ * tc_history.permits at once.  Its try calls answer EAGAIN. */
+enum tc_lock_kind { TC_LOCK_MUTEX, TC_LOCK_RW, TC_LOCK_SEM };
+
+/* One item through the queue (tc_history.queue_lock): put under the
+ * queue's mutex (then "not empty" signalled), taken under it. */
+#define TC_I_QUEUED   1u   /* still in the queue when the run ended */
+#define TC_I_NOSIGNAL 2u   /* the signal after the put failed (EIO): its
+                              wake-up may be late, documented */
+struct tc_item {
+    uint64_t put_ns;      /* 0: the slot was never used */
+    uint64_t take_ns;     /* first taken out; 0: never */
+    uint32_t put_proc, take_proc;
+    uint16_t takes;       /* how many times it was taken out */
+    uint16_t flags;       /* TC_I_* */
+};
 
 struct tc_history {
     const struct tc_rec *rec;
@@ -86,6 +118,7 @@ struct tc_history {
     size_t nfault;
     unsigned nlocks;
     uint8_t kind[TC_MAX_LOCKS];        /* enum tc_lock_kind */
+    unsigned permits[TC_MAX_LOCKS];    /* TC_LOCK_SEM: its permits */
     long long counter[TC_MAX_LOCKS];   /* final Redis counter of each lock */
     uint64_t end_ns;                   /* the run ended (for calls that never
                                           returned) */
@@ -98,6 +131,11 @@ struct tc_history {
     /* The locks' master has replicas and replica sync is on: an acquire
      * may also fail with DIST_ENOREPLICA (ENOLINK, distlock.h). */
     int replicas;
+    /* The queue: its items (none: no queue checks) and the mutex that
+     * guards it, whose condition waits are TC_OP_CWAIT_* sections. */
+    const struct tc_item *item;
+    size_t nitem;
+    unsigned queue_lock;
 };
 
 enum tc_violation {
@@ -110,6 +148,10 @@ enum tc_violation {
     TC_V_SILENT_LOSS,  /* unlock said EPERM but no lost-handler call came */
     TC_V_DEADLINE,     /* a timed call returned too long after its deadline */
     TC_V_HANG,         /* a blocked call waited on a free lock too long */
+    TC_V_OVERGRANT,    /* more semaphore sections at once than permits */
+    TC_V_ITEM,         /* a queue item lost, or taken more than once */
+    TC_V_WAKEUP,       /* an item waited in the queue while a consumer
+                          slept on the condition, longer than hang_ns */
     TC_V_COUNT
 };
 
@@ -119,6 +161,7 @@ struct tc_result {
     unsigned long sections;      /* completed sections checked */
     unsigned long lost_sections; /* of them, excused by a documented loss */
     unsigned long killed;        /* sections ended by their process's death */
+    unsigned long items;         /* queue items checked */
 };
 
 /* Name of a violation kind, for the table. */

@@ -8,6 +8,14 @@
  *   distlock::timed_mutex    TimedLockable       (try_lock_for, try_lock_until)
  *   distlock::shared_mutex   SharedTimedLockable (std::shared_lock), over
  *                                                 dist_rwlock_t
+ *   distlock::condition_variable  std::condition_variable's interface with
+ *                                 std::unique_lock<distlock::mutex>, over
+ *                                 dist_cond_t: a notify in one process
+ *                                 wakes a waiter in another
+ *   distlock::counting_semaphore<N>  std::counting_semaphore's interface,
+ *                                 over dist_sem_t (binary_semaphore too)
+ *   distlock::barrier        arrive_and_wait as std::barrier's, over
+ *                            dist_barrier_t
  *
  * Header only: link with -ldistlock as a C program does (pkg-config
  * distlock, or the CMake target distlock::distlock).  Needs C++11; the
@@ -30,21 +38,30 @@
  * again when that wait ends, as the standard asks of try_lock_until.
  * try_lock_for waits on the steady clock.
  *
- * Copying and moving.  None of the three can be copied or moved, as
+ * Copying and moving.  None of these can be copied or moved, as
  * std::mutex: the C object belongs at one address for its life (the C API
  * makes no promise that a dist_mutex_t may be relocated), other threads may
- * be inside a call on it, and a moved-from object would be a fourth state
+ * be inside a call on it, and a moved-from object would be one more state
  * that every call had to check.  Hold one by std::unique_ptr to move it.
  *
- * The destructor calls dist_mutex_destroy (dist_rwlock_destroy); destroying
- * one that a thread of this process holds is an error, as for std::mutex
- * (the C call refuses with EBUSY and what it allocated stays).
+ * The destructor calls dist_mutex_destroy (dist_rwlock_destroy, ...);
+ * destroying one that a thread of this process holds or waits on is an
+ * error, as for std::mutex (the C call refuses with EBUSY and what it
+ * allocated stays).
+ *
+ * Where the standard's types say noexcept and the distributed ones can
+ * fail (notify_one when Redis cannot be reached, try_acquire), these
+ * throw std::system_error instead; everything else keeps the standard's
+ * meaning.
  */
 #ifndef DISTLOCK_HPP
 #define DISTLOCK_HPP
 
 #include <chrono>
+#include <condition_variable>
+#include <cstddef>
 #include <cstdint>
+#include <mutex>
 #include <time.h>
 #include <string>
 #include <system_error>
@@ -441,6 +458,364 @@ public:
 
 private:
     dist_rwlock_t l_;
+};
+
+/* ------------------------------------------------------------------------ */
+
+/* A distributed condition variable named name (dist_cond_t), used with a
+ * distlock::mutex (or timed_mutex) through std::unique_lock as
+ * std::condition_variable is with std::mutex: a notify_one in any process
+ * that names the condition wakes a waiter in any other.  The mutex must be
+ * held exactly once by the waiting thread (a recursive mutex taken twice
+ * throws EINVAL), and a wait returns holding it again, taken back through
+ * the mutex's normal path.  Wake-ups may be spurious: wait on a predicate.
+ * A notify by a thread that took the mutex after the waiter began to wait
+ * always reaches it (the waiter is registered before the mutex is given
+ * up); a waiter whose process died is skipped.  On a cluster the
+ * condition's name must hash to the mutex's slot ("{jobs}:ready" with the
+ * mutex "jobs"; see distlock.h).
+ *
+ * Should taking the mutex back fail (EIO when Redis cannot be reached),
+ * the wait throws with the unique_lock released (owns_lock() false, no
+ * mutex), since the thread no longer holds it; std::condition_variable
+ * would call std::terminate. */
+class condition_variable {
+public:
+    typedef dist_cond_t *native_handle_type;
+
+    /* No network I/O.  Throws EINVAL for a bad name, ENOMEM. */
+    explicit condition_variable(const std::string &name)
+    {
+        detail::check(dist_cond_init(&c_, detail::c_name(name), nullptr),
+                      "dist_cond_init");
+    }
+
+    ~condition_variable() { dist_cond_destroy(&c_); }
+
+    condition_variable(const condition_variable &) = delete;
+    condition_variable &operator=(const condition_variable &) = delete;
+
+    /* Wakes the oldest live waiter of any process, if there is one.
+     * Throws EIO (not noexcept, unlike the standard's). */
+    void notify_one() { detail::check(dist_cond_signal(&c_), "dist_cond_signal"); }
+
+    /* Wakes every live waiter of every process.  Throws EIO. */
+    void notify_all()
+    {
+        detail::check(dist_cond_broadcast(&c_), "dist_cond_broadcast");
+    }
+
+    template <class M>
+    void wait(std::unique_lock<M> &lk)
+    {
+        dist_mutex_t *m = handle(lk);
+
+        done(lk, dist_cond_wait(&c_, m), "dist_cond_wait");
+    }
+
+    template <class M, class Predicate>
+    void wait(std::unique_lock<M> &lk, Predicate pred)
+    {
+        while (!pred())
+            wait(lk);
+    }
+
+    /* Waits until tp on its clock (steady_clock: CLOCK_MONOTONIC,
+     * system_clock: CLOCK_REALTIME, any other: see "Deadlines" above). */
+    template <class M, class Clock, class Duration>
+    std::cv_status wait_until(std::unique_lock<M> &lk,
+                              const std::chrono::time_point<Clock, Duration> &tp)
+    {
+        dist_cond_t *c = &c_;
+        dist_mutex_t *m = handle(lk);
+        int rc = detail::wait_until(tp,
+            [c, m](clockid_t clk, const struct timespec *ts) {
+                return dist_cond_clockwait(c, m, clk, ts);
+            });
+
+        return done(lk, rc, "dist_cond_clockwait");
+    }
+
+    template <class M, class Clock, class Duration, class Predicate>
+    bool wait_until(std::unique_lock<M> &lk,
+                    const std::chrono::time_point<Clock, Duration> &tp,
+                    Predicate pred)
+    {
+        while (!pred())
+            if (wait_until(lk, tp) == std::cv_status::timeout)
+                return pred();
+        return true;
+    }
+
+    /* Waits at most rel, on the steady clock. */
+    template <class M, class Rep, class Period>
+    std::cv_status wait_for(std::unique_lock<M> &lk,
+                            const std::chrono::duration<Rep, Period> &rel)
+    {
+        struct timespec ts = detail::steady_after(rel);
+
+        return done(lk, dist_cond_clockwait(&c_, handle(lk), CLOCK_MONOTONIC,
+                                            &ts),
+                    "dist_cond_clockwait");
+    }
+
+    /* Until pred() is true (true) or rel has passed on the steady clock
+     * (pred() then). */
+    template <class M, class Rep, class Period, class Predicate>
+    bool wait_for(std::unique_lock<M> &lk,
+                  const std::chrono::duration<Rep, Period> &rel,
+                  Predicate pred)
+    {
+        struct timespec ts = detail::steady_after(rel);
+
+        while (!pred())
+            if (done(lk, dist_cond_clockwait(&c_, handle(lk), CLOCK_MONOTONIC,
+                                             &ts),
+                     "dist_cond_clockwait") == std::cv_status::timeout)
+                return pred();
+        return true;
+    }
+
+    native_handle_type native_handle() noexcept { return &c_; }
+
+private:
+    dist_cond_t c_;
+
+    /* The C mutex of lk, which must own it (EPERM otherwise, before any
+     * waiting: the standard leaves that case undefined). */
+    template <class M>
+    static dist_mutex_t *handle(std::unique_lock<M> &lk)
+    {
+        static_assert(std::is_base_of<mutex, M>::value,
+                      "distlock::condition_variable waits with a "
+                      "std::unique_lock over distlock::mutex or "
+                      "distlock::timed_mutex");
+        if (!lk.owns_lock())
+            throw std::system_error(EPERM, std::generic_category(),
+                                    "distlock: condition wait with a "
+                                    "unique_lock that owns no mutex");
+        return lk.mutex()->native_handle();
+    }
+
+    /* A wait's result: no_timeout, timeout (both holding the mutex) or an
+     * exception, lk released first when the thread no longer holds it. */
+    template <class M>
+    static std::cv_status done(std::unique_lock<M> &lk, int rc,
+                               const char *call)
+    {
+        std::uint64_t t;
+
+        if (rc == 0)
+            return std::cv_status::no_timeout;
+        if (rc == ETIMEDOUT)
+            return std::cv_status::timeout;
+        std::system_error e = detail::error(rc, call);
+        if (dist_mutex_token(lk.mutex()->native_handle(), &t) != 0)
+            lk.release();
+        throw e;
+    }
+};
+
+/* ------------------------------------------------------------------------ */
+
+/* How a semaphore keeps its permits (dist_semattr_setmode). */
+enum class semaphore_mode {
+    leased = DIST_SEM_LEASED,     /* default: a permit is a hold of the
+                                   * thread that acquired it, with a lease */
+    redisson = DIST_SEM_REDISSON  /* Redisson's RSemaphore layout */
+};
+
+/* How a counting_semaphore is made; the defaults are dist_semattr_init's. */
+struct semaphore_options {
+    semaphore_mode mode = semaphore_mode::leased;
+    /* leased: 0, the watchdog lease renewed while held; otherwise each
+     * permit ends this long after it was acquired unless released first */
+    std::chrono::milliseconds lease{0};
+    /* leased: a thread that holds no permit may release, adding one (the
+     * signalling use of a semaphore); otherwise such a release throws
+     * EPERM */
+    bool unowned_release = false;
+};
+
+/* A distributed counting semaphore named name (dist_sem_t) with
+ * std::counting_semaphore's interface: release(n), acquire, try_acquire,
+ * try_acquire_for, try_acquire_until, max().  LeastMaxValue is the most
+ * free permits: a release past it throws EOVERFLOW.
+ *
+ * Differences from std::counting_semaphore.  The count lives in Redis: the
+ * constructor's desired is the count of a semaphore that does not exist
+ * yet, and one that exists keeps its own.  In the default leased mode a
+ * permit belongs to the thread that acquired it: release gives back the
+ * calling thread's permits, a release by a thread that holds none throws
+ * EPERM unless semaphore_options::unowned_release is set, and a process
+ * that dies gives its permits back when their leases end.  In Redisson
+ * mode any thread may release and a dead holder's permits are lost, as
+ * with Redisson.  try_acquire throws (EIO) instead of answering false
+ * when Redis cannot be reached. */
+template <std::ptrdiff_t LeastMaxValue = DIST_SEM_VALUE_MAX>
+class counting_semaphore {
+    static_assert(LeastMaxValue >= 1 && LeastMaxValue <= DIST_SEM_VALUE_MAX,
+                  "LeastMaxValue must be 1 to DIST_SEM_VALUE_MAX");
+
+public:
+    typedef dist_sem_t *native_handle_type;
+
+    static constexpr std::ptrdiff_t max() noexcept { return LeastMaxValue; }
+
+    /* No network I/O.  Throws EINVAL (desired outside 0..max(), a bad name
+     * or option), ENOMEM. */
+    counting_semaphore(const std::string &name, std::ptrdiff_t desired,
+                       const semaphore_options &opts = semaphore_options())
+    {
+        dist_semattr_t a;
+
+        if (desired < 0 || desired > LeastMaxValue)
+            throw std::system_error(EINVAL, std::generic_category(),
+                                    "distlock: a semaphore's desired count "
+                                    "outside 0..max()");
+        detail::check(dist_semattr_init(&a), "dist_semattr_init");
+        detail::check(dist_semattr_setmode(&a, static_cast<int>(opts.mode)),
+                      "dist_semattr_setmode");
+        detail::check(dist_semattr_setlease(&a, detail::lease_ms(opts.lease)),
+                      "dist_semattr_setlease");
+        detail::check(dist_semattr_setunowned(&a, opts.unowned_release ? 1 : 0),
+                      "dist_semattr_setunowned");
+        detail::check(dist_semattr_setmax(&a, static_cast<long>(LeastMaxValue)),
+                      "dist_semattr_setmax");
+        detail::check(dist_sem_init(&s_, detail::c_name(name),
+                                    static_cast<unsigned>(desired), &a),
+                      "dist_sem_init");
+        dist_semattr_destroy(&a);
+    }
+
+    ~counting_semaphore() { dist_sem_destroy(&s_); }
+
+    counting_semaphore(const counting_semaphore &) = delete;
+    counting_semaphore &operator=(const counting_semaphore &) = delete;
+
+    /* Gives update permits back (see above), waking up to update waiters.
+     * Throws EINVAL (update < 0), EPERM, EOVERFLOW, EIO. */
+    void release(std::ptrdiff_t update = 1)
+    {
+        if (update < 0 || update > LeastMaxValue)
+            throw std::system_error(update < 0 ? EINVAL : EOVERFLOW,
+                                    std::generic_category(),
+                                    "distlock: release of a count outside "
+                                    "0..max()");
+        detail::check(dist_sem_post_multiple(&s_,
+                                             static_cast<unsigned>(update)),
+                      "dist_sem_post_multiple");
+    }
+
+    void acquire() { detail::check(dist_sem_wait(&s_), "dist_sem_wait"); }
+
+    /* Never waits: false when no permit is free. */
+    bool try_acquire()
+    {
+        return detail::taken(dist_sem_trywait(&s_), EAGAIN, "dist_sem_trywait");
+    }
+
+    /* Waits at most rel (steady clock); a free permit is taken even when
+     * rel is zero or negative. */
+    template <class Rep, class Period>
+    bool try_acquire_for(const std::chrono::duration<Rep, Period> &rel)
+    {
+        struct timespec ts = detail::steady_after(rel);
+
+        return detail::taken(dist_sem_clockwait(&s_, CLOCK_MONOTONIC, &ts),
+                             ETIMEDOUT, "dist_sem_clockwait");
+    }
+
+    /* Waits until tp on its clock (see "Deadlines" above). */
+    template <class Clock, class Duration>
+    bool try_acquire_until(const std::chrono::time_point<Clock, Duration> &tp)
+    {
+        dist_sem_t *s = &s_;
+        int rc = detail::wait_until(tp,
+            [s](clockid_t c, const struct timespec *ts) {
+                return dist_sem_clockwait(s, c, ts);
+            });
+
+        return detail::taken(rc, ETIMEDOUT, "dist_sem_clockwait");
+    }
+
+    /* Not in the standard: the free permits now (a snapshot), and a reset
+     * of them (dist_sem_setvalue).  Throw EIO; set_value EINVAL past
+     * max(). */
+    std::ptrdiff_t value()
+    {
+        int v = 0;
+
+        detail::check(dist_sem_getvalue(&s_, &v), "dist_sem_getvalue");
+        return v;
+    }
+
+    void set_value(std::ptrdiff_t v)
+    {
+        if (v < 0 || v > LeastMaxValue)
+            throw std::system_error(EINVAL, std::generic_category(),
+                                    "distlock: a semaphore value outside "
+                                    "0..max()");
+        detail::check(dist_sem_setvalue(&s_, static_cast<unsigned>(v)),
+                      "dist_sem_setvalue");
+    }
+
+    native_handle_type native_handle() noexcept { return &s_; }
+
+private:
+    dist_sem_t s_;
+};
+
+typedef counting_semaphore<1> binary_semaphore;
+
+/* ------------------------------------------------------------------------ */
+
+/* A distributed barrier named name (dist_barrier_t) for rounds of count
+ * arrivals, every process giving the same count; reusable round after
+ * round.  Only arrive_and_wait of std::barrier's interface: no completion
+ * function, arrive or arrive_and_drop.  Instead, arrive_and_wait answers
+ * true in exactly one caller per round (the last to arrive, where a
+ * completion step can run).  A member whose process dies breaks the round
+ * under way: the others' arrive_and_wait throws EOWNERDEAD (the round is
+ * over for everyone; arrive again for the next). */
+class barrier {
+public:
+    typedef dist_barrier_t *native_handle_type;
+
+    /* No network I/O.  Throws EINVAL (bad name, count < 1), ENOMEM. */
+    barrier(const std::string &name, std::ptrdiff_t count)
+    {
+        if (count < 1 || count > static_cast<std::ptrdiff_t>(~0u >> 1))
+            throw std::system_error(EINVAL, std::generic_category(),
+                                    "distlock: a barrier count below 1 or "
+                                    "too large");
+        detail::check(dist_barrier_init(&b_, detail::c_name(name),
+                                         static_cast<unsigned>(count)),
+                      "dist_barrier_init");
+    }
+
+    ~barrier() { dist_barrier_destroy(&b_); }
+
+    barrier(const barrier &) = delete;
+    barrier &operator=(const barrier &) = delete;
+
+    /* Arrives and waits for the round's other arrivals: true in one caller
+     * per round, false in the others.  Throws EOWNERDEAD, EINVAL (the
+     * barrier exists with another count), EIO. */
+    bool arrive_and_wait()
+    {
+        int rc = dist_barrier_wait(&b_);
+
+        if (rc == DIST_BARRIER_SERIAL_THREAD)
+            return true;
+        detail::check(rc, "dist_barrier_wait");
+        return false;
+    }
+
+    native_handle_type native_handle() noexcept { return &b_; }
+
+private:
+    dist_barrier_t b_;
 };
 
 } /* namespace distlock */

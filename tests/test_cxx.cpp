@@ -5,7 +5,11 @@
  * processes, condition_variable_any), try_lock answering false for a lock
  * another process holds, errors as std::system_error, deadlines on the
  * steady, system and a third clock, and a steady deadline that a step of
- * the wall clock does not move (cxx_clock_hook.c).
+ * the wall clock does not move (clock_hook.c); condition_variable
+ * (cross-process notify_one and notify_all, timed waits on each clock),
+ * counting_semaphore (the bound over four processes, try and timed
+ * acquires, release errors, the unowned and Redisson modes) and barrier
+ * rounds across two processes.
  *
  * C++17, plain checks (no framework): each case prints "ok NAME"; the
  * first failed check prints where and exits 1.  Time bounds are lower
@@ -32,7 +36,7 @@
 
 #include "distlock.hpp"
 #include "harness_server.h"
-#include "cxx_clock_hook.h"
+#include "clock_hook.h"
 
 using namespace std::chrono_literals;
 using std::chrono::steady_clock;
@@ -443,7 +447,7 @@ static double stepped_wait(distlock::timed_mutex &m, bool steady, double step)
         while (!started)
             std::this_thread::sleep_for(1ms);
         std::this_thread::sleep_for(300ms);
-        cxx_step_realtime(step);
+        clock_hook_step_realtime(step);
     });
     auto t0 = steady_clock::now();
     bool got;
@@ -457,7 +461,7 @@ static double stepped_wait(distlock::timed_mutex &m, bool steady, double step)
     }
     double el = secs_since(t0);
     stepper.join();
-    cxx_unstep_realtime();
+    clock_hook_unstep_realtime();
     CHECK(!got);
     return el;
 }
@@ -477,6 +481,342 @@ static void test_wall_clock_step()
     h.stop();
 }
 
+/* ---- condition_variable, counting_semaphore, barrier ------------------------------ */
+
+/* Memory shared with forked children. */
+template <class T>
+static T *shared_new()
+{
+    void *p = mmap(nullptr, sizeof(T), PROT_READ | PROT_WRITE,
+                   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    CHECK(p != MAP_FAILED);
+    return new (p) T();
+}
+
+template <class T>
+static void shared_delete(T *p)
+{
+    p->~T();
+    munmap(p, sizeof(T));
+}
+
+/* Waits for a child that must exit 0, at most limit seconds (then kills
+ * it and fails: a hang). */
+static void reap(pid_t pid, double limit)
+{
+    auto t0 = steady_clock::now();
+    int st;
+
+    for (;;) {
+        pid_t got = waitpid(pid, &st, WNOHANG);
+        CHECK(got >= 0);
+        if (got == pid)
+            break;
+        if (secs_since(t0) > limit) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &st, 0);
+            std::fprintf(stderr, "child %ld still running after %.0f s\n",
+                         static_cast<long>(pid), limit);
+            std::exit(1);
+        }
+        std::this_thread::sleep_for(5ms);
+    }
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+struct cv_shared {
+    std::atomic<int> waiting;    /* children inside their wait */
+    std::atomic<int> items;      /* set under the distributed mutex */
+    std::atomic<int> woken;
+};
+
+/* A child process: waits on cn with mn until items > 0, takes one, exits 0
+ * (3 when the wait came back without the mutex). */
+static void cv_child(const std::string &mn, const std::string &cn,
+                     cv_shared *sh)
+{
+    distlock::mutex m(mn);
+    distlock::condition_variable cv(cn);
+    std::unique_lock<distlock::mutex> lk(m);
+
+    sh->waiting.fetch_add(1);
+    cv.wait(lk, [sh] { return sh->items.load() > 0; });
+    if (!lk.owns_lock() || m.token() == 0)
+        _exit(3);
+    sh->items.fetch_sub(1);
+    sh->woken.fetch_add(1);
+}
+
+static pid_t start_cv_child(const std::string &mn, const std::string &cn,
+                            cv_shared *sh)
+{
+    pid_t pid = fork();
+
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        cv_child(mn, cn, sh);
+        _exit(0);
+    }
+    return pid;
+}
+
+/* notify_one in this process wakes a waiter in another, notify_all wakes
+ * two; the waiters hold the mutex when they see the item.  The parent
+ * takes the mutex only once the children are inside wait() (they hold it
+ * until then), so these are real cross-process wake-ups, not predicates
+ * already true. */
+static void test_cv_cross_process()
+{
+    std::string mn = name_of(__func__, "m");
+    std::string cn = "{" + mn + "}:ready";
+    distlock::mutex m(mn);
+    distlock::condition_variable cv(cn);
+    cv_shared *sh = shared_new<cv_shared>();
+
+    pid_t a = start_cv_child(mn, cn, sh);
+    while (sh->waiting.load() < 1)
+        std::this_thread::sleep_for(1ms);
+    {
+        std::lock_guard<distlock::mutex> g(m);
+        sh->items = 1;
+    }
+    cv.notify_one();
+    reap(a, 30);
+    CHECK(sh->woken == 1 && sh->items == 0);
+
+    pid_t b = start_cv_child(mn, cn, sh), c = start_cv_child(mn, cn, sh);
+    while (sh->waiting.load() < 3)
+        std::this_thread::sleep_for(1ms);
+    {
+        std::lock_guard<distlock::mutex> g(m);
+        sh->items = 2;
+    }
+    cv.notify_all();
+    reap(b, 30);
+    reap(c, 30);
+    CHECK(sh->woken == 3 && sh->items == 0);
+    shared_delete(sh);
+}
+
+/* Timed waits with nobody to notify: wait_for, wait_until on the steady
+ * and the system clock and the predicate forms end with timeout no sooner
+ * than their deadline, holding the mutex; a wait without the lock is
+ * EPERM; a wait_for that a notify from another process ends early. */
+static void test_cv_timed()
+{
+    std::string mn = name_of(__func__, "m");
+    std::string cn = "{" + mn + "}:c";
+    distlock::timed_mutex m(mn);
+    distlock::condition_variable cv(cn);
+    std::unique_lock<distlock::timed_mutex> lk(m);
+
+    auto t0 = steady_clock::now();
+    CHECK(cv.wait_for(lk, 200ms) == std::cv_status::timeout);
+    double el = secs_since(t0);
+    CHECK(el >= 0.19 && el < 3.0 && m.token() != 0);
+    t0 = steady_clock::now();
+    CHECK(cv.wait_until(lk, steady_clock::now() + 200ms) ==
+          std::cv_status::timeout);
+    CHECK(secs_since(t0) >= 0.19 && m.token() != 0);
+    auto sdl = system_clock::now() + 200ms;
+    CHECK(cv.wait_until(lk, sdl) == std::cv_status::timeout);
+    CHECK(system_clock::now() >= sdl && m.token() != 0);
+    t0 = steady_clock::now();
+    CHECK(!cv.wait_for(lk, 150ms, [] { return false; }));
+    CHECK(secs_since(t0) >= 0.14 && lk.owns_lock());
+    CHECK(cv.wait_for(lk, 1h, [] { return true; }));   /* no wait at all */
+    lk.unlock();
+    CHECK_THROWS(cv.wait(lk), EPERM);
+    CHECK_THROWS(cv.wait_for(lk, 10ms), EPERM);
+
+    /* a notify from another process ends a long wait_for early */
+    cv_shared *sh = shared_new<cv_shared>();
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        distlock::mutex cm(mn);
+        distlock::condition_variable ccv(cn);
+        while (sh->waiting.load() < 1)
+            std::this_thread::sleep_for(1ms);
+        {
+            std::lock_guard<distlock::mutex> g(cm);   /* the parent waits */
+            sh->items = 1;
+        }
+        ccv.notify_one();
+        _exit(0);
+    }
+    lk.lock();
+    sh->waiting = 1;
+    t0 = steady_clock::now();
+    CHECK(cv.wait_for(lk, 60s, [sh] { return sh->items.load() > 0; }));
+    CHECK(secs_since(t0) < 30.0 && m.token() != 0);
+    lk.unlock();
+    reap(pid, 30);
+    shared_delete(sh);
+}
+
+/* A steady deadline of a condition wait does not move when the wall clock
+ * is set back (the step is seen by the library: test_wall_clock_step). */
+static void test_cv_wall_clock_step()
+{
+    std::string mn = name_of(__func__, "m");
+    distlock::mutex m(mn);
+    distlock::condition_variable cv("{" + mn + "}:c");
+    std::unique_lock<distlock::mutex> lk(m);
+    std::thread stepper([] {
+        std::this_thread::sleep_for(300ms);
+        clock_hook_step_realtime(-5.0);
+    });
+    auto t0 = steady_clock::now();
+    std::cv_status st = cv.wait_for(lk, 2s);
+    double el = secs_since(t0);
+    stepper.join();
+    clock_hook_unstep_realtime();
+    CHECK(st == std::cv_status::timeout);
+    CHECK(el >= 1.99 && el < 2.0 + 1.5);
+}
+
+struct sem_shared {
+    std::atomic<int> inside;
+    std::atomic<int> peak;
+    std::atomic<int> rounds;
+};
+
+/* A child: rounds times acquire, stay a little while counting the holders
+ * in shared memory, release. */
+static void sem_child(const std::string &n, sem_shared *sh, int rounds)
+{
+    distlock::counting_semaphore<2> s(n, 2);
+
+    for (int i = 0; i < rounds; i++) {
+        s.acquire();
+        int now = sh->inside.fetch_add(1) + 1;
+        int p = sh->peak.load();
+        while (now > p && !sh->peak.compare_exchange_weak(p, now))
+            ;
+        std::this_thread::sleep_for(3ms);
+        sh->inside.fetch_sub(1);
+        sh->rounds.fetch_add(1);
+        s.release();
+    }
+}
+
+/* Four processes share two permits: never more than two inside; the
+ * permits are all free again at the end. */
+static void test_semaphore_bound()
+{
+    const int procs = 4, rounds = 15;
+    std::string n = name_of(__func__, "s");
+    sem_shared *sh = shared_new<sem_shared>();
+    pid_t pids[procs];
+
+    for (int k = 0; k < procs; k++) {
+        pids[k] = fork();
+        CHECK(pids[k] >= 0);
+        if (pids[k] == 0) {
+            sem_child(n, sh, rounds);
+            _exit(0);
+        }
+    }
+    for (int k = 0; k < procs; k++)
+        reap(pids[k], 120);
+    CHECK(sh->rounds == procs * rounds);
+    CHECK(sh->peak >= 1 && sh->peak <= 2);
+    distlock::counting_semaphore<2> s(n, 2);
+    CHECK(s.value() == 2);
+    shared_delete(sh);
+}
+
+/* try_acquire answers false when nothing is free, the timed forms wait
+ * out their time on each clock; a release by a thread without a permit
+ * (leased) is EPERM, past max() EOVERFLOW; the unowned option and the
+ * Redisson mode let another thread release. */
+static void test_semaphore_calls()
+{
+    std::string n = name_of(__func__, "s");
+    distlock::counting_semaphore<2> s(n, 1);
+    static_assert(distlock::counting_semaphore<2>::max() == 2, "max()");
+
+    CHECK(s.try_acquire());
+    CHECK(!s.try_acquire());
+    auto t0 = steady_clock::now();
+    CHECK(!s.try_acquire_for(200ms));
+    double el = secs_since(t0);
+    CHECK(el >= 0.19 && el < 3.0);
+    auto sdl = system_clock::now() + 150ms;
+    CHECK(!s.try_acquire_until(sdl));
+    CHECK(system_clock::now() >= sdl);
+    CHECK(!s.try_acquire_until(steady_clock::now() + 100ms));
+    CHECK(!s.try_acquire_until(lagging_clock::now() + 100ms));
+    std::thread other([&] { CHECK_THROWS(s.release(), EPERM); });
+    other.join();
+    s.release();                              /* the permit it holds */
+    CHECK(s.value() == 1);
+    CHECK_THROWS(s.release(), EPERM);         /* it holds none now */
+    CHECK(s.try_acquire_for(-1s));            /* free: taken at once */
+    s.release();
+    s.set_value(2);
+    CHECK(s.value() == 2);
+    CHECK_THROWS(s.release(3), EOVERFLOW);
+
+    distlock::semaphore_options o;
+    o.unowned_release = true;
+    distlock::binary_semaphore sig(name_of(__func__, "sig"), 0, o);
+    std::thread poster([&] {
+        std::this_thread::sleep_for(100ms);
+        sig.release();
+    });
+    t0 = steady_clock::now();
+    CHECK(sig.try_acquire_for(30s));
+    CHECK(secs_since(t0) >= 0.09);
+    poster.join();
+    CHECK_THROWS(sig.release(2), EOVERFLOW);
+    sig.release();        /* its own permit back: destroyed unheld */
+    CHECK(sig.value() == 1);
+
+    o = distlock::semaphore_options();
+    o.mode = distlock::semaphore_mode::redisson;
+    distlock::counting_semaphore<> rs(name_of(__func__, "redisson"), 3, o);
+    rs.acquire();
+    CHECK(rs.value() == 2);
+    std::thread rel([&] { rs.release(); });   /* any thread may */
+    rel.join();
+    CHECK(rs.value() == 3);
+}
+
+/* Two processes (this and a child) meet at a barrier of 2 for three
+ * rounds: each round exactly one of them is told it is the serial one. */
+static void test_barrier_rounds()
+{
+    const int rounds = 3;
+    std::string n = name_of(__func__, "b");
+    struct counts {
+        std::atomic<int> serial[rounds];
+    };
+    counts *sh = shared_new<counts>();
+
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        distlock::barrier b(n, 2);
+        for (int i = 0; i < rounds; i++)
+            if (b.arrive_and_wait())
+                sh->serial[i].fetch_add(1);
+        _exit(0);
+    }
+    {
+        distlock::barrier b(n, 2);
+        for (int i = 0; i < rounds; i++)
+            if (b.arrive_and_wait())
+                sh->serial[i].fetch_add(1);
+    }
+    reap(pid, 60);
+    for (int i = 0; i < rounds; i++)
+        CHECK(sh->serial[i] == 1);
+    CHECK_THROWS(distlock::barrier(n, 0), EINVAL);
+    shared_delete(sh);
+}
+
 int main()
 {
     signal(SIGPIPE, SIG_IGN);
@@ -494,6 +834,12 @@ int main()
         { "shared_mutex", test_shared_mutex },
         { "other_clock", test_other_clock },
         { "wall_clock_step", test_wall_clock_step },
+        { "cv_cross_process", test_cv_cross_process },
+        { "cv_timed", test_cv_timed },
+        { "cv_wall_clock_step", test_cv_wall_clock_step },
+        { "semaphore_bound", test_semaphore_bound },
+        { "semaphore_calls", test_semaphore_calls },
+        { "barrier_rounds", test_barrier_rounds },
     };
     const char *only = std::getenv("TEST_CXX_FILTER");
     for (auto &c : cases) {

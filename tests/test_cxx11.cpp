@@ -2,7 +2,8 @@
  * test_cxx11: distlock.hpp compiled as C++11 (-std=c++11 -pedantic, every
  * warning an error), every member instantiated, and what needs no server
  * checked: option and name errors as std::system_error, the token refused
- * without a hold, and the saturating deadline conversion.  The calls that
+ * without a hold, a condition wait without the lock, a semaphore's bounds
+ * (constructor and release), and the saturating deadline conversion.  The calls that
  * talk to Redis are test_cxx's (C++17).
  */
 #include <cerrno>
@@ -50,6 +51,8 @@ struct other_clock {
     }
 };
 
+static bool never() { return false; }
+
 /* Never called: makes the compiler instantiate every template member on
  * the three kinds of clock. */
 void instantiate(distlock::timed_mutex &m, distlock::shared_mutex &s);
@@ -74,6 +77,50 @@ void instantiate(distlock::timed_mutex &m, distlock::shared_mutex &s)
     s.lock_shared();
     s.unlock_shared();
     (void)s.try_lock_shared();
+}
+
+/* The same for the condition, the semaphore and the barrier. */
+void instantiate_waits(distlock::condition_variable &cv,
+                       std::unique_lock<distlock::mutex> &lk,
+                       std::unique_lock<distlock::timed_mutex> &tlk,
+                       distlock::counting_semaphore<3> &sem,
+                       distlock::binary_semaphore &bin, distlock::barrier &b);
+void instantiate_waits(distlock::condition_variable &cv,
+                       std::unique_lock<distlock::mutex> &lk,
+                       std::unique_lock<distlock::timed_mutex> &tlk,
+                       distlock::counting_semaphore<3> &sem,
+                       distlock::binary_semaphore &bin, distlock::barrier &b)
+{
+    std::chrono::milliseconds ms(1);
+    bool (*pred)() = never;
+    std::cv_status st;
+
+    cv.wait(lk);
+    cv.wait(tlk, pred);
+    st = cv.wait_for(lk, ms);
+    st = cv.wait_until(lk, std::chrono::steady_clock::now() + ms);
+    st = cv.wait_until(tlk, std::chrono::system_clock::now() + ms);
+    st = cv.wait_until(lk, other_clock::now() + ms);
+    (void)st;
+    (void)cv.wait_for(lk, ms, pred);
+    (void)cv.wait_until(lk, std::chrono::steady_clock::now() + ms, pred);
+    (void)cv.wait_until(lk, std::chrono::system_clock::now() + ms, pred);
+    (void)cv.wait_until(lk, other_clock::now() + ms, pred);
+    cv.notify_one();
+    cv.notify_all();
+    sem.acquire();
+    sem.release();
+    sem.release(2);
+    (void)sem.try_acquire();
+    (void)sem.try_acquire_for(ms);
+    (void)sem.try_acquire_until(std::chrono::steady_clock::now() + ms);
+    (void)sem.try_acquire_until(std::chrono::system_clock::now() + ms);
+    (void)sem.try_acquire_until(other_clock::now() + ms);
+    (void)sem.value();
+    sem.set_value(1);
+    bin.acquire();
+    bin.release();
+    (void)b.arrive_and_wait();
 }
 
 static void test_conversion()
@@ -104,7 +151,52 @@ static void construct_negative_lease()
     distlock::shared_mutex s("test_cxx11:lease", o);
 }
 
+static void construct_semaphore_over_max()
+{
+    distlock::counting_semaphore<2> s("test_cxx11:sem", 3);
+}
+
+static void construct_semaphore_negative()
+{
+    distlock::binary_semaphore s("test_cxx11:sem", -1);
+}
+
+static void construct_barrier_zero() { distlock::barrier b("test_cxx11:b", 0); }
+
+static distlock::counting_semaphore<2> *g_sem;
+static void release_negative() { g_sem->release(-1); }
+static void release_past_max() { g_sem->release(3); }
+
+static distlock::condition_variable *g_cv;
 static distlock::mutex *g_m;
+static void wait_without_lock()
+{
+    std::unique_lock<distlock::mutex> lk(*g_m, std::defer_lock);
+    g_cv->wait(lk);
+}
+
+static void test_waits()
+{
+    distlock::condition_variable cv("test_cxx11:cv");
+    distlock::counting_semaphore<2> sem("test_cxx11:sem", 2);
+
+    (void)&instantiate_waits;
+    static_assert(distlock::counting_semaphore<2>::max() == 2, "max()");
+    static_assert(distlock::binary_semaphore::max() == 1, "max()");
+    static_assert(distlock::counting_semaphore<>::max() == DIST_SEM_VALUE_MAX,
+                  "max()");
+    CHECK(thrown(construct_semaphore_over_max) == EINVAL);
+    CHECK(thrown(construct_semaphore_negative) == EINVAL);
+    CHECK(thrown(construct_barrier_zero) == EINVAL);
+    g_sem = &sem;
+    CHECK(thrown(release_negative) == EINVAL);
+    CHECK(thrown(release_past_max) == EOVERFLOW);
+    sem.release(0);               /* nothing to do: no I/O, no error */
+    g_cv = &cv;
+    CHECK(thrown(wait_without_lock) == EPERM);
+    CHECK(cv.native_handle() != 0 && sem.native_handle() != 0);
+}
+
 static distlock::shared_mutex *g_s;
 static void token_of_mutex() { (void)g_m->token(); }
 static void token_of_rwlock() { (void)g_s->token(); }
@@ -135,6 +227,7 @@ int main()
     CHECK(!m.unlock(ec) && ec == std::errc::operation_not_permitted);
     CHECK(!s.unlock(ec) && ec == std::errc::operation_not_permitted);
     CHECK(m.native_handle() != 0 && s.native_handle() != 0);
+    test_waits();
     std::printf("ok distlock.hpp as C++%ld\n", static_cast<long>(__cplusplus));
     return 0;
 }

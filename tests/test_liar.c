@@ -512,6 +512,35 @@ static void check_tool(void **state)
                  o.secs, BOUND_S);
 }
 
+/* list: every SCAN page comes slowly (within the command timeout) with a
+ * new cursor, so that the scan would go on for 30 pages (about 10 s):
+ * --timeout ends the whole listing, with a message that names it. */
+static void test_list_scan_trickle(void **state)
+{
+    static char page[30][40];
+    struct tu_lie lie = { .cmd = "SCAN", .drip_ms = 20, .times = 1 };
+    const struct tool_args ta = { { "list", "--timeout", "1.5", NULL, NULL } };
+    struct tool_out o;
+    long rss;
+
+    (void)state;
+    tu_liar_reset(liar);
+    for (int i = 0; i < 30; i++) {
+        snprintf(page[i], sizeof page[i], "*2\r\n$2\r\n%02d\r\n*0\r\n",
+                 i + 10);
+        lie.bytes = page[i];
+        tu_liar_add(liar, &lie);
+    }
+    in_child(run_tool, &ta, &o, sizeof o, BOUND_S * 3, &rss);
+    print_message("list: %d in %.3f s: %s", o.status, o.secs, o.err);
+    assert_true(WIFEXITED(o.status));
+    assert_int_equal(WEXITSTATUS(o.status), 3);
+    if (!strstr(o.err, "--timeout"))
+        fail_msg("'--timeout' is not in '%s'", o.err);
+    if (o.secs < 1.45 || o.secs > 1.5 + BOUND_S)
+        fail_msg("list ended after %.3f s, not about 1.5 s", o.secs);
+}
+
 /* ---- the table ----------------------------------------------------------- */
 
 #define LIE(...) { __VA_ARGS__ }
@@ -679,6 +708,7 @@ int main(void)
               .silent = 1),
         TOOLA(list_scan_endless, LIST_ARGS, "twice", .cmd = "SCAN",
               .bytes = "*2\r\n$1\r\n7\r\n*0\r\n"),
+        cmocka_unit_test(test_list_scan_trickle),
         /* unlock --force: its look at the lock, then its script */
         TOOLA(unlock_exec_junk, UNLOCK_ARGS, NULL, .cmd = "EXEC",
               .bytes = "?junk\r\n"),

@@ -12,13 +12,11 @@
  * names per test.  Worker threads only record; the main thread asserts.
  * Time bounds are generous bounds that hold on a loaded 2-core machine.
  *
- * Steps of CLOCK_REALTIME are simulated: this program defines
- * clock_gettime, which the library's calls resolve to (the executable
- * comes first in symbol lookup), and which adds rt_step_ns to
- * CLOCK_REALTIME.  The machine's clock is never touched.
+ * Steps of CLOCK_REALTIME are simulated by clock_hook.c, linked in: it
+ * defines clock_gettime for the program.  The machine's clock is never
+ * touched.
  */
 #define _GNU_SOURCE
-#include <dlfcn.h>
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
@@ -43,6 +41,7 @@
 #include "harness_proxy.h"
 #include "testhelp.h"
 #include "fixture.h"
+#include "clock_hook.h"
 
 static tu_redis_t r;
 
@@ -50,38 +49,6 @@ static tu_redis_t r;
 #define TIMEOUT_MS  2000UL
 
 #define NAME(buf, tag) test_lock_name(buf, sizeof buf, "test_posix", __func__, tag)
-
-/* ---- the clock hook ---------------------------------------------------------- */
-
-static atomic_llong rt_step_ns;           /* added to CLOCK_REALTIME */
-
-typedef int (*gettime_fn)(clockid_t, struct timespec *);
-
-int clock_gettime(clockid_t clk, struct timespec *ts)
-{
-    static gettime_fn real;
-    gettime_fn f = __atomic_load_n(&real, __ATOMIC_ACQUIRE);
-    long long step, ns;
-    int rc;
-
-    if (!f) {
-        f = (gettime_fn)dlsym(RTLD_NEXT, "clock_gettime");
-        __atomic_store_n(&real, f, __ATOMIC_RELEASE);
-    }
-    rc = f(clk, ts);
-    step = atomic_load(&rt_step_ns);
-    if (rc == 0 && clk == CLOCK_REALTIME && step != 0) {
-        ns = (long long)ts->tv_sec * 1000000000LL + ts->tv_nsec + step;
-        ts->tv_sec = (time_t)(ns / 1000000000LL);
-        ts->tv_nsec = (long)(ns % 1000000000LL);
-    }
-    return rc;
-}
-
-static void step_realtime(double secs)
-{
-    atomic_fetch_add(&rt_step_ns, (long long)(secs * 1e9));
-}
 
 /* ---- every type of lock, through one set of calls ------------------------------ */
 
@@ -291,7 +258,7 @@ static int group_teardown(void **state)
 static int restore(void **state)
 {
     (void)state;
-    atomic_store(&rt_step_ns, 0);
+    clock_hook_unstep_realtime();
     dist_set_lost_handler(NULL, NULL);
     dist_set_url(r.url_unix);
     dist_set_watchdog_ms(WATCHDOG_MS);
@@ -984,12 +951,12 @@ static double stepped_wait(struct obj *o, clockid_t clk, double secs,
     while (sem_wait(&w.started) != 0)
         ;
     tu_sleep_ms(300);
-    step_realtime(step);
+    clock_hook_step_realtime(step);
     t_step = tu_now();
     pthread_join(th, NULL);
     holder_stop(&h);
     sem_destroy(&w.started);
-    atomic_store(&rt_step_ns, 0);
+    clock_hook_unstep_realtime();
     assert_int_equal(w.rc, ETIMEDOUT);
     if (t_step >= w.t_deadline)
         fail_msg("the clock was stepped only %.3f s after the wait began, "

@@ -1,7 +1,10 @@
 /*
  * test_torture_check: the torture run's checker (bench/torture_check.h) on
  * hand-made histories: each kind of violation is caught, a clean history
- * and a documented loss pass.  No Redis.
+ * and a documented loss pass; for the semaphore (permits over-granted,
+ * by the history and by the shared-memory count) and the condition
+ * variable's queue (items lost or doubled, lost wake-ups) as for locks.
+ * No Redis.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -274,6 +277,177 @@ static void test_enoreplica(void **state)
     assert_int_equal(run(&h).total, 0);
 }
 
+/* ---- the semaphore and the queue ---------------------------------------------- */
+
+/* Lock 0 a mutex, lock 1 a semaphore of two permits, lock 2 the queue's
+ * mutex, whose items are `items`. */
+static struct tc_history hist_waits(const struct tc_rec *rec, size_t n,
+                                    const struct tc_item *items, size_t ni)
+{
+    struct tc_history h = hist(rec, n);
+
+    h.nlocks = 3;
+    h.kind[1] = TC_LOCK_SEM;
+    h.permits[1] = 2;
+    h.kind[2] = TC_LOCK_MUTEX;
+    h.queue_lock = 2;
+    h.item = items;
+    h.nitem = ni;
+    return h;
+}
+
+/* A permit held [a, b] ms: a section without token or counter. */
+static struct tc_rec permit(uint32_t proc, uint64_t a, uint64_t b)
+{
+    struct tc_rec r = sect(proc, 1, TC_EXCL, a, b, 0);
+
+    r.token_rc = -1;
+    r.flags = 0;
+    return r;
+}
+
+/* Two permits held at once is the semaphore working; a third at the same
+ * time is an over-grant, unless one of them is a documented loss. */
+static void test_sem_overgrant(void **state)
+{
+    struct tc_rec rec[] = {
+        permit(1, 0, 10), permit(2, 5, 20), permit(3, 21, 30),
+    };
+    struct tc_lost lost = { T0 + 9 * MS, 1, 1 };
+    struct tc_history h = hist_waits(rec, 3, NULL, 0);
+    struct tc_result res;
+
+    (void)state;
+    res = run(&h);
+    assert_int_equal(res.total, 0);
+    assert_int_equal(res.sections, 3);
+    rec[2] = permit(3, 8, 30);          /* three holders from 8 to 10 ms */
+    res = run(&h);
+    assert_int_equal(res.violations[TC_V_OVERGRANT], 1);
+    assert_int_equal(res.total, 1);
+    rec[0].unlock_rc = EPERM;           /* the first one's lease ran out */
+    h.lost = &lost;
+    h.nlost = 1;
+    assert_int_equal(run(&h).total, 0);
+}
+
+/* The shared-memory count of holders saw three; try answers EAGAIN on a
+ * semaphore (documented) and EBUSY there is not. */
+static void test_sem_occupancy_and_results(void **state)
+{
+    struct tc_rec rec[] = {
+        permit(1, 0, 10), permit(2, 11, 20), permit(3, 21, 30),
+        permit(4, 31, 40),
+    };
+    struct tc_history h = hist_waits(rec, 4, NULL, 0);
+    struct tc_result res;
+
+    (void)state;
+    rec[0].flags |= TC_F_OCC_BAD;
+    rec[1].op = rec[2].op = TC_OP_TRY;
+    rec[1].rc = EAGAIN;
+    rec[2].rc = EBUSY;
+    res = run(&h);
+    assert_int_equal(res.violations[TC_V_OCCUPANCY], 1);
+    assert_int_equal(res.violations[TC_V_ERRNO], 1);
+    assert_int_equal(res.total, 2);
+}
+
+/* A wait for a permit from 20 ms to 5 s while one of the two is free from
+ * 10 ms on: a hang; with both held until then it is only waiting. */
+static void test_sem_hang(void **state)
+{
+    struct tc_rec rec[] = {
+        permit(1, 0, 10), permit(2, 0, 5010), permit(3, 5020, 5030),
+    };
+    struct tc_history h = hist_waits(rec, 3, NULL, 0);
+
+    (void)state;
+    rec[2].call_ns = T0 + 20 * MS;
+    assert_int_equal(run(&h).violations[TC_V_HANG], 1);
+    rec[0].end_ns = T0 + 5015 * MS;
+    assert_int_equal(run(&h).total, 0);
+}
+
+static struct tc_item item(uint32_t proc, uint64_t put, uint64_t take,
+                           unsigned takes)
+{
+    struct tc_item it;
+
+    memset(&it, 0, sizeof it);
+    it.put_ns = T0 + put * MS;
+    it.take_ns = take ? T0 + take * MS : 0;
+    it.put_proc = proc;
+    it.take_proc = take ? proc + 1 : 0;
+    it.takes = (uint16_t)takes;
+    return it;
+}
+
+/* Taken once, or still queued at the end: fine.  Never taken and not
+ * queued (lost), taken twice, taken and still queued: each a violation,
+ * unless the queue's mutex was lost meanwhile. */
+static void test_items(void **state)
+{
+    struct tc_item items[] = {
+        item(1, 0, 5, 1), item(1, 10, 0, 0), item(1, 20, 0, 0),
+        item(1, 30, 35, 2), item(1, 40, 45, 1),
+    };
+    struct tc_lost lost = { T0 + 50 * MS, 7, 2 };
+    struct tc_history h = hist_waits(NULL, 0, items, 5);
+    struct tc_result res;
+
+    (void)state;
+    items[1].flags = TC_I_QUEUED;
+    res = run(&h);
+    assert_int_equal(res.items, 5);
+    assert_int_equal(res.total, 2);       /* item 2 lost, item 3 doubled */
+    assert_int_equal(res.violations[TC_V_ITEM], 2);
+    items[4].flags = TC_I_QUEUED;         /* taken, yet still queued */
+    assert_int_equal(run(&h).violations[TC_V_ITEM], 3);
+    h.lost = &lost;                       /* the queue's mutex was lost */
+    h.nlost = 1;
+    assert_int_equal(run(&h).violations[TC_V_ITEM], 0);
+    lost.lock = 0;                        /* another lock's loss: no excuse */
+    assert_int_equal(run(&h).violations[TC_V_ITEM], 3);
+}
+
+/* A consumer waits on the condition from 0 to 20 s; an item put at 1 s
+ * stays until 20 s: a lost wake-up.  Not when it is taken soon, when its
+ * signal failed, or when a fault covers the stretch. */
+static void test_lost_wakeup(void **state)
+{
+    struct tc_rec rec[] = { sect(5, 2, TC_EXCL, 20000, 20001, 1) };
+    struct tc_item items[] = { item(1, 1000, 20000, 1) };
+    struct tc_history h = hist_waits(rec, 1, items, 1);
+    struct tc_result res;
+
+    (void)state;
+    rec[0].op = TC_OP_CWAIT_CONS;
+    rec[0].call_ns = T0;
+    rec[0].flags = 0;
+    res = run(&h);
+    assert_int_equal(res.violations[TC_V_WAKEUP], 1);
+    assert_int_equal(res.total, 1);
+    items[0].flags = TC_I_NOSIGNAL;
+    assert_int_equal(run(&h).total, 0);
+    items[0].flags = 0;
+    {
+        struct tc_fault f = { T0 + 900 * MS, T0 + 17000 * MS, TC_ALL, 0, 0 };
+        h.fault = &f;
+        h.nfault = 1;
+        assert_int_equal(run(&h).total, 0);
+        h.fault = NULL;
+        h.nfault = 0;
+    }
+    items[0].take_ns = T0 + 1200 * MS;
+    assert_int_equal(run(&h).total, 0);
+    /* no consumer waiting: an item may sit in the queue */
+    items[0].take_ns = T0 + 20000 * MS;
+    rec[0].op = TC_OP_LOCK;
+    rec[0].call_ns = T0 + 19999 * MS;
+    assert_int_equal(run(&h).total, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -287,6 +461,11 @@ int main(void)
         cmocka_unit_test(test_hang),
         cmocka_unit_test(test_calls),
         cmocka_unit_test(test_enoreplica),
+        cmocka_unit_test(test_sem_overgrant),
+        cmocka_unit_test(test_sem_occupancy_and_results),
+        cmocka_unit_test(test_sem_hang),
+        cmocka_unit_test(test_items),
+        cmocka_unit_test(test_lost_wakeup),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,6 +1,7 @@
 /* cmd_list.c: distlock list [PATTERN]: SCAN every master for hashes whose
  * fields look like lock owners, and show each as status would, in short. */
 #define _GNU_SOURCE   /* memmem */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +11,7 @@
 #define LIST_BATCH      64
 #define LIST_MAX_FIELDS 4096   /* a larger hash is not taken for a lock */
 #define MAX_MASTERS     128
+#define LIST_TIMEOUT_S  30.0   /* the listing's deadline unless --timeout */
 
 struct key {
     char *p;
@@ -43,32 +45,25 @@ static int derived_key(const char *k, size_t n)
     return obj_key(k, n) || memmem(k, n, ":rwlock_timeout:", 16) != NULL;
 }
 
-/* One command on l; exit 3 when the link fails. */
-static redisReply *command(struct dist__link *l, int argc, const char **argv)
-{
-    redisReply *r;
-
-    if (dist__link_cmd(l, argc, argv, NULL, &r) != 0)
-        die(EX_REDIS, "lost the connection to Redis at %s: %s",
-            dist__link_where(l), dist__link_error(l));
-    return r;
-}
-
-/* The keys SCAN found that may be locks. */
-struct keyset {
-    struct key **keys;
-    size_t *nkeys;
+struct keys {
+    struct key *v;
+    size_t n;
 };
 
-static void add_key(const char *k, size_t n, void *arg)
+/* Adds the keys of one SCAN page that may be locks. */
+static void keys_page(const redisReply *page, void *arg)
 {
-    struct keyset *ks = arg;
+    struct keys *ks = arg;
+    size_t i;
 
-    if (derived_key(k, n))
-        return;
-    *ks->keys = xrealloc(*ks->keys, (*ks->nkeys + 1) * sizeof **ks->keys);
-    (*ks->keys)[*ks->nkeys].p = xmemdup(k, n);
-    (*ks->keys)[(*ks->nkeys)++].n = n;
+    for (i = 0; i < page->elements; i++) {
+        const redisReply *k = page->element[i];
+        if (k->type != REDIS_REPLY_STRING || derived_key(k->str, k->len))
+            continue;
+        ks->v = xrealloc(ks->v, (ks->n + 1) * sizeof *ks->v);
+        ks->v[ks->n].p = xmemdup(k->str, k->len);
+        ks->v[ks->n++].n = k->len;
+    }
 }
 
 /* Whether cursor was returned before in this scan: Redis never returns a
@@ -89,37 +84,65 @@ static int cursor_cycles(const char *cursor, char *saved, size_t len,
     return 0;
 }
 
-void scan_each(struct dist__link *l, const char *pattern, const char *type,
-               scan_fn fn, void *arg)
+/* The whole listing's deadline (monotonic ms), and --timeout's seconds
+ * for messages. */
+static uint64_t list_until;
+static double list_secs;
+
+/* Exit 3 with why a SCAN page did not come: the listing's deadline when it
+ * has passed (a server that trickles pages, or one that never ends a
+ * scan), else the link's own reason. */
+static void scan_failed(struct dist__link *l)
+{
+    if (list_until && dist__now_ms() >= list_until)
+        die(EX_REDIS, "Redis at %s: the listing did not end within %g s "
+            "(--timeout): SCAN pages came too slowly", dist__link_where(l),
+            list_secs);
+    die(EX_REDIS, "lost the connection to Redis at %s: %s",
+        dist__link_where(l), dist__link_error(l));
+}
+
+/* One SCAN page: the reply, checked to be [cursor, [keys...]]; NULL when
+ * the server refused the TYPE filter (a Redis before 6.0). */
+static redisReply *scan_page(struct dist__link *l, const char *cursor,
+                             const char *pattern, const char *type)
+{
+    const char *a[8] = { "SCAN", cursor, "MATCH", pattern, "COUNT", "1000",
+                         "TYPE", type };
+    redisReply *r;
+
+    if ((list_until && dist__now_ms() >= list_until) ||
+        dist__link_cmd(l, type ? 8 : 6, a, NULL, &r) != 0)
+        scan_failed(l);
+    if (r->type == REDIS_REPLY_ERROR && type) {
+        freeReplyObject(r);
+        return NULL;
+    }
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+        r->element[0]->type != REDIS_REPLY_STRING ||
+        r->element[1]->type != REDIS_REPLY_ARRAY)
+        die(EX_REDIS, "Redis at %s: unexpected answer to SCAN%s%s",
+            dist__link_where(l), r->type == REDIS_REPLY_ERROR ? ": " : "",
+            r->type == REDIS_REPLY_ERROR ? r->str : "");
+    return r;
+}
+
+void list_scan(struct dist__link *l, const char *pattern, const char *type,
+               scan_page_fn fn, void *arg)
 {
     char cursor[32] = "0", saved[32] = "0";
     unsigned long round = 0, power = 1;
-    int with_type = 1;
-    size_t i;
 
     do {
-        const char *a[8] = { "SCAN", cursor, "MATCH", pattern, "COUNT", "1000",
-                             "TYPE", type };
-        redisReply *r = command(l, with_type ? 8 : 6, a);
+        redisReply *r = scan_page(l, cursor, pattern, type);
 
-        if (r->type == REDIS_REPLY_ERROR && with_type) {
-            /* a Redis before 6.0: no TYPE filter; the caller's reads check */
-            freeReplyObject(r);
-            with_type = 0;
+        if (!r) {
+            /* no TYPE filter: the caller checks the type itself */
+            type = NULL;
             continue;
         }
-        if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
-            r->element[0]->type != REDIS_REPLY_STRING ||
-            r->element[1]->type != REDIS_REPLY_ARRAY)
-            die(EX_REDIS, "Redis at %s: unexpected answer to SCAN%s%s",
-                dist__link_where(l), r->type == REDIS_REPLY_ERROR ? ": " : "",
-                r->type == REDIS_REPLY_ERROR ? r->str : "");
         snprintf(cursor, sizeof cursor, "%s", r->element[0]->str);
-        for (i = 0; i < r->element[1]->elements; i++) {
-            const redisReply *k = r->element[1]->element[i];
-            if (k->type == REDIS_REPLY_STRING)
-                fn(k->str, k->len, arg);
-        }
+        fn(r->element[1], arg);
         freeReplyObject(r);
         if (strcmp(cursor, "0") != 0 &&
             cursor_cycles(cursor, saved, sizeof saved, &round, &power))
@@ -127,14 +150,6 @@ void scan_each(struct dist__link *l, const char *pattern, const char *type,
                 "broken server: the scan would never end)",
                 dist__link_where(l), cursor);
     } while (strcmp(cursor, "0") != 0);
-}
-
-static void scan_keys(struct dist__link *l, const char *pattern,
-                      struct key **keys, size_t *nkeys)
-{
-    struct keyset ks = { keys, nkeys };
-
-    scan_each(l, pattern, "hash", add_key, &ks);
 }
 
 /* Sorts keys and drops duplicates (SCAN may return a key twice). */
@@ -282,27 +297,27 @@ static void list_server(struct dist__link *l, const struct key *keys,
     }
 }
 
-/* Scans one master (a link confirmed as the master) for pattern; then
- * each(l, arg) when given. */
+/* Scans one master (a link confirmed as the master) for pattern. */
 static void list_master(const struct dist__addr *a, const char *pattern,
                         struct rows *rows, struct objs *os,
                         master_fn each, void *arg)
 {
     struct dist__link *l;
-    struct key *keys = NULL;
-    size_t nkeys = 0, i;
+    struct keys ks = { NULL, 0 };
+    size_t i;
 
     if (dist__route_open_master(&rcfg, a, &l) != 0)
         die(EX_REDIS, "%s", redis_why());
-    scan_keys(l, pattern, &keys, &nkeys);
-    nkeys = keys_unique(keys, nkeys);
-    list_server(l, keys, nkeys, rows);
+    /* hashes only where the server filters by type; the snapshot checks */
+    list_scan(l, pattern, "hash", keys_page, &ks);
+    ks.n = keys_unique(ks.v, ks.n);
+    list_server(l, ks.v, ks.n, rows);
     objs_scan(l, pattern, os);
     if (each)
         each(l, arg);
-    for (i = 0; i < nkeys; i++)
-        free(keys[i].p);
-    free(keys);
+    for (i = 0; i < ks.n; i++)
+        free(ks.v[i].p);
+    free(ks.v);
     dist__link_close(l);
 }
 
@@ -393,6 +408,23 @@ static void print_rows(struct rows *rows, struct objs *os,
                strcmp(pattern, "*") ? pattern : "");
 }
 
+/* --timeout S: the whole listing's deadline, in seconds (> 0). */
+static int timeout_opt(int argc, char **argv, int *i, void *arg)
+{
+    const char *v = opt_value(argc, argv, i, "--timeout");
+    double *secs = arg;
+    char *end;
+
+    if (!v)
+        return 0;
+    errno = 0;
+    *secs = strtod(v, &end);
+    if (errno || *end || end == v || !(*secs > 0) || *secs > 1e6)
+        usage_error("--timeout wants seconds above 0 (like 30 or 0.5), got "
+                    "'%s'", v);
+    return 1;
+}
+
 void list_collect(const char *pattern, struct rows *rows, struct objs *os,
                   master_fn each, void *arg)
 {
@@ -410,13 +442,19 @@ void list_collect(const char *pattern, struct rows *rows, struct objs *os,
 
 int cmd_list(int argc, char **argv)
 {
-    const char *pattern = operand_args(argc, argv, NULL, NULL);
+    const char *pattern;
     struct rows rows = { NULL, 0 };
     struct objs os = { NULL, 0 };
 
+    list_secs = LIST_TIMEOUT_S;
+    pattern = operand_args(argc, argv, timeout_opt, &list_secs);
     if (!pattern)
         pattern = "*";
     redis_setup();
+    /* the whole listing, connecting and every page included, within
+     * --timeout: a server that trickles SCAN pages cannot keep it */
+    list_until = dist__now_ms() + (uint64_t)(list_secs * 1000.0);
+    dist__link_limit(list_until);
     list_collect(pattern, &rows, &os, NULL, NULL);
     print_rows(&rows, &os, pattern);
     free(rows.s);

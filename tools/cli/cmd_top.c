@@ -90,9 +90,8 @@ static void tty_keys(void)
 
 /* The lock name of a counter's key: Redisson puts braces around N unless
  * N has one of its own. */
-static void add_tok(const char *k, size_t n, void *arg)
+static void add_tok(const char *k, size_t n, struct toks *t)
 {
-    struct toks *t = arg;
     const char *p = k + TOKEN_PLEN;
     size_t len = n - TOKEN_PLEN;
     char *name;
@@ -142,12 +141,22 @@ static void read_toks(struct dist__link *l, struct toks *t)
     }
 }
 
+/* The fencing counters among one SCAN page's keys. */
+static void toks_page(const redisReply *keys, void *arg)
+{
+    size_t i;
+
+    for (i = 0; i < keys->elements; i++)
+        if (keys->element[i]->type == REDIS_REPLY_STRING)
+            add_tok(keys->element[i]->str, keys->element[i]->len, arg);
+}
+
 static void master_toks(struct dist__link *l, void *arg)
 {
     struct toks *t = arg;
 
     t->from = t->n;
-    scan_each(l, TOKEN_PREFIX "*", "string", add_tok, t);
+    list_scan(l, TOKEN_PREFIX "*", "string", toks_page, t);
     read_toks(l, t);
 }
 

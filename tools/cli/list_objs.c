@@ -69,44 +69,37 @@ static void objs_add(struct objs *os, int kind, const char *k, size_t n,
     e->len = len;
 }
 
-/* Keeps the keys of one SCAN reply that name an object matching pattern. */
-static void objs_reply(const redisReply *r, const char *pattern,
-                       struct objs *os)
+struct objs_scan {
+    const char *pattern;
+    struct objs *os;
+};
+
+/* Keeps the keys of one SCAN page that name an object matching the
+ * pattern. */
+static void objs_page(const redisReply *page, void *arg)
 {
+    const struct objs_scan *sc = arg;
     size_t i, j, pl;
 
-    for (i = 0; i < r->element[1]->elements; i++) {
-        const redisReply *k = r->element[1]->element[i];
+    for (i = 0; i < page->elements; i++) {
+        const redisReply *k = page->element[i];
         if (k->type != REDIS_REPLY_STRING)
             continue;
         for (j = 0; j < sizeof obj_keys / sizeof obj_keys[0]; j++) {
             pl = strlen(obj_keys[j].prefix);
             if (k->len > pl && memcmp(k->str, obj_keys[j].prefix, pl) == 0)
-                objs_add(os, obj_keys[j].kind, k->str, k->len, pl, pattern);
+                objs_add(sc->os, obj_keys[j].kind, k->str, k->len, pl,
+                         sc->pattern);
         }
     }
 }
 
 void objs_scan(struct dist__link *l, const char *pattern, struct objs *os)
 {
-    char cursor[32] = "0";
-    redisReply *r;
+    struct objs_scan sc = { pattern, os };
 
-    do {
-        const char *a[6] = { "SCAN", cursor, "MATCH", "distlock_*", "COUNT",
-                             "1000" };
-        if (dist__link_cmd(l, 6, a, NULL, &r) != 0)
-            die(EX_REDIS, "lost the connection to Redis at %s: %s",
-                dist__link_where(l), dist__link_error(l));
-        if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
-            r->element[0]->type != REDIS_REPLY_STRING ||
-            r->element[1]->type != REDIS_REPLY_ARRAY)
-            die(EX_REDIS, "Redis at %s: unexpected answer to SCAN",
-                dist__link_where(l));
-        snprintf(cursor, sizeof cursor, "%s", r->element[0]->str);
-        objs_reply(r, pattern, os);
-        freeReplyObject(r);
-    } while (strcmp(cursor, "0") != 0);
+    /* every type: a semaphore's count is a string, its holds a hash */
+    list_scan(l, "distlock_*", NULL, objs_page, &sc);
 }
 
 static int objname_cmp(const void *a, const void *b)

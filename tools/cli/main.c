@@ -87,7 +87,7 @@ static const char usage_status[] =
 "kind K whatever exists.\n";
 
 static const char usage_list[] =
-"Usage: distlock list [PATTERN]\n"
+"Usage: distlock list [--timeout S] [PATTERN]\n"
 "List the locks that exist now, one line each: name, kind, state, lease,\n"
 "number of holders and of waiters.  PATTERN is a Redis glob (default '*')\n"
 "matched against lock names.  On a Redis Cluster it scans every master and\n"
@@ -99,7 +99,12 @@ static const char usage_list[] =
 "exist are listed too, with their kind (cond, sem, barrier), after the\n"
 "locks; PATTERN is matched against their names.  A Redisson-mode semaphore\n"
 "is a plain integer string, which nothing tells from a counter: it is not\n"
-"listed ('status --kind rsem NAME' shows it).\n";
+"listed ('status --kind rsem NAME' shows it).\n"
+"\n"
+"  --timeout S     give up (exit 3) when the whole listing, every master and\n"
+"                  every SCAN page, has not ended after S seconds (default\n"
+"                  30; decimals allowed): a server that answers each page\n"
+"                  slowly cannot keep it for ever\n";
 
 static const char usage_lock[] =
 "Usage: distlock lock NAME [OPTIONS] [--] COMMAND [ARGS...]\n"

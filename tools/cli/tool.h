@@ -222,6 +222,18 @@ int obj_broken(const struct obj *o);
 void obj_json(const struct obj *o, int kind);
 void obj_human(const struct obj *o, int kind);
 
+/* ---- cmd_list.c: the scan of distlock list ------------------------------ */
+
+/* Called with the keys array of each SCAN page. */
+typedef void (*scan_page_fn)(const redisReply *keys, void *arg);
+/* Every key on l's server matching the glob pattern (and of type type,
+ * where the server filters by type; NULL: any), page by page to fn.  Exit
+ * 3 when the link fails, the answer is not a SCAN page, a cursor comes
+ * back before the scan ends (a broken server), or list's --timeout has
+ * passed. */
+void list_scan(struct dist__link *l, const char *pattern, const char *type,
+               scan_page_fn fn, void *arg);
+
 /* ---- list_objs.c: the objects distlock list shows ----------------------- */
 
 struct objname {
@@ -249,12 +261,7 @@ struct rows {
     struct snap *s;
     size_t n;
 };
-typedef void (*scan_fn)(const char *key, size_t len, void *arg);
 typedef void (*master_fn)(struct dist__link *l, void *arg);
-/* SCAN on l for the keys that match pattern, of Redis type type (on a
- * Redis before 6.0, of any type): fn for each (a key may come twice). */
-void scan_each(struct dist__link *l, const char *pattern, const char *type,
-               scan_fn fn, void *arg);
 /* The locks (rows, in name order) and the other objects whose names match
  * pattern, on every master; each(l, arg) on each master's link too, when
  * each is not NULL.  Exit 3 when Redis cannot be read. */

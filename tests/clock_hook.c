@@ -1,19 +1,21 @@
 /*
- * cxx_clock_hook: steps of CLOCK_REALTIME for test_cxx, simulated as
- * test_posix does: the test program defines clock_gettime, which the
- * library's calls resolve to (the executable comes first in symbol
- * lookup), and adds the step to CLOCK_REALTIME.  The machine's clock is
- * never touched.  In C, so that the definition matches glibc's
- * declaration without C++ exception specifications.
+ * clock_hook: simulated steps of CLOCK_REALTIME, for the programs that
+ * test how waits behave when the wall clock is set (test_posix, test_cxx).
+ * Linked into such a program, this file defines clock_gettime; the
+ * library's calls resolve to it (the executable comes first in symbol
+ * lookup), and it adds the current step to CLOCK_REALTIME before
+ * answering.  The machine's clock is never touched.  In C, so that the
+ * definition matches glibc's declaration (no C++ exception
+ * specifications).
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <stdatomic.h>
 #include <time.h>
 
-#include "cxx_clock_hook.h"
+#include "clock_hook.h"
 
-static atomic_llong rt_step_ns;
+static atomic_llong rt_step_ns;           /* added to CLOCK_REALTIME */
 
 typedef int (*gettime_fn)(clockid_t, struct timespec *);
 
@@ -38,12 +40,12 @@ int clock_gettime(clockid_t clk, struct timespec *ts)
     return rc;
 }
 
-void cxx_step_realtime(double secs)
+void clock_hook_step_realtime(double secs)
 {
     atomic_fetch_add(&rt_step_ns, (long long)(secs * 1e9));
 }
 
-void cxx_unstep_realtime(void)
+void clock_hook_unstep_realtime(void)
 {
     atomic_store(&rt_step_ns, 0);
 }
