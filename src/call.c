@@ -519,7 +519,8 @@ static int defer_wanted(const struct dist__obj *o)
  * to be believed before the reply. */
 static int defer_ok(const struct dist__call *c)
 {
-    return c->o->kind->family == DIST__FAM_MUTEX && c->mode == 0 &&
+    return !c->no_defer && c->o->kind->family == DIST__FAM_MUTEX &&
+           c->mode == 0 &&
            c->n[0] == 1 && c->n[1] == 0 && defer_wanted(c->o);
 }
 
@@ -932,10 +933,10 @@ static int release_held(struct dist__call *c)
     return rc;
 }
 
-int dist__release(struct dist__obj *o)
+static int release(struct dist__obj *o, int may_defer)
 {
     const struct dist__kind *k = o->kind;
-    struct dist__call c = { .o = o };
+    struct dist__call c = { .o = o, .no_defer = !may_defer };
     int rc, held;
 
     if ((rc = prepare(&c, &held)) != 0)
@@ -951,6 +952,16 @@ int dist__release(struct dist__obj *o)
     rc = release_held(&c);
     report_lost_notes();
     return rc;
+}
+
+int dist__release(struct dist__obj *o)
+{
+    return release(o, 1);
+}
+
+int dist__release_waiting(struct dist__obj *o)
+{
+    return release(o, 0);
 }
 
 int dist__token(struct dist__obj *o, int mode, uint64_t *token)

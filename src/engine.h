@@ -130,6 +130,7 @@ struct dist__call {
     dist__owed_fn defer_fn;
     void *defer_arg;
     int deferred;
+    int no_defer;                 /* the release must be waited for */
     struct dist__defer *behind;   /* an acquire sent after a deferred
                                    * release of the same owner, whose reply
                                    * was not read yet */
@@ -223,9 +224,10 @@ int dist__reacquire(struct dist__obj *o);
  * thread waits).  Async-signal-unsafe; never undone. */
 void dist__abandon_waits(void);
 int dist__release(struct dist__obj *o);
-/* Reads the replies of the calling thread's deferred releases, by until
- * (monotonic ms), and acts on them (dist_mutex_settle). */
-void dist__settle_deferred(uint64_t until);
+/* The same, never deferred: for a thread about to sleep (a condition
+ * wait), which would read a deferred release's reply only after waking,
+ * while a release that was refused kept the mutex from everyone. */
+int dist__release_waiting(struct dist__obj *o);
 /* A state kept alive by a deferred release in flight. */
 void dist__state_ref(const struct dist__kind *k, struct dist__state *st);
 void dist__state_unref(const struct dist__kind *k, struct dist__state *st);
