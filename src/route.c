@@ -110,6 +110,7 @@ static struct tconn *thread_conns(void)
         t->cfg.gen = cgen - 1;
     }
     if (t->fork_gen != fgen || t->cfg.gen != cgen) {
+        settle_all(t);         /* new settings: replies owed still count */
         close_all(t);
         t->fork_gen = fgen;
         dist__cfg_get(&t->cfg);
