@@ -7,7 +7,7 @@
  * call failed, a worker died or hung).
  *
  *   distlock-bench [--json] [--quick] [--only NAME[,NAME...]] [--csv FILE]
- *                  [--help]
+ *                  [--rounds N] [--compare] [--help]
  *
  * Scenarios (see usage() for the details):
  *   floor  EVALSHA round trip of a trivial lock-like script (raw hiredis)
@@ -62,6 +62,7 @@ static const char *const sc_names[SC_COUNT] = {
 /* s2f and s3f run s2 and s3 on a fair (FIFO) mutex; workers fork after
  * these are set, so they see them. */
 static int bench_fair;
+static int bench_defer = -1;      /* deferred release: -1 the default */
 static const char *cur_sc = "s2";
 
 /* A mutex of the kind the current scenario measures. */
@@ -72,6 +73,8 @@ static int bench_mutex_init(dist_mutex_t *m, const char *name)
 
     dist_mutexattr_init(&a);
     dist_mutexattr_setfair(&a, bench_fair);
+    if (bench_defer >= 0)
+        dist_mutexattr_setdeferred(&a, bench_defer);
     rc = dist_mutex_init(m, name, &a);
     dist_mutexattr_destroy(&a);
     return rc;
@@ -82,7 +85,16 @@ static struct {
     int quick;
     unsigned only;            /* bit per scenario; 0 = all */
     FILE *csv;                /* --csv: the distributions, for bench/plot.sh */
+    int rounds;               /* --rounds N: interleaved mode; 0 off */
+    int compare;              /* --compare: deferral off and on */
+    int quiet;                /* a round's run: no rows, no JSON */
 } opt;
+
+/* The main figures of the last run of each scenario, for --rounds. */
+static struct {
+    double s2_acq, s2_maxw_ms, s2_minsh;
+    double s3_p50_ms;
+} lastrun;
 
 static struct {
     int floor_warm, floor_calls, floor_conns;
@@ -632,7 +644,7 @@ static int any_error;
 static void row(const char *sc, const char *fig, const char *val,
                 const char *unit, const char *target, const char *verdict)
 {
-    if (opt.json)
+    if (opt.json || opt.quiet)
         return;
     printf(ROW_FMT, sc, fig, val, unit, target ? target : "-",
            verdict ? verdict : "-");
@@ -730,7 +742,7 @@ static void jstr(struct jobj *j, const char *k, const char *v)
 static void jend(struct jobj *j)
 {
     jraw(j, "}");
-    if (opt.json) {
+    if (opt.json && !opt.quiet) {
         printf("%s\n", j->b);
         fflush(stdout);
     }
@@ -961,7 +973,7 @@ static int s1_child(int unused)
         return fail("out of memory");
     if (!(c = rconnect()))
         return -1;
-    if ((rc = dist_mutex_init(&m, "bench-s1", NULL)) != 0)
+    if ((rc = bench_mutex_init(&m, "bench-s1")) != 0)
         return dfail("dist_mutex_init", rc);
     for (i = 0; i < P.s1_warm; i++) {
         if (floor_call(c, "bench-s1-floor") != 0)
@@ -1451,6 +1463,9 @@ static void scenario_s2(redisContext *c)
     minsh = total ? (double)mn / (double)total : 0;
     meanw_ms = total ? (double)sumw / (double)total / 1e6 : 0;
     lost = total - final;
+    lastrun.s2_acq = acq;
+    lastrun.s2_maxw_ms = maxw_ms;
+    lastrun.s2_minsh = minsh;
 
     row(cur_sc, "acquisitions, 4 procs", fmtd(b1, sizeof b1, acq, 0), "acq/s",
         fmtd(b2, sizeof b2, target, 0), v_hi(b3, sizeof b3, acq, target));
@@ -1645,6 +1660,7 @@ static void scenario_s3(redisContext *c)
     }
     qsort(lat, (size_t)n, sizeof *lat, cmp_u64);
     p50 = (double)pct(lat, (size_t)n, 0.50) / 1e6;
+    lastrun.s3_p50_ms = p50;
     p99 = (double)pct(lat, (size_t)n, 0.99) / 1e6;
     mx = n ? (double)lat[n - 1] / 1e6 : 0;
 
@@ -2108,6 +2124,7 @@ static void scenario_cv(redisContext *c)
             lat[n++] = sh->cv.t1[i] - sh->cv.t0[i];
     qsort(lat, (size_t)n, sizeof *lat, cmp_u64);
     p50 = (double)pct(lat, (size_t)n, 0.50) / 1e6;
+    lastrun.s3_p50_ms = p50;
     p99 = (double)pct(lat, (size_t)n, 0.99) / 1e6;
     mx = n ? (double)lat[n - 1] / 1e6 : 0;
     per = c1 >= c0 ? (double)(c1 - c0) / (2.0 * P.cv_rounds) : -1;
@@ -2229,11 +2246,207 @@ static void scenario_sem(redisContext *c)
 /* main                                                                     */
 /* ------------------------------------------------------------------------ */
 
+
+/* ------------------------------------------------------------------------ */
+/* --rounds: scenarios and configurations interleaved, medians              */
+/* ------------------------------------------------------------------------ */
+
+/* On a shared machine the round trip drifts by tens of percent within a
+ * minute, so figures measured minutes apart say little about each other.
+ * Here every wanted scenario runs once per round under each configuration
+ * (deferral off and on with --compare), in one order on even rounds and
+ * the reverse on odd ones; each ratio is taken within a round and the
+ * median over the rounds is reported, with the smallest and largest. */
+
+#define MAX_ROUNDS 99
+#define NFIG 3
+
+static const int round_scs[] = { SC_FLOOR, SC_S1, SC_S2, SC_S3 };
+#define N_ROUND_SCS ((int)(sizeof round_scs / sizeof round_scs[0]))
+
+/* [scenario index][configuration][round][figure] */
+static double rfig[N_ROUND_SCS][2][MAX_ROUNDS][NFIG];
+static int rok[N_ROUND_SCS][2][MAX_ROUNDS];
+static int rounds_failed;
+
+static int cmp_dbl(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+
+    return x < y ? -1 : x > y;
+}
+
+/* Median, smallest and largest of v[0..n) (n > 0; v is sorted). */
+static double med3(double *v, int n, double *lo, double *hi)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_dbl);
+    *lo = v[0];
+    *hi = v[n - 1];
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static int wanted(int sc);
+
+static int round_wanted(int i)
+{
+    return round_scs[i] == SC_FLOOR || wanted(round_scs[i]);
+}
+
+/* One run of scenario i under configuration cfg (deferral off/on, or the
+ * default without --compare), its figures noted for round k. */
+static void round_run(redisContext *c, int i, int cfg, int k)
+{
+    double *f = rfig[i][cfg][k];
+
+    bench_defer = opt.compare ? cfg : -1;
+    reset_shared();
+    sh->err_claimed = 0;
+    any_error = 0;
+    switch (round_scs[i]) {
+    case SC_FLOOR:
+        fl.done = 0;
+        scenario_floor(0);
+        f[0] = fl.ops1;
+        f[1] = fl.p50_us;
+        rok[i][cfg][k] = fl.done;
+        rounds_failed |= !fl.done;
+        return;
+    case SC_S1:
+        scenario_s1(c);
+        f[0] = sh->s1.pairs_per_s;
+        f[1] = sh->s1.floor_same;
+        f[2] = sh->s1.p50_us;
+        break;
+    case SC_S2:
+        cur_sc = "s2";
+        scenario_s2(c);
+        f[0] = lastrun.s2_acq;
+        f[1] = lastrun.s2_maxw_ms;
+        f[2] = lastrun.s2_minsh;
+        break;
+    case SC_S3:
+        cur_sc = "s3";
+        scenario_s3(c);
+        f[0] = lastrun.s3_p50_ms;
+        break;
+    }
+    rok[i][cfg][k] = !any_error;
+    rounds_failed |= any_error;
+}
+
+/* The ratio a/b of two runs of round k, for each round both ran in. */
+static int ratios(int ia, int ca, int fa, int ib, int cb, int fb, double div,
+                  double *out)
+{
+    int k, n = 0;
+
+    for (k = 0; k < opt.rounds; k++)
+        if (rok[ia][ca][k] && rok[ib][cb][k] && rfig[ib][cb][k][fb] > 0)
+            out[n++] = rfig[ia][ca][k][fa] / (rfig[ib][cb][k][fb] / div);
+    return n;
+}
+
+static void print_ratio(const char *sc, const char *what, int n, double *v)
+{
+    char b1[32], b2[64];
+    double lo, hi, m;
+
+    if (n == 0) {
+        row(sc, what, "-", "ratio", "no round ran both", NULL);
+        return;
+    }
+    m = med3(v, n, &lo, &hi);
+    snprintf(b2, sizeof b2, "%.2f..%.2f n=%d", lo, hi, n);
+    row(sc, what, fmtd(b1, sizeof b1, m, 2), "ratio", b2, NULL);
+}
+
+/* The median of figure fig of scenario i under cfg over the rounds. */
+static void print_median(int i, int cfg, int fig, const char *what,
+                         const char *unit, int decimals)
+{
+    double v[MAX_ROUNDS], lo, hi, m;
+    char b1[32], b2[64], name[64];
+    int k, n = 0;
+
+    for (k = 0; k < opt.rounds; k++)
+        if (rok[i][cfg][k])
+            v[n++] = rfig[i][cfg][k][fig];
+    if (n == 0)
+        return;
+    m = med3(v, n, &lo, &hi);
+    snprintf(name, sizeof name, "%s%s", what,
+             !opt.compare || round_scs[i] == SC_FLOOR ? ""
+             : cfg ? ", deferred" : ", not deferred");
+    snprintf(b2, sizeof b2, "%.*f..%.*f n=%d", decimals, lo, decimals, hi, n);
+    row(sc_names[round_scs[i]], name, fmtd(b1, sizeof b1, m, decimals), unit,
+        b2, NULL);
+}
+
+static void rounds_report(void)
+{
+    double v[MAX_ROUNDS];
+    int cfg, ncfg = opt.compare ? 2 : 1;
+
+    printf("# --rounds %d%s: medians over the rounds (target column: "
+           "smallest..largest, rounds)\n", opt.rounds,
+           opt.compare ? " --compare (deferred release off and on)" : "");
+    print_median(0, 0, 0, "EVALSHA, 1 conn", "ops/s", 0);
+    for (cfg = 0; cfg < ncfg; cfg++) {
+        if (!round_wanted(1))
+            break;
+        print_median(1, cfg, 0, "lock+unlock pairs", "pairs/s", 0);
+        print_ratio("s1", cfg && opt.compare ? "pairs / (floor/2), deferred"
+                    : opt.compare ? "pairs / (floor/2), not deferred"
+                    : "pairs / (floor/2)",
+                    ratios(1, cfg, 0, 0, 0, 0, 2, v), v);
+    }
+    if (opt.compare && round_wanted(1))
+        print_ratio("s1", "deferred / not deferred",
+                    ratios(1, 1, 0, 1, 0, 0, 1, v), v);
+    for (cfg = 0; cfg < ncfg && round_wanted(2); cfg++) {
+        print_median(2, cfg, 0, "acquisitions, 4 procs", "acq/s", 0);
+        print_median(2, cfg, 1, "longest wait", "ms", 1);
+        print_median(2, cfg, 2, "smallest share", "frac", 3);
+    }
+    if (opt.compare && round_wanted(2))
+        print_ratio("s2", "acq/s deferred / not deferred",
+                    ratios(2, 1, 0, 2, 0, 0, 1, v), v);
+    for (cfg = 0; cfg < ncfg && round_wanted(3); cfg++)
+        print_median(3, cfg, 0, "hand-off p50", "ms", 3);
+    if (opt.compare && round_wanted(3))
+        print_ratio("s3", "p50 deferred / not deferred",
+                    ratios(3, 1, 0, 3, 0, 0, 1, v), v);
+}
+
+static void run_rounds(redisContext *c)
+{
+    int order[N_ROUND_SCS * 2][2], n = 0, i, cfg, k, j;
+
+    for (i = 0; i < N_ROUND_SCS; i++)
+        for (cfg = 0; cfg < (opt.compare ? 2 : 1); cfg++)
+            if (round_wanted(i) && (round_scs[i] != SC_FLOOR || cfg == 0)) {
+                order[n][0] = i;
+                order[n++][1] = cfg;
+            }
+    for (k = 0; k < opt.rounds; k++) {
+        for (j = 0; j < n; j++) {
+            int x = k % 2 ? n - 1 - j : j;
+            opt.quiet = 1;
+            round_run(c, order[x][0], order[x][1], k);
+            opt.quiet = 0;
+        }
+        fprintf(stderr, "distlock-bench: round %d of %d done\n", k + 1,
+                opt.rounds);
+    }
+    rounds_report();
+    any_error = rounds_failed;
+}
+
 static void usage(FILE *f)
 {
     fprintf(f,
 "usage: distlock-bench [--json] [--quick] [--only NAME[,NAME...]] [--csv FILE]\n"
-"                      [--help]\n"
+"                      [--rounds N] [--compare] [--help]\n"
 "\n"
 "Measures distlock against the Redis named by DISTLOCK_URL (required), e.g.\n"
 "  scripts/with-redis.sh distlock-bench\n"
@@ -2249,6 +2462,12 @@ static void usage(FILE *f)
 "            lock() waits of s2 and s2f (series handoff_ms_cdf, wait_ms_cdf:\n"
 "            x ms, y the fraction at or below x), s1t's pairs/s by thread\n"
 "            count (pairs_per_s); bench/plot.sh draws them\n"
+"  --rounds N  interleaved mode: floor and the chosen ones of s1, s2, s3\n"
+"            (all four without --only) run once per round, in alternating\n"
+"            order; medians over the rounds, and ratios taken within a round\n"
+"            (the only figures worth comparing on a shared machine)\n"
+"  --compare each of them with deferred release off and on, side by side,\n"
+"            and the ratio on/off (implies --rounds 3 unless given)\n"
 "  --help    this text\n"
 "\n"
 "Scenarios:\n"
@@ -2357,6 +2576,15 @@ int main(int argc, char **argv)
         } else if (strcmp(argv[i], "--csv") == 0 && i + 1 < argc) {
             if (open_csv(argv[++i]) != 0)
                 return 2;
+        } else if (strcmp(argv[i], "--rounds") == 0 && i + 1 < argc) {
+            opt.rounds = atoi(argv[++i]);
+            if (opt.rounds < 1 || opt.rounds > MAX_ROUNDS) {
+                fprintf(stderr, "distlock-bench: --rounds wants 1..%d\n",
+                        MAX_ROUNDS);
+                return 2;
+            }
+        } else if (strcmp(argv[i], "--compare") == 0) {
+            opt.compare = 1;
         } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             usage(stdout);
             return 0;
@@ -2428,6 +2656,14 @@ int main(int argc, char **argv)
         fflush(stdout);
     }
 
+    if (opt.compare && !opt.rounds)
+        opt.rounds = 3;
+    if (opt.rounds) {
+        run_rounds(c);
+        redisFree(c);
+        munmap(sh, sizeof *sh);
+        return any_error ? 1 : 0;
+    }
     need_floor = wanted(SC_FLOOR) || wanted(SC_S1) || wanted(SC_S1T) ||
                  wanted(SC_S2) || wanted(SC_S3) || wanted(SC_S2F) || wanted(SC_S3F);
     if (need_floor) {

@@ -176,6 +176,14 @@ DIST_EXPORT int dist_mutexattr_getlease(const dist_mutexattr_t *a,
  * when the lock is free and nobody is queued. */
 DIST_EXPORT int dist_mutexattr_setfair(dist_mutexattr_t *a, int fair);
 DIST_EXPORT int dist_mutexattr_getfair(const dist_mutexattr_t *a, int *fair);
+/* Deferred release (1): an owner's last unlock writes the release to
+ * Redis and returns without waiting for the reply, which the library reads
+ * at the thread's next call on that connection (or when the thread ends or
+ * the program exits) and acts on: see dist_mutexattr_setdeferred(3).  The
+ * default is DISTLOCK_DEFERRED_RELEASE's (0 unless set). */
+DIST_EXPORT int dist_mutexattr_setdeferred(dist_mutexattr_t *a, int deferred);
+DIST_EXPORT int dist_mutexattr_getdeferred(const dist_mutexattr_t *a,
+                                           int *deferred);
 
 /* ------------------------------------------------------------------------ */
 /* Read-write lock                                                          */

@@ -96,6 +96,8 @@ struct dist__cfg {
     unsigned long watchdog_ms;
     unsigned long timeout_ms;
     unsigned long waiter_ms;      /* a queued waiter's window */
+    unsigned long deferred;       /* mutexes defer their release by default
+                                   * (DISTLOCK_DEFERRED_RELEASE) */
     struct dist__tls_opts tls;
     char bad[240];                /* why DISTLOCK_URL was refused, or "" */
     unsigned long gen;            /* bumped by every change */
@@ -111,6 +113,8 @@ unsigned long dist__watchdog_ms(void);
 unsigned long dist__timeout_ms(void);
 unsigned long dist__waiter_ms(void);
 unsigned long dist__replica_wait_ms(void);
+/* Whether a mutex whose attribute did not say defers its release. */
+int dist__deferred_release(void);
 int dist__cfg_mode(void);                     /* DIST__MODE_* */
 /* A cluster's ways of sending release messages.  BOTH, the default, sends
  * each one by SPUBLISH and by PUBLISH and listens both ways, so that Redisson

@@ -155,7 +155,7 @@ static int prepare(struct dist__call *c, int *held)
         *held = r->n[0] + r->n[1] > 0 ? -1 : 0;
     else if (r && r->n[0] + r->n[1] > 0)
         *held = 1, c->n[0] = r->n[0], c->n[1] = r->n[1];
-    if (r && *held != 1)
+    if (r && *held != 1 && !r->pend)
         dist__rec_drop(st, r);
     pthread_mutex_unlock(&st->mu);
     return 0;
@@ -474,9 +474,249 @@ static int wait_for_it(struct dist__call *c, const struct dist__deadline *dl)
     return rc;
 }
 
+
+/* ---- deferred release ----------------------------------------------------- */
+
+/* With deferral on, an owner's last unlock of a mutex writes the release
+ * script and returns; the reply is read when the thread's link is next
+ * read (by any call), when the thread ends, shuts down or the program
+ * exits, and handed to defer_done.  Holds lost meanwhile are reported to
+ * the lost handler at the thread's next lock call (the reply is read in
+ * the middle of another call, where user code must not run). */
+
+#define LOST_NOTES 8
+static __thread char *lost_notes[LOST_NOTES];
+static __thread int nlost_notes;
+
+static void note_lost_later(const char *name)
+{
+    char *p;
+
+    if (nlost_notes < LOST_NOTES && (p = strdup(name)) != NULL)
+        lost_notes[nlost_notes++] = p;
+}
+
+static void report_lost_notes(void)
+{
+    while (nlost_notes > 0) {
+        char *p = lost_notes[--nlost_notes];
+        dist__call_lost_handler(p);
+        free(p);
+    }
+}
+
+static int defer_wanted(const struct dist__obj *o)
+{
+    if (o->flags & DIST__MUTEX_DEFER_ON)
+        return 1;
+    if (o->flags & DIST__MUTEX_DEFER_OFF)
+        return 0;
+    return dist__deferred_release();
+}
+
+/* Whether c's release may go without waiting: the option, a kind that
+ * can (a mutex), and the owner's last hold, so that no count but 0 is
+ * to be believed before the reply. */
+static int defer_ok(const struct dist__call *c)
+{
+    return !c->no_defer && c->o->kind->family == DIST__FAM_MUTEX &&
+           c->mode == 0 &&
+           c->n[0] == 1 && c->n[1] == 0 && defer_wanted(c->o);
+}
+
+static struct dist__defer *defer_new(struct dist__call *c)
+{
+    struct dist__defer *d = calloc(1, sizeof *d);
+
+    if (!d)
+        return NULL;
+    dist__state_ref(c->o->kind, c->o->st);
+    d->st = c->o->st;
+    d->kind = c->o->kind;
+    d->lease_ms = c->o->lease_ms;
+    d->gen = atomic_load(&dist__fork_gen);
+    d->sent = dist__now_ms();
+    return d;
+}
+
+static void defer_free(struct dist__defer *d)
+{
+    dist__state_unref(d->kind, d->st);
+    free(d);
+}
+
+/* What the release's reply says: {holds left, woken}, 0 left being the
+ * only count an owner's last release leaves. */
+static int defer_outcome(const redisReply *r, int status, long long *woken)
+{
+    long long left;
+
+    if (status != 0 || !r)
+        return DIST__DEFER_BROKEN;
+    if (r->type == REDIS_REPLY_ERROR)
+        return DIST__DEFER_NOTRUN;      /* NOSCRIPT, MOVED, ASK, TRYAGAIN */
+    if (dist__reply_int(r, 0, &left) != 0 || dist__reply_int(r, 1, woken) != 0
+        || *woken < 0 || (left != 0 && left != -1))
+        return DIST__DEFER_BROKEN;      /* cannot be: settled as unknown */
+    return left == 0 ? DIST__DEFER_OK : DIST__DEFER_LOST;
+}
+
+/* The release's courtesy to waiters (the kind's after_release), now that
+ * the reply says whom it reached.  The state's mu held. */
+static void defer_courtesy(const struct dist__defer *d)
+{
+    struct dist__obj o = { .kind = d->kind, .st = d->st };
+    struct dist__call c = { .o = &o, .woken = d->woken, .started = d->sent };
+
+    if (d->kind->after_release)
+        d->kind->after_release(&c);
+}
+
+/* The release may not have run: the renewal thread finishes it with the
+ * kind's conditional release (on r, so that the owner's next call waits
+ * for it).  The state's mu held. */
+static void defer_hand_over(struct dist__defer *d, struct dist__rec *r)
+{
+    const unsigned long none[2] = { 0, 0 };
+    struct dist__hold *h;
+
+    if (r && r->unknown)
+        return;                 /* one settle at a time; the lease ends it */
+    h = r && r->h ? r->h : dist__hold_new(d->kind, d->st->names, d->lease_ms);
+    if (!h)
+        return;                 /* out of memory: the lease ends it */
+    if (!r) {
+        dist__renew_unknown(h, none, 0);
+        if (dist__renew_remove(h))     /* the thread frees it when done */
+            dist__hold_free(h);
+        return;
+    }
+    r->h = h;
+    r->reg = 0;
+    r->unknown = 1;
+    dist__renew_unknown(h, r->n, 0);
+}
+
+/* Acts on the outcome of d for an owner with no call behind it.  The
+ * state's mu held. */
+static void defer_act(struct dist__defer *d, struct dist__rec *r)
+{
+    if (d->outcome == DIST__DEFER_OK)
+        defer_courtesy(d);
+    else if (d->outcome == DIST__DEFER_LOST)
+        note_lost_later(d->st->names->name.p);
+    else
+        defer_hand_over(d, r);
+    if (r && r->n[0] + r->n[1] == 0 && !r->unknown)
+        dist__rec_drop(d->st, r);
+}
+
+/* The link's handler of a deferred release's reply (dist__owed_fn): on
+ * the owner's thread, in the middle of a call on that link. */
+static void defer_done(void *arg, const redisReply *rep, int status)
+{
+    struct dist__defer *d = arg;
+    struct dist__state *st = d->st;
+    long long woken = 0;
+    int outcome = defer_outcome(rep, status, &woken);
+    struct dist__rec *r;
+
+    pthread_mutex_lock(&st->mu);
+    d->outcome = outcome;
+    d->woken = woken;
+    d->on = NULL;
+    r = d->r;
+    if (r && d->behind && d->gen == atomic_load(&dist__fork_gen)) {
+        pthread_mutex_unlock(&st->mu);
+        return;                 /* the acquire that followed acts on it */
+    }
+    if (r)
+        r->pend = NULL;
+    d->r = NULL;
+    /* a child of fork() closes the parent's links unread: not ours */
+    if (d->gen == atomic_load(&dist__fork_gen))
+        defer_act(d, r);
+    pthread_mutex_unlock(&st->mu);
+    defer_free(d);
+}
+
+/* The release was written: the owner has let go.  Its record stays, with
+ * the reply owed, until the reply is read. */
+static int defer_sent(struct dist__call *c, struct dist__defer *d)
+{
+    struct dist__state *st = c->o->st;
+    struct dist__rec *r;
+
+    pthread_mutex_lock(&st->mu);
+    r = dist__rec_find(st);
+    d->on = c->on;
+    d->r = r;
+    if (r) {
+        r->n[0] = 0;
+        if (r->h && dist__renew_remove(r->h))
+            dist__hold_free(r->h);
+        r->h = NULL;
+        r->reg = 0;
+        r->pend = d;
+    }
+    pthread_mutex_unlock(&st->mu);
+    return 0;
+}
+
+/* An acquire is about to go out while the owner's deferred release of the
+ * same lock is still owed: on the same link it goes right behind it (no
+ * wait for the release's reply), and this call acts on the outcome. */
+static void go_behind(struct dist__call *c)
+{
+    struct dist__state *st = c->o->st;
+    struct dist__rec *r;
+
+    pthread_mutex_lock(&st->mu);
+    r = dist__rec_find(st);
+    if (r && r->pend && r->pend->outcome == 0) {
+        c->behind = r->pend;
+        r->pend->behind = 1;
+    }
+    pthread_mutex_unlock(&st->mu);
+}
+
+/* After the acquire's first try: the release ahead of it is read (if its
+ * link was not), then acted on.  A release that did not run, or may not
+ * have, left the old hold: an acquire that took the lock counted it (the
+ * fix-up gives one back), one that failed leaves it to the renewal
+ * thread, one that did not take it found it gone. */
+static void behind_done(struct dist__call *c, int rc)
+{
+    struct dist__defer *d = c->behind;
+    struct dist__state *st = c->o->st;
+    struct dist__rec *r;
+
+    if (!d)
+        return;
+    c->behind = NULL;
+    if (d->outcome == 0 && d->on)
+        dist__link_settle(d->on, dist__link_deadline(d->on));
+    pthread_mutex_lock(&st->mu);
+    r = d->r;
+    if (r)
+        r->pend = NULL;
+    d->r = NULL;
+    if (d->outcome == DIST__DEFER_OK)
+        defer_courtesy(d);
+    else if (d->outcome == DIST__DEFER_LOST)
+        note_lost_later(st->names->name.p);
+    else if (rc == 0 && c->taken && c->count == c->n[c->mode] + 2)
+        c->fixup = 1;
+    else if (rc != 0 && !c->unknown)
+        defer_hand_over(d, r);
+    pthread_mutex_unlock(&st->mu);
+    defer_free(d);
+}
+
 /* ---- acquire -------------------------------------------------------------------- */
 
 static int release_held(struct dist__call *c);
+static void give_back_one(struct dist__obj *o);
 
 /* A new hold is only as safe as its copy on a replica: without one, it is
  * given back (see DIST_ENOREPLICA). */
@@ -567,7 +807,9 @@ static int acquire(struct dist__obj *o, int mode, int try_only,
         return failed(&c, rc);
     if (!try_only && courtesy && k->before_wait)
         k->before_wait(&c, dl);
+    go_behind(&c);
     rc = try_only ? try_once(&c) : try_patiently(&c, first_deadline(dl));
+    behind_done(&c, rc);
     queued = c.how == DIST__HOW_QUEUE && rc == 0 && !c.taken;
     if (rc == 0 && !c.taken && try_only) {
         dist__stat_add(DIST__ST_BUSY, 1);
@@ -591,6 +833,8 @@ static int acquire(struct dist__obj *o, int mode, int try_only,
     /* a reentrant hold adds to one a replica has already */
     if (fresh || c.lost)
         rc = replica_sync(&c);
+    if (c.fixup)
+        give_back_one(o);
     if (c.lost)
         dist__call_lost_handler(name_of(&c));
     if (rc == 0)
@@ -598,15 +842,32 @@ static int acquire(struct dist__obj *o, int mode, int try_only,
     return rc;
 }
 
+/* An acquire counted a hold whose deferred release did not run: the
+ * owner gives that one back now (its count in Redis is one too many). */
+static void give_back_one(struct dist__obj *o)
+{
+    struct dist__call back = { .o = o };
+    int held;
+
+    if (prepare(&back, &held) == 0 && held == 1 && back.n[0] > 1)
+        release_held(&back);
+}
+
 int dist__acquire(struct dist__obj *o, int mode, int try_only,
                   const struct dist__deadline *dl)
 {
-    return acquire(o, mode, try_only, dl, 1);
+    int rc = acquire(o, mode, try_only, dl, 1);
+
+    report_lost_notes();
+    return rc;
 }
 
 int dist__reacquire(struct dist__obj *o)
 {
-    return acquire(o, 0, 0, NULL, 0);
+    int rc = acquire(o, 0, 0, NULL, 0);
+
+    report_lost_notes();
+    return rc;
 }
 
 /* ---- release ----------------------------------------------------------------- */
@@ -621,11 +882,19 @@ static int release_held(struct dist__call *c)
     uint64_t old;
     int rc;
 
+    struct dist__defer *d = defer_ok(c) ? defer_new(c) : NULL;
+
     c->started = dist__now_ms();
     c->unknown = 0;
+    c->defer_fn = d ? defer_done : NULL;
+    c->defer_arg = d;
     old = dist__link_limit(call_cap(c));
     rc = k->release(c);
     dist__link_unlimit(old);
+    if (d && rc == 0 && c->deferred)
+        return defer_sent(c, d);
+    if (d)
+        defer_free(d);              /* sent the usual way after all */
     if (rc == EIO && !c->unknown)
         return rc;                 /* refused: nothing changed */
     if (rc == EIO)                 /* kept for the message below */
@@ -664,10 +933,10 @@ static int release_held(struct dist__call *c)
     return rc;
 }
 
-int dist__release(struct dist__obj *o)
+static int release(struct dist__obj *o, int may_defer)
 {
     const struct dist__kind *k = o->kind;
-    struct dist__call c = { .o = o };
+    struct dist__call c = { .o = o, .no_defer = !may_defer };
     int rc, held;
 
     if ((rc = prepare(&c, &held)) != 0)
@@ -680,7 +949,19 @@ int dist__release(struct dist__obj *o)
         return dist__err(EPERM, "%s '%s' is not held by this thread", k->noun,
                          name_of(&c));
     c.mode = c.n[1] > 0;           /* a write hold goes first */
-    return release_held(&c);
+    rc = release_held(&c);
+    report_lost_notes();
+    return rc;
+}
+
+int dist__release(struct dist__obj *o)
+{
+    return release(o, 1);
+}
+
+int dist__release_waiting(struct dist__obj *o)
+{
+    return release(o, 0);
 }
 
 int dist__token(struct dist__obj *o, int mode, uint64_t *token)

@@ -193,7 +193,7 @@ static int give_up_and_sleep(struct dist__cond *cv, struct dist__obj *o,
         return rc;
     }
     /* EIO: this thread has let go, the engine finishes the release */
-    rc = dist__release(o);
+    rc = dist__release_waiting(o);
     if (rc == EPERM) {
         dist__cond_check(cv, 1, &res);
     } else {

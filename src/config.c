@@ -14,6 +14,7 @@
 #define DEFAULT_TIMEOUT_MS  2000UL
 #define DEFAULT_WAITER_MS   5000UL
 #define DEFAULT_REPLICA_WAIT_MS 1000UL
+#define DEFAULT_DEFERRED 0UL      /* see README, Performance */
 /* How much longer than the command timeout a blocked lock call keeps trying
  * when the master cannot be reached on Sentinel or Cluster: a failover
  * usually takes a few seconds. */
@@ -479,6 +480,20 @@ static unsigned long env_ms(const char *var, unsigned long def,
     return v;
 }
 
+/* A switch: 0 or 1, anything else is ignored (and said). */
+static unsigned long env_flag(const char *var, unsigned long def)
+{
+    const char *s = secure_getenv(var);
+
+    if (!s || !*s)
+        return def;
+    if (strcmp(s, "0") != 0 && strcmp(s, "1") != 0) {
+        fprintf(stderr, "distlock: ignoring %s='%s' (want 0 or 1)\n", var, s);
+        return def;
+    }
+    return s[0] == '1';
+}
+
 /* DISTLOCK_TLS_* for each TLS option the URL did not give (tls_insecure=0
  * included: a URL that asks for checks gets them). */
 static void tls_env(struct dist__tls_opts *t)
@@ -527,6 +542,7 @@ static void load_env(void)
     cfg.waiter_ms = env_ms("DISTLOCK_WAITER_MS", DEFAULT_WAITER_MS, MIN_WAITER_MS);
     cfg.replica_wait_ms = env_ms("DISTLOCK_REPLICA_WAIT_MS",
                                  DEFAULT_REPLICA_WAIT_MS, 0);
+    cfg.deferred = env_flag("DISTLOCK_DEFERRED_RELEASE", DEFAULT_DEFERRED);
     /* before cfg_mu is first taken: every user comes through here */
     dist__atfork_register(cfg_fork, DIST__RANK_CFG);
 }
@@ -613,6 +629,11 @@ int dist__cfg_mode(void)
 unsigned long dist__replica_wait_ms(void)
 {
     return read_ms(&cfg.replica_wait_ms);
+}
+
+int dist__deferred_release(void)
+{
+    return read_ms(&cfg.deferred) != 0;
 }
 
 int dist_set_url(const char *url)

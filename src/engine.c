@@ -53,6 +53,8 @@ void dist__rec_drop(struct dist__state *st, struct dist__rec *r)
         else if (dist__renew_remove(r->h))
             dist__hold_free(r->h);
     }
+    if (r->pend)
+        r->pend->r = NULL;        /* the reply's handler acts alone now */
     if (r->ext_free)
         r->ext_free(r->ext);
     free(r);
@@ -97,7 +99,7 @@ void dist__rec_tidy(struct dist__state *st)
 {
     struct dist__rec *r = dist__rec_find(st);
 
-    if (r && r->n[0] + r->n[1] == 0 && !r->unknown)
+    if (r && r->n[0] + r->n[1] == 0 && !r->unknown && !r->pend)
         dist__rec_drop(st, r);
 }
 
@@ -162,6 +164,18 @@ static void state_put(const struct dist__kind *k, struct dist__state *st)
         k->state_free(st);
     dist__names_unref(st->names);
     free(st);
+}
+
+void dist__state_ref(const struct dist__kind *k, struct dist__state *st)
+{
+    pthread_mutex_lock(&fam_mu[k->family]);
+    st->refs++;
+    pthread_mutex_unlock(&fam_mu[k->family]);
+}
+
+void dist__state_unref(const struct dist__kind *k, struct dist__state *st)
+{
+    state_put(k, st);
 }
 
 /* ---- objects ---------------------------------------------------------------- */

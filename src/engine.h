@@ -16,6 +16,27 @@
 
 #include "internal.h"
 
+/* A deferred release whose reply is owed (call.c).  Every field but the
+ * first block is under its state's mu. */
+struct dist__defer {
+    struct dist__state *st;       /* referenced (dist__state_ref) */
+    const struct dist__kind *kind;
+    unsigned long lease_ms;
+    unsigned long gen;            /* fork generation it was sent in */
+    struct dist__link *on;        /* the link that owes the reply: only its
+                                   * thread reads it, while outcome is 0 */
+    struct dist__rec *r;          /* the owner's record; NULL once dropped */
+    int behind;                   /* an acquire of the owner followed it:
+                                   * that call acts on the outcome */
+    int outcome;                  /* DIST__DEFER_*; 0 while owed */
+    long long woken;
+    uint64_t sent;                /* monotonic ms */
+};
+#define DIST__DEFER_OK     1      /* released */
+#define DIST__DEFER_LOST   2      /* the hold was gone before it */
+#define DIST__DEFER_NOTRUN 3      /* an error reply: nothing ran */
+#define DIST__DEFER_BROKEN 4      /* no reply: it may have run */
+
 /* A caller's absolute deadline, as given at the API; converted to the
  * monotonic clock by the engine (dist__deadline_ms), once per wait and
  * again only when the clock it names was stepped. */
@@ -51,6 +72,8 @@ struct dist__rec {
     int unknown;                  /* h carries an outcome to settle */
     void *ext;                    /* the kind's own (rwlock: timeout keys) */
     void (*ext_free)(void *ext);
+    struct dist__defer *pend;     /* a deferred release whose reply has not
+                                   * been read (call.c) */
 };
 
 /* What Redis keys by name, shared by every object of that name and family
@@ -64,6 +87,11 @@ struct dist__state {
     struct dist__rec *recs;
     void *ext;                    /* the kind's own, under mu */
 };
+
+/* struct dist__obj.flags the engine reads (the kinds' own start at 1,
+ * kinds.h): the attribute's word on deferred release, else the default. */
+#define DIST__MUTEX_DEFER_ON  0x100
+#define DIST__MUTEX_DEFER_OFF 0x200
 
 /* One user object (dist_mutex_t, dist_rwlock_t). */
 struct dist__obj {
@@ -95,6 +123,19 @@ struct dist__call {
                                    * sync); valid until the thread's next
                                    * route call */
     uint64_t started;             /* when the call began (monotonic ms) */
+    /* deferred release (see call.c): a kind that can send its release
+     * without waiting for the reply does so when defer_fn is set, hands
+     * the reply to defer_fn(defer_arg), and says so with deferred (and
+     * c->count as if the release had run, c->on the link) */
+    dist__owed_fn defer_fn;
+    void *defer_arg;
+    int deferred;
+    int no_defer;                 /* the release must be waited for */
+    struct dist__defer *behind;   /* an acquire sent after a deferred
+                                   * release of the same owner, whose reply
+                                   * was not read yet */
+    int fixup;                    /* that release did not run: the acquire
+                                   * counted its hold, one to give back */
 };
 
 struct dist__kind {
@@ -183,6 +224,13 @@ int dist__reacquire(struct dist__obj *o);
  * thread waits).  Async-signal-unsafe; never undone. */
 void dist__abandon_waits(void);
 int dist__release(struct dist__obj *o);
+/* The same, never deferred: for a thread about to sleep (a condition
+ * wait), which would read a deferred release's reply only after waking,
+ * while a release that was refused kept the mutex from everyone. */
+int dist__release_waiting(struct dist__obj *o);
+/* A state kept alive by a deferred release in flight. */
+void dist__state_ref(const struct dist__kind *k, struct dist__state *st);
+void dist__state_unref(const struct dist__kind *k, struct dist__state *st);
 /* A kind found c's reply impossible (a count no call could have left, a
  * reply of the wrong shape): EIO with the text "<noun> '<name>': Redis
  * answered <script> with <what>, ...", and c->unknown, since whatever the

@@ -291,7 +291,18 @@ static int m_release(struct dist__call *c)
     snprintf(lease, sizeof lease, "%lu", dist__lease_of(c->o));
     nkeys = release_args(c->o->st->names, fair, lease, owner, olen, NULL, kv,
                          &nkv);
-    rc = dist__route_run(script, nkeys, kv, nkv, &r);
+    if (c->defer_fn) {
+        /* deferred: its reply goes to the engine when the link is read */
+        rc = dist__route_defer(script, nkeys, kv, nkv, c->defer_fn,
+                               c->defer_arg, &c->on);
+        if (rc == 0) {
+            c->deferred = 1;
+            c->count = c->n[0] - 1;
+            return 0;
+        }
+    } else {
+        rc = dist__route_run(script, nkeys, kv, nkv, &r);
+    }
     if (rc == DIST__ECONN) {
         if ((rc = release_lost(c)) != 1)
             return rc;

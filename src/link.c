@@ -38,6 +38,7 @@
 #define REPLY_MAX_LINE     (64L << 10)  /* a status, error or header line */
 #define ROLE_MAX_AGE_MS 1000   /* replica count older than this is read again */
 #define STACK_ARGS      24
+#define OWED_MAX        8      /* replies one link may owe to others */
 
 /* Where the scan of the bytes read stands (see scan_bytes).  Small: a
  * link's size is felt when memory is short.  Every count stays below its
@@ -55,6 +56,11 @@ struct scan {
 };
 
 struct xport;
+
+struct owed {
+    dist__owed_fn fn;
+    void *arg;
+};
 
 struct dist__link {
     int fd;
@@ -74,6 +80,8 @@ struct dist__link {
     struct dist__addr addr;
     char where[264];           /* "host:port", "unix:PATH" */
     char err[256];
+    struct owed owed[OWED_MAX];/* replies owed to others, oldest first */
+    int nowed;
 };
 
 static int fail(struct dist__link *l, const char *fmt, ...)
@@ -513,10 +521,21 @@ int dist__link_open(const struct dist__cfg *cfg, const struct dist__addr *a,
     return rc;
 }
 
+/* Hands every owed reply over as lost (none can be read any more). */
+static void owed_abandon(struct dist__link *l)
+{
+    while (l->nowed > 0) {
+        struct owed o = l->owed[0];
+        memmove(l->owed, l->owed + 1, sizeof *l->owed * (size_t)--l->nowed);
+        o.fn(o.arg, NULL, DIST__ECONN);
+    }
+}
+
 void dist__link_close(struct dist__link *l)
 {
     if (!l)
         return;
+    owed_abandon(l);
     l->x->drop(l);
     if (l->fd >= 0)
         close(l->fd);
@@ -555,6 +574,9 @@ int dist__link_alive(const struct dist__link *l)
         return 0;
     if (poll(&p, 1, 0) == 0 && !l->x->pending(l))
         return 1;
+    /* an owed reply that arrived is expected, not a sign of a dead link */
+    if (l->nowed > 0)
+        return !(p.revents & (POLLRDHUP | POLLHUP | POLLERR));
     return !(p.revents & (POLLRDHUP | POLLHUP | POLLERR)) && l->x->idle(l);
 }
 
@@ -866,19 +888,26 @@ int dist__link_read_some(struct dist__link *l)
     return rc < 0 ? rc : 0;
 }
 
-int dist__link_reply(struct dist__link *l, uint64_t until, redisReply **out)
+/* The next reply by until: 0 with *out, or DIST__ECONN.  until 0: only
+ * what has arrived (0 with *out NULL when nothing complete has). */
+static int next_reply(struct dist__link *l, uint64_t until, redisReply **out)
 {
     int rc;
 
-    *out = NULL;
-    if (l->outlen && (rc = dist__link_flush(l, until)) != 0)
-        return rc;
     /* poll before each read: right after a command the answer is rarely
      * there yet, and a read that finds nothing would cost a system call;
      * but not for what TLS already holds decrypted */
     for (;;) {
         if ((rc = dist__link_next(l, out)) != 0)
             return rc == 1 ? 0 : rc;
+        if (!until) {
+            while ((rc = read_once(l)) == 0 && l->x->pending(l) > 0)
+                ;
+            if (rc < 0)
+                return rc;
+            rc = dist__link_next(l, out);
+            return rc < 0 ? rc : 0;
+        }
         if (!l->x->pending(l) && (rc = wait_fd(l, POLLIN, until)) != 0)
             return rc;
         while ((rc = read_once(l)) > 0)
@@ -887,6 +916,59 @@ int dist__link_reply(struct dist__link *l, uint64_t until, redisReply **out)
         if (rc < 0)
             return rc;
     }
+}
+
+int dist__link_settle(struct dist__link *l, uint64_t until)
+{
+    redisReply *r;
+    struct owed o;
+    int rc = 0;
+
+    while (l->nowed > 0) {
+        if (l->broken || (rc = next_reply(l, until, &r)) != 0) {
+            owed_abandon(l);
+            return DIST__ECONN;
+        }
+        if (!r)
+            return 0;           /* not arrived yet, and not waited for */
+        o = l->owed[0];
+        memmove(l->owed, l->owed + 1, sizeof *l->owed * (size_t)--l->nowed);
+        o.fn(o.arg, r, 0);
+        freeReplyObject(r);
+    }
+    return rc;
+}
+
+int dist__link_owed(const struct dist__link *l)
+{
+    return l->nowed;
+}
+
+int dist__link_defer(struct dist__link *l, uint64_t until, dist__owed_fn fn,
+                     void *arg)
+{
+    int rc;
+
+    if ((rc = dist__link_flush(l, until)) != 0)
+        return rc;
+    /* full: the oldest must be read first (it came long ago) */
+    if (l->nowed == OWED_MAX && dist__link_settle(l, until) != 0)
+        return DIST__ECONN;
+    l->owed[l->nowed].fn = fn;
+    l->owed[l->nowed++].arg = arg;
+    return 0;
+}
+
+int dist__link_reply(struct dist__link *l, uint64_t until, redisReply **out)
+{
+    int rc;
+
+    *out = NULL;
+    if (l->outlen && (rc = dist__link_flush(l, until)) != 0)
+        return rc;
+    if (l->nowed > 0 && dist__link_settle(l, until) != 0)
+        return DIST__ECONN;
+    return next_reply(l, until, out);
 }
 
 int dist__link_cmd(struct dist__link *l, int argc, const char **argv,
@@ -918,6 +1000,58 @@ static int eval_pass(struct dist__link *l, int asking, int argc,
     return dist__link_reply(l, until, out);
 }
 
+/* An EVALSHA's arguments: on the stack (sargv, slen) unless there are
+ * more than STACK_ARGS.  0, or ENOMEM. */
+static int eval_args(const struct dist__script *s, int nkeys,
+                     const struct dist__buf *kv, int nkv, char nk[16],
+                     const char ***argv, size_t **lens)
+{
+    int i, argc = 3 + nkv;
+
+    if (argc > STACK_ARGS) {
+        *argv = malloc(sizeof **argv * (size_t)argc);
+        *lens = malloc(sizeof **lens * (size_t)argc);
+        if (!*argv || !*lens) {
+            free(*argv);
+            free(*lens);
+            return dist__err(ENOMEM, "out of memory");
+        }
+    }
+    snprintf(nk, 16, "%d", nkeys);
+    (*argv)[2] = nk;
+    (*lens)[2] = strlen(nk);
+    for (i = 0; i < nkv; i++) {
+        (*argv)[3 + i] = kv[i].p;
+        (*lens)[3 + i] = kv[i].len;
+    }
+    (*argv)[0] = "EVALSHA"; (*lens)[0] = 7;
+    (*argv)[1] = s->sha;    (*lens)[1] = 40;
+    return 0;
+}
+
+int dist__link_eval_defer(struct dist__link *l, const struct dist__script *s,
+                          int nkeys, const struct dist__buf *kv, int nkv,
+                          dist__owed_fn fn, void *arg)
+{
+    const char *sargv[STACK_ARGS];
+    size_t slen[STACK_ARGS];
+    const char **argv = sargv;
+    size_t *lens = slen;
+    char nk[16];
+    int rc;
+
+    if (eval_args(s, nkeys, kv, nkv, nk, &argv, &lens) != 0)
+        return ENOMEM;
+    rc = dist__link_append(l, 3 + nkv, argv, lens);
+    if (rc == 0)
+        rc = dist__link_defer(l, dist__link_deadline(l), fn, arg);
+    if (argv != sargv) {
+        free(argv);
+        free(lens);
+    }
+    return rc == ENOMEM ? dist__err(ENOMEM, "out of memory"), DIST__ECONN : rc;
+}
+
 int dist__link_eval(struct dist__link *l, const struct dist__script *s,
                     int asking, int nkeys, const struct dist__buf *kv, int nkv,
                     redisReply **out)
@@ -927,27 +1061,11 @@ int dist__link_eval(struct dist__link *l, const struct dist__script *s,
     const char **argv = sargv;
     size_t *lens = slen;
     char nk[16];
-    int i, argc = 3 + nkv, rc;
+    int argc = 3 + nkv, rc;
 
     *out = NULL;
-    if (argc > STACK_ARGS) {
-        argv = malloc(sizeof *argv * (size_t)argc);
-        lens = malloc(sizeof *lens * (size_t)argc);
-        if (!argv || !lens) {
-            free(argv);
-            free(lens);
-            return dist__err(ENOMEM, "out of memory");
-        }
-    }
-    snprintf(nk, sizeof nk, "%d", nkeys);
-    argv[2] = nk;
-    lens[2] = strlen(nk);
-    for (i = 0; i < nkv; i++) {
-        argv[3 + i] = kv[i].p;
-        lens[3 + i] = kv[i].len;
-    }
-    argv[0] = "EVALSHA"; lens[0] = 7;
-    argv[1] = s->sha;    lens[1] = 40;
+    if (eval_args(s, nkeys, kv, nkv, nk, &argv, &lens) != 0)
+        return ENOMEM;
     rc = eval_pass(l, asking, argc, argv, lens, out);
     if (rc == 0 && (*out)->type == REDIS_REPLY_ERROR &&
         strncmp((*out)->str, "NOSCRIPT", 8) == 0) {

@@ -8,7 +8,8 @@
  * broken (dist__link_broken): every later call fails at once, and the
  * owner closes it.  Closing sends nothing (over TLS not even a
  * close_notify), so a link inherited across fork() can be closed by the
- * child without disturbing the parent.  With cfg->tls.on the link speaks
+ * child without disturbing the parent.  Replies still owed
+ * (dist__link_defer) are handed over as lost when it closes, unread.  With cfg->tls.on the link speaks
  * TLS (tls.h), handshake included in the connect timeout. */
 #ifndef DIST_LINK_H
 #define DIST_LINK_H
@@ -99,6 +100,35 @@ int dist__link_next(struct dist__link *l, redisReply **out);
 int dist__link_eval(struct dist__link *l, const struct dist__script *s,
                     int asking, int nkeys, const struct dist__buf *kv, int nkv,
                     redisReply **out);
+
+/* ---- replies owed to others (deferred calls) ------------------------------ */
+
+/* Called once for a reply owed: r the reply (error replies too; the link
+ * frees it afterwards) with status 0, or r NULL with DIST__ECONN when it
+ * can never be read (the link failed, or was closed with it unread).  It
+ * runs on the thread that owns the link, in the middle of another call on
+ * it: it must not use the link, nor any lock held around link calls. */
+typedef void (*dist__owed_fn)(void *arg, const redisReply *r, int status);
+
+/* Writes what is queued (the whole of it, by `until`) and notes that the
+ * next reply not yet claimed belongs to fn(arg): every later read on l
+ * hands owed replies over first, in order.  0, or DIST__ECONN (l broken;
+ * fn is not called: what was written is the caller's to settle). */
+int dist__link_defer(struct dist__link *l, uint64_t until, dist__owed_fn fn,
+                     void *arg);
+/* Replies owed on l. */
+int dist__link_owed(const struct dist__link *l);
+/* Reads the owed replies by `until` (0: only what has arrived, without
+ * waiting) and hands them over; when l fails meanwhile, each one left is
+ * handed over as lost.  0, or DIST__ECONN. */
+int dist__link_settle(struct dist__link *l, uint64_t until);
+
+/* The same as dist__link_eval, but returns once the EVALSHA is written,
+ * its reply owed to fn(arg).  NOSCRIPT comes back to fn like any error
+ * reply.  0, DIST__ECONN (l broken: it may have been sent), ENOMEM. */
+int dist__link_eval_defer(struct dist__link *l, const struct dist__script *s,
+                          int nkeys, const struct dist__buf *kv, int nkv,
+                          dist__owed_fn fn, void *arg);
 
 /* ---- roles and replicas --------------------------------------------------- */
 

@@ -6,6 +6,8 @@
 #include "kinds.h"
 
 #define ATTR_FAIR   1u            /* dist_mutexattr_t.__flags */
+#define ATTR_DEFER_ON  2u         /* deferred release: said on */
+#define ATTR_DEFER_OFF 4u         /* said off; neither: the default */
 
 /* ---- attributes -------------------------------------------------------- */
 
@@ -74,6 +76,30 @@ int dist_mutexattr_getfair(const dist_mutexattr_t *a, int *fair)
     return 0;
 }
 
+int dist_mutexattr_setdeferred(dist_mutexattr_t *a, int deferred)
+{
+    DIST__KEEP_ERRNO;
+    if (!a)
+        return EINVAL;
+    if (deferred != 0 && deferred != 1)
+        return dist__err(EINVAL, "deferred must be 0 or 1, not %d", deferred);
+    a->__flags &= ~(ATTR_DEFER_ON | ATTR_DEFER_OFF);
+    a->__flags |= deferred ? ATTR_DEFER_ON : ATTR_DEFER_OFF;
+    return 0;
+}
+
+int dist_mutexattr_getdeferred(const dist_mutexattr_t *a, int *deferred)
+{
+    DIST__KEEP_ERRNO;
+    if (!a || !deferred)
+        return EINVAL;
+    if (a->__flags & (ATTR_DEFER_ON | ATTR_DEFER_OFF))
+        *deferred = (a->__flags & ATTR_DEFER_ON) != 0;
+    else
+        *deferred = dist__deferred_release();
+    return 0;
+}
+
 int dist_mutexattr_getlease(const dist_mutexattr_t *a, unsigned long *lease_ms)
 {
     DIST__KEEP_ERRNO;
@@ -109,9 +135,15 @@ int dist_mutex_init(dist_mutex_t *m, const char *name,
         attr->__type != DIST_MUTEX_ERRORCHECK)
         return dist__err(EINVAL, "mutex attribute has an unknown type %d",
                          attr->__type);
+    int flags = attr && attr->__type == DIST_MUTEX_ERRORCHECK
+                    ? DIST__MUTEX_ERRORCHECK : 0;
+
+    if (attr && (attr->__flags & ATTR_DEFER_ON))
+        flags |= DIST__MUTEX_DEFER_ON;
+    else if (attr && (attr->__flags & ATTR_DEFER_OFF))
+        flags |= DIST__MUTEX_DEFER_OFF;
     return dist__obj_init(fair ? &dist__fair_kind : &dist__mutex_kind, name,
-                          attr && attr->__type == DIST_MUTEX_ERRORCHECK
-                              ? DIST__MUTEX_ERRORCHECK : 0,
+                          flags,
                           attr ? attr->__lease_ms : 0, &m->__name, &m->__impl,
                           m->__reserved);
 }

@@ -47,13 +47,44 @@ static void close_all(struct tconn *t)
     }
 }
 
+/* Reads the replies the thread's links still owe (deferred releases),
+ * each within the command timeout, before they are closed: a thread that
+ * exits or shuts down right after a deferred unlock still learns how it
+ * ended.  Never in a child of fork(): those replies are the parent's. */
+static void settle_all(struct tconn *t)
+{
+    int i;
+
+    if (t->fork_gen != atomic_load(&dist__fork_gen))
+        return;
+    for (i = 0; i < POOL; i++)
+        if (t->n[i].l && dist__link_owed(t->n[i].l))
+            dist__link_settle(t->n[i].l, dist__link_deadline(t->n[i].l));
+}
+
 static void conn_destructor(void *p)
 {
     struct tconn *t = p;
 
+    settle_all(t);
     close_all(t);
     free(t);
     my_conn = NULL;
+}
+
+/* exit() runs no thread-specific destructors: the thread that exits reads
+ * its owed replies here. */
+static void settle_at_exit(void)
+{
+    if (my_conn)
+        settle_all(my_conn);
+}
+
+static pthread_once_t exit_once = PTHREAD_ONCE_INIT;
+
+static void exit_init(void)
+{
+    atexit(settle_at_exit);
 }
 
 static void key_init(void)
@@ -79,6 +110,7 @@ static struct tconn *thread_conns(void)
         t->cfg.gen = cgen - 1;
     }
     if (t->fork_gen != fgen || t->cfg.gen != cgen) {
+        settle_all(t);         /* new settings: replies owed still count */
         close_all(t);
         t->fork_gen = fgen;
         dist__cfg_get(&t->cfg);
@@ -117,6 +149,11 @@ int dist__route_open_master(const struct dist__cfg *cfg,
 /* Closes the link of slot n. */
 static void pool_close(struct tconn *t, struct pooled *n)
 {
+    /* what it owes may be there already, even on a link the server closed
+     * since: read it rather than hand it over as lost */
+    if (n->l && dist__link_owed(n->l) &&
+        t->fork_gen == atomic_load(&dist__fork_gen))
+        dist__link_settle(n->l, dist__link_deadline(n->l));
     dist__link_close(n->l);
     n->l = NULL;
 }
@@ -154,8 +191,21 @@ static struct dist__link *pool_link(struct tconn *t, const struct dist__addr *a)
 
 void dist__route_close_thread(void)
 {
-    if (my_conn)
+    if (my_conn) {
+        settle_all(my_conn);
         close_all(my_conn);
+    }
+}
+
+void dist__route_settle_thread(uint64_t until)
+{
+    int i;
+
+    if (!my_conn || my_conn->fork_gen != atomic_load(&dist__fork_gen))
+        return;
+    for (i = 0; i < POOL; i++)
+        if (my_conn->n[i].l && dist__link_owed(my_conn->n[i].l))
+            dist__link_settle(my_conn->n[i].l, until);
 }
 
 /* The scripts' name for how a release message goes under cfg (see
@@ -377,6 +427,35 @@ int dist__route_eval(int script, int nkeys, const struct dist__buf *kv,
         freeReplyObject(*out);
         *out = NULL;
     }
+}
+
+int dist__route_defer(int script, int nkeys, const struct dist__buf *kv,
+                      int nkv, dist__owed_fn fn, void *arg,
+                      struct dist__link **on)
+{
+    const struct dist__script *s = &dist__scripts[script];
+    struct tconn *t = thread_conns();
+    struct dist__link *l;
+    struct trip tr;
+    int rc;
+
+    *on = NULL;
+    if (!t)
+        return DIST__ENOCONN;
+    pthread_once(&exit_once, exit_init);
+    trip_init(&tr, t);
+    if ((rc = trip_target(t, &tr, nkeys > 0 ? &kv[0] : NULL, &l)) != 0)
+        return rc;
+    rc = dist__link_eval_defer(l, s, nkeys, kv, nkv, fn, arg);
+    if (rc == DIST__ECONN) {
+        dist__err(EIO, "Redis connection failed during %s: %s", s->name,
+                  dist__link_error(l));
+        dist__topo_stale();
+        return rc;
+    }
+    if (rc == 0)
+        *on = l;
+    return rc;
 }
 
 int dist__route_run(int script, int nkeys, const struct dist__buf *kv,

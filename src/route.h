@@ -77,6 +77,18 @@ int dist__route_open_master(const struct dist__cfg *cfg,
 int dist__route_eval(int script, int nkeys, const struct dist__buf *kv,
                      int nkv, redisReply **out, struct dist__link **on);
 
+/* Sends script as dist__route_eval would, and returns once it is written
+ * (dist__link_eval_defer): its reply, or a redirection or NOSCRIPT, goes
+ * to fn(arg) when the link is next read, settled (see below) or closed.
+ * 0 with *on, DIST__ECONN (may have been sent; fn is not called),
+ * DIST__ENOCONN (nothing sent) or ENOMEM.  A program that exits, or a
+ * thread that ends or shuts down, reads what its links owe first. */
+int dist__route_defer(int script, int nkeys, const struct dist__buf *kv,
+                      int nkv, dist__owed_fn fn, void *arg,
+                      struct dist__link **on);
+/* Reads what the calling thread's links owe, by until. */
+void dist__route_settle_thread(uint64_t until);
+
 /* The same, for calls whose link nobody needs afterwards. */
 int dist__route_run(int script, int nkeys, const struct dist__buf *kv,
                     int nkv, redisReply **out);

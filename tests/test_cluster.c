@@ -215,6 +215,70 @@ static void test_moved_after_reshard(void **state)
     assert_int_equal(tu_cluster_move_slot(C, slot, 0), 0);
 }
 
+/* The count of name's one holder on node, or -1. */
+static long long node_count(int node, const char *name)
+{
+    redisReply *x = tu_cluster_cmd(C, node, "HGETALL", name, NULL);
+    long long n = -1;
+
+    if (x && x->type == REDIS_REPLY_ARRAY && x->elements == 2)
+        n = strtoll(x->element[1]->str, NULL, 10);
+    freeReplyObject(x);
+    return n;
+}
+
+/* Whether name is gone from node within 5 s (its lease is far longer). */
+static int node_gone_within(int node, const char *name)
+{
+    double t0 = tu_now();
+
+    while (node_exists(C, node, name) != 0) {
+        if (tu_now() - t0 > 5.0)
+            return 0;
+        tu_sleep_ms(20);
+    }
+    return 1;
+}
+
+/* A deferred release whose slot moved meanwhile gets MOVED, read later:
+ * by the owner's next lock of it (which follows MOVED, counts the old hold
+ * there and gives it back), or by a call on another lock (the renewal
+ * thread's conditional release follows MOVED). */
+static void test_deferred_moved(void **state)
+{
+    char name[64], other[64];
+    dist_mutex_t m, o;
+    dist_mutexattr_t a;
+    int slot, pass;
+
+    (void)state;
+    assert_int_equal(tu_cluster_wait_ok(C, 30000), 0);
+    dist_mutexattr_init(&a);
+    dist_mutexattr_setdeferred(&a, 1);
+    for (pass = 0; pass < 2; pass++) {
+        slot = name_on(name, sizeof name, "dmoved", 0);
+        name_on(other, sizeof other, "dother", 0);
+        assert_int_equal(dist_mutex_init(&m, name, &a), 0);
+        assert_int_equal(dist_mutex_init(&o, other, NULL), 0);
+        assert_int_equal(dist_mutex_lock(&m), 0);
+        assert_int_equal(tu_cluster_move_slot(C, slot, 1), 0);
+        assert_int_equal(dist_mutex_unlock(&m), 0);   /* to node 0: MOVED */
+        if (pass == 0) {
+            assert_int_equal(dist_mutex_lock(&m), 0);
+            assert_int_equal(node_count(1, name), 1);
+            assert_int_equal(dist_mutex_unlock(&m), 0);
+        } else {
+            assert_int_equal(dist_mutex_lock(&o), 0); /* reads m's reply */
+            assert_int_equal(dist_mutex_unlock(&o), 0);
+        }
+        assert_true(node_gone_within(1, name));
+        assert_int_equal(dist_mutex_destroy(&m), 0);
+        assert_int_equal(dist_mutex_destroy(&o), 0);
+        assert_int_equal(tu_cluster_move_slot(C, slot, 0), 0);
+    }
+    dist_mutexattr_destroy(&a);
+}
+
 struct bg_finish {
     int slot, to, rc;
     double at;
@@ -646,6 +710,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_locks_on_every_master),
         cmocka_unit_test(test_moved_after_reshard),
+        cmocka_unit_test(test_deferred_moved),
         cmocka_unit_test(test_ask_during_migration),
         cmocka_unit_test(test_waiter_follows_moved_slot),
         cmocka_unit_test(test_plain_pubsub),

@@ -789,6 +789,9 @@ static void *errno_main(void *arg)
     KEEPS(dist_mutexattr_getlease(&ma, &ul));
     KEEPS(dist_mutexattr_setfair(&ma, 0));
     KEEPS(dist_mutexattr_getfair(&ma, &ty));
+    KEEPS(dist_mutexattr_setdeferred(&ma, 0));
+    KEEPS(dist_mutexattr_setdeferred(&ma, 5));
+    KEEPS(dist_mutexattr_getdeferred(&ma, &ty));
     KEEPS(dist_mutexattr_destroy(&ma));
     KEEPS(dist_rwlockattr_init(&ra));
     KEEPS(dist_rwlockattr_setkind(&ra, DIST_RWLOCK_PREFER_WRITER));

@@ -1,0 +1,622 @@
+/*
+ * test_deferred: deferred release (dist_mutexattr_setdeferred) against a
+ * private redis-server: unlock returns once the release is written, and
+ * every outcome of its reply, read later, is acted on.
+ *
+ * As in test_mutex, worker threads and forked children only record
+ * results; the main thread asserts.  Bounds on time are generous: "the key
+ * is gone within 5 s" where the lease is 30 s, so that only the release
+ * (not the lease) can have removed it.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "distlock.h"
+#include "harness_server.h"
+#include "harness_proxy.h"
+#include "testhelp.h"
+#include "fixture.h"
+
+static tu_redis_t r;
+
+#define DEFAULT_WATCHDOG_MS 30000UL
+#define DEFAULT_TIMEOUT_MS  2000UL
+#define GONE_WITHIN_S 5.0          /* far below the 30 s lease */
+
+static const struct fx_settings defaults = {
+    DEFAULT_WATCHDOG_MS, DEFAULT_TIMEOUT_MS, 0
+};
+
+#define NAME(buf, tag) test_lock_name(buf, sizeof buf, "test_deferred", __func__, tag)
+#define key_exists(key)        tu_cmd_int(&r, "EXISTS", key, NULL)
+#define hget_count(key, field) tu_cmd_int(&r, "HGET", key, field, NULL)
+
+/* A mutex with deferred release on. */
+static int init_deferred(dist_mutex_t *m, const char *name, int fair)
+{
+    dist_mutexattr_t a;
+    int rc;
+
+    dist_mutexattr_init(&a);
+    dist_mutexattr_setdeferred(&a, 1);
+    dist_mutexattr_setfair(&a, fair);
+    rc = dist_mutex_init(m, name, &a);
+    dist_mutexattr_destroy(&a);
+    return rc;
+}
+
+/* Whether key is gone within secs (polled from the test's own link). */
+static int gone_within(const char *key, double secs)
+{
+    double t0 = tu_now();
+
+    while (key_exists(key) != 0) {
+        if (tu_now() - t0 > secs)
+            return 0;
+        tu_sleep_ms(20);
+    }
+    return 1;
+}
+
+/* The owner's count in Redis (the lock's one field), or -1. */
+static long long count_of(const char *name)
+{
+    long long cnt = -1;
+    char *own = lock_owner_field(&r, name, &cnt);
+
+    free(own);
+    return own ? cnt : -1;
+}
+
+static void flush_scripts(void)
+{
+    redisReply *x = tu_cmd(&r, "SCRIPT", "FLUSH", NULL);
+
+    assert_non_null(x);
+    assert_int_equal(x->type, REDIS_REPLY_STATUS);
+    freeReplyObject(x);
+}
+
+/* ---- the attribute ------------------------------------------------------ */
+
+static void test_attribute(void **state)
+{
+    dist_mutexattr_t a;
+    int d = -1;
+
+    (void)state;
+    assert_int_equal(dist_mutexattr_init(&a), 0);
+    assert_int_equal(dist_mutexattr_getdeferred(&a, &d), 0);
+    assert_int_equal(d, 0);                 /* the default (no environment) */
+    assert_int_equal(dist_mutexattr_setdeferred(&a, 1), 0);
+    assert_int_equal(dist_mutexattr_getdeferred(&a, &d), 0);
+    assert_int_equal(d, 1);
+    assert_int_equal(dist_mutexattr_setdeferred(&a, 0), 0);
+    assert_int_equal(dist_mutexattr_getdeferred(&a, &d), 0);
+    assert_int_equal(d, 0);
+    assert_int_equal(dist_mutexattr_setdeferred(&a, 2), EINVAL);
+    assert_int_equal(dist_mutexattr_setdeferred(NULL, 1), EINVAL);
+    assert_int_equal(dist_mutexattr_getdeferred(&a, NULL), EINVAL);
+    assert_int_equal(dist_mutexattr_destroy(&a), 0);
+}
+
+/* ---- the plain path ------------------------------------------------------ */
+
+/* Unlock returns; the release runs; reentrant holds are released the
+ * usual way (only the last one is deferred); EPERM stays local. */
+static void test_release_runs(void **state)
+{
+    char name[200];
+    dist_mutex_t m;
+    int i;
+
+    (void)state;
+    NAME(name, "m");
+    assert_int_equal(init_deferred(&m, name, 0), 0);
+    assert_int_equal(dist_mutex_unlock(&m), EPERM);      /* never held */
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(count_of(name), 1);                 /* not deferred */
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_unlock(&m), EPERM);      /* local, at once */
+    assert_true(gone_within(name, GONE_WITHIN_S));
+    /* pairs in a row: each lock goes right behind the release before it */
+    for (i = 0; i < 50; i++) {
+        assert_int_equal(dist_mutex_lock(&m), 0);
+        assert_int_equal(count_of(name), 1);
+        assert_int_equal(dist_mutex_unlock(&m), 0);
+    }
+    assert_true(gone_within(name, GONE_WITHIN_S));
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+}
+
+/* Unlock does not wait for the reply: with every byte swallowed on the
+ * way (a reply that would never come) it still says 0, where an unlock
+ * that waits says EIO after the command timeout.  The release was lost
+ * with the connection: the next lock counts the old hold and gives it
+ * back. */
+static void test_unlock_does_not_wait(void **state)
+{
+    char name[200];
+    dist_mutex_t m;
+    tu_proxy_t *p;
+    int rc;
+
+    (void)state;
+    NAME(name, "m");
+    assert_non_null(p = fx_proxy_up(&r));
+    assert_int_equal(init_deferred(&m, name, 0), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    tu_proxy_blackhole(p, 1);
+    rc = dist_mutex_unlock(&m);
+    tu_proxy_blackhole(p, 0);
+    assert_int_equal(rc, 0);
+    assert_int_equal(count_of(name), 1);        /* it never got there */
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(count_of(name), 1);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(count_of(name), 1);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_true(gone_within(name, GONE_WITHIN_S));
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+    assert_int_equal(fx_proxy_down(&r, p), 0);
+    fx_dirty = 0;
+}
+
+/* ---- error replies --------------------------------------------------------- */
+
+/* NOSCRIPT on the deferred release, read by the lock that follows it: the
+ * lock counted the old hold and gives that one back. */
+static void test_noscript_then_lock(void **state)
+{
+    char name[200];
+    dist_mutex_t m;
+
+    (void)state;
+    NAME(name, "m");
+    assert_int_equal(init_deferred(&m, name, 0), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    flush_scripts();
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(count_of(name), 1);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_true(gone_within(name, GONE_WITHIN_S));
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+}
+
+/* NOSCRIPT read by a call on another lock: the renewal thread finishes the
+ * release. */
+static void test_noscript_elsewhere(void **state)
+{
+    char name[200], other[200];
+    dist_mutex_t m, o;
+
+    (void)state;
+    NAME(name, "m");
+    NAME(other, "o");
+    assert_int_equal(init_deferred(&m, name, 0), 0);
+    assert_int_equal(dist_mutex_init(&o, other, NULL), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    flush_scripts();
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_lock(&o), 0);            /* reads m's reply */
+    assert_int_equal(dist_mutex_unlock(&o), 0);
+    assert_true(gone_within(name, GONE_WITHIN_S));
+    /* and the owner can take it again */
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(count_of(name), 1);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_true(gone_within(name, GONE_WITHIN_S));
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+    assert_int_equal(dist_mutex_destroy(&o), 0);
+}
+
+/* A hold lost before the unlock: unlock said 0 (it could not know), the
+ * reply says it, and the lost handler hears it at the next lock call. */
+static void test_lost_hold(void **state)
+{
+    char name[200];
+    dist_mutex_t m;
+    dist_mutexattr_t a;
+    int calls;
+
+    (void)state;
+    NAME(name, "m");
+    fx_dirty = 1;
+    fx_lost_reset();
+    dist_set_lost_handler(fx_on_lost, NULL);
+    dist_mutexattr_init(&a);
+    dist_mutexattr_setdeferred(&a, 1);
+    dist_mutexattr_setlease(&a, 300);
+    assert_int_equal(dist_mutex_init(&m, name, &a), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    tu_sleep_ms(600);                                    /* lease over */
+    assert_int_equal(key_exists(name), 0);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);            /* reads the reply */
+    calls = fx_lost_calls(name);
+    assert_int_equal(count_of(name), 1);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    dist_set_lost_handler(NULL, NULL);
+    fx_dirty = 0;
+    assert_int_equal(calls, 1);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+}
+
+/* ---- broken connections ------------------------------------------------------ */
+
+/* The release ran and its reply was lost; the release never reached the
+ * server.  Either way the next lock holds it once, and the last release
+ * leaves nothing. */
+static void test_broken_then_lock(void **state)
+{
+    char name[200];
+    dist_mutex_t m;
+    tu_proxy_t *p;
+    unsigned long fired;
+
+    (void)state;
+    NAME(name, "m");
+    assert_non_null(p = fx_proxy_up(&r));
+    assert_int_equal(init_deferred(&m, name, 0), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);            /* warm up */
+    fired = tu_proxy_faults_fired(p);
+
+    tu_proxy_drop_next_reply(p);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_true(gone_within(name, GONE_WITHIN_S));       /* it ran */
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(tu_proxy_faults_fired(p), fired + 1);
+    assert_int_equal(count_of(name), 1);
+
+    tu_proxy_drop_next_request(p);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(tu_proxy_faults_fired(p), fired + 2);
+    assert_int_equal(count_of(name), 1);                 /* not 2 */
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);            /* reads it */
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_true(gone_within(name, GONE_WITHIN_S));
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+    assert_int_equal(fx_proxy_down(&r, p), 0);
+    fx_dirty = 0;
+}
+
+/* The release never reached the server and the owner does not come back
+ * to the lock: the broken link is found by a call on another lock, and
+ * the renewal thread finishes the release. */
+static void test_broken_elsewhere(void **state)
+{
+    char name[200], other[200];
+    dist_mutex_t m, o;
+    tu_proxy_t *p;
+
+    (void)state;
+    NAME(name, "m");
+    NAME(other, "o");
+    assert_non_null(p = fx_proxy_up(&r));
+    assert_int_equal(init_deferred(&m, name, 0), 0);
+    assert_int_equal(dist_mutex_init(&o, other, NULL), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    tu_proxy_drop_next_request(p);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_lock(&o), 0);
+    assert_int_equal(dist_mutex_unlock(&o), 0);
+    assert_true(gone_within(name, GONE_WITHIN_S));
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+    assert_int_equal(dist_mutex_destroy(&o), 0);
+    assert_int_equal(fx_proxy_down(&r, p), 0);
+    fx_dirty = 0;
+}
+
+/* ---- threads, fork, exit ------------------------------------------------------ */
+
+struct once {
+    dist_mutex_t *m;
+    int flush;                 /* SCRIPT FLUSH between lock and unlock */
+    int rc_lock, rc_unlock;
+};
+
+static void *lock_unlock_exit(void *arg)
+{
+    struct once *o = arg;
+
+    o->rc_lock = dist_mutex_lock(o->m);
+    if (o->flush) {
+        redisReply *x = tu_cmd(&r, "SCRIPT", "FLUSH", NULL);
+        if (x)
+            freeReplyObject(x);
+    }
+    o->rc_unlock = dist_mutex_unlock(o->m);
+    return NULL;                /* ends with the reply unread */
+}
+
+/* A thread that ends right after its unlock: its links are read before
+ * they close, so even a release refused with NOSCRIPT is finished. */
+static void test_thread_exit(void **state)
+{
+    char name[200];
+    dist_mutex_t m;
+    struct once o = { &m, 0, -1, -1 };
+    pthread_t th;
+    int flush;
+
+    (void)state;
+    NAME(name, "m");
+    assert_int_equal(init_deferred(&m, name, 0), 0);
+    for (flush = 0; flush < 2; flush++) {
+        o.flush = flush;
+        assert_int_equal(pthread_create(&th, NULL, lock_unlock_exit, &o), 0);
+        pthread_join(th, NULL);
+        assert_int_equal(o.rc_lock, 0);
+        assert_int_equal(o.rc_unlock, 0);
+        assert_true(gone_within(name, GONE_WITHIN_S));
+    }
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+}
+
+/* fork() with a reply owed: the child must not read it (it is the
+ * parent's), and the parent reads it at its next lock. */
+static void test_fork_pending(void **state)
+{
+    char name[200], other[200];
+    dist_mutex_t m;
+    pid_t pid;
+    int st = 0;
+    double t0, el;
+
+    (void)state;
+    NAME(name, "m");
+    NAME(other, "o");
+    assert_int_equal(init_deferred(&m, name, 0), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        dist_mutex_t o;
+        int code = dist_mutex_init(&o, other, NULL) != 0 ? 10
+                 : dist_mutex_lock(&o) != 0 ? 11
+                 : dist_mutex_unlock(&o) != 0 ? 12 : 0;
+        _exit(code);
+    }
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    t0 = tu_now();
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    el = tu_now() - t0;
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+    /* had the child taken the reply, the lock would have waited for the
+     * command timeout (2 s) for a reply that never comes */
+    assert_true(el < 1.5);
+    assert_int_equal(count_of(name), 1);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_true(gone_within(name, GONE_WITHIN_S));
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+}
+
+/* Registered before the library's own exit handler, so it runs after it:
+ * the child ends there, before a leak checker's report of the library's
+ * threads (ASan) could change its exit status. */
+static void end_quietly(void)
+{
+    _exit(0);
+}
+
+/* A process that ends right after unlock: by exit() (its reply is read
+ * at exit), by _exit() and by SIGKILL (the release is in the kernel). */
+static void test_exit_after_unlock(void **state)
+{
+    char name[200];
+    int how, st;
+
+    (void)state;
+    NAME(name, "m");
+    for (how = 0; how < 3; how++) {
+        pid_t pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0) {
+            dist_mutex_t m;
+            atexit(end_quietly);
+            if (init_deferred(&m, name, 0) != 0 || dist_mutex_lock(&m) != 0 ||
+                dist_mutex_unlock(&m) != 0)
+                _exit(10);
+            if (how == 0)
+                exit(0);
+            if (how == 1)
+                _exit(0);
+            raise(SIGKILL);
+            _exit(11);
+        }
+        assert_int_equal(waitpid(pid, &st, 0), pid);
+        assert_true(how == 2 ? WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL
+                             : WIFEXITED(st) && WEXITSTATUS(st) == 0);
+        assert_true(gone_within(name, GONE_WITHIN_S));
+    }
+}
+
+/* ---- mutual exclusion with deferral on ------------------------------------------ */
+
+#define MX_PROCS 3
+#define MX_THREADS 2
+#define MX_ITERS 100
+
+/* Shared between the processes: who is inside, overlaps seen, and each
+ * child's report. */
+struct mx_shared {
+    int inside;
+    int overlaps;
+    int codes[MX_PROCS];
+};
+
+struct mx_thread {
+    dist_mutex_t *m;
+    const char *counter;
+    struct mx_shared *sh;
+    int fail;
+};
+
+/* One critical section: the shared flag says nobody else is inside, and
+ * the Redis counter goes up by a read and a write. */
+static int mx_inside(struct mx_thread *t, redisContext *c)
+{
+    redisReply *x;
+    long long v = 0;
+    int rc = 0;
+
+    if (__atomic_add_fetch(&t->sh->inside, 1, __ATOMIC_SEQ_CST) != 1)
+        __atomic_add_fetch(&t->sh->overlaps, 1, __ATOMIC_SEQ_CST);
+    x = redisCommand(c, "GET %s", t->counter);
+    if (!x || (x->type != REDIS_REPLY_STRING && x->type != REDIS_REPLY_NIL))
+        rc = 22;
+    else if (x->type == REDIS_REPLY_STRING)
+        v = strtoll(x->str, NULL, 10);
+    if (x)
+        freeReplyObject(x);
+    if (!rc) {
+        x = redisCommand(c, "SET %s %lld", t->counter, v + 1);
+        rc = !x || x->type != REDIS_REPLY_STATUS ? 23 : 0;
+        if (x)
+            freeReplyObject(x);
+    }
+    __atomic_sub_fetch(&t->sh->inside, 1, __ATOMIC_SEQ_CST);
+    return rc;
+}
+
+static void *mx_main(void *arg)
+{
+    struct mx_thread *t = arg;
+    struct timeval tv = { 2, 0 };
+    redisContext *c = redisConnectUnixWithTimeout(r.sock, tv);
+    int i;
+
+    if (!c || c->err) {
+        t->fail = 20;
+        if (c)
+            redisFree(c);
+        return NULL;
+    }
+    for (i = 0; i < MX_ITERS && !t->fail; i++) {
+        if (dist_mutex_lock(t->m) != 0) {
+            t->fail = 21;
+            break;
+        }
+        t->fail = mx_inside(t, c);
+        if (dist_mutex_unlock(t->m) != 0 && !t->fail)
+            t->fail = 24;
+    }
+    redisFree(c);
+    return NULL;
+}
+
+static void mx_child(const char *name, const char *counter,
+                     struct mx_shared *sh, int idx, int fair)
+{
+    dist_mutex_t m;
+    struct mx_thread t[MX_THREADS];
+    pthread_t th[MX_THREADS];
+    int i, code = 0;
+
+    if (init_deferred(&m, name, fair) != 0)
+        _exit(sh->codes[idx] = 10);
+    for (i = 0; i < MX_THREADS; i++) {
+        t[i] = (struct mx_thread){ &m, counter, sh, 0 };
+        if (pthread_create(&th[i], NULL, mx_main, &t[i]) != 0)
+            _exit(sh->codes[idx] = 11);
+    }
+    for (i = 0; i < MX_THREADS; i++) {
+        pthread_join(th[i], NULL);
+        if (t[i].fail && !code)
+            code = t[i].fail;
+    }
+    if (!code && dist_mutex_destroy(&m) != 0)
+        code = 12;
+    sh->codes[idx] = code;
+    _exit(code);       /* no leak report of the library's threads at exit */
+}
+
+static void mutual_exclusion(int fair)
+{
+    char name[200], counter[220];
+    pid_t pids[MX_PROCS];
+    struct mx_shared *sh;
+    int st, i;
+
+    NAME(name, fair ? "fair" : "m");
+    snprintf(counter, sizeof counter, "%s:counter", name);
+    sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE,
+              MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    assert_true(sh != MAP_FAILED);
+    memset(sh, 0, sizeof *sh);
+    for (i = 0; i < MX_PROCS; i++)
+        sh->codes[i] = -1;
+    for (i = 0; i < MX_PROCS; i++) {
+        pids[i] = fork();
+        if (pids[i] == 0)
+            mx_child(name, counter, sh, i, fair);
+        assert_true(pids[i] > 0);
+    }
+    for (i = 0; i < MX_PROCS; i++) {
+        assert_int_equal(waitpid(pids[i], &st, 0), pids[i]);
+        if (sh->codes[i] != 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
+            fail_msg("child %d: reported %d, status 0x%x", i, sh->codes[i],
+                     st);
+    }
+    assert_int_equal(sh->overlaps, 0);
+    munmap(sh, sizeof *sh);
+    assert_int_equal(tu_cmd_int(&r, "GET", counter, NULL),
+                     MX_PROCS * MX_THREADS * MX_ITERS);
+    assert_true(gone_within(name, GONE_WITHIN_S));
+}
+
+static void test_mutual_exclusion(void **state)
+{
+    (void)state;
+    mutual_exclusion(0);
+}
+
+static void test_mutual_exclusion_fair(void **state)
+{
+    (void)state;
+    mutual_exclusion(1);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+#define T(f) cmocka_unit_test_teardown(f, fx_restore_defaults)
+        T(test_attribute),
+        T(test_release_runs),
+        T(test_unlock_does_not_wait),
+        T(test_noscript_then_lock),
+        T(test_noscript_elsewhere),
+        T(test_lost_hold),
+        T(test_broken_then_lock),
+        T(test_broken_elsewhere),
+        T(test_thread_exit),
+        T(test_fork_pending),
+        T(test_exit_after_unlock),
+        T(test_mutual_exclusion),
+        T(test_mutual_exclusion_fair),
+    };
+    return fx_run_group(tests, &r, &defaults, "TEST_DEFERRED_FILTER");
+}
