@@ -126,9 +126,10 @@ static void settled(struct dist__rec *r)
 }
 
 /* Before any call: the owner's standing, in c->n.  Waits for an earlier
- * unknown outcome to be settled first.  *held is 1 for live holds, 0 for
- * none, -1 for holds that were lost (the record is dropped). */
-static int prepare(struct dist__call *c, int *held)
+ * unknown outcome to be settled first (for two command timeouts, or until
+ * bound, monotonic ms, when that is sooner).  *held is 1 for live holds, 0
+ * for none, -1 for holds that were lost (the record is dropped). */
+static int prepare_by(struct dist__call *c, int *held, uint64_t bound)
 {
     struct dist__state *st = c->o->st;
     struct dist__rec *r;
@@ -139,8 +140,11 @@ static int prepare(struct dist__call *c, int *held)
     while ((r = dist__rec_find(st)) != NULL && r->unknown) {
         struct dist__hold *h = r->h;
         pthread_mutex_unlock(&st->mu);
-        if (!until)
+        if (!until) {
             until = dist__now_ms() + dist__timeout_ms() * 2;
+            if (bound && bound < until)
+                until = bound;
+        }
         rc = dist__renew_settle(h, until);
         pthread_mutex_lock(&st->mu);
         if (rc != 0) {
@@ -159,6 +163,18 @@ static int prepare(struct dist__call *c, int *held)
         dist__rec_drop(st, r);
     pthread_mutex_unlock(&st->mu);
     return 0;
+}
+
+static int prepare(struct dist__call *c, int *held)
+{
+    return prepare_by(c, held, 0);
+}
+
+/* The latest a timed call's commands and waits may end: one command
+ * timeout past the caller's deadline (monotonic ms; 0: none, 0 too). */
+static uint64_t past_deadline(uint64_t deadline)
+{
+    return deadline ? deadline + dist__timeout_ms() + 1 : 0;
 }
 
 /* Hands c's unknown outcome to the renewal thread: r's counts are what the
@@ -348,6 +364,24 @@ static int try_once(struct dist__call *c)
  * waits until it has been settled, so a failover in the middle of a try
  * does not end the wait.  A failure the link marked hopeless (a refused
  * certificate, a wrong URL scheme) ends it at once. */
+/* try_once, all of whose commands end within one command timeout of the
+ * caller's deadline (monotonic ms; 0: none): a try that began before it
+ * cannot run on long past it through slow replies, reconnects and the
+ * re-tries of a hold that came back stale.  The bound moves with the
+ * deadline when a realtime clock is stepped (dist__deadline_step). */
+static int try_bounded(struct dist__call *c, uint64_t deadline)
+{
+    uint64_t old;
+    int rc;
+
+    if (!deadline)
+        return try_once(c);
+    old = dist__link_limit(past_deadline(deadline));
+    rc = try_once(c);
+    dist__link_unlimit(old);
+    return rc;
+}
+
 static int try_patiently(struct dist__call *c, uint64_t deadline)
 {
     uint64_t give_up = 0, now;
@@ -355,7 +389,7 @@ static int try_patiently(struct dist__call *c, uint64_t deadline)
 
     for (;;) {
         dist__hopeless_take();
-        rc = try_once(c);
+        rc = try_bounded(c, deadline);
         /* a server that answers what cannot be is no server that cannot
          * be reached for a moment: asking again only repeats it (and runs
          * the script again each time) */
@@ -371,7 +405,7 @@ static int try_patiently(struct dist__call *c, uint64_t deadline)
         if (c->unknown) {
             note_unknown(c);
             c->unknown = 0;
-            while (prepare(c, &held) != 0) {
+            while (prepare_by(c, &held, past_deadline(deadline)) != 0) {
                 now = dist__now_ms();
                 if (now >= give_up) {
                     c->unknown = 1;    /* still unknown: the caller says so */
@@ -407,11 +441,21 @@ void dist__abandon_waits(void)
     dist__sub_wake_all();
 }
 
+/* Once the caller's deadline has come, a fair waiter's leaving the queue
+ * ends within one command timeout (the tries are bounded by try_bounded),
+ * so that a timed call returns at most about that long after its
+ * deadline. */
+static uint64_t grace_cap(void)
+{
+    return dist__now_ms() + dist__timeout_ms() + 1;
+}
+
 /* Sleeps on the lock's channel between tries until it is taken, an error,
  * the deadline (after one last try: a lock free at the deadline is taken,
- * never timed out), or dist__abandon_waits. */
+ * never timed out), or dist__abandon_waits.  *grace: the cap of what is
+ * left after the deadline, once it has come (else left as it was). */
 static int wait_loop(struct dist__call *c, const struct dist__deadline *dl,
-                     uint64_t deadline)
+                     uint64_t deadline, uint64_t *grace)
 {
     const struct dist__kind *k = c->o->kind;
     struct dist__chan *ch = k->channel(c);
@@ -441,8 +485,10 @@ static int wait_loop(struct dist__call *c, const struct dist__deadline *dl,
             break;
         }
         dist__sub_wait_since(ch, gen, sleep_until(c, deadline));
-        if (dist__deadline_step(dl, &deadline))
+        if (dist__deadline_step(dl, &deadline)) {
             last = 1;
+            *grace = grace_cap();
+        }
     }
     dist__sub_put(ch);
     return rc;
@@ -450,7 +496,8 @@ static int wait_loop(struct dist__call *c, const struct dist__deadline *dl,
 
 /* The lock is not free and the caller would wait: the deadline is looked
  * at only now (as musl does), then the wait. */
-static int wait_for_it(struct dist__call *c, const struct dist__deadline *dl)
+static int wait_for_it(struct dist__call *c, const struct dist__deadline *dl,
+                       uint64_t *grace)
 {
     const struct dist__kind *k = c->o->kind;
     struct dist__hold *w = NULL;
@@ -460,16 +507,18 @@ static int wait_for_it(struct dist__call *c, const struct dist__deadline *dl)
     if (dl) {
         if ((rc = dist__deadline_ms(dl, &deadline)) != 0)
             return rc;
-        if (dist__deadline_reached(dl))
+        if (dist__deadline_reached(dl)) {
+            *grace = grace_cap();
             return dist__err(ETIMEDOUT, "%s '%s': deadline passed", k->noun,
                              name_of(c));
+        }
     }
     if (c->how == DIST__HOW_QUEUE) {
         int nkeys;
         const struct dist__buf *keys = k->queue(c, &nkeys);
         w = dist__waiter_start(c->o->st->names, keys, nkeys);
     }
-    rc = wait_loop(c, dl, deadline);
+    rc = wait_loop(c, dl, deadline, grace);
     dist__waiter_stop(w);
     return rc;
 }
@@ -793,15 +842,31 @@ static void count_taken(int try_only, int waited, uint64_t t0)
         dist__stat_wait(dist__now_ms() - t0);
 }
 
+/* A fair waiter that gives up leaves the queue; past the caller's
+ * deadline, within what is left of grace (see grace_cap). */
+static void cancel(struct dist__call *c, uint64_t grace)
+{
+    uint64_t old;
+
+    if (!grace) {
+        c->o->kind->cancel(c);
+        return;
+    }
+    old = dist__link_limit(grace);
+    c->o->kind->cancel(c);
+    dist__link_unlimit(old);
+}
+
 static int acquire(struct dist__obj *o, int mode, int try_only,
                    const struct dist__deadline *dl, int courtesy)
 {
     const struct dist__kind *k = o->kind;
     struct dist__call c = { .o = o, .mode = mode };
-    uint64_t t0 = dist__now_ms();
+    uint64_t t0 = dist__now_ms(), grace = 0;
     int rc, held, queued, fresh, waited = 0;
 
-    if ((rc = prepare(&c, &held)) != 0)
+    /* an earlier lost reply is settled first, within the deadline too */
+    if ((rc = prepare_by(&c, &held, past_deadline(first_deadline(dl)))) != 0)
         return rc;
     if ((rc = k->plan(&c, try_only)) != 0)
         return failed(&c, rc);
@@ -819,10 +884,10 @@ static int acquire(struct dist__obj *o, int mode, int try_only,
     }
     if (rc == 0 && !c.taken) {
         waited = 1;
-        rc = wait_for_it(&c, dl);
+        rc = wait_for_it(&c, dl, &grace);
     }
     if (queued && !(rc == 0 && c.taken))
-        k->cancel(&c);
+        cancel(&c, grace);
     if (rc == ETIMEDOUT)
         dist__stat_add(DIST__ST_TIMEDOUT, 1);
     if (rc != 0)

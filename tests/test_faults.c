@@ -1382,6 +1382,54 @@ static void test_unlock_eio_keeps_hold(void **state)
     assert_int_equal(cnt, 1);
 }
 
+/* ---- a timed call behind an unsettled reply ------------------------------------- */
+
+#define BEHIND_TIMEOUT_MS 1000UL
+
+/* An unlock whose reply was lost leaves an outcome the renewal thread has
+ * to settle; the same thread's next timedlock waits for that, but no
+ * longer than its deadline allows: it returns within about one command
+ * timeout of its deadline (it waited two, plus a try, before), and the
+ * hold is given back once Redis answers again. */
+static void test_timed_behind_lost_reply(void **state)
+{
+    char name[200];
+    dist_mutex_t m;
+    struct timespec dl;
+    double t0, el;
+    int rc_unlock, rc;
+
+    (void)state;
+    NAME(name, "m");
+    proxy_up();
+    assert_int_equal(dist_set_timeout_ms(BEHIND_TIMEOUT_MS), 0);
+    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    tu_proxy_blackhole(g_proxy, 1);
+    rc_unlock = dist_mutex_unlock(&m);
+    dl = fx_clock_in(CLOCK_MONOTONIC, 0.1);
+    t0 = tu_now();
+    rc = dist_mutex_clocklock(&m, CLOCK_MONOTONIC, &dl);
+    el = tu_now() - t0;
+    tu_proxy_blackhole(g_proxy, 0);
+    print_message("  unlock %d; clocklock 100 ms: %d after %.3f s\n",
+                  rc_unlock, rc, el);
+    assert_int_equal(rc_unlock, EIO);
+    if (rc == 0)
+        fail_msg("clocklock took the mutex while Redis could not be reached");
+    if (rc != EIO && rc != ETIMEDOUT)
+        fail_msg("clocklock: %d (%s), expected EIO or ETIMEDOUT", rc,
+                 strerror(rc));
+    /* deadline 0.1 s + one timeout 1 s; before: two timeouts + a try */
+    if (el > 1.1 + slack(0.45))
+        fail_msg("clocklock with a 100 ms deadline returned after %.3f s: "
+                 "it waited on the earlier lost reply past its deadline", el);
+    assert_int_equal(await_gone(name, 3.0 + slack(1.0)), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+}
+
 /* ---- last --------------------------------------------------------------------------- */
 
 /* Subscribers of chan on the server (PUBSUB NUMSUB); -1 on error. */
@@ -1473,6 +1521,7 @@ int main(void)
         T(test_doubtful_unlock_not_lost),
         T(test_slow_unlock_no_long_yield),
         T(test_unlock_eio_keeps_hold),
+        T(test_timed_behind_lost_reply),
         T(test_pubsub_backs_off_on_resets),
         T(test_no_sigpipe),
     };
