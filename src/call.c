@@ -441,21 +441,11 @@ void dist__abandon_waits(void)
     dist__sub_wake_all();
 }
 
-/* Once the caller's deadline has come, a fair waiter's leaving the queue
- * ends within one command timeout (the tries are bounded by try_bounded),
- * so that a timed call returns at most about that long after its
- * deadline. */
-static uint64_t grace_cap(void)
-{
-    return dist__now_ms() + dist__timeout_ms() + 1;
-}
-
 /* Sleeps on the lock's channel between tries until it is taken, an error,
  * the deadline (after one last try: a lock free at the deadline is taken,
- * never timed out), or dist__abandon_waits.  *grace: the cap of what is
- * left after the deadline, once it has come (else left as it was). */
+ * never timed out), or dist__abandon_waits. */
 static int wait_loop(struct dist__call *c, const struct dist__deadline *dl,
-                     uint64_t deadline, uint64_t *grace)
+                     uint64_t deadline)
 {
     const struct dist__kind *k = c->o->kind;
     struct dist__chan *ch = k->channel(c);
@@ -485,10 +475,8 @@ static int wait_loop(struct dist__call *c, const struct dist__deadline *dl,
             break;
         }
         dist__sub_wait_since(ch, gen, sleep_until(c, deadline));
-        if (dist__deadline_step(dl, &deadline)) {
+        if (dist__deadline_step(dl, &deadline))
             last = 1;
-            *grace = grace_cap();
-        }
     }
     dist__sub_put(ch);
     return rc;
@@ -496,8 +484,7 @@ static int wait_loop(struct dist__call *c, const struct dist__deadline *dl,
 
 /* The lock is not free and the caller would wait: the deadline is looked
  * at only now (as musl does), then the wait. */
-static int wait_for_it(struct dist__call *c, const struct dist__deadline *dl,
-                       uint64_t *grace)
+static int wait_for_it(struct dist__call *c, const struct dist__deadline *dl)
 {
     const struct dist__kind *k = c->o->kind;
     struct dist__hold *w = NULL;
@@ -507,18 +494,16 @@ static int wait_for_it(struct dist__call *c, const struct dist__deadline *dl,
     if (dl) {
         if ((rc = dist__deadline_ms(dl, &deadline)) != 0)
             return rc;
-        if (dist__deadline_reached(dl)) {
-            *grace = grace_cap();
+        if (dist__deadline_reached(dl))
             return dist__err(ETIMEDOUT, "%s '%s': deadline passed", k->noun,
                              name_of(c));
-        }
     }
     if (c->how == DIST__HOW_QUEUE) {
         int nkeys;
         const struct dist__buf *keys = k->queue(c, &nkeys);
         w = dist__waiter_start(c->o->st->names, keys, nkeys);
     }
-    rc = wait_loop(c, dl, deadline, grace);
+    rc = wait_loop(c, dl, deadline);
     dist__waiter_stop(w);
     return rc;
 }
@@ -842,17 +827,19 @@ static void count_taken(int try_only, int waited, uint64_t t0)
         dist__stat_wait(dist__now_ms() - t0);
 }
 
-/* A fair waiter that gives up leaves the queue; past the caller's
- * deadline, within what is left of grace (see grace_cap). */
-static void cancel(struct dist__call *c, uint64_t grace)
+/* A fair waiter that gives up leaves the queue (best effort: a waiter's
+ * entry also ends with its window).  A timed call's leaving ends within
+ * one command timeout of its deadline (of now, once it has passed), as
+ * its tries do. */
+static void cancel(struct dist__call *c, const struct dist__deadline *dl)
 {
-    uint64_t old;
+    uint64_t bound = past_deadline(first_deadline(dl)), old;
 
-    if (!grace) {
+    if (!bound) {
         c->o->kind->cancel(c);
         return;
     }
-    old = dist__link_limit(grace);
+    old = dist__link_limit(bound);
     c->o->kind->cancel(c);
     dist__link_unlimit(old);
 }
@@ -862,7 +849,7 @@ static int acquire(struct dist__obj *o, int mode, int try_only,
 {
     const struct dist__kind *k = o->kind;
     struct dist__call c = { .o = o, .mode = mode };
-    uint64_t t0 = dist__now_ms(), grace = 0;
+    uint64_t t0 = dist__now_ms();
     int rc, held, queued, fresh, waited = 0;
 
     /* an earlier lost reply is settled first, within the deadline too */
@@ -884,10 +871,10 @@ static int acquire(struct dist__obj *o, int mode, int try_only,
     }
     if (rc == 0 && !c.taken) {
         waited = 1;
-        rc = wait_for_it(&c, dl, &grace);
+        rc = wait_for_it(&c, dl);
     }
     if (queued && !(rc == 0 && c.taken))
-        cancel(&c, grace);
+        cancel(&c, dl);
     if (rc == ETIMEDOUT)
         dist__stat_add(DIST__ST_TIMEDOUT, 1);
     if (rc != 0)
