@@ -483,17 +483,25 @@ static int release_held(struct dist__call *c);
 static int replica_sync(struct dist__call *c)
 {
     struct dist__call back = { .o = c->o, .mode = c->mode };
+    struct dist__addr now;
     char why[256];
     int rc, held;
 
-    rc = dist__link_wait_replicas(c->on, dist__replica_wait_ms(), name_of(c));
-
+    rc = dist__route_wait_replicas(c->on, dist__replica_wait_ms(),
+                                   name_of(c), &now);
     if (rc == 0)
         return 0;
     dist__stat_add(DIST__ST_NOREPLICA, 1);
     snprintf(why, sizeof why, "%s", dist_last_error());
+    /* on a deposed master too, while the map still points there: it is a
+     * master until the sentinels demote it, and the hold would block its
+     * other clients until then */
     if (prepare(&back, &held) == 0 && held == 1)
         release_held(&back);
+    if (rc == DIST__EDEPOSED) {
+        dist__route_adopt(&now);
+        return dist__err(EIO, "%s", why), DIST__EDEPOSED;
+    }
     if (rc == DIST_ENOREPLICA)
         return dist__err(rc, "%s", why);
     return dist__err(EIO, "%s; the hold is given back", why);
@@ -598,15 +606,31 @@ static int acquire(struct dist__obj *o, int mode, int try_only,
     return rc;
 }
 
+#define MAX_DEPOSED 4       /* acquires that may find their master deposed */
+
+/* acquire, again while the hold it took was on a master the sentinels
+ * had just replaced (DIST__EDEPOSED): the map points at the new one then,
+ * and each try keeps to the caller's deadline. */
+static int acquire_on_master(struct dist__obj *o, int mode, int try_only,
+                             const struct dist__deadline *dl, int courtesy)
+{
+    int rc, tries = 0;
+
+    while ((rc = acquire(o, mode, try_only, dl, courtesy)) == DIST__EDEPOSED &&
+           ++tries < MAX_DEPOSED)
+        ;
+    return rc == DIST__EDEPOSED ? EIO : rc;
+}
+
 int dist__acquire(struct dist__obj *o, int mode, int try_only,
                   const struct dist__deadline *dl)
 {
-    return acquire(o, mode, try_only, dl, 1);
+    return acquire_on_master(o, mode, try_only, dl, 1);
 }
 
 int dist__reacquire(struct dist__obj *o)
 {
-    return acquire(o, 0, 0, NULL, 0);
+    return acquire_on_master(o, 0, 0, NULL, 0);
 }
 
 /* ---- release ----------------------------------------------------------------- */

@@ -70,6 +70,7 @@ struct dist__link {
     unsigned long timeout_ms;
     int own_timeout;           /* timeout_ms is not DISTLOCK_TIMEOUT_MS */
     int replicas;              /* connected replicas ROLE listed; -1 unknown */
+    int replicas_most;         /* the most ROLE ever listed on this link */
     uint64_t role_ms;          /* when ROLE was read; 0 never */
     struct dist__addr addr;
     char where[264];           /* "host:port", "unix:PATH" */
@@ -1005,6 +1006,8 @@ int dist__link_role(struct dist__link *l)
         return 1;
     }
     master = dist__role_of(r, &l->replicas, &role);
+    if (l->replicas > l->replicas_most)
+        l->replicas_most = l->replicas;
     if (!master)
         snprintf(l->err, sizeof l->err, "not a master (ROLE says %s)", role);
     freeReplyObject(r);
@@ -1028,16 +1031,19 @@ static int wait_one(struct dist__link *l, unsigned long ms, redisReply **out)
 }
 
 int dist__link_wait_replicas(struct dist__link *l, unsigned long ms,
-                             const char *what)
+                             const char *what, int *listed, int *most)
 {
     redisReply *r;
     long long acked;
 
+    *listed = *most = -1;
     if (!ms || !l || l->broken)
         return 0;
     if (dist__now_ms() >= l->role_ms + ROLE_MAX_AGE_MS &&
         dist__link_role(l) == -1)
         return dist__err(EIO, "ROLE: %s", dist__link_error(l)), DIST__ECONN;
+    *listed = l->replicas;
+    *most = l->replicas_most;
     if (l->replicas <= 0)
         return 0;
     if (wait_one(l, ms, &r) != 0) {
