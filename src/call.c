@@ -478,6 +478,25 @@ static int wait_for_it(struct dist__call *c, const struct dist__deadline *dl)
 
 static int release_held(struct dist__call *c);
 
+/* After a give-back, also one that did not go through (refused: a master
+ * being demoted answers READONLY; or an earlier outcome not settled yet):
+ * this thread holds nothing of c->mode either way, or its next acquire
+ * would take itself for a re-entry and keep the old fencing token.  The
+ * server's hold ends with its lease, or with the deposed master's
+ * demotion. */
+static void let_go(struct dist__call *c)
+{
+    struct dist__state *st = c->o->st;
+    struct dist__rec *r;
+
+    pthread_mutex_lock(&st->mu);
+    if ((r = dist__rec_find(st)) != NULL) {
+        r->n[c->mode] = 0;
+        dist__rec_tidy(st);
+    }
+    pthread_mutex_unlock(&st->mu);
+}
+
 /* A new hold is only as safe as its copy on a replica: without one, it is
  * given back (see DIST_ENOREPLICA). */
 static int replica_sync(struct dist__call *c)
@@ -498,6 +517,7 @@ static int replica_sync(struct dist__call *c)
      * other clients until then */
     if (prepare(&back, &held) == 0 && held == 1)
         release_held(&back);
+    let_go(&back);
     if (rc == DIST__EDEPOSED) {
         dist__route_adopt(&now);
         return dist__err(EIO, "%s", why), DIST__EDEPOSED;

@@ -164,6 +164,36 @@ static int speaks_tls(const struct dist__link *l)
     return yes;
 }
 
+/* Whether l's server answers PING in plain text on a second connection
+ * (a reply of either kind, '+' or '-', such as NOAUTH): a TLS client whose
+ * ClientHello it ignores would otherwise wait out its timeout.  Half a
+ * second at most, as speaks_tls. */
+static int speaks_plain(void *arg)
+{
+    const struct dist__link *l = arg;
+    uint64_t until = dist__link_deadline(l), cap = dist__now_ms() + 500;
+    char e[128], c = 0;
+    struct pollfd p;
+    int fd, n = -1;
+
+    until = cap < until ? cap : until;
+    if (!l->addr.port ||
+        (fd = dial_tcp(l->addr.host, l->addr.port, until, e, sizeof e)) < 0)
+        return 0;
+    p.fd = fd;
+    p.events = POLLIN;
+    if (send(fd, "PING\r\n", 6, MSG_NOSIGNAL) == 6) {
+        uint64_t now;
+        while ((now = dist__now_ms()) < until &&
+               (n = poll(&p, 1, (int)(until - now))) < 0 && errno == EINTR)
+            ;
+        if (n > 0)
+            n = (int)recv(fd, &c, 1, 0);
+    }
+    close(fd);
+    return n == 1 && (c == '+' || c == '-');
+}
+
 /* A server that resets or closes the connection before any reply may be a
  * TLS port that got plain text: a TLS handshake tells, and when it takes,
  * trying again in plain text cannot help.  Else say it as a question. */
@@ -444,11 +474,12 @@ static int start_tls(struct dist__link *l, const struct dist__cfg *cfg,
                      char *why, size_t whylen)
 {
     const char *ping[1] = { "PING" };
+    struct dist__tls_probe pr = { speaks_plain, l };
     redisReply *r;
     int rc;
 
-    rc = dist__tls_open(cfg, &l->addr, l->fd, dist__link_deadline(l), &l->tls,
-                        why, whylen);
+    rc = dist__tls_open(cfg, &l->addr, l->fd, dist__link_deadline(l), &pr,
+                        &l->tls, why, whylen);
     if (rc == EPROTO)
         dist__hopeless_set();
     if (rc)
