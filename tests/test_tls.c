@@ -760,9 +760,71 @@ static void start_tls_cluster(tu_redis_t *n, char bus[][16])
     assert_true(cluster_ok(n, 3, 30));
 }
 
+/* Moves the empty slot from node `from` to node `to` as redis-cli's
+ * resharding does (IMPORTING, MIGRATING, then NODE everywhere, the target
+ * first so that it takes a new config epoch). */
+static void move_slot(tu_redis_t *n, int from, int to, long long slot)
+{
+    char s[16], *id_from, *id_to;
+    int i;
+
+    snprintf(s, sizeof s, "%lld", slot);
+    id_from = tu_cmd_str(&n[from], "CLUSTER", "MYID", NULL);
+    id_to = tu_cmd_str(&n[to], "CLUSTER", "MYID", NULL);
+    assert_non_null(id_from);
+    assert_non_null(id_to);
+    said_ok(tu_cmd_str(&n[to], "CLUSTER", "SETSLOT", s, "IMPORTING", id_from,
+                       NULL));
+    said_ok(tu_cmd_str(&n[from], "CLUSTER", "SETSLOT", s, "MIGRATING", id_to,
+                       NULL));
+    said_ok(tu_cmd_str(&n[to], "CLUSTER", "SETSLOT", s, "NODE", id_to, NULL));
+    for (i = 0; i < 3; i++)
+        if (i != to)
+            said_ok(tu_cmd_str(&n[i], "CLUSTER", "SETSLOT", s, "NODE", id_to,
+                               NULL));
+    free(id_from);
+    free(id_to);
+}
+
+/* The library's slot map is read at most every few seconds: a slot moved
+ * right after a call is still mapped to its old node, whose MOVED answer
+ * the next lock on it must follow, over TLS, to the new one. */
+static void moved_followed(tu_redis_t *n, dist_mutex_t *fresh_map)
+{
+    char name[64];
+    struct dist_stats before, after;
+    long long slot = -1;
+    dist_mutex_t m;
+    int k;
+
+    for (k = 0; k < 1000 && (slot < 10923 || slot > 16383); k++) {
+        snprintf(name, sizeof name, "test_tls:moved:%d:%ld", k, (long)getpid());
+        slot = tu_cmd_int(&n[0], "CLUSTER", "KEYSLOT", name, NULL);
+    }
+    assert_true(slot >= 10923 && slot <= 16383);       /* node 2's */
+    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
+    /* a call now: a map due to be read again is read now, not after */
+    assert_int_equal(dist_mutex_lock(fresh_map), 0);
+    assert_int_equal(dist_mutex_unlock(fresh_map), 0);
+    move_slot(n, 2, 0, slot);
+    assert_int_equal(dist_stats_get(&before), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_stats_get(&after), 0);
+    assert_int_equal(tu_cmd_int(&n[0], "EXISTS", name, NULL), 1);
+    if (after.redirects <= before.redirects)
+        fail_msg("the lock reached node 0 without a MOVED followed "
+                 "(redirects %llu -> %llu)",
+                 (unsigned long long)before.redirects,
+                 (unsigned long long)after.redirects);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(tu_cmd_int(&n[0], "EXISTS", name, NULL), 0);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+}
+
 /* Cluster over TLS: a lock on each of 3 masters from one seed (so two of
- * them are found by MOVED or the slot map, over TLS), held at once, and a
- * waiter woken by a release message. */
+ * them are found by the slot map, over TLS), held at once, a waiter woken
+ * by a release message, and a slot moved under the library's map: its
+ * MOVED is followed over TLS (moved_followed). */
 static void test_cluster(void **state)
 {
     tu_redis_t n[3];
@@ -807,6 +869,7 @@ static void test_cluster(void **state)
         assert_int_equal(tu_cmd_int(&n[i], "EXISTS", names[i], NULL), 0);
         assert_int_equal(dist_mutex_destroy(&m[i]), 0);
     }
+    moved_followed(n, &other);
     assert_int_equal(dist_mutex_destroy(&other), 0);
     use_tls(&srv);      /* off the cluster before it goes */
     for (i = 0; i < 3; i++)
