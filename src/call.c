@@ -478,21 +478,27 @@ static int wait_for_it(struct dist__call *c, const struct dist__deadline *dl)
 
 static int release_held(struct dist__call *c);
 
-/* After a give-back, also one that did not go through (refused: a master
- * being demoted answers READONLY; or an earlier outcome not settled yet):
- * this thread holds nothing of c->mode either way, or its next acquire
- * would take itself for a re-entry and keep the old fencing token.  The
- * server's hold ends with its lease, or with the deposed master's
- * demotion. */
-static void let_go(struct dist__call *c)
+/* Gives back the hold c's acquire just took.  A release refused (a master
+ * being demoted answers READONLY until the map moves on) goes to the
+ * renewal thread as an unknown outcome, which it settles with the
+ * conditional release; this thread's next acquire waits for that.
+ * Dropping the count here instead would leave the hold on the server, and
+ * the next acquire would find it there and count one hold too many. */
+static void give_back(struct dist__call *c)
 {
+    struct dist__call back = { .o = c->o, .mode = c->mode };
     struct dist__state *st = c->o->st;
     struct dist__rec *r;
+    int held;
 
+    if (prepare(&back, &held) != 0 || held != 1)
+        return;
+    if (release_held(&back) != EIO || back.unknown)
+        return;
     pthread_mutex_lock(&st->mu);
-    if ((r = dist__rec_find(st)) != NULL) {
-        r->n[c->mode] = 0;
-        dist__rec_tidy(st);
+    if ((r = dist__rec_find(st)) != NULL && r->n[back.mode] > 0) {
+        r->n[back.mode]--;
+        hand_over(&back, r);
     }
     pthread_mutex_unlock(&st->mu);
 }
@@ -501,10 +507,9 @@ static void let_go(struct dist__call *c)
  * given back (see DIST_ENOREPLICA). */
 static int replica_sync(struct dist__call *c)
 {
-    struct dist__call back = { .o = c->o, .mode = c->mode };
     struct dist__addr now;
     char why[256];
-    int rc, held;
+    int rc;
 
     rc = dist__route_wait_replicas(c->on, dist__replica_wait_ms(),
                                    name_of(c), &now);
@@ -515,9 +520,7 @@ static int replica_sync(struct dist__call *c)
     /* on a deposed master too, while the map still points there: it is a
      * master until the sentinels demote it, and the hold would block its
      * other clients until then */
-    if (prepare(&back, &held) == 0 && held == 1)
-        release_held(&back);
-    let_go(&back);
+    give_back(c);
     if (rc == DIST__EDEPOSED) {
         dist__route_adopt(&now);
         return dist__err(EIO, "%s", why), DIST__EDEPOSED;
@@ -525,6 +528,27 @@ static int replica_sync(struct dist__call *c)
     if (rc == DIST_ENOREPLICA)
         return dist__err(rc, "%s", why);
     return dist__err(EIO, "%s; the hold is given back", why);
+}
+
+#define MAX_SURPLUS 8       /* resurrected holds of ours given back at once */
+
+/* A fresh hold that the server counts more than once: a release of ours
+ * was undone since (a failover promoted a replica it had not reached yet:
+ * releases are not waited for).  The surplus is given back now, down to
+ * the one hold this call took; else the owner's last unlock would leave
+ * the lock held, renewed for it while it believes it free.  A semaphore's
+ * count is its permits: not for them. */
+static void shed_surplus(struct dist__call *c)
+{
+    struct dist__call back = { .o = c->o, .mode = c->mode };
+    int held, i;
+
+    if (c->o->kind->family == DIST__FAM_SEM)
+        return;
+    for (i = 0; i < MAX_SURPLUS; i++)
+        if (prepare(&back, &held) != 0 || held != 1 ||
+            back.n[back.mode] <= 1 || release_held(&back) != 0)
+            return;
 }
 
 /* Whether why starts with "<noun> '<name>'" already.  Only the start
@@ -616,6 +640,8 @@ static int acquire(struct dist__obj *o, int mode, int try_only,
     fresh = c.n[0] + c.n[1] == 0;
     if (record(&c) != 0)
         return dist__err(ENOMEM, "out of memory");
+    if (fresh && c.count > 1)
+        shed_surplus(&c);
     /* a reentrant hold adds to one a replica has already */
     if (fresh || c.lost)
         rc = replica_sync(&c);
