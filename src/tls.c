@@ -81,6 +81,38 @@ static int load_ca(SSL_CTX *ctx, const char *ca)
     return SSL_CTX_load_verify_locations(ctx, ca, NULL);
 }
 
+/* The passphrase of an encrypted key, from the options (userdata), or
+ * none: OpenSSL's own would prompt on the terminal, which a library must
+ * not do; the key then fails to load and the error says so. */
+static int key_pass(char *buf, int size, int rwflag, void *userdata)
+{
+    const char *pass = userdata;
+    size_t n = pass ? strlen(pass) : 0;
+
+    (void)rwflag;
+    if (!n || n > (size_t)size)
+        return 0;
+    memcpy(buf, pass, n);
+    return (int)n;
+}
+
+/* The client certificate and its key into ctx: 1, or 0 with OpenSSL's
+ * error queue saying why (never the passphrase). */
+static int use_cert(SSL_CTX *ctx, const struct dist__tls_opts *o,
+                    const char *key)
+{
+    int ok;
+
+    SSL_CTX_set_default_passwd_cb(ctx, key_pass);
+    SSL_CTX_set_default_passwd_cb_userdata(ctx, (void *)o->key_pass);
+    ok = SSL_CTX_use_certificate_chain_file(ctx, o->cert) == 1 &&
+         SSL_CTX_use_PrivateKey_file(ctx, key, SSL_FILETYPE_PEM) == 1 &&
+         SSL_CTX_check_private_key(ctx) == 1;
+    /* o is the caller's: nothing may point into it later */
+    SSL_CTX_set_default_passwd_cb_userdata(ctx, NULL);
+    return ok;
+}
+
 /* A new SSL_CTX for o: 0, or EIO with why (EPROTO: the options cannot
  * work, a file that cannot be used). */
 static int ctx_build(const struct dist__tls_opts *o, SSL_CTX **out, char *why,
@@ -115,12 +147,13 @@ static int ctx_build(const struct dist__tls_opts *o, SSL_CTX **out, char *why,
         SSL_CTX_free(ctx);
         return EPROTO;
     }
-    if (o->cert[0] &&
-        (SSL_CTX_use_certificate_chain_file(ctx, o->cert) != 1 ||
-         SSL_CTX_use_PrivateKey_file(ctx, key, SSL_FILETYPE_PEM) != 1 ||
-         SSL_CTX_check_private_key(ctx) != 1)) {
+    if (o->cert[0] && !use_cert(ctx, o, key)) {
+        int dec = strstr(ssl_reason(r, sizeof r), "decrypt") != NULL;
         snprintf(why, whylen, "TLS: cannot use the client certificate %s with "
-                 "the key %s: %s", o->cert, key, ssl_reason(r, sizeof r));
+                 "the key %s: %s%s", o->cert, key, r,
+                 !dec ? "" : o->key_pass[0] ? " (a wrong passphrase?)"
+                 : " (an encrypted key: its passphrase goes in "
+                 "DISTLOCK_TLS_KEY_PASS or tls_key_pass=)");
         SSL_CTX_free(ctx);
         return EPROTO;
     }

@@ -52,6 +52,11 @@ static const char *file(int slot, const char *name)
 
 /* ---- certificates and servers ------------------------------------------- */
 
+/* The passphrase of cli-enc.key, the client key encrypted; WRONG_PASS is
+ * not it, and neither may show in any message. */
+#define KEY_PASS   "distlock-test-Pass"
+#define WRONG_PASS "Xyzzy-not-the-pass"
+
 /* The CA, an unrelated one, a server certificate (and an expired one) for
  * 127.0.0.1 and localhost, a client certificate.  0 or -1. */
 static int make_certs(void)
@@ -73,6 +78,8 @@ static int make_certs(void)
         " -keyout cli.key -out cli.csr -subj /CN=distlock-test-client",
         "openssl x509 -req -in cli.csr -CA ca.crt -CAkey ca.key"
         " -CAcreateserial -days 2 -extfile cli.ext -out cli.crt",
+        "openssl pkey -in cli.key -aes256 -passout pass:" KEY_PASS
+        " -out cli-enc.key",
     };
     char cmd[600];
     size_t i;
@@ -469,6 +476,68 @@ static void expect_refused_in(const char *url, int port, const char *what,
 static void expect_refused(const char *url, int port, const char *what)
 {
     expect_refused_in(url, port, what, TIMEOUT_MS / 2000.0 + slack(1.0));
+}
+
+/* A lock on the mutual-TLS server with the encrypted client key and pass
+ * (a URL query part, "" for none): rc, and the message in err. */
+static int lock_with_key(const char *pass_q, char *err, size_t errlen)
+{
+    char name[200], url[1500], q[1400];
+    dist_mutex_t m;
+    int rc;
+
+    NAME(name, "m");
+    snprintf(q, sizeof q, "?tls_ca=%s&tls_cert=%s&tls_key=%s%s",
+             file(0, "ca.crt"), file(1, "cli.crt"), file(2, "cli-enc.key"),
+             pass_q);
+    tls_url(url, sizeof url, "127.0.0.1", &srv_mtls, q);
+    assert_int_equal(dist_set_url(url), 0);
+    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
+    rc = dist_mutex_lock(&m);
+    snprintf(err, errlen, "%s", rc ? dist_last_error() : "");
+    if (rc == 0) {
+        assert_int_equal(tu_cmd_int(&srv_mtls, "EXISTS", name, NULL), 1);
+        assert_int_equal(dist_mutex_unlock(&m), 0);
+    }
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+    return rc;
+}
+
+/* An encrypted client key: its passphrase from DISTLOCK_TLS_KEY_PASS or
+ * tls_key_pass= opens it; without one, or with a wrong one, the refusal
+ * says why, at once and never prompting, and no message shows a
+ * passphrase (a misspelt option's value included). */
+static void test_mtls_encrypted_key(void **state)
+{
+    char err[400], url[200];
+    double t0;
+    int rc;
+
+    (void)state;
+    assert_int_equal(setenv("DISTLOCK_TLS_KEY_PASS", KEY_PASS, 1), 0);
+    rc = lock_with_key("", err, sizeof err);
+    unsetenv("DISTLOCK_TLS_KEY_PASS");
+    if (rc != 0)
+        fail_msg("with DISTLOCK_TLS_KEY_PASS: %d %s", rc, err);
+    if ((rc = lock_with_key("&tls_key_pass=" KEY_PASS, err, sizeof err)))
+        fail_msg("with tls_key_pass=: %d %s", rc, err);
+
+    t0 = tu_now();
+    assert_int_equal(lock_with_key("", err, sizeof err), EIO);
+    assert_non_null(strstr(err, "passphrase"));
+    assert_non_null(strstr(err, "cli-enc.key"));
+    assert_dbl_range(tu_now() - t0, 0.0, TIMEOUT_MS / 2000.0 + slack(1.0));
+    assert_int_equal(lock_with_key("&tls_key_pass=" WRONG_PASS, err,
+                                   sizeof err), EIO);
+    assert_non_null(strstr(err, "wrong passphrase"));
+    assert_null(strstr(err, WRONG_PASS));
+    assert_null(strstr(err, KEY_PASS));
+
+    snprintf(url, sizeof url, "rediss://127.0.0.1:%d?tls_key_pas=%s",
+             srv_mtls.tls_port, WRONG_PASS);
+    assert_int_equal(dist_set_url(url), EINVAL);
+    assert_non_null(strstr(dist_last_error(), "tls_key_pas="));
+    assert_null(strstr(dist_last_error(), WRONG_PASS));
 }
 
 static void test_mtls_without_cert(void **state)
@@ -951,6 +1020,53 @@ static void test_tool_flags(void **state)
     free(text);
 }
 
+/* The tool with an encrypted client key: the passphrase from
+ * --tls-key-pass-file opens it, is not passed on to the command `lock`
+ * runs, and a wrong one is refused without being shown. */
+static void test_tool_key_pass_file(void **state)
+{
+    const char *top = getenv("top_builddir");
+    char name[200], cmd[2600], out[320], passf[320], wrongf[320], tls[1200];
+    char *text;
+    FILE *f;
+    int st;
+
+    (void)state;
+    top = top && *top ? top : ".";
+    NAME(name, "toolpass");
+    snprintf(passf, sizeof passf, "%s", file(0, "pass.txt"));
+    snprintf(wrongf, sizeof wrongf, "%s", file(1, "wrong.txt"));
+    snprintf(out, sizeof out, "%s", file(2, "tool.out"));
+    assert_non_null(f = fopen(passf, "w"));
+    fprintf(f, "%s\n", KEY_PASS);
+    assert_int_equal(fclose(f), 0);
+    assert_non_null(f = fopen(wrongf, "w"));
+    fprintf(f, "%s\n", WRONG_PASS);
+    assert_int_equal(fclose(f), 0);
+    snprintf(tls, sizeof tls, "--url rediss://127.0.0.1:%d --tls-ca '%s' "
+             "--tls-cert '%s' --tls-key '%s'", srv_mtls.tls_port,
+             file(0, "ca.crt"), file(1, "cli.crt"), file(2, "cli-enc.key"));
+    snprintf(cmd, sizeof cmd, "env -u DISTLOCK_TLS_KEY_PASS '%s/tools/distlock' "
+             "%s --tls-key-pass-file '%s' lock '%s' -- sh -c 'echo \"inside "
+             "pass=${DISTLOCK_TLS_KEY_PASS-none}\"' > '%s' 2>&1",
+             top, tls, passf, name, out);
+    st = system(cmd);
+    text = read_file(out);
+    if (st != 0 || !text || !strstr(text, "inside pass=none"))
+        fail_msg("distlock --tls-key-pass-file lock: status %d, output '%s'",
+                 st, text ? text : "");
+    free(text);
+    snprintf(cmd, sizeof cmd, "'%s/tools/distlock' %s --tls-key-pass-file "
+             "'%s' status '%s' > '%s' 2>&1", top, tls, wrongf, name, out);
+    st = system(cmd);
+    text = read_file(out);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 3 || !text ||
+        !strstr(text, "wrong passphrase") || strstr(text, WRONG_PASS))
+        fail_msg("distlock with a wrong passphrase: status %d, output '%s'",
+                 st, text ? text : "");
+    free(text);
+}
+
 /* ---- the LD_PRELOAD shim --------------------------------------------------- */
 
 /* preload_target (a program that knows nothing of distlock) under
@@ -1037,6 +1153,8 @@ int main(void)
         cmocka_unit_test(test_fair),
         cmocka_unit_test(test_rwlock),
         cmocka_unit_test(test_mtls_with_cert),
+        cmocka_unit_test(test_mtls_encrypted_key),
+        cmocka_unit_test(test_tool_key_pass_file),
         cmocka_unit_test(test_mtls_without_cert),
         cmocka_unit_test(test_wrong_ca),
         cmocka_unit_test(test_expired),
