@@ -4,6 +4,7 @@
  * FAILOVER, SIGKILL and SIGSTOP of the master with a lock held and a waiter
  * blocked, and the lost lock that the replica check exists to prevent. */
 #include <errno.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -11,6 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
 
 #include <cmocka.h>
 
@@ -372,6 +375,122 @@ static void test_lost_lock_without_replica_check(void **state)
     settle();
 }
 
+/* ---- the old master's window after a failover ---------------------------- */
+
+#define STALE_PROCS   3
+#define STALE_THREADS 2
+
+/* Shared by the workers of test_no_double_grant_in_stale_window. */
+struct stale_board {
+    int stop;
+    int inside;            /* holders in the critical section now */
+    int most_inside;       /* the most there ever were */
+    int granted;
+    int refused;           /* DIST_ENOREPLICA or EIO: nothing held */
+    int other;             /* any other result: a failure */
+    int other_rc;
+};
+
+static struct stale_board *board;
+static dist_mutex_t stale_m;
+
+static void *stale_worker(void *arg)
+{
+    (void)arg;
+    while (!__atomic_load_n(&board->stop, __ATOMIC_SEQ_CST)) {
+        int rc = dist_mutex_lock(&stale_m), in;
+
+        if (rc == DIST_ENOREPLICA || rc == EIO) {
+            __atomic_add_fetch(&board->refused, 1, __ATOMIC_SEQ_CST);
+            tu_sleep_ms(5);
+            continue;
+        }
+        if (rc != 0) {
+            board->other_rc = rc;
+            __atomic_add_fetch(&board->other, 1, __ATOMIC_SEQ_CST);
+            tu_sleep_ms(5);
+            continue;
+        }
+        in = __atomic_add_fetch(&board->inside, 1, __ATOMIC_SEQ_CST);
+        if (in > __atomic_load_n(&board->most_inside, __ATOMIC_SEQ_CST))
+            __atomic_store_n(&board->most_inside, in, __ATOMIC_SEQ_CST);
+        __atomic_add_fetch(&board->granted, 1, __ATOMIC_SEQ_CST);
+        tu_sleep_ms(2);
+        __atomic_sub_fetch(&board->inside, 1, __ATOMIC_SEQ_CST);
+        dist_mutex_unlock(&stale_m);   /* EPERM for a lost hold: no matter */
+    }
+    return NULL;
+}
+
+static void stale_child(const char *url, const char *name)
+{
+    pthread_t th[STALE_THREADS];
+    int i;
+
+    if (dist_set_url(url) != 0 || dist_mutex_init(&stale_m, name, NULL) != 0)
+        _exit(3);
+    for (i = 0; i < STALE_THREADS; i++)
+        if (pthread_create(&th[i], NULL, stale_worker, NULL) != 0)
+            _exit(3);
+    for (i = 0; i < STALE_THREADS; i++)
+        pthread_join(th[i], NULL);
+    dist_mutex_destroy(&stale_m);
+    dist_shutdown();
+    _exit(0);
+}
+
+/* Issue 16's strict torture finding: after SENTINEL FAILOVER the old
+ * master is still a master, with no replica, for ~4 s until the sentinels
+ * demote it, and each process keeps routing there until it next asks the
+ * sentinels (up to a second).  A lock taken there with replica sync on
+ * skipped WAIT (no replica to wait for) and was granted while the new
+ * master granted it too.  Processes hammer one mutex across a failover and
+ * until the old master is a replica again: never two holders at once, and
+ * the lock keeps being granted. */
+static void test_no_double_grant_in_stale_window(void **state)
+{
+    char name[64];
+    pid_t pid[STALE_PROCS];
+    int old, nm, i, st;
+
+    (void)state;
+    settle();
+    old = tu_sentinel_master(S);
+    assert_true(old >= 0);
+    lock_name(name, sizeof name, "stale");
+    board = mmap(NULL, sizeof *board, PROT_READ | PROT_WRITE,
+                 MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    assert_true(board != MAP_FAILED);
+    memset(board, 0, sizeof *board);
+    for (i = 0; i < STALE_PROCS; i++) {
+        pid[i] = fork();
+        assert_true(pid[i] >= 0);
+        if (pid[i] == 0)
+            stale_child(tu_sentinel_url(S), name);
+    }
+    tu_sleep_ms(500);                     /* all of them at it */
+    assert_true(__atomic_load_n(&board->granted, __ATOMIC_SEQ_CST) > 0);
+    nm = tu_sentinel_failover(S, 30000);
+    assert_true(nm >= 0 && nm != old);
+    /* the window: until the old master answers as a replica, then a
+     * second more for every process to have followed */
+    assert_int_equal(tu_sentinel_wait_role(S, old, "slave", 30000), 0);
+    tu_sleep_ms(1000);
+    __atomic_store_n(&board->stop, 1, __ATOMIC_SEQ_CST);
+    for (i = 0; i < STALE_PROCS; i++) {
+        assert_int_equal(waitpid(pid[i], &st, 0), pid[i]);
+        assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    }
+    fprintf(stderr, "    stale window: %d granted, %d refused, most holders "
+            "at once %d\n", board->granted, board->refused, board->most_inside);
+    if (board->other)
+        fail_msg("%d lock calls gave %d", board->other, board->other_rc);
+    assert_int_equal(board->most_inside, 1);
+    assert_true(board->granted > 10);
+    munmap(board, sizeof *board);
+    settle();
+}
+
 int main(void)
 {
     static struct failover_case by_command = { F_COMMAND, "failover" },
@@ -385,6 +504,7 @@ int main(void)
         param_test(test_master_stopped, test_failover, &by_stop, resume_all),
         cmocka_unit_test_teardown(test_fair_and_rwlock_across_failover, resume_all),
         cmocka_unit_test_teardown(test_lost_lock_without_replica_check, resume_all),
+        cmocka_unit_test_teardown(test_no_double_grant_in_stale_window, resume_all),
     };
 
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -29,6 +29,7 @@
 #include <cmocka.h>
 
 #include "distlock.h"
+#include "harness_proxy.h"
 #include "harness_server.h"
 #include "testhelp.h"
 #include "fixture.h"
@@ -425,6 +426,108 @@ static void test_rwlock(void **state)
     assert_int_equal(exists(name), 0);
     assert_int_equal(dist_rwlock_destroy(&w), 0);
     assert_int_equal(dist_rwlock_destroy(&rw), 0);
+}
+
+/* ---- a lost reply inside the TLS stream ------------------------------------ */
+
+/* The holds name has on srv: its owners' counts summed (HVALS), 0 when
+ * it is free. */
+static long long holds_of(const char *name)
+{
+    redisReply *x = tu_cmd(&srv, "HVALS", name, NULL);
+    long long n = 0;
+    size_t i;
+
+    assert_non_null(x);
+    assert_int_equal(x->type, REDIS_REPLY_ARRAY);
+    for (i = 0; i < x->elements; i++)
+        n += atoll(x->element[i]->str);
+    freeReplyObject(x);
+    return n;
+}
+
+struct try_other {
+    const char *name;
+    int rc;
+};
+
+/* In a thread of its own, with an object of its own: this thread's holds
+ * would count as its own re-entry, and its destroy as busy. */
+static void *try_other_main(void *arg)
+{
+    struct try_other *t = arg;
+    dist_mutex_t o;
+
+    if (dist_mutex_init(&o, t->name, NULL) != 0)
+        return NULL;
+    t->rc = dist_mutex_trylock(&o);
+    if (t->rc == 0)
+        dist_mutex_unlock(&o);
+    dist_mutex_destroy(&o);
+    return NULL;
+}
+
+/* What another thread's trylock on name gives now. */
+static int other_trylock(const char *name)
+{
+    struct try_other t = { name, -1 };
+    pthread_t th;
+
+    assert_int_equal(pthread_create(&th, NULL, try_other_main, &t), 0);
+    pthread_join(th, NULL);
+    return t.rc;
+}
+
+/* The fault proxy between the library and the TLS port, forwarding bytes
+ * (TLS records it cannot read): an acquire whose reply is cut off, a
+ * release whose reply is cut off, and an acquire that never reaches the
+ * server.  Each time the outcome is settled on a new TLS connection: the
+ * lock ends held exactly once (another thread gets EBUSY: no double hold)
+ * and free after the unlock (no stuck hold). */
+static void test_lost_reply_tls(void **state)
+{
+    char name[200], url[600];
+    unsigned long fired;
+    dist_mutex_t m;
+    tu_proxy_t *p;
+
+    (void)state;
+    NAME(name, "lost");
+    p = tu_proxy_start_tcp(&srv, srv.tls_port);
+    assert_non_null(p);
+    snprintf(url, sizeof url, "rediss://127.0.0.1:%d?tls_ca=%s",
+             tu_proxy_port(p), file(0, "ca.crt"));
+    assert_int_equal(dist_set_url(url), 0);
+    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);       /* connected, idle */
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    fired = tu_proxy_faults_fired(p);
+
+    tu_proxy_drop_next_reply(p);                     /* acquire ran */
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(tu_proxy_faults_fired(p), fired + 1);
+    assert_int_equal(holds_of(name), 1);
+    assert_int_equal(other_trylock(name), EBUSY);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(exists(name), 0);
+
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    tu_proxy_drop_next_reply(p);                     /* release ran */
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(tu_proxy_faults_fired(p), fired + 2);
+    assert_int_equal(exists(name), 0);
+    assert_int_equal(dist_mutex_unlock(&m), EPERM);
+    assert_int_equal(other_trylock(name), 0);
+
+    tu_proxy_drop_next_request(p);                   /* acquire never ran */
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(tu_proxy_faults_fired(p), fired + 3);
+    assert_int_equal(holds_of(name), 1);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(exists(name), 0);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+    use_tls(&srv);                   /* off the proxy before it goes */
+    tu_proxy_stop(p);
 }
 
 /* ---- mutual TLS ------------------------------------------------------------ */
@@ -1152,6 +1255,7 @@ int main(void)
         cmocka_unit_test(test_reconnect),
         cmocka_unit_test(test_fair),
         cmocka_unit_test(test_rwlock),
+        cmocka_unit_test(test_lost_reply_tls),
         cmocka_unit_test(test_mtls_with_cert),
         cmocka_unit_test(test_mtls_encrypted_key),
         cmocka_unit_test(test_tool_key_pass_file),
