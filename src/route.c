@@ -352,7 +352,7 @@ int dist__route_wait_replicas(struct dist__link *l, unsigned long ms,
     if (!t || t->cfg.mode != DIST__MODE_SENTINEL || listed < 0 ||
         (rc != 0 && rc != DIST_ENOREPLICA))
         return rc;
-    /* WAIT had its acknowledgement from all the replicas there ever were */
+    /* acknowledged, on a master with as many replicas as it ever had */
     if (rc == 0 && listed > 0 && listed >= most)
         return 0;
     if (rc != 0)                    /* WAIT's own words come first */
