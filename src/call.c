@@ -525,6 +525,8 @@ static int replica_sync(struct dist__call *c)
         dist__route_adopt(&now);
         return dist__err(EIO, "%s", why), DIST__EDEPOSED;
     }
+    if (rc == DIST__EATTACHING)
+        return dist__err(DIST_ENOREPLICA, "%s", why), DIST__EATTACHING;
     if (rc == DIST_ENOREPLICA)
         return dist__err(rc, "%s", why);
     return dist__err(EIO, "%s; the hold is given back", why);
@@ -653,19 +655,48 @@ static int acquire(struct dist__obj *o, int mode, int try_only,
 }
 
 #define MAX_DEPOSED 4       /* acquires that may find their master deposed */
+#define ATTACH_PAUSE_MS 100 /* between tries while replicas attach */
+
+/* Whether a call that may wait can try again, after a pause, while the
+ * master's replicas attach (DIST__EATTACHING): until the caller's
+ * deadline, or for the patience a call has for a Redis that cannot be
+ * reached (a failover takes that long); never for a try. */
+static int may_wait_attach(int try_only, const struct dist__deadline *dl,
+                           uint64_t t0)
+{
+    uint64_t until = first_deadline(dl), now = dist__now_ms();
+
+    if (try_only)
+        return 0;
+    if (!until)
+        until = t0 + dist__patience_ms();
+    if (now + ATTACH_PAUSE_MS >= until)
+        return 0;
+    dist__sleep_ms(ATTACH_PAUSE_MS);
+    return 1;
+}
 
 /* acquire, again while the hold it took was on a master the sentinels
- * had just replaced (DIST__EDEPOSED): the map points at the new one then,
- * and each try keeps to the caller's deadline. */
+ * had just replaced (DIST__EDEPOSED: the map points at the new one then)
+ * or on one whose replicas are still attaching (DIST__EATTACHING), each
+ * try within the caller's deadline. */
 static int acquire_on_master(struct dist__obj *o, int mode, int try_only,
                              const struct dist__deadline *dl, int courtesy)
 {
+    uint64_t t0 = dist__now_ms();
     int rc, tries = 0;
 
-    while ((rc = acquire(o, mode, try_only, dl, courtesy)) == DIST__EDEPOSED &&
-           ++tries < MAX_DEPOSED)
-        ;
-    return rc == DIST__EDEPOSED ? EIO : rc;
+    for (;;) {
+        rc = acquire(o, mode, try_only, dl, courtesy);
+        if (rc == DIST__EDEPOSED && ++tries < MAX_DEPOSED)
+            continue;
+        if (rc == DIST__EATTACHING && may_wait_attach(try_only, dl, t0))
+            continue;
+        break;
+    }
+    if (rc == DIST__EDEPOSED)
+        return EIO;
+    return rc == DIST__EATTACHING ? DIST_ENOREPLICA : rc;
 }
 
 int dist__acquire(struct dist__obj *o, int mode, int try_only,

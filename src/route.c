@@ -359,13 +359,13 @@ int dist__route_wait_replicas(struct dist__link *l, unsigned long ms,
         snprintf(why, sizeof why, "%s", dist_last_error());
     vrc = dist__topo_vouch(&t->cfg, dist__link_addr(l),
                            rc == 0 ? listed : -1, now);
+    if (vrc == 0)
+        return rc == 0 ? 0 : dist__err(rc, "%s", why);
+    snprintf(why, sizeof why, "%s", dist_last_error());
     if (vrc == DIST__EDEPOSED)
-        return dist__err(EIO, "lock '%s': %s", what, dist_last_error()),
-               DIST__EDEPOSED;
-    if (vrc != 0)
-        return dist__err(vrc, "lock '%s': %s, so it was given back", what,
-                         dist_last_error());
-    return rc == 0 ? 0 : dist__err(rc, "%s", why);
+        return dist__err(EIO, "lock '%s': %s", what, why), DIST__EDEPOSED;
+    return dist__err(DIST_ENOREPLICA, "lock '%s': %s; the hold was given "
+                     "back", what, why), DIST__EATTACHING;
 }
 
 void dist__route_adopt(const struct dist__addr *m)

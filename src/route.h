@@ -60,6 +60,11 @@ void dist__topo_on_change(void (*fn)(void));
 /* A hold was taken on a master the sentinels no longer name: nothing is
  * held (give back what the script took there), try again on the new one. */
 #define DIST__EDEPOSED (-5)
+/* A hold was taken on the master the sentinels name, but it has fewer
+ * replicas attached than they see up (a failover under way: the new
+ * master's replicas still attaching, or the old one's being promoted):
+ * given back; DIST_ENOREPLICA unless the call may try again shortly. */
+#define DIST__EATTACHING (-6)
 
 /* What an error reply asks of the caller. */
 enum dist__redirect {
@@ -100,9 +105,9 @@ int dist__route_eval(int script, int nkeys, const struct dist__buf *kv,
 /* After a script on l (from dist__route_eval) took a lock: replica sync
  * (dist__link_wait_replicas), and on Sentinel, when l's server listed no
  * replica or none acknowledged, the sentinels' word on it
- * (dist__topo_vouch).  0, DIST_ENOREPLICA, DIST__ECONN, or DIST__EDEPOSED
- * with *now the master they name instead, the reason in the thread's
- * error. */
+ * (dist__topo_vouch).  0, DIST_ENOREPLICA, DIST__ECONN, DIST__EATTACHING,
+ * or DIST__EDEPOSED with *now the master they name instead, the reason in
+ * the thread's error. */
 int dist__route_wait_replicas(struct dist__link *l, unsigned long ms,
                               const char *what, struct dist__addr *now);
 

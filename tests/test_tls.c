@@ -447,30 +447,27 @@ static long long holds_of(const char *name)
 }
 
 struct try_other {
-    const char *name;
+    dist_mutex_t *m;
     int rc;
 };
 
-/* In a thread of its own, with an object of its own: this thread's holds
- * would count as its own re-entry, and its destroy as busy. */
+/* In a thread of its own: this thread's holds would count as its own
+ * re-entry. */
 static void *try_other_main(void *arg)
 {
     struct try_other *t = arg;
-    dist_mutex_t o;
 
-    if (dist_mutex_init(&o, t->name, NULL) != 0)
-        return NULL;
-    t->rc = dist_mutex_trylock(&o);
+    t->rc = dist_mutex_trylock(t->m);
     if (t->rc == 0)
-        dist_mutex_unlock(&o);
-    dist_mutex_destroy(&o);
+        dist_mutex_unlock(t->m);
     return NULL;
 }
 
-/* What another thread's trylock on name gives now. */
-static int other_trylock(const char *name)
+/* What another thread's trylock on o (an object of its own: destroying
+ * it while this thread holds the name is refused) gives now. */
+static int other_trylock(dist_mutex_t *o)
 {
-    struct try_other t = { name, -1 };
+    struct try_other t = { o, -1 };
     pthread_t th;
 
     assert_int_equal(pthread_create(&th, NULL, try_other_main, &t), 0);
@@ -488,7 +485,7 @@ static void test_lost_reply_tls(void **state)
 {
     char name[200], url[600];
     unsigned long fired;
-    dist_mutex_t m;
+    dist_mutex_t m, o;
     tu_proxy_t *p;
 
     (void)state;
@@ -499,6 +496,7 @@ static void test_lost_reply_tls(void **state)
              tu_proxy_port(p), file(0, "ca.crt"));
     assert_int_equal(dist_set_url(url), 0);
     assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
+    assert_int_equal(dist_mutex_init(&o, name, NULL), 0);
     assert_int_equal(dist_mutex_lock(&m), 0);       /* connected, idle */
     assert_int_equal(dist_mutex_unlock(&m), 0);
     fired = tu_proxy_faults_fired(p);
@@ -507,7 +505,7 @@ static void test_lost_reply_tls(void **state)
     assert_int_equal(dist_mutex_lock(&m), 0);
     assert_int_equal(tu_proxy_faults_fired(p), fired + 1);
     assert_int_equal(holds_of(name), 1);
-    assert_int_equal(other_trylock(name), EBUSY);
+    assert_int_equal(other_trylock(&o), EBUSY);
     assert_int_equal(dist_mutex_unlock(&m), 0);
     assert_int_equal(exists(name), 0);
 
@@ -517,7 +515,7 @@ static void test_lost_reply_tls(void **state)
     assert_int_equal(tu_proxy_faults_fired(p), fired + 2);
     assert_int_equal(exists(name), 0);
     assert_int_equal(dist_mutex_unlock(&m), EPERM);
-    assert_int_equal(other_trylock(name), 0);
+    assert_int_equal(other_trylock(&o), 0);
 
     tu_proxy_drop_next_request(p);                   /* acquire never ran */
     assert_int_equal(dist_mutex_lock(&m), 0);
@@ -526,6 +524,7 @@ static void test_lost_reply_tls(void **state)
     assert_int_equal(dist_mutex_unlock(&m), 0);
     assert_int_equal(exists(name), 0);
     assert_int_equal(dist_mutex_destroy(&m), 0);
+    assert_int_equal(dist_mutex_destroy(&o), 0);
     use_tls(&srv);                   /* off the proxy before it goes */
     tu_proxy_stop(p);
 }
