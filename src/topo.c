@@ -312,14 +312,17 @@ static const char *field_of(const redisReply *e, const char *name)
 
 /* Whether one entry of SENTINEL REPLICAS is a copy of the master the
  * sentinel sees up: a replica by its own word (an old master not yet
- * demoted is listed too, saying master), not down or disconnected.  A
- * replica being promoted counts until the sentinel sees it as a master,
- * which is when it names it. */
+ * demoted is listed too, saying master) whose link to the master is up
+ * (one still in its first sync is not a copy yet, and a master's ROLE
+ * lists only replicas online), not down or disconnected.  A replica being
+ * promoted counts until the sentinel sees it as a master, which is when
+ * it names it. */
 static int replica_up(const redisReply *e)
 {
     const char *flags = field_of(e, "flags");
 
     return strcmp(field_of(e, "role-reported"), "slave") == 0 &&
+           strcmp(field_of(e, "master-link-status"), "ok") == 0 &&
            !strstr(flags, "s_down") && !strstr(flags, "o_down") &&
            !strstr(flags, "disconnected");
 }
