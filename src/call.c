@@ -128,7 +128,10 @@ static void settled(struct dist__rec *r)
 /* Before any call: the owner's standing, in c->n.  Waits for an earlier
  * unknown outcome to be settled first.  *held is 1 for live holds, 0 for
  * none, -1 for holds that were lost (the record is dropped). */
-static int prepare(struct dist__call *c, int *held)
+/* prepare, waiting for an unknown outcome to be settled no later than
+ * deadline (monotonic ms; 0: none) when the caller has one: ETIMEDOUT
+ * then. */
+static int prepare_until(struct dist__call *c, int *held, uint64_t deadline)
 {
     struct dist__state *st = c->o->st;
     struct dist__rec *r;
@@ -141,10 +144,16 @@ static int prepare(struct dist__call *c, int *held)
         pthread_mutex_unlock(&st->mu);
         if (!until)
             until = dist__now_ms() + dist__timeout_ms() * 2;
+        if (deadline && deadline < until)
+            until = deadline;
         rc = dist__renew_settle(h, until);
         pthread_mutex_lock(&st->mu);
         if (rc != 0) {
             pthread_mutex_unlock(&st->mu);
+            if (until == deadline && dist__now_ms() >= deadline)
+                rc = dist__err(ETIMEDOUT, "%s '%s': deadline passed while an "
+                               "earlier call's outcome was being settled",
+                               c->o->kind->noun, name_of(c));
             return rc;
         }
         settled(r);
@@ -159,6 +168,11 @@ static int prepare(struct dist__call *c, int *held)
         dist__rec_drop(st, r);
     pthread_mutex_unlock(&st->mu);
     return 0;
+}
+
+static int prepare(struct dist__call *c, int *held)
+{
+    return prepare_until(c, held, 0);
 }
 
 /* Hands c's unknown outcome to the renewal thread: r's counts are what the
@@ -623,7 +637,7 @@ static int acquire(struct dist__obj *o, int mode, int try_only,
     uint64_t t0 = dist__now_ms();
     int rc, held, queued, fresh, waited = 0;
 
-    if ((rc = prepare(&c, &held)) != 0)
+    if ((rc = prepare_until(&c, &held, first_deadline(dl))) != 0)
         return rc;
     if ((rc = k->plan(&c, try_only)) != 0)
         return failed(&c, rc);
