@@ -547,32 +547,26 @@ static int replica_sync(struct dist__call *c)
 }
 
 #define MAX_SURPLUS 8       /* resurrected holds of ours given back at once */
-#define ANEW (-20)          /* acquire's word: all given back, take it anew */
 
 /* A fresh hold that the server counts more than once: a release of ours
  * was undone since (a failover promoted a replica it had not reached yet:
- * releases are not waited for).  Kept, it would leave the lock held after
- * the owner's last unlock, renewed for an owner that believes it free,
- * and its fencing token would be the old hold's.  So every hold is given
- * back, and the caller takes the lock anew: ANEW, or 0 when that failed
- * (the hold stays as it is).  A semaphore's count is its permits: not for
- * them. */
-static int shed_surplus(struct dist__call *c)
+ * releases are not waited for).  The surplus is given back now, down to
+ * the one hold this call took; else the owner's last unlock would leave
+ * the lock held, renewed for it while it believes it free.  (The hold
+ * keeps the old one's fencing token: taking it anew instead made timed
+ * calls overrun their deadlines under faults.)  A semaphore's count is
+ * its permits: not for them. */
+static void shed_surplus(struct dist__call *c)
 {
     struct dist__call back = { .o = c->o, .mode = c->mode };
     int held, i;
 
     if (c->o->kind->family == DIST__FAM_SEM)
-        return 0;
-    for (i = 0; i < MAX_SURPLUS; i++) {
-        if (prepare(&back, &held) != 0)
-            return 0;
-        if (held != 1)
-            return ANEW;
-        if (release_held(&back) != 0)
-            return 0;
-    }
-    return 0;
+        return;
+    for (i = 0; i < MAX_SURPLUS; i++)
+        if (prepare(&back, &held) != 0 || held != 1 ||
+            back.n[back.mode] <= 1 || release_held(&back) != 0)
+            return;
 }
 
 /* Whether why starts with "<noun> '<name>'" already.  Only the start
@@ -664,8 +658,8 @@ static int acquire(struct dist__obj *o, int mode, int try_only,
     fresh = c.n[0] + c.n[1] == 0;
     if (record(&c) != 0)
         return dist__err(ENOMEM, "out of memory");
-    if (fresh && c.count > 1 && shed_surplus(&c) == ANEW)
-        return ANEW;
+    if (fresh && c.count > 1)
+        shed_surplus(&c);
     /* a reentrant hold adds to one a replica has already */
     if (fresh || c.lost)
         rc = replica_sync(&c);
@@ -699,10 +693,9 @@ static int may_wait_attach(int try_only, const struct dist__deadline *dl,
 }
 
 /* acquire, again while the hold it took was on a master the sentinels
- * had just replaced (DIST__EDEPOSED: the map points at the new one then),
- * was one of before a failover (ANEW), or was on a master whose replicas
- * are still attaching (DIST__EATTACHING), each try within the caller's
- * deadline. */
+ * had just replaced (DIST__EDEPOSED: the map points at the new one then)
+ * or on one whose replicas are still attaching (DIST__EATTACHING), each
+ * try within the caller's deadline. */
 static int acquire_on_master(struct dist__obj *o, int mode, int try_only,
                              const struct dist__deadline *dl, int courtesy)
 {
@@ -711,7 +704,7 @@ static int acquire_on_master(struct dist__obj *o, int mode, int try_only,
 
     for (;;) {
         rc = acquire(o, mode, try_only, dl, courtesy);
-        if ((rc == DIST__EDEPOSED || rc == ANEW) && ++tries < MAX_DEPOSED)
+        if (rc == DIST__EDEPOSED && ++tries < MAX_DEPOSED)
             continue;
         if (rc == DIST__EATTACHING && may_wait_attach(try_only, dl, t0))
             continue;
@@ -719,10 +712,6 @@ static int acquire_on_master(struct dist__obj *o, int mode, int try_only,
     }
     if (rc == DIST__EDEPOSED)
         return EIO;
-    if (rc == ANEW)
-        return dist__err(EIO, "%s '%s': its holds of before a failover came "
-                         "back each time it was taken", o->kind->noun,
-                         o->st->names->name.p);
     return rc == DIST__EATTACHING ? DIST_ENOREPLICA : rc;
 }
 
