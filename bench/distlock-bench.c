@@ -1526,6 +1526,34 @@ static void scenario_s2(redisContext *c)
 static const char s3_lock[] = "bench-s3";
 static int a2b[2], b2a[2];
 
+/* s3 with TLS beside plain (scenario_s3_tls): rounds in chunks of
+ * S3_CHUNK, plain and TLS by turns; both processes switch their URL at a
+ * chunk's start, and its first S3_CHUNK_WARM rounds (new connections and
+ * handshakes, a new subscription) are not counted. */
+#define S3_CHUNK 20
+#define S3_CHUNK_WARM 3
+static int s3_mix;
+
+static int s3_round_tls(int round)
+{
+    return round >= 0 && (round / S3_CHUNK) % 2 == 1;
+}
+
+/* At a chunk's start in the mixed run: this process onto its URL. */
+static int s3_switch(int round)
+{
+    const char *to;
+    int rc;
+
+    if (!s3_mix || round < 0 || round % S3_CHUNK != 0)
+        return 0;
+    to = getenv(s3_round_tls(round) ? "DISTLOCK_BENCH_TLS_URL"
+                                    : "DISTLOCK_URL");
+    if ((rc = dist_set_url(to)) != 0)
+        return dfail("dist_set_url", rc);
+    return 0;
+}
+
 static int put(int fd, char c)
 {
     ssize_t n;
@@ -1563,6 +1591,8 @@ static int s3_a(int unused)
     if ((rc = bench_mutex_init(&m, s3_lock)) != 0)
         return dfail("dist_mutex_init", rc);
     for (round = -P.s3_warm; round < P.s3_rounds; round++) {
+        if (s3_switch(round) != 0)
+            return -1;
         if ((rc = dist_mutex_lock(&m)) != 0)
             return dfail("A: dist_mutex_lock", rc);
         if (put(a2b[1], 'G') || get(b2a[0], 'R') < 0)
@@ -1601,7 +1631,7 @@ static int s3_b(int unused)
             break;
         if (c != 'G')
             return fail("s3 protocol: B got '%c'", c);
-        if (put(b2a[1], 'R'))
+        if (s3_switch(round) != 0 || put(b2a[1], 'R'))
             return -1;
         rc = dist_mutex_lock(&m);
         t1 = now_ns();
@@ -1685,6 +1715,76 @@ static void scenario_s3(redisContext *c)
     jnum(&j, "target_max_ms", 50.0);
     jint(&j, "early", early);
     jbool(&j, "ok", p50 <= tgt_p50 && p99 < 2.0 && mx < 50.0 && early == 0);
+    jend(&j);
+}
+
+/* p50 of the hand-offs of the rounds of one transport in the mixed run,
+ * the warm-up rounds of each chunk left out; *n gets their number. */
+static double s3_mixed_p(int tls, double q, int *n)
+{
+    uint64_t lat[1000];
+    int i;
+
+    *n = 0;
+    for (i = 0; i < P.s3_rounds && i < 1000; i++)
+        if (s3_round_tls(i) == tls && i % S3_CHUNK >= S3_CHUNK_WARM &&
+            sh->s3.t1[i] >= sh->s3.t0[i])
+            lat[(*n)++] = sh->s3.t1[i] - sh->s3.t0[i];
+    qsort(lat, (size_t)*n, sizeof *lat, cmp_u64);
+    return (double)pct(lat, (size_t)*n, q) / 1e6;
+}
+
+/* S3 over TLS beside S3 plain, in alternate chunks of rounds of one run
+ * (the same two processes, the same machine load). */
+static void scenario_s3_tls(redisContext *c)
+{
+    double pp50, pp99, tp50, tp99;
+    char b1[32], b2[32];
+    struct kids k = { 0 };
+    struct jobj j;
+    int np, nt, rc;
+
+    reset_shared();
+    del_lock_keys(c, s3_lock);
+    if (pipe(a2b) != 0 || pipe(b2a) != 0) {
+        fail("pipe: %s", strerror(errno));
+        report_error("s3");
+        return;
+    }
+    s3_mix = 1;
+    rc = spawn(&k, s3_a, 0);
+    if (rc == 0)
+        rc = spawn(&k, s3_b, 0);
+    s3_mix = 0;
+    close(a2b[0]);
+    close(a2b[1]);
+    close(b2a[0]);
+    close(b2a[1]);
+    if (rc != 0 || kids_wait(&k, P.s3_rounds * 0.2 + 120) != 0) {
+        if (rc != 0)
+            kids_kill(&k);
+        report_error("s3");
+        return;
+    }
+    del_lock_keys(c, s3_lock);
+    pp50 = s3_mixed_p(0, 0.50, &np);
+    pp99 = s3_mixed_p(0, 0.99, &np);
+    tp50 = s3_mixed_p(1, 0.50, &nt);
+    tp99 = s3_mixed_p(1, 0.99, &nt);
+    snprintf(b2, sizeof b2, "p99 %.3f", pp99);
+    row("s3", "hand-off p50, plain, interleaved with TLS",
+        fmtd(b1, sizeof b1, pp50, 3), "ms", b2, NULL);
+    snprintf(b2, sizeof b2, "p99 %.3f", tp99);
+    row("s3", "hand-off p50, TLS, interleaved with plain",
+        fmtd(b1, sizeof b1, tp50, 3), "ms", b2, NULL);
+    jstart(&j, "s3_tls");
+    jint(&j, "plain_handoffs", np);
+    jint(&j, "tls_handoffs", nt);
+    jnum(&j, "plain_p50_ms", pp50);
+    jnum(&j, "plain_p99_ms", pp99);
+    jnum(&j, "tls_p50_ms", tp50);
+    jnum(&j, "tls_p99_ms", tp99);
+    jnum(&j, "ratio_tls_plain_p50", pp50 > 0 ? tp50 / pp50 : 0);
     jend(&j);
 }
 
@@ -2683,6 +2783,8 @@ int main(int argc, char **argv)
             scenario_s1t(c);
         contended(c, SC_S2, scenario_s2, 0);
         contended(c, SC_S3, scenario_s3, 0);
+        if (wanted(SC_S3) && getenv("DISTLOCK_BENCH_TLS_URL"))
+            scenario_s3_tls(c);
         contended(c, SC_S2F, scenario_s2, 1);
         contended(c, SC_S3F, scenario_s3, 1);
     }

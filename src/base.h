@@ -76,6 +76,8 @@ struct dist__tls_opts {
     char ca[256];                 /* CA file or directory; "": system store */
     char cert[256];               /* client certificate (mutual TLS) */
     char key[256];                /* its key; "": in the cert file */
+    char key_pass[256];           /* the key's passphrase; "": none.  Never
+                                   * in a message or log */
     char name[256];               /* name to verify; "": each server's host */
 };
 

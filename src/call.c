@@ -126,10 +126,11 @@ static void settled(struct dist__rec *r)
 }
 
 /* Before any call: the owner's standing, in c->n.  Waits for an earlier
- * unknown outcome to be settled first (for two command timeouts, or until
- * bound, monotonic ms, when that is sooner).  *held is 1 for live holds, 0
- * for none, -1 for holds that were lost (the record is dropped). */
-static int prepare_by(struct dist__call *c, int *held, uint64_t bound)
+ * unknown outcome to be settled first: for two command timeouts, or until
+ * deadline (monotonic ms; 0: none) when that is sooner, and ETIMEDOUT
+ * then.  *held is 1 for live holds, 0 for none, -1 for holds that were
+ * lost (the record is dropped). */
+static int prepare_until(struct dist__call *c, int *held, uint64_t deadline)
 {
     struct dist__state *st = c->o->st;
     struct dist__rec *r;
@@ -142,13 +143,17 @@ static int prepare_by(struct dist__call *c, int *held, uint64_t bound)
         pthread_mutex_unlock(&st->mu);
         if (!until) {
             until = dist__now_ms() + dist__timeout_ms() * 2;
-            if (bound && bound < until)
-                until = bound;
+            if (deadline && deadline < until)
+                until = deadline;
         }
         rc = dist__renew_settle(h, until);
         pthread_mutex_lock(&st->mu);
         if (rc != 0) {
             pthread_mutex_unlock(&st->mu);
+            if (until == deadline && dist__now_ms() >= deadline)
+                rc = dist__err(ETIMEDOUT, "%s '%s': deadline passed while an "
+                               "earlier call's outcome was being settled",
+                               c->o->kind->noun, name_of(c));
             return rc;
         }
         settled(r);
@@ -167,11 +172,11 @@ static int prepare_by(struct dist__call *c, int *held, uint64_t bound)
 
 static int prepare(struct dist__call *c, int *held)
 {
-    return prepare_by(c, held, 0);
+    return prepare_until(c, held, 0);
 }
 
-/* The latest a timed call's commands and waits may end: one command
- * timeout past the caller's deadline (monotonic ms; 0: none, 0 too). */
+/* The latest a timed call's commands may end: one command timeout past
+ * the caller's deadline (monotonic ms; 0: none, 0 too). */
 static uint64_t past_deadline(uint64_t deadline)
 {
     return deadline ? deadline + dist__timeout_ms() + 1 : 0;
@@ -405,7 +410,7 @@ static int try_patiently(struct dist__call *c, uint64_t deadline)
         if (c->unknown) {
             note_unknown(c);
             c->unknown = 0;
-            while (prepare_by(c, &held, past_deadline(deadline)) != 0) {
+            while (prepare_until(c, &held, past_deadline(deadline)) != 0) {
                 now = dist__now_ms();
                 if (now >= give_up) {
                     c->unknown = 1;    /* still unknown: the caller says so */
@@ -752,25 +757,81 @@ static void behind_done(struct dist__call *c, int rc)
 static int release_held(struct dist__call *c);
 static void give_back_one(struct dist__obj *o);
 
+/* Gives back the hold c's acquire just took.  A release refused (a master
+ * being demoted answers READONLY until the map moves on) goes to the
+ * renewal thread as an unknown outcome, which it settles with the
+ * conditional release; this thread's next acquire waits for that.
+ * Dropping the count here instead would leave the hold on the server, and
+ * the next acquire would find it there and count one hold too many. */
+static void give_back(struct dist__call *c)
+{
+    struct dist__call back = { .o = c->o, .mode = c->mode };
+    struct dist__state *st = c->o->st;
+    struct dist__rec *r;
+    int held;
+
+    if (prepare(&back, &held) != 0 || held != 1)
+        return;
+    if (release_held(&back) != EIO || back.unknown)
+        return;
+    pthread_mutex_lock(&st->mu);
+    if ((r = dist__rec_find(st)) != NULL && r->n[back.mode] > 0) {
+        r->n[back.mode]--;
+        hand_over(&back, r);
+    }
+    pthread_mutex_unlock(&st->mu);
+}
+
 /* A new hold is only as safe as its copy on a replica: without one, it is
  * given back (see DIST_ENOREPLICA). */
 static int replica_sync(struct dist__call *c)
 {
-    struct dist__call back = { .o = c->o, .mode = c->mode };
+    struct dist__addr now;
     char why[256];
-    int rc, held;
+    int rc;
 
-    rc = dist__link_wait_replicas(c->on, dist__replica_wait_ms(), name_of(c));
-
+    rc = dist__route_wait_replicas(c->on, dist__replica_wait_ms(),
+                                   name_of(c), &now);
     if (rc == 0)
         return 0;
     dist__stat_add(DIST__ST_NOREPLICA, 1);
     snprintf(why, sizeof why, "%s", dist_last_error());
-    if (prepare(&back, &held) == 0 && held == 1)
-        release_held(&back);
+    /* on a deposed master too, while the map still points there: it is a
+     * master until the sentinels demote it, and the hold would block its
+     * other clients until then */
+    give_back(c);
+    if (rc == DIST__EDEPOSED) {
+        dist__route_adopt(&now);
+        return dist__err(EIO, "%s", why), DIST__EDEPOSED;
+    }
+    if (rc == DIST__EATTACHING)
+        return dist__err(DIST_ENOREPLICA, "%s", why), DIST__EATTACHING;
     if (rc == DIST_ENOREPLICA)
         return dist__err(rc, "%s", why);
     return dist__err(EIO, "%s; the hold is given back", why);
+}
+
+#define MAX_SURPLUS 8       /* resurrected holds of ours given back at once */
+
+/* A fresh hold that the server counts more than once: a release of ours
+ * was undone since (a failover promoted a replica it had not reached yet:
+ * releases are not waited for).  The surplus is given back now, down to
+ * the one hold this call took; else the owner's last unlock would leave
+ * the lock held, renewed for it while it believes it free.  (The hold
+ * keeps the old one's fencing token: taking it anew instead made timed
+ * calls overrun their deadlines under faults.)  A semaphore's count is
+ * its permits: not for them. */
+static void shed_surplus(struct dist__call *c)
+{
+    struct dist__call back = { .o = c->o, .mode = c->mode };
+    int held, i;
+
+    if (c->o->kind->family == DIST__FAM_SEM)
+        return;
+    for (i = 0; i < MAX_SURPLUS; i++)
+        if (prepare(&back, &held) != 0 || held != 1 ||
+            back.n[back.mode] <= 1 || release_held(&back) != 0)
+            return;
 }
 
 /* Whether why starts with "<noun> '<name>'" already.  Only the start
@@ -853,7 +914,7 @@ static int acquire(struct dist__obj *o, int mode, int try_only,
     int rc, held, queued, fresh, waited = 0;
 
     /* an earlier lost reply is settled first, within the deadline too */
-    if ((rc = prepare_by(&c, &held, past_deadline(first_deadline(dl)))) != 0)
+    if ((rc = prepare_until(&c, &held, first_deadline(dl))) != 0)
         return rc;
     if ((rc = k->plan(&c, try_only)) != 0)
         return failed(&c, rc);
@@ -882,6 +943,8 @@ static int acquire(struct dist__obj *o, int mode, int try_only,
     fresh = c.n[0] + c.n[1] == 0;
     if (record(&c) != 0)
         return dist__err(ENOMEM, "out of memory");
+    if (fresh && c.count > 1)
+        shed_surplus(&c);
     /* a reentrant hold adds to one a replica has already */
     if (fresh || c.lost)
         rc = replica_sync(&c);
@@ -905,10 +968,55 @@ static void give_back_one(struct dist__obj *o)
         release_held(&back);
 }
 
+#define MAX_DEPOSED 4       /* acquires that may find their master deposed */
+#define ATTACH_PAUSE_MS 100 /* between tries while replicas attach */
+
+/* Whether a call that may wait can try again, after a pause, while the
+ * master's replicas attach (DIST__EATTACHING): until the caller's
+ * deadline, or for the patience a call has for a Redis that cannot be
+ * reached (a failover takes that long); never for a try. */
+static int may_wait_attach(int try_only, const struct dist__deadline *dl,
+                           uint64_t t0)
+{
+    uint64_t until = first_deadline(dl), now = dist__now_ms();
+
+    if (try_only)
+        return 0;
+    if (!until)
+        until = t0 + dist__patience_ms();
+    if (now + ATTACH_PAUSE_MS >= until)
+        return 0;
+    dist__sleep_ms(ATTACH_PAUSE_MS);
+    return 1;
+}
+
+/* acquire, again while the hold it took was on a master the sentinels
+ * had just replaced (DIST__EDEPOSED: the map points at the new one then)
+ * or on one whose replicas are still attaching (DIST__EATTACHING), each
+ * try within the caller's deadline. */
+static int acquire_on_master(struct dist__obj *o, int mode, int try_only,
+                             const struct dist__deadline *dl, int courtesy)
+{
+    uint64_t t0 = dist__now_ms();
+    int rc, tries = 0;
+
+    for (;;) {
+        rc = acquire(o, mode, try_only, dl, courtesy);
+        if (rc == DIST__EDEPOSED && ++tries < MAX_DEPOSED)
+            continue;
+        if (rc == DIST__EATTACHING && may_wait_attach(try_only, dl, t0))
+            continue;
+        break;
+    }
+    if (rc == DIST__EDEPOSED)
+        return EIO;
+    return rc == DIST__EATTACHING ? DIST_ENOREPLICA : rc;
+}
+
 int dist__acquire(struct dist__obj *o, int mode, int try_only,
                   const struct dist__deadline *dl)
 {
-    int rc = acquire(o, mode, try_only, dl, 1);
+    int rc = acquire_on_master(o, mode, try_only, dl, 1);
 
     report_lost_notes();
     return rc;
@@ -916,7 +1024,7 @@ int dist__acquire(struct dist__obj *o, int mode, int try_only,
 
 int dist__reacquire(struct dist__obj *o)
 {
-    int rc = acquire(o, 0, 0, NULL, 0);
+    int rc = acquire_on_master(o, 0, 0, NULL, 0);
 
     report_lost_notes();
     return rc;

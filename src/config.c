@@ -115,7 +115,8 @@ static int parse_hostport(const char *p, const char *end, struct dist__addr *a,
 }
 
 /* One TLS option of a URL's query, n bytes at p: tls_ca=, tls_cert=,
- * tls_key=, tls_server_name= (%XX escapes decoded) or tls_insecure=0|1.
+ * tls_key=, tls_key_pass=, tls_server_name= (%XX escapes decoded) or
+ * tls_insecure=0|1.
  * 0, EINVAL, or -1 when p is no TLS option. */
 static int parse_tls_opt(const char *p, size_t n, struct dist__tls_opts *t,
                          char *why, size_t whylen)
@@ -124,8 +125,10 @@ static int parse_tls_opt(const char *p, size_t n, struct dist__tls_opts *t,
         { "tls_ca=", offsetof(struct dist__tls_opts, ca) },
         { "tls_cert=", offsetof(struct dist__tls_opts, cert) },
         { "tls_key=", offsetof(struct dist__tls_opts, key) },
+        { "tls_key_pass=", offsetof(struct dist__tls_opts, key_pass) },
         { "tls_server_name=", offsetof(struct dist__tls_opts, name) },
     };
+    const char *eq = memchr(p, '=', n);
     size_t i, k;
 
     if (n >= 4 && strncmp(p, "tls=", 4) == 0)
@@ -150,8 +153,10 @@ static int parse_tls_opt(const char *p, size_t n, struct dist__tls_opts *t,
             return 0;
         }
     }
+    /* the name only: a misspelt tls_key_pass= must not show its value */
     return BAD("unexpected '%.*s' (the TLS options are tls_ca=, tls_cert=, "
-               "tls_key=, tls_server_name= and tls_insecure=1)", (int)n, p);
+               "tls_key=, tls_key_pass=, tls_server_name= and tls_insecure=1)",
+               (int)(eq ? (size_t)(eq - p) + 1 : n), p);
 }
 
 /* ?opt[&opt]...: db=N and the TLS options; 0 or EINVAL. */
@@ -502,6 +507,7 @@ static void tls_env(struct dist__tls_opts *t)
         { "DISTLOCK_TLS_CA", offsetof(struct dist__tls_opts, ca) },
         { "DISTLOCK_TLS_CERT", offsetof(struct dist__tls_opts, cert) },
         { "DISTLOCK_TLS_KEY", offsetof(struct dist__tls_opts, key) },
+        { "DISTLOCK_TLS_KEY_PASS", offsetof(struct dist__tls_opts, key_pass) },
         { "DISTLOCK_TLS_SERVER_NAME", offsetof(struct dist__tls_opts, name) },
     };
     const char *s;

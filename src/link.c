@@ -76,6 +76,7 @@ struct dist__link {
     unsigned long timeout_ms;
     int own_timeout;           /* timeout_ms is not DISTLOCK_TIMEOUT_MS */
     int replicas;              /* connected replicas ROLE listed; -1 unknown */
+    int replicas_most;         /* the most ROLE ever listed on this link */
     uint64_t role_ms;          /* when ROLE was read; 0 never */
     struct dist__addr addr;
     char where[264];           /* "host:port", "unix:PATH" */
@@ -169,6 +170,36 @@ static int speaks_tls(const struct dist__link *l)
     yes = dist__tls_speaks(fd, until);
     close(fd);
     return yes;
+}
+
+/* Whether l's server answers PING in plain text on a second connection
+ * (a reply of either kind, '+' or '-', such as NOAUTH): a TLS client whose
+ * ClientHello it ignores would otherwise wait out its timeout.  Half a
+ * second at most, as speaks_tls. */
+static int speaks_plain(void *arg)
+{
+    const struct dist__link *l = arg;
+    uint64_t until = dist__link_deadline(l), cap = dist__now_ms() + 500;
+    char e[128], c = 0;
+    struct pollfd p;
+    int fd, n = -1;
+
+    until = cap < until ? cap : until;
+    if (!l->addr.port ||
+        (fd = dial_tcp(l->addr.host, l->addr.port, until, e, sizeof e)) < 0)
+        return 0;
+    p.fd = fd;
+    p.events = POLLIN;
+    if (send(fd, "PING\r\n", 6, MSG_NOSIGNAL) == 6) {
+        uint64_t now;
+        while ((now = dist__now_ms()) < until &&
+               (n = poll(&p, 1, (int)(until - now))) < 0 && errno == EINTR)
+            ;
+        if (n > 0)
+            n = (int)recv(fd, &c, 1, 0);
+    }
+    close(fd);
+    return n == 1 && (c == '+' || c == '-');
 }
 
 /* A server that resets or closes the connection before any reply may be a
@@ -451,11 +482,12 @@ static int start_tls(struct dist__link *l, const struct dist__cfg *cfg,
                      char *why, size_t whylen)
 {
     const char *ping[1] = { "PING" };
+    struct dist__tls_probe pr = { speaks_plain, l };
     redisReply *r;
     int rc;
 
-    rc = dist__tls_open(cfg, &l->addr, l->fd, dist__link_deadline(l), &l->tls,
-                        why, whylen);
+    rc = dist__tls_open(cfg, &l->addr, l->fd, dist__link_deadline(l), &pr,
+                        &l->tls, why, whylen);
     if (rc == EPROTO)
         dist__hopeless_set();
     if (rc)
@@ -1123,6 +1155,8 @@ int dist__link_role(struct dist__link *l)
         return 1;
     }
     master = dist__role_of(r, &l->replicas, &role);
+    if (l->replicas > l->replicas_most)
+        l->replicas_most = l->replicas;
     if (!master)
         snprintf(l->err, sizeof l->err, "not a master (ROLE says %s)", role);
     freeReplyObject(r);
@@ -1146,16 +1180,19 @@ static int wait_one(struct dist__link *l, unsigned long ms, redisReply **out)
 }
 
 int dist__link_wait_replicas(struct dist__link *l, unsigned long ms,
-                             const char *what)
+                             const char *what, int *listed, int *most)
 {
     redisReply *r;
     long long acked;
 
+    *listed = *most = -1;
     if (!ms || !l || l->broken)
         return 0;
     if (dist__now_ms() >= l->role_ms + ROLE_MAX_AGE_MS &&
         dist__link_role(l) == -1)
         return dist__err(EIO, "ROLE: %s", dist__link_error(l)), DIST__ECONN;
+    *listed = l->replicas;
+    *most = l->replicas_most;
     if (l->replicas <= 0)
         return 0;
     if (wait_one(l, ms, &r) != 0) {

@@ -144,9 +144,12 @@ int dist__role_of(const redisReply *r, int *replicas, const char **role);
  * l's server to acknowledge it (WAIT 1 ms), reading ROLE first when the
  * replica count is older than a second.  0 when one did, the server has no
  * replicas, or ms is 0; DIST_ENOREPLICA when none did; DIST__ECONN when l
- * failed meanwhile.  what names the lock in the message (thread's error). */
+ * failed meanwhile.  what names the lock in the message (thread's error).
+ * *listed gets the replicas ROLE listed, *most the most it ever listed on
+ * l (both -1 when nothing was checked): fewer than before may mean l's
+ * server was just deposed (dist__route_wait_replicas). */
 int dist__link_wait_replicas(struct dist__link *l, unsigned long ms,
-                             const char *what);
+                             const char *what, int *listed, int *most);
 
 /* Integer element i of an array reply: 0, or -1 when there is none. */
 int dist__reply_int(const redisReply *r, size_t i, long long *v);

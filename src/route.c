@@ -391,6 +391,41 @@ static int refused(const struct dist__script *s, redisReply **r, int why)
     return DIST__EREPLY;
 }
 
+int dist__route_wait_replicas(struct dist__link *l, unsigned long ms,
+                              const char *what, struct dist__addr *now)
+{
+    struct tconn *t = thread_conns();
+    int listed, most, rc, vrc;
+    char why[256];
+
+    rc = dist__link_wait_replicas(l, ms, what, &listed, &most);
+    if (!t || t->cfg.mode != DIST__MODE_SENTINEL || listed < 0 ||
+        (rc != 0 && rc != DIST_ENOREPLICA))
+        return rc;
+    /* acknowledged, on a master with as many replicas as it ever had */
+    if (rc == 0 && listed > 0 && listed >= most)
+        return 0;
+    if (rc != 0)                    /* WAIT's own words come first */
+        snprintf(why, sizeof why, "%s", dist_last_error());
+    vrc = dist__topo_vouch(&t->cfg, dist__link_addr(l),
+                           rc == 0 ? listed : -1, now);
+    if (vrc == 0)
+        return rc == 0 ? 0 : dist__err(rc, "%s", why);
+    snprintf(why, sizeof why, "%s", dist_last_error());
+    if (vrc == DIST__EDEPOSED)
+        return dist__err(EIO, "lock '%s': %s", what, why), DIST__EDEPOSED;
+    return dist__err(DIST_ENOREPLICA, "lock '%s': %s; the hold was given "
+                     "back", what, why), DIST__EATTACHING;
+}
+
+void dist__route_adopt(const struct dist__addr *m)
+{
+    struct tconn *t = thread_conns();
+
+    if (t)
+        dist__topo_adopt(&t->cfg, m);
+}
+
 int dist__route_eval(int script, int nkeys, const struct dist__buf *kv,
                      int nkv, redisReply **out, struct dist__link **on)
 {

@@ -29,6 +29,22 @@ void dist__topo_moved(int slot, const struct dist__addr *to);  /* MOVED */
  * master until they demote it).  EIO with the reason when they name
  * another; 0 when they name a, when none answers, and in the other modes. */
 int dist__topo_confirm(const struct dist__cfg *cfg, const struct dist__addr *a);
+/* Sentinel, after a hold was taken on a with replica sync on, when a
+ * listed fewer replicas (ROLE) than before or none at all, or none
+ * acknowledged the hold: asks the sentinels whether a is still the master.
+ * Just after a failover the old master answers as one, with no replica,
+ * for seconds, and a hold taken there is lost when it is demoted, while
+ * the new master grants the lock too.  DIST__EDEPOSED with *now when they
+ * name another; DIST_ENOREPLICA when they name a but see more replicas of
+ * it up than the `listed` it has attached (one is being promoted: a hold
+ * here would not survive it; -1: do not count); 0 otherwise, also when no
+ * sentinel answers, and in the other modes.  A master found fine with
+ * `listed` is not asked about again for half a second.  Leaves the map
+ * alone. */
+int dist__topo_vouch(const struct dist__cfg *cfg, const struct dist__addr *a,
+                     int listed, struct dist__addr *now);
+/* Takes m as the master the sentinels name (from dist__topo_vouch). */
+void dist__topo_adopt(const struct dist__cfg *cfg, const struct dist__addr *m);
 /* A connection failed or a node was not what the map said: ask again at
  * the next lookup. */
 void dist__topo_stale(void);
@@ -40,6 +56,15 @@ unsigned long dist__topo_epoch(void);
 void dist__topo_on_change(void (*fn)(void));
 
 /* ---- route.c ------------------------------------------------------------ */
+
+/* A hold was taken on a master the sentinels no longer name: nothing is
+ * held (give back what the script took there), try again on the new one. */
+#define DIST__EDEPOSED (-5)
+/* A hold was taken on the master the sentinels name, but it has fewer
+ * replicas attached than they see up (a failover under way: the new
+ * master's replicas still attaching, or the old one's being promoted):
+ * given back; DIST_ENOREPLICA unless the call may try again shortly. */
+#define DIST__EATTACHING (-6)
 
 /* What an error reply asks of the caller. */
 enum dist__redirect {
@@ -88,6 +113,18 @@ int dist__route_defer(int script, int nkeys, const struct dist__buf *kv,
                       struct dist__link **on);
 /* Reads what the calling thread's links owe, by until. */
 void dist__route_settle_thread(uint64_t until);
+
+/* After a script on l (from dist__route_eval) took a lock: replica sync
+ * (dist__link_wait_replicas), and on Sentinel, when l's server listed no
+ * replica or none acknowledged, the sentinels' word on it
+ * (dist__topo_vouch).  0, DIST_ENOREPLICA, DIST__ECONN, DIST__EATTACHING,
+ * or DIST__EDEPOSED with *now the master they name instead, the reason in
+ * the thread's error. */
+int dist__route_wait_replicas(struct dist__link *l, unsigned long ms,
+                              const char *what, struct dist__addr *now);
+
+/* dist__topo_adopt with the thread's settings. */
+void dist__route_adopt(const struct dist__addr *m);
 
 /* The same, for calls whose link nobody needs afterwards. */
 int dist__route_run(int script, int nkeys, const struct dist__buf *kv,

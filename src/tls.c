@@ -81,6 +81,38 @@ static int load_ca(SSL_CTX *ctx, const char *ca)
     return SSL_CTX_load_verify_locations(ctx, ca, NULL);
 }
 
+/* The passphrase of an encrypted key, from the options (userdata), or
+ * none: OpenSSL's own would prompt on the terminal, which a library must
+ * not do; the key then fails to load and the error says so. */
+static int key_pass(char *buf, int size, int rwflag, void *userdata)
+{
+    const char *pass = userdata;
+    size_t n = pass ? strlen(pass) : 0;
+
+    (void)rwflag;
+    if (!n || n > (size_t)size)
+        return 0;
+    memcpy(buf, pass, n);
+    return (int)n;
+}
+
+/* The client certificate and its key into ctx: 1, or 0 with OpenSSL's
+ * error queue saying why (never the passphrase). */
+static int use_cert(SSL_CTX *ctx, const struct dist__tls_opts *o,
+                    const char *key)
+{
+    int ok;
+
+    SSL_CTX_set_default_passwd_cb(ctx, key_pass);
+    SSL_CTX_set_default_passwd_cb_userdata(ctx, (void *)o->key_pass);
+    ok = SSL_CTX_use_certificate_chain_file(ctx, o->cert) == 1 &&
+         SSL_CTX_use_PrivateKey_file(ctx, key, SSL_FILETYPE_PEM) == 1 &&
+         SSL_CTX_check_private_key(ctx) == 1;
+    /* o is the caller's: nothing may point into it later */
+    SSL_CTX_set_default_passwd_cb_userdata(ctx, NULL);
+    return ok;
+}
+
 /* A new SSL_CTX for o: 0, or EIO with why (EPROTO: the options cannot
  * work, a file that cannot be used). */
 static int ctx_build(const struct dist__tls_opts *o, SSL_CTX **out, char *why,
@@ -115,12 +147,13 @@ static int ctx_build(const struct dist__tls_opts *o, SSL_CTX **out, char *why,
         SSL_CTX_free(ctx);
         return EPROTO;
     }
-    if (o->cert[0] &&
-        (SSL_CTX_use_certificate_chain_file(ctx, o->cert) != 1 ||
-         SSL_CTX_use_PrivateKey_file(ctx, key, SSL_FILETYPE_PEM) != 1 ||
-         SSL_CTX_check_private_key(ctx) != 1)) {
+    if (o->cert[0] && !use_cert(ctx, o, key)) {
+        int dec = strstr(ssl_reason(r, sizeof r), "decrypt") != NULL;
         snprintf(why, whylen, "TLS: cannot use the client certificate %s with "
-                 "the key %s: %s", o->cert, key, ssl_reason(r, sizeof r));
+                 "the key %s: %s%s", o->cert, key, r,
+                 !dec ? "" : o->key_pass[0] ? " (a wrong passphrase?)"
+                 : " (an encrypted key: its passphrase goes in "
+                 "DISTLOCK_TLS_KEY_PASS or tls_key_pass=)");
         SSL_CTX_free(ctx);
         return EPROTO;
     }
@@ -214,14 +247,43 @@ static int explain(struct dist__tls *t, int err, int sys, const char *name,
     return rc;
 }
 
-/* The handshake proper, waiting by poll(2) until until: 0, or EIO or
- * EPROTO (see explain). */
-static int handshake(struct dist__tls *t, int fd, const char *name,
-                     uint64_t until, char *why, size_t whylen)
+/* When a silent server is asked whether it is a plain one: on loopback
+ * and most networks a TLS server's first answer comes well within this. */
+#define SILENT_MS 300
+
+/* Whether the server, silent on our ClientHello since SILENT_MS, is a
+ * plain Redis (plain(arg) answers that, once): Redis drops a ClientHello
+ * as a bad inline command and says nothing, so without asking, a TLS
+ * client would wait out its whole timeout.  EPROTO with why then, else
+ * 0. */
+static int silent_plain(struct dist__tls *t, uint64_t started, int *asked,
+                        int (*plain)(void *), void *arg, char *why,
+                        size_t whylen)
 {
+    if (*asked || !plain || dist__now_ms() < started + SILENT_MS ||
+        BIO_number_read(SSL_get_rbio(t->ssl)) != 0)
+        return 0;
+    *asked = 1;
+    if (!plain(arg))
+        return 0;
+    snprintf(why, whylen, "TLS sent to a plain port: the server answers "
+             "plain text and not the TLS handshake (is the URL's rediss:// "
+             "meant to be redis://?)");
+    return EPROTO;
+}
+
+/* The handshake proper, waiting by poll(2) until until: 0, or EIO or
+ * EPROTO (see explain and silent_plain). */
+static int handshake(struct dist__tls *t, int fd, const char *name,
+                     uint64_t until, const struct dist__tls_probe *pr,
+                     char *why, size_t whylen)
+{
+    uint64_t started = dist__now_ms();
+    int asked = 0;
+
     for (;;) {
         struct pollfd p = { fd, POLLIN, 0 };
-        uint64_t now;
+        uint64_t now, wake;
         int rc, err;
 
         ERR_clear_error();
@@ -233,22 +295,29 @@ static int handshake(struct dist__tls *t, int fd, const char *name,
             return explain(t, err, errno, name, why, whylen);
         p.events = err == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT;
         do {
+            if ((rc = silent_plain(t, started, &asked, pr->plain, pr->arg,
+                                   why, whylen)) != 0)
+                return rc;
             if ((now = dist__now_ms()) >= until) {
                 snprintf(why, whylen, "no TLS handshake within the timeout: "
                          "the server did not answer in TLS (a plain port that "
                          "waits for more? then the URL wants redis://)");
                 return EIO;
             }
-            rc = poll(&p, 1, until - now > INT_MAX ? INT_MAX : (int)(until - now));
-        } while (rc < 0 && errno == EINTR);
+            /* wake up to ask, while it stays silent */
+            wake = !asked && pr->plain && started + SILENT_MS < until
+                       ? started + SILENT_MS : until;
+            wake = wake > now ? wake : now;
+            rc = poll(&p, 1, wake - now > INT_MAX ? INT_MAX : (int)(wake - now));
+        } while ((rc < 0 && errno == EINTR) || rc == 0);
         if (rc < 0)
             return snprintf(why, whylen, "%s", strerror(errno)), EIO;
     }
 }
 
 int dist__tls_open(const struct dist__cfg *cfg, const struct dist__addr *a,
-                   int fd, uint64_t until, struct dist__tls **out, char *why,
-                   size_t whylen)
+                   int fd, uint64_t until, const struct dist__tls_probe *pr,
+                   struct dist__tls **out, char *why, size_t whylen)
 {
     const char *name = cfg->tls.name[0] ? cfg->tls.name : a->host;
     struct dist__tls *t = calloc(1, sizeof *t);
@@ -272,7 +341,7 @@ int dist__tls_open(const struct dist__cfg *cfg, const struct dist__addr *a,
         dist__tls_free(t);
         return EIO;
     }
-    if ((rc = handshake(t, fd, name, until, why, whylen)) != 0) {
+    if ((rc = handshake(t, fd, name, until, pr, why, whylen)) != 0) {
         dist__tls_free(t);
         return rc;
     }

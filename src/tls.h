@@ -11,17 +11,27 @@
 
 struct dist__tls;
 
+/* How dist__tls_open asks whether a server silent on the handshake is a
+ * plain one: plain(arg) answers 1 when the server speaks plain text (on a
+ * connection of its own), 0 otherwise; plain NULL: never asked. */
+struct dist__tls_probe {
+    int (*plain)(void *arg);
+    void *arg;
+};
+
 /* The TLS handshake on fd (connected, non-blocking) with the server a
  * (its host is the name verified and sent as SNI unless the options name
  * another), by until (monotonic ms).  0 with *out (dist__tls_free), or
  * with the reason in why EIO (the connection failed: a restart may explain
  * it) or EPROTO (trying again cannot help: "certificate verify failed:
  * ...", "host name mismatch: ...", "TLS sent to a plain port: ...", a CA or
- * client certificate file that cannot be used).  The options are cfg's;
+ * client certificate file that cannot be used; also when the server has
+ * said nothing for a moment and pr says it speaks plain text).  The
+ * options are cfg's;
  * one SSL_CTX serves every link of the same options. */
 int dist__tls_open(const struct dist__cfg *cfg, const struct dist__addr *a,
-                   int fd, uint64_t until, struct dist__tls **out, char *why,
-                   size_t whylen);
+                   int fd, uint64_t until, const struct dist__tls_probe *pr,
+                   struct dist__tls **out, char *why, size_t whylen);
 /* Whether the server on fd (connected, non-blocking) answers a TLS
  * handshake by until (monotonic ms): 1, or 0.  Nothing is verified and
  * nothing sent after the handshake: this only tells a TLS port, which

@@ -23,6 +23,7 @@
 #define SENTINEL_PERIOD_MS 1000   /* ask the sentinels again after this */
 #define CLUSTER_PERIOD_MS  5000   /* read the slot map again after this */
 #define MIN_GAP_MS         100    /* between two refreshes forced by failures */
+#define VOUCH_MS           500    /* dist__topo_vouch's answer holds this long */
 #define MAX_NODES          128
 #define NO_NODE            0xff
 
@@ -290,6 +291,86 @@ static int ask_sentinels(const struct dist__cfg *cfg, int first,
     if (!why[0])
         snprintf(why, whylen, "no sentinel given");
     return -1;
+}
+
+/* The value of field name in one entry of a SENTINEL reply (field, value,
+ * ...), or "". */
+static const char *field_of(const redisReply *e, const char *name)
+{
+    size_t i;
+
+    if (e->type != REDIS_REPLY_ARRAY)
+        return "";
+    for (i = 0; i + 1 < e->elements; i++) {
+        const redisReply *k = e->element[i], *v = e->element[i + 1];
+        if (k->type == REDIS_REPLY_STRING && v->type == REDIS_REPLY_STRING &&
+            strcmp(k->str, name) == 0)
+            return v->str;
+    }
+    return "";
+}
+
+/* Whether one entry of SENTINEL REPLICAS is a copy of the master the
+ * sentinel sees up: a replica by its own word (an old master not yet
+ * demoted is listed too, saying master) whose link to the master is up
+ * (one still in its first sync is not a copy yet, and a master's ROLE
+ * lists only replicas online), not down or disconnected.  A replica being
+ * promoted counts until the sentinel sees it as a master, which is when
+ * it names it. */
+static int replica_up(const redisReply *e)
+{
+    const char *flags = field_of(e, "flags");
+
+    return strcmp(field_of(e, "role-reported"), "slave") == 0 &&
+           strcmp(field_of(e, "master-link-status"), "ok") == 0 &&
+           !strstr(flags, "s_down") && !strstr(flags, "o_down") &&
+           !strstr(flags, "disconnected");
+}
+
+/* How many replicas of the master a sentinel sees up (SENTINEL REPLICAS on
+ * l), or -1 when it cannot say. */
+static int replicas_up(struct dist__link *l, const struct dist__cfg *cfg)
+{
+    const char *argv[3] = { "SENTINEL", "replicas", cfg->master };
+    redisReply *r;
+    char why[300];
+    size_t i;
+    int n = 0;
+
+    if (!(r = ask(l, cfg, 3, argv, why, sizeof why)))
+        return -1;
+    if (r->type != REDIS_REPLY_ARRAY)
+        n = -1;
+    for (i = 0; n >= 0 && i < r->elements; i++)
+        n += replica_up(r->element[i]);
+    freeReplyObject(r);
+    return n;
+}
+
+/* Sentinel s's word on a: 1 when it names another master (*other), 0 when
+ * it names a (*up: the replicas of it s sees up, or -1), -1 when it does
+ * not answer. */
+static int sentinel_word(const struct dist__cfg *cfg, const struct dist__addr *s,
+                         const struct dist__addr *a, struct dist__addr *other,
+                         int *up)
+{
+    const char *argv[3] = { "SENTINEL", "get-master-addr-by-name", cfg->master };
+    struct dist__link *l;
+    redisReply *r;
+    char why[300];
+    int rc = -1;
+
+    if (!(l = ask_connect(cfg, s, why, sizeof why)))
+        return -1;
+    if ((r = ask(l, cfg, 3, argv, why, sizeof why)) != NULL &&
+        r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+        reply_addr(r->element[0], r->element[1], s, other) == 0)
+        rc = !same_addr(a, other);
+    freeReplyObject(r);
+    if (rc == 0)
+        *up = replicas_up(l, cfg);
+    dist__link_close(l);
+    return rc;
 }
 
 static int node_index(const struct dist__addr *a)
@@ -584,6 +665,80 @@ int dist__topo_confirm(const struct dist__cfg *cfg, const struct dist__addr *a)
                          "sentinels now name %.100s:%d", a->host, a->port,
                          got.host, got.port);
     return 0;
+}
+
+/* The last master dist__topo_vouch found fine with `listed` replicas, and
+ * when: asking again within VOUCH_MS is spared (a master that stays
+ * replica-less would otherwise cost every acquire a sentinel's round
+ * trips).  Under T.mu. */
+static struct dist__addr vouched;
+static int vouched_listed = -1;
+static uint64_t vouched_ms;
+
+static int vouched_lately(const struct dist__addr *a, int listed)
+{
+    int yes;
+
+    pthread_mutex_lock(&T.mu);
+    yes = vouched_listed == listed && same_addr(&vouched, a) &&
+          dist__now_ms() < vouched_ms + VOUCH_MS;
+    pthread_mutex_unlock(&T.mu);
+    return yes;
+}
+
+static void vouch_for(const struct dist__addr *a, int listed)
+{
+    pthread_mutex_lock(&T.mu);
+    vouched = *a;
+    vouched_listed = listed;
+    vouched_ms = dist__now_ms();
+    pthread_mutex_unlock(&T.mu);
+}
+
+int dist__topo_vouch(const struct dist__cfg *cfg, const struct dist__addr *a,
+                     int listed, struct dist__addr *now)
+{
+    int i, up, most_up = -1;
+    char why[600];
+
+    if (cfg->mode != DIST__MODE_SENTINEL || vouched_lately(a, listed))
+        return 0;
+    topo_init();
+    /* every sentinel: the one leading a failover may be the only one that
+     * knows yet, and it names the new master only once it sees it
+     * promoted */
+    for (i = 0; i < cfg->nseeds; i++) {
+        int w = sentinel_word(cfg, &cfg->seeds[i], a, now, &up);
+        if (w == 1 && confirm_master(cfg, now, why, sizeof why))
+            return dist__err(EIO, "%.100s:%d is no longer the master: the "
+                             "sentinels name %.100s:%d", a->host, a->port,
+                             now->host, now->port), DIST__EDEPOSED;
+        if (w == 0 && up > most_up)
+            most_up = up;
+    }
+    /* still theirs (or nobody's word better than its own), but with fewer
+     * replicas attached than a sentinel sees up: the one missing may be
+     * the one being promoted, and a hold taken here would not survive
+     * that promotion */
+    if (listed < 0 || most_up <= listed) {
+        vouch_for(a, listed);
+        return 0;
+    }
+    return dist__err(DIST_ENOREPLICA, "%.100s:%d lists %d replica%s while a "
+                     "sentinel sees %d up (a failover may be under way)",
+                     a->host, a->port, listed, listed == 1 ? "" : "s",
+                     most_up);
+}
+
+void dist__topo_adopt(const struct dist__cfg *cfg, const struct dist__addr *m)
+{
+    topo_init();
+    pthread_mutex_lock(&T.mu);
+    if (T.cfg_gen == cfg->gen) {
+        answered_with(!T.valid || !same_addr(&T.master, m));
+        T.master = *m;
+    }
+    pthread_mutex_unlock(&T.mu);
 }
 
 int dist__route_masters(const struct dist__cfg *cfg, struct dist__addr *out,

@@ -261,6 +261,11 @@ static tu_proxy_t *proxy_new(const tu_redis_t *r)
 
 tu_proxy_t *tu_proxy_start(tu_redis_t *r)
 {
+    return tu_proxy_start_tcp(r, 0);
+}
+
+tu_proxy_t *tu_proxy_start_tcp(tu_redis_t *r, int port)
+{
     tu_proxy_t *p;
     int err;
 
@@ -270,6 +275,7 @@ tu_proxy_t *tu_proxy_start(tu_redis_t *r)
     }
     if ((p = proxy_new(r)) == NULL)
         return NULL;
+    p->sport = port;
     if (proxy_listen(p) != 0)
         goto fail;
     if (proxy_warm(p) != 0) {

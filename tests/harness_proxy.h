@@ -50,6 +50,13 @@ typedef struct tu_proxy tu_proxy_t;
  */
 tu_proxy_t *tu_proxy_start(tu_redis_t *r) TU_WARN_UNUSED;
 
+/* The same, forwarding each connection to r's TCP port `port` on
+ * 127.0.0.1 (e.g. its TLS port; 0: the unix socket) instead.  The faults
+ * act on bytes, never on what they mean, so they work inside a TLS
+ * stream too: a dropped reply is the TLS records of the reply, and the
+ * connection closed under it. */
+tu_proxy_t *tu_proxy_start_tcp(tu_redis_t *r, int port) TU_WARN_UNUSED;
+
 /* The proxy's TCP port on 127.0.0.1. */
 int tu_proxy_port(tu_proxy_t *p);
 

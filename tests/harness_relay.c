@@ -10,6 +10,7 @@
 #include "harness_relay.h"
 
 #include <errno.h>
+#include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -113,11 +114,35 @@ void hx_proxy_sweep(tu_proxy_t *p)
     }
 }
 
-static int connect_server(const char *path)
+/* 127.0.0.1:port, non-blocking: the fd (connecting), or -1. */
+static int connect_tcp(int port)
 {
+    struct sockaddr_in sa;
+    int fd;
+
+    fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0)
+        return -1;
+    memset(&sa, 0, sizeof(sa));
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons((unsigned short)port);
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 &&
+        errno != EINPROGRESS) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+static int connect_server(const tu_proxy_t *p)
+{
+    const char *path = p->sock;
     struct sockaddr_un sa;
     int fd;
 
+    if (p->sport > 0)
+        return connect_tcp(p->sport);
     fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0)
         return -1;
@@ -156,7 +181,7 @@ void hx_proxy_accept(tu_proxy_t *p)
             close(cfd);
             continue;
         }
-        if (!p->holing && (sfd = connect_server(p->sock)) < 0) {
+        if (!p->holing && (sfd = connect_server(p)) < 0) {
             /* Server down: the client sees EOF at once. */
             close(cfd);
             continue;

@@ -74,6 +74,8 @@ struct tu_proxy {
     int port;
     int wake[2];
     char sock[sizeof(((struct sockaddr_un *)0)->sun_path)];
+    int sport;              /* > 0: the server is 127.0.0.1:sport (TCP),
+                               e.g. its TLS port, not the unix socket */
 
     pthread_mutex_t lock;   /* guards everything below up to "owned by" */
     pthread_cond_t cond;

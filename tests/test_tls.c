@@ -29,6 +29,7 @@
 #include <cmocka.h>
 
 #include "distlock.h"
+#include "harness_proxy.h"
 #include "harness_server.h"
 #include "testhelp.h"
 #include "fixture.h"
@@ -52,6 +53,11 @@ static const char *file(int slot, const char *name)
 
 /* ---- certificates and servers ------------------------------------------- */
 
+/* The passphrase of cli-enc.key, the client key encrypted; WRONG_PASS is
+ * not it, and neither may show in any message. */
+#define KEY_PASS   "distlock-test-Pass"
+#define WRONG_PASS "Xyzzy-not-the-pass"
+
 /* The CA, an unrelated one, a server certificate (and an expired one) for
  * 127.0.0.1 and localhost, a client certificate.  0 or -1. */
 static int make_certs(void)
@@ -73,6 +79,8 @@ static int make_certs(void)
         " -keyout cli.key -out cli.csr -subj /CN=distlock-test-client",
         "openssl x509 -req -in cli.csr -CA ca.crt -CAkey ca.key"
         " -CAcreateserial -days 2 -extfile cli.ext -out cli.crt",
+        "openssl pkey -in cli.key -aes256 -passout pass:" KEY_PASS
+        " -out cli-enc.key",
     };
     char cmd[600];
     size_t i;
@@ -420,6 +428,107 @@ static void test_rwlock(void **state)
     assert_int_equal(dist_rwlock_destroy(&rw), 0);
 }
 
+/* ---- a lost reply inside the TLS stream ------------------------------------ */
+
+/* The holds name has on srv: its owners' counts summed (HVALS), 0 when
+ * it is free. */
+static long long holds_of(const char *name)
+{
+    redisReply *x = tu_cmd(&srv, "HVALS", name, NULL);
+    long long n = 0;
+    size_t i;
+
+    assert_non_null(x);
+    assert_int_equal(x->type, REDIS_REPLY_ARRAY);
+    for (i = 0; i < x->elements; i++)
+        n += atoll(x->element[i]->str);
+    freeReplyObject(x);
+    return n;
+}
+
+struct try_other {
+    dist_mutex_t *m;
+    int rc;
+};
+
+/* In a thread of its own: this thread's holds would count as its own
+ * re-entry. */
+static void *try_other_main(void *arg)
+{
+    struct try_other *t = arg;
+
+    t->rc = dist_mutex_trylock(t->m);
+    if (t->rc == 0)
+        dist_mutex_unlock(t->m);
+    return NULL;
+}
+
+/* What another thread's trylock on o (an object of its own: destroying
+ * it while this thread holds the name is refused) gives now. */
+static int other_trylock(dist_mutex_t *o)
+{
+    struct try_other t = { o, -1 };
+    pthread_t th;
+
+    assert_int_equal(pthread_create(&th, NULL, try_other_main, &t), 0);
+    pthread_join(th, NULL);
+    return t.rc;
+}
+
+/* The fault proxy between the library and the TLS port, forwarding bytes
+ * (TLS records it cannot read): an acquire whose reply is cut off, a
+ * release whose reply is cut off, and an acquire that never reaches the
+ * server.  Each time the outcome is settled on a new TLS connection: the
+ * lock ends held exactly once (another thread gets EBUSY: no double hold)
+ * and free after the unlock (no stuck hold). */
+static void test_lost_reply_tls(void **state)
+{
+    char name[200], url[600];
+    unsigned long fired;
+    dist_mutex_t m, o;
+    tu_proxy_t *p;
+
+    (void)state;
+    NAME(name, "lost");
+    p = tu_proxy_start_tcp(&srv, srv.tls_port);
+    assert_non_null(p);
+    snprintf(url, sizeof url, "rediss://127.0.0.1:%d?tls_ca=%s",
+             tu_proxy_port(p), file(0, "ca.crt"));
+    assert_int_equal(dist_set_url(url), 0);
+    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
+    assert_int_equal(dist_mutex_init(&o, name, NULL), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);       /* connected, idle */
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    fired = tu_proxy_faults_fired(p);
+
+    tu_proxy_drop_next_reply(p);                     /* acquire ran */
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(tu_proxy_faults_fired(p), fired + 1);
+    assert_int_equal(holds_of(name), 1);
+    assert_int_equal(other_trylock(&o), EBUSY);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(exists(name), 0);
+
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    tu_proxy_drop_next_reply(p);                     /* release ran */
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(tu_proxy_faults_fired(p), fired + 2);
+    assert_int_equal(exists(name), 0);
+    assert_int_equal(dist_mutex_unlock(&m), EPERM);
+    assert_int_equal(other_trylock(&o), 0);
+
+    tu_proxy_drop_next_request(p);                   /* acquire never ran */
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(tu_proxy_faults_fired(p), fired + 3);
+    assert_int_equal(holds_of(name), 1);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(exists(name), 0);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+    assert_int_equal(dist_mutex_destroy(&o), 0);
+    use_tls(&srv);                   /* off the proxy before it goes */
+    tu_proxy_stop(p);
+}
+
 /* ---- mutual TLS ------------------------------------------------------------ */
 
 static void test_mtls_with_cert(void **state)
@@ -469,6 +578,68 @@ static void expect_refused_in(const char *url, int port, const char *what,
 static void expect_refused(const char *url, int port, const char *what)
 {
     expect_refused_in(url, port, what, TIMEOUT_MS / 2000.0 + slack(1.0));
+}
+
+/* A lock on the mutual-TLS server with the encrypted client key and pass
+ * (a URL query part, "" for none): rc, and the message in err. */
+static int lock_with_key(const char *pass_q, char *err, size_t errlen)
+{
+    char name[200], url[1500], q[1400];
+    dist_mutex_t m;
+    int rc;
+
+    NAME(name, "m");
+    snprintf(q, sizeof q, "?tls_ca=%s&tls_cert=%s&tls_key=%s%s",
+             file(0, "ca.crt"), file(1, "cli.crt"), file(2, "cli-enc.key"),
+             pass_q);
+    tls_url(url, sizeof url, "127.0.0.1", &srv_mtls, q);
+    assert_int_equal(dist_set_url(url), 0);
+    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
+    rc = dist_mutex_lock(&m);
+    snprintf(err, errlen, "%s", rc ? dist_last_error() : "");
+    if (rc == 0) {
+        assert_int_equal(tu_cmd_int(&srv_mtls, "EXISTS", name, NULL), 1);
+        assert_int_equal(dist_mutex_unlock(&m), 0);
+    }
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+    return rc;
+}
+
+/* An encrypted client key: its passphrase from DISTLOCK_TLS_KEY_PASS or
+ * tls_key_pass= opens it; without one, or with a wrong one, the refusal
+ * says why, at once and never prompting, and no message shows a
+ * passphrase (a misspelt option's value included). */
+static void test_mtls_encrypted_key(void **state)
+{
+    char err[400], url[200];
+    double t0;
+    int rc;
+
+    (void)state;
+    assert_int_equal(setenv("DISTLOCK_TLS_KEY_PASS", KEY_PASS, 1), 0);
+    rc = lock_with_key("", err, sizeof err);
+    unsetenv("DISTLOCK_TLS_KEY_PASS");
+    if (rc != 0)
+        fail_msg("with DISTLOCK_TLS_KEY_PASS: %d %s", rc, err);
+    if ((rc = lock_with_key("&tls_key_pass=" KEY_PASS, err, sizeof err)))
+        fail_msg("with tls_key_pass=: %d %s", rc, err);
+
+    t0 = tu_now();
+    assert_int_equal(lock_with_key("", err, sizeof err), EIO);
+    assert_non_null(strstr(err, "passphrase"));
+    assert_non_null(strstr(err, "cli-enc.key"));
+    assert_dbl_range(tu_now() - t0, 0.0, TIMEOUT_MS / 2000.0 + slack(1.0));
+    assert_int_equal(lock_with_key("&tls_key_pass=" WRONG_PASS, err,
+                                   sizeof err), EIO);
+    assert_non_null(strstr(err, "wrong passphrase"));
+    assert_null(strstr(err, WRONG_PASS));
+    assert_null(strstr(err, KEY_PASS));
+
+    snprintf(url, sizeof url, "rediss://127.0.0.1:%d?tls_key_pas=%s",
+             srv_mtls.tls_port, WRONG_PASS);
+    assert_int_equal(dist_set_url(url), EINVAL);
+    assert_non_null(strstr(dist_last_error(), "tls_key_pas="));
+    assert_null(strstr(dist_last_error(), WRONG_PASS));
 }
 
 static void test_mtls_without_cert(void **state)
@@ -528,8 +699,10 @@ static void test_plain_to_tls_port(void **state)
 
 /* TLS to the plain port: Redis does not answer a ClientHello (a NUL byte
  * comes before its first newline, and Redis's inline parser drops such a
- * line), so the handshake runs into the connect timeout, and the lock
- * call's one more try into it again; the reason says what is likely. */
+ * line).  A handshake met with silence asks the port for a plain PING on
+ * a second connection; it answers, so the call says at once that this is
+ * a plain port, instead of waiting out the connect timeout (twice, with
+ * the lock call's one more try, before this was asked). */
 static void test_tls_to_plain_port(void **state)
 {
     char url[600], q[400];
@@ -537,8 +710,7 @@ static void test_tls_to_plain_port(void **state)
     (void)state;
     snprintf(q, sizeof q, "?tls_ca=%s", file(0, "ca.crt"));
     snprintf(url, sizeof url, "rediss://127.0.0.1:%d%s", srv.port, q);
-    expect_refused_in(url, srv.port, "plain port",
-                      2 * TIMEOUT_MS / 1000.0 + slack(1.0));
+    expect_refused(url, srv.port, "TLS sent to a plain port");
 }
 
 /* The insecure switch connects to a server the CA does not vouch for, and
@@ -759,9 +931,71 @@ static void start_tls_cluster(tu_redis_t *n, char bus[][16])
     assert_true(cluster_ok(n, 3, 30));
 }
 
+/* Moves the empty slot from node `from` to node `to` as redis-cli's
+ * resharding does (IMPORTING, MIGRATING, then NODE everywhere, the target
+ * first so that it takes a new config epoch). */
+static void move_slot(tu_redis_t *n, int from, int to, long long slot)
+{
+    char s[16], *id_from, *id_to;
+    int i;
+
+    snprintf(s, sizeof s, "%lld", slot);
+    id_from = tu_cmd_str(&n[from], "CLUSTER", "MYID", NULL);
+    id_to = tu_cmd_str(&n[to], "CLUSTER", "MYID", NULL);
+    assert_non_null(id_from);
+    assert_non_null(id_to);
+    said_ok(tu_cmd_str(&n[to], "CLUSTER", "SETSLOT", s, "IMPORTING", id_from,
+                       NULL));
+    said_ok(tu_cmd_str(&n[from], "CLUSTER", "SETSLOT", s, "MIGRATING", id_to,
+                       NULL));
+    said_ok(tu_cmd_str(&n[to], "CLUSTER", "SETSLOT", s, "NODE", id_to, NULL));
+    for (i = 0; i < 3; i++)
+        if (i != to)
+            said_ok(tu_cmd_str(&n[i], "CLUSTER", "SETSLOT", s, "NODE", id_to,
+                               NULL));
+    free(id_from);
+    free(id_to);
+}
+
+/* The library's slot map is read at most every few seconds: a slot moved
+ * right after a call is still mapped to its old node, whose MOVED answer
+ * the next lock on it must follow, over TLS, to the new one. */
+static void moved_followed(tu_redis_t *n, dist_mutex_t *fresh_map)
+{
+    char name[64];
+    struct dist_stats before, after;
+    long long slot = -1;
+    dist_mutex_t m;
+    int k;
+
+    for (k = 0; k < 1000 && (slot < 10923 || slot > 16383); k++) {
+        snprintf(name, sizeof name, "test_tls:moved:%d:%ld", k, (long)getpid());
+        slot = tu_cmd_int(&n[0], "CLUSTER", "KEYSLOT", name, NULL);
+    }
+    assert_true(slot >= 10923 && slot <= 16383);       /* node 2's */
+    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
+    /* a call now: a map due to be read again is read now, not after */
+    assert_int_equal(dist_mutex_lock(fresh_map), 0);
+    assert_int_equal(dist_mutex_unlock(fresh_map), 0);
+    move_slot(n, 2, 0, slot);
+    assert_int_equal(dist_stats_get(&before), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_stats_get(&after), 0);
+    assert_int_equal(tu_cmd_int(&n[0], "EXISTS", name, NULL), 1);
+    if (after.redirects <= before.redirects)
+        fail_msg("the lock reached node 0 without a MOVED followed "
+                 "(redirects %llu -> %llu)",
+                 (unsigned long long)before.redirects,
+                 (unsigned long long)after.redirects);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(tu_cmd_int(&n[0], "EXISTS", name, NULL), 0);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+}
+
 /* Cluster over TLS: a lock on each of 3 masters from one seed (so two of
- * them are found by MOVED or the slot map, over TLS), held at once, and a
- * waiter woken by a release message. */
+ * them are found by the slot map, over TLS), held at once, a waiter woken
+ * by a release message, and a slot moved under the library's map: its
+ * MOVED is followed over TLS (moved_followed). */
 static void test_cluster(void **state)
 {
     tu_redis_t n[3];
@@ -806,6 +1040,7 @@ static void test_cluster(void **state)
         assert_int_equal(tu_cmd_int(&n[i], "EXISTS", names[i], NULL), 0);
         assert_int_equal(dist_mutex_destroy(&m[i]), 0);
     }
+    moved_followed(n, &other);
     assert_int_equal(dist_mutex_destroy(&other), 0);
     use_tls(&srv);      /* off the cluster before it goes */
     for (i = 0; i < 3; i++)
@@ -883,6 +1118,53 @@ static void test_tool_flags(void **state)
     if (!WIFEXITED(st) || WEXITSTATUS(st) != 3 || !text ||
         !strstr(text, "certificate verify failed"))
         fail_msg("distlock --tls-ca with the wrong CA: status %d, output '%s'",
+                 st, text ? text : "");
+    free(text);
+}
+
+/* The tool with an encrypted client key: the passphrase from
+ * --tls-key-pass-file opens it, is not passed on to the command `lock`
+ * runs, and a wrong one is refused without being shown. */
+static void test_tool_key_pass_file(void **state)
+{
+    const char *top = getenv("top_builddir");
+    char name[200], cmd[2600], out[320], passf[320], wrongf[320], tls[1200];
+    char *text;
+    FILE *f;
+    int st;
+
+    (void)state;
+    top = top && *top ? top : ".";
+    NAME(name, "toolpass");
+    snprintf(passf, sizeof passf, "%s", file(0, "pass.txt"));
+    snprintf(wrongf, sizeof wrongf, "%s", file(1, "wrong.txt"));
+    snprintf(out, sizeof out, "%s", file(2, "tool.out"));
+    assert_non_null(f = fopen(passf, "w"));
+    fprintf(f, "%s\n", KEY_PASS);
+    assert_int_equal(fclose(f), 0);
+    assert_non_null(f = fopen(wrongf, "w"));
+    fprintf(f, "%s\n", WRONG_PASS);
+    assert_int_equal(fclose(f), 0);
+    snprintf(tls, sizeof tls, "--url rediss://127.0.0.1:%d --tls-ca '%s' "
+             "--tls-cert '%s' --tls-key '%s'", srv_mtls.tls_port,
+             file(0, "ca.crt"), file(1, "cli.crt"), file(2, "cli-enc.key"));
+    snprintf(cmd, sizeof cmd, "env -u DISTLOCK_TLS_KEY_PASS '%s/tools/distlock' "
+             "%s --tls-key-pass-file '%s' lock '%s' -- sh -c 'echo \"inside "
+             "pass=${DISTLOCK_TLS_KEY_PASS-none}\"' > '%s' 2>&1",
+             top, tls, passf, name, out);
+    st = system(cmd);
+    text = read_file(out);
+    if (st != 0 || !text || !strstr(text, "inside pass=none"))
+        fail_msg("distlock --tls-key-pass-file lock: status %d, output '%s'",
+                 st, text ? text : "");
+    free(text);
+    snprintf(cmd, sizeof cmd, "'%s/tools/distlock' %s --tls-key-pass-file "
+             "'%s' status '%s' > '%s' 2>&1", top, tls, wrongf, name, out);
+    st = system(cmd);
+    text = read_file(out);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 3 || !text ||
+        !strstr(text, "wrong passphrase") || strstr(text, WRONG_PASS))
+        fail_msg("distlock with a wrong passphrase: status %d, output '%s'",
                  st, text ? text : "");
     free(text);
 }
@@ -972,7 +1254,10 @@ int main(void)
         cmocka_unit_test(test_reconnect),
         cmocka_unit_test(test_fair),
         cmocka_unit_test(test_rwlock),
+        cmocka_unit_test(test_lost_reply_tls),
         cmocka_unit_test(test_mtls_with_cert),
+        cmocka_unit_test(test_mtls_encrypted_key),
+        cmocka_unit_test(test_tool_key_pass_file),
         cmocka_unit_test(test_mtls_without_cert),
         cmocka_unit_test(test_wrong_ca),
         cmocka_unit_test(test_expired),

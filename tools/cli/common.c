@@ -70,13 +70,15 @@ void warn_twin(const char *name)
 }
 
 /* The --tls-* flags and the variables they stand for. */
-static const char *const tls_vars[5] = {
+#define NTLS 6
+static const char *const tls_vars[NTLS] = {
     "DISTLOCK_TLS_CA", "DISTLOCK_TLS_CERT", "DISTLOCK_TLS_KEY",
     "DISTLOCK_TLS_SERVER_NAME", "DISTLOCK_TLS_INSECURE",
+    "DISTLOCK_TLS_KEY_PASS",
 };
-static const char *const tls_flags[5] = {
+static const char *const tls_flags[NTLS] = {
     "--tls-ca", "--tls-cert", "--tls-key", "--tls-server-name",
-    "--tls-insecure",
+    "--tls-insecure", "--tls-key-pass-file",
 };
 
 /* The --tls-* flags go where the library reads them, its DISTLOCK_TLS_*
@@ -86,7 +88,7 @@ static void tls_flags_env(int put, char **saved)
 {
     size_t i;
 
-    for (i = 0; i < 5; i++) {
+    for (i = 0; i < NTLS; i++) {
         const char *old;
         if (!opt.tls[i])
             continue;
@@ -105,7 +107,7 @@ static void tls_flags_env(int put, char **saved)
 
 void redis_setup(void)
 {
-    char *saved[5] = { NULL };
+    char *saved[NTLS] = { NULL };
 
     tls_flags_env(1, saved);
     if (opt.url) {
@@ -177,6 +179,28 @@ static const char *url_from_file(const char *file)
     return line;             /* kept for the process's life */
 }
 
+/* The key's passphrase from the first line of file, so that it stays out
+ * of argv (ps(1)) and of the shell's history.  Exits 2 when it cannot be
+ * read; the text itself is never shown. */
+static const char *pass_from_file(const char *file)
+{
+    FILE *f = fopen(file, "r");
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n;
+
+    if (!f)
+        die(EX_USAGE, "--tls-key-pass-file %s: %s", file, strerror(errno));
+    n = getline(&line, &cap, f);
+    fclose(f);
+    while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
+        line[--n] = 0;
+    if (n <= 0)
+        die(EX_USAGE, "--tls-key-pass-file %s: no passphrase on its first "
+            "line", file);
+    return line;             /* kept for the process's life */
+}
+
 /* --tls-* (a value) and --tls-insecure (none): 1 when argv[*i] was one. */
 static int tls_opt(int argc, char **argv, int *i)
 {
@@ -185,6 +209,10 @@ static int tls_opt(int argc, char **argv, int *i)
 
     if (strcmp(argv[*i], "--tls-insecure") == 0) {
         opt.tls[4] = "1";
+        return 1;
+    }
+    if ((v = opt_value(argc, argv, i, tls_flags[5])) != NULL) {
+        opt.tls[5] = pass_from_file(v);
         return 1;
     }
     for (k = 0; k < 4; k++)

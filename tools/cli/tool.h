@@ -30,7 +30,8 @@
 extern struct tool_opt {
     int json;
     const char *url;
-    const char *tls[5];    /* --tls-ca, -cert, -key, -server-name, -insecure */
+    const char *tls[6];    /* --tls-ca, -cert, -key, -server-name, -insecure,
+                            * and the passphrase from --tls-key-pass-file */
 } opt;
 extern struct dist__cfg rcfg;      /* the settings, once redis_setup ran */
 extern const char *cur_cmd;        /* for "Try 'distlock CMD --help'" */
