@@ -36,6 +36,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <time.h>
 
 #include "distlock.h"
 
@@ -62,6 +63,26 @@ static inline void pl_errno_put_back(const int *saved)
 #define PL_KEEP_ERRNO                                                      \
     const int pl_errno_saved                                               \
         __attribute__((cleanup(pl_errno_put_back), unused)) = errno
+
+/* Sleeps ms between tries against a Redis that cannot be reached; a
+ * signal does not cut it short. */
+static inline void pl_sleep_ms(unsigned ms)
+{
+    struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
+/* Whether the clock clk has reached abs (a caller's deadline). */
+static inline int pl_deadline_passed(clockid_t clk, const struct timespec *abs)
+{
+    struct timespec now;
+
+    clock_gettime(clk, &now);
+    return now.tv_sec > abs->tv_sec ||
+           (now.tv_sec == abs->tv_sec && now.tv_nsec >= abs->tv_nsec);
+}
 
 /* ---- messages (msg.c) -------------------------------------------------- */
 

@@ -173,23 +173,6 @@ OPEN(pl_sem_open_old, FN_SOPEN_OLD, "sem_open@GLIBC_2.2.5")
 
 enum { S_WAIT, S_TRY, S_TIMED, S_POST, S_VALUE };
 
-static void sleep_ms(unsigned ms)
-{
-    struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
-
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-        ;
-}
-
-static int deadline_passed(clockid_t clk, const struct timespec *abs)
-{
-    struct timespec now;
-
-    clock_gettime(clk, &now);
-    return now.tv_sec > abs->tv_sec ||
-           (now.tv_sec == abs->tv_sec && now.tv_nsec >= abs->tv_nsec);
-}
-
 static int sem_once(struct pl_entry *e, int op, clockid_t clk,
                     const struct timespec *abs, int *val)
 {
@@ -227,14 +210,14 @@ MAPPED_SEM int sem_call(struct pl_entry *e, int op, clockid_t clk,
             rc = EAGAIN;
             break;
         }
-        if (op == S_TIMED && deadline_passed(clk, abs)) {
+        if (op == S_TIMED && pl_deadline_passed(clk, abs)) {
             rc = ETIMEDOUT;
             break;
         }
         if (!told++)
             pl_msg("semaphore '%s': %s: waiting for Redis (on_unavailable "
                    "= block)", e->lockname, dist_last_error());
-        sleep_ms(backoff);
+        pl_sleep_ms(backoff);
         backoff = backoff < 1000 ? backoff * 2 : 1000;
     }
     return rc;

@@ -34,23 +34,6 @@ static struct pl_entry *entry_of(const void *m)
 
 /* ---- the distributed half ------------------------------------------------- */
 
-static void sleep_ms(unsigned ms)
-{
-    struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
-
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-        ;
-}
-
-static int deadline_passed(clockid_t clk, const struct timespec *abs)
-{
-    struct timespec now;
-
-    clock_gettime(clk, &now);
-    return now.tv_sec > abs->tv_sec ||
-           (now.tv_sec == abs->tv_sec && now.tv_nsec >= abs->tv_nsec);
-}
-
 enum { D_BLOCK, D_TRY, D_TIMED, D_MUST };
 
 /* One attempt on the distributed lock: a mutex, or a read-write lock for
@@ -113,7 +96,7 @@ static int dist_take(struct pl_entry *e, int how, int wr, clockid_t clk,
             rc = EBUSY;
             break;
         }
-        if (how == D_TIMED && deadline_passed(clk, abs)) {
+        if (how == D_TIMED && pl_deadline_passed(clk, abs)) {
             rc = ETIMEDOUT;
             break;
         }
@@ -121,7 +104,7 @@ static int dist_take(struct pl_entry *e, int how, int wr, clockid_t clk,
             pl_msg("lock '%s': %s: waiting for Redis (on_unavailable = "
                    "block)", e->lockname, dist_last_error());
 again:
-        sleep_ms(backoff);
+        pl_sleep_ms(backoff);
         backoff = backoff < 1000 ? backoff * 2 : 1000;
     }
     if (told && rc == 0)
@@ -149,7 +132,7 @@ static void dist_give(struct pl_entry *e)
         if (!told++)
             pl_msg("lock '%s': release failed: %s: retrying until Redis "
                    "answers", e->lockname, dist_last_error());
-        sleep_ms(backoff);
+        pl_sleep_ms(backoff);
         backoff = backoff < 1000 ? backoff * 2 : 1000;
     }
     /* EPERM: the hold was lost (on_lost said so) or was never ours (a
@@ -256,7 +239,7 @@ static void cwait_failed(struct pl_entry *ce, int rc)
                ce->lockname, dist_last_error());
     pl_msg("condition '%s': %s: the wait ends early", ce->lockname,
            dist_last_error());
-    sleep_ms(100);
+    pl_sleep_ms(100);
 }
 
 /* A wait on a mapped condition with a mapped mutex that this thread holds
@@ -317,7 +300,7 @@ MAPPED void mapped_signal(struct pl_entry *ce, int all)
         if (!told++)
             pl_msg("condition '%s': %s: signalling again until Redis "
                    "answers", ce->lockname, dist_last_error());
-        sleep_ms(backoff);
+        pl_sleep_ms(backoff);
         backoff = backoff < 1000 ? backoff * 2 : 1000;
     }
     if (rc != 0)
@@ -711,7 +694,7 @@ MAPPED int mapped_barrier_wait(struct pl_entry *e)
         if (!told++)
             pl_msg("barrier '%s': %s: waiting for Redis (on_unavailable = "
                    "block)", e->lockname, dist_last_error());
-        sleep_ms(backoff);
+        pl_sleep_ms(backoff);
         backoff = backoff < 1000 ? backoff * 2 : 1000;
     }
     if (rc == DIST_BARRIER_SERIAL_THREAD)

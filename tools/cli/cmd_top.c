@@ -24,13 +24,6 @@
 #define TOKEN_PREFIX    "redisson_lock_token:"
 #define TOKEN_PLEN      (sizeof TOKEN_PREFIX - 1)
 
-static volatile sig_atomic_t stop_sig;
-
-static void on_stop(int sig)
-{
-    stop_sig = sig;
-}
-
 struct top_opt {
     long interval;
     int once;
@@ -506,32 +499,12 @@ static int top_wait(long ms)
 static int top_arg(int argc, char **argv, int *i, void *arg)
 {
     struct top_opt *o = arg;
-    const char *v;
-    char *end;
 
     if (strcmp(argv[*i], "--once") == 0) {
         o->once = 1;
         return 1;
     }
-    v = opt_value(argc, argv, i, "--interval");
-    if (!v)
-        return 0;
-    o->interval = strtol(v, &end, 10);
-    if (*end || o->interval < 10 || o->interval > 60000)
-        usage_error("--interval wants milliseconds, 10..60000");
-    return 1;
-}
-
-static void catch_stops(void)
-{
-    struct sigaction sa;
-
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_stop;        /* no SA_RESTART: poll returns */
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGHUP, &sa, NULL);
+    return interval_opt(argc, argv, i, &o->interval);
 }
 
 int cmd_top(int argc, char **argv)

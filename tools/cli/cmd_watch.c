@@ -14,13 +14,6 @@
 #define WATCH_INTERVAL_MS 100
 #define MAX_HOPS          5
 
-static volatile sig_atomic_t stop_sig;
-
-static void on_stop(int sig)
-{
-    stop_sig = sig;
-}
-
 struct chan {
     char *p;
     size_t n;
@@ -400,28 +393,7 @@ static void sub_pump(struct sub *u, int ms, int *msgs, int *look)
 
 static int watch_opt(int argc, char **argv, int *i, void *arg)
 {
-    long *interval = arg;
-    const char *v = opt_value(argc, argv, i, "--interval");
-    char *end;
-
-    if (!v)
-        return 0;
-    *interval = strtol(v, &end, 10);
-    if (*end || *interval < 10 || *interval > 60000)
-        usage_error("--interval wants milliseconds, 10..60000");
-    return 1;
-}
-
-static void catch_stops(void)
-{
-    struct sigaction sa;
-
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_stop;        /* no SA_RESTART: poll returns */
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGHUP, &sa, NULL);
+    return interval_opt(argc, argv, i, arg);
 }
 
 /* Looks at the lock whenever a message came or the interval passed, and

@@ -4,6 +4,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -312,4 +313,36 @@ const char *name_args(int argc, char **argv, extra_opt_fn extra, void *arg)
         usage_error("missing the lock NAME");
     check_name(name);
     return name;
+}
+
+int interval_opt(int argc, char **argv, int *i, long *ms)
+{
+    const char *v = opt_value(argc, argv, i, "--interval");
+    char *end;
+
+    if (!v)
+        return 0;
+    *ms = strtol(v, &end, 10);
+    if (*end || *ms < 10 || *ms > 60000)
+        usage_error("--interval wants milliseconds, 10..60000");
+    return 1;
+}
+
+volatile sig_atomic_t stop_sig;
+
+static void on_stop(int sig)
+{
+    stop_sig = sig;
+}
+
+void catch_stops(void)
+{
+    struct sigaction sa;
+
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop;        /* no SA_RESTART: poll returns */
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
 }

@@ -5,6 +5,7 @@
 #ifndef DISTLOCK_TOOL_H
 #define DISTLOCK_TOOL_H
 
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -50,6 +51,13 @@ int common_opt(int argc, char **argv, int *i);
 /* "--opt V" or "--opt=V": V, or NULL when argv[*i] is not name. */
 const char *opt_value(int argc, char **argv, int *i, const char *name);
 void check_name(const char *name);
+/* "--interval MS" (10..60000) into *ms: 1 when argv[*i] was it. */
+int interval_opt(int argc, char **argv, int *i, long *ms);
+/* SIGINT, SIGTERM and SIGHUP set stop_sig (the signal) instead of ending
+ * the tool, without SA_RESTART, so that a poll returns: for the commands
+ * that run until stopped (watch, top). */
+extern volatile sig_atomic_t stop_sig;
+void catch_stops(void);
 /* A command's own option: 1 when argv[*i] is one (*i moved past its
  * value), 0 otherwise. */
 typedef int (*extra_opt_fn)(int argc, char **argv, int *i, void *arg);
