@@ -231,7 +231,7 @@ int obj_broken(const struct obj *o);
 void obj_json(const struct obj *o, int kind);
 void obj_human(const struct obj *o, int kind);
 
-/* ---- cmd_list.c: the scan of distlock list ------------------------------ */
+/* ---- scan.c: the scan of distlock list and top ------------------------- */
 
 /* Called with the keys array of each SCAN page. */
 typedef void (*scan_page_fn)(const redisReply *keys, void *arg);
@@ -242,6 +242,9 @@ typedef void (*scan_page_fn)(const redisReply *keys, void *arg);
  * passed. */
 void list_scan(struct dist__link *l, const char *pattern, const char *type,
                scan_page_fn fn, void *arg);
+/* Sets list_scan's deadline secs from now (list's --timeout); returns it
+ * (monotonic ms).  Without it, scans have none but the link's own. */
+uint64_t list_scan_deadline(double secs);
 
 /* ---- list_objs.c: the objects distlock list shows ----------------------- */
 
