@@ -127,10 +127,10 @@ static void settled(struct dist__rec *r)
 
 /* Before any call: the owner's standing, in c->n.  Waits for an earlier
  * unknown outcome to be settled first: for two command timeouts, or until
- * deadline (monotonic ms; 0: none) when that is sooner, and ETIMEDOUT
- * then.  *held is 1 for live holds, 0 for none, -1 for holds that were
- * lost (the record is dropped). */
-static int prepare_until(struct dist__call *c, int *held, uint64_t deadline)
+ * bound (monotonic ms; 0: none) when that is sooner.  *held is 1 for live
+ * holds, 0 for none, -1 for holds that were lost (the record is
+ * dropped). */
+static int prepare_by(struct dist__call *c, int *held, uint64_t bound)
 {
     struct dist__state *st = c->o->st;
     struct dist__rec *r;
@@ -143,17 +143,13 @@ static int prepare_until(struct dist__call *c, int *held, uint64_t deadline)
         pthread_mutex_unlock(&st->mu);
         if (!until) {
             until = dist__now_ms() + dist__timeout_ms() * 2;
-            if (deadline && deadline < until)
-                until = deadline;
+            if (bound && bound < until)
+                until = bound;
         }
         rc = dist__renew_settle(h, until);
         pthread_mutex_lock(&st->mu);
         if (rc != 0) {
             pthread_mutex_unlock(&st->mu);
-            if (until == deadline && dist__now_ms() >= deadline)
-                rc = dist__err(ETIMEDOUT, "%s '%s': deadline passed while an "
-                               "earlier call's outcome was being settled",
-                               c->o->kind->noun, name_of(c));
             return rc;
         }
         settled(r);
@@ -172,7 +168,20 @@ static int prepare_until(struct dist__call *c, int *held, uint64_t deadline)
 
 static int prepare(struct dist__call *c, int *held)
 {
-    return prepare_until(c, held, 0);
+    return prepare_by(c, held, 0);
+}
+
+/* prepare for a call with a deadline (monotonic ms; 0: none), by which
+ * an earlier outcome still unknown makes it ETIMEDOUT. */
+static int prepare_until(struct dist__call *c, int *held, uint64_t deadline)
+{
+    int rc = prepare_by(c, held, deadline);
+
+    if (rc != 0 && deadline && dist__now_ms() >= deadline)
+        rc = dist__err(ETIMEDOUT, "%s '%s': deadline passed while an "
+                       "earlier call's outcome was being settled",
+                       c->o->kind->noun, name_of(c));
+    return rc;
 }
 
 /* The latest a timed call's commands may end: one command timeout past
@@ -410,7 +419,7 @@ static int try_patiently(struct dist__call *c, uint64_t deadline)
         if (c->unknown) {
             note_unknown(c);
             c->unknown = 0;
-            while (prepare_until(c, &held, past_deadline(deadline)) != 0) {
+            while (prepare_by(c, &held, past_deadline(deadline)) != 0) {
                 now = dist__now_ms();
                 if (now >= give_up) {
                     c->unknown = 1;    /* still unknown: the caller says so */

@@ -39,7 +39,7 @@ uint64_t list_scan_deadline(double secs)
 /* Exit 3 with why a SCAN page did not come: the listing's deadline when it
  * has passed (a server that trickles pages, or one that never ends a
  * scan), else the link's own reason. */
-static void scan_failed(struct dist__link *l)
+static __attribute__((noreturn)) void scan_failed(struct dist__link *l)
 {
     if (list_until && dist__now_ms() >= list_until)
         die(EX_REDIS, "Redis at %s: the listing did not end within %g s "
