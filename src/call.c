@@ -764,7 +764,7 @@ static void behind_done(struct dist__call *c, int rc)
 /* ---- acquire -------------------------------------------------------------------- */
 
 static int release_held(struct dist__call *c);
-static void give_back_one(struct dist__obj *o);
+static __attribute__((noinline)) void give_back_one(struct dist__obj *o);
 
 /* Gives back the hold c's acquire just took.  A release refused (a master
  * being demoted answers READONLY until the map moves on) goes to the
@@ -772,7 +772,7 @@ static void give_back_one(struct dist__obj *o);
  * conditional release; this thread's next acquire waits for that.
  * Dropping the count here instead would leave the hold on the server, and
  * the next acquire would find it there and count one hold too many. */
-static void give_back(struct dist__call *c)
+static __attribute__((noinline)) void give_back(struct dist__call *c)
 {
     struct dist__call back = { .o = c->o, .mode = c->mode };
     struct dist__state *st = c->o->st;
@@ -793,7 +793,7 @@ static void give_back(struct dist__call *c)
 
 /* A new hold is only as safe as its copy on a replica: without one, it is
  * given back (see DIST_ENOREPLICA). */
-static int replica_sync(struct dist__call *c)
+static __attribute__((noinline)) int replica_sync(struct dist__call *c)
 {
     struct dist__addr now;
     char why[256];
@@ -830,7 +830,7 @@ static int replica_sync(struct dist__call *c)
  * keeps the old one's fencing token: taking it anew instead made timed
  * calls overrun their deadlines under faults.)  A semaphore's count is
  * its permits: not for them. */
-static void shed_surplus(struct dist__call *c)
+static __attribute__((noinline)) void shed_surplus(struct dist__call *c)
 {
     struct dist__call back = { .o = c->o, .mode = c->mode };
     int held, i;
@@ -901,7 +901,7 @@ static void count_taken(int try_only, int waited, uint64_t t0)
  * entry also ends with its window).  A timed call's leaving ends within
  * one command timeout of its deadline (of now, once it has passed), as
  * its tries do. */
-static void cancel(struct dist__call *c, const struct dist__deadline *dl)
+static __attribute__((noinline)) void cancel(struct dist__call *c, const struct dist__deadline *dl)
 {
     uint64_t bound = past_deadline(first_deadline(dl)), old;
 
@@ -914,6 +914,10 @@ static void cancel(struct dist__call *c, const struct dist__deadline *dl)
     dist__link_unlimit(old);
 }
 
+/* The rare steps after a try (give_back, replica_sync, shed_surplus,
+ * cancel, give_back_one) are noinline: inlined, each one's struct
+ * dist__call sat in acquire's frame through the whole try, and a lock
+ * on a 16 KiB thread stack overflowed under ASan (test_posix). */
 static int acquire(struct dist__obj *o, int mode, int try_only,
                    const struct dist__deadline *dl, int courtesy)
 {
@@ -968,7 +972,7 @@ static int acquire(struct dist__obj *o, int mode, int try_only,
 
 /* An acquire counted a hold whose deferred release did not run: the
  * owner gives that one back now (its count in Redis is one too many). */
-static void give_back_one(struct dist__obj *o)
+static __attribute__((noinline)) void give_back_one(struct dist__obj *o)
 {
     struct dist__call back = { .o = o };
     int held;
