@@ -822,25 +822,37 @@ static __attribute__((noinline)) int replica_sync(struct dist__call *c)
 
 #define MAX_SURPLUS 8       /* resurrected holds of ours given back at once */
 
-/* A fresh hold that the server counts more than once: a release of ours
- * was undone since (a failover promoted a replica it had not reached yet:
+/* A fresh hold that the server counts more than once: a retry after a
+ * lost reply counted the hold the lost try took, or a release of ours was
+ * undone since (a failover promoted a replica it had not reached yet:
  * releases are not waited for).  The surplus is given back now, down to
  * the one hold this call took; else the owner's last unlock would leave
  * the lock held, renewed for it while it believes it free.  (The hold
  * keeps the old one's fencing token: taking it anew instead made timed
  * calls overrun their deadlines under faults.)  A semaphore's count is
- * its permits: not for them. */
-static __attribute__((noinline)) void shed_surplus(struct dist__call *c)
+ * its permits: not for them.  Returns EIO, and says why, when the hold is
+ * gone after all: a server that answered a give-back with "none left". */
+static __attribute__((noinline)) int shed_surplus(struct dist__call *c)
 {
     struct dist__call back = { .o = c->o, .mode = c->mode };
+    struct dist__rec *r;
     int held, i;
 
     if (c->o->kind->family == DIST__FAM_SEM)
-        return;
+        return 0;
     for (i = 0; i < MAX_SURPLUS; i++)
         if (prepare(&back, &held) != 0 || held != 1 ||
             back.n[back.mode] <= 1 || release_held(&back) != 0)
-            return;
+            break;
+    pthread_mutex_lock(&c->o->st->mu);
+    r = dist__rec_find(c->o->st);
+    held = r && r->n[0] + r->n[1] > 0;
+    pthread_mutex_unlock(&c->o->st->mu);
+    if (held)
+        return 0;
+    return dist__err(EIO, "%s '%s': giving back a hold counted twice "
+                     "released the last one: the lock is not held",
+                     c->o->kind->noun, name_of(c));
 }
 
 /* Whether why starts with "<noun> '<name>'" already.  Only the start
@@ -961,11 +973,10 @@ static int acquire(struct dist__obj *o, int mode, int try_only,
         rc = replica_sync(&c);
     /* after the sync, which waits on the link c.on names: a release may
      * close that link and open another (fuzz_reply found the WAIT on a
-     * freed link).  Only where a failover can undo a release: on one
-     * server a fresh hold counted twice is not shed (fuzz_reply: a lying
-     * server's answer to the give-back left the new hold in doubt). */
-    if (fresh && c.count > 1 && dist__route_may_fail_over())
-        shed_surplus(&c);
+     * freed link).  On one server too: a retry after a lost reply counts
+     * the hold the lost try took (the torture's --proxy run). */
+    if (rc == 0 && fresh && c.count > 1)
+        rc = shed_surplus(&c);
     if (c.fixup)
         give_back_one(o);
     if (c.lost)

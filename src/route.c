@@ -391,13 +391,6 @@ static int refused(const struct dist__script *s, redisReply **r, int why)
     return DIST__EREPLY;
 }
 
-int dist__route_may_fail_over(void)
-{
-    struct tconn *t = thread_conns();
-
-    return t && t->cfg.mode != DIST__MODE_SINGLE;
-}
-
 int dist__route_wait_replicas(struct dist__link *l, unsigned long ms,
                               const char *what, struct dist__addr *now)
 {

@@ -123,11 +123,6 @@ void dist__route_settle_thread(uint64_t until);
 int dist__route_wait_replicas(struct dist__link *l, unsigned long ms,
                               const char *what, struct dist__addr *now);
 
-/* Whether the thread's topology has failovers (Sentinel, Cluster): only
- * there can a release be undone, so that a fresh hold is found counted
- * twice. */
-int dist__route_may_fail_over(void);
-
 /* dist__topo_adopt with the thread's settings. */
 void dist__route_adopt(const struct dist__addr *m);
 

@@ -614,6 +614,14 @@ int main(void)
            .bytes = "*1\r\n:-2\r\n"),
         C(rdlock_try_no_upgrade, K_READ, OP_TRY, "status -2",
           .bytes = "*1\r\n:-2\r\n"),
+        /* a fresh hold counted twice (a retry after a lost reply) whose
+         * give-back is answered "none left": not held after all */
+        CR(mutex_try_twice_then_none, K_MUTEX, OP_TRY, EIO, "counted twice",
+           "*2\r\n:0\r\n:0\r\n",
+           .bytes = "*3\r\n:1\r\n:2\r\n:7\r\n", .times = 1),
+        CR(fair_timed_twice_then_none, K_FAIR, OP_TIMED, EIO,
+           "counted twice", "*2\r\n:0\r\n:0\r\n",
+           .bytes = "*3\r\n:1\r\n:2\r\n:7\r\n", .times = 1),
         /* oversized headers */
         C(mutex_try_array_2g, K_MUTEX, OP_TRY, "elements",
           .bytes = "*2147483647\r\n"),
