@@ -822,9 +822,10 @@ static __attribute__((noinline)) int replica_sync(struct dist__call *c)
 
 #define MAX_SURPLUS 8       /* resurrected holds of ours given back at once */
 
-/* A fresh hold that the server counts more than once: a retry after a
- * lost reply counted the hold the lost try took, or a release of ours was
- * undone since (a failover promoted a replica it had not reached yet:
+/* A fresh hold that the server counts more than once: an acquire whose
+ * reply was lost is probed and run again, and a late copy of the first
+ * (a slow path delivers it after the client gave up on it) ran between the
+ * probe and the second; or a release of ours was undone since (a failover promoted a replica it had not reached yet:
  * releases are not waited for).  The surplus is given back now, down to
  * the one hold this call took; else the owner's last unlock would leave
  * the lock held, renewed for it while it believes it free.  (The hold
@@ -973,8 +974,8 @@ static int acquire(struct dist__obj *o, int mode, int try_only,
         rc = replica_sync(&c);
     /* after the sync, which waits on the link c.on names: a release may
      * close that link and open another (fuzz_reply found the WAIT on a
-     * freed link).  On one server too: a retry after a lost reply counts
-     * the hold the lost try took (the torture's --proxy run). */
+     * freed link).  On one server too (test_liar: a fresh hold counted
+     * twice). */
     if (rc == 0 && fresh && c.count > 1)
         rc = shed_surplus(&c);
     if (c.fixup)

@@ -419,6 +419,69 @@ static void check_renew(void **state)
     assert_int_equal(o.unlock_rc, EPERM);
 }
 
+/* ---- a fresh hold counted twice ------------------------------------------ */
+
+/* One server, no failover: an acquire whose reply was lost is probed and
+ * run again, and a late copy of the first (a slow path delivers it after
+ * the client gave up on it) may run before the second.  That answers
+ * "taken, 2 holds" to a thread that had none; the surplus is given back
+ * (answered "1 left"), and the unlock (answered "0 left") leaves nothing
+ * held.  Kept, the owner's unlock would leave one hold in Redis that its
+ * watchdog renews, and each later lock of that thread would be a
+ * reentrant hold with the old token (CI's torture run: 20 grants repeated
+ * a token). */
+struct twice_out {
+    int lock_rc, token_rc, unlock_rc, after_rc;
+};
+
+static void run_twice(const void *arg, void *res)
+{
+    struct twice_out *o = res;
+    dist_mutex_t m;
+    uint64_t t;
+    char name[64];
+
+    (void)arg;
+    snprintf(name, sizeof name, "liar:%d", (int)getpid());
+    o->lock_rc = -1;
+    if (dist_set_url(url()) != 0 || dist_set_timeout_ms(TIMEOUT_MS) != 0 ||
+        dist_mutex_init(&m, name, NULL) != 0)
+        return;
+    o->lock_rc = dist_mutex_trylock(&m);
+    o->token_rc = dist_mutex_token(&m, &t);
+    o->unlock_rc = dist_mutex_unlock(&m);
+    o->after_rc = dist_mutex_token(&m, &t);
+}
+
+static void test_fresh_hold_counted_twice(void **state)
+{
+    struct twice_out o;
+    long rss, evals;
+
+    (void)state;
+    tu_liar_reset(liar);
+    tu_liar_add(liar, &(struct tu_lie){ .cmd = "EVALSHA",
+                                         .bytes = "*3\r\n:1\r\n:2\r\n:7\r\n",
+                                         .times = 1 });
+    tu_liar_add(liar, &(struct tu_lie){ .cmd = "EVALSHA",
+                                         .bytes = "*2\r\n:1\r\n:0\r\n",
+                                         .times = 1 });
+    tu_liar_add(liar, &(struct tu_lie){ .cmd = "EVALSHA",
+                                         .bytes = "*2\r\n:0\r\n:0\r\n" });
+    evals = tu_liar_count(liar, "EVALSHA");
+    in_child(run_twice, NULL, &o, sizeof o, BOUND_S * 2, &rss);
+    evals = tu_liar_count(liar, "EVALSHA") - evals;
+    print_message("lock %d, token %d, unlock %d, then token %d; %ld "
+                  "EVALSHA\n", o.lock_rc, o.token_rc, o.unlock_rc, o.after_rc,
+                  evals);
+    assert_int_equal(o.lock_rc, 0);
+    assert_int_equal(o.token_rc, 0);
+    assert_int_equal(o.unlock_rc, 0);
+    /* the acquire, the give-back of the surplus, the unlock */
+    assert_int_equal(evals, 3);
+    assert_int_equal(o.after_rc, EPERM);
+}
+
 /* ---- the tool ---------------------------------------------------------- */
 
 struct tool_out {
@@ -672,6 +735,7 @@ int main(void)
                     "*3\r\n$7\r\nmessage\r\n$1\r\nx\r\n*0\r\n"),
         CR(wrlock_timed_subscribe_silent, K_WRITE, OP_TIMED, ETIMEDOUT,
            "timed out", HELD, .cmd = "SUBSCRIBE", .silent = 1),
+        cmocka_unit_test(test_fresh_hold_counted_twice),
         /* renewal: a good answer keeps the hold, every lie loses it */
         RENEW(renew_ok, K_MUTEX, 1, .bytes = "*1\r\n:1\r\n"),
         RENEW(renew_ok_write, K_WRITE, 1, .bytes = "*1\r\n:1\r\n"),
