@@ -67,6 +67,7 @@ struct tu_liar {
     int nrules;
     struct name_count counts[LIAR_MAX_NAMES];
     int ncounts;
+    long closed;               /* connections closed by a rule's close */
     struct conn *conns[LIAR_MAX_CONNS];
 };
 
@@ -450,8 +451,14 @@ static void serve_round(struct tu_liar *l)
         if (!bad)
             bad = send_some(c) != 0;
         if (bad) {
+            int by_rule = c->closing;
             conn_free(c);
             l->conns[idx[i]] = NULL;
+            if (by_rule) {
+                pthread_mutex_lock(&l->mu);
+                l->closed++;
+                pthread_mutex_unlock(&l->mu);
+            }
         }
     }
 }
@@ -543,6 +550,16 @@ void tu_liar_reset(tu_liar_t *l)
     }
     l->nrules = 0;
     pthread_mutex_unlock(&l->mu);
+}
+
+long tu_liar_closed(tu_liar_t *l)
+{
+    long n;
+
+    pthread_mutex_lock(&l->mu);
+    n = l->closed;
+    pthread_mutex_unlock(&l->mu);
+    return n;
 }
 
 long tu_liar_count(tu_liar_t *l, const char *cmd)

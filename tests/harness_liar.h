@@ -49,6 +49,9 @@ void tu_liar_add(tu_liar_t *l, const struct tu_lie *lie);
 void tu_liar_reset(tu_liar_t *l);
 /* Commands named cmd received since the start, on every connection. */
 long tu_liar_count(tu_liar_t *l, const char *cmd);
+/* Connections closed by a rule's close since the start (closed when
+ * this says so: a client polling its socket sees the end). */
+long tu_liar_closed(tu_liar_t *l);
 /* Stops the thread, closes everything. */
 void tu_liar_stop(tu_liar_t *l);
 

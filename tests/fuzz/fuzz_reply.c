@@ -141,6 +141,24 @@ static void check_released(union lock *l, enum kind k, int rc)
     check_nothing_held(l, k);
 }
 
+/* The input's answer closes its connection.  Once it was given, the next
+ * call waits until the liar has closed it: else whether that call finds
+ * the link closed (and opens another) or sends on it and meets the reset
+ * would depend on which thread runs first, and a reset is a lost reply,
+ * not the good answer the checks count on.  Bounded: an answer never
+ * given (a call that did not get that far) is not waited for. */
+static long evals_at, closed_at;   /* the liar's counts before the input */
+
+static void await_close(int lie_at)
+{
+    int i;
+
+    if (tu_liar_count(liar, "EVALSHA") < evals_at + lie_at)
+        return;
+    for (i = 0; i < 2000 && tu_liar_closed(liar) <= closed_at; i++)
+        nanosleep(&(struct timespec){ 0, 1000000L }, NULL);
+}
+
 /* ans: the answer to the first EVALSHA (NULL when it is TAKEN). */
 static void run(enum kind k, int on_unlock, int try_only, const char *ans)
 {
@@ -152,6 +170,7 @@ static void run(enum kind k, int on_unlock, int try_only, const char *ans)
     snprintf(name, sizeof name, "fz:%lu", ++seq);
     FUZZ_CHECK(lock_init(&l, k, name) == 0);
     rc = lock_once(&l, k, try_only);
+    await_close(1 + on_unlock);
     /* the lock answered TAKEN must be taken, or the unlock is not tried */
     FUZZ_CHECK(!on_unlock || rc == 0);
     if (rc != 0) {
@@ -161,7 +180,9 @@ static void run(enum kind k, int on_unlock, int try_only, const char *ans)
         /* every grant is an array: nothing else may be taken for one */
         FUZZ_CHECK(!ans || ans[0] == '*');
         FUZZ_CHECK(k == K_READ || token(&l, k) == 0);
-        check_released(&l, k, unlock(&l, k));
+        rc = unlock(&l, k);
+        await_close(1 + on_unlock);
+        check_released(&l, k, rc);
     }
     FUZZ_CHECK(destroy(&l, k) == 0);
 }
@@ -177,6 +198,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     sel = data[0];
     on_unlock = (sel & 4) != 0;
     tu_liar_reset(liar);
+    evals_at = tu_liar_count(liar, "EVALSHA");
+    closed_at = tu_liar_closed(liar);
     if (on_unlock)
         tu_liar_add(liar, &(struct tu_lie){ .cmd = "EVALSHA", .bytes = TAKEN,
                                              .times = 1 });
