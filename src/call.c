@@ -822,17 +822,64 @@ static __attribute__((noinline)) int replica_sync(struct dist__call *c)
 
 #define MAX_SURPLUS 8       /* resurrected holds of ours given back at once */
 
+/* The token of a hold whose surplus was shed is the counter's value, which
+ * an earlier hold of this owner may have shown already (the acquire took
+ * it for a reentry): a guarded resource would see one token for two
+ * sections.  It draws a new one, as a new hold does (a counter that grows
+ * by more than one is fine: tokens only need to grow), and a replica has
+ * it before it is shown when replica sync is on. */
+static __attribute__((noinline)) int fresh_token(struct dist__call *c)
+{
+    const struct dist__names *nm = c->o->st->names;
+    const char *argv[2] = { "INCR", nm->token.p };
+    const size_t lens[2] = { 4, nm->token.len };
+    const struct dist__cmd cmd = { 2, argv, lens };
+    struct dist__link *on = NULL;
+    struct dist__addr now;
+    struct dist__rec *r;
+    redisReply *rep = NULL;
+    long long t = 0;
+    char why[256];
+
+    if (dist__route_cmds(&nm->name, 1, &cmd, &rep, &on) != 0)
+        snprintf(why, sizeof why, "%s", dist_last_error());
+    else if (rep->type == REDIS_REPLY_INTEGER && rep->integer > 0)
+        t = rep->integer;
+    else
+        snprintf(why, sizeof why, "INCR answered %.200s",
+                 rep->type == REDIS_REPLY_ERROR ? rep->str : "no number");
+    freeReplyObject(rep);
+    if (t > 0 && dist__replica_wait_ms() > 0 &&
+        dist__route_wait_replicas(on, dist__replica_wait_ms(), name_of(c),
+                                  &now) != 0) {
+        snprintf(why, sizeof why, "%s", dist_last_error());
+        t = 0;
+    }
+    if (t <= 0)
+        return dist__err(EIO, "%s '%s': a hold counted twice needs a new "
+                         "fencing token, and none could be drawn (%s); the "
+                         "hold is given back", c->o->kind->noun, name_of(c),
+                         why);
+    pthread_mutex_lock(&c->o->st->mu);
+    if ((r = dist__rec_find(c->o->st)) != NULL)
+        r->token = (uint64_t)t;
+    pthread_mutex_unlock(&c->o->st->mu);
+    return 0;
+}
+
 /* A fresh hold that the server counts more than once: an acquire whose
  * reply was lost is probed and run again, and a late copy of the first
- * (a slow path delivers it after the client gave up on it) ran between the
- * probe and the second; or a release of ours was undone since (a failover promoted a replica it had not reached yet:
- * releases are not waited for).  The surplus is given back now, down to
- * the one hold this call took; else the owner's last unlock would leave
- * the lock held, renewed for it while it believes it free.  (The hold
- * keeps the old one's fencing token: taking it anew instead made timed
- * calls overrun their deadlines under faults.)  A semaphore's count is
- * its permits: not for them.  Returns EIO, and says why, when the hold is
- * gone after all: a server that answered a give-back with "none left". */
+ * (a slow path delivers it after the client gave up on it) ran between
+ * the probe and the second; or a release of ours was undone since (a
+ * failover promoted a replica it had not reached yet: releases are not
+ * waited for).  The surplus is given back now, down to the one hold this
+ * call took; else the owner's last unlock would leave the lock held,
+ * renewed for it while it believes it free.  The hold draws a new fencing
+ * token (fresh_token; releasing it all and taking it anew instead made
+ * timed calls overrun their deadlines under faults).  A semaphore's count
+ * is its permits: not for them.  Returns EIO, and says why, when the hold
+ * is gone after all (a server that answered a give-back with "none
+ * left"), or when no new token could be drawn (the hold is given back). */
 static __attribute__((noinline)) int shed_surplus(struct dist__call *c)
 {
     struct dist__call back = { .o = c->o, .mode = c->mode };
@@ -849,11 +896,17 @@ static __attribute__((noinline)) int shed_surplus(struct dist__call *c)
     r = dist__rec_find(c->o->st);
     held = r && r->n[0] + r->n[1] > 0;
     pthread_mutex_unlock(&c->o->st->mu);
-    if (held)
-        return 0;
-    return dist__err(EIO, "%s '%s': giving back a hold counted twice "
-                     "released the last one: the lock is not held",
-                     c->o->kind->noun, name_of(c));
+    if (!held)
+        return dist__err(EIO, "%s '%s': giving back a hold counted twice "
+                         "released the last one: the lock is not held",
+                         c->o->kind->noun, name_of(c));
+    /* a read hold has no token */
+    if ((c->o->kind->family == DIST__FAM_MUTEX || c->mode == 1) &&
+        fresh_token(c) != 0) {
+        give_back(c);
+        return EIO;
+    }
+    return 0;
 }
 
 /* Whether why starts with "<noun> '<name>'" already.  Only the start

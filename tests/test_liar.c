@@ -15,6 +15,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -432,13 +433,15 @@ static void check_renew(void **state)
  * a token). */
 struct twice_out {
     int lock_rc, token_rc, unlock_rc, after_rc;
+    uint64_t token;
+    char err[512];
 };
 
 static void run_twice(const void *arg, void *res)
 {
     struct twice_out *o = res;
     dist_mutex_t m;
-    uint64_t t;
+    uint64_t t = 0;
     char name[64];
 
     (void)arg;
@@ -448,17 +451,19 @@ static void run_twice(const void *arg, void *res)
         dist_mutex_init(&m, name, NULL) != 0)
         return;
     o->lock_rc = dist_mutex_trylock(&m);
-    o->token_rc = dist_mutex_token(&m, &t);
+    snprintf(o->err, sizeof o->err, "%s", dist_last_error());
+    o->token_rc = dist_mutex_token(&m, &o->token);
     o->unlock_rc = dist_mutex_unlock(&m);
     o->after_rc = dist_mutex_token(&m, &t);
 }
 
-static void test_fresh_hold_counted_twice(void **state)
+/* The lock answered "taken, 2 holds", the give-back of the surplus "1
+ * left", every later EVALSHA "0 left"; INCR as incr says (NULL: the
+ * liar's error).  The EVALSHA the child sent, in *evals. */
+static void twice(const char *incr, struct twice_out *o, long *evals)
 {
-    struct twice_out o;
-    long rss, evals;
+    long rss;
 
-    (void)state;
     tu_liar_reset(liar);
     tu_liar_add(liar, &(struct tu_lie){ .cmd = "EVALSHA",
                                          .bytes = "*3\r\n:1\r\n:2\r\n:7\r\n",
@@ -468,18 +473,49 @@ static void test_fresh_hold_counted_twice(void **state)
                                          .times = 1 });
     tu_liar_add(liar, &(struct tu_lie){ .cmd = "EVALSHA",
                                          .bytes = "*2\r\n:0\r\n:0\r\n" });
-    evals = tu_liar_count(liar, "EVALSHA");
-    in_child(run_twice, NULL, &o, sizeof o, BOUND_S * 2, &rss);
-    evals = tu_liar_count(liar, "EVALSHA") - evals;
-    print_message("lock %d, token %d, unlock %d, then token %d; %ld "
-                  "EVALSHA\n", o.lock_rc, o.token_rc, o.unlock_rc, o.after_rc,
-                  evals);
+    if (incr)
+        tu_liar_add(liar, &(struct tu_lie){ .cmd = "INCR", .bytes = incr });
+    *evals = tu_liar_count(liar, "EVALSHA");
+    in_child(run_twice, NULL, o, sizeof *o, BOUND_S * 2, &rss);
+    *evals = tu_liar_count(liar, "EVALSHA") - *evals;
+    print_message("lock %d, token %d (%" PRIu64 "), unlock %d, then token "
+                  "%d; %ld EVALSHA: %s\n", o->lock_rc, o->token_rc, o->token,
+                  o->unlock_rc, o->after_rc, *evals, o->err);
+}
+
+static void test_fresh_hold_counted_twice(void **state)
+{
+    struct twice_out o;
+    long evals;
+
+    (void)state;
+    twice(":8\r\n", &o, &evals);
     assert_int_equal(o.lock_rc, 0);
     assert_int_equal(o.token_rc, 0);
+    /* not the 7 the reentry showed, which an earlier hold of this owner
+     * may have shown already: a new one, drawn with INCR */
+    assert_int_equal(o.token, 8);
     assert_int_equal(o.unlock_rc, 0);
     /* the acquire, the give-back of the surplus, the unlock */
     assert_int_equal(evals, 3);
     assert_int_equal(o.after_rc, EPERM);
+}
+
+/* No new token to be had: the hold is given back, and the lock fails. */
+static void test_fresh_hold_counted_twice_no_token(void **state)
+{
+    struct twice_out o;
+    long evals;
+
+    (void)state;
+    twice(NULL, &o, &evals);
+    assert_int_equal(o.lock_rc, EIO);
+    if (!strstr(o.err, "fencing token"))
+        fail_msg("'fencing token' is not in '%s'", o.err);
+    assert_int_equal(o.token_rc, EPERM);
+    assert_int_equal(o.unlock_rc, EPERM);
+    /* the acquire, the give-back of the surplus, the give-back of the rest */
+    assert_int_equal(evals, 3);
 }
 
 /* ---- the tool ---------------------------------------------------------- */
@@ -736,6 +772,7 @@ int main(void)
         CR(wrlock_timed_subscribe_silent, K_WRITE, OP_TIMED, ETIMEDOUT,
            "timed out", HELD, .cmd = "SUBSCRIBE", .silent = 1),
         cmocka_unit_test(test_fresh_hold_counted_twice),
+        cmocka_unit_test(test_fresh_hold_counted_twice_no_token),
         /* renewal: a good answer keeps the hold, every lie loses it */
         RENEW(renew_ok, K_MUTEX, 1, .bytes = "*1\r\n:1\r\n"),
         RENEW(renew_ok_write, K_WRITE, 1, .bytes = "*1\r\n:1\r\n"),
