@@ -989,18 +989,18 @@ static int acquire(struct dist__obj *o, int mode, int try_only,
 {
     const struct dist__kind *k = o->kind;
     struct dist__call c = { .o = o, .mode = mode };
-    uint64_t t0 = dist__now_ms();
+    uint64_t t0 = dist__now_ms(), until = first_deadline(dl);
     int rc, held, queued, fresh, waited = 0;
 
     /* an earlier lost reply is settled first, within the deadline too */
-    if ((rc = prepare_until(&c, &held, first_deadline(dl))) != 0)
+    if ((rc = prepare_until(&c, &held, until)) != 0)
         return rc;
     if ((rc = k->plan(&c, try_only)) != 0)
         return failed(&c, rc);
     if (!try_only && courtesy && k->before_wait)
         k->before_wait(&c, dl);
     go_behind(&c);
-    rc = try_only ? try_once(&c) : try_patiently(&c, first_deadline(dl));
+    rc = try_only ? try_once(&c) : try_patiently(&c, until);
     behind_done(&c, rc);
     queued = c.how == DIST__HOW_QUEUE && rc == 0 && !c.taken;
     if (rc == 0 && !c.taken && try_only) {

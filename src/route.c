@@ -426,6 +426,16 @@ void dist__route_adopt(const struct dist__addr *m)
         dist__topo_adopt(&t->cfg, m);
 }
 
+/* A script's link failed: says so, and has the map checked (a failover
+ * may be why).  DIST__ECONN. */
+static int conn_failed(const struct dist__script *s, struct dist__link *l)
+{
+    dist__err(EIO, "Redis connection failed during %s: %s", s->name,
+              dist__link_error(l));
+    dist__topo_stale();
+    return DIST__ECONN;
+}
+
 int dist__route_eval(int script, int nkeys, const struct dist__buf *kv,
                      int nkv, redisReply **out, struct dist__link **on)
 {
@@ -444,12 +454,8 @@ int dist__route_eval(int script, int nkeys, const struct dist__buf *kv,
         if ((rc = trip_target(t, &tr, nkeys > 0 ? &kv[0] : NULL, &l)) != 0)
             return rc;
         rc = dist__link_eval(l, s, tr.asking, nkeys, kv, nkv, out);
-        if (rc == DIST__ECONN) {
-            dist__err(EIO, "Redis connection failed during %s: %s", s->name,
-                      dist__link_error(l));
-            dist__topo_stale();
-            return rc;
-        }
+        if (rc == DIST__ECONN)
+            return conn_failed(s, l);
         if (rc != 0)
             return rc;
         if ((*out)->type != REDIS_REPLY_ERROR) {
@@ -482,12 +488,8 @@ int dist__route_defer(int script, int nkeys, const struct dist__buf *kv,
     if ((rc = trip_target(t, &tr, nkeys > 0 ? &kv[0] : NULL, &l)) != 0)
         return rc;
     rc = dist__link_eval_defer(l, s, nkeys, kv, nkv, fn, arg);
-    if (rc == DIST__ECONN) {
-        dist__err(EIO, "Redis connection failed during %s: %s", s->name,
-                  dist__link_error(l));
-        dist__topo_stale();
-        return rc;
-    }
+    if (rc == DIST__ECONN)
+        return conn_failed(s, l);
     if (rc == 0)
         *on = l;
     return rc;

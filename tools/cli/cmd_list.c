@@ -326,16 +326,10 @@ static void print_rows(struct rows *rows, struct objs *os,
 static int timeout_opt(int argc, char **argv, int *i, void *arg)
 {
     const char *v = opt_value(argc, argv, i, "--timeout");
-    double *secs = arg;
-    char *end;
 
     if (!v)
         return 0;
-    errno = 0;
-    *secs = strtod(v, &end);
-    if (errno || *end || end == v || !(*secs > 0) || *secs > 1e6)
-        usage_error("--timeout wants seconds above 0 (like 30 or 0.5), got "
-                    "'%s'", v);
+    *(double *)arg = secs_value("--timeout", v, 0, 1e6);
     return 1;
 }
 

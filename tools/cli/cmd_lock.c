@@ -378,11 +378,7 @@ static void parse_args(int argc, char **argv, struct lock_args *a)
             break;
         }
         if ((v = opt_value(argc, argv, &i, "--timeout"))) {
-            char *end;
-            errno = 0;
-            a->timeout = strtod(v, &end);
-            if (errno || *end || end == v || !(a->timeout >= 0) || a->timeout > 1e9)
-                usage_error("--timeout wants seconds (like 1 or 0.5), got '%s'", v);
+            a->timeout = secs_value("--timeout", v, 1, 1e9);
         } else if (strcmp(argv[i], "--fair") == 0) {
             lk.fair = 1;
         } else if (strcmp(argv[i], "--read") == 0 || strcmp(argv[i], "--write") == 0) {

@@ -315,6 +315,20 @@ const char *name_args(int argc, char **argv, extra_opt_fn extra, void *arg)
     return name;
 }
 
+double secs_value(const char *name, const char *v, int zero_ok, double max)
+{
+    char *end;
+    double secs;
+
+    errno = 0;
+    secs = strtod(v, &end);
+    if (errno || *end || end == v || !(zero_ok ? secs >= 0 : secs > 0) ||
+        secs > max)
+        usage_error("%s wants seconds%s (like 30 or 0.5), got '%s'", name,
+                    zero_ok ? "" : " above 0", v);
+    return secs;
+}
+
 int interval_opt(int argc, char **argv, int *i, long *ms)
 {
     const char *v = opt_value(argc, argv, i, "--interval");

@@ -52,6 +52,9 @@ int common_opt(int argc, char **argv, int *i);
 const char *opt_value(int argc, char **argv, int *i, const char *name);
 void check_name(const char *name);
 /* "--interval MS" (10..60000) into *ms: 1 when argv[*i] was it. */
+/* v, the value of option name, as seconds: above 0 (or 0 too when
+ * zero_ok) and at most max, or a usage error that names the option. */
+double secs_value(const char *name, const char *v, int zero_ok, double max);
 int interval_opt(int argc, char **argv, int *i, long *ms);
 /* SIGINT, SIGTERM and SIGHUP set stop_sig (the signal) instead of ending
  * the tool, without SA_RESTART, so that a poll returns: for the commands
