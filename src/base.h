@@ -157,6 +157,8 @@ const char *dist__client_id(void);
  * the same hook again does nothing.  Registration takes no lock a hook
  * takes, so it may be called with any mutex held. */
 enum dist__fork_rank {
+    DIST__RANK_IDLE = 5,       /* idle threads' owed replies (route.c), read
+                                * under it: their handlers take the below */
     DIST__RANK_LOCKS = 10,     /* the lock families' registries and states
                                 * (engine.c) */
     DIST__RANK_RENEW = 30,     /* renewal registry (renew.c) */

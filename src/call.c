@@ -528,9 +528,11 @@ static int wait_for_it(struct dist__call *c, const struct dist__deadline *dl)
 /* With deferral on, an owner's last unlock of a mutex writes the release
  * script and returns; the reply is read when the thread's link is next
  * read (by any call), when the thread ends, shuts down or the program
- * exits, and handed to defer_done.  Holds lost meanwhile are reported to
- * the lost handler at the thread's next lock call (the reply is read in
- * the middle of another call, where user code must not run). */
+ * exits, or by the renewal thread once the owner has made no call for
+ * DIST__IDLE_READ_MS (route.c, "idle threads"), and handed to defer_done.
+ * Holds lost meanwhile are reported to the lost handler at the thread's
+ * next lock call (the reply is read in the middle of another call, where
+ * user code must not run), or by the renewal thread after its read. */
 
 #define LOST_NOTES 8
 static __thread char *lost_notes[LOST_NOTES];
@@ -575,6 +577,7 @@ static int defer_ok(const struct dist__call *c)
 static struct dist__defer *defer_new(struct dist__call *c)
 {
     struct dist__defer *d = calloc(1, sizeof *d);
+    const char *owner;
 
     if (!d)
         return NULL;
@@ -584,6 +587,8 @@ static struct dist__defer *defer_new(struct dist__call *c)
     d->lease_ms = c->o->lease_ms;
     d->gen = atomic_load(&dist__fork_gen);
     d->sent = dist__now_ms();
+    owner = dist__owner(&d->owner_len);
+    memcpy(d->owner, owner, d->owner_len + 1);
     return d;
 }
 
@@ -633,6 +638,11 @@ static void defer_hand_over(struct dist__defer *d, struct dist__rec *r)
     h = r && r->h ? r->h : dist__hold_new(d->kind, d->st->names, d->lease_ms);
     if (!h)
         return;                 /* out of memory: the lease ends it */
+    if (!(r && r->h)) {
+        /* the owner's, also when the renewal thread read the reply */
+        memcpy(h->owner, d->owner, d->owner_len + 1);
+        h->owner_len = d->owner_len;
+    }
     if (!r) {
         dist__renew_unknown(h, none, 0);
         if (dist__renew_remove(h))     /* the thread frees it when done */
@@ -649,18 +659,26 @@ static void defer_hand_over(struct dist__defer *d, struct dist__rec *r)
  * state's mu held. */
 static void defer_act(struct dist__defer *d, struct dist__rec *r)
 {
-    if (d->outcome == DIST__DEFER_OK)
+    /* on the renewal thread for an idle owner (dist__route_read_idle):
+     * no courtesy (it is about the owner's next call, which may never
+     * come), and a loss is reported by that thread */
+    int idle = dist__route_reading_idle();
+
+    if (d->outcome == DIST__DEFER_OK && !idle)
         defer_courtesy(d);
+    else if (d->outcome == DIST__DEFER_LOST && idle)
+        dist__renew_note_lost(d->st->names->name.p);
     else if (d->outcome == DIST__DEFER_LOST)
         note_lost_later(d->st->names->name.p);
-    else
+    else if (d->outcome != DIST__DEFER_OK)
         defer_hand_over(d, r);
     if (r && r->n[0] + r->n[1] == 0 && !r->unknown)
         dist__rec_drop(d->st, r);
 }
 
 /* The link's handler of a deferred release's reply (dist__owed_fn): on
- * the owner's thread, in the middle of a call on that link. */
+ * the owner's thread, in the middle of a call on that link, or on the
+ * renewal thread for an idle owner. */
 static void defer_done(void *arg, const redisReply *rep, int status)
 {
     struct dist__defer *d = arg;
@@ -1096,12 +1114,21 @@ static int acquire_on_master(struct dist__obj *o, int mode, int try_only,
     return rc == DIST__EATTACHING ? DIST_ENOREPLICA : rc;
 }
 
+/* The end of a call: holds found lost go to the handler, and a reply
+ * still owed is read by the renewal thread if this one stays idle. */
+static void call_end(void)
+{
+    report_lost_notes();
+    if (dist__route_idle_mark())
+        dist__renew_idle_watch();
+}
+
 int dist__acquire(struct dist__obj *o, int mode, int try_only,
                   const struct dist__deadline *dl)
 {
     int rc = acquire_on_master(o, mode, try_only, dl, 1);
 
-    report_lost_notes();
+    call_end();
     return rc;
 }
 
@@ -1109,7 +1136,7 @@ int dist__reacquire(struct dist__obj *o)
 {
     int rc = acquire_on_master(o, 0, 0, NULL, 0);
 
-    report_lost_notes();
+    call_end();
     return rc;
 }
 
@@ -1193,7 +1220,7 @@ static int release(struct dist__obj *o, int may_defer)
                          name_of(&c));
     c.mode = c.n[1] > 0;           /* a write hold goes first */
     rc = release_held(&c);
-    report_lost_notes();
+    call_end();
     return rc;
 }
 

@@ -31,6 +31,9 @@ struct dist__defer {
     int outcome;                  /* DIST__DEFER_*; 0 while owed */
     long long woken;
     uint64_t sent;                /* monotonic ms */
+    char owner[64];               /* the owner's field (dist__owner): the
+                                   * reply may be read on another thread */
+    size_t owner_len;
 };
 #define DIST__DEFER_OK     1      /* released */
 #define DIST__DEFER_LOST   2      /* the hold was gone before it */

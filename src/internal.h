@@ -90,6 +90,13 @@ int dist__renew_remove(struct dist__hold *h);
  * Redis answers.  With n[] all 0 the entry is no longer renewed. */
 void dist__renew_unknown(struct dist__hold *h, const unsigned long n[2],
                          int mode);
+/* A thread ended a call with a reply owed (dist__route_idle_mark): the
+ * renewal thread reads it if the thread is still idle DIST__IDLE_READ_MS
+ * later. */
+void dist__renew_idle_watch(void);
+/* For the owed replies' handler on the renewal thread: the hold of name
+ * was lost; the lost handler hears of it once the read is done. */
+void dist__renew_note_lost(const char *name);
 /* Waits (bounded) until h has nothing left to settle; EIO if it could not
  * be settled by then. */
 int dist__renew_settle(struct dist__hold *h, uint64_t until_ms);

@@ -107,7 +107,8 @@ int dist__link_eval(struct dist__link *l, const struct dist__script *s,
  * frees it afterwards) with status 0, or r NULL with DIST__ECONN when it
  * can never be read (the link failed, or was closed with it unread).  It
  * runs on the thread that owns the link, in the middle of another call on
- * it: it must not use the link, nor any lock held around link calls. */
+ * it, or on the renewal thread while the owner is idle (route.c): it must
+ * not use the link, nor any lock held around link calls. */
 typedef void (*dist__owed_fn)(void *arg, const redisReply *r, int status);
 
 /* Writes what is queued (the whole of it, by `until`) and notes that the

@@ -28,6 +28,7 @@ static struct {
     int cv_ready;
     int running, stop, kick;
     uint64_t wake_at;          /* when the thread next looks, monotonic ms */
+    uint64_t idle_at;          /* when to read idle threads' replies; 0 */
     pthread_t th;
     struct dist__hold *head;   /* registered or unsettled entries */
 } R = { .mu = PTHREAD_MUTEX_INITIALIZER };
@@ -260,7 +261,7 @@ struct lostlist {
     size_t n, cap;
 };
 
-static void note_lost(struct lostlist *l, const struct dist__hold *h)
+static void note_lost_name(struct lostlist *l, const char *name)
 {
     char **nn;
 
@@ -272,8 +273,36 @@ static void note_lost(struct lostlist *l, const struct dist__hold *h)
         l->names = nn;
         l->cap = cap;
     }
-    if ((l->names[l->n] = strdup(h->names->name.p)) != NULL)
+    if ((l->names[l->n] = strdup(name)) != NULL)
         l->n++;
+}
+
+static void note_lost(struct lostlist *l, const struct dist__hold *h)
+{
+    note_lost_name(l, h->names->name.p);
+}
+
+/* Holds an idle thread's owed reply said were lost (read by this thread:
+ * dist__route_read_idle). */
+static struct lostlist idle_lost;
+
+void dist__renew_note_lost(const char *name)
+{
+    note_lost_name(&idle_lost, name);
+}
+
+/* Calls the lost handler for each name of l, and empties it.  No lock
+ * held: the handler is the user's. */
+static void report_lost(struct lostlist *l)
+{
+    size_t i;
+
+    for (i = 0; i < l->n; i++) {
+        dist__call_lost_handler(l->names[i]);
+        free(l->names[i]);
+    }
+    free(l->names);
+    memset(l, 0, sizeof *l);
 }
 
 /* The thread is done with h for this round: it leaves the registry when
@@ -570,6 +599,41 @@ static uint64_t tick(struct lostlist *lost)
     return next;
 }
 
+/* The idle threads' owed replies, when due; wake comes no later than the
+ * next look.  R.mu held, dropped for the read. */
+static void read_idle(uint64_t *wake)
+{
+    uint64_t next;
+
+    if (R.idle_at && R.idle_at <= dist__now_ms()) {
+        R.idle_at = 0;
+        pthread_mutex_unlock(&R.mu);
+        next = dist__route_read_idle();
+        report_lost(&idle_lost);
+        pthread_mutex_lock(&R.mu);
+        if (next && (!R.idle_at || next < R.idle_at))
+            R.idle_at = next;
+    }
+    if (R.idle_at && R.idle_at < *wake)
+        *wake = R.idle_at;
+}
+
+void dist__renew_idle_watch(void)
+{
+    uint64_t at = dist__now_ms() + DIST__IDLE_READ_MS;
+
+    pthread_once(&renew_once, renew_register);
+    pthread_mutex_lock(&R.mu);
+    ensure_thread();
+    if (!R.idle_at || at < R.idle_at)
+        R.idle_at = at;
+    if (R.wake_at > R.idle_at) {
+        R.kick = 1;
+        pthread_cond_signal(&R.cv);
+    }
+    pthread_mutex_unlock(&R.mu);
+}
+
 static void *renew_main(void *arg)
 {
     struct timespec ts;
@@ -579,19 +643,16 @@ static void *renew_main(void *arg)
     pthread_mutex_lock(&R.mu);
     while (!R.stop) {
         struct lostlist lost = { 0 };
-        size_t i;
 
         R.kick = 0;
         wake = tick(&lost);
         if (lost.n) {
             pthread_mutex_unlock(&R.mu);
-            for (i = 0; i < lost.n; i++) {
-                dist__call_lost_handler(lost.names[i]);
-                free(lost.names[i]);
-            }
+            report_lost(&lost);
             pthread_mutex_lock(&R.mu);
         }
-        free(lost.names);
+        free(lost.names);       /* report_lost emptied it, or never ran */
+        read_idle(&wake);
 
         if (R.head && dist__cfg_mode() != DIST__MODE_SINGLE) {
             /* Holds on Sentinel or Cluster: look at the topology about
@@ -670,6 +731,7 @@ void dist__renew_fork(int phase)
         R.running = 0;
         R.stop = 0;
         R.kick = 0;
+        R.idle_at = 0;
         R.head = NULL;
         pthread_mutex_unlock(&R.mu);
     }

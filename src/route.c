@@ -5,6 +5,7 @@
  * MOVED and ASK a few hops, "not now" (TRYAGAIN, CLUSTERDOWN, LOADING,
  * MASTERDOWN, READONLY) for up to the command timeout. */
 #include <errno.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,11 +28,184 @@ struct tconn {
     struct dist__cfg cfg;      /* a copy, refreshed when the settings change */
     unsigned long fork_gen;
     uint64_t tick;
+    /* replies owed while the thread is idle (see "idle threads" below) */
+    atomic_int idle;           /* IDLE_NO, IDLE_OWED or IDLE_READING */
+    uint64_t owed_at;          /* when marked IDLE_OWED, monotonic ms */
+    unsigned long listed_gen;  /* in idle_list when it is dist__fork_gen;
+                                * idle_mu */
+    struct tconn *inext, **iprev;  /* idle_list; idle_mu */
 };
+
 
 static pthread_once_t key_once = PTHREAD_ONCE_INIT;
 static pthread_key_t conn_key;
 static __thread struct tconn *my_conn;
+
+/* ---- idle threads ---------------------------------------------------------
+ *
+ * A thread's links are its own: only it reads them.  A thread that ends a
+ * call with replies still owed (a deferred release) and then stays idle
+ * would leave them unread, and a release Redis refused unfinished, until
+ * its next call.  So it marks itself IDLE_OWED at the end of the call;
+ * the renewal thread may then take its links (IDLE_READING) for a read
+ * that does not wait, and gives them back (IDLE_NO once nothing is owed).
+ * The owner takes them back at the start of its next use
+ * (reclaim, in thread_conns and at its end), waiting while a read is under
+ * way.  The state is an atomic: its transitions order everything the two
+ * threads do with the links.  idle_list holds the threads that marked
+ * themselves; idle_mu guards it and is held through a read, so that an
+ * ending thread, which leaves the list first, is never read once freed. */
+enum { IDLE_NO, IDLE_OWED, IDLE_READING };
+
+static pthread_mutex_t idle_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct tconn *idle_list;
+static __thread int reading_idle;   /* on the renewal thread, in a read */
+
+DIST__FORK_HOOK(idle_hook, idle_fork, DIST__RANK_IDLE)
+
+/* The parent's threads did not come along, and their replies are not the
+ * child's to read. */
+static void idle_fork(int phase)
+{
+    if (phase == 0) {
+        pthread_mutex_lock(&idle_mu);
+        return;
+    }
+    if (phase == 2)
+        idle_list = NULL;
+    pthread_mutex_unlock(&idle_mu);
+}
+
+/* idle_mu held. */
+static void idle_unlink(struct tconn *t)
+{
+    if (t->listed_gen != atomic_load(&dist__fork_gen))
+        return;
+    *t->iprev = t->inext;
+    if (t->inext)
+        t->inext->iprev = t->iprev;
+    t->listed_gen = 0;
+}
+
+/* The owner takes its links back: waits while the renewal thread reads
+ * them (a read that does not wait: a moment). */
+static void reclaim(struct tconn *t)
+{
+    int s = atomic_load_explicit(&t->idle, memory_order_acquire);
+
+    while (s != IDLE_NO) {
+        if (s == IDLE_OWED &&
+            atomic_compare_exchange_weak_explicit(&t->idle, &s, IDLE_NO,
+                                                  memory_order_acquire,
+                                                  memory_order_acquire))
+            return;
+        if (s == IDLE_READING) {
+            sched_yield();
+            s = atomic_load_explicit(&t->idle, memory_order_acquire);
+        }
+    }
+}
+
+/* Whether one of t's links owes a reply. */
+static int owes(const struct tconn *t)
+{
+    int i;
+
+    for (i = 0; i < POOL; i++)
+        if (t->n[i].l && dist__link_owed(t->n[i].l))
+            return 1;
+    return 0;
+}
+
+int dist__route_idle_mark(void)
+{
+    struct tconn *t = my_conn;
+    unsigned long gen = atomic_load(&dist__fork_gen);
+
+    if (!t || t->fork_gen != gen || !owes(t))
+        return 0;
+    idle_hook();
+    pthread_mutex_lock(&idle_mu);
+    if (t->listed_gen != gen) {
+        t->inext = idle_list;
+        t->iprev = &idle_list;
+        if (idle_list)
+            idle_list->iprev = &t->inext;
+        idle_list = t;
+        t->listed_gen = gen;
+    }
+    pthread_mutex_unlock(&idle_mu);
+    t->owed_at = dist__now_ms();
+    atomic_store_explicit(&t->idle, IDLE_OWED, memory_order_release);
+    return 1;
+}
+
+int dist__route_reading_idle(void)
+{
+    return reading_idle;
+}
+
+/* Reads what has arrived for t, which the caller has taken; whether it
+ * still owes anything. */
+static int read_idle_one(struct tconn *t)
+{
+    int i;
+
+    reading_idle = 1;
+    for (i = 0; i < POOL; i++)
+        if (t->n[i].l && dist__link_owed(t->n[i].l))
+            dist__link_settle(t->n[i].l, 0);
+    reading_idle = 0;
+    return owes(t);
+}
+
+uint64_t dist__route_read_idle(void)
+{
+    unsigned long gen = atomic_load(&dist__fork_gen);
+    uint64_t now = dist__now_ms(), next = 0, due;
+    struct tconn *t, *tn;
+    int s;
+
+    idle_hook();
+    pthread_mutex_lock(&idle_mu);
+    for (t = idle_list; t; t = tn) {
+        tn = t->inext;
+        s = IDLE_OWED;
+        if (t->fork_gen != gen ||
+            !atomic_compare_exchange_strong_explicit(&t->idle, &s,
+                                                     IDLE_READING,
+                                                     memory_order_acquire,
+                                                     memory_order_relaxed)) {
+            if (s == IDLE_NO)
+                idle_unlink(t);     /* busy: it marks itself again */
+            continue;
+        }
+        due = t->owed_at + DIST__IDLE_READ_MS;
+        if (due <= now && !read_idle_one(t)) {
+            idle_unlink(t);
+            atomic_store_explicit(&t->idle, IDLE_NO, memory_order_release);
+            continue;
+        }
+        if (due <= now)
+            due = now + DIST__IDLE_READ_MS;   /* not there yet: look again */
+        if (!next || due < next)
+            next = due;
+        atomic_store_explicit(&t->idle, IDLE_OWED, memory_order_release);
+    }
+    pthread_mutex_unlock(&idle_mu);
+    return next;
+}
+
+/* A thread that ends leaves the list, after any read of it. */
+static void idle_leave(struct tconn *t)
+{
+    reclaim(t);
+    if (t->listed_gen != atomic_load(&dist__fork_gen))
+        return;
+    pthread_mutex_lock(&idle_mu);
+    idle_unlink(t);
+    pthread_mutex_unlock(&idle_mu);
+}
 
 /* A link inherited across fork() is the parent's socket: closing our copy
  * of the descriptor is harmless to it, sending anything is not, and
@@ -66,6 +240,7 @@ static void conn_destructor(void *p)
 {
     struct tconn *t = p;
 
+    idle_leave(t);
     settle_all(t);
     close_all(t);
     free(t);
@@ -76,8 +251,10 @@ static void conn_destructor(void *p)
  * its owed replies here. */
 static void settle_at_exit(void)
 {
-    if (my_conn)
+    if (my_conn) {
+        reclaim(my_conn);
         settle_all(my_conn);
+    }
 }
 
 static pthread_once_t exit_once = PTHREAD_ONCE_INIT;
@@ -109,6 +286,7 @@ static struct tconn *thread_conns(void)
         my_conn = t;
         t->cfg.gen = cgen - 1;
     }
+    reclaim(t);
     if (t->fork_gen != fgen || t->cfg.gen != cgen) {
         settle_all(t);         /* new settings: replies owed still count */
         close_all(t);
@@ -192,6 +370,7 @@ static struct dist__link *pool_link(struct tconn *t, const struct dist__addr *a)
 void dist__route_close_thread(void)
 {
     if (my_conn) {
+        reclaim(my_conn);
         settle_all(my_conn);
         close_all(my_conn);
     }
@@ -203,6 +382,7 @@ void dist__route_settle_thread(uint64_t until)
 
     if (!my_conn || my_conn->fork_gen != atomic_load(&dist__fork_gen))
         return;
+    reclaim(my_conn);
     for (i = 0; i < POOL; i++)
         if (my_conn->n[i].l && dist__link_owed(my_conn->n[i].l))
             dist__link_settle(my_conn->n[i].l, until);

@@ -123,6 +123,17 @@ void dist__route_settle_thread(uint64_t until);
 int dist__route_wait_replicas(struct dist__link *l, unsigned long ms,
                               const char *what, struct dist__addr *now);
 
+/* At the end of a call: when a link of the thread still owes a reply (a
+ * deferred release), lets the renewal thread read it if the thread stays
+ * idle (route.c, "idle threads").  Whether it did. */
+int dist__route_idle_mark(void);
+#define DIST__IDLE_READ_MS 200  /* how long an idle thread is let be first */
+/* The renewal thread: reads what has arrived for threads idle for a while
+ * (the owed replies' handlers run on it, dist__route_reading_idle saying
+ * so).  When to look again (monotonic ms; 0: nothing owed). */
+uint64_t dist__route_read_idle(void);
+int dist__route_reading_idle(void);
+
 /* dist__topo_adopt with the thread's settings. */
 void dist__route_adopt(const struct dist__addr *m);
 

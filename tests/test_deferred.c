@@ -261,6 +261,77 @@ static void test_lost_hold(void **state)
     assert_int_equal(dist_mutex_destroy(&m), 0);
 }
 
+/* ---- an owner that stays idle ---------------------------------------------- */
+
+/* Whether the lost handler has been called for name within secs. */
+static int lost_within(const char *name, double secs)
+{
+    double t0 = tu_now();
+
+    while (fx_lost_calls(name) == 0) {
+        if (tu_now() - t0 > secs)
+            return 0;
+        tu_sleep_ms(20);
+    }
+    return 1;
+}
+
+/* NOSCRIPT on the deferred release of an owner that makes no call after
+ * it: the renewal thread reads the reply and finishes the release, long
+ * before the 30 s lease would have ended it. */
+static void test_noscript_idle(void **state)
+{
+    char name[200];
+    dist_mutex_t m;
+
+    (void)state;
+    NAME(name, "m");
+    assert_int_equal(init_deferred(&m, name, 0), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    flush_scripts();
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_true(gone_within(name, GONE_WITHIN_S));
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(count_of(name), 1);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_true(gone_within(name, GONE_WITHIN_S));
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+}
+
+/* A hold lost before the deferred unlock of an owner that then makes no
+ * call: the lost handler hears of it from the renewal thread. */
+static void test_lost_hold_idle(void **state)
+{
+    char name[200];
+    dist_mutex_t m;
+    dist_mutexattr_t a;
+    int heard, calls;
+
+    (void)state;
+    NAME(name, "m");
+    fx_dirty = 1;
+    fx_lost_reset();
+    dist_set_lost_handler(fx_on_lost, NULL);
+    dist_mutexattr_init(&a);
+    dist_mutexattr_setdeferred(&a, 1);
+    dist_mutexattr_setlease(&a, 300);
+    assert_int_equal(dist_mutex_init(&m, name, &a), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    tu_sleep_ms(600);                                    /* lease over */
+    assert_int_equal(key_exists(name), 0);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    heard = lost_within(name, GONE_WITHIN_S);
+    /* and the owner's next call does not hear of it again */
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    calls = fx_lost_calls(name);
+    dist_set_lost_handler(NULL, NULL);
+    fx_dirty = 0;
+    assert_true(heard);
+    assert_int_equal(calls, 1);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+}
+
 /* ---- broken connections ------------------------------------------------------ */
 
 /* The release ran and its reply was lost; the release never reached the
@@ -609,6 +680,8 @@ int main(void)
         T(test_unlock_does_not_wait),
         T(test_noscript_then_lock),
         T(test_noscript_elsewhere),
+        T(test_noscript_idle),
+        T(test_lost_hold_idle),
         T(test_lost_hold),
         T(test_broken_then_lock),
         T(test_broken_elsewhere),
