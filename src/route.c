@@ -30,7 +30,7 @@ struct tconn {
     uint64_t tick;
     /* replies owed while the thread is idle (see "idle threads" below) */
     atomic_int idle;           /* IDLE_NO, IDLE_OWED or IDLE_READING */
-    uint64_t owed_at;          /* when marked IDLE_OWED, monotonic ms */
+    _Atomic uint64_t owed_at;  /* when marked IDLE_OWED, monotonic ms */
     unsigned long listed_gen;  /* in idle_list when it is dist__fork_gen;
                                 * idle_mu */
     struct tconn *inext, **iprev;  /* idle_list; idle_mu */
@@ -53,7 +53,8 @@ static __thread struct tconn *my_conn;
  * (reclaim, in thread_conns and at its end), waiting while a read is under
  * way.  The state is an atomic: its transitions order everything the two
  * threads do with the links.  idle_list holds the threads that marked
- * themselves; idle_mu guards it and is held through a read, so that an
+ * themselves (a child of fork starts it empty: the parent's replies are
+ * not its own); idle_mu guards it and is held through a read, so that an
  * ending thread, which leaves the list first, is never read once freed. */
 enum { IDLE_NO, IDLE_OWED, IDLE_READING };
 
@@ -135,7 +136,7 @@ int dist__route_idle_mark(void)
         t->listed_gen = gen;
     }
     pthread_mutex_unlock(&idle_mu);
-    t->owed_at = dist__now_ms();
+    atomic_store_explicit(&t->owed_at, dist__now_ms(), memory_order_relaxed);
     atomic_store_explicit(&t->idle, IDLE_OWED, memory_order_release);
     return 1;
 }
@@ -161,7 +162,6 @@ static int read_idle_one(struct tconn *t)
 
 uint64_t dist__route_read_idle(void)
 {
-    unsigned long gen = atomic_load(&dist__fork_gen);
     uint64_t now = dist__now_ms(), next = 0, due;
     struct tconn *t, *tn;
     int s;
@@ -171,8 +171,17 @@ uint64_t dist__route_read_idle(void)
     for (t = idle_list; t; t = tn) {
         tn = t->inext;
         s = IDLE_OWED;
-        if (t->fork_gen != gen ||
-            !atomic_compare_exchange_strong_explicit(&t->idle, &s,
+        /* a thread that marked itself just now is likely busy: not taken
+         * (it would wait for the read) */
+        due = atomic_load_explicit(&t->owed_at, memory_order_relaxed) +
+              DIST__IDLE_READ_MS;
+        if (due > now &&
+            atomic_load_explicit(&t->idle, memory_order_relaxed) != IDLE_NO) {
+            if (!next || due < next)
+                next = due;
+            continue;
+        }
+        if (!atomic_compare_exchange_strong_explicit(&t->idle, &s,
                                                      IDLE_READING,
                                                      memory_order_acquire,
                                                      memory_order_relaxed)) {
@@ -180,14 +189,12 @@ uint64_t dist__route_read_idle(void)
                 idle_unlink(t);     /* busy: it marks itself again */
             continue;
         }
-        due = t->owed_at + DIST__IDLE_READ_MS;
-        if (due <= now && !read_idle_one(t)) {
+        if (!read_idle_one(t)) {
             idle_unlink(t);
             atomic_store_explicit(&t->idle, IDLE_NO, memory_order_release);
             continue;
         }
-        if (due <= now)
-            due = now + DIST__IDLE_READ_MS;   /* not there yet: look again */
+        due = now + DIST__IDLE_READ_MS;     /* not there yet: look again */
         if (!next || due < next)
             next = due;
         atomic_store_explicit(&t->idle, IDLE_OWED, memory_order_release);
