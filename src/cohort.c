@@ -6,14 +6,23 @@
  * FIFO, each waiter sleeping on its own condition variable so that a
  * hand-off wakes exactly one thread); only the turn's holder calls the
  * engine, as the cohort's owner (dist__ident_push).  An unlock with local
- * waiters passes the turn and keeps the Redis hold, for a bounded time and
- * number of hand-offs, so other processes still get their turns; then the
- * hold is released in Redis and the next local thread acquires it anew.
+ * waiters keeps the Redis hold, for a bounded time and number of
+ * hand-offs, so other processes still get their turns; then the hold is
+ * released in Redis and the next local thread acquires it anew.
+ *
+ * While the hold is kept, a thread's unlock passes the turn straight to the
+ * first waiter (FIFO) once that thread has had a short run of turns (RUN_*);
+ * before that it only frees the turn, and whoever locks next takes it: in a
+ * loop, the same thread, without a wake-up or a context switch.  A wake-up
+ * per turn would cost more than the turn (S5 in the README).  The first
+ * waiter looks every COHORT_POLL_MS, so a turn freed by a thread that does
+ * not come back is taken within that.
  *
  * Lock order: the cohort's mu is a leaf: nothing else is taken under it
  * (the fork hook takes it after the state's mu). */
 #include <errno.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "engine.h"
 #include "kinds.h"
@@ -23,7 +32,12 @@
  * many times: a process waiting in Redis then waits about COHORT_MAX_MS
  * plus a hand-off between processes (see README, Lock cohorting). */
 #define COHORT_MAX_MS 10
-#define COHORT_MAX_HANDOFFS 1000
+#define COHORT_MAX_HANDOFFS 1000      /* from one thread to another */
+/* A thread's run: turns in a row it may take back without passing the
+ * turn to the first waiter (bounds a local waiter's wait to a few runs). */
+#define RUN_MAX 16
+#define RUN_MAX_NS 50000ull
+#define COHORT_POLL_MS 1
 
 /* A local waiter, on its own stack.  Under the cohort's mu. */
 struct turn {
@@ -31,6 +45,8 @@ struct turn {
     pthread_cond_t cv;
     uint64_t tno;                 /* its own thread number */
     int granted;                  /* the turn is its own now */
+    int polling;                  /* first in line, looking for a freed
+                                   * turn every COHORT_POLL_MS */
 };
 
 /* Per name and process.  Fields under mu. */
@@ -43,8 +59,33 @@ struct dist__cohort {
     int held;                     /* the cohort holds the lock in Redis */
     unsigned handoffs;            /* local hand-offs of that hold */
     uint64_t since;               /* when that hold was taken (monotonic ms) */
+    uint64_t run_tno;             /* the thread of the current run */
+    unsigned run_n;               /* turns it took in the run */
+    uint64_t run_start;           /* when the run began (monotonic ns) */
     struct turn *head, *tail;
 };
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* The turn is the calling thread's now (mu held). */
+static void take_turn(struct dist__cohort *co, uint64_t me)
+{
+    co->busy = 1;
+    co->owner = me;
+    co->depth = 1;
+    if (co->run_tno != me) {
+        co->run_tno = me;
+        co->run_n = 0;
+        co->run_start = now_ns();
+    }
+    co->run_n++;
+}
 
 static const char *name_of(const struct dist__obj *o)
 {
@@ -93,6 +134,7 @@ void dist__cohort_fork(struct dist__cohort *co, int phase)
         co->owner = 0;
         co->depth = 0;
         co->handoffs = 0;
+        co->run_tno = 0;
         co->head = co->tail = NULL;
     }
     pthread_mutex_unlock(&co->mu);
@@ -115,8 +157,22 @@ static void pass_turn(struct dist__cohort *co)
         co->tail = NULL;
     co->owner = t->tno;
     co->depth = 1;
+    co->run_tno = t->tno;
+    co->run_n = 1;
+    co->run_start = now_ns();
     t->granted = 1;
     pthread_cond_signal(&t->cv);
+}
+
+/* Frees the turn without passing it: the next lock takes it, or the first
+ * waiter when it looks (told now if it is not looking yet).  mu held. */
+static void free_turn(struct dist__cohort *co)
+{
+    co->busy = 0;
+    co->owner = 0;
+    co->depth = 0;
+    if (co->head && !co->head->polling)
+        pthread_cond_signal(&co->head->cv);
 }
 
 static void unqueue(struct dist__cohort *co, struct turn *t)
@@ -153,13 +209,27 @@ static int wait_turn(struct dist__cohort *co, struct dist__obj *o,
         co->head = &t;
     co->tail = &t;
     while (!t.granted) {
-        if (!dl) {
+        uint64_t wake = 0;
+        if (co->head == &t && !co->busy) {
+            unqueue(co, &t);           /* a freed turn: first in line */
+            take_turn(co, me);
+            break;
+        }
+        if (co->head == &t) {
+            t.polling = 1;
+            wake = dist__now_ms() + COHORT_POLL_MS;
+        }
+        if (dl && (!wake || until < wake))
+            wake = until;
+        if (!wake) {
             pthread_cond_wait(&t.cv, &co->mu);
             continue;
         }
-        dist__ms_to_ts(until, &ts);
+        dist__ms_to_ts(wake, &ts);
         if (pthread_cond_timedwait(&t.cv, &co->mu, &ts) == ETIMEDOUT &&
-            !t.granted && dist__deadline_step(dl, &until)) {
+            !t.granted && dl && wake == until &&
+            dist__deadline_step(dl, &until) &&
+            !(co->head == &t && !co->busy)) {
             unqueue(co, &t);
             rc = dist__err(ETIMEDOUT, "mutex '%s' is held by another thread "
                            "of this process (cohort) until past the deadline",
@@ -222,7 +292,7 @@ int dist__cohort_lock(struct dist__obj *o, int try_only,
     if (co->busy)
         rc = wait_turn(co, o, me, dl);
     else
-        co->busy = 1, co->owner = me, co->depth = 1;
+        take_turn(co, me);       /* waiters or not: see the top */
     held = co->held;
     pthread_mutex_unlock(&co->mu);
     if (rc != 0 || held)
@@ -270,8 +340,15 @@ int dist__cohort_unlock(struct dist__obj *o)
         return dist__err(EPERM, "mutex '%s' is not held by this thread",
                          name_of(o));
     }
-    if (--co->depth > 0 || may_hand_off(co, o)) {
-        if (co->depth == 0) {
+    if (--co->depth > 0) {
+        pthread_mutex_unlock(&co->mu);
+        return 0;
+    }
+    if (may_hand_off(co, o)) {
+        if (co->run_tno == me && co->run_n < RUN_MAX &&
+            now_ns() - co->run_start < RUN_MAX_NS) {
+            free_turn(co);
+        } else {
             co->handoffs++;
             pass_turn(co);
         }
