@@ -31,7 +31,7 @@
 /* A Redis hold passes between local threads for at most this long and this
  * many times: a process waiting in Redis then waits about COHORT_MAX_MS
  * plus a hand-off between processes (see README, Lock cohorting). */
-#define COHORT_MAX_MS 10
+#define COHORT_MAX_MS 5
 #define COHORT_MAX_HANDOFFS 1000      /* from one thread to another */
 /* A thread's run: turns in a row it may take back without passing the
  * turn to the first waiter (bounds a local waiter's wait to a few runs). */
