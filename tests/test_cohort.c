@@ -123,6 +123,66 @@ static void test_fair_refused(void **state)
     dist_mutexattr_destroy(&a);
 }
 
+/* DISTLOCK_COHORT=1 is the default of non-fair mutexes whose attribute did
+ * not say, DIST_MUTEX_INITIALIZER ones included; fair ones are left alone.
+ * The library reads its environment once, so this program runs again with
+ * it set, this test alone, and the copy asserts (a cohort mutex counts
+ * recursion locally: Redis sees 1 hold where a plain one sees 2). */
+static void env_child_checks(void)
+{
+    char name[200], fname[210];
+    dist_mutex_t init = DIST_MUTEX_INITIALIZER(name), fair;
+    dist_mutexattr_t a;
+    int c = -1;
+
+    NAME(name, "m");
+    snprintf(fname, sizeof fname, "%s:fair", name);
+    dist_mutexattr_init(&a);
+    assert_int_equal(dist_mutexattr_getcohort(&a, &c), 0);
+    assert_int_equal(c, 1);
+    dist_mutexattr_setfair(&a, 1);
+    assert_int_equal(dist_mutexattr_getcohort(&a, &c), 0);
+    assert_int_equal(c, 0);
+    assert_int_equal(dist_mutex_init(&fair, fname, &a), 0);
+    dist_mutexattr_destroy(&a);
+    assert_int_equal(dist_mutex_lock(&init), 0);
+    assert_int_equal(dist_mutex_lock(&init), 0);
+    assert_int_equal(count_of(name), 1);
+    assert_int_equal(dist_mutex_unlock(&init), 0);
+    assert_int_equal(dist_mutex_unlock(&init), 0);
+    assert_int_equal(dist_mutex_lock(&fair), 0);
+    assert_int_equal(dist_mutex_lock(&fair), 0);
+    assert_int_equal(count_of(fname), 2);
+    assert_int_equal(dist_mutex_unlock(&fair), 0);
+    assert_int_equal(dist_mutex_unlock(&fair), 0);
+    assert_int_equal(dist_mutex_destroy(&init), 0);
+    assert_int_equal(dist_mutex_destroy(&fair), 0);
+}
+
+static void test_env_default(void **state)
+{
+    pid_t pid;
+    int st;
+
+    (void)state;
+    if (getenv("TEST_COHORT_ENV_CHILD")) {
+        env_child_checks();
+        return;
+    }
+    pid = fork();
+    if (pid == 0) {
+        setenv("DISTLOCK_COHORT", "1", 1);
+        setenv("TEST_COHORT_ENV_CHILD", "1", 1);
+        setenv("TEST_COHORT_FILTER", "test_env_default", 1);
+        execl("/proc/self/exe", "test_cohort", (char *)NULL);
+        _exit(127);
+    }
+    assert_true(pid > 0);
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+}
+
 /* ---- one owner's semantics -------------------------------------------------- */
 
 struct other {
@@ -641,6 +701,7 @@ int main(void)
 #define T(f) cmocka_unit_test_teardown(f, fx_restore_defaults)
         T(test_attribute),
         T(test_fair_refused),
+        T(test_env_default),
         T(test_recursive),
         T(test_errorcheck),
         T(test_cond_refused),
