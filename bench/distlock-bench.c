@@ -17,6 +17,7 @@
  *   s3     hand-off latency from unlock in one process to lock in another
  *   s4     1,000 held watchdog locks: renewal cost and memory per lock
  *   rw     4 processes, 90% reads and 10% writes on one read-write lock
+ *   s5     2 processes of 8 threads each on one lock (lock cohorting)
  *
  * The main process never calls distlock: every scenario that uses it runs
  * in forked processes, so each starts from a fresh library (and s2/s3
@@ -54,15 +55,17 @@
 /* ------------------------------------------------------------------------ */
 
 enum { SC_FLOOR, SC_S1, SC_S1T, SC_S2, SC_S3, SC_S4, SC_S2F, SC_S3F, SC_RW,
-       SC_CV, SC_SEM, SC_COUNT };
+       SC_CV, SC_SEM, SC_S5, SC_COUNT };
 static const char *const sc_names[SC_COUNT] = {
-    "floor", "s1", "s1t", "s2", "s3", "s4", "s2f", "s3f", "rw", "cv", "sem"
+    "floor", "s1", "s1t", "s2", "s3", "s4", "s2f", "s3f", "rw", "cv", "sem",
+    "s5"
 };
 
 /* s2f and s3f run s2 and s3 on a fair (FIFO) mutex; workers fork after
  * these are set, so they see them. */
 static int bench_fair;
 static int bench_defer = -1;      /* deferred release: -1 the default */
+static int bench_cohort = -1;     /* lock cohorting: -1 the default */
 static const char *cur_sc = "s2";
 
 /* A mutex of the kind the current scenario measures. */
@@ -75,6 +78,8 @@ static int bench_mutex_init(dist_mutex_t *m, const char *name)
     dist_mutexattr_setfair(&a, bench_fair);
     if (bench_defer >= 0)
         dist_mutexattr_setdeferred(&a, bench_defer);
+    if (bench_cohort >= 0)
+        dist_mutexattr_setcohort(&a, bench_cohort);
     rc = dist_mutex_init(m, name, &a);
     dist_mutexattr_destroy(&a);
     return rc;
@@ -94,6 +99,7 @@ static struct {
 static struct {
     double s2_acq, s2_maxw_ms, s2_minsh;
     double s3_p50_ms;
+    double s5_acq, s5_maxw_ms, s5_minsh;
 } lastrun;
 
 static struct {
@@ -111,6 +117,8 @@ static struct {
     int cv_rounds;
     int sem_procs, sem_permits;
     double sem_s;
+    int s5_procs, s5_threads;
+    double s5_s;
 } P;
 
 static void set_sizes(void)
@@ -121,6 +129,9 @@ static void set_sizes(void)
     P.rw_procs = 4;
     P.sem_procs = 4;
     P.sem_permits = 2;
+    P.s5_procs = 2;
+    P.s5_threads = 8;
+    P.s5_s = opt.quick ? 1.0 : 5.0;
     if (opt.quick) {
         P.floor_warm = 100;  P.floor_calls = 2000;  P.floor_multi_s = 1.0;
         P.s1_warm = 100;     P.s1_pairs = 2000;     P.s1t_s = 0.5;
@@ -238,6 +249,7 @@ static uint64_t rng_next(void)
 
 #define MAX_PROCS 8
 #define S1T_MAX 5
+#define S5_THREADS 8
 #define S2_BUCKET_NS 10000ull     /* wait histogram: 10 us buckets ... */
 #define S2_BUCKETS 10001          /* ... up to 100 ms, then one overflow */
 static const int s1t_threads[S1T_MAX] = { 1, 2, 4, 8, 16 };
@@ -302,6 +314,16 @@ struct shared {
         long long count[MAX_PROCS];
         uint64_t finish_ns[MAX_PROCS];
     } sem;
+    struct {
+        struct start_line go;
+        atomic_int inside;            /* threads inside the lock now */
+        atomic_llong overlaps;        /* found another one inside */
+        _Atomic long long counter;    /* +1 inside, not atomically */
+        long long count[MAX_PROCS][S5_THREADS];
+        uint64_t max_wait_ns[MAX_PROCS][S5_THREADS];
+        uint64_t finish_ns[MAX_PROCS][S5_THREADS];
+        int failed[MAX_PROCS];
+    } s5;
 };
 
 static struct shared *sh;
@@ -1789,6 +1811,171 @@ static void scenario_s3_tls(redisContext *c)
 }
 
 /* ------------------------------------------------------------------------ */
+/* s5: threads of two processes on one lock (lock cohorting)                */
+/* ------------------------------------------------------------------------ */
+
+/* Each of s5_procs processes runs s5_threads threads on one mutex, every
+ * thread lock+unlock in a loop with a shared-memory counter incremented
+ * inside (no Redis call inside: what is measured is how fast the lock goes
+ * round).  The counter, a read and a write apart, finds lost updates; the
+ * inside count finds overlaps. */
+static const char s5_lock[] = "bench-s5";
+
+struct s5_arg {
+    dist_mutex_t *m;
+    int proc, th;
+};
+
+static void *s5_thread(void *p)
+{
+    struct s5_arg *a = p;
+    uint64_t end, t, w, maxw = 0;
+    long long count = 0, v;
+    int rc;
+
+    end = line_up(&sh->s5.go);
+    while ((t = now_ns()) < end) {
+        if ((rc = dist_mutex_lock(a->m)) != 0) {
+            dfail("dist_mutex_lock", rc);
+            sh->s5.failed[a->proc] = 1;
+            break;
+        }
+        w = now_ns() - t;
+        if (w > maxw)
+            maxw = w;
+        if (atomic_fetch_add(&sh->s5.inside, 1) != 0)
+            atomic_fetch_add(&sh->s5.overlaps, 1);
+        v = atomic_load_explicit(&sh->s5.counter, memory_order_relaxed);
+        atomic_store_explicit(&sh->s5.counter, v + 1, memory_order_relaxed);
+        atomic_fetch_sub(&sh->s5.inside, 1);
+        if ((rc = dist_mutex_unlock(a->m)) != 0) {
+            dfail("dist_mutex_unlock", rc);
+            sh->s5.failed[a->proc] = 1;
+            break;
+        }
+        count++;
+    }
+    sh->s5.count[a->proc][a->th] = count;
+    sh->s5.max_wait_ns[a->proc][a->th] = maxw;
+    sh->s5.finish_ns[a->proc][a->th] = now_ns();
+    return NULL;
+}
+
+static int s5_worker(int idx)
+{
+    struct s5_arg args[S5_THREADS];
+    pthread_t th[S5_THREADS];
+    dist_mutex_t m;
+    int rc, i, n = 0;
+
+    if ((rc = bench_mutex_init(&m, s5_lock)) != 0)
+        return dfail("dist_mutex_init", rc);
+    if ((rc = dist_mutex_lock(&m)) != 0 || (rc = dist_mutex_unlock(&m)) != 0)
+        return dfail("s5 warm-up lock/unlock", rc);
+    for (i = 0; i < P.s5_threads; i++, n++) {
+        args[i] = (struct s5_arg){ &m, idx, i };
+        if (pthread_create(&th[i], NULL, s5_thread, &args[i]) != 0) {
+            fail("s5: pthread_create failed");
+            break;
+        }
+    }
+    for (i = 0; i < n; i++)
+        pthread_join(th[i], NULL);
+    dist_mutex_destroy(&m);
+    dist_shutdown();
+    return n == P.s5_threads && !sh->s5.failed[idx] ? 0 : -1;
+}
+
+/* Totals over the processes: acquisitions, the smallest process's share,
+ * the longest wait, when the last thread finished. */
+static long long s5_totals(double *minsh, double *maxw_ms, uint64_t *last)
+{
+    long long total = 0, per[MAX_PROCS] = { 0 }, mn = -1;
+    int p, t;
+
+    *maxw_ms = 0;
+    *last = 0;
+    for (p = 0; p < P.s5_procs; p++) {
+        for (t = 0; t < P.s5_threads; t++) {
+            per[p] += sh->s5.count[p][t];
+            if (sh->s5.max_wait_ns[p][t] / 1e6 > *maxw_ms)
+                *maxw_ms = (double)sh->s5.max_wait_ns[p][t] / 1e6;
+            if (sh->s5.finish_ns[p][t] > *last)
+                *last = sh->s5.finish_ns[p][t];
+        }
+        total += per[p];
+        if (mn < 0 || per[p] < mn)
+            mn = per[p];
+    }
+    *minsh = total ? (double)mn / (double)total : 0;
+    return total;
+}
+
+static void scenario_s5(redisContext *c)
+{
+    double target = 10 * (fl.ops1 / 2), acq, secs, minsh, maxw_ms;
+    long long total, lost;
+    struct kids k = { 0 };
+    uint64_t last;
+    char b1[32], b2[32], b3[32], fig[64];
+    struct jobj j;
+    int i;
+
+    reset_shared();
+    del_lock_keys(c, s5_lock);
+    for (i = 0; i < P.s5_procs; i++) {
+        if (spawn(&k, s5_worker, i) != 0) {
+            kids_kill(&k);
+            report_error("s5");
+            return;
+        }
+    }
+    if (start_workers(&k, &sh->s5.go, P.s5_procs * P.s5_threads, P.s5_s,
+                      "s5") != 0 || kids_wait(&k, P.s5_s + 120) != 0) {
+        report_error("s5");
+        return;
+    }
+    del_lock_keys(c, s5_lock);
+    total = s5_totals(&minsh, &maxw_ms, &last);
+    secs = (double)(last - sh->s5.go.start_ns) / 1e9;
+    acq = (double)total / secs;
+    lost = total - atomic_load(&sh->s5.counter);
+    lastrun.s5_acq = acq;
+    lastrun.s5_maxw_ms = maxw_ms;
+    lastrun.s5_minsh = minsh;
+
+    snprintf(fig, sizeof fig, "acquisitions, %dx%d threads%s", P.s5_procs,
+             P.s5_threads, bench_cohort == 1 ? ", cohort"
+             : bench_cohort == 0 ? ", no cohort" : "");
+    row("s5", fig, fmtd(b1, sizeof b1, acq, 0), "acq/s",
+        fmtd(b2, sizeof b2, target, 0), v_hi(b3, sizeof b3, acq, target));
+    row("s5", "lost updates / overlaps", fmtd(b1, sizeof b1, (double)lost, 0),
+        "", "0", lost == 0 && atomic_load(&sh->s5.overlaps) == 0 ? "ok"
+        : "MISS");
+    row("s5", "smaller process's share", fmtd(b1, sizeof b1, minsh, 3), "frac",
+        ">= 0.3", v_hi(b3, sizeof b3, minsh, 0.3));
+    row("s5", "longest wait in lock()", fmtd(b1, sizeof b1, maxw_ms, 2), "ms",
+        "< 50", maxw_ms < 50 ? "ok" : "MISS");
+
+    jstart(&j, "s5");
+    jint(&j, "procs", P.s5_procs);
+    jint(&j, "threads", P.s5_threads);
+    jint(&j, "cohort", bench_cohort);
+    jnum(&j, "seconds", secs);
+    jint(&j, "acquisitions", total);
+    jnum(&j, "acq_per_s", acq);
+    jnum(&j, "target", target);
+    jnum(&j, "ratio", acq / target);
+    jint(&j, "lost_updates", lost);
+    jint(&j, "overlaps", atomic_load(&sh->s5.overlaps));
+    jnum(&j, "min_share", minsh);
+    jnum(&j, "max_wait_ms", maxw_ms);
+    jbool(&j, "ok", acq >= target && lost == 0 && minsh >= 0.3 &&
+          maxw_ms < 50);
+    jend(&j);
+}
+
+/* ------------------------------------------------------------------------ */
 /* s4: many held locks under the watchdog                                   */
 /* ------------------------------------------------------------------------ */
 
@@ -2361,7 +2548,7 @@ static void scenario_sem(redisContext *c)
 #define MAX_ROUNDS 99
 #define NFIG 3
 
-static const int round_scs[] = { SC_FLOOR, SC_S1, SC_S2, SC_S3 };
+static const int round_scs[] = { SC_FLOOR, SC_S1, SC_S2, SC_S3, SC_S5 };
 #define N_ROUND_SCS ((int)(sizeof round_scs / sizeof round_scs[0]))
 
 /* [scenario index][configuration][round][figure] */
@@ -2393,12 +2580,14 @@ static int round_wanted(int i)
 }
 
 /* One run of scenario i under configuration cfg (deferral off/on, or the
- * default without --compare), its figures noted for round k. */
+ * default without --compare; for s5 cohorting off/on, and on without
+ * --compare), its figures noted for round k. */
 static void round_run(redisContext *c, int i, int cfg, int k)
 {
     double *f = rfig[i][cfg][k];
 
-    bench_defer = opt.compare ? cfg : -1;
+    bench_defer = opt.compare && round_scs[i] != SC_S5 ? cfg : -1;
+    bench_cohort = round_scs[i] != SC_S5 ? -1 : opt.compare ? cfg : 1;
     reset_shared();
     sh->err_claimed = 0;
     any_error = 0;
@@ -2429,7 +2618,14 @@ static void round_run(redisContext *c, int i, int cfg, int k)
         scenario_s3(c);
         f[0] = lastrun.s3_p50_ms;
         break;
+    case SC_S5:
+        scenario_s5(c);
+        f[0] = lastrun.s5_acq;
+        f[1] = lastrun.s5_maxw_ms;
+        f[2] = lastrun.s5_minsh;
+        break;
     }
+    bench_cohort = -1;
     rok[i][cfg][k] = !any_error;
     rounds_failed |= any_error;
 }
@@ -2475,7 +2671,9 @@ static void print_median(int i, int cfg, int fig, const char *what,
         return;
     m = med3(v, n, &lo, &hi);
     snprintf(name, sizeof name, "%s%s", what,
-             !opt.compare || round_scs[i] == SC_FLOOR ? ""
+             round_scs[i] == SC_S5 ? (!opt.compare || cfg ? ", cohort"
+                                      : ", no cohort")
+             : !opt.compare || round_scs[i] == SC_FLOOR ? ""
              : cfg ? ", deferred" : ", not deferred");
     snprintf(b2, sizeof b2, "%.*f..%.*f n=%d", decimals, lo, decimals, hi, n);
     row(sc_names[round_scs[i]], name, fmtd(b1, sizeof b1, m, decimals), unit,
@@ -2489,7 +2687,8 @@ static void rounds_report(void)
 
     printf("# --rounds %d%s: medians over the rounds (target column: "
            "smallest..largest, rounds)\n", opt.rounds,
-           opt.compare ? " --compare (deferred release off and on)" : "");
+           opt.compare ? " --compare (deferred release off and on; s5: "
+           "cohorting off and on)" : "");
     print_median(0, 0, 0, "EVALSHA, 1 conn", "ops/s", 0);
     for (cfg = 0; cfg < ncfg; cfg++) {
         if (!round_wanted(1))
@@ -2516,6 +2715,17 @@ static void rounds_report(void)
     if (opt.compare && round_wanted(3))
         print_ratio("s3", "p50 deferred / not deferred",
                     ratios(3, 1, 0, 3, 0, 0, 1, v), v);
+    for (cfg = 0; cfg < ncfg && round_wanted(4); cfg++) {
+        print_median(4, cfg, 0, "acquisitions, 2x8 threads", "acq/s", 0);
+        print_ratio("s5", !opt.compare || cfg ? "acq / (floor/2), cohort"
+                    : "acq / (floor/2), no cohort",
+                    ratios(4, cfg, 0, 0, 0, 0, 2, v), v);
+        print_median(4, cfg, 1, "longest wait", "ms", 1);
+        print_median(4, cfg, 2, "smaller process's share", "frac", 3);
+    }
+    if (opt.compare && round_wanted(4))
+        print_ratio("s5", "acq/s cohort / no cohort",
+                    ratios(4, 1, 0, 4, 0, 0, 1, v), v);
 }
 
 static void run_rounds(redisContext *c)
@@ -2554,7 +2764,7 @@ static void usage(FILE *f)
 "  --json    one JSON object per line per scenario (s1t: per thread count)\n"
 "  --quick   short runs, for smoke tests\n"
 "  --only    run only these scenarios: floor,s1,s1t,s2,s3,s4,s2f,s3f,rw,\n"
-"            cv,sem\n"
+"            cv,sem,s5\n"
 "            (s2f, s3f: s2 and s3 on a fair mutex)\n"
 "            (floor is measured too when a chosen one's target needs it)\n"
 "  --csv FILE  also write the distributions to FILE as CSV rows\n"
@@ -2562,12 +2772,13 @@ static void usage(FILE *f)
 "            lock() waits of s2 and s2f (series handoff_ms_cdf, wait_ms_cdf:\n"
 "            x ms, y the fraction at or below x), s1t's pairs/s by thread\n"
 "            count (pairs_per_s); bench/plot.sh draws them\n"
-"  --rounds N  interleaved mode: floor and the chosen ones of s1, s2, s3\n"
-"            (all four without --only) run once per round, in alternating\n"
+"  --rounds N  interleaved mode: floor and the chosen ones of s1, s2, s3,\n"
+"            s5 (all five without --only) run once per round, in alternating\n"
 "            order; medians over the rounds, and ratios taken within a round\n"
 "            (the only figures worth comparing on a shared machine)\n"
-"  --compare each of them with deferred release off and on, side by side,\n"
-"            and the ratio on/off (implies --rounds 3 unless given)\n"
+"  --compare each of them with deferred release off and on (s5: lock\n"
+"            cohorting off and on), side by side, and the ratio on/off\n"
+"            (implies --rounds 3 unless given)\n"
 "  --help    this text\n"
 "\n"
 "Scenarios:\n"
@@ -2591,6 +2802,10 @@ static void usage(FILE *f)
 "         script calls per hand-off\n"
 "  sem    4 processes wait+post on a leased semaphore of 2 permits, 5 s:\n"
 "         pairs/s; never more than 2 holders\n"
+"  s5     2 processes of 8 threads each on 1 mutex, 5 s, a shared-memory\n"
+"         counter inside; cohort mutexes (dist_mutexattr_setcohort) unless\n"
+"         --compare also runs them without   target acq/s >= 10 x floor1/2,\n"
+"         smaller process's share >= 0.3, longest wait < 50 ms, 0 lost\n"
 "\n"
 "The ratio column is value/target; 'ok' when the target is met.  Missing a\n"
 "target does not change the exit status: 1 means a scenario could not run.\n");
@@ -2624,7 +2839,7 @@ static int parse_only(const char *s)
                 break;
         if (i == SC_COUNT) {
             fprintf(stderr, "distlock-bench: unknown scenario '%s' "
-                    "(floor,s1,s1t,s2,s3,s4,s2f,s3f,rw,cv,sem)\n", tok);
+                    "(floor,s1,s1t,s2,s3,s4,s2f,s3f,rw,cv,sem,s5)\n", tok);
             return -1;
         }
         opt.only |= 1u << i;
@@ -2765,7 +2980,8 @@ int main(int argc, char **argv)
         return any_error ? 1 : 0;
     }
     need_floor = wanted(SC_FLOOR) || wanted(SC_S1) || wanted(SC_S1T) ||
-                 wanted(SC_S2) || wanted(SC_S3) || wanted(SC_S2F) || wanted(SC_S3F);
+                 wanted(SC_S2) || wanted(SC_S3) || wanted(SC_S2F) ||
+                 wanted(SC_S3F) || wanted(SC_S5);
     if (need_floor) {
         if (!wanted(SC_FLOOR))
             fprintf(stderr, "distlock-bench: measuring floor too (targets "
@@ -2787,6 +3003,11 @@ int main(int argc, char **argv)
             scenario_s3_tls(c);
         contended(c, SC_S2F, scenario_s2, 1);
         contended(c, SC_S3F, scenario_s3, 1);
+        if (wanted(SC_S5)) {
+            bench_cohort = 1;
+            scenario_s5(c);
+            bench_cohort = -1;
+        }
     }
     if (wanted(SC_S4))
         scenario_s4();

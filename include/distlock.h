@@ -184,6 +184,15 @@ DIST_EXPORT int dist_mutexattr_getfair(const dist_mutexattr_t *a, int *fair);
 DIST_EXPORT int dist_mutexattr_setdeferred(dist_mutexattr_t *a, int deferred);
 DIST_EXPORT int dist_mutexattr_getdeferred(const dist_mutexattr_t *a,
                                            int *deferred);
+/* Lock cohorting (1): the threads of this process act in Redis as one
+ * owner; an unlock while another local thread waits hands the hold to it
+ * without a round trip, for a bounded time, so other processes still get
+ * turns: see dist_mutexattr_setcohort(3).  Not for fair mutexes (EINVAL
+ * at init) nor condition waits (EINVAL).  The default is DISTLOCK_COHORT's
+ * (0 unless set) for non-fair mutexes. */
+DIST_EXPORT int dist_mutexattr_setcohort(dist_mutexattr_t *a, int cohort);
+DIST_EXPORT int dist_mutexattr_getcohort(const dist_mutexattr_t *a,
+                                         int *cohort);
 
 /* ------------------------------------------------------------------------ */
 /* Read-write lock                                                          */

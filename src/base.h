@@ -100,6 +100,8 @@ struct dist__cfg {
     unsigned long waiter_ms;      /* a queued waiter's window */
     unsigned long deferred;       /* mutexes defer their release by default
                                    * (DISTLOCK_DEFERRED_RELEASE) */
+    unsigned long cohort;         /* non-fair mutexes hand off between
+                                   * local threads (DISTLOCK_COHORT) */
     struct dist__tls_opts tls;
     char bad[240];                /* why DISTLOCK_URL was refused, or "" */
     unsigned long gen;            /* bumped by every change */
@@ -117,6 +119,8 @@ unsigned long dist__waiter_ms(void);
 unsigned long dist__replica_wait_ms(void);
 /* Whether a mutex whose attribute did not say defers its release. */
 int dist__deferred_release(void);
+/* Whether a non-fair mutex whose attribute did not say is a cohort one. */
+int dist__cohort_default(void);
 int dist__cfg_mode(void);                     /* DIST__MODE_* */
 /* A cluster's ways of sending release messages.  BOTH, the default, sends
  * each one by SPUBLISH and by PUBLISH and listens both ways, so that Redisson
@@ -142,6 +146,13 @@ int dist__parse_url(const char *url, struct dist__cfg *out, char *why,
 extern atomic_ulong dist__fork_gen;
 void dist__lib_init(void);                    /* pthread_once: atfork etc. */
 uint64_t dist__thread_no(void);
+/* A number drawn from the thread numbers' counter that no thread has (a
+ * mutex cohort's owner, cohort.c). */
+uint64_t dist__thread_no_new(void);
+/* While pushed, the calling thread is thread no to the engine
+ * (dist__thread_no and dist__owner say so); pop with what push returned. */
+uint64_t dist__ident_push(uint64_t no);
+void dist__ident_pop(uint64_t old);
 /* "<client id>:<thread n>" of the calling thread, valid until its next
  * distlock call after a fork; length in *len. */
 const char *dist__owner(size_t *len);

@@ -218,6 +218,10 @@ static int cond_wait(dist_cond_t *c, dist_mutex_t *m,
         return rc;
     if (dl && (rc = dist__deadline_ms(dl, &deadline)) != 0)
         return rc;
+    if (o->flags & DIST__MUTEX_COHORT)
+        return dist__err(EINVAL, "mutex '%s' is a cohort mutex, which a "
+                         "condition wait cannot give up (see "
+                         "dist_mutexattr_setcohort)", o->st->names->name.p);
     held = dist__held(o, 0);
     if (held == 0)
         return dist__err(EPERM, "mutex '%s' is not held by this thread",

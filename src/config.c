@@ -15,6 +15,7 @@
 #define DEFAULT_WAITER_MS   5000UL
 #define DEFAULT_REPLICA_WAIT_MS 1000UL
 #define DEFAULT_DEFERRED 0UL      /* see README, Performance */
+#define DEFAULT_COHORT 0UL        /* see README, Lock cohorting */
 /* How much longer than the command timeout a blocked lock call keeps trying
  * when the master cannot be reached on Sentinel or Cluster: a failover
  * usually takes a few seconds. */
@@ -549,6 +550,7 @@ static void load_env(void)
     cfg.replica_wait_ms = env_ms("DISTLOCK_REPLICA_WAIT_MS",
                                  DEFAULT_REPLICA_WAIT_MS, 0);
     cfg.deferred = env_flag("DISTLOCK_DEFERRED_RELEASE", DEFAULT_DEFERRED);
+    cfg.cohort = env_flag("DISTLOCK_COHORT", DEFAULT_COHORT);
     /* before cfg_mu is first taken: every user comes through here */
     dist__atfork_register(cfg_fork, DIST__RANK_CFG);
 }
@@ -640,6 +642,11 @@ unsigned long dist__replica_wait_ms(void)
 int dist__deferred_release(void)
 {
     return read_ms(&cfg.deferred) != 0;
+}
+
+int dist__cohort_default(void)
+{
+    return read_ms(&cfg.cohort) != 0;
 }
 
 int dist_set_url(const char *url)

@@ -160,6 +160,7 @@ static void state_put(const struct dist__kind *k, struct dist__state *st)
         dist__rec_drop(st, st->recs);
     pthread_mutex_unlock(&st->mu);
     pthread_mutex_destroy(&st->mu);
+    dist__cohort_free(st->cohort);
     if (k->state_free)
         k->state_free(st);
     dist__names_unref(st->names);
@@ -263,7 +264,8 @@ int dist__obj_get(const struct dist__kind *k, const char *name, void **impl,
         return dist__err(EINVAL, "%s has no name: use dist_%s_init or "
                          "DIST_%s_INITIALIZER", k->noun, k->noun,
                          k->family == DIST__FAM_MUTEX ? "MUTEX" : "RWLOCK");
-    if ((rc = dist__obj_new(k, name, 0, 0, &o)) != 0)
+    if ((rc = dist__obj_new(k, name, k->default_flags ? k->default_flags() : 0,
+                            0, &o)) != 0)
         return rc;
     if (!__atomic_compare_exchange_n((struct dist__obj **)impl, &expected, o,
                                      0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
@@ -316,14 +318,18 @@ static void engine_fork(int phase)
     for (f = 0; f < DIST__FAM_COUNT; f++) {
         if (phase == 0) {
             pthread_mutex_lock(&fam_mu[f]);
-            for (st = fam_states[f]; st; st = st->next)
+            for (st = fam_states[f]; st; st = st->next) {
                 pthread_mutex_lock(&st->mu);
+                dist__cohort_fork(st->cohort, 0);
+            }
         } else {
             /* parent or child alike: the forking thread took them all, and
              * in the child it is that thread that lets go (re-initialising
              * a locked mutex is undefined) */
-            for (st = fam_states[f]; st; st = st->next)
+            for (st = fam_states[f]; st; st = st->next) {
+                dist__cohort_fork(st->cohort, phase);
                 pthread_mutex_unlock(&st->mu);
+            }
             pthread_mutex_unlock(&fam_mu[f]);
         }
     }

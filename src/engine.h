@@ -89,12 +89,19 @@ struct dist__state {
     struct dist__names *names;
     struct dist__rec *recs;
     void *ext;                    /* the kind's own, under mu */
+    /* the local hand-off between threads of a cohort mutex (cohort.c),
+     * made at its first use under mu, then read without it */
+    struct dist__cohort *cohort;
 };
 
 /* struct dist__obj.flags the engine reads (the kinds' own start at 1,
  * kinds.h): the attribute's word on deferred release, else the default. */
 #define DIST__MUTEX_DEFER_ON  0x100
 #define DIST__MUTEX_DEFER_OFF 0x200
+/* cohort mode (cohort.c), fixed when the object is made: on or off */
+#define DIST__MUTEX_COHORT    0x400
+
+struct dist__cohort;
 
 /* One user object (dist_mutex_t, dist_rwlock_t). */
 struct dist__obj {
@@ -171,6 +178,9 @@ struct dist__kind {
     /* Says how a try of c may end (c->how), or refuses the call (EDEADLK
      * for a relock the type forbids, with the text set). */
     int (*plan)(struct dist__call *c, int try_only);
+    /* Optional: the flags of an object made at first use (an
+     * INITIALIZER's), which no attribute set. */
+    int (*default_flags)(void);
     /* Optional: the state's ext. */
     int (*state_init)(struct dist__state *st);
     void (*state_free)(struct dist__state *st);
@@ -258,5 +268,20 @@ int dist__deadline_reached(const struct dist__deadline *dl);
  * reached (the caller makes its last try), else 0, with *deadline moved
  * when the clock dl names was stepped meanwhile. */
 int dist__deadline_step(const struct dist__deadline *dl, uint64_t *deadline);
+
+/* ---- lock cohorting (cohort.c) ---------------------------------------- */
+
+/* A cohort mutex's lock (try_only: trylock; dl: a deadline or NULL),
+ * unlock and token, for the calling thread as a member of the process's
+ * cohort of that name. */
+int dist__cohort_lock(struct dist__obj *o, int try_only,
+                      const struct dist__deadline *dl);
+int dist__cohort_unlock(struct dist__obj *o);
+int dist__cohort_token(struct dist__obj *o, uint64_t *token);
+/* 1 while a local thread has the cohort's turn or waits for it */
+int dist__cohort_busy(struct dist__obj *o);
+void dist__cohort_free(struct dist__cohort *co);
+/* the engine's fork hook, per state (see dist__fork_rank phases) */
+void dist__cohort_fork(struct dist__cohort *co, int phase);
 
 #endif

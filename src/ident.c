@@ -20,6 +20,14 @@ static __thread uint64_t my_thread_no;
 static __thread char my_owner[64];
 static __thread size_t my_owner_len;
 static __thread unsigned long my_owner_gen;
+/* A cohort call runs the engine as the cohort's owner (dist__ident_push):
+ * its number and its own cached owner string, so that switching back and
+ * forth does not rebuild the thread's own. */
+static __thread uint64_t as_no;
+static __thread char as_owner[64];
+static __thread size_t as_owner_len;
+static __thread unsigned long as_owner_gen;
+static __thread uint64_t as_owner_no;
 
 /* The fork hooks modules registered, in the order they came.  Entries are
  * written once, before nhooks counts them, so the handlers read the table
@@ -130,15 +138,51 @@ const char *dist__client_id(void)
 
 uint64_t dist__thread_no(void)
 {
+    if (as_no)
+        return as_no;
     if (my_thread_no == 0)
         my_thread_no = atomic_fetch_add(&next_thread_no, 1);
     return my_thread_no;
+}
+
+uint64_t dist__thread_no_new(void)
+{
+    return atomic_fetch_add(&next_thread_no, 1);
+}
+
+uint64_t dist__ident_push(uint64_t no)
+{
+    uint64_t old = as_no;
+
+    as_no = no;
+    return old;
+}
+
+void dist__ident_pop(uint64_t old)
+{
+    as_no = old;
+}
+
+static const char *as_owner_get(size_t *len, unsigned long gen)
+{
+    if (as_owner_gen != gen || as_owner_no != as_no) {
+        int n = snprintf(as_owner, sizeof as_owner, "%s:%" PRIu64,
+                         dist__client_id(), as_no);
+        as_owner_len = (size_t)n;
+        as_owner_gen = gen;
+        as_owner_no = as_no;
+    }
+    if (len)
+        *len = as_owner_len;
+    return as_owner;
 }
 
 const char *dist__owner(size_t *len)
 {
     unsigned long gen = atomic_load(&dist__fork_gen);
 
+    if (as_no)
+        return as_owner_get(len, gen);
     if (my_owner_gen != gen) {
         int n = snprintf(my_owner, sizeof my_owner, "%s:%" PRIu64,
                          dist__client_id(), dist__thread_no());

@@ -476,7 +476,9 @@ static void m_after_release(struct dist__call *c)
         return;
     y->streak = y->streak_thread == me ? y->streak + 1 : 1;
     y->streak_thread = me;
-    if (y->streak < YIELD_AFTER)
+    /* a cohort's release comes after a run of local hand-offs already: its
+     * next acquire lets the other processes in first at once */
+    if (y->streak < YIELD_AFTER && !(c->o->flags & DIST__MUTEX_COHORT))
         return;
     /* a few round trips; an unlock slowed by a fault (a pause, a
      * reconnect) says nothing about the round trip */
@@ -498,6 +500,12 @@ static void m_state_free(struct dist__state *st)
     free(st->ext);
 }
 
+/* DIST_MUTEX_INITIALIZER: DISTLOCK_COHORT says whether it is a cohort one */
+static int m_default_flags(void)
+{
+    return dist__cohort_default() ? DIST__MUTEX_COHORT : 0;
+}
+
 #define MUTEX_OPS                       \
     .noun = "mutex",                    \
     .family = DIST__FAM_MUTEX,          \
@@ -516,5 +524,6 @@ static void m_state_free(struct dist__state *st)
     .state_init = m_state_init,         \
     .state_free = m_state_free
 
-const struct dist__kind dist__mutex_kind = { MUTEX_OPS };
+const struct dist__kind dist__mutex_kind = { MUTEX_OPS,
+                                             .default_flags = m_default_flags };
 const struct dist__kind dist__fair_kind = { MUTEX_OPS };

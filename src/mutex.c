@@ -8,6 +8,8 @@
 #define ATTR_FAIR   1u            /* dist_mutexattr_t.__flags */
 #define ATTR_DEFER_ON  2u         /* deferred release: said on */
 #define ATTR_DEFER_OFF 4u         /* said off; neither: the default */
+#define ATTR_COHORT_ON  8u        /* lock cohorting: said on */
+#define ATTR_COHORT_OFF 16u       /* said off; neither: the default */
 
 /* ---- attributes -------------------------------------------------------- */
 
@@ -100,6 +102,32 @@ int dist_mutexattr_getdeferred(const dist_mutexattr_t *a, int *deferred)
     return 0;
 }
 
+int dist_mutexattr_setcohort(dist_mutexattr_t *a, int cohort)
+{
+    DIST__KEEP_ERRNO;
+    if (!a)
+        return EINVAL;
+    if (cohort != 0 && cohort != 1)
+        return dist__err(EINVAL, "cohort must be 0 or 1, not %d", cohort);
+    a->__flags &= ~(ATTR_COHORT_ON | ATTR_COHORT_OFF);
+    a->__flags |= cohort ? ATTR_COHORT_ON : ATTR_COHORT_OFF;
+    return 0;
+}
+
+/* What a mutex made with a would be: the default applies to non-fair ones
+ * only (a fair one keeps its cross-process FIFO). */
+int dist_mutexattr_getcohort(const dist_mutexattr_t *a, int *cohort)
+{
+    DIST__KEEP_ERRNO;
+    if (!a || !cohort)
+        return EINVAL;
+    if (a->__flags & (ATTR_COHORT_ON | ATTR_COHORT_OFF))
+        *cohort = (a->__flags & ATTR_COHORT_ON) != 0;
+    else
+        *cohort = !(a->__flags & ATTR_FAIR) && dist__cohort_default();
+    return 0;
+}
+
 int dist_mutexattr_getlease(const dist_mutexattr_t *a, unsigned long *lease_ms)
 {
     DIST__KEEP_ERRNO;
@@ -138,6 +166,15 @@ int dist_mutex_init(dist_mutex_t *m, const char *name,
     int flags = attr && attr->__type == DIST_MUTEX_ERRORCHECK
                     ? DIST__MUTEX_ERRORCHECK : 0;
 
+    if (fair && (attr->__flags & ATTR_COHORT_ON))
+        return dist__err(EINVAL, "mutex '%s': a fair mutex cannot be a cohort "
+                         "one (its waiters keep one FIFO across processes)",
+                         name ? name : "(null)");
+    if (attr && (attr->__flags & ATTR_COHORT_ON))
+        flags |= DIST__MUTEX_COHORT;
+    else if (!fair && !(attr && (attr->__flags & ATTR_COHORT_OFF)) &&
+             dist__cohort_default())
+        flags |= DIST__MUTEX_COHORT;
     if (attr && (attr->__flags & ATTR_DEFER_ON))
         flags |= DIST__MUTEX_DEFER_ON;
     else if (attr && (attr->__flags & ATTR_DEFER_OFF))
@@ -151,8 +188,15 @@ int dist_mutex_init(dist_mutex_t *m, const char *name,
 int dist_mutex_destroy(dist_mutex_t *m)
 {
     DIST__KEEP_ERRNO;
+    struct dist__obj *o;
+
     if (!m)
         return dist__err(EINVAL, "mutex is NULL");
+    o = __atomic_load_n((struct dist__obj **)&m->__impl, __ATOMIC_ACQUIRE);
+    if (o && o->magic == dist__mutex_kind.magic &&
+        (o->flags & DIST__MUTEX_COHORT) && dist__cohort_busy(o))
+        return dist__err(EBUSY, "mutex '%s' is still held or awaited by a "
+                         "thread of this process", o->st->names->name.p);
     return dist__obj_destroy(&dist__mutex_kind, &m->__impl);
 }
 
@@ -164,7 +208,11 @@ int dist_mutex_lock(dist_mutex_t *m)
     struct dist__obj *o;
     int rc = get_obj(m, &o);
 
-    return rc ? rc : dist__acquire(o, 0, 0, NULL);
+    if (rc)
+        return rc;
+    if (o->flags & DIST__MUTEX_COHORT)
+        return dist__cohort_lock(o, 0, NULL);
+    return dist__acquire(o, 0, 0, NULL);
 }
 
 int dist_mutex_trylock(dist_mutex_t *m)
@@ -173,7 +221,11 @@ int dist_mutex_trylock(dist_mutex_t *m)
     struct dist__obj *o;
     int rc = get_obj(m, &o);
 
-    return rc ? rc : dist__acquire(o, 0, 1, NULL);
+    if (rc)
+        return rc;
+    if (o->flags & DIST__MUTEX_COHORT)
+        return dist__cohort_lock(o, 1, NULL);
+    return dist__acquire(o, 0, 1, NULL);
 }
 
 int dist_mutex_timedlock(dist_mutex_t *m, const struct timespec *abstime)
@@ -194,6 +246,8 @@ int dist_mutex_clocklock(dist_mutex_t *m, clockid_t clockid,
         return rc;
     if ((rc = get_obj(m, &o)) != 0)
         return rc;
+    if (o->flags & DIST__MUTEX_COHORT)
+        return dist__cohort_lock(o, 0, &dl);
     return dist__acquire(o, 0, 0, &dl);
 }
 
@@ -203,7 +257,11 @@ int dist_mutex_unlock(dist_mutex_t *m)
     struct dist__obj *o;
     int rc = get_obj(m, &o);
 
-    return rc ? rc : dist__release(o);
+    if (rc)
+        return rc;
+    if (o->flags & DIST__MUTEX_COHORT)
+        return dist__cohort_unlock(o);
+    return dist__release(o);
 }
 
 int dist_mutex_token(dist_mutex_t *m, uint64_t *token)
@@ -216,5 +274,7 @@ int dist_mutex_token(dist_mutex_t *m, uint64_t *token)
         return dist__err(EINVAL, "token is NULL");
     if ((rc = get_obj(m, &o)) != 0)
         return rc;
+    if (o->flags & DIST__MUTEX_COHORT)
+        return dist__cohort_token(o, token);
     return dist__token(o, 0, token);
 }

@@ -129,6 +129,10 @@ int pl_entry_init(struct pl_entry *e, const char *lockname)
     }
     dist_mutexattr_init(&a);
     dist_mutexattr_setfair(&a, s->fair);
+    /* never a cohort one, whatever DISTLOCK_COHORT says: the program's own
+     * mutex lets one thread at a time at it already, and a mapped condition
+     * wait needs a mutex that dist_cond_wait takes */
+    dist_mutexattr_setcohort(&a, 0);
     if ((rc = dist_mutexattr_setlease(&a, (unsigned long)lease)) == 0)
         rc = dist_mutex_init(&e->dm, e->lockname, &a);
     dist_mutexattr_destroy(&a);

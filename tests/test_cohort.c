@@ -1,0 +1,715 @@
+/*
+ * test_cohort: cohort mutexes (dist_mutexattr_setcohort) against a private
+ * redis-server: threads of one process hand the Redis hold on among
+ * themselves, exclude each other and other processes, leave other
+ * processes their turns, and act on a hold lost meanwhile.
+ *
+ * Worker threads and forked children only record results; the main thread
+ * asserts.  Bounds on time are generous (seconds where the mechanism works
+ * in milliseconds), so that a loaded machine does not fail them.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "distlock.h"
+#include "harness_server.h"
+#include "harness_proxy.h"
+#include "testhelp.h"
+#include "fixture.h"
+
+static tu_redis_t r;
+
+#define DEFAULT_WATCHDOG_MS 30000UL
+#define DEFAULT_TIMEOUT_MS  2000UL
+
+static const struct fx_settings defaults = {
+    DEFAULT_WATCHDOG_MS, DEFAULT_TIMEOUT_MS, 0
+};
+
+#define NAME(buf, tag) test_lock_name(buf, sizeof buf, "test_cohort", __func__, tag)
+#define key_exists(key) tu_cmd_int(&r, "EXISTS", key, NULL)
+
+static int init_cohort(dist_mutex_t *m, const char *name, int type)
+{
+    dist_mutexattr_t a;
+    int rc;
+
+    dist_mutexattr_init(&a);
+    dist_mutexattr_settype(&a, type);
+    dist_mutexattr_setcohort(&a, 1);
+    rc = dist_mutex_init(m, name, &a);
+    dist_mutexattr_destroy(&a);
+    return rc;
+}
+
+/* The owner's count in Redis (the lock's one field), or -1. */
+static long long count_of(const char *name)
+{
+    long long cnt = -1;
+    char *own = lock_owner_field(&r, name, &cnt);
+
+    free(own);
+    return own ? cnt : -1;
+}
+
+/* Calls of EVALSHA and EVAL the server has answered so far. */
+static long long script_calls(void)
+{
+    redisReply *x = tu_cmd(&r, "INFO", "commandstats", NULL);
+    long long n = 0;
+    const char *p;
+
+    assert_non_null(x);
+    assert_int_equal(x->type, REDIS_REPLY_STRING);
+    if ((p = strstr(x->str, "cmdstat_evalsha:calls=")) != NULL)
+        n += strtoll(p + strlen("cmdstat_evalsha:calls="), NULL, 10);
+    if ((p = strstr(x->str, "cmdstat_eval:calls=")) != NULL)
+        n += strtoll(p + strlen("cmdstat_eval:calls="), NULL, 10);
+    freeReplyObject(x);
+    return n;
+}
+
+/* ---- the attribute ------------------------------------------------------ */
+
+static void test_attribute(void **state)
+{
+    dist_mutexattr_t a;
+    int c = -1;
+
+    (void)state;
+    assert_int_equal(dist_mutexattr_init(&a), 0);
+    assert_int_equal(dist_mutexattr_getcohort(&a, &c), 0);
+    assert_int_equal(c, 0);                 /* the default (no environment) */
+    assert_int_equal(dist_mutexattr_setcohort(&a, 1), 0);
+    assert_int_equal(dist_mutexattr_getcohort(&a, &c), 0);
+    assert_int_equal(c, 1);
+    assert_int_equal(dist_mutexattr_setcohort(&a, 0), 0);
+    assert_int_equal(dist_mutexattr_getcohort(&a, &c), 0);
+    assert_int_equal(c, 0);
+    assert_int_equal(dist_mutexattr_setcohort(&a, 2), EINVAL);
+    assert_int_equal(dist_mutexattr_setcohort(NULL, 1), EINVAL);
+    assert_int_equal(dist_mutexattr_getcohort(&a, NULL), EINVAL);
+    assert_int_equal(dist_mutexattr_destroy(&a), 0);
+}
+
+/* A fair mutex keeps its FIFO across processes: no cohort. */
+static void test_fair_refused(void **state)
+{
+    char name[200];
+    dist_mutexattr_t a;
+    dist_mutex_t m;
+
+    (void)state;
+    NAME(name, "m");
+    dist_mutexattr_init(&a);
+    dist_mutexattr_setfair(&a, 1);
+    assert_int_equal(dist_mutexattr_setcohort(&a, 1), 0);
+    assert_int_equal(dist_mutex_init(&m, name, &a), EINVAL);
+    assert_non_null(strstr(dist_last_error(), "fair"));
+    dist_mutexattr_destroy(&a);
+}
+
+/* DISTLOCK_COHORT=1 is the default of non-fair mutexes whose attribute did
+ * not say, DIST_MUTEX_INITIALIZER ones included; fair ones are left alone.
+ * The library reads its environment once, so this program runs again with
+ * it set, this test alone, and the copy asserts (a cohort mutex counts
+ * recursion locally: Redis sees 1 hold where a plain one sees 2). */
+static void env_child_checks(void)
+{
+    char name[200], fname[210];
+    dist_mutex_t init = DIST_MUTEX_INITIALIZER(name), fair;
+    dist_mutexattr_t a;
+    int c = -1;
+
+    NAME(name, "m");
+    snprintf(fname, sizeof fname, "%s:fair", name);
+    dist_mutexattr_init(&a);
+    assert_int_equal(dist_mutexattr_getcohort(&a, &c), 0);
+    assert_int_equal(c, 1);
+    dist_mutexattr_setfair(&a, 1);
+    assert_int_equal(dist_mutexattr_getcohort(&a, &c), 0);
+    assert_int_equal(c, 0);
+    assert_int_equal(dist_mutex_init(&fair, fname, &a), 0);
+    dist_mutexattr_destroy(&a);
+    assert_int_equal(dist_mutex_lock(&init), 0);
+    assert_int_equal(dist_mutex_lock(&init), 0);
+    assert_int_equal(count_of(name), 1);
+    assert_int_equal(dist_mutex_unlock(&init), 0);
+    assert_int_equal(dist_mutex_unlock(&init), 0);
+    assert_int_equal(dist_mutex_lock(&fair), 0);
+    assert_int_equal(dist_mutex_lock(&fair), 0);
+    assert_int_equal(count_of(fname), 2);
+    assert_int_equal(dist_mutex_unlock(&fair), 0);
+    assert_int_equal(dist_mutex_unlock(&fair), 0);
+    assert_int_equal(dist_mutex_destroy(&init), 0);
+    assert_int_equal(dist_mutex_destroy(&fair), 0);
+}
+
+static void test_env_default(void **state)
+{
+    pid_t pid;
+    int st;
+
+    (void)state;
+    if (getenv("TEST_COHORT_ENV_CHILD")) {
+        env_child_checks();
+        return;
+    }
+    pid = fork();
+    if (pid == 0) {
+        setenv("DISTLOCK_COHORT", "1", 1);
+        setenv("TEST_COHORT_ENV_CHILD", "1", 1);
+        setenv("TEST_COHORT_FILTER", "test_env_default", 1);
+        execl("/proc/self/exe", "test_cohort", (char *)NULL);
+        _exit(127);
+    }
+    assert_true(pid > 0);
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+}
+
+/* ---- one owner's semantics -------------------------------------------------- */
+
+struct other {
+    dist_mutex_t *m;
+    int unlock_rc, token_rc, try_rc, timed_rc;
+};
+
+static void *other_main(void *arg)
+{
+    struct other *o = arg;
+    struct timespec ts = realtime_in(0.2);
+    uint64_t tok;
+
+    o->unlock_rc = dist_mutex_unlock(o->m);
+    o->token_rc = dist_mutex_token(o->m, &tok);
+    o->try_rc = dist_mutex_trylock(o->m);
+    o->timed_rc = dist_mutex_timedlock(o->m, &ts);
+    return NULL;
+}
+
+/* Recursion is local: Redis counts the cohort's one hold; another thread
+ * may not unlock, and finds it busy (trylock) or waits until its deadline
+ * (timedlock), all without a round trip changing the hold. */
+static void test_recursive(void **state)
+{
+    char name[200];
+    dist_mutex_t m;
+    struct other o;
+    pthread_t th;
+    uint64_t t1, t2;
+
+    (void)state;
+    NAME(name, "m");
+    assert_int_equal(init_cohort(&m, name, DIST_MUTEX_RECURSIVE), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_mutex_token(&m, &t1), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_mutex_trylock(&m), 0);
+    assert_int_equal(count_of(name), 1);
+    assert_int_equal(dist_mutex_token(&m, &t2), 0);
+    assert_true(t1 == t2);
+
+    o = (struct other){ &m, -1, -1, -1, -1 };
+    assert_int_equal(pthread_create(&th, NULL, other_main, &o), 0);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    assert_int_equal(o.unlock_rc, EPERM);
+    assert_int_equal(o.token_rc, EPERM);
+    assert_int_equal(o.try_rc, EBUSY);
+    assert_int_equal(o.timed_rc, ETIMEDOUT);
+
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(count_of(name), 1);
+    assert_int_equal(dist_mutex_destroy(&m), EBUSY);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(key_exists(name), 0);           /* released at once */
+    assert_int_equal(dist_mutex_unlock(&m), EPERM);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+}
+
+static void test_errorcheck(void **state)
+{
+    char name[200];
+    dist_mutex_t m;
+
+    (void)state;
+    NAME(name, "m");
+    assert_int_equal(init_cohort(&m, name, DIST_MUTEX_ERRORCHECK), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_mutex_lock(&m), EDEADLK);
+    assert_int_equal(dist_mutex_trylock(&m), EBUSY);
+    assert_int_equal(count_of(name), 1);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_unlock(&m), EPERM);
+    assert_int_equal(key_exists(name), 0);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+}
+
+/* A condition wait would give the hold up for the whole cohort. */
+static void test_cond_refused(void **state)
+{
+    char name[200], cname[210];
+    dist_mutex_t m;
+    dist_cond_t c;
+
+    (void)state;
+    NAME(name, "m");
+    snprintf(cname, sizeof cname, "%s:cond", name);
+    assert_int_equal(init_cohort(&m, name, DIST_MUTEX_RECURSIVE), 0);
+    assert_int_equal(dist_cond_init(&c, cname, NULL), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_cond_wait(&c, &m), EINVAL);
+    assert_non_null(strstr(dist_last_error(), "cohort"));
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_cond_destroy(&c), 0);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+}
+
+/* ---- hand-off between threads ------------------------------------------------ */
+
+#define HO_THREADS 4
+#define HO_ITERS   200
+
+struct ho_shared {
+    dist_mutex_t *m;
+    int inside, overlaps, fail;
+    uint64_t last_token;
+    int token_back;               /* a token below one seen before */
+};
+
+static void *ho_main(void *arg)
+{
+    struct ho_shared *s = arg;
+    uint64_t tok;
+    int i;
+
+    for (i = 0; i < HO_ITERS; i++) {
+        if (dist_mutex_lock(s->m) != 0) {
+            __atomic_store_n(&s->fail, 1, __ATOMIC_SEQ_CST);
+            return NULL;
+        }
+        if (__atomic_add_fetch(&s->inside, 1, __ATOMIC_SEQ_CST) != 1)
+            __atomic_add_fetch(&s->overlaps, 1, __ATOMIC_SEQ_CST);
+        if (dist_mutex_token(s->m, &tok) != 0)
+            __atomic_store_n(&s->fail, 2, __ATOMIC_SEQ_CST);
+        else if (tok < s->last_token)
+            s->token_back = 1;
+        else
+            s->last_token = tok;
+        usleep(50);               /* others queue meanwhile */
+        __atomic_sub_fetch(&s->inside, 1, __ATOMIC_SEQ_CST);
+        if (dist_mutex_unlock(s->m) != 0)
+            __atomic_store_n(&s->fail, 3, __ATOMIC_SEQ_CST);
+    }
+    return NULL;
+}
+
+/* Threads taking turns run fewer lock scripts than they take the lock
+ * (each hold from Redis costs two: lock and unlock), and the tokens they
+ * see never go back. */
+static void test_handoff(void **state)
+{
+    char name[200];
+    dist_mutex_t m;
+    struct ho_shared s = { &m, 0, 0, 0, 0, 0 };
+    pthread_t th[HO_THREADS];
+    long long before, calls;
+    int i;
+
+    (void)state;
+    NAME(name, "m");
+    assert_int_equal(init_cohort(&m, name, DIST_MUTEX_RECURSIVE), 0);
+    before = script_calls();
+    for (i = 0; i < HO_THREADS; i++)
+        assert_int_equal(pthread_create(&th[i], NULL, ho_main, &s), 0);
+    for (i = 0; i < HO_THREADS; i++)
+        assert_int_equal(pthread_join(th[i], NULL), 0);
+    calls = script_calls() - before;
+    assert_int_equal(s.fail, 0);
+    assert_int_equal(s.overlaps, 0);
+    assert_int_equal(s.token_back, 0);
+    print_message("%d acquisitions, %lld scripts\n", HO_THREADS * HO_ITERS,
+                  calls);
+    assert_true(calls < HO_THREADS * HO_ITERS);
+    assert_int_equal(key_exists(name), 0);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+}
+
+/* ---- other processes ------------------------------------------------------------ */
+
+#define MX_PROCS   2
+#define MX_THREADS 4
+#define MX_ITERS   150
+
+struct mx_shared {
+    int inside, overlaps;
+    int codes[MX_PROCS];
+};
+
+struct mx_thread {
+    dist_mutex_t *m;
+    const char *counter;
+    struct mx_shared *sh;
+    int fail;
+};
+
+/* Inside the lock: GET and SET the counter, counting overlaps. */
+static int mx_inside(struct mx_thread *t, redisContext *c)
+{
+    redisReply *x;
+    long long v = 0;
+    int rc = 0;
+
+    if (__atomic_add_fetch(&t->sh->inside, 1, __ATOMIC_SEQ_CST) != 1)
+        __atomic_add_fetch(&t->sh->overlaps, 1, __ATOMIC_SEQ_CST);
+    x = redisCommand(c, "GET %s", t->counter);
+    if (!x || (x->type != REDIS_REPLY_STRING && x->type != REDIS_REPLY_NIL))
+        rc = 22;
+    else if (x->type == REDIS_REPLY_STRING)
+        v = strtoll(x->str, NULL, 10);
+    if (x)
+        freeReplyObject(x);
+    if (!rc) {
+        x = redisCommand(c, "SET %s %lld", t->counter, v + 1);
+        rc = !x || x->type != REDIS_REPLY_STATUS ? 23 : 0;
+        if (x)
+            freeReplyObject(x);
+    }
+    __atomic_sub_fetch(&t->sh->inside, 1, __ATOMIC_SEQ_CST);
+    return rc;
+}
+
+static void *mx_main(void *arg)
+{
+    struct mx_thread *t = arg;
+    struct timeval tv = { 2, 0 };
+    redisContext *c = redisConnectUnixWithTimeout(r.sock, tv);
+    int i;
+
+    if (!c || c->err) {
+        t->fail = 20;
+        if (c)
+            redisFree(c);
+        return NULL;
+    }
+    for (i = 0; i < MX_ITERS && !t->fail; i++) {
+        if (dist_mutex_lock(t->m) != 0) {
+            t->fail = 21;
+            break;
+        }
+        t->fail = mx_inside(t, c);
+        if (dist_mutex_unlock(t->m) != 0 && !t->fail)
+            t->fail = 24;
+    }
+    redisFree(c);
+    return NULL;
+}
+
+static void mx_child(const char *name, const char *counter,
+                     struct mx_shared *sh, int idx)
+{
+    dist_mutex_t m;
+    struct mx_thread t[MX_THREADS];
+    pthread_t th[MX_THREADS];
+    int i, code = 0;
+
+    if (init_cohort(&m, name, DIST_MUTEX_RECURSIVE) != 0)
+        _exit(sh->codes[idx] = 10);
+    for (i = 0; i < MX_THREADS; i++) {
+        t[i] = (struct mx_thread){ &m, counter, sh, 0 };
+        if (pthread_create(&th[i], NULL, mx_main, &t[i]) != 0)
+            _exit(sh->codes[idx] = 11);
+    }
+    for (i = 0; i < MX_THREADS; i++) {
+        pthread_join(th[i], NULL);
+        if (t[i].fail && !code)
+            code = t[i].fail;
+    }
+    if (!code && dist_mutex_destroy(&m) != 0)
+        code = 12;
+    sh->codes[idx] = code;
+    _exit(code);       /* no leak report of the library's threads at exit */
+}
+
+/* Threads of two processes, each process a cohort: no two are ever inside
+ * at once, and the counter they increment is exact. */
+static void test_mutual_exclusion(void **state)
+{
+    char name[200], counter[220];
+    pid_t pids[MX_PROCS];
+    struct mx_shared *sh;
+    int st, i;
+
+    (void)state;
+    NAME(name, "m");
+    snprintf(counter, sizeof counter, "%s:counter", name);
+    sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE,
+              MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    assert_true(sh != MAP_FAILED);
+    memset(sh, 0, sizeof *sh);
+    for (i = 0; i < MX_PROCS; i++)
+        sh->codes[i] = -1;
+    for (i = 0; i < MX_PROCS; i++) {
+        pids[i] = fork();
+        if (pids[i] == 0)
+            mx_child(name, counter, sh, i);
+        assert_true(pids[i] > 0);
+    }
+    for (i = 0; i < MX_PROCS; i++) {
+        assert_int_equal(waitpid(pids[i], &st, 0), pids[i]);
+        if (sh->codes[i] != 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
+            fail_msg("child %d: reported %d, status 0x%x", i, sh->codes[i],
+                     st);
+    }
+    assert_int_equal(sh->overlaps, 0);
+    munmap(sh, sizeof *sh);
+    assert_int_equal(tu_cmd_int(&r, "GET", counter, NULL),
+                     MX_PROCS * MX_THREADS * MX_ITERS);
+    assert_int_equal(key_exists(name), 0);
+}
+
+/* ---- a remote waiter ---------------------------------------------------------------- */
+
+#define RW_THREADS 4
+#define RW_BOUND_S 5.0        /* the mechanism: about 10 ms */
+
+struct rw_shared {
+    int go;                   /* the child starts waiting */
+    int got;                  /* it has had the lock */
+    double waited;            /* how long its lock took (s) */
+    int code;
+};
+
+struct rw_thread {
+    dist_mutex_t *m;
+    struct rw_shared *sh;
+    int stop, fail;
+    long n;
+};
+
+static void *rw_main(void *arg)
+{
+    struct rw_thread *t = arg;
+
+    while (!__atomic_load_n(&t->stop, __ATOMIC_SEQ_CST)) {
+        if (dist_mutex_lock(t->m) != 0) {
+            t->fail = 1;
+            return NULL;
+        }
+        __atomic_add_fetch(&t->n, 1, __ATOMIC_SEQ_CST);
+        if (dist_mutex_unlock(t->m) != 0) {
+            t->fail = 2;
+            return NULL;
+        }
+    }
+    return NULL;
+}
+
+static void rw_child(const char *name, struct rw_shared *sh)
+{
+    dist_mutex_t m;
+    double t0;
+
+    while (!__atomic_load_n(&sh->go, __ATOMIC_SEQ_CST))
+        usleep(1000);
+    if (dist_mutex_init(&m, name, NULL) != 0)
+        _exit(sh->code = 10);
+    t0 = tu_now();
+    if (dist_mutex_lock(&m) != 0)
+        _exit(sh->code = 11);
+    sh->waited = tu_now() - t0;
+    __atomic_store_n(&sh->got, 1, __ATOMIC_SEQ_CST);
+    if (dist_mutex_unlock(&m) != 0)
+        _exit(sh->code = 12);
+    _exit(sh->code = 0);
+}
+
+/* Local threads that keep handing the hold on among themselves still let
+ * another process's waiter in, within bounds far above the mechanism's. */
+static void test_remote_waiter(void **state)
+{
+    char name[200];
+    dist_mutex_t m;
+    struct rw_shared *sh;
+    struct rw_thread t[RW_THREADS];
+    pthread_t th[RW_THREADS];
+    double t0;
+    pid_t pid;
+    int st, i;
+
+    (void)state;
+    NAME(name, "m");
+    sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE,
+              MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    assert_true(sh != MAP_FAILED);
+    memset(sh, 0, sizeof *sh);
+    sh->code = -1;
+    pid = fork();                 /* before this process's threads start */
+    if (pid == 0)
+        rw_child(name, sh);
+    assert_true(pid > 0);
+    assert_int_equal(init_cohort(&m, name, DIST_MUTEX_RECURSIVE), 0);
+    for (i = 0; i < RW_THREADS; i++) {
+        t[i] = (struct rw_thread){ &m, sh, 0, 0, 0 };
+        assert_int_equal(pthread_create(&th[i], NULL, rw_main, &t[i]), 0);
+    }
+    while (__atomic_load_n(&t[0].n, __ATOMIC_SEQ_CST) < 50 && !t[0].fail)
+        usleep(1000);
+    __atomic_store_n(&sh->go, 1, __ATOMIC_SEQ_CST);
+    t0 = tu_now();
+    while (!__atomic_load_n(&sh->got, __ATOMIC_SEQ_CST) &&
+           tu_now() - t0 < 4 * RW_BOUND_S)
+        usleep(1000);
+    for (i = 0; i < RW_THREADS; i++)
+        __atomic_store_n(&t[i].stop, 1, __ATOMIC_SEQ_CST);
+    for (i = 0; i < RW_THREADS; i++) {
+        assert_int_equal(pthread_join(th[i], NULL), 0);
+        assert_int_equal(t[i].fail, 0);
+    }
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_int_equal(sh->code, 0);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    print_message("the other process waited %.1f ms\n", sh->waited * 1e3);
+    assert_true(sh->waited < RW_BOUND_S);
+    munmap(sh, sizeof *sh);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+}
+
+/* ---- a hold lost during a cohort ------------------------------------------------------ */
+
+struct waiter {
+    dist_mutex_t *m;
+    int started, rc, unlock_rc;
+    uint64_t token;
+};
+
+static void *waiter_main(void *arg)
+{
+    struct waiter *w = arg;
+
+    __atomic_store_n(&w->started, 1, __ATOMIC_SEQ_CST);
+    w->rc = dist_mutex_lock(w->m);
+    if (w->rc == 0) {
+        if (dist_mutex_token(w->m, &w->token) != 0)
+            w->rc = -2;
+        w->unlock_rc = dist_mutex_unlock(w->m);
+    }
+    return NULL;
+}
+
+/* The key is deleted while a thread holds and another waits locally: the
+ * holder's unlock says EPERM and the lost handler runs; the waiter then
+ * takes the lock anew from Redis (a higher token). */
+static void test_lost_hold(void **state)
+{
+    static const struct fx_settings fast = { 300, DEFAULT_TIMEOUT_MS, 0 };
+    char name[200];
+    dist_mutex_t m;
+    struct waiter w = { &m, 0, -1, -1, 0 };
+    pthread_t th;
+    uint64_t tok;
+    double t0;
+    int rc = 0;
+
+    (void)state;
+    NAME(name, "m");
+    fx_dirty = 1;
+    assert_int_equal(fx_apply(r.url_unix, &fast), 0);
+    fx_lost_reset();
+    dist_set_lost_handler(fx_on_lost, NULL);
+    assert_int_equal(init_cohort(&m, name, DIST_MUTEX_RECURSIVE), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_mutex_token(&m, &tok), 0);
+    assert_int_equal(pthread_create(&th, NULL, waiter_main, &w), 0);
+    while (!__atomic_load_n(&w.started, __ATOMIC_SEQ_CST))
+        usleep(1000);
+    tu_sleep_ms(100);             /* it queues behind this thread */
+    assert_int_equal(tu_cmd_int(&r, "DEL", name, NULL), 1);
+    /* the renewal thread (every 100 ms here) finds it gone */
+    t0 = tu_now();
+    while ((rc = dist_mutex_token(&m, &tok)) == 0 && tu_now() - t0 < 10)
+        tu_sleep_ms(20);
+    assert_int_equal(rc, EPERM);
+    assert_int_equal(dist_mutex_unlock(&m), EPERM);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    assert_int_equal(w.rc, 0);
+    assert_int_equal(w.unlock_rc, 0);
+    assert_true(w.token > tok);
+    assert_int_equal(fx_lost_calls(name), 1);
+    assert_int_equal(key_exists(name), 0);
+    dist_set_lost_handler(NULL, NULL);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+    fx_restore_defaults(NULL);
+}
+
+/* ---- fork ------------------------------------------------------------------------------ */
+
+/* The child of a process whose thread holds a cohort mutex holds nothing:
+ * unlock and token say EPERM, and a try finds it held (by the parent). */
+static void test_fork(void **state)
+{
+    char name[200];
+    dist_mutex_t m;
+    pid_t pid;
+    int st;
+
+    (void)state;
+    NAME(name, "m");
+    assert_int_equal(init_cohort(&m, name, DIST_MUTEX_RECURSIVE), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    pid = fork();
+    if (pid == 0) {
+        uint64_t tok;
+        int code = 0;
+        if (dist_mutex_unlock(&m) != EPERM)
+            code = 1;
+        else if (dist_mutex_token(&m, &tok) != EPERM)
+            code = 2;
+        else if (dist_mutex_trylock(&m) != EBUSY)
+            code = 3;
+        _exit(code);
+    }
+    assert_true(pid > 0);
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+    assert_int_equal(count_of(name), 1);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(key_exists(name), 0);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+#define T(f) cmocka_unit_test_teardown(f, fx_restore_defaults)
+        T(test_attribute),
+        T(test_fair_refused),
+        T(test_env_default),
+        T(test_recursive),
+        T(test_errorcheck),
+        T(test_cond_refused),
+        T(test_handoff),
+        T(test_mutual_exclusion),
+        T(test_remote_waiter),
+        T(test_lost_hold),
+        T(test_fork),
+    };
+    return fx_run_group(tests, &r, &defaults, "TEST_COHORT_FILTER");
+}
