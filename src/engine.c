@@ -48,10 +48,18 @@ void dist__rec_drop(struct dist__state *st, struct dist__rec *r)
         }
     }
     if (r->h) {
-        if (r->gen != atomic_load(&dist__fork_gen))
+        if (r->gen != atomic_load(&dist__fork_gen)) {
             dist__hold_free(r->h);    /* the parent's: not in our registry */
-        else if (dist__renew_remove(r->h))
-            dist__hold_free(r->h);
+        } else {
+            /* renewal keys kept in r's ext (a rwlock's timeout keys) are
+             * freed below: the entry lets go of them first, after a
+             * renewal under way that reads them (the torture run under
+             * TSan: an entry left to the thread read them freed) */
+            if (r->ext_free && r->h->keys)
+                dist__renew_set_keys(r->h, NULL, 0);
+            if (dist__renew_remove(r->h))
+                dist__hold_free(r->h);
+        }
     }
     if (r->pend)
         r->pend->r = NULL;        /* the reply's handler acts alone now */
