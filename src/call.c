@@ -1253,6 +1253,25 @@ int dist__token(struct dist__obj *o, int mode, uint64_t *token)
     return 0;
 }
 
+void dist__hold_lost(struct dist__obj *o)
+{
+    struct dist__state *st = o->st;
+    struct dist__rec *r;
+    int news;
+
+    pthread_mutex_lock(&st->mu);
+    r = dist__rec_find(st);
+    /* a loss the renewal thread found already went to the handler */
+    news = r && r->n[0] + r->n[1] > 0 && !(r->h && atomic_load(&r->h->lost));
+    if (r) {
+        r->n[0] = r->n[1] = 0;
+        dist__rec_tidy(st);
+    }
+    pthread_mutex_unlock(&st->mu);
+    if (news)
+        dist__call_lost_handler(st->names->name.p);
+}
+
 unsigned long dist__held(struct dist__obj *o, int mode)
 {
     struct dist__state *st = o->st;

@@ -188,6 +188,11 @@ static int give_up_and_sleep(struct dist__cond *cv, struct dist__obj *o,
         return dist__err(ENOMEM, "out of memory");
     w = dist__waiter_start(cv->names, &cv->keys[0], 1);
     if ((rc = dist__cond_register(cv, o->st->names)) != 0) {
+        /* EPERM: the mutex's hold was gone (its lease ran out, or it was
+         * forced): a loss like one an unlock finds (the torture run saw
+         * the handler never told) */
+        if (rc == EPERM)
+            dist__hold_lost(o);
         dist__waiter_stop(w);
         dist__sub_put(ch);
         return rc;

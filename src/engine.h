@@ -256,6 +256,10 @@ int dist__token(struct dist__obj *o, int mode, uint64_t *token);
 /* The calling thread's holds of mode as it believes them: 0 when it holds
  * none or they were found lost. */
 unsigned long dist__held(struct dist__obj *o, int mode);
+/* Redis said the calling thread's hold of o is gone (a script of another
+ * kind found its field missing): the record goes, as after an unlock that
+ * said EPERM, and the lost handler hears of it unless it did already. */
+void dist__hold_lost(struct dist__obj *o);
 /* Fills dl from an API call's arguments: EINVAL for a clock other than
  * CLOCK_REALTIME and CLOCK_MONOTONIC, or a NULL abstime (abstime's fields
  * are checked only when the call would wait). */

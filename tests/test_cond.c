@@ -573,6 +573,40 @@ static void test_wait_needs_mutex_held_once(void **state)
     assert_int_equal(dist_mutex_destroy(&m), 0);
 }
 
+/* A wait on a mutex whose hold is gone in Redis (forced, or its lease ran
+ * out while the process could not renew it): EPERM, the lost handler
+ * hears of it once, and the mutex is not held any more (the torture run
+ * saw the handler never told). */
+static void test_wait_on_lost_hold(void **state)
+{
+    struct names n;
+    dist_mutex_t m;
+    dist_cond_t c;
+    struct timespec dl = realtime_in(5);
+    int rc, calls, unlock_rc;
+
+    (void)state;
+    names_for(&n, __func__);
+    fx_dirty = 1;
+    fx_lost_reset();
+    dist_set_lost_handler(fx_on_lost, NULL);
+    assert_int_equal(dist_mutex_init(&m, n.m, NULL), 0);
+    assert_int_equal(dist_cond_init(&c, n.c[0], NULL), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(tu_cmd_int(&r, "DEL", n.m, NULL), 1);
+    rc = dist_cond_timedwait(&c, &m, &dl);
+    calls = fx_lost_calls(n.m);
+    unlock_rc = dist_mutex_unlock(&m);
+    dist_set_lost_handler(NULL, NULL);
+    fx_dirty = 0;
+    assert_int_equal(rc, EPERM);
+    assert_int_equal(calls, 1);
+    assert_int_equal(unlock_rc, EPERM);
+    assert_int_equal(fx_lost_calls(n.m), 1);
+    assert_int_equal(dist_cond_destroy(&c), 0);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+}
+
 /* A static initializer works; destroy of an unused one is fine. */
 static void test_static_initializer(void **state)
 {
@@ -602,6 +636,7 @@ int main(void)
 #define T(f) cmocka_unit_test_teardown(f, fx_restore_defaults)
         T(test_timedwait_times_out_holding_mutex),
         T(test_wait_needs_mutex_held_once),
+        T(test_wait_on_lost_hold),
         T(test_static_initializer),
         T(test_signal_without_waiters_is_dropped),
         T(test_producer_consumer),
