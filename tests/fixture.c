@@ -12,9 +12,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <cmocka.h>
+#include <hiredis/hiredis.h>
+
+#include "testhelp.h"
 
 
 int fx_dirty;
@@ -278,4 +284,131 @@ int fx_lost_last_is(const char *name)
     eq = strcmp(g_lost_last, name) == 0;
     pthread_mutex_unlock(&g_lost_mu);
     return eq;
+}
+
+/* ---- mutual exclusion across processes ------------------------------------ */
+
+/* Shared between the processes: who is inside, overlaps seen, and each
+ * child's report (-1 until it reports). */
+struct mx_shared {
+    int inside, overlaps;
+    int codes[FX_MX_MAX_PROCS];
+};
+
+struct mx_thread {
+    const struct fx_mx *run;
+    dist_mutex_t *m;
+    struct mx_shared *sh;
+    int fail;
+};
+
+/* One critical section: the shared flag says nobody else is inside, and
+ * the Redis counter goes up by a read and a write.  0 or a failure code. */
+static int mx_inside(struct mx_thread *t, redisContext *c)
+{
+    redisReply *x;
+    long long v = 0;
+    int rc = 0;
+
+    if (__atomic_add_fetch(&t->sh->inside, 1, __ATOMIC_SEQ_CST) != 1)
+        __atomic_add_fetch(&t->sh->overlaps, 1, __ATOMIC_SEQ_CST);
+    x = redisCommand(c, "GET %s", t->run->counter);
+    if (!x || (x->type != REDIS_REPLY_STRING && x->type != REDIS_REPLY_NIL))
+        rc = 22;
+    else if (x->type == REDIS_REPLY_STRING)
+        v = strtoll(x->str, NULL, 10);
+    if (x)
+        freeReplyObject(x);
+    if (!rc) {
+        x = redisCommand(c, "SET %s %lld", t->run->counter, v + 1);
+        rc = !x || x->type != REDIS_REPLY_STATUS ? 23 : 0;
+        if (x)
+            freeReplyObject(x);
+    }
+    __atomic_sub_fetch(&t->sh->inside, 1, __ATOMIC_SEQ_CST);
+    return rc;
+}
+
+static void *mx_main(void *arg)
+{
+    struct mx_thread *t = arg;
+    struct timeval tv = { 2, 0 };
+    redisContext *c = redisConnectUnixWithTimeout(g_redis->sock, tv);
+    int i;
+
+    if (!c || c->err) {
+        t->fail = 20;
+        if (c)
+            redisFree(c);
+        return NULL;
+    }
+    for (i = 0; i < t->run->iters && !t->fail; i++) {
+        if (dist_mutex_lock(t->m) != 0) {
+            t->fail = 21;
+            break;
+        }
+        t->fail = mx_inside(t, c);
+        if (dist_mutex_unlock(t->m) != 0 && !t->fail)
+            t->fail = 24;
+    }
+    redisFree(c);
+    return NULL;
+}
+
+/* A child's part: its threads, then its report. */
+static void mx_child(const struct fx_mx *run, struct mx_shared *sh, int idx)
+{
+    struct mx_thread t[64];
+    pthread_t th[64];
+    dist_mutex_t m;
+    int i, n = run->threads < 64 ? run->threads : 64, code = 0;
+
+    if (run->init(&m, run->name, run->arg) != 0)
+        _exit(sh->codes[idx] = 10);
+    for (i = 0; i < n; i++) {
+        t[i] = (struct mx_thread){ run, &m, sh, 0 };
+        if (pthread_create(&th[i], NULL, mx_main, &t[i]) != 0)
+            _exit(sh->codes[idx] = 11);
+    }
+    for (i = 0; i < n; i++) {
+        pthread_join(th[i], NULL);
+        if (t[i].fail && !code)
+            code = t[i].fail;
+    }
+    if (!code && dist_mutex_destroy(&m) != 0)
+        code = 12;
+    sh->codes[idx] = code;
+    _exit(code);       /* no leak report of the library's threads at exit */
+}
+
+void fx_mx_run(const struct fx_mx *run)
+{
+    pid_t pids[FX_MX_MAX_PROCS];
+    struct mx_shared *sh;
+    int st, i, overlaps;
+
+    assert_true(run->procs > 0 && run->procs <= FX_MX_MAX_PROCS);
+    assert_true(run->threads > 0 && run->threads <= 64);
+    sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE,
+              MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    assert_true(sh != MAP_FAILED);
+    memset(sh, 0, sizeof *sh);
+    for (i = 0; i < run->procs; i++)
+        sh->codes[i] = -1;
+    fflush(NULL);
+    for (i = 0; i < run->procs; i++) {
+        pids[i] = fork();
+        if (pids[i] == 0)
+            mx_child(run, sh, i);
+        assert_true(pids[i] > 0);
+    }
+    for (i = 0; i < run->procs; i++) {
+        assert_int_equal(waitpid(pids[i], &st, 0), pids[i]);
+        if (sh->codes[i] != 0 || !child_exit_ok(st, 0))
+            fail_msg("child %d: reported %d, status 0x%x", i, sh->codes[i],
+                     st);
+    }
+    overlaps = sh->overlaps;
+    munmap(sh, sizeof *sh);
+    assert_int_equal(overlaps, 0);
 }

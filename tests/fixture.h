@@ -146,6 +146,22 @@ const char *fx_lost_name(int i, char *buf, size_t len);
 /* Whether the last call was for name. */
 int fx_lost_last_is(const char *name);
 
+/* Mutual exclusion across processes: procs children of threads threads
+ * each take the mutex init makes (init(m, name, arg): 0 or an errno)
+ * iters times; inside, each GETs and SETs counter on a connection of its
+ * own to the group's server and counts itself in shared memory.  Fails
+ * the test when a child reports an error or two threads were ever inside
+ * at once; the counter (procs * threads * iters) is the caller's to check,
+ * after the children are gone. */
+#define FX_MX_MAX_PROCS 8
+struct fx_mx {
+    const char *name, *counter;
+    int procs, threads, iters;
+    int (*init)(dist_mutex_t *m, const char *name, void *arg);
+    void *arg;
+};
+void fx_mx_run(const struct fx_mx *run);
+
 /* SIGPIPEs this process received since fx_group_setup.  The harness
  * blocks its own and its proxy uses MSG_NOSIGNAL, so any comes from the
  * library writing to a dead Redis socket. */

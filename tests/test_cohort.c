@@ -357,94 +357,10 @@ static void test_handoff(void **state)
 #define MX_THREADS 4
 #define MX_ITERS   150
 
-struct mx_shared {
-    int inside, overlaps;
-    int codes[MX_PROCS];
-};
-
-struct mx_thread {
-    dist_mutex_t *m;
-    const char *counter;
-    struct mx_shared *sh;
-    int fail;
-};
-
-/* Inside the lock: GET and SET the counter, counting overlaps. */
-static int mx_inside(struct mx_thread *t, redisContext *c)
+static int mx_init(dist_mutex_t *m, const char *name, void *arg)
 {
-    redisReply *x;
-    long long v = 0;
-    int rc = 0;
-
-    if (__atomic_add_fetch(&t->sh->inside, 1, __ATOMIC_SEQ_CST) != 1)
-        __atomic_add_fetch(&t->sh->overlaps, 1, __ATOMIC_SEQ_CST);
-    x = redisCommand(c, "GET %s", t->counter);
-    if (!x || (x->type != REDIS_REPLY_STRING && x->type != REDIS_REPLY_NIL))
-        rc = 22;
-    else if (x->type == REDIS_REPLY_STRING)
-        v = strtoll(x->str, NULL, 10);
-    if (x)
-        freeReplyObject(x);
-    if (!rc) {
-        x = redisCommand(c, "SET %s %lld", t->counter, v + 1);
-        rc = !x || x->type != REDIS_REPLY_STATUS ? 23 : 0;
-        if (x)
-            freeReplyObject(x);
-    }
-    __atomic_sub_fetch(&t->sh->inside, 1, __ATOMIC_SEQ_CST);
-    return rc;
-}
-
-static void *mx_main(void *arg)
-{
-    struct mx_thread *t = arg;
-    struct timeval tv = { 2, 0 };
-    redisContext *c = redisConnectUnixWithTimeout(r.sock, tv);
-    int i;
-
-    if (!c || c->err) {
-        t->fail = 20;
-        if (c)
-            redisFree(c);
-        return NULL;
-    }
-    for (i = 0; i < MX_ITERS && !t->fail; i++) {
-        if (dist_mutex_lock(t->m) != 0) {
-            t->fail = 21;
-            break;
-        }
-        t->fail = mx_inside(t, c);
-        if (dist_mutex_unlock(t->m) != 0 && !t->fail)
-            t->fail = 24;
-    }
-    redisFree(c);
-    return NULL;
-}
-
-static void mx_child(const char *name, const char *counter,
-                     struct mx_shared *sh, int idx)
-{
-    dist_mutex_t m;
-    struct mx_thread t[MX_THREADS];
-    pthread_t th[MX_THREADS];
-    int i, code = 0;
-
-    if (init_cohort(&m, name, DIST_MUTEX_RECURSIVE) != 0)
-        _exit(sh->codes[idx] = 10);
-    for (i = 0; i < MX_THREADS; i++) {
-        t[i] = (struct mx_thread){ &m, counter, sh, 0 };
-        if (pthread_create(&th[i], NULL, mx_main, &t[i]) != 0)
-            _exit(sh->codes[idx] = 11);
-    }
-    for (i = 0; i < MX_THREADS; i++) {
-        pthread_join(th[i], NULL);
-        if (t[i].fail && !code)
-            code = t[i].fail;
-    }
-    if (!code && dist_mutex_destroy(&m) != 0)
-        code = 12;
-    sh->codes[idx] = code;
-    _exit(code);       /* no leak report of the library's threads at exit */
+    (void)arg;
+    return init_cohort(m, name, DIST_MUTEX_RECURSIVE);
 }
 
 /* Threads of two processes, each process a cohort: no two are ever inside
@@ -452,33 +368,13 @@ static void mx_child(const char *name, const char *counter,
 static void test_mutual_exclusion(void **state)
 {
     char name[200], counter[220];
-    pid_t pids[MX_PROCS];
-    struct mx_shared *sh;
-    int st, i;
+    struct fx_mx run = { name, counter, MX_PROCS, MX_THREADS, MX_ITERS,
+                         mx_init, NULL };
 
     (void)state;
     NAME(name, "m");
     snprintf(counter, sizeof counter, "%s:counter", name);
-    sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE,
-              MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    assert_true(sh != MAP_FAILED);
-    memset(sh, 0, sizeof *sh);
-    for (i = 0; i < MX_PROCS; i++)
-        sh->codes[i] = -1;
-    for (i = 0; i < MX_PROCS; i++) {
-        pids[i] = fork();
-        if (pids[i] == 0)
-            mx_child(name, counter, sh, i);
-        assert_true(pids[i] > 0);
-    }
-    for (i = 0; i < MX_PROCS; i++) {
-        assert_int_equal(waitpid(pids[i], &st, 0), pids[i]);
-        if (sh->codes[i] != 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
-            fail_msg("child %d: reported %d, status 0x%x", i, sh->codes[i],
-                     st);
-    }
-    assert_int_equal(sh->overlaps, 0);
-    munmap(sh, sizeof *sh);
+    fx_mx_run(&run);
     assert_int_equal(tu_cmd_int(&r, "GET", counter, NULL),
                      MX_PROCS * MX_THREADS * MX_ITERS);
     assert_int_equal(key_exists(name), 0);

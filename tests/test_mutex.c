@@ -540,115 +540,27 @@ static void test_sigkill_holder(void **state)
 #define MX_THREADS 2
 #define MX_ITERS 100
 
-struct mx_thread {
-    dist_mutex_t *m;
-    const char *counter;
-    int fail;            /* 0, or the first failure's code */
-};
-
-static void *mx_main(void *arg)
+static int mx_init(dist_mutex_t *m, const char *name, void *arg)
 {
-    struct mx_thread *t = arg;
-    struct timeval tv = { 2, 0 };
-    redisContext *c = redisConnectUnixWithTimeout(r.sock, tv);
-    int i;
-
-    if (!c || c->err) {
-        t->fail = 20;
-        if (c)
-            redisFree(c);
-        return NULL;
-    }
-    redisSetTimeout(c, tv);
-    for (i = 0; i < MX_ITERS && !t->fail; i++) {
-        redisReply *x;
-        long long v = 0;
-        char buf[32];
-
-        if (dist_mutex_lock(t->m) != 0) {
-            t->fail = 21;
-            break;
-        }
-        x = redisCommand(c, "GET %s", t->counter);
-        if (!x || (x->type != REDIS_REPLY_STRING && x->type != REDIS_REPLY_NIL)) {
-            t->fail = 22;
-        } else {
-            if (x->type == REDIS_REPLY_STRING)
-                v = strtoll(x->str, NULL, 10);
-        }
-        if (x)
-            freeReplyObject(x);
-        if (!t->fail) {
-            snprintf(buf, sizeof buf, "%lld", v + 1);
-            x = redisCommand(c, "SET %s %s", t->counter, buf);
-            if (!x || x->type != REDIS_REPLY_STATUS)
-                t->fail = 23;
-            if (x)
-                freeReplyObject(x);
-        }
-        if (dist_mutex_unlock(t->m) != 0 && !t->fail)
-            t->fail = 24;
-    }
-    redisFree(c);
-    return NULL;
+    (void)arg;
+    return dist_mutex_init(m, name, NULL);
 }
 
-static void mx_child(const char *name, const char *counter, int *slot)
-{
-    dist_mutex_t m;
-    struct mx_thread t[MX_THREADS];
-    pthread_t th[MX_THREADS];
-    int i, code = 0;
-
-    if (dist_mutex_init(&m, name, NULL) != 0)
-        child_exit(slot, 10);
-    for (i = 0; i < MX_THREADS; i++) {
-        t[i].m = &m;
-        t[i].counter = counter;
-        t[i].fail = 0;
-        if (pthread_create(&th[i], NULL, mx_main, &t[i]) != 0)
-            child_exit(slot, 11);
-    }
-    for (i = 0; i < MX_THREADS; i++) {
-        pthread_join(th[i], NULL);
-        if (t[i].fail && !code)
-            code = t[i].fail;
-    }
-    if (!code && dist_mutex_destroy(&m) != 0)
-        code = 12;
-    child_exit(slot, code);
-}
-
+/* Threads of several processes on one mutex: never two inside at once
+ * (shared memory), and the Redis counter they bump inside is exact. */
 static void test_mutual_exclusion(void **state)
 {
     char name[200], counter[220];
-    pid_t pids[MX_PROCS];
-    int st[MX_PROCS], i;
-    int *codes = shared_ints(MX_PROCS);
+    struct fx_mx run = { name, counter, MX_PROCS, MX_THREADS, MX_ITERS,
+                         mx_init, NULL };
     double t0, el;
 
     (void)state;
-    assert_non_null(codes);
     NAME(name, "m");
     snprintf(counter, sizeof counter, "%s:counter", name);
     t0 = tu_now();
-    for (i = 0; i < MX_PROCS; i++) {
-        pids[i] = fork();
-        if (pids[i] == 0)
-            mx_child(name, counter, &codes[i]);
-        assert_true(pids[i] > 0);
-    }
-    for (i = 0; i < MX_PROCS; i++) {
-        st[i] = -1;
-        waitpid(pids[i], &st[i], 0);
-    }
+    fx_mx_run(&run);
     el = tu_now() - t0;
-    for (i = 0; i < MX_PROCS; i++) {
-        if (codes[i] != 0 || !child_exit_ok(st[i], codes[i]))
-            fail_msg("child %d: reported %d, status 0x%x (exit code %d)", i,
-                     codes[i], st[i], WIFEXITED(st[i]) ? WEXITSTATUS(st[i]) : -1);
-    }
-    munmap(codes, MX_PROCS * sizeof *codes);
     assert_int_equal(tu_cmd_int(&r, "GET", counter, NULL),
                      MX_PROCS * MX_THREADS * MX_ITERS);
     assert_int_equal(key_exists(name), 0);
