@@ -913,6 +913,16 @@ static __attribute__((noinline)) int shed_surplus(struct dist__call *c)
     pthread_mutex_lock(&c->o->st->mu);
     r = dist__rec_find(c->o->st);
     held = r && r->n[0] + r->n[1] > 0;
+    if (held && r->n[c->mode] > 1) {
+        /* a give-back refused (NOREPLICAS; READONLY from a master being
+         * demoted, until the command timeout):
+         * the caller has the one hold it took, and the renewal thread
+         * gives one more back when Redis answers (the strict Sentinel
+         * torture: the owner went on believing in two holds, and every
+         * later lock was a reentry with the old token) */
+        r->n[c->mode] = 1;
+        hand_over(&back, r);
+    }
     pthread_mutex_unlock(&c->o->st->mu);
     if (!held)
         return dist__err(EIO, "%s '%s': giving back a hold counted twice "

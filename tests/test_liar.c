@@ -501,6 +501,42 @@ static void test_fresh_hold_counted_twice(void **state)
     assert_int_equal(o.after_rc, EPERM);
 }
 
+/* The give-back of the surplus refused (a master cut off from its
+ * replicas answers NOREPLICAS; one being demoted, READONLY until the
+ * command timeout): the owner has the one hold it took, and the renewal
+ * thread gives the other back (one more EVALSHA) before the owner's next
+ * call. */
+static void test_fresh_hold_counted_twice_refused(void **state)
+{
+    struct twice_out o;
+    long evals, rss;
+
+    (void)state;
+    tu_liar_reset(liar);
+    tu_liar_add(liar, &(struct tu_lie){ .cmd = "EVALSHA",
+                                         .bytes = "*3\r\n:1\r\n:2\r\n:7\r\n",
+                                         .times = 1 });
+    tu_liar_add(liar, &(struct tu_lie){
+        .cmd = "EVALSHA", .times = 1,
+        .bytes = "-NOREPLICAS Not enough good replicas to write.\r\n" });
+    tu_liar_add(liar, &(struct tu_lie){ .cmd = "EVALSHA",
+                                         .bytes = "*2\r\n:0\r\n:0\r\n" });
+    tu_liar_add(liar, &(struct tu_lie){ .cmd = "INCR", .bytes = ":8\r\n" });
+    evals = tu_liar_count(liar, "EVALSHA");
+    in_child(run_twice, NULL, &o, sizeof o, BOUND_S * 3, &rss);
+    evals = tu_liar_count(liar, "EVALSHA") - evals;
+    print_message("lock %d, token %d (%" PRIu64 "), unlock %d, then token "
+                  "%d; %ld EVALSHA: %s\n", o.lock_rc, o.token_rc, o.token,
+                  o.unlock_rc, o.after_rc, evals, o.err);
+    assert_int_equal(o.lock_rc, 0);
+    assert_int_equal(o.token_rc, 0);
+    assert_int_equal(o.token, 8);
+    assert_int_equal(o.unlock_rc, 0);
+    assert_int_equal(o.after_rc, EPERM);
+    /* the acquire, the refused give-back, the renewal thread's, the unlock */
+    assert_int_equal(evals, 4);
+}
+
 /* No new token to be had: the hold is given back, and the lock fails. */
 static void test_fresh_hold_counted_twice_no_token(void **state)
 {
@@ -773,6 +809,7 @@ int main(void)
            "timed out", HELD, .cmd = "SUBSCRIBE", .silent = 1),
         cmocka_unit_test(test_fresh_hold_counted_twice),
         cmocka_unit_test(test_fresh_hold_counted_twice_no_token),
+        cmocka_unit_test(test_fresh_hold_counted_twice_refused),
         /* renewal: a good answer keeps the hold, every lie loses it */
         RENEW(renew_ok, K_MUTEX, 1, .bytes = "*1\r\n:1\r\n"),
         RENEW(renew_ok_write, K_WRITE, 1, .bytes = "*1\r\n:1\r\n"),
