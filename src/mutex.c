@@ -13,6 +13,35 @@
 
 /* ---- attributes -------------------------------------------------------- */
 
+/* A switch of a (deferral, cohorting): said on, said off, or neither,
+ * which leaves it to the default. */
+static int set_switch(dist_mutexattr_t *a, int v, unsigned on, unsigned off,
+                      const char *what)
+{
+    if (!a)
+        return EINVAL;
+    if (v != 0 && v != 1)
+        return dist__err(EINVAL, "%s must be 0 or 1, not %d", what, v);
+    a->__flags &= ~(on | off);
+    a->__flags |= v ? on : off;
+    return 0;
+}
+
+/* A switch as attribute flags have it: what was said, else dflt. */
+static int switch_of(unsigned flags, unsigned on, unsigned off, int dflt)
+{
+    return flags & (on | off) ? (flags & on) != 0 : dflt;
+}
+
+/* Whether a mutex made with attribute flags is a cohort one: the
+ * default applies to non-fair ones only (a fair one keeps its
+ * cross-process FIFO). */
+static int cohort_of(unsigned flags)
+{
+    return switch_of(flags, ATTR_COHORT_ON, ATTR_COHORT_OFF,
+                     !(flags & ATTR_FAIR) && dist__cohort_default());
+}
+
 int dist_mutexattr_init(dist_mutexattr_t *a)
 {
     DIST__KEEP_ERRNO;
@@ -81,13 +110,7 @@ int dist_mutexattr_getfair(const dist_mutexattr_t *a, int *fair)
 int dist_mutexattr_setdeferred(dist_mutexattr_t *a, int deferred)
 {
     DIST__KEEP_ERRNO;
-    if (!a)
-        return EINVAL;
-    if (deferred != 0 && deferred != 1)
-        return dist__err(EINVAL, "deferred must be 0 or 1, not %d", deferred);
-    a->__flags &= ~(ATTR_DEFER_ON | ATTR_DEFER_OFF);
-    a->__flags |= deferred ? ATTR_DEFER_ON : ATTR_DEFER_OFF;
-    return 0;
+    return set_switch(a, deferred, ATTR_DEFER_ON, ATTR_DEFER_OFF, "deferred");
 }
 
 int dist_mutexattr_getdeferred(const dist_mutexattr_t *a, int *deferred)
@@ -95,36 +118,24 @@ int dist_mutexattr_getdeferred(const dist_mutexattr_t *a, int *deferred)
     DIST__KEEP_ERRNO;
     if (!a || !deferred)
         return EINVAL;
-    if (a->__flags & (ATTR_DEFER_ON | ATTR_DEFER_OFF))
-        *deferred = (a->__flags & ATTR_DEFER_ON) != 0;
-    else
-        *deferred = dist__deferred_release();
+    *deferred = switch_of(a->__flags, ATTR_DEFER_ON, ATTR_DEFER_OFF,
+                          dist__deferred_release());
     return 0;
 }
 
 int dist_mutexattr_setcohort(dist_mutexattr_t *a, int cohort)
 {
     DIST__KEEP_ERRNO;
-    if (!a)
-        return EINVAL;
-    if (cohort != 0 && cohort != 1)
-        return dist__err(EINVAL, "cohort must be 0 or 1, not %d", cohort);
-    a->__flags &= ~(ATTR_COHORT_ON | ATTR_COHORT_OFF);
-    a->__flags |= cohort ? ATTR_COHORT_ON : ATTR_COHORT_OFF;
-    return 0;
+    return set_switch(a, cohort, ATTR_COHORT_ON, ATTR_COHORT_OFF, "cohort");
 }
 
-/* What a mutex made with a would be: the default applies to non-fair ones
- * only (a fair one keeps its cross-process FIFO). */
+/* What a mutex made with a would be (cohort_of). */
 int dist_mutexattr_getcohort(const dist_mutexattr_t *a, int *cohort)
 {
     DIST__KEEP_ERRNO;
     if (!a || !cohort)
         return EINVAL;
-    if (a->__flags & (ATTR_COHORT_ON | ATTR_COHORT_OFF))
-        *cohort = (a->__flags & ATTR_COHORT_ON) != 0;
-    else
-        *cohort = !(a->__flags & ATTR_FAIR) && dist__cohort_default();
+    *cohort = cohort_of(a->__flags);
     return 0;
 }
 
@@ -170,10 +181,7 @@ int dist_mutex_init(dist_mutex_t *m, const char *name,
         return dist__err(EINVAL, "mutex '%s': a fair mutex cannot be a cohort "
                          "one (its waiters keep one FIFO across processes)",
                          name ? name : "(null)");
-    if (attr && (attr->__flags & ATTR_COHORT_ON))
-        flags |= DIST__MUTEX_COHORT;
-    else if (!fair && !(attr && (attr->__flags & ATTR_COHORT_OFF)) &&
-             dist__cohort_default())
+    if (cohort_of(attr ? attr->__flags : 0))
         flags |= DIST__MUTEX_COHORT;
     if (attr && (attr->__flags & ATTR_DEFER_ON))
         flags |= DIST__MUTEX_DEFER_ON;
