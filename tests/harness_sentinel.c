@@ -38,6 +38,7 @@ struct tu_sentinel {
     int ndata, nsent;
     int fast_timers;
     int down_after_ms;
+    int failover_timeout_ms;
     char name[64];
     char *url;
     tu_redis_t data[TU_TOPO_MAX_NODES];
@@ -398,6 +399,8 @@ static tu_sentinel_t *sentinel_new(int replicas, int sentinels,
         tp_conn_init(&s->sq[i]);
     s->fast_timers = !o->redis_timers;
     s->down_after_ms = o->down_after_ms > 0 ? o->down_after_ms : 1000;
+    s->failover_timeout_ms = o->failover_timeout_ms > 0
+                             ? o->failover_timeout_ms : 5000;
     n = snprintf(s->name, sizeof(s->name), "%s",
                  o->master_name != NULL ? o->master_name : "distlock");
     if (n <= 0 || (size_t)n >= sizeof(s->name) ||
@@ -455,8 +458,7 @@ static int start_sentinels(tu_sentinel_t *s, const tu_sentinel_opts *o)
                  "sentinel parallel-syncs %s 1\n",
                  s->name, s->data[0].port, quorum,
                  s->name, s->down_after_ms,
-                 s->name,
-                 o->failover_timeout_ms > 0 ? o->failover_timeout_ms : 5000,
+                 s->name, s->failover_timeout_ms,
                  s->name);
     if (n <= 0 || (size_t)n >= sizeof(conf)) {
         tp_err("sentinel: config too long");
@@ -622,52 +624,63 @@ int tu_sentinel_master_of(tu_sentinel_t *s, int node)
     return mport < 0 ? -1 : data_by_port(s, mport);
 }
 
-int tu_sentinel_wait_new_master(tu_sentinel_t *s, int old, int timeout_ms)
+/* The new master once the sentinels agree on one other than old, and it
+ * says master itself; -1 at the deadline, with why saying what was seen. */
+static int poll_new_master(tu_sentinel_t *s, int old, double deadline,
+                           char *why, size_t whylen)
 {
-    double deadline = tu_now() + timeout_ms / 1000.0;
-    char why[256] = "";
     int bad = -1;
 
-    if (s == NULL)
-        return -1;
     for (;;) {
-        int m = agreed_master(s, why, sizeof(why), &bad);
+        int m = agreed_master(s, why, whylen, &bad);
 
         if (m >= 0 && m != old) {
             if (tp_node_role(&s->data[m], &s->dq[m], NULL, NULL, 0) == 'M')
                 return m;
-            hx_why(why, sizeof(why), "the sentinels report node %d, which "
+            hx_why(why, whylen, "the sentinels report node %d, which "
                     "does not say master (yet)", m);
         } else if (m == old) {
-            hx_why(why, sizeof(why), "the sentinels still report node %d",
-                    old);
+            hx_why(why, whylen, "the sentinels still report node %d", old);
         }
         if (tu_now() > deadline)
-            break;
+            return -1;
         tu_sleep_ms(TP_POLL_MS);
     }
-    tp_err("wait_new_master: none after %d ms: %s", timeout_ms, why);
-    for (bad = 0; bad < s->nsent; bad++) {
-        if (tp_usable(&s->sent[bad])) {
-            tu_redis_print_log(&s->sent[bad], TP_LOG_LINES);
-            break;
-        }
-    }
-    return -1;
 }
 
-int tu_sentinel_failover(tu_sentinel_t *s, int timeout_ms)
+static void print_sentinel_log(tu_sentinel_t *s)
 {
-    double deadline = tu_now() + timeout_ms / 1000.0;
-    int old, i = 0, left;
+    for (int i = 0; i < s->nsent; i++) {
+        if (tp_usable(&s->sent[i])) {
+            tu_redis_print_log(&s->sent[i], TP_LOG_LINES);
+            return;
+        }
+    }
+}
+
+int tu_sentinel_wait_new_master(tu_sentinel_t *s, int old, int timeout_ms)
+{
+    char why[256] = "";
+    int m;
 
     if (s == NULL)
         return -1;
-    old = tu_sentinel_master(s);
-    if (old < 0) {
-        tp_err("failover: the sentinels do not agree on a master");
-        return -1;
-    }
+    m = poll_new_master(s, old, tu_now() + timeout_ms / 1000.0, why,
+                        sizeof(why));
+    if (m >= 0)
+        return m;
+    tp_err("wait_new_master: none after %d ms: %s", timeout_ms, why);
+    print_sentinel_log(s);
+    return -1;
+}
+
+/* Asks the sentinels for a failover, again while one is still finishing or
+ * no replica fits yet; 0, or -1 having said why.  Asked again (again set),
+ * one under way is the one wanted: INPROG ends the asking. */
+static int request_failover(tu_sentinel_t *s, double deadline, int again)
+{
+    int i = 0;
+
     for (;;) {
         redisReply *x;
         int retry;
@@ -680,11 +693,12 @@ int tu_sentinel_failover(tu_sentinel_t *s, int timeout_ms)
         }
         x = tp_act(&s->sent[i], (const char *[]){ "SENTINEL", "FAILOVER",
                                                  s->name, NULL });
-        if (tp_reply_ok(x)) {
+        if (tp_reply_ok(x) || (again && x != NULL &&
+                               x->type == REDIS_REPLY_ERROR &&
+                               strncmp(x->str, "INPROG", 6) == 0)) {
             freeReplyObject(x);
-            break;
+            return 0;
         }
-        /* A failover still finishing, or no replica fit yet: try again. */
         retry = x != NULL && x->type == REDIS_REPLY_ERROR &&
                 (strncmp(x->str, "INPROG", 6) == 0 ||
                  strncmp(x->str, "NOGOODSLAVE", 11) == 0);
@@ -698,8 +712,49 @@ int tu_sentinel_failover(tu_sentinel_t *s, int timeout_ms)
         freeReplyObject(x);
         tu_sleep_ms(100);
     }
-    left = (int)((deadline - tu_now()) * 1000);
-    return tu_sentinel_wait_new_master(s, old, left > 0 ? left : 1);
+}
+
+/* A failover the sentinels abort (the chosen replica did not report
+ * itself master within the failover timeout: "-failover-abort-slave-
+ * timeout", seen on a loaded 2-core machine) is not tried again by them:
+ * once a round of that timeout and a margin has passed with the old master
+ * still named, it is asked for again, until the caller's deadline. */
+int tu_sentinel_failover(tu_sentinel_t *s, int timeout_ms)
+{
+    double deadline = tu_now() + timeout_ms / 1000.0;
+    char why[256] = "";
+    int old, m;
+
+    if (s == NULL)
+        return -1;
+    old = tu_sentinel_master(s);
+    if (old < 0) {
+        tp_err("failover: the sentinels do not agree on a master");
+        return -1;
+    }
+    for (int again = 0;; again = 1) {
+        double round = tu_now() + (s->failover_timeout_ms + 3000) / 1000.0;
+        int bad = -1;
+
+        if (request_failover(s, deadline, again) != 0)
+            return -1;
+        do {
+            m = poll_new_master(s, old, round < deadline ? round : deadline,
+                                why, sizeof(why));
+            if (m >= 0)
+                return m;
+            round = deadline;  /* another master named: it is coming */
+        } while (tu_now() <= deadline &&
+                 agreed_master(s, why, sizeof(why), &bad) != old);
+        if (tu_now() > deadline)
+            break;
+        fprintf(stderr, "harness: the sentinels still name node %d %d ms "
+                "after a failover was asked for; asking again\n", old,
+                s->failover_timeout_ms + 3000);
+    }
+    tp_err("failover: no new master after %d ms: %s", timeout_ms, why);
+    print_sentinel_log(s);
+    return -1;
 }
 
 int tu_sentinel_wait_role(tu_sentinel_t *s, int node, const char *role,
