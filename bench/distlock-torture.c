@@ -1076,6 +1076,26 @@ static void print_census(void)
            census.clients_ok, census.workers);
 }
 
+/* The stacks of every thread of a worker that did not stop, on stderr,
+ * when gdb is installed (a hang inside the library is found from them,
+ * not guessed at); bounded to a minute in case gdb itself stalls. */
+static void show_stacks(pid_t pid)
+{
+    char spid[16];
+    pid_t g;
+
+    snprintf(spid, sizeof spid, "%d", (int)pid);
+    fflush(stderr);
+    if ((g = fork()) == 0) {
+        dup2(STDERR_FILENO, STDOUT_FILENO);
+        execlp("timeout", "timeout", "60", "gdb", "-p", spid, "-batch",
+               "-ex", "thread apply all bt", (char *)NULL);
+        _exit(127);
+    }
+    if (g > 0)
+        waitpid(g, NULL, 0);
+}
+
 /* Tell the workers to stop and wait for them as long as a blocked call may
  * legitimately take; whoever is still there then is hung: killed, and its
  * pending call left "never returned" for the checker. */
@@ -1097,6 +1117,7 @@ static int stop_workers(void)
             continue;
         fprintf(stderr, "torture: worker %d (pid %d) did not stop\n", p,
                 (int)wpid[p]);
+        show_stacks(wpid[p]);
         kill(wpid[p], SIGKILL);
         waitpid(wpid[p], NULL, 0);
         wpid[p] = 0;
