@@ -784,29 +784,56 @@ static void behind_done(struct dist__call *c, int rc)
 static int release_held(struct dist__call *c);
 static __attribute__((noinline)) void give_back_one(struct dist__obj *o);
 
-/* Gives back the hold c's acquire just took.  A release refused (a master
- * being demoted answers READONLY until the map moves on) goes to the
- * renewal thread as an unknown outcome, which it settles with the
- * conditional release; this thread's next acquire waits for that.
- * Dropping the count here instead would leave the hold on the server, and
- * the next acquire would find it there and count one hold too many. */
-static __attribute__((noinline)) void give_back(struct dist__call *c)
-{
-    struct dist__call back = { .o = c->o, .mode = c->mode };
-    struct dist__state *st = c->o->st;
-    struct dist__rec *r;
-    int held;
+#define MAX_SURPLUS 8       /* resurrected holds of ours given back at once */
 
-    if (prepare(&back, &held) != 0 || held != 1)
-        return;
-    if (release_held(&back) != EIO || back.unknown)
-        return;
-    pthread_mutex_lock(&st->mu);
-    if ((r = dist__rec_find(st)) != NULL && r->n[back.mode] > 0) {
-        r->n[back.mode]--;
+/* Gives back c's holds above keep, one release each: what an acquire took
+ * when the call fails after all (keep: the owner's count before it), or
+ * the surplus of a fresh hold the server counts more than once (keep: 1).
+ * The server's count is what the acquire adopted, and it can exceed one
+ * more than the owner had: a failover may bring back a hold of ours whose
+ * release the new master never saw.  Giving back one hold only left the
+ * owner with a hold it never asked for, which it never unlocked (the
+ * Sentinel torture run: a failed lock left the thread holding the mutex,
+ * and every later lock of its was a reentry).  A release refused or
+ * unanswered sets the owner's count to keep at once and hands the outcome
+ * to the renewal thread (release_held), which gives one more hold back
+ * when Redis answers; anything left above that is renewed for nobody and
+ * ends with its lease.  Stopped early (an earlier outcome not settled in
+ * time, more surplus than MAX_SURPLUS), the count is set to keep the same
+ * way. */
+static __attribute__((noinline)) void give_back_to(struct dist__call *c,
+                                                   unsigned long keep)
+{
+    struct dist__call back = { .o = c->o, .mode = c->mode, .keep_set = 1,
+                               .keep = keep };
+    struct dist__rec *r;
+    int held, i;
+
+    for (i = 0; i <= MAX_SURPLUS; i++)
+        if (prepare(&back, &held) != 0 || held != 1 ||
+            back.n[back.mode] <= keep || release_held(&back) != 0)
+            break;
+    pthread_mutex_lock(&c->o->st->mu);
+    r = dist__rec_find(c->o->st);
+    if (r && r->n[c->mode] > keep && !r->unknown &&
+        !(r->h && atomic_load(&r->h->lost))) {
+        r->n[c->mode] = keep;
         hand_over(&back, r);
     }
-    pthread_mutex_unlock(&st->mu);
+    pthread_mutex_unlock(&c->o->st->mu);
+}
+
+/* Gives back what c's acquire took, down to the owner's count before the
+ * call; nothing, when the acquire found the earlier holds lost.  A
+ * release refused (a master being demoted answers READONLY until the map
+ * moves on) goes to the renewal thread as an unknown outcome, which it
+ * settles with the conditional release (release_held); this thread's next
+ * acquire waits for that.  Dropping the count alone would leave the hold
+ * on the server, and the next acquire would find it there and count one
+ * hold too many. */
+static __attribute__((noinline)) void give_back(struct dist__call *c)
+{
+    give_back_to(c, c->lost ? 0 : c->n[c->mode]);
 }
 
 /* A new hold is only as safe as its copy on a replica: without one, it is
@@ -837,8 +864,6 @@ static __attribute__((noinline)) int replica_sync(struct dist__call *c)
         return dist__err(rc, "%s", why);
     return dist__err(EIO, "%s; the hold is given back", why);
 }
-
-#define MAX_SURPLUS 8       /* resurrected holds of ours given back at once */
 
 /* The token of a hold whose surplus was shed is the counter's value, which
  * an earlier hold of this owner may have shown already (the acquire took
@@ -900,29 +925,15 @@ static __attribute__((noinline)) int fresh_token(struct dist__call *c)
  * left"), or when no new token could be drawn (the hold is given back). */
 static __attribute__((noinline)) int shed_surplus(struct dist__call *c)
 {
-    struct dist__call back = { .o = c->o, .mode = c->mode };
     struct dist__rec *r;
-    int held, i;
+    int held;
 
     if (c->o->kind->family == DIST__FAM_SEM)
         return 0;
-    for (i = 0; i < MAX_SURPLUS; i++)
-        if (prepare(&back, &held) != 0 || held != 1 ||
-            back.n[back.mode] <= 1 || release_held(&back) != 0)
-            break;
+    give_back_to(c, 1);
     pthread_mutex_lock(&c->o->st->mu);
     r = dist__rec_find(c->o->st);
     held = r && r->n[0] + r->n[1] > 0;
-    if (held && r->n[c->mode] > 1) {
-        /* a give-back refused (NOREPLICAS; READONLY from a master being
-         * demoted, until the command timeout):
-         * the caller has the one hold it took, and the renewal thread
-         * gives one more back when Redis answers (the strict Sentinel
-         * torture: the owner went on believing in two holds, and every
-         * later lock was a reentry with the old token) */
-        r->n[c->mode] = 1;
-        hand_over(&back, r);
-    }
     pthread_mutex_unlock(&c->o->st->mu);
     if (!held)
         return dist__err(EIO, "%s '%s': giving back a hold counted twice "
@@ -1175,8 +1186,14 @@ static int release_held(struct dist__call *c)
         return defer_sent(c, d);
     if (d)
         defer_free(d);              /* sent the usual way after all */
-    if (rc == EIO && !c->unknown)
-        return rc;                 /* refused: nothing changed */
+    /* EIO: the reply was lost (c->unknown), or Redis refused the release
+     * (READONLY from a master being demoted, NOREPLICAS, an error
+     * reply).  Either way the thread lets go and the renewal thread
+     * finishes the release.  Keeping the hold after a refusal, as this
+     * once did, broke the promise of unlock(3): a caller that took EIO as
+     * "let go" never unlocked again, and the watchdog renewed the hold for
+     * ever (the Sentinel torture run: every other worker hung on it, and a
+     * condition waiter's next lock counted two holds). */
     if (rc == EIO)                 /* kept for the message below */
         snprintf(why, sizeof why, "%s", dist_last_error());
     pthread_mutex_lock(&st->mu);
@@ -1188,7 +1205,8 @@ static int release_held(struct dist__call *c)
     } else if (r && rc == EIO) {
         /* given up locally either way; the renewal thread finishes the
          * release when Redis answers again */
-        r->n[c->mode]--;
+        r->n[c->mode] = c->keep_set && c->keep < r->n[c->mode]
+                        ? c->keep : r->n[c->mode] - 1;
         hand_over(c, r);
     } else if (r) {
         r->n[0] = r->n[1] = 0;     /* lost */
@@ -1201,7 +1219,7 @@ static int release_held(struct dist__call *c)
                          "release is finished when Redis answers, or the "
                          "lease ends it", why);
     if (rc == EIO)
-        return dist__err(EIO, "%s '%s': the release got no answer (%s); this "
+        return dist__err(EIO, "%s '%s': the release failed (%s); this "
                          "thread has let go of it, and the release is "
                          "finished when Redis answers, or the lease ends it",
                          k->noun, name_of(c), why);

@@ -146,6 +146,9 @@ struct dist__call {
                                    * was not read yet */
     int fixup;                    /* that release did not run: the acquire
                                    * counted its hold, one to give back */
+    int keep_set;                 /* a release refused or unanswered: the */
+    unsigned long keep;           /* owner's count becomes keep (else one
+                                   * less); see give_back_to */
 };
 
 struct dist__kind {

@@ -537,6 +537,52 @@ static void test_fresh_hold_counted_twice_refused(void **state)
     assert_int_equal(evals, 4);
 }
 
+/* A master with one replica, as ROLE tells it. */
+#define ROLE_ONE_REPLICA \
+    "*3\r\n$6\r\nmaster\r\n:0\r\n*1\r\n*3\r\n$9\r\n127.0.0.1\r\n" \
+    "$4\r\n6380\r\n$1\r\n0\r\n"
+
+static void run_twice_synced(const void *arg, void *res)
+{
+    dist_set_replica_wait_ms(100);
+    run_twice(arg, res);
+}
+
+/* A fresh hold counted twice (a failover brought back a hold of ours)
+ * whose replica sync then fails (WAIT: no replica acknowledged it): the
+ * lock fails with DIST_ENOREPLICA and gives back both holds, not just the
+ * one it took.  Giving back one left the thread holding a lock it was
+ * told it did not get, renewed for ever (the Sentinel torture run). */
+static void test_fresh_hold_counted_twice_unsynced(void **state)
+{
+    struct twice_out o;
+    long evals, rss;
+
+    (void)state;
+    tu_liar_reset(liar);
+    tu_liar_add(liar, &(struct tu_lie){ .cmd = "ROLE",
+                                         .bytes = ROLE_ONE_REPLICA });
+    tu_liar_add(liar, &(struct tu_lie){ .cmd = "EVALSHA",
+                                         .bytes = "*3\r\n:1\r\n:2\r\n:7\r\n",
+                                         .times = 1 });
+    tu_liar_add(liar, &(struct tu_lie){ .cmd = "EVALSHA",
+                                         .bytes = "*2\r\n:1\r\n:0\r\n",
+                                         .times = 1 });
+    tu_liar_add(liar, &(struct tu_lie){ .cmd = "EVALSHA",
+                                         .bytes = "*2\r\n:0\r\n:0\r\n" });
+    evals = tu_liar_count(liar, "EVALSHA");
+    in_child(run_twice_synced, NULL, &o, sizeof o, BOUND_S * 2, &rss);
+    evals = tu_liar_count(liar, "EVALSHA") - evals;
+    print_message("lock %d, token %d, unlock %d, then token %d; %ld "
+                  "EVALSHA: %s\n", o.lock_rc, o.token_rc, o.unlock_rc,
+                  o.after_rc, evals, o.err);
+    assert_int_equal(o.lock_rc, DIST_ENOREPLICA);
+    assert_int_equal(o.token_rc, EPERM);
+    assert_int_equal(o.unlock_rc, EPERM);
+    /* the acquire and two give-backs */
+    assert_int_equal(evals, 3);
+}
+
 /* No new token to be had: the hold is given back, and the lock fails. */
 static void test_fresh_hold_counted_twice_no_token(void **state)
 {
@@ -733,6 +779,19 @@ int main(void)
           .bytes = "*2\r\n:9223372036854775807\r\n:0\r\n"),
         C(fair_unlock_left_negative, K_FAIR, OP_UNLOCK, "mutex 'liar",
           .bytes = "*2\r\n:-7\r\n:0\r\n"),
+        /* a release refused with an error reply: the thread lets go all
+         * the same (unlock(3)), the renewal thread finishes it; keeping
+         * the hold instead left it renewed for ever once the caller went
+         * on (the Sentinel torture run hung on it) */
+        C(mutex_unlock_refused, K_MUTEX, OP_UNLOCK, "has let go",
+          .bytes = "-ERR this liar refuses every release\r\n"),
+        C(fair_unlock_refused, K_FAIR, OP_UNLOCK, "has let go",
+          .bytes = "-NOREPLICAS Not enough good replicas to write.\r\n"),
+        C(wrlock_unlock_readonly, K_WRITE, OP_UNLOCK, "has let go",
+          .bytes = "-READONLY You can't write against a read only "
+                   "replica.\r\n"),
+        C(rdlock_unlock_refused, K_READ, OP_UNLOCK, "has let go",
+          .bytes = "-ERR this liar refuses every release\r\n"),
         C(rdlock_try_holds_1e8, K_READ, OP_TRY, "rwlock 'liar",
           .bytes = "*2\r\n:1\r\n:100000000\r\n"),
         C(rdlock_lock_holds_max, K_READ, OP_LOCK, "rwlock 'liar",
@@ -810,6 +869,7 @@ int main(void)
         cmocka_unit_test(test_fresh_hold_counted_twice),
         cmocka_unit_test(test_fresh_hold_counted_twice_no_token),
         cmocka_unit_test(test_fresh_hold_counted_twice_refused),
+        cmocka_unit_test(test_fresh_hold_counted_twice_unsynced),
         /* renewal: a good answer keeps the hold, every lie loses it */
         RENEW(renew_ok, K_MUTEX, 1, .bytes = "*1\r\n:1\r\n"),
         RENEW(renew_ok_write, K_WRITE, 1, .bytes = "*1\r\n:1\r\n"),
