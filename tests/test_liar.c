@@ -829,7 +829,7 @@ int main(void)
         C(mutex_try_element_flood, K_MUTEX, OP_TRY, NULL,
           .bytes = "*1000000000\r\n", .fill = ":1\r\n"),
         C(mutex_try_nested_flood, K_MUTEX, OP_TRY, "elements in all",
-          .bytes = "*200000\r\n", .fill = "*3\r\n:1\r\n:1\r\n:1\r\n"),
+          .bytes = "*60000\r\n", .fill = "*3\r\n:1\r\n:1\r\n:1\r\n"),
         C(mutex_try_line_flood, K_MUTEX, OP_TRY, "line",
           .bytes = "+", .fill = "OKOKOKOK"),
         /* slow and silent */
