@@ -92,28 +92,10 @@ static const char *name_of(const struct dist__obj *o)
     return o->st->names->name.p;
 }
 
-/* The name's cohort, made at first use.  NULL when out of memory. */
-static struct dist__cohort *cohort_of(struct dist__obj *o)
+static void cohort_free(void *local)
 {
-    struct dist__state *st = o->st;
-    struct dist__cohort *co = __atomic_load_n(&st->cohort, __ATOMIC_ACQUIRE);
+    struct dist__cohort *co = local;
 
-    if (co)
-        return co;
-    pthread_mutex_lock(&st->mu);
-    if (!(co = st->cohort) && (co = calloc(1, sizeof *co)) != NULL) {
-        pthread_mutex_init(&co->mu, NULL);
-        co->no = dist__thread_no_new();
-        __atomic_store_n(&st->cohort, co, __ATOMIC_RELEASE);
-    }
-    pthread_mutex_unlock(&st->mu);
-    return co;
-}
-
-void dist__cohort_free(struct dist__cohort *co)
-{
-    if (!co)
-        return;
     pthread_mutex_destroy(&co->mu);
     free(co);
 }
@@ -121,10 +103,10 @@ void dist__cohort_free(struct dist__cohort *co)
 /* fork(): phase 0 takes mu (the state's mu held), 1 lets go in the parent,
  * 2 in the child, which has neither the parent's Redis hold (its owner id
  * is new) nor its other threads: it starts with nobody in the cohort. */
-void dist__cohort_fork(struct dist__cohort *co, int phase)
+static void cohort_fork(void *local, int phase)
 {
-    if (!co)
-        return;
+    struct dist__cohort *co = local;
+
     if (phase == 0) {
         pthread_mutex_lock(&co->mu);
         return;
@@ -138,6 +120,27 @@ void dist__cohort_fork(struct dist__cohort *co, int phase)
         co->head = co->tail = NULL;
     }
     pthread_mutex_unlock(&co->mu);
+}
+
+static const struct dist__local_ops cohort_ops = { cohort_free, cohort_fork };
+
+/* The name's cohort, made at first use.  NULL when out of memory. */
+static struct dist__cohort *cohort_of(struct dist__obj *o)
+{
+    struct dist__state *st = o->st;
+    struct dist__cohort *co = __atomic_load_n(&st->local, __ATOMIC_ACQUIRE);
+
+    if (co)
+        return co;
+    pthread_mutex_lock(&st->mu);
+    if (!(co = st->local) && (co = calloc(1, sizeof *co)) != NULL) {
+        pthread_mutex_init(&co->mu, NULL);
+        co->no = dist__thread_no_new();
+        st->local_ops = &cohort_ops;
+        __atomic_store_n(&st->local, (void *)co, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&st->mu);
+    return co;
 }
 
 /* Gives the turn to the first waiter (with one hold), or frees it.  mu
@@ -393,7 +396,7 @@ int dist__cohort_token(struct dist__obj *o, uint64_t *token)
 
 int dist__cohort_busy(struct dist__obj *o)
 {
-    struct dist__cohort *co = __atomic_load_n(&o->st->cohort, __ATOMIC_ACQUIRE);
+    struct dist__cohort *co = __atomic_load_n(&o->st->local, __ATOMIC_ACQUIRE);
     int busy = 0;
 
     if (co) {

@@ -168,7 +168,8 @@ static void state_put(const struct dist__kind *k, struct dist__state *st)
         dist__rec_drop(st, st->recs);
     pthread_mutex_unlock(&st->mu);
     pthread_mutex_destroy(&st->mu);
-    dist__cohort_free(st->cohort);
+    if (st->local)
+        st->local_ops->free(st->local);
     if (k->state_free)
         k->state_free(st);
     dist__names_unref(st->names);
@@ -328,14 +329,16 @@ static void engine_fork(int phase)
             pthread_mutex_lock(&fam_mu[f]);
             for (st = fam_states[f]; st; st = st->next) {
                 pthread_mutex_lock(&st->mu);
-                dist__cohort_fork(st->cohort, 0);
+                if (st->local)
+                    st->local_ops->fork(st->local, 0);
             }
         } else {
             /* parent or child alike: the forking thread took them all, and
              * in the child it is that thread that lets go (re-initialising
              * a locked mutex is undefined) */
             for (st = fam_states[f]; st; st = st->next) {
-                dist__cohort_fork(st->cohort, phase);
+                if (st->local)
+                    st->local_ops->fork(st->local, phase);
                 pthread_mutex_unlock(&st->mu);
             }
             pthread_mutex_unlock(&fam_mu[f]);

@@ -82,6 +82,14 @@ struct dist__rec {
 /* What Redis keys by name, shared by every object of that name and family
  * in the process: Redis counts one owner thread's holds of a name together,
  * so the local record of them must be one too. */
+/* How the engine frees a state's local attachment, and takes it through
+ * fork() (phase as dist__fork_rank's; 0 with the state's mu held): the
+ * engine calls down into what it knows, never up into a kind. */
+struct dist__local_ops {
+    void (*free)(void *local);
+    void (*fork)(void *local, int phase);
+};
+
 struct dist__state {
     struct dist__state *prev, *next;
     int refs;                     /* objects using it (family registry) */
@@ -89,9 +97,11 @@ struct dist__state {
     struct dist__names *names;
     struct dist__rec *recs;
     void *ext;                    /* the kind's own, under mu */
-    /* the local hand-off between threads of a cohort mutex (cohort.c),
-     * made at its first use under mu, then read without it */
-    struct dist__cohort *cohort;
+    /* what a layer above keeps per name in this process (the local
+     * hand-off of a cohort mutex, cohort.c), made at its first use under
+     * mu, then read without it; local_ops is set first */
+    void *local;
+    const struct dist__local_ops *local_ops;
 };
 
 /* struct dist__obj.flags the engine reads (the kinds' own start at 1,
@@ -287,8 +297,5 @@ int dist__cohort_unlock(struct dist__obj *o);
 int dist__cohort_token(struct dist__obj *o, uint64_t *token);
 /* 1 while a local thread has the cohort's turn or waits for it */
 int dist__cohort_busy(struct dist__obj *o);
-void dist__cohort_free(struct dist__cohort *co);
-/* the engine's fork hook, per state (see dist__fork_rank phases) */
-void dist__cohort_fork(struct dist__cohort *co, int phase);
 
 #endif
