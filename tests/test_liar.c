@@ -459,12 +459,18 @@ static void run_twice(const void *arg, void *res)
 
 /* The lock answered "taken, 2 holds", the give-back of the surplus "1
  * left", every later EVALSHA "0 left"; INCR as incr says (NULL: the
- * liar's error).  The EVALSHA the child sent, in *evals. */
-static void twice(const char *incr, struct twice_out *o, long *evals)
+ * liar's error), and extra's rule too (NULL: none).  child runs in the
+ * child (run_twice, or a variant that sets something first).  The
+ * EVALSHA the child sent, in *evals. */
+static void twice_with(const char *incr, const struct tu_lie *extra,
+                       void (*child)(const void *arg, void *res),
+                       struct twice_out *o, long *evals)
 {
     long rss;
 
     tu_liar_reset(liar);
+    if (extra)
+        tu_liar_add(liar, extra);
     tu_liar_add(liar, &(struct tu_lie){ .cmd = "EVALSHA",
                                          .bytes = "*3\r\n:1\r\n:2\r\n:7\r\n",
                                          .times = 1 });
@@ -476,11 +482,16 @@ static void twice(const char *incr, struct twice_out *o, long *evals)
     if (incr)
         tu_liar_add(liar, &(struct tu_lie){ .cmd = "INCR", .bytes = incr });
     *evals = tu_liar_count(liar, "EVALSHA");
-    in_child(run_twice, NULL, o, sizeof *o, BOUND_S * 2, &rss);
+    in_child(child, NULL, o, sizeof *o, BOUND_S * 2, &rss);
     *evals = tu_liar_count(liar, "EVALSHA") - *evals;
     print_message("lock %d, token %d (%" PRIu64 "), unlock %d, then token "
                   "%d; %ld EVALSHA: %s\n", o->lock_rc, o->token_rc, o->token,
                   o->unlock_rc, o->after_rc, *evals, o->err);
+}
+
+static void twice(const char *incr, struct twice_out *o, long *evals)
+{
+    twice_with(incr, NULL, run_twice, o, evals);
 }
 
 static void test_fresh_hold_counted_twice(void **state)
@@ -556,26 +567,12 @@ static void run_twice_synced(const void *arg, void *res)
 static void test_fresh_hold_counted_twice_unsynced(void **state)
 {
     struct twice_out o;
-    long evals, rss;
+    long evals;
 
     (void)state;
-    tu_liar_reset(liar);
-    tu_liar_add(liar, &(struct tu_lie){ .cmd = "ROLE",
-                                         .bytes = ROLE_ONE_REPLICA });
-    tu_liar_add(liar, &(struct tu_lie){ .cmd = "EVALSHA",
-                                         .bytes = "*3\r\n:1\r\n:2\r\n:7\r\n",
-                                         .times = 1 });
-    tu_liar_add(liar, &(struct tu_lie){ .cmd = "EVALSHA",
-                                         .bytes = "*2\r\n:1\r\n:0\r\n",
-                                         .times = 1 });
-    tu_liar_add(liar, &(struct tu_lie){ .cmd = "EVALSHA",
-                                         .bytes = "*2\r\n:0\r\n:0\r\n" });
-    evals = tu_liar_count(liar, "EVALSHA");
-    in_child(run_twice_synced, NULL, &o, sizeof o, BOUND_S * 2, &rss);
-    evals = tu_liar_count(liar, "EVALSHA") - evals;
-    print_message("lock %d, token %d, unlock %d, then token %d; %ld "
-                  "EVALSHA: %s\n", o.lock_rc, o.token_rc, o.unlock_rc,
-                  o.after_rc, evals, o.err);
+    twice_with(NULL, &(struct tu_lie){ .cmd = "ROLE",
+                                        .bytes = ROLE_ONE_REPLICA },
+               run_twice_synced, &o, &evals);
     assert_int_equal(o.lock_rc, DIST_ENOREPLICA);
     assert_int_equal(o.token_rc, EPERM);
     assert_int_equal(o.unlock_rc, EPERM);
