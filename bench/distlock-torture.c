@@ -1076,24 +1076,82 @@ static void print_census(void)
            census.clients_ok, census.workers);
 }
 
+/* What print_digest adds at the end of a failed run. */
+static char keys_left[512];
+static char stacks[2048];
+
+/* One line per thread of a gdb backtrace that is inside an API call or
+ * waits for a mutex: "pid P: f0 < f1 < ...", appended to stacks. */
+static void digest_stacks(FILE *f, pid_t pid)
+{
+    char line[1024], cur[400] = "";
+    int lib = 0;
+
+    for (int more = 1; more;) {
+        more = fgets(line, sizeof line, f) != NULL;
+        if (!more || strncmp(line, "Thread ", 7) == 0) {
+            size_t used = strlen(stacks);
+            if (lib && cur[0] && used + strlen(cur) + 32 < sizeof stacks)
+                snprintf(stacks + used, sizeof stacks - used,
+                         "    pid %d:%s\n", (int)pid, cur);
+            cur[0] = '\0';
+            lib = 0;
+            continue;
+        }
+        if (line[0] != '#')
+            continue;
+        /* "#3  0x... in name (args) at file:line" or "#0  name (args)" */
+        char *n = strstr(line, " in ");
+        n = n ? n + 4 : strchr(line, ' ');
+        while (n && *n == ' ')
+            n++;
+        if (!n)
+            continue;
+        size_t k = strcspn(n, " (");
+        /* a call into the API, or the library's own threads stuck on a
+         * mutex (their idle waits are not shown) */
+        if ((strncmp(n, "dist_", 5) == 0 && n[5] != '_')
+            || strncmp(n, "__lll_lock_wait", 15) == 0)
+            lib = 1;
+        if ((n[0] == '_' && n[1] == '_' && strncmp(n, "__lll", 5) != 0)
+            || strncmp(n, "start_thread", 12) == 0
+            || strncmp(n, "clone", 5) == 0)
+            continue;   /* glibc's own frames say little */
+        size_t used = strlen(cur);
+        if (used + k + 4 < sizeof cur)
+            snprintf(cur + used, sizeof cur - used, "%s%.*s",
+                     used ? " < " : " ", (int)k, n);
+    }
+}
+
 /* The stacks of every thread of a worker that did not stop, on stderr,
  * when gdb is installed (a hang inside the library is found from them,
  * not guessed at); bounded to a minute in case gdb itself stalls. */
 static void show_stacks(pid_t pid)
 {
-    char spid[16];
+    char spid[16], line[1024];
+    FILE *f = tmpfile();
     pid_t g;
 
+    if (!f)
+        return;
     snprintf(spid, sizeof spid, "%d", (int)pid);
     fflush(stderr);
     if ((g = fork()) == 0) {
-        dup2(STDERR_FILENO, STDOUT_FILENO);
+        dup2(fileno(f), STDOUT_FILENO);
+        dup2(fileno(f), STDERR_FILENO);
         execlp("timeout", "timeout", "60", "gdb", "-p", spid, "-batch",
                "-ex", "thread apply all bt", (char *)NULL);
         _exit(127);
     }
     if (g > 0)
         waitpid(g, NULL, 0);
+    rewind(f);
+    while (fgets(line, sizeof line, f))
+        fputs(line, stderr);
+    rewind(f);
+    digest_stacks(f, pid);
+    fclose(f);
 }
 
 /* Tell the workers to stop and wait for them as long as a blocked call may
@@ -1150,7 +1208,10 @@ static long leftover_keys(char *prefix)
         if (!strstr(x->element[i]->str, ":ctr:")
             && strncmp(x->element[i]->str, "redisson_lock_token:", 20) != 0
             && strcmp(x->element[i]->str, sem_key) != 0) {
+            size_t used = strlen(keys_left);
             printf("  key left: %s\n", x->element[i]->str);
+            snprintf(keys_left + used, sizeof keys_left - used, " %s",
+                     x->element[i]->str);
             n++;
         }
     freeReplyObject(x);
@@ -1429,6 +1490,38 @@ static void print_faults_losses(const struct tc_history *h,
                    k < F_COUNT ? fault_label[k] : "no fault", src[k]);
 }
 
+/* The last lines of a failed run: why it failed, in a few lines, since a
+ * log is often read from its end or shown cut to a window around the
+ * failure (CI).  The first violation found, the keys left, the faults in
+ * time order and, for a worker that did not stop, where its threads were
+ * in the library (show_stacks). */
+static void print_digest(const char *viol, size_t len)
+{
+    const char *p = viol ? memmem(viol, len, "VIOLATION", 9) : NULL;
+    int lines = 0;
+
+    printf("\nwhy the run failed, in short:\n");
+    while (p && p < viol + len && lines < 5) {
+        const char *e = memchr(p, '\n', (size_t)(viol + len - p));
+        int n = e ? (int)(e - p) : (int)(viol + len - p);
+        printf("  %.*s\n", n > 200 ? 200 : n, p);
+        lines++;
+        p = e ? e + 1 : NULL;
+        if (p && lines > 1 && strncmp(p, "VIOLATION", 9) == 0)
+            break;   /* only the first one */
+    }
+    if (keys_left[0])
+        printf("  keys left:%s\n", keys_left);
+    printf("  faults (s):");
+    for (size_t i = 0; i < nfault; i++)
+        printf("%s %s %.1f-%.1f", i ? "," : "", fault_label[faults[i].kind],
+               rel_ms(faults[i].start_ns) / 1000, rel_ms(faults[i].end_ns) / 1000);
+    printf("\n");
+    if (stacks[0])
+        printf("  threads of workers that did not stop, in the library:\n%s",
+               stacks);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Main                                                                     */
 /* ------------------------------------------------------------------------ */
@@ -1601,7 +1694,9 @@ static int judge(void)
 {
     struct tc_history h;
     struct tc_result res;
-    char prefix[32];
+    char prefix[32], *dbuf = NULL;
+    size_t dlen = 0;
+    FILE *detail;
     long keys, clients, v;
 
     fill_history(&h);
@@ -1609,7 +1704,12 @@ static int judge(void)
     for (size_t i = 0; i < h.nrec; i++)
         if (h.rec[i].call_ns < t_base)
             t_base = h.rec[i].call_ns;
-    v = tc_check(&h, stdout, 10, &res);
+    detail = open_memstream(&dbuf, &dlen);
+    v = tc_check(&h, detail ? detail : stdout, 10, &res);
+    if (detail)
+        fclose(detail);
+    if (dlen)
+        fwrite(dbuf, 1, dlen, stdout);
     snprintf(prefix, sizeof prefix, "torture:%d:", (int)getpid());
     keys = leftover_keys(prefix);
     clients = leftover_clients();
@@ -1629,6 +1729,9 @@ static int judge(void)
     print_census();
     printf("  %-40s %6lld %lld %lld\n", "counters (mutex fair rwlock)",
            h.counter[0], h.counter[1], h.counter[2]);
+    if (v != 0 || keys != 0 || clients != 0 || census_bad())
+        print_digest(dbuf, dlen);
+    free(dbuf);
     if (v < 0 || keys != 0 || clients != 0 || census_bad())
         return 2 - (v == 0);
     return v > 0;
