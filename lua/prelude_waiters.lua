@@ -7,10 +7,10 @@
 -- gives up) takes its wait time off the deadlines behind it.  A distlock waiter's
 -- deadline is the server's clock plus a short window, plus Redisson's default wait
 -- time for each Redisson waiter ahead of it, which that waiter will take off; its
--- process pushes it forward while it lives (waiter_renew), so a waiter that died is
--- purged within the window once it heads the queue.  Its mark in the marks ZSET
--- (distlock_fair_waiters:{N}: owner -> end of its window, server ms) tells distlock
--- waiters from Redisson's.
+-- process pushes it forward while it lives (waiter_renew).  Its mark in the marks
+-- ZSET (distlock_fair_waiters:{N}: owner -> end of its window, server ms) tells
+-- distlock waiters from Redisson's; a waiter that died is purged, mark and entry
+-- together, once its window ends, wherever it stands in the queue.
 local REDISSON_WAIT = 300000   -- Redisson's default fairLockWaitTimeout, ms
 
 -- drop_dead_waiters(now, queue, deadlines, marks)
@@ -18,27 +18,35 @@ local REDISSON_WAIT = 300000   -- Redisson's default fairLockWaitTimeout, ms
 --   queue      wait queue: LIST of owners, head first           (redisson_lock_queue:{N})
 --   deadlines  waiter deadlines: ZSET owner -> ms               (redisson_lock_timeout:{N})
 --   marks      nil, or distlock's waiters                       (distlock_fair_waiters:{N})
--- Purges from the head by Redisson's rule, so that both clients agree on who is
--- gone; with marks also a distlock head whose window ended (its deadline can be
--- later when a Redisson waiter ahead left without taking its wait time off), and
--- marks whose window ended.  An entry without a deadline goes too: it would break
--- Redisson's scripts.
+-- With marks, first every distlock waiter whose window ended, wherever it stands
+-- (its deadline can be later, by the Redisson waits added for the entries ahead of
+-- it).  Then from the head by Redisson's rule, so that both clients agree on who
+-- is gone.  An entry without a deadline goes too: it would break Redisson's
+-- scripts.
 local function drop_dead_waiters(now, queue, deadlines, marks)
+  if marks then
+    -- a distlock waiter whose window ended is gone wherever it stands: with
+    -- its mark dropped and its entry left, it would pass for a Redisson
+    -- waiter, and one queued behind it would add a Redisson wait to its own
+    -- deadline
+    local gone = redis.call('zrangebyscore', marks, '-inf', now)
+    for i = 1, #gone do
+      redis.call('lrem', queue, 0, gone[i])
+      redis.call('zrem', deadlines, gone[i])
+    end
+    redis.call('zremrangebyscore', marks, '-inf', now)
+  end
   while true do
     local head = redis.call('lindex', queue, 0)
     if not head then
       break
     end
     local score = redis.call('zscore', deadlines, head)
-    local mark = marks and redis.call('zscore', marks, head)
-    if score and tonumber(score) > now and not (mark and tonumber(mark) <= now) then
+    if score and tonumber(score) > now then
       break
     end
     redis.call('lpop', queue)
     redis.call('zrem', deadlines, head)
-  end
-  if marks then
-    redis.call('zremrangebyscore', marks, '-inf', now)
   end
 end
 
@@ -83,8 +91,10 @@ local function keep_place(now, window, queue, deadlines, marks, owner, join)
     end
   end
   redis.call('zadd', marks, now + window, owner)
-  if redis.call('pttl', marks) < window then
-    redis.call('pexpire', marks, window)
+  -- the marks outlive every deadline given here, so that no distlock entry
+  -- loses its mark while it stands in the queue
+  if redis.call('pttl', marks) < deadline - now then
+    redis.call('pexpire', marks, deadline - now)
   end
   return q
 end

@@ -429,6 +429,77 @@ static void test_dead_head_evicted(void **state)
     case_end(&c);
 }
 
+/* A child that waits on the fair lock name until it is killed. */
+static pid_t queued_child(const struct fair_case *c, long long place)
+{
+    dist_mutex_t cm;
+    pid_t pid = fork();
+
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        if (child_fair_init(&cm, c->n.lock) == 0)
+            dist_mutex_lock(&cm);   /* never returns before the kill */
+        _exit(1);
+    }
+    assert_true(queue_reaches(c->n.queue, place, 5.0));
+    return pid;
+}
+
+static void kill_child(pid_t pid)
+{
+    int st;
+
+    kill(pid, SIGKILL);
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+}
+
+/* Waiters killed behind a live head: once their windows end they are gone,
+ * though they never reach the head before.  A dead waiter that stayed in
+ * the queue with its mark gone passed for a Redisson waiter: one that came
+ * in behind it got a Redisson waiter's wait (minutes) added to its
+ * deadline, and when that one died too, the queue stood behind it for
+ * minutes with the lock free (seen in the Sentinel torture run). */
+static void test_dead_waiters_behind_head(void **state)
+{
+    struct fair_case c;
+    struct waiter w[2];
+    char marks[200];
+    pid_t d1, d2;
+    double t0;
+
+    (void)state;
+    case_begin(&c, __func__, 0, 1);
+    snprintf(marks, sizeof marks, "distlock_fair_waiters:{%s}", c.n.lock);
+    join_queue(&c, &w[0], &c.m, 0, 0, 1, 5.0);     /* the live head */
+    d1 = queued_child(&c, 2);
+    kill_child(d1);
+    /* d1's window ends; a trylock's script sweeps the marks */
+    tu_sleep_ms(WAITER_MS + 500);
+    assert_int_equal(trylock_in_thread(&c.m), EBUSY);
+    d2 = queued_child(&c, llen(c.n.queue) + 1);
+    kill_child(d2);
+    tu_sleep_ms(WAITER_MS + 500);
+    assert_int_equal(trylock_in_thread(&c.m), EBUSY);
+    /* only the live head is left */
+    assert_int_equal(llen(c.n.queue), 1);
+
+    assert_int_equal(dist_mutex_unlock(&c.m), 0);
+    pthread_join(w[0].th, NULL);
+    assert_int_equal(c.o->rc[0], 0);
+    /* the lock is free and nobody waits: a new waiter takes it at once */
+    t0 = tu_now();
+    waiter_go(&w[1], &c.m, c.o, 1, t0);
+    w[1].timeout = 5;
+    assert_int_equal(pthread_create(&w[1].th, NULL, waiter_main, &w[1]), 0);
+    pthread_join(w[1].th, NULL);
+    assert_int_equal(c.o->rc[1], 0);
+    if (tu_now() - t0 > 2.0)
+        fail_msg("a free lock took %.3f s to take", tu_now() - t0);
+    queue_gone(&c);
+    assert_int_equal(exists(marks), 0);
+    case_end(&c);
+}
+
 /* A waiter that times out leaves the queue and the deadline set at once;
  * trylock never joins the queue. */
 static void test_giving_up_leaves_no_entry(void **state)
@@ -642,6 +713,7 @@ int main(void)
         cmocka_unit_test(test_fifo_across_processes),
         cmocka_unit_test(test_fifo_leases_expire),
         cmocka_unit_test(test_dead_head_evicted),
+        cmocka_unit_test(test_dead_waiters_behind_head),
         cmocka_unit_test(test_giving_up_leaves_no_entry),
         cmocka_unit_test(test_trylock_respects_queue),
         cmocka_unit_test(test_reentrant_counts),
