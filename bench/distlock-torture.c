@@ -981,10 +981,37 @@ static int nemesis(uint64_t until, uint64_t *rs)
 /* ------------------------------------------------------------------------ */
 
 /* A command to the server that holds the locks (the master on Sentinel). */
-static redisReply *lock_cmd(const char *a0, const char *a1, const char *a2)
+static redisReply *lock_cmd(const char *a0, const char *a1, const char *a2,
+                            const char *a3)
 {
-    return topo ? tu_sentinel_cmd(topo, master, a0, a1, a2, (char *)NULL)
-                : tu_cmd(&srv, a0, a1, a2, (char *)NULL);
+    return topo ? tu_sentinel_cmd(topo, master, a0, a1, a2, a3, (char *)NULL)
+                : tu_cmd(&srv, a0, a1, a2, a3, (char *)NULL);
+}
+
+/* Leases of the semaphore that have not ended (server time): a hold whose
+ * lease ended is given back by the semaphore's next call, by design (its
+ * holder died, or its release was lost in a failover), so its keys are not
+ * a leak; a live one with every worker gone is.  -1 unknown. */
+static long live_sem_leases(const char *leases)
+{
+    redisReply *t = lock_cmd("TIME", NULL, NULL, NULL), *x;
+    char from[32];
+    long n = -1;
+
+    if (!t || t->type != REDIS_REPLY_ARRAY || t->elements != 2) {
+        if (t)
+            freeReplyObject(t);
+        return -1;
+    }
+    snprintf(from, sizeof from, "(%lld", atoll(t->element[0]->str) * 1000
+                                         + atoll(t->element[1]->str) / 1000);
+    freeReplyObject(t);
+    x = lock_cmd("ZCOUNT", leases, from, "+inf");
+    if (x && x->type == REDIS_REPLY_INTEGER)
+        n = (long)x->integer;
+    if (x)
+        freeReplyObject(x);
+    return n;
 }
 
 /* Threads and connections of the live workers at the end of the run,
@@ -1190,22 +1217,30 @@ static int stop_workers(void)
 static long leftover_keys(char *prefix)
 {
     redisReply *x;
-    long n = 0;
-    char pat[128], sem_key[128];
+    long n = 0, live;
+    char pat[128], sem_key[128], holds[128], leases[128];
 
     /* the semaphore's free permits: the semaphore itself, kept as a
      * Redisson semaphore's count is */
     snprintf(sem_key, sizeof sem_key, "distlock_sem:{%s}", opt.names[L_SEM]);
+    snprintf(holds, sizeof holds, "distlock_sem_holds:{%s}", opt.names[L_SEM]);
+    snprintf(leases, sizeof leases, "distlock_sem_leases:{%s}",
+             opt.names[L_SEM]);
     sleep_us((long)(WATCHDOG_MS + WAITER_MS + 500) * 1000);
     snprintf(pat, sizeof pat, "*%s*", prefix);
-    x = lock_cmd("KEYS", pat, NULL);
+    x = lock_cmd("KEYS", pat, NULL, NULL);
     if (!x || x->type != REDIS_REPLY_ARRAY) {
         if (x)
             freeReplyObject(x);
         return -1;
     }
+    live = live_sem_leases(leases);
     for (size_t i = 0; i < x->elements; i++)
-        if (!strstr(x->element[i]->str, ":ctr:")
+        if (live == 0 && (strcmp(x->element[i]->str, holds) == 0
+                          || strcmp(x->element[i]->str, leases) == 0))
+            printf("  semaphore key of ended leases, for its next call to "
+                   "reclaim: %s\n", x->element[i]->str);
+        else if (!strstr(x->element[i]->str, ":ctr:")
             && strncmp(x->element[i]->str, "redisson_lock_token:", 20) != 0
             && strcmp(x->element[i]->str, sem_key) != 0) {
             size_t used = strlen(keys_left);
@@ -1248,7 +1283,7 @@ static long count_clients(const char *list, int skip_unix)
  * when skip_unix: on Sentinel, where no proxy is in between). */
 static long leftover_clients_of(int skip_unix)
 {
-    redisReply *x = lock_cmd("CLIENT", "LIST", NULL);
+    redisReply *x = lock_cmd("CLIENT", "LIST", NULL, NULL);
     long n = -1;
 
     if (x && x->type == REDIS_REPLY_STRING)
