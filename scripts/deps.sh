@@ -12,6 +12,8 @@
 #                         make check must run it (0 leaves them out)
 #   DISTLOCK_PLOT         1: also gnuplot, for bench/plot.sh (pictures of a
 #                         distlock-bench run); nothing else needs it
+#   CI                    set: also gdb, for the stacks of a hung torture
+#                         worker
 #
 # Note: installing redis-server may start the system's Redis service on
 # port 6379.  distlock's scripts never use it; scripts/with-redis.sh starts
@@ -46,6 +48,11 @@ packages=(
 # Central into Maven's local repository (~/.m2) on its first run.
 if [[ "${DISTLOCK_INTEROP:-$([[ -n "${CI:-}" ]] && echo 1 || echo 0)}" == 1 ]]; then
     packages+=(openjdk-17-jdk-headless maven)
+fi
+# Under CI, gdb: a torture worker that hangs is shown with the stacks of
+# its threads (bench/distlock-torture.c), not only counted.
+if [[ -n "${CI:-}" ]]; then
+    packages+=(gdb)
 fi
 if [[ "${DISTLOCK_PLOT:-0}" == 1 ]]; then
     packages+=(gnuplot-nox)
