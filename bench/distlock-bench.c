@@ -14,7 +14,9 @@
  *   s1     one thread, one lock: lock+unlock pairs
  *   s1t    T threads, one lock each: aggregate pairs/s for T = 1..16
  *   s2     4 processes contending for one lock, guarding a counter
- *   s3     hand-off latency from unlock in one process to lock in another
+ *   s3     hand-off latency from unlock in one process to lock in another,
+ *          then, as its lower bounds in the same run, PING's p50 and the same
+ *          hand-off in raw hiredis with one wake-up and with two
  *   s4     1,000 held watchdog locks: renewal cost and memory per lock
  *   rw     4 processes, 90% reads and 10% writes on one read-write lock
  *   s5     2 processes of 8 threads each on one lock (lock cohorting)
@@ -41,6 +43,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/time.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -1671,6 +1674,251 @@ static int s3_b(int unused)
     return 0;
 }
 
+/* ---- the same hand-off without distlock: its lower bounds in this run ---- */
+
+#define RAW_ROUNDS(n) ((n) < 200 ? (n) : 200)
+
+/* A runs a release-like script (delete the hold, publish) after holding as
+ * long as S3's A does, since how long B slept changes how long it takes to
+ * wake (5-105 ms: 0.5 ms for 2 wake-ups here, 3-5 ms: 0.3 ms); B, blocked
+ * on its subscribed connection, then runs an acquire-like script.  200
+ * rounds at most.  raw_mode 1:
+ * B's waiting thread reads the subscribed socket itself (one wake-up per
+ * hand-off: the least any client can do); 2: a subscriber thread reads it
+ * and wakes the waiting thread (two wake-ups, as in distlock).  No distlock
+ * call, no library code: what is left is Redis, the kernel and the
+ * scheduler. */
+static int raw_mode;
+static const char raw_lock[] = "bench-s3-raw", raw_chan[] = "bench-s3-raw-chan";
+static const char raw_rel[] =
+    "redis.call('del', KEYS[1]) return redis.call('publish', KEYS[2], '0')";
+static const char raw_acq[] =
+    "if redis.call('exists', KEYS[1]) == 1 then return 0 end "
+    "redis.call('hset', KEYS[1], ARGV[1], 1) "
+    "redis.call('pexpire', KEYS[1], 30000) return 1";
+
+struct raw_sub {
+    redisContext *sub;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    long msgs;
+    int dead;
+};
+
+/* SCRIPT LOAD: the SHA1 into sha (41 bytes).  0 or -1. */
+static int raw_load(redisContext *c, const char *script, char *sha)
+{
+    redisReply *r = rcmd(c, "SCRIPT LOAD %s", script);
+
+    if (!r)
+        return -1;
+    snprintf(sha, 41, "%s", r->type == REDIS_REPLY_STRING ? r->str : "");
+    freeReplyObject(r);
+    return sha[0] ? 0 : fail("SCRIPT LOAD gave no SHA1");
+}
+
+static void *raw_sub_main(void *arg)
+{
+    struct raw_sub *s = arg;
+    void *msg;
+
+    while (redisGetReply(s->sub, &msg) == REDIS_OK) {
+        freeReplyObject(msg);
+        pthread_mutex_lock(&s->mu);
+        s->msgs++;
+        pthread_cond_signal(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+    }
+    pthread_mutex_lock(&s->mu);
+    s->dead = 1;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+static int raw_a(int unused)
+{
+    redisContext *c = rconnect();
+    char sha[41];
+    redisReply *r;
+    int round;
+
+    (void)unused;
+    close(a2b[0]);
+    close(b2a[1]);
+    if (!c || raw_load(c, raw_rel, sha) != 0)
+        return -1;
+    for (round = -P.s3_warm; round < RAW_ROUNDS(P.s3_rounds); round++) {
+        if (get(b2a[0], 'R') < 0)
+            return -1;
+        if (!(r = rcmd(c, "HSET %s a 1", raw_lock)))
+            return -1;
+        freeReplyObject(r);
+        /* as S3's A holds: B is surely blocked, and as idle as there */
+        sleep_ns((3 + 5 + rng_next() % 101) * 1000000ull);
+        if (round >= 0)
+            sh->s3.t0[round] = now_ns();
+        if (!(r = rcmd(c, "EVALSHA %s 2 %s %s", sha, raw_lock, raw_chan)))
+            return -1;
+        freeReplyObject(r);
+        if (get(b2a[0], 'D') < 0)
+            return -1;
+    }
+    redisFree(c);
+    return 0;
+}
+
+static int raw_b(int unused)
+{
+    struct raw_sub s = { NULL, PTHREAD_MUTEX_INITIALIZER,
+                         PTHREAD_COND_INITIALIZER, 0, 0 };
+    redisContext *c = rconnect();
+    pthread_t th;
+    char sha[41];
+    redisReply *r;
+    uint64_t t1;
+    long seen = 0;
+    int round;
+    void *msg;
+
+    (void)unused;
+    close(a2b[1]);
+    close(b2a[0]);
+    if (!c || !(s.sub = rconnect()) || raw_load(c, raw_acq, sha) != 0)
+        return -1;
+    if (!(r = rcmd(s.sub, "SUBSCRIBE %s", raw_chan)))
+        return -1;
+    freeReplyObject(r);
+    if (raw_mode == 2 && pthread_create(&th, NULL, raw_sub_main, &s) != 0)
+        return fail("pthread_create");
+    for (round = -P.s3_warm; round < RAW_ROUNDS(P.s3_rounds); round++) {
+        if (put(b2a[1], 'R'))
+            return -1;
+        if (raw_mode == 1) {
+            if (redisGetReply(s.sub, &msg) != REDIS_OK)
+                return fail("B: subscribed connection: %s", s.sub->errstr);
+            freeReplyObject(msg);
+        } else {
+            pthread_mutex_lock(&s.mu);
+            while (s.msgs == seen && !s.dead)
+                pthread_cond_wait(&s.cv, &s.mu);
+            seen = s.msgs;
+            pthread_mutex_unlock(&s.mu);
+            if (s.dead)
+                return fail("B: subscribed connection: %s", s.sub->errstr);
+        }
+        if (!(r = rcmd(c, "EVALSHA %s 1 %s b", sha, raw_lock)))
+            return -1;
+        t1 = now_ns();
+        if (r->type != REDIS_REPLY_INTEGER || r->integer != 1) {
+            freeReplyObject(r);
+            return fail("B: the raw acquire found the hold still there");
+        }
+        freeReplyObject(r);
+        if (round >= 0)
+            sh->s3.t1[round] = t1;
+        if (!(r = rcmd(c, "DEL %s", raw_lock)))
+            return -1;
+        freeReplyObject(r);
+        if (put(b2a[1], 'D'))
+            return -1;
+    }
+    /* closing the subscribed connection ends the subscriber thread */
+    shutdown(s.sub->fd, SHUT_RDWR);
+    if (raw_mode == 2)
+        pthread_join(th, NULL);
+    redisFree(s.sub);
+    redisFree(c);
+    return 0;
+}
+
+/* p50 and p99 (ms) of the raw hand-off in mode; -1 when it failed. */
+static int raw_handoff(int mode, double *p50, double *p99)
+{
+    uint64_t lat[1000];
+    struct kids k = { 0 };
+    int rc, n = 0;
+
+    memset(sh->s3.t0, 0, sizeof sh->s3.t0);
+    memset(sh->s3.t1, 0, sizeof sh->s3.t1);
+    if (pipe(a2b) != 0 || pipe(b2a) != 0)
+        return fail("pipe: %s", strerror(errno));
+    raw_mode = mode;
+    rc = spawn(&k, raw_b, 0);
+    if (rc == 0)
+        rc = spawn(&k, raw_a, 0);
+    close(a2b[0]);
+    close(a2b[1]);
+    close(b2a[0]);
+    close(b2a[1]);
+    if (rc != 0) {
+        kids_kill(&k);
+        return -1;
+    }
+    if (kids_wait(&k, RAW_ROUNDS(P.s3_rounds) * 0.2 + 60) != 0)
+        return -1;
+    for (int i = 0; i < RAW_ROUNDS(P.s3_rounds); i++)
+        if (sh->s3.t1[i] >= sh->s3.t0[i] && sh->s3.t0[i])
+            lat[n++] = sh->s3.t1[i] - sh->s3.t0[i];
+    qsort(lat, (size_t)n, sizeof *lat, cmp_u64);
+    *p50 = (double)pct(lat, (size_t)n, 0.50) / 1e6;
+    *p99 = (double)pct(lat, (size_t)n, 0.99) / 1e6;
+    return 0;
+}
+
+/* PING round trips on c in a hot loop: their p50 in ms. */
+static double ping_p50(redisContext *c)
+{
+    uint64_t lat[2000], t;
+    redisReply *r;
+
+    for (int i = 0; i < 2000; i++) {
+        t = now_ns();
+        if (!(r = rcmd(c, "PING")))
+            return -1;
+        lat[i] = now_ns() - t;
+        freeReplyObject(r);
+    }
+    qsort(lat, 2000, sizeof *lat, cmp_u64);
+    return (double)pct(lat, 2000, 0.50) / 1e6;
+}
+
+/* S3's lower bounds, measured right after it (plain mutex only). */
+static void s3_bounds(redisContext *c, double p50)
+{
+    double ping, p1 = 0, q1 = 0, p2 = 0, q2 = 0;
+    char b1[32], b2[32];
+    struct jobj j;
+
+    ping = ping_p50(c);
+    if (ping < 0 || raw_handoff(1, &p1, &q1) != 0
+        || raw_handoff(2, &p2, &q2) != 0) {
+        report_error("s3-bounds");
+        return;
+    }
+    snprintf(b2, sizeof b2, "<= %.3f", 3 * ping);
+    row("s3", "PING p50 (hot loop)", fmtd(b1, sizeof b1, ping, 3), "ms", NULL,
+        NULL);
+    row("s3", "raw hand-off, 1 wake-up: p50", fmtd(b1, sizeof b1, p1, 3), "ms",
+        b2, p1 <= 3 * ping ? "ok" : "MISS");
+    row("s3", "raw hand-off, 1 wake-up: p99", fmtd(b1, sizeof b1, q1, 3), "ms",
+        NULL, NULL);
+    row("s3", "raw hand-off, 2 wake-ups: p50", fmtd(b1, sizeof b1, p2, 3),
+        "ms", NULL, NULL);
+    row("s3", "raw hand-off, 2 wake-ups: p99", fmtd(b1, sizeof b1, q2, 3),
+        "ms", NULL, NULL);
+    row("s3", "distlock p50 / 1 wake-up p50", fmtd(b1, sizeof b1, p50 / p1, 2),
+        "x", NULL, NULL);
+    jstart(&j, "s3-bounds");
+    jnum(&j, "ping_p50_ms", ping);
+    jnum(&j, "raw1_p50_ms", p1);
+    jnum(&j, "raw1_p99_ms", q1);
+    jnum(&j, "raw2_p50_ms", p2);
+    jnum(&j, "raw2_p99_ms", q2);
+    jnum(&j, "distlock_p50_ms", p50);
+    jend(&j);
+}
+
 static void scenario_s3(redisContext *c)
 {
     double tgt_p50 = 4 * fl.p50_us / 1e3, p50, p99, mx;
@@ -1738,6 +1986,8 @@ static void scenario_s3(redisContext *c)
     jint(&j, "early", early);
     jbool(&j, "ok", p50 <= tgt_p50 && p99 < 2.0 && mx < 50.0 && early == 0);
     jend(&j);
+    if (!bench_fair && !opt.rounds)
+        s3_bounds(c, p50);
 }
 
 /* p50 of the hand-offs of the rounds of one transport in the mixed run,
@@ -2791,7 +3041,10 @@ static void usage(FILE *f)
 "  s2     4 processes, 1 lock guarding GET/SET of a counter\n"
 "         target acq/s >= 0.7 x floor1/4, 0 lost updates, min share >= 0.125\n"
 "  s3     hand-off from unlock in one process to lock in another\n"
-"         target p50 <= 4 x floor p50, p99 < 2 ms, max < 50 ms\n"
+"         target p50 <= 4 x floor p50, p99 < 2 ms, max < 50 ms; then\n"
+"         PING p50 and the same hand-off in raw hiredis, the waiting thread\n"
+"         reading the subscribed socket (1 wake-up) or woken by a subscriber\n"
+"         thread (2), as its lower bounds in the same run\n"
 "  s4     1,000 watchdog locks held 10 s with a 3 s lease: all still held,\n"
 "         <= 10 renewal script calls per 1 s interval, < 1 KiB RSS per lock\n"
 "  rw     4 processes on 1 read-write lock, 5 s: 90%% reads (rdlock, GET the\n"
