@@ -433,8 +433,18 @@ static int rw_acquire(struct dist__call *c)
             return rc;
         if (acquire_sane(c, v) != 0)
             return EIO;
-        if (v[0] == -2)
-            return no_upgrade(c, c->how == DIST__HOW_TRY);
+        if (v[0] == -2 && c->how == DIST__HOW_TRY)
+            return no_upgrade(c, 1);
+        if (v[0] == -2) {
+            /* Redis counts read holds of this thread that the thread does
+             * not know of (it would have been refused above): a reply lost
+             * beyond settling, or a server that lies.  Nothing renews them,
+             * so they end with their lease: wait as for any holder, rather
+             * than call it a deadlock */
+            c->taken = 0;
+            c->wait = -1;
+            return 0;
+        }
         if (!read_acquire(c, v, again))
             return 0;
         if (reconcile(st, r, v[1], v[2], &lost) != 0)
