@@ -12,7 +12,7 @@
 # busier or quieter meanwhile favours nobody.  Prints every round and, per
 # client, the median acquisitions/s, the longest wait and the smallest
 # share, and distlock's acquisitions/s over the best peer's of the same
-# round.  Needs node and npm (Debian: nodejs, npm); the peers' packages are
+# round.  Needs node, npm and python3 (for the table); the peers' packages are
 # installed into bench/peers/node_modules from its package-lock.json on the
 # first run.  A benchmark: it measures, it asserts nothing.
 set -euo pipefail
@@ -26,8 +26,9 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/.." && pwd)
 build=$(cd "$build" && pwd)
 
-if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
-    log "peer-s2: skipped: node and npm are needed (Debian: apt-get install nodejs npm)"
+if ! command -v node >/dev/null || ! command -v npm >/dev/null \
+   || ! command -v python3 >/dev/null; then
+    log "peer-s2: skipped: node, npm and python3 are needed (Debian: apt-get install nodejs npm python3)"
     exit 0
 fi
 if [[ ! -d "$here/peers/node_modules/redlock" ]]; then
@@ -60,7 +61,11 @@ for ((r = 1; r <= rounds; r++)); do
     fi
     for c in "${order[@]}"; do
         printf '[distlock] round %d/%d: %s\n' "$r" "$rounds" "$c" >&2
-        printf '%d %s %s\n' "$r" "$c" "$(one "$c")" >>"$out/results"
+        if ! res=$(one "$c") || [[ -z $res ]]; then
+            printf '[distlock] peer-s2: %s gave no result in round %d\n' "$c" "$r" >&2
+            exit 1
+        fi
+        printf '%d %s %s\n' "$r" "$c" "$res" >>"$out/results"
     done
 done
 EOF
