@@ -1832,21 +1832,24 @@ static int raw_b(int unused)
     return 0;
 }
 
-/* p50 and p99 (ms) of the raw hand-off in mode; -1 when it failed. */
-static int raw_handoff(int mode, double *p50, double *p99)
+/* Runs first and second as two worker processes that talk through the
+ * a2b and b2a pipes, and waits up to secs for both to end.  0, or -1
+ * (said why). */
+static int run_pair(int (*first)(int), int (*second)(int), double secs)
 {
-    uint64_t lat[1000];
     struct kids k = { 0 };
-    int rc, n = 0;
+    int rc;
 
-    memset(sh->s3.t0, 0, sizeof sh->s3.t0);
-    memset(sh->s3.t1, 0, sizeof sh->s3.t1);
-    if (pipe(a2b) != 0 || pipe(b2a) != 0)
+    if (pipe(a2b) != 0)
         return fail("pipe: %s", strerror(errno));
-    raw_mode = mode;
-    rc = spawn(&k, raw_b, 0);
+    if (pipe(b2a) != 0) {
+        close(a2b[0]);
+        close(a2b[1]);
+        return fail("pipe: %s", strerror(errno));
+    }
+    rc = spawn(&k, first, 0);
     if (rc == 0)
-        rc = spawn(&k, raw_a, 0);
+        rc = spawn(&k, second, 0);
     close(a2b[0]);
     close(a2b[1]);
     close(b2a[0]);
@@ -1855,7 +1858,19 @@ static int raw_handoff(int mode, double *p50, double *p99)
         kids_kill(&k);
         return -1;
     }
-    if (kids_wait(&k, RAW_ROUNDS(P.s3_rounds) * 0.2 + 60) != 0)
+    return kids_wait(&k, secs);
+}
+
+/* p50 and p99 (ms) of the raw hand-off in mode; -1 when it failed. */
+static int raw_handoff(int mode, double *p50, double *p99)
+{
+    uint64_t lat[1000];
+    int n = 0;
+
+    memset(sh->s3.t0, 0, sizeof sh->s3.t0);
+    memset(sh->s3.t1, 0, sizeof sh->s3.t1);
+    raw_mode = mode;
+    if (run_pair(raw_b, raw_a, RAW_ROUNDS(P.s3_rounds) * 0.2 + 60) != 0)
         return -1;
     for (int i = 0; i < RAW_ROUNDS(P.s3_rounds); i++)
         if (sh->s3.t1[i] >= sh->s3.t0[i] && sh->s3.t0[i])
@@ -1923,31 +1938,13 @@ static void scenario_s3(redisContext *c)
 {
     double tgt_p50 = 4 * fl.p50_us / 1e3, p50, p99, mx;
     uint64_t lat[1000];
-    struct kids k = { 0 };
     char b1[32], b2[32], b3[32];
     struct jobj j;
-    int i, n = 0, early = 0, rc;
+    int i, n = 0, early = 0;
 
     reset_shared();
     del_lock_keys(c, s3_lock);
-    if (pipe(a2b) != 0 || pipe(b2a) != 0) {
-        fail("pipe: %s", strerror(errno));
-        report_error(cur_sc);
-        return;
-    }
-    rc = spawn(&k, s3_a, 0);
-    if (rc == 0)
-        rc = spawn(&k, s3_b, 0);
-    close(a2b[0]);
-    close(a2b[1]);
-    close(b2a[0]);
-    close(b2a[1]);
-    if (rc != 0) {
-        kids_kill(&k);
-        report_error(cur_sc);
-        return;
-    }
-    if (kids_wait(&k, P.s3_rounds * 0.2 + 120) != 0) {
+    if (run_pair(s3_a, s3_b, P.s3_rounds * 0.2 + 120) != 0) {
         report_error(cur_sc);
         return;
     }
@@ -2012,29 +2009,15 @@ static void scenario_s3_tls(redisContext *c)
 {
     double pp50, pp99, tp50, tp99;
     char b1[32], b2[32];
-    struct kids k = { 0 };
     struct jobj j;
     int np, nt, rc;
 
     reset_shared();
     del_lock_keys(c, s3_lock);
-    if (pipe(a2b) != 0 || pipe(b2a) != 0) {
-        fail("pipe: %s", strerror(errno));
-        report_error("s3");
-        return;
-    }
-    s3_mix = 1;
-    rc = spawn(&k, s3_a, 0);
-    if (rc == 0)
-        rc = spawn(&k, s3_b, 0);
+    s3_mix = 1;               /* read by the two workers */
+    rc = run_pair(s3_a, s3_b, P.s3_rounds * 0.2 + 120);
     s3_mix = 0;
-    close(a2b[0]);
-    close(a2b[1]);
-    close(b2a[0]);
-    close(b2a[1]);
-    if (rc != 0 || kids_wait(&k, P.s3_rounds * 0.2 + 120) != 0) {
-        if (rc != 0)
-            kids_kill(&k);
+    if (rc != 0) {
         report_error("s3");
         return;
     }
