@@ -335,7 +335,10 @@ struct dist_stats {
     uint64_t pubsub_resyncs;  /* waits woken to try again because release
                                * messages may have been missed (after the
                                * pub/sub connection was lost) */
-    uint64_t __reserved[8];
+    uint64_t pubsub_direct;   /* of pubsub_messages, those read by the
+                               * thread waiting for them, not by the pub/sub
+                               * thread (DISTLOCK_DIRECT_WAKE) */
+    uint64_t __reserved[7];
 };
 
 /* Copies the counters into *s (each read whole, not all at one instant).

@@ -102,6 +102,8 @@ struct dist__cfg {
                                    * (DISTLOCK_DEFERRED_RELEASE) */
     unsigned long cohort;         /* non-fair mutexes hand off between
                                    * local threads (DISTLOCK_COHORT) */
+    unsigned long direct_wake;    /* a lone waiter reads release messages
+                                   * itself (DISTLOCK_DIRECT_WAKE) */
     struct dist__tls_opts tls;
     char bad[240];                /* why DISTLOCK_URL was refused, or "" */
     unsigned long gen;            /* bumped by every change */
@@ -121,6 +123,9 @@ unsigned long dist__replica_wait_ms(void);
 int dist__deferred_release(void);
 /* Whether a non-fair mutex whose attribute did not say is a cohort one. */
 int dist__cohort_default(void);
+/* Whether a waiter may read its release messages from the pub/sub
+ * connection itself while no other thread does (pubsub.c). */
+int dist__direct_wake(void);
 int dist__cfg_mode(void);                     /* DIST__MODE_* */
 /* A cluster's ways of sending release messages.  BOTH, the default, sends
  * each one by SPUBLISH and by PUBLISH and listens both ways, so that Redisson

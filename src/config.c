@@ -16,6 +16,7 @@
 #define DEFAULT_REPLICA_WAIT_MS 1000UL
 #define DEFAULT_DEFERRED 0UL      /* see README, Performance */
 #define DEFAULT_COHORT 0UL        /* see README, Lock cohorting */
+#define DEFAULT_DIRECT_WAKE 1UL   /* see README, Performance */
 /* How much longer than the command timeout a blocked lock call keeps trying
  * when the master cannot be reached on Sentinel or Cluster: a failover
  * usually takes a few seconds. */
@@ -551,6 +552,7 @@ static void load_env(void)
                                  DEFAULT_REPLICA_WAIT_MS, 0);
     cfg.deferred = env_flag("DISTLOCK_DEFERRED_RELEASE", DEFAULT_DEFERRED);
     cfg.cohort = env_flag("DISTLOCK_COHORT", DEFAULT_COHORT);
+    cfg.direct_wake = env_flag("DISTLOCK_DIRECT_WAKE", DEFAULT_DIRECT_WAKE);
     /* before cfg_mu is first taken: every user comes through here */
     dist__atfork_register(cfg_fork, DIST__RANK_CFG);
 }
@@ -647,6 +649,11 @@ int dist__deferred_release(void)
 int dist__cohort_default(void)
 {
     return read_ms(&cfg.cohort) != 0;
+}
+
+int dist__direct_wake(void)
+{
+    return read_ms(&cfg.direct_wake) != 0;
 }
 
 int dist_set_url(const char *url)

@@ -57,7 +57,7 @@
 #include "pubsub_int.h"
 
 struct dist__ps_state dist__ps = {
-    .mu = PTHREAD_MUTEX_INITIALIZER, .pipe = { -1, -1 },
+    .mu = PTHREAD_MUTEX_INITIALIZER, .pipe = { -1, -1 }, .bell = { -1, -1 },
 };
 
 /* Before P.mu is first taken.  Every other entry point has a channel from
@@ -76,23 +76,41 @@ static void poke(void)
     }
 }
 
-/* P.mu held. */
-static void ensure_thread(void)
+/* A non-blocking close-on-exec pipe in fd, unless there is one.  0 or -1. */
+static int open_pipe(int *fd)
 {
     int i;
 
+    if (fd[0] >= 0)
+        return 0;
+    if (pipe(fd) != 0) {
+        fd[0] = fd[1] = -1;
+        return -1;
+    }
+    for (i = 0; i < 2; i++) {
+        fcntl(fd[i], F_SETFL, fcntl(fd[i], F_GETFL) | O_NONBLOCK);
+        fcntl(fd[i], F_SETFD, FD_CLOEXEC);
+    }
+    return 0;
+}
+
+static void close_pipe(int *fd)
+{
+    if (fd[0] >= 0) {
+        close(fd[0]);
+        close(fd[1]);
+        fd[0] = fd[1] = -1;
+    }
+}
+
+/* P.mu held. */
+static void ensure_thread(void)
+{
     if (P.running)
         return;
-    if (P.pipe[0] < 0) {
-        if (pipe(P.pipe) != 0) {
-            P.pipe[0] = P.pipe[1] = -1;
-            return;
-        }
-        for (i = 0; i < 2; i++) {
-            fcntl(P.pipe[i], F_SETFL, fcntl(P.pipe[i], F_GETFL) | O_NONBLOCK);
-            fcntl(P.pipe[i], F_SETFD, FD_CLOEXEC);
-        }
-    }
+    if (open_pipe(P.pipe) != 0)
+        return;
+    open_pipe(P.bell);        /* without it no node is lent */
     P.stop = 0;
     if (dist__thread_start(&P.th, dist__ps_main) == 0)
         P.running = 1;
@@ -186,7 +204,7 @@ int dist__sub_wait_since(struct dist__chan *ch, unsigned long gen,
                          uint64_t until_ms)
 {
     struct timespec ts;
-    int rc = ETIMEDOUT;
+    int rc = ETIMEDOUT, direct = dist__direct_wake();
 
     dist__ms_to_ts(until_ms, &ts);
     pthread_mutex_lock(&P.mu);
@@ -202,7 +220,11 @@ int dist__sub_wait_since(struct dist__chan *ch, unsigned long gen,
         }
         if (dist__now_ms() >= until_ms)
             break;
+        if (direct && dist__ps_borrow(ch, gen, until_ms))
+            continue;
+        P.sleepers++;
         pthread_cond_timedwait(&ch->cv, &P.mu, &ts);
+        P.sleepers--;
     }
     pthread_mutex_unlock(&P.mu);
     return rc;
@@ -277,11 +299,14 @@ static void pubsub_fork(int phase)
         dist__ps_reconcile(0, NULL);
         P.running = 0;
         P.stop = 0;
-        if (P.pipe[0] >= 0) {
-            close(P.pipe[0]);
-            close(P.pipe[1]);
-            P.pipe[0] = P.pipe[1] = -1;
-        }
+        P.polling = 0;
+        P.lent = NULL;        /* if the forking thread's parent had one,
+                               * it is among the nodes put aside */
+        P.lent_ch = NULL;
+        P.sleepers = 0;
+        P.want_ch = NULL;
+        close_pipe(P.pipe);
+        close_pipe(P.bell);
         pthread_mutex_unlock(&P.mu);
     }
 }

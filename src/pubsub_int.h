@@ -57,6 +57,12 @@ struct dist__node {
                                * since; 0 otherwise */
     int nchans;               /* channels placed on it, as last counted */
     int out;                  /* commands appended, not written yet */
+    int lent;                 /* a waiter reads it (dist__ps_borrow): the
+                               * thread leaves its link alone meanwhile */
+    int recall;               /* lent, and the thread wants it back */
+    int failed;               /* its link broke while lent: the thread
+                               * gives it up (lost_node) at its next turn */
+    int in_poll;              /* in the thread's poll set, as last built */
     struct sent *q;           /* unanswered commands: a ring, oldest at */
     int qhead, qlen, qcap;    /* qhead */
 };
@@ -82,6 +88,19 @@ struct dist__ps_state {
     int running, stop;
     pthread_t th;
     int pipe[2];
+    /* Lending (dist__ps_borrow): at most one node is lent at a time, only
+     * while the thread sleeps in poll(2) (polling), so that nothing the
+     * thread does in its turn meets a node lent under its feet. */
+    int polling;
+    struct dist__node *lent;      /* the node lent, or NULL */
+    struct dist__chan *lent_ch;   /* what its borrower waits on */
+    pthread_t borrower;
+    int bell[2];                  /* rings the borrower: recalled, woken */
+    int sleepers;                 /* threads in pthread_cond_timedwait on a
+                                   * channel */
+    struct dist__chan *want_ch;   /* a sleeper on it found no node to
+                                   * borrow: woken to try again once the
+                                   * thread polls */
 };
 extern struct dist__ps_state dist__ps;
 #define P dist__ps     /* the one state of pubsub.c and pubsub_thread.c */
@@ -91,6 +110,14 @@ extern struct dist__ps_state dist__ps;
 struct dist__chan *dist__ps_find(const char *name, size_t len);
 /* A release message for ch: wakes one waiter, or all (a '1').  P.mu held. */
 void dist__ps_wake(struct dist__chan *ch, int all);
+/* Lets the calling thread, waiting on ch for a message after gen, read
+ * ch's node itself rather than sleep until the thread wakes it: one
+ * wake-up instead of two.  Lends only a node that the thread does not
+ * need (nothing queued or unanswered, the thread asleep in poll), one at
+ * a time.  P.mu held (released while it waits).  1 when the node was lent
+ * and is back (ch's state then says whether the wait is over), 0 when no
+ * node could be lent (the caller sleeps on ch->cv). */
+int dist__ps_borrow(struct dist__chan *ch, unsigned long gen, uint64_t until);
 /* The thread. */
 void *dist__ps_main(void *arg);
 /* Queues the (un)subscribes the table asks for, frees channels nobody

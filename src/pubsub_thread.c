@@ -14,6 +14,28 @@
 #include "pubsub_int.h"
 #include "stats.h"
 
+/* Rings fd (a pipe): the pub/sub thread's (P.pipe) or the borrower's
+ * (P.bell). */
+static void ring(const int *fd)
+{
+    char b = 1;
+    ssize_t n;
+
+    if (fd[1] >= 0) {
+        do
+            n = write(fd[1], &b, 1);
+        while (n < 0 && errno == EINTR);
+    }
+}
+
+static void drain(int fd)
+{
+    char buf[64];
+
+    while (read(fd, buf, sizeof buf) > 0)
+        ;
+}
+
 /* ---- the channel table, for both halves (P.mu held) ---------------------- */
 
 struct dist__chan *dist__ps_find(const char *name, size_t len)
@@ -42,6 +64,9 @@ void dist__ps_wake(struct dist__chan *ch, int all)
             ch->permits++;
         pthread_cond_signal(&ch->cv);
     }
+    /* its borrower polls a socket, not ch->cv */
+    if (P.lent && ch == P.lent_ch && !pthread_equal(P.borrower, pthread_self()))
+        ring(P.bell);
 }
 
 /* ---- the thread's side: nodes and what was sent to them ------------------ */
@@ -96,8 +121,17 @@ static int q_head_is(const struct dist__node *n, int unsub, int plain_too,
            memcmp(s->ch->name, name->str, name->len) == 0;
 }
 
+/* Asks for n back from the waiter it is lent to.  P.mu held. */
+static void recall(struct dist__node *n)
+{
+    if (n->lent && !n->recall) {
+        n->recall = 1;
+        ring(P.bell);
+    }
+}
+
 /* Appends one (un)subscribe of ch to n's output, sharded or not.  P.mu
- * held.  0, or -1 (not connected, out of memory). */
+ * held.  0, or -1 (not connected, lent: asked back, out of memory). */
 static int append_cmd(struct dist__node *n, struct dist__chan *ch, int unsub,
                       int sharded, int plain_too)
 {
@@ -107,6 +141,10 @@ static int append_cmd(struct dist__node *n, struct dist__chan *ch, int unsub,
     const char *argv[2];
     size_t argvlen[2];
 
+    if (n->lent) {
+        recall(n);            /* sent once it is back */
+        return -1;
+    }
     if (!n->link || q_push(n, ch, unsub, plain_too) != 0)
         return -1;
     argv[0] = cmds[sharded][unsub];
@@ -314,6 +352,8 @@ static void handle(struct dist__node *n, redisReply *r)
         int all = msg->type == REDIS_REPLY_STRING && msg->len == 1 &&
                   msg->str[0] == '1';
         dist__stat_add(DIST__ST_PS_MESSAGES, 1);
+        if (n->lent)
+            dist__stat_add(DIST__ST_PS_DIRECT, 1);
         if (ch)
             dist__ps_wake(ch, all);
     } else if (kind_is(kind, "subscribe")) {
@@ -379,6 +419,14 @@ static void settings(struct loop *l)
 
     if (l->have_cfg && dist__cfg_gen() == l->cfg.gen)
         return;
+    pthread_mutex_lock(&P.mu);
+    if (P.lent) {             /* taken in once it is back (no node is lent
+                               * again before this thread's next poll) */
+        recall(P.lent);
+        pthread_mutex_unlock(&P.mu);
+        return;
+    }
+    pthread_mutex_unlock(&P.mu);
     dist__cfg_get(&l->cfg);
     l->have_cfg = 1;
     l->cluster = dist__sharded_pubsub(&l->cfg);
@@ -414,7 +462,10 @@ static void follow(struct loop *l, uint64_t now)
          * published on the new master */
         if (dist__route(&l->cfg, NULL, &a) == 0 && !same_addr(&a, &n->addr)) {
             pthread_mutex_lock(&P.mu);
-            lost_node(n);
+            if (n->lent)
+                recall(n);    /* dropped at a turn once it is back */
+            else
+                lost_node(n);
             pthread_mutex_unlock(&P.mu);
         }
         return;
@@ -571,6 +622,8 @@ void dist__ps_reconcile(uint64_t now, uint64_t *next)
             ch->node = NULL;
             if (ch->sent == 0) {   /* no answer will name it */
                 *pp = ch->next;
+                if (P.want_ch == ch)
+                    P.want_ch = NULL;
                 pthread_cond_destroy(&ch->cv);
                 free(ch->name);
                 free(ch);
@@ -639,15 +692,9 @@ static void flush(void)
     }
 }
 
-static void drain_pipe(void)
-{
-    char buf[64];
-
-    while (read(P.pipe[0], buf, sizeof buf) > 0)
-        ;
-}
-
-static void read_node(struct dist__node *n)
+/* Reads what n's socket has and handles each reply.  0, or -1 when its
+ * link broke. */
+static int read_replies(struct dist__node *n)
 {
     redisReply *reply;
 
@@ -656,11 +703,90 @@ static void read_node(struct dist__node *n)
         handle(n, reply);
         freeReplyObject(reply);
     }
-    if (dist__link_broken(n->link)) {
+    return dist__link_broken(n->link) ? -1 : 0;
+}
+
+static void read_node(struct dist__node *n)
+{
+    if (read_replies(n) != 0) {
         pthread_mutex_lock(&P.mu);
         lost_node(n);
         pthread_mutex_unlock(&P.mu);
     }
+}
+
+/* At the start of a turn: the nodes given back are the thread's for the
+ * whole of it (none is lent before the next poll), so what it recalled
+ * them for is done in it; those whose link broke while lent are given up. */
+static void take_back(void)
+{
+    struct dist__node *n;
+
+    pthread_mutex_lock(&P.mu);
+    for (n = P.nodes; n; n = n->next) {
+        if (n->lent)
+            continue;
+        n->recall = 0;
+        if (n->failed) {
+            n->failed = 0;
+            lost_node(n);
+        }
+    }
+    pthread_mutex_unlock(&P.mu);
+}
+
+int dist__ps_borrow(struct dist__chan *ch, unsigned long gen, uint64_t until)
+{
+    struct dist__node *n = ch->node;
+    int broken = 0, recalled;
+
+    if (!n || n->sharded || !n->link || P.stop || P.bell[0] < 0)
+        return 0;
+    /* P.polling first: the thread writes some of n's fields without P.mu
+     * in its turn, never while it polls */
+    if (!P.polling || P.lent || n->lent || n->recall || n->failed ||
+        n->out || n->qlen || ch->wire != W_SUBSCRIBED) {
+        P.want_ch = ch;       /* for now: the thread is busy with n */
+        return 0;
+    }
+    n->lent = 1;
+    P.lent = n;
+    P.lent_ch = ch;
+    P.borrower = pthread_self();
+    drain(P.bell[0]);         /* rung for an earlier borrower */
+    if (n->in_poll)
+        ring(P.pipe);         /* the thread polls again without n */
+    while (ch->gen == gen && ch->permits == 0 && !n->recall && !P.stop) {
+        struct pollfd pfd[2];
+        uint64_t now = dist__now_ms();
+        int rc;
+        if (now >= until)
+            break;
+        pfd[0] = (struct pollfd){ dist__link_fd(n->link), POLLIN, 0 };
+        pfd[1] = (struct pollfd){ P.bell[0], POLLIN, 0 };
+        pthread_mutex_unlock(&P.mu);
+        rc = poll(pfd, 2, until - now > 60000 ? 60000 : (int)(until - now));
+        if (rc > 0 && pfd[1].revents)
+            drain(P.bell[0]);
+        if (rc > 0 && pfd[0].revents && read_replies(n) != 0)
+            broken = 1;
+        pthread_mutex_lock(&P.mu);
+        if (broken)
+            break;
+    }
+    recalled = n->recall;     /* left set: not lent again before the
+                               * thread's next turn (take_back) */
+    n->lent = 0;
+    n->failed = broken;
+    P.lent = NULL;
+    P.lent_ch = NULL;
+    /* The thread, asleep without n in its poll set, is woken only when
+     * someone else could need n's messages, it asked for n, or to give up
+     * a broken link; otherwise it takes n in again at its next turn, and
+     * the next waiter borrows n meanwhile without waking it. */
+    if (broken || recalled || P.sleepers > 0 || P.stop)
+        ring(P.pipe);
+    return 1;
 }
 
 /* Polls the pipe and every connected node until next, and reads what came. */
@@ -668,7 +794,7 @@ static void wait_and_read(struct loop *l, uint64_t next)
 {
     struct dist__node *n;
     uint64_t now;
-    int k = 1, i;
+    int k = 1, k2, i;
 
     for (n = P.nodes; n; n = n->next)
         k += n->link != NULL;
@@ -688,16 +814,34 @@ static void wait_and_read(struct loop *l, uint64_t next)
     }
     l->pfd[0] = (struct pollfd){ P.pipe[0], POLLIN, 0 };
     k = 1;
+    /* A node may be lent while this thread polls (P.polling), and only
+     * then; one lent already is left to its borrower. */
+    pthread_mutex_lock(&P.mu);
     for (n = P.nodes; n; n = n->next)
-        if (n->link) {
+        if ((n->in_poll = n->link && !n->lent) != 0) {
             l->pn[k] = n;
             l->pfd[k++] = (struct pollfd){ dist__link_fd(n->link), POLLIN, 0 };
         }
+    P.polling = 1;
+    if (P.want_ch) {          /* one of its sleepers may borrow now */
+        pthread_cond_signal(&P.want_ch->cv);
+        P.want_ch = NULL;
+    }
+    pthread_mutex_unlock(&P.mu);
     now = dist__now_ms();
-    if (poll(l->pfd, (nfds_t)k, next > now ? (int)(next - now) : 0) <= 0)
+    i = poll(l->pfd, (nfds_t)k, next > now ? (int)(next - now) : 0);
+    pthread_mutex_lock(&P.mu);
+    P.polling = 0;
+    /* lent during the poll: its borrower reads it (or it broke in its
+     * hands: take_back gives it up) */
+    for (k2 = 1; k2 < k; k2++)
+        if (l->pn[k2]->lent || l->pn[k2]->failed)
+            l->pfd[k2].revents = 0;
+    pthread_mutex_unlock(&P.mu);
+    if (i <= 0)
         return;
     if (l->pfd[0].revents) {
-        drain_pipe();
+        drain(P.pipe[0]);
         /* Someone needs a channel: the master's connection in backoff is
          * tried now.  Not a cluster node's: connecting blocks this thread,
          * and the other nodes' messages would wait for a dead one. */
@@ -727,6 +871,7 @@ void *dist__ps_main(void *arg)
         if (stop)
             break;
 
+        take_back();
         settings(&l);
         now = dist__now_ms();
         next = now + 1000;
@@ -743,6 +888,14 @@ void *dist__ps_main(void *arg)
         wait_and_read(&l, next);
     }
     pthread_mutex_lock(&P.mu);
+    while (P.lent) {          /* its borrower gives it back, then pokes */
+        struct pollfd pfd = { P.pipe[0], POLLIN, 0 };
+        recall(P.lent);
+        pthread_mutex_unlock(&P.mu);
+        poll(&pfd, 1, 100);
+        drain(P.pipe[0]);
+        pthread_mutex_lock(&P.mu);
+    }
     for (ch = P.chans; ch; ch = ch->next)
         ch->node = NULL;
     while (P.nodes)

@@ -51,6 +51,7 @@ void dist__stats_read(struct dist_stats *s)
     s->no_replica = get(&counters[DIST__ST_NOREPLICA]);
     s->pubsub_messages = get(&counters[DIST__ST_PS_MESSAGES]);
     s->pubsub_resyncs = get(&counters[DIST__ST_PS_RESYNCS]);
+    s->pubsub_direct = get(&counters[DIST__ST_PS_DIRECT]);
     for (i = 0; i < DIST_STATS_WAIT_BUCKETS; i++)
         s->wait_ms[i] = get(&waits[i]);
 }

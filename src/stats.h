@@ -21,6 +21,8 @@ enum dist__stat {
     DIST__ST_PS_RESYNCS,     /* channels whose waiters were all woken to
                              * retry because messages may have been
                              * missed (after a pub/sub reconnect) */
+    DIST__ST_PS_DIRECT,      /* of the messages, those read by the thread
+                             * waiting for them (DISTLOCK_DIRECT_WAKE) */
     DIST__ST_COUNT
 };
 

@@ -1,0 +1,433 @@
+/*
+ * test_wake: how a waiter learns that a lock was let go.  With
+ * DISTLOCK_DIRECT_WAKE (the default) a waiter that is alone in reading
+ * release messages reads them from the pub/sub connection itself, the
+ * connection lent to it by the pub/sub thread (pubsub.c).  These tests
+ * hold that lending to what the thread alone gave: every release message
+ * wakes its waiter, whoever reads it; a channel that needs a SUBSCRIBE
+ * while the connection is lent gets it; a connection killed while lent is
+ * made again and its waiters woken; dist_shutdown, fork and exit with a
+ * lent connection neither hang nor lose a wake-up; with
+ * DISTLOCK_DIRECT_WAKE=0 nothing is lent.
+ *
+ * Locks are held by an owner nobody renews, written straight into Redis
+ * with a 60 s lease: a waiter that missed its message would sleep out the
+ * lease, so "woken within a second" proves the message reached it.
+ * Children and threads only record; the main thread asserts.
+ *
+ * TEST_WAKE_FILTER=<glob> runs some tests only.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "distlock.h"
+#include "harness_server.h"
+#include "testhelp.h"
+#include "fixture.h"
+
+static tu_redis_t r;
+static const struct fx_settings defaults = { 30000, 2000, 0 };
+
+#define NAME(buf, tag) test_lock_name(buf, sizeof buf, "test_wake", __func__, tag)
+
+/* A lock of its own, held in Redis by someone else. */
+struct held {
+    char name[200];
+    char chan[260];
+    dist_mutex_t m;
+};
+
+static void hold_elsewhere(struct held *h)
+{
+    redisReply *x;
+
+    snprintf(h->chan, sizeof h->chan, "redisson_lock__channel:{%s}", h->name);
+    x = tu_cmd(&r, "HSET", h->name, "someone-else:1", "1", NULL);
+    assert_non_null(x);
+    freeReplyObject(x);
+    x = tu_cmd(&r, "PEXPIRE", h->name, "60000", NULL);
+    assert_non_null(x);
+    freeReplyObject(x);
+    assert_int_equal(dist_mutex_init(&h->m, h->name, NULL), 0);
+}
+
+/* The other owner lets go, as its unlock would: the hold gone, then the
+ * release message.  When it was sent. */
+static double let_go(const struct held *h)
+{
+    redisReply *x;
+    double t;
+
+    x = tu_cmd(&r, "DEL", h->name, NULL);
+    freeReplyObject(x);
+    t = tu_now();
+    x = tu_cmd(&r, "PUBLISH", h->chan, "0", NULL);
+    freeReplyObject(x);
+    return t;
+}
+
+/* Waits up to secs for chan to have want subscribers; the last count. */
+static long long await_numsub(const char *chan, long long want, double secs)
+{
+    double end = tu_now() + secs;
+    long long n;
+
+    while ((n = pubsub_numsub(&r, chan)) != want && tu_now() < end)
+        tu_sleep_ms(10);
+    return n;
+}
+
+/* A waiter on h, subscribed and asleep by now. */
+static void start_waiter(struct fx_locker *l, struct held *h, double secs)
+{
+    assert_int_equal(fx_locker_start(l, &h->m, secs), 0);
+    assert_int_equal(await_numsub(h->chan, 1, slack(5.0)), 1);
+    tu_sleep_ms(300);
+}
+
+/* Lets h go and asserts that the waiter l took it within a second. */
+static void let_go_and_check(struct held *h, struct fx_locker *l)
+{
+    double t = let_go(h);
+
+    fx_locker_join(l);
+    assert_int_equal(l->rc, 0);
+    assert_dbl_range(l->t - t, 0.0, slack(1.0));
+}
+
+static struct dist_stats stats_now(void)
+{
+    struct dist_stats s;
+
+    assert_int_equal(dist_stats_get(&s), 0);
+    return s;
+}
+
+/* ---- one waiter --------------------------------------------------------------- */
+
+/* A lone waiter reads its release message itself, and is woken by it. */
+static void test_lone_waiter_reads_itself(void **state)
+{
+    struct held h;
+    struct fx_locker l;
+    struct dist_stats s;
+
+    (void)state;
+    NAME(h.name, "m");
+    hold_elsewhere(&h);
+    dist_stats_reset();
+    start_waiter(&l, &h, 20.0);
+    let_go_and_check(&h, &l);
+    s = stats_now();
+    assert_true(s.pubsub_messages >= 1);
+    assert_true(s.pubsub_direct >= 1);
+    assert_true(s.pubsub_direct <= s.pubsub_messages);
+    assert_int_equal(dist_mutex_destroy(&h.m), 0);
+}
+
+/* DISTLOCK_DIRECT_WAKE=0: the pub/sub thread reads every message, and
+ * still wakes the waiter.  The library reads its environment once, so
+ * this program runs again with it set, this test alone. */
+static void test_env_off(void **state)
+{
+    struct held h;
+    struct fx_locker l;
+    struct dist_stats s;
+    pid_t pid;
+    int st;
+
+    (void)state;
+    if (on_valgrind() && !getenv("TEST_WAKE_ENV_CHILD")) {
+        /* /proc/self/exe is valgrind's tool there, which refuses to run */
+        print_message("  skipped under valgrind: it runs the program again\n");
+        skip();
+    }
+    if (getenv("TEST_WAKE_ENV_CHILD")) {
+        NAME(h.name, "m");
+        hold_elsewhere(&h);
+        dist_stats_reset();
+        start_waiter(&l, &h, 20.0);
+        let_go_and_check(&h, &l);
+        s = stats_now();
+        assert_true(s.pubsub_messages >= 1);
+        assert_int_equal(s.pubsub_direct, 0);
+        assert_int_equal(dist_mutex_destroy(&h.m), 0);
+        return;
+    }
+    pid = fork();
+    if (pid == 0) {
+        setenv("DISTLOCK_DIRECT_WAKE", "0", 1);
+        setenv("TEST_WAKE_ENV_CHILD", "1", 1);
+        setenv("TEST_WAKE_FILTER", "test_env_off", 1);
+        execl("/proc/self/exe", "test_wake", (char *)NULL);
+        _exit(127);
+    }
+    assert_true(pid > 0);
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(child_exit_ok(st, 0));
+}
+
+/* ---- the thread needs the connection back ------------------------------------ */
+
+/* While a waiter on X has the connection, a waiter on Y needs Y
+ * subscribed: the thread takes the connection back to send it, and both
+ * are woken by their own release. */
+static void test_new_channel_while_lent(void **state)
+{
+    struct held x, y;
+    struct fx_locker lx, ly;
+
+    (void)state;
+    NAME(x.name, "x");
+    NAME(y.name, "y");
+    hold_elsewhere(&x);
+    hold_elsewhere(&y);
+    start_waiter(&lx, &x, 20.0);
+    start_waiter(&ly, &y, 20.0);
+    let_go_and_check(&y, &ly);
+    let_go_and_check(&x, &lx);
+    assert_int_equal(dist_mutex_destroy(&x.m), 0);
+    assert_int_equal(dist_mutex_destroy(&y.m), 0);
+}
+
+/* The pub/sub connection is killed while a waiter reads it: the thread
+ * connects again, subscribes again and wakes the waiter to try (a
+ * resync); the release that follows wakes it. */
+static void test_killed_while_lent(void **state)
+{
+    struct held h;
+    struct fx_locker l;
+    struct dist_stats s;
+    redisReply *x;
+
+    (void)state;
+    NAME(h.name, "m");
+    hold_elsewhere(&h);
+    start_waiter(&l, &h, 30.0);
+    dist_stats_reset();
+    x = tu_cmd(&r, "CLIENT", "KILL", "TYPE", "pubsub", NULL);
+    assert_non_null(x);
+    assert_int_equal(x->type, REDIS_REPLY_INTEGER);
+    assert_true(x->integer >= 1);
+    freeReplyObject(x);
+    assert_int_equal(await_numsub(h.chan, 1, slack(5.0)), 1);
+    tu_sleep_ms(300);
+    let_go_and_check(&h, &l);
+    s = stats_now();
+    assert_true(s.pubsub_resyncs >= 1);
+    assert_int_equal(dist_mutex_destroy(&h.m), 0);
+}
+
+/* dist_shutdown while a waiter reads the connection returns at once (the
+ * thread takes it back before it ends), and the library works after. */
+static void test_shutdown_while_lent(void **state)
+{
+    struct held h;
+    struct fx_locker l;
+    double t0, el;
+
+    (void)state;
+    NAME(h.name, "m");
+    hold_elsewhere(&h);
+    start_waiter(&l, &h, 1.5);
+    t0 = tu_now();
+    dist_shutdown();
+    el = tu_now() - t0;
+    fx_locker_join(&l);
+    assert_dbl_range(el, 0.0, slack(1.0));
+    assert_int_equal(l.rc, ETIMEDOUT);
+    let_go(&h);
+    assert_int_equal(dist_mutex_lock(&h.m), 0);
+    assert_int_equal(dist_mutex_unlock(&h.m), 0);
+    assert_int_equal(dist_mutex_destroy(&h.m), 0);
+}
+
+/* ---- other processes ------------------------------------------------------------ */
+
+struct child_report {
+    int rc;
+    double t;       /* tu_now() when its lock returned */
+};
+
+/* fork while a thread of this process reads the connection: the child
+ * makes its own, and is woken by its own release message; it then exits
+ * while a thread of its own reads one, and exit does not wait for it. */
+static void test_fork_while_lent(void **state)
+{
+    struct held x, y;
+    struct fx_locker l;
+    struct child_report *rep;
+    double t, t_exit;
+    pid_t pid;
+    int st, go[2];
+
+    (void)state;
+    NAME(x.name, "x");
+    NAME(y.name, "y");
+    hold_elsewhere(&x);
+    hold_elsewhere(&y);
+    rep = mmap(NULL, sizeof *rep, PROT_READ | PROT_WRITE,
+               MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    assert_true(rep != MAP_FAILED);
+    rep->rc = -1;
+    assert_int_equal(pipe(go), 0);
+    start_waiter(&l, &x, 30.0);
+    pid = fork();
+    if (pid == 0) {
+        struct fx_locker lx;
+        struct timespec ts = realtime_in(20.0);
+        close(go[1]);
+        rep->rc = dist_mutex_timedlock(&y.m, &ts);
+        rep->t = tu_now();
+        if (rep->rc == 0)
+            dist_mutex_unlock(&y.m);
+        if (fx_locker_start(&lx, &x.m, 30.0) != 0)
+            _exit(3);
+        read_byte(go[0], 60000);   /* the parent saw it subscribed */
+        tu_sleep_ms(300);
+        exit(0);
+    }
+    assert_true(pid > 0);
+    close(go[0]);
+    /* the parent's waiter on X and the child's on Y */
+    assert_int_equal(await_numsub(y.chan, 1, slack(5.0)), 1);
+    tu_sleep_ms(300);
+    t = let_go(&y);
+    /* the child's second waiter subscribes X too, then it exits */
+    assert_int_equal(await_numsub(x.chan, 2, slack(5.0)), 2);
+    assert_int_equal(write(go[1], "g", 1), 1);
+    close(go[1]);
+    t_exit = tu_now();
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(child_exit_ok(st, 0));
+    assert_dbl_range(tu_now() - t_exit, 0.0, 0.3 + slack(2.0));
+    assert_int_equal(rep->rc, 0);
+    assert_dbl_range(rep->t - t, 0.0, slack(1.0));
+    let_go_and_check(&x, &l);
+    munmap(rep, sizeof *rep);
+    assert_int_equal(dist_mutex_destroy(&x.m), 0);
+    assert_int_equal(dist_mutex_destroy(&y.m), 0);
+}
+
+/* ---- many waiters ----------------------------------------------------------------- */
+
+#define CROWD_THREADS 3
+#define CROWD_ROUNDS 20
+
+struct crowd {
+    atomic_int inside;
+    atomic_int overlaps;
+    atomic_int done;
+    atomic_int errors;
+};
+
+struct crowd_arg {
+    struct crowd *c;
+    dist_mutex_t *m;
+};
+
+static void *crowd_main(void *arg)
+{
+    struct crowd_arg *a = arg;
+    int i;
+
+    for (i = 0; i < CROWD_ROUNDS; i++) {
+        if (dist_mutex_lock(a->m) != 0) {
+            atomic_fetch_add(&a->c->errors, 1);
+            return NULL;
+        }
+        if (atomic_fetch_add(&a->c->inside, 1) != 0)
+            atomic_fetch_add(&a->c->overlaps, 1);
+        tu_sleep_ms(2);
+        atomic_fetch_sub(&a->c->inside, 1);
+        if (dist_mutex_unlock(a->m) != 0)
+            atomic_fetch_add(&a->c->errors, 1);
+        atomic_fetch_add(&a->c->done, 1);
+    }
+    return NULL;
+}
+
+static void crowd_run(struct crowd *c, dist_mutex_t *m)
+{
+    struct crowd_arg a = { c, m };
+    pthread_t th[CROWD_THREADS];
+    int i;
+
+    for (i = 0; i < CROWD_THREADS; i++)
+        if (pthread_create(&th[i], NULL, crowd_main, &a) != 0) {
+            atomic_fetch_add(&c->errors, 1);
+            th[i] = pthread_self();
+        }
+    for (i = 0; i < CROWD_THREADS; i++)
+        if (!pthread_equal(th[i], pthread_self()))
+            pthread_join(th[i], NULL);
+}
+
+/* Three threads in each of two processes on one mutex: one of a process's
+ * waiters reads the connection, the others sleep and are woken through
+ * it.  Nobody is ever inside with another, and every wait ends by a
+ * release message: a missed one would sleep out the 30 s lease. */
+static void test_crowd_two_processes(void **state)
+{
+    char name[200];
+    dist_mutex_t m;
+    struct crowd *c;
+    double t0;
+    pid_t pid;
+    int st;
+
+    (void)state;
+    NAMED_LOCK(dist_mutex_init, m, name, "m");
+    c = mmap(NULL, sizeof *c, PROT_READ | PROT_WRITE,
+             MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    assert_true(c != MAP_FAILED);
+    memset(c, 0, sizeof *c);
+    t0 = tu_now();
+    pid = fork();
+    if (pid == 0) {
+        crowd_run(c, &m);
+        _exit(0);
+    }
+    assert_true(pid > 0);
+    crowd_run(c, &m);
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(child_exit_ok(st, 0));
+    print_message("  %d sections in %.2f s\n", atomic_load(&c->done),
+                  tu_now() - t0);
+    assert_int_equal(atomic_load(&c->errors), 0);
+    assert_int_equal(atomic_load(&c->overlaps), 0);
+    assert_int_equal(atomic_load(&c->done), 2 * CROWD_THREADS * CROWD_ROUNDS);
+    assert_dbl_range(tu_now() - t0, 0.0, slack(25.0));
+    munmap(c, sizeof *c);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+#define T(f) cmocka_unit_test_teardown(f, fx_restore_defaults)
+        T(test_lone_waiter_reads_itself),
+        T(test_env_off),
+        T(test_new_channel_while_lent),
+        T(test_killed_while_lent),
+        T(test_shutdown_while_lent),
+        T(test_fork_while_lent),
+        T(test_crowd_two_processes),
+    };
+    return fx_run_group(tests, &r, &defaults, "TEST_WAKE_FILTER");
+}
