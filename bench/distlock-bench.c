@@ -1684,8 +1684,9 @@ static int s3_b(int unused)
  * on its subscribed connection, then runs an acquire-like script.  200
  * rounds at most.  raw_mode 1:
  * B's waiting thread reads the subscribed socket itself (one wake-up per
- * hand-off: the least any client can do); 2: a subscriber thread reads it
- * and wakes the waiting thread (two wake-ups, as in distlock).  No distlock
+ * hand-off: the least any client can do, and what distlock's lone waiter
+ * does); 2: a subscriber thread reads it and wakes the waiting thread (two
+ * wake-ups, as in distlock with DISTLOCK_DIRECT_WAKE=0).  No distlock
  * call, no library code: what is left is Redis, the kernel and the
  * scheduler. */
 static int raw_mode;
