@@ -2,9 +2,13 @@
  * distlock: distributed locks with the shape of pthread_mutex_t, backed by Redis.
  *
  * Every call returns 0 or a positive errno value (never -1, never EINTR) and
- * leaves errno alone.  When a call fails, dist_last_error() gives a readable
- * reason for the calling thread.  The data kept in Redis is the layout of
- * Redisson's RLock, so a Java service and a C program can share one lock.
+ * leaves errno alone.  No call is a cancellation point, except that the
+ * condition and semaphore waits act on a cancel request as they begin
+ * (nothing changed yet); a request made while a call runs acts at the
+ * caller's next cancellation point.  When a call fails, dist_last_error()
+ * gives a readable reason for the calling thread.  The data kept in Redis
+ * is the layout of Redisson's RLock, so a Java service and a C program can
+ * share one lock.
  */
 #ifndef DISTLOCK_H
 #define DISTLOCK_H

@@ -26,9 +26,34 @@ static inline void dist__errno_put_back(const int *saved)
 {
     errno = *saved;
 }
+/* It also turns cancellation off for the call (put back the same way): a
+ * thread cancelled inside the library would leave a lock of its own taken
+ * (the pub/sub table's, a lock's state), a connection lent to it or half
+ * used, a hold nobody knows of.  So, as with pthread_mutex_lock, no
+ * distlock call is a cancellation point; a request made meanwhile acts at
+ * the caller's next one.  The waits POSIX makes cancellation points
+ * (dist_cond_wait, dist_sem_wait and their timed forms) look for a
+ * request as they begin, before anything changed: DIST__CANCEL_POINT. */
+static inline int dist__cancel_off(void)
+{
+    int old = PTHREAD_CANCEL_ENABLE;
+
+    pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &old);
+    return old;
+}
+static inline void dist__cancel_put_back(const int *old)
+{
+    int was;
+
+    pthread_setcancelstate(*old, &was);
+}
 #define DIST__KEEP_ERRNO                                                   \
     const int dist__errno_saved                                            \
-        __attribute__((cleanup(dist__errno_put_back), unused)) = errno
+        __attribute__((cleanup(dist__errno_put_back), unused)) = errno;    \
+    const int dist__cancel_saved                                           \
+        __attribute__((cleanup(dist__cancel_put_back), unused)) =          \
+        dist__cancel_off()
+#define DIST__CANCEL_POINT pthread_testcancel()
 
 /* ---- util.c ------------------------------------------------------------ */
 

@@ -251,6 +251,7 @@ static int cond_wait(dist_cond_t *c, dist_mutex_t *m,
 
 int dist_cond_wait(dist_cond_t *c, dist_mutex_t *m)
 {
+    DIST__CANCEL_POINT;      /* as POSIX has it: nothing changed yet */
     DIST__KEEP_ERRNO;
     return cond_wait(c, m, NULL);
 }
@@ -258,6 +259,7 @@ int dist_cond_wait(dist_cond_t *c, dist_mutex_t *m)
 int dist_cond_timedwait(dist_cond_t *c, dist_mutex_t *m,
                         const struct timespec *abstime)
 {
+    DIST__CANCEL_POINT;      /* as POSIX has it: nothing changed yet */
     DIST__KEEP_ERRNO;
     struct dist__deadline dl;
     struct dist__cond *cv;
@@ -272,6 +274,7 @@ int dist_cond_timedwait(dist_cond_t *c, dist_mutex_t *m,
 int dist_cond_clockwait(dist_cond_t *c, dist_mutex_t *m, clockid_t clockid,
                         const struct timespec *abstime)
 {
+    DIST__CANCEL_POINT;      /* as POSIX has it: nothing changed yet */
     DIST__KEEP_ERRNO;
     struct dist__deadline dl;
     int rc;

@@ -336,6 +336,7 @@ static int sem_take(dist_sem_t *s, int try_only,
 
 int dist_sem_wait(dist_sem_t *s)
 {
+    DIST__CANCEL_POINT;      /* as POSIX has it: nothing changed yet */
     DIST__KEEP_ERRNO;
     return sem_take(s, 0, NULL);
 }
@@ -348,6 +349,7 @@ int dist_sem_trywait(dist_sem_t *s)
 
 int dist_sem_timedwait(dist_sem_t *s, const struct timespec *abstime)
 {
+    DIST__CANCEL_POINT;      /* as POSIX has it: nothing changed yet */
     DIST__KEEP_ERRNO;
     return dist_sem_clockwait(s, CLOCK_REALTIME, abstime);
 }
@@ -355,6 +357,7 @@ int dist_sem_timedwait(dist_sem_t *s, const struct timespec *abstime)
 int dist_sem_clockwait(dist_sem_t *s, clockid_t clockid,
                        const struct timespec *abstime)
 {
+    DIST__CANCEL_POINT;      /* as POSIX has it: nothing changed yet */
     DIST__KEEP_ERRNO;
     struct dist__deadline dl;
     int rc;

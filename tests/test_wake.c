@@ -417,6 +417,170 @@ static void test_crowd_two_processes(void **state)
     assert_int_equal(dist_mutex_destroy(&m), 0);
 }
 
+/* ---- cancellation --------------------------------------------------------------- */
+
+struct canceled {
+    dist_mutex_t *m;
+    dist_cond_t *cv;
+    dist_sem_t *sem;
+    atomic_int returned;     /* the call returned */
+    atomic_int cleaned;      /* the cleanup handler ran */
+    int rc;                  /* what the call gave */
+    int unlock_rc;           /* cond: the cleanup's unlock of the mutex */
+};
+
+static void note_cleanup(void *arg)
+{
+    struct canceled *c = arg;
+
+    atomic_store(&c->cleaned, 1);
+}
+
+/* Blocks in dist_mutex_lock, with a cleanup handler that notes a cancel. */
+static void *cancel_locker(void *arg)
+{
+    struct canceled *c = arg;
+
+    pthread_cleanup_push(note_cleanup, c);
+    c->rc = dist_mutex_lock(c->m);
+    atomic_store(&c->returned, 1);
+    if (c->rc == 0)
+        dist_mutex_unlock(c->m);
+    pthread_testcancel();    /* where the request made meanwhile acts */
+    pthread_cleanup_pop(0);
+    return NULL;
+}
+
+/* pthread_mutex_lock is not a cancellation point, nor is dist_mutex_lock:
+ * a request made while the thread waits (reading the pub/sub connection
+ * itself, lent to it) acts only at the thread's next cancellation point,
+ * after the lock was taken and let go; and the library works on. */
+static void test_lock_is_not_a_cancellation_point(void **state)
+{
+    struct held h;
+    struct canceled c;
+    pthread_t th;
+    void *res = NULL;
+    double t;
+
+    (void)state;
+    NAME(h.name, "m");
+    hold_elsewhere(&h);
+    memset(&c, 0, sizeof c);
+    c.m = &h.m;
+    c.rc = -1;
+    assert_int_equal(pthread_create(&th, NULL, cancel_locker, &c), 0);
+    assert_int_equal(await_numsub(h.chan, 1, slack(5.0)), 1);
+    tu_sleep_ms(300);
+    assert_int_equal(pthread_cancel(th), 0);
+    tu_sleep_ms(300);
+    assert_int_equal(atomic_load(&c.cleaned), 0);   /* not inside the call */
+    assert_int_equal(atomic_load(&c.returned), 0);
+    t = let_go(&h);
+    assert_int_equal(pthread_join(th, &res), 0);
+    assert_true(res == PTHREAD_CANCELED);
+    assert_int_equal(atomic_load(&c.returned), 1);
+    assert_int_equal(c.rc, 0);
+    assert_int_equal(atomic_load(&c.cleaned), 1);
+    assert_dbl_range(tu_now() - t, 0.0, slack(2.0));
+    assert_int_equal(tu_cmd_int(&r, "EXISTS", h.name, NULL), 0);
+    /* nothing of the library was left taken by the cancel */
+    assert_int_equal(dist_mutex_lock(&h.m), 0);
+    assert_int_equal(dist_mutex_unlock(&h.m), 0);
+    t = tu_now();
+    dist_shutdown();
+    assert_dbl_range(tu_now() - t, 0.0, slack(1.0));
+    assert_int_equal(dist_mutex_destroy(&h.m), 0);
+}
+
+static void unlock_cleanup(void *arg)
+{
+    struct canceled *c = arg;
+
+    c->unlock_rc = dist_mutex_unlock(c->m);
+    atomic_store(&c->cleaned, 1);
+}
+
+/* Holds the mutex, asks for its own cancel, then waits on the condition:
+ * the wait is a cancellation point, so the request acts as it begins,
+ * with the mutex still held for the cleanup handler to let go. */
+static void *cancel_cond_waiter(void *arg)
+{
+    struct canceled *c = arg;
+
+    if (dist_mutex_lock(c->m) != 0)
+        return NULL;
+    pthread_cleanup_push(unlock_cleanup, c);
+    pthread_cancel(pthread_self());
+    c->rc = dist_cond_wait(c->cv, c->m);
+    atomic_store(&c->returned, 1);
+    pthread_cleanup_pop(1);
+    return NULL;
+}
+
+/* The same for a semaphore: nothing taken. */
+static void *cancel_sem_waiter(void *arg)
+{
+    struct canceled *c = arg;
+
+    pthread_cleanup_push(note_cleanup, c);
+    pthread_cancel(pthread_self());
+    c->rc = dist_sem_wait(c->sem);
+    atomic_store(&c->returned, 1);
+    pthread_cleanup_pop(0);
+    return NULL;
+}
+
+/* pthread_cond_wait and sem_wait are cancellation points; their distlock
+ * forms act on a request as they begin, before anything changed: the
+ * mutex is still held when the cleanup handler runs, and no permit is
+ * taken. */
+static void test_waits_are_cancellation_points(void **state)
+{
+    char name[200], cname[220], sname[220];
+    dist_mutex_t m;
+    dist_cond_t cv;
+    dist_sem_t sem;
+    struct canceled c;
+    pthread_t th;
+    void *res = NULL;
+    int v = -1;
+
+    (void)state;
+    NAMED_LOCK(dist_mutex_init, m, name, "m");
+    snprintf(cname, sizeof cname, "{%s}:cv", name);
+    snprintf(sname, sizeof sname, "%s:sem", name);
+    assert_int_equal(dist_cond_init(&cv, cname, NULL), 0);
+    assert_int_equal(dist_sem_init(&sem, sname, 0, NULL), 0);
+
+    memset(&c, 0, sizeof c);
+    c.m = &m;
+    c.cv = &cv;
+    c.rc = c.unlock_rc = -1;
+    assert_int_equal(pthread_create(&th, NULL, cancel_cond_waiter, &c), 0);
+    assert_int_equal(pthread_join(th, &res), 0);
+    assert_true(res == PTHREAD_CANCELED);
+    assert_int_equal(atomic_load(&c.returned), 0);
+    assert_int_equal(atomic_load(&c.cleaned), 1);
+    assert_int_equal(c.unlock_rc, 0);       /* it held the mutex */
+    assert_int_equal(tu_cmd_int(&r, "EXISTS", name, NULL), 0);
+
+    memset(&c, 0, sizeof c);
+    c.sem = &sem;
+    c.rc = -1;
+    assert_int_equal(pthread_create(&th, NULL, cancel_sem_waiter, &c), 0);
+    assert_int_equal(pthread_join(th, &res), 0);
+    assert_true(res == PTHREAD_CANCELED);
+    assert_int_equal(atomic_load(&c.returned), 0);
+    assert_int_equal(atomic_load(&c.cleaned), 1);
+    assert_int_equal(dist_sem_getvalue(&sem, &v), 0);
+    assert_int_equal(v, 0);
+
+    assert_int_equal(dist_sem_destroy(&sem), 0);
+    assert_int_equal(dist_cond_destroy(&cv), 0);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -428,6 +592,8 @@ int main(void)
         T(test_shutdown_while_lent),
         T(test_fork_while_lent),
         T(test_crowd_two_processes),
+        T(test_lock_is_not_a_cancellation_point),
+        T(test_waits_are_cancellation_points),
     };
     return fx_run_group(tests, &r, &defaults, "TEST_WAKE_FILTER");
 }
