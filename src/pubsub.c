@@ -2,12 +2,12 @@
  * channel once however many threads wait on it, and turns release messages
  * into wake-ups of local waiters.
  *
- * Waiters talk to it through the channel table and a pipe; only this thread
- * touches the connections.  A message is only a hint: waiters always bound
- * their sleep by the holder's lease, so a lost message costs time, never a
- * hang.  Whenever a channel may have missed messages its waiters are all
- * woken to retry: at once when its connection broke (and again once it is
- * subscribed anew), once it is subscribed on its new node when it moved.
+ * Waiters talk to it through the channel table and a pipe.  A message is
+ * only a hint: waiters always bound their sleep by the holder's lease, so
+ * a lost message costs time, never a hang.  Whenever a channel may have
+ * missed messages its waiters are all woken to retry: at once when its
+ * connection broke (and again once it is subscribed anew), once it is
+ * subscribed on its new node when it moved.
  *
  * The connections, "nodes" here:
  *
@@ -42,9 +42,23 @@
  * to the oldest.  A channel leaving a node is unsubscribed there without
  * waiting; what that node says about it afterwards is ignored.
  *
- * P.mu guards the channel table and the list of nodes.  A node's other
- * fields and its context belong to the thread, which does its network I/O
- * without P.mu.  Only the thread frees channels and nodes (and
+ * A lone waiter reads its messages itself (DISTLOCK_DIRECT_WAKE): while the
+ * thread sleeps in poll(2) with nothing queued or unanswered on a node
+ * (one server, Sentinel, a cluster with ?pubsub=plain: never a sharded
+ * node), it may lend that node to the first thread that waits
+ * (dist__ps_borrow).  The borrower polls the node's socket and P.bell,
+ * hands every reply to the thread's own handle(), and gives the node back
+ * once its wake-up came, its time is up, or the thread rang P.bell
+ * because it needs the node (a command to send, a master to follow,
+ * settings, stop).  That saves a wake-up per hand-off: the message wakes
+ * the thread that waits for it, not the pub/sub thread first.
+ *
+ * P.mu guards the channel table, the list of nodes and the lending
+ * fields.  A node's other fields and its context belong to the thread,
+ * which does its network I/O without P.mu, or, while the node is lent, to
+ * its borrower: nodes are lent only while the thread polls (P.polling),
+ * and a lent one is left out of everything the thread does until it is
+ * back.  Only the thread frees channels and nodes (and
  * dist__pubsub_shutdown, after it ended), so it keeps pointers to them
  * across an unlock. */
 #include <errno.h>

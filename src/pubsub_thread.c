@@ -2,8 +2,8 @@
  * confirmed as the master by route.c), what was sent to them, and the
  * loop that keeps the subscriptions where the channel table wants them;
  * and the lookups and wake-ups of the channel table that pubsub.c uses too
- * (so that this file never calls up into pubsub.c).  The design is in
- * pubsub.c. */
+ * (so that this file never calls up into pubsub.c); and the lending of a
+ * node to a waiter (dist__ps_borrow).  The design is in pubsub.c. */
 #include <errno.h>
 #include <poll.h>
 #include <stdio.h>
