@@ -68,6 +68,7 @@ struct tu_liar {
     struct name_count counts[LIAR_MAX_NAMES];
     int ncounts;
     long closed;               /* connections closed by a rule's close */
+    int open;                  /* connections open now (under mu) */
     struct conn *conns[LIAR_MAX_CONNS];
 };
 
@@ -403,6 +404,9 @@ static void accept_one(struct tu_liar *l)
     }
     c->fd = fd;
     l->conns[i] = c;
+    pthread_mutex_lock(&l->mu);
+    l->open++;
+    pthread_mutex_unlock(&l->mu);
 }
 
 /* When the next drip byte of c is due (ms from now, at most the tick). */
@@ -454,11 +458,11 @@ static void serve_round(struct tu_liar *l)
             int by_rule = c->closing;
             conn_free(c);
             l->conns[idx[i]] = NULL;
-            if (by_rule) {
-                pthread_mutex_lock(&l->mu);
+            pthread_mutex_lock(&l->mu);
+            l->open--;
+            if (by_rule)
                 l->closed++;
-                pthread_mutex_unlock(&l->mu);
-            }
+            pthread_mutex_unlock(&l->mu);
         }
     }
 }
@@ -550,6 +554,16 @@ void tu_liar_reset(tu_liar_t *l)
     }
     l->nrules = 0;
     pthread_mutex_unlock(&l->mu);
+}
+
+int tu_liar_open(tu_liar_t *l)
+{
+    int n;
+
+    pthread_mutex_lock(&l->mu);
+    n = l->open;
+    pthread_mutex_unlock(&l->mu);
+    return n;
 }
 
 long tu_liar_closed(tu_liar_t *l)

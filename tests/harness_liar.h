@@ -49,6 +49,10 @@ void tu_liar_add(tu_liar_t *l, const struct tu_lie *lie);
 void tu_liar_reset(tu_liar_t *l);
 /* Commands named cmd received since the start, on every connection. */
 long tu_liar_count(tu_liar_t *l, const char *cmd);
+/* Connections open now.  A client that ended may still have commands on
+ * its way: once its connection is no longer counted here, every one of
+ * them was answered (by the rules of then). */
+int tu_liar_open(tu_liar_t *l);
 /* Connections closed by a rule's close since the start (closed when
  * this says so: a client polling its socket sees the end). */
 long tu_liar_closed(tu_liar_t *l);
