@@ -191,7 +191,9 @@ static struct dist__node *node_get(const struct dist__addr *a, int sharded)
     return n;
 }
 
-/* Closes n and forgets what was sent to it.  P.mu held. */
+/* Closes n and forgets what was sent to it, and what its link did while
+ * lent (a later link must not be given up for it).  P.mu held; n not
+ * lent. */
 static void disconnect(struct dist__node *n)
 {
     struct sent s;
@@ -200,6 +202,8 @@ static void disconnect(struct dist__node *n)
         ;
     dist__link_close(n->link);
     n->link = NULL;
+    n->failed = 0;
+    n->recall = 0;
     n->out = 0;
     n->idle_since = 0;
 }
