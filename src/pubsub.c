@@ -80,14 +80,7 @@ DIST__FORK_HOOK(pubsub_init, pubsub_fork, DIST__RANK_PUBSUB)
 
 static void poke(void)
 {
-    char b = 1;
-    ssize_t n;
-
-    if (P.pipe[1] >= 0) {
-        do
-            n = write(P.pipe[1], &b, 1);
-        while (n < 0 && errno == EINTR);
-    }
+    dist__ps_ring(P.pipe);
 }
 
 /* A non-blocking close-on-exec pipe in fd, unless there is one.  0 or -1. */

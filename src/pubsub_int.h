@@ -106,6 +106,9 @@ extern struct dist__ps_state dist__ps;
 #define P dist__ps     /* the one state of pubsub.c and pubsub_thread.c */
 
 /* ---- pubsub_thread.c ---- */
+/* Writes a byte to the pipe fd (P.pipe: wakes the thread; P.bell: wakes
+ * a borrower), unless it is closed (fd[1] < 0). */
+void dist__ps_ring(const int *fd);
 /* The channel named so, or NULL.  P.mu held. */
 struct dist__chan *dist__ps_find(const char *name, size_t len);
 /* A release message for ch: wakes one waiter, or all (a '1').  P.mu held. */

@@ -14,9 +14,7 @@
 #include "pubsub_int.h"
 #include "stats.h"
 
-/* Rings fd (a pipe): the pub/sub thread's (P.pipe) or the borrower's
- * (P.bell). */
-static void ring(const int *fd)
+void dist__ps_ring(const int *fd)
 {
     char b = 1;
     ssize_t n;
@@ -66,7 +64,7 @@ void dist__ps_wake(struct dist__chan *ch, int all)
     }
     /* its borrower polls a socket, not ch->cv */
     if (P.lent && ch == P.lent_ch && !pthread_equal(P.borrower, pthread_self()))
-        ring(P.bell);
+        dist__ps_ring(P.bell);
 }
 
 /* ---- the thread's side: nodes and what was sent to them ------------------ */
@@ -126,7 +124,7 @@ static void recall(struct dist__node *n)
 {
     if (n->lent && !n->recall) {
         n->recall = 1;
-        ring(P.bell);
+        dist__ps_ring(P.bell);
     }
 }
 
@@ -759,7 +757,7 @@ int dist__ps_borrow(struct dist__chan *ch, unsigned long gen, uint64_t until)
     P.borrower = pthread_self();
     drain(P.bell[0]);         /* rung for an earlier borrower */
     if (n->in_poll)
-        ring(P.pipe);         /* the thread polls again without n */
+        dist__ps_ring(P.pipe); /* the thread polls again without n */
     while (ch->gen == gen && ch->permits == 0 && !n->recall && !P.stop) {
         struct pollfd pfd[2];
         uint64_t now = dist__now_ms();
@@ -789,7 +787,7 @@ int dist__ps_borrow(struct dist__chan *ch, unsigned long gen, uint64_t until)
      * a broken link; otherwise it takes n in again at its next turn, and
      * the next waiter borrows n meanwhile without waking it. */
     if (broken || recalled || P.sleepers > 0 || P.stop)
-        ring(P.pipe);
+        dist__ps_ring(P.pipe);
     return 1;
 }
 
