@@ -121,20 +121,27 @@ static struct dist_stats stats_now(void)
 
 /* ---- one waiter --------------------------------------------------------------- */
 
+/* One hand-off to a lone waiter on h (its name set): the counters it left. */
+static struct dist_stats lone_handoff(struct held *h)
+{
+    struct fx_locker l;
+
+    hold_elsewhere(h);
+    dist_stats_reset();
+    start_waiter(&l, h, 20.0);
+    let_go_and_check(h, &l);
+    return stats_now();
+}
+
 /* A lone waiter reads its release message itself, and is woken by it. */
 static void test_lone_waiter_reads_itself(void **state)
 {
     struct held h;
-    struct fx_locker l;
     struct dist_stats s;
 
     (void)state;
     NAME(h.name, "m");
-    hold_elsewhere(&h);
-    dist_stats_reset();
-    start_waiter(&l, &h, 20.0);
-    let_go_and_check(&h, &l);
-    s = stats_now();
+    s = lone_handoff(&h);
     assert_true(s.pubsub_messages >= 1);
     assert_true(s.pubsub_direct >= 1);
     assert_true(s.pubsub_direct <= s.pubsub_messages);
@@ -147,7 +154,6 @@ static void test_lone_waiter_reads_itself(void **state)
 static void test_env_off(void **state)
 {
     struct held h;
-    struct fx_locker l;
     struct dist_stats s;
     pid_t pid;
     int st;
@@ -160,11 +166,7 @@ static void test_env_off(void **state)
     }
     if (getenv("TEST_WAKE_ENV_CHILD")) {
         NAME(h.name, "m");
-        hold_elsewhere(&h);
-        dist_stats_reset();
-        start_waiter(&l, &h, 20.0);
-        let_go_and_check(&h, &l);
-        s = stats_now();
+        s = lone_handoff(&h);
         assert_true(s.pubsub_messages >= 1);
         assert_int_equal(s.pubsub_direct, 0);
         assert_int_equal(dist_mutex_destroy(&h.m), 0);
