@@ -13,7 +13,9 @@
 #   DISTLOCK_PLOT         1: also gnuplot, for bench/plot.sh (pictures of a
 #                         distlock-bench run); nothing else needs it
 #   CI                    set: also gdb, for the stacks of a hung torture
-#                         worker
+#                         worker, and PostgreSQL's server, for the fence's
+#                         SQL side (tests/test_fence_pg.sh starts a server of
+#                         its own; without CI it skips when none is installed)
 #
 # Note: installing redis-server may start the system's Redis service on
 # port 6379.  distlock's scripts never use it; scripts/with-redis.sh starts
@@ -52,7 +54,7 @@ fi
 # Under CI, gdb: a torture worker that hangs is shown with the stacks of
 # its threads (bench/distlock-torture.c), not only counted.
 if [[ -n "${CI:-}" ]]; then
-    packages+=(gdb)
+    packages+=(gdb postgresql)
 fi
 if [[ "${DISTLOCK_PLOT:-0}" == 1 ]]; then
     packages+=(gnuplot-nox)

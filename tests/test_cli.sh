@@ -926,6 +926,19 @@ if [[ $cluster_up -eq 1 ]]; then
     check "cluster: watch hears the plain release and looks" \
         has "released by $uuid2:7" "$tmp/cwatch" || cat "$tmp/cwatch"
 
+    # the fence function library goes to every master; FCALL then works on
+    # whichever master holds the fence's slot
+    run "${DC[@]}" fence load
+    check "cluster: fence load loads the library on each of the 3 masters" \
+        eval '[[ $rc -eq 0 && $(grep -c "loaded function library" "$out") -eq 3 ]]' || show
+    good=0
+    for i in 0 1 2; do
+        [[ $(ccli FCALL distlock_fenced 2 "fence:{${cn[$i]}}" "{${cn[$i]}}:n" 7 INCR) == 1 ]] &&
+            [[ $(ccli FCALL distlock_fenced 2 "fence:{${cn[$i]}}" "{${cn[$i]}}:n" 6 INCR) == STALE* ]] &&
+            good=$((good + 1))
+    done
+    check "cluster: distlock_fenced accepts and refuses on each master" test $good -eq 3
+
     # the slot moves to another master while watch runs: it follows
     to=${co[1]}
     if move_slot "${cs[0]}" "${co[0]}" "$to"; then
@@ -1000,6 +1013,7 @@ sentinel_up=0
 if start_server "$tmp/smaster"; then
     sm=$started_port
     if start_server "$tmp/sreplica" --replicaof 127.0.0.1 "$sm"; then
+        sr=$started_port
         mkdir -p "$tmp/sentinel"
         printf 'sentinel monitor dlm 127.0.0.1 %s 1\n' "$sm" >"$tmp/sentinel/sentinel.conf"
         if start_server "$tmp/sentinel" "$tmp/sentinel/sentinel.conf" --sentinel; then
@@ -1020,6 +1034,12 @@ if [[ $sentinel_up -eq 1 ]]; then
     check "sentinel: list" has "^$pfx-s .* mutex" "$out" || show
     run "${DS[@]}" lock "$pfx-s2" -- sh -c 'echo "token=$DISTLOCK_TOKEN"'
     check "sentinel: lock -- CMD" eval '[[ $rc -eq 0 ]] && has "^token=1$" "$out"' || show
+    run "${DS[@]}" fence load
+    check "sentinel: fence load loads the library on the master alone" \
+        eval '[[ $rc -eq 0 && $(grep -c "loaded function library" "$out") -eq 1 ]] &&
+              has "127.0.0.1:$sm:" "$out"' || show
+    check "sentinel: the replica has it from the master" \
+        wait_for 5 eval 'redis-cli -p "$sr" FUNCTION LIST LIBRARYNAME distlock | grep -q distlock_fenced'
     run env "DISTLOCK_URL=redis-sentinel://127.0.0.1:$ss/nosuch" "$D" status "$pfx-s"
     check "sentinel: an unknown master name: exit 3 naming the sentinel" \
         eval '[[ $rc -eq 3 ]] && has "127.0.0.1:$ss" "$err"' || show

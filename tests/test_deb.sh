@@ -104,7 +104,9 @@ holds libdistlock-dev /usr/include/distlock.h /usr/include/distlock.hpp \
     /usr/share/man/man3/dist_mutex_lock.3.gz /usr/share/man/man7/distlock.7.gz
 holds distlock-tools /usr/bin/distlock /usr/bin/distlock-run \
     "/usr/lib/$ma/distlock/libdistlock_preload.so" \
-    /usr/share/man/man1/distlock.1.gz /usr/share/man/man5/distlock-preload.conf.5.gz
+    /usr/share/man/man1/distlock.1.gz /usr/share/man/man5/distlock-preload.conf.5.gz \
+    /usr/share/distlock/fence.lua /usr/share/distlock/fence.sql \
+    /usr/share/man/man7/distlock-fence.7.gz
 if dpkg-deb -c "$deb_libdistlock0" | grep -q '/usr/include/\|\.so$'; then
     fail "libdistlock0 holds development files"
 fi

@@ -32,6 +32,9 @@ for f in distlockConfig.cmake distlockConfigVersion.cmake; do
     [ -f "$cmakedir/$f" ] || fail "$f not installed in libdir/cmake/distlock"
 done
 prefix=${libdir%/lib*}                    # DESTDIR + prefix
+for f in fence.lua fence.sql; do
+    [ -f "$prefix/share/distlock/$f" ] || fail "$f not installed in share/distlock"
+done
 
 cat >"$tmp/consumer.c" <<'C'
 #include <errno.h>

@@ -8,6 +8,7 @@
  *   distlock watch NAME             one line per change until interrupted
  *   distlock top [PATTERN]          a live table: holders, waiters, rates
  *   distlock sem-set NAME N         set a semaphore's free permits
+ *   distlock fence load [URL]       load the fence function library
  *
  * Exit codes: 0 success, 1 busy / timed out / declined, 2 usage error,
  * 3 Redis error; `lock` returns the command's own status.
@@ -43,6 +44,8 @@ static const char usage_main[] =
 "  top [--once] [PATTERN]        a live table of the locks: holders, waiters,\n"
 "                                acquisitions/s, lease\n"
 "  sem-set [--redisson] NAME N   set semaphore NAME's free permits to N\n"
+"  fence load [URL] | get FENCE  load the fence function library (FCALL\n"
+"                                distlock_fenced) / show a fence's token\n"
 "  help [COMMAND]                this text, or a command's\n"
 "\n"
 "Options (before or after the command):\n"
@@ -179,6 +182,29 @@ static const char usage_sem_set[] =
 "--redisson: a Redisson-mode semaphore (RSemaphore's count at NAME).\n"
 "Waiters are woken for the permits now free.  Prints the free permits.\n";
 
+static const char usage_fence[] =
+"Usage: distlock fence load [URL]\n"
+"       distlock fence get FENCE\n"
+"The resource side of fencing tokens: a Redis 7 function library that any\n"
+"client calls (redis-cli, hiredis, redis-py, Jedis...):\n"
+"\n"
+"  FCALL distlock_fenced 2 FENCE DATA TOKEN COMMAND [ARG...]\n"
+"      runs COMMAND DATA ARG... unless TOKEN is lower than the highest token\n"
+"      FENCE accepted (then an error starting with STALE: the lock was lost,\n"
+"      stop and do not retry with that token), and records TOKEN\n"
+"  FCALL_RO distlock_fence_get 1 FENCE\n"
+"      the highest token FENCE accepted (0 when none)\n"
+"\n"
+"load     loads (FUNCTION LOAD REPLACE: again is harmless) the library on\n"
+"         URL's server (default --url, $DISTLOCK_URL): on Sentinel on the\n"
+"         current master, which replicates it; on a cluster on every master.\n"
+"         Prints each server it loaded.  Needs Redis 7.\n"
+"get      prints the highest token FENCE accepted.\n"
+"\n"
+"On a cluster FENCE and DATA must share a hash tag: fence:{orders} and\n"
+"{orders}:total.  The same text is installed as share/distlock/fence.lua;\n"
+"share/distlock/fence.sql is the PostgreSQL side (distlock-fence(7)).\n";
+
 static const struct {
     const char *name;
     const char *usage;
@@ -186,6 +212,7 @@ static const struct {
     { "status", usage_status }, { "list", usage_list }, { "lock", usage_lock },
     { "unlock", usage_unlock }, { "watch", usage_watch },
     { "sem-set", usage_sem_set }, { "top", usage_top },
+    { "fence", usage_fence },
 };
 
 static const char *usage_of(const char *cmd)
@@ -259,5 +286,7 @@ int main(int argc, char **argv)
         return cmd_sem_set(argc, argv);
     if (strcmp(cmd, "top") == 0)
         return cmd_top(argc, argv);
+    if (strcmp(cmd, "fence") == 0)
+        return cmd_fence(argc, argv);
     return cmd_watch(argc, argv);
 }

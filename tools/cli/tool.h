@@ -296,5 +296,6 @@ int cmd_unlock(int argc, char **argv);
 int cmd_watch(int argc, char **argv);
 int cmd_sem_set(int argc, char **argv);
 int cmd_top(int argc, char **argv);
+int cmd_fence(int argc, char **argv);
 
 #endif
