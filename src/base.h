@@ -17,6 +17,40 @@
 
 #define DIST__UNUSED(x) ((void)(x))
 
+/* ---- sys.c --------------------------------------------------------------- */
+
+/* The pthread functions the library calls on its own mutexes and
+ * conditions, called through this table: glibc's own when the LD_PRELOAD
+ * shim is in the process (sys.c says why), the ordinary symbols otherwise.
+ * The macros below route every such call of the library through it; a
+ * call to another function the shim interposes must be added here (the
+ * test test_preload checks that libdistlock.so calls none directly). */
+struct dist__sys {
+    int (*mutex_init)(pthread_mutex_t *, const pthread_mutexattr_t *);
+    int (*mutex_destroy)(pthread_mutex_t *);
+    int (*mutex_lock)(pthread_mutex_t *);
+    int (*mutex_unlock)(pthread_mutex_t *);
+    int (*cond_init)(pthread_cond_t *, const pthread_condattr_t *);
+    int (*cond_destroy)(pthread_cond_t *);
+    int (*cond_wait)(pthread_cond_t *, pthread_mutex_t *);
+    int (*cond_timedwait)(pthread_cond_t *, pthread_mutex_t *,
+                          const struct timespec *);
+    int (*cond_signal)(pthread_cond_t *);
+    int (*cond_broadcast)(pthread_cond_t *);
+};
+extern struct dist__sys dist__sys;
+
+#define pthread_mutex_init(m, a) (dist__sys.mutex_init((m), (a)))
+#define pthread_mutex_destroy(m) (dist__sys.mutex_destroy(m))
+#define pthread_mutex_lock(m) (dist__sys.mutex_lock(m))
+#define pthread_mutex_unlock(m) (dist__sys.mutex_unlock(m))
+#define pthread_cond_init(c, a) (dist__sys.cond_init((c), (a)))
+#define pthread_cond_destroy(c) (dist__sys.cond_destroy(c))
+#define pthread_cond_wait(c, m) (dist__sys.cond_wait((c), (m)))
+#define pthread_cond_timedwait(c, m, t) (dist__sys.cond_timedwait((c), (m), (t)))
+#define pthread_cond_signal(c) (dist__sys.cond_signal(c))
+#define pthread_cond_broadcast(c) (dist__sys.cond_broadcast(c))
+
 /* Every public entry point begins with DIST__KEEP_ERRNO: however the call
  * leaves, errno is put back as the caller had it.  The library's own system
  * calls change it (a non-blocking connect leaves EINPROGRESS) and the API

@@ -1,7 +1,7 @@
 /* preload_lib: a shared library with mutexes, for the LD_PRELOAD tests
  * (libpreload_lib.so, linked by preload_target).  Knows nothing of
  * distlock, except that its constructor asks the shim, if there is one,
- * for a call counter. */
+ * for a call counter.  Linked by preload_fork too, for its fork handler. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <pthread.h>
@@ -9,6 +9,7 @@
 pthread_mutex_t *preload_lib_cache_lock(void);
 pthread_mutex_t *preload_lib_global_lock(void);
 long preload_lib_ctor_counted(void);
+int preload_lib_fork_reinits(void);
 
 /* file-static in the library: only in its .symtab */
 static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -27,6 +28,27 @@ pthread_mutex_t *preload_lib_global_lock(void)
     return &lib_global_lock;
 }
 
+/* A handler fork() runs in the child, as legacy libraries have: it
+ * initialises the library's mutex anew (the parent's state may have been
+ * copied half-changed).  Registered by the constructor below, which runs
+ * before the shim's start-up, so glibc runs it in the child before the
+ * handlers of the shim and of libdistlock, while they still hold their
+ * locks: its pthread_mutex_init must not wait for them. */
+static pthread_mutex_t fork_lock = PTHREAD_MUTEX_INITIALIZER;
+static int fork_reinits;
+
+static void preload_lib_fork_child(void)
+{
+    if (pthread_mutex_init(&fork_lock, NULL) == 0)
+        fork_reinits++;
+}
+
+/* How often this process's fork child handler initialised fork_lock. */
+int preload_lib_fork_reinits(void)
+{
+    return fork_reinits;
+}
+
 /* The dynamic loader runs this constructor before the shim's (the shim is
  * preloaded, this library is a dependency of the program): its lock call
  * is the first, and must find cache_lock mapped all the same. */
@@ -37,6 +59,7 @@ __attribute__((constructor)) static void preload_lib_ctor(void)
     long (*counter)(const char *) =
         (long (*)(const char *))dlsym(RTLD_DEFAULT, "distlock_preload_calls");
 
+    pthread_atfork(NULL, NULL, preload_lib_fork_child);
     pthread_mutex_lock(&cache_lock);
     pthread_mutex_unlock(&cache_lock);
     ctor_counted = counter ? counter("pthread_mutex_lock@GLIBC_2.2.5") : -1;

@@ -45,6 +45,7 @@ static char shim[PATH_MAX];           /* .libs/libdistlock_preload.so */
 static char ledger_bin[PATH_MAX];     /* tests/legacy_ledger */
 static char static_bin[PATH_MAX];     /* tests/legacy_ledger_static, or "" */
 static char target_bin[PATH_MAX];     /* tests/preload_target */
+static char fork_bin[PATH_MAX];       /* tests/preload_fork */
 static char pfx[64];                  /* lock-name prefix of this run */
 /* Settings every child gets: in a sanitizer build, libdistlock.so (and so
  * the shim) needs the sanitizer runtime, which must be preloaded first
@@ -1008,6 +1009,48 @@ static void test_program_key(void **state)
     assert_exit(proc_end(&p, 20), 0);
 }
 
+/* ---- fork() under init_site (issue 27) ---------------------------------------- */
+
+/* preload_fork under cfg: its child and then its parent lock, signal and
+ * unlock, and it ends (it kills a child that hangs, after 60 s: a
+ * bound, not a timing).  Verbose: the shim's messages in *p. */
+static void fork_runs(struct proc *p, const char *cfg)
+{
+    assert_exit(run(p, ARGV(run_bin, "-v", "--config", (char *)cfg, "--",
+                            fork_bin), NULL, 120), 0);
+    /* the program's own inits only: main's mutex, and the library's in
+     * the child (the library's handler ran, and its init returned) */
+    assert_string_equal(p->obuf, "child 0 1 2 1\nparent 0\nparent 0 1 1\n");
+    assert_int_equal(prefixed_keys(), 0);
+}
+
+/* The child of a fork ran libdistlock's fork handler, whose
+ * pthread_mutex_init reached the shim's init_site mapping, and waited for
+ * the shim's own lock, which the shim's prepare handler had taken and
+ * whose child handler (registered later) had not run yet: every forked
+ * child hung once the file had an init_site section, even one of a
+ * function that never runs.  The library's own objects now bypass the
+ * shim (the counts), and a handler registered before the shim's (the one
+ * of libpreload_lib.so) may initialise a lock in the child. */
+static void test_fork_with_init_site(void **state)
+{
+    const char *cfg;
+    struct proc p;
+    char want[128];
+
+    (void)state;
+    cfg = write_file("fork.ini", "%s[mutex %sfork]\nmatch = init_site main\n",
+                     redis_section, pfx);
+    fork_runs(&p, cfg);
+    snprintf(want, sizeof want, "mutex '%sfork:0' = ", pfx);
+    assert_contains(p.ebuf, want);
+    cfg = write_file("fork.ini", "%s[mutex %sfork]\nmatch = init_site "
+                     "preload_fork_unused\n", redis_section, pfx);
+    fork_runs(&p, cfg);
+    assert_contains(p.ebuf, "mutex that pthread_mutex_init called from "
+                    "preload_fork_unused");
+}
+
 /* ---- symbol versions --------------------------------------------------------------- */
 
 static int is_wrapped(const char *sym)
@@ -1125,6 +1168,46 @@ static void test_symbol_versions_intercepted(void **state)
     /* without the shim the same calls work, and nobody counts them */
     assert_exit(run(&p, ARGV(target_bin, "calls"), NULL, 30), 0);
     assert_contains(p.obuf, "count pthread_mutex_lock@GLIBC_2.2.5 -1");
+}
+
+/* libdistlock.so's own mutexes and conditions bypass the shim only when
+ * every call the library makes to a function the shim interposes goes
+ * through its table (src/sys.c): none may be a plain call, bound through
+ * the PLT (JUMP_SLOT) or the GOT (GLOB_DAT, -fno-plt) to whichever
+ * definition comes first, which is the shim's. */
+static void test_library_calls_bypass_shim(void **state)
+{
+    static char defined[16384];
+    char lib[PATH_MAX], cmd[PATH_MAX + 64], line[512], want[300];
+    const char *slash = strrchr(shim, '/');
+    int relocs = 0;
+    FILE *f;
+
+    (void)state;
+    snprintf(lib, sizeof lib, "%.*s/libdistlock.so", (int)(slash - shim),
+             shim);
+    defined[0] = '\n';            /* whole lines: sem_close is not close */
+    dyn_syms(shim, 1, defined + 1, sizeof defined - 1);
+    assert_contains(defined, "\npthread_mutex_init@GLIBC_2.2.5\n");
+    snprintf(cmd, sizeof cmd, "readelf -r -W '%s'", lib);
+    f = popen(cmd, "r");
+    assert_non_null(f);
+    while (fgets(line, sizeof line, f)) {
+        char type[64], name[256];
+
+        if (sscanf(line, "%*s %*s %63s %*s %255s", type, name) != 2)
+            continue;
+        if (strcmp(type, "R_X86_64_JUMP_SLOT") != 0 &&
+            strcmp(type, "R_X86_64_GLOB_DAT") != 0)
+            continue;
+        relocs++;
+        snprintf(want, sizeof want, "\n%s\n", name);
+        if (strstr(defined, want))
+            fail_msg("libdistlock.so calls %s directly: through the shim "
+                     "when it is preloaded (add it to src/sys.c)", name);
+    }
+    pclose(f);
+    assert_true(relocs > 10);         /* the listing was read */
 }
 
 /* ---- trylock, timedlock, clocklock ------------------------------------------------- */
@@ -1433,7 +1516,9 @@ static int group_setup(void **state)
     built(ledger_bin, top, "tests/legacy_ledger");
     built(static_bin, top, "tests/legacy_ledger_static");
     built(target_bin, top, "tests/preload_target");
-    if (!run_bin[0] || !shim[0] || !ledger_bin[0] || !target_bin[0]) {
+    built(fork_bin, top, "tests/preload_fork");
+    if (!run_bin[0] || !shim[0] || !ledger_bin[0] || !target_bin[0] ||
+        !fork_bin[0]) {
         fprintf(stderr, "test_preload: build the shim, distlock-run and the "
                 "test programs first (top_builddir=%s)\n", top);
         return -1;
@@ -1502,6 +1587,8 @@ int main(void)
         cmocka_unit_test(test_start_up_from_a_library_constructor),
         cmocka_unit_test(test_children_stay_unmapped),
         cmocka_unit_test(test_program_key),
+        cmocka_unit_test(test_fork_with_init_site),
+        cmocka_unit_test(test_library_calls_bypass_shim),
         cmocka_unit_test(test_symbol_versions_intercepted),
         cmocka_unit_test(test_trylock_and_timedlock),
         cmocka_unit_test(test_errorcheck_kept),

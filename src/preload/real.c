@@ -95,6 +95,23 @@ void pl_resolve_reals(void)
     __atomic_store_n(&reals_ready, 1, __ATOMIC_RELEASE);
 }
 
+/* For libdistlock (sys.c): glibc's function behind name, in the version
+ * a build against this glibc binds (the first of the table), so that the
+ * library's own mutexes and conditions bypass the shim.  NULL for a name
+ * the shim does not interpose. */
+typedef void (*pl_any_fn)(void);
+EXPORT pl_any_fn distlock_preload_real(const char *name);
+EXPORT pl_any_fn distlock_preload_real(const char *name)
+{
+    int i;
+
+    pl_resolve_reals();
+    for (i = 0; i < FN_COUNT; i++)
+        if (strcmp(fn_sym[i].name, name) == 0)
+            return (pl_any_fn)pl_real[i];
+    return NULL;
+}
+
 /* For tests: how often an entry point saw a mapped lock, by
  * "name@VERSION" (-1 for an unknown name). */
 EXPORT long distlock_preload_calls(const char *sym);
