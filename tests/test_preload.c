@@ -497,7 +497,7 @@ static void test_config_errors_name_file_and_line(void **state)
     expect_refused("[mutex a]\nmatch = symbol g_ledger_lock\n\n[mutex b]\n"
                    "match = symbol g_ledger_lock\n",
                    ":5: duplicate mapping: 'symbol g_ledger_lock' is already "
-                   "mapped by [a] at line 2");
+                   "mapped by [mutex a] at line 2");
     /* two spellings of one mutex: found once resolved */
     expect_refused("[mutex a]\nmatch = symbol g_ledger_lock\n[mutex b]\n"
                    "match = symbol legacy_ledger.c:g_ledger_lock\n",
@@ -1051,6 +1051,35 @@ static void test_fork_with_init_site(void **state)
                     "preload_fork_unused");
 }
 
+/* A [mutex] and a [cond] on one init_site function: each maps what it
+ * initialises of its kind (refused as a duplicate mapping before).  Two
+ * sections of one kind on one function, or two of any kinds on one
+ * symbol, stay duplicates. */
+static void test_mutex_and_cond_share_init_site(void **state)
+{
+    const char *cfg;
+    struct proc p;
+    char want[128];
+
+    (void)state;
+    cfg = write_file("pair.ini", "%s[mutex %sfm]\nmatch = init_site main\n"
+                     "[cond %sfc]\nmatch = init_site main\nmutex = %sfm\n",
+                     redis_section, pfx, pfx, pfx);
+    fork_runs(&p, cfg);
+    snprintf(want, sizeof want, "mutex '%sfm:0' = ", pfx);
+    assert_contains(p.ebuf, want);
+    snprintf(want, sizeof want, "cond '%sfc:0' = ", pfx);
+    assert_contains(p.ebuf, want);
+    expect_refused("[mutex a]\nmatch = init_site main\n[mutex b]\n"
+                   "match = init_site main\n",
+                   ":4: duplicate mapping: 'init_site main' is already "
+                   "mapped by [mutex a] at line 2");
+    expect_refused("[mutex a]\nmatch = symbol g_ledger_lock\n[cond b]\n"
+                   "match = symbol g_ledger_lock\n",
+                   ":4: duplicate mapping: 'symbol g_ledger_lock' is already "
+                   "mapped by [mutex a] at line 2");
+}
+
 /* ---- symbol versions --------------------------------------------------------------- */
 
 static int is_wrapped(const char *sym)
@@ -1589,6 +1618,7 @@ int main(void)
         cmocka_unit_test(test_program_key),
         cmocka_unit_test(test_fork_with_init_site),
         cmocka_unit_test(test_library_calls_bypass_shim),
+        cmocka_unit_test(test_mutex_and_cond_share_init_site),
         cmocka_unit_test(test_symbol_versions_intercepted),
         cmocka_unit_test(test_trylock_and_timedlock),
         cmocka_unit_test(test_errorcheck_kept),

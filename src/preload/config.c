@@ -642,10 +642,14 @@ static int same_string(const char *a, const char *b)
 }
 
 /* Whether two sections map the same thing as written.  Field by field: a
- * joined string would need a bound and a separator no field contains. */
+ * joined string would need a bound and a separator no field contains.  A
+ * symbol is one object, whatever the kinds; an init_site function maps
+ * what it initialises of one kind only, so a [mutex] and a [cond] (the
+ * usual pair of a function that sets both up) may name the same one. */
 static int same_match(const struct pl_section *a, const struct pl_section *b)
 {
     return a->how == b->how &&
+           (a->how == PL_SYMBOL || a->kind == b->kind) &&
            same_string(a->nqual > 0 ? a->qual[0] : NULL,
                        b->nqual > 0 ? b->qual[0] : NULL) &&
            same_string(a->nqual > 1 ? a->qual[1] : NULL,
@@ -738,7 +742,8 @@ static void check_sections(struct parse *p)
                 continue;
             if (same_match(s, &cfg->sec[j]))
                 perr(p, s->match_line, "duplicate mapping: '%s' is already "
-                     "mapped by [%s] at line %d", s->match, cfg->sec[j].name,
+                     "mapped by [%s %s] at line %d", s->match,
+                     pl_kind_name(cfg->sec[j].kind), cfg->sec[j].name,
                      cfg->sec[j].match_line);
         }
     }
