@@ -46,6 +46,7 @@ static char ledger_bin[PATH_MAX];     /* tests/legacy_ledger */
 static char static_bin[PATH_MAX];     /* tests/legacy_ledger_static, or "" */
 static char target_bin[PATH_MAX];     /* tests/preload_target */
 static char fork_bin[PATH_MAX];       /* tests/preload_fork */
+static char other_lib[PATH_MAX];      /* a library that is not the shim */
 static char pfx[64];                  /* lock-name prefix of this run */
 /* Settings every child gets: in a sanitizer build, libdistlock.so (and so
  * the shim) needs the sanitizer runtime, which must be preloaded first
@@ -789,6 +790,44 @@ static void test_unloadable_shim_refused(void **state)
     assert_int_equal(truncate(copy, 4096), 0);
     expect_shim_refused(copy, "died of signal");
     unlink(copy);
+}
+
+/* Issue 27: a library that loads but is not the shim (libdistlock.so
+ * itself, an easy mix-up, or any other) passed the loader's trial, and the
+ * program ran to its end on local mutexes before distlock-run found no
+ * report.  The shim's handshake, run before the program, refuses it. */
+static void test_not_the_shim_refused(void **state)
+{
+    char libs[2][PATH_MAX], marker[PATH_MAX];
+    const char *slash = strrchr(shim, '/');
+    const char *cfg;
+    struct proc p;
+    size_t i;
+
+    (void)state;
+    snprintf(libs[0], sizeof libs[0], "%.*s/libdistlock.so",
+             (int)(slash - shim), shim);
+    snprintf(libs[1], sizeof libs[1], "%s", other_lib);
+    assert_true(libs[1][0] != '\0');
+    cfg = write_file("ok.ini", "%s[mutex %sledger]\nmatch = symbol "
+                     "g_ledger_lock\n", redis_section, pfx);
+    path_in(marker, sizeof marker, "not-started");
+    for (i = 0; i < 2; i++) {
+        unlink(marker);
+        assert_exit(run(&p, ARGV(run_bin, "--config", (char *)cfg,
+                                 "--preload", libs[i], "--", ledger_bin,
+                                 marker, "1", "1"), NULL, 30), 78);
+        assert_contains(p.ebuf, "not the distlock shim: it loads, but does "
+                        "not answer the shim's handshake");
+        assert_contains(p.ebuf, "was not started");
+        assert_false(exists(marker));
+    }
+    /* the shim itself answers: the same run goes ahead */
+    unlink(marker);
+    assert_exit(run(&p, ARGV(run_bin, "--config", (char *)cfg, "--preload",
+                             shim, "--", ledger_bin, marker, "1", "1"),
+                    NULL, 30), 0);
+    assert_int_equal(read_count(marker), 1);
 }
 
 /* Issue 15 item 14: --timeout 1e300 or inf reached an out-of-range
@@ -1546,6 +1585,7 @@ static int group_setup(void **state)
     built(static_bin, top, "tests/legacy_ledger_static");
     built(target_bin, top, "tests/preload_target");
     built(fork_bin, top, "tests/preload_fork");
+    built(other_lib, top, "tests/.libs/libpreload_lib.so");
     if (!run_bin[0] || !shim[0] || !ledger_bin[0] || !target_bin[0] ||
         !fork_bin[0]) {
         fprintf(stderr, "test_preload: build the shim, distlock-run and the "
@@ -1609,6 +1649,7 @@ int main(void)
         cmocka_unit_test(test_secure_execution_refused),
         cmocka_unit_test(test_split_shim_path_refused),
         cmocka_unit_test(test_unloadable_shim_refused),
+        cmocka_unit_test(test_not_the_shim_refused),
         cmocka_unit_test(test_timeout_out_of_range_refused),
         cmocka_unit_test(test_every_match_kind),
         cmocka_unit_test(test_unmapped_mutex_untouched),

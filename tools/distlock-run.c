@@ -10,15 +10,21 @@
  * runs in secure-execution mode (set-user-ID, set-group-ID, or with file
  * capabilities), and for a shim path with a space or a colon, which it
  * splits into pieces that are not the shim.  distlock-run refuses those up
- * front, and runs the very file it checked (fexecve).  Then it starts the
- * program with LD_PRELOAD and a status pipe, and lets it run only once the
- * shim inside it has said that it loaded, read the configuration and found
- * every lock it maps.  Otherwise the program is stopped and distlock-run
- * fails.  The shim reports from its constructor, before the program's
- * main; a shim the loader would skip for any other reason is caught by a
- * trial run of the loader alone (loader_takes_shim), so the program's own
- * code never runs without it (short of the shim file being replaced
- * between that trial and the start).
+ * front, and runs the very file it checked (fexecve).  A shim the loader
+ * would skip for any other reason is caught by a trial run of the loader
+ * alone (loader_takes_shim), and a library that loads but is not the shim
+ * (libdistlock.so itself, libz) by the shim's handshake (shim_answers):
+ * distlock-run runs itself with that library preloaded, and only the shim
+ * answers, from its start-up, before main.  So the program's own code never
+ * runs without the shim (short of the shim file being replaced between
+ * those checks and the start).  Then it starts the program with LD_PRELOAD
+ * and a status pipe; the shim inside it reports from its start-up, before
+ * the program's main, that it read the configuration and found every lock
+ * it maps.  Otherwise the program is stopped and distlock-run fails.
+ *
+ * Handshake (DISTLOCK_PRELOAD_PROBE=FD:PID:NONCE, answered by the shim in
+ * process PID only, which then exits): "distlock-preload NONCE DEV:INO",
+ * the device and inode of the shim's own file.
  *
  * Status protocol (DISTLOCK_PRELOAD_STATUS_FD=FD:PID, written by the shim
  * in process PID only): lines "msg TEXT" (to be shown), then one final
@@ -26,7 +32,8 @@
  *
  * Exit status: the program's; a program killed by a signal makes
  * distlock-run die of the same signal.  2 usage, 126 program refused,
- * 127 program not found, 78 configuration refused or shim not loaded.
+ * 127 program not found, 78 configuration refused, not the shim, or shim
+ * not loaded.
  */
 #define _GNU_SOURCE
 #include <elf.h>
@@ -39,6 +46,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -54,6 +62,10 @@
 #define EXIT_REFUSED 126
 #define EXIT_NOTFOUND 127
 #define EXIT_CONFIG 78
+/* distlock-run run as the handshake's host, when nobody answered (its
+ * main ran: the preloaded library is not the shim) */
+#define EXIT_NO_ANSWER 3
+#define PROBE_ENV "DISTLOCK_PRELOAD_PROBE"
 
 static const char *prog_name = "distlock-run";
 
@@ -81,8 +93,8 @@ static void usage(FILE *f)
             "  --config FILE   the mapping (default: $DISTLOCK_PRELOAD_CONFIG)\n"
             "  --preload LIB   the shim (default: $DISTLOCK_PRELOAD_LIB, else\n"
             "                  %s)\n"
-            "  --timeout SEC   how long the shim may take to report (default 30,\n"
-            "                  at most 86400)\n"
+            "  --timeout SEC   how long the shim may take to answer and to report\n"
+            "                  (default 30, at most 86400)\n"
             "  -v              show every mapping\n",
             DISTLOCK_PRELOAD_LIB);
 }
@@ -578,6 +590,158 @@ static int loader_takes_shim(const struct run *r)
     return EXIT_CONFIG;
 }
 
+/* ---- the shim's handshake ---------------------------------------------- */
+
+/* Is this process the host of a handshake (PROBE_ENV names it)?  Then the
+ * shim would have answered and ended it before main: it is not there. */
+static int probe_host(void)
+{
+    const char *s = getenv(PROBE_ENV);
+    long long pid;
+    int fd;
+
+    return s && sscanf(s, "%d:%lld:", &fd, &pid) == 2 &&
+           pid == (long long)getpid();
+}
+
+/* In the child: distlock-run itself, with the preload list and the
+ * handshake's settings; the answer (or "exec ERRNO") goes to fd. */
+static void exec_probe(const struct run *r, int fd, unsigned long long nonce)
+    __attribute__((noreturn));
+static void exec_probe(const struct run *r, int fd, unsigned long long nonce)
+{
+    int sfd = fcntl(fd, F_DUPFD, 3), null = open("/dev/null", O_RDWR);
+    char env[96];
+
+    if (sfd < 0)
+        _exit(EXIT_FAILURE);
+    if (null >= 0) {
+        /* the loader's complaints were shown by loader_takes_shim */
+        dup2(null, 0);
+        dup2(null, 1);
+        dup2(null, 2);
+    }
+    snprintf(env, sizeof env, "%d:%ld:%llx", sfd, (long)getpid(), nonce);
+    setenv(PROBE_ENV, env, 1);
+    setenv("LD_PRELOAD", r->preload, 1);
+    execl("/proc/self/exe", prog_name, (char *)NULL);
+    dprintf(sfd, "exec %d\n", errno);
+    _exit(EXIT_FAILURE);
+}
+
+/* A number the answer must repeat. */
+static unsigned long long new_nonce(void)
+{
+    unsigned long long n = 0;
+    struct timespec ts;
+
+    if (getrandom(&n, sizeof n, GRND_NONBLOCK) == (ssize_t)sizeof n && n)
+        return n;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ((unsigned long long)ts.tv_nsec << 20) ^
+           (unsigned long long)ts.tv_sec ^ (unsigned long long)getpid();
+}
+
+/* Reads what the handshake's host wrote on fd until it ends (at most
+ * timeout s; cut at len - 1 bytes).  0, or -1 at the timeout. */
+static int read_answer(int fd, double timeout, char *buf, size_t len)
+{
+    double until = now_s() + timeout;
+    size_t have = 0;
+
+    buf[0] = '\0';
+    for (;;) {
+        struct pollfd pfd = { fd, POLLIN, 0 };
+        double left = until - now_s();
+        ssize_t n;
+        int rc;
+
+        if (left <= 0)
+            return -1;
+        rc = poll(&pfd, 1, (int)(left * 1000) + 1);
+        if (rc < 0 && errno != EINTR)
+            return -1;
+        if (rc <= 0)
+            continue;
+        n = read(fd, buf + have, len - 1 - have);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0 || (have += (size_t)n) == len - 1) {
+            buf[have] = '\0';
+            return 0;
+        }
+    }
+}
+
+/* The shim's handshake: the library to preload, run in distlock-run
+ * itself (not in the program, whose main would run if it is not the
+ * shim), must answer as the shim, from the very file given.  0, or the
+ * exit status after saying why not. */
+static int shim_answers(const struct run *r)
+{
+    unsigned long long nonce = new_nonce(), got_nonce, dev, ino;
+    char buf[512], again[64];
+    struct stat st;
+    int p[2], rc, status, err;
+    pid_t pid;
+
+    if (stat(r->shim_abs, &st) != 0) {
+        say("%s: %s", r->shim_abs, strerror(errno));
+        return EXIT_CONFIG;
+    }
+    if (pipe2(p, O_CLOEXEC) != 0) {
+        say("pipe: %s", strerror(errno));
+        return EXIT_FAILURE;
+    }
+    fflush(NULL);
+    if ((pid = fork()) < 0) {
+        say("fork: %s", strerror(errno));
+        close(p[0]);
+        close(p[1]);
+        return EXIT_FAILURE;
+    }
+    if (pid == 0)
+        exec_probe(r, p[1], nonce);
+    close(p[1]);
+    rc = read_answer(p[0], r->timeout, buf, sizeof buf);
+    close(p[0]);
+    if (rc != 0)
+        kill(pid, SIGKILL);
+    status = wait_child(pid);
+    if (rc == 0 && sscanf(buf, "distlock-preload %llx %llu:%llu", &got_nonce,
+                          &dev, &ino) == 3 && got_nonce == nonce) {
+        if (dev == (unsigned long long)st.st_dev &&
+            ino == (unsigned long long)st.st_ino)
+            return 0;
+        say("%s: not the shim that answered: another distlock shim, already "
+            "in LD_PRELOAD, did; %s was not started", r->shim_abs, r->prog);
+        return EXIT_CONFIG;
+    }
+    if (rc != 0) {
+        say("%s: no answer to the shim's handshake within %g s; %s was not "
+            "started", r->shim_abs, r->timeout, r->prog);
+    } else if (sscanf(buf, "exec %d", &err) == 1) {
+        say("cannot run the shim's handshake (/proc/self/exe: %s); %s was "
+            "not started", strerror(err), r->prog);
+    } else if (WIFEXITED(status) && WEXITSTATUS(status) == EXIT_NO_ANSWER) {
+        say("%s: not the distlock shim: it loads, but does not answer the "
+            "shim's handshake, so the program would run without distributed "
+            "locks (the shim is libdistlock_preload.so; libdistlock.so is the "
+            "library it uses); %s was not started", r->shim_abs, r->prog);
+    } else {
+        if (WIFSIGNALED(status))
+            snprintf(again, sizeof again, "died of signal %d",
+                     WTERMSIG(status));
+        else
+            snprintf(again, sizeof again, "exited %d",
+                     WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+        say("%s: the shim's handshake failed (distlock-run with it preloaded "
+            "%s without an answer); %s was not started", r->shim_abs, again,
+            r->prog);
+    }
+    return EXIT_CONFIG;
+}
+
 /* In the child: the settings the shim reads, then the program.  The status
  * pipe's write end is duplicated without FD_CLOEXEC for the shim. */
 static void exec_program(const struct run *r, int status_w,
@@ -598,6 +762,7 @@ static void exec_program(const struct run *r, int status_w,
     setenv("DISTLOCK_PRELOAD_TARGET", env, 1);
     setenv("DISTLOCK_PRELOAD_CONFIG", r->config_abs, 1);
     setenv("LD_PRELOAD", r->preload, 1);
+    unsetenv(PROBE_ENV);
     if (r->verbose)
         setenv("DISTLOCK_PRELOAD_VERBOSE", "1", 1);
     sigprocmask(SIG_SETMASK, old, NULL);
@@ -685,6 +850,8 @@ int main(int argc, char **argv)
     int fds[2], rc;
     pid_t pid;
 
+    if (probe_host())
+        _exit(EXIT_NO_ANSWER);
     r.config = getenv("DISTLOCK_PRELOAD_CONFIG");
     r.shim = getenv("DISTLOCK_PRELOAD_LIB");
     r.timeout = 30;
@@ -694,7 +861,8 @@ int main(int argc, char **argv)
         return rc;
     if ((rc = check_files(&r)) != 0)
         return rc;
-    if ((rc = set_preload(&r)) != 0 || (rc = loader_takes_shim(&r)) != 0)
+    if ((rc = set_preload(&r)) != 0 || (rc = loader_takes_shim(&r)) != 0 ||
+        (rc = shim_answers(&r)) != 0)
         return rc;
     if (pipe2(fds, O_CLOEXEC) != 0) {
         say("pipe: %s", strerror(errno));

@@ -12,6 +12,7 @@
  * them from its caller (the loader does not preload into one either, but
  * the shim may be linked or loaded by other means). */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <limits.h>
 #include <linux/futex.h>
 #include <stdio.h>
@@ -201,12 +202,45 @@ static size_t sem_sections(void)
     return n;
 }
 
+/* ---- distlock-run's handshake -------------------------------------------- */
+
+/* Before it starts a program, distlock-run runs itself with the shim
+ * preloaded and DISTLOCK_PRELOAD_PROBE=FD:PID:NONCE: the shim answers on
+ * FD, in process PID only, "distlock-preload NONCE DEV:INO" (the device
+ * and inode of its own file, which distlock-run compares with the file it
+ * was given), and the process ends here, before distlock-run's main.  Any
+ * other library loads without a word, and distlock-run's main, run then,
+ * says that nobody answered: a library that is not the shim (libdistlock.so
+ * itself, say) is refused before the program runs at all. */
+static void answer_probe(void)
+{
+    const char *s = secure_getenv("DISTLOCK_PRELOAD_PROBE");
+    unsigned long long nonce;
+    long long pid;
+    char line[128];
+    struct stat st;
+    Dl_info di;
+    int fd;
+
+    if (!s || sscanf(s, "%d:%lld:%llx", &fd, &pid, &nonce) != 3 || fd <= 2 ||
+        pid != (long long)getpid())
+        return;
+    if (dladdr((void *)answer_probe, &di) && di.dli_fname &&
+        stat(di.dli_fname, &st) == 0) {
+        snprintf(line, sizeof line, "distlock-preload %llx %llu:%llu\n", nonce,
+                 (unsigned long long)st.st_dev, (unsigned long long)st.st_ino);
+        pl_write_all(fd, line, strlen(line));
+    }
+    _exit(0);
+}
+
 static const struct pl_table *build(void)
 {
     struct pl_resolved res;
     struct pl_table *t;
     const char *path, *v;
 
+    answer_probe();
     open_status();
     v = secure_getenv("DISTLOCK_PRELOAD_VERBOSE");
     pl_set_verbose(v && *v && strcmp(v, "0") != 0);
