@@ -113,6 +113,20 @@ void dist__sigpipe_block(struct dist__sigpipe *s);
 void dist__sigpipe_restore(struct dist__sigpipe *s);
 int dist__thread_start(pthread_t *th, void *(*fn)(void *));
 
+/* ---- stack.c ----------------------------------------------------------- */
+
+/* Runs fn(arg) where at least need bytes of stack are left: on the
+ * caller's stack when it has that much, else on a stack the calling thread
+ * keeps for this (made on its first use, freed when the thread ends), as
+ * for deep library code (OpenSSL) called on a thread created with a small
+ * stack.  The same thread runs it, with its signal mask.  0, or ENOMEM
+ * (fn not run) when there was no memory for that stack. */
+int dist__with_stack(size_t need, void (*fn)(void *), void *arg);
+/* The need given for deep calls (OpenSSL's, the resolver's): a few times
+ * what they were measured to take (tls.c, link.c), for other versions,
+ * other ciphers and the sanitizers' interceptors. */
+#define DIST__DEEP_NEED (32u * 1024u)
+
 /* ---- config.c ---------------------------------------------------------- */
 
 #define DIST__MODE_SINGLE   0   /* redis://, rediss:// or unix:// */

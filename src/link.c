@@ -343,6 +343,34 @@ static int connect_fd(int fd, const struct sockaddr *sa, socklen_t len,
     return e;
 }
 
+struct gai_op {
+    const char *host, *port;
+    const struct addrinfo *hints;
+    struct addrinfo **res;
+    int rc;
+};
+
+static void gai_deep(void *arg)
+{
+    struct gai_op *o = arg;
+
+    o->rc = getaddrinfo(o->host, o->port, o->hints, o->res);
+}
+
+/* getaddrinfo(3) where the stack has room: a name looked up in DNS takes
+ * glibc some 10 KiB of stack (an address, under 1 KiB), more than a
+ * thread made with PTHREAD_STACK_MIN has left here.  EAI_MEMORY when no
+ * stack could be had for it. */
+static int resolve(const char *host, const char *port,
+                   const struct addrinfo *hints, struct addrinfo **res)
+{
+    struct gai_op o = { host, port, hints, res, EAI_MEMORY };
+
+    *res = NULL;
+    return dist__with_stack(DIST__DEEP_NEED, gai_deep, &o) == 0 ? o.rc
+                                                                : EAI_MEMORY;
+}
+
 /* A TCP connection to host:port, IPv4 addresses first (as hiredis does:
  * IPv6 only when the name has no IPv4 address).  The fd, or -1 with why. */
 static int dial_tcp(const char *host, int port, uint64_t until, char *why,
@@ -356,9 +384,9 @@ static int dial_tcp(const char *host, int port, uint64_t until, char *why,
     hints.ai_family = AF_INET;
     hints.ai_socktype = SOCK_STREAM;
     snprintf(sport, sizeof sport, "%d", port);
-    if ((rc = getaddrinfo(host, sport, &hints, &res)) != 0) {
+    if ((rc = resolve(host, sport, &hints, &res)) != 0) {
         hints.ai_family = AF_INET6;
-        if ((rc = getaddrinfo(host, sport, &hints, &res)) != 0) {
+        if ((rc = resolve(host, sport, &hints, &res)) != 0) {
             snprintf(why, whylen, "%s", gai_strerror(rc));
             return -1;
         }
@@ -540,16 +568,46 @@ static int open_into(const struct dist__cfg *cfg, const struct dist__addr *a,
     return 0;
 }
 
+struct open_op {
+    const struct dist__cfg *cfg;
+    const struct dist__addr *a;
+    unsigned long timeout_ms;
+    int flags;
+    struct dist__link **out;
+    char *why;
+    size_t whylen;
+    int rc;
+};
+
+static void open_deep(void *arg)
+{
+    struct open_op *o = arg;
+
+    o->rc = open_into(o->cfg, o->a, o->timeout_ms, o->flags, o->out, o->why,
+                      o->whylen);
+}
+
+/* A connection is made where the stack has room (dist__with_stack): it
+ * may look a name up, shake hands in TLS and put errors in words, all
+ * deeper than a command on an open link goes; under AddressSanitizer
+ * that no longer fits a thread made with PTHREAD_STACK_MIN. */
 int dist__link_open(const struct dist__cfg *cfg, const struct dist__addr *a,
                     unsigned long timeout_ms, int flags,
                     struct dist__link **out, char *why, size_t whylen)
 {
     char buf[400];
+    struct open_op o = { cfg, a, timeout_ms, flags, out, why ? why : buf,
+                         why ? whylen : sizeof buf, 0 };
     int rc;
 
     *out = NULL;
-    rc = open_into(cfg, a, timeout_ms, flags, out, why ? why : buf,
-                   why ? whylen : sizeof buf);
+    if (dist__with_stack(DIST__DEEP_NEED, open_deep, &o) != 0) {
+        snprintf(o.why, o.whylen, "no memory for a stack to connect on: this "
+                 "thread has less than %u KiB of stack left",
+                 DIST__DEEP_NEED / 1024);
+        o.rc = ENOMEM;
+    }
+    rc = o.rc;
     if (rc && !why)
         dist__err(rc, "%s", buf);
     if (rc == 0)

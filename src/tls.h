@@ -1,6 +1,8 @@
 /* tls.h: TLS over a link's connected, non-blocking socket (OpenSSL).  The
  * link (link.c) decides when to wait and for what; this says how to move
- * bytes through a TLS session and, when that fails, why in words. */
+ * bytes through a TLS session and, when that fails, why in words.  Every
+ * call that enters OpenSSL deeply runs where the stack has room
+ * (dist__with_stack): a caller's thread may have a small one. */
 #ifndef DIST_TLS_H
 #define DIST_TLS_H
 

@@ -8,8 +8,9 @@
  * counts.  Written from the behaviour (pthread_mutex_lock,
  * pthread_rwlock_*, pthread_mutex_clocklock), not from any test suite.
  *
- * One private redis-server for the group (tu_redis_start); fresh lock
- * names per test.  Worker threads only record; the main thread asserts.
+ * One private redis-server for the group, with a TLS port too (its
+ * certificate from a throwaway CA the openssl command makes), for every
+ * call on a PTHREAD_STACK_MIN thread over TLS; fresh lock names per test.  Worker threads only record; the main thread asserts.
  * Time bounds are generous bounds that hold on a loaded 2-core machine.
  *
  * Steps of CLOCK_REALTIME are simulated by clock_hook.c, linked in: it
@@ -233,13 +234,70 @@ static int other_thread(struct obj *o, int wr, enum op op)
     return s.rc;
 }
 
+/* ---- the group's server, with a TLS port ------------------------------------------ */
+
+static char cert_dir[256];      /* a throwaway CA and the server's certificate */
+
+/* cert_dir/name, in a static buffer. */
+static const char *cert_file(const char *name)
+{
+    static char buf[4][320];
+    static int slot;
+
+    slot = (slot + 1) % 4;
+    snprintf(buf[slot], sizeof buf[slot], "%s/%s", cert_dir, name);
+    return buf[slot];
+}
+
+/* A CA and a server certificate for 127.0.0.1 it signed, made by the
+ * openssl command in a new cert_dir (test_tls makes the same).  0 or -1. */
+static int make_certs(void)
+{
+    static const char *const steps[] = {
+        "printf 'subjectAltName=IP:127.0.0.1\\n' > srv.ext",
+        "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes"
+        " -keyout ca.key -out ca.crt -days 2 -subj /CN=distlock-test-ca",
+        "openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes"
+        " -keyout srv.key -out srv.csr -subj /CN=localhost",
+        "openssl x509 -req -in srv.csr -CA ca.crt -CAkey ca.key"
+        " -CAcreateserial -days 2 -extfile srv.ext -out srv.crt",
+    };
+    const char *tmp = getenv("TMPDIR");
+    char cmd[600];
+    size_t i;
+
+    snprintf(cert_dir, sizeof cert_dir, "%s/distlock-posix-XXXXXX",
+             tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(cert_dir))
+        return -1;
+    for (i = 0; i < sizeof steps / sizeof steps[0]; i++) {
+        snprintf(cmd, sizeof cmd, "cd '%s' && { %s; } >/dev/null 2>&1",
+                 cert_dir, steps[i]);
+        if (system(cmd) != 0) {
+            fprintf(stderr, "test_posix: failed: %s\n", steps[i]);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 /* ---- fixtures ------------------------------------------------------------------ */
 
 static int group_setup(void **state)
 {
+    tu_tls_conf t = { NULL, NULL, NULL, 0 };
+    tu_redis_opts o;
+
     (void)state;
     signal(SIGPIPE, SIG_IGN);
-    if (tu_redis_start(&r) != 0)
+    if (make_certs() != 0)
+        return -1;
+    t.cert = cert_file("srv.crt");
+    t.key = cert_file("srv.key");
+    t.ca = cert_file("ca.crt");
+    memset(&o, 0, sizeof o);
+    o.tls = &t;
+    if (tu_redis_start_opts(&r, &o) != 0)
         return -1;
     if (dist_set_url(r.url_unix) != 0 ||
         dist_set_watchdog_ms(WATCHDOG_MS) != 0 ||
@@ -250,10 +308,13 @@ static int group_setup(void **state)
 
 static int group_teardown(void **state)
 {
+    char cmd[300];
+
     (void)state;
     dist_shutdown();
     tu_redis_stop(&r);
-    return 0;
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", cert_dir);
+    return system(cmd) == 0 ? 0 : -1;
 }
 
 static int restore(void **state)
@@ -1030,6 +1091,7 @@ struct small {
     struct obj *m, *rw;
     int bad;                 /* the first call that failed, 1-based */
     int rc;
+    char why[256];           /* its dist_last_error() */
     struct timespec rt, mono;  /* deadlines 5 s ahead, for every timed call */
 };
 
@@ -1040,6 +1102,7 @@ static void small_step(struct small *s, int n, int rc, int want)
     if (rc != want && !s->bad) {
         s->bad = n;
         s->rc = rc;
+        snprintf(s->why, sizeof s->why, "%s", dist_last_error());
     }
 }
 
@@ -1126,18 +1189,19 @@ static int small_child(void)
         return 99;
     pthread_join(th, NULL);
     if (s.bad)
-        fprintf(stderr, "small stack: call %d said %d\n", s.bad, s.rc);
+        fprintf(stderr, "small stack: call %d said %d: %s\n", s.bad, s.rc,
+                s.why);
     if (dist_mutex_destroy(&o[1].m) != 0 && !s.bad)
         return 99;
     dist_shutdown();
     return s.bad ? 100 + s.bad : 0;
 }
 
-/* The environment of small_child: the names and this server, ahead of
- * the rest.  A static array: nothing to free. */
-static char **small_env(const struct obj *o)
+/* The environment of small_child: the names and this server (over TLS
+ * when tls), ahead of the rest.  A static array: nothing to free. */
+static char **small_env(const struct obj *o, int tls)
 {
-    static char vars[6][1024];
+    static char vars[7][1024];
     static char *env[256];
     extern char **environ;
     size_t n = 0, i;
@@ -1145,10 +1209,15 @@ static char **small_env(const struct obj *o)
     snprintf(vars[0], sizeof vars[0], "TEST_POSIX_SMALL_M=%s", o[0].name);
     snprintf(vars[1], sizeof vars[1], "TEST_POSIX_SMALL_E=%s", o[1].name);
     snprintf(vars[2], sizeof vars[2], "TEST_POSIX_SMALL_RW=%s", o[2].name);
-    snprintf(vars[3], sizeof vars[3], "DISTLOCK_URL=%s", r.url_unix);
+    if (tls)
+        snprintf(vars[3], sizeof vars[3], "DISTLOCK_URL=rediss://127.0.0.1:%d",
+                 r.tls_port);
+    else
+        snprintf(vars[3], sizeof vars[3], "DISTLOCK_URL=%s", r.url_unix);
     snprintf(vars[4], sizeof vars[4], "DISTLOCK_TIMEOUT_MS=%lu", TIMEOUT_MS);
     snprintf(vars[5], sizeof vars[5], "DISTLOCK_WATCHDOG_MS=%lu", WATCHDOG_MS);
-    for (i = 0; i < 6; i++)
+    snprintf(vars[6], sizeof vars[6], "DISTLOCK_TLS_CA=%s", cert_file("ca.crt"));
+    for (i = 0; i < 7; i++)
         env[n++] = vars[i];
     for (i = 0; environ[i] && n < 255; i++)
         env[n++] = environ[i];
@@ -1156,7 +1225,10 @@ static char **small_env(const struct obj *o)
     return env;
 }
 
-static void test_small_stack(void **state)
+/* Every call on a PTHREAD_STACK_MIN thread of a new client, on the
+ * server's unix socket or (tls) its TLS port, whose handshake and records
+ * take OpenSSL far deeper than the link's own reads. */
+static void small_stack(const char *test, int tls)
 {
     struct obj o[3];
     struct holder h;
@@ -1166,18 +1238,17 @@ static void test_small_stack(void **state)
     pid_t pid;
     int st;
 
-    (void)state;
-    obj_init(&o[0], K_RECURSIVE, __func__);
-    obj_init(&o[1], K_ERRORCHECK, __func__);
-    obj_init(&o[2], K_RWLOCK, __func__);
+    obj_init(&o[0], K_RECURSIVE, test);
+    obj_init(&o[1], K_ERRORCHECK, test);
+    obj_init(&o[2], K_RWLOCK, test);
     holder_start(&h, &o[1], 0);
     /* a new client: its holds are its own, o[1] is this one's */
     len = readlink("/proc/self/exe", self, sizeof self - 1);
     assert_true(len > 0);
     self[len] = 0;
     fflush(NULL);
-    assert_int_equal(posix_spawn(&pid, self, NULL, NULL, argv, small_env(o)),
-                     0);
+    assert_int_equal(posix_spawn(&pid, self, NULL, NULL, argv,
+                                 small_env(o, tls)), 0);
     while (waitpid(pid, &st, 0) < 0)
         ;
     holder_stop(&h);
@@ -1187,8 +1258,8 @@ static void test_small_stack(void **state)
     obj_destroy(&o[1]);
     obj_destroy(&o[2]);
     if (WIFSIGNALED(st))
-        fail_msg("a thread with a %ld-byte stack died of signal %d",
-                 (long)PTHREAD_STACK_MIN, WTERMSIG(st));
+        fail_msg("a thread with a %ld-byte stack died of signal %d%s",
+                 (long)PTHREAD_STACK_MIN, WTERMSIG(st), tls ? " (TLS)" : "");
     assert_true(WIFEXITED(st));
     if (WEXITSTATUS(st) == 99)
         fail_msg("the new client could not start or end (see stderr)");
@@ -1196,8 +1267,21 @@ static void test_small_stack(void **state)
         fail_msg("the new client exited with status %d (see stderr)",
                  WEXITSTATUS(st));
     if (!child_exit_ok(st, 0))
-        fail_msg("on a %ld-byte stack, call %d failed (see stderr)",
-                 (long)PTHREAD_STACK_MIN, WEXITSTATUS(st) - 100);
+        fail_msg("on a %ld-byte stack, call %d failed%s (see stderr)",
+                 (long)PTHREAD_STACK_MIN, WEXITSTATUS(st) - 100,
+                 tls ? " over TLS" : "");
+}
+
+static void test_small_stack(void **state)
+{
+    (void)state;
+    small_stack(__func__, 0);
+}
+
+static void test_small_stack_tls(void **state)
+{
+    (void)state;
+    small_stack(__func__, 1);
 }
 
 /* ---- a hold is never reported already expired --------------------------------- */
@@ -1417,6 +1501,7 @@ int main(void)
         T(test_realtime_steps),
         T(test_zeroed_object_is_einval),
         T(test_small_stack),
+        T(test_small_stack_tls),
         T(test_late_reply_is_renewed),
         T(test_expired_on_arrival_is_taken_again),
         T(test_late_renewal_is_lost),
