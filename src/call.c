@@ -184,11 +184,22 @@ static int prepare_until(struct dist__call *c, int *held, uint64_t deadline)
     return rc;
 }
 
-/* The latest a timed call's commands may end: one command timeout past
- * the caller's deadline (monotonic ms; 0: none, 0 too). */
+/* The latest the commands of a timed call's try that begins now may end:
+ * one command timeout past the caller's deadline (monotonic ms; 0: none,
+ * 0 too), or past now once the deadline has gone by.  A waiter woken long
+ * after its deadline (a signal handler that ran for seconds) still makes
+ * its last try, and that try needs a whole command timeout of its own:
+ * capped at the deadline's, it would begin past its own end, the link
+ * would give up before its first look, and a lock that was free, and may
+ * have been taken by that very try, would end in EIO (LTP's
+ * pthread_rwlock_timedrdlock/6-2). */
 static uint64_t past_deadline(uint64_t deadline)
 {
-    return deadline ? deadline + dist__timeout_ms() + 1 : 0;
+    uint64_t now = dist__now_ms();
+
+    if (!deadline)
+        return 0;
+    return (deadline > now ? deadline : now) + dist__timeout_ms() + 1;
 }
 
 /* Hands c's unknown outcome to the renewal thread: r's counts are what the
@@ -381,8 +392,10 @@ static int try_once(struct dist__call *c)
 /* try_once, all of whose commands end within one command timeout of the
  * caller's deadline (monotonic ms; 0: none): a try that began before it
  * cannot run on long past it through slow replies, reconnects and the
- * re-tries of a hold that came back stale.  The bound moves with the
- * deadline when a realtime clock is stepped (dist__deadline_step). */
+ * re-tries of a hold that came back stale; one that begins after it (the
+ * last try of a waiter that woke late) within one command timeout of its
+ * start (past_deadline).  The bound moves with the deadline when a
+ * realtime clock is stepped (dist__deadline_step). */
 static int try_bounded(struct dist__call *c, uint64_t deadline)
 {
     uint64_t old;

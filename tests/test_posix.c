@@ -585,7 +585,9 @@ static void *waiter_main(void *arg)
     return NULL;
 }
 
-static void late_wakeup(enum kind k, int hold_wr, int wait_wr, enum how how)
+/* The waiter's wake-up comes late seconds after its deadline. */
+static void late_wakeup_by(enum kind k, int hold_wr, int wait_wr,
+                           enum how how, double late)
 {
     struct sigaction sa;
     struct waiter w;
@@ -613,9 +615,9 @@ static void late_wakeup(enum kind k, int hold_wr, int wait_wr, enum how how)
     assert_int_equal(pthread_create(&th, NULL, waiter_main, &w), 0);
     while (sem_wait(&w.started) != 0)
         ;
-    atomic_store(&slow_until, w.t_deadline + 0.3);
+    atomic_store(&slow_until, w.t_deadline + late);
     tu_sleep_ms(300);              /* it waits now */
-    pthread_kill(th, SIGUSR1);     /* busy until free and 0.3 s past 1 s */
+    pthread_kill(th, SIGUSR1);     /* busy until free and late past 1 s */
     tu_sleep_ms(200);
     holder_stop(&h);               /* free at about 0.5 s */
     atomic_store(&slow_released, 1);
@@ -626,7 +628,7 @@ static void late_wakeup(enum kind k, int hold_wr, int wait_wr, enum how how)
     /* the case is what it says: the call waited, and its thread was
      * kept away from the deadline until after it */
     assert_true(slow_start > w.t_call);
-    assert_true(slow_end > w.t_deadline);
+    assert_true(slow_end > w.t_deadline + late);
     if (w.rc != 0)
         fail_msg("%s %s: the lock was free at the deadline, the waiter's "
                  "wake-up came %.3f s after it, and the call said %d (%s)",
@@ -634,6 +636,11 @@ static void late_wakeup(enum kind k, int hold_wr, int wait_wr, enum how how)
                  slow_end - w.t_deadline, w.rc, strerror(w.rc));
     assert_int_equal(w.unlock_rc, 0);
     obj_destroy(&o);
+}
+
+static void late_wakeup(enum kind k, int hold_wr, int wait_wr, enum how how)
+{
+    late_wakeup_by(k, hold_wr, wait_wr, how, 0.3);
 }
 
 static void test_free_at_deadline_is_taken(void **state)
@@ -645,6 +652,86 @@ static void test_free_at_deadline_is_taken(void **state)
     late_wakeup(K_RWLOCK, 1, 0, H_TIMED);
     late_wakeup(K_RWLOCK, 0, 1, H_CLOCK_RT);
     late_wakeup(K_RWLOCK_PW, 0, 1, H_TIMED);
+}
+
+/* The same, woken later than one command timeout past the deadline (a
+ * short one here, 300 ms, to keep the test fast): the last try gets a
+ * command timeout of its own.  It was capped at the deadline's, began
+ * past its own end, and the link gave up before its first look: EIO for
+ * a lock that was free, and that the try may have taken (LTP's
+ * pthread_rwlock_timedrdlock/6-2 and timedwrlock/6-2, glibc says 0). */
+#define LATE_TIMEOUT_MS 300UL
+
+static void test_free_at_deadline_taken_late(void **state)
+{
+    double late = LATE_TIMEOUT_MS / 1000.0 + 0.5;
+
+    (void)state;
+    assert_int_equal(dist_set_timeout_ms(LATE_TIMEOUT_MS), 0);
+    late_wakeup_by(K_RECURSIVE, 0, 0, H_TIMED, late);
+    late_wakeup_by(K_FAIR, 0, 0, H_CLOCK_MONO, late);
+    late_wakeup_by(K_RWLOCK, 1, 0, H_TIMED, late);
+    late_wakeup_by(K_RWLOCK, 0, 1, H_TIMED, late);
+    late_wakeup_by(K_RWLOCK_PW, 0, 1, H_CLOCK_RT, late);
+}
+
+/* A leased semaphore's timed wait, its thread kept away past its
+ * deadline by more than a command timeout, and a permit free by then: the
+ * permit is taken (it was EIO, as for the locks above).  POSIX lets a
+ * signal handler end a semaphore wait with EINTR, so here the lateness is
+ * a forward step of CLOCK_MONOTONIC (clock_hook.c), which the waiter sees
+ * when the post wakes it. */
+struct sem_waiter {
+    dist_sem_t *s;
+    int rc;
+    sem_t started;
+};
+
+static void *sem_waiter_main(void *arg)
+{
+    struct sem_waiter *w = arg;
+    struct timespec abs = fx_clock_in(CLOCK_MONOTONIC, 1.0);
+
+    sem_post(&w->started);
+    w->rc = dist_sem_clockwait(w->s, CLOCK_MONOTONIC, &abs);
+    if (w->rc == 0)
+        dist_sem_post(w->s);
+    return NULL;
+}
+
+static void test_sem_free_at_deadline_taken_late(void **state)
+{
+    char name[256];
+    struct sem_waiter w;
+    dist_sem_t s;
+    pthread_t th;
+    int v = -1;
+
+    (void)state;
+    NAME(name, "s");
+    assert_int_equal(dist_set_timeout_ms(LATE_TIMEOUT_MS), 0);
+    assert_int_equal(dist_sem_init(&s, name, 1, NULL), 0);
+    assert_int_equal(dist_sem_trywait(&s), 0);  /* this thread's permit */
+    memset(&w, 0, sizeof w);
+    w.s = &s;
+    w.rc = -1;
+    sem_init(&w.started, 0, 0);
+    assert_int_equal(pthread_create(&th, NULL, sem_waiter_main, &w), 0);
+    while (sem_wait(&w.started) != 0)
+        ;
+    tu_sleep_ms(300);                           /* it waits now */
+    /* past the deadline (0.7 s away) by the command timeout and 0.5 s */
+    clock_hook_step_monotonic(0.7 + LATE_TIMEOUT_MS / 1000.0 + 0.5);
+    assert_int_equal(dist_sem_post(&s), 0);     /* free, and it wakes */
+    pthread_join(th, NULL);
+    sem_destroy(&w.started);
+    if (w.rc != 0)
+        fail_msg("the permit was free when the waiter woke, more than a "
+                 "command timeout past its deadline, and the wait said %d "
+                 "(%s)", w.rc, strerror(w.rc));
+    assert_int_equal(dist_sem_getvalue(&s, &v), 0);
+    assert_int_equal(v, 1);
+    assert_int_equal(dist_sem_destroy(&s), 0);
 }
 
 /* ---- deadlines at the ends of time_t ------------------------------------------------ */
@@ -1494,6 +1581,8 @@ int main(void)
         T(test_recursive_counts),
         T(test_einval_only_when_blocking),
         T(test_free_at_deadline_is_taken),
+        T(test_free_at_deadline_taken_late),
+        T(test_sem_free_at_deadline_taken_late),
         T(test_extreme_deadlines),
         T(test_signals_resume_waits),
         T(test_errno_unchanged),
