@@ -382,67 +382,105 @@ static int try_once(struct dist__call *c)
 
 /* ---- trying ------------------------------------------------------------------- */
 
-/* The kind's try for a call that may wait: a Redis that cannot be reached
- * for a moment (a restart, a failover) is tried again until the patience
- * runs out (dist__patience_ms), or the caller's deadline.  A try whose
- * outcome is unknown is handed to the renewal thread, and the next try
- * waits until it has been settled, so a failover in the middle of a try
- * does not end the wait.  A failure the link marked hopeless (a refused
- * certificate, a wrong URL scheme) ends it at once. */
 /* try_once, all of whose commands end within one command timeout of the
  * caller's deadline (monotonic ms; 0: none): a try that began before it
  * cannot run on long past it through slow replies, reconnects and the
  * re-tries of a hold that came back stale; one that begins after it (the
  * last try of a waiter that woke late) within one command timeout of its
- * start (past_deadline).  The bound moves with the deadline when a
- * realtime clock is stepped (dist__deadline_step). */
-static int try_bounded(struct dist__call *c, uint64_t deadline)
+ * start (past_deadline).  until (0: none) ends them sooner.  The bound
+ * moves with the deadline when a realtime clock is stepped
+ * (dist__deadline_step). */
+static int try_bounded(struct dist__call *c, uint64_t deadline,
+                       uint64_t until)
 {
-    uint64_t old;
+    uint64_t old, cap = past_deadline(deadline);
     int rc;
 
-    if (!deadline)
+    if (until && (!cap || until < cap))
+        cap = until;
+    if (!cap)
         return try_once(c);
-    old = dist__link_limit(past_deadline(deadline));
+    old = dist__link_limit(cap);
     rc = try_once(c);
     dist__link_unlimit(old);
     return rc;
 }
 
+/* This call's own try lost its reply, and the renewal thread has been
+ * settling it since: the next try waits for that, until give_up
+ * (monotonic ms).  0 settled, and a try may follow (at give_up only when
+ * last_at_end: a timed call's last try); EIO when it was not settled by
+ * then, with c->unknown, or when no time is left for a try, each with the
+ * try's own reason (the renewal thread's speaks of "an earlier call", and
+ * there was none).  noinline: the rare path keeps its buffer out of the
+ * caller's frame (small stacks, see acquire). */
+static __attribute__((noinline)) int settle_own(struct dist__call *c,
+                                                uint64_t give_up,
+                                                int last_at_end)
+{
+    char why[256];
+    uint64_t now;
+    int held;
+
+    snprintf(why, sizeof why, "%s", dist_last_error());
+    note_unknown(c);
+    c->unknown = 0;
+    while (prepare_by(c, &held, give_up) != 0) {
+        now = dist__now_ms();
+        if (now >= give_up) {
+            c->unknown = 1;    /* still unknown: the caller says so */
+            return dist__err(EIO, "%s; Redis has not answered since", why);
+        }
+        dist__sleep_ms(give_up - now < 100 ? give_up - now : 100);
+    }
+    if (!last_at_end && dist__now_ms() >= give_up)
+        return dist__err(EIO, "%s", why);   /* settled: nothing was taken */
+    return 0;
+}
+
+/* The kind's try for a call that may wait: a Redis that cannot be reached
+ * for a moment (a restart, a failover) is tried again until the patience
+ * runs out (dist__patience_ms, counted from the first failure), or the
+ * caller's deadline.  A try whose outcome is unknown is handed to the
+ * renewal thread, and the next try waits until it has been settled, so a
+ * failover in the middle of a try does not end the wait.  The waits for
+ * the settle and the tries after the first failure end with the patience
+ * too (a timed call's last try keeps its command timeout past the
+ * deadline): a lock whose reply was lost once ends within twice the
+ * command timeout, as the README says, not three times (the settle waited
+ * two command timeouts of its own).  A failure the link marked hopeless (a
+ * refused certificate, a wrong URL scheme) ends it at once. */
 static int try_patiently(struct dist__call *c, uint64_t deadline)
 {
-    uint64_t give_up = 0, now;
-    int rc, held;
+    uint64_t give_up = 0, within = 0, now;
+    int rc;
 
     for (;;) {
         dist__hopeless_take();
-        rc = try_bounded(c, deadline);
+        rc = try_bounded(c, deadline, within);
         /* a server that answers what cannot be is no server that cannot
          * be reached for a moment: asking again only repeats it (and runs
          * the script again each time) */
         if (rc != EIO || c->bad)
             return rc;
         now = dist__now_ms();
-        if (!give_up)
+        if (!give_up) {
             give_up = now + dist__patience_ms();
-        if (deadline && deadline < give_up)
-            give_up = deadline;
+            if (deadline && deadline < give_up)
+                give_up = deadline;     /* past_deadline bounds the tries */
+            else
+                within = give_up;
+        }
         if (now >= give_up || dist__hopeless_take())
             return rc;    /* a refused certificate stays refused: say so now */
         if (c->unknown) {
-            note_unknown(c);
-            c->unknown = 0;
-            while (prepare_by(c, &held, past_deadline(deadline)) != 0) {
-                now = dist__now_ms();
-                if (now >= give_up) {
-                    c->unknown = 1;    /* still unknown: the caller says so */
-                    return EIO;
-                }
-                dist__sleep_ms(give_up - now < 100 ? give_up - now : 100);
-            }
+            if ((rc = settle_own(c, give_up, !within)) != 0)
+                return rc;
             continue;
         }
         dist__sleep_ms(give_up - now < 50 ? give_up - now : 50);
+        if (within && dist__now_ms() >= within)
+            return rc;    /* no time left for another try */
     }
 }
 

@@ -1430,6 +1430,67 @@ static void test_timed_behind_lost_reply(void **state)
     assert_int_equal(dist_mutex_destroy(&m), 0);
 }
 
+/* ---- a lock whose own reply is lost ------------------------------------------------ */
+
+#define OWN_TIMEOUT_MS 2000UL
+
+/* CLIENT PAUSE WRITE after the connection is made: the lock's script is
+ * held up, its reply never comes within the command timeout T, and the
+ * renewal thread's settle is held up the same way.  The README bounds
+ * lock at the first try, then T more: 2T, here under 2T + 1 s (it took
+ * 3T when the settle of the call's own lost reply got two command
+ * timeouts of its own).  The error is this call's, not "an earlier
+ * call's" (there was none).  Once the pause ends the hold it may have
+ * taken is given back. */
+static void test_lock_own_reply_lost(void **state)
+{
+    char name[200], warm[200], err[512];
+    dist_mutex_t m, w;
+    double t0, el;
+    redisReply *x;
+    int rc;
+
+    (void)state;
+    NAME(name, "m");
+    NAME(warm, "warm");
+    fx_dirty = 1;
+    assert_int_equal(dist_set_timeout_ms(OWN_TIMEOUT_MS), 0);
+    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
+    assert_int_equal(dist_mutex_init(&w, warm, NULL), 0);
+    assert_int_equal(dist_mutex_lock(&w), 0);        /* connection made */
+    assert_int_equal(dist_mutex_unlock(&w), 0);
+    x = tu_cmd(&r, "CLIENT", "PAUSE", "20000", "WRITE", NULL);
+    assert_non_null(x);
+    assert_int_equal(x->type, REDIS_REPLY_STATUS);
+    freeReplyObject(x);
+    t0 = tu_now();
+    rc = dist_mutex_lock(&m);
+    el = tu_now() - t0;
+    snprintf(err, sizeof err, "%s", dist_last_error());
+    x = tu_cmd(&r, "CLIENT", "UNPAUSE", NULL);
+    if (x)
+        freeReplyObject(x);
+    print_message("  lock with T = %lu ms, its reply lost: %d after %.3f s: "
+                  "%s\n", OWN_TIMEOUT_MS, rc, el, err);
+    assert_int_equal(rc, EIO);
+    if (el > 2 * OWN_TIMEOUT_MS / 1000.0 + slack(1.0))
+        fail_msg("lock took %.3f s, more than 2T (T = %lu ms) and 1 s",
+                 el, OWN_TIMEOUT_MS);
+    if (strstr(err, "earlier call"))
+        fail_msg("the error blames an earlier call, and there was none: "
+                 "'%s'", err);
+    if (!strstr(err, name))
+        fail_msg("the error does not name the lock: '%s'", err);
+    /* whatever the paused script did is undone once Redis answers */
+    assert_int_equal(await_gone(name, 2 * OWN_TIMEOUT_MS / 1000.0 +
+                                      slack(2.0)), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+    assert_int_equal(dist_mutex_destroy(&w), 0);
+    fx_restore_defaults(NULL);
+}
+
 /* ---- last --------------------------------------------------------------------------- */
 
 /* Subscribers of chan on the server (PUBSUB NUMSUB); -1 on error. */
@@ -1522,6 +1583,7 @@ int main(void)
         T(test_slow_unlock_no_long_yield),
         T(test_unlock_eio_keeps_hold),
         T(test_timed_behind_lost_reply),
+        T(test_lock_own_reply_lost),
         T(test_pubsub_backs_off_on_resets),
         T(test_no_sigpipe),
     };

@@ -270,6 +270,9 @@ static void check_case(void **state)
         fail_msg("no error text");
     if (c->want && !strstr(o.err, c->want))
         fail_msg("'%s' is not in the error text '%s'", c->want, o.err);
+    /* one call in a fresh process: no earlier one to blame */
+    if (strstr(o.err, "earlier call"))
+        fail_msg("the error blames an earlier call: '%s'", o.err);
     if (o.secs > BOUND_S)
         fail_msg("the call took %.3f s, more than %.3f s", o.secs, BOUND_S);
     if (rss > MAX_RSS_KB)
@@ -602,6 +605,71 @@ static void test_fresh_hold_counted_twice_no_token(void **state)
     assert_int_equal(evals, 3);
 }
 
+/* ---- a lock whose own reply is lost ------------------------------------- */
+
+/* The lock's script is never answered (silence, a closed connection, an
+ * answer slower than the command timeout T), nor is anything after it:
+ * the probe, the renewal thread's settle of the unknown outcome.  The
+ * README bounds lock at the first try, then T more of retries: 2T, here
+ * under 2T + 1 s; it took 3T when the settle of the call's own lost reply
+ * waited two command timeouts of its own.  T is longer than the other
+ * cases' so that 3T is past the bound.  The error is this call's (it
+ * blamed "an earlier call", and there was none) and names the lock. */
+#define OWN_TIMEOUT_MS 2000UL
+#define OWN_BOUND_S (2 * OWN_TIMEOUT_MS / 1000.0 + 1.0)
+
+struct own_case {
+    enum kind kind;
+    struct tu_lie lie;          /* on EVALSHA */
+};
+
+static void run_own(const void *arg, void *res)
+{
+    const struct own_case *c = arg;
+    struct outcome *o = res;
+    union lock l;
+    char name[96];
+    double t0;
+
+    snprintf(name, sizeof name, "liar:%d", (int)getpid());
+    if (dist_set_url(url()) != 0 || dist_set_timeout_ms(OWN_TIMEOUT_MS) != 0 ||
+        lock_init(&l, c->kind, name) != 0) {
+        o->setup_rc = -1;
+        return;
+    }
+    t0 = tu_now();
+    o->rc = do_op(&l, c->kind, OP_LOCK);
+    o->secs = tu_now() - t0;
+    snprintf(o->err, sizeof o->err, "%s", dist_last_error());
+    o->token_rc = token_of(&l, c->kind);
+}
+
+static void check_own(void **state)
+{
+    const struct own_case *c = *state;
+    struct tu_lie lie = c->lie;
+    struct outcome o;
+    long rss;
+
+    lie.cmd = "EVALSHA";
+    tu_liar_reset(liar);
+    tu_liar_add(liar, &lie);
+    in_child(run_own, c, &o, sizeof o, OWN_BOUND_S * 2, &rss);
+    print_message("%s lock, T = %lu ms: rc %d in %.3f s: %s\n",
+                  kind_name[c->kind], OWN_TIMEOUT_MS, o.rc, o.secs, o.err);
+    assert_int_equal(o.setup_rc, 0);
+    assert_int_equal(o.rc, EIO);
+    if (o.secs > OWN_BOUND_S)
+        fail_msg("the lock took %.3f s, more than 2T (T = %lu ms) and 1 s",
+                 o.secs, OWN_TIMEOUT_MS);
+    if (strstr(o.err, "earlier call"))
+        fail_msg("the error blames an earlier call, and there was none: "
+                 "'%s'", o.err);
+    if (!strstr(o.err, "'liar:"))
+        fail_msg("the error does not name the lock: '%s'", o.err);
+    assert_int_equal(o.token_rc, EPERM);
+}
+
 /* ---- the tool ---------------------------------------------------------- */
 
 struct tool_out {
@@ -749,6 +817,9 @@ int main(void)
     param_test(name, check_renew,                                            \
                (&(const struct renew_case){ k, { __VA_ARGS__ }, keeps }),    \
                NULL)
+#define OWN(name, k, ...)                                                    \
+    param_test(name, check_own,                                              \
+               (&(const struct own_case){ k, { __VA_ARGS__ } }), NULL)
 #define TOOL(name, want, ...)                                                \
     param_test(name, check_tool,                                             \
                (&(const struct tool_case){ { __VA_ARGS__ }, want,            \
@@ -837,7 +908,7 @@ int main(void)
         /* slow and silent */
         C(mutex_try_trickle, K_MUTEX, OP_TRY, "500 ms",
           .bytes = TAKEN, .drip_ms = 300),
-        C(fair_timed_trickle, K_FAIR, OP_TIMED, "lock 'liar",
+        C(fair_timed_trickle, K_FAIR, OP_TIMED, "mutex 'liar",
           .bytes = TAKEN, .drip_ms = 300),
         C(wrlock_try_trickle, K_WRITE, OP_TRY, "500 ms",
           .bytes = TAKEN, .drip_ms = 300),
@@ -868,6 +939,10 @@ int main(void)
                     "*3\r\n$7\r\nmessage\r\n$1\r\nx\r\n*0\r\n"),
         CR(wrlock_timed_subscribe_silent, K_WRITE, OP_TIMED, ETIMEDOUT,
            "timed out", HELD, .cmd = "SUBSCRIBE", .silent = 1),
+        /* a lock whose own reply is lost: 2T at most */
+        OWN(own_reply_silent, K_MUTEX, .silent = 1),
+        OWN(own_reply_closing, K_FAIR, .close = 1),
+        OWN(own_reply_trickle, K_WRITE, .bytes = TAKEN, .drip_ms = 700),
         cmocka_unit_test(test_fresh_hold_counted_twice),
         cmocka_unit_test(test_fresh_hold_counted_twice_no_token),
         cmocka_unit_test(test_fresh_hold_counted_twice_refused),
