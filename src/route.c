@@ -466,6 +466,7 @@ struct trip {
     int hops;
     uint64_t give_up;          /* 0: not waiting yet */
     unsigned long backoff;
+    int cut;                   /* the last pause, cut short, was taken */
     unsigned long timeout_ms;
 };
 
@@ -492,15 +493,45 @@ static int trip_target(struct tconn *t, const struct trip *tr,
     return 0;
 }
 
+/* The pause before trying again, or -1 when there is no time for another
+ * try, with until (monotonic ms) the end of the call.  The full pause (it
+ * doubles up to 320 ms) is taken while it leaves the next try
+ * PAUSE_RESERVE_MS; past that, once, a pause cut to leave it that much (or
+ * half of what is left), and then no more.  Uncut, the last pause ran past
+ * until, and the try after it, begun with no time left, made a call, or
+ * `distlock status`, outlast its command timeout by up to a third of a
+ * second, and failed with "no answer" from a server that was never
+ * asked. */
+#define PAUSE_RESERVE_MS  50
+#define PAUSE_MIN_LEFT_MS 10
+
+static long pause_for(struct trip *tr, uint64_t until)
+{
+    uint64_t now = dist__now_ms(), left = until > now ? until - now : 0;
+    uint64_t reserve = left / 2 < PAUSE_RESERVE_MS ? left / 2
+                                                   : PAUSE_RESERVE_MS;
+
+    if (left < PAUSE_MIN_LEFT_MS)
+        return -1;
+    if (tr->backoff + PAUSE_RESERVE_MS <= left)
+        return (long)tr->backoff;
+    if (tr->cut)
+        return -1;
+    tr->cut = 1;
+    return (long)(left - reserve);
+}
+
 /* Sleeps before trying a server that said "not now" again.  0, or -1 when
  * the command timeout is over. */
 static int trip_later(struct trip *tr)
 {
+    long pause;
+
     if (!tr->give_up)
         tr->give_up = dist__link_until(tr->timeout_ms);
-    if (dist__now_ms() >= tr->give_up)
+    if ((pause = pause_for(tr, tr->give_up)) < 0)
         return -1;
-    dist__sleep_ms(tr->backoff);
+    dist__sleep_ms((unsigned long)pause);
     if (tr->backoff < 200)
         tr->backoff *= 2;
     /* bounded by time from here: during a migration a script of several
@@ -778,6 +809,7 @@ static int retry_lost(struct trip *tr, uint64_t *until, const char *first,
                       const char *why)
 {
     uint64_t now = dist__now_ms();
+    long pause;
 
     dist__topo_stale();
     tr->asking = 0;
@@ -786,12 +818,12 @@ static int retry_lost(struct trip *tr, uint64_t *until, const char *first,
         if (*until > now)
             return 0;       /* else the caller's time is up: say why */
     }
-    if (now >= *until && strcmp(first, why) != 0)
+    if ((pause = pause_for(tr, *until)) < 0 && strcmp(first, why) != 0)
         return dist__err(EIO, "%s; tried again until the command timeout ran "
                          "out: %s", first, why), DIST__ECONN;
-    if (now >= *until)
+    if (pause < 0)
         return dist__err(EIO, "%s", why), DIST__ECONN;
-    dist__sleep_ms(tr->backoff);
+    dist__sleep_ms((unsigned long)pause);
     if (tr->backoff < 200)
         tr->backoff *= 2;
     return 0;
