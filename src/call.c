@@ -125,6 +125,20 @@ static void settled(struct dist__rec *r)
     }
 }
 
+/* The owner has let go of every hold r stands for: the watchdog stops,
+ * and the lost handler will not be called for them once the unlock has
+ * returned, whatever it returned (under the preload shim's default
+ * on_lease_lost = abort, a report after an unlock that said EIO aborted
+ * a program for a lock it had let go).  Returns what dist__renew_let_go
+ * does.  The state's mu held. */
+static int let_go(struct dist__rec *r)
+{
+    if (!r->h)
+        return 0;
+    r->reg = 0;
+    return dist__renew_let_go(r->h);
+}
+
 /* Before any call: the owner's standing, in c->n.  Waits for an earlier
  * unknown outcome to be settled first: for two command timeouts, or until
  * bound (monotonic ms; 0: none) when that is sooner.  *held is 1 for live
@@ -160,6 +174,8 @@ static int prepare_by(struct dist__call *c, int *held, uint64_t bound)
         *held = r->n[0] + r->n[1] > 0 ? -1 : 0;
     else if (r && r->n[0] + r->n[1] > 0)
         *held = 1, c->n[0] = r->n[0], c->n[1] = r->n[1];
+    if (r && *held == -1 && c->unlocking)
+        c->told = let_go(r);
     if (r && *held != 1 && !r->pend)
         dist__rec_drop(st, r);
     pthread_mutex_unlock(&st->mu);
@@ -770,6 +786,8 @@ static int defer_sent(struct dist__call *c, struct dist__defer *d)
     d->r = r;
     if (r) {
         r->n[0] = 0;
+        if (r->h)
+            dist__renew_let_go(r->h);
         if (r->h && dist__renew_remove(r->h))
             dist__hold_free(r->h);
         r->h = NULL;
@@ -1222,7 +1240,7 @@ static int release_held(struct dist__call *c)
     struct dist__rec *r;
     char why[256];
     uint64_t old;
-    int rc;
+    int rc, told = 0;
 
     struct dist__defer *d = defer_ok(c) ? defer_new(c) : NULL;
 
@@ -1262,6 +1280,8 @@ static int release_held(struct dist__call *c)
     } else if (r) {
         r->n[0] = r->n[1] = 0;     /* lost */
     }
+    if (c->unlocking && r && r->n[0] + r->n[1] == 0)
+        told = let_go(r);
     if (r)
         dist__rec_tidy(st);
     pthread_mutex_unlock(&st->mu);
@@ -1275,25 +1295,81 @@ static int release_held(struct dist__call *c)
                          "finished when Redis answers, or the lease ends it",
                          k->noun, name_of(c), why);
     if (rc == EPERM) {
-        dist__call_lost_handler(name_of(c));
+        /* before the unlock returns, once: unless the renewal thread
+         * told it already */
+        if (told != 2)
+            dist__call_lost_handler(name_of(c));
         return dist__err(EPERM, "%s '%s' was lost (its lease ran out or it "
                          "was forced) before this unlock", k->noun, name_of(c));
     }
     return rc;
 }
 
+/* An unlock that could not run because an earlier call's outcome is still
+ * unknown (rc, with the text): EPERM when the thread holds nothing (that
+ * outcome is no hold of its own); else the thread lets go of one hold all the
+ * same, as after any unlock that said EIO (a caller that took EIO for
+ * "let go" never unlocked again, and the watchdog renewed the hold, and
+ * reported it lost, for ever).  Nothing releases that hold in Redis: once
+ * the owner holds none, it is no longer renewed and its lease ends it.  A
+ * hold found lost meanwhile is EPERM, its report made before the unlock
+ * returns, as in release. */
+static __attribute__((noinline)) int let_go_unsettled(struct dist__call *c,
+                                                      int rc)
+{
+    const struct dist__kind *k = c->o->kind;
+    struct dist__state *st = c->o->st;
+    struct dist__rec *r;
+    char why[256];
+    int mode, lost, told = 0;
+
+    snprintf(why, sizeof why, "%s", dist_last_error());
+    pthread_mutex_lock(&st->mu);
+    r = dist__rec_find(st);
+    if (!r || r->n[0] + r->n[1] == 0) {
+        /* an outcome still unknown is no hold of the thread's */
+        pthread_mutex_unlock(&st->mu);
+        return dist__err(EPERM, "%s '%s' is not held by this thread",
+                         k->noun, name_of(c));
+    }
+    lost = r->h && atomic_load(&r->h->lost);
+    mode = r->n[1] > 0;            /* a write hold goes first */
+    if (lost)
+        r->n[0] = r->n[1] = 0;
+    else
+        r->n[mode]--;
+    if (r->n[0] + r->n[1] == 0)
+        told = let_go(r);
+    pthread_mutex_unlock(&st->mu);
+    if (lost) {
+        if (told != 2)
+            dist__call_lost_handler(name_of(c));
+        return dist__err(EPERM, "%s '%s' was lost (its lease ran out or it "
+                         "was forced) before this unlock", k->noun,
+                         name_of(c));
+    }
+    return dist__err(rc, "%s; this thread has let go of it, and the lease "
+                     "ends what Redis still holds of it", why);
+}
+
 static int release(struct dist__obj *o, int may_defer)
 {
     const struct dist__kind *k = o->kind;
-    struct dist__call c = { .o = o, .no_defer = !may_defer };
+    struct dist__call c = { .o = o, .no_defer = !may_defer,
+                            .unlocking = 1 };
     int rc, held;
 
     if ((rc = prepare(&c, &held)) != 0)
-        return rc;
-    if (held == -1)
+        return let_go_unsettled(&c, rc);
+    if (held == -1) {
+        /* the renewal thread found it lost: its report is made before the
+         * unlock returns, here if it had not been yet */
+        if (c.told != 2)
+            dist__call_lost_handler(name_of(&c));
         return dist__err(EPERM, "%s '%s' was lost (its lease ran out or it "
                          "was forced) before this unlock", k->noun,
                          name_of(&c));
+    }
     if (held == 0)
         return dist__err(EPERM, "%s '%s' is not held by this thread", k->noun,
                          name_of(&c));

@@ -159,6 +159,9 @@ struct dist__call {
     int keep_set;                 /* a release refused or unanswered: the */
     unsigned long keep;           /* owner's count becomes keep (else one
                                    * less); see give_back_to */
+    int unlocking;                /* an unlock: holds found lost are let go
+                                   * of at once (dist__renew_let_go) */
+    int told;                     /* what that let-go returned */
 };
 
 struct dist__kind {

@@ -48,11 +48,16 @@ struct dist__hold {
     const struct dist__buf *keys;   /* NULL: just the lock's own name */
     int nkeys;
     atomic_int lost;                /* found gone (set by the thread) */
+    atomic_int let_go;              /* the owner let go of every hold the
+                                     * entry stands for: no loss of it is
+                                     * reported any more (written under the
+                                     * registry mutex) */
     /* registry mutex */
     struct dist__hold *rprev, *rnext;
     int registered;                 /* renewed by the watchdog */
     int inflight;                   /* part of a call under way */
     int orphan;                     /* owner let go while in flight */
+    int reporting;                  /* reports of its loss not made yet */
     uint64_t due;                   /* next renewal */
     uint64_t valid_until;           /* a hold: its lease runs at least until
                                      * then (monotonic ms), counted from when
@@ -97,6 +102,14 @@ void dist__renew_idle_watch(void);
 /* For the owed replies' handler on the renewal thread: the hold of name
  * was lost; the lost handler hears of it once the read is done. */
 void dist__renew_note_lost(const char *name);
+/* The owner has let go of every hold h stands for (an unlock took its
+ * count to 0, whatever the unlock returned): h is not renewed, and the
+ * lost handler is not called for it from now on; a report of its loss
+ * that the renewal thread has not made yet is cancelled.  Returns 0 when
+ * no loss was found, 1 when its report was cancelled (the caller tells the
+ * handler itself if the loss is its news, as an unlock that says EPERM
+ * does), 2 when the report was made or is under way. */
+int dist__renew_let_go(struct dist__hold *h);
 /* Waits (bounded) until h has nothing left to settle; EIO if it could not
  * be settled by then. */
 int dist__renew_settle(struct dist__hold *h, uint64_t until_ms);

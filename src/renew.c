@@ -64,6 +64,7 @@ struct dist__hold *dist__hold_new(const struct dist__kind *k,
     memcpy(h->owner, owner, len + 1);
     h->owner_len = len;
     atomic_init(&h->lost, 0);
+    atomic_init(&h->let_go, 0);
     return h;
 }
 
@@ -195,6 +196,11 @@ int dist__renew_remove(struct dist__hold *h)
             unlink_hold(h);
         }
     }
+    if (h->reporting) {
+        /* its loss is still to be reported: the report frees it */
+        h->orphan = 1;
+        caller_frees = 0;
+    }
     pthread_mutex_unlock(&R.mu);
     return caller_frees;
 }
@@ -255,31 +261,45 @@ int dist__renew_settle(struct dist__hold *h, uint64_t until_ms)
     return rc;
 }
 
-/* Lost names are reported after R.mu is released. */
+/* Lost holds are reported after R.mu is released, each with its name
+ * (copied: the owner may free the hold meanwhile) and the hold, kept
+ * alive while its report is pending (h->reporting): an owner that lets go
+ * of it before the report is made (dist__renew_let_go) cancels it.  An
+ * idle thread's loss (dist__renew_note_lost) has no hold. */
+struct lost {
+    char *name;
+    struct dist__hold *h;
+};
+
 struct lostlist {
-    char **names;
+    struct lost *v;
     size_t n, cap;
 };
 
-static void note_lost_name(struct lostlist *l, const char *name)
+static void note_lost_entry(struct lostlist *l, const char *name,
+                            struct dist__hold *h)
 {
-    char **nn;
+    struct lost *nv;
 
     if (l->n == l->cap) {
         size_t cap = l->cap ? l->cap * 2 : 8;
-        nn = realloc(l->names, cap * sizeof *nn);
-        if (!nn)
+        nv = realloc(l->v, cap * sizeof *nv);
+        if (!nv)
             return;
-        l->names = nn;
+        l->v = nv;
         l->cap = cap;
     }
-    if ((l->names[l->n] = strdup(name)) != NULL)
-        l->n++;
+    if ((l->v[l->n].name = strdup(name)) == NULL)
+        return;
+    l->v[l->n++].h = h;
+    if (h)
+        h->reporting++;
 }
 
-static void note_lost(struct lostlist *l, const struct dist__hold *h)
+/* R.mu held. */
+static void note_lost(struct lostlist *l, struct dist__hold *h)
 {
-    note_lost_name(l, h->names->name.p);
+    note_lost_entry(l, h->names->name.p, h);
 }
 
 /* Holds an idle thread's owed reply said were lost (read by this thread:
@@ -288,21 +308,52 @@ static struct lostlist idle_lost;
 
 void dist__renew_note_lost(const char *name)
 {
-    note_lost_name(&idle_lost, name);
+    note_lost_entry(&idle_lost, name, NULL);
 }
 
-/* Calls the lost handler for each name of l, and empties it.  No lock
- * held: the handler is the user's. */
+/* Whether h's pending report is still to be made; frees h when its owner
+ * let go of it meanwhile and nothing else keeps it.  Decided
+ * under R.mu, so that an owner's let-go either comes first (no report) or
+ * finds the report made or under way. */
+static int report_due(struct dist__hold *h)
+{
+    int due, gone;
+
+    pthread_mutex_lock(&R.mu);
+    due = !atomic_load(&h->let_go);
+    h->reporting--;
+    gone = h->orphan && !h->reporting && !linked(h);
+    pthread_mutex_unlock(&R.mu);
+    if (gone)
+        dist__hold_free(h);
+    return due;
+}
+
+/* Calls the lost handler for each entry of l still due, and empties it.
+ * R.mu not held: the handler is the user's. */
 static void report_lost(struct lostlist *l)
 {
     size_t i;
 
     for (i = 0; i < l->n; i++) {
-        dist__call_lost_handler(l->names[i]);
-        free(l->names[i]);
+        if (!l->v[i].h || report_due(l->v[i].h))
+            dist__call_lost_handler(l->v[i].name);
+        free(l->v[i].name);
     }
-    free(l->names);
+    free(l->v);
     memset(l, 0, sizeof *l);
+}
+
+int dist__renew_let_go(struct dist__hold *h)
+{
+    int told;
+
+    pthread_mutex_lock(&R.mu);
+    atomic_store(&h->let_go, 1);
+    h->registered = 0;
+    told = !atomic_load(&h->lost) ? 0 : h->reporting ? 1 : 2;
+    pthread_mutex_unlock(&R.mu);
+    return told;
 }
 
 /* The thread is done with h for this round: it leaves the registry when
@@ -316,7 +367,8 @@ static void finish(struct dist__hold *h)
         return;
     if (h->orphan) {
         unlink_hold(h);
-        dist__hold_free(h);
+        if (!h->reporting)      /* else the report frees it */
+            dist__hold_free(h);
     } else if (!h->registered) {
         unlink_hold(h);
     }
@@ -337,7 +389,7 @@ static int settle_one(struct dist__hold *h, struct lostlist *lost)
         return -1;
     h->unknown = 0;
     if (gone && h->n[0] + h->n[1] > 0 && !h->orphan &&
-        !atomic_load(&h->lost)) {
+        !atomic_load(&h->lost) && !atomic_load(&h->let_go)) {
         atomic_store(&h->lost, 1);
         h->registered = 0;
         note_lost(lost, h);
@@ -651,7 +703,7 @@ static void *renew_main(void *arg)
             report_lost(&lost);
             pthread_mutex_lock(&R.mu);
         }
-        free(lost.names);       /* report_lost emptied it, or never ran */
+        free(lost.v);           /* report_lost emptied it, or never ran */
         read_idle(&wake);
 
         if (R.head && dist__cfg_mode() != DIST__MODE_SINGLE) {

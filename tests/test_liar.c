@@ -428,6 +428,83 @@ static void check_renew(void **state)
     assert_int_equal(o.unlock_rc, EPERM);
 }
 
+/* ---- no lost handler after an unlock ------------------------------------- */
+
+/* A mutex held once (a good answer), then the server answers no script
+ * again: a reentrant trylock loses its reply (EIO, its outcome handed to
+ * the renewal thread, whose settle is never answered either), and the
+ * unlock that follows cannot run before that is settled: EIO.  The thread
+ * has let go all the same, as after any unlock that said EIO: the
+ * watchdog must stop, and the lost handler must not be called for a hold
+ * the program let go (under the preload shim's default on_lease_lost =
+ * abort it aborted the program once the lease ran out unconfirmed).  The
+ * next unlock says the thread holds nothing. */
+#define LET_GO_LEASE_MS 3000UL
+
+struct let_go_out {
+    int setup_rc, try_rc, unlock_rc, lost, next_rc, token_rc;
+    char err[512];
+};
+
+static void run_let_go(const void *arg, void *res)
+{
+    struct let_go_out *o = res;
+    dist_mutex_t m;
+    char name[96];
+    double end, at;
+    uint64_t t;
+
+    (void)arg;
+    snprintf(name, sizeof name, "liar:%d", (int)getpid());
+    if (dist_set_url(url()) != 0 || dist_set_timeout_ms(TIMEOUT_MS) != 0 ||
+        dist_set_watchdog_ms(LET_GO_LEASE_MS) != 0 ||
+        dist_set_lost_handler(on_lost, NULL) != 0 ||
+        dist_mutex_init(&m, name, NULL) != 0 ||
+        dist_mutex_trylock(&m) != 0) {
+        o->setup_rc = -1;
+        snprintf(o->err, sizeof o->err, "%s", dist_last_error());
+        return;
+    }
+    o->try_rc = dist_mutex_trylock(&m);
+    o->unlock_rc = dist_mutex_unlock(&m);
+    snprintf(o->err, sizeof o->err, "%s", dist_last_error());
+    /* past the lease, unconfirmed: a hold still renewed is reported */
+    end = tu_now() + LET_GO_LEASE_MS / 1000.0 + 2.0;
+    while (tu_now() < end && !lost_seen(&at))
+        usleep(10000);
+    o->lost = lost_seen(&at);
+    o->next_rc = dist_mutex_unlock(&m);
+    o->token_rc = dist_mutex_token(&m, &t);
+}
+
+static void test_unlock_unsettled_no_lost_handler(void **state)
+{
+    struct let_go_out o;
+    long rss;
+
+    (void)state;
+    tu_liar_reset(liar);
+    tu_liar_add(liar, &(struct tu_lie){ .cmd = "EVALSHA", .bytes = TAKEN,
+                                         .times = 1 });
+    tu_liar_add(liar, &(struct tu_lie){ .cmd = "EVALSHA", .silent = 1 });
+    in_child(run_let_go, NULL, &o, sizeof o,
+             LET_GO_LEASE_MS / 1000.0 + 3 * BOUND_S, &rss);
+    print_message("reentrant trylock %d, unlock %d (%s); lost handler %d; "
+                  "next unlock %d, token %d\n", o.try_rc, o.unlock_rc, o.err,
+                  o.lost, o.next_rc, o.token_rc);
+    if (o.setup_rc != 0)
+        fail_msg("the lock was not taken: %s", o.err);
+    assert_int_equal(o.try_rc, EIO);
+    assert_int_equal(o.unlock_rc, EIO);
+    if (!strstr(o.err, "let go"))
+        fail_msg("the unlock does not say the thread let go: '%s'", o.err);
+    if (o.lost != 0)
+        fail_msg("the lost handler ran %d time(s) after the unlock let go",
+                 o.lost);
+    assert_int_equal(o.next_rc, EPERM);
+    assert_int_equal(o.token_rc, EPERM);
+}
+
 /* ---- a fresh hold counted twice ------------------------------------------ */
 
 /* One server, no failover: an acquire whose reply was lost is probed and
@@ -962,6 +1039,7 @@ int main(void)
         OWN(own_reply_silent, K_MUTEX, .silent = 1),
         OWN(own_reply_closing, K_FAIR, .close = 1),
         OWN(own_reply_trickle, K_WRITE, .bytes = TAKEN, .drip_ms = 700),
+        cmocka_unit_test(test_unlock_unsettled_no_lost_handler),
         cmocka_unit_test(test_fresh_hold_counted_twice),
         cmocka_unit_test(test_fresh_hold_counted_twice_no_token),
         cmocka_unit_test(test_fresh_hold_counted_twice_refused),
