@@ -221,6 +221,28 @@ inline bool taken(int rc, int no, const char *call)
     throw error(rc, call);
 }
 
+/* std::counting_semaphore's waits are not interrupted by a signal: an
+ * EINTR of the C call (a handler without SA_RESTART, or any handler
+ * during a timed wait) is a wait that goes on. */
+inline int sem_wait_on(dist_sem_t *s)
+{
+    int rc;
+
+    while ((rc = dist_sem_wait(s)) == EINTR)
+        continue;
+    return rc;
+}
+
+inline int sem_clockwait_on(dist_sem_t *s, clockid_t c,
+                            const struct timespec *ts)
+{
+    int rc;
+
+    while ((rc = dist_sem_clockwait(s, c, ts)) == EINTR)
+        continue;
+    return rc;
+}
+
 } /* namespace detail */
 
 /* ------------------------------------------------------------------------ */
@@ -707,7 +729,13 @@ public:
                       "dist_sem_post_multiple");
     }
 
-    void acquire() { detail::check(dist_sem_wait(&s_), "dist_sem_wait"); }
+    /* std::counting_semaphore's waits are not interrupted by a signal:
+     * an EINTR of the C call (a handler without SA_RESTART, or any
+     * handler during a timed wait) is a wait that goes on. */
+    void acquire()
+    {
+        detail::check(detail::sem_wait_on(&s_), "dist_sem_wait");
+    }
 
     /* Never waits: false when no permit is free. */
     bool try_acquire()
@@ -722,7 +750,8 @@ public:
     {
         struct timespec ts = detail::steady_after(rel);
 
-        return detail::taken(dist_sem_clockwait(&s_, CLOCK_MONOTONIC, &ts),
+        return detail::taken(detail::sem_clockwait_on(&s_, CLOCK_MONOTONIC,
+                                                      &ts),
                              ETIMEDOUT, "dist_sem_clockwait");
     }
 
@@ -733,7 +762,7 @@ public:
         dist_sem_t *s = &s_;
         int rc = detail::wait_until(tp,
             [s](clockid_t c, const struct timespec *ts) {
-                return dist_sem_clockwait(s, c, ts);
+                return detail::sem_clockwait_on(s, c, ts);
             });
 
         return detail::taken(rc, ETIMEDOUT, "dist_sem_clockwait");

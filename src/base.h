@@ -112,6 +112,17 @@ struct dist__sigpipe {
 void dist__sigpipe_block(struct dist__sigpipe *s);
 void dist__sigpipe_restore(struct dist__sigpipe *s);
 int dist__thread_start(pthread_t *th, void *(*fn)(void *));
+/* 1 when every signal handler the program installed has SA_RESTART (or
+ * it installed none): an untimed wait a handler interrupted goes on, as
+ * glibc's sem_wait does then (its futex wait is restarted); 0 when one
+ * has not, and the wait returns EINTR. */
+int dist__handlers_restart(void);
+/* A per-thread mark: a signal handler interrupted one of the library's
+ * own waits for a reply (which goes on), so that an interruptible wait
+ * (dist__acquire_intr) that was in a try then still returns EINTR rather
+ * than sleeping on.  take returns it and clears it. */
+void dist__eintr_note(void);
+int dist__eintr_take(void);
 
 /* ---- stack.c ----------------------------------------------------------- */
 

@@ -522,18 +522,34 @@ void dist__abandon_waits(void)
     dist__sub_wake_all();
 }
 
-/* Sleeps on the lock's channel between tries until it is taken, an error,
- * the deadline (after one last try: a lock free at the deadline is taken,
- * never timed out), or dist__abandon_waits. */
-static int wait_loop(struct dist__call *c, const struct dist__deadline *dl,
-                     uint64_t deadline)
+/* A waiter cancelled in its sleep (c->intr) gives its channel back. */
+static void chan_put_cancelled(void *arg)
+{
+    dist__sub_put(arg);
+}
+
+/* The sleep between tries: EINTR when a signal handler interrupted it
+ * (c->intr), else 0. */
+static int sleep_on(const struct dist__call *c, struct dist__chan *ch,
+                    unsigned long gen, uint64_t until)
+{
+    if (!c->intr) {
+        dist__sub_wait_since(ch, gen, until);
+        return 0;
+    }
+    return dist__sub_wait_intr(ch, gen, until, c->intr) == EINTR ? EINTR : 0;
+}
+
+/* Sleeps on the lock's channel ch between tries until it is taken, an
+ * error, the deadline (after one last try: a lock free at the deadline is
+ * taken, never timed out), a signal handler or a cancel request
+ * (c->intr), or dist__abandon_waits. */
+static int wait_on(struct dist__call *c, struct dist__chan *ch,
+                   const struct dist__deadline *dl, uint64_t deadline)
 {
     const struct dist__kind *k = c->o->kind;
-    struct dist__chan *ch = k->channel(c);
     int rc, last = 0;
 
-    if (!ch)
-        return dist__err(ENOMEM, "out of memory");
     /* Subscribe before trying again, so that a release that comes between
      * that try and the sleep wakes the sleep. */
     dist__sub_wait_ready(ch, sleep_until(c, deadline));
@@ -543,22 +559,41 @@ static int wait_loop(struct dist__call *c, const struct dist__deadline *dl,
          * keeps out) must not sleep through its turn. */
         unsigned long gen = dist__sub_gen(ch);
         /* read after gen: a wake-all that comes later ends the sleep */
-        if (atomic_load(&abandon)) {
-            rc = dist__err(ECANCELED, "%s '%s': the wait was abandoned",
-                           k->noun, name_of(c));
-            break;
-        }
+        if (atomic_load(&abandon))
+            return dist__err(ECANCELED, "%s '%s': the wait was abandoned",
+                             k->noun, name_of(c));
         rc = try_patiently(c, deadline);
         if (rc != 0 || c->taken)
-            break;
-        if (last) {
-            rc = dist__err(ETIMEDOUT, "%s '%s': timed out", k->noun, name_of(c));
-            break;
-        }
-        dist__sub_wait_since(ch, gen, sleep_until(c, deadline));
+            return rc;
+        if (last)
+            return dist__err(ETIMEDOUT, "%s '%s': timed out", k->noun,
+                             name_of(c));
+        /* a handler that ran in the try (the link's wait for the reply
+         * went on) interrupts the wait as one in the sleep would */
+        if ((c->intr & DIST__SUB_EINTR) && dist__eintr_take())
+            return dist__err(EINTR, "%s '%s': the wait was interrupted by "
+                             "a signal handler", k->noun, name_of(c));
+        if (sleep_on(c, ch, gen, sleep_until(c, deadline)) == EINTR)
+            return dist__err(EINTR, "%s '%s': the wait was interrupted by "
+                             "a signal handler", k->noun, name_of(c));
         if (dist__deadline_step(dl, &deadline))
             last = 1;
     }
+}
+
+/* wait_on the lock's channel; a waiter cancelled in its sleep (c->intr)
+ * gives the channel back. */
+static int wait_loop(struct dist__call *c, const struct dist__deadline *dl,
+                     uint64_t deadline)
+{
+    struct dist__chan *ch = c->o->kind->channel(c);
+    int rc;
+
+    if (!ch)
+        return dist__err(ENOMEM, "out of memory");
+    pthread_cleanup_push(chan_put_cancelled, ch);
+    rc = wait_on(c, ch, dl, deadline);
+    pthread_cleanup_pop(0);
     dist__sub_put(ch);
     return rc;
 }
@@ -1093,10 +1128,10 @@ static __attribute__((noinline)) void cancel(struct dist__call *c, const struct 
  * dist__call sat in acquire's frame through the whole try, and a lock
  * on a 16 KiB thread stack overflowed under ASan (test_posix). */
 static int acquire(struct dist__obj *o, int mode, int try_only,
-                   const struct dist__deadline *dl, int courtesy)
+                   const struct dist__deadline *dl, int courtesy, int intr)
 {
     const struct dist__kind *k = o->kind;
-    struct dist__call c = { .o = o, .mode = mode };
+    struct dist__call c = { .o = o, .mode = mode, .intr = intr };
     uint64_t t0 = dist__now_ms(), until = first_deadline(dl);
     int rc, held, queued, fresh, waited = 0;
 
@@ -1186,13 +1221,14 @@ static int may_wait_attach(int try_only, const struct dist__deadline *dl,
  * or on one whose replicas are still attaching (DIST__EATTACHING), each
  * try within the caller's deadline. */
 static int acquire_on_master(struct dist__obj *o, int mode, int try_only,
-                             const struct dist__deadline *dl, int courtesy)
+                             const struct dist__deadline *dl, int courtesy,
+                             int intr)
 {
     uint64_t t0 = dist__now_ms();
     int rc, tries = 0;
 
     for (;;) {
-        rc = acquire(o, mode, try_only, dl, courtesy);
+        rc = acquire(o, mode, try_only, dl, courtesy, intr);
         if (rc == DIST__EDEPOSED && ++tries < MAX_DEPOSED)
             continue;
         if (rc == DIST__EATTACHING && may_wait_attach(try_only, dl, t0))
@@ -1216,7 +1252,19 @@ static void call_end(void)
 int dist__acquire(struct dist__obj *o, int mode, int try_only,
                   const struct dist__deadline *dl)
 {
-    int rc = acquire_on_master(o, mode, try_only, dl, 1);
+    int rc = acquire_on_master(o, mode, try_only, dl, 1, 0);
+
+    call_end();
+    return rc;
+}
+
+int dist__acquire_intr(struct dist__obj *o, const struct dist__deadline *dl,
+                       int intr)
+{
+    int rc;
+
+    dist__eintr_take();       /* a handler that ran before the call */
+    rc = acquire_on_master(o, 0, 0, dl, 1, intr);
 
     call_end();
     return rc;
@@ -1224,7 +1272,7 @@ int dist__acquire(struct dist__obj *o, int mode, int try_only,
 
 int dist__reacquire(struct dist__obj *o)
 {
-    int rc = acquire_on_master(o, 0, 0, NULL, 0);
+    int rc = acquire_on_master(o, 0, 0, NULL, 0, 0);
 
     call_end();
     return rc;

@@ -162,6 +162,9 @@ struct dist__call {
     int unlocking;                /* an unlock: holds found lost are let go
                                    * of at once (dist__renew_let_go) */
     int told;                     /* what that let-go returned */
+    int intr;                     /* DIST__SUB_* (pubsub.h): the sleeps of
+                                   * a waiting acquire end on a signal
+                                   * handler, or are cancellation points */
 };
 
 struct dist__kind {
@@ -242,6 +245,12 @@ void dist__rec_tidy(struct dist__state *st);
 
 int dist__acquire(struct dist__obj *o, int mode, int try_only,
                   const struct dist__deadline *dl);
+/* A blocking acquire of mode 0 whose sleeps a signal handler interrupts
+ * (EINTR, nothing taken) or which are cancellation points (nothing taken
+ * either), as intr (DIST__SUB_* of pubsub.h) says: the semaphore waits.
+ * Only for a kind that waits without a queue (DIST__HOW_WAIT). */
+int dist__acquire_intr(struct dist__obj *o, const struct dist__deadline *dl,
+                       int intr);
 /* A blocking acquire of mode 0 by a thread that has been waiting already
  * (a condition variable's waiter taking its mutex back): without the
  * kind's before_wait, whose courtesy to other waiters is for a thread

@@ -133,7 +133,9 @@ static int wait_fd(struct dist__link *l, short ev, uint64_t until)
         n = poll(&p, 1, left > INT_MAX ? INT_MAX : (int)left);
         if (n > 0)
             return 0;
-        if (n < 0 && errno != EINTR)
+        if (n < 0 && errno == EINTR)
+            dist__eintr_note();     /* for a semaphore wait in a try */
+        else if (n < 0)
             return fail(l, "%s", strerror(errno));
     }
 }

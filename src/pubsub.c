@@ -66,6 +66,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/futex.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "pubsub_int.h"
@@ -207,11 +209,70 @@ unsigned long dist__sub_gen(struct dist__chan *ch)
     return gen;
 }
 
-int dist__sub_wait_since(struct dist__chan *ch, unsigned long gen,
-                         uint64_t until_ms)
+/* A futex sleeper cancelled in its sleep leaves the count it was in.  P.mu
+ * is not held there. */
+static void futex_sleeper_gone(void *arg)
+{
+    struct dist__chan *ch = arg;
+
+    pthread_mutex_lock(&P.mu);
+    ch->fsleepers--;
+    P.sleepers--;
+    pthread_mutex_unlock(&P.mu);
+}
+
+/* The futex wait of futex_sleep: -1 with errno, or 0.  With cancel, a
+ * request acts in it (async cancellation around the system call alone,
+ * as glibc's own cancellation points do; nothing of the library is held
+ * there). */
+static long futex_wait(uint32_t *word, uint32_t seen,
+                       const struct timespec *rel, int cancel)
+{
+    int type = 0, state = 0;
+    long rc;
+
+    if (!cancel)
+        return syscall(SYS_futex, word, FUTEX_WAIT_PRIVATE, seen, rel, NULL,
+                       0);
+    pthread_setcancelstate(PTHREAD_CANCEL_ENABLE, &state);
+    pthread_setcanceltype(PTHREAD_CANCEL_ASYNCHRONOUS, &type);
+    rc = syscall(SYS_futex, word, FUTEX_WAIT_PRIVATE, seen, rel, NULL, 0);
+    pthread_setcanceltype(type, &type);
+    pthread_setcancelstate(state, &state);
+    return rc;
+}
+
+/* One sleep of an interruptible waiter on ch->seq, until until_ms at the
+ * latest; P.mu held, released meanwhile.  EINTR when a signal handler ran
+ * on the thread, else 0. */
+static int futex_sleep(struct dist__chan *ch, uint64_t until_ms, int cancel)
+{
+    uint32_t seen = __atomic_load_n(&ch->seq, __ATOMIC_RELAXED);
+    uint64_t now = dist__now_ms(), left = until_ms > now ? until_ms - now : 0;
+    struct timespec rel = { (time_t)(left / 1000),
+                            (long)(left % 1000) * 1000000L };
+    long rc;
+    int err;
+
+    ch->fsleepers++;
+    P.sleepers++;
+    pthread_mutex_unlock(&P.mu);
+    pthread_cleanup_push(futex_sleeper_gone, ch);
+    rc = futex_wait(&ch->seq, seen, &rel, cancel);
+    err = errno;
+    pthread_cleanup_pop(0);
+    pthread_mutex_lock(&P.mu);
+    ch->fsleepers--;
+    P.sleepers--;
+    return rc < 0 && err == EINTR ? EINTR : 0;
+}
+
+/* dist__sub_wait_since, and dist__sub_wait_intr with intr. */
+static int wait_since(struct dist__chan *ch, unsigned long gen,
+                      uint64_t until_ms, int intr)
 {
     struct timespec ts;
-    int rc = ETIMEDOUT, direct = dist__direct_wake();
+    int rc = ETIMEDOUT, direct = dist__direct_wake(), eintr = 0;
 
     dist__ms_to_ts(until_ms, &ts);
     pthread_mutex_lock(&P.mu);
@@ -225,16 +286,39 @@ int dist__sub_wait_since(struct dist__chan *ch, unsigned long gen,
             rc = 0;
             break;
         }
+        if (eintr) {
+            rc = EINTR;      /* after the wake-ups: one that came is taken */
+            break;
+        }
         if (dist__now_ms() >= until_ms)
             break;
-        if (direct && dist__ps_borrow(ch, gen, until_ms))
+        if (direct && (intr ? dist__ps_borrow_intr(ch, gen, until_ms, intr,
+                                                   &eintr)
+                            : dist__ps_borrow(ch, gen, until_ms)))
             continue;
+        if (intr) {
+            eintr = futex_sleep(ch, until_ms, intr & DIST__SUB_CANCEL) ==
+                    EINTR && (intr & DIST__SUB_EINTR);
+            continue;
+        }
         P.sleepers++;
         pthread_cond_timedwait(&ch->cv, &P.mu, &ts);
         P.sleepers--;
     }
     pthread_mutex_unlock(&P.mu);
     return rc;
+}
+
+int dist__sub_wait_since(struct dist__chan *ch, unsigned long gen,
+                         uint64_t until_ms)
+{
+    return wait_since(ch, gen, until_ms, 0);
+}
+
+int dist__sub_wait_intr(struct dist__chan *ch, unsigned long gen,
+                        uint64_t until_ms, int intr)
+{
+    return wait_since(ch, gen, until_ms, intr);
 }
 
 void dist__sub_wake_all(void)
@@ -269,6 +353,7 @@ void dist__pubsub_shutdown(void)
     for (ch = P.chans; ch; ch = ch->next) {
         ch->wire = W_NONE;
         pthread_cond_broadcast(&ch->cv);
+        dist__ps_kick(ch);
     }
     dist__ps_reconcile(0, NULL);   /* frees the channels nobody waits on */
     pthread_mutex_unlock(&P.mu);
@@ -293,6 +378,7 @@ static void pubsub_fork(int phase)
             ch->node = NULL;
             ch->sent = 0;
             ch->permits = 0;
+            ch->fsleepers = 0;
             dist__cond_init_mono(&ch->cv);
         }
         if (P.nodes) {

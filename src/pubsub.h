@@ -25,6 +25,17 @@ void dist__sub_wait_ready(struct dist__chan *ch, uint64_t until_ms);
 unsigned long dist__sub_gen(struct dist__chan *ch);
 int dist__sub_wait_since(struct dist__chan *ch, unsigned long gen,
                          uint64_t until_ms);
+/* dist__sub_wait_since for the waits POSIX lets a signal interrupt and
+ * makes cancellation points (the semaphore waits).  intr: DIST__SUB_EINTR,
+ * a signal handler that ran on the thread while it slept ends the wait
+ * with EINTR (a wake-up that came too is left for the next look);
+ * DIST__SUB_CANCEL, a cancel request acts in the sleep (only there: the
+ * caller holds nothing of the channel's then but its reference, which its
+ * own cleanup handler gives back).  0 woken, ETIMEDOUT, EINTR. */
+#define DIST__SUB_EINTR  1
+#define DIST__SUB_CANCEL 2
+int dist__sub_wait_intr(struct dist__chan *ch, unsigned long gen,
+                        uint64_t until_ms, int intr);
 /* Wakes every waiting thread of every channel, as a wake-all message
  * would (dist__abandon_waits). */
 void dist__sub_wake_all(void);

@@ -29,6 +29,11 @@ struct dist__chan {
     unsigned long gen;      /* wake-all messages so far (see sub_wait_since) */
     uint64_t idle_since;    /* when refs last fell to 0 */
     pthread_cond_t cv;
+    /* Interruptible sleepers (dist__sub_wait_intr) wait on this futex
+     * word instead of cv: every wake-up of the channel moves it, and a
+     * signal handler that runs on the sleeper ends its futex wait. */
+    uint32_t seq;
+    int fsleepers;          /* threads in that futex wait */
 };
 
 struct sent {               /* a command awaiting its answer */
@@ -113,6 +118,10 @@ void dist__ps_ring(const int *fd);
 struct dist__chan *dist__ps_find(const char *name, size_t len);
 /* A release message for ch: wakes one waiter, or all (a '1').  P.mu held. */
 void dist__ps_wake(struct dist__chan *ch, int all);
+/* Wakes ch's futex sleepers (dist__sub_wait_intr) to look again: they
+ * are woken for every wake-up of ch, and those that find nothing for them
+ * sleep again.  P.mu held. */
+void dist__ps_kick(struct dist__chan *ch);
 /* Lets the calling thread, waiting on ch for a message after gen, read
  * ch's node itself rather than sleep until the thread wakes it: one
  * wake-up instead of two.  Lends only a node that the thread does not
@@ -121,6 +130,12 @@ void dist__ps_wake(struct dist__chan *ch, int all);
  * and is back (ch's state then says whether the wait is over), 0 when no
  * node could be lent (the caller sleeps on ch->cv). */
 int dist__ps_borrow(struct dist__chan *ch, unsigned long gen, uint64_t until);
+/* The same for an interruptible wait (intr: DIST__SUB_* of pubsub.h):
+ * 1 with *eintr set when a signal handler ran on the thread while it
+ * polled; a cancel request acts in the poll when DIST__SUB_CANCEL (the
+ * node is given back first, by a cleanup handler). */
+int dist__ps_borrow_intr(struct dist__chan *ch, unsigned long gen,
+                         uint64_t until, int intr, int *eintr);
 /* The thread. */
 void *dist__ps_main(void *arg);
 /* Queues the (un)subscribes the table asks for, frees channels nobody

@@ -5,10 +5,13 @@
  * (so that this file never calls up into pubsub.c); and the lending of a
  * node to a waiter (dist__ps_borrow).  The design is in pubsub.c. */
 #include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "pubsub_int.h"
@@ -46,6 +49,14 @@ struct dist__chan *dist__ps_find(const char *name, size_t len)
     return NULL;
 }
 
+void dist__ps_kick(struct dist__chan *ch)
+{
+    __atomic_store_n(&ch->seq, ch->seq + 1, __ATOMIC_RELEASE);
+    if (ch->fsleepers > 0)
+        syscall(SYS_futex, &ch->seq, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL,
+                0);
+}
+
 /* P.mu held.  '1' (a write release of a read-write lock) wakes everyone,
  * anything else one waiter: the others would only lose the race. */
 void dist__ps_wake(struct dist__chan *ch, int all)
@@ -54,6 +65,7 @@ void dist__ps_wake(struct dist__chan *ch, int all)
         ch->gen++;
     if (ch->refs == 0)
         return;
+    dist__ps_kick(ch);
     if (all) {
         ch->permits = (unsigned long)ch->refs;
         pthread_cond_broadcast(&ch->cv);
@@ -737,10 +749,54 @@ static void take_back(void)
     pthread_mutex_unlock(&P.mu);
 }
 
-int dist__ps_borrow(struct dist__chan *ch, unsigned long gen, uint64_t until)
+/* The end of a loan: n goes back to the thread.  P.mu held. */
+static void give_back(struct dist__node *n, int broken)
+{
+    int recalled = n->recall; /* left set: not lent again before the
+                               * thread's next turn (take_back) */
+
+    n->lent = 0;
+    n->failed = broken;
+    P.lent = NULL;
+    P.lent_ch = NULL;
+    /* The thread, asleep without n in its poll set, is woken only when
+     * someone else could need n's messages, it asked for n, or to give up
+     * a broken link; otherwise it takes n in again at its next turn, and
+     * the next waiter borrows n meanwhile without waking it. */
+    if (broken || recalled || P.sleepers > 0 || P.stop)
+        dist__ps_ring(P.pipe);
+}
+
+/* A borrower cancelled in its poll gives the node back (P.mu is not held
+ * there; nothing was read half). */
+static void give_back_cancelled(void *arg)
+{
+    pthread_mutex_lock(&P.mu);
+    give_back(arg, 0);
+    pthread_mutex_unlock(&P.mu);
+}
+
+/* poll(2) of a borrower; with cancel, a cancellation point. */
+static int borrow_poll(struct dist__node *n, struct pollfd *pfd, int ms,
+                       int cancel)
+{
+    int rc, state = 0;
+
+    if (!cancel)
+        return poll(pfd, 2, ms);
+    pthread_cleanup_push(give_back_cancelled, n);
+    pthread_setcancelstate(PTHREAD_CANCEL_ENABLE, &state);
+    rc = poll(pfd, 2, ms);
+    pthread_setcancelstate(state, &state);
+    pthread_cleanup_pop(0);
+    return rc;
+}
+
+int dist__ps_borrow_intr(struct dist__chan *ch, unsigned long gen,
+                         uint64_t until, int intr, int *eintr)
 {
     struct dist__node *n = ch->node;
-    int broken = 0, recalled;
+    int broken = 0;
 
     if (!n || n->sharded || !n->link || P.stop || P.bell[0] < 0)
         return 0;
@@ -761,13 +817,16 @@ int dist__ps_borrow(struct dist__chan *ch, unsigned long gen, uint64_t until)
     while (ch->gen == gen && ch->permits == 0 && !n->recall && !P.stop) {
         struct pollfd pfd[2];
         uint64_t now = dist__now_ms();
-        int rc;
+        int rc, err;
         if (now >= until)
             break;
         pfd[0] = (struct pollfd){ dist__link_fd(n->link), POLLIN, 0 };
         pfd[1] = (struct pollfd){ P.bell[0], POLLIN, 0 };
         pthread_mutex_unlock(&P.mu);
-        rc = poll(pfd, 2, until - now > 60000 ? 60000 : (int)(until - now));
+        rc = borrow_poll(n, pfd, until - now > 60000 ? 60000
+                                                      : (int)(until - now),
+                         intr & DIST__SUB_CANCEL);
+        err = errno;
         if (rc > 0 && pfd[1].revents)
             drain(P.bell[0]);
         if (rc > 0 && pfd[0].revents && read_replies(n) != 0)
@@ -775,20 +834,21 @@ int dist__ps_borrow(struct dist__chan *ch, unsigned long gen, uint64_t until)
         pthread_mutex_lock(&P.mu);
         if (broken)
             break;
+        /* poll(2) is never restarted after a handler, whatever SA_RESTART */
+        if (rc < 0 && err == EINTR && (intr & DIST__SUB_EINTR)) {
+            *eintr = 1;
+            break;
+        }
     }
-    recalled = n->recall;     /* left set: not lent again before the
-                               * thread's next turn (take_back) */
-    n->lent = 0;
-    n->failed = broken;
-    P.lent = NULL;
-    P.lent_ch = NULL;
-    /* The thread, asleep without n in its poll set, is woken only when
-     * someone else could need n's messages, it asked for n, or to give up
-     * a broken link; otherwise it takes n in again at its next turn, and
-     * the next waiter borrows n meanwhile without waking it. */
-    if (broken || recalled || P.sleepers > 0 || P.stop)
-        dist__ps_ring(P.pipe);
+    give_back(n, broken);
     return 1;
+}
+
+int dist__ps_borrow(struct dist__chan *ch, unsigned long gen, uint64_t until)
+{
+    int eintr = 0;
+
+    return dist__ps_borrow_intr(ch, gen, until, 0, &eintr);
 }
 
 /* Polls the pipe and every connected node until next, and reads what came. */
@@ -827,6 +887,7 @@ static void wait_and_read(struct loop *l, uint64_t next)
     P.polling = 1;
     if (P.want_ch) {          /* one of its sleepers may borrow now */
         pthread_cond_signal(&P.want_ch->cv);
+        dist__ps_kick(P.want_ch);
         P.want_ch = NULL;
     }
     pthread_mutex_unlock(&P.mu);

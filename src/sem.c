@@ -243,15 +243,46 @@ static uint64_t next_try(uint64_t deadline)
     return deadline && deadline < until ? deadline : until;
 }
 
+static void rs_put_cancelled(void *arg)
+{
+    dist__sub_put(arg);
+}
+
+/* rs_wait's loop, on ch. */
+static int rs_loop(struct dist__sem *sm, struct dist__chan *ch,
+                   const struct dist__deadline *dl, uint64_t deadline,
+                   int intr)
+{
+    int rc, last = 0;
+
+    dist__sub_wait_ready(ch, next_try(deadline));
+    for (;;) {
+        unsigned long gen = dist__sub_gen(ch);
+        if ((rc = rs_try(sm)) != 0)
+            return rc > 0 ? 0 : -rc;
+        if (last)
+            return dist__err(ETIMEDOUT, "semaphore '%s': timed out",
+                             rs_name(sm));
+        if (((intr & DIST__SUB_EINTR) && dist__eintr_take()) ||
+            dist__sub_wait_intr(ch, gen, next_try(deadline), intr) == EINTR)
+            return dist__err(EINTR, "semaphore '%s': the wait was "
+                             "interrupted by a signal handler", rs_name(sm));
+        if (dist__deadline_step(dl, &deadline))
+            last = 1;
+    }
+}
+
 /* Tries, then sleeps on the channel between tries, as the engine's wait
  * loop does (the permit count has no lease to bound the sleep: a missed
- * message is made up for at the next try, a waiter window later). */
+ * message is made up for at the next try, a waiter window later).  intr
+ * as the engine's (dist__acquire_intr): a cancelled waiter gives its
+ * channel back. */
 static int rs_wait(struct dist__sem *sm, int try_only,
-                   const struct dist__deadline *dl)
+                   const struct dist__deadline *dl, int intr)
 {
     struct dist__chan *ch;
     uint64_t deadline = 0;
-    int rc, last = 0;
+    int rc;
 
     if ((rc = rs_try(sm)) != 0)
         return rc > 0 ? 0 : -rc;
@@ -262,22 +293,9 @@ static int rs_wait(struct dist__sem *sm, int try_only,
         return rc;
     if (!(ch = dist__sub_get(&sm->keys[1])))
         return dist__err(ENOMEM, "out of memory");
-    dist__sub_wait_ready(ch, next_try(deadline));
-    for (;;) {
-        unsigned long gen = dist__sub_gen(ch);
-        if ((rc = rs_try(sm)) != 0) {
-            rc = rc > 0 ? 0 : -rc;
-            break;
-        }
-        if (last) {
-            rc = dist__err(ETIMEDOUT, "semaphore '%s': timed out",
-                           rs_name(sm));
-            break;
-        }
-        dist__sub_wait_since(ch, gen, next_try(deadline));
-        if (dist__deadline_step(dl, &deadline))
-            last = 1;
-    }
+    pthread_cleanup_push(rs_put_cancelled, ch);
+    rc = rs_loop(sm, ch, dl, deadline, intr);
+    pthread_cleanup_pop(0);
     dist__sub_put(ch);
     return rc;
 }
@@ -317,41 +335,79 @@ static int rs_count(struct dist__sem *sm, const char *op, long n, long *value)
 
 /* ---- waiting and posting -------------------------------------------------------- */
 
+/* try_only, or a wait (until dl, or NULL) whose sleeps end as intr says
+ * (DIST__SUB_* of pubsub.h). */
 static int sem_take(dist_sem_t *s, int try_only,
-                    const struct dist__deadline *dl)
+                    const struct dist__deadline *dl, int intr)
 {
     struct dist__sem *sm;
     int rc;
 
     if ((rc = get_sem(s, &sm)) != 0)
         return rc;
-    if (sm->mode == DIST_SEM_REDISSON)
-        return rs_wait(sm, try_only, dl);
-    rc = dist__acquire(sm->o, 0, try_only, dl);
-    if (rc == EBUSY && try_only)
+    if (sm->mode == DIST_SEM_REDISSON) {
+        dist__eintr_take();   /* a handler that ran before the call */
+        do
+            rc = rs_wait(sm, try_only, dl, intr);
+        while (rc == EINTR && !dl && dist__handlers_restart());
+        return rc;
+    }
+    if (!try_only) {
+        do
+            rc = dist__acquire_intr(sm->o, dl, intr);
+        while (rc == EINTR && !dl && dist__handlers_restart());
+        return rc;
+    }
+    rc = dist__acquire(sm->o, 0, 1, NULL);
+    if (rc == EBUSY)
         return dist__err(EAGAIN, "semaphore '%s' has no free permit",
                          sm->o->st->names->name.p);
     return rc;
+}
+
+/* How the waits end early, as glibc's do: a signal handler ends them with
+ * EINTR (an untimed wait goes on when every handler has SA_RESTART, as
+ * glibc's restarted futex wait does), and, when the caller's cancellation
+ * was enabled (cancel_was), they are cancellation points all through: a
+ * request acts as they begin or while they sleep, never with a permit
+ * taken. */
+static int wait_intr(int cancel_was)
+{
+    return DIST__SUB_EINTR |
+           (cancel_was == PTHREAD_CANCEL_ENABLE ? DIST__SUB_CANCEL : 0);
 }
 
 int dist_sem_wait(dist_sem_t *s)
 {
     DIST__CANCEL_POINT;      /* as POSIX has it: nothing changed yet */
     DIST__KEEP_ERRNO;
-    return sem_take(s, 0, NULL);
+    return sem_take(s, 0, NULL, wait_intr(dist__cancel_saved));
 }
 
 int dist_sem_trywait(dist_sem_t *s)
 {
     DIST__KEEP_ERRNO;
-    return sem_take(s, 1, NULL);
+    return sem_take(s, 1, NULL, 0);
+}
+
+/* One body for the timed forms: dist_sem_timedwait must not call
+ * dist_sem_clockwait, whose entry would see cancellation already off. */
+static int sem_timed(dist_sem_t *s, clockid_t clockid,
+                     const struct timespec *abstime, int cancel_was)
+{
+    struct dist__deadline dl;
+    int rc;
+
+    if ((rc = dist__deadline_set(&dl, clockid, abstime)) != 0)
+        return rc;
+    return sem_take(s, 0, &dl, wait_intr(cancel_was));
 }
 
 int dist_sem_timedwait(dist_sem_t *s, const struct timespec *abstime)
 {
     DIST__CANCEL_POINT;      /* as POSIX has it: nothing changed yet */
     DIST__KEEP_ERRNO;
-    return dist_sem_clockwait(s, CLOCK_REALTIME, abstime);
+    return sem_timed(s, CLOCK_REALTIME, abstime, dist__cancel_saved);
 }
 
 int dist_sem_clockwait(dist_sem_t *s, clockid_t clockid,
@@ -359,12 +415,7 @@ int dist_sem_clockwait(dist_sem_t *s, clockid_t clockid,
 {
     DIST__CANCEL_POINT;      /* as POSIX has it: nothing changed yet */
     DIST__KEEP_ERRNO;
-    struct dist__deadline dl;
-    int rc;
-
-    if ((rc = dist__deadline_set(&dl, clockid, abstime)) != 0)
-        return rc;
-    return sem_take(s, 0, &dl);
+    return sem_timed(s, clockid, abstime, dist__cancel_saved);
 }
 
 /* Leased: the caller's own permits go back one by one, then new ones are

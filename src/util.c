@@ -152,6 +152,42 @@ int dist__thread_start(pthread_t *th, void *(*fn)(void *))
     return rc;
 }
 
+static __thread int eintr_seen;
+
+void dist__eintr_note(void)
+{
+    eintr_seen = 1;
+}
+
+int dist__eintr_take(void)
+{
+    int was = eintr_seen;
+
+    eintr_seen = 0;
+    return was;
+}
+
+int dist__handlers_restart(void)
+{
+    struct sigaction sa;
+    int sig;
+
+    /* Which signal interrupted the wait is not known: any handler without
+     * SA_RESTART may have been it.  glibc's own signals (cancellation,
+     * set*id) are refused by sigaction and count as restarting, as their
+     * handlers are. */
+    for (sig = 1; sig < NSIG; sig++) {
+        if (sigaction(sig, NULL, &sa) != 0)
+            continue;
+        if (!(sa.sa_flags & SA_SIGINFO) &&
+            (sa.sa_handler == SIG_DFL || sa.sa_handler == SIG_IGN))
+            continue;
+        if (!(sa.sa_flags & SA_RESTART))
+            return 0;
+    }
+    return 1;
+}
+
 void dist__sleep_ms(uint64_t ms)
 {
     struct timespec ts = { (time_t)(ms / 1000), (long)(ms % 1000) * 1000000L };
