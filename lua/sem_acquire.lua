@@ -7,7 +7,11 @@
 -- ARGV[2]  owner
 -- ARGV[3]  free permits of a semaphore that does not exist yet
 -- ARGV[4]  publish command (see prelude_publish)
--- Reply    {1, holds}  taken; holds is the owner's count after this call
+-- ARGV[5]  '1': the semaphore allows unowned posts, and a permit taken replaces
+--          the owner's earlier hold, which is consumed (its taker is done with it:
+--          a consumer holds only the item it works on); '0' or absent: added to it
+-- Reply    {1, holds, had}  taken; holds is the owner's count after this call; had
+--                      the holds it replaced (ARGV[5] '1'), else 0
 --          {0, ms}     none free; ms until the first lease ends (when permits may
 --                      come back), -1 when nobody holds any
 --#include prelude_publish.lua
@@ -18,11 +22,17 @@ local back = sem_reclaim(KEYS[1], KEYS[2], KEYS[3], now)
 local free = tonumber(redis.call('hget', KEYS[1], 'free'))
 if free >= 1 then
   redis.call('hincrby', KEYS[1], 'free', -1)
-  local n = redis.call('hincrby', KEYS[2], ARGV[2], 1)
+  local n, had = 1, 0
+  if ARGV[5] == '1' then
+    had = tonumber(redis.call('hget', KEYS[2], ARGV[2]) or '0')
+    redis.call('hset', KEYS[2], ARGV[2], 1)
+  else
+    n = redis.call('hincrby', KEYS[2], ARGV[2], 1)
+  end
   redis.call('zadd', KEYS[3], now + tonumber(ARGV[1]), ARGV[2])
   -- permits a dead holder gave back beyond this one: others may take them
   sem_tell(ARGV[4], KEYS[4], math.min(back - 1, free - 1))
-  return {1, n}
+  return {1, n, had}
 end
 local first = redis.call('zrange', KEYS[3], 0, 0, 'withscores')
 if first[2] then

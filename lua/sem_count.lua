@@ -4,11 +4,15 @@
 -- KEYS[3]  leases: ZSET owner -> lease end                        (distlock_sem_leases:{S})
 -- KEYS[4]  channel                                                (distlock_sem_channel:{S})
 -- ARGV[1]  'get', 'add' (a post by a thread holding nothing, allowed by the
---          semaphore's attributes: new permits) or 'set' (free := ARGV[2])
+--          semaphore's attributes: new permits), 'set' (free := ARGV[2]) or
+--          'drop' (the holds of the owners ARGV[6..] are consumed: a destroy of a
+--          semaphore with unowned posts; each field stays, at 0, until its lease
+--          ends, so that a renewal already under way does not find it gone)
 -- ARGV[2]  the permits to add or set
 -- ARGV[3]  free permits of a semaphore that does not exist yet
 -- ARGV[4]  the most free permits allowed
 -- ARGV[5]  publish command (see prelude_publish)
+-- ARGV[6..] 'drop': the owners
 -- Reply    {free, held} after the call; {-1, held} when 'add' would pass ARGV[4]
 --          (nothing changed)
 --#include prelude_publish.lua
@@ -17,6 +21,13 @@ local now = sem_now()
 sem_create(KEYS[1], ARGV[3])
 local back = sem_reclaim(KEYS[1], KEYS[2], KEYS[3], now)
 local free = tonumber(redis.call('hget', KEYS[1], 'free'))
+if ARGV[1] == 'drop' then
+  for i = 6, #ARGV do
+    if redis.call('hexists', KEYS[2], ARGV[i]) == 1 then
+      redis.call('hset', KEYS[2], ARGV[i], 0)
+    end
+  end
+end
 local held = 0
 for _, n in ipairs(redis.call('hvals', KEYS[2])) do
   held = held + tonumber(n)

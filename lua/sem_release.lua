@@ -9,14 +9,15 @@
 -- ARGV[4]  optional: the owner's count this call expects to find; when it differs
 --          nothing changes (used to finish a release whose reply was lost)
 -- Reply    {n, waiters}: n the owner's permits left, -1 it holds none (its lease
---          ended, or it never took one), -2 ARGV[4] differs; waiters the
+--          ended, it never took one, or a destroy consumed them), -2 ARGV[4] differs; waiters the
 --          subscribers the message reached
 --#include prelude_publish.lua
 --#include prelude_sem.lua
 local now = sem_now()
 sem_reclaim(KEYS[1], KEYS[2], KEYS[3], now)
 local n = redis.call('hget', KEYS[2], ARGV[2])
-if not n then
+if not n or tonumber(n) <= 0 then
+  -- a field of 0 is an owner whose permits a destroy consumed (sem_count 'drop')
   return {-1, 0}
 end
 if ARGV[4] and tonumber(n) ~= tonumber(ARGV[4]) then

@@ -256,7 +256,9 @@ static int record(struct dist__call *c)
         pthread_mutex_unlock(&st->mu);
         return ENOMEM;
     }
-    if (c->n[c->mode] > 0 && c->count != c->n[c->mode] + 1)
+    if (c->replaced)            /* the earlier hold was consumed by it */
+        c->lost = c->n[c->mode] > 0 && !c->had;
+    else if (c->n[c->mode] > 0 && c->count != c->n[c->mode] + 1)
         c->lost = 1;
     if (r->h && atomic_load(&r->h->lost)) {
         /* found gone meanwhile: that entry is done, a new one renews */
@@ -937,7 +939,8 @@ static __attribute__((noinline)) void give_back_to(struct dist__call *c,
  * hold too many. */
 static __attribute__((noinline)) void give_back(struct dist__call *c)
 {
-    give_back_to(c, c->lost ? 0 : c->n[c->mode]);
+    /* a take that replaced the earlier hold consumed that one */
+    give_back_to(c, c->lost || c->replaced ? 0 : c->n[c->mode]);
 }
 
 /* A new hold is only as safe as its copy on a replica: without one, it is
@@ -1166,7 +1169,7 @@ static int acquire(struct dist__obj *o, int mode, int try_only,
     if (record(&c) != 0)
         return dist__err(ENOMEM, "out of memory");
     /* a reentrant hold adds to one a replica has already */
-    if (fresh || c.lost)
+    if (fresh || c.lost || c.replaced)
         rc = replica_sync(&c);
     /* after the sync, which waits on the link c.on names: a release may
      * close that link and open another (fuzz_reply found the WAIT on a

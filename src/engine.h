@@ -165,6 +165,11 @@ struct dist__call {
     int intr;                     /* DIST__SUB_* (pubsub.h): the sleeps of
                                    * a waiting acquire end on a signal
                                    * handler, or are cancellation points */
+    int replaced;                 /* a take that replaced the owner's
+                                   * holds of c->mode (c->count is all it
+                                   * holds now; see the semaphore's kind) */
+    int had;                      /* with replaced: Redis still had the
+                                   * holds it replaced (else: lost) */
 };
 
 struct dist__kind {

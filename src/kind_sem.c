@@ -72,26 +72,27 @@ static int s_acquire(struct dist__call *c)
     char lease[24], initial[24];
     size_t olen;
     const char *owner = dist__owner(&olen);
-    struct dist__buf kv[8] = {
+    struct dist__buf kv[9] = {
         sx->keys[0], sx->keys[1], sx->keys[2], sx->keys[3],
         { lease, 0 }, { owner, olen }, { initial, 0 },
-        arg(dist__publish_cmd()),
+        arg(dist__publish_cmd()), arg(atomic_load(&sx->unowned) ? "1" : "0"),
     };
-    long long ok, v;
+    long long ok, v, had = 0;
     redisReply *r;
     int rc;
 
     kv[4].len = (size_t)snprintf(lease, sizeof lease, "%lu",
                                  dist__lease_of(c->o));
     kv[6].len = (size_t)snprintf(initial, sizeof initial, "%ld", atomic_load(&sx->initial));
-    rc = dist__route_eval(DIST__S_SEM_ACQUIRE, 4, kv, 8, &r, &c->on);
+    rc = dist__route_eval(DIST__S_SEM_ACQUIRE, 4, kv, 9, &r, &c->on);
     if (rc == DIST__ECONN) {
         c->unknown = 1;   /* the renewal thread gives back what it took */
         return EIO;
     }
     if (rc != 0)
         return rc == ENOMEM ? ENOMEM : EIO;
-    if (dist__reply_int(r, 0, &ok) != 0 || dist__reply_int(r, 1, &v) != 0) {
+    if (dist__reply_int(r, 0, &ok) != 0 || dist__reply_int(r, 1, &v) != 0 ||
+        (ok == 1 && dist__reply_int(r, 2, &had) != 0)) {
         freeReplyObject(r);
         return dist__err(EIO, "unexpected reply to sem_acquire");
     }
@@ -102,6 +103,10 @@ static int s_acquire(struct dist__call *c)
         c->count = (unsigned long)v;
     else
         c->wait = v;
+    /* with unowned posts the owner's earlier hold was consumed: it holds
+     * this one alone, and lost nothing if Redis still had that one */
+    c->replaced = c->taken && atomic_load(&sx->unowned);
+    c->had = had > 0;
     return 0;
 }
 
@@ -266,5 +271,129 @@ int dist__sem_count(struct dist__obj *o, const char *op, long n, long *free_,
         *free_ = (long)f;
     if (held)
         *held = (long)h;
+    return 0;
+}
+
+/* The owner field of record r: the renewal entry's, else made as
+ * dist__owner makes the calling thread's.  The state's mu held. */
+static void rec_owner(const struct dist__rec *r, char *buf, size_t size,
+                      size_t *len)
+{
+    int n;
+
+    if (r->h) {
+        *len = r->h->owner_len < size ? r->h->owner_len : size - 1;
+        memcpy(buf, r->h->owner, *len);
+        buf[*len] = 0;
+        return;
+    }
+    n = snprintf(buf, size, "%s:%llu", dist__client_id(),
+                 (unsigned long long)r->thread_no);
+    *len = n < 0 ? 0 : (size_t)n < size ? (size_t)n : size - 1;
+}
+
+/* The owners of st's records that hold permits, into *owners (malloc'd,
+ * 64 bytes each) and their lengths; -1 (EBUSY) when one's outcome is
+ * still being settled.  The state's mu held.  The count, or -ENOMEM. */
+static int holding_owners(struct dist__state *st, char (**owners)[64],
+                          size_t **lens)
+{
+    struct dist__rec *r;
+    int n = 0, i = 0;
+
+    dist__rec_find(st);               /* drops a parent's records */
+    for (r = st->recs; r; r = r->next) {
+        if (r->unknown)
+            return -EBUSY;
+        n += r->n[0] > 0;
+    }
+    *owners = NULL;
+    *lens = NULL;
+    if (n == 0)
+        return 0;
+    *owners = malloc(sizeof **owners * (size_t)n);
+    *lens = malloc(sizeof **lens * (size_t)n);
+    if (!*owners || !*lens) {
+        free(*owners);
+        free(*lens);
+        return -ENOMEM;
+    }
+    for (r = st->recs; r; r = r->next)
+        if (r->n[0] > 0) {
+            rec_owner(r, (*owners)[i], sizeof (*owners)[i], &(*lens)[i]);
+            i++;
+        }
+    return n;
+}
+
+/* Runs sem_count 'drop' for the n owners.  0 or EIO/ENOMEM. */
+static int run_drop(struct dist__obj *o, char (*owners)[64],
+                    const size_t *lens, int n)
+{
+    struct dist__semx *sx = o->st->ext;
+    char initial[24], max[24];
+    struct dist__buf *kv = calloc((size_t)(9 + n), sizeof *kv);
+    redisReply *r;
+    int i, rc;
+
+    if (!kv)
+        return ENOMEM;
+    kv[0] = sx->keys[0], kv[1] = sx->keys[1];
+    kv[2] = sx->keys[2], kv[3] = sx->keys[3];
+    kv[4] = arg("drop");
+    kv[5] = arg("0");
+    kv[6] = (struct dist__buf){ initial, (size_t)snprintf(initial,
+                                sizeof initial, "%ld",
+                                atomic_load(&sx->initial)) };
+    kv[7] = (struct dist__buf){ max, (size_t)snprintf(max, sizeof max, "%ld",
+                                atomic_load(&sx->max)) };
+    kv[8] = arg(dist__publish_cmd());
+    for (i = 0; i < n; i++)
+        kv[9 + i] = (struct dist__buf){ owners[i], lens[i] };
+    /* run again on a lost reply: dropping twice is dropping once */
+    rc = dist__route_run(DIST__S_SEM_COUNT, 4, kv, 9 + n, &r);
+    if (rc == DIST__ECONN)
+        rc = dist__route_run(DIST__S_SEM_COUNT, 4, kv, 9 + n, &r);
+    free(kv);
+    if (rc != 0)
+        return rc == ENOMEM ? ENOMEM : EIO;
+    freeReplyObject(r);
+    return 0;
+}
+
+int dist__sem_drop(struct dist__obj *o)
+{
+    struct dist__state *st = o->st;
+    struct dist__rec *r, *next;
+    char (*owners)[64];
+    size_t *lens;
+    int n, rc;
+
+    pthread_mutex_lock(&st->mu);
+    n = holding_owners(st, &owners, &lens);
+    pthread_mutex_unlock(&st->mu);
+    if (n == -EBUSY)
+        return dist__err(EBUSY, "semaphore '%s': an earlier call's outcome "
+                         "is still being settled", st->names->name.p);
+    if (n < 0)
+        return dist__err(ENOMEM, "out of memory");
+    if (n == 0)
+        return 0;
+    rc = run_drop(o, owners, lens, n);
+    free(owners);
+    free(lens);
+    if (rc != 0)
+        return dist__err(rc, "semaphore '%s': the permits this process's "
+                         "threads hold could not be consumed: %s",
+                         st->names->name.p, dist_last_error());
+    /* the fields stay at 0 until their lease ends: renewals under way find
+     * them, and none is made once the records are gone */
+    pthread_mutex_lock(&st->mu);
+    for (r = st->recs; r; r = next) {
+        next = r->next;
+        if (r->n[0] > 0 && !r->unknown)
+            dist__rec_drop(st, r);
+    }
+    pthread_mutex_unlock(&st->mu);
     return 0;
 }

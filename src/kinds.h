@@ -54,6 +54,8 @@ struct dist__semx {
     struct dist__buf keys[DIST__SEM_NKEYS];
     atomic_long initial;          /* free permits if new */
     atomic_long max;              /* most free permits */
+    atomic_int unowned;           /* unowned posts: a take replaces the
+                                   * taker's earlier hold (sem_acquire) */
 };
 
 /* The keys of the semaphore named by nm, malloc'd: DIST__SEM_NKEYS of them,
@@ -66,6 +68,10 @@ void dist__sem_keys_free(struct dist__buf *keys, int n);
  * *free_ and *held (either may be NULL), EOVERFLOW, EIO. */
 int dist__sem_count(struct dist__obj *o, const char *op, long n, long *free_,
                     long *held);
+/* A semaphore with unowned posts: the permits the threads of this process
+ * hold are consumed in Redis and their records dropped (its destroy).  0,
+ * EBUSY (an earlier call's outcome is still being settled), ENOMEM, EIO. */
+int dist__sem_drop(struct dist__obj *o);
 
 /* struct dist__obj.flags */
 #define DIST__MUTEX_ERRORCHECK 1

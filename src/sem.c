@@ -116,6 +116,7 @@ static int leased_new(struct dist__sem *sm, const char *name,
     sx = sm->o->st->ext;
     atomic_store(&sx->initial, sm->initial);
     atomic_store(&sx->max, sm->max);
+    atomic_store(&sx->unowned, sm->unowned);
     return 0;
 }
 
@@ -192,6 +193,12 @@ int dist_sem_destroy(dist_sem_t *s)
     int rc;
 
     if ((rc = get_sem(s, &sm)) != 0)
+        return rc;
+    /* With unowned posts a permit taken is its taker's only to give back
+     * if it dies: the ones this process's threads still hold are
+     * consumed, as sem_wait's are (a consumer's last item, a thread that
+     * ended holding one).  Otherwise they are locks, and in the way. */
+    if (sm->o && sm->unowned && (rc = dist__sem_drop(sm->o)) != 0)
         return rc;
     if (sm->o && dist__held(sm->o, 0) > 0)
         return dist__err(EBUSY, "semaphore '%s': this thread holds permits",
