@@ -31,7 +31,7 @@ if [[ ! -x $run_bin || ! -f $shim ]]; then
     echo "SKIP: built without the LD_PRELOAD shim (--disable-preload)"
     exit 77
 fi
-for p in examples/prodcons examples/joblimit tests/preload_waits; do
+for p in examples/prodcons examples/joblimit tests/preload_waits tests/preload_sems; do
     if [[ ! -x $top/$p ]]; then
         echo "FAIL: $top/$p not built"
         exit 1
@@ -176,6 +176,49 @@ wait_for "$!" 60
 [[ $rc == 0 ]] || fail "joblimit, unmapped name: ended with $rc: $(cat "$tmp/other.err")"
 [[ -e /dev/shm/sem.${other#/} ]] || fail "joblimit, unmapped name: no glibc semaphore $other"
 grep -q '^most 1 ' "$tmp/other.out" || fail "joblimit, unmapped name: $(cat "$tmp/other.out")"
+
+# ---- semaphores: signals, cancellation, a producer and a consumer -------------
+
+# tests/preload_sems on mapped semaphores, leased with unowned posts (the
+# signalling use): sem_wait and sem_timedwait return -1/EINTR when a
+# handler without SA_RESTART interrupts them (LTP sem_wait/7-1), a thread
+# cancelled in sem_wait goes, and a producer/consumer pair holds one
+# permit per side at most however many items pass, then closes both.
+psem() {
+    local t=$1
+    shift
+    out=$(timeout "$t" "$run_bin" --config "$tmp/sems.ini" -- \
+        "$top/tests/preload_sems" "$@" 2>&1)
+    rc=$?
+}
+cat >"$tmp/sems.ini" <<EOF
+[semaphore sigsem-$$]
+match = sem_open /dlsig-$$
+unowned_post = yes
+[semaphore items-$$]
+match = sem_open /dlitems-$$
+unowned_post = yes
+[semaphore slots-$$]
+match = sem_open /dlslots-$$
+unowned_post = yes
+EOF
+psem 60 eintr "/dlsig-$$"
+[[ $rc == 0 && $out == *"eintr 1 1"* ]] ||
+    fail "a mapped sem_wait or sem_timedwait not interrupted by a signal (rc $rc): $out"
+psem 60 cancel "/dlsig-$$"
+[[ $rc == 0 && $out == *"cancel 1 value 0"* ]] ||
+    fail "a thread cancelled in a mapped sem_wait did not go (rc $rc): $out"
+held=$(rcli hvals "distlock_sem_holds:{sigsem-$$}" | awk '{ s += $1 } END { print s + 0 }')
+[[ $held == 0 ]] || fail "an interrupted or cancelled wait left $held permits held"
+psem 180 pair "/dlitems-$$" "/dlslots-$$" 2000
+[[ $rc == 0 && $out == *"pair 2000 0 4"* && $out == *"closed 0 0"* ]] ||
+    fail "producer/consumer pair on mapped semaphores (rc $rc): $out"
+for k in items slots; do
+    held=$(rcli hvals "distlock_sem_holds:{$k-$$}" | awk '{ s += $1 } END { print s + 0 }')
+    [[ $held == 0 ]] || fail "pair: $held $k permits still held after sem_close"
+done
+[[ ! -e /dev/shm/sem.dlitems-$$ ]] || fail "pair: glibc's semaphore was created"
+echo "semaphores: EINTR, cancellation, 2000 items through a pair, closed"
 
 # ---- a barrier, a heap condition, a timed-out wait (tests/preload_waits) ----
 
