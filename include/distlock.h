@@ -1,11 +1,12 @@
 /*
  * distlock: distributed locks with the shape of pthread_mutex_t, backed by Redis.
  *
- * Every call returns 0 or a positive errno value (never -1, never EINTR) and
- * leaves errno alone.  No call is a cancellation point, except that the
- * condition and semaphore waits act on a cancel request as they begin
- * (nothing changed yet); a request made while a call runs acts at the
- * caller's next cancellation point.  When a call fails, dist_last_error()
+ * Every call returns 0 or a positive errno value (never -1; EINTR only from
+ * the semaphore waits, as sem_wait) and leaves errno alone.  No call is a
+ * cancellation point, except that the condition waits act on a cancel
+ * request as they begin (nothing changed yet) and the semaphore waits all
+ * through (never with a permit taken); a request made while another call
+ * runs acts at the caller's next cancellation point.  When a call fails, dist_last_error()
  * gives a readable reason for the calling thread.  The data kept in Redis
  * is the layout of Redisson's RLock, so a Java service and a C program can
  * share one lock.
@@ -458,7 +459,9 @@ DIST_EXPORT int dist_condattr_getclock(const dist_condattr_t *a,
  * back one of the calling thread's permits; a thread that holds none gets
  * EPERM, unless the semaphore allows unowned posts
  * (dist_semattr_setunowned), where such a post adds a new permit.  A thread
- * that takes a permit and never posts keeps it while its process lives.
+ * that takes a permit and never posts keeps it while its process lives;
+ * with unowned posts (the signalling use) it keeps only the last one it
+ * took: a take consumes the one before, and destroy the last.
  *
  * DIST_SEM_REDISSON: Redisson's RSemaphore layout (the permit count in the
  * plain string key NAME, wake-ups on redisson_sc:{NAME}), so that a Java
@@ -499,10 +502,14 @@ DIST_EXPORT int dist_sem_init(dist_sem_t *s, const char *name,
                               const dist_semattr_t *attr);
 
 /* Frees what init allocated.  EBUSY while a thread of this process holds
- * one of its leased permits. */
+ * one of its leased permits; with unowned posts those are consumed
+ * instead (EIO when Redis cannot be reached for that). */
 DIST_EXPORT int dist_sem_destroy(dist_sem_t *s);
 
-/* Takes a permit, waiting until one is free.  EIO. */
+/* Takes a permit, waiting until one is free.  EIO; EINTR when a signal
+ * handler without SA_RESTART interrupted the wait (the timed forms: any
+ * handler), as glibc's sem_wait.  A cancellation point, as the timed forms
+ * are. */
 DIST_EXPORT int dist_sem_wait(dist_sem_t *s);
 
 /* Takes a permit if one is free; EAGAIN otherwise (as sem_trywait). */
@@ -547,7 +554,9 @@ DIST_EXPORT int dist_semattr_getmode(const dist_semattr_t *a, int *mode);
  * posted first.  EINVAL past a day. */
 DIST_EXPORT int dist_semattr_setlease(dist_semattr_t *a,
                                       unsigned long lease_ms);
-/* Leased mode: 1 lets a thread that holds no permit post, adding one. */
+/* Leased mode: 1 lets a thread that holds no permit post, adding one; a
+ * permit taken then replaces the taker's earlier one, which is consumed
+ * (a consumer holds only the item it works on). */
 DIST_EXPORT int dist_semattr_setunowned(dist_semattr_t *a, int unowned);
 /* The most free permits (default and at most DIST_SEM_VALUE_MAX): a post
  * past it gives EOVERFLOW. */

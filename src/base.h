@@ -67,7 +67,9 @@ static inline void dist__errno_put_back(const int *saved)
  * distlock call is a cancellation point; a request made meanwhile acts at
  * the caller's next one.  The waits POSIX makes cancellation points
  * (dist_cond_wait, dist_sem_wait and their timed forms) look for a
- * request as they begin, before anything changed: DIST__CANCEL_POINT. */
+ * request as they begin, before anything changed: DIST__CANCEL_POINT; the
+ * semaphore waits also in their sleeps (dist__acquire_intr), where they
+ * hold nothing but what cleanup handlers give back. */
 static inline int dist__cancel_off(void)
 {
     int old = PTHREAD_CANCEL_ENABLE;
