@@ -157,6 +157,37 @@ done
 run "$D" --url redis://127.0.0.1:1 status x
 check "--url overrides DISTLOCK_URL" eval '[[ $rc -eq 3 ]] && has "127.0.0.1:1" "$err"'
 
+# ---- --url-file and --tls-key-pass-file: one line, bounded (issue 27) -----
+# Each read its file's first line whole: /dev/zero grew the tool by
+# gigabytes.  Now at most 8192 bytes are read; a line of 100000 bytes (which
+# the old reading took whole, then refused as no URL) is refused for its
+# length, one of exactly 8192 is taken.
+long="$tmp/long-line"
+head -c 100000 /dev/zero | tr '\0' a >"$long"
+for flag in --url-file --tls-key-pass-file; do
+    run "$D" "$flag" "$long" status x
+    check "$flag, a 100000-byte line: exit 2, too long" \
+        eval '[[ $rc -eq 2 ]] && has "$flag $long: its first line is longer than 8192 bytes" "$err"' || show
+    # bounded by ulimit as well, so that an unbounded read fails rather than
+    # eat the machine (not under a sanitizer: its shadow memory needs more)
+    run bash -c '[[ -n "${SAN_CFLAGS:-}" ]] || ulimit -v 1000000; exec timeout 20 "$@"' \
+        _ "$D" "$flag" /dev/zero status x
+    check "$flag /dev/zero: exit 2, too long" \
+        eval '[[ $rc -eq 2 ]] && has "longer than 8192 bytes" "$err"' || show
+done
+{ printf 'redis://'; head -c 8184 /dev/zero | tr '\0' a; printf '\r\n'; } >"$long"
+run "$D" --url-file "$long" status x
+check "--url-file, a line of 8192 bytes and CRLF: taken as the URL" \
+    eval '[[ $rc -ne 0 ]] && ! has "longer than" "$err" && ! has "NUL" "$err"' || show
+printf 'redis://127.0.0.1:1\0junk\n' >"$long"
+run "$D" --url-file "$long" status x
+check "--url-file, a NUL in the line: exit 2, says so" \
+    eval '[[ $rc -eq 2 ]] && has "a NUL byte in its first line" "$err"' || show
+: >"$long"
+run "$D" --tls-key-pass-file "$long" status x
+check "--tls-key-pass-file, empty: exit 2, no passphrase" \
+    eval '[[ $rc -eq 2 ]] && has "no passphrase on its first line" "$err"' || show
+
 # ---- status: mutex -------------------------------------------------------
 m="$pfx-m"
 run "$D" status "$m"

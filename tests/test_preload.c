@@ -555,6 +555,25 @@ static void test_config_nul_byte(void **state)
     assert_false(exists(marker));
 }
 
+/* Issue 27: a configuration that never ends a line (/dev/zero) was read
+ * for ever inside the program, which never started nor was refused until
+ * distlock-run gave up on it.  The shim stops past PL_CONFIG_MAX and says
+ * why. */
+static void test_config_endless_file(void **state)
+{
+    char marker[PATH_MAX];
+    struct proc p;
+
+    (void)state;
+    path_in(marker, sizeof marker, "not-started");
+    unlink(marker);
+    assert_exit(run(&p, ARGV(run_bin, "--config", "/dev/zero", "--",
+                             ledger_bin, marker, "1", "1"), NULL, 60), 78);
+    assert_contains(p.ebuf, "/dev/zero:1: the configuration is longer than "
+                    "1048576 bytes");
+    assert_false(exists(marker));
+}
+
 /* Two different qualifiers that read the same once joined with '|' (the
  * old canonical string) are two mappings, not a duplicate.  [mutex c]
  * lacks its 'match' so that the file is refused either way. */
@@ -1640,6 +1659,7 @@ int main(void)
         cmocka_unit_test(test_config_errors_name_file_and_line),
         cmocka_unit_test(test_config_many_keys_then_second_match),
         cmocka_unit_test(test_config_nul_byte),
+        cmocka_unit_test(test_config_endless_file),
         cmocka_unit_test(test_config_distinct_qualifiers_not_duplicate),
         cmocka_unit_test(test_config_missing_file),
         cmocka_unit_test(test_unresolved_name_refused),

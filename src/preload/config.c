@@ -50,7 +50,13 @@ struct parse {
     struct seen *seen;     /* every key of the current section */
     size_t nseen, seen_cap;
     int url_line;
+    size_t bytes;          /* read so far, at most PL_CONFIG_MAX + 1 */
 };
+
+/* The most of a configuration file read: one that is no text (/dev/zero,
+ * a device) or a runaway one is refused once it passes this, rather than
+ * read for ever inside someone else's program. */
+#define PL_CONFIG_MAX (1024 * 1024)
 
 static void perr(struct parse *p, int line, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -336,7 +342,14 @@ static char *reader(char *str, int num, void *stream)
     size_t n = 0, max = num > 1 ? (size_t)num - 1 : 0;
     int c = EOF, nul = 0, longer = 0;
 
+    if (p->bytes > PL_CONFIG_MAX)
+        return NULL;
     while ((c = getc(p->f)) != EOF) {
+        if (++p->bytes > PL_CONFIG_MAX) {
+            perr(p, p->line + 1, "the configuration is longer than %d "
+                 "bytes: not read further", PL_CONFIG_MAX);
+            return NULL;
+        }
         if (c == '\0')
             nul = 1;
         if (n < max)

@@ -159,46 +159,47 @@ void addr_text(char *buf, size_t len, const struct dist__addr *a)
 /* Options                                                                  */
 /* ------------------------------------------------------------------------ */
 
-/* The URL in the first line of file: a password in it stays out of argv
- * (and so out of ps(1)); DISTLOCK_URL does the same.  Exits 2 when it
- * cannot be read; the text itself is never shown. */
-static const char *url_from_file(const char *file)
+#define FILE_LINE_MAX 8192   /* bytes of that line, its end not counted */
+
+/* The first line of file, for --url-file (a password in the URL stays out
+ * of argv, and so out of ps(1), as with DISTLOCK_URL) and
+ * --tls-key-pass-file (out of argv and the shell's history).  At most
+ * FILE_LINE_MAX bytes are read and kept, its end of line not counted: a
+ * longer line, or a file that is no text (/dev/zero), is refused, not
+ * read on without bound.  Exits 2 when it cannot be used, naming flag and
+ * file; the text itself is never shown.  what: what the line holds. */
+static const char *line_from_file(const char *flag, const char *file,
+                                  const char *what)
 {
-    FILE *f = fopen(file, "r");
-    char *line = NULL;
-    size_t cap = 0;
-    ssize_t n;
+    FILE *f = fopen(file, "re");
+    char *line;
+    size_t n = 0;
+    int c = EOF, nul = 0;
 
     if (!f)
-        die(EX_USAGE, "--url-file %s: %s", file, strerror(errno));
-    n = getline(&line, &cap, f);
+        die(EX_USAGE, "%s %s: %s", flag, file, strerror(errno));
+    line = malloc(FILE_LINE_MAX + 2);
+    if (!line)
+        die(EX_REDIS, "out of memory");
+    /* one byte past the bound tells a line of exactly FILE_LINE_MAX bytes
+     * from a longer one; a '\r' before the '\n' is kept until the end */
+    while (n <= FILE_LINE_MAX && (c = getc(f)) != EOF && c != '\n') {
+        nul |= c == 0;
+        line[n++] = (char)c;
+    }
+    if (ferror(f))
+        die(EX_USAGE, "%s %s: %s", flag, file, strerror(errno));
     fclose(f);
-    while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
-        line[--n] = 0;
-    if (n <= 0)
-        die(EX_USAGE, "--url-file %s: no URL on its first line", file);
-    return line;             /* kept for the process's life */
-}
-
-/* The key's passphrase from the first line of file, so that it stays out
- * of argv (ps(1)) and of the shell's history.  Exits 2 when it cannot be
- * read; the text itself is never shown. */
-static const char *pass_from_file(const char *file)
-{
-    FILE *f = fopen(file, "r");
-    char *line = NULL;
-    size_t cap = 0;
-    ssize_t n;
-
-    if (!f)
-        die(EX_USAGE, "--tls-key-pass-file %s: %s", file, strerror(errno));
-    n = getline(&line, &cap, f);
-    fclose(f);
-    while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
-        line[--n] = 0;
-    if (n <= 0)
-        die(EX_USAGE, "--tls-key-pass-file %s: no passphrase on its first "
-            "line", file);
+    while (n > 0 && line[n - 1] == '\r')
+        n--;
+    line[n] = 0;
+    if (n > FILE_LINE_MAX)
+        die(EX_USAGE, "%s %s: its first line is longer than %d bytes",
+            flag, file, FILE_LINE_MAX);
+    if (nul)
+        die(EX_USAGE, "%s %s: a NUL byte in its first line", flag, file);
+    if (n == 0)
+        die(EX_USAGE, "%s %s: no %s on its first line", flag, file, what);
     return line;             /* kept for the process's life */
 }
 
@@ -213,7 +214,7 @@ static int tls_opt(int argc, char **argv, int *i)
         return 1;
     }
     if ((v = opt_value(argc, argv, i, tls_flags[5])) != NULL) {
-        opt.tls[5] = pass_from_file(v);
+        opt.tls[5] = line_from_file(tls_flags[5], v, "passphrase");
         return 1;
     }
     for (k = 0; k < 4; k++)
@@ -246,7 +247,7 @@ int common_opt(int argc, char **argv, int *i)
         return 1;
     }
     if ((v = opt_value(argc, argv, i, "--url-file")) != NULL) {
-        opt.url = url_from_file(v);
+        opt.url = line_from_file("--url-file", v, "URL");
         return 1;
     }
     if (tls_opt(argc, argv, i))
