@@ -486,10 +486,14 @@ static int setup_cmd(struct dist__link *l, const char *what, int argc,
     return 0;
 }
 
+/* AUTH when the URL has credentials: a user with an empty password
+ * (redis://np:@host, an ACL user made with nopass) authenticates as that
+ * user too, AUTH np "", or the connection would run as 'default' and the
+ * ACL meant for np would not apply.  Then SELECT. */
 static int setup(struct dist__link *l, const struct dist__cfg *cfg, char *why,
                  size_t whylen)
 {
-    if (cfg->pass[0]) {
+    if (cfg->user[0] || cfg->pass[0]) {
         const char *argv[3] = { "AUTH", cfg->user, cfg->pass };
         int rc = cfg->user[0]
                      ? setup_cmd(l, "AUTH", 3, argv, why, whylen)

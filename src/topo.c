@@ -189,7 +189,8 @@ static redisReply *ask(struct dist__link *l, const struct dist__cfg *cfg,
         }
         if (r->type != REDIS_REPLY_ERROR)
             return r;
-        if (authed || !cfg->pass[0] || strncmp(r->str, "NOAUTH", 6) != 0)
+        if (authed || !(cfg->user[0] || cfg->pass[0]) ||
+            strncmp(r->str, "NOAUTH", 6) != 0)
             break;
         freeReplyObject(r);
         authed = 1;

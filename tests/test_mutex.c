@@ -1129,6 +1129,75 @@ static void test_same_name_two_objects(void **state)
 
 /* Runs last: the library must not have raised SIGPIPE in this process (the
  * Redis restart of test_redis_restart is where a careless write would). */
+/* ---- an ACL user without a password (issue 27) ---------------------------- */
+
+/* How many of the server's clients run as ACL user user. */
+static int clients_of(const char *user)
+{
+    redisReply *x = tu_cmd(&r, "CLIENT", "LIST", NULL);
+    char needle[64];
+    const char *p;
+    int n = 0;
+
+    assert_non_null(x);
+    assert_int_equal(x->type, REDIS_REPLY_STRING);
+    snprintf(needle, sizeof needle, " user=%s ", user);
+    for (p = x->str; (p = strstr(p, needle)) != NULL; p++)
+        n++;
+    freeReplyObject(x);
+    return n;
+}
+
+/* redis://np:@host (a user, an empty password) skipped AUTH because the
+ * password was empty: the connection ran as 'default', and a lock outside
+ * the keys np may touch was taken.  The ACL user here is made with nopass
+ * and may touch only keys and channels holding "aclok-"; over TCP and the
+ * unix socket, the library must run as np: the lock np may take is taken,
+ * the other is refused and left unheld. */
+static void test_acl_user_without_password(void **state)
+{
+    char ok[64], no[64], url[600];
+    const char *const forms[2] = { r.url_tcp, r.url_unix };
+    dist_mutex_t a, b;
+    redisReply *x;
+    int i, rc;
+
+    (void)state;
+    snprintf(ok, sizeof ok, "aclok-%d", (int)getpid());
+    snprintf(no, sizeof no, "aclno-%d", (int)getpid());
+    x = tu_cmd(&r, "ACL", "SETUSER", "np", "reset", "on", "nopass",
+               "~*aclok-*", "&*aclok-*", "+@all", NULL);
+    assert_non_null(x);
+    assert_int_not_equal(x->type, REDIS_REPLY_ERROR);
+    freeReplyObject(x);
+    fx_dirty = 1;
+    for (i = 0; i < 2; i++) {
+        /* "redis://" or "unix://", then np:@, then the rest */
+        const char *rest = strstr(forms[i], "://") + 3;
+        snprintf(url, sizeof url, "%.*snp:@%s",
+                 (int)(rest - forms[i]), forms[i], rest);
+        assert_int_equal(dist_set_url(url), 0);
+        assert_int_equal(dist_mutex_init(&a, ok, NULL), 0);
+        assert_int_equal(dist_mutex_init(&b, no, NULL), 0);
+        assert_int_equal(dist_mutex_lock(&a), 0);
+        assert_true(clients_of("np") >= 1);
+        rc = dist_mutex_lock(&b);
+        if (rc == 0) {
+            dist_mutex_unlock(&b);
+            fail_msg("%s: a lock outside np's keys was taken: the "
+                     "connection does not run as np", url);
+        }
+        assert_int_equal(key_exists(no), 0);
+        assert_int_equal(dist_mutex_unlock(&a), 0);
+        assert_int_equal(key_exists(ok), 0);
+        dist_mutex_destroy(&a);
+        dist_mutex_destroy(&b);
+    }
+    fx_restore_defaults(NULL);
+    x = tu_cmd(&r, "ACL", "DELUSER", "np", NULL);
+    freeReplyObject(x);
+}
+
 static void test_no_sigpipe(void **state)
 {
     (void)state;
@@ -1165,6 +1234,7 @@ int main(void)
         T(test_fencing_token),
         T(test_lost_reply_proxy),
         T(test_same_name_two_objects),
+        T(test_acl_user_without_password),
         T(test_no_sigpipe),
     };
     return fx_run_group(tests, &r, &defaults, "TEST_MUTEX_FILTER");
