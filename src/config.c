@@ -116,6 +116,23 @@ static int parse_hostport(const char *p, const char *end, struct dist__addr *a,
     return 0;
 }
 
+/* How much of the query option at p (n bytes) a reason may quote: its name
+ * and '=', never its value, which may be a key's passphrase (tls_key_pass=,
+ * or a misspelling of it) or another secret. */
+static int opt_name_len(const char *p, size_t n)
+{
+    const char *eq = memchr(p, '=', n);
+
+    return (int)(eq ? (size_t)(eq - p) + 1 : n);
+}
+
+/* How much of a URL's tail at p a reason may quote: up to its query, whose
+ * values may be secrets (?tls_key_pass=). */
+static int tail_len(const char *p)
+{
+    return (int)strcspn(p, "?");
+}
+
 /* One TLS option of a URL's query, n bytes at p: tls_ca=, tls_cert=,
  * tls_key=, tls_key_pass=, tls_server_name= (%XX escapes decoded) or
  * tls_insecure=0|1.
@@ -130,7 +147,6 @@ static int parse_tls_opt(const char *p, size_t n, struct dist__tls_opts *t,
         { "tls_key_pass=", offsetof(struct dist__tls_opts, key_pass) },
         { "tls_server_name=", offsetof(struct dist__tls_opts, name) },
     };
-    const char *eq = memchr(p, '=', n);
     size_t i, k;
 
     if (n >= 4 && strncmp(p, "tls=", 4) == 0)
@@ -140,7 +156,7 @@ static int parse_tls_opt(const char *p, size_t n, struct dist__tls_opts *t,
         return -1;
     if (!t->on)
         return BAD("'%.*s' needs a TLS URL (rediss://, rediss-sentinel:// "
-                   "or rediss-cluster://)", (int)n, p);
+                   "or rediss-cluster://)", opt_name_len(p, n), p);
     if (n == 14 && (strncmp(p, "tls_insecure=1", 14) == 0 ||
                     strncmp(p, "tls_insecure=0", 14) == 0)) {
         t->insecure = p[13] == '1';
@@ -158,7 +174,7 @@ static int parse_tls_opt(const char *p, size_t n, struct dist__tls_opts *t,
     /* the name only: a misspelt tls_key_pass= must not show its value */
     return BAD("unexpected '%.*s' (the TLS options are tls_ca=, tls_cert=, "
                "tls_key=, tls_key_pass=, tls_server_name= and tls_insecure=1)",
-               (int)(eq ? (size_t)(eq - p) + 1 : n), p);
+               opt_name_len(p, n), p);
 }
 
 /* ?opt[&opt]...: db=N and the TLS options; 0 or EINVAL. */
@@ -171,7 +187,7 @@ static int parse_query(const char *p, int *db, struct dist__tls_opts *t,
     if (!*p)
         return 0;
     if (*p != '?')
-        return BAD("unexpected '%s'", p);
+        return BAD("unexpected '%.*s'", tail_len(p), p);
     do {
         size_t n = strcspn(++p, "&");
         if ((rc = parse_tls_opt(p, n, t, why, whylen)) >= 0) {
@@ -182,7 +198,7 @@ static int parse_query(const char *p, int *db, struct dist__tls_opts *t,
             *db = (int)v;
         } else {
             return BAD("unexpected '%.*s' (the options are ?db=N and, "
-                       "with TLS, tls_...=)", (int)n, p);
+                       "with TLS, tls_...=)", opt_name_len(p, n), p);
         }
         p += n;
     } while (*p == '&');
@@ -352,7 +368,7 @@ static int parse_cluster_opt(const char *p, size_t n, struct dist__cfg *out,
     }
     return BAD("unexpected '%.*s' (a cluster's options are ?db=N, N being 0, "
                "and pubsub=both, pubsub=sharded or pubsub=plain, and with TLS "
-               "the tls_...= options, joined by '&')", (int)n, p);
+               "the tls_...= options, joined by '&')", opt_name_len(p, n), p);
 }
 
 /* What follows a cluster's addresses: [/][?opt[&opt]...] (parse_cluster_opt) */
@@ -363,13 +379,13 @@ static int parse_cluster_tail(const char *p, struct dist__cfg *out,
 
     if (*p == '/' && p[1] && p[1] != '?')
         return BAD("a cluster has no database number or master name "
-                   "(unexpected '%s')", p);
+                   "(unexpected '%.*s')", tail_len(p), p);
     if (*p == '/')
         p++;
     if (!*p)
         return 0;
     if (*p != '?')
-        return BAD("unexpected '%s' after the addresses", p);
+        return BAD("unexpected '%.*s' after the addresses", tail_len(p), p);
     do {
         size_t n = strcspn(++p, "&");
         if ((rc = parse_cluster_opt(p, n, out, why, whylen)))

@@ -140,6 +140,18 @@ run "$D" unlock "$pfx-u"
 check "unlock without --force: exit 2" eval '[[ $rc -eq 2 ]] && has "force" "$err"'
 run "$D" --url http://127.0.0.1:80 status x
 check "a bad --url: exit 2 and why" eval '[[ $rc -eq 2 ]] && has "redis://" "$err"'
+# issue 27: no reason quotes a passphrase or password, whatever is wrong
+for u in 'redis://h:1?tls_key_pass=Pa55phrase' \
+    'redis-cluster://u:Sup3rS3cret@h:1/x?tls_key_pass=Pa55phrase' \
+    'rediss-cluster://u:Sup3rS3cret@h:1/x?tls_key_pass=Pa55phrase' \
+    'redis://h:1?key_pass=Pa55phrase'; do
+    run env DISTLOCK_URL="$u" "$D" status x
+    check "DISTLOCK_URL=$u: exit 2, no secret in the reason" \
+        eval '[[ $rc -eq 2 && -s "$err" ]] && ! grep -q -e Pa55phrase -e Sup3rS3cret "$err" "$out"' || show
+    run "$D" --url "$u" status x
+    check "--url $u: exit 2, no secret in the reason" \
+        eval '[[ $rc -eq 2 && -s "$err" ]] && ! grep -q -e Pa55phrase -e Sup3rS3cret "$err" "$out"' || show
+done
 for c in status list lock unlock watch top; do
     run "$D" "$c" --help
     check "$c --help" eval '[[ $rc -eq 0 ]] && has "Usage: distlock $c" "$out"'

@@ -187,6 +187,24 @@ static void test_credentials_never_quoted(void **state)
     secret_kept("redis://app:Sup3rS3cret", "Sup3rS3cret", "bad port");
     secret_kept("redis://[::1]Sup3rS3cret", "Sup3rS3cret", "IPv6");
     secret_kept("redis://app:Sup3r%00S3cret@h", "S3cret", "%00");
+    /* Issue 27: an option's value was quoted with its name, a key's
+     * passphrase too, and a cluster URL's tail with its whole query */
+    secret_kept("redis://h:1?tls_key_pass=Pa55phrase", "Pa55phrase",
+                "'tls_key_pass=' needs a TLS URL");
+    secret_kept("redis-sentinel://u:pw@h:1/m?db=1&tls_key_pass=Pa55phrase",
+                "Pa55phrase", "'tls_key_pass=' needs a TLS URL");
+    secret_kept("redis-cluster://h:1?tls_key_pass=Pa55phrase", "Pa55phrase",
+                "needs a TLS URL");
+    secret_kept("redis-cluster://u:Sup3rS3cret@h:1/x?tls_key_pass=Pa55phrase",
+                "Pa55phrase", "(unexpected '/x')");
+    secret_kept("rediss-cluster://u:Sup3rS3cret@h:1/x?tls_key_pass=Pa55phrase",
+                "Sup3rS3cret", "no database number or master name");
+    secret_kept("redis://h:1?key_pass=Pa55phrase", "Pa55phrase",
+                "unexpected 'key_pass='");
+    secret_kept("redis-cluster://h:1?keypass=Pa55phrase", "Pa55phrase",
+                "unexpected 'keypass='");
+    secret_kept("rediss://h:1?tls_key_pas=Pa55phrase", "Pa55phrase",
+                "unexpected 'tls_key_pas='");
 }
 
 /* TLS is the scheme's "s" on every topology; its options come from the

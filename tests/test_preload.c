@@ -513,6 +513,45 @@ static void test_config_errors_name_file_and_line(void **state)
     expect_refused("[mutex a]\nmatch = pattern g_*\n", ":2: match: expected");
 }
 
+/* Issue 27: a secret in the configuration was echoed in its error: the
+ * library's URL reason quoted a tls_key_pass= value, and the reader quoted
+ * text after a section header (a url = written on the header's line).
+ * Refused, with file and line, and the secret nowhere in the output. */
+static void expect_refused_quietly(const char *cfg_text, const char *expect,
+                                   const char *secret)
+{
+    char marker[PATH_MAX], needle[PATH_MAX + 300];
+    const char *cfg = write_file("secret.ini", "%s", cfg_text);
+    struct proc p;
+
+    path_in(marker, sizeof marker, "not-started");
+    unlink(marker);
+    assert_exit(run(&p, ARGV(run_bin, "--config", (char *)cfg, "--",
+                             ledger_bin, marker, "1", "1"), NULL, 30), 78);
+    snprintf(needle, sizeof needle, "%s%s", cfg, expect);
+    assert_contains(p.ebuf, needle);
+    if (strstr(p.ebuf, secret) || strstr(p.obuf, secret))
+        fail_msg("the secret '%s' was echoed: %s%s", secret, p.obuf, p.ebuf);
+    assert_false(exists(marker));
+}
+
+static void test_config_secret_not_echoed(void **state)
+{
+    (void)state;
+    expect_refused_quietly("[redis]\nurl = redis://127.0.0.1:1?"
+                           "tls_key_pass=Pa55phrase\n[mutex a]\n"
+                           "match = symbol g_ledger_lock\n",
+                           ":2: url: ", "Pa55phrase");
+    expect_refused_quietly("[redis]\nurl = redis-cluster://u:Sup3rS3cret@"
+                           "127.0.0.1:1/x?tls_key_pass=Pa55phrase\n"
+                           "[mutex a]\nmatch = symbol g_ledger_lock\n",
+                           ":2: url: ", "Pa55phrase");
+    expect_refused_quietly("[redis] url = redis://:Sup3rS3cret@127.0.0.1:1\n"
+                           "[mutex a]\nmatch = symbol g_ledger_lock\n",
+                           ":1: text after the section header",
+                           "Sup3rS3cret");
+}
+
 /* Issue 15 item 1: a section with more than 16 keys before its 'match'
  * used to forget the later ones, so a second 'match' was parsed too and
  * wrote past the section's two qualifiers: the program died of SIGSEGV. */
@@ -1660,6 +1699,7 @@ int main(void)
         cmocka_unit_test(test_config_many_keys_then_second_match),
         cmocka_unit_test(test_config_nul_byte),
         cmocka_unit_test(test_config_endless_file),
+        cmocka_unit_test(test_config_secret_not_echoed),
         cmocka_unit_test(test_config_distinct_qualifiers_not_duplicate),
         cmocka_unit_test(test_config_missing_file),
         cmocka_unit_test(test_unresolved_name_refused),

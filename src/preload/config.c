@@ -314,9 +314,11 @@ static void classify(struct parse *p, char *line)
         t++;
         new_section(p, t, (size_t)(end - t));
         end = skipws(end + 1);
+        /* not quoted: it may be a key written on the header's line, such
+         * as a url = holding a password */
         if (*end && *end != ';' && *end != '#')
-            perr(p, p->line, "text after the section header: '%.*s'",
-                 (int)trimlen(end, strlen(end)), end);
+            perr(p, p->line, "text after the section header's ']': a key "
+                 "goes on a line of its own");
         p->prev_key = 0;
         return;
     }
