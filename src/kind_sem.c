@@ -236,6 +236,15 @@ const struct dist__kind dist__sem_kind = {
 
 /* ---- counts ------------------------------------------------------------------ */
 
+int dist__sem_count_possible(const char *op, long n, long long free_)
+{
+    if (free_ == -1)
+        return strcmp(op, "add") == 0;
+    if (free_ < 0 || free_ > DIST_SEM_VALUE_MAX)
+        return 0;
+    return strcmp(op, "set") != 0 || free_ == n;
+}
+
 int dist__sem_count(struct dist__obj *o, const char *op, long n, long *free_,
                     long *held)
 {
@@ -263,6 +272,12 @@ int dist__sem_count(struct dist__obj *o, const char *op, long n, long *free_,
         return dist__err(EIO, "unexpected reply to sem_count");
     }
     freeReplyObject(r);
+    /* a liar or a tampered key: refused, never passed on as a count (the
+     * tool printed it and exited 0) */
+    if (!dist__sem_count_possible(op, n, f) || h < 0)
+        return dist__err(EIO, "semaphore '%s': impossible reply to sem_count "
+                         "%s %ld: %lld free, %lld held",
+                         o->st->names->name.p, op, n, f, h);
     if (f < 0)
         return dist__err(EOVERFLOW, "semaphore '%s': %ld more permits would "
                          "pass its maximum of %ld", o->st->names->name.p, n,

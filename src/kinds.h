@@ -72,6 +72,11 @@ int dist__sem_count(struct dist__obj *o, const char *op, long n, long *free_,
  * hold are consumed in Redis and their records dropped (its destroy).  0,
  * EBUSY (an earlier call's outcome is still being settled), ENOMEM, EIO. */
 int dist__sem_drop(struct dist__obj *o);
+/* Whether free, the count a count script (sem_count, rsem_count) answered
+ * to op with n, could be its answer: from 0 to DIST_SEM_VALUE_MAX (not the
+ * semaphore's own maximum: another process may have set a larger one),
+ * exactly n after a 'set', -1 only to an 'add' it refused. */
+int dist__sem_count_possible(const char *op, long n, long long free_);
 
 /* struct dist__obj.flags */
 #define DIST__MUTEX_ERRORCHECK 1

@@ -332,6 +332,9 @@ static int rs_count(struct dist__sem *sm, const char *op, long n, long *value)
     }
     v = r->integer;
     freeReplyObject(r);
+    if (!dist__sem_count_possible(op, n, v))
+        return dist__err(EIO, "semaphore '%s': impossible reply to "
+                         "rsem_count %s %ld: %lld", rs_name(sm), op, n, v);
     if (v < 0)
         return dist__err(EOVERFLOW, "semaphore '%s': %ld more permits would "
                          "pass its maximum of %ld", rs_name(sm), n, sm->max);

@@ -922,6 +922,8 @@ int main(void)
                                            { { NULL } }, 1 }), NULL)
 #define LIST_ARGS "list"
 #define UNLOCK_ARGS "unlock", "--force", "--yes", "x"
+#define SEMSET_ARGS "sem-set", "x", "5"
+#define RSEMSET_ARGS "sem-set", "--redisson", "x", "5"
 #define TOOLA(name, args, want, ...)                                         \
     param_test(name, check_tool,                                             \
                (&(const struct tool_case){ { __VA_ARGS__ }, want,            \
@@ -1096,6 +1098,23 @@ int main(void)
               .bytes = "*8\r\n+hash\r\n*0\r\n:-2\r\n$-1\r\n*0\r\n*0\r\n"
                        "*0\r\n*2\r\n$1\r\n1\r\n$1\r\n2\r\n",
               .drip_ms = 300),
+        /* sem-set: a count no script could answer (another after 'set',
+         * past DIST_SEM_VALUE_MAX, negative) was printed, exit 0 */
+        TOOLA(sem_set_other_count, SEMSET_ARGS, "impossible reply",
+              .cmd = "EVALSHA", .bytes = "*2\r\n:7\r\n:0\r\n"),
+        TOOLA(sem_set_count_huge, SEMSET_ARGS, "impossible reply",
+              .cmd = "EVALSHA",
+              .bytes = "*2\r\n:9223372036854775807\r\n:0\r\n"),
+        TOOLA(sem_set_count_negative, SEMSET_ARGS, "impossible reply",
+              .cmd = "EVALSHA", .bytes = "*2\r\n:-5\r\n:0\r\n"),
+        TOOLA(sem_set_refused_add, SEMSET_ARGS, "impossible reply",
+              .cmd = "EVALSHA", .bytes = "*2\r\n:-1\r\n:0\r\n"),
+        TOOLA(sem_set_held_negative, SEMSET_ARGS, "impossible reply",
+              .cmd = "EVALSHA", .bytes = "*2\r\n:5\r\n:-1\r\n"),
+        TOOLA(rsem_set_other_count, RSEMSET_ARGS, "impossible reply",
+              .cmd = "EVALSHA", .bytes = ":7\r\n"),
+        TOOLA(rsem_set_count_huge, RSEMSET_ARGS, "impossible reply",
+              .cmd = "EVALSHA", .bytes = ":4294967301\r\n"),
     };
     int rc;
 
