@@ -543,8 +543,9 @@ static void tls_env(struct dist__tls_opts *t)
         else
             memcpy(field, s, strlen(s) + 1);
     }
-    s = secure_getenv("DISTLOCK_TLS_INSECURE");
-    if (s && strcmp(s, "1") == 0 && !t->insecure_said)
+    /* a switch like the others: 0 or 1, junk (yes, true) ignored and said,
+     * not taken silently for 0 */
+    if (env_flag("DISTLOCK_TLS_INSECURE", 0) && !t->insecure_said)
         t->insecure = 1;
 }
 

@@ -7,6 +7,7 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -257,11 +258,36 @@ static void test_tls_forms(void **state)
     parse_bad("rediss://127.0.0.1?tls_pass=x", "tls_ca=");
 }
 
+/* What the library writes on stderr while dist_set_url(url) runs, into
+ * out. */
+static void set_url_stderr(const char *url, char *out, size_t outlen)
+{
+    FILE *f = tmpfile();
+    int saved = dup(2);
+    size_t n;
+
+    assert_non_null(f);
+    assert_true(saved >= 0);
+    fflush(stderr);
+    assert_int_equal(dup2(fileno(f), 2), 2);
+    assert_int_equal(dist_set_url(url), 0);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    rewind(f);
+    n = fread(out, 1, outlen - 1, f);
+    out[n] = 0;
+    fclose(f);
+}
+
 /* DISTLOCK_TLS_INSECURE=1 fills in for a URL that says nothing of it, and
- * gives way to one that says tls_insecure=0, as every other option does. */
+ * gives way to one that says tls_insecure=0, as every other option does.
+ * Issue 27: "yes" meant off without a word; it is a switch like the other
+ * variables now: 0 or 1, anything else ignored and said. */
 static void test_tls_insecure_env(void **state)
 {
     struct dist__cfg c;
+    char said[512];
 
     (void)state;
     assert_int_equal(setenv("DISTLOCK_TLS_INSECURE", "1", 1), 0);
@@ -275,9 +301,17 @@ static void test_tls_insecure_env(void **state)
     dist__cfg_get(&c);
     assert_int_equal(c.tls.insecure, 1);
     assert_int_equal(setenv("DISTLOCK_TLS_INSECURE", "0", 1), 0);
-    assert_int_equal(dist_set_url("rediss://127.0.0.1:6380"), 0);
+    set_url_stderr("rediss://127.0.0.1:6380", said, sizeof said);
     dist__cfg_get(&c);
     assert_int_equal(c.tls.insecure, 0);
+    assert_string_equal(said, "");
+    assert_int_equal(setenv("DISTLOCK_TLS_INSECURE", "yes", 1), 0);
+    set_url_stderr("rediss://127.0.0.1:6380", said, sizeof said);
+    dist__cfg_get(&c);
+    assert_int_equal(c.tls.insecure, 0);
+    if (!strstr(said, "ignoring DISTLOCK_TLS_INSECURE='yes' (want 0 or 1)"))
+        fail_msg("DISTLOCK_TLS_INSECURE=yes ignored without a word: '%s'",
+                 said);
     assert_int_equal(unsetenv("DISTLOCK_TLS_INSECURE"), 0);
     assert_int_equal(dist_set_url("redis://127.0.0.1:6390"), 0);
 }
