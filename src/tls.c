@@ -3,12 +3,14 @@
  * which check failed, or that one side was not speaking TLS. */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <openssl/err.h>
 #include <openssl/ssl.h>
@@ -42,12 +44,18 @@ static void tls_fork(int phase)
         pthread_mutex_unlock(&ctx_mu);  /* the parent's, or the child's copy */
 }
 
-/* The first error in OpenSSL's queue as text (the queue is cleared). */
+/* The first error in OpenSSL's queue as text (the queue is cleared).  A
+ * system error (OpenSSL 3 packs errno into it and has no text for it:
+ * "OpenSSL error 2147483650" was ENOENT) is given as strerror's. */
 static const char *ssl_reason(char *buf, size_t len)
 {
     unsigned long e = ERR_peek_error();
     const char *r = e ? ERR_reason_error_string(e) : NULL;
 
+#ifdef ERR_SYSTEM_ERROR
+    if (e && ERR_SYSTEM_ERROR(e) && ERR_GET_REASON(e) != 0)
+        r = strerror(ERR_GET_REASON(e));
+#endif
     if (r)
         snprintf(buf, len, "%s", r);
     else if (e)
@@ -68,6 +76,23 @@ static int no_cert(SSL *ssl, X509 **x509, EVP_PKEY **pkey)
     if (t)
         t->cert_asked = 1;
     return 0;
+}
+
+/* 1 with why when path (a file, or the CA directory) cannot be opened:
+ * named, with the system's reason, before OpenSSL, whose own words for a
+ * missing file were a bare error number. */
+static int unreadable(const char *path, const char *what, char *why,
+                      size_t whylen)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+    if (fd >= 0) {
+        close(fd);
+        return 0;
+    }
+    snprintf(why, whylen, "TLS: cannot read %s %s: %s", what, path,
+             strerror(errno));
+    return 1;
 }
 
 static int load_ca(SSL_CTX *ctx, const char *ca)
@@ -134,6 +159,14 @@ static int ctx_build(const struct dist__tls_opts *o, SSL_CTX **out, char *why,
     SSL_CTX_set_verify(ctx, o->insecure ? SSL_VERIFY_NONE : SSL_VERIFY_PEER,
                        NULL);
     SSL_CTX_set_client_cert_cb(ctx, no_cert);
+    if ((!o->insecure && o->ca[0] &&
+         unreadable(o->ca, "the CA certificates", why, whylen)) ||
+        (o->cert[0] && unreadable(o->cert, "the client certificate", why,
+                                  whylen)) ||
+        (o->cert[0] && unreadable(key, "the client key", why, whylen))) {
+        SSL_CTX_free(ctx);
+        return EPROTO;
+    }
     if (!o->insecure && load_ca(ctx, o->ca) != 1) {
         snprintf(why, whylen, "TLS: cannot load the CA certificates %s%s: %s",
                  o->ca[0] ? "of " : "(the system's)", o->ca,

@@ -663,6 +663,34 @@ static void test_wrong_ca(void **state)
     expect_refused(url, srv.tls_port, "certificate verify failed");
 }
 
+/* Issue 27: a CA file that is not there was "OpenSSL error 2147483650"
+ * (OpenSSL 3's code for ENOENT); the file is named with the system's
+ * reason, and so is a missing client certificate or key. */
+static void test_missing_files(void **state)
+{
+    char url[1500], q[1100], want[400];
+
+    (void)state;
+    snprintf(q, sizeof q, "?tls_ca=%s", file(0, "no-such-ca.crt"));
+    tls_url(url, sizeof url, "127.0.0.1", &srv, q);
+    snprintf(want, sizeof want, "cannot read the CA certificates %s: No such "
+             "file or directory", file(0, "no-such-ca.crt"));
+    expect_refused(url, srv.tls_port, want);
+    snprintf(q, sizeof q, "?tls_ca=%s&tls_cert=%s&tls_key=%s",
+             file(0, "ca.crt"), file(1, "no-such-cli.crt"),
+             file(2, "cli.key"));
+    tls_url(url, sizeof url, "127.0.0.1", &srv_mtls, q);
+    snprintf(want, sizeof want, "cannot read the client certificate %s: No "
+             "such file or directory", file(1, "no-such-cli.crt"));
+    expect_refused(url, srv_mtls.tls_port, want);
+    snprintf(q, sizeof q, "?tls_ca=%s&tls_cert=%s&tls_key=%s",
+             file(0, "ca.crt"), file(1, "cli.crt"), file(2, "no-such.key"));
+    tls_url(url, sizeof url, "127.0.0.1", &srv_mtls, q);
+    snprintf(want, sizeof want, "cannot read the client key %s: No such file "
+             "or directory", file(2, "no-such.key"));
+    expect_refused(url, srv_mtls.tls_port, want);
+}
+
 static void test_expired(void **state)
 {
     char url[600], q[400];
@@ -1260,6 +1288,7 @@ int main(void)
         cmocka_unit_test(test_tool_key_pass_file),
         cmocka_unit_test(test_mtls_without_cert),
         cmocka_unit_test(test_wrong_ca),
+        cmocka_unit_test(test_missing_files),
         cmocka_unit_test(test_expired),
         cmocka_unit_test(test_host_name_mismatch),
         cmocka_unit_test(test_plain_to_tls_port),
