@@ -166,7 +166,7 @@ int dist__cond_signal(struct dist__cond *cv, int all, long long *marked)
         return rc;
     rc = run_int(DIST__S_COND_SIGNAL, "cond_signal", 4, kv, 6, &v);
     if (rc == EIO)
-        return dist__err(EIO, "condition '%s': %s %s", cv->names->name.p,
+        return dist__err(EIO, "condition '%s': %s: %s", cv->names->name.p,
                          all ? "broadcast" : "signal", dist_last_error());
     if (marked)
         *marked = v;

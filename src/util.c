@@ -10,13 +10,19 @@
 
 static __thread char errbuf[256];
 
+/* The new text is made in a buffer of its own, then copied: a caller may
+ * well pass the old text as an argument (dist_last_error(), to add what it
+ * was doing in front), and formatting errbuf into itself is undefined
+ * behaviour that garbled such messages. */
 int dist__err(int code, const char *fmt, ...)
 {
+    char text[sizeof errbuf];
     va_list ap;
 
     va_start(ap, fmt);
-    vsnprintf(errbuf, sizeof errbuf, fmt, ap);
+    vsnprintf(text, sizeof text, fmt, ap);
     va_end(ap);
+    memcpy(errbuf, text, strlen(text) + 1);
     return code;
 }
 

@@ -884,6 +884,71 @@ static void test_list_scan_trickle(void **state)
         fail_msg("list ended after %.3f s, not about 1.5 s", o.secs);
 }
 
+/* ---- the text of a refusal ----------------------------------------------- */
+
+/* A condition's signal and broadcast and a barrier's wait that Redis
+ * refuses: the caller's words, then the route's, once each.  These callers
+ * add what they were doing to the text already set; it used to be
+ * formatted into itself, which garbled it ("condition 'c': signal
+ * condition 'c': signal ope"). */
+
+#define REFUSAL "ERR scripted refusal"
+
+struct text_out {
+    int setup_rc;
+    int rc[3];
+    char err[3][256];
+};
+
+static void run_texts(const void *arg, void *res)
+{
+    struct text_out *o = res;
+    dist_cond_t c;
+    dist_barrier_t b;
+    int i;
+
+    (void)arg;
+    if (dist_set_url(url()) != 0 || dist_set_timeout_ms(TIMEOUT_MS) != 0 ||
+        dist_cond_init(&c, "texts", NULL) != 0 ||
+        dist_barrier_init(&b, "texts", 2) != 0) {
+        o->setup_rc = -1;
+        return;
+    }
+    o->rc[0] = dist_cond_signal(&c);
+    snprintf(o->err[0], sizeof o->err[0], "%s", dist_last_error());
+    o->rc[1] = dist_cond_broadcast(&c);
+    snprintf(o->err[1], sizeof o->err[1], "%s", dist_last_error());
+    o->rc[2] = dist_barrier_wait(&b);
+    snprintf(o->err[2], sizeof o->err[2], "%s", dist_last_error());
+    for (i = 0; i < 3; i++)
+        if (o->rc[i] == 0)
+            o->err[i][0] = 0;
+}
+
+static void test_refusal_texts(void **state)
+{
+    static const char *const want[3] = {
+        "condition 'texts': signal: Redis refused cond_signal: " REFUSAL,
+        "condition 'texts': broadcast: Redis refused cond_signal: " REFUSAL,
+        "barrier 'texts': Redis refused barrier_arrive: " REFUSAL,
+    };
+    struct text_out o;
+    long rss;
+    int i;
+
+    (void)state;
+    tu_liar_reset(liar);
+    tu_liar_add(liar, &(struct tu_lie){ .cmd = "EVALSHA",
+                                         .bytes = "-" REFUSAL "\r\n" });
+    in_child(run_texts, NULL, &o, sizeof o, BOUND_S * 3, &rss);
+    assert_int_equal(o.setup_rc, 0);
+    for (i = 0; i < 3; i++) {
+        print_message("%s\n", o.err[i]);
+        assert_int_equal(o.rc[i], EIO);
+        assert_string_equal(o.err[i], want[i]);
+    }
+}
+
 /* ---- the table ----------------------------------------------------------- */
 
 #define LIE(...) { __VA_ARGS__ }
@@ -1091,6 +1156,8 @@ int main(void)
         TOOLA(list_scan_endless, LIST_ARGS, "twice", .cmd = "SCAN",
               .bytes = "*2\r\n$1\r\n7\r\n*0\r\n"),
         cmocka_unit_test(test_list_scan_trickle),
+        /* the text of a refusal */
+        cmocka_unit_test(test_refusal_texts),
         /* unlock --force: its look at the lock, then its script */
         TOOLA(unlock_exec_junk, UNLOCK_ARGS, NULL, .cmd = "EXEC",
               .bytes = "?junk\r\n"),
