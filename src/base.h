@@ -125,6 +125,18 @@ int dist__handlers_restart(void);
  * than sleeping on.  take returns it and clears it. */
 void dist__eintr_note(void);
 int dist__eintr_take(void);
+/* How often a library thread asks whether it is all that is left. */
+#define DIST__ORPHAN_LOOK_MS 1000
+/* Whether every thread of the process left is the library's: the program
+ * is over, as it would be without them (see util.c).  Asks at most once
+ * per DIST__ORPHAN_LOOK_MS, when *next_look (monotonic ms, 0 at first)
+ * has come. */
+int dist__threads_orphaned(uint64_t *next_look);
+/* The last step of a library thread leaving because it was orphaned: the
+ * signals the thread that started it let through are let through, so that
+ * one sent to the process once no thread of the program could take it is
+ * acted on (a SIGTERM ends the process) rather than dropped. */
+void dist__thread_orphan_exit(void);
 
 /* ---- stack.c ----------------------------------------------------------- */
 

@@ -921,6 +921,8 @@ void *dist__ps_main(void *arg)
 {
     struct loop l;
     struct dist__chan *ch;
+    uint64_t look = 0;
+    int orphaned = 0;
 
     DIST__UNUSED(arg);
     memset(&l, 0, sizeof l);
@@ -932,6 +934,11 @@ void *dist__ps_main(void *arg)
         stop = P.stop;
         pthread_mutex_unlock(&P.mu);
         if (stop)
+            break;
+        /* no thread of the program is left: this one must not keep the
+         * process alive (as renew_main); its turns come at least once a
+         * second */
+        if ((orphaned = dist__threads_orphaned(&look)) != 0)
             break;
 
         take_back();
@@ -963,9 +970,21 @@ void *dist__ps_main(void *arg)
         ch->node = NULL;
     while (P.nodes)
         dist__ps_node_free(P.nodes);
+    if (orphaned) {
+        /* Nobody joins this thread.  Only now, its nodes gone, may a call
+         * start another, which subscribes every channel anew. */
+        for (ch = P.chans; ch; ch = ch->next) {
+            ch->wire = W_NONE;
+            pthread_cond_broadcast(&ch->cv);
+        }
+        P.running = 0;
+        pthread_detach(pthread_self());
+    }
     pthread_mutex_unlock(&P.mu);
     free(l.pfd);
     free(l.pn);
+    if (orphaned)
+        dist__thread_orphan_exit();
     return NULL;
 }
 

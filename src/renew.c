@@ -689,7 +689,8 @@ void dist__renew_idle_watch(void)
 static void *renew_main(void *arg)
 {
     struct timespec ts;
-    uint64_t wake;
+    uint64_t wake, look = 0;
+    int orphaned = 0;
 
     DIST__UNUSED(arg);
     pthread_mutex_lock(&R.mu);
@@ -721,6 +722,18 @@ static void *renew_main(void *arg)
             if (!R.kick && wake > dist__now_ms() + TOPO_WATCH_MS)
                 wake = dist__now_ms() + TOPO_WATCH_MS;
         }
+        /* The program's threads are all gone (main called pthread_exit,
+         * say): this one must not keep the process alive.  Its holds
+         * end with their leases, as they would at exit.  Nobody joins
+         * it; a call that needs the thread again starts another. */
+        if (dist__threads_orphaned(&look)) {
+            orphaned = 1;
+            R.running = 0;
+            pthread_detach(pthread_self());
+            break;
+        }
+        if (wake > look)
+            wake = look;
         R.wake_at = wake;
         dist__ms_to_ts(wake, &ts);
         while (!R.stop && !R.kick && dist__now_ms() < wake)
@@ -730,6 +743,8 @@ static void *renew_main(void *arg)
     R.wake_at = 0;
     dist__route_close_thread();
     pthread_mutex_unlock(&R.mu);
+    if (orphaned)
+        dist__thread_orphan_exit();
     return NULL;
 }
 

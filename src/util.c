@@ -1,9 +1,12 @@
 /* util.c: clocks, the per-thread error text and the lost-lock handler.
  * Small pieces every other module leans on. */
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base.h"
 #include "stats.h"
@@ -144,17 +147,74 @@ void dist__sigpipe_restore(struct dist__sigpipe *s)
     pthread_sigmask(SIG_SETMASK, &s->old, NULL);
 }
 
+/* ---- the library's threads and the life of the process ----------------
+ *
+ * A pthread program ends when its last thread does, main's pthread_exit
+ * included.  The library's threads (renewal, pub/sub) must not keep it
+ * going: each asks now and then (dist__threads_orphaned) whether any
+ * thread but the library's is left, and when none is, leaves.  glibc ends
+ * the process with exit(0) as the last of them returns, as it would have
+ * when the program's last thread did.  /proc/self/stat says how many
+ * threads the process has; without /proc the threads stay, as before. */
+
+static atomic_int lib_threads;          /* started and not yet returned */
+static pthread_once_t lib_once = PTHREAD_ONCE_INIT;
+/* The signals the thread that started this one let through. */
+static __thread sigset_t opener_mask;
+
+/* The child of a fork has none of the parent's threads.  Where this runs
+ * among the child handlers does not matter: a count too low only makes a
+ * library thread stay. */
+static void lib_threads_child(void)
+{
+    atomic_store(&lib_threads, 0);
+}
+
+static void lib_threads_init(void)
+{
+    pthread_atfork(NULL, NULL, lib_threads_child);
+}
+
+struct start {
+    void *(*fn)(void *);
+    sigset_t mask;
+};
+
+static void *thread_main(void *arg)
+{
+    struct start st = *(struct start *)arg;
+    void *ret;
+
+    free(arg);
+    opener_mask = st.mask;
+    ret = st.fn(NULL);
+    atomic_fetch_sub(&lib_threads, 1);
+    return ret;
+}
+
 /* The library's threads run with every signal blocked: the application's
- * handlers never run on them, and SIGPIPE cannot kill anything. */
+ * handlers never run on them, and SIGPIPE cannot kill anything.  Counted
+ * once pthread_create returned: until then the new thread may already run
+ * but is not counted, which only makes the others think the program has a
+ * thread more, never one less. */
 int dist__thread_start(pthread_t *th, void *(*fn)(void *))
 {
-    sigset_t all, old;
+    struct start *st = malloc(sizeof *st);
+    sigset_t all;
     int rc;
 
+    if (!st)
+        return ENOMEM;
+    pthread_once(&lib_once, lib_threads_init);
+    st->fn = fn;
     sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    rc = pthread_create(th, NULL, fn, NULL);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    pthread_sigmask(SIG_SETMASK, &all, &st->mask);
+    rc = pthread_create(th, NULL, thread_main, st);
+    pthread_sigmask(SIG_SETMASK, &st->mask, NULL);
+    if (rc != 0)
+        free(st);
+    else
+        atomic_fetch_add(&lib_threads, 1);
     return rc;
 }
 
@@ -192,6 +252,59 @@ int dist__handlers_restart(void)
             return 0;
     }
     return 1;
+}
+
+/* The process's thread count and whether its first thread has ended
+ * (state Z: main called pthread_exit; the kernel still counts it while
+ * other threads run), from /proc/self/stat.  0, or -1 when it cannot be
+ * read. */
+static int proc_threads(long *threads, int *main_gone)
+{
+    char buf[1024], *p;
+    ssize_t n;
+    int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC), i;
+
+    if (fd < 0)
+        return -1;
+    n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return -1;
+    buf[n] = 0;
+    /* "pid (comm) state ppid ...": the name may hold anything, ')' too */
+    if (!(p = strrchr(buf, ')')) || p[1] != ' ' || !p[2])
+        return -1;
+    *main_gone = p[2] == 'Z' || p[2] == 'X';
+    /* num_threads is the 20th field, the 18th after the state */
+    for (p += 2, i = 0; i < 17; i++)
+        if (!(p = strchr(p, ' ')) || !*++p)
+            return -1;
+    *threads = strtol(p, NULL, 10);
+    return *threads > 0 ? 0 : -1;
+}
+
+int dist__threads_orphaned(uint64_t *next_look)
+{
+    uint64_t now = dist__now_ms();
+    long threads;
+    int main_gone;
+
+    if (now < *next_look)
+        return 0;
+    *next_look = now + DIST__ORPHAN_LOOK_MS;
+    if (proc_threads(&threads, &main_gone) != 0)
+        return 0;
+    return threads - main_gone <= atomic_load(&lib_threads);
+}
+
+/* SIGPIPE stays blocked: one the thread's own writes raised is pending on
+ * it, and must not end the process now. */
+void dist__thread_orphan_exit(void)
+{
+    sigset_t mask = opener_mask;
+
+    sigaddset(&mask, SIGPIPE);
+    pthread_sigmask(SIG_SETMASK, &mask, NULL);
 }
 
 void dist__sleep_ms(uint64_t ms)

@@ -32,6 +32,9 @@
  *                                      had counted when the library's
  *                                      constructor (run before the shim's)
  *                                      had locked its cache_lock
+ *   preload_target pexit WHICH         lock; unlock; "exiting"; main calls
+ *                                      pthread_exit: the process must end
+ *                                      as without the shim
  *   preload_target spawn               system("exit 7"): a child that execs
  *                                      another program; "child N"
  *   preload_target errno               every mapped call with errno set to
@@ -755,6 +758,15 @@ int main(int argc, char **argv)
             return 1;
         }
         return hold_then_release(m);
+    }
+    if (strcmp(argv[1], "pexit") == 0) {
+        if ((rc = pthread_mutex_lock(m)) != 0 ||
+            (rc = pthread_mutex_unlock(m)) != 0) {
+            say("lock %d", rc);
+            return 1;
+        }
+        say("exiting");
+        pthread_exit(NULL);
     }
     if (strcmp(argv[1], "try") == 0) {
         rc = pthread_mutex_trylock(m);

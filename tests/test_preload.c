@@ -1388,6 +1388,20 @@ static void test_trylock_and_timedlock(void **state)
     assert_int_equal(prefixed_keys(), 0);
 }
 
+/* Lock, unlock, pthread_exit in main (Open POSIX sem_init/3-1): the
+ * process ends by itself with status 0, as without the shim; the
+ * library's threads do not keep it alive. */
+static void test_pthread_exit_in_main_ends(void **state)
+{
+    const char *cfg = target_config(NULL);
+    char line[256];
+    struct proc p;
+
+    (void)state;
+    target_says(&p, cfg, "pexit", "static", NULL, "exiting", 20, line,
+                sizeof line);
+}
+
 /* The real mutex keeps its type: relock and foreign unlock of an
  * error-checking mutex fail as without the shim. */
 static void test_errorcheck_kept(void **state)
@@ -1723,6 +1737,7 @@ int main(void)
         cmocka_unit_test(test_symbol_versions_intercepted),
         cmocka_unit_test(test_trylock_and_timedlock),
         cmocka_unit_test(test_errorcheck_kept),
+        cmocka_unit_test(test_pthread_exit_in_main_ends),
         param_test(test_cond_wait, test_cond, &cond_wait, NULL),
         param_test(test_cond_timedwait, test_cond, &cond_timed, NULL),
         param_test(test_cond_clockwait, test_cond, &cond_clock, NULL),
