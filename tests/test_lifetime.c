@@ -16,6 +16,7 @@
  * process of it never runs out of threads.
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -207,6 +208,39 @@ static void run_start(struct run *c, const char *what, const char *name,
     }
 }
 
+/* What each thread of pid is doing and which signals it blocks and has
+ * pending, on stderr: what a process that did not end was left with. */
+static void print_tasks(pid_t pid)
+{
+    static const char *const want[] = { "Name:", "State:", "SigPnd:",
+                                        "ShdPnd:", "SigBlk:", "SigIgn:" };
+    char path[300], line[256];
+    struct dirent *e;
+    DIR *d;
+    FILE *f;
+    size_t i;
+
+    snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
+    if (!(d = opendir(path)))
+        return;
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.')
+            continue;
+        snprintf(path, sizeof path, "/proc/%d/task/%s/status", (int)pid,
+                 e->d_name);
+        if (!(f = fopen(path, "r")))
+            continue;
+        print_error("thread %s:", e->d_name);
+        while (fgets(line, sizeof line, f))
+            for (i = 0; i < sizeof want / sizeof want[0]; i++)
+                if (strncmp(line, want[i], strlen(want[i])) == 0)
+                    print_error(" %.*s", (int)strcspn(line, "\n"), line);
+        print_error("\n");
+        fclose(f);
+    }
+    closedir(d);
+}
+
 /* Waits for the child's end, SIGKILL after BOUND_S.  Returns 0, or -1
  * when it had to be killed. */
 static int run_wait(struct run *c, double t0)
@@ -219,6 +253,7 @@ static int run_wait(struct run *c, double t0)
     c->in = -1;
     while (waitpid(c->pid, &c->status, WNOHANG) == 0) {
         if (tu_now() > end && !killed) {
+            print_tasks(c->pid);
             kill(c->pid, SIGKILL);
             killed = 1;
         }
