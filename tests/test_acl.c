@@ -1,0 +1,620 @@
+/*
+ * test_acl: the library and the distlock tool as a Redis ACL user with
+ * exactly the permissions the README's "Least privilege" section gives
+ * (its command is read from README.md and run as it stands, with the
+ * password and the name prefix of this test put in): every lock kind,
+ * waits included (subscriptions, release messages, renewals), then the
+ * tool's status and list.  After each test the server's ACL LOG must be
+ * empty: nothing was refused, not even something the library would
+ * have shrugged off (ROLE).  And a lock outside the user's names is
+ * refused, which shows the user is the one in force.
+ *
+ * One private redis-server for the group (fixture.h); the library on its
+ * TCP port as that user.  Bounds hold on a loaded 2-core machine.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "distlock.h"
+#include "harness_server.h"
+#include "testhelp.h"
+#include "fixture.h"
+
+/* Short leases and waiter windows, so that renewals of both run. */
+static const struct fx_settings settings = { 1500, 2000, 1500 };
+static tu_redis_t r;
+
+#define USER     "distlock_test"
+#define PASSWORD "acl-test-secret"
+/* The prefix of every name the README's command allows, and this test's
+ * (the group's names all start with it). */
+#define README_PREFIX "app:"
+#define PREFIX        "test_acl:"
+
+#define NAME(buf, tag) test_lock_name(buf, sizeof buf, "test_acl", __func__, tag)
+
+static char url[128];
+
+/* ---- the user, from the README ------------------------------------------- */
+
+#define MAX_ARGS 200
+
+/* The words of the README's ACL SETUSER command: the lines of the block
+ * after the marker, joined at their backslashes, split at blanks, single
+ * quotes taken off, the password and the prefix put in.  Returns the
+ * number of words (from "ACL" on), or fails the test. */
+static int readme_acl(char *words[MAX_ARGS])
+{
+    char path[4096], line[1024], *tok, *save;
+    const char *src = getenv("srcdir");
+    int n = 0, in = 0, more = 1;
+    FILE *f;
+
+    snprintf(path, sizeof path, "%s/README.md", src ? src : ".");
+    if (!(f = fopen(path, "r")))
+        fail_msg("cannot read %s (srcdir=%s)", path, src ? src : "unset");
+    while (more && fgets(line, sizeof line, f)) {
+        size_t len = strlen(line);
+        if (!in) {
+            in = strstr(line, "<!-- acl: tests/test_acl.c -->") != NULL;
+            continue;
+        }
+        if (strncmp(line, "```", 3) == 0)
+            continue;
+        while (len && (line[len - 1] == '\n' || line[len - 1] == ' '))
+            line[--len] = 0;
+        more = len && line[len - 1] == '\\';
+        if (more)
+            line[--len] = 0;
+        for (tok = strtok_r(line, " ", &save); tok;
+             tok = strtok_r(NULL, " ", &save)) {
+            char word[256], *p;
+            size_t k = 0, pl = strlen(README_PREFIX);
+            const char *s;
+
+            if (strcmp(tok, "redis-cli") == 0)
+                continue;
+            for (s = tok; *s && k + sizeof PREFIX < sizeof word; s++) {
+                if (*s == '\'')
+                    continue;
+                if (strncmp(s, README_PREFIX, pl) == 0) {
+                    memcpy(word + k, PREFIX, strlen(PREFIX));
+                    k += strlen(PREFIX);
+                    s += pl - 1;
+                    continue;
+                }
+                word[k++] = *s;
+            }
+            word[k] = 0;
+            if (strcmp(word, ">PASSWORD") == 0)
+                snprintf(word, sizeof word, ">%s", PASSWORD);
+            else if (strcmp(word, "NAME") == 0)
+                snprintf(word, sizeof word, "%s", USER);
+            assert_true(n < MAX_ARGS - 1);
+            p = strdup(word);
+            assert_non_null(p);
+            words[n++] = p;
+        }
+    }
+    fclose(f);
+    if (n < 4 || strcmp(words[0], "ACL") != 0 ||
+        strcmp(words[1], "SETUSER") != 0)
+        fail_msg("no ACL SETUSER command after the marker in %s", path);
+    words[n] = NULL;
+    return n;
+}
+
+static int group_setup(void **state)
+{
+    char *words[MAX_ARGS];
+    redisReply *x;
+    int n, i;
+
+    if (fx_group_setup(state) != 0)
+        return -1;
+    n = readme_acl(words);
+    for (i = 0; i < n; i++)
+        print_message("%s%s", i ? " " : "", words[i]);
+    print_message("\n");
+    x = tu_cmdv(&r, n, (const char *const *)words, NULL);
+    for (i = 0; i < n; i++)
+        free(words[i]);
+    if (!x || x->type == REDIS_REPLY_ERROR) {
+        print_error("ACL SETUSER: %s\n", x ? x->str : "no reply");
+        freeReplyObject(x);
+        return -1;
+    }
+    freeReplyObject(x);
+    snprintf(url, sizeof url, "redis://%s:%s@127.0.0.1:%d", USER, PASSWORD,
+             r.port);
+    return fx_apply(url, &settings);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    freeReplyObject(tu_cmd(&r, "ACL", "LOG", "RESET", NULL));
+    return 0;
+}
+
+/* Nothing was refused since setup: the ACL LOG is empty (each entry
+ * printed otherwise). */
+static void nothing_refused(void)
+{
+    redisReply *x = tu_cmd(&r, "ACL", "LOG", NULL);
+    size_t i, j;
+
+    assert_non_null(x);
+    assert_int_equal(x->type, REDIS_REPLY_ARRAY);
+    for (i = 0; i < x->elements; i++) {
+        redisReply *e = x->element[i];
+        print_error("refused:");
+        for (j = 0; j + 1 < e->elements; j += 2)
+            if (e->element[j + 1]->type == REDIS_REPLY_STRING)
+                print_error(" %s=%s", e->element[j]->str,
+                            e->element[j + 1]->str);
+        print_error("\n");
+    }
+    if (x->elements)
+        fail_msg("the server refused the user %zu time(s) (above)",
+                 x->elements);
+    freeReplyObject(x);
+}
+
+
+/* ---- the kinds ----------------------------------------------------------------- */
+
+/* The wall clock in ms, as a Redisson client writes its deadlines. */
+static double real_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+/* A waiter that takes what another thread holds: a subscription, a
+ * release message, a waiter's renewals.  wait(arg) blocks, post(arg)
+ * ends the hold. */
+struct waiter {
+    int (*wait)(void *);
+    void *arg;
+    int rc;
+    pthread_t th;
+};
+
+static void *waiter_main(void *p)
+{
+    struct waiter *w = p;
+
+    w->rc = w->wait(w->arg);
+    return NULL;
+}
+
+static void waiter_start(struct waiter *w, int (*wait)(void *), void *arg)
+{
+    w->wait = wait;
+    w->arg = arg;
+    w->rc = -1;
+    assert_int_equal(pthread_create(&w->th, NULL, waiter_main, w), 0);
+}
+
+/* a hold taken, then given back by the thread that took it */
+static int mx_lock(void *m)
+{
+    int rc = dist_mutex_lock(m);
+
+    return rc ? rc : dist_mutex_unlock(m);
+}
+
+static void mutex_kind(int fair)
+{
+    dist_mutexattr_t a;
+    dist_mutex_t m, m2;
+    struct waiter w[2];
+    char name[200];
+    uint64_t token;
+    int i;
+
+    NAME(name, fair ? "fair" : "plain");
+    assert_int_equal(dist_mutexattr_init(&a), 0);
+    assert_int_equal(dist_mutexattr_setfair(&a, fair), 0);
+    assert_int_equal(dist_mutex_init(&m, name, &a), 0);
+    assert_int_equal(dist_mutex_init(&m2, name, &a), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_mutex_token(&m, &token), 0);
+    /* held across renewals (every 0.5 s) while two threads wait (a fair
+     * queue's deadlines move behind its head as the head is renewed) */
+    for (i = 0; i < 2; i++)
+        waiter_start(&w[i], mx_lock, &m2);
+    if (fair) {
+        /* and a Redisson client queued behind them, whose deadline
+         * theirs carry along */
+        char q[256], t[256], dl[32];
+
+        tu_sleep_ms(600);
+        snprintf(q, sizeof q, "redisson_lock_queue:{%s}", name);
+        snprintf(t, sizeof t, "redisson_lock_timeout:{%s}", name);
+        snprintf(dl, sizeof dl, "%.0f", real_ms() + 60000);
+        tu_cmd_int(&r, "RPUSH", q, "redisson-client:1", NULL);
+        tu_cmd_int(&r, "ZADD", t, dl, "redisson-client:1", NULL);
+    }
+    tu_sleep_ms(1200);
+    for (i = 0; i < 2; i++)
+        assert_int_equal(w[i].rc, -1);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    for (i = 0; i < 2; i++) {
+        pthread_join(w[i].th, NULL);
+        assert_int_equal(w[i].rc, 0);
+    }
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+    assert_int_equal(dist_mutex_destroy(&m2), 0);
+    nothing_refused();
+    if (fair) {
+        char k[256];
+
+        snprintf(k, sizeof k, "redisson_lock_queue:{%s}", name);
+        tu_cmd_int(&r, "DEL", k, NULL);
+        snprintf(k, sizeof k, "redisson_lock_timeout:{%s}", name);
+        tu_cmd_int(&r, "DEL", k, NULL);
+    }
+}
+
+static void test_mutex(void **state)
+{
+    (void)state;
+    mutex_kind(0);
+}
+
+static void test_fair_mutex(void **state)
+{
+    (void)state;
+    mutex_kind(1);
+}
+
+static int rw_wr(void *l)
+{
+    int rc = dist_rwlock_wrlock(l);
+
+    return rc ? rc : dist_rwlock_unlock(l);
+}
+
+static void test_rwlock(void **state)
+{
+    dist_rwlock_t a, b;
+    struct waiter w;
+    char name[200];
+
+    (void)state;
+    NAME(name, "rw");
+    assert_int_equal(dist_rwlock_init(&a, name, NULL), 0);
+    assert_int_equal(dist_rwlock_init(&b, name, NULL), 0);
+    assert_int_equal(dist_rwlock_rdlock(&a), 0);
+    assert_int_equal(dist_rwlock_rdlock(&a), 0);
+    waiter_start(&w, rw_wr, &b);
+    tu_sleep_ms(1200);
+    assert_int_equal(w.rc, -1);
+    assert_int_equal(dist_rwlock_unlock(&a), 0);
+    assert_int_equal(dist_rwlock_unlock(&a), 0);
+    pthread_join(w.th, NULL);
+    assert_int_equal(w.rc, 0);
+    assert_int_equal(dist_rwlock_destroy(&a), 0);
+    assert_int_equal(dist_rwlock_destroy(&b), 0);
+    nothing_refused();
+}
+
+struct condpair {
+    dist_mutex_t m;
+    dist_cond_t c;
+    int ready;
+};
+
+static int cond_wait(void *p)
+{
+    struct condpair *cp = p;
+    int rc = dist_mutex_lock(&cp->m);
+
+    while (rc == 0 && !cp->ready)
+        rc = dist_cond_wait(&cp->c, &cp->m);
+    if (rc == 0)
+        rc = dist_mutex_unlock(&cp->m);
+    return rc;
+}
+
+static void test_cond(void **state)
+{
+    struct condpair cp;
+    struct waiter w;
+    char mname[200], cname[200];
+
+    (void)state;
+    NAME(mname, "m");
+    NAME(cname, "c");
+    cp.ready = 0;
+    assert_int_equal(dist_mutex_init(&cp.m, mname, NULL), 0);
+    assert_int_equal(dist_cond_init(&cp.c, cname, NULL), 0);
+    waiter_start(&w, cond_wait, &cp);
+    tu_sleep_ms(1200);        /* registered, renewed as a waiter */
+    assert_int_equal(w.rc, -1);
+    assert_int_equal(dist_mutex_lock(&cp.m), 0);
+    cp.ready = 1;
+    assert_int_equal(dist_cond_signal(&cp.c), 0);
+    assert_int_equal(dist_cond_broadcast(&cp.c), 0);
+    assert_int_equal(dist_mutex_unlock(&cp.m), 0);
+    pthread_join(w.th, NULL);
+    assert_int_equal(w.rc, 0);
+    assert_int_equal(dist_cond_destroy(&cp.c), 0);
+    assert_int_equal(dist_mutex_destroy(&cp.m), 0);
+    nothing_refused();
+}
+
+/* a permit taken, then given back by the thread that holds it */
+static int sem_take(void *s)
+{
+    int rc = dist_sem_wait(s);
+
+    return rc ? rc : dist_sem_post(s);
+}
+
+static void sem_kind(int mode)
+{
+    dist_semattr_t a;
+    dist_sem_t s, s2;
+    struct waiter w;
+    char name[200];
+    int v;
+
+    NAME(name, mode == DIST_SEM_REDISSON ? "redisson" : "leased");
+    assert_int_equal(dist_semattr_init(&a), 0);
+    assert_int_equal(dist_semattr_setmode(&a, mode), 0);
+    assert_int_equal(dist_sem_init(&s, name, 1, &a), 0);
+    assert_int_equal(dist_sem_init(&s2, name, 1, &a), 0);
+    assert_int_equal(dist_sem_wait(&s), 0);
+    waiter_start(&w, sem_take, &s2);
+    tu_sleep_ms(1200);        /* the permit renewed, the waiter too */
+    assert_int_equal(w.rc, -1);
+    assert_int_equal(dist_sem_getvalue(&s, &v), 0);
+    assert_int_equal(v, 0);
+    assert_int_equal(dist_sem_post(&s), 0);
+    pthread_join(w.th, NULL);
+    assert_int_equal(w.rc, 0);
+    assert_int_equal(dist_sem_destroy(&s), 0);
+    assert_int_equal(dist_sem_destroy(&s2), 0);
+    nothing_refused();
+}
+
+static void test_sem_leased(void **state)
+{
+    (void)state;
+    sem_kind(DIST_SEM_LEASED);
+}
+
+static void test_sem_redisson(void **state)
+{
+    (void)state;
+    sem_kind(DIST_SEM_REDISSON);
+}
+
+static int bar_wait(void *b)
+{
+    int rc = dist_barrier_wait(b);
+
+    return rc == DIST_BARRIER_SERIAL_THREAD ? 0 : rc;
+}
+
+static void test_barrier(void **state)
+{
+    dist_barrier_t a, b;
+    struct waiter w;
+    char name[200];
+    int rc;
+
+    (void)state;
+    NAME(name, "b");
+    assert_int_equal(dist_barrier_init(&a, name, 2), 0);
+    assert_int_equal(dist_barrier_init(&b, name, 2), 0);
+    waiter_start(&w, bar_wait, &a);
+    tu_sleep_ms(1200);        /* arrived, its membership renewed */
+    assert_int_equal(w.rc, -1);
+    rc = dist_barrier_wait(&b);
+    assert_true(rc == 0 || rc == DIST_BARRIER_SERIAL_THREAD);
+    pthread_join(w.th, NULL);
+    assert_int_equal(w.rc, 0);
+    assert_int_equal(dist_barrier_destroy(&a), 0);
+    assert_int_equal(dist_barrier_destroy(&b), 0);
+    nothing_refused();
+}
+
+/* WAIT commands the group's server has run. */
+static long wait_calls(void)
+{
+    char *info = tu_cmd_str(&r, "INFO", "commandstats", NULL);
+    const char *p;
+    long n = 0;
+
+    assert_non_null(info);
+    if ((p = strstr(info, "cmdstat_wait:calls=")) != NULL)
+        n = strtol(p + strlen("cmdstat_wait:calls="), NULL, 10);
+    free(info);
+    return n;
+}
+
+/* A master with a replica: each new hold waits for the replica's
+ * acknowledgement (ROLE counted it), as it does for any user. */
+static void test_with_replica(void **state)
+{
+    const char *args[4] = { "--replicaof", "127.0.0.1", NULL, NULL };
+    tu_redis_opts o;
+    tu_redis_t rep;
+    dist_mutex_t m;
+    char name[200], port[16];
+    long waits;
+    int i;
+
+    (void)state;
+    NAME(name, "m");
+    snprintf(port, sizeof port, "%d", r.port);
+    args[2] = port;
+    memset(&o, 0, sizeof o);
+    o.args = args;
+    assert_int_equal(tu_redis_start_opts(&rep, &o), 0);
+    for (i = 0; i < 100 && tu_cmd_int(&r, "WAIT", "1", "100", NULL) < 1; i++)
+        ;
+    /* connections made before the replica came count none: anew */
+    dist_shutdown();
+    assert_int_equal(fx_apply(url, &settings), 0);
+    waits = wait_calls();
+    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(tu_cmd_int(&rep, "EXISTS", name, NULL), 1);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+    if (wait_calls() <= waits)
+        fail_msg("the hold was not made to wait for the replica (no WAIT)");
+    tu_redis_stop(&rep);
+    nothing_refused();
+}
+
+/* The user is the one in force: a lock outside its names is refused,
+ * and says why. */
+static void test_other_names_refused(void **state)
+{
+    dist_mutex_t m;
+    int rc;
+
+    (void)state;
+    assert_int_equal(dist_mutex_init(&m, "not_acl:x", NULL), 0);
+    rc = dist_mutex_trylock(&m);
+    if (rc == 0)
+        fail_msg("a lock outside the user's key patterns was taken");
+    print_message("refused: %s\n", dist_last_error());
+    assert_int_equal(rc, EIO);
+    assert_non_null(strstr(dist_last_error(), "NOPERM"));
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+}
+
+/* ---- the tool ---------------------------------------------------------------- */
+
+/* Runs `distlock ARGS` (at most 5) as the user; its stdout in out (len
+ * bytes), its wait status returned. */
+static int tool(char *out, size_t len, const char *a0, const char *a1,
+                const char *a2, const char *a3, const char *a4)
+{
+    const char *top = getenv("top_builddir");
+    char path[4096];
+    int fds[2], st;
+    size_t got = 0;
+    ssize_t n;
+    pid_t pid;
+
+    snprintf(path, sizeof path, "%s/tools/distlock", top ? top : ".");
+    if (access(path, X_OK) != 0)
+        fail_msg("%s is not there: build it first", path);
+    assert_int_equal(pipe(fds), 0);
+    fflush(NULL);
+    if ((pid = fork()) == 0) {
+        dup2(fds[1], 1);
+        close(fds[0]);
+        setenv("DISTLOCK_URL", url, 1);
+        execl(path, "distlock", a0, a1, a2, a3, a4, (char *)NULL);
+        _exit(127);
+    }
+    assert_true(pid > 0);
+    close(fds[1]);
+    while (got + 1 < len && (n = read(fds[0], out + got, len - 1 - got)) > 0)
+        got += (size_t)n;
+    out[got] = 0;
+    close(fds[0]);
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+        ;
+    print_message("distlock %s %s: status %d\n%s", a0, a1 ? a1 : "", st, out);
+    return st;
+}
+
+static void test_tool_status_and_list(void **state)
+{
+    char mname[200], sname[200], cname[200], bname[200], pattern[256];
+    char out[8192];
+    dist_mutex_t m;
+    dist_sem_t s;
+    dist_cond_t c;
+    dist_barrier_t b;
+    int st;
+
+    (void)state;
+    NAME(mname, "m");
+    NAME(sname, "s");
+    NAME(cname, "c");
+    NAME(bname, "b");
+    assert_int_equal(dist_mutex_init(&m, mname, NULL), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_sem_init(&s, sname, 2, NULL), 0);
+    assert_int_equal(dist_sem_wait(&s), 0);
+    assert_int_equal(dist_cond_init(&c, cname, NULL), 0);
+    assert_int_equal(dist_barrier_init(&b, bname, 2), 0);
+
+    st = tool(out, sizeof out, "status", mname, NULL, NULL, NULL);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+    assert_non_null(strstr(out, "held"));
+    st = tool(out, sizeof out, "status", "--kind", "sem", sname, NULL);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+    st = tool(out, sizeof out, "status", "--kind", "cond", cname, NULL);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+    st = tool(out, sizeof out, "status", "--kind", "barrier", bname, NULL);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+    snprintf(pattern, sizeof pattern, "%s*", PREFIX);
+    st = tool(out, sizeof out, "list", pattern, NULL, NULL, NULL);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+    assert_non_null(strstr(out, mname));
+    assert_non_null(strstr(out, sname));
+    snprintf(pattern, sizeof pattern, "%s-tool", mname);
+    st = tool(out, sizeof out, "lock", pattern, "--", "true", NULL);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+
+    assert_int_equal(dist_sem_post(&s), 0);
+    assert_int_equal(dist_sem_destroy(&s), 0);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+    assert_int_equal(dist_cond_destroy(&c), 0);
+    assert_int_equal(dist_barrier_destroy(&b), 0);
+    nothing_refused();
+}
+
+int main(void)
+{
+#define T(f) cmocka_unit_test_setup(f, setup)
+    const struct CMUnitTest tests[] = {
+        T(test_mutex),
+        T(test_fair_mutex),
+        T(test_rwlock),
+        T(test_cond),
+        T(test_sem_leased),
+        T(test_sem_redisson),
+        T(test_barrier),
+        T(test_tool_status_and_list),
+        T(test_with_replica),
+        T(test_other_names_refused),
+    };
+#undef T
+    fx_use(&r, &settings, "TEST_ACL_FILTER");
+    return cmocka_run_group_tests(tests, group_setup, fx_group_teardown);
+}
