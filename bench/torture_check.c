@@ -12,9 +12,10 @@
 static const char *const vnames[TC_V_COUNT] = {
     "overlapping exclusive holds", "read hold during a write hold",
     "fencing token not increasing", "occupancy exceeded",
-    "counter != completed writes", "undocumented return value",
+    "counter != accepted writes", "undocumented return value",
     "EPERM without lost handler", "late past deadline", "hang",
-    "permits over-granted", "queue item lost or doubled", "lost wake-up"
+    "permits over-granted", "queue item lost or doubled", "lost wake-up",
+    "stale write accepted", "legitimate holder refused"
 };
 static const char *const mnames[] = { "excl", "write", "read" };
 static const char *const onames[TC_OP_COUNT] = {
@@ -51,11 +52,12 @@ static void print_rec(const struct ctx *c, const struct tc_rec *r)
 {
     fprintf(c->out, "    #%zu proc %" PRIu32 " lock %u %s/%s rc %d: call %.3f"
             " ret %.3f end %.3f ms, deadline %.3f, token %" PRIu64
-            " (rc %d), unlock rc %d, flags %#x\n",
-            (size_t)(r - c->h->rec), r->proc, r->lock, mnames[r->mode % 3],
-            onames[r->op % TC_OP_COUNT], r->rc, ms(c, r->call_ns), ms(c, r->ret_ns),
-            ms(c, r->end_ns), ms(c, r->deadline_ns), r->token, r->token_rc,
-            r->unlock_rc, r->flags);
+            " (rc %d), unlock rc %d, flags %#x, fence %.3f ms, read %" PRId64
+            "\n", (size_t)(r - c->h->rec), r->proc, r->lock,
+            mnames[r->mode % 3], onames[r->op % TC_OP_COUNT], r->rc,
+            ms(c, r->call_ns), ms(c, r->ret_ns), ms(c, r->end_ns),
+            ms(c, r->deadline_ns), r->token, r->token_rc, r->unlock_rc,
+            r->flags, ms(c, r->fence_ns), r->rval);
 }
 
 /* Count violation v; print it (with up to two records) within the limit. */
@@ -110,6 +112,15 @@ static int handler_called(const struct tc_history *h, const struct tc_rec *r,
     return 0;
 }
 
+/* The hold's loss was reported to its holder: its unlock said EPERM, or
+ * the lost handler of its process was called while it held (or within
+ * slack of its unlock).  A data loss alone reports nothing. */
+static int reported_lost(const struct tc_history *h, const struct tc_rec *r)
+{
+    return r->unlock_rc == EPERM
+           || handler_called(h, r, r->ret_ns, r->end_ns + h->slack_ns);
+}
+
 /* A hold is lost in a documented way when its unlock said EPERM, the lost
  * handler of its process was told, or the server lost its data meanwhile.
  * The lost log is short (losses are rare), hence the linear scans. */
@@ -124,9 +135,7 @@ static void mark_lost(struct ctx *c)
         c->res->sections++;
         if (r->flags & TC_F_KILLED)
             c->res->killed++;
-        if (r->unlock_rc == EPERM
-            || handler_called(h, r, r->ret_ns, r->end_ns + h->slack_ns)
-            || data_lost_during(h, r->ret_ns, r->end_ns)) {
+        if (reported_lost(h, r) || data_lost_during(h, r->ret_ns, r->end_ns)) {
             c->lost[i] = c->excused[i] = 1;
             c->res->lost_sections++;
         }
@@ -177,7 +186,7 @@ static int conflicts(const struct tc_rec *a, const struct tc_rec *b)
 /* Sweep one lock's sections by start, keeping those still open: any open
  * one that conflicts with the next is an overlap, excused only when either
  * side is a documented loss.  Both sides of an excused overlap are marked,
- * for the counter check (a lost holder may overwrite the other's update). */
+ * for the occupancy check (both counted themselves in while they met). */
 static int check_overlaps(struct ctx *c, unsigned lock)
 {
     size_t n = 0, nact = 0;
@@ -294,13 +303,17 @@ static int check_tokens(struct ctx *c, unsigned lock)
     return 0;
 }
 
-/* The Redis counter of a lock is bumped (GET, SET) once per write section.
- * Exact unless a SET's reply was lost (may count one more) or a hold was
- * lost (an overlapping pair may lose one update); a data loss voids it. */
+/* The counter of a lock: each accepted write added one, and a write whose
+ * reply never came may have.  No excuse for lost holds or data losses: the
+ * counter's server is not the locks' and no fault touches it, and the
+ * fence refuses the write of a lost hold once a newer holder has been
+ * there (a lost update is refused, not excused).  A write that replaced a
+ * value other than the one its read returned is a lost update all the
+ * same (two holds with one token get through the fence together). */
 static void check_counter(struct ctx *c, unsigned lock)
 {
     const struct tc_history *h = c->h;
-    long long counted = 0, unsure = 0, excused = 0, got = h->counter[lock];
+    long long counted = 0, unsure = 0, got = h->counter[lock];
     char what[160];
 
     for (size_t i = 0; i < h->nrec; i++) {
@@ -309,19 +322,123 @@ static void check_counter(struct ctx *c, unsigned lock)
             continue;
         if (r->flags & TC_F_COUNTED) {
             counted++;
-            excused += c->excused[i];
+            if (r->flags & TC_F_CLOBBER)
+                report(c, TC_V_COUNTER, r, NULL, "lost update: the write "
+                       "replaced a value its read had not returned");
         }
         if (r->flags & TC_F_COUNT_UNSURE)
             unsure++;
     }
-    if (data_lost_during(h, 0, UINT64_MAX))
-        excused = counted;
-    if (got >= counted - excused && got <= counted + unsure)
+    c->res->fenced_writes += (unsigned long)counted;
+    if (got >= counted && got <= counted + unsure)
         return;
-    snprintf(what, sizeof what, "lock %u: counter %lld, %lld acknowledged "
-             "updates, %lld unsure, %lld by lost holds", lock, got, counted,
-             unsure, excused);
+    snprintf(what, sizeof what, "lock %u: counter %lld, %lld writes accepted "
+             "by the fence, %lld unsure", lock, got, counted, unsure);
     report(c, TC_V_COUNTER, NULL, NULL, what);
+}
+
+/* ---- the fence --------------------------------------------------------------- */
+
+/* A call the fence accepted, at its place in the fence's order: the write
+ * of value v (rval + 1) after the reads of v - 1, the reads of v after the
+ * write of v, a write that replaced another of its value after that one.
+ * Calls of one key are in no known order among themselves. */
+struct fcall { int64_t key; size_t rec; };
+
+static int by_key(const void *a, const void *b)
+{
+    int64_t x = ((const struct fcall *)a)->key;
+    int64_t y = ((const struct fcall *)b)->key;
+    return x < y ? -1 : x > y;
+}
+
+static size_t fence_calls(const struct tc_history *h, unsigned lock,
+                          struct fcall *v)
+{
+    size_t k = 0;
+
+    for (size_t i = 0; i < h->nrec; i++) {
+        const struct tc_rec *r = &h->rec[i];
+        if (r->lock != lock || r->rc != 0 || r->op == TC_OP_NESTED)
+            continue;
+        if (r->flags & TC_F_READ)
+            v[k++] = (struct fcall){ 3 * r->rval + 1, i };
+        if (r->flags & TC_F_COUNTED)
+            v[k++] = (struct fcall){ 3 * (r->rval + 1)
+                                     + ((r->flags & TC_F_CLOBBER) ? 2 : 0), i };
+    }
+    return k;
+}
+
+/* Walk the accepted calls in the fence's order with the highest token
+ * accepted before each: a call with a lower token got through a fence
+ * that must refuse it.  Verified, not assumed: this is what shows that the
+ * fence holds (one count per section). */
+static int check_stale_writes(struct ctx *c, unsigned lock)
+{
+    const struct tc_history *h = c->h;
+    struct fcall *v = malloc((2 * h->nrec + 1) * sizeof *v);
+    unsigned char *seen = calloc(h->nrec + 1, 1);
+    const struct tc_rec *max = NULL;
+    size_t n;
+
+    if (!v || !seen) {
+        free(v);
+        free(seen);
+        return -1;
+    }
+    n = fence_calls(h, lock, v);
+    qsort(v, n, sizeof *v, by_key);
+    for (size_t g = 0, e; g < n; g = e) {
+        const struct tc_rec *gmax = max;
+        for (e = g; e < n && v[e].key == v[g].key; e++) {
+            const struct tc_rec *r = &h->rec[v[e].rec];
+            if (max && r->token < max->token && !seen[v[e].rec]) {
+                seen[v[e].rec] = 1;
+                report(c, TC_V_STALE_WRITE, max, r, "accepted after a "
+                       "higher token (the first record) had been");
+            }
+            if (!gmax || r->token > gmax->token)
+                gmax = r;
+        }
+        max = gmax;
+    }
+    free(v);
+    free(seen);
+    return 0;
+}
+
+/* The holders the fence refused: a refusal is right for a hold that was
+ * lost (its holder hears of it, by the lost handler or its unlock's
+ * EPERM), and wrong for one never reported lost: a holder told it held
+ * the lock, refused because an earlier hold carried a higher token.  A
+ * holder killed before its unlock could tell is not judged. */
+static void check_refusals(struct ctx *c, unsigned lock)
+{
+    const struct tc_history *h = c->h;
+    unsigned long shown = 0;
+
+    for (size_t i = 0; i < h->nrec; i++) {
+        const struct tc_rec *r = &h->rec[i];
+        if (r->lock != lock || !is_section(r) || !(r->flags & TC_F_STALE))
+            continue;
+        c->res->refused++;
+        if (reported_lost(h, r)) {
+            c->res->refused_lost++;
+        } else if (r->flags & TC_F_KILLED) {
+            c->res->refused_killed++;
+        } else {
+            c->res->legit_refused++;
+            if (h->refusal_fails)
+                report(c, TC_V_REFUSED, r, NULL, "STALE to a holder never "
+                       "reported lost");
+            else if (c->out && shown++ < c->max_print) {
+                fprintf(c->out, "REFUSED, never reported lost (a figure, "
+                        "not a violation here):\n");
+                print_rec(c, r);
+            }
+        }
+    }
 }
 
 /* A condition wait may also say EPERM: the hold it was to give up had been
@@ -358,6 +475,9 @@ static void check_calls(struct ctx *c)
         if (r->token_rc != -1 && r->token_rc != 0 && r->token_rc != EPERM
             && r->token_rc != EIO)
             report(c, TC_V_ERRNO, r, NULL, "token call");
+        if (r->flags & TC_F_FENCE_ERR)
+            report(c, TC_V_ERRNO, r, NULL, "the fence answered an error "
+                   "other than STALE");
         if (r->unlock_rc == EPERM
             && !handler_called(h, r, r->ret_ns, r->end_ns + h->slack_ns)
             && !data_lost_during(h, r->ret_ns, r->end_ns))
@@ -708,8 +828,12 @@ long tc_check(const struct tc_history *h, FILE *out, unsigned max_print,
         rc = check_tokens(&c, l);
         if (rc == 0)
             rc = check_hangs(&c, l);
+        if (rc == 0)
+            rc = check_stale_writes(&c, l);
         check_counter(&c, l);
+        check_refusals(&c, l);
     }
+    res->stale_accepted = res->violations[TC_V_STALE_WRITE];
     check_calls(&c);
     if (rc == 0)
         rc = check_items(&c);

@@ -19,6 +19,17 @@
  * from the return of the call that took the lock to the call that gives it
  * back, so the real hold in Redis covers at least that.  Two recorded
  * sections that overlap therefore held at once for real.
+ *
+ * The resource: every exclusive section of a lock with a counter reads the
+ * counter and writes it plus one, both through the fence (FCALL
+ * distlock_fenced with the hold's token, fence/fence.lua), on a server of
+ * its own that no fault touches.  The fence refuses a call whose token is
+ * lower than one it accepted (STALE).  Since each write sets the value its
+ * read returned plus one, and the fence refuses the older of two holders
+ * that read the same value, the values written are 1, 2, 3 ... in the
+ * order the fence accepted them: the checker rebuilds that order from
+ * them and verifies the fence from it (no stale call accepted), and the
+ * counter must equal the writes accepted, with no excuse for lost holds.
  */
 #ifndef DISTLOCK_TORTURE_CHECK_H
 #define DISTLOCK_TORTURE_CHECK_H
@@ -44,9 +55,10 @@ enum tc_op { TC_OP_LOCK, TC_OP_TRY, TC_OP_TIMED, TC_OP_NESTED,
 /* flags of a record */
 #define TC_F_KILLED      1u  /* its process died (SIGKILL) while it held:
                                 end_ns is the death as the parent saw it */
-#define TC_F_COUNTED     2u  /* the counter SET inside it was acknowledged */
-#define TC_F_COUNT_UNSURE 4u /* a SET was sent, its reply never came: it may
-                                or may not have been applied */
+#define TC_F_COUNTED     2u  /* its fenced write of the counter was
+                                accepted (the value written is rval + 1) */
+#define TC_F_COUNT_UNSURE 4u /* a fenced write was sent, its reply never
+                                came: it may or may not have been applied */
 #define TC_F_OCC_BAD     8u  /* the shared-memory occupancy seen on entry
                                 exceeded what the mode allows (for a
                                 semaphore: more holders than permits) */
@@ -55,6 +67,15 @@ enum tc_op { TC_OP_LOCK, TC_OP_TRY, TC_OP_TIMED, TC_OP_NESTED,
 #define TC_F_WAIT_EIO   32u  /* a condition wait failed with EIO before it
                                 gave the mutex up (rc is 0: still held; the
                                 hold goes on, so no token of its own) */
+#define TC_F_READ       64u  /* its fenced read of the counter was accepted
+                                and returned rval */
+#define TC_F_STALE     128u  /* the fence refused its read or its write
+                                (STALE, at fence_ns): nothing written */
+#define TC_F_CLOBBER   256u  /* its accepted write replaced a value other
+                                than the one its read returned: an update
+                                was lost (SET ... GET gave the old value) */
+#define TC_F_FENCE_ERR 512u  /* the fence answered an error other than
+                                STALE (not loaded, wrong type...) */
 
 /* One acquisition attempt, and the section it opened when rc == 0. */
 struct tc_rec {
@@ -63,6 +84,9 @@ struct tc_rec {
     uint64_t end_ns;      /* the section ended (unlock called); 0: no section */
     uint64_t deadline_ns; /* timed calls: their deadline; 0 otherwise */
     uint64_t token;       /* fencing token of an exclusive hold; 0: none */
+    uint64_t fence_ns;    /* the fence's last answer came (the write's, or
+                             the STALE); 0: none */
+    int64_t rval;         /* the counter value its fenced read returned */
     uint32_t proc;        /* process incarnation (a restart is a new one) */
     uint16_t lock;        /* index into tc_history.kind */
     uint8_t mode;         /* enum tc_mode */
@@ -136,6 +160,9 @@ struct tc_history {
     const struct tc_item *item;
     size_t nitem;
     unsigned queue_lock;
+    /* A STALE to a holder never reported lost is a violation
+     * (TC_V_REFUSED), not only a figure of the result. */
+    int refusal_fails;
 };
 
 enum tc_violation {
@@ -143,7 +170,8 @@ enum tc_violation {
     TC_V_RW_OVERLAP,   /* a read hold during a write hold */
     TC_V_TOKEN,        /* token not above an earlier hold's */
     TC_V_OCCUPANCY,    /* shared-memory count exceeded, no loss to explain */
-    TC_V_COUNTER,      /* Redis counter differs from the write sections */
+    TC_V_COUNTER,      /* Redis counter differs from the accepted writes,
+                          or a write replaced a value it had not read */
     TC_V_ERRNO,        /* a call returned an undocumented value */
     TC_V_SILENT_LOSS,  /* unlock said EPERM but no lost-handler call came */
     TC_V_DEADLINE,     /* a timed call returned too long after its deadline */
@@ -152,6 +180,10 @@ enum tc_violation {
     TC_V_ITEM,         /* a queue item lost, or taken more than once */
     TC_V_WAKEUP,       /* an item waited in the queue while a consumer
                           slept on the condition, longer than hang_ns */
+    TC_V_STALE_WRITE,  /* the fence accepted a call whose token is lower
+                          than one it had accepted before */
+    TC_V_REFUSED,      /* the fence refused a holder never reported lost
+                          (only with tc_history.refusal_fails) */
     TC_V_COUNT
 };
 
@@ -162,6 +194,17 @@ struct tc_result {
     unsigned long lost_sections; /* of them, excused by a documented loss */
     unsigned long killed;        /* sections ended by their process's death */
     unsigned long items;         /* queue items checked */
+    /* The fence (the two figures of the run: stale_accepted, the same as
+     * violations[TC_V_STALE_WRITE], must be 0; legit_refused is today a
+     * figure, a violation with refusal_fails) */
+    unsigned long fenced_writes;   /* writes the fence accepted */
+    unsigned long stale_accepted;  /* of its accepted calls, with a token
+                                      lower than one accepted before */
+    unsigned long refused;         /* sections the fence refused (STALE) */
+    unsigned long refused_lost;    /* of them, holds reported lost */
+    unsigned long refused_killed;  /* of them, killed before their unlock
+                                      could tell: not judged */
+    unsigned long legit_refused;   /* of them, never reported lost */
 };
 
 /* Name of a violation kind, for the table. */

@@ -3,8 +3,9 @@
  * hand-made histories: each kind of violation is caught, a clean history
  * and a documented loss pass; for the semaphore (permits over-granted,
  * by the history and by the shared-memory count) and the condition
- * variable's queue (items lost or doubled, lost wake-ups) as for locks.
- * No Redis.
+ * variable's queue (items lost or doubled, lost wake-ups) as for locks;
+ * for the fence in front of the counter, its two figures (a stale write
+ * accepted, a legitimate holder refused) and a lost update.  No Redis.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -39,7 +40,10 @@ static struct tc_history hist(const struct tc_rec *rec, size_t n)
     return h;
 }
 
-/* A completed section [a, b] ms of lock `lock`, counted once. */
+/* A completed section [a, b] ms of lock `lock`; an exclusive one read the
+ * counter and wrote it through the fence, both accepted (run() numbers
+ * the values in the order of the sections, as a working fence has them,
+ * where rval is left -1). */
 static struct tc_rec sect(uint32_t proc, uint16_t lock, int mode, uint64_t a,
                           uint64_t b, uint64_t token)
 {
@@ -56,14 +60,38 @@ static struct tc_rec sect(uint32_t proc, uint16_t lock, int mode, uint64_t a,
     r.op = TC_OP_LOCK;
     r.unlock_rc = 0;
     r.token_rc = mode == TC_READ ? -1 : 0;
-    r.flags = mode == TC_READ ? 0 : TC_F_COUNTED;
+    r.flags = mode == TC_READ ? 0 : TC_F_COUNTED | TC_F_READ;
+    r.rval = -1;
+    if (mode != TC_READ)
+        r.fence_ns = r.ret_ns + MS / 4;
     return r;
+}
+
+/* The records of lock l whose rval is -1, in the order of their sections:
+ * each read the value the writes before it made. */
+static void number_lock(struct tc_rec *rec, size_t n, unsigned l)
+{
+    int64_t next = 0;
+
+    for (;;) {
+        struct tc_rec *first = NULL;
+        for (size_t i = 0; i < n; i++)
+            if (rec[i].lock == l && rec[i].rval == -1
+                && (!first || rec[i].ret_ns < first->ret_ns))
+                first = &rec[i];
+        if (!first)
+            return;
+        first->rval = next;
+        next += !!(first->flags & TC_F_COUNTED);
+    }
 }
 
 static struct tc_result run(struct tc_history *h)
 {
     struct tc_result res;
 
+    for (unsigned l = 0; h->rec && l < TC_MAX_LOCKS; l++)
+        number_lock((struct tc_rec *)h->rec, h->nrec, l);
     assert_true(tc_check(h, stderr, 5, &res) >= 0);
     return res;
 }
@@ -102,7 +130,10 @@ static void test_overlap(void **state)
 }
 
 /* The same overlap, but the first hold was lost and its process was told:
- * documented, so excused, and so is the update it may have clobbered. */
+ * documented, so excused.  Its write came after the second holder had
+ * been through the fence, which refused it: the counter is exact, and
+ * the refusal is of a hold reported lost.  An update lost instead is no
+ * longer excused: the fence is there to refuse it. */
 static void test_documented_loss(void **state)
 {
     struct tc_rec rec[] = {
@@ -114,12 +145,27 @@ static void test_documented_loss(void **state)
 
     (void)state;
     rec[0].unlock_rc = EPERM;
+    rec[0].flags = TC_F_READ | TC_F_STALE;   /* read 0, refused at its write */
+    rec[0].rval = 0;
+    rec[1].rval = 0;
     h.lost = &lost;
     h.nlost = 1;
     h.counter[0] = 1;
     res = run(&h);
     assert_int_equal(res.total, 0);
     assert_int_equal(res.lost_sections, 1);
+    assert_int_equal(res.refused, 1);
+    assert_int_equal(res.refused_lost, 1);
+    assert_int_equal(res.legit_refused, 0);
+    assert_int_equal(res.fenced_writes, 1);
+    /* its write accepted after all, over the second's (SET ... GET gave
+     * back 1, not the 0 it read), the counter one short: a lost update,
+     * and a stale write accepted (token 1 after 2) */
+    rec[0].flags = TC_F_READ | TC_F_COUNTED | TC_F_CLOBBER;
+    res = run(&h);
+    assert_int_equal(res.violations[TC_V_COUNTER], 2);
+    assert_int_equal(res.stale_accepted, 1);
+    assert_int_equal(res.total, 3);
 }
 
 /* EPERM from unlock with no lost-handler call: a silent loss. */
@@ -149,6 +195,8 @@ static void test_rw_overlap(void **state)
     assert_int_equal(res.total, 1);
 }
 
+/* A token lower than the hold's before: the fence refuses its holder,
+ * who was never told of a loss (a legitimate holder refused). */
 static void test_token_backwards(void **state)
 {
     struct tc_rec rec[] = {
@@ -159,13 +207,15 @@ static void test_token_backwards(void **state)
     struct tc_result res;
 
     (void)state;
-    h.counter[0] = 3;
+    rec[1].flags = TC_F_STALE;   /* refused at its read */
+    h.counter[0] = 2;
     res = run(&h);
     assert_int_equal(res.violations[TC_V_TOKEN], 1);
     assert_int_equal(res.total, 1);
+    assert_int_equal(res.legit_refused, 1);
 }
 
-/* Three acknowledged updates, the counter says two: an update was lost. */
+/* Three accepted writes, the counter says two: an update was lost. */
 static void test_lost_update(void **state)
 {
     struct tc_rec rec[] = {
@@ -448,6 +498,157 @@ static void test_lost_wakeup(void **state)
     assert_int_equal(run(&h).total, 0);
 }
 
+/* ---- the fence ---------------------------------------------------------------- */
+
+/* The fence's order, from the values: token 5 wrote 1, token 7 wrote 2,
+ * and then token 6 read 2 and wrote 3.  Accepting 6 after 7 is what a
+ * fence must never do: one stale write accepted (one per section, though
+ * both its read and its write got through), a violation.  In the order
+ * of the sections the tokens rise: only the fence's order shows it. */
+static void test_stale_write_accepted(void **state)
+{
+    struct tc_rec rec[] = {
+        sect(1, 0, TC_EXCL, 0, 10, 5), sect(2, 0, TC_EXCL, 11, 20, 6),
+        sect(3, 0, TC_EXCL, 21, 30, 7),
+    };
+    struct tc_history h = hist(rec, 3);
+    struct tc_result res;
+
+    (void)state;
+    rec[0].rval = 0;
+    rec[1].rval = 2;
+    rec[2].rval = 1;
+    h.counter[0] = 3;
+    res = run(&h);
+    assert_int_equal(res.violations[TC_V_STALE_WRITE], 1);
+    assert_int_equal(res.stale_accepted, 1);
+    assert_int_equal(res.total, 1);
+    assert_int_equal(res.fenced_writes, 3);
+    /* refused at its read instead: nothing accepted out of order */
+    rec[1].flags = TC_F_STALE;
+    h.counter[0] = 2;
+    res = run(&h);
+    assert_int_equal(res.stale_accepted, 0);
+    assert_int_equal(res.total, 0);
+    /* its read alone got through after token 7's write: caught as well */
+    rec[1].flags = TC_F_READ | TC_F_STALE;
+    assert_int_equal(run(&h).stale_accepted, 1);
+}
+
+/* Two holders read the same value, the older (token 5) first: the newer
+ * read recorded 6, and the older one's write is refused.  Reads of one
+ * value are in no known order, so the two reads compare with neither:
+ * no stale write.  The refused one was reported lost (EPERM and the
+ * handler): not a legitimate holder refused. */
+static void test_fence_same_value(void **state)
+{
+    struct tc_rec rec[] = {
+        sect(1, 0, TC_EXCL, 0, 10, 5), sect(2, 0, TC_EXCL, 5, 20, 6),
+    };
+    struct tc_lost lost = { T0 + 9 * MS, 1, 0 };
+    struct tc_history h = hist(rec, 2);
+    struct tc_result res;
+
+    (void)state;
+    rec[0].flags = TC_F_READ | TC_F_STALE;
+    rec[0].rval = rec[1].rval = 0;
+    rec[0].unlock_rc = EPERM;
+    h.lost = &lost;
+    h.nlost = 1;
+    h.counter[0] = 1;
+    res = run(&h);
+    assert_int_equal(res.total, 0);
+    assert_int_equal(res.stale_accepted, 0);
+    assert_int_equal(res.refused, 1);
+    assert_int_equal(res.refused_lost, 1);
+    assert_int_equal(res.legit_refused, 0);
+}
+
+/* The server of the locks lost its data after token 9, and tokens began
+ * again from 1: the fence refuses the holders after it.  A STALE to a
+ * holder its lost handler told (unlock gave EIO) or whose unlock gave
+ * EPERM is right; to one never told, a legitimate holder refused: a
+ * figure, or a violation with refusal_fails; to one killed before its
+ * unlock, not judged.  Another process's handler call tells this holder
+ * nothing, nor does the data loss itself. */
+static void test_refusals(void **state)
+{
+    struct tc_rec rec[] = {
+        sect(1, 0, TC_EXCL, 0, 10, 9), sect(2, 0, TC_EXCL, 11, 20, 3),
+        sect(3, 0, TC_EXCL, 21, 30, 4), sect(4, 0, TC_EXCL, 31, 40, 5),
+        sect(5, 0, TC_EXCL, 41, 50, 6),
+    };
+    struct tc_lost lost[] = { { T0 + 15 * MS, 2, 0 }, { T0 + 25 * MS, 9, 0 } };
+    struct tc_fault f = { T0 + 10 * MS + MS / 2, T0 + 10 * MS + MS / 2, TC_ALL,
+                          0, 1 };
+    struct tc_history h = hist(rec, 5);
+    struct tc_result res;
+
+    (void)state;
+    h.fault = &f;
+    h.nfault = 1;
+    for (int i = 1; i < 5; i++)
+        rec[i].flags = TC_F_STALE;
+    rec[1].unlock_rc = EIO;          /* told by its handler at 15 ms */
+    rec[2].unlock_rc = 0;            /* a handler call, but proc 9's */
+    rec[3].unlock_rc = EPERM;        /* told by its unlock */
+    rec[3].flags |= TC_F_KILLED;
+    rec[4].unlock_rc = -1;           /* killed before its unlock */
+    rec[4].flags |= TC_F_KILLED;
+    h.lost = lost;
+    h.nlost = 2;
+    h.counter[0] = 1;
+    res = run(&h);
+    assert_int_equal(res.refused, 4);
+    assert_int_equal(res.refused_lost, 2);
+    assert_int_equal(res.refused_killed, 1);
+    assert_int_equal(res.legit_refused, 1);
+    assert_int_equal(res.total, 0);
+    h.refusal_fails = 1;
+    res = run(&h);
+    assert_int_equal(res.violations[TC_V_REFUSED], 1);
+    assert_int_equal(res.total, 1);
+    /* told after all: no longer legitimate */
+    lost[1].proc = 3;
+    res = run(&h);
+    assert_int_equal(res.legit_refused, 0);
+    assert_int_equal(res.total, 0);
+}
+
+/* Two holds with one token get through the fence together: the second
+ * write replaced a value its read had not returned (SET ... GET said so).
+ * The counter matches the writes it saw, but the update is lost. */
+static void test_clobber(void **state)
+{
+    struct tc_rec rec[] = {
+        sect(1, 0, TC_EXCL, 0, 10, 4), sect(2, 0, TC_EXCL, 5, 20, 4),
+    };
+    struct tc_history h = hist(rec, 2);
+    struct tc_result res;
+
+    (void)state;
+    rec[0].rval = rec[1].rval = 0;
+    rec[1].flags |= TC_F_CLOBBER;
+    h.counter[0] = 1;
+    res = run(&h);
+    /* the overlap (neither lost) and the lost update; the equal tokens
+     * are not a stale write: the fence lets an equal token through */
+    assert_int_equal(res.violations[TC_V_COUNTER], 2);
+    assert_int_equal(res.violations[TC_V_STALE_WRITE], 0);
+}
+
+/* The fence answered an error other than STALE (its library missing, a
+ * fence of the wrong type): an undocumented result. */
+static void test_fence_error(void **state)
+{
+    struct tc_rec rec[] = { sect(1, 0, TC_EXCL, 0, 10, 1) };
+    struct tc_history h = hist(rec, 1);
+
+    (void)state;
+    rec[0].flags = TC_F_FENCE_ERR;
+    assert_int_equal(run(&h).violations[TC_V_ERRNO], 1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -466,6 +667,11 @@ int main(void)
         cmocka_unit_test(test_sem_hang),
         cmocka_unit_test(test_items),
         cmocka_unit_test(test_lost_wakeup),
+        cmocka_unit_test(test_stale_write_accepted),
+        cmocka_unit_test(test_fence_same_value),
+        cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_clobber),
+        cmocka_unit_test(test_fence_error),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
