@@ -4,7 +4,7 @@
  *
  *   distlock-torture [--secs N] [--procs P] [--threads T] [--seed S]
  *                    [--no-restart] [--sabotage] [--verbose] [--proxy]
- *                    [--sentinel [--strict-failover]]
+ *                    [--sentinel [--strict-failover]] [--strict-fence]
  *
  * --no-restart leaves out the server restarts; --sabotage makes 1% of the
  * plain mutex's sections skip the lock, which the checker must catch (exit
@@ -18,6 +18,8 @@
  * server restarts, no proxy); its window, until the old master is a
  * replica, counts as one where data may be lost, unless --strict-failover
  * (then the split-brain stretch shows up as violations, README).
+ * --strict-fence makes a legitimate holder refused by the fence (below) a
+ * violation; without it the run reports their number only.
  * At the end, before the workers stop, their threads (/proc/<pid>/task),
  * sockets (/proc/<pid>/fd) and clients (CLIENT LIST) must be within bounds.
  * TORTURE_SECS (default 60) sets the length when --secs is not given.  It
@@ -27,8 +29,15 @@
  * P worker processes (default 4) of T threads (default 4) take three locks,
  * a plain mutex, a fair mutex and a rwlock, with lock, trylock, clocklock
  * (short deadlines), recursive re-locks, rdlock and wrlock, hold them 0-3
- * ms, and inside each exclusive section bump a Redis counter with GET and
- * SET on their own hiredis connection.  They also take permits of a leased
+ * ms, and inside each exclusive section bump a Redis counter on their own
+ * hiredis connection: a GET and a SET of the value read plus one, both
+ * through the fence (FCALL distlock_fenced with the hold's token,
+ * fence/fence.lua) on a server of their own that no fault touches, the
+ * counter server.  The checker rebuilds the fence's order from the values
+ * written and counts two figures: stale writes accepted (a call accepted
+ * with a token lower than one accepted before it: a violation) and
+ * legitimate holders refused (a STALE to a holder whose hold was never
+ * reported lost).  They also take permits of a leased
  * semaphore of two (wait, trywait, clockwait; a shared-memory count of
  * holders), and put items in and take them out of a bounded queue in
  * shared memory, guarded by a distributed mutex with a "not empty" and a
@@ -44,7 +53,8 @@
  * ALL shorter and longer than the command timeout; SCRIPT FLUSH; DEBUG
  * SLEEP past the command timeout; server restart from the AOF (nothing may
  * be lost); server restart with its data removed (every loss must reach
- * the lost handler).
+ * the lost handler).  All of them on the locks' server, none on the
+ * counter server: the fence must hold whatever happens to the locks.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -71,6 +81,8 @@
 #include "harness_sentinel.h"
 #include "harness_server.h"
 #include "torture_check.h"
+
+extern const char dist_fence_lib[];   /* made from fence/fence.lua */
 
 /* The library's settings for the run: short, so that faults outlast them. */
 #define WATCHDOG_MS 1000UL
@@ -135,11 +147,12 @@ struct arena {
 
 static struct {
     int secs, procs, threads, restarts, sabotage, verbose, proxy, sentinel;
-    int strict_failover;
+    int strict_failover, strict_fence;
     unsigned long seed;
-    char names[NLOCKS][64], ctr[NLOCKS][64];
-    int port;
-} opt = { 60, 4, 4, 1, 0, 0, 0, 0, 0, 0, { "" }, { "" }, 0 };
+    /* a lock's counter (the data key) and the fence that guards it */
+    char names[NLOCKS][64], ctr[NLOCKS][64], fence[NLOCKS][64];
+    int cport;   /* the counter server's port */
+} opt = { 60, 4, 4, 1, 0, 0, 0, 0, 0, 0, 0, { "" }, { "" }, { "" }, 0 };
 
 static struct arena *A;
 static struct tc_item *I;      /* the queue's items, shared like A */
@@ -215,40 +228,96 @@ static struct tc_rec *new_rec(struct worker *w, int lock, int mode, int op)
     return r;
 }
 
-/* GET then SET the lock's counter.  A SET sent without its reply may have
- * been applied: the record says so until the reply comes. */
+/* This thread's connection to the counter server, made again after an
+ * error; -1: none now. */
+static int counter_conn(struct worker *w)
+{
+    struct timeval tv = { 3, 0 };
+
+    if (w->c && !w->c->err)
+        return 0;
+    if (w->c)
+        redisFree(w->c);
+    w->c = redisConnectWithTimeout("127.0.0.1", opt.cport, tv);
+    if (!w->c || w->c->err)
+        return -1;
+    redisSetTimeout(w->c, tv);
+    return 0;
+}
+
+/* FCALL distlock_fenced 2 FENCE DATA TOKEN cmd arg...: cmd on the lock's
+ * counter if the hold's token passes the fence.  NULL: no reply came. */
+static redisReply *fenced(struct worker *w, const struct tc_rec *r,
+                          int argc, const char *const *args)
+{
+    const char *argv[9] = { "FCALL", "distlock_fenced", "2",
+                            opt.fence[r->lock], opt.ctr[r->lock] };
+    char tok[24];
+
+    snprintf(tok, sizeof tok, "%" PRIu64, r->token);
+    argv[5] = tok;
+    for (int k = 0; k < argc && k < 3; k++)
+        argv[6 + k] = args[k];
+    return redisCommandArgv(w->c, 6 + argc, argv, NULL);
+}
+
+/* An answer of the fence other than a value: STALE (the hold is refused,
+ * nothing changed) or another error, recorded with its time.  Non-zero:
+ * it was such an answer. */
+static int refused(struct tc_rec *r, const redisReply *x)
+{
+    if (x->type == REDIS_REPLY_STRING || x->type == REDIS_REPLY_NIL)
+        return 0;
+    r->fence_ns = now_ns();
+    if (x->type == REDIS_REPLY_ERROR && strncmp(x->str, "STALE", 5) == 0)
+        r->flags |= TC_F_STALE;
+    else
+        r->flags |= TC_F_FENCE_ERR;
+    return 1;
+}
+
+/* Read the lock's counter and write it plus one, both through the fence
+ * with the hold's token (the read too: it records the token, so that an
+ * older holder that read the same value is refused at its write).  SET
+ * ... GET gives back the value replaced: another than the one read is a
+ * lost update.  No token, no write (distlock-fence(7)).  A write sent
+ * without its reply may have been applied: the record says so until the
+ * reply comes. */
 static void bump_counter(struct worker *w, struct tc_rec *r)
 {
+    static const char *const get[] = { "GET" };
+    const char *set[3] = { "SET", NULL, "GET" };
+    char buf[32];
     redisReply *x;
     long long v = 0;
-    char buf[32];
 
-    if (!w->c || w->c->err) {
-        struct timeval tv = { 3, 0 };
-        if (w->c)
-            redisFree(w->c);
-        w->c = redisConnectWithTimeout("127.0.0.1", opt.port, tv);
-        if (!w->c || w->c->err)
-            return;
-        redisSetTimeout(w->c, tv);
-    }
-    x = redisCommand(w->c, "GET %s", opt.ctr[r->lock]);
-    if (!x || (x->type != REDIS_REPLY_STRING && x->type != REDIS_REPLY_NIL)) {
-        if (x)
-            freeReplyObject(x);
+    if (r->token_rc != 0 || counter_conn(w) != 0)
+        return;
+    if (!(x = fenced(w, r, 1, get)))
+        return;
+    if (refused(r, x)) {
+        freeReplyObject(x);
         return;
     }
     if (x->type == REDIS_REPLY_STRING)
         v = strtoll(x->str, NULL, 10);
     freeReplyObject(x);
+    r->rval = v;
+    r->flags |= TC_F_READ;
     snprintf(buf, sizeof buf, "%lld", v + 1);
+    set[1] = buf;
     r->flags |= TC_F_COUNT_UNSURE;
-    x = redisCommand(w->c, "SET %s %s", opt.ctr[r->lock], buf);
+    x = fenced(w, r, 3, set);
     if (!x)
         return;
     r->flags &= (uint16_t)~TC_F_COUNT_UNSURE;
-    if (x->type == REDIS_REPLY_STATUS)
+    if (!refused(r, x)) {
+        r->fence_ns = now_ns();
         r->flags |= TC_F_COUNTED;
+        if ((x->type == REDIS_REPLY_STRING ? strtoll(x->str, NULL, 10) : 0)
+            != v)
+            r->flags |= TC_F_CLOBBER;
+    }
     freeReplyObject(x);
 }
 
@@ -682,10 +751,12 @@ static void worker_main(int p, uint32_t proc)
 /* Parent: worker processes                                                 */
 /* ------------------------------------------------------------------------ */
 
-static tu_redis_t srv;
+static tu_redis_t srv;       /* the locks' server, but on Sentinel */
+static tu_redis_t csrv;      /* the counters and their fences, out of the
+                                faults' way: the resource the locks guard */
 static tu_proxy_t *proxy;   /* --proxy: in front of srv for the locks */
-/* --sentinel: the locks live on this topology's master; srv then holds
- * only the counters, out of the faults' way */
+/* --sentinel: the locks live on this topology's master (srv is not
+ * started) */
 static tu_sentinel_t *topo;
 static int master;          /* its data node index now */
 static pid_t wpid[MAXP];
@@ -1079,9 +1150,8 @@ static void take_census(void)
         census.threads_max = t > census.threads_max ? t : census.threads_max;
         census.socks_max = k > census.socks_max ? k : census.socks_max;
     }
-    /* on one server the counters' connections are there too */
-    census.clients_ok = (long)census.workers
-                        * (opt.threads + 2 + (topo ? 0 : opt.threads));
+    /* the counters' connections go to the counter server */
+    census.clients_ok = (long)census.workers * (opt.threads + 2);
     census.clients = leftover_clients_of(topo != NULL);
 }
 
@@ -1211,9 +1281,10 @@ static int stop_workers(void)
 }
 
 /* Keys of the run's locks still in Redis once every holder is gone and
- * every lease and waiter entry has run out.  Not counted: the run's own
- * counters, the fencing counters, which are never reset by design
- * (tokens only grow, PROTOCOL.md), and the semaphore's count. */
+ * every lease and waiter entry has run out.  Not counted: the fencing
+ * counters, which are never reset by design (tokens only grow,
+ * PROTOCOL.md), and the semaphore's count.  (The run's own counters and
+ * fences are on the counter server.) */
 static long leftover_keys(char *prefix)
 {
     redisReply *x;
@@ -1240,8 +1311,7 @@ static long leftover_keys(char *prefix)
                           || strcmp(x->element[i]->str, leases) == 0))
             printf("  semaphore key of ended leases, for its next call to "
                    "reclaim: %s\n", x->element[i]->str);
-        else if (!strstr(x->element[i]->str, ":ctr:")
-            && strncmp(x->element[i]->str, "redisson_lock_token:", 20) != 0
+        else if (strncmp(x->element[i]->str, "redisson_lock_token:", 20) != 0
             && strcmp(x->element[i]->str, sem_key) != 0) {
             size_t used = strlen(keys_left);
             printf("  key left: %s\n", x->element[i]->str);
@@ -1293,16 +1363,16 @@ static long leftover_clients_of(int skip_unix)
     return n;
 }
 
-/* Clients left once the workers are gone: on the lock server, and on
- * Sentinel also the counters' server. */
+/* Clients left once the workers are gone: on the lock server and on the
+ * counter server. */
 static long leftover_clients(void)
 {
     long n = leftover_clients_of(topo != NULL);
     char *s;
 
-    if (n < 0 || !topo)
+    if (n < 0)
         return n;
-    s = tu_cmd_str(&srv, "CLIENT", "LIST", (char *)NULL);
+    s = tu_cmd_str(&csrv, "CLIENT", "LIST", (char *)NULL);
     if (!s)
         return -1;
     n += count_clients(s, 0);
@@ -1474,6 +1544,36 @@ static void explain_loss(const struct tc_history *h, size_t k)
         print_rec_line("previous:", prev);
 }
 
+/* --verbose: each holder the fence refused, with its token, and when its
+ * loss was reported to it (the lost handler's calls while it held, its
+ * unlock's EPERM), or that it never was. */
+static void print_refusals(const struct tc_history *h)
+{
+    for (size_t i = 0; i < h->nrec; i++) {
+        const struct tc_rec *r = &h->rec[i];
+        int told = 0;
+        if (!(r->flags & TC_F_STALE) || r->op == TC_OP_NESTED)
+            continue;
+        printf("  STALE: proc %u lock %u token %" PRIu64 " held %.3f-%.3f ms, "
+               "refused at %.3f ms;", r->proc, r->lock, r->token,
+               rel_ms(r->ret_ns), rel_ms(r->end_ns), rel_ms(r->fence_ns));
+        for (size_t k = 0; k < h->nlost; k++)
+            if (h->lost[k].proc == r->proc && h->lost[k].lock == r->lock
+                && h->lost[k].ns >= r->ret_ns
+                && h->lost[k].ns <= r->end_ns + h->slack_ns) {
+                printf(" lost handler at %.3f ms;", rel_ms(h->lost[k].ns));
+                told = 1;
+            }
+        if (r->unlock_rc == EPERM)
+            printf(" unlock EPERM at %.3f ms", rel_ms(r->end_ns));
+        else if (r->flags & TC_F_KILLED)
+            printf(" killed at %.3f ms", rel_ms(r->end_ns));
+        else if (!told)
+            printf(" never reported lost (unlock rc %d)", r->unlock_rc);
+        printf("\n");
+    }
+}
+
 static void print_faults_losses(const struct tc_history *h,
                                 const struct tc_result *res)
 {
@@ -1490,6 +1590,8 @@ static void print_faults_losses(const struct tc_history *h,
     for (size_t i = 0; opt.verbose && i < h->nlost; i++)
         printf("  lost handler: proc %u lock %u at %.3f ms\n", h->lost[i].proc,
                h->lost[i].lock, rel_ms(h->lost[i].ns));
+    if (opt.verbose)
+        print_refusals(h);
     printf("\n  %-30s %6s\n", "fault", "count");
     for (int k = 0; k < F_COUNT; k++)
         if (fault_enabled(k))
@@ -1523,6 +1625,23 @@ static void print_faults_losses(const struct tc_history *h,
         if (src[k])
             printf("    EPERM after %-26s %6lu\n",
                    k < F_COUNT ? fault_label[k] : "no fault", src[k]);
+}
+
+/* The fence's figures: what it accepted and refused, and of the refused
+ * holders those told of their loss, killed first, or never told. */
+static void print_fence(const struct tc_result *res)
+{
+    printf("  %-40s %6lu\n", "fence: writes accepted", res->fenced_writes);
+    printf("  %-40s %6lu\n", "fence: holders refused (STALE)", res->refused);
+    printf("  %-40s %6lu\n", "fence:   of them, reported lost",
+           res->refused_lost);
+    printf("  %-40s %6lu\n", "fence:   of them, killed before unlock",
+           res->refused_killed);
+    printf("  %-40s %6lu\n", "fence: stale writes accepted",
+           res->stale_accepted);
+    printf("  %-40s %6lu%s\n", "fence: legitimate holders refused",
+           res->legit_refused, opt.strict_fence ? ""
+           : "  (a figure; --strict-fence fails on it)");
 }
 
 /* The last lines of a failed run: why it failed, in a few lines, since a
@@ -1573,13 +1692,15 @@ static int parse(int argc, char **argv)
         if (strcmp(a, "--no-restart") == 0 || strcmp(a, "--sabotage") == 0
             || strcmp(a, "--verbose") == 0 || strcmp(a, "--proxy") == 0
             || strcmp(a, "--sentinel") == 0
-            || strcmp(a, "--strict-failover") == 0) {
+            || strcmp(a, "--strict-failover") == 0
+            || strcmp(a, "--strict-fence") == 0) {
             opt.restarts &= a[2] != 'n';
             opt.sabotage |= strcmp(a, "--sabotage") == 0;
             opt.verbose |= a[2] == 'v';
             opt.proxy |= a[2] == 'p';
             opt.sentinel |= strcmp(a, "--sentinel") == 0;
             opt.strict_failover |= strcmp(a, "--strict-failover") == 0;
+            opt.strict_fence |= strcmp(a, "--strict-fence") == 0;
             continue;
         }
         if (!v)
@@ -1622,6 +1743,28 @@ static int setup_sentinel(void)
     return 0;
 }
 
+/* The counter server: a plain one (no AOF, no fault), with the fence
+ * library loaded (fence/fence.lua, built in as dist_fence_lib). */
+static int setup_counters(void)
+{
+    redisReply *x;
+    int ok;
+
+    if (tu_redis_start(&csrv) != 0)
+        return -1;
+    opt.cport = csrv.port;
+    x = tu_cmd(&csrv, "FUNCTION", "LOAD", "REPLACE", dist_fence_lib,
+               (char *)NULL);
+    ok = x && x->type == REDIS_REPLY_STRING;
+    if (!ok)
+        fprintf(stderr, "torture: the counter server refused the fence "
+                "library: %s\n", x && x->type == REDIS_REPLY_ERROR ? x->str
+                                                                : "no answer");
+    if (x)
+        freeReplyObject(x);
+    return ok ? 0 : -1;
+}
+
 /* The shared history, sized for the run: far more than workers of one
  * host manage per second, mapped lazily (MAP_NORESERVE). */
 static int setup(void)
@@ -1646,13 +1789,16 @@ static int setup(void)
     for (int p = 0; p < MAXP; p++)
         for (int t = 0; t < MAXT; t++)
             atomic_store(&A->slot[p][t].open, -1L);
-    if (tu_redis_start_opts(&srv, &o) != 0)
+    if (setup_counters() != 0
+        || (!opt.sentinel && tu_redis_start_opts(&srv, &o) != 0))
         return -1;
-    opt.port = srv.port;
+    /* a counter and its fence share a hash tag, as on a cluster they must */
     for (int l = 0; l < NLOCKS; l++) {
         snprintf(opt.names[l], sizeof opt.names[l], "torture:%d:%s",
                  (int)getpid(), lock_label[l]);
-        snprintf(opt.ctr[l], sizeof opt.ctr[l], "torture:%d:ctr:%d",
+        snprintf(opt.ctr[l], sizeof opt.ctr[l], "{torture:%d:%d}:ctr",
+                 (int)getpid(), l);
+        snprintf(opt.fence[l], sizeof opt.fence[l], "{torture:%d:%d}:fence",
                  (int)getpid(), l);
     }
     snprintf(num, sizeof num, "%lu", WATCHDOG_MS);
@@ -1711,7 +1857,7 @@ static void fill_history(struct tc_history *h)
     }
     for (int l = 0; l < NLOCKS; l++) {
         long long v = 0;
-        if (tu_cmd_int_ex(&srv, &v, "GET", opt.ctr[l], (char *)NULL) < 0)
+        if (tu_cmd_int_ex(&csrv, &v, "GET", opt.ctr[l], (char *)NULL) < 0)
             v = -1;
         h->counter[l] = v;
     }
@@ -1723,6 +1869,7 @@ static void fill_history(struct tc_history *h)
     h->slack_ns = (2 * TIMEOUT_MS + 250) * MS;
     h->hang_ns = (WATCHDOG_MS + WAITER_MS + 2 * TIMEOUT_MS + 1000) * MS;
     h->replicas = topo != NULL;
+    h->refusal_fails = opt.strict_fence;
 }
 
 static int judge(void)
@@ -1757,13 +1904,19 @@ static int judge(void)
     print_items(&h);
     printf("\n  %-30s %6lu\n", "sections checked", res.sections);
     for (int k = 0; k < TC_V_COUNT; k++)
-        printf("  violations: %-28s %6lu\n", tc_violation_name(k),
-               res.violations[k]);
+        if (k != TC_V_REFUSED || h.refusal_fails)
+            printf("  violations: %-28s %6lu\n", tc_violation_name(k),
+                   res.violations[k]);
+    print_fence(&res);
     printf("  %-40s %6ld\n", "lock keys left after the run", keys);
     printf("  %-40s %6ld\n", "clients left after the run", clients);
     print_census();
     printf("  %-40s %6lld %lld %lld\n", "counters (mutex fair rwlock)",
            h.counter[0], h.counter[1], h.counter[2]);
+    /* one line to find in a CI log (scripts/test.sh quotes it) */
+    printf("\nfence figures: stale writes accepted %lu, legitimate holders "
+           "refused %lu (%s)\n", res.stale_accepted, res.legit_refused,
+           h.refusal_fails ? "both fail the run" : "the first fails the run");
     if (v != 0 || keys != 0 || clients != 0 || census_bad())
         print_digest(dbuf, dlen);
     free(dbuf);
@@ -1780,7 +1933,8 @@ int main(int argc, char **argv)
     if (parse(argc, argv) != 0) {
         fprintf(stderr, "usage: distlock-torture [--secs N>=5] [--procs 1-16] "
                 "[--threads 1-16] [--seed S] [--no-restart] [--sabotage] "
-                "[--verbose] [--proxy] [--sentinel [--strict-failover]]\n");
+                "[--verbose] [--proxy] [--sentinel [--strict-failover]] "
+                "[--strict-fence]\n");
         return 2;
     }
     if (setup() != 0) {
@@ -1798,6 +1952,7 @@ int main(int argc, char **argv)
     tu_proxy_stop(proxy);
     tu_sentinel_stop(topo);
     tu_redis_stop(&srv);
+    tu_redis_stop(&csrv);
     if (bad)
         fprintf(stderr, "torture: the run itself failed (see above)\n");
     return bad ? 2 : rc;
