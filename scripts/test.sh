@@ -10,7 +10,9 @@
 #    (bench/distlock-torture.c) through the fault proxy, then a 30 s one on
 #    Sentinel with failovers; DISTLOCK_TORTURE=1/0 forces them on/off;
 #    default on when CI is set; TORTURE_SECS and TORTURE_SENTINEL_SECS
-#    change their lengths (TORTURE_TSAN_SECS: the 20 s one in stage 3)
+#    change their lengths (TORTURE_TSAN_SECS: the 20 s one in stage 3);
+#    each run's fence figures (stale writes accepted, legitimate holders
+#    refused) are repeated in the summary
 # 2. build-asan/ : the same, built with AddressSanitizer and UBSan
 #    (DISTLOCK_SANITIZE=1/0 forces it on/off; default on when CI is set);
 #    the interop suite with the current Redisson line only
@@ -110,20 +112,30 @@ check check build
 # violation fails the stage.  In the normal build: 60 s on one server with
 # the fault proxy in front of it, then 30 s on Sentinel with failovers
 # (TORTURE_SECS sets the first, TORTURE_SENTINEL_SECS the second, 0 skips
-# it); the ThreadSanitizer stage below runs a shorter one.
+# it); the ThreadSanitizer stage below runs a shorter one.  The last
+# line of each run's "fence figures" goes into the summary too.
+fence_figures() {   # fence_figures STAGE LOG: that line, for the summary
+    local line
+    line=$(grep -a '^fence figures:' "$2" | tail -n 1 || true)
+    summary+=("$1 ${line:-fence figures: none (the run did not finish)}")
+    log "$1 ${line:-fence figures: none}"
+}
 if [[ $torture -eq 1 ]]; then
     log "torture: make torture in build/ (${TORTURE_SECS:-60} s, --proxy)"
     stage_t0=$SECONDS
     status=0
     TORTURE_SECS=${TORTURE_SECS:-60} make -C build torture \
-        TORTURE_ARGS=--proxy || status=$?
+        TORTURE_ARGS=--proxy 2>&1 | tee build/torture.log || status=$?
     record torture "$status"
+    fence_figures torture build/torture.log
     if [[ "${TORTURE_SENTINEL_SECS:-30}" != 0 ]]; then
         log "torture-sentinel: ${TORTURE_SENTINEL_SECS:-30} s with failovers"
         status=0
         make -C build torture \
-            TORTURE_ARGS="--sentinel --secs ${TORTURE_SENTINEL_SECS:-30}" || status=$?
+            TORTURE_ARGS="--sentinel --secs ${TORTURE_SENTINEL_SECS:-30}" 2>&1 \
+            | tee build/torture-sentinel.log || status=$?
         record torture-sentinel "$status"
+        fence_figures torture-sentinel build/torture-sentinel.log
     fi
 else
     summary+=("torture: skipped (DISTLOCK_TORTURE=1 runs it)")
@@ -151,8 +163,10 @@ if [[ $tsan -eq 1 ]]; then
         status=0
         TSAN_OPTIONS="die_after_fork=0 atexit_sleep_ms=0 ${TSAN_OPTIONS-}" \
             make -C build-tsan torture \
-            TORTURE_ARGS="--secs ${TORTURE_TSAN_SECS:-20}" || status=$?
+            TORTURE_ARGS="--secs ${TORTURE_TSAN_SECS:-20}" 2>&1 \
+            | tee build-tsan/torture.log || status=$?
         record torture-tsan "$status"
+        fence_figures torture-tsan build-tsan/torture.log
     fi
 else
     summary+=("check-tsan: skipped (DISTLOCK_TSAN=1 runs it)")
