@@ -112,15 +112,6 @@ static int handler_called(const struct tc_history *h, const struct tc_rec *r,
     return 0;
 }
 
-/* The hold's loss was reported to its holder: its unlock said EPERM, or
- * the lost handler of its process was called while it held (or within
- * slack of its unlock).  A data loss alone reports nothing. */
-static int reported_lost(const struct tc_history *h, const struct tc_rec *r)
-{
-    return r->unlock_rc == EPERM
-           || handler_called(h, r, r->ret_ns, r->end_ns + h->slack_ns);
-}
-
 /* A hold is lost in a documented way when its unlock said EPERM, the lost
  * handler of its process was told, or the server lost its data meanwhile.
  * The lost log is short (losses are rare), hence the linear scans. */
@@ -135,7 +126,9 @@ static void mark_lost(struct ctx *c)
         c->res->sections++;
         if (r->flags & TC_F_KILLED)
             c->res->killed++;
-        if (reported_lost(h, r) || data_lost_during(h, r->ret_ns, r->end_ns)) {
+        if (r->unlock_rc == EPERM
+            || handler_called(h, r, r->ret_ns, r->end_ns + h->slack_ns)
+            || data_lost_during(h, r->ret_ns, r->end_ns)) {
             c->lost[i] = c->excused[i] = 1;
             c->res->lost_sections++;
         }
@@ -408,11 +401,23 @@ static int check_stale_writes(struct ctx *c, unsigned lock)
     return 0;
 }
 
+/* The holder was told that this hold was lost: its unlock said EPERM, or
+ * its unlock did not succeed (EIO, or none: killed) and its lost handler
+ * ran while it held or within slack of the unlock.  An unlock that
+ * succeeded found the hold in place: a handler call near it is about
+ * another hold of the same process. */
+static int told_lost(const struct tc_history *h, const struct tc_rec *r)
+{
+    return r->unlock_rc == EPERM
+           || (r->unlock_rc != 0
+               && handler_called(h, r, r->ret_ns, r->end_ns + h->slack_ns));
+}
+
 /* The holders the fence refused: a refusal is right for a hold that was
  * lost (its holder hears of it, by the lost handler or its unlock's
- * EPERM), and wrong for one never reported lost: a holder told it held
- * the lock, refused because an earlier hold carried a higher token.  A
- * holder killed before its unlock could tell is not judged. */
+ * EPERM), and wrong for one never told: a holder told it held the lock,
+ * refused because an earlier hold carried a higher token.  A holder
+ * killed before its unlock could tell is not judged. */
 static void check_refusals(struct ctx *c, unsigned lock)
 {
     const struct tc_history *h = c->h;
@@ -423,7 +428,7 @@ static void check_refusals(struct ctx *c, unsigned lock)
         if (r->lock != lock || !is_section(r) || !(r->flags & TC_F_STALE))
             continue;
         c->res->refused++;
-        if (reported_lost(h, r)) {
+        if (told_lost(h, r)) {
             c->res->refused_lost++;
         } else if (r->flags & TC_F_KILLED) {
             c->res->refused_killed++;

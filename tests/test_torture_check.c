@@ -570,7 +570,8 @@ static void test_fence_same_value(void **state)
  * EPERM is right; to one never told, a legitimate holder refused: a
  * figure, or a violation with refusal_fails; to one killed before its
  * unlock, not judged.  Another process's handler call tells this holder
- * nothing, nor does the data loss itself. */
+ * nothing, nor does the data loss itself, nor its own process's handler
+ * when its unlock succeeded (the hold was there). */
 static void test_refusals(void **state)
 {
     struct tc_rec rec[] = {
@@ -608,10 +609,14 @@ static void test_refusals(void **state)
     res = run(&h);
     assert_int_equal(res.violations[TC_V_REFUSED], 1);
     assert_int_equal(res.total, 1);
-    /* told after all: no longer legitimate */
+    /* its own process's handler, but its unlock succeeded */
     lost[1].proc = 3;
+    assert_int_equal(run(&h).legit_refused, 1);
+    /* its unlock failed: told after all, no longer legitimate */
+    rec[2].unlock_rc = EIO;
     res = run(&h);
     assert_int_equal(res.legit_refused, 0);
+    assert_int_equal(res.refused_lost, 3);
     assert_int_equal(res.total, 0);
 }
 
