@@ -30,14 +30,14 @@
  * a plain mutex, a fair mutex and a rwlock, with lock, trylock, clocklock
  * (short deadlines), recursive re-locks, rdlock and wrlock, hold them 0-3
  * ms, and inside each exclusive section bump a Redis counter on their own
- * hiredis connection: a GET and a SET of the value read plus one, both
- * through the fence (FCALL distlock_fenced with the hold's token,
- * fence/fence.lua) on a server of their own that no fault touches, the
- * counter server.  The checker rebuilds the fence's order from the values
- * written and counts two figures: stale writes accepted (a call accepted
- * with a token lower than one accepted before it: a violation) and
- * legitimate holders refused (a STALE to a holder whose hold was never
- * reported lost).  They also take permits of a leased
+ * hiredis connection: a GET at its start and a SET of the value read plus
+ * one at its end, both through the fence (FCALL distlock_fenced with the
+ * hold's token, fence/fence.lua) on a server of their own that no fault
+ * touches, the counter server.  The checker rebuilds the fence's order
+ * from the values written and counts two figures: stale writes accepted
+ * (a call accepted with a token lower than one accepted before it: a
+ * violation) and legitimate holders refused (a STALE to a holder whose
+ * hold was never reported lost).  They also take permits of a leased
  * semaphore of two (wait, trywait, clockwait; a shared-memory count of
  * holders), and put items in and take them out of a bounded queue in
  * shared memory, guarded by a distributed mutex with a "not empty" and a
@@ -276,35 +276,44 @@ static int refused(struct tc_rec *r, const redisReply *x)
     return 1;
 }
 
-/* Read the lock's counter and write it plus one, both through the fence
- * with the hold's token (the read too: it records the token, so that an
- * older holder that read the same value is refused at its write).  SET
- * ... GET gives back the value replaced: another than the one read is a
- * lost update.  No token, no write (distlock-fence(7)).  A write sent
- * without its reply may have been applied: the record says so until the
- * reply comes. */
-static void bump_counter(struct worker *w, struct tc_rec *r)
+/* The counter read through the fence with the hold's token, at the
+ * start of the section (the read records the token, so that an older
+ * holder that read the same value is refused at its write).  No token, no
+ * read (distlock-fence(7)).  Non-zero: nothing to write back. */
+static int counter_read(struct worker *w, struct tc_rec *r)
 {
     static const char *const get[] = { "GET" };
+    redisReply *x;
+
+    if (r->token_rc != 0 || counter_conn(w) != 0)
+        return -1;
+    if (!(x = fenced(w, r, 1, get)))
+        return -1;
+    if (refused(r, x)) {
+        freeReplyObject(x);
+        return -1;
+    }
+    r->rval = x->type == REDIS_REPLY_STRING ? strtoll(x->str, NULL, 10) : 0;
+    r->flags |= TC_F_READ;
+    freeReplyObject(x);
+    return 0;
+}
+
+/* The value read plus one written back through the fence, at the end of
+ * the section: a hold lost meanwhile (its holder stopped past its lease,
+ * cut off) is refused here once its successor has been through.  SET ...
+ * GET gives back the value replaced: another than the one read is a lost
+ * update.  A write sent without its reply may have been applied: the
+ * record says so until the reply comes. */
+static void counter_write(struct worker *w, struct tc_rec *r)
+{
     const char *set[3] = { "SET", NULL, "GET" };
     char buf[32];
     redisReply *x;
-    long long v = 0;
 
-    if (r->token_rc != 0 || counter_conn(w) != 0)
+    if (counter_conn(w) != 0)
         return;
-    if (!(x = fenced(w, r, 1, get)))
-        return;
-    if (refused(r, x)) {
-        freeReplyObject(x);
-        return;
-    }
-    if (x->type == REDIS_REPLY_STRING)
-        v = strtoll(x->str, NULL, 10);
-    freeReplyObject(x);
-    r->rval = v;
-    r->flags |= TC_F_READ;
-    snprintf(buf, sizeof buf, "%lld", v + 1);
+    snprintf(buf, sizeof buf, "%" PRId64, r->rval + 1);
     set[1] = buf;
     r->flags |= TC_F_COUNT_UNSURE;
     x = fenced(w, r, 3, set);
@@ -315,7 +324,7 @@ static void bump_counter(struct worker *w, struct tc_rec *r)
         r->fence_ns = now_ns();
         r->flags |= TC_F_COUNTED;
         if ((x->type == REDIS_REPLY_STRING ? strtoll(x->str, NULL, 10) : 0)
-            != v)
+            != r->rval)
             r->flags |= TC_F_CLOBBER;
     }
     freeReplyObject(x);
@@ -404,18 +413,25 @@ static void nested(struct worker *w, struct tc_rec *outer)
     atomic_store(&A->slot[w->p][w->t].open, idx);
 }
 
+/* An exclusive section reads the counter first and writes it back last,
+ * so that a fault in between (a stop, a blackhole) falls inside the
+ * read-modify-write the fence must protect. */
 static void section(struct worker *w, struct tc_rec *r)
 {
+    int rd = -1;
+
     occ_enter(w, r);
     if (r->mode != TC_READ) {
         uint64_t t = 0;
         r->token_rc = (int16_t)do_token(r->lock, &t);
         r->token = t;
-        bump_counter(w, r);
+        rd = counter_read(w, r);
     }
     if (rnd(&w->rs) % 100 < 15)
         nested(w, r);
     sleep_us((long)(rnd(&w->rs) % 3000));
+    if (rd == 0)
+        counter_write(w, r);
     occ_leave(w);
     r->end_ns = now_ns();
     r->unlock_rc = (int16_t)do_unlock(r->lock);
@@ -425,13 +441,17 @@ static void section(struct worker *w, struct tc_rec *r)
  * to show that the checker catches what a broken lock would do. */
 static void fake_section(struct worker *w, struct tc_rec *r)
 {
+    int rd;
+
     r->rc = 0;
     r->ret_ns = now_ns();
     occ_enter(w, r);
     r->token_rc = 0;
     r->token = 1;
-    bump_counter(w, r);
+    rd = counter_read(w, r);
     sleep_us((long)(rnd(&w->rs) % 3000));
+    if (rd == 0)
+        counter_write(w, r);
     occ_leave(w);
     r->end_ns = now_ns();
     r->unlock_rc = 0;
@@ -1544,14 +1564,16 @@ static void explain_loss(const struct tc_history *h, size_t k)
         print_rec_line("previous:", prev);
 }
 
-/* --verbose: each holder the fence refused, with its token, and when its
- * loss was reported to it (the lost handler's calls while it held, its
- * unlock's EPERM), or that it never was. */
+/* --verbose: each holder the fence refused, with its token, the calls of
+ * its process's lost handler for that lock while it held (or within the
+ * slack after), its unlock's result, and the checker's verdict: told (its
+ * unlock said EPERM, or failed and the handler ran), killed first, or
+ * never told (a legitimate holder refused). */
 static void print_refusals(const struct tc_history *h)
 {
     for (size_t i = 0; i < h->nrec; i++) {
         const struct tc_rec *r = &h->rec[i];
-        int told = 0;
+        int handler = 0;
         if (!(r->flags & TC_F_STALE) || r->op == TC_OP_NESTED)
             continue;
         printf("  STALE: proc %u lock %u token %" PRIu64 " held %.3f-%.3f ms, "
@@ -1562,15 +1584,12 @@ static void print_refusals(const struct tc_history *h)
                 && h->lost[k].ns >= r->ret_ns
                 && h->lost[k].ns <= r->end_ns + h->slack_ns) {
                 printf(" lost handler at %.3f ms;", rel_ms(h->lost[k].ns));
-                told = 1;
+                handler = 1;
             }
-        if (r->unlock_rc == EPERM)
-            printf(" unlock EPERM at %.3f ms", rel_ms(r->end_ns));
-        else if (r->flags & TC_F_KILLED)
-            printf(" killed at %.3f ms", rel_ms(r->end_ns));
-        else if (!told)
-            printf(" never reported lost (unlock rc %d)", r->unlock_rc);
-        printf("\n");
+        printf(" unlock rc %d: %s\n", r->unlock_rc,
+               r->unlock_rc == EPERM || (r->unlock_rc != 0 && handler)
+                   ? "told"
+                   : (r->flags & TC_F_KILLED) ? "killed first" : "never told");
     }
 }
 
