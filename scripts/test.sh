@@ -42,7 +42,7 @@ distcheck=0
 for arg in "$@"; do
     case "$arg" in
     --distcheck) distcheck=1 ;;
-    -h | --help) sed -n '2,27p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,33p' "$0"; exit 0 ;;
     *) echo "usage: $0 [--distcheck]" >&2; exit 2 ;;
     esac
 done
