@@ -281,6 +281,8 @@ enum dist__fork_rank {
     DIST__RANK_TOPO = 60,      /* topology (topo.c) */
     DIST__RANK_TLS = 70,       /* the TLS context (tls.c), taken while a
                                 * link opens, under any of the above */
+    DIST__RANK_ROLES = 80,     /* the servers' replica counts (link.c),
+                                * taken under any of the above */
 };
 void dist__atfork_register(void (*fn)(int phase), int rank);
 

@@ -550,11 +550,17 @@ static int wait_on(struct dist__call *c, struct dist__chan *ch,
                    const struct dist__deadline *dl, uint64_t deadline)
 {
     const struct dist__kind *k = c->o->kind;
-    int rc, last = 0;
+    int rc, last = 0, asleep;
 
     /* Subscribe before trying again, so that a release that comes between
-     * that try and the sleep wakes the sleep. */
+     * that try and the sleep wakes the sleep.  When the channel was
+     * subscribed already before the try that found the lock busy, and no
+     * message came since, that try's answer stands: the first wake-up
+     * runs the script, not the moment the wait begins (one script per
+     * wake-up).  A try that said "again at once" (wait 0) is not slept
+     * on. */
     dist__sub_wait_ready(ch, sleep_until(c, deadline));
+    asleep = c->wait != 0 && dist__sub_quiet_since(ch, c->started);
     for (;;) {
         /* Wake-ups are not taken from each other: a waiter woken with the
          * others and refused for its own reason (a reader a waiting writer
@@ -564,12 +570,15 @@ static int wait_on(struct dist__call *c, struct dist__chan *ch,
         if (atomic_load(&abandon))
             return dist__err(ECANCELED, "%s '%s': the wait was abandoned",
                              k->noun, name_of(c));
-        rc = try_patiently(c, deadline);
-        if (rc != 0 || c->taken)
-            return rc;
-        if (last)
-            return dist__err(ETIMEDOUT, "%s '%s': timed out", k->noun,
-                             name_of(c));
+        if (!asleep) {
+            rc = try_patiently(c, deadline);
+            if (rc != 0 || c->taken)
+                return rc;
+            if (last)
+                return dist__err(ETIMEDOUT, "%s '%s': timed out", k->noun,
+                                 name_of(c));
+        }
+        asleep = 0;
         /* a handler that ran in the try (the link's wait for the reply
          * went on) interrupts the wait as one in the sleep would */
         if ((c->intr & DIST__SUB_EINTR) && dist__eintr_take())

@@ -91,8 +91,9 @@ struct dist__local_ops {
 };
 
 struct dist__state {
-    struct dist__state *prev, *next;
+    struct dist__state *prev, *next; /* its chain in the family registry */
     int refs;                     /* objects using it (family registry) */
+    uint32_t hash;                /* of its name, for the registry */
     pthread_mutex_t mu;           /* guards recs and the kind's fields */
     struct dist__names *names;
     struct dist__rec *recs;

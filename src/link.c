@@ -1185,6 +1185,76 @@ int dist__link_eval(struct dist__link *l, const struct dist__script *s,
 
 /* ---- roles and replicas --------------------------------------------------- */
 
+/* What the process last learnt of each server's replicas, shared by all
+ * its links: a thread whose own link read ROLE over a second ago takes
+ * another link's fresher count rather than asking again.  Threads that
+ * take a lock now and then (a herd on one lock: each wins every few
+ * seconds) otherwise paid a ROLE round trip for nearly every hold they
+ * took; now the process asks at most once a second per server, and the
+ * count a new hold relies on is still never older than a second. */
+#define ROLES_MAX 16
+static struct {
+    char where[264];          /* the link's "host:port", "unix:PATH" */
+    int replicas;
+    uint64_t ms;              /* when ROLE said so; 0: a free slot */
+} roles[ROLES_MAX];
+static pthread_mutex_t roles_mu = PTHREAD_MUTEX_INITIALIZER;
+DIST__FORK_HOOK(roles_hook, roles_fork, DIST__RANK_ROLES)
+
+static void roles_fork(int phase)
+{
+    if (phase == 0)
+        pthread_mutex_lock(&roles_mu);
+    else
+        pthread_mutex_unlock(&roles_mu);
+}
+
+/* l has just read ROLE: its count is the process's now. */
+static void roles_note(const struct dist__link *l)
+{
+    int i, slot = 0;
+
+    roles_hook();
+    pthread_mutex_lock(&roles_mu);
+    for (i = 0; i < ROLES_MAX; i++) {
+        if (strcmp(roles[i].where, l->where) == 0) {
+            slot = i;
+            break;
+        }
+        if (roles[i].ms < roles[slot].ms)
+            slot = i;                     /* the oldest, or a free one */
+    }
+    snprintf(roles[slot].where, sizeof roles[slot].where, "%s", l->where);
+    roles[slot].replicas = l->replicas;
+    roles[slot].ms = l->role_ms;
+    pthread_mutex_unlock(&roles_mu);
+}
+
+/* l's count is older than a second: another link's to the same server,
+ * read since and under a second ago, is taken instead.  1 when it was. */
+static int roles_take(struct dist__link *l, uint64_t now)
+{
+    int i, took = 0;
+
+    roles_hook();
+    pthread_mutex_lock(&roles_mu);
+    for (i = 0; i < ROLES_MAX; i++) {
+        if (roles[i].ms > l->role_ms && now < roles[i].ms + ROLE_MAX_AGE_MS &&
+            strcmp(roles[i].where, l->where) == 0) {
+            /* the most this link saw stays its own: the sentinels are
+             * asked when its server lists fewer than it once did */
+            l->replicas = roles[i].replicas;
+            l->role_ms = roles[i].ms;
+            if (l->replicas > l->replicas_most)
+                l->replicas_most = l->replicas;
+            took = 1;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&roles_mu);
+    return took;
+}
+
 int dist__role_of(const redisReply *r, int *replicas, const char **role)
 {
     int master;
@@ -1227,6 +1297,8 @@ int dist__link_role(struct dist__link *l)
         l->replicas_most = l->replicas;
     if (!master)
         snprintf(l->err, sizeof l->err, "not a master (ROLE says %s)", role);
+    else
+        roles_note(l);
     freeReplyObject(r);
     return master;
 }
@@ -1252,11 +1324,13 @@ int dist__link_wait_replicas(struct dist__link *l, unsigned long ms,
 {
     redisReply *r;
     long long acked;
+    uint64_t now;
 
     *listed = *most = -1;
     if (!ms || !l || l->broken)
         return 0;
-    if (dist__now_ms() >= l->role_ms + ROLE_MAX_AGE_MS &&
+    now = dist__now_ms();
+    if (now >= l->role_ms + ROLE_MAX_AGE_MS && !roles_take(l, now) &&
         dist__link_role(l) == -1)
         return dist__err(EIO, "ROLE: %s", dist__link_error(l)), DIST__ECONN;
     *listed = l->replicas;

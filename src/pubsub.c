@@ -45,8 +45,9 @@
  * A lone waiter reads its messages itself (DISTLOCK_DIRECT_WAKE): while the
  * thread sleeps in poll(2) with nothing queued or unanswered on a node
  * (one server, Sentinel, a cluster with ?pubsub=plain: never a sharded
- * node), it may lend that node to the first thread that waits
- * (dist__ps_borrow).  The borrower polls the node's socket and P.bell,
+ * node), it may lend that node to a thread that waits while no other
+ * local thread does (dist__ps_borrow); the node comes back as soon as
+ * another one starts to wait.  The borrower polls the node's socket and P.bell,
  * hands every reply to the thread's own handle(), and gives the node back
  * once its wake-up came, its time is up, or the thread rang P.bell
  * because it needs the node (a command to send, a master to follow,
@@ -209,6 +210,18 @@ unsigned long dist__sub_gen(struct dist__chan *ch)
     return gen;
 }
 
+int dist__sub_quiet_since(struct dist__chan *ch, uint64_t ms)
+{
+    int quiet;
+
+    pthread_mutex_lock(&P.mu);
+    /* a node's plain_too is fixed when the thread makes it */
+    quiet = ch->wire == W_SUBSCRIBED && ch->node && !ch->node->plain_too &&
+            ch->ready_ms < ms && ch->heard_ms < ms;
+    pthread_mutex_unlock(&P.mu);
+    return quiet;
+}
+
 /* A futex sleeper cancelled in its sleep leaves the count it was in.  P.mu
  * is not held there. */
 static void futex_sleeper_gone(void *arg)
@@ -296,6 +309,10 @@ static int wait_since(struct dist__chan *ch, unsigned long gen,
                                                    &eintr)
                             : dist__ps_borrow(ch, gen, until_ms)))
             continue;
+        /* a borrower is no lone waiter any more: it gives the node back
+         * (dist__ps_borrow) */
+        if (P.lent && !pthread_equal(P.borrower, pthread_self()))
+            dist__ps_ring(P.bell);
         if (intr) {
             eintr = futex_sleep(ch, until_ms, intr & DIST__SUB_CANCEL) ==
                     EINTR && (intr & DIST__SUB_EINTR);

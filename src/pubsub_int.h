@@ -28,6 +28,8 @@ struct dist__chan {
     unsigned long permits;  /* wake-ups not yet taken */
     unsigned long gen;      /* wake-all messages so far (see sub_wait_since) */
     uint64_t idle_since;    /* when refs last fell to 0 */
+    uint64_t ready_ms;      /* when it was last confirmed subscribed */
+    uint64_t heard_ms;      /* when a message for it last came */
     pthread_cond_t cv;
     /* Interruptible sleepers (dist__sub_wait_intr) wait on this futex
      * word instead of cv: every wake-up of the channel moves it, and a
@@ -124,9 +126,10 @@ void dist__ps_wake(struct dist__chan *ch, int all);
 void dist__ps_kick(struct dist__chan *ch);
 /* Lets the calling thread, waiting on ch for a message after gen, read
  * ch's node itself rather than sleep until the thread wakes it: one
- * wake-up instead of two.  Lends only a node that the thread does not
- * need (nothing queued or unanswered, the thread asleep in poll), one at
- * a time.  P.mu held (released while it waits).  1 when the node was lent
+ * wake-up instead of two.  Lends only to a lone waiter (no other thread
+ * waits on ch or sleeps on any channel; the node comes back when one
+ * does), only a node that the thread does not need (nothing queued or
+ * unanswered, the thread asleep in poll), one at a time.  P.mu held (released while it waits).  1 when the node was lent
  * and is back (ch's state then says whether the wait is over), 0 when no
  * node could be lent (the caller sleeps on ch->cv). */
 int dist__ps_borrow(struct dist__chan *ch, unsigned long gen, uint64_t until);

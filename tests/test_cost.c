@@ -1,0 +1,395 @@
+/*
+ * test_cost: costs that must not grow with what they need not grow with.
+ * Against a private redis-server:
+ *
+ *   - 100,000 dist_mutex_init of distinct names end well within 20 s (the
+ *     per-name registry, a list once, took 154 s), and a name made again
+ *     among them still finds the state it shares;
+ *   - heap per held lock stays within a bound (mallinfo2: exact, not a
+ *     timing);
+ *   - Redis commands per lock/unlock pair, counted by the server (INFO
+ *     commandstats): an uncontended pair runs two scripts and nothing
+ *     else, also when three threads take turns a second after their links
+ *     read ROLE (one ROLE for the process, not one per thread); a
+ *     contended pair runs one acquire script per wake-up of the waiter,
+ *     none more when its channel is subscribed already (with the pub/sub
+ *     thread reading every message: see main).
+ *
+ * Bounds hold on a loaded 2-core machine.  TEST_COST_FILTER=<glob> runs
+ * some tests only.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <malloc.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "distlock.h"
+#include "harness_server.h"
+#include "testhelp.h"
+#include "fixture.h"
+
+static tu_redis_t r;
+static const struct fx_settings defaults = { 30000, 2000, 0 };
+
+#define NAME(buf, tag) test_lock_name(buf, sizeof buf, "test_cost", __func__, tag)
+
+/* ---- many locks ------------------------------------------------------- */
+
+#define MANY 100000
+
+static void test_many_inits(void **state)
+{
+    dist_mutex_t *m = calloc(MANY, sizeof *m), again;
+    char name[200];
+    double t0, took;
+    int i;
+
+    (void)state;
+    assert_non_null(m);
+    t0 = tu_now();
+    for (i = 0; i < MANY; i++) {
+        snprintf(name, sizeof name, "test_cost-many-%d", i);
+        assert_int_equal(dist_mutex_init(&m[i], name, NULL), 0);
+    }
+    took = tu_now() - t0;
+    /* the list took 154 s here; a table that grows takes about 0.15 s on
+     * a quiet machine */
+    if (took >= 20.0)
+        fail_msg("100,000 dist_mutex_init took %.1f s", took);
+
+    /* a name made again, deep in the table, shares its state: the holds
+     * of both objects are one owner's (a reentry) */
+    snprintf(name, sizeof name, "test_cost-many-%d", MANY - 7);
+    assert_int_equal(dist_mutex_init(&again, name, NULL), 0);
+    assert_int_equal(dist_mutex_lock(&m[MANY - 7]), 0);
+    assert_int_equal(dist_mutex_trylock(&again), 0);
+    assert_int_equal(dist_mutex_destroy(&m[MANY - 7]), EBUSY);
+    assert_int_equal(dist_mutex_unlock(&again), 0);
+    assert_int_equal(dist_mutex_unlock(&m[MANY - 7]), 0);
+    assert_int_equal(dist_mutex_destroy(&again), 0);
+    for (i = 0; i < MANY; i++)
+        assert_int_equal(dist_mutex_destroy(&m[i]), 0);
+    free(m);
+}
+
+#define HELD 2000
+
+/* Heap in use, as malloc counts it (no timing, no RSS noise). */
+static size_t heap_used(void)
+{
+    struct mallinfo2 mi = mallinfo2();
+
+    return mi.uordblks;
+}
+
+static void test_memory_per_held_lock(void **state)
+{
+    dist_mutex_t *m = calloc(HELD, sizeof *m), warm;
+    size_t before, made, held;
+    char name[200];
+    int i;
+
+    (void)state;
+    assert_non_null(m);
+    /* the connection and the renewal thread first, not counted */
+    NAME(name, "warm");
+    assert_int_equal(dist_mutex_init(&warm, name, NULL), 0);
+    assert_int_equal(dist_mutex_lock(&warm), 0);
+    assert_int_equal(dist_mutex_unlock(&warm), 0);
+    assert_int_equal(dist_mutex_destroy(&warm), 0);
+    before = heap_used();
+    for (i = 0; i < HELD; i++) {
+        snprintf(name, sizeof name, "test_cost-held-%d", i);
+        assert_int_equal(dist_mutex_init(&m[i], name, NULL), 0);
+    }
+    made = heap_used();
+    for (i = 0; i < HELD; i++)
+        assert_int_equal(dist_mutex_lock(&m[i]), 0);
+    held = heap_used();
+    print_message("heap per lock made %zu B, per held lock %zu B\n",
+                  (made - before) / HELD, (held - before) / HELD);
+    /* 1,084 B here (glibc, x86-64): the names Redis derives from the
+     * lock's (about 500 B) and the holder's records; the issue's 500 B
+     * target is not met yet (README, Performance).  The bound catches
+     * growth. */
+    if ((held - before) / HELD > 1200)
+        fail_msg("%zu B of heap per held lock", (held - before) / HELD);
+    for (i = 0; i < HELD; i++) {
+        assert_int_equal(dist_mutex_unlock(&m[i]), 0);
+        assert_int_equal(dist_mutex_destroy(&m[i]), 0);
+    }
+    free(m);
+}
+
+/* ---- commands per pair ------------------------------------------------ */
+
+/* calls of one command so far, by the server's count (INFO commandstats
+ * counts the commands scripts call too: only those no script calls are
+ * asked for here) */
+static long long calls_of(const char *cmd)
+{
+    redisReply *x = tu_cmd(&r, "INFO", "commandstats", NULL);
+    char key[64];
+    const char *p;
+    long long n = 0;
+
+    assert_non_null(x);
+    assert_int_equal(x->type, REDIS_REPLY_STRING);
+    snprintf(key, sizeof key, "cmdstat_%s:calls=", cmd);
+    if ((p = strstr(x->str, key)) != NULL)
+        n = atoll(p + strlen(key));
+    freeReplyObject(x);
+    return n;
+}
+
+static long long scripts_run(void)
+{
+    return calls_of("evalsha") + calls_of("eval");
+}
+
+/* A mutex whose release is waited for: a deferred one's script may reach
+ * the server after the count is read. */
+static void init_waited(dist_mutex_t *m, const char *name)
+{
+    dist_mutexattr_t a;
+
+    dist_mutexattr_init(&a);
+    dist_mutexattr_setdeferred(&a, 0);
+    assert_int_equal(dist_mutex_init(m, name, &a), 0);
+    dist_mutexattr_destroy(&a);
+}
+
+#define PAIRS 100
+
+static void test_uncontended_pair(void **state)
+{
+    long long s0, r0, sub0;
+    dist_mutex_t m;
+    char name[200];
+    int i;
+
+    (void)state;
+    NAME(name, "m");
+    init_waited(&m, name);
+    assert_int_equal(dist_mutex_lock(&m), 0);     /* connects */
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    s0 = scripts_run();
+    r0 = calls_of("role");
+    sub0 = calls_of("subscribe");
+    for (i = 0; i < PAIRS; i++) {
+        assert_int_equal(dist_mutex_lock(&m), 0);
+        assert_int_equal(dist_mutex_unlock(&m), 0);
+    }
+    assert_int_equal(scripts_run() - s0, 2 * PAIRS);
+    /* within the second after the connect's ROLE */
+    assert_true(calls_of("role") - r0 <= 1);
+    assert_int_equal(calls_of("subscribe") - sub0, 0);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+}
+
+/* Threads that each take a lock now and then, a second after their own
+ * link read ROLE, while the process reads it for all of them. */
+#define TURNS 3
+
+struct turn {
+    dist_mutex_t *m;
+    sem_t go, done;
+    int rc;
+};
+
+static void *turn_taker(void *arg)
+{
+    struct turn *t = arg;
+    int i;
+
+    for (i = 0; i < 2; i++) {
+        sem_wait(&t->go);
+        t->rc = dist_mutex_lock(t->m);
+        if (t->rc == 0)
+            t->rc = dist_mutex_unlock(t->m);
+        sem_post(&t->done);
+    }
+    return NULL;
+}
+
+static void test_role_once_per_process(void **state)
+{
+    struct turn t[TURNS];
+    pthread_t th[TURNS];
+    long long s0, r0;
+    dist_mutex_t m;
+    char name[200];
+    int i;
+
+    (void)state;
+    NAME(name, "m");
+    init_waited(&m, name);
+    for (i = 0; i < TURNS; i++) {
+        t[i].m = &m;
+        sem_init(&t[i].go, 0, 0);
+        sem_init(&t[i].done, 0, 0);
+        assert_int_equal(pthread_create(&th[i], NULL, turn_taker, &t[i]), 0);
+    }
+    /* each thread's link made (its ROLE read) */
+    for (i = 0; i < TURNS; i++) {
+        sem_post(&t[i].go);
+        sem_wait(&t[i].done);
+        assert_int_equal(t[i].rc, 0);
+    }
+    tu_sleep_ms(1200);    /* every count read is over a second old */
+    s0 = scripts_run();
+    r0 = calls_of("role");
+    for (i = 0; i < TURNS; i++) {
+        sem_post(&t[i].go);
+        sem_wait(&t[i].done);
+        assert_int_equal(t[i].rc, 0);
+    }
+    assert_int_equal(scripts_run() - s0, 2 * TURNS);
+    /* the first new hold reads it for the process; the others take its
+     * count (one ROLE per thread before) */
+    assert_int_equal(calls_of("role") - r0, 1);
+    for (i = 0; i < TURNS; i++) {
+        pthread_join(th[i], NULL);
+        sem_destroy(&t[i].go);
+        sem_destroy(&t[i].done);
+    }
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+}
+
+/* The contended pair: the main thread holds, a waiter asks, the main
+ * thread lets go once the waiter's first try was refused and it had time
+ * to fall asleep, the waiter takes it and lets go. */
+#define ROUNDS 6
+
+struct waiter {
+    dist_mutex_t *m;
+    sem_t go, done;
+    int rc;
+};
+
+static void *waiter_main(void *arg)
+{
+    struct waiter *w = arg;
+    int i;
+
+    for (i = 0; i < ROUNDS + 1; i++) {
+        sem_wait(&w->go);
+        w->rc = dist_mutex_lock(w->m);
+        if (w->rc == 0)
+            w->rc = dist_mutex_unlock(w->m);
+        sem_post(&w->done);
+    }
+    return NULL;
+}
+
+static long long messages_heard(void)
+{
+    struct dist_stats s;
+
+    assert_int_equal(dist_stats_get(&s), 0);
+    return (long long)s.pubsub_messages;
+}
+
+/* Every unlock publishes, and the process hears its own: the rounds start
+ * once those of the last one were heard (a message still on its way when
+ * the waiter next tries is one it must try again for), and a millisecond
+ * later (the clock the waiter compares with has no finer grain). */
+static void heard_all(long long n)
+{
+    double t0 = tu_now();
+
+    while (messages_heard() < n && tu_now() - t0 < 10)
+        tu_sleep_ms(1);
+    assert_true(messages_heard() >= n);
+    tu_sleep_ms(2);
+}
+
+/* One contended pair; the scripts it ran. */
+static long long contended_round(dist_mutex_t *m, struct waiter *w)
+{
+    long long s0 = scripts_run(), s;
+    double t0;
+
+    assert_int_equal(dist_mutex_lock(m), 0);
+    s = scripts_run();
+    sem_post(&w->go);
+    /* the waiter's first try, refused */
+    t0 = tu_now();
+    while (scripts_run() == s && tu_now() - t0 < 10)
+        tu_sleep_ms(1);
+    tu_sleep_ms(100);
+    assert_int_equal(dist_mutex_unlock(m), 0);
+    sem_wait(&w->done);
+    assert_int_equal(w->rc, 0);
+    return scripts_run() - s0;
+}
+
+static void test_contended_pair(void **state)
+{
+    struct waiter w;
+    pthread_t th;
+    dist_mutex_t m;
+    char name[200];
+    long long sub0, r0, m0;
+    double t0;
+    int i;
+
+    (void)state;
+    NAME(name, "m");
+    init_waited(&m, name);
+    w.m = &m;
+    sem_init(&w.go, 0, 0);
+    sem_init(&w.done, 0, 0);
+    assert_int_equal(pthread_create(&th, NULL, waiter_main, &w), 0);
+    /* the first round subscribes the channel; it stays subscribed for
+     * 250 ms after each wait, and the rounds follow each other closer */
+    m0 = messages_heard();
+    contended_round(&m, &w);
+    sub0 = calls_of("subscribe");
+    r0 = calls_of("role");
+    t0 = tu_now();
+    for (i = 0; i < ROUNDS; i++) {
+        /* the holder's lock and unlock, the waiter's refused try, its try
+         * after the wake-up, its unlock: 5 (6 when a wait began with two
+         * tries) */
+        heard_all(m0 + 2 * (i + 1));
+        assert_int_equal(contended_round(&m, &w), 5);
+    }
+    assert_int_equal(calls_of("subscribe") - sub0, 0);
+    /* at most one ROLE a second for the process */
+    assert_true(calls_of("role") - r0 <= (long long)(tu_now() - t0) + 1);
+    pthread_join(th, NULL);
+    sem_destroy(&w.go);
+    sem_destroy(&w.done);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+}
+
+int main(void)
+{
+    /* The pub/sub thread reads every message, as it does for a process
+     * with several waiters: a lone waiter that reads its own (direct
+     * wake) leaves its own release's message unread until its next wait,
+     * which then wakes once for nothing, one script more. */
+    setenv("DISTLOCK_DIRECT_WAKE", "0", 1);
+    const struct CMUnitTest tests[] = {
+#define T(f) cmocka_unit_test_teardown(f, fx_restore_defaults)
+        T(test_many_inits),
+        T(test_memory_per_held_lock),
+        T(test_uncontended_pair),
+        T(test_role_once_per_process),
+        T(test_contended_pair),
+    };
+    return fx_run_group(tests, &r, &defaults, "TEST_COST_FILTER");
+}
