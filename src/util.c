@@ -200,7 +200,7 @@ static void *thread_main(void *arg)
 int dist__thread_start(pthread_t *th, void *(*fn)(void *))
 {
     struct start *st = malloc(sizeof *st);
-    sigset_t all;
+    sigset_t all, old;
     int rc;
 
     if (!st)
@@ -208,9 +208,11 @@ int dist__thread_start(pthread_t *th, void *(*fn)(void *))
     pthread_once(&lib_once, lib_threads_init);
     st->fn = fn;
     sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &st->mask);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    st->mask = old;
+    /* st is the new thread's from here: it may already have freed it */
     rc = pthread_create(th, NULL, thread_main, st);
-    pthread_sigmask(SIG_SETMASK, &st->mask, NULL);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (rc != 0)
         free(st);
     else
