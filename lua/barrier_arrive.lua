@@ -10,26 +10,36 @@
 --          {0, round}  arrived; wait until the round is over
 --          {-1, round} a member died: round broken, the caller did not arrive
 --          {-2, count} the barrier exists with another count
+-- The barrier and its members are read before anything is written
+-- (prelude_guard).
+--#include prelude_guard.lua
 --#include prelude_publish.lua
 --#include prelude_barrier.lua
-local now = barrier_now()
-if redis.call('exists', KEYS[1]) == 0 then
-  redis.call('hset', KEYS[1], 'count', ARGV[2], 'round', 0, 'arrived', 0)
-end
-local count = tonumber(redis.call('hget', KEYS[1], 'count'))
-if count ~= tonumber(ARGV[2]) then
-  return {-2, count}
-end
-local broken = barrier_reap(KEYS[1], KEYS[2], KEYS[3], ARGV[4], now)
-redis.call('zadd', KEYS[2], now + tonumber(ARGV[3]), ARGV[1])
-if broken then
-  return {-1, broken}
-end
-local round = tonumber(redis.call('hget', KEYS[1], 'round'))
-local arrived = redis.call('hincrby', KEYS[1], 'arrived', 1)
-if arrived >= count then
-  redis.call('hset', KEYS[1], 'round', round + 1, 'arrived', 0)
-  notify(ARGV[4], KEYS[3], '1')
-  return {1, round}
-end
-return {0, round}
+return guarded({'hash', 'zset', ''}, function()
+  local now = barrier_now()
+  local count, round, arrived = barrier_read(KEYS[1])
+  local dead = barrier_dead(KEYS[2], now)
+  if count and count ~= tonumber(ARGV[2]) then
+    return {-2, count}
+  end
+  if not count then
+    if round then
+      redis.call('del', KEYS[1])    -- what a broken round left of a deleted one
+    end
+    count, round, arrived = tonumber(ARGV[2]), 0, 0
+    redis.call('hset', KEYS[1], 'count', ARGV[2], 'round', 0, 'arrived', 0)
+  end
+  local broken = barrier_break(KEYS[1], KEYS[2], KEYS[3], ARGV[4], dead, round)
+  redis.call('zadd', KEYS[2], now + tonumber(ARGV[3]), ARGV[1])
+  if broken then
+    return {-1, broken}
+  end
+  arrived = (arrived or 0) + 1
+  if arrived >= count then
+    redis.call('hset', KEYS[1], 'round', round + 1, 'arrived', 0)
+    notify(ARGV[4], KEYS[3], '1')
+    return {1, round}
+  end
+  redis.call('hset', KEYS[1], 'arrived', arrived)
+  return {0, round}
+end)

@@ -8,14 +8,19 @@
 -- ARGV[2]  publish command
 -- ARGV[3]  message ('0')
 -- Reply    1 it was queued, 0 it was not
+-- The deadlines go first: the queue is read already, so nothing after can fail
+-- (prelude_guard).
+--#include prelude_guard.lua
 --#include prelude_publish.lua
-local head = redis.call('lindex', KEYS[2], 0)
-local removed = redis.call('lrem', KEYS[2], 0, ARGV[1])
-redis.call('zrem', KEYS[3], ARGV[1])
-if head == ARGV[1] and redis.call('exists', KEYS[1]) == 0 then
-  local next_head = redis.call('lindex', KEYS[2], 0)
-  if next_head then
-    notify(ARGV[2], KEYS[4] .. ':' .. next_head, ARGV[3])
+return guarded({'hash', 'list', 'zset', ''}, function()
+  local head = redis.call('lindex', KEYS[2], 0)
+  redis.call('zrem', KEYS[3], ARGV[1])
+  local removed = redis.call('lrem', KEYS[2], 0, ARGV[1])
+  if head == ARGV[1] and redis.call('exists', KEYS[1]) == 0 then
+    local next_head = redis.call('lindex', KEYS[2], 0)
+    if next_head then
+      notify(ARGV[2], KEYS[4] .. ':' .. next_head, ARGV[3])
+    end
   end
-end
-return removed > 0 and 1 or 0
+  return removed > 0 and 1 or 0
+end)

@@ -5,16 +5,24 @@
 -- ARGV[2]  owner, "<client id>:<thread n>"
 -- Reply    {1, holds, token}  taken; holds is the owner's count after this call
 --          {0, pttl}          held by another owner; pttl is its remaining lease
-local holds = redis.call('hget', KEYS[1], ARGV[2])
-if holds then
-  holds = redis.call('hincrby', KEYS[1], ARGV[2], 1)
-  redis.call('pexpire', KEYS[1], ARGV[1])
-  local token = redis.call('get', KEYS[2])
-  return {1, holds, tonumber(token or '0')}
-end
-if redis.call('exists', KEYS[1]) == 0 then
-  redis.call('hset', KEYS[1], ARGV[2], 1)
-  redis.call('pexpire', KEYS[1], ARGV[1])
-  return {1, 1, redis.call('incr', KEYS[2])}
-end
-return {0, redis.call('pttl', KEYS[1])}
+-- What can fail comes first (prelude_guard): the lock is read before anything
+-- is written, the counter is read (reentry) or drawn (a new hold) before the
+-- lock is written.
+--#include prelude_guard.lua
+--#include prelude_token.lua
+return guarded({'hash', 'string'}, function()
+  local holds = redis.call('hget', KEYS[1], ARGV[2])
+  if holds then
+    local token = token_read(KEYS[2])
+    holds = redis.call('hincrby', KEYS[1], ARGV[2], 1)
+    redis.call('pexpire', KEYS[1], ARGV[1])
+    return {1, holds, token}
+  end
+  if redis.call('exists', KEYS[1]) == 0 then
+    local token = token_draw(KEYS[2])
+    redis.call('hset', KEYS[1], ARGV[2], 1)
+    redis.call('pexpire', KEYS[1], ARGV[1])
+    return {1, 1, token}
+  end
+  return {0, redis.call('pttl', KEYS[1])}
+end)

@@ -4,6 +4,10 @@
 -- KEYS[2]  fencing counter                                        (redisson_lock_token:{N})
 -- ARGV[1]  owner
 -- Reply    {holds, pttl, token}: holds is 0 when the owner has none
-local holds = redis.call('hget', KEYS[1], ARGV[1])
-local token = redis.call('get', KEYS[2])
-return {tonumber(holds or '0'), redis.call('pttl', KEYS[1]), tonumber(token or '0')}
+--#include prelude_guard.lua
+--#include prelude_token.lua
+return guarded({'hash', 'string'}, function()
+  local holds = redis.call('hget', KEYS[1], ARGV[1])
+  local token = token_read(KEYS[2])
+  return {tonumber(holds or '0'), redis.call('pttl', KEYS[1]), token}
+end)

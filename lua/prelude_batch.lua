@@ -1,16 +1,24 @@
 -- prelude_batch: joined by the build in front of the watchdog scripts, which all take
--- the same batch ('--#include prelude_batch.lua'):
+-- the same batch ('--#include prelude_batch.lua', after prelude_guard):
 --   KEYS     for each entry, its keys, one after the other
 --   ARGV[1]  the script's own argument (a lease or a window, in ms)
 --   ARGV     then for each entry: its owner, and its number of keys
 -- for_each_entry(fn) calls fn(owner, k, nkeys) for every entry, its keys being
 -- KEYS[k .. k + nkeys - 1], and returns the reply: one integer per entry, 1 where fn
--- returned true, else 0.
+-- returned true, else 0.  An entry whose call fails (one of its keys is of another
+-- type: its hold or place cannot be there) counts as 0 and leaves the others
+-- alone: one broken lock must not stop the renewal of every other hold.  fn does
+-- what can fail before it writes (prelude_guard), so such an entry changed nothing.
+-- Any other failure (READONLY after a failover) fails the whole call.
 local function for_each_entry(fn)
   local replies, k = {}, 1
   for e = 1, (#ARGV - 1) / 2 do
     local owner, nkeys = ARGV[2 * e], tonumber(ARGV[2 * e + 1])
-    replies[e] = fn(owner, k, nkeys) and 1 or 0
+    local ok, kept = pcall(fn, owner, k, nkeys)
+    if not ok and not is_wrong_type(kept) then
+      error({err = kept})     -- READONLY and the like: for the caller to act on
+    end
+    replies[e] = (ok and kept) and 1 or 0
     k = k + nkeys
   end
   return replies

@@ -1,5 +1,5 @@
 -- prelude_cond: joined by the build in front of the condition variable's scripts
--- ('--#include prelude_cond.lua').  A condition C keeps three keys, all named after
+-- ('--#include prelude_cond.lua', after prelude_guard).  A condition C keeps three keys, all named after
 -- C with Redisson's brace rule so that they share C's cluster slot:
 --   waiters    ZSET owner -> liveness deadline, server ms  (distlock_cond_waiters:{C})
 --              pushed forward by the waiter's renewal thread (waiter_renew)
@@ -20,7 +20,9 @@ local function cond_live(waiters, owner, now)
 end
 
 -- Marks up to n of the oldest live waiters signalled; dead ones met on the way
--- are dropped.  Returns how many were marked.
+-- are dropped.  Returns how many were marked.  The caller has read (or checked)
+-- waiters and signalled before: the queue is the first key written
+-- (prelude_guard).
 local function cond_mark(waiters, queue, signalled, n, now)
   local marked = 0
   while marked < n do
@@ -40,17 +42,22 @@ end
 
 -- Marks whose waiter died before taking them go to the next live waiters, so
 -- that a dead waiter never swallows a signal.  Returns how many were marked anew.
+-- It reads signalled, and waiters when anybody is marked, and writes only when a
+-- waiter died: then after checking the queue's type.
 local function cond_pass_on(waiters, queue, signalled, now)
-  local dead = 0
+  local dead = {}
   for _, owner in ipairs(redis.call('smembers', signalled)) do
     if not cond_live(waiters, owner, now) then
-      redis.call('srem', signalled, owner)
-      redis.call('zrem', waiters, owner)
-      dead = dead + 1
+      dead[#dead + 1] = owner
     end
   end
-  if dead == 0 then
+  if #dead == 0 then
     return 0
   end
-  return cond_mark(waiters, queue, signalled, dead, now)
+  want(queue, 'list')
+  for _, owner in ipairs(dead) do
+    redis.call('srem', signalled, owner)
+    redis.call('zrem', waiters, owner)
+  end
+  return cond_mark(waiters, queue, signalled, #dead, now)
 end

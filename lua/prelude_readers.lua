@@ -1,26 +1,51 @@
 -- prelude_readers: joined by the build in front of the read-write lock scripts that
--- change holds (a script asks for it with the line '--#include prelude_readers.lua').
--- reap_dead_readers(now, lock, readers, writers, channel, publish)
+-- change holds (a script asks for it with the line '--#include prelude_readers.lua',
+-- after prelude_guard).
+-- reap_dead_readers(now, lock, readers, writers, channel, publish, also)
 --   now      server time in ms, from TIME
 --   lock     the lock: HASH { mode, <owner>: read holds, <owner>:write: write holds }
 --   readers  live readers: ZSET owner -> end of its lease, server ms
 --   writers  waiting writers: ZSET owner -> deadline, server ms
 --   channel  release channel; publish: the publish command, as notify (prelude_publish) takes it
+--   also     nil, or {key, type, ...}: keys the caller touches only after this call,
+--            whose types are checked before it drops anybody
 -- Drops the waiting writers whose deadline passed and the readers whose lease ended:
 -- a reader that died stops counting once its lease ends, a writer that died stops
 -- keeping readers out once its window ends.  When no holder is left (only 'mode'),
--- the lock is deleted and every waiter told, as a last release would.
-local function reap_dead_readers(now, lock, readers, writers, channel, publish)
-  redis.call('zremrangebyscore', writers, '-inf', now)
+-- the lock is deleted and every waiter told, as a last release would.  Returns
+-- whether the lock may have changed (the caller reads it again then).
+-- The caller reads the lock before this call, and this call reads readers and
+-- writers before it writes anything (prelude_guard); the usual call drops nobody
+-- and writes nothing.
+local function reap_dead_readers(now, lock, readers, writers, channel, publish, also)
   local dead = redis.call('zrangebyscore', readers, '-inf', now)
-  if #dead > 0 then
-    for i = 1, #dead do
-      redis.call('hdel', lock, dead[i])
-    end
-    redis.call('zremrangebyscore', readers, '-inf', now)
-    if redis.call('hlen', lock) == 1 then
-      redis.call('del', lock, readers)
-      notify(publish, channel, '1')
-    end
+  local late = redis.call('zcount', writers, '-inf', now)
+  if #dead == 0 and late == 0 then
+    return false
   end
+  for i = 1, #(also or {}), 2 do
+    want(also[i], also[i + 1])
+  end
+  if late > 0 then
+    redis.call('zremrangebyscore', writers, '-inf', now)
+  end
+  if #dead == 0 then
+    return false
+  end
+  for i = 1, #dead do
+    redis.call('hdel', lock, dead[i])
+  end
+  redis.call('zremrangebyscore', readers, '-inf', now)
+  if redis.call('hlen', lock) == 1 then
+    redis.call('del', lock, readers)
+    notify(publish, channel, '1')
+  end
+  return true
+end
+
+-- The lock's mode (nil: free) and owner's read and write holds, from the fields
+-- HMGET gave for mode, owner and owner:write.  Fails on counts that are no
+-- numbers, so a caller reads the lock before it writes.
+local function read_holds(lock, fields)
+  return fields[1], number_in(lock, fields[2] or '0'), number_in(lock, fields[3] or '0')
 end

@@ -1,16 +1,18 @@
 -- prelude_release: joined by the build in front of the exclusive locks' release
 -- scripts, mutex_unlock and fair_unlock ('--#include prelude_release.lua').
--- give_back_hold(lock, owner, lease, expected)
+-- give_back_hold(lock, owner, lease, expected, holds)
 --   lock      the lock: HASH { <owner>: hold count }             (N)
 --   owner     the owner giving one hold back
 --   lease     lease in ms, re-armed while holds remain
 --   expected  nil, or the owner's count the call expects to find: when it differs
 --             nothing changes (used to finish a release whose reply was lost)
+--   holds     the owner's count as the caller read it (HGET lock owner) before it
+--             wrote anything, so that a lock of another type fails the script
+--             before any write (prelude_guard)
 -- Returns the owner's holds left: 0 when that was the last one, the lock is then
 -- deleted and the caller tells waiters; -1 the owner holds nothing (expired, forced,
 -- or never taken); -2 the count differs from expected.
-local function give_back_hold(lock, owner, lease, expected)
-  local holds = redis.call('hget', lock, owner)
+local function give_back_hold(lock, owner, lease, expected, holds)
   if not holds then
     return -1
   end

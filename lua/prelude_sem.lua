@@ -1,37 +1,50 @@
 -- prelude_sem: joined by the build in front of the leased semaphore's scripts
--- ('--#include prelude_sem.lua').  A semaphore S keeps, named with Redisson's brace
--- rule so that they share S's cluster slot:
+-- ('--#include prelude_sem.lua', after prelude_guard).  A semaphore S keeps, named
+-- with Redisson's brace rule so that they share S's cluster slot:
 --   sem     HASH { free: permits nobody holds }              (distlock_sem:{S})
 --   holds   HASH owner -> permits it holds                   (distlock_sem_holds:{S})
 --   leases  ZSET owner -> end of its lease, server ms        (distlock_sem_leases:{S})
 -- The semaphore's total is free plus every hold; taking and giving back move a
 -- permit between the two, a lease that ends moves its owner's permits back to free,
 -- and only an explicit set or an unowned post changes the total.
+-- Each script reads what it needs first and writes after (prelude_guard): sem_free
+-- and sem_dead only read, sem_drop and the scripts' own writes come after them.
 
 local function sem_now()
   local t = redis.call('time')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
--- Creates the semaphore with initial free permits unless it exists.
-local function sem_create(sem, initial)
-  if redis.call('exists', sem) == 0 then
-    redis.call('hset', sem, 'free', initial)
+-- The free permits as read from sem, and whether it exists: a semaphore that
+-- does not exist yet has initial.  Fails on a hash that keeps no count there.
+local function sem_free(sem, initial)
+  local free = redis.call('hget', sem, 'free')
+  if free then
+    return number_in(sem, free), true
   end
+  if redis.call('exists', sem) == 1 then
+    error(redis.error_reply("WRONGTYPE key '" .. sem .. "' is a hash without" ..
+                            " 'free', not a semaphore; nothing was changed"))
+  end
+  return tonumber(initial), false
 end
 
--- Gives the permits of owners whose lease ended back; returns how many.
-local function sem_reclaim(sem, holds, leases, now)
-  local back = 0
-  for _, owner in ipairs(redis.call('zrangebyscore', leases, '-inf', '(' .. now)) do
-    back = back + tonumber(redis.call('hget', holds, owner) or '0')
+-- The owners whose lease ended, and how many permits they hold (to go back to
+-- free): read only.
+local function sem_dead(holds, leases, now)
+  local dead, back = redis.call('zrangebyscore', leases, '-inf', '(' .. now), 0
+  for _, owner in ipairs(dead) do
+    back = back + number_in(holds, redis.call('hget', holds, owner) or '0')
+  end
+  return dead, back
+end
+
+-- Drops the owners sem_dead found, once the caller has read everything.
+local function sem_drop(holds, leases, dead)
+  for _, owner in ipairs(dead) do
     redis.call('hdel', holds, owner)
     redis.call('zrem', leases, owner)
   end
-  if back > 0 then
-    redis.call('hincrby', sem, 'free', back)
-  end
-  return back
 end
 
 -- Tells up to n waiters (one message each: every process wakes one of its

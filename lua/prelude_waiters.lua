@@ -1,5 +1,6 @@
 -- prelude_waiters: joined by the build in front of the fair lock's scripts that
--- purge its queue or place a waiter in it ('--#include prelude_waiters.lua').
+-- purge its queue or place a waiter in it ('--#include prelude_waiters.lua', after
+-- prelude_guard).
 -- The queue and the deadline ZSET are shared with Redisson's RFairLock, so both
 -- clients must read every deadline alike.  Redisson's rule: a waiter is gone when it
 -- heads the queue and its deadline has passed; a Redisson waiter's deadline is the
@@ -13,28 +14,44 @@
 -- together, once its window ends, wherever it stands in the queue.
 local REDISSON_WAIT = 300000   -- Redisson's default fairLockWaitTimeout, ms
 
--- drop_dead_waiters(now, queue, deadlines, marks)
+-- drop_dead_waiters(now, queue, deadlines, marks, also)
 --   now        server time in ms, from TIME
 --   queue      wait queue: LIST of owners, head first           (redisson_lock_queue:{N})
 --   deadlines  waiter deadlines: ZSET owner -> ms               (redisson_lock_timeout:{N})
 --   marks      nil, or distlock's waiters                       (distlock_fair_waiters:{N})
+--   also       nil, or {key, type, ...}: keys the caller touches only after this
+--              call, whose types are checked before it drops anybody (prelude_guard:
+--              nothing written before what can fail)
 -- With marks, first every distlock waiter whose window ended, wherever it stands
 -- (its deadline can be later, by the Redisson waits added for the entries ahead of
 -- it).  Then from the head by Redisson's rule, so that both clients agree on who
 -- is gone.  An entry without a deadline goes too: it would break Redisson's
--- scripts.
-local function drop_dead_waiters(now, queue, deadlines, marks)
+-- scripts.  The usual call drops nobody and writes nothing.
+local function check_before_drop(queue, deadlines, also)
+  want(queue, 'list')
+  want(deadlines, 'zset')
+  for i = 1, #(also or {}), 2 do
+    want(also[i], also[i + 1])
+  end
+end
+
+local function drop_dead_waiters(now, queue, deadlines, marks, also)
+  local checked = false
   if marks then
     -- a distlock waiter whose window ended is gone wherever it stands: with
     -- its mark dropped and its entry left, it would pass for a Redisson
     -- waiter, and one queued behind it would add a Redisson wait to its own
     -- deadline
     local gone = redis.call('zrangebyscore', marks, '-inf', now)
-    for i = 1, #gone do
-      redis.call('lrem', queue, 0, gone[i])
-      redis.call('zrem', deadlines, gone[i])
+    if #gone > 0 then
+      check_before_drop(queue, deadlines, also)
+      checked = true
+      for i = 1, #gone do
+        redis.call('lrem', queue, 0, gone[i])
+        redis.call('zrem', deadlines, gone[i])
+      end
+      redis.call('zremrangebyscore', marks, '-inf', now)
     end
-    redis.call('zremrangebyscore', marks, '-inf', now)
   end
   while true do
     local head = redis.call('lindex', queue, 0)
@@ -44,6 +61,10 @@ local function drop_dead_waiters(now, queue, deadlines, marks)
     local score = redis.call('zscore', deadlines, head)
     if score and tonumber(score) > now then
       break
+    end
+    if not checked then
+      check_before_drop(queue, deadlines, also)
+      checked = true
     end
     redis.call('lpop', queue)
     redis.call('zrem', deadlines, head)
@@ -56,7 +77,9 @@ end
 -- Sets owner's deadline and mark as described above, and moves the Redisson waiters
 -- queued behind it (up to the next distlock waiter) by as much, since theirs were
 -- reckoned from it.  Returns the queue as read (with owner appended when it
--- joined), or nil when owner is not queued and join is false.
+-- joined), or nil when owner is not queued and join is false.  Every key is read
+-- before the first write but marks, which may be unread when owner heads the
+-- queue: its write comes first (prelude_guard).
 local function keep_place(now, window, queue, deadlines, marks, owner, join)
   local q = redis.call('lrange', queue, 0, -1)
   local pos, ahead = nil, 0
@@ -69,16 +92,17 @@ local function keep_place(now, window, queue, deadlines, marks, owner, join)
       ahead = ahead + 1
     end
   end
+  if not pos and not join then
+    return nil
+  end
+  local old = redis.call('zscore', deadlines, owner)
+  local deadline = now + window + ahead * REDISSON_WAIT
+  redis.call('zadd', marks, now + window, owner)
   if not pos then
-    if not join then
-      return nil
-    end
     redis.call('rpush', queue, owner)
     q[#q + 1] = owner
     pos = #q
   end
-  local deadline = now + window + ahead * REDISSON_WAIT
-  local old = redis.call('zscore', deadlines, owner)
   redis.call('zadd', deadlines, deadline, owner)
   if old and tonumber(old) ~= deadline then
     for i = pos + 1, #q do
@@ -90,7 +114,6 @@ local function keep_place(now, window, queue, deadlines, marks, owner, join)
       end
     end
   end
-  redis.call('zadd', marks, now + window, owner)
   -- the marks outlive every deadline given here, so that no distlock entry
   -- loses its mark while it stands in the queue
   if redis.call('pttl', marks) < deadline - now then

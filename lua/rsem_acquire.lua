@@ -3,12 +3,19 @@
 -- KEYS[1]  the permits: STRING count                              (S)
 -- ARGV[1]  permits of a semaphore that does not exist yet
 -- Reply    1 taken, 0 none free
-if redis.call('exists', KEYS[1]) == 0 then
-  redis.call('set', KEYS[1], ARGV[1])
-end
-local v = tonumber(redis.call('get', KEYS[1]))
-if v >= 1 then
-  redis.call('decrby', KEYS[1], 1)
-  return 1
-end
-return 0
+-- The count is read before it is written (prelude_guard).
+--#include prelude_guard.lua
+return guarded({'string'}, function()
+  local v = redis.call('get', KEYS[1])
+  if v then
+    v = number_in(KEYS[1], v)
+  else
+    v = tonumber(ARGV[1])
+    redis.call('set', KEYS[1], ARGV[1])
+  end
+  if v >= 1 then
+    redis.call('decrby', KEYS[1], 1)
+    return 1
+  end
+  return 0
+end)

@@ -9,24 +9,31 @@
 -- ARGV[5]  publish command (see prelude_publish)
 -- Reply    the permits after the call; -1 when 'add' would pass ARGV[4] (nothing
 --          changed)
+-- The count is read before it is written (prelude_guard).
+--#include prelude_guard.lua
 --#include prelude_publish.lua
-if redis.call('exists', KEYS[1]) == 0 then
-  redis.call('set', KEYS[1], ARGV[3])
-end
-local v = tonumber(redis.call('get', KEYS[1]))
-local n = tonumber(ARGV[2])
-if ARGV[1] == 'add' then
-  if v + n > tonumber(ARGV[4]) then
-    return -1
+return guarded({'string', ''}, function()
+  local v = redis.call('get', KEYS[1])
+  if v then
+    v = number_in(KEYS[1], v)
+  else
+    v = tonumber(ARGV[3])
+    redis.call('set', KEYS[1], ARGV[3])
   end
-  v = redis.call('incrby', KEYS[1], n)
-elseif ARGV[1] == 'set' then
-  redis.call('set', KEYS[1], n)
-  v = n
-else
+  local n = tonumber(ARGV[2])
+  if ARGV[1] == 'add' then
+    if v + n > tonumber(ARGV[4]) then
+      return -1
+    end
+    v = redis.call('incrby', KEYS[1], n)
+  elseif ARGV[1] == 'set' then
+    redis.call('set', KEYS[1], n)
+    v = n
+  else
+    return v
+  end
+  if v > 0 then
+    notify(ARGV[5], KEYS[2], tostring(v))
+  end
   return v
-end
-if v > 0 then
-  notify(ARGV[5], KEYS[2], tostring(v))
-end
-return v
+end)

@@ -6,10 +6,14 @@
 -- ARGV[1]  owner
 -- ARGV[2]  publish command
 -- Reply    1 it was a waiting writer, 0 it was not
+-- The lock is read before the writer leaves (prelude_guard).
+--#include prelude_guard.lua
 --#include prelude_publish.lua
-local removed = redis.call('zrem', KEYS[2], ARGV[1])
-if removed == 1 and redis.call('exists', KEYS[2]) == 0 and
-   redis.call('hget', KEYS[1], 'mode') ~= 'write' then
-  notify(ARGV[2], KEYS[3], '1')
-end
-return removed
+return guarded({'hash', 'zset', ''}, function()
+  local mode = redis.call('hget', KEYS[1], 'mode')
+  local removed = redis.call('zrem', KEYS[2], ARGV[1])
+  if removed == 1 and redis.call('exists', KEYS[2]) == 0 and mode ~= 'write' then
+    notify(ARGV[2], KEYS[3], '1')
+  end
+  return removed
+end)

@@ -8,7 +8,9 @@
 --          owner may also pass the lock alone)
 -- ARGV[1]  lease in ms
 -- ARGV     then for each owner: the owner, and its number of keys (1, or 2 + k)
--- Reply    one integer per owner: 1 renewed, 0 it holds nothing any more
+-- Reply    one integer per owner: 1 renewed, 0 it holds nothing any more (also when
+--          its lock or readers are of another type: nothing is changed for it)
+--#include prelude_guard.lua
 --#include prelude_batch.lua
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -19,12 +21,13 @@ return for_each_entry(function(owner, k, nkeys)
   if not reads and redis.call('hexists', lock, owner .. ':write') == 0 then
     return false
   end
+  -- the readers are read before the lock is written (prelude_guard)
+  local readers = nkeys >= 2 and reads and KEYS[k + 1]
+  local score = readers and redis.call('zscore', readers, owner)
   if redis.call('pttl', lock) < lease then
     redis.call('pexpire', lock, lease)
   end
-  if nkeys >= 2 and reads then
-    local readers = KEYS[k + 1]
-    local score = redis.call('zscore', readers, owner)
+  if readers then
     if not score or tonumber(score) < now + lease then
       redis.call('zadd', readers, now + lease, owner)
     end

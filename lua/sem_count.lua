@@ -15,34 +15,56 @@
 -- ARGV[6..] 'drop': the owners
 -- Reply    {free, held} after the call; {-1, held} when 'add' would pass ARGV[4]
 --          (nothing changed)
+-- The semaphore, holds and leases are read before anything is written
+-- (prelude_guard).
+--#include prelude_guard.lua
 --#include prelude_publish.lua
 --#include prelude_sem.lua
-local now = sem_now()
-sem_create(KEYS[1], ARGV[3])
-local back = sem_reclaim(KEYS[1], KEYS[2], KEYS[3], now)
-local free = tonumber(redis.call('hget', KEYS[1], 'free'))
-if ARGV[1] == 'drop' then
-  for i = 6, #ARGV do
-    if redis.call('hexists', KEYS[2], ARGV[i]) == 1 then
-      redis.call('hset', KEYS[2], ARGV[i], 0)
+return guarded({'hash', 'hash', 'zset', ''}, function()
+  local now = sem_now()
+  local stored, exists = sem_free(KEYS[1], ARGV[3])
+  local dead, back = sem_dead(KEYS[2], KEYS[3], now)
+  local gone, dropped = {}, {}
+  for _, owner in ipairs(dead) do
+    gone[owner] = true
+  end
+  if ARGV[1] == 'drop' then
+    for i = 6, #ARGV do
+      dropped[ARGV[i]] = true
     end
   end
-end
-local held = 0
-for _, n in ipairs(redis.call('hvals', KEYS[2])) do
-  held = held + tonumber(n)
-end
-local n = tonumber(ARGV[2])
-if ARGV[1] == 'add' then
-  if free + n > tonumber(ARGV[4]) then
-    return {-1, held}
+  local all, held = redis.call('hgetall', KEYS[2]), 0
+  for i = 1, #all, 2 do
+    local v = number_in(KEYS[2], all[i + 1])
+    if not gone[all[i]] and not dropped[all[i]] then
+      held = held + v
+    end
   end
-  free = redis.call('hincrby', KEYS[1], 'free', n)
-  back = back + n
-elseif ARGV[1] == 'set' then
-  redis.call('hset', KEYS[1], 'free', n)
-  free = n
-  back = n
-end
-sem_tell(ARGV[5], KEYS[4], math.min(back, free))
-return {free, held}
+  local free = stored + back
+  local n, told, res = tonumber(ARGV[2]), back, nil
+  if ARGV[1] == 'add' then
+    if free + n > tonumber(ARGV[4]) then
+      res = -1
+    else
+      free = free + n
+      told = back + n
+    end
+  elseif ARGV[1] == 'set' then
+    free, told = n, n
+  end
+  -- every key is read: nothing below can fail
+  if not exists or free ~= stored then
+    redis.call('hset', KEYS[1], 'free', free)
+  end
+  sem_drop(KEYS[2], KEYS[3], dead)
+  for i = 1, #all, 2 do
+    if dropped[all[i]] and not gone[all[i]] then
+      redis.call('hset', KEYS[2], all[i], 0)
+    end
+  end
+  if res then
+    return {res, held}
+  end
+  sem_tell(ARGV[5], KEYS[4], math.min(told, free))
+  return {free, held}
+end)

@@ -11,24 +11,43 @@
 -- Reply    {n, waiters}: n the owner's permits left, -1 it holds none (its lease
 --          ended, it never took one, or a destroy consumed them), -2 ARGV[4] differs; waiters the
 --          subscribers the message reached
+-- The leases and holds are read before anything is written, and the semaphore
+-- is the first key written (prelude_guard).
+--#include prelude_guard.lua
 --#include prelude_publish.lua
 --#include prelude_sem.lua
-local now = sem_now()
-sem_reclaim(KEYS[1], KEYS[2], KEYS[3], now)
-local n = redis.call('hget', KEYS[2], ARGV[2])
-if not n or tonumber(n) <= 0 then
-  -- a field of 0 is an owner whose permits a destroy consumed (sem_count 'drop')
-  return {-1, 0}
-end
-if ARGV[4] and tonumber(n) ~= tonumber(ARGV[4]) then
-  return {-2, 0}
-end
-n = redis.call('hincrby', KEYS[2], ARGV[2], -1)
-if n <= 0 then
-  redis.call('hdel', KEYS[2], ARGV[2])
-  redis.call('zrem', KEYS[3], ARGV[2])
-else
-  redis.call('zadd', KEYS[3], now + tonumber(ARGV[1]), ARGV[2])
-end
-redis.call('hincrby', KEYS[1], 'free', 1)
-return {n, notify(ARGV[3], KEYS[4], '0')}
+return guarded({'hash', 'hash', 'zset', ''}, function()
+  local now = sem_now()
+  local dead, back = sem_dead(KEYS[2], KEYS[3], now)
+  local n = redis.call('hget', KEYS[2], ARGV[2])
+  for _, owner in ipairs(dead) do
+    if owner == ARGV[2] then
+      n = nil                 -- its lease ended: its permits go back with the others
+    end
+  end
+  n = n and number_in(KEYS[2], n)
+  local res
+  if not n or n <= 0 then
+    -- a field of 0 is an owner whose permits a destroy consumed (sem_count 'drop')
+    res = -1
+  elseif ARGV[4] and n ~= tonumber(ARGV[4]) then
+    res = -2
+  else
+    back = back + 1
+  end
+  if back > 0 then
+    redis.call('hincrby', KEYS[1], 'free', back)
+  end
+  sem_drop(KEYS[2], KEYS[3], dead)
+  if res then
+    return {res, 0}
+  end
+  n = redis.call('hincrby', KEYS[2], ARGV[2], -1)
+  if n <= 0 then
+    redis.call('hdel', KEYS[2], ARGV[2])
+    redis.call('zrem', KEYS[3], ARGV[2])
+  else
+    redis.call('zadd', KEYS[3], now + tonumber(ARGV[1]), ARGV[2])
+  end
+  return {n, notify(ARGV[3], KEYS[4], '0')}
+end)

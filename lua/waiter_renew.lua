@@ -14,6 +14,9 @@
 --          since the script does not know which one its process listens to, so
 --          that it queues again at once rather than at its next bounded retry.
 --          A fair waiter's deadline is set as fair_lock sets it (prelude_waiters).
+--          A fair waiter whose keys are of another type is told too, changing
+--          nothing (prelude_guard): its next try fails and says which key.
+--#include prelude_guard.lua
 --#include prelude_batch.lua
 --#include prelude_waiters.lua
 local t = redis.call('time')
@@ -21,8 +24,13 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local window = tonumber(ARGV[1])
 return for_each_entry(function(owner, k, nkeys)
   if nkeys == 4 then
-    if keep_place(now, window, KEYS[k + 1], KEYS[k], KEYS[k + 2], owner, false) then
+    local ok, q = pcall(keep_place, now, window, KEYS[k + 1], KEYS[k], KEYS[k + 2],
+                        owner, false)
+    if ok and q then
       return true
+    end
+    if not ok and not is_wrong_type(q) then
+      error({err = q})
     end
     local chan = KEYS[k + 3] .. ':' .. owner
     redis.call('publish', chan, '0')
