@@ -586,9 +586,22 @@ static int trip_next(struct tconn *t, struct trip *tr, struct dist__link *l,
 
 /* ---- scripts ------------------------------------------------------------ */
 
+/* Whether r is a script's refusal of data it cannot work on: a key of
+ * another type (WRONGTYPE, which the scripts word with the key's name) or
+ * a value that is no number.  The scripts fail before they write
+ * (lua/prelude_guard.lua), so nothing changed, and asking again only
+ * repeats it. */
+static int bad_data(const redisReply *r)
+{
+    return strncmp(r->str, "WRONGTYPE ", 10) == 0 ||
+           strncmp(r->str, "ERR key '", 9) == 0;
+}
+
 /* r is an error reply that is not followed: EREPLY with the reason. */
 static int refused(const struct dist__script *s, redisReply **r, int why)
 {
+    if (why != -2 && bad_data(*r))
+        dist__hopeless_set();      /* a lock call says so now */
     if (why == -2)
         dist__err(EIO, "Redis refused %s: more than %d redirections (the "
                   "cluster is being resharded)", s->name, MAX_REDIRECTS);
