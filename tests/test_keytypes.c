@@ -1,0 +1,766 @@
+/*
+ * test_keytypes: every script meets each key it touches holding another type
+ * (a lock named after another lock's derived key, such as a mutex called
+ * redisson_lock_token:{victim}, or plain tampering).  The call fails with an
+ * error that names the key, and nothing was written: no hold left, no key
+ * made or changed.  Redis keeps what a script wrote before a command failed,
+ * so this holds only because every script does what can fail first.
+ *
+ * One server for the group; each case makes its objects under fresh names,
+ * sets up what its script needs (through the API, or a holder of another
+ * process written by hand), puts a key of the wrong type in place, takes a
+ * snapshot of the whole keyspace (DUMP and PTTL of every key), runs the call
+ * and compares.  The watchdog cases check that one broken hold in a renewal
+ * batch does not stop the renewal of the others.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "distlock.h"
+#include "harness_server.h"
+#include "harness_proxy.h"
+#include "testhelp.h"
+#include "fixture.h"
+
+static tu_redis_t r;
+
+/* Leases and waiter windows long enough that no renewal runs during a case
+ * (it would rightly push a deadline forward between the snapshots). */
+static const struct fx_settings defaults = { 30000, 2000, 30000 };
+
+/* ---- the keyspace, before and after ------------------------------------ */
+
+struct entry {
+    char *key;
+    char *dump;
+    size_t dlen;
+    long long pttl;
+};
+
+struct snap {
+    struct entry *e;
+    size_t n;
+};
+
+static int by_key(const void *a, const void *b)
+{
+    return strcmp(((const struct entry *)a)->key, ((const struct entry *)b)->key);
+}
+
+static void snap_add(struct snap *s, const char *key)
+{
+    redisReply *d = tu_cmd(&r, "DUMP", key, NULL);
+    struct entry *e;
+
+    assert_non_null(d);
+    s->e = realloc(s->e, (s->n + 1) * sizeof *s->e);
+    assert_non_null(s->e);
+    e = &s->e[s->n++];
+    e->key = strdup(key);
+    e->dlen = d->type == REDIS_REPLY_STRING ? d->len : 0;
+    e->dump = malloc(e->dlen + 1);
+    assert_true(e->key && e->dump);
+    memcpy(e->dump, d->str ? d->str : "", e->dlen);
+    freeReplyObject(d);
+    assert_int_equal(tu_cmd_int_ex(&r, &e->pttl, "PTTL", key, NULL), 0);
+}
+
+/* Every key with its value and expiry. */
+static struct snap snap_take(void)
+{
+    struct snap s = { NULL, 0 };
+    char cursor[32] = "0";
+    size_t i;
+
+    do {
+        redisReply *x = tu_cmd(&r, "SCAN", cursor, "COUNT", "1000", NULL);
+
+        assert_non_null(x);
+        assert_int_equal(x->type, REDIS_REPLY_ARRAY);
+        snprintf(cursor, sizeof cursor, "%s", x->element[0]->str);
+        for (i = 0; i < x->element[1]->elements; i++)
+            snap_add(&s, x->element[1]->element[i]->str);
+        freeReplyObject(x);
+    } while (strcmp(cursor, "0") != 0);
+    qsort(s.e, s.n, sizeof *s.e, by_key);
+    return s;
+}
+
+static void snap_free(struct snap *s)
+{
+    size_t i;
+
+    for (i = 0; i < s->n; i++) {
+        free(s->e[i].key);
+        free(s->e[i].dump);
+    }
+    free(s->e);
+    s->e = NULL;
+    s->n = 0;
+}
+
+/* The first difference in why (len bytes), and 1: a key made or gone, a
+ * value changed, an expiry set, dropped or pushed later (a lease re-armed);
+ * 0 when there is none.  Keys whose name holds skip (NULL: none) may
+ * change.  Frees both. */
+static int snap_diff(struct snap *a, struct snap *b, const char *skip,
+                     char *why, size_t len)
+{
+    size_t i, j;
+    int found = 0;
+
+    for (i = j = 0; !found && (i < a->n || j < b->n);) {
+        int c = i == a->n ? 1 : j == b->n ? -1 : strcmp(a->e[i].key, b->e[j].key);
+        struct entry *x = c <= 0 ? &a->e[i] : &b->e[j], *y = &b->e[j];
+
+        found = 1;
+        if (skip && strstr(x->key, skip))
+            found = 0;
+        else if (c < 0)
+            snprintf(why, len, "key '%s' was deleted", x->key);
+        else if (c > 0)
+            snprintf(why, len, "key '%s' was made", x->key);
+        else if (x->dlen != y->dlen || memcmp(x->dump, y->dump, x->dlen) != 0)
+            snprintf(why, len, "key '%s' was changed", x->key);
+        else if ((x->pttl < 0) != (y->pttl < 0) || y->pttl > x->pttl)
+            snprintf(why, len, "the expiry of '%s' went from %lld to %lld ms",
+                     x->key, x->pttl, y->pttl);
+        else
+            found = 0;
+        i += c <= 0, j += c >= 0;
+    }
+    snap_free(a);
+    snap_free(b);
+    return found;
+}
+
+/* ---- objects -------------------------------------------------------------- */
+
+enum kind { MUTEX, FAIR, RWLOCK, RWLOCK_W, COND, SEM, RSEM, BARRIER };
+
+struct obj {
+    enum kind kind;
+    char name[64];
+    dist_mutex_t m;       /* MUTEX, FAIR; COND's mutex */
+    dist_rwlock_t rw;
+    dist_sem_t s;
+    dist_cond_t c;
+    dist_barrier_t b;
+    pthread_t th;         /* a second thread's call (struct call) */
+    int th_rc;
+    char th_err[256];
+};
+
+static void obj_init(struct obj *o, enum kind kind, int n)
+{
+    char mname[80];
+
+    memset(o, 0, sizeof *o);
+    o->kind = kind;
+    snprintf(o->name, sizeof o->name, "kt:%d:%ld", n, (long)getpid());
+    if (kind == MUTEX || kind == FAIR) {
+        dist_mutexattr_t a;
+
+        assert_int_equal(dist_mutexattr_init(&a), 0);
+        assert_int_equal(dist_mutexattr_setfair(&a, kind == FAIR), 0);
+        assert_int_equal(dist_mutex_init(&o->m, o->name, &a), 0);
+    } else if (kind == RWLOCK || kind == RWLOCK_W) {
+        dist_rwlockattr_t a;
+
+        assert_int_equal(dist_rwlockattr_init(&a), 0);
+        if (kind == RWLOCK_W)
+            assert_int_equal(dist_rwlockattr_setkind(&a, DIST_RWLOCK_PREFER_WRITER), 0);
+        assert_int_equal(dist_rwlock_init(&o->rw, o->name, &a), 0);
+    } else if (kind == COND) {
+        snprintf(mname, sizeof mname, "%s:m", o->name);
+        assert_int_equal(dist_mutex_init(&o->m, mname, NULL), 0);
+        assert_int_equal(dist_cond_init(&o->c, o->name, NULL), 0);
+    } else if (kind == SEM || kind == RSEM) {
+        dist_semattr_t a;
+
+        assert_int_equal(dist_semattr_init(&a), 0);
+        if (kind == RSEM)
+            assert_int_equal(dist_semattr_setmode(&a, DIST_SEM_REDISSON), 0);
+        assert_int_equal(dist_sem_init(&o->s, o->name, 1, &a), 0);
+    } else {
+        assert_int_equal(dist_barrier_init(&o->b, o->name, 2), 0);
+    }
+}
+
+static void flush(void)
+{
+    redisReply *x = tu_cmd(&r, "FLUSHALL", NULL);
+
+    assert_non_null(x);
+    assert_int_not_equal(x->type, REDIS_REPLY_ERROR);
+    freeReplyObject(x);
+}
+
+/* Lets go of what the case left (its keys are deleted first, so a hold
+ * whose release failed is found gone), then deletes every key. */
+static void obj_done(struct obj *o)
+{
+    flush();
+    if (o->kind == MUTEX || o->kind == FAIR) {
+        while (dist_mutex_unlock(&o->m) == 0)
+            ;
+        dist_mutex_destroy(&o->m);
+    } else if (o->kind == RWLOCK || o->kind == RWLOCK_W) {
+        while (dist_rwlock_unlock(&o->rw) == 0)
+            ;
+        dist_rwlock_destroy(&o->rw);
+    } else if (o->kind == COND) {
+        while (dist_mutex_unlock(&o->m) == 0)
+            ;
+        dist_cond_destroy(&o->c);
+        dist_mutex_destroy(&o->m);
+    } else if (o->kind == SEM || o->kind == RSEM) {
+        while (dist_sem_post(&o->s) == 0 && o->kind == SEM)
+            ;
+        dist_sem_destroy(&o->s);
+    } else {
+        dist_barrier_destroy(&o->b);
+    }
+    flush();
+}
+
+/* The key named by fmt, where "%s" is the object's name. */
+static void key_of(const struct obj *o, const char *fmt, char *buf, size_t len)
+{
+    snprintf(buf, len, fmt, o->name);
+}
+
+/* Replaces key by a value of type kind. */
+static void put_wrong(const char *key, const char *kind)
+{
+    redisReply *x;
+
+    assert_true(tu_cmd_int(&r, "DEL", key, NULL) >= 0);
+    if (strcmp(kind, "string") == 0)
+        x = tu_cmd(&r, "SET", key, "x", NULL);
+    else if (strcmp(kind, "hash") == 0)
+        x = tu_cmd(&r, "HSET", key, "f", "v", NULL);
+    else if (strcmp(kind, "set") == 0)
+        x = tu_cmd(&r, "SADD", key, "x", NULL);
+    else if (strcmp(kind, "list") == 0)
+        x = tu_cmd(&r, "RPUSH", key, "x", NULL);
+    else
+        x = tu_cmd(&r, "ZADD", key, "1", "x", NULL);
+    assert_non_null(x);
+    assert_int_not_equal(x->type, REDIS_REPLY_ERROR);
+    freeReplyObject(x);
+}
+
+static void cmd_ok(const char *a0, const char *a1, const char *a2,
+                   const char *a3, const char *a4)
+{
+    redisReply *x = tu_cmd(&r, a0, a1, a2, a3, a4, NULL);
+
+    assert_non_null(x);
+    assert_int_not_equal(x->type, REDIS_REPLY_ERROR);
+    freeReplyObject(x);
+}
+
+/* ---- set-ups: what the script needs to find --------------------------- */
+
+#define OTHER "0b5e55ed-0000-4000-8000-000000000000:1"   /* another process */
+
+static void none(struct obj *o)
+{
+    (void)o;
+}
+
+static void hold(struct obj *o)
+{
+    assert_int_equal(dist_mutex_lock(&o->m), 0);
+}
+
+/* Held by another process's owner, written by hand: a waiter queues. */
+static void held_by_other(struct obj *o)
+{
+    cmd_ok("HSET", o->name, OTHER, "1", NULL);
+    cmd_ok("PEXPIRE", o->name, "30000", NULL, NULL);
+}
+
+/* A fair lock we hold, with a waiter at the head of its queue whose
+ * deadline has passed: the release drops it. */
+static void hold_dead_waiter_queued(struct obj *o)
+{
+    char q[128], t[128];
+
+    hold(o);
+    key_of(o, "redisson_lock_queue:{%s}", q, sizeof q);
+    key_of(o, "redisson_lock_timeout:{%s}", t, sizeof t);
+    cmd_ok("RPUSH", q, OTHER, NULL, NULL);
+    cmd_ok("ZADD", t, "1", OTHER, NULL);
+}
+
+static void rdhold(struct obj *o)
+{
+    assert_int_equal(dist_rwlock_rdlock(&o->rw), 0);
+}
+
+static void wrhold(struct obj *o)
+{
+    assert_int_equal(dist_rwlock_wrlock(&o->rw), 0);
+}
+
+/* Read-held by another process's owner, written by hand, with its reader
+ * entry: a writer waits (and, preferring writers, says so). */
+static void read_by_other(struct obj *o)
+{
+    char rd[128];
+
+    key_of(o, "distlock_rwlock_readers:{%s}", rd, sizeof rd);
+    cmd_ok("HSET", o->name, "mode", "read", NULL);
+    cmd_ok("HSET", o->name, OTHER, "1", NULL);
+    cmd_ok("PEXPIRE", o->name, "30000", NULL, NULL);
+    cmd_ok("ZADD", rd, "99999999999999", OTHER, NULL);
+}
+
+static void cond_mutex_held(struct obj *o)
+{
+    hold(o);
+}
+
+/* Another process's waiter queued on the condition, by hand. */
+static void cond_waiter_queued(struct obj *o)
+{
+    char q[128], w[128];
+
+    key_of(o, "distlock_cond_queue:{%s}", q, sizeof q);
+    key_of(o, "distlock_cond_waiters:{%s}", w, sizeof w);
+    cmd_ok("RPUSH", q, OTHER, NULL, NULL);
+    cmd_ok("ZADD", w, "99999999999999", OTHER, NULL);
+}
+
+static void sem_taken(struct obj *o)
+{
+    assert_int_equal(dist_sem_trywait(&o->s), 0);
+}
+
+/* ---- the calls ------------------------------------------------------------ */
+
+static int do_trylock(struct obj *o) { return dist_mutex_trylock(&o->m); }
+static int do_lock(struct obj *o) { return dist_mutex_lock(&o->m); }
+static int do_unlock(struct obj *o) { return dist_mutex_unlock(&o->m); }
+
+static int timedlock(struct obj *o)
+{
+    struct timespec dl = realtime_in(0.3);
+
+    return dist_mutex_timedlock(&o->m, &dl);
+}
+
+static int tryrdlock(struct obj *o) { return dist_rwlock_tryrdlock(&o->rw); }
+static int trywrlock(struct obj *o) { return dist_rwlock_trywrlock(&o->rw); }
+static int wrlock(struct obj *o) { return dist_rwlock_wrlock(&o->rw); }
+static int rwunlock(struct obj *o) { return dist_rwlock_unlock(&o->rw); }
+
+static int timedwrlock(struct obj *o)
+{
+    struct timespec dl = realtime_in(0.3);
+
+    return dist_rwlock_timedwrlock(&o->rw, &dl);
+}
+
+static int cond_timedwait(struct obj *o)
+{
+    struct timespec dl = realtime_in(0.3);
+
+    return dist_cond_timedwait(&o->c, &o->m, &dl);
+}
+
+static int do_cond_signal(struct obj *o) { return dist_cond_signal(&o->c); }
+static int do_sem_trywait(struct obj *o) { return dist_sem_trywait(&o->s); }
+static int do_sem_post(struct obj *o) { return dist_sem_post(&o->s); }
+
+static int do_sem_getvalue(struct obj *o)
+{
+    int v;
+
+    return dist_sem_getvalue(&o->s, &v);
+}
+
+static int do_sem_setvalue(struct obj *o) { return dist_sem_setvalue(&o->s, 3); }
+
+static int barrier_wait(struct obj *o)
+{
+    struct timespec dl = fx_clock_in(CLOCK_MONOTONIC, 0.3);
+
+    return dist_barrier_clockwait(&o->b, CLOCK_MONOTONIC, &dl);
+}
+
+/* An operator's `distlock unlock --force`: the tool's exit status. */
+static int force_unlock(struct obj *o)
+{
+    char cmd[512];
+    int st;
+
+    snprintf(cmd, sizeof cmd, "DISTLOCK_URL=%s tools/distlock unlock --force "
+             "--yes '%s' >/dev/null 2>&1", r.url_tcp, o->name);
+    st = system(cmd);
+    return st == 0 ? 0 : (st == -1 ? errno : st);
+}
+
+/* ---- the table ------------------------------------------------------------ */
+
+struct kcase {
+    const char *script;   /* the script the call runs into the wrong key */
+    enum kind kind;
+    void (*setup)(struct obj *o);
+    const char *key;      /* the key made wrong, "%s" the object's name */
+    const char *wrong;    /* the type put there */
+    int (*call)(struct obj *o);
+    int names_key;        /* the caller's error names the key */
+};
+
+#define TOKEN "redisson_lock_token:{%s}"
+
+static const struct kcase cases[] = {
+    /* a lock named redisson_lock_token:{victim} makes victim's counter a hash */
+    { "mutex_lock", MUTEX, none, TOKEN, "hash", do_trylock, 1 },
+    { "mutex_lock", MUTEX, none, "%s", "string", do_trylock, 1 },
+    { "mutex_lock", MUTEX, hold, TOKEN, "hash", do_lock, 1 },
+    { "mutex_unlock", MUTEX, hold, "%s", "string", do_unlock, 1 },
+    { "fair_lock", FAIR, none, TOKEN, "hash", do_trylock, 1 },
+    { "fair_lock", FAIR, none, "%s", "string", do_trylock, 1 },
+    { "fair_lock", FAIR, none, "redisson_lock_queue:{%s}", "string", do_trylock, 1 },
+    { "fair_lock", FAIR, none, "distlock_fair_waiters:{%s}", "string", do_trylock, 1 },
+    { "fair_lock", FAIR, hold, TOKEN, "hash", do_lock, 1 },
+    { "fair_lock", FAIR, held_by_other, "redisson_lock_timeout:{%s}", "string", timedlock, 1 },
+    { "fair_lock", FAIR, held_by_other, "distlock_fair_waiters:{%s}", "hash", timedlock, 1 },
+    { "fair_unlock", FAIR, hold, "%s", "string", do_unlock, 1 },
+    { "fair_unlock", FAIR, hold_dead_waiter_queued, "%s", "string", do_unlock, 1 },
+    { "fair_unlock", FAIR, hold, "redisson_lock_queue:{%s}", "string", do_unlock, 1 },
+    { "force_unlock", FAIR, held_by_other, "redisson_lock_queue:{%s}", "string", force_unlock, 0 },
+    { "rwlock_wrlock", RWLOCK, none, TOKEN, "hash", trywrlock, 1 },
+    { "rwlock_wrlock", RWLOCK, none, "%s", "string", trywrlock, 1 },
+    { "rwlock_wrlock", RWLOCK, none, "distlock_rwlock_readers:{%s}", "string", trywrlock, 1 },
+    { "rwlock_wrlock", RWLOCK, none, "distlock_rwlock_writers:{%s}", "string", trywrlock, 1 },
+    { "rwlock_wrlock", RWLOCK, wrhold, TOKEN, "hash", wrlock, 1 },
+    { "rwlock_wrlock", RWLOCK_W, read_by_other, "distlock_rwlock_writers:{%s}", "string", timedwrlock, 1 },
+    { "rwlock_rdlock", RWLOCK, none, "%s", "string", tryrdlock, 1 },
+    { "rwlock_rdlock", RWLOCK, none, "distlock_rwlock_readers:{%s}", "string", tryrdlock, 1 },
+    { "rwlock_rdlock", RWLOCK, none, "distlock_rwlock_writers:{%s}", "hash", tryrdlock, 1 },
+    { "rwlock_rdunlock", RWLOCK, rdhold, "%s", "string", rwunlock, 1 },
+    { "rwlock_rdunlock", RWLOCK, rdhold, "distlock_rwlock_readers:{%s}", "string", rwunlock, 1 },
+    { "rwlock_wrunlock", RWLOCK, wrhold, "%s", "string", rwunlock, 1 },
+    { "rwlock_wrunlock", RWLOCK, wrhold, "distlock_rwlock_writers:{%s}", "string", rwunlock, 1 },
+    { "cond_wait", COND, cond_mutex_held, "distlock_cond_waiters:{%s}", "string", cond_timedwait, 1 },
+    { "cond_wait", COND, cond_mutex_held, "distlock_cond_queue:{%s}", "string", cond_timedwait, 1 },
+    { "cond_wait", COND, cond_mutex_held, "distlock_cond_signalled:{%s}", "string", cond_timedwait, 1 },
+    { "cond_signal", COND, cond_waiter_queued, "distlock_cond_waiters:{%s}", "string", do_cond_signal, 1 },
+    { "cond_signal", COND, cond_waiter_queued, "distlock_cond_signalled:{%s}", "string", do_cond_signal, 1 },
+    { "cond_signal", COND, cond_waiter_queued, "distlock_cond_queue:{%s}", "hash", do_cond_signal, 1 },
+    { "sem_acquire", SEM, none, "distlock_sem:{%s}", "string", do_sem_trywait, 1 },
+    { "sem_acquire", SEM, none, "distlock_sem_holds:{%s}", "string", do_sem_trywait, 1 },
+    { "sem_acquire", SEM, none, "distlock_sem_leases:{%s}", "string", do_sem_trywait, 1 },
+    { "sem_release", SEM, sem_taken, "distlock_sem:{%s}", "string", do_sem_post, 1 },
+    { "sem_release", SEM, sem_taken, "distlock_sem_holds:{%s}", "string", do_sem_post, 1 },
+    { "sem_release", SEM, sem_taken, "distlock_sem_leases:{%s}", "string", do_sem_post, 1 },
+    { "sem_count", SEM, none, "distlock_sem_leases:{%s}", "string", do_sem_getvalue, 1 },
+    { "sem_count", SEM, none, "distlock_sem_holds:{%s}", "string", do_sem_setvalue, 1 },
+    { "sem_count", SEM, none, "distlock_sem:{%s}", "string", do_sem_setvalue, 1 },
+    { "rsem_acquire", RSEM, none, "%s", "hash", do_sem_trywait, 1 },
+    { "rsem_count", RSEM, none, "%s", "hash", do_sem_post, 1 },
+    { "barrier_arrive", BARRIER, none, "distlock_barrier_members:{%s}", "string", barrier_wait, 1 },
+    { "barrier_arrive", BARRIER, none, "distlock_barrier:{%s}", "string", barrier_wait, 1 },
+};
+
+/* One case; 0, or 1 with what went wrong printed. */
+static int run_case(int n, const struct kcase *c)
+{
+    char label[320], key[160], why[400] = "";
+    struct snap before, after;
+    struct fx_call res;
+    struct obj o;
+
+    obj_init(&o, c->kind, n);
+    key_of(&o, c->key, key, sizeof key);
+    snprintf(label, sizeof label, "case %d, %s: %s made a %s", n, c->script, key,
+             c->wrong);
+    c->setup(&o);
+    put_wrong(key, c->wrong);
+    before = snap_take();
+    tu_sleep_ms(5);         /* a lease re-armed now would end later */
+    FX_CALL(&res, c->call(&o));
+    after = snap_take();
+    if (!snap_diff(&before, &after, NULL, why, sizeof why)) {
+        if (res.rc == 0)
+            snprintf(why, sizeof why, "the call succeeded");
+        else if (c->names_key && !strstr(res.err, key))
+            snprintf(why, sizeof why, "the error does not name the key: %s",
+                     res.err);
+    }
+    obj_done(&o);
+    if (why[0])
+        print_error("%s: %s\n", label, why);
+    return why[0] != 0;
+}
+
+static void test_every_script_changes_nothing(void **state)
+{
+    size_t i;
+    int failed = 0;
+
+    (void)state;
+    assert_int_equal(dist_set_lost_handler(fx_on_lost, NULL), 0);
+    fx_dirty = 1;
+    for (i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        failed += run_case((int)i, &cases[i]);
+    dist_set_lost_handler(NULL, NULL);
+    assert_int_equal(failed, 0);
+}
+
+/* ---- a waiter that gives up ------------------------------------------------- */
+
+/* The waiter's call, on a thread of its own, while the test breaks a key
+ * under it: fair_cancel, rwlock_cancel, cond_check and barrier_check run
+ * when a waiter gives up. */
+static void *waiter(void *arg)
+{
+    struct obj *o = arg;
+    struct timespec dl = realtime_in(1.0);
+
+    if (o->kind == FAIR) {
+        o->th_rc = dist_mutex_timedlock(&o->m, &dl);
+    } else if (o->kind == RWLOCK_W) {
+        o->th_rc = dist_rwlock_timedwrlock(&o->rw, &dl);
+    } else if (o->kind == COND) {
+        o->th_rc = dist_mutex_lock(&o->m);
+        if (o->th_rc == 0)
+            o->th_rc = dist_cond_timedwait(&o->c, &o->m, &dl);
+        snprintf(o->th_err, sizeof o->th_err, "%s", dist_last_error());
+        dist_mutex_unlock(&o->m);     /* held again, or not: either way */
+        return NULL;
+    } else {
+        struct timespec mdl = fx_clock_in(CLOCK_MONOTONIC, 1.0);
+
+        o->th_rc = dist_barrier_clockwait(&o->b, CLOCK_MONOTONIC, &mdl);
+    }
+    snprintf(o->th_err, sizeof o->th_err, "%s", dist_last_error());
+    return NULL;
+}
+
+struct gcase {
+    const char *script;
+    enum kind kind;
+    void (*setup)(struct obj *o);
+    const char *queued;   /* the key where the waiter shows once it waits */
+    const char *gone;     /* NULL, or a key gone once it waits (the cond's
+                           * mutex, given back after the waiter registered) */
+    const char *key;      /* then made wrong */
+    const char *wrong;
+};
+
+static const struct gcase gcases[] = {
+    { "fair_cancel", FAIR, held_by_other, "redisson_lock_queue:{%s}", NULL,
+      "redisson_lock_timeout:{%s}", "string" },
+    { "rwlock_cancel", RWLOCK_W, read_by_other, "distlock_rwlock_writers:{%s}",
+      NULL, "%s", "string" },
+    { "cond_check", COND, none, "distlock_cond_queue:{%s}", "%s:m",
+      "distlock_cond_queue:{%s}", "string" },
+    { "barrier_check", BARRIER, none, "distlock_barrier_members:{%s}", NULL,
+      "distlock_barrier:{%s}", "string" },
+};
+
+/* One case; 0, or 1 with what went wrong printed. */
+static int run_gcase(int n, const struct gcase *c)
+{
+    char label[320], key[160], queued[160], gone[160] = "", why[400] = "";
+    struct snap before, after;
+    double until;
+    struct obj o;
+
+    obj_init(&o, c->kind, 100 + n);
+    key_of(&o, c->key, key, sizeof key);
+    key_of(&o, c->queued, queued, sizeof queued);
+    snprintf(label, sizeof label, "waiter %d, %s: %s made a %s", n, c->script,
+             key, c->wrong);
+    c->setup(&o);
+    assert_int_equal(pthread_create(&o.th, NULL, waiter, &o), 0);
+    until = tu_now() + slack(0.8);
+    while (tu_cmd_int(&r, "EXISTS", queued, NULL) != 1 && tu_now() < until)
+        tu_sleep_ms(2);
+    assert_int_equal(tu_cmd_int(&r, "EXISTS", queued, NULL), 1);
+    if (c->gone) {
+        key_of(&o, c->gone, gone, sizeof gone);
+        while (tu_cmd_int(&r, "EXISTS", gone, NULL) != 0 && tu_now() < until)
+            tu_sleep_ms(2);
+        assert_int_equal(tu_cmd_int(&r, "EXISTS", gone, NULL), 0);
+    }
+    put_wrong(key, c->wrong);
+    before = snap_take();
+    assert_int_equal(pthread_join(o.th, NULL), 0);
+    after = snap_take();
+    /* the cond's waiter takes its mutex back, whatever the wait gave */
+    if (!snap_diff(&before, &after, c->gone ? gone : NULL, why, sizeof why)) {
+        if (o.th_rc == 0)
+            snprintf(why, sizeof why, "the wait succeeded");
+        else if (o.th_rc != ETIMEDOUT && !strstr(o.th_err, key))
+            snprintf(why, sizeof why, "the error does not name the key: %s",
+                     o.th_err);
+    }
+    obj_done(&o);
+    if (why[0])
+        print_error("%s: %s\n", label, why);
+    return why[0] != 0;
+}
+
+static void test_waiter_giving_up_changes_nothing(void **state)
+{
+    size_t i;
+    int failed = 0;
+
+    (void)state;
+    assert_int_equal(dist_set_lost_handler(fx_on_lost, NULL), 0);
+    fx_dirty = 1;
+    for (i = 0; i < sizeof gcases / sizeof gcases[0]; i++)
+        failed += run_gcase((int)i, &gcases[i]);
+    dist_set_lost_handler(NULL, NULL);
+    assert_int_equal(failed, 0);
+}
+
+/* ---- no second try ---------------------------------------------------------- */
+
+/* Script calls that failed so far (EVALSHA's failed_calls). */
+static long long failed_scripts(void)
+{
+    char *info = tu_cmd_str(&r, "INFO", "commandstats", NULL);
+    const char *p = info ? strstr(info, "cmdstat_evalsha:") : NULL;
+    long long n = 0;
+
+    assert_non_null(info);
+    if (p && (p = strstr(p, "failed_calls=")) != NULL)
+        n = atoll(p + strlen("failed_calls="));
+    free(info);
+    return n;
+}
+
+/* A lock that waits gives up at the first refusal of a key of another
+ * type: asking again only repeats it (it ran the script again and again
+ * for the whole patience, each run leaving one more hold, before). */
+static void test_refusal_is_not_retried(void **state)
+{
+    char key[160];
+    long long before;
+    struct fx_call res;
+    struct obj o;
+
+    (void)state;
+    obj_init(&o, MUTEX, 300);
+    key_of(&o, TOKEN, key, sizeof key);
+    put_wrong(key, "hash");
+    before = failed_scripts();
+    FX_CALL(&res, dist_mutex_lock(&o.m));
+    assert_int_equal(res.rc, EIO);
+    assert_non_null(strstr(res.err, key));
+    assert_int_equal(failed_scripts() - before, 1);
+    obj_done(&o);
+}
+
+/* ---- the watchdog: one broken hold in a batch ----------------------------- */
+
+#define SHORT_LEASE_MS 1500UL
+
+/* PTTL of key. */
+static long long pttl(const char *key)
+{
+    long long v = -3;
+
+    assert_int_equal(tu_cmd_int_ex(&r, &v, "PTTL", key, NULL), 0);
+    return v;
+}
+
+/* How long a's hold has left: its lock's PTTL, or for a semaphore the end
+ * of its lease in the leases ZSET. */
+static long long left_ms(const struct obj *a)
+{
+    static const char *const script =
+        "local s = redis.call('zrange', KEYS[1], 0, 0, 'withscores')[2] "
+        "local t = redis.call('time') "
+        "return math.floor(tonumber(s or '0') - (tonumber(t[1]) * 1000 + "
+        "math.floor(tonumber(t[2]) / 1000)))";
+    char key[160];
+    long long v = -3;
+
+    if (a->kind != SEM)
+        return pttl(a->name);
+    key_of(a, "distlock_sem_leases:{%s}", key, sizeof key);
+    assert_int_equal(tu_cmd_int_ex(&r, &v, "EVAL", script, "1", key, NULL), 0);
+    return v;
+}
+
+/* Two holds of kind, renewed in one batch; b's key made wrong.  After
+ * more than a lease, a's hold still lives (renewed), b's broken key is
+ * untouched, and b was reported lost. */
+static void renew_case(int n, enum kind kind, const char *key_fmt,
+                       const char *wrong)
+{
+    struct fx_settings s = { SHORT_LEASE_MS, 2000, 30000 };
+    char key[160];
+    struct obj a, b;
+    double until;
+
+    fx_dirty = 1;
+    assert_int_equal(fx_apply(r.url_unix, &s), 0);
+    assert_int_equal(dist_set_lost_handler(fx_on_lost, NULL), 0);
+    fx_lost_reset();
+    obj_init(&a, kind, 200 + 2 * n);
+    obj_init(&b, kind, 201 + 2 * n);
+    if (kind == MUTEX) {
+        hold(&a), hold(&b);
+    } else if (kind == RWLOCK) {
+        rdhold(&a), rdhold(&b);
+    } else {
+        sem_taken(&a), sem_taken(&b);
+    }
+    key_of(&b, key_fmt, key, sizeof key);
+    put_wrong(key, wrong);
+    tu_sleep_ms((long)(SHORT_LEASE_MS * 3 / 2));
+    until = tu_now() + slack(3.0);
+    while (fx_lost_calls(b.name) == 0 && tu_now() < until)
+        tu_sleep_ms(20);
+    if (left_ms(&a) <= 0)
+        fail_msg("'%s' was not renewed beside a broken hold", a.name);
+    assert_int_equal(fx_lost_calls(a.name), 0);
+    assert_int_equal(fx_lost_calls(b.name), 1);
+    assert_int_equal(pttl(key), -1);        /* left as it was */
+    obj_done(&a);
+    obj_done(&b);
+    dist_set_lost_handler(NULL, NULL);
+    fx_restore_defaults(NULL);
+}
+
+static void test_renewal_skips_a_broken_hold(void **state)
+{
+    (void)state;
+    renew_case(0, MUTEX, "%s", "string");
+    renew_case(1, RWLOCK, "distlock_rwlock_readers:{%s}", "string");
+    renew_case(2, SEM, "distlock_sem_leases:{%s}", "string");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+#define T(f) cmocka_unit_test_teardown(f, fx_restore_defaults)
+        T(test_every_script_changes_nothing),
+        T(test_waiter_giving_up_changes_nothing),
+        T(test_refusal_is_not_retried),
+        T(test_renewal_skips_a_broken_hold),
+    };
+    return fx_run_group(tests, &r, &defaults, "TEST_KEYTYPES_FILTER");
+}
