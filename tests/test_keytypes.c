@@ -161,6 +161,7 @@ struct obj {
     pthread_t th;         /* a second thread's call (struct call) */
     int th_rc;
     char th_err[256];
+    double wait_s;        /* how long that call waits; 0: 1 s */
 };
 
 static void obj_init(struct obj *o, enum kind kind, int n)
@@ -533,7 +534,7 @@ static void test_every_script_changes_nothing(void **state)
 static void *waiter(void *arg)
 {
     struct obj *o = arg;
-    struct timespec dl = realtime_in(1.0);
+    struct timespec dl = realtime_in(o->wait_s > 0 ? o->wait_s : 1.0);
 
     if (o->kind == FAIR) {
         o->th_rc = dist_mutex_timedlock(&o->m, &dl);
@@ -685,23 +686,30 @@ static long long pttl(const char *key)
     return v;
 }
 
-/* How long a's hold has left: its lock's PTTL, or for a semaphore the end
- * of its lease in the leases ZSET. */
-static long long left_ms(const struct obj *a)
+/* The first score of the ZSET key less the server's clock, in ms. */
+static long long first_score_left(const char *key)
 {
     static const char *const script =
         "local s = redis.call('zrange', KEYS[1], 0, 0, 'withscores')[2] "
         "local t = redis.call('time') "
         "return math.floor(tonumber(s or '0') - (tonumber(t[1]) * 1000 + "
         "math.floor(tonumber(t[2]) / 1000)))";
-    char key[160];
     long long v = -3;
+
+    assert_int_equal(tu_cmd_int_ex(&r, &v, "EVAL", script, "1", key, NULL), 0);
+    return v;
+}
+
+/* How long a's hold has left: its lock's PTTL, or for a semaphore the end
+ * of its lease in the leases ZSET. */
+static long long left_ms(const struct obj *a)
+{
+    char key[160];
 
     if (a->kind != SEM)
         return pttl(a->name);
     key_of(a, "distlock_sem_leases:{%s}", key, sizeof key);
-    assert_int_equal(tu_cmd_int_ex(&r, &v, "EVAL", script, "1", key, NULL), 0);
-    return v;
+    return first_score_left(key);
 }
 
 /* Two holds of kind, renewed in one batch; b's key made wrong.  After
@@ -753,6 +761,61 @@ static void test_renewal_skips_a_broken_hold(void **state)
     renew_case(2, SEM, "distlock_sem_leases:{%s}", "string");
 }
 
+/* Two fair waiters, each first in the queue of a lock another process
+ * holds, pushed forward in one waiter_renew batch; b's marks made wrong.
+ * After more than a window, a's deadline is still ahead (renewed), b's
+ * keys are as they were (its deadline not pushed), and b's wait failed
+ * naming the broken key. */
+static void test_waiter_renewal_skips_a_broken_waiter(void **state)
+{
+    struct fx_settings s = { 30000, 2000, SHORT_LEASE_MS };
+    char key[160], deadlines[160], queue[160];
+    long long b_deadline;
+    struct obj a, b;
+    double until;
+
+    (void)state;
+    fx_dirty = 1;
+    assert_int_equal(fx_apply(r.url_unix, &s), 0);
+    obj_init(&a, FAIR, 400);
+    obj_init(&b, FAIR, 401);
+    a.wait_s = b.wait_s = 3.0 * SHORT_LEASE_MS / 1000;
+    held_by_other(&a);
+    held_by_other(&b);
+    assert_int_equal(pthread_create(&a.th, NULL, waiter, &a), 0);
+    assert_int_equal(pthread_create(&b.th, NULL, waiter, &b), 0);
+    key_of(&b, "redisson_lock_queue:{%s}", queue, sizeof queue);
+    until = tu_now() + slack(1.0);
+    while (tu_cmd_int(&r, "EXISTS", queue, NULL) != 1 && tu_now() < until)
+        tu_sleep_ms(2);
+    key_of(&a, "redisson_lock_queue:{%s}", queue, sizeof queue);
+    while (tu_cmd_int(&r, "EXISTS", queue, NULL) != 1 && tu_now() < until)
+        tu_sleep_ms(2);
+    assert_int_equal(tu_cmd_int(&r, "EXISTS", queue, NULL), 1);
+    key_of(&b, "distlock_fair_waiters:{%s}", key, sizeof key);
+    put_wrong(key, "string");
+    key_of(&b, "redisson_lock_timeout:{%s}", deadlines, sizeof deadlines);
+    b_deadline = first_score_left(deadlines);
+    tu_sleep_ms((long)(SHORT_LEASE_MS * 3 / 2));
+    /* b's entry changed nothing: its deadline was not pushed forward */
+    assert_true(first_score_left(deadlines) < b_deadline);
+    key_of(&a, "redisson_lock_timeout:{%s}", deadlines, sizeof deadlines);
+    if (first_score_left(deadlines) <= 0)
+        fail_msg("the waiter on '%s' was not pushed forward beside a broken "
+                 "one", a.name);
+    assert_int_equal(pthread_join(b.th, NULL), 0);
+    assert_int_not_equal(b.th_rc, 0);
+    if (!strstr(b.th_err, key))
+        fail_msg("the broken waiter's error does not name '%s': %s", key,
+                 b.th_err);
+    assert_int_equal(pttl(key), -1);        /* left as it was */
+    assert_int_equal(pthread_join(a.th, NULL), 0);
+    assert_int_equal(a.th_rc, ETIMEDOUT);
+    obj_done(&a);
+    obj_done(&b);
+    fx_restore_defaults(NULL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -761,6 +824,7 @@ int main(void)
         T(test_waiter_giving_up_changes_nothing),
         T(test_refusal_is_not_retried),
         T(test_renewal_skips_a_broken_hold),
+        T(test_waiter_renewal_skips_a_broken_waiter),
     };
     return fx_run_group(tests, &r, &defaults, "TEST_KEYTYPES_FILTER");
 }
