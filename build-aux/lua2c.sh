@@ -5,7 +5,9 @@
 # itself).  Each script becomes the exact bytes of that joined body, which is
 # what is sent to Redis, and the SHA1 Redis will give those bytes, so no SCRIPT
 # LOAD is needed before the first EVALSHA.  The header numbers the scripts
-# DIST__S_<NAME> in argument order.
+# DIST__S_<NAME> in argument order.  A script's line '-- Types T1 T2 ...'
+# (the Redis type of each of its KEYS, '-' for a channel or any type) becomes
+# its types string, for the library to name a key of another type.
 set -eu
 out_c=$1 out_h=$2
 shift 2
@@ -42,7 +44,8 @@ done
   echo "#ifndef DIST_SCRIPTS_H"
   echo "#define DIST_SCRIPTS_H"
   echo "#include <stddef.h>"
-  echo "struct dist__script { const char *name; const char *sha; const char *body; size_t len; };"
+  echo "struct dist__script { const char *name; const char *sha; const char *body; size_t len;"
+  echo "                      const char *types; };"
   echo "enum {"
   for f in "$@"; do
     n=$(basename "$f" .lua | tr 'a-z' 'A-Z')
@@ -67,7 +70,8 @@ done
   for f in "$@"; do
     n=$(basename "$f" .lua)
     sha=$(sha1sum < "$tmp_dir/$n.lua" | cut -d' ' -f1)
-    echo "    { \"$n\", \"$sha\", body_$n, sizeof body_$n - 1 },"
+    types=$(sed -n 's/^-- Types  *\([a-z -]*\)$/\1/p' "$f" | head -n 1)
+    echo "    { \"$n\", \"$sha\", body_$n, sizeof body_$n - 1, \"$types\" },"
   done
   echo "};"
 } > "$tmp_c"

@@ -13,32 +13,31 @@
 -- The barrier and its members are read before anything is written
 -- (prelude_guard).  Dead members of a barrier that is gone are dropped without
 -- making the barrier anew.
---#include prelude_guard.lua
+-- Types    hash zset -
+--#include prelude_number.lua
 --#include prelude_publish.lua
 --#include prelude_barrier.lua
-return guarded({'hash', 'zset', ''}, function()
-  local now = barrier_now()
-  if ARGV[3] == 'quit' then
-    redis.call('zrem', KEYS[2], ARGV[1])
-    return 0
-  end
-  local _, round, arrived, broken = barrier_read(KEYS[1])
-  local dead = barrier_dead(KEYS[2], now)
-  if round and barrier_break(KEYS[1], KEYS[2], KEYS[3], ARGV[4], dead, round) then
-    broken, round, arrived = round, round + 1, 0
-  elseif not round then
-    barrier_break(KEYS[1], KEYS[2], KEYS[3], ARGV[4], dead, nil)
+local now = barrier_now()
+if ARGV[3] == 'quit' then
+  redis.call('zrem', KEYS[2], ARGV[1])
+  return 0
+end
+local _, round, arrived, broken = barrier_read(KEYS[1])
+local dead = barrier_dead(KEYS[2], now)
+if round and barrier_break(KEYS[1], KEYS[2], KEYS[3], ARGV[4], dead, round) then
+  broken, round, arrived = round, round + 1, 0
+elseif not round then
+  barrier_break(KEYS[1], KEYS[2], KEYS[3], ARGV[4], dead, nil)
+  return -1
+end
+local r = tonumber(ARGV[2])
+if round > r then
+  if broken == r then
     return -1
   end
-  local r = tonumber(ARGV[2])
-  if round > r then
-    if broken == r then
-      return -1
-    end
-    return 1
-  end
-  if ARGV[3] == 'leave' then
-    redis.call('hset', KEYS[1], 'arrived', (arrived or 0) - 1)
-  end
-  return 0
-end)
+  return 1
+end
+if ARGV[3] == 'leave' then
+  redis.call('hset', KEYS[1], 'arrived', (arrived or 0) - 1)
+end
+return 0

@@ -11,28 +11,27 @@
 --          (dropped as dead: its renewals did not come in time)
 -- Signalled and waiters are read before anything is written, then the queue
 -- goes first (prelude_guard).
+-- Types    zset list set -
 --#include prelude_guard.lua
 --#include prelude_publish.lua
 --#include prelude_cond.lua
-return guarded({'zset', 'list', 'set', ''}, function()
-  local now = cond_now()
-  local passed = cond_pass_on(KEYS[1], KEYS[2], KEYS[3], now)
-  local res
-  if redis.call('srem', KEYS[3], ARGV[1]) == 1 then
-    redis.call('zrem', KEYS[1], ARGV[1])
-    res = 1
-  elseif redis.call('zscore', KEYS[1], ARGV[1]) then
-    if ARGV[2] == '1' then
-      redis.call('lrem', KEYS[2], 0, ARGV[1])
-      redis.call('zrem', KEYS[1], ARGV[1])
-    end
-    res = 0
-  else
+local now = cond_now()
+local passed = cond_pass_on(KEYS[1], KEYS[2], KEYS[3], now)
+local res
+if redis.call('srem', KEYS[3], ARGV[1]) == 1 then
+  redis.call('zrem', KEYS[1], ARGV[1])
+  res = 1
+elseif redis.call('zscore', KEYS[1], ARGV[1]) then
+  if ARGV[2] == '1' then
     redis.call('lrem', KEYS[2], 0, ARGV[1])
-    res = -1
+    redis.call('zrem', KEYS[1], ARGV[1])
   end
-  if passed > 0 then
-    notify(ARGV[3], KEYS[4], '1')
-  end
-  return res
-end)
+  res = 0
+else
+  redis.call('lrem', KEYS[2], 0, ARGV[1])
+  res = -1
+end
+if passed > 0 then
+  notify(ARGV[3], KEYS[4], '1')
+end
+return res

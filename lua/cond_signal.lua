@@ -10,21 +10,20 @@
 --          (the signal is dropped, as a POSIX signal with no waiter is)
 -- What can fail comes first (prelude_guard): signalled is read and waiters'
 -- type checked before the queue, the first key written.
+-- Types    zset list set -
 --#include prelude_guard.lua
 --#include prelude_publish.lua
 --#include prelude_cond.lua
-return guarded({'zset', 'list', 'set', ''}, function()
-  local now = cond_now()
-  local n = tonumber(ARGV[1])
-  if ARGV[1] == 'all' then
-    n = redis.call('llen', KEYS[2])
-  end
-  -- waiters is read only after the queue's first pop: its type is checked first
-  want(KEYS[1], 'zset')
-  local marked = cond_pass_on(KEYS[1], KEYS[2], KEYS[3], now)
-  marked = marked + cond_mark(KEYS[1], KEYS[2], KEYS[3], n, now)
-  if marked > 0 then
-    notify(ARGV[2], KEYS[4], '1')
-  end
-  return marked
-end)
+local now = cond_now()
+local n = tonumber(ARGV[1])
+if ARGV[1] == 'all' then
+  n = redis.call('llen', KEYS[2])
+end
+-- waiters is read only after the queue's first pop: its type is checked first
+want(KEYS[1], 'zset')
+local marked = cond_pass_on(KEYS[1], KEYS[2], KEYS[3], now)
+marked = marked + cond_mark(KEYS[1], KEYS[2], KEYS[3], n, now)
+if marked > 0 then
+  notify(ARGV[2], KEYS[4], '1')
+end
+return marked

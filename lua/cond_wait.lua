@@ -13,28 +13,27 @@
 -- What can fail comes first (prelude_guard): the mutex, signalled and the queue
 -- are read before anything is written, and waiters, unread when nobody waits, is
 -- the first key written.
+-- Types    hash zset list set -
 --#include prelude_guard.lua
 --#include prelude_publish.lua
 --#include prelude_cond.lua
-return guarded({'hash', 'zset', 'list', 'set', ''}, function()
-  if not redis.call('hget', KEYS[1], ARGV[1]) then
-    return -1
+if not redis.call('hget', KEYS[1], ARGV[1]) then
+  return -1
+end
+local now = cond_now()
+local passed = cond_pass_on(KEYS[2], KEYS[3], KEYS[4], now)
+-- dead waiters nobody signalled would stay for ever otherwise
+for _, owner in ipairs(redis.call('lrange', KEYS[3], 0, -1)) do
+  if not cond_live(KEYS[2], owner, now) then
+    redis.call('lrem', KEYS[3], 0, owner)
+    redis.call('zrem', KEYS[2], owner)
   end
-  local now = cond_now()
-  local passed = cond_pass_on(KEYS[2], KEYS[3], KEYS[4], now)
-  -- dead waiters nobody signalled would stay for ever otherwise
-  for _, owner in ipairs(redis.call('lrange', KEYS[3], 0, -1)) do
-    if not cond_live(KEYS[2], owner, now) then
-      redis.call('lrem', KEYS[3], 0, owner)
-      redis.call('zrem', KEYS[2], owner)
-    end
-  end
-  redis.call('zadd', KEYS[2], now + tonumber(ARGV[2]), ARGV[1])
-  redis.call('srem', KEYS[4], ARGV[1])
-  redis.call('lrem', KEYS[3], 0, ARGV[1])
-  redis.call('rpush', KEYS[3], ARGV[1])
-  if passed > 0 then
-    notify(ARGV[3], KEYS[5], '1')
-  end
-  return 1
-end)
+end
+redis.call('zadd', KEYS[2], now + tonumber(ARGV[2]), ARGV[1])
+redis.call('srem', KEYS[4], ARGV[1])
+redis.call('lrem', KEYS[3], 0, ARGV[1])
+redis.call('rpush', KEYS[3], ARGV[1])
+if passed > 0 then
+  notify(ARGV[3], KEYS[5], '1')
+end
+return 1

@@ -10,17 +10,15 @@
 -- Reply    1 it was queued, 0 it was not
 -- The deadlines go first: the queue is read already, so nothing after can fail
 -- (prelude_guard).
---#include prelude_guard.lua
+-- Types    hash list zset -
 --#include prelude_publish.lua
-return guarded({'hash', 'list', 'zset', ''}, function()
-  local head = redis.call('lindex', KEYS[2], 0)
-  redis.call('zrem', KEYS[3], ARGV[1])
-  local removed = redis.call('lrem', KEYS[2], 0, ARGV[1])
-  if head == ARGV[1] and redis.call('exists', KEYS[1]) == 0 then
-    local next_head = redis.call('lindex', KEYS[2], 0)
-    if next_head then
-      notify(ARGV[2], KEYS[4] .. ':' .. next_head, ARGV[3])
-    end
+local head = redis.call('lindex', KEYS[2], 0)
+redis.call('zrem', KEYS[3], ARGV[1])
+local removed = redis.call('lrem', KEYS[2], 0, ARGV[1])
+if head == ARGV[1] and redis.call('exists', KEYS[1]) == 0 then
+  local next_head = redis.call('lindex', KEYS[2], 0)
+  if next_head then
+    notify(ARGV[2], KEYS[4] .. ':' .. next_head, ARGV[3])
   end
-  return removed > 0 and 1 or 0
-end)
+end
+return removed > 0 and 1 or 0

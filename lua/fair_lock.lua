@@ -25,69 +25,68 @@
 -- once, the queue and the deadlines before anybody is dropped or queued, and the
 -- counter is read (reentry) or drawn (a new hold) before the lock is written; it
 -- is checked too before a dead waiter is dropped.
+-- Types    hash list zset string - zset
 --#include prelude_guard.lua
 --#include prelude_publish.lua
 --#include prelude_token.lua
 --#include prelude_waiters.lua
-return guarded({'hash', 'list', 'zset', 'string', '', 'zset'}, function()
-  local t = redis.call('time')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  local window = tonumber(ARGV[3])
-  local mine = redis.call('hexists', KEYS[1], ARGV[2]) == 1
-  drop_dead_waiters(now, KEYS[2], KEYS[3], KEYS[6], {KEYS[4], 'string'})
+local t = redis.call('time')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local window = tonumber(ARGV[3])
+local mine = redis.call('hexists', KEYS[1], ARGV[2]) == 1
+drop_dead_waiters(now, KEYS[2], KEYS[3], KEYS[6], {KEYS[4], 'string'})
 
-  if mine then
-    local token = token_read(KEYS[4])
-    local holds = redis.call('hincrby', KEYS[1], ARGV[2], 1)
-    redis.call('pexpire', KEYS[1], ARGV[1])
-    return {1, holds, token}
-  end
+if mine then
+  local token = fencing_token(KEYS[4], false)
+  local holds = redis.call('hincrby', KEYS[1], ARGV[2], 1)
+  redis.call('pexpire', KEYS[1], ARGV[1])
+  return {1, holds, token}
+end
 
-  local head = redis.call('lindex', KEYS[2], 0)
-  if redis.call('exists', KEYS[1]) == 0 and (not head or head == ARGV[2]) then
-    local token = token_draw(KEYS[4])
-    if head then
-      redis.call('lpop', KEYS[2])
-      redis.call('zrem', KEYS[3], ARGV[2])
-      -- the next in line is now the head: it sleeps on a bound reckoned
-      -- behind us, so tell it to reckon again against our lease
-      local next_head = redis.call('lindex', KEYS[2], 0)
-      if next_head then
-        notify(ARGV[5], KEYS[5] .. ':' .. next_head, '0')
-      end
+local head = redis.call('lindex', KEYS[2], 0)
+if redis.call('exists', KEYS[1]) == 0 and (not head or head == ARGV[2]) then
+  local token = fencing_token(KEYS[4], true)
+  if head then
+    redis.call('lpop', KEYS[2])
+    redis.call('zrem', KEYS[3], ARGV[2])
+    -- the next in line is now the head: it sleeps on a bound reckoned
+    -- behind us, so tell it to reckon again against our lease
+    local next_head = redis.call('lindex', KEYS[2], 0)
+    if next_head then
+      notify(ARGV[5], KEYS[5] .. ':' .. next_head, '0')
     end
-    -- (not queued, the owner has no deadline: the purge and the queue keep
-    -- an entry and its deadline together)
-    redis.call('zrem', KEYS[6], ARGV[2])
-    redis.call('hset', KEYS[1], ARGV[2], 1)
-    redis.call('pexpire', KEYS[1], ARGV[1])
-    return {1, 1, token}
   end
+  -- (not queued, the owner has no deadline: the purge and the queue keep
+  -- an entry and its deadline together)
+  redis.call('zrem', KEYS[6], ARGV[2])
+  redis.call('hset', KEYS[1], ARGV[2], 1)
+  redis.call('pexpire', KEYS[1], ARGV[1])
+  return {1, 1, token}
+end
 
-  local pttl = redis.call('pttl', KEYS[1])
-  if ARGV[4] == 'try' then
-    return {0, pttl > 0 and pttl or 0}
-  end
+local pttl = redis.call('pttl', KEYS[1])
+if ARGV[4] == 'try' then
+  return {0, pttl > 0 and pttl or 0}
+end
 
-  -- join the queue (once), and set our deadline and mark (see prelude_waiters)
-  local q = keep_place(now, window, KEYS[2], KEYS[3], KEYS[6], ARGV[2], true)
+-- join the queue (once), and set our deadline and mark (see prelude_waiters)
+local q = keep_place(now, window, KEYS[2], KEYS[3], KEYS[6], ARGV[2], true)
 
-  head = q[1]
-  if head == ARGV[2] then
-    if pttl >= 0 then
-      return {0, pttl}
-    end
-    return {0, window}
+head = q[1]
+if head == ARGV[2] then
+  if pttl >= 0 then
+    return {0, pttl}
   end
-  -- behind others: until the head's deadline (a dead head is purged then), or the
-  -- lock's lease end, after which the head takes it and we may be next in line
-  local wait = tonumber(redis.call('zscore', KEYS[3], head)) - now
-  local mark = redis.call('zscore', KEYS[6], head)
-  if mark and tonumber(mark) - now < wait then
-    wait = tonumber(mark) - now
-  end
-  if pttl >= 0 and pttl < wait then
-    wait = pttl
-  end
-  return {0, wait}
-end)
+  return {0, window}
+end
+-- behind others: until the head's deadline (a dead head is purged then), or the
+-- lock's lease end, after which the head takes it and we may be next in line
+local wait = tonumber(redis.call('zscore', KEYS[3], head)) - now
+local mark = redis.call('zscore', KEYS[6], head)
+if mark and tonumber(mark) - now < wait then
+  wait = tonumber(mark) - now
+end
+if pttl >= 0 and pttl < wait then
+  wait = pttl
+end
+return {0, wait}

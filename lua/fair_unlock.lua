@@ -14,24 +14,23 @@
 -- Reply    {n, woken}: n is the holds left (0: released), -1 the owner holds nothing,
 --          -2 the count differs from ARGV[5]; woken is 1 when a head was told
 -- The lock is read before the purge writes anything (prelude_guard).
+-- Types    hash list zset -
 --#include prelude_guard.lua
 --#include prelude_publish.lua
 --#include prelude_waiters.lua
 --#include prelude_release.lua
-return guarded({'hash', 'list', 'zset', ''}, function()
-  local t = redis.call('time')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  local held = redis.call('hget', KEYS[1], ARGV[2])
-  drop_dead_waiters(now, KEYS[2], KEYS[3])
+local t = redis.call('time')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local held = redis.call('hget', KEYS[1], ARGV[2])
+drop_dead_waiters(now, KEYS[2], KEYS[3])
 
-  local holds = give_back_hold(KEYS[1], ARGV[2], ARGV[1], ARGV[5], held)
-  if holds ~= 0 then
-    return {holds, 0}
-  end
-  local head = redis.call('lindex', KEYS[2], 0)
-  if head then
-    notify(ARGV[3], KEYS[4] .. ':' .. head, ARGV[4])
-    return {0, 1}
-  end
-  return {0, 0}
-end)
+local holds = give_back_hold(KEYS[1], ARGV[2], ARGV[1], ARGV[5], held)
+if holds ~= 0 then
+  return {holds, 0}
+end
+local head = redis.call('lindex', KEYS[2], 0)
+if head then
+  notify(ARGV[3], KEYS[4] .. ':' .. head, ARGV[4])
+  return {0, 1}
+end
+return {0, 0}

@@ -17,33 +17,32 @@
 -- queue's head (KEYS[2] .. ':' .. head, as fair_unlock), after dropping dead waiters.
 -- The dead waiters are dropped before the lock is deleted, so that a queue or
 -- deadlines of another type fail the script before it has written (prelude_guard).
+-- Types    - - - list zset
 --#include prelude_guard.lua
 --#include prelude_publish.lua
 --#include prelude_waiters.lua
-return guarded({'', '', '', 'list', 'zset'}, function()
-  local kind = redis.call('type', KEYS[1])['ok']
-  if kind == 'none' then
-    return 0
-  end
-  if kind ~= 'hash' then
-    return -1
-  end
-  local rw = redis.call('hexists', KEYS[1], 'mode') == 1
-  local t = redis.call('time')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  drop_dead_waiters(now, KEYS[4], KEYS[5])
+local kind = redis.call('type', KEYS[1])['ok']
+if kind == 'none' then
+  return 0
+end
+if kind ~= 'hash' then
+  return -1
+end
+local rw = redis.call('hexists', KEYS[1], 'mode') == 1
+local t = redis.call('time')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+drop_dead_waiters(now, KEYS[4], KEYS[5])
 
-  redis.call('del', KEYS[1])
-  for i = 6, #KEYS do
-    redis.call('del', KEYS[i])
-  end
-  notify(ARGV[1], KEYS[2], '0')
-  if rw then
-    notify(ARGV[1], KEYS[3], '1')
-  end
-  local head = redis.call('lindex', KEYS[4], 0)
-  if head then
-    notify(ARGV[1], KEYS[2] .. ':' .. head, '0')
-  end
-  return 1
-end)
+redis.call('del', KEYS[1])
+for i = 6, #KEYS do
+  redis.call('del', KEYS[i])
+end
+notify(ARGV[1], KEYS[2], '0')
+if rw then
+  notify(ARGV[1], KEYS[3], '1')
+end
+local head = redis.call('lindex', KEYS[4], 0)
+if head then
+  notify(ARGV[1], KEYS[2] .. ':' .. head, '0')
+end
+return 1

@@ -8,21 +8,19 @@
 -- What can fail comes first (prelude_guard): the lock is read before anything
 -- is written, the counter is read (reentry) or drawn (a new hold) before the
 -- lock is written.
---#include prelude_guard.lua
+-- Types    hash string
 --#include prelude_token.lua
-return guarded({'hash', 'string'}, function()
-  local holds = redis.call('hget', KEYS[1], ARGV[2])
-  if holds then
-    local token = token_read(KEYS[2])
-    holds = redis.call('hincrby', KEYS[1], ARGV[2], 1)
-    redis.call('pexpire', KEYS[1], ARGV[1])
-    return {1, holds, token}
-  end
-  if redis.call('exists', KEYS[1]) == 0 then
-    local token = token_draw(KEYS[2])
-    redis.call('hset', KEYS[1], ARGV[2], 1)
-    redis.call('pexpire', KEYS[1], ARGV[1])
-    return {1, 1, token}
-  end
-  return {0, redis.call('pttl', KEYS[1])}
-end)
+local holds = redis.call('hget', KEYS[1], ARGV[2])
+if holds then
+  local token = fencing_token(KEYS[2], false)
+  holds = redis.call('hincrby', KEYS[1], ARGV[2], 1)
+  redis.call('pexpire', KEYS[1], ARGV[1])
+  return {1, holds, token}
+end
+if redis.call('exists', KEYS[1]) == 0 then
+  local token = fencing_token(KEYS[2], true)
+  redis.call('hset', KEYS[1], ARGV[2], 1)
+  redis.call('pexpire', KEYS[1], ARGV[1])
+  return {1, 1, token}
+end
+return {0, redis.call('pttl', KEYS[1])}

@@ -4,10 +4,8 @@
 -- KEYS[2]  fencing counter                                        (redisson_lock_token:{N})
 -- ARGV[1]  owner
 -- Reply    {holds, pttl, token}: holds is 0 when the owner has none
---#include prelude_guard.lua
+-- Types    hash string
 --#include prelude_token.lua
-return guarded({'hash', 'string'}, function()
-  local holds = redis.call('hget', KEYS[1], ARGV[1])
-  local token = token_read(KEYS[2])
-  return {tonumber(holds or '0'), redis.call('pttl', KEYS[1]), token}
-end)
+local holds = redis.call('hget', KEYS[1], ARGV[1])
+local token = fencing_token(KEYS[2], false)
+return {tonumber(holds or '0'), redis.call('pttl', KEYS[1]), token}

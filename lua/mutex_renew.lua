@@ -4,7 +4,6 @@
 -- ARGV     then for each hold: its owner, and its number of keys (1)
 -- Reply    one integer per hold: 1 renewed, 0 the owner no longer holds it (also
 --          when its key is no lock any more)
---#include prelude_guard.lua
 --#include prelude_batch.lua
 return for_each_entry(function(owner, k, nkeys)
   if redis.call('hexists', KEYS[k], owner) == 1 then

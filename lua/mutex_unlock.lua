@@ -11,14 +11,12 @@
 --          -1 the owner holds nothing (expired, forced, or never taken), or
 --          -2 ARGV[5] was given and the count differs from it; waiters is the
 --          number of subscribers the release message reached (0 otherwise)
---#include prelude_guard.lua
+-- Types    hash -
 --#include prelude_publish.lua
 --#include prelude_release.lua
-return guarded({'hash', ''}, function()
-  local holds = give_back_hold(KEYS[1], ARGV[2], ARGV[1], ARGV[5],
-                               redis.call('hget', KEYS[1], ARGV[2]))
-  if holds ~= 0 then
-    return {holds, 0}
-  end
-  return {0, notify(ARGV[3], KEYS[2], ARGV[4])}
-end)
+local holds = give_back_hold(KEYS[1], ARGV[2], ARGV[1], ARGV[5],
+                             redis.call('hget', KEYS[1], ARGV[2]))
+if holds ~= 0 then
+  return {holds, 0}
+end
+return {0, notify(ARGV[3], KEYS[2], ARGV[4])}

@@ -1,6 +1,6 @@
 -- prelude_barrier: joined by the build in front of the barrier's scripts
--- ('--#include prelude_barrier.lua', after prelude_guard).  A barrier B keeps, named with Redisson's
--- brace rule so that they share B's cluster slot:
+-- ('--#include prelude_barrier.lua', after prelude_number).  A barrier B keeps,
+-- named with Redisson's brace rule so that they share B's cluster slot:
 --   barrier  HASH { count, round, arrived, broken }            (distlock_barrier:{B})
 --            broken: the last round that a dead member broke
 --   members  ZSET member -> liveness deadline, server ms     (distlock_barrier_members:{B})

@@ -1,6 +1,7 @@
 -- prelude_cond: joined by the build in front of the condition variable's scripts
--- ('--#include prelude_cond.lua', after prelude_guard).  A condition C keeps three keys, all named after
--- C with Redisson's brace rule so that they share C's cluster slot:
+-- ('--#include prelude_cond.lua', after prelude_guard).  A condition C keeps three
+-- keys, all named after C with Redisson's brace rule so that they share C's
+-- cluster slot:
 --   waiters    ZSET owner -> liveness deadline, server ms  (distlock_cond_waiters:{C})
 --              pushed forward by the waiter's renewal thread (waiter_renew)
 --   queue      LIST of owners not yet signalled, oldest first (distlock_cond_queue:{C})

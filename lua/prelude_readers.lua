@@ -1,14 +1,14 @@
 -- prelude_readers: joined by the build in front of the read-write lock scripts that
 -- change holds (a script asks for it with the line '--#include prelude_readers.lua',
 -- after prelude_guard).
--- reap_dead_readers(now, lock, readers, writers, channel, publish, also)
+-- reap_dead_readers(now, lock, readers, writers, channel, publish, also, kind)
 --   now      server time in ms, from TIME
 --   lock     the lock: HASH { mode, <owner>: read holds, <owner>:write: write holds }
 --   readers  live readers: ZSET owner -> end of its lease, server ms
 --   writers  waiting writers: ZSET owner -> deadline, server ms
 --   channel  release channel; publish: the publish command, as notify (prelude_publish) takes it
---   also     nil, or {key, type, ...}: keys the caller touches only after this call,
---            whose types are checked before it drops anybody
+--   also     nil, or a key the caller touches only after this call, whose type
+--            (kind) is checked before anybody is dropped
 -- Drops the waiting writers whose deadline passed and the readers whose lease ended:
 -- a reader that died stops counting once its lease ends, a writer that died stops
 -- keeping readers out once its window ends.  When no holder is left (only 'mode'),
@@ -17,14 +17,15 @@
 -- The caller reads the lock before this call, and this call reads readers and
 -- writers before it writes anything (prelude_guard); the usual call drops nobody
 -- and writes nothing.
-local function reap_dead_readers(now, lock, readers, writers, channel, publish, also)
+local function reap_dead_readers(now, lock, readers, writers, channel, publish, also,
+                                 kind)
   local dead = redis.call('zrangebyscore', readers, '-inf', now)
   local late = redis.call('zcount', writers, '-inf', now)
   if #dead == 0 and late == 0 then
     return false
   end
-  for i = 1, #(also or {}), 2 do
-    want(also[i], also[i + 1])
+  if also then
+    want(also, kind)
   end
   if late > 0 then
     redis.call('zremrangebyscore', writers, '-inf', now)
@@ -43,9 +44,14 @@ local function reap_dead_readers(now, lock, readers, writers, channel, publish, 
   return true
 end
 
--- The lock's mode (nil: free) and owner's read and write holds, from the fields
--- HMGET gave for mode, owner and owner:write.  Fails on counts that are no
--- numbers, so a caller reads the lock before it writes.
-local function read_holds(lock, fields)
-  return fields[1], number_in(lock, fields[2] or '0'), number_in(lock, fields[3] or '0')
+-- The lock's mode (nil: free) and owner's read and write holds.  Fails on counts
+-- that are no numbers, so a caller reads the lock before it writes.
+local function read_holds(lock, owner)
+  local v = redis.call('hmget', lock, 'mode', owner, owner .. ':write')
+  local reads, writes = tonumber(v[2] or '0'), tonumber(v[3] or '0')
+  if not (reads and writes) then
+    error(redis.error_reply("ERR key '" .. lock .. "' holds a count of " .. owner ..
+                            " that is no number"))
+  end
+  return v[1], reads, writes
 end

@@ -1,5 +1,5 @@
 -- prelude_sem: joined by the build in front of the leased semaphore's scripts
--- ('--#include prelude_sem.lua', after prelude_guard).  A semaphore S keeps, named
+-- ('--#include prelude_sem.lua', after prelude_number).  A semaphore S keeps, named
 -- with Redisson's brace rule so that they share S's cluster slot:
 --   sem     HASH { free: permits nobody holds }              (distlock_sem:{S})
 --   holds   HASH owner -> permits it holds                   (distlock_sem_holds:{S})

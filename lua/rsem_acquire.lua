@@ -4,18 +4,17 @@
 -- ARGV[1]  permits of a semaphore that does not exist yet
 -- Reply    1 taken, 0 none free
 -- The count is read before it is written (prelude_guard).
---#include prelude_guard.lua
-return guarded({'string'}, function()
-  local v = redis.call('get', KEYS[1])
-  if v then
-    v = number_in(KEYS[1], v)
-  else
-    v = tonumber(ARGV[1])
-    redis.call('set', KEYS[1], ARGV[1])
-  end
-  if v >= 1 then
-    redis.call('decrby', KEYS[1], 1)
-    return 1
-  end
-  return 0
-end)
+-- Types    string
+--#include prelude_number.lua
+local v = redis.call('get', KEYS[1])
+if v then
+  v = number_in(KEYS[1], v)
+else
+  v = tonumber(ARGV[1])
+  redis.call('set', KEYS[1], ARGV[1])
+end
+if v >= 1 then
+  redis.call('decrby', KEYS[1], 1)
+  return 1
+end
+return 0

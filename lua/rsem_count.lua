@@ -10,30 +10,29 @@
 -- Reply    the permits after the call; -1 when 'add' would pass ARGV[4] (nothing
 --          changed)
 -- The count is read before it is written (prelude_guard).
---#include prelude_guard.lua
+-- Types    string -
+--#include prelude_number.lua
 --#include prelude_publish.lua
-return guarded({'string', ''}, function()
-  local v = redis.call('get', KEYS[1])
-  if v then
-    v = number_in(KEYS[1], v)
-  else
-    v = tonumber(ARGV[3])
-    redis.call('set', KEYS[1], ARGV[3])
+local v = redis.call('get', KEYS[1])
+if v then
+  v = number_in(KEYS[1], v)
+else
+  v = tonumber(ARGV[3])
+  redis.call('set', KEYS[1], ARGV[3])
+end
+local n = tonumber(ARGV[2])
+if ARGV[1] == 'add' then
+  if v + n > tonumber(ARGV[4]) then
+    return -1
   end
-  local n = tonumber(ARGV[2])
-  if ARGV[1] == 'add' then
-    if v + n > tonumber(ARGV[4]) then
-      return -1
-    end
-    v = redis.call('incrby', KEYS[1], n)
-  elseif ARGV[1] == 'set' then
-    redis.call('set', KEYS[1], n)
-    v = n
-  else
-    return v
-  end
-  if v > 0 then
-    notify(ARGV[5], KEYS[2], tostring(v))
-  end
+  v = redis.call('incrby', KEYS[1], n)
+elseif ARGV[1] == 'set' then
+  redis.call('set', KEYS[1], n)
+  v = n
+else
   return v
-end)
+end
+if v > 0 then
+  notify(ARGV[5], KEYS[2], tostring(v))
+end
+return v

@@ -7,13 +7,11 @@
 -- ARGV[2]  publish command
 -- Reply    1 it was a waiting writer, 0 it was not
 -- The lock is read before the writer leaves (prelude_guard).
---#include prelude_guard.lua
+-- Types    hash zset -
 --#include prelude_publish.lua
-return guarded({'hash', 'zset', ''}, function()
-  local mode = redis.call('hget', KEYS[1], 'mode')
-  local removed = redis.call('zrem', KEYS[2], ARGV[1])
-  if removed == 1 and redis.call('exists', KEYS[2]) == 0 and mode ~= 'write' then
-    notify(ARGV[2], KEYS[3], '1')
-  end
-  return removed
-end)
+local mode = redis.call('hget', KEYS[1], 'mode')
+local removed = redis.call('zrem', KEYS[2], ARGV[1])
+if removed == 1 and redis.call('exists', KEYS[2]) == 0 and mode ~= 'write' then
+  notify(ARGV[2], KEYS[3], '1')
+end
+return removed

@@ -22,58 +22,56 @@
 --                                  nothing changed
 -- The lock, the readers and the waiting writers are read before anything is
 -- written (prelude_guard); the hold's timeout key is set, whatever was there.
+-- Types    hash zset zset - -
 --#include prelude_guard.lua
 --#include prelude_publish.lua
 --#include prelude_readers.lua
-return guarded({'hash', 'zset', 'zset', '', 'string'}, function()
-  local t = redis.call('time')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  local lease = tonumber(ARGV[1])
-  local fields = {KEYS[1], 'mode', ARGV[2], ARGV[2] .. ':write'}
+local t = redis.call('time')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local lease = tonumber(ARGV[1])
 
-  local mode, reads, writes = read_holds(KEYS[1], redis.call('hmget', unpack(fields)))
-  if reap_dead_readers(now, KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[5]) then
-    mode, reads, writes = read_holds(KEYS[1], redis.call('hmget', unpack(fields)))
-  end
-  if reads ~= tonumber(ARGV[3]) or writes ~= tonumber(ARGV[4]) then
-    return {-1, reads, writes}
-  end
+local mode, reads, writes = read_holds(KEYS[1], ARGV[2])
+if reap_dead_readers(now, KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[5]) then
+  mode, reads, writes = read_holds(KEYS[1], ARGV[2])
+end
+if reads ~= tonumber(ARGV[3]) or writes ~= tonumber(ARGV[4]) then
+  return {-1, reads, writes}
+end
 
-  local ok = (not mode) or mode == 'read' or (mode == 'write' and writes > 0)
-  local preferred = redis.call('exists', KEYS[3]) == 1
-  if ok and preferred and reads == 0 and writes == 0 then
-    ok = false
+local ok = (not mode) or mode == 'read' or (mode == 'write' and writes > 0)
+local preferred = redis.call('exists', KEYS[3]) == 1
+if ok and preferred and reads == 0 and writes == 0 then
+  ok = false
+end
+if ok then
+  if not mode then
+    redis.call('del', KEYS[2])
+    redis.call('hset', KEYS[1], 'mode', 'read')
   end
-  if ok then
-    if not mode then
-      redis.call('del', KEYS[2])
-      redis.call('hset', KEYS[1], 'mode', 'read')
-    end
-    reads = redis.call('hincrby', KEYS[1], ARGV[2], 1)
-    redis.call('set', KEYS[5], 1, 'px', lease)
-    local pttl = redis.call('pttl', KEYS[1])
-    if pttl < lease then
-      redis.call('pexpire', KEYS[1], lease)
-      pttl = lease
-    end
-    local score = redis.call('zscore', KEYS[2], ARGV[2])
-    if not score or tonumber(score) < now + lease then
-      redis.call('zadd', KEYS[2], now + lease, ARGV[2])
-    end
-    redis.call('pexpire', KEYS[2], pttl)
-    return {1, reads}
+  reads = redis.call('hincrby', KEYS[1], ARGV[2], 1)
+  redis.call('set', KEYS[5], 1, 'px', lease)
+  local pttl = redis.call('pttl', KEYS[1])
+  if pttl < lease then
+    redis.call('pexpire', KEYS[1], lease)
+    pttl = lease
   end
+  local score = redis.call('zscore', KEYS[2], ARGV[2])
+  if not score or tonumber(score) < now + lease then
+    redis.call('zadd', KEYS[2], now + lease, ARGV[2])
+  end
+  redis.call('pexpire', KEYS[2], pttl)
+  return {1, reads}
+end
 
-  local wait = redis.call('pttl', KEYS[1])
-  if wait == -2 then
-    wait = -1
+local wait = redis.call('pttl', KEYS[1])
+if wait == -2 then
+  wait = -1
+end
+if preferred then
+  local first = redis.call('zrange', KEYS[3], 0, 0, 'withscores')
+  local left = tonumber(first[2]) - now
+  if wait < 0 or left < wait then
+    wait = left
   end
-  if preferred then
-    local first = redis.call('zrange', KEYS[3], 0, 0, 'withscores')
-    local left = tonumber(first[2]) - now
-    if wait < 0 or left < wait then
-      wait = left
-    end
-  end
-  return {0, wait}
-end)
+end
+return {0, wait}

@@ -22,57 +22,55 @@
 -- keeps them, renewed, for it.)
 -- The lock, the readers and the waiting writers are read before anything is
 -- written (prelude_guard); the hold's timeout key is deleted, whatever it is.
+-- Types    hash zset zset - -
 --#include prelude_guard.lua
 --#include prelude_publish.lua
 --#include prelude_readers.lua
-return guarded({'hash', 'zset', 'zset', '', 'string'}, function()
-  local t = redis.call('time')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  local asked = {KEYS[1], 'mode', ARGV[1], ARGV[1] .. ':write'}
+local t = redis.call('time')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
-  local mode, reads, writes = read_holds(KEYS[1], redis.call('hmget', unpack(asked)))
-  if reap_dead_readers(now, KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[4]) then
-    mode, reads, writes = read_holds(KEYS[1], redis.call('hmget', unpack(asked)))
-  end
-  if reads ~= tonumber(ARGV[2]) or writes ~= tonumber(ARGV[3]) or reads == 0 then
-    return {-1, reads, writes}
-  end
-  redis.call('del', KEYS[5])
-  reads = redis.call('hincrby', KEYS[1], ARGV[1], -1)
-  if reads == 0 then
-    redis.call('hdel', KEYS[1], ARGV[1])
-    redis.call('zrem', KEYS[2], ARGV[1])
-  end
-  if mode ~= 'read' then
-    return {reads, 0}        -- the owner still holds the write lock
-  end
+local mode, reads, writes = read_holds(KEYS[1], ARGV[1])
+if reap_dead_readers(now, KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[4]) then
+  mode, reads, writes = read_holds(KEYS[1], ARGV[1])
+end
+if reads ~= tonumber(ARGV[2]) or writes ~= tonumber(ARGV[3]) or reads == 0 then
+  return {-1, reads, writes}
+end
+redis.call('del', KEYS[5])
+reads = redis.call('hincrby', KEYS[1], ARGV[1], -1)
+if reads == 0 then
+  redis.call('hdel', KEYS[1], ARGV[1])
+  redis.call('zrem', KEYS[2], ARGV[1])
+end
+if mode ~= 'read' then
+  return {reads, 0}        -- the owner still holds the write lock
+end
 
-  if redis.call('hlen', KEYS[1]) > 1 then
-    -- Others still read: the lock lives until the last of their leases ends.  A
-    -- holder not in the readers ZSET (a Redisson client) renews the lock itself, so
-    -- then the expiry is left alone.
-    local last, foreign = 0, false
-    local fields = redis.call('hkeys', KEYS[1])
-    for i = 1, #fields do
-      if fields[i] ~= 'mode' then
-        local score = redis.call('zscore', KEYS[2], fields[i])
-        if not score then
-          foreign = true
-          break
-        end
-        if tonumber(score) > last then
-          last = tonumber(score)
-        end
+if redis.call('hlen', KEYS[1]) > 1 then
+  -- Others still read: the lock lives until the last of their leases ends.  A
+  -- holder not in the readers ZSET (a Redisson client) renews the lock itself, so
+  -- then the expiry is left alone.
+  local last, foreign = 0, false
+  local fields = redis.call('hkeys', KEYS[1])
+  for i = 1, #fields do
+    if fields[i] ~= 'mode' then
+      local score = redis.call('zscore', KEYS[2], fields[i])
+      if not score then
+        foreign = true
+        break
+      end
+      if tonumber(score) > last then
+        last = tonumber(score)
       end
     end
-    if not foreign and last > now then
-      redis.call('pexpire', KEYS[1], last - now)
-      redis.call('pexpire', KEYS[2], last - now)
-    end
-    return {reads, 0}
   end
+  if not foreign and last > now then
+    redis.call('pexpire', KEYS[1], last - now)
+    redis.call('pexpire', KEYS[2], last - now)
+  end
+  return {reads, 0}
+end
 
-  redis.call('del', KEYS[1], KEYS[2])
-  local msg = redis.call('exists', KEYS[3]) == 1 and '1' or '0'
-  return {0, notify(ARGV[4], KEYS[4], msg)}
-end)
+redis.call('del', KEYS[1], KEYS[2])
+local msg = redis.call('exists', KEYS[3]) == 1 and '1' or '0'
+return {0, notify(ARGV[4], KEYS[4], msg)}

@@ -10,7 +10,6 @@
 -- ARGV     then for each owner: the owner, and its number of keys (1, or 2 + k)
 -- Reply    one integer per owner: 1 renewed, 0 it holds nothing any more (also when
 --          its lock or readers are of another type: nothing is changed for it)
---#include prelude_guard.lua
 --#include prelude_batch.lua
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

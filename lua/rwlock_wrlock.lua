@@ -25,49 +25,47 @@
 -- The lock, the readers and the waiting writers are read before anything is
 -- written, and the counter is read (reentry) or drawn (a new hold) before the
 -- lock is written (prelude_guard).
+-- Types    hash zset zset - string
 --#include prelude_guard.lua
 --#include prelude_publish.lua
 --#include prelude_token.lua
 --#include prelude_readers.lua
-return guarded({'hash', 'zset', 'zset', '', 'string'}, function()
-  local t = redis.call('time')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  local lease = tonumber(ARGV[1])
-  local wfield = ARGV[2] .. ':write'
-  local fields = {KEYS[1], 'mode', ARGV[2], wfield}
+local t = redis.call('time')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local lease = tonumber(ARGV[1])
+local wfield = ARGV[2] .. ':write'
 
-  local mode, reads, writes = read_holds(KEYS[1], redis.call('hmget', unpack(fields)))
-  if reap_dead_readers(now, KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[7],
-                       {KEYS[5], 'string'}) then
-    mode, reads, writes = read_holds(KEYS[1], redis.call('hmget', unpack(fields)))
-  end
-  if reads ~= tonumber(ARGV[3]) or writes ~= tonumber(ARGV[4]) then
-    return {-1, reads, writes, token_read(KEYS[5])}
-  end
+local mode, reads, writes = read_holds(KEYS[1], ARGV[2])
+if reap_dead_readers(now, KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[7],
+                     KEYS[5], 'string') then
+  mode, reads, writes = read_holds(KEYS[1], ARGV[2])
+end
+if reads ~= tonumber(ARGV[3]) or writes ~= tonumber(ARGV[4]) then
+  return {-1, reads, writes, fencing_token(KEYS[5], false)}
+end
 
-  if writes > 0 then
-    local token = token_read(KEYS[5])
-    writes = redis.call('hincrby', KEYS[1], wfield, 1)
-    if redis.call('pttl', KEYS[1]) < lease then
-      redis.call('pexpire', KEYS[1], lease)
-    end
-    return {1, writes, token}
-  end
-  if reads > 0 then
-    return {-2}
-  end
-  if not mode then
-    local token = token_draw(KEYS[5])
-    redis.call('del', KEYS[2])
-    redis.call('hset', KEYS[1], 'mode', 'write', wfield, 1)
+if writes > 0 then
+  local token = fencing_token(KEYS[5], false)
+  writes = redis.call('hincrby', KEYS[1], wfield, 1)
+  if redis.call('pttl', KEYS[1]) < lease then
     redis.call('pexpire', KEYS[1], lease)
-    redis.call('zrem', KEYS[3], ARGV[2])
-    return {1, 1, token}
   end
+  return {1, writes, token}
+end
+if reads > 0 then
+  return {-2}
+end
+if not mode then
+  local token = fencing_token(KEYS[5], true)
+  redis.call('del', KEYS[2])
+  redis.call('hset', KEYS[1], 'mode', 'write', wfield, 1)
+  redis.call('pexpire', KEYS[1], lease)
+  redis.call('zrem', KEYS[3], ARGV[2])
+  return {1, 1, token}
+end
 
-  if ARGV[5] == 'prefer' then
-    redis.call('zadd', KEYS[3], now + tonumber(ARGV[6]), ARGV[2])
-  end
-  local wait = redis.call('pttl', KEYS[1])
-  return {0, wait >= 0 and wait or -1}
-end)
+if ARGV[5] == 'prefer' then
+  redis.call('zadd', KEYS[3], now + tonumber(ARGV[6]), ARGV[2])
+end
+local wait = redis.call('pttl', KEYS[1])
+return {0, wait >= 0 and wait or -1}

@@ -18,35 +18,33 @@
 --                                  changed (writes 0: its write hold is gone, lost)
 -- The lock, the readers and the waiting writers are read before anything is
 -- written (prelude_guard).
+-- Types    hash zset zset -
 --#include prelude_guard.lua
 --#include prelude_publish.lua
 --#include prelude_readers.lua
-return guarded({'hash', 'zset', 'zset', ''}, function()
-  local t = redis.call('time')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  local wfield = ARGV[1] .. ':write'
-  local fields = {KEYS[1], 'mode', ARGV[1], wfield}
+local t = redis.call('time')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local wfield = ARGV[1] .. ':write'
 
-  local _, reads, writes = read_holds(KEYS[1], redis.call('hmget', unpack(fields)))
-  if reap_dead_readers(now, KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[4]) then
-    _, reads, writes = read_holds(KEYS[1], redis.call('hmget', unpack(fields)))
-  end
-  if reads ~= tonumber(ARGV[2]) or writes ~= tonumber(ARGV[3]) or writes == 0 then
-    return {-1, reads, writes}
-  end
-  writes = redis.call('hincrby', KEYS[1], wfield, -1)
-  if writes > 0 then
-    return {writes, 0}
-  end
-  redis.call('hdel', KEYS[1], wfield)
-  if redis.call('hlen', KEYS[1]) <= 1 then
-    redis.call('del', KEYS[1], KEYS[2])
-    return {0, notify(ARGV[4], KEYS[4], '1')}
-  end
-  redis.call('hset', KEYS[1], 'mode', 'read')
-  local score = redis.call('zscore', KEYS[2], ARGV[1])
-  if score and redis.call('pttl', KEYS[1]) < tonumber(score) - now then
-    redis.call('pexpire', KEYS[1], tonumber(score) - now)
-  end
+local _, reads, writes = read_holds(KEYS[1], ARGV[1])
+if reap_dead_readers(now, KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[4]) then
+  _, reads, writes = read_holds(KEYS[1], ARGV[1])
+end
+if reads ~= tonumber(ARGV[2]) or writes ~= tonumber(ARGV[3]) or writes == 0 then
+  return {-1, reads, writes}
+end
+writes = redis.call('hincrby', KEYS[1], wfield, -1)
+if writes > 0 then
+  return {writes, 0}
+end
+redis.call('hdel', KEYS[1], wfield)
+if redis.call('hlen', KEYS[1]) <= 1 then
+  redis.call('del', KEYS[1], KEYS[2])
   return {0, notify(ARGV[4], KEYS[4], '1')}
-end)
+end
+redis.call('hset', KEYS[1], 'mode', 'read')
+local score = redis.call('zscore', KEYS[2], ARGV[1])
+if score and redis.call('pttl', KEYS[1]) < tonumber(score) - now then
+  redis.call('pexpire', KEYS[1], tonumber(score) - now)
+end
+return {0, notify(ARGV[4], KEYS[4], '1')}

@@ -17,35 +17,34 @@
 -- The semaphore and the leases are read before anything is written; the holds
 -- are read too when a lease ended, else the owner's count there is the first
 -- write (prelude_guard).
---#include prelude_guard.lua
+-- Types    hash hash zset -
+--#include prelude_number.lua
 --#include prelude_publish.lua
 --#include prelude_sem.lua
-return guarded({'hash', 'hash', 'zset', ''}, function()
-  local now = sem_now()
-  local free, exists = sem_free(KEYS[1], ARGV[3])
-  local dead, back = sem_dead(KEYS[2], KEYS[3], now)
-  free = free + back
-  sem_drop(KEYS[2], KEYS[3], dead)
-  if free >= 1 then
-    local n, had = 1, 0
-    if ARGV[5] == '1' then
-      had = number_in(KEYS[2], redis.call('hget', KEYS[2], ARGV[2]) or '0')
-      redis.call('hset', KEYS[2], ARGV[2], 1)
-    else
-      n = redis.call('hincrby', KEYS[2], ARGV[2], 1)
-    end
-    redis.call('hset', KEYS[1], 'free', free - 1)
-    redis.call('zadd', KEYS[3], now + tonumber(ARGV[1]), ARGV[2])
-    -- permits a dead holder gave back beyond this one: others may take them
-    sem_tell(ARGV[4], KEYS[4], math.min(back - 1, free - 1))
-    return {1, n, had}
+local now = sem_now()
+local free, exists = sem_free(KEYS[1], ARGV[3])
+local dead, back = sem_dead(KEYS[2], KEYS[3], now)
+free = free + back
+sem_drop(KEYS[2], KEYS[3], dead)
+if free >= 1 then
+  local n, had = 1, 0
+  if ARGV[5] == '1' then
+    had = number_in(KEYS[2], redis.call('hget', KEYS[2], ARGV[2]) or '0')
+    redis.call('hset', KEYS[2], ARGV[2], 1)
+  else
+    n = redis.call('hincrby', KEYS[2], ARGV[2], 1)
   end
-  if not exists then
-    redis.call('hset', KEYS[1], 'free', free)
-  end
-  local first = redis.call('zrange', KEYS[3], 0, 0, 'withscores')
-  if first[2] then
-    return {0, math.max(0, tonumber(first[2]) - now)}
-  end
-  return {0, -1}
-end)
+  redis.call('hset', KEYS[1], 'free', free - 1)
+  redis.call('zadd', KEYS[3], now + tonumber(ARGV[1]), ARGV[2])
+  -- permits a dead holder gave back beyond this one: others may take them
+  sem_tell(ARGV[4], KEYS[4], math.min(back - 1, free - 1))
+  return {1, n, had}
+end
+if not exists then
+  redis.call('hset', KEYS[1], 'free', free)
+end
+local first = redis.call('zrange', KEYS[3], 0, 0, 'withscores')
+if first[2] then
+  return {0, math.max(0, tonumber(first[2]) - now)}
+end
+return {0, -1}

@@ -17,54 +17,53 @@
 --          (nothing changed)
 -- The semaphore, holds and leases are read before anything is written
 -- (prelude_guard).
---#include prelude_guard.lua
+-- Types    hash hash zset -
+--#include prelude_number.lua
 --#include prelude_publish.lua
 --#include prelude_sem.lua
-return guarded({'hash', 'hash', 'zset', ''}, function()
-  local now = sem_now()
-  local stored, exists = sem_free(KEYS[1], ARGV[3])
-  local dead, back = sem_dead(KEYS[2], KEYS[3], now)
-  local gone, dropped = {}, {}
-  for _, owner in ipairs(dead) do
-    gone[owner] = true
+local now = sem_now()
+local stored, exists = sem_free(KEYS[1], ARGV[3])
+local dead, back = sem_dead(KEYS[2], KEYS[3], now)
+local gone, dropped = {}, {}
+for _, owner in ipairs(dead) do
+  gone[owner] = true
+end
+if ARGV[1] == 'drop' then
+  for i = 6, #ARGV do
+    dropped[ARGV[i]] = true
   end
-  if ARGV[1] == 'drop' then
-    for i = 6, #ARGV do
-      dropped[ARGV[i]] = true
-    end
+end
+local all, held = redis.call('hgetall', KEYS[2]), 0
+for i = 1, #all, 2 do
+  local v = number_in(KEYS[2], all[i + 1])
+  if not gone[all[i]] and not dropped[all[i]] then
+    held = held + v
   end
-  local all, held = redis.call('hgetall', KEYS[2]), 0
-  for i = 1, #all, 2 do
-    local v = number_in(KEYS[2], all[i + 1])
-    if not gone[all[i]] and not dropped[all[i]] then
-      held = held + v
-    end
+end
+local free = stored + back
+local n, told, res = tonumber(ARGV[2]), back, nil
+if ARGV[1] == 'add' then
+  if free + n > tonumber(ARGV[4]) then
+    res = -1
+  else
+    free = free + n
+    told = back + n
   end
-  local free = stored + back
-  local n, told, res = tonumber(ARGV[2]), back, nil
-  if ARGV[1] == 'add' then
-    if free + n > tonumber(ARGV[4]) then
-      res = -1
-    else
-      free = free + n
-      told = back + n
-    end
-  elseif ARGV[1] == 'set' then
-    free, told = n, n
+elseif ARGV[1] == 'set' then
+  free, told = n, n
+end
+-- every key is read: nothing below can fail
+if not exists or free ~= stored then
+  redis.call('hset', KEYS[1], 'free', free)
+end
+sem_drop(KEYS[2], KEYS[3], dead)
+for i = 1, #all, 2 do
+  if dropped[all[i]] and not gone[all[i]] then
+    redis.call('hset', KEYS[2], all[i], 0)
   end
-  -- every key is read: nothing below can fail
-  if not exists or free ~= stored then
-    redis.call('hset', KEYS[1], 'free', free)
-  end
-  sem_drop(KEYS[2], KEYS[3], dead)
-  for i = 1, #all, 2 do
-    if dropped[all[i]] and not gone[all[i]] then
-      redis.call('hset', KEYS[2], all[i], 0)
-    end
-  end
-  if res then
-    return {res, held}
-  end
-  sem_tell(ARGV[5], KEYS[4], math.min(told, free))
-  return {free, held}
-end)
+end
+if res then
+  return {res, held}
+end
+sem_tell(ARGV[5], KEYS[4], math.min(told, free))
+return {free, held}

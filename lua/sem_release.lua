@@ -13,41 +13,40 @@
 --          subscribers the message reached
 -- The leases and holds are read before anything is written, and the semaphore
 -- is the first key written (prelude_guard).
---#include prelude_guard.lua
+-- Types    hash hash zset -
+--#include prelude_number.lua
 --#include prelude_publish.lua
 --#include prelude_sem.lua
-return guarded({'hash', 'hash', 'zset', ''}, function()
-  local now = sem_now()
-  local dead, back = sem_dead(KEYS[2], KEYS[3], now)
-  local n = redis.call('hget', KEYS[2], ARGV[2])
-  for _, owner in ipairs(dead) do
-    if owner == ARGV[2] then
-      n = nil                 -- its lease ended: its permits go back with the others
-    end
+local now = sem_now()
+local dead, back = sem_dead(KEYS[2], KEYS[3], now)
+local n = redis.call('hget', KEYS[2], ARGV[2])
+for _, owner in ipairs(dead) do
+  if owner == ARGV[2] then
+    n = nil                 -- its lease ended: its permits go back with the others
   end
-  n = n and number_in(KEYS[2], n)
-  local res
-  if not n or n <= 0 then
-    -- a field of 0 is an owner whose permits a destroy consumed (sem_count 'drop')
-    res = -1
-  elseif ARGV[4] and n ~= tonumber(ARGV[4]) then
-    res = -2
-  else
-    back = back + 1
-  end
-  if back > 0 then
-    redis.call('hincrby', KEYS[1], 'free', back)
-  end
-  sem_drop(KEYS[2], KEYS[3], dead)
-  if res then
-    return {res, 0}
-  end
-  n = redis.call('hincrby', KEYS[2], ARGV[2], -1)
-  if n <= 0 then
-    redis.call('hdel', KEYS[2], ARGV[2])
-    redis.call('zrem', KEYS[3], ARGV[2])
-  else
-    redis.call('zadd', KEYS[3], now + tonumber(ARGV[1]), ARGV[2])
-  end
-  return {n, notify(ARGV[3], KEYS[4], '0')}
-end)
+end
+n = n and number_in(KEYS[2], n)
+local res
+if not n or n <= 0 then
+  -- a field of 0 is an owner whose permits a destroy consumed (sem_count 'drop')
+  res = -1
+elseif ARGV[4] and n ~= tonumber(ARGV[4]) then
+  res = -2
+else
+  back = back + 1
+end
+if back > 0 then
+  redis.call('hincrby', KEYS[1], 'free', back)
+end
+sem_drop(KEYS[2], KEYS[3], dead)
+if res then
+  return {res, 0}
+end
+n = redis.call('hincrby', KEYS[2], ARGV[2], -1)
+if n <= 0 then
+  redis.call('hdel', KEYS[2], ARGV[2])
+  redis.call('zrem', KEYS[3], ARGV[2])
+else
+  redis.call('zadd', KEYS[3], now + tonumber(ARGV[1]), ARGV[2])
+end
+return {n, notify(ARGV[3], KEYS[4], '0')}

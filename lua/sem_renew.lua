@@ -7,7 +7,6 @@
 -- Reply    one integer per holder: 1 renewed, 0 it holds nothing any more.  A lease
 --          that has ended is not renewed: any call may have given its permits back.
 --          Keys of another type count as 0 and change nothing (prelude_batch).
---#include prelude_guard.lua
 --#include prelude_batch.lua
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

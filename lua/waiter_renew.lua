@@ -30,7 +30,7 @@ return for_each_entry(function(owner, k, nkeys)
       return true
     end
     if not ok and not is_wrong_type(q) then
-      error({err = q})
+      error(tostring(q):match('^[A-Z]+ ') and {err = q} or q, 0)
     end
     local chan = KEYS[k + 3] .. ':' .. owner
     redis.call('publish', chan, '0')

@@ -587,19 +587,76 @@ static int trip_next(struct tconn *t, struct trip *tr, struct dist__link *l,
 /* ---- scripts ------------------------------------------------------------ */
 
 /* Whether r is a script's refusal of data it cannot work on: a key of
- * another type (WRONGTYPE, which the scripts word with the key's name) or
- * a value that is no number.  The scripts fail before they write
- * (lua/prelude_guard.lua), so nothing changed, and asking again only
- * repeats it. */
+ * another type (WRONGTYPE) or a value that is no number.  The scripts fail
+ * before they write (lua/prelude_guard.lua), so nothing changed, and asking
+ * again only repeats it. */
 static int bad_data(const redisReply *r)
 {
     return strncmp(r->str, "WRONGTYPE ", 10) == 0 ||
            strncmp(r->str, "ERR key '", 9) == 0;
 }
 
-/* r is an error reply that is not followed: EREPLY with the reason. */
-static int refused(const struct dist__script *s, redisReply **r, int why)
+/* The length of r's text without the " script: <sha>, on @user_script:N."
+ * Redis adds to an error raised inside a script. */
+static int reply_text_len(const redisReply *r)
 {
+    const char *tail = strstr(r->str, " script: ");
+
+    return (int)(tail ? (size_t)(tail - r->str) : r->len);
+}
+
+#define TYPED_KEYS_MAX 8    /* the most KEYS a script declares types for */
+
+/* After a WRONGTYPE from s: the first of its keys kv whose type differs from
+ * the one its '-- Types' line gives, named in buf with both types (one TYPE
+ * per typed key, in one round trip, on the failing path only).  1 when
+ * found. */
+static int name_wrong_key(const struct dist__script *s, int nkeys,
+                          const struct dist__buf *kv, char *buf, size_t len)
+{
+    const char *argv[TYPED_KEYS_MAX][2], *want[TYPED_KEYS_MAX], *p = s->types;
+    size_t lens[TYPED_KEYS_MAX][2], wlen[TYPED_KEYS_MAX];
+    struct dist__cmd cmds[TYPED_KEYS_MAX];
+    redisReply *out[TYPED_KEYS_MAX] = { NULL };
+    int idx[TYPED_KEYS_MAX], i, n = 0, found = 0;
+
+    for (i = 0; i < nkeys && i < TYPED_KEYS_MAX && *p; i++) {
+        size_t w = strcspn(p, " ");
+
+        if (!(w == 1 && *p == '-')) {
+            argv[n][0] = "TYPE", lens[n][0] = 4;
+            argv[n][1] = kv[i].p, lens[n][1] = kv[i].len;
+            cmds[n] = (struct dist__cmd){ 2, argv[n], lens[n] };
+            want[n] = p, wlen[n] = w, idx[n++] = i;
+        }
+        p += w + strspn(p + w, " ");
+    }
+    if (n == 0 || dist__route_cmds(&kv[0], n, cmds, out, NULL) != 0)
+        return 0;
+    for (i = 0; i < n; i++) {
+        const redisReply *t = out[i];
+
+        if (found || t->type != REDIS_REPLY_STATUS || strcmp(t->str, "none") == 0 ||
+            (strlen(t->str) == wlen[i] && strncmp(t->str, want[i], wlen[i]) == 0))
+            continue;
+        snprintf(buf, len, "key '%.*s' is a %s, not a %.*s (another program's "
+                 "key, or a lock whose name collides with it)",
+                 (int)(kv[idx[i]].len < 120 ? kv[idx[i]].len : 120),
+                 kv[idx[i]].p, t->str, (int)wlen[i], want[i]);
+        found = 1;
+    }
+    for (i = 0; i < n; i++)
+        freeReplyObject(out[i]);
+    return found;
+}
+
+/* r is an error reply from s on the keys kv that is not followed: EREPLY
+ * with the reason. */
+static int refused(const struct dist__script *s, int nkeys,
+                   const struct dist__buf *kv, redisReply **r, int why)
+{
+    char which[256];
+
     if (why != -2 && bad_data(*r))
         dist__hopeless_set();      /* a lock call says so now */
     if (why == -2)
@@ -614,8 +671,15 @@ static int refused(const struct dist__script *s, redisReply **r, int why)
         dist__err(EIO, "Redis Cluster refused %s: the lock's keys are in "
                   "different slots; its name has a '{' that opens no "
                   "{tag}, or a '}' without a '{'", s->name);
+    else if (strncmp((*r)->str, "WRONGTYPE ", 10) == 0 &&
+             name_wrong_key(s, nkeys, kv, which, sizeof which))
+        dist__err(EIO, "Redis refused %s: %s; nothing was changed", s->name,
+                  which);
+    else if (bad_data(*r))
+        dist__err(EIO, "Redis refused %s: %.*s; nothing was changed", s->name,
+                  reply_text_len(*r), (*r)->str);
     else
-        dist__err(EIO, "Redis refused %s: %.*s", s->name, (int)(*r)->len,
+        dist__err(EIO, "Redis refused %s: %.*s", s->name, reply_text_len(*r),
                   (*r)->str);
     freeReplyObject(*r);
     *r = NULL;
@@ -695,7 +759,7 @@ int dist__route_eval(int script, int nkeys, const struct dist__buf *kv,
         }
         /* nothing ran: a redirection, or a server not ready yet */
         if ((rc = trip_next(t, &tr, l, *out)) != 1)
-            return refused(s, out, rc);
+            return refused(s, nkeys, kv, out, rc);
         freeReplyObject(*out);
         *out = NULL;
     }
