@@ -990,9 +990,6 @@ static __attribute__((noinline)) int replica_sync(struct dist__call *c)
 static __attribute__((noinline)) int fresh_token(struct dist__call *c)
 {
     const struct dist__names *nm = c->o->st->names;
-    const char *argv[2] = { "INCR", nm->token.p };
-    const size_t lens[2] = { 4, nm->token.len };
-    const struct dist__cmd cmd = { 2, argv, lens };
     struct dist__link *on = NULL;
     struct dist__addr now;
     struct dist__rec *r;
@@ -1000,12 +997,12 @@ static __attribute__((noinline)) int fresh_token(struct dist__call *c)
     long long t = 0;
     char why[256];
 
-    if (dist__route_cmds(&nm->name, 1, &cmd, &rep, &on) != 0)
+    if (dist__route_eval(DIST__S_TOKEN_DRAW, 1, &nm->token, 1, &rep, &on) != 0)
         snprintf(why, sizeof why, "%s", dist_last_error());
     else if (rep->type == REDIS_REPLY_INTEGER && rep->integer > 0)
         t = rep->integer;
     else
-        snprintf(why, sizeof why, "INCR answered %.200s",
+        snprintf(why, sizeof why, "token_draw answered %.200s",
                  rep->type == REDIS_REPLY_ERROR ? rep->str : "no number");
     freeReplyObject(rep);
     if (t > 0 && dist__replica_wait_ms() > 0 &&

@@ -393,7 +393,7 @@ run "$D" lock --timeout 0 "$m-live" -- true
 check "--timeout 0 tries once" test $rc -eq 1
 run "$D" lock -v "$pfx-v" -- true
 check "-v says when it took and released" \
-    eval 'has "acquired mutex .$pfx-v. (token 1)" "$err" && has "released mutex" "$err"' || show
+    eval 'has "acquired mutex .$pfx-v. (token [0-9]\{16\})" "$err" && has "released mutex" "$err"' || show
 
 # ---- signals ------------------------------------------------------------------
 s="$pfx-sig"
@@ -710,47 +710,58 @@ rcli del "distlock_barrier:{$osn}" >/dev/null
 
 # ---- top ---------------------------------------------------------------------
 # A held mutex, a fair mutex with one waiter, a free lock whose fencing
-# counter exists (taken 3 times), and the semaphore above.
-th="$pfx-top-h" tf="$pfx-top-f" tb="$pfx-top-b"
+# counter exists (taken 3 times, the last of them about 2 s ago), a free
+# lock whose counter only Redisson's RFencedLock moved (a count: it says no
+# time), and the semaphore above.
+th="$pfx-top-h" tf="$pfx-top-f" tb="$pfx-top-b" tr="$pfx-top-r"
 for i in 1 2 3; do "$D" lock "$tb" -- true; done
+tb_token=$(rcli GET "redisson_lock_token:{$tb}")
+rcli SET "redisson_lock_token:{$tr}" 5 >/dev/null
+sleep 2
 spawn "$D" lock "$th" -- sleep 30
 thp=$spawned
 fair_queue "$tf" 1
 wait_for 5 eval 'rcli exists "$th" | grep -q 1'
 run "$D" --json top --once --interval 100 "$pfx-top-*"
-check "top --once --json: holders, waiters, the free lock by its counter" json_ok "$out" \
-    "len(l) == 1 and [x['name'] for x in l[0]['locks']] == ['$tb', '$tf', '$th']
+check "top --once --json: holders, waiters, the free locks by their counters" json_ok "$out" \
+    "len(l) == 1 and [x['name'] for x in l[0]['locks']] == ['$tb', '$tf', '$th', '$tr']
      and l[0]['locks'][0]['state'] == 'free' and l[0]['locks'][0]['kind'] is None
-     and l[0]['locks'][0]['token'] == 3 and l[0]['locks'][0]['acquisitions_per_s'] == 0
+     and l[0]['locks'][0]['token'] == $tb_token
+     and 1500 <= l[0]['locks'][0]['last_taken_ms'] <= 60000
      and l[0]['locks'][1]['kind'] == 'fair mutex' and l[0]['locks'][1]['holders'] == 1
      and l[0]['locks'][1]['waiting'] == 1 and l[0]['locks'][2]['state'] == 'held'
      and l[0]['locks'][2]['holders'] == 1 and l[0]['locks'][2]['waiting'] is None
-     and 0 < l[0]['locks'][2]['lease_ms'] <= 30000 and l[0]['objects'] == []" || show
+     and 0 <= l[0]['locks'][2]['last_taken_ms'] <= l[0]['locks'][0]['last_taken_ms']
+     and 0 < l[0]['locks'][2]['lease_ms'] <= 30000
+     and l[0]['locks'][3]['token'] == 5 and l[0]['locks'][3]['last_taken_ms'] is None
+     and l[0]['objects'] == []" || show
 run "$D" top --once --interval 100 "$pfx-top-*"
 check "top --once: a table with a heading, one line per lock" \
-    eval '[[ $rc -eq 0 ]] && has "^NAME .*HOLDERS .*WAITING .*ACQ/S" "$out" &&
-          has "^$th  *mutex  *held  *1  *-  *0\.0 " "$out" &&
+    eval '[[ $rc -eq 0 ]] && has "^NAME .*HOLDERS .*WAITING .*TAKEN" "$out" &&
+          has "^$th  *mutex  *held  *1  *-  *[0-9.]* s " "$out" &&
           has "^$tf  *fair mutex  *held  *1  *1 " "$out" &&
-          has "^$tb  *-  *free  *0 " "$out" && [[ $(wc -l <"$out") -eq 5 ]]' || show
+          has "^$tb  *-  *free  *0  *-  *[0-9.]* s " "$out" &&
+          has "^$tr  *-  *free  *0  *-  *- " "$out" && [[ $(wc -l <"$out") -eq 6 ]]' || show
 run "$D" --json top --once --interval 100 "$osn"
 check "top shows a semaphore with its holders" json_ok "$out" \
     "l[0]['locks'] == [] and [(x['kind'], x['holders']) for x in l[0]['objects']] == [('sem', 1)]" || show
-# the rate: $tb taken 4 more times while top looks every 100 ms; between
-# two looks that both saw the counter it grew, so some look has a rate
+# $tb taken again while top looks every 100 ms: a later look sees a newer
+# token, taken more recently than the looks before it said
 spawn "$D" --json top --interval 100 "$tb" >"$tmp/top"
 tp=$spawned
-wait_for 10 eval 'grep -q "\"token\":3" "$tmp/top"'
-for i in 1 2 3 4; do "$D" lock "$tb" -- true; done
-wait_for 10 eval 'grep -q "\"token\":7" "$tmp/top"'
+wait_for 10 eval 'grep -q "\"token\":$tb_token" "$tmp/top"'
+"$D" lock "$tb" -- true
+tb_token2=$(rcli GET "redisson_lock_token:{$tb}")
+wait_for 10 eval 'grep -q "\"token\":$tb_token2" "$tmp/top"'
 kill -INT "$tp"
 wait "$tp"
 rc=$?
 check "top exits 0 on SIGINT" test $rc -eq 0
-check "top --json: a look per interval, a rate where the counter grew" json_ok "$tmp/top" \
-    "len(l) >= 2 and l[0]['locks'][0]['acquisitions_per_s'] is None
-     and any((x['locks'][0]['acquisitions_per_s'] or 0) > 0 for x in l)
-     and all((x['locks'][0]['acquisitions_per_s'] or 0) >= 0 for x in l)
-     and l[-1]['locks'][0]['token'] == 7" || cat "$tmp/top"
+check "top --json: a look per interval; a new taking shows a newer token, taken later" json_ok "$tmp/top" \
+    "len(l) >= 2 and $tb_token2 > $tb_token
+     and l[0]['locks'][0]['token'] == $tb_token and l[0]['locks'][0]['last_taken_ms'] >= 1500
+     and l[-1]['locks'][0]['token'] == $tb_token2
+     and l[-1]['locks'][0]['last_taken_ms'] < l[0]['locks'][0]['last_taken_ms']" || cat "$tmp/top"
 run "$D" top --interval 5 x
 check "top --interval below 10: exit 2" test $rc -eq 2
 # on a terminal (script(1) gives it one): drawn in place, q quits (without
@@ -925,10 +936,13 @@ if [[ $cluster_up -eq 1 ]]; then
     check "cluster: list --json shows the semaphores of every master" json_ok "$out" \
         "sorted(x['free'] for x in l if x['kind'] == 'sem') == [2, 3, 4]" || show
 
-    # (the token counter was set to 11 above)
+    # (the token counter was set to 11 above: the next token is above it,
+    # and at least the server's clock in microseconds)
+    t_us=$(($(date +%s%N) / 1000 - 5000000))
     run "${DC[@]}" lock "${cn[1]}" -- sh -c 'echo "token=$DISTLOCK_TOKEN"'
-    check "cluster: lock -- CMD runs it with the next token" \
-        eval '[[ $rc -eq 0 ]] && has "^token=12$" "$out"' || show
+    tok=$(sed -n 's/^token=//p' "$out")
+    check "cluster: lock -- CMD runs it with a token above the counter, from the clock" \
+        eval '[[ $rc -eq 0 && -n "$tok" ]] && ((tok > 11 && tok >= t_us))' || show
     spawn "${DC[@]}" lock "${cn[2]}" -- sleep 30
     ch=$spawned
     wait_for 5 eval '[[ $(redis-cli -p "${co[2]}" EXISTS "${cn[2]}") == 1 ]]'
@@ -1076,7 +1090,7 @@ if [[ $sentinel_up -eq 1 ]]; then
     run "${DS[@]}" list "$pfx-s*"
     check "sentinel: list" has "^$pfx-s .* mutex" "$out" || show
     run "${DS[@]}" lock "$pfx-s2" -- sh -c 'echo "token=$DISTLOCK_TOKEN"'
-    check "sentinel: lock -- CMD" eval '[[ $rc -eq 0 ]] && has "^token=1$" "$out"' || show
+    check "sentinel: lock -- CMD" eval '[[ $rc -eq 0 ]] && has "^token=[0-9]\{16\}$" "$out"' || show
     run "${DS[@]}" fence load
     check "sentinel: fence load loads the library on the master alone" \
         eval '[[ $rc -eq 0 && $(grep -c "loaded function library" "$out") -eq 1 ]] &&

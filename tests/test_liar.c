@@ -543,8 +543,8 @@ static void run_twice(const void *arg, void *res)
 }
 
 /* The lock answered "taken, 2 holds", the give-back of the surplus "1
- * left", every later EVALSHA "0 left"; INCR as incr says (NULL: the
- * liar's error), and extra's rule too (NULL: none).  child runs in the
+ * left", the new token's draw (token_draw) as incr says (NULL: an error),
+ * every later EVALSHA "0 left", and extra's rule too (NULL: none).  child runs in the
  * child (run_twice, or a variant that sets something first).  The
  * EVALSHA the child sent, in *evals. */
 static void twice_with(const char *incr, const struct tu_lie *extra,
@@ -562,10 +562,11 @@ static void twice_with(const char *incr, const struct tu_lie *extra,
     tu_liar_add(liar, &(struct tu_lie){ .cmd = "EVALSHA",
                                          .bytes = "*2\r\n:1\r\n:0\r\n",
                                          .times = 1 });
+    tu_liar_add(liar, &(struct tu_lie){
+        .cmd = "EVALSHA", .times = 1,
+        .bytes = incr ? incr : "-ERR scripted refusal of token_draw\r\n" });
     tu_liar_add(liar, &(struct tu_lie){ .cmd = "EVALSHA",
                                          .bytes = "*2\r\n:0\r\n:0\r\n" });
-    if (incr)
-        tu_liar_add(liar, &(struct tu_lie){ .cmd = "INCR", .bytes = incr });
     *evals = tu_liar_count(liar, "EVALSHA");
     in_child(child, NULL, o, sizeof *o, BOUND_S * 2, &rss);
     *evals = tu_liar_count(liar, "EVALSHA") - *evals;
@@ -589,11 +590,11 @@ static void test_fresh_hold_counted_twice(void **state)
     assert_int_equal(o.lock_rc, 0);
     assert_int_equal(o.token_rc, 0);
     /* not the 7 the reentry showed, which an earlier hold of this owner
-     * may have shown already: a new one, drawn with INCR */
+     * may have shown already: a new one, drawn by token_draw */
     assert_int_equal(o.token, 8);
     assert_int_equal(o.unlock_rc, 0);
-    /* the acquire, the give-back of the surplus, the unlock */
-    assert_int_equal(evals, 3);
+    /* the acquire, the give-back of the surplus, the draw, the unlock */
+    assert_int_equal(evals, 4);
     assert_int_equal(o.after_rc, EPERM);
 }
 
@@ -615,9 +616,10 @@ static void test_fresh_hold_counted_twice_refused(void **state)
     tu_liar_add(liar, &(struct tu_lie){
         .cmd = "EVALSHA", .times = 1,
         .bytes = "-NOREPLICAS Not enough good replicas to write.\r\n" });
+    tu_liar_add(liar, &(struct tu_lie){ .cmd = "EVALSHA", .bytes = ":8\r\n",
+                                         .times = 1 });
     tu_liar_add(liar, &(struct tu_lie){ .cmd = "EVALSHA",
                                          .bytes = "*2\r\n:0\r\n:0\r\n" });
-    tu_liar_add(liar, &(struct tu_lie){ .cmd = "INCR", .bytes = ":8\r\n" });
     evals = tu_liar_count(liar, "EVALSHA");
     in_child(run_twice, NULL, &o, sizeof o, BOUND_S * 3, &rss);
     evals = tu_liar_count(liar, "EVALSHA") - evals;
@@ -629,8 +631,9 @@ static void test_fresh_hold_counted_twice_refused(void **state)
     assert_int_equal(o.token, 8);
     assert_int_equal(o.unlock_rc, 0);
     assert_int_equal(o.after_rc, EPERM);
-    /* the acquire, the refused give-back, the renewal thread's, the unlock */
-    assert_int_equal(evals, 4);
+    /* the acquire, the refused give-back, the draw, the renewal thread's
+     * give-back, the unlock */
+    assert_int_equal(evals, 5);
 }
 
 /* A master with one replica, as ROLE tells it. */
@@ -655,14 +658,15 @@ static void test_fresh_hold_counted_twice_unsynced(void **state)
     long evals;
 
     (void)state;
-    twice_with(NULL, &(struct tu_lie){ .cmd = "ROLE",
-                                        .bytes = ROLE_ONE_REPLICA },
+    twice_with(":8\r\n", &(struct tu_lie){ .cmd = "ROLE",
+                                            .bytes = ROLE_ONE_REPLICA },
                run_twice_synced, &o, &evals);
     assert_int_equal(o.lock_rc, DIST_ENOREPLICA);
     assert_int_equal(o.token_rc, EPERM);
     assert_int_equal(o.unlock_rc, EPERM);
-    /* the acquire and two give-backs */
-    assert_int_equal(evals, 3);
+    /* the acquire, the give-back of the surplus, the new token's draw and
+     * the give-back of the rest */
+    assert_int_equal(evals, 4);
 }
 
 /* No new token to be had: the hold is given back, and the lock fails. */
@@ -678,8 +682,9 @@ static void test_fresh_hold_counted_twice_no_token(void **state)
         fail_msg("'fencing token' is not in '%s'", o.err);
     assert_int_equal(o.token_rc, EPERM);
     assert_int_equal(o.unlock_rc, EPERM);
-    /* the acquire, the give-back of the surplus, the give-back of the rest */
-    assert_int_equal(evals, 3);
+    /* the acquire, the give-back of the surplus, the refused draw, the
+     * give-back of the rest */
+    assert_int_equal(evals, 4);
 }
 
 /* ---- a lock whose own reply is lost ------------------------------------- */

@@ -1413,6 +1413,23 @@ static tu_proxy_t *via_proxy(unsigned long timeout_ms)
     return p;
 }
 
+/* A token is at least the server's clock in microseconds, so counting
+ * draws by the counter needs a counter ahead of the clock, from which a draw
+ * counts on by one (as from one Redisson's RFencedLock moved): token_ahead
+ * sets it far ahead, token_count gives the draws since. */
+#define TOKEN_AHEAD 4000000000000000LL    /* the clock in the year 2096 */
+
+static void token_ahead(const char *name)
+{
+    char key[300];
+    redisReply *x;
+
+    snprintf(key, sizeof key, "redisson_lock_token:{%s}", name);
+    x = tu_cmd(&r, "SET", key, "4000000000000000", NULL);
+    assert_non_null(x);
+    freeReplyObject(x);
+}
+
 static long long token_count(const char *name)
 {
     char key[300];
@@ -1421,7 +1438,7 @@ static long long token_count(const char *name)
     snprintf(key, sizeof key, "redisson_lock_token:{%s}", name);
     if (tu_cmd_int_ex(&r, &v, "GET", key, NULL) != 0)
         return 0;
-    return v;
+    return v - TOKEN_AHEAD;
 }
 
 /* A lock call whose request and reply each take delay_ms, the delay being
@@ -1471,6 +1488,7 @@ static void late_reply_renewed(enum kind k, int wr)
         dist_mutexattr_setfair(&ma, k == K_FAIR);
         assert_int_equal(dist_mutex_init(&o.m, o.name, &ma), 0);
     }
+    token_ahead(o.name);
     /* sent at 0, run at 1.5 s (lease until 7.5 s), reply back at 3 s: half
      * the lease is gone, more than the third allowed */
     rc = late_lock(p, &o, wr, 1500, 2250, &pttl);
@@ -1510,6 +1528,7 @@ static void test_expired_on_arrival_is_taken_again(void **state)
     dist_mutexattr_init(&ma);
     dist_mutexattr_setlease(&ma, 1000);
     assert_int_equal(dist_mutex_init(&o.m, o.name, &ma), 0);
+    token_ahead(o.name);
     /* sent at 0, run at 1.5 s (lease until 2.5 s), reply back at 3 s: the
      * hold is gone when the caller hears of it */
     rc = late_lock(p, &o, 0, 1500, 2250, &pttl);

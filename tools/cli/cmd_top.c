@@ -1,11 +1,12 @@
 /* cmd_top.c: distlock top [PATTERN]: a table of the locks and objects
  * under a pattern, drawn anew every interval: holders, waiters, lease, and
- * acquisitions per second.  The rate is how far each lock's fencing
- * counter (redisson_lock_token:{N}, which every taking of a mutex, fair
- * mutex or rwlock's write lock increments and nothing resets) moved
- * between two looks, so it counts the takings of every client, distlock's
- * and Redisson's RFencedLock alike, and sees a lock that is free at the
- * moment of the look.  Reads only. */
+ * how long ago each lock was last taken.  That comes from the fencing
+ * counter (redisson_lock_token:{N}): every new hold of a mutex, fair mutex
+ * or rwlock's write lock draws a token that is at least the server's clock
+ * in microseconds, so the counter says when the last one was drawn, and
+ * sees a lock that is free at the moment of the look.  (A counter only
+ * Redisson's RFencedLock ever moved counts by one and says no time: '-'.)
+ * Reads only. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fnmatch.h>
@@ -48,7 +49,7 @@ struct frame {
     struct rows rows;
     struct objs os;
     struct toks toks;
-    uint64_t at_ms;       /* monotonic: when the counters were read */
+    long long at_us;      /* CLOCK_REALTIME, us: when the counters were read */
 };
 
 /* The terminal, when top draws on one and reads q from one. */
@@ -80,6 +81,14 @@ static void tty_keys(void)
 }
 
 /* ---- the counters ---------------------------------------------------------- */
+
+static long long real_us(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (long long)ts.tv_sec * 1000000LL + ts.tv_nsec / 1000;
+}
 
 /* The lock name of a counter's key: Redisson puts braces around N unless
  * N has one of its own. */
@@ -194,7 +203,7 @@ static void frame_take(struct frame *f, const char *pattern)
     memset(f, 0, sizeof *f);
     f->toks.pattern = pattern;
     list_collect(pattern, &f->rows, &f->os, master_toks, &f->toks);
-    f->at_ms = dist__now_ms();
+    f->at_us = real_us();
     toks_unique(&f->toks);
     objs_unique(&f->os);
 }
@@ -223,22 +232,20 @@ struct line {
     size_t len;
     const char *kind, *state;
     long long holders, waiting, lease_ms, token;
-    double rate;          /* acquisitions/s; < 0: not known */
+    long long last_ms;    /* ms since the last new hold; < 0: not known */
 };
 
-/* Acquisitions/s of the lock named like l between the looks prev and cur. */
-static double rate_of(const struct frame *prev, const struct frame *cur,
-                      const struct line *l)
-{
-    const struct tok *p;
+/* A token below this (the clock in microseconds in September 2001) was
+ * counted, not drawn from a clock. */
+#define TOKEN_FROM_CLOCK 1000000000000000LL
 
-    if (!prev || l->token < 0 || cur->at_ms <= prev->at_ms)
+/* How long ago the last new hold of l was taken, by its token: the
+ * server's clock when it was drawn (it may run a little ahead of ours). */
+static long long last_taken_ms(const struct frame *cur, const struct line *l)
+{
+    if (l->token < TOKEN_FROM_CLOCK)
         return -1;
-    p = tok_find(&prev->toks, l->name, l->len);
-    if (!p || p->value < 0 || p->value > l->token)
-        return -1;
-    return (double)(l->token - p->value) * 1000.0 /
-           (double)(cur->at_ms - prev->at_ms);
+    return cur->at_us > l->token ? (cur->at_us - l->token) / 1000 : 0;
 }
 
 static void line_of_snap(struct line *l, const struct snap *s,
@@ -293,7 +300,7 @@ static int line_of_obj(struct line *l, const struct objname *on,
     l->len = on->len;
     l->kind = obj_kind_text(on->kind);
     l->holders = l->waiting = l->lease_ms = l->token = -1;
-    l->rate = -1;
+    l->last_ms = -1;
     l->state = "-";
     if (on->kind == OBJ_COND) {
         l->waiting = (long long)obj_entries(o, OBJ_COND);
@@ -332,10 +339,7 @@ static void line_json(struct sb *b, const struct line *l, int first)
     sb_jsonz(b, l->state);
     json_num(b, "holders", l->holders);
     json_num(b, "waiting", l->waiting);
-    if (l->rate >= 0)
-        sb_printf(b, ",\"acquisitions_per_s\":%.1f", l->rate);
-    else
-        sb_adds(b, ",\"acquisitions_per_s\":null");
+    json_num(b, "last_taken_ms", l->last_ms);
     json_num(b, "token", l->token);
     json_lease(b, "lease_ms", l->lease_ms);
     sb_adds(b, "}");
@@ -360,10 +364,14 @@ static void line_text(struct sb *b, const struct line *l, size_t width)
     sb_printf(b, "  %-10s  %-10s", l->kind ? l->kind : "-", l->state);
     cell_num(b, l->holders);
     cell_num(b, l->waiting);
-    if (l->rate >= 0)
-        sb_printf(b, "  %9.1f", l->rate);
-    else
+    if (l->last_ms >= 0) {
+        char ago[32];
+        snprintf(ago, sizeof ago, "%lld.%lld s", l->last_ms / 1000,
+                 (l->last_ms % 1000) / 100);
+        sb_printf(b, "  %9s", ago);
+    } else {
         sb_printf(b, "  %9s", "-");
+    }
     if (l->lease_ms >= 0)
         snprintf(lease, sizeof lease, "%lld.%lld s", l->lease_ms / 1000,
                  (l->lease_ms % 1000) / 100);
@@ -372,7 +380,7 @@ static void line_text(struct sb *b, const struct line *l, size_t width)
 
 /* The lines of cur in name order: the locks (rows and free locks' counters
  * merged), then the objects. */
-static size_t frame_lines(const struct frame *prev, const struct frame *cur,
+static size_t frame_lines(const struct frame *cur,
                           struct line **out, size_t *nlocks)
 {
     size_t i = 0, j = 0, n = 0, k;
@@ -393,7 +401,7 @@ static size_t frame_lines(const struct frame *prev, const struct frame *cur,
             line_of_tok(&v[n], t);
             j++;
         }
-        v[n].rate = rate_of(prev, cur, &v[n]);
+        v[n].last_ms = last_taken_ms(cur, &v[n]);
         n++;
     }
     *nlocks = n;
@@ -445,7 +453,7 @@ static void print_text(const struct line *v, size_t n, size_t nlocks,
               n - nlocks, n - nlocks == 1 ? "" : "s", pattern, interval);
     sb_flush_line(&b);
     sb_printf(&b, "%-*s  %-10s  %-10s  %7s  %7s  %9s  %s", (int)width, "NAME",
-              "KIND", "STATE", "HOLDERS", "WAITING", "ACQ/S", "LEASE");
+              "KIND", "STATE", "HOLDERS", "WAITING", "TAKEN", "LEASE");
     sb_flush_line(&b);
     for (i = 0; i < n; i++) {
         line_text(&b, &v[i], width);
@@ -454,14 +462,13 @@ static void print_text(const struct line *v, size_t n, size_t nlocks,
     sb_free(&b);
 }
 
-/* Prints cur (rates against prev, which may be NULL); -1 when stdout
- * failed. */
-static int frame_print(const struct frame *prev, const struct frame *cur,
+/* Prints cur; -1 when stdout failed. */
+static int frame_print(const struct frame *cur,
                        const char *pattern, const struct top_opt *o,
                        int redraw)
 {
     struct line *v;
-    size_t nlocks, n = frame_lines(prev, cur, &v, &nlocks);
+    size_t nlocks, n = frame_lines(cur, &v, &nlocks);
 
     if (redraw)
         fputs("\033[H\033[2J", stdout);   /* home, clear the screen */
@@ -512,7 +519,7 @@ int cmd_top(int argc, char **argv)
     struct top_opt o = { TOP_INTERVAL_MS, 0 };
     const char *pattern = operand_args(argc, argv, top_arg, &o);
     int redraw;
-    struct frame prev, cur;
+    struct frame cur;
 
     if (!pattern)
         pattern = "*";
@@ -523,20 +530,12 @@ int cmd_top(int argc, char **argv)
     redraw = !o.once && !opt.json && isatty(STDOUT_FILENO);
     if (redraw)
         tty_keys();
-    frame_take(&prev, pattern);
-    /* --once: two looks an interval apart, so that the rates are known */
-    if (!o.once && frame_print(NULL, &prev, pattern, &o, redraw) != 0)
-        stop_sig = 1;
-    while (!top_wait(o.interval)) {
+    do {
         frame_take(&cur, pattern);
-        if (frame_print(&prev, &cur, pattern, &o, redraw) != 0)
+        if (frame_print(&cur, pattern, &o, redraw) != 0)
             stop_sig = 1;
-        frame_free(&prev);
-        prev = cur;
-        if (o.once)
-            break;
-    }
-    frame_free(&prev);
+        frame_free(&cur);
+    } while (!o.once && !top_wait(o.interval));
     tty_restore();
     return 0;
 }

@@ -1,0 +1,8 @@
+-- token_draw: a new fencing token for a hold that already exists, when the one
+-- it showed may have been shown before (a hold the server counted twice after a
+-- lost reply, whose surplus was shed).  The same rule as a new hold's draw.
+-- KEYS[1]  fencing counter: STRING                                (redisson_lock_token:{N})
+-- Reply    the new token
+-- Types    string
+--#include prelude_token.lua
+return fencing_token(KEYS[1], true)

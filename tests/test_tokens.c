@@ -1,0 +1,319 @@
+/*
+ * test_tokens: fencing tokens only rise, whatever happened to the counter
+ * they are drawn from.  Against private redis-servers:
+ *
+ *   - a token is the server's clock in microseconds, or one more than the
+ *     counter when that is ahead of the clock (as Redisson's RFencedLock,
+ *     which INCRs the same counter, may leave it), and Java's INCR and
+ *     distlock's draws make one rising sequence;
+ *   - a re-entry keeps its hold's token;
+ *   - after a restart without data (the counter gone), after a restart from
+ *     the append-only file, and after a failover to a replica that missed
+ *     the last draws, while the old master still hands out tokens to
+ *     another process: every token is above every token before it.
+ *
+ * The servers run on this host, so they share one clock, which is what the
+ * scheme assumes of the hosts of a deployment (within the time a failover
+ * takes).  TEST_TOKENS_FILTER=<glob> runs some tests only.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "distlock.h"
+#include "harness_server.h"
+#include "testhelp.h"
+#include "fixture.h"
+
+static tu_redis_t r;
+static const struct fx_settings defaults = { 30000, 2000, 0 };
+
+#define NAME(buf, tag) test_lock_name(buf, sizeof buf, "test_tokens", __func__, tag)
+
+static long long real_us(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (long long)ts.tv_sec * 1000000LL + ts.tv_nsec / 1000;
+}
+
+/* One new hold of name, released: its token. */
+static uint64_t take(const char *name)
+{
+    dist_mutex_t m;
+    uint64_t t = 0;
+
+    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_mutex_token(&m, &t), 0);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+    return t;
+}
+
+static void counter_key(char *key, size_t len, const char *name)
+{
+    snprintf(key, len, "redisson_lock_token:{%s}", name);
+}
+
+static void set_counter(tu_redis_t *srv, const char *name, const char *v)
+{
+    char key[300];
+    redisReply *x;
+
+    counter_key(key, sizeof key, name);
+    x = tu_cmd(srv, "SET", key, v, NULL);
+    assert_non_null(x);
+    freeReplyObject(x);
+}
+
+static void test_token_is_the_clock(void **state)
+{
+    char name[200], key[300];
+    long long before, after;
+    uint64_t t1, t2, t3;
+
+    (void)state;
+    NAME(name, "m");
+    before = real_us();
+    t1 = take(name);
+    t2 = take(name);
+    after = real_us();
+    /* the server runs on this host: its clock is ours */
+    if ((long long)t1 < before - 1000000 || (long long)t2 > after + 1000000)
+        fail_msg("tokens %llu, %llu outside the clock's %lld..%lld us",
+                 (unsigned long long)t1, (unsigned long long)t2, before, after);
+    assert_true(t2 > t1);
+    /* Redisson's RFencedLock draws with INCR on the same counter */
+    counter_key(key, sizeof key, name);
+    assert_int_equal(tu_cmd_int(&r, "INCR", key, NULL), (long long)t2 + 1);
+    t3 = take(name);
+    assert_true(t3 > t2 + 1);
+}
+
+/* A counter ahead of the clock is counted on by one, and Java's INCR and
+ * distlock's draws alternate in one sequence. */
+static void test_counter_ahead_counts_on(void **state)
+{
+    char name[200], key[300];
+    uint64_t t;
+
+    (void)state;
+    NAME(name, "m");
+    counter_key(key, sizeof key, name);
+    set_counter(&r, name, "4000000000000000");
+    t = take(name);
+    assert_int_equal((long long)t, 4000000000000001LL);
+    assert_int_equal(tu_cmd_int(&r, "INCR", key, NULL), 4000000000000002LL);
+    t = take(name);
+    assert_int_equal((long long)t, 4000000000000003LL);
+}
+
+/* A re-entry shows its hold's token; only a new hold draws. */
+static void test_reentry_keeps_token(void **state)
+{
+    char name[200];
+    dist_mutex_t m;
+    uint64_t t1, t2;
+
+    (void)state;
+    NAME(name, "m");
+    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_mutex_token(&m, &t1), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_mutex_token(&m, &t2), 0);
+    assert_true(t1 == t2);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+}
+
+/* The write side of the rwlock and the fair mutex draw the same way. */
+static void test_every_kind_rises(void **state)
+{
+    char name[200];
+    dist_rwlock_t rw;
+    dist_mutex_t fm;
+    dist_mutexattr_t fa;
+    uint64_t t0, t1, t2;
+
+    (void)state;
+    NAME(name, "x");
+    t0 = take(name);
+    set_counter(&r, name, "7");       /* the counter went back */
+    assert_int_equal(dist_rwlock_init(&rw, name, NULL), 0);
+    assert_int_equal(dist_rwlock_wrlock(&rw), 0);
+    assert_int_equal(dist_rwlock_token(&rw, &t1), 0);
+    assert_int_equal(dist_rwlock_unlock(&rw), 0);
+    assert_int_equal(dist_rwlock_destroy(&rw), 0);
+    assert_true(t1 > t0);
+    set_counter(&r, name, "7");
+    dist_mutexattr_init(&fa);
+    dist_mutexattr_setfair(&fa, 1);
+    assert_int_equal(dist_mutex_init(&fm, name, &fa), 0);
+    assert_int_equal(dist_mutex_lock(&fm), 0);
+    assert_int_equal(dist_mutex_token(&fm, &t2), 0);
+    assert_int_equal(dist_mutex_unlock(&fm), 0);
+    assert_int_equal(dist_mutex_destroy(&fm), 0);
+    assert_true(t2 > t1);
+}
+
+/* A restart without data: the counter is gone, tokens go on rising. */
+static void test_restart_without_data(void **state)
+{
+    char name[200], key[300];
+    uint64_t t1, t2;
+
+    (void)state;
+    NAME(name, "m");
+    t1 = take(name);
+    assert_int_equal(tu_redis_kill(&r), 0);
+    assert_int_equal(tu_redis_restart(&r), 0);
+    counter_key(key, sizeof key, name);
+    assert_int_equal(tu_cmd_int(&r, "EXISTS", key, NULL), 0);
+    t2 = take(name);
+    assert_true(t2 > t1);
+}
+
+/* A restart from the append-only file: the counter comes back. */
+static void test_restart_from_aof(void **state)
+{
+    static const char *const aof[] = { "--appendonly", "yes",
+                                       "--appendfsync", "always", NULL };
+    const tu_redis_opts o = { NULL, aof, NULL, NULL };
+    tu_redis_t s;
+    char name[200];
+    uint64_t t1, t2;
+
+    (void)state;
+    NAME(name, "m");
+    assert_int_equal(tu_redis_start_opts(&s, &o), 0);
+    assert_int_equal(fx_apply(s.url_unix, &defaults), 0);
+    t1 = take(name);
+    set_counter(&s, name, "5000000000000000");   /* ahead: kept by the AOF */
+    assert_int_equal(tu_redis_kill(&s), 0);
+    assert_int_equal(tu_redis_restart(&s), 0);
+    t2 = take(name);
+    assert_true(t2 > t1);
+    assert_int_equal((long long)t2, 5000000000000001LL);
+    assert_int_equal(fx_apply(r.url_unix, &defaults), 0);
+    tu_redis_stop(&s);
+}
+
+/* In a forked child: one new hold of name on url, its token written to fd. */
+static void child_take(const char *url, const char *name, int fd)
+{
+    pid_t pid = fork();
+    int st;
+
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        uint64_t t = 0;
+        dist_mutex_t m;
+        int ok = fx_apply(url, &defaults) == 0 &&
+                 dist_mutex_init(&m, name, NULL) == 0 &&
+                 dist_mutex_lock(&m) == 0 && dist_mutex_token(&m, &t) == 0 &&
+                 dist_mutex_unlock(&m) == 0;
+        ok = ok && write(fd, &t, sizeof t) == (ssize_t)sizeof t;
+        _exit(ok ? 0 : 1);
+    }
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+static uint64_t read_token(int fd)
+{
+    uint64_t t = 0;
+
+    assert_int_equal(read(fd, &t, sizeof t), (ssize_t)sizeof t);
+    return t;
+}
+
+/* A failover to a replica that missed the last draws, while the old
+ * master, not yet demoted, still hands out tokens to a process that has
+ * not heard of the failover: the tokens of both, in the order they were
+ * handed out, rise. */
+static void test_failover_replica_behind(void **state)
+{
+    tu_redis_t old, rep;
+    char name[200], port[16];
+    uint64_t seq[6];
+    int p[2], i;
+    redisReply *x;
+
+    (void)state;
+    NAME(name, "m");
+    assert_int_equal(tu_redis_start(&old), 0);
+    assert_int_equal(tu_redis_start(&rep), 0);
+    snprintf(port, sizeof port, "%d", old.port);
+    /* a full sync without the 5 s wait for more replicas */
+    x = tu_cmd(&old, "CONFIG", "SET", "repl-diskless-sync-delay", "0", NULL);
+    assert_non_null(x);
+    freeReplyObject(x);
+    x = tu_cmd(&rep, "REPLICAOF", "127.0.0.1", port, NULL);
+    assert_non_null(x);
+    freeReplyObject(x);
+    assert_int_equal(fx_apply(old.url_unix, &defaults), 0);
+    seq[0] = take(name);
+    /* the replica has it, then is cut off and misses the next draws */
+    for (i = 0; i < 200; i++) {
+        char key[300];
+        counter_key(key, sizeof key, name);
+        if (tu_cmd_int(&rep, "EXISTS", key, NULL) == 1)
+            break;
+        usleep(50000);
+    }
+    assert_true(i < 200);
+    x = tu_cmd(&rep, "REPLICAOF", "NO", "ONE", NULL);
+    assert_non_null(x);
+    freeReplyObject(x);
+    seq[1] = take(name);              /* on the old master only */
+    /* the failover: this process now uses the promoted replica, whose
+     * counter is behind; another process still uses the old master */
+    assert_int_equal(pipe(p), 0);
+    assert_int_equal(fx_apply(rep.url_unix, &defaults), 0);
+    seq[2] = take(name);
+    child_take(old.url_unix, name, p[1]);
+    seq[3] = read_token(p[0]);
+    seq[4] = take(name);
+    child_take(old.url_unix, name, p[1]);
+    seq[5] = read_token(p[0]);
+    close(p[0]);
+    close(p[1]);
+    for (i = 1; i < 6; i++)
+        if (seq[i] <= seq[i - 1])
+            fail_msg("token %d (%llu) is not above token %d (%llu)", i,
+                     (unsigned long long)seq[i], i - 1,
+                     (unsigned long long)seq[i - 1]);
+    assert_int_equal(fx_apply(r.url_unix, &defaults), 0);
+    tu_redis_stop(&old);
+    tu_redis_stop(&rep);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+#define T(f) cmocka_unit_test_teardown(f, fx_restore_defaults)
+        T(test_token_is_the_clock),
+        T(test_counter_ahead_counts_on),
+        T(test_reentry_keeps_token),
+        T(test_every_kind_rises),
+        T(test_restart_without_data),
+        T(test_restart_from_aof),
+        T(test_failover_replica_behind),
+    };
+    return fx_run_group(tests, &r, &defaults, "TEST_TOKENS_FILTER");
+}
