@@ -62,6 +62,13 @@ extern "C" {
  *                         acknowledge it (WAIT); none in time gives
  *                         DIST_ENOREPLICA and the lock is not taken
  *                         (default 1000; 0 turns the check off)
+ *   DISTLOCK_LEASE_MARGIN_MS  the fixed part of a hold's safety margin: a
+ *                         hold is declared lost (lost handler, EPERM from
+ *                         unlock and dist_mutex_lease_left) this long plus a
+ *                         hundredth of its lease before the server can let
+ *                         it go, unless a renewal was acknowledged by then
+ *                         (default 200; the margin is at most a third of
+ *                         the lease)
  * The setters below override them and may be called at any time; they take
  * effect for connections opened afterwards (open ones are replaced at their
  * next use).  They return EINVAL for a malformed value, ENOMEM.
@@ -71,6 +78,7 @@ DIST_EXPORT int dist_set_watchdog_ms(unsigned long ms);
 DIST_EXPORT int dist_set_timeout_ms(unsigned long ms);
 DIST_EXPORT int dist_set_waiter_ms(unsigned long ms);
 DIST_EXPORT int dist_set_replica_wait_ms(unsigned long ms);
+DIST_EXPORT int dist_set_lease_margin_ms(unsigned long ms);
 
 /* Returned by the calls that take a lock (lock, trylock, timedlock, rdlock,
  * wrlock and their try/timed forms) when the master has replicas and none of
@@ -79,11 +87,14 @@ DIST_EXPORT int dist_set_replica_wait_ms(unsigned long ms);
  * is safe.  dist_last_error() says how many replicas there were. */
 #define DIST_ENOREPLICA ENOLINK
 
-/* Called, from the renewal thread or from the thread that finds out, when a
- * lock this process held is found lost (lease expired, forced, or the server
- * lost its data).  name is the lock's name, valid only during the call.  The
- * handler must not call back into distlock for the same lock.  fn may be NULL
- * to remove the handler. */
+/* Called, from the library's renewal or watch thread or from the thread
+ * that finds out, when a lock this process held is found lost (forced, the
+ * server lost its data, or no renewal was acknowledged in time).  A
+ * watchdog hold whose renewals go unanswered is declared lost at its
+ * safe-until bound, before the server can let it go (see
+ * dist_mutex_lease_left).  name is the lock's name, valid only during the
+ * call.  The handler must not call back into distlock for the same lock.
+ * fn may be NULL to remove the handler. */
 typedef void (*dist_lost_fn)(const char *name, void *arg);
 DIST_EXPORT int dist_set_lost_handler(dist_lost_fn fn, void *arg);
 
@@ -163,6 +174,17 @@ DIST_EXPORT int dist_mutex_unlock(dist_mutex_t *m);
  * acquisition of the lock by any distlock client, so a resource can refuse
  * a holder whose lease ran out.  EPERM when the caller does not hold it. */
 DIST_EXPORT int dist_mutex_token(dist_mutex_t *m, uint64_t *token);
+
+/* How long the caller's hold is surely still its own, into *left: the send
+ * of the last acquire or renewal the server acknowledged, plus the lease,
+ * less the safety margin (DISTLOCK_LEASE_MARGIN_MS), minus now.  Check it
+ * before a write elsewhere that only the holder may make.  EPERM, with a
+ * zero *left, when the caller does not hold it, or no longer surely: past
+ * that bound a watchdog hold is declared lost (the lost handler is called,
+ * unlock says EPERM).  An explicit lease gives the same bound from the
+ * lock's send; nothing is called when it passes, and unlock asks the
+ * server.  EINVAL for a NULL left. */
+DIST_EXPORT int dist_mutex_lease_left(dist_mutex_t *m, struct timespec *left);
 
 DIST_EXPORT int dist_mutexattr_init(dist_mutexattr_t *a);
 DIST_EXPORT int dist_mutexattr_destroy(dist_mutexattr_t *a);
@@ -291,6 +313,11 @@ DIST_EXPORT int dist_rwlock_unlock(dist_rwlock_t *rw);
  * with every write acquisition by any distlock client.  EPERM when the
  * caller does not hold the write lock. */
 DIST_EXPORT int dist_rwlock_token(dist_rwlock_t *rw, uint64_t *token);
+
+/* dist_mutex_lease_left for the caller's holds of rw, write or read (one
+ * lease covers all of a thread's holds of one lock). */
+DIST_EXPORT int dist_rwlock_lease_left(dist_rwlock_t *rw,
+                                       struct timespec *left);
 
 DIST_EXPORT int dist_rwlockattr_init(dist_rwlockattr_t *a);
 DIST_EXPORT int dist_rwlockattr_destroy(dist_rwlockattr_t *a);

@@ -243,6 +243,18 @@ inline int sem_clockwait_on(dist_sem_t *s, clockid_t c,
     return rc;
 }
 
+/* What dist_mutex_lease_left and its twin said: the time left, zero for
+ * EPERM (not held, or no longer surely), or an exception. */
+inline std::chrono::nanoseconds left_of(int rc, const struct timespec &ts,
+                                        const char *call)
+{
+    if (rc == EPERM)
+        return std::chrono::nanoseconds::zero();
+    check(rc, call);
+    return std::chrono::seconds(ts.tv_sec) +
+           std::chrono::nanoseconds(ts.tv_nsec);
+}
+
 } /* namespace detail */
 
 /* ------------------------------------------------------------------------ */
@@ -311,6 +323,20 @@ public:
 
         detail::check(dist_mutex_token(&m_, &t), "dist_mutex_token");
         return t;
+    }
+
+    /* How long the caller's hold is surely still its own
+     * (dist_mutex_lease_left): check it before a write elsewhere that
+     * only the holder may make.  Zero when the calling thread does not
+     * hold it, or no longer surely (the C call's EPERM: a value, so that
+     * "less left than the write takes" covers it); throws for any other
+     * failure. */
+    std::chrono::nanoseconds lease_left()
+    {
+        struct timespec ts;
+        int rc = dist_mutex_lease_left(&m_, &ts);
+
+        return detail::left_of(rc, ts, "dist_mutex_lease_left");
     }
 
     native_handle_type native_handle() noexcept { return &m_; }
@@ -474,6 +500,16 @@ public:
 
         detail::check(dist_rwlock_token(&l_, &t), "dist_rwlock_token");
         return t;
+    }
+
+    /* How long the caller's holds, exclusive or shared, are surely still
+     * its own (dist_rwlock_lease_left); zero as for mutex::lease_left. */
+    std::chrono::nanoseconds lease_left()
+    {
+        struct timespec ts;
+        int rc = dist_rwlock_lease_left(&l_, &ts);
+
+        return detail::left_of(rc, ts, "dist_rwlock_lease_left");
     }
 
     native_handle_type native_handle() noexcept { return &l_; }

@@ -196,6 +196,8 @@ struct dist__cfg {
     unsigned long watchdog_ms;
     unsigned long timeout_ms;
     unsigned long waiter_ms;      /* a queued waiter's window */
+    unsigned long lease_margin_ms;/* fixed part of a hold's safety margin
+                                   * (dist__safe_margin_ms) */
     unsigned long deferred;       /* mutexes defer their release by default
                                    * (DISTLOCK_DEFERRED_RELEASE) */
     unsigned long cohort;         /* non-fair mutexes hand off between
@@ -216,6 +218,7 @@ unsigned long dist__cfg_gen(void);
 unsigned long dist__watchdog_ms(void);
 unsigned long dist__timeout_ms(void);
 unsigned long dist__waiter_ms(void);
+unsigned long dist__lease_margin_ms(void);
 unsigned long dist__replica_wait_ms(void);
 /* Whether a mutex whose attribute did not say defers its release. */
 int dist__deferred_release(void);

@@ -273,6 +273,10 @@ static int record(struct dist__call *c)
     if (lease && dist__now_ms() + lease > r->lease_end)
         r->lease_end = dist__now_ms() + lease;   /* after the reply: the
                                                   * server's expiry is earlier */
+    if (lease)     /* from the send: the server's expiry is later */
+        r->safe_end = c->started + lease - dist__safe_margin_ms(lease);
+    if (!lease && r->reg)
+        dist__renew_acked(r->h, c->started + dist__lease_of(c->o));
     if (!lease && !r->reg && rec_hold(c, r)) {
         r->reg = 1;
         dist__renew_add(r->h, c->started + dist__lease_of(c->o));
@@ -1462,6 +1466,51 @@ int dist__token(struct dist__obj *o, int mode, uint64_t *token)
     }
     *token = r->token;
     pthread_mutex_unlock(&st->mu);
+    return 0;
+}
+
+/* When the calling thread's holds of o are surely still its own
+ * (monotonic ms): the watchdog's safe-until bound, or an explicit lease's;
+ * 0 when it holds none, or they were found lost.  The state's mu held. */
+static uint64_t safe_until_of(struct dist__rec *r)
+{
+    if (!r || r->n[0] + r->n[1] == 0 || (r->h && atomic_load(&r->h->lost)))
+        return 0;
+    if (r->reg && r->h)
+        return dist__renew_safe_until(r->h);
+    return r->safe_end;
+}
+
+int dist__lease_left(struct dist__obj *o, struct timespec *left)
+{
+    struct dist__state *st = o->st;
+    struct dist__rec *r;
+    struct timespec now;
+    uint64_t until, ns, now_ns;
+    int held;
+
+    left->tv_sec = 0;
+    left->tv_nsec = 0;
+    pthread_mutex_lock(&st->mu);
+    r = dist__rec_find(st);
+    held = r && r->n[0] + r->n[1] > 0;
+    until = safe_until_of(r);
+    pthread_mutex_unlock(&st->mu);
+    /* to the nanosecond: a bound read off a clock cut to the millisecond
+     * would promise up to a millisecond too much */
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    now_ns = (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec;
+    if (!held)
+        return dist__err(EPERM, "%s '%s' is not held by this thread",
+                         o->kind->noun, st->names->name.p);
+    if (until * 1000000u <= now_ns)
+        return dist__err(EPERM, "%s '%s' may no longer be this thread's: "
+                         "its lease may run out on the server within the "
+                         "safety margin (or it was lost)", o->kind->noun,
+                         st->names->name.p);
+    ns = until * 1000000u - now_ns;
+    left->tv_sec = (time_t)(ns / 1000000000u);
+    left->tv_nsec = (long)(ns % 1000000000u);
     return 0;
 }
 

@@ -394,6 +394,29 @@ int dist__cohort_token(struct dist__obj *o, uint64_t *token)
     return rc;
 }
 
+int dist__cohort_lease_left(struct dist__obj *o, struct timespec *left)
+{
+    struct dist__cohort *co = cohort_of(o);
+    uint64_t old;
+    int mine, rc;
+
+    left->tv_sec = 0;
+    left->tv_nsec = 0;
+    if (!co)
+        return dist__err(ENOMEM, "out of memory");
+    pthread_mutex_lock(&co->mu);
+    mine = co->busy && co->owner == dist__thread_no();
+    pthread_mutex_unlock(&co->mu);
+    if (!mine)
+        return dist__err(EPERM, "mutex '%s' is not held by this thread",
+                         name_of(o));
+    /* the hold in Redis is the cohort's, under its own number */
+    old = dist__ident_push(co->no);
+    rc = dist__lease_left(o, left);
+    dist__ident_pop(old);
+    return rc;
+}
+
 int dist__cohort_busy(struct dist__obj *o)
 {
     struct dist__cohort *co = __atomic_load_n(&o->st->local, __ATOMIC_ACQUIRE);

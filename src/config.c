@@ -17,6 +17,11 @@
 #define DEFAULT_DEFERRED 0UL      /* see README, Performance */
 #define DEFAULT_COHORT 0UL        /* see README, Lock cohorting */
 #define DEFAULT_DIRECT_WAKE 1UL   /* see README, Performance */
+/* The fixed part of a hold's safety margin (README, Semantics, "Lost
+ * locks"): how late the watch thread may wake and the lost handler run on a
+ * loaded machine, with time left for the holder to stop before its lease
+ * can run out on the server. */
+#define DEFAULT_LEASE_MARGIN_MS 200UL
 /* How much longer than the command timeout a blocked lock call keeps trying
  * when the master cannot be reached on Sentinel or Cluster: a failover
  * usually takes a few seconds. */
@@ -565,6 +570,8 @@ static void load_env(void)
                              MIN_WATCHDOG_MS);
     cfg.timeout_ms = env_ms("DISTLOCK_TIMEOUT_MS", DEFAULT_TIMEOUT_MS, 1);
     cfg.waiter_ms = env_ms("DISTLOCK_WAITER_MS", DEFAULT_WAITER_MS, MIN_WAITER_MS);
+    cfg.lease_margin_ms = env_ms("DISTLOCK_LEASE_MARGIN_MS",
+                                 DEFAULT_LEASE_MARGIN_MS, 0);
     cfg.replica_wait_ms = env_ms("DISTLOCK_REPLICA_WAIT_MS",
                                  DEFAULT_REPLICA_WAIT_MS, 0);
     cfg.deferred = env_flag("DISTLOCK_DEFERRED_RELEASE", DEFAULT_DEFERRED);
@@ -614,6 +621,11 @@ unsigned long dist__waiter_ms(void)
 unsigned long dist__timeout_ms(void)
 {
     return read_ms(&cfg.timeout_ms);
+}
+
+unsigned long dist__lease_margin_ms(void)
+{
+    return read_ms(&cfg.lease_margin_ms);
 }
 
 unsigned long dist__patience_ms(void)
@@ -732,6 +744,12 @@ int dist_set_timeout_ms(unsigned long ms)
 {
     DIST__KEEP_ERRNO;
     return set_ms(&cfg.timeout_ms, ms, 1, "dist_set_timeout_ms");
+}
+
+int dist_set_lease_margin_ms(unsigned long ms)
+{
+    DIST__KEEP_ERRNO;
+    return set_ms(&cfg.lease_margin_ms, ms, 0, "dist_set_lease_margin_ms");
 }
 
 int dist_set_replica_wait_ms(unsigned long ms)

@@ -67,6 +67,10 @@ struct dist__rec {
                                    * the mutex's or the read holds, [1] the
                                    * write holds */
     uint64_t token;               /* fencing token of the first hold */
+    uint64_t safe_end;            /* explicit lease: surely still held
+                                   * until then (monotonic ms, the last
+                                   * acquire's send + the lease - the
+                                   * safety margin) */
     uint64_t lease_end;           /* explicit lease: gone on the server by
                                    * then for sure (monotonic ms) */
     struct dist__hold *h;         /* renewal entry while registered or while
@@ -284,6 +288,10 @@ int dist__call_bad(struct dist__call *c, const char *script,
                    const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* The calling thread's fencing token; mode 1: of a write hold. */
 int dist__token(struct dist__obj *o, int mode, uint64_t *token);
+/* How long the calling thread's holds of o are surely still its own, into
+ * *left: 0, or EPERM (a zero *left) when it holds none, or no longer
+ * surely (past the safe-until bound, or found lost). */
+int dist__lease_left(struct dist__obj *o, struct timespec *left);
 /* The calling thread's holds of mode as it believes them: 0 when it holds
  * none or they were found lost. */
 unsigned long dist__held(struct dist__obj *o, int mode);
@@ -313,6 +321,7 @@ int dist__cohort_lock(struct dist__obj *o, int try_only,
                       const struct dist__deadline *dl);
 int dist__cohort_unlock(struct dist__obj *o);
 int dist__cohort_token(struct dist__obj *o, uint64_t *token);
+int dist__cohort_lease_left(struct dist__obj *o, struct timespec *left);
 /* 1 while a local thread has the cohort's turn or waits for it */
 int dist__cohort_busy(struct dist__obj *o);
 

@@ -63,6 +63,10 @@ struct dist__hold {
                                      * then (monotonic ms), counted from when
                                      * the last acquire or renewal that
                                      * reached it was sent; 0: unknown */
+    uint64_t safe_until;            /* valid_until less the safety margin:
+                                     * past it with no newer renewal
+                                     * acknowledged, the hold is lost (the
+                                     * watch thread); 0: not watched */
     int unknown;                    /* an outcome to settle: Redis may count
                                      * one hold of mode more than n[] */
     int mode;
@@ -74,8 +78,22 @@ struct dist__hold *dist__hold_new(const struct dist__kind *k,
                                   unsigned long lease_ms);
 void dist__hold_free(struct dist__hold *h);
 /* Registers h with the watchdog.  valid_until: see struct dist__hold (the
- * caller's acquire was sent then, plus the lease). */
+ * caller's acquire was sent then, plus the lease); a hold of a kind is
+ * watched from then on: it is lost at valid_until less the safety margin
+ * unless a renewal was acknowledged before. */
 void dist__renew_add(struct dist__hold *h, uint64_t valid_until);
+/* A newer acquire of a registered h was acknowledged (a reentrant lock):
+ * its lease runs at least until valid_until, when that is later. */
+void dist__renew_acked(struct dist__hold *h, uint64_t valid_until);
+/* The safety margin of a hold with a lease of lease_ms: a hundredth of the
+ * lease (the rates of this host's clock and the server's may differ) plus
+ * DISTLOCK_LEASE_MARGIN_MS (a late wake-up, the handler, a holder that
+ * stops), at most a third of the lease, so that a renewal sent a third of
+ * the lease after the last one has a third of it to come back. */
+unsigned long dist__safe_margin_ms(unsigned long lease_ms);
+/* When h is surely still held (monotonic ms): its safe_until; 0 when it
+ * was found lost, or is not watched. */
+uint64_t dist__renew_safe_until(struct dist__hold *h);
 /* Renews the calling thread's hold of names now, with kind k's renewal
  * script on keys (NULL: the name alone), for ms: on the condition that the
  * owner still holds it.  1 renewed, 0 the owner holds nothing, -1 Redis

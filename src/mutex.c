@@ -286,3 +286,20 @@ int dist_mutex_token(dist_mutex_t *m, uint64_t *token)
         return dist__cohort_token(o, token);
     return dist__token(o, 0, token);
 }
+
+int dist_mutex_lease_left(dist_mutex_t *m, struct timespec *left)
+{
+    DIST__KEEP_ERRNO;
+    struct dist__obj *o;
+    int rc;
+
+    if (!left)
+        return dist__err(EINVAL, "left is NULL");
+    left->tv_sec = 0;
+    left->tv_nsec = 0;
+    if ((rc = get_obj(m, &o)) != 0)
+        return rc;
+    if (o->flags & DIST__MUTEX_COHORT)
+        return dist__cohort_lease_left(o, left);
+    return dist__lease_left(o, left);
+}

@@ -3,6 +3,12 @@
  * script calls, reports holds it finds lost, and finishes releases whose
  * reply was lost on the way back.
  *
+ * Beside it the watch thread, which makes no network call: it declares a
+ * watchdog hold lost at its safe-until bound, the last acknowledged send
+ * plus the lease less a margin, unless a newer renewal was acknowledged
+ * by then, so that the holder hears of it before the server can have let
+ * the hold go, however long the renewal thread's calls are held up.
+ *
  * An "unknown" outcome on an entry means Redis may count one hold more
  * than the owner does (an acquire or release ran but its reply never came
  * back).  The thread settles it with the kind's conditional release, so no
@@ -32,6 +38,14 @@ static struct {
     pthread_t th;
     struct dist__hold *head;   /* registered or unsettled entries */
 } R = { .mu = PTHREAD_MUTEX_INITIALIZER };
+
+/* The watch thread; under R.mu. */
+static struct {
+    pthread_cond_t cv;         /* wakes it (made with R.cv) */
+    int running, stop;
+    uint64_t wake_at;          /* when it next looks; 0: not planned */
+    pthread_t th;
+} W;
 
 static pthread_once_t renew_once = PTHREAD_ONCE_INIT;
 
@@ -106,17 +120,25 @@ static void unlink_hold(struct dist__hold *h)
 }
 
 static void *renew_main(void *arg);
+static void *watch_main(void *arg);
+
+/* Called with R.mu held. */
+static void ensure_cvs(void)
+{
+    if (!R.cv_ready) {
+        dist__cond_init_mono(&R.cv);
+        dist__cond_init_mono(&R.settled);
+        dist__cond_init_mono(&W.cv);
+        R.cv_ready = 1;
+    }
+}
 
 /* Called with R.mu held. */
 static void ensure_thread(void)
 {
     if (R.running)
         return;
-    if (!R.cv_ready) {
-        dist__cond_init_mono(&R.cv);
-        dist__cond_init_mono(&R.settled);
-        R.cv_ready = 1;
-    }
+    ensure_cvs();
     R.stop = 0;
     if (dist__thread_start(&R.th, renew_main) == 0)
         R.running = 1;
@@ -124,25 +146,100 @@ static void ensure_thread(void)
         fprintf(stderr, "distlock: cannot start the renewal thread\n");
 }
 
+/* Called with R.mu held.  Without the watch thread (it could not be
+ * started) the renewal thread still finds a hold past its bound, when a
+ * renewal of it ends. */
+static void ensure_watch(void)
+{
+    if (W.running)
+        return;
+    ensure_cvs();
+    W.stop = 0;
+    if (dist__thread_start(&W.th, watch_main) == 0)
+        W.running = 1;
+    else
+        fprintf(stderr, "distlock: cannot start the watch thread\n");
+}
+
 static unsigned long period_of(const struct dist__hold *h)
 {
     return h->period_ms ? h->period_ms : dist__watchdog_ms() / 3;
+}
+
+static unsigned long ms_of(const struct dist__hold *h)
+{
+    return h->renew_ms ? h->renew_ms : dist__watchdog_ms();
+}
+
+unsigned long dist__safe_margin_ms(unsigned long lease_ms)
+{
+    unsigned long m = lease_ms / 100 + dist__lease_margin_ms();
+
+    return m < lease_ms / 3 ? m : lease_ms / 3;
+}
+
+/* h's lease runs at least until valid_until (0: unknown), so it is safe
+ * until the margin before that.  R.mu held. */
+static void set_bound(struct dist__hold *h, uint64_t valid_until)
+{
+    h->valid_until = valid_until;
+    h->safe_until = h->kind && valid_until
+                    ? valid_until - dist__safe_margin_ms(ms_of(h)) : 0;
+}
+
+/* Whether h is past its safe-until bound at now: the server may let it
+ * go soon, so it counts as lost.  R.mu held. */
+static int past_safe(const struct dist__hold *h, uint64_t now)
+{
+    return h->kind && h->safe_until && now >= h->safe_until;
+}
+
+/* The watch thread sleeps until the earliest bound; one that is sooner
+ * than its plan wakes it.  R.mu held. */
+static void watch_plan(const struct dist__hold *h)
+{
+    if (!h->safe_until)
+        return;
+    ensure_watch();
+    if (W.running && (!W.wake_at || h->safe_until < W.wake_at))
+        pthread_cond_signal(&W.cv);
 }
 
 void dist__renew_add(struct dist__hold *h, uint64_t valid_until)
 {
     pthread_mutex_lock(&R.mu);
     h->registered = 1;
-    h->valid_until = valid_until;
+    set_bound(h, valid_until);
     h->due = dist__now_ms() + period_of(h);   /* its lease was just set */
     link_hold(h);
     ensure_thread();
+    watch_plan(h);
     /* a thread asleep past this entry's first renewal must plan again */
     if (R.wake_at > h->due) {
         R.kick = 1;
         pthread_cond_signal(&R.cv);
     }
     pthread_mutex_unlock(&R.mu);
+}
+
+void dist__renew_acked(struct dist__hold *h, uint64_t valid_until)
+{
+    pthread_mutex_lock(&R.mu);
+    if (h->registered && !atomic_load(&h->lost) && h->valid_until &&
+        valid_until > h->valid_until)
+        set_bound(h, valid_until);
+    pthread_mutex_unlock(&R.mu);
+}
+
+uint64_t dist__renew_safe_until(struct dist__hold *h)
+{
+    uint64_t until;
+
+    pthread_mutex_lock(&R.mu);
+    until = h->registered && !atomic_load(&h->lost) &&
+            !atomic_load(&h->let_go) ? h->safe_until : 0;
+    pthread_mutex_unlock(&R.mu);
+    return until;
 }
 
 struct dist__hold *dist__waiter_start(struct dist__names *names,
@@ -405,31 +502,30 @@ static int nkeys_of(const struct dist__hold *h)
 
 /* After a renewal of h that was sent at sent: whether its hold is to be
  * reported lost.  Gone, it is.  Renewed, it is too when the answer came
- * back after the lease h last had ran out: for a while the owner went on
- * as the holder with nothing to show that it still was (a slow network or
- * server, or a starved renewal thread), which is what the lost handler is
- * for; the owner then gets EPERM from its unlock, and what Redis still
- * keeps of the hold ends with its lease.  Otherwise the lease now runs from
- * sent.  R.mu held. */
+ * back after h's safe-until bound: the owner was told, or is about to be
+ * (the watch thread), that the hold may be gone, since nothing showed that
+ * it still was (a slow network or server, or a starved renewal thread);
+ * the owner then gets EPERM from its unlock, and what Redis still keeps of
+ * the hold ends with its lease.  Otherwise the lease now runs from sent.
+ * R.mu held. */
 static int renewal_lost(struct dist__hold *h, int renewed, uint64_t sent,
                         unsigned long ms)
 {
-    uint64_t now = dist__now_ms();
-
     if (!renewed)
         return 1;
-    if (h->kind && h->valid_until && now > h->valid_until)
+    if (past_safe(h, dist__now_ms()))
         return 1;
-    h->valid_until = sent + ms;
+    set_bound(h, sent + ms);
     return 0;
 }
 
-/* The lease of h ran out before any renewal was confirmed: Redis may have
- * let the hold go (and given it to another) while renewals went
- * unanswered or were answered with what no renewal script returns. */
+/* h passed its safe-until bound before any renewal was confirmed: Redis
+ * may let the hold go (and give it to another) soon, while renewals went
+ * unanswered or were answered with what no renewal script returns.  (The
+ * watch thread has found it already, unless it could not be started.) */
 static int lease_over(const struct dist__hold *h)
 {
-    return h->kind && h->valid_until && dist__now_ms() > h->valid_until;
+    return past_safe(h, dist__now_ms());
 }
 
 /* What one renewal call did to each of its n entries; r the reply, NULL
@@ -564,11 +660,6 @@ int dist__renew_one(const struct dist__kind *k, struct dist__names *names,
         rc = -1;
     freeReplyObject(r);
     return rc == 0 ? ok != 0 : -1;
-}
-
-static unsigned long ms_of(const struct dist__hold *h)
-{
-    return h->renew_ms ? h->renew_ms : dist__watchdog_ms();
 }
 
 /* One round over the registry: settles unknown outcomes, renews what is due, and
@@ -748,25 +839,99 @@ static void *renew_main(void *arg)
     return NULL;
 }
 
+/* Marks lost every watched hold past its safe-until bound, into lost;
+ * returns the earliest bound still ahead (monotonic ms; 0: none).  A hold
+ * in flight is marked too: batch_results then leaves it alone, as one that
+ * is no longer registered.  R.mu held. */
+static uint64_t watch_tick(struct lostlist *lost)
+{
+    uint64_t now = dist__now_ms(), next = 0;
+    struct dist__hold *h;
+
+    for (h = R.head; h; h = h->rnext) {
+        if (!h->registered || h->orphan || !h->safe_until ||
+            atomic_load(&h->lost) || atomic_load(&h->let_go))
+            continue;
+        if (past_safe(h, now)) {
+            atomic_store(&h->lost, 1);
+            h->registered = 0;
+            note_lost(lost, h);
+        } else if (!next || h->safe_until < next) {
+            next = h->safe_until;
+        }
+    }
+    return next;
+}
+
+/* The watch thread: no network call, no lock but R.mu, so that a renewal
+ * held up by a silent server cannot hold up the news.  It is late only by
+ * its own wake-up and by a lost handler still running for another hold. */
+static void *watch_main(void *arg)
+{
+    struct timespec ts;
+    uint64_t look = 0, wake;
+    int orphaned = 0;
+
+    DIST__UNUSED(arg);
+    pthread_mutex_lock(&R.mu);
+    while (!W.stop) {
+        struct lostlist lost = { 0 };
+
+        W.wake_at = watch_tick(&lost);
+        if (lost.n) {
+            pthread_mutex_unlock(&R.mu);
+            report_lost(&lost);
+            pthread_mutex_lock(&R.mu);
+            continue;            /* time passed in the handler: look again */
+        }
+        free(lost.v);
+        /* The program's threads are all gone: this one must not keep the
+         * process alive either (see renew_main). */
+        if (dist__threads_orphaned(&look)) {
+            orphaned = 1;
+            W.running = 0;
+            pthread_detach(pthread_self());
+            break;
+        }
+        wake = W.wake_at && W.wake_at < look ? W.wake_at : look;
+        dist__ms_to_ts(wake, &ts);
+        if (!W.stop)
+            pthread_cond_timedwait(&W.cv, &R.mu, &ts);
+    }
+    W.wake_at = 0;
+    pthread_mutex_unlock(&R.mu);
+    if (orphaned)
+        dist__thread_orphan_exit();
+    return NULL;
+}
+
 void dist__renew_shutdown(void)
 {
     struct dist__hold *h, *next;
-    pthread_t th;
-    int running;
+    pthread_t th, wth;
+    int running, watching;
 
     pthread_once(&renew_once, renew_register);
     pthread_mutex_lock(&R.mu);
     running = R.running;
     th = R.th;
     R.stop = 1;
-    if (R.cv_ready)
+    watching = W.running;
+    wth = W.th;
+    W.stop = 1;
+    if (R.cv_ready) {
         pthread_cond_signal(&R.cv);
+        pthread_cond_signal(&W.cv);
+    }
     pthread_mutex_unlock(&R.mu);
     if (running)
         pthread_join(th, NULL);
+    if (watching)
+        pthread_join(wth, NULL);
 
     pthread_mutex_lock(&R.mu);
     R.running = 0;
+    W.running = 0;
     /* The lock objects still own their holds; only orphans are ours. */
     for (h = R.head; h; h = next) {
         next = h->rnext;
@@ -794,8 +959,12 @@ void dist__renew_fork(int phase)
         if (R.cv_ready) {
             dist__cond_init_mono(&R.cv);
             dist__cond_init_mono(&R.settled);
+            dist__cond_init_mono(&W.cv);
         }
         R.running = 0;
+        W.running = 0;
+        W.stop = 0;
+        W.wake_at = 0;
         R.stop = 0;
         R.kick = 0;
         R.idle_at = 0;

@@ -150,8 +150,8 @@ void dist__sigpipe_restore(struct dist__sigpipe *s)
 /* ---- the library's threads and the life of the process ----------------
  *
  * A pthread program ends when its last thread does, main's pthread_exit
- * included.  The library's threads (renewal, pub/sub) must not keep it
- * going: each asks now and then (dist__threads_orphaned) whether any
+ * included.  The library's threads (renewal, watch, pub/sub) must not keep
+ * it going: each asks now and then (dist__threads_orphaned) whether any
  * thread but the library's is left, and when none is, leaves.  glibc ends
  * the process with exit(0) as the last of them returns, as it would have
  * when the program's last thread did.  /proc/self/stat says how many

@@ -187,17 +187,18 @@ static void test_env_default(void **state)
 
 struct other {
     dist_mutex_t *m;
-    int unlock_rc, token_rc, try_rc, timed_rc;
+    int unlock_rc, token_rc, try_rc, timed_rc, left_rc;
 };
 
 static void *other_main(void *arg)
 {
     struct other *o = arg;
-    struct timespec ts = realtime_in(0.2);
+    struct timespec ts = realtime_in(0.2), left;
     uint64_t tok;
 
     o->unlock_rc = dist_mutex_unlock(o->m);
     o->token_rc = dist_mutex_token(o->m, &tok);
+    o->left_rc = dist_mutex_lease_left(o->m, &left);
     o->try_rc = dist_mutex_trylock(o->m);
     o->timed_rc = dist_mutex_timedlock(o->m, &ts);
     return NULL;
@@ -212,24 +213,30 @@ static void test_recursive(void **state)
     dist_mutex_t m;
     struct other o;
     pthread_t th;
+    struct timespec left;
     uint64_t t1, t2;
 
     (void)state;
     NAME(name, "m");
     assert_int_equal(init_cohort(&m, name, DIST_MUTEX_RECURSIVE), 0);
+    assert_int_equal(dist_mutex_lease_left(&m, &left), EPERM);
     assert_int_equal(dist_mutex_lock(&m), 0);
     assert_int_equal(dist_mutex_token(&m, &t1), 0);
+    /* the cohort's Redis hold's bound, to the owner only */
+    assert_int_equal(dist_mutex_lease_left(&m, &left), 0);
+    assert_true(left.tv_sec >= 19 && left.tv_sec <= 29);
     assert_int_equal(dist_mutex_lock(&m), 0);
     assert_int_equal(dist_mutex_trylock(&m), 0);
     assert_int_equal(count_of(name), 1);
     assert_int_equal(dist_mutex_token(&m, &t2), 0);
     assert_true(t1 == t2);
 
-    o = (struct other){ &m, -1, -1, -1, -1 };
+    o = (struct other){ &m, -1, -1, -1, -1, -1 };
     assert_int_equal(pthread_create(&th, NULL, other_main, &o), 0);
     assert_int_equal(pthread_join(th, NULL), 0);
     assert_int_equal(o.unlock_rc, EPERM);
     assert_int_equal(o.token_rc, EPERM);
+    assert_int_equal(o.left_rc, EPERM);
     assert_int_equal(o.try_rc, EBUSY);
     assert_int_equal(o.timed_rc, ETIMEDOUT);
 

@@ -164,8 +164,12 @@ static void test_guards()
     {
         std::lock_guard<distlock::mutex> g(m);
         t1 = m.token();
+        /* surely ours for most of the 30 s watchdog lease */
+        CHECK(m.lease_left() > std::chrono::seconds(15));
+        CHECK(m.lease_left() <= std::chrono::seconds(30));
     }
     CHECK_THROWS(m.token(), EPERM);
+    CHECK(m.lease_left() == std::chrono::nanoseconds::zero());
     {
         std::unique_lock<distlock::mutex> u(m, std::defer_lock);
         CHECK(!u.owns_lock());
@@ -382,6 +386,7 @@ static void test_shared_mutex()
         std::unique_lock<distlock::shared_mutex> u(rw);
         std::uint64_t t = rw.token();
         CHECK(t > 0);
+        CHECK(rw.lease_left() > std::chrono::seconds(15));
         std::atomic<int> rtry(-1);
         std::thread rt([&] { rtry = rw.try_lock_shared() ? 1 : 0; });
         rt.join();
@@ -392,7 +397,9 @@ static void test_shared_mutex()
         CHECK(!rw.try_lock());                /* no upgrade: false */
         CHECK_THROWS(rw.lock(), EDEADLK);
         CHECK_THROWS(rw.token(), EPERM);
+        CHECK(rw.lease_left() > std::chrono::seconds(15));   /* read holds */
     }
+    CHECK(rw.lease_left() == std::chrono::nanoseconds::zero());
 }
 
 /* A clock of its own, a second behind the steady clock, for the path of

@@ -287,10 +287,15 @@ static void check_case(void **state)
 /* A hold taken on a good answer, then every renewal (the watchdog's
  * EVALSHA of mutex_renew or rwlock_renew, every lease / 3) answered with
  * a lie.  The renewal thread must neither crash nor spin (its CPU time and
- * its calls are counted), must report the hold lost to the lost handler
- * once its lease ran out unconfirmed, and the next unlock says EPERM. */
+ * its calls are counted), the hold must be reported lost to the lost
+ * handler once its safe-until bound passed unconfirmed (the lease less the
+ * default safety margin), never before, and the next unlock says EPERM. */
 
 #define LEASE_MS    1500UL      /* the watchdog lease of the renewal cases */
+#define MARGIN_MS   200UL       /* dist_set_lease_margin_ms (the default) */
+/* its safe-until bound after the acquire: the margin is a hundredth of
+ * the lease + MARGIN_MS */
+#define SAFE_S ((LEASE_MS - LEASE_MS / 100 - MARGIN_MS) / 1000.0)
 #define LOST_BOUND_S ((LEASE_MS + TIMEOUT_MS) / 1000.0 + 2.0)
 
 struct renew_case {
@@ -356,6 +361,7 @@ static void run_renew(const void *arg, void *res)
     snprintf(name, sizeof name, "liar:%d", (int)getpid());
     if (dist_set_url(url()) != 0 || dist_set_timeout_ms(TIMEOUT_MS) != 0 ||
         dist_set_watchdog_ms(LEASE_MS) != 0 ||
+        dist_set_lease_margin_ms(MARGIN_MS) != 0 ||
         dist_set_lost_handler(on_lost, NULL) != 0 ||
         lock_init(&l, c->kind, name) != 0 ||
         do_op(&l, c->kind, OP_TRY) != 0) {
@@ -420,10 +426,10 @@ static void check_renew(void **state)
     if (o.lost_after > LOST_BOUND_S)
         fail_msg("the hold was reported lost after %.3f s, more than %.3f s",
                  o.lost_after, LOST_BOUND_S);
-    /* the lease ran out unconfirmed: never reported before it did */
-    if (o.lost_after < LEASE_MS / 1000.0 - 0.1)
-        fail_msg("reported lost after %.3f s, before the %.3f s lease ran out",
-                 o.lost_after, LEASE_MS / 1000.0);
+    /* unconfirmed past its safe-until bound: never reported before it */
+    if (o.lost_after < SAFE_S - 0.1)
+        fail_msg("reported lost after %.3f s, before its safe-until bound "
+                 "(%.3f s)", o.lost_after, SAFE_S);
     assert_int_equal(o.token_rc, EPERM);
     assert_int_equal(o.unlock_rc, EPERM);
 }

@@ -1043,6 +1043,97 @@ static void test_fencing_token(void **state)
     assert_int_equal(dist_mutex_destroy(&m), 0);
 }
 
+/* ---- 19b ----------------------------------------------------------------- */
+
+static double secs_of(const struct timespec *ts)
+{
+    return (double)ts->tv_sec + (double)ts->tv_nsec / 1e9;
+}
+
+/* dist_mutex_lease_left: EPERM with a zero left when not held; while held,
+ * the send of the last acknowledged acquire or renewal + the lease - the
+ * margin (a hundredth of the lease + dist_set_lease_margin_ms), minus now:
+ * at most that, at least what is left after a renewal period; a reentrant
+ * lock's acquire moves it forward (it sets the lease again); renewals keep
+ * it from running out.  An explicit lease gives the same bound from its
+ * lock call, nothing renews it, and past the bound it is EPERM while the
+ * lost handler is not called (the unlock asks the server). */
+static void test_lease_left(void **state)
+{
+    char name[200], nlease[200];
+    dist_mutex_t m, leased;
+    dist_mutexattr_t at;
+    struct timespec left, left2;
+    double t0;
+
+    (void)state;
+    NAME(name, "m");
+    NAME(nlease, "leased");
+    fx_dirty = 1;
+    fx_lost_reset();
+    assert_int_equal(dist_set_lost_handler(fx_on_lost, NULL), 0);
+    assert_int_equal(dist_set_watchdog_ms(1500), 0);
+    assert_int_equal(dist_set_lease_margin_ms(200), 0);
+    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
+    left.tv_sec = 7;
+    assert_int_equal(dist_mutex_lease_left(&m, &left), EPERM);
+    assert_true(left.tv_sec == 0 && left.tv_nsec == 0);
+    assert_int_equal(dist_mutex_lease_left(&m, NULL), EINVAL);
+
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_mutex_lease_left(&m, &left), 0);
+    /* 1500 - 15 - 200 ms at most; a fresh hold has two thirds of its
+     * lease left at least, less the margin */
+    assert_dbl_range(secs_of(&left), 1.0 - 0.215, 1.285);
+    /* the second acquire sets the lease again, from its own send */
+    tu_sleep_ms(100);
+    assert_int_equal(dist_mutex_lease_left(&m, &left), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_mutex_lease_left(&m, &left2), 0);
+    if (secs_of(&left2) <= secs_of(&left))
+        fail_msg("a reentrant lock left %.3f s, %.3f s before it",
+                 secs_of(&left2), secs_of(&left));
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    /* two leases later the renewals have kept it */
+    t0 = tu_now();
+    while (tu_now() - t0 < 3.0) {
+        assert_int_equal(dist_mutex_lease_left(&m, &left), 0);
+        assert_dbl_range(secs_of(&left), 0.0, 1.285);
+        tu_sleep_ms(50);
+    }
+    /* no fixed part: the margin is the hundredth */
+    assert_int_equal(dist_set_lease_margin_ms(0), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_mutex_lease_left(&m, &left), 0);
+    assert_dbl_range(secs_of(&left), 1.285, 1.485);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_set_lease_margin_ms(200), 0);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_lease_left(&m, &left), EPERM);
+    assert_true(left.tv_sec == 0 && left.tv_nsec == 0);
+
+    /* an explicit lease of 1 s: surely ours for 1000 - 10 - 200 ms */
+    assert_int_equal(dist_mutexattr_init(&at), 0);
+    assert_int_equal(dist_mutexattr_setlease(&at, 1000), 0);
+    assert_int_equal(dist_mutex_init(&leased, nlease, &at), 0);
+    assert_int_equal(dist_mutex_lock(&leased), 0);
+    t0 = tu_now();
+    assert_int_equal(dist_mutex_lease_left(&leased, &left), 0);
+    assert_dbl_range(secs_of(&left), 0.3, 0.790);
+    while (tu_now() - t0 < 1.2)
+        tu_sleep_ms(20);
+    assert_int_equal(dist_mutex_lease_left(&leased, &left), EPERM);
+    assert_int_equal(fx_lost_calls(NULL), 0);
+    assert_int_equal(dist_mutex_unlock(&leased), EPERM);  /* it expired */
+    assert_int_equal(fx_lost_calls(nlease), 1);
+
+    assert_int_equal(dist_mutex_destroy(&leased), 0);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+    assert_int_equal(fx_lost_calls(name), 0);
+    dist_set_lost_handler(NULL, NULL);
+    fx_restore_defaults(NULL);
+}
+
 /* ---- 20 ------------------------------------------------------------------ */
 
 /* lock with a fault of p armed: it fires (fired in all), and the lock is
@@ -1232,6 +1323,7 @@ int main(void)
         T(test_fork_child_identity),
         T(test_destroy_and_names),
         T(test_fencing_token),
+        T(test_lease_left),
         T(test_lost_reply_proxy),
         T(test_same_name_two_objects),
         T(test_acl_user_without_password),

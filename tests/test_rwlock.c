@@ -1403,6 +1403,37 @@ static void test_token(void **state)
     assert_int_equal(dist_rwlock_destroy(&rw), 0);
 }
 
+/* dist_rwlock_lease_left: one bound for a thread's holds of either side,
+ * within the watchdog lease less the margin (30 s - 0.3 s - 0.2 s), EPERM
+ * with a zero left once it holds neither; EINVAL for NULL. */
+static void test_lease_left(void **state)
+{
+    char name[200];
+    dist_rwlock_t rw;
+    struct timespec left;
+
+    (void)state;
+    NAME(name, "rw");
+    assert_int_equal(dist_rwlock_init(&rw, name, NULL), 0);
+    assert_int_equal(dist_rwlock_lease_left(&rw, &left), EPERM);
+    assert_int_equal(dist_rwlock_lease_left(&rw, NULL), EINVAL);
+    assert_int_equal(dist_rwlock_rdlock(&rw), 0);
+    assert_int_equal(dist_rwlock_lease_left(&rw, &left), 0);
+    assert_true(left.tv_sec >= 19 && left.tv_sec <= 29);
+    assert_int_equal(dist_rwlock_unlock(&rw), 0);
+    assert_int_equal(dist_rwlock_lease_left(&rw, &left), EPERM);
+    assert_true(left.tv_sec == 0 && left.tv_nsec == 0);
+    assert_int_equal(dist_rwlock_wrlock(&rw), 0);
+    assert_int_equal(dist_rwlock_rdlock(&rw), 0);
+    assert_int_equal(dist_rwlock_lease_left(&rw, &left), 0);
+    assert_true(left.tv_sec >= 19 && left.tv_sec <= 29);
+    assert_int_equal(dist_rwlock_unlock(&rw), 0);
+    assert_int_equal(dist_rwlock_lease_left(&rw, &left), 0);  /* a read */
+    assert_int_equal(dist_rwlock_unlock(&rw), 0);
+    assert_int_equal(dist_rwlock_lease_left(&rw, &left), EPERM);
+    assert_int_equal(dist_rwlock_destroy(&rw), 0);
+}
+
 /* ---- 19 ------------------------------------------------------------------ */
 
 /* Replies lost on the way back: each call is settled by running it again,
@@ -1675,6 +1706,7 @@ int main(void)
         T(test_redisson_layout),
         T(test_destroy_and_names),
         T(test_token),
+        T(test_lease_left),
         T(test_lost_reply_proxy),
         T(test_watchdog_and_lost),
         T(test_fork_child),
