@@ -1143,9 +1143,9 @@ static int count_dir(const char *dir, const char *prefix)
 
 static long leftover_clients_of(int skip_unix);
 
-/* The library runs two threads of its own (renewal, pub/sub) and each
- * thread keeps one link per server it talks to; the renewal and pub/sub
- * threads one each too.  On one server a worker has at most T + 2 links
+/* The library runs three threads of its own (renewal, pub/sub, and the
+ * watch thread, which has no link) and each thread keeps one link per
+ * server it talks to; the renewal and pub/sub threads one each too.  On one server a worker has at most T + 2 links
  * and T counter connections; on Sentinel, links to every data node and
  * sentinel are allowed. */
 static void take_census(void)
@@ -1153,7 +1153,7 @@ static void take_census(void)
     int servers = topo ? tu_sentinel_nodes(topo) + tu_sentinel_count(topo) : 1;
     char dir[64];
 
-    census.threads_ok = opt.threads + 2 + SANITIZER_THREADS;
+    census.threads_ok = opt.threads + 3 + SANITIZER_THREADS;
     census.socks_ok = (opt.threads + 2) * servers + opt.threads;
     for (int p = 0; p < opt.procs; p++) {
         int t, k;
@@ -1640,6 +1640,10 @@ static void print_faults_losses(const struct tc_history *h,
            "data-loss window, %lu unlocks gave EPERM, %lu holders killed\n",
            (unsigned long)h->nlost,
            res->lost_sections, eperm, killed);
+    /* self-fencing: a lost holder is told before another can hold */
+    printf("  lost holders told after the next hold began: %lu (goal 0), "
+           "and %lu whose own process was stopped or killed\n",
+           res->told_late, res->told_late_own);
     for (int k = 0; k <= F_COUNT; k++)
         if (src[k])
             printf("    EPERM after %-26s %6lu\n",

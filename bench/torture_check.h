@@ -193,6 +193,12 @@ struct tc_result {
     unsigned long sections;      /* completed sections checked */
     unsigned long lost_sections; /* of them, excused by a documented loss */
     unsigned long killed;        /* sections ended by their process's death */
+    /* Self-fencing: overlapping pairs whose earlier hold was lost (no data
+     * loss meanwhile) and whose holder was told only after the other hold
+     * began; the goal is 0.  Of them, those whose holder's process was
+     * itself stopped or killed meanwhile, which no library can see. */
+    unsigned long told_late;
+    unsigned long told_late_own;
     unsigned long items;         /* queue items checked */
     /* The fence (the two figures of the run: stale_accepted, the same as
      * violations[TC_V_STALE_WRITE], must be 0; legit_refused is today a

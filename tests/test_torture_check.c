@@ -154,6 +154,7 @@ static void test_documented_loss(void **state)
     res = run(&h);
     assert_int_equal(res.total, 0);
     assert_int_equal(res.lost_sections, 1);
+    assert_int_equal(res.told_late, 0);     /* told at 8, before 9 */
     assert_int_equal(res.refused, 1);
     assert_int_equal(res.refused_lost, 1);
     assert_int_equal(res.legit_refused, 0);
@@ -166,6 +167,43 @@ static void test_documented_loss(void **state)
     assert_int_equal(res.violations[TC_V_COUNTER], 2);
     assert_int_equal(res.stale_accepted, 1);
     assert_int_equal(res.total, 3);
+}
+
+/* Self-fencing: the same loss, but its holder was told at 12 ms, after
+ * the second hold began at 9: excused as a loss, and counted as told
+ * late; not counted when the holder's process was stopped meanwhile, or
+ * the server lost its data. */
+static void test_told_late(void **state)
+{
+    struct tc_rec rec[] = {
+        sect(1, 0, TC_EXCL, 0, 10, 1), sect(2, 0, TC_EXCL, 9, 20, 2),
+    };
+    struct tc_lost lost = { T0 + 12 * MS, 1, 0 };
+    struct tc_fault stop = { T0 + 2 * MS, T0 + 11 * MS, 1, 0, 0 };
+    struct tc_history h = hist(rec, 2);
+    struct tc_result res;
+
+    (void)state;
+    rec[0].unlock_rc = EPERM;
+    rec[0].flags = TC_F_READ | TC_F_STALE;   /* refused at its write */
+    h.lost = &lost;
+    h.nlost = 1;
+    h.counter[0] = 1;
+    res = run(&h);
+    assert_int_equal(res.total, 0);
+    assert_int_equal(res.told_late, 1);
+    assert_int_equal(res.told_late_own, 0);
+
+    h.fault = &stop;                        /* its process was stopped */
+    h.nfault = 1;
+    res = run(&h);
+    assert_int_equal(res.told_late, 0);
+    assert_int_equal(res.told_late_own, 1);
+
+    stop.proc = TC_ALL;                     /* a restart without its data */
+    stop.loses_data = 1;
+    res = run(&h);
+    assert_int_equal(res.told_late + res.told_late_own, 0);
 }
 
 /* EPERM from unlock with no lost-handler call: a silent loss. */
@@ -660,6 +698,7 @@ int main(void)
         cmocka_unit_test(test_clean),
         cmocka_unit_test(test_overlap),
         cmocka_unit_test(test_documented_loss),
+        cmocka_unit_test(test_told_late),
         cmocka_unit_test(test_silent_loss),
         cmocka_unit_test(test_rw_overlap),
         cmocka_unit_test(test_token_backwards),
