@@ -2,6 +2,8 @@
  * mutex through the engine, sleeps on the condition's channel until its mark
  * is there, then takes the mutex back through the engine (call.c). */
 #include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kinds.h"
@@ -99,10 +101,108 @@ static int get_cond(dist_cond_t *c, struct dist__cond **out)
     return 0;
 }
 
+/* ---- the local waits --------------------------------------------------------- */
+
+/* One wait of a local thread, listed on its condition from its start to
+ * its end.  A destroy asks Redis about those asleep, and a condition
+ * destroyed while woken threads still leave is freed by the last one. */
+enum { WT_ENTERING, WT_ASLEEP, WT_WOKEN };
+struct dist__cond_wt {
+    struct dist__cond_wt *next;
+    int phase;
+    char owner[64];               /* in the queue while not signalled */
+};
+
+static void wt_enter(struct dist__cond *cv, struct dist__cond_wt *wt)
+{
+    size_t len;
+    const char *owner = dist__owner(&len);
+
+    wt->phase = WT_ENTERING;
+    snprintf(wt->owner, sizeof wt->owner, "%.*s", (int)len, owner);
+    pthread_mutex_lock(&cv->mu);
+    wt->next = cv->wts;
+    cv->wts = wt;
+    cv->entered++;
+    pthread_mutex_unlock(&cv->mu);
+}
+
+static void wt_phase(struct dist__cond *cv, struct dist__cond_wt *wt,
+                     int phase)
+{
+    pthread_mutex_lock(&cv->mu);
+    wt->phase = phase;
+    pthread_mutex_unlock(&cv->mu);
+}
+
+/* The wait's last touch of cv. */
+static void wt_leave(struct dist__cond *cv, struct dist__cond_wt *wt)
+{
+    struct dist__cond_wt **p;
+    int last;
+
+    pthread_mutex_lock(&cv->mu);
+    for (p = &cv->wts; *p && *p != wt; p = &(*p)->next)
+        ;
+    if (*p)
+        *p = wt->next;
+    last = cv->doomed && !cv->wts;
+    pthread_mutex_unlock(&cv->mu);
+    if (last)
+        dist__cond_free(cv);
+}
+
+/* Whether a local thread is still blocked on cv: one that has not given
+ * its mutex up yet, or one asleep that no signal or broadcast marked yet
+ * (Redis's queue says).  A thread marked and not yet awake, or taking its
+ * mutex back, is not: POSIX lets a condition be destroyed right after a
+ * broadcast.  0 with *gen (the waits begun by then), or EBUSY. */
+static int still_blocked(struct dist__cond *cv, unsigned long *gen)
+{
+    char (*owners)[64] = NULL;
+    struct dist__cond_wt *wt;
+    int n = 0, busy = 0, any = 0, rc = 0;
+    char why[256];
+
+    pthread_mutex_lock(&cv->mu);
+    *gen = cv->entered;
+    for (wt = cv->wts; wt; wt = wt->next) {
+        busy |= wt->phase == WT_ENTERING;
+        n += wt->phase == WT_ASLEEP;
+    }
+    if (!busy && n > 0 && (owners = malloc(sizeof *owners * (size_t)n))) {
+        n = 0;
+        for (wt = cv->wts; wt; wt = wt->next)
+            if (wt->phase == WT_ASLEEP)
+                memcpy(owners[n++], wt->owner, sizeof wt->owner);
+    }
+    pthread_mutex_unlock(&cv->mu);
+    if (busy || (n > 0 && !owners)) {
+        free(owners);
+        return dist__err(EBUSY, "condition '%s' has waiters in this process",
+                         cv->names->name.p);
+    }
+    if (n > 0)
+        rc = dist__cond_queued(cv, (const char (*)[64])owners, n, &any);
+    free(owners);
+    if (rc != 0) {
+        snprintf(why, sizeof why, "%s", dist_last_error());
+        return dist__err(EBUSY, "condition '%s' has waiters in this process, "
+                         "and Redis could not say whether a signal woke "
+                         "them: %s", cv->names->name.p, why);
+    }
+    if (any)
+        return dist__err(EBUSY, "condition '%s' has waiters in this process",
+                         cv->names->name.p);
+    return 0;
+}
+
 int dist_cond_destroy(dist_cond_t *c)
 {
     DIST__KEEP_ERRNO;
     struct dist__cond *cv;
+    unsigned long gen;
+    int rc, now;
 
     if (!c)
         return dist__err(EINVAL, "condition is NULL");
@@ -111,15 +211,33 @@ int dist_cond_destroy(dist_cond_t *c)
         return 0;
     if (cv->magic != DIST__COND_MAGIC)
         return dist__err(EINVAL, "condition is not initialised (or destroyed)");
-    if (atomic_load(&cv->waiting) > 0)
+    if ((rc = still_blocked(cv, &gen)) != 0)
+        return rc;
+    pthread_mutex_lock(&cv->mu);
+    if (cv->entered != gen) {          /* a wait began meanwhile */
+        pthread_mutex_unlock(&cv->mu);
         return dist__err(EBUSY, "condition '%s' has waiters in this process",
                          cv->names->name.p);
+    }
     __atomic_store_n((struct dist__cond **)&c->__impl, NULL, __ATOMIC_RELEASE);
-    dist__cond_free(cv);
+    cv->doomed = 1;
+    now = !cv->wts;
+    pthread_mutex_unlock(&cv->mu);
+    if (now)
+        dist__cond_free(cv);
     return 0;
 }
 
 /* ---- waiting ---------------------------------------------------------------- */
+
+/* One wait. */
+struct cwait {
+    struct dist__cond *cv;
+    struct dist__obj *o;
+    struct dist__chan *ch;
+    struct dist__hold *w;         /* the waiter's liveness renewal */
+    struct dist__cond_wt wt;
+};
 
 /* How long to sleep before looking again: until the next message, the
  * deadline, or the safety net (a message can be missed; the mark cannot). */
@@ -134,16 +252,18 @@ static uint64_t next_look(uint64_t deadline, uint64_t in_ms)
  * and it left (ETIMEDOUT).  Never fails: when Redis cannot be reached for
  * longer than the patience, it ends as a spurious wake-up, and taking the
  * mutex back says what is wrong. */
-static int sleep_marked(struct dist__cond *cv, struct dist__chan *ch,
-                        const struct dist__deadline *dl, uint64_t deadline)
+static int sleep_marked(struct cwait *cw, const struct dist__deadline *dl,
+                        uint64_t deadline)
 {
+    struct dist__cond *cv = cw->cv;
     uint64_t failing = 0;
     int last = 0, res, rc;
 
-    dist__sub_wait_ready(ch, next_look(deadline, dist__waiter_ms()));
+    dist__sub_wait_ready(cw->ch, next_look(deadline, dist__waiter_ms()));
     for (;;) {
         /* read before the look: a message after it ends the sleep */
-        unsigned long gen = dist__sub_gen(ch);
+        unsigned long gen = dist__sub_gen(cw->ch);
+        uint64_t until;
 
         rc = dist__cond_check(cv, last, &res);
         if (rc == 0) {
@@ -166,8 +286,8 @@ static int sleep_marked(struct dist__cond *cv, struct dist__chan *ch,
                                         "out", cv->names->name.p) : 0;
             }
         }
-        dist__sub_wait_since(ch, gen, next_look(deadline, rc == 0
-                                                ? dist__waiter_ms() : 50));
+        until = next_look(deadline, rc == 0 ? dist__waiter_ms() : 50);
+        dist__sub_wait_since(cw->ch, gen, until);
         if (dist__deadline_step(dl, &deadline))
             last = 1;
     }
@@ -176,77 +296,84 @@ static int sleep_marked(struct dist__cond *cv, struct dist__chan *ch,
 /* Registered, the mutex is given up; then the sleep.  The waiter's liveness
  * is renewed meanwhile, and the channel is subscribed before the release so
  * that the first look after it is already covered by a subscription. */
-static int give_up_and_sleep(struct dist__cond *cv, struct dist__obj *o,
-                             const struct dist__deadline *dl,
+static int give_up_and_sleep(struct cwait *cw, const struct dist__deadline *dl,
                              uint64_t deadline)
 {
-    struct dist__chan *ch = dist__sub_get(&cv->keys[3]);
-    struct dist__hold *w;
+    struct dist__cond *cv = cw->cv;
     int rc, res;
 
-    if (!ch)
+    if (!(cw->ch = dist__sub_get(&cv->keys[3])))
         return dist__err(ENOMEM, "out of memory");
-    w = dist__waiter_start(cv->names, &cv->keys[0], 1);
-    if ((rc = dist__cond_register(cv, o->st->names)) != 0) {
+    cw->w = dist__waiter_start(cv->names, &cv->keys[0], 1);
+    if ((rc = dist__cond_register(cv, cw->o->st->names)) != 0) {
         /* EPERM: the mutex's hold was gone (its lease ran out, or it was
          * forced): a loss like one an unlock finds (the torture run saw
          * the handler never told) */
         if (rc == EPERM)
-            dist__hold_lost(o);
-        dist__waiter_stop(w);
-        dist__sub_put(ch);
+            dist__hold_lost(cw->o);
         return rc;
     }
+    /* in the queue from now on: Redis says whether it is still blocked */
+    wt_phase(cv, &cw->wt, WT_ASLEEP);
     /* EIO: this thread has let go, the engine finishes the release */
-    rc = dist__release_waiting(o);
+    rc = dist__release_waiting(cw->o);
     if (rc == EPERM) {
         dist__cond_check(cv, 1, &res);
-    } else {
-        rc = sleep_marked(cv, ch, dl, deadline);
-        rc = rc == ETIMEDOUT ? rc : 0;
+        return rc;
     }
-    dist__waiter_stop(w);
-    dist__sub_put(ch);
+    rc = sleep_marked(cw, dl, deadline);
+    return rc == ETIMEDOUT ? rc : 0;
+}
+
+static int give_up_guarded(struct cwait *cw, const struct dist__deadline *dl,
+                           uint64_t deadline)
+{
+    int rc = give_up_and_sleep(cw, dl, deadline);
+
+    dist__waiter_stop(cw->w);
+    dist__sub_put(cw->ch);
     return rc;
 }
 
 static int cond_wait(dist_cond_t *c, dist_mutex_t *m,
                      const struct dist__deadline *dl)
 {
-    struct dist__cond *cv;
-    struct dist__obj *o;
+    struct cwait cw = { 0 };
     uint64_t deadline = 0;
     unsigned long held;
     int rc, back;
 
-    if ((rc = get_cond(c, &cv)) != 0 || (rc = dist__mutex_obj(m, &o)) != 0)
+    if ((rc = get_cond(c, &cw.cv)) != 0 || (rc = dist__mutex_obj(m, &cw.o)) != 0)
         return rc;
     if (dl && (rc = dist__deadline_ms(dl, &deadline)) != 0)
         return rc;
-    if (o->flags & DIST__MUTEX_COHORT)
+    if (cw.o->flags & DIST__MUTEX_COHORT)
         return dist__err(EINVAL, "mutex '%s' is a cohort mutex, which a "
                          "condition wait cannot give up (see "
-                         "dist_mutexattr_setcohort)", o->st->names->name.p);
-    held = dist__held(o, 0);
+                         "dist_mutexattr_setcohort)", cw.o->st->names->name.p);
+    held = dist__held(cw.o, 0);
     if (held == 0)
         return dist__err(EPERM, "mutex '%s' is not held by this thread",
-                         o->st->names->name.p);
+                         cw.o->st->names->name.p);
     if (held > 1)
         return dist__err(EINVAL, "mutex '%s' is held %lu times by this "
                          "thread; a condition wait gives up exactly one "
-                         "hold", o->st->names->name.p, held);
-    atomic_fetch_add(&cv->waiting, 1);
-    rc = give_up_and_sleep(cv, o, dl, deadline);
-    atomic_fetch_sub(&cv->waiting, 1);
-    if (rc != 0 && rc != ETIMEDOUT)
+                         "hold", cw.o->st->names->name.p, held);
+    wt_enter(cw.cv, &cw.wt);
+    rc = give_up_guarded(&cw, dl, deadline);
+    if (rc != 0 && rc != ETIMEDOUT) {
+        wt_leave(cw.cv, &cw.wt);
         return rc;               /* EPERM, EINVAL, EIO: m as it was */
+    }
+    /* woken: no longer blocked, whatever a destroy asks */
+    wt_phase(cw.cv, &cw.wt, WT_WOKEN);
     /* the mutex comes back however the wait ended, as POSIX has it */
-    if ((back = dist__reacquire(o)) != 0)
-        return back;
-    if (rc == ETIMEDOUT)
-        return dist__err(ETIMEDOUT, "condition '%s': timed out",
-                         cv->names->name.p);
-    return 0;
+    back = dist__reacquire(cw.o);
+    if (back == 0 && rc == ETIMEDOUT)
+        dist__err(ETIMEDOUT, "condition '%s': timed out",
+                  cw.cv->names->name.p);
+    wt_leave(cw.cv, &cw.wt);
+    return back ? back : rc;
 }
 
 int dist_cond_wait(dist_cond_t *c, dist_mutex_t *m)

@@ -25,8 +25,10 @@ int dist__cond_new(const char *name, clockid_t clock, struct dist__cond **out)
 
     if ((rc = dist__check_name(name, &len)) != 0)
         return rc;
-    if (!(cv = calloc(1, sizeof *cv)) ||
-        !(cv->names = dist__names_new(name, len)))
+    if (!(cv = calloc(1, sizeof *cv)))
+        goto oom;
+    pthread_mutex_init(&cv->mu, NULL);
+    if (!(cv->names = dist__names_new(name, len)))
         goto oom;
     cv->slot = dist__keyslot(name, len);
     for (i = 0; i < DIST__COND_NKEYS; i++) {
@@ -61,6 +63,7 @@ void dist__cond_free(struct dist__cond *cv)
     for (i = 0; i < DIST__COND_NKEYS; i++)
         free((char *)cv->keys[i].p);
     dist__names_unref(cv->names);
+    pthread_mutex_destroy(&cv->mu);
     free(cv);
 }
 
@@ -148,6 +151,41 @@ int dist__cond_check(struct dist__cond *cv, int leave, int *res)
     if ((rc = run_int(DIST__S_COND_CHECK, "cond_check", 4, kv, 7, &v)) != 0)
         return rc;
     *res = (int)v;
+    return 0;
+}
+
+/* A read: nothing to fear from running twice. */
+int dist__cond_queued(struct dist__cond *cv, const char (*owners)[64], int n,
+                      int *any)
+{
+    const char *argv[4] = { "LRANGE", cv->keys[1].p, "0", "-1" };
+    const size_t lens[4] = { 6, cv->keys[1].len, 1, 2 };
+    const struct dist__cmd cmd = { 4, argv, lens };
+    redisReply *rep = NULL;
+    size_t i;
+    int j, rc;
+
+    *any = 0;
+    if ((rc = slot_ok(cv, NULL)) != 0)
+        return rc;
+    if ((rc = dist__route_cmds(&cv->keys[1], 1, &cmd, &rep, NULL)) != 0)
+        return rc == ENOMEM ? ENOMEM : EIO;
+    if (rep->type != REDIS_REPLY_ARRAY) {
+        freeReplyObject(rep);
+        return dist__err(EIO, "condition '%s': Redis answered LRANGE of its "
+                         "queue with no list", cv->names->name.p);
+    }
+    for (i = 0; i < rep->elements && !*any; i++) {
+        const redisReply *e = rep->element[i];
+
+        if (e->type != REDIS_REPLY_STRING)
+            continue;
+        for (j = 0; j < n; j++)
+            if (strlen(owners[j]) == e->len &&
+                memcmp(owners[j], e->str, e->len) == 0)
+                *any = 1;
+    }
+    freeReplyObject(rep);
     return 0;
 }
 

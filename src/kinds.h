@@ -17,6 +17,9 @@ int dist__mutex_obj(dist_mutex_t *m, struct dist__obj **out);
 #define DIST__COND_MAGIC 0x636f6e64u   /* "cond" */
 #define DIST__COND_NKEYS 4
 
+/* A local thread in a wait on a condition (cond.c). */
+struct dist__cond_wt;
+
 /* One dist_cond_t.  Its keys, named after the condition with Redisson's
  * brace rule: the waiters' liveness ZSET, the queue LIST, the signalled
  * SET and the channel (see lua/prelude_cond.lua). */
@@ -26,7 +29,12 @@ struct dist__cond {
     int slot;                     /* of every key; -1 when they differ */
     struct dist__names *names;    /* the condition's name */
     struct dist__buf keys[DIST__COND_NKEYS];
-    atomic_int waiting;           /* local threads in a wait */
+    pthread_mutex_t mu;           /* guards the three below; never held
+                                   * over network I/O */
+    struct dist__cond_wt *wts;    /* local threads in a wait */
+    unsigned long entered;        /* waits begun, ever */
+    int doomed;                   /* destroyed while woken threads were
+                                   * still leaving: the last frees it */
     atomic_ulong spurious;        /* wake-ups without a signal */
 };
 
@@ -39,6 +47,10 @@ int dist__cond_register(struct dist__cond *cv, const struct dist__names *m);
 /* Looks for the caller's mark: *res 1 signalled (mark taken), 0 not (and
  * gone when leave), -1 no longer registered.  0 or EIO. */
 int dist__cond_check(struct dist__cond *cv, int leave, int *res);
+/* Whether any of the n owners is still in the queue: waits that no signal
+ * or broadcast marked yet.  0 with *any, EIO or ENOMEM. */
+int dist__cond_queued(struct dist__cond *cv, const char (*owners)[64], int n,
+                      int *any);
 /* Marks the oldest live waiter, or all: *marked how many (may be NULL). */
 int dist__cond_signal(struct dist__cond *cv, int all, long long *marked);
 

@@ -11,6 +11,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -503,6 +504,93 @@ static void test_signal_without_waiters_is_dropped(void **state)
     assert_int_equal(dist_mutex_destroy(&m), 0);
 }
 
+/* ---- destroy after a broadcast ------------------------------------------------- */
+
+#define DW_THREADS 4
+
+struct dwaiters {
+    dist_mutex_t *m;
+    dist_cond_t *c;
+    atomic_int go;            /* the predicate, under m */
+    atomic_int rc[DW_THREADS];
+    atomic_int unlock_rc[DW_THREADS];
+    atomic_int idx;
+};
+
+/* Waits under m until go, then lets m go: that unlock succeeds only
+ * when the wait came back holding m. */
+static void *dwaiter(void *arg)
+{
+    struct dwaiters *d = arg;
+    int i = atomic_fetch_add(&d->idx, 1), rc;
+
+    if ((rc = dist_mutex_lock(d->m)) == 0) {
+        while (rc == 0 && !atomic_load(&d->go))
+            rc = dist_cond_wait(d->c, d->m);
+        atomic_store(&d->unlock_rc[i], dist_mutex_unlock(d->m));
+    }
+    atomic_store(&d->rc[i], rc);
+    return NULL;
+}
+
+/* POSIX: a condition may be destroyed as soon as no thread is blocked on
+ * it, right after a broadcast (its own example does that; LTP's
+ * pthread_cond_destroy/2-1); threads woken and still taking the mutex
+ * back do not count.  A destroy while they are really blocked stays
+ * EBUSY, and the woken waiters return as they should, mutex held. */
+static void test_destroy_right_after_broadcast(void **state)
+{
+    struct names n;
+    struct dwaiters d;
+    pthread_t th[DW_THREADS];
+    dist_mutex_t m;
+    dist_cond_t c;
+    char key[256];
+    int i;
+
+    (void)state;
+    names_for(&n, __func__);
+    waiters_key(key, sizeof key, n.c[0]);
+    assert_int_equal(dist_mutex_init(&m, n.m, NULL), 0);
+    assert_int_equal(dist_cond_init(&c, n.c[0], NULL), 0);
+    memset(&d, 0, sizeof d);
+    d.m = &m;
+    d.c = &c;
+    for (i = 0; i < DW_THREADS; i++) {
+        atomic_init(&d.rc[i], -1);
+        atomic_init(&d.unlock_rc[i], -1);
+    }
+    for (i = 0; i < DW_THREADS; i++)
+        assert_int_equal(pthread_create(&th[i], NULL, dwaiter, &d), 0);
+    {
+        double end = tu_now() + slack(10.0);
+        while (tu_cmd_int(&r, "ZCARD", key, NULL) != DW_THREADS &&
+               tu_now() < end)
+            tu_sleep_ms(10);
+    }
+    assert_int_equal(tu_cmd_int(&r, "ZCARD", key, NULL), DW_THREADS);
+    /* really blocked: not yet */
+    assert_int_equal(dist_cond_destroy(&c), EBUSY);
+    assert_non_null(strstr(dist_last_error(), "has waiters"));
+
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    atomic_store(&d.go, 1);
+    assert_int_equal(dist_cond_broadcast(&c), 0);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_cond_destroy(&c), 0);
+
+    for (i = 0; i < DW_THREADS; i++) {
+        assert_int_equal(pthread_join(th[i], NULL), 0);
+        assert_int_equal(atomic_load(&d.rc[i]), 0);
+        assert_int_equal(atomic_load(&d.unlock_rc[i]), 0);
+    }
+    assert_int_equal(tu_cmd_int(&r, "EXISTS", key, NULL), 0);
+    assert_int_equal(tu_cmd_int(&r, "EXISTS", n.m, NULL), 0);
+    /* destroyed: the object is gone (a zero-filled one without a name) */
+    assert_int_equal(dist_cond_signal(&c), EINVAL);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+}
+
 /* ---- timed waits ------------------------------------------------------------- */
 
 static void test_timedwait_times_out_holding_mutex(void **state)
@@ -639,6 +727,7 @@ int main(void)
         T(test_wait_on_lost_hold),
         T(test_static_initializer),
         T(test_signal_without_waiters_is_dropped),
+        T(test_destroy_right_after_broadcast),
         T(test_producer_consumer),
         T(test_signal_wakes_one_broadcast_all),
         T(test_killed_waiter_skipped),
