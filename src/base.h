@@ -67,9 +67,12 @@ static inline void dist__errno_put_back(const int *saved)
  * distlock call is a cancellation point; a request made meanwhile acts at
  * the caller's next one.  The waits POSIX makes cancellation points
  * (dist_cond_wait, dist_sem_wait and their timed forms) look for a
- * request as they begin, before anything changed: DIST__CANCEL_POINT; the
- * semaphore waits also in their sleeps (dist__acquire_intr), where they
- * hold nothing but what cleanup handlers give back. */
+ * request as they begin, before anything changed: DIST__CANCEL_POINT, and
+ * in their sleeps (pubsub.h's DIST__SUB_CANCEL: dist__acquire_intr for the
+ * semaphores, cond.c's own loop for the conditions), where they hold
+ * nothing but what cleanup handlers give back, innermost first (the
+ * sleep's, then the wait's: a condition wait leaves its queue and takes
+ * its mutex back) before the caller's own handlers run. */
 static inline int dist__cancel_off(void)
 {
     int old = PTHREAD_CANCEL_ENABLE;

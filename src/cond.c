@@ -230,12 +230,14 @@ int dist_cond_destroy(dist_cond_t *c)
 
 /* ---- waiting ---------------------------------------------------------------- */
 
-/* One wait. */
+/* One wait, for its cleanup handler when it is cancelled. */
 struct cwait {
     struct dist__cond *cv;
     struct dist__obj *o;
     struct dist__chan *ch;
     struct dist__hold *w;         /* the waiter's liveness renewal */
+    int intr;                     /* DIST__SUB_CANCEL: its sleeps are
+                                   * cancellation points (pubsub.h) */
     struct dist__cond_wt wt;
 };
 
@@ -251,7 +253,9 @@ static uint64_t next_look(uint64_t deadline, uint64_t in_ms)
 /* Sleeps until the caller's mark is there (0), or the deadline has passed
  * and it left (ETIMEDOUT).  Never fails: when Redis cannot be reached for
  * longer than the patience, it ends as a spurious wake-up, and taking the
- * mutex back says what is wrong. */
+ * mutex back says what is wrong.  Its sleeps, and only they, are where a
+ * cancel request acts (cw->intr); a signal handler that runs meanwhile
+ * ends none of them early (POSIX has no EINTR for a condition wait). */
 static int sleep_marked(struct cwait *cw, const struct dist__deadline *dl,
                         uint64_t deadline)
 {
@@ -259,7 +263,8 @@ static int sleep_marked(struct cwait *cw, const struct dist__deadline *dl,
     uint64_t failing = 0;
     int last = 0, res, rc;
 
-    dist__sub_wait_ready(cw->ch, next_look(deadline, dist__waiter_ms()));
+    dist__sub_wait_ready_intr(cw->ch, next_look(deadline, dist__waiter_ms()),
+                              cw->intr);
     for (;;) {
         /* read before the look: a message after it ends the sleep */
         unsigned long gen = dist__sub_gen(cw->ch);
@@ -287,7 +292,7 @@ static int sleep_marked(struct cwait *cw, const struct dist__deadline *dl,
             }
         }
         until = next_look(deadline, rc == 0 ? dist__waiter_ms() : 50);
-        dist__sub_wait_since(cw->ch, gen, until);
+        dist__sub_wait_intr(cw->ch, gen, until, cw->intr);
         if (dist__deadline_step(dl, &deadline))
             last = 1;
     }
@@ -325,20 +330,49 @@ static int give_up_and_sleep(struct cwait *cw, const struct dist__deadline *dl,
     return rc == ETIMEDOUT ? rc : 0;
 }
 
+/* A wait cancelled in its sleep (the sleep's own handler put back what it
+ * held): it leaves the queue, and a mark it took on the way out goes to
+ * the next waiter (POSIX: a cancelled wait consumes no signal other
+ * waiters could take), then takes the mutex back, so that the caller's
+ * cleanup handlers run holding it, as with pthread_cond_wait. */
+static void wait_cancelled(void *arg)
+{
+    struct cwait *cw = arg;
+    int res = 0, was;
+
+    pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &was);
+    if (dist__cond_check(cw->cv, 1, &res) == 0 && res == 1)
+        dist__cond_signal(cw->cv, 0, NULL);
+    dist__waiter_stop(cw->w);
+    dist__sub_put(cw->ch);
+    wt_leave(cw->cv, &cw->wt);
+    dist__reacquire(cw->o);
+}
+
 static int give_up_guarded(struct cwait *cw, const struct dist__deadline *dl,
                            uint64_t deadline)
 {
-    int rc = give_up_and_sleep(cw, dl, deadline);
+    int rc;
 
+    pthread_cleanup_push(wait_cancelled, cw);
+    rc = give_up_and_sleep(cw, dl, deadline);
+    pthread_cleanup_pop(0);
     dist__waiter_stop(cw->w);
     dist__sub_put(cw->ch);
     return rc;
 }
 
-static int cond_wait(dist_cond_t *c, dist_mutex_t *m,
-                     const struct dist__deadline *dl)
+/* A condition wait's sleeps are cancellation points when the caller's
+ * cancellation was enabled (cancel_was, as DIST__KEEP_ERRNO found it). */
+static int wait_intr(int cancel_was)
 {
-    struct cwait cw = { 0 };
+    return cancel_was == PTHREAD_CANCEL_ENABLE ? DIST__SUB_CANCEL : 0;
+}
+
+static int cond_wait(dist_cond_t *c, dist_mutex_t *m,
+                     const struct dist__deadline *dl, int intr)
+{
+    struct cwait cw = { .intr = intr };
     uint64_t deadline = 0;
     unsigned long held;
     int rc, back;
@@ -380,7 +414,7 @@ int dist_cond_wait(dist_cond_t *c, dist_mutex_t *m)
 {
     DIST__CANCEL_POINT;      /* as POSIX has it: nothing changed yet */
     DIST__KEEP_ERRNO;
-    return cond_wait(c, m, NULL);
+    return cond_wait(c, m, NULL, wait_intr(dist__cancel_saved));
 }
 
 int dist_cond_timedwait(dist_cond_t *c, dist_mutex_t *m,
@@ -395,7 +429,7 @@ int dist_cond_timedwait(dist_cond_t *c, dist_mutex_t *m,
     if ((rc = get_cond(c, &cv)) != 0 ||
         (rc = dist__deadline_set(&dl, cv->clock, abstime)) != 0)
         return rc;
-    return cond_wait(c, m, &dl);
+    return cond_wait(c, m, &dl, wait_intr(dist__cancel_saved));
 }
 
 int dist_cond_clockwait(dist_cond_t *c, dist_mutex_t *m, clockid_t clockid,
@@ -408,7 +442,7 @@ int dist_cond_clockwait(dist_cond_t *c, dist_mutex_t *m, clockid_t clockid,
 
     if ((rc = dist__deadline_set(&dl, clockid, abstime)) != 0)
         return rc;
-    return cond_wait(c, m, &dl);
+    return cond_wait(c, m, &dl, wait_intr(dist__cancel_saved));
 }
 
 /* ---- waking ----------------------------------------------------------------- */

@@ -188,18 +188,6 @@ int dist__sub_listening(const struct dist__buf *chan, int *waiters)
     return subscribed;
 }
 
-void dist__sub_wait_ready(struct dist__chan *ch, uint64_t until_ms)
-{
-    struct timespec ts;
-
-    dist__ms_to_ts(until_ms, &ts);
-    pthread_mutex_lock(&P.mu);
-    while (ch->wire != W_SUBSCRIBED && P.running && dist__now_ms() < until_ms)
-        if (pthread_cond_timedwait(&ch->cv, &P.mu, &ts) == ETIMEDOUT)
-            break;
-    pthread_mutex_unlock(&P.mu);
-}
-
 unsigned long dist__sub_gen(struct dist__chan *ch)
 {
     unsigned long gen;
@@ -222,15 +210,22 @@ int dist__sub_quiet_since(struct dist__chan *ch, uint64_t ms)
     return quiet;
 }
 
-/* A futex sleeper cancelled in its sleep leaves the count it was in.  P.mu
- * is not held there. */
+/* A futex sleeper, for its cleanup handler. */
+struct fsleeper {
+    struct dist__chan *ch;
+    int counted;              /* in P.sleepers too */
+};
+
+/* A futex sleeper cancelled in its sleep leaves the counts it was in.
+ * P.mu is not held there. */
 static void futex_sleeper_gone(void *arg)
 {
-    struct dist__chan *ch = arg;
+    struct fsleeper *f = arg;
 
     pthread_mutex_lock(&P.mu);
-    ch->fsleepers--;
-    P.sleepers--;
+    f->ch->fsleepers--;
+    if (f->counted)
+        P.sleepers--;
     pthread_mutex_unlock(&P.mu);
 }
 
@@ -257,9 +252,13 @@ static long futex_wait(uint32_t *word, uint32_t seen,
 
 /* One sleep of an interruptible waiter on ch->seq, until until_ms at the
  * latest; P.mu held, released meanwhile.  EINTR when a signal handler ran
- * on the thread, else 0. */
-static int futex_sleep(struct dist__chan *ch, uint64_t until_ms, int cancel)
+ * on the thread, else 0.  counted: a sleeper waiting for a message, in
+ * P.sleepers (not one waiting for the subscription, which
+ * pthread_cond_timedwait's sleepers are not counted as either). */
+static int futex_sleep(struct dist__chan *ch, uint64_t until_ms, int cancel,
+                       int counted)
 {
+    struct fsleeper f = { ch, counted };
     uint32_t seen = __atomic_load_n(&ch->seq, __ATOMIC_RELAXED);
     uint64_t now = dist__now_ms(), left = until_ms > now ? until_ms - now : 0;
     struct timespec rel = { (time_t)(left / 1000),
@@ -268,16 +267,44 @@ static int futex_sleep(struct dist__chan *ch, uint64_t until_ms, int cancel)
     int err;
 
     ch->fsleepers++;
-    P.sleepers++;
+    P.sleepers += counted;
     pthread_mutex_unlock(&P.mu);
-    pthread_cleanup_push(futex_sleeper_gone, ch);
+    pthread_cleanup_push(futex_sleeper_gone, &f);
     rc = futex_wait(&ch->seq, seen, &rel, cancel);
     err = errno;
     pthread_cleanup_pop(0);
     pthread_mutex_lock(&P.mu);
     ch->fsleepers--;
-    P.sleepers--;
+    P.sleepers -= counted;
     return rc < 0 && err == EINTR ? EINTR : 0;
+}
+
+/* dist__sub_wait_ready, and dist__sub_wait_ready_intr with intr: only
+ * DIST__SUB_CANCEL counts there (a handler that ran only ends one sleep;
+ * the caller's next sleep is soon). */
+static void wait_ready(struct dist__chan *ch, uint64_t until_ms, int intr)
+{
+    struct timespec ts;
+
+    dist__ms_to_ts(until_ms, &ts);
+    pthread_mutex_lock(&P.mu);
+    while (ch->wire != W_SUBSCRIBED && P.running && dist__now_ms() < until_ms)
+        if (intr & DIST__SUB_CANCEL)
+            futex_sleep(ch, until_ms, 1, 0);
+        else if (pthread_cond_timedwait(&ch->cv, &P.mu, &ts) == ETIMEDOUT)
+            break;
+    pthread_mutex_unlock(&P.mu);
+}
+
+void dist__sub_wait_ready(struct dist__chan *ch, uint64_t until_ms)
+{
+    wait_ready(ch, until_ms, 0);
+}
+
+void dist__sub_wait_ready_intr(struct dist__chan *ch, uint64_t until_ms,
+                               int intr)
+{
+    wait_ready(ch, until_ms, intr);
 }
 
 /* dist__sub_wait_since, and dist__sub_wait_intr with intr. */
@@ -314,7 +341,7 @@ static int wait_since(struct dist__chan *ch, unsigned long gen,
         if (P.lent && !pthread_equal(P.borrower, pthread_self()))
             dist__ps_ring(P.bell);
         if (intr) {
-            eintr = futex_sleep(ch, until_ms, intr & DIST__SUB_CANCEL) ==
+            eintr = futex_sleep(ch, until_ms, intr & DIST__SUB_CANCEL, 1) ==
                     EINTR && (intr & DIST__SUB_EINTR);
             continue;
         }

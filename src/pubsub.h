@@ -33,7 +33,9 @@ int dist__sub_quiet_since(struct dist__chan *ch, uint64_t ms);
 int dist__sub_wait_since(struct dist__chan *ch, unsigned long gen,
                          uint64_t until_ms);
 /* dist__sub_wait_since for the waits POSIX lets a signal interrupt and
- * makes cancellation points (the semaphore waits).  intr: DIST__SUB_EINTR,
+ * makes cancellation points: the semaphore waits (both flags) and the
+ * condition waits (DIST__SUB_CANCEL alone: POSIX has no EINTR for them, a
+ * handler that ran only ends one sleep).  intr: DIST__SUB_EINTR,
  * a signal handler that ran on the thread while it slept ends the wait
  * with EINTR (a wake-up that came too is left for the next look);
  * DIST__SUB_CANCEL, a cancel request acts in the sleep (only there: the
@@ -43,6 +45,11 @@ int dist__sub_wait_since(struct dist__chan *ch, unsigned long gen,
 #define DIST__SUB_CANCEL 2
 int dist__sub_wait_intr(struct dist__chan *ch, unsigned long gen,
                         uint64_t until_ms, int intr);
+/* dist__sub_wait_ready as a cancellation point when intr has
+ * DIST__SUB_CANCEL (a condition wait's first sleep); DIST__SUB_EINTR is
+ * not heeded there. */
+void dist__sub_wait_ready_intr(struct dist__chan *ch, uint64_t until_ms,
+                               int intr);
 /* Wakes every waiting thread of every channel, as a wake-all message
  * would (dist__abandon_waits). */
 void dist__sub_wake_all(void);

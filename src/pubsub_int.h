@@ -31,9 +31,10 @@ struct dist__chan {
     uint64_t ready_ms;      /* when it was last confirmed subscribed */
     uint64_t heard_ms;      /* when a message for it last came */
     pthread_cond_t cv;
-    /* Interruptible sleepers (dist__sub_wait_intr) wait on this futex
-     * word instead of cv: every wake-up of the channel moves it, and a
-     * signal handler that runs on the sleeper ends its futex wait. */
+    /* Interruptible sleepers (dist__sub_wait_intr, _ready_intr) wait on
+     * this futex word instead of cv: every wake-up of the channel moves
+     * it (and its becoming subscribed), and a signal handler that runs on
+     * the sleeper ends its futex wait. */
     uint32_t seq;
     int fsleepers;          /* threads in that futex wait */
 };
@@ -120,9 +121,9 @@ void dist__ps_ring(const int *fd);
 struct dist__chan *dist__ps_find(const char *name, size_t len);
 /* A release message for ch: wakes one waiter, or all (a '1').  P.mu held. */
 void dist__ps_wake(struct dist__chan *ch, int all);
-/* Wakes ch's futex sleepers (dist__sub_wait_intr) to look again: they
- * are woken for every wake-up of ch, and those that find nothing for them
- * sleep again.  P.mu held. */
+/* Wakes ch's futex sleepers (dist__sub_wait_intr, _ready_intr) to look
+ * again: they are woken for every wake-up of ch, and those that find
+ * nothing for them sleep again.  P.mu held. */
 void dist__ps_kick(struct dist__chan *ch);
 /* Lets the calling thread, waiting on ch for a message after gen, read
  * ch's node itself rather than sleep until the thread wakes it: one

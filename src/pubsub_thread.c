@@ -379,6 +379,7 @@ static void handle(struct dist__node *n, redisReply *r)
             ch->ready_ms = dist__now_ms();
             ch->errors = 0;
             pthread_cond_broadcast(&ch->cv);   /* wait_ready */
+            dist__ps_kick(ch);
             if (ch->resub) {
                 ch->resub = 0;
                 dist__stat_add(DIST__ST_PS_RESYNCS, 1);
@@ -985,6 +986,7 @@ void *dist__ps_main(void *arg)
         for (ch = P.chans; ch; ch = ch->next) {
             ch->wire = W_NONE;
             pthread_cond_broadcast(&ch->cv);
+            dist__ps_kick(ch);
         }
         P.running = 0;
         pthread_detach(pthread_self());

@@ -21,6 +21,14 @@
  *   preload_waits local            a thread waits on g_idle_cv with a mutex
  *                                  no test maps (g_plain), main signals:
  *                                  "local RC" (0: woken)
+ *   preload_waits cancel HOW DIR   a thread waits on g_idle_cv under
+ *                                  g_lock (HOW: wait, or timed for 60 s)
+ *                                  until main, once DIR/go exists, cancels
+ *                                  it; its cleanup handler says "cleanup
+ *                                  trylock RC" (EBUSY: it holds g_lock),
+ *                                  waits for DIR/release and unlocks:
+ *                                  "unlocked RC"; then main says "joined
+ *                                  canceled" (or "joined other")
  *   preload_waits                  a self-test without the shim
  */
 #define _GNU_SOURCE
@@ -181,6 +189,75 @@ static int local(void)
     return 0;
 }
 
+static const char *g_dir;
+
+/* Waits up to 60 s for the file DIR/name. */
+static int await_file(const char *name)
+{
+    char path[4096];
+    FILE *f;
+    int i;
+
+    snprintf(path, sizeof path, "%s/%s", g_dir, name);
+    for (i = 0; i < 6000; i++) {
+        if ((f = fopen(path, "r")) != NULL) {
+            fclose(f);
+            return 1;
+        }
+        sleep_ms(10);
+    }
+    return 0;
+}
+
+static void unlock_on_cancel(void *arg)
+{
+    (void)arg;
+    printf("cleanup trylock %d\n", pthread_mutex_trylock(&g_lock));
+    fflush(stdout);
+    await_file("release");
+    printf("unlocked %d\n", pthread_mutex_unlock(&g_lock));
+    fflush(stdout);
+}
+
+static void *cancel_waiter(void *arg)
+{
+    int timed = arg != NULL;
+    struct timespec until;
+
+    pthread_mutex_lock(&g_lock);
+    pthread_cleanup_push(unlock_on_cancel, NULL);
+    for (;;) {
+        if (timed) {
+            clock_gettime(CLOCK_REALTIME, &until);
+            until.tv_sec += 60;
+            pthread_cond_timedwait(&g_idle_cv, &g_lock, &until);
+        } else {
+            pthread_cond_wait(&g_idle_cv, &g_lock);
+        }
+    }
+    pthread_cleanup_pop(0);
+    return NULL;
+}
+
+/* A thread cancelled in a condition wait goes, its cleanup handler run
+ * holding the mutex (pthread_cond_wait/2-3, pthread_cond_timedwait/2-6). */
+static int cancel(const char *how, const char *dir)
+{
+    pthread_t t;
+    void *res = NULL;
+
+    g_dir = dir;
+    if (pthread_create(&t, NULL, cancel_waiter,
+                       strcmp(how, "timed") == 0 ? (void *)1 : NULL) != 0)
+        return 1;
+    if (!await_file("go"))
+        return 1;
+    pthread_cancel(t);
+    pthread_join(t, &res);
+    printf("joined %s\n", res == PTHREAD_CANCELED ? "canceled" : "other");
+    return 0;
+}
+
 static int timeout(long ms)
 {
     struct timespec until = in_ms(ms);
@@ -213,7 +290,9 @@ int main(int argc, char **argv)
         return local();
     if (argc == 3 && strcmp(argv[1], "timeout") == 0)
         return timeout(atol(argv[2]));
+    if (argc == 4 && strcmp(argv[1], "cancel") == 0)
+        return cancel(argv[2], argv[3]);
     fprintf(stderr, "usage: preload_waits barrier ROUNDS | waiter FLAG | "
-            "waker FLAG | timeout MS\n");
+            "waker FLAG | timeout MS | local | cancel wait|timed DIR\n");
     return 2;
 }

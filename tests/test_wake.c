@@ -9,7 +9,10 @@
  * made again and its waiters woken; dist_shutdown and fork with a lent
  * connection neither hang nor lose a wake-up; with DISTLOCK_DIRECT_WAKE=0
  * nothing is lent.  And the cancellation rules: no call is a cancellation
- * point, the condition and semaphore waits act on a request as they begin.
+ * point, the condition and semaphore waits act on a request as they begin,
+ * and a condition wait all through its sleep (whether it reads the lent
+ * connection or sleeps until woken), its mutex taken back first; a signal
+ * handler ends no condition wait.
  *
  * Locks are held by an owner nobody renews, written straight into Redis
  * with a 60 s lease: a waiter that missed its message would sleep out the
@@ -22,6 +25,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stddef.h>
@@ -423,6 +427,28 @@ static void test_crowd_two_processes(void **state)
 #define SKIP_UNDER_ASAN() do { } while (0)
 #endif
 
+/* ThreadSanitizer loses a thread's lock calls once it was cancelled inside
+ * one of its interceptors (a borrower's poll), and then reports the
+ * cleanup handlers' writes under P.mu and R.mu as races; the cancellation
+ * in a futex sleep (no interceptor) runs under it. */
+#if defined(__SANITIZE_THREAD__)
+#define UNDER_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define UNDER_TSAN 1
+#endif
+#endif
+#ifdef UNDER_TSAN
+#define SKIP_UNDER_TSAN()                                                     \
+    do {                                                                      \
+        print_message("  skipped under ThreadSanitizer (it loses a thread's " \
+                      "locks once cancelled in poll)\n");                    \
+        skip();                                                               \
+    } while (0)
+#else
+#define SKIP_UNDER_TSAN() do { } while (0)
+#endif
+
 struct canceled {
     dist_mutex_t *m;
     dist_cond_t *cv;
@@ -587,6 +613,290 @@ static void test_waits_are_cancellation_points(void **state)
     assert_int_equal(dist_mutex_destroy(&m), 0);
 }
 
+/* ---- cancelled in a condition wait ---------------------------------------------- */
+
+/* A thread that locks m and waits on cv (timed: 60 s), with a cleanup
+ * handler that lets m go. */
+struct cwaiter {
+    struct canceled c;
+    int timed;
+    atomic_int waiting;      /* about to wait */
+    double woke;             /* when the wait returned (tu_now) */
+};
+
+static void *cwaiter_body(void *arg)
+{
+    struct cwaiter *w = arg;
+    struct timespec dl;
+
+    if (dist_mutex_lock(w->c.m) != 0)
+        return NULL;
+    pthread_cleanup_push(unlock_cleanup, &w->c);
+    atomic_store(&w->waiting, 1);
+    if (w->timed) {
+        dl = realtime_in(60);
+        w->c.rc = dist_cond_timedwait(w->c.cv, w->c.m, &dl);
+    } else {
+        w->c.rc = dist_cond_wait(w->c.cv, w->c.m);
+    }
+    w->woke = tu_now();
+    atomic_store(&w->c.returned, 1);
+    pthread_cleanup_pop(1);
+    return NULL;
+}
+
+static void cwaiter_start(struct cwaiter *w, pthread_t *th, dist_mutex_t *m,
+                          dist_cond_t *cv, int timed)
+{
+    memset(w, 0, sizeof *w);
+    w->c.m = m;
+    w->c.cv = cv;
+    w->c.rc = w->c.unlock_rc = -1;
+    w->timed = timed;
+    assert_int_equal(pthread_create(th, NULL, cwaiter_body, w), 0);
+}
+
+/* Waits up to secs for key to be a ZSET of n members (n 0: gone). */
+static int await_zcard(const char *key, long long n, double secs)
+{
+    double end = tu_now() + secs;
+
+    while (tu_cmd_int(&r, "ZCARD", key, NULL) != n)
+        if (tu_now() >= end)
+            return 0;
+        else
+            tu_sleep_ms(10);
+    return 1;
+}
+
+/* Cancels a thread asleep in a condition wait and joins it within a
+ * generous bound (a wait that never goes fails here rather than hang):
+ * its cleanup handler ran holding the mutex, which it let go. */
+static void cancel_and_join(pthread_t th, struct cwaiter *w)
+{
+    struct timespec until;
+    void *res = NULL;
+
+    assert_int_equal(pthread_cancel(th), 0);
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += (time_t)slack(10.0);
+    assert_int_equal(pthread_timedjoin_np(th, &res, &until), 0);
+    assert_true(res == PTHREAD_CANCELED);
+    assert_int_equal(atomic_load(&w->c.returned), 0);
+    assert_int_equal(atomic_load(&w->c.cleaned), 1);
+    assert_int_equal(w->c.unlock_rc, 0);      /* it held the mutex */
+}
+
+struct cnames {
+    char m[200], c[220], waiters[260], queue[260], signalled[260], chan[260];
+};
+
+static void cnames_for(struct cnames *n, const char *test)
+{
+    test_lock_name(n->m, sizeof n->m, "test_wake", test, "m");
+    snprintf(n->c, sizeof n->c, "{%s}:cv", n->m);
+    snprintf(n->waiters, sizeof n->waiters, "distlock_cond_waiters:%s", n->c);
+    snprintf(n->queue, sizeof n->queue, "distlock_cond_queue:%s", n->c);
+    snprintf(n->signalled, sizeof n->signalled, "distlock_cond_signalled:%s",
+             n->c);
+    snprintf(n->chan, sizeof n->chan, "distlock_cond:%s", n->c);
+}
+
+/* Whether the lone waiter on chan reads the lent connection itself: a
+ * message that finds no mark (the waiter looks, then sleeps again, now
+ * borrowing the connection if it slept on the channel) is read by it
+ * (pubsub_direct), within a bound.  Asleep again after it. */
+static int reads_itself(const char *chan)
+{
+    int i;
+
+    dist_stats_reset();
+    for (i = 0; i < 3 && stats_now().pubsub_direct == 0; i++) {
+        redisReply *x = tu_cmd(&r, "PUBLISH", chan, "0", NULL);
+        assert_non_null(x);
+        freeReplyObject(x);
+        tu_sleep_ms((int)(slack(1.0) * 300));
+    }
+    return stats_now().pubsub_direct >= 1;
+}
+
+/* pthread_cond_wait and timedwait are cancellation points all through:
+ * a thread asleep in either goes when cancelled, after it took the mutex
+ * back for its cleanup handler (as glibc does), and leaves nothing
+ * behind: no waiter in Redis, no subscription, no hold, no local waiter
+ * (destroy succeeds).  Two waiters: while both wait, each sleeps until
+ * woken (the connection is lent to a lone waiter only); the second is
+ * cancelled so, then the first, left alone, reads the pub/sub connection
+ * itself and is cancelled there: each kind of sleep is cancelled. */
+static void test_cond_wait_cancelled_while_asleep(void **state)
+{
+    struct cnames n;
+    struct cwaiter a, b;
+    pthread_t ta, tb;
+    dist_mutex_t m;
+    dist_cond_t cv;
+    double t;
+
+    (void)state;
+    SKIP_UNDER_ASAN();
+    SKIP_UNDER_TSAN();
+    cnames_for(&n, __func__);
+    assert_int_equal(dist_mutex_init(&m, n.m, NULL), 0);
+    assert_int_equal(dist_cond_init(&cv, n.c, NULL), 0);
+    cwaiter_start(&a, &ta, &m, &cv, 0);
+    assert_true(await_zcard(n.waiters, 1, slack(5.0)));
+    cwaiter_start(&b, &tb, &m, &cv, 1);
+    assert_true(await_zcard(n.waiters, 2, slack(5.0)));
+    assert_int_equal(await_numsub(n.chan, 1, slack(5.0)), 1);
+    tu_sleep_ms(300);                          /* both asleep by now */
+
+    t = tu_now();
+    cancel_and_join(tb, &b);
+    assert_dbl_range(tu_now() - t, 0.0, slack(2.0));
+    assert_int_equal(tu_cmd_int(&r, "ZCARD", n.waiters, NULL), 1);
+    assert_int_equal(tu_cmd_int(&r, "LLEN", n.queue, NULL), 1);
+    assert_true(reads_itself(n.chan));
+    t = tu_now();
+    cancel_and_join(ta, &a);
+    assert_dbl_range(tu_now() - t, 0.0, slack(2.0));
+
+    assert_int_equal(tu_cmd_int(&r, "EXISTS", n.m, NULL), 0);
+    assert_int_equal(tu_cmd_int(&r, "EXISTS", n.waiters, NULL), 0);
+    assert_int_equal(tu_cmd_int(&r, "EXISTS", n.queue, NULL), 0);
+    assert_int_equal(tu_cmd_int(&r, "EXISTS", n.signalled, NULL), 0);
+    assert_int_equal(await_numsub(n.chan, 0, slack(5.0)), 0);
+    assert_int_equal(dist_cond_destroy(&cv), 0);
+    /* the library works on */
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    t = tu_now();
+    dist_shutdown();
+    assert_dbl_range(tu_now() - t, 0.0, slack(1.0));
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+}
+
+/* POSIX: a thread cancelled in a condition wait consumes no signal that
+ * another waiter could take.  The oldest waiter is marked signalled
+ * straight in Redis, as a signal would, without the message that wakes
+ * it (its next look is 30 s away); it is cancelled before it saw the
+ * mark, so its leaving finds the mark and passes it on: the other waiter
+ * wakes at once, long before its next look or its deadline. */
+static void test_cancelled_wait_passes_its_signal_on(void **state)
+{
+    struct cnames n;
+    struct cwaiter a, b;
+    pthread_t ta, tb;
+    dist_mutex_t m;
+    dist_cond_t cv;
+    redisReply *x;
+    char owner[128];
+    double t;
+
+    (void)state;
+    SKIP_UNDER_ASAN();
+    fx_dirty = 1;
+    assert_int_equal(dist_set_waiter_ms(30000), 0);
+    cnames_for(&n, __func__);
+    assert_int_equal(dist_mutex_init(&m, n.m, NULL), 0);
+    assert_int_equal(dist_cond_init(&cv, n.c, NULL), 0);
+    cwaiter_start(&a, &ta, &m, &cv, 0);
+    assert_true(await_zcard(n.waiters, 1, slack(5.0)));
+    cwaiter_start(&b, &tb, &m, &cv, 1);
+    assert_true(await_zcard(n.waiters, 2, slack(5.0)));
+    tu_sleep_ms(300);
+
+    x = tu_cmd(&r, "LPOP", n.queue, NULL);     /* the oldest: a */
+    assert_non_null(x);
+    assert_int_equal(x->type, REDIS_REPLY_STRING);
+    snprintf(owner, sizeof owner, "%s", x->str);
+    freeReplyObject(x);
+    assert_int_equal(tu_cmd_int(&r, "SADD", n.signalled, owner, NULL), 1);
+    t = tu_now();
+    cancel_and_join(ta, &a);
+    assert_true(pthread_join(tb, NULL) == 0);
+    assert_int_equal(b.c.rc, 0);
+    assert_int_equal(b.c.unlock_rc, 0);
+    assert_dbl_range(b.woke - t, 0.0, slack(5.0));
+
+    assert_int_equal(tu_cmd_int(&r, "EXISTS", n.m, NULL), 0);
+    assert_int_equal(tu_cmd_int(&r, "EXISTS", n.waiters, NULL), 0);
+    assert_int_equal(tu_cmd_int(&r, "EXISTS", n.signalled, NULL), 0);
+    assert_int_equal(dist_cond_destroy(&cv), 0);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+    fx_restore_defaults(NULL);
+}
+
+static void on_usr1(int sig)
+{
+    (void)sig;
+}
+
+/* Five handlers run on th. */
+static void signal_five_times(pthread_t th)
+{
+    int i;
+
+    for (i = 0; i < 5; i++) {
+        assert_int_equal(pthread_kill(th, SIGUSR1), 0);
+        tu_sleep_ms(50);
+    }
+}
+
+/* A condition wait whose sleeps are cancellation points (cancellation is
+ * on in a new thread) is no EINTR point: POSIX gives the condition waits
+ * no EINTR, and the sleeps the semaphore waits share with them end on a
+ * signal handler.  A lone waiter reading the lent connection, then two
+ * asleep on the channel, each interrupted by handlers without SA_RESTART:
+ * they sleep on, and a broadcast wakes them with 0. */
+static void test_cond_wait_sleeps_on_after_a_signal(void **state)
+{
+    struct sigaction sa, old;
+    struct cnames n;
+    struct cwaiter a, b;
+    pthread_t ta, tb;
+    dist_mutex_t m;
+    dist_cond_t cv;
+
+    (void)state;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_usr1;          /* no SA_RESTART */
+    sigemptyset(&sa.sa_mask);
+    assert_int_equal(sigaction(SIGUSR1, &sa, &old), 0);
+    cnames_for(&n, __func__);
+    assert_int_equal(dist_mutex_init(&m, n.m, NULL), 0);
+    assert_int_equal(dist_cond_init(&cv, n.c, NULL), 0);
+    cwaiter_start(&a, &ta, &m, &cv, 0);
+    assert_true(await_zcard(n.waiters, 1, slack(5.0)));
+    assert_int_equal(await_numsub(n.chan, 1, slack(5.0)), 1);
+    assert_true(reads_itself(n.chan));
+    signal_five_times(ta);
+    tu_sleep_ms(300);
+    assert_int_equal(atomic_load(&a.c.returned), 0);
+
+    cwaiter_start(&b, &tb, &m, &cv, 1);
+    assert_true(await_zcard(n.waiters, 2, slack(5.0)));
+    tu_sleep_ms(300);                          /* both asleep by now */
+    signal_five_times(ta);
+    signal_five_times(tb);
+    tu_sleep_ms(300);
+    assert_int_equal(atomic_load(&a.c.returned), 0);
+    assert_int_equal(atomic_load(&b.c.returned), 0);
+    assert_int_equal(tu_cmd_int(&r, "ZCARD", n.waiters, NULL), 2);
+
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_cond_broadcast(&cv), 0);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(pthread_join(ta, NULL), 0);
+    assert_int_equal(pthread_join(tb, NULL), 0);
+    assert_int_equal(a.c.rc, 0);
+    assert_int_equal(b.c.rc, 0);
+    assert_int_equal(a.c.unlock_rc, 0);
+    assert_int_equal(b.c.unlock_rc, 0);
+    assert_int_equal(sigaction(SIGUSR1, &old, NULL), 0);
+    assert_int_equal(dist_cond_destroy(&cv), 0);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -600,6 +910,9 @@ int main(void)
         T(test_crowd_two_processes),
         T(test_lock_is_not_a_cancellation_point),
         T(test_waits_are_cancellation_points),
+        T(test_cond_wait_cancelled_while_asleep),
+        T(test_cancelled_wait_passes_its_signal_on),
+        T(test_cond_wait_sleeps_on_after_a_signal),
     };
     return fx_run_group(tests, &r, &defaults, "TEST_WAKE_FILTER");
 }

@@ -191,6 +191,27 @@ MAPPED int mapped_unlock(struct pl_entry *e, pthread_mutex_t *m)
 
 enum { W_WAIT, W_TIMED, W_CLOCK };
 
+/* A thread cancelled in glibc's wait on an unmapped condition: glibc took
+ * the real mutex back; the distributed one follows before the program's
+ * cleanup handlers run, as after a wait. */
+static void wait_cancelled(void *arg)
+{
+    struct pl_entry *e = arg;
+
+    dist_take(e, D_MUST, 0, 0, NULL);
+    pl_set_holder(e, 1);
+}
+
+static int real_wait(pthread_cond_t *c, pthread_mutex_t *m, int how,
+                     void *fn, clockid_t clk, const struct timespec *abs)
+{
+    if (how == W_WAIT)
+        return ((wait_fn)fn)(c, m);
+    if (how == W_TIMED)
+        return ((twait_fn)fn)(c, m, abs);
+    return ((cwait_fn)fn)(c, m, clk, abs);
+}
+
 MAPPED int mapped_wait(struct pl_entry *e, pthread_cond_t *c,
                        pthread_mutex_t *m, int how, void *fn, clockid_t clk,
                        const struct timespec *abs)
@@ -207,22 +228,15 @@ MAPPED int mapped_wait(struct pl_entry *e, pthread_cond_t *c,
         goto plain;     /* not the holder, or locked recursively: as glibc */
     pl_set_holder(e, 0);
     dist_give(e);
-    if (how == W_WAIT)
-        rc = ((wait_fn)fn)(c, m);
-    else if (how == W_TIMED)
-        rc = ((twait_fn)fn)(c, m, abs);
-    else
-        rc = ((cwait_fn)fn)(c, m, clk, abs);
+    pthread_cleanup_push(wait_cancelled, e);
+    rc = real_wait(c, m, how, fn, clk, abs);
+    pthread_cleanup_pop(0);
     /* the real mutex is ours again: now the distributed one */
     dist_take(e, D_MUST, 0, 0, NULL);
     pl_set_holder(e, 1);
     return rc;
 plain:
-    if (how == W_WAIT)
-        return ((wait_fn)fn)(c, m);
-    if (how == W_TIMED)
-        return ((twait_fn)fn)(c, m, abs);
-    return ((cwait_fn)fn)(c, m, clk, abs);
+    return real_wait(c, m, how, fn, clk, abs);
 }
 
 /* A failed dist_cond wait: the wait ends as a spurious wake-up (POSIX
@@ -250,12 +264,39 @@ static void cwait_failed(struct pl_entry *ce, int rc)
  * back holding the distributed mutex, which is given back and taken again
  * after the real one: real first, the order every mapped lock is taken
  * in (a thread of ours blocked holding the real mutex waits for it). */
+struct cwait_pair {
+    struct pl_entry *me;
+    pthread_mutex_t *m;
+};
+
+/* After dist_cond_*, which holds the distributed mutex again: real first. */
+static void cwait_retake(struct pl_entry *me, pthread_mutex_t *m)
+{
+    uint64_t tok;
+
+    if (dist_mutex_token(&me->dm, &tok) == 0)
+        dist_give(me);
+    REAL(FN_LOCK, lock_fn)(m);
+    dist_take(me, D_MUST, 0, 0, NULL);
+    pl_set_holder(me, 1);
+}
+
+/* A thread cancelled in dist_cond_*: the library took the distributed
+ * mutex back; the whole mutex is the thread's before the program's cleanup
+ * handlers run, as with glibc. */
+static void cwait_cancelled(void *arg)
+{
+    struct cwait_pair *p = arg;
+
+    cwait_retake(p->me, p->m);
+}
+
 MAPPED int mapped_cwait(struct pl_entry *ce, struct pl_entry *me,
                         pthread_cond_t *c, pthread_mutex_t *m, int how,
                         void *fn, clockid_t clk, const struct timespec *abs)
 {
     PL_KEEP_ERRNO;
-    uint64_t tok;
+    struct cwait_pair pair = { me, m };
     int rc;
 
     if (how != W_WAIT && (abs->tv_nsec < 0 || abs->tv_nsec >= 1000000000L))
@@ -266,18 +307,16 @@ MAPPED int mapped_cwait(struct pl_entry *ce, struct pl_entry *me,
         return mapped_wait(me, c, m, how, fn, clk, abs);
     pl_set_holder(me, 0);
     REAL(FN_UNLOCK, lock_fn)(m);
+    pthread_cleanup_push(cwait_cancelled, &pair);
     if (how == W_WAIT)
         rc = dist_cond_wait(&ce->dc, &me->dm);
     else
         rc = dist_cond_clockwait(&ce->dc, &me->dm,
                                  how == W_TIMED ? ce->clock : clk, abs);
+    pthread_cleanup_pop(0);
     if (rc != 0 && rc != ETIMEDOUT)
         cwait_failed(ce, rc);
-    if (dist_mutex_token(&me->dm, &tok) == 0)
-        dist_give(me);
-    REAL(FN_LOCK, lock_fn)(m);
-    dist_take(me, D_MUST, 0, 0, NULL);
-    pl_set_holder(me, 1);
+    cwait_retake(me, m);
     return rc == ETIMEDOUT ? ETIMEDOUT : 0;
 }
 
@@ -403,11 +442,7 @@ MAPPED int cond_slow(pthread_cond_t *c, pthread_mutex_t *m, int how, int f,
         return mapped_cwait(ce, me, c, m, how, fn, clk, abs);
     if (me)
         return mapped_wait(me, c, m, how, fn, clk, abs);
-    if (how == W_WAIT)
-        return ((wait_fn)fn)(c, m);
-    if (how == W_TIMED)
-        return ((twait_fn)fn)(c, m, abs);
-    return ((cwait_fn)fn)(c, m, clk, abs);
+    return real_wait(c, m, how, fn, clk, abs);
 }
 
 #define BOTH_PLAIN(c, m) (pl_surely_plain(c) && pl_surely_plain(m))
