@@ -3,13 +3,14 @@
  *
  * Every call returns 0 or a positive errno value (never -1; EINTR only from
  * the semaphore waits, as sem_wait) and leaves errno alone.  No call is a
- * cancellation point, except that the condition waits act on a cancel
- * request as they begin (nothing changed yet) and the semaphore waits all
- * through (never with a permit taken); a request made while another call
- * runs acts at the caller's next cancellation point.  When a call fails, dist_last_error()
- * gives a readable reason for the calling thread.  The data kept in Redis
- * is the layout of Redisson's RLock, so a Java service and a C program can
- * share one lock.
+ * cancellation point but the condition and semaphore waits: they act on a
+ * cancel request as they begin (nothing changed yet) and while they sleep
+ * (a condition wait takes its mutex back before the cleanup handlers run; a
+ * semaphore wait never goes with a permit taken); a request made while
+ * another call runs acts at the caller's next cancellation point.  When a
+ * call fails, dist_last_error() gives a readable reason for the calling
+ * thread.  The data kept in Redis is the layout of Redisson's RLock, so a
+ * Java service and a C program can share one lock.
  */
 #ifndef DISTLOCK_H
 #define DISTLOCK_H
@@ -430,8 +431,9 @@ typedef struct dist_condattr dist_condattr_t;
 DIST_EXPORT int dist_cond_init(dist_cond_t *c, const char *name,
                                const dist_condattr_t *attr);
 
-/* Frees what init allocated.  EBUSY while a thread of this process waits
- * on it.  Other processes' waiters are not affected. */
+/* Frees what init allocated.  EBUSY while a thread of this process is
+ * blocked on it (threads a signal or broadcast woke do not count, even
+ * before they ran).  Other processes' waiters are not affected. */
 DIST_EXPORT int dist_cond_destroy(dist_cond_t *c);
 
 /* Gives up m, which the caller must hold exactly once (EPERM when it does
@@ -439,7 +441,8 @@ DIST_EXPORT int dist_cond_destroy(dist_cond_t *c);
  * signalled, and takes m again.  0 holding m; a wake-up may be spurious,
  * as POSIX allows, so wait in a loop on the predicate.  An error from
  * taking m back (EIO when Redis could not be reached) is returned without
- * holding m. */
+ * holding m.  A cancellation point while it sleeps: a cancelled waiter
+ * takes m back before its cleanup handlers run. */
 DIST_EXPORT int dist_cond_wait(dist_cond_t *c, dist_mutex_t *m);
 
 /* dist_cond_wait until abstime on the condition's clock (CLOCK_REALTIME
