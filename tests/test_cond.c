@@ -579,8 +579,9 @@ static void test_destroy_right_after_broadcast(void **state)
     assert_int_equal(dist_mutex_unlock(&m), 0);
     assert_int_equal(dist_cond_destroy(&c), 0);
 
-    for (i = 0; i < DW_THREADS; i++) {
+    for (i = 0; i < DW_THREADS; i++)      /* thread i is not waiter i */
         assert_int_equal(pthread_join(th[i], NULL), 0);
+    for (i = 0; i < DW_THREADS; i++) {
         assert_int_equal(atomic_load(&d.rc[i]), 0);
         assert_int_equal(atomic_load(&d.unlock_rc[i]), 0);
     }

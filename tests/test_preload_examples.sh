@@ -303,42 +303,39 @@ wait_for "$!" 40
 # pthread_cond_wait/2-3 and pthread_cond_timedwait/2-6 hung): its cleanup
 # handler runs holding the mutex, the real one (trylock: EBUSY) and the
 # distributed one (its hash in Redis), and lets it go; nothing stays in
-# Redis.  Not under AddressSanitizer: its runtime misreads a cancelled
-# thread's unwinding through the instrumented library (see test_wake).
-if [[ -n $asan ]]; then
-    echo "cond: cancellation skipped under AddressSanitizer"
-else
-    for how in wait timed; do
-        d=$tmp/cancel-$how
-        mkdir -p "$d"
-        "$run_bin" --config "$tmp/waits.ini" -- "$waits" cancel $how "$d" \
-            >"$d/out" 2>"$d/err" &
-        cpid=$!
-        pids+=("$cpid")
-        for ((i = 0; i < 300; i++)); do
-            [[ $(rcli ZCARD 'distlock_cond_waiters:{wl}:idle') == 1 ]] && break
-            sleep 0.1
-        done
-        touch "$d/go"
-        if wait_line "$d/out" 30 '^cleanup'; then
-            held=$(rcli EXISTS wl)
-            grep -qx 'cleanup trylock 16' "$d/out" ||
-                fail "cond cancel ($how): the cleanup handler did not hold the real mutex: $(cat "$d/out")"
-            [[ $held == 1 ]] ||
-                fail "cond cancel ($how): the cleanup handler did not hold the distributed mutex"
-        else
-            fail "cond cancel ($how): the cancelled thread never ran its cleanup handler: $(cat "$d/err")"
-        fi
-        touch "$d/release"
-        wait_for "$cpid" 30
-        [[ $rc == 0 ]] && grep -qx 'unlocked 0' "$d/out" && grep -qx 'joined canceled' "$d/out" ||
-            fail "cond cancel ($how): exit $rc, '$(cat "$d/out")' $(cat "$d/err")"
-        for key in wl 'distlock_cond_waiters:{wl}:idle' 'distlock_cond_queue:{wl}:idle'; do
-            [[ $(rcli EXISTS "$key") == 0 ]] || fail "cond cancel ($how): $key left in Redis"
-        done
+# Redis.  (This runs under AddressSanitizer too: the program is not
+# instrumented, so the runtime's misreading of a cancelled thread's
+# unwinding that keeps test_wake's cases out of that build is not met.)
+for how in wait timed; do
+    d=$tmp/cancel-$how
+    mkdir -p "$d"
+    "$run_bin" --config "$tmp/waits.ini" -- "$waits" cancel $how "$d" \
+        >"$d/out" 2>"$d/err" &
+    cpid=$!
+    pids+=("$cpid")
+    for ((i = 0; i < 300; i++)); do
+        [[ $(rcli ZCARD 'distlock_cond_waiters:{wl}:idle') == 1 ]] && break
+        sleep 0.1
     done
-    echo "cond: a thread cancelled in pthread_cond_wait and timedwait goes, mutex held for its cleanup"
-fi
+    touch "$d/go"
+    if wait_line "$d/out" 30 '^cleanup'; then
+        held=$(rcli EXISTS wl)
+        grep -qx 'cleanup trylock 16' "$d/out" ||
+            fail "cond cancel ($how): the cleanup handler did not hold the real mutex: $(cat "$d/out")"
+        [[ $held == 1 ]] ||
+            fail "cond cancel ($how): the cleanup handler did not hold the distributed mutex"
+    else
+        fail "cond cancel ($how): the cancelled thread never ran its cleanup handler: $(cat "$d/err")"
+    fi
+    touch "$d/release"
+    wait_for "$cpid" 30
+    [[ $rc == 0 ]] && grep -qx 'unlocked 0' "$d/out" && grep -qx 'joined canceled' "$d/out" ||
+        fail "cond cancel ($how): exit $rc, '$(cat "$d/out")' $(cat "$d/err")"
+    for key in wl 'distlock_cond_waiters:{wl}:idle' 'distlock_cond_queue:{wl}:idle'; do
+        [[ $(rcli EXISTS "$key") == 0 ]] || fail "cond cancel ($how): $key left in Redis"
+    done
+done
+echo "cond: a thread cancelled in pthread_cond_wait and timedwait goes, mutex held for its cleanup"
 
 # ---- the shim defines every version of the new functions the programs bind
 
