@@ -113,6 +113,19 @@ struct dist__cond_wt {
     char owner[64];               /* in the queue while not signalled */
 };
 
+/* cv->mu held.  In a child of fork() the list is the parent's: its
+ * threads are not the child's, and their records were on their stacks,
+ * which the child may reuse. */
+static void wts_own(struct dist__cond *cv)
+{
+    unsigned long gen = atomic_load(&dist__fork_gen);
+
+    if (cv->wts_gen != gen) {
+        cv->wts = NULL;
+        cv->wts_gen = gen;
+    }
+}
+
 static void wt_enter(struct dist__cond *cv, struct dist__cond_wt *wt)
 {
     size_t len;
@@ -121,6 +134,7 @@ static void wt_enter(struct dist__cond *cv, struct dist__cond_wt *wt)
     wt->phase = WT_ENTERING;
     snprintf(wt->owner, sizeof wt->owner, "%.*s", (int)len, owner);
     pthread_mutex_lock(&cv->mu);
+    wts_own(cv);
     wt->next = cv->wts;
     cv->wts = wt;
     cv->entered++;
@@ -142,6 +156,7 @@ static void wt_leave(struct dist__cond *cv, struct dist__cond_wt *wt)
     int last;
 
     pthread_mutex_lock(&cv->mu);
+    wts_own(cv);
     for (p = &cv->wts; *p && *p != wt; p = &(*p)->next)
         ;
     if (*p)
@@ -165,6 +180,7 @@ static int still_blocked(struct dist__cond *cv, unsigned long *gen)
     char why[256];
 
     pthread_mutex_lock(&cv->mu);
+    wts_own(cv);
     *gen = cv->entered;
     for (wt = cv->wts; wt; wt = wt->next) {
         busy |= wt->phase == WT_ENTERING;
@@ -214,6 +230,7 @@ int dist_cond_destroy(dist_cond_t *c)
     if ((rc = still_blocked(cv, &gen)) != 0)
         return rc;
     pthread_mutex_lock(&cv->mu);
+    wts_own(cv);
     if (cv->entered != gen) {          /* a wait began meanwhile */
         pthread_mutex_unlock(&cv->mu);
         return dist__err(EBUSY, "condition '%s' has waiters in this process",

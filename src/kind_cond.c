@@ -28,6 +28,7 @@ int dist__cond_new(const char *name, clockid_t clock, struct dist__cond **out)
     if (!(cv = calloc(1, sizeof *cv)))
         goto oom;
     pthread_mutex_init(&cv->mu, NULL);
+    cv->wts_gen = atomic_load(&dist__fork_gen);
     if (!(cv->names = dist__names_new(name, len)))
         goto oom;
     cv->slot = dist__keyslot(name, len);

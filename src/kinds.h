@@ -29,9 +29,10 @@ struct dist__cond {
     int slot;                     /* of every key; -1 when they differ */
     struct dist__names *names;    /* the condition's name */
     struct dist__buf keys[DIST__COND_NKEYS];
-    pthread_mutex_t mu;           /* guards the three below; never held
+    pthread_mutex_t mu;           /* guards the four below; never held
                                    * over network I/O */
     struct dist__cond_wt *wts;    /* local threads in a wait */
+    unsigned long wts_gen;        /* fork generation of wts */
     unsigned long entered;        /* waits begun, ever */
     int doomed;                   /* destroyed while woken threads were
                                    * still leaving: the last frees it */

@@ -592,6 +592,86 @@ static void test_destroy_right_after_broadcast(void **state)
     assert_int_equal(dist_mutex_destroy(&m), 0);
 }
 
+/* The child of a fork() while a thread of the parent waits: that wait is
+ * the parent's, so a thread of the child waits on its copy of the
+ * condition and the child destroys it (0); the parent's waiter still
+ * counts in the parent (EBUSY) until a broadcast wakes it. */
+struct forked_cond {
+    dist_mutex_t *m;
+    dist_cond_t *c;
+};
+
+static void *brief_wait(void *arg)
+{
+    struct forked_cond *f = arg;
+    struct timespec dl = realtime_in(0.2);
+    int rc = dist_mutex_lock(f->m);
+
+    if (rc == 0) {
+        rc = dist_cond_timedwait(f->c, f->m, &dl);
+        if (dist_mutex_unlock(f->m) != 0)
+            rc = EIO;
+    }
+    return (void *)(intptr_t)rc;
+}
+
+static void child_of_waiting_parent(void *arg)
+{
+    struct forked_cond *f = arg;
+    pthread_t th;
+    void *rc = NULL;
+
+    if (pthread_create(&th, NULL, brief_wait, f) != 0 ||
+        pthread_join(th, &rc) != 0)
+        _exit(3);
+    if ((intptr_t)rc != ETIMEDOUT)
+        _exit(4);
+    if (dist_cond_destroy(f->c) != 0)
+        _exit(5);
+    dist_shutdown();
+    _exit(0);
+}
+
+static void test_fork_child_ignores_parents_waiters(void **state)
+{
+    struct names n;
+    struct dwaiters d;
+    struct forked_cond f;
+    pthread_t th;
+    dist_mutex_t m;
+    dist_cond_t c;
+    char key[256];
+    struct zcard z = { key, 1 };
+
+    (void)state;
+    names_for(&n, __func__);
+    waiters_key(key, sizeof key, n.c[0]);
+    assert_int_equal(dist_mutex_init(&m, n.m, NULL), 0);
+    assert_int_equal(dist_cond_init(&c, n.c[0], NULL), 0);
+    memset(&d, 0, sizeof d);
+    d.m = &m;
+    d.c = &c;
+    atomic_init(&d.rc[0], -1);
+    atomic_init(&d.unlock_rc[0], -1);
+    assert_int_equal(pthread_create(&th, NULL, dwaiter, &d), 0);
+    assert_true(eventually(has_waiters, &z, slack(10)));
+
+    f.m = &m;
+    f.c = &c;
+    assert_true(reaped_with(fork_started(child_of_waiting_parent, &f), 0));
+
+    assert_int_equal(dist_cond_destroy(&c), EBUSY);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    atomic_store(&d.go, 1);
+    assert_int_equal(dist_cond_broadcast(&c), 0);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    assert_int_equal(atomic_load(&d.rc[0]), 0);
+    assert_int_equal(atomic_load(&d.unlock_rc[0]), 0);
+    assert_int_equal(dist_cond_destroy(&c), 0);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+}
+
 /* ---- timed waits ------------------------------------------------------------- */
 
 static void test_timedwait_times_out_holding_mutex(void **state)
@@ -729,6 +809,7 @@ int main(void)
         T(test_static_initializer),
         T(test_signal_without_waiters_is_dropped),
         T(test_destroy_right_after_broadcast),
+        T(test_fork_child_ignores_parents_waiters),
         T(test_producer_consumer),
         T(test_signal_wakes_one_broadcast_all),
         T(test_killed_waiter_skipped),
