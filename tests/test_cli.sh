@@ -51,17 +51,8 @@ trap 'exit 143' TERM
 have_python=0
 command -v python3 >/dev/null 2>&1 && have_python=1
 
-n=0
-fails=0
-ok() { n=$((n + 1)); echo "ok $n - $1"; }
-not_ok() { n=$((n + 1)); fails=$((fails + 1)); echo "not ok $n - $1"; }
-# check DESCRIPTION COMMAND...: passes when COMMAND succeeds; returns 1
-# when it failed, so that "check ... || show" shows why
-check() {
-    local desc=$1
-    shift
-    if "$@"; then ok "$desc"; else not_ok "$desc"; return 1; fi
-}
+# shellcheck source=tests/tap.sh
+. "$here/tap.sh"
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
 # until COMMAND... succeeds, at most about SECONDS
 wait_for() {
@@ -1103,10 +1094,4 @@ if [[ $sentinel_up -eq 1 ]]; then
 fi
 echo "# sentinel section: $(($(now_ms) - t_sentinel)) ms"
 
-echo "1..$n"
-if [[ $fails -gt 0 ]]; then
-    echo "FAIL: $fails of $n checks failed"
-    exit 1
-fi
-echo "PASS: $n checks"
-exit 0
+tap_end

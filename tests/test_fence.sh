@@ -23,15 +23,8 @@ trap '[[ -n "${KEEP_TMP:-}" ]] || rm -rf -- "$tmp"' EXIT
 pfx="fencetest$$"
 F="fence:{$pfx}" K="{$pfx}:total"
 
-n=0
-fails=0
-ok() { n=$((n + 1)); echo "ok $n - $1"; }
-not_ok() { n=$((n + 1)); fails=$((fails + 1)); echo "not ok $n - $1"; }
-check() {
-    local desc=$1
-    shift
-    if "$@"; then ok "$desc"; else not_ok "$desc"; return 1; fi
-}
+# shellcheck source=tests/tap.sh
+. "$here/tap.sh"
 out="$tmp/out" err="$tmp/err"
 run() {
     "$@" >"$out" 2>"$err"
@@ -119,9 +112,4 @@ run guarded "$t1"
 check "a write with the earlier hold's token is refused: STALE" \
     grep -q '^STALE' "$out" || show
 
-echo "1..$n"
-if [[ $fails -ne 0 ]]; then
-    echo "FAIL: $fails of $n checks failed"
-    exit 1
-fi
-exit 0
+tap_end

@@ -56,15 +56,8 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-n=0
-fails=0
-ok() { n=$((n + 1)); echo "ok $n - $1"; }
-not_ok() { n=$((n + 1)); fails=$((fails + 1)); echo "not ok $n - $1"; }
-check() {
-    local desc=$1
-    shift
-    if "$@"; then ok "$desc"; else not_ok "$desc"; return 1; fi
-}
+# shellcheck source=tests/tap.sh
+. "$here/tap.sh"
 
 if ! "${as_pg[@]}" "$pg_bin/initdb" -D "$tmp/data" -A trust -U distlock \
         --no-sync >"$tmp/initdb.log" 2>&1; then
@@ -212,9 +205,4 @@ wait_text "$tmp/lo3.out" 'lo3-done'
 check "rollback: the fence holds what was committed" \
     test "$(q "SELECT distlock_fence_get('cross3')")" = 40
 
-echo "1..$n"
-if [[ $fails -ne 0 ]]; then
-    echo "FAIL: $fails of $n checks failed"
-    exit 1
-fi
-exit 0
+tap_end
