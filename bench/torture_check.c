@@ -511,8 +511,11 @@ static void check_calls(struct ctx *c)
         if (r->flags & TC_F_FENCE_ERR)
             report(c, TC_V_ERRNO, r, NULL, "the fence answered an error "
                    "other than STALE");
+        /* from the call on: self-fencing may declare the hold lost while
+         * the acquire's answer is still on its way (a reply that came
+         * after the hold's safe-until), and report it then */
         if (r->unlock_rc == EPERM
-            && !handler_called(h, r, r->ret_ns, r->end_ns + h->slack_ns)
+            && !handler_called(h, r, r->call_ns, r->end_ns + h->slack_ns)
             && !data_lost_during(h, r->ret_ns, r->end_ns))
             report(c, TC_V_SILENT_LOSS, r, NULL,
                    "unlock gave EPERM, the lost handler was not called");

@@ -218,6 +218,27 @@ static void test_silent_loss(void **state)
     assert_int_equal(run(&h).violations[TC_V_SILENT_LOSS], 1);
 }
 
+/* A hold declared lost while its acquire's answer was on its way (the
+ * answer came after the hold's safe-until: self-fencing told the holder
+ * then): its unlock's EPERM is no silent loss; a report before the call
+ * is no report of this hold. */
+static void test_lost_during_acquire(void **state)
+{
+    struct tc_rec rec[] = { sect(1, 0, TC_EXCL, 0, 10, 1) };
+    struct tc_history h = hist(rec, 1);
+    struct tc_lost lost = { 0, 1, 0 };
+
+    (void)state;
+    rec[0].unlock_rc = EPERM;
+    h.counter[0] = 1;
+    h.lost = &lost;
+    h.nlost = 1;
+    lost.ns = rec[0].call_ns + (rec[0].ret_ns - rec[0].call_ns) / 2;
+    assert_int_equal(run(&h).violations[TC_V_SILENT_LOSS], 0);
+    lost.ns = rec[0].call_ns - MS;
+    assert_int_equal(run(&h).violations[TC_V_SILENT_LOSS], 1);
+}
+
 static void test_rw_overlap(void **state)
 {
     struct tc_rec rec[] = {
@@ -700,6 +721,7 @@ int main(void)
         cmocka_unit_test(test_documented_loss),
         cmocka_unit_test(test_told_late),
         cmocka_unit_test(test_silent_loss),
+        cmocka_unit_test(test_lost_during_acquire),
         cmocka_unit_test(test_rw_overlap),
         cmocka_unit_test(test_token_backwards),
         cmocka_unit_test(test_lost_update),
