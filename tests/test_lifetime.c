@@ -39,14 +39,6 @@
 #include "testhelp.h"
 #include "fixture.h"
 
-#if defined(__SANITIZE_THREAD__)
-#define UNDER_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define UNDER_TSAN 1
-#endif
-#endif
-
 static const struct fx_settings defaults = { 0, 0, 0 };
 static tu_redis_t r;
 
@@ -306,7 +298,7 @@ static void ends_by_itself(const char *what, const char *tag, int *st)
     tu_cmd_int(&r, "DEL", name, NULL);
 }
 
-#ifdef UNDER_TSAN
+#ifdef TU_TSAN
 #define SKIP_UNDER_TSAN()                                                     \
     do {                                                                      \
         print_message("skipped: ThreadSanitizer keeps a thread of its own\n");\

@@ -1244,6 +1244,16 @@ static void *small_main(void *arg)
     return NULL;
 }
 
+/* The stack of the small-stack thread: PTHREAD_STACK_MIN, as glibc's
+ * locks promise; under AddressSanitizer twice that, since its redzones
+ * about double every frame (the library's and glibc's alike), so 16 KiB
+ * there would test ASan's frames rather than the library's depth. */
+#ifdef TU_ASAN
+#define SMALL_STACK (2 * PTHREAD_STACK_MIN)
+#else
+#define SMALL_STACK PTHREAD_STACK_MIN
+#endif
+
 /* The new client of test_small_stack, in a process of its own: the test
  * program run again with the names in its environment (small_env).  Not
  * a forked child: under ASan a fork can leave the sanitizer's allocator
@@ -1251,25 +1261,6 @@ static void *small_main(void *arg)
  * the child's first allocation then waits for ever (GCC 12's ASan does
  * not lock it around fork; seen alone, two runs in three).  Its exit
  * status: 0, or 100 + the step that failed; 99 when it could not start. */
-#if defined(__SANITIZE_ADDRESS__)
-#define POSIX_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define POSIX_ASAN 1
-#endif
-#endif
-
-
-/* The stack of the small-stack thread: PTHREAD_STACK_MIN, as glibc's
- * locks promise; under AddressSanitizer twice that, since its redzones
- * about double every frame (the library's and glibc's alike), so 16 KiB
- * there would test ASan's frames rather than the library's depth. */
-#ifdef POSIX_ASAN
-#define SMALL_STACK (2 * PTHREAD_STACK_MIN)
-#else
-#define SMALL_STACK PTHREAD_STACK_MIN
-#endif
-
 static int small_child(void)
 {
     const char *m = getenv("TEST_POSIX_SMALL_M"),

@@ -586,14 +586,6 @@ static void nothing_left(dist_sem_t *s, int mode, const char *name,
     assert_int_equal(v, 1);
 }
 
-#if defined(__SANITIZE_THREAD__)
-#define SEM_UNDER_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define SEM_UNDER_TSAN 1
-#endif
-#endif
-
 /* sem_wait and sem_timedwait return EINTR when a signal handler
  * interrupts them (LTP sem_wait/7-1, sem_timedwait/9-1); glibc's sem_wait
  * goes on when the handler has SA_RESTART, its timed waits never do. */
@@ -604,7 +596,7 @@ static void signal_interrupts(int mode)
     dist_sem_t s;
     int back[2], i;
 
-#ifdef SEM_UNDER_TSAN
+#ifdef TU_TSAN
     /* ThreadSanitizer wraps the handlers and defers them to its own safe
      * points; under it the untimed wait was seen to return for a handler
      * that had SA_RESTART (not explained further). */

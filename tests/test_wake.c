@@ -431,14 +431,7 @@ static void test_crowd_two_processes(void **state)
  * one of its interceptors (a borrower's poll), and then reports the
  * cleanup handlers' writes under P.mu and R.mu as races; the cancellation
  * in a futex sleep (no interceptor) runs under it. */
-#if defined(__SANITIZE_THREAD__)
-#define UNDER_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define UNDER_TSAN 1
-#endif
-#endif
-#ifdef UNDER_TSAN
+#ifdef TU_TSAN
 #define SKIP_UNDER_TSAN()                                                     \
     do {                                                                      \
         print_message("  skipped under ThreadSanitizer (it loses a thread's " \

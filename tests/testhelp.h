@@ -22,6 +22,23 @@
 #endif
 #endif
 
+/* The sanitizer a test program is built with: GCC says it by a macro,
+ * clang by __has_feature. */
+#if defined(__SANITIZE_ADDRESS__)
+#define TU_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TU_ASAN 1
+#endif
+#endif
+#if defined(__SANITIZE_THREAD__)
+#define TU_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define TU_TSAN 1
+#endif
+#endif
+
 static inline int on_valgrind(void)
 {
 #ifdef HAVE_VALGRIND_H
