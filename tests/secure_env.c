@@ -9,7 +9,7 @@
 #include <sys/auxv.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "engine/internal.h"
 
 int main(int argc, char **argv)
 {

@@ -16,7 +16,7 @@
 
 #include <cmocka.h>
 
-#include "internal.h"
+#include "engine/internal.h"
 
 static void parse_ok(const char *url, struct dist__cfg *c)
 {

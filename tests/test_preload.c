@@ -1298,7 +1298,7 @@ static void test_symbol_versions_intercepted(void **state)
 
 /* libdistlock.so's own mutexes and conditions bypass the shim only when
  * every call the library makes to a function the shim interposes goes
- * through its table (src/sys.c): none may be a plain call, bound through
+ * through its table (src/base/sys.c): none may be a plain call, bound through
  * the PLT (JUMP_SLOT) or the GOT (GLOB_DAT, -fno-plt) to whichever
  * definition comes first, which is the shim's. */
 static void test_library_calls_bypass_shim(void **state)
@@ -1330,7 +1330,7 @@ static void test_library_calls_bypass_shim(void **state)
         snprintf(want, sizeof want, "\n%s\n", name);
         if (strstr(defined, want))
             fail_msg("libdistlock.so calls %s directly: through the shim "
-                     "when it is preloaded (add it to src/sys.c)", name);
+                     "when it is preloaded (add it to src/base/sys.c)", name);
     }
     pclose(f);
     assert_true(relocs > 10);         /* the listing was read */

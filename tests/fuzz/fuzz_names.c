@@ -1,11 +1,11 @@
-/* fuzz_names.c: a lock's Redis names (src/names.c) and the cluster key
- * slot (src/topo.c) on any name.  Checks that every derived name of a name
+/* fuzz_names.c: a lock's Redis names (src/route/names.c) and the cluster key
+ * slot (src/route/topo.c) on any name.  Checks that every derived name of a name
  * that fits a cluster hashes to its slot, that twins ("q", "{q}") share
  * every derived name, and CRC16 against a bitwise reference. */
 #include <string.h>
 
 #include "fuzz.h"
-#include "internal.h"
+#include "engine/internal.h"
 
 /* CRC16/XMODEM, one bit at a time (Redis Cluster's key hash) */
 static unsigned ref_crc16(const uint8_t *p, size_t n)

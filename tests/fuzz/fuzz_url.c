@@ -1,4 +1,4 @@
-/* fuzz_url.c: the URL parser (dist__parse_url, src/config.c) on any bytes.
+/* fuzz_url.c: the URL parser (dist__parse_url, src/base/config.c) on any bytes.
  * Besides not crashing: what it accepts is well-formed, what it refuses
  * has a reason, and no reason depends on what the credentials say. */
 #define _GNU_SOURCE
@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "fuzz.h"
-#include "internal.h"
+#include "engine/internal.h"
 
 static void check_addr(const struct dist__addr *a)
 {

@@ -22,7 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "engine.h"   /* dist__abandon_waits */
+#include "engine/engine.h"   /* dist__abandon_waits */
 #include "tool.h"
 
 enum { PH_WAIT, PH_ABANDON, PH_RUN, PH_DONE };

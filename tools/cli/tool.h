@@ -13,8 +13,8 @@
 #include <hiredis/hiredis.h>
 
 #include "distlock.h"
-#include "names.h"
-#include "route.h"
+#include "route/names.h"
+#include "route/route.h"
 #include "scripts.h"
 
 #define EX_BUSY  1

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine.h"
+#include "engine/engine.h"
 #include "kinds.h"
 
 static const char *const sem_prefix[DIST__SEM_NKEYS] = {

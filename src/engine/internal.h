@@ -1,15 +1,18 @@
 /* internal.h: what the lock kinds and their engine share (holds, the
  * renewal thread) on top of the lower layers, and nothing exports.
  *
- * Layers, each including only those below it:
- *   base.h    clocks, errors, settings, identity, fork hooks
- *   link.h    one connection to one server
- *   route.h   which server a key lives on, and calls that reach it
- *   names.h, pubsub.h   a lock's Redis names; the pub/sub thread
- *   internal.h          holds and the renewal thread
- *   engine.h            what every kind of lock shares (engine.c, call.c)
- *   kinds.h             the kinds (kind_mutex.c, kind_rwlock.c), for the
- *                       public API files (mutex.c, rwlock.c)
+ * Layers are the folders of src/, each including only those below it
+ * (tests/test_layers.sh checks it):
+ *   base/     clocks, errors, settings, identity, fork hooks, counters
+ *   net/      one connection to one server, TLS
+ *   route/    which server a key lives on, Sentinel, Cluster; a lock's
+ *             Redis names (names.h)
+ *   engine/   the pub/sub thread (pubsub.h), holds and the renewal thread
+ *             (this file), what every kind shares (engine.h: engine.c,
+ *             call.c)
+ *   kinds/    each kind's scripts and ops (kinds.h); the engine drives a
+ *             kind only through its ops table, never by name
+ *   api/      the public dist_* calls
  *
  * Lock order, outermost first: the mutex family's registry, one mutex
  * state's mu, the rwlock family's registry, one rwlock state's mu (all
@@ -20,9 +23,9 @@
 #define DIST_INTERNAL_H
 
 #include "distlock.h"
-#include "names.h"
+#include "route/names.h"
 #include "pubsub.h"
-#include "route.h"
+#include "route/route.h"
 #include "scripts.h"
 
 /* ---- holds and the renewal thread (renew.c) ---------------------------- */

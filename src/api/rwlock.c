@@ -3,7 +3,7 @@
 #include <errno.h>
 #include <string.h>
 
-#include "kinds.h"
+#include "kinds/kinds.h"
 
 /* ---- attributes -------------------------------------------------------- */
 

@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <sys/types.h>
 
-#include "base.h"
+#include "base/base.h"
 
 struct dist__tls;
 

@@ -24,9 +24,9 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "engine.h"
+#include "engine/engine.h"
 #include "kinds.h"
-#include "stats.h"
+#include "base/stats.h"
 
 /* A Redis hold passes between local threads for at most this long and this
  * many times: a process waiting in Redis then waits about COHORT_MAX_MS

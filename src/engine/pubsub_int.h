@@ -5,7 +5,7 @@
 #define DIST_PUBSUB_INT_H
 
 #include "pubsub.h"
-#include "route.h"
+#include "route/route.h"
 
 enum wire { W_NONE, W_SUBSCRIBING, W_SUBSCRIBED, W_UNSUBSCRIBING };
 

@@ -3,7 +3,7 @@
 #include <errno.h>
 #include <string.h>
 
-#include "kinds.h"
+#include "kinds/kinds.h"
 
 #define ATTR_FAIR   1u            /* dist_mutexattr_t.__flags */
 #define ATTR_DEFER_ON  2u         /* deferred release: said on */

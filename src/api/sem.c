@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kinds.h"
+#include "kinds/kinds.h"
 
 #define SEM_MAGIC 0x73656d21u         /* "sem!" */
 #define ATTR_UNOWNED 1u               /* dist_semattr_t.__flags */

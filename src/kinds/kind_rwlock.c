@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine.h"
+#include "engine/engine.h"
 #include "kinds.h"
 
 /* Timeout keys of one owner the watchdog renews; holds beyond that many

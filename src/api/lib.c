@@ -1,8 +1,8 @@
 /* lib.c: the library as a whole. */
 #include <errno.h>
 
-#include "internal.h"
-#include "stats.h"
+#include "engine/internal.h"
+#include "base/stats.h"
 
 void dist_shutdown(void)
 {

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kinds.h"
+#include "kinds/kinds.h"
 
 #define BARRIER_MAGIC 0x62617272u     /* "barr" */
 #define NKEYS 3                       /* barrier, members, channel */

@@ -21,7 +21,7 @@
 #include <unistd.h>
 
 #include "link.h"
-#include "stats.h"
+#include "base/stats.h"
 #include "scripts.h"
 #include "tls.h"
 

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kinds.h"
+#include "kinds/kinds.h"
 
 /* ---- attributes ---------------------------------------------------------- */
 

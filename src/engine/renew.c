@@ -20,7 +20,7 @@
 #include <string.h>
 
 #include "engine.h"
-#include "stats.h"
+#include "base/stats.h"
 
 #define BATCH        100   /* entries per renewal script call */
 #define MAX_KEYS     1000  /* keys per renewal script call */

@@ -16,7 +16,7 @@
 
 #include <hiredis/hiredis.h>
 
-#include "base.h"
+#include "base/base.h"
 
 #define DIST__EREPLY (-2)  /* Redis answered with an error: nothing changed */
 #define DIST__ECONN  (-3)  /* connection failed: a sent call may have run */

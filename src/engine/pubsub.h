@@ -4,7 +4,7 @@
 #ifndef DIST_PUBSUB_H
 #define DIST_PUBSUB_H
 
-#include "base.h"
+#include "base/base.h"
 
 struct dist__chan;
 struct dist__chan *dist__sub_get(const struct dist__buf *chan);

@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #include "pubsub_int.h"
-#include "stats.h"
+#include "base/stats.h"
 
 void dist__ps_ring(const int *fd)
 {

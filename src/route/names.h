@@ -3,7 +3,7 @@
 #ifndef DIST_NAMES_H
 #define DIST_NAMES_H
 
-#include "base.h"
+#include "base/base.h"
 
 /* The Redis names of one lock, shared by the lock object and its holds
  * (a hold may outlive the object while a release finishes). */

@@ -9,7 +9,7 @@
 #ifndef DIST_ROUTE_H
 #define DIST_ROUTE_H
 
-#include "link.h"
+#include "net/link.h"
 
 /* ---- topo.c ------------------------------------------------------------ */
 

@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "route.h"
-#include "stats.h"
+#include "base/stats.h"
 #include "scripts.h"
 
 #define POOL 8                 /* servers one thread keeps links to */

@@ -3,7 +3,7 @@
 #ifndef DIST_KINDS_H
 #define DIST_KINDS_H
 
-#include "engine.h"
+#include "engine/engine.h"
 
 extern const struct dist__kind dist__mutex_kind;    /* kind_mutex.c */
 extern const struct dist__kind dist__fair_kind;     /* kind_mutex.c */

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "engine.h"
-#include "stats.h"
+#include "base/stats.h"
 
 /* ---- deadlines ---------------------------------------------------------- */
 
