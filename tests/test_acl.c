@@ -1,13 +1,13 @@
 /*
  * test_acl: the library and the distlock tool as a Redis ACL user with
- * exactly the permissions the README's "Least privilege" section gives
- * (its command is read from README.md and run as it stands, with the
- * password and the name prefix of this test put in): every lock kind,
- * waits included (subscriptions, release messages, renewals), then the
- * tool's status and list.  After each test the server's ACL LOG must be
- * empty: nothing was refused, not even something the library would
- * have shrugged off (ROLE).  And a lock outside the user's names is
- * refused, which shows the user is the one in force.
+ * exactly the permissions the "Least privilege" section of
+ * docs/deployment.md gives (its command is read from that file and run as
+ * it stands, with the password and the name prefix of this test put in):
+ * every lock kind, waits included (subscriptions, release messages,
+ * renewals), then the tool's status and list.  After each test the
+ * server's ACL LOG must be empty: nothing was refused, not even something
+ * the library would have shrugged off (ROLE).  And a lock outside the
+ * user's names is refused, which shows the user is the one in force.
  *
  * One private redis-server for the group (fixture.h); the library on its
  * TCP port as that user.  Bounds hold on a loaded 2-core machine.
@@ -39,31 +39,31 @@ static tu_redis_t r;
 
 #define USER     "distlock_test"
 #define PASSWORD "acl-test-secret"
-/* The prefix of every name the README's command allows, and this test's
+/* The prefix of every name the documented command allows, and this test's
  * (the group's names all start with it). */
-#define README_PREFIX "app:"
-#define PREFIX        "test_acl:"
+#define DOC_PREFIX "app:"
+#define PREFIX     "test_acl:"
 
 #define NAME(buf, tag) test_lock_name(buf, sizeof buf, "test_acl", __func__, tag)
 
 static char url[128];
 
-/* ---- the user, from the README ------------------------------------------- */
+/* ---- the user, from the documentation ---------------------------------- */
 
 #define MAX_ARGS 200
 
-/* The words of the README's ACL SETUSER command: the lines of the block
+/* The words of the documented ACL SETUSER command: the lines of the block
  * after the marker, joined at their backslashes, split at blanks, single
  * quotes taken off, the password and the prefix put in.  Returns the
  * number of words (from "ACL" on), or fails the test. */
-static int readme_acl(char *words[MAX_ARGS])
+static int doc_acl(char *words[MAX_ARGS])
 {
     char path[4096], line[1024], *tok, *save;
     const char *src = getenv("srcdir");
     int n = 0, in = 0, more = 1;
     FILE *f;
 
-    snprintf(path, sizeof path, "%s/README.md", src ? src : ".");
+    snprintf(path, sizeof path, "%s/docs/deployment.md", src ? src : ".");
     if (!(f = fopen(path, "r")))
         fail_msg("cannot read %s (srcdir=%s)", path, src ? src : "unset");
     while (more && fgets(line, sizeof line, f)) {
@@ -82,7 +82,7 @@ static int readme_acl(char *words[MAX_ARGS])
         for (tok = strtok_r(line, " ", &save); tok;
              tok = strtok_r(NULL, " ", &save)) {
             char word[256], *p;
-            size_t k = 0, pl = strlen(README_PREFIX);
+            size_t k = 0, pl = strlen(DOC_PREFIX);
             const char *s;
 
             if (strcmp(tok, "redis-cli") == 0)
@@ -90,7 +90,7 @@ static int readme_acl(char *words[MAX_ARGS])
             for (s = tok; *s && k + sizeof PREFIX < sizeof word; s++) {
                 if (*s == '\'')
                     continue;
-                if (strncmp(s, README_PREFIX, pl) == 0) {
+                if (strncmp(s, DOC_PREFIX, pl) == 0) {
                     memcpy(word + k, PREFIX, strlen(PREFIX));
                     k += strlen(PREFIX);
                     s += pl - 1;
@@ -125,7 +125,7 @@ static int group_setup(void **state)
 
     if (fx_group_setup(state) != 0)
         return -1;
-    n = readme_acl(words);
+    n = doc_acl(words);
     for (i = 0; i < n; i++)
         print_message("%s%s", i ? " " : "", words[i]);
     print_message("\n");
