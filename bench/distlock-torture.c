@@ -17,7 +17,7 @@
  * replica sync on, and makes every other fault a SENTINEL FAILOVER (no
  * server restarts, no proxy); its window, until the old master is a
  * replica, counts as one where data may be lost, unless --strict-failover
- * (then the split-brain stretch shows up as violations, README).
+ * (then the split-brain stretch shows up as violations, docs/testing.md).
  * --strict-fence makes a legitimate holder refused by the fence (below) a
  * violation; without it the run reports their number only.
  * At the end, before the workers stop, their threads (/proc/<pid>/task),

@@ -48,8 +48,8 @@ extern "C" {
  *                         unix://[user:password@]/path/to/socket[?db=N]
  *                         redis-sentinel://[user:password@]host:port[,host:port...]/MASTER[?db=N]
  *                         redis-cluster://[user:password@]host:port[,host:port...]
- *                         (default redis://127.0.0.1:6379; README "Sentinel
- *                         and Cluster" says what each guarantees)
+ *                         (default redis://127.0.0.1:6379; docs/deployment.md
+ *                         "Sentinel and Cluster" says what each guarantees)
  *   DISTLOCK_WATCHDOG_MS  lease of a lock taken without an explicit lease;
  *                         the renewal thread renews it every third of that
  *                         (default 30000, at least 300)

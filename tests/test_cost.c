@@ -122,7 +122,7 @@ static void test_memory_per_held_lock(void **state)
                   (made - before) / HELD, (held - before) / HELD);
     /* 1,084 B here (glibc, x86-64): the names Redis derives from the
      * lock's (about 500 B) and the holder's records; the issue's 500 B
-     * target is not met yet (README, Performance).  The bound catches
+     * target is not met yet (docs/performance.md).  The bound catches
      * growth. */
     if ((held - before) / HELD > 1200)
         fail_msg("%zu B of heap per held lock", (held - before) / HELD);

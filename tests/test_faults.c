@@ -1210,7 +1210,7 @@ static void fence_trial(const char *name, struct fence_other *o, double *lead,
  * margin); the figures are printed.  Without the watch thread it ran
  * 1.3-1.5 s after the other process had the lock.
  * TEST_FAULTS_FENCE_TRIALS=N runs N trials (default 3) and prints the
- * distribution (the README's figure is from 100).
+ * distribution (the figure in docs/api.md is from 100).
  */
 static void test_self_fencing(void **state)
 {
@@ -1598,7 +1598,7 @@ static void test_timed_behind_lost_reply(void **state)
 
 /* CLIENT PAUSE WRITE after the connection is made: the lock's script is
  * held up, its reply never comes within the command timeout T, and the
- * renewal thread's settle is held up the same way.  The README bounds
+ * renewal thread's settle is held up the same way.  docs/design.md bounds
  * lock at the first try, then T more: 2T, here under 2T + 1 s (it took
  * 3T when the settle of the call's own lost reply got two command
  * timeouts of its own).  The error is this call's, not "an earlier

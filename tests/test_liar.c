@@ -697,11 +697,11 @@ static void test_fresh_hold_counted_twice_no_token(void **state)
 
 /* The lock's script is never answered (silence, a closed connection, an
  * answer slower than the command timeout T), nor is anything after it:
- * the probe, the renewal thread's settle of the unknown outcome.  The
- * README bounds lock at the first try, then T more of retries: 2T, here
- * under 2T + 1 s; it took 3T when the settle of the call's own lost reply
- * waited two command timeouts of its own.  T is longer than the other
- * cases' so that 3T is past the bound.  The error is this call's (it
+ * the probe, the renewal thread's settle of the unknown outcome.
+ * docs/design.md bounds lock at the first try, then T more of retries:
+ * 2T, here under 2T + 1 s; it took 3T when the settle of the call's own
+ * lost reply waited two command timeouts of its own.  T is longer than the
+ * other cases' so that 3T is past the bound.  The error is this call's (it
  * blamed "an earlier call", and there was none) and names the lock. */
 #define OWN_TIMEOUT_MS 2000UL
 #define OWN_BOUND_S (2 * OWN_TIMEOUT_MS / 1000.0 + 1.0)

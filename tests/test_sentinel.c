@@ -329,7 +329,7 @@ static void test_fair_and_rwlock_across_failover(void **state)
 /* With the replica check off, a master that dies before replicating takes
  * the lock with it: after the failover a second client takes it while the
  * first still believes it holds it, until its renewal finds it gone.  This
- * is the README's warning, shown. */
+ * is the warning of docs/deployment.md, shown. */
 static void test_lost_lock_without_replica_check(void **state)
 {
     char name[64];
@@ -519,8 +519,9 @@ static void stale_start(pid_t *pid, const char *name)
  * asks first, is stopped.  Asking the sentinels again within a call's
  * command timeout (1 s here) then fails in every process, which goes on
  * with the master it knows, the old one, for as long as that answers as
- * a master (a known limit: README).  A holder of another process (made
- * by hand) has the lock on the new master while the workers go.
+ * a master (a known limit: docs/deployment.md).  A holder of another
+ * process (made by hand) has the lock on the new master while the workers
+ * go.
  * Never two holders at once, the lock keeps being granted afterwards, and
  * every result is a documented one. */
 static void test_no_double_grant_in_stale_window(void **state)

@@ -17,9 +17,9 @@ import org.redisson.api.RedissonClient;
 import org.redisson.client.codec.StringCodec;
 
 /**
- * The scenarios of the interop suite (README, "Redisson"): each mixes the
- * C agent (distlock) and Redisson clients on the suite's server and
- * asserts what both see.  Arguments: the scenario numbers to run.
+ * The scenarios of the interop suite (docs/design.md, "Redisson"): each
+ * mixes the C agent (distlock) and Redisson clients on the suite's server
+ * and asserts what both see.  Arguments: the scenario numbers to run.
  * Environment: INTEROP_REDIS or INTEROP_CLUSTER (see Agent), DISTLOCK_URL
  * for the C side, INTEROP_C_AGENT and INTEROP_TOOL (dl-agent and the
  * distlock tool), INTEROP_LABEL (the Redisson line, for the output).
