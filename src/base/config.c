@@ -14,10 +14,10 @@
 #define DEFAULT_TIMEOUT_MS  2000UL
 #define DEFAULT_WAITER_MS   5000UL
 #define DEFAULT_REPLICA_WAIT_MS 1000UL
-#define DEFAULT_DEFERRED 0UL      /* see README, Performance */
-#define DEFAULT_COHORT 0UL        /* see README, Lock cohorting */
-#define DEFAULT_DIRECT_WAKE 1UL   /* see README, Performance */
-/* The fixed part of a hold's safety margin (README, Semantics, "Lost
+#define DEFAULT_DEFERRED 0UL      /* see docs/performance.md */
+#define DEFAULT_COHORT 0UL        /* see docs/api.md, Lock cohorting */
+#define DEFAULT_DIRECT_WAKE 1UL   /* see docs/performance.md */
+/* The fixed part of a hold's safety margin (docs/api.md, Semantics, "Lost
  * locks"): how late the watch thread may wake and the lost handler run on a
  * loaded machine, with time left for the holder to stop before its lease
  * can run out on the server. */

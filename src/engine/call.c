@@ -469,7 +469,7 @@ static __attribute__((noinline)) int settle_own(struct dist__call *c,
  * the settle and the tries after the first failure end with the patience
  * too (a timed call's last try keeps its command timeout past the
  * deadline): a lock whose reply was lost once ends within twice the
- * command timeout, as the README says, not three times (the settle waited
+ * command timeout, as docs/design.md says, not three times (the settle waited
  * two command timeouts of its own).  A failure the link marked hopeless (a
  * refused certificate, a wrong URL scheme) ends it at once. */
 static int try_patiently(struct dist__call *c, uint64_t deadline)

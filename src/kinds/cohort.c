@@ -14,9 +14,9 @@
  * first waiter (FIFO) once that thread has had a short run of turns (RUN_*);
  * before that it only frees the turn, and whoever locks next takes it: in a
  * loop, the same thread, without a wake-up or a context switch.  A wake-up
- * per turn would cost more than the turn (S5 in the README).  The first
- * waiter looks every COHORT_POLL_MS, so a turn freed by a thread that does
- * not come back is taken within that.
+ * per turn would cost more than the turn (S5 in docs/performance.md).
+ * The first waiter looks every COHORT_POLL_MS, so a turn freed by a thread
+ * that does not come back is taken within that.
  *
  * Lock order: the cohort's mu is a leaf: nothing else is taken under it
  * (the fork hook takes it after the state's mu). */
@@ -30,7 +30,7 @@
 
 /* A Redis hold passes between local threads for at most this long and this
  * many times: a process waiting in Redis then waits about COHORT_MAX_MS
- * plus a hand-off between processes (see README, Lock cohorting). */
+ * plus a hand-off between processes (see docs/api.md, Lock cohorting). */
 #define COHORT_MAX_MS 5
 #define COHORT_MAX_HANDOFFS 1000      /* from one thread to another */
 /* A thread's run: turns in a row it may take back without passing the
