@@ -3088,6 +3088,8 @@ static void run_rounds(redisContext *c)
 
 static void usage(FILE *f)
 {
+    /* The help text is laid out as printed. */
+    /* clang-format off */
     fprintf(f,
 "usage: distlock-bench [--json] [--quick] [--only NAME[,NAME...]] [--csv FILE]\n"
 "                      [--rounds N] [--compare] [--s4-locks N]\n"
@@ -3153,6 +3155,7 @@ static void usage(FILE *f)
 "\n"
 "The ratio column is value/target; 'ok' when the target is met.  Missing a\n"
 "target does not change the exit status: 1 means a scenario could not run.\n");
+    /* clang-format on */
 }
 
 static int open_csv(const char *path)

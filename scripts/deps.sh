@@ -13,7 +13,8 @@
 #   DISTLOCK_PLOT         1: also gnuplot, for bench/plot.sh (pictures of a
 #                         distlock-bench run); nothing else needs it
 #   CI                    set: also gdb, for the stacks of a hung torture
-#                         worker, and PostgreSQL's server, for the fence's
+#                         worker, clang-format, for scripts/format.sh
+#                         --check, and PostgreSQL's server, for the fence's
 #                         SQL side (tests/test_fence_pg.sh starts a server of
 #                         its own; without CI it skips when none is installed)
 #
@@ -52,9 +53,10 @@ if [[ "${DISTLOCK_INTEROP:-$([[ -n "${CI:-}" ]] && echo 1 || echo 0)}" == 1 ]]; 
     packages+=(openjdk-17-jdk-headless maven)
 fi
 # Under CI, gdb: a torture worker that hangs is shown with the stacks of
-# its threads (bench/distlock-torture.c), not only counted.
+# its threads (bench/distlock-torture.c), not only counted; clang-format
+# checks the layout of the sources (scripts/format.sh, .clang-format).
 if [[ -n "${CI:-}" ]]; then
-    packages+=(gdb postgresql)
+    packages+=(gdb postgresql clang-format)
 fi
 if [[ "${DISTLOCK_PLOT:-0}" == 1 ]]; then
     packages+=(gnuplot-nox)

@@ -25,7 +25,10 @@
 #    fuzz targets of tests/fuzz/ built with libFuzzer, ASan and UBSan, each
 #    run for DISTLOCK_FUZZ_SECONDS (60) by tests/fuzz/run.sh: a crash, a
 #    leak or a timeout fails the stage; executions and coverage are printed
-# 5. with --distcheck: make distcheck (the tarball builds and passes; the
+# 5. format: scripts/format.sh --check, the sources laid out as
+#    .clang-format says; DISTLOCK_FORMAT=1/0 forces it on/off; off by
+#    default until the tree has been reformatted once (then on under CI)
+# 6. with --distcheck: make distcheck (the tarball builds and passes; the
 #    interop suite's scenarios 1 and 2 on one server, the current line)
 # DISTLOCK_INTEROP=1 (the default when CI is set) installs a JDK and Maven
 # (scripts/deps.sh) and makes a missing one a failure instead of a skip.
@@ -42,7 +45,7 @@ distcheck=0
 for arg in "$@"; do
     case "$arg" in
     --distcheck) distcheck=1 ;;
-    -h | --help) sed -n '2,33p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,36p' "$0"; exit 0 ;;
     *) echo "usage: $0 [--distcheck]" >&2; exit 2 ;;
     esac
 done
@@ -55,6 +58,14 @@ if [[ -n "${DISTLOCK_TSAN:-}" ]]; then
     tsan=$([[ "$DISTLOCK_TSAN" != 0 ]] && echo 1 || echo 0)
 else
     tsan=$([[ -n "${CI:-}" ]] && echo 1 || echo 0)
+fi
+# The layout check's default under CI: 0 until scripts/format.sh --apply
+# has run over the whole tree, 1 from then on.
+format_in_ci=0
+if [[ -n "${DISTLOCK_FORMAT:-}" ]]; then
+    format=$([[ "$DISTLOCK_FORMAT" != 0 ]] && echo 1 || echo 0)
+else
+    format=$([[ -n "${CI:-}" ]] && echo "$format_in_ci" || echo 0)
 fi
 # ---- torture run (issue 16) ----
 if [[ -n "${DISTLOCK_TORTURE:-}" ]]; then
@@ -193,6 +204,13 @@ if [[ "${DISTLOCK_FUZZ:-1}" != 0 ]] && command -v clang-14 >/dev/null 2>&1; then
     record fuzz "$status"
 else
     summary+=("fuzz: skipped (no clang-14, or DISTLOCK_FUZZ=0)")
+fi
+if [[ $format -eq 1 ]]; then
+    log "format: scripts/format.sh --check"
+    stage_t0=$SECONDS
+    status=0
+    "$script_dir/format.sh" --check || status=$?
+    record format "$status"
 fi
 if [[ $distcheck -eq 1 ]]; then
     log "distcheck: make distcheck in build/"

@@ -348,10 +348,13 @@ MAPPED void mapped_signal(struct pl_entry *ce, int all)
 
 /* ---- the interposed functions -------------------------------------------- */
 
+/* clang-format 14 breaks _Generic associations apart. */
+/* clang-format off */
 #define KIND_OF(p)                                                           \
     _Generic((p), pthread_rwlock_t *: PL_RWLOCK, pthread_cond_t *: PL_COND,  \
              pthread_barrier_t *: PL_BARRIER, sem_t *: PL_SEM,               \
              default: PL_MUTEX)
+/* clang-format on */
 
 /* The live entry of p if it is one of p's kind, or NULL. */
 #define ENTRY_OF_KIND(p)                                                     \

@@ -29,6 +29,8 @@
 /* Command line                                                             */
 /* ------------------------------------------------------------------------ */
 
+/* The help texts are laid out as printed. */
+/* clang-format off */
 static const char usage_main[] =
 "Usage: distlock [--url URL | --url-file FILE] [--tls-...] [--json] COMMAND\n"
 "       [ARGS]\n"
@@ -207,6 +209,7 @@ static const char usage_fence[] =
 "On a cluster FENCE and DATA must share a hash tag: fence:{orders} and\n"
 "{orders}:total.  The same text is installed as share/distlock/fence.lua;\n"
 "share/distlock/fence.sql is the PostgreSQL side (distlock-fence(7)).\n";
+/* clang-format on */
 
 static const struct {
     const char *name;
