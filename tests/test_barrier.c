@@ -53,12 +53,9 @@ struct shared {
 
 static struct shared *shared_new(void)
 {
-    struct shared *s = mmap(NULL, sizeof *s, PROT_READ | PROT_WRITE,
-                            MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    struct shared *s = shared_mem(sizeof *s);
     int i;
 
-    assert_true(s != MAP_FAILED);
-    memset(s, 0, sizeof *s);
     for (i = 0; i < PARTIES; i++)
         atomic_init(&s->rc[i], -1);
     return s;

@@ -170,33 +170,6 @@ static void waiter_go(struct waiter *w, dist_mutex_t *m, struct order *o,
     w->unlock = 1;
 }
 
-struct trylock_arg {
-    dist_mutex_t *m;
-    int rc;
-};
-
-static void *trylock_main(void *arg)
-{
-    struct trylock_arg *a = arg;
-
-    a->rc = dist_mutex_trylock(a->m);
-    if (a->rc == 0)
-        dist_mutex_unlock(a->m);
-    return NULL;
-}
-
-/* trylock (and unlock on success) from a thread of its own */
-static int trylock_in_thread(dist_mutex_t *m)
-{
-    struct trylock_arg ta = { m, -1 };
-    pthread_t th;
-
-    if (pthread_create(&th, NULL, trylock_main, &ta) != 0)
-        return -1;
-    pthread_join(th, NULL);
-    return ta.rc;
-}
-
 /* A fair mutex on name for a forked child (no cmocka there).  0 or the
  * error of init. */
 static int child_fair_init(dist_mutex_t *m, const char *name)

@@ -716,24 +716,8 @@ static void *waiter_main(void *arg)
 /* Subscribers of chan (testhelp.h). */
 #define numsub(chan) pubsub_numsub(&r, chan)
 
-/* Script calls the server has run so far (EVALSHA and EVAL). */
-static long long script_calls(void)
-{
-    char *info = tu_cmd_str(&r, "INFO", "commandstats", NULL);
-    const char *keys[] = { "cmdstat_evalsha:calls=", "cmdstat_eval:calls=" };
-    long long n = 0;
-    size_t i;
-
-    if (!info)
-        return -1;
-    for (i = 0; i < 2; i++) {
-        const char *p = strstr(info, keys[i]);
-        if (p)
-            n += atoll(p + strlen(keys[i]));
-    }
-    free(info);
-    return n;
-}
+/* Script calls the server has run so far (testhelp.h). */
+#define script_calls() script_calls_on(&r)
 
 /* A waiter sleeps on pub/sub and the holder's lease, never polls: waiting
  * 3 s behind a holder costs a handful of script calls, not hundreds. */

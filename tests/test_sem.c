@@ -419,18 +419,8 @@ static void test_redisson_post_wakes_other_process(void **state)
 
 /* ---- signals and cancellation ------------------------------------------------ */
 
-/* GCC 12's AddressSanitizer misreads a cancelled thread's unwinding (see
- * test_wake): the cancellation test runs in the other builds only. */
-#if defined(__SANITIZE_ADDRESS__)
-#define SKIP_UNDER_ASAN()                                                     \
-    do {                                                                      \
-        print_message("  skipped under AddressSanitizer (its runtime "        \
-                      "misreads a cancelled thread's unwinding)\n");         \
-        skip();                                                               \
-    } while (0)
-#else
-#define SKIP_UNDER_ASAN() do { } while (0)
-#endif
+/* The cancellation test skips itself under AddressSanitizer
+ * (SKIP_UNDER_ASAN, testhelp.h). */
 
 static void on_usr1(int sig)
 {

@@ -160,25 +160,8 @@ static long long exists(const char *key)
     return tu_cmd_int(&srv, "EXISTS", key, NULL);
 }
 
-/* EVAL and EVALSHA calls the server ran so far (INFO commandstats). */
-static long long script_calls(void)
-{
-    static const char *const keys[] = { "cmdstat_evalsha:calls=",
-                                        "cmdstat_eval:calls=" };
-    char *info = tu_cmd_str(&srv, "INFO", "commandstats", NULL);
-    long long n = 0;
-    size_t i;
-
-    if (!info)
-        return -1;
-    for (i = 0; i < 2; i++) {
-        const char *p = strstr(info, keys[i]);
-        if (p)
-            n += atoll(p + strlen(keys[i]));
-    }
-    free(info);
-    return n;
-}
+/* EVAL and EVALSHA calls the server ran so far (testhelp.h). */
+#define script_calls() script_calls_on(&srv)
 
 /* The whole of a small file, malloc'd; NULL when it cannot be read. */
 static char *read_file(const char *path)
@@ -446,34 +429,9 @@ static long long holds_of(const char *name)
     return n;
 }
 
-struct try_other {
-    dist_mutex_t *m;
-    int rc;
-};
-
-/* In a thread of its own: this thread's holds would count as its own
- * re-entry. */
-static void *try_other_main(void *arg)
-{
-    struct try_other *t = arg;
-
-    t->rc = dist_mutex_trylock(t->m);
-    if (t->rc == 0)
-        dist_mutex_unlock(t->m);
-    return NULL;
-}
-
 /* What another thread's trylock on o (an object of its own: destroying
- * it while this thread holds the name is refused) gives now. */
-static int other_trylock(dist_mutex_t *o)
-{
-    struct try_other t = { o, -1 };
-    pthread_t th;
-
-    assert_int_equal(pthread_create(&th, NULL, try_other_main, &t), 0);
-    pthread_join(th, NULL);
-    return t.rc;
-}
+ * it while this thread holds the name is refused) gives now (testhelp.h). */
+#define other_trylock(o) trylock_in_thread(o)
 
 /* The fault proxy between the library and the TLS port, forwarding bytes
  * (TLS records it cannot read): an acquire whose reply is cut off, a

@@ -413,19 +413,9 @@ static void test_crowd_two_processes(void **state)
 /* ---- cancellation --------------------------------------------------------------- */
 
 /* GCC 12's AddressSanitizer runtime reports its own sigaltstack call as a
- * stack overflow when a cancelled thread unwinds to its cleanup handlers
- * (__asan_handle_no_return reads shadow the unwound frames left poisoned),
- * so the cancellation tests run in the other builds only. */
-#if defined(__SANITIZE_ADDRESS__)
-#define SKIP_UNDER_ASAN()                                                     \
-    do {                                                                      \
-        print_message("  skipped under AddressSanitizer (its runtime "        \
-                      "misreads a cancelled thread's unwinding)\n");         \
-        skip();                                                               \
-    } while (0)
-#else
-#define SKIP_UNDER_ASAN() do { } while (0)
-#endif
+ * stack overflow when a cancelled thread unwinds to its cleanup handlers,
+ * so the cancellation tests run in the other builds only (SKIP_UNDER_ASAN,
+ * testhelp.h). */
 
 /* ThreadSanitizer loses a thread's lock calls once it was cancelled inside
  * one of its interceptors (a borrower's poll), and then reports the
