@@ -10,19 +10,9 @@
 set -u
 
 here=$(cd "$(dirname "$0")" && pwd)
-if [[ -z "${DISTLOCK_CLI_TEST_INNER:-}" ]]; then
-    unset DISTLOCK_USE_EXISTING      # always a private server
-    export DISTLOCK_CLI_TEST_INNER=1
-    exec bash "$here/../scripts/with-redis.sh" bash "$0" "$@"
-fi
-
-D="$(cd "${top_builddir:-.}" && pwd)/tools/distlock"
-if [[ ! -x "$D" ]]; then
-    echo "FAIL: $D not built"
-    exit 1
-fi
-rcli() { redis-cli -p "$DISTLOCK_TEST_REDIS_PORT" "$@"; }
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/distlock-cli.XXXXXX")
+# shellcheck source=tests/tap.sh
+. "$here/tap.sh"
+tool_test_start cli "$@"     # D, rcli and tmp, under a private server
 pfx="clitest$$"
 bg_pids=()
 srv_pids=()     # the cluster and sentinel servers this script started
@@ -51,8 +41,6 @@ trap 'exit 143' TERM
 have_python=0
 command -v python3 >/dev/null 2>&1 && have_python=1
 
-# shellcheck source=tests/tap.sh
-. "$here/tap.sh"
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
 # until COMMAND... succeeds, at most about SECONDS
 wait_for() {

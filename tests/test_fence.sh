@@ -6,25 +6,13 @@
 set -u
 
 here=$(cd "$(dirname "$0")" && pwd)
-if [[ -z "${DISTLOCK_FENCE_TEST_INNER:-}" ]]; then
-    unset DISTLOCK_USE_EXISTING      # always a private server
-    export DISTLOCK_FENCE_TEST_INNER=1
-    exec bash "$here/../scripts/with-redis.sh" bash "$0" "$@"
-fi
-
-D="$(cd "${top_builddir:-.}" && pwd)/tools/distlock"
-if [[ ! -x "$D" ]]; then
-    echo "FAIL: $D not built"
-    exit 1
-fi
-rcli() { redis-cli -p "$DISTLOCK_TEST_REDIS_PORT" "$@"; }
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/distlock-fence.XXXXXX")
+# shellcheck source=tests/tap.sh
+. "$here/tap.sh"
+tool_test_start fence "$@"     # D, rcli and tmp, under a private server
 trap '[[ -n "${KEEP_TMP:-}" ]] || rm -rf -- "$tmp"' EXIT
 pfx="fencetest$$"
 F="fence:{$pfx}" K="{$pfx}:total"
 
-# shellcheck source=tests/tap.sh
-. "$here/tap.sh"
 out="$tmp/out" err="$tmp/err"
 run() {
     "$@" >"$out" 2>"$err"
