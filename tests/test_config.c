@@ -337,23 +337,67 @@ static void test_setters(void **state)
     assert_int_equal(dist__cfg_mode(), DIST__MODE_CLUSTER);
 }
 
+/* Every derived name of n, k[which] (free() frees them). */
+static struct dist__buf *all_names(const struct dist__names *n)
+{
+    enum dist__nm which[DIST__N_COUNT];
+    struct dist__buf *k;
+    int i;
+
+    for (i = 0; i < DIST__N_COUNT; i++)
+        which[i] = (enum dist__nm)i;
+    k = dist__names_set(n, which, DIST__N_COUNT);
+    assert_non_null(k);
+    return k;
+}
+
 static void expect_derived(const char *name, const char *chan,
                            const char *queue, const char *owner_chan)
 {
     struct dist__names *n = dist__names_new(name, strlen(name));
+    struct dist__buf *k;
     size_t len = 0;
     char *p;
 
     assert_non_null(n);
+    k = all_names(n);
     assert_string_equal(n->name.p, name);
-    assert_string_equal(n->chan.p, chan);
-    assert_int_equal(n->chan.len, strlen(chan));
-    assert_string_equal(n->queue.p, queue);
-    p = dist__names_derive(n, "redisson_lock__channel:", ":c1:7", &len);
+    assert_string_equal(k[DIST__N_CHAN].p, chan);
+    assert_int_equal(k[DIST__N_CHAN].len, strlen(chan));
+    assert_string_equal(k[DIST__N_QUEUE].p, queue);
+    p = dist__names_waiter_chan(n, "c1:7", 4, &len);
     assert_non_null(p);
     assert_string_equal(p, owner_chan);
     assert_int_equal(len, strlen(owner_chan));
     free(p);
+    free(k);
+    dist__names_unref(n);
+}
+
+/* A call's names on its stack, or on the heap past the room: the same
+ * bytes as the kept set, for the shortest name and the longest. */
+static void expect_keys_as_set(const char *name, size_t len, int on_heap)
+{
+    static const enum dist__nm which[] = {
+        DIST__N_QUEUE, DIST__N_TIMEOUT, DIST__N_TOKEN, DIST__N_CHAN,
+        DIST__N_FAIR_WAITERS,
+    };
+    struct dist__names *n = dist__names_new(name, len);
+    struct dist__buf out[5], *set;
+    struct dist__room room;
+    int i;
+
+    assert_non_null(n);
+    set = dist__names_set(n, which, 5);
+    assert_non_null(set);
+    assert_int_equal(dist__names_keys(n, which, 5, out, &room), 0);
+    assert_int_equal(room.heap != NULL, on_heap);
+    for (i = 0; i < 5; i++) {
+        assert_int_equal(out[i].len, set[i].len);
+        assert_memory_equal(out[i].p, set[i].p, set[i].len + 1);
+    }
+    dist__room_done(&room);
+    free(set);
     dist__names_unref(n);
 }
 
@@ -361,6 +405,9 @@ static void expect_derived(const char *name, const char *chan,
 static void test_derived_names(void **state)
 {
     struct dist__names *n;
+    struct dist__buf *k;
+    size_t len = 0;
+    char *p, *big;
 
     (void)state;
     expect_derived("ledger", "redisson_lock__channel:{ledger}",
@@ -373,11 +420,36 @@ static void test_derived_names(void **state)
                    "redisson_lock_queue:a{b", "redisson_lock__channel:a{b:c1:7");
     n = dist__names_new("x", 1);
     assert_non_null(n);
-    assert_string_equal(n->token.p, "redisson_lock_token:{x}");
-    assert_string_equal(n->timeout.p, "redisson_lock_timeout:{x}");
-    assert_string_equal(n->rwchan.p, "redisson_rwlock:{x}");
-    assert_string_equal(n->writers.p, "distlock_rwlock_writers:{x}");
+    k = all_names(n);
+    assert_string_equal(k[DIST__N_TOKEN].p, "redisson_lock_token:{x}");
+    assert_string_equal(k[DIST__N_TIMEOUT].p, "redisson_lock_timeout:{x}");
+    assert_string_equal(k[DIST__N_RWCHAN].p, "redisson_rwlock:{x}");
+    assert_string_equal(k[DIST__N_RW_WRITERS].p, "distlock_rwlock_writers:{x}");
+    assert_string_equal(k[DIST__N_RW_READERS].p, "distlock_rwlock_readers:{x}");
+    assert_string_equal(k[DIST__N_FAIR_WAITERS].p, "distlock_fair_waiters:{x}");
+    assert_string_equal(k[DIST__N_SEM].p, "distlock_sem:{x}");
+    assert_string_equal(k[DIST__N_COND_CHAN].p, "distlock_cond:{x}");
+    assert_string_equal(k[DIST__N_BARRIER_CHAN].p,
+                        "distlock_barrier_channel:{x}");
+    free(k);
+    p = dist__names_read_prefix(n, "c1:7", 4, &len);
+    assert_non_null(p);
+    assert_string_equal(p, "{x}:c1:7:rwlock_timeout:");
+    assert_int_equal(len, strlen(p));
+    free(p);
     dist__names_unref(n);
+    assert_non_null(big = malloc(DIST_NAME_MAX));
+    memset(big, 'b', DIST_NAME_MAX);
+    expect_keys_as_set("x", 1, 0);
+    expect_keys_as_set(big, DIST_NAME_MAX, 1);
+    free(big);
+    /* what the tool takes for names derived from a lock, not locks */
+    assert_true(dist__names_is_derived("redisson_lock_token:{x}", 23));
+    assert_true(dist__names_is_derived("{x}:c1:7:rwlock_timeout:1", 25));
+    assert_true(dist__names_is_derived("distlock_sem_holds:{x}", 22));
+    assert_false(dist__names_is_derived("x", 1));
+    assert_true(dist__names_is_object("distlock_barrier:{x}", 20));
+    assert_false(dist__names_is_object("distlock_rwlock_writers:{x}", 27));
 }
 
 /* Issue 15 item 9: "q" and "{q}" share every derived key (Redisson's
@@ -385,7 +457,9 @@ static void test_derived_names(void **state)
 static void expect_twin(const char *name, const char *want)
 {
     struct dist__names *a, *b;
+    struct dist__buf *ka, *kb;
     size_t len = 0;
+    int i;
     char *t = dist__names_twin(name, strlen(name), &len);
 
     if (!want) {
@@ -401,13 +475,12 @@ static void expect_twin(const char *name, const char *want)
     assert_non_null(a);
     assert_non_null(b);
     assert_string_not_equal(a->name.p, b->name.p);
-    assert_string_equal(a->chan.p, b->chan.p);
-    assert_string_equal(a->token.p, b->token.p);
-    assert_string_equal(a->queue.p, b->queue.p);
-    assert_string_equal(a->timeout.p, b->timeout.p);
-    assert_string_equal(a->rwchan.p, b->rwchan.p);
-    assert_string_equal(a->writers.p, b->writers.p);
-    assert_string_equal(a->fairwait.p, b->fairwait.p);
+    ka = all_names(a);
+    kb = all_names(b);
+    for (i = 0; i < DIST__N_COUNT; i++)
+        assert_string_equal(ka[i].p, kb[i].p);
+    free(ka);
+    free(kb);
     dist__names_unref(a);
     dist__names_unref(b);
     free(t);
@@ -549,15 +622,19 @@ static void test_names_slot(void **state)
     static const char *const good[] = { "m", "{tag}rest", "ledger:42" };
     static const char *const bad[] = { "a{b", "a{}b", "a}b" };
     struct dist__names *n;
+    struct dist__buf *k;
     size_t i;
+    int j;
 
     (void)state;
     for (i = 0; i < sizeof good / sizeof good[0]; i++) {
         n = dist__names_new(good[i], strlen(good[i]));
         assert_non_null(n);
         assert_int_equal(n->slot, dist__keyslot(good[i], strlen(good[i])));
-        assert_int_equal(dist__keyslot(n->queue.p, n->queue.len), n->slot);
-        assert_int_equal(dist__keyslot(n->writers.p, n->writers.len), n->slot);
+        k = all_names(n);
+        for (j = 0; j < DIST__N_COUNT; j++)
+            assert_int_equal(dist__keyslot(k[j].p, k[j].len), n->slot);
+        free(k);
         dist__names_unref(n);
     }
     for (i = 0; i < sizeof bad / sizeof bad[0]; i++) {

@@ -11,9 +11,8 @@
 #define BARRIER_MAGIC 0x62617272u     /* "barr" */
 #define NKEYS 3                       /* barrier, members, channel */
 
-static const char *const key_prefix[NKEYS] = {
-    "distlock_barrier:", "distlock_barrier_members:",
-    "distlock_barrier_channel:",
+static const enum dist__nm key_name[NKEYS] = {
+    DIST__N_BARRIER, DIST__N_BARRIER_MEMBERS, DIST__N_BARRIER_CHAN,
 };
 
 struct dist__barrier {
@@ -68,7 +67,7 @@ int dist_barrier_init(dist_barrier_t *b, const char *name, unsigned count)
     if (!(bo->names = dist__names_new(name, len)))
         goto oom;
     for (i = 0; i < NKEYS; i++) {
-        char *p = dist__names_derive(bo->names, key_prefix[i], "",
+        char *p = dist__names_derive(bo->names, key_name[i], "",
                                      &bo->keys[i].len);
         if (!p)
             goto oom;

@@ -321,12 +321,14 @@ static int sleep_marked(struct cwait *cw, const struct dist__deadline *dl,
 static int give_up_and_sleep(struct cwait *cw, const struct dist__deadline *dl,
                              uint64_t deadline)
 {
+    static const enum dist__nm waiters[] = { DIST__N_COND_WAITERS };
     struct dist__cond *cv = cw->cv;
     int rc, res;
 
     if (!(cw->ch = dist__sub_get(&cv->keys[3])))
         return dist__err(ENOMEM, "out of memory");
-    cw->w = dist__waiter_start(cv->names, &cv->keys[0], 1);
+    /* the same key as cv->keys[0], the entry's own */
+    cw->w = dist__waiter_start(cv->names, waiters, 1);
     if ((rc = dist__cond_register(cv, cw->o->st->names)) != 0) {
         /* EPERM: the mutex's hold was gone (its lease ran out, or it was
          * forced): a loss like one an unlock finds (the torture run saw

@@ -631,7 +631,7 @@ static int wait_for_it(struct dist__call *c, const struct dist__deadline *dl)
     }
     if (c->how == DIST__HOW_QUEUE) {
         int nkeys;
-        const struct dist__buf *keys = k->queue(c, &nkeys);
+        const enum dist__nm *keys = k->queue(c, &nkeys);
         w = dist__waiter_start(c->o->st->names, keys, nkeys);
     }
     rc = wait_loop(c, dl, deadline);
@@ -993,15 +993,24 @@ static __attribute__((noinline)) int replica_sync(struct dist__call *c)
  * it before it is shown when replica sync is on. */
 static __attribute__((noinline)) int fresh_token(struct dist__call *c)
 {
-    const struct dist__names *nm = c->o->st->names;
+    static const enum dist__nm token_key[] = { DIST__N_TOKEN };
     struct dist__link *on = NULL;
     struct dist__addr now;
+    struct dist__room room;
+    struct dist__buf key;
     struct dist__rec *r;
     redisReply *rep = NULL;
     long long t = 0;
     char why[256];
+    int rc;
 
-    if (dist__route_eval(DIST__S_TOKEN_DRAW, 1, &nm->token, 1, &rep, &on) != 0)
+    rc = dist__names_keys(c->o->st->names, token_key, 1, &key, &room);
+    if (rc != 0)
+        dist__err(ENOMEM, "out of memory");
+    else
+        rc = dist__route_eval(DIST__S_TOKEN_DRAW, 1, &key, 1, &rep, &on);
+    dist__room_done(&room);
+    if (rc != 0)
         snprintf(why, sizeof why, "%s", dist_last_error());
     else if (rep->type == REDIS_REPLY_INTEGER && rep->integer > 0)
         t = rep->integer;

@@ -195,10 +195,11 @@ struct dist__kind {
     int (*settle)(struct dist__hold *h, int *lost);
     /* A queued waiter that gives up leaves the queue (best effort). */
     void (*cancel)(struct dist__call *c);
-    /* The channel a waiter of c sleeps on; the keys with which a queued
-     * one's deadline is kept fresh (waiter_renew), *nkeys of them. */
+    /* The channel a waiter of c sleeps on; the names of the keys with
+     * which a queued one's deadline is kept fresh (waiter_renew), *nkeys
+     * of them. */
     struct dist__chan *(*channel)(struct dist__call *c);
-    const struct dist__buf *(*queue)(struct dist__call *c, int *nkeys);
+    const enum dist__nm *(*queue)(struct dist__call *c, int *nkeys);
     /* Optional: after a try that was refused, why (" or has waiters"). */
     const char *(*busy_why)(const struct dist__call *c);
     /* Optional hooks: before a blocking acquire, after a release. */

@@ -50,6 +50,8 @@ struct dist__hold {
     unsigned long period_ms;        /* how often; 0: a third of the watchdog */
     const struct dist__buf *keys;   /* NULL: just the lock's own name */
     int nkeys;
+    struct dist__buf *own_keys;     /* keys, when the entry owns them (a
+                                     * waiter's): freed with it */
     atomic_int lost;                /* found gone (set by the thread) */
     atomic_int let_go;              /* the owner let go of every hold the
                                      * entry stands for: no loss of it is
@@ -136,11 +138,12 @@ int dist__renew_let_go(struct dist__hold *h);
 int dist__renew_settle(struct dist__hold *h, uint64_t until_ms);
 /* A queued waiter's presence (fair mutex, writer of a writer-preferring
  * rwlock): the renewal thread keeps its deadline fresh with waiter_renew
- * on keys (nkeys of names' keys: a writer's ZSET, or a fair waiter's four)
+ * on keys (nkeys names derived from names: a writer's ZSET, or a fair
+ * waiter's four, made here and kept with the entry)
  * while it waits, so only a waiter whose process died is dropped, within
  * one DISTLOCK_WAITER_MS window.  NULL when out of memory. */
 struct dist__hold *dist__waiter_start(struct dist__names *names,
-                                      const struct dist__buf *keys, int nkeys);
+                                      const enum dist__nm *keys, int nkeys);
 void dist__waiter_stop(struct dist__hold *w);   /* NULL is fine */
 /* Renews every hold now: a failover was seen, and the new master may have
  * an older lease than the last renewal set (renewals are not waited for

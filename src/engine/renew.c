@@ -87,6 +87,7 @@ void dist__hold_free(struct dist__hold *h)
     if (!h)
         return;
     dist__names_unref(h->names);
+    free(h->own_keys);
     free(h);
 }
 
@@ -243,12 +244,16 @@ uint64_t dist__renew_safe_until(struct dist__hold *h)
 }
 
 struct dist__hold *dist__waiter_start(struct dist__names *names,
-                                      const struct dist__buf *keys, int nkeys)
+                                      const enum dist__nm *keys, int nkeys)
 {
     struct dist__hold *w = dist__hold_new(NULL, names, 0);
 
+    if (w && !(w->own_keys = dist__names_set(names, keys, nkeys))) {
+        dist__hold_free(w);
+        w = NULL;
+    }
     if (w) {
-        w->keys = keys;
+        w->keys = w->own_keys;
         w->nkeys = nkeys;
         w->renew_ms = dist__waiter_ms();
         w->period_ms = w->renew_ms / 3;

@@ -7,9 +7,9 @@
 
 #include "kinds.h"
 
-static const char *const key_prefix[DIST__COND_NKEYS] = {
-    "distlock_cond_waiters:", "distlock_cond_queue:",
-    "distlock_cond_signalled:", "distlock_cond:",
+static const enum dist__nm key_name[DIST__COND_NKEYS] = {
+    DIST__N_COND_WAITERS, DIST__N_COND_QUEUE, DIST__N_COND_SIGNALLED,
+    DIST__N_COND_CHAN,
 };
 
 static struct dist__buf arg(const char *s)
@@ -33,7 +33,7 @@ int dist__cond_new(const char *name, clockid_t clock, struct dist__cond **out)
         goto oom;
     cv->slot = dist__keyslot(name, len);
     for (i = 0; i < DIST__COND_NKEYS; i++) {
-        char *p = dist__names_derive(cv->names, key_prefix[i], "",
+        char *p = dist__names_derive(cv->names, key_name[i], "",
                                      &cv->keys[i].len);
         if (!p)
             goto oom;

@@ -35,6 +35,32 @@ static struct dist__buf arg(const char *s)
     return (struct dist__buf){ s, strlen(s) };
 }
 
+/* The derived names each script gets, in the order of its KEYS after N. */
+static const enum dist__nm token_key[] = { DIST__N_TOKEN };
+static const enum dist__nm fair_lock_keys[] = {
+    DIST__N_QUEUE, DIST__N_TIMEOUT, DIST__N_TOKEN, DIST__N_CHAN,
+    DIST__N_FAIR_WAITERS,
+};
+static const enum dist__nm chan_key[] = { DIST__N_CHAN };
+static const enum dist__nm fair_unlock_keys[] = {
+    DIST__N_QUEUE, DIST__N_TIMEOUT, DIST__N_CHAN,
+};
+/* a queued fair waiter's keys for waiter_renew, in its order */
+static const enum dist__nm fair_wait_keys[] = {
+    DIST__N_TIMEOUT, DIST__N_QUEUE, DIST__N_FAIR_WAITERS, DIST__N_CHAN,
+};
+#define NKEYS(a) ((int)(sizeof a / sizeof a[0]))
+
+/* kv[0] = N, then which's names in room.  0 or ENOMEM (said). */
+static int keys_of(const struct dist__names *nm, const enum dist__nm *which,
+                   int count, struct dist__buf *kv, struct dist__room *room)
+{
+    kv[0] = nm->name;
+    if (dist__names_keys(nm, which, count, kv + 1, room) != 0)
+        return dist__err(ENOMEM, "out of memory");
+    return 0;
+}
+
 /* ---- acquire -------------------------------------------------------------- */
 
 /* Reads the owner's count after a lost reply.  0, or EIO. */
@@ -43,11 +69,18 @@ static int probe(const struct dist__names *nm, long long *holds, long long *pttl
 {
     size_t olen;
     const char *owner = dist__owner(&olen);
-    struct dist__buf kv[3] = { nm->name, nm->token, { owner, olen } };
+    struct dist__buf kv[3];
+    struct dist__room room;
     redisReply *r;
     long long t;
     uint64_t give_up = 0;
     int tries, rc;
+
+    if (keys_of(nm, token_key, 1, kv, &room) != 0) {
+        dist__room_done(&room);
+        return EIO;
+    }
+    kv[2] = (struct dist__buf){ owner, olen };
 
     /* The first reconnect usually works; a server that is restarting may
      * need a few tries: keep at it for up to the command timeout. */
@@ -61,6 +94,7 @@ static int probe(const struct dist__names *nm, long long *holds, long long *pttl
             break;
         dist__sleep_ms(tries == 0 ? 10 : 50);
     }
+    dist__room_done(&room);
     if (rc != 0)
         return EIO;
     if (dist__reply_int(r, 0, holds) || dist__reply_int(r, 1, pttl) ||
@@ -84,28 +118,31 @@ static int run_acquire(struct dist__call *c, redisReply **r)
     size_t olen;
     const char *owner = dist__owner(&olen);
     struct dist__buf kv[11];
+    struct dist__room room;
+    int rc;
 
     snprintf(lease, sizeof lease, "%lu", dist__lease_of(c->o));
     if (!is_fair(c)) {
-        kv[0] = nm->name;
-        kv[1] = nm->token;
-        kv[2] = arg(lease);
-        kv[3] = (struct dist__buf){ owner, olen };
-        return dist__route_eval(DIST__S_MUTEX_LOCK, 2, kv, 4, r, &c->on);
+        if ((rc = keys_of(nm, token_key, 1, kv, &room)) == 0) {
+            kv[2] = arg(lease);
+            kv[3] = (struct dist__buf){ owner, olen };
+            rc = dist__route_eval(DIST__S_MUTEX_LOCK, 2, kv, 4, r, &c->on);
+        }
+        dist__room_done(&room);
+        return rc;
     }
     snprintf(window, sizeof window, "%lu", dist__waiter_ms());
-    kv[0] = nm->name;
-    kv[1] = nm->queue;
-    kv[2] = nm->timeout;
-    kv[3] = nm->token;
-    kv[4] = nm->chan;
-    kv[5] = nm->fairwait;
-    kv[6] = arg(lease);
-    kv[7] = (struct dist__buf){ owner, olen };
-    kv[8] = arg(window);
-    kv[9] = arg(c->how == DIST__HOW_QUEUE ? "wait" : "try");
-    kv[10] = arg(dist__publish_cmd());
-    return dist__route_eval(DIST__S_FAIR_LOCK, 6, kv, 11, r, &c->on);
+    if ((rc = keys_of(nm, fair_lock_keys, NKEYS(fair_lock_keys), kv,
+                      &room)) == 0) {
+        kv[6] = arg(lease);
+        kv[7] = (struct dist__buf){ owner, olen };
+        kv[8] = arg(window);
+        kv[9] = arg(c->how == DIST__HOW_QUEUE ? "wait" : "try");
+        kv[10] = arg(dist__publish_cmd());
+        rc = dist__route_eval(DIST__S_FAIR_LOCK, 6, kv, 11, r, &c->on);
+    }
+    dist__room_done(&room);
+    return rc;
 }
 
 /* Reads the acquire script's reply: {1, holds, token} or {0, wait}.  A
@@ -204,21 +241,20 @@ static int m_plan(struct dist__call *c, int try_only)
 
 /* ---- release -------------------------------------------------------------- */
 
-/* The release script's arguments; expect: the count a settle expects to
- * find, or NULL.  Returns the number of keys. */
+/* The release script's arguments, the derived names in room; expect: the
+ * count a settle expects to find, or NULL.  Returns the number of keys, or
+ * -1 out of memory (said; room done all the same). */
 static int release_args(const struct dist__names *nm, int fair,
                         const char *lease, const char *owner, size_t olen,
-                        const char *expect, struct dist__buf *kv, int *nkv)
+                        const char *expect, struct dist__buf *kv, int *nkv,
+                        struct dist__room *room)
 {
-    int n = 0, nkeys;
+    int n, nkeys;
 
-    kv[n++] = nm->name;
-    if (fair) {
-        kv[n++] = nm->queue;
-        kv[n++] = nm->timeout;
-    }
-    kv[n++] = nm->chan;
-    nkeys = n;
+    n = fair ? NKEYS(fair_unlock_keys) : NKEYS(chan_key);
+    if (keys_of(nm, fair ? fair_unlock_keys : chan_key, n, kv, room) != 0)
+        return -1;
+    nkeys = ++n;
     kv[n++] = arg(lease);
     kv[n++] = (struct dist__buf){ owner, olen };
     kv[n++] = arg(dist__publish_cmd());
@@ -277,20 +313,13 @@ static __attribute__((noinline)) int release_lost(struct dist__call *c)
     return 1;
 }
 
-static int m_release(struct dist__call *c)
+/* Sends the release: 1 with its reply in *r, else what m_release returns
+ * (a deferred one's 0 among them). */
+static int send_release(struct dist__call *c, int script, int nkeys,
+                        const struct dist__buf *kv, int nkv, redisReply **r)
 {
-    const int fair = is_fair(c);
-    char lease[24];
-    size_t olen;
-    const char *owner = dist__owner(&olen);
-    struct dist__buf kv[9];
-    redisReply *r;
-    long long res;
-    int rc, nkv, nkeys, script = fair ? DIST__S_FAIR_UNLOCK : DIST__S_MUTEX_UNLOCK;
+    int rc;
 
-    snprintf(lease, sizeof lease, "%lu", dist__lease_of(c->o));
-    nkeys = release_args(c->o->st->names, fair, lease, owner, olen, NULL, kv,
-                         &nkv);
     if (c->defer_fn) {
         /* deferred: its reply goes to the engine when the link is read */
         rc = dist__route_defer(script, nkeys, kv, nkv, c->defer_fn,
@@ -301,12 +330,12 @@ static int m_release(struct dist__call *c)
             return 0;
         }
     } else {
-        rc = dist__route_run(script, nkeys, kv, nkv, &r);
+        rc = dist__route_run(script, nkeys, kv, nkv, r);
     }
     if (rc == DIST__ECONN) {
         if ((rc = release_lost(c)) != 1)
             return rc;
-        if ((rc = dist__route_run(script, nkeys, kv, nkv, &r)) == DIST__ECONN) {
+        if ((rc = dist__route_run(script, nkeys, kv, nkv, r)) == DIST__ECONN) {
             c->unknown = 1;
             return EIO;
         }
@@ -314,10 +343,32 @@ static int m_release(struct dist__call *c)
     /* Nothing was sent, but the owner lets go all the same: a hold kept
      * after a failed unlock would be renewed for ever.  The renewal thread
      * releases it when Redis answers again. */
-    if (rc == DIST__ENOCONN)
+    if (rc == DIST__ENOCONN || rc == ENOMEM)
         c->unknown = 1;
-    if (rc != 0)
-        return EIO;
+    return rc == 0 ? 1 : EIO;
+}
+
+static int m_release(struct dist__call *c)
+{
+    const int fair = is_fair(c);
+    char lease[24];
+    size_t olen;
+    const char *owner = dist__owner(&olen);
+    struct dist__buf kv[9];
+    struct dist__room room;
+    redisReply *r;
+    long long res;
+    int rc, nkv, nkeys, script = fair ? DIST__S_FAIR_UNLOCK : DIST__S_MUTEX_UNLOCK;
+
+    snprintf(lease, sizeof lease, "%lu", dist__lease_of(c->o));
+    nkeys = release_args(c->o->st->names, fair, lease, owner, olen, NULL, kv,
+                         &nkv, &room);
+    if (nkeys < 0)
+        c->unknown = 1;     /* nothing sent: as for no connection, below */
+    rc = nkeys < 0 ? EIO : send_release(c, script, nkeys, kv, nkv, &r);
+    dist__room_done(&room);
+    if (rc != 1)
+        return rc;
     /* {holds left, woken}: left below what the owner had, or -1 (lost) */
     if (dist__reply_int(r, 0, &res) != 0 ||
         dist__reply_int(r, 1, &c->woken) != 0) {
@@ -344,6 +395,7 @@ static int m_settle(struct dist__hold *h, int *lost)
     const int fair = h->kind == &dist__fair_kind;
     char lease[24], expect[24];
     struct dist__buf kv[9];
+    struct dist__room room;
     redisReply *r = NULL;
     long long res = 0;
     int rc, nkv, nkeys;
@@ -352,9 +404,12 @@ static int m_settle(struct dist__hold *h, int *lost)
              h->lease_ms ? h->lease_ms : dist__watchdog_ms());
     snprintf(expect, sizeof expect, "%lu", h->n[0] + 1);
     nkeys = release_args(h->names, fair, lease, h->owner, h->owner_len, expect,
-                         kv, &nkv);
-    rc = dist__route_run(fair ? DIST__S_FAIR_UNLOCK : DIST__S_MUTEX_UNLOCK,
-                   nkeys, kv, nkv, &r);
+                         kv, &nkv, &room);
+    rc = nkeys < 0 ? DIST__ENOCONN
+                   : dist__route_run(fair ? DIST__S_FAIR_UNLOCK
+                                          : DIST__S_MUTEX_UNLOCK,
+                                     nkeys, kv, nkv, &r);
+    dist__room_done(&room);
     if (rc == DIST__ECONN || rc == DIST__ENOCONN)
         return -1;
     if (rc == 0)
@@ -373,21 +428,20 @@ static int m_settle(struct dist__hold *h, int *lost)
 static struct dist__chan *m_channel(struct dist__call *c)
 {
     const struct dist__names *nm = c->o->st->names;
-    struct dist__chan *ch;
+    struct dist__chan *ch = NULL;
+    struct dist__room room;
     struct dist__buf b;
     size_t olen;
     const char *owner = dist__owner(&olen);
-    char *suffix, *name;
+    char *name;
 
-    if (!is_fair(c))
-        return dist__sub_get(&nm->chan);
-    if (!(suffix = malloc(olen + 2)))
-        return NULL;
-    suffix[0] = ':';
-    memcpy(suffix + 1, owner, olen + 1);
-    name = dist__names_derive(nm, "redisson_lock__channel:", suffix, &b.len);
-    free(suffix);
-    if (!name)
+    if (!is_fair(c)) {
+        if (dist__names_keys(nm, chan_key, 1, &b, &room) == 0)
+            ch = dist__sub_get(&b);
+        dist__room_done(&room);
+        return ch;
+    }
+    if (!(name = dist__names_waiter_chan(nm, owner, olen, &b.len)))
         return NULL;
     b.p = name;
     ch = dist__sub_get(&b);
@@ -397,27 +451,32 @@ static struct dist__chan *m_channel(struct dist__call *c)
 
 /* A fair waiter's renewal keeps its place as fair_lock set it: four keys
  * (see waiter_renew). */
-static const struct dist__buf *m_queue(struct dist__call *c, int *nkeys)
+static const enum dist__nm *m_queue(struct dist__call *c, int *nkeys)
 {
-    *nkeys = 4;
-    return c->o->st->names->fairkeys;
+    (void)c;
+    *nkeys = NKEYS(fair_wait_keys);
+    return fair_wait_keys;
 }
 
 /* A fair waiter that gives up leaves the queue at once (best effort: if
  * Redis cannot be reached, its deadline ends it within a window). */
 static void m_cancel(struct dist__call *c)
 {
-    const struct dist__names *nm = c->o->st->names;
     size_t olen;
     const char *owner = dist__owner(&olen);
-    struct dist__buf kv[7] = {
-        nm->name, nm->queue, nm->timeout, nm->chan,
-        { owner, olen }, arg(dist__publish_cmd()), arg("0"),
-    };
+    struct dist__buf kv[7];
+    struct dist__room room;
     redisReply *r;
 
-    if (dist__route_run(DIST__S_FAIR_CANCEL, 4, kv, 7, &r) == 0)
-        freeReplyObject(r);
+    if (keys_of(c->o->st->names, fair_unlock_keys, NKEYS(fair_unlock_keys),
+                kv, &room) == 0) {
+        kv[4] = (struct dist__buf){ owner, olen };
+        kv[5] = arg(dist__publish_cmd());
+        kv[6] = arg("0");
+        if (dist__route_run(DIST__S_FAIR_CANCEL, 4, kv, 7, &r) == 0)
+            freeReplyObject(r);
+    }
+    dist__room_done(&room);
 }
 
 static const char *m_busy_why(const struct dist__call *c)
@@ -453,6 +512,19 @@ static void m_before_wait(struct dist__call *c, const struct dist__deadline *dl)
         ;
 }
 
+/* Whether this process listens on the lock's channel (dist__sub_listening). */
+static int listening(const struct dist__names *nm, int *local)
+{
+    struct dist__room room;
+    struct dist__buf b;
+    int on = 0;
+
+    if (dist__names_keys(nm, chan_key, 1, &b, &room) == 0)
+        on = dist__sub_listening(&b, local);
+    dist__room_done(&room);
+    return on;
+}
+
 /* After a release that reached waiters.  Others wait and need a message, a
  * wake-up and a round trip to get in; this thread needs only its next call,
  * and would take the lock back nearly every time.  After a short run of its
@@ -470,7 +542,7 @@ static void m_after_release(struct dist__call *c)
         return;     /* a fair queue already decides who is next */
     /* PUBLISH counted our own subscriber connection too, if it listens:
      * that one matters only while another local thread waits. */
-    if (dist__sub_listening(&c->o->st->names->chan, &local) && local == 0)
+    if (listening(c->o->st->names, &local) && local == 0)
         waiters--;
     if (waiters <= 0)
         return;

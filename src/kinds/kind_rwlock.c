@@ -36,9 +36,21 @@ static struct dist__buf arg(const char *s)
     return (struct dist__buf){ s, strlen(s) };
 }
 
+/* The derived names a read-write lock's scripts use, made with its state
+ * (its ext: dist__names_set), by these indexes. */
+static const enum dist__nm rw_names[] = {
+    DIST__N_RW_READERS, DIST__N_RW_WRITERS, DIST__N_RWCHAN, DIST__N_TOKEN,
+};
+enum { RW_READERS, RW_WRITERS, RW_CHAN, RW_TOKEN, RW_NAMES };
+
+static const struct dist__buf *rw_name(const struct dist__state *st, int i)
+{
+    return (const struct dist__buf *)st->ext + i;
+}
+
 static const struct dist__buf *readers_of(const struct dist__state *st)
 {
-    return st->ext;
+    return rw_name(st, RW_READERS);
 }
 
 /* ---- timeout keys ---------------------------------------------------------- */
@@ -63,14 +75,7 @@ static void tkeys_free(void *p)
 static char *tprefix_of(const struct dist__names *nm, const char *owner,
                         size_t olen, size_t *len)
 {
-    char *suffix = malloc(olen + 32), *p;
-
-    if (!suffix)
-        return NULL;
-    snprintf(suffix, olen + 32, ":%.*s:rwlock_timeout:", (int)olen, owner);
-    p = dist__names_derive(nm, "", suffix, len);
-    free(suffix);
-    return p;
+    return dist__names_read_prefix(nm, owner, olen, len);
 }
 
 /* The record's keys, made at first use.  The state's mu held. */
@@ -258,8 +263,8 @@ static int run_release(const struct dist__state *st, const char *owner,
     snprintf(ewr, sizeof ewr, "%lu", wr);
     kv[n++] = st->names->name;
     kv[n++] = *readers_of(st);
-    kv[n++] = st->names->writers;
-    kv[n++] = st->names->rwchan;
+    kv[n++] = *rw_name(st, RW_WRITERS);
+    kv[n++] = *rw_name(st, RW_CHAN);
     if (!mode)
         kv[n++] = *tk;
     kv[n++] = (struct dist__buf){ owner, olen };
@@ -308,10 +313,10 @@ static int run_acquire(struct dist__call *c, struct dist__rec *r, long long v[4]
     snprintf(ewr, sizeof ewr, "%lu", c->n[1]);
     kv[n++] = st->names->name;
     kv[n++] = *readers_of(st);
-    kv[n++] = st->names->writers;
-    kv[n++] = st->names->rwchan;
+    kv[n++] = *rw_name(st, RW_WRITERS);
+    kv[n++] = *rw_name(st, RW_CHAN);
     if (c->mode) {
-        kv[n++] = st->names->token;
+        kv[n++] = *rw_name(st, RW_TOKEN);
     } else {
         if (tkey(st, r, c->n[0] + 1, &tk) != 0)
             return dist__err(ENOMEM, "out of memory");
@@ -543,18 +548,14 @@ static int rw_settle(struct dist__hold *h, int *lost)
 {
     struct dist__state st = { .names = h->names };
     unsigned long rd = h->n[0] + (h->mode == 0), wr = h->n[1] + (h->mode == 1);
-    struct dist__buf tk = { 0 }, readers;
+    struct dist__buf tk = { 0 };
     long long v[4];
-    char *p = NULL, *rp;
+    char *p = NULL;
     size_t len;
     int rc, again = 0;
 
-    rp = dist__names_derive(h->names, "distlock_rwlock_readers:", "",
-                            &readers.len);
-    if (!rp)
+    if (!(st.ext = dist__names_set(h->names, rw_names, RW_NAMES)))
         return -1;
-    readers.p = rp;
-    st.ext = &readers;
     if (h->mode == 0) {
         char *pre = tprefix_of(h->names, h->owner, h->owner_len, &len);
         if (pre && (p = malloc(len + 24)) != NULL)
@@ -566,7 +567,7 @@ static int rw_settle(struct dist__hold *h, int *lost)
          : run_release(&st, h->owner, h->owner_len, h->mode, rd, wr, &tk, v,
                        &again);
     free(p);
-    free(rp);
+    free(st.ext);
     if (rc == EPROTO) {
         /* an answer no call could have left: nothing better will come of
          * asking again; the lease ends what Redis may keep */
@@ -586,24 +587,25 @@ static int rw_settle(struct dist__hold *h, int *lost)
 
 static struct dist__chan *rw_channel(struct dist__call *c)
 {
-    return dist__sub_get(&c->o->st->names->rwchan);
+    return dist__sub_get(rw_name(c->o->st, RW_CHAN));
 }
 
-static const struct dist__buf *rw_queue(struct dist__call *c, int *nkeys)
+static const enum dist__nm *rw_queue(struct dist__call *c, int *nkeys)
 {
+    (void)c;
     *nkeys = 1;
-    return &c->o->st->names->writers;
+    return &rw_names[RW_WRITERS];
 }
 
 /* A waiting writer that gives up stops keeping readers out at once (best
  * effort: if Redis cannot be reached, its deadline ends it within a window). */
 static void rw_cancel(struct dist__call *c)
 {
-    const struct dist__names *nm = c->o->st->names;
+    const struct dist__state *st = c->o->st;
     size_t olen;
     const char *owner = dist__owner(&olen);
     struct dist__buf kv[5] = {
-        nm->name, nm->writers, nm->rwchan,
+        st->names->name, *rw_name(st, RW_WRITERS), *rw_name(st, RW_CHAN),
         { owner, olen }, arg(dist__publish_cmd()),
     };
     redisReply *r;
@@ -619,27 +621,13 @@ static const char *rw_busy_why(const struct dist__call *c)
 
 static int rw_state_init(struct dist__state *st)
 {
-    struct dist__buf *b = malloc(sizeof *b);
-    char *p;
-
-    if (!b)
-        return ENOMEM;
-    p = dist__names_derive(st->names, "distlock_rwlock_readers:", "", &b->len);
-    if (!p) {
-        free(b);
-        return ENOMEM;
-    }
-    b->p = p;
-    st->ext = b;
-    return 0;
+    return (st->ext = dist__names_set(st->names, rw_names, RW_NAMES)) ? 0
+                                                                     : ENOMEM;
 }
 
 static void rw_state_free(struct dist__state *st)
 {
-    struct dist__buf *b = st->ext;
-
-    free((char *)b->p);
-    free(b);
+    free(st->ext);
 }
 
 const struct dist__kind dist__rwlock_kind = {

@@ -11,9 +11,8 @@
 #include "engine/engine.h"
 #include "kinds.h"
 
-static const char *const sem_prefix[DIST__SEM_NKEYS] = {
-    "distlock_sem:", "distlock_sem_holds:", "distlock_sem_leases:",
-    "distlock_sem_channel:",
+static const enum dist__nm sem_name[DIST__SEM_NKEYS] = {
+    DIST__N_SEM, DIST__N_SEM_HOLDS, DIST__N_SEM_LEASES, DIST__N_SEM_CHAN,
 };
 
 static struct dist__buf arg(const char *s)
@@ -42,7 +41,7 @@ int dist__sem_keys(const struct dist__names *nm, int redisson,
         if (redisson && i == 0)
             p = strdup(nm->name.p), keys[i].len = nm->name.len;
         else
-            p = dist__names_derive(nm, redisson ? "redisson_sc:" : sem_prefix[i],
+            p = dist__names_derive(nm, redisson ? DIST__N_RSEM : sem_name[i],
                                    "", &keys[i].len);
         if (!p) {
             dist__sem_keys_free(keys, n);

@@ -1,35 +1,102 @@
 /* names.c: the Redis names of a lock: N itself and the names Redisson and
- * distlock derive from it (channels, token, fair queue, rwlock's keys). */
+ * distlock derive from it (channels, token, fair queue, rwlock's keys, the
+ * keys of conditions, semaphores and barriers).  Every prefix is spelled
+ * here and nowhere else in the library or the tool. */
+#define _GNU_SOURCE   /* memmem */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "names.h"
 #include "route.h"
 
+#define P(s) { s, sizeof s - 1 }
+
 /* Redisson's rule: braces go around N unless N already has one, so that
  * every derived name hashes to N's cluster slot and stays byte-identical to
  * what a Java client computes. */
-static const char *const derived_prefix[] = {
-    "redisson_lock__channel:", "redisson_lock_token:", "redisson_lock_queue:",
-    "redisson_lock_timeout:", "redisson_rwlock:", "distlock_rwlock_writers:",
-    "distlock_fair_waiters:",
+static const struct {
+    const char *s;
+    size_t len;
+} prefix[DIST__N_COUNT] = {
+    [DIST__N_CHAN] = P("redisson_lock__channel:"),
+    [DIST__N_TOKEN] = P("redisson_lock_token:"),
+    [DIST__N_QUEUE] = P("redisson_lock_queue:"),
+    [DIST__N_TIMEOUT] = P("redisson_lock_timeout:"),
+    [DIST__N_RWCHAN] = P("redisson_rwlock:"),
+    [DIST__N_RSEM] = P("redisson_sc:"),
+    [DIST__N_RW_WRITERS] = P("distlock_rwlock_writers:"),
+    [DIST__N_RW_READERS] = P("distlock_rwlock_readers:"),
+    [DIST__N_FAIR_WAITERS] = P("distlock_fair_waiters:"),
+    [DIST__N_COND_WAITERS] = P("distlock_cond_waiters:"),
+    [DIST__N_COND_QUEUE] = P("distlock_cond_queue:"),
+    [DIST__N_COND_SIGNALLED] = P("distlock_cond_signalled:"),
+    [DIST__N_COND_CHAN] = P("distlock_cond:"),
+    [DIST__N_SEM] = P("distlock_sem:"),
+    [DIST__N_SEM_HOLDS] = P("distlock_sem_holds:"),
+    [DIST__N_SEM_LEASES] = P("distlock_sem_leases:"),
+    [DIST__N_SEM_CHAN] = P("distlock_sem_channel:"),
+    [DIST__N_BARRIER] = P("distlock_barrier:"),
+    [DIST__N_BARRIER_MEMBERS] = P("distlock_barrier_members:"),
+    [DIST__N_BARRIER_CHAN] = P("distlock_barrier_channel:"),
 };
-#define NDERIVED (sizeof derived_prefix / sizeof derived_prefix[0])
+
+/* What follows a read hold's owner in its timeout keys (Redisson's). */
+static const char read_timeout[] = ":rwlock_timeout:";
+
+/* The first and last names of conditions, semaphores and barriers. */
+#define FIRST_OBJECT DIST__N_COND_WAITERS
+#define LAST_OBJECT  DIST__N_BARRIER_CHAN
+
+const char *dist__names_prefix(enum dist__nm which)
+{
+    return prefix[which].s;
+}
+
+const char *dist__names_own_glob(void)
+{
+    return "distlock_*";
+}
+
+static int starts(const char *k, size_t n, const char *p, size_t pl)
+{
+    return n >= pl && memcmp(k, p, pl) == 0;
+}
+
+int dist__names_is_object(const char *k, size_t n)
+{
+    int i;
+
+    for (i = FIRST_OBJECT; i <= LAST_OBJECT; i++)
+        if (starts(k, n, prefix[i].s, prefix[i].len))
+            return 1;
+    return 0;
+}
+
+int dist__names_is_derived(const char *k, size_t n)
+{
+    int i;
+
+    for (i = 0; i < DIST__N_COUNT; i++)
+        if (starts(k, n, prefix[i].s, prefix[i].len))
+            return 1;
+    return memmem(k, n, read_timeout, sizeof read_timeout - 1) != NULL;
+}
 
 /* Writes prefix, N (in braces when wanted), suffix and a NUL at p. */
-static size_t derive_at(char *p, const char *prefix, size_t plen,
-                        const struct dist__buf *name, int braces,
-                        const char *suffix, size_t slen)
+static size_t derive_at(char *p, const char *pre, size_t plen,
+                        const struct dist__names *n, const char *suffix,
+                        size_t slen)
 {
     char *s = p;
 
-    memcpy(s, prefix, plen);
+    memcpy(s, pre, plen);
     s += plen;
-    if (braces)
+    if (n->braces)
         *s++ = '{';
-    memcpy(s, name->p, name->len);
-    s += name->len;
-    if (braces)
+    memcpy(s, n->name.p, n->name.len);
+    s += n->name.len;
+    if (n->braces)
         *s++ = '}';
     memcpy(s, suffix, slen);
     s += slen;
@@ -37,70 +104,150 @@ static size_t derive_at(char *p, const char *prefix, size_t plen,
     return (size_t)(s - p);
 }
 
-/* Redisson's rule: braces go around N unless N already has one, so that
- * every derived name hashes to N's cluster slot and stays byte-identical to
- * what a Java client computes. */
+/* The bytes of derived name which, its NUL included. */
+static size_t derived_size(const struct dist__names *n, enum dist__nm which)
+{
+    return prefix[which].len + n->name.len + (n->braces ? 2 : 0) + 1;
+}
+
+/* On a cluster a script's keys must share a slot.  They do, unless N has
+ * a '{' that opens no tag ("a{b", "a{}b": N is hashed whole, the derived
+ * names too but with a prefix) or a '}' without a '{' ("a}b": the braces
+ * put around N close early).  The usual names are told apart without
+ * making a derived one. */
+static int slot_of(const struct dist__names *n)
+{
+    const char *p = n->name.p, *open = memchr(p, '{', n->name.len), *close;
+    int slot = dist__keyslot(p, n->name.len), i;
+    size_t room = 0;
+    char *buf;
+
+    if (!open && !memchr(p, '}', n->name.len))
+        return slot;             /* derived names hash all of N, as N does */
+    close = open ? memchr(open + 1, '}', n->name.len - (size_t)(open + 1 - p))
+                 : NULL;
+    if (open && close && close > open + 1)
+        return slot;             /* the same tag as N's */
+    for (i = 0; i < DIST__N_COUNT; i++)
+        if (derived_size(n, i) > room)
+            room = derived_size(n, i);
+    if (!(buf = malloc(room)))
+        return -1;               /* then the cluster's checks refuse it */
+    for (i = 0; i < DIST__N_COUNT && slot >= 0; i++)
+        if (dist__keyslot(buf, derive_at(buf, prefix[i].s, prefix[i].len, n,
+                                         "", 0)) != slot)
+            slot = -1;
+    free(buf);
+    return slot;
+}
+
 struct dist__names *dist__names_new(const char *name, size_t len)
 {
-    struct dist__buf *field[NDERIVED];
-    struct dist__names *n;
-    size_t i, total = len + 1;
-    int braces = memchr(name, '{', len) == NULL;
-    char *p;
+    struct dist__names *n = malloc(sizeof *n + len + 1);
 
-    for (i = 0; i < NDERIVED; i++)
-        total += strlen(derived_prefix[i]) + len + (braces ? 2 : 0) + 1;
-    n = malloc(sizeof *n + total);
     if (!n)
         return NULL;
     atomic_init(&n->refs, 1);
-    n->braces = braces;
-    p = n->mem;
-    memcpy(p, name, len);
-    p[len] = 0;
-    n->name.p = p;
+    n->braces = memchr(name, '{', len) == NULL;
+    memcpy(n->mem, name, len);
+    n->mem[len] = 0;
+    n->name.p = n->mem;
     n->name.len = len;
-    p += len + 1;
-
-    field[0] = &n->chan;
-    field[1] = &n->token;
-    field[2] = &n->queue;
-    field[3] = &n->timeout;
-    field[4] = &n->rwchan;
-    field[5] = &n->writers;
-    field[6] = &n->fairwait;
-    for (i = 0; i < NDERIVED; i++) {
-        size_t l = derive_at(p, derived_prefix[i], strlen(derived_prefix[i]),
-                             &n->name, braces, "", 0);
-        field[i]->p = p;
-        field[i]->len = l;
-        p += l + 1;
-    }
-    n->fairkeys[0] = n->timeout;
-    n->fairkeys[1] = n->queue;
-    n->fairkeys[2] = n->fairwait;
-    n->fairkeys[3] = n->chan;
-    /* On a cluster a script's keys must share a slot.  They do, unless N
-     * has a '{' that opens no tag ("a{b", "a{}b": N is hashed whole, the
-     * derived names too but with a prefix) or a '}' without a '{' ("a}b":
-     * the braces put around N close early). */
-    n->slot = dist__keyslot(n->name.p, n->name.len);
-    for (i = 0; i < NDERIVED; i++)
-        if (dist__keyslot(field[i]->p, field[i]->len) != n->slot)
-            n->slot = -1;
+    n->slot = slot_of(n);
     return n;
 }
 
-char *dist__names_derive(const struct dist__names *n, const char *prefix,
+/* Fills out[] with which[]'s names at p (room enough). */
+static void keys_at(const struct dist__names *n, const enum dist__nm *which,
+                    int count, struct dist__buf *out, char *p)
+{
+    int i;
+
+    for (i = 0; i < count; i++) {
+        out[i].p = p;
+        out[i].len = derive_at(p, prefix[which[i]].s, prefix[which[i]].len,
+                               n, "", 0);
+        p += out[i].len + 1;
+    }
+}
+
+int dist__names_keys(const struct dist__names *n, const enum dist__nm *which,
+                     int count, struct dist__buf *out, struct dist__room *room)
+{
+    size_t total = 0;
+    char *p = room->mem;
+    int i;
+
+    room->heap = NULL;
+    for (i = 0; i < count; i++)
+        total += derived_size(n, which[i]);
+    if (total > sizeof room->mem && !(p = room->heap = malloc(total)))
+        return ENOMEM;
+    keys_at(n, which, count, out, p);
+    return 0;
+}
+
+void dist__room_done(struct dist__room *room)
+{
+    free(room->heap);
+    room->heap = NULL;
+}
+
+struct dist__buf *dist__names_set(const struct dist__names *n,
+                                  const enum dist__nm *which, int count)
+{
+    size_t total = (size_t)count * sizeof(struct dist__buf);
+    struct dist__buf *set;
+    int i;
+
+    for (i = 0; i < count; i++)
+        total += derived_size(n, which[i]);
+    if (!(set = malloc(total)))
+        return NULL;
+    keys_at(n, which, count, set, (char *)(set + count));
+    return set;
+}
+
+char *dist__names_derive(const struct dist__names *n, int which,
                          const char *suffix, size_t *len)
 {
-    size_t plen = strlen(prefix), slen = strlen(suffix);
+    const char *pre = which >= 0 ? prefix[which].s : "";
+    size_t plen = which >= 0 ? prefix[which].len : 0, slen = strlen(suffix);
     char *p = malloc(plen + n->name.len + 2 + slen + 1);
 
     if (!p)
         return NULL;
-    *len = derive_at(p, prefix, plen, &n->name, n->braces, suffix, slen);
+    *len = derive_at(p, pre, plen, n, suffix, slen);
     return p;
+}
+
+/* "<which>{N}:<owner><tail>", malloc'd. */
+static char *owned(const struct dist__names *n, int which, const char *owner,
+                   size_t olen, const char *tail, size_t *len)
+{
+    size_t tl = strlen(tail);
+    char *suffix = malloc(1 + olen + tl + 1), *p;
+
+    if (!suffix)
+        return NULL;
+    suffix[0] = ':';
+    memcpy(suffix + 1, owner, olen);
+    memcpy(suffix + 1 + olen, tail, tl + 1);
+    p = dist__names_derive(n, which, suffix, len);
+    free(suffix);
+    return p;
+}
+
+char *dist__names_waiter_chan(const struct dist__names *n, const char *owner,
+                              size_t olen, size_t *len)
+{
+    return owned(n, DIST__N_CHAN, owner, olen, "", len);
+}
+
+char *dist__names_read_prefix(const struct dist__names *n, const char *owner,
+                              size_t olen, size_t *len)
+{
+    return owned(n, -1, owner, olen, read_timeout, len);
 }
 
 char *dist__names_twin(const char *name, size_t len, size_t *tlen)

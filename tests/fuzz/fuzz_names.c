@@ -28,6 +28,17 @@ static int same(const struct dist__buf *a, const struct dist__buf *b)
     return a->len == b->len && memcmp(a->p, b->p, a->len) == 0;
 }
 
+/* Every derived name of n (free() frees it); NULL out of memory. */
+static struct dist__buf *all_names(const struct dist__names *n)
+{
+    enum dist__nm which[DIST__N_COUNT];
+    int i;
+
+    for (i = 0; i < DIST__N_COUNT; i++)
+        which[i] = (enum dist__nm)i;
+    return dist__names_set(n, which, DIST__N_COUNT);
+}
+
 static void check_twin(const struct dist__names *n)
 {
     struct dist__names *t;
@@ -39,15 +50,37 @@ static void check_twin(const struct dist__names *n)
     FUZZ_CHECK(tlen != n->name.len || memcmp(twin, n->name.p, tlen) != 0);
     t = dist__names_new(twin, tlen);
     if (t) {
-        FUZZ_CHECK(same(&t->chan, &n->chan) && same(&t->token, &n->token) &&
-                   same(&t->queue, &n->queue) &&
-                   same(&t->timeout, &n->timeout) &&
-                   same(&t->rwchan, &n->rwchan) &&
-                   same(&t->writers, &n->writers) &&
-                   same(&t->fairwait, &n->fairwait));
+        struct dist__buf *a = all_names(t), *b = all_names(n);
+        int i;
+
+        for (i = 0; a && b && i < DIST__N_COUNT; i++)
+            FUZZ_CHECK(same(&a[i], &b[i]));
+        free(a);
+        free(b);
         dist__names_unref(t);
     }
     free(twin);
+}
+
+/* Every derived name hashes to the slot names_new found, made on a
+ * call's stack or kept, byte for byte the same. */
+static void check_all(const struct dist__names *n)
+{
+    enum dist__nm which[DIST__N_COUNT];
+    struct dist__buf *set = all_names(n), out[DIST__N_COUNT];
+    struct dist__room room = { 0 };
+    int i;
+
+    for (i = 0; i < DIST__N_COUNT; i++)
+        which[i] = (enum dist__nm)i;
+    if (set && dist__names_keys(n, which, DIST__N_COUNT, out, &room) == 0)
+        for (i = 0; i < DIST__N_COUNT; i++) {
+            FUZZ_CHECK(same(&out[i], &set[i]));
+            if (n->slot >= 0)
+                FUZZ_CHECK(dist__keyslot(set[i].p, set[i].len) == n->slot);
+        }
+    dist__room_done(&room);
+    free(set);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -68,13 +101,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     FUZZ_CHECK(n->name.len == size && memcmp(n->name.p, data, size) == 0);
     FUZZ_CHECK(n->slot == -1 || n->slot == slot);
-    k = dist__names_derive(n, "redisson_lock__channel:", ":owner:1", &len);
+    k = dist__names_waiter_chan(n, "owner:1", 7, &len);
     if (k) {
         FUZZ_CHECK(strlen(k) <= len);   /* a NUL in the name cuts strlen */
         if (n->slot >= 0)
             FUZZ_CHECK(dist__keyslot(k, len) == n->slot);
         free(k);
     }
+    check_all(n);
     check_twin(n);
     dist__names_unref(n);
     return 0;

@@ -30,19 +30,7 @@ static int key_cmp(const void *a, const void *b)
 /* Names distlock and Redisson derive from a lock: never locks themselves. */
 static int derived_key(const char *k, size_t n)
 {
-    static const char *const prefix[] = {
-        "redisson_lock_token:", "redisson_lock_queue:", "redisson_lock_timeout:",
-        "redisson_lock__channel:", "redisson_rwlock:", "distlock_rwlock_writers:",
-        "distlock_rwlock_readers:", "distlock_fair_waiters:",
-    };
-    size_t i, pl;
-
-    for (i = 0; i < sizeof prefix / sizeof prefix[0]; i++) {
-        pl = strlen(prefix[i]);
-        if (n >= pl && memcmp(k, prefix[i], pl) == 0)
-            return 1;
-    }
-    return obj_key(k, n) || memmem(k, n, ":rwlock_timeout:", 16) != NULL;
+    return dist__names_is_derived(k, n);
 }
 
 struct keys {
@@ -142,6 +130,7 @@ static void snap_append(struct dist__link *l, const struct dist__names *n)
     for (i = 0; i < SNAP_CMDS; i++)
         if (dist__link_append(l, cmds[i].argc, cmds[i].argv, cmds[i].lens) != 0)
             die(EX_REDIS, "out of memory");
+    snap_args_free(&args);
 }
 
 /* Reads what snap_append queued into s: 0, or 1 when it was redirected. */

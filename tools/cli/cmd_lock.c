@@ -135,17 +135,31 @@ static void cancel_wait(void)
     if (!lk.names)
         return;
     if (lk.fair) {
+        static const enum dist__nm d[] = {
+            DIST__N_QUEUE, DIST__N_TIMEOUT, DIST__N_CHAN,
+        };
+        struct dist__buf *k = dist__names_set(lk.names, d, 3);
         struct dist__buf kv[7] = {
-            lk.names->name, lk.names->queue, lk.names->timeout, lk.names->chan,
+            lk.names->name, { 0 }, { 0 }, { 0 },
             { lk.owner, lk.owner_len }, { pub, strlen(pub) }, { "0", 1 },
         };
-        dist__route_eval(DIST__S_FAIR_CANCEL, 4, kv, 7, &r, &on);
+        if (k) {
+            memcpy(kv + 1, k, 3 * sizeof *k);
+            dist__route_eval(DIST__S_FAIR_CANCEL, 4, kv, 7, &r, &on);
+        }
+        free(k);
     } else if (lk.mode == M_WRITE) {
+        static const enum dist__nm d[] = { DIST__N_RW_WRITERS, DIST__N_RWCHAN };
+        struct dist__buf *k = dist__names_set(lk.names, d, 2);
         struct dist__buf kv[5] = {
-            lk.names->name, lk.names->writers, lk.names->rwchan,
+            lk.names->name, { 0 }, { 0 },
             { lk.owner, lk.owner_len }, { pub, strlen(pub) },
         };
-        dist__route_eval(DIST__S_RWLOCK_CANCEL, 3, kv, 5, &r, &on);
+        if (k) {
+            memcpy(kv + 1, k, 2 * sizeof *k);
+            dist__route_eval(DIST__S_RWLOCK_CANCEL, 3, kv, 5, &r, &on);
+        }
+        free(k);
     }
     freeReplyObject(r);
 }

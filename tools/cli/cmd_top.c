@@ -22,8 +22,6 @@
 #include "tool.h"
 
 #define TOP_INTERVAL_MS 1000
-#define TOKEN_PREFIX    "redisson_lock_token:"
-#define TOKEN_PLEN      (sizeof TOKEN_PREFIX - 1)
 
 struct top_opt {
     long interval;
@@ -94,12 +92,14 @@ static long long real_us(void)
  * N has one of its own. */
 static void add_tok(const char *k, size_t n, struct toks *t)
 {
-    const char *p = k + TOKEN_PLEN;
-    size_t len = n - TOKEN_PLEN;
+    const char *pre = dist__names_prefix(DIST__N_TOKEN), *p;
+    size_t pl = strlen(pre), len;
     char *name;
 
-    if (n <= TOKEN_PLEN || memcmp(k, TOKEN_PREFIX, TOKEN_PLEN) != 0)
+    if (n <= pl || memcmp(k, pre, pl) != 0)
         return;
+    p = k + pl;
+    len = n - pl;
     if (len > 2 && p[0] == '{' && p[len - 1] == '}' &&
         !memchr(p + 1, '{', len - 2)) {
         p++;
@@ -123,11 +123,14 @@ static void read_toks(struct dist__link *l, struct toks *t)
     size_t j;
 
     for (j = t->from; j < t->n; j++) {
+        static const enum dist__nm token[] = { DIST__N_TOKEN };
         struct dist__names *nm = names_of(t->v[j].name, t->v[j].len);
-        const char *a[2] = { "GET", B(nm->token) };
-        size_t ln[2] = { 3, L(nm->token) };
-        if (dist__link_append(l, 2, a, ln) != 0)
+        struct dist__buf *k = dist__names_set(nm, token, 1);
+        const char *a[2] = { "GET", k ? B(*k) : NULL };
+        size_t ln[2] = { 3, k ? L(*k) : 0 };
+        if (!k || dist__link_append(l, 2, a, ln) != 0)
             die(EX_REDIS, "out of memory");
+        free(k);
         dist__names_unref(nm);
     }
     until = dist__link_deadline(l);
@@ -156,9 +159,13 @@ static void toks_page(const redisReply *keys, void *arg)
 static void master_toks(struct dist__link *l, void *arg)
 {
     struct toks *t = arg;
+    struct sb pat = { 0 };
 
+    sb_adds(&pat, dist__names_prefix(DIST__N_TOKEN));
+    sb_adds(&pat, "*");
     t->from = t->n;
-    list_scan(l, TOKEN_PREFIX "*", "string", toks_page, t);
+    list_scan(l, pat.p, "string", toks_page, t);
+    sb_free(&pat);
     read_toks(l, t);
 }
 

@@ -74,9 +74,14 @@ static void say_not_locked(const char *name)
 
 /* force_unlock's KEYS: N, the channels, the fair queue, the readers ZSET,
  * then the read-hold keys; the publish command after them.  *nkeys set;
- * kv[5] and on are the caller's to free. */
-static struct dist__buf *force_args(const struct snap *s, size_t *nkeys)
+ * *set (kv[1..5]'s bytes) and kv[6] on are the caller's to free. */
+static struct dist__buf *force_args(const struct snap *s, size_t *nkeys,
+                                    struct dist__buf **set)
 {
+    static const enum dist__nm derived[] = {
+        DIST__N_CHAN, DIST__N_RWCHAN, DIST__N_QUEUE, DIST__N_TIMEOUT,
+        DIST__N_RW_READERS,
+    };
     const char *pub = dist__publish_cmd();
     struct dist__buf *kv;
     size_t j, k = 6, n = 6;
@@ -86,14 +91,9 @@ static struct dist__buf *force_args(const struct snap *s, size_t *nkeys)
         n += (size_t)(s->h[j].reads < READ_KEYS_MAX ? s->h[j].reads : READ_KEYS_MAX);
     kv = xrealloc(NULL, (n + 1) * sizeof *kv);
     kv[0] = s->names->name;
-    kv[1] = s->names->chan;
-    kv[2] = s->names->rwchan;
-    kv[3] = s->names->queue;
-    kv[4] = s->names->timeout;
-    kv[5].p = dist__names_derive(s->names, "distlock_rwlock_readers:", "",
-                                 &kv[5].len);
-    if (!kv[5].p)
+    if (!(*set = dist__names_set(s->names, derived, 5)))
         die(EX_REDIS, "out of memory");
+    memcpy(kv + 1, *set, 5 * sizeof *kv);
     for (j = 0; j < s->nh; j++)
         for (r = 1; r <= s->h[j].reads && r <= READ_KEYS_MAX; r++, k++)
             kv[k].p = read_key(s->names, &s->h[j], r, &kv[k].len);
@@ -108,17 +108,18 @@ static struct dist__buf *force_args(const struct snap *s, size_t *nkeys)
 static long long force(const char *name, const struct snap *s)
 {
     struct dist__link *on;
-    struct dist__buf *kv;
+    struct dist__buf *kv, *set;
     redisReply *r;
     size_t nkeys, k;
     long long result;
     int rc;
 
-    kv = force_args(s, &nkeys);
+    kv = force_args(s, &nkeys, &set);
     rc = dist__route_eval(DIST__S_FORCE_UNLOCK, (int)nkeys, kv, (int)nkeys + 1,
                           &r, &on);
-    for (k = 5; k < nkeys; k++)
+    for (k = 6; k < nkeys; k++)
         free((char *)kv[k].p);
+    free(set);
     free(kv);
     if (rc != 0)
         die(EX_REDIS, "cannot force '%s': %s%s", name, redis_why(),

@@ -31,11 +31,14 @@ struct chan {
 struct sub {
     struct dist__link *l;   /* NULL: not connected */
     struct dist__names *n;
+    struct dist__buf *ch;   /* [0] the lock's channel, [1] the rwlock's */
     const char *name;
     struct chan *own;       /* the waiters' channels subscribed (cluster) */
     size_t nown;
     int resub;              /* subscribe anew: a slot moved, a refusal */
 };
+
+static const enum dist__nm chans[] = { DIST__N_CHAN, DIST__N_RWCHAN };
 
 /* The retries of one subscription. */
 struct tries {
@@ -46,7 +49,7 @@ struct tries {
     struct dist__addr to;
 };
 
-/* "redisson_lock__channel:{N}" as a glob that matches only itself. */
+/* The lock's channel as a glob that matches only itself. */
 static void glob_quote(struct sb *b, const char *p, size_t n)
 {
     size_t i;
@@ -62,8 +65,8 @@ static int sub_wants(const struct sub *u, const char *p, size_t len)
 {
     size_t i;
 
-    if ((len == L(u->n->chan) && memcmp(p, B(u->n->chan), len) == 0) ||
-        (len == L(u->n->rwchan) && memcmp(p, B(u->n->rwchan), len) == 0))
+    if ((len == L(u->ch[0]) && memcmp(p, B(u->ch[0]), len) == 0) ||
+        (len == L(u->ch[1]) && memcmp(p, B(u->ch[1]), len) == 0))
         return 1;
     for (i = 0; i < u->nown; i++)
         if (u->own[i].n == len && memcmp(u->own[i].p, p, len) == 0)
@@ -82,13 +85,13 @@ static void append(struct sub *u, int argc, const char **argv,
  * pattern for the waiters': returns how many replies they bring. */
 static int sub_append_plain(struct sub *u)
 {
-    const char *sa[3] = { "SUBSCRIBE", B(u->n->chan), B(u->n->rwchan) };
-    size_t sl[3] = { 9, L(u->n->chan), L(u->n->rwchan) };
+    const char *sa[3] = { "SUBSCRIBE", B(u->ch[0]), B(u->ch[1]) };
+    size_t sl[3] = { 9, L(u->ch[0]), L(u->ch[1]) };
     const char *pa[2] = { "PSUBSCRIBE", NULL };
     size_t pl[2] = { 10, 0 };
     struct sb pat = { 0 };
 
-    glob_quote(&pat, B(u->n->chan), L(u->n->chan));
+    glob_quote(&pat, B(u->ch[0]), L(u->ch[0]));
     sb_adds(&pat, ":*");
     pa[1] = pat.p;
     pl[1] = pat.len;
@@ -112,8 +115,8 @@ static int sub_append(struct sub *u)
     a = xrealloc(NULL, argc * sizeof *a);
     l = xrealloc(NULL, argc * sizeof *l);
     a[0] = "SSUBSCRIBE"; l[0] = 10;
-    a[1] = B(u->n->chan); l[1] = L(u->n->chan);
-    a[2] = B(u->n->rwchan); l[2] = L(u->n->rwchan);
+    a[1] = B(u->ch[0]); l[1] = L(u->ch[0]);
+    a[2] = B(u->ch[1]); l[2] = L(u->ch[1]);
     for (i = 0; i < u->nown; i++) {
         a[3 + i] = u->own[i].p;
         l[3 + i] = u->own[i].n;
@@ -248,8 +251,8 @@ static int sub_unwatch_gone(struct sub *u, const struct snap *cur)
     int sent = 0;
 
     for (i = 0; i < u->nown;) {
-        const char *o = u->own[i].p + L(u->n->chan) + 1;
-        size_t on = u->own[i].n - L(u->n->chan) - 1;
+        const char *o = u->own[i].p + L(u->ch[0]) + 1;
+        size_t on = u->own[i].n - L(u->ch[0]) - 1;
         const char *a[2] = { "SUNSUBSCRIBE", u->own[i].p };
         size_t l[2] = { 12, u->own[i].n };
         if (waiter_in(cur->q, cur->nq, o, on, NULL)) {
@@ -276,7 +279,7 @@ static void sub_waiters(struct sub *u, const struct snap *cur)
     sent = sub_unwatch_gone(u, cur);
     for (i = 0; i < cur->nq; i++) {
         struct sb ch = { 0 };
-        sb_addn(&ch, B(u->n->chan), L(u->n->chan));
+        sb_addn(&ch, B(u->ch[0]), L(u->ch[0]));
         sb_addn(&ch, ":", 1);
         sb_addn(&ch, cur->q[i].owner, cur->q[i].olen);
         for (j = 0; j < u->nown; j++)
@@ -442,6 +445,8 @@ int cmd_watch(int argc, char **argv)
     memset(&u, 0, sizeof u);
     u.name = name;
     u.n = lock_names(name, strlen(name));
+    if (!(u.ch = dist__names_set(u.n, chans, 2)))
+        die(EX_REDIS, "out of memory");
     catch_stops();
     snap_take(name, strlen(name), &prev);
     sub_open(&u, 0);
@@ -452,6 +457,7 @@ int cmd_watch(int argc, char **argv)
     if (ev_state(&prev) == 0)
         watch_loop(&u, &prev, interval);
     sub_close(&u);
+    free(u.ch);
     dist__names_unref(u.n);
     snap_free(&prev);
     return 0;

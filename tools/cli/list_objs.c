@@ -10,29 +10,13 @@
 
 /* The key that exists while each kind has something to show. */
 static const struct {
-    const char *prefix;
+    enum dist__nm key;
     int kind;
 } obj_keys[] = {
-    { "distlock_cond_waiters:", OBJ_COND },
-    { "distlock_sem:", OBJ_SEM },
-    { "distlock_barrier:", OBJ_BARRIER },
+    { DIST__N_COND_WAITERS, OBJ_COND },
+    { DIST__N_SEM, OBJ_SEM },
+    { DIST__N_BARRIER, OBJ_BARRIER },
 };
-
-int obj_key(const char *k, size_t n)
-{
-    static const char *const prefix[] = {
-        "distlock_cond_", "distlock_sem:", "distlock_sem_",
-        "distlock_barrier:", "distlock_barrier_",
-    };
-    size_t i, pl;
-
-    for (i = 0; i < sizeof prefix / sizeof prefix[0]; i++) {
-        pl = strlen(prefix[i]);
-        if (n >= pl && memcmp(k, prefix[i], pl) == 0)
-            return 1;
-    }
-    return 0;
-}
 
 /* The object name behind key k (after its prefix of pl bytes): "{N}" gives
  * N, as the library derives the keys of a name without braces. */
@@ -86,8 +70,9 @@ static void objs_page(const redisReply *page, void *arg)
         if (k->type != REDIS_REPLY_STRING)
             continue;
         for (j = 0; j < sizeof obj_keys / sizeof obj_keys[0]; j++) {
-            pl = strlen(obj_keys[j].prefix);
-            if (k->len > pl && memcmp(k->str, obj_keys[j].prefix, pl) == 0)
+            const char *pre = dist__names_prefix(obj_keys[j].key);
+            pl = strlen(pre);
+            if (k->len > pl && memcmp(k->str, pre, pl) == 0)
                 objs_add(sc->os, obj_keys[j].kind, k->str, k->len, pl,
                          sc->pattern);
         }
@@ -99,7 +84,7 @@ void objs_scan(struct dist__link *l, const char *pattern, struct objs *os)
     struct objs_scan sc = { pattern, os };
 
     /* every type: a semaphore's count is a string, its holds a hash */
-    list_scan(l, "distlock_*", NULL, objs_page, &sc);
+    list_scan(l, dist__names_own_glob(), NULL, objs_page, &sc);
 }
 
 static int objname_cmp(const void *a, const void *b)

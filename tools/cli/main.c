@@ -90,10 +90,9 @@ static const char usage_status[] =
 "Redisson-mode semaphore (rsem: the count, an integer string at NAME) or a\n"
 "barrier (barrier: arrived/count, round, whether the last round was broken\n"
 "by a dead member, each member live or not).  Without --kind the kind is\n"
-"the one whose keys exist under NAME (distlock_cond_waiters:{NAME},\n"
-"distlock_cond_queue:{NAME}, distlock_cond_signalled:{NAME};\n"
-"distlock_sem:{NAME}; NAME holding an integer; distlock_barrier:{NAME});\n"
-"a lock when none does; a usage error when several do.  --kind K shows\n"
+"the one whose keys exist under NAME (distlock(1), status, names them; an\n"
+"rsem is NAME holding an integer); a lock when none does; a usage error\n"
+"when several do.  --kind K shows\n"
 "kind K whatever exists.\n";
 
 static const char usage_list[] =

@@ -16,12 +16,11 @@ enum {
 };
 #define OBJ_CMDS (R_N + 2)       /* MULTI, the reads, EXEC */
 
-/* Derived key prefixes, by the reads that use them (NULL: the name). */
-static const char *const obj_prefix[R_N] = {
-    NULL, NULL, "distlock_cond_waiters:", "distlock_cond_queue:",
-    "distlock_cond_signalled:", "distlock_sem:", "distlock_sem_holds:",
-    "distlock_sem_leases:", "distlock_barrier:", "distlock_barrier_members:",
-    NULL,
+/* Derived keys, by the reads that use them (-1: the name). */
+static const int obj_key_name[R_N] = {
+    -1, -1, DIST__N_COND_WAITERS, DIST__N_COND_QUEUE, DIST__N_COND_SIGNALLED,
+    DIST__N_SEM, DIST__N_SEM_HOLDS, DIST__N_SEM_LEASES, DIST__N_BARRIER,
+    DIST__N_BARRIER_MEMBERS, -1,
 };
 
 static const char *const obj_kind_name[] = {
@@ -71,8 +70,8 @@ static void obj_cmds(const struct dist__names *n, struct obj_args *x,
     for (i = 0; i < R_N; i++) {
         size_t kl = L(n->name);
         const char *k = B(n->name);
-        if (obj_prefix[i]) {
-            x->keys[i] = dist__names_derive(n, obj_prefix[i], "", &kl);
+        if (obj_key_name[i] >= 0) {
+            x->keys[i] = dist__names_derive(n, obj_key_name[i], "", &kl);
             if (!x->keys[i])
                 die(EX_REDIS, "out of memory");
             k = x->keys[i];

@@ -257,17 +257,22 @@ char *read_key(const struct dist__names *n, const struct holder *h,
     struct sb suf = { 0 };
     char *key;
 
-    sb_addn(&suf, ":", 1);
-    sb_addn(&suf, h->owner, h->olen);
-    sb_printf(&suf, ":rwlock_timeout:%lld", k);
-    key = dist__names_derive(n, "", suf.p, len);
-    sb_free(&suf);
-    if (!key)
+    if (!(key = dist__names_read_prefix(n, h->owner, h->olen, len)))
         die(EX_REDIS, "out of memory");
-    return key;
+    sb_addn(&suf, key, *len);
+    sb_printf(&suf, "%lld", k);
+    free(key);
+    *len = suf.len;
+    return suf.p;
 }
 
 /* ---- reading ------------------------------------------------------------- */
+
+void snap_args_free(struct snap_args *x)
+{
+    free(x->keys);
+    x->keys = NULL;
+}
 
 static const char *const snap_name[SNAP_CMDS] = {
     "MULTI", "TYPE", "HGETALL", "PTTL", "GET", "LRANGE", "ZRANGE",
@@ -280,12 +285,17 @@ void snap_cmds(const struct dist__names *n, struct snap_args *x,
 {
     const char *const *name = snap_name;
     static const int argc[SNAP_CMDS] = { 1, 2, 2, 2, 2, 4, 5, 5, 1, 1 };
+    static const enum dist__nm read[] = {
+        DIST__N_TOKEN, DIST__N_QUEUE, DIST__N_TIMEOUT, DIST__N_RW_WRITERS,
+    };
+    const struct dist__buf *k = x->keys = dist__names_set(n, read, 4);
     const struct dist__buf *key[SNAP_CMDS] = {
-        NULL, &n->name, &n->name, &n->name, &n->token, &n->queue,
-        &n->timeout, &n->writers, NULL, NULL,
+        NULL, &n->name, &n->name, &n->name, k, k + 1, k + 2, k + 3, NULL, NULL,
     };
     int i;
 
+    if (!k)
+        die(EX_REDIS, "out of memory");
     for (i = 0; i < SNAP_CMDS; i++) {
         x->a[i][0] = name[i];
         x->l[i][0] = strlen(name[i]);
@@ -558,6 +568,7 @@ void snap_take(const char *name, size_t len, struct snap *s)
     if (dist__route_cmds(&n->name, SNAP_CMDS, cmds, r, &on) != 0)
         die(EX_REDIS, "cannot read '%s': %s", name, redis_why());
     /* the route followed every redirection: none is left */
+    snap_args_free(&args);
     if (snap_parse(s, r, dist__link_where(on)) != 0)
         die(EX_REDIS, "cannot read '%s': redirected", name);
     for (i = 0; i < SNAP_CMDS; i++)

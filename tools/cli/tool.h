@@ -159,13 +159,15 @@ int names_fit(const struct dist__names *n);
 /* names_of, exit 2 when the name cannot be a lock here. */
 struct dist__names *lock_names(const char *name, size_t len);
 /* The commands of one picture of n (MULTI ... EXEC); args holds their
- * arguments. */
+ * arguments until snap_args_free. */
 struct snap_args {
     const char *a[SNAP_CMDS][5];
     size_t l[SNAP_CMDS][5];
+    struct dist__buf *keys;   /* the names derived from n that it reads */
 };
 void snap_cmds(const struct dist__names *n, struct snap_args *args,
                struct dist__cmd *cmds);
+void snap_args_free(struct snap_args *args);
 /* Fills s (which holds the names) from the SNAP_CMDS replies r read at
  * where.  0, or 1 when one redirects (nothing filled in); exit 3 when the
  * server refused a read. */
@@ -260,8 +262,6 @@ struct objs {
     struct objname *v;
     size_t n;
 };
-/* Whether key k is one of a condition's, semaphore's or barrier's. */
-int obj_key(const char *k, size_t n);
 /* Adds the objects on l whose names match pattern. */
 void objs_scan(struct dist__link *l, const char *pattern, struct objs *os);
 /* In name order, each once (free()s the duplicates). */
