@@ -1,7 +1,7 @@
 /* names.h: the Redis names of one lock (names.c), shared by the lock
  * kinds and the distlock tool so that they never disagree on a layout:
  * every key and channel prefix is spelled in names.c and nowhere else
- * (tests/test_layers.sh checks it). */
+ * (tests/test_names_owner.sh checks it). */
 #ifndef DIST_NAMES_H
 #define DIST_NAMES_H
 
