@@ -83,31 +83,36 @@ int dist__names_is_derived(const char *k, size_t n)
     return memmem(k, n, read_timeout, sizeof read_timeout - 1) != NULL;
 }
 
+/* Writes prefix and N (in braces when wanted) at p; returns the end. */
+static char *key_at(char *p, const char *pre, size_t plen,
+                    const struct dist__names *n)
+{
+    memcpy(p, pre, plen);
+    p += plen;
+    *p = '{';
+    p += n->braces;
+    memcpy(p, n->name.p, n->name.len);
+    p += n->name.len;
+    *p = '}';
+    return p + n->braces;
+}
+
 /* Writes prefix, N (in braces when wanted), suffix and a NUL at p. */
 static size_t derive_at(char *p, const char *pre, size_t plen,
                         const struct dist__names *n, const char *suffix,
                         size_t slen)
 {
-    char *s = p;
+    char *s = key_at(p, pre, plen, n);
 
-    memcpy(s, pre, plen);
-    s += plen;
-    if (n->braces)
-        *s++ = '{';
-    memcpy(s, n->name.p, n->name.len);
-    s += n->name.len;
-    if (n->braces)
-        *s++ = '}';
     memcpy(s, suffix, slen);
-    s += slen;
-    *s = 0;
-    return (size_t)(s - p);
+    s[slen] = 0;
+    return (size_t)(s + slen - p);
 }
 
 /* The bytes of derived name which, its NUL included. */
 static size_t derived_size(const struct dist__names *n, enum dist__nm which)
 {
-    return prefix[which].len + n->name.len + (n->braces ? 2 : 0) + 1;
+    return prefix[which].len + n->name.len + 2 * (size_t)n->braces + 1;
 }
 
 /* On a cluster a script's keys must share a slot.  They do, unless N has
@@ -164,10 +169,12 @@ static void keys_at(const struct dist__names *n, const enum dist__nm *which,
     int i;
 
     for (i = 0; i < count; i++) {
+        char *end = key_at(p, prefix[which[i]].s, prefix[which[i]].len, n);
+
+        *end = 0;
         out[i].p = p;
-        out[i].len = derive_at(p, prefix[which[i]].s, prefix[which[i]].len,
-                               n, "", 0);
-        p += out[i].len + 1;
+        out[i].len = (size_t)(end - p);
+        p = end + 1;
     }
 }
 
@@ -182,15 +189,9 @@ int dist__names_keys(const struct dist__names *n, const enum dist__nm *which,
     for (i = 0; i < count; i++)
         total += derived_size(n, which[i]);
     if (total > sizeof room->mem && !(p = room->heap = malloc(total)))
-        return ENOMEM;
+        return ENOMEM;      /* a name of hundreds of bytes only */
     keys_at(n, which, count, out, p);
     return 0;
-}
-
-void dist__room_done(struct dist__room *room)
-{
-    free(room->heap);
-    room->heap = NULL;
 }
 
 struct dist__buf *dist__names_set(const struct dist__names *n,

@@ -5,6 +5,8 @@
 #ifndef DIST_NAMES_H
 #define DIST_NAMES_H
 
+#include <stdlib.h>
+
 #include "base/base.h"
 
 /* The names derived from a lock's name N: "<prefix>{N}" (no braces when N
@@ -75,7 +77,13 @@ struct dist__room {
  * use, also when this failed. */
 int dist__names_keys(const struct dist__names *n, const enum dist__nm *which,
                      int count, struct dist__buf *out, struct dist__room *room);
-void dist__room_done(struct dist__room *room);
+static inline void dist__room_done(struct dist__room *room)
+{
+    if (room->heap) {
+        free(room->heap);
+        room->heap = NULL;
+    }
+}
 /* The same in one allocation, for those that keep them (a queued waiter's
  * renewal keys, a read-write lock's state, the tool): an array of count
  * buffers followed by their bytes; free() frees it.  NULL when out of
