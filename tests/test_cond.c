@@ -773,6 +773,107 @@ static void test_wait_on_lost_hold(void **state)
     assert_int_equal(dist_mutex_destroy(&m), 0);
 }
 
+/* A lost handler that holds up the thread reporting, on its first call,
+ * until the test lets it go on: the reports behind it wait. */
+static struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int entered, go;
+    char first[200];
+} held_up = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, "" };
+
+static void held_up_on_lost(const char *name, void *arg)
+{
+    fx_on_lost(name, arg);
+    pthread_mutex_lock(&held_up.mu);
+    if (!held_up.entered) {
+        held_up.entered = 1;
+        snprintf(held_up.first, sizeof held_up.first, "%s", name);
+        pthread_cond_broadcast(&held_up.cv);
+        while (!held_up.go)
+            pthread_cond_wait(&held_up.cv, &held_up.mu);
+    }
+    pthread_mutex_unlock(&held_up.mu);
+}
+
+/* Whether the held-up handler was entered within secs. */
+static int held_up_entered(double secs)
+{
+    double end = tu_now() + secs;
+    int in;
+
+    pthread_mutex_lock(&held_up.mu);
+    while (!held_up.entered && tu_now() < end) {
+        pthread_mutex_unlock(&held_up.mu);
+        tu_sleep_ms(20);
+        pthread_mutex_lock(&held_up.mu);
+    }
+    in = held_up.entered;
+    pthread_mutex_unlock(&held_up.mu);
+    return in;
+}
+
+static void held_up_go(void)
+{
+    pthread_mutex_lock(&held_up.mu);
+    held_up.go = 1;
+    pthread_cond_broadcast(&held_up.cv);
+    pthread_mutex_unlock(&held_up.mu);
+}
+
+/* A wait on a mutex whose hold the renewal thread found lost but has not
+ * reported yet (its report waits behind another one's handler): EPERM,
+ * and the handler has heard of it when the wait returns, once.  The
+ * torture run saw a wait say EPERM and the report come seconds later, the
+ * renewal thread's other calls of the round in between. */
+static void test_wait_on_hold_found_lost(void **state)
+{
+    struct names n;
+    char other[200];
+    dist_mutex_t m, m2;
+    dist_cond_t c;
+    struct timespec dl = realtime_in(5);
+    int rc, calls, entered, unlock2_rc, unlock_rc;
+
+    (void)state;
+    names_for(&n, __func__);
+    snprintf(other, sizeof other, "%s:2", n.m);
+    fx_dirty = 1;
+    fx_lost_reset();
+    held_up.entered = held_up.go = 0;
+    dist_set_lost_handler(held_up_on_lost, NULL);
+    assert_int_equal(dist_set_watchdog_ms(1500), 0);  /* renewed each 0.5 s */
+    assert_int_equal(dist_mutex_init(&m, n.m, NULL), 0);
+    assert_int_equal(dist_mutex_init(&m2, other, NULL), 0);
+    assert_int_equal(dist_cond_init(&c, n.c[0], NULL), 0);
+    /* m2 is renewed, and reported, first: the newest entry comes first */
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_mutex_lock(&m2), 0);
+    /* both gone at once: one renewal round finds them both */
+    assert_int_equal(tu_cmd_int(&r, "DEL", n.m, other, NULL), 2);
+    entered = held_up_entered(10.0);
+    rc = entered ? dist_cond_timedwait(&c, &m, &dl) : -1;
+    calls = fx_lost_calls(n.m);
+    held_up_go();
+    unlock2_rc = dist_mutex_unlock(&m2);
+    unlock_rc = dist_mutex_unlock(&m);
+    dist_set_lost_handler(NULL, NULL);
+    fx_dirty = 0;
+    assert_true(entered);
+    assert_string_equal(held_up.first, other);
+    assert_int_equal(rc, EPERM);
+    if (calls != 1)
+        fail_msg("the wait said EPERM with the lost handler called %d "
+                 "times for its mutex", calls);
+    assert_int_equal(unlock2_rc, EPERM);
+    assert_int_equal(unlock_rc, EPERM);       /* not held any more */
+    assert_int_equal(fx_lost_calls(n.m), 1);
+    assert_int_equal(fx_lost_calls(other), 1);
+    assert_int_equal(dist_cond_destroy(&c), 0);
+    assert_int_equal(dist_mutex_destroy(&m2), 0);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+}
+
 /* A static initializer works; destroy of an unused one is fine. */
 static void test_static_initializer(void **state)
 {
@@ -803,6 +904,7 @@ int main(void)
         T(test_timedwait_times_out_holding_mutex),
         T(test_wait_needs_mutex_held_once),
         T(test_wait_on_lost_hold),
+        T(test_wait_on_hold_found_lost),
         T(test_static_initializer),
         T(test_signal_without_waiters_is_dropped),
         T(test_destroy_right_after_broadcast),

@@ -1034,6 +1034,64 @@ static double secs_of(const struct timespec *ts)
     return (double)ts->tv_sec + (double)ts->tv_nsec / 1e9;
 }
 
+/* A lost handler that takes its time (its first call: entered, then
+ * slow_handler_ms later done). */
+#define SLOW_HANDLER_MS 500
+static atomic_int slow_entered, slow_done;
+
+static void slow_on_lost(const char *name, void *arg)
+{
+    fx_on_lost(name, arg);
+    if (atomic_exchange(&slow_entered, 1) == 0) {
+        tu_sleep_ms(SLOW_HANDLER_MS);
+        atomic_store(&slow_done, 1);
+    }
+}
+
+/* An unlock of a hold whose loss the renewal thread is reporting (its
+ * handler call under way) says EPERM after that call has returned, and
+ * does not call the handler again: the report of an unlock's EPERM is
+ * made before the unlock returns.  It once returned at once, while the
+ * report could still be held up for as long as the reporting thread was
+ * (a process stopped between the decision and the call: the Sentinel
+ * torture run's "EPERM without lost handler"). */
+static void test_unlock_while_loss_reported(void **state)
+{
+    char name[200];
+    dist_mutex_t m;
+    double end;
+    int entered, unlock_rc, done;
+
+    (void)state;
+    NAME(name, "m");
+    fx_dirty = 1;
+    fx_lost_reset();
+    atomic_store(&slow_entered, 0);
+    atomic_store(&slow_done, 0);
+    assert_int_equal(dist_set_watchdog_ms(1500), 0);  /* renewed each 0.5 s */
+    assert_int_equal(dist_set_lost_handler(slow_on_lost, NULL), 0);
+    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(tu_cmd_int(&r, "DEL", name, NULL), 1);
+    end = tu_now() + 10.0;
+    while (!(entered = atomic_load(&slow_entered)) && tu_now() < end)
+        tu_sleep_ms(5);
+    unlock_rc = dist_mutex_unlock(&m);
+    done = atomic_load(&slow_done);
+    end = tu_now() + 10.0;
+    while (!atomic_load(&slow_done) && tu_now() < end)
+        tu_sleep_ms(20);
+    dist_set_lost_handler(NULL, NULL);
+    fx_dirty = 0;
+    assert_true(entered);
+    assert_int_equal(unlock_rc, EPERM);
+    if (!done)
+        fail_msg("the unlock said EPERM while the lost handler's call for "
+                 "its hold had not returned");
+    assert_int_equal(fx_lost_calls(name), 1);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+}
+
 /* dist_mutex_lease_left: EPERM with a zero left when not held; while held,
  * the send of the last acknowledged acquire or renewal + the lease - the
  * margin (a hundredth of the lease + dist_set_lease_margin_ms), minus now:
@@ -1308,6 +1366,7 @@ int main(void)
         T(test_destroy_and_names),
         T(test_fencing_token),
         T(test_lease_left),
+        T(test_unlock_while_loss_reported),
         T(test_lost_reply_proxy),
         T(test_same_name_two_objects),
         T(test_acl_user_without_password),

@@ -404,6 +404,12 @@ static int cond_wait(dist_cond_t *c, dist_mutex_t *m,
         return dist__err(EINVAL, "mutex '%s' is a cohort mutex, which a "
                          "condition wait cannot give up (see "
                          "dist_mutexattr_setcohort)", cw.o->st->names->name.p);
+    /* a hold found lost: the wait says so as an unlock would, after the
+     * lost handler heard of it */
+    if (dist__hold_found_lost(cw.o))
+        return dist__err(EPERM, "mutex '%s' was lost (its lease ran out or "
+                         "it was forced) before this wait",
+                         cw.o->st->names->name.p);
     held = dist__held(cw.o, 0);
     if (held == 0)
         return dist__err(EPERM, "mutex '%s' is not held by this thread",

@@ -1523,23 +1523,41 @@ int dist__lease_left(struct dist__obj *o, struct timespec *left)
     return 0;
 }
 
-void dist__hold_lost(struct dist__obj *o)
+/* The calling thread lets go of its holds of o, which are gone (only if
+ * they were found lost, when found): a report the renewal thread had not
+ * decided yet is this call's to make, one under way is waited for, as in
+ * release (a condition wait that said EPERM while the report waited behind
+ * the renewal thread's other calls told the caller before the handler:
+ * the Sentinel torture run).  Returns whether it let go. */
+static int lose(struct dist__obj *o, int found)
 {
     struct dist__state *st = o->st;
     struct dist__rec *r;
-    int news;
+    int gone, news = 0;
 
     pthread_mutex_lock(&st->mu);
     r = dist__rec_find(st);
-    /* a loss the renewal thread found already went to the handler */
-    news = r && r->n[0] + r->n[1] > 0 && !(r->h && atomic_load(&r->h->lost));
-    if (r) {
+    gone = r && r->n[0] + r->n[1] > 0 &&
+           (!found || (r->h && atomic_load(&r->h->lost)));
+    if (gone) {
+        news = let_go(r) != 2;
         r->n[0] = r->n[1] = 0;
         dist__rec_tidy(st);
     }
     pthread_mutex_unlock(&st->mu);
     if (news)
         dist__call_lost_handler(st->names->name.p);
+    return gone;
+}
+
+void dist__hold_lost(struct dist__obj *o)
+{
+    lose(o, 0);
+}
+
+int dist__hold_found_lost(struct dist__obj *o)
+{
+    return lose(o, 1);
 }
 
 unsigned long dist__held(struct dist__obj *o, int mode)

@@ -300,6 +300,9 @@ unsigned long dist__held(struct dist__obj *o, int mode);
  * kind found its field missing): the record goes, as after an unlock that
  * said EPERM, and the lost handler hears of it unless it did already. */
 void dist__hold_lost(struct dist__obj *o);
+/* When the calling thread's holds of o were found lost (by the renewal or
+ * watch thread): the same, and 1; else 0 (nothing changes). */
+int dist__hold_found_lost(struct dist__obj *o);
 /* Fills dl from an API call's arguments: EINVAL for a clock other than
  * CLOCK_REALTIME and CLOCK_MONOTONIC, or a NULL abstime (abstime's fields
  * are checked only when the call would wait). */

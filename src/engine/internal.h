@@ -62,7 +62,9 @@ struct dist__hold {
     int registered;                 /* renewed by the watchdog */
     int inflight;                   /* part of a call under way */
     int orphan;                     /* owner let go while in flight */
-    int reporting;                  /* reports of its loss not made yet */
+    int reporting;                  /* reports of its loss not finished */
+    int calling;                    /* its report is decided: the lost
+                                     * handler's call is under way */
     uint64_t due;                   /* next renewal */
     uint64_t valid_until;           /* a hold: its lease runs at least until
                                      * then (monotonic ms), counted from when
@@ -131,7 +133,9 @@ void dist__renew_note_lost(const char *name);
  * that the renewal thread has not made yet is cancelled.  Returns 0 when
  * no loss was found, 1 when its report was cancelled (the caller tells the
  * handler itself if the loss is its news, as an unlock that says EPERM
- * does), 2 when the report was made or is under way. */
+ * does), 2 when the report was made: one under way is waited for, so
+ * that the handler has returned when the caller says EPERM.  The handler
+ * must therefore not wait for a thread that is letting go. */
 int dist__renew_let_go(struct dist__hold *h);
 /* Waits (bounded) until h has nothing left to settle; EIO if it could not
  * be settled by then. */

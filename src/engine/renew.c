@@ -31,6 +31,7 @@ static struct {
     pthread_mutex_t mu;
     pthread_cond_t cv;         /* wakes the thread */
     pthread_cond_t settled;    /* an unknown outcome was settled */
+    pthread_cond_t reported;   /* a lost handler's call returned */
     int cv_ready;
     int running, stop, kick;
     uint64_t wake_at;          /* when the thread next looks, monotonic ms */
@@ -129,6 +130,7 @@ static void ensure_cvs(void)
     if (!R.cv_ready) {
         dist__cond_init_mono(&R.cv);
         dist__cond_init_mono(&R.settled);
+        dist__cond_init_mono(&R.reported);
         dist__cond_init_mono(&W.cv);
         R.cv_ready = 1;
     }
@@ -365,9 +367,11 @@ int dist__renew_settle(struct dist__hold *h, uint64_t until_ms)
 
 /* Lost holds are reported after R.mu is released, each with its name
  * (copied: the owner may free the hold meanwhile) and the hold, kept
- * alive while its report is pending (h->reporting): an owner that lets go
- * of it before the report is made (dist__renew_let_go) cancels it.  An
- * idle thread's loss (dist__renew_note_lost) has no hold. */
+ * alive until its report is finished (h->reporting): an owner that lets
+ * go of it before the report is decided (dist__renew_let_go) cancels it,
+ * and one that lets go while the handler is being called waits for that
+ * call to return.  An idle thread's loss (dist__renew_note_lost) has no
+ * hold. */
 struct lost {
     char *name;
     struct dist__hold *h;
@@ -413,39 +417,75 @@ void dist__renew_note_lost(const char *name)
     note_lost_entry(&idle_lost, name, NULL);
 }
 
-/* Whether h's pending report is still to be made; frees h when its owner
- * let go of it meanwhile and nothing else keeps it.  Decided
- * under R.mu, so that an owner's let-go either comes first (no report) or
- * finds the report made or under way. */
-static int report_due(struct dist__hold *h)
+/* One report of h's fewer; frees h when its owner let go of it and
+ * nothing else keeps it.  R.mu held; returns whether to free h after
+ * R.mu is released. */
+static int report_over(struct dist__hold *h)
 {
-    int due, gone;
+    h->reporting--;
+    return h->orphan && !h->reporting && !linked(h);
+}
+
+/* Whether h's pending report is still to be made (then its handler call
+ * is under way until report_end).  Decided under R.mu, so that an
+ * owner's let-go either comes first (no report) or finds the report
+ * under way, and waits for it. */
+static int report_begin(struct dist__hold *h)
+{
+    int due, gone = 0;
 
     pthread_mutex_lock(&R.mu);
     due = !atomic_load(&h->let_go);
-    h->reporting--;
-    gone = h->orphan && !h->reporting && !linked(h);
+    if (due)
+        h->calling = 1;
+    else
+        gone = report_over(h);
     pthread_mutex_unlock(&R.mu);
     if (gone)
         dist__hold_free(h);
     return due;
 }
 
+/* h's handler call returned: an owner waiting to let go goes on. */
+static void report_end(struct dist__hold *h)
+{
+    int gone;
+
+    pthread_mutex_lock(&R.mu);
+    h->calling = 0;
+    gone = report_over(h);
+    pthread_cond_broadcast(&R.reported);
+    pthread_mutex_unlock(&R.mu);
+    if (gone)
+        dist__hold_free(h);
+}
+
 /* Calls the lost handler for each entry of l still due, and empties it.
  * R.mu not held: the handler is the user's. */
 static void report_lost(struct lostlist *l)
 {
+    struct dist__hold *h;
     size_t i;
 
     for (i = 0; i < l->n; i++) {
-        if (!l->v[i].h || report_due(l->v[i].h))
+        h = l->v[i].h;
+        if (!h) {
             dist__call_lost_handler(l->v[i].name);
+        } else if (report_begin(h)) {
+            dist__call_lost_handler(l->v[i].name);
+            report_end(h);
+        }
         free(l->v[i].name);
     }
     free(l->v);
     memset(l, 0, sizeof *l);
 }
 
+/* A report under way is waited for: a caller that said EPERM while the
+ * reporting thread was held up between deciding the report and calling
+ * the handler (a process stopped there, or short of CPU) said it before
+ * the handler heard of the loss, maybe long before (the Sentinel torture
+ * run: "EPERM without lost handler"). */
 int dist__renew_let_go(struct dist__hold *h)
 {
     int told;
@@ -453,6 +493,8 @@ int dist__renew_let_go(struct dist__hold *h)
     pthread_mutex_lock(&R.mu);
     atomic_store(&h->let_go, 1);
     h->registered = 0;
+    while (h->calling)
+        pthread_cond_wait(&R.reported, &R.mu);
     told = !atomic_load(&h->lost) ? 0 : h->reporting ? 1 : 2;
     pthread_mutex_unlock(&R.mu);
     return told;
@@ -964,6 +1006,7 @@ void dist__renew_fork(int phase)
         if (R.cv_ready) {
             dist__cond_init_mono(&R.cv);
             dist__cond_init_mono(&R.settled);
+            dist__cond_init_mono(&R.reported);
             dist__cond_init_mono(&W.cv);
         }
         R.running = 0;
