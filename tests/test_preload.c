@@ -46,6 +46,7 @@ static char ledger_bin[PATH_MAX];     /* tests/legacy_ledger */
 static char static_bin[PATH_MAX];     /* tests/legacy_ledger_static, or "" */
 static char target_bin[PATH_MAX];     /* tests/preload_target */
 static char fork_bin[PATH_MAX];       /* tests/preload_fork */
+static char condfork_bin[PATH_MAX];   /* tests/preload_condfork */
 static char other_lib[PATH_MAX];      /* a library that is not the shim */
 static char pfx[64];                  /* lock-name prefix of this run */
 /* Settings every child gets: in a sanitizer build, libdistlock.so (and so
@@ -1177,6 +1178,34 @@ static void test_mutex_and_cond_share_init_site(void **state)
                    "mapped by [mutex a] at line 2");
 }
 
+/* A process-shared condition the parent destroys and makes again after
+ * fork(), at the same address from the same init site, is the one its
+ * child waits on: the child wakes at the parent's broadcast.  It was the
+ * site's next lock, of another name, and the child waited for ever (Open
+ * POSIX pthread_cond_destroy/2-1 hung; preload_condfork kills its child
+ * after 60 s, a bound, not a timing). */
+static void test_cond_made_again_after_fork(void **state)
+{
+    const char *cfg;
+    struct proc p;
+    char want[128];
+
+    (void)state;
+    cfg = write_file("condfork.ini", "%s[mutex %scfm]\nmatch = init_site "
+                     "make_mutex\n[cond %scfc]\nmatch = init_site make_cond\n"
+                     "mutex = %scfm\n", redis_section, pfx, pfx, pfx);
+    assert_exit(run(&p, ARGV(run_bin, "-v", "--config", (char *)cfg, "--",
+                             condfork_bin), NULL, 120), 0);
+    assert_string_equal(p.obuf, "child 0\nparent 0\n");
+    snprintf(want, sizeof want, "cond '%scfc:0' = ", pfx);
+    assert_contains(p.ebuf, want);
+    snprintf(want, sizeof want, "cond '%scfc:1' = ", pfx);
+    if (strstr(p.ebuf, want))
+        fail_msg("the condition made again got a name of its own:\n%s",
+                 p.ebuf);
+    assert_int_equal(prefixed_keys(), 0);
+}
+
 /* ---- symbol versions --------------------------------------------------------------- */
 
 static int is_wrapped(const char *sym)
@@ -1657,9 +1686,10 @@ static int group_setup(void **state)
     built(static_bin, top, "tests/legacy_ledger_static");
     built(target_bin, top, "tests/preload_target");
     built(fork_bin, top, "tests/preload_fork");
+    built(condfork_bin, top, "tests/preload_condfork");
     built(other_lib, top, "tests/.libs/libpreload_lib.so");
     if (!run_bin[0] || !shim[0] || !ledger_bin[0] || !target_bin[0] ||
-        !fork_bin[0]) {
+        !fork_bin[0] || !condfork_bin[0]) {
         fprintf(stderr, "test_preload: build the shim, distlock-run and the "
                 "test programs first (top_builddir=%s)\n", top);
         return -1;
@@ -1734,6 +1764,7 @@ int main(void)
         cmocka_unit_test(test_fork_with_init_site),
         cmocka_unit_test(test_library_calls_bypass_shim),
         cmocka_unit_test(test_mutex_and_cond_share_init_site),
+        cmocka_unit_test(test_cond_made_again_after_fork),
         cmocka_unit_test(test_symbol_versions_intercepted),
         cmocka_unit_test(test_trylock_and_timedlock),
         cmocka_unit_test(test_errorcheck_kept),

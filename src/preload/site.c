@@ -3,8 +3,9 @@
  * A [mutex NAME] with "match = init_site FUNCTION" maps every lock that
  * FUNCTION initialises: pthread_mutex_init (pthread_rwlock_init) called
  * from inside it adds the lock's address to the table, as a dynamic entry
- * named NAME:<n>, and its destroy (or an init from elsewhere at the same
- * address) kills that entry again.  Entries are never removed from the
+ * named NAME:<n> (or as before, when FUNCTION made one at that address
+ * already: see map_heap), and its destroy (or an init from elsewhere at
+ * the same address) kills that entry again.  Entries are never removed from the
  * table, only marked dead, so the fast path's readers need no lock; the
  * writers take dyn_mu. */
 #define _GNU_SOURCE
@@ -108,17 +109,35 @@ static struct pl_entry *heap_entry(void *m)
     return e;
 }
 
-/* Makes e (at m) the next lock of site s.  0, or ENOMEM. */
+/* Makes e (at m) the next lock of site s; or the lock it was, when s
+ * made it before (destroyed, or initialised twice, at this address).
+ *
+ * A site numbers its objects in the order a process makes them at new
+ * addresses, so that the n-th of one process is the n-th of another
+ * running the same code.  One made again where s made one before keeps
+ * its name, for two reasons.  A process-shared object in shared memory
+ * (Open POSIX pthread_cond_destroy/2-1): the parent destroys it and
+ * makes it again after fork(), while its children go on using it at
+ * that address; numbered anew, the parent's was another lock than the
+ * children's, and its broadcast never reached them.  And a loop that
+ * makes and destroys a lock at one stack address each turn makes one
+ * logical lock, only one of which ever exists at a time: numbered anew
+ * each turn, two processes at different turns used different locks and
+ * did not exclude each other.  Objects alive together are at different
+ * addresses, so they still get names of their own.  0, or ENOMEM. */
 static int map_heap(struct pl_entry *e, const struct pl_site *s, void *m,
                     int kind, clockid_t clk)
 {
     char name[DIST_NAME_MAX + 32];
     int rc;
 
+    if (e->sec == s->sec && e->lockname)
+        snprintf(name, sizeof name, "%s", e->lockname);
+    else
+        snprintf(name, sizeof name, "%s:%lu", s->sec->name,
+                 site_seq[s - sites]++);
     e->sec = s->sec;
     e->clock = clk;
-    snprintf(name, sizeof name, "%s:%lu", s->sec->name,
-             site_seq[s - sites]++);
     pl_set_holder(e, 0);
     if ((rc = pl_entry_init(e, name)) == ENOMEM) {
         pl_msg("lock '%s': out of memory: its init fails with ENOMEM", name);
