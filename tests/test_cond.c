@@ -874,6 +874,63 @@ static void test_wait_on_hold_found_lost(void **state)
     assert_int_equal(dist_mutex_destroy(&m), 0);
 }
 
+/* Conditions in shared memory: one made before a fork, one the parent
+ * made after it. */
+struct made_apart {
+    dist_cond_t before, after;
+    atomic_int made;              /* the parent made "after" */
+    atomic_int rc_before, rc_after;
+    char why[512];                /* the child's error for "after" */
+};
+
+static void child_of_maker(void *arg)
+{
+    struct made_apart *a = arg;
+    double end = tu_now() + 10.0;
+
+    while (!atomic_load(&a->made) && tu_now() < end)
+        tu_sleep_ms(10);
+    atomic_store(&a->rc_before, dist_cond_signal(&a->before));
+    atomic_store(&a->rc_after, dist_cond_signal(&a->after));
+    snprintf(a->why, sizeof a->why, "%s", dist_last_error());
+    _exit(0);
+}
+
+/* An object another process initialised in shared memory after the fork
+ * (Open POSIX pthread_cond_destroy/2-1 in API mode: the parent makes its
+ * condition again between the passes) is EINVAL that says so: it points
+ * into the other process's heap, and what this one found there was
+ * garbage, nothing, or its own old object (a wait on another name: a
+ * hang).  One made before the fork is the child's too. */
+static void test_cond_made_by_another_process(void **state)
+{
+    struct names n;
+    struct made_apart *a;
+    pid_t pid;
+
+    (void)state;
+    names_for(&n, __func__);
+    a = mmap(NULL, sizeof *a, PROT_READ | PROT_WRITE,
+             MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    assert_true(a != MAP_FAILED);
+    memset(a, 0, sizeof *a);
+    atomic_init(&a->rc_before, -1);
+    atomic_init(&a->rc_after, -1);
+    assert_int_equal(dist_cond_init(&a->before, n.c[0], NULL), 0);
+    pid = fork_started(child_of_maker, a);
+    assert_int_equal(dist_cond_init(&a->after, n.c[1], NULL), 0);
+    atomic_store(&a->made, 1);
+    assert_true(reaped_with(pid, 0));
+    assert_int_equal(atomic_load(&a->rc_before), 0);
+    assert_int_equal(atomic_load(&a->rc_after), EINVAL);
+    if (!strstr(a->why, "initialised by another process"))
+        fail_msg("the child's error does not say who made the condition: "
+                 "%s", a->why);
+    assert_int_equal(dist_cond_destroy(&a->after), 0);
+    assert_int_equal(dist_cond_destroy(&a->before), 0);
+    munmap(a, sizeof *a);
+}
+
 /* A static initializer works; destroy of an unused one is fine. */
 static void test_static_initializer(void **state)
 {
@@ -909,6 +966,7 @@ int main(void)
         T(test_signal_without_waiters_is_dropped),
         T(test_destroy_right_after_broadcast),
         T(test_fork_child_ignores_parents_waiters),
+        T(test_cond_made_by_another_process),
         T(test_producer_consumer),
         T(test_signal_wakes_one_broadcast_all),
         T(test_killed_waiter_skipped),

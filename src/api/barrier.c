@@ -75,6 +75,7 @@ int dist_barrier_init(dist_barrier_t *b, const char *name, unsigned count)
     }
     bo->magic = BARRIER_MAGIC;
     memset(b->__reserved, 0, sizeof b->__reserved);
+    dist__stamp(b->__reserved);
     __atomic_store_n((struct dist__barrier **)&b->__impl, bo,
                      __ATOMIC_RELEASE);
     return 0;
@@ -91,6 +92,8 @@ static int get_barrier(dist_barrier_t *b, struct dist__barrier **out)
         return dist__err(EINVAL, "barrier is NULL");
     bo = __atomic_load_n((struct dist__barrier **)&b->__impl,
                          __ATOMIC_ACQUIRE);
+    if (bo && dist__stamp_check(b->__reserved, "barrier") != 0)
+        return EINVAL;             /* the message is set */
     if (!bo || bo->magic != BARRIER_MAGIC)
         return dist__err(EINVAL, "barrier is not initialised (or destroyed)");
     *out = bo;

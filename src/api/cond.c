@@ -65,7 +65,7 @@ int dist_cond_init(dist_cond_t *c, const char *name,
     if ((rc = dist__cond_new(name, clock, &cv)) != 0)
         return rc;
     c->__name = NULL;
-    c->__reserved[0] = c->__reserved[1] = 0;
+    dist__stamp(c->__reserved);
     __atomic_store_n((struct dist__cond **)&c->__impl, cv, __ATOMIC_RELEASE);
     return 0;
 }
@@ -80,6 +80,8 @@ static int get_cond(dist_cond_t *c, struct dist__cond **out)
         return dist__err(EINVAL, "condition is NULL");
     cv = __atomic_load_n((struct dist__cond **)&c->__impl, __ATOMIC_ACQUIRE);
     if (cv) {
+        if ((rc = dist__stamp_check(c->__reserved, "condition")) != 0)
+            return rc;
         if (cv->magic != DIST__COND_MAGIC)
             return dist__err(EINVAL, "condition is not initialised (or "
                              "destroyed)");
@@ -91,6 +93,7 @@ static int get_cond(dist_cond_t *c, struct dist__cond **out)
                          "or DIST_COND_INITIALIZER");
     if ((rc = dist__cond_new(c->__name, CLOCK_REALTIME, &cv)) != 0)
         return rc;
+    dist__stamp(c->__reserved);   /* before cv is seen, as at init */
     if (!__atomic_compare_exchange_n((struct dist__cond **)&c->__impl,
                                      &expected, cv, 0, __ATOMIC_ACQ_REL,
                                      __ATOMIC_ACQUIRE)) {
@@ -225,6 +228,8 @@ int dist_cond_destroy(dist_cond_t *c)
     cv = __atomic_load_n((struct dist__cond **)&c->__impl, __ATOMIC_ACQUIRE);
     if (!cv)
         return 0;
+    if ((rc = dist__stamp_check(c->__reserved, "condition")) != 0)
+        return rc;
     if (cv->magic != DIST__COND_MAGIC)
         return dist__err(EINVAL, "condition is not initialised (or destroyed)");
     if ((rc = still_blocked(cv, &gen)) != 0)

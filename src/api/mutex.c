@@ -154,7 +154,8 @@ static int get_obj(dist_mutex_t *m, struct dist__obj **out)
 {
     if (!m)
         return dist__err(EINVAL, "mutex is NULL");
-    return dist__obj_get(&dist__mutex_kind, m->__name, &m->__impl, out);
+    return dist__obj_get(&dist__mutex_kind, m->__name, &m->__impl,
+                         m->__reserved, out);
 }
 
 int dist__mutex_obj(dist_mutex_t *m, struct dist__obj **out)
@@ -201,11 +202,13 @@ int dist_mutex_destroy(dist_mutex_t *m)
     if (!m)
         return dist__err(EINVAL, "mutex is NULL");
     o = __atomic_load_n((struct dist__obj **)&m->__impl, __ATOMIC_ACQUIRE);
+    if (o && dist__stamp_check(m->__reserved, "mutex") != 0)
+        return EINVAL;             /* the message is set */
     if (o && o->magic == dist__mutex_kind.magic &&
         (o->flags & DIST__MUTEX_COHORT) && dist__cohort_busy(o))
         return dist__err(EBUSY, "mutex '%s' is still held or awaited by a "
                          "thread of this process", o->st->names->name.p);
-    return dist__obj_destroy(&dist__mutex_kind, &m->__impl);
+    return dist__obj_destroy(&dist__mutex_kind, &m->__impl, m->__reserved);
 }
 
 /* ---- lock and unlock --------------------------------------------------- */

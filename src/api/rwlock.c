@@ -49,7 +49,8 @@ static int get_obj(dist_rwlock_t *rw, struct dist__obj **out)
 {
     if (!rw)
         return dist__err(EINVAL, "rwlock is NULL");
-    return dist__obj_get(&dist__rwlock_kind, rw->__name, &rw->__impl, out);
+    return dist__obj_get(&dist__rwlock_kind, rw->__name, &rw->__impl,
+                         rw->__reserved, out);
 }
 
 int dist_rwlock_init(dist_rwlock_t *rw, const char *name,
@@ -74,7 +75,8 @@ int dist_rwlock_destroy(dist_rwlock_t *rw)
     DIST__KEEP_ERRNO;
     if (!rw)
         return dist__err(EINVAL, "rwlock is NULL");
-    return dist__obj_destroy(&dist__rwlock_kind, &rw->__impl);
+    return dist__obj_destroy(&dist__rwlock_kind, &rw->__impl,
+                             rw->__reserved);
 }
 
 /* ---- lock and unlock --------------------------------------------------- */

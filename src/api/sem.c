@@ -168,6 +168,7 @@ int dist_sem_init(dist_sem_t *s, const char *name, unsigned initial_if_new,
     }
     sm->magic = SEM_MAGIC;
     memset(s->__reserved, 0, sizeof s->__reserved);
+    dist__stamp(s->__reserved);
     __atomic_store_n((struct dist__sem **)&s->__impl, sm, __ATOMIC_RELEASE);
     return 0;
 }
@@ -179,6 +180,8 @@ static int get_sem(dist_sem_t *s, struct dist__sem **out)
     if (!s)
         return dist__err(EINVAL, "semaphore is NULL");
     sm = __atomic_load_n((struct dist__sem **)&s->__impl, __ATOMIC_ACQUIRE);
+    if (sm && dist__stamp_check(s->__reserved, "semaphore") != 0)
+        return EINVAL;             /* the message is set */
     if (!sm || sm->magic != SEM_MAGIC)
         return dist__err(EINVAL, "semaphore is not initialised (or "
                          "destroyed)");
@@ -206,7 +209,8 @@ int dist_sem_destroy(dist_sem_t *s)
     if (sm->o) {
         /* another thread's holds make it EBUSY as for a lock */
         void *impl = sm->o;
-        if ((rc = dist__obj_destroy(&dist__sem_kind, &impl)) != 0)
+        unsigned long ours[2] = { 0, 0 };   /* the engine's, no stamp */
+        if ((rc = dist__obj_destroy(&dist__sem_kind, &impl, ours)) != 0)
             return rc;
         sm->o = NULL;
     }

@@ -254,6 +254,11 @@ int dist__parse_url(const char *url, struct dist__cfg *out, char *why,
  * generation belong to the parent. */
 extern atomic_ulong dist__fork_gen;
 void dist__lib_init(void);                    /* pthread_once: atfork etc. */
+/* Stamps a new object (two words of its dist_*_t) as this process's. */
+void dist__stamp(unsigned long stamp[2]);
+/* 0 when an object of that stamp is this process's to use (made by it, or
+ * by an ancestor before the fork); else EINVAL, which names the maker. */
+int dist__stamp_check(const unsigned long stamp[2], const char *noun);
 uint64_t dist__thread_no(void);
 /* A number drawn from the thread numbers' counter that no thread has (a
  * mutex cohort's owner, cohort.c). */

@@ -1,8 +1,10 @@
 /* ident.c: who this process and thread are to Redis, and what fork() does
  * to that.  The child of a fork is a new client: new id, no holds. */
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <uuid/uuid.h>
 
@@ -97,10 +99,13 @@ static void fork_parent(void)
         hooks[forked[i]].fn(1);
 }
 
+static void stamp_fork_child(void);
+
 static void fork_child(void)
 {
     int i;
 
+    stamp_fork_child();
     /* id_mu was taken by fork_prepare on this very thread: let go of it.
      * hooks_mu is not taken there (a registration may have been under way
      * in another thread, which the child does not have): start it anew. */
@@ -109,6 +114,82 @@ static void fork_child(void)
     atomic_fetch_add(&dist__fork_gen, 1);
     for (i = nforked; i-- > 0;)
         hooks[forked[i]].fn(2);
+}
+
+/* ---- which process made an object ------------------------------------ */
+
+/* A dist_*_t holds a pointer into the heap of the process that initialised
+ * it.  A forked child has a copy of that heap, so the objects its parent
+ * made before the fork are its own too; one another process initialised
+ * in shared memory (pthread_cond_destroy/2-1 in API mode: the parent made
+ * its condition again after the fork) points into a heap that is not
+ * this process's: what is there is garbage, an object of this process
+ * (waited on under its old name: a hang), or nothing (a crash).  So each
+ * object carries a stamp, its maker's pid and a serial number, and a
+ * process accepts its own and its ancestors' made before each fork on the
+ * way to it.  The ancestors are written only in a fork child, which has
+ * one thread then; a chain deeper than MAX_ANCESTORS forgets the oldest. */
+#define MAX_ANCESTORS 32
+static atomic_ulong self_pid;            /* 0: nothing stamped yet */
+static atomic_ulong serial;              /* the last serial given */
+static struct {
+    unsigned long pid, last;             /* its serials up to last */
+} ancestors[MAX_ANCESTORS];
+static atomic_int nancestors;
+
+static unsigned long own_pid(void)
+{
+    unsigned long pid = atomic_load_explicit(&self_pid,
+                                             memory_order_relaxed);
+
+    if (!pid) {
+        pid = (unsigned long)getpid();
+        atomic_store(&self_pid, pid);
+    }
+    return pid;
+}
+
+static void stamp_fork_child(void)
+{
+    unsigned long parent = atomic_load(&self_pid);
+    int n = atomic_load(&nancestors);
+
+    if (parent) {
+        if (n == MAX_ANCESTORS) {
+            memmove(&ancestors[0], &ancestors[1],
+                    (MAX_ANCESTORS - 1) * sizeof ancestors[0]);
+            n--;
+        }
+        ancestors[n].pid = parent;
+        ancestors[n].last = atomic_load(&serial);
+        atomic_store(&nancestors, n + 1);
+    }
+    atomic_store(&self_pid, (unsigned long)getpid());
+}
+
+void dist__stamp(unsigned long stamp[2])
+{
+    dist__lib_init();                    /* a child must learn its parent */
+    stamp[0] = own_pid();
+    stamp[1] = atomic_fetch_add(&serial, 1) + 1;
+}
+
+int dist__stamp_check(const unsigned long stamp[2], const char *noun)
+{
+    int i, n;
+
+    if (stamp[1] == 0 ||              /* none: made before the stamps */
+        stamp[0] == atomic_load_explicit(&self_pid, memory_order_relaxed))
+        return 0;
+    n = atomic_load(&nancestors);
+    for (i = 0; i < n; i++)
+        if (ancestors[i].pid == stamp[0] && stamp[1] <= ancestors[i].last)
+            return 0;
+    return dist__err(EINVAL, "%s was initialised by another process (pid "
+                     "%lu), not by this one or before the fork it comes "
+                     "from: an object belongs to the process that made it "
+                     "(no process-shared objects); each process initialises "
+                     "its own object of the lock's name", noun, stamp[0]);
 }
 
 static void lib_init_once(void)

@@ -291,7 +291,7 @@ int dist__obj_init(const struct dist__kind *k, const char *name, int flags,
     if (rc != 0)
         return rc;
     *uname = NULL;
-    reserved[0] = reserved[1] = 0;
+    dist__stamp(reserved);
     __atomic_store_n((struct dist__obj **)impl, o, __ATOMIC_RELEASE);
     return 0;
 }
@@ -311,13 +311,15 @@ static unsigned family_magic(const struct dist__kind *k)
 }
 
 int dist__obj_get(const struct dist__kind *k, const char *name, void **impl,
-                  struct dist__obj **out)
+                  unsigned long reserved[2], struct dist__obj **out)
 {
     struct dist__obj *o, *expected = NULL;
     int rc;
 
     o = __atomic_load_n((struct dist__obj **)impl, __ATOMIC_ACQUIRE);
     if (o) {
+        if ((rc = dist__stamp_check(reserved, k->noun)) != 0)
+            return rc;
         if (o->magic != family_magic(k))
             return dist__err(EINVAL, "%s is not initialised (or destroyed)",
                              k->noun);
@@ -331,6 +333,7 @@ int dist__obj_get(const struct dist__kind *k, const char *name, void **impl,
     if ((rc = dist__obj_new(k, name, k->default_flags ? k->default_flags() : 0,
                             0, &o)) != 0)
         return rc;
+    dist__stamp(reserved);       /* before o is seen, as at init */
     if (!__atomic_compare_exchange_n((struct dist__obj **)impl, &expected, o,
                                      0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
         dist__obj_free(o);        /* another thread won the race */
@@ -340,15 +343,19 @@ int dist__obj_get(const struct dist__kind *k, const char *name, void **impl,
     return 0;
 }
 
-int dist__obj_destroy(const struct dist__kind *k, void **impl)
+int dist__obj_destroy(const struct dist__kind *k, void **impl,
+                      unsigned long reserved[2])
 {
     struct dist__obj *o;
     struct dist__state *st;
     struct dist__rec *r;
+    int rc;
 
     o = __atomic_load_n((struct dist__obj **)impl, __ATOMIC_ACQUIRE);
     if (!o)
         return 0;
+    if ((rc = dist__stamp_check(reserved, k->noun)) != 0)
+        return rc;
     if (o->magic != family_magic(k))
         return dist__err(EINVAL, "%s is not initialised (or destroyed)",
                          k->noun);

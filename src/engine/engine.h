@@ -240,9 +240,10 @@ int dist__lease_set(unsigned long *field, unsigned long lease_ms);
 /* The object behind a user's (name, impl) pair, created at first use for
  * an object set with an INITIALIZER.  what: "mutex" or "rwlock". */
 int dist__obj_get(const struct dist__kind *k, const char *name, void **impl,
-                  struct dist__obj **out);
+                  unsigned long reserved[2], struct dist__obj **out);
 /* Destroys *impl: EBUSY while a local thread holds it. */
-int dist__obj_destroy(const struct dist__kind *k, void **impl);
+int dist__obj_destroy(const struct dist__kind *k, void **impl,
+                      unsigned long reserved[2]);
 unsigned long dist__lease_of(const struct dist__obj *o);
 
 /* ---- records (engine.c); the state's mu held -------------------------------- */
