@@ -286,6 +286,59 @@ int fx_lost_last_is(const char *name)
     return eq;
 }
 
+static struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int entered, go;
+    char first[256];
+} held_up = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, "" };
+
+void fx_on_lost_held_up(const char *name, void *arg)
+{
+    fx_on_lost(name, arg);
+    pthread_mutex_lock(&held_up.mu);
+    if (!held_up.entered) {
+        held_up.entered = 1;
+        snprintf(held_up.first, sizeof held_up.first, "%s", name);
+        while (!held_up.go)
+            pthread_cond_wait(&held_up.cv, &held_up.mu);
+    }
+    pthread_mutex_unlock(&held_up.mu);
+}
+
+void fx_held_up_reset(void)
+{
+    pthread_mutex_lock(&held_up.mu);
+    held_up.entered = held_up.go = 0;
+    held_up.first[0] = '\0';
+    pthread_mutex_unlock(&held_up.mu);
+}
+
+int fx_held_up_entered(double secs, char *first, size_t len)
+{
+    double end = tu_now() + secs;
+    int in;
+
+    pthread_mutex_lock(&held_up.mu);
+    while (!held_up.entered && tu_now() < end) {
+        pthread_mutex_unlock(&held_up.mu);
+        tu_sleep_ms(20);
+        pthread_mutex_lock(&held_up.mu);
+    }
+    in = held_up.entered;
+    snprintf(first, len, "%s", held_up.first);
+    pthread_mutex_unlock(&held_up.mu);
+    return in;
+}
+
+void fx_held_up_go(void)
+{
+    pthread_mutex_lock(&held_up.mu);
+    held_up.go = 1;
+    pthread_cond_broadcast(&held_up.cv);
+    pthread_mutex_unlock(&held_up.mu);
+}
+
 /* ---- mutual exclusion across processes ------------------------------------ */
 
 /* Shared between the processes: who is inside, overlaps seen, and each

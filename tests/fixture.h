@@ -145,6 +145,13 @@ int fx_lost_calls(const char *name);
 const char *fx_lost_name(int i, char *buf, size_t len);
 /* Whether the last call was for name. */
 int fx_lost_last_is(const char *name);
+/* fx_on_lost that holds up the thread reporting on its first call (since
+ * fx_held_up_reset) until fx_held_up_go: the reports behind it wait. */
+void fx_on_lost_held_up(const char *name, void *arg);
+void fx_held_up_reset(void);
+/* Whether the first call came within secs; its name in first. */
+int fx_held_up_entered(double secs, char *first, size_t len);
+void fx_held_up_go(void);
 
 /* Mutual exclusion across processes: procs children of threads threads
  * each take the mutex init makes (init(m, name, arg): 0 or an errno)

@@ -773,54 +773,6 @@ static void test_wait_on_lost_hold(void **state)
     assert_int_equal(dist_mutex_destroy(&m), 0);
 }
 
-/* A lost handler that holds up the thread reporting, on its first call,
- * until the test lets it go on: the reports behind it wait. */
-static struct {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int entered, go;
-    char first[200];
-} held_up = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, "" };
-
-static void held_up_on_lost(const char *name, void *arg)
-{
-    fx_on_lost(name, arg);
-    pthread_mutex_lock(&held_up.mu);
-    if (!held_up.entered) {
-        held_up.entered = 1;
-        snprintf(held_up.first, sizeof held_up.first, "%s", name);
-        pthread_cond_broadcast(&held_up.cv);
-        while (!held_up.go)
-            pthread_cond_wait(&held_up.cv, &held_up.mu);
-    }
-    pthread_mutex_unlock(&held_up.mu);
-}
-
-/* Whether the held-up handler was entered within secs. */
-static int held_up_entered(double secs)
-{
-    double end = tu_now() + secs;
-    int in;
-
-    pthread_mutex_lock(&held_up.mu);
-    while (!held_up.entered && tu_now() < end) {
-        pthread_mutex_unlock(&held_up.mu);
-        tu_sleep_ms(20);
-        pthread_mutex_lock(&held_up.mu);
-    }
-    in = held_up.entered;
-    pthread_mutex_unlock(&held_up.mu);
-    return in;
-}
-
-static void held_up_go(void)
-{
-    pthread_mutex_lock(&held_up.mu);
-    held_up.go = 1;
-    pthread_cond_broadcast(&held_up.cv);
-    pthread_mutex_unlock(&held_up.mu);
-}
-
 /* A wait on a mutex whose hold the renewal thread found lost but has not
  * reported yet (its report waits behind another one's handler): EPERM,
  * and the handler has heard of it when the wait returns, once.  The
@@ -833,6 +785,7 @@ static void test_wait_on_hold_found_lost(void **state)
     dist_mutex_t m, m2;
     dist_cond_t c;
     struct timespec dl = realtime_in(5);
+    char first[256];
     int rc, calls, entered, unlock2_rc, unlock_rc;
 
     (void)state;
@@ -840,8 +793,8 @@ static void test_wait_on_hold_found_lost(void **state)
     snprintf(other, sizeof other, "%s:2", n.m);
     fx_dirty = 1;
     fx_lost_reset();
-    held_up.entered = held_up.go = 0;
-    dist_set_lost_handler(held_up_on_lost, NULL);
+    fx_held_up_reset();
+    dist_set_lost_handler(fx_on_lost_held_up, NULL);
     assert_int_equal(dist_set_watchdog_ms(1500), 0);  /* renewed each 0.5 s */
     assert_int_equal(dist_mutex_init(&m, n.m, NULL), 0);
     assert_int_equal(dist_mutex_init(&m2, other, NULL), 0);
@@ -851,16 +804,16 @@ static void test_wait_on_hold_found_lost(void **state)
     assert_int_equal(dist_mutex_lock(&m2), 0);
     /* both gone at once: one renewal round finds them both */
     assert_int_equal(tu_cmd_int(&r, "DEL", n.m, other, NULL), 2);
-    entered = held_up_entered(10.0);
+    entered = fx_held_up_entered(10.0, first, sizeof first);
     rc = entered ? dist_cond_timedwait(&c, &m, &dl) : -1;
     calls = fx_lost_calls(n.m);
-    held_up_go();
+    fx_held_up_go();
     unlock2_rc = dist_mutex_unlock(&m2);
     unlock_rc = dist_mutex_unlock(&m);
     dist_set_lost_handler(NULL, NULL);
     fx_dirty = 0;
     assert_true(entered);
-    assert_string_equal(held_up.first, other);
+    assert_string_equal(first, other);
     assert_int_equal(rc, EPERM);
     if (calls != 1)
         fail_msg("the wait said EPERM with the lost handler called %d "

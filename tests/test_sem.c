@@ -123,6 +123,54 @@ static void test_take_and_give_back(void **state)
     assert_int_equal(dist_sem_destroy(&s), 0);
 }
 
+/* A post of a permit the renewal thread found lost but has not reported
+ * yet (its report waits behind another one's handler): EPERM, and the
+ * handler has heard of it when the post returns, once.  Left to the
+ * renewal thread, the report came after the rest of its round, as with a
+ * condition wait (test_cond test_wait_on_hold_found_lost). */
+static void test_post_of_permit_found_lost(void **state)
+{
+    char name[200], other[200], holds[256], first[256];
+    dist_sem_t s;
+    dist_mutex_t m;
+    int entered, rc, calls, unlock_rc;
+
+    (void)state;
+    NAME(name, "s");
+    NAME(other, "m");
+    snprintf(holds, sizeof holds, "distlock_sem_holds:{%s}", name);
+    fx_dirty = 1;
+    fx_lost_reset();
+    fx_held_up_reset();
+    dist_set_lost_handler(fx_on_lost_held_up, NULL);
+    assert_int_equal(dist_sem_init(&s, name, 1, NULL), 0);
+    assert_int_equal(dist_mutex_init(&m, other, NULL), 0);
+    /* the mutex is renewed, and reported, first: the newest entry's batch
+     * comes first in the round */
+    assert_int_equal(dist_sem_wait(&s), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    /* both gone at once: one renewal round finds them both */
+    assert_int_equal(tu_cmd_int(&r, "DEL", holds, other, NULL), 2);
+    entered = fx_held_up_entered(10.0, first, sizeof first);
+    rc = entered ? dist_sem_post(&s) : -1;
+    calls = fx_lost_calls(name);
+    fx_held_up_go();
+    unlock_rc = dist_mutex_unlock(&m);
+    dist_set_lost_handler(NULL, NULL);
+    fx_dirty = 0;
+    assert_true(entered);
+    assert_string_equal(first, other);
+    assert_int_equal(rc, EPERM);
+    if (calls != 1)
+        fail_msg("the post said EPERM with the lost handler called %d times "
+                 "for its semaphore", calls);
+    assert_int_equal(unlock_rc, EPERM);
+    assert_int_equal(fx_lost_calls(name), 1);
+    assert_int_equal(fx_lost_calls(other), 1);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+    assert_int_equal(dist_sem_destroy(&s), 0);
+}
+
 static void test_unowned_posts_and_maximum(void **state)
 {
     char name[160];
@@ -851,6 +899,7 @@ int main(void)
 #define T(f) cmocka_unit_test_teardown(f, fx_restore_defaults)
         T(test_take_and_give_back),
         T(test_unowned_posts_and_maximum),
+        T(test_post_of_permit_found_lost),
         T(test_post_wakes_other_process),
         T(test_killed_holder_gives_back),
         T(test_invariant_under_sigkill),

@@ -440,6 +440,13 @@ static int leased_post(struct dist__sem *sm, unsigned n)
     int rc;
 
     for (i = 0; i < n; i++) {
+        /* a permit found lost is let go of and reported now, before the
+         * post says so, as an unlock does with a lost hold (left to the
+         * renewal thread, the report could come long after the EPERM) */
+        if (dist__hold_found_lost(sm->o) && !sm->unowned)
+            return dist__err(EPERM, "semaphore '%s': this thread's permit "
+                             "was lost (its lease ran out or it was forced) "
+                             "before this post", sm->o->st->names->name.p);
         if (dist__held(sm->o, 0) == 0)
             break;
         if ((rc = dist__release(sm->o)) != 0)
