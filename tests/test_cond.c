@@ -795,7 +795,7 @@ static void test_wait_on_hold_found_lost(void **state)
     fx_lost_reset();
     fx_held_up_reset();
     dist_set_lost_handler(fx_on_lost_held_up, NULL);
-    assert_int_equal(dist_set_watchdog_ms(1500), 0);  /* renewed each 0.5 s */
+    assert_int_equal(dist_set_watchdog_ms(1500), 0); /* renewed each 0.5 s */
     assert_int_equal(dist_mutex_init(&m, n.m, NULL), 0);
     assert_int_equal(dist_mutex_init(&m2, other, NULL), 0);
     assert_int_equal(dist_cond_init(&c, n.c[0], NULL), 0);
@@ -817,9 +817,10 @@ static void test_wait_on_hold_found_lost(void **state)
     assert_int_equal(rc, EPERM);
     if (calls != 1)
         fail_msg("the wait said EPERM with the lost handler called %d "
-                 "times for its mutex", calls);
+                 "times for its mutex",
+                 calls);
     assert_int_equal(unlock2_rc, EPERM);
-    assert_int_equal(unlock_rc, EPERM);       /* not held any more */
+    assert_int_equal(unlock_rc, EPERM); /* not held any more */
     assert_int_equal(fx_lost_calls(n.m), 1);
     assert_int_equal(fx_lost_calls(other), 1);
     assert_int_equal(dist_cond_destroy(&c), 0);
@@ -831,9 +832,9 @@ static void test_wait_on_hold_found_lost(void **state)
  * made after it. */
 struct made_apart {
     dist_cond_t before, after;
-    atomic_int made;              /* the parent made "after" */
+    atomic_int made; /* the parent made "after" */
     atomic_int rc_before, rc_after;
-    char why[512];                /* the child's error for "after" */
+    char why[512]; /* the child's error for "after" */
 };
 
 static void child_of_maker(void *arg)
@@ -878,7 +879,8 @@ static void test_cond_made_by_another_process(void **state)
     assert_int_equal(atomic_load(&a->rc_after), EINVAL);
     if (!strstr(a->why, "initialised by another process"))
         fail_msg("the child's error does not say who made the condition: "
-                 "%s", a->why);
+                 "%s",
+                 a->why);
     assert_int_equal(dist_cond_destroy(&a->after), 0);
     assert_int_equal(dist_cond_destroy(&a->before), 0);
     munmap(a, sizeof *a);

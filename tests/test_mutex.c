@@ -1068,7 +1068,7 @@ static void test_unlock_while_loss_reported(void **state)
     fx_lost_reset();
     atomic_store(&slow_entered, 0);
     atomic_store(&slow_done, 0);
-    assert_int_equal(dist_set_watchdog_ms(1500), 0);  /* renewed each 0.5 s */
+    assert_int_equal(dist_set_watchdog_ms(1500), 0); /* renewed each 0.5 s */
     assert_int_equal(dist_set_lost_handler(slow_on_lost, NULL), 0);
     assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
     assert_int_equal(dist_mutex_lock(&m), 0);

@@ -1191,11 +1191,16 @@ static void test_cond_made_again_after_fork(void **state)
     char want[128];
 
     (void)state;
-    cfg = write_file("condfork.ini", "%s[mutex %scfm]\nmatch = init_site "
+    cfg = write_file("condfork.ini",
+                     "%s[mutex %scfm]\nmatch = init_site "
                      "make_mutex\n[cond %scfc]\nmatch = init_site make_cond\n"
-                     "mutex = %scfm\n", redis_section, pfx, pfx, pfx);
-    assert_exit(run(&p, ARGV(run_bin, "-v", "--config", (char *)cfg, "--",
-                             condfork_bin), NULL, 120), 0);
+                     "mutex = %scfm\n",
+                     redis_section, pfx, pfx, pfx);
+    assert_exit(
+        run(&p,
+            ARGV(run_bin, "-v", "--config", (char *)cfg, "--", condfork_bin),
+            NULL, 120),
+        0);
     assert_string_equal(p.obuf, "child 0\nparent 0\n");
     snprintf(want, sizeof want, "cond '%scfc:0' = ", pfx);
     assert_contains(p.ebuf, want);

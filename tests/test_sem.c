@@ -163,7 +163,8 @@ static void test_post_of_permit_found_lost(void **state)
     assert_int_equal(rc, EPERM);
     if (calls != 1)
         fail_msg("the post said EPERM with the lost handler called %d times "
-                 "for its semaphore", calls);
+                 "for its semaphore",
+                 calls);
     assert_int_equal(unlock_rc, EPERM);
     assert_int_equal(fx_lost_calls(name), 1);
     assert_int_equal(fx_lost_calls(other), 1);
