@@ -279,28 +279,23 @@ int dist_mutex_token(dist_mutex_t *m, uint64_t *token)
 {
     DIST__KEEP_ERRNO;
     struct dist__obj *o;
-    int rc;
+    int rc = token ? get_obj(m, &o) : dist__err(EINVAL, "token is NULL");
 
-    if (!token)
-        return dist__err(EINVAL, "token is NULL");
-    if ((rc = get_obj(m, &o)) != 0)
+    if (rc)
         return rc;
-    if (o->flags & DIST__MUTEX_COHORT)
-        return dist__cohort_token(o, token);
-    return dist__token(o, 0, token);
+    return o->flags & DIST__MUTEX_COHORT ? dist__cohort_token(o, token)
+                                         : dist__token(o, 0, token);
 }
 
 int dist_mutex_lease_left(dist_mutex_t *m, struct timespec *left)
 {
     DIST__KEEP_ERRNO;
     struct dist__obj *o;
-    int rc;
+    int rc = dist__lease_arg(left);
 
-    if (!left)
-        return dist__err(EINVAL, "left is NULL");
-    left->tv_sec = 0;
-    left->tv_nsec = 0;
-    if ((rc = get_obj(m, &o)) != 0)
+    if (rc == 0)
+        rc = get_obj(m, &o);
+    if (rc)
         return rc;
     if (o->flags & DIST__MUTEX_COHORT)
         return dist__cohort_lease_left(o, left);

@@ -163,26 +163,18 @@ int dist_rwlock_token(dist_rwlock_t *rw, uint64_t *token)
 {
     DIST__KEEP_ERRNO;
     struct dist__obj *o;
-    int rc;
+    int rc = token ? get_obj(rw, &o) : dist__err(EINVAL, "token is NULL");
 
-    if (!token)
-        return dist__err(EINVAL, "token is NULL");
-    if ((rc = get_obj(rw, &o)) != 0)
-        return rc;
-    return dist__token(o, 1, token);
+    return rc ? rc : dist__token(o, 1, token);
 }
 
 int dist_rwlock_lease_left(dist_rwlock_t *rw, struct timespec *left)
 {
     DIST__KEEP_ERRNO;
     struct dist__obj *o;
-    int rc;
+    int rc = dist__lease_arg(left);
 
-    if (!left)
-        return dist__err(EINVAL, "left is NULL");
-    left->tv_sec = 0;
-    left->tv_nsec = 0;
-    if ((rc = get_obj(rw, &o)) != 0)
-        return rc;
-    return dist__lease_left(o, left);
+    if (rc == 0)
+        rc = get_obj(rw, &o);
+    return rc ? rc : dist__lease_left(o, left);
 }

@@ -374,11 +374,13 @@ int dist__cohort_unlock(struct dist__obj *o)
     return rc;
 }
 
-int dist__cohort_token(struct dist__obj *o, uint64_t *token)
+/* The calling thread holds o's cohort: then, in *old, the identity it
+ * had before it took the cohort's number, under which the hold in Redis
+ * is (the caller pops it back); else EPERM. */
+static int as_cohort(struct dist__obj *o, uint64_t *old)
 {
     struct dist__cohort *co = cohort_of(o);
-    uint64_t old;
-    int mine, rc;
+    int mine;
 
     if (!co)
         return dist__err(ENOMEM, "out of memory");
@@ -388,7 +390,17 @@ int dist__cohort_token(struct dist__obj *o, uint64_t *token)
     if (!mine)
         return dist__err(EPERM, "mutex '%s' is not held by this thread",
                          name_of(o));
-    old = dist__ident_push(co->no);
+    *old = dist__ident_push(co->no);
+    return 0;
+}
+
+int dist__cohort_token(struct dist__obj *o, uint64_t *token)
+{
+    uint64_t old;
+    int rc = as_cohort(o, &old);
+
+    if (rc)
+        return rc;
     rc = dist__token(o, 0, token);
     dist__ident_pop(old);
     return rc;
@@ -396,22 +408,13 @@ int dist__cohort_token(struct dist__obj *o, uint64_t *token)
 
 int dist__cohort_lease_left(struct dist__obj *o, struct timespec *left)
 {
-    struct dist__cohort *co = cohort_of(o);
     uint64_t old;
-    int mine, rc;
+    int rc;
 
     left->tv_sec = 0;
     left->tv_nsec = 0;
-    if (!co)
-        return dist__err(ENOMEM, "out of memory");
-    pthread_mutex_lock(&co->mu);
-    mine = co->busy && co->owner == dist__thread_no();
-    pthread_mutex_unlock(&co->mu);
-    if (!mine)
-        return dist__err(EPERM, "mutex '%s' is not held by this thread",
-                         name_of(o));
-    /* the hold in Redis is the cohort's, under its own number */
-    old = dist__ident_push(co->no);
+    if ((rc = as_cohort(o, &old)) != 0)
+        return rc;
     rc = dist__lease_left(o, left);
     dist__ident_pop(old);
     return rc;

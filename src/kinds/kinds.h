@@ -3,11 +3,24 @@
 #ifndef DIST_KINDS_H
 #define DIST_KINDS_H
 
+#include <errno.h>
+
 #include "engine/engine.h"
 
 extern const struct dist__kind dist__mutex_kind;    /* kind_mutex.c */
 extern const struct dist__kind dist__fair_kind;     /* kind_mutex.c */
 extern const struct dist__kind dist__rwlock_kind;   /* kind_rwlock.c */
+
+/* The first check of a lease_left call (mutex.c, rwlock.c): left given,
+ * and zero until a hold says more, so that a failure leaves none. */
+static inline int dist__lease_arg(struct timespec *left)
+{
+    if (!left)
+        return dist__err(EINVAL, "left is NULL");
+    left->tv_sec = 0;
+    left->tv_nsec = 0;
+    return 0;
+}
 
 /* The mutex object behind m (mutex.c), for the condition variable. */
 int dist__mutex_obj(dist_mutex_t *m, struct dist__obj **out);
