@@ -62,6 +62,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "clockhelp.h"
+
 pthread_mutex_t *preload_lib_cache_lock(void);
 pthread_mutex_t *preload_lib_global_lock(void);
 long preload_lib_ctor_counted(void);
@@ -144,28 +146,6 @@ __attribute__((noinline)) struct catalog *catalog_create(void)
 static struct catalog *g_catalog;
 static pthread_cond_t g_cv = PTHREAD_COND_INITIALIZER;
 
-static double now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
-static struct timespec in_ms(clockid_t clk, long ms)
-{
-    struct timespec ts;
-
-    clock_gettime(clk, &ts);
-    ts.tv_sec += ms / 1000;
-    ts.tv_nsec += (ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_nsec -= 1000000000L;
-        ts.tv_sec++;
-    }
-    return ts;
-}
-
 static void sleep_ms(long ms)
 {
     struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
@@ -242,7 +222,7 @@ static void *signaller(void *arg)
 
     (void)arg;
     sleep_ms(100);
-    ts = in_ms(CLOCK_REALTIME, 5000);
+    ts = clock_in_ms(CLOCK_REALTIME, 5000);
     helper_rc = pthread_mutex_timedlock(W, &ts);
     if (helper_rc != 0) {
         w_failed = 1;
@@ -290,7 +270,7 @@ static int condtimed(pthread_mutex_t *m, long ms, int clocked)
     helper_ms = ms / 3;
     pthread_mutex_lock(m);
     pthread_create(&th, NULL, trier, NULL);
-    ts = in_ms(clocked ? CLOCK_MONOTONIC : CLOCK_REALTIME, ms);
+    ts = clock_in_ms(clocked ? CLOCK_MONOTONIC : CLOCK_REALTIME, ms);
     do {
         if (clocked)
             rc = pthread_cond_clockwait(&g_cv, m, CLOCK_MONOTONIC, &ts);
@@ -402,13 +382,13 @@ static int calls(void)
     /* the versions a fresh build binds */
     CHECK_HELD(pthread_mutex_lock(m), pthread_mutex_unlock(m));
     CHECK_HELD(pthread_mutex_trylock(m), pthread_mutex_unlock(m));
-    ts = in_ms(CLOCK_REALTIME, 2000);
+    ts = clock_in_ms(CLOCK_REALTIME, 2000);
     CHECK_HELD(pthread_mutex_timedlock(m, &ts), pthread_mutex_unlock(m));
-    ts = in_ms(CLOCK_MONOTONIC, 2000);
+    ts = clock_in_ms(CLOCK_MONOTONIC, 2000);
     CHECK(pthread_mutex_clocklock(m, CLOCK_MONOTONIC, &ts), 0);
-    ts = in_ms(CLOCK_REALTIME, 10);
+    ts = clock_in_ms(CLOCK_REALTIME, 10);
     CHECK(pthread_cond_timedwait(&g_cv, m, &ts), ETIMEDOUT);
-    ts = in_ms(CLOCK_MONOTONIC, 10);
+    ts = clock_in_ms(CLOCK_MONOTONIC, 10);
     CHECK(pthread_cond_clockwait(&g_cv, m, CLOCK_MONOTONIC, &ts), ETIMEDOUT);
     W = m;
     w_flag = 0;
@@ -424,15 +404,15 @@ static int calls(void)
     /* the older versions, as an old binary would bind them */
     CHECK_HELD(OLD(pthread_mutex_trylock, "GLIBC_2.2.5")(m),
                pthread_mutex_unlock(m));
-    ts = in_ms(CLOCK_REALTIME, 2000);
+    ts = clock_in_ms(CLOCK_REALTIME, 2000);
     CHECK_HELD(OLD(pthread_mutex_timedlock, "GLIBC_2.2.5")(m, &ts),
                pthread_mutex_unlock(m));
-    ts = in_ms(CLOCK_MONOTONIC, 2000);
+    ts = clock_in_ms(CLOCK_MONOTONIC, 2000);
     CHECK(OLD(pthread_mutex_clocklock, "GLIBC_2.30")(m, CLOCK_MONOTONIC, &ts), 0);
-    ts = in_ms(CLOCK_REALTIME, 10);
+    ts = clock_in_ms(CLOCK_REALTIME, 10);
     CHECK(OLD(pthread_cond_timedwait, "GLIBC_2.2.5")(&old_cv, m, &ts),
           ETIMEDOUT);
-    ts = in_ms(CLOCK_MONOTONIC, 10);
+    ts = clock_in_ms(CLOCK_MONOTONIC, 10);
     CHECK(OLD(pthread_cond_clockwait, "GLIBC_2.30")(&g_cv, m,
                                                             CLOCK_MONOTONIC, &ts),
           ETIMEDOUT);
@@ -479,10 +459,10 @@ static int rwcalls(void)
     CHECK_HELD(pthread_rwlock_wrlock(rw), pthread_rwlock_unlock(rw));
     CHECK_HELD(pthread_rwlock_tryrdlock(rw), pthread_rwlock_unlock(rw));
     CHECK_HELD(pthread_rwlock_trywrlock(rw), pthread_rwlock_unlock(rw));
-    ts = in_ms(CLOCK_REALTIME, 2000);
+    ts = clock_in_ms(CLOCK_REALTIME, 2000);
     CHECK_HELD(pthread_rwlock_timedrdlock(rw, &ts), pthread_rwlock_unlock(rw));
     CHECK_HELD(pthread_rwlock_timedwrlock(rw, &ts), pthread_rwlock_unlock(rw));
-    ts = in_ms(CLOCK_MONOTONIC, 2000);
+    ts = clock_in_ms(CLOCK_MONOTONIC, 2000);
     CHECK_HELD(pthread_rwlock_clockrdlock(rw, CLOCK_MONOTONIC, &ts),
                pthread_rwlock_unlock(rw));
     CHECK_HELD(pthread_rwlock_clockwrlock(rw, CLOCK_MONOTONIC, &ts),
@@ -500,12 +480,12 @@ static int rwcalls(void)
                pthread_rwlock_unlock(rw));
     CHECK_HELD(OLD(pthread_rwlock_trywrlock, "GLIBC_2.2.5")(rw),
                pthread_rwlock_unlock(rw));
-    ts = in_ms(CLOCK_REALTIME, 2000);
+    ts = clock_in_ms(CLOCK_REALTIME, 2000);
     CHECK_HELD(OLD(pthread_rwlock_timedrdlock, "GLIBC_2.2.5")(rw, &ts),
                pthread_rwlock_unlock(rw));
     CHECK_HELD(OLD(pthread_rwlock_timedwrlock, "GLIBC_2.2.5")(rw, &ts),
                pthread_rwlock_unlock(rw));
-    ts = in_ms(CLOCK_MONOTONIC, 2000);
+    ts = clock_in_ms(CLOCK_MONOTONIC, 2000);
     CHECK_HELD(OLD(pthread_rwlock_clockrdlock, "GLIBC_2.30")(rw, CLOCK_MONOTONIC,
                                                             &ts),
                pthread_rwlock_unlock(rw));
@@ -547,9 +527,9 @@ static int rw_mode(const char *mode, pthread_rwlock_t *rw, const char *ms)
         say("rc %d ms 0", rc);
     } else if (ms) {
         int clocked = mode[0] == 'c';
-        struct timespec ts = in_ms(clocked ? CLOCK_MONOTONIC : CLOCK_REALTIME,
+        struct timespec ts = clock_in_ms(clocked ? CLOCK_MONOTONIC : CLOCK_REALTIME,
                                    atol(ms));
-        double t0 = now_ms();
+        double t0 = mono_ms();
 
         if (clocked)
             rc = wr ? pthread_rwlock_clockwrlock(rw, CLOCK_MONOTONIC, &ts)
@@ -557,7 +537,7 @@ static int rw_mode(const char *mode, pthread_rwlock_t *rw, const char *ms)
         else
             rc = wr ? pthread_rwlock_timedwrlock(rw, &ts)
                     : pthread_rwlock_timedrdlock(rw, &ts);
-        say("rc %d ms %.0f", rc, now_ms() - t0);
+        say("rc %d ms %.0f", rc, mono_ms() - t0);
     } else {
         return 2;
     }
@@ -591,23 +571,23 @@ static int errno_mode(void)
     KEEPS(pthread_mutex_lock(&g_errcheck));
     KEEPS(pthread_mutex_lock(&g_errcheck));          /* EDEADLK */
     KEEPS(pthread_mutex_unlock(&g_errcheck));
-    ts = in_ms(CLOCK_REALTIME, 10);
+    ts = clock_in_ms(CLOCK_REALTIME, 10);
     KEEPS(pthread_cond_timedwait(&g_cv, m, &ts));
-    ts = in_ms(CLOCK_MONOTONIC, 10);
+    ts = clock_in_ms(CLOCK_MONOTONIC, 10);
     KEEPS(pthread_cond_clockwait(&g_cv, m, CLOCK_MONOTONIC, &ts));
     KEEPS(pthread_mutex_unlock(m));
     KEEPS(pthread_mutex_unlock(m));                  /* EPERM */
     KEEPS(pthread_mutex_trylock(m));
     KEEPS(pthread_mutex_unlock(m));
-    ts = in_ms(CLOCK_REALTIME, 1000);
+    ts = clock_in_ms(CLOCK_REALTIME, 1000);
     KEEPS(pthread_mutex_timedlock(m, &ts));
     KEEPS(pthread_mutex_unlock(m));
-    ts = in_ms(CLOCK_MONOTONIC, 1000);
+    ts = clock_in_ms(CLOCK_MONOTONIC, 1000);
     KEEPS(pthread_mutex_clocklock(m, CLOCK_MONOTONIC, &ts));
     KEEPS(pthread_mutex_unlock(m));
     KEEPS(pthread_rwlock_rdlock(&g_catalog_lock));
     KEEPS(pthread_rwlock_unlock(&g_catalog_lock));
-    ts = in_ms(CLOCK_MONOTONIC, 1000);
+    ts = clock_in_ms(CLOCK_MONOTONIC, 1000);
     KEEPS(pthread_rwlock_clockwrlock(&g_catalog_lock, CLOCK_MONOTONIC, &ts));
     KEEPS(pthread_rwlock_unlock(&g_catalog_lock));
     KEEPS((a = account_create(7)) != NULL);
@@ -660,7 +640,7 @@ static void give_back(void *hoard, const struct rlimit *old)
  * documents for it, none aborts. */
 static int nomem(void)
 {
-    struct timespec ts = in_ms(CLOCK_MONOTONIC, 200);
+    struct timespec ts = clock_in_ms(CLOCK_MONOTONIC, 200);
     struct rlimit old;
     struct account *a;
     void *hoard;
@@ -785,13 +765,13 @@ int main(int argc, char **argv)
         return condtimed(m, atol(argv[3]), 1);
     if (strcmp(argv[1], "timed") == 0 || strcmp(argv[1], "clock") == 0) {
         int clocked = argv[1][0] == 'c';
-        struct timespec ts = in_ms(clocked ? CLOCK_MONOTONIC : CLOCK_REALTIME,
+        struct timespec ts = clock_in_ms(clocked ? CLOCK_MONOTONIC : CLOCK_REALTIME,
                                    atol(argv[3]));
 
-        t0 = now_ms();
+        t0 = mono_ms();
         rc = clocked ? pthread_mutex_clocklock(m, CLOCK_MONOTONIC, &ts)
                      : pthread_mutex_timedlock(m, &ts);
-        say("rc %d ms %.0f", rc, now_ms() - t0);
+        say("rc %d ms %.0f", rc, mono_ms() - t0);
         if (rc == 0)
             pthread_mutex_unlock(m);
         return 0;

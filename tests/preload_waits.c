@@ -39,32 +39,12 @@
 #include <string.h>
 #include <time.h>
 
+#include "clockhelp.h"
+
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t g_idle_cv = PTHREAD_COND_INITIALIZER;
 static pthread_barrier_t g_phase;
 static pthread_cond_t *g_ready;
-
-static double now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
-static struct timespec in_ms(long ms)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_sec += ms / 1000;
-    ts.tv_nsec += (ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_nsec -= 1000000000L;
-        ts.tv_sec++;
-    }
-    return ts;
-}
 
 /* The init site of the tests' configuration: a heap condition on the
  * monotonic clock. */
@@ -121,7 +101,7 @@ static int barrier(long rounds)
 
 static int waiter(const char *flag)
 {
-    struct timespec until = in_ms(60000);
+    struct timespec until = clock_in_ms(CLOCK_MONOTONIC, 60000);
     int rc = 0;
 
     g_ready = make_ready_cond();
@@ -158,7 +138,7 @@ static int g_flag;                     /* under g_plain */
 
 static void *local_waiter(void *arg)
 {
-    struct timespec until = in_ms(30000);
+    struct timespec until = clock_in_ms(CLOCK_MONOTONIC, 30000);
     int rc = 0;
 
     (void)arg;
@@ -260,8 +240,8 @@ static int cancel(const char *how, const char *dir)
 
 static int timeout(long ms)
 {
-    struct timespec until = in_ms(ms);
-    double t0 = now_ms();
+    struct timespec until = clock_in_ms(CLOCK_MONOTONIC, ms);
+    double t0 = mono_ms();
     int rc, e;
 
     pthread_mutex_lock(&g_lock);
@@ -269,7 +249,7 @@ static int timeout(long ms)
     rc = pthread_cond_clockwait(&g_idle_cv, &g_lock, CLOCK_MONOTONIC, &until);
     e = errno;
     pthread_mutex_unlock(&g_lock);
-    printf("rc %d ms %.0f errno %d\n", rc, now_ms() - t0, e);
+    printf("rc %d ms %.0f errno %d\n", rc, mono_ms() - t0, e);
     return 0;
 }
 

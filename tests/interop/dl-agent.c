@@ -41,6 +41,7 @@
 #include <hiredis/hiredis.h>
 
 #include "distlock.h"
+#include "../clockhelp.h"
 
 #define MAX_LOCKS 64
 
@@ -104,21 +105,6 @@ static struct lockent *find(const char *name, enum kind kind)
         return NULL;
     nlocks++;
     return e;
-}
-
-/* An absolute CLOCK_REALTIME deadline ms from now. */
-static struct timespec after_ms(long ms)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += ms / 1000;
-    ts.tv_nsec += (ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
-    return ts;
 }
 
 static redisContext *data_conn(void)
@@ -192,7 +178,7 @@ static int run_mutex(const char *cmd, struct lockent *e, long ms,
     if (!strcmp(cmd, "trylock") || !strcmp(cmd, "ftrylock")) {
         if (ms <= 0)
             return dist_mutex_trylock(&e->m);
-        ts = after_ms(ms);
+        ts = clock_in_ms(CLOCK_REALTIME, ms);
         return dist_mutex_timedlock(&e->m, &ts);
     }
     if (!strcmp(cmd, "unlock") || !strcmp(cmd, "funlock"))
@@ -206,7 +192,7 @@ static int run_mutex(const char *cmd, struct lockent *e, long ms,
 
 static int run_rw(const char *cmd, struct lockent *e, long ms, uint64_t *val)
 {
-    struct timespec ts = after_ms(ms);
+    struct timespec ts = clock_in_ms(CLOCK_REALTIME, ms);
 
     if (!strcmp(cmd, "rlock"))
         return dist_rwlock_rdlock(&e->rw);
@@ -247,7 +233,7 @@ static struct sement *find_sem(const char *name)
 
 static int run_sem(const char *cmd, struct sement *e, long ms, uint64_t *val)
 {
-    struct timespec ts = after_ms(ms);
+    struct timespec ts = clock_in_ms(CLOCK_REALTIME, ms);
     int rc, v = 0;
 
     if (!strcmp(cmd, "sacquire"))
