@@ -153,41 +153,32 @@ static sem_t *items, *slots;
 static long n_items;
 static atomic_int errors;
 
-static void *producer(void *arg)
+/* One side of the pair, n_items times: a wait on ends[0], a post to
+ * ends[1] (the producer from slots to items, the consumer back). */
+static void *mover(void *arg)
 {
-    long i;
+    sem_t ***ends = arg;
 
-    (void)arg;
-    for (i = 0; i < n_items; i++)
-        if (sem_wait(slots) != 0 || sem_post(items) != 0)
-            atomic_fetch_add(&errors, 1);
-    return NULL;
-}
-
-static void *consumer(void *arg)
-{
-    long i;
-
-    (void)arg;
-    for (i = 0; i < n_items; i++)
-        if (sem_wait(items) != 0 || sem_post(slots) != 0)
+    for (long i = 0; i < n_items; i++)
+        if (sem_wait(*ends[0]) != 0 || sem_post(*ends[1]) != 0)
             atomic_fetch_add(&errors, 1);
     return NULL;
 }
 
 static int pair(const char *iname, const char *sname, long n)
 {
-    pthread_t p, c;
+    static sem_t **ends[2][2] = { { &slots, &items }, { &items, &slots } };
+    pthread_t t[2];
     int vi = -1, vs = -1, ci, cs;
 
     n_items = n;
     items = open_sem(iname, 0);
     slots = open_sem(sname, 4);
-    if (pthread_create(&p, NULL, producer, NULL) != 0 ||
-        pthread_create(&c, NULL, consumer, NULL) != 0)
-        return 1;
-    pthread_join(p, NULL);
-    pthread_join(c, NULL);
+    for (int i = 0; i < 2; i++)
+        if (pthread_create(&t[i], NULL, mover, ends[i]) != 0)
+            return 1;
+    for (int i = 0; i < 2; i++)
+        pthread_join(t[i], NULL);
     sem_getvalue(items, &vi);
     sem_getvalue(slots, &vs);
     printf("pair %ld %d %d\n", n, vi, vs);
