@@ -33,12 +33,7 @@
 
 static tu_redis_t r;
 
-#define DEFAULT_WATCHDOG_MS 30000UL
-#define DEFAULT_TIMEOUT_MS  2000UL
-
-static const struct fx_settings defaults = {
-    DEFAULT_WATCHDOG_MS, DEFAULT_TIMEOUT_MS, 0
-};
+static const struct fx_settings defaults = FX_DEFAULTS(0);
 
 #define NAME(buf, tag) test_lock_name(buf, sizeof buf, "test_cohort", __func__, tag)
 #define key_exists(key) tu_cmd_int(&r, "EXISTS", key, NULL)
@@ -87,23 +82,8 @@ static long long script_calls(void)
 
 static void test_attribute(void **state)
 {
-    dist_mutexattr_t a;
-    int c = -1;
-
     (void)state;
-    assert_int_equal(dist_mutexattr_init(&a), 0);
-    assert_int_equal(dist_mutexattr_getcohort(&a, &c), 0);
-    assert_int_equal(c, 0);                 /* the default (no environment) */
-    assert_int_equal(dist_mutexattr_setcohort(&a, 1), 0);
-    assert_int_equal(dist_mutexattr_getcohort(&a, &c), 0);
-    assert_int_equal(c, 1);
-    assert_int_equal(dist_mutexattr_setcohort(&a, 0), 0);
-    assert_int_equal(dist_mutexattr_getcohort(&a, &c), 0);
-    assert_int_equal(c, 0);
-    assert_int_equal(dist_mutexattr_setcohort(&a, 2), EINVAL);
-    assert_int_equal(dist_mutexattr_setcohort(NULL, 1), EINVAL);
-    assert_int_equal(dist_mutexattr_getcohort(&a, NULL), EINVAL);
-    assert_int_equal(dist_mutexattr_destroy(&a), 0);
+    assert_attr_switch(dist_mutexattr_setcohort, dist_mutexattr_getcohort);
 }
 
 /* A fair mutex keeps its FIFO across processes: no cohort. */
@@ -161,26 +141,12 @@ static void env_child_checks(void)
 
 static void test_env_default(void **state)
 {
-    pid_t pid;
-    int st;
-
     (void)state;
-    if (getenv("TEST_COHORT_ENV_CHILD")) {
+    if (rerun_child())
         env_child_checks();
-        return;
-    }
-    pid = fork();
-    if (pid == 0) {
-        setenv("DISTLOCK_COHORT", "1", 1);
-        setenv("TEST_COHORT_ENV_CHILD", "1", 1);
-        setenv("TEST_COHORT_FILTER", "test_env_default", 1);
-        execl("/proc/self/exe", "test_cohort", (char *)NULL);
-        _exit(127);
-    }
-    assert_true(pid > 0);
-    assert_int_equal(waitpid(pid, &st, 0), pid);
-    assert_true(WIFEXITED(st));
-    assert_int_equal(WEXITSTATUS(st), 0);
+    else
+        rerun_with_env("test_cohort", "TEST_COHORT_FILTER", __func__,
+                       "DISTLOCK_COHORT", "1");
 }
 
 /* ---- one owner's semantics -------------------------------------------------- */

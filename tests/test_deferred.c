@@ -34,13 +34,9 @@
 
 static tu_redis_t r;
 
-#define DEFAULT_WATCHDOG_MS 30000UL
-#define DEFAULT_TIMEOUT_MS  2000UL
 #define GONE_WITHIN_S 5.0          /* far below the 30 s lease */
 
-static const struct fx_settings defaults = {
-    DEFAULT_WATCHDOG_MS, DEFAULT_TIMEOUT_MS, 0
-};
+static const struct fx_settings defaults = FX_DEFAULTS(0);
 
 #define NAME(buf, tag) test_lock_name(buf, sizeof buf, "test_deferred", __func__, tag)
 #define key_exists(key)        tu_cmd_int(&r, "EXISTS", key, NULL)
@@ -96,23 +92,8 @@ static void flush_scripts(void)
 
 static void test_attribute(void **state)
 {
-    dist_mutexattr_t a;
-    int d = -1;
-
     (void)state;
-    assert_int_equal(dist_mutexattr_init(&a), 0);
-    assert_int_equal(dist_mutexattr_getdeferred(&a, &d), 0);
-    assert_int_equal(d, 0);                 /* the default (no environment) */
-    assert_int_equal(dist_mutexattr_setdeferred(&a, 1), 0);
-    assert_int_equal(dist_mutexattr_getdeferred(&a, &d), 0);
-    assert_int_equal(d, 1);
-    assert_int_equal(dist_mutexattr_setdeferred(&a, 0), 0);
-    assert_int_equal(dist_mutexattr_getdeferred(&a, &d), 0);
-    assert_int_equal(d, 0);
-    assert_int_equal(dist_mutexattr_setdeferred(&a, 2), EINVAL);
-    assert_int_equal(dist_mutexattr_setdeferred(NULL, 1), EINVAL);
-    assert_int_equal(dist_mutexattr_getdeferred(&a, NULL), EINVAL);
-    assert_int_equal(dist_mutexattr_destroy(&a), 0);
+    assert_attr_switch(dist_mutexattr_setdeferred, dist_mutexattr_getdeferred);
 }
 
 /* ---- the plain path ------------------------------------------------------ */

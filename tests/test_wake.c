@@ -46,7 +46,7 @@
 #include "fixture.h"
 
 static tu_redis_t r;
-static const struct fx_settings defaults = { 30000, 2000, 0 };
+static const struct fx_settings defaults = FX_DEFAULTS(0);
 
 #define NAME(buf, tag) test_lock_name(buf, sizeof buf, "test_wake", __func__, tag)
 
@@ -159,16 +159,14 @@ static void test_env_off(void **state)
 {
     struct held h;
     struct dist_stats s;
-    pid_t pid;
-    int st;
 
     (void)state;
-    if (on_valgrind() && !getenv("TEST_WAKE_ENV_CHILD")) {
+    if (on_valgrind() && !rerun_child()) {
         /* /proc/self/exe is valgrind's tool there, which refuses to run */
         print_message("  skipped under valgrind: it runs the program again\n");
         skip();
     }
-    if (getenv("TEST_WAKE_ENV_CHILD")) {
+    if (rerun_child()) {
         NAME(h.name, "m");
         s = lone_handoff(&h);
         assert_true(s.pubsub_messages >= 1);
@@ -176,17 +174,8 @@ static void test_env_off(void **state)
         assert_int_equal(dist_mutex_destroy(&h.m), 0);
         return;
     }
-    pid = fork();
-    if (pid == 0) {
-        setenv("DISTLOCK_DIRECT_WAKE", "0", 1);
-        setenv("TEST_WAKE_ENV_CHILD", "1", 1);
-        setenv("TEST_WAKE_FILTER", "test_env_off", 1);
-        execl("/proc/self/exe", "test_wake", (char *)NULL);
-        _exit(127);
-    }
-    assert_true(pid > 0);
-    assert_int_equal(waitpid(pid, &st, 0), pid);
-    assert_true(child_exit_ok(st, 0));
+    rerun_with_env("test_wake", "TEST_WAKE_FILTER", __func__,
+                   "DISTLOCK_DIRECT_WAKE", "0");
 }
 
 /* ---- the thread needs the connection back ------------------------------------ */

@@ -6,6 +6,7 @@
 #ifndef DISTLOCK_TESTHELP_H
 #define DISTLOCK_TESTHELP_H
 
+#include <errno.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -146,6 +147,63 @@ static inline void filter_from_env(const char *env)
 
     if (filter && *filter)
         cmocka_set_test_filter(filter);
+}
+
+/* A mutex attribute's on/off switch (deferred release, cohorting) through
+ * its set and get: 0 by default (no environment), then 1, then 0 as set;
+ * EINVAL for 2, a NULL attribute or a NULL answer. */
+static inline void assert_attr_switch(int (*set)(dist_mutexattr_t *, int),
+                                      int (*get)(const dist_mutexattr_t *,
+                                                 int *))
+{
+    dist_mutexattr_t a;
+    int v = -1;
+
+    assert_int_equal(dist_mutexattr_init(&a), 0);
+    assert_int_equal(get(&a, &v), 0);
+    assert_int_equal(v, 0);
+    assert_int_equal(set(&a, 1), 0);
+    assert_int_equal(get(&a, &v), 0);
+    assert_int_equal(v, 1);
+    assert_int_equal(set(&a, 0), 0);
+    assert_int_equal(get(&a, &v), 0);
+    assert_int_equal(v, 0);
+    assert_int_equal(set(&a, 2), EINVAL);
+    assert_int_equal(set(NULL, 1), EINVAL);
+    assert_int_equal(get(&a, NULL), EINVAL);
+    assert_int_equal(dist_mutexattr_destroy(&a), 0);
+}
+
+/* For a setting the library reads from its environment once: the test
+ * runs this program again with var=value, its copy running that test
+ * alone (filter_env names the program's filter variable), and asserts
+ * that the copy passed.  In the copy, rerun_child() is true and the test
+ * makes its checks instead. */
+#define TU_ENV_CHILD "TU_ENV_CHILD"
+
+static inline int rerun_child(void)
+{
+    return getenv(TU_ENV_CHILD) != NULL;
+}
+
+static inline void rerun_with_env(const char *prog, const char *filter_env,
+                                  const char *test, const char *var,
+                                  const char *value)
+{
+    pid_t pid = fork();
+    int st;
+
+    if (pid == 0) {
+        setenv(var, value, 1);
+        setenv(TU_ENV_CHILD, "1", 1);
+        setenv(filter_env, test, 1);
+        execl("/proc/self/exe", prog, (char *)NULL);
+        _exit(127);
+    }
+    assert_true(pid > 0);
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
 }
 
 /* The lock hash key on r has one owner, owner when not NULL, holding it
