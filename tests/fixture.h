@@ -29,6 +29,15 @@ struct fx_settings {
     unsigned long waiter_ms;
 };
 
+/* The settings most groups run with: a watchdog long enough that no lease
+ * runs out in a test by accident, a command timeout short enough that a
+ * call gone wrong fails soon; waiter_ms as the group needs it (0: the
+ * library's). */
+#define DEFAULT_WATCHDOG_MS 30000UL
+#define DEFAULT_TIMEOUT_MS  2000UL
+#define FX_DEFAULTS(waiter_ms)                                                \
+    { DEFAULT_WATCHDOG_MS, DEFAULT_TIMEOUT_MS, (waiter_ms) }
+
 /* The library on url with the settings s.  0, or -1 when one is refused. */
 int fx_apply(const char *url, const struct fx_settings *s);
 

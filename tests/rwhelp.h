@@ -21,14 +21,10 @@
 
 static tu_redis_t r;
 
-#define DEFAULT_WATCHDOG_MS 30000UL
-#define DEFAULT_TIMEOUT_MS  2000UL
 #define DEFAULT_WAITER_MS   5000UL
 
 /* The group's settings (fixture.h). */
-static const struct fx_settings defaults = {
-    DEFAULT_WATCHDOG_MS, DEFAULT_TIMEOUT_MS, DEFAULT_WAITER_MS
-};
+static const struct fx_settings defaults = FX_DEFAULTS(DEFAULT_WAITER_MS);
 
 /* Shared memory for what forked children report (testhelp.h). */
 #define shared(n) shared_mem(n)

@@ -36,7 +36,7 @@ static tu_redis_t r;
 
 #define WAITER_MS 1000UL
 
-static const struct fx_settings defaults = { 30000, 2000, WAITER_MS };
+static const struct fx_settings defaults = FX_DEFAULTS(WAITER_MS);
 
 #define NAME(buf, tag) test_lock_name(buf, sizeof buf, "test_barrier", __func__, tag)
 

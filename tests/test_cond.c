@@ -40,7 +40,7 @@ static tu_redis_t r;
 /* A short waiter window, so that a dead waiter stops counting soon. */
 #define WAITER_MS 1000UL
 
-static const struct fx_settings defaults = { 30000, 2000, WAITER_MS };
+static const struct fx_settings defaults = FX_DEFAULTS(WAITER_MS);
 
 #define NAME(buf, tag) test_lock_name(buf, sizeof buf, "test_cond", __func__, tag)
 

@@ -45,16 +45,12 @@
 static tu_redis_t r;
 static tu_proxy_t *g_proxy;         /* stopped by the teardown after a failure */
 
-#define DEFAULT_WATCHDOG_MS 30000UL
-#define DEFAULT_TIMEOUT_MS  2000UL
 #define FAULT_TIMEOUT_MS    300UL   /* command timeout while faults are on */
 
 /* The group's settings (fixture.h); SIGPIPE is counted, not fatal: the
  * harness and the proxy never raise it, so any would come from the
  * library. */
-static const struct fx_settings defaults = {
-    DEFAULT_WATCHDOG_MS, DEFAULT_TIMEOUT_MS, 0
-};
+static const struct fx_settings defaults = FX_DEFAULTS(0);
 
 #define NAME(buf, tag) test_lock_name(buf, sizeof buf, "test_faults", __func__, tag)
 

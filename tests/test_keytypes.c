@@ -38,7 +38,7 @@ static tu_redis_t r;
 
 /* Leases and waiter windows long enough that no renewal runs during a case
  * (it would rightly push a deadline forward between the snapshots). */
-static const struct fx_settings defaults = { 30000, 2000, 30000 };
+static const struct fx_settings defaults = FX_DEFAULTS(30000);
 
 /* ---- the keyspace, before and after ------------------------------------ */
 
