@@ -202,11 +202,12 @@ static void check_told(struct ctx *c, const struct tc_rec *a,
     }
 }
 
-/* Sweep one lock's sections by start, keeping those still open: any open
- * one that conflicts with the next is an overlap, excused only when either
- * side is a documented loss.  Both sides of an excused overlap are marked,
- * for the occupancy check (both counted themselves in while they met). */
-static int check_overlaps(struct ctx *c, unsigned lock)
+/* Sweeps lock's sections by start, keeping those still open: visit sees
+ * each section (its index si) with the open ones it meets (act[0..nact))
+ * before it joins them. */
+static int sweep(struct ctx *c, unsigned lock,
+                 void (*visit)(struct ctx *c, const size_t *act, size_t nact,
+                               size_t si))
 {
     size_t n = 0, nact = 0;
     size_t *v = select_recs(c->h, lock, is_section, &n, by_ret);
@@ -219,26 +220,12 @@ static int check_overlaps(struct ctx *c, unsigned lock)
         return -1;
     }
     for (size_t k = 0; k < n; k++) {
-        const struct tc_rec *s = &rec[v[k]];
         size_t keep = 0;
-        for (size_t j = 0; j < nact; j++) {
-            const struct tc_rec *a = &rec[act[j]];
-            if (a->end_ns <= s->ret_ns)
-                continue;
-            act[keep++] = act[j];
-            if (!conflicts(a, s))
-                continue;
-            if (c->lost[act[j]] || c->lost[v[k]]) {
-                c->excused[act[j]] = c->excused[v[k]] = 1;
-                if (c->lost[act[j]])
-                    check_told(c, a, s);
-                continue;
-            }
-            report(c, a->mode == TC_READ || s->mode == TC_READ
-                          ? TC_V_RW_OVERLAP : TC_V_OVERLAP, a, s,
-                   "two holds at once, neither lost");
-        }
+        for (size_t j = 0; j < nact; j++)
+            if (rec[act[j]].end_ns > rec[v[k]].ret_ns)
+                act[keep++] = act[j];
         nact = keep;
+        visit(c, act, nact, v[k]);
         act[nact++] = v[k];
     }
     free(v);
@@ -246,46 +233,62 @@ static int check_overlaps(struct ctx *c, unsigned lock)
     return 0;
 }
 
-/* A semaphore's sections swept by start, keeping those still open: as many
- * open as it has permits when the next starts is an over-grant, excused
- * when any of them is a documented loss (all are then marked, as both
- * sides of an excused overlap are). */
+/* Any open section that conflicts with the next is an overlap, excused
+ * only when either side is a documented loss.  Both sides of an excused
+ * overlap are marked, for the occupancy check (both counted themselves in
+ * while they met). */
+static void overlaps_of(struct ctx *c, const size_t *act, size_t nact,
+                        size_t si)
+{
+    const struct tc_rec *rec = c->h->rec, *s = &rec[si];
+
+    for (size_t j = 0; j < nact; j++) {
+        const struct tc_rec *a = &rec[act[j]];
+        if (!conflicts(a, s))
+            continue;
+        if (c->lost[act[j]] || c->lost[si]) {
+            c->excused[act[j]] = c->excused[si] = 1;
+            if (c->lost[act[j]])
+                check_told(c, a, s);
+            continue;
+        }
+        report(c, a->mode == TC_READ || s->mode == TC_READ
+                      ? TC_V_RW_OVERLAP : TC_V_OVERLAP, a, s,
+               "two holds at once, neither lost");
+    }
+}
+
+static int check_overlaps(struct ctx *c, unsigned lock)
+{
+    return sweep(c, lock, overlaps_of);
+}
+
+/* A semaphore: as many open as it has permits when the next starts is an
+ * over-grant, excused when any of them is a documented loss (all are then
+ * marked, as both sides of an excused overlap are). */
+static void overgrant_of(struct ctx *c, const size_t *act, size_t nact,
+                         size_t si)
+{
+    const struct tc_rec *rec = c->h->rec;
+    unsigned lock = rec[si].lock;
+    unsigned permits = c->h->permits[lock] ? c->h->permits[lock] : 1;
+    int lost = c->lost[si];
+
+    for (size_t j = 0; j < nact; j++)
+        lost |= c->lost[act[j]];
+    if (nact >= permits && lost) {
+        for (size_t j = 0; j < nact; j++)
+            c->excused[act[j]] = 1;
+        c->excused[si] = 1;
+    } else if (nact >= permits) {
+        report(c, TC_V_OVERGRANT, &rec[act[0]], &rec[si], "more sections at "
+               "once than the semaphore has permits, none lost");
+    }
+}
+
 static int check_overgrant(struct ctx *c, unsigned lock)
 {
-    size_t n = 0, nact = 0;
-    size_t *v = select_recs(c->h, lock, is_section, &n, by_ret);
-    size_t *act = malloc((c->h->nrec + 1) * sizeof *act);
-    const struct tc_rec *rec = c->h->rec;
-    unsigned permits = c->h->permits[lock] ? c->h->permits[lock] : 1;
-
-    if (!v || !act) {
-        free(v);
-        free(act);
-        return -1;
-    }
-    for (size_t k = 0; k < n; k++) {
-        const struct tc_rec *s = &rec[v[k]];
-        size_t keep = 0;
-        int lost = c->lost[v[k]];
-        for (size_t j = 0; j < nact; j++)
-            if (rec[act[j]].end_ns > s->ret_ns) {
-                lost |= c->lost[act[j]];
-                act[keep++] = act[j];
-            }
-        nact = keep;
-        if (nact >= permits && lost) {
-            for (size_t j = 0; j < nact; j++)
-                c->excused[act[j]] = 1;
-            c->excused[v[k]] = 1;
-        } else if (nact >= permits) {
-            report(c, TC_V_OVERGRANT, &rec[act[0]], s, "more sections at "
-                   "once than the semaphore has permits, none lost");
-        }
-        act[nact++] = v[k];
-    }
-    free(v);
-    free(act);
-    return 0;
+    return sweep(c, lock, overgrant_of);
 }
 
 static int has_token(const struct tc_rec *r)
