@@ -161,88 +161,7 @@ static void test_unlock_does_not_wait(void **state)
     fx_dirty = 0;
 }
 
-/* ---- error replies --------------------------------------------------------- */
-
-/* NOSCRIPT on the deferred release, read by the lock that follows it: the
- * lock counted the old hold and gives that one back. */
-static void test_noscript_then_lock(void **state)
-{
-    char name[200];
-    dist_mutex_t m;
-
-    (void)state;
-    NAME(name, "m");
-    assert_int_equal(init_deferred(&m, name, 0), 0);
-    assert_int_equal(dist_mutex_lock(&m), 0);
-    flush_scripts();
-    assert_int_equal(dist_mutex_unlock(&m), 0);
-    assert_int_equal(dist_mutex_lock(&m), 0);
-    assert_int_equal(count_of(name), 1);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
-    assert_true(gone_within(name, GONE_WITHIN_S));
-    assert_int_equal(dist_mutex_destroy(&m), 0);
-}
-
-/* NOSCRIPT read by a call on another lock: the renewal thread finishes the
- * release. */
-static void test_noscript_elsewhere(void **state)
-{
-    char name[200], other[200];
-    dist_mutex_t m, o;
-
-    (void)state;
-    NAME(name, "m");
-    NAME(other, "o");
-    assert_int_equal(init_deferred(&m, name, 0), 0);
-    assert_int_equal(dist_mutex_init(&o, other, NULL), 0);
-    assert_int_equal(dist_mutex_lock(&m), 0);
-    flush_scripts();
-    assert_int_equal(dist_mutex_unlock(&m), 0);
-    assert_int_equal(dist_mutex_lock(&o), 0);            /* reads m's reply */
-    assert_int_equal(dist_mutex_unlock(&o), 0);
-    assert_true(gone_within(name, GONE_WITHIN_S));
-    /* and the owner can take it again */
-    assert_int_equal(dist_mutex_lock(&m), 0);
-    assert_int_equal(count_of(name), 1);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
-    assert_true(gone_within(name, GONE_WITHIN_S));
-    assert_int_equal(dist_mutex_destroy(&m), 0);
-    assert_int_equal(dist_mutex_destroy(&o), 0);
-}
-
-/* A hold lost before the unlock: unlock said 0 (it could not know), the
- * reply says it, and the lost handler hears it at the next lock call. */
-static void test_lost_hold(void **state)
-{
-    char name[200];
-    dist_mutex_t m;
-    dist_mutexattr_t a;
-    int calls;
-
-    (void)state;
-    NAME(name, "m");
-    fx_dirty = 1;
-    fx_lost_reset();
-    dist_set_lost_handler(fx_on_lost, NULL);
-    dist_mutexattr_init(&a);
-    dist_mutexattr_setdeferred(&a, 1);
-    dist_mutexattr_setlease(&a, 300);
-    assert_int_equal(dist_mutex_init(&m, name, &a), 0);
-    assert_int_equal(dist_mutex_lock(&m), 0);
-    tu_sleep_ms(600);                                    /* lease over */
-    assert_int_equal(key_exists(name), 0);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
-    assert_int_equal(dist_mutex_lock(&m), 0);            /* reads the reply */
-    calls = fx_lost_calls(name);
-    assert_int_equal(count_of(name), 1);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
-    dist_set_lost_handler(NULL, NULL);
-    fx_dirty = 0;
-    assert_int_equal(calls, 1);
-    assert_int_equal(dist_mutex_destroy(&m), 0);
-}
-
-/* ---- an owner that stays idle ---------------------------------------------- */
+/* ---- a deferred release disturbed ------------------------------------------ */
 
 /* Whether the lost handler has been called for name within secs. */
 static int lost_within(const char *name, double secs)
@@ -257,39 +176,76 @@ static int lost_within(const char *name, double secs)
     return 1;
 }
 
-/* NOSCRIPT on the deferred release of an owner that makes no call after
- * it: the renewal thread reads the reply and finishes the release, long
- * before the 30 s lease would have ended it. */
-static void test_noscript_idle(void **state)
-{
-    char name[200];
-    dist_mutex_t m;
+/* What goes wrong with the deferred release, and who reads its reply. */
+enum disturb { FLUSH_SCRIPTS, DROP_REQUEST };
+enum reader { BY_OWNER, BY_OTHER_LOCK, BY_RENEWAL };
 
-    (void)state;
-    NAME(name, "m");
+struct release_case {
+    const char *test;  /* its name, for the lock's */
+    enum disturb how;
+    enum reader who;  /* the owner's next lock, a call on another lock, or
+                       * no call at all: the renewal thread */
+    int again;        /* then the owner takes it again, once */
+};
+
+/* The release of a held lock is disturbed; whoever reads its reply
+ * finishes it, the key goes (long before the 30 s lease would end it),
+ * and nothing of the old hold is counted. */
+static void test_disturbed_release(void **state)
+{
+    const struct release_case *c = *state;
+    char name[200], other[200];
+    dist_mutex_t m, o;
+    tu_proxy_t *p = NULL;
+
+    test_lock_name(name, sizeof name, "test_deferred", c->test, "m");
+    test_lock_name(other, sizeof other, "test_deferred", c->test, "o");
+    if (c->how == DROP_REQUEST)
+        assert_non_null(p = fx_proxy_up(&r));
     assert_int_equal(init_deferred(&m, name, 0), 0);
+    if (c->who == BY_OTHER_LOCK)
+        assert_int_equal(dist_mutex_init(&o, other, NULL), 0);
     assert_int_equal(dist_mutex_lock(&m), 0);
-    flush_scripts();
+    if (c->how == FLUSH_SCRIPTS)
+        flush_scripts();
+    else
+        tu_proxy_drop_next_request(p);
     assert_int_equal(dist_mutex_unlock(&m), 0);
-    assert_true(gone_within(name, GONE_WITHIN_S));
-    assert_int_equal(dist_mutex_lock(&m), 0);
-    assert_int_equal(count_of(name), 1);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
-    assert_true(gone_within(name, GONE_WITHIN_S));
+    if (c->who == BY_OTHER_LOCK) {
+        assert_int_equal(dist_mutex_lock(&o), 0);        /* reads m's reply */
+        assert_int_equal(dist_mutex_unlock(&o), 0);
+    }
+    if (c->who != BY_OWNER)
+        assert_true(gone_within(name, GONE_WITHIN_S));
+    if (c->who == BY_OWNER || c->again) {
+        assert_int_equal(dist_mutex_lock(&m), 0);
+        assert_int_equal(count_of(name), 1);
+        assert_int_equal(dist_mutex_unlock(&m), 0);
+        assert_true(gone_within(name, GONE_WITHIN_S));
+    }
     assert_int_equal(dist_mutex_destroy(&m), 0);
+    if (c->who == BY_OTHER_LOCK)
+        assert_int_equal(dist_mutex_destroy(&o), 0);
+    if (p) {
+        assert_int_equal(fx_proxy_down(&r, p), 0);
+        fx_dirty = 0;
+    }
 }
 
-/* A hold lost before the deferred unlock of an owner that then makes no
- * call: the lost handler hears of it from the renewal thread. */
-static void test_lost_hold_idle(void **state)
+/* A hold lost before the unlock: unlock said 0 (it could not know), the
+ * reply says it, and the lost handler hears it once: at the owner's next
+ * lock, or, when the owner makes no call, from the renewal thread (and
+ * the owner's next call does not hear of it again). */
+static void test_lost_hold(void **state)
 {
+    int idle = *(const int *)*state;
     char name[200];
     dist_mutex_t m;
     dist_mutexattr_t a;
-    int heard, calls;
+    int heard = 1, calls;
 
-    (void)state;
-    NAME(name, "m");
+    test_lock_name(name, sizeof name, "test_deferred",
+                   idle ? "test_lost_hold_idle" : "test_lost_hold", "m");
     fx_dirty = 1;
     fx_lost_reset();
     dist_set_lost_handler(fx_on_lost, NULL);
@@ -301,14 +257,18 @@ static void test_lost_hold_idle(void **state)
     tu_sleep_ms(600);                                    /* lease over */
     assert_int_equal(key_exists(name), 0);
     assert_int_equal(dist_mutex_unlock(&m), 0);
-    heard = lost_within(name, GONE_WITHIN_S);
-    /* and the owner's next call does not hear of it again */
-    assert_int_equal(dist_mutex_lock(&m), 0);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
+    if (idle)
+        heard = lost_within(name, GONE_WITHIN_S);
+    assert_int_equal(dist_mutex_lock(&m), 0);            /* reads the reply */
     calls = fx_lost_calls(name);
+    assert_int_equal(count_of(name), 1);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    if (idle)
+        calls = fx_lost_calls(name);
     dist_set_lost_handler(NULL, NULL);
     fx_dirty = 0;
-    assert_true(heard);
+    if (idle)
+        assert_true(heard);
     assert_int_equal(calls, 1);
     assert_int_equal(dist_mutex_destroy(&m), 0);
 }
@@ -349,33 +309,6 @@ static void test_broken_then_lock(void **state)
     assert_int_equal(dist_mutex_unlock(&m), 0);
     assert_true(gone_within(name, GONE_WITHIN_S));
     assert_int_equal(dist_mutex_destroy(&m), 0);
-    assert_int_equal(fx_proxy_down(&r, p), 0);
-    fx_dirty = 0;
-}
-
-/* The release never reached the server and the owner does not come back
- * to the lock: the broken link is found by a call on another lock, and
- * the renewal thread finishes the release. */
-static void test_broken_elsewhere(void **state)
-{
-    char name[200], other[200];
-    dist_mutex_t m, o;
-    tu_proxy_t *p;
-
-    (void)state;
-    NAME(name, "m");
-    NAME(other, "o");
-    assert_non_null(p = fx_proxy_up(&r));
-    assert_int_equal(init_deferred(&m, name, 0), 0);
-    assert_int_equal(dist_mutex_init(&o, other, NULL), 0);
-    assert_int_equal(dist_mutex_lock(&m), 0);
-    tu_proxy_drop_next_request(p);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
-    assert_int_equal(dist_mutex_lock(&o), 0);
-    assert_int_equal(dist_mutex_unlock(&o), 0);
-    assert_true(gone_within(name, GONE_WITHIN_S));
-    assert_int_equal(dist_mutex_destroy(&m), 0);
-    assert_int_equal(dist_mutex_destroy(&o), 0);
     assert_int_equal(fx_proxy_down(&r, p), 0);
     fx_dirty = 0;
 }
@@ -519,8 +452,9 @@ static int mx_init(dist_mutex_t *m, const char *name, void *arg)
 
 /* Threads of several processes with deferral on: no two inside at once,
  * the counter exact, and the lock gone at the end. */
-static void mutual_exclusion(int fair)
+static void test_mutual_exclusion(void **state)
 {
+    int fair = *(const int *)*state;
     char name[200], counter[220];
     struct fx_mx run = { name, counter, MX_PROCS, MX_THREADS, MX_ITERS,
                          mx_init, &fair };
@@ -533,37 +467,38 @@ static void mutual_exclusion(int fair)
     assert_true(gone_within(name, GONE_WITHIN_S));
 }
 
-static void test_mutual_exclusion(void **state)
-{
-    (void)state;
-    mutual_exclusion(0);
-}
-
-static void test_mutual_exclusion_fair(void **state)
-{
-    (void)state;
-    mutual_exclusion(1);
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
 #define T(f) cmocka_unit_test_teardown(f, fx_restore_defaults)
+#define CASE(f, how, who, again)                                              \
+    { #f, test_disturbed_release, NULL, fx_restore_defaults,                  \
+      &(struct release_case){ #f, how, who, again } }
+/* a test run under its name with an int as its state */
+#define WITH(name, f, v) { #name, f, NULL, fx_restore_defaults, &(int){ v } }
         T(test_attribute),
         T(test_release_runs),
         T(test_unlock_does_not_wait),
-        T(test_noscript_then_lock),
-        T(test_noscript_elsewhere),
-        T(test_noscript_idle),
-        T(test_lost_hold_idle),
-        T(test_lost_hold),
+        /* NOSCRIPT read by the lock that follows it: the lock counted
+         * the old hold and gives that one back */
+        CASE(test_noscript_then_lock, FLUSH_SCRIPTS, BY_OWNER, 0),
+        /* NOSCRIPT read by a call on another lock: the renewal thread
+         * finishes the release; the owner can take it again */
+        CASE(test_noscript_elsewhere, FLUSH_SCRIPTS, BY_OTHER_LOCK, 1),
+        /* NOSCRIPT and an owner that makes no call after it: the renewal
+         * thread reads the reply */
+        CASE(test_noscript_idle, FLUSH_SCRIPTS, BY_RENEWAL, 1),
+        WITH(test_lost_hold_idle, test_lost_hold, 1),
+        WITH(test_lost_hold, test_lost_hold, 0),
         T(test_broken_then_lock),
-        T(test_broken_elsewhere),
+        /* the release never reached the server and the owner does not
+         * come back: the broken link is found by a call on another lock */
+        CASE(test_broken_elsewhere, DROP_REQUEST, BY_OTHER_LOCK, 0),
         T(test_thread_exit),
         T(test_fork_pending),
         T(test_exit_after_unlock),
-        T(test_mutual_exclusion),
-        T(test_mutual_exclusion_fair),
+        WITH(test_mutual_exclusion, test_mutual_exclusion, 0),
+        WITH(test_mutual_exclusion_fair, test_mutual_exclusion, 1),
     };
     return fx_run_group(tests, &r, &defaults, "TEST_DEFERRED_FILTER");
 }
