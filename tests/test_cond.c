@@ -59,6 +59,21 @@ static void names_for(struct names *n, const char *test)
     snprintf(n->c[1], sizeof n->c[1], "{%s}:b", n->m);
 }
 
+/* A test's mutex and its first condition, named after it. */
+static void open_pair(struct names *n, const char *test, dist_mutex_t *m,
+                      dist_cond_t *c)
+{
+    names_for(n, test);
+    assert_int_equal(dist_mutex_init(m, n->m, NULL), 0);
+    assert_int_equal(dist_cond_init(c, n->c[0], NULL), 0);
+}
+
+static void close_pair(dist_mutex_t *m, dist_cond_t *c)
+{
+    assert_int_equal(dist_cond_destroy(c), 0);
+    assert_int_equal(dist_mutex_destroy(m), 0);
+}
+
 /* The ZSET of c's waiters. */
 static void waiters_key(char *buf, size_t len, const char *c)
 {
@@ -487,9 +502,7 @@ static void test_signal_without_waiters_is_dropped(void **state)
     struct fx_call t;
 
     (void)state;
-    names_for(&n, __func__);
-    assert_int_equal(dist_mutex_init(&m, n.m, NULL), 0);
-    assert_int_equal(dist_cond_init(&c, n.c[0], NULL), 0);
+    open_pair(&n, __func__, &m, &c);
     assert_int_equal(dist_cond_signal(&c), 0);
     assert_int_equal(dist_cond_broadcast(&c), 0);
     assert_int_equal(dist_mutex_lock(&m), 0);
@@ -497,8 +510,7 @@ static void test_signal_without_waiters_is_dropped(void **state)
     FX_CALL(&t, dist_cond_timedwait(&c, &m, &dl));
     assert_int_equal(t.rc, ETIMEDOUT);
     assert_int_equal(dist_mutex_unlock(&m), 0);
-    assert_int_equal(dist_cond_destroy(&c), 0);
-    assert_int_equal(dist_mutex_destroy(&m), 0);
+    close_pair(&m, &c);
 }
 
 /* ---- destroy after a broadcast ------------------------------------------------- */
@@ -546,10 +558,8 @@ static void test_destroy_right_after_broadcast(void **state)
     int i;
 
     (void)state;
-    names_for(&n, __func__);
+    open_pair(&n, __func__, &m, &c);
     waiters_key(key, sizeof key, n.c[0]);
-    assert_int_equal(dist_mutex_init(&m, n.m, NULL), 0);
-    assert_int_equal(dist_cond_init(&c, n.c[0], NULL), 0);
     memset(&d, 0, sizeof d);
     d.m = &m;
     d.c = &c;
@@ -641,10 +651,8 @@ static void test_fork_child_ignores_parents_waiters(void **state)
     struct zcard z = { key, 1 };
 
     (void)state;
-    names_for(&n, __func__);
+    open_pair(&n, __func__, &m, &c);
     waiters_key(key, sizeof key, n.c[0]);
-    assert_int_equal(dist_mutex_init(&m, n.m, NULL), 0);
-    assert_int_equal(dist_cond_init(&c, n.c[0], NULL), 0);
     memset(&d, 0, sizeof d);
     d.m = &m;
     d.c = &c;
@@ -665,8 +673,7 @@ static void test_fork_child_ignores_parents_waiters(void **state)
     assert_int_equal(pthread_join(th, NULL), 0);
     assert_int_equal(atomic_load(&d.rc[0]), 0);
     assert_int_equal(atomic_load(&d.unlock_rc[0]), 0);
-    assert_int_equal(dist_cond_destroy(&c), 0);
-    assert_int_equal(dist_mutex_destroy(&m), 0);
+    close_pair(&m, &c);
 }
 
 /* ---- timed waits ------------------------------------------------------------- */
@@ -713,8 +720,7 @@ static void test_timedwait_times_out_holding_mutex(void **state)
                                          &dl), EINVAL);
     assert_held_once(&r, n.m, NULL);
     assert_int_equal(dist_mutex_unlock(&m), 0);
-    assert_int_equal(dist_cond_destroy(&c), 0);
-    assert_int_equal(dist_mutex_destroy(&m), 0);
+    close_pair(&m, &c);
 }
 
 /* A wait needs the mutex held exactly once. */
@@ -726,17 +732,14 @@ static void test_wait_needs_mutex_held_once(void **state)
     struct timespec dl = realtime_in(5);
 
     (void)state;
-    names_for(&n, __func__);
-    assert_int_equal(dist_mutex_init(&m, n.m, NULL), 0);
-    assert_int_equal(dist_cond_init(&c, n.c[0], NULL), 0);
+    open_pair(&n, __func__, &m, &c);
     assert_int_equal(dist_cond_wait(&c, &m), EPERM);
     assert_int_equal(dist_mutex_lock(&m), 0);
     assert_int_equal(dist_mutex_lock(&m), 0);
     assert_int_equal(dist_cond_timedwait(&c, &m, &dl), EINVAL);
     assert_int_equal(dist_mutex_unlock(&m), 0);
     assert_int_equal(dist_mutex_unlock(&m), 0);
-    assert_int_equal(dist_cond_destroy(&c), 0);
-    assert_int_equal(dist_mutex_destroy(&m), 0);
+    close_pair(&m, &c);
 }
 
 /* A wait on a mutex whose hold is gone in Redis (forced, or its lease ran
@@ -748,18 +751,17 @@ static void test_wait_on_lost_hold(void **state)
     struct names n;
     dist_mutex_t m;
     dist_cond_t c;
-    struct timespec dl = realtime_in(5);
+    struct timespec dl;
     int rc, calls, unlock_rc;
 
     (void)state;
-    names_for(&n, __func__);
+    open_pair(&n, __func__, &m, &c);
     fx_dirty = 1;
     fx_lost_reset();
     dist_set_lost_handler(fx_on_lost, NULL);
-    assert_int_equal(dist_mutex_init(&m, n.m, NULL), 0);
-    assert_int_equal(dist_cond_init(&c, n.c[0], NULL), 0);
     assert_int_equal(dist_mutex_lock(&m), 0);
     assert_int_equal(tu_cmd_int(&r, "DEL", n.m, NULL), 1);
+    dl = realtime_in(5);
     rc = dist_cond_timedwait(&c, &m, &dl);
     calls = fx_lost_calls(n.m);
     unlock_rc = dist_mutex_unlock(&m);
@@ -769,8 +771,7 @@ static void test_wait_on_lost_hold(void **state)
     assert_int_equal(calls, 1);
     assert_int_equal(unlock_rc, EPERM);
     assert_int_equal(fx_lost_calls(n.m), 1);
-    assert_int_equal(dist_cond_destroy(&c), 0);
-    assert_int_equal(dist_mutex_destroy(&m), 0);
+    close_pair(&m, &c);
 }
 
 /* A wait on a mutex whose hold the renewal thread found lost but has not
