@@ -405,6 +405,20 @@ static void target_says(struct proc *p, const char *cfg, const char *a1,
     assert_exit(proc_end(p, 20), 0);
 }
 
+/* target_says on the tests' usual configuration; the line, when want is
+ * not NULL, is want. */
+static void target_line(const char *a1, const char *a2, const char *prefix,
+                        double secs, const char *want)
+{
+    char line[256];
+    struct proc p;
+
+    target_says(&p, target_config(NULL), a1, a2, NULL, prefix, secs, line,
+                sizeof line);
+    if (want)
+        assert_string_equal(line, want);
+}
+
 /* ---- the legacy program, 4 copies ----------------------------------------------- */
 
 #define COPIES 4
@@ -465,10 +479,15 @@ static void test_legacy_without_shim_runs(void **state)
 
 /* ---- configuration errors: file and line, program not started ------------------- */
 
-static void expect_refused(const char *cfg_text, const char *expect)
+/* distlock-run refuses the configuration cfg_text: exit 78, the error
+ * names the file and says expect, the program never runs (no marker
+ * file); and secret, when not NULL, is nowhere in the output. */
+static void refused(const char *cfg_text, const char *expect,
+                    const char *secret)
 {
     char marker[PATH_MAX], needle[PATH_MAX + 300];
-    const char *cfg = write_file("bad.ini", "%s", cfg_text);
+    const char *cfg = write_file(secret ? "secret.ini" : "bad.ini", "%s",
+                                 cfg_text);
     struct proc p;
 
     path_in(marker, sizeof marker, "not-started");
@@ -477,7 +496,14 @@ static void expect_refused(const char *cfg_text, const char *expect)
                              ledger_bin, marker, "1", "1"), NULL, 30), 78);
     snprintf(needle, sizeof needle, "%s%s", cfg, expect);
     assert_contains(p.ebuf, needle);
+    if (secret && (strstr(p.ebuf, secret) || strstr(p.obuf, secret)))
+        fail_msg("the secret '%s' was echoed: %s%s", secret, p.obuf, p.ebuf);
     assert_false(exists(marker));
+}
+
+static void expect_refused(const char *cfg_text, const char *expect)
+{
+    refused(cfg_text, expect, NULL);
 }
 
 static void test_config_errors_name_file_and_line(void **state)
@@ -521,19 +547,7 @@ static void test_config_errors_name_file_and_line(void **state)
 static void expect_refused_quietly(const char *cfg_text, const char *expect,
                                    const char *secret)
 {
-    char marker[PATH_MAX], needle[PATH_MAX + 300];
-    const char *cfg = write_file("secret.ini", "%s", cfg_text);
-    struct proc p;
-
-    path_in(marker, sizeof marker, "not-started");
-    unlink(marker);
-    assert_exit(run(&p, ARGV(run_bin, "--config", (char *)cfg, "--",
-                             ledger_bin, marker, "1", "1"), NULL, 30), 78);
-    snprintf(needle, sizeof needle, "%s%s", cfg, expect);
-    assert_contains(p.ebuf, needle);
-    if (strstr(p.ebuf, secret) || strstr(p.obuf, secret))
-        fail_msg("the secret '%s' was echoed: %s%s", secret, p.obuf, p.ebuf);
-    assert_false(exists(marker));
+    refused(cfg_text, expect, secret);
 }
 
 static void test_config_secret_not_echoed(void **state)
@@ -706,20 +720,45 @@ static void test_unresolved_name_warned(void **state)
 
 /* ---- what the loader would ignore --------------------------------------------- */
 
-static void expect_program_refused(const char *prog, const char *why)
+/* A configuration distlock-run accepts: the ledger program's lock. */
+static const char *ok_config(void)
+{
+    return write_file("ok.ini", "%s[mutex %sledger]\nmatch = symbol "
+                      "g_ledger_lock\n", redis_section, pfx);
+}
+
+/* distlock-run refuses to start prog (a program the loader would run
+ * without the shim; shim NULL), or the ledger program under the shim copy
+ * (a shim the loader would skip; 78): it says why, and the program never
+ * runs (no marker file). */
+static void expect_not_started(const char *prog, const char *copy,
+                               const char *why)
 {
     char marker[PATH_MAX];
     const char *cfg;
     struct proc p;
 
-    cfg = write_file("ok.ini", "%s[mutex %sledger]\nmatch = symbol "
-                     "g_ledger_lock\n", redis_section, pfx);
+    cfg = ok_config();
     path_in(marker, sizeof marker, "not-started");
     unlink(marker);
-    assert_exit(run(&p, ARGV(run_bin, "--config", (char *)cfg, "--",
-                             (char *)prog, marker, "1", "1"), NULL, 30), 126);
+    if (!copy)
+        assert_exit(run(&p, ARGV(run_bin, "--config", (char *)cfg, "--",
+                                 (char *)prog, marker, "1", "1"), NULL, 30),
+                    126);
+    else
+        assert_exit(run(&p, ARGV(run_bin, "--config", (char *)cfg,
+                                 "--preload", (char *)copy, "--",
+                                 (char *)prog, marker, "1", "1"), NULL, 30),
+                    78);
+    if (copy)
+        assert_contains(p.ebuf, "the loader would start it without the shim");
     assert_contains(p.ebuf, why);
     assert_false(exists(marker));
+}
+
+static void expect_program_refused(const char *prog, const char *why)
+{
+    expect_not_started(prog, NULL, why);
 }
 
 static void copy_file(const char *from, const char *to, mode_t mode)
@@ -791,8 +830,7 @@ static void test_split_shim_path_refused(void **state)
     size_t i;
 
     (void)state;
-    cfg = write_file("ok.ini", "%s[mutex %sledger]\nmatch = symbol "
-                     "g_ledger_lock\n", redis_section, pfx);
+    cfg = ok_config();
     path_in(marker, sizeof marker, "not-started");
     for (i = 0; i < sizeof names / sizeof names[0]; i++) {
         path_in(copy, sizeof copy, names[i]);
@@ -814,20 +852,7 @@ static void test_split_shim_path_refused(void **state)
  * runs none of the program's code, finds both and the program never runs. */
 static void expect_shim_refused(const char *copy, const char *why)
 {
-    char marker[PATH_MAX];
-    const char *cfg;
-    struct proc p;
-
-    cfg = write_file("ok.ini", "%s[mutex %sledger]\nmatch = symbol "
-                     "g_ledger_lock\n", redis_section, pfx);
-    path_in(marker, sizeof marker, "not-started");
-    unlink(marker);
-    assert_exit(run(&p, ARGV(run_bin, "--config", (char *)cfg, "--preload",
-                             (char *)copy, "--", ledger_bin, marker, "1", "1"),
-                    NULL, 30), 78);
-    assert_contains(p.ebuf, "the loader would start it without the shim");
-    assert_contains(p.ebuf, why);
-    assert_false(exists(marker));
+    expect_not_started(ledger_bin, copy, why);
 }
 
 static void test_unloadable_shim_refused(void **state)
@@ -868,8 +893,7 @@ static void test_not_the_shim_refused(void **state)
              (int)(slash - shim), shim);
     snprintf(libs[1], sizeof libs[1], "%s", other_lib);
     assert_true(libs[1][0] != '\0');
-    cfg = write_file("ok.ini", "%s[mutex %sledger]\nmatch = symbol "
-                     "g_ledger_lock\n", redis_section, pfx);
+    cfg = ok_config();
     path_in(marker, sizeof marker, "not-started");
     for (i = 0; i < 2; i++) {
         unlink(marker);
@@ -902,8 +926,7 @@ static void test_timeout_out_of_range_refused(void **state)
     size_t i;
 
     (void)state;
-    cfg = write_file("ok.ini", "%s[mutex %sledger]\nmatch = symbol "
-                     "g_ledger_lock\n", redis_section, pfx);
+    cfg = ok_config();
     path_in(marker, sizeof marker, "not-started");
     unlink(marker);
     for (i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -1059,13 +1082,10 @@ static void test_plain_ld_preload(void **state)
  * mutex: start-up happens then, and the call is a mapped one. */
 static void test_start_up_from_a_library_constructor(void **state)
 {
-    const char *cfg = target_config(NULL);
-    char line[256];
     struct proc p;
 
     (void)state;
-    target_says(&p, cfg, "ctor", NULL, NULL, "ctor ", 30, line, sizeof line);
-    assert_string_equal(line, "ctor 1");
+    target_line("ctor", NULL, "ctor ", 30, "ctor 1");
     assert_exit(run(&p, ARGV(target_bin, "ctor"), NULL, 20), 0);
     assert_contains(p.obuf, "ctor -1");        /* no shim: nobody counted */
     assert_int_equal(prefixed_keys(), 0);
@@ -1076,14 +1096,8 @@ static void test_start_up_from_a_library_constructor(void **state)
  * DISTLOCK_PRELOAD_TARGET keeps the shim out of its way. */
 static void test_children_stay_unmapped(void **state)
 {
-    const char *cfg = target_config(NULL);
-    char line[256];
-    struct proc p;
-
     (void)state;
-    target_says(&p, cfg, "spawn", NULL, NULL, "child ", 30, line,
-                sizeof line);
-    assert_string_equal(line, "child 7");
+    target_line("spawn", NULL, "child ", 30, "child 7");
 }
 
 /* With a bare LD_PRELOAD, [preload] program = does the same. */
@@ -1427,29 +1441,20 @@ static void test_trylock_and_timedlock(void **state)
  * library's threads do not keep it alive. */
 static void test_pthread_exit_in_main_ends(void **state)
 {
-    const char *cfg = target_config(NULL);
-    char line[256];
-    struct proc p;
-
     (void)state;
-    target_says(&p, cfg, "pexit", "static", NULL, "exiting", 20, line,
-                sizeof line);
+    target_line("pexit", "static", "exiting", 20, NULL);
 }
 
 /* The real mutex keeps its type: relock and foreign unlock of an
  * error-checking mutex fail as without the shim. */
 static void test_errorcheck_kept(void **state)
 {
-    const char *cfg = target_config(NULL);
-    char line[256], want[128];
-    struct proc p;
+    char want[128];
 
     (void)state;
-    target_says(&p, cfg, "errcheck", NULL, NULL, "relock ", 20, line,
-                sizeof line);
     snprintf(want, sizeof want, "relock %d foreign %d unlock 0 again %d",
              EDEADLK, EPERM, EPERM);
-    assert_string_equal(line, want);
+    target_line("errcheck", NULL, "relock ", 20, want);
     assert_int_equal(prefixed_keys(), 0);
 }
 

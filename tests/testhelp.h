@@ -149,31 +149,6 @@ static inline void filter_from_env(const char *env)
         cmocka_set_test_filter(filter);
 }
 
-/* A mutex attribute's on/off switch (deferred release, cohorting) through
- * its set and get: 0 by default (no environment), then 1, then 0 as set;
- * EINVAL for 2, a NULL attribute or a NULL answer. */
-static inline void assert_attr_switch(int (*set)(dist_mutexattr_t *, int),
-                                      int (*get)(const dist_mutexattr_t *,
-                                                 int *))
-{
-    dist_mutexattr_t a;
-    int v = -1;
-
-    assert_int_equal(dist_mutexattr_init(&a), 0);
-    assert_int_equal(get(&a, &v), 0);
-    assert_int_equal(v, 0);
-    assert_int_equal(set(&a, 1), 0);
-    assert_int_equal(get(&a, &v), 0);
-    assert_int_equal(v, 1);
-    assert_int_equal(set(&a, 0), 0);
-    assert_int_equal(get(&a, &v), 0);
-    assert_int_equal(v, 0);
-    assert_int_equal(set(&a, 2), EINVAL);
-    assert_int_equal(set(NULL, 1), EINVAL);
-    assert_int_equal(get(&a, NULL), EINVAL);
-    assert_int_equal(dist_mutexattr_destroy(&a), 0);
-}
-
 /* For a setting the library reads from its environment once: the test
  * runs this program again with var=value, its copy running that test
  * alone (filter_env names the program's filter variable), and asserts
@@ -248,6 +223,31 @@ static inline int trylock_in_thread(dist_mutex_t *m)
     assert_int_equal(pthread_create(&th, NULL, trylock_main, &ta), 0);
     pthread_join(th, NULL);
     return ta.rc;
+}
+
+/* A mutex attribute's on/off switch (deferred release, cohorting) through
+ * its set and get: 0 by default (no environment), then 1, then 0 as set;
+ * EINVAL for 2, a NULL attribute or a NULL answer. */
+static inline void assert_attr_switch(int (*set)(dist_mutexattr_t *, int),
+                                      int (*get)(const dist_mutexattr_t *,
+                                                 int *))
+{
+    dist_mutexattr_t a;
+    int v = -1;
+
+    assert_int_equal(dist_mutexattr_init(&a), 0);
+    assert_int_equal(get(&a, &v), 0);
+    assert_int_equal(v, 0);
+    assert_int_equal(set(&a, 1), 0);
+    assert_int_equal(get(&a, &v), 0);
+    assert_int_equal(v, 1);
+    assert_int_equal(set(&a, 0), 0);
+    assert_int_equal(get(&a, &v), 0);
+    assert_int_equal(v, 0);
+    assert_int_equal(set(&a, 2), EINVAL);
+    assert_int_equal(set(NULL, 1), EINVAL);
+    assert_int_equal(get(&a, NULL), EINVAL);
+    assert_int_equal(dist_mutexattr_destroy(&a), 0);
 }
 #endif
 
