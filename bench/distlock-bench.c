@@ -717,6 +717,26 @@ static const char *v_lo(char *buf, size_t n, double v, double t, int strict)
     return buf;
 }
 
+/* A figure without a target, with decimals digits after the point. */
+static void row_fig(const char *sc, const char *fig, double v, int decimals,
+                    const char *unit)
+{
+    char b[32];
+
+    row(sc, fig, fmtd(b, sizeof b, v, decimals), unit, NULL, NULL);
+}
+
+/* A figure against its target, higher better (v_hi). */
+static void row_hi(const char *sc, const char *fig, double v, int decimals,
+                   const char *unit, double target)
+{
+    char b1[32], b2[32], b3[32];
+
+    row(sc, fig, fmtd(b1, sizeof b1, v, decimals), unit,
+        fmtd(b2, sizeof b2, target, decimals),
+        v_hi(b3, sizeof b3, v, target));
+}
+
 /* One JSON object, built up then printed on one line. */
 struct jobj {
     char b[4096];
@@ -982,7 +1002,7 @@ static void scenario_floor(int print)
     row("floor", "EVALSHA, 1 conn, p50", fmtd(b1, sizeof b1, fl.p50_us, 1),
         "us", NULL, NULL);
     snprintf(b2, sizeof b2, "EVALSHA, %d conns", P.floor_conns);
-    row("floor", b2, fmtd(b1, sizeof b1, fl.ops_multi, 0), "ops/s", NULL, NULL);
+    row_fig("floor", b2, fl.ops_multi, 0, "ops/s");
     jstart(&j, "floor");
     jint(&j, "calls_1conn", P.floor_calls);
     jnum(&j, "ops_per_s_1conn", fl.ops1);
@@ -1152,14 +1172,11 @@ static void scenario_s1(redisContext *c)
         fmtd(b1, sizeof b1, sh->s1.pairs_per_s, 0), "pairs/s",
         fmtd(b2, sizeof b2, target, 0),
         v_hi(b3, sizeof b3, sh->s1.pairs_per_s, target));
-    row("s1", "pair latency p50", fmtd(b1, sizeof b1, sh->s1.p50_us, 1),
-        "us", NULL, NULL);
+    row_fig("s1", "pair latency p50", sh->s1.p50_us, 1, "us");
     row("s1", "floor interleaved, same thread",
         fmtd(b1, sizeof b1, sh->s1.floor_same, 0), "ops/s", NULL, NULL);
-    row("s1", "pairs vs interleaved floor",
-        fmtd(b1, sizeof b1, sh->s1.pairs_per_s, 0), "pairs/s",
-        fmtd(b2, sizeof b2, target_same, 0),
-        v_hi(b3, sizeof b3, sh->s1.pairs_per_s, target_same));
+    row_hi("s1", "pairs vs interleaved floor",
+           sh->s1.pairs_per_s, 0, "pairs/s", target_same);
     jstart(&j, "s1");
     jint(&j, "pairs", sh->s1.pairs);
     jnum(&j, "pairs_per_s", sh->s1.pairs_per_s);
@@ -1518,16 +1535,13 @@ static void scenario_s2(redisContext *c)
     snprintf(b2, sizeof b2, ">= %.3f", 0.5 * fair);
     row(cur_sc, "smallest share of one proc", fmtd(b1, sizeof b1, minsh, 3),
         "frac", b2, v_hi(b3, sizeof b3, minsh, 0.5 * fair));
-    row(cur_sc, "largest share of one proc", fmtd(b1, sizeof b1, maxsh, 3),
-        "frac", NULL, NULL);
-    row(cur_sc, "longest wait in lock()", fmtd(b1, sizeof b1, maxw_ms, 2),
-        "ms", NULL, NULL);
-    row(cur_sc, "mean wait in lock()", fmtd(b1, sizeof b1, meanw_ms, 3),
-        "ms", NULL, NULL);
-    row(cur_sc, "wait in lock() p99 (10us bins)",
-        fmtd(b1, sizeof b1, s2_wait_pct(total, 0.99), 2), "ms", NULL, NULL);
-    row(cur_sc, "wait in lock() p99.9",
-        fmtd(b1, sizeof b1, s2_wait_pct(total, 0.999), 2), "ms", NULL, NULL);
+    row_fig(cur_sc, "largest share of one proc", maxsh, 3, "frac");
+    row_fig(cur_sc, "longest wait in lock()", maxw_ms, 2, "ms");
+    row_fig(cur_sc, "mean wait in lock()", meanw_ms, 3, "ms");
+    row_fig(cur_sc, "wait in lock() p99 (10us bins)",
+           s2_wait_pct(total, 0.99), 2, "ms");
+    row_fig(cur_sc, "wait in lock() p99.9",
+           s2_wait_pct(total, 0.999), 2, "ms");
 
     csv_s2_waits(total);
     jstart(&j, cur_sc);
@@ -1932,8 +1946,7 @@ static void s3_bounds(redisContext *c, double p50)
         return;
     }
     snprintf(b2, sizeof b2, "<= %.3f", 3 * ping);
-    row("s3", "PING p50 (hot loop)", fmtd(b1, sizeof b1, ping, 3), "ms", NULL,
-        NULL);
+    row_fig("s3", "PING p50 (hot loop)", ping, 3, "ms");
     row("s3", "raw hand-off, 1 wake-up: p50", fmtd(b1, sizeof b1, p1, 3), "ms",
         b2, p1 <= 3 * ping ? "ok" : "MISS");
     row("s3", "raw hand-off, 1 wake-up: p99", fmtd(b1, sizeof b1, q1, 3), "ms",
@@ -1942,8 +1955,7 @@ static void s3_bounds(redisContext *c, double p50)
         "ms", NULL, NULL);
     row("s3", "raw hand-off, 2 wake-ups: p99", fmtd(b1, sizeof b1, q2, 3),
         "ms", NULL, NULL);
-    row("s3", "distlock p50 / 1 wake-up p50", fmtd(b1, sizeof b1, p50 / p1, 2),
-        "x", NULL, NULL);
+    row_fig("s3", "distlock p50 / 1 wake-up p50", p50 / p1, 2, "x");
     jstart(&j, "s3-bounds");
     jnum(&j, "ping_p50_ms", ping);
     jnum(&j, "raw1_p50_ms", p1);
@@ -2170,7 +2182,7 @@ static void scenario_s5(redisContext *c)
     long long total, lost;
     struct kids k = { 0 };
     uint64_t last;
-    char b1[32], b2[32], b3[32], fig[64];
+    char b1[32], b3[32], fig[64];
     struct jobj j;
     int i;
 
@@ -2200,8 +2212,7 @@ static void scenario_s5(redisContext *c)
     snprintf(fig, sizeof fig, "acquisitions, %dx%d threads%s", P.s5_procs,
              P.s5_threads, bench_cohort == 1 ? ", cohort"
              : bench_cohort == 0 ? ", no cohort" : "");
-    row("s5", fig, fmtd(b1, sizeof b1, acq, 0), "acq/s",
-        fmtd(b2, sizeof b2, target, 0), v_hi(b3, sizeof b3, acq, target));
+    row_hi("s5", fig, acq, 0, "acq/s", target);
     row("s5", "lost updates / overlaps", fmtd(b1, sizeof b1, (double)lost, 0),
         "", "0", lost == 0 && atomic_load(&sh->s5.overlaps) == 0 ? "ok"
         : "MISS");
@@ -2415,24 +2426,23 @@ static void scenario_s4(void)
         fmtd(b1, sizeof b1, sh->s4.init_s * 1e6 / n, 2), "us", NULL, NULL);
     row("s4", "dist_mutex_lock, per call",
         fmtd(b1, sizeof b1, sh->s4.lock_s * 1e6 / n, 1), "us", NULL, NULL);
-    row("s4", "smallest PTTL during hold",
-        fmtd(b1, sizeof b1, (double)sh->s4.min_seen_ms, 0), "ms", NULL, NULL);
+    row_fig("s4", "smallest PTTL during hold",
+           (double)sh->s4.min_seen_ms, 0, "ms");
     snprintf(b1, sizeof b1, "%lld/%lld", sh->s4.late, sh->s4.samples);
     row("s4", "PTTLs under half the lease", b1, "reads", "0",
         sh->s4.late == 0 ? "ok" : "MISS");
     snprintf(b1, sizeof b1, "%llu/%llu", sh->s4.renew_failed, sh->s4.lost);
     row("s4", "renewals failed / holds lost", b1, "", "0/0",
         sh->s4.renew_failed == 0 && sh->s4.lost == 0 ? "ok" : "MISS");
-    row("s4", "smallest PTTL after hold",
-        fmtd(b1, sizeof b1, (double)sh->s4.min_pttl_ms, 0), "ms", NULL, NULL);
+    row_fig("s4", "smallest PTTL after hold",
+           (double)sh->s4.min_pttl_ms, 0, "ms");
     snprintf(b1, sizeof b1, "%d/%d", sh->s4.unlocked, n);
     row("s4", "unlocks returning 0", b1, "locks", b2,
         sh->s4.unlocked == n ? "ok" : "MISS");
     snprintf(b2, sizeof b2, "<= %.0f", tgt);
     row("s4", "renewal script calls", fmtd(b1, sizeof b1, per_s, 2), "calls/s",
         b2, v_lo(b3, sizeof b3, per_s, tgt * 1.01, 0));
-    row("s4", "resident memory per lock made",
-        fmtd(b1, sizeof b1, rss_init, 0), "bytes", NULL, NULL);
+    row_fig("s4", "resident memory per lock made", rss_init, 0, "bytes");
     row("s4", "resident memory per held lock",
         fmtd(b1, sizeof b1, rss_per_lock, 0), "bytes", "<= 500",
         v_lo(b3, sizeof b3, rss_per_lock, 500, 0));
@@ -2618,19 +2628,15 @@ static void scenario_rw(redisContext *c)
 
     row("rw", "ops, 4 procs, 90% reads", fmtd(b1, sizeof b1, ops, 0), "ops/s",
         NULL, NULL);
-    row("rw", "reads", fmtd(b1, sizeof b1, (double)reads / secs, 0), "ops/s",
-        NULL, NULL);
-    row("rw", "writes", fmtd(b1, sizeof b1, (double)writes / secs, 0), "ops/s",
-        NULL, NULL);
-    row("rw", "read share", fmtd(b1, sizeof b1, rfrac, 3), "frac", NULL, NULL);
+    row_fig("rw", "reads", (double)reads / secs, 0, "ops/s");
+    row_fig("rw", "writes", (double)writes / secs, 0, "ops/s");
+    row_fig("rw", "read share", rfrac, 3, "frac");
     row("rw", "lost updates", fmtd(b1, sizeof b1, (double)lost, 0), "", "0",
         lost == 0 ? "ok" : "MISS");
     row("rw", "torn reads", fmtd(b1, sizeof b1, (double)torn, 0), "", "0",
         torn == 0 ? "ok" : "MISS");
-    row("rw", "longest wait in rdlock()", fmtd(b1, sizeof b1, maxr_ms, 2), "ms",
-        NULL, NULL);
-    row("rw", "longest wait in wrlock()", fmtd(b1, sizeof b1, maxw_ms, 2), "ms",
-        NULL, NULL);
+    row_fig("rw", "longest wait in rdlock()", maxr_ms, 2, "ms");
+    row_fig("rw", "longest wait in wrlock()", maxw_ms, 2, "ms");
 
     jstart(&j, "rw");
     jint(&j, "procs", P.rw_procs);
@@ -2716,7 +2722,6 @@ static void scenario_cv(redisContext *c)
     long long c0, c1;
     double p50, p99, mx, secs, per;
     uint64_t t0;
-    char b1[32];
     struct jobj j;
     int i, n = 0;
 
@@ -2751,16 +2756,11 @@ static void scenario_cv(redisContext *c)
     per = c1 >= c0 ? (double)(c1 - c0) / (2.0 * P.cv_rounds) : -1;
     csv_cdf("cv", "handoff_ms_cdf", lat, (size_t)n);
 
-    row("cv", "hand-offs (2 procs)", fmtd(b1, sizeof b1,
-        2.0 * P.cv_rounds / secs, 0), "/s", NULL, NULL);
-    row("cv", "hand-off latency p50", fmtd(b1, sizeof b1, p50, 3), "ms",
-        NULL, NULL);
-    row("cv", "hand-off latency p99", fmtd(b1, sizeof b1, p99, 3), "ms",
-        NULL, NULL);
-    row("cv", "hand-off latency max", fmtd(b1, sizeof b1, mx, 3), "ms",
-        NULL, NULL);
-    row("cv", "scripts per hand-off", fmtd(b1, sizeof b1, per, 2), "calls",
-        NULL, NULL);
+    row_fig("cv", "hand-offs (2 procs)", 2.0 * P.cv_rounds / secs, 0, "/s");
+    row_fig("cv", "hand-off latency p50", p50, 3, "ms");
+    row_fig("cv", "hand-off latency p99", p99, 3, "ms");
+    row_fig("cv", "hand-off latency max", mx, 3, "ms");
+    row_fig("cv", "scripts per hand-off", per, 2, "calls");
     jstart(&j, "cv");
     jint(&j, "rounds", P.cv_rounds);
     jnum(&j, "handoffs_per_s", 2.0 * P.cv_rounds / secs);
