@@ -453,6 +453,20 @@ static void *cancel_locker(void *arg)
     return NULL;
 }
 
+/* Nothing of the library was left taken by a cancel: m locks and
+ * unlocks, and the library shuts down at once (then m goes). */
+static void works_on_then_shuts_down(dist_mutex_t *m)
+{
+    double t;
+
+    assert_int_equal(dist_mutex_lock(m), 0);
+    assert_int_equal(dist_mutex_unlock(m), 0);
+    t = tu_now();
+    dist_shutdown();
+    assert_dbl_range(tu_now() - t, 0.0, slack(1.0));
+    assert_int_equal(dist_mutex_destroy(m), 0);
+}
+
 /* pthread_mutex_lock is not a cancellation point, nor is dist_mutex_lock:
  * a request made while the thread waits (reading the pub/sub connection
  * itself, lent to it) acts only at the thread's next cancellation point,
@@ -488,12 +502,7 @@ static void test_lock_is_not_a_cancellation_point(void **state)
     assert_dbl_range(tu_now() - t, 0.0, slack(2.0));
     assert_int_equal(tu_cmd_int(&r, "EXISTS", h.name, NULL), 0);
     /* nothing of the library was left taken by the cancel */
-    assert_int_equal(dist_mutex_lock(&h.m), 0);
-    assert_int_equal(dist_mutex_unlock(&h.m), 0);
-    t = tu_now();
-    dist_shutdown();
-    assert_dbl_range(tu_now() - t, 0.0, slack(1.0));
-    assert_int_equal(dist_mutex_destroy(&h.m), 0);
+    works_on_then_shuts_down(&h.m);
 }
 
 static void unlock_cleanup(void *arg)
@@ -674,6 +683,29 @@ static void cnames_for(struct cnames *n, const char *test)
     snprintf(n->chan, sizeof n->chan, "distlock_cond:%s", n->c);
 }
 
+/* A test's mutex and condition, and the waiters it starts on them. */
+struct scene {
+    struct cnames n;
+    dist_mutex_t m;
+    dist_cond_t cv;
+    struct cwaiter w[2];
+    pthread_t th[2];
+};
+
+static void scene_open(struct scene *s, const char *test)
+{
+    cnames_for(&s->n, test);
+    assert_int_equal(dist_mutex_init(&s->m, s->n.m, NULL), 0);
+    assert_int_equal(dist_cond_init(&s->cv, s->n.c, NULL), 0);
+}
+
+/* Waiter i (the second one's wait timed) started, and in the queue. */
+static void scene_waiter(struct scene *s, int i)
+{
+    cwaiter_start(&s->w[i], &s->th[i], &s->m, &s->cv, i);
+    assert_true(await_zcard(s->n.waiters, i + 1, slack(5.0)));
+}
+
 /* Whether the lone waiter on chan reads the lent connection itself: a
  * message that finds no mark (the waiter looks, then sleeps again, now
  * borrowing the connection if it slept on the channel) is read by it
@@ -702,49 +734,36 @@ static int reads_itself(const char *chan)
  * itself and is cancelled there: each kind of sleep is cancelled. */
 static void test_cond_wait_cancelled_while_asleep(void **state)
 {
-    struct cnames n;
-    struct cwaiter a, b;
-    pthread_t ta, tb;
-    dist_mutex_t m;
-    dist_cond_t cv;
+    struct scene s;
     double t;
 
     (void)state;
     SKIP_UNDER_ASAN();
     SKIP_UNDER_TSAN();
-    cnames_for(&n, __func__);
-    assert_int_equal(dist_mutex_init(&m, n.m, NULL), 0);
-    assert_int_equal(dist_cond_init(&cv, n.c, NULL), 0);
-    cwaiter_start(&a, &ta, &m, &cv, 0);
-    assert_true(await_zcard(n.waiters, 1, slack(5.0)));
-    cwaiter_start(&b, &tb, &m, &cv, 1);
-    assert_true(await_zcard(n.waiters, 2, slack(5.0)));
-    assert_int_equal(await_numsub(n.chan, 1, slack(5.0)), 1);
+    scene_open(&s, __func__);
+    scene_waiter(&s, 0);
+    scene_waiter(&s, 1);
+    assert_int_equal(await_numsub(s.n.chan, 1, slack(5.0)), 1);
     tu_sleep_ms(300);                          /* both asleep by now */
 
     t = tu_now();
-    cancel_and_join(tb, &b);
+    cancel_and_join(s.th[1], &s.w[1]);
     assert_dbl_range(tu_now() - t, 0.0, slack(2.0));
-    assert_int_equal(tu_cmd_int(&r, "ZCARD", n.waiters, NULL), 1);
-    assert_int_equal(tu_cmd_int(&r, "LLEN", n.queue, NULL), 1);
-    assert_true(reads_itself(n.chan));
+    assert_int_equal(tu_cmd_int(&r, "ZCARD", s.n.waiters, NULL), 1);
+    assert_int_equal(tu_cmd_int(&r, "LLEN", s.n.queue, NULL), 1);
+    assert_true(reads_itself(s.n.chan));
     t = tu_now();
-    cancel_and_join(ta, &a);
+    cancel_and_join(s.th[0], &s.w[0]);
     assert_dbl_range(tu_now() - t, 0.0, slack(2.0));
 
-    assert_int_equal(tu_cmd_int(&r, "EXISTS", n.m, NULL), 0);
-    assert_int_equal(tu_cmd_int(&r, "EXISTS", n.waiters, NULL), 0);
-    assert_int_equal(tu_cmd_int(&r, "EXISTS", n.queue, NULL), 0);
-    assert_int_equal(tu_cmd_int(&r, "EXISTS", n.signalled, NULL), 0);
-    assert_int_equal(await_numsub(n.chan, 0, slack(5.0)), 0);
-    assert_int_equal(dist_cond_destroy(&cv), 0);
+    assert_int_equal(tu_cmd_int(&r, "EXISTS", s.n.m, NULL), 0);
+    assert_int_equal(tu_cmd_int(&r, "EXISTS", s.n.waiters, NULL), 0);
+    assert_int_equal(tu_cmd_int(&r, "EXISTS", s.n.queue, NULL), 0);
+    assert_int_equal(tu_cmd_int(&r, "EXISTS", s.n.signalled, NULL), 0);
+    assert_int_equal(await_numsub(s.n.chan, 0, slack(5.0)), 0);
+    assert_int_equal(dist_cond_destroy(&s.cv), 0);
     /* the library works on */
-    assert_int_equal(dist_mutex_lock(&m), 0);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
-    t = tu_now();
-    dist_shutdown();
-    assert_dbl_range(tu_now() - t, 0.0, slack(1.0));
-    assert_int_equal(dist_mutex_destroy(&m), 0);
+    works_on_then_shuts_down(&s.m);
 }
 
 /* POSIX: a thread cancelled in a condition wait consumes no signal that
@@ -755,11 +774,7 @@ static void test_cond_wait_cancelled_while_asleep(void **state)
  * wakes at once, long before its next look or its deadline. */
 static void test_cancelled_wait_passes_its_signal_on(void **state)
 {
-    struct cnames n;
-    struct cwaiter a, b;
-    pthread_t ta, tb;
-    dist_mutex_t m;
-    dist_cond_t cv;
+    struct scene s;
     redisReply *x;
     char owner[128];
     double t;
@@ -768,33 +783,29 @@ static void test_cancelled_wait_passes_its_signal_on(void **state)
     SKIP_UNDER_ASAN();
     fx_dirty = 1;
     assert_int_equal(dist_set_waiter_ms(30000), 0);
-    cnames_for(&n, __func__);
-    assert_int_equal(dist_mutex_init(&m, n.m, NULL), 0);
-    assert_int_equal(dist_cond_init(&cv, n.c, NULL), 0);
-    cwaiter_start(&a, &ta, &m, &cv, 0);
-    assert_true(await_zcard(n.waiters, 1, slack(5.0)));
-    cwaiter_start(&b, &tb, &m, &cv, 1);
-    assert_true(await_zcard(n.waiters, 2, slack(5.0)));
+    scene_open(&s, __func__);
+    scene_waiter(&s, 0);
+    scene_waiter(&s, 1);
     tu_sleep_ms(300);
 
-    x = tu_cmd(&r, "LPOP", n.queue, NULL);     /* the oldest: a */
+    x = tu_cmd(&r, "LPOP", s.n.queue, NULL);     /* the oldest: a */
     assert_non_null(x);
     assert_int_equal(x->type, REDIS_REPLY_STRING);
     snprintf(owner, sizeof owner, "%s", x->str);
     freeReplyObject(x);
-    assert_int_equal(tu_cmd_int(&r, "SADD", n.signalled, owner, NULL), 1);
+    assert_int_equal(tu_cmd_int(&r, "SADD", s.n.signalled, owner, NULL), 1);
     t = tu_now();
-    cancel_and_join(ta, &a);
-    assert_true(pthread_join(tb, NULL) == 0);
-    assert_int_equal(b.c.rc, 0);
-    assert_int_equal(b.c.unlock_rc, 0);
-    assert_dbl_range(b.woke - t, 0.0, slack(5.0));
+    cancel_and_join(s.th[0], &s.w[0]);
+    assert_true(pthread_join(s.th[1], NULL) == 0);
+    assert_int_equal(s.w[1].c.rc, 0);
+    assert_int_equal(s.w[1].c.unlock_rc, 0);
+    assert_dbl_range(s.w[1].woke - t, 0.0, slack(5.0));
 
-    assert_int_equal(tu_cmd_int(&r, "EXISTS", n.m, NULL), 0);
-    assert_int_equal(tu_cmd_int(&r, "EXISTS", n.waiters, NULL), 0);
-    assert_int_equal(tu_cmd_int(&r, "EXISTS", n.signalled, NULL), 0);
-    assert_int_equal(dist_cond_destroy(&cv), 0);
-    assert_int_equal(dist_mutex_destroy(&m), 0);
+    assert_int_equal(tu_cmd_int(&r, "EXISTS", s.n.m, NULL), 0);
+    assert_int_equal(tu_cmd_int(&r, "EXISTS", s.n.waiters, NULL), 0);
+    assert_int_equal(tu_cmd_int(&r, "EXISTS", s.n.signalled, NULL), 0);
+    assert_int_equal(dist_cond_destroy(&s.cv), 0);
+    assert_int_equal(dist_mutex_destroy(&s.m), 0);
     fx_restore_defaults(NULL);
 }
 
@@ -823,50 +834,42 @@ static void signal_five_times(pthread_t th)
 static void test_cond_wait_sleeps_on_after_a_signal(void **state)
 {
     struct sigaction sa, old;
-    struct cnames n;
-    struct cwaiter a, b;
-    pthread_t ta, tb;
-    dist_mutex_t m;
-    dist_cond_t cv;
+    struct scene s;
 
     (void)state;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_usr1;          /* no SA_RESTART */
     sigemptyset(&sa.sa_mask);
     assert_int_equal(sigaction(SIGUSR1, &sa, &old), 0);
-    cnames_for(&n, __func__);
-    assert_int_equal(dist_mutex_init(&m, n.m, NULL), 0);
-    assert_int_equal(dist_cond_init(&cv, n.c, NULL), 0);
-    cwaiter_start(&a, &ta, &m, &cv, 0);
-    assert_true(await_zcard(n.waiters, 1, slack(5.0)));
-    assert_int_equal(await_numsub(n.chan, 1, slack(5.0)), 1);
-    assert_true(reads_itself(n.chan));
-    signal_five_times(ta);
+    scene_open(&s, __func__);
+    scene_waiter(&s, 0);
+    assert_int_equal(await_numsub(s.n.chan, 1, slack(5.0)), 1);
+    assert_true(reads_itself(s.n.chan));
+    signal_five_times(s.th[0]);
     tu_sleep_ms(300);
-    assert_int_equal(atomic_load(&a.c.returned), 0);
+    assert_int_equal(atomic_load(&s.w[0].c.returned), 0);
 
-    cwaiter_start(&b, &tb, &m, &cv, 1);
-    assert_true(await_zcard(n.waiters, 2, slack(5.0)));
+    scene_waiter(&s, 1);
     tu_sleep_ms(300);                          /* both asleep by now */
-    signal_five_times(ta);
-    signal_five_times(tb);
+    signal_five_times(s.th[0]);
+    signal_five_times(s.th[1]);
     tu_sleep_ms(300);
-    assert_int_equal(atomic_load(&a.c.returned), 0);
-    assert_int_equal(atomic_load(&b.c.returned), 0);
-    assert_int_equal(tu_cmd_int(&r, "ZCARD", n.waiters, NULL), 2);
+    assert_int_equal(atomic_load(&s.w[0].c.returned), 0);
+    assert_int_equal(atomic_load(&s.w[1].c.returned), 0);
+    assert_int_equal(tu_cmd_int(&r, "ZCARD", s.n.waiters, NULL), 2);
 
-    assert_int_equal(dist_mutex_lock(&m), 0);
-    assert_int_equal(dist_cond_broadcast(&cv), 0);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
-    assert_int_equal(pthread_join(ta, NULL), 0);
-    assert_int_equal(pthread_join(tb, NULL), 0);
-    assert_int_equal(a.c.rc, 0);
-    assert_int_equal(b.c.rc, 0);
-    assert_int_equal(a.c.unlock_rc, 0);
-    assert_int_equal(b.c.unlock_rc, 0);
+    assert_int_equal(dist_mutex_lock(&s.m), 0);
+    assert_int_equal(dist_cond_broadcast(&s.cv), 0);
+    assert_int_equal(dist_mutex_unlock(&s.m), 0);
+    assert_int_equal(pthread_join(s.th[0], NULL), 0);
+    assert_int_equal(pthread_join(s.th[1], NULL), 0);
+    assert_int_equal(s.w[0].c.rc, 0);
+    assert_int_equal(s.w[1].c.rc, 0);
+    assert_int_equal(s.w[0].c.unlock_rc, 0);
+    assert_int_equal(s.w[1].c.unlock_rc, 0);
     assert_int_equal(sigaction(SIGUSR1, &old, NULL), 0);
-    assert_int_equal(dist_cond_destroy(&cv), 0);
-    assert_int_equal(dist_mutex_destroy(&m), 0);
+    assert_int_equal(dist_cond_destroy(&s.cv), 0);
+    assert_int_equal(dist_mutex_destroy(&s.m), 0);
 }
 
 int main(void)
