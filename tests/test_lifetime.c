@@ -309,27 +309,15 @@ static void ends_by_itself(const char *what, const char *tag, int *st)
 #endif
 
 /* lock, unlock, pthread_exit: the process ends as without the library,
- * with status 0 */
+ * with status 0.  The case ("plain", or "held": with a hold kept and a
+ * condition's channel subscribed, both of the library's threads run when
+ * main goes) is the test's state. */
 static void test_pthread_exit_ends_process(void **state)
 {
     int st;
 
-    (void)state;
     SKIP_UNDER_TSAN();
-    ends_by_itself("plain", "m", &st);
-    if (!child_exit_ok(st, 0))
-        fail_msg("status %#x, not exit 0", st);
-}
-
-/* the same with a hold kept and a condition's channel subscribed: both of
- * the library's threads run when main goes */
-static void test_pthread_exit_with_hold_ends_process(void **state)
-{
-    int st;
-
-    (void)state;
-    SKIP_UNDER_TSAN();
-    ends_by_itself("held", "m", &st);
+    ends_by_itself(*state, "m", &st);
     if (!child_exit_ok(st, 0))
         fail_msg("status %#x, not exit 0", st);
 }
@@ -410,8 +398,10 @@ static void test_renewed_while_a_thread_lives(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_pthread_exit_ends_process),
-        cmocka_unit_test(test_pthread_exit_with_hold_ends_process),
+        { "test_pthread_exit_ends_process", test_pthread_exit_ends_process,
+          NULL, NULL, "plain" },
+        { "test_pthread_exit_with_hold_ends_process",
+          test_pthread_exit_ends_process, NULL, NULL, "held" },
         cmocka_unit_test(test_sigterm_after_pthread_exit),
         cmocka_unit_test(test_pending_sigterm_ends_process),
         cmocka_unit_test(test_renewed_while_a_thread_lives),
