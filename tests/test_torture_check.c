@@ -96,6 +96,124 @@ static struct tc_result run(struct tc_history *h)
     return res;
 }
 
+/* ---- one history, one check ------------------------------------------------------ */
+
+/* A section as sect() makes it. */
+struct sect_spec {
+    uint32_t proc;
+    uint16_t lock;
+    int mode;
+    uint64_t a, b, token;
+};
+
+/* A figure of the result that a case expects: its name, where it is. */
+struct verdict {
+    const char *what;
+    size_t off;
+    unsigned long want;
+};
+#define VIOL(k, n) { #k, offsetof(struct tc_result, violations[k]), n }
+#define FIG(f, n)  { #f, offsetof(struct tc_result, f), n }
+
+/* Up to three sections, the counters at the end, what is changed in the
+ * records after sect() (may be NULL), and the figures expected. */
+struct one_check {
+    struct sect_spec s[3];
+    size_t n;
+    long long counter[2];
+    void (*change)(struct tc_rec *rec);
+    struct verdict v[3];
+};
+
+static void test_one_check(void **state)
+{
+    const struct one_check *c = *state;
+    struct tc_rec rec[3];
+    struct tc_history h;
+    struct tc_result res;
+
+    for (size_t i = 0; i < c->n; i++)
+        rec[i] = sect(c->s[i].proc, c->s[i].lock, c->s[i].mode, c->s[i].a,
+                      c->s[i].b, c->s[i].token);
+    h = hist(rec, c->n);
+    h.counter[0] = c->counter[0];
+    h.counter[1] = c->counter[1];
+    if (c->change)
+        c->change(rec);
+    res = run(&h);
+    for (size_t i = 0; i < 3 && c->v[i].what; i++) {
+        unsigned long got = *(const unsigned long *)((const char *)&res
+                                                     + c->v[i].off);
+        if (got != c->v[i].want)
+            fail_msg("%s = %lu, expected %lu", c->v[i].what, got,
+                     c->v[i].want);
+    }
+}
+
+/* Two mutex holds at once. */
+static struct one_check overlap = {
+    { { 1, 0, TC_EXCL, 0, 10, 1 }, { 2, 0, TC_EXCL, 9, 20, 2 } }, 2, { 2, 0 },
+    NULL, { VIOL(TC_V_OVERLAP, 1) }
+};
+
+/* EPERM from unlock with no lost-handler call: a silent loss. */
+static void unlock_eperm(struct tc_rec *rec)
+{
+    rec[0].unlock_rc = EPERM;
+}
+
+static struct one_check silent_loss = {
+    { { 1, 0, TC_EXCL, 0, 10, 1 } }, 1, { 1, 0 }, unlock_eperm,
+    { VIOL(TC_V_SILENT_LOSS, 1) }
+};
+
+/* A writer inside while a reader is. */
+static struct one_check rw_overlap = {
+    { { 1, 1, TC_READ, 0, 10, 0 }, { 2, 1, TC_WRITE, 5, 20, 4 } }, 2, { 0, 1 },
+    NULL, { VIOL(TC_V_RW_OVERLAP, 1), FIG(total, 1) }
+};
+
+/* A token lower than the hold's before: the fence refuses its holder,
+ * who was never told of a loss (a legitimate holder refused). */
+static void refused_at_read(struct tc_rec *rec)
+{
+    rec[1].flags = TC_F_STALE;
+}
+
+static struct one_check token_backwards = {
+    { { 1, 0, TC_EXCL, 0, 10, 5 }, { 2, 0, TC_EXCL, 11, 20, 4 },
+      { 1, 0, TC_EXCL, 21, 30, 6 } }, 3, { 2, 0 }, refused_at_read,
+    { VIOL(TC_V_TOKEN, 1), FIG(total, 1), FIG(legit_refused, 1) }
+};
+
+/* Two holds with one token get through the fence together: the second
+ * write replaced a value its read had not returned (SET ... GET said so).
+ * The counter matches the writes it saw, but the update is lost: the
+ * overlap (neither lost) and the lost update.  The equal tokens are not a
+ * stale write: the fence lets an equal token through. */
+static void clobbered(struct tc_rec *rec)
+{
+    rec[0].rval = rec[1].rval = 0;
+    rec[1].flags |= TC_F_CLOBBER;
+}
+
+static struct one_check clobber = {
+    { { 1, 0, TC_EXCL, 0, 10, 4 }, { 2, 0, TC_EXCL, 5, 20, 4 } }, 2, { 1, 0 },
+    clobbered, { VIOL(TC_V_COUNTER, 2), VIOL(TC_V_STALE_WRITE, 0) }
+};
+
+/* The fence answered an error other than STALE (its library missing, a
+ * fence of the wrong type): an undocumented result. */
+static void fence_failed(struct tc_rec *rec)
+{
+    rec[0].flags = TC_F_FENCE_ERR;
+}
+
+static struct one_check fence_error = {
+    { { 1, 0, TC_EXCL, 0, 10, 1 } }, 1, { 0, 0 }, fence_failed,
+    { VIOL(TC_V_ERRNO, 1) }
+};
+
 /* Mutex sections one after the other, readers sharing, a writer alone:
  * no violation, and the counters match. */
 static void test_clean(void **state)
@@ -115,18 +233,6 @@ static void test_clean(void **state)
     res = run(&h);
     assert_int_equal(res.total, 0);
     assert_int_equal(res.sections, 7);
-}
-
-static void test_overlap(void **state)
-{
-    struct tc_rec rec[] = {
-        sect(1, 0, TC_EXCL, 0, 10, 1), sect(2, 0, TC_EXCL, 9, 20, 2),
-    };
-    struct tc_history h = hist(rec, 2);
-
-    (void)state;
-    h.counter[0] = 2;
-    assert_int_equal(run(&h).violations[TC_V_OVERLAP], 1);
 }
 
 /* The same overlap, but the first hold was lost and its process was told:
@@ -206,18 +312,6 @@ static void test_told_late(void **state)
     assert_int_equal(res.told_late + res.told_late_own, 0);
 }
 
-/* EPERM from unlock with no lost-handler call: a silent loss. */
-static void test_silent_loss(void **state)
-{
-    struct tc_rec rec[] = { sect(1, 0, TC_EXCL, 0, 10, 1) };
-    struct tc_history h = hist(rec, 1);
-
-    (void)state;
-    rec[0].unlock_rc = EPERM;
-    h.counter[0] = 1;
-    assert_int_equal(run(&h).violations[TC_V_SILENT_LOSS], 1);
-}
-
 /* A hold declared lost while its acquire's answer was on its way (the
  * answer came after the hold's safe-until: self-fencing told the holder
  * then): its unlock's EPERM is no silent loss; a report before the call
@@ -237,41 +331,6 @@ static void test_lost_during_acquire(void **state)
     assert_int_equal(run(&h).violations[TC_V_SILENT_LOSS], 0);
     lost.ns = rec[0].call_ns - MS;
     assert_int_equal(run(&h).violations[TC_V_SILENT_LOSS], 1);
-}
-
-static void test_rw_overlap(void **state)
-{
-    struct tc_rec rec[] = {
-        sect(1, 1, TC_READ, 0, 10, 0), sect(2, 1, TC_WRITE, 5, 20, 4),
-    };
-    struct tc_history h = hist(rec, 2);
-    struct tc_result res;
-
-    (void)state;
-    h.counter[1] = 1;
-    res = run(&h);
-    assert_int_equal(res.violations[TC_V_RW_OVERLAP], 1);
-    assert_int_equal(res.total, 1);
-}
-
-/* A token lower than the hold's before: the fence refuses its holder,
- * who was never told of a loss (a legitimate holder refused). */
-static void test_token_backwards(void **state)
-{
-    struct tc_rec rec[] = {
-        sect(1, 0, TC_EXCL, 0, 10, 5), sect(2, 0, TC_EXCL, 11, 20, 4),
-        sect(1, 0, TC_EXCL, 21, 30, 6),
-    };
-    struct tc_history h = hist(rec, 3);
-    struct tc_result res;
-
-    (void)state;
-    rec[1].flags = TC_F_STALE;   /* refused at its read */
-    h.counter[0] = 2;
-    res = run(&h);
-    assert_int_equal(res.violations[TC_V_TOKEN], 1);
-    assert_int_equal(res.total, 1);
-    assert_int_equal(res.legit_refused, 1);
 }
 
 /* Three accepted writes, the counter says two: an update was lost. */
@@ -679,51 +738,18 @@ static void test_refusals(void **state)
     assert_int_equal(res.total, 0);
 }
 
-/* Two holds with one token get through the fence together: the second
- * write replaced a value its read had not returned (SET ... GET said so).
- * The counter matches the writes it saw, but the update is lost. */
-static void test_clobber(void **state)
-{
-    struct tc_rec rec[] = {
-        sect(1, 0, TC_EXCL, 0, 10, 4), sect(2, 0, TC_EXCL, 5, 20, 4),
-    };
-    struct tc_history h = hist(rec, 2);
-    struct tc_result res;
-
-    (void)state;
-    rec[0].rval = rec[1].rval = 0;
-    rec[1].flags |= TC_F_CLOBBER;
-    h.counter[0] = 1;
-    res = run(&h);
-    /* the overlap (neither lost) and the lost update; the equal tokens
-     * are not a stale write: the fence lets an equal token through */
-    assert_int_equal(res.violations[TC_V_COUNTER], 2);
-    assert_int_equal(res.violations[TC_V_STALE_WRITE], 0);
-}
-
-/* The fence answered an error other than STALE (its library missing, a
- * fence of the wrong type): an undocumented result. */
-static void test_fence_error(void **state)
-{
-    struct tc_rec rec[] = { sect(1, 0, TC_EXCL, 0, 10, 1) };
-    struct tc_history h = hist(rec, 1);
-
-    (void)state;
-    rec[0].flags = TC_F_FENCE_ERR;
-    assert_int_equal(run(&h).violations[TC_V_ERRNO], 1);
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+#define ONE(c) { "test_" #c, test_one_check, NULL, NULL, &c }
         cmocka_unit_test(test_clean),
-        cmocka_unit_test(test_overlap),
+        ONE(overlap),
         cmocka_unit_test(test_documented_loss),
         cmocka_unit_test(test_told_late),
-        cmocka_unit_test(test_silent_loss),
+        ONE(silent_loss),
         cmocka_unit_test(test_lost_during_acquire),
-        cmocka_unit_test(test_rw_overlap),
-        cmocka_unit_test(test_token_backwards),
+        ONE(rw_overlap),
+        ONE(token_backwards),
         cmocka_unit_test(test_lost_update),
         cmocka_unit_test(test_hang),
         cmocka_unit_test(test_calls),
@@ -736,8 +762,8 @@ int main(void)
         cmocka_unit_test(test_stale_write_accepted),
         cmocka_unit_test(test_fence_same_value),
         cmocka_unit_test(test_refusals),
-        cmocka_unit_test(test_clobber),
-        cmocka_unit_test(test_fence_error),
+        ONE(clobber),
+        ONE(fence_error),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
