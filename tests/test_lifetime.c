@@ -322,49 +322,32 @@ static void test_pthread_exit_ends_process(void **state)
         fail_msg("status %#x, not exit 0", st);
 }
 
-/* A SIGTERM for the process while main is gone and a thread of the
- * program sleeps: it ends the process. */
-static void test_sigterm_after_pthread_exit(void **state)
+/* A SIGTERM for the process while main is gone ends it.  The case is the
+ * test's state: "sleeper", a thread of the program sleeps; "pending",
+ * every thread blocks it: the program's last thread then ends.  The
+ * library's threads, the last left, let through what the thread that
+ * started them did (SIGTERM, open in main when it locked): the signal
+ * ends the process rather than staying pending for ever. */
+static void test_sigterm_ends_process(void **state)
 {
+    const char *what = *state;
     char name[256];
     struct run c;
     double t0;
 
-    (void)state;
     SKIP_UNDER_TSAN();
-    test_lock_name(name, sizeof name, "test_lifetime", __func__, "m");
-    run_start(&c, "sleeper", name, "30000");
+    test_lock_name(name, sizeof name, "test_lifetime", __func__, what);
+    run_start(&c, what, name, "30000");
     wait_main_gone(&c);
     t0 = tu_now();
     kill(c.pid, SIGTERM);
-    if (run_wait(&c, t0) != 0)
-        fail_msg("the process was still there %.0f s after SIGTERM (killed)",
-                 BOUND_S);
-    if (!WIFSIGNALED(c.status) || WTERMSIG(c.status) != SIGTERM)
-        fail_msg("status %#x, not the end by SIGTERM", c.status);
-}
-
-/* A SIGTERM sent while every thread blocks it: the program's last thread
- * then ends.  The library's threads, the last left, let through what the
- * thread that started them did (SIGTERM, open in main when it locked):
- * the signal ends the process rather than staying pending for ever. */
-static void test_pending_sigterm_ends_process(void **state)
-{
-    char name[256];
-    struct run c;
-    double t0;
-
-    (void)state;
-    SKIP_UNDER_TSAN();
-    test_lock_name(name, sizeof name, "test_lifetime", __func__, "m");
-    run_start(&c, "pending", name, "30000");
-    wait_main_gone(&c);
-    kill(c.pid, SIGTERM);
-    tu_sleep_ms(100);
-    if (waitpid(c.pid, &c.status, WNOHANG) != 0)
-        fail_msg("status %#x: the process ended while a thread of it was "
-                 "still there", c.status);
-    t0 = tu_now();              /* run_wait closes the reader's stdin */
+    if (strcmp(what, "pending") == 0) {
+        tu_sleep_ms(100);
+        if (waitpid(c.pid, &c.status, WNOHANG) != 0)
+            fail_msg("status %#x: the process ended while a thread of it "
+                     "was still there", c.status);
+        t0 = tu_now();          /* run_wait closes the reader's stdin */
+    }
     if (run_wait(&c, t0) != 0)
         fail_msg("the process was still there %.0f s after SIGTERM (killed)",
                  BOUND_S);
@@ -402,8 +385,10 @@ int main(void)
           NULL, NULL, "plain" },
         { "test_pthread_exit_with_hold_ends_process",
           test_pthread_exit_ends_process, NULL, NULL, "held" },
-        cmocka_unit_test(test_sigterm_after_pthread_exit),
-        cmocka_unit_test(test_pending_sigterm_ends_process),
+        { "test_sigterm_after_pthread_exit", test_sigterm_ends_process, NULL,
+          NULL, "sleeper" },
+        { "test_pending_sigterm_ends_process", test_sigterm_ends_process,
+          NULL, NULL, "pending" },
         cmocka_unit_test(test_renewed_while_a_thread_lives),
     };
     const char *what = getenv("TEST_LIFETIME_CASE");
