@@ -470,11 +470,18 @@ struct trip {
     unsigned long timeout_ms;
 };
 
-static void trip_init(struct trip *tr, const struct tconn *t)
+/* A trip begun through the calling thread's connections: they, or NULL
+ * when it has none (DIST__ENOCONN for the caller). */
+static struct tconn *trip_begin(struct trip *tr)
 {
-    memset(tr, 0, sizeof *tr);
-    tr->backoff = 10;
-    tr->timeout_ms = t->cfg.timeout_ms;
+    struct tconn *t = thread_conns();
+
+    if (t) {
+        memset(tr, 0, sizeof *tr);
+        tr->backoff = 10;
+        tr->timeout_ms = t->cfg.timeout_ms;
+    }
+    return t;
 }
 
 /* Where the next try goes: the ASK target, or where the map says.  0, or
@@ -735,16 +742,15 @@ int dist__route_eval(int script, int nkeys, const struct dist__buf *kv,
                      int nkv, redisReply **out, struct dist__link **on)
 {
     const struct dist__script *s = &dist__scripts[script];
-    struct tconn *t = thread_conns();
     struct dist__link *l;
     struct trip tr;
+    struct tconn *t = trip_begin(&tr);
     int rc;
 
     *out = NULL;
     *on = NULL;
     if (!t)
         return DIST__ENOCONN;
-    trip_init(&tr, t);
     for (;;) {
         if ((rc = trip_target(t, &tr, nkeys > 0 ? &kv[0] : NULL, &l)) != 0)
             return rc;
@@ -770,16 +776,15 @@ int dist__route_defer(int script, int nkeys, const struct dist__buf *kv,
                       struct dist__link **on)
 {
     const struct dist__script *s = &dist__scripts[script];
-    struct tconn *t = thread_conns();
     struct dist__link *l;
     struct trip tr;
+    struct tconn *t = trip_begin(&tr);
     int rc;
 
     *on = NULL;
     if (!t)
         return DIST__ENOCONN;
     pthread_once(&exit_once, exit_init);
-    trip_init(&tr, t);
     if ((rc = trip_target(t, &tr, nkeys > 0 ? &kv[0] : NULL, &l)) != 0)
         return rc;
     rc = dist__link_eval_defer(l, s, nkeys, kv, nkv, fn, arg);
@@ -913,12 +918,12 @@ static int route_cmds(const struct dist__buf *key, int n,
                       const struct dist__cmd *cmds, redisReply **out,
                       struct dist__link **on, char **first)
 {
-    struct tconn *t = thread_conns();
+    struct trip tr;
+    struct tconn *t = trip_begin(&tr);
     struct dist__link *l;
     const redisReply *r;
     uint64_t lost_until = 0;
     char why[400];
-    struct trip tr;
     int rc;
 
     memset(out, 0, sizeof *out * (size_t)n);
@@ -926,7 +931,6 @@ static int route_cmds(const struct dist__buf *key, int n,
         *on = NULL;
     if (!t)
         return DIST__ENOCONN;
-    trip_init(&tr, t);
     for (;;) {
         if ((rc = trip_target(t, &tr, key, &l)) != 0) {
             snprintf(why, sizeof why, "%s", dist_last_error());
