@@ -538,6 +538,25 @@ static int set_preload(struct run *r)
     return 0;
 }
 
+/* A child with a pipe p (close-on-exec) to talk with: its pid, or -1
+ * (said why; nothing left open). */
+static pid_t fork_piped(int p[2])
+{
+    pid_t pid;
+
+    if (pipe2(p, O_CLOEXEC) != 0) {
+        say("pipe: %s", strerror(errno));
+        return -1;
+    }
+    fflush(NULL);
+    if ((pid = fork()) < 0) {
+        say("fork: %s", strerror(errno));
+        close(p[0]);
+        close(p[1]);
+    }
+    return pid;
+}
+
 /* The loader's own verdict, without running any of the program's code:
  * with LD_TRACE_LOADED_OBJECTS it loads the program's objects, the
  * preloaded ones first, lists them and exits.  The shim must be listed
@@ -551,15 +570,8 @@ static int loader_takes_shim(const struct run *r)
     int p[2], st;
     pid_t pid;
 
-    if (pipe2(p, O_CLOEXEC) != 0) {
-        say("pipe: %s", strerror(errno));
+    if ((pid = fork_piped(p)) < 0)
         return EXIT_FAILURE;
-    }
-    fflush(NULL);
-    if ((pid = fork()) < 0) {
-        say("fork: %s", strerror(errno));
-        return EXIT_FAILURE;
-    }
     if (pid == 0) {
         dup2(p[1], 1);
         dup2(p[1], 2);
@@ -689,17 +701,8 @@ static int shim_answers(const struct run *r)
         say("%s: %s", r->shim_abs, strerror(errno));
         return EXIT_CONFIG;
     }
-    if (pipe2(p, O_CLOEXEC) != 0) {
-        say("pipe: %s", strerror(errno));
+    if ((pid = fork_piped(p)) < 0)
         return EXIT_FAILURE;
-    }
-    fflush(NULL);
-    if ((pid = fork()) < 0) {
-        say("fork: %s", strerror(errno));
-        close(p[0]);
-        close(p[1]);
-        return EXIT_FAILURE;
-    }
     if (pid == 0)
         exec_probe(r, p[1], nonce);
     close(p[1]);
