@@ -182,6 +182,15 @@ static char *read_file(const char *path)
 
 /* ---- locks over TLS ------------------------------------------------------ */
 
+/* m locks (its key is there) and unlocks (the key is gone). */
+static void lock_shows(dist_mutex_t *m, const char *name)
+{
+    assert_int_equal(dist_mutex_lock(m), 0);
+    assert_int_equal(exists(name), 1);
+    assert_int_equal(dist_mutex_unlock(m), 0);
+    assert_int_equal(exists(name), 0);
+}
+
 static void test_mutex(void **state)
 {
     char name[200];
@@ -215,9 +224,7 @@ static void test_env_and_host_name(void **state)
     assert_int_equal(dist_set_url(url), 0);
     unsetenv("DISTLOCK_TLS_CA");
     assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
-    assert_int_equal(dist_mutex_lock(&m), 0);
-    assert_int_equal(exists(name), 1);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
+    lock_shows(&m, name);
     assert_int_equal(dist_mutex_destroy(&m), 0);
 }
 
@@ -334,10 +341,7 @@ static void test_reconnect(void **state)
     assert_int_equal(dist_mutex_lock(&m), 0);
     assert_int_equal(dist_mutex_unlock(&m), 0);
     assert_int_equal(tu_redis_restart(&srv), 0);
-    assert_int_equal(dist_mutex_lock(&m), 0);
-    assert_int_equal(exists(name), 1);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
-    assert_int_equal(exists(name), 0);
+    lock_shows(&m, name);
     assert_int_equal(dist_mutex_destroy(&m), 0);
 }
 
@@ -600,26 +604,56 @@ static void test_mtls_encrypted_key(void **state)
     assert_null(strstr(dist_last_error(), WRONG_PASS));
 }
 
-static void test_mtls_without_cert(void **state)
-{
-    char url[600], q[400];
+/* A connection that cannot work: to srv's TLS port (its plain one with
+ * plain_port), over TLS or not, trusting the CA file ca (NULL: no query)
+ * with the rest of the query extra; the refusal says what. */
+struct refusal {
+    const tu_redis_t *srv;
+    int plain_port, tls;
+    const char *ca, *extra, *what;
+};
 
-    (void)state;
-    snprintf(q, sizeof q, "?tls_ca=%s", file(0, "ca.crt"));
-    tls_url(url, sizeof url, "127.0.0.1", &srv_mtls, q);
-    expect_refused(url, srv_mtls.tls_port,
-                   "the server asked for a client certificate");
+static void test_refused(void **state)
+{
+    const struct refusal *c = *state;
+    int port = c->plain_port ? c->srv->port : c->srv->tls_port;
+    char url[600];
+
+    snprintf(url, sizeof url, "%s://127.0.0.1:%d%s%s%s",
+             c->tls ? "rediss" : "redis", port, c->ca ? "?tls_ca=" : "",
+             c->ca ? file(0, c->ca) : "", c->extra);
+    expect_refused(url, port, c->what);
 }
 
-static void test_wrong_ca(void **state)
-{
-    char url[600], q[400];
-
-    (void)state;
-    snprintf(q, sizeof q, "?tls_ca=%s", file(0, "ca2.crt"));
-    tls_url(url, sizeof url, "127.0.0.1", &srv, q);
-    expect_refused(url, srv.tls_port, "certificate verify failed");
-}
+static struct refusal mtls_without_cert = {
+    &srv_mtls, 0, 1, "ca.crt", "", "the server asked for a client certificate"
+};
+static struct refusal wrong_ca = {
+    &srv, 0, 1, "ca2.crt", "", "certificate verify failed"
+};
+static struct refusal expired = {
+    &srv_expired, 0, 1, "ca.crt", "",
+    "certificate verify failed: certificate has expired"
+};
+static struct refusal host_name_mismatch = {
+    &srv, 0, 1, "ca.crt", "&tls_server_name=elsewhere.example",
+    "host name mismatch"
+};
+/* Plain text to the TLS port: the server resets the connection, and a
+ * TLS handshake on a second one confirms why; said at once, not tried
+ * again while the lock call's patience lasts. */
+static struct refusal plain_to_tls_port = {
+    &srv, 0, 0, NULL, "", "plain text sent to a TLS port"
+};
+/* TLS to the plain port: Redis does not answer a ClientHello (a NUL byte
+ * comes before its first newline, and Redis's inline parser drops such a
+ * line).  A handshake met with silence asks the port for a plain PING on
+ * a second connection; it answers, so the call says at once that this is
+ * a plain port, instead of waiting out the connect timeout (twice, with
+ * the lock call's one more try, before this was asked). */
+static struct refusal tls_to_plain_port = {
+    &srv, 1, 1, "ca.crt", "", "TLS sent to a plain port"
+};
 
 /* Issue 27: a CA file that is not there was "OpenSSL error 2147483650"
  * (OpenSSL 3's code for ENOENT); the file is named with the system's
@@ -647,56 +681,6 @@ static void test_missing_files(void **state)
     snprintf(want, sizeof want, "cannot read the client key %s: No such file "
              "or directory", file(2, "no-such.key"));
     expect_refused(url, srv_mtls.tls_port, want);
-}
-
-static void test_expired(void **state)
-{
-    char url[600], q[400];
-
-    (void)state;
-    snprintf(q, sizeof q, "?tls_ca=%s", file(0, "ca.crt"));
-    tls_url(url, sizeof url, "127.0.0.1", &srv_expired, q);
-    expect_refused(url, srv_expired.tls_port,
-                   "certificate verify failed: certificate has expired");
-}
-
-static void test_host_name_mismatch(void **state)
-{
-    char url[600], q[400];
-
-    (void)state;
-    snprintf(q, sizeof q, "?tls_ca=%s&tls_server_name=elsewhere.example",
-             file(0, "ca.crt"));
-    tls_url(url, sizeof url, "127.0.0.1", &srv, q);
-    expect_refused(url, srv.tls_port, "host name mismatch");
-}
-
-/* Plain text to the TLS port: the server resets the connection, and a
- * TLS handshake on a second one confirms why; said at once, not tried
- * again while the lock call's patience lasts. */
-static void test_plain_to_tls_port(void **state)
-{
-    char url[100];
-
-    (void)state;
-    snprintf(url, sizeof url, "redis://127.0.0.1:%d", srv.tls_port);
-    expect_refused(url, srv.tls_port, "plain text sent to a TLS port");
-}
-
-/* TLS to the plain port: Redis does not answer a ClientHello (a NUL byte
- * comes before its first newline, and Redis's inline parser drops such a
- * line).  A handshake met with silence asks the port for a plain PING on
- * a second connection; it answers, so the call says at once that this is
- * a plain port, instead of waiting out the connect timeout (twice, with
- * the lock call's one more try, before this was asked). */
-static void test_tls_to_plain_port(void **state)
-{
-    char url[600], q[400];
-
-    (void)state;
-    snprintf(q, sizeof q, "?tls_ca=%s", file(0, "ca.crt"));
-    snprintf(url, sizeof url, "rediss://127.0.0.1:%d%s", srv.port, q);
-    expect_refused(url, srv.port, "TLS sent to a plain port");
 }
 
 /* The insecure switch connects to a server the CA does not vouch for, and
@@ -1033,14 +1017,37 @@ static void test_cluster(void **state)
         tu_redis_stop(&n[i]);
 }
 
+/* Runs the shell command cmd, whose output goes to the file out: it must
+ * exit with code and say want, and never say never (when not NULL);
+ * what names the run when it fails. */
+static void expect_tool(const char *cmd, const char *out, int code,
+                        const char *want, const char *never, const char *what)
+{
+    int st = system(cmd);
+    char *text = read_file(out);
+
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != code || !text ||
+        !strstr(text, want) || (never && strstr(text, never)))
+        fail_msg("%s: status %d, output '%s'", what, st, text ? text : "");
+    free(text);
+}
+
+/* A file at path holding line and a newline. */
+static void write_line(const char *path, const char *line)
+{
+    FILE *f;
+
+    assert_non_null(f = fopen(path, "w"));
+    fprintf(f, "%s\n", line);
+    assert_int_equal(fclose(f), 0);
+}
+
 /* The distlock tool over TLS: the URL and the options from the
  * environment, as the library takes them; a refusal in words on stderr. */
 static void test_tool(void **state)
 {
     const char *top = getenv("top_builddir");
     char name[200], url[100], cmd[2000], out[320];
-    char *text;
-    int st;
 
     (void)state;
     NAME(name, "tool");
@@ -1049,22 +1056,12 @@ static void test_tool(void **state)
     snprintf(cmd, sizeof cmd, "DISTLOCK_URL='%s' DISTLOCK_TLS_CA='%s' "
              "'%s/tools/distlock' lock '%s' -- sh -c 'echo inside' > '%s' 2>&1",
              url, file(0, "ca.crt"), top && *top ? top : ".", name, out);
-    st = system(cmd);
-    text = read_file(out);
-    if (st != 0 || !text || !strstr(text, "inside"))
-        fail_msg("distlock lock over TLS: status %d, output '%s'", st,
-                 text ? text : "");
-    free(text);
+    expect_tool(cmd, out, 0, "inside", NULL, "distlock lock over TLS");
     snprintf(cmd, sizeof cmd, "DISTLOCK_URL='%s' DISTLOCK_TLS_CA='%s' "
              "'%s/tools/distlock' status '%s' > '%s' 2>&1",
              url, file(0, "ca2.crt"), top && *top ? top : ".", name, out);
-    st = system(cmd);
-    text = read_file(out);
-    if (!WIFEXITED(st) || WEXITSTATUS(st) != 3 || !text ||
-        !strstr(text, "certificate verify failed"))
-        fail_msg("distlock status with the wrong CA: status %d, output '%s'",
-                 st, text ? text : "");
-    free(text);
+    expect_tool(cmd, out, 3, "certificate verify failed", NULL,
+                "distlock status with the wrong CA");
 }
 
 /* The tool's own flags: the URL from a file (a password stays out of
@@ -1073,39 +1070,26 @@ static void test_tool(void **state)
 static void test_tool_flags(void **state)
 {
     const char *top = getenv("top_builddir");
-    char name[200], cmd[2000], out[320], urlf[320];
-    char *text;
-    FILE *f;
-    int st;
+    char name[200], cmd[2000], out[320], urlf[320], url[100];
 
     (void)state;
     top = top && *top ? top : ".";
     NAME(name, "toolflags");
     snprintf(urlf, sizeof urlf, "%s", file(2, "url.txt"));
     snprintf(out, sizeof out, "%s", file(3, "tool.out"));
-    assert_non_null(f = fopen(urlf, "w"));
-    fprintf(f, "rediss://127.0.0.1:%d\n", srv.tls_port);
-    assert_int_equal(fclose(f), 0);
+    snprintf(url, sizeof url, "rediss://127.0.0.1:%d", srv.tls_port);
+    write_line(urlf, url);
     snprintf(cmd, sizeof cmd, "env -u DISTLOCK_URL -u DISTLOCK_TLS_CA "
              "'%s/tools/distlock' --url-file '%s' --tls-ca '%s' lock '%s' -- "
              "sh -c 'echo \"inside ca=${DISTLOCK_TLS_CA-none}\"' > '%s' 2>&1",
              top, urlf, file(0, "ca.crt"), name, out);
-    st = system(cmd);
-    text = read_file(out);
-    if (st != 0 || !text || !strstr(text, "inside ca=none"))
-        fail_msg("distlock --url-file --tls-ca lock: status %d, output '%s'",
-                 st, text ? text : "");
-    free(text);
+    expect_tool(cmd, out, 0, "inside ca=none", NULL,
+                "distlock --url-file --tls-ca lock");
     snprintf(cmd, sizeof cmd, "DISTLOCK_TLS_CA='%s' '%s/tools/distlock' "
              "--url-file '%s' status --tls-ca '%s' '%s' > '%s' 2>&1",
              file(0, "ca.crt"), top, urlf, file(1, "ca2.crt"), name, out);
-    st = system(cmd);
-    text = read_file(out);
-    if (!WIFEXITED(st) || WEXITSTATUS(st) != 3 || !text ||
-        !strstr(text, "certificate verify failed"))
-        fail_msg("distlock --tls-ca with the wrong CA: status %d, output '%s'",
-                 st, text ? text : "");
-    free(text);
+    expect_tool(cmd, out, 3, "certificate verify failed", NULL,
+                "distlock --tls-ca with the wrong CA");
 }
 
 /* The tool with an encrypted client key: the passphrase from
@@ -1115,9 +1099,6 @@ static void test_tool_key_pass_file(void **state)
 {
     const char *top = getenv("top_builddir");
     char name[200], cmd[2600], out[320], passf[320], wrongf[320], tls[1200];
-    char *text;
-    FILE *f;
-    int st;
 
     (void)state;
     top = top && *top ? top : ".";
@@ -1125,12 +1106,8 @@ static void test_tool_key_pass_file(void **state)
     snprintf(passf, sizeof passf, "%s", file(0, "pass.txt"));
     snprintf(wrongf, sizeof wrongf, "%s", file(1, "wrong.txt"));
     snprintf(out, sizeof out, "%s", file(2, "tool.out"));
-    assert_non_null(f = fopen(passf, "w"));
-    fprintf(f, "%s\n", KEY_PASS);
-    assert_int_equal(fclose(f), 0);
-    assert_non_null(f = fopen(wrongf, "w"));
-    fprintf(f, "%s\n", WRONG_PASS);
-    assert_int_equal(fclose(f), 0);
+    write_line(passf, KEY_PASS);
+    write_line(wrongf, WRONG_PASS);
     snprintf(tls, sizeof tls, "--url rediss://127.0.0.1:%d --tls-ca '%s' "
              "--tls-cert '%s' --tls-key '%s'", srv_mtls.tls_port,
              file(0, "ca.crt"), file(1, "cli.crt"), file(2, "cli-enc.key"));
@@ -1138,21 +1115,12 @@ static void test_tool_key_pass_file(void **state)
              "%s --tls-key-pass-file '%s' lock '%s' -- sh -c 'echo \"inside "
              "pass=${DISTLOCK_TLS_KEY_PASS-none}\"' > '%s' 2>&1",
              top, tls, passf, name, out);
-    st = system(cmd);
-    text = read_file(out);
-    if (st != 0 || !text || !strstr(text, "inside pass=none"))
-        fail_msg("distlock --tls-key-pass-file lock: status %d, output '%s'",
-                 st, text ? text : "");
-    free(text);
+    expect_tool(cmd, out, 0, "inside pass=none", NULL,
+                "distlock --tls-key-pass-file lock");
     snprintf(cmd, sizeof cmd, "'%s/tools/distlock' %s --tls-key-pass-file "
              "'%s' status '%s' > '%s' 2>&1", top, tls, wrongf, name, out);
-    st = system(cmd);
-    text = read_file(out);
-    if (!WIFEXITED(st) || WEXITSTATUS(st) != 3 || !text ||
-        !strstr(text, "wrong passphrase") || strstr(text, WRONG_PASS))
-        fail_msg("distlock with a wrong passphrase: status %d, output '%s'",
-                 st, text ? text : "");
-    free(text);
+    expect_tool(cmd, out, 3, "wrong passphrase", WRONG_PASS,
+                "distlock with a wrong passphrase");
 }
 
 /* ---- the LD_PRELOAD shim --------------------------------------------------- */
@@ -1232,6 +1200,7 @@ static void test_preload_shim(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+#define REFUSED(c) { "test_" #c, test_refused, NULL, NULL, &c }
         cmocka_unit_test(test_mutex),
         cmocka_unit_test(test_env_and_host_name),
         cmocka_unit_test(test_pubsub_wakeup),
@@ -1244,13 +1213,13 @@ int main(void)
         cmocka_unit_test(test_mtls_with_cert),
         cmocka_unit_test(test_mtls_encrypted_key),
         cmocka_unit_test(test_tool_key_pass_file),
-        cmocka_unit_test(test_mtls_without_cert),
-        cmocka_unit_test(test_wrong_ca),
+        REFUSED(mtls_without_cert),
+        REFUSED(wrong_ca),
         cmocka_unit_test(test_missing_files),
-        cmocka_unit_test(test_expired),
-        cmocka_unit_test(test_host_name_mismatch),
-        cmocka_unit_test(test_plain_to_tls_port),
-        cmocka_unit_test(test_tls_to_plain_port),
+        REFUSED(expired),
+        REFUSED(host_name_mismatch),
+        REFUSED(plain_to_tls_port),
+        REFUSED(tls_to_plain_port),
         cmocka_unit_test(test_insecure_warns_once),
         cmocka_unit_test(test_tool),
         cmocka_unit_test(test_tool_flags),
