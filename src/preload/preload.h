@@ -441,6 +441,15 @@ void pl_site_atfork(void);
  * it; during our own start-up calls, the empty table. */
 const struct pl_table *pl_startup(void);
 
+/* The table, start-up done first if it is not over yet (a call of the
+ * program's may come before our constructor). */
+static inline const struct pl_table *pl_table_now(void)
+{
+    const struct pl_table *t = __atomic_load_n(&pl_tab, __ATOMIC_ACQUIRE);
+
+    return PL_LIKELY(t != NULL) ? t : pl_startup();
+}
+
 #pragma GCC visibility pop
 
 #endif

@@ -173,8 +173,7 @@ static int mapped_open(const struct pl_section *sec, int oflag,
             value = va_arg(ap, unsigned);                                    \
             va_end(ap);                                                      \
         }                                                                    \
-        if (PL_UNLIKELY(!__atomic_load_n(&pl_tab, __ATOMIC_ACQUIRE)))        \
-            pl_startup();                                                    \
+        pl_table_now();                                                      \
         if (pl_in_shim || !(sec = sem_section(name)))                        \
             return REAL(f, sopen_fn)(name, oflag, mode, value);              \
         pl_count(f);                                                         \
@@ -244,12 +243,8 @@ MAPPED_SEM int sem_call(struct pl_entry *e, int op, clockid_t clk,
 /* The entry of s, a semaphore of ours, alive or closed; NULL for glibc's. */
 static struct pl_entry *sem_of(sem_t *s)
 {
-    const struct pl_table *t = __atomic_load_n(&pl_tab, __ATOMIC_ACQUIRE);
-    struct pl_entry *e;
+    struct pl_entry *e = pl_table_get(pl_table_now(), (uintptr_t)s);
 
-    if (PL_UNLIKELY(!t))
-        t = pl_startup();
-    e = pl_table_get(t, (uintptr_t)s);
     return e && e->kind == PL_SEM ? e : NULL;
 }
 
@@ -364,8 +359,7 @@ SEMCLOSE(pl_sem_close_old, FN_SCLOSE_OLD, "sem_close@GLIBC_2.2.5")
     EXPORT SYMVER(sym)                                                       \
     int fname(const char *name)                                              \
     {                                                                        \
-        if (PL_UNLIKELY(!__atomic_load_n(&pl_tab, __ATOMIC_ACQUIRE)))        \
-            pl_startup();                                                    \
+        pl_table_now();                                                      \
         if (pl_in_shim || !sem_section(name))                                \
             return REAL(f, sunlink_fn)(name);                                \
         pl_count(f);                                                         \

@@ -21,12 +21,8 @@
 /* The live entry of a lock, or NULL (start-up first if need be). */
 static struct pl_entry *entry_of(const void *m)
 {
-    const struct pl_table *t = __atomic_load_n(&pl_tab, __ATOMIC_ACQUIRE);
-    struct pl_entry *e;
+    struct pl_entry *e = pl_table_get(pl_table_now(), (uintptr_t)m);
 
-    if (PL_UNLIKELY(!t))
-        t = pl_startup();
-    e = pl_table_get(t, (uintptr_t)m);
     if (e && !__atomic_load_n(&e->live, __ATOMIC_ACQUIRE))
         return NULL;
     return e;
@@ -609,8 +605,7 @@ int pl_mutex_init(pthread_mutex_t *m, const pthread_mutexattr_t *a)
     uintptr_t ra = (uintptr_t)__builtin_return_address(0);
     int rc;
 
-    if (PL_UNLIKELY(!__atomic_load_n(&pl_tab, __ATOMIC_ACQUIRE)))
-        pl_startup();
+    pl_table_now();
     rc = REAL(FN_INIT, init_fn)(m, a);
     if (rc == 0 && (rc = site_map(m, ra, PL_MUTEX, FN_INIT, 0)) != 0)
         REAL(FN_DESTROY, lock_fn)(m);
@@ -625,8 +620,7 @@ int pl_mutex_init(pthread_mutex_t *m, const pthread_mutexattr_t *a)
         uintptr_t ra = (uintptr_t)__builtin_return_address(0);               \
         int rc;                                                              \
                                                                              \
-        if (PL_UNLIKELY(!__atomic_load_n(&pl_tab, __ATOMIC_ACQUIRE)))        \
-            pl_startup();                                                    \
+        pl_table_now();                                                      \
         rc = REAL(f, rwinit_fn)(rw, a);                                      \
         return rc == 0 ? site_map(rw, ra, PL_RWLOCK, f, 0) : rc;                \
     }
@@ -664,8 +658,7 @@ static int cond_inited(pthread_cond_t *c, const pthread_condattr_t *a,
         uintptr_t ra = (uintptr_t)__builtin_return_address(0);               \
         int rc;                                                              \
                                                                              \
-        if (PL_UNLIKELY(!__atomic_load_n(&pl_tab, __ATOMIC_ACQUIRE)))        \
-            pl_startup();                                                    \
+        pl_table_now();                                                      \
         rc = REAL(f, cinit_fn)(c, a);                                        \
         if (rc == 0 && (rc = cond_inited(c, a, ra, f)) != 0)                 \
             REAL(fd, csig_fn)(c);                                            \
@@ -704,8 +697,7 @@ static int barrier_inited(pthread_barrier_t *b, unsigned count, uintptr_t ra,
         uintptr_t ra = (uintptr_t)__builtin_return_address(0);               \
         int rc;                                                              \
                                                                              \
-        if (PL_UNLIKELY(!__atomic_load_n(&pl_tab, __ATOMIC_ACQUIRE)))        \
-            pl_startup();                                                    \
+        pl_table_now();                                                      \
         rc = REAL(f, binit_fn)(b, a, count);                                 \
         if (rc == 0 && (rc = barrier_inited(b, count, ra, f)) != 0)          \
             REAL(fd, bwait_fn)(b);                                           \
