@@ -136,17 +136,25 @@ static void ensure_cvs(void)
     }
 }
 
+/* Called with R.mu held: the thread th runs fn (started if it is not
+ * running yet, said on stderr when it cannot be). */
+static void ensure_running(int *running, int *stop, pthread_t *th,
+                           void *(*fn)(void *), const char *what)
+{
+    if (*running)
+        return;
+    ensure_cvs();
+    *stop = 0;
+    if (dist__thread_start(th, fn) == 0)
+        *running = 1;
+    else
+        fprintf(stderr, "distlock: cannot start the %s thread\n", what);
+}
+
 /* Called with R.mu held. */
 static void ensure_thread(void)
 {
-    if (R.running)
-        return;
-    ensure_cvs();
-    R.stop = 0;
-    if (dist__thread_start(&R.th, renew_main) == 0)
-        R.running = 1;
-    else
-        fprintf(stderr, "distlock: cannot start the renewal thread\n");
+    ensure_running(&R.running, &R.stop, &R.th, renew_main, "renewal");
 }
 
 /* Called with R.mu held.  Without the watch thread (it could not be
@@ -154,14 +162,7 @@ static void ensure_thread(void)
  * renewal of it ends. */
 static void ensure_watch(void)
 {
-    if (W.running)
-        return;
-    ensure_cvs();
-    W.stop = 0;
-    if (dist__thread_start(&W.th, watch_main) == 0)
-        W.running = 1;
-    else
-        fprintf(stderr, "distlock: cannot start the watch thread\n");
+    ensure_running(&W.running, &W.stop, &W.th, watch_main, "watch");
 }
 
 static unsigned long period_of(const struct dist__hold *h)
