@@ -481,11 +481,50 @@ static const struct kcase cases[] = {
     { "barrier_arrive", BARRIER, none, "distlock_barrier:{%s}", "string", barrier_wait, 1 },
 };
 
-/* One case; 0, or 1 with what went wrong printed. */
-static int run_case(int n, const struct kcase *c)
+/* The end of a case on o: the keys changed between before and now (but
+ * skip, when not NULL), or else the call or wait (what) succeeded, or its
+ * error err (NULL: not checked) does not name key.  The object goes;
+ * 0, or 1 with what went wrong printed after label. */
+static int judged(struct obj *o, const char *label, struct snap *before,
+                  const char *skip, const char *what, int rc,
+                  const char *err, const char *key)
 {
-    char label[320], key[160], why[400] = "";
-    struct snap before, after;
+    struct snap after = snap_take();
+    char why[400] = "";
+
+    if (!snap_diff(before, &after, skip, why, sizeof why)) {
+        if (rc == 0)
+            snprintf(why, sizeof why, "the %s succeeded", what);
+        else if (err && !strstr(err, key))
+            snprintf(why, sizeof why, "the error does not name the key: %s",
+                     err);
+    }
+    obj_done(o);
+    if (why[0])
+        print_error("%s: %s\n", label, why);
+    return why[0] != 0;
+}
+
+/* Each of the n cases run by one (its index), the lost handler on: none
+ * may fail. */
+static void every_case(int (*one)(int n), size_t n)
+{
+    int failed = 0;
+
+    assert_int_equal(dist_set_lost_handler(fx_on_lost, NULL), 0);
+    fx_dirty = 1;
+    for (size_t i = 0; i < n; i++)
+        failed += one((int)i);
+    dist_set_lost_handler(NULL, NULL);
+    assert_int_equal(failed, 0);
+}
+
+/* One case; 0, or 1 with what went wrong printed. */
+static int run_case(int n)
+{
+    const struct kcase *c = &cases[n];
+    char label[320], key[160];
+    struct snap before;
     struct fx_call res;
     struct obj o;
 
@@ -498,32 +537,14 @@ static int run_case(int n, const struct kcase *c)
     before = snap_take();
     tu_sleep_ms(5);         /* a lease re-armed now would end later */
     FX_CALL(&res, c->call(&o));
-    after = snap_take();
-    if (!snap_diff(&before, &after, NULL, why, sizeof why)) {
-        if (res.rc == 0)
-            snprintf(why, sizeof why, "the call succeeded");
-        else if (c->names_key && !strstr(res.err, key))
-            snprintf(why, sizeof why, "the error does not name the key: %s",
-                     res.err);
-    }
-    obj_done(&o);
-    if (why[0])
-        print_error("%s: %s\n", label, why);
-    return why[0] != 0;
+    return judged(&o, label, &before, NULL, "call", res.rc,
+                  c->names_key ? res.err : NULL, key);
 }
 
 static void test_every_script_changes_nothing(void **state)
 {
-    size_t i;
-    int failed = 0;
-
     (void)state;
-    assert_int_equal(dist_set_lost_handler(fx_on_lost, NULL), 0);
-    fx_dirty = 1;
-    for (i = 0; i < sizeof cases / sizeof cases[0]; i++)
-        failed += run_case((int)i, &cases[i]);
-    dist_set_lost_handler(NULL, NULL);
-    assert_int_equal(failed, 0);
+    every_case(run_case, sizeof cases / sizeof cases[0]);
 }
 
 /* ---- a waiter that gives up ------------------------------------------------- */
@@ -579,10 +600,11 @@ static const struct gcase gcases[] = {
 };
 
 /* One case; 0, or 1 with what went wrong printed. */
-static int run_gcase(int n, const struct gcase *c)
+static int run_gcase(int n)
 {
-    char label[320], key[160], queued[160], gone[160] = "", why[400] = "";
-    struct snap before, after;
+    const struct gcase *c = &gcases[n];
+    char label[320], key[160], queued[160], gone[160] = "";
+    struct snap before;
     double until;
     struct obj o;
 
@@ -606,33 +628,15 @@ static int run_gcase(int n, const struct gcase *c)
     put_wrong(key, c->wrong);
     before = snap_take();
     assert_int_equal(pthread_join(o.th, NULL), 0);
-    after = snap_take();
     /* the cond's waiter takes its mutex back, whatever the wait gave */
-    if (!snap_diff(&before, &after, c->gone ? gone : NULL, why, sizeof why)) {
-        if (o.th_rc == 0)
-            snprintf(why, sizeof why, "the wait succeeded");
-        else if (o.th_rc != ETIMEDOUT && !strstr(o.th_err, key))
-            snprintf(why, sizeof why, "the error does not name the key: %s",
-                     o.th_err);
-    }
-    obj_done(&o);
-    if (why[0])
-        print_error("%s: %s\n", label, why);
-    return why[0] != 0;
+    return judged(&o, label, &before, c->gone ? gone : NULL, "wait",
+                  o.th_rc, o.th_rc != ETIMEDOUT ? o.th_err : NULL, key);
 }
 
 static void test_waiter_giving_up_changes_nothing(void **state)
 {
-    size_t i;
-    int failed = 0;
-
     (void)state;
-    assert_int_equal(dist_set_lost_handler(fx_on_lost, NULL), 0);
-    fx_dirty = 1;
-    for (i = 0; i < sizeof gcases / sizeof gcases[0]; i++)
-        failed += run_gcase((int)i, &gcases[i]);
-    dist_set_lost_handler(NULL, NULL);
-    assert_int_equal(failed, 0);
+    every_case(run_gcase, sizeof gcases / sizeof gcases[0]);
 }
 
 /* ---- no second try ---------------------------------------------------------- */
