@@ -227,8 +227,9 @@ static void sem_waiter(void *arg)
     _exit(rc == 0 ? 0 : 1);
 }
 
-static void post_wakes_other_process(int mode)
+static void test_post_wakes_other_process(void **state)
 {
+    int mode = *(const int *)*state;
     char name[160];
     dist_sem_t s;
     dist_semattr_t a;
@@ -267,28 +268,44 @@ static void post_wakes_other_process(int mode)
     munmap(rc, sizeof *rc);
 }
 
-static void test_post_wakes_other_process(void **state)
-{
-    (void)state;
-    post_wakes_other_process(DIST_SEM_LEASED);
-}
-
 /* ---- leases ----------------------------------------------------------------- */
 
-/* A holder that is killed gives its permits back when the lease ends. */
-static int take_two(void *arg)
-{
-    dist_sem_t *s = arg;
-    int rc = dist_sem_wait(s);
+/* A child's takes: n waits on s, one after the other. */
+struct takes {
+    dist_sem_t *s;
+    int n;
+};
 
-    return rc ? rc : dist_sem_wait(s);
+static int take_n(void *arg)
+{
+    const struct takes *t = arg;
+    int rc = 0;
+
+    for (int i = 0; i < t->n && rc == 0; i++)
+        rc = dist_sem_wait(t->s);
+    return rc;
 }
+
+/* The child pid that took permits of s is killed: a timed wait on s (no
+ * longer than a lease and a margin) then. */
+static struct fx_call kill_then_wait(pid_t pid, dist_sem_t *s)
+{
+    struct timespec dl;
+    struct fx_call c;
+
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    dl = realtime_in(WATCHDOG_MS / 1000.0 + slack(3.0));
+    FX_CALL(&c, dist_sem_timedwait(s, &dl));
+    return c;
+}
+
+/* A holder that is killed gives its permits back when the lease ends. */
 
 static void test_killed_holder_gives_back(void **state)
 {
     char name[160];
     dist_sem_t s;
-    struct timespec dl;
     struct fx_call c;
     long long f, h;
     int rc;
@@ -297,16 +314,13 @@ static void test_killed_holder_gives_back(void **state)
     (void)state;
     NAME(name, "s");
     assert_int_equal(dist_sem_init(&s, name, 2, NULL), 0);
-    pid = fork_locked(take_two, &s, &rc);
+    pid = fork_locked(take_n, &(struct takes){ &s, 2 }, &rc);
     assert_true(pid > 0);
     assert_int_equal(dist_sem_trywait(&s), EAGAIN);
     /* the renewal thread keeps them while the holder lives */
     tu_sleep_ms((long)(WATCHDOG_MS * 3 / 2));
     assert_int_equal(dist_sem_trywait(&s), EAGAIN);
-    kill(pid, SIGKILL);
-    waitpid(pid, NULL, 0);
-    dl = realtime_in(WATCHDOG_MS / 1000.0 + slack(3.0));
-    FX_CALL(&c, dist_sem_timedwait(&s, &dl));
+    c = kill_then_wait(pid, &s);
     assert_int_equal(c.rc, 0);
     assert_dbl_range(c.el, 0.0, WATCHDOG_MS / 1000.0 + slack(2.0));
     leased_counts(name, &f, &h);
@@ -458,12 +472,6 @@ static void test_redisson_layout(void **state)
     assert_int_equal(dist_sem_trywait(&s), 0);
     assert_int_equal(tu_cmd_int(&r, "GET", name, NULL), 0);
     assert_int_equal(dist_sem_destroy(&s), 0);
-}
-
-static void test_redisson_post_wakes_other_process(void **state)
-{
-    (void)state;
-    post_wakes_other_process(DIST_SEM_REDISSON);
 }
 
 /* ---- signals and cancellation ------------------------------------------------ */
@@ -628,8 +636,9 @@ static void nothing_left(dist_sem_t *s, int mode, const char *name,
 /* sem_wait and sem_timedwait return EINTR when a signal handler
  * interrupts them (LTP sem_wait/7-1, sem_timedwait/9-1); glibc's sem_wait
  * goes on when the handler has SA_RESTART, its timed waits never do. */
-static void signal_interrupts(int mode)
+static void test_signal_interrupts(void **state)
 {
+    int mode = *(const int *)*state;
     char name[160], chan[200];
     struct sem_waiter w[2];
     dist_sem_t s;
@@ -684,23 +693,12 @@ static void signal_interrupts(int mode)
     assert_int_equal(dist_sem_destroy(&s), 0);
 }
 
-static void test_signal_interrupts_wait(void **state)
-{
-    (void)state;
-    signal_interrupts(DIST_SEM_LEASED);
-}
-
-static void test_redisson_signal_interrupts_wait(void **state)
-{
-    (void)state;
-    signal_interrupts(DIST_SEM_REDISSON);
-}
-
 /* The waits are cancellation points all through (pthread_cancel while
  * they sleep): the thread goes, its cleanup handler runs, and nothing is
  * taken, left subscribed or held by the library. */
-static void cancelled_in_wait(int mode)
+static void test_cancelled_in_wait(void **state)
 {
+    int mode = *(const int *)*state;
     char name[160], chan[200];
     struct sem_waiter w[2];
     dist_sem_t s;
@@ -735,18 +733,6 @@ static void cancelled_in_wait(int mode)
     assert_int_equal(dist_sem_destroy(&s), 0);
 }
 
-static void test_cancelled_in_wait(void **state)
-{
-    (void)state;
-    cancelled_in_wait(DIST_SEM_LEASED);
-}
-
-static void test_redisson_cancelled_in_wait(void **state)
-{
-    (void)state;
-    cancelled_in_wait(DIST_SEM_REDISSON);
-}
-
 /* ---- a producer and a consumer ------------------------------------------------ */
 
 #define PC_ITEMS 2000
@@ -767,28 +753,24 @@ struct pc {
     atomic_int errors;
 };
 
-static void *producer(void *arg)
+/* One side of the pair: PC_ITEMS times a wait on from and a post to to
+ * (the producer from slots to items, the consumer back), each counted in
+ * done. */
+struct side {
+    struct pc *p;
+    dist_sem_t *from, *to;
+    atomic_long *done;
+};
+
+static void *mover(void *arg)
 {
-    struct pc *p = arg;
+    const struct side *sd = arg;
     long i;
 
     for (i = 0; i < PC_ITEMS; i++) {
-        if (dist_sem_wait(&p->slots) != 0 || dist_sem_post(&p->items) != 0)
-            atomic_fetch_add(&p->errors, 1);
-        atomic_fetch_add(&p->made, 1);
-    }
-    return NULL;
-}
-
-static void *consumer(void *arg)
-{
-    struct pc *p = arg;
-    long i;
-
-    for (i = 0; i < PC_ITEMS; i++) {
-        if (dist_sem_wait(&p->items) != 0 || dist_sem_post(&p->slots) != 0)
-            atomic_fetch_add(&p->errors, 1);
-        atomic_fetch_add(&p->taken, 1);
+        if (dist_sem_wait(sd->from) != 0 || dist_sem_post(sd->to) != 0)
+            atomic_fetch_add(&sd->p->errors, 1);
+        atomic_fetch_add(sd->done, 1);
     }
     return NULL;
 }
@@ -805,17 +787,20 @@ static void test_producer_consumer_bounded(void **state)
     pthread_t pt, ct;
     long long f, h, most = 0, fs, hs;
     int v = -1;
+    struct side prod, cons;
 
     (void)state;
     assert_non_null(p);
+    prod = (struct side){ p, &p->slots, &p->items, &p->made };
+    cons = (struct side){ p, &p->items, &p->slots, &p->taken };
     NAME(iname, "items");
     NAME(sname, "slots");
     unowned_sem(&p->items, iname);
     unowned_sem(&p->slots, sname);
     assert_int_equal(dist_sem_post_multiple(&p->slots, 4), 0);
     assert_int_equal(dist_sem_getvalue(&p->items, &v), 0);   /* made */
-    assert_int_equal(pthread_create(&pt, NULL, producer, p), 0);
-    assert_int_equal(pthread_create(&ct, NULL, consumer, p), 0);
+    assert_int_equal(pthread_create(&pt, NULL, mover, &prod), 0);
+    assert_int_equal(pthread_create(&ct, NULL, mover, &cons), 0);
     while (atomic_load(&p->taken) < PC_ITEMS && atomic_load(&p->errors) == 0) {
         leased_counts(iname, &f, &h);
         leased_counts(sname, &fs, &hs);
@@ -852,21 +837,11 @@ static void test_producer_consumer_bounded(void **state)
 /* A consumer that takes three items one after the other and is killed:
  * only the item it worked on comes back with its lease (the two before
  * were consumed by the takes after them). */
-static int take_three(void *arg)
-{
-    dist_sem_t *s = arg;
-    int rc = dist_sem_wait(s);
-
-    if (rc == 0)
-        rc = dist_sem_wait(s);
-    return rc ? rc : dist_sem_wait(s);
-}
 
 static void test_killed_consumer_gives_back_its_item(void **state)
 {
     char name[160];
     dist_sem_t s;
-    struct timespec dl;
     struct fx_call c;
     long long f, h;
     int rc, v = -1;
@@ -876,15 +851,12 @@ static void test_killed_consumer_gives_back_its_item(void **state)
     NAME(name, "s");
     unowned_sem(&s, name);
     assert_int_equal(dist_sem_post_multiple(&s, 3), 0);
-    pid = fork_locked(take_three, &s, &rc);
+    pid = fork_locked(take_n, &(struct takes){ &s, 3 }, &rc);
     assert_true(pid > 0);
     leased_counts(name, &f, &h);
     assert_int_equal(f, 0);
     assert_int_equal(h, 1);
-    kill(pid, SIGKILL);
-    waitpid(pid, NULL, 0);
-    dl = realtime_in(WATCHDOG_MS / 1000.0 + slack(3.0));
-    FX_CALL(&c, dist_sem_timedwait(&s, &dl));
+    c = kill_then_wait(pid, &s);
     assert_int_equal(c.rc, 0);
     assert_int_equal(dist_sem_getvalue(&s, &v), 0);
     assert_int_equal(v, 0);
@@ -898,18 +870,25 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
 #define T(f) cmocka_unit_test_teardown(f, fx_restore_defaults)
+/* a test run under name for one semaphore mode, its state */
+#define MODE(name, f, m) { #name, f, NULL, fx_restore_defaults, &(int){ m } }
         T(test_take_and_give_back),
         T(test_unowned_posts_and_maximum),
         T(test_post_of_permit_found_lost),
-        T(test_post_wakes_other_process),
+        MODE(test_post_wakes_other_process, test_post_wakes_other_process,
+             DIST_SEM_LEASED),
         T(test_killed_holder_gives_back),
         T(test_invariant_under_sigkill),
         T(test_redisson_layout),
-        T(test_redisson_post_wakes_other_process),
-        T(test_signal_interrupts_wait),
-        T(test_redisson_signal_interrupts_wait),
-        T(test_cancelled_in_wait),
-        T(test_redisson_cancelled_in_wait),
+        MODE(test_redisson_post_wakes_other_process,
+             test_post_wakes_other_process, DIST_SEM_REDISSON),
+        MODE(test_signal_interrupts_wait, test_signal_interrupts,
+             DIST_SEM_LEASED),
+        MODE(test_redisson_signal_interrupts_wait, test_signal_interrupts,
+             DIST_SEM_REDISSON),
+        MODE(test_cancelled_in_wait, test_cancelled_in_wait, DIST_SEM_LEASED),
+        MODE(test_redisson_cancelled_in_wait, test_cancelled_in_wait,
+             DIST_SEM_REDISSON),
         T(test_producer_consumer_bounded),
         T(test_killed_consumer_gives_back_its_item),
     };
