@@ -59,19 +59,26 @@ static void names_for(struct names *n, const char *test)
     snprintf(n->c[1], sizeof n->c[1], "{%s}:b", n->m);
 }
 
-/* A test's mutex and its first condition, named after it. */
-static void open_pair(struct names *n, const char *test, dist_mutex_t *m,
-                      dist_cond_t *c)
+/* A test's mutex and its first condition, named after it (a: the
+ * condition's attributes, may be NULL). */
+struct pair {
+    struct names n;
+    dist_mutex_t m;
+    dist_cond_t c;
+};
+
+static void open_pair(struct pair *o, const char *test,
+                      const dist_condattr_t *a)
 {
-    names_for(n, test);
-    assert_int_equal(dist_mutex_init(m, n->m, NULL), 0);
-    assert_int_equal(dist_cond_init(c, n->c[0], NULL), 0);
+    names_for(&o->n, test);
+    assert_int_equal(dist_mutex_init(&o->m, o->n.m, NULL), 0);
+    assert_int_equal(dist_cond_init(&o->c, o->n.c[0], a), 0);
 }
 
-static void close_pair(dist_mutex_t *m, dist_cond_t *c)
+static void close_pair(struct pair *o)
 {
-    assert_int_equal(dist_cond_destroy(c), 0);
-    assert_int_equal(dist_mutex_destroy(m), 0);
+    assert_int_equal(dist_cond_destroy(&o->c), 0);
+    assert_int_equal(dist_mutex_destroy(&o->m), 0);
 }
 
 /* The ZSET of c's waiters. */
@@ -495,22 +502,20 @@ static void test_killed_waiter_passes_signal_on(void **state)
 /* A signal with no live waiter does nothing: a later waiter waits. */
 static void test_signal_without_waiters_is_dropped(void **state)
 {
-    struct names n;
-    dist_mutex_t m;
-    dist_cond_t c;
+    struct pair o;
     struct timespec dl;
     struct fx_call t;
 
     (void)state;
-    open_pair(&n, __func__, &m, &c);
-    assert_int_equal(dist_cond_signal(&c), 0);
-    assert_int_equal(dist_cond_broadcast(&c), 0);
-    assert_int_equal(dist_mutex_lock(&m), 0);
+    open_pair(&o, __func__, NULL);
+    assert_int_equal(dist_cond_signal(&o.c), 0);
+    assert_int_equal(dist_cond_broadcast(&o.c), 0);
+    assert_int_equal(dist_mutex_lock(&o.m), 0);
     dl = realtime_in(0.5);
-    FX_CALL(&t, dist_cond_timedwait(&c, &m, &dl));
+    FX_CALL(&t, dist_cond_timedwait(&o.c, &o.m, &dl));
     assert_int_equal(t.rc, ETIMEDOUT);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
-    close_pair(&m, &c);
+    assert_int_equal(dist_mutex_unlock(&o.m), 0);
+    close_pair(&o);
 }
 
 /* ---- destroy after a broadcast ------------------------------------------------- */
@@ -542,6 +547,18 @@ static void *dwaiter(void *arg)
     return NULL;
 }
 
+/* Waiters on o's condition, none started, none returned yet. */
+static void dwaiters_init(struct dwaiters *d, struct pair *o)
+{
+    memset(d, 0, sizeof *d);
+    d->m = &o->m;
+    d->c = &o->c;
+    for (int i = 0; i < DW_THREADS; i++) {
+        atomic_init(&d->rc[i], -1);
+        atomic_init(&d->unlock_rc[i], -1);
+    }
+}
+
 /* POSIX: a condition may be destroyed as soon as no thread is blocked on
  * it, right after a broadcast (its own example does that; LTP's
  * pthread_cond_destroy/2-1); threads woken and still taking the mutex
@@ -549,24 +566,16 @@ static void *dwaiter(void *arg)
  * EBUSY, and the woken waiters return as they should, mutex held. */
 static void test_destroy_right_after_broadcast(void **state)
 {
-    struct names n;
+    struct pair o;
     struct dwaiters d;
     pthread_t th[DW_THREADS];
-    dist_mutex_t m;
-    dist_cond_t c;
     char key[256];
     int i;
 
     (void)state;
-    open_pair(&n, __func__, &m, &c);
-    waiters_key(key, sizeof key, n.c[0]);
-    memset(&d, 0, sizeof d);
-    d.m = &m;
-    d.c = &c;
-    for (i = 0; i < DW_THREADS; i++) {
-        atomic_init(&d.rc[i], -1);
-        atomic_init(&d.unlock_rc[i], -1);
-    }
+    open_pair(&o, __func__, NULL);
+    waiters_key(key, sizeof key, o.n.c[0]);
+    dwaiters_init(&d, &o);
     for (i = 0; i < DW_THREADS; i++)
         assert_int_equal(pthread_create(&th[i], NULL, dwaiter, &d), 0);
     {
@@ -577,14 +586,14 @@ static void test_destroy_right_after_broadcast(void **state)
     }
     assert_int_equal(tu_cmd_int(&r, "ZCARD", key, NULL), DW_THREADS);
     /* really blocked: not yet */
-    assert_int_equal(dist_cond_destroy(&c), EBUSY);
+    assert_int_equal(dist_cond_destroy(&o.c), EBUSY);
     assert_non_null(strstr(dist_last_error(), "has waiters"));
 
-    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_mutex_lock(&o.m), 0);
     atomic_store(&d.go, 1);
-    assert_int_equal(dist_cond_broadcast(&c), 0);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
-    assert_int_equal(dist_cond_destroy(&c), 0);
+    assert_int_equal(dist_cond_broadcast(&o.c), 0);
+    assert_int_equal(dist_mutex_unlock(&o.m), 0);
+    assert_int_equal(dist_cond_destroy(&o.c), 0);
 
     for (i = 0; i < DW_THREADS; i++)      /* thread i is not waiter i */
         assert_int_equal(pthread_join(th[i], NULL), 0);
@@ -593,10 +602,10 @@ static void test_destroy_right_after_broadcast(void **state)
         assert_int_equal(atomic_load(&d.unlock_rc[i]), 0);
     }
     assert_int_equal(tu_cmd_int(&r, "EXISTS", key, NULL), 0);
-    assert_int_equal(tu_cmd_int(&r, "EXISTS", n.m, NULL), 0);
+    assert_int_equal(tu_cmd_int(&r, "EXISTS", o.n.m, NULL), 0);
     /* destroyed: the object is gone (a zero-filled one without a name) */
-    assert_int_equal(dist_cond_signal(&c), EINVAL);
-    assert_int_equal(dist_mutex_destroy(&m), 0);
+    assert_int_equal(dist_cond_signal(&o.c), EINVAL);
+    assert_int_equal(dist_mutex_destroy(&o.m), 0);
 }
 
 /* The child of a fork() while a thread of the parent waits: that wait is
@@ -641,48 +650,40 @@ static void child_of_waiting_parent(void *arg)
 
 static void test_fork_child_ignores_parents_waiters(void **state)
 {
-    struct names n;
+    struct pair o;
     struct dwaiters d;
     struct forked_cond f;
     pthread_t th;
-    dist_mutex_t m;
-    dist_cond_t c;
     char key[256];
     struct zcard z = { key, 1 };
 
     (void)state;
-    open_pair(&n, __func__, &m, &c);
-    waiters_key(key, sizeof key, n.c[0]);
-    memset(&d, 0, sizeof d);
-    d.m = &m;
-    d.c = &c;
-    atomic_init(&d.rc[0], -1);
-    atomic_init(&d.unlock_rc[0], -1);
+    open_pair(&o, __func__, NULL);
+    waiters_key(key, sizeof key, o.n.c[0]);
+    dwaiters_init(&d, &o);
     assert_int_equal(pthread_create(&th, NULL, dwaiter, &d), 0);
     assert_true(eventually(has_waiters, &z, slack(10)));
 
-    f.m = &m;
-    f.c = &c;
+    f.m = &o.m;
+    f.c = &o.c;
     assert_true(reaped_with(fork_started(child_of_waiting_parent, &f), 0));
 
-    assert_int_equal(dist_cond_destroy(&c), EBUSY);
-    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_cond_destroy(&o.c), EBUSY);
+    assert_int_equal(dist_mutex_lock(&o.m), 0);
     atomic_store(&d.go, 1);
-    assert_int_equal(dist_cond_broadcast(&c), 0);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_cond_broadcast(&o.c), 0);
+    assert_int_equal(dist_mutex_unlock(&o.m), 0);
     assert_int_equal(pthread_join(th, NULL), 0);
     assert_int_equal(atomic_load(&d.rc[0]), 0);
     assert_int_equal(atomic_load(&d.unlock_rc[0]), 0);
-    close_pair(&m, &c);
+    close_pair(&o);
 }
 
 /* ---- timed waits ------------------------------------------------------------- */
 
 static void test_timedwait_times_out_holding_mutex(void **state)
 {
-    struct names n;
-    dist_mutex_t m;
-    dist_cond_t c;
+    struct pair o;
     dist_condattr_t a;
     struct timespec dl;
     struct fx_call t;
@@ -690,56 +691,52 @@ static void test_timedwait_times_out_holding_mutex(void **state)
     char key[256];
 
     (void)state;
-    names_for(&n, __func__);
-    assert_int_equal(dist_mutex_init(&m, n.m, NULL), 0);
     assert_int_equal(dist_condattr_init(&a), 0);
     assert_int_equal(dist_condattr_setclock(&a, CLOCK_MONOTONIC), 0);
-    assert_int_equal(dist_cond_init(&c, n.c[0], &a), 0);
-    assert_int_equal(dist_mutex_lock(&m), 0);
+    open_pair(&o, __func__, &a);
+    assert_int_equal(dist_mutex_lock(&o.m), 0);
 
     dl = fx_clock_in(CLOCK_MONOTONIC, 0.5);
-    FX_CALL(&t, dist_cond_timedwait(&c, &m, &dl));
+    FX_CALL(&t, dist_cond_timedwait(&o.c, &o.m, &dl));
     assert_int_equal(t.rc, ETIMEDOUT);
     assert_dbl_range(t.el, 0.5, 0.5 + slack(2.0));
-    assert_int_equal(dist_mutex_token(&m, &tok), 0);
-    assert_held_once(&r, n.m, NULL);
-    waiters_key(key, sizeof key, n.c[0]);
+    assert_int_equal(dist_mutex_token(&o.m, &tok), 0);
+    assert_held_once(&r, o.n.m, NULL);
+    waiters_key(key, sizeof key, o.n.c[0]);
     assert_int_equal(tu_cmd_int(&r, "EXISTS", key, NULL), 0);
 
     /* a deadline already passed: the same, at once */
     dl = fx_clock_in(CLOCK_REALTIME, -1);
-    FX_CALL(&t, dist_cond_clockwait(&c, &m, CLOCK_REALTIME, &dl));
+    FX_CALL(&t, dist_cond_clockwait(&o.c, &o.m, CLOCK_REALTIME, &dl));
     assert_int_equal(t.rc, ETIMEDOUT);
     assert_dbl_range(t.el, 0.0, slack(2.0));
-    assert_held_once(&r, n.m, NULL);
+    assert_held_once(&r, o.n.m, NULL);
 
     /* bad arguments change nothing */
     dl.tv_nsec = 1000000000L;
-    assert_int_equal(dist_cond_timedwait(&c, &m, &dl), EINVAL);
-    assert_int_equal(dist_cond_clockwait(&c, &m, CLOCK_PROCESS_CPUTIME_ID,
+    assert_int_equal(dist_cond_timedwait(&o.c, &o.m, &dl), EINVAL);
+    assert_int_equal(dist_cond_clockwait(&o.c, &o.m, CLOCK_PROCESS_CPUTIME_ID,
                                          &dl), EINVAL);
-    assert_held_once(&r, n.m, NULL);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
-    close_pair(&m, &c);
+    assert_held_once(&r, o.n.m, NULL);
+    assert_int_equal(dist_mutex_unlock(&o.m), 0);
+    close_pair(&o);
 }
 
 /* A wait needs the mutex held exactly once. */
 static void test_wait_needs_mutex_held_once(void **state)
 {
-    struct names n;
-    dist_mutex_t m;
-    dist_cond_t c;
+    struct pair o;
     struct timespec dl = realtime_in(5);
 
     (void)state;
-    open_pair(&n, __func__, &m, &c);
-    assert_int_equal(dist_cond_wait(&c, &m), EPERM);
-    assert_int_equal(dist_mutex_lock(&m), 0);
-    assert_int_equal(dist_mutex_lock(&m), 0);
-    assert_int_equal(dist_cond_timedwait(&c, &m, &dl), EINVAL);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
-    close_pair(&m, &c);
+    open_pair(&o, __func__, NULL);
+    assert_int_equal(dist_cond_wait(&o.c, &o.m), EPERM);
+    assert_int_equal(dist_mutex_lock(&o.m), 0);
+    assert_int_equal(dist_mutex_lock(&o.m), 0);
+    assert_int_equal(dist_cond_timedwait(&o.c, &o.m, &dl), EINVAL);
+    assert_int_equal(dist_mutex_unlock(&o.m), 0);
+    assert_int_equal(dist_mutex_unlock(&o.m), 0);
+    close_pair(&o);
 }
 
 /* A wait on a mutex whose hold is gone in Redis (forced, or its lease ran
@@ -748,30 +745,28 @@ static void test_wait_needs_mutex_held_once(void **state)
  * saw the handler never told). */
 static void test_wait_on_lost_hold(void **state)
 {
-    struct names n;
-    dist_mutex_t m;
-    dist_cond_t c;
+    struct pair o;
     struct timespec dl;
     int rc, calls, unlock_rc;
 
     (void)state;
-    open_pair(&n, __func__, &m, &c);
+    open_pair(&o, __func__, NULL);
     fx_dirty = 1;
     fx_lost_reset();
     dist_set_lost_handler(fx_on_lost, NULL);
-    assert_int_equal(dist_mutex_lock(&m), 0);
-    assert_int_equal(tu_cmd_int(&r, "DEL", n.m, NULL), 1);
+    assert_int_equal(dist_mutex_lock(&o.m), 0);
+    assert_int_equal(tu_cmd_int(&r, "DEL", o.n.m, NULL), 1);
     dl = realtime_in(5);
-    rc = dist_cond_timedwait(&c, &m, &dl);
-    calls = fx_lost_calls(n.m);
-    unlock_rc = dist_mutex_unlock(&m);
+    rc = dist_cond_timedwait(&o.c, &o.m, &dl);
+    calls = fx_lost_calls(o.n.m);
+    unlock_rc = dist_mutex_unlock(&o.m);
     dist_set_lost_handler(NULL, NULL);
     fx_dirty = 0;
     assert_int_equal(rc, EPERM);
     assert_int_equal(calls, 1);
     assert_int_equal(unlock_rc, EPERM);
-    assert_int_equal(fx_lost_calls(n.m), 1);
-    close_pair(&m, &c);
+    assert_int_equal(fx_lost_calls(o.n.m), 1);
+    close_pair(&o);
 }
 
 /* A wait on a mutex whose hold the renewal thread found lost but has not
