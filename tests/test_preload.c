@@ -727,38 +727,37 @@ static const char *ok_config(void)
                       "g_ledger_lock\n", redis_section, pfx);
 }
 
-/* distlock-run refuses to start prog (a program the loader would run
- * without the shim; shim NULL), or the ledger program under the shim copy
- * (a shim the loader would skip; 78): it says why, and the program never
- * runs (no marker file). */
-static void expect_not_started(const char *prog, const char *copy,
-                               const char *why)
+/* distlock-run, with the option opt val when opt is not NULL, refuses
+ * to start prog: it exits code, says why (and also, when not NULL), and
+ * the program never runs (no marker file). */
+static void expect_not_started(const char *opt, const char *val,
+                               const char *prog, int code, const char *why,
+                               const char *also)
 {
     char marker[PATH_MAX];
-    const char *cfg;
+    const char *cfg = ok_config();
     struct proc p;
 
-    cfg = ok_config();
     path_in(marker, sizeof marker, "not-started");
     unlink(marker);
-    if (!copy)
+    if (!opt)
         assert_exit(run(&p, ARGV(run_bin, "--config", (char *)cfg, "--",
                                  (char *)prog, marker, "1", "1"), NULL, 30),
-                    126);
+                    code);
     else
         assert_exit(run(&p, ARGV(run_bin, "--config", (char *)cfg,
-                                 "--preload", (char *)copy, "--",
+                                 (char *)opt, (char *)val, "--",
                                  (char *)prog, marker, "1", "1"), NULL, 30),
-                    78);
-    if (copy)
-        assert_contains(p.ebuf, "the loader would start it without the shim");
+                    code);
+    if (also)
+        assert_contains(p.ebuf, also);
     assert_contains(p.ebuf, why);
     assert_false(exists(marker));
 }
 
 static void expect_program_refused(const char *prog, const char *why)
 {
-    expect_not_started(prog, NULL, why);
+    expect_not_started(NULL, NULL, prog, 126, why, NULL);
 }
 
 static void copy_file(const char *from, const char *to, mode_t mode)
@@ -824,23 +823,15 @@ static void test_secure_execution_refused(void **state)
 static void test_split_shim_path_refused(void **state)
 {
     static const char *const names[] = { "shim copy.so", "shim:copy.so" };
-    char copy[PATH_MAX], marker[PATH_MAX];
-    const char *cfg;
-    struct proc p;
+    char copy[PATH_MAX];
     size_t i;
 
     (void)state;
-    cfg = ok_config();
-    path_in(marker, sizeof marker, "not-started");
     for (i = 0; i < sizeof names / sizeof names[0]; i++) {
         path_in(copy, sizeof copy, names[i]);
         copy_file(shim, copy, 0755);
-        unlink(marker);
-        assert_exit(run(&p, ARGV(run_bin, "--config", (char *)cfg,
-                                 "--preload", copy, "--", ledger_bin, marker,
-                                 "1", "1"), NULL, 30), 78);
-        assert_contains(p.ebuf, "splits LD_PRELOAD at spaces and colons");
-        assert_false(exists(marker));
+        expect_not_started("--preload", copy, ledger_bin, 78,
+                           "splits LD_PRELOAD at spaces and colons", NULL);
         unlink(copy);
     }
 }
@@ -852,7 +843,8 @@ static void test_split_shim_path_refused(void **state)
  * runs none of the program's code, finds both and the program never runs. */
 static void expect_shim_refused(const char *copy, const char *why)
 {
-    expect_not_started(ledger_bin, copy, why);
+    expect_not_started("--preload", copy, ledger_bin, 78, why,
+                       "the loader would start it without the shim");
 }
 
 static void test_unloadable_shim_refused(void **state)
@@ -920,23 +912,13 @@ static void test_timeout_out_of_range_refused(void **state)
 {
     static const char *const bad[] = { "1e300", "inf", "-inf", "nan", "0",
                                        "-1", "86401", "1e", "", "0x" };
-    char marker[PATH_MAX];
-    const char *cfg;
-    struct proc p;
     size_t i;
 
     (void)state;
-    cfg = ok_config();
-    path_in(marker, sizeof marker, "not-started");
-    unlink(marker);
-    for (i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        assert_exit(run(&p, ARGV(run_bin, "--config", (char *)cfg,
-                                 "--timeout", (char *)bad[i], "--",
-                                 ledger_bin, marker, "1", "1"), NULL, 30), 2);
-        assert_contains(p.ebuf, "--timeout: seconds, more than 0 and at "
-                        "most 86400");
-        assert_false(exists(marker));
-    }
+    for (i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        expect_not_started("--timeout", bad[i], ledger_bin, 2,
+                           "--timeout: seconds, more than 0 and at most "
+                           "86400", NULL);
 }
 
 /* Issue 15, minor: a .symtab that cannot be read made the shim fall back to
