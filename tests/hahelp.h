@@ -18,7 +18,10 @@
 #include <time.h>
 #include <unistd.h>
 
-enum { HA_MUTEX, HA_FAIR, HA_WRITE, HA_READ };
+#include "anylock.h"
+
+enum { HA_MUTEX = LK_MUTEX, HA_FAIR = LK_FAIR, HA_WRITE = LK_WRITE,
+       HA_READ = LK_READ };
 
 /* "<verb> <key>" to one node of the program's topology, for the caller to
  * free (NULL when the node does not answer).  Each program defines it. */
@@ -53,33 +56,16 @@ struct ha_waiter {
     int fd;
 };
 
-/* The lock of a waiter of that kind on name; 0 or the error of init. */
-union ha_lock {
-    dist_mutex_t m;
-    dist_rwlock_t rw;
-};
-
-static int ha_init(union ha_lock *l, const char *name, int kind)
-{
-    dist_mutexattr_t a;
-
-    if (kind == HA_WRITE || kind == HA_READ)
-        return dist_rwlock_init(&l->rw, name, NULL);
-    dist_mutexattr_init(&a);
-    dist_mutexattr_setfair(&a, kind == HA_FAIR);
-    return dist_mutex_init(&l->m, name, &a);
-}
-
-static int ha_lock(union ha_lock *l, int kind)
+static int ha_lock(union any_lock *l, int kind)
 {
     return kind == HA_WRITE ? dist_rwlock_wrlock(&l->rw)
          : kind == HA_READ  ? dist_rwlock_rdlock(&l->rw)
                             : dist_mutex_lock(&l->m);
 }
 
-static void ha_unlock(union ha_lock *l, int kind)
+static void ha_unlock(union any_lock *l, int kind)
 {
-    if (kind == HA_WRITE || kind == HA_READ)
+    if (lk_is_rw(kind))
         dist_rwlock_unlock(&l->rw);
     else
         dist_mutex_unlock(&l->m);
@@ -88,7 +74,7 @@ static void ha_unlock(union ha_lock *l, int kind)
 static void ha_child_lock(int fd, const char *url, const char *name, int kind,
                           unsigned long watchdog_ms)
 {
-    union ha_lock l;
+    union any_lock l;
     char buf[64];
     int n;
 
@@ -96,7 +82,7 @@ static void ha_child_lock(int fd, const char *url, const char *name, int kind,
         _exit(3);
     if (write(fd, "w", 1) != 1)
         _exit(3);
-    if (ha_init(&l, name, kind) != 0)
+    if (any_lock_init(&l, name, kind) != 0)
         _exit(3);
     if (ha_lock(&l, kind) != 0) {
         fprintf(stderr, "waiter: lock: %s\n", dist_last_error());

@@ -37,6 +37,8 @@
 #include "harness_server.h"
 #include "harness_liar.h"
 #include "testhelp.h"
+#include "anylock.h"
+#include "clockhelp.h"
 
 #define TIMEOUT_MS  500UL       /* DISTLOCK_TIMEOUT_MS of every case */
 #define BOUND_S     (TIMEOUT_MS / 1000.0 + 2.0)
@@ -59,7 +61,8 @@ static tu_liar_t *liar;
 
 /* ---- cases ------------------------------------------------------------- */
 
-enum kind { K_MUTEX, K_FAIR, K_READ, K_WRITE };
+enum kind { K_MUTEX = LK_MUTEX, K_FAIR = LK_FAIR, K_READ = LK_READ,
+            K_WRITE = LK_WRITE };
 enum op { OP_LOCK, OP_TRY, OP_TIMED, OP_UNLOCK };
 
 struct lie_case {
@@ -95,41 +98,12 @@ static const char *url(void)
     return buf;
 }
 
-/* The lock of c, initialised; mutex or rwlock. */
-union lock {
-    dist_mutex_t m;
-    dist_rwlock_t rw;
-};
-
-static int lock_init(union lock *l, enum kind k, const char *name)
-{
-    dist_mutexattr_t a;
-
-    if (k == K_READ || k == K_WRITE)
-        return dist_rwlock_init(&l->rw, name, NULL);
-    dist_mutexattr_init(&a);
-    dist_mutexattr_setfair(&a, k == K_FAIR);
-    return dist_mutex_init(&l->m, name, &a);
-}
-
-static int deadline_in(struct timespec *ts, long ms)
-{
-    clock_gettime(CLOCK_REALTIME, ts);
-    ts->tv_sec += ms / 1000;
-    ts->tv_nsec += (ms % 1000) * 1000000L;
-    if (ts->tv_nsec >= 1000000000L) {
-        ts->tv_sec++;
-        ts->tv_nsec -= 1000000000L;
-    }
-    return 0;
-}
-
-static int do_op(union lock *l, enum kind k, enum op op)
+static int do_op(union any_lock *l, enum kind k, enum op op)
 {
     struct timespec ts;
-    int rw = k == K_READ || k == K_WRITE;
+    int rw = lk_is_rw(k);
 
-    deadline_in(&ts, 1000);
+    ts = clock_in_ms(CLOCK_REALTIME, 1000);
     switch (op) {
     case OP_LOCK:
         return !rw ? dist_mutex_lock(&l->m)
@@ -149,7 +123,7 @@ static int do_op(union lock *l, enum kind k, enum op op)
     return -1;
 }
 
-static int token_of(union lock *l, enum kind k)
+static int token_of(union any_lock *l, enum kind k)
 {
     uint64_t t;
 
@@ -161,13 +135,13 @@ static int token_of(union lock *l, enum kind k)
 /* The child's part: set up, the call, what it believes afterwards. */
 static void child_run(const struct lie_case *c, struct outcome *o)
 {
-    union lock l;
+    union any_lock l;
     char name[96];
     double t0;
 
     snprintf(name, sizeof name, "liar:%d", (int)getpid());
     if (dist_set_url(url()) != 0 || dist_set_timeout_ms(TIMEOUT_MS) != 0 ||
-        lock_init(&l, c->kind, name) != 0) {
+        any_lock_init(&l, name, c->kind) != 0) {
         o->setup_rc = -1;
         return;
     }
@@ -354,7 +328,7 @@ static void run_renew(const void *arg, void *res)
 {
     const struct renew_case *c = arg;
     struct renew_out *o = res;
-    union lock l;
+    union any_lock l;
     char name[96];
     double t0, cpu0, end, at;
 
@@ -363,7 +337,7 @@ static void run_renew(const void *arg, void *res)
         dist_set_watchdog_ms(LEASE_MS) != 0 ||
         dist_set_lease_margin_ms(MARGIN_MS) != 0 ||
         dist_set_lost_handler(on_lost, NULL) != 0 ||
-        lock_init(&l, c->kind, name) != 0 ||
+        any_lock_init(&l, name, c->kind) != 0 ||
         do_op(&l, c->kind, OP_TRY) != 0) {
         o->setup_rc = -1;
         snprintf(o->err, sizeof o->err, "%s", dist_last_error());
@@ -715,13 +689,13 @@ static void run_own(const void *arg, void *res)
 {
     const struct own_case *c = arg;
     struct outcome *o = res;
-    union lock l;
+    union any_lock l;
     char name[96];
     double t0;
 
     snprintf(name, sizeof name, "liar:%d", (int)getpid());
     if (dist_set_url(url()) != 0 || dist_set_timeout_ms(OWN_TIMEOUT_MS) != 0 ||
-        lock_init(&l, c->kind, name) != 0) {
+        any_lock_init(&l, name, c->kind) != 0) {
         o->setup_rc = -1;
         return;
     }
