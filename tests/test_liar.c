@@ -132,16 +132,25 @@ static int token_of(union any_lock *l, enum kind k)
                           : dist_rwlock_token(&l->rw, &t);
 }
 
+/* In a child: the library on the liar with a command timeout of
+ * timeout_ms, and a lock of kind named after the child.  0, or -1. */
+static int child_lock(union any_lock *l, int kind, unsigned long timeout_ms)
+{
+    char name[96];
+
+    snprintf(name, sizeof name, "liar:%d", (int)getpid());
+    if (dist_set_url(url()) != 0 || dist_set_timeout_ms(timeout_ms) != 0)
+        return -1;
+    return any_lock_init(l, name, kind) != 0 ? -1 : 0;
+}
+
 /* The child's part: set up, the call, what it believes afterwards. */
 static void child_run(const struct lie_case *c, struct outcome *o)
 {
     union any_lock l;
-    char name[96];
     double t0;
 
-    snprintf(name, sizeof name, "liar:%d", (int)getpid());
-    if (dist_set_url(url()) != 0 || dist_set_timeout_ms(TIMEOUT_MS) != 0 ||
-        any_lock_init(&l, name, c->kind) != 0) {
+    if (child_lock(&l, c->kind, TIMEOUT_MS) != 0) {
         o->setup_rc = -1;
         return;
     }
@@ -690,12 +699,9 @@ static void run_own(const void *arg, void *res)
     const struct own_case *c = arg;
     struct outcome *o = res;
     union any_lock l;
-    char name[96];
     double t0;
 
-    snprintf(name, sizeof name, "liar:%d", (int)getpid());
-    if (dist_set_url(url()) != 0 || dist_set_timeout_ms(OWN_TIMEOUT_MS) != 0 ||
-        any_lock_init(&l, name, c->kind) != 0) {
+    if (child_lock(&l, c->kind, OWN_TIMEOUT_MS) != 0) {
         o->setup_rc = -1;
         return;
     }
