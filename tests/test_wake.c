@@ -410,16 +410,7 @@ static void test_crowd_two_processes(void **state)
  * one of its interceptors (a borrower's poll), and then reports the
  * cleanup handlers' writes under P.mu and R.mu as races; the cancellation
  * in a futex sleep (no interceptor) runs under it. */
-#ifdef TU_TSAN
-#define SKIP_UNDER_TSAN()                                                     \
-    do {                                                                      \
-        print_message("  skipped under ThreadSanitizer (it loses a thread's " \
-                      "locks once cancelled in poll)\n");                    \
-        skip();                                                               \
-    } while (0)
-#else
-#define SKIP_UNDER_TSAN() do { } while (0)
-#endif
+#define TSAN_WHY "it loses a thread's locks once cancelled in poll"
 
 struct canceled {
     dist_mutex_t *m;
@@ -739,7 +730,7 @@ static void test_cond_wait_cancelled_while_asleep(void **state)
 
     (void)state;
     SKIP_UNDER_ASAN();
-    SKIP_UNDER_TSAN();
+    SKIP_UNDER_TSAN(TSAN_WHY);
     scene_open(&s, __func__);
     scene_waiter(&s, 0);
     scene_waiter(&s, 1);

@@ -57,6 +57,18 @@
 #define SKIP_UNDER_ASAN() do { } while (0)
 #endif
 
+/* A test ThreadSanitizer cannot follow (why says what it loses) skips
+ * itself under it. */
+#ifdef TU_TSAN
+#define SKIP_UNDER_TSAN(why)                                                  \
+    do {                                                                      \
+        print_message("  skipped under ThreadSanitizer (%s)\n", why);        \
+        skip();                                                               \
+    } while (0)
+#else
+#define SKIP_UNDER_TSAN(why) do { } while (0)
+#endif
+
 static inline int on_valgrind(void)
 {
 #ifdef HAVE_VALGRIND_H
@@ -123,6 +135,18 @@ static inline char *lock_owner_field(tu_redis_t *r, const char *key,
     if (x)
         freeReplyObject(x);
     return f;
+}
+
+/* The owner's count of the lock key on r (its one field), or -1 when it
+ * has none. */
+static inline long long owner_count(tu_redis_t *r, const char *key)
+{
+    long long cnt = -1;
+    char *own = lock_owner_field(r, key, &cnt);
+    int found = own != NULL;
+
+    free(own);
+    return found ? cnt : -1;
 }
 
 /* A table entry for a test run with *state = arg: one function for cases
