@@ -51,15 +51,7 @@ static int init_cohort(dist_mutex_t *m, const char *name, int type)
     return rc;
 }
 
-/* The owner's count in Redis (the lock's one field), or -1. */
-static long long count_of(const char *name)
-{
-    long long cnt = -1;
-    char *own = lock_owner_field(&r, name, &cnt);
-
-    free(own);
-    return own ? cnt : -1;
-}
+#define count_of(name) owner_count(&r, name)
 
 /* Calls of EVALSHA and EVAL the server has answered so far. */
 static long long script_calls(void)

@@ -69,15 +69,7 @@ static int gone_within(const char *key, double secs)
     return 1;
 }
 
-/* The owner's count in Redis (the lock's one field), or -1. */
-static long long count_of(const char *name)
-{
-    long long cnt = -1;
-    char *own = lock_owner_field(&r, name, &cnt);
-
-    free(own);
-    return own ? cnt : -1;
-}
+#define count_of(name) owner_count(&r, name)
 
 static void flush_scripts(void)
 {
