@@ -384,6 +384,24 @@ static void test_fork_child(void **state)
     assert_int_equal(dist_rwlock_destroy(&rw), 0);
 }
 
+/* op on rw while the server is stopped (SIGSTOP) for longer than the
+ * command timeout: its result, and how long it took in *el.  The server
+ * then resumes, with 300 ms to run what it was sent. */
+static int while_stopped(int (*op)(dist_rwlock_t *), dist_rwlock_t *rw,
+                         double *el)
+{
+    double t0;
+    int rc;
+
+    assert_int_equal(tu_redis_signal(&r, SIGSTOP), 0);
+    t0 = tu_now();
+    rc = op(rw);
+    *el = tu_now() - t0;
+    assert_int_equal(tu_redis_signal(&r, SIGCONT), 0);
+    tu_sleep_ms(300);
+    return rc;
+}
+
 /* The server stops (SIGSTOP) for longer than the command timeout during a
  * lock and an unlock: their outcome cannot be known, so they say EIO, and
  * the thread's next call on the lock settles what Redis may still count
@@ -392,7 +410,7 @@ static void test_unknown_outcome(void **state)
 {
     char name[200], *owner;
     dist_rwlock_t rw;
-    double t0, el_lock, el_unlock;
+    double el_lock, el_unlock;
     int rc_lock, rc_unlock, rc_settle, rc_try;
     long long after_lock, after_unlock, left;
 
@@ -406,12 +424,7 @@ static void test_unknown_outcome(void **state)
     assert_int_equal(dist_set_timeout_ms(300), 0);
 
     /* a second read hold, outcome unknown */
-    assert_int_equal(tu_redis_signal(&r, SIGSTOP), 0);
-    t0 = tu_now();
-    rc_lock = dist_rwlock_rdlock(&rw);
-    el_lock = tu_now() - t0;
-    assert_int_equal(tu_redis_signal(&r, SIGCONT), 0);
-    tu_sleep_ms(300);
+    rc_lock = while_stopped(dist_rwlock_rdlock, &rw, &el_lock);
     after_lock = hget_int(name, owner);       /* 2 if it ran, else 1 */
     /* the next call first gives back what may be owed, then unlocks the
      * one hold the thread knows of */
@@ -420,12 +433,7 @@ static void test_unknown_outcome(void **state)
 
     /* an unlock, outcome unknown */
     assert_int_equal(dist_rwlock_rdlock(&rw), 0);
-    assert_int_equal(tu_redis_signal(&r, SIGSTOP), 0);
-    t0 = tu_now();
-    rc_unlock = dist_rwlock_unlock(&rw);
-    el_unlock = tu_now() - t0;
-    assert_int_equal(tu_redis_signal(&r, SIGCONT), 0);
-    tu_sleep_ms(300);
+    rc_unlock = while_stopped(dist_rwlock_unlock, &rw, &el_unlock);
     after_unlock = hget_int(name, owner);     /* 0 (-1: nil) if it ran, else 1 */
     rc_try = dist_rwlock_tryrdlock(&rw);      /* settles first */
     assert_int_equal(dist_set_timeout_ms(DEFAULT_TIMEOUT_MS), 0);
