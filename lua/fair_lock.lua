@@ -2,7 +2,8 @@
 -- The queue is shared with Redisson's RFairLock; how both clients read its deadlines,
 -- and how a distlock waiter's deadline survives Redisson's arithmetic: see
 -- prelude_waiters.  A live waiter's process pushes its deadline forward
--- (waiter_renew), so one that died is purged within its window once it heads the queue.
+-- (waiter_renew), so one that died is purged within its window.  Its work is
+-- O(log W) in the queue's length W: it reads the head and its own entry only.
 -- KEYS[1]  the lock: HASH { <owner>: hold count }                 (N)
 -- KEYS[2]  wait queue: LIST of owners, head first                 (redisson_lock_queue:{N})
 -- KEYS[3]  waiter deadlines: ZSET owner -> ms                     (redisson_lock_timeout:{N})
@@ -19,8 +20,8 @@
 -- Reply    {1, holds, token}  taken (holds: the owner's count after this call)
 --          {0, wait_ms}       not taken; wait at most this long before trying again
 --                             (the lock's lease when the caller heads the queue, else
---                             the sooner of that and the head's deadline, when a
---                             dead head is purged)
+--                             BEHIND_WINDOWS windows: a waiter behind others is
+--                             told when its turn comes)
 -- What can fail comes first (prelude_guard): the lock and the marks are read at
 -- once, the queue and the deadlines before anybody is dropped or queued, and the
 -- counter is read (reentry) or drawn (a new hold) before the lock is written; it
@@ -47,12 +48,14 @@ local head = redis.call('lindex', KEYS[2], 0)
 if redis.call('exists', KEYS[1]) == 0 and (not head or head == ARGV[2]) then
   local token = fencing_token(KEYS[4], true)
   if head then
+    local deadline = tonumber(redis.call('zscore', KEYS[3], ARGV[2]))
     redis.call('lpop', KEYS[2])
     redis.call('zrem', KEYS[3], ARGV[2])
-    -- the next in line is now the head: it sleeps on a bound reckoned
-    -- behind us, so tell it to reckon again against our lease
-    local next_head = redis.call('lindex', KEYS[2], 0)
-    if next_head then
+    -- a Redisson waiter next in line sleeps on a bound reckoned behind us:
+    -- tell it to reckon again against our lease, its deadline brought up
+    -- to date first.  A distlock one sleeps until our release tells it.
+    local next_head = push_redisson_run(KEYS[2], KEYS[3], KEYS[6], deadline or now)
+    if next_head and not redis.call('zscore', KEYS[6], next_head) then
       notify(ARGV[5], KEYS[5] .. ':' .. next_head, '0')
     end
   end
@@ -69,24 +72,18 @@ if ARGV[4] == 'try' then
   return {0, pttl > 0 and pttl or 0}
 end
 
--- join the queue (once), and set our deadline and mark (see prelude_waiters)
-local q = keep_place(now, window, KEYS[2], KEYS[3], KEYS[6], ARGV[2], true)
-
-head = q[1]
+-- keep our place, or join the queue (see prelude_waiters)
+if not keep_places(now, window, KEYS[3], KEYS[6], {ARGV[2]}, head)[1] then
+  join_queue(now, window, KEYS[2], KEYS[3], KEYS[6], ARGV[2])
+  head = head or ARGV[2]
+end
 if head == ARGV[2] then
   if pttl >= 0 then
     return {0, pttl}
   end
   return {0, window}
 end
--- behind others: until the head's deadline (a dead head is purged then), or the
--- lock's lease end, after which the head takes it and we may be next in line
-local wait = tonumber(redis.call('zscore', KEYS[3], head)) - now
-local mark = redis.call('zscore', KEYS[6], head)
-if mark and tonumber(mark) - now < wait then
-  wait = tonumber(mark) - now
-end
-if pttl >= 0 and pttl < wait then
-  wait = pttl
-end
-return {0, wait}
+-- behind others: our release's message wakes us once we head the queue, or
+-- the renewal once the lock is free and nobody told us (waiter_renew), which
+-- also purges a dead head; this bound is only the last resort
+return {0, window * BEHIND_WINDOWS}

@@ -6,13 +6,25 @@
 -- heads the queue and its deadline has passed; a Redisson waiter's deadline is the
 -- one ahead of it plus its wait time, and a Redisson waiter that takes the lock (or
 -- gives up) takes its wait time off the deadlines behind it.  A distlock waiter's
--- deadline is the server's clock plus a short window, plus Redisson's default wait
--- time for each Redisson waiter ahead of it, which that waiter will take off; its
--- process pushes it forward while it lives (waiter_renew).  Its mark in the marks
--- ZSET (distlock_fair_waiters:{N}: owner -> end of its window, server ms) tells
--- distlock waiters from Redisson's; a waiter that died is purged, mark and entry
--- together, once its window ends, wherever it stands in the queue.
+-- deadline is the end of its window (the server's clock plus a short window) plus
+-- Redisson's default wait time for each Redisson waiter ahead of it, which that
+-- waiter will take off; its process pushes it forward while it lives
+-- (waiter_renew).  Its mark in the marks ZSET (distlock_fair_waiters:{N}: owner ->
+-- end of its window, server ms) tells distlock waiters from Redisson's; a waiter
+-- that died is purged, mark and entry together, once its window ends, wherever it
+-- stands in the queue.
+--
+-- No call walks the queue: a waiter's deadline less its mark is the Redisson wait
+-- it still owes to those ahead (Redisson's own arithmetic takes a wait off it for
+-- each that leaves), so a renewal moves the two by as much, reading its own entry
+-- only; a waiter that heads the queue owes nothing.  One that joins owes a wait
+-- for every Redisson waiter queued, all of them ahead of it: the entries less
+-- distlock's live marks.  Each renewal is then two ZSET reads and two writes for
+-- all the waiters of one process on one lock.
 local REDISSON_WAIT = 300000   -- Redisson's default fairLockWaitTimeout, ms
+-- A waiter behind others tries again after this many windows at the latest; its
+-- turn is told it (a release's message, or the renewal: waiter_renew).
+local BEHIND_WINDOWS = 12
 
 -- drop_dead_waiters(now, queue, deadlines, marks, also)
 --   now        server time in ms, from TIME
@@ -71,53 +83,125 @@ local function drop_dead_waiters(now, queue, deadlines, marks, also)
   end
 end
 
--- keep_place(now, window, queue, deadlines, marks, owner, join)
---   window     a distlock waiter's window in ms
---   join       whether an owner not in the queue joins it at the tail
--- Sets owner's deadline and mark as described above, and moves the Redisson waiters
--- queued behind it (up to the next distlock waiter) by as much, since theirs were
--- reckoned from it.  Returns the queue as read (with owner appended when it
--- joined), or nil when owner is not queued and join is false.  Every key is read
--- before the first write but marks, which may be unread when owner heads the
--- queue: its write comes first (prelude_guard).
-local function keep_place(now, window, queue, deadlines, marks, owner, join)
-  local q = redis.call('lrange', queue, 0, -1)
-  local pos, ahead = nil, 0
-  for i = 1, #q do
-    if q[i] == owner then
-      pos = i
-      break
-    end
-    if not redis.call('zscore', marks, q[i]) then
-      ahead = ahead + 1
+-- scores_of(key, owners): the owners' scores in ZSET key, false where there is
+-- none, in one ZMSCORE (Redis 6.2); one ZSCORE each before 6.2, or on a key
+-- of another type, where the first ZSCORE fails as any command does, before the
+-- caller writes (prelude_guard).
+local function scores_of(key, owners)
+  local ok, s = pcall(redis.call, 'zmscore', key, unpack(owners))
+  if ok then
+    return s
+  end
+  s = {}
+  for i = 1, #owners do
+    s[i] = redis.call('zscore', key, owners[i])
+  end
+  return s
+end
+
+-- Redisson waiters queued: every entry less distlock's live marks (a mark whose
+-- window ended belongs to a waiter about to be purged, or already gone).  O(log W).
+local function redisson_waiters(now, deadlines, marks)
+  local n = redis.call('zcard', deadlines) -
+            redis.call('zcount', marks, '(' .. now, '+inf')
+  return n > 0 and n or 0
+end
+
+-- The marks outlive every deadline given, so that no distlock entry loses its
+-- mark while it stands in the queue.
+local function marks_outlive(marks, ms)
+  if redis.call('pttl', marks) < ms then
+    redis.call('pexpire', marks, ms)
+  end
+end
+
+-- keep_places(now, window, deadlines, marks, owners, head)
+--   owners   distlock waiters of one lock (their owners)
+--   head     the queue's head (LINDEX 0), or false
+-- Pushes each queued owner's mark to the end of a new window, and its deadline
+-- by as much, but for the head, whose deadline is its mark (it owes no wait).
+-- Returns one boolean per owner: queued (an entry in the deadline ZSET, which
+-- Redisson keeps with the queue's) or not.  Reads both ZSETs before it writes.
+local function keep_places(now, window, deadlines, marks, owners, head)
+  local d = scores_of(deadlines, owners)
+  local m = scores_of(marks, owners)
+  local mark = now + window
+  local dargs, margs, kept, top = {}, {}, {}, window
+  local owed = nil
+  for i = 1, #owners do
+    kept[i] = d[i] ~= false and d[i] ~= nil
+    if kept[i] then
+      local excess = 0
+      if owners[i] ~= head then
+        if m[i] then
+          excess = tonumber(d[i]) - tonumber(m[i])
+        else
+          -- its mark was lost: owe the most it can, a wait per Redisson entry
+          owed = owed or redisson_waiters(now, deadlines, marks) * REDISSON_WAIT
+          excess = owed
+        end
+        if excess < 0 then
+          excess = 0
+        end
+      end
+      dargs[#dargs + 1] = mark + excess
+      dargs[#dargs + 1] = owners[i]
+      margs[#margs + 1] = mark
+      margs[#margs + 1] = owners[i]
+      if window + excess > top then
+        top = window + excess
+      end
     end
   end
-  if not pos and not join then
-    return nil
+  if #margs > 0 then
+    redis.call('zadd', marks, unpack(margs))
+    redis.call('zadd', deadlines, unpack(dargs))
+    marks_outlive(marks, top)
   end
-  local old = redis.call('zscore', deadlines, owner)
-  local deadline = now + window + ahead * REDISSON_WAIT
+  return kept
+end
+
+-- join_queue(now, window, queue, deadlines, marks, owner): owner, not queued,
+-- joins at the tail behind every Redisson waiter queued, owing each a wait.
+-- The ZSETs are read before the first write; the queue was read by the caller.
+local function join_queue(now, window, queue, deadlines, marks, owner)
+  local owed = redisson_waiters(now, deadlines, marks) * REDISSON_WAIT
   redis.call('zadd', marks, now + window, owner)
-  if not pos then
-    redis.call('rpush', queue, owner)
-    q[#q + 1] = owner
-    pos = #q
+  redis.call('zadd', deadlines, now + window + owed, owner)
+  redis.call('rpush', queue, owner)
+  marks_outlive(marks, window + owed)
+end
+
+-- push_redisson_run(queue, deadlines, marks, deadline): the Redisson waiters that
+-- now head the queue (up to the first distlock waiter) reckoned their deadlines
+-- from a distlock waiter that just left it, when it joined; it kept its place
+-- alive since, theirs aged.  The first gets the deadline it would reckon now, the
+-- one left plus a wait, and those behind it move by as much.  O(length of that
+-- run), which only a mixed queue has; a distlock waiter next costs one ZSCORE.
+local function push_redisson_run(queue, deadlines, marks, deadline)
+  local first = redis.call('lindex', queue, 0)
+  if not first or redis.call('zscore', marks, first) then
+    return first
   end
-  redis.call('zadd', deadlines, deadline, owner)
-  if old and tonumber(old) ~= deadline then
-    for i = pos + 1, #q do
+  local d = redis.call('zscore', deadlines, first)
+  local by = d and deadline + REDISSON_WAIT - tonumber(d) or 0
+  if by <= 0 then
+    return first
+  end
+  local from = 0
+  while true do
+    local q = redis.call('lrange', queue, from, from + 15)
+    for i = 1, #q do
       if redis.call('zscore', marks, q[i]) then
-        break
+        return first
       end
       if redis.call('zscore', deadlines, q[i]) then
-        redis.call('zincrby', deadlines, deadline - tonumber(old), q[i])
+        redis.call('zincrby', deadlines, by, q[i])
       end
     end
+    if #q < 16 then
+      return first
+    end
+    from = from + 16
   end
-  -- the marks outlive every deadline given here, so that no distlock entry
-  -- loses its mark while it stands in the queue
-  if redis.call('pttl', marks) < deadline - now then
-    redis.call('pexpire', marks, deadline - now)
-  end
-  return q
 end

@@ -45,6 +45,9 @@ static const enum dist__nm chan_key[] = { DIST__N_CHAN };
 static const enum dist__nm fair_unlock_keys[] = {
     DIST__N_QUEUE, DIST__N_TIMEOUT, DIST__N_CHAN,
 };
+static const enum dist__nm fair_cancel_keys[] = {
+    DIST__N_QUEUE, DIST__N_TIMEOUT, DIST__N_CHAN, DIST__N_FAIR_WAITERS,
+};
 /* a queued fair waiter's keys for waiter_renew, in its order */
 static const enum dist__nm fair_wait_keys[] = {
     DIST__N_TIMEOUT, DIST__N_QUEUE, DIST__N_FAIR_WAITERS, DIST__N_CHAN,
@@ -464,16 +467,16 @@ static void m_cancel(struct dist__call *c)
 {
     size_t olen;
     const char *owner = dist__owner(&olen);
-    struct dist__buf kv[7];
+    struct dist__buf kv[8];
     struct dist__room room;
     redisReply *r;
 
-    if (keys_of(c->o->st->names, fair_unlock_keys, NKEYS(fair_unlock_keys),
+    if (keys_of(c->o->st->names, fair_cancel_keys, NKEYS(fair_cancel_keys),
                 kv, &room) == 0) {
-        kv[4] = (struct dist__buf){ owner, olen };
-        kv[5] = arg(dist__publish_cmd());
-        kv[6] = arg("0");
-        if (dist__route_run(DIST__S_FAIR_CANCEL, 4, kv, 7, &r) == 0)
+        kv[5] = (struct dist__buf){ owner, olen };
+        kv[6] = arg(dist__publish_cmd());
+        kv[7] = arg("0");
+        if (dist__route_run(DIST__S_FAIR_CANCEL, 5, kv, 8, &r) == 0)
             freeReplyObject(r);
     }
     dist__room_done(&room);
