@@ -21,6 +21,9 @@
  *          cost, lateness and memory per lock
  *   rw     4 processes, 90% reads and 10% writes on one read-write lock
  *   s5     2 processes of 8 threads each on one lock (lock cohorting)
+ *   fq     a fair queue at scale: W = 10, 100, 1,000 waiters in 8 processes,
+ *          idle (Redis commands/s) and taking turns (hand-offs/s), plain
+ *          mutexes beside (not in the default run: --only fq)
  *
  * The main process never calls distlock: every scenario that uses it runs
  * in forked processes, so each starts from a fresh library (and s2/s3
@@ -59,10 +62,10 @@
 /* ------------------------------------------------------------------------ */
 
 enum { SC_FLOOR, SC_S1, SC_S1T, SC_S2, SC_S3, SC_S4, SC_S2F, SC_S3F, SC_RW,
-       SC_CV, SC_SEM, SC_S5, SC_COUNT };
+       SC_CV, SC_SEM, SC_S5, SC_FQ, SC_COUNT };
 static const char *const sc_names[SC_COUNT] = {
     "floor", "s1", "s1t", "s2", "s3", "s4", "s2f", "s3f", "rw", "cv", "sem",
-    "s5"
+    "s5", "fq"
 };
 
 /* s2f and s3f run s2 and s3 on a fair (FIFO) mutex; workers fork after
@@ -346,6 +349,15 @@ struct shared {
         uint64_t finish_ns[MAX_PROCS][S5_THREADS];
         int failed[MAX_PROCS];
     } s5;
+    struct {
+        int w;                        /* waiters in all */
+        long long target;             /* hand-offs counted */
+        atomic_int held, release;     /* the holder has it; lets go */
+        atomic_int queued;            /* waiters in their first lock call */
+        atomic_llong handoffs;        /* locks taken since the release */
+        _Atomic uint64_t done_ns;     /* when the target was reached */
+        atomic_llong eio, errors;     /* failed lock calls */
+    } fq;
 };
 
 static struct shared *sh;
@@ -2869,6 +2881,310 @@ static void scenario_sem(redisContext *c)
 
 
 /* ------------------------------------------------------------------------ */
+/* fq: a fair queue at scale                                                */
+/* ------------------------------------------------------------------------ */
+
+/* W waiters (threads) in FQ_PROCS processes queue on one lock that another
+ * process holds.  Idle: what the herd that merely waits costs Redis, every
+ * command counted (scripts' own commands too: INFO commandstats), and its
+ * CPU.  Then the holder lets go and the waiters take the lock in turn,
+ * each taking it again at once: hand-offs per second until FQ_HANDOFFS,
+ * Redis commands per hand-off, and lock calls that failed (EIO: Redis too
+ * slow under the library's own load).  The same herd of plain mutexes is
+ * measured beside it, for the ratio fair / plain. */
+#define FQ_PROCS 8
+#define FQ_NW 3
+#define FQ_STACK (256 * 1024)
+static const int fq_ws[FQ_NW] = { 10, 100, 1000 };
+static const char fq_lock[] = "bench-fq";
+
+struct fq_figs {
+    double idle_cmds_s, idle_cpu, handoffs_s, cmds_handoff;
+    long long eio, errors;
+};
+
+static struct fq_figs fq_res[2][FQ_NW];     /* [fair][w] */
+
+/* Calls of every command so far but INFO (ours); -1 on failure. */
+static long long fq_calls(redisContext *c)
+{
+    redisReply *r = rcmd(c, "INFO commandstats");
+    long long sum = 0;
+    const char *p;
+
+    if (!r)
+        return -1;
+    for (p = r->str; (p = strstr(p, "cmdstat_")) != NULL; p++) {
+        const char *calls = strstr(p, ":calls=");
+        if (calls && strncmp(p, "cmdstat_info:", 13) != 0)
+            sum += atoll(calls + 7);
+    }
+    freeReplyObject(r);
+    return sum;
+}
+
+/* Redis's CPU seconds (user + system) so far; -1 on failure. */
+static double fq_cpu(redisContext *c)
+{
+    redisReply *r = rcmd(c, "INFO cpu");
+    char u[64], s[64];
+    double v = -1;
+
+    if (!r)
+        return -1;
+    if (info_field(r->str, "used_cpu_user", u, sizeof u) == 0 &&
+        info_field(r->str, "used_cpu_sys", s, sizeof s) == 0)
+        v = atof(u) + atof(s);
+    freeReplyObject(r);
+    return v;
+}
+
+static int fq_holder(int unused)
+{
+    dist_mutex_t m;
+    int rc;
+
+    (void)unused;
+    if ((rc = bench_mutex_init(&m, fq_lock)) != 0)
+        return dfail("dist_mutex_init", rc);
+    if ((rc = dist_mutex_lock(&m)) != 0)
+        return dfail("fq holder: dist_mutex_lock", rc);
+    atomic_store(&sh->fq.held, 1);
+    while (!atomic_load(&sh->fq.release))
+        sleep_ns(1000000);
+    if ((rc = dist_mutex_unlock(&m)) != 0)
+        return dfail("fq holder: dist_mutex_unlock", rc);
+    dist_mutex_destroy(&m);
+    dist_shutdown();
+    return 0;
+}
+
+static void *fq_thread(void *arg)
+{
+    dist_mutex_t *m = arg;
+    long long n;
+    int rc;
+
+    atomic_fetch_add(&sh->fq.queued, 1);
+    for (;;) {
+        if ((rc = dist_mutex_lock(m)) != 0) {
+            if (rc == EIO)
+                atomic_fetch_add(&sh->fq.eio, 1);
+            if (atomic_fetch_add(&sh->fq.errors, 1) == 0)
+                dfail("fq: dist_mutex_lock", rc);
+            if (atomic_load(&sh->fq.handoffs) >= sh->fq.target)
+                return NULL;
+            sleep_ns(10000000);
+            continue;
+        }
+        n = atomic_load(&sh->fq.release)
+            ? atomic_fetch_add(&sh->fq.handoffs, 1) + 1 : 0;
+        if (n == sh->fq.target)
+            atomic_store(&sh->fq.done_ns, now_ns());
+        if ((rc = dist_mutex_unlock(m)) != 0 &&
+            atomic_fetch_add(&sh->fq.errors, 1) == 0)
+            dfail("fq: dist_mutex_unlock", rc);
+        if (n >= sh->fq.target)
+            return NULL;
+    }
+}
+
+static int fq_worker(int idx)
+{
+    int nt = sh->fq.w / FQ_PROCS + (idx < sh->fq.w % FQ_PROCS), i, rc;
+    pthread_t *th = calloc((size_t)nt + 1, sizeof *th);
+    pthread_attr_t a;
+    dist_mutex_t m;
+
+    if (!th)
+        return fail("out of memory");
+    if ((rc = bench_mutex_init(&m, fq_lock)) != 0)
+        return dfail("dist_mutex_init", rc);
+    pthread_attr_init(&a);
+    pthread_attr_setstacksize(&a, FQ_STACK);
+    for (i = 0; i < nt; i++)
+        if (pthread_create(&th[i], &a, fq_thread, &m) != 0)
+            return fail("pthread_create: %s", strerror(errno));
+    for (i = 0; i < nt; i++)
+        pthread_join(th[i], NULL);
+    pthread_attr_destroy(&a);
+    free(th);
+    dist_mutex_destroy(&m);
+    dist_shutdown();
+    return 0;
+}
+
+static void fq_del_keys(redisContext *c)
+{
+    char k[5][256];
+    char *keys[5] = { k[0], k[1], k[2], k[3], k[4] };
+
+    snprintf(k[0], sizeof k[0], "%s", fq_lock);
+    snprintf(k[1], sizeof k[1], "redisson_lock_token:{%s}", fq_lock);
+    snprintf(k[2], sizeof k[2], "redisson_lock_queue:{%s}", fq_lock);
+    snprintf(k[3], sizeof k[3], "redisson_lock_timeout:{%s}", fq_lock);
+    snprintf(k[4], sizeof k[4], "distlock_fair_waiters:{%s}", fq_lock);
+    del_keys(c, keys, 5);
+}
+
+/* Waits until cond holds (polled every 10 ms) for at most secs; 0 or -1. */
+static int fq_until(struct kids *k, int (*cond)(redisContext *), redisContext *c,
+                    double secs, const char *what)
+{
+    uint64_t end = now_ns() + (uint64_t)(secs * 1e9);
+
+    while (!cond(c)) {
+        if (kids_poll(k) != 0 || now_ns() > end) {
+            kids_kill(k);
+            return fail("fq: %s not within %.0f s", what, secs);
+        }
+        sleep_ns(10000000);
+    }
+    return 0;
+}
+
+static int fq_held(redisContext *c)
+{
+    (void)c;
+    return atomic_load(&sh->fq.held);
+}
+
+/* All waiters are in their lock call, and a fair one's queue is full. */
+static int fq_all_queued(redisContext *c)
+{
+    redisReply *r;
+    long long n;
+
+    if (atomic_load(&sh->fq.queued) < sh->fq.w)
+        return 0;
+    if (!bench_fair)
+        return 1;
+    if (!(r = rcmd(c, "LLEN redisson_lock_queue:{%s}", fq_lock)))
+        return 0;
+    n = r->integer;
+    freeReplyObject(r);
+    return n >= sh->fq.w;
+}
+
+static int fq_target_met(redisContext *c)
+{
+    (void)c;
+    return atomic_load(&sh->fq.handoffs) >= sh->fq.target;
+}
+
+/* One herd of w waiters; figures into f.  0, or -1 (failure recorded). */
+static int fq_run(redisContext *c, int w, struct fq_figs *f)
+{
+    double idle_s = opt.quick ? 4 : 10, cpu0, cpu1;
+    struct kids k = { 0 };
+    long long c0, c1, c2;
+    uint64_t t0, t1, t2;
+    int i;
+
+    memset(&sh->fq, 0, sizeof sh->fq);
+    sh->fq.w = w;
+    sh->fq.target = opt.quick ? 300 : 1000;
+    fq_del_keys(c);
+    if (spawn(&k, fq_holder, 0) != 0 ||
+        fq_until(&k, fq_held, c, 30, "the holder's lock") != 0)
+        return -1;
+    for (i = 0; i < FQ_PROCS; i++)
+        if (spawn(&k, fq_worker, i) != 0) {
+            kids_kill(&k);
+            return -1;
+        }
+    if (fq_until(&k, fq_all_queued, c, 120, "every waiter queued") != 0)
+        return -1;
+    sleep_ns(1000000000ull);      /* the joins' renewals settle */
+    c0 = fq_calls(c);
+    cpu0 = fq_cpu(c);
+    t0 = now_ns();
+    sleep_ns((uint64_t)(idle_s * 1e9));
+    c1 = fq_calls(c);
+    cpu1 = fq_cpu(c);
+    t1 = now_ns();
+    atomic_store(&sh->fq.release, 1);
+    if (fq_until(&k, fq_target_met, c, 600, "the hand-offs") != 0)
+        return -1;
+    c2 = fq_calls(c);
+    t2 = atomic_load(&sh->fq.done_ns);
+    if (kids_wait(&k, 600) != 0)
+        return -1;
+    f->idle_cmds_s = (double)(c1 - c0) / ((t1 - t0) / 1e9);
+    f->idle_cpu = (cpu1 - cpu0) / ((t1 - t0) / 1e9);
+    f->handoffs_s = sh->fq.target / ((t2 - t1) / 1e9);
+    f->cmds_handoff = (double)(c2 - c1) / sh->fq.target;
+    f->eio = atomic_load(&sh->fq.eio);
+    f->errors = atomic_load(&sh->fq.errors);
+    fq_del_keys(c);
+    return 0;
+}
+
+static void scenario_fq(redisContext *c)
+{
+    static const char *const kind[2] = { "plain", "fair" };
+    char fig[64], b1[32], b2[32], b3[32];
+    struct jobj j;
+    int fair, i;
+
+    for (i = 0; i < FQ_NW; i++) {
+        for (fair = 1; fair >= 0; fair--) {
+            struct fq_figs *f = &fq_res[fair][i];
+            bench_fair = fair;
+            reset_shared();
+            if (fq_run(c, fq_ws[i], f) != 0) {
+                bench_fair = 0;
+                report_error("fq");
+                return;
+            }
+            snprintf(fig, sizeof fig, "%s W=%d idle cmds/s", kind[fair],
+                     fq_ws[i]);
+            row("fq", fig, fmtd(b1, sizeof b1, f->idle_cmds_s, 0), "cmd/s",
+                fair ? "< 1000" : NULL, fair ? v_lo(b2, sizeof b2,
+                f->idle_cmds_s, 1000, 1) : NULL);
+            snprintf(fig, sizeof fig, "%s W=%d idle Redis CPU", kind[fair],
+                     fq_ws[i]);
+            row("fq", fig, fmtd(b1, sizeof b1, 100 * f->idle_cpu, 1), "%",
+                NULL, NULL);
+            snprintf(fig, sizeof fig, "%s W=%d hand-offs/s", kind[fair],
+                     fq_ws[i]);
+            if (fair) {
+                row("fq", fig, fmtd(b1, sizeof b1, f->handoffs_s, 0), "1/s",
+                    NULL, NULL);
+            } else {
+                double t = 0.8 * f->handoffs_s;
+                snprintf(b3, sizeof b3, "fair >= %.0f", t);
+                row("fq", fig, fmtd(b1, sizeof b1, f->handoffs_s, 0), "1/s",
+                    b3, v_hi(b2, sizeof b2, fq_res[1][i].handoffs_s, t));
+            }
+            snprintf(fig, sizeof fig, "%s W=%d cmds/hand-off", kind[fair],
+                     fq_ws[i]);
+            row("fq", fig, fmtd(b1, sizeof b1, f->cmds_handoff, 1), "cmd",
+                NULL, NULL);
+            snprintf(fig, sizeof fig, "%s W=%d failed lock calls", kind[fair],
+                     fq_ws[i]);
+            snprintf(b3, sizeof b3, "%lld", f->errors);
+            row("fq", fig, b3, "calls", "0 (EIO: none)",
+                f->errors == 0 ? "ok" : "MISS");
+            if (opt.json) {
+                jstart(&j, "fq");
+                jstr(&j, "kind", kind[fair]);
+                jint(&j, "waiters", fq_ws[i]);
+                jint(&j, "procs", FQ_PROCS);
+                jnum(&j, "idle_cmds_per_s", f->idle_cmds_s);
+                jnum(&j, "idle_redis_cpu", f->idle_cpu);
+                jnum(&j, "handoffs_per_s", f->handoffs_s);
+                jnum(&j, "cmds_per_handoff", f->cmds_handoff);
+                jint(&j, "eio", f->eio);
+                jint(&j, "failed_calls", f->errors);
+                jend(&j);
+            }
+        }
+    }
+    bench_fair = 0;
+}
+
+/* ------------------------------------------------------------------------ */
 /* --rounds: scenarios and configurations interleaved, medians              */
 /* ------------------------------------------------------------------------ */
 
@@ -3101,7 +3417,7 @@ static void usage(FILE *f)
 "  --json    one JSON object per line per scenario (s1t: per thread count)\n"
 "  --quick   short runs, for smoke tests\n"
 "  --only    run only these scenarios: floor,s1,s1t,s2,s3,s4,s2f,s3f,rw,\n"
-"            cv,sem,s5\n"
+"            cv,sem,s5,fq (fq runs only when named)\n"
 "            (s2f, s3f: s2 and s3 on a fair mutex)\n"
 "            (floor is measured too when a chosen one's target needs it)\n"
 "  --csv FILE  also write the distributions to FILE as CSV rows\n"
@@ -3152,6 +3468,11 @@ static void usage(FILE *f)
 "         counter inside; cohort mutexes (dist_mutexattr_setcohort) unless\n"
 "         --compare also runs them without   target acq/s >= 10 x floor1/2,\n"
 "         smaller process's share >= 0.3, longest wait < 50 ms, 0 lost\n"
+"  fq     W = 10, 100, 1000 waiters in 8 processes on 1 fair mutex held by\n"
+"         another process: Redis commands/s (scripts' own counted) while\n"
+"         they wait (target < 1000), then 1000 hand-offs (--quick 300):\n"
+"         hand-offs/s (target 0.8 x plain mutexes'), commands per hand-off,\n"
+"         0 failed lock calls; the same herd of plain mutexes beside it\n"
 "\n"
 "The ratio column is value/target; 'ok' when the target is met.  Missing a\n"
 "target does not change the exit status: 1 means a scenario could not run.\n");
@@ -3186,7 +3507,7 @@ static int parse_only(const char *s)
                 break;
         if (i == SC_COUNT) {
             fprintf(stderr, "distlock-bench: unknown scenario '%s' "
-                    "(floor,s1,s1t,s2,s3,s4,s2f,s3f,rw,cv,sem,s5)\n", tok);
+                    "(floor,s1,s1t,s2,s3,s4,s2f,s3f,rw,cv,sem,s5,fq)\n", tok);
             return -1;
         }
         opt.only |= 1u << i;
@@ -3382,6 +3703,8 @@ int main(int argc, char **argv)
         scenario_cv(c);
     if (wanted(SC_SEM))
         scenario_sem(c);
+    if (opt.only & (1u << SC_FQ))
+        scenario_fq(c);
     redisFree(c);
     munmap(sh, sizeof *sh);
     if (opt.csv && fclose(opt.csv) != 0) {

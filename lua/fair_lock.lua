@@ -48,13 +48,12 @@ local head = redis.call('lindex', KEYS[2], 0)
 if redis.call('exists', KEYS[1]) == 0 and (not head or head == ARGV[2]) then
   local token = fencing_token(KEYS[4], true)
   if head then
-    local deadline = tonumber(redis.call('zscore', KEYS[3], ARGV[2]))
     redis.call('lpop', KEYS[2])
     redis.call('zrem', KEYS[3], ARGV[2])
     -- a Redisson waiter next in line sleeps on a bound reckoned behind us:
-    -- tell it to reckon again against our lease, its deadline brought up
-    -- to date first.  A distlock one sleeps until our release tells it.
-    local next_head = push_redisson_run(KEYS[2], KEYS[3], KEYS[6], deadline or now)
+    -- tell it to reckon again against our lease.  A distlock one sleeps
+    -- until our release tells it.
+    local next_head = redis.call('lindex', KEYS[2], 0)
     if next_head and not redis.call('zscore', KEYS[6], next_head) then
       notify(ARGV[5], KEYS[5] .. ':' .. next_head, '0')
     end
@@ -72,8 +71,8 @@ if ARGV[4] == 'try' then
   return {0, pttl > 0 and pttl or 0}
 end
 
--- keep our place, or join the queue (see prelude_waiters)
-if not keep_places(now, window, KEYS[3], KEYS[6], {ARGV[2]}, head)[1] then
+-- join the queue unless queued: the renewal keeps our place (see prelude_waiters)
+if not redis.call('zscore', KEYS[3], ARGV[2]) then
   join_queue(now, window, KEYS[2], KEYS[3], KEYS[6], ARGV[2])
   head = head or ARGV[2]
 end

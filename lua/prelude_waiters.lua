@@ -120,17 +120,18 @@ end
 --   head     the queue's head (LINDEX 0), or false
 -- Pushes each queued owner's mark to the end of a new window, and its deadline
 -- by as much, but for the head, whose deadline is its mark (it owes no wait).
--- Returns one boolean per owner: queued (an entry in the deadline ZSET, which
--- Redisson keeps with the queue's) or not.  Reads both ZSETs before it writes.
+-- Returns one value per owner: false when it is not queued (no entry in the
+-- deadline ZSET, which Redisson keeps with the queue's), else how far its
+-- deadline moved.  Reads both ZSETs before it writes.
 local function keep_places(now, window, deadlines, marks, owners, head)
   local d = scores_of(deadlines, owners)
   local m = scores_of(marks, owners)
   local mark = now + window
-  local dargs, margs, kept, top = {}, {}, {}, window
+  local dargs, margs, moved, top = {}, {}, {}, window
   local owed = nil
   for i = 1, #owners do
-    kept[i] = d[i] ~= false and d[i] ~= nil
-    if kept[i] then
+    moved[i] = false
+    if d[i] then
       local excess = 0
       if owners[i] ~= head then
         if m[i] then
@@ -144,6 +145,7 @@ local function keep_places(now, window, deadlines, marks, owners, head)
           excess = 0
         end
       end
+      moved[i] = mark + excess - tonumber(d[i])
       dargs[#dargs + 1] = mark + excess
       dargs[#dargs + 1] = owners[i]
       margs[#margs + 1] = mark
@@ -158,7 +160,35 @@ local function keep_places(now, window, deadlines, marks, owners, head)
     redis.call('zadd', deadlines, unpack(dargs))
     marks_outlive(marks, top)
   end
-  return kept
+  return moved
+end
+
+-- move_redisson_runs(now, queue, deadlines, marks, moved): the Redisson waiters
+-- queued right behind a distlock waiter (up to the next distlock one) reckoned
+-- their deadlines from its, and Redisson 3.17 sleeps until the deadline of the
+-- one ahead: they move as far as it did (moved: owner -> ms).  Only a queue
+-- with Redisson waiters in it is read, whole, once per call; one of distlock's
+-- waiters alone costs two counts.
+local function move_redisson_runs(now, queue, deadlines, marks, moved)
+  if redisson_waiters(now, deadlines, marks) == 0 then
+    return
+  end
+  local q = redis.call('lrange', queue, 0, -1)
+  local by = 0
+  for from = 1, #q, 1000 do
+    local part = {}
+    for i = from, math.min(from + 999, #q) do
+      part[#part + 1] = q[i]
+    end
+    local m = scores_of(marks, part)
+    for i = 1, #part do
+      if m[i] then
+        by = moved[part[i]] or 0
+      elseif by ~= 0 then
+        redis.call('zincrby', deadlines, by, part[i])
+      end
+    end
+  end
 end
 
 -- join_queue(now, window, queue, deadlines, marks, owner): owner, not queued,
@@ -170,38 +200,4 @@ local function join_queue(now, window, queue, deadlines, marks, owner)
   redis.call('zadd', deadlines, now + window + owed, owner)
   redis.call('rpush', queue, owner)
   marks_outlive(marks, window + owed)
-end
-
--- push_redisson_run(queue, deadlines, marks, deadline): the Redisson waiters that
--- now head the queue (up to the first distlock waiter) reckoned their deadlines
--- from a distlock waiter that just left it, when it joined; it kept its place
--- alive since, theirs aged.  The first gets the deadline it would reckon now, the
--- one left plus a wait, and those behind it move by as much.  O(length of that
--- run), which only a mixed queue has; a distlock waiter next costs one ZSCORE.
-local function push_redisson_run(queue, deadlines, marks, deadline)
-  local first = redis.call('lindex', queue, 0)
-  if not first or redis.call('zscore', marks, first) then
-    return first
-  end
-  local d = redis.call('zscore', deadlines, first)
-  local by = d and deadline + REDISSON_WAIT - tonumber(d) or 0
-  if by <= 0 then
-    return first
-  end
-  local from = 0
-  while true do
-    local q = redis.call('lrange', queue, from, from + 15)
-    for i = 1, #q do
-      if redis.call('zscore', marks, q[i]) then
-        return first
-      end
-      if redis.call('zscore', deadlines, q[i]) then
-        redis.call('zincrby', deadlines, by, q[i])
-      end
-    end
-    if #q < 16 then
-      return first
-    end
-    from = from + 16
-  end
 end

@@ -18,7 +18,9 @@
 --          A fair waiter whose keys are of another type is told too, changing
 --          nothing (prelude_guard): its next try fails and says which key.
 -- The fair waiters of one lock are renewed together, in a few commands whatever
--- their number (keep_places), and each such lock is looked after on the way: its
+-- their number (keep_places; a queue with Redisson waiters in it is read whole
+-- once, to move those behind ours: move_redisson_runs), and each such lock is
+-- looked after on the way: its
 -- dead waiters are purged (a waiter behind others does not try again on its own
 -- to find a dead head), and a head that this purge made is told; so is a head
 -- that is one of the call's waiters, whose try then finds out what no message
@@ -43,14 +45,17 @@ local function renew_lock(k, g, kept)
   local was = redis.call('lindex', KEYS[k + 1], 0)
   drop_dead_waiters(now, KEYS[k + 1], KEYS[k], KEYS[k + 2])
   local head = redis.call('lindex', KEYS[k + 1], 0)
-  local ok = keep_places(now, window, KEYS[k], KEYS[k + 2], g.owners, head)
-  local gone = {}
+  local moved = keep_places(now, window, KEYS[k], KEYS[k + 2], g.owners, head)
+  local gone, by = {}, {}
   for i = 1, #g.owners do
-    kept[g.entries[i]] = ok[i]
-    if not ok[i] then
+    kept[g.entries[i]] = moved[i] ~= false
+    if moved[i] then
+      by[g.owners[i]] = moved[i]
+    else
       gone[#gone + 1] = g.owners[i]
     end
   end
+  move_redisson_runs(now, KEYS[k + 1], KEYS[k], KEYS[k + 2], by)
   if #gone > 0 then
     -- no mark without an entry: the marks count distlock's entries
     redis.call('zrem', KEYS[k + 2], unpack(gone))
@@ -58,7 +63,7 @@ local function renew_lock(k, g, kept)
       tell(KEYS[k + 3], gone[i])
     end
   end
-  if head and (head ~= was or ok[g.index[head]]) then
+  if head and (head ~= was or moved[g.index[head]]) then
     tell(KEYS[k + 3], head)
   end
 end
