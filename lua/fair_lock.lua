@@ -73,7 +73,20 @@ end
 
 -- join the queue unless queued: the renewal keeps our place (see prelude_waiters)
 if not redis.call('zscore', KEYS[3], ARGV[2]) then
-  join_queue(now, window, KEYS[2], KEYS[3], KEYS[6], ARGV[2])
+  -- behind every Redisson waiter queued, we owe each a wait: the entries
+  -- less distlock's live marks.  The ZSETs are read before the first write.
+  local owed = (redis.call('zcard', KEYS[3]) -
+                redis.call('zcount', KEYS[6], '(' .. now, '+inf')) * REDISSON_WAIT
+  if owed < 0 then
+    owed = 0
+  end
+  redis.call('zadd', KEYS[6], now + window, ARGV[2])
+  redis.call('zadd', KEYS[3], now + window + owed, ARGV[2])
+  redis.call('rpush', KEYS[2], ARGV[2])
+  -- the marks outlive every deadline, so that no entry loses its mark
+  if redis.call('pttl', KEYS[6]) < window + owed then
+    redis.call('pexpire', KEYS[6], window + owed)
+  end
   head = head or ARGV[2]
 end
 if head == ARGV[2] then

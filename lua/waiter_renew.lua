@@ -28,6 +28,7 @@
 --#include prelude_guard.lua
 --#include prelude_batch.lua
 --#include prelude_waiters.lua
+--#include prelude_places.lua
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local window = tonumber(ARGV[1])
