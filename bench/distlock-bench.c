@@ -61,12 +61,26 @@
 /* Options and sizes                                                        */
 /* ------------------------------------------------------------------------ */
 
-enum { SC_FLOOR, SC_S1, SC_S1T, SC_S2, SC_S3, SC_S4, SC_S2F, SC_S3F, SC_RW,
-       SC_CV, SC_SEM, SC_S5, SC_FQ, SC_COUNT };
-static const char *const sc_names[SC_COUNT] = {
-    "floor", "s1", "s1t", "s2", "s3", "s4", "s2f", "s3f", "rw", "cv", "sem",
-    "s5", "fq"
+enum {
+    SC_FLOOR,
+    SC_S1,
+    SC_S1T,
+    SC_S2,
+    SC_S3,
+    SC_S4,
+    SC_S2F,
+    SC_S3F,
+    SC_RW,
+    SC_CV,
+    SC_SEM,
+    SC_S5,
+    SC_FQ,
+    SC_COUNT
 };
+static const char *const sc_names[SC_COUNT] = { "floor", "s1", "s1t", "s2",
+                                                "s3",    "s4", "s2f", "s3f",
+                                                "rw",    "cv", "sem", "s5",
+                                                "fq" };
 
 /* s2f and s3f run s2 and s3 on a fair (FIFO) mutex; workers fork after
  * these are set, so they see them. */
@@ -350,13 +364,13 @@ struct shared {
         int failed[MAX_PROCS];
     } s5;
     struct {
-        int w;                        /* waiters in all */
-        long long target;             /* hand-offs counted */
-        atomic_int held, release;     /* the holder has it; lets go */
-        atomic_int queued;            /* waiters in their first lock call */
-        atomic_llong handoffs;        /* locks taken since the release */
-        _Atomic uint64_t done_ns;     /* when the target was reached */
-        atomic_llong eio, errors;     /* failed lock calls */
+        int w;                    /* waiters in all */
+        long long target;         /* hand-offs counted */
+        atomic_int held, release; /* the holder has it; lets go */
+        atomic_int queued;        /* waiters in their first lock call */
+        atomic_llong handoffs;    /* locks taken since the release */
+        _Atomic uint64_t done_ns; /* when the target was reached */
+        atomic_llong eio, errors; /* failed lock calls */
     } fq;
 };
 
@@ -2879,7 +2893,6 @@ static void scenario_sem(redisContext *c)
 /* main                                                                     */
 /* ------------------------------------------------------------------------ */
 
-
 /* ------------------------------------------------------------------------ */
 /* fq: a fair queue at scale                                                */
 /* ------------------------------------------------------------------------ */
@@ -2893,7 +2906,7 @@ static void scenario_sem(redisContext *c)
  * slow under the library's own load).  The same herd of plain mutexes is
  * measured beside it, for the ratio fair / plain. */
 #define FQ_PROCS 8
-#define FQ_NW 3
+#define FQ_NW    3
 #define FQ_STACK (256 * 1024)
 static const int fq_ws[FQ_NW] = { 10, 100, 1000 };
 static const char fq_lock[] = "bench-fq";
@@ -2903,7 +2916,7 @@ struct fq_figs {
     long long eio, errors;
 };
 
-static struct fq_figs fq_res[2][FQ_NW];     /* [fair][w] */
+static struct fq_figs fq_res[2][FQ_NW]; /* [fair][w] */
 
 /* Calls of every command so far but INFO (ours); -1 on failure. */
 static long long fq_calls(redisContext *c)
@@ -2978,7 +2991,8 @@ static void *fq_thread(void *arg)
             continue;
         }
         n = atomic_load(&sh->fq.release)
-            ? atomic_fetch_add(&sh->fq.handoffs, 1) + 1 : 0;
+                ? atomic_fetch_add(&sh->fq.handoffs, 1) + 1
+                : 0;
         if (n == sh->fq.target)
             atomic_store(&sh->fq.done_ns, now_ns());
         if ((rc = dist_mutex_unlock(m)) != 0 &&
@@ -3028,8 +3042,8 @@ static void fq_del_keys(redisContext *c)
 }
 
 /* Waits until cond holds (polled every 10 ms) for at most secs; 0 or -1. */
-static int fq_until(struct kids *k, int (*cond)(redisContext *), redisContext *c,
-                    double secs, const char *what)
+static int fq_until(struct kids *k, int (*cond)(redisContext *),
+                    redisContext *c, double secs, const char *what)
 {
     uint64_t end = now_ns() + (uint64_t)(secs * 1e9);
 
@@ -3095,7 +3109,7 @@ static int fq_run(redisContext *c, int w, struct fq_figs *f)
         }
     if (fq_until(&k, fq_all_queued, c, 120, "every waiter queued") != 0)
         return -1;
-    sleep_ns(1000000000ull);      /* the joins' renewals settle */
+    sleep_ns(1000000000ull); /* the joins' renewals settle */
     c0 = fq_calls(c);
     cpu0 = fq_cpu(c);
     t0 = now_ns();
@@ -3140,8 +3154,8 @@ static void scenario_fq(redisContext *c)
             snprintf(fig, sizeof fig, "%s W=%d idle cmds/s", kind[fair],
                      fq_ws[i]);
             row("fq", fig, fmtd(b1, sizeof b1, f->idle_cmds_s, 0), "cmd/s",
-                fair ? "< 1000" : NULL, fair ? v_lo(b2, sizeof b2,
-                f->idle_cmds_s, 1000, 1) : NULL);
+                fair ? "< 1000" : NULL,
+                fair ? v_lo(b2, sizeof b2, f->idle_cmds_s, 1000, 1) : NULL);
             snprintf(fig, sizeof fig, "%s W=%d idle Redis CPU", kind[fair],
                      fq_ws[i]);
             row("fq", fig, fmtd(b1, sizeof b1, 100 * f->idle_cpu, 1), "%",
@@ -3506,8 +3520,10 @@ static int parse_only(const char *s)
             if (strcmp(tok, sc_names[i]) == 0)
                 break;
         if (i == SC_COUNT) {
-            fprintf(stderr, "distlock-bench: unknown scenario '%s' "
-                    "(floor,s1,s1t,s2,s3,s4,s2f,s3f,rw,cv,sem,s5,fq)\n", tok);
+            fprintf(stderr,
+                    "distlock-bench: unknown scenario '%s' "
+                    "(floor,s1,s1t,s2,s3,s4,s2f,s3f,rw,cv,sem,s5,fq)\n",
+                    tok);
             return -1;
         }
         opt.only |= 1u << i;

@@ -677,7 +677,6 @@ static void test_unknown_release_wakes_head(void **state)
     case_end(&c);
 }
 
-
 /* ---- what an idle queue costs --------------------------------------------- */
 
 /* Commands the server ran so far, those scripts called included (INFO
@@ -760,8 +759,10 @@ static void test_idle_queue_cost(void **state)
     (void)state;
     few = idle_rate("idle5", 5);
     many = idle_rate("idle50", 50);
-    print_message("idle fair queue: %.0f commands/s with 5 waiters, %.0f with "
-                  "50\n", few, many);
+    print_message(
+        "idle fair queue: %.0f commands/s with 5 waiters, %.0f with "
+        "50\n",
+        few, many);
     assert_true(many <= 2 * few + 60);
 }
 

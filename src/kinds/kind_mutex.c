@@ -46,7 +46,10 @@ static const enum dist__nm fair_unlock_keys[] = {
     DIST__N_QUEUE, DIST__N_TIMEOUT, DIST__N_CHAN,
 };
 static const enum dist__nm fair_cancel_keys[] = {
-    DIST__N_QUEUE, DIST__N_TIMEOUT, DIST__N_CHAN, DIST__N_FAIR_WAITERS,
+    DIST__N_QUEUE,
+    DIST__N_TIMEOUT,
+    DIST__N_CHAN,
+    DIST__N_FAIR_WAITERS,
 };
 /* a queued fair waiter's keys for waiter_renew, in its order */
 static const enum dist__nm fair_wait_keys[] = {
