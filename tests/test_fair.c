@@ -190,6 +190,21 @@ struct fair_case {
     struct order *o;
 };
 
+/* Waits up to secs until n waiters have taken the lock or stand in its
+ * queue.  A waiter counts in the queue before its lock returns, so the sum
+ * may lag behind for a moment, never run ahead. */
+static int placed_reach(struct fair_case *c, long long n, double secs)
+{
+    double end = tu_now() + secs;
+
+    while (tu_now() < end) {
+        if (llen(c->n.queue) + atomic_load(&c->o->next) >= n)
+            return 1;
+        tu_sleep_ms(5);
+    }
+    return 0;
+}
+
 /* Fresh names for test, the mutex with that lease (0: the watchdog), held
  * by this thread when locked. */
 static void case_begin(struct fair_case *c, const char *test,
@@ -334,11 +349,14 @@ static void test_fifo_leases_expire(void **state)
     case_begin(&c, __func__, 1000, 0);
     t0 = tu_now();
     for (i = 0; i < 8; i++) {
-        waiter_go(&w[i], &c.m, c.o, i, t0 + stagger() * i);
+        waiter_go(&w[i], &c.m, c.o, i, t0);
         w[i].timeout = 30;
         w[i].unlock = 0;
         w[i].hold_ms = 0;
         assert_int_equal(pthread_create(&w[i].th, NULL, waiter_main, &w[i]), 0);
+        /* the next starts once this one holds or is queued: a start time
+         * alone does not order threads on a loaded machine */
+        assert_true(placed_reach(&c, i + 1, 15.0));
     }
     for (i = 0; i < 8; i++)
         pthread_join(w[i].th, NULL);
