@@ -48,8 +48,11 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/time.h>
 #include <sys/wait.h>
+#include <dirent.h>
+#include <semaphore.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -75,12 +78,14 @@ enum {
     SC_SEM,
     SC_S5,
     SC_FQ,
+    SC_S6,
+    SC_S6F,
     SC_COUNT
 };
 static const char *const sc_names[SC_COUNT] = { "floor", "s1", "s1t", "s2",
                                                 "s3",    "s4", "s2f", "s3f",
                                                 "rw",    "cv", "sem", "s5",
-                                                "fq" };
+                                                "fq",    "s6", "s6f" };
 
 /* s2f and s3f run s2 and s3 on a fair (FIFO) mutex; workers fork after
  * these are set, so they see them. */
@@ -281,7 +286,7 @@ static uint64_t rng_next(void)
 /* Results shared with worker processes                                     */
 /* ------------------------------------------------------------------------ */
 
-#define MAX_PROCS 8
+#define MAX_PROCS 16
 #define S1T_MAX 5
 #define S5_THREADS 8
 #define S2_BUCKET_NS 10000ull     /* wait histogram: 10 us buckets ... */
@@ -372,6 +377,20 @@ struct shared {
         _Atomic uint64_t done_ns; /* when the target was reached */
         atomic_llong eio, errors; /* failed lock calls */
     } fq;
+    struct {
+        struct start_line go;
+        atomic_llong handoffs;        /* locks taken, all threads */
+        atomic_int started;           /* threads past the start line */
+        atomic_int inside;            /* threads inside the lock now */
+        atomic_llong overlaps;        /* found another one inside */
+        atomic_int stop;
+        int failed[MAX_PROCS];
+        pid_t mon_tid[MAX_PROCS];     /* each worker's monitor thread */
+        sem_t snap_req[MAX_PROCS];    /* the parent asks for a snapshot */
+        sem_t snap_done;              /* a worker's snapshot is in */
+        unsigned long long messages[MAX_PROCS];  /* dist_stats, as of the */
+        unsigned long long direct[MAX_PROCS];    /* last snapshot */
+    } s6;
 };
 
 static struct shared *sh;
@@ -2266,6 +2285,362 @@ static void scenario_s5(redisContext *c)
 }
 
 /* ------------------------------------------------------------------------ */
+/* s6: the herd: many waiters in several processes on one lock              */
+/* ------------------------------------------------------------------------ */
+
+/* W threads spread over P processes loop on lock/unlock of one mutex (a
+ * shared-memory check inside: no two at once).  Once every thread has made
+ * its first call, the parent reads the server's command counts, the
+ * workers' dist_stats and every worker thread's context switches, lets
+ * --s6-handoffs locks be taken, and reads them all again.  Per hand-off
+ * (a lock taken, whoever took it):
+ *   - commands sent by clients: the server's counts (INFO commandstats)
+ *     of the commands the library sends itself (EVALSHA, EVAL,
+ *     (S)(UN)SUBSCRIBE, ROLE, PING, WAIT, ...), apart from the commands
+ *     its scripts run;
+ *   - voluntary context switches of the workers' threads (their monitor
+ *     thread left out): every time a thread blocked, for a reply to its
+ *     own command or for a release message;
+ *   - of those, the ones not for a reply: switches less client commands
+ *     (a deferred release's reply is read with the next command's, so
+ *     this is a lower estimate);
+ *   - release messages heard (dist_stats): the pub/sub thread's wake-ups,
+ *     or reads by a lone waiter itself.
+ * s6f: the same on a fair mutex.  No cohorting. */
+
+#define S6_MAX_SWEEP 8
+static int s6_procs[S6_MAX_SWEEP] = { 1, 4, 8, 16 }, s6_nprocs = 4;
+static int s6_waiters[S6_MAX_SWEEP] = { 10, 100, 1000 }, s6_nwaiters = 3;
+static int s6_handoffs;               /* 0: 1,000 (--quick 200) */
+static int s6_p, s6_w;                /* the run under way */
+static const char s6_lock[] = "bench-s6";
+
+static void *s6_thread(void *arg)
+{
+    dist_mutex_t *m = arg;
+    int rc;
+
+    line_up(&sh->s6.go);
+    atomic_fetch_add(&sh->s6.started, 1);
+    while (!atomic_load(&sh->s6.stop)) {
+        if ((rc = dist_mutex_lock(m)) != 0) {
+            dfail("dist_mutex_lock", rc);
+            return (void *)1;
+        }
+        if (atomic_fetch_add(&sh->s6.inside, 1) != 0)
+            atomic_fetch_add(&sh->s6.overlaps, 1);
+        atomic_fetch_sub(&sh->s6.inside, 1);
+        atomic_fetch_add(&sh->s6.handoffs, 1);
+        if ((rc = dist_mutex_unlock(m)) != 0) {
+            dfail("dist_mutex_unlock", rc);
+            return (void *)1;
+        }
+    }
+    return NULL;
+}
+
+/* Answers the parent's requests for the process's dist_stats until the
+ * run stops. */
+static void *s6_monitor(void *arg)
+{
+    int idx = (int)(intptr_t)arg;
+    struct dist_stats st;
+
+    sh->s6.mon_tid[idx] = (pid_t)syscall(SYS_gettid);
+    for (;;) {
+        while (sem_wait(&sh->s6.snap_req[idx]) != 0)
+            ;
+        dist_stats_get(&st);
+        sh->s6.messages[idx] = st.pubsub_messages;
+        sh->s6.direct[idx] = st.pubsub_direct;
+        sem_post(&sh->s6.snap_done);
+        if (atomic_load(&sh->s6.stop))
+            return NULL;
+    }
+}
+
+static int s6_worker(int idx)
+{
+    int n = s6_w / s6_p + (idx < s6_w % s6_p), i, made = 0, bad = 0;
+    pthread_t *th = calloc((size_t)n, sizeof *th), mon;
+    pthread_attr_t a;
+    dist_mutex_t m;
+    void *ret;
+    int rc;
+
+    if (!th)
+        return fail("s6: out of memory");
+    if ((rc = bench_mutex_init(&m, s6_lock)) != 0)
+        return dfail("dist_mutex_init", rc);
+    if ((rc = dist_mutex_lock(&m)) != 0 || (rc = dist_mutex_unlock(&m)) != 0)
+        return dfail("s6 warm-up lock/unlock", rc);
+    pthread_attr_init(&a);
+    pthread_attr_setstacksize(&a, 256 * 1024);
+    if (pthread_create(&mon, &a, s6_monitor, (void *)(intptr_t)idx) != 0)
+        return fail("s6: pthread_create failed");
+    for (i = 0; i < n; i++, made++)
+        if (pthread_create(&th[i], &a, s6_thread, &m) != 0) {
+            fail("s6: pthread_create failed");
+            sh->s6.failed[idx] = 1;
+            break;
+        }
+    pthread_attr_destroy(&a);
+    for (i = 0; i < made; i++) {
+        pthread_join(th[i], &ret);
+        bad |= ret != NULL;
+    }
+    pthread_join(mon, NULL);
+    free(th);
+    dist_mutex_destroy(&m);
+    dist_shutdown();
+    return bad || sh->s6.failed[idx] ? -1 : 0;
+}
+
+/* Voluntary context switches of every thread of the workers but their
+ * monitors, now. */
+static long long s6_switches(const struct kids *k)
+{
+    long long sum = 0;
+    char path[64], file[320], line[128];
+    struct dirent *e;
+    int i;
+
+    for (i = 0; i < k->n; i++) {
+        DIR *d;
+        snprintf(path, sizeof path, "/proc/%d/task", (int)k->pid[i]);
+        if (!(d = opendir(path)))
+            continue;
+        while ((e = readdir(d)) != NULL) {
+            FILE *f;
+            if (e->d_name[0] == '.' || atoi(e->d_name) == sh->s6.mon_tid[i])
+                continue;
+            snprintf(file, sizeof file, "/proc/%d/task/%.32s/status",
+                     (int)k->pid[i], e->d_name);
+            if (!(f = fopen(file, "r")))
+                continue;
+            while (fgets(line, sizeof line, f))
+                if (strncmp(line, "voluntary_ctxt_switches:", 24) == 0)
+                    sum += atoll(line + 24);
+            fclose(f);
+        }
+        closedir(d);
+    }
+    return sum;
+}
+
+/* Whether cmdstat name (up to a '|' or the end) is one the library sends
+ * itself rather than one its scripts run. */
+static int s6_client_cmd(const char *name, size_t len)
+{
+    static const char *const sent[] = {
+        "eval", "evalsha", "eval_ro", "evalsha_ro", "subscribe",
+        "ssubscribe", "unsubscribe", "sunsubscribe", "role", "ping", "wait",
+        "select", "auth", "hello", "client", "cluster", "sentinel", "asking",
+        "readonly", "multi", "exec", "script",
+    };
+    size_t i;
+
+    for (i = 0; i < sizeof sent / sizeof sent[0]; i++)
+        if (strlen(sent[i]) == len && strncmp(sent[i], name, len) == 0)
+            return 1;
+    return 0;
+}
+
+/* The server's command counts: those clients sent and those scripts ran
+ * (INFO itself, the parent's, left out).  0, or -1. */
+static int s6_cmds(redisContext *c, long long *client, long long *inside)
+{
+    redisReply *r = rcmd(c, "INFO commandstats");
+    const char *p;
+
+    if (!r)
+        return -1;
+    *client = *inside = 0;
+    for (p = r->str; (p = strstr(p, "cmdstat_")) != NULL;) {
+        const char *name = p + 8, *calls = strstr(name, ":calls=");
+        size_t len = strcspn(name, "|:");
+        if (!calls)
+            break;
+        if (!(len == 4 && strncmp(name, "info", 4) == 0)) {
+            if (s6_client_cmd(name, len))
+                *client += atoll(calls + 7);
+            else
+                *inside += atoll(calls + 7);
+        }
+        p = calls;
+    }
+    freeReplyObject(r);
+    return 0;
+}
+
+struct s6_snap {
+    long long handoffs, client, inside, switches;
+    unsigned long long messages, direct;
+    uint64_t t_ns;
+};
+
+static int s6_snapshot(redisContext *c, const struct kids *k,
+                       struct s6_snap *s)
+{
+    long long h0 = atomic_load(&sh->s6.handoffs);
+    int i;
+
+    for (i = 0; i < k->n; i++)
+        sem_post(&sh->s6.snap_req[i]);
+    for (i = 0; i < k->n; i++)
+        while (sem_wait(&sh->s6.snap_done) != 0)
+            ;
+    s->switches = s6_switches(k);
+    if (s6_cmds(c, &s->client, &s->inside) != 0)
+        return -1;
+    s->messages = s->direct = 0;
+    for (i = 0; i < k->n; i++) {
+        s->messages += sh->s6.messages[i];
+        s->direct += sh->s6.direct[i];
+    }
+    s->handoffs = (h0 + atomic_load(&sh->s6.handoffs)) / 2;
+    s->t_ns = now_ns();
+    return 0;
+}
+
+/* Waits until handoffs locks were taken and started threads made their
+ * first call; -1 when a worker failed or nothing moved for 120 s. */
+static int s6_await(struct kids *k, long long handoffs, int started)
+{
+    uint64_t deadline = now_ns() + 120000000000ull;
+
+    while (atomic_load(&sh->s6.handoffs) < handoffs ||
+           atomic_load(&sh->s6.started) < started) {
+        if (kids_poll(k) != 0 || now_ns() > deadline) {
+            if (now_ns() > deadline)
+                fail("s6: no progress within 120 s (%lld hand-offs)",
+                     (long long)atomic_load(&sh->s6.handoffs));
+            kids_kill(k);
+            return -1;
+        }
+        sleep_ns(1000000);
+    }
+    return 0;
+}
+
+/* One run: P processes, W waiters.  0 with the figures, or -1. */
+static int s6_run(redisContext *c, int p, int w, struct s6_snap *a,
+                  struct s6_snap *b)
+{
+    int h = s6_handoffs ? s6_handoffs : opt.quick ? 200 : 1000, i;
+    struct kids k = { 0 };
+
+    reset_shared();
+    for (i = 0; i < p; i++)
+        sem_init(&sh->s6.snap_req[i], 1, 0);
+    sem_init(&sh->s6.snap_done, 1, 0);
+    s6_p = p;
+    s6_w = w;
+    del_lock_keys(c, s6_lock);
+    for (i = 0; i < p; i++)
+        if (spawn(&k, s6_worker, i) != 0) {
+            kids_kill(&k);
+            return -1;
+        }
+    if (start_workers(&k, &sh->s6.go, w, 0, "s6") != 0)
+        return -1;
+    /* every thread in its first call, and the first herd of them over */
+    if (s6_await(&k, 0, w) != 0)
+        return -1;
+    sleep_ns(200000000);
+    if (s6_await(&k, 2 * w < 100 ? 2 * w : 100, w) != 0 ||
+        s6_snapshot(c, &k, a) != 0 || s6_await(&k, a->handoffs + h, w) != 0 ||
+        s6_snapshot(c, &k, b) != 0) {
+        kids_kill(&k);
+        return -1;
+    }
+    atomic_store(&sh->s6.stop, 1);
+    for (i = 0; i < p; i++)
+        sem_post(&sh->s6.snap_req[i]);
+    if (kids_wait(&k, 120) != 0)
+        return -1;
+    if (atomic_load(&sh->s6.overlaps) != 0)
+        return fail("s6: %lld overlaps: two threads held the lock at once",
+                    (long long)atomic_load(&sh->s6.overlaps));
+    del_lock_keys(c, s6_lock);
+    return 0;
+}
+
+static void scenario_s6(redisContext *c)
+{
+    const char *sc = bench_fair ? "s6f" : "s6";
+    char fig[64], b1[32], b3[32];
+    struct s6_snap a, b;
+    struct jobj j;
+    int ip, iw;
+
+    for (iw = 0; iw < s6_nwaiters; iw++)
+        for (ip = 0; ip < s6_nprocs; ip++) {
+            int p = s6_procs[ip], w = s6_waiters[iw];
+            double n, cmds, sw, rate;
+            if (p > w || p > MAX_PROCS)
+                continue;
+            if (s6_run(c, p, w, &a, &b) != 0) {
+                report_error(sc);
+                return;
+            }
+            n = (double)(b.handoffs - a.handoffs);
+            cmds = (double)(b.client - a.client) / n;
+            sw = (double)(b.switches - a.switches) / n;
+            rate = n / ((double)(b.t_ns - a.t_ns) / 1e9);
+            snprintf(fig, sizeof fig, "P=%d W=%d cmds/hand-off", p, w);
+            row(sc, fig, fmtd(b1, sizeof b1, cmds, 2), "cmds", "<= 4",
+                v_lo(b3, sizeof b3, cmds, 4, 0));
+            snprintf(fig, sizeof fig, "P=%d W=%d in scripts/h-o", p, w);
+            row(sc, fig, fmtd(b1, sizeof b1,
+                (double)(b.inside - a.inside) / n, 1), "cmds", NULL, NULL);
+            snprintf(fig, sizeof fig, "P=%d W=%d switches/h-o", p, w);
+            row(sc, fig, fmtd(b1, sizeof b1, sw, 2), "vcsw", NULL, NULL);
+            snprintf(fig, sizeof fig, "P=%d W=%d not replies/h-o", p, w);
+            row(sc, fig, fmtd(b1, sizeof b1, sw - cmds, 2), "vcsw", "<= 2",
+                v_lo(b3, sizeof b3, sw - cmds, 2, 0));
+            snprintf(fig, sizeof fig, "P=%d W=%d messages/h-o", p, w);
+            row(sc, fig, fmtd(b1, sizeof b1,
+                (double)(b.messages - a.messages) / n, 2), "msgs", NULL,
+                NULL);
+            snprintf(fig, sizeof fig, "P=%d W=%d hand-offs", p, w);
+            row(sc, fig, fmtd(b1, sizeof b1, rate, 0), "/s", NULL, NULL);
+            jstart(&j, sc);
+            jint(&j, "procs", p);
+            jint(&j, "waiters", w);
+            jint(&j, "handoffs", b.handoffs - a.handoffs);
+            jnum(&j, "handoffs_per_s", rate);
+            jnum(&j, "client_cmds_per_handoff", cmds);
+            jnum(&j, "script_cmds_per_handoff",
+                 (double)(b.inside - a.inside) / n);
+            jnum(&j, "vcsw_per_handoff", sw);
+            jnum(&j, "vcsw_not_replies_per_handoff", sw - cmds);
+            jnum(&j, "messages_per_handoff",
+                 (double)(b.messages - a.messages) / n);
+            jnum(&j, "direct_per_handoff", (double)(b.direct - a.direct) / n);
+            jbool(&j, "ok", cmds <= 4 && sw - cmds <= 2);
+            jend(&j);
+        }
+}
+
+/* --s6-procs / --s6-waiters: a list of up to S6_MAX_SWEEP numbers in
+ * lo..hi.  0, or -1. */
+static int parse_list(const char *s, int *out, int *n, int lo, int hi)
+{
+    char buf[128], *tok, *save = NULL;
+
+    snprintf(buf, sizeof buf, "%s", s);
+    *n = 0;
+    for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        int v = atoi(tok);
+        if (v < lo || v > hi || *n == S6_MAX_SWEEP)
+            return -1;
+        out[(*n)++] = v;
+    }
+    return *n ? 0 : -1;
+}
+
+/* ------------------------------------------------------------------------ */
 /* s4: many held locks under the watchdog                                   */
 /* ------------------------------------------------------------------------ */
 
@@ -3423,7 +3798,8 @@ static void usage(FILE *f)
     fprintf(f,
 "usage: distlock-bench [--json] [--quick] [--only NAME[,NAME...]] [--csv FILE]\n"
 "                      [--rounds N] [--compare] [--s4-locks N]\n"
-"                      [--s4-watchdog MS] [--s4-hold S] [--help]\n"
+"                      [--s4-watchdog MS] [--s4-hold S] [--s6-procs LIST]\n"
+"                      [--s6-waiters LIST] [--s6-handoffs N] [--help]\n"
 "\n"
 "Measures distlock against the Redis named by DISTLOCK_URL (required), e.g.\n"
 "  scripts/with-redis.sh distlock-bench\n"
@@ -3431,8 +3807,8 @@ static void usage(FILE *f)
 "  --json    one JSON object per line per scenario (s1t: per thread count)\n"
 "  --quick   short runs, for smoke tests\n"
 "  --only    run only these scenarios: floor,s1,s1t,s2,s3,s4,s2f,s3f,rw,\n"
-"            cv,sem,s5,fq (fq runs only when named)\n"
-"            (s2f, s3f: s2 and s3 on a fair mutex)\n"
+"            cv,sem,s5,s6,s6f,fq (fq runs only when named)\n"
+"            (s2f, s3f, s6f: s2, s3 and s6 on a fair mutex)\n"
 "            (floor is measured too when a chosen one's target needs it)\n"
 "  --csv FILE  also write the distributions to FILE as CSV rows\n"
 "            scenario,series,x,y: hand-off latencies of s3, s3f and cv and\n"
@@ -3449,6 +3825,9 @@ static void usage(FILE *f)
 "  --s4-locks N, --s4-watchdog MS, --s4-hold S  s4's size: locks held\n"
 "            (1,000; --quick 100), watchdog lease (3000 ms), hold (10 s;\n"
 "            --quick 3 s); e.g. 100000, 30000, 30 for S4 at scale\n"
+"  --s6-procs LIST, --s6-waiters LIST, --s6-handoffs N  s6's sweep:\n"
+"            processes (1,4,8,16), waiters in all (10,100,1000), hand-offs\n"
+"            measured per run (1,000; --quick 200)\n"
 "  --help    this text\n"
 "\n"
 "Scenarios:\n"
@@ -3487,6 +3866,13 @@ static void usage(FILE *f)
 "         they wait (target < 1000), then 1000 hand-offs (--quick 300):\n"
 "         hand-offs/s (target 0.8 x plain mutexes'), commands per hand-off,\n"
 "         0 failed lock calls; the same herd of plain mutexes beside it\n"
+"  s6     the herd: W threads spread over P processes loop on lock/unlock\n"
+"         of 1 mutex (no cohorting), for each P and W of the sweep; per\n"
+"         hand-off: commands clients sent (INFO commandstats, those the\n"
+"         library sends itself)   target <= 4; commands scripts ran;\n"
+"         voluntary context switches of the workers' threads, and of them\n"
+"         those not for a reply (switches - commands)   target <= 2;\n"
+"         release messages heard; hand-offs/s.  s6f: on a fair mutex\n"
 "\n"
 "The ratio column is value/target; 'ok' when the target is met.  Missing a\n"
 "target does not change the exit status: 1 means a scenario could not run.\n");
@@ -3522,7 +3908,7 @@ static int parse_only(const char *s)
         if (i == SC_COUNT) {
             fprintf(stderr,
                     "distlock-bench: unknown scenario '%s' "
-                    "(floor,s1,s1t,s2,s3,s4,s2f,s3f,rw,cv,sem,s5,fq)\n",
+                    "(floor,s1,s1t,s2,s3,s4,s2f,s3f,rw,cv,sem,s5,fq,s6,s6f)\n",
                     tok);
             return -1;
         }
@@ -3600,6 +3986,25 @@ int main(int argc, char **argv)
             s4_hold_opt = atof(argv[++i]);
             if (!(s4_hold_opt >= 1 && s4_hold_opt <= 3600)) {
                 fprintf(stderr, "distlock-bench: --s4-hold wants 1..3600 s\n");
+                return 2;
+            }
+        } else if (strcmp(argv[i], "--s6-procs") == 0 && i + 1 < argc) {
+            if (parse_list(argv[++i], s6_procs, &s6_nprocs, 1, MAX_PROCS)) {
+                fprintf(stderr, "distlock-bench: --s6-procs wants up to %d "
+                        "numbers in 1..%d\n", S6_MAX_SWEEP, MAX_PROCS);
+                return 2;
+            }
+        } else if (strcmp(argv[i], "--s6-waiters") == 0 && i + 1 < argc) {
+            if (parse_list(argv[++i], s6_waiters, &s6_nwaiters, 1, 5000)) {
+                fprintf(stderr, "distlock-bench: --s6-waiters wants up to %d "
+                        "numbers in 1..5000\n", S6_MAX_SWEEP);
+                return 2;
+            }
+        } else if (strcmp(argv[i], "--s6-handoffs") == 0 && i + 1 < argc) {
+            s6_handoffs = atoi(argv[++i]);
+            if (s6_handoffs < 10 || s6_handoffs > 10000000) {
+                fprintf(stderr, "distlock-bench: --s6-handoffs wants "
+                        "10..10000000\n");
                 return 2;
             }
         } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
@@ -3710,6 +4115,12 @@ int main(int argc, char **argv)
             scenario_s5(c);
             bench_cohort = -1;
         }
+    }
+    if (wanted(SC_S6) || wanted(SC_S6F)) {
+        bench_cohort = 0;     /* the herd's cost without cohorting */
+        contended(c, SC_S6, scenario_s6, 0);
+        contended(c, SC_S6F, scenario_s6, 1);
+        bench_cohort = -1;
     }
     if (wanted(SC_S4))
         scenario_s4();
