@@ -2,7 +2,8 @@
 -- deadline is the server's clock plus a short window; its process pushes it
 -- forward while alive, so a dead waiter is dropped within one window.
 -- KEYS     for each waiter either one key, the deadline ZSET of a waiting writer
---          { owner: deadline ms } (distlock_rwlock_writers:{N}), or five keys, a
+--          { owner: deadline ms } (distlock_rwlock_writers:{N}) or of a plain mutex's
+--          registered waiter (distlock_mutex_waiters:{N}, prelude_wake), or five keys, a
 --          fair mutex's: its deadline ZSET (redisson_lock_timeout:{N}), wait queue
 --          (redisson_lock_queue:{N}), distlock waiters' marks
 --          (distlock_fair_waiters:{N}), release channel (redisson_lock__channel:{N})
@@ -105,8 +106,16 @@ return for_each_entry(function(owner, k, nkeys)
   if nkeys == 4 then
     return kept[e]
   end
-  if redis.call('zscore', KEYS[k], owner) then
+  -- a negative score is no deadline: a plain mutex holder's mark (prelude_wake),
+  -- left by the take that ended this wait
+  local score = redis.call('zscore', KEYS[k], owner)
+  if score and tonumber(score) >= 0 then
     redis.call('zadd', KEYS[k], now + window, owner)
+    -- a ZSET that expires (a plain mutex's waiters) outlives its waiters' windows
+    local pttl = redis.call('pttl', KEYS[k])
+    if pttl >= 0 and pttl < window then
+      redis.call('pexpire', KEYS[k], window)
+    end
     return true
   end
   return false

@@ -295,6 +295,17 @@ static void held_by_other(struct obj *o)
     cmd_ok("PEXPIRE", o->name, "30000", NULL, NULL);
 }
 
+/* A mutex we took while a waiter of another process was registered: the
+ * hold left its mark among the waiters, and its release reads them. */
+static void hold_marked(struct obj *o)
+{
+    char w[160];
+
+    key_of(o, "distlock_mutex_waiters:{%s}", w, sizeof w);
+    cmd_ok("ZADD", w, "99999999999999", OTHER, NULL);
+    hold(o);
+}
+
 /* A fair lock we hold, with a waiter at the head of its queue whose
  * deadline has passed: the release drops it. */
 static void hold_dead_waiter_queued(struct obj *o)
@@ -429,6 +440,7 @@ struct kcase {
 };
 
 #define TOKEN "redisson_lock_token:{%s}"
+#define WAITERS "distlock_mutex_waiters:{%s}"
 
 static const struct kcase cases[] = {
     /* a lock named redisson_lock_token:{victim} makes victim's counter a hash */
@@ -436,6 +448,12 @@ static const struct kcase cases[] = {
     { "mutex_lock", MUTEX, none, "%s", "string", do_trylock, 1 },
     { "mutex_lock", MUTEX, hold, TOKEN, "hash", do_lock, 1 },
     { "mutex_unlock", MUTEX, hold, "%s", "string", do_unlock, 1 },
+    /* the plain mutex's registered waiters: a fresh hold, a refused wait,
+     * a release, an operator's force */
+    { "mutex_lock", MUTEX, none, WAITERS, "string", do_trylock, 1 },
+    { "mutex_lock", MUTEX, held_by_other, WAITERS, "hash", timedlock, 1 },
+    { "mutex_unlock", MUTEX, hold_marked, WAITERS, "string", do_unlock, 1 },
+    { "force_unlock", MUTEX, held_by_other, WAITERS, "string", force_unlock, 0 },
     { "fair_lock", FAIR, none, TOKEN, "hash", do_trylock, 1 },
     { "fair_lock", FAIR, none, "%s", "string", do_trylock, 1 },
     { "fair_lock", FAIR, none, "redisson_lock_queue:{%s}", "string", do_trylock, 1 },

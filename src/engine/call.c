@@ -173,7 +173,7 @@ static int prepare_by(struct dist__call *c, int *held, uint64_t bound)
     if (r && r->h && atomic_load(&r->h->lost))
         *held = r->n[0] + r->n[1] > 0 ? -1 : 0;
     else if (r && r->n[0] + r->n[1] > 0)
-        *held = 1, c->n[0] = r->n[0], c->n[1] = r->n[1];
+        *held = 1, c->n[0] = r->n[0], c->n[1] = r->n[1], c->wakes = r->wakes;
     if (r && *held == -1 && c->unlocking)
         c->told = let_go(r);
     if (r && *held != 1 && !r->pend)
@@ -269,6 +269,8 @@ static int record(struct dist__call *c)
     }
     if (c->token && (r->n[c->mode] == 0 || c->lost))
         r->token = c->token;
+    if (r->n[c->mode] == 0 || c->lost)
+        r->wakes = c->wakes;
     r->n[c->mode] = c->count;
     if (lease && dist__now_ms() + lease > r->lease_end)
         r->lease_end = dist__now_ms() + lease;   /* after the reply: the
@@ -528,12 +530,6 @@ void dist__abandon_waits(void)
     dist__sub_wake_all();
 }
 
-/* A waiter cancelled in its sleep (c->intr) gives its channel back. */
-static void chan_put_cancelled(void *arg)
-{
-    dist__sub_put(arg);
-}
-
 /* The sleep between tries: EINTR when a signal handler interrupted it
  * (c->intr), else 0. */
 static int sleep_on(const struct dist__call *c, struct dist__chan *ch,
@@ -546,15 +542,35 @@ static int sleep_on(const struct dist__call *c, struct dist__chan *ch,
     return dist__sub_wait_intr(ch, gen, until, c->intr) == EINTR ? EINTR : 0;
 }
 
-/* Sleeps on the lock's channel ch between tries until it is taken, an
+/* The last try changed what the waiter should listen on (c->aimed: its
+ * own channel, or the lock's): *ch becomes the kind's channel for it, and
+ * the answer is 1 when the waiter may sleep on that try's answer (the new
+ * channel was subscribed before it, and quiet since).  Out of memory, the
+ * old channel stays: the sleep is bounded by the holder's lease anyway. */
+static __attribute__((noinline)) int switch_channel(struct dist__call *c,
+                                                    struct dist__chan **ch,
+                                                    uint64_t deadline)
+{
+    struct dist__chan *to = c->o->kind->channel(c);
+
+    if (!to)
+        return 0;
+    dist__sub_put(*ch);
+    *ch = to;
+    dist__sub_wait_ready(to, sleep_until(c, deadline));
+    return c->wait != 0 && dist__sub_quiet_since(to, c->started);
+}
+
+/* Sleeps on the lock's channel *ch between tries until it is taken, an
  * error, the deadline (after one last try: a lock free at the deadline is
  * taken, never timed out), a signal handler or a cancel request
- * (c->intr), or dist__abandon_waits. */
-static int wait_on(struct dist__call *c, struct dist__chan *ch,
+ * (c->intr), or dist__abandon_waits.  *ch changes with what the tries
+ * say (switch_channel). */
+static int wait_on(struct dist__call *c, struct dist__chan **chp,
                    const struct dist__deadline *dl, uint64_t deadline)
 {
     const struct dist__kind *k = c->o->kind;
-    int rc, last = 0, asleep;
+    int rc, last = 0, asleep, aimed = c->aimed;
 
     /* Subscribe before trying again, so that a release that comes between
      * that try and the sleep wakes the sleep.  When the channel was
@@ -563,13 +579,13 @@ static int wait_on(struct dist__call *c, struct dist__chan *ch,
      * runs the script, not the moment the wait begins (one script per
      * wake-up).  A try that said "again at once" (wait 0) is not slept
      * on. */
-    dist__sub_wait_ready(ch, sleep_until(c, deadline));
-    asleep = c->wait != 0 && dist__sub_quiet_since(ch, c->started);
+    dist__sub_wait_ready(*chp, sleep_until(c, deadline));
+    asleep = c->wait != 0 && dist__sub_quiet_since(*chp, c->started);
     for (;;) {
         /* Wake-ups are not taken from each other: a waiter woken with the
          * others and refused for its own reason (a reader a waiting writer
          * keeps out) must not sleep through its turn. */
-        unsigned long gen = dist__sub_gen(ch);
+        unsigned long gen = dist__sub_gen(*chp);
         /* read after gen: a wake-all that comes later ends the sleep */
         if (atomic_load(&abandon))
             return dist__err(ECANCELED, "%s '%s': the wait was abandoned",
@@ -581,6 +597,11 @@ static int wait_on(struct dist__call *c, struct dist__chan *ch,
             if (last)
                 return dist__err(ETIMEDOUT, "%s '%s': timed out", k->noun,
                                  name_of(c));
+            if (c->aimed != aimed) {
+                aimed = c->aimed;
+                asleep = switch_channel(c, chp, deadline);
+                continue;
+            }
         }
         asleep = 0;
         /* a handler that ran in the try (the link's wait for the reply
@@ -588,12 +609,18 @@ static int wait_on(struct dist__call *c, struct dist__chan *ch,
         if ((c->intr & DIST__SUB_EINTR) && dist__eintr_take())
             return dist__err(EINTR, "%s '%s': the wait was interrupted by "
                              "a signal handler", k->noun, name_of(c));
-        if (sleep_on(c, ch, gen, sleep_until(c, deadline)) == EINTR)
+        if (sleep_on(c, *chp, gen, sleep_until(c, deadline)) == EINTR)
             return dist__err(EINTR, "%s '%s': the wait was interrupted by "
                              "a signal handler", k->noun, name_of(c));
         if (dist__deadline_step(dl, &deadline))
             last = 1;
     }
+}
+
+/* A waiter cancelled in its sleep (c->intr) gives its channel back. */
+static void chan_put_cancelled(void *arg)
+{
+    dist__sub_put(*(struct dist__chan **)arg);
 }
 
 /* wait_on the lock's channel; a waiter cancelled in its sleep (c->intr)
@@ -606,8 +633,8 @@ static int wait_loop(struct dist__call *c, const struct dist__deadline *dl,
 
     if (!ch)
         return dist__err(ENOMEM, "out of memory");
-    pthread_cleanup_push(chan_put_cancelled, ch);
-    rc = wait_on(c, ch, dl, deadline);
+    pthread_cleanup_push(chan_put_cancelled, &ch);
+    rc = wait_on(c, &ch, dl, deadline);
     pthread_cleanup_pop(0);
     dist__sub_put(ch);
     return rc;
@@ -629,7 +656,7 @@ static int wait_for_it(struct dist__call *c, const struct dist__deadline *dl)
             return dist__err(ETIMEDOUT, "%s '%s': deadline passed", k->noun,
                              name_of(c));
     }
-    if (c->how == DIST__HOW_QUEUE) {
+    if (c->how == DIST__HOW_QUEUE || c->registered) {
         int nkeys;
         const enum dist__nm *keys = k->queue(c, &nkeys);
         w = dist__waiter_start(c->o->st->names, keys, nkeys);
@@ -1128,7 +1155,7 @@ static void count_taken(int try_only, int waited, uint64_t t0)
         dist__stat_wait(dist__now_ms() - t0);
 }
 
-/* A fair waiter that gives up leaves the queue (best effort: a waiter's
+/* A queued or registered waiter that gives up leaves (best effort: a waiter's
  * entry also ends with its window).  A timed call's leaving ends within
  * one command timeout of its deadline (of now, once it has passed), as
  * its tries do. */
@@ -1167,7 +1194,8 @@ static int acquire(struct dist__obj *o, int mode, int try_only,
     go_behind(&c);
     rc = try_only ? try_once(&c) : try_patiently(&c, until);
     behind_done(&c, rc);
-    queued = c.how == DIST__HOW_QUEUE && rc == 0 && !c.taken;
+    queued = (c.how == DIST__HOW_QUEUE || c.registered) && rc == 0 &&
+             !c.taken;
     if (rc == 0 && !c.taken && try_only) {
         dist__stat_add(DIST__ST_BUSY, 1);
         return failed(&c, dist__err(EBUSY, "%s '%s' is held by another "

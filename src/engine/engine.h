@@ -67,6 +67,9 @@ struct dist__rec {
                                    * the mutex's or the read holds, [1] the
                                    * write holds */
     uint64_t token;               /* fencing token of the first hold */
+    int wakes;                    /* the kind's: the first hold's release
+                                   * has waiters to wake (the plain mutex:
+                                   * the owner left its mark among them) */
     uint64_t safe_end;            /* explicit lease: surely still held
                                    * until then (monotonic ms, the last
                                    * acquire's send + the lease - the
@@ -139,6 +142,17 @@ struct dist__call {
     uint64_t token;
     long long wait;               /* not taken: sleep at most this (ms);
                                    * -1: the lock never expires */
+    int registered;               /* not taken, and registered as a waiter
+                                   * in Redis (the plain mutex's waiters):
+                                   * its entry is renewed while it waits,
+                                   * and it leaves (the kind's cancel) if
+                                   * it gives up, as a queued one does */
+    int wakes;                    /* taken fresh: its release has waiters
+                                   * to wake (kept in the record); a
+                                   * release: what the record says */
+    int aimed;                    /* not taken: the holder's release will
+                                   * wake this waiter on a channel of its
+                                   * own; the kind's channel depends on it */
     int lost;                     /* earlier holds were found gone */
     int unknown;                  /* sent, and no answer came back */
     int bad;                      /* the answer could not be true
@@ -193,10 +207,12 @@ struct dist__kind {
      * release.  0 answered (*lost: the owner's holds were gone), -1 Redis
      * did not answer. */
     int (*settle)(struct dist__hold *h, int *lost);
-    /* A queued waiter that gives up leaves the queue (best effort). */
+    /* A queued or registered waiter that gives up leaves the queue
+     * (best effort). */
     void (*cancel)(struct dist__call *c);
-    /* The channel a waiter of c sleeps on; the names of the keys with
-     * which a queued one's deadline is kept fresh (waiter_renew), *nkeys
+    /* The channel a waiter of c sleeps on (asked again when the last
+     * try's c->aimed changed); the names of the keys with which a queued
+     * or registered one's deadline is kept fresh (waiter_renew), *nkeys
      * of them. */
     struct dist__chan *(*channel)(struct dist__call *c);
     const enum dist__nm *(*queue)(struct dist__call *c, int *nkeys);

@@ -37,11 +37,16 @@ static struct dist__buf arg(const char *s)
 
 /* The derived names each script gets, in the order of its KEYS after N. */
 static const enum dist__nm token_key[] = { DIST__N_TOKEN };
+static const enum dist__nm lock_keys[] = { DIST__N_TOKEN, DIST__N_MUTEX_WAITERS };
 static const enum dist__nm fair_lock_keys[] = {
     DIST__N_QUEUE, DIST__N_TIMEOUT, DIST__N_TOKEN, DIST__N_CHAN,
     DIST__N_FAIR_WAITERS,
 };
 static const enum dist__nm chan_key[] = { DIST__N_CHAN };
+static const enum dist__nm unlock_keys[] = { DIST__N_CHAN, DIST__N_MUTEX_WAITERS };
+/* a plain mutex's registered waiters: a waiter's renewal key, and with
+ * the lock's name mutex_cancel's */
+static const enum dist__nm waiters_key[] = { DIST__N_MUTEX_WAITERS };
 static const enum dist__nm fair_unlock_keys[] = {
     DIST__N_QUEUE, DIST__N_TIMEOUT, DIST__N_CHAN,
 };
@@ -115,8 +120,22 @@ static int probe(const struct dist__names *nm, long long *holds, long long *pttl
     return 0;
 }
 
+/* v in decimal at buf (24 bytes): what snprintf's "%lu" writes, for a
+ * fraction of its cost on every lock call. */
+static struct dist__buf ul_arg(char *buf, unsigned long v)
+{
+    char *p = buf + 23;
+
+    do
+        *--p = (char)('0' + v % 10);
+    while ((v /= 10) != 0);
+    return (struct dist__buf){ p, (size_t)(buf + 23 - p) };
+}
+
 /* Runs the acquire script of the lock's kind.  A fair lock's queued try
- * also puts the caller in the queue (once) when it cannot take the lock. */
+ * also puts the caller in the queue (once) when it cannot take the lock;
+ * a plain one's try that may wait registers the caller as a waiter when
+ * it cannot (prelude_wake.lua). */
 static int run_acquire(struct dist__call *c, redisReply **r)
 {
     const struct dist__names *nm = c->o->st->names;
@@ -127,16 +146,18 @@ static int run_acquire(struct dist__call *c, redisReply **r)
     struct dist__room room;
     int rc;
 
-    snprintf(lease, sizeof lease, "%lu", dist__lease_of(c->o));
     if (!is_fair(c)) {
-        if ((rc = keys_of(nm, token_key, 1, kv, &room)) == 0) {
-            kv[2] = arg(lease);
-            kv[3] = (struct dist__buf){ owner, olen };
-            rc = dist__route_eval(DIST__S_MUTEX_LOCK, 2, kv, 4, r, &c->on);
+        if ((rc = keys_of(nm, lock_keys, NKEYS(lock_keys), kv, &room)) == 0) {
+            kv[3] = ul_arg(lease, dist__lease_of(c->o));
+            kv[4] = (struct dist__buf){ owner, olen };
+            kv[5] = c->how == DIST__HOW_WAIT
+                    ? ul_arg(window, dist__waiter_ms()) : arg("0");
+            rc = dist__route_eval(DIST__S_MUTEX_LOCK, 3, kv, 6, r, &c->on);
         }
         dist__room_done(&room);
         return rc;
     }
+    snprintf(lease, sizeof lease, "%lu", dist__lease_of(c->o));
     snprintf(window, sizeof window, "%lu", dist__waiter_ms());
     if ((rc = keys_of(nm, fair_lock_keys, NKEYS(fair_lock_keys), kv,
                       &room)) == 0) {
@@ -151,11 +172,13 @@ static int run_acquire(struct dist__call *c, redisReply **r)
     return rc;
 }
 
-/* Reads the acquire script's reply: {1, holds, token} or {0, wait}.  A
- * hold taken leaves the owner 1 (a fresh hold) to its count + 1 holds
- * (a few more after lost replies, HOLDS_AHEAD_MAX); a wait is a PTTL (-1:
- * no expiry) or a waiter's deadline.  Anything else cannot be, and is
- * refused before a number of it is used. */
+/* Reads the acquire script's reply: {1, holds, token} (a plain fresh
+ * hold that left its mark: {1, 1, token, 1}) or {0, wait} (a plain
+ * waiter's: {0, wait, aimed}).  A hold taken leaves the owner 1 (a fresh
+ * hold) to its count + 1 holds (a few more after lost replies,
+ * HOLDS_AHEAD_MAX); a wait is a PTTL (-1: no expiry) or a waiter's
+ * deadline.  Anything else cannot be, and is refused before a number of
+ * it is used. */
 static int read_acquire(struct dist__call *c, const redisReply *r)
 {
     const char *script = is_fair(c) ? "fair_lock" : "mutex_lock";
@@ -173,12 +196,21 @@ static int read_acquire(struct dist__call *c, const redisReply *r)
         c->taken = 1;
         c->count = (unsigned long)v;
         c->token = (uint64_t)t;
+        /* a plain fresh hold says whether it left its mark */
+        c->wakes = !is_fair(c) && dist__reply_int(r, 3, &t) == 0 && t == 1;
         return 0;
     }
     if (ok != 0 || v < -1)
         return dist__call_bad(c, script, "status %lld, wait %lld ms", ok, v);
     c->taken = 0;
     c->wait = v;
+    if (!is_fair(c) && c->how == DIST__HOW_WAIT) {
+        if (dist__reply_int(r, 2, &t) != 0 || (t != 0 && t != 1))
+            return dist__call_bad(c, script, "a refusal that does not say "
+                                  "whether its holder wakes a waiter");
+        c->registered = 1;
+        c->aimed = (int)t;
+    }
     return 0;
 }
 
@@ -207,6 +239,8 @@ static __attribute__((noinline)) int m_settle_lost(struct dist__call *c)
         c->taken = 1;
         c->count = (unsigned long)holds;
         c->token = tok;
+        c->wakes = 1;   /* whether it left a mark is not known: the release
+                         * looks */
         return 0;
     }
     return 1;
@@ -247,24 +281,27 @@ static int m_plan(struct dist__call *c, int try_only)
 
 /* ---- release -------------------------------------------------------------- */
 
-/* The release script's arguments, the derived names in room; expect: the
- * count a settle expects to find, or NULL.  Returns the number of keys, or
- * -1 out of memory (said; room done all the same). */
-static int release_args(const struct dist__names *nm, int fair,
+/* The release script's arguments, the derived names in room; wakes: a
+ * plain mutex's hold that left its mark (mutex_unlock); expect: the count
+ * a settle expects to find, or NULL.  Returns the number of keys, or -1
+ * out of memory (said; room done all the same). */
+static int release_args(const struct dist__names *nm, int fair, int wakes,
                         const char *lease, const char *owner, size_t olen,
                         const char *expect, struct dist__buf *kv, int *nkv,
                         struct dist__room *room)
 {
     int n, nkeys;
 
-    n = fair ? NKEYS(fair_unlock_keys) : NKEYS(chan_key);
-    if (keys_of(nm, fair ? fair_unlock_keys : chan_key, n, kv, room) != 0)
+    n = fair ? NKEYS(fair_unlock_keys) : NKEYS(unlock_keys);
+    if (keys_of(nm, fair ? fair_unlock_keys : unlock_keys, n, kv, room) != 0)
         return -1;
     nkeys = ++n;
     kv[n++] = arg(lease);
     kv[n++] = (struct dist__buf){ owner, olen };
     kv[n++] = arg(dist__publish_cmd());
     kv[n++] = arg("0");
+    if (!fair)
+        kv[n++] = arg(wakes ? "1" : "0");
     if (expect)
         kv[n++] = arg(expect);
     *nkv = n;
@@ -360,15 +397,15 @@ static int m_release(struct dist__call *c)
     char lease[24];
     size_t olen;
     const char *owner = dist__owner(&olen);
-    struct dist__buf kv[9];
+    struct dist__buf kv[10];
     struct dist__room room;
     redisReply *r;
     long long res;
     int rc, nkv, nkeys, script = fair ? DIST__S_FAIR_UNLOCK : DIST__S_MUTEX_UNLOCK;
 
     snprintf(lease, sizeof lease, "%lu", dist__lease_of(c->o));
-    nkeys = release_args(c->o->st->names, fair, lease, owner, olen, NULL, kv,
-                         &nkv, &room);
+    nkeys = release_args(c->o->st->names, fair, c->wakes, lease, owner, olen,
+                         NULL, kv, &nkv, &room);
     if (nkeys < 0)
         c->unknown = 1;     /* nothing sent: as for no connection, below */
     rc = nkeys < 0 ? EIO : send_release(c, script, nkeys, kv, nkv, &r);
@@ -400,7 +437,7 @@ static int m_settle(struct dist__hold *h, int *lost)
 {
     const int fair = h->kind == &dist__fair_kind;
     char lease[24], expect[24];
-    struct dist__buf kv[9];
+    struct dist__buf kv[10];
     struct dist__room room;
     redisReply *r = NULL;
     long long res = 0;
@@ -409,8 +446,9 @@ static int m_settle(struct dist__hold *h, int *lost)
     snprintf(lease, sizeof lease, "%lu",
              h->lease_ms ? h->lease_ms : dist__watchdog_ms());
     snprintf(expect, sizeof expect, "%lu", h->n[0] + 1);
-    nkeys = release_args(h->names, fair, lease, h->owner, h->owner_len, expect,
-                         kv, &nkv, &room);
+    /* whether the hold left its mark is not kept here: the release looks */
+    nkeys = release_args(h->names, fair, 1, lease, h->owner, h->owner_len,
+                         expect, kv, &nkv, &room);
     rc = nkeys < 0 ? DIST__ENOCONN
                    : dist__route_run(fair ? DIST__S_FAIR_UNLOCK
                                           : DIST__S_MUTEX_UNLOCK,
@@ -429,8 +467,11 @@ static int m_settle(struct dist__hold *h, int *lost)
 
 /* ---- waiting ---------------------------------------------------------------- */
 
-/* The channel a waiter sleeps on: the lock's, or for a fair lock its own
- * (only the head of the queue is told of a release). */
+/* The channel a waiter sleeps on.  A fair waiter's own: only the head of
+ * the queue is told of a release.  A plain waiter's own while its holder
+ * will wake a registered waiter (c->aimed), else the lock's, which every
+ * release and Redisson's tell (prelude_wake.lua): so a release wakes the
+ * one process it picked, not every process with a waiter. */
 static struct dist__chan *m_channel(struct dist__call *c)
 {
     const struct dist__names *nm = c->o->st->names;
@@ -441,13 +482,15 @@ static struct dist__chan *m_channel(struct dist__call *c)
     const char *owner = dist__owner(&olen);
     char *name;
 
-    if (!is_fair(c)) {
+    if (!is_fair(c) && !c->aimed) {
         if (dist__names_keys(nm, chan_key, 1, &b, &room) == 0)
             ch = dist__sub_get(&b);
         dist__room_done(&room);
         return ch;
     }
-    if (!(name = dist__names_waiter_chan(nm, owner, olen, &b.len)))
+    name = is_fair(c) ? dist__names_waiter_chan(nm, owner, olen, &b.len)
+                      : dist__names_mutex_waiter_chan(nm, owner, olen, &b.len);
+    if (!name)
         return NULL;
     b.p = name;
     ch = dist__sub_get(&b);
@@ -455,17 +498,42 @@ static struct dist__chan *m_channel(struct dist__call *c)
     return ch;
 }
 
-/* A fair waiter's renewal keeps its place as fair_lock set it: four keys
- * (see waiter_renew). */
+/* A waiter's renewal keeps it in place: a fair one's as fair_lock set it,
+ * four keys; a plain one's entry among the registered waiters (see
+ * waiter_renew). */
 static const enum dist__nm *m_queue(struct dist__call *c, int *nkeys)
 {
-    (void)c;
+    if (!is_fair(c)) {
+        *nkeys = NKEYS(waiters_key);
+        return waiters_key;
+    }
     *nkeys = NKEYS(fair_wait_keys);
     return fair_wait_keys;
 }
 
-/* A fair waiter that gives up leaves the queue at once (best effort: if
- * Redis cannot be reached, its deadline ends it within a window). */
+/* A plain waiter that gives up leaves the registered waiters, passing on
+ * a wake-up it may have been sent (mutex_cancel). */
+static void plain_cancel(struct dist__call *c)
+{
+    size_t olen;
+    const char *owner = dist__owner(&olen);
+    struct dist__buf kv[4];
+    struct dist__room room;
+    redisReply *r;
+
+    if (keys_of(c->o->st->names, waiters_key, NKEYS(waiters_key), kv,
+                &room) == 0) {
+        kv[2] = (struct dist__buf){ owner, olen };
+        kv[3] = arg(dist__publish_cmd());
+        if (dist__route_run(DIST__S_MUTEX_CANCEL, 2, kv, 4, &r) == 0)
+            freeReplyObject(r);
+    }
+    dist__room_done(&room);
+}
+
+/* A waiter that gives up leaves at once (best effort: if Redis cannot be
+ * reached, its entry ends with its window): a fair one the queue, a plain
+ * one the registered waiters. */
 static void m_cancel(struct dist__call *c)
 {
     size_t olen;
@@ -474,6 +542,10 @@ static void m_cancel(struct dist__call *c)
     struct dist__room room;
     redisReply *r;
 
+    if (!is_fair(c)) {
+        plain_cancel(c);
+        return;
+    }
     if (keys_of(c->o->st->names, fair_cancel_keys, NKEYS(fair_cancel_keys),
                 kv, &room) == 0) {
         kv[5] = (struct dist__buf){ owner, olen };

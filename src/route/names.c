@@ -28,6 +28,7 @@ static const struct {
     [DIST__N_RW_WRITERS] = P("distlock_rwlock_writers:"),
     [DIST__N_RW_READERS] = P("distlock_rwlock_readers:"),
     [DIST__N_FAIR_WAITERS] = P("distlock_fair_waiters:"),
+    [DIST__N_MUTEX_WAITERS] = P("distlock_mutex_waiters:"),
     [DIST__N_COND_WAITERS] = P("distlock_cond_waiters:"),
     [DIST__N_COND_QUEUE] = P("distlock_cond_queue:"),
     [DIST__N_COND_SIGNALLED] = P("distlock_cond_signalled:"),
@@ -243,6 +244,13 @@ char *dist__names_waiter_chan(const struct dist__names *n, const char *owner,
                               size_t olen, size_t *len)
 {
     return owned(n, DIST__N_CHAN, owner, olen, "", len);
+}
+
+char *dist__names_mutex_waiter_chan(const struct dist__names *n,
+                                    const char *owner, size_t olen,
+                                    size_t *len)
+{
+    return owned(n, DIST__N_MUTEX_WAITERS, owner, olen, "", len);
 }
 
 char *dist__names_read_prefix(const struct dist__names *n, const char *owner,

@@ -22,6 +22,9 @@ enum dist__nm {
     DIST__N_RW_WRITERS,     /* distlock_rwlock_writers:{N} (read-write lock) */
     DIST__N_RW_READERS,     /* distlock_rwlock_readers:{N} (read-write lock) */
     DIST__N_FAIR_WAITERS,   /* distlock_fair_waiters:{N}   (fair lock) */
+    DIST__N_MUTEX_WAITERS,  /* distlock_mutex_waiters:{N}  (mutex): its
+                             * registered waiters; a waiter's own channel
+                             * is this name with ':<owner>' appended */
     DIST__N_COND_WAITERS,   /* distlock_cond_waiters:{N}   (condition) */
     DIST__N_COND_QUEUE,     /* distlock_cond_queue:{N} */
     DIST__N_COND_SIGNALLED, /* distlock_cond_signalled:{N} */
@@ -100,6 +103,11 @@ char *dist__names_derive(const struct dist__names *n, int which,
 /* The fair lock's channel of one waiter: "redisson_lock__channel:{N}:<owner>". */
 char *dist__names_waiter_chan(const struct dist__names *n, const char *owner,
                               size_t olen, size_t *len);
+/* A plain mutex's registered waiter's channel:
+ * "distlock_mutex_waiters:{N}:<owner>". */
+char *dist__names_mutex_waiter_chan(const struct dist__names *n,
+                                    const char *owner, size_t olen,
+                                    size_t *len);
 /* The start of a read hold's timeout keys, "{N}:<owner>:rwlock_timeout:"
  * (Redisson's; the hold's number follows). */
 char *dist__names_read_prefix(const struct dist__names *n, const char *owner,

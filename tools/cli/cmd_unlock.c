@@ -73,27 +73,28 @@ static void say_not_locked(const char *name)
 }
 
 /* force_unlock's KEYS: N, the channels, the fair queue, the readers ZSET,
- * then the read-hold keys; the publish command after them.  *nkeys set;
- * *set (kv[1..5]'s bytes) and kv[6] on are the caller's to free. */
+ * the plain mutex's waiters, then the read-hold keys; the publish command
+ * after them.  *nkeys set; *set (kv[1..6]'s bytes) and kv[7] on are the
+ * caller's to free. */
 static struct dist__buf *force_args(const struct snap *s, size_t *nkeys,
                                     struct dist__buf **set)
 {
     static const enum dist__nm derived[] = {
         DIST__N_CHAN, DIST__N_RWCHAN, DIST__N_QUEUE, DIST__N_TIMEOUT,
-        DIST__N_RW_READERS,
+        DIST__N_RW_READERS, DIST__N_MUTEX_WAITERS,
     };
     const char *pub = dist__publish_cmd();
     struct dist__buf *kv;
-    size_t j, k = 6, n = 6;
+    size_t j, k = 7, n = 7;
     long long r;
 
     for (j = 0; j < s->nh; j++)
         n += (size_t)(s->h[j].reads < READ_KEYS_MAX ? s->h[j].reads : READ_KEYS_MAX);
     kv = xrealloc(NULL, (n + 1) * sizeof *kv);
     kv[0] = s->names->name;
-    if (!(*set = dist__names_set(s->names, derived, 5)))
+    if (!(*set = dist__names_set(s->names, derived, 6)))
         die(EX_REDIS, "out of memory");
-    memcpy(kv + 1, *set, 5 * sizeof *kv);
+    memcpy(kv + 1, *set, 6 * sizeof *kv);
     for (j = 0; j < s->nh; j++)
         for (r = 1; r <= s->h[j].reads && r <= READ_KEYS_MAX; r++, k++)
             kv[k].p = read_key(s->names, &s->h[j], r, &kv[k].len);
@@ -117,7 +118,7 @@ static long long force(const char *name, const struct snap *s)
     kv = force_args(s, &nkeys, &set);
     rc = dist__route_eval(DIST__S_FORCE_UNLOCK, (int)nkeys, kv, (int)nkeys + 1,
                           &r, &on);
-    for (k = 6; k < nkeys; k++)
+    for (k = 7; k < nkeys; k++)
         free((char *)kv[k].p);
     free(set);
     free(kv);
