@@ -8,7 +8,12 @@
  * while the connection is lent gets it; a connection killed while lent is
  * made again and its waiters woken; dist_shutdown and fork with a lent
  * connection neither hang nor lose a wake-up; with DISTLOCK_DIRECT_WAKE=0
- * nothing is lent.  And the cancellation rules: no call is a cancellation
+ * nothing is lent.  The plain mutex's registered waiters: while the
+ * holder is a distlock owner that left its mark, waiters listen on
+ * channels of their own, a release wakes one of them (passing over one
+ * nobody hears), and one that gives up passes on a wake-up it may have
+ * been sent (the library's scripts run by EVAL from the source tree where
+ * a test plays the other owner).  And the cancellation rules: no call is a cancellation
  * point, the condition and semaphore waits act on a request as they begin,
  * and a condition wait all through its sleep (whether it reads the lent
  * connection or sleeps until woken), its mutex taken back first; a signal
@@ -397,6 +402,283 @@ static void test_crowd_two_processes(void **state)
     assert_dbl_range(tu_now() - t0, 0.0, slack(25.0));
     munmap(c, sizeof *c);
     assert_int_equal(dist_mutex_destroy(&m), 0);
+}
+
+/* ---- registered waiters of a plain mutex ------------------------------------------ */
+
+/* A script of the library, as the build joins it (lua2c.sh): its
+ * '--#include NAME.lua' lines replaced by the preludes, read from the
+ * source tree.  malloc'd. */
+static char *script_text(const char *name)
+{
+    const char *src = getenv("srcdir");
+    char path[4096], line[1024], *out = NULL;
+    size_t len = 0;
+    FILE *f, *inc;
+
+    snprintf(path, sizeof path, "%s/lua/%s.lua", src ? src : ".", name);
+    f = fopen(path, "r");
+    if (!f)
+        fail_msg("cannot read %s (srcdir=%s)", path, src ? src : "unset");
+    while (fgets(line, sizeof line, f)) {
+        char part[1024];
+        FILE *from = NULL;
+        if (strncmp(line, "--#include ", 11) == 0) {
+            line[strcspn(line, "\n")] = 0;
+            snprintf(path, sizeof path, "%s/lua/%s", src ? src : ".",
+                     line + 11);
+            inc = fopen(path, "r");
+            if (!inc)
+                fail_msg("cannot read %s", path);
+            from = inc;
+        }
+        do {
+            const char *add = line;
+            if (from) {
+                if (!fgets(part, sizeof part, from))
+                    break;
+                add = part;
+            }
+            out = realloc(out, len + strlen(add) + 1);
+            assert_non_null(out);
+            memcpy(out + len, add, strlen(add) + 1);
+            len += strlen(add);
+        } while (from);
+        if (from)
+            fclose(from);
+    }
+    fclose(f);
+    return out;
+}
+
+/* EVAL of the library's script name with the keys and args given (NULL
+ * ended, keys first, nkeys of them). */
+static redisReply *run_script(const char *name, int nkeys, ...)
+{
+    const char *argv[16];
+    char nk[8];
+    char *body = script_text(name);
+    redisReply *x;
+    va_list ap;
+    int argc = 3;
+
+    snprintf(nk, sizeof nk, "%d", nkeys);
+    argv[0] = "EVAL";
+    argv[1] = body;
+    argv[2] = nk;
+    va_start(ap, nkeys);
+    while (argc < 16 && (argv[argc] = va_arg(ap, const char *)) != NULL)
+        argc++;
+    va_end(ap);
+    x = tu_cmdv(&r, argc, argv, NULL);
+    free(body);
+    assert_non_null(x);
+    return x;
+}
+
+#define OTHER "someone-else:1"
+
+/* A lock of its own held by another distlock owner that took it while
+ * waiters were registered: its mark is among them (prelude_wake.lua). */
+struct marked {
+    struct held h;
+    char waiters[260];
+    char prefix[270];         /* "<waiters>:": a waiter's own channel */
+};
+
+static void hold_marked(struct marked *k)
+{
+    redisReply *x;
+
+    hold_elsewhere(&k->h);
+    snprintf(k->waiters, sizeof k->waiters, "distlock_mutex_waiters:{%s}",
+             k->h.name);
+    snprintf(k->prefix, sizeof k->prefix, "%s:", k->waiters);
+    x = tu_cmd(&r, "ZADD", k->waiters, "-1", OTHER, NULL);
+    assert_non_null(x);
+    freeReplyObject(x);
+    x = tu_cmd(&r, "PEXPIRE", k->waiters, "60000", NULL);
+    assert_non_null(x);
+    freeReplyObject(x);
+}
+
+/* The other owner's unlock, the library's own script: {0, woken}. */
+static long long release_marked(const struct marked *k)
+{
+    redisReply *x = run_script("mutex_unlock", 3, k->h.name, k->h.chan,
+                               k->waiters, "60000", OTHER, "publish", "0",
+                               "1", NULL);
+    long long woken;
+
+    assert_int_equal(x->type, REDIS_REPLY_ARRAY);
+    assert_int_equal(x->element[0]->integer, 0);
+    woken = x->element[1]->integer;
+    freeReplyObject(x);
+    return woken;
+}
+
+/* Channels subscribed whose name starts with prefix. */
+static long long own_channels(const char *prefix)
+{
+    char pat[300];
+    redisReply *x;
+    long long n;
+
+    snprintf(pat, sizeof pat, "%s*", prefix);
+    x = tu_cmd(&r, "PUBSUB", "CHANNELS", pat, NULL);
+    assert_non_null(x);
+    n = x->type == REDIS_REPLY_ARRAY ? (long long)x->elements : -1;
+    freeReplyObject(x);
+    return n;
+}
+
+/* Waits until n waiters are registered beside the mark, each listening on
+ * its own channel (secs at most). */
+static void await_registered(const struct marked *k, long long n, double secs)
+{
+    double end = tu_now() + secs;
+
+    while ((tu_cmd_int(&r, "ZCARD", k->waiters, NULL) != n + 1 ||
+            own_channels(k->prefix) != n) && tu_now() < end)
+        tu_sleep_ms(10);
+    assert_int_equal(tu_cmd_int(&r, "ZCARD", k->waiters, NULL), n + 1);
+    assert_int_equal(own_channels(k->prefix), n);
+    tu_sleep_ms(300);
+}
+
+/* An entry for owner among k's waiters, live, and ahead of the waiters
+ * the library registered (their windows end DISTLOCK_WAITER_MS, 5 s,
+ * after their tries): a release picks it first. */
+static void add_entry(const struct marked *k, const char *owner)
+{
+    redisReply *x = tu_cmd(&r, "TIME", NULL);
+    long long ms;
+    char score[32];
+
+    assert_non_null(x);
+    ms = atoll(x->element[0]->str) * 1000 + atoll(x->element[1]->str) / 1000;
+    freeReplyObject(x);
+    snprintf(score, sizeof score, "%lld", ms + 2000);
+    x = tu_cmd(&r, "ZADD", k->waiters, score, owner, NULL);
+    assert_non_null(x);
+    freeReplyObject(x);
+}
+
+#define WAITERS 3
+
+/* While a distlock owner that left its mark holds the lock, its waiters
+ * register and listen on channels of their own, not on the lock's (which
+ * every process with a waiter used to hear, and try on, at every
+ * release); its release wakes one of them, whose own release wakes the
+ * next: each is woken by a message (the lease is 60 s). */
+static void test_release_wakes_a_registered_waiter(void **state)
+{
+    struct fx_locker l[WAITERS];
+    struct marked k;
+    double t;
+    int i;
+
+    (void)state;
+    NAME(k.h.name, "m");
+    hold_marked(&k);
+    for (i = 0; i < WAITERS; i++)
+        assert_int_equal(fx_locker_start(&l[i], &k.h.m, 20.0), 0);
+    await_registered(&k, WAITERS, slack(5.0));
+    assert_int_equal(pubsub_numsub(&r, k.h.chan), 0);
+    t = tu_now();
+    assert_int_equal(release_marked(&k), 1);
+    for (i = 0; i < WAITERS; i++) {
+        fx_locker_join(&l[i]);
+        assert_int_equal(l[i].rc, 0);
+        assert_dbl_range(l[i].t - t, 0.0, slack(1.0));
+    }
+    /* nothing left behind: marks and entries went with the releases */
+    assert_int_equal(tu_cmd_int(&r, "EXISTS", k.waiters, NULL), 0);
+    assert_int_equal(dist_mutex_destroy(&k.h.m), 0);
+}
+
+/* A registered waiter nobody hears (its process died) is passed over: the
+ * release tells the next one. */
+static void test_release_skips_a_waiter_nobody_hears(void **state)
+{
+    struct fx_locker l;
+    struct marked k;
+    redisReply *x;
+    double t;
+
+    (void)state;
+    NAME(k.h.name, "m");
+    hold_marked(&k);
+    assert_int_equal(fx_locker_start(&l, &k.h.m, 20.0), 0);
+    await_registered(&k, 1, slack(5.0));
+    add_entry(&k, "dead-process:1");
+    t = tu_now();
+    assert_int_equal(release_marked(&k), 1);
+    fx_locker_join(&l);
+    assert_int_equal(l.rc, 0);
+    assert_dbl_range(l.t - t, 0.0, slack(1.0));
+    x = tu_cmd(&r, "ZSCORE", k.waiters, "dead-process:1", NULL);
+    assert_non_null(x);
+    assert_int_equal(x->type, REDIS_REPLY_NIL);
+    freeReplyObject(x);
+    assert_int_equal(dist_mutex_destroy(&k.h.m), 0);
+}
+
+/* A waiter that a release woke and that gave up before it tried (its
+ * deadline, an error) leaves, and passes the wake-up on: the others are
+ * not left to sleep out the lease.  The one that leaves is an entry
+ * whose channel a plain subscriber hears, so that the release reaches
+ * it; its leaving is the library's own script.  Only it is woken: the
+ * real waiter sleeps on until then. */
+static void test_waiter_that_leaves_passes_its_wake_on(void **state)
+{
+    struct fx_locker l;
+    struct marked k;
+    char chan[400];
+    redisContext *sub;
+    redisReply *x;
+    double t;
+
+    (void)state;
+    NAME(k.h.name, "m");
+    hold_marked(&k);
+    assert_int_equal(fx_locker_start(&l, &k.h.m, 20.0), 0);
+    await_registered(&k, 1, slack(5.0));
+    add_entry(&k, "gone:1");
+    snprintf(chan, sizeof chan, "%sgone:1", k.prefix);
+    sub = tu_redis_admin(&r);
+    assert_non_null(sub);
+    x = redisCommand(sub, "SUBSCRIBE %s", chan);
+    assert_non_null(x);
+    freeReplyObject(x);
+    assert_int_equal(release_marked(&k), 1);
+    tu_sleep_ms(500);
+    assert_int_equal(atomic_load(&l.done), 0);
+    t = tu_now();
+    x = run_script("mutex_cancel", 2, k.h.name, k.waiters, "gone:1",
+                   "publish", NULL);
+    assert_int_equal(x->integer, 1);
+    freeReplyObject(x);
+    fx_locker_join(&l);
+    assert_int_equal(l.rc, 0);
+    assert_dbl_range(l.t - t, 0.0, slack(1.0));
+    redisFree(sub);
+    assert_int_equal(dist_mutex_destroy(&k.h.m), 0);
+}
+
+/* A waiter whose deadline came leaves the registered waiters. */
+static void test_timed_out_waiter_leaves(void **state)
+{
+    struct timespec dl;
+    struct marked k;
+
+    (void)state;
+    NAME(k.h.name, "m");
+    hold_marked(&k);
+    dl = fx_clock_in(CLOCK_REALTIME, 0.5);
+    assert_int_equal(dist_mutex_timedlock(&k.h.m, &dl), ETIMEDOUT);
+    assert_int_equal(tu_cmd_int(&r, "ZCARD", k.waiters, NULL), 1);
+    assert_int_equal(dist_mutex_destroy(&k.h.m), 0);
 }
 
 /* ---- cancellation --------------------------------------------------------------- */
@@ -874,6 +1156,10 @@ int main(void)
         T(test_shutdown_while_lent),
         T(test_fork_while_lent),
         T(test_crowd_two_processes),
+        T(test_release_wakes_a_registered_waiter),
+        T(test_release_skips_a_waiter_nobody_hears),
+        T(test_waiter_that_leaves_passes_its_wake_on),
+        T(test_timed_out_waiter_leaves),
         T(test_lock_is_not_a_cancellation_point),
         T(test_waits_are_cancellation_points),
         T(test_cond_wait_cancelled_while_asleep),
