@@ -2298,16 +2298,18 @@ static void scenario_s5(redisContext *c)
  *     of the commands the library sends itself (EVALSHA, EVAL,
  *     (S)(UN)SUBSCRIBE, ROLE, PING, WAIT, ...), apart from the commands
  *     its scripts run;
+ *   - release messages heard (dist_stats, exact): each woke a pub/sub
+ *     thread, which woke at most one waiting thread (a message wakes one
+ *     waiter of its channel), or was read by a lone waiter itself
+ *     (pubsub_direct, one wake-up); so the thread wake-ups releases
+ *     caused are at most 2 x messages - direct reads;
  *   - voluntary context switches of the workers' threads (their monitor
  *     thread left out): every time a thread blocked, for a reply to its
- *     own command or for a release message;
- *   - of those, the ones not for a reply: switches less client commands
- *     (releases are not deferred here, so each command is one wait for
- *     its reply; a reply that came before the thread blocked makes this
- *     a little low, a pub/sub thread that read two messages at once a
- *     little high);
- *   - release messages heard (dist_stats): the pub/sub thread's wake-ups,
- *     or reads by a lone waiter itself.
+ *     own command or for a release message; and those less the client
+ *     commands (releases are not deferred here, so each command is one
+ *     wait for its reply).  On a loaded machine a thread is often
+ *     preempted rather than blocked, and these read low (below the
+ *     commands even): the message counts are the figure to trust.
  * s6f: the same on a fair mutex.  No cohorting, no deferred release. */
 
 #define S6_MAX_SWEEP 8
@@ -2316,13 +2318,17 @@ static int s6_waiters[S6_MAX_SWEEP] = { 10, 100, 1000 }, s6_nwaiters = 3;
 static int s6_handoffs;               /* 0: 1,000 (--quick 200) */
 static int s6_p, s6_w;                /* the run under way */
 static const char s6_lock[] = "bench-s6";
+/* a process's threads wait for the start here, not each polling the
+ * start line (a thousand threads polling kept the machine busy) */
+static pthread_barrier_t s6_bar;
 
 static void *s6_thread(void *arg)
 {
     dist_mutex_t *m = arg;
     int rc;
 
-    line_up(&sh->s6.go);
+    atomic_fetch_add(&sh->s6.go.ready, 1);
+    pthread_barrier_wait(&s6_bar);
     atomic_fetch_add(&sh->s6.started, 1);
     while (!atomic_load(&sh->s6.stop)) {
         if ((rc = dist_mutex_lock(m)) != 0) {
@@ -2380,13 +2386,19 @@ static int s6_worker(int idx)
     pthread_attr_setstacksize(&a, 256 * 1024);
     if (pthread_create(&mon, &a, s6_monitor, (void *)(intptr_t)idx) != 0)
         return fail("s6: pthread_create failed");
+    pthread_barrier_init(&s6_bar, NULL, (unsigned)n + 1);
     for (i = 0; i < n; i++, made++)
         if (pthread_create(&th[i], &a, s6_thread, &m) != 0) {
+            /* the others wait at the barrier for ever: the parent's
+             * timeout kills the process */
             fail("s6: pthread_create failed");
             sh->s6.failed[idx] = 1;
             break;
         }
     pthread_attr_destroy(&a);
+    while (atomic_load(&sh->s6.go.start_ns) == 0)
+        sleep_ns(1000000);
+    pthread_barrier_wait(&s6_bar);
     for (i = 0; i < made; i++) {
         pthread_join(th[i], &ret);
         bad |= ret != NULL;
@@ -2531,6 +2543,7 @@ static int s6_run(redisContext *c, int p, int w, struct s6_snap *a,
 {
     int h = s6_handoffs ? s6_handoffs : opt.quick ? 200 : 1000, i;
     struct kids k = { 0 };
+    uint64_t t0 = now_ns();
 
     reset_shared();
     for (i = 0; i < p; i++)
@@ -2544,8 +2557,17 @@ static int s6_run(redisContext *c, int p, int w, struct s6_snap *a,
             kids_kill(&k);
             return -1;
         }
-    if (start_workers(&k, &sh->s6.go, w, 0, "s6") != 0)
-        return -1;
+    /* a thousand threads take a while to start on a loaded machine */
+    while (atomic_load(&sh->s6.go.ready) < w) {
+        if (kids_poll(&k) != 0 || now_ns() > t0 + 300000000000ull) {
+            kids_kill(&k);
+            return fail("s6: %d of %d threads ready after %.0f s", (int)
+                        atomic_load(&sh->s6.go.ready), w,
+                        (double)(now_ns() - t0) / 1e9);
+        }
+        sleep_ns(1000000);
+    }
+    atomic_store(&sh->s6.go.start_ns, now_ns());
     /* every thread in its first call, and the start over: each had a
      * turn, and whatever the first herd subscribed to is let go (pub/sub
      * channels stay subscribed 250 ms after their last waiter) */
@@ -2581,7 +2603,7 @@ static void scenario_s6(redisContext *c)
     for (iw = 0; iw < s6_nwaiters; iw++)
         for (ip = 0; ip < s6_nprocs; ip++) {
             int p = s6_procs[ip], w = s6_waiters[iw];
-            double n, cmds, sw, rate;
+            double n, cmds, sw, rate, wk;
             if (p > w || p > MAX_PROCS)
                 continue;
             if (s6_run(c, p, w, &a, &b) != 0) {
@@ -2592,6 +2614,8 @@ static void scenario_s6(redisContext *c)
             cmds = (double)(b.client - a.client) / n;
             sw = (double)(b.switches - a.switches) / n;
             rate = n / ((double)(b.t_ns - a.t_ns) / 1e9);
+            wk = (2.0 * (double)(b.messages - a.messages) -
+                  (double)(b.direct - a.direct)) / n;
             snprintf(fig, sizeof fig, "P=%d W=%d cmds/hand-off", p, w);
             row(sc, fig, fmtd(b1, sizeof b1, cmds, 2), "cmds", "<= 4",
                 v_lo(b3, sizeof b3, cmds, 4, 0));
@@ -2601,12 +2625,16 @@ static void scenario_s6(redisContext *c)
             snprintf(fig, sizeof fig, "P=%d W=%d switches/h-o", p, w);
             row(sc, fig, fmtd(b1, sizeof b1, sw, 2), "vcsw", NULL, NULL);
             snprintf(fig, sizeof fig, "P=%d W=%d not replies/h-o", p, w);
-            row(sc, fig, fmtd(b1, sizeof b1, sw - cmds, 2), "vcsw", "<= 2",
-                v_lo(b3, sizeof b3, sw - cmds, 2, 0));
+            row(sc, fig, fmtd(b1, sizeof b1, sw - cmds, 2), "vcsw", NULL,
+                NULL);
             snprintf(fig, sizeof fig, "P=%d W=%d messages/h-o", p, w);
             row(sc, fig, fmtd(b1, sizeof b1,
                 (double)(b.messages - a.messages) / n, 2), "msgs", NULL,
                 NULL);
+            snprintf(fig, sizeof fig, "P=%d W=%d wake-ups/h-o, at most", p,
+                     w);
+            row(sc, fig, fmtd(b1, sizeof b1, wk, 2), "threads", "<= 2",
+                v_lo(b3, sizeof b3, wk, 2, 0));
             snprintf(fig, sizeof fig, "P=%d W=%d hand-offs", p, w);
             row(sc, fig, fmtd(b1, sizeof b1, rate, 0), "/s", NULL, NULL);
             jstart(&j, sc);
@@ -2622,7 +2650,8 @@ static void scenario_s6(redisContext *c)
             jnum(&j, "messages_per_handoff",
                  (double)(b.messages - a.messages) / n);
             jnum(&j, "direct_per_handoff", (double)(b.direct - a.direct) / n);
-            jbool(&j, "ok", cmds <= 4 && sw - cmds <= 2);
+            jnum(&j, "wakeups_per_handoff_at_most", wk);
+            jbool(&j, "ok", cmds <= 4 && wk <= 2);
             jend(&j);
         }
 }
@@ -3874,9 +3903,11 @@ static void usage(FILE *f)
 "         of 1 mutex (no cohorting), for each P and W of the sweep; per\n"
 "         hand-off: commands clients sent (INFO commandstats, those the\n"
 "         library sends itself)   target <= 4; commands scripts ran;\n"
-"         voluntary context switches of the workers' threads, and of them\n"
-"         those not for a reply (switches - commands)   target <= 2;\n"
-"         release messages heard; hand-offs/s.  s6f: on a fair mutex\n"
+"         voluntary context switches of the workers' threads, and those\n"
+"         less the commands; release messages heard, and the thread\n"
+"         wake-ups they caused at most (2 x messages - those a lone\n"
+"         waiter read itself)   target <= 2; hand-offs/s.  s6f: on a\n"
+"         fair mutex\n"
 "\n"
 "The ratio column is value/target; 'ok' when the target is met.  Missing a\n"
 "target does not change the exit status: 1 means a scenario could not run.\n");
