@@ -1693,9 +1693,13 @@ static void test_pubsub_backs_off_on_resets(void **state)
     made = tu_proxy_connections(g_proxy) - c0;
     tu_proxy_reset_new(g_proxy, 0);
     print_message("  %lu connections in 2 s while every one was reset\n", made);
-    /* backing off from 50 ms, doubling: about 6 */
+    /* backing off from 50 ms, doubling: about 6; and the renewal thread's,
+     * which renews the waiter's registration (a plain mutex's waiter is
+     * registered) and backs off on its own: 7-8 in all before there was
+     * any, 9-16 since.  Reconnecting as fast as it could, the pub/sub
+     * thread alone made about 100. */
     assert_true(made >= 2);
-    assert_true(made <= 15);
+    assert_true(made <= 25);
 
     /* the server is fine again: subscribed within the backoff, and the
      * release message wakes the waiter */
