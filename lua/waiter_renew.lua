@@ -3,13 +3,12 @@
 -- forward while alive, so a dead waiter is dropped within one window.
 -- KEYS     for each waiter either one key, the deadline ZSET of a waiting writer
 --          { owner: deadline ms } (distlock_rwlock_writers:{N}) or of a plain mutex's
---          registered waiter (distlock_mutex_waiters:{N}, prelude_wake), or five keys, a
+--          registered waiter (distlock_mutex_waiters:{N}, prelude_wake), or four keys, a
 --          fair mutex's: its deadline ZSET (redisson_lock_timeout:{N}), wait queue
 --          (redisson_lock_queue:{N}), distlock waiters' marks
---          (distlock_fair_waiters:{N}), release channel (redisson_lock__channel:{N})
---          and the lock (N)
+--          (distlock_fair_waiters:{N}) and release channel (redisson_lock__channel:{N})
 -- ARGV[1]  window in ms
--- ARGV     then for each waiter: its owner, and its number of keys (1 or 5)
+-- ARGV     then for each waiter: its owner, and its number of keys (1 or 4)
 -- Reply    one integer per waiter: 1 pushed forward, 0 no longer queued.  A fair
 --          waiter no longer queued (purged while its process could not renew it,
 --          or removed by hand) is told on its own channel, in both pub/sub kinds
