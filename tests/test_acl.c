@@ -13,6 +13,7 @@
  * TCP port as that user.  Bounds hold on a loaded 2-core machine.
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -22,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -115,6 +117,83 @@ static int doc_acl(char *words[MAX_ARGS])
         fail_msg("no ACL SETUSER command after the marker in %s", path);
     words[n] = NULL;
     return n;
+}
+
+/* Whether the documented user is granted "+cmd". */
+static int granted(char *const *words, int n, const char *cmd)
+{
+    int i;
+
+    for (i = 0; i < n; i++)
+        if (words[i][0] == '+' && strcasecmp(words[i] + 1, cmd) == 0)
+            return 1;
+    return 0;
+}
+
+/* Every Redis command a script of lua/ names, in redis.call('x', ...),
+ * redis.pcall('x', ...) or pcall(redis.call, 'x', ...), is granted by the
+ * documented ACL: a script that starts to use a new command fails here,
+ * by name, rather than as an EIO in one of the cases above. */
+static void test_scripts_commands_granted(void **state)
+{
+    static const char *const opens[] = { "redis.call('", "redis.pcall('",
+                                         "pcall(redis.call, '" };
+    char *words[MAX_ARGS], dir[4096], path[8192], line[1024];
+    const char *src = getenv("srcdir");
+    struct dirent *e;
+    int n, i, files = 0, calls = 0, missing = 0;
+    DIR *d;
+
+    (void)state;
+    n = doc_acl(words);
+    snprintf(dir, sizeof dir, "%s/lua", src ? src : ".");
+    d = opendir(dir);
+    if (!d)
+        fail_msg("cannot read %s: %s", dir, strerror(errno));
+    while ((e = readdir(d))) {
+        size_t len = strlen(e->d_name);
+        FILE *f;
+
+        if (len < 5 || strcmp(e->d_name + len - 4, ".lua") != 0)
+            continue;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        assert_non_null(f = fopen(path, "r"));
+        files++;
+        while (fgets(line, sizeof line, f)) {
+            char *p, *q;
+
+            for (i = 0; i < (int)(sizeof opens / sizeof opens[0]); i++) {
+                for (p = line; (p = strstr(p, opens[i])); p = q) {
+                    char cmd[64];
+                    size_t k;
+
+                    p += strlen(opens[i]);
+                    q = strchr(p, '\'');
+                    if (!q)
+                        break;
+                    k = (size_t)(q - p);
+                    if (k == 0 || k >= sizeof cmd)
+                        continue;
+                    memcpy(cmd, p, k);
+                    cmd[k] = 0;
+                    calls++;
+                    if (!granted(words, n, cmd)) {
+                        print_error("%s calls '%s', which the ACL in "
+                                    "docs/deployment.md does not grant\n",
+                                    e->d_name, cmd);
+                        missing++;
+                    }
+                }
+            }
+        }
+        fclose(f);
+    }
+    closedir(d);
+    for (i = 0; i < n; i++)
+        free(words[i]);
+    assert_true(files > 10);
+    assert_true(calls > 100);
+    assert_int_equal(missing, 0);
 }
 
 static int group_setup(void **state)
@@ -613,6 +692,7 @@ int main(void)
         T(test_tool_status_and_list),
         T(test_with_replica),
         T(test_other_names_refused),
+        cmocka_unit_test(test_scripts_commands_granted),
     };
 #undef T
     fx_use(&r, &settings, "TEST_ACL_FILTER");
