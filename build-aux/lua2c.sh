@@ -8,6 +8,16 @@
 # DIST__S_<NAME> in argument order.  A script's line '-- Types T1 T2 ...'
 # (the Redis type of each of its KEYS, '-' for a channel or any type) becomes
 # its types string, for the library to name a key of another type.
+#
+# A script with a line '--#replicas' (one that may take a new hold) gets a
+# second form, its counted script: the joined body as a local function, then
+# INFO replication read under pcall, replying {N, the body's reply} where N
+# is the master's online replicas (those ROLE lists), -1 when INFO was
+# refused or unreadable, -2 when the server is not a master.  A link whose
+# replica count is stale sends that form rather than asking ROLE after a new
+# hold (link.c).  The function's header shares the body's first line, so an
+# error names the same line in both forms; the body's errors end the script
+# before INFO, as they would the plain form.
 set -eu
 out_c=$1 out_h=$2
 shift 2
@@ -16,7 +26,8 @@ trap 'rm -rf "$tmp_c" "$tmp_h" "$tmp_dir"' EXIT
 rm -rf "$tmp_dir"
 mkdir "$tmp_dir"
 
-# join SCRIPT OUT: write SCRIPT with its include lines replaced to OUT.
+# join SCRIPT OUT: write SCRIPT with its include lines replaced to OUT
+# (and without its '--#replicas' line).
 join() {
   awk -v dir="$(dirname "$1")" -v script="$1" '
     function fail(msg) { print "lua2c.sh: " script ":" FNR ": " msg > "/dev/stderr"; bad = 1; exit 1 }
@@ -31,12 +42,55 @@ join() {
       close(f)
       next
     }
+    /^--#replicas$/ { next }
     { print }
     END { if (bad) exit 1 }' "$1" > "$2"
 }
 
+# counted JOINED OUT: write the counted form of the joined script to OUT.
+counted() {
+  {
+    printf 'local function dist_body() '
+    cat "$1"
+    cat <<'LUA'
+
+end
+local reply = dist_body()
+local ok, info = pcall(redis.call, 'INFO', 'replication')
+local n = -1
+if ok and type(info) == 'string' and info:find('\nrole:', 1, true) then
+  n = -2
+  if info:find('\nrole:master\r', 1, true) then
+    n = 0
+    for _ in info:gmatch('\nslave%d+:[^\r\n]*state=online') do
+      n = n + 1
+    end
+  end
+end
+return {n, reply}
+LUA
+  } > "$2"
+}
+
+has_counted() {
+  grep -q '^--#replicas$' "$1"
+}
+
+types_of() {
+  sed -n 's/^-- Types  *\([a-z -]*\)$/\1/p' "$1" | head -n 1
+}
+
+# bytes FILE: FILE as the lines of a C array initializer.
+bytes() {
+  od -An -v -tx1 "$1" | sed -e 's/ \([0-9a-f][0-9a-f]\)/0x\1,/g' -e 's/^/    /'
+}
+
 for f in "$@"; do
-  join "$f" "$tmp_dir/$(basename "$f")"
+  n=$(basename "$f" .lua)
+  join "$f" "$tmp_dir/$n.lua"
+  if has_counted "$f"; then
+    counted "$tmp_dir/$n.lua" "$tmp_dir/$n.counted"
+  fi
 done
 
 {
@@ -45,7 +99,8 @@ done
   echo "#define DIST_SCRIPTS_H"
   echo "#include <stddef.h>"
   echo "struct dist__script { const char *name; const char *sha; const char *body; size_t len;"
-  echo "                      const char *types; };"
+  echo "                      const char *types;"
+  echo "                      const struct dist__script *counted; /* or NULL */ };"
   echo "enum {"
   for f in "$@"; do
     n=$(basename "$f" .lua | tr 'a-z' 'A-Z')
@@ -63,15 +118,28 @@ done
   for f in "$@"; do
     n=$(basename "$f" .lua)
     echo "static const char body_$n[] = {"
-    od -An -v -tx1 "$tmp_dir/$n.lua" | sed -e 's/ \([0-9a-f][0-9a-f]\)/0x\1,/g' -e 's/^/    /'
+    bytes "$tmp_dir/$n.lua"
     echo "    0x00 };"
+    if has_counted "$f"; then
+      sha=$(sha1sum < "$tmp_dir/$n.counted" | cut -d' ' -f1)
+      echo "static const char counted_body_$n[] = {"
+      bytes "$tmp_dir/$n.counted"
+      echo "    0x00 };"
+      echo "static const struct dist__script counted_$n = {"
+      echo "    \"$n\", \"$sha\", counted_body_$n, sizeof counted_body_$n - 1,"
+      echo "    \"$(types_of "$f")\", NULL };"
+    fi
   done
   echo "const struct dist__script dist__scripts[DIST__S_COUNT] = {"
   for f in "$@"; do
     n=$(basename "$f" .lua)
     sha=$(sha1sum < "$tmp_dir/$n.lua" | cut -d' ' -f1)
-    types=$(sed -n 's/^-- Types  *\([a-z -]*\)$/\1/p' "$f" | head -n 1)
-    echo "    { \"$n\", \"$sha\", body_$n, sizeof body_$n - 1, \"$types\" },"
+    c=NULL
+    if has_counted "$f"; then
+      c="&counted_$n"
+    fi
+    echo "    { \"$n\", \"$sha\", body_$n, sizeof body_$n - 1, \"$(types_of "$f")\","
+    echo "      $c },"
   done
   echo "};"
 } > "$tmp_c"

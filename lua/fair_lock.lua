@@ -27,6 +27,7 @@
 -- counter is read (reentry) or drawn (a new hold) before the lock is written; it
 -- is checked too before a dead waiter is dropped.
 -- Types    hash list zset string - zset
+--#replicas
 --#include prelude_guard.lua
 --#include prelude_publish.lua
 --#include prelude_token.lua

@@ -20,6 +20,7 @@
 -- before anything is written, the counter is read (reentry) or drawn (a new hold)
 -- before the lock is written.
 -- Types    hash string zset
+--#replicas
 --#include prelude_token.lua
 local holds = redis.call('hget', KEYS[1], ARGV[2])
 if holds then

@@ -23,6 +23,7 @@
 -- The lock, the readers and the waiting writers are read before anything is
 -- written (prelude_guard); the hold's timeout key is set, whatever was there.
 -- Types    hash zset zset - -
+--#replicas
 --#include prelude_guard.lua
 --#include prelude_publish.lua
 --#include prelude_readers.lua

@@ -26,6 +26,7 @@
 -- written, and the counter is read (reentry) or drawn (a new hold) before the
 -- lock is written (prelude_guard).
 -- Types    hash zset zset - string
+--#replicas
 --#include prelude_guard.lua
 --#include prelude_publish.lua
 --#include prelude_token.lua

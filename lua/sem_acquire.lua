@@ -18,6 +18,7 @@
 -- are read too when a lease ended, else the owner's count there is the first
 -- write (prelude_guard).
 -- Types    hash hash zset -
+--#replicas
 --#include prelude_number.lua
 --#include prelude_publish.lua
 --#include prelude_sem.lua
