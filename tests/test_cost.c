@@ -9,11 +9,16 @@
  *     timing);
  *   - Redis commands per lock/unlock pair, counted by the server (INFO
  *     commandstats): an uncontended pair runs two scripts and nothing
- *     else, also when three threads take turns a second after their links
- *     read ROLE (one ROLE for the process, not one per thread); a
- *     contended pair runs one acquire script per wake-up of the waiter,
- *     none more when its channel is subscribed already (with the pub/sub
- *     thread reading every message: see main);
+ *     else, also once the replica count the last ROLE read is over a
+ *     second old (the acquire script reads it then, with INFO inside the
+ *     script: no ROLE), also when three threads take turns then (one
+ *     count read for the process, not one per thread); a contended pair
+ *     runs one acquire script per wake-up of the waiter, none more when
+ *     its channel is subscribed already (with the pub/sub thread reading
+ *     every message: see main), and no ROLE either;
+ *   - with a replica attached, a new hold still waits for it (WAIT) on
+ *     the count an acquire script read, and fails with DIST_ENOREPLICA
+ *     when the replica is stopped, without a ROLE;
  *   - the herd: threads in 4 processes on one lock, at most 4 commands
  *     clients send and 2 release messages heard per hand-off (one release
  *     wakes one waiter, not one per process).
@@ -144,9 +149,11 @@ static void test_memory_per_held_lock(void **state)
 
 /* ---- commands per pair ------------------------------------------------ */
 
+static long long own_infos;     /* INFO commands calls_of sent */
+
 /* calls of one command so far, by the server's count (INFO commandstats
  * counts the commands scripts call too: only those no script calls are
- * asked for here) */
+ * asked for here, and INFO, see infos_in_scripts) */
 static long long calls_of(const char *cmd)
 {
     redisReply *x = tu_cmd(&r, "INFO", "commandstats", NULL);
@@ -154,6 +161,7 @@ static long long calls_of(const char *cmd)
     const char *p;
     long long n = 0;
 
+    own_infos++;
     assert_non_null(x);
     assert_int_equal(x->type, REDIS_REPLY_STRING);
     snprintf(key, sizeof key, "cmdstat_%s:calls=", cmd);
@@ -166,6 +174,31 @@ static long long calls_of(const char *cmd)
 static long long scripts_run(void)
 {
     return calls_of("evalsha") + calls_of("eval");
+}
+
+/* INFO commands so far but those calls_of sent (an INFO's count leaves
+ * itself out): the ones acquire scripts ran to read the replica count,
+ * plus what came before the test (compare two of them). */
+static long long infos_in_scripts(void)
+{
+    long long before = own_infos;
+
+    return calls_of("info") - before;
+}
+
+/* m taken and given back twice, a second apart, then a second's pause:
+ * the replica count the process last read is over a second old, and the
+ * server has cached the acquire script that reads it (its first EVALSHA
+ * is a NOSCRIPT, then an EVAL: two scripts more). */
+static void count_stale(dist_mutex_t *m)
+{
+    int i;
+
+    for (i = 0; i < 2; i++) {
+        assert_int_equal(dist_mutex_lock(m), 0);
+        assert_int_equal(dist_mutex_unlock(m), 0);
+        tu_sleep_ms(1100);
+    }
 }
 
 /* A mutex whose release is waited for: a deferred one's script may reach
@@ -184,26 +217,33 @@ static void init_waited(dist_mutex_t *m, const char *name)
 
 static void test_uncontended_pair(void **state)
 {
-    long long s0, r0, sub0;
+    long long s0, r0, sub0, i0, infos;
     dist_mutex_t m;
     char name[200];
+    double t0;
     int i;
 
     (void)state;
     NAME(name, "m");
     init_waited(&m, name);
-    assert_int_equal(dist_mutex_lock(&m), 0);     /* connects */
-    assert_int_equal(dist_mutex_unlock(&m), 0);
+    count_stale(&m);                              /* connects first */
     s0 = scripts_run();
     r0 = calls_of("role");
     sub0 = calls_of("subscribe");
+    i0 = infos_in_scripts();
+    t0 = tu_now();
     for (i = 0; i < PAIRS; i++) {
         assert_int_equal(dist_mutex_lock(&m), 0);
         assert_int_equal(dist_mutex_unlock(&m), 0);
     }
+    infos = infos_in_scripts() - i0;
     assert_int_equal(scripts_run() - s0, 2 * PAIRS);
-    /* within the second after the connect's ROLE */
-    assert_true(calls_of("role") - r0 <= 1);
+    /* the first acquire read the count, in its script, for the new hold's
+     * replica sync and for a second of the ones after it (a ROLE after
+     * the hold before) */
+    assert_int_equal(calls_of("role") - r0, 0);
+    assert_true(infos >= 1);
+    assert_true(infos <= (long long)(tu_now() - t0) + 1);
     assert_int_equal(calls_of("subscribe") - sub0, 0);
     assert_int_equal(dist_mutex_destroy(&m), 0);
 }
@@ -233,18 +273,20 @@ static void *turn_taker(void *arg)
     return NULL;
 }
 
-static void test_role_once_per_process(void **state)
+static void test_count_once_per_process(void **state)
 {
     struct turn t[TURNS];
     pthread_t th[TURNS];
-    long long s0, r0;
+    long long s0, r0, i0, infos;
     dist_mutex_t m;
     char name[200];
+    double t0;
     int i;
 
     (void)state;
     NAME(name, "m");
     init_waited(&m, name);
+    count_stale(&m);      /* the script that reads the count cached */
     for (i = 0; i < TURNS; i++) {
         t[i].m = &m;
         sem_init(&t[i].go, 0, 0);
@@ -260,15 +302,22 @@ static void test_role_once_per_process(void **state)
     tu_sleep_ms(1200);    /* every count read is over a second old */
     s0 = scripts_run();
     r0 = calls_of("role");
+    i0 = infos_in_scripts();
+    t0 = tu_now();
     for (i = 0; i < TURNS; i++) {
         sem_post(&t[i].go);
         sem_wait(&t[i].done);
         assert_int_equal(t[i].rc, 0);
     }
+    infos = infos_in_scripts() - i0;
     assert_int_equal(scripts_run() - s0, 2 * TURNS);
-    /* the first new hold reads it for the process; the others take its
-     * count (one ROLE per thread before) */
-    assert_int_equal(calls_of("role") - r0, 1);
+    /* the first acquire reads the count for the process, in its script;
+     * the others take its count (one ROLE per thread once, then one ROLE
+     * for the process) */
+    assert_int_equal(calls_of("role") - r0, 0);
+    assert_true(infos >= 1);
+    if (infos > 1 && infos > (long long)(tu_now() - t0) + 1)
+        fail_msg("%lld counts read for %d turns", infos, TURNS);
     for (i = 0; i < TURNS; i++) {
         pthread_join(th[i], NULL);
         sem_destroy(&t[i].go);
@@ -293,7 +342,7 @@ static void *waiter_main(void *arg)
     struct waiter *w = arg;
     int i;
 
-    for (i = 0; i < ROUNDS + 1; i++) {
+    for (i = 0; i < ROUNDS + 2; i++) {
         sem_wait(&w->go);
         w->rc = dist_mutex_lock(w->m);
         if (w->rc == 0)
@@ -351,7 +400,7 @@ static void test_contended_pair(void **state)
     pthread_t th;
     dist_mutex_t m;
     char name[200];
-    long long sub0, r0, m0;
+    long long sub0, r0, m0, i0, infos;
     double t0;
     int i;
 
@@ -362,13 +411,18 @@ static void test_contended_pair(void **state)
     sem_init(&w.go, 0, 0);
     sem_init(&w.done, 0, 0);
     assert_int_equal(pthread_create(&th, NULL, waiter_main, &w), 0);
-    /* the first round subscribes the channel; it stays subscribed for
-     * 250 ms after each wait, and the rounds follow each other closer */
+    /* a round that makes the waiter's and the pub/sub thread's links
+     * (each reads ROLE when made), then a pause: the count is stale */
+    contended_round(&m, &w);
+    count_stale(&m);
     m0 = messages_heard();
+    r0 = calls_of("role");
+    i0 = infos_in_scripts();
+    t0 = tu_now();
+    /* this round subscribes the channel again; it stays subscribed for
+     * 250 ms after each wait, and the rounds follow each other closer */
     contended_round(&m, &w);
     sub0 = calls_of("subscribe");
-    r0 = calls_of("role");
-    t0 = tu_now();
     for (i = 0; i < ROUNDS; i++) {
         /* the holder's lock and unlock, the waiter's refused try, its try
          * after the wake-up, its unlock: 5 (6 when a wait began with two
@@ -377,8 +431,12 @@ static void test_contended_pair(void **state)
         assert_int_equal(contended_round(&m, &w), 5);
     }
     assert_int_equal(calls_of("subscribe") - sub0, 0);
-    /* at most one ROLE a second for the process */
-    assert_true(calls_of("role") - r0 <= (long long)(tu_now() - t0) + 1);
+    /* the count is read by acquire scripts, at most once a second for the
+     * process (a ROLE a second before) */
+    assert_int_equal(calls_of("role") - r0, 0);
+    infos = infos_in_scripts() - i0;
+    assert_true(infos >= 1);
+    assert_true(infos <= (long long)(tu_now() - t0) + 1);
     pthread_join(th, NULL);
     sem_destroy(&w.go);
     sem_destroy(&w.done);
@@ -393,7 +451,7 @@ static void test_contended_pair(void **state)
  * waiter, each of which tried: about 2.5 + 1.06 x P commands per hand-off
  * (6.6-6.9 here for P = 4).  Now a release wakes one registered waiter:
  * an unlock, the winner's try and the next refused try, 3 (a few waiter
- * renewals and ROLEs more on a slow machine), and about one message heard
+ * renewals more on a slow machine), and about one message heard
  * per hand-off in all the processes. */
 #define HERD_PROCS 4
 #define HERD_THREADS 5
@@ -570,7 +628,7 @@ int main(void)
         T(test_many_inits),
         T(test_memory_per_held_lock),
         T(test_uncontended_pair),
-        T(test_role_once_per_process),
+        T(test_count_once_per_process),
         T(test_contended_pair),
         T(test_herd_commands_per_handoff),
     };

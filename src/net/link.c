@@ -13,6 +13,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1152,6 +1153,10 @@ int dist__link_eval_defer(struct dist__link *l, const struct dist__script *s,
     return rc == ENOMEM ? dist__err(ENOMEM, "out of memory"), DIST__ECONN : rc;
 }
 
+static uint64_t count_wanted(struct dist__link *l, const struct dist__script *s);
+static void counted_reply(struct dist__link *l, uint64_t asked,
+                          redisReply **out);
+
 int dist__link_eval(struct dist__link *l, const struct dist__script *s,
                     int asking, int nkeys, const struct dist__buf *kv, int nkv,
                     redisReply **out)
@@ -1162,8 +1167,11 @@ int dist__link_eval(struct dist__link *l, const struct dist__script *s,
     size_t *lens = slen;
     char nk[16];
     int argc = 3 + nkv, rc;
+    uint64_t counted = s->counted ? count_wanted(l, s) : 0;
 
     *out = NULL;
+    if (counted)
+        s = s->counted;
     if (eval_args(s, nkeys, kv, nkv, nk, &argv, &lens) != 0)
         return ENOMEM;
     rc = eval_pass(l, asking, argc, argv, lens, out);
@@ -1180,6 +1188,8 @@ int dist__link_eval(struct dist__link *l, const struct dist__script *s,
         free(argv);
         free(lens);
     }
+    if (rc == 0 && counted)
+        counted_reply(l, counted, out);
     return rc;
 }
 
@@ -1253,6 +1263,63 @@ static int roles_take(struct dist__link *l, uint64_t now)
     }
     pthread_mutex_unlock(&roles_mu);
     return took;
+}
+
+/* Set once a counted script found INFO refused (an ACL user without it):
+ * the process sends the plain scripts from then on and reads ROLE after a
+ * new hold, so that the server logs one refusal, not one a second. */
+static atomic_int info_refused;
+
+/* Whether l runs s's counted form (scripts.h), which reads the replica
+ * count in the same round trip: replica sync is on, l's count is over a
+ * second old and no other link read a fresher one, which the counted form
+ * saves a ROLE for after a new hold.  The time it is asked (never 0), or
+ * 0 for the plain form. */
+static uint64_t count_wanted(struct dist__link *l, const struct dist__script *s)
+{
+    uint64_t now;
+
+    if (!s->counted || atomic_load_explicit(&info_refused, memory_order_relaxed))
+        return 0;
+    now = dist__now_ms();
+    if (now < l->role_ms + ROLE_MAX_AGE_MS || !dist__replica_wait_ms() ||
+        roles_take(l, now))
+        return 0;
+    return now ? now : 1;
+}
+
+/* A counted script's reply, {N, the body's reply}: *out becomes the body's
+ * reply, and N l's replica count as of `asked`, as ROLE's would be (-2: not
+ * a master, as ROLE says it; -1: INFO refused, ROLE is read instead).  An
+ * error reply (the body failed, or the script never ran) stays as it is,
+ * the count as it was. */
+static void counted_reply(struct dist__link *l, uint64_t asked,
+                          redisReply **out)
+{
+    redisReply *r = *out, *body;
+    long long n;
+
+    if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
+        r->elements > 2 || r->element[0]->type != REDIS_REPLY_INTEGER)
+        return;
+    n = r->element[0]->integer;
+    /* a body's nil ends Lua's table: {N} */
+    body = r->elements == 2 ? r->element[1] : r->element[0];
+    if (r->elements == 1)
+        body->type = REDIS_REPLY_NIL;        /* an integer owns nothing */
+    r->element[r->elements - 1] = NULL;
+    freeReplyObject(r);
+    *out = body;
+    if (n == -1) {
+        atomic_store(&info_refused, 1);
+        return;
+    }
+    l->role_ms = asked;
+    l->replicas = n > 0 ? (int)(n < INT_MAX ? n : INT_MAX) : 0;
+    if (l->replicas > l->replicas_most)
+        l->replicas_most = l->replicas;
+    if (n >= 0)
+        roles_note(l);
 }
 
 int dist__role_of(const redisReply *r, int *replicas, const char **role)
