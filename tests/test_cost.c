@@ -31,6 +31,7 @@
 #include <malloc.h>
 #include <pthread.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stddef.h>
@@ -616,6 +617,66 @@ static void test_herd_commands_per_handoff(void **state)
     munmap(h, sizeof *h);
 }
 
+/* ---- replica sync ----------------------------------------------------- */
+
+/* With a replica attached, a new hold still waits for it (WAIT) on the
+ * count its acquire script read, with no ROLE; with the replica stopped
+ * (the master still lists it), the hold fails with DIST_ENOREPLICA and is
+ * given back.  Last: the group's server has a replica for a while. */
+static void test_replica_still_waited(void **state)
+{
+    const char *args[4] = { "--replicaof", "127.0.0.1", NULL, NULL };
+    long long w0, r0, i0;
+    tu_redis_opts o;
+    tu_redis_t rep;
+    dist_mutex_t m;
+    char name[200], port[16];
+    redisReply *x;
+    int i;
+
+    (void)state;
+    NAME(name, "m");
+    /* a full sync without the 5 s wait for more replicas */
+    x = tu_cmd(&r, "CONFIG", "SET", "repl-diskless-sync-delay", "0", NULL);
+    assert_non_null(x);
+    freeReplyObject(x);
+    snprintf(port, sizeof port, "%d", r.port);
+    args[2] = port;
+    memset(&o, 0, sizeof o);
+    o.args = args;
+    assert_int_equal(tu_redis_start_opts(&rep, &o), 0);
+    for (i = 0; i < 100 && tu_cmd_int(&r, "WAIT", "1", "100", NULL) < 1; i++)
+        ;
+    assert_true(i < 100);
+    init_waited(&m, name);
+    count_stale(&m);
+    w0 = calls_of("wait");
+    r0 = calls_of("role");
+    i0 = infos_in_scripts();
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(tu_cmd_int(&rep, "EXISTS", name, NULL), 1);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    if (calls_of("wait") - w0 != 1)
+        fail_msg("the hold was not made to wait for the replica (no WAIT)");
+    assert_int_equal(calls_of("role") - r0, 0);
+    assert_true(infos_in_scripts() - i0 >= 1);
+
+    /* stopped, the replica acknowledges nothing within the default 1 s
+     * (a setting changed would make the thread's links anew, each with a
+     * ROLE): the hold is given back */
+    assert_int_equal(tu_redis_signal(&rep, SIGSTOP), 0);
+    tu_sleep_ms(1100);                        /* the count is stale */
+    r0 = calls_of("role");
+    assert_int_equal(dist_mutex_lock(&m), DIST_ENOREPLICA);
+    assert_non_null(strstr(dist_last_error(), "replica"));
+    assert_int_equal(calls_of("role") - r0, 0);
+    assert_int_equal(tu_cmd_int(&r, "EXISTS", name, NULL), 0);
+    assert_int_equal(dist_mutex_unlock(&m), EPERM);
+    assert_int_equal(tu_redis_signal(&rep, SIGCONT), 0);
+    tu_redis_stop(&rep);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+}
+
 int main(void)
 {
     /* The pub/sub thread reads every message, as it does for a process
@@ -631,6 +692,7 @@ int main(void)
         T(test_count_once_per_process),
         T(test_contended_pair),
         T(test_herd_commands_per_handoff),
+        T(test_replica_still_waited),
     };
     return fx_run_group(tests, &r, &defaults, "TEST_COST_FILTER");
 }
