@@ -6,8 +6,10 @@
  * every lock kind, waits included (subscriptions, release messages,
  * renewals), then the tool's status and list.  After each test the
  * server's ACL LOG must be empty: nothing was refused, not even something
- * the library would have shrugged off (ROLE).  And a lock outside the
- * user's names is refused, which shows the user is the one in force.
+ * the library would have shrugged off (ROLE, INFO).  And a lock outside
+ * the user's names is refused, which shows the user is the one in force;
+ * and a user without INFO takes locks all the same, one INFO refused
+ * (logged) and ROLE read instead.
  *
  * One private redis-server for the group (fixture.h); the library on its
  * TCP port as that user.  Bounds hold on a loaded 2-core machine.
@@ -517,22 +519,31 @@ static void test_barrier(void **state)
     nothing_refused();
 }
 
-/* WAIT commands the group's server has run. */
-static long wait_calls(void)
+/* Calls of cmd the group's server has run. */
+static long calls_of(const char *cmd)
 {
-    char *info = tu_cmd_str(&r, "INFO", "commandstats", NULL);
+    char *info = tu_cmd_str(&r, "INFO", "commandstats", NULL), key[64];
     const char *p;
     long n = 0;
 
     assert_non_null(info);
-    if ((p = strstr(info, "cmdstat_wait:calls=")) != NULL)
-        n = strtol(p + strlen("cmdstat_wait:calls="), NULL, 10);
+    snprintf(key, sizeof key, "cmdstat_%s:calls=", cmd);
+    if ((p = strstr(info, key)) != NULL)
+        n = strtol(p + strlen(key), NULL, 10);
     free(info);
     return n;
 }
 
+/* WAIT commands the group's server has run. */
+static long wait_calls(void)
+{
+    return calls_of("wait");
+}
+
 /* A master with a replica: each new hold waits for the replica's
- * acknowledgement (ROLE counted it), as it does for any user. */
+ * acknowledgement, as it does for any user: ROLE counted it when the
+ * connection was made, and a second later the acquire script itself
+ * (INFO replication, which the user may run). */
 static void test_with_replica(void **state)
 {
     const char *args[4] = { "--replicaof", "127.0.0.1", NULL, NULL };
@@ -540,7 +551,7 @@ static void test_with_replica(void **state)
     tu_redis_t rep;
     dist_mutex_t m;
     char name[200], port[16];
-    long waits;
+    long waits, roles;
     int i;
 
     (void)state;
@@ -560,9 +571,17 @@ static void test_with_replica(void **state)
     assert_int_equal(dist_mutex_lock(&m), 0);
     assert_int_equal(tu_cmd_int(&rep, "EXISTS", name, NULL), 1);
     assert_int_equal(dist_mutex_unlock(&m), 0);
-    assert_int_equal(dist_mutex_destroy(&m), 0);
     if (wait_calls() <= waits)
         fail_msg("the hold was not made to wait for the replica (no WAIT)");
+    tu_sleep_ms(1100);                    /* the count is over 1 s old */
+    waits = wait_calls();
+    roles = calls_of("role");
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+    if (wait_calls() <= waits)
+        fail_msg("the hold on a count its script read did not WAIT");
+    assert_int_equal(calls_of("role"), roles);
     tu_redis_stop(&rep);
     nothing_refused();
 }
@@ -583,6 +602,102 @@ static void test_other_names_refused(void **state)
     assert_int_equal(rc, EIO);
     assert_non_null(strstr(dist_last_error(), "NOPERM"));
     assert_int_equal(dist_mutex_destroy(&m), 0);
+}
+
+/* Refusals in the server's ACL LOG now (an entry counts those like it
+ * within a minute); *info those of INFO from within a script. */
+static long long refusals(long long *info)
+{
+    redisReply *x = tu_cmd(&r, "ACL", "LOG", NULL);
+    long long n = 0;
+    size_t i, j;
+
+    assert_non_null(x);
+    assert_int_equal(x->type, REDIS_REPLY_ARRAY);
+    *info = 0;
+    for (i = 0; i < x->elements; i++) {
+        redisReply *e = x->element[i];
+        long long times = 0;
+        int lua = 0, obj = 0;
+        for (j = 0; j + 1 < e->elements; j += 2) {
+            const char *k = e->element[j]->str, *v = e->element[j + 1]->str;
+            if (strcmp(k, "count") == 0 &&
+                e->element[j + 1]->type == REDIS_REPLY_INTEGER)
+                times = e->element[j + 1]->integer;
+            if (e->element[j + 1]->type != REDIS_REPLY_STRING)
+                continue;
+            lua |= strcmp(k, "context") == 0 && strcmp(v, "lua") == 0;
+            obj |= strcmp(k, "object") == 0 && strcmp(v, "info") == 0;
+        }
+        n += times;
+        if (lua && obj)
+            *info += times;
+    }
+    freeReplyObject(x);
+    return n;
+}
+
+/* A user without INFO (the documented command before it had it): the
+ * first acquire that reads the replica count in its script is refused
+ * INFO and catches it; the lock is taken all the same, replica sync reads
+ * ROLE instead, the refusal is logged once, and the process reads ROLE
+ * after new holds from then on.  Last: the process sends no script that
+ * reads the count after it. */
+static void test_without_info(void **state)
+{
+    char *words[MAX_ARGS], name[200], other[128];
+    long long info;
+    long roles;
+    dist_mutex_t m;
+    redisReply *x;
+    int n, i, k;
+
+    (void)state;
+    n = doc_acl(words);
+    for (i = k = 0; i < n; i++) {
+        if (strcmp(words[i], "+info|replication") == 0) {
+            free(words[i]);
+            continue;
+        }
+        if (strcmp(words[i], USER) == 0) {
+            free(words[i]);
+            words[i] = strdup(USER "_noinfo");
+            assert_non_null(words[i]);
+        }
+        words[k++] = words[i];
+    }
+    assert_int_equal(k, n - 1);
+    x = tu_cmdv(&r, k, (const char *const *)words, NULL);
+    for (i = 0; i < k; i++)
+        free(words[i]);
+    assert_non_null(x);
+    assert_int_not_equal(x->type, REDIS_REPLY_ERROR);
+    freeReplyObject(x);
+    snprintf(other, sizeof other, "redis://%s:%s@127.0.0.1:%d",
+             USER "_noinfo", PASSWORD, r.port);
+    fx_dirty = 1;
+    assert_int_equal(fx_apply(other, &settings), 0);
+
+    NAME(name, "m");
+    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);      /* connects: ROLE */
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    for (i = 0; i < 2; i++) {
+        tu_sleep_ms(1100);                /* the count is over 1 s old */
+        roles = calls_of("role");
+        assert_int_equal(dist_mutex_lock(&m), 0);
+        assert_int_equal(dist_mutex_unlock(&m), 0);
+        /* the first: the script's INFO refused, then ROLE; the second:
+         * the plain script, then ROLE */
+        assert_int_equal(calls_of("role") - roles, 1);
+        assert_int_equal(refusals(&info), 1);
+        assert_int_equal(info, 1);
+    }
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+    freeReplyObject(tu_cmd(&r, "ACL", "LOG", "RESET", NULL));
+    freeReplyObject(tu_cmd(&r, "ACL", "DELUSER", USER "_noinfo", NULL));
+    assert_int_equal(fx_apply(url, &settings), 0);
+    fx_dirty = 0;
 }
 
 /* ---- the tool ---------------------------------------------------------------- */
@@ -693,6 +808,7 @@ int main(void)
         T(test_with_replica),
         T(test_other_names_refused),
         cmocka_unit_test(test_scripts_commands_granted),
+        T(test_without_info),
     };
 #undef T
     fx_use(&r, &settings, "TEST_ACL_FILTER");
