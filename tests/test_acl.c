@@ -573,7 +573,7 @@ static void test_with_replica(void **state)
     assert_int_equal(dist_mutex_unlock(&m), 0);
     if (wait_calls() <= waits)
         fail_msg("the hold was not made to wait for the replica (no WAIT)");
-    tu_sleep_ms(1100);                    /* the count is over 1 s old */
+    tu_sleep_ms(1100); /* the count is over 1 s old */
     waits = wait_calls();
     roles = calls_of("role");
     assert_int_equal(dist_mutex_lock(&m), 0);
@@ -680,10 +680,10 @@ static void test_without_info(void **state)
 
     NAME(name, "m");
     assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
-    assert_int_equal(dist_mutex_lock(&m), 0);      /* connects: ROLE */
+    assert_int_equal(dist_mutex_lock(&m), 0); /* connects: ROLE */
     assert_int_equal(dist_mutex_unlock(&m), 0);
     for (i = 0; i < 2; i++) {
-        tu_sleep_ms(1100);                /* the count is over 1 s old */
+        tu_sleep_ms(1100); /* the count is over 1 s old */
         roles = calls_of("role");
         assert_int_equal(dist_mutex_lock(&m), 0);
         assert_int_equal(dist_mutex_unlock(&m), 0);

@@ -150,7 +150,7 @@ static void test_memory_per_held_lock(void **state)
 
 /* ---- commands per pair ------------------------------------------------ */
 
-static long long own_infos;     /* INFO commands calls_of sent */
+static long long own_infos; /* INFO commands calls_of sent */
 
 /* calls of one command so far, by the server's count (INFO commandstats
  * counts the commands scripts call too: only those no script calls are
@@ -227,7 +227,7 @@ static void test_uncontended_pair(void **state)
     (void)state;
     NAME(name, "m");
     init_waited(&m, name);
-    count_stale(&m);                              /* connects first */
+    count_stale(&m); /* connects first */
     s0 = scripts_run();
     r0 = calls_of("role");
     sub0 = calls_of("subscribe");
@@ -287,7 +287,7 @@ static void test_count_once_per_process(void **state)
     (void)state;
     NAME(name, "m");
     init_waited(&m, name);
-    count_stale(&m);      /* the script that reads the count cached */
+    count_stale(&m); /* the script that reads the count cached */
     for (i = 0; i < TURNS; i++) {
         t[i].m = &m;
         sem_init(&t[i].go, 0, 0);
@@ -665,7 +665,7 @@ static void test_replica_still_waited(void **state)
      * (a setting changed would make the thread's links anew, each with a
      * ROLE): the hold is given back */
     assert_int_equal(tu_redis_signal(&rep, SIGSTOP), 0);
-    tu_sleep_ms(1100);                        /* the count is stale */
+    tu_sleep_ms(1100); /* the count is stale */
     r0 = calls_of("role");
     assert_int_equal(dist_mutex_lock(&m), DIST_ENOREPLICA);
     assert_non_null(strstr(dist_last_error(), "replica"));

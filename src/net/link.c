@@ -1153,7 +1153,8 @@ int dist__link_eval_defer(struct dist__link *l, const struct dist__script *s,
     return rc == ENOMEM ? dist__err(ENOMEM, "out of memory"), DIST__ECONN : rc;
 }
 
-static uint64_t count_wanted(struct dist__link *l, const struct dist__script *s);
+static uint64_t count_wanted(struct dist__link *l,
+                             const struct dist__script *s);
 static void counted_reply(struct dist__link *l, uint64_t asked,
                           redisReply **out);
 
@@ -1201,7 +1202,9 @@ int dist__link_eval(struct dist__link *l, const struct dist__script *s,
  * take a lock now and then (a herd on one lock: each wins every few
  * seconds) otherwise paid a ROLE round trip for nearly every hold they
  * took; now the process asks at most once a second per server, and the
- * count a new hold relies on is still never older than a second. */
+ * count a new hold relies on is still never older than a second.  It
+ * asks within the acquire script (its counted form, count_wanted), and
+ * reads ROLE only when the server refused that INFO. */
 #define ROLES_MAX 16
 static struct {
     char where[264];          /* the link's "host:port", "unix:PATH" */
@@ -1275,11 +1278,13 @@ static atomic_int info_refused;
  * second old and no other link read a fresher one, which the counted form
  * saves a ROLE for after a new hold.  The time it is asked (never 0), or
  * 0 for the plain form. */
-static uint64_t count_wanted(struct dist__link *l, const struct dist__script *s)
+static uint64_t count_wanted(struct dist__link *l,
+                             const struct dist__script *s)
 {
     uint64_t now;
 
-    if (!s->counted || atomic_load_explicit(&info_refused, memory_order_relaxed))
+    if (!s->counted ||
+        atomic_load_explicit(&info_refused, memory_order_relaxed))
         return 0;
     now = dist__now_ms();
     if (now < l->role_ms + ROLE_MAX_AGE_MS || !dist__replica_wait_ms() ||
@@ -1299,14 +1304,14 @@ static void counted_reply(struct dist__link *l, uint64_t asked,
     redisReply *r = *out, *body;
     long long n;
 
-    if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
-        r->elements > 2 || r->element[0]->type != REDIS_REPLY_INTEGER)
+    if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 || r->elements > 2 ||
+        r->element[0]->type != REDIS_REPLY_INTEGER)
         return;
     n = r->element[0]->integer;
     /* a body's nil ends Lua's table: {N} */
     body = r->elements == 2 ? r->element[1] : r->element[0];
     if (r->elements == 1)
-        body->type = REDIS_REPLY_NIL;        /* an integer owns nothing */
+        body->type = REDIS_REPLY_NIL; /* an integer owns nothing */
     r->element[r->elements - 1] = NULL;
     freeReplyObject(r);
     *out = body;

@@ -96,7 +96,9 @@ int dist__link_next(struct dist__link *l, redisReply **out);
 /* Runs script s with nkeys keys then args (kv), after ASKING when asking:
  * EVALSHA, and EVAL with the body when the server lacks it (NOSCRIPT: after
  * SCRIPT FLUSH, a restart, or on a replica just promoted).  0 with *out
- * (an error reply too), DIST__ECONN (may have run), or ENOMEM. */
+ * (an error reply too), DIST__ECONN (may have run), or ENOMEM.  When l's
+ * replica count is stale and s has a counted form (scripts.h), that form
+ * runs instead: l notes the count it read, *out is the body's reply. */
 int dist__link_eval(struct dist__link *l, const struct dist__script *s,
                     int asking, int nkeys, const struct dist__buf *kv, int nkv,
                     redisReply **out);
@@ -143,7 +145,8 @@ int dist__link_role(struct dist__link *l);
 int dist__role_of(const redisReply *r, int *replicas, const char **role);
 /* After a script on l that took a lock: waits up to ms for a replica of
  * l's server to acknowledge it (WAIT 1 ms), reading ROLE first when the
- * replica count is older than a second.  0 when one did, the server has no
+ * replica count is older than a second (which the counted form of the
+ * acquire script, see dist__link_eval, spares).  0 when one did, the server has no
  * replicas, or ms is 0; DIST_ENOREPLICA when none did; DIST__ECONN when l
  * failed meanwhile.  what names the lock in the message (thread's error).
  * *listed gets the replicas ROLE listed, *most the most it ever listed on
