@@ -11,9 +11,11 @@
 #
 # A script with a line '--#replicas' (one that may take a new hold) gets a
 # second form, its counted script: the joined body as a local function, then
-# INFO replication read under pcall, replying {N, the body's reply} where N
-# is the master's online replicas (those ROLE lists), -1 when INFO was
-# refused or unreadable, -2 when the server is not a master.  A link whose
+# INFO replication read under pcall, replying {'replicas:N', the body's
+# reply} (nil as false, which Redis sends as nil too) where N is the
+# master's online replicas (those ROLE lists), -1 when INFO was refused or
+# unreadable, -2 when the server is not a master.  The tag tells that reply
+# from one of the plain form's shape (a proxy that answers for the server).  A link whose
 # replica count is stale sends that form rather than asking ROLE after a new
 # hold (link.c).  The function's header shares the body's first line, so an
 # error names the same line in both forms; the body's errors end the script
@@ -67,7 +69,10 @@ if ok and type(info) == 'string' and info:find('\nrole:', 1, true) then
     end
   end
 end
-return {n, reply}
+if reply == nil then
+  reply = false
+end
+return {'replicas:' .. n, reply}
 LUA
   } > "$2"
 }

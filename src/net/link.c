@@ -1293,28 +1293,31 @@ static uint64_t count_wanted(struct dist__link *l,
     return now ? now : 1;
 }
 
-/* A counted script's reply, {N, the body's reply}: *out becomes the body's
- * reply, and N l's replica count as of `asked`, as ROLE's would be (-2: not
- * a master, as ROLE says it; -1: INFO refused, ROLE is read instead).  An
- * error reply (the body failed, or the script never ran) stays as it is,
- * the count as it was. */
+/* A counted script's reply, {"replicas:N", the body's reply}: *out
+ * becomes the body's reply, and N l's replica count as of `asked`, as
+ * ROLE's would be (-2: not a master, as ROLE says it; -1: INFO refused,
+ * ROLE is read instead).  Any other reply stays as it is, the count as it
+ * was (stale: ROLE is read if a new hold needs it): an error reply (the
+ * body failed, or the script never ran), or one of another shape, which
+ * no server sends (a proxy that answers for it). */
 static void counted_reply(struct dist__link *l, uint64_t asked,
                           redisReply **out)
 {
-    redisReply *r = *out, *body;
+    static const char tag[] = "replicas:";
+    redisReply *r = *out;
     long long n;
+    char *end;
 
-    if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 || r->elements > 2 ||
-        r->element[0]->type != REDIS_REPLY_INTEGER)
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+        r->element[0]->type != REDIS_REPLY_STRING ||
+        strncmp(r->element[0]->str, tag, sizeof tag - 1) != 0)
         return;
-    n = r->element[0]->integer;
-    /* a body's nil ends Lua's table: {N} */
-    body = r->elements == 2 ? r->element[1] : r->element[0];
-    if (r->elements == 1)
-        body->type = REDIS_REPLY_NIL; /* an integer owns nothing */
-    r->element[r->elements - 1] = NULL;
+    n = strtoll(r->element[0]->str + sizeof tag - 1, &end, 10);
+    if (*end || end == r->element[0]->str + sizeof tag - 1)
+        return;
+    *out = r->element[1];
+    r->element[1] = NULL;
     freeReplyObject(r);
-    *out = body;
     if (n == -1) {
         atomic_store(&info_refused, 1);
         return;
