@@ -89,6 +89,9 @@ struct outcome {
 #define TAKEN "*3\r\n:1\r\n:1\r\n:7\r\n"
 /* Another: held by another owner for 200 ms more. */
 #define HELD "*2\r\n:0\r\n:200\r\n"
+/* The same to a plain mutex's waiting call, which is also told whether the
+ * holder will wake a registered waiter (0: wait on the shared channel). */
+#define HELD_PLAIN "*3\r\n:0\r\n:200\r\n:0\r\n"
 
 static const char *url(void)
 {
@@ -1002,6 +1005,12 @@ int main(void)
           .bytes = "*3\r\n:1\r\n:-1\r\n:7\r\n"),
         C(mutex_timed_wait_negative, K_MUTEX, OP_TIMED, "mutex 'liar",
           .bytes = "*2\r\n:0\r\n:-5\r\n"),
+        /* a plain mutex's refusal that does not say whether its holder
+         * wakes a registered waiter, or says something else than 0 or 1 */
+        C(mutex_timed_refusal_no_wakes, K_MUTEX, OP_TIMED, "wakes a waiter",
+          .bytes = HELD),
+        C(mutex_timed_refusal_wakes_2, K_MUTEX, OP_TIMED, "wakes a waiter",
+          .bytes = "*3\r\n:0\r\n:200\r\n:2\r\n"),
         C(mutex_unlock_left_huge, K_MUTEX, OP_UNLOCK, "mutex 'liar",
           .bytes = "*2\r\n:9223372036854775807\r\n:0\r\n"),
         C(fair_unlock_left_negative, K_FAIR, OP_UNLOCK, "mutex 'liar",
@@ -1083,7 +1092,7 @@ int main(void)
         /* the pub/sub connection of a waiter lies; the lock is held by
          * another (200 ms left, again and again) */
         CR(mutex_timed_subscribe_2g, K_MUTEX, OP_TIMED, ETIMEDOUT,
-           "timed out", HELD, .cmd = "SUBSCRIBE", .bytes = "*2147483647\r\n"),
+           "timed out", HELD_PLAIN, .cmd = "SUBSCRIBE", .bytes = "*2147483647\r\n"),
         CR(fair_timed_subscribe_types, K_FAIR, OP_TIMED, ETIMEDOUT,
            "timed out", HELD, .cmd = "SUBSCRIBE",
            .bytes = "*3\r\n:1\r\n*0\r\n$-1\r\n"),
