@@ -119,16 +119,13 @@ static void drop_parents_member(struct dist__barrier *bo)
 static int join(struct dist__barrier *bo)
 {
     struct dist__hold *h;
-    int len;
 
     drop_parents_member(bo);
     if (bo->member)
         return 0;
     if (!(h = dist__hold_new(NULL, bo->names, 0)))
         return dist__err(ENOMEM, "out of memory");
-    len = snprintf(h->owner, sizeof h->owner, "%s:b%lu", dist__client_id(),
-                   atomic_fetch_add(&serials, 1) + 1);
-    h->owner_len = (size_t)len;
+    h->owner_no = DIST__OWNER_BARRIER | (atomic_fetch_add(&serials, 1) + 1);
     h->keys = &bo->keys[1];
     h->nkeys = 1;
     h->renew_ms = dist__waiter_ms();
@@ -170,14 +167,14 @@ static int run(struct dist__barrier *bo, int script, const char *what,
 /* 1 serial, 0 arrived in *round, or an error. */
 static int arrive(struct dist__barrier *bo, long long *round)
 {
-    char count[24], window[24];
+    char count[24], window[24], owner[DIST__OWNER_MAX];
     struct dist__buf kv[7];
     long long v[2];
     int rc;
 
     snprintf(count, sizeof count, "%u", bo->count);
     snprintf(window, sizeof window, "%lu", dist__waiter_ms());
-    kv[3] = (struct dist__buf){ bo->member->owner, bo->member->owner_len };
+    kv[3] = (struct dist__buf){ owner, dist__hold_owner(bo->member, owner) };
     kv[4] = arg(count);
     kv[5] = arg(window);
     kv[6] = arg(dist__publish_cmd());
@@ -197,13 +194,13 @@ static int arrive(struct dist__barrier *bo, long long *round)
 static int check(struct dist__barrier *bo, long long round, const char *op,
                  int *res)
 {
-    char rbuf[24];
+    char rbuf[24], owner[DIST__OWNER_MAX];
     struct dist__buf kv[7];
     long long v[2];
     int rc;
 
     snprintf(rbuf, sizeof rbuf, "%lld", round);
-    kv[3] = (struct dist__buf){ bo->member->owner, bo->member->owner_len };
+    kv[3] = (struct dist__buf){ owner, dist__hold_owner(bo->member, owner) };
     kv[4] = arg(rbuf);
     kv[5] = arg(op);
     kv[6] = arg(dist__publish_cmd());

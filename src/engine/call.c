@@ -733,6 +733,7 @@ static struct dist__defer *defer_new(struct dist__call *c)
     d->sent = dist__now_ms();
     owner = dist__owner(&d->owner_len);
     memcpy(d->owner, owner, d->owner_len + 1);
+    d->owner_no = dist__thread_no();
     return d;
 }
 
@@ -782,11 +783,9 @@ static void defer_hand_over(struct dist__defer *d, struct dist__rec *r)
     h = r && r->h ? r->h : dist__hold_new(d->kind, d->st->names, d->lease_ms);
     if (!h)
         return;                 /* out of memory: the lease ends it */
-    if (!(r && r->h)) {
-        /* the owner's, also when the renewal thread read the reply */
-        memcpy(h->owner, d->owner, d->owner_len + 1);
-        h->owner_len = d->owner_len;
-    }
+    if (!(r && r->h))
+        h->owner_no = d->owner_no;  /* the owner's, also when the renewal
+                                     * thread read the reply */
     if (!r) {
         dist__renew_unknown(h, none, 0);
         if (dist__renew_remove(h))     /* the thread frees it when done */

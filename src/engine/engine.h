@@ -34,6 +34,7 @@ struct dist__defer {
     char owner[64];               /* the owner's field (dist__owner): the
                                    * reply may be read on another thread */
     size_t owner_len;
+    uint64_t owner_no;            /* and its number (dist__thread_no) */
 };
 #define DIST__DEFER_OK     1      /* released */
 #define DIST__DEFER_LOST   2      /* the hold was gone before it */

@@ -42,29 +42,35 @@ struct dist__kind;
 struct dist__hold {
     const struct dist__kind *kind;  /* NULL for a waiter */
     struct dist__names *names;
-    char owner[64];
-    size_t owner_len;
+    uint64_t owner_no;              /* whose: its owner field is made from
+                                     * it when a script needs it
+                                     * (dist__hold_owner), not kept (64 B
+                                     * per held lock) */
     unsigned long lease_ms;         /* 0: watchdog */
-    int renew_script;
     unsigned long renew_ms;         /* ARGV[1]; 0: the watchdog lease */
     unsigned long period_ms;        /* how often; 0: a third of the watchdog */
     const struct dist__buf *keys;   /* NULL: just the lock's own name */
     int nkeys;
-    struct dist__buf *own_keys;     /* keys, when the entry owns them (a
-                                     * waiter's): freed with it */
+    int renew_script;
     atomic_int lost;                /* found gone (set by the thread) */
     atomic_int let_go;              /* the owner let go of every hold the
                                      * entry stands for: no loss of it is
                                      * reported any more (written under the
                                      * registry mutex) */
-    /* registry mutex */
-    struct dist__hold *rprev, *rnext;
-    int registered;                 /* renewed by the watchdog */
-    int inflight;                   /* part of a call under way */
-    int orphan;                     /* owner let go while in flight */
-    int reporting;                  /* reports of its loss not finished */
-    int calling;                    /* its report is decided: the lost
+    unsigned char keys_owned;       /* keys are the entry's (a waiter's):
+                                     * freed with it */
+    /* registry mutex; the flags are bytes, not ints: an entry per held
+     * lock (docs/performance.md) */
+    unsigned char registered;       /* renewed by the watchdog */
+    unsigned char inflight;         /* part of a call under way */
+    unsigned char orphan;           /* owner let go while in flight */
+    unsigned char reporting;        /* reports of its loss not finished */
+    unsigned char calling;          /* its report is decided: the lost
                                      * handler's call is under way */
+    unsigned char unknown;          /* an outcome to settle: Redis may count
+                                     * one hold of mode more than n[] */
+    unsigned char mode;
+    struct dist__hold *rprev, *rnext;
     uint64_t due;                   /* next renewal */
     uint64_t valid_until;           /* a hold: its lease runs at least until
                                      * then (monotonic ms), counted from when
@@ -74,11 +80,16 @@ struct dist__hold {
                                      * past it with no newer renewal
                                      * acknowledged, the hold is lost (the
                                      * watch thread); 0: not watched */
-    int unknown;                    /* an outcome to settle: Redis may count
-                                     * one hold of mode more than n[] */
-    int mode;
     unsigned long n[2];
 };
+
+/* owner_no of a barrier's member, "<client id>:b<n>" (barrier.c): a
+ * thread's is "<client id>:<thread number>" (dist__owner) */
+#define DIST__OWNER_BARRIER (UINT64_C(1) << 63)
+/* The longest owner field, with its NUL. */
+#define DIST__OWNER_MAX 64
+/* h's owner field into buf; its length. */
+size_t dist__hold_owner(const struct dist__hold *h, char buf[DIST__OWNER_MAX]);
 
 struct dist__hold *dist__hold_new(const struct dist__kind *k,
                                   struct dist__names *names,

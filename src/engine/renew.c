@@ -14,6 +14,7 @@
  * back).  The thread settles it with the kind's conditional release, so no
  * hold stays behind unknown to its owner, whatever the kind. */
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sched.h>
@@ -63,8 +64,6 @@ struct dist__hold *dist__hold_new(const struct dist__kind *k,
                                   unsigned long lease_ms)
 {
     struct dist__hold *h;
-    const char *owner;
-    size_t len;
 
     pthread_once(&renew_once, renew_register);
     h = calloc(1, sizeof *h);
@@ -75,9 +74,7 @@ struct dist__hold *dist__hold_new(const struct dist__kind *k,
     h->names = names;
     h->lease_ms = lease_ms;
     h->renew_script = k ? k->renew_script : DIST__S_WAITER_RENEW;
-    owner = dist__owner(&len);
-    memcpy(h->owner, owner, len + 1);
-    h->owner_len = len;
+    h->owner_no = dist__thread_no();
     atomic_init(&h->lost, 0);
     atomic_init(&h->let_go, 0);
     return h;
@@ -88,8 +85,24 @@ void dist__hold_free(struct dist__hold *h)
     if (!h)
         return;
     dist__names_unref(h->names);
-    free(h->own_keys);
+    if (h->keys_owned)
+        free((void *)h->keys);
     free(h);
+}
+
+/* The same field dist__owner makes for the thread (or cohort) whose number
+ * owner_no is. */
+size_t dist__hold_owner(const struct dist__hold *h, char buf[DIST__OWNER_MAX])
+{
+    int n;
+
+    if (h->owner_no & DIST__OWNER_BARRIER)
+        n = snprintf(buf, DIST__OWNER_MAX, "%s:b%" PRIu64, dist__client_id(),
+                     h->owner_no & ~DIST__OWNER_BARRIER);
+    else
+        n = snprintf(buf, DIST__OWNER_MAX, "%s:%" PRIu64, dist__client_id(),
+                     h->owner_no);
+    return (size_t)n;
 }
 
 static int linked(const struct dist__hold *h)
@@ -251,12 +264,12 @@ struct dist__hold *dist__waiter_start(struct dist__names *names,
 {
     struct dist__hold *w = dist__hold_new(NULL, names, 0);
 
-    if (w && !(w->own_keys = dist__names_set(names, keys, nkeys))) {
+    if (w && !(w->keys = dist__names_set(names, keys, nkeys))) {
         dist__hold_free(w);
         w = NULL;
     }
     if (w) {
-        w->keys = w->own_keys;
+        w->keys_owned = 1;
         w->nkeys = nkeys;
         w->renew_ms = dist__waiter_ms();
         w->period_ms = w->renew_ms / 3;
@@ -623,7 +636,7 @@ static int renew_batch(struct dist__hold **hs, size_t n, unsigned long ms,
                        struct lostlist *lost)
 {
     struct dist__buf *kv;
-    char msbuf[24], (*counts)[12], *copy, *p;
+    char msbuf[24], (*counts)[12], (*owners)[DIST__OWNER_MAX], *copy, *p;
     redisReply *r = NULL;
     size_t i, nk = 0, k = 0, bytes = 0;
     int j, rc, script = hs[0]->renew_script;
@@ -636,10 +649,12 @@ static int renew_batch(struct dist__hold **hs, size_t n, unsigned long ms,
     }
     kv = malloc((nk + 1 + 2 * n) * sizeof *kv);
     counts = malloc(n * sizeof *counts);
+    owners = malloc(n * sizeof *owners);
     copy = p = malloc(bytes + 1);
-    if (!kv || !counts || !copy) {
+    if (!kv || !counts || !owners || !copy) {
         free(kv);
         free(counts);
+        free(owners);
         free(copy);
         return -1;
     }
@@ -648,7 +663,7 @@ static int renew_batch(struct dist__hold **hs, size_t n, unsigned long ms,
         const struct dist__hold *h = hs[i];
         /* An entry's own keys belong to its owner, who may free them once
          * it let go of the entry, while this call still runs: copied.  The
-         * names and the owner stay with the entry until the call is done. */
+         * names stay with the entry until the call is done. */
         for (j = 0; h->keys && j < h->nkeys; j++) {
             memcpy(p, h->keys[j].p, h->keys[j].len);
             kv[k++] = (struct dist__buf){ p, h->keys[j].len };
@@ -660,7 +675,8 @@ static int renew_batch(struct dist__hold **hs, size_t n, unsigned long ms,
     kv[k++] = (struct dist__buf){ msbuf, strlen(msbuf) };
     for (i = 0; i < n; i++) {
         snprintf(counts[i], sizeof counts[i], "%d", nkeys_of(hs[i]));
-        kv[k++] = (struct dist__buf){ hs[i]->owner, hs[i]->owner_len };
+        kv[k++] = (struct dist__buf){ owners[i],
+                                      dist__hold_owner(hs[i], owners[i]) };
         kv[k++] = (struct dist__buf){ counts[i], strlen(counts[i]) };
     }
     pthread_mutex_unlock(&R.mu);
@@ -669,6 +685,7 @@ static int renew_batch(struct dist__hold **hs, size_t n, unsigned long ms,
     rc = dist__route_run(script, (int)nk, kv, (int)k, &r);
     free(kv);
     free(counts);
+    free(owners);
     free(copy);
 
     pthread_mutex_lock(&R.mu);

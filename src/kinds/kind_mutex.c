@@ -436,7 +436,7 @@ static int m_release(struct dist__call *c)
 static int m_settle(struct dist__hold *h, int *lost)
 {
     const int fair = h->kind == &dist__fair_kind;
-    char lease[24], expect[24];
+    char lease[24], expect[24], owner[DIST__OWNER_MAX];
     struct dist__buf kv[10];
     struct dist__room room;
     redisReply *r = NULL;
@@ -447,8 +447,8 @@ static int m_settle(struct dist__hold *h, int *lost)
              h->lease_ms ? h->lease_ms : dist__watchdog_ms());
     snprintf(expect, sizeof expect, "%lu", h->n[0] + 1);
     /* whether the hold left its mark is not kept here: the release looks */
-    nkeys = release_args(h->names, fair, 1, lease, h->owner, h->owner_len,
-                         expect, kv, &nkv, &room);
+    nkeys = release_args(h->names, fair, 1, lease, owner,
+                         dist__hold_owner(h, owner), expect, kv, &nkv, &room);
     rc = nkeys < 0 ? DIST__ENOCONN
                    : dist__route_run(fair ? DIST__S_FAIR_UNLOCK
                                           : DIST__S_MUTEX_UNLOCK,

@@ -548,6 +548,8 @@ static int rw_settle(struct dist__hold *h, int *lost)
 {
     struct dist__state st = { .names = h->names };
     unsigned long rd = h->n[0] + (h->mode == 0), wr = h->n[1] + (h->mode == 1);
+    char owner[DIST__OWNER_MAX];
+    size_t olen = dist__hold_owner(h, owner);
     struct dist__buf tk = { 0 };
     long long v[4];
     char *p = NULL;
@@ -557,14 +559,14 @@ static int rw_settle(struct dist__hold *h, int *lost)
     if (!(st.ext = dist__names_set(h->names, rw_names, RW_NAMES)))
         return -1;
     if (h->mode == 0) {
-        char *pre = tprefix_of(h->names, h->owner, h->owner_len, &len);
+        char *pre = tprefix_of(h->names, owner, olen, &len);
         if (pre && (p = malloc(len + 24)) != NULL)
             tk = (struct dist__buf){ p, (size_t)snprintf(p, len + 24, "%s%lu",
                                                          pre, rd) };
         free(pre);
     }
     rc = h->mode == 0 && !p ? ENOMEM
-         : run_release(&st, h->owner, h->owner_len, h->mode, rd, wr, &tk, v,
+         : run_release(&st, owner, olen, h->mode, rd, wr, &tk, v,
                        &again);
     free(p);
     free(st.ext);

@@ -163,14 +163,14 @@ static int s_release(struct dist__call *c)
 static int s_settle(struct dist__hold *h, int *lost)
 {
     struct dist__buf keys[DIST__SEM_NKEYS];
-    char expect[24];
+    char expect[24], owner[DIST__OWNER_MAX];
     long long res = 0, woken;
     int rc;
 
     if (dist__sem_keys(h->names, 0, keys) != 0)
         return -1;
     snprintf(expect, sizeof expect, "%lu", h->n[0] + 1);
-    rc = run_release(keys, h->owner, h->owner_len,
+    rc = run_release(keys, owner, dist__hold_owner(h, owner),
                      h->lease_ms ? h->lease_ms : dist__watchdog_ms(), expect,
                      &res, &woken);
     dist__sem_keys_free(keys, DIST__SEM_NKEYS);
@@ -295,10 +295,8 @@ static void rec_owner(const struct dist__rec *r, char *buf, size_t size,
 {
     int n;
 
-    if (r->h) {
-        *len = r->h->owner_len < size ? r->h->owner_len : size - 1;
-        memcpy(buf, r->h->owner, *len);
-        buf[*len] = 0;
+    if (r->h && size >= DIST__OWNER_MAX) {
+        *len = dist__hold_owner(r->h, buf);
         return;
     }
     n = snprintf(buf, size, "%s:%llu", dist__client_id(),
