@@ -8,7 +8,8 @@
 #include "engine.h"
 
 /* Every name in use, per family, for sharing and for fork(): a hash table
- * of chains (a state's prev and next), doubled when it holds as many
+ * of chains (a state's next: one link, not two, being 8 B less per lock),
+ * doubled when it holds as many
  * names as buckets, so that finding or adding one costs the same with
  * 100,000 names as with 10 (a list made 100,000 dist_mutex_init take
  * 154 s). */
@@ -135,10 +136,7 @@ static uint32_t name_hash(const char *name, size_t len)
 
 static void chain_push(struct dist__state **head, struct dist__state *st)
 {
-    st->prev = NULL;
     st->next = *head;
-    if (*head)
-        (*head)->prev = st;
     *head = st;
 }
 
@@ -204,18 +202,18 @@ static void state_put(const struct dist__kind *k, struct dist__state *st)
 {
     pthread_mutex_t *mu = &fam_mu[k->family];
     struct fam *f = &fams[k->family];
+    struct dist__state **pp;
 
     pthread_mutex_lock(mu);
     if (--st->refs > 0) {
         pthread_mutex_unlock(mu);
         return;
     }
-    if (st->prev)
-        st->prev->next = st->next;
-    else
-        f->tab[st->hash & (f->cap - 1)] = st->next;
-    if (st->next)
-        st->next->prev = st->prev;
+    /* a chain is about one state long: the table has as many buckets as
+     * names at least */
+    for (pp = &f->tab[st->hash & (f->cap - 1)]; *pp != st; pp = &(*pp)->next)
+        ;
+    *pp = st->next;
     f->n--;
     pthread_mutex_unlock(mu);
     pthread_mutex_lock(&st->mu);
@@ -224,7 +222,7 @@ static void state_put(const struct dist__kind *k, struct dist__state *st)
     pthread_mutex_unlock(&st->mu);
     pthread_mutex_destroy(&st->mu);
     if (st->local)
-        st->local_ops->free(st->local);
+        st->local->ops->free(st->local);
     if (k->state_free)
         k->state_free(st);
     dist__names_unref(st->names);
@@ -395,14 +393,14 @@ static void engine_fork(int phase)
                 if (phase == 0) {
                     pthread_mutex_lock(&st->mu);
                     if (st->local)
-                        st->local_ops->fork(st->local, 0);
+                        st->local->ops->fork(st->local, 0);
                     continue;
                 }
                 /* parent or child alike: the forking thread took them
                  * all, and in the child it is that thread that lets go
                  * (re-initialising a locked mutex is undefined) */
                 if (st->local)
-                    st->local_ops->fork(st->local, phase);
+                    st->local->ops->fork(st->local, phase);
                 pthread_mutex_unlock(&st->mu);
             }
         }

@@ -97,9 +97,15 @@ struct dist__local_ops {
     void (*free)(void *local);
     void (*fork)(void *local, int phase);
 };
+/* The start of what a layer above keeps per name: how to free it. */
+struct dist__local {
+    const struct dist__local_ops *ops;
+};
 
+/* One per name in use: 88 B (a 96 B chunk), a part of every lock's cost
+ * (docs/performance.md). */
 struct dist__state {
-    struct dist__state *prev, *next; /* its chain in the family registry */
+    struct dist__state *next;     /* its chain in the family registry */
     int refs;                     /* objects using it (family registry) */
     uint32_t hash;                /* of its name, for the registry */
     pthread_mutex_t mu;           /* guards recs and the kind's fields */
@@ -108,9 +114,8 @@ struct dist__state {
     void *ext;                    /* the kind's own, under mu */
     /* what a layer above keeps per name in this process (the local
      * hand-off of a cohort mutex, cohort.c), made at its first use under
-     * mu, then read without it; local_ops is set first */
-    void *local;
-    const struct dist__local_ops *local_ops;
+     * mu, then read without it */
+    struct dist__local *local;
 };
 
 /* struct dist__obj.flags the engine reads (the kinds' own start at 1,

@@ -51,6 +51,7 @@ struct turn {
 
 /* Per name and process.  Fields under mu. */
 struct dist__cohort {
+    struct dist__local base;      /* first: the engine frees it by this */
     pthread_mutex_t mu;
     uint64_t no;                  /* the owner number Redis sees */
     int busy;                     /* a local thread has the turn */
@@ -128,16 +129,18 @@ static const struct dist__local_ops cohort_ops = { cohort_free, cohort_fork };
 static struct dist__cohort *cohort_of(struct dist__obj *o)
 {
     struct dist__state *st = o->st;
-    struct dist__cohort *co = __atomic_load_n(&st->local, __ATOMIC_ACQUIRE);
+    struct dist__cohort *co =
+        (struct dist__cohort *)__atomic_load_n(&st->local, __ATOMIC_ACQUIRE);
 
     if (co)
         return co;
     pthread_mutex_lock(&st->mu);
-    if (!(co = st->local) && (co = calloc(1, sizeof *co)) != NULL) {
+    if (!(co = (struct dist__cohort *)st->local) &&
+        (co = calloc(1, sizeof *co)) != NULL) {
         pthread_mutex_init(&co->mu, NULL);
         co->no = dist__thread_no_new();
-        st->local_ops = &cohort_ops;
-        __atomic_store_n(&st->local, (void *)co, __ATOMIC_RELEASE);
+        co->base.ops = &cohort_ops;
+        __atomic_store_n(&st->local, &co->base, __ATOMIC_RELEASE);
     }
     pthread_mutex_unlock(&st->mu);
     return co;
@@ -422,7 +425,8 @@ int dist__cohort_lease_left(struct dist__obj *o, struct timespec *left)
 
 int dist__cohort_busy(struct dist__obj *o)
 {
-    struct dist__cohort *co = __atomic_load_n(&o->st->local, __ATOMIC_ACQUIRE);
+    struct dist__cohort *co =
+        (struct dist__cohort *)__atomic_load_n(&o->st->local, __ATOMIC_ACQUIRE);
     int busy = 0;
 
     if (co) {
