@@ -58,14 +58,14 @@ void dist__rec_drop(struct dist__state *st, struct dist__rec *r)
         }
     }
     if (r->h) {
-        if (r->gen != atomic_load(&dist__fork_gen)) {
+        if (r->gen != dist__rec_gen()) {
             dist__hold_free(r->h);    /* the parent's: not in our registry */
         } else {
             /* renewal keys kept in r's ext (a rwlock's timeout keys) are
              * freed below: the entry lets go of them first, after a
              * renewal under way that reads them (the torture run under
              * TSan: an entry left to the thread read them freed) */
-            if (r->ext_free && r->h->keys)
+            if (r->ext && r->h->keys)
                 dist__renew_set_keys(r->h, NULL, 0);
             if (dist__renew_remove(r->h))
                 dist__hold_free(r->h);
@@ -73,8 +73,8 @@ void dist__rec_drop(struct dist__state *st, struct dist__rec *r)
     }
     if (r->pend)
         r->pend->r = NULL;        /* the reply's handler acts alone now */
-    if (r->ext_free)
-        r->ext_free(r->ext);
+    if (r->ext)
+        r->ext->free(r->ext);
     free(r);
 }
 
@@ -82,7 +82,7 @@ void dist__rec_drop(struct dist__state *st, struct dist__rec *r)
  * behind across a fork. */
 struct dist__rec *dist__rec_find(struct dist__state *st)
 {
-    unsigned long gen = atomic_load(&dist__fork_gen);
+    unsigned gen = dist__rec_gen();
     uint64_t tno = dist__thread_no();
     struct dist__rec *r, *next;
 
@@ -105,7 +105,7 @@ struct dist__rec *dist__rec_get(struct dist__state *st)
     if (!(r = calloc(1, sizeof *r)))
         return NULL;
     r->thread_no = dist__thread_no();
-    r->gen = atomic_load(&dist__fork_gen);
+    r->gen = dist__rec_gen();
     r->next = st->recs;
     st->recs = r;
     return r;

@@ -25,6 +25,7 @@
 /* A thread's renewal keys: N, the readers ZSET, then the timeout keys of
  * its read holds 1..nt.  The record's ext. */
 struct tkeys {
+    struct dist__rec_ext base;  /* first: freed by it (tkeys_free) */
     struct dist__buf *keys;
     unsigned nt, cap;
     char *tprefix;              /* "{N}:<owner>:rwlock_timeout:" */
@@ -70,6 +71,11 @@ static void tkeys_free(void *p)
     free(t);
 }
 
+static void tkeys_ext_free(struct dist__rec_ext *e)
+{
+    tkeys_free(e);
+}
+
 /* "{N}:<owner>:rwlock_timeout:" of the calling thread; NULL when out of
  * memory. */
 static char *tprefix_of(const struct dist__names *nm, const char *owner,
@@ -81,7 +87,7 @@ static char *tprefix_of(const struct dist__names *nm, const char *owner,
 /* The record's keys, made at first use.  The state's mu held. */
 static struct tkeys *tkeys_of(struct dist__state *st, struct dist__rec *r)
 {
-    struct tkeys *t = r->ext;
+    struct tkeys *t = (struct tkeys *)r->ext;
     size_t olen;
     const char *owner;
 
@@ -99,8 +105,8 @@ static struct tkeys *tkeys_of(struct dist__state *st, struct dist__rec *r)
     }
     t->keys[0] = st->names->name;
     t->keys[1] = *readers_of(st);
-    r->ext = t;
-    r->ext_free = tkeys_free;
+    t->base.free = tkeys_ext_free;
+    r->ext = &t->base;
     return t;
 }
 
