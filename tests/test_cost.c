@@ -131,16 +131,18 @@ static void test_memory_per_held_lock(void **state)
     held = heap_used();
     print_message("heap per lock made %zu B, per held lock %zu B\n",
                   (made - before) / HELD, (held - before) / HELD);
-    /* 473 B here (glibc, x86-64), in malloc's chunks: object 48, per-name
+    /* 441 B here (glibc, x86-64), in malloc's chunks: object 48, per-name
      * state 96, names 64 (N only: derived names are made per call), the
-     * holder's record 112 and its renewal entry 144 (the owner's number,
+     * holder's record 96 and its renewal entry 128 (the owner's number,
      * not its field); the mutex's courtesy record is made only once a
      * release reached waiters.  1,100 B while the object kept its seven
      * derived names, 649 B while the renewal entry kept the owner's field.
-     * The bound is the issue's 500 B; per lock made 216 B here. */
+     * The issue's target is 500 B; the bound leaves room for a field or
+     * two more in the record or the entry (16 B each in chunks).  Per lock
+     * made 216 B here. */
     if ((made - before) / HELD > 260)
         fail_msg("%zu B of heap per lock made", (made - before) / HELD);
-    if ((held - before) / HELD > 500)
+    if ((held - before) / HELD > 480)
         fail_msg("%zu B of heap per held lock", (held - before) / HELD);
     for (i = 0; i < HELD; i++) {
         assert_int_equal(dist_mutex_unlock(&m[i]), 0);

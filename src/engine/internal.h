@@ -30,7 +30,8 @@
 
 /* ---- holds and the renewal thread (renew.c) ---------------------------- */
 
-/* A renewal entry: a hold the watchdog keeps alive, a queued waiter whose
+/* A renewal entry (one per held lock: 120 B, a 128 B chunk, see
+ * docs/performance.md): a hold the watchdog keeps alive, a queued waiter whose
  * deadline it keeps fresh, or an outcome it settles.  Each renewal script
  * is batched with the same layout: KEYS are the entries' keys one after
  * another, ARGV[1] the lease or window in ms, then for each entry its owner
@@ -46,17 +47,19 @@ struct dist__hold {
                                      * it when a script needs it
                                      * (dist__hold_owner), not kept (64 B
                                      * per held lock) */
-    unsigned long lease_ms;         /* 0: watchdog */
-    unsigned long renew_ms;         /* ARGV[1]; 0: the watchdog lease */
-    unsigned long period_ms;        /* how often; 0: a third of the watchdog */
     const struct dist__buf *keys;   /* NULL: just the lock's own name */
-    int nkeys;
-    int renew_script;
+    /* 32 bits: every lease and setting is at most a day (an attribute's
+     * lease, config.c's MAX_MS) */
+    uint32_t lease_ms;              /* 0: watchdog */
+    uint32_t renew_ms;              /* ARGV[1]; 0: the watchdog lease */
+    uint32_t period_ms;             /* how often; 0: a third of the watchdog */
     atomic_int lost;                /* found gone (set by the thread) */
     atomic_int let_go;              /* the owner let go of every hold the
                                      * entry stands for: no loss of it is
                                      * reported any more (written under the
                                      * registry mutex) */
+    unsigned short nkeys;
+    unsigned char renew_script;     /* enum of scripts.h */
     unsigned char keys_owned;       /* keys are the entry's (a waiter's):
                                      * freed with it */
     /* registry mutex; the flags are bytes, not ints: an entry per held
