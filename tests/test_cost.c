@@ -131,6 +131,15 @@ static void test_memory_per_held_lock(void **state)
     held = heap_used();
     print_message("heap per lock made %zu B, per held lock %zu B\n",
                   (made - before) / HELD, (held - before) / HELD);
+    if (held <= before) {
+        /* a sanitizer's allocator: malloc's own counts stay 0 */
+        for (i = 0; i < HELD; i++) {
+            assert_int_equal(dist_mutex_unlock(&m[i]), 0);
+            assert_int_equal(dist_mutex_destroy(&m[i]), 0);
+        }
+        free(m);
+        skip();
+    }
     /* 441 B here (glibc, x86-64), in malloc's chunks: object 48, per-name
      * state 96, names 64 (N only: derived names are made per call), the
      * holder's record 96 and its renewal entry 128 (the owner's number,
