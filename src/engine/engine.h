@@ -74,13 +74,13 @@ struct dist__rec {
                                    * parent's */
     unsigned char reg;            /* h is renewed by the watchdog */
     unsigned char unknown;        /* h carries an outcome to settle */
+    unsigned char wakes;          /* the kind's: the first hold's release
+                                   * has waiters to wake (the plain mutex:
+                                   * the owner left its mark among them) */
     unsigned long n[2];           /* holds the owner believes it has: [0]
                                    * the mutex's or the read holds, [1] the
                                    * write holds */
     uint64_t token;               /* fencing token of the first hold */
-    int wakes;                    /* the kind's: the first hold's release
-                                   * has waiters to wake (the plain mutex:
-                                   * the owner left its mark among them) */
     uint64_t safe_end;            /* explicit lease: surely still held
                                    * until then (monotonic ms, the last
                                    * acquire's send + the lease - the
