@@ -91,18 +91,23 @@ void dist__hold_free(struct dist__hold *h)
 }
 
 /* The same field dist__owner makes for the thread (or cohort) whose number
- * owner_no is. */
-size_t dist__hold_owner(const struct dist__hold *h, char buf[DIST__OWNER_MAX])
+ * owner_no is, with the process's client id cid. */
+static size_t owner_of(const struct dist__hold *h, const char *cid,
+                       char buf[DIST__OWNER_MAX])
 {
     int n;
 
     if (h->owner_no & DIST__OWNER_BARRIER)
-        n = snprintf(buf, DIST__OWNER_MAX, "%s:b%" PRIu64, dist__client_id(),
+        n = snprintf(buf, DIST__OWNER_MAX, "%s:b%" PRIu64, cid,
                      h->owner_no & ~DIST__OWNER_BARRIER);
     else
-        n = snprintf(buf, DIST__OWNER_MAX, "%s:%" PRIu64, dist__client_id(),
-                     h->owner_no);
+        n = snprintf(buf, DIST__OWNER_MAX, "%s:%" PRIu64, cid, h->owner_no);
     return (size_t)n;
+}
+
+size_t dist__hold_owner(const struct dist__hold *h, char buf[DIST__OWNER_MAX])
+{
+    return owner_of(h, dist__client_id(), buf);
 }
 
 static int linked(const struct dist__hold *h)
@@ -637,6 +642,7 @@ static int renew_batch(struct dist__hold **hs, size_t n, unsigned long ms,
 {
     struct dist__buf *kv;
     char msbuf[24], (*counts)[12], (*owners)[DIST__OWNER_MAX], *copy, *p;
+    const char *cid;
     redisReply *r = NULL;
     size_t i, nk = 0, k = 0, bytes = 0;
     int j, rc, script = hs[0]->renew_script;
@@ -658,6 +664,7 @@ static int renew_batch(struct dist__hold **hs, size_t n, unsigned long ms,
         free(copy);
         return -1;
     }
+    cid = dist__client_id();   /* once: it takes a mutex */
     snprintf(msbuf, sizeof msbuf, "%lu", ms);
     for (i = 0; i < n; i++) {
         const struct dist__hold *h = hs[i];
@@ -676,7 +683,7 @@ static int renew_batch(struct dist__hold **hs, size_t n, unsigned long ms,
     for (i = 0; i < n; i++) {
         snprintf(counts[i], sizeof counts[i], "%d", nkeys_of(hs[i]));
         kv[k++] = (struct dist__buf){ owners[i],
-                                      dist__hold_owner(hs[i], owners[i]) };
+                                      owner_of(hs[i], cid, owners[i]) };
         kv[k++] = (struct dist__buf){ counts[i], strlen(counts[i]) };
     }
     pthread_mutex_unlock(&R.mu);
