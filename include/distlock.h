@@ -70,6 +70,14 @@ extern "C" {
  *                         it go, unless a renewal was acknowledged by then
  *                         (default 200; the margin is at most a third of
  *                         the lease)
+ *   DISTLOCK_KEY_GRACE_MS  how long the keys a lock leaves beside it (its
+ *                         fencing counter, a robust mutex's record) outlive
+ *                         its lease once the name is no longer locked; a
+ *                         counter that expired restarts from the server's
+ *                         clock, still above every earlier token (default
+ *                         86400000, a day; 0 keeps them for ever, which a
+ *                         fleet that shares tokens with Redisson's
+ *                         RFencedLock needs: see distlock(7))
  * The setters below override them and may be called at any time; they take
  * effect for connections opened afterwards (open ones are replaced at their
  * next use).  They return EINVAL for a malformed value, ENOMEM.
@@ -80,6 +88,7 @@ DIST_EXPORT int dist_set_timeout_ms(unsigned long ms);
 DIST_EXPORT int dist_set_waiter_ms(unsigned long ms);
 DIST_EXPORT int dist_set_replica_wait_ms(unsigned long ms);
 DIST_EXPORT int dist_set_lease_margin_ms(unsigned long ms);
+DIST_EXPORT int dist_set_key_grace_ms(unsigned long ms);
 
 /* Returned by the calls that take a lock (lock, trylock, timedlock, rdlock,
  * wrlock and their try/timed forms) when the master has replicas and none of
@@ -116,6 +125,18 @@ DIST_EXPORT void dist_shutdown(void);
 #define DIST_MUTEX_RECURSIVE  1   /* default: n locks need n unlocks */
 #define DIST_MUTEX_ERRORCHECK 2   /* relock by the owner gives EDEADLK
                                    * (trylock: EBUSY) */
+
+/* dist_mutexattr_setrobust: what a holder that does not release the lock
+ * cleanly (it died, its lease ran out, its hold was forced) leaves. */
+#define DIST_MUTEX_STALLED 0      /* default: nothing; the lease frees it */
+#define DIST_MUTEX_ROBUST  1      /* the next holder gets EOWNERDEAD */
+
+#ifndef EOWNERDEAD
+#define EOWNERDEAD 130
+#endif
+#ifndef ENOTRECOVERABLE
+#define ENOTRECOVERABLE 131
+#endif
 
 struct dist_mutexattr {
     int __type;
@@ -171,6 +192,16 @@ DIST_EXPORT int dist_mutex_clocklock(dist_mutex_t *m, clockid_t clockid,
 /* EPERM when the calling thread does not hold it, or its hold was lost. */
 DIST_EXPORT int dist_mutex_unlock(dist_mutex_t *m);
 
+/* A robust mutex (dist_mutexattr_setrobust): lock, trylock, timedlock and
+ * clocklock return EOWNERDEAD, with the lock held, when its last holder
+ * did not release it cleanly; the caller repairs what it guards and calls
+ * this, and its unlock is clean again.  Unlocked without it, the lock is
+ * not recoverable: every later lock in every process returns
+ * ENOTRECOVERABLE without taking it, until `distlock unlock --reset`.
+ * EINVAL (not robust, or not owner-dead), EPERM (not held by the caller).
+ * See dist_mutex_consistent(3). */
+DIST_EXPORT int dist_mutex_consistent(dist_mutex_t *m);
+
 /* Fencing token of the caller's hold: a number that grows with every
  * acquisition of the lock by any distlock client, so a resource can refuse
  * a holder whose lease ran out.  EPERM when the caller does not hold it. */
@@ -221,6 +252,13 @@ DIST_EXPORT int dist_mutexattr_getdeferred(const dist_mutexattr_t *a,
 DIST_EXPORT int dist_mutexattr_setcohort(dist_mutexattr_t *a, int cohort);
 DIST_EXPORT int dist_mutexattr_getcohort(const dist_mutexattr_t *a,
                                          int *cohort);
+/* DIST_MUTEX_STALLED (default) or DIST_MUTEX_ROBUST: see
+ * dist_mutex_consistent.  Plain and fair mutexes; not with cohorting
+ * (EINVAL at init when both are asked for; a robust mutex is never a
+ * cohort one by default).  EINVAL for any other value. */
+DIST_EXPORT int dist_mutexattr_setrobust(dist_mutexattr_t *a, int robust);
+DIST_EXPORT int dist_mutexattr_getrobust(const dist_mutexattr_t *a,
+                                         int *robust);
 
 /* ------------------------------------------------------------------------ */
 /* Read-write lock                                                          */

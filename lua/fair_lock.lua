@@ -12,12 +12,18 @@
 --          ':<owner>' appended: see fair_unlock)
 -- KEYS[6]  distlock's waiters: ZSET owner -> end of window, server ms
 --                                                                 (distlock_fair_waiters:{N})
+-- KEYS[7]  a robust mutex only: its record, HASH (prelude_robust)  (distlock_robust:{N})
 -- ARGV[1]  lease in ms
 -- ARGV[2]  owner
 -- ARGV[3]  waiter window in ms
 -- ARGV[4]  'try': never join the queue; 'wait': join it (once) when the lock is taken
 -- ARGV[5]  publish command: 'publish', 'spublish' or 'spublish+publish' (notify)
+-- ARGV[6]  time to live in ms of the counter and the record, set when they are
+--          written: the lease plus DISTLOCK_KEY_GRACE_MS; '0': kept for ever
 -- Reply    {1, holds, token}  taken (holds: the owner's count after this call)
+--          {1, 1, token, dead}  robust: taken, but the last holder, dead, did not
+--                             release it cleanly (EOWNERDEAD)
+--          {2, 0}             robust: not recoverable, not taken (nor queued)
 --          {0, wait_ms}       not taken; wait at most this long before trying again
 --                             (the lock's lease when the caller heads the queue, else
 --                             BEHIND_WINDOWS windows: a waiter behind others is
@@ -26,16 +32,21 @@
 -- once, the queue and the deadlines before anybody is dropped or queued, and the
 -- counter is read (reentry) or drawn (a new hold) before the lock is written; it
 -- is checked too before a dead waiter is dropped.
--- Types    hash list zset string - zset
+-- Types    hash list zset string - zset hash
 --#replicas
 --#include prelude_guard.lua
 --#include prelude_publish.lua
 --#include prelude_token.lua
 --#include prelude_waiters.lua
+--#include prelude_robust.lua
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local window = tonumber(ARGV[3])
 local mine = redis.call('hexists', KEYS[1], ARGV[2]) == 1
+local nr, dead = false, false
+if KEYS[7] then
+  nr, dead = robust_check(KEYS[7])
+end
 drop_dead_waiters(now, KEYS[2], KEYS[3], KEYS[6], {KEYS[4], 'string'})
 
 if mine then
@@ -47,7 +58,15 @@ end
 
 local head = redis.call('lindex', KEYS[2], 0)
 if redis.call('exists', KEYS[1]) == 0 and (not head or head == ARGV[2]) then
-  local token = fencing_token(KEYS[4], true)
+  if nr then
+    -- refused, and not queued (a queued caller leaves with fair_cancel, which
+    -- tells the next in line); the mark lives on while lockers come by
+    if ARGV[6] ~= '0' then
+      redis.call('pexpire', KEYS[7], ARGV[6])
+    end
+    return {2, 0}
+  end
+  local token = fencing_token(KEYS[4], true, ARGV[6])
   if head then
     redis.call('lpop', KEYS[2])
     redis.call('zrem', KEYS[3], ARGV[2])
@@ -64,6 +83,12 @@ if redis.call('exists', KEYS[1]) == 0 and (not head or head == ARGV[2]) then
   redis.call('zrem', KEYS[6], ARGV[2])
   redis.call('hset', KEYS[1], ARGV[2], 1)
   redis.call('pexpire', KEYS[1], ARGV[1])
+  if KEYS[7] then
+    robust_take(KEYS[7], ARGV[2], dead, ARGV[6])
+    if dead then
+      return {1, 1, token, dead}
+    end
+  end
   return {1, 1, token}
 end
 

@@ -2,10 +2,23 @@
 -- reply was lost, to learn whether the call that lost it took effect.
 -- KEYS[1]  the lock: HASH { <owner>: hold count }                 (N)
 -- KEYS[2]  fencing counter                                        (redisson_lock_token:{N})
+-- KEYS[3]  a robust mutex only: its record, HASH (prelude_robust)  (distlock_robust:{N})
 -- ARGV[1]  owner
--- Reply    {holds, pttl, token}: holds is 0 when the owner has none
--- Types    hash string
+-- Reply    {holds, pttl, token, dead}: holds is 0 when the owner has none; dead is 1
+--          when the record says the owner holds it owner-dead (its hold found the
+--          last holder had not released it cleanly), 2 when the lock is not
+--          recoverable, else 0
+-- Types    hash string hash
 --#include prelude_token.lua
 local holds = redis.call('hget', KEYS[1], ARGV[1])
 local token = fencing_token(KEYS[2], false)
-return {tonumber(holds or '0'), redis.call('pttl', KEYS[1]), token}
+local dead = 0
+if KEYS[3] then
+  local r = redis.call('hmget', KEYS[3], 'held', 'dead', 'nr')
+  if r[3] then
+    dead = 2
+  elseif r[1] == ARGV[1] and r[2] then
+    dead = 1
+  end
+end
+return {tonumber(holds or '0'), redis.call('pttl', KEYS[1]), token, dead}

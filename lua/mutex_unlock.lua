@@ -2,14 +2,21 @@
 -- KEYS[1]  the lock: HASH { <owner>: hold count }                 (N)
 -- KEYS[2]  release channel                                        (redisson_lock__channel:{N})
 -- KEYS[3]  registered waiters: ZSET (prelude_wake)                (distlock_mutex_waiters:{N})
+-- KEYS[4]  a robust mutex only: its record, HASH (prelude_robust)  (distlock_robust:{N})
 -- ARGV[1]  lease in ms, re-armed while holds remain
 -- ARGV[2]  owner
 -- ARGV[3]  publish command: 'publish', 'spublish' or 'spublish+publish' (notify)
 -- ARGV[4]  message published on the final release ('0')
 -- ARGV[5]  '1' when the owner's fresh hold left its mark among the waiters (or it
 --          does not know), '0' when it did not: the waiters are not read then
--- ARGV[6]  optional: the owner's count this call expects to find; when given and the
---          count differs, nothing changes (used to finish a release whose reply was lost)
+-- ARGV[6]  optional: the owner's count this call expects to find; when given (not
+--          '') and the count differs, nothing changes (used to finish a release whose
+--          reply was lost)
+-- ARGV[7]  robust only: how the last hold ends, 'clean' (the record goes), 'back'
+--          (a hold its owner never used: the record as that hold found it) or
+--          'lost' (told EOWNERDEAD, never marked consistent: not recoverable)
+-- ARGV[8]  robust only: the record's time to live in ms once not recoverable
+--          (the lease plus DISTLOCK_KEY_GRACE_MS), '0' for ever
 -- Reply    {n, waiters}: n is the owner's holds left (0: released and published),
 --          -1 the owner holds nothing (expired, forced, or never taken), or
 --          -2 ARGV[6] was given and the count differs from it; waiters is the
@@ -18,18 +25,36 @@
 -- The final release publishes on N's channel, for Redisson's waiters and distlock's
 -- that listen there, and, when the owner left its mark, wakes one registered waiter
 -- (prelude_wake).
--- Types    hash - zset
+-- Types    hash - zset hash
 --#include prelude_publish.lua
 --#include prelude_release.lua
 --#include prelude_wake.lua
+--#include prelude_robust.lua
 -- with ARGV[5], one read of the waiters (also their type, before any write): the
 -- lowest entry is the owner's mark when it left one, the only mark there is then
 local first = ARGV[5] == '1' and redis.call('zrange', KEYS[3], '0', '0', 'withscores')
                               or {}
+local held = KEYS[4] and redis.call('hget', KEYS[4], 'held')
 local holds = give_back_hold(KEYS[1], ARGV[2], ARGV[1], ARGV[6],
                              redis.call('hget', KEYS[1], ARGV[2]))
 if holds ~= 0 then
   return {holds, 0}
+end
+if KEYS[4] and held == ARGV[2] then
+  if ARGV[7] == 'clean' or (ARGV[7] == 'back' and
+                            redis.call('hexists', KEYS[4], 'dead') == 0) then
+    redis.call('del', KEYS[4])
+  elseif ARGV[7] == 'back' then
+    redis.call('hdel', KEYS[4], 'held')
+  else
+    redis.call('hdel', KEYS[4], 'held')
+    redis.call('hset', KEYS[4], 'nr', ARGV[2])
+    if ARGV[8] ~= '0' then
+      redis.call('pexpire', KEYS[4], ARGV[8])
+    else
+      redis.call('persist', KEYS[4])
+    end
+  end
 end
 local woken = notify(ARGV[3], KEYS[2], ARGV[4])
 if first[1] ~= ARGV[2] or tonumber(first[2]) ~= MARK then

@@ -4,7 +4,7 @@
 --   lock      the lock: HASH { <owner>: hold count }             (N)
 --   owner     the owner giving one hold back
 --   lease     lease in ms, re-armed while holds remain
---   expected  nil, or the owner's count the call expects to find: when it differs
+--   expected  nil or '', or the owner's count the call expects to find: when it differs
 --             nothing changes (used to finish a release whose reply was lost)
 --   holds     the owner's count as the caller read it (HGET lock owner) before it
 --             wrote anything, so that a lock of another type fails the script
@@ -16,7 +16,7 @@ local function give_back_hold(lock, owner, lease, expected, holds)
   if not holds then
     return -1
   end
-  if expected and tonumber(holds) ~= tonumber(expected) then
+  if expected and expected ~= '' and tonumber(holds) ~= tonumber(expected) then
     return -2
   end
   holds = redis.call('hincrby', lock, owner, -1)

@@ -10,18 +10,34 @@
 -- behind), as long as the clock of the server that draws is not behind the
 -- clock of the one that drew before by more than the time between the two
 -- draws (a failover takes seconds; NTP keeps hosts within milliseconds).  A
--- counter Redisson moved ahead of the clock is simply counted on from.  The
--- counter keeps whatever expiry it has (none unless an operator set one).
+-- counter Redisson moved ahead of the clock is simply counted on from.
 --
--- fencing_token(key, draw)
+-- Expiry (DISTLOCK_KEY_GRACE_MS): each draw sets the counter to live for the
+-- hold's lease plus the grace, so a name nobody locks any more leaves no
+-- counter behind.  A counter that expired restarts from the clock, and tokens
+-- still rise: the last token drawn was at most the counter, which was at most
+-- the clock at that draw plus A (how far draws, or Redisson's INCRs, had run
+-- ahead of the clock; a draw takes more than a microsecond, so distlock alone
+-- keeps A near 0), and the next draw comes at least lease + grace later, when
+-- the clock is past that draw's clock by at least lease + grace.  So the next
+-- token is larger as long as A < lease + grace (and the clocks of the servers
+-- agree, as above).  Redisson's RFencedLock INCRs the counter instead of
+-- drawing from the clock: after an expiry its INCR starts again at 1, below
+-- every earlier token, and a fence refuses it; a fleet that mixes it with
+-- distlock sets the grace to 0, which keeps the counter for ever (and any
+-- expiry it already has, none unless an operator set one).
+--
+-- fencing_token(key, draw, keep)
 --   draw  false: the last token drawn (0 before the first); fails when the key
 --         holds no number, so a caller reads it before it writes anything
 --         true: a new token, larger than every one drawn before; it reads the
 --         key before it writes it, so it fails (a key that holds no counter)
 --         before any write, and a caller draws it before its other writes
+--   keep  with draw: the counter's time to live in ms, a string: the lease
+--         plus the grace, or '0' to keep whatever expiry it has
 local TOKEN_MAX = 9007199254740991     -- 2^53 - 1: a Lua number is exact below
 
-local function fencing_token(key, draw)
+local function fencing_token(key, draw, keep)
   local v = redis.call('get', key)
   local last = tonumber(v or '0')
   if not last then
@@ -40,6 +56,10 @@ local function fencing_token(key, draw)
   if token <= last then
     token = last + 1
   end
-  redis.call('set', key, string.format('%.0f', token), 'keepttl')
+  if keep ~= '0' then
+    redis.call('set', key, string.format('%.0f', token), 'px', keep)
+  else
+    redis.call('set', key, string.format('%.0f', token), 'keepttl')
+  end
   return token
 end

@@ -16,6 +16,8 @@
 -- ARGV[5]  'try'; 'wait'; or 'prefer': wait, and be a waiting writer while refused
 -- ARGV[6]  waiting writer window in ms
 -- ARGV[7]  publish command
+-- ARGV[8]  the counter's time to live in ms when a new hold draws a token (the
+--          lease plus DISTLOCK_KEY_GRACE_MS), '0': keep its expiry
 -- Reply    {1, holds, token}       taken; holds is the owner's write holds now
 --          {0, wait_ms}            held by others; try again within wait_ms or on a
 --                                  message (-1: the lock has no expiry)
@@ -57,7 +59,7 @@ if reads > 0 then
   return {-2}
 end
 if not mode then
-  local token = fencing_token(KEYS[5], true)
+  local token = fencing_token(KEYS[5], true, ARGV[8])
   redis.call('del', KEYS[2])
   redis.call('hset', KEYS[1], 'mode', 'write', wfield, 1)
   redis.call('pexpire', KEYS[1], lease)

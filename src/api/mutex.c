@@ -10,6 +10,7 @@
 #define ATTR_DEFER_OFF 4u         /* said off; neither: the default */
 #define ATTR_COHORT_ON  8u        /* lock cohorting: said on */
 #define ATTR_COHORT_OFF 16u       /* said off; neither: the default */
+#define ATTR_ROBUST 32u           /* DIST_MUTEX_ROBUST */
 
 /* ---- attributes -------------------------------------------------------- */
 
@@ -39,7 +40,8 @@ static int switch_of(unsigned flags, unsigned on, unsigned off, int dflt)
 static int cohort_of(unsigned flags)
 {
     return switch_of(flags, ATTR_COHORT_ON, ATTR_COHORT_OFF,
-                     !(flags & ATTR_FAIR) && dist__cohort_default());
+                     !(flags & (ATTR_FAIR | ATTR_ROBUST)) &&
+                     dist__cohort_default());
 }
 
 int dist_mutexattr_init(dist_mutexattr_t *a)
@@ -139,6 +141,28 @@ int dist_mutexattr_getcohort(const dist_mutexattr_t *a, int *cohort)
     return 0;
 }
 
+int dist_mutexattr_setrobust(dist_mutexattr_t *a, int robust)
+{
+    DIST__KEEP_ERRNO;
+    if (!a)
+        return EINVAL;
+    if (robust != DIST_MUTEX_STALLED && robust != DIST_MUTEX_ROBUST)
+        return dist__err(EINVAL, "robust must be DIST_MUTEX_STALLED or "
+                         "DIST_MUTEX_ROBUST, not %d", robust);
+    a->__flags = robust ? (a->__flags | ATTR_ROBUST)
+                        : (a->__flags & ~ATTR_ROBUST);
+    return 0;
+}
+
+int dist_mutexattr_getrobust(const dist_mutexattr_t *a, int *robust)
+{
+    DIST__KEEP_ERRNO;
+    if (!a || !robust)
+        return EINVAL;
+    *robust = a->__flags & ATTR_ROBUST ? DIST_MUTEX_ROBUST : DIST_MUTEX_STALLED;
+    return 0;
+}
+
 int dist_mutexattr_getlease(const dist_mutexattr_t *a, unsigned long *lease_ms)
 {
     DIST__KEEP_ERRNO;
@@ -182,6 +206,18 @@ int dist_mutex_init(dist_mutex_t *m, const char *name,
         return dist__err(EINVAL, "mutex '%s': a fair mutex cannot be a cohort "
                          "one (its waiters keep one FIFO across processes)",
                          name ? name : "(null)");
+    /* A cohort hands the lock between its threads without Redis: each
+     * hand-off would have to carry the owner-dead state, and the cohort's
+     * one owner in Redis would hide which thread died.  Not worth it: a
+     * robust mutex is never a cohort one. */
+    if (attr && (attr->__flags & ATTR_ROBUST) &&
+        (attr->__flags & ATTR_COHORT_ON))
+        return dist__err(EINVAL, "mutex '%s': a robust mutex cannot be a "
+                         "cohort one (threads hand a cohort's hold on without "
+                         "Redis, which keeps the robust state)",
+                         name ? name : "(null)");
+    if (attr && (attr->__flags & ATTR_ROBUST))
+        flags |= DIST__MUTEX_ROBUST;
     if (cohort_of(attr ? attr->__flags : 0))
         flags |= DIST__MUTEX_COHORT;
     if (attr && (attr->__flags & ATTR_DEFER_ON))
@@ -273,6 +309,17 @@ int dist_mutex_unlock(dist_mutex_t *m)
     if (o->flags & DIST__MUTEX_COHORT)
         return dist__cohort_unlock(o);
     return dist__release(o);
+}
+
+int dist_mutex_consistent(dist_mutex_t *m)
+{
+    DIST__KEEP_ERRNO;
+    struct dist__obj *o;
+    int rc = get_obj(m, &o);
+
+    if (rc)
+        return rc;
+    return dist__consistent(o);
 }
 
 int dist_mutex_token(dist_mutex_t *m, uint64_t *token)

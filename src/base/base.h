@@ -201,6 +201,9 @@ struct dist__cfg {
     unsigned long waiter_ms;      /* a queued waiter's window */
     unsigned long lease_margin_ms;/* fixed part of a hold's safety margin
                                    * (dist__safe_margin_ms) */
+    unsigned long key_grace_ms;   /* how long a lock's side keys outlive
+                                   * its lease (DISTLOCK_KEY_GRACE_MS);
+                                   * 0: for ever */
     unsigned long deferred;       /* mutexes defer their release by default
                                    * (DISTLOCK_DEFERRED_RELEASE) */
     unsigned long cohort;         /* non-fair mutexes hand off between
@@ -223,6 +226,11 @@ unsigned long dist__timeout_ms(void);
 unsigned long dist__waiter_ms(void);
 unsigned long dist__lease_margin_ms(void);
 unsigned long dist__replica_wait_ms(void);
+unsigned long dist__key_grace_ms(void);
+/* The time to live of the keys a hold of lease_ms writes beside its lock
+ * (fencing counter, robust record): the lease plus DISTLOCK_KEY_GRACE_MS,
+ * or 0 (kept for ever) when that is 0. */
+unsigned long dist__key_keep_ms(unsigned long lease_ms);
 /* Whether a mutex whose attribute did not say defers its release. */
 int dist__deferred_release(void);
 /* Whether a non-fair mutex whose attribute did not say is a cohort one. */

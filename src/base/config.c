@@ -22,6 +22,10 @@
  * loaded machine, with time left for the holder to stop before its lease
  * can run out on the server. */
 #define DEFAULT_LEASE_MARGIN_MS 200UL
+/* How long the keys a lock leaves beside it (its fencing counter, a robust
+ * mutex's record) outlive its lease once nobody uses the name (README,
+ * "Keys and memory"): a day; 0 keeps them for ever. */
+#define DEFAULT_KEY_GRACE_MS (24UL * 3600 * 1000)
 /* How much longer than the command timeout a blocked lock call keeps trying
  * when the master cannot be reached on Sentinel or Cluster: a failover
  * usually takes a few seconds. */
@@ -574,6 +578,7 @@ static void load_env(void)
                                  DEFAULT_LEASE_MARGIN_MS, 0);
     cfg.replica_wait_ms = env_ms("DISTLOCK_REPLICA_WAIT_MS",
                                  DEFAULT_REPLICA_WAIT_MS, 0);
+    cfg.key_grace_ms = env_ms("DISTLOCK_KEY_GRACE_MS", DEFAULT_KEY_GRACE_MS, 0);
     cfg.deferred = env_flag("DISTLOCK_DEFERRED_RELEASE", DEFAULT_DEFERRED);
     cfg.cohort = env_flag("DISTLOCK_COHORT", DEFAULT_COHORT);
     cfg.direct_wake = env_flag("DISTLOCK_DIRECT_WAKE", DEFAULT_DIRECT_WAKE);
@@ -626,6 +631,18 @@ unsigned long dist__timeout_ms(void)
 unsigned long dist__lease_margin_ms(void)
 {
     return read_ms(&cfg.lease_margin_ms);
+}
+
+unsigned long dist__key_grace_ms(void)
+{
+    return read_ms(&cfg.key_grace_ms);
+}
+
+unsigned long dist__key_keep_ms(unsigned long lease_ms)
+{
+    unsigned long grace = dist__key_grace_ms();
+
+    return grace ? lease_ms + grace : 0;
 }
 
 unsigned long dist__patience_ms(void)
@@ -750,6 +767,12 @@ int dist_set_lease_margin_ms(unsigned long ms)
 {
     DIST__KEEP_ERRNO;
     return set_ms(&cfg.lease_margin_ms, ms, 0, "dist_set_lease_margin_ms");
+}
+
+int dist_set_key_grace_ms(unsigned long ms)
+{
+    DIST__KEEP_ERRNO;
+    return set_ms(&cfg.key_grace_ms, ms, 0, "dist_set_key_grace_ms");
 }
 
 int dist_set_replica_wait_ms(unsigned long ms)

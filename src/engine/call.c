@@ -174,6 +174,12 @@ static int prepare_by(struct dist__call *c, int *held, uint64_t bound)
         *held = r->n[0] + r->n[1] > 0 ? -1 : 0;
     else if (r && r->n[0] + r->n[1] > 0)
         *held = 1, c->n[0] = r->n[0], c->n[1] = r->n[1], c->wakes = r->wakes;
+    /* a release's treatment of a robust record: a give-back (keep_set)
+     * of an owner-dead hold puts the record back as it found it */
+    if (*held == 1 && (c->unlocking || c->keep_set))
+        c->robust = !r->robust ? DIST__ROBUST_NONE
+                    : !r->inconsistent ? DIST__ROBUST_CLEAN
+                    : c->keep_set ? DIST__ROBUST_BACK : DIST__ROBUST_LOST;
     if (r && *held == -1 && c->unlocking)
         c->told = let_go(r);
     if (r && *held != 1 && !r->pend)
@@ -229,6 +235,7 @@ static void hand_over(struct dist__call *c, struct dist__rec *r)
     r->unknown = 1;
     if (r->n[0] + r->n[1] == 0)
         r->reg = 0;        /* not renewed: see dist__renew_unknown */
+    r->h->robust = c->robust;
     dist__renew_unknown(r->h, r->n, c->mode);
 }
 
@@ -271,6 +278,11 @@ static int record(struct dist__call *c)
         r->token = c->token;
     if (r->n[c->mode] == 0 || c->lost)
         r->wakes = c->wakes;
+    if (r->n[0] + r->n[1] == 0 || c->lost) {
+        /* a new hold: robust when the object is, owner-dead as Redis said */
+        r->robust = (c->o->flags & DIST__MUTEX_ROBUST) != 0;
+        r->inconsistent = c->ownerdead;
+    }
     r->n[c->mode] = c->count;
     if (lease && dist__now_ms() + lease > r->lease_end)
         r->lease_end = dist__now_ms() + lease;   /* after the reply: the
@@ -312,6 +324,7 @@ static int renew_now(struct dist__call *c)
     struct dist__state *st = c->o->st;
     struct dist__hold keys;
     struct dist__rec *r;
+    int rc;
 
     memset(&keys, 0, sizeof keys);
     if (k->renew_keys) {
@@ -320,8 +333,11 @@ static int renew_now(struct dist__call *c)
             k->renew_keys(st, r, &keys);
         pthread_mutex_unlock(&st->mu);
     }
-    return dist__renew_one(k, st->names, keys.keys, keys.nkeys,
-                           dist__lease_of(c->o));
+    rc = dist__renew_one(k, st->names, keys.keys, keys.nkeys,
+                         dist__lease_of(c->o));
+    if (keys.keys_owned)
+        free((void *)keys.keys);
+    return rc;
 }
 
 /* A try took the lock, but its reply came back late: renew before the
@@ -731,6 +747,7 @@ static struct dist__defer *defer_new(struct dist__call *c)
     d->lease_ms = c->o->lease_ms;
     d->gen = atomic_load(&dist__fork_gen);
     d->sent = dist__now_ms();
+    d->robust = c->robust;
     owner = dist__owner(&d->owner_len);
     memcpy(d->owner, owner, d->owner_len + 1);
     d->owner_no = dist__thread_no();
@@ -786,6 +803,7 @@ static void defer_hand_over(struct dist__defer *d, struct dist__rec *r)
     if (!(r && r->h))
         h->owner_no = d->owner_no;  /* the owner's, also when the renewal
                                      * thread read the reply */
+    h->robust = d->robust;
     if (!r) {
         dist__renew_unknown(h, none, 0);
         if (dist__renew_remove(h))     /* the thread frees it when done */
@@ -795,6 +813,7 @@ static void defer_hand_over(struct dist__defer *d, struct dist__rec *r)
     r->h = h;
     r->reg = 0;
     r->unknown = 1;
+    h->robust = d->robust;
     dist__renew_unknown(h, r->n, 0);
 }
 
@@ -1023,18 +1042,20 @@ static __attribute__((noinline)) int fresh_token(struct dist__call *c)
     struct dist__link *on = NULL;
     struct dist__addr now;
     struct dist__room room;
-    struct dist__buf key;
     struct dist__rec *r;
     redisReply *rep = NULL;
     long long t = 0;
-    char why[256];
+    char why[256], keep[24];
+    struct dist__buf kv[2] = { { NULL, 0 }, { keep, 0 } };
     int rc;
 
-    rc = dist__names_keys(c->o->st->names, token_key, 1, &key, &room);
+    kv[1].len = (size_t)snprintf(keep, sizeof keep, "%lu",
+                                 dist__key_keep_ms(dist__lease_of(c->o)));
+    rc = dist__names_keys(c->o->st->names, token_key, 1, &kv[0], &room);
     if (rc != 0)
         dist__err(ENOMEM, "out of memory");
     else
-        rc = dist__route_eval(DIST__S_TOKEN_DRAW, 1, &key, 1, &rep, &on);
+        rc = dist__route_eval(DIST__S_TOKEN_DRAW, 1, kv, 2, &rep, &on);
     dist__room_done(&room);
     if (rc != 0)
         snprintf(why, sizeof why, "%s", dist_last_error());
@@ -1171,6 +1192,17 @@ static __attribute__((noinline)) void cancel(struct dist__call *c, const struct 
     dist__link_unlimit(old);
 }
 
+/* A robust mutex taken from a holder that did not release it cleanly:
+ * EOWNERDEAD, the lock held, as POSIX has it. */
+static __attribute__((noinline)) int owner_dead(struct dist__call *c)
+{
+    return dist__err(EOWNERDEAD, "%s '%s': its last holder did not release "
+                     "it cleanly (it died, its lease ran out, or its hold was "
+                     "forced); it is held now, the state it guards may need "
+                     "repair, then dist_mutex_consistent", c->o->kind->noun,
+                     name_of(c));
+}
+
 /* The rare steps after a try (give_back, replica_sync, shed_surplus,
  * cancel, give_back_one) are noinline: inlined, each one's struct
  * dist__call sat in acquire's frame through the whole try, and a lock
@@ -1186,6 +1218,9 @@ static int acquire(struct dist__obj *o, int mode, int try_only,
     /* an earlier lost reply is settled first, within the deadline too */
     if ((rc = prepare_until(&c, &held, until)) != 0)
         return rc;
+    /* what a settle of this acquire's unknown outcome does to the record */
+    if (o->flags & DIST__MUTEX_ROBUST)
+        c.robust = DIST__ROBUST_BACK;
     if ((rc = k->plan(&c, try_only)) != 0)
         return failed(&c, rc);
     if (!try_only && courtesy && k->before_wait)
@@ -1229,6 +1264,8 @@ static int acquire(struct dist__obj *o, int mode, int try_only,
         dist__call_lost_handler(name_of(&c));
     if (rc == 0)
         count_taken(try_only, waited, t0);
+    if (rc == 0 && c.ownerdead)
+        rc = owner_dead(&c);
     return rc;
 }
 
@@ -1484,6 +1521,34 @@ int dist__release(struct dist__obj *o)
 int dist__release_waiting(struct dist__obj *o)
 {
     return release(o, 0);
+}
+
+int dist__consistent(struct dist__obj *o)
+{
+    struct dist__state *st = o->st;
+    struct dist__rec *r;
+    int rc = 0;
+
+    if (!(o->flags & DIST__MUTEX_ROBUST))
+        return dist__err(EINVAL, "%s '%s' is not robust", o->kind->noun,
+                         st->names->name.p);
+    pthread_mutex_lock(&st->mu);
+    r = dist__rec_find(st);
+    if (!r || r->n[0] + r->n[1] == 0 || (r->h && atomic_load(&r->h->lost)))
+        rc = EPERM;
+    else if (!r->inconsistent)
+        rc = EINVAL;
+    else
+        r->inconsistent = 0;
+    pthread_mutex_unlock(&st->mu);
+    if (rc == EPERM)
+        return dist__err(EPERM, "%s '%s' is not held by this thread",
+                         o->kind->noun, st->names->name.p);
+    if (rc == EINVAL)
+        return dist__err(EINVAL, "%s '%s' is consistent already (only a "
+                         "hold that lock returned EOWNERDEAD for is marked "
+                         "consistent)", o->kind->noun, st->names->name.p);
+    return 0;
 }
 
 int dist__token(struct dist__obj *o, int mode, uint64_t *token)

@@ -31,6 +31,7 @@ struct dist__defer {
     int outcome;                  /* DIST__DEFER_*; 0 while owed */
     long long woken;
     uint64_t sent;                /* monotonic ms */
+    int robust;                   /* DIST__ROBUST_*: the release's */
     char owner[64];               /* the owner's field (dist__owner): the
                                    * reply may be read on another thread */
     size_t owner_len;
@@ -77,6 +78,12 @@ struct dist__rec {
     unsigned char wakes;          /* the kind's: the first hold's release
                                    * has waiters to wake (the plain mutex:
                                    * the owner left its mark among them) */
+    unsigned char robust;         /* taken by a robust mutex: Redis keeps
+                                   * its record (prelude_robust.lua) */
+    unsigned char inconsistent;   /* robust, taken owner-dead (EOWNERDEAD)
+                                   * and not marked consistent since: its
+                                   * last release makes the lock not
+                                   * recoverable */
     unsigned long n[2];           /* holds the owner believes it has: [0]
                                    * the mutex's or the read holds, [1] the
                                    * write holds */
@@ -131,6 +138,20 @@ struct dist__state {
 #define DIST__MUTEX_DEFER_OFF 0x200
 /* cohort mode (cohort.c), fixed when the object is made: on or off */
 #define DIST__MUTEX_COHORT    0x400
+/* a robust mutex (DIST_MUTEX_ROBUST): its scripts keep a record beside the
+ * lock that tells a new holder the last one did not release it cleanly */
+#define DIST__MUTEX_ROBUST    0x800
+
+/* How a robust mutex's release treats its record (struct dist__call.robust,
+ * the release scripts' 'how'): not robust; a clean release (the record
+ * goes); an inconsistent hold's last release (not recoverable); a hold
+ * given back that its owner never saw taken, or may not have (an acquire
+ * that failed after all: the record goes back to what it was, so the
+ * next holder is told what this one would have been). */
+#define DIST__ROBUST_NONE  0
+#define DIST__ROBUST_CLEAN 1
+#define DIST__ROBUST_LOST  2
+#define DIST__ROBUST_BACK  3
 
 struct dist__cohort;
 
@@ -202,6 +223,13 @@ struct dist__call {
                                    * holds now; see the semaphore's kind) */
     int had;                      /* with replaced: Redis still had the
                                    * holds it replaced (else: lost) */
+    int robust;                   /* DIST__ROBUST_*: how a release treats
+                                   * the robust record; on an acquire,
+                                   * BACK for a robust mutex (what a
+                                   * settle of its unknown outcome does) */
+    int ownerdead;                /* a robust acquire took the lock from a
+                                   * holder that did not release it
+                                   * cleanly: EOWNERDEAD */
 };
 
 struct dist__kind {
@@ -322,6 +350,10 @@ void dist__state_unref(const struct dist__kind *k, struct dist__state *st);
  * caller believes no hold from it). */
 int dist__call_bad(struct dist__call *c, const char *script,
                    const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Marks the calling thread's owner-dead hold of a robust o consistent:
+ * its release is clean again.  0, EINVAL (o not robust, or the hold is
+ * consistent), EPERM (not held by the caller). */
+int dist__consistent(struct dist__obj *o);
 /* The calling thread's fencing token; mode 1: of a write hold. */
 int dist__token(struct dist__obj *o, int mode, uint64_t *token);
 /* How long the calling thread's holds of o are surely still its own, into

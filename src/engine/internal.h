@@ -72,6 +72,9 @@ struct dist__hold {
                                      * handler's call is under way */
     unsigned char unknown;          /* an outcome to settle: Redis may count
                                      * one hold of mode more than n[] */
+    unsigned char robust;           /* with unknown: how the settle's
+                                     * release treats a robust mutex's
+                                     * record (DIST__ROBUST_*) */
     unsigned char mode;
     struct dist__hold *rprev, *rnext;
     uint64_t due;                   /* next renewal */

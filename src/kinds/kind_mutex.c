@@ -38,20 +38,26 @@ static struct dist__buf arg(const char *s)
     return (struct dist__buf){ s, strlen(s) };
 }
 
-/* The derived names each script gets, in the order of its KEYS after N. */
-static const enum dist__nm token_key[] = { DIST__N_TOKEN };
-static const enum dist__nm lock_keys[] = { DIST__N_TOKEN, DIST__N_MUTEX_WAITERS };
+/* The derived names each script gets, in the order of its KEYS after N;
+ * a robust mutex's scripts get its record too, last (NKEYS less one
+ * without it). */
+static const enum dist__nm token_key[] = { DIST__N_TOKEN, DIST__N_ROBUST };
+static const enum dist__nm lock_keys[] = {
+    DIST__N_TOKEN, DIST__N_MUTEX_WAITERS, DIST__N_ROBUST,
+};
 static const enum dist__nm fair_lock_keys[] = {
     DIST__N_QUEUE, DIST__N_TIMEOUT, DIST__N_TOKEN, DIST__N_CHAN,
-    DIST__N_FAIR_WAITERS,
+    DIST__N_FAIR_WAITERS, DIST__N_ROBUST,
 };
 static const enum dist__nm chan_key[] = { DIST__N_CHAN };
-static const enum dist__nm unlock_keys[] = { DIST__N_CHAN, DIST__N_MUTEX_WAITERS };
+static const enum dist__nm unlock_keys[] = {
+    DIST__N_CHAN, DIST__N_MUTEX_WAITERS, DIST__N_ROBUST,
+};
 /* a plain mutex's registered waiters: a waiter's renewal key, and with
  * the lock's name mutex_cancel's */
 static const enum dist__nm waiters_key[] = { DIST__N_MUTEX_WAITERS };
 static const enum dist__nm fair_unlock_keys[] = {
-    DIST__N_QUEUE, DIST__N_TIMEOUT, DIST__N_CHAN,
+    DIST__N_QUEUE, DIST__N_TIMEOUT, DIST__N_CHAN, DIST__N_ROBUST,
 };
 static const enum dist__nm fair_cancel_keys[] = {
     DIST__N_QUEUE,
@@ -59,6 +65,7 @@ static const enum dist__nm fair_cancel_keys[] = {
     DIST__N_CHAN,
     DIST__N_FAIR_WAITERS,
 };
+static const enum dist__nm robust_key[] = { DIST__N_ROBUST };
 /* a queued fair waiter's keys for waiter_renew, in its order */
 static const enum dist__nm fair_wait_keys[] = {
     DIST__N_TIMEOUT, DIST__N_QUEUE, DIST__N_FAIR_WAITERS, DIST__N_CHAN,
@@ -75,31 +82,40 @@ static int keys_of(const struct dist__names *nm, const enum dist__nm *which,
     return 0;
 }
 
+static int is_robust(const struct dist__obj *o)
+{
+    return (o->flags & DIST__MUTEX_ROBUST) != 0;
+}
+
 /* ---- acquire -------------------------------------------------------------- */
 
-/* Reads the owner's count after a lost reply.  0, or EIO. */
+/* Reads the owner's count after a lost reply.  robust: also what the
+ * robust record says into *dead (mutex_probe's reply; NULL: not robust).
+ * 0, or EIO. */
 static int probe(const struct dist__names *nm, long long *holds, long long *pttl,
-                 uint64_t *token, struct dist__link **on)
+                 uint64_t *token, long long *dead, struct dist__link **on)
 {
     size_t olen;
     const char *owner = dist__owner(&olen);
-    struct dist__buf kv[3];
+    struct dist__buf kv[4];
     struct dist__room room;
     redisReply *r;
-    long long t;
+    long long t, d = 0;
     uint64_t give_up = 0;
     int tries, rc;
 
-    if (keys_of(nm, token_key, 1, kv, &room) != 0) {
+    /* the record too for a robust mutex: N, token[, record], owner */
+    if (keys_of(nm, token_key, dead ? 2 : 1, kv, &room) != 0) {
         dist__room_done(&room);
         return EIO;
     }
-    kv[2] = (struct dist__buf){ owner, olen };
+    kv[dead ? 3 : 2] = (struct dist__buf){ owner, olen };
 
     /* The first reconnect usually works; a server that is restarting may
      * need a few tries: keep at it for up to the command timeout. */
     for (tries = 0;; tries++) {
-        rc = dist__route_eval(DIST__S_MUTEX_PROBE, 2, kv, 3, &r, on);
+        rc = dist__route_eval(DIST__S_MUTEX_PROBE, dead ? 3 : 2, kv,
+                              dead ? 4 : 3, &r, on);
         if (rc == 0 || rc == DIST__EREPLY || rc == ENOMEM)
             break;
         if (!give_up)
@@ -112,13 +128,16 @@ static int probe(const struct dist__names *nm, long long *holds, long long *pttl
     if (rc != 0)
         return EIO;
     if (dist__reply_int(r, 0, holds) || dist__reply_int(r, 1, pttl) ||
-        dist__reply_int(r, 2, &t) || *holds < 0 || t < 0) {
+        dist__reply_int(r, 2, &t) || dist__reply_int(r, 3, &d) ||
+        *holds < 0 || t < 0 || d < 0 || d > 2) {
         freeReplyObject(r);
         return dist__err(EIO, "mutex '%s': Redis answered mutex_probe with "
                          "something no call could have left (a broken or "
                          "hostile server)", nm->name.p);
     }
     *token = (uint64_t)t;
+    if (dead)
+        *dead = d;
     freeReplyObject(r);
     return 0;
 }
@@ -142,43 +161,52 @@ static struct dist__buf ul_arg(char *buf, unsigned long v)
 static int run_acquire(struct dist__call *c, redisReply **r)
 {
     const struct dist__names *nm = c->o->st->names;
-    char lease[24], window[24];
+    char lease[24], window[24], keep[24];
     size_t olen;
     const char *owner = dist__owner(&olen);
-    struct dist__buf kv[11];
+    struct dist__buf kv[13];
     struct dist__room room;
-    int rc;
+    int rc, n, robust = is_robust(c->o);
 
     if (!is_fair(c)) {
-        if ((rc = keys_of(nm, lock_keys, NKEYS(lock_keys), kv, &room)) == 0) {
-            kv[3] = ul_arg(lease, dist__lease_of(c->o));
-            kv[4] = (struct dist__buf){ owner, olen };
-            kv[5] = c->how == DIST__HOW_WAIT
-                    ? ul_arg(window, dist__waiter_ms()) : arg("0");
-            rc = dist__route_eval(DIST__S_MUTEX_LOCK, 3, kv, 6, r, &c->on);
+        if ((rc = keys_of(nm, lock_keys, NKEYS(lock_keys) - 1 + robust, kv,
+                          &room)) == 0) {
+            n = 3 + robust;
+            kv[n++] = ul_arg(lease, dist__lease_of(c->o));
+            kv[n++] = (struct dist__buf){ owner, olen };
+            kv[n++] = c->how == DIST__HOW_WAIT
+                      ? ul_arg(window, dist__waiter_ms()) : arg("0");
+            kv[n++] = ul_arg(keep, dist__key_keep_ms(dist__lease_of(c->o)));
+            rc = dist__route_eval(DIST__S_MUTEX_LOCK, 3 + robust, kv, n, r,
+                                  &c->on);
         }
         dist__room_done(&room);
         return rc;
     }
     snprintf(lease, sizeof lease, "%lu", dist__lease_of(c->o));
     snprintf(window, sizeof window, "%lu", dist__waiter_ms());
-    if ((rc = keys_of(nm, fair_lock_keys, NKEYS(fair_lock_keys), kv,
-                      &room)) == 0) {
-        kv[6] = arg(lease);
-        kv[7] = (struct dist__buf){ owner, olen };
-        kv[8] = arg(window);
-        kv[9] = arg(c->how == DIST__HOW_QUEUE ? "wait" : "try");
-        kv[10] = arg(dist__publish_cmd());
-        rc = dist__route_eval(DIST__S_FAIR_LOCK, 6, kv, 11, r, &c->on);
+    if ((rc = keys_of(nm, fair_lock_keys, NKEYS(fair_lock_keys) - 1 + robust,
+                      kv, &room)) == 0) {
+        n = 6 + robust;
+        kv[n++] = arg(lease);
+        kv[n++] = (struct dist__buf){ owner, olen };
+        kv[n++] = arg(window);
+        kv[n++] = arg(c->how == DIST__HOW_QUEUE ? "wait" : "try");
+        kv[n++] = arg(dist__publish_cmd());
+        kv[n++] = ul_arg(keep, dist__key_keep_ms(dist__lease_of(c->o)));
+        rc = dist__route_eval(DIST__S_FAIR_LOCK, 6 + robust, kv, n, r,
+                              &c->on);
     }
     dist__room_done(&room);
     return rc;
 }
 
 /* Reads the acquire script's reply: {1, holds, token} (a plain fresh
- * hold that left its mark: {1, 1, token, 1}) or {0, wait} (a plain
- * waiter's: {0, wait, aimed}).  A hold taken leaves the owner 1 (a fresh
- * hold) to its count + 1 holds (a few more after lost replies,
+ * hold that left its mark: {1, 1, token, 1}), a robust owner-dead one's
+ * {1, 1, token, mark, dead} (a fair one's {1, 1, token, dead}), {0, wait}
+ * (a plain waiter's: {0, wait, aimed}), or a robust one's {2, 0} (not
+ * recoverable: ENOTRECOVERABLE).  A hold taken leaves the owner 1 (a
+ * fresh hold) to its count + 1 holds (a few more after lost replies,
  * HOLDS_AHEAD_MAX); a wait is a PTTL (-1: no expiry) or a waiter's
  * deadline.  Anything else cannot be, and is refused before a number of
  * it is used. */
@@ -201,8 +229,17 @@ static int read_acquire(struct dist__call *c, const redisReply *r)
         c->token = (uint64_t)t;
         /* a plain fresh hold says whether it left its mark */
         c->wakes = !is_fair(c) && dist__reply_int(r, 3, &t) == 0 && t == 1;
+        c->ownerdead = is_robust(c->o) && r->elements > (is_fair(c) ? 3 : 4);
+        if (c->ownerdead && v != 1)
+            return dist__call_bad(c, script, "an owner-dead hold of count "
+                                  "%lld", v);
         return 0;
     }
+    if (ok == 2 && is_robust(c->o))
+        return dist__err(ENOTRECOVERABLE, "mutex '%s' is not recoverable: a "
+                         "holder told EOWNERDEAD released it without "
+                         "dist_mutex_consistent; an operator resets it "
+                         "(distlock unlock --reset)", c->o->st->names->name.p);
     if (ok != 0 || v < -1)
         return dist__call_bad(c, script, "status %lld, wait %lld ms", ok, v);
     c->taken = 0;
@@ -225,13 +262,14 @@ static int read_acquire(struct dist__call *c, const redisReply *r)
  * path: every call must fit a PTHREAD_STACK_MIN stack. */
 static __attribute__((noinline)) int m_settle_lost(struct dist__call *c)
 {
-    long long holds, pttl;
+    long long holds, pttl, dead = 0;
     uint64_t tok;
     char why[256];
 
     /* the reason the reply was lost says more than the probe's */
     snprintf(why, sizeof why, "%s", dist_last_error());
-    if (probe(c->o->st->names, &holds, &pttl, &tok, &c->on) != 0) {
+    if (probe(c->o->st->names, &holds, &pttl, &tok,
+              is_robust(c->o) ? &dead : NULL, &c->on) != 0) {
         c->unknown = 1;
         return dist__err(EIO, "%s", why);
     }
@@ -244,6 +282,7 @@ static __attribute__((noinline)) int m_settle_lost(struct dist__call *c)
         c->token = tok;
         c->wakes = 1;   /* whether it left a mark is not known: the release
                          * looks */
+        c->ownerdead = dead == 1 && c->n[0] == 0;
         return 0;
     }
     return 1;
@@ -286,16 +325,19 @@ static int m_plan(struct dist__call *c, int try_only)
 
 /* The release script's arguments, the derived names in room; wakes: a
  * plain mutex's hold that left its mark (mutex_unlock); expect: the count
- * a settle expects to find, or NULL.  Returns the number of keys, or -1
- * out of memory (said; room done all the same). */
+ * a settle expects to find, or NULL; robust: DIST__ROBUST_*, with keep
+ * (the record's time to live once not recoverable).  Returns the number
+ * of keys, or -1 out of memory (said; room done all the same). */
 static int release_args(const struct dist__names *nm, int fair, int wakes,
                         const char *lease, const char *owner, size_t olen,
-                        const char *expect, struct dist__buf *kv, int *nkv,
+                        const char *expect, int robust, const char *keep,
+                        struct dist__buf *kv, int *nkv,
                         struct dist__room *room)
 {
+    static const char *const how[] = { "", "clean", "lost", "back" };
     int n, nkeys;
 
-    n = fair ? NKEYS(fair_unlock_keys) : NKEYS(unlock_keys);
+    n = (fair ? NKEYS(fair_unlock_keys) : NKEYS(unlock_keys)) - 1 + !!robust;
     if (keys_of(nm, fair ? fair_unlock_keys : unlock_keys, n, kv, room) != 0)
         return -1;
     nkeys = ++n;
@@ -305,8 +347,12 @@ static int release_args(const struct dist__names *nm, int fair, int wakes,
     kv[n++] = arg("0");
     if (!fair)
         kv[n++] = arg(wakes ? "1" : "0");
-    if (expect)
-        kv[n++] = arg(expect);
+    if (expect || robust)
+        kv[n++] = arg(expect ? expect : "");
+    if (robust) {
+        kv[n++] = arg(how[robust]);
+        kv[n++] = arg(keep);
+    }
     *nkv = n;
     return nkeys;
 }
@@ -318,7 +364,7 @@ static int release_ran(struct dist__call *c, uint64_t mytoken)
     long long holds, pttl;
     uint64_t tok;
 
-    if (probe(c->o->st->names, &holds, &pttl, &tok, &c->on) != 0)
+    if (probe(c->o->st->names, &holds, &pttl, &tok, NULL, &c->on) != 0)
         return -2;
     /* A counter below our token means the server lost its data (a restart
      * without persistence): the hold went with it. */
@@ -397,18 +443,19 @@ static int send_release(struct dist__call *c, int script, int nkeys,
 static int m_release(struct dist__call *c)
 {
     const int fair = is_fair(c);
-    char lease[24];
+    char lease[24], keep[24];
     size_t olen;
     const char *owner = dist__owner(&olen);
-    struct dist__buf kv[10];
+    struct dist__buf kv[13];
     struct dist__room room;
     redisReply *r;
     long long res;
     int rc, nkv, nkeys, script = fair ? DIST__S_FAIR_UNLOCK : DIST__S_MUTEX_UNLOCK;
 
     snprintf(lease, sizeof lease, "%lu", dist__lease_of(c->o));
+    snprintf(keep, sizeof keep, "%lu", dist__key_keep_ms(dist__lease_of(c->o)));
     nkeys = release_args(c->o->st->names, fair, c->wakes, lease, owner, olen,
-                         NULL, kv, &nkv, &room);
+                         NULL, c->robust, keep, kv, &nkv, &room);
     if (nkeys < 0)
         c->unknown = 1;     /* nothing sent: as for no connection, below */
     rc = nkeys < 0 ? EIO : send_release(c, script, nkeys, kv, nkv, &r);
@@ -439,19 +486,23 @@ static int m_release(struct dist__call *c)
 static int m_settle(struct dist__hold *h, int *lost)
 {
     const int fair = h->kind == &dist__fair_kind;
-    char lease[24], expect[24], owner[DIST__OWNER_MAX];
-    struct dist__buf kv[10];
+    char lease[24], expect[24], keep[24], owner[DIST__OWNER_MAX];
+    struct dist__buf kv[13];
     struct dist__room room;
     redisReply *r = NULL;
     long long res = 0;
     int rc, nkv, nkeys;
+    unsigned long ms = h->lease_ms ? h->lease_ms : dist__watchdog_ms();
 
-    snprintf(lease, sizeof lease, "%lu",
-             h->lease_ms ? h->lease_ms : dist__watchdog_ms());
+    snprintf(lease, sizeof lease, "%lu", ms);
+    snprintf(keep, sizeof keep, "%lu", dist__key_keep_ms(ms));
     snprintf(expect, sizeof expect, "%lu", h->n[0] + 1);
-    /* whether the hold left its mark is not kept here: the release looks */
+    /* whether the hold left its mark is not kept here: the release looks;
+     * a release that gives back the last hold treats the record as the
+     * call that handed it over said, one that leaves holds not at all */
     nkeys = release_args(h->names, fair, 1, lease, owner,
-                         dist__hold_owner(h, owner), expect, kv, &nkv, &room);
+                         dist__hold_owner(h, owner), expect, h->robust, keep,
+                         kv, &nkv, &room);
     rc = nkeys < 0 ? DIST__ENOCONN
                    : dist__route_run(fair ? DIST__S_FAIR_UNLOCK
                                           : DIST__S_MUTEX_UNLOCK,
@@ -646,6 +697,30 @@ static void m_after_release(struct dist__call *c)
     y->streak = 0;
 }
 
+/* A robust hold's renewal re-arms its record too (mutex_renew). */
+static void m_renew_keys(struct dist__state *st, struct dist__rec *r,
+                         struct dist__hold *h)
+{
+    struct dist__buf *one, *k;
+
+    if (!r->robust || h->keys_owned)
+        return;
+    /* {N, distlock_robust:{N}}, owned by the entry; out of memory, it is
+     * renewed without the record, which then lives its keep from the
+     * acquire */
+    if (!(one = dist__names_set(st->names, robust_key, 1)))
+        return;
+    if ((k = malloc(2 * sizeof *k + one[0].len + 1)) != NULL) {
+        k[0] = st->names->name;     /* the entry holds a reference */
+        k[1].p = memcpy((char *)(k + 2), one[0].p, one[0].len + 1);
+        k[1].len = one[0].len;
+        h->keys = k;
+        h->nkeys = 2;
+        h->keys_owned = 1;
+    }
+    free(one);
+}
+
 static void m_state_free(struct dist__state *st)
 {
     free(st->ext);
@@ -672,7 +747,8 @@ static int m_default_flags(void)
     .busy_why = m_busy_why,             \
     .before_wait = m_before_wait,       \
     .after_release = m_after_release,   \
-    .state_free = m_state_free
+    .state_free = m_state_free,         \
+    .renew_keys = m_renew_keys
 
 const struct dist__kind dist__mutex_kind = { MUTEX_OPS,
                                              .default_flags = m_default_flags };

@@ -307,10 +307,10 @@ static int run_acquire(struct dist__call *c, struct dist__rec *r, long long v[4]
 {
     static const char *const hows[] = { "try", "wait", "prefer" };
     struct dist__state *st = c->o->st;
-    char lease[24], erd[24], ewr[24], window[24];
+    char lease[24], erd[24], ewr[24], window[24], keep[24];
     size_t olen;
     const char *owner = dist__owner(&olen);
-    struct dist__buf kv[12], tk;
+    struct dist__buf kv[13], tk;
     redisReply *rep;
     int rc, n = 0;
 
@@ -338,6 +338,11 @@ static int run_acquire(struct dist__call *c, struct dist__rec *r, long long v[4]
         kv[n++] = arg(window);
     }
     kv[n++] = arg(dist__publish_cmd());
+    if (c->mode) {
+        snprintf(keep, sizeof keep, "%lu",
+                 dist__key_keep_ms(dist__lease_of(c->o)));
+        kv[n++] = arg(keep);
+    }
     rc = run(c->mode ? DIST__S_RWLOCK_WRLOCK : DIST__S_RWLOCK_RDLOCK, 5, kv, n,
              &rep, again, &c->on);
     if (rc != 0)

@@ -40,6 +40,7 @@ static const struct {
     [DIST__N_BARRIER] = P("distlock_barrier:"),
     [DIST__N_BARRIER_MEMBERS] = P("distlock_barrier_members:"),
     [DIST__N_BARRIER_CHAN] = P("distlock_barrier_channel:"),
+    [DIST__N_ROBUST] = P("distlock_robust:"),
 };
 
 /* What follows a read hold's owner in its timeout keys (Redisson's). */

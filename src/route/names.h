@@ -36,6 +36,9 @@ enum dist__nm {
     DIST__N_BARRIER,        /* distlock_barrier:{N}        (barrier) */
     DIST__N_BARRIER_MEMBERS,/* distlock_barrier_members:{N} */
     DIST__N_BARRIER_CHAN,   /* distlock_barrier_channel:{N} */
+    DIST__N_ROBUST,         /* distlock_robust:{N}         (robust mutex: who
+                             * holds it, who died holding it; see
+                             * lua/prelude_robust.lua) */
     DIST__N_COUNT
 };
 

@@ -1,0 +1,558 @@
+/*
+ * test_robust: robust mutexes (DIST_MUTEX_ROBUST) against a private
+ * redis-server: a holder that does not release the lock cleanly (killed in
+ * its section, its lease run out under SIGSTOP, its hold forced) makes the
+ * next lock in another process return EOWNERDEAD with the lock held; that
+ * holder's consistent + unlock is clean (the next locker gets 0), its
+ * unlock without consistent makes the lock not recoverable for every
+ * process (ENOTRECOVERABLE, nothing taken) until the record is deleted;
+ * reentrant holds, the fair mutex, deferred release, cohorting (refused)
+ * and what a mutex that is not robust leaves (nothing).
+ * TEST_ROBUST_FILTER=<glob> runs some tests only.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "distlock.h"
+#include "harness_server.h"
+#include "testhelp.h"
+#include "fixture.h"
+
+static tu_redis_t r;
+static const struct fx_settings defaults = { 30000, 2000, 0 };
+
+#define NAME(buf, tag) test_lock_name(buf, sizeof buf, "test_robust", __func__, tag)
+
+/* how a robust mutex is made in these tests */
+enum { PLAIN = 0, FAIR = 1 };
+#define LEASE_MS 800UL     /* an explicit lease: a killed holder's hold ends
+                            * this long after its lock */
+
+static void init_robust(dist_mutex_t *m, const char *name, int fair,
+                        unsigned long lease_ms)
+{
+    dist_mutexattr_t a;
+
+    assert_int_equal(dist_mutexattr_init(&a), 0);
+    assert_int_equal(dist_mutexattr_setrobust(&a, DIST_MUTEX_ROBUST), 0);
+    assert_int_equal(dist_mutexattr_setfair(&a, fair), 0);
+    assert_int_equal(dist_mutexattr_setlease(&a, lease_ms), 0);
+    assert_int_equal(dist_mutex_init(m, name, &a), 0);
+    assert_int_equal(dist_mutexattr_destroy(&a), 0);
+}
+
+static void record_key(char *key, size_t len, const char *name)
+{
+    snprintf(key, len, "distlock_robust:{%s}", name);
+}
+
+static long long record_exists(const char *name)
+{
+    char key[300];
+
+    record_key(key, sizeof key, name);
+    return tu_cmd_int(&r, "EXISTS", key, NULL);
+}
+
+/* A field of the record, malloc'd, or NULL. */
+static char *record_field(const char *name, const char *field)
+{
+    char key[300];
+
+    record_key(key, sizeof key, name);
+    return tu_cmd_str(&r, "HGET", key, field, NULL);
+}
+
+/* What a child does with its robust mutex once it holds it. */
+enum child_act {
+    HOLD,              /* lock, say so, wait to be killed or stopped */
+    TAKE_AND_UNLOCK,   /* lock (any rc written), unlock if it holds it */
+    TRY,               /* trylock and timedlock (0.3 s): their rcs written
+                        * together; then lock: its rc, and it unlocks */
+};
+
+/* Forks a child that acts on a robust mutex of name; its results come on
+ * the returned pipe's read end (*fd).  For HOLD, the child writes its lock's
+ * rc and sleeps. */
+static pid_t child(const char *name, int fair, unsigned long lease_ms,
+                   enum child_act act, int *fd)
+{
+    int p[2];
+    pid_t pid;
+
+    assert_int_equal(pipe(p), 0);
+    pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        dist_mutex_t m;
+        struct timespec ts;
+        int rc[3] = { -1, -1, -1 };
+
+        close(p[0]);
+        if (fx_apply(r.url_unix, &defaults) != 0)
+            _exit(2);
+        if (act == HOLD)
+            dist_set_watchdog_ms(600);   /* for a watchdog hold (lease 0) */
+        init_robust(&m, name, fair, lease_ms);
+        if (act == TRY) {
+            rc[0] = dist_mutex_trylock(&m);
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 300000000L;
+            if (ts.tv_nsec >= 1000000000L)
+                ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+            rc[1] = dist_mutex_timedlock(&m, &ts);
+            if (write(p[1], rc, 2 * sizeof rc[0]) != 2 * (ssize_t)sizeof rc[0])
+                _exit(3);
+            rc[2] = dist_mutex_lock(&m);
+            if (write(p[1], &rc[2], sizeof rc[2]) != (ssize_t)sizeof rc[2])
+                _exit(3);
+            if (rc[2] == 0 && dist_mutex_unlock(&m) != 0)
+                _exit(4);
+            _exit(0);
+        }
+        rc[0] = dist_mutex_lock(&m);
+        if (write(p[1], rc, sizeof rc[0]) != (ssize_t)sizeof rc[0])
+            _exit(3);
+        if (act == HOLD)
+            for (;;)
+                pause();
+        if (rc[0] == 0 || rc[0] == EOWNERDEAD)
+            rc[1] = dist_mutex_unlock(&m);
+        if (write(p[1], &rc[1], sizeof rc[1]) != (ssize_t)sizeof rc[1])
+            _exit(3);
+        _exit(0);
+    }
+    close(p[1]);
+    *fd = p[0];
+    return pid;
+}
+
+static int read_rc(int fd)
+{
+    int rc = -100;
+
+    assert_int_equal(read(fd, &rc, sizeof rc), (ssize_t)sizeof rc);
+    return rc;
+}
+
+static void reap(pid_t pid)
+{
+    int st;
+
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFEXITED(st) || WIFSIGNALED(st));
+    if (WIFEXITED(st))
+        assert_int_equal(WEXITSTATUS(st), 0);
+}
+
+/* A child holds name (robust) and is killed in its section. */
+static void holder_killed(const char *name, int fair)
+{
+    int fd;
+    pid_t pid = child(name, fair, LEASE_MS, HOLD, &fd);
+
+    assert_int_equal(read_rc(fd), 0);
+    close(fd);
+    assert_int_equal(kill(pid, SIGKILL), 0);
+    reap(pid);
+}
+
+/* A second process (a child) locks name: the rc of its lock, and of its
+ * unlock when it took it. */
+static void other_locks(const char *name, int fair, int *lock_rc,
+                        int *unlock_rc)
+{
+    int fd;
+    pid_t pid = child(name, fair, LEASE_MS, TAKE_AND_UNLOCK, &fd);
+
+    *lock_rc = read_rc(fd);
+    *unlock_rc = read_rc(fd);
+    close(fd);
+    reap(pid);
+}
+
+/* The holder was killed: this process's lock waits for its lease, then
+ * gets EOWNERDEAD with the lock held; consistent; a clean unlock, after
+ * which another process's lock gets 0 and no record is left. */
+static void killed_then_consistent(int fair)
+{
+    char name[200];
+    dist_mutex_t m;
+    int lrc, urc, fd, rc[2];
+    pid_t pid;
+    char *dead;
+
+    NAME(name, fair ? "fair" : "plain");
+    holder_killed(name, fair);
+    /* the record names the dead holder */
+    dead = record_field(name, "held");
+    assert_non_null(dead);
+    free(dead);
+    init_robust(&m, name, fair, LEASE_MS);
+    assert_int_equal(dist_mutex_lock(&m), EOWNERDEAD);
+    /* held: another process cannot take it; its lock waits, and gets 0
+     * after the clean unlock below */
+    pid = child(name, fair, LEASE_MS, TRY, &fd);
+    assert_int_equal(read(fd, rc, 2 * sizeof rc[0]), 2 * (ssize_t)sizeof rc[0]);
+    assert_int_equal(rc[0], EBUSY);
+    assert_int_equal(rc[1], ETIMEDOUT);
+    dead = record_field(name, "dead");
+    assert_non_null(dead);
+    free(dead);
+    assert_int_equal(dist_mutex_consistent(&m), 0);
+    /* a second consistent is refused: it is consistent already */
+    assert_int_equal(dist_mutex_consistent(&m), EINVAL);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(read_rc(fd), 0);
+    close(fd);
+    reap(pid);
+    assert_int_equal(record_exists(name), 0);
+    other_locks(name, fair, &lrc, &urc);
+    assert_int_equal(lrc, 0);
+    assert_int_equal(urc, 0);
+    assert_int_equal(record_exists(name), 0);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+}
+
+static void test_killed_holder_plain(void **state)
+{
+    (void)state;
+    killed_then_consistent(PLAIN);
+}
+
+static void test_killed_holder_fair(void **state)
+{
+    (void)state;
+    killed_then_consistent(FAIR);
+}
+
+/* The owner-dead holder unlocks without consistent: every later lock,
+ * trylock and timedlock in another process gets ENOTRECOVERABLE without
+ * taking it, until the record is deleted (what distlock unlock --reset
+ * does); then 0. */
+static void unlock_without_consistent(int fair)
+{
+    char name[200], key[300];
+    dist_mutex_t m;
+    int fd, rc[3], lrc, urc;
+    pid_t pid;
+    char *nr;
+
+    NAME(name, fair ? "fair" : "plain");
+    holder_killed(name, fair);
+    init_robust(&m, name, fair, LEASE_MS);
+    assert_int_equal(dist_mutex_lock(&m), EOWNERDEAD);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    nr = record_field(name, "nr");
+    assert_non_null(nr);
+    free(nr);
+    pid = child(name, fair, LEASE_MS, TRY, &fd);
+    assert_int_equal(read(fd, rc, 2 * sizeof rc[0]), 2 * (ssize_t)sizeof rc[0]);
+    rc[2] = read_rc(fd);
+    close(fd);
+    reap(pid);
+    assert_int_equal(rc[0], ENOTRECOVERABLE);
+    assert_int_equal(rc[1], ENOTRECOVERABLE);
+    assert_int_equal(rc[2], ENOTRECOVERABLE);
+    /* nothing was taken, nobody is queued */
+    assert_int_equal(tu_cmd_int(&r, "EXISTS", name, NULL), 0);
+    snprintf(key, sizeof key, "redisson_lock_queue:{%s}", name);
+    assert_int_equal(tu_cmd_int(&r, "EXISTS", key, NULL), 0);
+    /* this process too */
+    assert_int_equal(dist_mutex_lock(&m), ENOTRECOVERABLE);
+    assert_int_equal(dist_mutex_trylock(&m), ENOTRECOVERABLE);
+    assert_int_equal(dist_mutex_unlock(&m), EPERM);
+    /* an operator's reset */
+    record_key(key, sizeof key, name);
+    assert_int_equal(tu_cmd_int(&r, "DEL", key, NULL), 1);
+    other_locks(name, fair, &lrc, &urc);
+    assert_int_equal(lrc, 0);
+    assert_int_equal(urc, 0);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+}
+
+static void test_unlock_without_consistent_plain(void **state)
+{
+    (void)state;
+    unlock_without_consistent(PLAIN);
+}
+
+static void test_unlock_without_consistent_fair(void **state)
+{
+    (void)state;
+    unlock_without_consistent(FAIR);
+}
+
+/* A watchdog hold whose process is stopped (SIGSTOP) past its lease: the
+ * next locker gets EOWNERDEAD; the stopped holder, continued, finds its
+ * hold lost (its unlock says EPERM) and the record is the new holder's. */
+static void test_lease_ran_out_under_sigstop(void **state)
+{
+    char name[200];
+    dist_mutex_t m;
+    int fd, rc;
+    pid_t pid;
+    char *held;
+
+    (void)state;
+    NAME(name, "stop");
+    pid = child(name, PLAIN, 0, HOLD, &fd);   /* watchdog lease, 600 ms */
+    assert_int_equal(read_rc(fd), 0);
+    close(fd);
+    assert_int_equal(kill(pid, SIGSTOP), 0);
+    init_robust(&m, name, PLAIN, LEASE_MS);
+    rc = dist_mutex_lock(&m);
+    assert_int_equal(rc, EOWNERDEAD);
+    held = record_field(name, "dead");
+    assert_non_null(held);
+    free(held);
+    assert_int_equal(kill(pid, SIGCONT), 0);
+    assert_int_equal(kill(pid, SIGKILL), 0);
+    reap(pid);
+    assert_int_equal(dist_mutex_consistent(&m), 0);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(record_exists(name), 0);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+}
+
+/* A hold forced away (what distlock unlock --force does: the lock key
+ * deleted): the next holder gets EOWNERDEAD; the forced holder's unlock
+ * says EPERM and leaves the new holder's record alone. */
+static void test_forced_hold(void **state)
+{
+    char name[200];
+    dist_mutex_t a, b;
+    int fd, lrc, urc;
+    pid_t pid;
+
+    (void)state;
+    NAME(name, "forced");
+    init_robust(&a, name, PLAIN, 0);
+    assert_int_equal(dist_mutex_lock(&a), 0);
+    assert_int_equal(tu_cmd_int(&r, "DEL", name, NULL), 1);
+    pid = child(name, PLAIN, LEASE_MS, HOLD, &fd);
+    assert_int_equal(read_rc(fd), EOWNERDEAD);
+    close(fd);
+    assert_int_equal(dist_mutex_unlock(&a), EPERM);
+    assert_int_equal(record_exists(name), 1);
+    assert_int_equal(kill(pid, SIGKILL), 0);
+    reap(pid);
+    /* the child died owner-dead, unrepaired: the next holder is told */
+    init_robust(&b, name, PLAIN, LEASE_MS);
+    assert_int_equal(dist_mutex_lock(&b), EOWNERDEAD);
+    assert_int_equal(dist_mutex_consistent(&b), 0);
+    assert_int_equal(dist_mutex_unlock(&b), 0);
+    other_locks(name, PLAIN, &lrc, &urc);
+    assert_int_equal(lrc, 0);
+    assert_int_equal(dist_mutex_destroy(&a), 0);
+    assert_int_equal(dist_mutex_destroy(&b), 0);
+}
+
+/* Reentrant holds of an owner-dead lock: a relock adds a hold (0), only
+ * the last unlock ends it; consistent at any depth makes that last unlock
+ * clean.  Without it the last one makes it not recoverable. */
+static void test_reentrant(void **state)
+{
+    char name[200], key[300];
+    dist_mutex_t m;
+    int lrc, urc;
+
+    (void)state;
+    NAME(name, "reentrant");
+    holder_killed(name, PLAIN);
+    init_robust(&m, name, PLAIN, LEASE_MS);
+    assert_int_equal(dist_mutex_lock(&m), EOWNERDEAD);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_mutex_trylock(&m), 0);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_consistent(&m), 0);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(record_exists(name), 1);   /* still held */
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(record_exists(name), 0);
+    other_locks(name, PLAIN, &lrc, &urc);
+    assert_int_equal(lrc, 0);
+
+    /* the same without consistent: not recoverable at the last unlock */
+    holder_killed(name, PLAIN);
+    assert_int_equal(dist_mutex_lock(&m), EOWNERDEAD);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(tu_cmd_int(&r, "EXISTS", name, NULL), 1);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    other_locks(name, PLAIN, &lrc, &urc);
+    assert_int_equal(lrc, ENOTRECOVERABLE);
+    record_key(key, sizeof key, name);
+    assert_int_equal(tu_cmd_int(&r, "DEL", key, NULL), 1);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+}
+
+/* A clean robust pair leaves nothing but what a mutex that is not robust
+ * leaves (the fencing counter); a mutex that is not robust never writes
+ * the record, and does not see one. */
+static void test_clean_and_not_robust(void **state)
+{
+    char name[200];
+    dist_mutex_t m, plain;
+
+    (void)state;
+    NAME(name, "clean");
+    init_robust(&m, name, PLAIN, 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(record_exists(name), 1);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(record_exists(name), 0);
+    assert_int_equal(dist_mutex_consistent(&m), EPERM);
+
+    assert_int_equal(dist_mutex_init(&plain, name, NULL), 0);
+    assert_int_equal(dist_mutex_lock(&plain), 0);
+    assert_int_equal(record_exists(name), 0);
+    assert_int_equal(dist_mutex_consistent(&plain), EINVAL);
+    assert_int_equal(dist_mutex_unlock(&plain), 0);
+    /* a record left by a dead robust holder: a plain mutex takes the lock
+     * as always, and leaves the record for the next robust locker */
+    holder_killed(name, PLAIN);
+    assert_int_equal(dist_mutex_lock(&plain), 0);
+    assert_int_equal(dist_mutex_unlock(&plain), 0);
+    assert_int_equal(record_exists(name), 1);
+    assert_int_equal(dist_mutex_lock(&m), EOWNERDEAD);
+    assert_int_equal(dist_mutex_consistent(&m), 0);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_destroy(&plain), 0);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+}
+
+/* The attribute: its values, and no cohorting with it. */
+static void test_attr(void **state)
+{
+    dist_mutexattr_t a;
+    dist_mutex_t m;
+    int v = -1;
+
+    (void)state;
+    assert_int_equal(dist_mutexattr_init(&a), 0);
+    assert_int_equal(dist_mutexattr_getrobust(&a, &v), 0);
+    assert_int_equal(v, DIST_MUTEX_STALLED);
+    assert_int_equal(dist_mutexattr_setrobust(&a, 2), EINVAL);
+    assert_int_equal(dist_mutexattr_setrobust(&a, DIST_MUTEX_ROBUST), 0);
+    assert_int_equal(dist_mutexattr_getrobust(&a, &v), 0);
+    assert_int_equal(v, DIST_MUTEX_ROBUST);
+    assert_int_equal(dist_mutexattr_getcohort(&a, &v), 0);
+    assert_int_equal(v, 0);
+    assert_int_equal(dist_mutexattr_setcohort(&a, 1), 0);
+    assert_int_equal(dist_mutex_init(&m, "test_robust:attr", &a), EINVAL);
+    assert_non_null(strstr(dist_last_error(), "robust"));
+    assert_int_equal(dist_mutexattr_setrobust(&a, DIST_MUTEX_STALLED), 0);
+    assert_int_equal(dist_mutex_init(&m, "test_robust:attr", &a), 0);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+}
+
+/* Deferred release: a clean deferred unlock leaves no record once its
+ * reply is read; an owner-dead hold's deferred unlock without consistent
+ * makes it not recoverable all the same. */
+static void test_deferred(void **state)
+{
+    char name[200], key[300];
+    dist_mutexattr_t a;
+    dist_mutex_t m, other;
+    int lrc, urc;
+
+    (void)state;
+    NAME(name, "deferred");
+    assert_int_equal(dist_mutexattr_init(&a), 0);
+    assert_int_equal(dist_mutexattr_setrobust(&a, DIST_MUTEX_ROBUST), 0);
+    assert_int_equal(dist_mutexattr_setdeferred(&a, 1), 0);
+    assert_int_equal(dist_mutexattr_setlease(&a, LEASE_MS), 0);
+    assert_int_equal(dist_mutex_init(&m, name, &a), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    /* the next call on the thread's link reads the release's reply */
+    init_robust(&other, "test_robust:deferred:other", PLAIN, LEASE_MS);
+    assert_int_equal(dist_mutex_lock(&other), 0);
+    assert_int_equal(dist_mutex_unlock(&other), 0);
+    assert_int_equal(record_exists(name), 0);
+
+    holder_killed(name, PLAIN);
+    assert_int_equal(dist_mutex_lock(&m), EOWNERDEAD);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    other_locks(name, PLAIN, &lrc, &urc);
+    assert_int_equal(lrc, ENOTRECOVERABLE);
+    record_key(key, sizeof key, name);
+    assert_int_equal(tu_cmd_int(&r, "DEL", key, NULL), 1);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+    assert_int_equal(dist_mutex_destroy(&other), 0);
+    assert_int_equal(dist_mutexattr_destroy(&a), 0);
+}
+
+/* Waiters blocked while an owner-dead holder unlocks without consistent
+ * are woken and get ENOTRECOVERABLE; a fair waiter leaves the queue. */
+static void waiter_woken_unrecoverable(int fair)
+{
+    char name[200], key[300];
+    dist_mutex_t m;
+    int fd, lrc;
+    pid_t pid;
+
+    NAME(name, fair ? "fair" : "plain");
+    holder_killed(name, fair);
+    init_robust(&m, name, fair, 0);
+    assert_int_equal(dist_mutex_lock(&m), EOWNERDEAD);
+    pid = child(name, fair, LEASE_MS, TAKE_AND_UNLOCK, &fd);
+    tu_sleep_ms(300);          /* the child waits (a fair one is queued) */
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    lrc = read_rc(fd);
+    assert_int_equal(lrc, ENOTRECOVERABLE);
+    (void)read_rc(fd);
+    close(fd);
+    reap(pid);
+    snprintf(key, sizeof key, "redisson_lock_queue:{%s}", name);
+    assert_int_equal(tu_cmd_int(&r, "EXISTS", key, NULL), 0);
+    record_key(key, sizeof key, name);
+    assert_int_equal(tu_cmd_int(&r, "DEL", key, NULL), 1);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+}
+
+static void test_waiter_woken_plain(void **state)
+{
+    (void)state;
+    waiter_woken_unrecoverable(PLAIN);
+}
+
+static void test_waiter_woken_fair(void **state)
+{
+    (void)state;
+    waiter_woken_unrecoverable(FAIR);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+#define T(f) cmocka_unit_test_teardown(f, fx_restore_defaults)
+        T(test_attr),
+        T(test_clean_and_not_robust),
+        T(test_killed_holder_plain),
+        T(test_killed_holder_fair),
+        T(test_unlock_without_consistent_plain),
+        T(test_unlock_without_consistent_fair),
+        T(test_lease_ran_out_under_sigstop),
+        T(test_forced_hold),
+        T(test_reentrant),
+        T(test_deferred),
+        T(test_waiter_woken_plain),
+        T(test_waiter_woken_fair),
+    };
+    return fx_run_group(tests, &r, &defaults, "TEST_ROBUST_FILTER");
+}
