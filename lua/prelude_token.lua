@@ -24,8 +24,8 @@
 -- agree, as above).  Redisson's RFencedLock INCRs the counter instead of
 -- drawing from the clock: after an expiry its INCR starts again at 1, below
 -- every earlier token, and a fence refuses it; a fleet that mixes it with
--- distlock sets the grace to 0, which keeps the counter for ever (and any
--- expiry it already has, none unless an operator set one).
+-- distlock sets the grace to 0, which keeps the counter for ever (a draw then
+-- clears an expiry an earlier draw set).
 --
 -- fencing_token(key, draw, keep)
 --   draw  false: the last token drawn (0 before the first); fails when the key
@@ -34,7 +34,7 @@
 --         key before it writes it, so it fails (a key that holds no counter)
 --         before any write, and a caller draws it before its other writes
 --   keep  with draw: the counter's time to live in ms, a string: the lease
---         plus the grace, or '0' to keep whatever expiry it has
+--         plus the grace, or '0' for ever
 local TOKEN_MAX = 9007199254740991     -- 2^53 - 1: a Lua number is exact below
 
 local function fencing_token(key, draw, keep)
@@ -59,7 +59,7 @@ local function fencing_token(key, draw, keep)
   if keep ~= '0' then
     redis.call('set', key, string.format('%.0f', token), 'px', keep)
   else
-    redis.call('set', key, string.format('%.0f', token), 'keepttl')
+    redis.call('set', key, string.format('%.0f', token))
   end
   return token
 end

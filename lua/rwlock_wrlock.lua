@@ -17,7 +17,7 @@
 -- ARGV[6]  waiting writer window in ms
 -- ARGV[7]  publish command
 -- ARGV[8]  the counter's time to live in ms when a new hold draws a token (the
---          lease plus DISTLOCK_KEY_GRACE_MS), '0': keep its expiry
+--          lease plus DISTLOCK_KEY_GRACE_MS), '0': for ever
 -- Reply    {1, holds, token}       taken; holds is the owner's write holds now
 --          {0, wait_ms}            held by others; try again within wait_ms or on a
 --                                  message (-1: the lock has no expiry)

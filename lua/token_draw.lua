@@ -3,7 +3,7 @@
 -- lost reply, whose surplus was shed).  The same rule as a new hold's draw.
 -- KEYS[1]  fencing counter: STRING                                (redisson_lock_token:{N})
 -- ARGV[1]  the counter's time to live in ms (the lease plus DISTLOCK_KEY_GRACE_MS),
---          '0': keep its expiry
+--          '0': for ever
 -- Reply    the new token
 -- Types    string
 --#include prelude_token.lua

@@ -1,0 +1,388 @@
+/*
+ * test_expiry: a name no longer used leaves nothing in Redis once its lease
+ * and DISTLOCK_KEY_GRACE_MS have passed (issue 30), for every kind: plain,
+ * fair and robust mutex (an owner-dead one and a not recoverable one too),
+ * read-write lock, condition variable, semaphore (both modes), barrier.
+ * With a grace of 0 the fencing counter is kept for ever, as before.
+ * Against a private redis-server; each test starts from an empty database
+ * and ends when DBSIZE is 0, or fails after a bound that names the keys
+ * left.  TEST_EXPIRY_FILTER=<glob> runs some tests only.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "distlock.h"
+#include "harness_server.h"
+#include "testhelp.h"
+#include "fixture.h"
+
+static tu_redis_t r;
+static const struct fx_settings defaults = { 600, 2000, 600 };
+
+#define GRACE_MS 300UL
+#define LEASE_MS 400UL
+/* Keys may take this long past lease + grace to go: the watchdog lease of a
+ * hold let go, a waiter's window, Redis's lazy expiry (an expired key is
+ * found by its active cycle within a few hundred ms), a loaded machine. */
+#define BOUND_MS 8000L
+
+static void flush(void)
+{
+    redisReply *x = tu_cmd(&r, "FLUSHALL", NULL);
+
+    assert_non_null(x);
+    freeReplyObject(x);
+    fx_dirty = 1;
+    assert_int_equal(dist_set_key_grace_ms(GRACE_MS), 0);
+}
+
+/* Prints the keys left and their PTTL. */
+static void print_keys(void)
+{
+    redisReply *k = tu_cmd(&r, "KEYS", "*", NULL);
+    size_t i;
+
+    for (i = 0; k && i < k->elements; i++)
+        fprintf(stderr, "left: %s (pttl %lld)\n", k->element[i]->str,
+                tu_cmd_int(&r, "PTTL", k->element[i]->str, NULL));
+    freeReplyObject(k);
+}
+
+/* Waits until the database is empty; fails, naming what is left, after
+ * BOUND_MS. */
+static void expect_empty(void)
+{
+    double until = tu_now() + BOUND_MS / 1000.0;
+    long long n;
+
+    while ((n = tu_cmd_int(&r, "DBSIZE", NULL)) > 0 && tu_now() < until)
+        tu_sleep_ms(100);
+    if (n != 0)
+        print_keys();
+    assert_int_equal(n, 0);
+}
+
+/* Waits until only the n keys k1 (and k2) are left, with no expiry;
+ * fails, naming what is left, after BOUND_MS. */
+static void expect_left(long long n, const char *k1, const char *k2)
+{
+    double until = tu_now() + BOUND_MS / 1000.0;
+    long long got;
+
+    while ((got = tu_cmd_int(&r, "DBSIZE", NULL)) > n && tu_now() < until)
+        tu_sleep_ms(100);
+    if (got != n)
+        print_keys();
+    assert_int_equal(got, n);
+    assert_int_equal(tu_cmd_int(&r, "EXISTS", k1, NULL), 1);
+    if (k2)
+        assert_int_equal(tu_cmd_int(&r, "EXISTS", k2, NULL), 1);
+}
+
+static void mutex_with(const char *name, int fair, int robust)
+{
+    dist_mutexattr_t a;
+    dist_mutex_t m;
+
+    assert_int_equal(dist_mutexattr_init(&a), 0);
+    assert_int_equal(dist_mutexattr_setfair(&a, fair), 0);
+    assert_int_equal(dist_mutexattr_setrobust(&a, robust), 0);
+    assert_int_equal(dist_mutex_init(&m, name, &a), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+}
+
+static void test_mutex(void **state)
+{
+    (void)state;
+    flush();
+    mutex_with("exp:mutex", 0, DIST_MUTEX_STALLED);
+    /* the counter lives lease + grace, no longer */
+    {
+        long long pttl = tu_cmd_int(&r, "PTTL", "redisson_lock_token:{exp:mutex}",
+                                    NULL);
+        assert_true(pttl > 0 && pttl <= (long long)(600 + GRACE_MS));
+    }
+    expect_empty();
+}
+
+/* A fair mutex with a waiter queued behind the holder. */
+static void *fair_waiter(void *arg)
+{
+    dist_mutex_t *m = arg;
+
+    if (dist_mutex_lock(m) != 0 || dist_mutex_unlock(m) != 0)
+        return (void *)1;
+    return NULL;
+}
+
+static void test_fair(void **state)
+{
+    dist_mutexattr_t a;
+    dist_mutex_t m;
+    pthread_t t;
+    void *res;
+
+    (void)state;
+    flush();
+    assert_int_equal(dist_mutexattr_init(&a), 0);
+    assert_int_equal(dist_mutexattr_setfair(&a, 1), 0);
+    assert_int_equal(dist_mutex_init(&m, "exp:fair", &a), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(pthread_create(&t, NULL, fair_waiter, &m), 0);
+    tu_sleep_ms(200);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(pthread_join(t, &res), 0);
+    assert_null(res);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+    expect_empty();
+}
+
+static void test_robust_clean(void **state)
+{
+    (void)state;
+    flush();
+    mutex_with("exp:robust", 0, DIST_MUTEX_ROBUST);
+    mutex_with("exp:robustfair", 1, DIST_MUTEX_ROBUST);
+    expect_empty();
+}
+
+/* A robust holder that died, and a lock made not recoverable: their
+ * records go too, once nobody has tried the lock for lease + grace. */
+static void test_robust_dead_and_unrecoverable(void **state)
+{
+    dist_mutexattr_t a;
+    dist_mutex_t m;
+    pid_t pid;
+    int st, p[2];
+    char c = 0;
+
+    (void)state;
+    flush();
+    assert_int_equal(dist_mutexattr_init(&a), 0);
+    assert_int_equal(dist_mutexattr_setrobust(&a, DIST_MUTEX_ROBUST), 0);
+    assert_int_equal(dist_mutexattr_setlease(&a, LEASE_MS), 0);
+    assert_int_equal(pipe(p), 0);
+    pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        dist_mutex_t k;
+        if (fx_apply(r.url_unix, &defaults) != 0 ||
+            dist_set_key_grace_ms(GRACE_MS) != 0 ||
+            dist_mutex_init(&k, "exp:dead", &a) != 0 ||
+            dist_mutex_lock(&k) != 0 || dist_mutex_init(&k, "exp:nr", &a) != 0 ||
+            dist_mutex_lock(&k) != 0 || write(p[1], &c, 1) != 1)
+            _exit(1);
+        for (;;)
+            pause();
+    }
+    close(p[1]);
+    assert_int_equal(read(p[0], &c, 1), 1);
+    close(p[0]);
+    kill(pid, SIGKILL);
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_int_equal(dist_mutex_init(&m, "exp:nr", &a), 0);
+    assert_int_equal(dist_mutex_lock(&m), EOWNERDEAD);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_lock(&m), ENOTRECOVERABLE);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+    expect_empty();
+}
+
+static void test_rwlock(void **state)
+{
+    dist_rwlockattr_t a;
+    dist_rwlock_t rw, pw;
+
+    (void)state;
+    flush();
+    assert_int_equal(dist_rwlock_init(&rw, "exp:rw", NULL), 0);
+    assert_int_equal(dist_rwlock_rdlock(&rw), 0);
+    assert_int_equal(dist_rwlock_unlock(&rw), 0);
+    assert_int_equal(dist_rwlock_wrlock(&rw), 0);
+    assert_int_equal(dist_rwlock_rdlock(&rw), 0);
+    assert_int_equal(dist_rwlock_unlock(&rw), 0);
+    assert_int_equal(dist_rwlock_unlock(&rw), 0);
+    assert_int_equal(dist_rwlock_destroy(&rw), 0);
+    assert_int_equal(dist_rwlockattr_init(&a), 0);
+    assert_int_equal(dist_rwlockattr_setkind(&a, DIST_RWLOCK_PREFER_WRITER), 0);
+    assert_int_equal(dist_rwlockattr_setlease(&a, LEASE_MS), 0);
+    assert_int_equal(dist_rwlock_init(&pw, "exp:rwpw", &a), 0);
+    assert_int_equal(dist_rwlock_wrlock(&pw), 0);
+    assert_int_equal(dist_rwlock_unlock(&pw), 0);
+    assert_int_equal(dist_rwlock_rdlock(&pw), 0);   /* left to its lease */
+    assert_int_equal(dist_rwlock_destroy(&pw), EBUSY);
+    tu_sleep_ms(LEASE_MS + 100);
+    assert_int_equal(dist_rwlock_unlock(&pw), EPERM);
+    assert_int_equal(dist_rwlock_destroy(&pw), 0);
+    expect_empty();
+}
+
+struct cond_arg {
+    dist_cond_t *c;
+    dist_mutex_t *m;
+    int rc;
+};
+
+static void *cond_waiter(void *arg)
+{
+    struct cond_arg *x = arg;
+    struct timespec ts = realtime_in(5);
+
+    x->rc = dist_mutex_lock(x->m);
+    if (x->rc == 0)
+        x->rc = dist_cond_timedwait(x->c, x->m, &ts);
+    if (x->rc == 0)
+        x->rc = dist_mutex_unlock(x->m);
+    return NULL;
+}
+
+static void test_cond(void **state)
+{
+    dist_cond_t c;
+    dist_mutex_t m;
+    pthread_t t;
+    struct cond_arg x;
+    struct timespec ts;
+
+    (void)state;
+    flush();
+    assert_int_equal(dist_mutex_init(&m, "exp:condm", NULL), 0);
+    assert_int_equal(dist_cond_init(&c, "exp:cond", NULL), 0);
+    x.c = &c;
+    x.m = &m;
+    x.rc = -1;
+    assert_int_equal(pthread_create(&t, NULL, cond_waiter, &x), 0);
+    tu_sleep_ms(300);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_cond_signal(&c), 0);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    assert_int_equal(x.rc, 0);
+    /* a wait that times out */
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    ts = realtime_in(0.2);
+    assert_int_equal(dist_cond_timedwait(&c, &m, &ts), ETIMEDOUT);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_cond_destroy(&c), 0);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+    expect_empty();
+}
+
+static void sem_with(const char *name, int mode)
+{
+    dist_semattr_t a;
+    dist_sem_t s;
+
+    assert_int_equal(dist_semattr_init(&a), 0);
+    assert_int_equal(dist_semattr_setmode(&a, mode), 0);
+    assert_int_equal(dist_sem_init(&s, name, 2, &a), 0);
+    assert_int_equal(dist_sem_wait(&s), 0);
+    assert_int_equal(dist_sem_trywait(&s), 0);
+    assert_int_equal(dist_sem_trywait(&s), EAGAIN);
+    assert_int_equal(dist_sem_post(&s), 0);
+    assert_int_equal(dist_sem_post(&s), 0);
+    assert_int_equal(dist_sem_destroy(&s), 0);
+}
+
+/* A semaphore's count is its state, as a named POSIX semaphore's is until
+ * sem_unlink: it stays (and a Redisson RSemaphore's key is Redisson's).
+ * Everything else of it goes: its holds and leases. */
+static void test_sem(void **state)
+{
+    (void)state;
+    flush();
+    sem_with("exp:sem", DIST_SEM_LEASED);
+    sem_with("exp:rsem", DIST_SEM_REDISSON);
+    expect_left(2, "distlock_sem:{exp:sem}", "exp:rsem");
+}
+
+static void *barrier_member(void *arg)
+{
+    dist_barrier_t *b = arg;
+    int rc = dist_barrier_wait(b);
+
+    return (void *)(intptr_t)(rc == 0 || rc == DIST_BARRIER_SERIAL_THREAD);
+}
+
+static void test_barrier(void **state)
+{
+    dist_barrier_t a, b;
+    pthread_t t;
+    void *ok;
+    int rc;
+
+    (void)state;
+    flush();
+    assert_int_equal(dist_barrier_init(&a, "exp:barrier", 2), 0);
+    assert_int_equal(dist_barrier_init(&b, "exp:barrier", 2), 0);
+    assert_int_equal(pthread_create(&t, NULL, barrier_member, &b), 0);
+    rc = dist_barrier_wait(&a);
+    assert_true(rc == 0 || rc == DIST_BARRIER_SERIAL_THREAD);
+    assert_int_equal(pthread_join(t, &ok), 0);
+    assert_true(ok != NULL);
+    assert_int_equal(dist_barrier_destroy(&a), 0);
+    assert_int_equal(dist_barrier_destroy(&b), 0);
+    /* its count and round stay, as a semaphore's count does */
+    expect_left(1, "distlock_barrier:{exp:barrier}", NULL);
+}
+
+/* A grace of 0: the counter is kept for ever (PTTL -1), as before the
+ * setting; and a counter that expired restarts above the tokens before. */
+static void test_grace_zero_and_restart(void **state)
+{
+    dist_mutex_t m;
+    uint64_t t1 = 0, t2 = 0;
+
+    (void)state;
+    flush();
+    assert_int_equal(dist_mutex_init(&m, "exp:zero", NULL), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_mutex_token(&m, &t1), 0);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    expect_empty();
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_mutex_token(&m, &t2), 0);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_true(t2 > t1);
+    assert_int_equal(dist_set_key_grace_ms(0), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(tu_cmd_int(&r, "PTTL", "redisson_lock_token:{exp:zero}",
+                                NULL), -1);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+#define T(f) cmocka_unit_test_teardown(f, fx_restore_defaults)
+        T(test_mutex),
+        T(test_fair),
+        T(test_robust_clean),
+        T(test_robust_dead_and_unrecoverable),
+        T(test_rwlock),
+        T(test_cond),
+        T(test_sem),
+        T(test_barrier),
+        T(test_grace_zero_and_restart),
+    };
+    return fx_run_group(tests, &r, &defaults, "TEST_EXPIRY_FILTER");
+}
