@@ -116,7 +116,7 @@ check "lock without COMMAND: exit 2" eval '[[ $rc -eq 2 ]] && has "COMMAND" "$er
 run "$D" lock --timeout soon "$pfx-u" -- true
 check "lock --timeout soon: exit 2" eval '[[ $rc -eq 2 ]] && has "timeout" "$err"'
 run "$D" unlock "$pfx-u"
-check "unlock without --force: exit 2" eval '[[ $rc -eq 2 ]] && has "force" "$err"'
+check "unlock without --force or --reset: exit 2" eval '[[ $rc -eq 2 ]] && has "force" "$err"'
 run "$D" --url http://127.0.0.1:80 status x
 check "a bad --url: exit 2 and why" eval '[[ $rc -eq 2 ]] && has "redis://" "$err"'
 # issue 27: no reason quotes a passphrase or password, whatever is wrong
@@ -557,6 +557,29 @@ rcli zadd "distlock_rwlock_readers:{$rw}" 1 "$uuid1:1" >/dev/null
 run "$D" unlock --force --yes "$rw"
 check "unlock --force of an rwlock deletes its read-hold keys and readers" \
     eval '[[ $rc -eq 0 && $(rcli exists "$rw" "{$rw}:$uuid1:1:rwlock_timeout:1" "{$rw}:$uuid1:1:rwlock_timeout:2" "{$rw}:$uuid2:9:rwlock_timeout:1" "distlock_rwlock_readers:{$rw}") == 0 ]]'
+
+# ---- robust mutexes: status and unlock --reset (issue 29) --------------------
+rb="$pfx-robust"
+rcli hset "distlock_robust:{$rb}" held "$uuid1:3" keep 0 >/dev/null
+run "$D" status "$rb"
+check "status of a free lock whose robust holder died: owner-dead, and who" \
+    eval '[[ $rc -eq 0 ]] && has "owner-dead" "$out" && has "$uuid1" "$out"' || show
+rcli del "distlock_robust:{$rb}" >/dev/null
+rcli hset "distlock_robust:{$rb}" dead "$uuid1:3" nr "$uuid2:4" keep 0 >/dev/null
+run "$D" status "$rb"
+check "status of a not recoverable lock: says so, who died, who left it so" \
+    eval '[[ $rc -eq 0 ]] && has "NOT RECOVERABLE" "$out" && has "$uuid1" "$out" && has "$uuid2" "$out"' || show
+run "$D" --json status "$rb"
+check "status --json: robust state not_recoverable" \
+    json_ok "$out" "l[0]['robust']['state'] == 'not_recoverable' and l[0]['robust']['died_holding'] == '$uuid1:3'"
+run "$D" unlock --reset "$rb"
+check "unlock --reset deletes the record" \
+    eval '[[ $rc -eq 0 ]] && has "reset" "$out" && [[ $(rcli exists "distlock_robust:{$rb}") == 0 ]]' || show
+run "$D" unlock --reset "$rb"
+check "unlock --reset without a record: nothing to do" \
+    eval '[[ $rc -eq 0 ]] && has "nothing to do" "$out"' || show
+run "$D" --json status "$rb"
+check "status --json without a record: robust null" json_ok "$out" "l[0]['robust'] is None"
 
 # ---- watch --------------------------------------------------------------------
 w="$pfx-w"

@@ -85,6 +85,7 @@ void status_json(const struct snap *s)
         json_waiters(&b, "queue", s->q, s->nq);
         json_waiters(&b, "waiting_writers", s->w, s->nw);
     }
+    robust_json(&b, s);
     sb_adds(&b, ",\"token\":");
     if (s->has_token && is_digits(s->token, strlen(s->token)))
         sb_adds(&b, s->token);
@@ -193,6 +194,7 @@ void status_human(const struct snap *s)
         sb_flush_line(&b);
     }
     human_waiters(&b, s);
+    robust_human(&b, s);
     if (s->has_token) {
         sb_adds(&b, "token:    ");
         sb_human(&b, s->token, strlen(s->token));
@@ -200,6 +202,74 @@ void status_human(const struct snap *s)
         sb_flush_line(&b);
     }
     sb_free(&b);
+}
+
+/* "robust": null, or what the record says: the state (held: a robust
+ * hold; owner_dead: its last holder did not release it cleanly, and the
+ * next robust lock, or the holder's, is told EOWNERDEAD; not_recoverable),
+ * the holder, the owner that died holding it, and who made it not
+ * recoverable. */
+void robust_json(struct sb *b, const struct snap *s)
+{
+    const char *state = s->r_nr ? "not_recoverable"
+                        : s->r_dead || (s->r_held && s->state == ST_FREE)
+                        ? "owner_dead" : "held";
+
+    sb_adds(b, ",\"robust\":");
+    if (!s->has_robust) {
+        sb_adds(b, "null");
+        return;
+    }
+    sb_adds(b, "{\"state\":");
+    sb_jsonz(b, state);
+    sb_adds(b, ",\"held_by\":");
+    if (s->r_held)
+        sb_jsonz(b, s->r_held);
+    else
+        sb_adds(b, "null");
+    sb_adds(b, ",\"died_holding\":");
+    if (s->r_dead || (s->r_held && s->state == ST_FREE))
+        sb_jsonz(b, s->r_dead ? s->r_dead : s->r_held);
+    else
+        sb_adds(b, "null");
+    sb_adds(b, ",\"made_unrecoverable_by\":");
+    if (s->r_nr)
+        sb_jsonz(b, s->r_nr);
+    else
+        sb_adds(b, "null");
+    sb_adds(b, "}");
+}
+
+/* A robust mutex's record in words, one or two lines. */
+void robust_human(struct sb *b, const struct snap *s)
+{
+    if (!s->has_robust)
+        return;
+    sb_adds(b, "robust:   ");
+    if (s->r_nr) {
+        sb_adds(b, "NOT RECOVERABLE: ");
+        if (s->r_dead) {
+            human_owner(b, s->r_dead, strlen(s->r_dead));
+            sb_adds(b, " died holding it, then ");
+        }
+        human_owner(b, s->r_nr, strlen(s->r_nr));
+        sb_adds(b, " released it without dist_mutex_consistent; every lock "
+                   "gets ENOTRECOVERABLE until: distlock unlock --reset NAME");
+    } else if (s->r_dead && s->r_held && s->state != ST_FREE) {
+        sb_adds(b, "owner-dead: ");
+        human_owner(b, s->r_dead, strlen(s->r_dead));
+        sb_adds(b, " died holding it; the holder was told EOWNERDEAD and has "
+                   "not marked it consistent");
+    } else if (s->state == ST_FREE || !s->r_held) {
+        const char *who = s->r_held ? s->r_held : s->r_dead;
+        sb_adds(b, "owner-dead: ");
+        human_owner(b, who, strlen(who));
+        sb_adds(b, " did not release it cleanly (died, lease ran out, or "
+                   "forced); the next robust lock gets EOWNERDEAD");
+    } else {
+        sb_adds(b, "a robust hold (a holder that dies leaves it owner-dead)");
+    }
+    sb_flush_line(b);
 }
 
 void holders_text(struct sb *b, const struct snap *s)

@@ -1,5 +1,7 @@
 /* cmd_unlock.c: distlock unlock --force NAME: remove a lock whatever its
- * holders, after a look at it and (on a terminal) a confirmation. */
+ * holders, after a look at it and (on a terminal) a confirmation; and
+ * distlock unlock --reset NAME: delete a robust mutex's record, which
+ * makes a not recoverable lock usable again. */
 #include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,7 +40,7 @@ static int confirm(const struct snap *s)
 }
 
 struct unlock_opts {
-    int force, yes;
+    int force, yes, reset;
 };
 
 static int unlock_opt(int argc, char **argv, int *i, void *arg)
@@ -48,6 +50,8 @@ static int unlock_opt(int argc, char **argv, int *i, void *arg)
     (void)argc;
     if (strcmp(argv[*i], "--force") == 0)
         o->force = 1;
+    else if (strcmp(argv[*i], "--reset") == 0)
+        o->reset = 1;
     else if (strcmp(argv[*i], "--yes") == 0 || strcmp(argv[*i], "-y") == 0)
         o->yes = 1;
     else
@@ -175,22 +179,72 @@ static void say_forced(const char *name, const struct snap *s, long long result)
     sb_free(&b);
 }
 
+/* Deletes the robust record of the lock s shows, and says what it was. */
+static void reset(const char *name, const struct snap *s)
+{
+    struct dist__buf *key = robust_key(s->names);
+    const char *a[2] = { "DEL", B(key[0]) };
+    size_t l[2] = { 3, L(key[0]) };
+    struct dist__cmd cmd = { 2, a, l };
+    struct sb b = { 0 };
+    redisReply *r;
+    long long n;
+    int rc = dist__route_cmds(&s->names->name, 1, &cmd, &r, NULL);
+
+    free(key);
+    if (rc != 0)
+        die(EX_REDIS, "cannot reset '%s': %s", name, redis_why());
+    n = r->type == REDIS_REPLY_INTEGER ? r->integer : 0;
+    freeReplyObject(r);
+    if (opt.json) {
+        sb_adds(&b, "{\"name\":");
+        sb_jsonz(&b, name);
+        sb_printf(&b, ",\"reset\":%s", n > 0 ? "true" : "false");
+        robust_json(&b, s);
+        sb_adds(&b, "}");
+    } else if (n > 0) {
+        sb_adds(&b, "'");
+        sb_human(&b, name, strlen(name));
+        sb_adds(&b, s->r_nr ? "' was not recoverable; reset: the next lock "
+                              "gets 0"
+                            : "' had a robust record; deleted: the next lock "
+                              "gets 0");
+    } else {
+        sb_adds(&b, "'");
+        sb_human(&b, name, strlen(name));
+        sb_adds(&b, "' has no robust record; nothing to do");
+    }
+    sb_flush_line(&b);
+    sb_free(&b);
+}
+
 int cmd_unlock(int argc, char **argv)
 {
-    struct unlock_opts o = { 0, 0 };
+    struct unlock_opts o = { 0, 0, 0 };
     const char *name = name_args(argc, argv, unlock_opt, &o);
     long long result;
     struct snap s;
 
-    if (!o.force)
-        usage_error("unlock needs --force: distlock releases the locks it holds "
-                    "itself; this removes a lock whatever its holder");
+    if (!o.force && !o.reset)
+        usage_error("unlock needs --force or --reset: distlock releases the "
+                    "locks it holds itself; --force removes a lock whatever "
+                    "its holder, --reset a robust mutex's owner-dead or not "
+                    "recoverable state");
     redis_setup();
     snap_take(name, strlen(name), &s);
+    if (!o.force) {
+        /* --reset alone: the lock and its holder are left alone */
+        reset(name, &s);
+        snap_free(&s);
+        return 0;
+    }
     if (s.kind == KIND_UNKNOWN)
         die(EX_USAGE, "'%s' is not a lock (a Redis %s); left alone", name, s.type);
     if (strcmp(s.type, "none") == 0) {
-        say_not_locked(name);
+        if (o.reset)
+            reset(name, &s);
+        else
+            say_not_locked(name);
         snap_free(&s);
         return 0;
     }
@@ -205,10 +259,12 @@ int cmd_unlock(int argc, char **argv)
     result = force(name, &s);
     if (result == -1)
         die(EX_USAGE, "'%s' is not a lock; left alone", name);
-    if (opt.json)
+    if (opt.json && !o.reset)
         say_json(name, &s, result);
-    else
+    else if (!opt.json)
         say_forced(name, &s, result);
+    if (o.reset)
+        reset(name, &s);
     snap_free(&s);
     return 0;
 }

@@ -5,6 +5,8 @@
  *   distlock list [PATTERN]         the locks that exist now (SCAN)
  *   distlock lock NAME -- CMD...    run CMD while holding the lock (flock(1))
  *   distlock unlock --force NAME    remove a lock whatever its holder
+ *   distlock unlock --reset NAME    clear a robust mutex's owner-dead or
+ *                                   not recoverable state
  *   distlock watch NAME             one line per change until interrupted
  *   distlock top [PATTERN]          a live table: holders, waiters, rates
  *   distlock sem-set NAME N         set a semaphore's free permits
@@ -42,6 +44,7 @@ static const char usage_main[] =
 "  list [PATTERN]                the locks that exist now (SCAN MATCH PATTERN)\n"
 "  lock NAME [OPTIONS] -- CMD... run CMD while holding the lock\n"
 "  unlock --force [--yes] NAME   remove a lock whatever its holder\n"
+"  unlock --reset NAME           clear a robust mutex's not recoverable state\n"
 "  watch NAME                    print each change until interrupted\n"
 "  top [--once] [PATTERN]        a live table of the locks: holders, waiters,\n"
 "                                last taken, lease\n"
@@ -141,12 +144,15 @@ static const char usage_lock[] =
 "when COMMAND cannot be run.\n";
 
 static const char usage_unlock[] =
-"Usage: distlock unlock --force [--yes] NAME\n"
-"Remove lock NAME whatever its holders and wake its waiters (a fair lock's\n"
-"head, an rwlock's readers and writers).  The holders are not told: their\n"
-"watchdog finds the hold gone and reports it lost.  Asks for confirmation\n"
-"when stdin is a terminal; --yes (-y) skips it, and without a terminal it\n"
-"is required.\n";
+"Usage: distlock unlock --force [--yes] [--reset] NAME\n"
+"       distlock unlock --reset NAME\n"
+"--force: remove lock NAME whatever its holders and wake its waiters (a fair\n"
+"lock's head, an rwlock's readers and writers).  The holders are not told:\n"
+"their watchdog finds the hold gone and reports it lost; a robust mutex's\n"
+"next holder gets EOWNERDEAD.  Asks for confirmation when stdin is a\n"
+"terminal; --yes (-y) skips it, and without a terminal it is required.\n"
+"--reset: delete a robust mutex's record (owner-dead, or not recoverable:\n"
+"every lock gets ENOTRECOVERABLE until then); the next lock gets 0.\n";
 
 static const char usage_watch[] =
 "Usage: distlock watch [--interval MS] NAME\n"

@@ -25,6 +25,9 @@ void snap_free(struct snap *s)
     free(s->h);
     free(s->q);
     free(s->w);
+    free(s->r_held);
+    free(s->r_dead);
+    free(s->r_nr);
     dist__names_unref(s->names);
     memset(s, 0, sizeof *s);
 }
@@ -527,6 +530,52 @@ static void read_pttls(struct snap *s, const char **av, const size_t *lens,
 }
 
 /* Each reader's lease: the longest PTTL of its read-hold keys. */
+/* A string element of a reply, malloc'd; NULL when it is none. */
+static char *str_of(const redisReply *e)
+{
+    return e->type == REDIS_REPLY_STRING ? xmemdup(e->str, e->len) : NULL;
+}
+
+/* The robust mutex's record, if there is one (a second read: the picture
+ * of the lock itself is what the other commands share). */
+struct dist__buf *robust_key(const struct dist__names *n)
+{
+    static const enum dist__nm which[] = { DIST__N_ROBUST };
+    struct dist__buf *k = dist__names_set(n, which, 1);
+
+    if (!k)
+        die(EX_REDIS, "out of memory");
+    return k;
+}
+
+static void read_robust(struct snap *s)
+{
+    static const char *const av[] = { "HMGET", NULL, "held", "dead", "nr" };
+    struct dist__buf *key = robust_key(s->names);
+    const char *a[5];
+    size_t l[5], i;
+    struct dist__cmd cmd = { 5, a, l };
+    redisReply *r;
+    int rc;
+
+    for (i = 0; i < 5; i++) {
+        a[i] = i == 1 ? B(key[0]) : av[i];
+        l[i] = i == 1 ? L(key[0]) : strlen(av[i]);
+    }
+    rc = dist__route_cmds(&s->names->name, 1, &cmd, &r, NULL);
+    free(key);
+    if (rc != 0)
+        die(EX_REDIS, "cannot read '%s': %s", B(s->names->name), redis_why());
+    if (r->type == REDIS_REPLY_ARRAY && r->elements == 3) {
+        s->r_held = str_of(r->element[0]);
+        s->r_dead = str_of(r->element[1]);
+        s->r_nr = str_of(r->element[2]);
+        s->has_robust = s->r_held || s->r_dead || s->r_nr;
+    }
+    /* anything else (a key of another type) is no record of ours */
+    freeReplyObject(r);
+}
+
 static void read_leases(struct snap *s)
 {
     size_t i, n = 0, k = 0;
@@ -575,4 +624,5 @@ void snap_take(const char *name, size_t len, struct snap *s)
         freeReplyObject(r[i]);
     s->taken_ms = dist__now_ms();
     read_leases(s);
+    read_robust(s);
 }

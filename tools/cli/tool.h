@@ -149,6 +149,10 @@ struct snap {
     size_t nw;
     long long now_ms;     /* Redis server clock */
     uint64_t taken_ms;    /* our monotonic clock when it was read */
+    /* a robust mutex's record (distlock_robust:{N}; snap_take only): its
+     * fields, malloc'd, NULL when absent; has_robust when it exists */
+    int has_robust;
+    char *r_held, *r_dead, *r_nr;
 };
 
 #define SNAP_CMDS 10      /* MULTI, 8 reads, EXEC */
@@ -196,6 +200,12 @@ void human_lease(struct sb *b, long long pttl);
 void holders_text(struct sb *b, const struct snap *s);
 void status_json(const struct snap *s);
 void status_human(const struct snap *s);
+/* A robust mutex's record's name, distlock_robust:{N}, malloc'd (free()
+ * it); exit on out of memory (snap.c). */
+struct dist__buf *robust_key(const struct dist__names *n);
+/* The robust record's lines and JSON member (cmd_status.c). */
+void robust_human(struct sb *b, const struct snap *s);
+void robust_json(struct sb *b, const struct snap *s);
 
 /* ---- watch_events.c ----------------------------------------------------- */
 
