@@ -43,6 +43,7 @@ static char dir[256];                 /* private temp dir */
 static char run_bin[PATH_MAX];        /* tools/distlock-run */
 static char shim[PATH_MAX];           /* .libs/libdistlock_preload.so */
 static char ledger_bin[PATH_MAX];     /* tests/legacy_ledger */
+static char repair_bin[PATH_MAX];     /* tests/legacy_repair */
 static char static_bin[PATH_MAX];     /* tests/legacy_ledger_static, or "" */
 static char target_bin[PATH_MAX];     /* tests/preload_target */
 static char fork_bin[PATH_MAX];       /* tests/preload_fork */
@@ -451,6 +452,73 @@ static void test_legacy_four_copies_exact(void **state)
     }
     assert_int_equal(read_count(count), COPIES * THREADS * POSTS);
     assert_int_equal(prefixed_keys(), 0);
+}
+
+/* ---- a robust mutex: the legacy program's own EOWNERDEAD handling ------------ */
+
+/* legacy_repair MODE under distlock-run with cfg on the record file; its
+ * stdout's first line into out (may be NULL).  Returns the wait status. */
+static int repair(const char *cfg, const char *file, const char *mode,
+                  char *out, size_t len)
+{
+    struct proc p;
+    int st;
+
+    st = run(&p, ARGV(run_bin, "--config", (char *)cfg, "--", repair_bin,
+                      (char *)file, (char *)mode), NULL, 60);
+    if (out) {
+        char *nl;
+        snprintf(out, len, "%.*s", (int)p.olen, p.obuf);
+        if ((nl = strchr(out, '\n')) != NULL)
+            *nl = '\0';
+    }
+    return st;
+}
+
+/* A copy that dies between its two writes leaves the record half-written:
+ * the next copy, in another process, is told EOWNERDEAD by its own
+ * pthread_mutex_lock, repairs, and marks it consistent; the one after it
+ * gets 0.  A copy that unlocks without repairing leaves the mutex not
+ * recoverable: the next copy's lock says ENOTRECOVERABLE. */
+static void test_legacy_robust_repair(void **state)
+{
+    const char *cfg, *file;
+    char key[256], line[256];
+    redisReply *x;
+    int st;
+
+    (void)state;
+    cfg = write_file("repair.ini",
+        "%s"
+        "[mutex %srecord]\n"
+        "match = symbol legacy_repair.c:g_record_lock\n"
+        "lease_ms = 600\n", redis_section, pfx);
+    file = write_file("record", "%s", "");
+    assert_exit(repair(cfg, file, "post", line, sizeof line), 0);
+    assert_string_equal(line, "posted 1 1");
+    st = repair(cfg, file, "crash", line, sizeof line);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 128 + SIGKILL);
+    assert_string_equal(line, "crashing");
+    assert_exit(repair(cfg, file, "post", line, sizeof line), 0);
+    assert_string_equal(line, "repaired 3 3");
+    assert_exit(repair(cfg, file, "post", line, sizeof line), 0);
+    assert_string_equal(line, "posted 4 4");
+
+    st = repair(cfg, file, "crash", line, sizeof line);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 128 + SIGKILL);
+    assert_exit(repair(cfg, file, "abandon", line, sizeof line), 0);
+    assert_string_equal(line, "EOWNERDEAD");
+    assert_exit(repair(cfg, file, "lock", line, sizeof line), 0);
+    assert_string_equal(line, "ENOTRECOVERABLE");
+    /* the operator repairs the record, then resets the mutex */
+    file = write_file("record", "%019d %019d\n", 5, 5);
+    snprintf(key, sizeof key, "distlock_robust:{%srecord}", pfx);
+    x = tu_cmd(&r, "DEL", key, NULL);
+    assert_non_null(x);
+    assert_int_equal(x->integer, 1);
+    freeReplyObject(x);
+    assert_exit(repair(cfg, file, "post", line, sizeof line), 0);
+    assert_string_equal(line, "posted 6 6");
 }
 
 /* Without the shim the same run need not be exact: it must just not crash. */
@@ -1675,13 +1743,14 @@ static int group_setup(void **state)
     built(run_bin, top, "tools/distlock-run");
     built(shim, top, ".libs/libdistlock_preload.so");
     built(ledger_bin, top, "tests/legacy_ledger");
+    built(repair_bin, top, "tests/legacy_repair");
     built(static_bin, top, "tests/legacy_ledger_static");
     built(target_bin, top, "tests/preload_target");
     built(fork_bin, top, "tests/preload_fork");
     built(condfork_bin, top, "tests/preload_condfork");
     built(other_lib, top, "tests/.libs/libpreload_lib.so");
     if (!run_bin[0] || !shim[0] || !ledger_bin[0] || !target_bin[0] ||
-        !fork_bin[0] || !condfork_bin[0]) {
+        !fork_bin[0] || !condfork_bin[0] || !repair_bin[0]) {
         fprintf(stderr, "test_preload: build the shim, distlock-run and the "
                 "test programs first (top_builddir=%s)\n", top);
         return -1;
@@ -1731,6 +1800,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_legacy_four_copies_exact),
         cmocka_unit_test(test_legacy_without_shim_runs),
+        cmocka_unit_test(test_legacy_robust_repair),
         cmocka_unit_test(test_config_errors_name_file_and_line),
         cmocka_unit_test(test_config_many_keys_then_second_match),
         cmocka_unit_test(test_config_nul_byte),

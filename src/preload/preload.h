@@ -309,6 +309,7 @@ enum {
     FN_STRYWAIT_OLD, FN_STIMEDWAIT, FN_STIMEDWAIT_OLD, FN_SCLOCKWAIT,
     FN_SCLOCKWAIT_OLD, FN_SPOST, FN_SPOST_OLD, FN_SGETVALUE, FN_SGETVALUE_OLD,
     FN_SCLOSE, FN_SCLOSE_OLD, FN_SUNLINK, FN_SUNLINK_OLD,
+    FN_CONSISTENT, FN_CONSISTENT_OLD, FN_CONSISTENT_NP,
     FN_COUNT
 };
 
@@ -340,6 +341,8 @@ struct pl_entry {
     char *lockname;
     char *where;
     dist_mutex_t dm;              /* PL_MUTEX */
+    int robust;                   /* PL_MUTEX: the program made it robust
+                                   * (PTHREAD_MUTEX_ROBUST): dm is too */
     dist_rwlock_t drw;            /* PL_RWLOCK */
     dist_cond_t dc;               /* PL_COND */
     clockid_t clock;              /* PL_COND: of pthread_cond_timedwait */
@@ -402,6 +405,10 @@ struct pl_entry *pl_table_get(const struct pl_table *t, uintptr_t a);
 /* Makes e's distributed lock, named lockname, as e->sec says.  0, or the
  * library's error. */
 int pl_entry_init(struct pl_entry *e, const char *lockname);
+/* A mapped mutex's program made it robust (1) or not (0) at its
+ * pthread_mutex_init: its distributed mutex is made again to match.  0,
+ * or the error of dist_mutex_init (the entry keeps the old one). */
+int pl_entry_robust(struct pl_entry *e, int robust);
 /* The distributed barrier of e for count waits (its section's parties
  * unless 0), made by pthread_barrier_init.  0, or the library's error. */
 int pl_entry_barrier(struct pl_entry *e, unsigned count);

@@ -68,7 +68,9 @@ static const struct {
     V(FN_SGETVALUE, "sem_getvalue", "GLIBC_2.34", "GLIBC_2.2.5"),
     V(FN_SCLOSE, "sem_close", "GLIBC_2.34", "GLIBC_2.2.5"),
     V(FN_SUNLINK, "sem_unlink", "GLIBC_2.34", "GLIBC_2.2.5"),
+    V(FN_CONSISTENT, "pthread_mutex_consistent", "GLIBC_2.34", "GLIBC_2.12"),
 #undef V
+    [FN_CONSISTENT_NP] = { "pthread_mutex_consistent_np", "GLIBC_2.4" },
 };
 
 void *pl_real[FN_COUNT];

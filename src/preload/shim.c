@@ -160,11 +160,28 @@ MAPPED int mapped_lock(struct pl_entry *e, pthread_mutex_t *m, int rc,
         return rc;
     }
     rc2 = dist_take(e, how, 0, clk, abs);
-    if (rc2 != 0) {
+    if (rc2 != 0 && rc2 != EOWNERDEAD) {
+        /* ENOTRECOVERABLE too: nothing is taken, as glibc has it */
         REAL(FN_UNLOCK, lock_fn)(m);
         return rc2;
     }
     pl_set_holder(e, 1);
+    /* a robust distributed mutex whose last holder, in any process, did
+     * not release it: the program's own EOWNERDEAD handling repairs */
+    return rc2 == EOWNERDEAD ? EOWNERDEAD : rc;
+}
+
+/* pthread_mutex_consistent on a mapped mutex: the distributed one's
+ * owner-dead state, and the real one's (a robust mutex in shared memory
+ * whose owner died is one too).  0 when either was inconsistent. */
+MAPPED int mapped_consistent(struct pl_entry *e, pthread_mutex_t *m,
+                             int (*real)(pthread_mutex_t *))
+{
+    PL_KEEP_ERRNO;
+    int rc = real(m);
+
+    if (pl_held_by_me(e) && dist_mutex_consistent(&e->dm) == 0)
+        return 0;
     return rc;
 }
 
@@ -427,6 +444,22 @@ TIMEDLOCK(pl_mutex_timedlock_old, FN_TIMEDLOCK_OLD, "@GLIBC_2.2.5")
 CLOCKLOCK(pl_mutex_clocklock, FN_CLOCKLOCK, "@@GLIBC_2.34")
 CLOCKLOCK(pl_mutex_clocklock_old, FN_CLOCKLOCK_OLD, "@GLIBC_2.30")
 
+typedef int (*consistent_fn)(pthread_mutex_t *);
+#define CONSISTENT(fname, f, sym)                                            \
+    int fname(pthread_mutex_t *m);                                           \
+    EXPORT SYMVER(sym)                                                       \
+    int fname(pthread_mutex_t *m)                                            \
+    {                                                                        \
+        PLAIN_OR_MAPPED(m, REAL(f, consistent_fn)(m), f);                    \
+        return mapped_consistent(e, m, REAL(f, consistent_fn));              \
+    }
+CONSISTENT(pl_mutex_consistent, FN_CONSISTENT,
+           "pthread_mutex_consistent@@GLIBC_2.34")
+CONSISTENT(pl_mutex_consistent_old, FN_CONSISTENT_OLD,
+           "pthread_mutex_consistent@GLIBC_2.12")
+CONSISTENT(pl_mutex_consistent_np, FN_CONSISTENT_NP,
+           "pthread_mutex_consistent_np@@GLIBC_2.4")
+
 /* The slow path of every condition wait: c or m (or both) is mapped, or
  * start-up is not over. */
 MAPPED int cond_slow(pthread_cond_t *c, pthread_mutex_t *m, int how, int f,
@@ -588,6 +621,24 @@ RWUNLOCK(pl_rwlock_unlock_old, FN_RWUNLOCK_OLD, "pthread_rwlock_unlock@GLIBC_2.2
 
 /* ---- init and destroy: the heap locks of init_site ---------------------- */
 
+/* A mapped mutex follows its program's PTHREAD_MUTEX_ROBUST: the
+ * distributed mutex is made robust (or not) to match.  One that cannot be
+ * made again keeps what it was, and says so. */
+static void robust_map(pthread_mutex_t *m, const pthread_mutexattr_t *a)
+{
+    struct pl_entry *e = ENTRY_OF_KIND(m);
+    int robust = 0;
+
+    if (!e)
+        return;
+    if (a && pthread_mutexattr_getrobust(a, &robust) != 0)
+        robust = 0;
+    if (pl_entry_robust(e, robust == PTHREAD_MUTEX_ROBUST) != 0)
+        pl_msg("lock '%s': cannot make it %srobust: %s", e->lockname,
+               robust == PTHREAD_MUTEX_ROBUST ? "" : "not ",
+               dist_last_error());
+}
+
 /* glibc's init of the lock at m, called from ra, succeeded: site.c maps it
  * or unmaps what it left at m.  0, or ENOMEM. */
 static int site_map(void *m, uintptr_t ra, int kind, int f, clockid_t clk)
@@ -609,6 +660,8 @@ int pl_mutex_init(pthread_mutex_t *m, const pthread_mutexattr_t *a)
     rc = REAL(FN_INIT, init_fn)(m, a);
     if (rc == 0 && (rc = site_map(m, ra, PL_MUTEX, FN_INIT, 0)) != 0)
         REAL(FN_DESTROY, lock_fn)(m);
+    if (rc == 0 && !pl_in_shim)
+        robust_map(m, a);
     return rc;
 }
 

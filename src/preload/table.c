@@ -91,10 +91,31 @@ struct pl_entry *pl_table_get(const struct pl_table *t, uintptr_t a)
 
 /* ---- entries ------------------------------------------------------------ */
 
+/* The distributed mutex of e's section into *m, robust or not. */
+static int mutex_init(struct pl_entry *e, dist_mutex_t *m, int robust)
+{
+    const struct pl_section *s = e->sec;
+    long lease = s->lease_ms >= 0 ? s->lease_ms : (long)pl_cfg.lease_ms;
+    dist_mutexattr_t a;
+    int rc;
+
+    dist_mutexattr_init(&a);
+    dist_mutexattr_setfair(&a, s->fair);
+    /* never a cohort one, whatever DISTLOCK_COHORT says: the program's own
+     * mutex lets one thread at a time at it already, and a mapped condition
+     * wait needs a mutex that dist_cond_wait takes */
+    dist_mutexattr_setcohort(&a, 0);
+    dist_mutexattr_setrobust(&a, robust ? DIST_MUTEX_ROBUST
+                                        : DIST_MUTEX_STALLED);
+    if ((rc = dist_mutexattr_setlease(&a, (unsigned long)lease)) == 0)
+        rc = dist_mutex_init(m, e->lockname, &a);
+    dist_mutexattr_destroy(&a);
+    return rc;
+}
+
 int pl_entry_init(struct pl_entry *e, const char *lockname)
 {
     const struct pl_section *s = e->sec;
-    dist_mutexattr_t a;
     long lease = s->lease_ms >= 0 ? s->lease_ms : (long)pl_cfg.lease_ms;
     int rc;
 
@@ -127,16 +148,23 @@ int pl_entry_init(struct pl_entry *e, const char *lockname)
         dist_rwlockattr_destroy(&ra);
         return rc;
     }
-    dist_mutexattr_init(&a);
-    dist_mutexattr_setfair(&a, s->fair);
-    /* never a cohort one, whatever DISTLOCK_COHORT says: the program's own
-     * mutex lets one thread at a time at it already, and a mapped condition
-     * wait needs a mutex that dist_cond_wait takes */
-    dist_mutexattr_setcohort(&a, 0);
-    if ((rc = dist_mutexattr_setlease(&a, (unsigned long)lease)) == 0)
-        rc = dist_mutex_init(&e->dm, e->lockname, &a);
-    dist_mutexattr_destroy(&a);
-    return rc;
+    return mutex_init(e, &e->dm, e->robust);
+}
+
+int pl_entry_robust(struct pl_entry *e, int robust)
+{
+    dist_mutex_t m;
+    int rc;
+
+    if (e->kind != PL_MUTEX || e->robust == robust)
+        return 0;
+    if ((rc = mutex_init(e, &m, robust)) != 0)
+        return rc;
+    /* at the program's init: no thread holds the mutex it reinitialises */
+    dist_mutex_destroy(&e->dm);
+    e->dm = m;
+    e->robust = robust;
+    return 0;
 }
 
 int pl_entry_barrier(struct pl_entry *e, unsigned count)
