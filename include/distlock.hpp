@@ -87,6 +87,26 @@ struct mutex_options {
     std::chrono::milliseconds lease{0};
     /* strict FIFO across processes (dist_mutexattr_setfair) */
     bool fair = false;
+    /* robust (dist_mutexattr_setrobust): a lock after a holder that did not
+     * release it cleanly throws distlock::owner_dead with the lock held */
+    bool robust = false;
+};
+
+/* Thrown by lock, try_lock and the timed locks of a robust mutex whose
+ * last holder did not release it cleanly (it died, its lease ran out, its
+ * hold was forced): EOWNERDEAD.  The calling thread HOLDS the lock then,
+ * though the lock_guard or unique_lock whose constructor threw does not
+ * own it: the handler repairs what the lock guards and calls consistent()
+ * and unlock() (the next holder gets the lock as usual), or unlock() alone
+ * (the lock becomes not recoverable: every later lock in every process
+ * throws ENOTRECOVERABLE until `distlock unlock --reset`).  An exception,
+ * not a result, because the state is broken and code that does not know
+ * must not go on as if it were not: left uncaught, the process ends with
+ * the lock held, and the next holder is told the same. */
+class owner_dead : public std::system_error {
+public:
+    explicit owner_dead(const std::string &what)
+        : std::system_error(EOWNERDEAD, std::generic_category(), what) {}
 };
 
 /* Whom a waiting writer keeps out (dist_rwlockattr_setkind). */
@@ -119,6 +139,8 @@ inline std::system_error error(int rc, const char *call)
 
 inline void check(int rc, const char *call)
 {
+    if (rc == EOWNERDEAD)
+        throw owner_dead(error(rc, call).what());
     if (rc != 0)
         throw error(rc, call);
 }
@@ -218,7 +240,8 @@ inline bool taken(int rc, int no, const char *call)
         return true;
     if (rc == no)
         return false;
-    throw error(rc, call);
+    check(rc, call);
+    return false;
 }
 
 /* std::counting_semaphore's waits are not interrupted by a signal: an
@@ -280,6 +303,10 @@ public:
                       "dist_mutexattr_setlease");
         detail::check(dist_mutexattr_setfair(&a, opts.fair ? 1 : 0),
                       "dist_mutexattr_setfair");
+        detail::check(dist_mutexattr_setrobust(&a, opts.robust
+                                                       ? DIST_MUTEX_ROBUST
+                                                       : DIST_MUTEX_STALLED),
+                      "dist_mutexattr_setrobust");
         detail::check(dist_mutex_init(&m_, detail::c_name(name), &a),
                       "dist_mutex_init");
         dist_mutexattr_destroy(&a);
@@ -313,6 +340,14 @@ public:
 
         ec.assign(rc, std::generic_category());
         return rc == 0;
+    }
+
+    /* A robust mutex whose lock threw owner_dead: the state it guards was
+     * repaired, and the next unlock is clean (dist_mutex_consistent).
+     * Throws EINVAL (not robust, or not owner-dead), EPERM (not held). */
+    void consistent()
+    {
+        detail::check(dist_mutex_consistent(&m_), "dist_mutex_consistent");
     }
 
     /* The fencing token of the caller's hold (dist_mutex_token).  Throws

@@ -202,6 +202,53 @@ static void test_guards()
     CHECK_THROWS(distlock::mutex(name_of(__func__, "neg"), o), EINVAL);
 }
 
+/* A robust mutex whose holder died: lock_guard's lock throws owner_dead
+ * with the lock held; consistent() and unlock() make it clean, and the
+ * next lock_guard takes it as usual.  Unlocked without consistent(), the
+ * next lock throws ENOTRECOVERABLE. */
+static void test_robust_owner_dead()
+{
+    std::string n = name_of(__func__, "m");
+    distlock::mutex_options o;
+    other_holder h;
+    int st;
+
+    o.robust = true;
+    o.lease = 500ms;
+    distlock::mutex m(n, o);
+    for (int round = 0; round < 2; round++) {
+        h.start([n, o](auto wait) {
+            distlock::mutex cm(n, o);
+            cm.lock();
+            wait();
+        });
+        kill(h.pid, SIGKILL);            /* dies in its section */
+        CHECK(waitpid(h.pid, &st, 0) == h.pid);
+        close(h.to_child);
+        bool told = false;
+        try {
+            std::lock_guard<distlock::mutex> g(m);
+        } catch (const distlock::owner_dead &e) {
+            told = e.code() == std::errc::owner_dead;
+        }
+        CHECK(told);
+        if (round == 0) {
+            m.consistent();
+            CHECK_THROWS(m.consistent(), EINVAL);
+            m.unlock();
+            std::lock_guard<distlock::mutex> g(m);   /* clean: no throw */
+        } else {
+            m.unlock();                              /* not repaired */
+            CHECK_THROWS(m.lock(), ENOTRECOVERABLE);
+            CHECK_THROWS(m.try_lock(), ENOTRECOVERABLE);
+        }
+    }
+    distlock::mutex plain(name_of(__func__, "plain"));
+    plain.lock();
+    CHECK_THROWS(plain.consistent(), EINVAL);
+    plain.unlock();
+}
+
 /* try_lock is false, not an exception, for a lock another process holds;
  * the timed forms wait out their time; then the lock is free again. */
 static void test_held_by_other_process()
@@ -835,6 +882,7 @@ int main()
         void (*fn)();
     } cases[] = {
         { "guards", test_guards },
+        { "robust_owner_dead", test_robust_owner_dead },
         { "held_by_other_process", test_held_by_other_process },
         { "scoped_lock_opposite_orders", test_scoped_lock_opposite_orders },
         { "condition_variable_any", test_condition_variable_any },
