@@ -45,7 +45,8 @@ local window = tonumber(ARGV[3])
 local mine = redis.call('hexists', KEYS[1], ARGV[2]) == 1
 local nr, dead = false, false
 if KEYS[7] then
-  nr, dead = robust_check(KEYS[7])
+  local r = redis.call('hmget', KEYS[7], 'held', 'dead', 'nr')
+  nr, dead = r[3] ~= false, r[1] or r[2]
 end
 drop_dead_waiters(now, KEYS[2], KEYS[3], KEYS[6], {KEYS[4], 'string'})
 
@@ -84,7 +85,16 @@ if redis.call('exists', KEYS[1]) == 0 and (not head or head == ARGV[2]) then
   redis.call('hset', KEYS[1], ARGV[2], 1)
   redis.call('pexpire', KEYS[1], ARGV[1])
   if KEYS[7] then
-    robust_take(KEYS[7], ARGV[2], dead, ARGV[6])
+    if dead then
+      redis.call('hset', KEYS[7], 'held', ARGV[2], 'dead', dead, 'keep', ARGV[6])
+    else
+      redis.call('hset', KEYS[7], 'held', ARGV[2], 'keep', ARGV[6])
+    end
+    if ARGV[6] ~= '0' then
+      redis.call('pexpire', KEYS[7], ARGV[6])
+    else
+      redis.call('persist', KEYS[7])
+    end
     if dead then
       return {1, 1, token, dead}
     end

@@ -33,8 +33,21 @@ local holds = give_back_hold(KEYS[1], ARGV[2], ARGV[1], ARGV[5], held)
 if holds ~= 0 then
   return {holds, 0}
 end
-if KEYS[5] then
-  robust_release(KEYS[5], ARGV[2], rheld, ARGV[6], ARGV[7])
+if KEYS[5] and rheld == ARGV[2] then
+  if ARGV[6] == 'clean' or (ARGV[6] == 'back' and
+                            redis.call('hexists', KEYS[5], 'dead') == 0) then
+    redis.call('del', KEYS[5])
+  elseif ARGV[6] == 'back' then
+    redis.call('hdel', KEYS[5], 'held')
+  else
+    redis.call('hdel', KEYS[5], 'held')
+    redis.call('hset', KEYS[5], 'nr', ARGV[2])
+    if ARGV[7] ~= '0' then
+      redis.call('pexpire', KEYS[5], ARGV[7])
+    else
+      redis.call('persist', KEYS[5])
+    end
+  end
 end
 local head = redis.call('lindex', KEYS[2], 0)
 if head then

@@ -15,59 +15,19 @@
 -- A new hold that finds a record (held or dead) is owner-dead: the last hold did
 -- not end in a clean release.
 --
--- robust_check(key): what a new hold would find, read before anything is written
---   (a key of another type fails here): nr (true when not recoverable), and the
---   owner that did not release it cleanly, or false
-local function robust_check(key)
-  local r = redis.call('hmget', key, 'held', 'dead', 'nr')
-  return r[3] ~= false, r[1] or r[2] or false
-end
-
--- robust_keep(key, keep): the record lives keep ms more ('0': for ever)
-local function robust_keep(key, keep)
-  if keep ~= '0' then
-    redis.call('pexpire', key, keep)
-  else
-    redis.call('persist', key)
-  end
-end
-
--- robust_take(key, owner, dead, keep): a new hold of owner; dead: the owner that
--- did not release it cleanly, or false
-local function robust_take(key, owner, dead, keep)
-  if dead then
-    redis.call('hset', key, 'held', owner, 'dead', dead, 'keep', keep)
-    robust_keep(key, keep)
-  else
-    redis.call('hset', key, 'held', owner, 'keep', keep)
-    if keep ~= '0' then
-      redis.call('pexpire', key, keep)
-    end
-  end
-end
-
--- robust_release(key, owner, held, how, keep): owner's last hold was given back;
--- held: the record's holder as the script read it before writing.  how 'clean'
--- deletes the record; 'back' (a hold given back that its owner never used: an
--- acquire that failed after all) leaves it as that hold found it, so the next
--- holder is told what this one would have been; 'lost' (the holder was told
--- EOWNERDEAD and did not mark it consistent) makes the lock not recoverable,
--- for keep ms ('0': for ever).  A record another owner wrote since (ours was
--- forced, and it took the lock) stays.
-local function robust_release(key, owner, held, how, keep)
-  if held ~= owner then
-    return
-  end
-  if how == 'clean' or (how == 'back' and
-                        redis.call('hexists', key, 'dead') == 0) then
-    redis.call('del', key)
-    return
-  end
-  if how == 'back' then
-    redis.call('hdel', key, 'held')
-    return
-  end
-  redis.call('hdel', key, 'held')
-  redis.call('hset', key, 'nr', owner)
-  robust_keep(key, keep)
-end
+-- The scripts write the record inline, under 'if KEYS[n]': a local function here
+-- would cost every call of theirs a closure (prelude_guard), robust or not.
+--   a new hold    reads held, dead, nr first (a key of another type fails there,
+--                 before any write); nr: refused ({2, 0}), its keep re-armed;
+--                 else held := owner, dead := the old held or dead when there was
+--                 one (EOWNERDEAD), keep := ARGV's; the record lives keep ms
+--   a reentry     re-arms keep
+--   the last release, when held is the releasing owner (a record another owner
+--                 wrote since, after ours was forced, stays):
+--                 'clean'  deletes the record
+--                 'back'   a hold given back that its owner never used (an acquire
+--                          that failed after all): the record as that hold found
+--                          it (deleted, or held removed and dead kept), so the next
+--                          holder is told what this one would have been
+--                 'lost'   the holder was told EOWNERDEAD and did not mark it
+--                          consistent: held removed, nr := owner, for keep ms

@@ -633,9 +633,12 @@ unsigned long dist__lease_margin_ms(void)
     return read_ms(&cfg.lease_margin_ms);
 }
 
+/* Read on every acquire: without the settings' mutex (the setter stores
+ * it atomically, and nothing else must agree with it). */
 unsigned long dist__key_grace_ms(void)
 {
-    return read_ms(&cfg.key_grace_ms);
+    pthread_once(&cfg_once, load_env);
+    return __atomic_load_n(&cfg.key_grace_ms, __ATOMIC_RELAXED);
 }
 
 unsigned long dist__key_keep_ms(unsigned long lease_ms)
@@ -772,7 +775,15 @@ int dist_set_lease_margin_ms(unsigned long ms)
 int dist_set_key_grace_ms(unsigned long ms)
 {
     DIST__KEEP_ERRNO;
-    return set_ms(&cfg.key_grace_ms, ms, 0, "dist_set_key_grace_ms");
+    if (ms > MAX_MS)
+        return dist__err(EINVAL, "dist_set_key_grace_ms: %lu ms is out of "
+                         "range (0..%lu)", ms, MAX_MS);
+    pthread_once(&cfg_once, load_env);
+    pthread_mutex_lock(&cfg_mu);
+    /* no connection depends on it: no new generation */
+    __atomic_store_n(&cfg.key_grace_ms, ms, __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&cfg_mu);
+    return 0;
 }
 
 int dist_set_replica_wait_ms(unsigned long ms)

@@ -453,7 +453,9 @@ static int m_release(struct dist__call *c)
     int rc, nkv, nkeys, script = fair ? DIST__S_FAIR_UNLOCK : DIST__S_MUTEX_UNLOCK;
 
     snprintf(lease, sizeof lease, "%lu", dist__lease_of(c->o));
-    snprintf(keep, sizeof keep, "%lu", dist__key_keep_ms(dist__lease_of(c->o)));
+    if (c->robust)    /* only a robust release sends it */
+        snprintf(keep, sizeof keep, "%lu",
+                 dist__key_keep_ms(dist__lease_of(c->o)));
     nkeys = release_args(c->o->st->names, fair, c->wakes, lease, owner, olen,
                          NULL, c->robust, keep, kv, &nkv, &room);
     if (nkeys < 0)
