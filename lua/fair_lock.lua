@@ -54,6 +54,9 @@ if mine then
   local token = fencing_token(KEYS[4], false)
   local holds = redis.call('hincrby', KEYS[1], ARGV[2], 1)
   redis.call('pexpire', KEYS[1], ARGV[1])
+  if KEYS[7] and ARGV[6] ~= '0' then
+    redis.call('pexpire', KEYS[7], ARGV[6])
+  end
   return {1, holds, token}
 end
 
