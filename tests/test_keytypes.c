@@ -148,6 +148,10 @@ static int snap_diff(struct snap *a, struct snap *b, const char *skip,
 
 /* ---- objects -------------------------------------------------------------- */
 
+/* How long a waiter of a case waits: long enough, on a loaded machine, for
+ * the test to see it wait and break a key under it before it gives up. */
+#define WAIT_S 2.0
+
 enum kind { MUTEX, FAIR, RWLOCK, RWLOCK_W, COND, SEM, RSEM, BARRIER };
 
 struct obj {
@@ -161,7 +165,7 @@ struct obj {
     pthread_t th;         /* a second thread's call (struct call) */
     int th_rc;
     char th_err[256];
-    double wait_s;        /* how long that call waits; 0: 1 s */
+    double wait_s;        /* how long that call waits; 0: WAIT_S */
 };
 
 static void obj_init(struct obj *o, enum kind kind, int n)
@@ -243,22 +247,27 @@ static void key_of(const struct obj *o, const char *fmt, char *buf, size_t len)
     snprintf(buf, len, fmt, o->name);
 }
 
-/* Replaces key by a value of type kind. */
+/* Replaces key by a value of type kind, in one script: between a DEL and
+ * the write that follows it the key would be missing for a moment, and a
+ * waiter that tried then would find a free lock and take it (or a broken
+ * barrier) instead of the key of another type. */
 static void put_wrong(const char *key, const char *kind)
 {
+    static const char *const script =
+        "redis.call('del', KEYS[1]) "
+        "return redis.call(ARGV[1], KEYS[1], unpack(ARGV, 2))";
     redisReply *x;
 
-    assert_true(tu_cmd_int(&r, "DEL", key, NULL) >= 0);
     if (strcmp(kind, "string") == 0)
-        x = tu_cmd(&r, "SET", key, "x", NULL);
+        x = tu_cmd(&r, "EVAL", script, "1", key, "SET", "x", NULL);
     else if (strcmp(kind, "hash") == 0)
-        x = tu_cmd(&r, "HSET", key, "f", "v", NULL);
+        x = tu_cmd(&r, "EVAL", script, "1", key, "HSET", "f", "v", NULL);
     else if (strcmp(kind, "set") == 0)
-        x = tu_cmd(&r, "SADD", key, "x", NULL);
+        x = tu_cmd(&r, "EVAL", script, "1", key, "SADD", "x", NULL);
     else if (strcmp(kind, "list") == 0)
-        x = tu_cmd(&r, "RPUSH", key, "x", NULL);
+        x = tu_cmd(&r, "EVAL", script, "1", key, "RPUSH", "x", NULL);
     else
-        x = tu_cmd(&r, "ZADD", key, "1", "x", NULL);
+        x = tu_cmd(&r, "EVAL", script, "1", key, "ZADD", "1", "x", NULL);
     assert_non_null(x);
     assert_int_not_equal(x->type, REDIS_REPLY_ERROR);
     freeReplyObject(x);
@@ -573,7 +582,7 @@ static void test_every_script_changes_nothing(void **state)
 static void *waiter(void *arg)
 {
     struct obj *o = arg;
-    struct timespec dl = realtime_in(o->wait_s > 0 ? o->wait_s : 1.0);
+    struct timespec dl = realtime_in(o->wait_s > 0 ? o->wait_s : WAIT_S);
 
     if (o->kind == FAIR) {
         o->th_rc = dist_mutex_timedlock(&o->m, &dl);
@@ -587,7 +596,7 @@ static void *waiter(void *arg)
         dist_mutex_unlock(&o->m);     /* held again, or not: either way */
         return NULL;
     } else {
-        struct timespec mdl = fx_clock_in(CLOCK_MONOTONIC, 1.0);
+        struct timespec mdl = fx_clock_in(CLOCK_MONOTONIC, WAIT_S);
 
         o->th_rc = dist_barrier_clockwait(&o->b, CLOCK_MONOTONIC, &mdl);
     }
@@ -625,6 +634,7 @@ static int run_gcase(int n)
     struct snap before;
     double until;
     struct obj o;
+    int early;
 
     obj_init(&o, c->kind, 100 + n);
     key_of(&o, c->key, key, sizeof key);
@@ -633,7 +643,7 @@ static int run_gcase(int n)
              key, c->wrong);
     c->setup(&o);
     assert_int_equal(pthread_create(&o.th, NULL, waiter, &o), 0);
-    until = tu_now() + slack(0.8);
+    until = tu_now() + slack(WAIT_S * 0.75);
     while (tu_cmd_int(&r, "EXISTS", queued, NULL) != 1 && tu_now() < until)
         tu_sleep_ms(2);
     assert_int_equal(tu_cmd_int(&r, "EXISTS", queued, NULL), 1);
@@ -644,8 +654,19 @@ static int run_gcase(int n)
         assert_int_equal(tu_cmd_int(&r, "EXISTS", gone, NULL), 0);
     }
     put_wrong(key, c->wrong);
+    /* a waiter that gave up before has left its queue: the case would pass
+     * without a single script meeting the key */
+    early = strcmp(queued, key) != 0 &&
+            tu_cmd_int(&r, "EXISTS", queued, NULL) != 1;
     before = snap_take();
     assert_int_equal(pthread_join(o.th, NULL), 0);
+    if (early) {
+        snap_free(&before);
+        obj_done(&o);
+        print_error("%s: the waiter gave up before the key was made wrong "
+                    "(its %.1f s were too short here)\n", label, WAIT_S);
+        return 1;
+    }
     /* the cond's waiter takes its mutex back, whatever the wait gave */
     return judged(&o, label, &before, c->gone ? gone : NULL, "wait",
                   o.th_rc, o.th_rc != ETIMEDOUT ? o.th_err : NULL, key);
