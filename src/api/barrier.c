@@ -147,7 +147,7 @@ static int run(struct dist__barrier *bo, int script, const char *what,
     kv[0] = bo->keys[0];
     kv[1] = bo->keys[1];
     kv[2] = bo->keys[2];
-    rc = dist__route_run(script, NKEYS, kv, nkv, &r);
+    rc = dist__route_run(0, script, NKEYS, kv, nkv, &r);
     if (rc != 0)
         return rc == ENOMEM ? ENOMEM : dist__err(EIO, "barrier '%s': %s",
                                                   bo->names->name.p,

@@ -235,7 +235,7 @@ static int rs_try(struct dist__sem *sm)
     int rc, taken;
 
     kv[1].len = (size_t)snprintf(initial, sizeof initial, "%ld", sm->initial);
-    rc = dist__route_run(DIST__S_RSEM_ACQUIRE, 1, kv, 2, &r);
+    rc = dist__route_run(0, DIST__S_RSEM_ACQUIRE, 1, kv, 2, &r);
     if (rc != 0)
         return -(rc == ENOMEM ? ENOMEM : EIO);
     if (r->type != REDIS_REPLY_INTEGER) {
@@ -327,7 +327,7 @@ static int rs_count(struct dist__sem *sm, const char *op, long n, long *value)
     kv[3].len = (size_t)snprintf(num, sizeof num, "%ld", n);
     kv[4].len = (size_t)snprintf(initial, sizeof initial, "%ld", sm->initial);
     kv[5].len = (size_t)snprintf(max, sizeof max, "%ld", sm->max);
-    rc = dist__route_run(DIST__S_RSEM_COUNT, 2, kv, 7, &r);
+    rc = dist__route_run(0, DIST__S_RSEM_COUNT, 2, kv, 7, &r);
     if (rc != 0)
         return rc == ENOMEM ? ENOMEM : EIO;
     if (r->type != REDIS_REPLY_INTEGER) {

@@ -13,6 +13,31 @@
 
 /* ---- deadlines ---------------------------------------------------------- */
 
+/* dl's abs on the monotonic clock (ms), as of now: rounded up, so that a
+ * waiter never gives up early; callers still confirm with
+ * dist__deadline_reached, the clock may be stepped.  abs.tv_nsec is in
+ * range. */
+static uint64_t to_mono(const struct dist__deadline *dl)
+{
+    /* a deadline further than this is "never" (std::chrono's time_point::max
+     * arrives as a tv_sec near INT64_MAX); the cap keeps the sums in range */
+    const int64_t far_s = INT64_C(1) << 32;     /* about 136 years */
+    struct timespec now;
+    int64_t left_s, left_ns;
+    uint64_t mono;
+
+    mono = dist__now_ms();
+    clock_gettime(dl->clock, &now);
+    if (dl->abs.tv_sec > (time_t)now.tv_sec + far_s)
+        left_s = far_s;
+    else if (dl->abs.tv_sec < (time_t)now.tv_sec - far_s)
+        left_s = -far_s;
+    else
+        left_s = (int64_t)dl->abs.tv_sec - (int64_t)now.tv_sec;
+    left_ns = left_s * 1000000000LL + (dl->abs.tv_nsec - now.tv_nsec);
+    return left_ns <= 0 ? mono : mono + (uint64_t)(left_ns + 999999) / 1000000u;
+}
+
 int dist__deadline_set(struct dist__deadline *dl, clockid_t clock,
                        const struct timespec *abs)
 {
@@ -25,33 +50,19 @@ int dist__deadline_set(struct dist__deadline *dl, clockid_t clock,
         return dist__err(EINVAL, "abstime is NULL");
     dl->clock = clock;
     dl->abs = *abs;
+    /* converted here, once per call; refused only when the call would
+     * wait (dist__deadline_ms) */
+    dl->bad = abs->tv_nsec < 0 || abs->tv_nsec >= 1000000000L;
+    dl->ms = dl->bad ? 0 : to_mono(dl);
     return 0;
 }
 
 int dist__deadline_ms(const struct dist__deadline *dl, uint64_t *ms)
 {
-    /* a deadline further than this is "never" (std::chrono's time_point::max
-     * arrives as a tv_sec near INT64_MAX); the cap keeps the sums in range */
-    const int64_t far_s = INT64_C(1) << 32;     /* about 136 years */
-    struct timespec now;
-    int64_t left_s, left_ns;
-    uint64_t mono;
-
-    if (dl->abs.tv_nsec < 0 || dl->abs.tv_nsec >= 1000000000L)
+    if (dl->bad)
         return dist__err(EINVAL, "abstime.tv_nsec %ld is out of range",
                          dl->abs.tv_nsec);
-    /* Rounded up, so that a waiter never gives up early; callers still
-     * confirm with dist__deadline_reached, the clock may be stepped. */
-    mono = dist__now_ms();
-    clock_gettime(dl->clock, &now);
-    if (dl->abs.tv_sec > (time_t)now.tv_sec + far_s)
-        left_s = far_s;
-    else if (dl->abs.tv_sec < (time_t)now.tv_sec - far_s)
-        left_s = -far_s;
-    else
-        left_s = (int64_t)dl->abs.tv_sec - (int64_t)now.tv_sec;
-    left_ns = left_s * 1000000000LL + (dl->abs.tv_nsec - now.tv_nsec);
-    *ms = left_ns <= 0 ? mono : mono + (uint64_t)(left_ns + 999999) / 1000000u;
+    *ms = dl->ms;
     return 0;
 }
 
@@ -70,7 +81,8 @@ int dist__deadline_step(const struct dist__deadline *dl, uint64_t *deadline)
         return 0;
     if (dist__deadline_reached(dl))
         return 1;
-    dist__deadline_ms(dl, deadline);            /* the clock stepped */
+    if (!dl->bad)
+        *deadline = to_mono(dl);                /* the clock stepped */
     return 0;
 }
 
@@ -334,7 +346,7 @@ static int renew_now(struct dist__call *c)
         pthread_mutex_unlock(&st->mu);
     }
     rc = dist__renew_one(k, st->names, keys.keys, keys.nkeys,
-                         dist__lease_of(c->o));
+                         dist__lease_of(c->o), c->limit);
     if (keys.keys_owned)
         free((void *)keys.keys);
     return rc;
@@ -376,28 +388,33 @@ static uint64_t call_cap(const struct dist__call *c)
 }
 
 /* How long the first try of a timed call may wait for a Redis that cannot
- * be reached: until the caller's deadline (monotonic ms), not the whole
- * patience (the torture run saw a 145 ms timedlock return EIO after
- * 1.5 s).  0: no deadline, or a bad one, which is refused only when the
- * call would wait. */
+ * be reached: until the caller's deadline (monotonic ms, as
+ * dist__deadline_set converted it), not the whole patience (the torture
+ * run saw a 145 ms timedlock return EIO after 1.5 s).  0: no deadline, or
+ * a bad one, which is refused only when the call would wait. */
 static uint64_t first_deadline(const struct dist__deadline *dl)
 {
-    uint64_t ms = 0;
+    return dl && !dl->bad ? dl->ms : 0;
+}
 
-    if (dl && dist__deadline_ms(dl, &ms) != 0)
-        return 0;
-    return ms;
+/* The sooner of two limits (link.h; 0: none). */
+static uint64_t sooner(uint64_t limit, uint64_t until)
+{
+    return limit && limit < until ? limit : until;
 }
 
 /* The kind's acquire, all of whose commands (a reconnect, the script, a
  * probe after a lost reply) end within the command timeout from its start:
- * a server that answers one byte at a time cannot stretch it. */
+ * a server that answers one byte at a time cannot stretch it.  The kind
+ * passes c->limit to every call it makes. */
 static int try_limited(struct dist__call *c)
 {
-    uint64_t old = dist__link_limit(call_cap(c));
-    int rc = c->o->kind->acquire(c);
+    uint64_t outer = c->limit;
+    int rc;
 
-    dist__link_unlimit(old);
+    c->limit = sooner(outer, call_cap(c));
+    rc = c->o->kind->acquire(c);
+    c->limit = outer;
     return rc;
 }
 
@@ -433,16 +450,16 @@ static int try_once(struct dist__call *c)
 static int try_bounded(struct dist__call *c, uint64_t deadline,
                        uint64_t until)
 {
-    uint64_t old, cap = past_deadline(deadline);
+    uint64_t outer = c->limit, cap = past_deadline(deadline);
     int rc;
 
     if (until && (!cap || until < cap))
         cap = until;
     if (!cap)
         return try_once(c);
-    old = dist__link_limit(cap);
+    c->limit = sooner(outer, cap);
     rc = try_once(c);
-    dist__link_unlimit(old);
+    c->limit = outer;
     return rc;
 }
 
@@ -925,7 +942,7 @@ static void behind_done(struct dist__call *c, int rc)
         return;
     c->behind = NULL;
     if (d->outcome == 0 && d->on)
-        dist__link_settle(d->on, dist__link_deadline(d->on));
+        dist__link_settle(d->on, dist__link_deadline(d->on, c->limit));
     pthread_mutex_lock(&st->mu);
     r = d->r;
     if (r)
@@ -1055,7 +1072,8 @@ static __attribute__((noinline)) int fresh_token(struct dist__call *c)
     if (rc != 0)
         dist__err(ENOMEM, "out of memory");
     else
-        rc = dist__route_eval(DIST__S_TOKEN_DRAW, 1, kv, 2, &rep, &on);
+        rc = dist__route_eval(c->limit, DIST__S_TOKEN_DRAW, 1, kv, 2, &rep,
+                              &on);
     dist__room_done(&room);
     if (rc != 0)
         snprintf(why, sizeof why, "%s", dist_last_error());
@@ -1181,15 +1199,15 @@ static void count_taken(int try_only, int waited, uint64_t t0)
  * its tries do. */
 static __attribute__((noinline)) void cancel(struct dist__call *c, const struct dist__deadline *dl)
 {
-    uint64_t bound = past_deadline(first_deadline(dl)), old;
+    uint64_t bound = past_deadline(first_deadline(dl)), outer = c->limit;
 
     if (!bound) {
         c->o->kind->cancel(c);
         return;
     }
-    old = dist__link_limit(bound);
+    c->limit = sooner(outer, bound);
     c->o->kind->cancel(c);
-    dist__link_unlimit(old);
+    c->limit = outer;
 }
 
 /* A robust mutex taken from a holder that did not release it cleanly:
@@ -1224,7 +1242,7 @@ static int acquire(struct dist__obj *o, int mode, int try_only,
     if ((rc = k->plan(&c, try_only)) != 0)
         return failed(&c, rc);
     if (!try_only && courtesy && k->before_wait)
-        k->before_wait(&c, dl);
+        k->before_wait(&c, until);
     go_behind(&c);
     rc = try_only ? try_once(&c) : try_patiently(&c, until);
     behind_done(&c, rc);
@@ -1373,7 +1391,7 @@ static int release_held(struct dist__call *c)
     struct dist__state *st = c->o->st;
     struct dist__rec *r;
     char why[256];
-    uint64_t old;
+    uint64_t outer = c->limit;
     int rc, told = 0;
 
     struct dist__defer *d = defer_ok(c) ? defer_new(c) : NULL;
@@ -1382,9 +1400,9 @@ static int release_held(struct dist__call *c)
     c->unknown = 0;
     c->defer_fn = d ? defer_done : NULL;
     c->defer_arg = d;
-    old = dist__link_limit(call_cap(c));
+    c->limit = sooner(outer, call_cap(c));
     rc = k->release(c);
-    dist__link_unlimit(old);
+    c->limit = outer;
     if (d && rc == 0 && c->deferred)
         return defer_sent(c, d);
     if (d)

@@ -42,12 +42,17 @@ struct dist__defer {
 #define DIST__DEFER_NOTRUN 3      /* an error reply: nothing ran */
 #define DIST__DEFER_BROKEN 4      /* no reply: it may have run */
 
-/* A caller's absolute deadline, as given at the API; converted to the
- * monotonic clock by the engine (dist__deadline_ms), once per wait and
- * again only when the clock it names was stepped. */
+/* A caller's absolute deadline, taken at the API (dist__deadline_set) and
+ * converted to the monotonic clock there, once per call; again only when
+ * the clock it names was stepped (dist__deadline_step).  It goes down by
+ * argument; below the engine, as the limit of a call's commands
+ * (struct dist__call's limit, link.h). */
 struct dist__deadline {
     clockid_t clock;              /* CLOCK_REALTIME or CLOCK_MONOTONIC */
     struct timespec abs;
+    uint64_t ms;                  /* abs on the monotonic clock */
+    int bad;                      /* abs.tv_nsec out of range: EINVAL when
+                                   * the call would wait, ms 0 */
 };
 
 /* How a try may end when the lock is not free. */
@@ -196,6 +201,11 @@ struct dist__call {
                                    * sync); valid until the thread's next
                                    * route call */
     uint64_t started;             /* when the call began (monotonic ms) */
+    uint64_t limit;               /* the end of the commands of the kind's
+                                   * acquire, release or cancel under way
+                                   * (link.h; 0: none): set by the engine,
+                                   * passed by the kind to every route
+                                   * call it makes */
     /* deferred release (see call.c): a kind that can send its release
      * without waiting for the reply does so when defer_fn is set, hands
      * the reply to defer_fn(defer_arg), and says so with deferred (and
@@ -259,8 +269,9 @@ struct dist__kind {
     const enum dist__nm *(*queue)(struct dist__call *c, int *nkeys);
     /* Optional: after a try that was refused, why (" or has waiters"). */
     const char *(*busy_why)(const struct dist__call *c);
-    /* Optional hooks: before a blocking acquire, after a release. */
-    void (*before_wait)(struct dist__call *c, const struct dist__deadline *dl);
+    /* Optional hooks: before a blocking acquire (deadline: the caller's,
+     * monotonic ms; 0: none), after a release. */
+    void (*before_wait)(struct dist__call *c, uint64_t deadline);
     void (*after_release)(struct dist__call *c);
     /* Says how a try of c may end (c->how), or refuses the call (EDEADLK
      * for a relock the type forbids, with the text set). */
@@ -370,12 +381,14 @@ void dist__hold_lost(struct dist__obj *o);
 /* When the calling thread's holds of o were found lost (by the renewal or
  * watch thread): the same, and 1; else 0 (nothing changes). */
 int dist__hold_found_lost(struct dist__obj *o);
-/* Fills dl from an API call's arguments: EINVAL for a clock other than
- * CLOCK_REALTIME and CLOCK_MONOTONIC, or a NULL abstime (abstime's fields
- * are checked only when the call would wait). */
+/* Fills dl from an API call's arguments, converted to the monotonic
+ * clock: EINVAL for a clock other than CLOCK_REALTIME and
+ * CLOCK_MONOTONIC, or a NULL abstime (abstime's fields are checked only
+ * when the call would wait). */
 int dist__deadline_set(struct dist__deadline *dl, clockid_t clock,
                        const struct timespec *abs);
-/* ms on the monotonic clock when dl is reached; EINVAL for a bad dl */
+/* ms on the monotonic clock when dl is reached, as dist__deadline_set
+ * converted it; EINVAL for a bad dl */
 int dist__deadline_ms(const struct dist__deadline *dl, uint64_t *ms);
 int dist__deadline_reached(const struct dist__deadline *dl);
 /* After a sleep bounded by *deadline (monotonic ms, 0: none): 1 when dl is

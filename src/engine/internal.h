@@ -120,10 +120,11 @@ unsigned long dist__safe_margin_ms(unsigned long lease_ms);
 uint64_t dist__renew_safe_until(struct dist__hold *h);
 /* Renews the calling thread's hold of names now, with kind k's renewal
  * script on keys (NULL: the name alone), for ms: on the condition that the
- * owner still holds it.  1 renewed, 0 the owner holds nothing, -1 Redis
- * did not answer. */
+ * owner still holds it; by limit, the call's (link.h).  1 renewed, 0 the
+ * owner holds nothing, -1 Redis did not answer. */
 int dist__renew_one(const struct dist__kind *k, struct dist__names *names,
-                    const struct dist__buf *keys, int nkeys, unsigned long ms);
+                    const struct dist__buf *keys, int nkeys, unsigned long ms,
+                    uint64_t limit);
 /* Replaces the keys the renewal script gets for h (the caller keeps them
  * alive until the next call or until h is removed). */
 void dist__renew_set_keys(struct dist__hold *h, const struct dist__buf *keys,

@@ -477,7 +477,8 @@ static void follow(struct loop *l, uint64_t now)
     if (l->cfg.mode == DIST__MODE_SENTINEL && n && n->link) {
         /* the sentinels are asked about once a second, and releases are
          * published on the new master */
-        if (dist__route(&l->cfg, NULL, &a) == 0 && !same_addr(&a, &n->addr)) {
+        if (dist__route(&l->cfg, 0, NULL, &a) == 0 &&
+            !same_addr(&a, &n->addr)) {
             pthread_mutex_lock(&P.mu);
             if (n->lent)
                 recall(n);    /* dropped at a turn once it is back */
@@ -490,7 +491,7 @@ static void follow(struct loop *l, uint64_t now)
     if (!l->cluster)
         return;
     if (n && now >= l->map_due) {
-        dist__route(&l->cfg, NULL, &a);
+        dist__route(&l->cfg, 0, NULL, &a);
         l->map_due = now + MAP_CHECK_MS;
     }
     if ((e = dist__topo_epoch()) == l->epoch)
@@ -504,7 +505,7 @@ static void follow(struct loop *l, uint64_t now)
         if (!(n = ch->node) || ch->wire == W_UNSUBSCRIBING)
             continue;
         pthread_mutex_unlock(&P.mu);
-        rc = dist__route(&l->cfg, &key, &a);
+        rc = dist__route(&l->cfg, 0, &key, &a);
         pthread_mutex_lock(&P.mu);
         if (rc != 0 || same_addr(&a, &n->addr))
             continue;
@@ -546,7 +547,7 @@ static void place(struct loop *l, uint64_t now, uint64_t *next)
             continue;
         }
         pthread_mutex_unlock(&P.mu);
-        rc = dist__route(&l->cfg, &key, &a);
+        rc = dist__route(&l->cfg, 0, &key, &a);
         pthread_mutex_lock(&P.mu);
         if (rc == 0 && (n = node_get(&a, 1)) != NULL) {
             n->plain_too = dist__both_pubsub(&l->cfg);
@@ -597,9 +598,9 @@ static void open_nodes(struct loop *l, uint64_t *next)
             continue;
         }
         if (!n->sharded)
-            rc = dist__route(&l->cfg, NULL, &a);   /* the master, now */
+            rc = dist__route(&l->cfg, 0, NULL, &a);   /* the master, now */
         if (rc == 0)
-            rc = dist__route_open_master(&l->cfg, &a, &c);
+            rc = dist__route_open_master(&l->cfg, &a, 0, &c);
         pthread_mutex_lock(&P.mu);
         if (rc == 0) {
             n->link = c;
@@ -701,7 +702,7 @@ static void flush(void)
         if (!n->link || n->out == 0)
             continue;
         n->out = 0;
-        if (dist__link_flush(n->link, dist__link_deadline(n->link)) != 0) {
+        if (dist__link_flush(n->link, dist__link_deadline(n->link, 0)) != 0) {
             pthread_mutex_lock(&P.mu);
             lost_node(n);
             pthread_mutex_unlock(&P.mu);

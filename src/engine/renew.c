@@ -689,7 +689,7 @@ static int renew_batch(struct dist__hold **hs, size_t n, unsigned long ms,
     pthread_mutex_unlock(&R.mu);
 
     sent = dist__now_ms();
-    rc = dist__route_run(script, (int)nk, kv, (int)k, &r);
+    rc = dist__route_run(0, script, (int)nk, kv, (int)k, &r);  /* no limit */
     free(kv);
     free(counts);
     free(owners);
@@ -702,7 +702,8 @@ static int renew_batch(struct dist__hold **hs, size_t n, unsigned long ms,
 }
 
 int dist__renew_one(const struct dist__kind *k, struct dist__names *names,
-                    const struct dist__buf *keys, int nkeys, unsigned long ms)
+                    const struct dist__buf *keys, int nkeys, unsigned long ms,
+                    uint64_t limit)
 {
     struct dist__buf *kv;
     char msbuf[24], nbuf[12];
@@ -725,7 +726,7 @@ int dist__renew_one(const struct dist__kind *k, struct dist__names *names,
     kv[i++] = (struct dist__buf){ msbuf, strlen(msbuf) };
     kv[i++] = (struct dist__buf){ owner, olen };
     kv[i++] = (struct dist__buf){ nbuf, strlen(nbuf) };
-    rc = dist__route_run(k->renew_script, nkeys, kv, i, &r);
+    rc = dist__route_run(limit, k->renew_script, nkeys, kv, i, &r);
     free(kv);
     /* 1 or 0 are answers; anything else is no answer (batch_results) */
     if (rc == 0 && (dist__reply_int(r, 0, &ok) != 0 || (ok != 0 && ok != 1)))
@@ -880,7 +881,7 @@ static void *renew_main(void *arg)
             struct dist__addr a;
             pthread_mutex_unlock(&R.mu);
             dist__cfg_get(&cfg);
-            dist__route(&cfg, NULL, &a);
+            dist__route(&cfg, 0, NULL, &a);
             pthread_mutex_lock(&R.mu);
             if (!R.kick && wake > dist__now_ms() + TOPO_WATCH_MS)
                 wake = dist__now_ms() + TOPO_WATCH_MS;

@@ -87,15 +87,16 @@ static int slot_ok(const struct dist__cond *cv, const struct dist__names *m)
 
 /* Runs a script whose reply is one integer.  A call whose reply was lost
  * runs again once: every caller's script may safely run twice (see each).
- * 0 with *v, or EIO. */
+ * 0 with *v, or EIO.  A condition's calls have no call limit (link.h):
+ * each command has its command timeout. */
 static int run_int(int script, const char *what, int nkeys,
                    const struct dist__buf *kv, int nkv, long long *v)
 {
     redisReply *r = NULL;
-    int rc = dist__route_run(script, nkeys, kv, nkv, &r);
+    int rc = dist__route_run(0, script, nkeys, kv, nkv, &r);
 
     if (rc == DIST__ECONN)
-        rc = dist__route_run(script, nkeys, kv, nkv, &r);
+        rc = dist__route_run(0, script, nkeys, kv, nkv, &r);
     if (rc == ENOMEM)
         return ENOMEM;
     if (rc != 0)
@@ -169,7 +170,7 @@ int dist__cond_queued(struct dist__cond *cv, const char (*owners)[64], int n,
     *any = 0;
     if ((rc = slot_ok(cv, NULL)) != 0)
         return rc;
-    if ((rc = dist__route_cmds(&cv->keys[1], 1, &cmd, &rep, NULL)) != 0)
+    if ((rc = dist__route_cmds(0, &cv->keys[1], 1, &cmd, &rep, NULL)) != 0)
         return rc == ENOMEM ? ENOMEM : EIO;
     if (rep->type != REDIS_REPLY_ARRAY) {
         freeReplyObject(rep);

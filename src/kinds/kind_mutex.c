@@ -89,11 +89,12 @@ static int is_robust(const struct dist__obj *o)
 
 /* ---- acquire -------------------------------------------------------------- */
 
-/* Reads the owner's count after a lost reply.  robust: also what the
- * robust record says into *dead (mutex_probe's reply; NULL: not robust).
- * 0, or EIO. */
-static int probe(const struct dist__names *nm, long long *holds, long long *pttl,
-                 uint64_t *token, long long *dead, struct dist__link **on)
+/* Reads the owner's count after a lost reply, by limit (the call's, see
+ * link.h).  robust: also what the robust record says into *dead
+ * (mutex_probe's reply; NULL: not robust).  0, or EIO. */
+static int probe(const struct dist__names *nm, uint64_t limit,
+                 long long *holds, long long *pttl, uint64_t *token,
+                 long long *dead, struct dist__link **on)
 {
     size_t olen;
     const char *owner = dist__owner(&olen);
@@ -114,12 +115,12 @@ static int probe(const struct dist__names *nm, long long *holds, long long *pttl
     /* The first reconnect usually works; a server that is restarting may
      * need a few tries: keep at it for up to the command timeout. */
     for (tries = 0;; tries++) {
-        rc = dist__route_eval(DIST__S_MUTEX_PROBE, dead ? 3 : 2, kv,
+        rc = dist__route_eval(limit, DIST__S_MUTEX_PROBE, dead ? 3 : 2, kv,
                               dead ? 4 : 3, &r, on);
         if (rc == 0 || rc == DIST__EREPLY || rc == ENOMEM)
             break;
         if (!give_up)
-            give_up = dist__link_until(dist__timeout_ms());
+            give_up = dist__link_until(dist__timeout_ms(), limit);
         if (dist__now_ms() >= give_up)
             break;
         dist__sleep_ms(tries == 0 ? 10 : 50);
@@ -177,7 +178,7 @@ static int run_acquire(struct dist__call *c, redisReply **r)
             kv[n++] = c->how == DIST__HOW_WAIT
                       ? ul_arg(window, dist__waiter_ms()) : arg("0");
             kv[n++] = ul_arg(keep, dist__key_keep_ms(dist__lease_of(c->o)));
-            rc = dist__route_eval(DIST__S_MUTEX_LOCK, 3 + robust, kv, n, r,
+            rc = dist__route_eval(c->limit, DIST__S_MUTEX_LOCK, 3 + robust, kv, n, r,
                                   &c->on);
         }
         dist__room_done(&room);
@@ -194,7 +195,7 @@ static int run_acquire(struct dist__call *c, redisReply **r)
         kv[n++] = arg(c->how == DIST__HOW_QUEUE ? "wait" : "try");
         kv[n++] = arg(dist__publish_cmd());
         kv[n++] = ul_arg(keep, dist__key_keep_ms(dist__lease_of(c->o)));
-        rc = dist__route_eval(DIST__S_FAIR_LOCK, 6 + robust, kv, n, r,
+        rc = dist__route_eval(c->limit, DIST__S_FAIR_LOCK, 6 + robust, kv, n, r,
                               &c->on);
     }
     dist__room_done(&room);
@@ -268,7 +269,7 @@ static __attribute__((noinline)) int m_settle_lost(struct dist__call *c)
 
     /* the reason the reply was lost says more than the probe's */
     snprintf(why, sizeof why, "%s", dist_last_error());
-    if (probe(c->o->st->names, &holds, &pttl, &tok,
+    if (probe(c->o->st->names, c->limit, &holds, &pttl, &tok,
               is_robust(c->o) ? &dead : NULL, &c->on) != 0) {
         c->unknown = 1;
         return dist__err(EIO, "%s", why);
@@ -364,7 +365,8 @@ static int release_ran(struct dist__call *c, uint64_t mytoken)
     long long holds, pttl;
     uint64_t tok;
 
-    if (probe(c->o->st->names, &holds, &pttl, &tok, NULL, &c->on) != 0)
+    if (probe(c->o->st->names, c->limit, &holds, &pttl, &tok, NULL,
+              &c->on) != 0)
         return -2;
     /* A counter below our token means the server lost its data (a restart
      * without persistence): the hold went with it. */
@@ -414,7 +416,7 @@ static int send_release(struct dist__call *c, int script, int nkeys,
 
     if (c->defer_fn) {
         /* deferred: its reply goes to the engine when the link is read */
-        rc = dist__route_defer(script, nkeys, kv, nkv, c->defer_fn,
+        rc = dist__route_defer(c->limit, script, nkeys, kv, nkv, c->defer_fn,
                                c->defer_arg, &c->on);
         if (rc == 0) {
             c->deferred = 1;
@@ -422,12 +424,13 @@ static int send_release(struct dist__call *c, int script, int nkeys,
             return 0;
         }
     } else {
-        rc = dist__route_run(script, nkeys, kv, nkv, r);
+        rc = dist__route_run(c->limit, script, nkeys, kv, nkv, r);
     }
     if (rc == DIST__ECONN) {
         if ((rc = release_lost(c)) != 1)
             return rc;
-        if ((rc = dist__route_run(script, nkeys, kv, nkv, r)) == DIST__ECONN) {
+        if ((rc = dist__route_run(c->limit, script, nkeys, kv, nkv,
+                                  r)) == DIST__ECONN) {
             c->unknown = 1;
             return EIO;
         }
@@ -506,9 +509,9 @@ static int m_settle(struct dist__hold *h, int *lost)
                          dist__hold_owner(h, owner), expect, h->robust, keep,
                          kv, &nkv, &room);
     rc = nkeys < 0 ? DIST__ENOCONN
-                   : dist__route_run(fair ? DIST__S_FAIR_UNLOCK
-                                          : DIST__S_MUTEX_UNLOCK,
-                                     nkeys, kv, nkv, &r);
+                   : dist__route_run(0, fair ? DIST__S_FAIR_UNLOCK
+                                             : DIST__S_MUTEX_UNLOCK,
+                                     nkeys, kv, nkv, &r);   /* no limit */
     dist__room_done(&room);
     if (rc == DIST__ECONN || rc == DIST__ENOCONN)
         return -1;
@@ -581,7 +584,7 @@ static void plain_cancel(struct dist__call *c)
                 &room) == 0) {
         kv[2] = (struct dist__buf){ owner, olen };
         kv[3] = arg(dist__publish_cmd());
-        if (dist__route_run(DIST__S_MUTEX_CANCEL, 2, kv, 4, &r) == 0)
+        if (dist__route_run(c->limit, DIST__S_MUTEX_CANCEL, 2, kv, 4, &r) == 0)
             freeReplyObject(r);
     }
     dist__room_done(&room);
@@ -607,7 +610,7 @@ static void m_cancel(struct dist__call *c)
         kv[5] = (struct dist__buf){ owner, olen };
         kv[6] = arg(dist__publish_cmd());
         kv[7] = arg("0");
-        if (dist__route_run(DIST__S_FAIR_CANCEL, 5, kv, 8, &r) == 0)
+        if (dist__route_run(c->limit, DIST__S_FAIR_CANCEL, 5, kv, 8, &r) == 0)
             freeReplyObject(r);
     }
     dist__room_done(&room);
@@ -622,12 +625,12 @@ static const char *m_busy_why(const struct dist__call *c)
  * them has had time to take it, so that a thread looping on lock/unlock does
  * not starve other processes.  A plain sleep: our own release message must
  * not cut it short.  A timed lock waits no longer than its deadline. */
-static void m_before_wait(struct dist__call *c, const struct dist__deadline *dl)
+static void m_before_wait(struct dist__call *c, uint64_t deadline)
 {
     struct dist__state *st = c->o->st;
     struct courtesy *y;
     struct timespec ts;
-    uint64_t until = 0, deadline;
+    uint64_t until = 0;
 
     if (c->n[0] > 0 || is_fair(c))
         return;
@@ -640,7 +643,7 @@ static void m_before_wait(struct dist__call *c, const struct dist__deadline *dl)
     pthread_mutex_unlock(&st->mu);
     if (until <= dist__now_ms())
         return;
-    if (dl && dist__deadline_ms(dl, &deadline) == 0 && deadline < until)
+    if (deadline && deadline < until)
         until = deadline;
     dist__ms_to_ts(until, &ts);
     while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)

@@ -195,7 +195,8 @@ static int tkey(struct dist__state *st, struct dist__rec *r, unsigned long k,
 /* run() after a lost reply: runs the script again, at most twice, and
  * names the first loss if that fails too.  Apart (noinline) so that its
  * buffer is on the stack only on this path (PTHREAD_STACK_MIN stacks). */
-static __attribute__((noinline)) int run_again(int script, int nkeys,
+static __attribute__((noinline)) int run_again(uint64_t limit, int script,
+                                               int nkeys,
                                                const struct dist__buf *kv,
                                                int nkv, redisReply **r,
                                                struct dist__link **on)
@@ -206,14 +207,16 @@ static __attribute__((noinline)) int run_again(int script, int nkeys,
     snprintf(why, sizeof why, "%s", dist_last_error());
     for (tries = 0; tries < 2 && (rc == DIST__ECONN || rc == DIST__ENOCONN);
          tries++)
-        rc = dist__route_eval(script, nkeys, kv, nkv, r, on);
+        rc = dist__route_eval(limit, script, nkeys, kv, nkv, r, on);
     if (rc == 0)
         return 0;
     return dist__err(EIO, "%s", why), DIST__ECONN;
 }
 
-static int run(int script, int nkeys, const struct dist__buf *kv, int nkv,
-               redisReply **r, int *again, struct dist__link **on)
+/* limit: the call's (link.h). */
+static int run(uint64_t limit, int script, int nkeys,
+               const struct dist__buf *kv, int nkv, redisReply **r,
+               int *again, struct dist__link **on)
 {
     struct dist__link *dummy;
     int rc;
@@ -221,10 +224,10 @@ static int run(int script, int nkeys, const struct dist__buf *kv, int nkv,
     if (!on)
         on = &dummy;
     *again = 0;
-    rc = dist__route_eval(script, nkeys, kv, nkv, r, on);
+    rc = dist__route_eval(limit, script, nkeys, kv, nkv, r, on);
     if (rc == DIST__ECONN) {    /* why it was lost says more than a retry */
         *again = 1;
-        return run_again(script, nkeys, kv, nkv, r, on);
+        return run_again(limit, script, nkeys, kv, nkv, r, on);
     }
     if (rc == 0)
         return 0;
@@ -254,8 +257,10 @@ static int read_ints(redisReply *r, long long v[4], const char *what)
 
 /* The conditional release of one hold of mode (0 read, 1 write) by owner,
  * who holds rd and wr as far as it knows.  tk: the read hold's timeout
- * key.  Returns run()'s code, with v[] the reply. */
-static int run_release(const struct dist__state *st, const char *owner,
+ * key; limit: the call's (link.h).  Returns run()'s code, with v[] the
+ * reply. */
+static int run_release(uint64_t limit, const struct dist__state *st,
+                       const char *owner,
                        size_t olen, int mode, unsigned long rd,
                        unsigned long wr, const struct dist__buf *tk,
                        long long v[4], int *again)
@@ -277,7 +282,7 @@ static int run_release(const struct dist__state *st, const char *owner,
     kv[n++] = arg(erd);
     kv[n++] = arg(ewr);
     kv[n++] = arg(dist__publish_cmd());
-    rc = run(mode ? DIST__S_RWLOCK_WRUNLOCK : DIST__S_RWLOCK_RDUNLOCK,
+    rc = run(limit, mode ? DIST__S_RWLOCK_WRUNLOCK : DIST__S_RWLOCK_RDUNLOCK,
              mode ? 4 : 5, kv, n, &r, again, NULL);
     if (rc != 0)
         return rc;
@@ -343,7 +348,7 @@ static int run_acquire(struct dist__call *c, struct dist__rec *r, long long v[4]
                  dist__key_keep_ms(dist__lease_of(c->o)));
         kv[n++] = arg(keep);
     }
-    rc = run(c->mode ? DIST__S_RWLOCK_WRLOCK : DIST__S_RWLOCK_RDLOCK, 5, kv, n,
+    rc = run(c->limit, c->mode ? DIST__S_RWLOCK_WRLOCK : DIST__S_RWLOCK_RDLOCK, 5, kv, n,
              &rep, again, &c->on);
     if (rc != 0)
         return rc;
@@ -525,7 +530,8 @@ static int rw_release(struct dist__call *c)
         return EPERM;
     if (!c->mode && tkey(st, r, rd, &tk) != 0)
         return dist__err(ENOMEM, "out of memory");
-    rc = run_release(st, owner, olen, c->mode, rd, wr, &tk, v, &again);
+    rc = run_release(c->limit, st, owner, olen, c->mode, rd, wr, &tk, v,
+                     &again);
     /* Not even sent: the owner lets go all the same, as for an unknown
      * outcome; a hold kept after a failed unlock would be renewed for ever. */
     if (rc == EIO || rc == DIST__ECONN || rc == EPROTO) {
@@ -577,8 +583,8 @@ static int rw_settle(struct dist__hold *h, int *lost)
         free(pre);
     }
     rc = h->mode == 0 && !p ? ENOMEM
-         : run_release(&st, owner, olen, h->mode, rd, wr, &tk, v,
-                       &again);
+         : run_release(0, &st, owner, olen, h->mode, rd, wr, &tk, v,
+                       &again);       /* the renewal thread */
     free(p);
     free(st.ext);
     if (rc == EPROTO) {
@@ -623,7 +629,7 @@ static void rw_cancel(struct dist__call *c)
     };
     redisReply *r;
 
-    if (dist__route_run(DIST__S_RWLOCK_CANCEL, 3, kv, 5, &r) == 0)
+    if (dist__route_run(c->limit, DIST__S_RWLOCK_CANCEL, 3, kv, 5, &r) == 0)
         freeReplyObject(r);
 }
 

@@ -83,7 +83,7 @@ static int s_acquire(struct dist__call *c)
     kv[4].len = (size_t)snprintf(lease, sizeof lease, "%lu",
                                  dist__lease_of(c->o));
     kv[6].len = (size_t)snprintf(initial, sizeof initial, "%ld", atomic_load(&sx->initial));
-    rc = dist__route_eval(DIST__S_SEM_ACQUIRE, 4, kv, 9, &r, &c->on);
+    rc = dist__route_eval(c->limit, DIST__S_SEM_ACQUIRE, 4, kv, 9, &r, &c->on);
     if (rc == DIST__ECONN) {
         c->unknown = 1;   /* the renewal thread gives back what it took */
         return EIO;
@@ -109,9 +109,11 @@ static int s_acquire(struct dist__call *c)
     return 0;
 }
 
-/* Runs sem_release on keys (sem, holds, leases, channel); expect: the count
- * a settle expects, or NULL.  0 with *res and *woken, or a DIST__E*. */
-static int run_release(const struct dist__buf *keys, const char *owner,
+/* Runs sem_release on keys (sem, holds, leases, channel) by limit (the
+ * call's, link.h); expect: the count a settle expects, or NULL.  0 with
+ * *res and *woken, or a DIST__E*. */
+static int run_release(uint64_t limit, const struct dist__buf *keys,
+                       const char *owner,
                        size_t olen, unsigned long lease_ms, const char *expect,
                        long long *res, long long *woken)
 {
@@ -126,7 +128,7 @@ static int run_release(const struct dist__buf *keys, const char *owner,
     kv[4].len = (size_t)snprintf(lease, sizeof lease, "%lu", lease_ms);
     if (expect)
         kv[7] = arg(expect);
-    rc = dist__route_run(DIST__S_SEM_RELEASE, 4, kv, expect ? 8 : 7, &r);
+    rc = dist__route_run(limit, DIST__S_SEM_RELEASE, 4, kv, expect ? 8 : 7, &r);
     if (rc != 0)
         return rc;
     if (dist__reply_int(r, 0, res) != 0 || dist__reply_int(r, 1, woken) != 0) {
@@ -143,8 +145,8 @@ static int s_release(struct dist__call *c)
     size_t olen;
     const char *owner = dist__owner(&olen);
     long long res = 0;
-    int rc = run_release(semx(c)->keys, owner, olen, dist__lease_of(c->o),
-                         NULL, &res, &c->woken);
+    int rc = run_release(c->limit, semx(c)->keys, owner, olen,
+                         dist__lease_of(c->o), NULL, &res, &c->woken);
 
     /* a reply lost, or nothing sent: the owner lets go all the same and the
      * renewal thread finishes the release (see m_release) */
@@ -170,7 +172,7 @@ static int s_settle(struct dist__hold *h, int *lost)
     if (dist__sem_keys(h->names, 0, keys) != 0)
         return -1;
     snprintf(expect, sizeof expect, "%lu", h->n[0] + 1);
-    rc = run_release(keys, owner, dist__hold_owner(h, owner),
+    rc = run_release(0, keys, owner, dist__hold_owner(h, owner),
                      h->lease_ms ? h->lease_ms : dist__watchdog_ms(), expect,
                      &res, &woken);
     dist__sem_keys_free(keys, DIST__SEM_NKEYS);
@@ -260,10 +262,10 @@ int dist__sem_count(struct dist__obj *o, const char *op, long n, long *free_,
     kv[5].len = (size_t)snprintf(num, sizeof num, "%ld", n);
     kv[6].len = (size_t)snprintf(initial, sizeof initial, "%ld", atomic_load(&sx->initial));
     kv[7].len = (size_t)snprintf(max, sizeof max, "%ld", atomic_load(&sx->max));
-    rc = dist__route_run(DIST__S_SEM_COUNT, 4, kv, 9, &r);
+    rc = dist__route_run(0, DIST__S_SEM_COUNT, 4, kv, 9, &r);
     /* 'add' is not run twice: a lost reply may have added the permits */
     if (rc == DIST__ECONN && strcmp(op, "add") != 0)
-        rc = dist__route_run(DIST__S_SEM_COUNT, 4, kv, 9, &r);
+        rc = dist__route_run(0, DIST__S_SEM_COUNT, 4, kv, 9, &r);
     if (rc != 0)
         return rc == ENOMEM ? ENOMEM : EIO;
     if (dist__reply_int(r, 0, &f) != 0 || dist__reply_int(r, 1, &h) != 0) {
@@ -363,9 +365,9 @@ static int run_drop(struct dist__obj *o, char (*owners)[64],
     for (i = 0; i < n; i++)
         kv[9 + i] = (struct dist__buf){ owners[i], lens[i] };
     /* run again on a lost reply: dropping twice is dropping once */
-    rc = dist__route_run(DIST__S_SEM_COUNT, 4, kv, 9 + n, &r);
+    rc = dist__route_run(0, DIST__S_SEM_COUNT, 4, kv, 9 + n, &r);
     if (rc == DIST__ECONN)
-        rc = dist__route_run(DIST__S_SEM_COUNT, 4, kv, 9 + n, &r);
+        rc = dist__route_run(0, DIST__S_SEM_COUNT, 4, kv, 9 + n, &r);
     free(kv);
     if (rc != 0)
         return rc == ENOMEM ? ENOMEM : EIO;

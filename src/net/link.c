@@ -83,6 +83,11 @@ struct dist__link {
     int replicas;              /* connected replicas ROLE listed; -1 unknown */
     int replicas_most;         /* the most ROLE ever listed on this link */
     uint64_t role_ms;          /* when ROLE was read; 0 never */
+    uint64_t limit;            /* the limit of the command under way (see
+                                * link.h), for the TLS probe that a reset
+                                * before the first reply makes deep in a
+                                * read (closed): set by every entry that
+                                * takes one */
     struct dist__addr addr;
     char where[264];           /* "host:port", "unix:PATH" */
     char err[256];
@@ -166,7 +171,8 @@ static int dial_tcp(const char *host, int port, uint64_t until, char *why,
  * silent on a handshake, and then the failure stays one to try again. */
 static int speaks_tls(const struct dist__link *l)
 {
-    uint64_t until = dist__link_deadline(l), cap = dist__now_ms() + 500;
+    uint64_t until = dist__link_deadline(l, l->limit);
+    uint64_t cap = dist__now_ms() + 500;
     char e[128];
     int fd, yes;
 
@@ -186,7 +192,8 @@ static int speaks_tls(const struct dist__link *l)
 static int speaks_plain(void *arg)
 {
     const struct dist__link *l = arg;
-    uint64_t until = dist__link_deadline(l), cap = dist__now_ms() + 500;
+    uint64_t until = dist__link_deadline(l, l->limit);
+    uint64_t cap = dist__now_ms() + 500;
     char e[128], c = 0;
     struct pollfd p;
     int fd, n = -1;
@@ -474,7 +481,7 @@ static int setup_cmd(struct dist__link *l, const char *what, int argc,
 {
     redisReply *r;
 
-    if (dist__link_cmd(l, argc, argv, NULL, &r) != 0) {
+    if (dist__link_cmd(l, l->limit, argc, argv, NULL, &r) != 0) {
         snprintf(why, whylen, "%s: %s", what, l->err);
         return EIO;
     }
@@ -525,7 +532,8 @@ static int start_tls(struct dist__link *l, const struct dist__cfg *cfg,
     redisReply *r;
     int rc;
 
-    rc = dist__tls_open(cfg, &l->addr, l->fd, dist__link_deadline(l), &pr,
+    rc = dist__tls_open(cfg, &l->addr, l->fd, dist__link_deadline(l, l->limit),
+                        &pr,
                         &l->tls, why, whylen);
     if (rc == EPROTO)
         dist__hopeless_set();
@@ -534,7 +542,7 @@ static int start_tls(struct dist__link *l, const struct dist__cfg *cfg,
     l->x = &tls;
     if (!dist__tls_cert_asked(l->tls))
         return 0;
-    if (dist__link_cmd(l, 1, ping, NULL, &r) != 0) {
+    if (dist__link_cmd(l, l->limit, 1, ping, NULL, &r) != 0) {
         if (dist__tls_cert_asked(l->tls))   /* refused, not just dropped */
             dist__hopeless_set();
         return snprintf(why, whylen, "%.200s", l->err), EIO;
@@ -544,7 +552,7 @@ static int start_tls(struct dist__link *l, const struct dist__cfg *cfg,
 }
 
 static int open_into(const struct dist__cfg *cfg, const struct dist__addr *a,
-                     unsigned long timeout_ms, int flags,
+                     unsigned long timeout_ms, int flags, uint64_t limit,
                      struct dist__link **out, char *why, size_t whylen)
 {
     struct dist__link *l;
@@ -559,9 +567,11 @@ static int open_into(const struct dist__cfg *cfg, const struct dist__addr *a,
         snprintf(why, whylen, "out of memory connecting to Redis");
         return ENOMEM;
     }
-    l->fd = a->port ? dial_tcp(a->host, a->port, dist__link_deadline(l), e,
-                               sizeof e)
-                    : dial_unix(cfg->path, dist__link_deadline(l), e, sizeof e);
+    l->limit = limit;
+    l->fd = a->port ? dial_tcp(a->host, a->port, dist__link_deadline(l, limit),
+                               e, sizeof e)
+                    : dial_unix(cfg->path, dist__link_deadline(l, limit), e,
+                                sizeof e);
     if (l->fd < 0 || (cfg->tls.on && start_tls(l, cfg, e, sizeof e) != 0)) {
         snprintf(why, whylen, "cannot connect to Redis at %s: %s", l->where, e);
         dist__link_close(l);
@@ -580,6 +590,7 @@ struct open_op {
     const struct dist__addr *a;
     unsigned long timeout_ms;
     int flags;
+    uint64_t limit;
     struct dist__link **out;
     char *why;
     size_t whylen;
@@ -590,8 +601,8 @@ static void open_deep(void *arg)
 {
     struct open_op *o = arg;
 
-    o->rc = open_into(o->cfg, o->a, o->timeout_ms, o->flags, o->out, o->why,
-                      o->whylen);
+    o->rc = open_into(o->cfg, o->a, o->timeout_ms, o->flags, o->limit, o->out,
+                      o->why, o->whylen);
 }
 
 /* A connection is made where the stack has room (dist__with_stack): it
@@ -599,11 +610,11 @@ static void open_deep(void *arg)
  * deeper than a command on an open link goes; under AddressSanitizer
  * that no longer fits a thread made with PTHREAD_STACK_MIN. */
 int dist__link_open(const struct dist__cfg *cfg, const struct dist__addr *a,
-                    unsigned long timeout_ms, int flags,
+                    unsigned long timeout_ms, int flags, uint64_t limit,
                     struct dist__link **out, char *why, size_t whylen)
 {
     char buf[400];
-    struct open_op o = { cfg, a, timeout_ms, flags, out, why ? why : buf,
+    struct open_op o = { cfg, a, timeout_ms, flags, limit, out, why ? why : buf,
                          why ? whylen : sizeof buf, 0 };
     int rc;
 
@@ -686,34 +697,16 @@ int dist__link_fd(const struct dist__link *l)
     return l->fd;
 }
 
-/* The end of the calling thread's lock call (0: none), which no command
- * of the call outlives: DISTLOCK_TIMEOUT_MS bounds the whole call, not
- * each of its commands (a reconnect, ROLE, EVALSHA, EVAL, a probe). */
-static __thread uint64_t call_until;
-
-uint64_t dist__link_limit(uint64_t until)
-{
-    uint64_t old = call_until;
-
-    call_until = old && until && old < until ? old : until;
-    return old;
-}
-
-void dist__link_unlimit(uint64_t old)
-{
-    call_until = old;
-}
-
-uint64_t dist__link_until(unsigned long ms)
+uint64_t dist__link_until(unsigned long ms, uint64_t limit)
 {
     uint64_t d = dist__now_ms() + ms + 1;   /* now is cut to the ms */
 
-    return call_until && call_until < d ? call_until : d;
+    return limit && limit < d ? limit : d;
 }
 
-uint64_t dist__link_deadline(const struct dist__link *l)
+uint64_t dist__link_deadline(const struct dist__link *l, uint64_t limit)
 {
-    return dist__link_until(l->timeout_ms);
+    return dist__link_until(l->timeout_ms, limit);
 }
 
 /* ---- commands ---------------------------------------------------------- */
@@ -1072,21 +1065,23 @@ int dist__link_reply(struct dist__link *l, uint64_t until, redisReply **out)
     return next_reply(l, until, out);
 }
 
-int dist__link_cmd(struct dist__link *l, int argc, const char **argv,
-                   const size_t *lens, redisReply **out)
+int dist__link_cmd(struct dist__link *l, uint64_t limit, int argc,
+                   const char **argv, const size_t *lens, redisReply **out)
 {
     *out = NULL;
+    l->limit = limit;
     if (dist__link_append(l, argc, argv, lens) != 0)
         return DIST__ECONN;
-    return dist__link_reply(l, dist__link_deadline(l), out);
+    return dist__link_reply(l, dist__link_deadline(l, limit), out);
 }
 
 /* One EVALSHA or EVAL, after ASKING when asking; one deadline for both. */
-static int eval_pass(struct dist__link *l, int asking, int argc,
-                     const char **argv, const size_t *lens, redisReply **out)
+static int eval_pass(struct dist__link *l, uint64_t limit, int asking,
+                     int argc, const char **argv, const size_t *lens,
+                     redisReply **out)
 {
     static const char *const ask[1] = { "ASKING" };
-    uint64_t until = dist__link_deadline(l);
+    uint64_t until = dist__link_deadline(l, limit);
     redisReply *r;
     int rc;
 
@@ -1130,8 +1125,9 @@ static int eval_args(const struct dist__script *s, int nkeys,
     return 0;
 }
 
-int dist__link_eval_defer(struct dist__link *l, const struct dist__script *s,
-                          int nkeys, const struct dist__buf *kv, int nkv,
+int dist__link_eval_defer(struct dist__link *l, uint64_t limit,
+                          const struct dist__script *s, int nkeys,
+                          const struct dist__buf *kv, int nkv,
                           dist__owed_fn fn, void *arg)
 {
     const char *sargv[STACK_ARGS];
@@ -1141,11 +1137,12 @@ int dist__link_eval_defer(struct dist__link *l, const struct dist__script *s,
     char nk[16];
     int rc;
 
+    l->limit = limit;
     if (eval_args(s, nkeys, kv, nkv, nk, &argv, &lens) != 0)
         return ENOMEM;
     rc = dist__link_append(l, 3 + nkv, argv, lens);
     if (rc == 0)
-        rc = dist__link_defer(l, dist__link_deadline(l), fn, arg);
+        rc = dist__link_defer(l, dist__link_deadline(l, limit), fn, arg);
     if (argv != sargv) {
         free(argv);
         free(lens);
@@ -1158,9 +1155,9 @@ static uint64_t count_wanted(struct dist__link *l,
 static void counted_reply(struct dist__link *l, uint64_t asked,
                           redisReply **out);
 
-int dist__link_eval(struct dist__link *l, const struct dist__script *s,
-                    int asking, int nkeys, const struct dist__buf *kv, int nkv,
-                    redisReply **out)
+int dist__link_eval(struct dist__link *l, uint64_t limit,
+                    const struct dist__script *s, int asking, int nkeys,
+                    const struct dist__buf *kv, int nkv, redisReply **out)
 {
     const char *sargv[STACK_ARGS];
     size_t slen[STACK_ARGS];
@@ -1171,11 +1168,12 @@ int dist__link_eval(struct dist__link *l, const struct dist__script *s,
     uint64_t counted = s->counted ? count_wanted(l, s) : 0;
 
     *out = NULL;
+    l->limit = limit;
     if (counted)
         s = s->counted;
     if (eval_args(s, nkeys, kv, nkv, nk, &argv, &lens) != 0)
         return ENOMEM;
-    rc = eval_pass(l, asking, argc, argv, lens, out);
+    rc = eval_pass(l, limit, asking, argc, argv, lens, out);
     if (rc == 0 && (*out)->type == REDIS_REPLY_ERROR &&
         strncmp((*out)->str, "NOSCRIPT", 8) == 0) {
         /* the server lacks the script: EVAL sends the body and caches it */
@@ -1183,7 +1181,7 @@ int dist__link_eval(struct dist__link *l, const struct dist__script *s,
         *out = NULL;
         argv[0] = "EVAL";  lens[0] = 4;
         argv[1] = s->body; lens[1] = s->len;
-        rc = eval_pass(l, asking, argc, argv, lens, out);
+        rc = eval_pass(l, limit, asking, argc, argv, lens, out);
     }
     if (argv != sargv) {
         free(argv);
@@ -1345,7 +1343,7 @@ int dist__role_of(const redisReply *r, int *replicas, const char **role)
     return master;
 }
 
-int dist__link_role(struct dist__link *l)
+int dist__link_role(struct dist__link *l, uint64_t limit)
 {
     const char *argv[1] = { "ROLE" }, *role;
     redisReply *r;
@@ -1353,7 +1351,7 @@ int dist__link_role(struct dist__link *l)
 
     l->role_ms = dist__now_ms();
     l->replicas = -1;
-    if (dist__link_cmd(l, 1, argv, NULL, &r) != 0)
+    if (dist__link_cmd(l, limit, 1, argv, NULL, &r) != 0)
         return -1;
     if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOAUTH", 6) == 0) {
         /* said before anything else refuses, in plain words */
@@ -1383,7 +1381,7 @@ static int wait_one(struct dist__link *l, unsigned long ms, redisReply **out)
 {
     const char *argv[3] = { "WAIT", "1", NULL };
     char arg[24];
-    uint64_t until = dist__link_deadline(l);
+    uint64_t until = dist__link_deadline(l, 0);   /* no call's limit */
 
     snprintf(arg, sizeof arg, "%lu", ms);
     argv[2] = arg;
@@ -1406,7 +1404,7 @@ int dist__link_wait_replicas(struct dist__link *l, unsigned long ms,
         return 0;
     now = dist__now_ms();
     if (now >= l->role_ms + ROLE_MAX_AGE_MS && !roles_take(l, now) &&
-        dist__link_role(l) == -1)
+        dist__link_role(l, 0) == -1)
         return dist__err(EIO, "ROLE: %s", dist__link_error(l)), DIST__ECONN;
     *listed = l->replicas;
     *most = l->replicas_most;

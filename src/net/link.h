@@ -10,7 +10,13 @@
  * close_notify), so a link inherited across fork() can be closed by the
  * child without disturbing the parent.  Replies still owed
  * (dist__link_defer) are handed over as lost when it closes, unread.  With cfg->tls.on the link speaks
- * TLS (tls.h), handshake included in the connect timeout. */
+ * TLS (tls.h), handshake included in the connect timeout.
+ *
+ * A call's limit: the calls that take `limit` end by it (monotonic ms),
+ * as well as within their own timeout; 0: no limit.  A lock call passes
+ * its one deadline down this way (engine, route, link), so that
+ * DISTLOCK_TIMEOUT_MS bounds the whole call, not each of its commands (a
+ * reconnect, ROLE, EVALSHA, EVAL, a probe). */
 #ifndef DIST_LINK_H
 #define DIST_LINK_H
 
@@ -39,7 +45,7 @@ struct dist__script;
  * text or a plain port TLS, settings that cannot work) also marks the
  * thread (dist__hopeless_set), here or on a later command of the link. */
 int dist__link_open(const struct dist__cfg *cfg, const struct dist__addr *a,
-                    unsigned long timeout_ms, int flags,
+                    unsigned long timeout_ms, int flags, uint64_t limit,
                     struct dist__link **out, char *why, size_t whylen);
 void dist__link_close(struct dist__link *l);          /* NULL is fine */
 
@@ -56,17 +62,11 @@ int dist__link_broken(const struct dist__link *l);
  * told whether it ran.  Costs a poll(2), no round trip. */
 int dist__link_alive(const struct dist__link *l);
 int dist__link_fd(const struct dist__link *l);
-/* now + the link's command timeout (monotonic ms), or the calling
- * thread's limit when that comes first. */
-uint64_t dist__link_deadline(const struct dist__link *l);
-/* now + ms, or the thread's limit when that comes first. */
-uint64_t dist__link_until(unsigned long ms);
-/* Limits every command of the calling thread, connecting included, to end
- * by until (monotonic ms; the sooner of it and a limit already set) until
- * dist__link_unlimit(the value returned): one lock call is one deadline,
- * however many commands it takes. */
-uint64_t dist__link_limit(uint64_t until);
-void dist__link_unlimit(uint64_t old);
+/* now + the link's command timeout (monotonic ms), or limit when that
+ * comes first (0: none). */
+uint64_t dist__link_deadline(const struct dist__link *l, uint64_t limit);
+/* now + ms, or limit when that comes first (0: none). */
+uint64_t dist__link_until(unsigned long ms, uint64_t limit);
 
 /* ---- commands ---------------------------------------------------------- */
 
@@ -81,9 +81,9 @@ int dist__link_flush(struct dist__link *l, uint64_t until);
 /* Writes what is queued and reads the next reply, all by `until`.  0 with
  * *out (error replies too; the caller frees it), or DIST__ECONN. */
 int dist__link_reply(struct dist__link *l, uint64_t until, redisReply **out);
-/* One command within the command timeout: append + reply. */
-int dist__link_cmd(struct dist__link *l, int argc, const char **argv,
-                   const size_t *lens, redisReply **out);
+/* One command within the command timeout and limit: append + reply. */
+int dist__link_cmd(struct dist__link *l, uint64_t limit, int argc,
+                   const char **argv, const size_t *lens, redisReply **out);
 /* For a caller that polls dist__link_fd itself (subscribers): reads what
  * the socket has without waiting (and, over TLS, all that was decrypted:
  * a poll(2) would not see it) (0, or DIST__ECONN when the server closed
@@ -99,9 +99,9 @@ int dist__link_next(struct dist__link *l, redisReply **out);
  * (an error reply too), DIST__ECONN (may have run), or ENOMEM.  When l's
  * replica count is stale and s has a counted form (scripts.h), that form
  * runs instead: l notes the count it read, *out is the body's reply. */
-int dist__link_eval(struct dist__link *l, const struct dist__script *s,
-                    int asking, int nkeys, const struct dist__buf *kv, int nkv,
-                    redisReply **out);
+int dist__link_eval(struct dist__link *l, uint64_t limit,
+                    const struct dist__script *s, int asking, int nkeys,
+                    const struct dist__buf *kv, int nkv, redisReply **out);
 
 /* ---- replies owed to others (deferred calls) ------------------------------ */
 
@@ -129,8 +129,9 @@ int dist__link_settle(struct dist__link *l, uint64_t until);
 /* The same as dist__link_eval, but returns once the EVALSHA is written,
  * its reply owed to fn(arg).  NOSCRIPT comes back to fn like any error
  * reply.  0, DIST__ECONN (l broken: it may have been sent), ENOMEM. */
-int dist__link_eval_defer(struct dist__link *l, const struct dist__script *s,
-                          int nkeys, const struct dist__buf *kv, int nkv,
+int dist__link_eval_defer(struct dist__link *l, uint64_t limit,
+                          const struct dist__script *s, int nkeys,
+                          const struct dist__buf *kv, int nkv,
                           dist__owed_fn fn, void *arg);
 
 /* ---- roles and replicas --------------------------------------------------- */
@@ -139,7 +140,7 @@ int dist__link_eval_defer(struct dist__link *l, const struct dist__script *s,
  * (dist__link_error says what ROLE said), -1 no answer (l broken).  A
  * server that refuses ROLE (an ACL rule) is taken for a master whose
  * replicas cannot be counted. */
-int dist__link_role(struct dist__link *l);
+int dist__link_role(struct dist__link *l, uint64_t limit);
 /* Whether a ROLE reply names a master; *replicas gets the connected
  * replicas it lists (0 when not a master), *role the role's name. */
 int dist__role_of(const redisReply *r, int *replicas, const char **role);

@@ -229,10 +229,11 @@ static void close_all(struct tconn *t)
 }
 
 /* Reads the replies the thread's links still owe (deferred releases),
- * each within the command timeout, before they are closed: a thread that
- * exits or shuts down right after a deferred unlock still learns how it
- * ended.  Never in a child of fork(): those replies are the parent's. */
-static void settle_all(struct tconn *t)
+ * each within the command timeout and limit (link.h), before they are
+ * closed: a thread that exits or shuts down right after a deferred unlock
+ * still learns how it ended.  Never in a child of fork(): those replies
+ * are the parent's. */
+static void settle_all(struct tconn *t, uint64_t limit)
 {
     int i;
 
@@ -240,7 +241,8 @@ static void settle_all(struct tconn *t)
         return;
     for (i = 0; i < POOL; i++)
         if (t->n[i].l && dist__link_owed(t->n[i].l))
-            dist__link_settle(t->n[i].l, dist__link_deadline(t->n[i].l));
+            dist__link_settle(t->n[i].l,
+                              dist__link_deadline(t->n[i].l, limit));
 }
 
 static void conn_destructor(void *p)
@@ -248,7 +250,7 @@ static void conn_destructor(void *p)
     struct tconn *t = p;
 
     idle_leave(t);
-    settle_all(t);
+    settle_all(t, 0);
     close_all(t);
     free(t);
     my_conn = NULL;
@@ -260,7 +262,7 @@ static void settle_at_exit(void)
 {
     if (my_conn) {
         reclaim(my_conn);
-        settle_all(my_conn);
+        settle_all(my_conn, 0);
     }
 }
 
@@ -276,7 +278,9 @@ static void key_init(void)
     pthread_key_create(&conn_key, conn_destructor);
 }
 
-static struct tconn *thread_conns(void)
+/* The calling thread's links; settling what they owe on new settings
+ * ends by limit (link.h). */
+static struct tconn *thread_conns(uint64_t limit)
 {
     struct tconn *t = my_conn;
     unsigned long fgen = atomic_load(&dist__fork_gen);
@@ -295,7 +299,7 @@ static struct tconn *thread_conns(void)
     }
     reclaim(t);
     if (t->fork_gen != fgen || t->cfg.gen != cgen) {
-        settle_all(t);         /* new settings: replies owed still count */
+        settle_all(t, limit);  /* new settings: replies owed still count */
         close_all(t);
         t->fork_gen = fgen;
         dist__cfg_get(&t->cfg);
@@ -304,19 +308,19 @@ static struct tconn *thread_conns(void)
 }
 
 int dist__route_open_master(const struct dist__cfg *cfg,
-                            const struct dist__addr *a,
+                            const struct dist__addr *a, uint64_t limit,
                             struct dist__link **out)
 {
     struct dist__link *l;
     int role, rc;
 
     *out = NULL;
-    if ((rc = dist__link_open(cfg, a, 0, 0, &l, NULL, 0)) != 0) {
+    if ((rc = dist__link_open(cfg, a, 0, 0, limit, &l, NULL, 0)) != 0) {
         dist__topo_stale();
         return rc;
     }
-    role = dist__link_role(l);
-    if (role == 1 && dist__topo_confirm(cfg, a) == 0) {
+    role = dist__link_role(l, limit);
+    if (role == 1 && dist__topo_confirm(cfg, a, limit) == 0) {
         *out = l;
         return 0;
     }
@@ -331,20 +335,22 @@ int dist__route_open_master(const struct dist__cfg *cfg,
     return EIO;
 }
 
-/* Closes the link of slot n. */
-static void pool_close(struct tconn *t, struct pooled *n)
+/* Closes the link of slot n, reading what it owes by limit (link.h). */
+static void pool_close(struct tconn *t, struct pooled *n, uint64_t limit)
 {
     /* what it owes may be there already, even on a link the server closed
      * since: read it rather than hand it over as lost */
     if (n->l && dist__link_owed(n->l) &&
         t->fork_gen == atomic_load(&dist__fork_gen))
-        dist__link_settle(n->l, dist__link_deadline(n->l));
+        dist__link_settle(n->l, dist__link_deadline(n->l, limit));
     dist__link_close(n->l);
     n->l = NULL;
 }
 
-/* The thread's link to a, opened as needed.  NULL with the reason. */
-static struct dist__link *pool_link(struct tconn *t, const struct dist__addr *a)
+/* The thread's link to a, opened as needed, by limit (link.h).  NULL with
+ * the reason. */
+static struct dist__link *pool_link(struct tconn *t, const struct dist__addr *a,
+                                    uint64_t limit)
 {
     struct pooled *n = NULL, *lru = &t->n[0];
     int i;
@@ -360,16 +366,16 @@ static struct dist__link *pool_link(struct tconn *t, const struct dist__addr *a)
             lru = x;
     }
     if (n && !dist__link_alive(n->l))
-        pool_close(t, n);
+        pool_close(t, n, limit);
     if (!n) {
         n = lru;
-        pool_close(t, n);
+        pool_close(t, n, limit);
         memset(&n->addr, 0, sizeof n->addr);
         snprintf(n->addr.host, sizeof n->addr.host, "%s", a->host);
         n->addr.port = a->port;
     }
     n->used = ++t->tick;
-    if (!n->l && dist__route_open_master(&t->cfg, a, &n->l) != 0)
+    if (!n->l && dist__route_open_master(&t->cfg, a, limit, &n->l) != 0)
         return NULL;
     return n->l;
 }
@@ -378,7 +384,7 @@ void dist__route_close_thread(void)
 {
     if (my_conn) {
         reclaim(my_conn);
-        settle_all(my_conn);
+        settle_all(my_conn, 0);
         close_all(my_conn);
     }
 }
@@ -468,18 +474,21 @@ struct trip {
     unsigned long backoff;
     int cut;                   /* the last pause, cut short, was taken */
     unsigned long timeout_ms;
+    uint64_t limit;            /* the caller's (link.h) */
 };
 
-/* A trip begun through the calling thread's connections: they, or NULL
- * when it has none (DIST__ENOCONN for the caller). */
-static struct tconn *trip_begin(struct trip *tr)
+/* A trip begun through the calling thread's connections, by limit (the
+ * caller's, link.h): they, or NULL when it has none (DIST__ENOCONN for
+ * the caller). */
+static struct tconn *trip_begin(struct trip *tr, uint64_t limit)
 {
-    struct tconn *t = thread_conns();
+    struct tconn *t = thread_conns(limit);
 
     if (t) {
         memset(tr, 0, sizeof *tr);
         tr->backoff = 10;
         tr->timeout_ms = t->cfg.timeout_ms;
+        tr->limit = limit;
     }
     return t;
 }
@@ -493,9 +502,9 @@ static int trip_target(struct tconn *t, const struct trip *tr,
 
     if (tr->asking)
         a = tr->ask;
-    else if (dist__route(&t->cfg, key, &a) != 0)
+    else if (dist__route(&t->cfg, tr->limit, key, &a) != 0)
         return DIST__ENOCONN;
-    if (!(*l = pool_link(t, &a)))
+    if (!(*l = pool_link(t, &a, tr->limit)))
         return DIST__ENOCONN;
     return 0;
 }
@@ -535,7 +544,7 @@ static int trip_later(struct trip *tr)
     long pause;
 
     if (!tr->give_up)
-        tr->give_up = dist__link_until(tr->timeout_ms);
+        tr->give_up = dist__link_until(tr->timeout_ms, tr->limit);
     if ((pause = pause_for(tr, tr->give_up)) < 0)
         return -1;
     dist__sleep_ms((unsigned long)pause);
@@ -548,13 +557,13 @@ static int trip_later(struct trip *tr)
 }
 
 /* Closes the pooled link l: its server may be gone or no master. */
-static void pool_drop(struct tconn *t, struct dist__link *l)
+static void pool_drop(struct tconn *t, struct dist__link *l, uint64_t limit)
 {
     int i;
 
     for (i = 0; i < POOL; i++)
         if (t->n[i].l == l)
-            pool_close(t, &t->n[i]);
+            pool_close(t, &t->n[i], limit);
 }
 
 /* The error reply r came from l.  1: try again (tr says where), 0: r is
@@ -579,7 +588,7 @@ static int trip_next(struct tconn *t, struct trip *tr, struct dist__link *l,
         tr->asking = 1;
         break;
     case DIST__R_LATER_STALE:
-        pool_drop(t, l);
+        pool_drop(t, l, tr->limit);
         dist__topo_stale();
         /* fall through */
     case DIST__R_LATER:
@@ -618,8 +627,9 @@ static int reply_text_len(const redisReply *r)
  * the one its '-- Types' line gives, named in buf with both types (one TYPE
  * per typed key, in one round trip, on the failing path only).  1 when
  * found. */
-static int name_wrong_key(const struct dist__script *s, int nkeys,
-                          const struct dist__buf *kv, char *buf, size_t len)
+static int name_wrong_key(uint64_t limit, const struct dist__script *s,
+                          int nkeys, const struct dist__buf *kv, char *buf,
+                          size_t len)
 {
     const char *argv[TYPED_KEYS_MAX][2], *want[TYPED_KEYS_MAX], *p = s->types;
     size_t lens[TYPED_KEYS_MAX][2], wlen[TYPED_KEYS_MAX];
@@ -638,7 +648,7 @@ static int name_wrong_key(const struct dist__script *s, int nkeys,
         }
         p += w + strspn(p + w, " ");
     }
-    if (n == 0 || dist__route_cmds(&kv[0], n, cmds, out, NULL) != 0)
+    if (n == 0 || dist__route_cmds(limit, &kv[0], n, cmds, out, NULL) != 0)
         return 0;
     for (i = 0; i < n; i++) {
         const redisReply *t = out[i];
@@ -658,8 +668,8 @@ static int name_wrong_key(const struct dist__script *s, int nkeys,
 }
 
 /* r is an error reply from s on the keys kv that is not followed: EREPLY
- * with the reason. */
-static int refused(const struct dist__script *s, int nkeys,
+ * with the reason (looked up by limit, link.h). */
+static int refused(uint64_t limit, const struct dist__script *s, int nkeys,
                    const struct dist__buf *kv, redisReply **r, int why)
 {
     char which[256];
@@ -679,7 +689,7 @@ static int refused(const struct dist__script *s, int nkeys,
                   "different slots; its name has a '{' that opens no "
                   "{tag}, or a '}' without a '{'", s->name);
     else if (strncmp((*r)->str, "WRONGTYPE ", 10) == 0 &&
-             name_wrong_key(s, nkeys, kv, which, sizeof which))
+             name_wrong_key(limit, s, nkeys, kv, which, sizeof which))
         dist__err(EIO, "Redis refused %s: %s; nothing was changed", s->name,
                   which);
     else if (bad_data(*r))
@@ -696,7 +706,7 @@ static int refused(const struct dist__script *s, int nkeys,
 int dist__route_wait_replicas(struct dist__link *l, unsigned long ms,
                               const char *what, struct dist__addr *now)
 {
-    struct tconn *t = thread_conns();
+    struct tconn *t = thread_conns(0);
     int listed, most, rc, vrc;
     char why[256];
 
@@ -722,7 +732,7 @@ int dist__route_wait_replicas(struct dist__link *l, unsigned long ms,
 
 void dist__route_adopt(const struct dist__addr *m)
 {
-    struct tconn *t = thread_conns();
+    struct tconn *t = thread_conns(0);
 
     if (t)
         dist__topo_adopt(&t->cfg, m);
@@ -738,13 +748,14 @@ static int conn_failed(const struct dist__script *s, struct dist__link *l)
     return DIST__ECONN;
 }
 
-int dist__route_eval(int script, int nkeys, const struct dist__buf *kv,
-                     int nkv, redisReply **out, struct dist__link **on)
+int dist__route_eval(uint64_t limit, int script, int nkeys,
+                     const struct dist__buf *kv, int nkv, redisReply **out,
+                     struct dist__link **on)
 {
     const struct dist__script *s = &dist__scripts[script];
     struct dist__link *l;
     struct trip tr;
-    struct tconn *t = trip_begin(&tr);
+    struct tconn *t = trip_begin(&tr, limit);
     int rc;
 
     *out = NULL;
@@ -754,7 +765,7 @@ int dist__route_eval(int script, int nkeys, const struct dist__buf *kv,
     for (;;) {
         if ((rc = trip_target(t, &tr, nkeys > 0 ? &kv[0] : NULL, &l)) != 0)
             return rc;
-        rc = dist__link_eval(l, s, tr.asking, nkeys, kv, nkv, out);
+        rc = dist__link_eval(l, limit, s, tr.asking, nkeys, kv, nkv, out);
         if (rc == DIST__ECONN)
             return conn_failed(s, l);
         if (rc != 0)
@@ -765,20 +776,20 @@ int dist__route_eval(int script, int nkeys, const struct dist__buf *kv,
         }
         /* nothing ran: a redirection, or a server not ready yet */
         if ((rc = trip_next(t, &tr, l, *out)) != 1)
-            return refused(s, nkeys, kv, out, rc);
+            return refused(limit, s, nkeys, kv, out, rc);
         freeReplyObject(*out);
         *out = NULL;
     }
 }
 
-int dist__route_defer(int script, int nkeys, const struct dist__buf *kv,
-                      int nkv, dist__owed_fn fn, void *arg,
-                      struct dist__link **on)
+int dist__route_defer(uint64_t limit, int script, int nkeys,
+                      const struct dist__buf *kv, int nkv, dist__owed_fn fn,
+                      void *arg, struct dist__link **on)
 {
     const struct dist__script *s = &dist__scripts[script];
     struct dist__link *l;
     struct trip tr;
-    struct tconn *t = trip_begin(&tr);
+    struct tconn *t = trip_begin(&tr, limit);
     int rc;
 
     *on = NULL;
@@ -787,7 +798,7 @@ int dist__route_defer(int script, int nkeys, const struct dist__buf *kv,
     pthread_once(&exit_once, exit_init);
     if ((rc = trip_target(t, &tr, nkeys > 0 ? &kv[0] : NULL, &l)) != 0)
         return rc;
-    rc = dist__link_eval_defer(l, s, nkeys, kv, nkv, fn, arg);
+    rc = dist__link_eval_defer(l, limit, s, nkeys, kv, nkv, fn, arg);
     if (rc == DIST__ECONN)
         return conn_failed(s, l);
     if (rc == 0)
@@ -795,12 +806,12 @@ int dist__route_defer(int script, int nkeys, const struct dist__buf *kv,
     return rc;
 }
 
-int dist__route_run(int script, int nkeys, const struct dist__buf *kv,
-                    int nkv, redisReply **out)
+int dist__route_run(uint64_t limit, int script, int nkeys,
+                    const struct dist__buf *kv, int nkv, redisReply **out)
 {
     struct dist__link *on;
 
-    return dist__route_eval(script, nkeys, kv, nkv, out, &on);
+    return dist__route_eval(limit, script, nkeys, kv, nkv, out, &on);
 }
 
 /* ---- pipelines ------------------------------------------------------------ */
@@ -827,13 +838,13 @@ static int asks(const struct dist__cmd *c, int asking, int *in_multi)
     return before;
 }
 
-/* Sends cmds on l and reads their replies into out.  0, DIST__ECONN (out
- * all NULL), ENOMEM. */
-static int pipeline(struct dist__link *l, int asking, int n,
+/* Sends cmds on l and reads their replies into out, by limit (link.h).
+ * 0, DIST__ECONN (out all NULL), ENOMEM. */
+static int pipeline(struct dist__link *l, uint64_t limit, int asking, int n,
                     const struct dist__cmd *cmds, redisReply **out)
 {
     static const char *const ask[1] = { "ASKING" };
-    uint64_t until = dist__link_deadline(l);
+    uint64_t until = dist__link_deadline(l, limit);
     redisReply *r;
     int i, in_multi = 0, rc = 0;
 
@@ -896,7 +907,7 @@ static int retry_lost(struct trip *tr, uint64_t *until, const char *first,
     dist__topo_stale();
     tr->asking = 0;
     if (!*until) {
-        *until = dist__link_until(tr->timeout_ms);
+        *until = dist__link_until(tr->timeout_ms, tr->limit);
         if (*until > now)
             return 0;       /* else the caller's time is up: say why */
     }
@@ -914,12 +925,12 @@ static int retry_lost(struct trip *tr, uint64_t *until, const char *first,
 /* dist__route_cmds, with *first the reason of the first lost connection
  * (on the heap: the caller's stack may be PTHREAD_STACK_MIN, and this is
  * the rare path). */
-static int route_cmds(const struct dist__buf *key, int n,
+static int route_cmds(uint64_t limit, const struct dist__buf *key, int n,
                       const struct dist__cmd *cmds, redisReply **out,
                       struct dist__link **on, char **first)
 {
     struct trip tr;
-    struct tconn *t = trip_begin(&tr);
+    struct tconn *t = trip_begin(&tr, limit);
     struct dist__link *l;
     const redisReply *r;
     uint64_t lost_until = 0;
@@ -939,7 +950,7 @@ static int route_cmds(const struct dist__buf *key, int n,
                 return rc;
             continue;
         }
-        if ((rc = pipeline(l, tr.asking, n, cmds, out)) == DIST__ECONN) {
+        if ((rc = pipeline(l, limit, tr.asking, n, cmds, out)) == DIST__ECONN) {
             snprintf(why, sizeof why, "lost the connection to Redis at %s: %s",
                      dist__link_where(l), dist__link_error(l));
             if (!*first)
@@ -970,12 +981,12 @@ static int route_cmds(const struct dist__buf *key, int n,
     return 0;
 }
 
-int dist__route_cmds(const struct dist__buf *key, int n,
+int dist__route_cmds(uint64_t limit, const struct dist__buf *key, int n,
                      const struct dist__cmd *cmds, redisReply **out,
                      struct dist__link **on)
 {
     char *first = NULL;
-    int rc = route_cmds(key, n, cmds, out, on, &first);
+    int rc = route_cmds(limit, key, n, cmds, out, on, &first);
 
     free(first);
     return rc;

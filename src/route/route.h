@@ -5,7 +5,11 @@
  * per server it talks to), confirms a new link's server is the master, and
  * follows what a server answers instead of running a call (MOVED, ASK,
  * TRYAGAIN, CLUSTERDOWN, LOADING, MASTERDOWN, READONLY) within the command
- * timeout.  Both sit on link.h and know nothing of locks. */
+ * timeout.  Both sit on link.h and know nothing of locks.
+ *
+ * A `limit` argument is the caller's call's limit (link.h: monotonic ms,
+ * 0: none): every command the call makes, a reconnect or a question to
+ * the sentinels included, ends by it. */
 #ifndef DIST_ROUTE_H
 #define DIST_ROUTE_H
 
@@ -18,17 +22,18 @@ int dist__keyslot(const char *key, size_t len);   /* Redis Cluster's slot */
 /* Where commands on key go: the URL's server, the master the sentinels
  * name, or the node serving key's slot (key NULL: any master).  0, or EIO
  * with the reason. */
-int dist__route(const struct dist__cfg *cfg, const struct dist__buf *key,
-                struct dist__addr *out);
+int dist__route(const struct dist__cfg *cfg, uint64_t limit,
+                const struct dist__buf *key, struct dist__addr *out);
 /* Every master (one unless on a cluster), up to max; -1 on failure. */
-int dist__route_masters(const struct dist__cfg *cfg, struct dist__addr *out,
-                        int max);
+int dist__route_masters(const struct dist__cfg *cfg, uint64_t limit,
+                        struct dist__addr *out, int max);
 void dist__topo_moved(int slot, const struct dist__addr *to);  /* MOVED */
 /* Sentinel: asks the sentinels now whether a, which just answered ROLE as
  * a master, is the master they name (an old master back from a pause says
  * master until they demote it).  EIO with the reason when they name
  * another; 0 when they name a, when none answers, and in the other modes. */
-int dist__topo_confirm(const struct dist__cfg *cfg, const struct dist__addr *a);
+int dist__topo_confirm(const struct dist__cfg *cfg, const struct dist__addr *a,
+                       uint64_t limit);
 /* Sentinel, after a hold was taken on a with replica sync on, when a
  * listed fewer replicas (ROLE) than before or none at all, or none
  * acknowledged the hold: asks the sentinels whether a is still the master.
@@ -87,7 +92,7 @@ enum dist__redirect dist__redirect_of(const redisReply *r,
  * 0 with *out (the caller closes it), or EIO/ENOMEM with the reason; the
  * map is marked stale then. */
 int dist__route_open_master(const struct dist__cfg *cfg,
-                            const struct dist__addr *a,
+                            const struct dist__addr *a, uint64_t limit,
                             struct dist__link **out);
 
 /* Runs script on the calling thread's link to the server of kv[0] (keys
@@ -99,8 +104,9 @@ int dist__route_open_master(const struct dist__cfg *cfg,
  * ENOMEM, with the reason in the thread's error; *on is NULL unless 0.
  * *on stays valid until the thread's next route call (dist__route_*):
  * e.g. for dist__link_wait_replicas. */
-int dist__route_eval(int script, int nkeys, const struct dist__buf *kv,
-                     int nkv, redisReply **out, struct dist__link **on);
+int dist__route_eval(uint64_t limit, int script, int nkeys,
+                     const struct dist__buf *kv, int nkv, redisReply **out,
+                     struct dist__link **on);
 
 /* Sends script as dist__route_eval would, and returns once it is written
  * (dist__link_eval_defer): its reply, or a redirection or NOSCRIPT, goes
@@ -108,9 +114,9 @@ int dist__route_eval(int script, int nkeys, const struct dist__buf *kv,
  * 0 with *on, DIST__ECONN (may have been sent; fn is not called),
  * DIST__ENOCONN (nothing sent) or ENOMEM.  A program that exits, or a
  * thread that ends or shuts down, reads what its links owe first. */
-int dist__route_defer(int script, int nkeys, const struct dist__buf *kv,
-                      int nkv, dist__owed_fn fn, void *arg,
-                      struct dist__link **on);
+int dist__route_defer(uint64_t limit, int script, int nkeys,
+                      const struct dist__buf *kv, int nkv, dist__owed_fn fn,
+                      void *arg, struct dist__link **on);
 /* Reads what the calling thread's links owe, by until. */
 void dist__route_settle_thread(uint64_t until);
 
@@ -138,8 +144,8 @@ int dist__route_reading_idle(void);
 void dist__route_adopt(const struct dist__addr *m);
 
 /* The same, for calls whose link nobody needs afterwards. */
-int dist__route_run(int script, int nkeys, const struct dist__buf *kv,
-                    int nkv, redisReply **out);
+int dist__route_run(uint64_t limit, int script, int nkeys,
+                    const struct dist__buf *kv, int nkv, redisReply **out);
 
 /* One command of a pipeline (lens NULL: NUL-terminated arguments). */
 struct dist__cmd {
@@ -157,7 +163,7 @@ struct dist__cmd {
  * NULL), or DIST__ECONN, DIST__ENOCONN, DIST__EREPLY (a redirection not
  * followed: too many, or the server kept saying later), ENOMEM, with the
  * reason in the thread's error. */
-int dist__route_cmds(const struct dist__buf *key, int n,
+int dist__route_cmds(uint64_t limit, const struct dist__buf *key, int n,
                      const struct dist__cmd *cmds, redisReply **out,
                      struct dist__link **on);
 

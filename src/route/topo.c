@@ -143,25 +143,28 @@ static int same_addr(const struct dist__addr *a, const struct dist__addr *b)
  * do), and at most a second per command so that a dead one is passed over
  * quickly.  NULL with why filled in. */
 static struct dist__link *ask_connect(const struct dist__cfg *cfg,
+                                      uint64_t limit,
                                       const struct dist__addr *a, char *why,
                                       size_t whylen)
 {
     unsigned long ms = cfg->timeout_ms < 1000 ? cfg->timeout_ms : 1000;
     struct dist__link *l;
 
-    if (dist__link_open(cfg, a, ms, DIST__LINK_BARE, &l, why, whylen) != 0)
+    if (dist__link_open(cfg, a, ms, DIST__LINK_BARE, limit, &l, why,
+                        whylen) != 0)
         return NULL;
     return l;
 }
 
 /* AUTH with the URL's credentials.  0, or -1 with why. */
-static int ask_auth(struct dist__link *l, const struct dist__cfg *cfg,
-                    char *why, size_t whylen)
+static int ask_auth(struct dist__link *l, uint64_t limit,
+                    const struct dist__cfg *cfg, char *why, size_t whylen)
 {
     const char *av[3] = { "AUTH", cfg->user, cfg->pass };
     redisReply *r;
-    int rc = cfg->user[0] ? dist__link_cmd(l, 3, av, NULL, &r)
-                          : (av[1] = cfg->pass, dist__link_cmd(l, 2, av, NULL, &r));
+    int rc = cfg->user[0] ? dist__link_cmd(l, limit, 3, av, NULL, &r)
+                          : (av[1] = cfg->pass,
+                             dist__link_cmd(l, limit, 2, av, NULL, &r));
 
     if (rc == 0 && r->type != REDIS_REPLY_ERROR) {
         freeReplyObject(r);
@@ -175,14 +178,15 @@ static int ask_auth(struct dist__link *l, const struct dist__cfg *cfg,
 
 /* One command on l, with AUTH first when the server asks for it and the URL
  * has credentials.  NULL with why filled in when it failed or was refused. */
-static redisReply *ask(struct dist__link *l, const struct dist__cfg *cfg,
-                       int argc, const char **argv, char *why, size_t whylen)
+static redisReply *ask(struct dist__link *l, uint64_t limit,
+                       const struct dist__cfg *cfg, int argc,
+                       const char **argv, char *why, size_t whylen)
 {
     redisReply *r;
     int authed = 0;
 
     for (;;) {
-        if (dist__link_cmd(l, argc, argv, NULL, &r) != 0) {
+        if (dist__link_cmd(l, limit, argc, argv, NULL, &r) != 0) {
             snprintf(why, whylen, "%s: %s", dist__link_where(l),
                      dist__link_error(l));
             return NULL;
@@ -194,7 +198,7 @@ static redisReply *ask(struct dist__link *l, const struct dist__cfg *cfg,
             break;
         freeReplyObject(r);
         authed = 1;
-        if (ask_auth(l, cfg, why, whylen) != 0)
+        if (ask_auth(l, limit, cfg, why, whylen) != 0)
             return NULL;
     }
     snprintf(why, whylen, "%s refused %s: %s", dist__link_where(l), argv[0],
@@ -230,17 +234,17 @@ static int reply_addr(const redisReply *host, const redisReply *port,
 }
 
 /* Whether the server at a says it is a master (ROLE). */
-static int confirm_master(const struct dist__cfg *cfg, const struct dist__addr *a,
-                          char *why, size_t whylen)
+static int confirm_master(const struct dist__cfg *cfg, uint64_t limit,
+                          const struct dist__addr *a, char *why, size_t whylen)
 {
     const char *argv[1] = { "ROLE" }, *role;
-    struct dist__link *l = ask_connect(cfg, a, why, whylen);
+    struct dist__link *l = ask_connect(cfg, limit, a, why, whylen);
     redisReply *r;
     int ok, replicas;
 
     if (!l)
         return 0;
-    r = ask(l, cfg, 1, argv, why, whylen);
+    r = ask(l, limit, cfg, 1, argv, why, whylen);
     dist__link_close(l);
     if (!r)
         return 0;
@@ -253,7 +257,7 @@ static int confirm_master(const struct dist__cfg *cfg, const struct dist__addr *
 
 /* Asks the sentinels, starting with the one that answered last.  Network
  * only: T.mu is not held.  0 with *out, or -1 with why. */
-static int ask_sentinels(const struct dist__cfg *cfg, int first,
+static int ask_sentinels(const struct dist__cfg *cfg, uint64_t limit, int first,
                          const struct dist__addr *known, struct dist__addr *out,
                          int *answered, char *why, size_t whylen)
 {
@@ -267,9 +271,9 @@ static int ask_sentinels(const struct dist__cfg *cfg, int first,
         redisReply *r;
 
         why[0] = 0;
-        if (!(l = ask_connect(cfg, s, why, whylen)))
+        if (!(l = ask_connect(cfg, limit, s, why, whylen)))
             continue;
-        r = ask(l, cfg, 3, argv, why, whylen);
+        r = ask(l, limit, cfg, 3, argv, why, whylen);
         dist__link_close(l);
         if (!r)
             continue;
@@ -284,7 +288,7 @@ static int ask_sentinels(const struct dist__cfg *cfg, int first,
         /* a master we already use was confirmed when it was connected to;
          * a new one is asked, so that a stale sentinel is not believed */
         if ((known && same_addr(known, out)) ||
-            confirm_master(cfg, out, why, whylen)) {
+            confirm_master(cfg, limit, out, why, whylen)) {
             *answered = k;
             return 0;
         }
@@ -338,7 +342,7 @@ static int replicas_up(struct dist__link *l, const struct dist__cfg *cfg)
     size_t i;
     int n = 0;
 
-    if (!(r = ask(l, cfg, 3, argv, why, sizeof why)))
+    if (!(r = ask(l, 0, cfg, 3, argv, why, sizeof why)))
         return -1;
     if (r->type != REDIS_REPLY_ARRAY)
         n = -1;
@@ -361,9 +365,9 @@ static int sentinel_word(const struct dist__cfg *cfg, const struct dist__addr *s
     char why[300];
     int rc = -1;
 
-    if (!(l = ask_connect(cfg, s, why, sizeof why)))
+    if (!(l = ask_connect(cfg, 0, s, why, sizeof why)))
         return -1;
-    if ((r = ask(l, cfg, 3, argv, why, sizeof why)) != NULL &&
+    if ((r = ask(l, 0, cfg, 3, argv, why, sizeof why)) != NULL &&
         r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
         reply_addr(r->element[0], r->element[1], s, other) == 0)
         rc = !same_addr(a, other);
@@ -388,19 +392,20 @@ static int node_index(const struct dist__addr *a)
 }
 
 /* The slot map from one node.  0 with the map filled, -1 with why. */
-static int read_slots(const struct dist__cfg *cfg, const struct dist__addr *a,
-                      int *nnodes, struct dist__addr *nodes,
-                      unsigned char *owner, char *why, size_t whylen)
+static int read_slots(const struct dist__cfg *cfg, uint64_t limit,
+                      const struct dist__addr *a, int *nnodes,
+                      struct dist__addr *nodes, unsigned char *owner,
+                      char *why, size_t whylen)
 {
     const char *argv[2] = { "CLUSTER", "SLOTS" };
-    struct dist__link *l = ask_connect(cfg, a, why, whylen);
+    struct dist__link *l = ask_connect(cfg, limit, a, why, whylen);
     redisReply *r;
     size_t i;
     int j, covered = 0;
 
     if (!l)
         return -1;
-    r = ask(l, cfg, 2, argv, why, whylen);
+    r = ask(l, limit, cfg, 2, argv, why, whylen);
     dist__link_close(l);
     if (!r)
         return -1;
@@ -451,7 +456,7 @@ static int read_slots(const struct dist__cfg *cfg, const struct dist__addr *a,
 }
 
 /* Reads the map from the nodes known so far, then the URL's.  Network only. */
-static int ask_cluster(const struct dist__cfg *cfg, int nknown,
+static int ask_cluster(const struct dist__cfg *cfg, uint64_t limit, int nknown,
                        const struct dist__addr *known,
                        const struct dist__addr *last_good,
                        struct dist__addr *answered, int *nnodes,
@@ -468,7 +473,8 @@ static int ask_cluster(const struct dist__cfg *cfg, int nknown,
             continue;
         a = i < 0 ? last_good : i < nknown ? &known[i] : &cfg->seeds[i - nknown];
         why[0] = 0;
-        if (read_slots(cfg, a, nnodes, nodes, owner, why, whylen) == 0) {
+        if (read_slots(cfg, limit, a, nnodes, nodes, owner, why,
+                       whylen) == 0) {
             *answered = *a;
             return 0;
         }
@@ -498,9 +504,11 @@ static void failed_with(const char *why)
     T.stale = 1;
 }
 
-/* Brings T up to date when it is due, or waits for the thread that does.
- * T.mu held on entry and exit. */
-static void refresh(const struct dist__cfg *cfg, uint64_t until)
+/* Brings T up to date when it is due, or waits for the thread that does,
+ * until then; the queries end by limit (see link.h).  T.mu held on entry
+ * and exit. */
+static void refresh(const struct dist__cfg *cfg, uint64_t limit,
+                    uint64_t until)
 {
     uint64_t now = dist__now_ms();
     unsigned long period = cfg->mode == DIST__MODE_SENTINEL ? SENTINEL_PERIOD_MS
@@ -538,8 +546,8 @@ static void refresh(const struct dist__cfg *cfg, uint64_t until)
         int had = T.valid, first = T.good_seed, answered = 0, rc;
         char why[600];
         pthread_mutex_unlock(&T.mu);
-        rc = ask_sentinels(cfg, first, had ? &known : NULL, &got, &answered,
-                           why, sizeof why);
+        rc = ask_sentinels(cfg, limit, first, had ? &known : NULL, &got,
+                           &answered, why, sizeof why);
         pthread_mutex_lock(&T.mu);
         if (T.cfg_gen == cfg->gen) {
             if (rc == 0) {
@@ -560,7 +568,7 @@ static void refresh(const struct dist__cfg *cfg, uint64_t until)
         /* the static scratch is only touched by the one busy thread */
         memcpy(known, T.nodes, sizeof known[0] * (size_t)nknown);
         pthread_mutex_unlock(&T.mu);
-        rc = ask_cluster(cfg, nknown, known, had_good ? &good : NULL,
+        rc = ask_cluster(cfg, limit, nknown, known, had_good ? &good : NULL,
                          &answered, &nnodes, nodes, owner, why, sizeof why);
         pthread_mutex_lock(&T.mu);
         if (T.cfg_gen == cfg->gen) {
@@ -582,10 +590,10 @@ static void refresh(const struct dist__cfg *cfg, uint64_t until)
     pthread_cond_broadcast(&T.cv);
 }
 
-int dist__route(const struct dist__cfg *cfg, const struct dist__buf *key,
-                struct dist__addr *out)
+int dist__route(const struct dist__cfg *cfg, uint64_t limit,
+                const struct dist__buf *key, struct dist__addr *out)
 {
-    uint64_t until = dist__link_until(cfg->timeout_ms);
+    uint64_t until = dist__link_until(cfg->timeout_ms, limit);
     int rc = 0;
 
     if (cfg->mode == DIST__MODE_SINGLE) {
@@ -600,7 +608,7 @@ int dist__route(const struct dist__cfg *cfg, const struct dist__buf *key,
     }
     topo_init();
     pthread_mutex_lock(&T.mu);
-    refresh(cfg, until);
+    refresh(cfg, limit, until);
     if (T.kick_renewals) {
         /* a master changed: tell who asked (the renewal thread renews
          * every hold now); outside T.mu, as they may route calls too */
@@ -636,7 +644,8 @@ int dist__route(const struct dist__cfg *cfg, const struct dist__buf *key,
     return rc;
 }
 
-int dist__topo_confirm(const struct dist__cfg *cfg, const struct dist__addr *a)
+int dist__topo_confirm(const struct dist__cfg *cfg, const struct dist__addr *a,
+                       uint64_t limit)
 {
     struct dist__addr got;
     int first, answered = 0, rc;
@@ -649,7 +658,8 @@ int dist__topo_confirm(const struct dist__cfg *cfg, const struct dist__addr *a)
     first = T.good_seed;
     pthread_mutex_unlock(&T.mu);
     /* a is known to answer as a master, so no ROLE for it again */
-    rc = ask_sentinels(cfg, first, a, &got, &answered, why, sizeof why);
+    rc = ask_sentinels(cfg, limit, first, a, &got, &answered, why,
+                       sizeof why);
     pthread_mutex_lock(&T.mu);
     if (rc == 0 && T.cfg_gen == cfg->gen) {
         answered_with(!T.valid || !same_addr(&T.master, &got));
@@ -710,7 +720,7 @@ int dist__topo_vouch(const struct dist__cfg *cfg, const struct dist__addr *a,
      * promoted */
     for (i = 0; i < cfg->nseeds; i++) {
         int w = sentinel_word(cfg, &cfg->seeds[i], a, now, &up);
-        if (w == 1 && confirm_master(cfg, now, why, sizeof why))
+        if (w == 1 && confirm_master(cfg, 0, now, why, sizeof why))
             return dist__err(EIO, "%.100s:%d is no longer the master: the "
                              "sentinels name %.100s:%d", a->host, a->port,
                              now->host, now->port), DIST__EDEPOSED;
@@ -742,14 +752,14 @@ void dist__topo_adopt(const struct dist__cfg *cfg, const struct dist__addr *m)
     pthread_mutex_unlock(&T.mu);
 }
 
-int dist__route_masters(const struct dist__cfg *cfg, struct dist__addr *out,
-                        int max)
+int dist__route_masters(const struct dist__cfg *cfg, uint64_t limit,
+                        struct dist__addr *out, int max)
 {
     int n = 0, i, j;
 
     if (cfg->mode != DIST__MODE_CLUSTER)
-        return dist__route(cfg, NULL, out) == 0 ? 1 : -1;
-    if (dist__route(cfg, NULL, out) != 0)     /* brings the map up to date */
+        return dist__route(cfg, limit, NULL, out) == 0 ? 1 : -1;
+    if (dist__route(cfg, limit, NULL, out) != 0)  /* the map up to date */
         return -1;
     pthread_mutex_lock(&T.mu);
     for (i = 0; i < T.nnodes && n < max; i++) {

@@ -36,9 +36,9 @@ static void load_on(const struct dist__addr *a)
     struct dist__link *l;
     redisReply *r;
 
-    if (dist__route_open_master(&rcfg, a, &l) != 0)
+    if (dist__route_open_master(&rcfg, a, rlimit, &l) != 0)
         die(EX_REDIS, "%s", redis_why());
-    if (dist__link_cmd(l, 4, argv, NULL, &r) != 0)
+    if (dist__link_cmd(l, rlimit, 4, argv, NULL, &r) != 0)
         die(EX_REDIS, "lost the connection to Redis at %s: %s",
             dist__link_where(l), dist__link_error(l));
     if (r->type == REDIS_REPLY_ERROR)
@@ -63,7 +63,7 @@ static int fence_load(const char *url)
     redis_setup();
     /* one server, Sentinel's current master (its replicas copy the
      * library from it), or every master of a cluster */
-    n = dist__route_masters(&rcfg, masters, MAX_MASTERS);
+    n = dist__route_masters(&rcfg, rlimit, masters, MAX_MASTERS);
     if (n < 0)
         die(EX_REDIS, "%s", redis_why());
     for (m = 0; m < n; m++)
@@ -82,10 +82,10 @@ static int fence_get(const char *fence)
     struct sb b = { 0 };
 
     redis_setup();
-    if (dist__route(&rcfg, &key, &a) != 0 ||
-        dist__route_open_master(&rcfg, &a, &l) != 0)
+    if (dist__route(&rcfg, rlimit, &key, &a) != 0 ||
+        dist__route_open_master(&rcfg, &a, rlimit, &l) != 0)
         die(EX_REDIS, "%s", redis_why());
-    if (dist__link_cmd(l, 4, argv, NULL, &r) != 0)
+    if (dist__link_cmd(l, rlimit, 4, argv, NULL, &r) != 0)
         die(EX_REDIS, "lost the connection to Redis at %s: %s",
             dist__link_where(l), dist__link_error(l));
     if (r->type == REDIS_REPLY_ERROR)

@@ -99,7 +99,7 @@ static void batch_hlen(struct dist__link *l, const struct key *keys, size_t n,
                        long long *len, int *moved)
 {
     static const struct dist__addr nowhere;
-    uint64_t until = dist__link_deadline(l);
+    uint64_t until = dist__link_deadline(l, rlimit);
     struct dist__addr to;
     size_t j;
     int slot;
@@ -171,7 +171,7 @@ static void batch_snaps(struct dist__link *l, const struct key *keys,
         if (!moved[j])
             snap_append(l, nm);
     }
-    until = dist__link_deadline(l);
+    until = dist__link_deadline(l, rlimit);
     for (j = 0; j < n; j++) {
         if (!s[j].names)
             continue;
@@ -209,7 +209,7 @@ static void list_master(const struct dist__addr *a, const char *pattern,
     struct keys ks = { NULL, 0 };
     size_t i;
 
-    if (dist__route_open_master(&rcfg, a, &l) != 0)
+    if (dist__route_open_master(&rcfg, a, rlimit, &l) != 0)
         die(EX_REDIS, "%s", redis_why());
     /* hashes only where the server filters by type; the snapshot checks */
     list_scan(l, pattern, "hash", keys_page, &ks);
@@ -329,7 +329,7 @@ void list_collect(const char *pattern, struct rows *rows, struct objs *os,
     int m, nmasters;
 
     /* one server, or every master of a cluster, each holding its slots */
-    nmasters = dist__route_masters(&rcfg, masters, MAX_MASTERS);
+    nmasters = dist__route_masters(&rcfg, rlimit, masters, MAX_MASTERS);
     if (nmasters < 0)
         die(EX_REDIS, "%s", redis_why());
     for (m = 0; m < nmasters; m++)
@@ -350,7 +350,7 @@ int cmd_list(int argc, char **argv)
     redis_setup();
     /* the whole listing, connecting and every page included, within
      * --timeout: a server that trickles SCAN pages cannot keep it */
-    dist__link_limit(list_scan_deadline(secs));
+    rlimit = list_scan_deadline(secs);
     list_collect(pattern, &rows, &os, NULL, NULL);
     print_rows(&rows, &os, pattern);
     free(rows.s);

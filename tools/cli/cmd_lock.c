@@ -145,7 +145,7 @@ static void cancel_wait(void)
         };
         if (k) {
             memcpy(kv + 1, k, 3 * sizeof *k);
-            dist__route_eval(DIST__S_FAIR_CANCEL, 4, kv, 7, &r, &on);
+            dist__route_eval(rlimit, DIST__S_FAIR_CANCEL, 4, kv, 7, &r, &on);
         }
         free(k);
     } else if (lk.mode == M_WRITE) {
@@ -157,7 +157,7 @@ static void cancel_wait(void)
         };
         if (k) {
             memcpy(kv + 1, k, 2 * sizeof *k);
-            dist__route_eval(DIST__S_RWLOCK_CANCEL, 3, kv, 5, &r, &on);
+            dist__route_eval(rlimit, DIST__S_RWLOCK_CANCEL, 3, kv, 5, &r, &on);
         }
         free(k);
     }
@@ -288,7 +288,7 @@ static const char *lib_error(const struct dist__names *n)
 
     snprintf(e, sizeof e, "%s", dist_last_error());   /* routing may set it */
     snprintf(buf, sizeof buf, "%s", e);
-    if (dist__route(&rcfg, &n->name, &a) == 0) {
+    if (dist__route(&rcfg, rlimit, &n->name, &a) == 0) {
         addr_text(w, sizeof w, &a);
         if (!strstr(e, w))
             snprintf(buf, sizeof buf, "%s (Redis at %s)", e, w);
@@ -437,7 +437,7 @@ static void reach(const struct dist__names *n)
     struct dist__cmd c = { 1, ping, NULL };
     redisReply *r;
 
-    if (dist__route_cmds(&n->name, 1, &c, &r, NULL) != 0)
+    if (dist__route_cmds(rlimit, &n->name, 1, &c, &r, NULL) != 0)
         die(EX_REDIS, "%s", redis_why());
     freeReplyObject(r);
 }

@@ -347,7 +347,7 @@ int cmd_status(int argc, char **argv)
     redis_setup();
     /* the whole command within the command timeout, however slowly a
      * server answers (reconnects and every read included) */
-    dist__link_limit(dist__now_ms() + rcfg.timeout_ms);
+    rlimit = dist__now_ms() + rcfg.timeout_ms;
     if (kind > OBJ_NONE)
         return !status_obj(name, kind);
     /* the lock's own picture first: its reads are checked one by one, and

@@ -133,7 +133,7 @@ static void read_toks(struct dist__link *l, struct toks *t)
         free(k);
         dist__names_unref(nm);
     }
-    until = dist__link_deadline(l);
+    until = dist__link_deadline(l, rlimit);
     for (j = t->from; j < t->n; j++) {
         redisReply *r;
         long long v;

@@ -120,8 +120,8 @@ static long long force(const char *name, const struct snap *s)
     int rc;
 
     kv = force_args(s, &nkeys, &set);
-    rc = dist__route_eval(DIST__S_FORCE_UNLOCK, (int)nkeys, kv, (int)nkeys + 1,
-                          &r, &on);
+    rc = dist__route_eval(rlimit, DIST__S_FORCE_UNLOCK, (int)nkeys, kv,
+                          (int)nkeys + 1, &r, &on);
     for (k = 7; k < nkeys; k++)
         free((char *)kv[k].p);
     free(set);

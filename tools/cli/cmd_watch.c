@@ -132,7 +132,7 @@ static int sub_append(struct sub *u)
 static int sub_send(struct sub *u, int asking, redisReply **err)
 {
     static const char *const ask[1] = { "ASKING" };
-    uint64_t until = dist__link_deadline(u->l);
+    uint64_t until = dist__link_deadline(u->l, rlimit);
     redisReply *r;
     int k, nrep;
 
@@ -162,9 +162,9 @@ static int sub_connect(struct sub *u, const struct tries *t)
     u->l = NULL;
     if (t->asking)
         a = t->to;
-    else if (dist__route(&rcfg, &u->n->name, &a) != 0)
+    else if (dist__route(&rcfg, rlimit, &u->n->name, &a) != 0)
         return -1;
-    return dist__route_open_master(&rcfg, &a, &u->l) == 0 ? 0 : -1;
+    return dist__route_open_master(&rcfg, &a, rlimit, &u->l) == 0 ? 0 : -1;
 }
 
 /* After a refusal err: where the next try goes (MOVED, ASK), or a pause
@@ -300,7 +300,7 @@ static void sub_waiters(struct sub *u, const struct snap *cur)
         u->own[u->nown++].n = ch.len;
     }
     /* a subscriber reads only when told to: send now */
-    if (sent && dist__link_flush(u->l, dist__link_deadline(u->l)) != 0)
+    if (sent && dist__link_flush(u->l, dist__link_deadline(u->l, rlimit)) != 0)
         u->resub = 1;     /* the next look finds the link broken */
 }
 
@@ -377,7 +377,8 @@ static int sub_placed(const struct sub *u)
 
     if (!u->l)
         return 0;
-    if (rcfg.mode == DIST__MODE_SINGLE || dist__route(&rcfg, &u->n->name, &a) != 0)
+    if (rcfg.mode == DIST__MODE_SINGLE ||
+        dist__route(&rcfg, rlimit, &u->n->name, &a) != 0)
         return 1;     /* a failed lookup: the link itself will tell */
     at = dist__link_addr(u->l);
     return a.port == at->port && strcmp(a.host, at->host) == 0;

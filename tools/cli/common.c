@@ -14,6 +14,7 @@
 
 struct tool_opt opt;
 struct dist__cfg rcfg;
+uint64_t rlimit;
 const char *cur_usage = "";   /* what --help prints: main.c sets it */
 
 const char *cur_cmd = NULL;   /* for "Try 'distlock CMD --help'" */
@@ -54,7 +55,7 @@ void warn_twin(const char *name)
         return;
     /* the twin hashes to the name's slot: both are hashed on the text
      * inside the braces */
-    if (dist__route_cmds(&key, 1, &cmd, &r, NULL) == 0 &&
+    if (dist__route_cmds(rlimit, &key, 1, &cmd, &r, NULL) == 0 &&
         r->type == REDIS_REPLY_INTEGER && r->integer == 1) {
         sb_adds(&b, "distlock: warning: the lock '");
         sb_human(&b, twin, tlen);

@@ -130,7 +130,7 @@ void obj_take(const char *name, size_t len, struct obj *o)
     memset(o, 0, sizeof *o);
     o->names = lock_names(name, len);
     obj_cmds(o->names, &x, cmds);
-    if (dist__route_cmds(&o->names->name, OBJ_CMDS, cmds, r, NULL) != 0)
+    if (dist__route_cmds(rlimit, &o->names->name, OBJ_CMDS, cmds, r, NULL) != 0)
         die(EX_REDIS, "cannot read '%s': %s", name, redis_why());
     for (i = 0; i < R_N; i++)
         free(x.keys[i]);

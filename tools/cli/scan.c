@@ -59,7 +59,7 @@ static redisReply *scan_page(struct dist__link *l, const char *cursor,
     redisReply *r;
 
     if ((list_until && dist__now_ms() >= list_until) ||
-        dist__link_cmd(l, type ? 8 : 6, a, NULL, &r) != 0)
+        dist__link_cmd(l, rlimit, type ? 8 : 6, a, NULL, &r) != 0)
         scan_failed(l);
     if (r->type == REDIS_REPLY_ERROR && type) {
         freeReplyObject(r);

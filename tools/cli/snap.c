@@ -510,7 +510,7 @@ static void read_pttls(struct snap *s, const char **av, const size_t *lens,
 
     for (k = 0; k < n; k++)
         cmds[k] = (struct dist__cmd){ 2, av + 2 * k, lens + 2 * k };
-    if (dist__route_cmds(&s->names->name, (int)n, cmds, r, NULL) != 0)
+    if (dist__route_cmds(rlimit, &s->names->name, (int)n, cmds, r, NULL) != 0)
         die(EX_REDIS, "cannot read '%s': %s", B(s->names->name),
             redis_why());
     for (i = 0, k = 0; i < s->nh; i++)
@@ -614,7 +614,7 @@ void snap_take(const char *name, size_t len, struct snap *s)
     memset(s, 0, sizeof *s);
     s->names = n;
     snap_cmds(n, &args, cmds);
-    if (dist__route_cmds(&n->name, SNAP_CMDS, cmds, r, &on) != 0)
+    if (dist__route_cmds(rlimit, &n->name, SNAP_CMDS, cmds, r, &on) != 0)
         die(EX_REDIS, "cannot read '%s': %s", name, redis_why());
     /* the route followed every redirection: none is left */
     snap_args_free(&args);

@@ -35,6 +35,9 @@ extern struct tool_opt {
                             * and the passphrase from --tls-key-pass-file */
 } opt;
 extern struct dist__cfg rcfg;      /* the settings, once redis_setup ran */
+extern uint64_t rlimit;            /* the end of the whole command (monotonic
+                                    * ms; 0: none), the limit (link.h) every
+                                    * call to Redis passes */
 extern const char *cur_cmd;        /* for "Try 'distlock CMD --help'" */
 extern const char *cur_usage;      /* what --help prints */
 
