@@ -18,13 +18,16 @@ static char client_id[37];
 static unsigned long client_gen;          /* generation client_id was made for */
 static atomic_uint_fast64_t next_thread_no = 1;
 
+/* thread-local: the owner identity Redis keys holds by is the thread's
+ * (Redisson's "client id:thread"), so its cache is per thread too */
 static __thread uint64_t my_thread_no;
 static __thread char my_owner[64];
 static __thread size_t my_owner_len;
 static __thread unsigned long my_owner_gen;
 /* A cohort call runs the engine as the cohort's owner (dist__ident_push):
  * its number and its own cached owner string, so that switching back and
- * forth does not rebuild the thread's own. */
+ * forth does not rebuild the thread's own.  thread-local: the identity the
+ * calling thread acts as, like its own. */
 static __thread uint64_t as_no;
 static __thread char as_owner[64];
 static __thread size_t as_owner_len;
@@ -45,7 +48,7 @@ static pthread_mutex_t hooks_mu = PTHREAD_MUTEX_INITIALIZER;
 /* The hooks the prepare handler ran, ascending by rank: the parent and
  * child handlers run the same ones, whatever registered since.  Per
  * thread, for two threads forking at once; the child's one thread has
- * its copy. */
+ * its copy.  thread-local: for that reason. */
 static __thread int forked[MAX_HOOKS];
 static __thread int nforked;
 

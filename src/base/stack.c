@@ -63,7 +63,8 @@ struct alt {
 };
 
 /* The calling thread's stack, [lo, hi), found on its first deep call;
- * lo 1: not known (then every deep call switches, which is safe). */
+ * lo 1: not known (then every deep call switches, which is safe); and its
+ * spare stack.  thread-local: a stack is a thread's. */
 static __thread uintptr_t stack_lo, stack_hi;
 static __thread struct alt *my_alt;
 

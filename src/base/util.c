@@ -11,6 +11,7 @@
 #include "base.h"
 #include "stats.h"
 
+/* thread-local: dist_last_error() is the calling thread's, as errno is */
 static __thread char errbuf[256];
 
 /* The new text is made in a buffer of its own, then copied: a caller may
@@ -31,7 +32,9 @@ int dist__err(int code, const char *fmt, ...)
 
 /* Set when the calling thread met a failure that no retry can mend (a
  * certificate refused, a server that speaks another protocol, options that
- * cannot work): a caller that would try again for a while gives up at once. */
+ * cannot work): a caller that would try again for a while gives up at once.
+ * thread-local: as errno, set deep in the link by whichever call met it
+ * and taken by the same thread's retry loop (dist__hopeless_take). */
 static __thread int hopeless;
 
 void dist__hopeless_set(void)
@@ -159,7 +162,8 @@ void dist__sigpipe_restore(struct dist__sigpipe *s)
 
 static atomic_int lib_threads;          /* started and not yet returned */
 static pthread_once_t lib_once = PTHREAD_ONCE_INIT;
-/* The signals the thread that started this one let through. */
+/* The signals the thread that started this one let through.  thread-local:
+ * each library thread's own, read only on it. */
 static __thread sigset_t opener_mask;
 
 /* The child of a fork has none of the parent's threads.  Where this runs
@@ -220,6 +224,8 @@ int dist__thread_start(pthread_t *th, void *(*fn)(void *))
     return rc;
 }
 
+/* thread-local: a signal handler ran on this thread in a poll(2) of its
+ * call (dist__eintr_note); its semaphore wait takes it, as errno's EINTR */
 static __thread int eintr_seen;
 
 void dist__eintr_note(void)

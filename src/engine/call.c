@@ -711,6 +711,8 @@ static int wait_for_it(struct dist__call *c, const struct dist__deadline *dl)
  * next lock call (the reply is read in the middle of another call, where
  * user code must not run), or by the renewal thread after its read. */
 
+/* thread-local: a loss found while a reply was read in the middle of a
+ * call goes to the lost handler at the end of that thread's call */
 #define LOST_NOTES 8
 static __thread char *lost_notes[LOST_NOTES];
 static __thread int nlost_notes;

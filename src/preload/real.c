@@ -75,6 +75,8 @@ static const struct {
 
 void *pl_real[FN_COUNT];
 unsigned long pl_calls[FN_COUNT];
+/* thread-local: the calling thread is inside the shim already (the
+ * library's own calls go to the real functions, not back to it) */
 __thread int pl_in_shim __attribute__((tls_model("initial-exec")));
 static int reals_ready;
 

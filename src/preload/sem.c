@@ -29,7 +29,7 @@
 static pthread_mutex_t sem_mu = PTHREAD_MUTEX_INITIALIZER;  /* via pl_real */
 /* Set on the forking thread while it holds sem_mu for the fork, so that
  * another fork handler, whenever it runs, does not wait for it (site.c's
- * dyn_forking says more). */
+ * dyn_forking says more).  thread-local: it marks the forking thread. */
 static __thread int sem_forking __attribute__((tls_model("initial-exec")));
 static struct pl_entry **sems;     /* one per opened section */
 static size_t nsems;

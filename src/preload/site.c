@@ -23,7 +23,8 @@ static unsigned long *site_seq;
  * handlers run in between, on that thread, in an order that depends on
  * when each was registered, and one of them may initialise a lock (glibc
  * runs the prepare handlers in reverse order of registration, the others
- * in order).  Their calls find dyn_mu theirs already, as it is. */
+ * in order).  Their calls find dyn_mu theirs already, as it is.
+ * thread-local: it marks the forking thread alone. */
 static __thread int dyn_forking __attribute__((tls_model("initial-exec")));
 
 static void dyn_lock(void)

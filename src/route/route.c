@@ -39,6 +39,8 @@ struct tconn {
 
 static pthread_once_t key_once = PTHREAD_ONCE_INIT;
 static pthread_key_t conn_key;
+/* thread-local: a thread's links are its own (a link belongs to one thread:
+ * replies come back in order); the key's destructor closes them */
 static __thread struct tconn *my_conn;
 
 /* ---- idle threads ---------------------------------------------------------
@@ -60,7 +62,9 @@ enum { IDLE_NO, IDLE_OWED, IDLE_READING };
 
 static pthread_mutex_t idle_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct tconn *idle_list;
-static __thread int reading_idle;   /* on the renewal thread, in a read */
+/* thread-local: the renewal thread is in a read of an idle thread's links,
+ * for the owed replies' handlers it runs (dist__route_reading_idle) */
+static __thread int reading_idle;
 
 DIST__FORK_HOOK(idle_hook, idle_fork, DIST__RANK_IDLE)
 
