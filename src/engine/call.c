@@ -117,7 +117,7 @@ static struct dist__hold *rec_hold(struct dist__call *c, struct dist__rec *r)
 {
     const struct dist__kind *k = c->o->kind;
 
-    if (!r->h && (r->h = dist__hold_new(k, c->o->st->names,
+    if (!r->h && (r->h = dist__hold_new(&k->renewal, c->o->st->names,
                                         c->o->lease_ms)) != NULL &&
         k->renew_keys)
         k->renew_keys(c->o->st, r, r->h);
@@ -345,7 +345,7 @@ static int renew_now(struct dist__call *c)
             k->renew_keys(st, r, &keys);
         pthread_mutex_unlock(&st->mu);
     }
-    rc = dist__renew_one(k, st->names, keys.keys, keys.nkeys,
+    rc = dist__renew_one(&k->renewal, st->names, keys.keys, keys.nkeys,
                          dist__lease_of(c->o), c->limit);
     if (keys.keys_owned)
         free((void *)keys.keys);
@@ -816,7 +816,8 @@ static void defer_hand_over(struct dist__defer *d, struct dist__rec *r)
 
     if (r && r->unknown)
         return;                 /* one settle at a time; the lease ends it */
-    h = r && r->h ? r->h : dist__hold_new(d->kind, d->st->names, d->lease_ms);
+    h = r && r->h ? r->h : dist__hold_new(&d->kind->renewal, d->st->names,
+                                          d->lease_ms);
     if (!h)
         return;                 /* out of memory: the lease ends it */
     if (!(r && r->h))

@@ -247,17 +247,15 @@ struct dist__kind {
     int family;                   /* DIST__FAM_*: states are shared by name
                                    * within a family */
     unsigned magic;
-    int renew_script;             /* batched renewal (see renew.c) */
+    /* Its batched renewal script, and its settle of an unknown outcome
+     * (internal.h): all the renewal thread asks of it. */
+    struct dist__renewal renewal;
     /* One try of c->mode.  0 with c->taken and c->count/token or c->wait;
      * EDEADLK; EIO, with c->unknown when it may have run; ENOMEM. */
     int (*acquire)(struct dist__call *c);
     /* Gives back one hold of c->mode.  0 with c->count left; EPERM when
      * the holds were lost; EIO, with c->unknown when it may have run. */
     int (*release)(struct dist__call *c);
-    /* The renewal thread settles an unknown outcome of h with a conditional
-     * release.  0 answered (*lost: the owner's holds were gone), -1 Redis
-     * did not answer. */
-    int (*settle)(struct dist__hold *h, int *lost);
     /* A queued or registered waiter that gives up leaves the queue
      * (best effort). */
     void (*cancel)(struct dist__call *c);

@@ -5,11 +5,14 @@
  * (tests/test_layers.sh checks it):
  *   base/     clocks, errors, settings, identity, fork hooks, counters
  *   net/      one connection to one server, TLS
- *   route/    which server a key lives on, Sentinel, Cluster; a lock's
- *             Redis names (names.h)
+ *   route/    which server a key lives on, Sentinel, Cluster (topo.h);
+ *             calls that reach it (route.h, on topo.h); a lock's Redis
+ *             names (names.h)
  *   engine/   the pub/sub thread (pubsub.h), holds and the renewal thread
  *             (this file), what every kind shares (engine.h: engine.c,
- *             call.c)
+ *             call.c); in that order: the renewal thread (renew.c)
+ *             includes this file, not engine.h, and sees a kind only
+ *             through its struct dist__renewal
  *   kinds/    each kind's scripts and ops (kinds.h); the engine drives a
  *             kind only through its ops table, never by name
  *   api/      the public dist_* calls
@@ -39,9 +42,22 @@
  * 0 gone.  The owner fills the first block before handing the entry over
  * and never writes it after (the keys change only through
  * dist__renew_set_keys); the rest belongs to the registry mutex. */
-struct dist__kind;
+struct dist__hold;
+
+/* What the renewal thread asks of a hold's kind: its batched renewal
+ * script, and the settle of an outcome left unknown (a kind's
+ * struct dist__kind, engine.h, has one).  renew.c sees the kinds through
+ * this alone, as the engine sees them through their ops. */
+struct dist__renewal {
+    int script;
+    /* A conditional release of what h's owner may hold beyond h->n[].
+     * 0 answered (*lost: the owner's holds were gone), -1 Redis did not
+     * answer. */
+    int (*settle)(struct dist__hold *h, int *lost);
+};
+
 struct dist__hold {
-    const struct dist__kind *kind;  /* NULL for a waiter */
+    const struct dist__renewal *kind;  /* its kind's; NULL for a waiter */
     struct dist__names *names;
     uint64_t owner_no;              /* whose: its owner field is made from
                                      * it when a script needs it
@@ -97,7 +113,7 @@ struct dist__hold {
 /* h's owner field into buf; its length. */
 size_t dist__hold_owner(const struct dist__hold *h, char buf[DIST__OWNER_MAX]);
 
-struct dist__hold *dist__hold_new(const struct dist__kind *k,
+struct dist__hold *dist__hold_new(const struct dist__renewal *k,
                                   struct dist__names *names,
                                   unsigned long lease_ms);
 void dist__hold_free(struct dist__hold *h);
@@ -122,7 +138,7 @@ uint64_t dist__renew_safe_until(struct dist__hold *h);
  * script on keys (NULL: the name alone), for ms: on the condition that the
  * owner still holds it; by limit, the call's (link.h).  1 renewed, 0 the
  * owner holds nothing, -1 Redis did not answer. */
-int dist__renew_one(const struct dist__kind *k, struct dist__names *names,
+int dist__renew_one(const struct dist__renewal *k, struct dist__names *names,
                     const struct dist__buf *keys, int nkeys, unsigned long ms,
                     uint64_t limit);
 /* Replaces the keys the renewal script gets for h (the caller keeps them

@@ -20,7 +20,7 @@
 #include <sched.h>
 #include <string.h>
 
-#include "engine.h"
+#include "internal.h"
 #include "base/stats.h"
 
 #define BATCH        100   /* entries per renewal script call */
@@ -59,7 +59,7 @@ static void renew_register(void)
     dist__topo_on_change(dist__renew_all_now);
 }
 
-struct dist__hold *dist__hold_new(const struct dist__kind *k,
+struct dist__hold *dist__hold_new(const struct dist__renewal *k,
                                   struct dist__names *names,
                                   unsigned long lease_ms)
 {
@@ -73,7 +73,7 @@ struct dist__hold *dist__hold_new(const struct dist__kind *k,
     h->kind = k;
     h->names = names;
     h->lease_ms = lease_ms;
-    h->renew_script = k ? k->renew_script : DIST__S_WAITER_RENEW;
+    h->renew_script = k ? k->script : DIST__S_WAITER_RENEW;
     h->owner_no = dist__thread_no();
     atomic_init(&h->lost, 0);
     atomic_init(&h->let_go, 0);
@@ -701,7 +701,7 @@ static int renew_batch(struct dist__hold **hs, size_t n, unsigned long ms,
     return rc;
 }
 
-int dist__renew_one(const struct dist__kind *k, struct dist__names *names,
+int dist__renew_one(const struct dist__renewal *k, struct dist__names *names,
                     const struct dist__buf *keys, int nkeys, unsigned long ms,
                     uint64_t limit)
 {
@@ -726,7 +726,7 @@ int dist__renew_one(const struct dist__kind *k, struct dist__names *names,
     kv[i++] = (struct dist__buf){ msbuf, strlen(msbuf) };
     kv[i++] = (struct dist__buf){ owner, olen };
     kv[i++] = (struct dist__buf){ nbuf, strlen(nbuf) };
-    rc = dist__route_run(limit, k->renew_script, nkeys, kv, i, &r);
+    rc = dist__route_run(limit, k->script, nkeys, kv, i, &r);
     free(kv);
     /* 1 or 0 are answers; anything else is no answer (batch_results) */
     if (rc == 0 && (dist__reply_int(r, 0, &ok) != 0 || (ok != 0 && ok != 1)))

@@ -490,7 +490,7 @@ static int m_release(struct dist__call *c)
  * condition that Redis still counts the one hold more. */
 static int m_settle(struct dist__hold *h, int *lost)
 {
-    const int fair = h->kind == &dist__fair_kind;
+    const int fair = h->kind == &dist__fair_kind.renewal;
     char lease[24], expect[24], keep[24], owner[DIST__OWNER_MAX];
     struct dist__buf kv[13];
     struct dist__room room;
@@ -741,11 +741,11 @@ static int m_default_flags(void)
     .noun = "mutex",                    \
     .family = DIST__FAM_MUTEX,          \
     .magic = 0x64697374u, /* "dist" */  \
-    .renew_script = DIST__S_MUTEX_RENEW, \
+    .renewal = { DIST__S_MUTEX_RENEW,   \
+                 m_settle },            \
     .plan = m_plan,                     \
     .acquire = m_acquire,               \
     .release = m_release,               \
-    .settle = m_settle,                 \
     .cancel = m_cancel,                 \
     .channel = m_channel,               \
     .queue = m_queue,                   \

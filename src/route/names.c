@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "names.h"
-#include "route.h"
+#include "topo.h"
 
 #define P(s) { s, sizeof s - 1 }
 

@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "route.h"
+#include "topo.h"
 
 #define SENTINEL_PERIOD_MS 1000   /* ask the sentinels again after this */
 #define CLUSTER_PERIOD_MS  5000   /* read the slot map again after this */
