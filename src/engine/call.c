@@ -2,89 +2,17 @@
  * first, then the kind's script, the wait for a release message, patience
  * with a Redis that cannot be reached, and the record of what was taken.
  * An outcome that stays unknown is handed to the renewal thread, which
- * settles it with the kind's conditional release (see renew.c). */
+ * settles it with the kind's conditional release (see renew.c).  What a
+ * hold taken needs afterwards (replica sync, giving back) is repair.c's,
+ * a release sent without waiting for its reply defer.c's, and the
+ * caller's deadline deadline.c's. */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "engine.h"
+#include "call_int.h"
 #include "base/stats.h"
-
-/* ---- deadlines ---------------------------------------------------------- */
-
-/* dl's abs on the monotonic clock (ms), as of now: rounded up, so that a
- * waiter never gives up early; callers still confirm with
- * dist__deadline_reached, the clock may be stepped.  abs.tv_nsec is in
- * range. */
-static uint64_t to_mono(const struct dist__deadline *dl)
-{
-    /* a deadline further than this is "never" (std::chrono's time_point::max
-     * arrives as a tv_sec near INT64_MAX); the cap keeps the sums in range */
-    const int64_t far_s = INT64_C(1) << 32;     /* about 136 years */
-    struct timespec now;
-    int64_t left_s, left_ns;
-    uint64_t mono;
-
-    mono = dist__now_ms();
-    clock_gettime(dl->clock, &now);
-    if (dl->abs.tv_sec > (time_t)now.tv_sec + far_s)
-        left_s = far_s;
-    else if (dl->abs.tv_sec < (time_t)now.tv_sec - far_s)
-        left_s = -far_s;
-    else
-        left_s = (int64_t)dl->abs.tv_sec - (int64_t)now.tv_sec;
-    left_ns = left_s * 1000000000LL + (dl->abs.tv_nsec - now.tv_nsec);
-    return left_ns <= 0 ? mono : mono + (uint64_t)(left_ns + 999999) / 1000000u;
-}
-
-int dist__deadline_set(struct dist__deadline *dl, clockid_t clock,
-                       const struct timespec *abs)
-{
-    /* the clock is refused whether or not the call would wait, as glibc's
-     * clocklock does */
-    if (clock != CLOCK_REALTIME && clock != CLOCK_MONOTONIC)
-        return dist__err(EINVAL, "clock %d: use CLOCK_REALTIME or "
-                         "CLOCK_MONOTONIC", (int)clock);
-    if (!abs)
-        return dist__err(EINVAL, "abstime is NULL");
-    dl->clock = clock;
-    dl->abs = *abs;
-    /* converted here, once per call; refused only when the call would
-     * wait (dist__deadline_ms) */
-    dl->bad = abs->tv_nsec < 0 || abs->tv_nsec >= 1000000000L;
-    dl->ms = dl->bad ? 0 : to_mono(dl);
-    return 0;
-}
-
-int dist__deadline_ms(const struct dist__deadline *dl, uint64_t *ms)
-{
-    if (dl->bad)
-        return dist__err(EINVAL, "abstime.tv_nsec %ld is out of range",
-                         dl->abs.tv_nsec);
-    *ms = dl->ms;
-    return 0;
-}
-
-int dist__deadline_reached(const struct dist__deadline *dl)
-{
-    struct timespec now;
-
-    clock_gettime(dl->clock, &now);
-    return now.tv_sec > dl->abs.tv_sec ||
-           (now.tv_sec == dl->abs.tv_sec && now.tv_nsec >= dl->abs.tv_nsec);
-}
-
-int dist__deadline_step(const struct dist__deadline *dl, uint64_t *deadline)
-{
-    if (!*deadline || dist__now_ms() < *deadline)
-        return 0;
-    if (dist__deadline_reached(dl))
-        return 1;
-    if (!dl->bad)
-        *deadline = to_mono(dl);                /* the clock stepped */
-    return 0;
-}
 
 /* ---- replies that cannot be true ---------------------------------------------- */
 
@@ -106,11 +34,6 @@ int dist__call_bad(struct dist__call *c, const char *script,
 }
 
 /* ---- the owner's standing ------------------------------------------------- */
-
-static const char *name_of(const struct dist__call *c)
-{
-    return c->o->st->names->name.p;
-}
 
 /* A new renewal entry for r.  The state's mu held. */
 static struct dist__hold *rec_hold(struct dist__call *c, struct dist__rec *r)
@@ -200,7 +123,7 @@ static int prepare_by(struct dist__call *c, int *held, uint64_t bound)
     return 0;
 }
 
-static int prepare(struct dist__call *c, int *held)
+int dist__prepare(struct dist__call *c, int *held)
 {
     return prepare_by(c, held, 0);
 }
@@ -238,7 +161,7 @@ static uint64_t past_deadline(uint64_t deadline)
 
 /* Hands c's unknown outcome to the renewal thread: r's counts are what the
  * owner holds for sure.  The state's mu held. */
-static void hand_over(struct dist__call *c, struct dist__rec *r)
+void dist__hand_over(struct dist__call *c, struct dist__rec *r)
 {
     if (r->unknown)
         return;            /* handed over already, and not settled yet */
@@ -258,7 +181,7 @@ static void note_unknown(struct dist__call *c)
 
     pthread_mutex_lock(&st->mu);
     if ((r = dist__rec_get(st)) != NULL)
-        hand_over(c, r);
+        dist__hand_over(c, r);
     pthread_mutex_unlock(&st->mu);
 }
 
@@ -699,448 +622,7 @@ static int wait_for_it(struct dist__call *c, const struct dist__deadline *dl)
     return rc;
 }
 
-
-/* ---- deferred release ----------------------------------------------------- */
-
-/* With deferral on, an owner's last unlock of a mutex writes the release
- * script and returns; the reply is read when the thread's link is next
- * read (by any call), when the thread ends, shuts down or the program
- * exits, or by the renewal thread once the owner has made no call for
- * DIST__IDLE_READ_MS (route.c, "idle threads"), and handed to defer_done.
- * Holds lost meanwhile are reported to the lost handler at the thread's
- * next lock call (the reply is read in the middle of another call, where
- * user code must not run), or by the renewal thread after its read. */
-
-/* thread-local: a loss found while a reply was read in the middle of a
- * call goes to the lost handler at the end of that thread's call */
-#define LOST_NOTES 8
-static __thread char *lost_notes[LOST_NOTES];
-static __thread int nlost_notes;
-
-static void note_lost_later(const char *name)
-{
-    char *p;
-
-    if (nlost_notes < LOST_NOTES && (p = strdup(name)) != NULL)
-        lost_notes[nlost_notes++] = p;
-}
-
-static void report_lost_notes(void)
-{
-    while (nlost_notes > 0) {
-        char *p = lost_notes[--nlost_notes];
-        dist__call_lost_handler(p);
-        free(p);
-    }
-}
-
-static int defer_wanted(const struct dist__obj *o)
-{
-    if (o->flags & DIST__MUTEX_DEFER_ON)
-        return 1;
-    if (o->flags & DIST__MUTEX_DEFER_OFF)
-        return 0;
-    return dist__deferred_release();
-}
-
-/* Whether c's release may go without waiting: the option, a kind that
- * can (a mutex), and the owner's last hold, so that no count but 0 is
- * to be believed before the reply. */
-static int defer_ok(const struct dist__call *c)
-{
-    return !c->no_defer && c->o->kind->family == DIST__FAM_MUTEX &&
-           c->mode == 0 &&
-           c->n[0] == 1 && c->n[1] == 0 && defer_wanted(c->o);
-}
-
-static struct dist__defer *defer_new(struct dist__call *c)
-{
-    struct dist__defer *d = calloc(1, sizeof *d);
-    const char *owner;
-
-    if (!d)
-        return NULL;
-    dist__state_ref(c->o->kind, c->o->st);
-    d->st = c->o->st;
-    d->kind = c->o->kind;
-    d->lease_ms = c->o->lease_ms;
-    d->gen = atomic_load(&dist__fork_gen);
-    d->sent = dist__now_ms();
-    d->robust = c->robust;
-    owner = dist__owner(&d->owner_len);
-    memcpy(d->owner, owner, d->owner_len + 1);
-    d->owner_no = dist__thread_no();
-    return d;
-}
-
-static void defer_free(struct dist__defer *d)
-{
-    dist__state_unref(d->kind, d->st);
-    free(d);
-}
-
-/* What the release's reply says: {holds left, woken}, 0 left being the
- * only count an owner's last release leaves. */
-static int defer_outcome(const redisReply *r, int status, long long *woken)
-{
-    long long left;
-
-    if (status != 0 || !r)
-        return DIST__DEFER_BROKEN;
-    if (r->type == REDIS_REPLY_ERROR)
-        return DIST__DEFER_NOTRUN;      /* NOSCRIPT, MOVED, ASK, TRYAGAIN */
-    if (dist__reply_int(r, 0, &left) != 0 || dist__reply_int(r, 1, woken) != 0
-        || *woken < 0 || (left != 0 && left != -1))
-        return DIST__DEFER_BROKEN;      /* cannot be: settled as unknown */
-    return left == 0 ? DIST__DEFER_OK : DIST__DEFER_LOST;
-}
-
-/* The release's courtesy to waiters (the kind's after_release), now that
- * the reply says whom it reached.  The state's mu held. */
-static void defer_courtesy(const struct dist__defer *d)
-{
-    struct dist__obj o = { .kind = d->kind, .st = d->st };
-    struct dist__call c = { .o = &o, .woken = d->woken, .started = d->sent };
-
-    if (d->kind->after_release)
-        d->kind->after_release(&c);
-}
-
-/* The release may not have run: the renewal thread finishes it with the
- * kind's conditional release (on r, so that the owner's next call waits
- * for it).  The state's mu held. */
-static void defer_hand_over(struct dist__defer *d, struct dist__rec *r)
-{
-    const unsigned long none[2] = { 0, 0 };
-    struct dist__hold *h;
-
-    if (r && r->unknown)
-        return;                 /* one settle at a time; the lease ends it */
-    h = r && r->h ? r->h : dist__hold_new(&d->kind->renewal, d->st->names,
-                                          d->lease_ms);
-    if (!h)
-        return;                 /* out of memory: the lease ends it */
-    if (!(r && r->h))
-        h->owner_no = d->owner_no;  /* the owner's, also when the renewal
-                                     * thread read the reply */
-    h->robust = d->robust;
-    if (!r) {
-        dist__renew_unknown(h, none, 0);
-        if (dist__renew_remove(h))     /* the thread frees it when done */
-            dist__hold_free(h);
-        return;
-    }
-    r->h = h;
-    r->reg = 0;
-    r->unknown = 1;
-    h->robust = d->robust;
-    dist__renew_unknown(h, r->n, 0);
-}
-
-/* Acts on the outcome of d for an owner with no call behind it.  The
- * state's mu held. */
-static void defer_act(struct dist__defer *d, struct dist__rec *r)
-{
-    /* on the renewal thread for an idle owner (dist__route_read_idle):
-     * no courtesy (it is about the owner's next call, which may never
-     * come), and a loss is reported by that thread */
-    int idle = dist__route_reading_idle();
-
-    if (d->outcome == DIST__DEFER_OK && !idle)
-        defer_courtesy(d);
-    else if (d->outcome == DIST__DEFER_LOST && idle)
-        dist__renew_note_lost(d->st->names->name.p);
-    else if (d->outcome == DIST__DEFER_LOST)
-        note_lost_later(d->st->names->name.p);
-    else if (d->outcome != DIST__DEFER_OK)
-        defer_hand_over(d, r);
-    if (r && r->n[0] + r->n[1] == 0 && !r->unknown)
-        dist__rec_drop(d->st, r);
-}
-
-/* The link's handler of a deferred release's reply (dist__owed_fn): on
- * the owner's thread, in the middle of a call on that link, or on the
- * renewal thread for an idle owner. */
-static void defer_done(void *arg, const redisReply *rep, int status)
-{
-    struct dist__defer *d = arg;
-    struct dist__state *st = d->st;
-    long long woken = 0;
-    int outcome = defer_outcome(rep, status, &woken);
-    struct dist__rec *r;
-
-    pthread_mutex_lock(&st->mu);
-    d->outcome = outcome;
-    d->woken = woken;
-    d->on = NULL;
-    r = d->r;
-    if (r && d->behind && d->gen == atomic_load(&dist__fork_gen)) {
-        pthread_mutex_unlock(&st->mu);
-        return;                 /* the acquire that followed acts on it */
-    }
-    if (r)
-        r->pend = NULL;
-    d->r = NULL;
-    /* a child of fork() closes the parent's links unread: not ours */
-    if (d->gen == atomic_load(&dist__fork_gen))
-        defer_act(d, r);
-    pthread_mutex_unlock(&st->mu);
-    defer_free(d);
-}
-
-/* The release was written: the owner has let go.  Its record stays, with
- * the reply owed, until the reply is read. */
-static int defer_sent(struct dist__call *c, struct dist__defer *d)
-{
-    struct dist__state *st = c->o->st;
-    struct dist__rec *r;
-
-    pthread_mutex_lock(&st->mu);
-    r = dist__rec_find(st);
-    d->on = c->on;
-    d->r = r;
-    if (r) {
-        r->n[0] = 0;
-        if (r->h)
-            dist__renew_let_go(r->h);
-        if (r->h && dist__renew_remove(r->h))
-            dist__hold_free(r->h);
-        r->h = NULL;
-        r->reg = 0;
-        r->pend = d;
-    }
-    pthread_mutex_unlock(&st->mu);
-    return 0;
-}
-
-/* An acquire is about to go out while the owner's deferred release of the
- * same lock is still owed: on the same link it goes right behind it (no
- * wait for the release's reply), and this call acts on the outcome. */
-static void go_behind(struct dist__call *c)
-{
-    struct dist__state *st = c->o->st;
-    struct dist__rec *r;
-
-    pthread_mutex_lock(&st->mu);
-    r = dist__rec_find(st);
-    if (r && r->pend && r->pend->outcome == 0) {
-        c->behind = r->pend;
-        r->pend->behind = 1;
-    }
-    pthread_mutex_unlock(&st->mu);
-}
-
-/* After the acquire's first try: the release ahead of it is read (if its
- * link was not), then acted on.  A release that did not run, or may not
- * have, left the old hold: an acquire that took the lock counted it (the
- * fix-up gives one back), one that failed leaves it to the renewal
- * thread, one that did not take it found it gone. */
-static void behind_done(struct dist__call *c, int rc)
-{
-    struct dist__defer *d = c->behind;
-    struct dist__state *st = c->o->st;
-    struct dist__rec *r;
-
-    if (!d)
-        return;
-    c->behind = NULL;
-    if (d->outcome == 0 && d->on)
-        dist__link_settle(d->on, dist__link_deadline(d->on, c->limit));
-    pthread_mutex_lock(&st->mu);
-    r = d->r;
-    if (r)
-        r->pend = NULL;
-    d->r = NULL;
-    if (d->outcome == DIST__DEFER_OK)
-        defer_courtesy(d);
-    else if (d->outcome == DIST__DEFER_LOST)
-        note_lost_later(st->names->name.p);
-    else if (rc == 0 && c->taken && c->count == c->n[c->mode] + 2)
-        c->fixup = 1;
-    else if (rc != 0 && !c->unknown)
-        defer_hand_over(d, r);
-    pthread_mutex_unlock(&st->mu);
-    defer_free(d);
-}
-
 /* ---- acquire -------------------------------------------------------------------- */
-
-static int release_held(struct dist__call *c);
-static __attribute__((noinline)) void give_back_one(struct dist__obj *o);
-
-#define MAX_SURPLUS 8       /* resurrected holds of ours given back at once */
-
-/* Gives back c's holds above keep, one release each: what an acquire took
- * when the call fails after all (keep: the owner's count before it), or
- * the surplus of a fresh hold the server counts more than once (keep: 1).
- * The server's count is what the acquire adopted, and it can exceed one
- * more than the owner had: a failover may bring back a hold of ours whose
- * release the new master never saw.  Giving back one hold only left the
- * owner with a hold it never asked for, which it never unlocked (the
- * Sentinel torture run: a failed lock left the thread holding the mutex,
- * and every later lock of its was a reentry).  A release refused or
- * unanswered sets the owner's count to keep at once and hands the outcome
- * to the renewal thread (release_held), which gives one more hold back
- * when Redis answers; anything left above that is renewed for nobody and
- * ends with its lease.  Stopped early (an earlier outcome not settled in
- * time, more surplus than MAX_SURPLUS), the count is set to keep the same
- * way. */
-static __attribute__((noinline)) void give_back_to(struct dist__call *c,
-                                                   unsigned long keep)
-{
-    struct dist__call back = { .o = c->o, .mode = c->mode, .keep_set = 1,
-                               .keep = keep };
-    struct dist__rec *r;
-    int held, i;
-
-    for (i = 0; i <= MAX_SURPLUS; i++)
-        if (prepare(&back, &held) != 0 || held != 1 ||
-            back.n[back.mode] <= keep || release_held(&back) != 0)
-            break;
-    pthread_mutex_lock(&c->o->st->mu);
-    r = dist__rec_find(c->o->st);
-    if (r && r->n[c->mode] > keep && !r->unknown &&
-        !(r->h && atomic_load(&r->h->lost))) {
-        r->n[c->mode] = keep;
-        hand_over(&back, r);
-    }
-    pthread_mutex_unlock(&c->o->st->mu);
-}
-
-/* Gives back what c's acquire took, down to the owner's count before the
- * call; nothing, when the acquire found the earlier holds lost.  A
- * release refused (a master being demoted answers READONLY until the map
- * moves on) goes to the renewal thread as an unknown outcome, which it
- * settles with the conditional release (release_held); this thread's next
- * acquire waits for that.  Dropping the count alone would leave the hold
- * on the server, and the next acquire would find it there and count one
- * hold too many. */
-static __attribute__((noinline)) void give_back(struct dist__call *c)
-{
-    /* a take that replaced the earlier hold consumed that one */
-    give_back_to(c, c->lost || c->replaced ? 0 : c->n[c->mode]);
-}
-
-/* A new hold is only as safe as its copy on a replica: without one, it is
- * given back (see DIST_ENOREPLICA). */
-static __attribute__((noinline)) int replica_sync(struct dist__call *c)
-{
-    struct dist__addr now;
-    char why[256];
-    int rc;
-
-    rc = dist__route_wait_replicas(c->on, dist__replica_wait_ms(),
-                                   name_of(c), &now);
-    if (rc == 0)
-        return 0;
-    dist__stat_add(DIST__ST_NOREPLICA, 1);
-    snprintf(why, sizeof why, "%s", dist_last_error());
-    /* on a deposed master too, while the map still points there: it is a
-     * master until the sentinels demote it, and the hold would block its
-     * other clients until then */
-    give_back(c);
-    if (rc == DIST__EDEPOSED) {
-        dist__route_adopt(&now);
-        return dist__err(EIO, "%s", why), DIST__EDEPOSED;
-    }
-    if (rc == DIST__EATTACHING)
-        return dist__err(DIST_ENOREPLICA, "%s", why), DIST__EATTACHING;
-    if (rc == DIST_ENOREPLICA)
-        return dist__err(rc, "%s", why);
-    return dist__err(EIO, "%s; the hold is given back", why);
-}
-
-/* The token of a hold whose surplus was shed is the counter's value, which
- * an earlier hold of this owner may have shown already (the acquire took
- * it for a reentry): a guarded resource would see one token for two
- * sections.  It draws a new one, as a new hold does (a counter that grows
- * by more than one is fine: tokens only need to grow), and a replica has
- * it before it is shown when replica sync is on. */
-static __attribute__((noinline)) int fresh_token(struct dist__call *c)
-{
-    static const enum dist__nm token_key[] = { DIST__N_TOKEN };
-    struct dist__link *on = NULL;
-    struct dist__addr now;
-    struct dist__room room;
-    struct dist__rec *r;
-    redisReply *rep = NULL;
-    long long t = 0;
-    char why[256], keep[24];
-    struct dist__buf kv[2] = { { NULL, 0 }, { keep, 0 } };
-    int rc;
-
-    kv[1].len = (size_t)snprintf(keep, sizeof keep, "%lu",
-                                 dist__key_keep_ms(dist__lease_of(c->o)));
-    rc = dist__names_keys(c->o->st->names, token_key, 1, &kv[0], &room);
-    if (rc != 0)
-        dist__err(ENOMEM, "out of memory");
-    else
-        rc = dist__route_eval(c->limit, DIST__S_TOKEN_DRAW, 1, kv, 2, &rep,
-                              &on);
-    dist__room_done(&room);
-    if (rc != 0)
-        snprintf(why, sizeof why, "%s", dist_last_error());
-    else if (rep->type == REDIS_REPLY_INTEGER && rep->integer > 0)
-        t = rep->integer;
-    else
-        snprintf(why, sizeof why, "token_draw answered %.200s",
-                 rep->type == REDIS_REPLY_ERROR ? rep->str : "no number");
-    freeReplyObject(rep);
-    if (t > 0 && dist__replica_wait_ms() > 0 &&
-        dist__route_wait_replicas(on, dist__replica_wait_ms(), name_of(c),
-                                  &now) != 0) {
-        snprintf(why, sizeof why, "%s", dist_last_error());
-        t = 0;
-    }
-    if (t <= 0)
-        return dist__err(EIO, "%s '%s': a hold counted twice needs a new "
-                         "fencing token, and none could be drawn (%s); the "
-                         "hold is given back", c->o->kind->noun, name_of(c),
-                         why);
-    pthread_mutex_lock(&c->o->st->mu);
-    if ((r = dist__rec_find(c->o->st)) != NULL)
-        r->token = (uint64_t)t;
-    pthread_mutex_unlock(&c->o->st->mu);
-    return 0;
-}
-
-/* A fresh hold that the server counts more than once: an acquire whose
- * reply was lost is probed and run again, and a late copy of the first
- * (a slow path delivers it after the client gave up on it) ran between
- * the probe and the second; or a release of ours was undone since (a
- * failover promoted a replica it had not reached yet: releases are not
- * waited for).  The surplus is given back now, down to the one hold this
- * call took; else the owner's last unlock would leave the lock held,
- * renewed for it while it believes it free.  The hold draws a new fencing
- * token (fresh_token; releasing it all and taking it anew instead made
- * timed calls overrun their deadlines under faults).  A semaphore's count
- * is its permits: not for them.  Returns EIO, and says why, when the hold
- * is gone after all (a server that answered a give-back with "none
- * left"), or when no new token could be drawn (the hold is given back). */
-static __attribute__((noinline)) int shed_surplus(struct dist__call *c)
-{
-    struct dist__rec *r;
-    int held;
-
-    if (c->o->kind->family == DIST__FAM_SEM)
-        return 0;
-    give_back_to(c, 1);
-    pthread_mutex_lock(&c->o->st->mu);
-    r = dist__rec_find(c->o->st);
-    held = r && r->n[0] + r->n[1] > 0;
-    pthread_mutex_unlock(&c->o->st->mu);
-    if (!held)
-        return dist__err(EIO, "%s '%s': giving back a hold counted twice "
-                         "released the last one: the lock is not held",
-                         c->o->kind->noun, name_of(c));
-    /* a read hold has no token */
-    if ((c->o->kind->family == DIST__FAM_MUTEX || c->mode == 1) &&
-        fresh_token(c) != 0) {
-        give_back(c);
-        return EIO;
-    }
-    return 0;
-}
 
 /* Whether why starts with "<noun> '<name>'" already.  Only the start
  * counts: a lock called "Redis" is named in "cannot connect to Redis" and
@@ -1246,9 +728,9 @@ static int acquire(struct dist__obj *o, int mode, int try_only,
         return failed(&c, rc);
     if (!try_only && courtesy && k->before_wait)
         k->before_wait(&c, until);
-    go_behind(&c);
+    dist__go_behind(&c);
     rc = try_only ? try_once(&c) : try_patiently(&c, until);
-    behind_done(&c, rc);
+    dist__behind_done(&c, rc);
     queued = (c.how == DIST__HOW_QUEUE || c.registered) && rc == 0 &&
              !c.taken;
     if (rc == 0 && !c.taken && try_only) {
@@ -1272,15 +754,15 @@ static int acquire(struct dist__obj *o, int mode, int try_only,
         return dist__err(ENOMEM, "out of memory");
     /* a reentrant hold adds to one a replica has already */
     if (fresh || c.lost || c.replaced)
-        rc = replica_sync(&c);
+        rc = dist__replica_sync(&c);
     /* after the sync, which waits on the link c.on names: a release may
      * close that link and open another (fuzz_reply found the WAIT on a
      * freed link).  On one server too (test_liar: a fresh hold counted
      * twice). */
     if (rc == 0 && fresh && c.count > 1)
-        rc = shed_surplus(&c);
+        rc = dist__shed_surplus(&c);
     if (c.fixup)
-        give_back_one(o);
+        dist__give_back_one(o);
     if (c.lost)
         dist__call_lost_handler(name_of(&c));
     if (rc == 0)
@@ -1288,17 +770,6 @@ static int acquire(struct dist__obj *o, int mode, int try_only,
     if (rc == 0 && c.ownerdead)
         rc = owner_dead(&c);
     return rc;
-}
-
-/* An acquire counted a hold whose deferred release did not run: the
- * owner gives that one back now (its count in Redis is one too many). */
-static __attribute__((noinline)) void give_back_one(struct dist__obj *o)
-{
-    struct dist__call back = { .o = o };
-    int held;
-
-    if (prepare(&back, &held) == 0 && held == 1 && back.n[0] > 1)
-        release_held(&back);
 }
 
 #define MAX_DEPOSED 4       /* acquires that may find their master deposed */
@@ -1351,7 +822,7 @@ static int acquire_on_master(struct dist__obj *o, int mode, int try_only,
  * still owed is read by the renewal thread if this one stays idle. */
 static void call_end(void)
 {
-    report_lost_notes();
+    dist__report_lost_notes();
     if (dist__route_idle_mark())
         dist__renew_idle_watch();
 }
@@ -1388,7 +859,7 @@ int dist__reacquire(struct dist__obj *o)
 /* ---- release ----------------------------------------------------------------- */
 
 /* Gives back one hold of c->mode, which the owner has. */
-static int release_held(struct dist__call *c)
+int dist__release_held(struct dist__call *c)
 {
     const struct dist__kind *k = c->o->kind;
     struct dist__state *st = c->o->st;
@@ -1397,19 +868,19 @@ static int release_held(struct dist__call *c)
     uint64_t outer = c->limit;
     int rc, told = 0;
 
-    struct dist__defer *d = defer_ok(c) ? defer_new(c) : NULL;
+    struct dist__defer *d = dist__defer_ok(c) ? dist__defer_new(c) : NULL;
 
     c->started = dist__now_ms();
     c->unknown = 0;
-    c->defer_fn = d ? defer_done : NULL;
+    c->defer_fn = d ? dist__defer_done : NULL;
     c->defer_arg = d;
     c->limit = sooner(outer, call_cap(c));
     rc = k->release(c);
     c->limit = outer;
     if (d && rc == 0 && c->deferred)
-        return defer_sent(c, d);
+        return dist__defer_sent(c, d);
     if (d)
-        defer_free(d);              /* sent the usual way after all */
+        dist__defer_free(d);              /* sent the usual way after all */
     /* EIO: the reply was lost (c->unknown), or Redis refused the release
      * (READONLY from a master being demoted, NOREPLICAS, an error
      * reply).  Either way the thread lets go and the renewal thread
@@ -1431,7 +902,7 @@ static int release_held(struct dist__call *c)
          * release when Redis answers again */
         r->n[c->mode] = c->keep_set && c->keep < r->n[c->mode]
                         ? c->keep : r->n[c->mode] - 1;
-        hand_over(c, r);
+        dist__hand_over(c, r);
     } else if (r) {
         r->n[0] = r->n[1] = 0;     /* lost */
     }
@@ -1514,7 +985,7 @@ static int release(struct dist__obj *o, int may_defer)
                             .unlocking = 1 };
     int rc, held;
 
-    if ((rc = prepare(&c, &held)) != 0)
+    if ((rc = dist__prepare(&c, &held)) != 0)
         return let_go_unsettled(&c, rc);
     if (held == -1) {
         /* the renewal thread found it lost: its report is made before the
@@ -1529,7 +1000,7 @@ static int release(struct dist__obj *o, int may_defer)
         return dist__err(EPERM, "%s '%s' is not held by this thread", k->noun,
                          name_of(&c));
     c.mode = c.n[1] > 0;           /* a write hold goes first */
-    rc = release_held(&c);
+    rc = dist__release_held(&c);
     call_end();
     return rc;
 }
