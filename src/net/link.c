@@ -4,7 +4,8 @@
  * Replies are read into a buffer on the heap and fed to hiredis's reader
  * (hiredis's own read path puts 16 KiB on the stack, too much for a thread
  * with a small one); hiredis does no I/O here.  The bytes go through a
- * transport: the socket itself, or a TLS session over it (tls.c). */
+ * transport: the socket itself, or a TLS session over it (tls.c).  What a
+ * reply may hold is resp.c's, ROLE and WAIT replica.c's (link_int.h). */
 #define _GNU_SOURCE   /* POLLRDHUP */
 #include <errno.h>
 #include <fcntl.h>
@@ -21,92 +22,14 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "link.h"
+#include "link_int.h"
 #include "base/stats.h"
 #include "scripts.h"
 #include "tls.h"
 
 #define READ_CHUNK      8192   /* bytes asked of one read(2) */
 
-/* What one reply may hold.  hiredis 0.14.1 believes every header: for
- * "*2147483647" it callocs 16 GiB, for "$2147483647" it buffers whatever
- * comes until 2 GiB have.  A lock's replies are a few numbers and names;
- * the tool's largest (a lock's holders, a SCAN batch) are far below. */
-#define REPLY_MAX_ELEMENTS (1L << 16)   /* in one array */
-#define REPLY_MAX_ITEMS    (1L << 17)   /* in one reply, nested ones too;
-                                         * hiredis builds the items it has
-                                         * seen before the total passes
-                                         * this: 2^19 cost 115 MB and
-                                         * 0.5 s under ThreadSanitizer */
-#define REPLY_MAX_BULK     (16L << 20)  /* bytes of one string */
-#define REPLY_MAX_BYTES    (64L << 20)  /* bytes of one reply */
-#define REPLY_MAX_LINE     (64L << 10)  /* a status, error or header line */
-#define ROLE_MAX_AGE_MS 1000   /* replica count older than this is read again */
 #define STACK_ARGS      24
-#define OWED_MAX        8      /* replies one link may owe to others */
-
-/* Where the scan of the bytes read stands (see scan_bytes).  Small: a
- * link's size is felt when memory is short.  Every count stays below its
- * REPLY_MAX_* bound, far below 2^31. */
-struct scan {
-    char in_line;              /* in a line: its type byte was seen */
-    char type;                 /* '+', '-', ':', '$', '*' */
-    char neg, junk;            /* the line's number so far */
-    int digits;
-    long long num;
-    int line;                  /* bytes of the line so far */
-    int skip;                  /* bytes of a string (and its CRLF) to pass */
-    int pending;               /* items the reply still owes; 0: between */
-    int items, bytes;          /* of the reply being read */
-};
-
-struct xport;
-
-struct owed {
-    dist__owed_fn fn;
-    void *arg;
-};
-
-struct dist__link {
-    int fd;
-    int broken;
-    int got;                   /* something was ever read */
-    const struct xport *x;     /* plain, or TLS over fd */
-    struct dist__tls *tls;     /* the TLS session, or NULL */
-    redisReader *reader;
-    struct scan scan;
-    char *out;                 /* formatted commands not written yet */
-    size_t outlen, outcap;
-    char *in;                  /* READ_CHUNK bytes */
-    unsigned long timeout_ms;
-    int own_timeout;           /* timeout_ms is not DISTLOCK_TIMEOUT_MS */
-    int replicas;              /* connected replicas ROLE listed; -1 unknown */
-    int replicas_most;         /* the most ROLE ever listed on this link */
-    uint64_t role_ms;          /* when ROLE was read; 0 never */
-    uint64_t limit;            /* the limit of the command under way (see
-                                * link.h), for the TLS probe that a reset
-                                * before the first reply makes deep in a
-                                * read (closed): set by every entry that
-                                * takes one */
-    struct dist__addr addr;
-    char where[264];           /* "host:port", "unix:PATH" */
-    char err[256];
-    struct owed owed[OWED_MAX];/* replies owed to others, oldest first */
-    int nowed;
-};
-
-static int fail(struct dist__link *l, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static int fail(struct dist__link *l, const char *fmt, ...)
-{
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(l->err, sizeof l->err, fmt, ap);
-    va_end(ap);
-    l->broken = 1;
-    return DIST__ECONN;
-}
 
 /* A failure that trying again cannot mend: the thread is told so (see
  * dist__hopeless_set), so that a lock call gives up at once. */
@@ -815,119 +738,6 @@ int dist__link_flush(struct dist__link *l, uint64_t until)
     return rc;
 }
 
-/* ---- bounds on replies -------------------------------------------------- */
-
-/* One item of the reply is complete; the reply is when it owes no more. */
-static void item_done(struct scan *sc)
-{
-    if (--sc->pending == 0)
-        sc->items = sc->bytes = 0;
-}
-
-/* The end of a line: what its header announces.  0, or DIST__ECONN. */
-static int line_done(struct dist__link *l, struct scan *sc)
-{
-    sc->in_line = 0;
-    if (sc->type != '$' && sc->type != '*') {
-        item_done(sc);
-        return 0;
-    }
-    if (!sc->digits || sc->junk || (sc->neg && sc->num != 1))
-        return fail(l, "Redis at %s sent a bad %s header (the connection "
-                    "is dropped)", l->where,
-                    sc->type == '$' ? "string" : "array");
-    if (sc->neg) {                      /* -1: nil */
-        item_done(sc);
-        return 0;
-    }
-    if (sc->type == '$') {
-        if (sc->num > REPLY_MAX_BULK)
-            return fail(l, "Redis at %s announced a string of %lld bytes, "
-                        "more than the %ld bytes a reply may hold (the "
-                        "connection is dropped)", l->where, sc->num,
-                        REPLY_MAX_BULK);
-        sc->skip = (int)sc->num + 2;
-        return 0;
-    }
-    if (sc->num > REPLY_MAX_ELEMENTS)
-        return fail(l, "Redis at %s announced an array of %lld elements, "
-                    "more than the %ld an array may hold (the connection "
-                    "is dropped)", l->where, sc->num, REPLY_MAX_ELEMENTS);
-    if (sc->items + sc->num > REPLY_MAX_ITEMS)
-        return fail(l, "Redis at %s sent a reply of more than %ld elements "
-                    "in all (the connection is dropped)", l->where,
-                    REPLY_MAX_ITEMS);
-    sc->items += (int)sc->num;
-    sc->pending += (int)sc->num;
-    item_done(sc);
-    return 0;
-}
-
-/* One byte of a line. */
-static void line_byte(struct scan *sc, char c)
-{
-    if (c >= '0' && c <= '9') {
-        if (sc->num < 1000000000000LL)  /* beyond every bound: stays so */
-            sc->num = sc->num * 10 + (c - '0');
-        sc->digits++;
-    } else if (c == '-' && !sc->digits && !sc->neg) {
-        sc->neg = 1;
-    } else if (c != '\r') {
-        sc->junk = 1;
-    }
-}
-
-/* Looks at every byte read before hiredis does, to refuse a reply that
- * announces more than it may hold (REPLY_MAX_*) or is no RESP, before
- * anything is allocated for it.  0, or DIST__ECONN (l broken). */
-static int scan_bytes(struct dist__link *l, const char *p, size_t n)
-{
-    struct scan *sc = &l->scan;
-    size_t i = 0;
-
-    while (i < n) {
-        if (sc->pending == 0)
-            sc->pending = 1;            /* a new reply */
-        if (sc->skip) {
-            size_t k = (size_t)sc->skip < n - i ? (size_t)sc->skip : n - i;
-            sc->skip -= (int)k;
-            sc->bytes += (int)k;
-            i += k;
-            if (!sc->skip)
-                item_done(sc);
-        } else if (!sc->in_line) {
-            sc->type = p[i++];
-            sc->bytes++;
-            if (!strchr("+-:$*", sc->type) || !sc->type)
-                return fail(l, "Redis at %s sent something that is not a "
-                            "Redis reply (byte 0x%02x; the connection is "
-                            "dropped)", l->where, (unsigned char)sc->type);
-            sc->in_line = 1;
-            sc->neg = sc->digits = sc->junk = 0;
-            sc->num = sc->line = 0;
-        } else {
-            char c = p[i++];
-            sc->bytes++;
-            if (c == '\n') {
-                if (line_done(l, sc) != 0)
-                    return DIST__ECONN;
-                continue;
-            }
-            if (++sc->line > REPLY_MAX_LINE)
-                return fail(l, "Redis at %s sent a line longer than %ld "
-                            "bytes (the connection is dropped)", l->where,
-                            REPLY_MAX_LINE);
-            if (sc->type == '$' || sc->type == '*')
-                line_byte(sc, c);
-        }
-        if (sc->bytes > REPLY_MAX_BYTES)
-            return fail(l, "Redis at %s sent a reply of more than %ld bytes "
-                        "(the connection is dropped)", l->where,
-                        REPLY_MAX_BYTES);
-    }
-    return 0;
-}
-
 /* Whether the first bytes from a plain link are a TLS record (an alert:
  * 0x15, version 3.x): a TLS port that got plain text. */
 static int tls_answer(const struct dist__link *l, const char *p, ssize_t n)
@@ -948,7 +758,7 @@ static int read_once(struct dist__link *l)
         return hopeless(l, "plain text sent to a TLS port: the server "
                         "answered in TLS (the URL wants rediss://)");
     l->got = 1;
-    if (scan_bytes(l, l->in, (size_t)n) != 0)
+    if (dist__link_scan(l, l->in, (size_t)n) != 0)
         return DIST__ECONN;
     if (redisReaderFeed(l->reader, l->in, (size_t)n) != REDIS_OK)
         return fail(l, "%s", l->reader->errstr);
@@ -1150,11 +960,6 @@ int dist__link_eval_defer(struct dist__link *l, uint64_t limit,
     return rc == ENOMEM ? dist__err(ENOMEM, "out of memory"), DIST__ECONN : rc;
 }
 
-static uint64_t count_wanted(struct dist__link *l,
-                             const struct dist__script *s);
-static void counted_reply(struct dist__link *l, uint64_t asked,
-                          redisReply **out);
-
 int dist__link_eval(struct dist__link *l, uint64_t limit,
                     const struct dist__script *s, int asking, int nkeys,
                     const struct dist__buf *kv, int nkv, redisReply **out)
@@ -1165,7 +970,7 @@ int dist__link_eval(struct dist__link *l, uint64_t limit,
     size_t *lens = slen;
     char nk[16];
     int argc = 3 + nkv, rc;
-    uint64_t counted = s->counted ? count_wanted(l, s) : 0;
+    uint64_t counted = s->counted ? dist__link_count_wanted(l, s) : 0;
 
     *out = NULL;
     l->limit = limit;
@@ -1188,249 +993,7 @@ int dist__link_eval(struct dist__link *l, uint64_t limit,
         free(lens);
     }
     if (rc == 0 && counted)
-        counted_reply(l, counted, out);
+        dist__link_counted_reply(l, counted, out);
     return rc;
 }
 
-/* ---- roles and replicas --------------------------------------------------- */
-
-/* What the process last learnt of each server's replicas, shared by all
- * its links: a thread whose own link read ROLE over a second ago takes
- * another link's fresher count rather than asking again.  Threads that
- * take a lock now and then (a herd on one lock: each wins every few
- * seconds) otherwise paid a ROLE round trip for nearly every hold they
- * took; now the process asks at most once a second per server, and the
- * count a new hold relies on is still never older than a second.  It
- * asks within the acquire script (its counted form, count_wanted), and
- * reads ROLE only when the server refused that INFO. */
-#define ROLES_MAX 16
-static struct {
-    char where[264];          /* the link's "host:port", "unix:PATH" */
-    int replicas;
-    uint64_t ms;              /* when ROLE said so; 0: a free slot */
-} roles[ROLES_MAX];
-static pthread_mutex_t roles_mu = PTHREAD_MUTEX_INITIALIZER;
-DIST__FORK_HOOK(roles_hook, roles_fork, DIST__RANK_ROLES)
-
-static void roles_fork(int phase)
-{
-    if (phase == 0)
-        pthread_mutex_lock(&roles_mu);
-    else
-        pthread_mutex_unlock(&roles_mu);
-}
-
-/* l has just read ROLE: its count is the process's now. */
-static void roles_note(const struct dist__link *l)
-{
-    int i, slot = 0;
-
-    roles_hook();
-    pthread_mutex_lock(&roles_mu);
-    for (i = 0; i < ROLES_MAX; i++) {
-        if (strcmp(roles[i].where, l->where) == 0) {
-            slot = i;
-            break;
-        }
-        if (roles[i].ms < roles[slot].ms)
-            slot = i;                     /* the oldest, or a free one */
-    }
-    snprintf(roles[slot].where, sizeof roles[slot].where, "%s", l->where);
-    roles[slot].replicas = l->replicas;
-    roles[slot].ms = l->role_ms;
-    pthread_mutex_unlock(&roles_mu);
-}
-
-/* l's count is older than a second: another link's to the same server,
- * read since and under a second ago, is taken instead.  1 when it was. */
-static int roles_take(struct dist__link *l, uint64_t now)
-{
-    int i, took = 0;
-
-    roles_hook();
-    pthread_mutex_lock(&roles_mu);
-    for (i = 0; i < ROLES_MAX; i++) {
-        if (roles[i].ms > l->role_ms && now < roles[i].ms + ROLE_MAX_AGE_MS &&
-            strcmp(roles[i].where, l->where) == 0) {
-            /* the most this link saw stays its own: the sentinels are
-             * asked when its server lists fewer than it once did */
-            l->replicas = roles[i].replicas;
-            l->role_ms = roles[i].ms;
-            if (l->replicas > l->replicas_most)
-                l->replicas_most = l->replicas;
-            took = 1;
-            break;
-        }
-    }
-    pthread_mutex_unlock(&roles_mu);
-    return took;
-}
-
-/* Set once a counted script found INFO refused (an ACL user without it):
- * the process sends the plain scripts from then on and reads ROLE after a
- * new hold, so that the server logs one refusal, not one a second. */
-static atomic_int info_refused;
-
-/* Whether l runs s's counted form (scripts.h), which reads the replica
- * count in the same round trip: replica sync is on, l's count is over a
- * second old and no other link read a fresher one, which the counted form
- * saves a ROLE for after a new hold.  The time it is asked (never 0), or
- * 0 for the plain form. */
-static uint64_t count_wanted(struct dist__link *l,
-                             const struct dist__script *s)
-{
-    uint64_t now;
-
-    if (!s->counted ||
-        atomic_load_explicit(&info_refused, memory_order_relaxed))
-        return 0;
-    now = dist__now_ms();
-    if (now < l->role_ms + ROLE_MAX_AGE_MS || !dist__replica_wait_ms() ||
-        roles_take(l, now))
-        return 0;
-    return now ? now : 1;
-}
-
-/* A counted script's reply, {"replicas:N", the body's reply}: *out
- * becomes the body's reply, and N l's replica count as of `asked`, as
- * ROLE's would be (-2: not a master, as ROLE says it; -1: INFO refused,
- * ROLE is read instead).  Any other reply stays as it is, the count as it
- * was (stale: ROLE is read if a new hold needs it): an error reply (the
- * body failed, or the script never ran), or one of another shape, which
- * no server sends (a proxy that answers for it). */
-static void counted_reply(struct dist__link *l, uint64_t asked,
-                          redisReply **out)
-{
-    static const char tag[] = "replicas:";
-    redisReply *r = *out;
-    long long n;
-    char *end;
-
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
-        r->element[0]->type != REDIS_REPLY_STRING ||
-        strncmp(r->element[0]->str, tag, sizeof tag - 1) != 0)
-        return;
-    n = strtoll(r->element[0]->str + sizeof tag - 1, &end, 10);
-    if (*end || end == r->element[0]->str + sizeof tag - 1)
-        return;
-    *out = r->element[1];
-    r->element[1] = NULL;
-    freeReplyObject(r);
-    if (n == -1) {
-        atomic_store(&info_refused, 1);
-        return;
-    }
-    l->role_ms = asked;
-    l->replicas = n > 0 ? (int)(n < INT_MAX ? n : INT_MAX) : 0;
-    if (l->replicas > l->replicas_most)
-        l->replicas_most = l->replicas;
-    if (n >= 0)
-        roles_note(l);
-}
-
-int dist__role_of(const redisReply *r, int *replicas, const char **role)
-{
-    int master;
-
-    *role = r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
-            r->element[0]->type == REDIS_REPLY_STRING
-                ? r->element[0]->str : "something else";
-    master = r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
-             strcmp(*role, "master") == 0;
-    *replicas = master && r->elements >= 3 &&
-                r->element[2]->type == REDIS_REPLY_ARRAY
-                    ? (int)r->element[2]->elements : 0;
-    return master;
-}
-
-int dist__link_role(struct dist__link *l, uint64_t limit)
-{
-    const char *argv[1] = { "ROLE" }, *role;
-    redisReply *r;
-    int master;
-
-    l->role_ms = dist__now_ms();
-    l->replicas = -1;
-    if (dist__link_cmd(l, limit, 1, argv, NULL, &r) != 0)
-        return -1;
-    if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOAUTH", 6) == 0) {
-        /* said before anything else refuses, in plain words */
-        freeReplyObject(r);
-        return fail(l, "Redis at %s wants a password (NOAUTH): give it in "
-                    "the URL, redis://:PASSWORD@HOST:PORT (or "
-                    "redis://USER:PASSWORD@... for an ACL user)", l->where),
-               -1;
-    }
-    if (r->type == REDIS_REPLY_ERROR) {
-        freeReplyObject(r);
-        return 1;
-    }
-    master = dist__role_of(r, &l->replicas, &role);
-    if (l->replicas > l->replicas_most)
-        l->replicas_most = l->replicas;
-    if (!master)
-        snprintf(l->err, sizeof l->err, "not a master (ROLE says %s)", role);
-    else
-        roles_note(l);
-    freeReplyObject(r);
-    return master;
-}
-
-/* WAIT 1 ms; the deadline leaves WAIT its ms on top of the timeout. */
-static int wait_one(struct dist__link *l, unsigned long ms, redisReply **out)
-{
-    const char *argv[3] = { "WAIT", "1", NULL };
-    char arg[24];
-    uint64_t until = dist__link_deadline(l, 0);   /* no call's limit */
-
-    snprintf(arg, sizeof arg, "%lu", ms);
-    argv[2] = arg;
-    if (ms >= l->timeout_ms)
-        until += ms;
-    if (dist__link_append(l, 3, argv, NULL) != 0)
-        return DIST__ECONN;
-    return dist__link_reply(l, until, out);
-}
-
-int dist__link_wait_replicas(struct dist__link *l, unsigned long ms,
-                             const char *what, int *listed, int *most)
-{
-    redisReply *r;
-    long long acked;
-    uint64_t now;
-
-    *listed = *most = -1;
-    if (!ms || !l || l->broken)
-        return 0;
-    now = dist__now_ms();
-    if (now >= l->role_ms + ROLE_MAX_AGE_MS && !roles_take(l, now) &&
-        dist__link_role(l, 0) == -1)
-        return dist__err(EIO, "ROLE: %s", dist__link_error(l)), DIST__ECONN;
-    *listed = l->replicas;
-    *most = l->replicas_most;
-    if (l->replicas <= 0)
-        return 0;
-    if (wait_one(l, ms, &r) != 0) {
-        dist__err(EIO, "lock '%s': the connection failed while waiting for "
-                  "a replica to acknowledge it: %s", what, dist__link_error(l));
-        return DIST__ECONN;
-    }
-    acked = r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
-    freeReplyObject(r);
-    if (acked >= 1)
-        return 0;
-    return dist__err(DIST_ENOREPLICA, "lock '%s': none of the %d replica%s of "
-                     "%s acknowledged it within %lu ms, so it was given back "
-                     "(a failover now would lose it; DISTLOCK_REPLICA_WAIT_MS=0 "
-                     "turns this check off)", what, l->replicas,
-                     l->replicas == 1 ? "" : "s", l->where, ms);
-}
-
-int dist__reply_int(const redisReply *r, size_t i, long long *v)
-{
-    if (!r || r->type != REDIS_REPLY_ARRAY || i >= r->elements ||
-        r->element[i]->type != REDIS_REPLY_INTEGER)
-        return -1;
-    *v = r->element[i]->integer;
-    return 0;
-}
