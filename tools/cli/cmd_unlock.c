@@ -189,7 +189,7 @@ static void reset(const char *name, const struct snap *s)
     struct sb b = { 0 };
     redisReply *r;
     long long n;
-    int rc = dist__route_cmds(&s->names->name, 1, &cmd, &r, NULL);
+    int rc = dist__route_cmds(rlimit, &s->names->name, 1, &cmd, &r, NULL);
 
     free(key);
     if (rc != 0)

@@ -562,7 +562,7 @@ static void read_robust(struct snap *s)
         a[i] = i == 1 ? B(key[0]) : av[i];
         l[i] = i == 1 ? L(key[0]) : strlen(av[i]);
     }
-    rc = dist__route_cmds(&s->names->name, 1, &cmd, &r, NULL);
+    rc = dist__route_cmds(rlimit, &s->names->name, 1, &cmd, &r, NULL);
     free(key);
     if (rc != 0)
         die(EX_REDIS, "cannot read '%s': %s", B(s->names->name), redis_why());
