@@ -90,8 +90,8 @@ static const char *const sc_names[SC_COUNT] = { "floor", "s1", "s1t", "s2",
 /* s2f and s3f run s2 and s3 on a fair (FIFO) mutex; workers fork after
  * these are set, so they see them. */
 static int bench_fair;
-static int bench_defer = -1;      /* deferred release: -1 the default */
-static int bench_cohort = -1;     /* lock cohorting: -1 the default */
+static int bench_defer = -1;  /* deferred release: -1 the default */
+static int bench_cohort = -1; /* lock cohorting: -1 the default */
 static const char *cur_sc = "s2";
 
 /* A mutex of the kind the current scenario measures. */
@@ -114,11 +114,11 @@ static int bench_mutex_init(dist_mutex_t *m, const char *name)
 static struct {
     int json;
     int quick;
-    unsigned only;            /* bit per scenario; 0 = all */
-    FILE *csv;                /* --csv: the distributions, for bench/plot.sh */
-    int rounds;               /* --rounds N: interleaved mode; 0 off */
-    int compare;              /* --compare: deferral off and on */
-    int quiet;                /* a round's run: no rows, no JSON */
+    unsigned only; /* bit per scenario; 0 = all */
+    FILE *csv;     /* --csv: the distributions, for bench/plot.sh */
+    int rounds;    /* --rounds N: interleaved mode; 0 off */
+    int compare;   /* --compare: deferral off and on */
+    int quiet;     /* a round's run: no rows, no JSON */
 } opt;
 
 /* The main figures of the last run of each scenario, for --rounds. */
@@ -165,19 +165,33 @@ static void set_sizes(void)
     P.s5_threads = 8;
     P.s5_s = opt.quick ? 1.0 : 5.0;
     if (opt.quick) {
-        P.floor_warm = 100;  P.floor_calls = 2000;  P.floor_multi_s = 1.0;
-        P.s1_warm = 100;     P.s1_pairs = 2000;     P.s1t_s = 0.5;
-        P.s2_s = 1.0;        P.s3_rounds = 50;
-        P.s4_locks = 100;    P.s4_hold_s = 3.0;
+        P.floor_warm = 100;
+        P.floor_calls = 2000;
+        P.floor_multi_s = 1.0;
+        P.s1_warm = 100;
+        P.s1_pairs = 2000;
+        P.s1t_s = 0.5;
+        P.s2_s = 1.0;
+        P.s3_rounds = 50;
+        P.s4_locks = 100;
+        P.s4_hold_s = 3.0;
         P.rw_s = 1.0;
-        P.cv_rounds = 200;   P.sem_s = 1.0;
+        P.cv_rounds = 200;
+        P.sem_s = 1.0;
     } else {
-        P.floor_warm = 500;  P.floor_calls = 20000; P.floor_multi_s = 2.0;
-        P.s1_warm = 500;     P.s1_pairs = 20000;    P.s1t_s = 2.0;
-        P.s2_s = 5.0;        P.s3_rounds = 500;
-        P.s4_locks = 1000;   P.s4_hold_s = 10.0;
+        P.floor_warm = 500;
+        P.floor_calls = 20000;
+        P.floor_multi_s = 2.0;
+        P.s1_warm = 500;
+        P.s1_pairs = 20000;
+        P.s1t_s = 2.0;
+        P.s2_s = 5.0;
+        P.s3_rounds = 500;
+        P.s4_locks = 1000;
+        P.s4_hold_s = 10.0;
         P.rw_s = 5.0;
-        P.cv_rounds = 2000;  P.sem_s = 5.0;
+        P.cv_rounds = 2000;
+        P.sem_s = 5.0;
     }
     P.s4_watchdog_ms = 3000;
     if (s4_locks_opt)
@@ -225,7 +239,7 @@ static uint64_t pct(const uint64_t *sorted, size_t n, double p)
         return 0;
     k = (size_t)(p * (double)n);
     if ((double)k < p * (double)n)
-        k++;                      /* ceil without libm */
+        k++; /* ceil without libm */
     if (k < 1)
         k = 1;
     if (k > n)
@@ -286,11 +300,11 @@ static uint64_t rng_next(void)
 /* Results shared with worker processes                                     */
 /* ------------------------------------------------------------------------ */
 
-#define MAX_PROCS 16
-#define S1T_MAX 5
-#define S5_THREADS 8
-#define S2_BUCKET_NS 10000ull     /* wait histogram: 10 us buckets ... */
-#define S2_BUCKETS 10001          /* ... up to 100 ms, then one overflow */
+#define MAX_PROCS    16
+#define S1T_MAX      5
+#define S5_THREADS   8
+#define S2_BUCKET_NS 10000ull /* wait histogram: 10 us buckets ... */
+#define S2_BUCKETS   10001    /* ... up to 100 ms, then one overflow */
 static const int s1t_threads[S1T_MAX] = { 1, 2, 4, 8, 16 };
 
 /* Where the worker processes of a timed scenario line up: each says it
@@ -309,7 +323,7 @@ struct shared {
     struct {
         double pairs_per_s, p50_us, floor_same;
         int pairs;
-        double plain_pps, tls_pps;   /* s1 over TLS beside plain */
+        double plain_pps, tls_pps; /* s1 over TLS beside plain */
     } s1;
     struct {
         double pairs_per_s[S1T_MAX];
@@ -333,36 +347,36 @@ struct shared {
         long long calls_delta;
         double hold_s;
         long rss_before_kb, rss_init_kb, rss_after_kb;
-        double init_s, lock_s;      /* all n dist_mutex_init, then locks */
-        long long min_seen_ms;      /* smallest PTTL seen during the hold */
-        long long late;             /* PTTLs seen under half the lease */
-        long long samples;          /* PTTLs read during the hold */
-        unsigned long long renew_failed, lost;   /* dist_stats */
+        double init_s, lock_s; /* all n dist_mutex_init, then locks */
+        long long min_seen_ms; /* smallest PTTL seen during the hold */
+        long long late;        /* PTTLs seen under half the lease */
+        long long samples;     /* PTTLs read during the hold */
+        unsigned long long renew_failed, lost; /* dist_stats */
     } s4;
     struct {
         struct start_line go;
         long long reads[MAX_PROCS], writes[MAX_PROCS], torn[MAX_PROCS];
-        uint64_t max_wwait_ns[MAX_PROCS];   /* longest wait in wrlock() */
-        uint64_t max_rwait_ns[MAX_PROCS];   /* longest wait in rdlock() */
+        uint64_t max_wwait_ns[MAX_PROCS]; /* longest wait in wrlock() */
+        uint64_t max_rwait_ns[MAX_PROCS]; /* longest wait in rdlock() */
         uint64_t finish_ns[MAX_PROCS];
     } rw;
     struct {
-        atomic_int turn;              /* whose turn: 0 or 1 */
-        uint64_t t0[2000];            /* signal sent (handing to 1) */
-        uint64_t t1[2000];            /* 1's wait returned with its turn */
+        atomic_int turn;   /* whose turn: 0 or 1 */
+        uint64_t t0[2000]; /* signal sent (handing to 1) */
+        uint64_t t1[2000]; /* 1's wait returned with its turn */
     } cv;
     struct {
         struct start_line go;
-        atomic_int holding;           /* holders now, by the workers' count */
+        atomic_int holding; /* holders now, by the workers' count */
         atomic_int max_holding;
         long long count[MAX_PROCS];
         uint64_t finish_ns[MAX_PROCS];
     } sem;
     struct {
         struct start_line go;
-        atomic_int inside;            /* threads inside the lock now */
-        atomic_llong overlaps;        /* found another one inside */
-        _Atomic long long counter;    /* +1 inside, not atomically */
+        atomic_int inside;         /* threads inside the lock now */
+        atomic_llong overlaps;     /* found another one inside */
+        _Atomic long long counter; /* +1 inside, not atomically */
         long long count[MAX_PROCS][S5_THREADS];
         uint64_t max_wait_ns[MAX_PROCS][S5_THREADS];
         uint64_t finish_ns[MAX_PROCS][S5_THREADS];
@@ -379,17 +393,17 @@ struct shared {
     } fq;
     struct {
         struct start_line go;
-        atomic_llong handoffs;        /* locks taken, all threads */
-        atomic_int started;           /* threads past the start line */
-        atomic_int inside;            /* threads inside the lock now */
-        atomic_llong overlaps;        /* found another one inside */
+        atomic_llong handoffs; /* locks taken, all threads */
+        atomic_int started;    /* threads past the start line */
+        atomic_int inside;     /* threads inside the lock now */
+        atomic_llong overlaps; /* found another one inside */
         atomic_int stop;
         int failed[MAX_PROCS];
-        pid_t mon_tid[MAX_PROCS];     /* each worker's monitor thread */
-        sem_t snap_req[MAX_PROCS];    /* the parent asks for a snapshot */
-        sem_t snap_done;              /* a worker's snapshot is in */
-        unsigned long long messages[MAX_PROCS];  /* dist_stats, as of the */
-        unsigned long long direct[MAX_PROCS];    /* last snapshot */
+        pid_t mon_tid[MAX_PROCS];  /* each worker's monitor thread */
+        sem_t snap_req[MAX_PROCS]; /* the parent asks for a snapshot */
+        sem_t snap_done;           /* a worker's snapshot is in */
+        unsigned long long messages[MAX_PROCS]; /* dist_stats, as of the */
+        unsigned long long direct[MAX_PROCS];   /* last snapshot */
     } s6;
 };
 
@@ -441,7 +455,8 @@ static int parse_url(const char *s, char *why, size_t whylen)
         is_unix = 1;
         p = s + 7;
     } else {
-        snprintf(why, whylen, "'%s' is neither redis://... nor unix://...", s);
+        snprintf(why, whylen, "'%s' is neither redis://... nor unix://...",
+                 s);
         return -1;
     }
     /* user:password@ */
@@ -453,8 +468,8 @@ static int parse_url(const char *s, char *why, size_t whylen)
         const char *colon = memchr(p, ':', (size_t)(at - p));
         if (colon) {
             snprintf(url.user, sizeof url.user, "%.*s", (int)(colon - p), p);
-            snprintf(url.pass, sizeof url.pass, "%.*s",
-                     (int)(at - colon - 1), colon + 1);
+            snprintf(url.pass, sizeof url.pass, "%.*s", (int)(at - colon - 1),
+                     colon + 1);
         } else {
             snprintf(url.pass, sizeof url.pass, "%.*s", (int)(at - p), p);
         }
@@ -465,7 +480,8 @@ static int parse_url(const char *s, char *why, size_t whylen)
         snprintf(url.path, sizeof url.path, "%.*s",
                  (int)(q ? (size_t)(q - p) : strlen(p)), p);
         if (url.path[0] != '/') {
-            snprintf(why, whylen, "unix:// URL needs an absolute socket path");
+            snprintf(why, whylen,
+                     "unix:// URL needs an absolute socket path");
             return -1;
         }
         if (q && strncmp(q + 1, "db=", 3) == 0)
@@ -473,7 +489,7 @@ static int parse_url(const char *s, char *why, size_t whylen)
         return 0;
     }
     end = p + strcspn(p, "/?");
-    if (*p == '[') {                      /* [ipv6]:port */
+    if (*p == '[') { /* [ipv6]:port */
         const char *rb = memchr(p, ']', (size_t)(end - p));
         if (!rb) {
             snprintf(why, whylen, "unterminated [ in the host");
@@ -933,10 +949,11 @@ static void *floor_thread(void *arg)
 
     if (!c)
         t->failed = 1;
-    else if (floor_call(c, t->key) != 0)    /* warm-up */
+    else if (floor_call(c, t->key) != 0) /* warm-up */
         t->failed = 1;
     pthread_barrier_wait(&fbar);
-    while (!t->failed && !atomic_load_explicit(&fstop, memory_order_relaxed)) {
+    while (!t->failed &&
+           !atomic_load_explicit(&fstop, memory_order_relaxed)) {
         if (floor_call(c, t->key) != 0)
             t->failed = 1;
         else
@@ -1005,7 +1022,7 @@ static int floor_measure(void)
                  P.floor_conns, i);
         if (pthread_create(&th[i].th, NULL, floor_thread, &th[i]) != 0) {
             fail("pthread_create failed");
-            exit(1);     /* the barrier would never open */
+            exit(1); /* the barrier would never open */
         }
     }
     pthread_barrier_wait(&fbar);
@@ -1042,8 +1059,8 @@ static void scenario_floor(int print)
     }
     if (!print)
         return;
-    row("floor", "EVALSHA, 1 conn", fmtd(b1, sizeof b1, fl.ops1, 0),
-        "ops/s", NULL, NULL);
+    row("floor", "EVALSHA, 1 conn", fmtd(b1, sizeof b1, fl.ops1, 0), "ops/s",
+        NULL, NULL);
     row("floor", "EVALSHA, 1 conn, p50", fmtd(b1, sizeof b1, fl.p50_us, 1),
         "us", NULL, NULL);
     snprintf(b2, sizeof b2, "EVALSHA, %d conns", P.floor_conns);
@@ -1220,8 +1237,8 @@ static void scenario_s1(redisContext *c)
     row_fig("s1", "pair latency p50", sh->s1.p50_us, 1, "us");
     row("s1", "floor interleaved, same thread",
         fmtd(b1, sizeof b1, sh->s1.floor_same, 0), "ops/s", NULL, NULL);
-    row_hi("s1", "pairs vs interleaved floor",
-           sh->s1.pairs_per_s, 0, "pairs/s", target_same);
+    row_hi("s1", "pairs vs interleaved floor", sh->s1.pairs_per_s, 0,
+           "pairs/s", target_same);
     jstart(&j, "s1");
     jint(&j, "pairs", sh->s1.pairs);
     jnum(&j, "pairs_per_s", sh->s1.pairs_per_s);
@@ -1259,7 +1276,7 @@ static void *s1t_thread(void *arg)
         dfail("dist_mutex_init", rc);
         ok = 0;
     }
-    for (i = 0; ok && i < 20; i++) {           /* warm-up, connect */
+    for (i = 0; ok && i < 20; i++) { /* warm-up, connect */
         if ((rc = dist_mutex_lock(&m)) != 0 ||
             (rc = dist_mutex_unlock(&m)) != 0) {
             dfail("s1t warm-up lock/unlock", rc);
@@ -1318,7 +1335,8 @@ static int s1t_child(int unused)
         pthread_barrier_destroy(&s1t_bar);
         if (atomic_load(&s1t_failed))
             return -1;
-        sh->s1t.pairs_per_s[k] = (double)total / ((double)(end - start) / 1e9);
+        sh->s1t.pairs_per_s[k] =
+            (double)total / ((double)(end - start) / 1e9);
     }
     dist_shutdown();
     return 0;
@@ -1445,8 +1463,9 @@ static int s2_worker(int idx)
             return dfail("dist_mutex_lock", rc);
         w = now_ns() - t;
         sumw += w;
-        sh->s2.wait_hist[idx][w / S2_BUCKET_NS < S2_BUCKETS - 1 ?
-                              w / S2_BUCKET_NS : S2_BUCKETS - 1]++;
+        sh->s2.wait_hist[idx][w / S2_BUCKET_NS < S2_BUCKETS - 1
+                                  ? w / S2_BUCKET_NS
+                                  : S2_BUCKETS - 1]++;
         if (w > maxw)
             maxw = w;
         if (!(r = rcmd(c, "GET %s", s2_counter)))
@@ -1575,8 +1594,8 @@ static void scenario_s2(redisContext *c)
 
     row(cur_sc, "acquisitions, 4 procs", fmtd(b1, sizeof b1, acq, 0), "acq/s",
         fmtd(b2, sizeof b2, target, 0), v_hi(b3, sizeof b3, acq, target));
-    row(cur_sc, "lost updates", fmtd(b1, sizeof b1, (double)lost, 0), "",
-        "0", lost == 0 ? "ok" : "MISS");
+    row(cur_sc, "lost updates", fmtd(b1, sizeof b1, (double)lost, 0), "", "0",
+        lost == 0 ? "ok" : "MISS");
     snprintf(b2, sizeof b2, ">= %.3f", 0.5 * fair);
     row(cur_sc, "smallest share of one proc", fmtd(b1, sizeof b1, minsh, 3),
         "frac", b2, v_hi(b3, sizeof b3, minsh, 0.5 * fair));
@@ -1584,9 +1603,9 @@ static void scenario_s2(redisContext *c)
     row_fig(cur_sc, "longest wait in lock()", maxw_ms, 2, "ms");
     row_fig(cur_sc, "mean wait in lock()", meanw_ms, 3, "ms");
     row_fig(cur_sc, "wait in lock() p99 (10us bins)",
-           s2_wait_pct(total, 0.99), 2, "ms");
-    row_fig(cur_sc, "wait in lock() p99.9",
-           s2_wait_pct(total, 0.999), 2, "ms");
+            s2_wait_pct(total, 0.99), 2, "ms");
+    row_fig(cur_sc, "wait in lock() p99.9", s2_wait_pct(total, 0.999), 2,
+            "ms");
 
     csv_s2_waits(total);
     jstart(&j, cur_sc);
@@ -1633,7 +1652,7 @@ static int a2b[2], b2a[2];
  * S3_CHUNK, plain and TLS by turns; both processes switch their URL at a
  * chunk's start, and its first S3_CHUNK_WARM rounds (new connections and
  * handshakes, a new subscription) are not counted. */
-#define S3_CHUNK 20
+#define S3_CHUNK      20
 #define S3_CHUNK_WARM 3
 static int s3_mix;
 
@@ -1676,7 +1695,8 @@ static int get(int fd, char want)
         n = read(fd, &c, 1);
     while (n < 0 && errno == EINTR);
     if (n != 1)
-        return fail("s3 pipe read: %s", n == 0 ? "peer gone" : strerror(errno));
+        return fail("s3 pipe read: %s",
+                    n == 0 ? "peer gone" : strerror(errno));
     if (want && c != want)
         return fail("s3 protocol: got '%c', expected '%c'", c, want);
     return c;
@@ -1768,7 +1788,8 @@ static int s3_b(int unused)
  * call, no library code: what is left is Redis, the kernel and the
  * scheduler. */
 static int raw_mode;
-static const char raw_lock[] = "bench-s3-raw", raw_chan[] = "bench-s3-raw-chan";
+static const char raw_lock[] = "bench-s3-raw",
+                  raw_chan[] = "bench-s3-raw-chan";
 static const char raw_rel[] =
     "redis.call('del', KEYS[1]) return redis.call('publish', KEYS[2], '0')";
 static const char raw_acq[] =
@@ -1985,17 +2006,17 @@ static void s3_bounds(redisContext *c, double p50)
     struct jobj j;
 
     ping = ping_p50(c);
-    if (ping < 0 || raw_handoff(1, &p1, &q1) != 0
-        || raw_handoff(2, &p2, &q2) != 0) {
+    if (ping < 0 || raw_handoff(1, &p1, &q1) != 0 ||
+        raw_handoff(2, &p2, &q2) != 0) {
         report_error("s3-bounds");
         return;
     }
     snprintf(b2, sizeof b2, "<= %.3f", 3 * ping);
     row_fig("s3", "PING p50 (hot loop)", ping, 3, "ms");
-    row("s3", "raw hand-off, 1 wake-up: p50", fmtd(b1, sizeof b1, p1, 3), "ms",
-        b2, p1 <= 3 * ping ? "ok" : "MISS");
-    row("s3", "raw hand-off, 1 wake-up: p99", fmtd(b1, sizeof b1, q1, 3), "ms",
-        NULL, NULL);
+    row("s3", "raw hand-off, 1 wake-up: p50", fmtd(b1, sizeof b1, p1, 3),
+        "ms", b2, p1 <= 3 * ping ? "ok" : "MISS");
+    row("s3", "raw hand-off, 1 wake-up: p99", fmtd(b1, sizeof b1, q1, 3),
+        "ms", NULL, NULL);
     row("s3", "raw hand-off, 2 wake-ups: p50", fmtd(b1, sizeof b1, p2, 3),
         "ms", NULL, NULL);
     row("s3", "raw hand-off, 2 wake-ups: p99", fmtd(b1, sizeof b1, q2, 3),
@@ -2028,7 +2049,7 @@ static void scenario_s3(redisContext *c)
     del_lock_keys(c, s3_lock);
     for (i = 0; i < P.s3_rounds; i++) {
         if (sh->s3.t1[i] < sh->s3.t0[i])
-            early++;          /* B had the lock before A let it go */
+            early++; /* B had the lock before A let it go */
         else
             lat[n++] = sh->s3.t1[i] - sh->s3.t0[i];
     }
@@ -2091,7 +2112,7 @@ static void scenario_s3_tls(redisContext *c)
 
     reset_shared();
     del_lock_keys(c, s3_lock);
-    s3_mix = 1;               /* read by the two workers */
+    s3_mix = 1; /* read by the two workers */
     rc = run_pair(s3_a, s3_b, P.s3_rounds * 0.2 + 120);
     s3_mix = 0;
     if (rc != 0) {
@@ -2241,7 +2262,8 @@ static void scenario_s5(redisContext *c)
         }
     }
     if (start_workers(&k, &sh->s5.go, P.s5_procs * P.s5_threads, P.s5_s,
-                      "s5") != 0 || kids_wait(&k, P.s5_s + 120) != 0) {
+                      "s5") != 0 ||
+        kids_wait(&k, P.s5_s + 120) != 0) {
         report_error("s5");
         return;
     }
@@ -2255,14 +2277,16 @@ static void scenario_s5(redisContext *c)
     lastrun.s5_minsh = minsh;
 
     snprintf(fig, sizeof fig, "acquisitions, %dx%d threads%s", P.s5_procs,
-             P.s5_threads, bench_cohort == 1 ? ", cohort"
-             : bench_cohort == 0 ? ", no cohort" : "");
+             P.s5_threads,
+             bench_cohort == 1   ? ", cohort"
+             : bench_cohort == 0 ? ", no cohort"
+                                 : "");
     row_hi("s5", fig, acq, 0, "acq/s", target);
     row("s5", "lost updates / overlaps", fmtd(b1, sizeof b1, (double)lost, 0),
-        "", "0", lost == 0 && atomic_load(&sh->s5.overlaps) == 0 ? "ok"
-        : "MISS");
-    row("s5", "smaller process's share", fmtd(b1, sizeof b1, minsh, 3), "frac",
-        ">= 0.3", v_hi(b3, sizeof b3, minsh, 0.3));
+        "", "0",
+        lost == 0 && atomic_load(&sh->s5.overlaps) == 0 ? "ok" : "MISS");
+    row("s5", "smaller process's share", fmtd(b1, sizeof b1, minsh, 3),
+        "frac", ">= 0.3", v_hi(b3, sizeof b3, minsh, 0.3));
     row("s5", "longest wait in lock()", fmtd(b1, sizeof b1, maxw_ms, 2), "ms",
         "< 50", maxw_ms < 50 ? "ok" : "MISS");
 
@@ -2279,8 +2303,8 @@ static void scenario_s5(redisContext *c)
     jint(&j, "overlaps", atomic_load(&sh->s5.overlaps));
     jnum(&j, "min_share", minsh);
     jnum(&j, "max_wait_ms", maxw_ms);
-    jbool(&j, "ok", acq >= target && lost == 0 && minsh >= 0.3 &&
-          maxw_ms < 50);
+    jbool(&j, "ok",
+          acq >= target && lost == 0 && minsh >= 0.3 && maxw_ms < 50);
     jend(&j);
 }
 
@@ -2315,8 +2339,8 @@ static void scenario_s5(redisContext *c)
 #define S6_MAX_SWEEP 8
 static int s6_procs[S6_MAX_SWEEP] = { 1, 4, 8, 16 }, s6_nprocs = 4;
 static int s6_waiters[S6_MAX_SWEEP] = { 10, 100, 1000 }, s6_nwaiters = 3;
-static int s6_handoffs;               /* 0: 1,000 (--quick 200) */
-static int s6_p, s6_w;                /* the run under way */
+static int s6_handoffs; /* 0: 1,000 (--quick 200) */
+static int s6_p, s6_w;  /* the run under way */
 static const char s6_lock[] = "bench-s6";
 /* a process's threads wait for the start here, not each polling the
  * start line (a thousand threads polling kept the machine busy) */
@@ -2447,10 +2471,12 @@ static long long s6_switches(const struct kids *k)
 static int s6_client_cmd(const char *name, size_t len)
 {
     static const char *const sent[] = {
-        "eval", "evalsha", "eval_ro", "evalsha_ro", "subscribe",
-        "ssubscribe", "unsubscribe", "sunsubscribe", "role", "ping", "wait",
-        "select", "auth", "hello", "client", "cluster", "sentinel", "asking",
-        "readonly", "multi", "exec", "script",
+        "eval",      "evalsha",    "eval_ro",     "evalsha_ro",
+        "subscribe", "ssubscribe", "unsubscribe", "sunsubscribe",
+        "role",      "ping",       "wait",        "select",
+        "auth",      "hello",      "client",      "cluster",
+        "sentinel",  "asking",     "readonly",    "multi",
+        "exec",      "script",
     };
     size_t i;
 
@@ -2561,8 +2587,8 @@ static int s6_run(redisContext *c, int p, int w, struct s6_snap *a,
     while (atomic_load(&sh->s6.go.ready) < w) {
         if (kids_poll(&k) != 0 || now_ns() > t0 + 300000000000ull) {
             kids_kill(&k);
-            return fail("s6: %d of %d threads ready after %.0f s", (int)
-                        atomic_load(&sh->s6.go.ready), w,
+            return fail("s6: %d of %d threads ready after %.0f s",
+                        (int)atomic_load(&sh->s6.go.ready), w,
                         (double)(now_ns() - t0) / 1e9);
         }
         sleep_ns(1000000);
@@ -2574,9 +2600,8 @@ static int s6_run(redisContext *c, int p, int w, struct s6_snap *a,
     if (s6_await(&k, 0, w) != 0 || s6_await(&k, w + 100, w) != 0)
         return -1;
     sleep_ns(400000000);
-    if (s6_await(&k, 0, w) != 0 ||
-        s6_snapshot(c, &k, a) != 0 || s6_await(&k, a->handoffs + h, w) != 0 ||
-        s6_snapshot(c, &k, b) != 0) {
+    if (s6_await(&k, 0, w) != 0 || s6_snapshot(c, &k, a) != 0 ||
+        s6_await(&k, a->handoffs + h, w) != 0 || s6_snapshot(c, &k, b) != 0) {
         kids_kill(&k);
         return -1;
     }
@@ -2615,22 +2640,24 @@ static void scenario_s6(redisContext *c)
             sw = (double)(b.switches - a.switches) / n;
             rate = n / ((double)(b.t_ns - a.t_ns) / 1e9);
             wk = (2.0 * (double)(b.messages - a.messages) -
-                  (double)(b.direct - a.direct)) / n;
+                  (double)(b.direct - a.direct)) /
+                 n;
             snprintf(fig, sizeof fig, "P=%d W=%d cmds/hand-off", p, w);
             row(sc, fig, fmtd(b1, sizeof b1, cmds, 2), "cmds", "<= 4",
                 v_lo(b3, sizeof b3, cmds, 4, 0));
             snprintf(fig, sizeof fig, "P=%d W=%d in scripts/h-o", p, w);
-            row(sc, fig, fmtd(b1, sizeof b1,
-                (double)(b.inside - a.inside) / n, 1), "cmds", NULL, NULL);
+            row(sc, fig,
+                fmtd(b1, sizeof b1, (double)(b.inside - a.inside) / n, 1),
+                "cmds", NULL, NULL);
             snprintf(fig, sizeof fig, "P=%d W=%d switches/h-o", p, w);
             row(sc, fig, fmtd(b1, sizeof b1, sw, 2), "vcsw", NULL, NULL);
             snprintf(fig, sizeof fig, "P=%d W=%d not replies/h-o", p, w);
             row(sc, fig, fmtd(b1, sizeof b1, sw - cmds, 2), "vcsw", NULL,
                 NULL);
             snprintf(fig, sizeof fig, "P=%d W=%d messages/h-o", p, w);
-            row(sc, fig, fmtd(b1, sizeof b1,
-                (double)(b.messages - a.messages) / n, 2), "msgs", NULL,
-                NULL);
+            row(sc, fig,
+                fmtd(b1, sizeof b1, (double)(b.messages - a.messages) / n, 2),
+                "msgs", NULL, NULL);
             snprintf(fig, sizeof fig, "P=%d W=%d wake-ups/h-o, at most", p,
                      w);
             row(sc, fig, fmtd(b1, sizeof b1, wk, 2), "threads", "<= 2",
@@ -2664,7 +2691,8 @@ static int parse_list(const char *s, int *out, int *n, int lo, int hi)
 
     snprintf(buf, sizeof buf, "%s", s);
     *n = 0;
-    for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+    for (tok = strtok_r(buf, ",", &save); tok;
+         tok = strtok_r(NULL, ",", &save)) {
         int v = atoi(tok);
         if (v < lo || v > hi || *n == S6_MAX_SWEEP)
             return -1;
@@ -2733,7 +2761,8 @@ static int s4_child(int unused)
     names = calloc((size_t)n + 1, sizeof *names);
     if (!m || !names)
         return fail("out of memory");
-    memset(m, 0, (size_t)n * sizeof *m);   /* the caller's memory: touch it now */
+    memset(m, 0,
+           (size_t)n * sizeof *m); /* the caller's memory: touch it now */
     for (i = 0; i < n; i++) {
         char b[64];
         snprintf(b, sizeof b, "bench-s4-%d", i);
@@ -2747,7 +2776,8 @@ static int s4_child(int unused)
      * renewal thread are not counted as the cost of the first lock. */
     if ((rc = dist_mutex_init(&warm, "bench-s4-warm", NULL)) != 0)
         return dfail("dist_mutex_init", rc);
-    if ((rc = dist_mutex_lock(&warm)) != 0 || (rc = dist_mutex_unlock(&warm)) != 0)
+    if ((rc = dist_mutex_lock(&warm)) != 0 ||
+        (rc = dist_mutex_unlock(&warm)) != 0)
         return dfail("s4 warm-up lock/unlock", rc);
     dist_mutex_destroy(&warm);
 
@@ -2805,7 +2835,7 @@ static int s4_child(int unused)
     for (i = 0; i < n; i++) {
         if ((rc = dist_mutex_unlock(&m[i])) == 0)
             sh->s4.unlocked++;
-        else if (sh->s4.unlocked == i)   /* first failure only */
+        else if (sh->s4.unlocked == i) /* first failure only */
             fail("dist_mutex_unlock(%s): %s (%s)", names[i], strerror(rc),
                  dist_last_error());
     }
@@ -2833,8 +2863,9 @@ static void scenario_s4(void)
 
     reset_shared();
     /* a generous bound: the old registry took 154 s for 100,000 inits */
-    if (run_in_child(s4_child, 0, P.s4_hold_s + 120 + P.s4_locks * 0.005)
-        != 0 && sh->s4.unlocked == 0) {
+    if (run_in_child(s4_child, 0, P.s4_hold_s + 120 + P.s4_locks * 0.005) !=
+            0 &&
+        sh->s4.unlocked == 0) {
         report_error("s4");
         return;
     }
@@ -2845,37 +2876,38 @@ static void scenario_s4(void)
     per_s = (double)sh->s4.calls_delta / sh->s4.hold_s;
     /* a renewal round of n holds is ceil(n/100) batches per interval */
     tgt = (double)((n + 99) / 100) / interval_s;
-    rss_init = (double)(sh->s4.rss_init_kb - sh->s4.rss_before_kb) * 1024.0 / n;
-    rss_per_lock = (double)(sh->s4.rss_after_kb - sh->s4.rss_before_kb) *
-                   1024.0 / n;
+    rss_init =
+        (double)(sh->s4.rss_init_kb - sh->s4.rss_before_kb) * 1024.0 / n;
+    rss_per_lock =
+        (double)(sh->s4.rss_after_kb - sh->s4.rss_before_kb) * 1024.0 / n;
 
     snprintf(b1, sizeof b1, "%d/%d", sh->s4.alive, n);
     snprintf(b2, sizeof b2, "%d", n);
     row("s4", "keys alive (PTTL>0) after hold", b1, "locks", b2,
         sh->s4.alive == n ? "ok" : "MISS");
-    row("s4", "dist_mutex_init, all locks", fmtd(b1, sizeof b1, sh->s4.init_s,
-        3), "s", "< 1 s per 100k",
+    row("s4", "dist_mutex_init, all locks",
+        fmtd(b1, sizeof b1, sh->s4.init_s, 3), "s", "< 1 s per 100k",
         v_lo(b3, sizeof b3, sh->s4.init_s, n / 100000.0, 1));
     row("s4", "dist_mutex_init, per call",
         fmtd(b1, sizeof b1, sh->s4.init_s * 1e6 / n, 2), "us", NULL, NULL);
     row("s4", "dist_mutex_lock, per call",
         fmtd(b1, sizeof b1, sh->s4.lock_s * 1e6 / n, 1), "us", NULL, NULL);
-    row_fig("s4", "smallest PTTL during hold",
-           (double)sh->s4.min_seen_ms, 0, "ms");
+    row_fig("s4", "smallest PTTL during hold", (double)sh->s4.min_seen_ms, 0,
+            "ms");
     snprintf(b1, sizeof b1, "%lld/%lld", sh->s4.late, sh->s4.samples);
     row("s4", "PTTLs under half the lease", b1, "reads", "0",
         sh->s4.late == 0 ? "ok" : "MISS");
     snprintf(b1, sizeof b1, "%llu/%llu", sh->s4.renew_failed, sh->s4.lost);
     row("s4", "renewals failed / holds lost", b1, "", "0/0",
         sh->s4.renew_failed == 0 && sh->s4.lost == 0 ? "ok" : "MISS");
-    row_fig("s4", "smallest PTTL after hold",
-           (double)sh->s4.min_pttl_ms, 0, "ms");
+    row_fig("s4", "smallest PTTL after hold", (double)sh->s4.min_pttl_ms, 0,
+            "ms");
     snprintf(b1, sizeof b1, "%d/%d", sh->s4.unlocked, n);
     row("s4", "unlocks returning 0", b1, "locks", b2,
         sh->s4.unlocked == n ? "ok" : "MISS");
     snprintf(b2, sizeof b2, "<= %.0f", tgt);
-    row("s4", "renewal script calls", fmtd(b1, sizeof b1, per_s, 2), "calls/s",
-        b2, v_lo(b3, sizeof b3, per_s, tgt * 1.01, 0));
+    row("s4", "renewal script calls", fmtd(b1, sizeof b1, per_s, 2),
+        "calls/s", b2, v_lo(b3, sizeof b3, per_s, tgt * 1.01, 0));
     row_fig("s4", "resident memory per lock made", rss_init, 0, "bytes");
     row("s4", "resident memory per held lock",
         fmtd(b1, sizeof b1, rss_per_lock, 0), "bytes", "<= 500",
@@ -2909,12 +2941,12 @@ static void scenario_s4(void)
     jnum(&j, "rss_per_lock_made_bytes", rss_init);
     jnum(&j, "rss_per_lock_bytes", rss_per_lock);
     jnum(&j, "rss_target_bytes", 500);
-    jbool(&j, "ok", sh->s4.alive == n && sh->s4.unlocked == n &&
-                    sh->s4.late == 0 && per_s <= tgt * 1.01 &&
-                    rss_per_lock <= 500 && sh->s4.init_s < n / 100000.0);
+    jbool(&j, "ok",
+          sh->s4.alive == n && sh->s4.unlocked == n && sh->s4.late == 0 &&
+              per_s <= tgt * 1.01 && rss_per_lock <= 500 &&
+              sh->s4.init_s < n / 100000.0);
     jend(&j);
 }
-
 
 /* ------------------------------------------------------------------------ */
 /* rw: a read-heavy load on one read-write lock                             */
@@ -2966,8 +2998,10 @@ static int rw_worker(int idx)
     if ((rc = dist_rwlock_init(&rw, rw_lock, NULL)) != 0)
         return dfail("dist_rwlock_init", rc);
     /* connect the library (uncounted) before the start line */
-    if ((rc = dist_rwlock_rdlock(&rw)) != 0 || (rc = dist_rwlock_unlock(&rw)) != 0 ||
-        (rc = dist_rwlock_wrlock(&rw)) != 0 || (rc = dist_rwlock_unlock(&rw)) != 0)
+    if ((rc = dist_rwlock_rdlock(&rw)) != 0 ||
+        (rc = dist_rwlock_unlock(&rw)) != 0 ||
+        (rc = dist_rwlock_wrlock(&rw)) != 0 ||
+        (rc = dist_rwlock_unlock(&rw)) != 0)
         return dfail("rw warm-up", rc);
     end = line_up(&sh->rw.go);
     while ((t = now_ns()) < end) {
@@ -3100,7 +3134,8 @@ static const char *const cv_conds[2] = { "{bench-cv}:a", "{bench-cv}:b" };
 static void del_cv_keys(redisContext *c)
 {
     static const char *const fmt[] = {
-        "distlock_cond_waiters:%s", "distlock_cond_queue:%s",
+        "distlock_cond_waiters:%s",
+        "distlock_cond_queue:%s",
         "distlock_cond_signalled:%s",
     };
     char k[8][64], *keys[8];
@@ -3228,7 +3263,8 @@ static int sem_worker(int idx)
     uint64_t end;
     int rc, now, seen;
 
-    if ((rc = dist_sem_init(&s, sem_name, (unsigned)P.sem_permits, NULL)) != 0)
+    if ((rc = dist_sem_init(&s, sem_name, (unsigned)P.sem_permits, NULL)) !=
+        0)
         return dfail("dist_sem_init", rc);
     end = line_up(&sh->sem.go);
     while (now_ns() < end) {
@@ -3236,8 +3272,8 @@ static int sem_worker(int idx)
             return dfail("dist_sem_wait", rc);
         now = atomic_fetch_add(&sh->sem.holding, 1) + 1;
         seen = atomic_load(&sh->sem.max_holding);
-        while (now > seen &&
-               !atomic_compare_exchange_weak(&sh->sem.max_holding, &seen, now))
+        while (now > seen && !atomic_compare_exchange_weak(
+                                 &sh->sem.max_holding, &seen, now))
             ;
         atomic_fetch_sub(&sh->sem.holding, 1);
         if ((rc = dist_sem_post(&s)) != 0)
@@ -3618,7 +3654,7 @@ static void scenario_fq(redisContext *c)
  * median over the rounds is reported, with the smallest and largest. */
 
 #define MAX_ROUNDS 99
-#define NFIG 3
+#define NFIG       3
 
 static const int round_scs[] = { SC_FLOOR, SC_S1, SC_S2, SC_S3, SC_S5 };
 #define N_ROUND_SCS ((int)(sizeof round_scs / sizeof round_scs[0]))
@@ -3743,10 +3779,11 @@ static void print_median(int i, int cfg, int fig, const char *what,
         return;
     m = med3(v, n, &lo, &hi);
     snprintf(name, sizeof name, "%s%s", what,
-             round_scs[i] == SC_S5 ? (!opt.compare || cfg ? ", cohort"
-                                      : ", no cohort")
+             round_scs[i] == SC_S5
+                 ? (!opt.compare || cfg ? ", cohort" : ", no cohort")
              : !opt.compare || round_scs[i] == SC_FLOOR ? ""
-             : cfg ? ", deferred" : ", not deferred");
+             : cfg                                      ? ", deferred"
+                                                        : ", not deferred");
     snprintf(b2, sizeof b2, "%.*f..%.*f n=%d", decimals, lo, decimals, hi, n);
     row(sc_names[round_scs[i]], name, fmtd(b1, sizeof b1, m, decimals), unit,
         b2, NULL);
@@ -3758,17 +3795,20 @@ static void rounds_report(void)
     int cfg, ncfg = opt.compare ? 2 : 1;
 
     printf("# --rounds %d%s: medians over the rounds (target column: "
-           "smallest..largest, rounds)\n", opt.rounds,
+           "smallest..largest, rounds)\n",
+           opt.rounds,
            opt.compare ? " --compare (deferred release off and on; s5: "
-           "cohorting off and on)" : "");
+                         "cohorting off and on)"
+                       : "");
     print_median(0, 0, 0, "EVALSHA, 1 conn", "ops/s", 0);
     for (cfg = 0; cfg < ncfg; cfg++) {
         if (!round_wanted(1))
             break;
         print_median(1, cfg, 0, "lock+unlock pairs", "pairs/s", 0);
-        print_ratio("s1", cfg && opt.compare ? "pairs / (floor/2), deferred"
-                    : opt.compare ? "pairs / (floor/2), not deferred"
-                    : "pairs / (floor/2)",
+        print_ratio("s1",
+                    cfg && opt.compare ? "pairs / (floor/2), deferred"
+                    : opt.compare      ? "pairs / (floor/2), not deferred"
+                                       : "pairs / (floor/2)",
                     ratios(1, cfg, 0, 0, 0, 0, 2, v), v);
     }
     if (opt.compare && round_wanted(1))
@@ -3789,8 +3829,9 @@ static void rounds_report(void)
                     ratios(3, 1, 0, 3, 0, 0, 1, v), v);
     for (cfg = 0; cfg < ncfg && round_wanted(4); cfg++) {
         print_median(4, cfg, 0, "acquisitions, 2x8 threads", "acq/s", 0);
-        print_ratio("s5", !opt.compare || cfg ? "acq / (floor/2), cohort"
-                    : "acq / (floor/2), no cohort",
+        print_ratio("s5",
+                    !opt.compare || cfg ? "acq / (floor/2), cohort"
+                                        : "acq / (floor/2), no cohort",
                     ratios(4, cfg, 0, 0, 0, 0, 2, v), v);
         print_median(4, cfg, 1, "longest wait", "ms", 1);
         print_median(4, cfg, 2, "smaller process's share", "frac", 3);
@@ -3920,7 +3961,8 @@ static int open_csv(const char *path)
         fclose(opt.csv);
     opt.csv = fopen(path, "w");
     if (!opt.csv) {
-        fprintf(stderr, "distlock-bench: --csv %s: %s\n", path, strerror(errno));
+        fprintf(stderr, "distlock-bench: --csv %s: %s\n", path,
+                strerror(errno));
         return -1;
     }
     /* line-buffered: the workers fork from this process, and a row left
@@ -3936,15 +3978,17 @@ static int parse_only(const char *s)
     int i;
 
     snprintf(buf, sizeof buf, "%s", s);
-    for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+    for (tok = strtok_r(buf, ",", &save); tok;
+         tok = strtok_r(NULL, ",", &save)) {
         for (i = 0; i < SC_COUNT; i++)
             if (strcmp(tok, sc_names[i]) == 0)
                 break;
         if (i == SC_COUNT) {
-            fprintf(stderr,
-                    "distlock-bench: unknown scenario '%s' "
-                    "(floor,s1,s1t,s2,s3,s4,s2f,s3f,rw,cv,sem,s5,fq,s6,s6f)\n",
-                    tok);
+            fprintf(
+                stderr,
+                "distlock-bench: unknown scenario '%s' "
+                "(floor,s1,s1t,s2,s3,s4,s2f,s3f,rw,cv,sem,s5,fq,s6,s6f)\n",
+                tok);
             return -1;
         }
         opt.only |= 1u << i;
@@ -4008,51 +4052,62 @@ int main(int argc, char **argv)
         } else if (strcmp(argv[i], "--s4-locks") == 0 && i + 1 < argc) {
             s4_locks_opt = atoi(argv[++i]);
             if (s4_locks_opt < 1 || s4_locks_opt > 1000000) {
-                fprintf(stderr, "distlock-bench: --s4-locks wants 1..1000000\n");
+                fprintf(stderr,
+                        "distlock-bench: --s4-locks wants 1..1000000\n");
                 return 2;
             }
         } else if (strcmp(argv[i], "--s4-watchdog") == 0 && i + 1 < argc) {
             s4_watchdog_opt = strtoul(argv[++i], NULL, 10);
             if (s4_watchdog_opt < 300 || s4_watchdog_opt > 600000) {
-                fprintf(stderr, "distlock-bench: --s4-watchdog wants 300..600000 ms\n");
+                fprintf(
+                    stderr,
+                    "distlock-bench: --s4-watchdog wants 300..600000 ms\n");
                 return 2;
             }
         } else if (strcmp(argv[i], "--s4-hold") == 0 && i + 1 < argc) {
             s4_hold_opt = atof(argv[++i]);
             if (!(s4_hold_opt >= 1 && s4_hold_opt <= 3600)) {
-                fprintf(stderr, "distlock-bench: --s4-hold wants 1..3600 s\n");
+                fprintf(stderr,
+                        "distlock-bench: --s4-hold wants 1..3600 s\n");
                 return 2;
             }
         } else if (strcmp(argv[i], "--s6-procs") == 0 && i + 1 < argc) {
             if (parse_list(argv[++i], s6_procs, &s6_nprocs, 1, MAX_PROCS)) {
-                fprintf(stderr, "distlock-bench: --s6-procs wants up to %d "
-                        "numbers in 1..%d\n", S6_MAX_SWEEP, MAX_PROCS);
+                fprintf(stderr,
+                        "distlock-bench: --s6-procs wants up to %d "
+                        "numbers in 1..%d\n",
+                        S6_MAX_SWEEP, MAX_PROCS);
                 return 2;
             }
         } else if (strcmp(argv[i], "--s6-waiters") == 0 && i + 1 < argc) {
             if (parse_list(argv[++i], s6_waiters, &s6_nwaiters, 1, 5000)) {
-                fprintf(stderr, "distlock-bench: --s6-waiters wants up to %d "
-                        "numbers in 1..5000\n", S6_MAX_SWEEP);
+                fprintf(stderr,
+                        "distlock-bench: --s6-waiters wants up to %d "
+                        "numbers in 1..5000\n",
+                        S6_MAX_SWEEP);
                 return 2;
             }
         } else if (strcmp(argv[i], "--s6-handoffs") == 0 && i + 1 < argc) {
             s6_handoffs = atoi(argv[++i]);
             if (s6_handoffs < 10 || s6_handoffs > 10000000) {
                 fprintf(stderr, "distlock-bench: --s6-handoffs wants "
-                        "10..10000000\n");
+                                "10..10000000\n");
                 return 2;
             }
-        } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+        } else if (strcmp(argv[i], "--help") == 0 ||
+                   strcmp(argv[i], "-h") == 0) {
             usage(stdout);
             return 0;
         } else {
-            fprintf(stderr, "distlock-bench: unknown argument '%s'\n", argv[i]);
+            fprintf(stderr, "distlock-bench: unknown argument '%s'\n",
+                    argv[i]);
             usage(stderr);
             return 2;
         }
     }
     if (!env || !*env) {
-        fprintf(stderr, "distlock-bench: DISTLOCK_URL is not set; point it at "
+        fprintf(stderr,
+                "distlock-bench: DISTLOCK_URL is not set; point it at "
                 "a Redis server (redis://HOST:PORT or unix:///PATH), or run "
                 "under scripts/with-redis.sh\n");
         return 2;
@@ -4107,7 +4162,8 @@ int main(int argc, char **argv)
                opt.quick ? "  (--quick)" : "");
         printf("# ratio = value/target; ok = target met (a benchmark: misses "
                "do not fail)\n");
-        printf(ROW_FMT, "scen", "figure", "value", "unit", "target", "ratio/ok");
+        printf(ROW_FMT, "scen", "figure", "value", "unit", "target",
+               "ratio/ok");
         printf(ROW_FMT, "------", "------------------------------",
                "--------------", "--------", "----------------", "--------");
         fflush(stdout);
@@ -4127,7 +4183,7 @@ int main(int argc, char **argv)
     if (need_floor) {
         if (!wanted(SC_FLOOR))
             fprintf(stderr, "distlock-bench: measuring floor too (targets "
-                    "depend on it)\n");
+                            "depend on it)\n");
         scenario_floor(1);
     }
     if (need_floor && !fl.done) {

@@ -82,20 +82,20 @@
 #include "harness_server.h"
 #include "torture_check.h"
 
-extern const char dist_fence_lib[];   /* made from fence/fence.lua */
+extern const char dist_fence_lib[]; /* made from fence/fence.lua */
 
 /* The library's settings for the run: short, so that faults outlast them. */
 #define WATCHDOG_MS 1000UL
-#define TIMEOUT_MS 500UL
-#define WAITER_MS 1000UL
-#define MS 1000000ULL
+#define TIMEOUT_MS  500UL
+#define WAITER_MS   1000UL
+#define MS          1000000ULL
 
-#define NLOCKS 5
-#define SEM_PERMITS 2   /* the semaphore's */
-#define QCAP 4          /* the queue's room, in items */
-#define MAXP 16
-#define MAXT 16
-#define CAP_LOST 100000UL
+#define NLOCKS      5
+#define SEM_PERMITS 2 /* the semaphore's */
+#define QCAP        4 /* the queue's room, in items */
+#define MAXP        16
+#define MAXT        16
+#define CAP_LOST    100000UL
 
 /* L_SEM: a leased semaphore of SEM_PERMITS; L_QUEUE: the mutex of a
  * bounded producer/consumer queue in shared memory, with two condition
@@ -105,29 +105,44 @@ static const char *const lock_label[NLOCKS] = { "mutex", "fair", "rwlock",
                                                 "sem", "queue" };
 
 enum fault_kind {
-    F_STOP, F_KILL, F_KILL_NORMAL, F_KILL_PUBSUB, F_PAUSE_W_SHORT,
-    F_PAUSE_W_LONG, F_PAUSE_ALL_SHORT, F_PAUSE_ALL_LONG, F_SCRIPT_FLUSH,
-    F_DEBUG_SLEEP, F_RESTART_AOF, F_RESTART_EMPTY,
+    F_STOP,
+    F_KILL,
+    F_KILL_NORMAL,
+    F_KILL_PUBSUB,
+    F_PAUSE_W_SHORT,
+    F_PAUSE_W_LONG,
+    F_PAUSE_ALL_SHORT,
+    F_PAUSE_ALL_LONG,
+    F_SCRIPT_FLUSH,
+    F_DEBUG_SLEEP,
+    F_RESTART_AOF,
+    F_RESTART_EMPTY,
     /* --proxy only: the workers' lock connections go through the fault
      * proxy (tests/harness_proxy.h) */
-    F_LATENCY, F_HOLE_SHORT, F_HOLE_LONG, F_RESET,
-    F_FAILOVER,   /* --sentinel only */
+    F_LATENCY,
+    F_HOLE_SHORT,
+    F_HOLE_LONG,
+    F_RESET,
+    F_FAILOVER, /* --sentinel only */
     F_COUNT
 };
 static const char *const fault_label[F_COUNT] = {
-    "SIGSTOP > lease", "SIGKILL of a holder", "CLIENT KILL normal",
-    "CLIENT KILL pubsub", "PAUSE WRITE < timeout", "PAUSE WRITE > timeout",
-    "PAUSE ALL < timeout", "PAUSE ALL > timeout", "SCRIPT FLUSH",
-    "DEBUG SLEEP > timeout", "restart, AOF always", "restart, data lost",
-    "proxy latency", "blackhole < timeout", "blackhole > lease",
-    "proxy resets connections", "Sentinel failover"
+    "SIGSTOP > lease",       "SIGKILL of a holder",
+    "CLIENT KILL normal",    "CLIENT KILL pubsub",
+    "PAUSE WRITE < timeout", "PAUSE WRITE > timeout",
+    "PAUSE ALL < timeout",   "PAUSE ALL > timeout",
+    "SCRIPT FLUSH",          "DEBUG SLEEP > timeout",
+    "restart, AOF always",   "restart, data lost",
+    "proxy latency",         "blackhole < timeout",
+    "blackhole > lease",     "proxy resets connections",
+    "Sentinel failover"
 };
 
 /* What a worker thread is in the middle of, for the parent to close its
  * record when the process is killed. */
 struct slot {
-    _Atomic long open;      /* record index of its current attempt, -1 */
-    _Atomic int occ;        /* 1 + lock*2 + (read ? 1 : 0) it counts in; 0 */
+    _Atomic long open; /* record index of its current attempt, -1 */
+    _Atomic int occ;   /* 1 + lock*2 + (read ? 1 : 0) it counts in; 0 */
 };
 
 struct arena {
@@ -136,7 +151,7 @@ struct arena {
     unsigned long cap;
     atomic_int occ_excl[NLOCKS], occ_read[NLOCKS];
     struct slot slot[MAXP][MAXT];
-    atomic_int threads0[MAXP];  /* threads of worker p before it started any */
+    atomic_int threads0[MAXP]; /* threads of worker p before it started any */
     /* the queue: items q_head..q_tail-1 are in it, their numbers in q_ring;
      * q_next numbers the next item put (tc_item in I) */
     atomic_ulong q_head, q_tail, q_next;
@@ -151,11 +166,11 @@ static struct {
     unsigned long seed;
     /* a lock's counter (the data key) and the fence that guards it */
     char names[NLOCKS][64], ctr[NLOCKS][64], fence[NLOCKS][64];
-    int cport;   /* the counter server's port */
+    int cport; /* the counter server's port */
 } opt = { 60, 4, 4, 1, 0, 0, 0, 0, 0, 0, 0, { "" }, { "" }, { "" }, 0 };
 
 static struct arena *A;
-static struct tc_item *I;      /* the queue's items, shared like A */
+static struct tc_item *I; /* the queue's items, shared like A */
 static unsigned long icap;
 
 static uint64_t now_ns(void)
@@ -184,7 +199,7 @@ static void sleep_us(long us)
 /* Workers                                                                  */
 /* ------------------------------------------------------------------------ */
 
-static uint32_t my_proc;      /* incarnation id of this worker process */
+static uint32_t my_proc; /* incarnation id of this worker process */
 static dist_mutex_t locks_m[2];
 static dist_rwlock_t lock_rw;
 static dist_sem_t sem;
@@ -207,7 +222,7 @@ static void on_lost(const char *name, void *arg)
 struct worker {
     int p, t;
     uint64_t rs;
-    redisContext *c;      /* this thread's connection for the counter */
+    redisContext *c; /* this thread's connection for the counter */
 };
 
 static struct tc_rec *new_rec(struct worker *w, int lock, int mode, int op)
@@ -247,8 +262,8 @@ static int counter_conn(struct worker *w)
 
 /* FCALL distlock_fenced 2 FENCE DATA TOKEN cmd arg...: cmd on the lock's
  * counter if the hold's token passes the fence.  NULL: no reply came. */
-static redisReply *fenced(struct worker *w, const struct tc_rec *r,
-                          int argc, const char *const *args)
+static redisReply *fenced(struct worker *w, const struct tc_rec *r, int argc,
+                          const char *const *args)
 {
     const char *argv[9] = { "FCALL", "distlock_fenced", "2",
                             opt.fence[r->lock], opt.ctr[r->lock] };
@@ -323,8 +338,8 @@ static void counter_write(struct worker *w, struct tc_rec *r)
     if (!refused(r, x)) {
         r->fence_ns = now_ns();
         r->flags |= TC_F_COUNTED;
-        if ((x->type == REDIS_REPLY_STRING ? strtoll(x->str, NULL, 10) : 0)
-            != r->rval)
+        if ((x->type == REDIS_REPLY_STRING ? strtoll(x->str, NULL, 10) : 0) !=
+            r->rval)
             r->flags |= TC_F_CLOBBER;
     }
     freeReplyObject(x);
@@ -343,8 +358,8 @@ static void occ_enter(struct worker *w, struct tc_rec *r)
         atomic_fetch_add(&A->occ_read[l], 1);
         bad = atomic_load(&A->occ_excl[l]) > 0;
     } else {
-        bad = atomic_fetch_add(&A->occ_excl[l], 1) >= limit
-              || atomic_load(&A->occ_read[l]) > 0;
+        bad = atomic_fetch_add(&A->occ_excl[l], 1) >= limit ||
+              atomic_load(&A->occ_read[l]) > 0;
     }
     if (bad)
         r->flags |= TC_F_OCC_BAD;
@@ -370,8 +385,9 @@ static int do_lock(int l, int mode, int op, uint64_t deadline)
     if (l != L_RW) {
         dist_mutex_t *m = &locks_m[l];
         return op == TC_OP_TRY ? dist_mutex_trylock(m)
-               : op == TC_OP_TIMED ? dist_mutex_clocklock(m, CLOCK_MONOTONIC, &ts)
-               : dist_mutex_lock(m);
+               : op == TC_OP_TIMED
+                   ? dist_mutex_clocklock(m, CLOCK_MONOTONIC, &ts)
+                   : dist_mutex_lock(m);
     }
     if (mode == TC_READ)
         return op == TC_OP_TRY ? dist_rwlock_tryrdlock(&lock_rw)
@@ -557,7 +573,7 @@ static struct tc_rec *q_wait(struct worker *w, struct tc_rec *r,
         return NULL;
     q_enter(w, n);
     if (n->flags & TC_F_WAIT_EIO) {
-        n->token_rc = -1;   /* the same hold goes on: not a new grant */
+        n->token_rc = -1; /* the same hold goes on: not a new grant */
         n->token = 0;
     }
     return n;
@@ -648,8 +664,9 @@ static void one_op(struct worker *w)
     int l = (int)(rnd(&w->rs) % NLOCKS), p = (int)(rnd(&w->rs) % 100);
     int mode = l != L_RW ? TC_EXCL : p < 65 ? TC_READ : TC_WRITE;
     int q = (int)(rnd(&w->rs) % 100);
-    int op = q < 35 || l == L_QUEUE ? TC_OP_LOCK : q < 60 ? TC_OP_TRY
-                                                          : TC_OP_TIMED;
+    int op = q < 35 || l == L_QUEUE ? TC_OP_LOCK
+             : q < 60               ? TC_OP_TRY
+                                    : TC_OP_TIMED;
     struct tc_rec *r;
     int rc;
 
@@ -756,7 +773,8 @@ static void worker_main(int p, uint32_t proc)
     if (init_locks() != 0 || dist_set_lost_handler(on_lost, NULL) != 0)
         _exit(3);
     for (int t = 0; t < opt.threads; t++) {
-        uint64_t s = opt.seed ^ (proc * 7919ULL + (uint64_t)t + 1) * 0x9E3779B97F4A7C15ULL;
+        uint64_t s = opt.seed ^ (proc * 7919ULL + (uint64_t)t + 1) *
+                                    0x9E3779B97F4A7C15ULL;
         w[t] = (struct worker){ p, t, s | 1, NULL };
         if (pthread_create(&th[t], NULL, worker_thread, &w[t]) != 0)
             _exit(3);
@@ -771,14 +789,14 @@ static void worker_main(int p, uint32_t proc)
 /* Parent: worker processes                                                 */
 /* ------------------------------------------------------------------------ */
 
-static tu_redis_t srv;       /* the locks' server, but on Sentinel */
-static tu_redis_t csrv;      /* the counters and their fences, out of the
+static tu_redis_t srv;    /* the locks' server, but on Sentinel */
+static tu_redis_t csrv;   /* the counters and their fences, out of the
                                 faults' way: the resource the locks guard */
-static tu_proxy_t *proxy;   /* --proxy: in front of srv for the locks */
+static tu_proxy_t *proxy; /* --proxy: in front of srv for the locks */
 /* --sentinel: the locks live on this topology's master (srv is not
  * started) */
 static tu_sentinel_t *topo;
-static int master;          /* its data node index now */
+static int master; /* its data node index now */
 static pid_t wpid[MAXP];
 static uint32_t wproc[MAXP];
 static uint32_t next_proc = 1;
@@ -866,9 +884,9 @@ static struct tc_fault *log_fault(int kind, uint32_t proc)
 static void admin(const char *a0, const char *a1, const char *a2,
                   const char *a3)
 {
-    redisReply *x = topo ? tu_sentinel_cmd(topo, master, a0, a1, a2, a3,
-                                           (char *)NULL)
-                         : tu_cmd(&srv, a0, a1, a2, a3, (char *)NULL);
+    redisReply *x =
+        topo ? tu_sentinel_cmd(topo, master, a0, a1, a2, a3, (char *)NULL)
+             : tu_cmd(&srv, a0, a1, a2, a3, (char *)NULL);
     if (x)
         freeReplyObject(x);
 }
@@ -924,7 +942,9 @@ static int fault_signal(int kind, uint64_t *rs)
 static int remove_entry(const char *path, const struct stat *st, int flag,
                         struct FTW *ftw)
 {
-    (void)st; (void)flag; (void)ftw;
+    (void)st;
+    (void)flag;
+    (void)ftw;
     return remove(path);
 }
 
@@ -1003,7 +1023,7 @@ static int fault_failover(void)
 static int fault(int kind, uint64_t *rs)
 {
     struct tc_fault *f;
-        /* shorter than the command timeout, and longer but within the lease */
+    /* shorter than the command timeout, and longer but within the lease */
     static const char *const pause_ms[] = { "200", "800", "200", "800" };
 
     if (kind == F_STOP || kind == F_KILL)
@@ -1016,8 +1036,8 @@ static int fault(int kind, uint64_t *rs)
         return fault_failover();
     f = log_fault(kind, TC_ALL);
     if (kind == F_KILL_NORMAL || kind == F_KILL_PUBSUB)
-        admin("CLIENT", "KILL", "TYPE", kind == F_KILL_NORMAL ? "normal"
-                                                              : "pubsub");
+        admin("CLIENT", "KILL", "TYPE",
+              kind == F_KILL_NORMAL ? "normal" : "pubsub");
     else if (kind == F_SCRIPT_FLUSH)
         admin("SCRIPT", "FLUSH", NULL, NULL);
     else if (kind == F_DEBUG_SLEEP)
@@ -1094,8 +1114,9 @@ static long live_sem_leases(const char *leases)
             freeReplyObject(t);
         return -1;
     }
-    snprintf(from, sizeof from, "(%lld", atoll(t->element[0]->str) * 1000
-                                         + atoll(t->element[1]->str) / 1000);
+    snprintf(from, sizeof from, "(%lld",
+             atoll(t->element[0]->str) * 1000 +
+                 atoll(t->element[1]->str) / 1000);
     freeReplyObject(t);
     x = lock_cmd("ZCOUNT", leases, from, "+inf");
     if (x && x->type == REDIS_REPLY_INTEGER)
@@ -1110,7 +1131,7 @@ static long live_sem_leases(const char *leases)
  * every fault, so a bound on them catches it. */
 static struct {
     int workers, threads_max, socks_max, threads_ok, socks_ok;
-    long clients;          /* the workers' clients on the lock server */
+    long clients; /* the workers' clients on the lock server */
     long clients_ok;
 } census;
 
@@ -1150,7 +1171,8 @@ static long leftover_clients_of(int skip_unix);
  * sentinel are allowed. */
 static void take_census(void)
 {
-    int servers = topo ? tu_sentinel_nodes(topo) + tu_sentinel_count(topo) : 1;
+    int servers =
+        topo ? tu_sentinel_nodes(topo) + tu_sentinel_count(topo) : 1;
     char dir[64];
 
     census.threads_ok = opt.threads + 3 + SANITIZER_THREADS;
@@ -1164,8 +1186,8 @@ static void take_census(void)
         snprintf(dir, sizeof dir, "/proc/%d/fd", (int)wpid[p]);
         k = count_dir(dir, "socket:");
         if (t < 0 || k < 0)
-            continue;   /* died just now */
-        t -= atomic_load(&A->threads0[p]);   /* main, sanitizer runtime */
+            continue;                      /* died just now */
+        t -= atomic_load(&A->threads0[p]); /* main, sanitizer runtime */
         census.workers++;
         census.threads_max = t > census.threads_max ? t : census.threads_max;
         census.socks_max = k > census.socks_max ? k : census.socks_max;
@@ -1177,9 +1199,9 @@ static void take_census(void)
 
 static int census_bad(void)
 {
-    return census.threads_max > census.threads_ok
-           || census.socks_max > census.socks_ok
-           || census.clients < 0 || census.clients > census.clients_ok;
+    return census.threads_max > census.threads_ok ||
+           census.socks_max > census.socks_ok || census.clients < 0 ||
+           census.clients > census.clients_ok;
 }
 
 static void print_census(void)
@@ -1227,13 +1249,13 @@ static void digest_stacks(FILE *f, pid_t pid)
         size_t k = strcspn(n, " (");
         /* a call into the API, or the library's own threads stuck on a
          * mutex (their idle waits are not shown) */
-        if ((strncmp(n, "dist_", 5) == 0 && n[5] != '_')
-            || strncmp(n, "__lll_lock_wait", 15) == 0)
+        if ((strncmp(n, "dist_", 5) == 0 && n[5] != '_') ||
+            strncmp(n, "__lll_lock_wait", 15) == 0)
             lib = 1;
-        if ((n[0] == '_' && n[1] == '_' && strncmp(n, "__lll", 5) != 0)
-            || strncmp(n, "start_thread", 12) == 0
-            || strncmp(n, "clone", 5) == 0)
-            continue;   /* glibc's own frames say little */
+        if ((n[0] == '_' && n[1] == '_' && strncmp(n, "__lll", 5) != 0) ||
+            strncmp(n, "start_thread", 12) == 0 ||
+            strncmp(n, "clone", 5) == 0)
+            continue; /* glibc's own frames say little */
         size_t used = strlen(cur);
         if (used + k + 4 < sizeof cur)
             snprintf(cur + used, sizeof cur - used, "%s%.*s",
@@ -1257,8 +1279,8 @@ static void show_stacks(pid_t pid)
     if ((g = fork()) == 0) {
         dup2(fileno(f), STDOUT_FILENO);
         dup2(fileno(f), STDERR_FILENO);
-        execlp("timeout", "timeout", "60", "gdb", "-p", spid, "-batch",
-               "-ex", "thread apply all bt", (char *)NULL);
+        execlp("timeout", "timeout", "60", "gdb", "-p", spid, "-batch", "-ex",
+               "thread apply all bt", (char *)NULL);
         _exit(127);
     }
     if (g > 0)
@@ -1276,7 +1298,8 @@ static void show_stacks(pid_t pid)
  * pending call left "never returned" for the checker. */
 static int stop_workers(void)
 {
-    uint64_t until = now_ns() + (WATCHDOG_MS + WAITER_MS + TIMEOUT_MS) * 4 * MS;
+    uint64_t until =
+        now_ns() + (WATCHDOG_MS + WAITER_MS + TIMEOUT_MS) * 4 * MS;
     int live = 1, bad = 0;
 
     atomic_store(&A->stop, 1);
@@ -1314,7 +1337,8 @@ static long leftover_keys(char *prefix)
     /* the semaphore's free permits: the semaphore itself, kept as a
      * Redisson semaphore's count is */
     snprintf(sem_key, sizeof sem_key, "distlock_sem:{%s}", opt.names[L_SEM]);
-    snprintf(holds, sizeof holds, "distlock_sem_holds:{%s}", opt.names[L_SEM]);
+    snprintf(holds, sizeof holds, "distlock_sem_holds:{%s}",
+             opt.names[L_SEM]);
     snprintf(leases, sizeof leases, "distlock_sem_leases:{%s}",
              opt.names[L_SEM]);
     sleep_us((long)(WATCHDOG_MS + WAITER_MS + 500) * 1000);
@@ -1327,12 +1351,14 @@ static long leftover_keys(char *prefix)
     }
     live = live_sem_leases(leases);
     for (size_t i = 0; i < x->elements; i++)
-        if (live == 0 && (strcmp(x->element[i]->str, holds) == 0
-                          || strcmp(x->element[i]->str, leases) == 0))
+        if (live == 0 && (strcmp(x->element[i]->str, holds) == 0 ||
+                          strcmp(x->element[i]->str, leases) == 0))
             printf("  semaphore key of ended leases, for its next call to "
-                   "reclaim: %s\n", x->element[i]->str);
-        else if (strncmp(x->element[i]->str, "redisson_lock_token:", 20) != 0
-            && strcmp(x->element[i]->str, sem_key) != 0) {
+                   "reclaim: %s\n",
+                   x->element[i]->str);
+        else if (strncmp(x->element[i]->str, "redisson_lock_token:", 20) !=
+                     0 &&
+                 strcmp(x->element[i]->str, sem_key) != 0) {
             size_t used = strlen(keys_left);
             printf("  key left: %s\n", x->element[i]->str);
             snprintf(keys_left + used, sizeof keys_left - used, " %s",
@@ -1356,10 +1382,10 @@ static long count_clients(const char *list, int skip_unix)
         size_t len = e ? (size_t)(e - p) : strlen(p);
         char line[1024];
         snprintf(line, sizeof line, "%.*s", (int)len, p);
-        if (len && !strstr(line, " cmd=client")
-            && !(skip_unix && strstr(line, " addr=/"))
-            && !strstr(line, " flags=S")
-            && !strstr(line, " flags=M") && !strstr(line, " name=sentinel-")) {
+        if (len && !strstr(line, " cmd=client") &&
+            !(skip_unix && strstr(line, " addr=/")) &&
+            !strstr(line, " flags=S") && !strstr(line, " flags=M") &&
+            !strstr(line, " name=sentinel-")) {
             if (atomic_load(&A->stop) || opt.verbose)
                 printf("  client: %s\n", line);
             n++;
@@ -1413,8 +1439,8 @@ static int fault_at(uint64_t a, uint64_t b)
     int k = -1;
 
     for (size_t i = 0; i < nfault; i++)
-        if (faults[i].start_ns <= b
-            && faults[i].end_ns + WATCHDOG_MS * MS >= a)
+        if (faults[i].start_ns <= b &&
+            faults[i].end_ns + WATCHDOG_MS * MS >= a)
             k = faults[i].kind;
     return k;
 }
@@ -1466,26 +1492,32 @@ enum { ROW_MUTEX, ROW_WRITE, ROW_READ, ROW_SEM, ROW_QUEUE, NROWS };
 
 static int op_row(const struct tc_rec *r)
 {
-    return r->lock == L_SEM ? ROW_SEM : r->lock == L_QUEUE ? ROW_QUEUE
-           : r->mode == TC_READ ? ROW_READ : r->mode == TC_WRITE ? ROW_WRITE
-           : ROW_MUTEX;
+    return r->lock == L_SEM      ? ROW_SEM
+           : r->lock == L_QUEUE  ? ROW_QUEUE
+           : r->mode == TC_READ  ? ROW_READ
+           : r->mode == TC_WRITE ? ROW_WRITE
+                                 : ROW_MUTEX;
 }
 
 static void print_ops(const struct tc_rec *rec, size_t n)
 {
     static const char *const oname[TC_OP_COUNT] = {
-        "lock", "trylock", "timedlock", "nested lock", "cond wait (take)",
-        "cond wait (put)" };
+        "lock",        "trylock",          "timedlock",
+        "nested lock", "cond wait (take)", "cond wait (put)"
+    };
     static const char *const sname[3] = { "wait", "trywait", "timedwait" };
-    static const char *const rname[NROWS] = { "mutex", "write", "read",
-                                              "sem", "queue" };
+    static const char *const rname[NROWS] = { "mutex", "write", "read", "sem",
+                                              "queue" };
     unsigned long cnt[NROWS][TC_OP_COUNT][4] = { { { 0 } } };
 
     for (size_t i = 0; i < n; i++) {
         const struct tc_rec *r = &rec[i];
-        int res = r->rc == EBUSY || r->rc == EAGAIN || r->rc == ETIMEDOUT
-                  || (r->flags & TC_F_TIMED_OUT) ? 1
-                  : r->rc == 0 ? 0 : r->ret_ns ? 2 : 3;
+        int res = r->rc == EBUSY || r->rc == EAGAIN || r->rc == ETIMEDOUT ||
+                          (r->flags & TC_F_TIMED_OUT)
+                      ? 1
+                  : r->rc == 0 ? 0
+                  : r->ret_ns  ? 2
+                               : 3;
         cnt[op_row(r)][r->op % TC_OP_COUNT][res]++;
     }
     printf("  %-26s %9s %9s %9s %9s\n", "operation", "ok", "busy/tmo",
@@ -1520,7 +1552,8 @@ static void print_items(const struct tc_history *h)
             stay[ns++] = it->take_ns - it->put_ns;
     }
     printf("\n  queue: %zu items put, %lu taken, %lu left at the end, %lu "
-           "signals failed\n", h->nitem, taken, queued, nosignal);
+           "signals failed\n",
+           h->nitem, taken, queued, nosignal);
     if (stay)
         print_pct("time in the queue", stay, ns);
     free(stay);
@@ -1537,9 +1570,10 @@ static double rel_ms(uint64_t ns)
 static void print_rec_line(const char *tag, const struct tc_rec *r)
 {
     printf("    %s proc %u mode %u op %u rc %d call %.3f ret %.3f end %.3f "
-           "token %" PRIu64 " unlock %d flags %#x\n", tag, r->proc, r->mode,
-           r->op, r->rc, rel_ms(r->call_ns), rel_ms(r->ret_ns),
-           rel_ms(r->end_ns), r->token, r->unlock_rc, r->flags);
+           "token %" PRIu64 " unlock %d flags %#x\n",
+           tag, r->proc, r->mode, r->op, r->rc, rel_ms(r->call_ns),
+           rel_ms(r->ret_ns), rel_ms(r->end_ns), r->token, r->unlock_rc,
+           r->flags);
 }
 
 /* --verbose: what surrounds a hold that was lost, to tell a real loss
@@ -1556,9 +1590,10 @@ static void explain_loss(const struct tc_history *h, size_t k)
             continue;
         if (r->proc == e->proc && r->call_ns < e->call_ns)
             prev = r;
-        if (r->ret_ns < e->end_ns
-            && (r->end_ns ? r->end_ns : h->end_ns) > e->ret_ns)
-            print_rec_line(r->proc == e->proc ? "same proc:" : "meets it:", r);
+        if (r->ret_ns < e->end_ns &&
+            (r->end_ns ? r->end_ns : h->end_ns) > e->ret_ns)
+            print_rec_line(r->proc == e->proc ? "same proc:" : "meets it:",
+                           r);
     }
     if (prev)
         print_rec_line("previous:", prev);
@@ -1576,20 +1611,23 @@ static void print_refusals(const struct tc_history *h)
         int handler = 0;
         if (!(r->flags & TC_F_STALE) || r->op == TC_OP_NESTED)
             continue;
-        printf("  STALE: proc %u lock %u token %" PRIu64 " held %.3f-%.3f ms, "
-               "refused at %.3f ms;", r->proc, r->lock, r->token,
-               rel_ms(r->ret_ns), rel_ms(r->end_ns), rel_ms(r->fence_ns));
+        printf("  STALE: proc %u lock %u token %" PRIu64
+               " held %.3f-%.3f ms, "
+               "refused at %.3f ms;",
+               r->proc, r->lock, r->token, rel_ms(r->ret_ns),
+               rel_ms(r->end_ns), rel_ms(r->fence_ns));
         for (size_t k = 0; k < h->nlost; k++)
-            if (h->lost[k].proc == r->proc && h->lost[k].lock == r->lock
-                && h->lost[k].ns >= r->ret_ns
-                && h->lost[k].ns <= r->end_ns + h->slack_ns) {
+            if (h->lost[k].proc == r->proc && h->lost[k].lock == r->lock &&
+                h->lost[k].ns >= r->ret_ns &&
+                h->lost[k].ns <= r->end_ns + h->slack_ns) {
                 printf(" lost handler at %.3f ms;", rel_ms(h->lost[k].ns));
                 handler = 1;
             }
         printf(" unlock rc %d: %s\n", r->unlock_rc,
                r->unlock_rc == EPERM || (r->unlock_rc != 0 && handler)
                    ? "told"
-                   : (r->flags & TC_F_KILLED) ? "killed first" : "never told");
+               : (r->flags & TC_F_KILLED) ? "killed first"
+                                          : "never told");
     }
 }
 
@@ -1607,8 +1645,8 @@ static void print_faults_losses(const struct tc_history *h,
                    rel_ms(faults[i].end_ns), (int)faults[i].proc);
     }
     for (size_t i = 0; opt.verbose && i < h->nlost; i++)
-        printf("  lost handler: proc %u lock %u at %.3f ms\n", h->lost[i].proc,
-               h->lost[i].lock, rel_ms(h->lost[i].ns));
+        printf("  lost handler: proc %u lock %u at %.3f ms\n",
+               h->lost[i].proc, h->lost[i].lock, rel_ms(h->lost[i].ns));
     if (opt.verbose)
         print_refusals(h);
     printf("\n  %-30s %6s\n", "fault", "count");
@@ -1627,9 +1665,9 @@ static void print_faults_losses(const struct tc_history *h,
             int k = fault_at(r->ret_ns, r->end_ns + TIMEOUT_MS * MS);
             if (opt.verbose)
                 printf("  EPERM: proc %u lock %u mode %u op %u call %.3f "
-                       "ret %.3f end %.3f ms, flags %#x\n", r->proc, r->lock,
-                       r->mode, r->op, rel_ms(r->call_ns), rel_ms(r->ret_ns),
-                       rel_ms(r->end_ns), r->flags);
+                       "ret %.3f end %.3f ms, flags %#x\n",
+                       r->proc, r->lock, r->mode, r->op, rel_ms(r->call_ns),
+                       rel_ms(r->ret_ns), rel_ms(r->end_ns), r->flags);
             if (opt.verbose)
                 explain_loss(h, i);
             eperm++;
@@ -1638,8 +1676,7 @@ static void print_faults_losses(const struct tc_history *h,
     }
     printf("\n  losses: %lu lost-handler calls, %lu holds lost or inside a "
            "data-loss window, %lu unlocks gave EPERM, %lu holders killed\n",
-           (unsigned long)h->nlost,
-           res->lost_sections, eperm, killed);
+           (unsigned long)h->nlost, res->lost_sections, eperm, killed);
     /* self-fencing: a lost holder is told before another can hold */
     printf("  lost holders told after the next hold began: %lu (goal 0), "
            "and %lu whose own process was stopped or killed\n",
@@ -1663,8 +1700,9 @@ static void print_fence(const struct tc_result *res)
     printf("  %-40s %6lu\n", "fence: stale writes accepted",
            res->stale_accepted);
     printf("  %-40s %6lu%s\n", "fence: legitimate holders refused",
-           res->legit_refused, opt.strict_fence ? ""
-           : "  (a figure; --strict-fence fails on it)");
+           res->legit_refused,
+           opt.strict_fence ? ""
+                            : "  (a figure; --strict-fence fails on it)");
 }
 
 /* The last lines of a failed run: why it failed, in a few lines, since a
@@ -1685,14 +1723,15 @@ static void print_digest(const char *viol, size_t len)
         lines++;
         p = e ? e + 1 : NULL;
         if (p && lines > 1 && strncmp(p, "VIOLATION", 9) == 0)
-            break;   /* only the first one */
+            break; /* only the first one */
     }
     if (keys_left[0])
         printf("  keys left:%s\n", keys_left);
     printf("  faults (s):");
     for (size_t i = 0; i < nfault; i++)
         printf("%s %s %.1f-%.1f", i ? "," : "", fault_label[faults[i].kind],
-               rel_ms(faults[i].start_ns) / 1000, rel_ms(faults[i].end_ns) / 1000);
+               rel_ms(faults[i].start_ns) / 1000,
+               rel_ms(faults[i].end_ns) / 1000);
     printf("\n");
     if (stacks[0])
         printf("  threads of workers that did not stop, in the library:\n%s",
@@ -1712,11 +1751,11 @@ static int parse(int argc, char **argv)
     opt.seed = (unsigned long)time(NULL) ^ (unsigned long)getpid();
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (strcmp(a, "--no-restart") == 0 || strcmp(a, "--sabotage") == 0
-            || strcmp(a, "--verbose") == 0 || strcmp(a, "--proxy") == 0
-            || strcmp(a, "--sentinel") == 0
-            || strcmp(a, "--strict-failover") == 0
-            || strcmp(a, "--strict-fence") == 0) {
+        if (strcmp(a, "--no-restart") == 0 || strcmp(a, "--sabotage") == 0 ||
+            strcmp(a, "--verbose") == 0 || strcmp(a, "--proxy") == 0 ||
+            strcmp(a, "--sentinel") == 0 ||
+            strcmp(a, "--strict-failover") == 0 ||
+            strcmp(a, "--strict-fence") == 0) {
             opt.restarts &= a[2] != 'n';
             opt.sabotage |= strcmp(a, "--sabotage") == 0;
             opt.verbose |= a[2] == 'v';
@@ -1740,8 +1779,8 @@ static int parse(int argc, char **argv)
             return -1;
         i++;
     }
-    if (opt.secs < 5 || opt.procs < 1 || opt.procs > MAXP || opt.threads < 1
-        || opt.threads > MAXT)
+    if (opt.secs < 5 || opt.procs < 1 || opt.procs > MAXP ||
+        opt.threads < 1 || opt.threads > MAXT)
         return -1;
     return 0;
 }
@@ -1780,9 +1819,10 @@ static int setup_counters(void)
                (char *)NULL);
     ok = x && x->type == REDIS_REPLY_STRING;
     if (!ok)
-        fprintf(stderr, "torture: the counter server refused the fence "
-                "library: %s\n", x && x->type == REDIS_REPLY_ERROR ? x->str
-                                                                : "no answer");
+        fprintf(stderr,
+                "torture: the counter server refused the fence "
+                "library: %s\n",
+                x && x->type == REDIS_REPLY_ERROR ? x->str : "no answer");
     if (x)
         freeReplyObject(x);
     return ok ? 0 : -1;
@@ -1792,15 +1832,20 @@ static int setup_counters(void)
  * host manage per second, mapped lazily (MAP_NORESERVE). */
 static int setup(void)
 {
-    static const char *const args[] = { "--enable-debug-command", "yes",
-        "--appendonly", "yes", "--appendfsync", "always", NULL };
+    static const char *const args[] = { "--enable-debug-command",
+                                        "yes",
+                                        "--appendonly",
+                                        "yes",
+                                        "--appendfsync",
+                                        "always",
+                                        NULL };
     tu_redis_opts o = { .args = args };
     unsigned long cap = (unsigned long)opt.secs * 50000UL + 100000UL;
     char num[32], url[64];
 
     A = mmap(NULL, sizeof *A + cap * sizeof(struct tc_rec),
-             PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS | MAP_NORESERVE,
-             -1, 0);
+             PROT_READ | PROT_WRITE,
+             MAP_SHARED | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (A == MAP_FAILED)
         return -1;
     A->cap = cap;
@@ -1812,8 +1857,8 @@ static int setup(void)
     for (int p = 0; p < MAXP; p++)
         for (int t = 0; t < MAXT; t++)
             atomic_store(&A->slot[p][t].open, -1L);
-    if (setup_counters() != 0
-        || (!opt.sentinel && tu_redis_start_opts(&srv, &o) != 0))
+    if (setup_counters() != 0 ||
+        (!opt.sentinel && tu_redis_start_opts(&srv, &o) != 0))
         return -1;
     /* a counter and its fence share a hash tag, as on a cluster they must */
     for (int l = 0; l < NLOCKS; l++) {
@@ -1918,8 +1963,9 @@ static int judge(void)
     snprintf(prefix, sizeof prefix, "torture:%d:", (int)getpid());
     keys = leftover_keys(prefix);
     clients = leftover_clients();
-    printf("\ndistlock torture: %d s, %d processes x %d threads, seed %lu\n\n",
-           opt.secs, opt.procs, opt.threads, opt.seed);
+    printf(
+        "\ndistlock torture: %d s, %d processes x %d threads, seed %lu\n\n",
+        opt.secs, opt.procs, opt.threads, opt.seed);
     print_ops(h.rec, h.nrec);
     print_faults_losses(&h, &res);
     printf("\n");
@@ -1938,7 +1984,8 @@ static int judge(void)
            h.counter[0], h.counter[1], h.counter[2]);
     /* one line to find in a CI log (scripts/test.sh quotes it) */
     printf("\nfence figures: stale writes accepted %lu, legitimate holders "
-           "refused %lu (%s)\n", res.stale_accepted, res.legit_refused,
+           "refused %lu (%s)\n",
+           res.stale_accepted, res.legit_refused,
            h.refusal_fails ? "both fail the run" : "the first fails the run");
     if (v != 0 || keys != 0 || clients != 0 || census_bad())
         print_digest(dbuf, dlen);
@@ -1954,14 +2001,16 @@ int main(int argc, char **argv)
     int bad = 0, rc;
 
     if (parse(argc, argv) != 0) {
-        fprintf(stderr, "usage: distlock-torture [--secs N>=5] [--procs 1-16] "
+        fprintf(stderr,
+                "usage: distlock-torture [--secs N>=5] [--procs 1-16] "
                 "[--threads 1-16] [--seed S] [--no-restart] [--sabotage] "
                 "[--verbose] [--proxy] [--sentinel [--strict-failover]] "
                 "[--strict-fence]\n");
         return 2;
     }
     if (setup() != 0) {
-        fprintf(stderr, "torture: could not set up (memory or redis-server)\n");
+        fprintf(stderr,
+                "torture: could not set up (memory or redis-server)\n");
         return 2;
     }
     rs = opt.seed | 1;

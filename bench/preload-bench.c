@@ -34,7 +34,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: preload-bench [PAIRS]\n");
         return 2;
     }
-    for (i = 0; i < n / 20; i++) {          /* warm up */
+    for (i = 0; i < n / 20; i++) { /* warm up */
         pthread_mutex_lock(&g_plain);
         pthread_mutex_unlock(&g_plain);
     }

@@ -44,7 +44,8 @@ static void init(dist_sem_t *s, const char *name, unsigned initial)
 
 int main(int argc, char **argv)
 {
-    static dist_sem_t *ends[2][2] = { { &slots, &items }, { &items, &slots } };
+    static dist_sem_t *ends[2][2] = { { &slots, &items },
+                                      { &items, &slots } };
     pthread_t t[2];
     int vi = -1, vs = -1, di, ds;
 

@@ -10,12 +10,20 @@
 #include <string.h>
 
 static const char *const vnames[TC_V_COUNT] = {
-    "overlapping exclusive holds", "read hold during a write hold",
-    "fencing token not increasing", "occupancy exceeded",
-    "counter != accepted writes", "undocumented return value",
-    "EPERM without lost handler", "late past deadline", "hang",
-    "permits over-granted", "queue item lost or doubled", "lost wake-up",
-    "stale write accepted", "legitimate holder refused"
+    "overlapping exclusive holds",
+    "read hold during a write hold",
+    "fencing token not increasing",
+    "occupancy exceeded",
+    "counter != accepted writes",
+    "undocumented return value",
+    "EPERM without lost handler",
+    "late past deadline",
+    "hang",
+    "permits over-granted",
+    "queue item lost or doubled",
+    "lost wake-up",
+    "stale write accepted",
+    "legitimate holder refused"
 };
 static const char *const mnames[] = { "excl", "write", "read" };
 static const char *const onames[TC_OP_COUNT] = {
@@ -50,14 +58,16 @@ static double ms(const struct ctx *c, uint64_t ns)
 
 static void print_rec(const struct ctx *c, const struct tc_rec *r)
 {
-    fprintf(c->out, "    #%zu proc %" PRIu32 " lock %u %s/%s rc %d: call %.3f"
+    fprintf(c->out,
+            "    #%zu proc %" PRIu32 " lock %u %s/%s rc %d: call %.3f"
             " ret %.3f end %.3f ms, deadline %.3f, token %" PRIu64
             " (rc %d), unlock rc %d, flags %#x, fence %.3f ms, read %" PRId64
-            "\n", (size_t)(r - c->h->rec), r->proc, r->lock,
-            mnames[r->mode % 3], onames[r->op % TC_OP_COUNT], r->rc,
-            ms(c, r->call_ns), ms(c, r->ret_ns), ms(c, r->end_ns),
-            ms(c, r->deadline_ns), r->token, r->token_rc, r->unlock_rc,
-            r->flags, ms(c, r->fence_ns), r->rval);
+            "\n",
+            (size_t)(r - c->h->rec), r->proc, r->lock, mnames[r->mode % 3],
+            onames[r->op % TC_OP_COUNT], r->rc, ms(c, r->call_ns),
+            ms(c, r->ret_ns), ms(c, r->end_ns), ms(c, r->deadline_ns),
+            r->token, r->token_rc, r->unlock_rc, r->flags, ms(c, r->fence_ns),
+            r->rval);
 }
 
 /* Count violation v; print it (with up to two records) within the limit. */
@@ -80,8 +90,8 @@ static int data_lost_during(const struct tc_history *h, uint64_t from,
 {
     for (size_t i = 0; i < h->nfault; i++) {
         const struct tc_fault *f = &h->fault[i];
-        if (f->loses_data && f->start_ns <= to
-            && f->end_ns + h->lease_ns >= from)
+        if (f->loses_data && f->start_ns <= to &&
+            f->end_ns + h->lease_ns >= from)
             return 1;
     }
     return 0;
@@ -105,8 +115,8 @@ static int handler_called(const struct tc_history *h, const struct tc_rec *r,
 {
     for (size_t i = 0; i < h->nlost; i++) {
         const struct tc_lost *l = &h->lost[i];
-        if (l->proc == r->proc && l->lock == r->lock && l->ns >= from
-            && l->ns <= to)
+        if (l->proc == r->proc && l->lock == r->lock && l->ns >= from &&
+            l->ns <= to)
             return 1;
     }
     return 0;
@@ -126,9 +136,9 @@ static void mark_lost(struct ctx *c)
         c->res->sections++;
         if (r->flags & TC_F_KILLED)
             c->res->killed++;
-        if (r->unlock_rc == EPERM
-            || handler_called(h, r, r->ret_ns, r->end_ns + h->slack_ns)
-            || data_lost_during(h, r->ret_ns, r->end_ns)) {
+        if (r->unlock_rc == EPERM ||
+            handler_called(h, r, r->ret_ns, r->end_ns + h->slack_ns) ||
+            data_lost_during(h, r->ret_ns, r->end_ns)) {
             c->lost[i] = c->excused[i] = 1;
             c->res->lost_sections++;
         }
@@ -187,8 +197,8 @@ static void check_told(struct ctx *c, const struct tc_rec *a,
 {
     const struct tc_history *h = c->h;
 
-    if (data_lost_during(h, a->ret_ns, s->ret_ns)
-        || handler_called(h, a, a->ret_ns, s->ret_ns))
+    if (data_lost_during(h, a->ret_ns, s->ret_ns) ||
+        handler_called(h, a, a->ret_ns, s->ret_ns))
         return;
     if (own_fault_during(h, a->proc, a->ret_ns, s->ret_ns)) {
         c->res->told_late_own++;
@@ -196,7 +206,7 @@ static void check_told(struct ctx *c, const struct tc_rec *a,
     }
     if (++c->res->told_late <= c->max_print && c->out) {
         fprintf(c->out, "TOLD LATE: the first hold was lost, its holder was "
-                "told after the second began\n");
+                        "told after the second began\n");
         print_rec(c, a);
         print_rec(c, s);
     }
@@ -252,9 +262,10 @@ static void overlaps_of(struct ctx *c, const size_t *act, size_t nact,
                 check_told(c, a, s);
             continue;
         }
-        report(c, a->mode == TC_READ || s->mode == TC_READ
-                      ? TC_V_RW_OVERLAP : TC_V_OVERLAP, a, s,
-               "two holds at once, neither lost");
+        report(c,
+               a->mode == TC_READ || s->mode == TC_READ ? TC_V_RW_OVERLAP
+                                                        : TC_V_OVERLAP,
+               a, s, "two holds at once, neither lost");
     }
 }
 
@@ -281,7 +292,8 @@ static void overgrant_of(struct ctx *c, const size_t *act, size_t nact,
             c->excused[act[j]] = 1;
         c->excused[si] = 1;
     } else if (nact >= permits) {
-        report(c, TC_V_OVERGRANT, &rec[act[0]], &rec[si], "more sections at "
+        report(c, TC_V_OVERGRANT, &rec[act[0]], &rec[si],
+               "more sections at "
                "once than the semaphore has permits, none lost");
     }
 }
@@ -293,8 +305,8 @@ static int check_overgrant(struct ctx *c, unsigned lock)
 
 static int has_token(const struct tc_rec *r)
 {
-    return r->rc == 0 && r->op != TC_OP_NESTED && r->ret_ns
-           && r->mode != TC_READ && r->token_rc == 0;
+    return r->rc == 0 && r->op != TC_OP_NESTED && r->ret_ns &&
+           r->mode != TC_READ && r->token_rc == 0;
 }
 
 /* A hold whose call returned before another's call was made was granted
@@ -317,10 +329,9 @@ static int check_tokens(struct ctx *c, unsigned lock)
         for (; i < n && rec[r[i]].ret_ns < b->call_ns; i++)
             if (!max || rec[r[i]].token > max->token)
                 max = &rec[r[i]];
-        if (max && b->token <= max->token
-            && !data_lost_during(c->h, max->call_ns, b->ret_ns))
-            report(c, TC_V_TOKEN, max, b,
-                   "granted later, token not greater");
+        if (max && b->token <= max->token &&
+            !data_lost_during(c->h, max->call_ns, b->ret_ns))
+            report(c, TC_V_TOKEN, max, b, "granted later, token not greater");
     }
     free(r);
     free(s);
@@ -347,7 +358,8 @@ static void check_counter(struct ctx *c, unsigned lock)
         if (r->flags & TC_F_COUNTED) {
             counted++;
             if (r->flags & TC_F_CLOBBER)
-                report(c, TC_V_COUNTER, r, NULL, "lost update: the write "
+                report(c, TC_V_COUNTER, r, NULL,
+                       "lost update: the write "
                        "replaced a value its read had not returned");
         }
         if (r->flags & TC_F_COUNT_UNSURE)
@@ -356,8 +368,10 @@ static void check_counter(struct ctx *c, unsigned lock)
     c->res->fenced_writes += (unsigned long)counted;
     if (got >= counted && got <= counted + unsure)
         return;
-    snprintf(what, sizeof what, "lock %u: counter %lld, %lld writes accepted "
-             "by the fence, %lld unsure", lock, got, counted, unsure);
+    snprintf(what, sizeof what,
+             "lock %u: counter %lld, %lld writes accepted "
+             "by the fence, %lld unsure",
+             lock, got, counted, unsure);
     report(c, TC_V_COUNTER, NULL, NULL, what);
 }
 
@@ -367,7 +381,10 @@ static void check_counter(struct ctx *c, unsigned lock)
  * of value v (rval + 1) after the reads of v - 1, the reads of v after the
  * write of v, a write that replaced another of its value after that one.
  * Calls of one key are in no known order among themselves. */
-struct fcall { int64_t key; size_t rec; };
+struct fcall {
+    int64_t key;
+    size_t rec;
+};
 
 static int by_key(const void *a, const void *b)
 {
@@ -388,8 +405,9 @@ static size_t fence_calls(const struct tc_history *h, unsigned lock,
         if (r->flags & TC_F_READ)
             v[k++] = (struct fcall){ 3 * r->rval + 1, i };
         if (r->flags & TC_F_COUNTED)
-            v[k++] = (struct fcall){ 3 * (r->rval + 1)
-                                     + ((r->flags & TC_F_CLOBBER) ? 2 : 0), i };
+            v[k++] = (struct fcall){
+                3 * (r->rval + 1) + ((r->flags & TC_F_CLOBBER) ? 2 : 0), i
+            };
     }
     return k;
 }
@@ -419,7 +437,8 @@ static int check_stale_writes(struct ctx *c, unsigned lock)
             const struct tc_rec *r = &h->rec[v[e].rec];
             if (max && r->token < max->token && !seen[v[e].rec]) {
                 seen[v[e].rec] = 1;
-                report(c, TC_V_STALE_WRITE, max, r, "accepted after a "
+                report(c, TC_V_STALE_WRITE, max, r,
+                       "accepted after a "
                        "higher token (the first record) had been");
             }
             if (!gmax || r->token > gmax->token)
@@ -439,9 +458,9 @@ static int check_stale_writes(struct ctx *c, unsigned lock)
  * another hold of the same process. */
 static int told_lost(const struct tc_history *h, const struct tc_rec *r)
 {
-    return r->unlock_rc == EPERM
-           || (r->unlock_rc != 0
-               && handler_called(h, r, r->ret_ns, r->end_ns + h->slack_ns));
+    return r->unlock_rc == EPERM ||
+           (r->unlock_rc != 0 &&
+            handler_called(h, r, r->ret_ns, r->end_ns + h->slack_ns));
 }
 
 /* The holders the fence refused: a refusal is right for a hold that was
@@ -466,11 +485,12 @@ static void check_refusals(struct ctx *c, unsigned lock)
         } else {
             c->res->legit_refused++;
             if (h->refusal_fails)
-                report(c, TC_V_REFUSED, r, NULL, "STALE to a holder never "
+                report(c, TC_V_REFUSED, r, NULL,
+                       "STALE to a holder never "
                        "reported lost");
             else if (c->out && shown++ < c->max_print) {
                 fprintf(c->out, "REFUSED, never reported lost (a figure, "
-                        "not a violation here):\n");
+                                "not a violation here):\n");
                 print_rec(c, r);
             }
         }
@@ -487,10 +507,10 @@ static int allowed(const struct tc_history *h, const struct tc_rec *r)
         return 1;
     if (op == TC_OP_TRY)
         return rc == (h->kind[r->lock % TC_MAX_LOCKS] == TC_LOCK_SEM ? EAGAIN
-                                                                   : EBUSY);
-    return (op == TC_OP_TIMED && rc == ETIMEDOUT)
-           || ((op == TC_OP_CWAIT_CONS || op == TC_OP_CWAIT_PROD)
-               && rc == EPERM);
+                                                                     : EBUSY);
+    return (op == TC_OP_TIMED && rc == ETIMEDOUT) ||
+           ((op == TC_OP_CWAIT_CONS || op == TC_OP_CWAIT_PROD) &&
+            rc == EPERM);
 }
 
 /* Return values, EPERM's lost-handler call, occupancy and deadlines: all
@@ -502,42 +522,46 @@ static void check_calls(struct ctx *c)
     for (size_t i = 0; i < h->nrec; i++) {
         const struct tc_rec *r = &h->rec[i];
         if (!r->ret_ns)
-            continue;   /* never returned: the hang check's business */
+            continue; /* never returned: the hang check's business */
         if (!allowed(h, r))
             report(c, TC_V_ERRNO, r, NULL, "acquiring call");
-        if (r->unlock_rc != -1 && r->unlock_rc != 0 && r->unlock_rc != EPERM
-            && r->unlock_rc != EIO)
+        if (r->unlock_rc != -1 && r->unlock_rc != 0 &&
+            r->unlock_rc != EPERM && r->unlock_rc != EIO)
             report(c, TC_V_ERRNO, r, NULL, "unlock");
-        if (r->token_rc != -1 && r->token_rc != 0 && r->token_rc != EPERM
-            && r->token_rc != EIO)
+        if (r->token_rc != -1 && r->token_rc != 0 && r->token_rc != EPERM &&
+            r->token_rc != EIO)
             report(c, TC_V_ERRNO, r, NULL, "token call");
         if (r->flags & TC_F_FENCE_ERR)
-            report(c, TC_V_ERRNO, r, NULL, "the fence answered an error "
+            report(c, TC_V_ERRNO, r, NULL,
+                   "the fence answered an error "
                    "other than STALE");
         /* from the call on: self-fencing may declare the hold lost while
          * the acquire's answer is still on its way (a reply that came
          * after the hold's safe-until), and report it then */
-        if (r->unlock_rc == EPERM
-            && !handler_called(h, r, r->call_ns, r->end_ns + h->slack_ns)
-            && !data_lost_during(h, r->ret_ns, r->end_ns))
+        if (r->unlock_rc == EPERM &&
+            !handler_called(h, r, r->call_ns, r->end_ns + h->slack_ns) &&
+            !data_lost_during(h, r->ret_ns, r->end_ns))
             report(c, TC_V_SILENT_LOSS, r, NULL,
                    "unlock gave EPERM, the lost handler was not called");
         if ((r->flags & TC_F_OCC_BAD) && is_section(r) && !c->excused[i])
             report(c, TC_V_OCCUPANCY, r, NULL,
                    "more holders than allowed seen on entry");
         if (r->op == TC_OP_TIMED) {
-            uint64_t from = r->deadline_ns > r->call_ns ? r->deadline_ns
-                                                        : r->call_ns;
-            if (r->ret_ns > from + h->slack_ns
-                && !own_fault_during(h, r->proc, r->call_ns, r->ret_ns))
-                report(c, TC_V_DEADLINE, r, NULL, "returned past deadline "
+            uint64_t from =
+                r->deadline_ns > r->call_ns ? r->deadline_ns : r->call_ns;
+            if (r->ret_ns > from + h->slack_ns &&
+                !own_fault_during(h, r->proc, r->call_ns, r->ret_ns))
+                report(c, TC_V_DEADLINE, r, NULL,
+                       "returned past deadline "
                        "+ slack");
         }
     }
 }
 
 /* Stretches of time [a, b). */
-struct ival { uint64_t a, b; };
+struct ival {
+    uint64_t a, b;
+};
 
 static int by_a(const void *x, const void *y)
 {
@@ -547,14 +571,15 @@ static int by_a(const void *x, const void *y)
 
 /* The conflicting holds of a lock for one kind of waiter (a dead holder's,
  * or one whose unlock failed, lasting a lease longer), into v. */
-static size_t hold_ivals(const struct tc_history *h, unsigned lock, int reader,
-                         struct ival *v)
+static size_t hold_ivals(const struct tc_history *h, unsigned lock,
+                         int reader, struct ival *v)
 {
     size_t k = 0;
 
     for (size_t i = 0; i < h->nrec; i++) {
         const struct tc_rec *r = &h->rec[i];
-        if (r->lock != lock || !is_section(r) || (reader && r->mode == TC_READ))
+        if (r->lock != lock || !is_section(r) ||
+            (reader && r->mode == TC_READ))
             continue;
         v[k].a = r->ret_ns;
         v[k].b = r->end_ns;
@@ -568,7 +593,10 @@ static size_t hold_ivals(const struct tc_history *h, unsigned lock, int reader,
 /* A semaphore is busy while every permit is held: the holds as above,
  * swept by their starts and ends (an end first where both fall at once),
  * into the stretches where as many are open as there are permits. */
-struct edge { uint64_t t; int d; };
+struct edge {
+    uint64_t t;
+    int d;
+};
 
 static int by_edge(const void *x, const void *y)
 {
@@ -652,7 +680,7 @@ static uint64_t longest_free(const struct ival *v, size_t n, uint64_t from,
     size_t lo = 0, hi = n;
     uint64_t at = from, best = 0;
 
-    while (lo < hi) {   /* first interval ending after from */
+    while (lo < hi) { /* first interval ending after from */
         size_t mid = (lo + hi) / 2;
         if (v[mid].b <= from)
             lo = mid + 1;
@@ -689,16 +717,18 @@ static int check_hangs(struct ctx *c, unsigned lock)
     for (size_t i = 0; i < h->nrec; i++) {
         const struct tc_rec *r = &h->rec[i];
         uint64_t to = r->ret_ns ? r->ret_ns : h->end_ns;
-        if (r->lock != lock || r->op == TC_OP_NESTED || r->op == TC_OP_TRY
-            || r->op == TC_OP_CWAIT_CONS || r->op == TC_OP_CWAIT_PROD)
-            continue;   /* a condition wait: check_items' business */
+        if (r->lock != lock || r->op == TC_OP_NESTED || r->op == TC_OP_TRY ||
+            r->op == TC_OP_CWAIT_CONS || r->op == TC_OP_CWAIT_PROD)
+            continue; /* a condition wait: check_items' business */
         if (!r->ret_ns && (r->flags & TC_F_KILLED))
             continue;
-        if (r->mode == TC_READ ? longest_free(rd, nr, r->call_ns, to) > h->hang_ns
-                               : longest_free(wr, nw, r->call_ns, to) > h->hang_ns)
-            report(c, TC_V_HANG, r, NULL, r->ret_ns
-                   ? "waited on a free lock longer than the hang bound"
-                   : "never returned");
+        if (r->mode == TC_READ
+                ? longest_free(rd, nr, r->call_ns, to) > h->hang_ns
+                : longest_free(wr, nw, r->call_ns, to) > h->hang_ns)
+            report(c, TC_V_HANG, r, NULL,
+                   r->ret_ns
+                       ? "waited on a free lock longer than the hang bound"
+                       : "never returned");
     }
     free(rd);
     free(wr);
@@ -713,8 +743,8 @@ static int queue_lost_during(const struct tc_history *h, uint64_t from,
                              uint64_t to)
 {
     for (size_t i = 0; i < h->nlost; i++)
-        if (h->lost[i].lock == h->queue_lock && h->lost[i].ns >= from
-            && h->lost[i].ns <= to)
+        if (h->lost[i].lock == h->queue_lock && h->lost[i].ns >= from &&
+            h->lost[i].ns <= to)
             return 1;
     return 0;
 }
@@ -736,15 +766,16 @@ static void check_takes(struct ctx *c)
         c->res->items++;
         if (it->takes + queued == 1)
             continue;
-        if (data_lost_during(h, it->put_ns, h->end_ns)
-            || queue_lost_during(h, it->put_ns, h->end_ns)
-            || own_fault_during(h, it->put_proc, it->put_ns, h->end_ns)
-            || (it->take_ns && own_fault_during(h, it->take_proc, it->take_ns,
-                                                h->end_ns)))
+        if (data_lost_during(h, it->put_ns, h->end_ns) ||
+            queue_lost_during(h, it->put_ns, h->end_ns) ||
+            own_fault_during(h, it->put_proc, it->put_ns, h->end_ns) ||
+            (it->take_ns &&
+             own_fault_during(h, it->take_proc, it->take_ns, h->end_ns)))
             continue;
-        snprintf(what, sizeof what, "item %zu put by proc %" PRIu32 " at "
-                 "%.3f ms: taken %u times%s", i, it->put_proc,
-                 ms(c, it->put_ns), (unsigned)it->takes,
+        snprintf(what, sizeof what,
+                 "item %zu put by proc %" PRIu32 " at "
+                 "%.3f ms: taken %u times%s",
+                 i, it->put_proc, ms(c, it->put_ns), (unsigned)it->takes,
                  queued ? ", and still queued at the end" : "");
         report(c, TC_V_ITEM, NULL, NULL, what);
     }
@@ -763,8 +794,8 @@ static struct ival *consumer_waits(const struct tc_history *h, size_t *n)
         return NULL;
     for (size_t i = 0; i < h->nrec; i++) {
         const struct tc_rec *r = &h->rec[i];
-        if (r->lock != h->queue_lock || r->op != TC_OP_CWAIT_CONS
-            || (!r->ret_ns && (r->flags & TC_F_KILLED)))
+        if (r->lock != h->queue_lock || r->op != TC_OP_CWAIT_CONS ||
+            (!r->ret_ns && (r->flags & TC_F_KILLED)))
             continue;
         v[k].a = r->call_ns;
         v[k++].b = r->ret_ns ? r->ret_ns : h->end_ns;
@@ -795,7 +826,7 @@ static void item_wakeup(struct ctx *c, const struct tc_item *it,
 
     if (b <= a || b - a <= c->h->hang_ns || (it->flags & TC_I_NOSIGNAL))
         return;
-    while (lo < hi) {   /* first wait ending after the put */
+    while (lo < hi) { /* first wait ending after the put */
         size_t mid = (lo + hi) / 2;
         if (w[mid].b <= a)
             lo = mid + 1;
@@ -806,7 +837,8 @@ static void item_wakeup(struct ctx *c, const struct tc_item *it,
         uint64_t x = w[i].a > a ? w[i].a : a, y = w[i].b < b ? w[i].b : b;
         if (y <= x || longest_free(busy, nb, x, y) <= c->h->hang_ns)
             continue;
-        snprintf(what, sizeof what, "item %zu put at %.3f ms, taken at "
+        snprintf(what, sizeof what,
+                 "item %zu put at %.3f ms, taken at "
                  "%.3f ms, while a consumer waited from %.3f to %.3f ms",
                  (size_t)(it - c->h->item), ms(c, it->put_ns),
                  ms(c, it->take_ns), ms(c, w[i].a), ms(c, w[i].b));

@@ -49,39 +49,56 @@ enum tc_mode { TC_EXCL, TC_WRITE, TC_READ };
  * hold after it is a section of its own, opened by TC_OP_CWAIT_CONS (a
  * consumer waiting for an item) or TC_OP_CWAIT_PROD (a producer waiting
  * for room), whose call_ns/ret_ns are the wait's. */
-enum tc_op { TC_OP_LOCK, TC_OP_TRY, TC_OP_TIMED, TC_OP_NESTED,
-             TC_OP_CWAIT_CONS, TC_OP_CWAIT_PROD, TC_OP_COUNT };
+enum tc_op {
+    TC_OP_LOCK,
+    TC_OP_TRY,
+    TC_OP_TIMED,
+    TC_OP_NESTED,
+    TC_OP_CWAIT_CONS,
+    TC_OP_CWAIT_PROD,
+    TC_OP_COUNT
+};
 
 /* flags of a record */
-#define TC_F_KILLED      1u  /* its process died (SIGKILL) while it held:
+#define TC_F_KILLED                                                          \
+    1u /* its process died (SIGKILL) while it held:
                                 end_ns is the death as the parent saw it */
-#define TC_F_COUNTED     2u  /* its fenced write of the counter was
+#define TC_F_COUNTED                                                         \
+    2u /* its fenced write of the counter was
                                 accepted (the value written is rval + 1) */
-#define TC_F_COUNT_UNSURE 4u /* a fenced write was sent, its reply never
+#define TC_F_COUNT_UNSURE                                                    \
+    4u /* a fenced write was sent, its reply never
                                 came: it may or may not have been applied */
-#define TC_F_OCC_BAD     8u  /* the shared-memory occupancy seen on entry
+#define TC_F_OCC_BAD                                                         \
+    8u /* the shared-memory occupancy seen on entry
                                 exceeded what the mode allows (for a
                                 semaphore: more holders than permits) */
-#define TC_F_TIMED_OUT  16u  /* a condition wait ended by its deadline
+#define TC_F_TIMED_OUT                                                       \
+    16u /* a condition wait ended by its deadline
                                 (rc is 0: the mutex is held again) */
-#define TC_F_WAIT_EIO   32u  /* a condition wait failed with EIO before it
+#define TC_F_WAIT_EIO                                                        \
+    32u /* a condition wait failed with EIO before it
                                 gave the mutex up (rc is 0: still held; the
                                 hold goes on, so no token of its own) */
-#define TC_F_READ       64u  /* its fenced read of the counter was accepted
+#define TC_F_READ                                                            \
+    64u /* its fenced read of the counter was accepted
                                 and returned rval */
-#define TC_F_STALE     128u  /* the fence refused its read or its write
+#define TC_F_STALE                                                           \
+    128u /* the fence refused its read or its write
                                 (STALE, at fence_ns): nothing written */
-#define TC_F_CLOBBER   256u  /* its accepted write replaced a value other
+#define TC_F_CLOBBER                                                         \
+    256u /* its accepted write replaced a value other
                                 than the one its read returned: an update
                                 was lost (SET ... GET gave the old value) */
-#define TC_F_FENCE_ERR 512u  /* the fence answered an error other than
+#define TC_F_FENCE_ERR                                                       \
+    512u /* the fence answered an error other than
                                 STALE (not loaded, wrong type...) */
 
 /* One acquisition attempt, and the section it opened when rc == 0. */
 struct tc_rec {
-    uint64_t call_ns;     /* the acquiring call was made */
-    uint64_t ret_ns;      /* it returned; 0: it never did */
-    uint64_t end_ns;      /* the section ended (unlock called); 0: no section */
+    uint64_t call_ns; /* the acquiring call was made */
+    uint64_t ret_ns;  /* it returned; 0: it never did */
+    uint64_t end_ns;  /* the section ended (unlock called); 0: no section */
     uint64_t deadline_ns; /* timed calls: their deadline; 0 otherwise */
     uint64_t token;       /* fencing token of an exclusive hold; 0: none */
     uint64_t fence_ns;    /* the fence's last answer came (the write's, or
@@ -112,7 +129,7 @@ struct tc_lost {
 struct tc_fault {
     uint64_t start_ns, end_ns;
     uint32_t proc;
-    uint8_t kind;         /* the runner's own numbering, not interpreted */
+    uint8_t kind; /* the runner's own numbering, not interpreted */
     uint8_t loses_data;
 };
 
@@ -122,15 +139,16 @@ enum tc_lock_kind { TC_LOCK_MUTEX, TC_LOCK_RW, TC_LOCK_SEM };
 
 /* One item through the queue (tc_history.queue_lock): put under the
  * queue's mutex (then "not empty" signalled), taken under it. */
-#define TC_I_QUEUED   1u   /* still in the queue when the run ended */
-#define TC_I_NOSIGNAL 2u   /* the signal after the put failed (EIO): its
+#define TC_I_QUEUED 1u /* still in the queue when the run ended */
+#define TC_I_NOSIGNAL                                                        \
+    2u /* the signal after the put failed (EIO): its
                               wake-up may be late, documented */
 struct tc_item {
-    uint64_t put_ns;      /* 0: the slot was never used */
-    uint64_t take_ns;     /* first taken out; 0: never */
+    uint64_t put_ns;  /* 0: the slot was never used */
+    uint64_t take_ns; /* first taken out; 0: never */
     uint32_t put_proc, take_proc;
-    uint16_t takes;       /* how many times it was taken out */
-    uint16_t flags;       /* TC_I_* */
+    uint16_t takes; /* how many times it was taken out */
+    uint16_t flags; /* TC_I_* */
 };
 
 struct tc_history {
@@ -141,16 +159,16 @@ struct tc_history {
     const struct tc_fault *fault;
     size_t nfault;
     unsigned nlocks;
-    uint8_t kind[TC_MAX_LOCKS];        /* enum tc_lock_kind */
-    unsigned permits[TC_MAX_LOCKS];    /* TC_LOCK_SEM: its permits */
-    long long counter[TC_MAX_LOCKS];   /* final Redis counter of each lock */
-    uint64_t end_ns;                   /* the run ended (for calls that never
+    uint8_t kind[TC_MAX_LOCKS];      /* enum tc_lock_kind */
+    unsigned permits[TC_MAX_LOCKS];  /* TC_LOCK_SEM: its permits */
+    long long counter[TC_MAX_LOCKS]; /* final Redis counter of each lock */
+    uint64_t end_ns;                 /* the run ended (for calls that never
                                           returned) */
     /* Documented bounds */
-    uint64_t lease_ns;     /* longest a dead holder keeps a lock */
-    uint64_t slack_ns;     /* how late past its deadline a timed call may
+    uint64_t lease_ns; /* longest a dead holder keeps a lock */
+    uint64_t slack_ns; /* how late past its deadline a timed call may
                               return (command timeout + scheduling) */
-    uint64_t hang_ns;      /* longest a blocked call may wait while the lock
+    uint64_t hang_ns;  /* longest a blocked call may wait while the lock
                               is free and no fault is on */
     /* The locks' master has replicas and replica sync is on: an acquire
      * may also fail with DIST_ENOREPLICA (ENOLINK, distlock.h). */
@@ -166,23 +184,23 @@ struct tc_history {
 };
 
 enum tc_violation {
-    TC_V_OVERLAP,      /* two exclusive holds at once */
-    TC_V_RW_OVERLAP,   /* a read hold during a write hold */
-    TC_V_TOKEN,        /* token not above an earlier hold's */
-    TC_V_OCCUPANCY,    /* shared-memory count exceeded, no loss to explain */
-    TC_V_COUNTER,      /* Redis counter differs from the accepted writes,
+    TC_V_OVERLAP,     /* two exclusive holds at once */
+    TC_V_RW_OVERLAP,  /* a read hold during a write hold */
+    TC_V_TOKEN,       /* token not above an earlier hold's */
+    TC_V_OCCUPANCY,   /* shared-memory count exceeded, no loss to explain */
+    TC_V_COUNTER,     /* Redis counter differs from the accepted writes,
                           or a write replaced a value it had not read */
-    TC_V_ERRNO,        /* a call returned an undocumented value */
-    TC_V_SILENT_LOSS,  /* unlock said EPERM but no lost-handler call came */
-    TC_V_DEADLINE,     /* a timed call returned too long after its deadline */
-    TC_V_HANG,         /* a blocked call waited on a free lock too long */
-    TC_V_OVERGRANT,    /* more semaphore sections at once than permits */
-    TC_V_ITEM,         /* a queue item lost, or taken more than once */
-    TC_V_WAKEUP,       /* an item waited in the queue while a consumer
+    TC_V_ERRNO,       /* a call returned an undocumented value */
+    TC_V_SILENT_LOSS, /* unlock said EPERM but no lost-handler call came */
+    TC_V_DEADLINE,    /* a timed call returned too long after its deadline */
+    TC_V_HANG,        /* a blocked call waited on a free lock too long */
+    TC_V_OVERGRANT,   /* more semaphore sections at once than permits */
+    TC_V_ITEM,        /* a queue item lost, or taken more than once */
+    TC_V_WAKEUP,      /* an item waited in the queue while a consumer
                           slept on the condition, longer than hang_ns */
-    TC_V_STALE_WRITE,  /* the fence accepted a call whose token is lower
+    TC_V_STALE_WRITE, /* the fence accepted a call whose token is lower
                           than one it had accepted before */
-    TC_V_REFUSED,      /* the fence refused a holder never reported lost
+    TC_V_REFUSED,     /* the fence refused a holder never reported lost
                           (only with tc_history.refusal_fails) */
     TC_V_COUNT
 };
@@ -199,18 +217,18 @@ struct tc_result {
      * itself stopped or killed meanwhile, which no library can see. */
     unsigned long told_late;
     unsigned long told_late_own;
-    unsigned long items;         /* queue items checked */
+    unsigned long items; /* queue items checked */
     /* The fence (the two figures of the run: stale_accepted, the same as
      * violations[TC_V_STALE_WRITE], must be 0; legit_refused is today a
      * figure, a violation with refusal_fails) */
-    unsigned long fenced_writes;   /* writes the fence accepted */
-    unsigned long stale_accepted;  /* of its accepted calls, with a token
+    unsigned long fenced_writes;  /* writes the fence accepted */
+    unsigned long stale_accepted; /* of its accepted calls, with a token
                                       lower than one accepted before */
-    unsigned long refused;         /* sections the fence refused (STALE) */
-    unsigned long refused_lost;    /* of them, holds reported lost */
-    unsigned long refused_killed;  /* of them, killed before their unlock
+    unsigned long refused;        /* sections the fence refused (STALE) */
+    unsigned long refused_lost;   /* of them, holds reported lost */
+    unsigned long refused_killed; /* of them, killed before their unlock
                                       could tell: not judged */
-    unsigned long legit_refused;   /* of them, never reported lost */
+    unsigned long legit_refused;  /* of them, never reported lost */
 };
 
 /* Name of a violation kind, for the table. */

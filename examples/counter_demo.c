@@ -32,7 +32,7 @@
  * before fork).  CLOCK_MONOTONIC is one clock for the whole host, so a time
  * taken in one process can be compared with one taken in another. */
 struct shared {
-    _Atomic uint64_t released_ns;   /* just before the last unlock */
+    _Atomic uint64_t released_ns; /* just before the last unlock */
     atomic_uint nsamples;
     atomic_uint failures;
     uint64_t handoff_ns[MAX_SAMPLES];
@@ -44,7 +44,8 @@ static int increments;
 
 /* The lock: one name, the same in every process.  DIST_MUTEX_INITIALIZER
  * needs no init call; the library connects at first use, in each process. */
-static dist_mutex_t counter_lock = DIST_MUTEX_INITIALIZER("distlock-demo:lock");
+static dist_mutex_t counter_lock =
+    DIST_MUTEX_INITIALIZER("distlock-demo:lock");
 
 static uint64_t now_ns(void)
 {
@@ -115,7 +116,8 @@ static void *worker(void *arg)
             if (rc == EBUSY) {
                 rc = dist_mutex_lock(&counter_lock);
                 if (rc == 0) {
-                    uint64_t t = now_ns(), rel = atomic_load(&sh->released_ns);
+                    uint64_t t = now_ns(),
+                             rel = atomic_load(&sh->released_ns);
                     unsigned n = atomic_fetch_add(&sh->nsamples, 1);
                     if (n < MAX_SAMPLES && rel && t > rel)
                         sh->handoff_ns[n] = t - rel;
@@ -128,8 +130,8 @@ static void *worker(void *arg)
                 break;
             }
         }
-        v = get_counter(c);                    /* the critical section:    */
-        if (v < 0 || set_counter(c, v + 1))    /* read, then write back    */
+        v = get_counter(c);                 /* the critical section:    */
+        if (v < 0 || set_counter(c, v + 1)) /* read, then write back    */
             atomic_fetch_add(&sh->failures, 1);
         if (use_lock) {
             atomic_store(&sh->released_ns, now_ns());
@@ -208,23 +210,33 @@ int main(int argc, char **argv)
     increments = 250;
     while ((opt = getopt(argc, argv, "p:t:n:h")) != -1) {
         switch (opt) {
-        case 'p': procs = atoi(optarg); break;
-        case 't': threads = atoi(optarg); break;
-        case 'n': increments = atoi(optarg); break;
+        case 'p':
+            procs = atoi(optarg);
+            break;
+        case 't':
+            threads = atoi(optarg);
+            break;
+        case 'n':
+            increments = atoi(optarg);
+            break;
         default:
-            fprintf(stderr, "usage: %s [-p processes] [-t threads] [-n increments]\n"
-                    "Redis is taken from DISTLOCK_URL.\n", argv[0]);
+            fprintf(stderr,
+                    "usage: %s [-p processes] [-t threads] [-n increments]\n"
+                    "Redis is taken from DISTLOCK_URL.\n",
+                    argv[0]);
             return opt == 'h' ? 0 : 2;
         }
     }
     if (procs < 1 || procs > 64 || threads < 1 || threads > 64 ||
         increments < 1 || increments > 1000000) {
         fprintf(stderr, "counter_demo: want 1..64 processes, 1..64 threads, "
-                "1..1000000 increments\n");
+                        "1..1000000 increments\n");
         return 2;
     }
     if (!getenv("DISTLOCK_URL")) {
-        fprintf(stderr, "counter_demo: set DISTLOCK_URL (e.g. redis://127.0.0.1:6379)\n");
+        fprintf(
+            stderr,
+            "counter_demo: set DISTLOCK_URL (e.g. redis://127.0.0.1:6379)\n");
         return 2;
     }
     sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE,
@@ -235,7 +247,8 @@ int main(int argc, char **argv)
     }
     expected = (long long)procs * threads * increments;
     printf("distlock demo: %d processes x %d threads x %d increments of one "
-           "Redis counter (GET, then SET)\n\n", procs, threads, increments);
+           "Redis counter (GET, then SET)\n\n",
+           procs, threads, increments);
 
     use_lock = 1;
     if (run(procs, threads, &final_locked, &secs_locked) != 0) {
@@ -262,12 +275,14 @@ int main(int argc, char **argv)
     if (n > 0)
         printf("  handoff latency : p50 %.3f ms, p99 %.3f ms, max %.3f ms "
                "(unlock -> a waiter's lock returns, %u handoffs)\n",
-               sh->handoff_ns[n / 2] / 1e6, sh->handoff_ns[(n * 99) / 100] / 1e6,
+               sh->handoff_ns[n / 2] / 1e6,
+               sh->handoff_ns[(n * 99) / 100] / 1e6,
                sh->handoff_ns[n - 1] / 1e6, n);
-    printf("\n%s\n", final_locked == expected
-           ? "The lock kept every update; without it, concurrent "
-             "read-modify-writes overwrote each other."
-           : "UNEXPECTED: updates were lost under the lock.");
+    printf("\n%s\n",
+           final_locked == expected
+               ? "The lock kept every update; without it, concurrent "
+                 "read-modify-writes overwrote each other."
+               : "UNEXPECTED: updates were lost under the lock.");
     munmap(sh, sizeof *sh);
     return final_locked == expected ? 0 : 1;
 }

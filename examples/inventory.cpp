@@ -32,7 +32,7 @@ int main(int argc, char **argv)
         distlock::mutex south("inventory:shelf:south");
         distlock::shared_mutex prices("inventory:prices");
         distlock::mutex_options o;
-        o.lease = 10s;            /* expires by itself if we die holding it */
+        o.lease = 10s; /* expires by itself if we die holding it */
         distlock::timed_mutex audit("inventory:audit", o);
 
         for (int i = 0; i < moves; i++) {

@@ -54,7 +54,7 @@ static void load(struct queue *q)
     if (n < 0)
         fail("read");
     if (n < (ssize_t)sizeof *q)
-        memset(q, 0, sizeof *q);       /* a new queue */
+        memset(q, 0, sizeof *q); /* a new queue */
 }
 
 static void store(const struct queue *q)

@@ -32,8 +32,9 @@ extern "C" {
 #define DIST_VERSION_MAJOR 0
 #define DIST_VERSION_MINOR 1
 #define DIST_VERSION_PATCH 0
-#define DIST_VERSION_HEX ((DIST_VERSION_MAJOR << 16) | \
-                          (DIST_VERSION_MINOR << 8) | DIST_VERSION_PATCH)
+#define DIST_VERSION_HEX                                                     \
+    ((DIST_VERSION_MAJOR << 16) | (DIST_VERSION_MINOR << 8) |                \
+     DIST_VERSION_PATCH)
 
 /* Longest lock name accepted, in bytes (names are any bytes but NUL). */
 #define DIST_NAME_MAX 4096
@@ -122,14 +123,15 @@ DIST_EXPORT void dist_shutdown(void);
 /* Mutex                                                                    */
 /* ------------------------------------------------------------------------ */
 
-#define DIST_MUTEX_RECURSIVE  1   /* default: n locks need n unlocks */
-#define DIST_MUTEX_ERRORCHECK 2   /* relock by the owner gives EDEADLK
+#define DIST_MUTEX_RECURSIVE 1 /* default: n locks need n unlocks */
+#define DIST_MUTEX_ERRORCHECK                                                \
+    2 /* relock by the owner gives EDEADLK
                                    * (trylock: EBUSY) */
 
 /* dist_mutexattr_setrobust: what a holder that does not release the lock
  * cleanly (it died, its lease ran out, its hold was forced) leaves. */
-#define DIST_MUTEX_STALLED 0      /* default: nothing; the lease frees it */
-#define DIST_MUTEX_ROBUST  1      /* the next holder gets EOWNERDEAD */
+#define DIST_MUTEX_STALLED 0 /* default: nothing; the lease frees it */
+#define DIST_MUTEX_ROBUST  1 /* the next holder gets EOWNERDEAD */
 
 #ifndef EOWNERDEAD
 #define EOWNERDEAD 130
@@ -159,7 +161,13 @@ typedef struct dist_mutexattr dist_mutexattr_t;
 
 /* Static or automatic initialisation with default attributes; the internal
  * state is created, and Redis connected, at first use. */
-#define DIST_MUTEX_INITIALIZER(name) { (name), 0, { 0, 0 } }
+#define DIST_MUTEX_INITIALIZER(name)                                         \
+    {                                                                        \
+        (name), 0,                                                           \
+        {                                                                    \
+            0, 0                                                             \
+        }                                                                    \
+    }
 
 /* name: 1..DIST_NAME_MAX bytes, copied.  attr may be NULL for defaults.
  * Does no network I/O.  EINVAL, ENOMEM. */
@@ -276,8 +284,10 @@ DIST_EXPORT int dist_mutexattr_getrobust(const dist_mutexattr_t *a,
  * reader whose process died stops counting when its lease ends, even while
  * other readers keep the lock.
  */
-#define DIST_RWLOCK_PREFER_READER 0   /* default: readers join readers, as glibc */
-#define DIST_RWLOCK_PREFER_WRITER 1   /* new readers wait while a writer waits */
+#define DIST_RWLOCK_PREFER_READER                                            \
+    0 /* default: readers join readers, as glibc */
+#define DIST_RWLOCK_PREFER_WRITER                                            \
+    1 /* new readers wait while a writer waits */
 
 struct dist_rwlockattr {
     int __kind;
@@ -299,7 +309,13 @@ typedef struct dist_rwlockattr dist_rwlockattr_t;
 
 /* Static or automatic initialisation with default attributes; the internal
  * state is created, and Redis connected, at first use. */
-#define DIST_RWLOCK_INITIALIZER(name) { (name), 0, { 0, 0 } }
+#define DIST_RWLOCK_INITIALIZER(name)                                        \
+    {                                                                        \
+        (name), 0,                                                           \
+        {                                                                    \
+            0, 0                                                             \
+        }                                                                    \
+    }
 
 /* name: 1..DIST_NAME_MAX bytes, copied.  attr may be NULL for defaults.
  * Does no network I/O.  EINVAL, ENOMEM.  Not the same lock as a dist_mutex_t
@@ -384,22 +400,22 @@ DIST_EXPORT int dist_rwlockattr_setkind(dist_rwlockattr_t *a, int kind);
 /* What this process's locks did since it started (or since the last
  * dist_stats_reset).  A forked child starts with its parent's counts. */
 struct dist_stats {
-    uint64_t acquired;        /* holds taken by every lock call, try and
+    uint64_t acquired;  /* holds taken by every lock call, try and
                                * reentrant ones included */
-    uint64_t contended;       /* of those, taken after waiting for another
+    uint64_t contended; /* of those, taken after waiting for another
                                * holder */
-    uint64_t busy;            /* try calls that found the lock held */
-    uint64_t timed_out;       /* timed calls that gave ETIMEDOUT */
+    uint64_t busy;      /* try calls that found the lock held */
+    uint64_t timed_out; /* timed calls that gave ETIMEDOUT */
     uint64_t wait_ms[DIST_STATS_WAIT_BUCKETS];
-                              /* lock calls that may wait (not try), by how
+    /* lock calls that may wait (not try), by how
                                * long they took to take the lock */
-    uint64_t renewed;         /* holds renewed by the renewal thread */
-    uint64_t renew_failed;    /* hold renewals Redis did not answer */
-    uint64_t lost;            /* holds found lost (the lost handler's calls) */
-    uint64_t connects;        /* connections opened to Redis servers: after
+    uint64_t renewed;      /* holds renewed by the renewal thread */
+    uint64_t renew_failed; /* hold renewals Redis did not answer */
+    uint64_t lost;         /* holds found lost (the lost handler's calls) */
+    uint64_t connects;     /* connections opened to Redis servers: after
                                * the first few, reconnects */
-    uint64_t redirects;       /* Cluster MOVED and ASK answers followed */
-    uint64_t no_replica;      /* new holds given back because no replica
+    uint64_t redirects;    /* Cluster MOVED and ASK answers followed */
+    uint64_t no_replica;   /* new holds given back because no replica
                                * acknowledged them in time (DIST_ENOREPLICA),
                                * or the WAIT for one failed */
     uint64_t pubsub_messages; /* release messages heard */
@@ -462,7 +478,13 @@ typedef struct dist_condattr dist_condattr_t;
 
 /* Static or automatic initialisation with default attributes
  * (CLOCK_REALTIME); the internal state is created at first use. */
-#define DIST_COND_INITIALIZER(name) { (name), 0, { 0, 0 } }
+#define DIST_COND_INITIALIZER(name)                                          \
+    {                                                                        \
+        (name), 0,                                                           \
+        {                                                                    \
+            0, 0                                                             \
+        }                                                                    \
+    }
 
 /* Sets up c under name (copied); attr may be NULL.  Does no network I/O.
  * EINVAL, ENOMEM. */
@@ -540,9 +562,9 @@ DIST_EXPORT int dist_condattr_getclock(const dist_condattr_t *a,
  * Waiters are woken by pub/sub, not FIFO: a post wakes one waiting thread
  * in each process that waits, which race for the permit.
  */
-#define DIST_SEM_LEASED   0
-#define DIST_SEM_REDISSON 1
-#define DIST_SEM_VALUE_MAX 2147483647L   /* as SEM_VALUE_MAX */
+#define DIST_SEM_LEASED    0
+#define DIST_SEM_REDISSON  1
+#define DIST_SEM_VALUE_MAX 2147483647L /* as SEM_VALUE_MAX */
 
 struct dist_semattr {
     int __mode;
@@ -643,7 +665,7 @@ DIST_EXPORT int dist_semattr_setmax(dist_semattr_t *a, long max);
  * breaks the round under way within DISTLOCK_WAITER_MS: the members
  * waiting in it get EOWNERDEAD, and the next round starts (without it).
  */
-#define DIST_BARRIER_SERIAL_THREAD (-1)   /* as PTHREAD_BARRIER_SERIAL_THREAD */
+#define DIST_BARRIER_SERIAL_THREAD (-1) /* as PTHREAD_BARRIER_SERIAL_THREAD */
 
 /* The caller owns the object; its fields are private. */
 struct dist_barrier {

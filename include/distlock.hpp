@@ -69,12 +69,13 @@
 
 #include "distlock.h"
 
-namespace distlock {
+namespace distlock
+{
 
 /* The type of a mutex (dist_mutexattr_settype). */
 enum class mutex_type {
-    recursive = DIST_MUTEX_RECURSIVE,    /* default: n locks need n unlocks */
-    errorcheck = DIST_MUTEX_ERRORCHECK   /* a relock by the owner is an error
+    recursive = DIST_MUTEX_RECURSIVE,  /* default: n locks need n unlocks */
+    errorcheck = DIST_MUTEX_ERRORCHECK /* a relock by the owner is an error
                                           * (lock throws EDEADLK; try_lock
                                           * answers false) */
 };
@@ -84,7 +85,7 @@ struct mutex_options {
     mutex_type type = mutex_type::recursive;
     /* 0: the watchdog lease, renewed while held; otherwise the hold ends
      * this long after each lock unless unlocked first */
-    std::chrono::milliseconds lease{0};
+    std::chrono::milliseconds lease{ 0 };
     /* strict FIFO across processes (dist_mutexattr_setfair) */
     bool fair = false;
     /* robust (dist_mutexattr_setrobust): a lock after a holder that did not
@@ -103,25 +104,29 @@ struct mutex_options {
  * not a result, because the state is broken and code that does not know
  * must not go on as if it were not: left uncaught, the process ends with
  * the lock held, and the next holder is told the same. */
-class owner_dead : public std::system_error {
-public:
+class owner_dead : public std::system_error
+{
+  public:
     explicit owner_dead(const std::string &what)
-        : std::system_error(EOWNERDEAD, std::generic_category(), what) {}
+        : std::system_error(EOWNERDEAD, std::generic_category(), what)
+    {
+    }
 };
 
 /* Whom a waiting writer keeps out (dist_rwlockattr_setkind). */
 enum class rwlock_kind {
-    prefer_reader = DIST_RWLOCK_PREFER_READER,   /* default */
+    prefer_reader = DIST_RWLOCK_PREFER_READER, /* default */
     prefer_writer = DIST_RWLOCK_PREFER_WRITER
 };
 
 /* How a shared_mutex is made; the defaults are dist_rwlockattr_init's. */
 struct shared_mutex_options {
-    std::chrono::milliseconds lease{0};          /* as mutex_options::lease */
+    std::chrono::milliseconds lease{ 0 }; /* as mutex_options::lease */
     rwlock_kind kind = rwlock_kind::prefer_reader;
 };
 
-namespace detail {
+namespace detail
+{
 
 /* The exception for a C result rc (not 0): the errno value, and the
  * library's reason when it has one. */
@@ -150,8 +155,9 @@ inline void check(int rc, const char *call)
 inline const char *c_name(const std::string &name)
 {
     if (name.find('\0') != std::string::npos)
-        throw std::system_error(EINVAL, std::generic_category(),
-                                "distlock: a lock name cannot contain a NUL byte");
+        throw std::system_error(
+            EINVAL, std::generic_category(),
+            "distlock: a lock name cannot contain a NUL byte");
     return name.c_str();
 }
 
@@ -171,7 +177,7 @@ template <class Rep, class Period>
 inline struct timespec to_timespec(std::chrono::duration<Rep, Period> d)
 {
     typedef std::chrono::duration<long double> fsec;
-    const long double far = 1e12L;   /* seconds */
+    const long double far = 1e12L; /* seconds */
     struct timespec ts;
     long double s = std::chrono::duration_cast<fsec>(d).count();
 
@@ -285,8 +291,9 @@ inline std::chrono::nanoseconds left_of(int rc, const struct timespec &ts,
 /* A distributed mutex named name (any bytes but NUL, 1..DIST_NAME_MAX):
  * every process that makes one with that name shares it.  Recursive by
  * default, as the C API. */
-class mutex {
-public:
+class mutex
+{
+  public:
     typedef dist_mutex_t *native_handle_type;
 
     /* No network I/O (the C API connects at first use).  Throws EINVAL for
@@ -299,8 +306,9 @@ public:
         detail::check(dist_mutexattr_init(&a), "dist_mutexattr_init");
         detail::check(dist_mutexattr_settype(&a, static_cast<int>(opts.type)),
                       "dist_mutexattr_settype");
-        detail::check(dist_mutexattr_setlease(&a, detail::lease_ms(opts.lease)),
-                      "dist_mutexattr_setlease");
+        detail::check(
+            dist_mutexattr_setlease(&a, detail::lease_ms(opts.lease)),
+            "dist_mutexattr_setlease");
         detail::check(dist_mutexattr_setfair(&a, opts.fair ? 1 : 0),
                       "dist_mutexattr_setfair");
         detail::check(dist_mutexattr_setrobust(&a, opts.robust
@@ -312,14 +320,20 @@ public:
         dist_mutexattr_destroy(&a);
     }
 
-    ~mutex() { dist_mutex_destroy(&m_); }
+    ~mutex()
+    {
+        dist_mutex_destroy(&m_);
+    }
 
     mutex(const mutex &) = delete;
     mutex &operator=(const mutex &) = delete;
 
     /* Blocks until taken.  Throws: EDEADLK (error-checking relock), EIO,
      * DIST_ENOREPLICA, ... */
-    void lock() { detail::check(dist_mutex_lock(&m_), "dist_mutex_lock"); }
+    void lock()
+    {
+        detail::check(dist_mutex_lock(&m_), "dist_mutex_lock");
+    }
 
     /* Never waits: false when another owner holds it (or, error-checking,
      * the caller does).  Throws only for a failure (EIO, ...). */
@@ -330,7 +344,10 @@ public:
     }
 
     /* Never throws; see unlock(std::error_code &). */
-    void unlock() noexcept { dist_mutex_unlock(&m_); }
+    void unlock() noexcept
+    {
+        dist_mutex_unlock(&m_);
+    }
 
     /* Gives back one hold; false with ec set when the C call failed (EPERM:
      * not held by this thread, or the hold was lost). */
@@ -374,18 +391,24 @@ public:
         return detail::left_of(rc, ts, "dist_mutex_lease_left");
     }
 
-    native_handle_type native_handle() noexcept { return &m_; }
+    native_handle_type native_handle() noexcept
+    {
+        return &m_;
+    }
 
-protected:
+  protected:
     dist_mutex_t m_;
 };
 
 /* A mutex with deadlines. */
-class timed_mutex : public mutex {
-public:
+class timed_mutex : public mutex
+{
+  public:
     explicit timed_mutex(const std::string &name,
                          const mutex_options &opts = mutex_options())
-        : mutex(name, opts) {}
+        : mutex(name, opts)
+    {
+    }
 
     /* Waits at most rel (on the steady clock): false when the time is up
      * first.  A free lock is taken even when rel is zero or negative. */
@@ -403,8 +426,8 @@ public:
     bool try_lock_until(const std::chrono::time_point<Clock, Duration> &tp)
     {
         dist_mutex_t *m = &m_;
-        int rc = detail::wait_until(tp,
-            [m](clockid_t c, const struct timespec *ts) {
+        int rc = detail::wait_until(
+            tp, [m](clockid_t c, const struct timespec *ts) {
                 return dist_mutex_clocklock(m, c, ts);
             });
 
@@ -422,36 +445,45 @@ public:
  * write hold before a read hold: unlock and unlock_shared are the same
  * call, which is what std::unique_lock and std::shared_lock need as long
  * as a thread gives back its holds in the reverse order of taking them. */
-class shared_mutex {
-public:
+class shared_mutex
+{
+  public:
     typedef dist_rwlock_t *native_handle_type;
 
     /* No network I/O.  Throws EINVAL for a bad name or option, ENOMEM.
      * Not the same lock as a distlock::mutex of the same name. */
-    explicit shared_mutex(const std::string &name,
-                          const shared_mutex_options &opts =
-                              shared_mutex_options())
+    explicit shared_mutex(
+        const std::string &name,
+        const shared_mutex_options &opts = shared_mutex_options())
     {
         dist_rwlockattr_t a;
 
         detail::check(dist_rwlockattr_init(&a), "dist_rwlockattr_init");
-        detail::check(dist_rwlockattr_setlease(&a, detail::lease_ms(opts.lease)),
-                      "dist_rwlockattr_setlease");
-        detail::check(dist_rwlockattr_setkind(&a, static_cast<int>(opts.kind)),
-                      "dist_rwlockattr_setkind");
+        detail::check(
+            dist_rwlockattr_setlease(&a, detail::lease_ms(opts.lease)),
+            "dist_rwlockattr_setlease");
+        detail::check(
+            dist_rwlockattr_setkind(&a, static_cast<int>(opts.kind)),
+            "dist_rwlockattr_setkind");
         detail::check(dist_rwlock_init(&l_, detail::c_name(name), &a),
                       "dist_rwlock_init");
         dist_rwlockattr_destroy(&a);
     }
 
-    ~shared_mutex() { dist_rwlock_destroy(&l_); }
+    ~shared_mutex()
+    {
+        dist_rwlock_destroy(&l_);
+    }
 
     shared_mutex(const shared_mutex &) = delete;
     shared_mutex &operator=(const shared_mutex &) = delete;
 
     /* ---- exclusive (write) side ---- */
 
-    void lock() { detail::check(dist_rwlock_wrlock(&l_), "dist_rwlock_wrlock"); }
+    void lock()
+    {
+        detail::check(dist_rwlock_wrlock(&l_), "dist_rwlock_wrlock");
+    }
 
     bool try_lock()
     {
@@ -464,23 +496,27 @@ public:
     {
         struct timespec ts = detail::steady_after(rel);
 
-        return detail::taken(dist_rwlock_clockwrlock(&l_, CLOCK_MONOTONIC, &ts),
-                             ETIMEDOUT, "dist_rwlock_clockwrlock");
+        return detail::taken(
+            dist_rwlock_clockwrlock(&l_, CLOCK_MONOTONIC, &ts), ETIMEDOUT,
+            "dist_rwlock_clockwrlock");
     }
 
     template <class Clock, class Duration>
     bool try_lock_until(const std::chrono::time_point<Clock, Duration> &tp)
     {
         dist_rwlock_t *l = &l_;
-        int rc = detail::wait_until(tp,
-            [l](clockid_t c, const struct timespec *ts) {
+        int rc = detail::wait_until(
+            tp, [l](clockid_t c, const struct timespec *ts) {
                 return dist_rwlock_clockwrlock(l, c, ts);
             });
 
         return detail::taken(rc, ETIMEDOUT, "dist_rwlock_clockwrlock");
     }
 
-    void unlock() noexcept { dist_rwlock_unlock(&l_); }
+    void unlock() noexcept
+    {
+        dist_rwlock_unlock(&l_);
+    }
 
     bool unlock(std::error_code &ec) noexcept
     {
@@ -508,24 +544,28 @@ public:
     {
         struct timespec ts = detail::steady_after(rel);
 
-        return detail::taken(dist_rwlock_clockrdlock(&l_, CLOCK_MONOTONIC, &ts),
-                             ETIMEDOUT, "dist_rwlock_clockrdlock");
+        return detail::taken(
+            dist_rwlock_clockrdlock(&l_, CLOCK_MONOTONIC, &ts), ETIMEDOUT,
+            "dist_rwlock_clockrdlock");
     }
 
     template <class Clock, class Duration>
-    bool try_lock_shared_until(
-        const std::chrono::time_point<Clock, Duration> &tp)
+    bool
+    try_lock_shared_until(const std::chrono::time_point<Clock, Duration> &tp)
     {
         dist_rwlock_t *l = &l_;
-        int rc = detail::wait_until(tp,
-            [l](clockid_t c, const struct timespec *ts) {
+        int rc = detail::wait_until(
+            tp, [l](clockid_t c, const struct timespec *ts) {
                 return dist_rwlock_clockrdlock(l, c, ts);
             });
 
         return detail::taken(rc, ETIMEDOUT, "dist_rwlock_clockrdlock");
     }
 
-    void unlock_shared() noexcept { dist_rwlock_unlock(&l_); }
+    void unlock_shared() noexcept
+    {
+        dist_rwlock_unlock(&l_);
+    }
 
     /* The fencing token of the caller's write hold (dist_rwlock_token).
      * Throws EPERM when the calling thread does not hold the write lock. */
@@ -547,9 +587,12 @@ public:
         return detail::left_of(rc, ts, "dist_rwlock_lease_left");
     }
 
-    native_handle_type native_handle() noexcept { return &l_; }
+    native_handle_type native_handle() noexcept
+    {
+        return &l_;
+    }
 
-private:
+  private:
     dist_rwlock_t l_;
 };
 
@@ -572,8 +615,9 @@ private:
  * the wait throws with the unique_lock released (owns_lock() false, no
  * mutex), since the thread no longer holds it; std::condition_variable
  * would call std::terminate. */
-class condition_variable {
-public:
+class condition_variable
+{
+  public:
     typedef dist_cond_t *native_handle_type;
 
     /* No network I/O.  Throws EINVAL for a bad name, ENOMEM. */
@@ -583,14 +627,20 @@ public:
                       "dist_cond_init");
     }
 
-    ~condition_variable() { dist_cond_destroy(&c_); }
+    ~condition_variable()
+    {
+        dist_cond_destroy(&c_);
+    }
 
     condition_variable(const condition_variable &) = delete;
     condition_variable &operator=(const condition_variable &) = delete;
 
     /* Wakes the oldest live waiter of any process, if there is one.
      * Throws EIO (not noexcept, unlike the standard's). */
-    void notify_one() { detail::check(dist_cond_signal(&c_), "dist_cond_signal"); }
+    void notify_one()
+    {
+        detail::check(dist_cond_signal(&c_), "dist_cond_signal");
+    }
 
     /* Wakes every live waiter of every process.  Throws EIO. */
     void notify_all()
@@ -598,8 +648,7 @@ public:
         detail::check(dist_cond_broadcast(&c_), "dist_cond_broadcast");
     }
 
-    template <class M>
-    void wait(std::unique_lock<M> &lk)
+    template <class M> void wait(std::unique_lock<M> &lk)
     {
         dist_mutex_t *m = handle(lk);
 
@@ -616,13 +665,14 @@ public:
     /* Waits until tp on its clock (steady_clock: CLOCK_MONOTONIC,
      * system_clock: CLOCK_REALTIME, any other: see "Deadlines" above). */
     template <class M, class Clock, class Duration>
-    std::cv_status wait_until(std::unique_lock<M> &lk,
-                              const std::chrono::time_point<Clock, Duration> &tp)
+    std::cv_status
+    wait_until(std::unique_lock<M> &lk,
+               const std::chrono::time_point<Clock, Duration> &tp)
     {
         dist_cond_t *c = &c_;
         dist_mutex_t *m = handle(lk);
-        int rc = detail::wait_until(tp,
-            [c, m](clockid_t clk, const struct timespec *ts) {
+        int rc = detail::wait_until(
+            tp, [c, m](clockid_t clk, const struct timespec *ts) {
                 return dist_cond_clockwait(c, m, clk, ts);
             });
 
@@ -647,9 +697,9 @@ public:
     {
         struct timespec ts = detail::steady_after(rel);
 
-        return done(lk, dist_cond_clockwait(&c_, handle(lk), CLOCK_MONOTONIC,
-                                            &ts),
-                    "dist_cond_clockwait");
+        return done(
+            lk, dist_cond_clockwait(&c_, handle(lk), CLOCK_MONOTONIC, &ts),
+            "dist_cond_clockwait");
     }
 
     /* Until pred() is true (true) or rel has passed on the steady clock
@@ -662,22 +712,25 @@ public:
         struct timespec ts = detail::steady_after(rel);
 
         while (!pred())
-            if (done(lk, dist_cond_clockwait(&c_, handle(lk), CLOCK_MONOTONIC,
-                                             &ts),
+            if (done(lk,
+                     dist_cond_clockwait(&c_, handle(lk), CLOCK_MONOTONIC,
+                                         &ts),
                      "dist_cond_clockwait") == std::cv_status::timeout)
                 return pred();
         return true;
     }
 
-    native_handle_type native_handle() noexcept { return &c_; }
+    native_handle_type native_handle() noexcept
+    {
+        return &c_;
+    }
 
-private:
+  private:
     dist_cond_t c_;
 
     /* The C mutex of lk, which must own it (EPERM otherwise, before any
      * waiting: the standard leaves that case undefined). */
-    template <class M>
-    static dist_mutex_t *handle(std::unique_lock<M> &lk)
+    template <class M> static dist_mutex_t *handle(std::unique_lock<M> &lk)
     {
         static_assert(std::is_base_of<mutex, M>::value,
                       "distlock::condition_variable waits with a "
@@ -713,9 +766,9 @@ private:
 
 /* How a semaphore keeps its permits (dist_semattr_setmode). */
 enum class semaphore_mode {
-    leased = DIST_SEM_LEASED,     /* default: a permit is a hold of the
+    leased = DIST_SEM_LEASED,    /* default: a permit is a hold of the
                                    * thread that acquired it, with a lease */
-    redisson = DIST_SEM_REDISSON  /* Redisson's RSemaphore layout */
+    redisson = DIST_SEM_REDISSON /* Redisson's RSemaphore layout */
 };
 
 /* How a counting_semaphore is made; the defaults are dist_semattr_init's. */
@@ -723,7 +776,7 @@ struct semaphore_options {
     semaphore_mode mode = semaphore_mode::leased;
     /* leased: 0, the watchdog lease renewed while held; otherwise each
      * permit ends this long after it was acquired unless released first */
-    std::chrono::milliseconds lease{0};
+    std::chrono::milliseconds lease{ 0 };
     /* leased: a thread that holds no permit may release, adding one (the
      * signalling use of a semaphore); otherwise such a release throws
      * EPERM */
@@ -746,14 +799,18 @@ struct semaphore_options {
  * with Redisson.  try_acquire throws (EIO) instead of answering false
  * when Redis cannot be reached. */
 template <std::ptrdiff_t LeastMaxValue = DIST_SEM_VALUE_MAX>
-class counting_semaphore {
+class counting_semaphore
+{
     static_assert(LeastMaxValue >= 1 && LeastMaxValue <= DIST_SEM_VALUE_MAX,
                   "LeastMaxValue must be 1 to DIST_SEM_VALUE_MAX");
 
-public:
+  public:
     typedef dist_sem_t *native_handle_type;
 
-    static constexpr std::ptrdiff_t max() noexcept { return LeastMaxValue; }
+    static constexpr std::ptrdiff_t max() noexcept
+    {
+        return LeastMaxValue;
+    }
 
     /* No network I/O.  Throws EINVAL (desired outside 0..max(), a bad name
      * or option), ENOMEM. */
@@ -771,17 +828,22 @@ public:
                       "dist_semattr_setmode");
         detail::check(dist_semattr_setlease(&a, detail::lease_ms(opts.lease)),
                       "dist_semattr_setlease");
-        detail::check(dist_semattr_setunowned(&a, opts.unowned_release ? 1 : 0),
-                      "dist_semattr_setunowned");
-        detail::check(dist_semattr_setmax(&a, static_cast<long>(LeastMaxValue)),
-                      "dist_semattr_setmax");
+        detail::check(
+            dist_semattr_setunowned(&a, opts.unowned_release ? 1 : 0),
+            "dist_semattr_setunowned");
+        detail::check(
+            dist_semattr_setmax(&a, static_cast<long>(LeastMaxValue)),
+            "dist_semattr_setmax");
         detail::check(dist_sem_init(&s_, detail::c_name(name),
                                     static_cast<unsigned>(desired), &a),
                       "dist_sem_init");
         dist_semattr_destroy(&a);
     }
 
-    ~counting_semaphore() { dist_sem_destroy(&s_); }
+    ~counting_semaphore()
+    {
+        dist_sem_destroy(&s_);
+    }
 
     counting_semaphore(const counting_semaphore &) = delete;
     counting_semaphore &operator=(const counting_semaphore &) = delete;
@@ -795,9 +857,9 @@ public:
                                     std::generic_category(),
                                     "distlock: release of a count outside "
                                     "0..max()");
-        detail::check(dist_sem_post_multiple(&s_,
-                                             static_cast<unsigned>(update)),
-                      "dist_sem_post_multiple");
+        detail::check(
+            dist_sem_post_multiple(&s_, static_cast<unsigned>(update)),
+            "dist_sem_post_multiple");
     }
 
     /* std::counting_semaphore's waits are not interrupted by a signal:
@@ -811,7 +873,8 @@ public:
     /* Never waits: false when no permit is free. */
     bool try_acquire()
     {
-        return detail::taken(dist_sem_trywait(&s_), EAGAIN, "dist_sem_trywait");
+        return detail::taken(dist_sem_trywait(&s_), EAGAIN,
+                             "dist_sem_trywait");
     }
 
     /* Waits at most rel (steady clock); a free permit is taken even when
@@ -821,9 +884,9 @@ public:
     {
         struct timespec ts = detail::steady_after(rel);
 
-        return detail::taken(detail::sem_clockwait_on(&s_, CLOCK_MONOTONIC,
-                                                      &ts),
-                             ETIMEDOUT, "dist_sem_clockwait");
+        return detail::taken(
+            detail::sem_clockwait_on(&s_, CLOCK_MONOTONIC, &ts), ETIMEDOUT,
+            "dist_sem_clockwait");
     }
 
     /* Waits until tp on its clock (see "Deadlines" above). */
@@ -831,8 +894,8 @@ public:
     bool try_acquire_until(const std::chrono::time_point<Clock, Duration> &tp)
     {
         dist_sem_t *s = &s_;
-        int rc = detail::wait_until(tp,
-            [s](clockid_t c, const struct timespec *ts) {
+        int rc = detail::wait_until(
+            tp, [s](clockid_t c, const struct timespec *ts) {
                 return detail::sem_clockwait_on(s, c, ts);
             });
 
@@ -860,9 +923,12 @@ public:
                       "dist_sem_setvalue");
     }
 
-    native_handle_type native_handle() noexcept { return &s_; }
+    native_handle_type native_handle() noexcept
+    {
+        return &s_;
+    }
 
-private:
+  private:
     dist_sem_t s_;
 };
 
@@ -878,8 +944,9 @@ typedef counting_semaphore<1> binary_semaphore;
  * completion step can run).  A member whose process dies breaks the round
  * under way: the others' arrive_and_wait throws EOWNERDEAD (the round is
  * over for everyone; arrive again for the next). */
-class barrier {
-public:
+class barrier
+{
+  public:
     typedef dist_barrier_t *native_handle_type;
 
     /* No network I/O.  Throws EINVAL (bad name, count < 1), ENOMEM. */
@@ -890,11 +957,14 @@ public:
                                     "distlock: a barrier count below 1 or "
                                     "too large");
         detail::check(dist_barrier_init(&b_, detail::c_name(name),
-                                         static_cast<unsigned>(count)),
+                                        static_cast<unsigned>(count)),
                       "dist_barrier_init");
     }
 
-    ~barrier() { dist_barrier_destroy(&b_); }
+    ~barrier()
+    {
+        dist_barrier_destroy(&b_);
+    }
 
     barrier(const barrier &) = delete;
     barrier &operator=(const barrier &) = delete;
@@ -912,9 +982,12 @@ public:
         return false;
     }
 
-    native_handle_type native_handle() noexcept { return &b_; }
+    native_handle_type native_handle() noexcept
+    {
+        return &b_;
+    }
 
-private:
+  private:
     dist_barrier_t b_;
 };
 

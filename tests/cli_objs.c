@@ -94,6 +94,6 @@ int main(int argc, char **argv)
     if (argc == 4 && strcmp(argv[1], "barrier") == 0)
         return barrier_member(argv[2], (unsigned)atoi(argv[3]));
     fprintf(stderr, "usage: cli_objs cond NAME MUTEX | sem NAME INITIAL N | "
-            "barrier NAME COUNT\n");
+                    "barrier NAME COUNT\n");
     return 2;
 }

@@ -16,8 +16,8 @@
 
 #include "clock_hook.h"
 
-static atomic_llong rt_step_ns;           /* added to CLOCK_REALTIME */
-static atomic_llong mono_step_ns;         /* added to CLOCK_MONOTONIC */
+static atomic_llong rt_step_ns;   /* added to CLOCK_REALTIME */
+static atomic_llong mono_step_ns; /* added to CLOCK_MONOTONIC */
 
 typedef int (*gettime_fn)(clockid_t, struct timespec *);
 
@@ -33,8 +33,9 @@ int clock_gettime(clockid_t clk, struct timespec *ts)
         __atomic_store_n(&real, f, __ATOMIC_RELEASE);
     }
     rc = f(clk, ts);
-    step = clk == CLOCK_REALTIME ? atomic_load(&rt_step_ns)
-           : clk == CLOCK_MONOTONIC ? atomic_load(&mono_step_ns) : 0;
+    step = clk == CLOCK_REALTIME    ? atomic_load(&rt_step_ns)
+           : clk == CLOCK_MONOTONIC ? atomic_load(&mono_step_ns)
+                                    : 0;
     if (rc == 0 && step != 0) {
         ns = (long long)ts->tv_sec * 1000000000LL + ts->tv_nsec + step;
         ts->tv_sec = (time_t)(ns / 1000000000LL);

@@ -22,7 +22,6 @@
 
 #include "testhelp.h"
 
-
 int fx_dirty;
 
 static tu_redis_t *g_redis;
@@ -232,7 +231,7 @@ void fx_holder_stop(struct fx_holder *h)
 static pthread_mutex_t g_lost_mu = PTHREAD_MUTEX_INITIALIZER;
 static char g_lost_names[FX_LOST_MAX][256];
 static char g_lost_last[256];
-static int g_lost_n;                  /* calls so far */
+static int g_lost_n; /* calls so far */
 
 void fx_on_lost(const char *name, void *arg)
 {
@@ -271,7 +270,8 @@ const char *fx_lost_name(int i, char *buf, size_t len)
 {
     pthread_mutex_lock(&g_lost_mu);
     snprintf(buf, len, "%s",
-             i >= 0 && i < g_lost_n && i < FX_LOST_MAX ? g_lost_names[i] : "");
+             i >= 0 && i < g_lost_n && i < FX_LOST_MAX ? g_lost_names[i]
+                                                       : "");
     pthread_mutex_unlock(&g_lost_mu);
     return buf;
 }
@@ -431,7 +431,7 @@ static void mx_child(const struct fx_mx *run, struct mx_shared *sh, int idx)
     if (!code && dist_mutex_destroy(&m) != 0)
         code = 12;
     sh->codes[idx] = code;
-    _exit(code);       /* no leak report of the library's threads at exit */
+    _exit(code); /* no leak report of the library's threads at exit */
 }
 
 void fx_mx_run(const struct fx_mx *run)

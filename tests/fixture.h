@@ -35,8 +35,10 @@ struct fx_settings {
  * library's). */
 #define DEFAULT_WATCHDOG_MS 30000UL
 #define DEFAULT_TIMEOUT_MS  2000UL
-#define FX_DEFAULTS(waiter_ms)                                                \
-    { DEFAULT_WATCHDOG_MS, DEFAULT_TIMEOUT_MS, (waiter_ms) }
+#define FX_DEFAULTS(waiter_ms)                                               \
+    {                                                                        \
+        DEFAULT_WATCHDOG_MS, DEFAULT_TIMEOUT_MS, (waiter_ms)                 \
+    }
 
 /* The library on url with the settings s.  0, or -1 when one is refused. */
 int fx_apply(const char *url, const struct fx_settings *s);
@@ -94,12 +96,12 @@ struct fx_call {
 };
 
 /* Runs call (an expression giving a library result) into *c. */
-#define FX_CALL(c, call)                                                      \
-    do {                                                                      \
-        double t0_ = tu_now();                                                \
-        (c)->rc = (call);                                                     \
-        (c)->el = tu_now() - t0_;                                             \
-        snprintf((c)->err, sizeof (c)->err, "%s", dist_last_error());         \
+#define FX_CALL(c, call)                                                     \
+    do {                                                                     \
+        double t0_ = tu_now();                                               \
+        (c)->rc = (call);                                                    \
+        (c)->el = tu_now() - t0_;                                            \
+        snprintf((c)->err, sizeof(c)->err, "%s", dist_last_error());         \
     } while (0)
 
 /* A thread that locks m (timedlock with a deadline secs ahead when
@@ -108,9 +110,9 @@ struct fx_call {
 struct fx_locker {
     dist_mutex_t *m;
     double secs;
-    int rc;               /* -1 until the call returned */
-    double t;             /* tu_now() when it returned */
-    atomic_int done;      /* rc and t are set */
+    int rc;          /* -1 until the call returned */
+    double t;        /* tu_now() when it returned */
+    atomic_int done; /* rc and t are set */
     pthread_t th;
 };
 
@@ -126,9 +128,9 @@ struct fx_holder {
     int (*unlock)(void *arg);
     void *arg;
     sem_t locked, release;
-    int lock_rc, unlock_rc;   /* -1 until done; unlock_rc stays -1 when
+    int lock_rc, unlock_rc; /* -1 until done; unlock_rc stays -1 when
                                * the lock failed */
-    double t_locked;          /* tu_now() when lock returned */
+    double t_locked;        /* tu_now() when lock returned */
     pthread_t th;
 };
 

@@ -20,8 +20,12 @@
 
 #include "anylock.h"
 
-enum { HA_MUTEX = LK_MUTEX, HA_FAIR = LK_FAIR, HA_WRITE = LK_WRITE,
-       HA_READ = LK_READ };
+enum {
+    HA_MUTEX = LK_MUTEX,
+    HA_FAIR = LK_FAIR,
+    HA_WRITE = LK_WRITE,
+    HA_READ = LK_READ
+};
 
 /* "<verb> <key>" to one node of the program's topology, for the caller to
  * free (NULL when the node does not answer).  Each program defines it. */
@@ -58,9 +62,9 @@ struct ha_waiter {
 
 static int ha_lock(union any_lock *l, int kind)
 {
-    return kind == HA_WRITE ? dist_rwlock_wrlock(&l->rw)
-         : kind == HA_READ  ? dist_rwlock_rdlock(&l->rw)
-                            : dist_mutex_lock(&l->m);
+    return kind == HA_WRITE  ? dist_rwlock_wrlock(&l->rw)
+           : kind == HA_READ ? dist_rwlock_rdlock(&l->rw)
+                             : dist_mutex_lock(&l->m);
 }
 
 static void ha_unlock(union any_lock *l, int kind)
@@ -98,7 +102,8 @@ static void ha_child_lock(int fd, const char *url, const char *name, int kind,
 
 /* Starts the waiter and returns once it is about to call lock. */
 static void ha_waiter_start(struct ha_waiter *w, const char *url,
-                            const char *name, int kind, unsigned long watchdog_ms)
+                            const char *name, int kind,
+                            unsigned long watchdog_ms)
 {
     int p[2];
     char c;

@@ -20,7 +20,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#define TP_BUS_OFFSET    10000   /* cluster bus port = port + 10000 */
+#define TP_BUS_OFFSET 10000 /* cluster bus port = port + 10000 */
 
 /* A fresh connection: ASKING, then the command, pipelined. */
 static redisReply *asking_cmdv(tu_redis_t *r, int argc, const char **argv)
@@ -139,18 +139,18 @@ static int make_replica(tu_cluster_t *c, int i, int m, double deadline)
 
     for (;;) {
         x = tp_act(&c->node[i], (const char *[]){ "CLUSTER", "REPLICATE",
-                                                 c->id[m], NULL });
+                                                  c->id[m], NULL });
         if (tp_reply_ok(x))
             break;
         if (x == NULL || tu_now() > deadline) {
             tp_err("CLUSTER REPLICATE on node %d (of node %d): %s", i, m,
-                     tp_reply_err(x));
+                   tp_reply_err(x));
             if (x != NULL)
                 freeReplyObject(x);
             tu_redis_print_log(&c->node[i], TP_LOG_LINES);
             return -1;
         }
-        freeReplyObject(x);   /* "Unknown node": not met yet */
+        freeReplyObject(x); /* "Unknown node": not met yet */
         tu_sleep_ms(10);
     }
     freeReplyObject(x);
@@ -164,14 +164,20 @@ static int cluster_args(const tu_cluster_opts *o, const char **args, int cap,
 {
     /* nodes.conf is relative to the node's own dir: the same name for all */
     const char *mine[] = {
-        "--cluster-enabled", "yes",
-        "--cluster-config-file", "nodes.conf",
-        "--cluster-node-timeout", timeout,
-        "--cluster-replica-validity-factor", "0",
+        "--cluster-enabled",
+        "yes",
+        "--cluster-config-file",
+        "nodes.conf",
+        "--cluster-node-timeout",
+        timeout,
+        "--cluster-replica-validity-factor",
+        "0",
         "--cluster-require-full-coverage",
         o->require_full_coverage ? "yes" : "no",
-        "--cluster-allow-replica-migration", "no",
-        "--repl-diskless-sync-delay", "0",
+        "--cluster-allow-replica-migration",
+        "no",
+        "--repl-diskless-sync-delay",
+        "0",
     };
 
     int nargs;
@@ -205,8 +211,8 @@ static tu_cluster_t *cluster_new(int masters, int replicas_per_master, int n)
     c->masters = masters;
     c->replicas = replicas_per_master;
     for (i = 0; i < n; i++)
-        c->master_of[i] = i < masters ? -1
-                                      : (i - masters) / replicas_per_master;
+        c->master_of[i] =
+            i < masters ? -1 : (i - masters) / replicas_per_master;
     tp_register(&c->head, cluster_free_head);
     return c;
 }
@@ -227,7 +233,8 @@ static int start_nodes(tu_cluster_t *c, const tu_redis_opts *ro)
         }
         x = tp_query(&c->node[i], &c->q[i], "CLUSTER", "MYID", NULL);
         if (tp_reply_text(x) == NULL || strlen(x->str) != TP_ID_LEN) {
-            tp_err("cluster: CLUSTER MYID on node %d: %s", i, tp_reply_err(x));
+            tp_err("cluster: CLUSTER MYID on node %d: %s", i,
+                   tp_reply_err(x));
             if (x != NULL)
                 freeReplyObject(x);
             return -1;
@@ -256,8 +263,8 @@ static int assign_slots(tu_cluster_t *c)
         snprintf(buf, sizeof(buf), "%d", k + 1);
         snprintf(lo_s, sizeof(lo_s), "%d", lo);
         snprintf(hi_s, sizeof(hi_s), "%d", hi);
-        if (tp_cmd_ok(&c->node[k], "node", k, "CLUSTER",
-                      "SET-CONFIG-EPOCH", buf, NULL) != 0 ||
+        if (tp_cmd_ok(&c->node[k], "node", k, "CLUSTER", "SET-CONFIG-EPOCH",
+                      buf, NULL) != 0 ||
             tp_cmd_ok(&c->node[k], "node", k, "CLUSTER", "ADDSLOTSRANGE",
                       lo_s, hi_s, NULL) != 0)
             return -1;
@@ -275,8 +282,8 @@ static int join_nodes(tu_cluster_t *c, double deadline)
 
     snprintf(port0, sizeof(port0), "%d", c->node[0].port);
     for (i = 1; i < c->n; i++)
-        if (tp_cmd_ok(&c->node[i], "node", i, "CLUSTER", "MEET",
-                      "127.0.0.1", port0, NULL) != 0)
+        if (tp_cmd_ok(&c->node[i], "node", i, "CLUSTER", "MEET", "127.0.0.1",
+                      port0, NULL) != 0)
             return -1;
     for (i = c->masters; i < c->n; i++)
         if (make_replica(c, i, c->master_of[i], deadline) != 0)
@@ -317,15 +324,16 @@ tu_cluster_t *tu_cluster_start(int masters, int replicas_per_master,
 
     if (masters < 1 || replicas_per_master < 0 ||
         masters > TU_TOPO_MAX_NODES ||
-        replicas_per_master >= TU_TOPO_MAX_NODES ||   /* no overflow below */
+        replicas_per_master >= TU_TOPO_MAX_NODES || /* no overflow below */
         masters * (1 + replicas_per_master) > TU_TOPO_MAX_NODES) {
         tp_err("cluster: bad size %d masters x %d replicas (at most %d "
-               "nodes)", masters, replicas_per_master, TU_TOPO_MAX_NODES);
+               "nodes)",
+               masters, replicas_per_master, TU_TOPO_MAX_NODES);
         return NULL;
     }
     deadline = tp_start_deadline(o->start_timeout_ms);
-    if (cluster_args(o, args, (int)(sizeof(args) / sizeof(args[0])),
-                     timeout, sizeof(timeout)) < 0)
+    if (cluster_args(o, args, (int)(sizeof(args) / sizeof(args[0])), timeout,
+                     sizeof(timeout)) < 0)
         return NULL;
     memset(&ro, 0, sizeof(ro));
     ro.args = args;
@@ -419,8 +427,8 @@ redisReply *tu_cluster_cmd(tu_cluster_t *c, int node, const char *arg0, ...)
     return x;
 }
 
-redisReply *tu_cluster_cmd_asking(tu_cluster_t *c, int node,
-                                  const char *arg0, ...)
+redisReply *tu_cluster_cmd_asking(tu_cluster_t *c, int node, const char *arg0,
+                                  ...)
 {
     const char **argv;
     redisReply *x;
@@ -457,7 +465,8 @@ int tu_cluster_redirect(const tu_cluster_t *c, const redisReply *reply,
     if (strncmp(reply->str, kind, klen) != 0 || reply->str[klen] != ' ')
         return -1;
     if (sscanf(reply->str + klen, " %d %63[^:]:%d%n", &s, host, &port,
-               &used) != 3 || reply->str[klen + (size_t)used] != '\0' ||
+               &used) != 3 ||
+        reply->str[klen + (size_t)used] != '\0' ||
         strcmp(host, "127.0.0.1") != 0)
         return -1;
     if (slot != NULL)
@@ -494,7 +503,7 @@ int tu_cluster_signal(tu_cluster_t *c, int node, int sig)
         return -1;
     }
     return tp_signal_node(&c->node[node], &c->q[node], sig, "cluster node",
-                       node);
+                          node);
 }
 
 int tu_cluster_kill(tu_cluster_t *c, int node)
@@ -528,7 +537,8 @@ static int wait_takeover(tu_cluster_t *c, int old_master, int new_master,
         replicas += c->master_of[j] == old_master;
     if (slots == 0 || replicas == 0) {
         tp_err("%s: node %d served %d slots and had %d replicas (need "
-                 "both)", what, old_master, slots, replicas);
+               "both)",
+               what, old_master, slots, replicas);
         return -1;
     }
     w.old_owner = malloc(sizeof(c->owner));
@@ -560,10 +570,11 @@ int tu_cluster_failover(tu_cluster_t *c, int replica, int timeout_ms)
         return -1;
     }
     if (tp_cmd_ok(&c->node[replica], "node", replica, "CLUSTER", "FAILOVER",
-               NULL) != 0)
+                  NULL) != 0)
         return -1;
     return wait_takeover(c, old, replica, timeout_ms, "failover") == replica
-               ? 0 : -1;
+               ? 0
+               : -1;
 }
 
 int tu_cluster_wait_ok(tu_cluster_t *c, int timeout_ms)
@@ -572,5 +583,3 @@ int tu_cluster_wait_ok(tu_cluster_t *c, int timeout_ms)
         return -1;
     return wait_plain(c, timeout_ms, "wait_ok");
 }
-
-

@@ -69,7 +69,8 @@ int tu_cluster_size(const tu_cluster_t *c);
 int tu_cluster_masters(const tu_cluster_t *c);
 
 /* The slot range [*lo, *hi] master k was created with.  0 or -1. */
-int tu_cluster_slot_range(const tu_cluster_t *c, int master, int *lo, int *hi);
+int tu_cluster_slot_range(const tu_cluster_t *c, int master, int *lo,
+                          int *hi);
 
 /* The node's TCP port on 127.0.0.1 (its bus port is port + 10000); -1 for
  * a bad index.  Ports never change, not even across tu_cluster_restart. */
@@ -113,15 +114,14 @@ const char *tu_cluster_url(const tu_cluster_t *c);
  * NULL (and a line on stderr) on I/O failure or if the node is not
  * running.
  */
-redisReply *tu_cluster_cmd(tu_cluster_t *c, int node, const char *arg0, ...)
-    TU_SENTINEL TU_WARN_UNUSED;
+redisReply *tu_cluster_cmd(tu_cluster_t *c, int node, const char *arg0,
+                           ...) TU_SENTINEL TU_WARN_UNUSED;
 
 /* The same, on a fresh connection, preceded by ASKING (as a client does
  * after an ASK redirection): the node serves a key of a slot it is
  * importing.  Returns the command's reply. */
-redisReply *tu_cluster_cmd_asking(tu_cluster_t *c, int node,
-                                  const char *arg0, ...)
-    TU_SENTINEL TU_WARN_UNUSED;
+redisReply *tu_cluster_cmd_asking(tu_cluster_t *c, int node, const char *arg0,
+                                  ...) TU_SENTINEL TU_WARN_UNUSED;
 
 /*
  * If reply is the error "<kind> <slot> 127.0.0.1:<port>" with kind "MOVED"

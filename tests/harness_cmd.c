@@ -67,7 +67,7 @@ static int reply_int(redisReply *reply, const char *arg0, long long *out)
     char msg[200];
 
     if (reply == NULL)
-        return -1;   /* already reported */
+        return -1; /* already reported */
     switch (reply->type) {
     case REDIS_REPLY_INTEGER:
         *out = reply->integer;

@@ -111,8 +111,8 @@ int tp_cmd_ok(tu_redis_t *r, const char *what, int idx, const char *arg0, ...)
 /* The topologies' own cached connection to one server, for queries. */
 struct tp_conn {
     pthread_mutex_t lock;
-    redisContext *ctx;    /* NULL: connect at next use */
-    pid_t owner;          /* process that may use ctx (fork guard) */
+    redisContext *ctx; /* NULL: connect at next use */
+    pid_t owner;       /* process that may use ctx (fork guard) */
 };
 
 void tp_conn_init(struct tp_conn *q);
@@ -190,7 +190,7 @@ char *tp_make_url(const char *scheme, const tu_redis_t *nodes, int n,
 struct tp_head {
     struct tp_head *next;
     void (*free)(struct tp_head *);
-    pid_t creator;        /* process that started it (fork guard) */
+    pid_t creator; /* process that started it (fork guard) */
 };
 
 void tp_register(struct tp_head *h, void (*free_fn)(struct tp_head *));
@@ -203,25 +203,25 @@ int tp_unregister(struct tp_head *h);
  * h unregistered and 1: free it. */
 int tp_release(struct tp_head *h);
 
-#define TP_POLL_MS       30      /* poll period of the waits */
-#define TP_LOG_LINES     15      /* log tail printed on failure */
+#define TP_POLL_MS   30 /* poll period of the waits */
+#define TP_LOG_LINES 15 /* log tail printed on failure */
 
 /* ---- harness_cluster.c, harness_layout.c, harness_slots.c ---------------- */
 
 #include "harness_cluster.h"
 
-#define TP_ID_LEN        40      /* cluster node id: 40 hex digits */
-#define TP_MAX_MIG       16      /* slots migrating at once */
+#define TP_ID_LEN  40 /* cluster node id: 40 hex digits */
+#define TP_MAX_MIG 16 /* slots migrating at once */
 
 struct tp_mig {
     int slot, from, to;
 };
 
 struct tu_cluster {
-    struct tp_head head;     /* first: the registry casts */
+    struct tp_head head; /* first: the registry casts */
     int n, masters, replicas;
     tu_redis_t node[TU_TOPO_MAX_NODES];
-    struct tp_conn q[TU_TOPO_MAX_NODES];   /* queries to node[i] */
+    struct tp_conn q[TU_TOPO_MAX_NODES]; /* queries to node[i] */
     char id[TU_TOPO_MAX_NODES][TP_ID_LEN + 1];
     char *url;
     /* The last layout every live node agreed on (start, and every
@@ -236,11 +236,11 @@ struct tu_cluster {
 
 /* Extra conditions of a wait for the cluster, and its result. */
 struct cl_want {
-    int slot, owner;     /* slot must be served by owner (slot < 0: none) */
-    int old_master;      /* >= 0: a replica of it must serve its slots */
-    int new_master;      /* with old_master: that replica, or -1 any */
-    short *old_owner;    /* layout to take old_master's slots from */
-    int result;          /* out: the replica that took over */
+    int slot, owner;  /* slot must be served by owner (slot < 0: none) */
+    int old_master;   /* >= 0: a replica of it must serve its slots */
+    int new_master;   /* with old_master: that replica, or -1 any */
+    short *old_owner; /* layout to take old_master's slots from */
+    int result;       /* out: the replica that took over */
 };
 
 static inline int tp_valid_node(const tu_cluster_t *c, int node)

@@ -15,7 +15,7 @@
 
 /* One node's view of the cluster (CLUSTER INFO + CLUSTER NODES). */
 struct cview {
-    int state_ok;                 /* cluster_state:ok */
+    int state_ok; /* cluster_state:ok */
     char state[16];
     unsigned long long cur_epoch; /* cluster_current_epoch */
     int parsed;                   /* lines naming one of our nodes */
@@ -24,7 +24,7 @@ struct cview {
     int bad_master;               /* a replica of an unknown node */
     char role[TU_TOPO_MAX_NODES]; /* 'M', 'S', 0 not listed */
     int master[TU_TOPO_MAX_NODES];
-    unsigned char fail[TU_TOPO_MAX_NODES];  /* 1 fail?, 2 fail */
+    unsigned char fail[TU_TOPO_MAX_NODES]; /* 1 fail?, 2 fail */
     unsigned long long cepoch[TU_TOPO_MAX_NODES];
     short owner[TU_CLUSTER_SLOTS];
 };
@@ -157,7 +157,7 @@ static void parse_nodes(const tu_cluster_t *c, const char *text,
 
     view_clear(v);
     if (text == NULL || (copy = strdup(text)) == NULL) {
-        v->stray = 1;   /* unreadable: never agrees */
+        v->stray = 1; /* unreadable: never agrees */
         return;
     }
     for (line = strtok_r(copy, "\r\n", &save_line); line != NULL;
@@ -181,18 +181,18 @@ static redisReply *node_text(tu_cluster_t *c, int i, const char *sub,
 }
 
 /* Fill v from node i.  0, or -1 with *why set. */
-static int read_view(tu_cluster_t *c, int i, struct cview *v,
-                     char *why, size_t wlen)
+static int read_view(tu_cluster_t *c, int i, struct cview *v, char *why,
+                     size_t wlen)
 {
     redisReply *x;
     char buf[32];
 
     if ((x = node_text(c, i, "INFO", why, wlen)) == NULL)
         return -1;
-    if (tp_info_field(x->str, "cluster_state", v->state,
-                      sizeof(v->state)) == NULL ||
-        tp_info_field(x->str, "cluster_current_epoch", buf,
-                      sizeof(buf)) == NULL) {
+    if (tp_info_field(x->str, "cluster_state", v->state, sizeof(v->state)) ==
+            NULL ||
+        tp_info_field(x->str, "cluster_current_epoch", buf, sizeof(buf)) ==
+            NULL) {
         hx_why(why, wlen, "node %d: CLUSTER INFO: %s", i, tp_reply_err(x));
         freeReplyObject(x);
         return -1;
@@ -246,7 +246,7 @@ struct check {
     tu_cluster_t *c;
     struct cview *views;
     int live[TU_TOPO_MAX_NODES];
-    int first;            /* first live node: the reference view */
+    int first; /* first live node: the reference view */
     char *why;
     size_t wlen;
     int bad;
@@ -325,16 +325,20 @@ static int check_want(struct check *k, struct cl_want *w)
     if (w == NULL)
         return 0;
     if (w->slot >= 0 && f->owner[w->slot] != w->owner) {
-        hx_why(k->why, k->wlen, "node %d sees slot %d still served by node "
-               "%d, not %d", k->first, w->slot, f->owner[w->slot], w->owner);
+        hx_why(k->why, k->wlen,
+               "node %d sees slot %d still served by node "
+               "%d, not %d",
+               k->first, w->slot, f->owner[w->slot], w->owner);
         k->bad = w->owner;
         return -1;
     }
     if (w->old_master >= 0) {
         w->result = taken_over(k, w);
         if (w->result < 0) {
-            hx_why(k->why, k->wlen, "node %d sees no replica of node %d "
-                   "serving its slots yet", k->first, w->old_master);
+            hx_why(k->why, k->wlen,
+                   "node %d sees no replica of node %d "
+                   "serving its slots yet",
+                   k->first, w->old_master);
             k->bad = w->new_master >= 0 ? w->new_master : k->first;
             return -1;
         }
@@ -355,13 +359,17 @@ static int check_node(struct check *k, int i)
         return -1;
     }
     if (v->self != i) {
-        hx_why(k->why, k->wlen, "node %d: CLUSTER NODES has no line for "
-               "itself", i);
+        hx_why(k->why, k->wlen,
+               "node %d: CLUSTER NODES has no line for "
+               "itself",
+               i);
         return -1;
     }
     if (v->parsed != c->n || v->stray != 0 || v->bad_master) {
-        hx_why(k->why, k->wlen, "node %d knows %d of the %d nodes (%d other "
-               "entries)", i, v->parsed, c->n, v->stray);
+        hx_why(k->why, k->wlen,
+               "node %d knows %d of the %d nodes (%d other "
+               "entries)",
+               i, v->parsed, c->n, v->stray);
         return -1;
     }
     if (v->role[i] == 'S' &&
@@ -421,9 +429,12 @@ static int check_slots(struct check *k)
             return -1;
         }
         if (!k->live[o] || f->role[o] != 'M') {
-            hx_why(k->why, k->wlen, "slot %d is assigned to node %d, which is "
-                   "%s", s, o, k->live[o] ? "not a master"
-                                          : tp_down_name(&k->c->node[o]));
+            hx_why(k->why, k->wlen,
+                   "slot %d is assigned to node %d, which is "
+                   "%s",
+                   s, o,
+                   k->live[o] ? "not a master"
+                              : tp_down_name(&k->c->node[o]));
             k->bad = o;
             return -1;
         }

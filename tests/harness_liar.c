@@ -27,15 +27,15 @@
 #define LIAR_MAX_RULES 32
 #define LIAR_MAX_NAMES 64
 #define LIAR_MAX_ARGS  8
-#define LIAR_TICK_MS   20      /* the thread looks at its stop flag this often */
+#define LIAR_TICK_MS   20 /* the thread looks at its stop flag this often */
 
 struct answer {
     struct answer *next;
     char *data;
     size_t len, off;
     int drip_ms;
-    long long due_ms;          /* the next byte of a drip not before then */
-    char *fill;                /* flood: sent again and again after data */
+    long long due_ms; /* the next byte of a drip not before then */
+    char *fill;       /* flood: sent again and again after data */
     size_t flen, foff;
 };
 
@@ -44,12 +44,12 @@ struct conn {
     char *in;
     size_t inlen, incap;
     int in_multi;
-    int closing;               /* close once the answers queued are sent */
+    int closing; /* close once the answers queued are sent */
     struct answer *head, *tail;
 };
 
 struct rule {
-    struct tu_lie lie;         /* bytes and fill point into copies */
+    struct tu_lie lie; /* bytes and fill point into copies */
     char cmd[32];
 };
 
@@ -62,13 +62,13 @@ struct tu_liar {
     int lfd, port;
     pthread_t thread;
     int stop;
-    pthread_mutex_t mu;        /* rules, counts, stop */
+    pthread_mutex_t mu; /* rules, counts, stop */
     struct rule rules[LIAR_MAX_RULES];
     int nrules;
     struct name_count counts[LIAR_MAX_NAMES];
     int ncounts;
-    long closed;               /* connections closed by a rule's close */
-    int open;                  /* connections open now (under mu) */
+    long closed; /* connections closed by a rule's close */
+    int open;    /* connections open now (under mu) */
     struct conn *conns[LIAR_MAX_CONNS];
 };
 
@@ -155,7 +155,8 @@ static int send_some(struct conn *c)
             size_t want = a->drip_ms > 0 ? 1 : a->len - a->off;
             if (a->drip_ms > 0 && now_ms() < a->due_ms)
                 return 0;
-            n = send(c->fd, a->data + a->off, want, MSG_NOSIGNAL | MSG_DONTWAIT);
+            n = send(c->fd, a->data + a->off, want,
+                     MSG_NOSIGNAL | MSG_DONTWAIT);
             if (n < 0)
                 return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -1;
             a->off += (size_t)n;
@@ -223,7 +224,7 @@ static int parse_cmd(char *p, size_t len, int *argc, char **argv,
             argl[*argc] = (size_t)bl;
             (*argc)++;
         }
-        p[off + (size_t)bl] = 0;   /* the '\r' */
+        p[off + (size_t)bl] = 0; /* the '\r' */
         off += (size_t)bl + 2;
     }
     *used = off;
@@ -256,7 +257,7 @@ static const struct tu_lie *rule_for(struct tu_liar *l, const char *name)
         if (strcasecmp(r->cmd, name) != 0 || r->lie.times < 0)
             continue;
         if (r->lie.times > 0 && --r->lie.times == 0)
-            r->lie.times = -1;          /* used up */
+            r->lie.times = -1; /* used up */
         return &r->lie;
     }
     return NULL;
@@ -298,7 +299,8 @@ static int is(const char *name, const char *s)
 }
 
 /* What a client needs to go on, for commands no rule lies about. */
-static void default_answer(struct conn *c, int argc, char **argv, size_t *argl)
+static void default_answer(struct conn *c, int argc, char **argv,
+                           size_t *argl)
 {
     const char *n = argv[0];
 
@@ -415,7 +417,7 @@ static int next_due(const struct conn *c)
     long long d;
 
     if (c->head && c->head->off >= c->head->len && c->head->fill)
-        return 0;                       /* a flood: as fast as it reads */
+        return 0; /* a flood: as fast as it reads */
     if (c->head && c->head->drip_ms <= 0)
         return 0;
     if (!c->head || c->head->off >= c->head->len)

@@ -28,16 +28,16 @@ typedef struct tu_liar tu_liar_t;
  * looked at in the order they were added; the first one that matches and
  * has answers left wins. */
 struct tu_lie {
-    const char *cmd;        /* "EVALSHA", "EXEC", "ROLE", ... */
-    const char *bytes;      /* the answer (may hold NUL bytes) */
-    size_t len;             /* its length; 0 with bytes: strlen(bytes) */
-    int drip_ms;            /* > 0: one byte every drip_ms ms */
-    int silent;             /* never answer (bytes ignored) */
-    int close;              /* close the connection (after bytes, if any) */
-    const char *fill;       /* after bytes, send fill again and again as
+    const char *cmd;   /* "EVALSHA", "EXEC", "ROLE", ... */
+    const char *bytes; /* the answer (may hold NUL bytes) */
+    size_t len;        /* its length; 0 with bytes: strlen(bytes) */
+    int drip_ms;       /* > 0: one byte every drip_ms ms */
+    int silent;        /* never answer (bytes ignored) */
+    int close;         /* close the connection (after bytes, if any) */
+    const char *fill;  /* after bytes, send fill again and again as
                                fast as the client reads, until it closes
                                the connection (a flood) */
-    int times;              /* answers left; 0: no limit */
+    int times;         /* answers left; 0: no limit */
 };
 
 /* Listens on 127.0.0.1:<ephemeral port>.  NULL on error (stderr says). */

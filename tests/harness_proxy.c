@@ -132,7 +132,7 @@ static void proxy_serve(tu_proxy_t *p, size_t nconn)
             hx_pconn_swallow(p, c, p->pfd[i].revents, p->pfd[i + 1].revents);
         else
             hx_pconn_forward(p, c, p->pfd[i].revents, p->pfd[i + 1].revents,
-                          now);
+                             now);
     }
     hx_proxy_sweep(p);
     if (p->pfd[1].revents & POLLIN)
@@ -284,7 +284,8 @@ tu_proxy_t *tu_proxy_start_tcp(tu_redis_t *r, int port)
     }
     err = pthread_create(&p->thread, NULL, proxy_main, p);
     if (err != 0) {
-        fprintf(stderr, "harness: proxy: pthread_create: %s\n", strerror(err));
+        fprintf(stderr, "harness: proxy: pthread_create: %s\n",
+                strerror(err));
         goto fail;
     }
     p->thread_started = 1;

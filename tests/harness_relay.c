@@ -148,7 +148,7 @@ static int connect_server(const tu_proxy_t *p)
         return -1;
     memset(&sa, 0, sizeof(sa));
     sa.sun_family = AF_UNIX;
-    memcpy(sa.sun_path, path, strlen(path));   /* length checked at start */
+    memcpy(sa.sun_path, path, strlen(path)); /* length checked at start */
     if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 &&
         errno != EINPROGRESS) {
         close(fd);
@@ -167,7 +167,7 @@ void hx_proxy_accept(tu_proxy_t *p)
         if (cfd < 0) {
             if (errno == EINTR || errno == ECONNABORTED)
                 continue;
-            return;   /* EAGAIN, or out of fds: try again at next poll */
+            return; /* EAGAIN, or out of fds: try again at next poll */
         }
         pthread_mutex_lock(&p->lock);
         p->count[PC_ACCEPTED]++;
@@ -406,7 +406,7 @@ static int pconn_read(tu_proxy_t *p, struct tu_pconn *c, int up, short rev,
 /* A connection outside the blackhole: forward each way, with the delay in
  * effect, and fire the armed one-shot faults. */
 void hx_pconn_forward(tu_proxy_t *p, struct tu_pconn *c, short rc, short rs,
-                          long long now)
+                      long long now)
 {
     if ((rc | rs) & (POLLERR | POLLNVAL)) {
         pconn_close(c);
@@ -466,13 +466,13 @@ void hx_proxy_apply(tu_proxy_t *p, const long *set)
 /* The poll slots of one connection (client, then server); the earliest
  * time something of it falls due goes into *next. */
 void hx_pconn_poll_slots(const tu_proxy_t *p, const struct tu_pconn *c,
-                             struct pollfd *pc, struct pollfd *ps,
-                             long long now, long long *next)
+                         struct pollfd *pc, struct pollfd *ps, long long now,
+                         long long *next)
 {
     long long d;
 
     pc->fd = c->cfd;
-    ps->fd = c->sfd;   /* -1 (none) is ignored by poll */
+    ps->fd = c->sfd; /* -1 (none) is ignored by poll */
     pc->revents = ps->revents = 0;
     if (p->holing) {
         pc->events = POLLIN;

@@ -15,14 +15,17 @@
 
 #include "harness_proxy.h"
 
-#define TU_PROXY_BUF   16384          /* bytes read at once */
-#define TU_PROXY_QUEUE 64             /* chunks (reads) queued in one direction
+#define TU_PROXY_BUF 16384 /* bytes read at once */
+#define TU_PROXY_QUEUE                                                       \
+    64 /* chunks (reads) queued in one direction
                                          before reading from its source pauses:
                                          up to 1 MiB */
-#define TU_NS_NEVER    LLONG_MAX
-#define TU_PROXY_WARM  8              /* chunks and connection records made at
+#define TU_NS_NEVER LLONG_MAX
+#define TU_PROXY_WARM                                                        \
+    8 /* chunks and connection records made at
                                          start, before the thread runs */
-#define TU_PROXY_PFD   64             /* poll slots made at start: room for
+#define TU_PROXY_PFD                                                         \
+    64 /* poll slots made at start: room for
                                          31 connections before any realloc */
 
 /* Bytes read from one side and not yet written to the other.  Chunks and
@@ -32,8 +35,8 @@
  * at fork() stays locked in the child: GCC 12's ASan is such a one). */
 struct tu_chunk {
     struct tu_chunk *next;
-    long long due;       /* not sent before then (hx_now_ns) */
-    size_t off, len;     /* pending bytes data[off..len) */
+    long long due;   /* not sent before then (hx_now_ns) */
+    size_t off, len; /* pending bytes data[off..len) */
     char data[TU_PROXY_BUF];
 };
 
@@ -41,12 +44,12 @@ struct tu_chunk {
  * in the order they were read, each no earlier than its due time. */
 struct tu_flow {
     struct tu_chunk *head, *tail;
-    size_t nchunks;      /* chunks in the queue */
-    size_t queued;       /* bytes not yet sent */
-    long long last_due;  /* due time of the newest chunk */
-    int eof;             /* source sent EOF */
-    long long eof_due;   /* when that EOF may be passed on */
-    int shut;            /* EOF passed on (shutdown(dst, SHUT_WR)) */
+    size_t nchunks;     /* chunks in the queue */
+    size_t queued;      /* bytes not yet sent */
+    long long last_due; /* due time of the newest chunk */
+    int eof;            /* source sent EOF */
+    long long eof_due;  /* when that EOF may be passed on */
+    int shut;           /* EOF passed on (shutdown(dst, SHUT_WR)) */
 };
 
 struct tu_pconn {
@@ -74,15 +77,15 @@ struct tu_proxy {
     int port;
     int wake[2];
     char sock[sizeof(((struct sockaddr_un *)0)->sun_path)];
-    int sport;              /* > 0: the server is 127.0.0.1:sport (TCP),
+    int sport; /* > 0: the server is 127.0.0.1:sport (TCP),
                                e.g. its TLS port, not the unix socket */
 
-    pthread_mutex_t lock;   /* guards everything below up to "owned by" */
+    pthread_mutex_t lock; /* guards everything below up to "owned by" */
     pthread_cond_t cond;
     int stop;
-    int arm[2];             /* one-shot faults armed: enum fault */
+    int arm[2]; /* one-shot faults armed: enum fault */
     unsigned long reset_req, reset_done;
-    unsigned long long count[PC_N];   /* enum proxy_count */
+    unsigned long long count[PC_N]; /* enum proxy_count */
     /* settings (enum setting), applied by the thread at the top of its
      * loop; sync_done tells a setter that they are in effect */
     long set[PS_N];
@@ -92,11 +95,11 @@ struct tu_proxy {
     struct tu_pconn *conns;
     struct pollfd *pfd;
     size_t pfd_cap;
-    struct tu_chunk *free_chunks;   /* free lists, for reuse */
+    struct tu_chunk *free_chunks; /* free lists, for reuse */
     struct tu_pconn *free_conns;
-    long long delay;        /* ns, in effect */
-    int holing;             /* the blackhole is in effect */
-    int resetting;          /* reset_new is in effect */
+    long long delay; /* ns, in effect */
+    int holing;      /* the blackhole is in effect */
+    int resetting;   /* reset_new is in effect */
 };
 
 /* ---- harness_relay.c: the connections of the proxy thread ---------------- */
@@ -123,8 +126,8 @@ void hx_proxy_apply(tu_proxy_t *p, const long *set);
 /* The poll slots of one connection (client, then server); the earliest
  * time something of it falls due goes into *next. */
 void hx_pconn_poll_slots(const tu_proxy_t *p, const struct tu_pconn *c,
-                         struct pollfd *pc, struct pollfd *ps,
-                         long long now, long long *next);
+                         struct pollfd *pc, struct pollfd *ps, long long now,
+                         long long *next);
 
 /* Serve one connection after poll (revents rc of the client, rs of the
  * server): discard everything during the blackhole, forward otherwise. */

@@ -34,7 +34,7 @@ static const char *kv_get(const redisReply *arr, const char *key)
 }
 
 struct tu_sentinel {
-    struct tp_head head;     /* first: the registry casts */
+    struct tp_head head; /* first: the registry casts */
     int ndata, nsent;
     int fast_timers;
     int down_after_ms;
@@ -43,8 +43,8 @@ struct tu_sentinel {
     char *url;
     tu_redis_t data[TU_TOPO_MAX_NODES];
     tu_redis_t sent[TU_TOPO_MAX_NODES];
-    struct tp_conn dq[TU_TOPO_MAX_NODES];   /* queries to data[i] */
-    struct tp_conn sq[TU_TOPO_MAX_NODES];   /* queries to sent[i] */
+    struct tp_conn dq[TU_TOPO_MAX_NODES]; /* queries to data[i] */
+    struct tp_conn sq[TU_TOPO_MAX_NODES]; /* queries to sent[i] */
 };
 
 static int valid_data(const tu_sentinel_t *s, int node)
@@ -123,16 +123,16 @@ static int sentinel_debug(tu_sentinel_t *s, int i)
         return 0;
     snprintf(ping, sizeof(ping), "%d", p < 100 ? 100 : p > 1000 ? 1000 : p);
     return tp_cmd_ok(&s->sent[i], "sentinel", i, "SENTINEL", "DEBUG",
-                  "info-period", "1000", "ping-period", ping,
-                  "ask-period", "250", "publish-period", "1000",
-                  "tilt-period", "5000", NULL);
+                     "info-period", "1000", "ping-period", ping, "ask-period",
+                     "250", "publish-period", "1000", "tilt-period", "5000",
+                     NULL);
 }
 
 /* The master port sentinel i reports; -1 if it does not answer. */
 static int reported_master_port(tu_sentinel_t *s, int i)
 {
     redisReply *x = tp_query(&s->sent[i], &s->sq[i], "SENTINEL",
-                          "GET-MASTER-ADDR-BY-NAME", s->name, NULL);
+                             "GET-MASTER-ADDR-BY-NAME", s->name, NULL);
     int port = -1;
 
     if (x != NULL && x->type == REDIS_REPLY_ARRAY && x->elements == 2 &&
@@ -156,8 +156,10 @@ static int agreed_master(tu_sentinel_t *s, char *why, size_t wlen, int *bad)
         port = reported_master_port(s, i);
         idx = data_by_port(s, port);
         if (idx < 0) {
-            hx_why(why, wlen, "sentinel %d reports master port %d, not one "
-                    "of the data nodes", i, port);
+            hx_why(why, wlen,
+                   "sentinel %d reports master port %d, not one "
+                   "of the data nodes",
+                   i, port);
             *bad = i;
             return -1;
         }
@@ -165,8 +167,10 @@ static int agreed_master(tu_sentinel_t *s, char *why, size_t wlen, int *bad)
             first = i;
             m = idx;
         } else if (idx != m) {
-            hx_why(why, wlen, "sentinel %d reports node %d as master, "
-                    "sentinel %d node %d", first, m, i, idx);
+            hx_why(why, wlen,
+                   "sentinel %d reports node %d as master, "
+                   "sentinel %d node %d",
+                   first, m, i, idx);
             *bad = i;
             return -1;
         }
@@ -221,8 +225,10 @@ static int check_data(tu_sentinel_t *s, int m, struct verdict *v)
         if (tp_node_role(&s->data[j], &s->dq[j], &mport, state,
                          sizeof(state)) != 'S' ||
             mport != s->data[m].port || strcmp(state, "connected") != 0) {
-            hx_why(v->why, v->wlen, "node %d does not replicate from node %d "
-                   "(yet)", j, m);
+            hx_why(v->why, v->wlen,
+                   "node %d does not replicate from node %d "
+                   "(yet)",
+                   j, m);
             v->bad_data = j;
             return -1;
         }
@@ -235,8 +241,8 @@ static int check_data(tu_sentinel_t *s, int m, struct verdict *v)
 static int check_master_entry(tu_sentinel_t *s, int i, int exact_slaves,
                               struct verdict *v)
 {
-    redisReply *x = tp_query(&s->sent[i], &s->sq[i], "SENTINEL", "MASTER",
-                             s->name, NULL);
+    redisReply *x =
+        tp_query(&s->sent[i], &s->sq[i], "SENTINEL", "MASTER", s->name, NULL);
     const char *f = kv_get(x, "flags");
     const char *o = kv_get(x, "num-other-sentinels");
     const char *n = kv_get(x, "num-slaves");
@@ -246,8 +252,10 @@ static int check_master_entry(tu_sentinel_t *s, int i, int exact_slaves,
         hx_why(v->why, v->wlen, "sentinel %d: master flags %s", i,
                f ? f : tp_reply_err(x));
     else if (o == NULL || atoi(o) != s->nsent - 1)
-        hx_why(v->why, v->wlen, "sentinel %d knows %s other sentinels, not "
-               "%d", i, o ? o : "?", s->nsent - 1);
+        hx_why(v->why, v->wlen,
+               "sentinel %d knows %s other sentinels, not "
+               "%d",
+               i, o ? o : "?", s->nsent - 1);
     else if (exact_slaves && (n == NULL || atoi(n) != s->ndata - 1))
         hx_why(v->why, v->wlen, "sentinel %d knows %s replicas, not %d", i,
                n ? n : "?", s->ndata - 1);
@@ -283,12 +291,14 @@ static int check_replicas(tu_sentinel_t *s, int i, int m, struct verdict *v)
         flags = kv_get(e, "flags");
         link = kv_get(e, "master-link-status");
         mport = kv_get(e, "master-port");
-        if (flags == NULL || strcmp(flags, "slave") != 0 ||
-            link == NULL || strcmp(link, "ok") != 0 || mport == NULL ||
+        if (flags == NULL || strcmp(flags, "slave") != 0 || link == NULL ||
+            strcmp(link, "ok") != 0 || mport == NULL ||
             atoi(mport) != s->data[m].port) {
-            hx_why(v->why, v->wlen, "sentinel %d sees node %d as %s (link "
-                   "%s, master port %s)", i, j, flags ? flags : "unknown",
-                   link ? link : "?", mport ? mport : "?");
+            hx_why(v->why, v->wlen,
+                   "sentinel %d sees node %d as %s (link "
+                   "%s, master port %s)",
+                   i, j, flags ? flags : "unknown", link ? link : "?",
+                   mport ? mport : "?");
             v->bad_data = j;
             freeReplyObject(reps);
             return -1;
@@ -353,12 +363,13 @@ static int wait_replication(tu_sentinel_t *s, double deadline)
         int ok = 1;
 
         if (tp_server_info(&s->data[0], &s->dq[0], "replication",
-                        "connected_slaves", buf, sizeof(buf)) == NULL ||
+                           "connected_slaves", buf, sizeof(buf)) == NULL ||
             atoi(buf) != s->ndata - 1)
             ok = 0;
         for (j = 1; ok && j < s->ndata; j++) {
             if (tp_server_info(&s->data[j], &s->dq[j], "replication",
-                            "master_link_status", buf, sizeof(buf)) == NULL ||
+                               "master_link_status", buf,
+                               sizeof(buf)) == NULL ||
                 strcmp(buf, "up") != 0)
                 ok = 0;
         }
@@ -366,7 +377,7 @@ static int wait_replication(tu_sentinel_t *s, double deadline)
             return 0;
         if (tu_now() > deadline) {
             tp_err("sentinel start: the replicas did not sync with the "
-                     "master");
+                   "master");
             tu_redis_print_log(&s->data[0], TP_LOG_LINES);
             return -1;
         }
@@ -399,8 +410,8 @@ static tu_sentinel_t *sentinel_new(int replicas, int sentinels,
         tp_conn_init(&s->sq[i]);
     s->fast_timers = !o->redis_timers;
     s->down_after_ms = o->down_after_ms > 0 ? o->down_after_ms : 1000;
-    s->failover_timeout_ms = o->failover_timeout_ms > 0
-                             ? o->failover_timeout_ms : 5000;
+    s->failover_timeout_ms =
+        o->failover_timeout_ms > 0 ? o->failover_timeout_ms : 5000;
     n = snprintf(s->name, sizeof(s->name), "%s",
                  o->master_name != NULL ? o->master_name : "distlock");
     if (n <= 0 || (size_t)n >= sizeof(s->name) ||
@@ -435,8 +446,8 @@ static int start_data(tu_sentinel_t *s, const tu_sentinel_opts *o,
     }
     snprintf(port0, sizeof(port0), "%d", s->data[0].port);
     for (i = 1; i < s->ndata; i++)
-        if (tp_cmd_ok(&s->data[i], "node", i, "REPLICAOF", "127.0.0.1",
-                      port0, NULL) != 0)
+        if (tp_cmd_ok(&s->data[i], "node", i, "REPLICAOF", "127.0.0.1", port0,
+                      NULL) != 0)
             return -1;
     return wait_replication(s, deadline);
 }
@@ -444,7 +455,7 @@ static int start_data(tu_sentinel_t *s, const tu_sentinel_opts *o,
 /* The sentinels, monitoring data node 0 with the settings of o. */
 static int start_sentinels(tu_sentinel_t *s, const tu_sentinel_opts *o)
 {
-    static const char *const sentinel_args[] = {"--sentinel", NULL};
+    static const char *const sentinel_args[] = { "--sentinel", NULL };
     int quorum = o->quorum > 0 ? o->quorum : s->nsent / 2 + 1;
     char conf[1024];
     tu_redis_opts ro;
@@ -456,10 +467,8 @@ static int start_sentinels(tu_sentinel_t *s, const tu_sentinel_opts *o)
                  "sentinel down-after-milliseconds %s %d\n"
                  "sentinel failover-timeout %s %d\n"
                  "sentinel parallel-syncs %s 1\n",
-                 s->name, s->data[0].port, quorum,
-                 s->name, s->down_after_ms,
-                 s->name, s->failover_timeout_ms,
-                 s->name);
+                 s->name, s->data[0].port, quorum, s->name, s->down_after_ms,
+                 s->name, s->failover_timeout_ms, s->name);
     if (n <= 0 || (size_t)n >= sizeof(conf)) {
         tp_err("sentinel: config too long");
         return -1;
@@ -584,16 +593,16 @@ static redisReply *member_cmd(tu_sentinel_t *s, int sent, int i,
 
 /* tu_sentinel_cmd and tu_sentinel_scmd: one body, to data node i (sent 0)
  * or to sentinel i (sent 1). */
-#define MEMBER_CMD(name, sent)                                              \
-    redisReply *name(tu_sentinel_t *s, int i, const char *arg0, ...)       \
-    {                                                                       \
-        redisReply *x;                                                      \
-        va_list ap;                                                         \
-                                                                            \
-        va_start(ap, arg0);                                                 \
-        x = member_cmd(s, sent, i, arg0, ap);                               \
-        va_end(ap);                                                         \
-        return x;                                                           \
+#define MEMBER_CMD(name, sent)                                               \
+    redisReply *name(tu_sentinel_t *s, int i, const char *arg0, ...)         \
+    {                                                                        \
+        redisReply *x;                                                       \
+        va_list ap;                                                          \
+                                                                             \
+        va_start(ap, arg0);                                                  \
+        x = member_cmd(s, sent, i, arg0, ap);                                \
+        va_end(ap);                                                          \
+        return x;                                                            \
     }
 
 MEMBER_CMD(tu_sentinel_cmd, 0)
@@ -637,8 +646,10 @@ static int poll_new_master(tu_sentinel_t *s, int old, double deadline,
         if (m >= 0 && m != old) {
             if (tp_node_role(&s->data[m], &s->dq[m], NULL, NULL, 0) == 'M')
                 return m;
-            hx_why(why, whylen, "the sentinels report node %d, which "
-                    "does not say master (yet)", m);
+            hx_why(why, whylen,
+                   "the sentinels report node %d, which "
+                   "does not say master (yet)",
+                   m);
         } else if (m == old) {
             hx_why(why, whylen, "the sentinels still report node %d", old);
         }
@@ -691,11 +702,11 @@ static int request_failover(tu_sentinel_t *s, double deadline, int again)
             tp_err("failover: no sentinel running");
             return -1;
         }
-        x = tp_act(&s->sent[i], (const char *[]){ "SENTINEL", "FAILOVER",
-                                                 s->name, NULL });
-        if (tp_reply_ok(x) || (again && x != NULL &&
-                               x->type == REDIS_REPLY_ERROR &&
-                               strncmp(x->str, "INPROG", 6) == 0)) {
+        x = tp_act(&s->sent[i],
+                   (const char *[]){ "SENTINEL", "FAILOVER", s->name, NULL });
+        if (tp_reply_ok(x) ||
+            (again && x != NULL && x->type == REDIS_REPLY_ERROR &&
+             strncmp(x->str, "INPROG", 6) == 0)) {
             freeReplyObject(x);
             return 0;
         }
@@ -703,7 +714,8 @@ static int request_failover(tu_sentinel_t *s, double deadline, int again)
                 (strncmp(x->str, "INPROG", 6) == 0 ||
                  strncmp(x->str, "NOGOODSLAVE", 11) == 0);
         if (!retry || tu_now() > deadline) {
-            tp_err("SENTINEL FAILOVER on sentinel %d: %s", i, tp_reply_err(x));
+            tp_err("SENTINEL FAILOVER on sentinel %d: %s", i,
+                   tp_reply_err(x));
             if (x != NULL)
                 freeReplyObject(x);
             tu_redis_print_log(&s->sent[i], TP_LOG_LINES);
@@ -743,14 +755,15 @@ int tu_sentinel_failover(tu_sentinel_t *s, int timeout_ms)
                                 why, sizeof(why));
             if (m >= 0)
                 return m;
-            round = deadline;  /* another master named: it is coming */
+            round = deadline; /* another master named: it is coming */
         } while (tu_now() <= deadline &&
                  agreed_master(s, why, sizeof(why), &bad) != old);
         if (tu_now() > deadline)
             break;
-        fprintf(stderr, "harness: the sentinels still name node %d %d ms "
-                "after a failover was asked for; asking again\n", old,
-                s->failover_timeout_ms + 3000);
+        fprintf(stderr,
+                "harness: the sentinels still name node %d %d ms "
+                "after a failover was asked for; asking again\n",
+                old, s->failover_timeout_ms + 3000);
     }
     tp_err("failover: no new master after %d ms: %s", timeout_ms, why);
     print_sentinel_log(s);
@@ -777,7 +790,7 @@ int tu_sentinel_wait_role(tu_sentinel_t *s, int node, const char *role,
         tu_sleep_ms(TP_POLL_MS);
     }
     tp_err("wait_role: node %d is %s after %d ms, not %s", node,
-             now ? now : "not answering", timeout_ms, role);
+           now ? now : "not answering", timeout_ms, role);
     tu_redis_print_log(&s->data[node], TP_LOG_LINES);
     return -1;
 }

@@ -17,16 +17,16 @@ typedef struct tu_sentinel tu_sentinel_t;
 
 /* Settings for tu_sentinel_start; NULL or zero-filled: all defaults. */
 typedef struct tu_sentinel_opts {
-    const char *master_name;  /* NULL: "distlock" */
-    int quorum;               /* 0: sentinels / 2 + 1 (2 of 3) */
-    int down_after_ms;        /* down-after-milliseconds; 0: 1000 */
+    const char *master_name; /* NULL: "distlock" */
+    int quorum;              /* 0: sentinels / 2 + 1 (2 of 3) */
+    int down_after_ms;       /* down-after-milliseconds; 0: 1000 */
     /* failover-timeout; 0: 5000.  Sentinel waits 2x this before it tries
      * again to fail over the same master after an attempt that failed, and
      * aborts a promotion that takes longer; it is also how long a sentinel
      * that has not yet heard of a switch waits before it "fixes" a replica
      * that follows the new master, so do not make it much shorter. */
     int failover_timeout_ms;
-    int start_timeout_ms;     /* how long start waits; 0: 30 s */
+    int start_timeout_ms; /* how long start waits; 0: 30 s */
     /* 0 (default): shorten Sentinel's internal timers with SENTINEL DEBUG
      * (Redis >= 7.0): info-period 1000, ping-period down_after * 2/5
      * (400 for 1000, at most 1000), ask-period 250, publish-period 1000,
@@ -89,10 +89,10 @@ tu_redis_t *tu_sentinel_sentinel(tu_sentinel_t *s, int i);
 
 /* One command to data node `node` / to sentinel i, NULL-terminated
  * arguments, as tu_cluster_cmd. */
-redisReply *tu_sentinel_cmd(tu_sentinel_t *s, int node, const char *arg0, ...)
-    TU_SENTINEL TU_WARN_UNUSED;
-redisReply *tu_sentinel_scmd(tu_sentinel_t *s, int i, const char *arg0, ...)
-    TU_SENTINEL TU_WARN_UNUSED;
+redisReply *tu_sentinel_cmd(tu_sentinel_t *s, int node, const char *arg0,
+                            ...) TU_SENTINEL TU_WARN_UNUSED;
+redisReply *tu_sentinel_scmd(tu_sentinel_t *s, int i, const char *arg0,
+                             ...) TU_SENTINEL TU_WARN_UNUSED;
 
 /* Index of the data node every live sentinel reports as the master
  * (SENTINEL GET-MASTER-ADDR-BY-NAME); -1 if they do not all agree, or on

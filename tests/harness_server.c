@@ -33,9 +33,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#define TU_START_TRIES     10
-#define TU_READY_TIMEOUT   10.0  /* seconds to wait for a started server */
-#define TU_TERM_GRACE      5.0   /* seconds between SIGTERM and SIGKILL */
+#define TU_START_TRIES      10
+#define TU_READY_TIMEOUT    10.0 /* seconds to wait for a started server */
+#define TU_TERM_GRACE       5.0  /* seconds between SIGTERM and SIGKILL */
 #define TU_ADMIN_TIMEOUT_MS 1000
 #define TU_PROBE_TIMEOUT_MS 250
 
@@ -62,23 +62,23 @@ struct tu_srv {
     int unlinked;
     char dir[256];
     pthread_mutex_t lock;
-    pid_t pid;            /* 0: not running */
-    redisContext *conn;   /* cached admin connection */
+    pid_t pid;          /* 0: not running */
+    redisContext *conn; /* cached admin connection */
     /* What tu_redis_start_opts asked for, kept for tu_redis_restart.
      * Written before the server first starts, read only afterwards. */
-    char conf[300];       /* config file passed first; "" none */
-    char **args;          /* extra arguments (NULL-terminated) or NULL */
+    char conf[300]; /* config file passed first; "" none */
+    char **args;    /* extra arguments (NULL-terminated) or NULL */
     int (*pick_port)(void);
-    char *tls[3];         /* cert, key, CA of a TLS listener; NULLs none */
-    int tls_auth;         /* --tls-auth-clients yes */
-    int tls_port;         /* its port, picked with each new plain port */
+    char *tls[3]; /* cert, key, CA of a TLS listener; NULLs none */
+    int tls_auth; /* --tls-auth-clients yes */
+    int tls_port; /* its port, picked with each new plain port */
 };
 
 static pthread_mutex_t g_reg_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t g_reg_cond = PTHREAD_COND_INITIALIZER;
 static struct tu_srv *g_reg;
 static unsigned long g_reg_next_id = 1;
-static pid_t g_reg_owner;   /* last process that registered (atomic) */
+static pid_t g_reg_owner; /* last process that registered (atomic) */
 static pthread_once_t g_atexit_once = PTHREAD_ONCE_INIT;
 
 static void atexit_cleanup(void)
@@ -206,7 +206,7 @@ static void kill_and_reap(pid_t pid, int sig, double grace)
         if (w == pid)
             return;
         if (w < 0 && errno != EINTR)
-            return;   /* ECHILD: reaped by someone else */
+            return; /* ECHILD: reaped by someone else */
         if (w == 0 && tu_now() > deadline) {
             (void)kill(pid, SIGKILL);
             while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
@@ -280,8 +280,8 @@ static void redis_clear(tu_redis_t *r)
 
 enum spawn_result {
     SPAWN_OK = 0,
-    SPAWN_PORT_TAKEN,   /* retry with another port */
-    SPAWN_FAILED        /* give up */
+    SPAWN_PORT_TAKEN, /* retry with another port */
+    SPAWN_FAILED      /* give up */
 };
 
 static const char *server_program(void)
@@ -299,7 +299,7 @@ struct spawn_plan {
     char tlsportstr[16];
     char dirarg[sizeof(((tu_redis_t *)0)->dir)];
     int nullfd, logfd;
-    int deathsig;         /* PR_SET_PDEATHSIG: started from the main thread */
+    int deathsig; /* PR_SET_PDEATHSIG: started from the main thread */
     pid_t parent;
     long maxfd;
 };
@@ -323,24 +323,39 @@ static int plan_argv(struct spawn_plan *pl, const tu_redis_t *r,
     }
     argv[argc++] = pl->prog;
     if (e->conf[0] != '\0')
-        argv[argc++] = e->conf;   /* redis-server wants it first */
-    argv[argc++] = "--port";           argv[argc++] = pl->portstr;
-    argv[argc++] = "--bind";           argv[argc++] = "127.0.0.1";
-    argv[argc++] = "--unixsocket";     argv[argc++] = r->sock;
-    argv[argc++] = "--unixsocketperm"; argv[argc++] = "700";
-    argv[argc++] = "--dir";            argv[argc++] = pl->dirarg;
-    argv[argc++] = "--save";           argv[argc++] = "";
-    argv[argc++] = "--appendonly";     argv[argc++] = "no";
-    argv[argc++] = "--daemonize";      argv[argc++] = "no";
-    argv[argc++] = "--protected-mode"; argv[argc++] = "no";
-    argv[argc++] = "--logfile";        argv[argc++] = logpath;
-    argv[argc++] = "--databases";      argv[argc++] = "16";
+        argv[argc++] = e->conf; /* redis-server wants it first */
+    argv[argc++] = "--port";
+    argv[argc++] = pl->portstr;
+    argv[argc++] = "--bind";
+    argv[argc++] = "127.0.0.1";
+    argv[argc++] = "--unixsocket";
+    argv[argc++] = r->sock;
+    argv[argc++] = "--unixsocketperm";
+    argv[argc++] = "700";
+    argv[argc++] = "--dir";
+    argv[argc++] = pl->dirarg;
+    argv[argc++] = "--save";
+    argv[argc++] = "";
+    argv[argc++] = "--appendonly";
+    argv[argc++] = "no";
+    argv[argc++] = "--daemonize";
+    argv[argc++] = "no";
+    argv[argc++] = "--protected-mode";
+    argv[argc++] = "no";
+    argv[argc++] = "--logfile";
+    argv[argc++] = logpath;
+    argv[argc++] = "--databases";
+    argv[argc++] = "16";
     if (e->tls[0] != NULL) {
         snprintf(pl->tlsportstr, sizeof(pl->tlsportstr), "%d", e->tls_port);
-        argv[argc++] = "--tls-port";          argv[argc++] = pl->tlsportstr;
-        argv[argc++] = "--tls-cert-file";     argv[argc++] = e->tls[0];
-        argv[argc++] = "--tls-key-file";      argv[argc++] = e->tls[1];
-        argv[argc++] = "--tls-ca-cert-file";  argv[argc++] = e->tls[2];
+        argv[argc++] = "--tls-port";
+        argv[argc++] = pl->tlsportstr;
+        argv[argc++] = "--tls-cert-file";
+        argv[argc++] = e->tls[0];
+        argv[argc++] = "--tls-key-file";
+        argv[argc++] = e->tls[1];
+        argv[argc++] = "--tls-ca-cert-file";
+        argv[argc++] = e->tls[2];
         argv[argc++] = "--tls-auth-clients";
         argv[argc++] = e->tls_auth ? "yes" : "no";
     }
@@ -359,7 +374,8 @@ static int plan_files(struct spawn_plan *pl, const char *logpath)
         fprintf(stderr, "harness: open /dev/null: %s\n", strerror(errno));
         return -1;
     }
-    pl->logfd = open(logpath, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    pl->logfd =
+        open(logpath, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
     if (pl->logfd < 0) {
         fprintf(stderr, "harness: open redis log: %s\n", strerror(errno));
         close(pl->nullfd);
@@ -438,7 +454,7 @@ static pid_t spawn_server(const tu_redis_t *r, const struct tu_srv *e,
 /* INFO server process_id over c; 0 if it could not be read. */
 static long info_pid(redisContext *c)
 {
-    static const char *argv[] = {"INFO", "server"};
+    static const char *argv[] = { "INFO", "server" };
     redisReply *reply = hx_command(c, 2, argv, NULL);
     long pid = 0;
 
@@ -536,8 +552,10 @@ static enum spawn_result await_ready(const tu_redis_t *r, int port, pid_t pid,
         fprintf(stderr, "harness: 127.0.0.1:%d: %s, trying another port\n",
                 port, what);
     } else if (res == SPAWN_PORT_TAKEN) {
-        fprintf(stderr, "harness: restart: port %d was taken by another "
-                        "process while the server was down (%s)\n", port, what);
+        fprintf(stderr,
+                "harness: restart: port %d was taken by another "
+                "process while the server was down (%s)\n",
+                port, what);
         if (log != NULL)
             hx_print_tail(log, 20);
         res = SPAWN_FAILED;
@@ -624,7 +642,7 @@ static int srv_set_opts(struct tu_srv *e, const tu_redis_t *r,
         e->args[i] = strdup(o->args[i]);
         if (e->args[i] == NULL) {
             fprintf(stderr, "harness: out of memory\n");
-            return -1;   /* srv_destroy frees what was copied */
+            return -1; /* srv_destroy frees what was copied */
         }
     }
     return 0;
@@ -656,7 +674,8 @@ static int start_common(tu_redis_t *r, int first_port, const tu_redis_opts *o)
 
     for (i = 0; i < TU_START_TRIES; i++) {
         int port = (i == 0 && first_port > 0) ? first_port
-                   : e->pick_port != NULL ? e->pick_port() : tu_free_port();
+                   : e->pick_port != NULL     ? e->pick_port()
+                                              : tu_free_port();
         enum spawn_result res;
 
         /* a TLS port taken meanwhile fails the start as a taken plain
@@ -736,12 +755,12 @@ void tu_redis_stop(tu_redis_t *r)
     if (r == NULL)
         return;
     if (r->reg_id != 0 && r->creator_pid != getpid())
-        return;   /* a forked child: the server is the parent's */
+        return; /* a forked child: the server is the parent's */
     if (r->reg_id != 0) {
         pthread_mutex_lock(&g_reg_lock);
         e = srv_find_locked(r);
         if (e != NULL)
-            srv_unlink_locked(e);   /* waits for users to let go */
+            srv_unlink_locked(e); /* waits for users to let go */
         pthread_mutex_unlock(&g_reg_lock);
         if (e != NULL)
             srv_destroy(e);
@@ -760,7 +779,7 @@ int tu_redis_signal(tu_redis_t *r, int sig)
         pthread_mutex_unlock(&e->lock);
         srv_put(e);
     } else if (r != NULL && r->reg_id != 0 && r->creator_pid != getpid()) {
-        pid = r->pid;   /* forked child: trust the snapshot */
+        pid = r->pid; /* forked child: trust the snapshot */
     }
     if (pid <= 0) {
         fprintf(stderr, "harness: signal: server not running\n");
@@ -826,8 +845,8 @@ redisContext *tu_redis_admin(tu_redis_t *r)
 
 /* One command on *c.  After an I/O error *c is freed and NULL: its state
  * is unknown, it is never used again. */
-static redisReply *send_on(redisContext **c, int argc, const char *const *argv,
-                           const size_t *argvlen)
+static redisReply *send_on(redisContext **c, int argc,
+                           const char *const *argv, const size_t *argvlen)
 {
     redisReply *reply = hx_command(*c, argc, (const char **)argv, argvlen);
 

@@ -53,7 +53,7 @@ extern "C" {
 #endif
 
 #if defined(__GNUC__) && __GNUC__ >= 4
-#define TU_SENTINEL __attribute__((sentinel))
+#define TU_SENTINEL    __attribute__((sentinel))
 #define TU_WARN_UNUSED __attribute__((warn_unused_result))
 #else
 #define TU_SENTINEL
@@ -72,17 +72,18 @@ extern "C" {
  * struct is "stopped" as well.
  */
 typedef struct tu_redis {
-    char dir[256];        /* private temp dir (mkdtemp under $TMPDIR or /tmp) */
-    char sock[300];       /* unix socket path inside dir ("<dir>/redis.sock") */
-    int port;             /* TCP port on 127.0.0.1 it listens on */
-    pid_t pid;            /* the server's pid (our child, not daemonized);
+    char dir[256];      /* private temp dir (mkdtemp under $TMPDIR or /tmp) */
+    char sock[300];     /* unix socket path inside dir ("<dir>/redis.sock") */
+    int port;           /* TCP port on 127.0.0.1 it listens on */
+    pid_t pid;          /* the server's pid (our child, not daemonized);
                              0 while it is not running */
-    char url_unix[512];   /* "unix://<sock>" */
-    char url_tcp[64];     /* "redis://127.0.0.1:<port>" */
-    int tls_port;         /* TLS on 127.0.0.1 (tu_redis_opts.tls); 0 none */
+    char url_unix[512]; /* "unix://<sock>" */
+    char url_tcp[64];   /* "redis://127.0.0.1:<port>" */
+    int tls_port;       /* TLS on 127.0.0.1 (tu_redis_opts.tls); 0 none */
     /* private */
-    pid_t creator_pid;    /* process that started it (fork guard) */
-    unsigned long reg_id; /* key in the registry of started servers; 0: none */
+    pid_t creator_pid; /* process that started it (fork guard) */
+    unsigned long
+        reg_id; /* key in the registry of started servers; 0: none */
 } tu_redis_t;
 
 /*
@@ -144,8 +145,8 @@ typedef struct tu_redis_opts {
 /* A TLS listener's files (PEM paths) and whether it wants client
  * certificates (--tls-auth-clients yes). */
 typedef struct tu_tls_conf {
-    const char *cert, *key;   /* the server's certificate and key */
-    const char *ca;           /* the CA client certificates are checked
+    const char *cert, *key; /* the server's certificate and key */
+    const char *ca;         /* the CA client certificates are checked
                                * against (Redis wants one even when it
                                * does not ask for them) */
     int auth_clients;
@@ -222,7 +223,8 @@ redisContext *tu_redis_admin(tu_redis_t *r) TU_WARN_UNUSED;
  * the server is not running (message on stderr).  Note that after an I/O
  * failure it is unknown whether the command ran.
  */
-redisReply *tu_cmd(tu_redis_t *r, const char *arg0, ...) TU_SENTINEL TU_WARN_UNUSED;
+redisReply *tu_cmd(tu_redis_t *r, const char *arg0,
+                   ...) TU_SENTINEL TU_WARN_UNUSED;
 
 /* The same with an argument vector; argvlen may be NULL (then strlen). */
 redisReply *tu_cmdv(tu_redis_t *r, int argc, const char *const *argv,
@@ -244,7 +246,8 @@ long long tu_cmd_int(tu_redis_t *r, const char *arg0, ...) TU_SENTINEL;
 /* Unambiguous variant: returns 0 and stores the number in *out (same
  * conversions as tu_cmd_int), 1 for a nil reply (*out untouched), -1 for
  * anything else (*out untouched, line on stderr). */
-int tu_cmd_int_ex(tu_redis_t *r, long long *out, const char *arg0, ...) TU_SENTINEL;
+int tu_cmd_int_ex(tu_redis_t *r, long long *out, const char *arg0,
+                  ...) TU_SENTINEL;
 
 /*
  * String result of a command, as a malloc'd NUL-terminated copy that the
@@ -256,7 +259,8 @@ int tu_cmd_int_ex(tu_redis_t *r, long long *out, const char *arg0, ...) TU_SENTI
  *   - anything else (error reply, array, I/O failure, no server, out of
  *     memory)              -> NULL, with a line on stderr.
  */
-char *tu_cmd_str(tu_redis_t *r, const char *arg0, ...) TU_SENTINEL TU_WARN_UNUSED;
+char *tu_cmd_str(tu_redis_t *r, const char *arg0,
+                 ...) TU_SENTINEL TU_WARN_UNUSED;
 
 /* ------------------------------------------------------------------------ */
 /* Misc                                                                     */

@@ -12,8 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define TP_MOVE_TIMEOUT  30000   /* ms: agreement after a slot moved */
-#define TP_MIGRATE_BATCH 100     /* keys per MIGRATE */
+#define TP_MOVE_TIMEOUT  30000 /* ms: agreement after a slot moved */
+#define TP_MIGRATE_BATCH 100   /* keys per MIGRATE */
 
 static struct tp_mig *mig_find(tu_cluster_t *c, int slot)
 {
@@ -38,10 +38,10 @@ static int setslot(tu_cluster_t *c, int node, int slot, const char *sub,
 
     snprintf(s, sizeof(s), "%d", slot);
     if (target < 0)
-        return tp_cmd_ok(&c->node[node], "node", node, "CLUSTER", "SETSLOT", s,
-                      sub, NULL);
-    return tp_cmd_ok(&c->node[node], "node", node, "CLUSTER", "SETSLOT", s, sub,
-                  c->id[target], NULL);
+        return tp_cmd_ok(&c->node[node], "node", node, "CLUSTER", "SETSLOT",
+                         s, sub, NULL);
+    return tp_cmd_ok(&c->node[node], "node", node, "CLUSTER", "SETSLOT", s,
+                     sub, c->id[target], NULL);
 }
 
 /*
@@ -51,8 +51,8 @@ static int setslot(tu_cluster_t *c, int node, int slot, const char *sub,
 static int migrate_keys(tu_cluster_t *c, int slot, int from, int to, int max)
 {
     char slot_s[16], count_s[16], port_s[16];
-    const char *head[8] = { "MIGRATE", "127.0.0.1", NULL, "", "0", "5000",
-                            "REPLACE", "KEYS" };
+    const char *head[8] = { "MIGRATE", "127.0.0.1", NULL,      "",
+                            "0",       "5000",      "REPLACE", "KEYS" };
     int moved = 0;
 
     snprintf(slot_s, sizeof(slot_s), "%d", slot);
@@ -67,11 +67,11 @@ static int migrate_keys(tu_cluster_t *c, int slot, int from, int to, int max)
         if (max >= 0 && max - moved < want)
             want = max - moved;
         snprintf(count_s, sizeof(count_s), "%d", want);
-        keys = tp_query(&c->node[from], &c->q[from], "CLUSTER", "GETKEYSINSLOT",
-                     slot_s, count_s, NULL);
+        keys = tp_query(&c->node[from], &c->q[from], "CLUSTER",
+                        "GETKEYSINSLOT", slot_s, count_s, NULL);
         if (keys == NULL || keys->type != REDIS_REPLY_ARRAY) {
             tp_err("GETKEYSINSLOT %d on node %d: %s", slot, from,
-                     tp_reply_err(keys));
+                   tp_reply_err(keys));
             if (keys != NULL)
                 freeReplyObject(keys);
             return -1;
@@ -95,7 +95,7 @@ static int migrate_keys(tu_cluster_t *c, int slot, int from, int to, int max)
             argv[argc] = head[argc];
             lens[argc] = strlen(head[argc]);
         }
-        for (i = 0; i < keys->elements; i++) {   /* keys may be binary */
+        for (i = 0; i < keys->elements; i++) { /* keys may be binary */
             lens[argc] = keys->element[i]->len;
             argv[argc++] = keys->element[i]->str;
         }
@@ -104,7 +104,7 @@ static int migrate_keys(tu_cluster_t *c, int slot, int from, int to, int max)
         free(lens);
         if (!tp_reply_ok(x)) {
             tp_err("MIGRATE of %zu keys of slot %d from node %d to %d: %s",
-                     keys->elements, slot, from, to, tp_reply_err(x));
+                   keys->elements, slot, from, to, tp_reply_err(x));
             if (x != NULL)
                 freeReplyObject(x);
             freeReplyObject(keys);
@@ -167,8 +167,9 @@ static int migrate_finish(tu_cluster_t *c, int slot, int from, int to)
         redisReply *x;
 
         snprintf(s, sizeof(s), "%d", slot);
-        x = tp_act(&c->node[from], (const char *[]){ "CLUSTER", "SETSLOT", s,
-                                                    "NODE", c->id[to], NULL });
+        x = tp_act(&c->node[from],
+                   (const char *[]){ "CLUSTER", "SETSLOT", s, "NODE",
+                                     c->id[to], NULL });
         if (tp_reply_ok(x)) {
             freeReplyObject(x);
             break;
@@ -178,7 +179,7 @@ static int migrate_finish(tu_cluster_t *c, int slot, int from, int to)
             strstr(x->str, "keys") == NULL ||
             migrate_keys(c, slot, from, to, -1) < 0) {
             tp_err("CLUSTER SETSLOT %d NODE on node %d: %s", slot, from,
-                     tp_reply_err(x));
+                   tp_reply_err(x));
             if (x != NULL)
                 freeReplyObject(x);
             return -1;
@@ -254,7 +255,7 @@ int tu_cluster_migrate_key(tu_cluster_t *c, const char *key)
         rc = 0;
     else
         tp_err("MIGRATE \"%s\" from node %d to %d: %s", key, m->from, m->to,
-                 tp_reply_err(x));
+               tp_reply_err(x));
     if (x != NULL)
         freeReplyObject(x);
     return rc;
@@ -270,7 +271,7 @@ int tu_cluster_migrate_finish(tu_cluster_t *c, int slot, int to)
     m = mig_find(c, slot);
     if (m == NULL || m->to != to) {
         tp_err("migrate_finish: slot %d is not migrating to node %d", slot,
-                 to);
+               to);
         return -1;
     }
     from = m->from;
@@ -280,8 +281,7 @@ int tu_cluster_migrate_finish(tu_cluster_t *c, int slot, int to)
 
 int tu_cluster_move_slot(tu_cluster_t *c, int slot, int to)
 {
-    int from = move_source(c, slot, to, "move_slot",
-                           "(use migrate_finish)");
+    int from = move_source(c, slot, to, "move_slot", "(use migrate_finish)");
 
     if (from < 0)
         return -1;

@@ -58,7 +58,7 @@ static char proc_state(pid_t pid)
     n = fread(buf, 1, sizeof(buf) - 1, f);
     fclose(f);
     buf[n] = '\0';
-    p = strrchr(buf, ')');   /* the command name may hold anything */
+    p = strrchr(buf, ')'); /* the command name may hold anything */
     if (p == NULL || p[1] != ' ')
         return 0;
     return p[2];
@@ -76,8 +76,9 @@ const char *tp_down_name(const tu_redis_t *r)
     if (r->pid <= 0)
         return "killed";
     st = proc_state(r->pid);
-    return is_stopped_state(st) ? "stopped" : st == 0 || st == 'Z' ? "dead"
-                                                                  : "up";
+    return is_stopped_state(st)   ? "stopped"
+           : st == 0 || st == 'Z' ? "dead"
+                                  : "up";
 }
 
 int tp_usable(const tu_redis_t *r)
@@ -276,8 +277,9 @@ int tp_restart_node(tu_redis_t *r, struct tp_conn *q)
 
 const char *tp_reply_text(const redisReply *x)
 {
-    if (x != NULL && (x->type == REDIS_REPLY_STRING ||
-                      x->type == REDIS_REPLY_STATUS) && x->str != NULL)
+    if (x != NULL &&
+        (x->type == REDIS_REPLY_STRING || x->type == REDIS_REPLY_STATUS) &&
+        x->str != NULL)
         return x->str;
     return NULL;
 }
@@ -430,8 +432,8 @@ void tp_nodes_stop(tu_redis_t *nodes, struct tp_conn *q, int n)
 
 double tp_start_deadline(int start_timeout_ms)
 {
-    return tu_now() + (start_timeout_ms > 0 ? start_timeout_ms : 30000) /
-                          1000.0;
+    return tu_now() +
+           (start_timeout_ms > 0 ? start_timeout_ms : 30000) / 1000.0;
 }
 
 int tp_ms_left(double deadline)

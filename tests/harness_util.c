@@ -82,14 +82,14 @@ void hx_pipe_block(struct hx_pipe_guard *g)
     sigemptyset(&g->set);
     sigaddset(&g->set, SIGPIPE);
     sigemptyset(&pending);
-    g->was_pending = sigpending(&pending) == 0 &&
-                     sigismember(&pending, SIGPIPE);
+    g->was_pending =
+        sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE);
     pthread_sigmask(SIG_BLOCK, &g->set, &g->old);
 }
 
 void hx_pipe_unblock(struct hx_pipe_guard *g)
 {
-    struct timespec zero = {0, 0};
+    struct timespec zero = { 0, 0 };
 
     /* One that was pending before is not ours to swallow. */
     if (!g->was_pending) {
@@ -302,7 +302,8 @@ int hx_make_dir(tu_redis_t *r)
     /* The socket path must fit in sun_path; fall back to /tmp if $TMPDIR
      * is too long. */
     if (base == NULL || base[0] != '/' ||
-        strlen(base) + sizeof("/" HX_DIR_PREFIX "XXXXXX/redis.sock") > sun_max)
+        strlen(base) + sizeof("/" HX_DIR_PREFIX "XXXXXX/redis.sock") >
+            sun_max)
         base = "/tmp";
     n = snprintf(tmpl, sizeof(tmpl), "%s/" HX_DIR_PREFIX "XXXXXX", base);
     if (n < 0 || (size_t)n >= sizeof(tmpl))

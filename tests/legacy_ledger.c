@@ -29,7 +29,7 @@
 
 static pthread_mutex_t g_ledger_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t g_turn_cv = PTHREAD_COND_INITIALIZER;
-static int g_turn;            /* whose turn it is, under g_ledger_lock */
+static int g_turn; /* whose turn it is, under g_ledger_lock */
 static int g_threads;
 static long g_posts;
 static int g_fd;

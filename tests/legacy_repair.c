@@ -62,10 +62,14 @@ static void put(long a, long b)
 static const char *rc_name(int rc)
 {
     switch (rc) {
-    case 0: return "0";
-    case EOWNERDEAD: return "EOWNERDEAD";
-    case ENOTRECOVERABLE: return "ENOTRECOVERABLE";
-    default: return strerror(rc);
+    case 0:
+        return "0";
+    case EOWNERDEAD:
+        return "EOWNERDEAD";
+    case ENOTRECOVERABLE:
+        return "ENOTRECOVERABLE";
+    default:
+        return strerror(rc);
     }
 }
 
@@ -102,7 +106,7 @@ int main(int argc, char **argv)
         return 0;
     }
     if (rc == EOWNERDEAD) {
-        b = a;                     /* the repair: the half-written update */
+        b = a; /* the repair: the half-written update */
         put(a, b);
         if ((rc = pthread_mutex_consistent(&g_record_lock)) != 0)
             fail("consistent", rc);
@@ -113,7 +117,7 @@ int main(int argc, char **argv)
         printf("posted ");
     }
     if (strcmp(argv[2], "crash") == 0) {
-        put(a + 1, b);             /* A written, B not yet */
+        put(a + 1, b); /* A written, B not yet */
         printf("crashing\n");
         fflush(stdout);
         raise(SIGKILL);

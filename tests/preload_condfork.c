@@ -146,6 +146,6 @@ int main(void)
     }
     printf("child %d\n", s->child_rc);
     printf("parent %d\n", (pthread_cond_destroy(&s->c) != 0) +
-                          (pthread_mutex_destroy(&s->m) != 0));
+                              (pthread_mutex_destroy(&s->m) != 0));
     return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : 1;
 }

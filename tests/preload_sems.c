@@ -80,12 +80,12 @@ static int interrupted(sem_t *s, int timed)
     atomic_init(&w.done, 0);
     if (pthread_create(&th, NULL, wait_thread, &w) != 0)
         return 0;
-    sleep(1);                          /* waiting by now */
+    sleep(1); /* waiting by now */
     pthread_kill(th, SIGUSR1);
     for (i = 0; i < 500 && !atomic_load(&w.done); i++)
         usleep(10000);
     if (!atomic_load(&w.done))
-        sem_post(s);                   /* let it go: the check failed */
+        sem_post(s); /* let it go: the check failed */
     pthread_join(th, NULL);
     return w.rc == -1 && w.err == EINTR;
 }
@@ -99,7 +99,7 @@ static int eintr(const char *name)
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_usr1;
     sigemptyset(&sa.sa_mask);
-    sigaction(SIGUSR1, &sa, NULL);     /* no SA_RESTART */
+    sigaction(SIGUSR1, &sa, NULL); /* no SA_RESTART */
     a = interrupted(s, 0);
     b = interrupted(s, 1);
     printf("eintr %d %d\n", a, b);
@@ -138,13 +138,15 @@ static int cancel(const char *name)
     for (i = 0; i < 500 && !atomic_load(&cleaned); i++)
         usleep(10000);
     if (!atomic_load(&cleaned))
-        sem_post(s);                   /* let it go: the check failed */
+        sem_post(s); /* let it go: the check failed */
     pthread_join(th, &res);
     sem_getvalue(s, &value);
-    printf("cancel %d value %d\n", atomic_load(&cleaned) &&
-           res == PTHREAD_CANCELED, value);
+    printf("cancel %d value %d\n",
+           atomic_load(&cleaned) && res == PTHREAD_CANCELED, value);
     return atomic_load(&cleaned) && res == PTHREAD_CANCELED && value == 0 &&
-           sem_close(s) == 0 ? 0 : 1;
+                   sem_close(s) == 0
+               ? 0
+               : 1;
 }
 
 /* ---- pair --------------------------------------------------------------- */
@@ -186,7 +188,9 @@ static int pair(const char *iname, const char *sname, long n)
     cs = sem_close(slots);
     printf("closed %d %d\n", ci, cs);
     return atomic_load(&errors) == 0 && vi == 0 && vs == 4 && ci == 0 &&
-           cs == 0 ? 0 : 1;
+                   cs == 0
+               ? 0
+               : 1;
 }
 
 int main(int argc, char **argv)
@@ -199,8 +203,8 @@ int main(int argc, char **argv)
     if (argc == 5 && strcmp(argv[1], "pair") == 0)
         return pair(argv[2], argv[3], atol(argv[4]));
     if (argc == 1)
-        return 0;                      /* run by the harness: nothing to do */
+        return 0; /* run by the harness: nothing to do */
     fprintf(stderr, "usage: preload_sems eintr NAME | cancel NAME | "
-            "pair ITEMS SLOTS N\n");
+                    "pair ITEMS SLOTS N\n");
     return 2;
 }

@@ -87,10 +87,10 @@ _Static_assert(offsetof(struct bank, lock) == 32, "the tests map g_bank+32");
 struct bank g_bank = { "main", 0, PTHREAD_MUTEX_INITIALIZER, 0 };
 
 /* match = symbol g_shards[*] */
-pthread_mutex_t g_shards[4] = {
-    PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER,
-    PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER
-};
+pthread_mutex_t g_shards[4] = { PTHREAD_MUTEX_INITIALIZER,
+                                PTHREAD_MUTEX_INITIALIZER,
+                                PTHREAD_MUTEX_INITIALIZER,
+                                PTHREAD_MUTEX_INITIALIZER };
 
 /* initialised as an error-checking mutex in main */
 pthread_mutex_t g_errcheck;
@@ -211,7 +211,7 @@ static int hold_then_release(pthread_mutex_t *m)
 /* ---- condition variables ------------------------------------------------ */
 
 static pthread_mutex_t *W;
-static int w_flag;               /* under W */
+static int w_flag; /* under W */
 static volatile int w_failed;
 static int helper_rc = -1;
 static long helper_ms;
@@ -307,7 +307,7 @@ static int errcheck(void)
 
 /* ---- calls: every entry point, every version --------------------------------- */
 
-static pthread_cond_t old_cv;      /* zeroed: for the GLIBC_2.2.5 condvar */
+static pthread_cond_t old_cv; /* zeroed: for the GLIBC_2.2.5 condvar */
 
 /* which pthread_cond_signal (the current one, or an older version found
  * by dlvsym: NULL when there is none) signals which condvar */
@@ -353,14 +353,18 @@ static void check_rc(int rc, int want, const char *what, int *bad)
 static int calls(void)
 {
     static const char *syms[] = {
-        "pthread_mutex_lock@GLIBC_2.2.5", "pthread_mutex_unlock@GLIBC_2.2.5",
-        "pthread_mutex_init@GLIBC_2.2.5", "pthread_mutex_destroy@GLIBC_2.2.5",
-        "pthread_mutex_trylock@GLIBC_2.34", "pthread_mutex_trylock@GLIBC_2.2.5",
+        "pthread_mutex_lock@GLIBC_2.2.5",
+        "pthread_mutex_unlock@GLIBC_2.2.5",
+        "pthread_mutex_init@GLIBC_2.2.5",
+        "pthread_mutex_destroy@GLIBC_2.2.5",
+        "pthread_mutex_trylock@GLIBC_2.34",
+        "pthread_mutex_trylock@GLIBC_2.2.5",
         "pthread_mutex_timedlock@GLIBC_2.34",
         "pthread_mutex_timedlock@GLIBC_2.2.5",
         "pthread_mutex_clocklock@GLIBC_2.34",
         "pthread_mutex_clocklock@GLIBC_2.30",
-        "pthread_cond_wait@GLIBC_2.3.2", "pthread_cond_wait@GLIBC_2.2.5",
+        "pthread_cond_wait@GLIBC_2.3.2",
+        "pthread_cond_wait@GLIBC_2.2.5",
         "pthread_cond_timedwait@GLIBC_2.3.2",
         "pthread_cond_timedwait@GLIBC_2.2.5",
         "pthread_cond_clockwait@GLIBC_2.34",
@@ -369,9 +373,8 @@ static int calls(void)
     long (*counter)(const char *) =
         (long (*)(const char *))dlsym(RTLD_DEFAULT, "distlock_preload_calls");
     struct signal_arg new_sig = { pthread_cond_signal, &g_cv };
-    struct signal_arg old_sig = {
-        OLD(pthread_cond_signal, "GLIBC_2.2.5"), &old_cv
-    };
+    struct signal_arg old_sig = { OLD(pthread_cond_signal, "GLIBC_2.2.5"),
+                                  &old_cv };
     pthread_mutex_t *m = &g_global_lock;
     struct timespec ts;
     struct account *a;
@@ -408,13 +411,14 @@ static int calls(void)
     CHECK_HELD(OLD(pthread_mutex_timedlock, "GLIBC_2.2.5")(m, &ts),
                pthread_mutex_unlock(m));
     ts = clock_in_ms(CLOCK_MONOTONIC, 2000);
-    CHECK(OLD(pthread_mutex_clocklock, "GLIBC_2.30")(m, CLOCK_MONOTONIC, &ts), 0);
+    CHECK(OLD(pthread_mutex_clocklock, "GLIBC_2.30")(m, CLOCK_MONOTONIC, &ts),
+          0);
     ts = clock_in_ms(CLOCK_REALTIME, 10);
     CHECK(OLD(pthread_cond_timedwait, "GLIBC_2.2.5")(&old_cv, m, &ts),
           ETIMEDOUT);
     ts = clock_in_ms(CLOCK_MONOTONIC, 10);
-    CHECK(OLD(pthread_cond_clockwait, "GLIBC_2.30")(&g_cv, m,
-                                                            CLOCK_MONOTONIC, &ts),
+    CHECK(OLD(pthread_cond_clockwait, "GLIBC_2.30")(&g_cv, m, CLOCK_MONOTONIC,
+                                                    &ts),
           ETIMEDOUT);
     w_flag = 0;
     pthread_create(&th, NULL, flag_and_signal, &old_sig);
@@ -442,10 +446,11 @@ static pthread_rwlock_t *which_rw(const char *w)
 
 static int rwcalls(void)
 {
-    static const char *names[] = { "rdlock", "tryrdlock", "timedrdlock",
-                                   "clockrdlock", "wrlock", "trywrlock",
-                                   "timedwrlock", "clockwrlock", "unlock",
-                                   "init", "destroy" };
+    static const char *names[] = {
+        "rdlock", "tryrdlock", "timedrdlock", "clockrdlock",
+        "wrlock", "trywrlock", "timedwrlock", "clockwrlock",
+        "unlock", "init",      "destroy"
+    };
     long (*counter)(const char *) =
         (long (*)(const char *))dlsym(RTLD_DEFAULT, "distlock_preload_calls");
     pthread_rwlock_t *rw = &g_catalog_lock, scratch;
@@ -460,8 +465,10 @@ static int rwcalls(void)
     CHECK_HELD(pthread_rwlock_tryrdlock(rw), pthread_rwlock_unlock(rw));
     CHECK_HELD(pthread_rwlock_trywrlock(rw), pthread_rwlock_unlock(rw));
     ts = clock_in_ms(CLOCK_REALTIME, 2000);
-    CHECK_HELD(pthread_rwlock_timedrdlock(rw, &ts), pthread_rwlock_unlock(rw));
-    CHECK_HELD(pthread_rwlock_timedwrlock(rw, &ts), pthread_rwlock_unlock(rw));
+    CHECK_HELD(pthread_rwlock_timedrdlock(rw, &ts),
+               pthread_rwlock_unlock(rw));
+    CHECK_HELD(pthread_rwlock_timedwrlock(rw, &ts),
+               pthread_rwlock_unlock(rw));
     ts = clock_in_ms(CLOCK_MONOTONIC, 2000);
     CHECK_HELD(pthread_rwlock_clockrdlock(rw, CLOCK_MONOTONIC, &ts),
                pthread_rwlock_unlock(rw));
@@ -486,11 +493,11 @@ static int rwcalls(void)
     CHECK_HELD(OLD(pthread_rwlock_timedwrlock, "GLIBC_2.2.5")(rw, &ts),
                pthread_rwlock_unlock(rw));
     ts = clock_in_ms(CLOCK_MONOTONIC, 2000);
-    CHECK_HELD(OLD(pthread_rwlock_clockrdlock, "GLIBC_2.30")(rw, CLOCK_MONOTONIC,
-                                                            &ts),
+    CHECK_HELD(OLD(pthread_rwlock_clockrdlock,
+                   "GLIBC_2.30")(rw, CLOCK_MONOTONIC, &ts),
                pthread_rwlock_unlock(rw));
-    CHECK_HELD(OLD(pthread_rwlock_clockwrlock, "GLIBC_2.30")(rw, CLOCK_MONOTONIC,
-                                                            &ts),
+    CHECK_HELD(OLD(pthread_rwlock_clockwrlock,
+                   "GLIBC_2.30")(rw, CLOCK_MONOTONIC, &ts),
                pthread_rwlock_unlock(rw));
     CHECK(OLD(pthread_rwlock_init, "GLIBC_2.2.5")(&scratch, NULL), 0);
     CHECK(pthread_rwlock_destroy(&scratch), 0);
@@ -501,9 +508,9 @@ static int rwcalls(void)
     for (i = 0; i < sizeof names / sizeof names[0]; i++) {
         for (v = 0; v < 2; v++) {
             snprintf(sym, sizeof sym, "pthread_rwlock_%s@%s", names[i],
-                     v == 0 ? "GLIBC_2.34"
-                            : strncmp(names[i], "clock", 5) == 0 ? "GLIBC_2.30"
-                                                                 : "GLIBC_2.2.5");
+                     v == 0                               ? "GLIBC_2.34"
+                     : strncmp(names[i], "clock", 5) == 0 ? "GLIBC_2.30"
+                                                          : "GLIBC_2.2.5");
             say("count %s %ld", sym, counter ? counter(sym) : -1L);
         }
     }
@@ -527,8 +534,8 @@ static int rw_mode(const char *mode, pthread_rwlock_t *rw, const char *ms)
         say("rc %d ms 0", rc);
     } else if (ms) {
         int clocked = mode[0] == 'c';
-        struct timespec ts = clock_in_ms(clocked ? CLOCK_MONOTONIC : CLOCK_REALTIME,
-                                   atol(ms));
+        struct timespec ts =
+            clock_in_ms(clocked ? CLOCK_MONOTONIC : CLOCK_REALTIME, atol(ms));
         double t0 = mono_ms();
 
         if (clocked)
@@ -569,14 +576,14 @@ static int errno_mode(void)
 
     KEEPS(pthread_mutex_lock(m));
     KEEPS(pthread_mutex_lock(&g_errcheck));
-    KEEPS(pthread_mutex_lock(&g_errcheck));          /* EDEADLK */
+    KEEPS(pthread_mutex_lock(&g_errcheck)); /* EDEADLK */
     KEEPS(pthread_mutex_unlock(&g_errcheck));
     ts = clock_in_ms(CLOCK_REALTIME, 10);
     KEEPS(pthread_cond_timedwait(&g_cv, m, &ts));
     ts = clock_in_ms(CLOCK_MONOTONIC, 10);
     KEEPS(pthread_cond_clockwait(&g_cv, m, CLOCK_MONOTONIC, &ts));
     KEEPS(pthread_mutex_unlock(m));
-    KEEPS(pthread_mutex_unlock(m));                  /* EPERM */
+    KEEPS(pthread_mutex_unlock(m)); /* EPERM */
     KEEPS(pthread_mutex_trylock(m));
     KEEPS(pthread_mutex_unlock(m));
     ts = clock_in_ms(CLOCK_REALTIME, 1000);
@@ -702,10 +709,10 @@ int main(int argc, char **argv)
     g_catalog = catalog_create();
     if (preload_lib_global_lock() != &lib_global_lock) {
         fprintf(stderr, "preload_target: the library uses another "
-                "lib_global_lock than the program\n");
+                        "lib_global_lock than the program\n");
         return 1;
     }
-    if (argc < 2)           /* without the shim: everything still works */
+    if (argc < 2) /* without the shim: everything still works */
         return calls() | rwcalls();
     if (strcmp(argv[1], "calls") == 0)
         return calls();
@@ -765,8 +772,8 @@ int main(int argc, char **argv)
         return condtimed(m, atol(argv[3]), 1);
     if (strcmp(argv[1], "timed") == 0 || strcmp(argv[1], "clock") == 0) {
         int clocked = argv[1][0] == 'c';
-        struct timespec ts = clock_in_ms(clocked ? CLOCK_MONOTONIC : CLOCK_REALTIME,
-                                   atol(argv[3]));
+        struct timespec ts = clock_in_ms(
+            clocked ? CLOCK_MONOTONIC : CLOCK_REALTIME, atol(argv[3]));
 
         t0 = mono_ms();
         rc = clocked ? pthread_mutex_clocklock(m, CLOCK_MONOTONIC, &ts)

@@ -134,7 +134,7 @@ static int waker(const char *flag)
 }
 
 static pthread_mutex_t g_plain = PTHREAD_MUTEX_INITIALIZER;
-static int g_flag;                     /* under g_plain */
+static int g_flag; /* under g_plain */
 
 static void *local_waiter(void *arg)
 {
@@ -272,7 +272,8 @@ int main(int argc, char **argv)
         return timeout(atol(argv[2]));
     if (argc == 4 && strcmp(argv[1], "cancel") == 0)
         return cancel(argv[2], argv[3]);
-    fprintf(stderr, "usage: preload_waits barrier ROUNDS | waiter FLAG | "
+    fprintf(stderr,
+            "usage: preload_waits barrier ROUNDS | waiter FLAG | "
             "waker FLAG | timeout MS | local | cancel wait|timed DIR\n");
     return 2;
 }

@@ -21,7 +21,7 @@
 
 static tu_redis_t r;
 
-#define DEFAULT_WAITER_MS   5000UL
+#define DEFAULT_WAITER_MS 5000UL
 
 /* The group's settings (fixture.h). */
 static const struct fx_settings defaults = FX_DEFAULTS(DEFAULT_WAITER_MS);
@@ -94,7 +94,7 @@ RW_FN char *read_owner(const char *key)
 }
 
 RW_FN void tkey(char *buf, size_t len, const char *name, const char *owner,
-                 int k)
+                int k)
 {
     snprintf(buf, len, "{%s}:%s:rwlock_timeout:%d", name, owner, k);
 }
@@ -170,17 +170,25 @@ RW_FN void del_all(const char *name)
 
 /* ---- a thread that runs one lock call and holds until told --------------- */
 
-enum op { OP_RD, OP_WR, OP_TRYRD, OP_TRYWR, OP_TIMEDRD, OP_TIMEDWR, OP_UNLOCK };
+enum op {
+    OP_RD,
+    OP_WR,
+    OP_TRYRD,
+    OP_TRYWR,
+    OP_TIMEDRD,
+    OP_TIMEDWR,
+    OP_UNLOCK
+};
 
 struct th {
     dist_rwlock_t *rw;
     enum op op;
-    double timeout_s;          /* for the timed ops */
+    double timeout_s; /* for the timed ops */
     sem_t locked, release;
     int rc, unlock_rc;
-    int relock;                /* take it this many more times (reentrant) */
+    int relock; /* take it this many more times (reentrant) */
     double t_called, t_locked;
-    atomic_int in;             /* t_locked is set (for polling) */
+    atomic_int in; /* t_locked is set (for polling) */
     atomic_int *started;
     pthread_t th;
 };
@@ -190,17 +198,22 @@ RW_FN int do_op(dist_rwlock_t *rw, enum op op, double timeout_s)
     struct timespec dl;
 
     switch (op) {
-    case OP_RD: return dist_rwlock_rdlock(rw);
-    case OP_WR: return dist_rwlock_wrlock(rw);
-    case OP_TRYRD: return dist_rwlock_tryrdlock(rw);
-    case OP_TRYWR: return dist_rwlock_trywrlock(rw);
+    case OP_RD:
+        return dist_rwlock_rdlock(rw);
+    case OP_WR:
+        return dist_rwlock_wrlock(rw);
+    case OP_TRYRD:
+        return dist_rwlock_tryrdlock(rw);
+    case OP_TRYWR:
+        return dist_rwlock_trywrlock(rw);
     case OP_TIMEDRD:
         dl = realtime_in(timeout_s);
         return dist_rwlock_timedrdlock(rw, &dl);
     case OP_TIMEDWR:
         dl = realtime_in(timeout_s);
         return dist_rwlock_timedwrlock(rw, &dl);
-    case OP_UNLOCK: return dist_rwlock_unlock(rw);
+    case OP_UNLOCK:
+        return dist_rwlock_unlock(rw);
     }
     return -1;
 }

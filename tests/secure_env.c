@@ -29,8 +29,10 @@ int main(int argc, char **argv)
     dist__cfg_get(&c);
     if (strcmp(c.host, "192.0.2.7") != 0 || c.port != 4242 ||
         c.timeout_ms != 1234) {
-        fprintf(stderr, "secure_env: the environment was not read (%s:%d, "
-                "%lu ms)\n", c.host, c.port, c.timeout_ms);
+        fprintf(stderr,
+                "secure_env: the environment was not read (%s:%d, "
+                "%lu ms)\n",
+                c.host, c.port, c.timeout_ms);
         return 1;
     }
     return 0;

@@ -41,14 +41,15 @@
 static const struct fx_settings settings = { 1500, 2000, 1500 };
 static tu_redis_t r;
 
-#define USER     "distlock_test"
-#define PASSWORD "acl-test-secret"
+#define USER       "distlock_test"
+#define PASSWORD   "acl-test-secret"
 /* The prefix of every name the documented command allows, and this test's
  * (the group's names all start with it). */
 #define DOC_PREFIX "app:"
 #define PREFIX     "test_acl:"
 
-#define NAME(buf, tag) test_lock_name(buf, sizeof buf, "test_acl", __func__, tag)
+#define NAME(buf, tag)                                                       \
+    test_lock_name(buf, sizeof buf, "test_acl", __func__, tag)
 
 static char url[128];
 
@@ -255,7 +256,6 @@ static void nothing_refused(void)
     freeReplyObject(x);
 }
 
-
 /* ---- the kinds ----------------------------------------------------------------- */
 
 /* The wall clock in ms, as a Redisson client writes its deadlines. */
@@ -428,7 +428,7 @@ static void test_cond(void **state)
     assert_int_equal(dist_mutex_init(&cp.m, mname, NULL), 0);
     assert_int_equal(dist_cond_init(&cp.c, cname, NULL), 0);
     waiter_start(&w, cond_wait, &cp);
-    tu_sleep_ms(1200);        /* registered, renewed as a waiter */
+    tu_sleep_ms(1200); /* registered, renewed as a waiter */
     assert_int_equal(w.rc, -1);
     assert_int_equal(dist_mutex_lock(&cp.m), 0);
     cp.ready = 1;
@@ -465,7 +465,7 @@ static void sem_kind(int mode)
     assert_int_equal(dist_sem_init(&s2, name, 1, &a), 0);
     assert_int_equal(dist_sem_wait(&s), 0);
     waiter_start(&w, sem_take, &s2);
-    tu_sleep_ms(1200);        /* the permit renewed, the waiter too */
+    tu_sleep_ms(1200); /* the permit renewed, the waiter too */
     assert_int_equal(w.rc, -1);
     assert_int_equal(dist_sem_getvalue(&s, &v), 0);
     assert_int_equal(v, 0);
@@ -508,7 +508,7 @@ static void test_barrier(void **state)
     assert_int_equal(dist_barrier_init(&a, name, 2), 0);
     assert_int_equal(dist_barrier_init(&b, name, 2), 0);
     waiter_start(&w, bar_wait, &a);
-    tu_sleep_ms(1200);        /* arrived, its membership renewed */
+    tu_sleep_ms(1200); /* arrived, its membership renewed */
     assert_int_equal(w.rc, -1);
     rc = dist_barrier_wait(&b);
     assert_true(rc == 0 || rc == DIST_BARRIER_SERIAL_THREAD);

@@ -38,17 +38,18 @@ static tu_redis_t r;
 
 static const struct fx_settings defaults = FX_DEFAULTS(WAITER_MS);
 
-#define NAME(buf, tag) test_lock_name(buf, sizeof buf, "test_barrier", __func__, tag)
+#define NAME(buf, tag)                                                       \
+    test_lock_name(buf, sizeof buf, "test_barrier", __func__, tag)
 
 #define PARTIES 3
 #define ROUNDS  20
 
 struct shared {
     char name[160];
-    atomic_int entered[ROUNDS];   /* waits begun in round i */
-    atomic_int serial[ROUNDS];    /* DIST_BARRIER_SERIAL_THREAD in round i */
-    atomic_int early[ROUNDS];     /* returned before every party entered */
-    atomic_int rc[PARTIES];       /* per party: result, -1 until then */
+    atomic_int entered[ROUNDS]; /* waits begun in round i */
+    atomic_int serial[ROUNDS];  /* DIST_BARRIER_SERIAL_THREAD in round i */
+    atomic_int early[ROUNDS];   /* returned before every party entered */
+    atomic_int rc[PARTIES];     /* per party: result, -1 until then */
 };
 
 static struct shared *shared_new(void)
@@ -127,7 +128,7 @@ static void test_rounds(void **state)
  * again: the others get EOWNERDEAD within its window, not a hang. */
 struct member {
     struct shared *s;
-    int stay_behind;              /* after the first round, only sleep */
+    int stay_behind; /* after the first round, only sleep */
 };
 
 static void member_child(void *arg)

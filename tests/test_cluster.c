@@ -23,9 +23,9 @@
 #include "hahelp.h"
 #include "fixture.h"
 
-#define WATCHDOG_MS 10000UL  /* much longer than a failover */
+#define WATCHDOG_MS 10000UL /* much longer than a failover */
 #define TIMEOUT_MS  2000UL
-#define MASTERS 3
+#define MASTERS     3
 
 static tu_cluster_t *C;
 static int g_seq;
@@ -91,7 +91,8 @@ static double unlock_to(struct ha_waiter *w, const char *name, int kind,
     int rc;
 
     t0 = tu_now();
-    rc = kind == HA_WRITE ? dist_rwlock_unlock(lock) : dist_mutex_unlock(lock);
+    rc =
+        kind == HA_WRITE ? dist_rwlock_unlock(lock) : dist_mutex_unlock(lock);
     if (rc != 0)
         fail_msg("unlock of %s: %s", name, dist_last_error());
     t = ha_waiter_result(w, slack(10.0));
@@ -142,7 +143,7 @@ static void test_locks_on_every_master(void **state)
 {
     static const char *const derived[] = {
         "redisson_lock__channel:{%s}", "redisson_lock_token:{%s}",
-        "redisson_lock_queue:{%s}", "redisson_lock_timeout:{%s}",
+        "redisson_lock_queue:{%s}",    "redisson_lock_timeout:{%s}",
         "redisson_rwlock:{%s}",
     };
     char name[64], k[128];
@@ -168,7 +169,7 @@ static void test_locks_on_every_master(void **state)
         assert_int_equal(node_exists(C, master, k), 1);
         t = handoff(name, HA_MUTEX, &m);
         fprintf(stderr, "    master %d: mutex hand-off %.4f s\n", master, t);
-        assert_dbl_range(t, 0, slack(1.5));   /* not the 10 s lease */
+        assert_dbl_range(t, 0, slack(1.5)); /* not the 10 s lease */
         assert_int_equal(dist_mutex_destroy(&m), 0);
 
         dist_mutexattr_init(&fa);
@@ -262,7 +263,7 @@ static void test_deferred_moved(void **state)
         assert_int_equal(dist_mutex_init(&o, other, NULL), 0);
         assert_int_equal(dist_mutex_lock(&m), 0);
         assert_int_equal(tu_cluster_move_slot(C, slot, 1), 0);
-        assert_int_equal(dist_mutex_unlock(&m), 0);   /* to node 0: MOVED */
+        assert_int_equal(dist_mutex_unlock(&m), 0); /* to node 0: MOVED */
         if (pass == 0) {
             assert_int_equal(dist_mutex_lock(&m), 0);
             assert_int_equal(node_count(1, name), 1);
@@ -319,8 +320,8 @@ static void test_ask_during_migration(void **state)
     }
 
     /* the renewal thread's next call is ASKed to the importing node */
-    t_renew = ha_renewed_since(node_pttl_asking, C, &to, 1, name,
-                               WATCHDOG_MS, tu_now(), slack(5.0));
+    t_renew = ha_renewed_since(node_pttl_asking, C, &to, 1, name, WATCHDOG_MS,
+                               tu_now(), slack(5.0));
     assert_true(t_renew > 0);
 
     b.slot = slot;
@@ -332,7 +333,7 @@ static void test_ask_during_migration(void **state)
     assert_int_equal(b.rc, 0);
     if (rc != 0)
         fail_msg("unlock during the migration: %d %s", rc, dist_last_error());
-    assert_true(done >= b.at);            /* it waited for the end */
+    assert_true(done >= b.at); /* it waited for the end */
     assert_int_equal(node_exists(C, to, name), 0);
     assert_int_equal(dist_mutex_destroy(&m), 0);
     assert_int_equal(tu_cluster_move_slot(C, slot, 0), 0);
@@ -426,7 +427,7 @@ static void test_plain_pubsub(void **state)
     assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
     assert_int_equal(dist_mutex_lock(&m), 0);
     ha_waiter_start(&w, url, name, HA_MUTEX, WATCHDOG_MS);
-    tu_sleep_ms(300);                     /* subscribed and asleep */
+    tu_sleep_ms(300); /* subscribed and asleep */
     assert_true(subscribers("NUMSUB", chan) >= 1);
     assert_int_equal(subscribers("SHARDNUMSUB", chan), 0);
     t0 = tu_now();
@@ -434,7 +435,7 @@ static void test_plain_pubsub(void **state)
     t = ha_waiter_result(&w, slack(10.0));
     assert_true(t > 0);
     fprintf(stderr, "    plain pub/sub: mutex hand-off %.4f s\n", t - t0);
-    assert_dbl_range(t - t0, 0, slack(1.5));   /* not the 10 s lease */
+    assert_dbl_range(t - t0, 0, slack(1.5)); /* not the 10 s lease */
     assert_true(got_plain(sub, chan, 0));
     assert_int_equal(dist_mutex_destroy(&m), 0);
 
@@ -501,7 +502,7 @@ static void check_pubsub_mode(const char *query, const char *publish,
     freeReplyObject(tu_cluster_cmd(C, 1, "HSET", name, "other:1", "1", NULL));
     freeReplyObject(tu_cluster_cmd(C, 1, "PEXPIRE", name, "10000", NULL));
     ha_waiter_start(&w, url, name, HA_MUTEX, WATCHDOG_MS);
-    tu_sleep_ms(300);                     /* subscribed and asleep */
+    tu_sleep_ms(300); /* subscribed and asleep */
     assert_true(subscribers("SHARDNUMSUB", chan) >= 1);
     if (plain_too)
         assert_true(subscribers("NUMSUB", chan) >= 1);
@@ -514,7 +515,7 @@ static void check_pubsub_mode(const char *query, const char *publish,
     assert_true(t > 0);
     fprintf(stderr, "    pubsub%s: %s -> distlock waiter %.4f s\n",
             *query ? query + 7 : " (default)", publish, t - t0);
-    assert_dbl_range(t - t0, 0, slack(1.5));   /* not the 10 s lease */
+    assert_dbl_range(t - t0, 0, slack(1.5)); /* not the 10 s lease */
 
     /* a distlock release, heard by a plain and by a sharded subscriber */
     assert_non_null(plain = tu_redis_admin(tu_cluster_node(C, 2)));
@@ -573,10 +574,12 @@ static void test_master_failover(void **state)
     t_renew = ha_renewed_since(node_pttl, C, &nm, 1, h.name, WATCHDOG_MS,
                                t_fault, slack(10.0));
     assert_true(t_renew > 0);
-    fprintf(stderr, "    kill -> replica promoted %.3f s, kill -> first "
-            "renewal on it %.3f s\n", t_fail - t_fault, t_renew - t_fault);
+    fprintf(stderr,
+            "    kill -> replica promoted %.3f s, kill -> first "
+            "renewal on it %.3f s\n",
+            t_fail - t_fault, t_renew - t_fault);
 
-    t = unlock_to(&h.w, h.name, HA_MUTEX, &h.m);   /* after the failover */
+    t = unlock_to(&h.w, h.name, HA_MUTEX, &h.m); /* after the failover */
     fprintf(stderr, "    unlock -> waiter %.4f s\n", t);
     assert_dbl_range(t, 0, slack(1.5));
     assert_int_equal(dist_mutex_destroy(&h.m), 0);

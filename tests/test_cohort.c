@@ -35,7 +35,8 @@ static tu_redis_t r;
 
 static const struct fx_settings defaults = FX_DEFAULTS(0);
 
-#define NAME(buf, tag) test_lock_name(buf, sizeof buf, "test_cohort", __func__, tag)
+#define NAME(buf, tag)                                                       \
+    test_lock_name(buf, sizeof buf, "test_cohort", __func__, tag)
 #define key_exists(key) tu_cmd_int(&r, "EXISTS", key, NULL)
 
 static int init_cohort(dist_mutex_t *m, const char *name, int type)
@@ -203,7 +204,7 @@ static void test_recursive(void **state)
     assert_int_equal(count_of(name), 1);
     assert_int_equal(dist_mutex_destroy(&m), EBUSY);
     assert_int_equal(dist_mutex_unlock(&m), 0);
-    assert_int_equal(key_exists(name), 0);           /* released at once */
+    assert_int_equal(key_exists(name), 0); /* released at once */
     assert_int_equal(dist_mutex_unlock(&m), EPERM);
     assert_int_equal(dist_mutex_destroy(&m), 0);
 }
@@ -255,7 +256,7 @@ struct ho_shared {
     dist_mutex_t *m;
     int inside, overlaps, fail;
     uint64_t last_token;
-    int token_back;               /* a token below one seen before */
+    int token_back; /* a token below one seen before */
 };
 
 static void *ho_main(void *arg)
@@ -277,7 +278,7 @@ static void *ho_main(void *arg)
             s->token_back = 1;
         else
             s->last_token = tok;
-        usleep(50);               /* others queue meanwhile */
+        usleep(50); /* others queue meanwhile */
         __atomic_sub_fetch(&s->inside, 1, __ATOMIC_SEQ_CST);
         if (dist_mutex_unlock(s->m) != 0)
             __atomic_store_n(&s->fail, 3, __ATOMIC_SEQ_CST);
@@ -333,8 +334,8 @@ static int mx_init(dist_mutex_t *m, const char *name, void *arg)
 static void test_mutual_exclusion(void **state)
 {
     char name[200], counter[220];
-    struct fx_mx run = { name, counter, MX_PROCS, MX_THREADS, MX_ITERS,
-                         mx_init, NULL };
+    struct fx_mx run = { name,     counter, MX_PROCS, MX_THREADS,
+                         MX_ITERS, mx_init, NULL };
 
     (void)state;
     NAME(name, "m");
@@ -348,12 +349,12 @@ static void test_mutual_exclusion(void **state)
 /* ---- a remote waiter ---------------------------------------------------------------- */
 
 #define RW_THREADS 4
-#define RW_BOUND_S 5.0        /* the mechanism: about 10 ms */
+#define RW_BOUND_S 5.0 /* the mechanism: about 10 ms */
 
 struct rw_shared {
-    int go;                   /* the child starts waiting */
-    int got;                  /* it has had the lock */
-    double waited;            /* how long its lock took (s) */
+    int go;        /* the child starts waiting */
+    int got;       /* it has had the lock */
+    double waited; /* how long its lock took (s) */
     int code;
 };
 
@@ -421,7 +422,7 @@ static void test_remote_waiter(void **state)
     assert_true(sh != MAP_FAILED);
     memset(sh, 0, sizeof *sh);
     sh->code = -1;
-    pid = fork();                 /* before this process's threads start */
+    pid = fork(); /* before this process's threads start */
     if (pid == 0)
         rw_child(name, sh);
     assert_true(pid > 0);
@@ -500,7 +501,7 @@ static void test_lost_hold(void **state)
     assert_int_equal(pthread_create(&th, NULL, waiter_main, &w), 0);
     while (!__atomic_load_n(&w.started, __ATOMIC_SEQ_CST))
         usleep(1000);
-    tu_sleep_ms(100);             /* it queues behind this thread */
+    tu_sleep_ms(100); /* it queues behind this thread */
     assert_int_equal(tu_cmd_int(&r, "DEL", name, NULL), 1);
     /* the renewal thread (every 100 ms here) finds it gone */
     t0 = tu_now();
@@ -560,16 +561,11 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
 #define T(f) cmocka_unit_test_teardown(f, fx_restore_defaults)
-        T(test_attribute),
-        T(test_fair_refused),
-        T(test_env_default),
-        T(test_recursive),
-        T(test_errorcheck),
-        T(test_cond_refused),
-        T(test_handoff),
-        T(test_mutual_exclusion),
-        T(test_remote_waiter),
-        T(test_lost_hold),
+        T(test_attribute),     T(test_fair_refused),
+        T(test_env_default),   T(test_recursive),
+        T(test_errorcheck),    T(test_cond_refused),
+        T(test_handoff),       T(test_mutual_exclusion),
+        T(test_remote_waiter), T(test_lost_hold),
         T(test_fork),
     };
     return fx_run_group(tests, &r, &defaults, "TEST_COHORT_FILTER");

@@ -42,7 +42,8 @@ static tu_redis_t r;
 
 static const struct fx_settings defaults = FX_DEFAULTS(WAITER_MS);
 
-#define NAME(buf, tag) test_lock_name(buf, sizeof buf, "test_cond", __func__, tag)
+#define NAME(buf, tag)                                                       \
+    test_lock_name(buf, sizeof buf, "test_cond", __func__, tag)
 
 /* Names of a mutex and of conditions that share its cluster slot (the
  * rule distlock.h documents): the conditions carry the mutex's name as
@@ -89,13 +90,13 @@ static void waiters_key(char *buf, size_t len, const char *c)
 
 /* What processes share: a few counters, and per child its result. */
 struct shared {
-    atomic_int items;         /* producer/consumer: queue length */
-    atomic_int turn;          /* ping-pong: whose turn */
-    atomic_int woken;         /* waiters that returned from a wait */
-    atomic_int rc[8];         /* per child: its result, -1 until then */
-    atomic_long slow;         /* waits that took longer than a window */
-    atomic_long waits;        /* waits that ended with the turn */
-    atomic_long spurious;     /* waits that returned without the turn */
+    atomic_int items;     /* producer/consumer: queue length */
+    atomic_int turn;      /* ping-pong: whose turn */
+    atomic_int woken;     /* waiters that returned from a wait */
+    atomic_int rc[8];     /* per child: its result, -1 until then */
+    atomic_long slow;     /* waits that took longer than a window */
+    atomic_long waits;    /* waits that ended with the turn */
+    atomic_long spurious; /* waits that returned without the turn */
 };
 
 static struct shared *shared_new(void)
@@ -316,14 +317,14 @@ static void test_lost_wakeup_hunt(void **state)
     assert_int_equal(atomic_load(&h.s->rc[1]), 0);
     /* the last turn was handed to the child */
     assert_int_equal(atomic_load(&h.s->turn), 0);
-    print_message("hunt: %d rounds (%d hand-offs) in %.1f s, %.3f ms per "
-                  "hand-off; longest wait %.3f s; %ld waits longer than a "
-                  "window (a missed message); %ld hand-offs went through a wait, %ld "
-                  "spurious wake-ups\n",
-                  h.rounds, 2 * h.rounds, el,
-                  el * 1000.0 / (2 * h.rounds), worst,
-                  atomic_load(&h.s->slow), atomic_load(&h.s->waits),
-                  atomic_load(&h.s->spurious));
+    print_message(
+        "hunt: %d rounds (%d hand-offs) in %.1f s, %.3f ms per "
+        "hand-off; longest wait %.3f s; %ld waits longer than a "
+        "window (a missed message); %ld hand-offs went through a wait, %ld "
+        "spurious wake-ups\n",
+        h.rounds, 2 * h.rounds, el, el * 1000.0 / (2 * h.rounds), worst,
+        atomic_load(&h.s->slow), atomic_load(&h.s->waits),
+        atomic_load(&h.s->spurious));
     /* the hunt is only one if the processes did wait for each other */
     assert_true(atomic_load(&h.s->waits) >= h.rounds / 2);
     shared_free(h.s);
@@ -337,7 +338,7 @@ struct waiter {
     struct names n;
     struct shared *s;
     int idx;
-    double secs;              /* the wait's deadline from its start */
+    double secs; /* the wait's deadline from its start */
 };
 
 /* Waits once on the first condition; notes its result and that it woke. */
@@ -525,7 +526,7 @@ static void test_signal_without_waiters_is_dropped(void **state)
 struct dwaiters {
     dist_mutex_t *m;
     dist_cond_t *c;
-    atomic_int go;            /* the predicate, under m */
+    atomic_int go; /* the predicate, under m */
     atomic_int rc[DW_THREADS];
     atomic_int unlock_rc[DW_THREADS];
     atomic_int idx;
@@ -595,7 +596,7 @@ static void test_destroy_right_after_broadcast(void **state)
     assert_int_equal(dist_mutex_unlock(&o.m), 0);
     assert_int_equal(dist_cond_destroy(&o.c), 0);
 
-    for (i = 0; i < DW_THREADS; i++)      /* thread i is not waiter i */
+    for (i = 0; i < DW_THREADS; i++) /* thread i is not waiter i */
         assert_int_equal(pthread_join(th[i], NULL), 0);
     for (i = 0; i < DW_THREADS; i++) {
         assert_int_equal(atomic_load(&d.rc[i]), 0);
@@ -715,8 +716,9 @@ static void test_timedwait_times_out_holding_mutex(void **state)
     /* bad arguments change nothing */
     dl.tv_nsec = 1000000000L;
     assert_int_equal(dist_cond_timedwait(&o.c, &o.m, &dl), EINVAL);
-    assert_int_equal(dist_cond_clockwait(&o.c, &o.m, CLOCK_PROCESS_CPUTIME_ID,
-                                         &dl), EINVAL);
+    assert_int_equal(
+        dist_cond_clockwait(&o.c, &o.m, CLOCK_PROCESS_CPUTIME_ID, &dl),
+        EINVAL);
     assert_held_once(&r, o.n.m, NULL);
     assert_int_equal(dist_mutex_unlock(&o.m), 0);
     close_pair(&o);
@@ -892,7 +894,7 @@ static void test_static_initializer(void **state)
 
     (void)state;
     names_for(&n, __func__);
-    assert_int_equal(dist_cond_signal(&c), EINVAL);   /* no name */
+    assert_int_equal(dist_cond_signal(&c), EINVAL); /* no name */
     c.__name = n.c[0];
     d = c;
     assert_int_equal(dist_mutex_init(&m, n.m, NULL), 0);

@@ -77,7 +77,7 @@ static void expect_parsed(const struct parsed *t, size_t n)
     }
 }
 
-#define NROWS(t) (sizeof (t) / sizeof (t)[0])
+#define NROWS(t) (sizeof(t) / sizeof(t)[0])
 
 static void test_tcp_forms(void **state)
 {
@@ -96,16 +96,20 @@ static void test_tcp_forms(void **state)
 static void test_credentials(void **state)
 {
     static const struct parsed t[] = {
-        { "redis://:s3cret@127.0.0.1:6379", NULL, ANY, ANY, NULL, "", "s3cret" },
+        { "redis://:s3cret@127.0.0.1:6379", NULL, ANY, ANY, NULL, "",
+          "s3cret" },
         { "redis://app:pa%40ss%3A@127.0.0.1", NULL, ANY, ANY, NULL, "app",
           "pa@ss:" },
-        { "redis://onlypass@127.0.0.1", NULL, ANY, ANY, NULL, "", "onlypass" },
+        { "redis://onlypass@127.0.0.1", NULL, ANY, ANY, NULL, "",
+          "onlypass" },
         /* the last '@' before the path ends the credentials */
-        { "redis://u:p@x@127.0.0.1:1", "127.0.0.1", ANY, ANY, NULL, NULL, "p@x" },
+        { "redis://u:p@x@127.0.0.1:1", "127.0.0.1", ANY, ANY, NULL, NULL,
+          "p@x" },
         /* the first ':' ends the user name */
         { "redis://app:p:w@h", "h", ANY, ANY, NULL, "app", "p:w" },
         /* '/' and '?' percent-encoded; a '%' without two hex digits is one */
-        { "redis://app:a%2Fb%3Fc%25@h/2", "h", ANY, 2, NULL, "app", "a/b?c%" },
+        { "redis://app:a%2Fb%3Fc%25@h/2", "h", ANY, 2, NULL, "app",
+          "a/b?c%" },
         { "redis://:50%@h", "h", ANY, ANY, NULL, "", "50%" },
         { "redis-sentinel://u:p%2Fq@s1:26379/m", NULL, ANY, ANY, NULL, "u",
           "p/q" },
@@ -118,9 +122,10 @@ static void test_credentials(void **state)
 static void test_unix_forms(void **state)
 {
     static const struct parsed t[] = {
-        { "unix:///run/redis/redis.sock", NULL, ANY, 0, "/run/redis/redis.sock",
-          NULL, NULL },
-        { "unix://:pw@/tmp/r.sock?db=3", NULL, ANY, 3, "/tmp/r.sock", NULL, "pw" },
+        { "unix:///run/redis/redis.sock", NULL, ANY, 0,
+          "/run/redis/redis.sock", NULL, NULL },
+        { "unix://:pw@/tmp/r.sock?db=3", NULL, ANY, 3, "/tmp/r.sock", NULL,
+          "pw" },
         /* an '@' in the path is the path's */
         { "unix:///tmp/a@b.sock", NULL, ANY, 0, "/tmp/a@b.sock", "", "" },
         { "unix://u:p%2Fw@x@/tmp/a@b.sock", NULL, ANY, 0, "/tmp/a@b.sock",
@@ -198,8 +203,9 @@ static void test_credentials_never_quoted(void **state)
                 "needs a TLS URL");
     secret_kept("redis-cluster://u:Sup3rS3cret@h:1/x?tls_key_pass=Pa55phrase",
                 "Pa55phrase", "(unexpected '/x')");
-    secret_kept("rediss-cluster://u:Sup3rS3cret@h:1/x?tls_key_pass=Pa55phrase",
-                "Sup3rS3cret", "no database number or master name");
+    secret_kept(
+        "rediss-cluster://u:Sup3rS3cret@h:1/x?tls_key_pass=Pa55phrase",
+        "Sup3rS3cret", "no database number or master name");
     secret_kept("redis://h:1?key_pass=Pa55phrase", "Pa55phrase",
                 "unexpected 'key_pass='");
     secret_kept("redis-cluster://h:1?keypass=Pa55phrase", "Pa55phrase",
@@ -217,15 +223,17 @@ static void test_tls_forms(void **state)
         int mode, insecure, db;
         const char *ca, *cert, *key, *name;
     } t[] = {
-        { "rediss://127.0.0.1:6380", DIST__MODE_SINGLE, 0, 0, "", "", "", "" },
+        { "rediss://127.0.0.1:6380", DIST__MODE_SINGLE, 0, 0, "", "", "",
+          "" },
         { "rediss://h:1/2?tls_ca=/etc/ca%20dir&tls_insecure=1",
           DIST__MODE_SINGLE, 1, 2, "/etc/ca dir", "", "", "" },
         { "rediss://h:1?db=3&tls_cert=/c.pem&tls_key=/k.pem"
-          "&tls_server_name=redis.example", DIST__MODE_SINGLE, 0, 3, "",
-          "/c.pem", "/k.pem", "redis.example" },
+          "&tls_server_name=redis.example",
+          DIST__MODE_SINGLE, 0, 3, "", "/c.pem", "/k.pem", "redis.example" },
         { "rediss-sentinel://h:26379,h:26380/m?tls_ca=/ca.pem",
           DIST__MODE_SENTINEL, 0, 0, "/ca.pem", "", "", "" },
-        { "rediss-cluster://h:7000?pubsub=plain&tls_ca=/ca.pem&tls_insecure=0",
+        { "rediss-cluster://h:7000?pubsub=plain&tls_ca=/"
+          "ca.pem&tls_insecure=0",
           DIST__MODE_CLUSTER, 0, 0, "/ca.pem", "", "", "" },
     };
     struct dist__cfg c;
@@ -294,10 +302,12 @@ static void test_tls_insecure_env(void **state)
     assert_int_equal(dist_set_url("rediss://127.0.0.1:6380"), 0);
     dist__cfg_get(&c);
     assert_int_equal(c.tls.insecure, 1);
-    assert_int_equal(dist_set_url("rediss://127.0.0.1:6380?tls_insecure=0"), 0);
+    assert_int_equal(dist_set_url("rediss://127.0.0.1:6380?tls_insecure=0"),
+                     0);
     dist__cfg_get(&c);
     assert_int_equal(c.tls.insecure, 0);
-    assert_int_equal(dist_set_url("rediss://127.0.0.1:6380?tls_insecure=1"), 0);
+    assert_int_equal(dist_set_url("rediss://127.0.0.1:6380?tls_insecure=1"),
+                     0);
     dist__cfg_get(&c);
     assert_int_equal(c.tls.insecure, 1);
     assert_int_equal(setenv("DISTLOCK_TLS_INSECURE", "0", 1), 0);
@@ -379,8 +389,8 @@ static void expect_derived(const char *name, const char *chan,
 static void expect_keys_as_set(const char *name, size_t len, int on_heap)
 {
     static const enum dist__nm which[] = {
-        DIST__N_QUEUE, DIST__N_TIMEOUT, DIST__N_TOKEN, DIST__N_CHAN,
-        DIST__N_FAIR_WAITERS,
+        DIST__N_QUEUE, DIST__N_TIMEOUT,      DIST__N_TOKEN,
+        DIST__N_CHAN,  DIST__N_FAIR_WAITERS,
     };
     struct dist__names *n = dist__names_new(name, len);
     struct dist__buf out[5], *set;
@@ -417,16 +427,20 @@ static void test_derived_names(void **state)
                    "redisson_lock_queue:{ledger}",
                    "redisson_lock__channel:{ledger}:c1:7");
     expect_derived("a{b", "redisson_lock__channel:a{b",
-                   "redisson_lock_queue:a{b", "redisson_lock__channel:a{b:c1:7");
+                   "redisson_lock_queue:a{b",
+                   "redisson_lock__channel:a{b:c1:7");
     n = dist__names_new("x", 1);
     assert_non_null(n);
     k = all_names(n);
     assert_string_equal(k[DIST__N_TOKEN].p, "redisson_lock_token:{x}");
     assert_string_equal(k[DIST__N_TIMEOUT].p, "redisson_lock_timeout:{x}");
     assert_string_equal(k[DIST__N_RWCHAN].p, "redisson_rwlock:{x}");
-    assert_string_equal(k[DIST__N_RW_WRITERS].p, "distlock_rwlock_writers:{x}");
-    assert_string_equal(k[DIST__N_RW_READERS].p, "distlock_rwlock_readers:{x}");
-    assert_string_equal(k[DIST__N_FAIR_WAITERS].p, "distlock_fair_waiters:{x}");
+    assert_string_equal(k[DIST__N_RW_WRITERS].p,
+                        "distlock_rwlock_writers:{x}");
+    assert_string_equal(k[DIST__N_RW_READERS].p,
+                        "distlock_rwlock_readers:{x}");
+    assert_string_equal(k[DIST__N_FAIR_WAITERS].p,
+                        "distlock_fair_waiters:{x}");
     assert_string_equal(k[DIST__N_SEM].p, "distlock_sem:{x}");
     assert_string_equal(k[DIST__N_COND_CHAN].p, "distlock_cond:{x}");
     assert_string_equal(k[DIST__N_BARRIER_CHAN].p,
@@ -509,7 +523,8 @@ static const struct {
     { "redis-cluster://127.0.0.1:7000,127.0.0.1:7001", DIST__PUBSUB_BOTH },
     { "redis-cluster://:pw@127.0.0.1:7000/", DIST__PUBSUB_BOTH },
     { "redis-cluster://127.0.0.1:7000?pubsub=plain", DIST__PUBSUB_PLAIN },
-    { "redis-cluster://127.0.0.1:7000/?db=0&pubsub=plain", DIST__PUBSUB_PLAIN },
+    { "redis-cluster://127.0.0.1:7000/?db=0&pubsub=plain",
+      DIST__PUBSUB_PLAIN },
     { "redis-cluster://127.0.0.1:7000?pubsub=plain&pubsub=sharded",
       DIST__PUBSUB_SHARDED },
     { "redis-cluster://127.0.0.1:7000?pubsub=sharded&pubsub=both",
@@ -522,7 +537,9 @@ static void test_ha_forms(void **state)
     size_t i;
 
     (void)state;
-    parse_ok("redis-sentinel://127.0.0.1:26379,127.0.0.1:26380,[::1]:26381/mymaster", &c);
+    parse_ok("redis-sentinel://127.0.0.1:26379,127.0.0.1:26380,[::1]:26381/"
+             "mymaster",
+             &c);
     assert_int_equal(c.mode, DIST__MODE_SENTINEL);
     assert_int_equal(c.nseeds, 3);
     assert_string_equal(c.seeds[0].host, "127.0.0.1");
@@ -562,7 +579,8 @@ static void test_ha_forms(void **state)
     assert_int_equal(c.db, 0);
     parse_bad("redis-cluster://127.0.0.1:7000?pubsub=Both", "pubsub=both");
     parse_bad("redis-cluster://127.0.0.1:7000?pubsub=fast", "pubsub=plain");
-    parse_bad("redis-cluster://127.0.0.1:7000?pubsub=plain&", "unexpected ''");
+    parse_bad("redis-cluster://127.0.0.1:7000?pubsub=plain&",
+              "unexpected ''");
     parse_bad("redis://127.0.0.1:7000?pubsub=plain", "?db=N");
 
     parse_ok("redis://127.0.0.1:6379", &c);
@@ -595,15 +613,26 @@ static void test_ha_forms(void **state)
  * against a live server. */
 static void test_keyslot(void **state)
 {
-    static const struct { const char *key; int slot; } t[] = {
-        { "foo", 12182 }, { "bar", 5061 }, { "hello", 866 },
-        { "123456789", 12739 },           /* CRC16/XMODEM check value 0x31c3 */
+    static const struct {
+        const char *key;
+        int slot;
+    } t[] = {
+        { "foo", 12182 },
+        { "bar", 5061 },
+        { "hello", 866 },
+        { "123456789", 12739 }, /* CRC16/XMODEM check value 0x31c3 */
         { "{user1000}.following", 3443 },
-        { "a}b{c}d", 7365 },              /* only "c" counts */
-        { "{}x", 10595 }, { "x{}", 2608 },/* empty tag: the whole key */
-        { "{a", 10276 }, { "{{a}}", 10276 }, { "}{a}", 15495 },
-        { "a{b}c{d}", 3300 }, { "a{}{b}", 15033 }, { "", 0 },
-        { "m", 15627 }, { "redisson_lock__channel:{m}", 15627 },
+        { "a}b{c}d", 7365 }, /* only "c" counts */
+        { "{}x", 10595 },
+        { "x{}", 2608 }, /* empty tag: the whole key */
+        { "{a", 10276 },
+        { "{{a}}", 10276 },
+        { "}{a}", 15495 },
+        { "a{b}c{d}", 3300 },
+        { "a{}{b}", 15033 },
+        { "", 0 },
+        { "m", 15627 },
+        { "redisson_lock__channel:{m}", 15627 },
     };
     size_t i;
 
@@ -692,7 +721,7 @@ static void *trylock_once(void *arg)
     dist_mutex_t m;
 
     if ((t->rc = dist_mutex_init(&m, t->name, NULL)) == 0) {
-        t->rc = dist_mutex_trylock(&m);     /* fails: nobody answers */
+        t->rc = dist_mutex_trylock(&m); /* fails: nobody answers */
         dist_mutex_destroy(&m);
     }
     snprintf(t->why, sizeof t->why, "%s", dist_last_error());
@@ -728,7 +757,8 @@ static void test_silent_sentinel_no_spin(void **state)
     cpu = clock_s(CLOCK_PROCESS_CPUTIME_ID);
     for (i = 0; i < 4; i++) {
         snprintf(one[i].name, sizeof one[i].name, "spin%d", i);
-        assert_int_equal(pthread_create(&t[i], NULL, trylock_once, &one[i]), 0);
+        assert_int_equal(pthread_create(&t[i], NULL, trylock_once, &one[i]),
+                         0);
     }
     for (i = 0; i < 4; i++)
         pthread_join(t[i], NULL);
@@ -736,7 +766,8 @@ static void test_silent_sentinel_no_spin(void **state)
     cpu = clock_s(CLOCK_PROCESS_CPUTIME_ID) - cpu;
     close(fd);
     print_message("4 threads against a silent sentinel: %.3f s CPU in "
-                  "%.3f s\n", cpu, wall);
+                  "%.3f s\n",
+                  cpu, wall);
     /* waiting costs next to nothing; three spinning threads cost whatever
      * the machine gives them, far above half a core even when loaded */
     assert_true(wall >= 0.9);

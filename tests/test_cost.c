@@ -54,7 +54,8 @@
 static tu_redis_t r;
 static const struct fx_settings defaults = { 30000, 2000, 0 };
 
-#define NAME(buf, tag) test_lock_name(buf, sizeof buf, "test_cost", __func__, tag)
+#define NAME(buf, tag)                                                       \
+    test_lock_name(buf, sizeof buf, "test_cost", __func__, tag)
 
 /* ---- many locks ------------------------------------------------------- */
 
@@ -312,7 +313,7 @@ static void test_count_once_per_process(void **state)
         sem_wait(&t[i].done);
         assert_int_equal(t[i].rc, 0);
     }
-    tu_sleep_ms(1200);    /* every count read is over a second old */
+    tu_sleep_ms(1200); /* every count read is over a second old */
     s0 = scripts_run();
     r0 = calls_of("role");
     i0 = infos_in_scripts();
@@ -456,7 +457,6 @@ static void test_contended_pair(void **state)
     assert_int_equal(dist_mutex_destroy(&m), 0);
 }
 
-
 /* ---- the herd ----------------------------------------------------------- */
 
 /* HERD_THREADS threads in each of HERD_PROCS processes loop on lock/unlock
@@ -466,18 +466,18 @@ static void test_contended_pair(void **state)
  * an unlock, the winner's try and the next refused try, 3 (a few waiter
  * renewals more on a slow machine), and about one message heard
  * per hand-off in all the processes. */
-#define HERD_PROCS 4
-#define HERD_THREADS 5
+#define HERD_PROCS    4
+#define HERD_THREADS  5
 #define HERD_HANDOFFS 300
 
 struct herd {
-    atomic_llong handoffs;        /* locks taken, all processes */
-    atomic_int started;           /* threads in their first call */
+    atomic_llong handoffs; /* locks taken, all processes */
+    atomic_int started;    /* threads in their first call */
     atomic_int stop;
     atomic_int errors;
-    atomic_int inside;            /* threads inside now */
+    atomic_int inside; /* threads inside now */
     atomic_int overlaps;
-    _Atomic unsigned long long messages[HERD_PROCS];  /* heard so far */
+    _Atomic unsigned long long messages[HERD_PROCS]; /* heard so far */
 };
 
 struct herd_arg {
@@ -698,12 +698,9 @@ int main(void)
     setenv("DISTLOCK_DIRECT_WAKE", "0", 1);
     const struct CMUnitTest tests[] = {
 #define T(f) cmocka_unit_test_teardown(f, fx_restore_defaults)
-        T(test_many_inits),
-        T(test_memory_per_held_lock),
-        T(test_uncontended_pair),
-        T(test_count_once_per_process),
-        T(test_contended_pair),
-        T(test_herd_commands_per_handoff),
+        T(test_many_inits),           T(test_memory_per_held_lock),
+        T(test_uncontended_pair),     T(test_count_once_per_process),
+        T(test_contended_pair),       T(test_herd_commands_per_handoff),
         T(test_replica_still_waited),
     };
     return fx_run_group(tests, &r, &defaults, "TEST_COST_FILTER");

@@ -60,13 +60,14 @@ using std::chrono::system_clock;
             expr;                                                            \
         } catch (const std::system_error &e_) {                              \
             caught_ = 1;                                                     \
-            if (e_.code() != std::error_code(err, std::generic_category())) { \
+            if (e_.code() !=                                                 \
+                std::error_code(err, std::generic_category())) {             \
                 std::fprintf(stderr, "%s:%d: %s threw %s (%d), not %s\n",    \
                              __FILE__, __LINE__, #expr, e_.what(),           \
                              e_.code().value(), #err);                       \
                 std::exit(1);                                                \
             }                                                                \
-            CHECK(std::strstr(e_.what(), "dist") != nullptr);               \
+            CHECK(std::strstr(e_.what(), "dist") != nullptr);                \
         }                                                                    \
         CHECK(caught_);                                                      \
     } while (0)
@@ -93,8 +94,7 @@ struct other_holder {
     pid_t pid = -1;
     int to_child = -1;
 
-    template <class Body>
-    void start(Body body)
+    template <class Body> void start(Body body)
     {
         int up[2], down[2];
         char c;
@@ -192,7 +192,7 @@ static void test_guards()
     distlock::mutex ec_m(name_of(__func__, "errorcheck"), o);
     {
         std::lock_guard<distlock::mutex> g(ec_m);
-        CHECK(!ec_m.try_lock());               /* EBUSY: false, no throw */
+        CHECK(!ec_m.try_lock()); /* EBUSY: false, no throw */
         CHECK_THROWS(ec_m.lock(), EDEADLK);
     }
     CHECK_THROWS(distlock::mutex(""), EINVAL);
@@ -222,7 +222,7 @@ static void test_robust_owner_dead()
             cm.lock();
             wait();
         });
-        kill(h.pid, SIGKILL);            /* dies in its section */
+        kill(h.pid, SIGKILL); /* dies in its section */
         CHECK(waitpid(h.pid, &st, 0) == h.pid);
         close(h.to_child);
         bool told = false;
@@ -236,9 +236,9 @@ static void test_robust_owner_dead()
             m.consistent();
             CHECK_THROWS(m.consistent(), EINVAL);
             m.unlock();
-            std::lock_guard<distlock::mutex> g(m);   /* clean: no throw */
+            std::lock_guard<distlock::mutex> g(m); /* clean: no throw */
         } else {
-            m.unlock();                              /* not repaired */
+            m.unlock(); /* not repaired */
             CHECK_THROWS(m.lock(), ENOTRECOVERABLE);
             CHECK_THROWS(m.try_lock(), ENOTRECOVERABLE);
         }
@@ -354,7 +354,7 @@ static void test_scoped_lock_opposite_orders()
                     waitpid(pids[k], &st, 0);
                 }
             std::fprintf(stderr, "scoped_lock: the two processes did not "
-                         "finish in 120 s: deadlocked\n");
+                                 "finish in 120 s: deadlocked\n");
             std::exit(1);
         }
         std::this_thread::sleep_for(20ms);
@@ -441,10 +441,10 @@ static void test_shared_mutex()
     }
     {
         std::shared_lock<distlock::shared_mutex> s(rw);
-        CHECK(!rw.try_lock());                /* no upgrade: false */
+        CHECK(!rw.try_lock()); /* no upgrade: false */
         CHECK_THROWS(rw.lock(), EDEADLK);
         CHECK_THROWS(rw.token(), EPERM);
-        CHECK(rw.lease_left() > std::chrono::seconds(15));   /* read holds */
+        CHECK(rw.lease_left() > std::chrono::seconds(15)); /* read holds */
     }
     CHECK(rw.lease_left() == std::chrono::nanoseconds::zero());
 }
@@ -538,8 +538,7 @@ static void test_wall_clock_step()
 /* ---- condition_variable, counting_semaphore, barrier ------------------------------ */
 
 /* Memory shared with forked children. */
-template <class T>
-static T *shared_new()
+template <class T> static T *shared_new()
 {
     void *p = mmap(nullptr, sizeof(T), PROT_READ | PROT_WRITE,
                    MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -547,8 +546,7 @@ static T *shared_new()
     return new (p) T();
 }
 
-template <class T>
-static void shared_delete(T *p)
+template <class T> static void shared_delete(T *p)
 {
     p->~T();
     munmap(p, sizeof(T));
@@ -579,8 +577,8 @@ static void reap(pid_t pid, double limit)
 }
 
 struct cv_shared {
-    std::atomic<int> waiting;    /* children inside their wait */
-    std::atomic<int> items;      /* set under the distributed mutex */
+    std::atomic<int> waiting; /* children inside their wait */
+    std::atomic<int> items;   /* set under the distributed mutex */
     std::atomic<int> woken;
 };
 
@@ -678,7 +676,7 @@ static void test_cv_timed()
     t0 = steady_clock::now();
     CHECK(!cv.wait_for(lk, 150ms, [] { return false; }));
     CHECK(secs_since(t0) >= 0.14 && lk.owns_lock());
-    CHECK(cv.wait_for(lk, 1h, [] { return true; }));   /* no wait at all */
+    CHECK(cv.wait_for(lk, 1h, [] { return true; })); /* no wait at all */
     lk.unlock();
     CHECK_THROWS(cv.wait(lk), EPERM);
     CHECK_THROWS(cv.wait_for(lk, 10ms), EPERM);
@@ -693,7 +691,7 @@ static void test_cv_timed()
         while (sh->waiting.load() < 1)
             std::this_thread::sleep_for(1ms);
         {
-            std::lock_guard<distlock::mutex> g(cm);   /* the parent waits */
+            std::lock_guard<distlock::mutex> g(cm); /* the parent waits */
             sh->items = 1;
         }
         ccv.notify_one();
@@ -804,10 +802,10 @@ static void test_semaphore_calls()
     CHECK(!s.try_acquire_until(lagging_clock::now() + 100ms));
     std::thread other([&] { CHECK_THROWS(s.release(), EPERM); });
     other.join();
-    s.release();                              /* the permit it holds */
+    s.release(); /* the permit it holds */
     CHECK(s.value() == 1);
-    CHECK_THROWS(s.release(), EPERM);         /* it holds none now */
-    CHECK(s.try_acquire_for(-1s));            /* free: taken at once */
+    CHECK_THROWS(s.release(), EPERM); /* it holds none now */
+    CHECK(s.try_acquire_for(-1s));    /* free: taken at once */
     s.release();
     s.set_value(2);
     CHECK(s.value() == 2);
@@ -825,7 +823,7 @@ static void test_semaphore_calls()
     CHECK(secs_since(t0) >= 0.09);
     poster.join();
     CHECK_THROWS(sig.release(2), EOVERFLOW);
-    sig.release();        /* its own permit back: destroyed unheld */
+    sig.release(); /* its own permit back: destroyed unheld */
     CHECK(sig.value() == 1);
 
     o = distlock::semaphore_options();
@@ -833,7 +831,7 @@ static void test_semaphore_calls()
     distlock::counting_semaphore<> rs(name_of(__func__, "redisson"), 3, o);
     rs.acquire();
     CHECK(rs.value() == 2);
-    std::thread rel([&] { rs.release(); });   /* any thread may */
+    std::thread rel([&] { rs.release(); }); /* any thread may */
     rel.join();
     CHECK(rs.value() == 3);
 }

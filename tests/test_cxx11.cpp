@@ -27,8 +27,7 @@
     } while (0)
 
 /* The error number of what f throws; 0 when it throws nothing. */
-template <class F>
-static int thrown(F f)
+template <class F> static int thrown(F f)
 {
     try {
         f();
@@ -47,11 +46,15 @@ struct other_clock {
     static const bool is_steady = true;
     static time_point now()
     {
-        return time_point(std::chrono::steady_clock::now().time_since_epoch());
+        return time_point(
+            std::chrono::steady_clock::now().time_since_epoch());
     }
 };
 
-static bool never() { return false; }
+static bool never()
+{
+    return false;
+}
 
 /* Never called: makes the compiler instantiate every template member on
  * the three kinds of clock. */
@@ -135,14 +138,21 @@ static void test_conversion()
     ts = to_timespec(std::chrono::hours::max());
     CHECK(ts.tv_sec == static_cast<std::time_t>(1000000000000LL));
     ts = to_timespec(std::chrono::nanoseconds::max());
-    CHECK(ts.tv_sec == static_cast<std::time_t>(
-              std::chrono::nanoseconds::max().count() / 1000000000));
+    CHECK(ts.tv_sec ==
+          static_cast<std::time_t>(std::chrono::nanoseconds::max().count() /
+                                   1000000000));
     ts = to_timespec(std::chrono::duration<double>(2.25));
     CHECK(ts.tv_sec == 2 && ts.tv_nsec == 250000000);
 }
 
-static void construct_empty_mutex() { distlock::mutex m(""); }
-static void construct_nul_mutex() { distlock::mutex m(std::string("a\0b", 3)); }
+static void construct_empty_mutex()
+{
+    distlock::mutex m("");
+}
+static void construct_nul_mutex()
+{
+    distlock::mutex m(std::string("a\0b", 3));
+}
 
 static void construct_negative_lease()
 {
@@ -161,11 +171,20 @@ static void construct_semaphore_negative()
     distlock::binary_semaphore s("test_cxx11:sem", -1);
 }
 
-static void construct_barrier_zero() { distlock::barrier b("test_cxx11:b", 0); }
+static void construct_barrier_zero()
+{
+    distlock::barrier b("test_cxx11:b", 0);
+}
 
 static distlock::counting_semaphore<2> *g_sem;
-static void release_negative() { g_sem->release(-1); }
-static void release_past_max() { g_sem->release(3); }
+static void release_negative()
+{
+    g_sem->release(-1);
+}
+static void release_past_max()
+{
+    g_sem->release(3);
+}
 
 static distlock::condition_variable *g_cv;
 static distlock::mutex *g_m;
@@ -191,15 +210,21 @@ static void test_waits()
     g_sem = &sem;
     CHECK(thrown(release_negative) == EINVAL);
     CHECK(thrown(release_past_max) == EOVERFLOW);
-    sem.release(0);               /* nothing to do: no I/O, no error */
+    sem.release(0); /* nothing to do: no I/O, no error */
     g_cv = &cv;
     CHECK(thrown(wait_without_lock) == EPERM);
     CHECK(cv.native_handle() != 0 && sem.native_handle() != 0);
 }
 
 static distlock::shared_mutex *g_s;
-static void token_of_mutex() { (void)g_m->token(); }
-static void token_of_rwlock() { (void)g_s->token(); }
+static void token_of_mutex()
+{
+    (void)g_m->token();
+}
+static void token_of_rwlock()
+{
+    (void)g_s->token();
+}
 
 int main()
 {
@@ -213,7 +238,8 @@ int main()
     (void)&instantiate;
     /* never a server this test did not start: a socket nobody listens on,
      * so that a call that did talk would fail with EIO, not EPERM */
-    CHECK(dist_set_url("unix:///nonexistent-distlock-test-dir/redis.sock") == 0);
+    CHECK(dist_set_url("unix:///nonexistent-distlock-test-dir/redis.sock") ==
+          0);
     test_conversion();
     CHECK(thrown(construct_empty_mutex) == EINVAL);
     CHECK(thrown(construct_nul_mutex) == EINVAL);
@@ -228,6 +254,7 @@ int main()
     CHECK(!s.unlock(ec) && ec == std::errc::operation_not_permitted);
     CHECK(m.native_handle() != 0 && s.native_handle() != 0);
     test_waits();
-    std::printf("ok distlock.hpp as C++%ld\n", static_cast<long>(__cplusplus));
+    std::printf("ok distlock.hpp as C++%ld\n",
+                static_cast<long>(__cplusplus));
     return 0;
 }

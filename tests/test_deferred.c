@@ -34,11 +34,12 @@
 
 static tu_redis_t r;
 
-#define GONE_WITHIN_S 5.0          /* far below the 30 s lease */
+#define GONE_WITHIN_S 5.0 /* far below the 30 s lease */
 
 static const struct fx_settings defaults = FX_DEFAULTS(0);
 
-#define NAME(buf, tag) test_lock_name(buf, sizeof buf, "test_deferred", __func__, tag)
+#define NAME(buf, tag)                                                       \
+    test_lock_name(buf, sizeof buf, "test_deferred", __func__, tag)
 #define key_exists(key)        tu_cmd_int(&r, "EXISTS", key, NULL)
 #define hget_count(key, field) tu_cmd_int(&r, "HGET", key, field, NULL)
 
@@ -85,7 +86,8 @@ static void flush_scripts(void)
 static void test_attribute(void **state)
 {
     (void)state;
-    assert_attr_switch(dist_mutexattr_setdeferred, dist_mutexattr_getdeferred);
+    assert_attr_switch(dist_mutexattr_setdeferred,
+                       dist_mutexattr_getdeferred);
 }
 
 /* ---- the plain path ------------------------------------------------------ */
@@ -101,13 +103,13 @@ static void test_release_runs(void **state)
     (void)state;
     NAME(name, "m");
     assert_int_equal(init_deferred(&m, name, 0), 0);
-    assert_int_equal(dist_mutex_unlock(&m), EPERM);      /* never held */
+    assert_int_equal(dist_mutex_unlock(&m), EPERM); /* never held */
     assert_int_equal(dist_mutex_lock(&m), 0);
     assert_int_equal(dist_mutex_lock(&m), 0);
     assert_int_equal(dist_mutex_unlock(&m), 0);
-    assert_int_equal(count_of(name), 1);                 /* not deferred */
+    assert_int_equal(count_of(name), 1); /* not deferred */
     assert_int_equal(dist_mutex_unlock(&m), 0);
-    assert_int_equal(dist_mutex_unlock(&m), EPERM);      /* local, at once */
+    assert_int_equal(dist_mutex_unlock(&m), EPERM); /* local, at once */
     assert_true(gone_within(name, GONE_WITHIN_S));
     /* pairs in a row: each lock goes right behind the release before it */
     for (i = 0; i < 50; i++) {
@@ -140,7 +142,7 @@ static void test_unlock_does_not_wait(void **state)
     rc = dist_mutex_unlock(&m);
     tu_proxy_blackhole(p, 0);
     assert_int_equal(rc, 0);
-    assert_int_equal(count_of(name), 1);        /* it never got there */
+    assert_int_equal(count_of(name), 1); /* it never got there */
     assert_int_equal(dist_mutex_lock(&m), 0);
     assert_int_equal(count_of(name), 1);
     assert_int_equal(dist_mutex_unlock(&m), 0);
@@ -173,11 +175,11 @@ enum disturb { FLUSH_SCRIPTS, DROP_REQUEST };
 enum reader { BY_OWNER, BY_OTHER_LOCK, BY_RENEWAL };
 
 struct release_case {
-    const char *test;  /* its name, for the lock's */
+    const char *test; /* its name, for the lock's */
     enum disturb how;
-    enum reader who;  /* the owner's next lock, a call on another lock, or
+    enum reader who; /* the owner's next lock, a call on another lock, or
                        * no call at all: the renewal thread */
-    int again;        /* then the owner takes it again, once */
+    int again;       /* then the owner takes it again, once */
 };
 
 /* The release of a held lock is disturbed; whoever reads its reply
@@ -204,7 +206,7 @@ static void test_disturbed_release(void **state)
         tu_proxy_drop_next_request(p);
     assert_int_equal(dist_mutex_unlock(&m), 0);
     if (c->who == BY_OTHER_LOCK) {
-        assert_int_equal(dist_mutex_lock(&o), 0);        /* reads m's reply */
+        assert_int_equal(dist_mutex_lock(&o), 0); /* reads m's reply */
         assert_int_equal(dist_mutex_unlock(&o), 0);
     }
     if (c->who != BY_OWNER)
@@ -246,12 +248,12 @@ static void test_lost_hold(void **state)
     dist_mutexattr_setlease(&a, 300);
     assert_int_equal(dist_mutex_init(&m, name, &a), 0);
     assert_int_equal(dist_mutex_lock(&m), 0);
-    tu_sleep_ms(600);                                    /* lease over */
+    tu_sleep_ms(600); /* lease over */
     assert_int_equal(key_exists(name), 0);
     assert_int_equal(dist_mutex_unlock(&m), 0);
     if (idle)
         heard = lost_within(name, GONE_WITHIN_S);
-    assert_int_equal(dist_mutex_lock(&m), 0);            /* reads the reply */
+    assert_int_equal(dist_mutex_lock(&m), 0); /* reads the reply */
     calls = fx_lost_calls(name);
     assert_int_equal(count_of(name), 1);
     assert_int_equal(dist_mutex_unlock(&m), 0);
@@ -281,12 +283,12 @@ static void test_broken_then_lock(void **state)
     NAME(name, "m");
     assert_non_null(p = fx_proxy_up(&r));
     assert_int_equal(init_deferred(&m, name, 0), 0);
-    assert_int_equal(dist_mutex_lock(&m), 0);            /* warm up */
+    assert_int_equal(dist_mutex_lock(&m), 0); /* warm up */
     fired = tu_proxy_faults_fired(p);
 
     tu_proxy_drop_next_reply(p);
     assert_int_equal(dist_mutex_unlock(&m), 0);
-    assert_true(gone_within(name, GONE_WITHIN_S));       /* it ran */
+    assert_true(gone_within(name, GONE_WITHIN_S)); /* it ran */
     assert_int_equal(dist_mutex_lock(&m), 0);
     assert_int_equal(tu_proxy_faults_fired(p), fired + 1);
     assert_int_equal(count_of(name), 1);
@@ -295,9 +297,9 @@ static void test_broken_then_lock(void **state)
     assert_int_equal(dist_mutex_unlock(&m), 0);
     assert_int_equal(dist_mutex_lock(&m), 0);
     assert_int_equal(tu_proxy_faults_fired(p), fired + 2);
-    assert_int_equal(count_of(name), 1);                 /* not 2 */
+    assert_int_equal(count_of(name), 1); /* not 2 */
     assert_int_equal(dist_mutex_unlock(&m), 0);
-    assert_int_equal(dist_mutex_lock(&m), 0);            /* reads it */
+    assert_int_equal(dist_mutex_lock(&m), 0); /* reads it */
     assert_int_equal(dist_mutex_unlock(&m), 0);
     assert_true(gone_within(name, GONE_WITHIN_S));
     assert_int_equal(dist_mutex_destroy(&m), 0);
@@ -309,7 +311,7 @@ static void test_broken_then_lock(void **state)
 
 struct once {
     dist_mutex_t *m;
-    int flush;                 /* SCRIPT FLUSH between lock and unlock */
+    int flush; /* SCRIPT FLUSH between lock and unlock */
     int rc_lock, rc_unlock;
 };
 
@@ -324,7 +326,7 @@ static void *lock_unlock_exit(void *arg)
             freeReplyObject(x);
     }
     o->rc_unlock = dist_mutex_unlock(o->m);
-    return NULL;                /* ends with the reply unread */
+    return NULL; /* ends with the reply unread */
 }
 
 /* A thread that ends right after its unlock: its links are read before
@@ -372,8 +374,9 @@ static void test_fork_pending(void **state)
     if (pid == 0) {
         dist_mutex_t o;
         int code = dist_mutex_init(&o, other, NULL) != 0 ? 10
-                 : dist_mutex_lock(&o) != 0 ? 11
-                 : dist_mutex_unlock(&o) != 0 ? 12 : 0;
+                   : dist_mutex_lock(&o) != 0            ? 11
+                   : dist_mutex_unlock(&o) != 0          ? 12
+                                                         : 0;
         _exit(code);
     }
     assert_int_equal(waitpid(pid, &st, 0), pid);
@@ -433,9 +436,9 @@ static void test_exit_after_unlock(void **state)
 
 /* ---- mutual exclusion with deferral on ------------------------------------------ */
 
-#define MX_PROCS 3
+#define MX_PROCS   3
 #define MX_THREADS 2
-#define MX_ITERS 100
+#define MX_ITERS   100
 
 static int mx_init(dist_mutex_t *m, const char *name, void *arg)
 {
@@ -448,8 +451,8 @@ static void test_mutual_exclusion(void **state)
 {
     int fair = *(const int *)*state;
     char name[200], counter[220];
-    struct fx_mx run = { name, counter, MX_PROCS, MX_THREADS, MX_ITERS,
-                         mx_init, &fair };
+    struct fx_mx run = { name,     counter, MX_PROCS, MX_THREADS,
+                         MX_ITERS, mx_init, &fair };
 
     NAME(name, fair ? "fair" : "m");
     snprintf(counter, sizeof counter, "%s:counter", name);
@@ -463,11 +466,22 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
 #define T(f) cmocka_unit_test_teardown(f, fx_restore_defaults)
-#define CASE(f, how, who, again)                                              \
-    { #f, test_disturbed_release, NULL, fx_restore_defaults,                  \
-      &(struct release_case){ #f, how, who, again } }
+#define CASE(f, how, who, again)                                             \
+    {                                                                        \
+#f, test_disturbed_release, NULL, fx_restore_defaults,               \
+            &(struct release_case)                                           \
+        {                                                                    \
+#f, how, who, again                                              \
+        }                                                                    \
+    }
 /* a test run under its name with an int as its state */
-#define WITH(name, f, v) { #name, f, NULL, fx_restore_defaults, &(int){ v } }
+#define WITH(name, f, v)                                                     \
+    {                                                                        \
+#name, f, NULL, fx_restore_defaults, &(int)                          \
+        {                                                                    \
+            v                                                                \
+        }                                                                    \
+    }
         T(test_attribute),
         T(test_release_runs),
         T(test_unlock_does_not_wait),

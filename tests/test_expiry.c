@@ -116,8 +116,8 @@ static void test_mutex(void **state)
     mutex_with("exp:mutex", 0, DIST_MUTEX_STALLED);
     /* the counter lives lease + grace, no longer */
     {
-        long long pttl = tu_cmd_int(&r, "PTTL", "redisson_lock_token:{exp:mutex}",
-                                    NULL);
+        long long pttl =
+            tu_cmd_int(&r, "PTTL", "redisson_lock_token:{exp:mutex}", NULL);
         assert_true(pttl > 0 && pttl <= (long long)(600 + GRACE_MS));
     }
     expect_empty();
@@ -187,7 +187,8 @@ static void test_robust_dead_and_unrecoverable(void **state)
         if (fx_apply(r.url_unix, &defaults) != 0 ||
             dist_set_key_grace_ms(GRACE_MS) != 0 ||
             dist_mutex_init(&k, "exp:dead", &a) != 0 ||
-            dist_mutex_lock(&k) != 0 || dist_mutex_init(&k, "exp:nr", &a) != 0 ||
+            dist_mutex_lock(&k) != 0 ||
+            dist_mutex_init(&k, "exp:nr", &a) != 0 ||
             dist_mutex_lock(&k) != 0 || write(p[1], &c, 1) != 1)
             _exit(1);
         for (;;)
@@ -222,12 +223,13 @@ static void test_rwlock(void **state)
     assert_int_equal(dist_rwlock_unlock(&rw), 0);
     assert_int_equal(dist_rwlock_destroy(&rw), 0);
     assert_int_equal(dist_rwlockattr_init(&a), 0);
-    assert_int_equal(dist_rwlockattr_setkind(&a, DIST_RWLOCK_PREFER_WRITER), 0);
+    assert_int_equal(dist_rwlockattr_setkind(&a, DIST_RWLOCK_PREFER_WRITER),
+                     0);
     assert_int_equal(dist_rwlockattr_setlease(&a, LEASE_MS), 0);
     assert_int_equal(dist_rwlock_init(&pw, "exp:rwpw", &a), 0);
     assert_int_equal(dist_rwlock_wrlock(&pw), 0);
     assert_int_equal(dist_rwlock_unlock(&pw), 0);
-    assert_int_equal(dist_rwlock_rdlock(&pw), 0);   /* left to its lease */
+    assert_int_equal(dist_rwlock_rdlock(&pw), 0); /* left to its lease */
     assert_int_equal(dist_rwlock_destroy(&pw), EBUSY);
     tu_sleep_ms(LEASE_MS + 100);
     assert_int_equal(dist_rwlock_unlock(&pw), EPERM);
@@ -365,8 +367,8 @@ static void test_grace_zero_and_restart(void **state)
     assert_int_equal(dist_set_key_grace_ms(0), 0);
     assert_int_equal(dist_mutex_lock(&m), 0);
     assert_int_equal(dist_mutex_unlock(&m), 0);
-    assert_int_equal(tu_cmd_int(&r, "PTTL", "redisson_lock_token:{exp:zero}",
-                                NULL), -1);
+    assert_int_equal(
+        tu_cmd_int(&r, "PTTL", "redisson_lock_token:{exp:zero}", NULL), -1);
     assert_int_equal(dist_mutex_destroy(&m), 0);
 }
 

@@ -30,7 +30,7 @@
 #include "testhelp.h"
 #include "fixture.h"
 
-#define WAITER_MS 2000UL   /* a short waiter window keeps the tests short */
+#define WAITER_MS 2000UL /* a short waiter window keeps the tests short */
 
 /* The group's settings (fixture.h): the library's own but for the waiter
  * window. */
@@ -44,9 +44,11 @@ struct names {
 
 static void make_names(struct names *n, const char *test)
 {
-    snprintf(n->lock, sizeof n->lock, "test_fair:%s:%ld", test, (long)getpid());
+    snprintf(n->lock, sizeof n->lock, "test_fair:%s:%ld", test,
+             (long)getpid());
     snprintf(n->queue, sizeof n->queue, "redisson_lock_queue:{%s}", n->lock);
-    snprintf(n->timeout, sizeof n->timeout, "redisson_lock_timeout:{%s}", n->lock);
+    snprintf(n->timeout, sizeof n->timeout, "redisson_lock_timeout:{%s}",
+             n->lock);
     snprintf(n->chan, sizeof n->chan, "redisson_lock__channel:{%s}", n->lock);
 }
 
@@ -92,20 +94,20 @@ static int queue_reaches(const char *queue, long long n, double secs)
 /* Shared by all processes of a test: where each waiter came in. */
 struct order {
     atomic_int next;
-    int seq[16];       /* seq[i]: waiter i's place in the order, -1 none */
+    int seq[16]; /* seq[i]: waiter i's place in the order, -1 none */
     int rc[16];
-    double t[16];      /* CLOCK_MONOTONIC when it got the lock */
+    double t[16]; /* CLOCK_MONOTONIC when it got the lock */
 };
 
 struct waiter {
     dist_mutex_t *m;
     struct order *o;
     int idx;
-    double start_at;   /* tu_now() time to call lock */
-    double timeout;    /* > 0: timedlock with this many seconds */
+    double start_at; /* tu_now() time to call lock */
+    double timeout;  /* > 0: timedlock with this many seconds */
     int hold_ms;
-    int unlock;        /* 0: keep the lock (an explicit lease ends it) */
-    int warm;          /* a trylock first, on the held lock: the thread's
+    int unlock; /* 0: keep the lock (an explicit lease ends it) */
+    int warm;   /* a trylock first, on the held lock: the thread's
                         * connection is made before start_at, so that its
                         * lock call then reaches Redis at once */
     pthread_t th;
@@ -119,7 +121,7 @@ static void *waiter_main(void *arg)
     int rc;
 
     if (w->warm && dist_mutex_trylock(w->m) != EBUSY) {
-        w->o->rc[w->idx] = -2;    /* the lock was to be held meanwhile */
+        w->o->rc[w->idx] = -2; /* the lock was to be held meanwhile */
         return NULL;
     }
     d = w->start_at - tu_now();
@@ -317,7 +319,8 @@ static void test_fifo_across_processes(void **state)
     close(go[1]);
     start_staggered(w, &c.m, c.o, 0, 8, t0);
     /* all 8 queued, in order, and none has the lock */
-    assert_true(queue_reaches(c.n.queue, 8, 15.0));   /* 8 processes and threads start */
+    assert_true(queue_reaches(c.n.queue, 8,
+                              15.0)); /* 8 processes and threads start */
     assert_int_equal(atomic_load(&c.o->next), 0);
     assert_int_equal(dist_mutex_unlock(&c.m), 0);
 
@@ -353,7 +356,8 @@ static void test_fifo_leases_expire(void **state)
         w[i].timeout = 30;
         w[i].unlock = 0;
         w[i].hold_ms = 0;
-        assert_int_equal(pthread_create(&w[i].th, NULL, waiter_main, &w[i]), 0);
+        assert_int_equal(pthread_create(&w[i].th, NULL, waiter_main, &w[i]),
+                         0);
         /* the next starts once this one holds or is queued: a start time
          * alone does not order threads on a loaded machine */
         assert_true(placed_reach(&c, i + 1, 15.0));
@@ -372,7 +376,8 @@ static void test_fifo_leases_expire(void **state)
         if (c.o->seq[i] != i)
             fail_msg("waiter %d came %d-th", i, c.o->seq[i]);
         if (gap < lo || gap > hi)
-            fail_msg("waiter %d got it %.3f s after waiter %d", i, gap, i - 1);
+            fail_msg("waiter %d got it %.3f s after waiter %d", i, gap,
+                     i - 1);
     }
     queue_gone(&c);
     /* the holds were left to expire: busy until the last lease ends */
@@ -398,7 +403,7 @@ static void test_dead_head_evicted(void **state)
     assert_true(pid >= 0);
     if (pid == 0) {
         if (child_fair_init(&cm, c.n.lock) == 0)
-            dist_mutex_lock(&cm);   /* never returns before the kill */
+            dist_mutex_lock(&cm); /* never returns before the kill */
         _exit(1);
     }
     assert_true(queue_reaches(c.n.queue, 1, 5.0));
@@ -409,7 +414,7 @@ static void test_dead_head_evicted(void **state)
     assert_int_equal(waitpid(pid, &st, 0), pid);
     assert_true(WIFSIGNALED(st));
     t_unlock = tu_now();
-    assert_int_equal(dist_mutex_unlock(&c.m), 0);   /* tells the dead head */
+    assert_int_equal(dist_mutex_unlock(&c.m), 0); /* tells the dead head */
     pthread_join(w[1].th, NULL);
     pthread_join(w[2].th, NULL);
 
@@ -433,7 +438,7 @@ static pid_t queued_child(const struct fair_case *c, long long place)
     assert_true(pid >= 0);
     if (pid == 0) {
         if (child_fair_init(&cm, c->n.lock) == 0)
-            dist_mutex_lock(&cm);   /* never returns before the kill */
+            dist_mutex_lock(&cm); /* never returns before the kill */
         _exit(1);
     }
     assert_true(queue_reaches(c->n.queue, place, 5.0));
@@ -465,7 +470,7 @@ static void test_dead_waiters_behind_head(void **state)
     (void)state;
     case_begin(&c, __func__, 0, 1);
     snprintf(marks, sizeof marks, "distlock_fair_waiters:{%s}", c.n.lock);
-    join_queue(&c, &w[0], &c.m, 0, 0, 1, 5.0);     /* the live head */
+    join_queue(&c, &w[0], &c.m, 0, 0, 1, 5.0); /* the live head */
     d1 = queued_child(&c, 2);
     kill_child(d1);
     /* d1's window ends; a trylock's script sweeps the marks */
@@ -536,7 +541,8 @@ static void test_trylock_respects_queue(void **state)
              atoll(t->element[0]->str) * 1000 + 60000);
     freeReplyObject(t);
     assert_int_equal(tu_cmd_int(&r, "RPUSH", c.n.queue, fake_owner, NULL), 1);
-    assert_int_equal(tu_cmd_int(&r, "ZADD", c.n.timeout, deadline, fake_owner, NULL), 1);
+    assert_int_equal(
+        tu_cmd_int(&r, "ZADD", c.n.timeout, deadline, fake_owner, NULL), 1);
     assert_int_equal(trylock_in_thread(&c.m), EBUSY);
     assert_int_equal(llen(c.n.queue), 1);
 
@@ -576,8 +582,8 @@ static void test_reentrant_counts(void **state)
 
 /* What was published on sub for 0.5 s: messages, and how many went to the
  * channel of head (one ending in ":<head>") and to others. */
-static void count_messages(redisContext *sub, const char *head,
-                           int *messages, int *to_head, int *to_other)
+static void count_messages(redisContext *sub, const char *head, int *messages,
+                           int *to_head, int *to_other)
 {
     double end = tu_now() + 0.5;
     size_t hl = strlen(head);
@@ -587,14 +593,15 @@ static void count_messages(redisContext *sub, const char *head,
         redisReply *x;
 
         if (redisGetReply(sub, &reply) != REDIS_OK)
-            break;   /* read timeout of the admin connection */
+            break; /* read timeout of the admin connection */
         x = reply;
         if (x->type == REDIS_REPLY_ARRAY && x->elements == 4) {
             const char *ch = x->element[2]->str;
             size_t cl = strlen(ch);
 
             (*messages)++;
-            if (cl > hl && strcmp(ch + cl - hl, head) == 0 && ch[cl - hl - 1] == ':')
+            if (cl > hl && strcmp(ch + cl - hl, head) == 0 &&
+                ch[cl - hl - 1] == ':')
                 (*to_head)++;
             else
                 (*to_other)++;
@@ -621,7 +628,8 @@ static void test_release_wakes_only_head(void **state)
 
     sub = tu_redis_admin(&r);
     assert_non_null(sub);
-    snprintf(pattern, sizeof pattern, "redisson_lock__channel:{%s}*", c.n.lock);
+    snprintf(pattern, sizeof pattern, "redisson_lock__channel:{%s}*",
+             c.n.lock);
     x = redisCommand(sub, "PSUBSCRIBE %s", pattern);
     assert_non_null(x);
     freeReplyObject(x);

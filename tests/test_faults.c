@@ -43,16 +43,17 @@
 #include "fixture.h"
 
 static tu_redis_t r;
-static tu_proxy_t *g_proxy;         /* stopped by the teardown after a failure */
+static tu_proxy_t *g_proxy; /* stopped by the teardown after a failure */
 
-#define FAULT_TIMEOUT_MS    300UL   /* command timeout while faults are on */
+#define FAULT_TIMEOUT_MS 300UL /* command timeout while faults are on */
 
 /* The group's settings (fixture.h); SIGPIPE is counted, not fatal: the
  * harness and the proxy never raise it, so any would come from the
  * library. */
 static const struct fx_settings defaults = FX_DEFAULTS(0);
 
-#define NAME(buf, tag) test_lock_name(buf, sizeof buf, "test_faults", __func__, tag)
+#define NAME(buf, tag)                                                       \
+    test_lock_name(buf, sizeof buf, "test_faults", __func__, tag)
 
 /* ---- Redis helpers (main thread) ------------------------------------------ */
 
@@ -109,33 +110,33 @@ static void proxy_down(void)
 #define MAXC 4
 
 struct cstat {
-    int code;              /* -1 running; 0 fine; else what went wrong */
-    int iters;             /* critical sections completed */
-    int iters_calm;        /* of them after calm was set */
+    int code;       /* -1 running; 0 fine; else what went wrong */
+    int iters;      /* critical sections completed */
+    int iters_calm; /* of them after calm was set */
     int lock_eio, unlock_eio, lost;
-    int unlock_kept;       /* of the unlock EIOs: the hold was still there */
-    int lock_timedout;     /* ETIMEDOUT of a timed lock (retried) */
-    int other_rc;          /* first unexpected return code */
-    double max_lock_s;     /* longest wait for the lock, retries included */
+    int unlock_kept;   /* of the unlock EIOs: the hold was still there */
+    int lock_timedout; /* ETIMEDOUT of a timed lock (retried) */
+    int other_rc;      /* first unexpected return code */
+    double max_lock_s; /* longest wait for the lock, retries included */
 };
 
 struct cshared {
-    atomic_int inside;     /* children in the critical section now */
-    atomic_int overlaps;   /* entries while another was inside */
-    atomic_int stop;       /* parent: finish the current turn and exit */
-    atomic_int calm;       /* parent: no more faults from now on */
-    atomic_int ready;      /* children that have started */
-    atomic_int go;         /* parent: all forked, start */
-    long counter;          /* read, then written, under the lock only */
+    atomic_int inside;   /* children in the critical section now */
+    atomic_int overlaps; /* entries while another was inside */
+    atomic_int stop;     /* parent: finish the current turn and exit */
+    atomic_int calm;     /* parent: no more faults from now on */
+    atomic_int ready;    /* children that have started */
+    atomic_int go;       /* parent: all forked, start */
+    long counter;        /* read, then written, under the lock only */
     struct cstat c[MAXC];
 };
 
 struct crun {
     const char *name;
-    int iters;             /* > 0: stop after that many; 0: until stop */
-    long hold_us;          /* between the counter's read and write */
-    double give_up_s;      /* a lock that keeps failing this long: code 30 */
-    int timed;             /* timedlock, 1 s deadline, instead of lock */
+    int iters;        /* > 0: stop after that many; 0: until stop */
+    long hold_us;     /* between the counter's read and write */
+    double give_up_s; /* a lock that keeps failing this long: code 30 */
+    int timed;        /* timedlock, 1 s deadline, instead of lock */
     unsigned long watchdog_ms;
     unsigned long timeout_ms;
 };
@@ -191,7 +192,8 @@ static void child_main(struct cshared *s, int idx, const struct crun *run)
     while (!atomic_load(&s->go))
         tu_sleep_ms(1);
     atomic_fetch_add(&s->ready, 1);
-    while (!atomic_load(&s->stop) && (run->iters == 0 || st->iters < run->iters)) {
+    while (!atomic_load(&s->stop) &&
+           (run->iters == 0 || st->iters < run->iters)) {
         double t0 = tu_now(), t;
         long v;
 
@@ -263,7 +265,8 @@ static void child_main(struct cshared *s, int idx, const struct crun *run)
 
 /* Forks them all, then lets them start: no child talks (and keeps the
  * proxy thread busy) while the next one is forked (see tu_proxy_start). */
-static void spawn(struct cshared *s, pid_t *pids, int n, const struct crun *run)
+static void spawn(struct cshared *s, pid_t *pids, int n,
+                  const struct crun *run)
 {
     int i;
 
@@ -292,7 +295,8 @@ static int reap(pid_t *pids, int *status, int n, double secs)
         status[i] = -1;
     while (left > 0 && tu_now() < end) {
         for (i = 0; i < n; i++) {
-            if (pids[i] > 0 && waitpid(pids[i], &status[i], WNOHANG) == pids[i]) {
+            if (pids[i] > 0 &&
+                waitpid(pids[i], &status[i], WNOHANG) == pids[i]) {
                 pids[i] = 0;
                 left--;
             }
@@ -335,8 +339,10 @@ static void await_calm_turns(struct cshared *s, int n, int turns, double secs,
         return;
     x = tu_cmd(&r, "HGETALL", name, NULL);
     print_message("  after %.0f s of calm a child has not had %d turns; the "
-                  "lock's holders:\n", secs, turns);
-    for (k = 0; x && x->type == REDIS_REPLY_ARRAY && k + 1 < x->elements; k += 2)
+                  "lock's holders:\n",
+                  secs, turns);
+    for (k = 0; x && x->type == REDIS_REPLY_ARRAY && k + 1 < x->elements;
+         k += 2)
         print_message("    %s = %s\n", x->element[k]->str,
                       x->element[k + 1]->str);
     if (x)
@@ -352,11 +358,12 @@ static void check_children(struct cshared *s, const int *status, int n,
 
     for (i = 0; i < n; i++) {
         const struct cstat *c = &s->c[i];
-        print_message("  child %d: %d turns (%d after the faults), lock EIO %d, "
-                      "timed out %d, unlock EIO %d (%d kept the hold), longest "
-                      "lock %.3f s\n", i, c->iters, c->iters_calm, c->lock_eio,
-                      c->lock_timedout, c->unlock_eio, c->unlock_kept,
-                      c->max_lock_s);
+        print_message(
+            "  child %d: %d turns (%d after the faults), lock EIO %d, "
+            "timed out %d, unlock EIO %d (%d kept the hold), longest "
+            "lock %.3f s\n",
+            i, c->iters, c->iters_calm, c->lock_eio, c->lock_timedout,
+            c->unlock_eio, c->unlock_kept, c->max_lock_s);
     }
     for (i = 0; i < n; i++) {
         const struct cstat *c = &s->c[i];
@@ -374,7 +381,8 @@ static void check_children(struct cshared *s, const int *status, int n,
     }
     if (atomic_load(&s->overlaps) != 0)
         fail_msg("%d time(s) two children were inside the critical section "
-                 "at once", atomic_load(&s->overlaps));
+                 "at once",
+                 atomic_load(&s->overlaps));
     if (s->counter != total)
         fail_msg("counter %ld, but %ld turns were completed: lost updates",
                  s->counter, total);
@@ -456,7 +464,8 @@ static int restore_defaults(void **state)
 static redisContext *proxy_client(tu_proxy_t *p, long timeout_ms)
 {
     struct timeval tv = { timeout_ms / 1000, (timeout_ms % 1000) * 1000 };
-    redisContext *c = redisConnectWithTimeout("127.0.0.1", tu_proxy_port(p), tv);
+    redisContext *c =
+        redisConnectWithTimeout("127.0.0.1", tu_proxy_port(p), tv);
 
     if (c && !c->err)
         redisSetTimeout(c, tv);
@@ -467,7 +476,8 @@ static redisContext *proxy_client(tu_proxy_t *p, long timeout_ms)
 static int ping(redisContext *c)
 {
     redisReply *x = redisCommand(c, "PING");
-    int ok = x && x->type == REDIS_REPLY_STATUS && strcmp(x->str, "PONG") == 0;
+    int ok =
+        x && x->type == REDIS_REPLY_STATUS && strcmp(x->str, "PONG") == 0;
 
     if (x)
         freeReplyObject(x);
@@ -516,7 +526,7 @@ static void test_proxy_faults(void **state)
      * the delay went to 0 */
     assert_int_equal(redisAppendCommand(c, "SET %s a", key), REDIS_OK);
     assert_int_equal(redisBufferWrite(c, &(int){ 0 }), REDIS_OK);
-    tu_sleep_ms(20);             /* the proxy has read it */
+    tu_sleep_ms(20); /* the proxy has read it */
     tu_proxy_set_delay(p, 0);
     assert_int_equal(redisAppendCommand(c, "APPEND %s b", key), REDIS_OK);
     assert_int_equal(redisGetReply(c, (void **)&x), REDIS_OK);
@@ -540,7 +550,7 @@ static void test_proxy_faults(void **state)
     t0 = tu_now();
     assert_false(ping(c));
     el = tu_now() - t0;
-    assert_int_equal(c->err, REDIS_ERR_IO);      /* a timeout, not EOF */
+    assert_int_equal(c->err, REDIS_ERR_IO); /* a timeout, not EOF */
     assert_dbl_range(el, 0.29, 0.3 + slack(1.0));
     assert_true(tu_proxy_swallowed(p) > sw);
     assert_false(sees_eof(idle->fd, 100));
@@ -622,7 +632,7 @@ static void test_sigstop(void **state)
     assert_int_equal(dist_mutex_init(&m, nm, NULL), 0);
     assert_int_equal(dist_mutex_lock(&held), 0);
     assert_int_equal(dist_mutex_lock(&leased), 0);
-    assert_int_equal(dist_mutex_lock(&m), 0);        /* connection warm */
+    assert_int_equal(dist_mutex_lock(&m), 0); /* connection warm */
     assert_int_equal(dist_mutex_unlock(&m), 0);
     own_held = owner_field(nheld, NULL);
     own_leased = owner_field(nleased, NULL);
@@ -644,9 +654,10 @@ static void test_sigstop(void **state)
     rc_after = dist_mutex_lock(&m);
     el_recover = tu_now() - t0;
 
-    print_message("  server stopped %.2f s: lock EIO after %.3f s, trylock "
-                  "%.3f s, timedlock %.3f s; first lock after SIGCONT %.3f s\n",
-                  stopped, lk.el, try.el, timed.el, el_recover);
+    print_message(
+        "  server stopped %.2f s: lock EIO after %.3f s, trylock "
+        "%.3f s, timedlock %.3f s; first lock after SIGCONT %.3f s\n",
+        stopped, lk.el, try.el, timed.el, el_recover);
     print_message("  lock's error: %s\n  trylock's error: %s\n", lk.err,
                   try.err);
     /* a clean error, within a few timeouts (the lease is 6 s, 20 s) */
@@ -722,9 +733,9 @@ static void test_sigstop_error_names_timeout(void **state)
 
 struct pause_shared {
     atomic_int ready, stop;
-    int code;              /* -1 running */
+    int code; /* -1 running */
     int tries, taken, ebusy, eio, other;
-    double max_call_s;     /* longest trylock */
+    double max_call_s; /* longest trylock */
 };
 
 /* A second client: trylock every 50 ms until told to stop. */
@@ -807,7 +818,7 @@ static void test_client_pause(void **state)
     end = tu_now() + 10.0;
     while (!atomic_load(&s->ready) && tu_now() < end)
         tu_sleep_ms(10);
-    tu_sleep_ms(300);                 /* a few tries before the pause */
+    tu_sleep_ms(300); /* a few tries before the pause */
 
     t_sent = tu_now();
     x = tu_cmd(&r, "CLIENT", "PAUSE", "1500", mode, NULL);
@@ -823,7 +834,7 @@ static void test_client_pause(void **state)
     t0 = tu_now();
     rc_m2 = dist_mutex_lock(&m2);
     el_m2 = tu_now() - t0;
-    end_m2 = tu_now() - t_sent;   /* the pause began after t_sent */
+    end_m2 = tu_now() - t_sent; /* the pause began after t_sent */
     if (rc_m2 == 0)
         dist_mutex_unlock(&m2);
     /* the pause, then a second of trying and renewing */
@@ -891,7 +902,7 @@ static void test_latency(void **state)
 
     /* one client alone: each pair pays the delay */
     assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
-    assert_int_equal(dist_mutex_lock(&m), 0);       /* connection made */
+    assert_int_equal(dist_mutex_lock(&m), 0); /* connection made */
     assert_int_equal(dist_mutex_unlock(&m), 0);
     t0 = tu_now();
     for (i = 0; i < 5; i++) {
@@ -1013,7 +1024,7 @@ static void test_blackhole(void **state)
         fail_msg("the other client's lock: %d", b);
     }
     assert_int_equal(fx_locker_start(&wa, &w, 0), 0);
-    tu_sleep_ms(300);              /* it is waiting, subscribed */
+    tu_sleep_ms(300); /* it is waiting, subscribed */
 
     conns = tu_proxy_connections(g_proxy);
     tu_proxy_blackhole(g_proxy, 1);
@@ -1021,7 +1032,8 @@ static void test_blackhole(void **state)
     FX_CALL(&lk, dist_mutex_lock(&m));
     FX_CALL(&unl, dist_mutex_unlock(&rel));
     /* the other client lets go; the message is swallowed */
-    if (write(to_child[1], "x", 1) != 1 || read_byte(from_child[0], 10000) != 0) {
+    if (write(to_child[1], "x", 1) != 1 ||
+        read_byte(from_child[0], 10000) != 0) {
         tu_proxy_blackhole(g_proxy, 0);
         kill(pid, SIGKILL);
         waitpid(pid, NULL, 0);
@@ -1030,7 +1042,7 @@ static void test_blackhole(void **state)
     }
     while (tu_now() - t_on < 1.5)
         tu_sleep_ms(10);
-    assert_false(atomic_load(&wa.done));   /* still waiting */
+    assert_false(atomic_load(&wa.done)); /* still waiting */
     assert_true(tu_proxy_swallowed(g_proxy) > 0);
     /* the path comes back during this call: its start is the reference */
     t_off = tu_now();
@@ -1043,9 +1055,10 @@ static void test_blackhole(void **state)
     close(to_child[1]);
     close(from_child[0]);
 
-    print_message("  blackhole 1.5 s: lock EIO after %.3f s, unlock EIO after "
-                  "%.3f s; after it: lock %.3f s, the waiter got in %.3f s\n",
-                  lk.el, unl.el, el_recover, wa.t - t_off);
+    print_message(
+        "  blackhole 1.5 s: lock EIO after %.3f s, unlock EIO after "
+        "%.3f s; after it: lock %.3f s, the waiter got in %.3f s\n",
+        lk.el, unl.el, el_recover, wa.t - t_off);
     print_message("  lock's error: %s\n", lk.err);
     assert_int_equal(lk.rc, EIO);
     assert_dbl_range(lk.el, 0.3, 6 * 0.3 + slack(1.0));
@@ -1055,7 +1068,7 @@ static void test_blackhole(void **state)
 
     assert_int_equal(rc_after, 0);
     assert_dbl_range(el_recover, 0.0, 4 * 0.3 + 0.5 + slack(1.0));
-    assert_true(tu_proxy_connections(g_proxy) > conns);   /* reconnected */
+    assert_true(tu_proxy_connections(g_proxy) > conns); /* reconnected */
     assert_int_equal(dist_mutex_unlock(&m), 0);
     assert_int_equal(key_exists(nm), 0);
     /* the waiter: woken by the reconnection, not by the 30 s lease */
@@ -1113,7 +1126,7 @@ static int by_double(const void *a, const void *b)
 /* What the other client of one trial saw, in shared memory. */
 struct fence_other {
     atomic_int go;
-    _Atomic double waiting, got;   /* tu_now(); 0: not yet */
+    _Atomic double waiting, got; /* tu_now(); 0: not yet */
     int rc, unlock_rc;
 };
 
@@ -1162,13 +1175,13 @@ static void fence_trial(const char *name, struct fence_other *o, double *lead,
     end = tu_now() + 10.0;
     while (atomic_load(&o->waiting) == 0.0 && tu_now() < end)
         tu_sleep_ms(5);
-    tu_sleep_ms(200);              /* it is waiting for the lease */
+    tu_sleep_ms(200); /* it is waiting for the lease */
 
     tu_proxy_blackhole(g_proxy, 1);
     t_on = tu_now();
     end = t_on + 10.0 + slack(5.0);
-    while ((atomic_load(&o->got) == 0.0 ||
-            atomic_load(&fence_lost_n) == 0) && tu_now() < end)
+    while ((atomic_load(&o->got) == 0.0 || atomic_load(&fence_lost_n) == 0) &&
+           tu_now() < end)
         tu_sleep_ms(5);
     rc_left_after = dist_mutex_lease_left(&m, &left_after);
     tu_proxy_blackhole(g_proxy, 0);
@@ -1217,8 +1230,8 @@ static void test_self_fencing(void **state)
     char name[200], tag[32];
 
     (void)state;
-    o = mmap(NULL, sizeof *o, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
-             -1, 0);
+    o = mmap(NULL, sizeof *o, PROT_READ | PROT_WRITE,
+             MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     assert_true(o != MAP_FAILED);
     lead = calloc((size_t)n, sizeof *lead);
     told = calloc((size_t)n, sizeof *told);
@@ -1240,8 +1253,9 @@ static void test_self_fencing(void **state)
     print_message("  self-fencing, %d trials: the lost handler ran %.3f / "
                   "%.3f / %.3f s (min / median / max) before the other "
                   "process's lock returned; >= 100 ms before in %d of %d; "
-                  "%.3f-%.3f s after the blackhole began\n", n, lead[0],
-                  lead[n / 2], lead[n - 1], over100, n, told[0], told[n - 1]);
+                  "%.3f-%.3f s after the blackhole began\n",
+                  n, lead[0], lead[n / 2], lead[n - 1], over100, n, told[0],
+                  told[n - 1]);
     assert_int_equal(early, n);
     free(lead);
     free(told);
@@ -1299,8 +1313,8 @@ static void test_flaky_two_clients(void **state)
     el = tu_now() - t0;
 
     print_message("  %d resets, %d blackholes, %lu connections, "
-                  "%llu bytes swallowed, %lu refused, %.2f s\n", resets, holes,
-                  tu_proxy_connections(g_proxy) - conns,
+                  "%llu bytes swallowed, %lu refused, %.2f s\n",
+                  resets, holes, tu_proxy_connections(g_proxy) - conns,
                   tu_proxy_swallowed(g_proxy), tu_proxy_refused(g_proxy), el);
     check_children(s, status, 2, killed, 5);
     /* the faults were felt (else this proves nothing).  A 1.5 s silence
@@ -1311,7 +1325,7 @@ static void test_flaky_two_clients(void **state)
         felt += s->c[i].lock_eio + s->c[i].unlock_eio + s->c[i].lock_timedout;
     assert_true(turns0 > 0);
     assert_true(felt > 0);
-    assert_true(tu_proxy_connections(g_proxy) > conns);   /* reconnected */
+    assert_true(tu_proxy_connections(g_proxy) > conns); /* reconnected */
     assert_true(tu_proxy_swallowed(g_proxy) > 0);
     assert_true(tu_proxy_refused(g_proxy) > 0);
     assert_int_equal(await_gone(name, 2.0 + slack(1.0)), 0);
@@ -1352,7 +1366,8 @@ static void test_reset_contended(void **state)
     el = tu_now() - t0;
 
     print_message("  8 resets: %d turns before, %d during, %lu connections, "
-                  "%.2f s\n", turns0, turns1 - turns0,
+                  "%.2f s\n",
+                  turns0, turns1 - turns0,
                   tu_proxy_connections(g_proxy) - conns, el);
     check_children(s, status, RST_CHILDREN, killed, 5);
     assert_true(turns0 > 0);
@@ -1391,7 +1406,7 @@ static void test_doubtful_unlock_not_lost(void **state)
     fx_dirty = 1;
     fx_lost_reset();
     assert_int_equal(dist_set_lost_handler(fx_on_lost, NULL), 0);
-    assert_int_equal(dist_set_watchdog_ms(1500), 0);   /* renewed every 0.5 s */
+    assert_int_equal(dist_set_watchdog_ms(1500), 0); /* renewed every 0.5 s */
     assert_int_equal(dist_set_timeout_ms(FAULT_TIMEOUT_MS), 0);
     assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
     assert_int_equal(dist_mutex_lock(&m), 0);
@@ -1408,8 +1423,8 @@ static void test_doubtful_unlock_not_lost(void **state)
     tu_sleep_ms(1000);
     if (fx_lost_calls(NULL) != 0)
         fail_msg("the lost handler ran %d time(s) for '%s', released by "
-                 "this process", fx_lost_calls(NULL),
-                 fx_lost_name(0, first, sizeof first));
+                 "this process",
+                 fx_lost_calls(NULL), fx_lost_name(0, first, sizeof first));
     assert_int_equal(dist_mutex_unlock(&m), EPERM);
     assert_int_equal(dist_mutex_destroy(&m), 0);
     fx_restore_defaults(NULL);
@@ -1449,7 +1464,7 @@ static void test_slow_unlock_no_long_yield(void **state)
     for (i = 1; i <= 8; i++) {
         if (i > 1 && dist_mutex_lock(&m) != 0)
             break;
-        tu_sleep_ms(100);              /* the other one is waiting now */
+        tu_sleep_ms(100); /* the other one is waiting now */
         if (i == 8) {
             x = tu_cmd(&r, "CLIENT", "PAUSE", "1000", "WRITE", NULL);
             if (x)
@@ -1515,7 +1530,7 @@ static void test_unlock_eio_keeps_hold(void **state)
     g_proxy = NULL;
     rc = dist_mutex_unlock(&m);
     snprintf(err, sizeof err, "%s", dist_last_error());
-    assert_int_equal(dist_set_url(r.url_unix), 0);   /* reachable again */
+    assert_int_equal(dist_set_url(r.url_unix), 0); /* reachable again */
     ex = await_gone(name, 3.0 + slack(1.0));
     /* the same thread locks again: once */
     rc_lock = dist_mutex_lock(&m);
@@ -1523,7 +1538,7 @@ static void test_unlock_eio_keeps_hold(void **state)
     free(own);
     if (rc_lock == 0)
         dist_mutex_unlock(&m);
-    while (dist_mutex_unlock(&m) == 0)          /* clean up a leaked level */
+    while (dist_mutex_unlock(&m) == 0) /* clean up a leaked level */
         ;
     dist_mutex_destroy(&m);
     dist_set_watchdog_ms(DEFAULT_WATCHDOG_MS);
@@ -1531,7 +1546,8 @@ static void test_unlock_eio_keeps_hold(void **state)
     fx_dirty = 0;
 
     print_message("  unlock: %d (%s); key after 3 s: %lld; relocked: "
-                  "count %lld\n", rc, err, ex, cnt);
+                  "count %lld\n",
+                  rc, err, ex, cnt);
     assert_int_equal(rc, EIO);
     if (ex != 0)
         fail_msg("the unlock said EIO and Redis answers again, but the lock "
@@ -1581,7 +1597,8 @@ static void test_timed_behind_lost_reply(void **state)
     /* deadline 0.1 s + one timeout 1 s; before: two timeouts + a try */
     if (el > 1.1 + slack(0.45))
         fail_msg("clocklock with a 100 ms deadline returned after %.3f s: "
-                 "it waited on the earlier lost reply past its deadline", el);
+                 "it waited on the earlier lost reply past its deadline",
+                 el);
     assert_int_equal(await_gone(name, 3.0 + slack(1.0)), 0);
     assert_int_equal(dist_mutex_lock(&m), 0);
     assert_int_equal(dist_mutex_unlock(&m), 0);
@@ -1615,7 +1632,7 @@ static void test_lock_own_reply_lost(void **state)
     assert_int_equal(dist_set_timeout_ms(OWN_TIMEOUT_MS), 0);
     assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
     assert_int_equal(dist_mutex_init(&w, warm, NULL), 0);
-    assert_int_equal(dist_mutex_lock(&w), 0);        /* connection made */
+    assert_int_equal(dist_mutex_lock(&w), 0); /* connection made */
     assert_int_equal(dist_mutex_unlock(&w), 0);
     x = tu_cmd(&r, "CLIENT", "PAUSE", "20000", "WRITE", NULL);
     assert_non_null(x);
@@ -1629,19 +1646,21 @@ static void test_lock_own_reply_lost(void **state)
     if (x)
         freeReplyObject(x);
     print_message("  lock with T = %lu ms, its reply lost: %d after %.3f s: "
-                  "%s\n", OWN_TIMEOUT_MS, rc, el, err);
+                  "%s\n",
+                  OWN_TIMEOUT_MS, rc, el, err);
     assert_int_equal(rc, EIO);
     if (el > 2 * OWN_TIMEOUT_MS / 1000.0 + slack(1.0))
-        fail_msg("lock took %.3f s, more than 2T (T = %lu ms) and 1 s",
-                 el, OWN_TIMEOUT_MS);
+        fail_msg("lock took %.3f s, more than 2T (T = %lu ms) and 1 s", el,
+                 OWN_TIMEOUT_MS);
     if (strstr(err, "earlier call"))
         fail_msg("the error blames an earlier call, and there was none: "
-                 "'%s'", err);
+                 "'%s'",
+                 err);
     if (!strstr(err, name))
         fail_msg("the error does not name the lock: '%s'", err);
     /* whatever the paused script did is undone once Redis answers */
-    assert_int_equal(await_gone(name, 2 * OWN_TIMEOUT_MS / 1000.0 +
-                                      slack(2.0)), 0);
+    assert_int_equal(
+        await_gone(name, 2 * OWN_TIMEOUT_MS / 1000.0 + slack(2.0)), 0);
     assert_int_equal(dist_mutex_lock(&m), 0);
     assert_int_equal(dist_mutex_unlock(&m), 0);
     assert_int_equal(dist_mutex_destroy(&m), 0);
@@ -1692,7 +1711,8 @@ static void test_pubsub_backs_off_on_resets(void **state)
     tu_sleep_ms(2000);
     made = tu_proxy_connections(g_proxy) - c0;
     tu_proxy_reset_new(g_proxy, 0);
-    print_message("  %lu connections in 2 s while every one was reset\n", made);
+    print_message("  %lu connections in 2 s while every one was reset\n",
+                  made);
     /* backing off from 50 ms, doubling: about 6; and the renewal thread's,
      * which renews the waiter's registration (a plain mutex's waiter is
      * registered) and backs off on its own: 7-8 in all before there was

@@ -56,7 +56,8 @@ struct snap {
 
 static int by_key(const void *a, const void *b)
 {
-    return strcmp(((const struct entry *)a)->key, ((const struct entry *)b)->key);
+    return strcmp(((const struct entry *)a)->key,
+                  ((const struct entry *)b)->key);
 }
 
 static void snap_add(struct snap *s, const char *key)
@@ -122,7 +123,9 @@ static int snap_diff(struct snap *a, struct snap *b, const char *skip,
     int found = 0;
 
     for (i = j = 0; !found && (i < a->n || j < b->n);) {
-        int c = i == a->n ? 1 : j == b->n ? -1 : strcmp(a->e[i].key, b->e[j].key);
+        int c = i == a->n   ? 1
+                : j == b->n ? -1
+                            : strcmp(a->e[i].key, b->e[j].key);
         struct entry *x = c <= 0 ? &a->e[i] : &b->e[j], *y = &b->e[j];
 
         found = 1;
@@ -157,15 +160,15 @@ enum kind { MUTEX, FAIR, RWLOCK, RWLOCK_W, COND, SEM, RSEM, BARRIER };
 struct obj {
     enum kind kind;
     char name[64];
-    dist_mutex_t m;       /* MUTEX, FAIR; COND's mutex */
+    dist_mutex_t m; /* MUTEX, FAIR; COND's mutex */
     dist_rwlock_t rw;
     dist_sem_t s;
     dist_cond_t c;
     dist_barrier_t b;
-    pthread_t th;         /* a second thread's call (struct call) */
+    pthread_t th; /* a second thread's call (struct call) */
     int th_rc;
     char th_err[256];
-    double wait_s;        /* how long that call waits; 0: WAIT_S */
+    double wait_s; /* how long that call waits; 0: WAIT_S */
 };
 
 static void obj_init(struct obj *o, enum kind kind, int n)
@@ -186,7 +189,8 @@ static void obj_init(struct obj *o, enum kind kind, int n)
 
         assert_int_equal(dist_rwlockattr_init(&a), 0);
         if (kind == RWLOCK_W)
-            assert_int_equal(dist_rwlockattr_setkind(&a, DIST_RWLOCK_PREFER_WRITER), 0);
+            assert_int_equal(
+                dist_rwlockattr_setkind(&a, DIST_RWLOCK_PREFER_WRITER), 0);
         assert_int_equal(dist_rwlock_init(&o->rw, o->name, &a), 0);
     } else if (kind == COND) {
         snprintf(mname, sizeof mname, "%s:m", o->name);
@@ -242,7 +246,8 @@ static void obj_done(struct obj *o)
 }
 
 /* The key named by fmt, where "%s" is the object's name. */
-static void key_of(const struct obj *o, const char *fmt, char *buf, size_t len)
+static void key_of(const struct obj *o, const char *fmt, char *buf,
+                   size_t len)
 {
     snprintf(buf, len, fmt, o->name);
 }
@@ -285,7 +290,7 @@ static void cmd_ok(const char *a0, const char *a1, const char *a2,
 
 /* ---- set-ups: what the script needs to find --------------------------- */
 
-#define OTHER "0b5e55ed-0000-4000-8000-000000000000:1"   /* another process */
+#define OTHER "0b5e55ed-0000-4000-8000-000000000000:1" /* another process */
 
 static void none(struct obj *o)
 {
@@ -374,9 +379,18 @@ static void sem_taken(struct obj *o)
 
 /* ---- the calls ------------------------------------------------------------ */
 
-static int do_trylock(struct obj *o) { return dist_mutex_trylock(&o->m); }
-static int do_lock(struct obj *o) { return dist_mutex_lock(&o->m); }
-static int do_unlock(struct obj *o) { return dist_mutex_unlock(&o->m); }
+static int do_trylock(struct obj *o)
+{
+    return dist_mutex_trylock(&o->m);
+}
+static int do_lock(struct obj *o)
+{
+    return dist_mutex_lock(&o->m);
+}
+static int do_unlock(struct obj *o)
+{
+    return dist_mutex_unlock(&o->m);
+}
 
 static int timedlock(struct obj *o)
 {
@@ -385,10 +399,22 @@ static int timedlock(struct obj *o)
     return dist_mutex_timedlock(&o->m, &dl);
 }
 
-static int tryrdlock(struct obj *o) { return dist_rwlock_tryrdlock(&o->rw); }
-static int trywrlock(struct obj *o) { return dist_rwlock_trywrlock(&o->rw); }
-static int wrlock(struct obj *o) { return dist_rwlock_wrlock(&o->rw); }
-static int rwunlock(struct obj *o) { return dist_rwlock_unlock(&o->rw); }
+static int tryrdlock(struct obj *o)
+{
+    return dist_rwlock_tryrdlock(&o->rw);
+}
+static int trywrlock(struct obj *o)
+{
+    return dist_rwlock_trywrlock(&o->rw);
+}
+static int wrlock(struct obj *o)
+{
+    return dist_rwlock_wrlock(&o->rw);
+}
+static int rwunlock(struct obj *o)
+{
+    return dist_rwlock_unlock(&o->rw);
+}
 
 static int timedwrlock(struct obj *o)
 {
@@ -404,9 +430,18 @@ static int cond_timedwait(struct obj *o)
     return dist_cond_timedwait(&o->c, &o->m, &dl);
 }
 
-static int do_cond_signal(struct obj *o) { return dist_cond_signal(&o->c); }
-static int do_sem_trywait(struct obj *o) { return dist_sem_trywait(&o->s); }
-static int do_sem_post(struct obj *o) { return dist_sem_post(&o->s); }
+static int do_cond_signal(struct obj *o)
+{
+    return dist_cond_signal(&o->c);
+}
+static int do_sem_trywait(struct obj *o)
+{
+    return dist_sem_trywait(&o->s);
+}
+static int do_sem_post(struct obj *o)
+{
+    return dist_sem_post(&o->s);
+}
 
 static int do_sem_getvalue(struct obj *o)
 {
@@ -415,7 +450,10 @@ static int do_sem_getvalue(struct obj *o)
     return dist_sem_getvalue(&o->s, &v);
 }
 
-static int do_sem_setvalue(struct obj *o) { return dist_sem_setvalue(&o->s, 3); }
+static int do_sem_setvalue(struct obj *o)
+{
+    return dist_sem_setvalue(&o->s, 3);
+}
 
 static int barrier_wait(struct obj *o)
 {
@@ -430,8 +468,10 @@ static int force_unlock(struct obj *o)
     char cmd[512];
     int st;
 
-    snprintf(cmd, sizeof cmd, "DISTLOCK_URL=%s tools/distlock unlock --force "
-             "--yes '%s' >/dev/null 2>&1", r.url_tcp, o->name);
+    snprintf(cmd, sizeof cmd,
+             "DISTLOCK_URL=%s tools/distlock unlock --force "
+             "--yes '%s' >/dev/null 2>&1",
+             r.url_tcp, o->name);
     st = system(cmd);
     return st == 0 ? 0 : (st == -1 ? errno : st);
 }
@@ -439,16 +479,16 @@ static int force_unlock(struct obj *o)
 /* ---- the table ------------------------------------------------------------ */
 
 struct kcase {
-    const char *script;   /* the script the call runs into the wrong key */
+    const char *script; /* the script the call runs into the wrong key */
     enum kind kind;
     void (*setup)(struct obj *o);
-    const char *key;      /* the key made wrong, "%s" the object's name */
-    const char *wrong;    /* the type put there */
+    const char *key;   /* the key made wrong, "%s" the object's name */
+    const char *wrong; /* the type put there */
     int (*call)(struct obj *o);
-    int names_key;        /* the caller's error names the key */
+    int names_key; /* the caller's error names the key */
 };
 
-#define TOKEN "redisson_lock_token:{%s}"
+#define TOKEN   "redisson_lock_token:{%s}"
 #define WAITERS "distlock_mutex_waiters:{%s}"
 
 static const struct kcase cases[] = {
@@ -462,50 +502,82 @@ static const struct kcase cases[] = {
     { "mutex_lock", MUTEX, none, WAITERS, "string", do_trylock, 1 },
     { "mutex_lock", MUTEX, held_by_other, WAITERS, "hash", timedlock, 1 },
     { "mutex_unlock", MUTEX, hold_marked, WAITERS, "string", do_unlock, 1 },
-    { "force_unlock", MUTEX, held_by_other, WAITERS, "string", force_unlock, 0 },
+    { "force_unlock", MUTEX, held_by_other, WAITERS, "string", force_unlock,
+      0 },
     { "fair_lock", FAIR, none, TOKEN, "hash", do_trylock, 1 },
     { "fair_lock", FAIR, none, "%s", "string", do_trylock, 1 },
-    { "fair_lock", FAIR, none, "redisson_lock_queue:{%s}", "string", do_trylock, 1 },
-    { "fair_lock", FAIR, none, "distlock_fair_waiters:{%s}", "string", do_trylock, 1 },
+    { "fair_lock", FAIR, none, "redisson_lock_queue:{%s}", "string",
+      do_trylock, 1 },
+    { "fair_lock", FAIR, none, "distlock_fair_waiters:{%s}", "string",
+      do_trylock, 1 },
     { "fair_lock", FAIR, hold, TOKEN, "hash", do_lock, 1 },
-    { "fair_lock", FAIR, held_by_other, "redisson_lock_timeout:{%s}", "string", timedlock, 1 },
-    { "fair_lock", FAIR, held_by_other, "distlock_fair_waiters:{%s}", "hash", timedlock, 1 },
+    { "fair_lock", FAIR, held_by_other, "redisson_lock_timeout:{%s}",
+      "string", timedlock, 1 },
+    { "fair_lock", FAIR, held_by_other, "distlock_fair_waiters:{%s}", "hash",
+      timedlock, 1 },
     { "fair_unlock", FAIR, hold, "%s", "string", do_unlock, 1 },
-    { "fair_unlock", FAIR, hold_dead_waiter_queued, "%s", "string", do_unlock, 1 },
-    { "fair_unlock", FAIR, hold, "redisson_lock_queue:{%s}", "string", do_unlock, 1 },
-    { "force_unlock", FAIR, held_by_other, "redisson_lock_queue:{%s}", "string", force_unlock, 0 },
+    { "fair_unlock", FAIR, hold_dead_waiter_queued, "%s", "string", do_unlock,
+      1 },
+    { "fair_unlock", FAIR, hold, "redisson_lock_queue:{%s}", "string",
+      do_unlock, 1 },
+    { "force_unlock", FAIR, held_by_other, "redisson_lock_queue:{%s}",
+      "string", force_unlock, 0 },
     { "rwlock_wrlock", RWLOCK, none, TOKEN, "hash", trywrlock, 1 },
     { "rwlock_wrlock", RWLOCK, none, "%s", "string", trywrlock, 1 },
-    { "rwlock_wrlock", RWLOCK, none, "distlock_rwlock_readers:{%s}", "string", trywrlock, 1 },
-    { "rwlock_wrlock", RWLOCK, none, "distlock_rwlock_writers:{%s}", "string", trywrlock, 1 },
+    { "rwlock_wrlock", RWLOCK, none, "distlock_rwlock_readers:{%s}", "string",
+      trywrlock, 1 },
+    { "rwlock_wrlock", RWLOCK, none, "distlock_rwlock_writers:{%s}", "string",
+      trywrlock, 1 },
     { "rwlock_wrlock", RWLOCK, wrhold, TOKEN, "hash", wrlock, 1 },
-    { "rwlock_wrlock", RWLOCK_W, read_by_other, "distlock_rwlock_writers:{%s}", "string", timedwrlock, 1 },
+    { "rwlock_wrlock", RWLOCK_W, read_by_other,
+      "distlock_rwlock_writers:{%s}", "string", timedwrlock, 1 },
     { "rwlock_rdlock", RWLOCK, none, "%s", "string", tryrdlock, 1 },
-    { "rwlock_rdlock", RWLOCK, none, "distlock_rwlock_readers:{%s}", "string", tryrdlock, 1 },
-    { "rwlock_rdlock", RWLOCK, none, "distlock_rwlock_writers:{%s}", "hash", tryrdlock, 1 },
+    { "rwlock_rdlock", RWLOCK, none, "distlock_rwlock_readers:{%s}", "string",
+      tryrdlock, 1 },
+    { "rwlock_rdlock", RWLOCK, none, "distlock_rwlock_writers:{%s}", "hash",
+      tryrdlock, 1 },
     { "rwlock_rdunlock", RWLOCK, rdhold, "%s", "string", rwunlock, 1 },
-    { "rwlock_rdunlock", RWLOCK, rdhold, "distlock_rwlock_readers:{%s}", "string", rwunlock, 1 },
+    { "rwlock_rdunlock", RWLOCK, rdhold, "distlock_rwlock_readers:{%s}",
+      "string", rwunlock, 1 },
     { "rwlock_wrunlock", RWLOCK, wrhold, "%s", "string", rwunlock, 1 },
-    { "rwlock_wrunlock", RWLOCK, wrhold, "distlock_rwlock_writers:{%s}", "string", rwunlock, 1 },
-    { "cond_wait", COND, cond_mutex_held, "distlock_cond_waiters:{%s}", "string", cond_timedwait, 1 },
-    { "cond_wait", COND, cond_mutex_held, "distlock_cond_queue:{%s}", "string", cond_timedwait, 1 },
-    { "cond_wait", COND, cond_mutex_held, "distlock_cond_signalled:{%s}", "string", cond_timedwait, 1 },
-    { "cond_signal", COND, cond_waiter_queued, "distlock_cond_waiters:{%s}", "string", do_cond_signal, 1 },
-    { "cond_signal", COND, cond_waiter_queued, "distlock_cond_signalled:{%s}", "string", do_cond_signal, 1 },
-    { "cond_signal", COND, cond_waiter_queued, "distlock_cond_queue:{%s}", "hash", do_cond_signal, 1 },
-    { "sem_acquire", SEM, none, "distlock_sem:{%s}", "string", do_sem_trywait, 1 },
-    { "sem_acquire", SEM, none, "distlock_sem_holds:{%s}", "string", do_sem_trywait, 1 },
-    { "sem_acquire", SEM, none, "distlock_sem_leases:{%s}", "string", do_sem_trywait, 1 },
-    { "sem_release", SEM, sem_taken, "distlock_sem:{%s}", "string", do_sem_post, 1 },
-    { "sem_release", SEM, sem_taken, "distlock_sem_holds:{%s}", "string", do_sem_post, 1 },
-    { "sem_release", SEM, sem_taken, "distlock_sem_leases:{%s}", "string", do_sem_post, 1 },
-    { "sem_count", SEM, none, "distlock_sem_leases:{%s}", "string", do_sem_getvalue, 1 },
-    { "sem_count", SEM, none, "distlock_sem_holds:{%s}", "string", do_sem_setvalue, 1 },
-    { "sem_count", SEM, none, "distlock_sem:{%s}", "string", do_sem_setvalue, 1 },
+    { "rwlock_wrunlock", RWLOCK, wrhold, "distlock_rwlock_writers:{%s}",
+      "string", rwunlock, 1 },
+    { "cond_wait", COND, cond_mutex_held, "distlock_cond_waiters:{%s}",
+      "string", cond_timedwait, 1 },
+    { "cond_wait", COND, cond_mutex_held, "distlock_cond_queue:{%s}",
+      "string", cond_timedwait, 1 },
+    { "cond_wait", COND, cond_mutex_held, "distlock_cond_signalled:{%s}",
+      "string", cond_timedwait, 1 },
+    { "cond_signal", COND, cond_waiter_queued, "distlock_cond_waiters:{%s}",
+      "string", do_cond_signal, 1 },
+    { "cond_signal", COND, cond_waiter_queued, "distlock_cond_signalled:{%s}",
+      "string", do_cond_signal, 1 },
+    { "cond_signal", COND, cond_waiter_queued, "distlock_cond_queue:{%s}",
+      "hash", do_cond_signal, 1 },
+    { "sem_acquire", SEM, none, "distlock_sem:{%s}", "string", do_sem_trywait,
+      1 },
+    { "sem_acquire", SEM, none, "distlock_sem_holds:{%s}", "string",
+      do_sem_trywait, 1 },
+    { "sem_acquire", SEM, none, "distlock_sem_leases:{%s}", "string",
+      do_sem_trywait, 1 },
+    { "sem_release", SEM, sem_taken, "distlock_sem:{%s}", "string",
+      do_sem_post, 1 },
+    { "sem_release", SEM, sem_taken, "distlock_sem_holds:{%s}", "string",
+      do_sem_post, 1 },
+    { "sem_release", SEM, sem_taken, "distlock_sem_leases:{%s}", "string",
+      do_sem_post, 1 },
+    { "sem_count", SEM, none, "distlock_sem_leases:{%s}", "string",
+      do_sem_getvalue, 1 },
+    { "sem_count", SEM, none, "distlock_sem_holds:{%s}", "string",
+      do_sem_setvalue, 1 },
+    { "sem_count", SEM, none, "distlock_sem:{%s}", "string", do_sem_setvalue,
+      1 },
     { "rsem_acquire", RSEM, none, "%s", "hash", do_sem_trywait, 1 },
     { "rsem_count", RSEM, none, "%s", "hash", do_sem_post, 1 },
-    { "barrier_arrive", BARRIER, none, "distlock_barrier_members:{%s}", "string", barrier_wait, 1 },
-    { "barrier_arrive", BARRIER, none, "distlock_barrier:{%s}", "string", barrier_wait, 1 },
+    { "barrier_arrive", BARRIER, none, "distlock_barrier_members:{%s}",
+      "string", barrier_wait, 1 },
+    { "barrier_arrive", BARRIER, none, "distlock_barrier:{%s}", "string",
+      barrier_wait, 1 },
 };
 
 /* The end of a case on o: the keys changed between before and now (but
@@ -513,8 +585,8 @@ static const struct kcase cases[] = {
  * error err (NULL: not checked) does not name key.  The object goes;
  * 0, or 1 with what went wrong printed after label. */
 static int judged(struct obj *o, const char *label, struct snap *before,
-                  const char *skip, const char *what, int rc,
-                  const char *err, const char *key)
+                  const char *skip, const char *what, int rc, const char *err,
+                  const char *key)
 {
     struct snap after = snap_take();
     char why[400] = "";
@@ -557,12 +629,12 @@ static int run_case(int n)
 
     obj_init(&o, c->kind, n);
     key_of(&o, c->key, key, sizeof key);
-    snprintf(label, sizeof label, "case %d, %s: %s made a %s", n, c->script, key,
-             c->wrong);
+    snprintf(label, sizeof label, "case %d, %s: %s made a %s", n, c->script,
+             key, c->wrong);
     c->setup(&o);
     put_wrong(key, c->wrong);
     before = snap_take();
-    tu_sleep_ms(5);         /* a lease re-armed now would end later */
+    tu_sleep_ms(5); /* a lease re-armed now would end later */
     FX_CALL(&res, c->call(&o));
     return judged(&o, label, &before, NULL, "call", res.rc,
                   c->names_key ? res.err : NULL, key);
@@ -593,7 +665,7 @@ static void *waiter(void *arg)
         if (o->th_rc == 0)
             o->th_rc = dist_cond_timedwait(&o->c, &o->m, &dl);
         snprintf(o->th_err, sizeof o->th_err, "%s", dist_last_error());
-        dist_mutex_unlock(&o->m);     /* held again, or not: either way */
+        dist_mutex_unlock(&o->m); /* held again, or not: either way */
         return NULL;
     } else {
         struct timespec mdl = fx_clock_in(CLOCK_MONOTONIC, WAIT_S);
@@ -608,18 +680,18 @@ struct gcase {
     const char *script;
     enum kind kind;
     void (*setup)(struct obj *o);
-    const char *queued;   /* the key where the waiter shows once it waits */
-    const char *gone;     /* NULL, or a key gone once it waits (the cond's
+    const char *queued; /* the key where the waiter shows once it waits */
+    const char *gone;   /* NULL, or a key gone once it waits (the cond's
                            * mutex, given back after the waiter registered) */
-    const char *key;      /* then made wrong */
+    const char *key;    /* then made wrong */
     const char *wrong;
 };
 
 static const struct gcase gcases[] = {
     { "fair_cancel", FAIR, held_by_other, "redisson_lock_queue:{%s}", NULL,
       "redisson_lock_timeout:{%s}", "string" },
-    { "rwlock_cancel", RWLOCK_W, read_by_other, "distlock_rwlock_writers:{%s}",
-      NULL, "%s", "string" },
+    { "rwlock_cancel", RWLOCK_W, read_by_other,
+      "distlock_rwlock_writers:{%s}", NULL, "%s", "string" },
     { "cond_check", COND, none, "distlock_cond_queue:{%s}", "%s:m",
       "distlock_cond_queue:{%s}", "string" },
     { "barrier_check", BARRIER, none, "distlock_barrier_members:{%s}", NULL,
@@ -664,12 +736,13 @@ static int run_gcase(int n)
         snap_free(&before);
         obj_done(&o);
         print_error("%s: the waiter gave up before the key was made wrong "
-                    "(its %.1f s were too short here)\n", label, WAIT_S);
+                    "(its %.1f s were too short here)\n",
+                    label, WAIT_S);
         return 1;
     }
     /* the cond's waiter takes its mutex back, whatever the wait gave */
-    return judged(&o, label, &before, c->gone ? gone : NULL, "wait",
-                  o.th_rc, o.th_rc != ETIMEDOUT ? o.th_err : NULL, key);
+    return judged(&o, label, &before, c->gone ? gone : NULL, "wait", o.th_rc,
+                  o.th_rc != ETIMEDOUT ? o.th_err : NULL, key);
 }
 
 static void test_waiter_giving_up_changes_nothing(void **state)
@@ -739,7 +812,8 @@ static long long first_score_left(const char *key)
         "math.floor(tonumber(t[2]) / 1000)))";
     long long v = -3;
 
-    assert_int_equal(tu_cmd_int_ex(&r, &v, "EVAL", script, "1", key, NULL), 0);
+    assert_int_equal(tu_cmd_int_ex(&r, &v, "EVAL", script, "1", key, NULL),
+                     0);
     return v;
 }
 
@@ -789,7 +863,7 @@ static void renew_case(int n, enum kind kind, const char *key_fmt,
         fail_msg("'%s' was not renewed beside a broken hold", a.name);
     assert_int_equal(fx_lost_calls(a.name), 0);
     assert_int_equal(fx_lost_calls(b.name), 1);
-    assert_int_equal(pttl(key), -1);        /* left as it was */
+    assert_int_equal(pttl(key), -1); /* left as it was */
     obj_done(&a);
     obj_done(&b);
     dist_set_lost_handler(NULL, NULL);
@@ -845,13 +919,14 @@ static void test_waiter_renewal_skips_a_broken_waiter(void **state)
     key_of(&a, "redisson_lock_timeout:{%s}", deadlines, sizeof deadlines);
     if (first_score_left(deadlines) <= 0)
         fail_msg("the waiter on '%s' was not pushed forward beside a broken "
-                 "one", a.name);
+                 "one",
+                 a.name);
     assert_int_equal(pthread_join(b.th, NULL), 0);
     assert_int_not_equal(b.th_rc, 0);
     if (!strstr(b.th_err, key))
         fail_msg("the broken waiter's error does not name '%s': %s", key,
                  b.th_err);
-    assert_int_equal(pttl(key), -1);        /* left as it was */
+    assert_int_equal(pttl(key), -1); /* left as it was */
     assert_int_equal(pthread_join(a.th, NULL), 0);
     assert_int_equal(a.th_rc, ETIMEDOUT);
     obj_done(&a);

@@ -40,11 +40,11 @@
 #include "anylock.h"
 #include "clockhelp.h"
 
-#define TIMEOUT_MS  500UL       /* DISTLOCK_TIMEOUT_MS of every case */
-#define BOUND_S     (TIMEOUT_MS / 1000.0 + 2.0)
-#define MAX_RSS_KB  (400L * 1024)  /* a child that took more asked for it */
+#define TIMEOUT_MS 500UL /* DISTLOCK_TIMEOUT_MS of every case */
+#define BOUND_S    (TIMEOUT_MS / 1000.0 + 2.0)
+#define MAX_RSS_KB (400L * 1024) /* a child that took more asked for it */
 
-#define AS_LIMIT    (1024UL << 20)  /* address space of a child */
+#define AS_LIMIT (1024UL << 20) /* address space of a child */
 
 /* ASan and TSan reserve terabytes of address space for their shadow
  * memory: no RLIMIT_AS under them (MAX_RSS_KB still bounds what a child
@@ -61,34 +61,38 @@ static tu_liar_t *liar;
 
 /* ---- cases ------------------------------------------------------------- */
 
-enum kind { K_MUTEX = LK_MUTEX, K_FAIR = LK_FAIR, K_READ = LK_READ,
-            K_WRITE = LK_WRITE };
+enum kind {
+    K_MUTEX = LK_MUTEX,
+    K_FAIR = LK_FAIR,
+    K_READ = LK_READ,
+    K_WRITE = LK_WRITE
+};
 enum op { OP_LOCK, OP_TRY, OP_TIMED, OP_UNLOCK };
 
 struct lie_case {
     enum kind kind;
     enum op op;
-    struct tu_lie lie;          /* on EVALSHA unless lie.cmd says */
-    const char *want;           /* in the error text (NULL: anything) */
-    int want_rc;                /* 0: EIO */
-    const char *held;           /* EVALSHA's other answers (NULL: none):
+    struct tu_lie lie; /* on EVALSHA unless lie.cmd says */
+    const char *want;  /* in the error text (NULL: anything) */
+    int want_rc;       /* 0: EIO */
+    const char *held;  /* EVALSHA's other answers (NULL: none):
                                    the lock held by another, say */
 };
 
 /* What a child saw. */
 struct outcome {
-    int setup_rc;               /* the lock taken before an unlock case */
+    int setup_rc; /* the lock taken before an unlock case */
     int rc;
     double secs;
-    int token_rc;               /* dist_*_token after the call */
-    int next_rc;                /* an unlock after the call */
+    int token_rc; /* dist_*_token after the call */
+    int next_rc;  /* an unlock after the call */
     char err[512];
 };
 
 /* A good answer to a lock script: taken, 1 hold, token 7. */
-#define TAKEN "*3\r\n:1\r\n:1\r\n:7\r\n"
+#define TAKEN      "*3\r\n:1\r\n:1\r\n:7\r\n"
 /* Another: held by another owner for 200 ms more. */
-#define HELD "*2\r\n:0\r\n:200\r\n"
+#define HELD       "*2\r\n:0\r\n:200\r\n"
 /* The same to a plain mutex's waiting call, which is also told whether the
  * holder will wake a registered waiter (0: wait on the shared channel). */
 #define HELD_PLAIN "*3\r\n:0\r\n:200\r\n:0\r\n"
@@ -109,15 +113,15 @@ static int do_op(union any_lock *l, enum kind k, enum op op)
     ts = clock_in_ms(CLOCK_REALTIME, 1000);
     switch (op) {
     case OP_LOCK:
-        return !rw ? dist_mutex_lock(&l->m)
+        return !rw           ? dist_mutex_lock(&l->m)
                : k == K_READ ? dist_rwlock_rdlock(&l->rw)
                              : dist_rwlock_wrlock(&l->rw);
     case OP_TRY:
-        return !rw ? dist_mutex_trylock(&l->m)
+        return !rw           ? dist_mutex_trylock(&l->m)
                : k == K_READ ? dist_rwlock_tryrdlock(&l->rw)
                              : dist_rwlock_trywrlock(&l->rw);
     case OP_TIMED:
-        return !rw ? dist_mutex_timedlock(&l->m, &ts)
+        return !rw           ? dist_mutex_timedlock(&l->m, &ts)
                : k == K_READ ? dist_rwlock_timedrdlock(&l->rw, &ts)
                              : dist_rwlock_timedwrlock(&l->rw, &ts);
     case OP_UNLOCK:
@@ -131,8 +135,8 @@ static int token_of(union any_lock *l, enum kind k)
     uint64_t t;
 
     return k == K_MUTEX || k == K_FAIR ? dist_mutex_token(&l->m, &t)
-           : k == K_WRITE ? dist_rwlock_token(&l->rw, &t)
-                          : dist_rwlock_token(&l->rw, &t);
+           : k == K_WRITE              ? dist_rwlock_token(&l->rw, &t)
+                                       : dist_rwlock_token(&l->rw, &t);
 }
 
 /* In a child: the library on the liar with a command timeout of
@@ -241,15 +245,16 @@ static void check_case(void **state)
         lie.cmd = "EVALSHA";
     tu_liar_reset(liar);
     if (c->op == OP_UNLOCK)
-        tu_liar_add(liar, &(struct tu_lie){ .cmd = "EVALSHA", .bytes = TAKEN,
-                                             .times = 1 });
+        tu_liar_add(liar, &(struct tu_lie){
+                              .cmd = "EVALSHA", .bytes = TAKEN, .times = 1 });
     tu_liar_add(liar, &lie);
     if (c->held)
-        tu_liar_add(liar, &(struct tu_lie){ .cmd = "EVALSHA",
-                                             .bytes = c->held });
+        tu_liar_add(liar,
+                    &(struct tu_lie){ .cmd = "EVALSHA", .bytes = c->held });
     in_child(run_case, c, &o, sizeof o, BOUND_S * 3, &rss);
     print_message("%s %s: rc %d in %.3f s, rss %ld KiB: %s\n",
-                  kind_name[c->kind], op_name[c->op], o.rc, o.secs, rss, o.err);
+                  kind_name[c->kind], op_name[c->op], o.rc, o.secs, rss,
+                  o.err);
     assert_int_equal(o.setup_rc, 0);
     assert_int_equal(o.rc, c->want_rc ? c->want_rc : EIO);
     if (!o.err[0])
@@ -277,25 +282,25 @@ static void check_case(void **state)
  * handler once its safe-until bound passed unconfirmed (the lease less the
  * default safety margin), never before, and the next unlock says EPERM. */
 
-#define LEASE_MS    1500UL      /* the watchdog lease of the renewal cases */
-#define MARGIN_MS   200UL       /* dist_set_lease_margin_ms (the default) */
+#define LEASE_MS     1500UL /* the watchdog lease of the renewal cases */
+#define MARGIN_MS    200UL  /* dist_set_lease_margin_ms (the default) */
 /* its safe-until bound after the acquire: the margin is a hundredth of
  * the lease + MARGIN_MS */
-#define SAFE_S ((LEASE_MS - LEASE_MS / 100 - MARGIN_MS) / 1000.0)
+#define SAFE_S       ((LEASE_MS - LEASE_MS / 100 - MARGIN_MS) / 1000.0)
 #define LOST_BOUND_S ((LEASE_MS + TIMEOUT_MS) / 1000.0 + 2.0)
 
 struct renew_case {
     enum kind kind;
-    struct tu_lie lie;          /* on EVALSHA, after the lock's TAKEN */
-    int keeps;                  /* a good answer: the hold must stay */
+    struct tu_lie lie; /* on EVALSHA, after the lock's TAKEN */
+    int keeps;         /* a good answer: the hold must stay */
 };
 
 struct renew_out {
     int setup_rc;
-    int lost;                   /* the lost handler's calls */
-    double lost_after;          /* s from the lock to the first */
-    double secs;                /* the time watched */
-    double cpu;                 /* the child's CPU time meanwhile */
+    int lost;          /* the lost handler's calls */
+    double lost_after; /* s from the lock to the first */
+    double secs;       /* the time watched */
+    double cpu;        /* the child's CPU time meanwhile */
     int token_rc, unlock_rc;
     char err[512];
 };
@@ -379,8 +384,8 @@ static void check_renew(void **state)
 
     lie.cmd = "EVALSHA";
     tu_liar_reset(liar);
-    tu_liar_add(liar, &(struct tu_lie){ .cmd = "EVALSHA", .bytes = TAKEN,
-                                         .times = 1 });
+    tu_liar_add(liar, &(struct tu_lie){
+                          .cmd = "EVALSHA", .bytes = TAKEN, .times = 1 });
     tu_liar_add(liar, &lie);
     calls = tu_liar_count(liar, "EVALSHA");
     in_child(run_renew, c, &o, sizeof o, LOST_BOUND_S + 4.0, &rss);
@@ -415,7 +420,8 @@ static void check_renew(void **state)
     /* unconfirmed past its safe-until bound: never reported before it */
     if (o.lost_after < SAFE_S - 0.1)
         fail_msg("reported lost after %.3f s, before its safe-until bound "
-                 "(%.3f s)", o.lost_after, SAFE_S);
+                 "(%.3f s)",
+                 o.lost_after, SAFE_S);
     assert_int_equal(o.token_rc, EPERM);
     assert_int_equal(o.unlock_rc, EPERM);
 }
@@ -451,8 +457,7 @@ static void run_let_go(const void *arg, void *res)
     if (dist_set_url(url()) != 0 || dist_set_timeout_ms(TIMEOUT_MS) != 0 ||
         dist_set_watchdog_ms(LET_GO_LEASE_MS) != 0 ||
         dist_set_lost_handler(on_lost, NULL) != 0 ||
-        dist_mutex_init(&m, name, NULL) != 0 ||
-        dist_mutex_trylock(&m) != 0) {
+        dist_mutex_init(&m, name, NULL) != 0 || dist_mutex_trylock(&m) != 0) {
         o->setup_rc = -1;
         snprintf(o->err, sizeof o->err, "%s", dist_last_error());
         return;
@@ -476,14 +481,15 @@ static void test_unlock_unsettled_no_lost_handler(void **state)
 
     (void)state;
     tu_liar_reset(liar);
-    tu_liar_add(liar, &(struct tu_lie){ .cmd = "EVALSHA", .bytes = TAKEN,
-                                         .times = 1 });
+    tu_liar_add(liar, &(struct tu_lie){
+                          .cmd = "EVALSHA", .bytes = TAKEN, .times = 1 });
     tu_liar_add(liar, &(struct tu_lie){ .cmd = "EVALSHA", .silent = 1 });
     in_child(run_let_go, NULL, &o, sizeof o,
              LET_GO_LEASE_MS / 1000.0 + 3 * BOUND_S, &rss);
     print_message("reentrant trylock %d, unlock %d (%s); lost handler %d; "
-                  "next unlock %d, token %d\n", o.try_rc, o.unlock_rc, o.err,
-                  o.lost, o.next_rc, o.token_rc);
+                  "next unlock %d, token %d\n",
+                  o.try_rc, o.unlock_rc, o.err, o.lost, o.next_rc,
+                  o.token_rc);
     if (o.setup_rc != 0)
         fail_msg("the lock was not taken: %s", o.err);
     assert_int_equal(o.try_rc, EIO);
@@ -549,22 +555,27 @@ static void twice_with(const char *incr, const struct tu_lie *extra,
     if (extra)
         tu_liar_add(liar, extra);
     tu_liar_add(liar, &(struct tu_lie){ .cmd = "EVALSHA",
-                                         .bytes = "*3\r\n:1\r\n:2\r\n:7\r\n",
-                                         .times = 1 });
+                                        .bytes = "*3\r\n:1\r\n:2\r\n:7\r\n",
+                                        .times = 1 });
     tu_liar_add(liar, &(struct tu_lie){ .cmd = "EVALSHA",
-                                         .bytes = "*2\r\n:1\r\n:0\r\n",
-                                         .times = 1 });
-    tu_liar_add(liar, &(struct tu_lie){
-        .cmd = "EVALSHA", .times = 1,
-        .bytes = incr ? incr : "-ERR scripted refusal of token_draw\r\n" });
+                                        .bytes = "*2\r\n:1\r\n:0\r\n",
+                                        .times = 1 });
+    tu_liar_add(
+        liar,
+        &(struct tu_lie){
+            .cmd = "EVALSHA",
+            .times = 1,
+            .bytes =
+                incr ? incr : "-ERR scripted refusal of token_draw\r\n" });
     tu_liar_add(liar, &(struct tu_lie){ .cmd = "EVALSHA",
-                                         .bytes = "*2\r\n:0\r\n:0\r\n" });
+                                        .bytes = "*2\r\n:0\r\n:0\r\n" });
     *evals = tu_liar_count(liar, "EVALSHA");
     in_child(child, NULL, o, sizeof *o, BOUND_S * 2, &rss);
     *evals = tu_liar_count(liar, "EVALSHA") - *evals;
     print_message("lock %d, token %d (%" PRIu64 "), unlock %d, then token "
-                  "%d; %ld EVALSHA: %s\n", o->lock_rc, o->token_rc, o->token,
-                  o->unlock_rc, o->after_rc, *evals, o->err);
+                  "%d; %ld EVALSHA: %s\n",
+                  o->lock_rc, o->token_rc, o->token, o->unlock_rc,
+                  o->after_rc, *evals, o->err);
 }
 
 static void twice(const char *incr, struct twice_out *o, long *evals)
@@ -603,21 +614,25 @@ static void test_fresh_hold_counted_twice_refused(void **state)
     (void)state;
     tu_liar_reset(liar);
     tu_liar_add(liar, &(struct tu_lie){ .cmd = "EVALSHA",
-                                         .bytes = "*3\r\n:1\r\n:2\r\n:7\r\n",
-                                         .times = 1 });
+                                        .bytes = "*3\r\n:1\r\n:2\r\n:7\r\n",
+                                        .times = 1 });
+    tu_liar_add(
+        liar,
+        &(struct tu_lie){
+            .cmd = "EVALSHA",
+            .times = 1,
+            .bytes = "-NOREPLICAS Not enough good replicas to write.\r\n" });
     tu_liar_add(liar, &(struct tu_lie){
-        .cmd = "EVALSHA", .times = 1,
-        .bytes = "-NOREPLICAS Not enough good replicas to write.\r\n" });
-    tu_liar_add(liar, &(struct tu_lie){ .cmd = "EVALSHA", .bytes = ":8\r\n",
-                                         .times = 1 });
+                          .cmd = "EVALSHA", .bytes = ":8\r\n", .times = 1 });
     tu_liar_add(liar, &(struct tu_lie){ .cmd = "EVALSHA",
-                                         .bytes = "*2\r\n:0\r\n:0\r\n" });
+                                        .bytes = "*2\r\n:0\r\n:0\r\n" });
     evals = tu_liar_count(liar, "EVALSHA");
     in_child(run_twice, NULL, &o, sizeof o, BOUND_S * 3, &rss);
     evals = tu_liar_count(liar, "EVALSHA") - evals;
     print_message("lock %d, token %d (%" PRIu64 "), unlock %d, then token "
-                  "%d; %ld EVALSHA: %s\n", o.lock_rc, o.token_rc, o.token,
-                  o.unlock_rc, o.after_rc, evals, o.err);
+                  "%d; %ld EVALSHA: %s\n",
+                  o.lock_rc, o.token_rc, o.token, o.unlock_rc, o.after_rc,
+                  evals, o.err);
     assert_int_equal(o.lock_rc, 0);
     assert_int_equal(o.token_rc, 0);
     assert_int_equal(o.token, 8);
@@ -629,8 +644,8 @@ static void test_fresh_hold_counted_twice_refused(void **state)
 }
 
 /* A master with one replica, as ROLE tells it. */
-#define ROLE_ONE_REPLICA \
-    "*3\r\n$6\r\nmaster\r\n:0\r\n*1\r\n*3\r\n$9\r\n127.0.0.1\r\n" \
+#define ROLE_ONE_REPLICA                                                     \
+    "*3\r\n$6\r\nmaster\r\n:0\r\n*1\r\n*3\r\n$9\r\n127.0.0.1\r\n"            \
     "$4\r\n6380\r\n$1\r\n0\r\n"
 
 static void run_twice_synced(const void *arg, void *res)
@@ -650,8 +665,8 @@ static void test_fresh_hold_counted_twice_unsynced(void **state)
     long evals;
 
     (void)state;
-    twice_with(":8\r\n", &(struct tu_lie){ .cmd = "ROLE",
-                                            .bytes = ROLE_ONE_REPLICA },
+    twice_with(":8\r\n",
+               &(struct tu_lie){ .cmd = "ROLE", .bytes = ROLE_ONE_REPLICA },
                run_twice_synced, &o, &evals);
     assert_int_equal(o.lock_rc, DIST_ENOREPLICA);
     assert_int_equal(o.token_rc, EPERM);
@@ -690,11 +705,11 @@ static void test_fresh_hold_counted_twice_no_token(void **state)
  * other cases' so that 3T is past the bound.  The error is this call's (it
  * blamed "an earlier call", and there was none) and names the lock. */
 #define OWN_TIMEOUT_MS 2000UL
-#define OWN_BOUND_S (2 * OWN_TIMEOUT_MS / 1000.0 + 1.0)
+#define OWN_BOUND_S    (2 * OWN_TIMEOUT_MS / 1000.0 + 1.0)
 
 struct own_case {
     enum kind kind;
-    struct tu_lie lie;          /* on EVALSHA */
+    struct tu_lie lie; /* on EVALSHA */
 };
 
 static void run_own(const void *arg, void *res)
@@ -735,7 +750,8 @@ static void check_own(void **state)
                  o.secs, OWN_TIMEOUT_MS);
     if (strstr(o.err, "earlier call"))
         fail_msg("the error blames an earlier call, and there was none: "
-                 "'%s'", o.err);
+                 "'%s'",
+                 o.err);
     if (!strstr(o.err, "'liar:"))
         fail_msg("the error does not name the lock: '%s'", o.err);
     assert_int_equal(o.token_rc, EPERM);
@@ -800,9 +816,9 @@ static void run_tool(const void *arg, void *res)
 
 struct tool_case {
     struct tu_lie lie;
-    const char *want;           /* in stderr */
-    struct tool_args args;      /* none: status x */
-    int retried;                /* a server that closes or sends junk: the
+    const char *want;      /* in stderr */
+    struct tool_args args; /* none: status x */
+    int retried;           /* a server that closes or sends junk: the
                                    tool tries again for its whole command
                                    timeout, and no longer */
 };
@@ -841,7 +857,8 @@ static void check_tool(void **state)
      * to leave the last try 50 ms) */
     if (o.secs < TIMEOUT_MS / 1000.0 - 0.1)
         fail_msg("distlock %s gave up after %.3f s, before its command "
-                 "timeout of %lu ms", ta->argv[0], o.secs, TIMEOUT_MS);
+                 "timeout of %lu ms",
+                 ta->argv[0], o.secs, TIMEOUT_MS);
     /* The server answers every command, if wrongly.  Before the pause was
      * cut, a try began after a full pause (up to 200 ms) past the command
      * timeout and ended "no answer", the whole command taking T + 0.16-0.3
@@ -860,7 +877,8 @@ static void test_list_scan_trickle(void **state)
 {
     static char page[30][40];
     struct tu_lie lie = { .cmd = "SCAN", .drip_ms = 20, .times = 1 };
-    const struct tool_args ta = { { "list", "--timeout", "1.5", NULL, NULL } };
+    const struct tool_args ta = { { "list", "--timeout", "1.5", NULL,
+                                    NULL } };
     struct tool_out o;
     long rss;
 
@@ -937,7 +955,7 @@ static void test_refusal_texts(void **state)
     (void)state;
     tu_liar_reset(liar);
     tu_liar_add(liar, &(struct tu_lie){ .cmd = "EVALSHA",
-                                         .bytes = "-" REFUSAL "\r\n" });
+                                        .bytes = "-" REFUSAL "\r\n" });
     in_child(run_texts, NULL, &o, sizeof o, BOUND_S * 3, &rss);
     assert_int_equal(o.setup_rc, 0);
     for (i = 0; i < 3; i++) {
@@ -949,8 +967,11 @@ static void test_refusal_texts(void **state)
 
 /* ---- the table ----------------------------------------------------------- */
 
-#define LIE(...) { __VA_ARGS__ }
-#define CASE(k, op, lie, want) \
+#define LIE(...)                                                             \
+    {                                                                        \
+        __VA_ARGS__                                                          \
+    }
+#define CASE(k, op, lie, want)                                               \
     (&(const struct lie_case){ k, op, lie, want, 0, NULL })
 
 static int setup(void **state)
@@ -962,12 +983,12 @@ static int setup(void **state)
 int main(void)
 {
 #define C(name, k, op, want, ...)                                            \
-    param_test(name, check_case,                                             \
-               CASE(k, op, LIE(__VA_ARGS__), want), NULL)
+    param_test(name, check_case, CASE(k, op, LIE(__VA_ARGS__), want), NULL)
 #define CR(name, k, op, rc, want, held, ...)                                 \
     param_test(name, check_case,                                             \
-               (&(const struct lie_case){ k, op, { __VA_ARGS__ }, want, rc,  \
-                                          held }), NULL)
+               (&(const struct lie_case){                                    \
+                   k, op, { __VA_ARGS__ }, want, rc, held }),                \
+               NULL)
 #define RENEW(name, k, keeps, ...)                                           \
     param_test(name, check_renew,                                            \
                (&(const struct renew_case){ k, { __VA_ARGS__ }, keeps }),    \
@@ -977,20 +998,23 @@ int main(void)
                (&(const struct own_case){ k, { __VA_ARGS__ } }), NULL)
 #define TOOL(name, want, ...)                                                \
     param_test(name, check_tool,                                             \
-               (&(const struct tool_case){ { __VA_ARGS__ }, want,            \
-                                           { { NULL } }, 0 }), NULL)
+               (&(const struct tool_case){                                   \
+                   { __VA_ARGS__ }, want, { { NULL } }, 0 }),                \
+               NULL)
 #define TOOL_RETRIED(name, want, ...)                                        \
     param_test(name, check_tool,                                             \
-               (&(const struct tool_case){ { __VA_ARGS__ }, want,            \
-                                           { { NULL } }, 1 }), NULL)
-#define LIST_ARGS "list"
-#define UNLOCK_ARGS "unlock", "--force", "--yes", "x"
-#define SEMSET_ARGS "sem-set", "x", "5"
+               (&(const struct tool_case){                                   \
+                   { __VA_ARGS__ }, want, { { NULL } }, 1 }),                \
+               NULL)
+#define LIST_ARGS    "list"
+#define UNLOCK_ARGS  "unlock", "--force", "--yes", "x"
+#define SEMSET_ARGS  "sem-set", "x", "5"
 #define RSEMSET_ARGS "sem-set", "--redisson", "x", "5"
 #define TOOLA(name, args, want, ...)                                         \
     param_test(name, check_tool,                                             \
-               (&(const struct tool_case){ { __VA_ARGS__ }, want,            \
-                                           { { args } }, 0 }), NULL)
+               (&(const struct tool_case){                                   \
+                   { __VA_ARGS__ }, want, { { args } }, 0 }),                \
+               NULL)
     const struct CMUnitTest tests[] = {
         /* wrong types */
         C(mutex_try_string, K_MUTEX, OP_TRY, "mutex_lock",
@@ -1051,11 +1075,11 @@ int main(void)
         /* a fresh hold counted twice (a retry after a lost reply) whose
          * give-back is answered "none left": not held after all */
         CR(mutex_try_twice_then_none, K_MUTEX, OP_TRY, EIO, "counted twice",
-           "*2\r\n:0\r\n:0\r\n",
-           .bytes = "*3\r\n:1\r\n:2\r\n:7\r\n", .times = 1),
-        CR(fair_timed_twice_then_none, K_FAIR, OP_TIMED, EIO,
-           "counted twice", "*2\r\n:0\r\n:0\r\n",
-           .bytes = "*3\r\n:1\r\n:2\r\n:7\r\n", .times = 1),
+           "*2\r\n:0\r\n:0\r\n", .bytes = "*3\r\n:1\r\n:2\r\n:7\r\n",
+           .times = 1),
+        CR(fair_timed_twice_then_none, K_FAIR, OP_TIMED, EIO, "counted twice",
+           "*2\r\n:0\r\n:0\r\n", .bytes = "*3\r\n:1\r\n:2\r\n:7\r\n",
+           .times = 1),
         /* oversized headers */
         C(mutex_try_array_2g, K_MUTEX, OP_TRY, "elements",
           .bytes = "*2147483647\r\n"),
@@ -1070,20 +1094,19 @@ int main(void)
           .bytes = "*1000000000\r\n", .fill = ":1\r\n"),
         C(mutex_try_nested_flood, K_MUTEX, OP_TRY, "elements in all",
           .bytes = "*60000\r\n", .fill = "*3\r\n:1\r\n:1\r\n:1\r\n"),
-        C(mutex_try_line_flood, K_MUTEX, OP_TRY, "line",
-          .bytes = "+", .fill = "OKOKOKOK"),
+        C(mutex_try_line_flood, K_MUTEX, OP_TRY, "line", .bytes = "+",
+          .fill = "OKOKOKOK"),
         /* slow and silent */
-        C(mutex_try_trickle, K_MUTEX, OP_TRY, "500 ms",
-          .bytes = TAKEN, .drip_ms = 300),
-        C(fair_timed_trickle, K_FAIR, OP_TIMED, "mutex 'liar",
-          .bytes = TAKEN, .drip_ms = 300),
-        C(wrlock_try_trickle, K_WRITE, OP_TRY, "500 ms",
-          .bytes = TAKEN, .drip_ms = 300),
+        C(mutex_try_trickle, K_MUTEX, OP_TRY, "500 ms", .bytes = TAKEN,
+          .drip_ms = 300),
+        C(fair_timed_trickle, K_FAIR, OP_TIMED, "mutex 'liar", .bytes = TAKEN,
+          .drip_ms = 300),
+        C(wrlock_try_trickle, K_WRITE, OP_TRY, "500 ms", .bytes = TAKEN,
+          .drip_ms = 300),
         C(mutex_try_silent, K_MUTEX, OP_TRY, "500 ms", .silent = 1),
         C(rdlock_unlock_silent, K_READ, OP_UNLOCK, NULL, .silent = 1),
-        C(mutex_try_role_trickle, K_MUTEX, OP_TRY, "ROLE",
-          .cmd = "ROLE", .bytes = "*3\r\n$6\r\nmaster\r\n:0\r\n*0\r\n",
-          .drip_ms = 300),
+        C(mutex_try_role_trickle, K_MUTEX, OP_TRY, "ROLE", .cmd = "ROLE",
+          .bytes = "*3\r\n$6\r\nmaster\r\n:0\r\n*0\r\n", .drip_ms = 300),
         /* no AUTH: every command refused (ROLE first), or a long one
          * refused with a protocol error and the connection closed */
         C(rdlock_try_noauth, K_READ, OP_TRY, "AUTH", .cmd = "ROLE",
@@ -1091,12 +1114,14 @@ int main(void)
         C(mutex_try_noauth, K_MUTEX, OP_TRY, "AUTH", .cmd = "ROLE",
           .bytes = "-NOAUTH Authentication required.\r\n"),
         C(rdlock_try_unauthenticated, K_READ, OP_TRY, "AUTH",
-          .bytes = "-ERR Protocol error: unauthenticated multibulk length\r\n",
+          .bytes =
+              "-ERR Protocol error: unauthenticated multibulk length\r\n",
           .close = 1),
         /* the pub/sub connection of a waiter lies; the lock is held by
          * another (200 ms left, again and again) */
         CR(mutex_timed_subscribe_2g, K_MUTEX, OP_TIMED, ETIMEDOUT,
-           "timed out", HELD_PLAIN, .cmd = "SUBSCRIBE", .bytes = "*2147483647\r\n"),
+           "timed out", HELD_PLAIN, .cmd = "SUBSCRIBE",
+           .bytes = "*2147483647\r\n"),
         CR(fair_timed_subscribe_types, K_FAIR, OP_TIMED, ETIMEDOUT,
            "timed out", HELD, .cmd = "SUBSCRIBE",
            .bytes = "*3\r\n:1\r\n*0\r\n$-1\r\n"),
@@ -1138,11 +1163,13 @@ int main(void)
              .bytes = "*8\r\n+none\r\n*0\r\n:-2\r\n$-1\r\n*0\r\n*0\r\n*0\r\n"
                       "$-1\r\n"),
         TOOL(status_type_integer, NULL, .cmd = "EXEC",
-             .bytes = "*8\r\n:5\r\n*2\r\n:1\r\n:1\r\n:-2\r\n:1\r\n*1\r\n:1\r\n"
-                      "*2\r\n:1\r\n:2\r\n*1\r\n$1\r\nx\r\n*0\r\n"),
+             .bytes =
+                 "*8\r\n:5\r\n*2\r\n:1\r\n:1\r\n:-2\r\n:1\r\n*1\r\n:1\r\n"
+                 "*2\r\n:1\r\n:2\r\n*1\r\n$1\r\nx\r\n*0\r\n"),
         TOOL(status_exec_trickle, "500 ms", .cmd = "EXEC",
              .bytes = "*8\r\n+none\r\n*0\r\n:-2\r\n$-1\r\n*0\r\n*0\r\n*0\r\n"
-                      "*2\r\n$1\r\n1\r\n$1\r\n2\r\n", .drip_ms = 300),
+                      "*2\r\n$1\r\n1\r\n$1\r\n2\r\n",
+             .drip_ms = 300),
         TOOL(status_silent, "500 ms", .cmd = "EXEC", .silent = 1),
         TOOL_RETRIED(status_junk, NULL, .cmd = "EXEC", .bytes = "?junk\r\n"),
         TOOL_RETRIED(status_closing, "closed", .cmd = "EXEC", .close = 1),

@@ -42,14 +42,14 @@
 static const struct fx_settings defaults = { 0, 0, 0 };
 static tu_redis_t r;
 
-#define BOUND_S     20.0      /* for a child to end once it should */
-#define LEASE_MS    1500UL    /* the "renewed" case's watchdog lease */
+#define BOUND_S  20.0   /* for a child to end once it should */
+#define LEASE_MS 1500UL /* the "renewed" case's watchdog lease */
 
 /* ---- the child: this program run again ----------------------------------- */
 
 /* Exit statuses of a child that could not do its part. */
-#define CH_SETUP    90        /* a call before pthread_exit failed */
-#define CH_LOST     91        /* the "renewed" case's hold was lost */
+#define CH_SETUP 90 /* a call before pthread_exit failed */
+#define CH_LOST  91 /* the "renewed" case's hold was lost */
 
 static dist_mutex_t m;
 static dist_cond_t cv;
@@ -140,10 +140,10 @@ static int child(const char *what)
 
 struct run {
     pid_t pid;
-    int out;                  /* the child's stdout */
-    int in;                   /* its stdin: closed, its reader ends */
+    int out; /* the child's stdout */
+    int in;  /* its stdin: closed, its reader ends */
     int status;
-    double ended;             /* s from main's pthread_exit to the end */
+    double ended; /* s from main's pthread_exit to the end */
 };
 
 /* Starts the case what with lock name name; returns once the child's main
@@ -204,7 +204,7 @@ static void run_start(struct run *c, const char *what, const char *name,
  * pending, on stderr: what a process that did not end was left with. */
 static void print_tasks(pid_t pid)
 {
-    static const char *const want[] = { "Name:", "State:", "SigPnd:",
+    static const char *const want[] = { "Name:",   "State:",  "SigPnd:",
                                         "ShdPnd:", "SigBlk:", "SigIgn:" };
     char path[300], line[256];
     struct dirent *e;
@@ -291,7 +291,8 @@ static void ends_by_itself(const char *what, const char *tag, int *st)
     t0 = tu_now();
     if (run_wait(&c, t0) != 0)
         fail_msg("case %s: the process was still there %.0f s after its "
-                 "main thread called pthread_exit (killed)", what, BOUND_S);
+                 "main thread called pthread_exit (killed)",
+                 what, BOUND_S);
     print_message("case %s: ended %.3f s after main's pthread_exit\n", what,
                   c.ended);
     *st = c.status;
@@ -339,8 +340,9 @@ static void test_sigterm_ends_process(void **state)
         tu_sleep_ms(100);
         if (waitpid(c.pid, &c.status, WNOHANG) != 0)
             fail_msg("status %#x: the process ended while a thread of it "
-                     "was still there", c.status);
-        t0 = tu_now();          /* run_wait closes the reader's stdin */
+                     "was still there",
+                     c.status);
+        t0 = tu_now(); /* run_wait closes the reader's stdin */
     }
     if (run_wait(&c, t0) != 0)
         fail_msg("the process was still there %.0f s after SIGTERM (killed)",

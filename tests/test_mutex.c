@@ -43,9 +43,8 @@ static tu_redis_t r;
 
 /* The group's settings (fixture.h); SIGPIPE is counted, not fatal, and
  * test_no_sigpipe reports it without killing the run. */
-static const struct fx_settings defaults = {
-    DEFAULT_WATCHDOG_MS, DEFAULT_TIMEOUT_MS, 0
-};
+static const struct fx_settings defaults = { DEFAULT_WATCHDOG_MS,
+                                             DEFAULT_TIMEOUT_MS, 0 };
 
 /* Shared memory for results of forked children (one int per child). */
 static int *shared_ints(size_t n)
@@ -57,7 +56,7 @@ static int *shared_ints(size_t n)
     if (p == MAP_FAILED)
         return NULL;
     for (i = 0; i < n; i++)
-        p[i] = -1;            /* not reported */
+        p[i] = -1; /* not reported */
     return p;
 }
 
@@ -68,7 +67,8 @@ static void child_exit(int *slot, int code)
     _exit(code);
 }
 
-#define NAME(buf, tag) test_lock_name(buf, sizeof buf, "test_mutex", __func__, tag)
+#define NAME(buf, tag)                                                       \
+    test_lock_name(buf, sizeof buf, "test_mutex", __func__, tag)
 #define NAMED_MUTEX(lock, buf) NAMED_LOCK(dist_mutex_init, lock, buf, "m")
 
 /* ---- Redis helpers (main thread or forked child) ------------------------ */
@@ -206,12 +206,12 @@ static void test_errorcheck(void **state)
     assert_int_equal(dist_mutexattr_destroy(&a), 0);
     assert_int_equal(dist_mutex_lock(&m), 0);
     assert_int_equal(dist_mutex_lock(&m), EDEADLK);
-    assert_int_equal(dist_mutex_trylock(&m), EBUSY);   /* POSIX: trylock
+    assert_int_equal(dist_mutex_trylock(&m), EBUSY); /* POSIX: trylock
                                                         * finds it taken */
     owner = owner_field(name, &cnt);
     assert_non_null(owner);
     free(owner);
-    assert_int_equal(cnt, 1);          /* the refused relocks changed nothing */
+    assert_int_equal(cnt, 1); /* the refused relocks changed nothing */
     assert_int_equal(dist_mutex_unlock(&m), 0);
     assert_int_equal(key_exists(name), 0);
     assert_int_equal(dist_mutex_unlock(&m), EPERM);
@@ -262,7 +262,7 @@ static void test_unlock_not_owner(void **state)
     run_oneshot(&o, &m, OP_UNLOCK);
     assert_int_equal(o.rc, EPERM);
     assert_true(o.err[0] != 0);
-    owner = owner_field(name, &cnt);     /* main's hold is untouched */
+    owner = owner_field(name, &cnt); /* main's hold is untouched */
     assert_non_null(owner);
     free(owner);
     assert_int_equal(cnt, 1);
@@ -396,11 +396,11 @@ static void test_lease_expiry(void **state)
     assert_int_equal(lease, 2000);
     assert_int_equal(dist_mutex_init(&m, name, &a), 0);
 
-    holder_start(&h, &m);              /* thread A takes it and keeps it */
-    rc_b = dist_mutex_lock(&m);        /* thread B (main) waits */
+    holder_start(&h, &m);       /* thread A takes it and keeps it */
+    rc_b = dist_mutex_lock(&m); /* thread B (main) waits */
     tb = tu_now();
     wait = tb - h.t_locked;
-    sem_post(&h.release);              /* A's unlock, after B took it */
+    sem_post(&h.release); /* A's unlock, after B took it */
     pthread_join(h.th, NULL);
     sem_destroy(&h.locked);
     sem_destroy(&h.release);
@@ -460,7 +460,7 @@ static void test_watchdog_renews(void **state)
     assert_int_equal(dist_mutex_lock(&m), 0);
     t0 = tu_now();
     pttl = tu_cmd_int(&r, "PTTL", name, NULL);
-    assert_in_range(pttl, 1, 1500);     /* the watchdog lease, not 30 s */
+    assert_in_range(pttl, 1, 1500); /* the watchdog lease, not 30 s */
 
     memset(&p, 0, sizeof p);
     p.m = &m;
@@ -536,9 +536,9 @@ static void test_sigkill_holder(void **state)
 
 /* ---- 11 ------------------------------------------------------------------ */
 
-#define MX_PROCS 4
+#define MX_PROCS   4
 #define MX_THREADS 2
-#define MX_ITERS 100
+#define MX_ITERS   100
 
 static int mx_init(dist_mutex_t *m, const char *name, void *arg)
 {
@@ -551,8 +551,8 @@ static int mx_init(dist_mutex_t *m, const char *name, void *arg)
 static void test_mutual_exclusion(void **state)
 {
     char name[200], counter[220];
-    struct fx_mx run = { name, counter, MX_PROCS, MX_THREADS, MX_ITERS,
-                         mx_init, NULL };
+    struct fx_mx run = { name,     counter, MX_PROCS, MX_THREADS,
+                         MX_ITERS, mx_init, NULL };
     double t0, el;
 
     (void)state;
@@ -575,7 +575,8 @@ static void test_redis_restart(void **state)
     char name[200];
     dist_mutex_t m;
     double t0, waited;
-    int calls = 0, named, rc_restart, rc_unlock1, rc_lock, rc_unlock2, rc_destroy;
+    int calls = 0, named, rc_restart, rc_unlock1, rc_lock, rc_unlock2,
+        rc_destroy;
     long long fields_before, fields_after, ex_after_restart, ex_end;
 
     (void)state;
@@ -750,7 +751,7 @@ static void test_waiting_does_not_poll(void **state)
     sem_destroy(&h.release);
     assert_int_equal(h.unlock_rc, 0);
     run_oneshot(&o, &m, OP_TRYLOCK_UNLOCK);
-    assert_int_equal(o.rc, 0);                /* all let go */
+    assert_int_equal(o.rc, 0); /* all let go */
     assert_int_equal(dist_mutex_destroy(&m), 0);
     assert_dbl_range(waited, 2.9, 3.0 + slack(1.0));
     /* the holder's unlock, the waiter's first try, its try after
@@ -833,7 +834,7 @@ static void test_no_channels_left(void **state)
         }
         tu_sleep_ms(20);
     }
-    tu_sleep_ms(300);          /* let every waiter get into its wait */
+    tu_sleep_ms(300); /* let every waiter get into its wait */
     early = atomic_load(&acquired);
     t0 = tu_now();
     assert_int_equal(dist_mutex_unlock(&m), 0);
@@ -841,7 +842,7 @@ static void test_no_channels_left(void **state)
         pthread_join(th[i], NULL);
     el = tu_now() - t0;
 
-    assert_true(subscribed);   /* the waiters listened on the channel */
+    assert_true(subscribed); /* the waiters listened on the channel */
     assert_int_equal(early, 0);
     for (i = 0; i < 3; i++) {
         assert_int_equal(w[i].lock_rc, 0);
@@ -937,7 +938,7 @@ static void test_fork_child_identity(void **state)
             code = 16;
         if (!code && key_exists(name2) != 0)
             code = 17;
-        if (!code && hget_count(name, powner) != 1)   /* parent's untouched */
+        if (!code && hget_count(name, powner) != 1) /* parent's untouched */
             code = 18;
         child_exit(slot, code);
     }
@@ -1014,7 +1015,7 @@ static void test_fencing_token(void **state)
     assert_int_equal(dist_mutex_token(&m, &t1b), 0);
     assert_int_equal(t1b, t1);
     assert_int_equal(dist_mutex_unlock(&m), 0);
-    assert_int_equal(dist_mutex_token(&m, &t), 0);  /* still held once */
+    assert_int_equal(dist_mutex_token(&m, &t), 0); /* still held once */
     assert_int_equal(t, t1);
     assert_int_equal(dist_mutex_unlock(&m), 0);
     assert_int_equal(dist_mutex_token(&m, &t), EPERM);
@@ -1166,7 +1167,7 @@ static void test_lease_left(void **state)
         tu_sleep_ms(20);
     assert_int_equal(dist_mutex_lease_left(&leased, &left), EPERM);
     assert_int_equal(fx_lost_calls(NULL), 0);
-    assert_int_equal(dist_mutex_unlock(&leased), EPERM);  /* it expired */
+    assert_int_equal(dist_mutex_unlock(&leased), EPERM); /* it expired */
     assert_int_equal(fx_lost_calls(nlease), 1);
 
     assert_int_equal(dist_mutex_destroy(&leased), 0);
@@ -1202,7 +1203,7 @@ static void test_lost_reply_proxy(void **state)
     p = fx_proxy_up(&r);
     assert_non_null(p);
     assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
-    assert_int_equal(dist_mutex_lock(&m), 0);      /* warm up */
+    assert_int_equal(dist_mutex_lock(&m), 0); /* warm up */
     assert_int_equal(dist_mutex_unlock(&m), 0);
     assert_true(tu_proxy_connections(p) >= 1);
     fired = tu_proxy_faults_fired(p);
@@ -1307,8 +1308,8 @@ static void test_acl_user_without_password(void **state)
     for (i = 0; i < 2; i++) {
         /* "redis://" or "unix://", then np:@, then the rest */
         const char *rest = strstr(forms[i], "://") + 3;
-        snprintf(url, sizeof url, "%.*snp:@%s",
-                 (int)(rest - forms[i]), forms[i], rest);
+        snprintf(url, sizeof url, "%.*snp:@%s", (int)(rest - forms[i]),
+                 forms[i], rest);
         assert_int_equal(dist_set_url(url), 0);
         assert_int_equal(dist_mutex_init(&a, ok, NULL), 0);
         assert_int_equal(dist_mutex_init(&b, no, NULL), 0);
@@ -1318,7 +1319,8 @@ static void test_acl_user_without_password(void **state)
         if (rc == 0) {
             dist_mutex_unlock(&b);
             fail_msg("%s: a lock outside np's keys was taken: the "
-                     "connection does not run as np", url);
+                     "connection does not run as np",
+                     url);
         }
         assert_int_equal(key_exists(no), 0);
         assert_int_equal(dist_mutex_unlock(&a), 0);

@@ -50,11 +50,19 @@ static tu_redis_t r;
 #define WATCHDOG_MS 30000UL
 #define TIMEOUT_MS  2000UL
 
-#define NAME(buf, tag) test_lock_name(buf, sizeof buf, "test_posix", __func__, tag)
+#define NAME(buf, tag)                                                       \
+    test_lock_name(buf, sizeof buf, "test_posix", __func__, tag)
 
 /* ---- every type of lock, through one set of calls ------------------------------ */
 
-enum kind { K_RECURSIVE, K_ERRORCHECK, K_FAIR, K_RWLOCK, K_RWLOCK_PW, K_COUNT };
+enum kind {
+    K_RECURSIVE,
+    K_ERRORCHECK,
+    K_FAIR,
+    K_RWLOCK,
+    K_RWLOCK_PW,
+    K_COUNT
+};
 
 static const char *const kind_name[K_COUNT] = {
     "recursive", "errorcheck", "fair", "rwlock", "rwlock-prefer-writer",
@@ -80,14 +88,15 @@ static void obj_init(struct obj *o, enum kind k, const char *test)
     if (o->rw) {
         assert_int_equal(dist_rwlockattr_init(&ra), 0);
         if (k == K_RWLOCK_PW)
-            assert_int_equal(dist_rwlockattr_setkind(&ra,
-                                                     DIST_RWLOCK_PREFER_WRITER), 0);
+            assert_int_equal(
+                dist_rwlockattr_setkind(&ra, DIST_RWLOCK_PREFER_WRITER), 0);
         assert_int_equal(dist_rwlock_init(&o->l, o->name, &ra), 0);
         return;
     }
     assert_int_equal(dist_mutexattr_init(&ma), 0);
     if (k == K_ERRORCHECK)
-        assert_int_equal(dist_mutexattr_settype(&ma, DIST_MUTEX_ERRORCHECK), 0);
+        assert_int_equal(dist_mutexattr_settype(&ma, DIST_MUTEX_ERRORCHECK),
+                         0);
     if (k == K_FAIR)
         assert_int_equal(dist_mutexattr_setfair(&ma, 1), 0);
     assert_int_equal(dist_mutex_init(&o->m, o->name, &ma), 0);
@@ -95,8 +104,8 @@ static void obj_init(struct obj *o, enum kind k, const char *test)
 
 static void obj_destroy(struct obj *o)
 {
-    assert_int_equal(o->rw ? dist_rwlock_destroy(&o->l)
-                           : dist_mutex_destroy(&o->m), 0);
+    assert_int_equal(
+        o->rw ? dist_rwlock_destroy(&o->l) : dist_mutex_destroy(&o->m), 0);
     assert_int_equal(tu_cmd_int(&r, "EXISTS", o->name, NULL), 0);
 }
 
@@ -139,7 +148,8 @@ static int o_unlock(struct obj *o)
 
 static int o_token(struct obj *o, uint64_t *tok)
 {
-    return o->rw ? dist_rwlock_token(&o->l, tok) : dist_mutex_token(&o->m, tok);
+    return o->rw ? dist_rwlock_token(&o->l, tok)
+                 : dist_mutex_token(&o->m, tok);
 }
 
 /* The ways a call may ask for a lock with a deadline. */
@@ -236,7 +246,7 @@ static int other_thread(struct obj *o, int wr, enum op op)
 
 /* ---- the group's server, with a TLS port ------------------------------------------ */
 
-static char cert_dir[256];      /* a throwaway CA and the server's certificate */
+static char cert_dir[256]; /* a throwaway CA and the server's certificate */
 
 /* cert_dir/name, in a static buffer. */
 static const char *cert_file(const char *name)
@@ -359,7 +369,8 @@ static void trylock_busy_on(struct obj *o)
                 assert_int_equal(o_unlock(o), 0);
             if (rc != want)
                 fail_msg("%s: try%s while another thread holds it%s: "
-                         "%d, expected %d", kind_name[o->k],
+                         "%d, expected %d",
+                         kind_name[o->k],
                          o->rw ? (tw ? "wrlock" : "rdlock") : "lock",
                          o->rw ? (hw ? " for writing" : " for reading") : "",
                          rc, want);
@@ -374,7 +385,7 @@ static void trylock_busy_on(struct obj *o)
         assert_int_equal(o_try(o, 0), 0);
         assert_int_equal(o_unlock(o), 0);
     }
-    if (o->rw)             /* a read hold cannot be upgraded */
+    if (o->rw) /* a read hold cannot be upgraded */
         assert_int_equal(o_try(o, 1), EBUSY);
     assert_int_equal(o_unlock(o), 0);
 }
@@ -397,7 +408,7 @@ static void deadlock_and_perm_by_type_on(struct obj *o)
     assert_int_equal(o_unlock(o), EPERM);
     holder_start(&hd, o, 1);
     assert_int_equal(o_unlock(o), EPERM);
-    holder_stop(&hd);                /* its hold was untouched */
+    holder_stop(&hd); /* its hold was untouched */
 
     assert_int_equal(o_lock(o, 0), 0);
     for (h = 0; h < H_COUNT; h++) {
@@ -467,7 +478,7 @@ static void recursive_counts_on(struct obj *o)
         assert_int_equal(o_lock(o, 1), 0);
         assert_int_equal(o_lock(o, 0), 0);
         assert_int_equal(o_lock(o, 0), 0);
-        assert_int_equal(o_unlock(o), 0);        /* the write hold */
+        assert_int_equal(o_unlock(o), 0); /* the write hold */
         assert_int_equal(other_thread(o, 1, OP_TRY), EBUSY);
         assert_int_equal(other_thread(o, 0, OP_TRY), 0);
         assert_int_equal(o_unlock(o), 0);
@@ -499,7 +510,8 @@ static void einval_only_when_blocking_on(struct obj *o)
                 /* free: taken, the deadline never looked at */
                 memset(&abs, 0, sizeof abs);
                 abs = fx_clock_in(h == H_CLOCK_MONO ? CLOCK_MONOTONIC
-                                                    : CLOCK_REALTIME, 5.0);
+                                                    : CLOCK_REALTIME,
+                                  5.0);
                 abs.tv_nsec = bad[b];
                 rc = o_deadline(o, wr, (enum how)h, 0, &abs);
                 if (rc != 0)
@@ -553,7 +565,8 @@ static void on_slow(int sig)
 
     (void)sig;
     slow_start = tu_now();
-    while (!atomic_load(&slow_released) || tu_now() < atomic_load(&slow_until))
+    while (!atomic_load(&slow_released) ||
+           tu_now() < atomic_load(&slow_until))
         nanosleep(&ts, NULL);
     slow_end = tu_now();
     errno = saved;
@@ -563,7 +576,7 @@ struct waiter {
     struct obj *o;
     int wr;
     enum how how;
-    double secs;               /* deadline from now */
+    double secs; /* deadline from now */
     int rc, unlock_rc;
     double t_call, t_deadline, t_ret;
     sem_t started;
@@ -616,10 +629,10 @@ static void late_wakeup_by(enum kind k, int hold_wr, int wait_wr,
     while (sem_wait(&w.started) != 0)
         ;
     atomic_store(&slow_until, w.t_deadline + late);
-    tu_sleep_ms(300);              /* it waits now */
-    pthread_kill(th, SIGUSR1);     /* busy until free and late past 1 s */
+    tu_sleep_ms(300);          /* it waits now */
+    pthread_kill(th, SIGUSR1); /* busy until free and late past 1 s */
     tu_sleep_ms(200);
-    holder_stop(&h);               /* free at about 0.5 s */
+    holder_stop(&h); /* free at about 0.5 s */
     atomic_store(&slow_released, 1);
     pthread_join(th, NULL);
     sem_destroy(&w.started);
@@ -711,7 +724,7 @@ static void test_sem_free_at_deadline_taken_late(void **state)
     NAME(name, "s");
     assert_int_equal(dist_set_timeout_ms(LATE_TIMEOUT_MS), 0);
     assert_int_equal(dist_sem_init(&s, name, 1, NULL), 0);
-    assert_int_equal(dist_sem_trywait(&s), 0);  /* this thread's permit */
+    assert_int_equal(dist_sem_trywait(&s), 0); /* this thread's permit */
     memset(&w, 0, sizeof w);
     w.s = &s;
     w.rc = -1;
@@ -719,16 +732,17 @@ static void test_sem_free_at_deadline_taken_late(void **state)
     assert_int_equal(pthread_create(&th, NULL, sem_waiter_main, &w), 0);
     while (sem_wait(&w.started) != 0)
         ;
-    tu_sleep_ms(300);                           /* it waits now */
+    tu_sleep_ms(300); /* it waits now */
     /* past the deadline (0.7 s away) by the command timeout and 0.5 s */
     clock_hook_step_monotonic(0.7 + LATE_TIMEOUT_MS / 1000.0 + 0.5);
-    assert_int_equal(dist_sem_post(&s), 0);     /* free, and it wakes */
+    assert_int_equal(dist_sem_post(&s), 0); /* free, and it wakes */
     pthread_join(th, NULL);
     sem_destroy(&w.started);
     if (w.rc != 0)
         fail_msg("the permit was free when the waiter woke, more than a "
                  "command timeout past its deadline, and the wait said %d "
-                 "(%s)", w.rc, strerror(w.rc));
+                 "(%s)",
+                 w.rc, strerror(w.rc));
     assert_int_equal(dist_sem_getvalue(&s, &v), 0);
     assert_int_equal(v, 1);
     assert_int_equal(dist_sem_destroy(&s), 0);
@@ -752,7 +766,7 @@ static void extreme_deadlines_on(struct obj *o)
         assert_int_equal(o_unlock(o), 0);
         assert_int_equal(o_clock(o, wr, CLOCK_MONOTONIC, &never), 0);
         assert_int_equal(o_unlock(o), 0);
-        hw = !o->rw || !wr;    /* the holder excludes the caller */
+        hw = !o->rw || !wr; /* the holder excludes the caller */
         holder_start(&h, o, hw);
         assert_int_equal(o_timed(o, wr, &long_ago), ETIMEDOUT);
         assert_int_equal(o_clock(o, wr, CLOCK_MONOTONIC, &long_ago),
@@ -791,7 +805,7 @@ static void test_signals_resume_waits(void **state)
 
     (void)state;
     memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_sig;         /* no SA_RESTART: syscalls see EINTR */
+    sa.sa_handler = on_sig; /* no SA_RESTART: syscalls see EINTR */
     sigemptyset(&sa.sa_mask);
     assert_int_equal(sigaction(SIGUSR2, &sa, NULL), 0);
     atomic_store(&sigs_seen, 0);
@@ -804,12 +818,17 @@ static void test_signals_resume_waits(void **state)
     holder_start(&hrw, &rw, 1);
     {
         /* every kind of wait; the long deadlines are never reached */
-        struct { struct obj *o; int wr; enum how how; double secs; } spec[NWAIT] = {
-            { &m, 0, H_TIMED, 0 }, { &m, 0, H_TIMED, 60 },
+        struct {
+            struct obj *o;
+            int wr;
+            enum how how;
+            double secs;
+        } spec[NWAIT] = {
+            { &m, 0, H_TIMED, 0 },       { &m, 0, H_TIMED, 60 },
             { &m, 0, H_CLOCK_MONO, 60 }, { &f, 0, H_TIMED, 0 },
-            { &f, 0, H_CLOCK_RT, 60 }, { &rw, 0, H_TIMED, 0 },
-            { &rw, 1, H_TIMED, 0 }, { &rw, 0, H_CLOCK_MONO, 60 },
-            { &rw, 1, H_TIMED, 60 }, { &rw, 1, H_CLOCK_MONO, 60 },
+            { &f, 0, H_CLOCK_RT, 60 },   { &rw, 0, H_TIMED, 0 },
+            { &rw, 1, H_TIMED, 0 },      { &rw, 0, H_CLOCK_MONO, 60 },
+            { &rw, 1, H_TIMED, 60 },     { &rw, 1, H_CLOCK_MONO, 60 },
         };
         for (i = 0; i < NWAIT; i++) {
             memset(&w[i], 0, sizeof w[i]);
@@ -899,10 +918,9 @@ static struct errno_log elog;
         (void)rc_;                                                           \
         elog.calls++;                                                        \
         if (errno != MAGIC_ERRNO && elog.len < sizeof elog.bad - 128)        \
-            elog.len += (size_t)snprintf(elog.bad + elog.len,                \
-                                         sizeof elog.bad - elog.len,         \
-                                         "%s -> %d, errno %d; ", #call, rc_, \
-                                         errno);                             \
+            elog.len += (size_t)snprintf(                                    \
+                elog.bad + elog.len, sizeof elog.bad - elog.len,             \
+                "%s -> %d, errno %d; ", #call, rc_, errno);                  \
     } while (0)
 
 static int void_call(void (*fn)(void))
@@ -920,7 +938,7 @@ static int last_error_call(void)
  * with a non-blocking connect), succeeding and failing. */
 static void *errno_main(void *arg)
 {
-    struct obj *o = arg;             /* [0] a mutex, [1] a rwlock */
+    struct obj *o = arg; /* [0] a mutex, [1] a rwlock */
     dist_mutexattr_t ma;
     dist_rwlockattr_t ra;
     dist_mutex_t zm;
@@ -947,13 +965,13 @@ static void *errno_main(void *arg)
     KEEPS(dist_rwlockattr_setlease(&ra, 0));
     KEEPS(dist_rwlockattr_destroy(&ra));
 
-    KEEPS(dist_mutex_lock(&o[0].m));                 /* connects */
+    KEEPS(dist_mutex_lock(&o[0].m)); /* connects */
     KEEPS(dist_mutex_lock(&o[0].m));
     KEEPS(dist_mutex_token(&o[0].m, &tok));
     KEEPS(dist_mutex_unlock(&o[0].m));
     KEEPS(dist_mutex_unlock(&o[0].m));
-    KEEPS(dist_mutex_unlock(&o[0].m));               /* EPERM */
-    KEEPS(dist_mutex_token(&o[0].m, &tok));          /* EPERM */
+    KEEPS(dist_mutex_unlock(&o[0].m));      /* EPERM */
+    KEEPS(dist_mutex_token(&o[0].m, &tok)); /* EPERM */
     KEEPS(dist_mutex_trylock(&o[0].m));
     KEEPS(dist_mutex_unlock(&o[0].m));
     KEEPS(dist_mutex_timedlock(&o[0].m, &past));
@@ -964,8 +982,8 @@ static void *errno_main(void *arg)
 
     KEEPS(dist_rwlock_rdlock(&o[1].l));
     KEEPS(dist_rwlock_tryrdlock(&o[1].l));
-    KEEPS(dist_rwlock_trywrlock(&o[1].l));           /* EBUSY */
-    KEEPS(dist_rwlock_wrlock(&o[1].l));              /* EDEADLK */
+    KEEPS(dist_rwlock_trywrlock(&o[1].l)); /* EBUSY */
+    KEEPS(dist_rwlock_wrlock(&o[1].l));    /* EDEADLK */
     KEEPS(dist_rwlock_unlock(&o[1].l));
     KEEPS(dist_rwlock_unlock(&o[1].l));
     KEEPS(dist_rwlock_timedwrlock(&o[1].l, &past));
@@ -977,11 +995,11 @@ static void *errno_main(void *arg)
     KEEPS(dist_rwlock_unlock(&o[1].l));
     KEEPS(dist_rwlock_clockwrlock(&o[1].l, CLOCK_MONOTONIC, &soon));
     KEEPS(dist_rwlock_unlock(&o[1].l));
-    KEEPS(dist_rwlock_unlock(&o[1].l));              /* EPERM */
+    KEEPS(dist_rwlock_unlock(&o[1].l)); /* EPERM */
 
     memset(&zm, 0, sizeof zm);
-    KEEPS(dist_mutex_lock(&zm));                     /* EINVAL */
-    KEEPS(dist_mutex_init(&zm, "", NULL));           /* EINVAL */
+    KEEPS(dist_mutex_lock(&zm));           /* EINVAL */
+    KEEPS(dist_mutex_init(&zm, "", NULL)); /* EINVAL */
     KEEPS(dist_mutex_init(&zm, o[0].name, NULL));
     KEEPS(dist_mutex_destroy(&zm));
     KEEPS(dist_set_lost_handler(NULL, NULL));
@@ -1017,16 +1035,16 @@ static void test_errno_unchanged(void **state)
     snprintf(url, sizeof url, "redis://127.0.0.1:%d", port);
     KEEPS(dist_set_timeout_ms(300));
     KEEPS(dist_set_url(url));
-    KEEPS(dist_set_url("nonsense://"));              /* EINVAL */
-    KEEPS(dist_mutex_lock(&o[0].m));                 /* EIO */
+    KEEPS(dist_set_url("nonsense://")); /* EINVAL */
+    KEEPS(dist_mutex_lock(&o[0].m));    /* EIO */
     KEEPS(dist_set_url(r.url_unix));
     KEEPS(dist_set_timeout_ms(TIMEOUT_MS));
     KEEPS(dist_set_watchdog_ms(WATCHDOG_MS));
-    KEEPS(dist_set_watchdog_ms(1));                  /* EINVAL */
+    KEEPS(dist_set_watchdog_ms(1)); /* EINVAL */
     KEEPS(dist_set_waiter_ms(5000));
     KEEPS(dist_set_replica_wait_ms(1000));
     KEEPS(void_call(dist_shutdown));
-    KEEPS(dist_mutex_lock(&o[0].m));                 /* starts again */
+    KEEPS(dist_mutex_lock(&o[0].m)); /* starts again */
     KEEPS(dist_mutex_unlock(&o[0].m));
 
     if (elog.len)
@@ -1163,8 +1181,8 @@ static void test_zeroed_object_is_einval(void **state)
         }
         assert_int_equal(o_unlock(&o), EINVAL);
         assert_int_equal(o_token(&o, &tok), EINVAL);
-        assert_int_equal(rw ? dist_rwlock_destroy(&o.l)
-                            : dist_mutex_destroy(&o.m), 0);
+        assert_int_equal(
+            rw ? dist_rwlock_destroy(&o.l) : dist_mutex_destroy(&o.m), 0);
     }
 }
 
@@ -1176,10 +1194,10 @@ static void test_zeroed_object_is_einval(void **state)
 
 struct small {
     struct obj *m, *rw;
-    int bad;                 /* the first call that failed, 1-based */
+    int bad; /* the first call that failed, 1-based */
     int rc;
-    char why[256];           /* its dist_last_error() */
-    struct timespec rt, mono;  /* deadlines 5 s ahead, for every timed call */
+    char why[256];            /* its dist_last_error() */
+    struct timespec rt, mono; /* deadlines 5 s ahead, for every timed call */
 };
 
 /* Step n of small_main gave rc and must give want; the first that does
@@ -1227,14 +1245,14 @@ static void *small_main(void *arg)
 
     s->rt = fx_clock_in(CLOCK_REALTIME, 5.0);
     s->mono = fx_clock_in(CLOCK_MONOTONIC, 5.0);
-    n = small_take4(s, 1, s->m, 0);                 /* steps 1-5 */
-    n = small_unlock4(s, n, s->m);                  /* 6-9 */
+    n = small_take4(s, 1, s->m, 0); /* steps 1-5 */
+    n = small_unlock4(s, n, s->m);  /* 6-9 */
     small_step(s, n++, dist_mutex_unlock(&s->m->m), EPERM);
-    n = small_take4(s, n, s->rw, 0);                /* 11-14 */
+    n = small_take4(s, n, s->rw, 0); /* 11-14 */
     small_step(s, n++, dist_rwlock_trywrlock(&s->rw->l), EBUSY);
-    n = small_unlock4(s, n, s->rw);                 /* 16-19 */
-    n = small_take4(s, n, s->rw, 1);                /* 20-24 */
-    n = small_unlock4(s, n, s->rw);                 /* 25-28 */
+    n = small_unlock4(s, n, s->rw);  /* 16-19 */
+    n = small_take4(s, n, s->rw, 1); /* 20-24 */
+    n = small_unlock4(s, n, s->rw);  /* 25-28 */
     /* a wait, on the lock's channel: the parent's holder keeps it */
     small_step(s, n++,
                dist_mutex_clocklock(&s->m[1].m, CLOCK_MONOTONIC, &soon),
@@ -1307,13 +1325,15 @@ static char **small_env(const struct obj *o, int tls)
     snprintf(vars[1], sizeof vars[1], "TEST_POSIX_SMALL_E=%s", o[1].name);
     snprintf(vars[2], sizeof vars[2], "TEST_POSIX_SMALL_RW=%s", o[2].name);
     if (tls)
-        snprintf(vars[3], sizeof vars[3], "DISTLOCK_URL=rediss://127.0.0.1:%d",
-                 r.tls_port);
+        snprintf(vars[3], sizeof vars[3],
+                 "DISTLOCK_URL=rediss://127.0.0.1:%d", r.tls_port);
     else
         snprintf(vars[3], sizeof vars[3], "DISTLOCK_URL=%s", r.url_unix);
     snprintf(vars[4], sizeof vars[4], "DISTLOCK_TIMEOUT_MS=%lu", TIMEOUT_MS);
-    snprintf(vars[5], sizeof vars[5], "DISTLOCK_WATCHDOG_MS=%lu", WATCHDOG_MS);
-    snprintf(vars[6], sizeof vars[6], "DISTLOCK_TLS_CA=%s", cert_file("ca.crt"));
+    snprintf(vars[5], sizeof vars[5], "DISTLOCK_WATCHDOG_MS=%lu",
+             WATCHDOG_MS);
+    snprintf(vars[6], sizeof vars[6], "DISTLOCK_TLS_CA=%s",
+             cert_file("ca.crt"));
     for (i = 0; i < 7; i++)
         env[n++] = vars[i];
     for (i = 0; environ[i] && n < 255; i++)
@@ -1344,8 +1364,8 @@ static void small_stack(const char *test, int tls)
     assert_true(len > 0);
     self[len] = 0;
     fflush(NULL);
-    assert_int_equal(posix_spawn(&pid, self, NULL, NULL, argv,
-                                 small_env(o, tls)), 0);
+    assert_int_equal(
+        posix_spawn(&pid, self, NULL, NULL, argv, small_env(o, tls)), 0);
     while (waitpid(pid, &st, 0) < 0)
         ;
     holder_stop(&h);
@@ -1427,7 +1447,7 @@ static tu_proxy_t *via_proxy(unsigned long timeout_ms)
  * draws by the counter needs a counter ahead of the clock, from which a draw
  * counts on by one (as from one Redisson's RFencedLock moved): token_ahead
  * sets it far ahead, token_count gives the draws since. */
-#define TOKEN_AHEAD 4000000000000000LL    /* the clock in the year 2096 */
+#define TOKEN_AHEAD 4000000000000000LL /* the clock in the year 2096 */
 
 static void token_ahead(const char *name)
 {
@@ -1505,9 +1525,10 @@ static void late_reply_renewed(enum kind k, int wr)
     assert_int_equal(rc, 0);
     if (pttl < (long long)lease - 750)
         fail_msg("%s: a hold whose reply took 3 s of its 6 s lease was "
-                 "reported with %lld ms left", kind_name[k], pttl);
+                 "reported with %lld ms left",
+                 kind_name[k], pttl);
     if (!o.rw || wr)
-        assert_int_equal(token_count(o.name), 1);   /* renewed, not retaken */
+        assert_int_equal(token_count(o.name), 1); /* renewed, not retaken */
     assert_int_equal(o_unlock(&o), 0);
     obj_destroy(&o);
     tu_proxy_stop(p);
@@ -1549,7 +1570,7 @@ static void test_expired_on_arrival_is_taken_again(void **state)
                  "back (no holder in Redis)");
     free(owner);
     assert_true(pttl > 500);
-    assert_int_equal(token_count(o.name), 2);       /* taken again */
+    assert_int_equal(token_count(o.name), 2); /* taken again */
     assert_int_equal(o_unlock(&o), 0);
     obj_destroy(&o);
     tu_proxy_stop(p);
@@ -1596,7 +1617,8 @@ static void test_late_renewal_is_lost(void **state)
         fail_msg("a watchdog renewal answered after the lease ran out was "
                  "not reported lost");
     assert_int_equal(o_unlock(&o), EPERM);
-    tu_cmd_int(&r, "DEL", o.name, NULL);    /* what it left ends with its lease */
+    tu_cmd_int(&r, "DEL", o.name,
+               NULL); /* what it left ends with its lease */
     obj_destroy(&o);
     tu_proxy_stop(p);
 }

@@ -39,17 +39,17 @@
 #include "testhelp.h"
 
 static tu_redis_t r;
-static char dir[256];                 /* private temp dir */
-static char run_bin[PATH_MAX];        /* tools/distlock-run */
-static char shim[PATH_MAX];           /* .libs/libdistlock_preload.so */
-static char ledger_bin[PATH_MAX];     /* tests/legacy_ledger */
-static char repair_bin[PATH_MAX];     /* tests/legacy_repair */
-static char static_bin[PATH_MAX];     /* tests/legacy_ledger_static, or "" */
-static char target_bin[PATH_MAX];     /* tests/preload_target */
-static char fork_bin[PATH_MAX];       /* tests/preload_fork */
-static char condfork_bin[PATH_MAX];   /* tests/preload_condfork */
-static char other_lib[PATH_MAX];      /* a library that is not the shim */
-static char pfx[64];                  /* lock-name prefix of this run */
+static char dir[256];               /* private temp dir */
+static char run_bin[PATH_MAX];      /* tools/distlock-run */
+static char shim[PATH_MAX];         /* .libs/libdistlock_preload.so */
+static char ledger_bin[PATH_MAX];   /* tests/legacy_ledger */
+static char repair_bin[PATH_MAX];   /* tests/legacy_repair */
+static char static_bin[PATH_MAX];   /* tests/legacy_ledger_static, or "" */
+static char target_bin[PATH_MAX];   /* tests/preload_target */
+static char fork_bin[PATH_MAX];     /* tests/preload_fork */
+static char condfork_bin[PATH_MAX]; /* tests/preload_condfork */
+static char other_lib[PATH_MAX];    /* a library that is not the shim */
+static char pfx[64];                /* lock-name prefix of this run */
 /* Settings every child gets: in a sanitizer build, libdistlock.so (and so
  * the shim) needs the sanitizer runtime, which must be preloaded first
  * into the programs built without it. */
@@ -107,7 +107,7 @@ struct proc {
     pid_t pid;
     int in, out, err;
     char obuf[16384];
-    size_t olen;                     /* unread stdout */
+    size_t olen; /* unread stdout */
     char ebuf[16384];
     size_t elen;
     int out_eof, err_eof;
@@ -304,7 +304,7 @@ static long long prefixed_keys(void)
     redisReply *x;
     long long n;
 
-    snprintf(pat, sizeof pat, "%s*", pfx);    /* the locks, not their counters */
+    snprintf(pat, sizeof pat, "%s*", pfx); /* the locks, not their counters */
     x = tu_cmd(&r, "KEYS", pat, NULL);
     assert_non_null(x);
     n = x->type == REDIS_REPLY_ARRAY ? (long long)x->elements : -1;
@@ -320,7 +320,8 @@ static char redis_section[512];
 /* A configuration mapping every kind of mutex preload_target has. */
 static const char *target_config(const char *extra)
 {
-    return write_file("target.ini",
+    return write_file(
+        "target.ini",
         "%s"
         "[mutex %sglobal]\n"
         "match = symbol g_global_lock\n"
@@ -422,9 +423,9 @@ static void target_line(const char *a1, const char *a2, const char *prefix,
 
 /* ---- the legacy program, 4 copies ----------------------------------------------- */
 
-#define COPIES 4
+#define COPIES  4
 #define THREADS 2
-#define POSTS 30
+#define POSTS   30
 
 static void test_legacy_four_copies_exact(void **state)
 {
@@ -435,16 +436,18 @@ static void test_legacy_four_copies_exact(void **state)
 
     (void)state;
     cfg = write_file("ledger.ini",
-        "%s"
-        "[mutex %sledger]\n"
-        "match = symbol legacy_ledger.c:g_ledger_lock\n"
-        "fair = no\n", redis_section, pfx);
+                     "%s"
+                     "[mutex %sledger]\n"
+                     "match = symbol legacy_ledger.c:g_ledger_lock\n"
+                     "fair = no\n",
+                     redis_section, pfx);
     count = write_file("count-shim", "%s", "");
     snprintf(posts, sizeof posts, "%d", POSTS);
     snprintf(threads, sizeof threads, "%d", THREADS);
     for (i = 0; i < COPIES; i++)
-        proc_start(&p[i], ARGV(run_bin, "--config", (char *)cfg, "--",
-                               ledger_bin, (char *)count, threads, posts),
+        proc_start(&p[i],
+                   ARGV(run_bin, "--config", (char *)cfg, "--", ledger_bin,
+                        (char *)count, threads, posts),
                    NULL);
     for (i = 0; i < COPIES; i++) {
         st = proc_end(&p[i], 120);
@@ -464,8 +467,10 @@ static int repair(const char *cfg, const char *file, const char *mode,
     struct proc p;
     int st;
 
-    st = run(&p, ARGV(run_bin, "--config", (char *)cfg, "--", repair_bin,
-                      (char *)file, (char *)mode), NULL, 60);
+    st = run(&p,
+             ARGV(run_bin, "--config", (char *)cfg, "--", repair_bin,
+                  (char *)file, (char *)mode),
+             NULL, 60);
     if (out) {
         char *nl;
         snprintf(out, len, "%.*s", (int)p.olen, p.obuf);
@@ -489,10 +494,11 @@ static void test_legacy_robust_repair(void **state)
 
     (void)state;
     cfg = write_file("repair.ini",
-        "%s"
-        "[mutex %srecord]\n"
-        "match = symbol legacy_repair.c:g_record_lock\n"
-        "lease_ms = 600\n", redis_section, pfx);
+                     "%s"
+                     "[mutex %srecord]\n"
+                     "match = symbol legacy_repair.c:g_record_lock\n"
+                     "lease_ms = 600\n",
+                     redis_section, pfx);
     file = write_file("record", "%s", "");
     assert_exit(repair(cfg, file, "post", line, sizeof line), 0);
     assert_string_equal(line, "posted 1 1");
@@ -554,14 +560,17 @@ static void refused(const char *cfg_text, const char *expect,
                     const char *secret)
 {
     char marker[PATH_MAX], needle[PATH_MAX + 300];
-    const char *cfg = write_file(secret ? "secret.ini" : "bad.ini", "%s",
-                                 cfg_text);
+    const char *cfg =
+        write_file(secret ? "secret.ini" : "bad.ini", "%s", cfg_text);
     struct proc p;
 
     path_in(marker, sizeof marker, "not-started");
     unlink(marker);
-    assert_exit(run(&p, ARGV(run_bin, "--config", (char *)cfg, "--",
-                             ledger_bin, marker, "1", "1"), NULL, 30), 78);
+    assert_exit(run(&p,
+                    ARGV(run_bin, "--config", (char *)cfg, "--", ledger_bin,
+                         marker, "1", "1"),
+                    NULL, 30),
+                78);
     snprintf(needle, sizeof needle, "%s%s", cfg, expect);
     assert_contains(p.ebuf, needle);
     if (secret && (strstr(p.ebuf, secret) || strstr(p.obuf, secret)))
@@ -579,11 +588,14 @@ static void test_config_errors_name_file_and_line(void **state)
     char text[2048];
 
     (void)state;
-    snprintf(text, sizeof text, "%s[mutex a]\nmatch = symbol g_ledger_lock\n"
-             "bogus = 1\n", redis_section);
+    snprintf(text, sizeof text,
+             "%s[mutex a]\nmatch = symbol g_ledger_lock\n"
+             "bogus = 1\n",
+             redis_section);
     expect_refused(text, ":9: unknown key 'bogus' in [mutex a]");
     expect_refused("[redis]\nurl = redis://127.0.0.1:1\n[mutex a]\n"
-                   "match symbol g_ledger_lock\n", ":4: expected KEY = VALUE");
+                   "match symbol g_ledger_lock\n",
+                   ":4: expected KEY = VALUE");
     expect_refused("[redis]\non_unavailable = sometimes\n[mutex a]\n"
                    "match = symbol g_ledger_lock\n",
                    ":2: on_unavailable: block, fail or abort");
@@ -601,10 +613,12 @@ static void test_config_errors_name_file_and_line(void **state)
     expect_refused("[mutex a]\nfair = yes\n", ":1: [mutex a] has no 'match");
     expect_refused("[mutex a]\nmatch = symbol g_ledger_lock\n[locks]\n",
                    ":3: unknown section [locks]");
-    expect_refused("[mutex a]\nmatch = symbol g_ledger_lock\nfair = perhaps\n",
-                   ":3: fair: yes or no");
+    expect_refused(
+        "[mutex a]\nmatch = symbol g_ledger_lock\nfair = perhaps\n",
+        ":3: fair: yes or no");
     expect_refused("[mutex a]\nmatch = symbol g_ledger_lock\n"
-                   "  fair = yes\n", ":3: indented line");
+                   "  fair = yes\n",
+                   ":3: indented line");
     expect_refused("[mutex a]\nmatch = pattern g_*\n", ":2: match: expected");
 }
 
@@ -652,7 +666,7 @@ static void test_config_many_keys_then_second_match(void **state)
              "match = symbol obj:file.c:g_ledger_lock\n"
              "match = symbol obj:file.c:g_turn_cv\n");
     expect_refused(text, ":19: 'match' given twice in this section "
-                   "(first at line 18)");
+                         "(first at line 18)");
 }
 
 /* Issue 15 item 13: a NUL byte cut the line short for fgets, the rest was
@@ -665,12 +679,17 @@ static void test_config_nul_byte(void **state)
     struct proc p;
 
     (void)state;
-    cfg = write_file("nul.ini", "[mutex a]\nmatch = symbol g_ledger_lock\n"
-                     "x%cy = 1\nbogus = 2\n\nworse = 3\n", 0);
+    cfg = write_file("nul.ini",
+                     "[mutex a]\nmatch = symbol g_ledger_lock\n"
+                     "x%cy = 1\nbogus = 2\n\nworse = 3\n",
+                     0);
     path_in(marker, sizeof marker, "not-started");
     unlink(marker);
-    assert_exit(run(&p, ARGV(run_bin, "--config", (char *)cfg, "--",
-                             ledger_bin, marker, "1", "1"), NULL, 30), 78);
+    assert_exit(run(&p,
+                    ARGV(run_bin, "--config", (char *)cfg, "--", ledger_bin,
+                         marker, "1", "1"),
+                    NULL, 30),
+                78);
     assert_contains(p.ebuf, "nul.ini:3: a NUL byte in the line");
     assert_contains(p.ebuf, "nul.ini:4: unknown key 'bogus' in [mutex a]");
     assert_contains(p.ebuf, "nul.ini:6: unknown key 'worse' in [mutex a]");
@@ -689,10 +708,13 @@ static void test_config_endless_file(void **state)
     (void)state;
     path_in(marker, sizeof marker, "not-started");
     unlink(marker);
-    assert_exit(run(&p, ARGV(run_bin, "--config", "/dev/zero", "--",
-                             ledger_bin, marker, "1", "1"), NULL, 60), 78);
+    assert_exit(run(&p,
+                    ARGV(run_bin, "--config", "/dev/zero", "--", ledger_bin,
+                         marker, "1", "1"),
+                    NULL, 60),
+                78);
     assert_contains(p.ebuf, "/dev/zero:1: the configuration is longer than "
-                    "1048576 bytes");
+                            "1048576 bytes");
     assert_false(exists(marker));
 }
 
@@ -711,8 +733,11 @@ static void test_config_distinct_qualifiers_not_duplicate(void **state)
                      "[mutex b]\nmatch = symbol o|f:g:g_ledger_lock\n"
                      "[mutex c]\nfair = yes\n");
     path_in(marker, sizeof marker, "not-started");
-    assert_exit(run(&p, ARGV(run_bin, "--config", (char *)cfg, "--",
-                             ledger_bin, marker, "1", "1"), NULL, 30), 78);
+    assert_exit(run(&p,
+                    ARGV(run_bin, "--config", (char *)cfg, "--", ledger_bin,
+                         marker, "1", "1"),
+                    NULL, 30),
+                78);
     assert_contains(p.ebuf, ":5: [mutex c] has no 'match");
     if (strstr(p.ebuf, "duplicate mapping"))
         fail_msg("two mappings taken for one: %s", p.ebuf);
@@ -727,8 +752,11 @@ static void test_config_missing_file(void **state)
     path_in(cfg, sizeof cfg, "no-such.ini");
     path_in(marker, sizeof marker, "not-started");
     unlink(marker);
-    assert_exit(run(&p, ARGV(run_bin, "--config", cfg, "--", ledger_bin,
-                             marker, "1", "1"), NULL, 30), 78);
+    assert_exit(run(&p,
+                    ARGV(run_bin, "--config", cfg, "--", ledger_bin, marker,
+                         "1", "1"),
+                    NULL, 30),
+                78);
     assert_contains(p.ebuf, "no-such.ini: cannot open the configuration");
     assert_false(exists(marker));
 }
@@ -742,28 +770,35 @@ static void test_unresolved_name_refused(void **state)
     struct proc p;
 
     (void)state;
-    snprintf(text, sizeof text, "%s[mutex %sgone]\nmatch = symbol "
-             "g_no_such_lock\n", redis_section, pfx);
+    snprintf(text, sizeof text,
+             "%s[mutex %sgone]\nmatch = symbol "
+             "g_no_such_lock\n",
+             redis_section, pfx);
     expect_refused(text, ":8: [mutex ");
     cfg = write_file("bad.ini", "%s", text);
     path_in(marker, sizeof marker, "not-started");
-    assert_exit(run(&p, ARGV(run_bin, "--config", (char *)cfg, "--",
-                             ledger_bin, marker, "1", "1"), NULL, 30), 78);
+    assert_exit(run(&p,
+                    ARGV(run_bin, "--config", (char *)cfg, "--", ledger_bin,
+                         marker, "1", "1"),
+                    NULL, 30),
+                78);
     assert_contains(p.ebuf, "symbol 'g_no_such_lock' in the program or its "
-                    "libraries not found");
+                            "libraries not found");
     assert_contains(p.ebuf, "was not started");
     /* a file that has no such static */
-    snprintf(text, sizeof text, "[mutex a]\nmatch = symbol "
+    snprintf(text, sizeof text,
+             "[mutex a]\nmatch = symbol "
              "other.c:g_ledger_lock\n");
     expect_refused(text, ":2: [mutex a] symbol 'g_ledger_lock' of other.c");
     /* a library that is not loaded */
-    snprintf(text, sizeof text, "[mutex a]\nmatch = symbol "
+    snprintf(text, sizeof text,
+             "[mutex a]\nmatch = symbol "
              "libnothere.so:g_ledger_lock\n");
     expect_refused(text, ":2: [mutex a] no loaded object is called "
-                   "'libnothere.so'");
+                         "'libnothere.so'");
     /* a function is not a mutex */
     expect_refused("[mutex a]\nmatch = symbol main\n", ":2: [mutex a] 'main' "
-                   "is a function");
+                                                       "is a function");
 }
 
 static void test_unresolved_name_warned(void **state)
@@ -773,14 +808,18 @@ static void test_unresolved_name_warned(void **state)
     struct proc p;
 
     (void)state;
-    snprintf(text, sizeof text, "%s[preload]\non_unresolved = warn\n"
+    snprintf(text, sizeof text,
+             "%s[preload]\non_unresolved = warn\n"
              "[mutex %sgone]\nmatch = symbol g_no_such_lock\n"
              "[mutex %sledger]\nmatch = symbol g_ledger_lock\n",
              redis_section, pfx, pfx);
     cfg = write_file("warn.ini", "%s", text);
     count = write_file("count-warn", "%s", "");
-    assert_exit(run(&p, ARGV(run_bin, "--config", (char *)cfg, "--",
-                             ledger_bin, (char *)count, "1", "3"), NULL, 60), 0);
+    assert_exit(run(&p,
+                    ARGV(run_bin, "--config", (char *)cfg, "--", ledger_bin,
+                         (char *)count, "1", "3"),
+                    NULL, 60),
+                0);
     assert_contains(p.ebuf, "warning: ");
     assert_contains(p.ebuf, "g_no_such_lock");
     assert_int_equal(read_count(count), 3);
@@ -791,8 +830,10 @@ static void test_unresolved_name_warned(void **state)
 /* A configuration distlock-run accepts: the ledger program's lock. */
 static const char *ok_config(void)
 {
-    return write_file("ok.ini", "%s[mutex %sledger]\nmatch = symbol "
-                      "g_ledger_lock\n", redis_section, pfx);
+    return write_file("ok.ini",
+                      "%s[mutex %sledger]\nmatch = symbol "
+                      "g_ledger_lock\n",
+                      redis_section, pfx);
 }
 
 /* distlock-run, with the option opt val when opt is not NULL, refuses
@@ -809,14 +850,18 @@ static void expect_not_started(const char *opt, const char *val,
     path_in(marker, sizeof marker, "not-started");
     unlink(marker);
     if (!opt)
-        assert_exit(run(&p, ARGV(run_bin, "--config", (char *)cfg, "--",
-                                 (char *)prog, marker, "1", "1"), NULL, 30),
+        assert_exit(run(&p,
+                        ARGV(run_bin, "--config", (char *)cfg, "--",
+                             (char *)prog, marker, "1", "1"),
+                        NULL, 30),
                     code);
     else
-        assert_exit(run(&p, ARGV(run_bin, "--config", (char *)cfg,
-                                 (char *)opt, (char *)val, "--",
-                                 (char *)prog, marker, "1", "1"), NULL, 30),
-                    code);
+        assert_exit(
+            run(&p,
+                ARGV(run_bin, "--config", (char *)cfg, (char *)opt,
+                     (char *)val, "--", (char *)prog, marker, "1", "1"),
+                NULL, 30),
+            code);
     if (also)
         assert_contains(p.ebuf, also);
     assert_contains(p.ebuf, why);
@@ -849,7 +894,7 @@ static void test_static_binary_refused(void **state)
 {
     (void)state;
     if (!static_bin[0])
-        skip();           /* no static C library to link one */
+        skip(); /* no static C library to link one */
     expect_program_refused(static_bin, "statically linked");
 }
 
@@ -875,8 +920,10 @@ static void test_secure_execution_refused(void **state)
     expect_program_refused(copy, "not an ELF executable");
     path_in(copy, sizeof copy, "caps-ledger");
     copy_file(ledger_bin, copy, 0755);
-    snprintf(cmd, sizeof cmd, "setcap cap_net_bind_service+ep '%s' "
-             ">/dev/null 2>&1", copy);
+    snprintf(cmd, sizeof cmd,
+             "setcap cap_net_bind_service+ep '%s' "
+             ">/dev/null 2>&1",
+             copy);
     if (system(cmd) == 0)
         expect_program_refused(copy, "file capabilities");
     else
@@ -925,8 +972,8 @@ static void test_unloadable_shim_refused(void **state)
     copy_file(shim, copy, 0755);
     fd = open(copy, O_WRONLY);
     assert_true(fd >= 0);
-    assert_int_equal(pwrite(fd, "\x10\x00", 2,
-                            offsetof(Elf64_Ehdr, e_phentsize)), 2);
+    assert_int_equal(
+        pwrite(fd, "\x10\x00", 2, offsetof(Elf64_Ehdr, e_phentsize)), 2);
     close(fd);
     expect_shim_refused(copy, "cannot be preloaded");
     assert_int_equal(truncate(copy, 0), 0);
@@ -957,19 +1004,23 @@ static void test_not_the_shim_refused(void **state)
     path_in(marker, sizeof marker, "not-started");
     for (i = 0; i < 2; i++) {
         unlink(marker);
-        assert_exit(run(&p, ARGV(run_bin, "--config", (char *)cfg,
-                                 "--preload", libs[i], "--", ledger_bin,
-                                 marker, "1", "1"), NULL, 30), 78);
+        assert_exit(run(&p,
+                        ARGV(run_bin, "--config", (char *)cfg, "--preload",
+                             libs[i], "--", ledger_bin, marker, "1", "1"),
+                        NULL, 30),
+                    78);
         assert_contains(p.ebuf, "not the distlock shim: it loads, but does "
-                        "not answer the shim's handshake");
+                                "not answer the shim's handshake");
         assert_contains(p.ebuf, "was not started");
         assert_false(exists(marker));
     }
     /* the shim itself answers: the same run goes ahead */
     unlink(marker);
-    assert_exit(run(&p, ARGV(run_bin, "--config", (char *)cfg, "--preload",
-                             shim, "--", ledger_bin, marker, "1", "1"),
-                    NULL, 30), 0);
+    assert_exit(run(&p,
+                    ARGV(run_bin, "--config", (char *)cfg, "--preload", shim,
+                         "--", ledger_bin, marker, "1", "1"),
+                    NULL, 30),
+                0);
     assert_int_equal(read_count(marker), 1);
 }
 
@@ -978,15 +1029,17 @@ static void test_not_the_shim_refused(void **state)
  * no timeouts either. */
 static void test_timeout_out_of_range_refused(void **state)
 {
-    static const char *const bad[] = { "1e300", "inf", "-inf", "nan", "0",
-                                       "-1", "86401", "1e", "", "0x" };
+    static const char *const bad[] = {
+        "1e300", "inf", "-inf", "nan", "0", "-1", "86401", "1e", "", "0x"
+    };
     size_t i;
 
     (void)state;
     for (i = 0; i < sizeof bad / sizeof bad[0]; i++)
         expect_not_started("--timeout", bad[i], ledger_bin, 2,
                            "--timeout: seconds, more than 0 and at most "
-                           "86400", NULL);
+                           "86400",
+                           NULL);
 }
 
 /* Issue 15, minor: a .symtab that cannot be read made the shim fall back to
@@ -1024,15 +1077,20 @@ static void test_corrupted_symtab_reported(void **state)
     path_in(copy, sizeof copy, "broken-symtab-ledger");
     copy_file(ledger_bin, copy, 0755);
     break_symtab(copy);
-    snprintf(text, sizeof text, "%s[mutex %sledger]\nmatch = symbol "
-             "g_ledger_lock\n", redis_section, pfx);
+    snprintf(text, sizeof text,
+             "%s[mutex %sledger]\nmatch = symbol "
+             "g_ledger_lock\n",
+             redis_section, pfx);
     cfg = write_file("symtab.ini", "%s", text);
-    assert_exit(run(&p, ARGV(run_bin, "--config", (char *)cfg, "--", copy,
-                             "/dev/null", "1", "1"), NULL, 30), 78);
+    assert_exit(run(&p,
+                    ARGV(run_bin, "--config", (char *)cfg, "--", copy,
+                         "/dev/null", "1", "1"),
+                    NULL, 30),
+                78);
     assert_contains(p.ebuf, "its .symtab is corrupted (a bad entry size, "
-                    "alignment or string table)");
+                            "alignment or string table)");
     assert_contains(p.ebuf, "(the program's .symtab is corrupted: only its "
-                    "dynamic symbols are known)");
+                            "dynamic symbols are known)");
     if (strstr(p.ebuf, "stripped"))
         fail_msg("a corrupted .symtab called stripped: %s", p.ebuf);
 }
@@ -1040,19 +1098,19 @@ static void test_corrupted_symtab_reported(void **state)
 /* ---- every kind of match ------------------------------------------------------ */
 
 struct kind {
-    const char *which;       /* preload_target's name for it */
-    const char *lock;        /* the lock name after the prefix */
+    const char *which; /* preload_target's name for it */
+    const char *lock;  /* the lock name after the prefix */
 };
 
 static const struct kind kinds[] = {
-    { "global", "global" },          /* symbol g_global_lock */
-    { "static", "static" },          /* symbol FILE:name, file-static */
-    { "bank", "bank" },              /* symbol g_bank+32 */
-    { "shard2", "shard:2" },         /* symbol g_shards[*] */
-    { "errcheck", "err" },           /* re-initialised by the program */
-    { "account", "acct:1" },         /* init_site, the 2nd account */
-    { "lib", "lib" },                /* file-static in a library */
-    { "libglobal", "libglobal" },    /* copy-relocated into the program */
+    { "global", "global" },       /* symbol g_global_lock */
+    { "static", "static" },       /* symbol FILE:name, file-static */
+    { "bank", "bank" },           /* symbol g_bank+32 */
+    { "shard2", "shard:2" },      /* symbol g_shards[*] */
+    { "errcheck", "err" },        /* re-initialised by the program */
+    { "account", "acct:1" },      /* init_site, the 2nd account */
+    { "lib", "lib" },             /* file-static in a library */
+    { "libglobal", "libglobal" }, /* copy-relocated into the program */
 };
 
 static void hold_and_check(const char *cfg, const char *which,
@@ -1109,9 +1167,9 @@ static void test_plain_ld_preload(void **state)
     struct proc p;
 
     (void)state;
-    snprintf(env1, sizeof env1, "LD_PRELOAD=%s%s%s", child_env[0] ?
-             child_env[0] + strlen("LD_PRELOAD=") : "", child_env[0] ? ":" : "",
-             shim);
+    snprintf(env1, sizeof env1, "LD_PRELOAD=%s%s%s",
+             child_env[0] ? child_env[0] + strlen("LD_PRELOAD=") : "",
+             child_env[0] ? ":" : "", shim);
     snprintf(env2, sizeof env2, "DISTLOCK_PRELOAD_CONFIG=%s", cfg);
     proc_start(&p, ARGV(target_bin, "hold", "static"),
                (char *const[]){ env1, env2, NULL });
@@ -1123,7 +1181,8 @@ static void test_plain_ld_preload(void **state)
     /* a missing configuration stops the program before main */
     snprintf(env2, sizeof env2, "DISTLOCK_PRELOAD_CONFIG=%s/none.ini", dir);
     assert_exit(run(&p, ARGV(target_bin, "hold", "static"),
-                    (char *const[]){ env1, env2, NULL }, 20), 78);
+                    (char *const[]){ env1, env2, NULL }, 20),
+                78);
     assert_contains(p.ebuf, "none.ini: cannot open the configuration");
     assert_int_equal(p.olen, 0);
 }
@@ -1137,7 +1196,7 @@ static void test_start_up_from_a_library_constructor(void **state)
     (void)state;
     target_line("ctor", NULL, "ctor ", 30, "ctor 1");
     assert_exit(run(&p, ARGV(target_bin, "ctor"), NULL, 20), 0);
-    assert_contains(p.obuf, "ctor -1");        /* no shim: nobody counted */
+    assert_contains(p.obuf, "ctor -1"); /* no shim: nobody counted */
     assert_int_equal(prefixed_keys(), 0);
 }
 
@@ -1158,11 +1217,13 @@ static void test_program_key(void **state)
     struct proc p;
 
     (void)state;
-    cfg = write_file("program.ini", "[preload]\nprogram = preload_target\n"
-                     "[mutex %sglobal]\nmatch = symbol g_global_lock\n", pfx);
-    snprintf(env1, sizeof env1, "LD_PRELOAD=%s%s%s", child_env[0] ?
-             child_env[0] + strlen("LD_PRELOAD=") : "", child_env[0] ? ":" : "",
-             shim);
+    cfg = write_file("program.ini",
+                     "[preload]\nprogram = preload_target\n"
+                     "[mutex %sglobal]\nmatch = symbol g_global_lock\n",
+                     pfx);
+    snprintf(env1, sizeof env1, "LD_PRELOAD=%s%s%s",
+             child_env[0] ? child_env[0] + strlen("LD_PRELOAD=") : "",
+             child_env[0] ? ":" : "", shim);
     snprintf(env2, sizeof env2, "DISTLOCK_PRELOAD_CONFIG=%s", cfg);
     proc_start(&p, ARGV(target_bin, "spawn"),
                (char *const[]){ env1, env2, NULL });
@@ -1178,8 +1239,10 @@ static void test_program_key(void **state)
  * bound, not a timing).  Verbose: the shim's messages in *p. */
 static void fork_runs(struct proc *p, const char *cfg)
 {
-    assert_exit(run(p, ARGV(run_bin, "-v", "--config", (char *)cfg, "--",
-                            fork_bin), NULL, 120), 0);
+    assert_exit(
+        run(p, ARGV(run_bin, "-v", "--config", (char *)cfg, "--", fork_bin),
+            NULL, 120),
+        0);
     /* the program's own inits only: main's mutex, and the library's in
      * the child (the library's handler ran, and its init returned) */
     assert_string_equal(p->obuf, "child 0 1 2 1\nparent 0\nparent 0 1 1\n");
@@ -1206,11 +1269,13 @@ static void test_fork_with_init_site(void **state)
     fork_runs(&p, cfg);
     snprintf(want, sizeof want, "mutex '%sfork:0' = ", pfx);
     assert_contains(p.ebuf, want);
-    cfg = write_file("fork.ini", "%s[mutex %sfork]\nmatch = init_site "
-                     "preload_fork_unused\n", redis_section, pfx);
+    cfg = write_file("fork.ini",
+                     "%s[mutex %sfork]\nmatch = init_site "
+                     "preload_fork_unused\n",
+                     redis_section, pfx);
     fork_runs(&p, cfg);
     assert_contains(p.ebuf, "mutex that pthread_mutex_init called from "
-                    "preload_fork_unused");
+                            "preload_fork_unused");
 }
 
 /* A [mutex] and a [cond] on one init_site function: each maps what it
@@ -1224,7 +1289,8 @@ static void test_mutex_and_cond_share_init_site(void **state)
     char want[128];
 
     (void)state;
-    cfg = write_file("pair.ini", "%s[mutex %sfm]\nmatch = init_site main\n"
+    cfg = write_file("pair.ini",
+                     "%s[mutex %sfm]\nmatch = init_site main\n"
                      "[cond %sfc]\nmatch = init_site main\nmutex = %sfm\n",
                      redis_section, pfx, pfx, pfx);
     fork_runs(&p, cfg);
@@ -1280,16 +1346,17 @@ static void test_cond_made_again_after_fork(void **state)
 static int is_wrapped(const char *sym)
 {
     static const char *names[] = {
-        "pthread_mutex_lock@", "pthread_mutex_unlock@", "pthread_mutex_init@",
-        "pthread_mutex_destroy@", "pthread_mutex_trylock@",
-        "pthread_mutex_timedlock@", "pthread_mutex_clocklock@",
-        "pthread_cond_wait@", "pthread_cond_timedwait@",
-        "pthread_cond_clockwait@", "pthread_rwlock_rdlock@",
-        "pthread_rwlock_tryrdlock@", "pthread_rwlock_timedrdlock@",
-        "pthread_rwlock_clockrdlock@", "pthread_rwlock_wrlock@",
-        "pthread_rwlock_trywrlock@", "pthread_rwlock_timedwrlock@",
-        "pthread_rwlock_clockwrlock@", "pthread_rwlock_unlock@",
-        "pthread_rwlock_init@", "pthread_rwlock_destroy@",
+        "pthread_mutex_lock@",         "pthread_mutex_unlock@",
+        "pthread_mutex_init@",         "pthread_mutex_destroy@",
+        "pthread_mutex_trylock@",      "pthread_mutex_timedlock@",
+        "pthread_mutex_clocklock@",    "pthread_cond_wait@",
+        "pthread_cond_timedwait@",     "pthread_cond_clockwait@",
+        "pthread_rwlock_rdlock@",      "pthread_rwlock_tryrdlock@",
+        "pthread_rwlock_timedrdlock@", "pthread_rwlock_clockrdlock@",
+        "pthread_rwlock_wrlock@",      "pthread_rwlock_trywrlock@",
+        "pthread_rwlock_timedwrlock@", "pthread_rwlock_clockwrlock@",
+        "pthread_rwlock_unlock@",      "pthread_rwlock_init@",
+        "pthread_rwlock_destroy@",
     };
     size_t i;
 
@@ -1301,7 +1368,8 @@ static int is_wrapped(const char *sym)
 
 /* readelf --dyn-syms: "name@VERSION" of undefined (want_defined 0) or
  * defined symbols, one per line, in out. */
-static void dyn_syms(const char *file, int want_defined, char *out, size_t len)
+static void dyn_syms(const char *file, int want_defined, char *out,
+                     size_t len)
 {
     char cmd[PATH_MAX + 64], line[512];
     size_t used = 0;
@@ -1315,13 +1383,14 @@ static void dyn_syms(const char *file, int want_defined, char *out, size_t len)
         char ndx[32], name[256];
         char *at;
 
-        if (sscanf(line, "%*s %*s %*s %*s %*s %*s %31s %255s", ndx, name) != 2)
+        if (sscanf(line, "%*s %*s %*s %*s %*s %*s %31s %255s", ndx, name) !=
+            2)
             continue;
         if ((strcmp(ndx, "UND") == 0) == (want_defined != 0))
             continue;
         at = strstr(name, "@@");
         if (at)
-            memmove(at, at + 1, strlen(at));      /* default version: @ */
+            memmove(at, at + 1, strlen(at)); /* default version: @ */
         if (!strchr(name, '@'))
             continue;
         used += (size_t)snprintf(out + used, len - used, "%s\n", name);
@@ -1410,7 +1479,7 @@ static void test_library_calls_bypass_shim(void **state)
     (void)state;
     snprintf(lib, sizeof lib, "%.*s/libdistlock.so", (int)(slash - shim),
              shim);
-    defined[0] = '\n';            /* whole lines: sem_close is not close */
+    defined[0] = '\n'; /* whole lines: sem_close is not close */
     dyn_syms(shim, 1, defined + 1, sizeof defined - 1);
     assert_contains(defined, "\npthread_mutex_init@GLIBC_2.2.5\n");
     snprintf(cmd, sizeof cmd, "readelf -r -W '%s'", lib);
@@ -1428,10 +1497,11 @@ static void test_library_calls_bypass_shim(void **state)
         snprintf(want, sizeof want, "\n%s\n", name);
         if (strstr(defined, want))
             fail_msg("libdistlock.so calls %s directly: through the shim "
-                     "when it is preloaded (add it to src/base/sys.c)", name);
+                     "when it is preloaded (add it to src/base/sys.c)",
+                     name);
     }
     pclose(f);
-    assert_true(relocs > 10);         /* the listing was read */
+    assert_true(relocs > 10); /* the listing was read */
 }
 
 /* ---- trylock, timedlock, clocklock ------------------------------------------------- */
@@ -1472,7 +1542,7 @@ static void test_trylock_and_timedlock(void **state)
 
     t0 = tu_now();
     expect_rc(cfg, "try", NULL, EBUSY, -1, -1);
-    assert_true(tu_now() - t0 < 10);              /* no waiting in there */
+    assert_true(tu_now() - t0 < 10); /* no waiting in there */
     expect_rc(cfg, "timed", "400", ETIMEDOUT, 390, 5000);
     expect_rc(cfg, "clock", "400", ETIMEDOUT, 390, 5000);
 
@@ -1541,7 +1611,7 @@ static void test_out_of_memory(void **state)
 
     (void)state;
     if (child_env[0])
-        skip();      /* the sanitizer's allocator dies rather than fail */
+        skip(); /* the sanitizer's allocator dies rather than fail */
     memcpy(saved, redis_section, sizeof saved);
     at = strstr(redis_section, "on_unavailable = block");
     assert_non_null(at);
@@ -1654,7 +1724,8 @@ static void test_rwlock_mapped(void **state)
  * on_unavailable. */
 static const char *down_config(int port, const char *on_unavailable)
 {
-    return write_file("down.ini", "[redis]\nurl = redis://127.0.0.1:%d\n"
+    return write_file("down.ini",
+                      "[redis]\nurl = redis://127.0.0.1:%d\n"
                       "timeout_ms = 300\non_unavailable = %s\n"
                       "[mutex %sstatic]\n"
                       "match = symbol preload_target.c:g_static_lock\n",
@@ -1751,8 +1822,10 @@ static int group_setup(void **state)
     built(other_lib, top, "tests/.libs/libpreload_lib.so");
     if (!run_bin[0] || !shim[0] || !ledger_bin[0] || !target_bin[0] ||
         !fork_bin[0] || !condfork_bin[0] || !repair_bin[0]) {
-        fprintf(stderr, "test_preload: build the shim, distlock-run and the "
-                "test programs first (top_builddir=%s)\n", top);
+        fprintf(stderr,
+                "test_preload: build the shim, distlock-run and the "
+                "test programs first (top_builddir=%s)\n",
+                top);
         return -1;
     }
     snprintf(dir, sizeof dir, "%s/distlock-preload-XXXXXX",
@@ -1793,10 +1866,12 @@ static int group_teardown(void **state)
 
 int main(void)
 {
-    static struct cond_case
-        cond_wait = { "condwait", "static", NULL, "woke ", 0 },
-        cond_timed = { "condtimed", "bank", "600", "timedout ", ETIMEDOUT },
-        cond_clock = { "condclock", "bank", "600", "timedout ", ETIMEDOUT };
+    static struct cond_case cond_wait = { "condwait", "static", NULL, "woke ",
+                                          0 },
+                            cond_timed = { "condtimed", "bank", "600",
+                                           "timedout ", ETIMEDOUT },
+                            cond_clock = { "condclock", "bank", "600",
+                                           "timedout ", ETIMEDOUT };
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_legacy_four_copies_exact),
         cmocka_unit_test(test_legacy_without_shim_runs),

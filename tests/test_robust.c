@@ -34,11 +34,13 @@
 static tu_redis_t r;
 static const struct fx_settings defaults = { 30000, 2000, 0 };
 
-#define NAME(buf, tag) test_lock_name(buf, sizeof buf, "test_robust", __func__, tag)
+#define NAME(buf, tag)                                                       \
+    test_lock_name(buf, sizeof buf, "test_robust", __func__, tag)
 
 /* how a robust mutex is made in these tests */
 enum { PLAIN = 0, FAIR = 1 };
-#define LEASE_MS 800UL     /* an explicit lease: a killed holder's hold ends
+#define LEASE_MS                                                             \
+    800UL /* an explicit lease: a killed holder's hold ends
                             * this long after its lock */
 
 static void init_robust(dist_mutex_t *m, const char *name, int fair,
@@ -78,9 +80,9 @@ static char *record_field(const char *name, const char *field)
 
 /* What a child does with its robust mutex once it holds it. */
 enum child_act {
-    HOLD,              /* lock, say so, wait to be killed or stopped */
-    TAKE_AND_UNLOCK,   /* lock (any rc written), unlock if it holds it */
-    TRY,               /* trylock and timedlock (0.3 s): their rcs written
+    HOLD,            /* lock, say so, wait to be killed or stopped */
+    TAKE_AND_UNLOCK, /* lock (any rc written), unlock if it holds it */
+    TRY,             /* trylock and timedlock (0.3 s): their rcs written
                         * together; then lock: its rc, and it unlocks */
 };
 
@@ -105,7 +107,7 @@ static pid_t child(const char *name, int fair, unsigned long lease_ms,
         if (fx_apply(r.url_unix, &defaults) != 0)
             _exit(2);
         if (act == HOLD)
-            dist_set_watchdog_ms(600);   /* for a watchdog hold (lease 0) */
+            dist_set_watchdog_ms(600); /* for a watchdog hold (lease 0) */
         init_robust(&m, name, fair, lease_ms);
         if (act == TRY) {
             rc[0] = dist_mutex_trylock(&m);
@@ -114,7 +116,8 @@ static pid_t child(const char *name, int fair, unsigned long lease_ms,
             if (ts.tv_nsec >= 1000000000L)
                 ts.tv_sec++, ts.tv_nsec -= 1000000000L;
             rc[1] = dist_mutex_timedlock(&m, &ts);
-            if (write(p[1], rc, 2 * sizeof rc[0]) != 2 * (ssize_t)sizeof rc[0])
+            if (write(p[1], rc, 2 * sizeof rc[0]) !=
+                2 * (ssize_t)sizeof rc[0])
                 _exit(3);
             rc[2] = dist_mutex_lock(&m);
             if (write(p[1], &rc[2], sizeof rc[2]) != (ssize_t)sizeof rc[2])
@@ -206,7 +209,8 @@ static void killed_then_consistent(int fair)
     /* held: another process cannot take it; its lock waits, and gets 0
      * after the clean unlock below */
     pid = child(name, fair, LEASE_MS, TRY, &fd);
-    assert_int_equal(read(fd, rc, 2 * sizeof rc[0]), 2 * (ssize_t)sizeof rc[0]);
+    assert_int_equal(read(fd, rc, 2 * sizeof rc[0]),
+                     2 * (ssize_t)sizeof rc[0]);
     assert_int_equal(rc[0], EBUSY);
     assert_int_equal(rc[1], ETIMEDOUT);
     dead = record_field(name, "dead");
@@ -260,7 +264,8 @@ static void unlock_without_consistent(int fair)
     assert_non_null(nr);
     free(nr);
     pid = child(name, fair, LEASE_MS, TRY, &fd);
-    assert_int_equal(read(fd, rc, 2 * sizeof rc[0]), 2 * (ssize_t)sizeof rc[0]);
+    assert_int_equal(read(fd, rc, 2 * sizeof rc[0]),
+                     2 * (ssize_t)sizeof rc[0]);
     rc[2] = read_rc(fd);
     close(fd);
     reap(pid);
@@ -309,7 +314,7 @@ static void test_lease_ran_out_under_sigstop(void **state)
 
     (void)state;
     NAME(name, "stop");
-    pid = child(name, PLAIN, 0, HOLD, &fd);   /* watchdog lease, 600 ms */
+    pid = child(name, PLAIN, 0, HOLD, &fd); /* watchdog lease, 600 ms */
     assert_int_equal(read_rc(fd), 0);
     close(fd);
     assert_int_equal(kill(pid, SIGSTOP), 0);
@@ -380,7 +385,7 @@ static void test_reentrant(void **state)
     assert_int_equal(dist_mutex_unlock(&m), 0);
     assert_int_equal(dist_mutex_consistent(&m), 0);
     assert_int_equal(dist_mutex_unlock(&m), 0);
-    assert_int_equal(record_exists(name), 1);   /* still held */
+    assert_int_equal(record_exists(name), 1); /* still held */
     assert_int_equal(dist_mutex_unlock(&m), 0);
     assert_int_equal(record_exists(name), 0);
     other_locks(name, PLAIN, &lrc, &urc);
@@ -511,7 +516,7 @@ static void waiter_woken_unrecoverable(int fair)
     init_robust(&m, name, fair, 0);
     assert_int_equal(dist_mutex_lock(&m), EOWNERDEAD);
     pid = child(name, fair, LEASE_MS, TAKE_AND_UNLOCK, &fd);
-    tu_sleep_ms(300);          /* the child waits (a fair one is queued) */
+    tu_sleep_ms(300); /* the child waits (a fair one is queued) */
     assert_int_equal(dist_mutex_unlock(&m), 0);
     lrc = read_rc(fd);
     assert_int_equal(lrc, ENOTRECOVERABLE);

@@ -41,7 +41,7 @@
 #include "testhelp.h"
 #include "fixture.h"
 
-#define NAME(buf, tag)                                                        \
+#define NAME(buf, tag)                                                       \
     test_lock_name(buf, sizeof buf, "test_rwlock", __func__, tag)
 #include "rwhelp.h"
 
@@ -95,7 +95,7 @@ static void test_many_readers(void **state)
     owner = read_owner(name);
     assert_non_null(owner);
     tkey(tk, sizeof tk, name, owner, 1);
-    ttl_lock = pttl(name);             /* set by one script: same expiry */
+    ttl_lock = pttl(name); /* set by one script: same expiry */
     ttl_key = pttl(tk);
     assert_true(mode_read);
     assert_int_equal(fields_held, 2);
@@ -192,7 +192,7 @@ static void test_try_busy(void **state)
     NAMED_RWLOCK(rw, name);
 
     assert_int_equal(dist_rwlock_tryrdlock(&rw), 0);
-    assert_int_equal(other_thread(&rw, OP_TRYRD), 0);      /* readers share */
+    assert_int_equal(other_thread(&rw, OP_TRYRD), 0); /* readers share */
     assert_int_equal(other_thread(&rw, OP_TRYWR), EBUSY);
     assert_int_equal(dist_rwlock_unlock(&rw), 0);
     assert_int_equal(key_exists(name), 0);
@@ -222,7 +222,7 @@ static void test_reentrant(void **state)
     owner = read_owner(name);
     assert_non_null(owner);
     assert_int_equal(hget_int(name, owner), 3);
-    for (k = 1; k <= 3; k++) {          /* one timeout key per read hold */
+    for (k = 1; k <= 3; k++) { /* one timeout key per read hold */
         tkey(tk, sizeof tk, name, owner, k);
         assert_int_equal(key_exists(tk), 1);
     }
@@ -295,7 +295,7 @@ static void test_downgrade(void **state)
     assert_non_null(t_in);
     NAMED_RWLOCK(rw, name);
     assert_int_equal(dist_rwlock_wrlock(&rw), 0);
-    assert_int_equal(dist_rwlock_rdlock(&rw), 0);     /* the writer may read */
+    assert_int_equal(dist_rwlock_rdlock(&rw), 0); /* the writer may read */
     assert_true(mode_is(name, "write"));
     assert_int_equal(hlen(name), 3);
     owner = read_owner(name);
@@ -309,16 +309,16 @@ static void test_downgrade(void **state)
     ta.t_in = t_in;
     pid = fork_started(downgrade_child, &ta);
     subscribed = wait_subscribed(name, 10.0);
-    tu_sleep_ms(300);                 /* into its sleep */
+    tu_sleep_ms(300); /* into its sleep */
     early = t_in[0] != 0;
 
     t0 = tu_now();
-    assert_int_equal(dist_rwlock_unlock(&rw), 0);     /* the downgrade */
+    assert_int_equal(dist_rwlock_unlock(&rw), 0); /* the downgrade */
     while (t_in[0] == 0 && tu_now() - t0 < 10.0)
         tu_sleep_ms(5);
     el = t_in[0] != 0 ? t_in[0] - t0 : 99;
     if (el == 99)
-        kill(pid, SIGKILL);        /* it would wait for our lease to end */
+        kill(pid, SIGKILL); /* it would wait for our lease to end */
     assert_int_equal(waitpid(pid, &st, 0), pid);
 
     assert_true(subscribed);
@@ -341,7 +341,8 @@ static void test_downgrade(void **state)
     munmap(t_in, sizeof(double) * 2);
     assert_int_equal(dist_rwlock_destroy(&rw), 0);
     print_message("downgrade: the blocked reader entered %.1f ms after the "
-                  "unlock\n", el * 1e3);
+                  "unlock\n",
+                  el * 1e3);
 }
 
 static void test_no_upgrade(void **state)
@@ -369,7 +370,7 @@ static void test_no_upgrade(void **state)
     assert_dbl_range(el, 0.0, slack(1.0));
     owner = read_owner(name);
     assert_non_null(owner);
-    assert_int_equal(hget_int(name, owner), 2);        /* nothing changed */
+    assert_int_equal(hget_int(name, owner), 2); /* nothing changed */
     assert_int_equal(hlen(name), 2);
     free(owner);
     assert_int_equal(dist_rwlock_unlock(&rw), 0);
@@ -400,7 +401,7 @@ static void test_readers_behind_writer(void **state)
     }
     (void)started;
     subscribed = wait_subscribed(name, 10.0);
-    tu_sleep_ms(500);                  /* every reader into its sleep */
+    tu_sleep_ms(500); /* every reader into its sleep */
     for (i = 0; i < NBLOCKED; i++)
         if (th_wait(&t[i], 0.0) == 0)
             early++;
@@ -416,7 +417,7 @@ static void test_readers_behind_writer(void **state)
         tu_sleep_ms(5);
     }
     if (all_in == NBLOCKED)
-        holders = hlen(name) - 1;          /* all of them at once */
+        holders = hlen(name) - 1; /* all of them at once */
     for (i = 0; i < NBLOCKED; i++) {
         if (atomic_load(&t[i].in) && t[i].t_locked - t0 > worst)
             worst = t[i].t_locked - t0;
@@ -435,8 +436,9 @@ static void test_readers_behind_writer(void **state)
     assert_dbl_range(worst, 0.0, slack(1.0));
     assert_int_equal(key_exists(name), 0);
     assert_int_equal(dist_rwlock_destroy(&rw), 0);
-    print_message("%d blocked readers all in %.1f ms after the write unlock\n",
-                  NBLOCKED, worst * 1e3);
+    print_message(
+        "%d blocked readers all in %.1f ms after the write unlock\n",
+        NBLOCKED, worst * 1e3);
 }
 
 static void test_writer_preference(void **state)
@@ -453,17 +455,18 @@ static void test_writer_preference(void **state)
     NAME(name, "prefer");
     NAME(name2, "default");
     assert_int_equal(dist_rwlockattr_init(&a), 0);
-    assert_int_equal(dist_rwlockattr_setkind(&a, DIST_RWLOCK_PREFER_WRITER), 0);
+    assert_int_equal(dist_rwlockattr_setkind(&a, DIST_RWLOCK_PREFER_WRITER),
+                     0);
     assert_int_equal(dist_rwlock_init(&rw, name, &a), 0);
     assert_int_equal(dist_rwlockattr_destroy(&a), 0);
 
     assert_int_equal(dist_rwlock_rdlock(&rw), 0);
     th_start(&w, &rw, OP_WR);
     waiting = wait_writers(name, 1, 10.0);
-    rc_try = other_thread(&rw, OP_TRYRD);        /* a new reader: no */
+    rc_try = other_thread(&rw, OP_TRYRD); /* a new reader: no */
     th_start(&rd, &rw, OP_RD);
     rd_early = th_wait(&rd, 0.5) == 0;
-    rc_reenter = dist_rwlock_rdlock(&rw);        /* a holder: yes */
+    rc_reenter = dist_rwlock_rdlock(&rw); /* a holder: yes */
     if (rc_reenter == 0)
         dist_rwlock_unlock(&rw);
     t0 = tu_now();
@@ -564,7 +567,7 @@ static void test_timed(void **state)
     assert_int_equal(dist_rwlock_destroy(&rw), 0);
 }
 
-#define MIX_PROCS 4
+#define MIX_PROCS   4
 #define MIX_SECONDS 2.0
 
 struct mix_report {
@@ -671,7 +674,8 @@ static void test_mixed_load(void **state)
     }
     for (i = 0; i < MIX_PROCS; i++) {
         if (rep[i].code != 0 || !child_exit_ok(st[i], rep[i].code))
-            fail_msg("child %d: reported %d, status 0x%x", i, rep[i].code, st[i]);
+            fail_msg("child %d: reported %d, status 0x%x", i, rep[i].code,
+                     st[i]);
         reads += rep[i].reads;
         writes += rep[i].writes;
         torn += rep[i].torn;
@@ -683,7 +687,8 @@ static void test_mixed_load(void **state)
     assert_int_equal(torn, 0);
     assert_int_equal(key_exists(name), 0);
     print_message("mixed load: %lld reads, %lld writes in %.0f s, 0 torn, "
-                  "0 lost\n", reads, writes, MIX_SECONDS);
+                  "0 lost\n",
+                  reads, writes, MIX_SECONDS);
 }
 
 int main(void)

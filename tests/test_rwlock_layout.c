@@ -40,7 +40,7 @@
 #include "testhelp.h"
 #include "fixture.h"
 
-#define NAME(buf, tag)                                                        \
+#define NAME(buf, tag)                                                       \
     test_lock_name(buf, sizeof buf, "test_rwlock_layout", __func__, tag)
 #include "rwhelp.h"
 
@@ -101,7 +101,7 @@ static void test_no_channels_left(void **state)
     }
     for (i = 0; i < 4; i++)
         if (!finished[i])
-            th_finish(&t[i]);          /* hung: let it fail below */
+            th_finish(&t[i]); /* hung: let it fail below */
     assert_int_equal(done, 4);
     assert_true(subscribed);
     for (i = 0; i < 4; i++) {
@@ -186,7 +186,7 @@ static void test_redisson_layout(void **state)
     assert_false(early);
     assert_false(early2);
     assert_int_equal(java_left, 1);
-    assert_true(ttl_left > 20000);     /* its lease, not shortened by ours */
+    assert_true(ttl_left > 20000); /* its lease, not shortened by ours */
     assert_int_equal(w.rc, 0);
     assert_dbl_range(el, 0.0, slack(1.0));
     /* the writer's hold, as Redisson's writer would write it */
@@ -208,7 +208,8 @@ static void test_redisson_layout(void **state)
     assert_int_equal(key_exists(name), 0);
 
     /* a Java writer keeps everyone out */
-    x = tu_cmd(&r, "HSET", name, "mode", "write", JAVA_OWNER ":write", "1", NULL);
+    x = tu_cmd(&r, "HSET", name, "mode", "write", JAVA_OWNER ":write", "1",
+               NULL);
     freeReplyObject(x);
     assert_int_equal(tu_cmd_int(&r, "PEXPIRE", name, "30000", NULL), 1);
     assert_int_equal(dist_rwlock_tryrdlock(&rw), EBUSY);
@@ -252,7 +253,8 @@ static void test_destroy_and_names(void **state)
     assert_int_equal(dist_rwlockattr_init(&a), 0);
     assert_int_equal(dist_rwlockattr_setkind(&a, 2), EINVAL);
     assert_int_equal(dist_rwlockattr_setkind(&a, -1), EINVAL);
-    assert_int_equal(dist_rwlockattr_setlease(&a, 24UL * 3600 * 1000 + 1), EINVAL);
+    assert_int_equal(dist_rwlockattr_setlease(&a, 24UL * 3600 * 1000 + 1),
+                     EINVAL);
     assert_int_equal(dist_rwlockattr_setkind(NULL, 0), EINVAL);
     a.__kind = 7;
     assert_int_equal(dist_rwlock_init(&rw, name, &a), EINVAL);
@@ -271,7 +273,7 @@ static void test_token(void **state)
     assert_int_equal(dist_rwlock_init(&rw, name, NULL), 0);
     assert_int_equal(dist_rwlock_token(&rw, &t), EPERM);
     assert_int_equal(dist_rwlock_rdlock(&rw), 0);
-    assert_int_equal(dist_rwlock_token(&rw, &t), EPERM);    /* reads only */
+    assert_int_equal(dist_rwlock_token(&rw, &t), EPERM); /* reads only */
     assert_int_equal(dist_rwlock_unlock(&rw), 0);
     assert_int_equal(dist_rwlock_wrlock(&rw), 0);
     assert_int_equal(dist_rwlock_token(&rw, &t1), 0);
@@ -282,7 +284,7 @@ static void test_token(void **state)
     assert_int_equal(dist_rwlock_token(&rw, &t1b), 0);
     assert_int_equal(t1b, t1);
     assert_int_equal(dist_rwlock_unlock(&rw), 0);
-    assert_int_equal(dist_rwlock_unlock(&rw), 0);          /* downgrade */
+    assert_int_equal(dist_rwlock_unlock(&rw), 0); /* downgrade */
     assert_int_equal(dist_rwlock_token(&rw, &t), EPERM);
     assert_int_equal(dist_rwlock_unlock(&rw), 0);
     assert_int_equal(dist_rwlock_wrlock(&rw), 0);
@@ -319,7 +321,7 @@ static void test_lease_left(void **state)
     assert_int_equal(dist_rwlock_lease_left(&rw, &left), 0);
     assert_true(left.tv_sec >= 19 && left.tv_sec <= 29);
     assert_int_equal(dist_rwlock_unlock(&rw), 0);
-    assert_int_equal(dist_rwlock_lease_left(&rw, &left), 0);  /* a read */
+    assert_int_equal(dist_rwlock_lease_left(&rw, &left), 0); /* a read */
     assert_int_equal(dist_rwlock_unlock(&rw), 0);
     assert_int_equal(dist_rwlock_lease_left(&rw, &left), EPERM);
     assert_int_equal(dist_rwlock_destroy(&rw), 0);

@@ -40,7 +40,7 @@
 #include "testhelp.h"
 #include "fixture.h"
 
-#define NAME(buf, tag)                                                        \
+#define NAME(buf, tag)                                                       \
     test_lock_name(buf, sizeof buf, "test_rwlock_lease", __func__, tag)
 #include "rwhelp.h"
 
@@ -71,8 +71,8 @@ static void test_sigkill_reader(void **state)
     if (pid < 0)
         fail_msg("the child did not take its read lock (%d)", rc_child);
 
-    th_hold(&live, &rw, OP_RD);        /* a live reader, renewed */
-    th_start(&w, &rw, OP_WR);          /* a writer waits for both */
+    th_hold(&live, &rw, OP_RD); /* a live reader, renewed */
+    th_start(&w, &rw, OP_WR);   /* a writer waits for both */
     kill(pid, SIGKILL);
     t_kill = tu_now();
     assert_int_equal(waitpid(pid, &st, 0), pid);
@@ -85,7 +85,7 @@ static void test_sigkill_reader(void **state)
     before_live = tu_now() - t_kill;
 
     t_live = tu_now();
-    th_finish(&live);                  /* the live reader leaves */
+    th_finish(&live); /* the live reader leaves */
     if (th_wait(&w, 10.0) != 0)
         el = 99;
     else
@@ -107,7 +107,8 @@ static void test_sigkill_reader(void **state)
     assert_int_equal(key_exists(name), 0);
     assert_int_equal(dist_rwlock_destroy(&rw), 0);
     print_message("sigkill reader: writer in %.1f ms after the live reader "
-                  "left\n", el * 1e3);
+                  "left\n",
+                  el * 1e3);
 }
 
 /* Each read hold has its own lease: a 4 s hold and a 1 s hold taken by two
@@ -135,13 +136,13 @@ static void test_per_hold_lease(void **state)
     th_hold(&t1, &rw1, OP_RD);
     assert_in_range(pttl(name), 3000, 4000);
     th_start(&w, &rw, OP_WR);
-    tu_sleep_ms(2000);                 /* the 1 s hold is over, the 4 s not */
+    tu_sleep_ms(2000); /* the 1 s hold is over, the 4 s not */
     rc_try_2s = other_thread(&rw, OP_TRYWR);
     if (th_wait(&w, 10.0) != 0)
         el = 99;
     else
         el = w.t_locked - t0;
-    th_finish(&t4);                    /* their holds ended: EPERM */
+    th_finish(&t4); /* their holds ended: EPERM */
     th_finish(&t1);
     th_finish(&w);
 
@@ -181,12 +182,13 @@ static void test_preferring_writer_killed(void **state)
     (void)state;
     NAME(name, "rw");
     assert_int_equal(dist_rwlockattr_init(&a), 0);
-    assert_int_equal(dist_rwlockattr_setkind(&a, DIST_RWLOCK_PREFER_WRITER), 0);
+    assert_int_equal(dist_rwlockattr_setkind(&a, DIST_RWLOCK_PREFER_WRITER),
+                     0);
     assert_int_equal(dist_rwlock_init(&rw, name, &a), 0);
     assert_int_equal(dist_rwlock_rdlock(&rw), 0);
     pid = fork_started(wrlock_forever, &rw);
     waiting = wait_writers(name, 1, 10.0);
-    tu_sleep_ms(2000);            /* its process has refreshed its deadline */
+    tu_sleep_ms(2000); /* its process has refreshed its deadline */
     rc_try = other_thread(&rw, OP_TRYRD);
     kill(pid, SIGKILL);
     t_kill = tu_now();
@@ -206,7 +208,8 @@ static void test_preferring_writer_killed(void **state)
     assert_int_equal(zcard_writers(name), 0);
     assert_int_equal(key_exists(name), 0);
     assert_int_equal(dist_rwlock_destroy(&rw), 0);
-    print_message("killed waiting writer: readers in again after %.2f s\n", el);
+    print_message("killed waiting writer: readers in again after %.2f s\n",
+                  el);
 }
 
 /* Replies lost on the way back: each call is settled by running it again,
@@ -226,7 +229,7 @@ static void test_lost_reply_proxy(void **state)
     p = fx_proxy_up(&r);
     assert_non_null(p);
     assert_int_equal(dist_rwlock_init(&rw, name, NULL), 0);
-    assert_int_equal(dist_rwlock_rdlock(&rw), 0);          /* warm up */
+    assert_int_equal(dist_rwlock_rdlock(&rw), 0); /* warm up */
     owner = read_owner(name);
     assert_non_null(owner);
     snprintf(wfield, sizeof wfield, "%s:write", owner);
@@ -269,7 +272,7 @@ static void test_lost_reply_proxy(void **state)
     assert_int_equal(dist_rwlock_rdlock(&rw), 0);
     assert_int_equal(hget_int(name, owner), 1);
     tu_proxy_drop_next_reply(p);
-    assert_int_equal(dist_rwlock_unlock(&rw), 0);          /* the write hold */
+    assert_int_equal(dist_rwlock_unlock(&rw), 0); /* the write hold */
     assert_true(mode_is(name, "read"));
     assert_int_equal(hget_int(name, wfield), -1);
     assert_int_equal(dist_rwlock_unlock(&rw), 0);
@@ -358,7 +361,7 @@ static void test_fork_child(void **state)
     assert_true(pid >= 0);
     if (pid == 0) {
         int c = 0;
-        if (dist_rwlock_unlock(&rw) != EPERM)          /* not the parent */
+        if (dist_rwlock_unlock(&rw) != EPERM) /* not the parent */
             c = 10;
         else if (dist_rwlock_tryrdlock(&rw) != 0)
             c = 11;
@@ -425,7 +428,7 @@ static void test_unknown_outcome(void **state)
 
     /* a second read hold, outcome unknown */
     rc_lock = while_stopped(dist_rwlock_rdlock, &rw, &el_lock);
-    after_lock = hget_int(name, owner);       /* 2 if it ran, else 1 */
+    after_lock = hget_int(name, owner); /* 2 if it ran, else 1 */
     /* the next call first gives back what may be owed, then unlocks the
      * one hold the thread knows of */
     rc_settle = dist_rwlock_unlock(&rw);
@@ -434,8 +437,8 @@ static void test_unknown_outcome(void **state)
     /* an unlock, outcome unknown */
     assert_int_equal(dist_rwlock_rdlock(&rw), 0);
     rc_unlock = while_stopped(dist_rwlock_unlock, &rw, &el_unlock);
-    after_unlock = hget_int(name, owner);     /* 0 (-1: nil) if it ran, else 1 */
-    rc_try = dist_rwlock_tryrdlock(&rw);      /* settles first */
+    after_unlock = hget_int(name, owner); /* 0 (-1: nil) if it ran, else 1 */
+    rc_try = dist_rwlock_tryrdlock(&rw);  /* settles first */
     assert_int_equal(dist_set_timeout_ms(DEFAULT_TIMEOUT_MS), 0);
     fx_dirty = 0;
 
@@ -463,12 +466,9 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
 #define T(f) cmocka_unit_test_teardown(f, fx_restore_defaults)
-        T(test_sigkill_reader),
-        T(test_per_hold_lease),
-        T(test_preferring_writer_killed),
-        T(test_lost_reply_proxy),
-        T(test_watchdog_and_lost),
-        T(test_fork_child),
+        T(test_sigkill_reader),           T(test_per_hold_lease),
+        T(test_preferring_writer_killed), T(test_lost_reply_proxy),
+        T(test_watchdog_and_lost),        T(test_fork_child),
         T(test_unknown_outcome),
     };
     return fx_run_group(tests, &r, &defaults, "TEST_RWLOCK_LEASE_FILTER");

@@ -42,7 +42,8 @@ static tu_redis_t r;
 
 static const struct fx_settings defaults = { WATCHDOG_MS, 2000, 1000 };
 
-#define NAME(buf, tag) test_lock_name(buf, sizeof buf, "test_sem", __func__, tag)
+#define NAME(buf, tag)                                                       \
+    test_lock_name(buf, sizeof buf, "test_sem", __func__, tag)
 
 /* Free and held permits of a leased semaphore, read in one script so that
  * they are one moment's. */
@@ -242,7 +243,7 @@ static void test_post_wakes_other_process(void **state)
 
     assert_true(rc != MAP_FAILED);
     atomic_init(rc, -1);
-    test_lock_name(name, sizeof name, "test_sem", "post_wakes", 
+    test_lock_name(name, sizeof name, "test_sem", "post_wakes",
                    mode == DIST_SEM_LEASED ? "leased" : "redisson");
     w.name = name;
     w.mode = mode;
@@ -254,7 +255,7 @@ static void test_post_wakes_other_process(void **state)
     assert_int_equal(dist_sem_getvalue(&s, &v), 0);
     assert_int_equal(v, 0);
     pid = fork_started(sem_waiter, &w);
-    tu_sleep_ms(300);             /* it waits by now, most likely */
+    tu_sleep_ms(300); /* it waits by now, most likely */
     assert_int_equal(atomic_load(rc), -1);
     t0 = tu_now();
     assert_int_equal(dist_sem_post(&s), 0);
@@ -330,13 +331,13 @@ static void test_killed_holder_gives_back(void **state)
     assert_int_equal(dist_sem_destroy(&s), 0);
 }
 
-#define PERMITS  3
-#define WORKERS  6
+#define PERMITS 3
+#define WORKERS 6
 
 struct pool {
     char name[160];
-    atomic_int holding[WORKERS];  /* the worker is between wait and post */
-    atomic_int over;              /* more holders than permits, seen */
+    atomic_int holding[WORKERS]; /* the worker is between wait and post */
+    atomic_int over;             /* more holders than permits, seen */
     atomic_long rounds;
 };
 
@@ -506,8 +507,8 @@ struct sem_waiter {
     dist_sem_t *s;
     int timed;
     pthread_t th;
-    atomic_int rc;           /* -1 until it returned */
-    atomic_int cleaned;      /* its cleanup handler ran (cancelled) */
+    atomic_int rc;      /* -1 until it returned */
+    atomic_int cleaned; /* its cleanup handler ran (cancelled) */
 };
 
 static void waiter_cleanup(void *arg)
@@ -544,13 +545,13 @@ static void start_waiters(struct sem_waiter *w, dist_sem_t *s,
         w[i].s = s;
         w[i].timed = i;
         atomic_init(&w[i].rc, -1);
-        assert_int_equal(pthread_create(&w[i].th, NULL, sem_wait_thread,
-                                        &w[i]), 0);
+        assert_int_equal(
+            pthread_create(&w[i].th, NULL, sem_wait_thread, &w[i]), 0);
     }
     while (pubsub_numsub(&r, chan) < 1 && tu_now() < end)
         tu_sleep_ms(10);
     assert_int_equal(pubsub_numsub(&r, chan), 1);
-    tu_sleep_ms(300);            /* past their first tries, asleep */
+    tu_sleep_ms(300); /* past their first tries, asleep */
     assert_int_equal(atomic_load(&w[0].rc), -1);
     assert_int_equal(atomic_load(&w[1].rc), -1);
 }
@@ -601,8 +602,10 @@ static void intr_sem(dist_sem_t *s, int mode, char *name, size_t nlen,
 
     test_lock_name(name, nlen, "test_sem", func,
                    mode == DIST_SEM_LEASED ? "leased" : "redisson");
-    snprintf(chan, clen, mode == DIST_SEM_LEASED ? "distlock_sem_channel:{%s}"
-                                                 : "redisson_sc:{%s}", name);
+    snprintf(chan, clen,
+             mode == DIST_SEM_LEASED ? "distlock_sem_channel:{%s}"
+                                     : "redisson_sc:{%s}",
+             name);
     assert_int_equal(dist_semattr_init(&a), 0);
     assert_int_equal(dist_semattr_setmode(&a, mode), 0);
     assert_int_equal(dist_semattr_setunowned(&a, mode == DIST_SEM_LEASED), 0);
@@ -650,7 +653,12 @@ static void test_signal_interrupts(void **state)
      * that had SA_RESTART (not explained further). */
     print_message("  skipped under ThreadSanitizer (it defers signal "
                   "handlers)\n");
-    (void)w; (void)back; (void)i; (void)name; (void)chan; (void)s;
+    (void)w;
+    (void)back;
+    (void)i;
+    (void)name;
+    (void)chan;
+    (void)s;
     (void)mode;
     skip();
 #endif
@@ -661,7 +669,7 @@ static void test_signal_interrupts(void **state)
     for (i = 0; i < 2; i++)
         back[i] = interrupted_within(&w[i], slack(5.0));
     if (!back[0] || !back[1])
-        dist_sem_post_multiple(&s, 2);     /* no hang when it fails */
+        dist_sem_post_multiple(&s, 2); /* no hang when it fails */
     for (i = 0; i < 2; i++)
         pthread_join(w[i].th, NULL);
     assert_true(back[0] && back[1]);
@@ -685,7 +693,7 @@ static void test_signal_interrupts(void **state)
         pthread_join(w[i].th, NULL);
     usr1_default();
     assert_false(back[0]);
-    assert_int_equal(atomic_load(&w[0].rc), 0);     /* the post's permit */
+    assert_int_equal(atomic_load(&w[0].rc), 0); /* the post's permit */
     assert_true(back[1]);
     assert_int_equal(atomic_load(&w[1].rc), EINTR);
     assert_int_equal(dist_sem_post(&s), 0);
@@ -718,12 +726,12 @@ static void test_cancelled_in_wait(void **state)
     back[0] = atomic_load(&w[0].cleaned);
     back[1] = atomic_load(&w[1].cleaned);
     if (!back[0] || !back[1])
-        dist_sem_post_multiple(&s, 2);     /* no hang when it fails */
+        dist_sem_post_multiple(&s, 2); /* no hang when it fails */
     for (i = 0; i < 2; i++)
         assert_int_equal(pthread_join(w[i].th, &res[i]), 0);
     assert_true(back[0] && back[1]);
     assert_true(res[0] == PTHREAD_CANCELED && res[1] == PTHREAD_CANCELED);
-    assert_int_equal(atomic_load(&w[0].rc), -1);    /* never returned */
+    assert_int_equal(atomic_load(&w[0].rc), -1); /* never returned */
     assert_int_equal(atomic_load(&w[1].rc), -1);
     nothing_left(&s, mode, name, chan);
     /* nothing of the library was left taken: it shuts down at once */
@@ -748,7 +756,7 @@ static void unowned_sem(dist_sem_t *s, const char *name)
 }
 
 struct pc {
-    dist_sem_t items, slots;     /* items to take; room for 4 more */
+    dist_sem_t items, slots; /* items to take; room for 4 more */
     atomic_long made, taken;
     atomic_int errors;
 };
@@ -798,10 +806,11 @@ static void test_producer_consumer_bounded(void **state)
     unowned_sem(&p->items, iname);
     unowned_sem(&p->slots, sname);
     assert_int_equal(dist_sem_post_multiple(&p->slots, 4), 0);
-    assert_int_equal(dist_sem_getvalue(&p->items, &v), 0);   /* made */
+    assert_int_equal(dist_sem_getvalue(&p->items, &v), 0); /* made */
     assert_int_equal(pthread_create(&pt, NULL, mover, &prod), 0);
     assert_int_equal(pthread_create(&ct, NULL, mover, &cons), 0);
-    while (atomic_load(&p->taken) < PC_ITEMS && atomic_load(&p->errors) == 0) {
+    while (atomic_load(&p->taken) < PC_ITEMS &&
+           atomic_load(&p->errors) == 0) {
         leased_counts(iname, &f, &h);
         leased_counts(sname, &fs, &hs);
         most = h > most ? h : most;
@@ -814,12 +823,12 @@ static void test_producer_consumer_bounded(void **state)
     assert_int_equal(pthread_join(ct, NULL), 0);
     assert_int_equal(atomic_load(&p->errors), 0);
     assert_int_equal(atomic_load(&p->taken), PC_ITEMS);
-    assert_in_range(most, 0, 1);        /* the one item a side works on */
+    assert_in_range(most, 0, 1); /* the one item a side works on */
     leased_counts(iname, &f, &h);
     assert_int_equal(f, 0);
     assert_in_range(h, 0, 1);
     leased_counts(sname, &fs, &hs);
-    assert_int_equal(fs, 4);            /* POSIX's value: 4 + posts - waits */
+    assert_int_equal(fs, 4); /* POSIX's value: 4 + posts - waits */
     assert_in_range(hs, 0, 1);
     assert_int_equal(dist_sem_getvalue(&p->items, &v), 0);
     assert_int_equal(v, 0);
@@ -871,7 +880,13 @@ int main(void)
     const struct CMUnitTest tests[] = {
 #define T(f) cmocka_unit_test_teardown(f, fx_restore_defaults)
 /* a test run under name for one semaphore mode, its state */
-#define MODE(name, f, m) { #name, f, NULL, fx_restore_defaults, &(int){ m } }
+#define MODE(name, f, m)                                                     \
+    {                                                                        \
+#name, f, NULL, fx_restore_defaults, &(int)                          \
+        {                                                                    \
+            m                                                                \
+        }                                                                    \
+    }
         T(test_take_and_give_back),
         T(test_unowned_posts_and_maximum),
         T(test_post_of_permit_found_lost),

@@ -24,7 +24,7 @@
 #include "hahelp.h"
 #include "fixture.h"
 
-#define WATCHDOG_MS 10000UL  /* much longer than a failover */
+#define WATCHDOG_MS 10000UL /* much longer than a failover */
 #define TIMEOUT_MS  1000UL
 
 static tu_sentinel_t *S;
@@ -48,7 +48,7 @@ static long long script_calls(int node)
     long long n = 0;
     const char *p;
 
-    if (!r)   /* the admin connection may have died while it was stopped */
+    if (!r) /* the admin connection may have died while it was stopped */
         r = tu_sentinel_cmd(S, node, "INFO", "commandstats", NULL);
 
     assert_non_null(r);
@@ -96,12 +96,12 @@ static int resume_all(void **state)
 
 /* rc of a lock call, with the library's reason when it is not the one
  * expected. */
-#define expect_rc(call, want)                                               \
-    do {                                                                    \
-        int rc_ = (call);                                                   \
-        if (rc_ != (want))                                                  \
-            fail_msg("%s = %d, want %d: %s", #call, rc_, (want),            \
-                     dist_last_error());                                    \
+#define expect_rc(call, want)                                                \
+    do {                                                                     \
+        int rc_ = (call);                                                    \
+        if (rc_ != (want))                                                   \
+            fail_msg("%s = %d, want %d: %s", #call, rc_, (want),             \
+                     dist_last_error());                                     \
     } while (0)
 
 static int setup(void **state)
@@ -236,7 +236,7 @@ static void failover_with_lock(enum fault how, const char *tag, int kind)
         expect_rc(dist_mutex_lock(&m), 0);
     }
     ha_waiter_start(&w, tu_sentinel_url(S), name, kind, WATCHDOG_MS);
-    tu_sleep_ms(300);                     /* subscribed and asleep */
+    tu_sleep_ms(300); /* subscribed and asleep */
     t_fault = tu_now();
     if (how == F_COMMAND) {
         now_master = tu_sentinel_failover(S, 30000);
@@ -254,7 +254,7 @@ static void failover_with_lock(enum fault how, const char *tag, int kind)
         /* the old master comes back believing it is the master until the
          * sentinels turn it into a replica: nothing of ours may reach it */
         assert_int_equal(tu_sentinel_signal(S, old, SIGCONT), 0);
-        tu_sleep_ms(200);                 /* it runs what it had queued */
+        tu_sleep_ms(200); /* it runs what it had queued */
         before_calls = script_calls(old);
     }
 
@@ -264,14 +264,14 @@ static void failover_with_lock(enum fault how, const char *tag, int kind)
      * FAILOVER, so there only renewals at most 0.5 s before every sentinel
      * agreed count) */
     assert_int_equal(node_exists(S, now_master, name), 1);
-    t_renew = ha_renewed_since(node_pttl, S, &now_master, 1, name,
-                               WATCHDOG_MS, how == F_COMMAND ? t_fail - 0.5
-                                                             : t_fault,
-                               slack(10.0));
+    t_renew = ha_renewed_since(
+        node_pttl, S, &now_master, 1, name, WATCHDOG_MS,
+        how == F_COMMAND ? t_fail - 0.5 : t_fault, slack(10.0));
     assert_true(t_renew > 0);
-    fprintf(stderr, "    %s: fault -> sentinels agree %.3f s, fault -> first "
-            "renewal on the new master %.3f s\n", tag, t_fail - t_fault,
-            t_renew - t_fault);
+    fprintf(stderr,
+            "    %s: fault -> sentinels agree %.3f s, fault -> first "
+            "renewal on the new master %.3f s\n",
+            tag, t_fail - t_fault, t_renew - t_fault);
 
     t_unlock = tu_now();
     rc = kind == HA_WRITE ? dist_rwlock_unlock(&rw) : dist_mutex_unlock(&m);
@@ -286,11 +286,13 @@ static void failover_with_lock(enum fault how, const char *tag, int kind)
     assert_dbl_range(t_woken - t_unlock, 0, slack(1.5));
 
     if (how == F_STOP) {
-        for (i = 0; i < 20; i++) {        /* ~1 s of traffic */
+        for (i = 0; i < 20; i++) { /* ~1 s of traffic */
             assert_int_equal(kind == HA_WRITE ? dist_rwlock_wrlock(&rw)
-                                              : dist_mutex_lock(&m), 0);
+                                              : dist_mutex_lock(&m),
+                             0);
             assert_int_equal(kind == HA_WRITE ? dist_rwlock_unlock(&rw)
-                                              : dist_mutex_unlock(&m), 0);
+                                              : dist_mutex_unlock(&m),
+                             0);
             tu_sleep_ms(50);
         }
         assert_int_equal(script_calls(old), before_calls);
@@ -349,9 +351,9 @@ static void test_lost_lock_without_replica_check(void **state)
             assert_int_equal(tu_sentinel_signal(S, i, SIGSTOP), 0);
     /* cut the replication links, or the stopped replicas' socket buffers
      * would still bring them the write once they run again */
-    freeReplyObject(tu_sentinel_cmd(S, old, "CLIENT", "KILL", "TYPE",
-                                    "replica", NULL));
-    assert_int_equal(dist_mutex_lock(&m), 0);        /* not replicated */
+    freeReplyObject(
+        tu_sentinel_cmd(S, old, "CLIENT", "KILL", "TYPE", "replica", NULL));
+    assert_int_equal(dist_mutex_lock(&m), 0); /* not replicated */
     lost0 = __atomic_load_n(&lost_calls, __ATOMIC_SEQ_CST);
     assert_int_equal(tu_sentinel_kill(S, old), 0);
     for (i = 0; i < tu_sentinel_nodes(S); i++)
@@ -370,7 +372,9 @@ static void test_lost_lock_without_replica_check(void **state)
     assert_true(t > 0);
 
     /* the renewal finds it gone and says so */
-    for (i = 0; i < 100 && __atomic_load_n(&lost_calls, __ATOMIC_SEQ_CST) == lost0; i++)
+    for (i = 0;
+         i < 100 && __atomic_load_n(&lost_calls, __ATOMIC_SEQ_CST) == lost0;
+         i++)
         tu_sleep_ms(50);
     assert_true(__atomic_load_n(&lost_calls, __ATOMIC_SEQ_CST) > lost0);
     assert_int_equal(dist_mutex_unlock(&m), EPERM);
@@ -388,20 +392,20 @@ static void test_lost_lock_without_replica_check(void **state)
 /* Shared by the parent and the workers of
  * test_no_double_grant_in_stale_window. */
 struct stale_board {
-    int ready;             /* worker threads warmed up */
+    int ready; /* worker threads warmed up */
     int go;
     int stop;
-    int inside;            /* holders in the critical section now */
-    int most_inside;       /* the most there ever were */
+    int inside;      /* holders in the critical section now */
+    int most_inside; /* the most there ever were */
     int granted;
-    int refused;           /* DIST_ENOREPLICA or EIO: nothing held */
-    int other;             /* any other result: a failure */
+    int refused; /* DIST_ENOREPLICA or EIO: nothing held */
+    int other;   /* any other result: a failure */
     int other_rc;
 };
 
 static struct stale_board *board;
 static dist_mutex_t stale_m;
-static pid_t stale_pid[STALE_PROCS];      /* the workers, 0 once reaped */
+static pid_t stale_pid[STALE_PROCS]; /* the workers, 0 once reaped */
 
 /* The workers of a test that failed half-way: killed and reaped, so that
  * none outlives the run. */
@@ -451,7 +455,7 @@ static void stale_once(void)
     __atomic_add_fetch(&board->granted, 1, __ATOMIC_SEQ_CST);
     tu_sleep_ms(2);
     stale_leave();
-    dist_mutex_unlock(&stale_m);   /* EPERM for a lost hold: no matter */
+    dist_mutex_unlock(&stale_m); /* EPERM for a lost hold: no matter */
 }
 
 /* Each thread its own link to the master (and its replica count), made
@@ -503,7 +507,8 @@ static void stale_start(pid_t *pid, const char *name)
             stale_child(tu_sentinel_url(S), name);
     }
     for (i = 0; i < 300 && __atomic_load_n(&board->ready, __ATOMIC_SEQ_CST) <
-                           STALE_PROCS * STALE_THREADS; i++)
+                               STALE_PROCS * STALE_THREADS;
+         i++)
         tu_sleep_ms(50);
     assert_int_equal(board->ready, STALE_PROCS * STALE_THREADS);
 }
@@ -541,8 +546,8 @@ static void test_no_double_grant_in_stale_window(void **state)
     assert_int_equal(tu_sentinel_sentinel_signal(S, 0, SIGSTOP), 0);
     /* a holder elsewhere, on the new master, for 4 s: its section is
      * counted from now until a second before that ends */
-    freeReplyObject(tu_sentinel_cmd(S, nm, "HSET", name, "elsewhere:1", "1",
-                                    NULL));
+    freeReplyObject(
+        tu_sentinel_cmd(S, nm, "HSET", name, "elsewhere:1", "1", NULL));
     freeReplyObject(tu_sentinel_cmd(S, nm, "PEXPIRE", name, "4000", NULL));
     assert_int_equal(node_exists(S, nm, name), 1);
     assert_string_equal(tu_sentinel_role(S, old), "master");
@@ -561,8 +566,10 @@ static void test_no_double_grant_in_stale_window(void **state)
         pid[i] = 0;
         assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
     }
-    fprintf(stderr, "    stale window: %d granted, %d refused, most holders "
-            "at once %d\n", board->granted, board->refused, board->most_inside);
+    fprintf(stderr,
+            "    stale window: %d granted, %d refused, most holders "
+            "at once %d\n",
+            board->granted, board->refused, board->most_inside);
     if (board->other)
         fail_msg("%d lock calls gave %d", board->other, board->other_rc);
     assert_int_equal(board->most_inside, 1);
@@ -578,13 +585,18 @@ int main(void)
                                 by_stop = { F_STOP, "stop" };
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_lock_reaches_a_replica, resume_all),
-        cmocka_unit_test_teardown(test_no_replica_ack_fails_cleanly, resume_all),
-        param_test(test_failover_command, test_failover, &by_command, resume_all),
+        cmocka_unit_test_teardown(test_no_replica_ack_fails_cleanly,
+                                  resume_all),
+        param_test(test_failover_command, test_failover, &by_command,
+                   resume_all),
         param_test(test_master_killed, test_failover, &by_kill, resume_all),
         param_test(test_master_stopped, test_failover, &by_stop, resume_all),
-        cmocka_unit_test_teardown(test_fair_and_rwlock_across_failover, resume_all),
-        cmocka_unit_test_teardown(test_lost_lock_without_replica_check, resume_all),
-        cmocka_unit_test_teardown(test_no_double_grant_in_stale_window, resume_all),
+        cmocka_unit_test_teardown(test_fair_and_rwlock_across_failover,
+                                  resume_all),
+        cmocka_unit_test_teardown(test_lost_lock_without_replica_check,
+                                  resume_all),
+        cmocka_unit_test_teardown(test_no_double_grant_in_stale_window,
+                                  resume_all),
     };
     /* e.g. TEST_SENTINEL_FILTER='*stale*' runs that one */
     const char *filter = getenv("TEST_SENTINEL_FILTER");

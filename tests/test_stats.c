@@ -32,10 +32,17 @@
 static const struct fx_settings defaults = { 0, 0, 0 };
 static tu_redis_t r;
 
-#define NAME(buf, tag) test_lock_name(buf, sizeof buf, "test_stats", __func__, tag)
+#define NAME(buf, tag)                                                       \
+    test_lock_name(buf, sizeof buf, "test_stats", __func__, tag)
 
-static int holder_lock(void *m) { return dist_mutex_lock(m); }
-static int holder_unlock(void *m) { return dist_mutex_unlock(m); }
+static int holder_lock(void *m)
+{
+    return dist_mutex_lock(m);
+}
+static int holder_unlock(void *m)
+{
+    return dist_mutex_unlock(m);
+}
 
 static struct dist_stats stats_now(void)
 {
@@ -61,8 +68,7 @@ static void assert_all_zero(const struct dist_stats *s)
 
     if (memcmp(s, &zero, sizeof zero) != 0)
         fail_msg("counters not zero: acquired %llu, busy %llu, connects %llu",
-                 (unsigned long long)s->acquired,
-                 (unsigned long long)s->busy,
+                 (unsigned long long)s->acquired, (unsigned long long)s->busy,
                  (unsigned long long)s->connects);
 }
 
@@ -98,14 +104,14 @@ static void test_calls_are_counted(void **state)
     s = stats_now();
     assert_int_equal(s.acquired, 2);
     assert_int_equal(s.contended, 0);
-    assert_int_equal(waits_from(&s, 0), 1);   /* trylock is not in it */
+    assert_int_equal(waits_from(&s, 0), 1); /* trylock is not in it */
 
     fx_holder_start(&h, holder_lock, holder_unlock, &m);
     assert_int_equal(dist_mutex_trylock(&m), EBUSY);
     struct timespec soon = realtime_in(0.2);
     assert_int_equal(dist_mutex_timedlock(&m, &soon), ETIMEDOUT);
     s = stats_now();
-    assert_int_equal(s.acquired, 3);           /* the holder's lock */
+    assert_int_equal(s.acquired, 3); /* the holder's lock */
     assert_int_equal(s.busy, 1);
     assert_int_equal(s.timed_out, 1);
 
@@ -118,7 +124,7 @@ static void test_calls_are_counted(void **state)
     fx_holder_join(&h);
     assert_int_equal(dist_mutex_unlock(&m), 0);
     s = stats_now();
-    assert_int_equal(s.acquired, 4);           /* the holder's and ours */
+    assert_int_equal(s.acquired, 4); /* the holder's and ours */
     assert_int_equal(s.contended, 1);
     assert_int_equal(waits_from(&s, 0), 3);
     assert_int_equal(waits_from(&s, 9), 1);
@@ -201,8 +207,10 @@ static void test_null_is_einval(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(test_calls_are_counted, fx_restore_defaults),
-        cmocka_unit_test_teardown(test_renewals_and_lost, fx_restore_defaults),
+        cmocka_unit_test_teardown(test_calls_are_counted,
+                                  fx_restore_defaults),
+        cmocka_unit_test_teardown(test_renewals_and_lost,
+                                  fx_restore_defaults),
         cmocka_unit_test_teardown(test_connects, fx_restore_defaults),
         cmocka_unit_test(test_null_is_einval),
     };

@@ -34,13 +34,14 @@
 #include "testhelp.h"
 #include "fixture.h"
 
-#define NAME(buf, tag) test_lock_name(buf, sizeof buf, "test_tls", __func__, tag)
-#define TIMEOUT_MS 3000UL     /* the command (and connect) timeout here */
+#define NAME(buf, tag)                                                       \
+    test_lock_name(buf, sizeof buf, "test_tls", __func__, tag)
+#define TIMEOUT_MS 3000UL /* the command (and connect) timeout here */
 
-static char dir[256];           /* the certificates */
-static tu_redis_t srv;          /* TLS, no client certificates asked */
-static tu_redis_t srv_mtls;     /* TLS, client certificates required */
-static tu_redis_t srv_expired;  /* TLS with an expired certificate */
+static char dir[256];          /* the certificates */
+static tu_redis_t srv;         /* TLS, no client certificates asked */
+static tu_redis_t srv_mtls;    /* TLS, client certificates required */
+static tu_redis_t srv_expired; /* TLS with an expired certificate */
 
 /* dir/name, in a static buffer of its own per slot (0..3). */
 static const char *file(int slot, const char *name)
@@ -114,7 +115,8 @@ static int group_setup(void **state)
     const char *tmp = getenv("TMPDIR");
 
     (void)state;
-    snprintf(dir, sizeof dir, "%s/distlock-tls-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    snprintf(dir, sizeof dir, "%s/distlock-tls-XXXXXX",
+             tmp && *tmp ? tmp : "/tmp");
     if (!mkdtemp(dir) || make_certs() != 0)
         return -1;
     if (start_tls(&srv, "srv.crt", 0) != 0 ||
@@ -138,8 +140,8 @@ static int group_teardown(void **state)
 }
 
 /* rediss://host:port of r's TLS port, then the query q (may be ""). */
-static void tls_url(char *buf, size_t len, const char *host, const tu_redis_t *r,
-                    const char *q)
+static void tls_url(char *buf, size_t len, const char *host,
+                    const tu_redis_t *r, const char *q)
 {
     snprintf(buf, len, "rediss://%s:%d%s", host, r->tls_port, q);
 }
@@ -256,7 +258,8 @@ static void test_pubsub_wakeup(void **state)
     assert_int_equal(la.rc, 0);
     assert_dbl_range(la.t - t0, 1.9, 2.0 + slack(1.0));
     if (after - before > 12)
-        fail_msg("waiting 2 s over TLS cost %lld script calls", after - before);
+        fail_msg("waiting 2 s over TLS cost %lld script calls",
+                 after - before);
     assert_int_equal(exists(name), 0);
     assert_int_equal(dist_mutex_destroy(&m), 0);
     assert_int_equal(dist_mutex_destroy(&other), 0);
@@ -459,11 +462,11 @@ static void test_lost_reply_tls(void **state)
     assert_int_equal(dist_set_url(url), 0);
     assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
     assert_int_equal(dist_mutex_init(&o, name, NULL), 0);
-    assert_int_equal(dist_mutex_lock(&m), 0);       /* connected, idle */
+    assert_int_equal(dist_mutex_lock(&m), 0); /* connected, idle */
     assert_int_equal(dist_mutex_unlock(&m), 0);
     fired = tu_proxy_faults_fired(p);
 
-    tu_proxy_drop_next_reply(p);                     /* acquire ran */
+    tu_proxy_drop_next_reply(p); /* acquire ran */
     assert_int_equal(dist_mutex_lock(&m), 0);
     assert_int_equal(tu_proxy_faults_fired(p), fired + 1);
     assert_int_equal(holds_of(name), 1);
@@ -472,14 +475,14 @@ static void test_lost_reply_tls(void **state)
     assert_int_equal(exists(name), 0);
 
     assert_int_equal(dist_mutex_lock(&m), 0);
-    tu_proxy_drop_next_reply(p);                     /* release ran */
+    tu_proxy_drop_next_reply(p); /* release ran */
     assert_int_equal(dist_mutex_unlock(&m), 0);
     assert_int_equal(tu_proxy_faults_fired(p), fired + 2);
     assert_int_equal(exists(name), 0);
     assert_int_equal(dist_mutex_unlock(&m), EPERM);
     assert_int_equal(other_trylock(&o), 0);
 
-    tu_proxy_drop_next_request(p);                   /* acquire never ran */
+    tu_proxy_drop_next_request(p); /* acquire never ran */
     assert_int_equal(dist_mutex_lock(&m), 0);
     assert_int_equal(tu_proxy_faults_fired(p), fired + 3);
     assert_int_equal(holds_of(name), 1);
@@ -487,7 +490,7 @@ static void test_lost_reply_tls(void **state)
     assert_int_equal(exists(name), 0);
     assert_int_equal(dist_mutex_destroy(&m), 0);
     assert_int_equal(dist_mutex_destroy(&o), 0);
-    use_tls(&srv);                   /* off the proxy before it goes */
+    use_tls(&srv); /* off the proxy before it goes */
     tu_proxy_stop(p);
 }
 
@@ -529,8 +532,8 @@ static void expect_refused_in(const char *url, int port, const char *what,
     FX_CALL(&lk, dist_mutex_lock(&m));
     assert_int_equal(dist_mutex_destroy(&m), 0);
     if (lk.rc != EIO || !strstr(lk.err, what) || !strstr(lk.err, addr))
-        fail_msg("lock on %s: %d '%s', expected EIO naming %s and '%s'",
-                 url, lk.rc, lk.err, addr, what);
+        fail_msg("lock on %s: %d '%s', expected EIO naming %s and '%s'", url,
+                 lk.rc, lk.err, addr, what);
     assert_dbl_range(lk.el, 0.0, limit);
 }
 
@@ -588,11 +591,12 @@ static void test_mtls_encrypted_key(void **state)
 
     t0 = tu_now();
     rc = lock_with_key("", err, sizeof err);
-    if (rc != EIO || !strstr(err, "passphrase") || !strstr(err, "cli-enc.key"))
+    if (rc != EIO || !strstr(err, "passphrase") ||
+        !strstr(err, "cli-enc.key"))
         fail_msg("without a passphrase: %d %s", rc, err);
     assert_dbl_range(tu_now() - t0, 0.0, TIMEOUT_MS / 2000.0 + slack(1.0));
-    assert_int_equal(lock_with_key("&tls_key_pass=" WRONG_PASS, err,
-                                   sizeof err), EIO);
+    assert_int_equal(
+        lock_with_key("&tls_key_pass=" WRONG_PASS, err, sizeof err), EIO);
     assert_non_null(strstr(err, "wrong passphrase"));
     assert_null(strstr(err, WRONG_PASS));
     assert_null(strstr(err, KEY_PASS));
@@ -632,11 +636,15 @@ static struct refusal wrong_ca = {
     &srv, 0, 1, "ca2.crt", "", "certificate verify failed"
 };
 static struct refusal expired = {
-    &srv_expired, 0, 1, "ca.crt", "",
-    "certificate verify failed: certificate has expired"
+    &srv_expired, 0,  1,
+    "ca.crt",     "", "certificate verify failed: certificate has expired"
 };
 static struct refusal host_name_mismatch = {
-    &srv, 0, 1, "ca.crt", "&tls_server_name=elsewhere.example",
+    &srv,
+    0,
+    1,
+    "ca.crt",
+    "&tls_server_name=elsewhere.example",
     "host name mismatch"
 };
 /* Plain text to the TLS port: the server resets the connection, and a
@@ -665,21 +673,27 @@ static void test_missing_files(void **state)
     (void)state;
     snprintf(q, sizeof q, "?tls_ca=%s", file(0, "no-such-ca.crt"));
     tls_url(url, sizeof url, "127.0.0.1", &srv, q);
-    snprintf(want, sizeof want, "cannot read the CA certificates %s: No such "
-             "file or directory", file(0, "no-such-ca.crt"));
+    snprintf(want, sizeof want,
+             "cannot read the CA certificates %s: No such "
+             "file or directory",
+             file(0, "no-such-ca.crt"));
     expect_refused(url, srv.tls_port, want);
     snprintf(q, sizeof q, "?tls_ca=%s&tls_cert=%s&tls_key=%s",
              file(0, "ca.crt"), file(1, "no-such-cli.crt"),
              file(2, "cli.key"));
     tls_url(url, sizeof url, "127.0.0.1", &srv_mtls, q);
-    snprintf(want, sizeof want, "cannot read the client certificate %s: No "
-             "such file or directory", file(1, "no-such-cli.crt"));
+    snprintf(want, sizeof want,
+             "cannot read the client certificate %s: No "
+             "such file or directory",
+             file(1, "no-such-cli.crt"));
     expect_refused(url, srv_mtls.tls_port, want);
     snprintf(q, sizeof q, "?tls_ca=%s&tls_cert=%s&tls_key=%s",
              file(0, "ca.crt"), file(1, "cli.crt"), file(2, "no-such.key"));
     tls_url(url, sizeof url, "127.0.0.1", &srv_mtls, q);
-    snprintf(want, sizeof want, "cannot read the client key %s: No such file "
-             "or directory", file(2, "no-such.key"));
+    snprintf(want, sizeof want,
+             "cannot read the client key %s: No such file "
+             "or directory",
+             file(2, "no-such.key"));
     expect_refused(url, srv_mtls.tls_port, want);
 }
 
@@ -717,7 +731,8 @@ static void test_insecure_warns_once(void **state)
         fail_msg("locking with tls_insecure=1: status %d", st);
     text = read_file(log);
     assert_non_null(text);
-    for (const char *p = text; (p = strstr(p, "without certificate checks")); p++)
+    for (const char *p = text; (p = strstr(p, "without certificate checks"));
+         p++)
         n++;
     free(text);
     assert_int_equal(n, 1);
@@ -729,8 +744,8 @@ static int sentinel_names(tu_redis_t *sent, int port, double secs)
     double end = tu_now() + secs;
 
     do {
-        redisReply *x = tu_cmd(sent, "SENTINEL", "get-master-addr-by-name",
-                               "tlsm", NULL);
+        redisReply *x =
+            tu_cmd(sent, "SENTINEL", "get-master-addr-by-name", "tlsm", NULL);
         int ok = x && x->type == REDIS_REPLY_ARRAY && x->elements == 2 &&
                  atoi(x->element[1]->str) == port;
         if (x)
@@ -766,11 +781,12 @@ static int becomes_replica(tu_redis_t *r, double secs)
 static void test_sentinel(void **state)
 {
     static const char *const sent_args[] = { "--sentinel",
-                                             "--tls-replication", "yes", NULL };
+                                             "--tls-replication", "yes",
+                                             NULL };
     tu_tls_conf t = { NULL, NULL, NULL, 0 };
     tu_redis_t master, replica, sent;
     const char *rargs[6] = { "--tls-replication", "yes", "--replicaof",
-                             "127.0.0.1", NULL, NULL };
+                             "127.0.0.1",         NULL,  NULL };
     char name[200], port[16], conf[400], url[700];
     tu_redis_opts o;
     dist_mutex_t m;
@@ -787,16 +803,19 @@ static void test_sentinel(void **state)
     rargs[4] = port;
     o.args = rargs;
     assert_int_equal(tu_redis_start_opts(&replica, &o), 0);
-    snprintf(conf, sizeof conf, "sentinel resolve-hostnames no\n"
+    snprintf(conf, sizeof conf,
+             "sentinel resolve-hostnames no\n"
              "sentinel monitor tlsm 127.0.0.1 %d 1\n"
              "sentinel down-after-milliseconds tlsm 1000\n"
-             "sentinel failover-timeout tlsm 5000\n", master.tls_port);
+             "sentinel failover-timeout tlsm 5000\n",
+             master.tls_port);
     o.args = sent_args;
     o.conf = conf;
     assert_int_equal(tu_redis_start_opts(&sent, &o), 0);
     /* the replica in sync and known to the sentinel before anything */
     assert_true(sentinel_names(&sent, master.tls_port, 10));
-    for (int i = 0; i < 100 && tu_cmd_int(&master, "WAIT", "1", "100", NULL) < 1; i++)
+    for (int i = 0;
+         i < 100 && tu_cmd_int(&master, "WAIT", "1", "100", NULL) < 1; i++)
         ;
 
     snprintf(url, sizeof url, "rediss-sentinel://127.0.0.1:%d/tlsm?tls_ca=%s",
@@ -826,7 +845,7 @@ static void test_sentinel(void **state)
     assert_int_equal(tu_cmd_int(&replica, "EXISTS", name, NULL), 1);
     assert_int_equal(dist_mutex_unlock(&m), 0);
     assert_int_equal(dist_mutex_destroy(&m), 0);
-    use_tls(&srv);      /* off the sentinel's servers before they go */
+    use_tls(&srv); /* off the sentinel's servers before they go */
     tu_redis_stop(&sent);
     tu_redis_stop(&replica);
     tu_redis_stop(&master);
@@ -866,8 +885,9 @@ static void said_ok(char *reply)
  * third of the slots each, then MEET by their TLS ports. */
 static void start_tls_cluster(tu_redis_t *n, char bus[][16])
 {
-    static const char *const ranges[3][2] = {
-        { "0", "5460" }, { "5461", "10922" }, { "10923", "16383" } };
+    static const char *const ranges[3][2] = { { "0", "5460" },
+                                              { "5461", "10922" },
+                                              { "10923", "16383" } };
     tu_tls_conf t = { NULL, NULL, NULL, 0 };
     const char *args[3][9];
     char port[16], epoch[8];
@@ -878,9 +898,15 @@ static void start_tls_cluster(tu_redis_t *n, char bus[][16])
     t.key = file(1, "srv.key");
     t.ca = file(2, "ca.crt");
     for (i = 0; i < 3; i++) {
-        const char *a[9] = { "--cluster-enabled", "yes", "--cluster-port",
-                             bus[i], "--tls-cluster", "yes",
-                             "--tls-replication", "yes", NULL };
+        const char *a[9] = { "--cluster-enabled",
+                             "yes",
+                             "--cluster-port",
+                             bus[i],
+                             "--tls-cluster",
+                             "yes",
+                             "--tls-replication",
+                             "yes",
+                             NULL };
         snprintf(bus[i], 16, "%d", tu_free_port());
         memcpy(args[i], a, sizeof a);
         memset(&o, 0, sizeof o);
@@ -888,15 +914,15 @@ static void start_tls_cluster(tu_redis_t *n, char bus[][16])
         o.args = args[i];
         assert_int_equal(tu_redis_start_opts(&n[i], &o), 0);
         snprintf(epoch, sizeof epoch, "%d", i + 1);
-        said_ok(tu_cmd_str(&n[i], "CLUSTER", "SET-CONFIG-EPOCH", epoch,
-                           NULL));
+        said_ok(
+            tu_cmd_str(&n[i], "CLUSTER", "SET-CONFIG-EPOCH", epoch, NULL));
         said_ok(tu_cmd_str(&n[i], "CLUSTER", "ADDSLOTSRANGE", ranges[i][0],
                            ranges[i][1], NULL));
     }
     for (i = 1; i < 3; i++) {
         snprintf(port, sizeof port, "%d", n[i].tls_port);
-        said_ok(tu_cmd_str(&n[0], "CLUSTER", "MEET", "127.0.0.1", port, bus[i],
-                           NULL));
+        said_ok(tu_cmd_str(&n[0], "CLUSTER", "MEET", "127.0.0.1", port,
+                           bus[i], NULL));
     }
     assert_true(cluster_ok(n, 3, 30));
 }
@@ -939,10 +965,11 @@ static void moved_followed(tu_redis_t *n, dist_mutex_t *fresh_map)
     int k;
 
     for (k = 0; k < 1000 && (slot < 10923 || slot > 16383); k++) {
-        snprintf(name, sizeof name, "test_tls:moved:%d:%ld", k, (long)getpid());
+        snprintf(name, sizeof name, "test_tls:moved:%d:%ld", k,
+                 (long)getpid());
         slot = tu_cmd_int(&n[0], "CLUSTER", "KEYSLOT", name, NULL);
     }
-    assert_true(slot >= 10923 && slot <= 16383);       /* node 2's */
+    assert_true(slot >= 10923 && slot <= 16383); /* node 2's */
     assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
     /* a call now: a map due to be read again is read now, not after */
     assert_int_equal(dist_mutex_lock(fresh_map), 0);
@@ -980,7 +1007,8 @@ static void test_cluster(void **state)
     memset(names, 0, sizeof names);
     for (k = 0; found < 3 && k < 1000; k++) {
         long long slot;
-        snprintf(cand, sizeof cand, "test_tls:cluster:%d:%ld", k, (long)getpid());
+        snprintf(cand, sizeof cand, "test_tls:cluster:%d:%ld", k,
+                 (long)getpid());
         slot = tu_cmd_int(&n[0], "CLUSTER", "KEYSLOT", cand, NULL);
         i = slot <= 5460 ? 0 : slot <= 10922 ? 1 : 2;
         if (!names[i][0]) {
@@ -1012,7 +1040,7 @@ static void test_cluster(void **state)
     }
     moved_followed(n, &other);
     assert_int_equal(dist_mutex_destroy(&other), 0);
-    use_tls(&srv);      /* off the cluster before it goes */
+    use_tls(&srv); /* off the cluster before it goes */
     for (i = 0; i < 3; i++)
         tu_redis_stop(&n[i]);
 }
@@ -1053,11 +1081,14 @@ static void test_tool(void **state)
     NAME(name, "tool");
     snprintf(url, sizeof url, "rediss://127.0.0.1:%d", srv.tls_port);
     snprintf(out, sizeof out, "%s", file(3, "tool.out"));
-    snprintf(cmd, sizeof cmd, "DISTLOCK_URL='%s' DISTLOCK_TLS_CA='%s' "
-             "'%s/tools/distlock' lock '%s' -- sh -c 'echo inside' > '%s' 2>&1",
-             url, file(0, "ca.crt"), top && *top ? top : ".", name, out);
+    snprintf(
+        cmd, sizeof cmd,
+        "DISTLOCK_URL='%s' DISTLOCK_TLS_CA='%s' "
+        "'%s/tools/distlock' lock '%s' -- sh -c 'echo inside' > '%s' 2>&1",
+        url, file(0, "ca.crt"), top && *top ? top : ".", name, out);
     expect_tool(cmd, out, 0, "inside", NULL, "distlock lock over TLS");
-    snprintf(cmd, sizeof cmd, "DISTLOCK_URL='%s' DISTLOCK_TLS_CA='%s' "
+    snprintf(cmd, sizeof cmd,
+             "DISTLOCK_URL='%s' DISTLOCK_TLS_CA='%s' "
              "'%s/tools/distlock' status '%s' > '%s' 2>&1",
              url, file(0, "ca2.crt"), top && *top ? top : ".", name, out);
     expect_tool(cmd, out, 3, "certificate verify failed", NULL,
@@ -1079,13 +1110,15 @@ static void test_tool_flags(void **state)
     snprintf(out, sizeof out, "%s", file(3, "tool.out"));
     snprintf(url, sizeof url, "rediss://127.0.0.1:%d", srv.tls_port);
     write_line(urlf, url);
-    snprintf(cmd, sizeof cmd, "env -u DISTLOCK_URL -u DISTLOCK_TLS_CA "
+    snprintf(cmd, sizeof cmd,
+             "env -u DISTLOCK_URL -u DISTLOCK_TLS_CA "
              "'%s/tools/distlock' --url-file '%s' --tls-ca '%s' lock '%s' -- "
              "sh -c 'echo \"inside ca=${DISTLOCK_TLS_CA-none}\"' > '%s' 2>&1",
              top, urlf, file(0, "ca.crt"), name, out);
     expect_tool(cmd, out, 0, "inside ca=none", NULL,
                 "distlock --url-file --tls-ca lock");
-    snprintf(cmd, sizeof cmd, "DISTLOCK_TLS_CA='%s' '%s/tools/distlock' "
+    snprintf(cmd, sizeof cmd,
+             "DISTLOCK_TLS_CA='%s' '%s/tools/distlock' "
              "--url-file '%s' status --tls-ca '%s' '%s' > '%s' 2>&1",
              file(0, "ca.crt"), top, urlf, file(1, "ca2.crt"), name, out);
     expect_tool(cmd, out, 3, "certificate verify failed", NULL,
@@ -1108,17 +1141,22 @@ static void test_tool_key_pass_file(void **state)
     snprintf(out, sizeof out, "%s", file(2, "tool.out"));
     write_line(passf, KEY_PASS);
     write_line(wrongf, WRONG_PASS);
-    snprintf(tls, sizeof tls, "--url rediss://127.0.0.1:%d --tls-ca '%s' "
-             "--tls-cert '%s' --tls-key '%s'", srv_mtls.tls_port,
-             file(0, "ca.crt"), file(1, "cli.crt"), file(2, "cli-enc.key"));
-    snprintf(cmd, sizeof cmd, "env -u DISTLOCK_TLS_KEY_PASS '%s/tools/distlock' "
+    snprintf(tls, sizeof tls,
+             "--url rediss://127.0.0.1:%d --tls-ca '%s' "
+             "--tls-cert '%s' --tls-key '%s'",
+             srv_mtls.tls_port, file(0, "ca.crt"), file(1, "cli.crt"),
+             file(2, "cli-enc.key"));
+    snprintf(cmd, sizeof cmd,
+             "env -u DISTLOCK_TLS_KEY_PASS '%s/tools/distlock' "
              "%s --tls-key-pass-file '%s' lock '%s' -- sh -c 'echo \"inside "
              "pass=${DISTLOCK_TLS_KEY_PASS-none}\"' > '%s' 2>&1",
              top, tls, passf, name, out);
     expect_tool(cmd, out, 0, "inside pass=none", NULL,
                 "distlock --tls-key-pass-file lock");
-    snprintf(cmd, sizeof cmd, "'%s/tools/distlock' %s --tls-key-pass-file "
-             "'%s' status '%s' > '%s' 2>&1", top, tls, wrongf, name, out);
+    snprintf(cmd, sizeof cmd,
+             "'%s/tools/distlock' %s --tls-key-pass-file "
+             "'%s' status '%s' > '%s' 2>&1",
+             top, tls, wrongf, name, out);
     expect_tool(cmd, out, 3, "wrong passphrase", WRONG_PASS,
                 "distlock with a wrong passphrase");
 }
@@ -1152,7 +1190,8 @@ static char *shim_try(const char *name, int *st)
              "printf '[redis]\\nurl = rediss://127.0.0.1:%d?tls_ca=%s\\n"
              "[mutex %s]\\nmatch = symbol g_global_lock\\n' > '%s' && "
              /* a sanitizer build's shim needs its runtime loaded first */
-             "a=$(ldd '%s/.libs/libdistlock_preload.so' | awk '/libasan/{print $3}'); "
+             "a=$(ldd '%s/.libs/libdistlock_preload.so' | awk "
+             "'/libasan/{print $3}'); "
              "if [ -n \"$a\" ]; then export LD_PRELOAD=$a "
              "ASAN_OPTIONS=detect_leaks=0; fi; "
              "DISTLOCK_PRELOAD_LIB='%s/.libs/libdistlock_preload.so' "

@@ -39,7 +39,8 @@
 static tu_redis_t r;
 static const struct fx_settings defaults = { 30000, 2000, 0 };
 
-#define NAME(buf, tag) test_lock_name(buf, sizeof buf, "test_tokens", __func__, tag)
+#define NAME(buf, tag)                                                       \
+    test_lock_name(buf, sizeof buf, "test_tokens", __func__, tag)
 
 static long long real_us(void)
 {
@@ -94,7 +95,8 @@ static void test_token_is_the_clock(void **state)
     /* the server runs on this host: its clock is ours */
     if ((long long)t1 < before - 1000000 || (long long)t2 > after + 1000000)
         fail_msg("tokens %llu, %llu outside the clock's %lld..%lld us",
-                 (unsigned long long)t1, (unsigned long long)t2, before, after);
+                 (unsigned long long)t1, (unsigned long long)t2, before,
+                 after);
     assert_true(t2 > t1);
     /* Redisson's RFencedLock draws with INCR on the same counter */
     counter_key(key, sizeof key, name);
@@ -153,7 +155,7 @@ static void test_every_kind_rises(void **state)
     (void)state;
     NAME(name, "x");
     t0 = take(name);
-    set_counter(&r, name, "7");       /* the counter went back */
+    set_counter(&r, name, "7"); /* the counter went back */
     assert_int_equal(dist_rwlock_init(&rw, name, NULL), 0);
     assert_int_equal(dist_rwlock_wrlock(&rw), 0);
     assert_int_equal(dist_rwlock_token(&rw, &t1), 0);
@@ -191,8 +193,8 @@ static void test_restart_without_data(void **state)
 /* A restart from the append-only file: the counter comes back. */
 static void test_restart_from_aof(void **state)
 {
-    static const char *const aof[] = { "--appendonly", "yes",
-                                       "--appendfsync", "always", NULL };
+    static const char *const aof[] = { "--appendonly", "yes", "--appendfsync",
+                                       "always", NULL };
     const tu_redis_opts o = { NULL, aof, NULL, NULL };
     tu_redis_t s;
     char name[200];
@@ -203,7 +205,7 @@ static void test_restart_from_aof(void **state)
     assert_int_equal(tu_redis_start_opts(&s, &o), 0);
     assert_int_equal(fx_apply(s.url_unix, &defaults), 0);
     t1 = take(name);
-    set_counter(&s, name, "5000000000000000");   /* ahead: kept by the AOF */
+    set_counter(&s, name, "5000000000000000"); /* ahead: kept by the AOF */
     assert_int_equal(tu_redis_kill(&s), 0);
     assert_int_equal(tu_redis_restart(&s), 0);
     t2 = take(name);
@@ -280,7 +282,7 @@ static void test_failover_replica_behind(void **state)
     x = tu_cmd(&rep, "REPLICAOF", "NO", "ONE", NULL);
     assert_non_null(x);
     freeReplyObject(x);
-    seq[1] = take(name);              /* on the old master only */
+    seq[1] = take(name); /* on the old master only */
     /* the failover: this process now uses the promoted replica, whose
      * counter is behind; another process still uses the old master */
     assert_int_equal(pipe(p), 0);
@@ -307,12 +309,9 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
 #define T(f) cmocka_unit_test_teardown(f, fx_restore_defaults)
-        T(test_token_is_the_clock),
-        T(test_counter_ahead_counts_on),
-        T(test_reentry_keeps_token),
-        T(test_every_kind_rises),
-        T(test_restart_without_data),
-        T(test_restart_from_aof),
+        T(test_token_is_the_clock),      T(test_counter_ahead_counts_on),
+        T(test_reentry_keeps_token),     T(test_every_kind_rises),
+        T(test_restart_without_data),    T(test_restart_from_aof),
         T(test_failover_replica_behind),
     };
     return fx_run_group(tests, &r, &defaults, "TEST_TOKENS_FILTER");

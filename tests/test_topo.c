@@ -37,10 +37,10 @@
 #include "harness_cluster.h"
 #include "harness_sentinel.h"
 
-#define WAIT_MS 30000   /* bound for every wait: generous on purpose */
+#define WAIT_MS 30000 /* bound for every wait: generous on purpose */
 
-static tu_cluster_t *cl;     /* the group's cluster */
-static tu_sentinel_t *sn;    /* the sentinel group's topology */
+static tu_cluster_t *cl;  /* the group's cluster */
+static tu_sentinel_t *sn; /* the sentinel group's topology */
 
 static void say_time(const char *what, double t0)
 {
@@ -245,7 +245,8 @@ static int teardown_cluster(void **state)
 
 static void test_cluster_layout(void **state)
 {
-    static const int lo[3] = {0, 5461, 10923}, hi[3] = {5460, 10922, 16383};
+    static const int lo[3] = { 0, 5461, 10923 },
+                     hi[3] = { 5460, 10922, 16383 };
     char url[256];
     redisReply *x;
     size_t i;
@@ -311,9 +312,17 @@ static void test_cluster_layout(void **state)
 static void test_cluster_keyslot(void **state)
 {
     static const char *const keys[] = {
-        "foo", "bar", "123456789", "{user1000}.following",
-        "{user1000}.followers", "a{}b", "{}", "x{y}z{w}", "dist:lock:1",
-        "{", "}{a}",
+        "foo",
+        "bar",
+        "123456789",
+        "{user1000}.following",
+        "{user1000}.followers",
+        "a{}b",
+        "{}",
+        "x{y}z{w}",
+        "dist:lock:1",
+        "{",
+        "}{a}",
     };
     size_t i;
 
@@ -386,9 +395,11 @@ static void test_cluster_move_slot(void **state)
 
         snprintf(s, sizeof(s), "%d", slot);
         assert_int_equal(tu_cmd_int(tu_cluster_node(cl, from), "CLUSTER",
-                                    "COUNTKEYSINSLOT", s, NULL), 0);
+                                    "COUNTKEYSINSLOT", s, NULL),
+                         0);
         assert_int_equal(tu_cmd_int(tu_cluster_node(cl, to), "CLUSTER",
-                                    "COUNTKEYSINSLOT", s, NULL), 1);
+                                    "COUNTKEYSINSLOT", s, NULL),
+                         1);
     }
     /* Moving it where it is is a no-op. */
     assert_int_equal(tu_cluster_move_slot(cl, slot, to), 0);
@@ -414,7 +425,7 @@ static void test_cluster_ask(void **state)
 
     assert_int_equal(tu_cluster_migrate_begin(cl, slot, to), 0);
     assert_int_equal(tu_cluster_migrate_key(cl, a), 1);
-    assert_int_equal(tu_cluster_migrate_key(cl, c), 0);   /* absent */
+    assert_int_equal(tu_cluster_migrate_key(cl, c), 0); /* absent */
 
     /* The source: ASK for the key it gave away (and for a new one), still
      * serves the key it has. */
@@ -512,7 +523,7 @@ static void cluster_promoted(int old, int want, const char *key,
 static void test_cluster_failover_kill(void **state)
 {
     char key[64], key2[96];
-    int slot, old = 0, nm = 3, other;   /* 3: master 0's only replica */
+    int slot, old = 0, nm = 3, other; /* 3: master 0's only replica */
 
     (void)state;
     slot = cluster_write_replicated(old, "kill", key, sizeof(key));
@@ -521,7 +532,8 @@ static void test_cluster_failover_kill(void **state)
     assert_int_equal(tu_cluster_kill(cl, old), 0);
     assert_int_equal(tu_cluster_pid(cl, old), 0);
     assert_null(tu_cluster_role(cl, old));
-    cluster_promoted(old, nm, key, "cluster failover after SIGKILL of a master");
+    cluster_promoted(old, nm, key,
+                     "cluster failover after SIGKILL of a master");
     assert_string_equal(tu_cluster_role(cl, nm), "master");
     assert_int_equal(tu_cluster_slot_owner(cl, slot), nm);
 
@@ -558,8 +570,9 @@ static void test_cluster_stop_cont(void **state)
      * learns of the newer configuration and becomes a replica. */
     cluster_write_replicated(1, "stop", key, sizeof(key));
     assert_int_equal(tu_cluster_signal(cl, 1, SIGSTOP), 0);
-    assert_null(tu_cluster_role(cl, 1));   /* skipped: it is stopped */
-    cluster_promoted(1, nm, key, "cluster failover after SIGSTOP of a master");
+    assert_null(tu_cluster_role(cl, 1)); /* skipped: it is stopped */
+    cluster_promoted(1, nm, key,
+                     "cluster failover after SIGSTOP of a master");
 
     assert_int_equal(tu_cluster_signal(cl, 1, SIGCONT), 0);
     t0 = tu_now();
@@ -630,9 +643,9 @@ static void test_sentinel_layout(void **state)
     assert_string_equal(tu_sentinel_name(sn), "distlock");
     len = snprintf(url, sizeof(url), "redis-sentinel://");
     for (i = 0; i < 3; i++)
-        len += snprintf(url + len, sizeof(url) - (size_t)len,
-                        "%s127.0.0.1:%d", i ? "," : "",
-                        tu_sentinel_sentinel_port(sn, i));
+        len +=
+            snprintf(url + len, sizeof(url) - (size_t)len, "%s127.0.0.1:%d",
+                     i ? "," : "", tu_sentinel_sentinel_port(sn, i));
     snprintf(url + len, sizeof(url) - (size_t)len, "/distlock");
     assert_string_equal(tu_sentinel_url(sn), url);
 
@@ -650,9 +663,9 @@ static void test_sentinel_layout(void **state)
         }
         /* Each sentinel: 2 replicas, 2 other sentinels, our master. */
         {
-            redisReply *x = tu_sentinel_scmd(sn, i, "SENTINEL",
-                                             "GET-MASTER-ADDR-BY-NAME",
-                                             "distlock", NULL);
+            redisReply *x =
+                tu_sentinel_scmd(sn, i, "SENTINEL", "GET-MASTER-ADDR-BY-NAME",
+                                 "distlock", NULL);
             assert_non_null(x);
             assert_int_equal(x->type, REDIS_REPLY_ARRAY);
             assert_int_equal(atoi(x->element[1]->str),
@@ -660,7 +673,8 @@ static void test_sentinel_layout(void **state)
             freeReplyObject(x);
         }
         assert_int_equal(info_num(tu_sentinel_sentinel(sn, i), "sentinel",
-                                  "sentinel_masters"), 1);
+                                  "sentinel_masters"),
+                         1);
     }
     assert_int_equal(tu_sentinel_wait_ok(sn, WAIT_MS), 0);
 }

@@ -20,7 +20,7 @@
 #include "torture_check.h"
 
 #define MS 1000000ULL
-#define T0 (1000 * MS)   /* histories start at an arbitrary clock value */
+#define T0 (1000 * MS) /* histories start at an arbitrary clock value */
 
 /* Lock 0 is a mutex, lock 1 a rwlock; bounds as a run would set them. */
 static struct tc_history hist(const struct tc_rec *rec, size_t n)
@@ -76,8 +76,8 @@ static void number_lock(struct tc_rec *rec, size_t n, unsigned l)
     for (;;) {
         struct tc_rec *first = NULL;
         for (size_t i = 0; i < n; i++)
-            if (rec[i].lock == l && rec[i].rval == -1
-                && (!first || rec[i].ret_ns < first->ret_ns))
+            if (rec[i].lock == l && rec[i].rval == -1 &&
+                (!first || rec[i].ret_ns < first->ret_ns))
                 first = &rec[i];
         if (!first)
             return;
@@ -112,8 +112,14 @@ struct verdict {
     size_t off;
     unsigned long want;
 };
-#define VIOL(k, n) { #k, offsetof(struct tc_result, violations[k]), n }
-#define FIG(f, n)  { #f, offsetof(struct tc_result, f), n }
+#define VIOL(k, n)                                                           \
+    {                                                                        \
+#k, offsetof(struct tc_result, violations[k]), n                     \
+    }
+#define FIG(f, n)                                                            \
+    {                                                                        \
+#f, offsetof(struct tc_result, f), n                                 \
+    }
 
 /* Up to three sections, the counters at the end, what is changed in the
  * records after sect() (may be NULL), and the figures expected. */
@@ -142,8 +148,8 @@ static void test_one_check(void **state)
         c->change(rec);
     res = run(&h);
     for (size_t i = 0; i < 3 && c->v[i].what; i++) {
-        unsigned long got = *(const unsigned long *)((const char *)&res
-                                                     + c->v[i].off);
+        unsigned long got =
+            *(const unsigned long *)((const char *)&res + c->v[i].off);
         if (got != c->v[i].want)
             fail_msg("%s = %lu, expected %lu", c->v[i].what, got,
                      c->v[i].want);
@@ -151,10 +157,12 @@ static void test_one_check(void **state)
 }
 
 /* Two mutex holds at once. */
-static struct one_check overlap = {
-    { { 1, 0, TC_EXCL, 0, 10, 1 }, { 2, 0, TC_EXCL, 9, 20, 2 } }, 2, { 2, 0 },
-    NULL, { VIOL(TC_V_OVERLAP, 1) }
-};
+static struct one_check overlap = { { { 1, 0, TC_EXCL, 0, 10, 1 },
+                                      { 2, 0, TC_EXCL, 9, 20, 2 } },
+                                    2,
+                                    { 2, 0 },
+                                    NULL,
+                                    { VIOL(TC_V_OVERLAP, 1) } };
 
 /* EPERM from unlock with no lost-handler call: a silent loss. */
 static void unlock_eperm(struct tc_rec *rec)
@@ -162,15 +170,19 @@ static void unlock_eperm(struct tc_rec *rec)
     rec[0].unlock_rc = EPERM;
 }
 
-static struct one_check silent_loss = {
-    { { 1, 0, TC_EXCL, 0, 10, 1 } }, 1, { 1, 0 }, unlock_eperm,
-    { VIOL(TC_V_SILENT_LOSS, 1) }
-};
+static struct one_check silent_loss = { { { 1, 0, TC_EXCL, 0, 10, 1 } },
+                                        1,
+                                        { 1, 0 },
+                                        unlock_eperm,
+                                        { VIOL(TC_V_SILENT_LOSS, 1) } };
 
 /* A writer inside while a reader is. */
 static struct one_check rw_overlap = {
-    { { 1, 1, TC_READ, 0, 10, 0 }, { 2, 1, TC_WRITE, 5, 20, 4 } }, 2, { 0, 1 },
-    NULL, { VIOL(TC_V_RW_OVERLAP, 1), FIG(total, 1) }
+    { { 1, 1, TC_READ, 0, 10, 0 }, { 2, 1, TC_WRITE, 5, 20, 4 } },
+    2,
+    { 0, 1 },
+    NULL,
+    { VIOL(TC_V_RW_OVERLAP, 1), FIG(total, 1) }
 };
 
 /* A token lower than the hold's before: the fence refuses its holder,
@@ -181,8 +193,12 @@ static void refused_at_read(struct tc_rec *rec)
 }
 
 static struct one_check token_backwards = {
-    { { 1, 0, TC_EXCL, 0, 10, 5 }, { 2, 0, TC_EXCL, 11, 20, 4 },
-      { 1, 0, TC_EXCL, 21, 30, 6 } }, 3, { 2, 0 }, refused_at_read,
+    { { 1, 0, TC_EXCL, 0, 10, 5 },
+      { 2, 0, TC_EXCL, 11, 20, 4 },
+      { 1, 0, TC_EXCL, 21, 30, 6 } },
+    3,
+    { 2, 0 },
+    refused_at_read,
     { VIOL(TC_V_TOKEN, 1), FIG(total, 1), FIG(legit_refused, 1) }
 };
 
@@ -198,8 +214,11 @@ static void clobbered(struct tc_rec *rec)
 }
 
 static struct one_check clobber = {
-    { { 1, 0, TC_EXCL, 0, 10, 4 }, { 2, 0, TC_EXCL, 5, 20, 4 } }, 2, { 1, 0 },
-    clobbered, { VIOL(TC_V_COUNTER, 2), VIOL(TC_V_STALE_WRITE, 0) }
+    { { 1, 0, TC_EXCL, 0, 10, 4 }, { 2, 0, TC_EXCL, 5, 20, 4 } },
+    2,
+    { 1, 0 },
+    clobbered,
+    { VIOL(TC_V_COUNTER, 2), VIOL(TC_V_STALE_WRITE, 0) }
 };
 
 /* The fence answered an error other than STALE (its library missing, a
@@ -209,20 +228,21 @@ static void fence_failed(struct tc_rec *rec)
     rec[0].flags = TC_F_FENCE_ERR;
 }
 
-static struct one_check fence_error = {
-    { { 1, 0, TC_EXCL, 0, 10, 1 } }, 1, { 0, 0 }, fence_failed,
-    { VIOL(TC_V_ERRNO, 1) }
-};
+static struct one_check fence_error = { { { 1, 0, TC_EXCL, 0, 10, 1 } },
+                                        1,
+                                        { 0, 0 },
+                                        fence_failed,
+                                        { VIOL(TC_V_ERRNO, 1) } };
 
 /* Mutex sections one after the other, readers sharing, a writer alone:
  * no violation, and the counters match. */
 static void test_clean(void **state)
 {
     struct tc_rec rec[] = {
-        sect(1, 0, TC_EXCL, 0, 10, 1), sect(2, 0, TC_EXCL, 11, 20, 2),
-        sect(1, 0, TC_EXCL, 21, 30, 3),
-        sect(1, 1, TC_READ, 0, 10, 0), sect(2, 1, TC_READ, 5, 12, 0),
-        sect(3, 1, TC_WRITE, 13, 20, 7), sect(1, 1, TC_READ, 21, 22, 0),
+        sect(1, 0, TC_EXCL, 0, 10, 1),  sect(2, 0, TC_EXCL, 11, 20, 2),
+        sect(1, 0, TC_EXCL, 21, 30, 3), sect(1, 1, TC_READ, 0, 10, 0),
+        sect(2, 1, TC_READ, 5, 12, 0),  sect(3, 1, TC_WRITE, 13, 20, 7),
+        sect(1, 1, TC_READ, 21, 22, 0),
     };
     struct tc_history h = hist(rec, 7);
     struct tc_result res;
@@ -243,7 +263,8 @@ static void test_clean(void **state)
 static void test_documented_loss(void **state)
 {
     struct tc_rec rec[] = {
-        sect(1, 0, TC_EXCL, 0, 10, 1), sect(2, 0, TC_EXCL, 9, 20, 2),
+        sect(1, 0, TC_EXCL, 0, 10, 1),
+        sect(2, 0, TC_EXCL, 9, 20, 2),
     };
     struct tc_lost lost = { T0 + 8 * MS, 1, 0 };
     struct tc_history h = hist(rec, 2);
@@ -251,7 +272,7 @@ static void test_documented_loss(void **state)
 
     (void)state;
     rec[0].unlock_rc = EPERM;
-    rec[0].flags = TC_F_READ | TC_F_STALE;   /* read 0, refused at its write */
+    rec[0].flags = TC_F_READ | TC_F_STALE; /* read 0, refused at its write */
     rec[0].rval = 0;
     rec[1].rval = 0;
     h.lost = &lost;
@@ -260,7 +281,7 @@ static void test_documented_loss(void **state)
     res = run(&h);
     assert_int_equal(res.total, 0);
     assert_int_equal(res.lost_sections, 1);
-    assert_int_equal(res.told_late, 0);     /* told at 8, before 9 */
+    assert_int_equal(res.told_late, 0); /* told at 8, before 9 */
     assert_int_equal(res.refused, 1);
     assert_int_equal(res.refused_lost, 1);
     assert_int_equal(res.legit_refused, 0);
@@ -282,7 +303,8 @@ static void test_documented_loss(void **state)
 static void test_told_late(void **state)
 {
     struct tc_rec rec[] = {
-        sect(1, 0, TC_EXCL, 0, 10, 1), sect(2, 0, TC_EXCL, 9, 20, 2),
+        sect(1, 0, TC_EXCL, 0, 10, 1),
+        sect(2, 0, TC_EXCL, 9, 20, 2),
     };
     struct tc_lost lost = { T0 + 12 * MS, 1, 0 };
     struct tc_fault stop = { T0 + 2 * MS, T0 + 11 * MS, 1, 0, 0 };
@@ -291,7 +313,7 @@ static void test_told_late(void **state)
 
     (void)state;
     rec[0].unlock_rc = EPERM;
-    rec[0].flags = TC_F_READ | TC_F_STALE;   /* refused at its write */
+    rec[0].flags = TC_F_READ | TC_F_STALE; /* refused at its write */
     h.lost = &lost;
     h.nlost = 1;
     h.counter[0] = 1;
@@ -300,13 +322,13 @@ static void test_told_late(void **state)
     assert_int_equal(res.told_late, 1);
     assert_int_equal(res.told_late_own, 0);
 
-    h.fault = &stop;                        /* its process was stopped */
+    h.fault = &stop; /* its process was stopped */
     h.nfault = 1;
     res = run(&h);
     assert_int_equal(res.told_late, 0);
     assert_int_equal(res.told_late_own, 1);
 
-    stop.proc = TC_ALL;                     /* a restart without its data */
+    stop.proc = TC_ALL; /* a restart without its data */
     stop.loses_data = 1;
     res = run(&h);
     assert_int_equal(res.told_late + res.told_late_own, 0);
@@ -337,7 +359,8 @@ static void test_lost_during_acquire(void **state)
 static void test_lost_update(void **state)
 {
     struct tc_rec rec[] = {
-        sect(1, 0, TC_EXCL, 0, 10, 1), sect(2, 0, TC_EXCL, 11, 20, 2),
+        sect(1, 0, TC_EXCL, 0, 10, 1),
+        sect(2, 0, TC_EXCL, 11, 20, 2),
         sect(1, 0, TC_EXCL, 21, 30, 3),
     };
     struct tc_history h = hist(rec, 3);
@@ -359,7 +382,8 @@ static void test_lost_update(void **state)
 static void test_hang(void **state)
 {
     struct tc_rec rec[] = {
-        sect(1, 0, TC_EXCL, 0, 10, 1), sect(2, 0, TC_EXCL, 5020, 5030, 2),
+        sect(1, 0, TC_EXCL, 0, 10, 1),
+        sect(2, 0, TC_EXCL, 5020, 5030, 2),
         sect(3, 0, TC_EXCL, 0, 0, 0),
     };
     struct tc_history h = hist(rec, 2);
@@ -391,7 +415,8 @@ static void test_hang(void **state)
 static void test_calls(void **state)
 {
     struct tc_rec rec[] = {
-        sect(1, 0, TC_EXCL, 0, 10, 1), sect(2, 0, TC_EXCL, 11, 20, 2),
+        sect(1, 0, TC_EXCL, 0, 10, 1),
+        sect(2, 0, TC_EXCL, 11, 20, 2),
         sect(3, 0, TC_EXCL, 21, 30, 3),
     };
     struct tc_history h = hist(rec, 3);
@@ -400,10 +425,10 @@ static void test_calls(void **state)
     (void)state;
     h.counter[0] = 2;
     rec[0].op = TC_OP_TRY;
-    rec[0].rc = EAGAIN;      /* not a section then, and not documented */
+    rec[0].rc = EAGAIN; /* not a section then, and not documented */
     rec[0].flags = 0;
     rec[1].op = TC_OP_TIMED;
-    rec[1].deadline_ns = T0 + 5 * MS;   /* returned 6 ms late: fine */
+    rec[1].deadline_ns = T0 + 5 * MS; /* returned 6 ms late: fine */
     rec[2].op = TC_OP_TIMED;
     rec[2].call_ns = T0 + 20 * MS;
     rec[2].deadline_ns = T0 - 600 * MS; /* 21 ms past it, but called later */
@@ -414,7 +439,7 @@ static void test_calls(void **state)
     assert_int_equal(res.violations[TC_V_OCCUPANCY], 1);
     assert_int_equal(res.total, 2);
     rec[1].deadline_ns = T0 - 600 * MS;
-    rec[1].call_ns = T0 - 700 * MS;     /* returned 611 ms past it */
+    rec[1].call_ns = T0 - 700 * MS; /* returned 611 ms past it */
     assert_int_equal(run(&h).violations[TC_V_DEADLINE], 1);
     /* but not when its own process was stopped meanwhile */
     {
@@ -422,7 +447,7 @@ static void test_calls(void **state)
         h.fault = &f;
         h.nfault = 1;
         assert_int_equal(run(&h).violations[TC_V_DEADLINE], 0);
-        f.proc = 3;   /* another process's stop excuses nothing */
+        f.proc = 3; /* another process's stop excuses nothing */
         assert_int_equal(run(&h).violations[TC_V_DEADLINE], 1);
     }
 }
@@ -431,7 +456,8 @@ static void test_calls(void **state)
 static void test_enoreplica(void **state)
 {
     struct tc_rec rec[] = {
-        sect(1, 0, TC_EXCL, 0, 10, 1), sect(2, 0, TC_EXCL, 11, 20, 2),
+        sect(1, 0, TC_EXCL, 0, 10, 1),
+        sect(2, 0, TC_EXCL, 11, 20, 2),
     };
     struct tc_history h = hist(rec, 2);
 
@@ -479,7 +505,9 @@ static struct tc_rec permit(uint32_t proc, uint64_t a, uint64_t b)
 static void test_sem_overgrant(void **state)
 {
     struct tc_rec rec[] = {
-        permit(1, 0, 10), permit(2, 5, 20), permit(3, 21, 30),
+        permit(1, 0, 10),
+        permit(2, 5, 20),
+        permit(3, 21, 30),
     };
     struct tc_lost lost = { T0 + 9 * MS, 1, 1 };
     struct tc_history h = hist_waits(rec, 3, NULL, 0);
@@ -489,11 +517,11 @@ static void test_sem_overgrant(void **state)
     res = run(&h);
     assert_int_equal(res.total, 0);
     assert_int_equal(res.sections, 3);
-    rec[2] = permit(3, 8, 30);          /* three holders from 8 to 10 ms */
+    rec[2] = permit(3, 8, 30); /* three holders from 8 to 10 ms */
     res = run(&h);
     assert_int_equal(res.violations[TC_V_OVERGRANT], 1);
     assert_int_equal(res.total, 1);
-    rec[0].unlock_rc = EPERM;           /* the first one's lease ran out */
+    rec[0].unlock_rc = EPERM; /* the first one's lease ran out */
     h.lost = &lost;
     h.nlost = 1;
     assert_int_equal(run(&h).total, 0);
@@ -504,7 +532,9 @@ static void test_sem_overgrant(void **state)
 static void test_sem_occupancy_and_results(void **state)
 {
     struct tc_rec rec[] = {
-        permit(1, 0, 10), permit(2, 11, 20), permit(3, 21, 30),
+        permit(1, 0, 10),
+        permit(2, 11, 20),
+        permit(3, 21, 30),
         permit(4, 31, 40),
     };
     struct tc_history h = hist_waits(rec, 4, NULL, 0);
@@ -526,7 +556,9 @@ static void test_sem_occupancy_and_results(void **state)
 static void test_sem_hang(void **state)
 {
     struct tc_rec rec[] = {
-        permit(1, 0, 10), permit(2, 0, 5010), permit(3, 5020, 5030),
+        permit(1, 0, 10),
+        permit(2, 0, 5010),
+        permit(3, 5020, 5030),
     };
     struct tc_history h = hist_waits(rec, 3, NULL, 0);
 
@@ -557,7 +589,7 @@ static struct tc_item item(uint32_t proc, uint64_t put, uint64_t take,
 static void test_items(void **state)
 {
     struct tc_item items[] = {
-        item(1, 0, 5, 1), item(1, 10, 0, 0), item(1, 20, 0, 0),
+        item(1, 0, 5, 1),   item(1, 10, 0, 0),  item(1, 20, 0, 0),
         item(1, 30, 35, 2), item(1, 40, 45, 1),
     };
     struct tc_lost lost = { T0 + 50 * MS, 7, 2 };
@@ -568,14 +600,14 @@ static void test_items(void **state)
     items[1].flags = TC_I_QUEUED;
     res = run(&h);
     assert_int_equal(res.items, 5);
-    assert_int_equal(res.total, 2);       /* item 2 lost, item 3 doubled */
+    assert_int_equal(res.total, 2); /* item 2 lost, item 3 doubled */
     assert_int_equal(res.violations[TC_V_ITEM], 2);
-    items[4].flags = TC_I_QUEUED;         /* taken, yet still queued */
+    items[4].flags = TC_I_QUEUED; /* taken, yet still queued */
     assert_int_equal(run(&h).violations[TC_V_ITEM], 3);
-    h.lost = &lost;                       /* the queue's mutex was lost */
+    h.lost = &lost; /* the queue's mutex was lost */
     h.nlost = 1;
     assert_int_equal(run(&h).violations[TC_V_ITEM], 0);
-    lost.lock = 0;                        /* another lock's loss: no excuse */
+    lost.lock = 0; /* another lock's loss: no excuse */
     assert_int_equal(run(&h).violations[TC_V_ITEM], 3);
 }
 
@@ -626,7 +658,8 @@ static void test_lost_wakeup(void **state)
 static void test_stale_write_accepted(void **state)
 {
     struct tc_rec rec[] = {
-        sect(1, 0, TC_EXCL, 0, 10, 5), sect(2, 0, TC_EXCL, 11, 20, 6),
+        sect(1, 0, TC_EXCL, 0, 10, 5),
+        sect(2, 0, TC_EXCL, 11, 20, 6),
         sect(3, 0, TC_EXCL, 21, 30, 7),
     };
     struct tc_history h = hist(rec, 3);
@@ -661,7 +694,8 @@ static void test_stale_write_accepted(void **state)
 static void test_fence_same_value(void **state)
 {
     struct tc_rec rec[] = {
-        sect(1, 0, TC_EXCL, 0, 10, 5), sect(2, 0, TC_EXCL, 5, 20, 6),
+        sect(1, 0, TC_EXCL, 0, 10, 5),
+        sect(2, 0, TC_EXCL, 5, 20, 6),
     };
     struct tc_lost lost = { T0 + 9 * MS, 1, 0 };
     struct tc_history h = hist(rec, 2);
@@ -693,13 +727,14 @@ static void test_fence_same_value(void **state)
 static void test_refusals(void **state)
 {
     struct tc_rec rec[] = {
-        sect(1, 0, TC_EXCL, 0, 10, 9), sect(2, 0, TC_EXCL, 11, 20, 3),
+        sect(1, 0, TC_EXCL, 0, 10, 9),  sect(2, 0, TC_EXCL, 11, 20, 3),
         sect(3, 0, TC_EXCL, 21, 30, 4), sect(4, 0, TC_EXCL, 31, 40, 5),
         sect(5, 0, TC_EXCL, 41, 50, 6),
     };
-    struct tc_lost lost[] = { { T0 + 15 * MS, 2, 0 }, { T0 + 25 * MS, 9, 0 } };
-    struct tc_fault f = { T0 + 10 * MS + MS / 2, T0 + 10 * MS + MS / 2, TC_ALL,
-                          0, 1 };
+    struct tc_lost lost[] = { { T0 + 15 * MS, 2, 0 },
+                              { T0 + 25 * MS, 9, 0 } };
+    struct tc_fault f = { T0 + 10 * MS + MS / 2, T0 + 10 * MS + MS / 2,
+                          TC_ALL, 0, 1 };
     struct tc_history h = hist(rec, 5);
     struct tc_result res;
 
@@ -708,11 +743,11 @@ static void test_refusals(void **state)
     h.nfault = 1;
     for (int i = 1; i < 5; i++)
         rec[i].flags = TC_F_STALE;
-    rec[1].unlock_rc = EIO;          /* told by its handler at 15 ms */
-    rec[2].unlock_rc = 0;            /* a handler call, but proc 9's */
-    rec[3].unlock_rc = EPERM;        /* told by its unlock */
+    rec[1].unlock_rc = EIO;   /* told by its handler at 15 ms */
+    rec[2].unlock_rc = 0;     /* a handler call, but proc 9's */
+    rec[3].unlock_rc = EPERM; /* told by its unlock */
     rec[3].flags |= TC_F_KILLED;
-    rec[4].unlock_rc = -1;           /* killed before its unlock */
+    rec[4].unlock_rc = -1; /* killed before its unlock */
     rec[4].flags |= TC_F_KILLED;
     h.lost = lost;
     h.nlost = 2;

@@ -53,7 +53,8 @@
 static tu_redis_t r;
 static const struct fx_settings defaults = FX_DEFAULTS(0);
 
-#define NAME(buf, tag) test_lock_name(buf, sizeof buf, "test_wake", __func__, tag)
+#define NAME(buf, tag)                                                       \
+    test_lock_name(buf, sizeof buf, "test_wake", __func__, tag)
 
 /* A lock of its own, held in Redis by someone else. */
 struct held {
@@ -168,7 +169,8 @@ static void test_env_off(void **state)
     (void)state;
     if (on_valgrind() && !rerun_child()) {
         /* /proc/self/exe is valgrind's tool there, which refuses to run */
-        print_message("  skipped under valgrind: it runs the program again\n");
+        print_message(
+            "  skipped under valgrind: it runs the program again\n");
         skip();
     }
     if (rerun_child()) {
@@ -262,7 +264,7 @@ static void test_shutdown_while_lent(void **state)
 
 struct child_report {
     int rc;
-    double t;       /* tu_now() when its lock returned */
+    double t; /* tu_now() when its lock returned */
 };
 
 /* fork while a thread of this process reads the connection: the child
@@ -294,7 +296,7 @@ static void test_fork_while_lent(void **state)
         rep->t = tu_now();
         if (rep->rc == 0)
             dist_mutex_unlock(&y.m);
-        _exit(0);   /* as every child here: no leak check of the parent's
+        _exit(0); /* as every child here: no leak check of the parent's
                      * state, which a child abandons on purpose */
     }
     assert_true(pid > 0);
@@ -314,7 +316,7 @@ static void test_fork_while_lent(void **state)
 /* ---- many waiters ----------------------------------------------------------------- */
 
 #define CROWD_THREADS 3
-#define CROWD_ROUNDS 20
+#define CROWD_ROUNDS  20
 
 struct crowd {
     atomic_int inside;
@@ -483,7 +485,7 @@ static redisReply *run_script(const char *name, int nkeys, ...)
 struct marked {
     struct held h;
     char waiters[260];
-    char prefix[270];         /* "<waiters>:": a waiter's own channel */
+    char prefix[270]; /* "<waiters>:": a waiter's own channel */
 };
 
 static void hold_marked(struct marked *k)
@@ -505,9 +507,9 @@ static void hold_marked(struct marked *k)
 /* The other owner's unlock, the library's own script: {0, woken}. */
 static long long release_marked(const struct marked *k)
 {
-    redisReply *x = run_script("mutex_unlock", 3, k->h.name, k->h.chan,
-                               k->waiters, "60000", OTHER, "publish", "0",
-                               "1", NULL);
+    redisReply *x =
+        run_script("mutex_unlock", 3, k->h.name, k->h.chan, k->waiters,
+                   "60000", OTHER, "publish", "0", "1", NULL);
     long long woken;
 
     assert_int_equal(x->type, REDIS_REPLY_ARRAY);
@@ -539,7 +541,8 @@ static void await_registered(const struct marked *k, long long n, double secs)
     double end = tu_now() + secs;
 
     while ((tu_cmd_int(&r, "ZCARD", k->waiters, NULL) != n + 1 ||
-            own_channels(k->prefix) != n) && tu_now() < end)
+            own_channels(k->prefix) != n) &&
+           tu_now() < end)
         tu_sleep_ms(10);
     assert_int_equal(tu_cmd_int(&r, "ZCARD", k->waiters, NULL), n + 1);
     assert_int_equal(own_channels(k->prefix), n);
@@ -698,10 +701,10 @@ struct canceled {
     dist_mutex_t *m;
     dist_cond_t *cv;
     dist_sem_t *sem;
-    atomic_int returned;     /* the call returned */
-    atomic_int cleaned;      /* the cleanup handler ran */
-    int rc;                  /* what the call gave */
-    int unlock_rc;           /* cond: the cleanup's unlock of the mutex */
+    atomic_int returned; /* the call returned */
+    atomic_int cleaned;  /* the cleanup handler ran */
+    int rc;              /* what the call gave */
+    int unlock_rc;       /* cond: the cleanup's unlock of the mutex */
 };
 
 static void note_cleanup(void *arg)
@@ -721,7 +724,7 @@ static void *cancel_locker(void *arg)
     atomic_store(&c->returned, 1);
     if (c->rc == 0)
         dist_mutex_unlock(c->m);
-    pthread_testcancel();    /* where the request made meanwhile acts */
+    pthread_testcancel(); /* where the request made meanwhile acts */
     pthread_cleanup_pop(0);
     return NULL;
 }
@@ -764,7 +767,7 @@ static void test_lock_is_not_a_cancellation_point(void **state)
     tu_sleep_ms(300);
     assert_int_equal(pthread_cancel(th), 0);
     tu_sleep_ms(300);
-    assert_int_equal(atomic_load(&c.cleaned), 0);   /* not inside the call */
+    assert_int_equal(atomic_load(&c.cleaned), 0); /* not inside the call */
     assert_int_equal(atomic_load(&c.returned), 0);
     t = let_go(&h);
     assert_int_equal(pthread_join(th, &res), 0);
@@ -848,7 +851,7 @@ static void test_waits_are_cancellation_points(void **state)
     assert_true(res == PTHREAD_CANCELED);
     assert_int_equal(atomic_load(&c.returned), 0);
     assert_int_equal(atomic_load(&c.cleaned), 1);
-    assert_int_equal(c.unlock_rc, 0);       /* it held the mutex */
+    assert_int_equal(c.unlock_rc, 0); /* it held the mutex */
     assert_int_equal(tu_cmd_int(&r, "EXISTS", name, NULL), 0);
 
     memset(&c, 0, sizeof c);
@@ -874,8 +877,8 @@ static void test_waits_are_cancellation_points(void **state)
 struct cwaiter {
     struct canceled c;
     int timed;
-    atomic_int waiting;      /* about to wait */
-    double woke;             /* when the wait returned (tu_now) */
+    atomic_int waiting; /* about to wait */
+    double woke;        /* when the wait returned (tu_now) */
 };
 
 static void *cwaiter_body(void *arg)
@@ -938,7 +941,7 @@ static void cancel_and_join(pthread_t th, struct cwaiter *w)
     assert_true(res == PTHREAD_CANCELED);
     assert_int_equal(atomic_load(&w->c.returned), 0);
     assert_int_equal(atomic_load(&w->c.cleaned), 1);
-    assert_int_equal(w->c.unlock_rc, 0);      /* it held the mutex */
+    assert_int_equal(w->c.unlock_rc, 0); /* it held the mutex */
 }
 
 struct cnames {
@@ -1017,7 +1020,7 @@ static void test_cond_wait_cancelled_while_asleep(void **state)
     scene_waiter(&s, 0);
     scene_waiter(&s, 1);
     assert_int_equal(await_numsub(s.n.chan, 1, slack(5.0)), 1);
-    tu_sleep_ms(300);                          /* both asleep by now */
+    tu_sleep_ms(300); /* both asleep by now */
 
     t = tu_now();
     cancel_and_join(s.th[1], &s.w[1]);
@@ -1061,7 +1064,7 @@ static void test_cancelled_wait_passes_its_signal_on(void **state)
     scene_waiter(&s, 1);
     tu_sleep_ms(300);
 
-    x = tu_cmd(&r, "LPOP", s.n.queue, NULL);     /* the oldest: a */
+    x = tu_cmd(&r, "LPOP", s.n.queue, NULL); /* the oldest: a */
     assert_non_null(x);
     assert_int_equal(x->type, REDIS_REPLY_STRING);
     snprintf(owner, sizeof owner, "%s", x->str);
@@ -1111,7 +1114,7 @@ static void test_cond_wait_sleeps_on_after_a_signal(void **state)
 
     (void)state;
     memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_usr1;          /* no SA_RESTART */
+    sa.sa_handler = on_usr1; /* no SA_RESTART */
     sigemptyset(&sa.sa_mask);
     assert_int_equal(sigaction(SIGUSR1, &sa, &old), 0);
     scene_open(&s, __func__);
@@ -1123,7 +1126,7 @@ static void test_cond_wait_sleeps_on_after_a_signal(void **state)
     assert_int_equal(atomic_load(&s.w[0].c.returned), 0);
 
     scene_waiter(&s, 1);
-    tu_sleep_ms(300);                          /* both asleep by now */
+    tu_sleep_ms(300); /* both asleep by now */
     signal_five_times(s.th[0]);
     signal_five_times(s.th[1]);
     tu_sleep_ms(300);

@@ -47,26 +47,30 @@
  * and reports its own sigaltstack call as a stack overflow): a test that
  * cancels a thread in a wait skips itself under it. */
 #ifdef TU_ASAN
-#define SKIP_UNDER_ASAN()                                                     \
-    do {                                                                      \
-        print_message("  skipped under AddressSanitizer (its runtime "        \
+#define SKIP_UNDER_ASAN()                                                    \
+    do {                                                                     \
+        print_message("  skipped under AddressSanitizer (its runtime "       \
                       "misreads a cancelled thread's unwinding)\n");         \
-        skip();                                                               \
+        skip();                                                              \
     } while (0)
 #else
-#define SKIP_UNDER_ASAN() do { } while (0)
+#define SKIP_UNDER_ASAN()                                                    \
+    do {                                                                     \
+    } while (0)
 #endif
 
 /* A test ThreadSanitizer cannot follow (why says what it loses) skips
  * itself under it. */
 #ifdef TU_TSAN
-#define SKIP_UNDER_TSAN(why)                                                  \
-    do {                                                                      \
+#define SKIP_UNDER_TSAN(why)                                                 \
+    do {                                                                     \
         print_message("  skipped under ThreadSanitizer (%s)\n", why);        \
-        skip();                                                               \
+        skip();                                                              \
     } while (0)
 #else
-#define SKIP_UNDER_TSAN(why) do { } while (0)
+#define SKIP_UNDER_TSAN(why)                                                 \
+    do {                                                                     \
+    } while (0)
 #endif
 
 static inline int on_valgrind(void)
@@ -153,7 +157,9 @@ static inline long long owner_count(tu_redis_t *r, const char *key)
  * that differ in a value only, each case under its own name.  teardown may
  * be NULL. */
 #define param_test(name, fn, arg, teardown)                                  \
-    { #name, fn, NULL, teardown, (void *)(arg) }
+    {                                                                        \
+#name, fn, NULL, teardown, (void *)(arg)                             \
+    }
 
 /* A fresh name (the program's NAME) and the lock on it, made by init
  * (dist_mutex_init, dist_rwlock_init) with default attributes. */
@@ -279,8 +285,8 @@ static inline void assert_attr_switch(int (*set)(dist_mutexattr_t *, int),
  * what they report (munmap when done); fails the test when there is none. */
 static inline void *shared_mem(size_t n)
 {
-    void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
-                   -1, 0);
+    void *p = mmap(NULL, n, PROT_READ | PROT_WRITE,
+                   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 
     assert_true(p != MAP_FAILED);
     return memset(p, 0, n);

@@ -58,14 +58,14 @@
 #define DISTLOCK_PRELOAD_LIB "libdistlock_preload.so"
 #endif
 
-#define EXIT_USAGE 2
-#define EXIT_REFUSED 126
-#define EXIT_NOTFOUND 127
-#define EXIT_CONFIG 78
+#define EXIT_USAGE     2
+#define EXIT_REFUSED   126
+#define EXIT_NOTFOUND  127
+#define EXIT_CONFIG    78
 /* distlock-run run as the handshake's host, when nobody answered (its
  * main ran: the preloaded library is not the shim) */
 #define EXIT_NO_ANSWER 3
-#define PROBE_ENV "DISTLOCK_PRELOAD_PROBE"
+#define PROBE_ENV      "DISTLOCK_PRELOAD_PROBE"
 
 static const char *prog_name = "distlock-run";
 
@@ -83,30 +83,32 @@ static void say(const char *fmt, ...)
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: distlock-run [-v] [--config FILE] [--preload LIB] "
-            "[--timeout SEC] [--] PROGRAM [ARGS...]\n"
-            "\n"
-            "Runs PROGRAM with the pthread mutexes that FILE maps turned into\n"
-            "distributed locks (LD_PRELOAD=libdistlock_preload.so).\n"
-            "\n"
-            "  --config FILE   the mapping (default: $DISTLOCK_PRELOAD_CONFIG)\n"
-            "  --preload LIB   the shim (default: $DISTLOCK_PRELOAD_LIB, else\n"
-            "                  %s)\n"
-            "  --timeout SEC   how long the shim may take to answer and to report\n"
-            "                  (default 30, at most 86400)\n"
-            "  -v              show every mapping\n",
-            DISTLOCK_PRELOAD_LIB);
+    fprintf(
+        f,
+        "usage: distlock-run [-v] [--config FILE] [--preload LIB] "
+        "[--timeout SEC] [--] PROGRAM [ARGS...]\n"
+        "\n"
+        "Runs PROGRAM with the pthread mutexes that FILE maps turned into\n"
+        "distributed locks (LD_PRELOAD=libdistlock_preload.so).\n"
+        "\n"
+        "  --config FILE   the mapping (default: $DISTLOCK_PRELOAD_CONFIG)\n"
+        "  --preload LIB   the shim (default: $DISTLOCK_PRELOAD_LIB, else\n"
+        "                  %s)\n"
+        "  --timeout SEC   how long the shim may take to answer and to "
+        "report\n"
+        "                  (default 30, at most 86400)\n"
+        "  -v              show every mapping\n",
+        DISTLOCK_PRELOAD_LIB);
 }
 
 /* ---- checks on the files ------------------------------------------------ */
 
 struct elfinfo {
-    int cls;                   /* ELFCLASS32 / ELFCLASS64 */
+    int cls; /* ELFCLASS32 / ELFCLASS64 */
     int machine;
     int type;
-    int interp;                /* has PT_INTERP */
-    int dynamic;               /* has PT_DYNAMIC */
+    int interp;  /* has PT_INTERP */
+    int dynamic; /* has PT_DYNAMIC */
 };
 
 /* The ELF headers of the file open on fd: 0, or 1 not ELF. */
@@ -178,8 +180,8 @@ static int find_program(const char *name, char *buf, size_t len)
         end = strchr(p, ':');
         if (!end)
             end = p + strlen(p);
-        snprintf(buf, len, "%.*s%s%s", (int)(end - p), p,
-                 end > p ? "/" : "", name);
+        snprintf(buf, len, "%.*s%s%s", (int)(end - p), p, end > p ? "/" : "",
+                 name);
         if (stat(buf, &st) == 0 && S_ISREG(st.st_mode) &&
             access(buf, X_OK) == 0)
             return 0;
@@ -204,15 +206,16 @@ static int check_secure_exec(const char *path, int fd, const struct stat *st)
         bit = "set-group-ID";
     if (bit) {
         say("%s: %s (mode %04o): the loader ignores LD_PRELOAD in "
-            "secure-execution mode; run a copy without the bit", path, bit,
-            (unsigned)(st->st_mode & 07777));
+            "secure-execution mode; run a copy without the bit",
+            path, bit, (unsigned)(st->st_mode & 07777));
         return EXIT_REFUSED;
     }
     cap = fgetxattr(fd, "security.capability", NULL, 0);
     if (cap > 0) {
         say("%s: has file capabilities (security.capability): the loader "
             "ignores LD_PRELOAD in secure-execution mode; run a copy "
-            "without them (setcap -r)", path);
+            "without them (setcap -r)",
+            path);
         return EXIT_REFUSED;
     }
     if (cap < 0 && errno != ENODATA && errno != ENOTSUP) {
@@ -246,14 +249,15 @@ static int check_program(const char *path, const struct elfinfo *shim,
     rc = read_elf_fd(*fd, &ei);
     if (rc > 0) {
         say("%s: not an ELF executable (a script?): name the program "
-            "itself, so that the shim can be checked into it", path);
+            "itself, so that the shim can be checked into it",
+            path);
         return EXIT_REFUSED;
     }
     if (ei.cls != shim->cls || ei.machine != shim->machine) {
         say("%s: built for another architecture or word size than the "
             "shim (ELF class %d, machine %d; the shim: %d, %d): the loader "
-            "would skip the shim", path, ei.cls, ei.machine, shim->cls,
-            shim->machine);
+            "would skip the shim",
+            path, ei.cls, ei.machine, shim->cls, shim->machine);
         return EXIT_REFUSED;
     }
     if (ei.type != ET_EXEC && ei.type != ET_DYN) {
@@ -263,12 +267,14 @@ static int check_program(const char *path, const struct elfinfo *shim,
     if (!ei.interp) {
         say("%s: statically linked (no PT_INTERP program header): no dynamic "
             "loader runs, so LD_PRELOAD cannot load the shim; link the "
-            "program dynamically", path);
+            "program dynamically",
+            path);
         return EXIT_REFUSED;
     }
     if (!ei.dynamic) {
         say("%s: has no dynamic section (PT_DYNAMIC): the shim cannot "
-            "interpose its pthread calls", path);
+            "interpose its pthread calls",
+            path);
         return EXIT_REFUSED;
     }
     return check_secure_exec(path, *fd, st);
@@ -277,8 +283,8 @@ static int check_program(const char *path, const struct elfinfo *shim,
 /* ---- signals ------------------------------------------------------------- */
 
 static volatile pid_t child;
-static const int fwd_sigs[] = { SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1,
-                                SIGUSR2 };
+static const int fwd_sigs[] = { SIGHUP,  SIGINT,  SIGQUIT,
+                                SIGTERM, SIGUSR1, SIGUSR2 };
 #define NFWD ((int)(sizeof fwd_sigs / sizeof fwd_sigs[0]))
 
 /* Passes a signal on to the program, except one the terminal sent to the
@@ -368,7 +374,7 @@ static int read_status(int fd, double timeout, unsigned long *mapped,
             memmove(buf, nl + 1, have);
         }
         if (have == sizeof buf)
-            have = 0;                 /* an absurd line: drop it */
+            have = 0; /* an absurd line: drop it */
         if (left <= 0)
             return ST_TIMEOUT;
         rc = poll(&pfd, 1, (int)(left * 1000) + 1);
@@ -400,11 +406,11 @@ struct run {
     const char *config, *shim;
     double timeout;
     int verbose;
-    char **argv;                 /* the program's, from ours */
+    char **argv; /* the program's, from ours */
     char config_abs[PATH_MAX], shim_abs[PATH_MAX], prog[PATH_MAX];
     char preload[2 * PATH_MAX + 2];
-    struct stat pst;             /* of prog */
-    int prog_fd;                 /* prog, open: what is checked is run */
+    struct stat pst; /* of prog */
+    int prog_fd;     /* prog, open: what is checked is run */
 };
 
 /* --timeout's value: seconds, more than 0 and at most MAX_TIMEOUT_S.  The
@@ -503,7 +509,8 @@ static int check_files(struct run *r)
          * start the program without it */
         say("%s: the loader splits LD_PRELOAD at spaces and colons, so it "
             "would not load the shim from this path; put it where the path "
-            "has neither", r->shim_abs);
+            "has neither",
+            r->shim_abs);
         return EXIT_CONFIG;
     }
     rc = read_elf(r->shim_abs, &shim_elf);
@@ -594,7 +601,8 @@ static int loader_takes_shim(const struct run *r)
     line = strstr(out, "ERROR: ");
     if (WIFSIGNALED(st))
         say("%s: the loader would start it without the shim %s (it died of "
-            "signal %d loading it)", r->prog, r->shim_abs, WTERMSIG(st));
+            "signal %d loading it)",
+            r->prog, r->shim_abs, WTERMSIG(st));
     else
         say("%s: the loader would start it without the shim %s%s%.*s",
             r->prog, r->shim_abs, line ? ": " : "",
@@ -711,26 +719,33 @@ static int shim_answers(const struct run *r)
     if (rc != 0)
         kill(pid, SIGKILL);
     status = wait_child(pid);
-    if (rc == 0 && sscanf(buf, "distlock-preload %llx %llu:%llu", &got_nonce,
-                          &dev, &ino) == 3 && got_nonce == nonce) {
+    if (rc == 0 &&
+        sscanf(buf, "distlock-preload %llx %llu:%llu", &got_nonce, &dev,
+               &ino) == 3 &&
+        got_nonce == nonce) {
         if (dev == (unsigned long long)st.st_dev &&
             ino == (unsigned long long)st.st_ino)
             return 0;
         say("%s: not the shim that answered: another distlock shim, already "
-            "in LD_PRELOAD, did; %s was not started", r->shim_abs, r->prog);
+            "in LD_PRELOAD, did; %s was not started",
+            r->shim_abs, r->prog);
         return EXIT_CONFIG;
     }
     if (rc != 0) {
         say("%s: no answer to the shim's handshake within %g s; %s was not "
-            "started", r->shim_abs, r->timeout, r->prog);
+            "started",
+            r->shim_abs, r->timeout, r->prog);
     } else if (sscanf(buf, "exec %d", &err) == 1) {
         say("cannot run the shim's handshake (/proc/self/exe: %s); %s was "
-            "not started", strerror(err), r->prog);
+            "not started",
+            strerror(err), r->prog);
     } else if (WIFEXITED(status) && WEXITSTATUS(status) == EXIT_NO_ANSWER) {
         say("%s: not the distlock shim: it loads, but does not answer the "
             "shim's handshake, so the program would run without distributed "
-            "locks (the shim is libdistlock_preload.so; libdistlock.so is the "
-            "library it uses); %s was not started", r->shim_abs, r->prog);
+            "locks (the shim is libdistlock_preload.so; libdistlock.so is "
+            "the "
+            "library it uses); %s was not started",
+            r->shim_abs, r->prog);
     } else {
         if (WIFSIGNALED(status))
             snprintf(again, sizeof again, "died of signal %d",
@@ -739,8 +754,8 @@ static int shim_answers(const struct run *r)
             snprintf(again, sizeof again, "exited %d",
                      WIFEXITED(status) ? WEXITSTATUS(status) : -1);
         say("%s: the shim's handshake failed (distlock-run with it preloaded "
-            "%s without an answer); %s was not started", r->shim_abs, again,
-            r->prog);
+            "%s without an answer); %s was not started",
+            r->shim_abs, again, r->prog);
     }
     return EXIT_CONFIG;
 }
@@ -759,8 +774,7 @@ static void exec_program(const struct run *r, int status_w,
         _exit(EXIT_FAILURE);
     snprintf(env, sizeof env, "%d:%ld", sfd, (long)getpid());
     setenv("DISTLOCK_PRELOAD_STATUS_FD", env, 1);
-    snprintf(env, sizeof env, "%llu:%llu",
-             (unsigned long long)r->pst.st_dev,
+    snprintf(env, sizeof env, "%llu:%llu", (unsigned long long)r->pst.st_dev,
              (unsigned long long)r->pst.st_ino);
     setenv("DISTLOCK_PRELOAD_TARGET", env, 1);
     setenv("DISTLOCK_PRELOAD_CONFIG", r->config_abs, 1);
@@ -835,14 +849,15 @@ static int await_shim(const struct run *r, pid_t pid, int fd)
         kill(pid, SIGKILL);
         st = wait_child(pid);
         say("%s: the shim did not load (the program closed the status pipe "
-            "without a report%s); it was stopped", r->prog,
-            WIFEXITED(st) ? ", and exited" : "");
+            "without a report%s); it was stopped",
+            r->prog, WIFEXITED(st) ? ", and exited" : "");
         return EXIT_CONFIG;
     default:
         kill(pid, SIGKILL);
         wait_child(pid);
         say("%s: the shim did not report within %g s (not loaded?); the "
-            "program was killed", r->prog, r->timeout);
+            "program was killed",
+            r->prog, r->timeout);
         return EXIT_CONFIG;
     }
 }

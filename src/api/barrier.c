@@ -8,11 +8,13 @@
 
 #include "kinds/kinds.h"
 
-#define BARRIER_MAGIC 0x62617272u     /* "barr" */
-#define NKEYS 3                       /* barrier, members, channel */
+#define BARRIER_MAGIC 0x62617272u /* "barr" */
+#define NKEYS         3           /* barrier, members, channel */
 
 static const enum dist__nm key_name[NKEYS] = {
-    DIST__N_BARRIER, DIST__N_BARRIER_MEMBERS, DIST__N_BARRIER_CHAN,
+    DIST__N_BARRIER,
+    DIST__N_BARRIER_MEMBERS,
+    DIST__N_BARRIER_CHAN,
 };
 
 struct dist__barrier {
@@ -20,9 +22,9 @@ struct dist__barrier {
     unsigned count;
     struct dist__names *names;
     struct dist__buf keys[NKEYS];
-    pthread_mutex_t mu;               /* guards member and waiting */
-    struct dist__hold *member;        /* renewal entry, from the first wait */
-    unsigned long gen;                /* fork generation of member */
+    pthread_mutex_t mu;        /* guards member and waiting */
+    struct dist__hold *member; /* renewal entry, from the first wait */
+    unsigned long gen;         /* fork generation of member */
     int waiting;
 };
 
@@ -67,8 +69,8 @@ int dist_barrier_init(dist_barrier_t *b, const char *name, unsigned count)
     if (!(bo->names = dist__names_new(name, len)))
         goto oom;
     for (i = 0; i < NKEYS; i++) {
-        char *p = dist__names_derive(bo->names, key_name[i], "",
-                                     &bo->keys[i].len);
+        char *p =
+            dist__names_derive(bo->names, key_name[i], "", &bo->keys[i].len);
         if (!p)
             goto oom;
         bo->keys[i].p = p;
@@ -93,7 +95,7 @@ static int get_barrier(dist_barrier_t *b, struct dist__barrier **out)
     bo = __atomic_load_n((struct dist__barrier **)&b->__impl,
                          __ATOMIC_ACQUIRE);
     if (bo && dist__stamp_check(b->__reserved, "barrier") != 0)
-        return EINVAL;             /* the message is set */
+        return EINVAL; /* the message is set */
     if (!bo || bo->magic != BARRIER_MAGIC)
         return dist__err(EINVAL, "barrier is not initialised (or destroyed)");
     *out = bo;
@@ -149,9 +151,9 @@ static int run(struct dist__barrier *bo, int script, const char *what,
     kv[2] = bo->keys[2];
     rc = dist__route_run(0, script, NKEYS, kv, nkv, &r);
     if (rc != 0)
-        return rc == ENOMEM ? ENOMEM : dist__err(EIO, "barrier '%s': %s",
-                                                  bo->names->name.p,
-                                                  dist_last_error());
+        return rc == ENOMEM ? ENOMEM
+                            : dist__err(EIO, "barrier '%s': %s",
+                                        bo->names->name.p, dist_last_error());
     if (r->type == REDIS_REPLY_INTEGER) {
         v[0] = r->integer;
         v[1] = 0;
@@ -178,15 +180,20 @@ static int arrive(struct dist__barrier *bo, long long *round)
     kv[4] = arg(count);
     kv[5] = arg(window);
     kv[6] = arg(dist__publish_cmd());
-    if ((rc = run(bo, DIST__S_BARRIER_ARRIVE, "barrier_arrive", kv, 7, v)) != 0)
+    if ((rc = run(bo, DIST__S_BARRIER_ARRIVE, "barrier_arrive", kv, 7, v)) !=
+        0)
         return rc;
     *round = v[1];
     if (v[0] == -2)
-        return dist__err(EINVAL, "barrier '%s' exists with a count of %lld, "
-                         "not %u", bo->names->name.p, v[1], bo->count);
+        return dist__err(EINVAL,
+                         "barrier '%s' exists with a count of %lld, "
+                         "not %u",
+                         bo->names->name.p, v[1], bo->count);
     if (v[0] == -1)
-        return dist__err(EOWNERDEAD, "barrier '%s': a member died, round "
-                         "%lld is broken", bo->names->name.p, v[1]);
+        return dist__err(EOWNERDEAD,
+                         "barrier '%s': a member died, round "
+                         "%lld is broken",
+                         bo->names->name.p, v[1]);
     return v[0] == 1;
 }
 
@@ -243,8 +250,10 @@ static int sleep_round(struct dist__barrier *bo, long long round,
     if (rc != 0)
         return rc;
     if (res < 0)
-        return dist__err(EOWNERDEAD, "barrier '%s': a member died, round %lld "
-                         "is broken", bo->names->name.p, round);
+        return dist__err(EOWNERDEAD,
+                         "barrier '%s': a member died, round %lld "
+                         "is broken",
+                         bo->names->name.p, round);
     if (res == 0)
         return dist__err(ETIMEDOUT, "barrier '%s': timed out in round %lld",
                          bo->names->name.p, round);

@@ -32,8 +32,10 @@ int dist_condattr_setclock(dist_condattr_t *a, clockid_t clock)
     if (!a)
         return EINVAL;
     if (clock != CLOCK_REALTIME && clock != CLOCK_MONOTONIC)
-        return dist__err(EINVAL, "clock %d: use CLOCK_REALTIME or "
-                         "CLOCK_MONOTONIC", (int)clock);
+        return dist__err(EINVAL,
+                         "clock %d: use CLOCK_REALTIME or "
+                         "CLOCK_MONOTONIC",
+                         (int)clock);
     a->__clock = (int)clock;
     return 0;
 }
@@ -60,7 +62,8 @@ int dist_cond_init(dist_cond_t *c, const char *name,
     if (!c)
         return dist__err(EINVAL, "condition is NULL");
     if (clock != CLOCK_REALTIME && clock != CLOCK_MONOTONIC)
-        return dist__err(EINVAL, "condition attribute has an unknown clock %d",
+        return dist__err(EINVAL,
+                         "condition attribute has an unknown clock %d",
                          (int)clock);
     if ((rc = dist__cond_new(name, clock, &cv)) != 0)
         return rc;
@@ -84,20 +87,20 @@ static int get_cond(dist_cond_t *c, struct dist__cond **out)
             return rc;
         if (cv->magic != DIST__COND_MAGIC)
             return dist__err(EINVAL, "condition is not initialised (or "
-                             "destroyed)");
+                                     "destroyed)");
         *out = cv;
         return 0;
     }
     if (!c->__name)
         return dist__err(EINVAL, "condition has no name: use dist_cond_init "
-                         "or DIST_COND_INITIALIZER");
+                                 "or DIST_COND_INITIALIZER");
     if ((rc = dist__cond_new(c->__name, CLOCK_REALTIME, &cv)) != 0)
         return rc;
-    dist__stamp(c->__reserved);   /* before cv is seen, as at init */
+    dist__stamp(c->__reserved); /* before cv is seen, as at init */
     if (!__atomic_compare_exchange_n((struct dist__cond **)&c->__impl,
                                      &expected, cv, 0, __ATOMIC_ACQ_REL,
                                      __ATOMIC_ACQUIRE)) {
-        dist__cond_free(cv);      /* another thread won the race */
+        dist__cond_free(cv); /* another thread won the race */
         cv = expected;
     }
     *out = cv;
@@ -113,7 +116,7 @@ enum { WT_ENTERING, WT_ASLEEP, WT_WOKEN };
 struct dist__cond_wt {
     struct dist__cond_wt *next;
     int phase;
-    char owner[64];               /* in the queue while not signalled */
+    char owner[64]; /* in the queue while not signalled */
 };
 
 /* cv->mu held.  In a child of fork() the list is the parent's: its
@@ -177,7 +180,7 @@ static void wt_leave(struct dist__cond *cv, struct dist__cond_wt *wt)
  * broadcast.  0 with *gen (the waits begun by then), or EBUSY. */
 static int still_blocked(struct dist__cond *cv, unsigned long *gen)
 {
-    char (*owners)[64] = NULL;
+    char(*owners)[64] = NULL;
     struct dist__cond_wt *wt;
     int n = 0, busy = 0, any = 0, rc = 0;
     char why[256];
@@ -202,13 +205,15 @@ static int still_blocked(struct dist__cond *cv, unsigned long *gen)
                          cv->names->name.p);
     }
     if (n > 0)
-        rc = dist__cond_queued(cv, (const char (*)[64])owners, n, &any);
+        rc = dist__cond_queued(cv, (const char(*)[64])owners, n, &any);
     free(owners);
     if (rc != 0) {
         snprintf(why, sizeof why, "%s", dist_last_error());
-        return dist__err(EBUSY, "condition '%s' has waiters in this process, "
+        return dist__err(EBUSY,
+                         "condition '%s' has waiters in this process, "
                          "and Redis could not say whether a signal woke "
-                         "them: %s", cv->names->name.p, why);
+                         "them: %s",
+                         cv->names->name.p, why);
     }
     if (any)
         return dist__err(EBUSY, "condition '%s' has waiters in this process",
@@ -231,17 +236,19 @@ int dist_cond_destroy(dist_cond_t *c)
     if ((rc = dist__stamp_check(c->__reserved, "condition")) != 0)
         return rc;
     if (cv->magic != DIST__COND_MAGIC)
-        return dist__err(EINVAL, "condition is not initialised (or destroyed)");
+        return dist__err(EINVAL,
+                         "condition is not initialised (or destroyed)");
     if ((rc = still_blocked(cv, &gen)) != 0)
         return rc;
     pthread_mutex_lock(&cv->mu);
     wts_own(cv);
-    if (cv->entered != gen) {          /* a wait began meanwhile */
+    if (cv->entered != gen) { /* a wait began meanwhile */
         pthread_mutex_unlock(&cv->mu);
         return dist__err(EBUSY, "condition '%s' has waiters in this process",
                          cv->names->name.p);
     }
-    __atomic_store_n((struct dist__cond **)&c->__impl, NULL, __ATOMIC_RELEASE);
+    __atomic_store_n((struct dist__cond **)&c->__impl, NULL,
+                     __ATOMIC_RELEASE);
     cv->doomed = 1;
     now = !cv->wts;
     pthread_mutex_unlock(&cv->mu);
@@ -257,8 +264,8 @@ struct cwait {
     struct dist__cond *cv;
     struct dist__obj *o;
     struct dist__chan *ch;
-    struct dist__hold *w;         /* the waiter's liveness renewal */
-    int intr;                     /* DIST__SUB_CANCEL: its sleeps are
+    struct dist__hold *w; /* the waiter's liveness renewal */
+    int intr;             /* DIST__SUB_CANCEL: its sleeps are
                                    * cancellation points (pubsub.h) */
     struct dist__cond_wt wt;
 };
@@ -309,8 +316,11 @@ static int sleep_marked(struct cwait *cw, const struct dist__deadline *dl,
                 failing = dist__now_ms() + dist__patience_ms();
             if (dist__now_ms() >= failing) {
                 atomic_fetch_add(&cv->spurious, 1);
-                return last ? dist__err(ETIMEDOUT, "condition '%s': timed "
-                                        "out", cv->names->name.p) : 0;
+                return last ? dist__err(ETIMEDOUT,
+                                        "condition '%s': timed "
+                                        "out",
+                                        cv->names->name.p)
+                            : 0;
             }
         }
         until = next_look(deadline, rc == 0 ? dist__waiter_ms() : 50);
@@ -323,7 +333,8 @@ static int sleep_marked(struct cwait *cw, const struct dist__deadline *dl,
 /* Registered, the mutex is given up; then the sleep.  The waiter's liveness
  * is renewed meanwhile, and the channel is subscribed before the release so
  * that the first look after it is already covered by a subscription. */
-static int give_up_and_sleep(struct cwait *cw, const struct dist__deadline *dl,
+static int give_up_and_sleep(struct cwait *cw,
+                             const struct dist__deadline *dl,
                              uint64_t deadline)
 {
     static const enum dist__nm waiters[] = { DIST__N_COND_WAITERS };
@@ -401,18 +412,22 @@ static int cond_wait(dist_cond_t *c, dist_mutex_t *m,
     unsigned long held;
     int rc, back;
 
-    if ((rc = get_cond(c, &cw.cv)) != 0 || (rc = dist__mutex_obj(m, &cw.o)) != 0)
+    if ((rc = get_cond(c, &cw.cv)) != 0 ||
+        (rc = dist__mutex_obj(m, &cw.o)) != 0)
         return rc;
     if (dl && (rc = dist__deadline_ms(dl, &deadline)) != 0)
         return rc;
     if (cw.o->flags & DIST__MUTEX_COHORT)
-        return dist__err(EINVAL, "mutex '%s' is a cohort mutex, which a "
+        return dist__err(EINVAL,
+                         "mutex '%s' is a cohort mutex, which a "
                          "condition wait cannot give up (see "
-                         "dist_mutexattr_setcohort)", cw.o->st->names->name.p);
+                         "dist_mutexattr_setcohort)",
+                         cw.o->st->names->name.p);
     /* a hold found lost: the wait says so as an unlock would, after the
      * lost handler heard of it */
     if (dist__hold_found_lost(cw.o))
-        return dist__err(EPERM, "mutex '%s' was lost (its lease ran out or "
+        return dist__err(EPERM,
+                         "mutex '%s' was lost (its lease ran out or "
                          "it was forced) before this wait",
                          cw.o->st->names->name.p);
     held = dist__held(cw.o, 0);
@@ -420,14 +435,16 @@ static int cond_wait(dist_cond_t *c, dist_mutex_t *m,
         return dist__err(EPERM, "mutex '%s' is not held by this thread",
                          cw.o->st->names->name.p);
     if (held > 1)
-        return dist__err(EINVAL, "mutex '%s' is held %lu times by this "
+        return dist__err(EINVAL,
+                         "mutex '%s' is held %lu times by this "
                          "thread; a condition wait gives up exactly one "
-                         "hold", cw.o->st->names->name.p, held);
+                         "hold",
+                         cw.o->st->names->name.p, held);
     wt_enter(cw.cv, &cw.wt);
     rc = give_up_guarded(&cw, dl, deadline);
     if (rc != 0 && rc != ETIMEDOUT) {
         wt_leave(cw.cv, &cw.wt);
-        return rc;               /* EPERM, EINVAL, EIO: m as it was */
+        return rc; /* EPERM, EINVAL, EIO: m as it was */
     }
     /* woken: no longer blocked, whatever a destroy asks */
     wt_phase(cw.cv, &cw.wt, WT_WOKEN);
@@ -442,7 +459,7 @@ static int cond_wait(dist_cond_t *c, dist_mutex_t *m,
 
 int dist_cond_wait(dist_cond_t *c, dist_mutex_t *m)
 {
-    DIST__CANCEL_POINT;      /* as POSIX has it: nothing changed yet */
+    DIST__CANCEL_POINT; /* as POSIX has it: nothing changed yet */
     DIST__KEEP_ERRNO;
     return cond_wait(c, m, NULL, wait_intr(dist__cancel_saved));
 }
@@ -450,7 +467,7 @@ int dist_cond_wait(dist_cond_t *c, dist_mutex_t *m)
 int dist_cond_timedwait(dist_cond_t *c, dist_mutex_t *m,
                         const struct timespec *abstime)
 {
-    DIST__CANCEL_POINT;      /* as POSIX has it: nothing changed yet */
+    DIST__CANCEL_POINT; /* as POSIX has it: nothing changed yet */
     DIST__KEEP_ERRNO;
     struct dist__deadline dl;
     struct dist__cond *cv;
@@ -465,7 +482,7 @@ int dist_cond_timedwait(dist_cond_t *c, dist_mutex_t *m,
 int dist_cond_clockwait(dist_cond_t *c, dist_mutex_t *m, clockid_t clockid,
                         const struct timespec *abstime)
 {
-    DIST__CANCEL_POINT;      /* as POSIX has it: nothing changed yet */
+    DIST__CANCEL_POINT; /* as POSIX has it: nothing changed yet */
     DIST__KEEP_ERRNO;
     struct dist__deadline dl;
     int rc;

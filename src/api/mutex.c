@@ -5,12 +5,12 @@
 
 #include "kinds/kinds.h"
 
-#define ATTR_FAIR   1u            /* dist_mutexattr_t.__flags */
-#define ATTR_DEFER_ON  2u         /* deferred release: said on */
-#define ATTR_DEFER_OFF 4u         /* said off; neither: the default */
-#define ATTR_COHORT_ON  8u        /* lock cohorting: said on */
-#define ATTR_COHORT_OFF 16u       /* said off; neither: the default */
-#define ATTR_ROBUST 32u           /* DIST_MUTEX_ROBUST */
+#define ATTR_FAIR       1u  /* dist_mutexattr_t.__flags */
+#define ATTR_DEFER_ON   2u  /* deferred release: said on */
+#define ATTR_DEFER_OFF  4u  /* said off; neither: the default */
+#define ATTR_COHORT_ON  8u  /* lock cohorting: said on */
+#define ATTR_COHORT_OFF 16u /* said off; neither: the default */
+#define ATTR_ROBUST     32u /* DIST_MUTEX_ROBUST */
 
 /* ---- attributes -------------------------------------------------------- */
 
@@ -41,7 +41,7 @@ static int cohort_of(unsigned flags)
 {
     return switch_of(flags, ATTR_COHORT_ON, ATTR_COHORT_OFF,
                      !(flags & (ATTR_FAIR | ATTR_ROBUST)) &&
-                     dist__cohort_default());
+                         dist__cohort_default());
 }
 
 int dist_mutexattr_init(dist_mutexattr_t *a)
@@ -66,8 +66,10 @@ int dist_mutexattr_settype(dist_mutexattr_t *a, int type)
     if (!a)
         return EINVAL;
     if (type != DIST_MUTEX_RECURSIVE && type != DIST_MUTEX_ERRORCHECK)
-        return dist__err(EINVAL, "mutex type %d: use DIST_MUTEX_RECURSIVE or "
-                         "DIST_MUTEX_ERRORCHECK", type);
+        return dist__err(EINVAL,
+                         "mutex type %d: use DIST_MUTEX_RECURSIVE or "
+                         "DIST_MUTEX_ERRORCHECK",
+                         type);
     a->__type = type;
     return 0;
 }
@@ -147,10 +149,12 @@ int dist_mutexattr_setrobust(dist_mutexattr_t *a, int robust)
     if (!a)
         return EINVAL;
     if (robust != DIST_MUTEX_STALLED && robust != DIST_MUTEX_ROBUST)
-        return dist__err(EINVAL, "robust must be DIST_MUTEX_STALLED or "
-                         "DIST_MUTEX_ROBUST, not %d", robust);
-    a->__flags = robust ? (a->__flags | ATTR_ROBUST)
-                        : (a->__flags & ~ATTR_ROBUST);
+        return dist__err(EINVAL,
+                         "robust must be DIST_MUTEX_STALLED or "
+                         "DIST_MUTEX_ROBUST, not %d",
+                         robust);
+    a->__flags =
+        robust ? (a->__flags | ATTR_ROBUST) : (a->__flags & ~ATTR_ROBUST);
     return 0;
 }
 
@@ -159,11 +163,13 @@ int dist_mutexattr_getrobust(const dist_mutexattr_t *a, int *robust)
     DIST__KEEP_ERRNO;
     if (!a || !robust)
         return EINVAL;
-    *robust = a->__flags & ATTR_ROBUST ? DIST_MUTEX_ROBUST : DIST_MUTEX_STALLED;
+    *robust =
+        a->__flags & ATTR_ROBUST ? DIST_MUTEX_ROBUST : DIST_MUTEX_STALLED;
     return 0;
 }
 
-int dist_mutexattr_getlease(const dist_mutexattr_t *a, unsigned long *lease_ms)
+int dist_mutexattr_getlease(const dist_mutexattr_t *a,
+                            unsigned long *lease_ms)
 {
     DIST__KEEP_ERRNO;
     if (!a || !lease_ms)
@@ -200,10 +206,12 @@ int dist_mutex_init(dist_mutex_t *m, const char *name,
         return dist__err(EINVAL, "mutex attribute has an unknown type %d",
                          attr->__type);
     int flags = attr && attr->__type == DIST_MUTEX_ERRORCHECK
-                    ? DIST__MUTEX_ERRORCHECK : 0;
+                    ? DIST__MUTEX_ERRORCHECK
+                    : 0;
 
     if (fair && (attr->__flags & ATTR_COHORT_ON))
-        return dist__err(EINVAL, "mutex '%s': a fair mutex cannot be a cohort "
+        return dist__err(EINVAL,
+                         "mutex '%s': a fair mutex cannot be a cohort "
                          "one (its waiters keep one FIFO across processes)",
                          name ? name : "(null)");
     /* A cohort hands the lock between its threads without Redis: each
@@ -212,10 +220,12 @@ int dist_mutex_init(dist_mutex_t *m, const char *name,
      * robust mutex is never a cohort one. */
     if (attr && (attr->__flags & ATTR_ROBUST) &&
         (attr->__flags & ATTR_COHORT_ON))
-        return dist__err(EINVAL, "mutex '%s': a robust mutex cannot be a "
-                         "cohort one (threads hand a cohort's hold on without "
-                         "Redis, which keeps the robust state)",
-                         name ? name : "(null)");
+        return dist__err(
+            EINVAL,
+            "mutex '%s': a robust mutex cannot be a "
+            "cohort one (threads hand a cohort's hold on without "
+            "Redis, which keeps the robust state)",
+            name ? name : "(null)");
     if (attr && (attr->__flags & ATTR_ROBUST))
         flags |= DIST__MUTEX_ROBUST;
     if (cohort_of(attr ? attr->__flags : 0))
@@ -225,9 +235,8 @@ int dist_mutex_init(dist_mutex_t *m, const char *name,
     else if (attr && (attr->__flags & ATTR_DEFER_OFF))
         flags |= DIST__MUTEX_DEFER_OFF;
     return dist__obj_init(fair ? &dist__fair_kind : &dist__mutex_kind, name,
-                          flags,
-                          attr ? attr->__lease_ms : 0, &m->__name, &m->__impl,
-                          m->__reserved);
+                          flags, attr ? attr->__lease_ms : 0, &m->__name,
+                          &m->__impl, m->__reserved);
 }
 
 int dist_mutex_destroy(dist_mutex_t *m)
@@ -239,11 +248,13 @@ int dist_mutex_destroy(dist_mutex_t *m)
         return dist__err(EINVAL, "mutex is NULL");
     o = __atomic_load_n((struct dist__obj **)&m->__impl, __ATOMIC_ACQUIRE);
     if (o && dist__stamp_check(m->__reserved, "mutex") != 0)
-        return EINVAL;             /* the message is set */
+        return EINVAL; /* the message is set */
     if (o && o->magic == dist__mutex_kind.magic &&
         (o->flags & DIST__MUTEX_COHORT) && dist__cohort_busy(o))
-        return dist__err(EBUSY, "mutex '%s' is still held or awaited by a "
-                         "thread of this process", o->st->names->name.p);
+        return dist__err(EBUSY,
+                         "mutex '%s' is still held or awaited by a "
+                         "thread of this process",
+                         o->st->names->name.p);
     return dist__obj_destroy(&dist__mutex_kind, &m->__impl, m->__reserved);
 }
 

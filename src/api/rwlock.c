@@ -36,9 +36,12 @@ int dist_rwlockattr_setkind(dist_rwlockattr_t *a, int kind)
     DIST__KEEP_ERRNO;
     if (!a)
         return EINVAL;
-    if (kind != DIST_RWLOCK_PREFER_READER && kind != DIST_RWLOCK_PREFER_WRITER)
-        return dist__err(EINVAL, "rwlock kind %d: use DIST_RWLOCK_PREFER_READER "
-                         "or DIST_RWLOCK_PREFER_WRITER", kind);
+    if (kind != DIST_RWLOCK_PREFER_READER &&
+        kind != DIST_RWLOCK_PREFER_WRITER)
+        return dist__err(EINVAL,
+                         "rwlock kind %d: use DIST_RWLOCK_PREFER_READER "
+                         "or DIST_RWLOCK_PREFER_WRITER",
+                         kind);
     a->__kind = kind;
     return 0;
 }
@@ -65,7 +68,8 @@ int dist_rwlock_init(dist_rwlock_t *rw, const char *name,
                          attr->__kind);
     return dist__obj_init(&dist__rwlock_kind, name,
                           attr && attr->__kind == DIST_RWLOCK_PREFER_WRITER
-                              ? DIST__RWLOCK_PREFER_WRITER : 0,
+                              ? DIST__RWLOCK_PREFER_WRITER
+                              : 0,
                           attr ? attr->__lease_ms : 0, &rw->__name,
                           &rw->__impl, rw->__reserved);
 }
@@ -75,8 +79,7 @@ int dist_rwlock_destroy(dist_rwlock_t *rw)
     DIST__KEEP_ERRNO;
     if (!rw)
         return dist__err(EINVAL, "rwlock is NULL");
-    return dist__obj_destroy(&dist__rwlock_kind, &rw->__impl,
-                             rw->__reserved);
+    return dist__obj_destroy(&dist__rwlock_kind, &rw->__impl, rw->__reserved);
 }
 
 /* ---- lock and unlock --------------------------------------------------- */

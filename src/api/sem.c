@@ -7,17 +7,17 @@
 
 #include "kinds/kinds.h"
 
-#define SEM_MAGIC 0x73656d21u         /* "sem!" */
-#define ATTR_UNOWNED 1u               /* dist_semattr_t.__flags */
+#define SEM_MAGIC    0x73656d21u /* "sem!" */
+#define ATTR_UNOWNED 1u          /* dist_semattr_t.__flags */
 
 struct dist__sem {
     unsigned magic;
-    int mode;                         /* DIST_SEM_* */
+    int mode; /* DIST_SEM_* */
     int unowned;
     long initial, max;
-    struct dist__obj *o;              /* leased */
-    struct dist__names *names;        /* Redisson: the name, */
-    struct dist__buf keys[2];         /* S and redisson_sc:{S} */
+    struct dist__obj *o;       /* leased */
+    struct dist__names *names; /* Redisson: the name, */
+    struct dist__buf keys[2];  /* S and redisson_sc:{S} */
 };
 
 /* ---- attributes ---------------------------------------------------------- */
@@ -44,8 +44,10 @@ int dist_semattr_setmode(dist_semattr_t *a, int mode)
     if (!a)
         return EINVAL;
     if (mode != DIST_SEM_LEASED && mode != DIST_SEM_REDISSON)
-        return dist__err(EINVAL, "semaphore mode %d: use DIST_SEM_LEASED or "
-                         "DIST_SEM_REDISSON", mode);
+        return dist__err(EINVAL,
+                         "semaphore mode %d: use DIST_SEM_LEASED or "
+                         "DIST_SEM_REDISSON",
+                         mode);
     a->__mode = mode;
     return 0;
 }
@@ -74,8 +76,8 @@ int dist_semattr_setunowned(dist_semattr_t *a, int unowned)
         return EINVAL;
     if (unowned != 0 && unowned != 1)
         return dist__err(EINVAL, "unowned must be 0 or 1, not %d", unowned);
-    a->__flags = unowned ? (a->__flags | ATTR_UNOWNED)
-                         : (a->__flags & ~ATTR_UNOWNED);
+    a->__flags =
+        unowned ? (a->__flags | ATTR_UNOWNED) : (a->__flags & ~ATTR_UNOWNED);
     return 0;
 }
 
@@ -85,8 +87,10 @@ int dist_semattr_setmax(dist_semattr_t *a, long max)
     if (!a)
         return EINVAL;
     if (max < 1 || max > DIST_SEM_VALUE_MAX)
-        return dist__err(EINVAL, "semaphore maximum %ld: use 1 to "
-                         "DIST_SEM_VALUE_MAX", max);
+        return dist__err(EINVAL,
+                         "semaphore maximum %ld: use 1 to "
+                         "DIST_SEM_VALUE_MAX",
+                         max);
     a->__max = max;
     return 0;
 }
@@ -153,15 +157,16 @@ int dist_sem_init(dist_sem_t *s, const char *name, unsigned initial_if_new,
     sm->max = attr && attr->__max > 0 ? attr->__max : DIST_SEM_VALUE_MAX;
     sm->initial = (long)initial_if_new;
     if (sm->initial > sm->max) {
-        rc = dist__err(EINVAL, "semaphore '%s': initial value %u is past "
-                       "its maximum of %ld", name ? name : "", initial_if_new,
-                       sm->max);
+        rc = dist__err(EINVAL,
+                       "semaphore '%s': initial value %u is past "
+                       "its maximum of %ld",
+                       name ? name : "", initial_if_new, sm->max);
         free(sm);
         return rc;
     }
     rc = sm->mode == DIST_SEM_LEASED
-         ? leased_new(sm, name, attr ? attr->__lease_ms : 0)
-         : redisson_new(sm, name);
+             ? leased_new(sm, name, attr ? attr->__lease_ms : 0)
+             : redisson_new(sm, name);
     if (rc != 0) {
         sem_free(sm);
         return rc;
@@ -181,10 +186,10 @@ static int get_sem(dist_sem_t *s, struct dist__sem **out)
         return dist__err(EINVAL, "semaphore is NULL");
     sm = __atomic_load_n((struct dist__sem **)&s->__impl, __ATOMIC_ACQUIRE);
     if (sm && dist__stamp_check(s->__reserved, "semaphore") != 0)
-        return EINVAL;             /* the message is set */
+        return EINVAL; /* the message is set */
     if (!sm || sm->magic != SEM_MAGIC)
         return dist__err(EINVAL, "semaphore is not initialised (or "
-                         "destroyed)");
+                                 "destroyed)");
     *out = sm;
     return 0;
 }
@@ -209,7 +214,7 @@ int dist_sem_destroy(dist_sem_t *s)
     if (sm->o) {
         /* another thread's holds make it EBUSY as for a lock */
         void *impl = sm->o;
-        unsigned long ours[2] = { 0, 0 };   /* the engine's, no stamp */
+        unsigned long ours[2] = { 0, 0 }; /* the engine's, no stamp */
         if ((rc = dist__obj_destroy(&dist__sem_kind, &impl, ours)) != 0)
             return rc;
         sm->o = NULL;
@@ -276,8 +281,10 @@ static int rs_loop(struct dist__sem *sm, struct dist__chan *ch,
                              rs_name(sm));
         if (((intr & DIST__SUB_EINTR) && dist__eintr_take()) ||
             dist__sub_wait_intr(ch, gen, next_try(deadline), intr) == EINTR)
-            return dist__err(EINTR, "semaphore '%s': the wait was "
-                             "interrupted by a signal handler", rs_name(sm));
+            return dist__err(EINTR,
+                             "semaphore '%s': the wait was "
+                             "interrupted by a signal handler",
+                             rs_name(sm));
         if (dist__deadline_step(dl, &deadline))
             last = 1;
     }
@@ -316,8 +323,12 @@ static int rs_count(struct dist__sem *sm, const char *op, long n, long *value)
 {
     char num[24], initial[24], max[24];
     struct dist__buf kv[7] = {
-        sm->keys[0], sm->keys[1], { op, strlen(op) }, { num, 0 },
-        { initial, 0 }, { max, 0 },
+        sm->keys[0],
+        sm->keys[1],
+        { op, strlen(op) },
+        { num, 0 },
+        { initial, 0 },
+        { max, 0 },
         { dist__publish_cmd(), strlen(dist__publish_cmd()) },
     };
     redisReply *r;
@@ -337,11 +348,15 @@ static int rs_count(struct dist__sem *sm, const char *op, long n, long *value)
     v = r->integer;
     freeReplyObject(r);
     if (!dist__sem_count_possible(op, n, v))
-        return dist__err(EIO, "semaphore '%s': impossible reply to "
-                         "rsem_count %s %ld: %lld", rs_name(sm), op, n, v);
+        return dist__err(EIO,
+                         "semaphore '%s': impossible reply to "
+                         "rsem_count %s %ld: %lld",
+                         rs_name(sm), op, n, v);
     if (v < 0)
-        return dist__err(EOVERFLOW, "semaphore '%s': %ld more permits would "
-                         "pass its maximum of %ld", rs_name(sm), n, sm->max);
+        return dist__err(EOVERFLOW,
+                         "semaphore '%s': %ld more permits would "
+                         "pass its maximum of %ld",
+                         rs_name(sm), n, sm->max);
     if (value)
         *value = (long)v;
     return 0;
@@ -360,7 +375,7 @@ static int sem_take(dist_sem_t *s, int try_only,
     if ((rc = get_sem(s, &sm)) != 0)
         return rc;
     if (sm->mode == DIST_SEM_REDISSON) {
-        dist__eintr_take();   /* a handler that ran before the call */
+        dist__eintr_take(); /* a handler that ran before the call */
         do
             rc = rs_wait(sm, try_only, dl, intr);
         while (rc == EINTR && !dl && dist__handlers_restart());
@@ -393,7 +408,7 @@ static int wait_intr(int cancel_was)
 
 int dist_sem_wait(dist_sem_t *s)
 {
-    DIST__CANCEL_POINT;      /* as POSIX has it: nothing changed yet */
+    DIST__CANCEL_POINT; /* as POSIX has it: nothing changed yet */
     DIST__KEEP_ERRNO;
     return sem_take(s, 0, NULL, wait_intr(dist__cancel_saved));
 }
@@ -419,7 +434,7 @@ static int sem_timed(dist_sem_t *s, clockid_t clockid,
 
 int dist_sem_timedwait(dist_sem_t *s, const struct timespec *abstime)
 {
-    DIST__CANCEL_POINT;      /* as POSIX has it: nothing changed yet */
+    DIST__CANCEL_POINT; /* as POSIX has it: nothing changed yet */
     DIST__KEEP_ERRNO;
     return sem_timed(s, CLOCK_REALTIME, abstime, dist__cancel_saved);
 }
@@ -427,7 +442,7 @@ int dist_sem_timedwait(dist_sem_t *s, const struct timespec *abstime)
 int dist_sem_clockwait(dist_sem_t *s, clockid_t clockid,
                        const struct timespec *abstime)
 {
-    DIST__CANCEL_POINT;      /* as POSIX has it: nothing changed yet */
+    DIST__CANCEL_POINT; /* as POSIX has it: nothing changed yet */
     DIST__KEEP_ERRNO;
     return sem_timed(s, clockid, abstime, dist__cancel_saved);
 }
@@ -444,9 +459,11 @@ static int leased_post(struct dist__sem *sm, unsigned n)
          * post says so, as an unlock does with a lost hold (left to the
          * renewal thread, the report could come long after the EPERM) */
         if (dist__hold_found_lost(sm->o) && !sm->unowned)
-            return dist__err(EPERM, "semaphore '%s': this thread's permit "
+            return dist__err(EPERM,
+                             "semaphore '%s': this thread's permit "
                              "was lost (its lease ran out or it was forced) "
-                             "before this post", sm->o->st->names->name.p);
+                             "before this post",
+                             sm->o->st->names->name.p);
         if (dist__held(sm->o, 0) == 0)
             break;
         if ((rc = dist__release(sm->o)) != 0)
@@ -455,7 +472,8 @@ static int leased_post(struct dist__sem *sm, unsigned n)
     if (i == n)
         return 0;
     if (!sm->unowned)
-        return dist__err(EPERM, "semaphore '%s': this thread holds no permit "
+        return dist__err(EPERM,
+                         "semaphore '%s': this thread holds no permit "
                          "(and the semaphore does not allow unowned posts)",
                          sm->o->st->names->name.p);
     return dist__sem_count(sm->o, "add", (long)(n - i), NULL, NULL);
@@ -472,8 +490,10 @@ int dist_sem_post_multiple(dist_sem_t *s, unsigned n)
     if (n == 0)
         return 0;
     if ((long)n > sm->max)
-        return dist__err(EOVERFLOW, "%u permits are more than the maximum "
-                         "of %ld", n, sm->max);
+        return dist__err(EOVERFLOW,
+                         "%u permits are more than the maximum "
+                         "of %ld",
+                         n, sm->max);
     if (sm->mode == DIST_SEM_REDISSON)
         return rs_count(sm, "add", (long)n, NULL);
     return leased_post(sm, n);
@@ -496,9 +516,9 @@ int dist_sem_getvalue(dist_sem_t *s, int *value)
         return dist__err(EINVAL, "value is NULL");
     if ((rc = get_sem(s, &sm)) != 0)
         return rc;
-    rc = sm->mode == DIST_SEM_REDISSON ? rs_count(sm, "get", 0, &v)
-                                       : dist__sem_count(sm->o, "get", 0, &v,
-                                                         NULL);
+    rc = sm->mode == DIST_SEM_REDISSON
+             ? rs_count(sm, "get", 0, &v)
+             : dist__sem_count(sm->o, "get", 0, &v, NULL);
     if (rc == 0)
         *value = (int)v;
     return rc;
@@ -516,6 +536,6 @@ int dist_sem_setvalue(dist_sem_t *s, unsigned value)
         return dist__err(EINVAL, "value %u is past the maximum of %ld", value,
                          sm->max);
     return sm->mode == DIST_SEM_REDISSON
-           ? rs_count(sm, "set", (long)value, NULL)
-           : dist__sem_count(sm->o, "set", (long)value, NULL, NULL);
+               ? rs_count(sm, "set", (long)value, NULL)
+               : dist__sem_count(sm->o, "set", (long)value, NULL, NULL);
 }

@@ -42,13 +42,14 @@ extern struct dist__sys dist__sys;
 
 #define pthread_mutex_init(m, a) (dist__sys.mutex_init((m), (a)))
 #define pthread_mutex_destroy(m) (dist__sys.mutex_destroy(m))
-#define pthread_mutex_lock(m) (dist__sys.mutex_lock(m))
-#define pthread_mutex_unlock(m) (dist__sys.mutex_unlock(m))
-#define pthread_cond_init(c, a) (dist__sys.cond_init((c), (a)))
-#define pthread_cond_destroy(c) (dist__sys.cond_destroy(c))
-#define pthread_cond_wait(c, m) (dist__sys.cond_wait((c), (m)))
-#define pthread_cond_timedwait(c, m, t) (dist__sys.cond_timedwait((c), (m), (t)))
-#define pthread_cond_signal(c) (dist__sys.cond_signal(c))
+#define pthread_mutex_lock(m)    (dist__sys.mutex_lock(m))
+#define pthread_mutex_unlock(m)  (dist__sys.mutex_unlock(m))
+#define pthread_cond_init(c, a)  (dist__sys.cond_init((c), (a)))
+#define pthread_cond_destroy(c)  (dist__sys.cond_destroy(c))
+#define pthread_cond_wait(c, m)  (dist__sys.cond_wait((c), (m)))
+#define pthread_cond_timedwait(c, m, t)                                      \
+    (dist__sys.cond_timedwait((c), (m), (t)))
+#define pthread_cond_signal(c)    (dist__sys.cond_signal(c))
 #define pthread_cond_broadcast(c) (dist__sys.cond_broadcast(c))
 
 /* Every public entry point begins with DIST__KEEP_ERRNO: however the call
@@ -86,17 +87,17 @@ static inline void dist__cancel_put_back(const int *old)
 
     pthread_setcancelstate(*old, &was);
 }
-#define DIST__KEEP_ERRNO                                                   \
-    const int dist__errno_saved                                            \
-        __attribute__((cleanup(dist__errno_put_back), unused)) = errno;    \
-    const int dist__cancel_saved                                           \
-        __attribute__((cleanup(dist__cancel_put_back), unused)) =          \
-        dist__cancel_off()
+#define DIST__KEEP_ERRNO                                                     \
+    const int dist__errno_saved                                              \
+        __attribute__((cleanup(dist__errno_put_back), unused)) = errno;      \
+    const int dist__cancel_saved                                             \
+        __attribute__((cleanup(dist__cancel_put_back), unused)) =            \
+            dist__cancel_off()
 #define DIST__CANCEL_POINT pthread_testcancel()
 
 /* ---- util.c ------------------------------------------------------------ */
 
-uint64_t dist__now_ms(void);                  /* CLOCK_MONOTONIC */
+uint64_t dist__now_ms(void); /* CLOCK_MONOTONIC */
 void dist__sleep_ms(uint64_t ms);
 void dist__ms_to_ts(uint64_t mono_ms, struct timespec *ts);
 /* Sets the calling thread's last error and returns code, so that callers
@@ -157,62 +158,62 @@ int dist__with_stack(size_t need, void (*fn)(void *), void *arg);
 
 /* ---- config.c ---------------------------------------------------------- */
 
-#define DIST__MODE_SINGLE   0   /* redis://, rediss:// or unix:// */
-#define DIST__MODE_SENTINEL 1   /* redis-sentinel://, rediss-sentinel:// */
-#define DIST__MODE_CLUSTER  2   /* redis-cluster://, rediss-cluster:// */
+#define DIST__MODE_SINGLE   0 /* redis://, rediss:// or unix:// */
+#define DIST__MODE_SENTINEL 1 /* redis-sentinel://, rediss-sentinel:// */
+#define DIST__MODE_CLUSTER  2 /* redis-cluster://, rediss-cluster:// */
 #define DIST__MAX_SEEDS     16
 
 struct dist__addr {
-    char host[256];               /* "" with port 0: the unix socket */
+    char host[256]; /* "" with port 0: the unix socket */
     int port;
 };
 
 /* TLS, chosen by the scheme (rediss...://); the options come from the
  * URL's query (tls_ca=, ...) or else from DISTLOCK_TLS_* (config.c). */
 struct dist__tls_opts {
-    int on;                       /* every server is reached over TLS */
-    int insecure;                 /* no certificate checks (warned once) */
-    int insecure_said;            /* the URL said tls_insecure=0|1: it wins
+    int on;             /* every server is reached over TLS */
+    int insecure;       /* no certificate checks (warned once) */
+    int insecure_said;  /* the URL said tls_insecure=0|1: it wins
                                    * over DISTLOCK_TLS_INSECURE */
-    char ca[256];                 /* CA file or directory; "": system store */
-    char cert[256];               /* client certificate (mutual TLS) */
-    char key[256];                /* its key; "": in the cert file */
-    char key_pass[256];           /* the key's passphrase; "": none.  Never
+    char ca[256];       /* CA file or directory; "": system store */
+    char cert[256];     /* client certificate (mutual TLS) */
+    char key[256];      /* its key; "": in the cert file */
+    char key_pass[256]; /* the key's passphrase; "": none.  Never
                                    * in a message or log */
-    char name[256];               /* name to verify; "": each server's host */
+    char name[256];     /* name to verify; "": each server's host */
 };
 
 struct dist__cfg {
-    int mode;                     /* DIST__MODE_* */
-    int nseeds;                   /* sentinels or cluster nodes of the URL */
+    int mode;   /* DIST__MODE_* */
+    int nseeds; /* sentinels or cluster nodes of the URL */
     struct dist__addr seeds[DIST__MAX_SEEDS];
-    char master[128];             /* the sentinels' name for the master */
-    int pubsub;                   /* cluster: how release messages go,
+    char master[128];              /* the sentinels' name for the master */
+    int pubsub;                    /* cluster: how release messages go,
                                    * DIST__PUBSUB_* (?pubsub=) */
-    unsigned long replica_wait_ms;/* WAIT after an acquire; 0: off */
+    unsigned long replica_wait_ms; /* WAIT after an acquire; 0: off */
     char host[256];
     int port;
-    char path[256];               /* unix socket; host unused when set */
+    char path[256]; /* unix socket; host unused when set */
     char user[128];
     char pass[256];
     int db;
     unsigned long watchdog_ms;
     unsigned long timeout_ms;
-    unsigned long waiter_ms;      /* a queued waiter's window */
-    unsigned long lease_margin_ms;/* fixed part of a hold's safety margin
+    unsigned long waiter_ms;       /* a queued waiter's window */
+    unsigned long lease_margin_ms; /* fixed part of a hold's safety margin
                                    * (dist__safe_margin_ms) */
-    unsigned long key_grace_ms;   /* how long a lock's side keys outlive
+    unsigned long key_grace_ms;    /* how long a lock's side keys outlive
                                    * its lease (DISTLOCK_KEY_GRACE_MS);
                                    * 0: for ever */
-    unsigned long deferred;       /* mutexes defer their release by default
+    unsigned long deferred;        /* mutexes defer their release by default
                                    * (DISTLOCK_DEFERRED_RELEASE) */
-    unsigned long cohort;         /* non-fair mutexes hand off between
+    unsigned long cohort;          /* non-fair mutexes hand off between
                                    * local threads (DISTLOCK_COHORT) */
-    unsigned long direct_wake;    /* a lone waiter reads release messages
+    unsigned long direct_wake;     /* a lone waiter reads release messages
                                    * itself (DISTLOCK_DIRECT_WAKE) */
     struct dist__tls_opts tls;
-    char bad[240];                /* why DISTLOCK_URL was refused, or "" */
-    unsigned long gen;            /* bumped by every change */
+    char bad[240];     /* why DISTLOCK_URL was refused, or "" */
+    unsigned long gen; /* bumped by every change */
 };
 
 void dist__cfg_get(struct dist__cfg *out);
@@ -238,7 +239,7 @@ int dist__cohort_default(void);
 /* Whether a waiter may read its release messages from the pub/sub
  * connection itself while no other thread does (pubsub.c). */
 int dist__direct_wake(void);
-int dist__cfg_mode(void);                     /* DIST__MODE_* */
+int dist__cfg_mode(void); /* DIST__MODE_* */
 /* A cluster's ways of sending release messages.  BOTH, the default, sends
  * each one by SPUBLISH and by PUBLISH and listens both ways, so that Redisson
  * clients of either kind (sharded from 3.22, plain before, or set so) and
@@ -261,7 +262,7 @@ int dist__parse_url(const char *url, struct dist__cfg *out, char *why,
 /* Bumped in the child after fork(); holds and connections of an older
  * generation belong to the parent. */
 extern atomic_ulong dist__fork_gen;
-void dist__lib_init(void);                    /* pthread_once: atfork etc. */
+void dist__lib_init(void); /* pthread_once: atfork etc. */
 /* Stamps a new object (two words of its dist_*_t) as this process's. */
 void dist__stamp(unsigned long stamp[2]);
 /* 0 when an object of that stamp is this process's to use (made by it, or
@@ -290,17 +291,17 @@ const char *dist__client_id(void);
  * the same hook again does nothing.  Registration takes no lock a hook
  * takes, so it may be called with any mutex held. */
 enum dist__fork_rank {
-    DIST__RANK_IDLE = 5,       /* idle threads' owed replies (route.c), read
+    DIST__RANK_IDLE = 5,    /* idle threads' owed replies (route.c), read
                                 * under it: their handlers take the below */
-    DIST__RANK_LOCKS = 10,     /* the lock families' registries and states
+    DIST__RANK_LOCKS = 10,  /* the lock families' registries and states
                                 * (engine.c) */
-    DIST__RANK_RENEW = 30,     /* renewal registry (renew.c) */
-    DIST__RANK_PUBSUB = 40,    /* pub/sub channels (pubsub.c) */
-    DIST__RANK_CFG = 50,       /* settings (config.c) */
-    DIST__RANK_TOPO = 60,      /* topology (topo.c) */
-    DIST__RANK_TLS = 70,       /* the TLS context (tls.c), taken while a
+    DIST__RANK_RENEW = 30,  /* renewal registry (renew.c) */
+    DIST__RANK_PUBSUB = 40, /* pub/sub channels (pubsub.c) */
+    DIST__RANK_CFG = 50,    /* settings (config.c) */
+    DIST__RANK_TOPO = 60,   /* topology (topo.c) */
+    DIST__RANK_TLS = 70,    /* the TLS context (tls.c), taken while a
                                 * link opens, under any of the above */
-    DIST__RANK_ROLES = 80,     /* the servers' replica counts (link.c),
+    DIST__RANK_ROLES = 80,  /* the servers' replica counts (link.c),
                                 * taken under any of the above */
 };
 void dist__atfork_register(void (*fn)(int phase), int rank);
@@ -309,19 +310,19 @@ void dist__atfork_register(void (*fn)(int phase), int rank);
  * the first time it is called and costs a pthread_once check after that:
  * the module calls it at every entry point that may take its mutex first,
  * so that a fork always finds the hook registered. */
-#define DIST__FORK_HOOK(name, hook, rank)                                  \
-    static void hook(int phase);                                           \
-    static pthread_once_t name##_once = PTHREAD_ONCE_INIT;                 \
-    static void name##_register(void)                                      \
-    {                                                                      \
-        dist__atfork_register(hook, rank);                                 \
-    }                                                                      \
-    static void name(void)                                                 \
-    {                                                                      \
-        pthread_once(&name##_once, name##_register);                       \
+#define DIST__FORK_HOOK(name, hook, rank)                                    \
+    static void hook(int phase);                                             \
+    static pthread_once_t name##_once = PTHREAD_ONCE_INIT;                   \
+    static void name##_register(void)                                        \
+    {                                                                        \
+        dist__atfork_register(hook, rank);                                   \
+    }                                                                        \
+    static void name(void)                                                   \
+    {                                                                        \
+        pthread_once(&name##_once, name##_register);                         \
     }
 
-struct dist__buf {        /* one argument of a command */
+struct dist__buf { /* one argument of a command */
     const char *p;
     size_t len;
 };

@@ -1,6 +1,6 @@
 /* config.c: where Redis is and how long to wait for it.  Read from the
  * environment at first use; the dist_set_* calls override it at any time. */
-#define _GNU_SOURCE   /* secure_getenv */
+#define _GNU_SOURCE /* secure_getenv */
 #include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
@@ -9,14 +9,14 @@
 
 #include "base.h"
 
-#define DEFAULT_URL         "redis://127.0.0.1:6379"
-#define DEFAULT_WATCHDOG_MS 30000UL
-#define DEFAULT_TIMEOUT_MS  2000UL
-#define DEFAULT_WAITER_MS   5000UL
+#define DEFAULT_URL             "redis://127.0.0.1:6379"
+#define DEFAULT_WATCHDOG_MS     30000UL
+#define DEFAULT_TIMEOUT_MS      2000UL
+#define DEFAULT_WAITER_MS       5000UL
 #define DEFAULT_REPLICA_WAIT_MS 1000UL
-#define DEFAULT_DEFERRED 0UL      /* see docs/performance.md */
-#define DEFAULT_COHORT 0UL        /* see docs/api.md, Lock cohorting */
-#define DEFAULT_DIRECT_WAKE 1UL   /* see docs/performance.md */
+#define DEFAULT_DEFERRED        0UL /* see docs/performance.md */
+#define DEFAULT_COHORT          0UL /* see docs/api.md, Lock cohorting */
+#define DEFAULT_DIRECT_WAKE     1UL /* see docs/performance.md */
 /* The fixed part of a hold's safety margin (docs/api.md, Semantics, "Lost
  * locks"): how late the watch thread may wake and the lost handler run on a
  * loaded machine, with time left for the holder to stop before its lease
@@ -25,14 +25,14 @@
 /* How long the keys a lock leaves beside it (its fencing counter, a robust
  * mutex's record) outlive its lease once nobody uses the name (README,
  * "Keys and memory"): a day; 0 keeps them for ever. */
-#define DEFAULT_KEY_GRACE_MS (24UL * 3600 * 1000)
+#define DEFAULT_KEY_GRACE_MS    (24UL * 3600 * 1000)
 /* How much longer than the command timeout a blocked lock call keeps trying
  * when the master cannot be reached on Sentinel or Cluster: a failover
  * usually takes a few seconds. */
-#define FAILOVER_GRACE_MS   15000UL
-#define MIN_WAITER_MS       300UL
-#define MIN_WATCHDOG_MS     300UL
-#define MAX_MS              (24UL * 3600 * 1000)
+#define FAILOVER_GRACE_MS       15000UL
+#define MIN_WAITER_MS           300UL
+#define MIN_WATCHDOG_MS         300UL
+#define MAX_MS                  (24UL * 3600 * 1000)
 
 static pthread_mutex_t cfg_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t cfg_once = PTHREAD_ONCE_INIT;
@@ -48,8 +48,7 @@ static int unescape(const char *s, size_t len, char *out, size_t outlen)
 
     for (i = 0; i < len; i++) {
         int c = (unsigned char)s[i];
-        if (c == '%' && i + 2 < len &&
-            isxdigit((unsigned char)s[i + 1]) &&
+        if (c == '%' && i + 2 < len && isxdigit((unsigned char)s[i + 1]) &&
             isxdigit((unsigned char)s[i + 2])) {
             char hex[3] = { s[i + 1], s[i + 2], 0 };
             c = (int)strtol(hex, NULL, 16);
@@ -88,8 +87,8 @@ static int parse_ulong(const char *s, size_t len, unsigned long max,
  * reasons never quote the text: when a URL is mistyped (an '@' missing),
  * what stands where the host and port should be may be a password, and
  * the reason is kept and shown by every later dist_last_error(). */
-static int parse_hostport(const char *p, const char *end, struct dist__addr *a,
-                          char *why, size_t whylen)
+static int parse_hostport(const char *p, const char *end,
+                          struct dist__addr *a, char *why, size_t whylen)
 {
     const char *h = p, *hend;
     unsigned long v;
@@ -149,7 +148,10 @@ static int tail_len(const char *p)
 static int parse_tls_opt(const char *p, size_t n, struct dist__tls_opts *t,
                          char *why, size_t whylen)
 {
-    static const struct { const char *name; size_t off; } paths[] = {
+    static const struct {
+        const char *name;
+        size_t off;
+    } paths[] = {
         { "tls_ca=", offsetof(struct dist__tls_opts, ca) },
         { "tls_cert=", offsetof(struct dist__tls_opts, cert) },
         { "tls_key=", offsetof(struct dist__tls_opts, key) },
@@ -165,7 +167,8 @@ static int parse_tls_opt(const char *p, size_t n, struct dist__tls_opts *t,
         return -1;
     if (!t->on)
         return BAD("'%.*s' needs a TLS URL (rediss://, rediss-sentinel:// "
-                   "or rediss-cluster://)", opt_name_len(p, n), p);
+                   "or rediss-cluster://)",
+                   opt_name_len(p, n), p);
     if (n == 14 && (strncmp(p, "tls_insecure=1", 14) == 0 ||
                     strncmp(p, "tls_insecure=0", 14) == 0)) {
         t->insecure = p[13] == '1';
@@ -181,9 +184,10 @@ static int parse_tls_opt(const char *p, size_t n, struct dist__tls_opts *t,
         }
     }
     /* the name only: a misspelt tls_key_pass= must not show its value */
-    return BAD("unexpected '%.*s' (the TLS options are tls_ca=, tls_cert=, "
-               "tls_key=, tls_key_pass=, tls_server_name= and tls_insecure=1)",
-               opt_name_len(p, n), p);
+    return BAD(
+        "unexpected '%.*s' (the TLS options are tls_ca=, tls_cert=, "
+        "tls_key=, tls_key_pass=, tls_server_name= and tls_insecure=1)",
+        opt_name_len(p, n), p);
 }
 
 /* ?opt[&opt]...: db=N and the TLS options; 0 or EINVAL. */
@@ -207,7 +211,8 @@ static int parse_query(const char *p, int *db, struct dist__tls_opts *t,
             *db = (int)v;
         } else {
             return BAD("unexpected '%.*s' (the options are ?db=N and, "
-                       "with TLS, tls_...=)", opt_name_len(p, n), p);
+                       "with TLS, tls_...=)",
+                       opt_name_len(p, n), p);
         }
         p += n;
     } while (*p == '&');
@@ -219,7 +224,10 @@ static int parse_query(const char *p, int *db, struct dist__tls_opts *t,
 static int parse_scheme(const char *url, const char **rest, int *mode,
                         int *is_unix, int *tls, char *why, size_t whylen)
 {
-    static const struct { const char *s; int mode, is_unix, tls; } k[] = {
+    static const struct {
+        const char *s;
+        int mode, is_unix, tls;
+    } k[] = {
         { "redis://", DIST__MODE_SINGLE, 0, 0 },
         { "rediss://", DIST__MODE_SINGLE, 0, 1 },
         { "unix://", DIST__MODE_SINGLE, 1, 0 },
@@ -332,7 +340,8 @@ static int parse_seeds(const char *p, const char *end, struct dist__cfg *out,
         const char *e = comma ? comma : end;
         if (out->nseeds == DIST__MAX_SEEDS)
             return BAD("more than %d addresses", DIST__MAX_SEEDS);
-        if ((rc = parse_hostport(p, e, &out->seeds[out->nseeds], why, whylen)))
+        if ((rc =
+                 parse_hostport(p, e, &out->seeds[out->nseeds], why, whylen)))
             return rc;
         out->nseeds++;
         p = comma ? comma + 1 : end;
@@ -375,20 +384,23 @@ static int parse_cluster_opt(const char *p, size_t n, struct dist__cfg *out,
         out->pubsub = DIST__PUBSUB_PLAIN;
         return 0;
     }
-    return BAD("unexpected '%.*s' (a cluster's options are ?db=N, N being 0, "
-               "and pubsub=both, pubsub=sharded or pubsub=plain, and with TLS "
-               "the tls_...= options, joined by '&')", opt_name_len(p, n), p);
+    return BAD(
+        "unexpected '%.*s' (a cluster's options are ?db=N, N being 0, "
+        "and pubsub=both, pubsub=sharded or pubsub=plain, and with TLS "
+        "the tls_...= options, joined by '&')",
+        opt_name_len(p, n), p);
 }
 
 /* What follows a cluster's addresses: [/][?opt[&opt]...] (parse_cluster_opt) */
-static int parse_cluster_tail(const char *p, struct dist__cfg *out,
-                              char *why, size_t whylen)
+static int parse_cluster_tail(const char *p, struct dist__cfg *out, char *why,
+                              size_t whylen)
 {
     int rc;
 
     if (*p == '/' && p[1] && p[1] != '?')
         return BAD("a cluster has no database number or master name "
-                   "(unexpected '%.*s')", tail_len(p), p);
+                   "(unexpected '%.*s')",
+                   tail_len(p), p);
     if (*p == '/')
         p++;
     if (!*p)
@@ -530,11 +542,15 @@ static unsigned long env_flag(const char *var, unsigned long def)
  * included: a URL that asks for checks gets them). */
 static void tls_env(struct dist__tls_opts *t)
 {
-    static const struct { const char *var; size_t off; } v[] = {
+    static const struct {
+        const char *var;
+        size_t off;
+    } v[] = {
         { "DISTLOCK_TLS_CA", offsetof(struct dist__tls_opts, ca) },
         { "DISTLOCK_TLS_CERT", offsetof(struct dist__tls_opts, cert) },
         { "DISTLOCK_TLS_KEY", offsetof(struct dist__tls_opts, key) },
-        { "DISTLOCK_TLS_KEY_PASS", offsetof(struct dist__tls_opts, key_pass) },
+        { "DISTLOCK_TLS_KEY_PASS",
+          offsetof(struct dist__tls_opts, key_pass) },
         { "DISTLOCK_TLS_SERVER_NAME", offsetof(struct dist__tls_opts, name) },
     };
     const char *s;
@@ -546,7 +562,7 @@ static void tls_env(struct dist__tls_opts *t)
         char *field = (char *)t + v[i].off;
         if (field[0] || (s = secure_getenv(v[i].var)) == NULL)
             continue;
-        if (strlen(s) >= sizeof t->ca)   /* every field has that size */
+        if (strlen(s) >= sizeof t->ca) /* every field has that size */
             fprintf(stderr, "distlock: ignoring %s: longer than %zu bytes\n",
                     v[i].var, sizeof t->ca - 1);
         else
@@ -570,15 +586,17 @@ static void load_env(void)
     if (dist__parse_url(url, &cfg, why, sizeof why) != 0)
         snprintf(cfg.bad, sizeof cfg.bad, "DISTLOCK_URL: %s", why);
     tls_env(&cfg.tls);
-    cfg.watchdog_ms = env_ms("DISTLOCK_WATCHDOG_MS", DEFAULT_WATCHDOG_MS,
-                             MIN_WATCHDOG_MS);
+    cfg.watchdog_ms =
+        env_ms("DISTLOCK_WATCHDOG_MS", DEFAULT_WATCHDOG_MS, MIN_WATCHDOG_MS);
     cfg.timeout_ms = env_ms("DISTLOCK_TIMEOUT_MS", DEFAULT_TIMEOUT_MS, 1);
-    cfg.waiter_ms = env_ms("DISTLOCK_WAITER_MS", DEFAULT_WAITER_MS, MIN_WAITER_MS);
-    cfg.lease_margin_ms = env_ms("DISTLOCK_LEASE_MARGIN_MS",
-                                 DEFAULT_LEASE_MARGIN_MS, 0);
-    cfg.replica_wait_ms = env_ms("DISTLOCK_REPLICA_WAIT_MS",
-                                 DEFAULT_REPLICA_WAIT_MS, 0);
-    cfg.key_grace_ms = env_ms("DISTLOCK_KEY_GRACE_MS", DEFAULT_KEY_GRACE_MS, 0);
+    cfg.waiter_ms =
+        env_ms("DISTLOCK_WAITER_MS", DEFAULT_WAITER_MS, MIN_WAITER_MS);
+    cfg.lease_margin_ms =
+        env_ms("DISTLOCK_LEASE_MARGIN_MS", DEFAULT_LEASE_MARGIN_MS, 0);
+    cfg.replica_wait_ms =
+        env_ms("DISTLOCK_REPLICA_WAIT_MS", DEFAULT_REPLICA_WAIT_MS, 0);
+    cfg.key_grace_ms =
+        env_ms("DISTLOCK_KEY_GRACE_MS", DEFAULT_KEY_GRACE_MS, 0);
     cfg.deferred = env_flag("DISTLOCK_DEFERRED_RELEASE", DEFAULT_DEFERRED);
     cfg.cohort = env_flag("DISTLOCK_COHORT", DEFAULT_COHORT);
     cfg.direct_wake = env_flag("DISTLOCK_DIRECT_WAKE", DEFAULT_DIRECT_WAKE);
@@ -652,7 +670,8 @@ unsigned long dist__patience_ms(void)
 {
     unsigned long ms = dist__timeout_ms();
 
-    return dist__cfg_mode() == DIST__MODE_SINGLE ? ms : ms + FAILOVER_GRACE_MS;
+    return dist__cfg_mode() == DIST__MODE_SINGLE ? ms
+                                                 : ms + FAILOVER_GRACE_MS;
 }
 
 int dist__sharded_pubsub(const struct dist__cfg *c)
@@ -751,7 +770,8 @@ static int set_ms(unsigned long *field, unsigned long ms, unsigned long min,
 int dist_set_watchdog_ms(unsigned long ms)
 {
     DIST__KEEP_ERRNO;
-    return set_ms(&cfg.watchdog_ms, ms, MIN_WATCHDOG_MS, "dist_set_watchdog_ms");
+    return set_ms(&cfg.watchdog_ms, ms, MIN_WATCHDOG_MS,
+                  "dist_set_watchdog_ms");
 }
 
 int dist_set_waiter_ms(unsigned long ms)
@@ -776,8 +796,10 @@ int dist_set_key_grace_ms(unsigned long ms)
 {
     DIST__KEEP_ERRNO;
     if (ms > MAX_MS)
-        return dist__err(EINVAL, "dist_set_key_grace_ms: %lu ms is out of "
-                         "range (0..%lu)", ms, MAX_MS);
+        return dist__err(EINVAL,
+                         "dist_set_key_grace_ms: %lu ms is out of "
+                         "range (0..%lu)",
+                         ms, MAX_MS);
     pthread_once(&cfg_once, load_env);
     pthread_mutex_lock(&cfg_mu);
     /* no connection depends on it: no new generation */
@@ -797,5 +819,5 @@ static void cfg_fork(int phase)
     if (phase == 0)
         pthread_mutex_lock(&cfg_mu);
     else
-        pthread_mutex_unlock(&cfg_mu);  /* parent, or the child's copy */
+        pthread_mutex_unlock(&cfg_mu); /* parent, or the child's copy */
 }

@@ -15,7 +15,7 @@ atomic_ulong dist__fork_gen = 1;
 static pthread_once_t lib_once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t id_mu = PTHREAD_MUTEX_INITIALIZER;
 static char client_id[37];
-static unsigned long client_gen;          /* generation client_id was made for */
+static unsigned long client_gen; /* generation client_id was made for */
 static atomic_uint_fast64_t next_thread_no = 1;
 
 /* thread-local: the owner identity Redis keys holds by is the thread's
@@ -82,7 +82,7 @@ static void fork_prepare(void)
 {
     int i, j, n = atomic_load(&nhooks);
 
-    for (i = 0; i < n; i++) {           /* insertion sort by rank */
+    for (i = 0; i < n; i++) { /* insertion sort by rank */
         for (j = i; j > 0 && hooks[forked[j - 1]].rank > hooks[i].rank; j--)
             forked[j] = forked[j - 1];
         forked[j] = i;
@@ -133,17 +133,16 @@ static void fork_child(void)
  * way to it.  The ancestors are written only in a fork child, which has
  * one thread then; a chain deeper than MAX_ANCESTORS forgets the oldest. */
 #define MAX_ANCESTORS 32
-static atomic_ulong self_pid;            /* 0: nothing stamped yet */
-static atomic_ulong serial;              /* the last serial given */
+static atomic_ulong self_pid; /* 0: nothing stamped yet */
+static atomic_ulong serial;   /* the last serial given */
 static struct {
-    unsigned long pid, last;             /* its serials up to last */
+    unsigned long pid, last; /* its serials up to last */
 } ancestors[MAX_ANCESTORS];
 static atomic_int nancestors;
 
 static unsigned long own_pid(void)
 {
-    unsigned long pid = atomic_load_explicit(&self_pid,
-                                             memory_order_relaxed);
+    unsigned long pid = atomic_load_explicit(&self_pid, memory_order_relaxed);
 
     if (!pid) {
         pid = (unsigned long)getpid();
@@ -172,7 +171,7 @@ static void stamp_fork_child(void)
 
 void dist__stamp(unsigned long stamp[2])
 {
-    dist__lib_init();                    /* a child must learn its parent */
+    dist__lib_init(); /* a child must learn its parent */
     stamp[0] = own_pid();
     stamp[1] = atomic_fetch_add(&serial, 1) + 1;
 }
@@ -181,18 +180,20 @@ int dist__stamp_check(const unsigned long stamp[2], const char *noun)
 {
     int i, n;
 
-    if (stamp[1] == 0 ||              /* none: made before the stamps */
+    if (stamp[1] == 0 || /* none: made before the stamps */
         stamp[0] == atomic_load_explicit(&self_pid, memory_order_relaxed))
         return 0;
     n = atomic_load(&nancestors);
     for (i = 0; i < n; i++)
         if (ancestors[i].pid == stamp[0] && stamp[1] <= ancestors[i].last)
             return 0;
-    return dist__err(EINVAL, "%s was initialised by another process (pid "
+    return dist__err(EINVAL,
+                     "%s was initialised by another process (pid "
                      "%lu), not by this one or before the fork it comes "
                      "from: an object belongs to the process that made it "
                      "(no process-shared objects); each process initialises "
-                     "its own object of the lock's name", noun, stamp[0]);
+                     "its own object of the lock's name",
+                     noun, stamp[0]);
 }
 
 static void lib_init_once(void)
@@ -217,7 +218,7 @@ const char *dist__client_id(void)
         client_gen = gen;
     }
     pthread_mutex_unlock(&id_mu);
-    return client_id;   /* only changes in a forked child, before it runs */
+    return client_id; /* only changes in a forked child, before it runs */
 }
 
 uint64_t dist__thread_no(void)

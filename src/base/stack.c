@@ -9,7 +9,7 @@
  * (ASan still prints, once per process, that it does not fully support
  * swapcontext: its interceptor does, and it also clears the shadow of the
  * stack switched to, which the switch back by setcontext must not do). */
-#define _GNU_SOURCE   /* pthread_getattr_np */
+#define _GNU_SOURCE /* pthread_getattr_np */
 #include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -48,13 +48,13 @@
 #define ALT_SIZE (128u * 1024u)
 
 struct alt {
-    char *map;                  /* the mapping: guard page, then the stack */
+    char *map; /* the mapping: guard page, then the stack */
     size_t guard;
     ucontext_t caller, callee;
     void (*fn)(void *);
     void *arg;
 #ifdef DIST__ASAN
-    const void *from_bottom;    /* the caller's stack, for the way back */
+    const void *from_bottom; /* the caller's stack, for the way back */
     size_t from_size;
 #endif
 #ifdef DIST__TSAN
@@ -158,7 +158,7 @@ static void alt_main(void)
     __tsan_switch_to_fiber(a->caller_fiber, 0);
 #endif
     setcontext(&a->caller);
-    abort();                    /* setcontext does not return */
+    abort(); /* setcontext does not return */
 }
 
 /* fn(arg) on the alternate stack.  getcontext takes the signal mask as it
@@ -186,7 +186,7 @@ static int alt_run(struct alt *a, void (*fn)(void *), void *arg)
     __sanitizer_start_switch_fiber(&fake, a->map + a->guard, ALT_SIZE);
 #endif
     if (swapcontext(&a->caller, &a->callee) != 0)
-        abort();                /* cannot fail with a context getcontext made */
+        abort(); /* cannot fail with a context getcontext made */
 #ifdef DIST__ASAN
     __sanitizer_finish_switch_fiber(fake, NULL, NULL);
 #endif
@@ -201,7 +201,7 @@ int dist__with_stack(size_t need, void (*fn)(void *), void *arg)
     if (!stack_lo)
         bounds_find();
     if (sp > stack_lo && sp <= stack_hi && sp - stack_lo >= need) {
-        fn(arg);                /* the common case: room enough here */
+        fn(arg); /* the common case: room enough here */
         return 0;
     }
     /* already on the alternate stack (a deep call within one): go on */

@@ -39,12 +39,12 @@ extern dist__sys_fn distlock_preload_real(const char *name)
 
 /* dist__sys.member = the shim's glibc function for name, when it has one
  * (void (*)(void) converts to any function pointer type without a word). */
-#define TAKE(member, name)                                                 \
-    do {                                                                   \
-        dist__sys_fn f_ = distlock_preload_real(name);                     \
-                                                                           \
-        if (f_)                                                            \
-            dist__sys.member = (__typeof__(dist__sys.member))f_;           \
+#define TAKE(member, name)                                                   \
+    do {                                                                     \
+        dist__sys_fn f_ = distlock_preload_real(name);                       \
+                                                                             \
+        if (f_)                                                              \
+            dist__sys.member = (__typeof__(dist__sys.member))f_;             \
     } while (0)
 
 __attribute__((constructor)) static void sys_bind(void)

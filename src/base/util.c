@@ -160,7 +160,7 @@ void dist__sigpipe_restore(struct dist__sigpipe *s)
  * when the program's last thread did.  /proc/self/stat says how many
  * threads the process has; without /proc the threads stay, as before. */
 
-static atomic_int lib_threads;          /* started and not yet returned */
+static atomic_int lib_threads; /* started and not yet returned */
 static pthread_once_t lib_once = PTHREAD_ONCE_INIT;
 /* The signals the thread that started this one let through.  thread-local:
  * each library thread's own, read only on it. */
@@ -317,7 +317,8 @@ void dist__thread_orphan_exit(void)
 
 void dist__sleep_ms(uint64_t ms)
 {
-    struct timespec ts = { (time_t)(ms / 1000), (long)(ms % 1000) * 1000000L };
+    struct timespec ts = { (time_t)(ms / 1000),
+                           (long)(ms % 1000) * 1000000L };
 
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
         ;

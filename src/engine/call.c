@@ -16,8 +16,8 @@
 
 /* ---- replies that cannot be true ---------------------------------------------- */
 
-int dist__call_bad(struct dist__call *c, const char *script,
-                   const char *fmt, ...)
+int dist__call_bad(struct dist__call *c, const char *script, const char *fmt,
+                   ...)
 {
     char what[160];
     va_list ap;
@@ -27,10 +27,11 @@ int dist__call_bad(struct dist__call *c, const char *script,
     va_end(ap);
     c->unknown = 1;
     c->bad = 1;
-    return dist__err(EIO, "%s '%s': Redis answered %s with %s, which no "
+    return dist__err(EIO,
+                     "%s '%s': Redis answered %s with %s, which no "
                      "call could have left (a broken or hostile server; the "
-                     "answer is not believed)", c->o->kind->noun,
-                     c->o->st->names->name.p, script, what);
+                     "answer is not believed)",
+                     c->o->kind->noun, c->o->st->names->name.p, script, what);
 }
 
 /* ---- the owner's standing ------------------------------------------------- */
@@ -40,8 +41,9 @@ static struct dist__hold *rec_hold(struct dist__call *c, struct dist__rec *r)
 {
     const struct dist__kind *k = c->o->kind;
 
-    if (!r->h && (r->h = dist__hold_new(&k->renewal, c->o->st->names,
-                                        c->o->lease_ms)) != NULL &&
+    if (!r->h &&
+        (r->h = dist__hold_new(&k->renewal, c->o->st->names,
+                               c->o->lease_ms)) != NULL &&
         k->renew_keys)
         k->renew_keys(c->o->st, r, r->h);
     return r->h;
@@ -112,9 +114,10 @@ static int prepare_by(struct dist__call *c, int *held, uint64_t bound)
     /* a release's treatment of a robust record: a give-back (keep_set)
      * of an owner-dead hold puts the record back as it found it */
     if (*held == 1 && (c->unlocking || c->keep_set))
-        c->robust = !r->robust ? DIST__ROBUST_NONE
+        c->robust = !r->robust         ? DIST__ROBUST_NONE
                     : !r->inconsistent ? DIST__ROBUST_CLEAN
-                    : c->keep_set ? DIST__ROBUST_BACK : DIST__ROBUST_LOST;
+                    : c->keep_set      ? DIST__ROBUST_BACK
+                                       : DIST__ROBUST_LOST;
     if (r && *held == -1 && c->unlocking)
         c->told = let_go(r);
     if (r && *held != 1 && !r->pend)
@@ -135,7 +138,8 @@ static int prepare_until(struct dist__call *c, int *held, uint64_t deadline)
     int rc = prepare_by(c, held, deadline);
 
     if (rc != 0 && deadline && dist__now_ms() >= deadline)
-        rc = dist__err(ETIMEDOUT, "%s '%s': deadline passed while an "
+        rc = dist__err(ETIMEDOUT,
+                       "%s '%s': deadline passed while an "
                        "earlier call's outcome was being settled",
                        c->o->kind->noun, name_of(c));
     return rc;
@@ -164,12 +168,12 @@ static uint64_t past_deadline(uint64_t deadline)
 void dist__hand_over(struct dist__call *c, struct dist__rec *r)
 {
     if (r->unknown)
-        return;            /* handed over already, and not settled yet */
+        return; /* handed over already, and not settled yet */
     if (!rec_hold(c, r))
-        return;            /* out of memory: the lease ends it */
+        return; /* out of memory: the lease ends it */
     r->unknown = 1;
     if (r->n[0] + r->n[1] == 0)
-        r->reg = 0;        /* not renewed: see dist__renew_unknown */
+        r->reg = 0; /* not renewed: see dist__renew_unknown */
     r->h->robust = c->robust;
     dist__renew_unknown(r->h, r->n, c->mode);
 }
@@ -198,7 +202,7 @@ static int record(struct dist__call *c)
         pthread_mutex_unlock(&st->mu);
         return ENOMEM;
     }
-    if (c->replaced)            /* the earlier hold was consumed by it */
+    if (c->replaced) /* the earlier hold was consumed by it */
         c->lost = c->n[c->mode] > 0 && !c->had;
     else if (c->n[c->mode] > 0 && c->count != c->n[c->mode] + 1)
         c->lost = 1;
@@ -220,9 +224,9 @@ static int record(struct dist__call *c)
     }
     r->n[c->mode] = c->count;
     if (lease && dist__now_ms() + lease > r->lease_end)
-        r->lease_end = dist__now_ms() + lease;   /* after the reply: the
+        r->lease_end = dist__now_ms() + lease; /* after the reply: the
                                                   * server's expiry is earlier */
-    if (lease)     /* from the send: the server's expiry is later */
+    if (lease) /* from the send: the server's expiry is later */
         r->safe_end = c->started + lease - dist__safe_margin_ms(lease);
     if (!lease && r->reg)
         dist__renew_acked(r->h, c->started + dist__lease_of(c->o));
@@ -244,7 +248,7 @@ static int record(struct dist__call *c)
  * is renewed at once, on the condition that it is still ours; if it is
  * gone (it expired on the way back), the try counts as not taken and the
  * caller tries again. */
-#define FRESH_PART 3
+#define FRESH_PART  3
 #define FRESH_TRIES 3
 
 static int stale(const struct dist__call *c)
@@ -296,9 +300,11 @@ static int refresh(struct dist__call *c)
             return 0;
     }
     c->unknown = 1;
-    return dist__err(EIO, "%s '%s': its acquire's reply came back later than "
+    return dist__err(EIO,
+                     "%s '%s': its acquire's reply came back later than "
                      "a third of the lease, and it could not be renewed in "
-                     "time", c->o->kind->noun, c->o->st->names->name.p);
+                     "time",
+                     c->o->kind->noun, c->o->st->names->name.p);
 }
 
 /* When a call that began at c->started must have ended: the command
@@ -394,9 +400,8 @@ static int try_bounded(struct dist__call *c, uint64_t deadline,
  * try's own reason (the renewal thread's speaks of "an earlier call", and
  * there was none).  noinline: the rare path keeps its buffer out of the
  * caller's frame (small stacks, see acquire). */
-static __attribute__((noinline)) int settle_own(struct dist__call *c,
-                                                uint64_t give_up,
-                                                int last_at_end)
+static __attribute__((noinline)) int
+settle_own(struct dist__call *c, uint64_t give_up, int last_at_end)
 {
     char why[256];
     uint64_t now;
@@ -408,13 +413,13 @@ static __attribute__((noinline)) int settle_own(struct dist__call *c,
     while (prepare_by(c, &held, give_up) != 0) {
         now = dist__now_ms();
         if (now >= give_up) {
-            c->unknown = 1;    /* still unknown: the caller says so */
+            c->unknown = 1; /* still unknown: the caller says so */
             return dist__err(EIO, "%s; Redis has not answered since", why);
         }
         dist__sleep_ms(give_up - now < 100 ? give_up - now : 100);
     }
     if (!last_at_end && dist__now_ms() >= give_up)
-        return dist__err(EIO, "%s", why);   /* settled: nothing was taken */
+        return dist__err(EIO, "%s", why); /* settled: nothing was taken */
     return 0;
 }
 
@@ -447,12 +452,12 @@ static int try_patiently(struct dist__call *c, uint64_t deadline)
         if (!give_up) {
             give_up = now + dist__patience_ms();
             if (deadline && deadline < give_up)
-                give_up = deadline;     /* past_deadline bounds the tries */
+                give_up = deadline; /* past_deadline bounds the tries */
             else
                 within = give_up;
         }
         if (now >= give_up || dist__hopeless_take())
-            return rc;    /* a refused certificate stays refused: say so now */
+            return rc; /* a refused certificate stays refused: say so now */
         if (c->unknown) {
             if ((rc = settle_own(c, give_up, !within)) != 0)
                 return rc;
@@ -460,7 +465,7 @@ static int try_patiently(struct dist__call *c, uint64_t deadline)
         }
         dist__sleep_ms(give_up - now < 50 ? give_up - now : 50);
         if (within && dist__now_ms() >= within)
-            return rc;    /* no time left for another try */
+            return rc; /* no time left for another try */
     }
 }
 
@@ -563,11 +568,15 @@ static int wait_on(struct dist__call *c, struct dist__chan **chp,
         /* a handler that ran in the try (the link's wait for the reply
          * went on) interrupts the wait as one in the sleep would */
         if ((c->intr & DIST__SUB_EINTR) && dist__eintr_take())
-            return dist__err(EINTR, "%s '%s': the wait was interrupted by "
-                             "a signal handler", k->noun, name_of(c));
+            return dist__err(EINTR,
+                             "%s '%s': the wait was interrupted by "
+                             "a signal handler",
+                             k->noun, name_of(c));
         if (sleep_on(c, *chp, gen, sleep_until(c, deadline)) == EINTR)
-            return dist__err(EINTR, "%s '%s': the wait was interrupted by "
-                             "a signal handler", k->noun, name_of(c));
+            return dist__err(EINTR,
+                             "%s '%s': the wait was interrupted by "
+                             "a signal handler",
+                             k->noun, name_of(c));
         if (dist__deadline_step(dl, &deadline))
             last = 1;
     }
@@ -648,13 +657,17 @@ static int failed(struct dist__call *c, int rc)
         snprintf(why, sizeof why, "%s", dist_last_error());
         note_unknown(c);
         if (strstr(why, name_of(c)))
-            return dist__err(EIO, "%s; whether it took the lock is unknown: "
+            return dist__err(EIO,
+                             "%s; whether it took the lock is unknown: "
                              "a hold it may have taken is given back when "
-                             "Redis answers, or its lease ends it", why);
-        return dist__err(EIO, "%s '%s': %s; whether it took the lock is "
+                             "Redis answers, or its lease ends it",
+                             why);
+        return dist__err(EIO,
+                         "%s '%s': %s; whether it took the lock is "
                          "unknown: a hold it may have taken is given back "
-                         "when Redis answers, or its lease ends it", k->noun,
-                         name_of(c), why[0] ? why : "the reply was lost");
+                         "when Redis answers, or its lease ends it",
+                         k->noun, name_of(c),
+                         why[0] ? why : "the reply was lost");
     }
     pthread_mutex_lock(&c->o->st->mu);
     dist__rec_tidy(c->o->st);
@@ -682,7 +695,8 @@ static void count_taken(int try_only, int waited, uint64_t t0)
  * entry also ends with its window).  A timed call's leaving ends within
  * one command timeout of its deadline (of now, once it has passed), as
  * its tries do. */
-static __attribute__((noinline)) void cancel(struct dist__call *c, const struct dist__deadline *dl)
+static __attribute__((noinline)) void cancel(struct dist__call *c,
+                                             const struct dist__deadline *dl)
 {
     uint64_t bound = past_deadline(first_deadline(dl)), outer = c->limit;
 
@@ -699,11 +713,13 @@ static __attribute__((noinline)) void cancel(struct dist__call *c, const struct 
  * EOWNERDEAD, the lock held, as POSIX has it. */
 static __attribute__((noinline)) int owner_dead(struct dist__call *c)
 {
-    return dist__err(EOWNERDEAD, "%s '%s': its last holder did not release "
-                     "it cleanly (it died, its lease ran out, or its hold was "
-                     "forced); it is held now, the state it guards may need "
-                     "repair, then dist_mutex_consistent", c->o->kind->noun,
-                     name_of(c));
+    return dist__err(
+        EOWNERDEAD,
+        "%s '%s': its last holder did not release "
+        "it cleanly (it died, its lease ran out, or its hold was "
+        "forced); it is held now, the state it guards may need "
+        "repair, then dist_mutex_consistent",
+        c->o->kind->noun, name_of(c));
 }
 
 /* The rare steps after a try (give_back, replica_sync, shed_surplus,
@@ -731,12 +747,14 @@ static int acquire(struct dist__obj *o, int mode, int try_only,
     dist__go_behind(&c);
     rc = try_only ? try_once(&c) : try_patiently(&c, until);
     dist__behind_done(&c, rc);
-    queued = (c.how == DIST__HOW_QUEUE || c.registered) && rc == 0 &&
-             !c.taken;
+    queued =
+        (c.how == DIST__HOW_QUEUE || c.registered) && rc == 0 && !c.taken;
     if (rc == 0 && !c.taken && try_only) {
         dist__stat_add(DIST__ST_BUSY, 1);
-        return failed(&c, dist__err(EBUSY, "%s '%s' is held by another "
-                                    "owner%s", k->noun, name_of(&c),
+        return failed(&c, dist__err(EBUSY,
+                                    "%s '%s' is held by another "
+                                    "owner%s",
+                                    k->noun, name_of(&c),
                                     k->busy_why ? k->busy_why(&c) : ""));
     }
     if (rc == 0 && !c.taken) {
@@ -772,7 +790,7 @@ static int acquire(struct dist__obj *o, int mode, int try_only,
     return rc;
 }
 
-#define MAX_DEPOSED 4       /* acquires that may find their master deposed */
+#define MAX_DEPOSED     4   /* acquires that may find their master deposed */
 #define ATTACH_PAUSE_MS 100 /* between tries while replicas attach */
 
 /* Whether a call that may wait can try again, after a pause, while the
@@ -841,7 +859,7 @@ int dist__acquire_intr(struct dist__obj *o, const struct dist__deadline *dl,
 {
     int rc;
 
-    dist__eintr_take();       /* a handler that ran before the call */
+    dist__eintr_take(); /* a handler that ran before the call */
     rc = acquire_on_master(o, 0, 0, dl, 1, intr);
 
     call_end();
@@ -880,7 +898,7 @@ int dist__release_held(struct dist__call *c)
     if (d && rc == 0 && c->deferred)
         return dist__defer_sent(c, d);
     if (d)
-        dist__defer_free(d);              /* sent the usual way after all */
+        dist__defer_free(d); /* sent the usual way after all */
     /* EIO: the reply was lost (c->unknown), or Redis refused the release
      * (READONLY from a master being demoted, NOREPLICAS, an error
      * reply).  Either way the thread lets go and the renewal thread
@@ -889,7 +907,7 @@ int dist__release_held(struct dist__call *c)
      * "let go" never unlocked again, and the watchdog renewed the hold for
      * ever (the Sentinel torture run: every other worker hung on it, and a
      * condition waiter's next lock counted two holds). */
-    if (rc == EIO)                 /* kept for the message below */
+    if (rc == EIO) /* kept for the message below */
         snprintf(why, sizeof why, "%s", dist_last_error());
     pthread_mutex_lock(&st->mu);
     r = dist__rec_find(st);
@@ -901,10 +919,11 @@ int dist__release_held(struct dist__call *c)
         /* given up locally either way; the renewal thread finishes the
          * release when Redis answers again */
         r->n[c->mode] = c->keep_set && c->keep < r->n[c->mode]
-                        ? c->keep : r->n[c->mode] - 1;
+                            ? c->keep
+                            : r->n[c->mode] - 1;
         dist__hand_over(c, r);
     } else if (r) {
-        r->n[0] = r->n[1] = 0;     /* lost */
+        r->n[0] = r->n[1] = 0; /* lost */
     }
     if (c->unlocking && r && r->n[0] + r->n[1] == 0)
         told = let_go(r);
@@ -912,11 +931,14 @@ int dist__release_held(struct dist__call *c)
         dist__rec_tidy(st);
     pthread_mutex_unlock(&st->mu);
     if (rc == EIO && strstr(why, name_of(c)))
-        return dist__err(EIO, "%s; this thread has let go of it, and the "
+        return dist__err(EIO,
+                         "%s; this thread has let go of it, and the "
                          "release is finished when Redis answers, or the "
-                         "lease ends it", why);
+                         "lease ends it",
+                         why);
     if (rc == EIO)
-        return dist__err(EIO, "%s '%s': the release failed (%s); this "
+        return dist__err(EIO,
+                         "%s '%s': the release failed (%s); this "
                          "thread has let go of it, and the release is "
                          "finished when Redis answers, or the lease ends it",
                          k->noun, name_of(c), why);
@@ -925,8 +947,10 @@ int dist__release_held(struct dist__call *c)
          * told it already */
         if (told != 2)
             dist__call_lost_handler(name_of(c));
-        return dist__err(EPERM, "%s '%s' was lost (its lease ran out or it "
-                         "was forced) before this unlock", k->noun, name_of(c));
+        return dist__err(EPERM,
+                         "%s '%s' was lost (its lease ran out or it "
+                         "was forced) before this unlock",
+                         k->noun, name_of(c));
     }
     return rc;
 }
@@ -955,11 +979,11 @@ static __attribute__((noinline)) int let_go_unsettled(struct dist__call *c,
     if (!r || r->n[0] + r->n[1] == 0) {
         /* an outcome still unknown is no hold of the thread's */
         pthread_mutex_unlock(&st->mu);
-        return dist__err(EPERM, "%s '%s' is not held by this thread",
-                         k->noun, name_of(c));
+        return dist__err(EPERM, "%s '%s' is not held by this thread", k->noun,
+                         name_of(c));
     }
     lost = r->h && atomic_load(&r->h->lost);
-    mode = r->n[1] > 0;            /* a write hold goes first */
+    mode = r->n[1] > 0; /* a write hold goes first */
     if (lost)
         r->n[0] = r->n[1] = 0;
     else
@@ -970,19 +994,21 @@ static __attribute__((noinline)) int let_go_unsettled(struct dist__call *c,
     if (lost) {
         if (told != 2)
             dist__call_lost_handler(name_of(c));
-        return dist__err(EPERM, "%s '%s' was lost (its lease ran out or it "
-                         "was forced) before this unlock", k->noun,
-                         name_of(c));
+        return dist__err(EPERM,
+                         "%s '%s' was lost (its lease ran out or it "
+                         "was forced) before this unlock",
+                         k->noun, name_of(c));
     }
-    return dist__err(rc, "%s; this thread has let go of it, and the lease "
-                     "ends what Redis still holds of it", why);
+    return dist__err(rc,
+                     "%s; this thread has let go of it, and the lease "
+                     "ends what Redis still holds of it",
+                     why);
 }
 
 static int release(struct dist__obj *o, int may_defer)
 {
     const struct dist__kind *k = o->kind;
-    struct dist__call c = { .o = o, .no_defer = !may_defer,
-                            .unlocking = 1 };
+    struct dist__call c = { .o = o, .no_defer = !may_defer, .unlocking = 1 };
     int rc, held;
 
     if ((rc = dist__prepare(&c, &held)) != 0)
@@ -992,14 +1018,15 @@ static int release(struct dist__obj *o, int may_defer)
          * unlock returns, here if it had not been yet */
         if (c.told != 2)
             dist__call_lost_handler(name_of(&c));
-        return dist__err(EPERM, "%s '%s' was lost (its lease ran out or it "
-                         "was forced) before this unlock", k->noun,
-                         name_of(&c));
+        return dist__err(EPERM,
+                         "%s '%s' was lost (its lease ran out or it "
+                         "was forced) before this unlock",
+                         k->noun, name_of(&c));
     }
     if (held == 0)
         return dist__err(EPERM, "%s '%s' is not held by this thread", k->noun,
                          name_of(&c));
-    c.mode = c.n[1] > 0;           /* a write hold goes first */
+    c.mode = c.n[1] > 0; /* a write hold goes first */
     rc = dist__release_held(&c);
     call_end();
     return rc;
@@ -1037,9 +1064,11 @@ int dist__consistent(struct dist__obj *o)
         return dist__err(EPERM, "%s '%s' is not held by this thread",
                          o->kind->noun, st->names->name.p);
     if (rc == EINVAL)
-        return dist__err(EINVAL, "%s '%s' is consistent already (only a "
+        return dist__err(EINVAL,
+                         "%s '%s' is consistent already (only a "
                          "hold that lock returned EOWNERDEAD for is marked "
-                         "consistent)", o->kind->noun, st->names->name.p);
+                         "consistent)",
+                         o->kind->noun, st->names->name.p);
     return 0;
 }
 
@@ -1050,8 +1079,7 @@ int dist__token(struct dist__obj *o, int mode, uint64_t *token)
 
     pthread_mutex_lock(&st->mu);
     r = dist__rec_find(st);
-    if (!r || r->n[mode] == 0 ||
-        (r->h && atomic_load(&r->h->lost))) {
+    if (!r || r->n[mode] == 0 || (r->h && atomic_load(&r->h->lost))) {
         pthread_mutex_unlock(&st->mu);
         return dist__err(EPERM, "%s '%s' is not %s by this thread",
                          o->kind->noun, st->names->name.p,
@@ -1097,10 +1125,11 @@ int dist__lease_left(struct dist__obj *o, struct timespec *left)
         return dist__err(EPERM, "%s '%s' is not held by this thread",
                          o->kind->noun, st->names->name.p);
     if (until * 1000000u <= now_ns)
-        return dist__err(EPERM, "%s '%s' may no longer be this thread's: "
+        return dist__err(EPERM,
+                         "%s '%s' may no longer be this thread's: "
                          "its lease may run out on the server within the "
-                         "safety margin (or it was lost)", o->kind->noun,
-                         st->names->name.p);
+                         "safety margin (or it was lost)",
+                         o->kind->noun, st->names->name.p);
     ns = until * 1000000u - now_ns;
     left->tv_sec = (time_t)(ns / 1000000000u);
     left->tv_nsec = (long)(ns % 1000000000u);

@@ -15,7 +15,7 @@ static uint64_t to_mono(const struct dist__deadline *dl)
 {
     /* a deadline further than this is "never" (std::chrono's time_point::max
      * arrives as a tv_sec near INT64_MAX); the cap keeps the sums in range */
-    const int64_t far_s = INT64_C(1) << 32;     /* about 136 years */
+    const int64_t far_s = INT64_C(1) << 32; /* about 136 years */
     struct timespec now;
     int64_t left_s, left_ns;
     uint64_t mono;
@@ -29,7 +29,8 @@ static uint64_t to_mono(const struct dist__deadline *dl)
     else
         left_s = (int64_t)dl->abs.tv_sec - (int64_t)now.tv_sec;
     left_ns = left_s * 1000000000LL + (dl->abs.tv_nsec - now.tv_nsec);
-    return left_ns <= 0 ? mono : mono + (uint64_t)(left_ns + 999999) / 1000000u;
+    return left_ns <= 0 ? mono
+                        : mono + (uint64_t)(left_ns + 999999) / 1000000u;
 }
 
 int dist__deadline_set(struct dist__deadline *dl, clockid_t clock,
@@ -38,8 +39,10 @@ int dist__deadline_set(struct dist__deadline *dl, clockid_t clock,
     /* the clock is refused whether or not the call would wait, as glibc's
      * clocklock does */
     if (clock != CLOCK_REALTIME && clock != CLOCK_MONOTONIC)
-        return dist__err(EINVAL, "clock %d: use CLOCK_REALTIME or "
-                         "CLOCK_MONOTONIC", (int)clock);
+        return dist__err(EINVAL,
+                         "clock %d: use CLOCK_REALTIME or "
+                         "CLOCK_MONOTONIC",
+                         (int)clock);
     if (!abs)
         return dist__err(EINVAL, "abstime is NULL");
     dl->clock = clock;
@@ -76,6 +79,6 @@ int dist__deadline_step(const struct dist__deadline *dl, uint64_t *deadline)
     if (dist__deadline_reached(dl))
         return 1;
     if (!dl->bad)
-        *deadline = to_mono(dl);                /* the clock stepped */
+        *deadline = to_mono(dl); /* the clock stepped */
     return 0;
 }

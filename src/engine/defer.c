@@ -58,8 +58,7 @@ static int defer_wanted(const struct dist__obj *o)
 int dist__defer_ok(const struct dist__call *c)
 {
     return !c->no_defer && c->o->kind->family == DIST__FAM_MUTEX &&
-           c->mode == 0 &&
-           c->n[0] == 1 && c->n[1] == 0 && defer_wanted(c->o);
+           c->mode == 0 && c->n[0] == 1 && c->n[1] == 0 && defer_wanted(c->o);
 }
 
 struct dist__defer *dist__defer_new(struct dist__call *c)
@@ -97,10 +96,11 @@ static int defer_outcome(const redisReply *r, int status, long long *woken)
     if (status != 0 || !r)
         return DIST__DEFER_BROKEN;
     if (r->type == REDIS_REPLY_ERROR)
-        return DIST__DEFER_NOTRUN;      /* NOSCRIPT, MOVED, ASK, TRYAGAIN */
-    if (dist__reply_int(r, 0, &left) != 0 || dist__reply_int(r, 1, woken) != 0
-        || *woken < 0 || (left != 0 && left != -1))
-        return DIST__DEFER_BROKEN;      /* cannot be: settled as unknown */
+        return DIST__DEFER_NOTRUN; /* NOSCRIPT, MOVED, ASK, TRYAGAIN */
+    if (dist__reply_int(r, 0, &left) != 0 ||
+        dist__reply_int(r, 1, woken) != 0 || *woken < 0 ||
+        (left != 0 && left != -1))
+        return DIST__DEFER_BROKEN; /* cannot be: settled as unknown */
     return left == 0 ? DIST__DEFER_OK : DIST__DEFER_LOST;
 }
 
@@ -124,18 +124,19 @@ static void defer_hand_over(struct dist__defer *d, struct dist__rec *r)
     struct dist__hold *h;
 
     if (r && r->unknown)
-        return;                 /* one settle at a time; the lease ends it */
-    h = r && r->h ? r->h : dist__hold_new(&d->kind->renewal, d->st->names,
-                                          d->lease_ms);
+        return; /* one settle at a time; the lease ends it */
+    h = r && r->h
+            ? r->h
+            : dist__hold_new(&d->kind->renewal, d->st->names, d->lease_ms);
     if (!h)
-        return;                 /* out of memory: the lease ends it */
+        return; /* out of memory: the lease ends it */
     if (!(r && r->h))
-        h->owner_no = d->owner_no;  /* the owner's, also when the renewal
+        h->owner_no = d->owner_no; /* the owner's, also when the renewal
                                      * thread read the reply */
     h->robust = d->robust;
     if (!r) {
         dist__renew_unknown(h, none, 0);
-        if (dist__renew_remove(h))     /* the thread frees it when done */
+        if (dist__renew_remove(h)) /* the thread frees it when done */
             dist__hold_free(h);
         return;
     }
@@ -185,7 +186,7 @@ void dist__defer_done(void *arg, const redisReply *rep, int status)
     r = d->r;
     if (r && d->behind && d->gen == atomic_load(&dist__fork_gen)) {
         pthread_mutex_unlock(&st->mu);
-        return;                 /* the acquire that followed acts on it */
+        return; /* the acquire that followed acts on it */
     }
     if (r)
         r->pend = NULL;

@@ -14,12 +14,13 @@
  * 100,000 names as with 10 (a list made 100,000 dist_mutex_init take
  * 154 s). */
 static pthread_mutex_t fam_mu[DIST__FAM_COUNT] = {
-    PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER,
+    PTHREAD_MUTEX_INITIALIZER,
+    PTHREAD_MUTEX_INITIALIZER,
     PTHREAD_MUTEX_INITIALIZER,
 };
 struct fam {
-    struct dist__state **tab;     /* cap chains; NULL until the first name */
-    size_t cap, n;                /* cap a power of two */
+    struct dist__state **tab; /* cap chains; NULL until the first name */
+    size_t cap, n;            /* cap a power of two */
 };
 static struct fam fams[DIST__FAM_COUNT];
 #define FAM_MIN_CAP 64
@@ -59,7 +60,7 @@ void dist__rec_drop(struct dist__state *st, struct dist__rec *r)
     }
     if (r->h) {
         if (r->gen != dist__rec_gen()) {
-            dist__hold_free(r->h);    /* the parent's: not in our registry */
+            dist__hold_free(r->h); /* the parent's: not in our registry */
         } else {
             /* renewal keys kept in r's ext (a rwlock's timeout keys) are
              * freed below: the entry lets go of them first, after a
@@ -72,7 +73,7 @@ void dist__rec_drop(struct dist__state *st, struct dist__rec *r)
         }
     }
     if (r->pend)
-        r->pend->r = NULL;        /* the reply's handler acts alone now */
+        r->pend->r = NULL; /* the reply's handler acts alone now */
     if (r->ext)
         r->ext->free(r->ext);
     free(r);
@@ -325,16 +326,18 @@ int dist__obj_get(const struct dist__kind *k, const char *name, void **impl,
         return 0;
     }
     if (!name)
-        return dist__err(EINVAL, "%s has no name: use dist_%s_init or "
-                         "DIST_%s_INITIALIZER", k->noun, k->noun,
+        return dist__err(EINVAL,
+                         "%s has no name: use dist_%s_init or "
+                         "DIST_%s_INITIALIZER",
+                         k->noun, k->noun,
                          k->family == DIST__FAM_MUTEX ? "MUTEX" : "RWLOCK");
-    if ((rc = dist__obj_new(k, name, k->default_flags ? k->default_flags() : 0,
-                            0, &o)) != 0)
+    if ((rc = dist__obj_new(
+             k, name, k->default_flags ? k->default_flags() : 0, 0, &o)) != 0)
         return rc;
-    dist__stamp(reserved);       /* before o is seen, as at init */
+    dist__stamp(reserved); /* before o is seen, as at init */
     if (!__atomic_compare_exchange_n((struct dist__obj **)impl, &expected, o,
                                      0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
-        dist__obj_free(o);        /* another thread won the race */
+        dist__obj_free(o); /* another thread won the race */
         o = expected;
     }
     *out = o;
@@ -359,7 +362,7 @@ int dist__obj_destroy(const struct dist__kind *k, void **impl,
                          k->noun);
     st = o->st;
     pthread_mutex_lock(&st->mu);
-    dist__rec_find(st);   /* drops a parent's records */
+    dist__rec_find(st); /* drops a parent's records */
     for (r = st->recs; r; r = r->next) {
         /* a hold whose explicit lease has surely ended is not in the way,
          * even if its thread never unlocked (it may have exited) */
@@ -367,7 +370,8 @@ int dist__obj_destroy(const struct dist__kind *k, void **impl,
         int lost = r->h && atomic_load(&r->h->lost);
         if (r->n[0] + r->n[1] > 0 && !lost && !expired) {
             pthread_mutex_unlock(&st->mu);
-            return dist__err(EBUSY, "%s '%s' is still held by thread %" PRIu64,
+            return dist__err(EBUSY,
+                             "%s '%s' is still held by thread %" PRIu64,
                              k->noun, st->names->name.p, r->thread_no);
         }
     }

@@ -19,28 +19,28 @@
 /* A deferred release whose reply is owed (call.c).  Every field but the
  * first block is under its state's mu. */
 struct dist__defer {
-    struct dist__state *st;       /* referenced (dist__state_ref) */
+    struct dist__state *st; /* referenced (dist__state_ref) */
     const struct dist__kind *kind;
     unsigned long lease_ms;
-    unsigned long gen;            /* fork generation it was sent in */
-    struct dist__link *on;        /* the link that owes the reply: only its
+    unsigned long gen;     /* fork generation it was sent in */
+    struct dist__link *on; /* the link that owes the reply: only its
                                    * thread reads it, while outcome is 0 */
-    struct dist__rec *r;          /* the owner's record; NULL once dropped */
-    int behind;                   /* an acquire of the owner followed it:
+    struct dist__rec *r;   /* the owner's record; NULL once dropped */
+    int behind;            /* an acquire of the owner followed it:
                                    * that call acts on the outcome */
-    int outcome;                  /* DIST__DEFER_*; 0 while owed */
+    int outcome;           /* DIST__DEFER_*; 0 while owed */
     long long woken;
-    uint64_t sent;                /* monotonic ms */
-    int robust;                   /* DIST__ROBUST_*: the release's */
-    char owner[64];               /* the owner's field (dist__owner): the
+    uint64_t sent;  /* monotonic ms */
+    int robust;     /* DIST__ROBUST_*: the release's */
+    char owner[64]; /* the owner's field (dist__owner): the
                                    * reply may be read on another thread */
     size_t owner_len;
-    uint64_t owner_no;            /* and its number (dist__thread_no) */
+    uint64_t owner_no; /* and its number (dist__thread_no) */
 };
-#define DIST__DEFER_OK     1      /* released */
-#define DIST__DEFER_LOST   2      /* the hold was gone before it */
-#define DIST__DEFER_NOTRUN 3      /* an error reply: nothing ran */
-#define DIST__DEFER_BROKEN 4      /* no reply: it may have run */
+#define DIST__DEFER_OK     1 /* released */
+#define DIST__DEFER_LOST   2 /* the hold was gone before it */
+#define DIST__DEFER_NOTRUN 3 /* an error reply: nothing ran */
+#define DIST__DEFER_BROKEN 4 /* no reply: it may have run */
 
 /* A caller's absolute deadline, taken at the API (dist__deadline_set) and
  * converted to the monotonic clock there, once per call; again only when
@@ -48,18 +48,18 @@ struct dist__defer {
  * argument; below the engine, as the limit of a call's commands
  * (struct dist__call's limit, link.h). */
 struct dist__deadline {
-    clockid_t clock;              /* CLOCK_REALTIME or CLOCK_MONOTONIC */
+    clockid_t clock; /* CLOCK_REALTIME or CLOCK_MONOTONIC */
     struct timespec abs;
-    uint64_t ms;                  /* abs on the monotonic clock */
-    int bad;                      /* abs.tv_nsec out of range: EINVAL when
+    uint64_t ms; /* abs on the monotonic clock */
+    int bad;     /* abs.tv_nsec out of range: EINVAL when
                                    * the call would wait, ms 0 */
 };
 
 /* How a try may end when the lock is not free. */
 enum dist__how {
-    DIST__HOW_TRY,                /* trylock: not at all */
-    DIST__HOW_WAIT,               /* sleep and try again */
-    DIST__HOW_QUEUE               /* join a queue in Redis (fair mutex,
+    DIST__HOW_TRY,  /* trylock: not at all */
+    DIST__HOW_WAIT, /* sleep and try again */
+    DIST__HOW_QUEUE /* join a queue in Redis (fair mutex,
                                    * writer of a writer-preferring rwlock) */
 };
 
@@ -75,34 +75,34 @@ struct dist__rec_ext {
 struct dist__rec {
     struct dist__rec *next;
     uint64_t thread_no;
-    unsigned gen;                 /* fork generation, its low 32 bits
+    unsigned gen;               /* fork generation, its low 32 bits
                                    * (dist__rec_gen): older is the
                                    * parent's */
-    unsigned char reg;            /* h is renewed by the watchdog */
-    unsigned char unknown;        /* h carries an outcome to settle */
-    unsigned char wakes;          /* the kind's: the first hold's release
+    unsigned char reg;          /* h is renewed by the watchdog */
+    unsigned char unknown;      /* h carries an outcome to settle */
+    unsigned char wakes;        /* the kind's: the first hold's release
                                    * has waiters to wake (the plain mutex:
                                    * the owner left its mark among them) */
-    unsigned char robust;         /* taken by a robust mutex: Redis keeps
+    unsigned char robust;       /* taken by a robust mutex: Redis keeps
                                    * its record (prelude_robust.lua) */
-    unsigned char inconsistent;   /* robust, taken owner-dead (EOWNERDEAD)
+    unsigned char inconsistent; /* robust, taken owner-dead (EOWNERDEAD)
                                    * and not marked consistent since: its
                                    * last release makes the lock not
                                    * recoverable */
-    unsigned long n[2];           /* holds the owner believes it has: [0]
+    unsigned long n[2];         /* holds the owner believes it has: [0]
                                    * the mutex's or the read holds, [1] the
                                    * write holds */
-    uint64_t token;               /* fencing token of the first hold */
-    uint64_t safe_end;            /* explicit lease: surely still held
+    uint64_t token;             /* fencing token of the first hold */
+    uint64_t safe_end;          /* explicit lease: surely still held
                                    * until then (monotonic ms, the last
                                    * acquire's send + the lease - the
                                    * safety margin) */
-    uint64_t lease_end;           /* explicit lease: gone on the server by
+    uint64_t lease_end;         /* explicit lease: gone on the server by
                                    * then for sure (monotonic ms) */
-    struct dist__hold *h;         /* renewal entry while registered or while
+    struct dist__hold *h;       /* renewal entry while registered or while
                                    * an unknown outcome is being settled */
-    struct dist__rec_ext *ext;    /* the kind's own (rwlock: timeout keys) */
-    struct dist__defer *pend;     /* a deferred release whose reply has not
+    struct dist__rec_ext *ext;  /* the kind's own (rwlock: timeout keys) */
+    struct dist__defer *pend;   /* a deferred release whose reply has not
                                    * been read (call.c) */
 };
 
@@ -124,13 +124,13 @@ struct dist__local {
 /* One per name in use: 88 B (a 96 B chunk), a part of every lock's cost
  * (docs/performance.md). */
 struct dist__state {
-    struct dist__state *next;     /* its chain in the family registry */
-    int refs;                     /* objects using it (family registry) */
-    uint32_t hash;                /* of its name, for the registry */
-    pthread_mutex_t mu;           /* guards recs and the kind's fields */
+    struct dist__state *next; /* its chain in the family registry */
+    int refs;                 /* objects using it (family registry) */
+    uint32_t hash;            /* of its name, for the registry */
+    pthread_mutex_t mu;       /* guards recs and the kind's fields */
     struct dist__names *names;
     struct dist__rec *recs;
-    void *ext;                    /* the kind's own, under mu */
+    void *ext; /* the kind's own, under mu */
     /* what a layer above keeps per name in this process (the local
      * hand-off of a cohort mutex, cohort.c), made at its first use under
      * mu, then read without it */
@@ -165,43 +165,43 @@ struct dist__obj {
     unsigned magic;
     const struct dist__kind *kind;
     struct dist__state *st;
-    int flags;                    /* the kind's settings */
-    unsigned long lease_ms;       /* 0: the watchdog renews */
+    int flags;              /* the kind's settings */
+    unsigned long lease_ms; /* 0: the watchdog renews */
 };
 
 /* One acquire or release in progress. */
 struct dist__call {
     struct dist__obj *o;
-    int mode;                     /* 0 mutex or read, 1 write */
+    int mode; /* 0 mutex or read, 1 write */
     enum dist__how how;
-    unsigned long n[2];           /* the owner's counts before the call */
+    unsigned long n[2]; /* the owner's counts before the call */
     /* an acquire try's answer */
     int taken;
-    unsigned long count;          /* the owner's holds of mode afterwards */
+    unsigned long count; /* the owner's holds of mode afterwards */
     uint64_t token;
-    long long wait;               /* not taken: sleep at most this (ms);
+    long long wait;        /* not taken: sleep at most this (ms);
                                    * -1: the lock never expires */
-    int registered;               /* not taken, and registered as a waiter
+    int registered;        /* not taken, and registered as a waiter
                                    * in Redis (the plain mutex's waiters):
                                    * its entry is renewed while it waits,
                                    * and it leaves (the kind's cancel) if
                                    * it gives up, as a queued one does */
-    int wakes;                    /* taken fresh: its release has waiters
+    int wakes;             /* taken fresh: its release has waiters
                                    * to wake (kept in the record); a
                                    * release: what the record says */
-    int aimed;                    /* not taken: the holder's release will
+    int aimed;             /* not taken: the holder's release will
                                    * wake this waiter on a channel of its
                                    * own; the kind's channel depends on it */
-    int lost;                     /* earlier holds were found gone */
-    int unknown;                  /* sent, and no answer came back */
-    int bad;                      /* the answer could not be true
+    int lost;              /* earlier holds were found gone */
+    int unknown;           /* sent, and no answer came back */
+    int bad;               /* the answer could not be true
                                    * (dist__call_bad): not tried again */
-    long long woken;              /* release: subscribers the message reached */
-    struct dist__link *on;        /* where the acquire ran (for the replica
+    long long woken;       /* release: subscribers the message reached */
+    struct dist__link *on; /* where the acquire ran (for the replica
                                    * sync); valid until the thread's next
                                    * route call */
-    uint64_t started;             /* when the call began (monotonic ms) */
-    uint64_t limit;               /* the end of the commands of the kind's
+    uint64_t started;      /* when the call began (monotonic ms) */
+    uint64_t limit;        /* the end of the commands of the kind's
                                    * acquire, release or cancel under way
                                    * (link.h; 0: none): set by the engine,
                                    * passed by the kind to every route
@@ -213,38 +213,38 @@ struct dist__call {
     dist__owed_fn defer_fn;
     void *defer_arg;
     int deferred;
-    int no_defer;                 /* the release must be waited for */
-    struct dist__defer *behind;   /* an acquire sent after a deferred
+    int no_defer;               /* the release must be waited for */
+    struct dist__defer *behind; /* an acquire sent after a deferred
                                    * release of the same owner, whose reply
                                    * was not read yet */
-    int fixup;                    /* that release did not run: the acquire
+    int fixup;                  /* that release did not run: the acquire
                                    * counted its hold, one to give back */
-    int keep_set;                 /* a release refused or unanswered: the */
-    unsigned long keep;           /* owner's count becomes keep (else one
+    int keep_set;               /* a release refused or unanswered: the */
+    unsigned long keep;         /* owner's count becomes keep (else one
                                    * less); see give_back_to */
-    int unlocking;                /* an unlock: holds found lost are let go
+    int unlocking;              /* an unlock: holds found lost are let go
                                    * of at once (dist__renew_let_go) */
-    int told;                     /* what that let-go returned */
-    int intr;                     /* DIST__SUB_* (pubsub.h): the sleeps of
+    int told;                   /* what that let-go returned */
+    int intr;                   /* DIST__SUB_* (pubsub.h): the sleeps of
                                    * a waiting acquire end on a signal
                                    * handler, or are cancellation points */
-    int replaced;                 /* a take that replaced the owner's
+    int replaced;               /* a take that replaced the owner's
                                    * holds of c->mode (c->count is all it
                                    * holds now; see the semaphore's kind) */
-    int had;                      /* with replaced: Redis still had the
+    int had;                    /* with replaced: Redis still had the
                                    * holds it replaced (else: lost) */
-    int robust;                   /* DIST__ROBUST_*: how a release treats
+    int robust;                 /* DIST__ROBUST_*: how a release treats
                                    * the robust record; on an acquire,
                                    * BACK for a robust mutex (what a
                                    * settle of its unknown outcome does) */
-    int ownerdead;                /* a robust acquire took the lock from a
+    int ownerdead;              /* a robust acquire took the lock from a
                                    * holder that did not release it
                                    * cleanly: EOWNERDEAD */
 };
 
 struct dist__kind {
-    const char *noun;             /* in messages: "mutex", "rwlock" */
-    int family;                   /* DIST__FAM_*: states are shared by name
+    const char *noun; /* in messages: "mutex", "rwlock" */
+    int family;       /* DIST__FAM_*: states are shared by name
                                    * within a family */
     unsigned magic;
     /* Its batched renewal script, and its settle of an unknown outcome
@@ -357,8 +357,8 @@ void dist__state_unref(const struct dist__kind *k, struct dist__state *st);
  * answered <script> with <what>, ...", and c->unknown, since whatever the
  * server did is not known (the engine hands it to the renewal thread, the
  * caller believes no hold from it). */
-int dist__call_bad(struct dist__call *c, const char *script,
-                   const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+int dist__call_bad(struct dist__call *c, const char *script, const char *fmt,
+                   ...) __attribute__((format(printf, 3, 4)));
 /* Marks the calling thread's owner-dead hold of a robust o consistent:
  * its release is clean again.  0, EINVAL (o not robust, or the hold is
  * consistent), EPERM (not held by the caller). */

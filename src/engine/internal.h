@@ -57,48 +57,48 @@ struct dist__renewal {
 };
 
 struct dist__hold {
-    const struct dist__renewal *kind;  /* its kind's; NULL for a waiter */
+    const struct dist__renewal *kind; /* its kind's; NULL for a waiter */
     struct dist__names *names;
-    uint64_t owner_no;              /* whose: its owner field is made from
+    uint64_t owner_no;            /* whose: its owner field is made from
                                      * it when a script needs it
                                      * (dist__hold_owner), not kept (64 B
                                      * per held lock) */
-    const struct dist__buf *keys;   /* NULL: just the lock's own name */
+    const struct dist__buf *keys; /* NULL: just the lock's own name */
     /* 32 bits: every lease and setting is at most a day (an attribute's
      * lease, config.c's MAX_MS) */
-    uint32_t lease_ms;              /* 0: watchdog */
-    uint32_t renew_ms;              /* ARGV[1]; 0: the watchdog lease */
-    uint32_t period_ms;             /* how often; 0: a third of the watchdog */
-    atomic_int lost;                /* found gone (set by the thread) */
-    atomic_int let_go;              /* the owner let go of every hold the
+    uint32_t lease_ms;  /* 0: watchdog */
+    uint32_t renew_ms;  /* ARGV[1]; 0: the watchdog lease */
+    uint32_t period_ms; /* how often; 0: a third of the watchdog */
+    atomic_int lost;    /* found gone (set by the thread) */
+    atomic_int let_go;  /* the owner let go of every hold the
                                      * entry stands for: no loss of it is
                                      * reported any more (written under the
                                      * registry mutex) */
     unsigned short nkeys;
-    unsigned char renew_script;     /* enum of scripts.h */
-    unsigned char keys_owned;       /* keys are the entry's (a waiter's):
+    unsigned char renew_script; /* enum of scripts.h */
+    unsigned char keys_owned;   /* keys are the entry's (a waiter's):
                                      * freed with it */
     /* registry mutex; the flags are bytes, not ints: an entry per held
      * lock (docs/performance.md) */
-    unsigned char registered;       /* renewed by the watchdog */
-    unsigned char inflight;         /* part of a call under way */
-    unsigned char orphan;           /* owner let go while in flight */
-    unsigned char reporting;        /* reports of its loss not finished */
-    unsigned char calling;          /* its report is decided: the lost
+    unsigned char registered; /* renewed by the watchdog */
+    unsigned char inflight;   /* part of a call under way */
+    unsigned char orphan;     /* owner let go while in flight */
+    unsigned char reporting;  /* reports of its loss not finished */
+    unsigned char calling;    /* its report is decided: the lost
                                      * handler's call is under way */
-    unsigned char unknown;          /* an outcome to settle: Redis may count
+    unsigned char unknown;    /* an outcome to settle: Redis may count
                                      * one hold of mode more than n[] */
-    unsigned char robust;           /* with unknown: how the settle's
+    unsigned char robust;     /* with unknown: how the settle's
                                      * release treats a robust mutex's
                                      * record (DIST__ROBUST_*) */
     unsigned char mode;
     struct dist__hold *rprev, *rnext;
-    uint64_t due;                   /* next renewal */
-    uint64_t valid_until;           /* a hold: its lease runs at least until
+    uint64_t due;         /* next renewal */
+    uint64_t valid_until; /* a hold: its lease runs at least until
                                      * then (monotonic ms), counted from when
                                      * the last acquire or renewal that
                                      * reached it was sent; 0: unknown */
-    uint64_t safe_until;            /* valid_until less the safety margin:
+    uint64_t safe_until;  /* valid_until less the safety margin:
                                      * past it with no newer renewal
                                      * acknowledged, the hold is lost (the
                                      * watch thread); 0: not watched */
@@ -109,9 +109,10 @@ struct dist__hold {
  * thread's is "<client id>:<thread number>" (dist__owner) */
 #define DIST__OWNER_BARRIER (UINT64_C(1) << 63)
 /* The longest owner field, with its NUL. */
-#define DIST__OWNER_MAX 64
+#define DIST__OWNER_MAX     64
 /* h's owner field into buf; its length. */
-size_t dist__hold_owner(const struct dist__hold *h, char buf[DIST__OWNER_MAX]);
+size_t dist__hold_owner(const struct dist__hold *h,
+                        char buf[DIST__OWNER_MAX]);
 
 struct dist__hold *dist__hold_new(const struct dist__renewal *k,
                                   struct dist__names *names,
@@ -182,7 +183,7 @@ int dist__renew_settle(struct dist__hold *h, uint64_t until_ms);
  * one DISTLOCK_WAITER_MS window.  NULL when out of memory. */
 struct dist__hold *dist__waiter_start(struct dist__names *names,
                                       const enum dist__nm *keys, int nkeys);
-void dist__waiter_stop(struct dist__hold *w);   /* NULL is fine */
+void dist__waiter_stop(struct dist__hold *w); /* NULL is fine */
 /* Renews every hold now: a failover was seen, and the new master may have
  * an older lease than the last renewal set (renewals are not waited for
  * on replicas), or may have lost holds that should be reported. */

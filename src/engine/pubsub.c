@@ -74,7 +74,9 @@
 #include "pubsub_int.h"
 
 struct dist__ps_state dist__ps = {
-    .mu = PTHREAD_MUTEX_INITIALIZER, .pipe = { -1, -1 }, .bell = { -1, -1 },
+    .mu = PTHREAD_MUTEX_INITIALIZER,
+    .pipe = { -1, -1 },
+    .bell = { -1, -1 },
 };
 
 /* Before P.mu is first taken.  Every other entry point has a channel from
@@ -120,7 +122,7 @@ static void ensure_thread(void)
         return;
     if (open_pipe(P.pipe) != 0)
         return;
-    open_pipe(P.bell);        /* without it no node is lent */
+    open_pipe(P.bell); /* without it no node is lent */
     P.stop = 0;
     if (dist__thread_start(&P.th, dist__ps_main) == 0)
         P.running = 1;
@@ -166,7 +168,7 @@ void dist__sub_put(struct dist__chan *ch)
     pthread_mutex_lock(&P.mu);
     if (--ch->refs == 0) {
         ch->permits = 0;
-        ch->idle_since = dist__now_ms();   /* the thread unsubscribes later */
+        ch->idle_since = dist__now_ms(); /* the thread unsubscribes later */
     }
     pthread_mutex_unlock(&P.mu);
 }
@@ -213,7 +215,7 @@ int dist__sub_quiet_since(struct dist__chan *ch, uint64_t ms)
 /* A futex sleeper, for its cleanup handler. */
 struct fsleeper {
     struct dist__chan *ch;
-    int counted;              /* in P.sleepers too */
+    int counted; /* in P.sleepers too */
 };
 
 /* A futex sleeper cancelled in its sleep leaves the counts it was in.
@@ -318,7 +320,7 @@ static int wait_since(struct dist__chan *ch, unsigned long gen,
     pthread_mutex_lock(&P.mu);
     for (;;) {
         if (ch->gen != gen) {
-            rc = 0;          /* a wake-all: no other waiter can take it */
+            rc = 0; /* a wake-all: no other waiter can take it */
             break;
         }
         if (ch->permits > 0) {
@@ -327,14 +329,14 @@ static int wait_since(struct dist__chan *ch, unsigned long gen,
             break;
         }
         if (eintr) {
-            rc = EINTR;      /* after the wake-ups: one that came is taken */
+            rc = EINTR; /* after the wake-ups: one that came is taken */
             break;
         }
         if (dist__now_ms() >= until_ms)
             break;
-        if (direct && (intr ? dist__ps_borrow_intr(ch, gen, until_ms, intr,
-                                                   &eintr)
-                            : dist__ps_borrow(ch, gen, until_ms)))
+        if (direct &&
+            (intr ? dist__ps_borrow_intr(ch, gen, until_ms, intr, &eintr)
+                  : dist__ps_borrow(ch, gen, until_ms)))
             continue;
         /* a borrower is no lone waiter any more: it gives the node back
          * (dist__ps_borrow) */
@@ -342,7 +344,8 @@ static int wait_since(struct dist__chan *ch, unsigned long gen,
             dist__ps_ring(P.bell);
         if (intr) {
             eintr = futex_sleep(ch, until_ms, intr & DIST__SUB_CANCEL, 1) ==
-                    EINTR && (intr & DIST__SUB_EINTR);
+                        EINTR &&
+                    (intr & DIST__SUB_EINTR);
             continue;
         }
         P.sleepers++;
@@ -399,7 +402,7 @@ void dist__pubsub_shutdown(void)
         pthread_cond_broadcast(&ch->cv);
         dist__ps_kick(ch);
     }
-    dist__ps_reconcile(0, NULL);   /* frees the channels nobody waits on */
+    dist__ps_reconcile(0, NULL); /* frees the channels nobody waits on */
     pthread_mutex_unlock(&P.mu);
 }
 
@@ -437,7 +440,7 @@ static void pubsub_fork(int phase)
         P.running = 0;
         P.stop = 0;
         P.polling = 0;
-        P.lent = NULL;        /* if the forking thread's parent had one,
+        P.lent = NULL; /* if the forking thread's parent had one,
                                * it is among the nodes put aside */
         P.lent_ch = NULL;
         P.sleepers = 0;

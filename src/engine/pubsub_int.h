@@ -15,83 +15,83 @@ struct dist__chan {
     struct dist__chan *next;
     char *name;
     size_t len;
-    int refs;               /* threads waiting on it */
+    int refs;                /* threads waiting on it */
     struct dist__node *node; /* where it is or will be subscribed; NULL:
                              * not placed yet (or about to be freed) */
-    enum wire wire;         /* its state there; W_NONE unless node is
+    enum wire wire;          /* its state there; W_NONE unless node is
                              * connected */
-    int resub;              /* wake all waiters once subscribed: messages
+    int resub;               /* wake all waiters once subscribed: messages
                              * may have been missed meanwhile */
-    int sent;               /* commands naming it not answered yet */
-    int errors;             /* failed placements or subscribes in a row */
-    uint64_t retry_at;      /* not placed or subscribed before (errors) */
-    unsigned long permits;  /* wake-ups not yet taken */
-    unsigned long gen;      /* wake-all messages so far (see sub_wait_since) */
-    uint64_t idle_since;    /* when refs last fell to 0 */
-    uint64_t ready_ms;      /* when it was last confirmed subscribed */
-    uint64_t heard_ms;      /* when a message for it last came */
+    int sent;                /* commands naming it not answered yet */
+    int errors;              /* failed placements or subscribes in a row */
+    uint64_t retry_at;       /* not placed or subscribed before (errors) */
+    unsigned long permits;   /* wake-ups not yet taken */
+    unsigned long gen;   /* wake-all messages so far (see sub_wait_since) */
+    uint64_t idle_since; /* when refs last fell to 0 */
+    uint64_t ready_ms;   /* when it was last confirmed subscribed */
+    uint64_t heard_ms;   /* when a message for it last came */
     pthread_cond_t cv;
     /* Interruptible sleepers (dist__sub_wait_intr, _ready_intr) wait on
      * this futex word instead of cv: every wake-up of the channel moves
      * it (and its becoming subscribed), and a signal handler that runs on
      * the sleeper ends its futex wait. */
     uint32_t seq;
-    int fsleepers;          /* threads in that futex wait */
+    int fsleepers; /* threads in that futex wait */
 };
 
-struct sent {               /* a command awaiting its answer */
+struct sent { /* a command awaiting its answer */
     struct dist__chan *ch;
     int unsub;
-    int plain_too;          /* the plain (UN)SUBSCRIBE that follows the
+    int plain_too; /* the plain (UN)SUBSCRIBE that follows the
                              * sharded one on a plain_too node: its answer
                              * changes nothing but the queue */
 };
 
 struct dist__node {
     struct dist__node *next;
-    struct dist__addr addr;   /* cluster: what it is; otherwise the master
+    struct dist__addr addr;  /* cluster: what it is; otherwise the master
                                * it last connected to */
-    int sharded;              /* SSUBSCRIBE (cluster) rather than SUBSCRIBE */
-    int plain_too;            /* sharded, and each channel SUBSCRIBEd too
+    int sharded;             /* SSUBSCRIBE (cluster) rather than SUBSCRIBE */
+    int plain_too;           /* sharded, and each channel SUBSCRIBEd too
                                * (?pubsub=both): a plain PUBLISH reaches
                                * every node of a cluster, this one too */
-    struct dist__link *link;  /* NULL: not connected */
-    unsigned long cfg_gen;    /* the settings link was opened with */
-    int backoff;              /* ms to wait after the next failed connect,
+    struct dist__link *link; /* NULL: not connected */
+    unsigned long cfg_gen;   /* the settings link was opened with */
+    int backoff;             /* ms to wait after the next failed connect,
                                * or a connection lost soon after it */
-    uint64_t retry_at;        /* no connect before */
-    uint64_t connected_at;    /* when link was opened; 0: not connected */
-    uint64_t idle_since;      /* cluster: connected and serving no channel
+    uint64_t retry_at;       /* no connect before */
+    uint64_t connected_at;   /* when link was opened; 0: not connected */
+    uint64_t idle_since;     /* cluster: connected and serving no channel
                                * since; 0 otherwise */
-    int nchans;               /* channels placed on it, as last counted */
-    int out;                  /* commands appended, not written yet */
-    int lent;                 /* a waiter reads it (dist__ps_borrow): the
+    int nchans;              /* channels placed on it, as last counted */
+    int out;                 /* commands appended, not written yet */
+    int lent;                /* a waiter reads it (dist__ps_borrow): the
                                * thread leaves its link alone meanwhile */
-    int recall;               /* lent, and the thread wants it back */
-    int failed;               /* its link broke while lent: the thread
+    int recall;              /* lent, and the thread wants it back */
+    int failed;              /* its link broke while lent: the thread
                                * gives it up (lost_node) at its next turn */
-    int in_poll;              /* in the thread's poll set, as last built */
-    struct sent *q;           /* unanswered commands: a ring, oldest at */
-    int qhead, qlen, qcap;    /* qhead */
+    int in_poll;             /* in the thread's poll set, as last built */
+    struct sent *q;          /* unanswered commands: a ring, oldest at */
+    int qhead, qlen, qcap;   /* qhead */
 };
 
 /* A channel nobody waits on stays subscribed this long: a lock contended
  * once is usually contended again, and the next waiter then neither waits
  * for a SUBSCRIBE nor wakes this thread. */
-#define GRACE_MS 250
+#define GRACE_MS       250
 /* A cluster node's connection serving no channel is closed after this. */
-#define IDLE_MS 1000
+#define IDLE_MS        1000
 /* On a cluster, dist__route is asked this often so that the slot map is
  * read again when due even if no other thread needs it. */
-#define MAP_CHECK_MS 1000
+#define MAP_CHECK_MS   1000
 #define BACKOFF_MIN_MS 50
-#define HEALTHY_MS     1000  /* a connection that lived this long worked */
+#define HEALTHY_MS     1000 /* a connection that lived this long worked */
 
 struct dist__ps_state {
     pthread_mutex_t mu;
     struct dist__chan *chans;
     struct dist__node *nodes;
-    struct dist__node *left;      /* in a forked child: the parent's nodes, never
+    struct dist__node *left; /* in a forked child: the parent's nodes, never
                              * used (see pubsub_fork) */
     int running, stop;
     pthread_t th;
@@ -100,18 +100,18 @@ struct dist__ps_state {
      * while the thread sleeps in poll(2) (polling), so that nothing the
      * thread does in its turn meets a node lent under its feet. */
     int polling;
-    struct dist__node *lent;      /* the node lent, or NULL */
-    struct dist__chan *lent_ch;   /* what its borrower waits on */
+    struct dist__node *lent;    /* the node lent, or NULL */
+    struct dist__chan *lent_ch; /* what its borrower waits on */
     pthread_t borrower;
-    int bell[2];                  /* rings the borrower: recalled, woken */
-    int sleepers;                 /* threads in pthread_cond_timedwait on a
+    int bell[2];                /* rings the borrower: recalled, woken */
+    int sleepers;               /* threads in pthread_cond_timedwait on a
                                    * channel */
-    struct dist__chan *want_ch;   /* a sleeper on it found no node to
+    struct dist__chan *want_ch; /* a sleeper on it found no node to
                                    * borrow: woken to try again once the
                                    * thread polls */
 };
 extern struct dist__ps_state dist__ps;
-#define P dist__ps     /* the one state of pubsub.c and pubsub_thread.c */
+#define P dist__ps /* the one state of pubsub.c and pubsub_thread.c */
 
 /* ---- pubsub_thread.c ---- */
 /* Writes a byte to the pipe fd (P.pipe: wakes the thread; P.bell: wakes

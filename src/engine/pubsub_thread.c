@@ -76,7 +76,8 @@ void dist__ps_wake(struct dist__chan *ch, int all)
         pthread_cond_signal(&ch->cv);
     }
     /* its borrower polls a socket, not ch->cv */
-    if (P.lent && ch == P.lent_ch && !pthread_equal(P.borrower, pthread_self()))
+    if (P.lent && ch == P.lent_ch &&
+        !pthread_equal(P.borrower, pthread_self()))
         dist__ps_ring(P.bell);
 }
 
@@ -103,7 +104,8 @@ static int q_push(struct dist__node *n, struct dist__chan *ch, int unsub,
         n->qcap = cap;
         n->qhead = 0;
     }
-    n->q[(n->qhead + n->qlen) % n->qcap] = (struct sent){ ch, unsub, plain_too };
+    n->q[(n->qhead + n->qlen) % n->qcap] =
+        (struct sent){ ch, unsub, plain_too };
     n->qlen++;
     ch->sent++;
     return 0;
@@ -147,13 +149,14 @@ static int append_cmd(struct dist__node *n, struct dist__chan *ch, int unsub,
                       int sharded, int plain_too)
 {
     static const char *const cmds[2][2] = {
-        { "SUBSCRIBE", "UNSUBSCRIBE" }, { "SSUBSCRIBE", "SUNSUBSCRIBE" },
+        { "SUBSCRIBE", "UNSUBSCRIBE" },
+        { "SSUBSCRIBE", "SUNSUBSCRIBE" },
     };
     const char *argv[2];
     size_t argvlen[2];
 
     if (n->lent) {
-        recall(n);            /* sent once it is back */
+        recall(n); /* sent once it is back */
         return -1;
     }
     if (!n->link || q_push(n, ch, unsub, plain_too) != 0)
@@ -163,7 +166,7 @@ static int append_cmd(struct dist__node *n, struct dist__chan *ch, int unsub,
     argv[1] = ch->name;
     argvlen[1] = ch->len;
     if (dist__link_append(n->link, 2, argv, argvlen) != 0) {
-        n->qlen--;            /* not sent after all */
+        n->qlen--; /* not sent after all */
         ch->sent--;
         return -1;
     }
@@ -245,7 +248,7 @@ static void lost_node(struct dist__node *n)
     disconnect(n);
     if (n->connected_at && dist__now_ms() >= n->connected_at + HEALTHY_MS) {
         n->backoff = BACKOFF_MIN_MS;
-        n->retry_at = 0;      /* it had worked: reconnect at once */
+        n->retry_at = 0; /* it had worked: reconnect at once */
     } else {
         /* lost as soon as it was made (a server at maxclients, or one
          * that refuses us after accepting): back off as after a failed
@@ -296,14 +299,15 @@ static uint64_t retry_delay(int errors)
  * cluster after placing the channel again: MOVED says where its slot went,
  * and the map is patched with it); a refused UNSUBSCRIBE leaves nothing to
  * wait for.  P.mu held. */
-static void refused(struct dist__node *n, const struct sent *s, const redisReply *err)
+static void refused(struct dist__node *n, const struct sent *s,
+                    const redisReply *err)
 {
     struct dist__chan *ch = s->ch;
     struct dist__addr to;
     int slot;
 
     if (ch->node != n || s->plain_too)
-        return;               /* it has left n since; or the second ear */
+        return; /* it has left n since; or the second ear */
     if (s->unsub) {
         if (ch->wire == W_UNSUBSCRIBING)
             ch->wire = W_NONE;
@@ -378,12 +382,13 @@ static void handle(struct dist__node *n, redisReply *r)
             ch->wire = W_SUBSCRIBED;
             ch->ready_ms = dist__now_ms();
             ch->errors = 0;
-            pthread_cond_broadcast(&ch->cv);   /* wait_ready */
+            pthread_cond_broadcast(&ch->cv); /* wait_ready */
             dist__ps_kick(ch);
             if (ch->resub) {
                 ch->resub = 0;
                 dist__stat_add(DIST__ST_PS_RESYNCS, 1);
-                dist__ps_wake(ch, 1);   /* messages may have been missed meanwhile */
+                dist__ps_wake(
+                    ch, 1); /* messages may have been missed meanwhile */
             }
         }
     } else if (kind_is(kind, "unsubscribe")) {
@@ -400,9 +405,9 @@ static void handle(struct dist__node *n, redisReply *r)
             ch->wire = W_NONE;
             ch->resub = 1;
             if (n->plain_too)
-                append_cmd(n, ch, 1, 0, 1);   /* its second ear too */
+                append_cmd(n, ch, 1, 0, 1); /* its second ear too */
             if (n->sharded) {
-                ch->node = NULL;       /* placed again where the map says */
+                ch->node = NULL; /* placed again where the map says */
                 dist__topo_stale();
             }
         }
@@ -412,16 +417,16 @@ static void handle(struct dist__node *n, redisReply *r)
 
 /* ---- the thread's turns ------------------------------------------------ */
 
-struct loop {                 /* the thread's own */
-    struct dist__cfg cfg;     /* the settings, as last read */
+struct loop {             /* the thread's own */
+    struct dist__cfg cfg; /* the settings, as last read */
     int have_cfg;
-    int cluster;              /* channels go to the node of their slot:
+    int cluster;         /* channels go to the node of their slot:
                                * dist__sharded_pubsub (a cluster with
                                * ?pubsub=plain has one node, as one
                                * server has) */
-    unsigned long epoch;      /* dist__topo_epoch the channels were placed at */
-    uint64_t map_due;         /* next dist__route to keep the map fresh */
-    struct pollfd *pfd;       /* the pipe, then the connected nodes */
+    unsigned long epoch; /* dist__topo_epoch the channels were placed at */
+    uint64_t map_due;    /* next dist__route to keep the map fresh */
+    struct pollfd *pfd;  /* the pipe, then the connected nodes */
     struct dist__node **pn;
     int cap;
 };
@@ -437,7 +442,7 @@ static void settings(struct loop *l)
     if (l->have_cfg && dist__cfg_gen() == l->cfg.gen)
         return;
     pthread_mutex_lock(&P.mu);
-    if (P.lent) {             /* taken in once it is back (no node is lent
+    if (P.lent) { /* taken in once it is back (no node is lent
                                * again before this thread's next poll) */
         recall(P.lent);
         pthread_mutex_unlock(&P.mu);
@@ -454,7 +459,7 @@ static void settings(struct loop *l)
     if (l->cluster || was != l->cluster) {
         for (ch = P.chans; ch; ch = ch->next) {
             ch->node = NULL;
-            ch->wire = W_NONE;   /* already, as no node is connected */
+            ch->wire = W_NONE; /* already, as no node is connected */
         }
         for (n = P.nodes; n; n = nx) {
             nx = n->next;
@@ -471,7 +476,7 @@ static void follow(struct loop *l, uint64_t now)
 {
     struct dist__chan *ch;
     struct dist__addr a;
-    struct dist__node *n = P.nodes;   /* only this thread changes the list */
+    struct dist__node *n = P.nodes; /* only this thread changes the list */
     unsigned long e;
 
     if (l->cfg.mode == DIST__MODE_SENTINEL && n && n->link) {
@@ -481,7 +486,7 @@ static void follow(struct loop *l, uint64_t now)
             !same_addr(&a, &n->addr)) {
             pthread_mutex_lock(&P.mu);
             if (n->lent)
-                recall(n);    /* dropped at a turn once it is back */
+                recall(n); /* dropped at a turn once it is back */
             else
                 lost_node(n);
             pthread_mutex_unlock(&P.mu);
@@ -511,7 +516,7 @@ static void follow(struct loop *l, uint64_t now)
             continue;
         to = ch->refs > 0 ? node_get(&a, 1) : NULL;
         move_off(ch);
-        ch->node = to;     /* NULL: placed again, or freed if unused */
+        ch->node = to; /* NULL: placed again, or freed if unused */
     }
     pthread_mutex_unlock(&P.mu);
 }
@@ -598,7 +603,7 @@ static void open_nodes(struct loop *l, uint64_t *next)
             continue;
         }
         if (!n->sharded)
-            rc = dist__route(&l->cfg, 0, NULL, &a);   /* the master, now */
+            rc = dist__route(&l->cfg, 0, NULL, &a); /* the master, now */
         if (rc == 0)
             rc = dist__route_open_master(&l->cfg, &a, 0, &c);
         pthread_mutex_lock(&P.mu);
@@ -638,7 +643,7 @@ void dist__ps_reconcile(uint64_t now, uint64_t *next)
     while ((ch = *pp) != NULL) {
         if (ch->refs == 0 && ch->wire == W_NONE) {
             ch->node = NULL;
-            if (ch->sent == 0) {   /* no answer will name it */
+            if (ch->sent == 0) { /* no answer will name it */
                 *pp = ch->next;
                 if (P.want_ch == ch)
                     P.want_ch = NULL;
@@ -657,7 +662,8 @@ void dist__ps_reconcile(uint64_t now, uint64_t *next)
             } else if (send_cmd(n, ch, 0) == 0) {
                 ch->wire = W_SUBSCRIBING;
             }
-        } else if (n && n->link && ch->refs == 0 && ch->wire == W_SUBSCRIBED) {
+        } else if (n && n->link && ch->refs == 0 &&
+                   ch->wire == W_SUBSCRIBED) {
             if (now < ch->idle_since + GRACE_MS) {
                 if (next && ch->idle_since + GRACE_MS < *next)
                     *next = ch->idle_since + GRACE_MS;
@@ -812,16 +818,16 @@ int dist__ps_borrow_intr(struct dist__chan *ch, unsigned long gen,
         return 0;
     /* P.polling first: the thread writes some of n's fields without P.mu
      * in its turn, never while it polls */
-    if (!P.polling || P.lent || n->lent || n->recall || n->failed ||
-        n->out || n->qlen || ch->wire != W_SUBSCRIBED) {
-        P.want_ch = ch;       /* for now: the thread is busy with n */
+    if (!P.polling || P.lent || n->lent || n->recall || n->failed || n->out ||
+        n->qlen || ch->wire != W_SUBSCRIBED) {
+        P.want_ch = ch; /* for now: the thread is busy with n */
         return 0;
     }
     n->lent = 1;
     P.lent = n;
     P.lent_ch = ch;
     P.borrower = pthread_self();
-    drain(P.bell[0]);         /* rung for an earlier borrower */
+    drain(P.bell[0]); /* rung for an earlier borrower */
     if (n->in_poll)
         dist__ps_ring(P.pipe); /* the thread polls again without n */
     while (ch->gen == gen && ch->permits == 0 && !n->recall && !P.stop &&
@@ -834,8 +840,8 @@ int dist__ps_borrow_intr(struct dist__chan *ch, unsigned long gen,
         pfd[0] = (struct pollfd){ dist__link_fd(n->link), POLLIN, 0 };
         pfd[1] = (struct pollfd){ P.bell[0], POLLIN, 0 };
         pthread_mutex_unlock(&P.mu);
-        rc = borrow_poll(n, pfd, until - now > 60000 ? 60000
-                                                      : (int)(until - now),
+        rc = borrow_poll(n, pfd,
+                         until - now > 60000 ? 60000 : (int)(until - now),
                          intr & DIST__SUB_CANCEL);
         err = errno;
         if (rc > 0 && pfd[1].revents)
@@ -880,7 +886,7 @@ static void wait_and_read(struct loop *l, uint64_t next)
         if (pn)
             l->pn = pn;
         if (!pfd || !pn) {
-            dist__sleep_ms(50);   /* out of memory: try again soon */
+            dist__sleep_ms(50); /* out of memory: try again soon */
             return;
         }
         l->cap = k;
@@ -893,10 +899,11 @@ static void wait_and_read(struct loop *l, uint64_t next)
     for (n = P.nodes; n; n = n->next)
         if ((n->in_poll = n->link && !n->lent) != 0) {
             l->pn[k] = n;
-            l->pfd[k++] = (struct pollfd){ dist__link_fd(n->link), POLLIN, 0 };
+            l->pfd[k++] =
+                (struct pollfd){ dist__link_fd(n->link), POLLIN, 0 };
         }
     P.polling = 1;
-    if (P.want_ch) {          /* one of its sleepers may borrow now */
+    if (P.want_ch) { /* one of its sleepers may borrow now */
         pthread_cond_signal(&P.want_ch->cv);
         dist__ps_kick(P.want_ch);
         P.want_ch = NULL;
@@ -969,7 +976,7 @@ void *dist__ps_main(void *arg)
         wait_and_read(&l, next);
     }
     pthread_mutex_lock(&P.mu);
-    while (P.lent) {          /* its borrower gives it back, then pokes */
+    while (P.lent) { /* its borrower gives it back, then pokes */
         struct pollfd pfd = { P.pipe[0], POLLIN, 0 };
         recall(P.lent);
         pthread_mutex_unlock(&P.mu);
@@ -999,4 +1006,3 @@ void *dist__ps_main(void *arg)
         dist__thread_orphan_exit();
     return NULL;
 }
-

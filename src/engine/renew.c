@@ -23,29 +23,29 @@
 #include "internal.h"
 #include "base/stats.h"
 
-#define BATCH        100   /* entries per renewal script call */
-#define MAX_KEYS     1000  /* keys per renewal script call */
-#define RETRY_MS     250   /* after a failed call */
+#define BATCH         100  /* entries per renewal script call */
+#define MAX_KEYS      1000 /* keys per renewal script call */
+#define RETRY_MS      250  /* after a failed call */
 #define TOPO_WATCH_MS 1000 /* see renew_main */
 
 static struct {
     pthread_mutex_t mu;
-    pthread_cond_t cv;         /* wakes the thread */
-    pthread_cond_t settled;    /* an unknown outcome was settled */
-    pthread_cond_t reported;   /* a lost handler's call returned */
+    pthread_cond_t cv;       /* wakes the thread */
+    pthread_cond_t settled;  /* an unknown outcome was settled */
+    pthread_cond_t reported; /* a lost handler's call returned */
     int cv_ready;
     int running, stop, kick;
-    uint64_t wake_at;          /* when the thread next looks, monotonic ms */
-    uint64_t idle_at;          /* when to read idle threads' replies; 0 */
+    uint64_t wake_at; /* when the thread next looks, monotonic ms */
+    uint64_t idle_at; /* when to read idle threads' replies; 0 */
     pthread_t th;
-    struct dist__hold *head;   /* registered or unsettled entries */
+    struct dist__hold *head; /* registered or unsettled entries */
 } R = { .mu = PTHREAD_MUTEX_INITIALIZER };
 
 /* The watch thread; under R.mu. */
 static struct {
-    pthread_cond_t cv;         /* wakes it (made with R.cv) */
+    pthread_cond_t cv; /* wakes it (made with R.cv) */
     int running, stop;
-    uint64_t wake_at;          /* when it next looks; 0: not planned */
+    uint64_t wake_at; /* when it next looks; 0: not planned */
     pthread_t th;
 } W;
 
@@ -206,7 +206,8 @@ static void set_bound(struct dist__hold *h, uint64_t valid_until)
 {
     h->valid_until = valid_until;
     h->safe_until = h->kind && valid_until
-                    ? valid_until - dist__safe_margin_ms(ms_of(h)) : 0;
+                        ? valid_until - dist__safe_margin_ms(ms_of(h))
+                        : 0;
 }
 
 /* Whether h is past its safe-until bound at now: the server may let it
@@ -232,7 +233,7 @@ void dist__renew_add(struct dist__hold *h, uint64_t valid_until)
     pthread_mutex_lock(&R.mu);
     h->registered = 1;
     set_bound(h, valid_until);
-    h->due = dist__now_ms() + period_of(h);   /* its lease was just set */
+    h->due = dist__now_ms() + period_of(h); /* its lease was just set */
     link_hold(h);
     ensure_thread();
     watch_plan(h);
@@ -258,8 +259,10 @@ uint64_t dist__renew_safe_until(struct dist__hold *h)
     uint64_t until;
 
     pthread_mutex_lock(&R.mu);
-    until = h->registered && !atomic_load(&h->lost) &&
-            !atomic_load(&h->let_go) ? h->safe_until : 0;
+    until =
+        h->registered && !atomic_load(&h->lost) && !atomic_load(&h->let_go)
+            ? h->safe_until
+            : 0;
     pthread_mutex_unlock(&R.mu);
     return until;
 }
@@ -376,7 +379,8 @@ int dist__renew_settle(struct dist__hold *h, uint64_t until_ms)
         while (h->unknown && R.running && dist__now_ms() < until_ms)
             pthread_cond_timedwait(&R.settled, &R.mu, &ts);
         if (h->unknown)
-            rc = dist__err(EIO, "an earlier call on lock '%s' lost its reply "
+            rc = dist__err(EIO,
+                           "an earlier call on lock '%s' lost its reply "
                            "and Redis has not answered since",
                            h->names->name.p);
     }
@@ -530,7 +534,7 @@ static void finish(struct dist__hold *h)
         return;
     if (h->orphan) {
         unlink_hold(h);
-        if (!h->reporting)      /* else the report frees it */
+        if (!h->reporting) /* else the report frees it */
             dist__hold_free(h);
     } else if (!h->registered) {
         unlink_hold(h);
@@ -664,7 +668,7 @@ static int renew_batch(struct dist__hold **hs, size_t n, unsigned long ms,
         free(copy);
         return -1;
     }
-    cid = dist__client_id();   /* once: it takes a mutex */
+    cid = dist__client_id(); /* once: it takes a mutex */
     snprintf(msbuf, sizeof msbuf, "%lu", ms);
     for (i = 0; i < n; i++) {
         const struct dist__hold *h = hs[i];
@@ -682,14 +686,14 @@ static int renew_batch(struct dist__hold **hs, size_t n, unsigned long ms,
     kv[k++] = (struct dist__buf){ msbuf, strlen(msbuf) };
     for (i = 0; i < n; i++) {
         snprintf(counts[i], sizeof counts[i], "%d", nkeys_of(hs[i]));
-        kv[k++] = (struct dist__buf){ owners[i],
-                                      owner_of(hs[i], cid, owners[i]) };
+        kv[k++] =
+            (struct dist__buf){ owners[i], owner_of(hs[i], cid, owners[i]) };
         kv[k++] = (struct dist__buf){ counts[i], strlen(counts[i]) };
     }
     pthread_mutex_unlock(&R.mu);
 
     sent = dist__now_ms();
-    rc = dist__route_run(0, script, (int)nk, kv, (int)k, &r);  /* no limit */
+    rc = dist__route_run(0, script, (int)nk, kv, (int)k, &r); /* no limit */
     free(kv);
     free(counts);
     free(owners);
@@ -762,7 +766,7 @@ static uint64_t tick(struct lostlist *lost)
         int due = h->registered && !h->orphan && !atomic_load(&h->lost) &&
                   h->due <= now + period_of(h) / 4;
         if (!h->inflight && (due || h->unknown)) {
-            h->inflight = 1 + due;   /* 2: renew it this round */
+            h->inflight = 1 + due; /* 2: renew it this round */
             all[i++] = h;
         }
     }
@@ -796,7 +800,8 @@ static uint64_t tick(struct lostlist *lost)
         bad = renew_batch(batch, n, ms_of(h), lost) != 0;
         failed |= bad;
         for (j = 0; j < n; j++)
-            batch[j]->due = dist__now_ms() + (bad ? RETRY_MS : period_of(batch[j]));
+            batch[j]->due =
+                dist__now_ms() + (bad ? RETRY_MS : period_of(batch[j]));
     }
     for (i = 0; i < count; i++)
         finish(all[i]);
@@ -868,7 +873,7 @@ static void *renew_main(void *arg)
             report_lost(&lost);
             pthread_mutex_lock(&R.mu);
         }
-        free(lost.v);           /* report_lost emptied it, or never ran */
+        free(lost.v); /* report_lost emptied it, or never ran */
         read_idle(&wake);
 
         if (R.head && dist__cfg_mode() != DIST__MODE_SINGLE) {
@@ -955,7 +960,7 @@ static void *watch_main(void *arg)
             pthread_mutex_unlock(&R.mu);
             report_lost(&lost);
             pthread_mutex_lock(&R.mu);
-            continue;            /* time passed in the handler: look again */
+            continue; /* time passed in the handler: look again */
         }
         free(lost.v);
         /* The program's threads are all gone: this one must not keep the

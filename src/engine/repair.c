@@ -7,7 +7,7 @@
 #include "call_int.h"
 #include "base/stats.h"
 
-#define MAX_SURPLUS 8       /* resurrected holds of ours given back at once */
+#define MAX_SURPLUS 8 /* resurrected holds of ours given back at once */
 
 /* Gives back c's holds above keep, one release each: what an acquire took
  * when the call fails after all (keep: the owner's count before it), or
@@ -27,8 +27,9 @@
 static __attribute__((noinline)) void give_back_to(struct dist__call *c,
                                                    unsigned long keep)
 {
-    struct dist__call back = { .o = c->o, .mode = c->mode, .keep_set = 1,
-                               .keep = keep };
+    struct dist__call back = {
+        .o = c->o, .mode = c->mode, .keep_set = 1, .keep = keep
+    };
     struct dist__rec *r;
     int held, i;
 
@@ -68,8 +69,8 @@ __attribute__((noinline)) int dist__replica_sync(struct dist__call *c)
     char why[256];
     int rc;
 
-    rc = dist__route_wait_replicas(c->on, dist__replica_wait_ms(),
-                                   name_of(c), &now);
+    rc = dist__route_wait_replicas(c->on, dist__replica_wait_ms(), name_of(c),
+                                   &now);
     if (rc == 0)
         return 0;
     dist__stat_add(DIST__ST_NOREPLICA, 1);
@@ -130,10 +131,11 @@ static __attribute__((noinline)) int fresh_token(struct dist__call *c)
         t = 0;
     }
     if (t <= 0)
-        return dist__err(EIO, "%s '%s': a hold counted twice needs a new "
+        return dist__err(EIO,
+                         "%s '%s': a hold counted twice needs a new "
                          "fencing token, and none could be drawn (%s); the "
-                         "hold is given back", c->o->kind->noun, name_of(c),
-                         why);
+                         "hold is given back",
+                         c->o->kind->noun, name_of(c), why);
     pthread_mutex_lock(&c->o->st->mu);
     if ((r = dist__rec_find(c->o->st)) != NULL)
         r->token = (uint64_t)t;
@@ -167,7 +169,8 @@ __attribute__((noinline)) int dist__shed_surplus(struct dist__call *c)
     held = r && r->n[0] + r->n[1] > 0;
     pthread_mutex_unlock(&c->o->st->mu);
     if (!held)
-        return dist__err(EIO, "%s '%s': giving back a hold counted twice "
+        return dist__err(EIO,
+                         "%s '%s': giving back a hold counted twice "
                          "released the last one: the lock is not held",
                          c->o->kind->noun, name_of(c));
     /* a read hold has no token */

@@ -31,38 +31,38 @@
 /* A Redis hold passes between local threads for at most this long and this
  * many times: a process waiting in Redis then waits about COHORT_MAX_MS
  * plus a hand-off between processes (see docs/api.md, Lock cohorting). */
-#define COHORT_MAX_MS 5
-#define COHORT_MAX_HANDOFFS 1000      /* from one thread to another */
+#define COHORT_MAX_MS       5
+#define COHORT_MAX_HANDOFFS 1000 /* from one thread to another */
 /* A thread's run: turns in a row it may take back without passing the
  * turn to the first waiter (bounds a local waiter's wait to a few runs). */
-#define RUN_MAX 16
-#define RUN_MAX_NS 50000ull
-#define COHORT_POLL_MS 1
+#define RUN_MAX             16
+#define RUN_MAX_NS          50000ull
+#define COHORT_POLL_MS      1
 
 /* A local waiter, on its own stack.  Under the cohort's mu. */
 struct turn {
     struct turn *next;
     pthread_cond_t cv;
-    uint64_t tno;                 /* its own thread number */
-    int granted;                  /* the turn is its own now */
-    int polling;                  /* first in line, looking for a freed
+    uint64_t tno; /* its own thread number */
+    int granted;  /* the turn is its own now */
+    int polling;  /* first in line, looking for a freed
                                    * turn every COHORT_POLL_MS */
 };
 
 /* Per name and process.  Fields under mu. */
 struct dist__cohort {
-    struct dist__local base;      /* first: the engine frees it by this */
+    struct dist__local base; /* first: the engine frees it by this */
     pthread_mutex_t mu;
-    uint64_t no;                  /* the owner number Redis sees */
-    int busy;                     /* a local thread has the turn */
-    uint64_t owner;               /* its own thread number */
-    unsigned long depth;          /* its recursive holds */
-    int held;                     /* the cohort holds the lock in Redis */
-    unsigned handoffs;            /* local hand-offs of that hold */
-    uint64_t since;               /* when that hold was taken (monotonic ms) */
-    uint64_t run_tno;             /* the thread of the current run */
-    unsigned run_n;               /* turns it took in the run */
-    uint64_t run_start;           /* when the run began (monotonic ns) */
+    uint64_t no;         /* the owner number Redis sees */
+    int busy;            /* a local thread has the turn */
+    uint64_t owner;      /* its own thread number */
+    unsigned long depth; /* its recursive holds */
+    int held;            /* the cohort holds the lock in Redis */
+    unsigned handoffs;   /* local hand-offs of that hold */
+    uint64_t since;      /* when that hold was taken (monotonic ms) */
+    uint64_t run_tno;    /* the thread of the current run */
+    unsigned run_n;      /* turns it took in the run */
+    uint64_t run_start;  /* when the run began (monotonic ns) */
     struct turn *head, *tail;
 };
 
@@ -217,7 +217,7 @@ static int wait_turn(struct dist__cohort *co, struct dist__obj *o,
     while (!t.granted) {
         uint64_t wake = 0;
         if (co->head == &t && !co->busy) {
-            unqueue(co, &t);           /* a freed turn: first in line */
+            unqueue(co, &t); /* a freed turn: first in line */
             take_turn(co, me);
             break;
         }
@@ -237,7 +237,8 @@ static int wait_turn(struct dist__cohort *co, struct dist__obj *o,
             dist__deadline_step(dl, &until) &&
             !(co->head == &t && !co->busy)) {
             unqueue(co, &t);
-            rc = dist__err(ETIMEDOUT, "mutex '%s' is held by another thread "
+            rc = dist__err(ETIMEDOUT,
+                           "mutex '%s' is held by another thread "
                            "of this process (cohort) until past the deadline",
                            name_of(o));
             break;
@@ -282,8 +283,10 @@ int dist__cohort_lock(struct dist__obj *o, int try_only,
     pthread_mutex_lock(&co->mu);
     if (co->busy && co->owner == me) {
         if (o->flags & DIST__MUTEX_ERRORCHECK)
-            rc = dist__err(try_only ? EBUSY : EDEADLK, "mutex '%s' is "
-                           "already held by this thread", name_of(o));
+            rc = dist__err(try_only ? EBUSY : EDEADLK,
+                           "mutex '%s' is "
+                           "already held by this thread",
+                           name_of(o));
         else
             co->depth++;
         pthread_mutex_unlock(&co->mu);
@@ -292,17 +295,19 @@ int dist__cohort_lock(struct dist__obj *o, int try_only,
     if (co->busy && try_only) {
         pthread_mutex_unlock(&co->mu);
         dist__stat_add(DIST__ST_BUSY, 1);
-        return dist__err(EBUSY, "mutex '%s' is held by another thread of "
-                         "this process (cohort)", name_of(o));
+        return dist__err(EBUSY,
+                         "mutex '%s' is held by another thread of "
+                         "this process (cohort)",
+                         name_of(o));
     }
     if (co->busy)
         rc = wait_turn(co, o, me, dl);
     else
-        take_turn(co, me);       /* waiters or not: see the top */
+        take_turn(co, me); /* waiters or not: see the top */
     held = co->held;
     pthread_mutex_unlock(&co->mu);
     if (rc != 0 || held)
-        return rc;             /* held: a local hand-off, the hold goes on */
+        return rc; /* held: a local hand-off, the hold goes on */
     return from_redis(co, o, try_only, dl);
 }
 
@@ -329,7 +334,7 @@ static int may_hand_off(struct dist__cohort *co, struct dist__obj *o)
     pthread_mutex_unlock(&co->mu);
     ok = alive(co, o);
     pthread_mutex_lock(&co->mu);
-    return ok && co->head;     /* that waiter may have timed out meanwhile */
+    return ok && co->head; /* that waiter may have timed out meanwhile */
 }
 
 int dist__cohort_unlock(struct dist__obj *o)
@@ -425,8 +430,8 @@ int dist__cohort_lease_left(struct dist__obj *o, struct timespec *left)
 
 int dist__cohort_busy(struct dist__obj *o)
 {
-    struct dist__cohort *co =
-        (struct dist__cohort *)__atomic_load_n(&o->st->local, __ATOMIC_ACQUIRE);
+    struct dist__cohort *co = (struct dist__cohort *)__atomic_load_n(
+        &o->st->local, __ATOMIC_ACQUIRE);
     int busy = 0;
 
     if (co) {

@@ -8,7 +8,9 @@
 #include "kinds.h"
 
 static const enum dist__nm key_name[DIST__COND_NKEYS] = {
-    DIST__N_COND_WAITERS, DIST__N_COND_QUEUE, DIST__N_COND_SIGNALLED,
+    DIST__N_COND_WAITERS,
+    DIST__N_COND_QUEUE,
+    DIST__N_COND_SIGNALLED,
     DIST__N_COND_CHAN,
 };
 
@@ -33,14 +35,14 @@ int dist__cond_new(const char *name, clockid_t clock, struct dist__cond **out)
         goto oom;
     cv->slot = dist__keyslot(name, len);
     for (i = 0; i < DIST__COND_NKEYS; i++) {
-        char *p = dist__names_derive(cv->names, key_name[i], "",
-                                     &cv->keys[i].len);
+        char *p =
+            dist__names_derive(cv->names, key_name[i], "", &cv->keys[i].len);
         if (!p)
             goto oom;
         cv->keys[i].p = p;
         /* a name with a '{' that opens no tag leaves them in several slots */
-        if (dist__keyslot(p, cv->keys[i].len) != dist__keyslot(cv->keys[0].p,
-                                                               cv->keys[0].len))
+        if (dist__keyslot(p, cv->keys[i].len) !=
+            dist__keyslot(cv->keys[0].p, cv->keys[0].len))
             cv->slot = -1;
     }
     if (cv->slot >= 0)
@@ -74,11 +76,14 @@ static int slot_ok(const struct dist__cond *cv, const struct dist__names *m)
     if (dist__cfg_mode() != DIST__MODE_CLUSTER)
         return 0;
     if (cv->slot < 0)
-        return dist__err(EINVAL, "condition '%s': its name has a '{' that "
+        return dist__err(EINVAL,
+                         "condition '%s': its name has a '{' that "
                          "opens no hash tag, so its keys would be spread "
-                         "over cluster slots", cv->names->name.p);
+                         "over cluster slots",
+                         cv->names->name.p);
     if (m && cv->slot != m->slot)
-        return dist__err(EINVAL, "condition '%s' and mutex '%s' hash to "
+        return dist__err(EINVAL,
+                         "condition '%s' and mutex '%s' hash to "
                          "different cluster slots: give the condition the "
                          "mutex's name as a hash tag ('{%s}...')",
                          cv->names->name.p, m->name.p, m->name.p);
@@ -117,21 +122,23 @@ int dist__cond_register(struct dist__cond *cv, const struct dist__names *m)
     size_t olen;
     const char *owner = dist__owner(&olen);
     struct dist__buf kv[8] = {
-        m->name, cv->keys[0], cv->keys[1], cv->keys[2], cv->keys[3],
-        { owner, olen }, { window, 0 }, arg(dist__publish_cmd()),
+        m->name,     cv->keys[0],     cv->keys[1],   cv->keys[2],
+        cv->keys[3], { owner, olen }, { window, 0 }, arg(dist__publish_cmd()),
     };
     long long v = 0;
     int rc;
 
     if ((rc = slot_ok(cv, m)) != 0)
         return rc;
-    kv[6].len = (size_t)snprintf(window, sizeof window, "%lu",
-                                 dist__waiter_ms());
+    kv[6].len =
+        (size_t)snprintf(window, sizeof window, "%lu", dist__waiter_ms());
     if ((rc = run_int(DIST__S_COND_WAIT, "cond_wait", 5, kv, 8, &v)) != 0)
         return rc;
     if (v < 0)
-        return dist__err(EPERM, "mutex '%s' is not held by this thread (its "
-                         "lease ran out or it was forced)", m->name.p);
+        return dist__err(EPERM,
+                         "mutex '%s' is not held by this thread (its "
+                         "lease ran out or it was forced)",
+                         m->name.p);
     return 0;
 }
 
@@ -142,8 +149,13 @@ int dist__cond_check(struct dist__cond *cv, int leave, int *res)
     size_t olen;
     const char *owner = dist__owner(&olen);
     struct dist__buf kv[7] = {
-        cv->keys[0], cv->keys[1], cv->keys[2], cv->keys[3],
-        { owner, olen }, arg(leave ? "1" : "0"), arg(dist__publish_cmd()),
+        cv->keys[0],
+        cv->keys[1],
+        cv->keys[2],
+        cv->keys[3],
+        { owner, olen },
+        arg(leave ? "1" : "0"),
+        arg(dist__publish_cmd()),
     };
     long long v = 0;
     int rc;
@@ -174,8 +186,10 @@ int dist__cond_queued(struct dist__cond *cv, const char (*owners)[64], int n,
         return rc == ENOMEM ? ENOMEM : EIO;
     if (rep->type != REDIS_REPLY_ARRAY) {
         freeReplyObject(rep);
-        return dist__err(EIO, "condition '%s': Redis answered LRANGE of its "
-                         "queue with no list", cv->names->name.p);
+        return dist__err(EIO,
+                         "condition '%s': Redis answered LRANGE of its "
+                         "queue with no list",
+                         cv->names->name.p);
     }
     for (i = 0; i < rep->elements && !*any; i++) {
         const redisReply *e = rep->element[i];
@@ -196,8 +210,12 @@ int dist__cond_queued(struct dist__cond *cv, const char (*owners)[64], int n,
 int dist__cond_signal(struct dist__cond *cv, int all, long long *marked)
 {
     struct dist__buf kv[6] = {
-        cv->keys[0], cv->keys[1], cv->keys[2], cv->keys[3],
-        arg(all ? "all" : "1"), arg(dist__publish_cmd()),
+        cv->keys[0],
+        cv->keys[1],
+        cv->keys[2],
+        cv->keys[3],
+        arg(all ? "all" : "1"),
+        arg(dist__publish_cmd()),
     };
     long long v = 0;
     int rc;

@@ -8,13 +8,13 @@
 #include "engine/engine.h"
 #include "kinds.h"
 
-#define YIELD_MIN_MS 1
-#define YIELD_AFTER  8   /* releases to waiters in a row before yielding */
+#define YIELD_MIN_MS     1
+#define YIELD_AFTER      8 /* releases to waiters in a row before yielding */
 #define YIELD_MAX_RTT_MS 2
 /* Holds Redis may count for a thread beyond its own + 1: acquires whose
  * reply was lost and that could not be handed over (out of memory) are
  * counted in Redis and not in the thread.  More cannot be. */
-#define HOLDS_AHEAD_MAX 1000000
+#define HOLDS_AHEAD_MAX  1000000
 
 /* Courtesy after a release that reached waiters: until yield_until that
  * thread lets them go first (see before_wait).  Under the state's mu; made
@@ -24,8 +24,8 @@
 struct courtesy {
     uint64_t yield_thread;
     uint64_t yield_until;
-    uint64_t streak_thread;           /* who released to waiters last, */
-    unsigned streak;                  /* and how often in a row */
+    uint64_t streak_thread; /* who released to waiters last, */
+    unsigned streak;        /* and how often in a row */
 };
 
 static int is_fair(const struct dist__call *c)
@@ -43,21 +43,28 @@ static struct dist__buf arg(const char *s)
  * without it). */
 static const enum dist__nm token_key[] = { DIST__N_TOKEN, DIST__N_ROBUST };
 static const enum dist__nm lock_keys[] = {
-    DIST__N_TOKEN, DIST__N_MUTEX_WAITERS, DIST__N_ROBUST,
+    DIST__N_TOKEN,
+    DIST__N_MUTEX_WAITERS,
+    DIST__N_ROBUST,
 };
 static const enum dist__nm fair_lock_keys[] = {
-    DIST__N_QUEUE, DIST__N_TIMEOUT, DIST__N_TOKEN, DIST__N_CHAN,
-    DIST__N_FAIR_WAITERS, DIST__N_ROBUST,
+    DIST__N_QUEUE, DIST__N_TIMEOUT,      DIST__N_TOKEN,
+    DIST__N_CHAN,  DIST__N_FAIR_WAITERS, DIST__N_ROBUST,
 };
 static const enum dist__nm chan_key[] = { DIST__N_CHAN };
 static const enum dist__nm unlock_keys[] = {
-    DIST__N_CHAN, DIST__N_MUTEX_WAITERS, DIST__N_ROBUST,
+    DIST__N_CHAN,
+    DIST__N_MUTEX_WAITERS,
+    DIST__N_ROBUST,
 };
 /* a plain mutex's registered waiters: a waiter's renewal key, and with
  * the lock's name mutex_cancel's */
 static const enum dist__nm waiters_key[] = { DIST__N_MUTEX_WAITERS };
 static const enum dist__nm fair_unlock_keys[] = {
-    DIST__N_QUEUE, DIST__N_TIMEOUT, DIST__N_CHAN, DIST__N_ROBUST,
+    DIST__N_QUEUE,
+    DIST__N_TIMEOUT,
+    DIST__N_CHAN,
+    DIST__N_ROBUST,
 };
 static const enum dist__nm fair_cancel_keys[] = {
     DIST__N_QUEUE,
@@ -68,7 +75,10 @@ static const enum dist__nm fair_cancel_keys[] = {
 static const enum dist__nm robust_key[] = { DIST__N_ROBUST };
 /* a queued fair waiter's keys for waiter_renew, in its order */
 static const enum dist__nm fair_wait_keys[] = {
-    DIST__N_TIMEOUT, DIST__N_QUEUE, DIST__N_FAIR_WAITERS, DIST__N_CHAN,
+    DIST__N_TIMEOUT,
+    DIST__N_QUEUE,
+    DIST__N_FAIR_WAITERS,
+    DIST__N_CHAN,
 };
 #define NKEYS(a) ((int)(sizeof a / sizeof a[0]))
 
@@ -132,9 +142,11 @@ static int probe(const struct dist__names *nm, uint64_t limit,
         dist__reply_int(r, 2, &t) || dist__reply_int(r, 3, &d) ||
         *holds < 0 || t < 0 || d < 0 || d > 2) {
         freeReplyObject(r);
-        return dist__err(EIO, "mutex '%s': Redis answered mutex_probe with "
+        return dist__err(EIO,
+                         "mutex '%s': Redis answered mutex_probe with "
                          "something no call could have left (a broken or "
-                         "hostile server)", nm->name.p);
+                         "hostile server)",
+                         nm->name.p);
     }
     *token = (uint64_t)t;
     if (dead)
@@ -176,10 +188,11 @@ static int run_acquire(struct dist__call *c, redisReply **r)
             kv[n++] = ul_arg(lease, dist__lease_of(c->o));
             kv[n++] = (struct dist__buf){ owner, olen };
             kv[n++] = c->how == DIST__HOW_WAIT
-                      ? ul_arg(window, dist__waiter_ms()) : arg("0");
+                          ? ul_arg(window, dist__waiter_ms())
+                          : arg("0");
             kv[n++] = ul_arg(keep, dist__key_keep_ms(dist__lease_of(c->o)));
-            rc = dist__route_eval(c->limit, DIST__S_MUTEX_LOCK, 3 + robust, kv, n, r,
-                                  &c->on);
+            rc = dist__route_eval(c->limit, DIST__S_MUTEX_LOCK, 3 + robust,
+                                  kv, n, r, &c->on);
         }
         dist__room_done(&room);
         return rc;
@@ -195,8 +208,8 @@ static int run_acquire(struct dist__call *c, redisReply **r)
         kv[n++] = arg(c->how == DIST__HOW_QUEUE ? "wait" : "try");
         kv[n++] = arg(dist__publish_cmd());
         kv[n++] = ul_arg(keep, dist__key_keep_ms(dist__lease_of(c->o)));
-        rc = dist__route_eval(c->limit, DIST__S_FAIR_LOCK, 6 + robust, kv, n, r,
-                              &c->on);
+        rc = dist__route_eval(c->limit, DIST__S_FAIR_LOCK, 6 + robust, kv, n,
+                              r, &c->on);
     }
     dist__room_done(&room);
     return rc;
@@ -220,10 +233,13 @@ static int read_acquire(struct dist__call *c, const redisReply *r)
         return dist__call_bad(c, script, "a reply that is not {status, n}");
     if (ok == 1) {
         if (v < 1 || (unsigned long long)v > c->n[0] + 1ULL + HOLDS_AHEAD_MAX)
-            return dist__call_bad(c, script, "%lld holds after taking it "
-                                  "(this thread had %lu)", v, c->n[0]);
+            return dist__call_bad(c, script,
+                                  "%lld holds after taking it "
+                                  "(this thread had %lu)",
+                                  v, c->n[0]);
         if (dist__reply_int(r, 2, &t) != 0 || t < 0)
-            return dist__call_bad(c, script, "no fencing token, or a "
+            return dist__call_bad(c, script,
+                                  "no fencing token, or a "
                                   "negative one");
         c->taken = 1;
         c->count = (unsigned long)v;
@@ -232,22 +248,27 @@ static int read_acquire(struct dist__call *c, const redisReply *r)
         c->wakes = !is_fair(c) && dist__reply_int(r, 3, &t) == 0 && t == 1;
         c->ownerdead = is_robust(c->o) && r->elements > (is_fair(c) ? 3 : 4);
         if (c->ownerdead && v != 1)
-            return dist__call_bad(c, script, "an owner-dead hold of count "
-                                  "%lld", v);
+            return dist__call_bad(c, script,
+                                  "an owner-dead hold of count "
+                                  "%lld",
+                                  v);
         return 0;
     }
     if (ok == 2 && is_robust(c->o))
-        return dist__err(ENOTRECOVERABLE, "mutex '%s' is not recoverable: a "
+        return dist__err(ENOTRECOVERABLE,
+                         "mutex '%s' is not recoverable: a "
                          "holder told EOWNERDEAD released it without "
                          "dist_mutex_consistent; an operator resets it "
-                         "(distlock unlock --reset)", c->o->st->names->name.p);
+                         "(distlock unlock --reset)",
+                         c->o->st->names->name.p);
     if (ok != 0 || v < -1)
         return dist__call_bad(c, script, "status %lld, wait %lld ms", ok, v);
     c->taken = 0;
     c->wait = v;
     if (!is_fair(c) && c->how == DIST__HOW_WAIT) {
         if (dist__reply_int(r, 2, &t) != 0 || (t != 0 && t != 1))
-            return dist__call_bad(c, script, "a refusal that does not say "
+            return dist__call_bad(c, script,
+                                  "a refusal that does not say "
                                   "whether its holder wakes a waiter");
         c->registered = 1;
         c->aimed = (int)t;
@@ -275,13 +296,15 @@ static __attribute__((noinline)) int m_settle_lost(struct dist__call *c)
         return dist__err(EIO, "%s", why);
     }
     if (holds > (long long)c->n[0] + 1 + HOLDS_AHEAD_MAX)
-        return dist__call_bad(c, "mutex_probe", "%lld holds (this "
-                              "thread had %lu)", holds, c->n[0]);
+        return dist__call_bad(c, "mutex_probe",
+                              "%lld holds (this "
+                              "thread had %lu)",
+                              holds, c->n[0]);
     if (holds == (long long)c->n[0] + 1) {
         c->taken = 1;
         c->count = (unsigned long)holds;
         c->token = tok;
-        c->wakes = 1;   /* whether it left a mark is not known: the release
+        c->wakes = 1; /* whether it left a mark is not known: the release
                          * looks */
         c->ownerdead = dead == 1 && c->n[0] == 0;
         return 0;
@@ -303,7 +326,7 @@ static int m_acquire(struct dist__call *c)
             c->unknown = 1;
     }
     if (rc != 0)
-        return rc == ENOMEM ? ENOMEM : EIO;   /* ENOMEM: nothing was sent */
+        return rc == ENOMEM ? ENOMEM : EIO; /* ENOMEM: nothing was sent */
     rc = read_acquire(c, r);
     freeReplyObject(r);
     return rc;
@@ -315,10 +338,13 @@ static int m_acquire(struct dist__call *c)
 static int m_plan(struct dist__call *c, int try_only)
 {
     if (c->n[0] > 0 && (c->o->flags & DIST__MUTEX_ERRORCHECK))
-        return dist__err(try_only ? EBUSY : EDEADLK, "mutex '%s' is already "
-                         "held by this thread", c->o->st->names->name.p);
-    c->how = try_only ? DIST__HOW_TRY
-                      : is_fair(c) ? DIST__HOW_QUEUE : DIST__HOW_WAIT;
+        return dist__err(try_only ? EBUSY : EDEADLK,
+                         "mutex '%s' is already "
+                         "held by this thread",
+                         c->o->st->names->name.p);
+    c->how = try_only     ? DIST__HOW_TRY
+             : is_fair(c) ? DIST__HOW_QUEUE
+                          : DIST__HOW_WAIT;
     return 0;
 }
 
@@ -365,8 +391,8 @@ static int release_ran(struct dist__call *c, uint64_t mytoken)
     long long holds, pttl;
     uint64_t tok;
 
-    if (probe(c->o->st->names, c->limit, &holds, &pttl, &tok, NULL,
-              &c->on) != 0)
+    if (probe(c->o->st->names, c->limit, &holds, &pttl, &tok, NULL, &c->on) !=
+        0)
         return -2;
     /* A counter below our token means the server lost its data (a restart
      * without persistence): the hold went with it. */
@@ -400,9 +426,13 @@ static __attribute__((noinline)) int release_lost(struct dist__call *c)
 
     snprintf(why, sizeof why, "%s", dist_last_error());
     switch (release_ran(c, my_token(c))) {
-    case 1: return 0;
-    case -1: return EPERM;
-    case -2: c->unknown = 1; return dist__err(EIO, "%s", why);
+    case 1:
+        return 0;
+    case -1:
+        return EPERM;
+    case -2:
+        c->unknown = 1;
+        return dist__err(EIO, "%s", why);
     }
     return 1;
 }
@@ -429,8 +459,8 @@ static int send_release(struct dist__call *c, int script, int nkeys,
     if (rc == DIST__ECONN) {
         if ((rc = release_lost(c)) != 1)
             return rc;
-        if ((rc = dist__route_run(c->limit, script, nkeys, kv, nkv,
-                                  r)) == DIST__ECONN) {
+        if ((rc = dist__route_run(c->limit, script, nkeys, kv, nkv, r)) ==
+            DIST__ECONN) {
             c->unknown = 1;
             return EIO;
         }
@@ -453,16 +483,17 @@ static int m_release(struct dist__call *c)
     struct dist__room room;
     redisReply *r;
     long long res;
-    int rc, nkv, nkeys, script = fair ? DIST__S_FAIR_UNLOCK : DIST__S_MUTEX_UNLOCK;
+    int rc, nkv, nkeys,
+        script = fair ? DIST__S_FAIR_UNLOCK : DIST__S_MUTEX_UNLOCK;
 
     snprintf(lease, sizeof lease, "%lu", dist__lease_of(c->o));
-    if (c->robust)    /* only a robust release sends it */
+    if (c->robust) /* only a robust release sends it */
         snprintf(keep, sizeof keep, "%lu",
                  dist__key_keep_ms(dist__lease_of(c->o)));
     nkeys = release_args(c->o->st->names, fair, c->wakes, lease, owner, olen,
                          NULL, c->robust, keep, kv, &nkv, &room);
     if (nkeys < 0)
-        c->unknown = 1;     /* nothing sent: as for no connection, below */
+        c->unknown = 1; /* nothing sent: as for no connection, below */
     rc = nkeys < 0 ? EIO : send_release(c, script, nkeys, kv, nkv, &r);
     dist__room_done(&room);
     if (rc != 1)
@@ -479,7 +510,8 @@ static int m_release(struct dist__call *c)
         c->woken < 0)
         return dist__call_bad(c, fair ? "fair_unlock" : "mutex_unlock",
                               "%lld holds left and %lld woken (this thread "
-                              "had %lu)", res, c->woken, c->n[0]);
+                              "had %lu)",
+                              res, c->woken, c->n[0]);
     if (res < 0)
         return EPERM;
     c->count = (unsigned long)res;
@@ -509,9 +541,9 @@ static int m_settle(struct dist__hold *h, int *lost)
                          dist__hold_owner(h, owner), expect, h->robust, keep,
                          kv, &nkv, &room);
     rc = nkeys < 0 ? DIST__ENOCONN
-                   : dist__route_run(0, fair ? DIST__S_FAIR_UNLOCK
-                                             : DIST__S_MUTEX_UNLOCK,
-                                     nkeys, kv, nkv, &r);   /* no limit */
+                   : dist__route_run(
+                         0, fair ? DIST__S_FAIR_UNLOCK : DIST__S_MUTEX_UNLOCK,
+                         nkeys, kv, nkv, &r); /* no limit */
     dist__room_done(&room);
     if (rc == DIST__ECONN || rc == DIST__ENOCONN)
         return -1;
@@ -547,8 +579,9 @@ static struct dist__chan *m_channel(struct dist__call *c)
         dist__room_done(&room);
         return ch;
     }
-    name = is_fair(c) ? dist__names_waiter_chan(nm, owner, olen, &b.len)
-                      : dist__names_mutex_waiter_chan(nm, owner, olen, &b.len);
+    name = is_fair(c)
+               ? dist__names_waiter_chan(nm, owner, olen, &b.len)
+               : dist__names_mutex_waiter_chan(nm, owner, olen, &b.len);
     if (!name)
         return NULL;
     b.p = name;
@@ -584,7 +617,8 @@ static void plain_cancel(struct dist__call *c)
                 &room) == 0) {
         kv[2] = (struct dist__buf){ owner, olen };
         kv[3] = arg(dist__publish_cmd());
-        if (dist__route_run(c->limit, DIST__S_MUTEX_CANCEL, 2, kv, 4, &r) == 0)
+        if (dist__route_run(c->limit, DIST__S_MUTEX_CANCEL, 2, kv, 4, &r) ==
+            0)
             freeReplyObject(r);
     }
     dist__room_done(&room);
@@ -646,7 +680,8 @@ static void m_before_wait(struct dist__call *c, uint64_t deadline)
     if (deadline && deadline < until)
         until = deadline;
     dist__ms_to_ts(until, &ts);
-    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) ==
+           EINTR)
         ;
 }
 
@@ -677,7 +712,7 @@ static void m_after_release(struct dist__call *c)
     int local;
 
     if (is_fair(c) || c->count != 0 || waiters <= 0)
-        return;     /* a fair queue already decides who is next */
+        return; /* a fair queue already decides who is next */
     /* PUBLISH counted our own subscriber connection too, if it listens:
      * that one matters only while another local thread waits. */
     if (listening(c->o->st->names, &local) && local == 0)
@@ -685,7 +720,7 @@ static void m_after_release(struct dist__call *c)
     if (waiters <= 0)
         return;
     if (!y && !(y = c->o->st->ext = calloc(1, sizeof *y)))
-        return;     /* out of memory: no courtesy, nothing wrong */
+        return; /* out of memory: no courtesy, nothing wrong */
     y->streak = y->streak_thread == me ? y->streak + 1 : 1;
     y->streak_thread = me;
     /* a cohort's release comes after a run of local hand-offs already: its
@@ -716,7 +751,7 @@ static void m_renew_keys(struct dist__state *st, struct dist__rec *r,
     if (!(one = dist__names_set(st->names, robust_key, 1)))
         return;
     if ((k = malloc(2 * sizeof *k + one[0].len + 1)) != NULL) {
-        k[0] = st->names->name;     /* the entry holds a reference */
+        k[0] = st->names->name; /* the entry holds a reference */
         k[1].p = memcpy((char *)(k + 2), one[0].p, one[0].len + 1);
         k[1].len = one[0].len;
         h->keys = k;
@@ -737,24 +772,15 @@ static int m_default_flags(void)
     return dist__cohort_default() ? DIST__MUTEX_COHORT : 0;
 }
 
-#define MUTEX_OPS                       \
-    .noun = "mutex",                    \
-    .family = DIST__FAM_MUTEX,          \
-    .magic = 0x64697374u, /* "dist" */  \
-    .renewal = { DIST__S_MUTEX_RENEW,   \
-                 m_settle },            \
-    .plan = m_plan,                     \
-    .acquire = m_acquire,               \
-    .release = m_release,               \
-    .cancel = m_cancel,                 \
-    .channel = m_channel,               \
-    .queue = m_queue,                   \
-    .busy_why = m_busy_why,             \
-    .before_wait = m_before_wait,       \
-    .after_release = m_after_release,   \
-    .state_free = m_state_free,         \
-    .renew_keys = m_renew_keys
+#define MUTEX_OPS                                                            \
+    .noun = "mutex", .family = DIST__FAM_MUTEX,                              \
+    .magic = 0x64697374u, /* "dist" */                                       \
+        .renewal = { DIST__S_MUTEX_RENEW, m_settle }, .plan = m_plan,        \
+    .acquire = m_acquire, .release = m_release, .cancel = m_cancel,          \
+    .channel = m_channel, .queue = m_queue, .busy_why = m_busy_why,          \
+    .before_wait = m_before_wait, .after_release = m_after_release,          \
+    .state_free = m_state_free, .renew_keys = m_renew_keys
 
-const struct dist__kind dist__mutex_kind = { MUTEX_OPS,
-                                             .default_flags = m_default_flags };
+const struct dist__kind dist__mutex_kind = { MUTEX_OPS, .default_flags =
+                                                            m_default_flags };
 const struct dist__kind dist__fair_kind = { MUTEX_OPS };

@@ -25,10 +25,10 @@
 /* A thread's renewal keys: N, the readers ZSET, then the timeout keys of
  * its read holds 1..nt.  The record's ext. */
 struct tkeys {
-    struct dist__rec_ext base;  /* first: freed by it (tkeys_free) */
+    struct dist__rec_ext base; /* first: freed by it (tkeys_free) */
     struct dist__buf *keys;
     unsigned nt, cap;
-    char *tprefix;              /* "{N}:<owner>:rwlock_timeout:" */
+    char *tprefix; /* "{N}:<owner>:rwlock_timeout:" */
     size_t tplen;
 };
 
@@ -40,7 +40,10 @@ static struct dist__buf arg(const char *s)
 /* The derived names a read-write lock's scripts use, made with its state
  * (its ext: dist__names_set), by these indexes. */
 static const enum dist__nm rw_names[] = {
-    DIST__N_RW_READERS, DIST__N_RW_WRITERS, DIST__N_RWCHAN, DIST__N_TOKEN,
+    DIST__N_RW_READERS,
+    DIST__N_RW_WRITERS,
+    DIST__N_RWCHAN,
+    DIST__N_TOKEN,
 };
 enum { RW_READERS, RW_WRITERS, RW_CHAN, RW_TOKEN, RW_NAMES };
 
@@ -171,8 +174,8 @@ static int tkey(struct dist__state *st, struct dist__rec *r, unsigned long k,
             rc = ENOMEM;
             break;
         }
-        t->keys[2 + t->nt].len = (size_t)snprintf(p, t->tplen + 24, "%s%u",
-                                                  t->tprefix, t->nt + 1);
+        t->keys[2 + t->nt].len =
+            (size_t)snprintf(p, t->tplen + 24, "%s%u", t->tprefix, t->nt + 1);
         t->keys[2 + t->nt].p = p;
         t->nt++;
         if (t->nt <= RENEW_TKEYS_MAX)
@@ -195,11 +198,9 @@ static int tkey(struct dist__state *st, struct dist__rec *r, unsigned long k,
 /* run() after a lost reply: runs the script again, at most twice, and
  * names the first loss if that fails too.  Apart (noinline) so that its
  * buffer is on the stack only on this path (PTHREAD_STACK_MIN stacks). */
-static __attribute__((noinline)) int run_again(uint64_t limit, int script,
-                                               int nkeys,
-                                               const struct dist__buf *kv,
-                                               int nkv, redisReply **r,
-                                               struct dist__link **on)
+static __attribute__((noinline)) int
+run_again(uint64_t limit, int script, int nkeys, const struct dist__buf *kv,
+          int nkv, redisReply **r, struct dist__link **on)
 {
     char why[256];
     int rc = DIST__ECONN, tries;
@@ -225,7 +226,7 @@ static int run(uint64_t limit, int script, int nkeys,
         on = &dummy;
     *again = 0;
     rc = dist__route_eval(limit, script, nkeys, kv, nkv, r, on);
-    if (rc == DIST__ECONN) {    /* why it was lost says more than a retry */
+    if (rc == DIST__ECONN) { /* why it was lost says more than a retry */
         *again = 1;
         return run_again(limit, script, nkeys, kv, nkv, r, on);
     }
@@ -245,8 +246,10 @@ static int read_ints(redisReply *r, long long v[4], const char *what)
     if (dist__reply_int(r, 0, &v[0]) != 0 ||
         (v[0] != -2 && dist__reply_int(r, 1, &v[1]) != 0)) {
         freeReplyObject(r);
-        dist__err(EIO, "Redis answered %s with a reply that is not a list "
-                  "of numbers", what);
+        dist__err(EIO,
+                  "Redis answered %s with a reply that is not a list "
+                  "of numbers",
+                  what);
         return EPROTO;
     }
     for (i = 2; i < 4; i++)
@@ -260,10 +263,9 @@ static int read_ints(redisReply *r, long long v[4], const char *what)
  * key; limit: the call's (link.h).  Returns run()'s code, with v[] the
  * reply. */
 static int run_release(uint64_t limit, const struct dist__state *st,
-                       const char *owner,
-                       size_t olen, int mode, unsigned long rd,
-                       unsigned long wr, const struct dist__buf *tk,
-                       long long v[4], int *again)
+                       const char *owner, size_t olen, int mode,
+                       unsigned long rd, unsigned long wr,
+                       const struct dist__buf *tk, long long v[4], int *again)
 {
     char erd[24], ewr[24];
     struct dist__buf kv[9];
@@ -298,17 +300,21 @@ static int no_upgrade(struct dist__call *c, int try_only)
     const char *name = c->o->st->names->name.p;
 
     if (try_only)
-        return dist__err(EBUSY, "rwlock '%s': this thread holds read locks "
-                         "only, and a read lock cannot be upgraded", name);
-    return dist__err(EDEADLK, "rwlock '%s': this thread holds read locks "
+        return dist__err(EBUSY,
+                         "rwlock '%s': this thread holds read locks "
+                         "only, and a read lock cannot be upgraded",
+                         name);
+    return dist__err(EDEADLK,
+                     "rwlock '%s': this thread holds read locks "
                      "only; waiting for the write lock would wait forever "
-                     "(a read lock cannot be upgraded)", name);
+                     "(a read lock cannot be upgraded)",
+                     name);
 }
 
 /* One acquire script call with the owner's expected counts c->n.  0 with
  * v[] the reply; EIO/ENOMEM; DIST__ECONN. */
-static int run_acquire(struct dist__call *c, struct dist__rec *r, long long v[4],
-                       int *again)
+static int run_acquire(struct dist__call *c, struct dist__rec *r,
+                       long long v[4], int *again)
 {
     static const char *const hows[] = { "try", "wait", "prefer" };
     struct dist__state *st = c->o->st;
@@ -348,8 +354,9 @@ static int run_acquire(struct dist__call *c, struct dist__rec *r, long long v[4]
                  dist__key_keep_ms(dist__lease_of(c->o)));
         kv[n++] = arg(keep);
     }
-    rc = run(c->limit, c->mode ? DIST__S_RWLOCK_WRLOCK : DIST__S_RWLOCK_RDLOCK, 5, kv, n,
-             &rep, again, &c->on);
+    rc =
+        run(c->limit, c->mode ? DIST__S_RWLOCK_WRLOCK : DIST__S_RWLOCK_RDLOCK,
+            5, kv, n, &rep, again, &c->on);
     if (rc != 0)
         return rc;
     return read_ints(rep, v, c->mode ? "rwlock_wrlock" : "rwlock_rdlock");
@@ -363,12 +370,15 @@ static int reconcile(struct dist__state *st, struct dist__rec *r,
 {
     *lost = 0;
     pthread_mutex_lock(&st->mu);
-    if (rr > (long long)r->n[0] || rw > (long long)r->n[1] || rr < 0 || rw < 0) {
+    if (rr > (long long)r->n[0] || rw > (long long)r->n[1] || rr < 0 ||
+        rw < 0) {
         unsigned long rd = r->n[0], wr = r->n[1];
         pthread_mutex_unlock(&st->mu);
-        return dist__err(EIO, "rwlock '%s': Redis counts %lld read and %lld "
-                         "write holds for this thread, which holds %lu and %lu",
-                         st->names->name.p, rr, rw, rd, wr);
+        return dist__err(
+            EIO,
+            "rwlock '%s': Redis counts %lld read and %lld "
+            "write holds for this thread, which holds %lu and %lu",
+            st->names->name.p, rr, rw, rd, wr);
     }
     *lost = (unsigned long)rr < r->n[0] || (unsigned long)rw < r->n[1];
     r->n[0] = (unsigned long)rr;
@@ -387,10 +397,12 @@ static int acquire_sane(struct dist__call *c, const long long v[4])
     const char *script = c->mode ? "rwlock_wrlock" : "rwlock_rdlock";
     unsigned long had = c->n[c->mode];
 
-    if (v[0] == 1 && (v[1] < 1 || (unsigned long long)v[1] != had + 1ULL ||
-                      v[2] < 0))
-        return dist__call_bad(c, script, "%lld holds after taking it (this "
-                              "thread had %lu), token %lld", v[1], had, v[2]);
+    if (v[0] == 1 &&
+        (v[1] < 1 || (unsigned long long)v[1] != had + 1ULL || v[2] < 0))
+        return dist__call_bad(c, script,
+                              "%lld holds after taking it (this "
+                              "thread had %lu), token %lld",
+                              v[1], had, v[2]);
     if (v[0] == 0 && v[1] < -1)
         return dist__call_bad(c, script, "a wait of %lld ms", v[1]);
     if (v[0] == -1 && (v[1] < 0 || v[2] < 0 || v[3] < 0))
@@ -414,7 +426,7 @@ static int read_acquire(struct dist__call *c, const long long v[4], int again)
     } else if (v[0] == 0) {
         c->wait = v[1];
     } else if (again && !c->mode && v[1] == rd + 1 && v[2] == wr) {
-        c->taken = 1;           /* the first run took it */
+        c->taken = 1; /* the first run took it */
         c->count = (unsigned long)v[1];
     } else if (again && c->mode && v[2] == wr + 1 && v[1] == rd) {
         c->taken = 1;
@@ -473,8 +485,10 @@ static int rw_acquire(struct dist__call *c)
         if (lost)
             dist__call_lost_handler(st->names->name.p);
     }
-    return dist__err(EIO, "rwlock '%s': this thread's holds keep changing in "
-                     "Redis", st->names->name.p);
+    return dist__err(EIO,
+                     "rwlock '%s': this thread's holds keep changing in "
+                     "Redis",
+                     st->names->name.p);
 }
 
 static int rw_plan(struct dist__call *c, int try_only)
@@ -483,7 +497,8 @@ static int rw_plan(struct dist__call *c, int try_only)
         return no_upgrade(c, try_only);
     c->how = try_only ? DIST__HOW_TRY
              : c->mode && (c->o->flags & DIST__RWLOCK_PREFER_WRITER)
-                 ? DIST__HOW_QUEUE : DIST__HOW_WAIT;
+                 ? DIST__HOW_QUEUE
+                 : DIST__HOW_WAIT;
     return 0;
 }
 
@@ -499,14 +514,17 @@ static int release_sane(struct dist__call *c, const long long v[4])
     unsigned long had = c->n[c->mode];
 
     if (v[0] >= 0 && ((unsigned long long)v[0] + 1 != had || v[1] < 0))
-        return dist__call_bad(c, script, "%lld holds left and %lld woken "
-                              "(this thread had %lu)", v[0], v[1], had);
-    if (v[0] == -1 && (v[1] < 0 || v[2] < 0 ||
-                       (unsigned long long)v[1] > c->n[0] ||
-                       (unsigned long long)v[2] > c->n[1]))
-        return dist__call_bad(c, script, "%lld read and %lld write holds "
-                              "(this thread had %lu and %lu)", v[1], v[2],
-                              c->n[0], c->n[1]);
+        return dist__call_bad(c, script,
+                              "%lld holds left and %lld woken "
+                              "(this thread had %lu)",
+                              v[0], v[1], had);
+    if (v[0] == -1 &&
+        (v[1] < 0 || v[2] < 0 || (unsigned long long)v[1] > c->n[0] ||
+         (unsigned long long)v[2] > c->n[1]))
+        return dist__call_bad(c, script,
+                              "%lld read and %lld write holds "
+                              "(this thread had %lu and %lu)",
+                              v[1], v[2], c->n[0], c->n[1]);
     if (v[0] < -1)
         return dist__call_bad(c, script, "status %lld", v[0]);
     return 0;
@@ -545,7 +563,7 @@ static int rw_release(struct dist__call *c)
     if (v[0] == -1 && again &&
         ((c->mode && v[2] == (long long)wr - 1 && v[1] == (long long)rd) ||
          (!c->mode && v[1] == (long long)rd - 1 && v[2] == (long long)wr)))
-        v[0] = c->mode ? v[2] : v[1];        /* the first run did it */
+        v[0] = c->mode ? v[2] : v[1]; /* the first run did it */
     if (v[0] >= 0) {
         c->count = (unsigned long)v[0];
         c->woken = v[1];
@@ -564,7 +582,8 @@ static int rw_release(struct dist__call *c)
 static int rw_settle(struct dist__hold *h, int *lost)
 {
     struct dist__state st = { .names = h->names };
-    unsigned long rd = h->n[0] + (h->mode == 0), wr = h->n[1] + (h->mode == 1);
+    unsigned long rd = h->n[0] + (h->mode == 0),
+                  wr = h->n[1] + (h->mode == 1);
     char owner[DIST__OWNER_MAX];
     size_t olen = dist__hold_owner(h, owner);
     struct dist__buf tk = { 0 };
@@ -582,9 +601,10 @@ static int rw_settle(struct dist__hold *h, int *lost)
                                                          pre, rd) };
         free(pre);
     }
-    rc = h->mode == 0 && !p ? ENOMEM
-         : run_release(0, &st, owner, olen, h->mode, rd, wr, &tk, v,
-                       &again);       /* the renewal thread */
+    rc = h->mode == 0 && !p
+             ? ENOMEM
+             : run_release(0, &st, owner, olen, h->mode, rd, wr, &tk, v,
+                           &again); /* the renewal thread */
     free(p);
     free(st.ext);
     if (rc == EPROTO) {
@@ -598,7 +618,8 @@ static int rw_settle(struct dist__hold *h, int *lost)
     /* >= 0: the owed hold was given back; -1 with the owner's own counts:
      * nothing was owed (or the first run gave it back); lower counts: Redis
      * lost holds of ours meanwhile */
-    *lost = v[0] == -1 && (v[1] < (long long)h->n[0] || v[2] < (long long)h->n[1]);
+    *lost = v[0] == -1 &&
+            (v[1] < (long long)h->n[0] || v[2] < (long long)h->n[1]);
     return 0;
 }
 
@@ -640,8 +661,9 @@ static const char *rw_busy_why(const struct dist__call *c)
 
 static int rw_state_init(struct dist__state *st)
 {
-    return (st->ext = dist__names_set(st->names, rw_names, RW_NAMES)) ? 0
-                                                                     : ENOMEM;
+    return (st->ext = dist__names_set(st->names, rw_names, RW_NAMES))
+               ? 0
+               : ENOMEM;
 }
 
 static void rw_state_free(struct dist__state *st)
@@ -652,7 +674,7 @@ static void rw_state_free(struct dist__state *st)
 const struct dist__kind dist__rwlock_kind = {
     .noun = "rwlock",
     .family = DIST__FAM_RWLOCK,
-    .magic = 0x72776c6bu,   /* "rwlk" */
+    .magic = 0x72776c6bu, /* "rwlk" */
     .renewal = { DIST__S_RWLOCK_RENEW, rw_settle },
     .plan = rw_plan,
     .acquire = rw_acquire,

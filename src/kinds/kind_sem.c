@@ -12,7 +12,10 @@
 #include "kinds.h"
 
 static const enum dist__nm sem_name[DIST__SEM_NKEYS] = {
-    DIST__N_SEM, DIST__N_SEM_HOLDS, DIST__N_SEM_LEASES, DIST__N_SEM_CHAN,
+    DIST__N_SEM,
+    DIST__N_SEM_HOLDS,
+    DIST__N_SEM_LEASES,
+    DIST__N_SEM_CHAN,
 };
 
 static struct dist__buf arg(const char *s)
@@ -72,20 +75,28 @@ static int s_acquire(struct dist__call *c)
     size_t olen;
     const char *owner = dist__owner(&olen);
     struct dist__buf kv[9] = {
-        sx->keys[0], sx->keys[1], sx->keys[2], sx->keys[3],
-        { lease, 0 }, { owner, olen }, { initial, 0 },
-        arg(dist__publish_cmd()), arg(atomic_load(&sx->unowned) ? "1" : "0"),
+        sx->keys[0],
+        sx->keys[1],
+        sx->keys[2],
+        sx->keys[3],
+        { lease, 0 },
+        { owner, olen },
+        { initial, 0 },
+        arg(dist__publish_cmd()),
+        arg(atomic_load(&sx->unowned) ? "1" : "0"),
     };
     long long ok, v, had = 0;
     redisReply *r;
     int rc;
 
-    kv[4].len = (size_t)snprintf(lease, sizeof lease, "%lu",
-                                 dist__lease_of(c->o));
-    kv[6].len = (size_t)snprintf(initial, sizeof initial, "%ld", atomic_load(&sx->initial));
-    rc = dist__route_eval(c->limit, DIST__S_SEM_ACQUIRE, 4, kv, 9, &r, &c->on);
+    kv[4].len =
+        (size_t)snprintf(lease, sizeof lease, "%lu", dist__lease_of(c->o));
+    kv[6].len = (size_t)snprintf(initial, sizeof initial, "%ld",
+                                 atomic_load(&sx->initial));
+    rc =
+        dist__route_eval(c->limit, DIST__S_SEM_ACQUIRE, 4, kv, 9, &r, &c->on);
     if (rc == DIST__ECONN) {
-        c->unknown = 1;   /* the renewal thread gives back what it took */
+        c->unknown = 1; /* the renewal thread gives back what it took */
         return EIO;
     }
     if (rc != 0)
@@ -113,14 +124,19 @@ static int s_acquire(struct dist__call *c)
  * call's, link.h); expect: the count a settle expects, or NULL.  0 with
  * *res and *woken, or a DIST__E*. */
 static int run_release(uint64_t limit, const struct dist__buf *keys,
-                       const char *owner,
-                       size_t olen, unsigned long lease_ms, const char *expect,
-                       long long *res, long long *woken)
+                       const char *owner, size_t olen, unsigned long lease_ms,
+                       const char *expect, long long *res, long long *woken)
 {
     char lease[24];
     struct dist__buf kv[8] = {
-        keys[0], keys[1], keys[2], keys[3], { lease, 0 }, { owner, olen },
-        arg(dist__publish_cmd()), { NULL, 0 },
+        keys[0],
+        keys[1],
+        keys[2],
+        keys[3],
+        { lease, 0 },
+        { owner, olen },
+        arg(dist__publish_cmd()),
+        { NULL, 0 },
     };
     redisReply *r;
     int rc;
@@ -128,10 +144,12 @@ static int run_release(uint64_t limit, const struct dist__buf *keys,
     kv[4].len = (size_t)snprintf(lease, sizeof lease, "%lu", lease_ms);
     if (expect)
         kv[7] = arg(expect);
-    rc = dist__route_run(limit, DIST__S_SEM_RELEASE, 4, kv, expect ? 8 : 7, &r);
+    rc = dist__route_run(limit, DIST__S_SEM_RELEASE, 4, kv, expect ? 8 : 7,
+                         &r);
     if (rc != 0)
         return rc;
-    if (dist__reply_int(r, 0, res) != 0 || dist__reply_int(r, 1, woken) != 0) {
+    if (dist__reply_int(r, 0, res) != 0 ||
+        dist__reply_int(r, 1, woken) != 0) {
         freeReplyObject(r);
         dist__err(EIO, "unexpected reply to sem_release");
         return DIST__EREPLY;
@@ -223,7 +241,7 @@ static void s_state_free(struct dist__state *st)
 const struct dist__kind dist__sem_kind = {
     .noun = "semaphore",
     .family = DIST__FAM_SEM,
-    .magic = 0x73656d61u,  /* "sema" */
+    .magic = 0x73656d61u, /* "sema" */
     .renewal = { DIST__S_SEM_RENEW, s_settle },
     .plan = s_plan,
     .acquire = s_acquire,
@@ -251,16 +269,19 @@ int dist__sem_count(struct dist__obj *o, const char *op, long n, long *free_,
     struct dist__semx *sx = o->st->ext;
     char num[24], initial[24], max[24];
     struct dist__buf kv[9] = {
-        sx->keys[0], sx->keys[1], sx->keys[2], sx->keys[3], arg(op),
-        { num, 0 }, { initial, 0 }, { max, 0 }, arg(dist__publish_cmd()),
+        sx->keys[0],    sx->keys[1], sx->keys[2],
+        sx->keys[3],    arg(op),     { num, 0 },
+        { initial, 0 }, { max, 0 },  arg(dist__publish_cmd()),
     };
     long long f, h;
     redisReply *r;
     int rc;
 
     kv[5].len = (size_t)snprintf(num, sizeof num, "%ld", n);
-    kv[6].len = (size_t)snprintf(initial, sizeof initial, "%ld", atomic_load(&sx->initial));
-    kv[7].len = (size_t)snprintf(max, sizeof max, "%ld", atomic_load(&sx->max));
+    kv[6].len = (size_t)snprintf(initial, sizeof initial, "%ld",
+                                 atomic_load(&sx->initial));
+    kv[7].len =
+        (size_t)snprintf(max, sizeof max, "%ld", atomic_load(&sx->max));
     rc = dist__route_run(0, DIST__S_SEM_COUNT, 4, kv, 9, &r);
     /* 'add' is not run twice: a lost reply may have added the permits */
     if (rc == DIST__ECONN && strcmp(op, "add") != 0)
@@ -275,13 +296,15 @@ int dist__sem_count(struct dist__obj *o, const char *op, long n, long *free_,
     /* a liar or a tampered key: refused, never passed on as a count (the
      * tool printed it and exited 0) */
     if (!dist__sem_count_possible(op, n, f) || h < 0)
-        return dist__err(EIO, "semaphore '%s': impossible reply to sem_count "
+        return dist__err(EIO,
+                         "semaphore '%s': impossible reply to sem_count "
                          "%s %ld: %lld free, %lld held",
                          o->st->names->name.p, op, n, f, h);
     if (f < 0)
-        return dist__err(EOVERFLOW, "semaphore '%s': %ld more permits would "
-                         "pass its maximum of %ld", o->st->names->name.p, n,
-                         atomic_load(&sx->max));
+        return dist__err(EOVERFLOW,
+                         "semaphore '%s': %ld more permits would "
+                         "pass its maximum of %ld",
+                         o->st->names->name.p, n, atomic_load(&sx->max));
     if (free_)
         *free_ = (long)f;
     if (held)
@@ -314,7 +337,7 @@ static int holding_owners(struct dist__state *st, char (**owners)[64],
     struct dist__rec *r;
     int n = 0, i = 0;
 
-    dist__rec_find(st);               /* drops a parent's records */
+    dist__rec_find(st); /* drops a parent's records */
     for (r = st->recs; r; r = r->next) {
         if (r->unknown)
             return -EBUSY;
@@ -333,7 +356,7 @@ static int holding_owners(struct dist__state *st, char (**owners)[64],
     }
     for (r = st->recs; r; r = r->next)
         if (r->n[0] > 0) {
-            rec_owner(r, (*owners)[i], sizeof (*owners)[i], &(*lens)[i]);
+            rec_owner(r, (*owners)[i], sizeof(*owners)[i], &(*lens)[i]);
             i++;
         }
     return n;
@@ -355,11 +378,13 @@ static int run_drop(struct dist__obj *o, char (*owners)[64],
     kv[2] = sx->keys[2], kv[3] = sx->keys[3];
     kv[4] = arg("drop");
     kv[5] = arg("0");
-    kv[6] = (struct dist__buf){ initial, (size_t)snprintf(initial,
-                                sizeof initial, "%ld",
-                                atomic_load(&sx->initial)) };
-    kv[7] = (struct dist__buf){ max, (size_t)snprintf(max, sizeof max, "%ld",
-                                atomic_load(&sx->max)) };
+    kv[6] =
+        (struct dist__buf){ initial,
+                            (size_t)snprintf(initial, sizeof initial, "%ld",
+                                             atomic_load(&sx->initial)) };
+    kv[7] =
+        (struct dist__buf){ max, (size_t)snprintf(max, sizeof max, "%ld",
+                                                  atomic_load(&sx->max)) };
     kv[8] = arg(dist__publish_cmd());
     for (i = 0; i < n; i++)
         kv[9 + i] = (struct dist__buf){ owners[i], lens[i] };
@@ -378,7 +403,7 @@ int dist__sem_drop(struct dist__obj *o)
 {
     struct dist__state *st = o->st;
     struct dist__rec *r, *next;
-    char (*owners)[64];
+    char(*owners)[64];
     size_t *lens;
     int n, rc;
 
@@ -386,8 +411,10 @@ int dist__sem_drop(struct dist__obj *o)
     n = holding_owners(st, &owners, &lens);
     pthread_mutex_unlock(&st->mu);
     if (n == -EBUSY)
-        return dist__err(EBUSY, "semaphore '%s': an earlier call's outcome "
-                         "is still being settled", st->names->name.p);
+        return dist__err(EBUSY,
+                         "semaphore '%s': an earlier call's outcome "
+                         "is still being settled",
+                         st->names->name.p);
     if (n < 0)
         return dist__err(ENOMEM, "out of memory");
     if (n == 0)
@@ -396,7 +423,8 @@ int dist__sem_drop(struct dist__obj *o)
     free(owners);
     free(lens);
     if (rc != 0)
-        return dist__err(rc, "semaphore '%s': the permits this process's "
+        return dist__err(rc,
+                         "semaphore '%s': the permits this process's "
                          "threads hold could not be consumed: %s",
                          st->names->name.p, dist_last_error());
     /* the fields stay at 0 until their lease ends: renewals under way find

@@ -7,9 +7,9 @@
 
 #include "engine/engine.h"
 
-extern const struct dist__kind dist__mutex_kind;    /* kind_mutex.c */
-extern const struct dist__kind dist__fair_kind;     /* kind_mutex.c */
-extern const struct dist__kind dist__rwlock_kind;   /* kind_rwlock.c */
+extern const struct dist__kind dist__mutex_kind;  /* kind_mutex.c */
+extern const struct dist__kind dist__fair_kind;   /* kind_mutex.c */
+extern const struct dist__kind dist__rwlock_kind; /* kind_rwlock.c */
 
 /* The first check of a lease_left call (mutex.c, rwlock.c): left given,
  * and zero until a hold says more, so that a failure leaves none. */
@@ -27,7 +27,7 @@ int dist__mutex_obj(dist_mutex_t *m, struct dist__obj **out);
 
 /* ---- condition variables (kind_cond.c, cond.c) ------------------------- */
 
-#define DIST__COND_MAGIC 0x636f6e64u   /* "cond" */
+#define DIST__COND_MAGIC 0x636f6e64u /* "cond" */
 #define DIST__COND_NKEYS 4
 
 /* A local thread in a wait on a condition (cond.c). */
@@ -38,21 +38,22 @@ struct dist__cond_wt;
  * SET and the channel (see lua/prelude_cond.lua). */
 struct dist__cond {
     unsigned magic;
-    clockid_t clock;              /* of timedwait's abstime */
-    int slot;                     /* of every key; -1 when they differ */
-    struct dist__names *names;    /* the condition's name */
+    clockid_t clock;           /* of timedwait's abstime */
+    int slot;                  /* of every key; -1 when they differ */
+    struct dist__names *names; /* the condition's name */
     struct dist__buf keys[DIST__COND_NKEYS];
-    pthread_mutex_t mu;           /* guards the four below; never held
+    pthread_mutex_t mu;        /* guards the four below; never held
                                    * over network I/O */
-    struct dist__cond_wt *wts;    /* local threads in a wait */
-    unsigned long wts_gen;        /* fork generation of wts */
-    unsigned long entered;        /* waits begun, ever */
-    int doomed;                   /* destroyed while woken threads were
+    struct dist__cond_wt *wts; /* local threads in a wait */
+    unsigned long wts_gen;     /* fork generation of wts */
+    unsigned long entered;     /* waits begun, ever */
+    int doomed;                /* destroyed while woken threads were
                                    * still leaving: the last frees it */
-    atomic_ulong spurious;        /* wake-ups without a signal */
+    atomic_ulong spurious;     /* wake-ups without a signal */
 };
 
-int dist__cond_new(const char *name, clockid_t clock, struct dist__cond **out);
+int dist__cond_new(const char *name, clockid_t clock,
+                   struct dist__cond **out);
 void dist__cond_free(struct dist__cond *cv);
 /* Registers the calling thread as a waiter while it holds the mutex named
  * by m.  0, EPERM (Redis says it does not hold it), EINVAL (cluster slots
@@ -70,7 +71,7 @@ int dist__cond_signal(struct dist__cond *cv, int all, long long *marked);
 
 /* ---- semaphores (kind_sem.c, sem.c) ------------------------------------ */
 
-extern const struct dist__kind dist__sem_kind;      /* kind_sem.c */
+extern const struct dist__kind dist__sem_kind; /* kind_sem.c */
 
 #define DIST__SEM_NKEYS 4
 
@@ -78,9 +79,9 @@ extern const struct dist__kind dist__sem_kind;      /* kind_sem.c */
  * see lua/prelude_sem.lua), and what a script needs to create it. */
 struct dist__semx {
     struct dist__buf keys[DIST__SEM_NKEYS];
-    atomic_long initial;          /* free permits if new */
-    atomic_long max;              /* most free permits */
-    atomic_int unowned;           /* unowned posts: a take replaces the
+    atomic_long initial; /* free permits if new */
+    atomic_long max;     /* most free permits */
+    atomic_int unowned;  /* unowned posts: a take replaces the
                                    * taker's earlier hold (sem_acquire) */
 };
 
@@ -105,7 +106,7 @@ int dist__sem_drop(struct dist__obj *o);
 int dist__sem_count_possible(const char *op, long n, long long free_);
 
 /* struct dist__obj.flags */
-#define DIST__MUTEX_ERRORCHECK 1
+#define DIST__MUTEX_ERRORCHECK     1
 #define DIST__RWLOCK_PREFER_WRITER 1
 
 #endif

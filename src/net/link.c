@@ -6,7 +6,7 @@
  * with a small one); hiredis does no I/O here.  The bytes go through a
  * transport: the socket itself, or a TLS session over it (tls.c).  What a
  * reply may hold is resp.c's, ROLE and WAIT replica.c's (link_int.h). */
-#define _GNU_SOURCE   /* POLLRDHUP */
+#define _GNU_SOURCE /* POLLRDHUP */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -27,9 +27,9 @@
 #include "scripts.h"
 #include "tls.h"
 
-#define READ_CHUNK      8192   /* bytes asked of one read(2) */
+#define READ_CHUNK 8192 /* bytes asked of one read(2) */
 
-#define STACK_ARGS      24
+#define STACK_ARGS 24
 
 /* A failure that trying again cannot mend: the thread is told so (see
  * dist__hopeless_set), so that a lock call gives up at once. */
@@ -43,8 +43,10 @@ static int timed_out(struct dist__link *l)
 {
     if (l->own_timeout)
         return fail(l, "no answer within %lu ms", l->timeout_ms);
-    return fail(l, "no answer within the command timeout of %lu ms "
-                "(DISTLOCK_TIMEOUT_MS)", l->timeout_ms);
+    return fail(l,
+                "no answer within the command timeout of %lu ms "
+                "(DISTLOCK_TIMEOUT_MS)",
+                l->timeout_ms);
 }
 
 /* Waits until fd is ready for ev, or until (monotonic ms).  0, or
@@ -63,7 +65,7 @@ static int wait_fd(struct dist__link *l, short ev, uint64_t until)
         if (n > 0)
             return 0;
         if (n < 0 && errno == EINTR)
-            dist__eintr_note();     /* for a semaphore wait in a try */
+            dist__eintr_note(); /* for a semaphore wait in a try */
         else if (n < 0)
             return fail(l, "%s", strerror(errno));
     }
@@ -79,7 +81,8 @@ static int wait_fd(struct dist__link *l, short ev, uint64_t until)
  * housekeeping.  drop: frees the transport's state, sending nothing. */
 struct xport {
     ssize_t (*in)(struct dist__link *l, char *buf, size_t n, short *ev);
-    ssize_t (*out)(struct dist__link *l, const char *buf, size_t n, short *ev);
+    ssize_t (*out)(struct dist__link *l, const char *buf, size_t n,
+                   short *ev);
     size_t (*pending)(const struct dist__link *l);
     int (*idle)(const struct dist__link *l);
     void (*drop)(struct dist__link *l);
@@ -148,11 +151,15 @@ static int closed(struct dist__link *l, const char *what)
         return fail(l, "%s", what);
     if (speaks_tls(l)) {
         dist__hopeless_set();
-        return fail(l, "plain text sent to a TLS port: %s answers TLS "
-                    "handshakes (the URL wants rediss://)", l->where);
+        return fail(l,
+                    "plain text sent to a TLS port: %s answers TLS "
+                    "handshakes (the URL wants rediss://)",
+                    l->where);
     }
-    return fail(l, "%s before the first reply from %s (plain text sent to a "
-                "TLS port? a TLS server wants rediss://)", what, l->where);
+    return fail(l,
+                "%s before the first reply from %s (plain text sent to a "
+                "TLS port? a TLS server wants rediss://)",
+                what, l->where);
 }
 
 static ssize_t plain_in(struct dist__link *l, char *buf, size_t n, short *ev)
@@ -197,7 +204,7 @@ static size_t plain_pending(const struct dist__link *l)
 static int plain_idle(const struct dist__link *l)
 {
     DIST__UNUSED(l);
-    return 0;       /* bytes nobody asked for, or the server's close */
+    return 0; /* bytes nobody asked for, or the server's close */
 }
 
 static void plain_drop(struct dist__link *l)
@@ -205,9 +212,8 @@ static void plain_drop(struct dist__link *l)
     DIST__UNUSED(l);
 }
 
-static const struct xport plain = {
-    plain_in, plain_out, plain_pending, plain_idle, plain_drop
-};
+static const struct xport plain = { plain_in, plain_out, plain_pending,
+                                    plain_idle, plain_drop };
 
 static ssize_t tls_in(struct dist__link *l, char *buf, size_t n, short *ev)
 {
@@ -240,9 +246,8 @@ static void tls_drop(struct dist__link *l)
     l->tls = NULL;
 }
 
-static const struct xport tls = {
-    tls_in, tls_out, tls_pending, tls_idle, tls_drop
-};
+static const struct xport tls = { tls_in, tls_out, tls_pending, tls_idle,
+                                  tls_drop };
 
 /* ---- connecting ------------------------------------------------------- */
 
@@ -426,10 +431,9 @@ static int setup(struct dist__link *l, const struct dist__cfg *cfg, char *why,
 {
     if (cfg->user[0] || cfg->pass[0]) {
         const char *argv[3] = { "AUTH", cfg->user, cfg->pass };
-        int rc = cfg->user[0]
-                     ? setup_cmd(l, "AUTH", 3, argv, why, whylen)
-                     : (argv[1] = cfg->pass,
-                        setup_cmd(l, "AUTH", 2, argv, why, whylen));
+        int rc = cfg->user[0] ? setup_cmd(l, "AUTH", 3, argv, why, whylen)
+                              : (argv[1] = cfg->pass,
+                                 setup_cmd(l, "AUTH", 2, argv, why, whylen));
         if (rc)
             return rc;
     }
@@ -455,9 +459,9 @@ static int start_tls(struct dist__link *l, const struct dist__cfg *cfg,
     redisReply *r;
     int rc;
 
-    rc = dist__tls_open(cfg, &l->addr, l->fd, dist__link_deadline(l, l->limit),
-                        &pr,
-                        &l->tls, why, whylen);
+    rc =
+        dist__tls_open(cfg, &l->addr, l->fd, dist__link_deadline(l, l->limit),
+                       &pr, &l->tls, why, whylen);
     if (rc == EPROTO)
         dist__hopeless_set();
     if (rc)
@@ -466,11 +470,11 @@ static int start_tls(struct dist__link *l, const struct dist__cfg *cfg,
     if (!dist__tls_cert_asked(l->tls))
         return 0;
     if (dist__link_cmd(l, l->limit, 1, ping, NULL, &r) != 0) {
-        if (dist__tls_cert_asked(l->tls))   /* refused, not just dropped */
+        if (dist__tls_cert_asked(l->tls)) /* refused, not just dropped */
             dist__hopeless_set();
         return snprintf(why, whylen, "%.200s", l->err), EIO;
     }
-    freeReplyObject(r);      /* an error reply (NOAUTH) is an answer too */
+    freeReplyObject(r); /* an error reply (NOAUTH) is an answer too */
     return 0;
 }
 
@@ -482,7 +486,7 @@ static int open_into(const struct dist__cfg *cfg, const struct dist__addr *a,
     char e[256];
 
     if (cfg->bad[0]) {
-        dist__hopeless_set();       /* the settings are wrong: say it now */
+        dist__hopeless_set(); /* the settings are wrong: say it now */
         snprintf(why, whylen, "%s", cfg->bad);
         return EIO;
     }
@@ -491,12 +495,13 @@ static int open_into(const struct dist__cfg *cfg, const struct dist__addr *a,
         return ENOMEM;
     }
     l->limit = limit;
-    l->fd = a->port ? dial_tcp(a->host, a->port, dist__link_deadline(l, limit),
-                               e, sizeof e)
+    l->fd = a->port ? dial_tcp(a->host, a->port,
+                               dist__link_deadline(l, limit), e, sizeof e)
                     : dial_unix(cfg->path, dist__link_deadline(l, limit), e,
                                 sizeof e);
     if (l->fd < 0 || (cfg->tls.on && start_tls(l, cfg, e, sizeof e) != 0)) {
-        snprintf(why, whylen, "cannot connect to Redis at %s: %s", l->where, e);
+        snprintf(why, whylen, "cannot connect to Redis at %s: %s", l->where,
+                 e);
         dist__link_close(l);
         return EIO;
     }
@@ -537,13 +542,17 @@ int dist__link_open(const struct dist__cfg *cfg, const struct dist__addr *a,
                     struct dist__link **out, char *why, size_t whylen)
 {
     char buf[400];
-    struct open_op o = { cfg, a, timeout_ms, flags, limit, out, why ? why : buf,
-                         why ? whylen : sizeof buf, 0 };
+    struct open_op o = {
+        cfg,   a,   timeout_ms,      flags,
+        limit, out, why ? why : buf, why ? whylen : sizeof buf,
+        0
+    };
     int rc;
 
     *out = NULL;
     if (dist__with_stack(DIST__DEEP_NEED, open_deep, &o) != 0) {
-        snprintf(o.why, o.whylen, "no memory for a stack to connect on: this "
+        snprintf(o.why, o.whylen,
+                 "no memory for a stack to connect on: this "
                  "thread has less than %u KiB of stack left",
                  DIST__DEEP_NEED / 1024);
         o.rc = ENOMEM;
@@ -622,7 +631,7 @@ int dist__link_fd(const struct dist__link *l)
 
 uint64_t dist__link_until(unsigned long ms, uint64_t limit)
 {
-    uint64_t d = dist__now_ms() + ms + 1;   /* now is cut to the ms */
+    uint64_t d = dist__now_ms() + ms + 1; /* now is cut to the ms */
 
     return limit && limit < d ? limit : d;
 }
@@ -756,7 +765,7 @@ static int read_once(struct dist__link *l)
         return n < 0 ? (int)n : ev;
     if (tls_answer(l, l->in, n))
         return hopeless(l, "plain text sent to a TLS port: the server "
-                        "answered in TLS (the URL wants rediss://)");
+                           "answered in TLS (the URL wants rediss://)");
     l->got = 1;
     if (dist__link_scan(l, l->in, (size_t)n) != 0)
         return DIST__ECONN;
@@ -834,7 +843,7 @@ int dist__link_settle(struct dist__link *l, uint64_t until)
             return DIST__ECONN;
         }
         if (!r)
-            return 0;           /* not arrived yet, and not waited for */
+            return 0; /* not arrived yet, and not waited for */
         o = l->owed[0];
         memmove(l->owed, l->owed + 1, sizeof *l->owed * (size_t)--l->nowed);
         o.fn(o.arg, r, 0);
@@ -930,8 +939,10 @@ static int eval_args(const struct dist__script *s, int nkeys,
         (*argv)[3 + i] = kv[i].p;
         (*lens)[3 + i] = kv[i].len;
     }
-    (*argv)[0] = "EVALSHA"; (*lens)[0] = 7;
-    (*argv)[1] = s->sha;    (*lens)[1] = 40;
+    (*argv)[0] = "EVALSHA";
+    (*lens)[0] = 7;
+    (*argv)[1] = s->sha;
+    (*lens)[1] = 40;
     return 0;
 }
 
@@ -957,7 +968,8 @@ int dist__link_eval_defer(struct dist__link *l, uint64_t limit,
         free(argv);
         free(lens);
     }
-    return rc == ENOMEM ? dist__err(ENOMEM, "out of memory"), DIST__ECONN : rc;
+    return rc == ENOMEM ? dist__err(ENOMEM, "out of memory"),
+           DIST__ECONN  : rc;
 }
 
 int dist__link_eval(struct dist__link *l, uint64_t limit,
@@ -984,8 +996,10 @@ int dist__link_eval(struct dist__link *l, uint64_t limit,
         /* the server lacks the script: EVAL sends the body and caches it */
         freeReplyObject(*out);
         *out = NULL;
-        argv[0] = "EVAL";  lens[0] = 4;
-        argv[1] = s->body; lens[1] = s->len;
+        argv[0] = "EVAL";
+        lens[0] = 4;
+        argv[1] = s->body;
+        lens[1] = s->len;
         rc = eval_pass(l, limit, asking, argc, argv, lens, out);
     }
     if (argv != sargv) {
@@ -996,4 +1010,3 @@ int dist__link_eval(struct dist__link *l, uint64_t limit,
         dist__link_counted_reply(l, counted, out);
     return rc;
 }
-

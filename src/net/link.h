@@ -24,15 +24,16 @@
 
 #include "base/base.h"
 
-#define DIST__EREPLY (-2)  /* Redis answered with an error: nothing changed */
-#define DIST__ECONN  (-3)  /* connection failed: a sent call may have run */
+#define DIST__EREPLY  (-2) /* Redis answered with an error: nothing changed */
+#define DIST__ECONN   (-3) /* connection failed: a sent call may have run */
 #define DIST__ENOCONN (-4) /* no connection could be made: nothing was sent */
 
 struct dist__link;
 struct dist__script;
 
 /* dist__link_open's flags */
-#define DIST__LINK_BARE 1  /* no AUTH or SELECT: the caller authenticates
+#define DIST__LINK_BARE                                                      \
+    1 /* no AUTH or SELECT: the caller authenticates
                             * when asked (sentinels, topology queries) */
 
 /* Connects to a (port 0: the unix socket cfg->path) within timeout_ms
@@ -47,7 +48,7 @@ struct dist__script;
 int dist__link_open(const struct dist__cfg *cfg, const struct dist__addr *a,
                     unsigned long timeout_ms, int flags, uint64_t limit,
                     struct dist__link **out, char *why, size_t whylen);
-void dist__link_close(struct dist__link *l);          /* NULL is fine */
+void dist__link_close(struct dist__link *l); /* NULL is fine */
 
 const struct dist__addr *dist__link_addr(const struct dist__link *l);
 /* "host:port" or "unix:PATH", for messages. */

@@ -11,7 +11,7 @@
 
 #include "link.h"
 
-#define OWED_MAX        8      /* replies one link may owe to others */
+#define OWED_MAX 8 /* replies one link may owe to others */
 
 struct dist__script;
 
@@ -19,15 +19,15 @@ struct dist__script;
  * link's size is felt when memory is short.  Every count stays below its
  * REPLY_MAX_* bound, far below 2^31. */
 struct scan {
-    char in_line;              /* in a line: its type byte was seen */
-    char type;                 /* '+', '-', ':', '$', '*' */
-    char neg, junk;            /* the line's number so far */
+    char in_line;   /* in a line: its type byte was seen */
+    char type;      /* '+', '-', ':', '$', '*' */
+    char neg, junk; /* the line's number so far */
     int digits;
     long long num;
-    int line;                  /* bytes of the line so far */
-    int skip;                  /* bytes of a string (and its CRLF) to pass */
-    int pending;               /* items the reply still owes; 0: between */
-    int items, bytes;          /* of the reply being read */
+    int line;         /* bytes of the line so far */
+    int skip;         /* bytes of a string (and its CRLF) to pass */
+    int pending;      /* items the reply still owes; 0: between */
+    int items, bytes; /* of the reply being read */
 };
 
 struct xport;
@@ -40,28 +40,28 @@ struct owed {
 struct dist__link {
     int fd;
     int broken;
-    int got;                   /* something was ever read */
-    const struct xport *x;     /* plain, or TLS over fd */
-    struct dist__tls *tls;     /* the TLS session, or NULL */
+    int got;               /* something was ever read */
+    const struct xport *x; /* plain, or TLS over fd */
+    struct dist__tls *tls; /* the TLS session, or NULL */
     redisReader *reader;
     struct scan scan;
-    char *out;                 /* formatted commands not written yet */
+    char *out; /* formatted commands not written yet */
     size_t outlen, outcap;
-    char *in;                  /* READ_CHUNK bytes */
+    char *in; /* READ_CHUNK bytes */
     unsigned long timeout_ms;
-    int own_timeout;           /* timeout_ms is not DISTLOCK_TIMEOUT_MS */
-    int replicas;              /* connected replicas ROLE listed; -1 unknown */
-    int replicas_most;         /* the most ROLE ever listed on this link */
-    uint64_t role_ms;          /* when ROLE was read; 0 never */
-    uint64_t limit;            /* the limit of the command under way (see
+    int own_timeout;   /* timeout_ms is not DISTLOCK_TIMEOUT_MS */
+    int replicas;      /* connected replicas ROLE listed; -1 unknown */
+    int replicas_most; /* the most ROLE ever listed on this link */
+    uint64_t role_ms;  /* when ROLE was read; 0 never */
+    uint64_t limit;    /* the limit of the command under way (see
                                 * link.h), for the TLS probe that a reset
                                 * before the first reply makes deep in a
                                 * read (closed): set by every entry that
                                 * takes one */
     struct dist__addr addr;
-    char where[264];           /* "host:port", "unix:PATH" */
+    char where[264]; /* "host:port", "unix:PATH" */
     char err[256];
-    struct owed owed[OWED_MAX];/* replies owed to others, oldest first */
+    struct owed owed[OWED_MAX]; /* replies owed to others, oldest first */
     int nowed;
 };
 

@@ -10,7 +10,7 @@
 #include "link_int.h"
 #include "scripts.h"
 
-#define ROLE_MAX_AGE_MS 1000   /* replica count older than this is read again */
+#define ROLE_MAX_AGE_MS 1000 /* replica count older than this is read again */
 
 /* ---- roles and replicas --------------------------------------------------- */
 
@@ -25,9 +25,9 @@
  * reads ROLE only when the server refused that INFO. */
 #define ROLES_MAX 16
 static struct {
-    char where[264];          /* the link's "host:port", "unix:PATH" */
+    char where[264]; /* the link's "host:port", "unix:PATH" */
     int replicas;
-    uint64_t ms;              /* when ROLE said so; 0: a free slot */
+    uint64_t ms; /* when ROLE said so; 0: a free slot */
 } roles[ROLES_MAX];
 static pthread_mutex_t roles_mu = PTHREAD_MUTEX_INITIALIZER;
 DIST__FORK_HOOK(roles_hook, roles_fork, DIST__RANK_ROLES)
@@ -53,7 +53,7 @@ static void roles_note(const struct dist__link *l)
             break;
         }
         if (roles[i].ms < roles[slot].ms)
-            slot = i;                     /* the oldest, or a free one */
+            slot = i; /* the oldest, or a free one */
     }
     snprintf(roles[slot].where, sizeof roles[slot].where, "%s", l->where);
     roles[slot].replicas = l->replicas;
@@ -153,13 +153,15 @@ int dist__role_of(const redisReply *r, int *replicas, const char **role)
     int master;
 
     *role = r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
-            r->element[0]->type == REDIS_REPLY_STRING
-                ? r->element[0]->str : "something else";
+                    r->element[0]->type == REDIS_REPLY_STRING
+                ? r->element[0]->str
+                : "something else";
     master = r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
              strcmp(*role, "master") == 0;
-    *replicas = master && r->elements >= 3 &&
-                r->element[2]->type == REDIS_REPLY_ARRAY
-                    ? (int)r->element[2]->elements : 0;
+    *replicas =
+        master && r->elements >= 3 && r->element[2]->type == REDIS_REPLY_ARRAY
+            ? (int)r->element[2]->elements
+            : 0;
     return master;
 }
 
@@ -176,9 +178,11 @@ int dist__link_role(struct dist__link *l, uint64_t limit)
     if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOAUTH", 6) == 0) {
         /* said before anything else refuses, in plain words */
         freeReplyObject(r);
-        return fail(l, "Redis at %s wants a password (NOAUTH): give it in "
+        return fail(l,
+                    "Redis at %s wants a password (NOAUTH): give it in "
                     "the URL, redis://:PASSWORD@HOST:PORT (or "
-                    "redis://USER:PASSWORD@... for an ACL user)", l->where),
+                    "redis://USER:PASSWORD@... for an ACL user)",
+                    l->where),
                -1;
     }
     if (r->type == REDIS_REPLY_ERROR) {
@@ -201,7 +205,7 @@ static int wait_one(struct dist__link *l, unsigned long ms, redisReply **out)
 {
     const char *argv[3] = { "WAIT", "1", NULL };
     char arg[24];
-    uint64_t until = dist__link_deadline(l, 0);   /* no call's limit */
+    uint64_t until = dist__link_deadline(l, 0); /* no call's limit */
 
     snprintf(arg, sizeof arg, "%lu", ms);
     argv[2] = arg;
@@ -231,17 +235,21 @@ int dist__link_wait_replicas(struct dist__link *l, unsigned long ms,
     if (l->replicas <= 0)
         return 0;
     if (wait_one(l, ms, &r) != 0) {
-        dist__err(EIO, "lock '%s': the connection failed while waiting for "
-                  "a replica to acknowledge it: %s", what, dist__link_error(l));
+        dist__err(EIO,
+                  "lock '%s': the connection failed while waiting for "
+                  "a replica to acknowledge it: %s",
+                  what, dist__link_error(l));
         return DIST__ECONN;
     }
     acked = r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
     freeReplyObject(r);
     if (acked >= 1)
         return 0;
-    return dist__err(DIST_ENOREPLICA, "lock '%s': none of the %d replica%s of "
-                     "%s acknowledged it within %lu ms, so it was given back "
-                     "(a failover now would lose it; DISTLOCK_REPLICA_WAIT_MS=0 "
-                     "turns this check off)", what, l->replicas,
-                     l->replicas == 1 ? "" : "s", l->where, ms);
+    return dist__err(
+        DIST_ENOREPLICA,
+        "lock '%s': none of the %d replica%s of "
+        "%s acknowledged it within %lu ms, so it was given back "
+        "(a failover now would lose it; DISTLOCK_REPLICA_WAIT_MS=0 "
+        "turns this check off)",
+        what, l->replicas, l->replicas == 1 ? "" : "s", l->where, ms);
 }

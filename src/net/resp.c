@@ -11,15 +11,16 @@
  * "*2147483647" it callocs 16 GiB, for "$2147483647" it buffers whatever
  * comes until 2 GiB have.  A lock's replies are a few numbers and names;
  * the tool's largest (a lock's holders, a SCAN batch) are far below. */
-#define REPLY_MAX_ELEMENTS (1L << 16)   /* in one array */
-#define REPLY_MAX_ITEMS    (1L << 17)   /* in one reply, nested ones too;
+#define REPLY_MAX_ELEMENTS (1L << 16) /* in one array */
+#define REPLY_MAX_ITEMS                                                      \
+    (1L << 17)                      /* in one reply, nested ones too;
                                          * hiredis builds the items it has
                                          * seen before the total passes
                                          * this: 2^19 cost 115 MB and
                                          * 0.5 s under ThreadSanitizer */
-#define REPLY_MAX_BULK     (16L << 20)  /* bytes of one string */
-#define REPLY_MAX_BYTES    (64L << 20)  /* bytes of one reply */
-#define REPLY_MAX_LINE     (64L << 10)  /* a status, error or header line */
+#define REPLY_MAX_BULK  (16L << 20) /* bytes of one string */
+#define REPLY_MAX_BYTES (64L << 20) /* bytes of one reply */
+#define REPLY_MAX_LINE  (64L << 10) /* a status, error or header line */
 
 /* ---- bounds on replies -------------------------------------------------- */
 
@@ -39,30 +40,35 @@ static int line_done(struct dist__link *l, struct scan *sc)
         return 0;
     }
     if (!sc->digits || sc->junk || (sc->neg && sc->num != 1))
-        return fail(l, "Redis at %s sent a bad %s header (the connection "
-                    "is dropped)", l->where,
-                    sc->type == '$' ? "string" : "array");
-    if (sc->neg) {                      /* -1: nil */
+        return fail(l,
+                    "Redis at %s sent a bad %s header (the connection "
+                    "is dropped)",
+                    l->where, sc->type == '$' ? "string" : "array");
+    if (sc->neg) { /* -1: nil */
         item_done(sc);
         return 0;
     }
     if (sc->type == '$') {
         if (sc->num > REPLY_MAX_BULK)
-            return fail(l, "Redis at %s announced a string of %lld bytes, "
+            return fail(l,
+                        "Redis at %s announced a string of %lld bytes, "
                         "more than the %ld bytes a reply may hold (the "
-                        "connection is dropped)", l->where, sc->num,
-                        REPLY_MAX_BULK);
+                        "connection is dropped)",
+                        l->where, sc->num, REPLY_MAX_BULK);
         sc->skip = (int)sc->num + 2;
         return 0;
     }
     if (sc->num > REPLY_MAX_ELEMENTS)
-        return fail(l, "Redis at %s announced an array of %lld elements, "
+        return fail(l,
+                    "Redis at %s announced an array of %lld elements, "
                     "more than the %ld an array may hold (the connection "
-                    "is dropped)", l->where, sc->num, REPLY_MAX_ELEMENTS);
+                    "is dropped)",
+                    l->where, sc->num, REPLY_MAX_ELEMENTS);
     if (sc->items + sc->num > REPLY_MAX_ITEMS)
-        return fail(l, "Redis at %s sent a reply of more than %ld elements "
-                    "in all (the connection is dropped)", l->where,
-                    REPLY_MAX_ITEMS);
+        return fail(l,
+                    "Redis at %s sent a reply of more than %ld elements "
+                    "in all (the connection is dropped)",
+                    l->where, REPLY_MAX_ITEMS);
     sc->items += (int)sc->num;
     sc->pending += (int)sc->num;
     item_done(sc);
@@ -73,7 +79,7 @@ static int line_done(struct dist__link *l, struct scan *sc)
 static void line_byte(struct scan *sc, char c)
 {
     if (c >= '0' && c <= '9') {
-        if (sc->num < 1000000000000LL)  /* beyond every bound: stays so */
+        if (sc->num < 1000000000000LL) /* beyond every bound: stays so */
             sc->num = sc->num * 10 + (c - '0');
         sc->digits++;
     } else if (c == '-' && !sc->digits && !sc->neg) {
@@ -93,7 +99,7 @@ int dist__link_scan(struct dist__link *l, const char *p, size_t n)
 
     while (i < n) {
         if (sc->pending == 0)
-            sc->pending = 1;            /* a new reply */
+            sc->pending = 1; /* a new reply */
         if (sc->skip) {
             size_t k = (size_t)sc->skip < n - i ? (size_t)sc->skip : n - i;
             sc->skip -= (int)k;
@@ -105,9 +111,11 @@ int dist__link_scan(struct dist__link *l, const char *p, size_t n)
             sc->type = p[i++];
             sc->bytes++;
             if (!strchr("+-:$*", sc->type) || !sc->type)
-                return fail(l, "Redis at %s sent something that is not a "
+                return fail(l,
+                            "Redis at %s sent something that is not a "
                             "Redis reply (byte 0x%02x; the connection is "
-                            "dropped)", l->where, (unsigned char)sc->type);
+                            "dropped)",
+                            l->where, (unsigned char)sc->type);
             sc->in_line = 1;
             sc->neg = sc->digits = sc->junk = 0;
             sc->num = sc->line = 0;
@@ -120,16 +128,18 @@ int dist__link_scan(struct dist__link *l, const char *p, size_t n)
                 continue;
             }
             if (++sc->line > REPLY_MAX_LINE)
-                return fail(l, "Redis at %s sent a line longer than %ld "
-                            "bytes (the connection is dropped)", l->where,
-                            REPLY_MAX_LINE);
+                return fail(l,
+                            "Redis at %s sent a line longer than %ld "
+                            "bytes (the connection is dropped)",
+                            l->where, REPLY_MAX_LINE);
             if (sc->type == '$' || sc->type == '*')
                 line_byte(sc, c);
         }
         if (sc->bytes > REPLY_MAX_BYTES)
-            return fail(l, "Redis at %s sent a reply of more than %ld bytes "
-                        "(the connection is dropped)", l->where,
-                        REPLY_MAX_BYTES);
+            return fail(l,
+                        "Redis at %s sent a reply of more than %ld bytes "
+                        "(the connection is dropped)",
+                        l->where, REPLY_MAX_BYTES);
     }
     return 0;
 }

@@ -20,8 +20,8 @@
 
 struct dist__tls {
     SSL *ssl;
-    int has_cert;          /* a client certificate was configured */
-    int cert_asked;        /* the server asked for one we did not have */
+    int has_cert;   /* a client certificate was configured */
+    int cert_asked; /* the server asked for one we did not have */
     char err[200];
 };
 
@@ -31,7 +31,7 @@ struct dist__tls {
 static pthread_mutex_t ctx_mu = PTHREAD_MUTEX_INITIALIZER;
 static SSL_CTX *ctx_cur;
 static struct dist__tls_opts ctx_opts;
-static int ctx_index = -1;  /* SSL ex_data slot of the dist__tls */
+static int ctx_index = -1; /* SSL ex_data slot of the dist__tls */
 static atomic_int warned_insecure;
 
 DIST__FORK_HOOK(tls_init, tls_fork, DIST__RANK_TLS)
@@ -41,7 +41,7 @@ static void tls_fork(int phase)
     if (phase == 0)
         pthread_mutex_lock(&ctx_mu);
     else
-        pthread_mutex_unlock(&ctx_mu);  /* the parent's, or the child's copy */
+        pthread_mutex_unlock(&ctx_mu); /* the parent's, or the child's copy */
 }
 
 /* The first error in OpenSSL's queue as text (the queue is cleared).  A
@@ -161,8 +161,8 @@ static int ctx_build(const struct dist__tls_opts *o, SSL_CTX **out, char *why,
     SSL_CTX_set_client_cert_cb(ctx, no_cert);
     if ((!o->insecure && o->ca[0] &&
          unreadable(o->ca, "the CA certificates", why, whylen)) ||
-        (o->cert[0] && unreadable(o->cert, "the client certificate", why,
-                                  whylen)) ||
+        (o->cert[0] &&
+         unreadable(o->cert, "the client certificate", why, whylen)) ||
         (o->cert[0] && unreadable(key, "the client key", why, whylen))) {
         SSL_CTX_free(ctx);
         return EPROTO;
@@ -175,18 +175,23 @@ static int ctx_build(const struct dist__tls_opts *o, SSL_CTX **out, char *why,
         return EPROTO;
     }
     if (!o->cert[0] && o->key[0]) {
-        snprintf(why, whylen, "TLS: a client key without its certificate "
+        snprintf(why, whylen,
+                 "TLS: a client key without its certificate "
                  "(DISTLOCK_TLS_CERT or tls_cert=)");
         SSL_CTX_free(ctx);
         return EPROTO;
     }
     if (o->cert[0] && !use_cert(ctx, o, key)) {
         int dec = strstr(ssl_reason(r, sizeof r), "decrypt") != NULL;
-        snprintf(why, whylen, "TLS: cannot use the client certificate %s with "
-                 "the key %s: %s%s", o->cert, key, r,
-                 !dec ? "" : o->key_pass[0] ? " (a wrong passphrase?)"
-                 : " (an encrypted key: its passphrase goes in "
-                 "DISTLOCK_TLS_KEY_PASS or tls_key_pass=)");
+        snprintf(why, whylen,
+                 "TLS: cannot use the client certificate %s with "
+                 "the key %s: %s%s",
+                 o->cert, key, r,
+                 !dec ? ""
+                 : o->key_pass[0]
+                     ? " (a wrong passphrase?)"
+                     : " (an encrypted key: its passphrase goes in "
+                       "DISTLOCK_TLS_KEY_PASS or tls_key_pass=)");
         SSL_CTX_free(ctx);
         return EPROTO;
     }
@@ -219,7 +224,8 @@ static int ctx_get(const struct dist__tls_opts *o, SSL_CTX **out, char *why,
         rc = EIO, snprintf(why, whylen, "TLS: out of memory");
     pthread_mutex_unlock(&ctx_mu);
     if (rc == 0 && o->insecure && atomic_exchange(&warned_insecure, 1) == 0)
-        fprintf(stderr, "distlock: WARNING: TLS without certificate checks "
+        fprintf(stderr,
+                "distlock: WARNING: TLS without certificate checks "
                 "(DISTLOCK_TLS_INSECURE or tls_insecure=1): anyone on the "
                 "path can pose as the Redis server\n");
     return rc;
@@ -232,7 +238,8 @@ static int set_name(SSL *ssl, const char *name)
     X509_VERIFY_PARAM *vp = SSL_get0_param(ssl);
     unsigned char ip[16];
 
-    if (inet_pton(AF_INET, name, ip) == 1 || inet_pton(AF_INET6, name, ip) == 1)
+    if (inet_pton(AF_INET, name, ip) == 1 ||
+        inet_pton(AF_INET6, name, ip) == 1)
         return X509_VERIFY_PARAM_set1_ip_asc(vp, name) == 1 ? 0 : -1;
     X509_VERIFY_PARAM_set_hostflags(vp, X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS);
     if (X509_VERIFY_PARAM_set1_host(vp, name, 0) != 1 ||
@@ -245,7 +252,7 @@ static int set_name(SSL *ssl, const char *name)
  * trying again cannot help (a certificate refused, a server that does not
  * speak TLS), else EIO (a connection dropped, which a restart explains). */
 static int explain(struct dist__tls *t, int err, int sys, const char *name,
-                    char *why, size_t whylen)
+                   char *why, size_t whylen)
 {
     long v = SSL_get_verify_result(t->ssl);
     unsigned long e = ERR_peek_error();
@@ -253,26 +260,35 @@ static int explain(struct dist__tls *t, int err, int sys, const char *name,
     char r[160];
 
     if (err == SSL_ERROR_SSL && reason == SSL_R_CERTIFICATE_VERIFY_FAILED &&
-        (v == X509_V_ERR_HOSTNAME_MISMATCH || v == X509_V_ERR_IP_ADDRESS_MISMATCH))
-        snprintf(why, whylen, "host name mismatch: the server's certificate "
-                 "is not for %s (DISTLOCK_TLS_SERVER_NAME or tls_server_name= "
-                 "names the one to check)", name);
-    else if (err == SSL_ERROR_SSL && reason == SSL_R_CERTIFICATE_VERIFY_FAILED)
+        (v == X509_V_ERR_HOSTNAME_MISMATCH ||
+         v == X509_V_ERR_IP_ADDRESS_MISMATCH))
+        snprintf(
+            why, whylen,
+            "host name mismatch: the server's certificate "
+            "is not for %s (DISTLOCK_TLS_SERVER_NAME or tls_server_name= "
+            "names the one to check)",
+            name);
+    else if (err == SSL_ERROR_SSL &&
+             reason == SSL_R_CERTIFICATE_VERIFY_FAILED)
         snprintf(why, whylen, "certificate verify failed: %s",
                  X509_verify_cert_error_string(v));
     else if (t->cert_asked && !t->has_cert)
-        snprintf(why, whylen, "the server asked for a client certificate "
+        snprintf(why, whylen,
+                 "the server asked for a client certificate "
                  "(DISTLOCK_TLS_CERT and DISTLOCK_TLS_KEY, or tls_cert= and "
                  "tls_key=)");
-    else if (err == SSL_ERROR_SSL && (reason == SSL_R_WRONG_VERSION_NUMBER ||
-                                      reason == SSL_R_PACKET_LENGTH_TOO_LONG ||
-                                      reason == SSL_R_UNKNOWN_PROTOCOL))
-        snprintf(why, whylen, "TLS sent to a plain port: the server's answer "
+    else if (err == SSL_ERROR_SSL &&
+             (reason == SSL_R_WRONG_VERSION_NUMBER ||
+              reason == SSL_R_PACKET_LENGTH_TOO_LONG ||
+              reason == SSL_R_UNKNOWN_PROTOCOL))
+        snprintf(why, whylen,
+                 "TLS sent to a plain port: the server's answer "
                  "is not TLS (is the URL's rediss:// meant to be redis://?)");
     else if (err == SSL_ERROR_SYSCALL && !e)
-        rc = EIO, snprintf(why, whylen, "the server closed the connection "
-                           "during the TLS handshake%s%s", sys ? ": " : "",
-                           sys ? strerror(sys) : "");
+        rc = EIO, snprintf(why, whylen,
+                           "the server closed the connection "
+                           "during the TLS handshake%s%s",
+                           sys ? ": " : "", sys ? strerror(sys) : "");
     else
         rc = EIO, snprintf(why, whylen, "TLS handshake failed: %s",
                            ssl_reason(r, sizeof r));
@@ -299,7 +315,8 @@ static int silent_plain(struct dist__tls *t, uint64_t started, int *asked,
     *asked = 1;
     if (!plain(arg))
         return 0;
-    snprintf(why, whylen, "TLS sent to a plain port: the server answers "
+    snprintf(why, whylen,
+             "TLS sent to a plain port: the server answers "
              "plain text and not the TLS handshake (is the URL's rediss:// "
              "meant to be redis://?)");
     return EPROTO;
@@ -332,16 +349,20 @@ static int handshake(struct dist__tls *t, int fd, const char *name,
                                    why, whylen)) != 0)
                 return rc;
             if ((now = dist__now_ms()) >= until) {
-                snprintf(why, whylen, "no TLS handshake within the timeout: "
-                         "the server did not answer in TLS (a plain port that "
-                         "waits for more? then the URL wants redis://)");
+                snprintf(
+                    why, whylen,
+                    "no TLS handshake within the timeout: "
+                    "the server did not answer in TLS (a plain port that "
+                    "waits for more? then the URL wants redis://)");
                 return EIO;
             }
             /* wake up to ask, while it stays silent */
             wake = !asked && pr->plain && started + SILENT_MS < until
-                       ? started + SILENT_MS : until;
+                       ? started + SILENT_MS
+                       : until;
             wake = wake > now ? wake : now;
-            rc = poll(&p, 1, wake - now > INT_MAX ? INT_MAX : (int)(wake - now));
+            rc = poll(&p, 1,
+                      wake - now > INT_MAX ? INT_MAX : (int)(wake - now));
         } while ((rc < 0 && errno == EINTR) || rc == 0);
         if (rc < 0)
             return snprintf(why, whylen, "%s", strerror(errno)), EIO;
@@ -366,7 +387,7 @@ static int tls_open(const struct dist__cfg *cfg, const struct dist__addr *a,
     }
     t->has_cert = cfg->tls.cert[0] != 0;
     t->ssl = SSL_new(ctx);
-    SSL_CTX_free(ctx);         /* the session holds its own reference */
+    SSL_CTX_free(ctx); /* the session holds its own reference */
     if (!t->ssl || SSL_set_fd(t->ssl, fd) != 1 ||
         SSL_set_ex_data(t->ssl, ctx_index, t) != 1 ||
         set_name(t->ssl, name) != 0) {
@@ -412,7 +433,7 @@ static int tls_speaks(int fd, uint64_t until)
     tls_init();
     if ((ctx = SSL_CTX_new(TLS_client_method())) != NULL)
         ssl = SSL_new(ctx);
-    SSL_CTX_free(ctx);          /* the session holds its own reference */
+    SSL_CTX_free(ctx); /* the session holds its own reference */
     if (ssl && SSL_set_fd(ssl, fd) == 1) {
         SSL_set_verify(ssl, SSL_VERIFY_NONE, NULL);
         for (;;) {
@@ -420,8 +441,9 @@ static int tls_speaks(int fd, uint64_t until)
             uint64_t now = dist__now_ms();
             if ((rc = probe_step(ssl, &p.events)) != 0 || now >= until)
                 break;
-            if (poll(&p, 1, until - now > INT_MAX ? INT_MAX
-                                                  : (int)(until - now)) < 0 &&
+            if (poll(&p, 1,
+                     until - now > INT_MAX ? INT_MAX : (int)(until - now)) <
+                    0 &&
                 errno != EINTR)
                 break;
         }
@@ -433,7 +455,7 @@ static int tls_speaks(int fd, uint64_t until)
 
 static void tls_free(struct dist__tls *t)
 {
-    SSL_free(t->ssl);          /* no SSL_shutdown: nothing is sent */
+    SSL_free(t->ssl); /* no SSL_shutdown: nothing is sent */
     free(t);
 }
 
@@ -448,8 +470,9 @@ static ssize_t io_fail(struct dist__tls *t, int rc, short *ev)
         *ev = err == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT;
         return 0;
     }
-    if (t->cert_asked && !t->has_cert)   /* an alert, or just a reset */
-        snprintf(t->err, sizeof t->err, "the server asked for a client "
+    if (t->cert_asked && !t->has_cert) /* an alert, or just a reset */
+        snprintf(t->err, sizeof t->err,
+                 "the server asked for a client "
                  "certificate (DISTLOCK_TLS_CERT and DISTLOCK_TLS_KEY, or "
                  "tls_cert= and tls_key=)");
     else if (err == SSL_ERROR_ZERO_RETURN ||
@@ -529,8 +552,9 @@ const char *dist__tls_error(const struct dist__tls *t)
  * about 13 KiB in all, of which a call has used some 6 KiB by the time it
  * gets here: its TLS calls run on the stack the thread keeps for them. */
 /* The text for a call that could not be given the stack it needs. */
-#define NO_STACK "no memory for a stack for TLS: this thread has less than " \
-                 "the 32 KiB of stack left that OpenSSL's calls are given"
+#define NO_STACK                                                             \
+    "no memory for a stack for TLS: this thread has less than "              \
+    "the 32 KiB of stack left that OpenSSL's calls are given"
 
 /* Each call below packs its arguments for dist__with_stack and its
  * result comes back in the same struct. */
@@ -585,7 +609,8 @@ int dist__tls_speaks(int fd, uint64_t until)
 {
     struct speaks_op o = { fd, until, 0 };
 
-    return dist__with_stack(DIST__DEEP_NEED, speaks_deep, &o) == 0 ? o.yes : 0;
+    return dist__with_stack(DIST__DEEP_NEED, speaks_deep, &o) == 0 ? o.yes
+                                                                   : 0;
 }
 
 static void free_deep(void *arg)

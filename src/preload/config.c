@@ -29,28 +29,28 @@ struct seen {
 };
 
 struct header {
-    char *text;            /* normalised: "redis", "mutex NAME", ... */
-    char *lockname;        /* for mapping sections */
+    char *text;     /* normalised: "redis", "mutex NAME", ... */
+    char *lockname; /* for mapping sections */
     int line;
 };
 
 struct parse {
     FILE *f;
     struct pl_config *cfg;
-    int line;              /* the line inih is parsing */
+    int line; /* the line inih is parsing */
     int errors;
-    int bad_line;          /* a line already reported by the reader */
-    int prev_key;          /* a key line since the last header */
+    int bad_line; /* a line already reported by the reader */
+    int prev_key; /* a key line since the last header */
     char prev_name[64];
     enum sect cur;
-    struct pl_section *sec;    /* current mapping section */
+    struct pl_section *sec; /* current mapping section */
     struct header *hdr;
     size_t nhdr;
     int redis_line, preload_line;
-    struct seen *seen;     /* every key of the current section */
+    struct seen *seen; /* every key of the current section */
     size_t nseen, seen_cap;
     int url_line;
-    size_t bytes;          /* read so far, at most PL_CONFIG_MAX + 1 */
+    size_t bytes; /* read so far, at most PL_CONFIG_MAX + 1 */
 };
 
 /* The most of a configuration file read: one that is no text (/dev/zero,
@@ -145,8 +145,10 @@ static enum sect map_header(struct parse *p, const char *text, size_t n,
         nm++;
     nl = (size_t)(text + n - nm);
     if (nl == 0) {
-        perr(p, p->line, "[%.*s] needs the distributed lock's name: "
-             "[%.*s NAME]", (int)n, text, (int)wlen, text);
+        perr(p, p->line,
+             "[%.*s] needs the distributed lock's name: "
+             "[%.*s NAME]",
+             (int)n, text, (int)wlen, text);
         return S_SKIP;
     }
     if (nl > DIST_NAME_MAX) {
@@ -186,9 +188,11 @@ static enum sect read_header(struct parse *p, const char *text, size_t n,
         if (wlen == strlen(k) && memcmp(text, k, wlen) == 0)
             return map_header(p, text, n, wlen, norm, lock);
     }
-    perr(p, p->line, "unknown section [%.*s]: expected [redis], "
+    perr(p, p->line,
+         "unknown section [%.*s]: expected [redis], "
          "[preload], [mutex NAME], [rwlock NAME], [cond NAME], "
-         "[barrier NAME] or [semaphore NAME]", (int)n, text);
+         "[barrier NAME] or [semaphore NAME]",
+         (int)n, text);
     return S_SKIP;
 }
 
@@ -202,8 +206,10 @@ static int duplicate_header(struct parse *p, const char *norm,
         if (strcmp(p->hdr[i].text, norm) == 0 ||
             (lock && p->hdr[i].lockname &&
              strcmp(p->hdr[i].lockname, lock) == 0)) {
-            perr(p, p->line, "duplicate section [%s]: lock name or section "
-                 "already given at line %d", norm, p->hdr[i].line);
+            perr(p, p->line,
+                 "duplicate section [%s]: lock name or section "
+                 "already given at line %d",
+                 norm, p->hdr[i].line);
             return 1;
         }
     }
@@ -296,8 +302,10 @@ static void classify(struct parse *p, char *line)
     if (*t == '\0' || *t == ';' || *t == '#')
         return;
     if (p->prev_key && t > s) {
-        perr(p, p->line, "indented line: inih reads it as more of the value "
-             "of '%s' above; remove the indentation", p->prev_name);
+        perr(p, p->line,
+             "indented line: inih reads it as more of the value "
+             "of '%s' above; remove the indentation",
+             p->prev_name);
         p->bad_line = p->line;
         return;
     }
@@ -317,7 +325,8 @@ static void classify(struct parse *p, char *line)
         /* not quoted: it may be a key written on the header's line, such
          * as a url = holding a password */
         if (*end && *end != ';' && *end != '#')
-            perr(p, p->line, "text after the section header's ']': a key "
+            perr(p, p->line,
+                 "text after the section header's ']': a key "
                  "goes on a line of its own");
         p->prev_key = 0;
         return;
@@ -348,8 +357,10 @@ static char *reader(char *str, int num, void *stream)
         return NULL;
     while ((c = getc(p->f)) != EOF) {
         if (++p->bytes > PL_CONFIG_MAX) {
-            perr(p, p->line + 1, "the configuration is longer than %d "
-                 "bytes: not read further", PL_CONFIG_MAX);
+            perr(p, p->line + 1,
+                 "the configuration is longer than %d "
+                 "bytes: not read further",
+                 PL_CONFIG_MAX);
             return NULL;
         }
         if (c == '\0')
@@ -390,8 +401,10 @@ static int seen_before(struct parse *p, const char *name)
 
     for (i = 0; i < p->nseen; i++) {
         if (strcmp(p->seen[i].name, name) == 0) {
-            perr(p, p->line, "'%s' given twice in this section (first at "
-                 "line %d)", name, p->seen[i].line);
+            perr(p, p->line,
+                 "'%s' given twice in this section (first at "
+                 "line %d)",
+                 name, p->seen[i].line);
             return 1;
         }
     }
@@ -436,8 +449,10 @@ static void redis_key(struct parse *p, const char *k, const char *v)
         p->url_line = p->line;
     } else if (strcmp(k, "lease_ms") == 0) {
         if (pl_parse_ulong(v, 24UL * 3600 * 1000, &x) != 0)
-            perr(p, p->line, "lease_ms: a number of milliseconds up to a "
-                 "day, or 0 for the watchdog; not '%s'", v);
+            perr(p, p->line,
+                 "lease_ms: a number of milliseconds up to a "
+                 "day, or 0 for the watchdog; not '%s'",
+                 v);
         else
             cfg->lease_ms = x;
     } else if (strcmp(k, "watchdog_ms") == 0) {
@@ -447,7 +462,8 @@ static void redis_key(struct parse *p, const char *k, const char *v)
             cfg->watchdog_ms = x;
     } else if (strcmp(k, "timeout_ms") == 0) {
         if (pl_parse_ulong(v, 3600UL * 1000, &x) != 0 || x == 0)
-            perr(p, p->line, "timeout_ms: a number of milliseconds, not '%s'", v);
+            perr(p, p->line, "timeout_ms: a number of milliseconds, not '%s'",
+                 v);
         else
             cfg->timeout_ms = x;
     } else if (strcmp(k, "on_unavailable") == 0) {
@@ -458,7 +474,8 @@ static void redis_key(struct parse *p, const char *k, const char *v)
         else if (strcmp(v, "abort") == 0)
             cfg->on_unavailable = PL_ABORT;
         else
-            perr(p, p->line, "on_unavailable: block, fail or abort, not '%s'", v);
+            perr(p, p->line, "on_unavailable: block, fail or abort, not '%s'",
+                 v);
     } else if (strcmp(k, "on_lease_lost") == 0) {
         if (strcmp(v, "abort") == 0)
             cfg->on_lease_lost = PL_LOST_ABORT;
@@ -467,8 +484,10 @@ static void redis_key(struct parse *p, const char *k, const char *v)
         else
             perr(p, p->line, "on_lease_lost: abort or log, not '%s'", v);
     } else {
-        perr(p, p->line, "unknown key '%s' in [redis] (known: url, lease_ms, "
-             "watchdog_ms, timeout_ms, on_unavailable, on_lease_lost)", k);
+        perr(p, p->line,
+             "unknown key '%s' in [redis] (known: url, lease_ms, "
+             "watchdog_ms, timeout_ms, on_unavailable, on_lease_lost)",
+             k);
     }
 }
 
@@ -489,8 +508,10 @@ static void preload_key(struct parse *p, const char *k, const char *v)
         else
             p->cfg->verbose = b;
     } else {
-        perr(p, p->line, "unknown key '%s' in [preload] (known: "
-             "on_unresolved, verbose, program)", k);
+        perr(p, p->line,
+             "unknown key '%s' in [preload] (known: "
+             "on_unresolved, verbose, program)",
+             k);
     }
 }
 
@@ -506,8 +527,10 @@ static int sem_key(struct parse *p, const char *k, const char *v)
         if (strncmp(v, "sem_open", 8) != 0 || !isspace((unsigned char)v[8]) ||
             *skipws(v + 8) != '/' || strchr(skipws(v + 8) + 1, '/') ||
             strlen(skipws(v + 8)) > 255)
-            perr(p, p->line, "match: 'sem_open /NAME' (one slash, at the "
-                 "start, as sem_open wants it), not '%s'", v);
+            perr(p, p->line,
+                 "match: 'sem_open /NAME' (one slash, at the "
+                 "start, as sem_open wants it), not '%s'",
+                 v);
         else if (!(s->sem_name = strdup(skipws(v + 8))))
             perr(p, p->line, "out of memory");
         s->how = PL_SYMBOL;
@@ -525,8 +548,10 @@ static int sem_key(struct parse *p, const char *k, const char *v)
             s->sem_unowned = b;
     } else if (strcmp(k, "max") == 0) {
         if (pl_parse_ulong(v, DIST_SEM_VALUE_MAX, &x) != 0 || x == 0)
-            perr(p, p->line, "max: a number of permits from 1 to %ld, not "
-                 "'%s'", DIST_SEM_VALUE_MAX, v);
+            perr(p, p->line,
+                 "max: a number of permits from 1 to %ld, not "
+                 "'%s'",
+                 DIST_SEM_VALUE_MAX, v);
         else
             s->sem_max = x;
     } else {
@@ -555,7 +580,8 @@ static int kind_key(struct parse *p, const char *k, const char *v)
         else if (strcmp(v, "prefer-writer") == 0)
             s->rw_prefer_writer = 1;
         else
-            perr(p, p->line, "kind: prefer-reader or prefer-writer, not '%s'", v);
+            perr(p, p->line, "kind: prefer-reader or prefer-writer, not '%s'",
+                 v);
     } else if (strcmp(k, "mutex") == 0 && s->kind == PL_COND) {
         free(s->pair);
         if (!(s->pair = strdup(v)))
@@ -594,11 +620,12 @@ static void map_key(struct parse *p, const char *k, const char *v)
         s->match_line = p->line;
         if (pl_parse_match(s, v, why, sizeof why) != 0)
             perr(p, p->line, "%s", why);
-    } else if (strcmp(k, "lease_ms") == 0 &&
-               (s->kind <= PL_RWLOCK || sem)) {
+    } else if (strcmp(k, "lease_ms") == 0 && (s->kind <= PL_RWLOCK || sem)) {
         if (pl_parse_ulong(v, 24UL * 3600 * 1000, &x) != 0)
-            perr(p, p->line, "lease_ms: a number of milliseconds up to a "
-                 "day, or 0 for the watchdog; not '%s'", v);
+            perr(p, p->line,
+                 "lease_ms: a number of milliseconds up to a "
+                 "day, or 0 for the watchdog; not '%s'",
+                 v);
         else
             s->lease_ms = (long)x;
     } else if (strcmp(k, "stride") == 0 && !sem) {
@@ -624,7 +651,7 @@ static int handler(void *user, const char *section, const char *name,
 {
     struct parse *p = user;
 
-    (void)section;          /* ours is untruncated: see new_section */
+    (void)section; /* ours is untruncated: see new_section */
     if (p->line == p->bad_line)
         return 1;
     if (p->cur == S_NONE) {
@@ -663,8 +690,7 @@ static int same_string(const char *a, const char *b)
  * usual pair of a function that sets both up) may name the same one. */
 static int same_match(const struct pl_section *a, const struct pl_section *b)
 {
-    return a->how == b->how &&
-           (a->how == PL_SYMBOL || a->kind == b->kind) &&
+    return a->how == b->how && (a->how == PL_SYMBOL || a->kind == b->kind) &&
            same_string(a->nqual > 0 ? a->qual[0] : NULL,
                        b->nqual > 0 ? b->qual[0] : NULL) &&
            same_string(a->nqual > 1 ? a->qual[1] : NULL,
@@ -705,12 +731,13 @@ static void check_pairing(struct parse *p, const struct pl_section *s)
     if (s->pair && !section_named(cfg, PL_MUTEX, s->pair))
         pl_msg("warning: %s:%d: [cond %s] mutex = %s: no [mutex %s] "
                "section: its waits stay local, and only its signals reach "
-               "other processes", cfg->path, s->pair_line, s->name, s->pair,
-               s->pair);
+               "other processes",
+               cfg->path, s->pair_line, s->name, s->pair, s->pair);
     else if (!s->pair && !section_named_any(cfg, PL_MUTEX))
         pl_msg("warning: %s:%d: [cond %s]: no [mutex] section: a wait "
                "with an unmapped mutex stays local, and only its signals "
-               "reach other processes", cfg->path, s->line, s->name);
+               "reach other processes",
+               cfg->path, s->line, s->name);
 }
 
 /* Two [semaphore] sections on one sem_open name. */
@@ -723,9 +750,10 @@ static void check_sem(struct parse *p, size_t i)
     for (j = 0; j < i && s->sem_name; j++)
         if (cfg->sec[j].sem_name &&
             strcmp(cfg->sec[j].sem_name, s->sem_name) == 0)
-            perr(p, s->match_line, "duplicate mapping: '%s' is already "
-                 "mapped by [semaphore %s] at line %d", s->sem_name,
-                 cfg->sec[j].name, cfg->sec[j].match_line);
+            perr(p, s->match_line,
+                 "duplicate mapping: '%s' is already "
+                 "mapped by [semaphore %s] at line %d",
+                 s->sem_name, cfg->sec[j].name, cfg->sec[j].match_line);
 }
 
 static void check_sections(struct parse *p)
@@ -748,18 +776,20 @@ static void check_sections(struct parse *p)
         if (s->kind == PL_COND)
             check_pairing(p, s);
         if (!s->symbol)
-            continue;     /* reported */
+            continue; /* reported */
         if ((s->stride || s->count) && !s->each)
-            perr(p, s->match_line, "stride and count apply to an array "
+            perr(p, s->match_line,
+                 "stride and count apply to an array "
                  "match, NAME[*]");
         for (j = 0; j < i; j++) {
             if (!cfg->sec[j].symbol || cfg->sec[j].kind == PL_SEM)
                 continue;
             if (same_match(s, &cfg->sec[j]))
-                perr(p, s->match_line, "duplicate mapping: '%s' is already "
-                     "mapped by [%s %s] at line %d", s->match,
-                     pl_kind_name(cfg->sec[j].kind), cfg->sec[j].name,
-                     cfg->sec[j].match_line);
+                perr(p, s->match_line,
+                     "duplicate mapping: '%s' is already "
+                     "mapped by [%s %s] at line %d",
+                     s->match, pl_kind_name(cfg->sec[j].kind),
+                     cfg->sec[j].name, cfg->sec[j].match_line);
         }
     }
 }
@@ -773,7 +803,8 @@ int pl_config_load(const char *path, struct pl_config *cfg)
 
     if (!f) {
         memset(cfg, 0, sizeof *cfg);
-        pl_msg("%s: cannot open the configuration: %s", path, strerror(errno));
+        pl_msg("%s: cannot open the configuration: %s", path,
+               strerror(errno));
         return -1;
     }
     rc = pl_config_read(f, path, cfg);
@@ -806,7 +837,8 @@ int pl_config_read(FILE *f, const char *path, struct pl_config *cfg)
         perr(&p, 0, "inih failed (%d)", rc);
     check_sections(&p);
     if (cfg->nsec == 0 && p.errors == 0)
-        perr(&p, 0, "maps nothing: add a [mutex NAME], [rwlock NAME], "
+        perr(&p, 0,
+             "maps nothing: add a [mutex NAME], [rwlock NAME], "
              "[cond NAME], [barrier NAME] or [semaphore NAME] section");
     for (i = 0; i < p.nhdr; i++) {
         free(p.hdr[i].text);

@@ -42,8 +42,8 @@ static int use_table(struct pl_elf *e, const Elf64_Shdr *t)
 {
     const Elf64_Shdr *str = section(e, t->sh_link);
 
-    if (t->sh_entsize != sizeof(Elf64_Sym) || t->sh_offset % 8 != 0 ||
-        !str || str->sh_type != SHT_STRTAB || str->sh_size == 0)
+    if (t->sh_entsize != sizeof(Elf64_Sym) || t->sh_offset % 8 != 0 || !str ||
+        str->sh_type != SHT_STRTAB || str->sh_size == 0)
         return -1;
     e->sym = (const Elf64_Sym *)(e->map + t->sh_offset);
     e->nsym = t->sh_size / sizeof(Elf64_Sym);
@@ -80,8 +80,10 @@ static int pick_table(struct pl_elf *e, char *why, size_t whylen)
         e->dynamic_only = 1;
         return 0;
     }
-    return fail(why, whylen, e->symtab_bad ? "corrupted .symtab and no usable "
-                ".dynsym" : "no symbol table");
+    return fail(why, whylen,
+                e->symtab_bad ? "corrupted .symtab and no usable "
+                                ".dynsym"
+                              : "no symbol table");
 }
 
 int pl_elf_parse(struct pl_elf *e, const unsigned char *map, size_t size,
@@ -104,7 +106,7 @@ int pl_elf_parse(struct pl_elf *e, const unsigned char *map, size_t size,
     e->sh = (const Elf64_Shdr *)(e->map + eh->e_shoff);
     e->shnum = eh->e_shnum;
     if (e->shnum == 0 && e->size - eh->e_shoff >= sizeof(Elf64_Shdr))
-        e->shnum = e->sh[0].sh_size;        /* more than SHN_LORESERVE */
+        e->shnum = e->sh[0].sh_size; /* more than SHN_LORESERVE */
     if (e->shnum == 0 ||
         e->shnum > (e->size - eh->e_shoff) / sizeof(Elf64_Shdr))
         return fail(why, whylen, "section headers past the end of the file");

@@ -15,9 +15,9 @@
 
 #include "preload.h"
 
-static char *msgs;            /* start-up messages, one per line */
+static char *msgs; /* start-up messages, one per line */
 static size_t msgs_len;
-static int started;           /* after start-up: print at once */
+static int started; /* after start-up: print at once */
 static int verbose;
 
 void pl_write_all(int fd, const char *p, size_t n)

@@ -60,8 +60,8 @@ static inline void pl_errno_put_back(const int *saved)
 {
     errno = *saved;
 }
-#define PL_KEEP_ERRNO                                                      \
-    const int pl_errno_saved                                               \
+#define PL_KEEP_ERRNO                                                        \
+    const int pl_errno_saved                                                 \
         __attribute__((cleanup(pl_errno_put_back), unused)) = errno
 
 /* Sleeps ms between tries against a Redis that cannot be reached; a
@@ -75,7 +75,8 @@ static inline void pl_sleep_ms(unsigned ms)
 }
 
 /* Whether the clock clk has reached abs (a caller's deadline). */
-static inline int pl_deadline_passed(clockid_t clk, const struct timespec *abs)
+static inline int pl_deadline_passed(clockid_t clk,
+                                     const struct timespec *abs)
 {
     struct timespec now;
 
@@ -89,7 +90,8 @@ static inline int pl_deadline_passed(clockid_t clk, const struct timespec *abs)
 /* Collected during start-up; sent to distlock-run over the status pipe, or
  * printed on stderr when there is none.  Printf-like; one line each. */
 void pl_msg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-void pl_vmsg(const char *fmt, va_list ap) __attribute__((format(printf, 1, 0)));
+void pl_vmsg(const char *fmt, va_list ap)
+    __attribute__((format(printf, 1, 0)));
 /* Start-up is over (or failing): from now on every message is printed at once. */
 void pl_msg_started(void);
 /* Hands the collected messages to distlock-run's status pipe as "msg LINE"
@@ -113,38 +115,42 @@ enum pl_semmode { PL_SEM_LEASED, PL_SEM_REDISSON };
 enum pl_how { PL_SYMBOL, PL_INIT_SITE };
 enum pl_unavail { PL_BLOCK, PL_FAIL, PL_ABORT };
 enum pl_lost { PL_LOST_ABORT, PL_LOST_LOG };
-enum pl_unres { PL_UNRES_DEFAULT = -1, PL_UNRES_ERROR = 0, PL_UNRES_WARN = 1 };
+enum pl_unres {
+    PL_UNRES_DEFAULT = -1,
+    PL_UNRES_ERROR = 0,
+    PL_UNRES_WARN = 1
+};
 
 /* One [mutex NAME], [rwlock NAME], [cond NAME], [barrier NAME] or
  * [semaphore NAME] section. */
 struct pl_section {
     enum pl_kind kind;
-    char *name;              /* the distributed lock's name */
-    int line;                /* of the [header] */
-    int match_line;          /* of "match =", 0 when missing */
-    char *match;             /* the value as written */
+    char *name;     /* the distributed lock's name */
+    int line;       /* of the [header] */
+    int match_line; /* of "match =", 0 when missing */
+    char *match;    /* the value as written */
     enum pl_how how;
     /* symbol: [OBJECT:][FILE:]NAME[ [N] | [*] ][+OFFSET]
      * init_site: [OBJECT:][FILE:]FUNCTION */
-    char *qual[2];           /* qualifiers as written, NULL when absent */
+    char *qual[2]; /* qualifiers as written, NULL when absent */
     int nqual;
     char *symbol;
-    int each;                /* [*] */
-    long index;              /* [N], -1 when absent */
+    int each;   /* [*] */
+    long index; /* [N], -1 when absent */
     unsigned long offset;
-    unsigned long stride;    /* bytes between elements; 0: the lock's size */
-    unsigned long count;     /* elements; 0: from the symbol's size */
+    unsigned long stride; /* bytes between elements; 0: the lock's size */
+    unsigned long count;  /* elements; 0: from the symbol's size */
     int fair;
-    long lease_ms;           /* -1: [redis] lease_ms */
+    long lease_ms; /* -1: [redis] lease_ms */
     int rw_prefer_writer;
-    int on_unresolved;       /* enum pl_unres */
-    char *pair;              /* [cond]: mutex = the [mutex] it waits with */
+    int on_unresolved; /* enum pl_unres */
+    char *pair;        /* [cond]: mutex = the [mutex] it waits with */
     int pair_line;
-    unsigned long parties;   /* [barrier]: waits per round; 0: the program's */
-    char *sem_name;          /* [semaphore]: match = sem_open /NAME */
-    int sem_mode;            /* enum pl_semmode */
-    int sem_unowned;         /* [semaphore]: unowned_post = yes */
-    unsigned long sem_max;   /* 0: the library's maximum */
+    unsigned long parties; /* [barrier]: waits per round; 0: the program's */
+    char *sem_name;        /* [semaphore]: match = sem_open /NAME */
+    int sem_mode;          /* enum pl_semmode */
+    int sem_unowned;       /* [semaphore]: unowned_post = yes */
+    unsigned long sem_max; /* 0: the library's maximum */
 };
 
 struct pl_config {
@@ -152,13 +158,13 @@ struct pl_config {
     char *url;
     int url_line;
     unsigned long lease_ms;
-    unsigned long watchdog_ms;   /* 0: the library's default */
-    unsigned long timeout_ms;    /* 0: the library's default */
+    unsigned long watchdog_ms; /* 0: the library's default */
+    unsigned long timeout_ms;  /* 0: the library's default */
     enum pl_unavail on_unavailable;
     enum pl_lost on_lease_lost;
-    int on_unresolved;           /* PL_UNRES_ERROR or PL_UNRES_WARN */
+    int on_unresolved; /* PL_UNRES_ERROR or PL_UNRES_WARN */
     int verbose;
-    char *program;               /* [preload] program: only in that one */
+    char *program; /* [preload] program: only in that one */
     struct pl_section *sec;
     size_t nsec;
 };
@@ -196,14 +202,14 @@ struct pl_elf {
     size_t size;
     const Elf64_Shdr *sh;
     size_t shnum;
-    const Elf64_Sym *sym;    /* .symtab, or .dynsym when there is none */
+    const Elf64_Sym *sym; /* .symtab, or .dynsym when there is none */
     size_t nsym;
     const char *str;
     size_t strsz;
-    size_t first_global;     /* sh_info of the table: locals come first */
-    int dynamic_only;        /* .dynsym in use: no .symtab, or a bad one */
-    const char *symtab_bad;  /* why the .symtab was not usable, or NULL */
-    int mapped;              /* map is ours (pl_elf_open) */
+    size_t first_global;    /* sh_info of the table: locals come first */
+    int dynamic_only;       /* .dynsym in use: no .symtab, or a bad one */
+    const char *symtab_bad; /* why the .symtab was not usable, or NULL */
+    int mapped;             /* map is ours (pl_elf_open) */
 };
 
 /* Maps path read-only and finds its symbol table.  0, or -1 with why. */
@@ -227,14 +233,14 @@ int pl_elf_each(const struct pl_elf *e, pl_sym_fn fn, void *arg);
 struct pl_target {
     uintptr_t addr;
     const struct pl_section *sec;
-    long index;              /* element of [*], or -1 */
-    char *where;             /* "g_shards[2] (shards.c) in /path/prog" */
+    long index;  /* element of [*], or -1 */
+    char *where; /* "g_shards[2] (shards.c) in /path/prog" */
 };
 
 /* A function whose pthread_mutex_init/pthread_rwlock_init calls map the
  * object they initialise. */
 struct pl_range {
-    uintptr_t lo, hi;        /* [lo, hi) */
+    uintptr_t lo, hi; /* [lo, hi) */
 };
 struct pl_site {
     const struct pl_section *sec;
@@ -248,7 +254,7 @@ struct pl_resolved {
     size_t nt;
     struct pl_site *s;
     size_t ns;
-    size_t unresolved;       /* sections only warned about */
+    size_t unresolved; /* sections only warned about */
 };
 
 /* Resolves every section.  0, or -1 after reporting each name that does
@@ -258,7 +264,7 @@ void pl_resolved_free(struct pl_resolved *r);
 
 /* ==== the shim's own parts: real.c, table.c, site.c, startup.c, shim.c === */
 
-#define PL_LIKELY(x) __builtin_expect(!!(x), 1)
+#define PL_LIKELY(x)   __builtin_expect(!!(x), 1)
 #define PL_UNLIKELY(x) __builtin_expect(!!(x), 0)
 
 /* ---- glibc's functions (real.c) ----------------------------------------- */
@@ -290,26 +296,79 @@ typedef __typeof__(&sem_unlink) sunlink_fn;
  * (real.c's table), the glibc function it forwards to (pl_real) and how
  * often it saw a mapped lock (pl_count). */
 enum {
-    FN_LOCK, FN_UNLOCK, FN_INIT, FN_DESTROY,
-    FN_TRYLOCK, FN_TRYLOCK_OLD, FN_TIMEDLOCK, FN_TIMEDLOCK_OLD,
-    FN_CLOCKLOCK, FN_CLOCKLOCK_OLD,
-    FN_WAIT, FN_WAIT_OLD, FN_TIMEDWAIT, FN_TIMEDWAIT_OLD,
-    FN_CLOCKWAIT, FN_CLOCKWAIT_OLD,
-    FN_RDLOCK, FN_RDLOCK_OLD, FN_TRYRDLOCK, FN_TRYRDLOCK_OLD,
-    FN_TIMEDRDLOCK, FN_TIMEDRDLOCK_OLD, FN_CLOCKRDLOCK, FN_CLOCKRDLOCK_OLD,
-    FN_WRLOCK, FN_WRLOCK_OLD, FN_TRYWRLOCK, FN_TRYWRLOCK_OLD,
-    FN_TIMEDWRLOCK, FN_TIMEDWRLOCK_OLD, FN_CLOCKWRLOCK, FN_CLOCKWRLOCK_OLD,
-    FN_RWUNLOCK, FN_RWUNLOCK_OLD, FN_RWINIT, FN_RWINIT_OLD,
-    FN_RWDESTROY, FN_RWDESTROY_OLD,
-    FN_CSIGNAL, FN_CSIGNAL_OLD, FN_CBROADCAST, FN_CBROADCAST_OLD,
-    FN_CINIT, FN_CINIT_OLD, FN_CDESTROY, FN_CDESTROY_OLD,
-    FN_BINIT, FN_BINIT_OLD, FN_BWAIT, FN_BWAIT_OLD,
-    FN_BDESTROY, FN_BDESTROY_OLD,
-    FN_SOPEN, FN_SOPEN_OLD, FN_SWAIT, FN_SWAIT_OLD, FN_STRYWAIT,
-    FN_STRYWAIT_OLD, FN_STIMEDWAIT, FN_STIMEDWAIT_OLD, FN_SCLOCKWAIT,
-    FN_SCLOCKWAIT_OLD, FN_SPOST, FN_SPOST_OLD, FN_SGETVALUE, FN_SGETVALUE_OLD,
-    FN_SCLOSE, FN_SCLOSE_OLD, FN_SUNLINK, FN_SUNLINK_OLD,
-    FN_CONSISTENT, FN_CONSISTENT_OLD, FN_CONSISTENT_NP,
+    FN_LOCK,
+    FN_UNLOCK,
+    FN_INIT,
+    FN_DESTROY,
+    FN_TRYLOCK,
+    FN_TRYLOCK_OLD,
+    FN_TIMEDLOCK,
+    FN_TIMEDLOCK_OLD,
+    FN_CLOCKLOCK,
+    FN_CLOCKLOCK_OLD,
+    FN_WAIT,
+    FN_WAIT_OLD,
+    FN_TIMEDWAIT,
+    FN_TIMEDWAIT_OLD,
+    FN_CLOCKWAIT,
+    FN_CLOCKWAIT_OLD,
+    FN_RDLOCK,
+    FN_RDLOCK_OLD,
+    FN_TRYRDLOCK,
+    FN_TRYRDLOCK_OLD,
+    FN_TIMEDRDLOCK,
+    FN_TIMEDRDLOCK_OLD,
+    FN_CLOCKRDLOCK,
+    FN_CLOCKRDLOCK_OLD,
+    FN_WRLOCK,
+    FN_WRLOCK_OLD,
+    FN_TRYWRLOCK,
+    FN_TRYWRLOCK_OLD,
+    FN_TIMEDWRLOCK,
+    FN_TIMEDWRLOCK_OLD,
+    FN_CLOCKWRLOCK,
+    FN_CLOCKWRLOCK_OLD,
+    FN_RWUNLOCK,
+    FN_RWUNLOCK_OLD,
+    FN_RWINIT,
+    FN_RWINIT_OLD,
+    FN_RWDESTROY,
+    FN_RWDESTROY_OLD,
+    FN_CSIGNAL,
+    FN_CSIGNAL_OLD,
+    FN_CBROADCAST,
+    FN_CBROADCAST_OLD,
+    FN_CINIT,
+    FN_CINIT_OLD,
+    FN_CDESTROY,
+    FN_CDESTROY_OLD,
+    FN_BINIT,
+    FN_BINIT_OLD,
+    FN_BWAIT,
+    FN_BWAIT_OLD,
+    FN_BDESTROY,
+    FN_BDESTROY_OLD,
+    FN_SOPEN,
+    FN_SOPEN_OLD,
+    FN_SWAIT,
+    FN_SWAIT_OLD,
+    FN_STRYWAIT,
+    FN_STRYWAIT_OLD,
+    FN_STIMEDWAIT,
+    FN_STIMEDWAIT_OLD,
+    FN_SCLOCKWAIT,
+    FN_SCLOCKWAIT_OLD,
+    FN_SPOST,
+    FN_SPOST_OLD,
+    FN_SGETVALUE,
+    FN_SGETVALUE_OLD,
+    FN_SCLOSE,
+    FN_SCLOSE_OLD,
+    FN_SUNLINK,
+    FN_SUNLINK_OLD,
+    FN_CONSISTENT,
+    FN_CONSISTENT_OLD,
+    FN_CONSISTENT_NP,
     FN_COUNT
 };
 
@@ -334,24 +393,24 @@ extern __thread int pl_in_shim __attribute__((tls_model("initial-exec")));
 
 struct pl_entry {
     uintptr_t addr;
-    int kind;                     /* enum pl_kind */
-    int dynamic;                  /* found through init_site */
-    int live;                     /* atomic; always 1 for symbol entries */
+    int kind;    /* enum pl_kind */
+    int dynamic; /* found through init_site */
+    int live;    /* atomic; always 1 for symbol entries */
     const struct pl_section *sec;
     char *lockname;
     char *where;
-    dist_mutex_t dm;              /* PL_MUTEX */
-    int robust;                   /* PL_MUTEX: the program made it robust
+    dist_mutex_t dm;   /* PL_MUTEX */
+    int robust;        /* PL_MUTEX: the program made it robust
                                    * (PTHREAD_MUTEX_ROBUST): dm is too */
-    dist_rwlock_t drw;            /* PL_RWLOCK */
-    dist_cond_t dc;               /* PL_COND */
-    clockid_t clock;              /* PL_COND: of pthread_cond_timedwait */
-    dist_barrier_t db;            /* PL_BARRIER, once pthread_barrier_init
+    dist_rwlock_t drw; /* PL_RWLOCK */
+    dist_cond_t dc;    /* PL_COND */
+    clockid_t clock;   /* PL_COND: of pthread_cond_timedwait */
+    dist_barrier_t db; /* PL_BARRIER, once pthread_barrier_init
                                    * gave the count (binit 1) */
     int binit;
-    dist_sem_t ds;                /* PL_SEM */
-    unsigned sem_refs;            /* PL_SEM: sem_open minus sem_close */
-    sem_t shadow;                 /* PL_SEM: addr, what sem_open returns */
+    dist_sem_t ds;     /* PL_SEM */
+    unsigned sem_refs; /* PL_SEM: sem_open minus sem_close */
+    sem_t shadow;      /* PL_SEM: addr, what sem_open returns */
     /* a mutex's local holder: written only by the thread holding the real
      * mutex (relaxed atomics, for the reads of a buggy non-owner) */
     pthread_t owner;
@@ -362,7 +421,7 @@ struct pl_entry {
 /* An open-addressing set of addresses, at most half full: a key is
  * published with a release store and never removed. */
 struct pl_table {
-    unsigned shift;               /* slot = (addr * K) >> shift */
+    unsigned shift; /* slot = (addr * K) >> shift */
     size_t mask;
     size_t used;
     struct pl_entry **val;
@@ -371,8 +430,8 @@ struct pl_table {
 
 #define PL_HASH_K 0x9E3779B97F4A7C15ull
 
-extern const struct pl_table *pl_tab;   /* NULL until start-up is over */
-extern struct pl_table *pl_tab_w;       /* the same, for the writer */
+extern const struct pl_table *pl_tab; /* NULL until start-up is over */
+extern struct pl_table *pl_tab_w;     /* the same, for the writer */
 /* Bumped in a fork() child: the parent's holders are not this process's. */
 extern unsigned long pl_fork_gen;
 
@@ -423,7 +482,7 @@ void pl_set_holder(struct pl_entry *e, unsigned depth);
 
 /* ---- init_site (site.c) ------------------------------------------------- */
 
-extern size_t pl_nsites;          /* init_site sections */
+extern size_t pl_nsites; /* init_site sections */
 
 /* Takes the init_site sections from res.  1, or 0 when out of memory. */
 int pl_take_sites(struct pl_resolved *res);

@@ -50,8 +50,7 @@ static const struct {
     RW(FN_RWINIT, "init", "GLIBC_2.2.5"),
     RW(FN_RWDESTROY, "destroy", "GLIBC_2.2.5"),
 #undef RW
-#define V(f, name, new, old)                                                 \
-    [f] = { name, new }, [f##_OLD] = { name, old }
+#define V(f, name, new, old) [f] = { name, new }, [f##_OLD] = { name, old }
     V(FN_CSIGNAL, "pthread_cond_signal", "GLIBC_2.3.2", "GLIBC_2.2.5"),
     V(FN_CBROADCAST, "pthread_cond_broadcast", "GLIBC_2.3.2", "GLIBC_2.2.5"),
     V(FN_CINIT, "pthread_cond_init", "GLIBC_2.3.2", "GLIBC_2.2.5"),

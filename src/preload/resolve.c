@@ -18,14 +18,14 @@
 #include "preload.h"
 
 struct obj {
-    char *path;              /* the file to read */
-    char *display;           /* its name in messages */
-    const char *base;        /* basename of display */
+    char *path;       /* the file to read */
+    char *display;    /* its name in messages */
+    const char *base; /* basename of display */
     uintptr_t addr;
-    const ElfW(Phdr) *phdr;
+    const ElfW(Phdr) * phdr;
     int phnum;
     int is_main;
-    int state;               /* 0 unread, 1 read, -1 unreadable */
+    int state; /* 0 unread, 1 read, -1 unreadable */
     struct pl_elf elf;
 };
 
@@ -71,8 +71,8 @@ static int collect(struct dl_phdr_info *info, size_t size, void *arg)
         os->oom = 1;
         return 1;
     }
-    o->base = strrchr(o->display, '/') ? strrchr(o->display, '/') + 1
-                                       : o->display;
+    o->base =
+        strrchr(o->display, '/') ? strrchr(o->display, '/') + 1 : o->display;
     o->addr = info->dlpi_addr;
     o->phdr = info->dlpi_phdr;
     o->phnum = info->dlpi_phnum;
@@ -103,15 +103,16 @@ static int obj_read(struct obj *o)
             o->state = 1;
             if (o->elf.symtab_bad)
                 pl_msg("warning: %s: its .symtab is corrupted (%s): only "
-                       "its dynamic symbols can be found", o->display,
-                       o->elf.symtab_bad);
+                       "its dynamic symbols can be found",
+                       o->display, o->elf.symtab_bad);
             else if (o->elf.dynamic_only && o->is_main && pl_verbose())
                 pl_msg("note: %s has no .symtab (stripped): only its "
-                       "dynamic symbols can be found", o->display);
+                       "dynamic symbols can be found",
+                       o->display);
         } else {
             o->state = -1;
-            pl_msg("warning: cannot read the symbols of %s: %s",
-                   o->display, why);
+            pl_msg("warning: cannot read the symbols of %s: %s", o->display,
+                   why);
         }
     }
     return o->state == 1;
@@ -135,8 +136,7 @@ static int looks_like_object(const char *q)
 {
     const char *so = strstr(q, ".so");
 
-    return strchr(q, '/') != NULL ||
-           (so && (so[3] == '\0' || so[3] == '.'));
+    return strchr(q, '/') != NULL || (so && (so[3] == '\0' || so[3] == '.'));
 }
 
 static const char *basename_of(const char *p)
@@ -152,13 +152,13 @@ static const char *basename_of(const char *p)
 struct hit {
     const Elf64_Sym *s;
     const char *name;
-    const char *file;        /* NULL for a global */
+    const char *file; /* NULL for a global */
 };
 
 struct search {
     const char *name;
-    const char *file;        /* required source file, or NULL */
-    int func;                /* init_site: functions, and NAME.suffix too */
+    const char *file; /* required source file, or NULL */
+    int func;         /* init_site: functions, and NAME.suffix too */
     struct hit hit[MAX_HITS];
     int n;
 };
@@ -184,7 +184,8 @@ static int on_sym(void *arg, const Elf64_Sym *s, const char *name,
     if (q->n < MAX_HITS) {
         q->hit[q->n].s = s;
         q->hit[q->n].name = name;
-        q->hit[q->n].file = ELF64_ST_BIND(s->st_info) == STB_LOCAL ? file : NULL;
+        q->hit[q->n].file =
+            ELF64_ST_BIND(s->st_info) == STB_LOCAL ? file : NULL;
         q->n++;
     }
     return 0;
@@ -229,8 +230,9 @@ static void describe_hits(const struct search *q, char *buf, size_t len)
     for (i = 0; i < q->n && used < len; i++) {
         if (strcmp(q->hit[i].name, q->name) != 0)
             continue;
-        used += (size_t)snprintf(buf + used, len - used, "%s%s", used ? ", " : "",
-                                 q->hit[i].file ? q->hit[i].file : "global");
+        used +=
+            (size_t)snprintf(buf + used, len - used, "%s%s", used ? ", " : "",
+                             q->hit[i].file ? q->hit[i].file : "global");
     }
 }
 
@@ -264,7 +266,8 @@ struct ctx {
 };
 
 static void unresolved(struct ctx *c, const struct pl_section *s,
-                       const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+                       const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 static void unresolved(struct ctx *c, const struct pl_section *s,
                        const char *fmt, ...)
@@ -279,8 +282,7 @@ static void unresolved(struct ctx *c, const struct pl_section *s,
     vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
     pl_msg("%s%s:%d: [%s %s] %s", warn ? "warning: " : "", c->cfg->path,
-           s->match_line, pl_kind_name(s->kind), s->name,
-           buf);
+           s->match_line, pl_kind_name(s->kind), s->name, buf);
     if (warn)
         c->out->unresolved++;
     else
@@ -351,8 +353,9 @@ static void not_found(struct ctx *c, const struct pl_section *s,
         snprintf(in, sizeof in, " in %s", objq);
     else
         snprintf(in, sizeof in, " in the program or its libraries");
-    unresolved(c, s, "%s '%s'%s%s%s not found%s", q->func ? "function" : "symbol",
-               s->symbol, q->file ? " of " : "", q->file ? q->file : "", in,
+    unresolved(c, s, "%s '%s'%s%s%s not found%s",
+               q->func ? "function" : "symbol", s->symbol,
+               q->file ? " of " : "", q->file ? q->file : "", in,
                main_note(c));
 }
 
@@ -400,7 +403,7 @@ static int find(struct ctx *c, const struct pl_section *s, struct search *q,
             first_global = global;
             best = one;
             if (o->is_main && !objq)
-                break;      /* unqualified: the program's own comes first */
+                break; /* unqualified: the program's own comes first */
             continue;
         }
         /* a global defined in several objects is one object at run time
@@ -459,8 +462,8 @@ static int add_target(struct ctx *c, const struct pl_section *s, uintptr_t a,
 /* A global defined by a library may live in the program instead: a
  * non-PIC reference from the program copies it there (a copy relocation)
  * and every object then uses that copy. */
-static uintptr_t copy_of(struct ctx *c, const struct obj *o, const struct hit *h,
-                         const struct obj **in)
+static uintptr_t copy_of(struct ctx *c, const struct obj *o,
+                         const struct hit *h, const struct obj **in)
 {
     struct obj *m = &c->os->o[0];
     struct search q;
@@ -502,34 +505,38 @@ static int refuse_kind(struct ctx *c, const struct pl_section *s,
 /* Which elements of an array match, NAME[*] or NAME[N]: [*first, *count).
  * 0, or -1 after reporting. */
 static int array_range(struct ctx *c, const struct pl_section *s,
-                       const struct hit *h, size_t lsize, unsigned long stride,
-                       unsigned long *first, unsigned long *count)
+                       const struct hit *h, size_t lsize,
+                       unsigned long stride, unsigned long *first,
+                       unsigned long *count)
 {
     if (s->offset + lsize > stride) {
-        unresolved(c, s, "offset %lu leaves no room for a %zu-byte lock "
-                   "in a %lu-byte element (set stride =)", s->offset,
-                   lsize, stride);
+        unresolved(c, s,
+                   "offset %lu leaves no room for a %zu-byte lock "
+                   "in a %lu-byte element (set stride =)",
+                   s->offset, lsize, stride);
         return -1;
     }
     *count = s->count ? s->count : h->s->st_size / stride;
     if (s->count && h->s->st_size && s->count * stride > h->s->st_size) {
-        unresolved(c, s, "%lu elements of %lu bytes do not fit in '%s' "
-                   "(%lu bytes)", s->count, stride, s->symbol,
-                   (unsigned long)h->s->st_size);
+        unresolved(c, s,
+                   "%lu elements of %lu bytes do not fit in '%s' "
+                   "(%lu bytes)",
+                   s->count, stride, s->symbol, (unsigned long)h->s->st_size);
         return -1;
     }
     if (*count == 0) {
-        unresolved(c, s, "'%s' has %s (%lu bytes): set count =",
-                   s->symbol, h->s->st_size ? "no whole element"
-                                            : "no recorded size",
+        unresolved(c, s, "'%s' has %s (%lu bytes): set count =", s->symbol,
+                   h->s->st_size ? "no whole element" : "no recorded size",
                    (unsigned long)h->s->st_size);
         return -1;
     }
     *first = 0;
     if (s->index >= 0) {
         if ((unsigned long)s->index >= *count) {
-            unresolved(c, s, "index %ld is past the end of '%s' (%lu "
-                       "elements)", s->index, s->symbol, *count);
+            unresolved(c, s,
+                       "index %ld is past the end of '%s' (%lu "
+                       "elements)",
+                       s->index, s->symbol, *count);
             return -1;
         }
         *first = (unsigned long)s->index;
@@ -589,9 +596,11 @@ static void resolve_symbol(struct ctx *c, const struct pl_section *s)
             return;
     } else {
         if (h->s->st_size && s->offset + lsize > h->s->st_size) {
-            unresolved(c, s, "'%s' is %lu bytes: no room for a %zu-byte lock "
-                       "at offset %lu", s->symbol,
-                       (unsigned long)h->s->st_size, lsize, s->offset);
+            unresolved(c, s,
+                       "'%s' is %lu bytes: no room for a %zu-byte lock "
+                       "at offset %lu",
+                       s->symbol, (unsigned long)h->s->st_size, lsize,
+                       s->offset);
             return;
         }
         first = 0;
@@ -649,8 +658,8 @@ static void resolve_site(struct ctx *c, const struct pl_section *s)
         return;
     }
     snprintf(buf, sizeof buf, "pthread_%s_init called from %s%s%s%s in %s",
-             pl_kind_name(s->kind), s->symbol,
-             file ? " (" : "", file ? file : "", file ? ")" : "", o->display);
+             pl_kind_name(s->kind), s->symbol, file ? " (" : "",
+             file ? file : "", file ? ")" : "", o->display);
     site->where = strdup(buf);
     c->out->ns++;
 }
@@ -670,7 +679,7 @@ int pl_resolve(const struct pl_config *cfg, struct pl_resolved *out)
     }
     for (i = 0; i < cfg->nsec; i++) {
         if (cfg->sec[i].kind == PL_SEM)
-            continue;           /* found by name at sem_open */
+            continue; /* found by name at sem_open */
         if (cfg->sec[i].how == PL_SYMBOL)
             resolve_symbol(&c, &cfg->sec[i]);
         else
@@ -681,10 +690,10 @@ int pl_resolve(const struct pl_config *cfg, struct pl_resolved *out)
         for (j = 0; j < i; j++) {
             if (out->t[i].addr == out->t[j].addr) {
                 pl_msg("%s:%d: duplicate mapping: [%s] maps %s, already "
-                       "mapped by [%s] at line %d", cfg->path,
-                       out->t[i].sec->match_line, out->t[i].sec->name,
-                       out->t[i].where, out->t[j].sec->name,
-                       out->t[j].sec->match_line);
+                       "mapped by [%s] at line %d",
+                       cfg->path, out->t[i].sec->match_line,
+                       out->t[i].sec->name, out->t[i].where,
+                       out->t[j].sec->name, out->t[j].sec->match_line);
                 c.errors++;
                 break;
             }

@@ -21,17 +21,17 @@
 
 #include "preload.h"
 
-#define EXPORT __attribute__((visibility("default")))
-#define SYMVER(s) __attribute__((symver(s)))
+#define EXPORT     __attribute__((visibility("default")))
+#define SYMVER(s)  __attribute__((symver(s)))
 /* out of line, as shim.c's MAPPED: the fast path stays a tail call */
 #define MAPPED_SEM static __attribute__((noinline))
 
-static pthread_mutex_t sem_mu = PTHREAD_MUTEX_INITIALIZER;  /* via pl_real */
+static pthread_mutex_t sem_mu = PTHREAD_MUTEX_INITIALIZER; /* via pl_real */
 /* Set on the forking thread while it holds sem_mu for the fork, so that
  * another fork handler, whenever it runs, does not wait for it (site.c's
  * dyn_forking says more).  thread-local: it marks the forking thread. */
 static __thread int sem_forking __attribute__((tls_model("initial-exec")));
-static struct pl_entry **sems;     /* one per opened section */
+static struct pl_entry **sems; /* one per opened section */
 static size_t nsems;
 
 /* The [semaphore] section of a sem_open name, or NULL.  glibc ignores the
@@ -41,7 +41,7 @@ static const struct pl_section *sem_section(const char *name)
     size_t i;
 
     if (!name || pl_tab == pl_table_none())
-        return NULL;        /* not the configured program */
+        return NULL; /* not the configured program */
     while (*name == '/')
         name++;
     for (i = 0; i < pl_cfg.nsec; i++) {
@@ -218,7 +218,7 @@ MAPPED_SEM int sem_call(struct pl_entry *e, int op, clockid_t clk,
     int rc, told = 0;
 
     if (!__atomic_load_n(&e->live, __ATOMIC_ACQUIRE))
-        return EINVAL;                      /* used after its sem_close */
+        return EINVAL; /* used after its sem_close */
     while ((rc = sem_once(e, op, clk, abs, val)) == EIO) {
         if (pl_cfg.on_unavailable == PL_ABORT)
             pl_die("semaphore '%s': %s: aborting (on_unavailable = abort)",
@@ -233,7 +233,8 @@ MAPPED_SEM int sem_call(struct pl_entry *e, int op, clockid_t clk,
         }
         if (!told++)
             pl_msg("semaphore '%s': %s: waiting for Redis (on_unavailable "
-                   "= block)", e->lockname, dist_last_error());
+                   "= block)",
+                   e->lockname, dist_last_error());
         pl_sleep_ms(backoff);
         backoff = backoff < 1000 ? backoff * 2 : 1000;
     }

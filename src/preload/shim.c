@@ -15,7 +15,7 @@
 
 #include "preload.h"
 
-#define EXPORT __attribute__((visibility("default")))
+#define EXPORT    __attribute__((visibility("default")))
 #define SYMVER(s) __attribute__((symver(s)))
 
 /* The live entry of a lock, or NULL (start-up first if need be). */
@@ -81,10 +81,11 @@ static int dist_take(struct pl_entry *e, int how, int wr, clockid_t clk,
             break;
         if (pl_cfg.on_unavailable == PL_ABORT)
             pl_die("lock '%s': %s: aborting (on_unavailable = abort)",
-                e->lockname, dist_last_error());
+                   e->lockname, dist_last_error());
         if (pl_cfg.on_unavailable == PL_FAIL && how != D_MUST) {
             pl_msg("lock '%s': %s: the call fails with EAGAIN "
-                   "(on_unavailable = fail)", e->lockname, dist_last_error());
+                   "(on_unavailable = fail)",
+                   e->lockname, dist_last_error());
             rc = EAGAIN;
             break;
         }
@@ -98,8 +99,9 @@ static int dist_take(struct pl_entry *e, int how, int wr, clockid_t clk,
         }
         if (!told++)
             pl_msg("lock '%s': %s: waiting for Redis (on_unavailable = "
-                   "block)", e->lockname, dist_last_error());
-again:
+                   "block)",
+                   e->lockname, dist_last_error());
+    again:
         pl_sleep_ms(backoff);
         backoff = backoff < 1000 ? backoff * 2 : 1000;
     }
@@ -123,11 +125,14 @@ static void dist_give(struct pl_entry *e)
         if (rc != EIO)
             break;
         if (pl_cfg.on_unavailable == PL_ABORT)
-            pl_die("lock '%s': release failed: %s: aborting (on_unavailable = "
-                "abort)", e->lockname, dist_last_error());
+            pl_die(
+                "lock '%s': release failed: %s: aborting (on_unavailable = "
+                "abort)",
+                e->lockname, dist_last_error());
         if (!told++)
             pl_msg("lock '%s': release failed: %s: retrying until Redis "
-                   "answers", e->lockname, dist_last_error());
+                   "answers",
+                   e->lockname, dist_last_error());
         pl_sleep_ms(backoff);
         backoff = backoff < 1000 ? backoff * 2 : 1000;
     }
@@ -154,8 +159,8 @@ MAPPED int mapped_lock(struct pl_entry *e, pthread_mutex_t *m, int rc,
     if (rc != 0 && rc != EOWNERDEAD)
         return rc;
     if (rc == EOWNERDEAD)
-        pl_set_holder(e, 0);           /* the dead owner's record */
-    if (pl_held_by_me(e)) {            /* a recursive mutex, again */
+        pl_set_holder(e, 0); /* the dead owner's record */
+    if (pl_held_by_me(e)) {  /* a recursive mutex, again */
         __atomic_store_n(&e->depth, e->depth + 1, __ATOMIC_RELAXED);
         return rc;
     }
@@ -191,7 +196,7 @@ MAPPED int mapped_unlock(struct pl_entry *e, pthread_mutex_t *m)
     unsigned d;
 
     if (!pl_held_by_me(e))
-        return REAL(FN_UNLOCK, lock_fn)(m);  /* EPERM, or as glibc does */
+        return REAL(FN_UNLOCK, lock_fn)(m); /* EPERM, or as glibc does */
     d = __atomic_load_n(&e->depth, __ATOMIC_RELAXED);
     if (d > 1) {
         __atomic_store_n(&e->depth, d - 1, __ATOMIC_RELAXED);
@@ -215,8 +220,8 @@ static void wait_cancelled(void *arg)
     pl_set_holder(e, 1);
 }
 
-static int real_wait(pthread_cond_t *c, pthread_mutex_t *m, int how,
-                     void *fn, clockid_t clk, const struct timespec *abs)
+static int real_wait(pthread_cond_t *c, pthread_mutex_t *m, int how, void *fn,
+                     clockid_t clk, const struct timespec *abs)
 {
     if (how == W_WAIT)
         return ((wait_fn)fn)(c, m);
@@ -237,8 +242,9 @@ MAPPED int mapped_wait(struct pl_entry *e, pthread_cond_t *c,
         return EINVAL;
     if (how == W_CLOCK && clk != CLOCK_REALTIME && clk != CLOCK_MONOTONIC)
         return EINVAL;
-    if (!pl_held_by_me(e) || __atomic_load_n(&e->depth, __ATOMIC_RELAXED) != 1)
-        goto plain;     /* not the holder, or locked recursively: as glibc */
+    if (!pl_held_by_me(e) ||
+        __atomic_load_n(&e->depth, __ATOMIC_RELAXED) != 1)
+        goto plain; /* not the holder, or locked recursively: as glibc */
     pl_set_holder(e, 0);
     dist_give(e);
     pthread_cleanup_push(wait_cancelled, e);
@@ -257,10 +263,10 @@ plain:
  * program looping on its predicate does not spin while Redis is away. */
 static void cwait_failed(struct pl_entry *ce, int rc)
 {
-    if (rc == EINVAL)   /* names in two slots of a cluster: never works */
+    if (rc == EINVAL) /* names in two slots of a cluster: never works */
         pl_die("condition '%s': %s: aborting (on a cluster, name the "
-               "condition with its mutex's {hash tag})", ce->lockname,
-               dist_last_error());
+               "condition with its mutex's {hash tag})",
+               ce->lockname, dist_last_error());
     if (rc == EIO && pl_cfg.on_unavailable == PL_ABORT)
         pl_die("condition '%s': %s: aborting (on_unavailable = abort)",
                ce->lockname, dist_last_error());
@@ -316,7 +322,8 @@ MAPPED int mapped_cwait(struct pl_entry *ce, struct pl_entry *me,
         return EINVAL;
     if (how == W_CLOCK && clk != CLOCK_REALTIME && clk != CLOCK_MONOTONIC)
         return EINVAL;
-    if (!pl_held_by_me(me) || __atomic_load_n(&me->depth, __ATOMIC_RELAXED) != 1)
+    if (!pl_held_by_me(me) ||
+        __atomic_load_n(&me->depth, __ATOMIC_RELAXED) != 1)
         return mapped_wait(me, c, m, how, fn, clk, abs);
     pl_set_holder(me, 0);
     REAL(FN_UNLOCK, lock_fn)(m);
@@ -351,7 +358,8 @@ MAPPED void mapped_signal(struct pl_entry *ce, int all)
             break;
         if (!told++)
             pl_msg("condition '%s': %s: signalling again until Redis "
-                   "answers", ce->lockname, dist_last_error());
+                   "answers",
+                   ce->lockname, dist_last_error());
         pl_sleep_ms(backoff);
         backoff = backoff < 1000 ? backoff * 2 : 1000;
     }
@@ -394,15 +402,15 @@ static struct pl_entry *entry_of_kind(const void *p, int kind)
 int pl_mutex_lock(pthread_mutex_t *m);
 int pl_mutex_unlock(pthread_mutex_t *m);
 
-EXPORT SYMVER("pthread_mutex_lock@@GLIBC_2.2.5")
-int pl_mutex_lock(pthread_mutex_t *m)
+EXPORT SYMVER("pthread_mutex_lock@@GLIBC_2.2.5") int pl_mutex_lock(
+    pthread_mutex_t *m)
 {
     PLAIN_OR_MAPPED(m, REAL(FN_LOCK, lock_fn)(m), FN_LOCK);
     return mapped_lock(e, m, REAL(FN_LOCK, lock_fn)(m), D_BLOCK, 0, NULL);
 }
 
-EXPORT SYMVER("pthread_mutex_unlock@@GLIBC_2.2.5")
-int pl_mutex_unlock(pthread_mutex_t *m)
+EXPORT SYMVER("pthread_mutex_unlock@@GLIBC_2.2.5") int pl_mutex_unlock(
+    pthread_mutex_t *m)
 {
     PLAIN_OR_MAPPED(m, REAL(FN_UNLOCK, lock_fn)(m), FN_UNLOCK);
     return mapped_unlock(e, m);
@@ -410,8 +418,7 @@ int pl_mutex_unlock(pthread_mutex_t *m)
 
 #define TRYLOCK(fname, f, ver)                                               \
     int fname(pthread_mutex_t *m);                                           \
-    EXPORT SYMVER("pthread_mutex_trylock" ver)                               \
-    int fname(pthread_mutex_t *m)                                            \
+    EXPORT SYMVER("pthread_mutex_trylock" ver) int fname(pthread_mutex_t *m) \
     {                                                                        \
         PLAIN_OR_MAPPED(m, REAL(f, lock_fn)(m), f);                          \
         return mapped_lock(e, m, REAL(f, lock_fn)(m), D_TRY, 0, NULL);       \
@@ -421,8 +428,8 @@ TRYLOCK(pl_mutex_trylock_old, FN_TRYLOCK_OLD, "@GLIBC_2.2.5")
 
 #define TIMEDLOCK(fname, f, ver)                                             \
     int fname(pthread_mutex_t *m, const struct timespec *abs);               \
-    EXPORT SYMVER("pthread_mutex_timedlock" ver)                             \
-    int fname(pthread_mutex_t *m, const struct timespec *abs)                \
+    EXPORT SYMVER("pthread_mutex_timedlock" ver) int fname(                  \
+        pthread_mutex_t *m, const struct timespec *abs)                      \
     {                                                                        \
         PLAIN_OR_MAPPED(m, REAL(f, timed_fn)(m, abs), f);                    \
         return mapped_lock(e, m, REAL(f, timed_fn)(m, abs), D_TIMED,         \
@@ -434,8 +441,8 @@ TIMEDLOCK(pl_mutex_timedlock_old, FN_TIMEDLOCK_OLD, "@GLIBC_2.2.5")
 #define CLOCKLOCK(fname, f, ver)                                             \
     int fname(pthread_mutex_t *m, clockid_t clk,                             \
               const struct timespec *abs);                                   \
-    EXPORT SYMVER("pthread_mutex_clocklock" ver)                             \
-    int fname(pthread_mutex_t *m, clockid_t clk, const struct timespec *abs) \
+    EXPORT SYMVER("pthread_mutex_clocklock" ver) int fname(                  \
+        pthread_mutex_t *m, clockid_t clk, const struct timespec *abs)       \
     {                                                                        \
         PLAIN_OR_MAPPED(m, REAL(f, clock_fn)(m, clk, abs), f);               \
         return mapped_lock(e, m, REAL(f, clock_fn)(m, clk, abs), D_TIMED,    \
@@ -481,8 +488,8 @@ MAPPED int cond_slow(pthread_cond_t *c, pthread_mutex_t *m, int how, int f,
 
 #define CONDWAIT(fname, f, ver)                                              \
     int fname(pthread_cond_t *c, pthread_mutex_t *m);                        \
-    EXPORT SYMVER("pthread_cond_wait" ver)                                   \
-    int fname(pthread_cond_t *c, pthread_mutex_t *m)                         \
+    EXPORT SYMVER("pthread_cond_wait" ver) int fname(pthread_cond_t *c,      \
+                                                     pthread_mutex_t *m)     \
     {                                                                        \
         if (PL_LIKELY(BOTH_PLAIN(c, m)))                                     \
             return REAL(f, wait_fn)(c, m);                                   \
@@ -494,9 +501,8 @@ CONDWAIT(pl_cond_wait_old, FN_WAIT_OLD, "@GLIBC_2.2.5")
 #define CONDTIMEDWAIT(fname, f, ver)                                         \
     int fname(pthread_cond_t *c, pthread_mutex_t *m,                         \
               const struct timespec *abs);                                   \
-    EXPORT SYMVER("pthread_cond_timedwait" ver)                              \
-    int fname(pthread_cond_t *c, pthread_mutex_t *m,                         \
-              const struct timespec *abs)                                    \
+    EXPORT SYMVER("pthread_cond_timedwait" ver) int fname(                   \
+        pthread_cond_t *c, pthread_mutex_t *m, const struct timespec *abs)   \
     {                                                                        \
         if (PL_LIKELY(BOTH_PLAIN(c, m)))                                     \
             return REAL(f, twait_fn)(c, m, abs);                             \
@@ -508,9 +514,9 @@ CONDTIMEDWAIT(pl_cond_timedwait_old, FN_TIMEDWAIT_OLD, "@GLIBC_2.2.5")
 #define CONDCLOCKWAIT(fname, f, ver)                                         \
     int fname(pthread_cond_t *c, pthread_mutex_t *m, clockid_t clk,          \
               const struct timespec *abs);                                   \
-    EXPORT SYMVER("pthread_cond_clockwait" ver)                              \
-    int fname(pthread_cond_t *c, pthread_mutex_t *m, clockid_t clk,          \
-              const struct timespec *abs)                                    \
+    EXPORT SYMVER("pthread_cond_clockwait" ver) int fname(                   \
+        pthread_cond_t *c, pthread_mutex_t *m, clockid_t clk,                \
+        const struct timespec *abs)                                          \
     {                                                                        \
         if (PL_LIKELY(BOTH_PLAIN(c, m)))                                     \
             return REAL(f, cwait_fn)(c, m, clk, abs);                        \
@@ -532,9 +538,12 @@ CONDCLOCKWAIT(pl_cond_clockwait_old, FN_CLOCKWAIT_OLD, "@GLIBC_2.30")
         return REAL(f, csig_fn)(c);                                          \
     }
 CONDSIGNAL(pl_cond_signal, FN_CSIGNAL, "pthread_cond_signal@@GLIBC_2.3.2", 0)
-CONDSIGNAL(pl_cond_signal_old, FN_CSIGNAL_OLD, "pthread_cond_signal@GLIBC_2.2.5", 0)
-CONDSIGNAL(pl_cond_broadcast, FN_CBROADCAST, "pthread_cond_broadcast@@GLIBC_2.3.2", 1)
-CONDSIGNAL(pl_cond_broadcast_old, FN_CBROADCAST_OLD, "pthread_cond_broadcast@GLIBC_2.2.5", 1)
+CONDSIGNAL(pl_cond_signal_old, FN_CSIGNAL_OLD,
+           "pthread_cond_signal@GLIBC_2.2.5", 0)
+CONDSIGNAL(pl_cond_broadcast, FN_CBROADCAST,
+           "pthread_cond_broadcast@@GLIBC_2.3.2", 1)
+CONDSIGNAL(pl_cond_broadcast_old, FN_CBROADCAST_OLD,
+           "pthread_cond_broadcast@GLIBC_2.2.5", 1)
 
 /* ---- mapped read-write locks -------------------------------------------------
  *
@@ -568,14 +577,22 @@ MAPPED int mapped_rw_lock(struct pl_entry *e, pthread_rwlock_t *rw, int rc,
         PLAIN_OR_MAPPED(rw, REAL(f, rw_fn)(rw), f);                          \
         return mapped_rw_lock(e, rw, REAL(f, rw_fn)(rw), wr, how, 0, NULL);  \
     }
-RWLOCK(pl_rwlock_rdlock, FN_RDLOCK, "pthread_rwlock_rdlock@@GLIBC_2.34", 0, D_BLOCK)
-RWLOCK(pl_rwlock_rdlock_old, FN_RDLOCK_OLD, "pthread_rwlock_rdlock@GLIBC_2.2.5", 0, D_BLOCK)
-RWLOCK(pl_rwlock_wrlock, FN_WRLOCK, "pthread_rwlock_wrlock@@GLIBC_2.34", 1, D_BLOCK)
-RWLOCK(pl_rwlock_wrlock_old, FN_WRLOCK_OLD, "pthread_rwlock_wrlock@GLIBC_2.2.5", 1, D_BLOCK)
-RWLOCK(pl_rwlock_tryrdlock, FN_TRYRDLOCK, "pthread_rwlock_tryrdlock@@GLIBC_2.34", 0, D_TRY)
-RWLOCK(pl_rwlock_tryrdlock_old, FN_TRYRDLOCK_OLD, "pthread_rwlock_tryrdlock@GLIBC_2.2.5", 0, D_TRY)
-RWLOCK(pl_rwlock_trywrlock, FN_TRYWRLOCK, "pthread_rwlock_trywrlock@@GLIBC_2.34", 1, D_TRY)
-RWLOCK(pl_rwlock_trywrlock_old, FN_TRYWRLOCK_OLD, "pthread_rwlock_trywrlock@GLIBC_2.2.5", 1, D_TRY)
+RWLOCK(pl_rwlock_rdlock, FN_RDLOCK, "pthread_rwlock_rdlock@@GLIBC_2.34", 0,
+       D_BLOCK)
+RWLOCK(pl_rwlock_rdlock_old, FN_RDLOCK_OLD,
+       "pthread_rwlock_rdlock@GLIBC_2.2.5", 0, D_BLOCK)
+RWLOCK(pl_rwlock_wrlock, FN_WRLOCK, "pthread_rwlock_wrlock@@GLIBC_2.34", 1,
+       D_BLOCK)
+RWLOCK(pl_rwlock_wrlock_old, FN_WRLOCK_OLD,
+       "pthread_rwlock_wrlock@GLIBC_2.2.5", 1, D_BLOCK)
+RWLOCK(pl_rwlock_tryrdlock, FN_TRYRDLOCK,
+       "pthread_rwlock_tryrdlock@@GLIBC_2.34", 0, D_TRY)
+RWLOCK(pl_rwlock_tryrdlock_old, FN_TRYRDLOCK_OLD,
+       "pthread_rwlock_tryrdlock@GLIBC_2.2.5", 0, D_TRY)
+RWLOCK(pl_rwlock_trywrlock, FN_TRYWRLOCK,
+       "pthread_rwlock_trywrlock@@GLIBC_2.34", 1, D_TRY)
+RWLOCK(pl_rwlock_trywrlock_old, FN_TRYWRLOCK_OLD,
+       "pthread_rwlock_trywrlock@GLIBC_2.2.5", 1, D_TRY)
 
 #define RWTIMED(fname, f, sym, wr)                                           \
     int fname(pthread_rwlock_t *rw, const struct timespec *abs);             \
@@ -586,10 +603,14 @@ RWLOCK(pl_rwlock_trywrlock_old, FN_TRYWRLOCK_OLD, "pthread_rwlock_trywrlock@GLIB
         return mapped_rw_lock(e, rw, REAL(f, rwtimed_fn)(rw, abs), wr,       \
                               D_TIMED, CLOCK_REALTIME, abs);                 \
     }
-RWTIMED(pl_rwlock_timedrdlock, FN_TIMEDRDLOCK, "pthread_rwlock_timedrdlock@@GLIBC_2.34", 0)
-RWTIMED(pl_rwlock_timedrdlock_old, FN_TIMEDRDLOCK_OLD, "pthread_rwlock_timedrdlock@GLIBC_2.2.5", 0)
-RWTIMED(pl_rwlock_timedwrlock, FN_TIMEDWRLOCK, "pthread_rwlock_timedwrlock@@GLIBC_2.34", 1)
-RWTIMED(pl_rwlock_timedwrlock_old, FN_TIMEDWRLOCK_OLD, "pthread_rwlock_timedwrlock@GLIBC_2.2.5", 1)
+RWTIMED(pl_rwlock_timedrdlock, FN_TIMEDRDLOCK,
+        "pthread_rwlock_timedrdlock@@GLIBC_2.34", 0)
+RWTIMED(pl_rwlock_timedrdlock_old, FN_TIMEDRDLOCK_OLD,
+        "pthread_rwlock_timedrdlock@GLIBC_2.2.5", 0)
+RWTIMED(pl_rwlock_timedwrlock, FN_TIMEDWRLOCK,
+        "pthread_rwlock_timedwrlock@@GLIBC_2.34", 1)
+RWTIMED(pl_rwlock_timedwrlock_old, FN_TIMEDWRLOCK_OLD,
+        "pthread_rwlock_timedwrlock@GLIBC_2.2.5", 1)
 
 #define RWCLOCK(fname, f, sym, wr)                                           \
     int fname(pthread_rwlock_t *rw, clockid_t clk,                           \
@@ -602,10 +623,14 @@ RWTIMED(pl_rwlock_timedwrlock_old, FN_TIMEDWRLOCK_OLD, "pthread_rwlock_timedwrlo
         return mapped_rw_lock(e, rw, REAL(f, rwclock_fn)(rw, clk, abs), wr,  \
                               D_TIMED, clk, abs);                            \
     }
-RWCLOCK(pl_rwlock_clockrdlock, FN_CLOCKRDLOCK, "pthread_rwlock_clockrdlock@@GLIBC_2.34", 0)
-RWCLOCK(pl_rwlock_clockrdlock_old, FN_CLOCKRDLOCK_OLD, "pthread_rwlock_clockrdlock@GLIBC_2.30", 0)
-RWCLOCK(pl_rwlock_clockwrlock, FN_CLOCKWRLOCK, "pthread_rwlock_clockwrlock@@GLIBC_2.34", 1)
-RWCLOCK(pl_rwlock_clockwrlock_old, FN_CLOCKWRLOCK_OLD, "pthread_rwlock_clockwrlock@GLIBC_2.30", 1)
+RWCLOCK(pl_rwlock_clockrdlock, FN_CLOCKRDLOCK,
+        "pthread_rwlock_clockrdlock@@GLIBC_2.34", 0)
+RWCLOCK(pl_rwlock_clockrdlock_old, FN_CLOCKRDLOCK_OLD,
+        "pthread_rwlock_clockrdlock@GLIBC_2.30", 0)
+RWCLOCK(pl_rwlock_clockwrlock, FN_CLOCKWRLOCK,
+        "pthread_rwlock_clockwrlock@@GLIBC_2.34", 1)
+RWCLOCK(pl_rwlock_clockwrlock_old, FN_CLOCKWRLOCK_OLD,
+        "pthread_rwlock_clockwrlock@GLIBC_2.30", 1)
 
 #define RWUNLOCK(fname, f, sym)                                              \
     int fname(pthread_rwlock_t *rw);                                         \
@@ -617,7 +642,8 @@ RWCLOCK(pl_rwlock_clockwrlock_old, FN_CLOCKWRLOCK_OLD, "pthread_rwlock_clockwrlo
         return REAL(f, rw_fn)(rw);                                           \
     }
 RWUNLOCK(pl_rwlock_unlock, FN_RWUNLOCK, "pthread_rwlock_unlock@@GLIBC_2.34")
-RWUNLOCK(pl_rwlock_unlock_old, FN_RWUNLOCK_OLD, "pthread_rwlock_unlock@GLIBC_2.2.5")
+RWUNLOCK(pl_rwlock_unlock_old, FN_RWUNLOCK_OLD,
+         "pthread_rwlock_unlock@GLIBC_2.2.5")
 
 /* ---- init and destroy: the heap locks of init_site ---------------------- */
 
@@ -650,8 +676,8 @@ static int site_map(void *m, uintptr_t ra, int kind, int f, clockid_t clk)
 }
 
 int pl_mutex_init(pthread_mutex_t *m, const pthread_mutexattr_t *a);
-EXPORT SYMVER("pthread_mutex_init@@GLIBC_2.2.5")
-int pl_mutex_init(pthread_mutex_t *m, const pthread_mutexattr_t *a)
+EXPORT SYMVER("pthread_mutex_init@@GLIBC_2.2.5") int pl_mutex_init(
+    pthread_mutex_t *m, const pthread_mutexattr_t *a)
 {
     uintptr_t ra = (uintptr_t)__builtin_return_address(0);
     int rc;
@@ -675,7 +701,7 @@ int pl_mutex_init(pthread_mutex_t *m, const pthread_mutexattr_t *a)
                                                                              \
         pl_table_now();                                                      \
         rc = REAL(f, rwinit_fn)(rw, a);                                      \
-        return rc == 0 ? site_map(rw, ra, PL_RWLOCK, f, 0) : rc;                \
+        return rc == 0 ? site_map(rw, ra, PL_RWLOCK, f, 0) : rc;             \
     }
 RWINIT(pl_rwlock_init, FN_RWINIT, "pthread_rwlock_init@@GLIBC_2.34")
 RWINIT(pl_rwlock_init_old, FN_RWINIT_OLD, "pthread_rwlock_init@GLIBC_2.2.5")
@@ -717,8 +743,10 @@ static int cond_inited(pthread_cond_t *c, const pthread_condattr_t *a,
             REAL(fd, csig_fn)(c);                                            \
         return rc;                                                           \
     }
-CONDINIT(pl_cond_init, FN_CINIT, FN_CDESTROY, "pthread_cond_init@@GLIBC_2.3.2")
-CONDINIT(pl_cond_init_old, FN_CINIT_OLD, FN_CDESTROY_OLD, "pthread_cond_init@GLIBC_2.2.5")
+CONDINIT(pl_cond_init, FN_CINIT, FN_CDESTROY,
+         "pthread_cond_init@@GLIBC_2.3.2")
+CONDINIT(pl_cond_init_old, FN_CINIT_OLD, FN_CDESTROY_OLD,
+         "pthread_cond_init@GLIBC_2.2.5")
 
 /* ---- barriers ------------------------------------------------------------ */
 
@@ -756,8 +784,10 @@ static int barrier_inited(pthread_barrier_t *b, unsigned count, uintptr_t ra,
             REAL(fd, bwait_fn)(b);                                           \
         return rc;                                                           \
     }
-BARRIERINIT(pl_barrier_init, FN_BINIT, FN_BDESTROY, "pthread_barrier_init@@GLIBC_2.34")
-BARRIERINIT(pl_barrier_init_old, FN_BINIT_OLD, FN_BDESTROY_OLD, "pthread_barrier_init@GLIBC_2.2.5")
+BARRIERINIT(pl_barrier_init, FN_BINIT, FN_BDESTROY,
+            "pthread_barrier_init@@GLIBC_2.34")
+BARRIERINIT(pl_barrier_init_old, FN_BINIT_OLD, FN_BDESTROY_OLD,
+            "pthread_barrier_init@GLIBC_2.2.5")
 
 /* A wait on a mapped barrier is a dist_barrier_t wait: 0 or
  * PTHREAD_BARRIER_SERIAL_THREAD, or EOWNERDEAD when a member died during
@@ -776,7 +806,8 @@ MAPPED int mapped_barrier_wait(struct pl_entry *e)
             return EAGAIN;
         if (!told++)
             pl_msg("barrier '%s': %s: waiting for Redis (on_unavailable = "
-                   "block)", e->lockname, dist_last_error());
+                   "block)",
+                   e->lockname, dist_last_error());
         pl_sleep_ms(backoff);
         backoff = backoff < 1000 ? backoff * 2 : 1000;
     }
@@ -796,7 +827,8 @@ MAPPED int mapped_barrier_wait(struct pl_entry *e)
         return mapped_barrier_wait(e);                                       \
     }
 BARRIERWAIT(pl_barrier_wait, FN_BWAIT, "pthread_barrier_wait@@GLIBC_2.34")
-BARRIERWAIT(pl_barrier_wait_old, FN_BWAIT_OLD, "pthread_barrier_wait@GLIBC_2.2.5")
+BARRIERWAIT(pl_barrier_wait_old, FN_BWAIT_OLD,
+            "pthread_barrier_wait@GLIBC_2.2.5")
 
 /* A destroyed barrier leaves its distributed barrier; a heap one is
  * unmapped too. */
@@ -821,8 +853,10 @@ MAPPED void barrier_leave(struct pl_entry *e)
         e->binit = 0;
     }
 }
-BARRIERDESTROY(pl_barrier_destroy, FN_BDESTROY, "pthread_barrier_destroy@@GLIBC_2.34")
-BARRIERDESTROY(pl_barrier_destroy_old, FN_BDESTROY_OLD, "pthread_barrier_destroy@GLIBC_2.2.5")
+BARRIERDESTROY(pl_barrier_destroy, FN_BDESTROY,
+               "pthread_barrier_destroy@@GLIBC_2.34")
+BARRIERDESTROY(pl_barrier_destroy_old, FN_BDESTROY_OLD,
+               "pthread_barrier_destroy@GLIBC_2.2.5")
 
 /* A destroyed heap lock takes its distributed lock with it. */
 #define DESTROY(fname, type, f, fn_type, sym)                                \

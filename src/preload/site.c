@@ -16,7 +16,7 @@
 
 static struct pl_site *sites;
 size_t pl_nsites;
-static pthread_mutex_t dyn_mu = PTHREAD_MUTEX_INITIALIZER;  /* via pl_real */
+static pthread_mutex_t dyn_mu = PTHREAD_MUTEX_INITIALIZER; /* via pl_real */
 static unsigned long *site_seq;
 /* Set on the thread that forks, from our prepare handler to our parent or
  * child handler, while it holds dyn_mu for the fork: the other fork
@@ -58,9 +58,9 @@ int pl_take_sites(struct pl_resolved *res)
             return 0;
     }
     for (i = 0; i < pl_nsites && pl_verbose(); i++)
-        pl_msg("%s '%s:<n>' = every %s that %s", kind_name(sites[i].sec->kind),
-               sites[i].sec->name, kind_name(sites[i].sec->kind),
-               sites[i].where);
+        pl_msg("%s '%s:<n>' = every %s that %s",
+               kind_name(sites[i].sec->kind), sites[i].sec->name,
+               kind_name(sites[i].sec->kind), sites[i].where);
     return 1;
 }
 
@@ -167,14 +167,15 @@ int pl_site_init(void *m, uintptr_t ra, int kind, clockid_t clk)
     pl_in_shim = 1;
     e = pl_table_get(pl_tab_w, (uintptr_t)m);
     if (e && !e->dynamic)
-        goto out;                   /* a mapped global, initialised again */
+        goto out; /* a mapped global, initialised again */
     if (e && __atomic_load_n(&e->live, __ATOMIC_RELAXED))
         pl_entry_kill(e);
     if (!s)
         goto out;
     if (!e && !(e = heap_entry(m))) {
         pl_msg("%s initialised by %s: out of memory: its init fails with "
-               "ENOMEM", kind_name(kind), s->where);
+               "ENOMEM",
+               kind_name(kind), s->where);
         rc = ENOMEM;
         goto out;
     }
@@ -226,7 +227,7 @@ static void fork_parent(void)
 
 static void fork_child(void)
 {
-    pl_fork_gen++;        /* the parent's holders are not this process's */
+    pl_fork_gen++; /* the parent's holders are not this process's */
     dyn_forking = 0;
     REAL(FN_UNLOCK, lock_fn)(&dyn_mu);
 }

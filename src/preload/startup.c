@@ -24,7 +24,7 @@
 
 #include "preload.h"
 
-static int phase;                       /* 0, 1 starting, 2 done (futex) */
+static int phase; /* 0, 1 starting, 2 done (futex) */
 static int status_fd = -1;
 
 static void on_lost(const char *name, void *arg)
@@ -32,9 +32,11 @@ static void on_lost(const char *name, void *arg)
     (void)arg;
     if (pl_cfg.on_lease_lost == PL_LOST_ABORT)
         pl_die("lock '%s' was lost (its lease ran out, it was forced, or "
-               "Redis lost its data): aborting (on_lease_lost = abort)", name);
+               "Redis lost its data): aborting (on_lease_lost = abort)",
+               name);
     pl_msg("lock '%s' was lost (its lease ran out, it was forced, or Redis "
-           "lost its data); the program goes on (on_lease_lost = log)", name);
+           "lost its data); the program goes on (on_lease_lost = log)",
+           name);
 }
 
 /* Is this process the one distlock-run started (or, without distlock-run,
@@ -180,8 +182,8 @@ static struct pl_table *map_targets(struct pl_resolved *res)
 
         pl_table_put(t, e);
         if (pl_verbose())
-            pl_msg("%s '%s' = %s", pl_kind_name(e->kind),
-                   e->lockname, e->where);
+            pl_msg("%s '%s' = %s", pl_kind_name(e->kind), e->lockname,
+                   e->where);
     }
     return t;
 }
@@ -227,8 +229,9 @@ static void answer_probe(void)
         return;
     if (dladdr((void *)answer_probe, &di) && di.dli_fname &&
         stat(di.dli_fname, &st) == 0) {
-        snprintf(line, sizeof line, "distlock-preload %llx %llu:%llu\n", nonce,
-                 (unsigned long long)st.st_dev, (unsigned long long)st.st_ino);
+        snprintf(line, sizeof line, "distlock-preload %llx %llu:%llu\n",
+                 nonce, (unsigned long long)st.st_dev,
+                 (unsigned long long)st.st_ino);
         pl_write_all(fd, line, strlen(line));
     }
     _exit(0);
@@ -255,7 +258,7 @@ static const struct pl_table *build(void)
     if (pl_config_load(path, &pl_cfg) != 0)
         startup_fail();
     if (pl_cfg.program && !is_program(pl_cfg.program))
-        return not_ours();  /* another program started with this environment */
+        return not_ours(); /* another program started with this environment */
     if (pl_cfg.verbose)
         pl_set_verbose(1);
     apply_settings();
@@ -285,7 +288,7 @@ const struct pl_table *pl_startup(void)
 
     pl_resolve_reals();
     if (pl_in_shim)
-        return pl_table_none();     /* our own start-up's calls */
+        return pl_table_none(); /* our own start-up's calls */
     if (__atomic_compare_exchange_n(&phase, &expect, 1, 0, __ATOMIC_ACQ_REL,
                                     __ATOMIC_ACQUIRE)) {
         pl_in_shim = 1;
@@ -294,7 +297,8 @@ const struct pl_table *pl_startup(void)
         pl_msg_started();
         __atomic_store_n(&pl_tab, t, __ATOMIC_RELEASE);
         __atomic_store_n(&phase, 2, __ATOMIC_RELEASE);
-        syscall(SYS_futex, &phase, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+        syscall(SYS_futex, &phase, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL,
+                0);
         return t;
     }
     while (__atomic_load_n(&phase, __ATOMIC_ACQUIRE) != 2)

@@ -105,8 +105,8 @@ static int mutex_init(struct pl_entry *e, dist_mutex_t *m, int robust)
      * mutex lets one thread at a time at it already, and a mapped condition
      * wait needs a mutex that dist_cond_wait takes */
     dist_mutexattr_setcohort(&a, 0);
-    dist_mutexattr_setrobust(&a, robust ? DIST_MUTEX_ROBUST
-                                        : DIST_MUTEX_STALLED);
+    dist_mutexattr_setrobust(&a,
+                             robust ? DIST_MUTEX_ROBUST : DIST_MUTEX_STALLED);
     if ((rc = dist_mutexattr_setlease(&a, (unsigned long)lease)) == 0)
         rc = dist_mutex_init(m, e->lockname, &a);
     dist_mutexattr_destroy(&a);
@@ -135,7 +135,7 @@ int pl_entry_init(struct pl_entry *e, const char *lockname)
         return rc;
     }
     if (s->kind == PL_BARRIER || s->kind == PL_SEM)
-        return 0;       /* at pthread_barrier_init, at sem_open */
+        return 0; /* at pthread_barrier_init, at sem_open */
     if (s->kind == PL_RWLOCK) {
         dist_rwlockattr_t ra;
 
@@ -190,7 +190,8 @@ int pl_entry_sem(struct pl_entry *e, unsigned initial)
 
     dist_semattr_init(&a);
     dist_semattr_setmode(&a, s->sem_mode == PL_SEM_REDISSON
-                                 ? DIST_SEM_REDISSON : DIST_SEM_LEASED);
+                                 ? DIST_SEM_REDISSON
+                                 : DIST_SEM_LEASED);
     dist_semattr_setunowned(&a, s->sem_unowned);
     if (s->sem_max)
         dist_semattr_setmax(&a, (long)s->sem_max);

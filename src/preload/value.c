@@ -123,8 +123,10 @@ static const char *match_how(struct why *w, struct pl_section *s,
     else if (wlen == 9 && memcmp(v, "init_site", 9) == 0)
         s->how = PL_INIT_SITE;
     else {
-        refuse(w, "match: expected 'symbol NAME' or 'init_site FUNCTION', "
-               "not '%s'", v);
+        refuse(w,
+               "match: expected 'symbol NAME' or 'init_site FUNCTION', "
+               "not '%s'",
+               v);
         return NULL;
     }
     if (!*spec) {
@@ -155,8 +157,10 @@ static const char *match_qualifiers(struct why *w, struct pl_section *s,
         if (!colon || colon > stop)
             break;
         if (i == 2 || colon == name) {
-            refuse(w, "match: cannot read '%s': expected "
-                   "[OBJECT:][FILE:]NAME", spec);
+            refuse(w,
+                   "match: cannot read '%s': expected "
+                   "[OBJECT:][FILE:]NAME",
+                   spec);
             return NULL;
         }
         /* indexed by i, not nqual: the bound of qual is this loop's */
@@ -218,8 +222,10 @@ int pl_parse_match(struct pl_section *s, const char *v, char *why,
         return refuse(&w, "match: no symbol name in '%s'", spec);
     s->symbol = strndup(name, (size_t)(c - name));
     if (s->how == PL_INIT_SITE && *c)
-        return refuse(&w, "match: init_site takes a function name, without "
-                      "[index] or +offset: '%s'", spec);
+        return refuse(&w,
+                      "match: init_site takes a function name, without "
+                      "[index] or +offset: '%s'",
+                      spec);
     if (s->how == PL_INIT_SITE)
         return 0;
     return match_suffix(&w, s, c, spec);

@@ -2,7 +2,7 @@
  * distlock derive from it (channels, token, fair queue, rwlock's keys, the
  * keys of conditions, semaphores and barriers).  Every prefix is spelled
  * here and nowhere else in the library or the tool. */
-#define _GNU_SOURCE   /* memmem */
+#define _GNU_SOURCE /* memmem */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,7 +10,10 @@
 #include "names.h"
 #include "topo.h"
 
-#define P(s) { s, sizeof s - 1 }
+#define P(s)                                                                 \
+    {                                                                        \
+        s, sizeof s - 1                                                      \
+    }
 
 /* Redisson's rule: braces go around N unless N already has one, so that
  * every derived name hashes to N's cluster slot and stays byte-identical to
@@ -130,16 +133,16 @@ static int slot_of(const struct dist__names *n)
     char *buf;
 
     if (!open && !memchr(p, '}', n->name.len))
-        return slot;             /* derived names hash all of N, as N does */
+        return slot; /* derived names hash all of N, as N does */
     close = open ? memchr(open + 1, '}', n->name.len - (size_t)(open + 1 - p))
                  : NULL;
     if (open && close && close > open + 1)
-        return slot;             /* the same tag as N's */
+        return slot; /* the same tag as N's */
     for (i = 0; i < DIST__N_COUNT; i++)
         if (derived_size(n, i) > room)
             room = derived_size(n, i);
     if (!(buf = malloc(room)))
-        return -1;               /* then the cluster's checks refuse it */
+        return -1; /* then the cluster's checks refuse it */
     for (i = 0; i < DIST__N_COUNT && slot >= 0; i++)
         if (dist__keyslot(buf, derive_at(buf, prefix[i].s, prefix[i].len, n,
                                          "", 0)) != slot)
@@ -181,7 +184,8 @@ static void keys_at(const struct dist__names *n, const enum dist__nm *which,
 }
 
 int dist__names_keys(const struct dist__names *n, const enum dist__nm *which,
-                     int count, struct dist__buf *out, struct dist__room *room)
+                     int count, struct dist__buf *out,
+                     struct dist__room *room)
 {
     size_t total = 0;
     char *p = room->mem;
@@ -191,7 +195,7 @@ int dist__names_keys(const struct dist__names *n, const enum dist__nm *which,
     for (i = 0; i < count; i++)
         total += derived_size(n, which[i]);
     if (total > sizeof room->mem && !(p = room->heap = malloc(total)))
-        return ENOMEM;      /* a name of hundreds of bytes only */
+        return ENOMEM; /* a name of hundreds of bytes only */
     keys_at(n, which, count, out, p);
     return 0;
 }

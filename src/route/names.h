@@ -13,30 +13,30 @@
  * has one, as Redisson does).  Redisson's first, then distlock's own; the
  * prefix of each is names.c's table. */
 enum dist__nm {
-    DIST__N_CHAN,           /* redisson_lock__channel:{N} */
-    DIST__N_TOKEN,          /* redisson_lock_token:{N} */
-    DIST__N_QUEUE,          /* redisson_lock_queue:{N}     (fair lock) */
-    DIST__N_TIMEOUT,        /* redisson_lock_timeout:{N}   (fair lock) */
-    DIST__N_RWCHAN,         /* redisson_rwlock:{N}         (read-write lock) */
-    DIST__N_RSEM,           /* redisson_sc:{N}             (RSemaphore's channel) */
-    DIST__N_RW_WRITERS,     /* distlock_rwlock_writers:{N} (read-write lock) */
-    DIST__N_RW_READERS,     /* distlock_rwlock_readers:{N} (read-write lock) */
-    DIST__N_FAIR_WAITERS,   /* distlock_fair_waiters:{N}   (fair lock) */
-    DIST__N_MUTEX_WAITERS,  /* distlock_mutex_waiters:{N}  (mutex): its
+    DIST__N_CHAN,    /* redisson_lock__channel:{N} */
+    DIST__N_TOKEN,   /* redisson_lock_token:{N} */
+    DIST__N_QUEUE,   /* redisson_lock_queue:{N}     (fair lock) */
+    DIST__N_TIMEOUT, /* redisson_lock_timeout:{N}   (fair lock) */
+    DIST__N_RWCHAN,  /* redisson_rwlock:{N}         (read-write lock) */
+    DIST__N_RSEM,    /* redisson_sc:{N}             (RSemaphore's channel) */
+    DIST__N_RW_WRITERS,    /* distlock_rwlock_writers:{N} (read-write lock) */
+    DIST__N_RW_READERS,    /* distlock_rwlock_readers:{N} (read-write lock) */
+    DIST__N_FAIR_WAITERS,  /* distlock_fair_waiters:{N}   (fair lock) */
+    DIST__N_MUTEX_WAITERS, /* distlock_mutex_waiters:{N}  (mutex): its
                              * registered waiters; a waiter's own channel
                              * is this name with ':<owner>' appended */
-    DIST__N_COND_WAITERS,   /* distlock_cond_waiters:{N}   (condition) */
-    DIST__N_COND_QUEUE,     /* distlock_cond_queue:{N} */
+    DIST__N_COND_WAITERS,  /* distlock_cond_waiters:{N}   (condition) */
+    DIST__N_COND_QUEUE,    /* distlock_cond_queue:{N} */
     DIST__N_COND_SIGNALLED, /* distlock_cond_signalled:{N} */
     DIST__N_COND_CHAN,      /* distlock_cond:{N} */
-    DIST__N_SEM,            /* distlock_sem:{N}            (leased semaphore) */
-    DIST__N_SEM_HOLDS,      /* distlock_sem_holds:{N} */
-    DIST__N_SEM_LEASES,     /* distlock_sem_leases:{N} */
-    DIST__N_SEM_CHAN,       /* distlock_sem_channel:{N} */
-    DIST__N_BARRIER,        /* distlock_barrier:{N}        (barrier) */
-    DIST__N_BARRIER_MEMBERS,/* distlock_barrier_members:{N} */
-    DIST__N_BARRIER_CHAN,   /* distlock_barrier_channel:{N} */
-    DIST__N_ROBUST,         /* distlock_robust:{N}         (robust mutex: who
+    DIST__N_SEM,        /* distlock_sem:{N}            (leased semaphore) */
+    DIST__N_SEM_HOLDS,  /* distlock_sem_holds:{N} */
+    DIST__N_SEM_LEASES, /* distlock_sem_leases:{N} */
+    DIST__N_SEM_CHAN,   /* distlock_sem_channel:{N} */
+    DIST__N_BARRIER,    /* distlock_barrier:{N}        (barrier) */
+    DIST__N_BARRIER_MEMBERS, /* distlock_barrier_members:{N} */
+    DIST__N_BARRIER_CHAN,    /* distlock_barrier_channel:{N} */
+    DIST__N_ROBUST,          /* distlock_robust:{N}         (robust mutex: who
                              * holds it, who died holding it; see
                              * lua/prelude_robust.lua) */
     DIST__N_COUNT
@@ -49,10 +49,10 @@ enum dist__nm {
  * and this header. */
 struct dist__names {
     atomic_int refs;
-    int braces;              /* whether derived names wrap N in {} */
-    int slot;                /* the cluster slot of all of them; -1 when
+    int braces;            /* whether derived names wrap N in {} */
+    int slot;              /* the cluster slot of all of them; -1 when
                               * they do not share one (see names_new) */
-    struct dist__buf name;   /* N, also the lock key */
+    struct dist__buf name; /* N, also the lock key */
     char mem[];
 };
 
@@ -82,7 +82,8 @@ struct dist__room {
  * (NUL-terminated).  0, or ENOMEM.  Call dist__room_done after the last
  * use, also when this failed. */
 int dist__names_keys(const struct dist__names *n, const enum dist__nm *which,
-                     int count, struct dist__buf *out, struct dist__room *room);
+                     int count, struct dist__buf *out,
+                     struct dist__room *room);
 static inline void dist__room_done(struct dist__room *room)
 {
     if (room->heap) {

@@ -14,28 +14,27 @@
 #include "base/stats.h"
 #include "scripts.h"
 
-#define POOL 8                 /* servers one thread keeps links to */
+#define POOL          8 /* servers one thread keeps links to */
 #define MAX_REDIRECTS 5
 
 struct pooled {
     struct dist__addr addr;
-    struct dist__link *l;      /* NULL: free slot */
-    uint64_t used;             /* for replacing the least recently used */
+    struct dist__link *l; /* NULL: free slot */
+    uint64_t used;        /* for replacing the least recently used */
 };
 
 struct tconn {
     struct pooled n[POOL];
-    struct dist__cfg cfg;      /* a copy, refreshed when the settings change */
+    struct dist__cfg cfg; /* a copy, refreshed when the settings change */
     unsigned long fork_gen;
     uint64_t tick;
     /* replies owed while the thread is idle (see "idle threads" below) */
-    atomic_int idle;           /* IDLE_NO, IDLE_OWED or IDLE_READING */
-    _Atomic uint64_t owed_at;  /* when marked IDLE_OWED, monotonic ms */
-    unsigned long listed_gen;  /* in idle_list when it is dist__fork_gen;
+    atomic_int idle;              /* IDLE_NO, IDLE_OWED or IDLE_READING */
+    _Atomic uint64_t owed_at;     /* when marked IDLE_OWED, monotonic ms */
+    unsigned long listed_gen;     /* in idle_list when it is dist__fork_gen;
                                 * idle_mu */
-    struct tconn *inext, **iprev;  /* idle_list; idle_mu */
+    struct tconn *inext, **iprev; /* idle_list; idle_mu */
 };
-
 
 static pthread_once_t key_once = PTHREAD_ONCE_INIT;
 static pthread_key_t conn_key;
@@ -99,10 +98,9 @@ static void reclaim(struct tconn *t)
     int s = atomic_load_explicit(&t->idle, memory_order_acquire);
 
     while (s != IDLE_NO) {
-        if (s == IDLE_OWED &&
-            atomic_compare_exchange_weak_explicit(&t->idle, &s, IDLE_NO,
-                                                  memory_order_acquire,
-                                                  memory_order_acquire))
+        if (s == IDLE_OWED && atomic_compare_exchange_weak_explicit(
+                                  &t->idle, &s, IDLE_NO, memory_order_acquire,
+                                  memory_order_acquire))
             return;
         if (s == IDLE_READING) {
             sched_yield();
@@ -185,12 +183,11 @@ uint64_t dist__route_read_idle(void)
                 next = due;
             continue;
         }
-        if (!atomic_compare_exchange_strong_explicit(&t->idle, &s,
-                                                     IDLE_READING,
-                                                     memory_order_acquire,
-                                                     memory_order_relaxed)) {
+        if (!atomic_compare_exchange_strong_explicit(
+                &t->idle, &s, IDLE_READING, memory_order_acquire,
+                memory_order_relaxed)) {
             if (s == IDLE_NO)
-                idle_unlink(t);     /* busy: it marks itself again */
+                idle_unlink(t); /* busy: it marks itself again */
             continue;
         }
         if (!read_idle_one(t)) {
@@ -198,7 +195,7 @@ uint64_t dist__route_read_idle(void)
             atomic_store_explicit(&t->idle, IDLE_NO, memory_order_release);
             continue;
         }
-        due = now + DIST__IDLE_READ_MS;     /* not there yet: look again */
+        due = now + DIST__IDLE_READ_MS; /* not there yet: look again */
         if (!next || due < next)
             next = due;
         atomic_store_explicit(&t->idle, IDLE_OWED, memory_order_release);
@@ -303,7 +300,7 @@ static struct tconn *thread_conns(uint64_t limit)
     }
     reclaim(t);
     if (t->fork_gen != fgen || t->cfg.gen != cgen) {
-        settle_all(t, limit);  /* new settings: replies owed still count */
+        settle_all(t, limit); /* new settings: replies owed still count */
         close_all(t);
         t->fork_gen = fgen;
         dist__cfg_get(&t->cfg);
@@ -329,7 +326,8 @@ int dist__route_open_master(const struct dist__cfg *cfg,
         return 0;
     }
     if (role == 0)
-        dist__err(EIO, "Redis at %s is not a master (the map of the "
+        dist__err(EIO,
+                  "Redis at %s is not a master (the map of the "
                   "servers is out of date; it is read again)",
                   dist__link_where(l));
     else if (role == -1)
@@ -353,8 +351,8 @@ static void pool_close(struct tconn *t, struct pooled *n, uint64_t limit)
 
 /* The thread's link to a, opened as needed, by limit (link.h).  NULL with
  * the reason. */
-static struct dist__link *pool_link(struct tconn *t, const struct dist__addr *a,
-                                    uint64_t limit)
+static struct dist__link *
+pool_link(struct tconn *t, const struct dist__addr *a, uint64_t limit)
 {
     struct pooled *n = NULL, *lru = &t->n[0];
     int i;
@@ -441,8 +439,8 @@ enum dist__redirect dist__redirect_of(const redisReply *r,
         k = DIST__R_MOVED, p += 6;
     else if (strncmp(p, "ASK ", 4) == 0)
         k = DIST__R_ASK, p += 4;
-    else if (strncmp(p, "TRYAGAIN", 8) == 0 || strncmp(p, "LOADING", 7) == 0 ||
-             strncmp(p, "BUSY ", 5) == 0)
+    else if (strncmp(p, "TRYAGAIN", 8) == 0 ||
+             strncmp(p, "LOADING", 7) == 0 || strncmp(p, "BUSY ", 5) == 0)
         return DIST__R_LATER;
     else if (strncmp(p, "CLUSTERDOWN", 11) == 0 ||
              strncmp(p, "MASTERDOWN", 10) == 0 ||
@@ -457,8 +455,8 @@ enum dist__redirect dist__redirect_of(const redisReply *r,
     colon = strrchr(sp, ':');
     if (!colon || (size_t)(colon - sp) >= sizeof to->host)
         return DIST__R_NONE;
-    memset(to, 0, sizeof *to);   /* topo.c compares whole addresses */
-    if (colon == sp)        /* no host: the one we asked */
+    memset(to, 0, sizeof *to); /* topo.c compares whole addresses */
+    if (colon == sp)           /* no host: the one we asked */
         snprintf(to->host, sizeof to->host, "%s", from->host);
     else
         memcpy(to->host, sp, (size_t)(colon - sp));
@@ -471,14 +469,14 @@ enum dist__redirect dist__redirect_of(const redisReply *r,
 
 /* One routed call's state across its tries. */
 struct trip {
-    struct dist__addr ask;     /* where an ASK points */
+    struct dist__addr ask; /* where an ASK points */
     int asking;
     int hops;
-    uint64_t give_up;          /* 0: not waiting yet */
+    uint64_t give_up; /* 0: not waiting yet */
     unsigned long backoff;
-    int cut;                   /* the last pause, cut short, was taken */
+    int cut; /* the last pause, cut short, was taken */
     unsigned long timeout_ms;
-    uint64_t limit;            /* the caller's (link.h) */
+    uint64_t limit; /* the caller's (link.h) */
 };
 
 /* A trip begun through the calling thread's connections, by limit (the
@@ -528,8 +526,8 @@ static int trip_target(struct tconn *t, const struct trip *tr,
 static long pause_for(struct trip *tr, uint64_t until)
 {
     uint64_t now = dist__now_ms(), left = until > now ? until - now : 0;
-    uint64_t reserve = left / 2 < PAUSE_RESERVE_MS ? left / 2
-                                                   : PAUSE_RESERVE_MS;
+    uint64_t reserve =
+        left / 2 < PAUSE_RESERVE_MS ? left / 2 : PAUSE_RESERVE_MS;
 
     if (left < PAUSE_MIN_LEFT_MS)
         return -1;
@@ -625,7 +623,7 @@ static int reply_text_len(const redisReply *r)
     return (int)(tail ? (size_t)(tail - r->str) : r->len);
 }
 
-#define TYPED_KEYS_MAX 8    /* the most KEYS a script declares types for */
+#define TYPED_KEYS_MAX 8 /* the most KEYS a script declares types for */
 
 /* After a WRONGTYPE from s: the first of its keys kv whose type differs from
  * the one its '-- Types' line gives, named in buf with both types (one TYPE
@@ -657,10 +655,13 @@ static int name_wrong_key(uint64_t limit, const struct dist__script *s,
     for (i = 0; i < n; i++) {
         const redisReply *t = out[i];
 
-        if (found || t->type != REDIS_REPLY_STATUS || strcmp(t->str, "none") == 0 ||
-            (strlen(t->str) == wlen[i] && strncmp(t->str, want[i], wlen[i]) == 0))
+        if (found || t->type != REDIS_REPLY_STATUS ||
+            strcmp(t->str, "none") == 0 ||
+            (strlen(t->str) == wlen[i] &&
+             strncmp(t->str, want[i], wlen[i]) == 0))
             continue;
-        snprintf(buf, len, "key '%.*s' is a %s, not a %.*s (another program's "
+        snprintf(buf, len,
+                 "key '%.*s' is a %s, not a %.*s (another program's "
                  "key, or a lock whose name collides with it)",
                  (int)(kv[idx[i]].len < 120 ? kv[idx[i]].len : 120),
                  kv[idx[i]].p, t->str, (int)wlen[i], want[i]);
@@ -679,19 +680,25 @@ static int refused(uint64_t limit, const struct dist__script *s, int nkeys,
     char which[256];
 
     if (why != -2 && bad_data(*r))
-        dist__hopeless_set();      /* a lock call says so now */
+        dist__hopeless_set(); /* a lock call says so now */
     if (why == -2)
-        dist__err(EIO, "Redis refused %s: more than %d redirections (the "
-                  "cluster is being resharded)", s->name, MAX_REDIRECTS);
+        dist__err(EIO,
+                  "Redis refused %s: more than %d redirections (the "
+                  "cluster is being resharded)",
+                  s->name, MAX_REDIRECTS);
     else if (strncmp((*r)->str, "NOAUTH", 6) == 0 ||
              strstr((*r)->str, "unauthenticated"))
-        dist__err(EIO, "Redis refused %s: it wants a password (AUTH) first; "
+        dist__err(EIO,
+                  "Redis refused %s: it wants a password (AUTH) first; "
                   "give it in the URL, redis://:PASSWORD@HOST:PORT (it "
-                  "said: %.*s)", s->name, (int)(*r)->len, (*r)->str);
+                  "said: %.*s)",
+                  s->name, (int)(*r)->len, (*r)->str);
     else if (strncmp((*r)->str, "CROSSSLOT", 9) == 0)
-        dist__err(EIO, "Redis Cluster refused %s: the lock's keys are in "
+        dist__err(EIO,
+                  "Redis Cluster refused %s: the lock's keys are in "
                   "different slots; its name has a '{' that opens no "
-                  "{tag}, or a '}' without a '{'", s->name);
+                  "{tag}, or a '}' without a '{'",
+                  s->name);
     else if (strncmp((*r)->str, "WRONGTYPE ", 10) == 0 &&
              name_wrong_key(limit, s, nkeys, kv, which, sizeof which))
         dist__err(EIO, "Redis refused %s: %s; nothing was changed", s->name,
@@ -721,17 +728,20 @@ int dist__route_wait_replicas(struct dist__link *l, unsigned long ms,
     /* acknowledged, on a master with as many replicas as it ever had */
     if (rc == 0 && listed > 0 && listed >= most)
         return 0;
-    if (rc != 0)                    /* WAIT's own words come first */
+    if (rc != 0) /* WAIT's own words come first */
         snprintf(why, sizeof why, "%s", dist_last_error());
-    vrc = dist__topo_vouch(&t->cfg, dist__link_addr(l),
-                           rc == 0 ? listed : -1, now);
+    vrc = dist__topo_vouch(&t->cfg, dist__link_addr(l), rc == 0 ? listed : -1,
+                           now);
     if (vrc == 0)
         return rc == 0 ? 0 : dist__err(rc, "%s", why);
     snprintf(why, sizeof why, "%s", dist_last_error());
     if (vrc == DIST__EDEPOSED)
         return dist__err(EIO, "lock '%s': %s", what, why), DIST__EDEPOSED;
-    return dist__err(DIST_ENOREPLICA, "lock '%s': %s; the hold was given "
-                     "back", what, why), DIST__EATTACHING;
+    return dist__err(DIST_ENOREPLICA,
+                     "lock '%s': %s; the hold was given "
+                     "back",
+                     what, why),
+           DIST__EATTACHING;
 }
 
 void dist__route_adopt(const struct dist__addr *m)
@@ -824,7 +834,8 @@ static int is_cmd(const struct dist__cmd *c, const char *name)
 {
     size_t n = strlen(name);
 
-    return c->argc > 0 && (c->lens ? c->lens[0] == n : strlen(c->argv[0]) == n) &&
+    return c->argc > 0 &&
+           (c->lens ? c->lens[0] == n : strlen(c->argv[0]) == n) &&
            strncasecmp(c->argv[0], name, n) == 0;
 }
 
@@ -854,7 +865,8 @@ static int pipeline(struct dist__link *l, uint64_t limit, int asking, int n,
 
     for (i = 0; i < n && rc == 0; i++)
         if ((rc = asks(&cmds[i], asking, &in_multi)
-                      ? dist__link_append(l, 1, (const char **)ask, NULL) : 0) ||
+                      ? dist__link_append(l, 1, (const char **)ask, NULL)
+                      : 0) ||
             (rc = dist__link_append(l, cmds[i].argc, cmds[i].argv,
                                     cmds[i].lens)))
             return rc == ENOMEM ? dist__err(ENOMEM, "out of memory") : rc;
@@ -913,11 +925,14 @@ static int retry_lost(struct trip *tr, uint64_t *until, const char *first,
     if (!*until) {
         *until = dist__link_until(tr->timeout_ms, tr->limit);
         if (*until > now)
-            return 0;       /* else the caller's time is up: say why */
+            return 0; /* else the caller's time is up: say why */
     }
     if ((pause = pause_for(tr, *until)) < 0 && strcmp(first, why) != 0)
-        return dist__err(EIO, "%s; tried again until the command timeout ran "
-                         "out: %s", first, why), DIST__ECONN;
+        return dist__err(EIO,
+                         "%s; tried again until the command timeout ran "
+                         "out: %s",
+                         first, why),
+               DIST__ECONN;
     if (pause < 0)
         return dist__err(EIO, "%s", why), DIST__ECONN;
     dist__sleep_ms((unsigned long)pause);
@@ -954,11 +969,13 @@ static int route_cmds(uint64_t limit, const struct dist__buf *key, int n,
                 return rc;
             continue;
         }
-        if ((rc = pipeline(l, limit, tr.asking, n, cmds, out)) == DIST__ECONN) {
-            snprintf(why, sizeof why, "lost the connection to Redis at %s: %s",
+        if ((rc = pipeline(l, limit, tr.asking, n, cmds, out)) ==
+            DIST__ECONN) {
+            snprintf(why, sizeof why,
+                     "lost the connection to Redis at %s: %s",
                      dist__link_where(l), dist__link_error(l));
             if (!*first)
-                *first = strdup(why);      /* NULL: only the last is told */
+                *first = strdup(why); /* NULL: only the last is told */
             if (retry_lost(&tr, &lost_until, *first ? *first : why, why) != 0)
                 return DIST__ECONN;
             continue;
@@ -967,10 +984,11 @@ static int route_cmds(uint64_t limit, const struct dist__buf *key, int n,
             return rc;
         if (!(r = redirecting(n, out, l)))
             break;
-        snprintf(why, sizeof why, "%s", dist__link_where(l));  /* l may go */
+        snprintf(why, sizeof why, "%s", dist__link_where(l)); /* l may go */
         if ((rc = trip_next(t, &tr, l, r)) != 1) {
             if (rc == -2)
-                dist__err(EIO, "more than %d redirections (the cluster is "
+                dist__err(EIO,
+                          "more than %d redirections (the cluster is "
                           "being resharded); the last, from %s: %s",
                           MAX_REDIRECTS, why, r->str);
             else

@@ -25,11 +25,11 @@
 
 /* What an error reply asks of the caller. */
 enum dist__redirect {
-    DIST__R_NONE,        /* nothing: a real error */
-    DIST__R_MOVED,       /* the slot lives at *to now */
-    DIST__R_ASK,         /* this once at *to, after ASKING */
-    DIST__R_LATER,       /* TRYAGAIN, LOADING, BUSY: nothing ran, try again */
-    DIST__R_LATER_STALE  /* CLUSTERDOWN, MASTERDOWN, READONLY: the same, and
+    DIST__R_NONE,       /* nothing: a real error */
+    DIST__R_MOVED,      /* the slot lives at *to now */
+    DIST__R_ASK,        /* this once at *to, after ASKING */
+    DIST__R_LATER,      /* TRYAGAIN, LOADING, BUSY: nothing ran, try again */
+    DIST__R_LATER_STALE /* CLUSTERDOWN, MASTERDOWN, READONLY: the same, and
                           * the map may be wrong */
 };
 /* Classifies an error reply of the server at from; *slot and *to for
@@ -85,7 +85,7 @@ int dist__route_wait_replicas(struct dist__link *l, unsigned long ms,
  * deferred release), lets the renewal thread read it if the thread stays
  * idle (route.c, "idle threads").  Whether it did. */
 int dist__route_idle_mark(void);
-#define DIST__IDLE_READ_MS 200  /* how long an idle thread is let be first */
+#define DIST__IDLE_READ_MS 200 /* how long an idle thread is let be first */
 /* The renewal thread: reads what has arrived for threads idle for a while
  * (the owed replies' handlers run on it, dist__route_reading_idle saying
  * so).  When to look again (monotonic ms; 0: nothing owed). */

@@ -20,10 +20,10 @@
 
 #include "topo.h"
 
-#define SENTINEL_PERIOD_MS 1000   /* ask the sentinels again after this */
-#define CLUSTER_PERIOD_MS  5000   /* read the slot map again after this */
-#define MIN_GAP_MS         100    /* between two refreshes forced by failures */
-#define VOUCH_MS           500    /* dist__topo_vouch's answer holds this long */
+#define SENTINEL_PERIOD_MS 1000 /* ask the sentinels again after this */
+#define CLUSTER_PERIOD_MS  5000 /* read the slot map again after this */
+#define MIN_GAP_MS         100  /* between two refreshes forced by failures */
+#define VOUCH_MS           500 /* dist__topo_vouch's answer holds this long */
 #define MAX_NODES          128
 #define NO_NODE            0xff
 
@@ -65,25 +65,25 @@ int dist__keyslot(const char *key, size_t len)
 
 static struct {
     pthread_mutex_t mu;
-    pthread_cond_t cv;            /* a refresh finished */
-    int busy;                     /* a thread is asking the network */
-    unsigned long cfg_gen;        /* the settings this state belongs to */
-    int valid;                    /* what follows was read at least once */
-    int stale;                    /* known or suspected wrong: ask again */
-    uint64_t checked;             /* when it was last read (monotonic ms) */
-    uint64_t tried;               /* when a refresh last started */
-    unsigned long epoch;          /* bumped whenever the answer changes */
-    int kick_renewals;            /* a master changed: run on_change */
+    pthread_cond_t cv;     /* a refresh finished */
+    int busy;              /* a thread is asking the network */
+    unsigned long cfg_gen; /* the settings this state belongs to */
+    int valid;             /* what follows was read at least once */
+    int stale;             /* known or suspected wrong: ask again */
+    uint64_t checked;      /* when it was last read (monotonic ms) */
+    uint64_t tried;        /* when a refresh last started */
+    unsigned long epoch;   /* bumped whenever the answer changes */
+    int kick_renewals;     /* a master changed: run on_change */
     /* sentinel */
     struct dist__addr master;
-    int good_seed;                /* the sentinel that answered last */
+    int good_seed; /* the sentinel that answered last */
     /* cluster */
     int nnodes;
     struct dist__addr nodes[MAX_NODES];
-    struct dist__addr good_node;  /* the node that answered last */
+    struct dist__addr good_node; /* the node that answered last */
     int have_good;
-    unsigned char owner[16384];   /* index into nodes, or NO_NODE */
-    char why[600];                /* why the last refresh failed */
+    unsigned char owner[16384]; /* index into nodes, or NO_NODE */
+    char why[600];              /* why the last refresh failed */
 } T = { .mu = PTHREAD_MUTEX_INITIALIZER };
 
 /* What dist__topo_on_change registered; written before nfns is raised. */
@@ -235,7 +235,8 @@ static int reply_addr(const redisReply *host, const redisReply *port,
 
 /* Whether the server at a says it is a master (ROLE). */
 static int confirm_master(const struct dist__cfg *cfg, uint64_t limit,
-                          const struct dist__addr *a, char *why, size_t whylen)
+                          const struct dist__addr *a, char *why,
+                          size_t whylen)
 {
     const char *argv[1] = { "ROLE" }, *role;
     struct dist__link *l = ask_connect(cfg, limit, a, why, whylen);
@@ -257,11 +258,13 @@ static int confirm_master(const struct dist__cfg *cfg, uint64_t limit,
 
 /* Asks the sentinels, starting with the one that answered last.  Network
  * only: T.mu is not held.  0 with *out, or -1 with why. */
-static int ask_sentinels(const struct dist__cfg *cfg, uint64_t limit, int first,
-                         const struct dist__addr *known, struct dist__addr *out,
-                         int *answered, char *why, size_t whylen)
+static int ask_sentinels(const struct dist__cfg *cfg, uint64_t limit,
+                         int first, const struct dist__addr *known,
+                         struct dist__addr *out, int *answered, char *why,
+                         size_t whylen)
 {
-    const char *argv[3] = { "SENTINEL", "get-master-addr-by-name", cfg->master };
+    const char *argv[3] = { "SENTINEL", "get-master-addr-by-name",
+                            cfg->master };
     int i;
 
     for (i = 0; i < cfg->nseeds; i++) {
@@ -279,8 +282,10 @@ static int ask_sentinels(const struct dist__cfg *cfg, uint64_t limit, int first,
             continue;
         if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
             reply_addr(r->element[0], r->element[1], s, out) != 0) {
-            snprintf(why, whylen, "sentinel %.100s:%d does not know a master "
-                     "named '%s'", s->host, s->port, cfg->master);
+            snprintf(why, whylen,
+                     "sentinel %.100s:%d does not know a master "
+                     "named '%s'",
+                     s->host, s->port, cfg->master);
             freeReplyObject(r);
             continue;
         }
@@ -355,11 +360,13 @@ static int replicas_up(struct dist__link *l, const struct dist__cfg *cfg)
 /* Sentinel s's word on a: 1 when it names another master (*other), 0 when
  * it names a (*up: the replicas of it s sees up, or -1), -1 when it does
  * not answer. */
-static int sentinel_word(const struct dist__cfg *cfg, const struct dist__addr *s,
+static int sentinel_word(const struct dist__cfg *cfg,
+                         const struct dist__addr *s,
                          const struct dist__addr *a, struct dist__addr *other,
                          int *up)
 {
-    const char *argv[3] = { "SENTINEL", "get-master-addr-by-name", cfg->master };
+    const char *argv[3] = { "SENTINEL", "get-master-addr-by-name",
+                            cfg->master };
     struct dist__link *l;
     redisReply *r;
     char why[300];
@@ -410,8 +417,10 @@ static int read_slots(const struct dist__cfg *cfg, uint64_t limit,
     if (!r)
         return -1;
     if (r->type != REDIS_REPLY_ARRAY || r->elements == 0) {
-        snprintf(why, whylen, "%.100s:%d serves no slots (is it a cluster node "
-                 "that has joined a cluster?)", a->host, a->port);
+        snprintf(why, whylen,
+                 "%.100s:%d serves no slots (is it a cluster node "
+                 "that has joined a cluster?)",
+                 a->host, a->port);
         freeReplyObject(r);
         return -1;
     }
@@ -449,15 +458,16 @@ static int read_slots(const struct dist__cfg *cfg, uint64_t limit,
     }
     freeReplyObject(r);
     if (covered == 0) {
-        snprintf(why, whylen, "%.100s:%d gave an empty slot map", a->host, a->port);
+        snprintf(why, whylen, "%.100s:%d gave an empty slot map", a->host,
+                 a->port);
         return -1;
     }
     return 0;
 }
 
 /* Reads the map from the nodes known so far, then the URL's.  Network only. */
-static int ask_cluster(const struct dist__cfg *cfg, uint64_t limit, int nknown,
-                       const struct dist__addr *known,
+static int ask_cluster(const struct dist__cfg *cfg, uint64_t limit,
+                       int nknown, const struct dist__addr *known,
                        const struct dist__addr *last_good,
                        struct dist__addr *answered, int *nnodes,
                        struct dist__addr *nodes, unsigned char *owner,
@@ -471,10 +481,12 @@ static int ask_cluster(const struct dist__cfg *cfg, uint64_t limit, int nknown,
         const struct dist__addr *a;
         if (i < 0 && !last_good)
             continue;
-        a = i < 0 ? last_good : i < nknown ? &known[i] : &cfg->seeds[i - nknown];
+        a = i < 0        ? last_good
+            : i < nknown ? &known[i]
+                         : &cfg->seeds[i - nknown];
         why[0] = 0;
-        if (read_slots(cfg, limit, a, nnodes, nodes, owner, why,
-                       whylen) == 0) {
+        if (read_slots(cfg, limit, a, nnodes, nodes, owner, why, whylen) ==
+            0) {
             *answered = *a;
             return 0;
         }
@@ -511,8 +523,9 @@ static void refresh(const struct dist__cfg *cfg, uint64_t limit,
                     uint64_t until)
 {
     uint64_t now = dist__now_ms();
-    unsigned long period = cfg->mode == DIST__MODE_SENTINEL ? SENTINEL_PERIOD_MS
-                                                           : CLUSTER_PERIOD_MS;
+    unsigned long period = cfg->mode == DIST__MODE_SENTINEL
+                               ? SENTINEL_PERIOD_MS
+                               : CLUSTER_PERIOD_MS;
     int due, must;
 
     if (T.cfg_gen != cfg->gen) {
@@ -574,8 +587,9 @@ static void refresh(const struct dist__cfg *cfg, uint64_t limit,
         if (T.cfg_gen == cfg->gen) {
             if (rc == 0) {
                 answered_with(T.nnodes != nnodes ||
-                    memcmp(T.nodes, nodes, sizeof nodes[0] * (size_t)nnodes) ||
-                    memcmp(T.owner, owner, sizeof owner));
+                              memcmp(T.nodes, nodes,
+                                     sizeof nodes[0] * (size_t)nnodes) ||
+                              memcmp(T.owner, owner, sizeof owner));
                 T.nnodes = nnodes;
                 memcpy(T.nodes, nodes, sizeof nodes[0] * (size_t)nnodes);
                 memcpy(T.owner, owner, sizeof owner);
@@ -618,9 +632,10 @@ int dist__route(const struct dist__cfg *cfg, uint64_t limit,
         pthread_mutex_lock(&T.mu);
     }
     if (!T.valid || T.cfg_gen != cfg->gen) {
-        rc = dist__err(EIO, "%s: %s", cfg->mode == DIST__MODE_SENTINEL ?
-                       "cannot find the master from the sentinels" :
-                       "cannot read the cluster's slot map",
+        rc = dist__err(EIO, "%s: %s",
+                       cfg->mode == DIST__MODE_SENTINEL
+                           ? "cannot find the master from the sentinels"
+                           : "cannot read the cluster's slot map",
                        T.why[0] ? T.why : "no answer yet");
     } else if (cfg->mode == DIST__MODE_SENTINEL) {
         *out = T.master;
@@ -629,13 +644,15 @@ int dist__route(const struct dist__cfg *cfg, uint64_t limit,
         unsigned char o = NO_NODE;
         if (slot >= 0)
             o = T.owner[slot];
-        for (i = 0; slot < 0 && i < 16384; i++)   /* any master */
+        for (i = 0; slot < 0 && i < 16384; i++) /* any master */
             if (T.owner[i] != NO_NODE)
                 o = T.owner[i];
         if (o == NO_NODE) {
             T.stale = 1;
-            rc = dist__err(EIO, "cluster slot %d has no master (the cluster "
-                           "is down or being resharded)", slot);
+            rc = dist__err(EIO,
+                           "cluster slot %d has no master (the cluster "
+                           "is down or being resharded)",
+                           slot);
         } else {
             *out = T.nodes[o];
         }
@@ -644,8 +661,8 @@ int dist__route(const struct dist__cfg *cfg, uint64_t limit,
     return rc;
 }
 
-int dist__topo_confirm(const struct dist__cfg *cfg, const struct dist__addr *a,
-                       uint64_t limit)
+int dist__topo_confirm(const struct dist__cfg *cfg,
+                       const struct dist__addr *a, uint64_t limit)
 {
     struct dist__addr got;
     int first, answered = 0, rc;
@@ -658,8 +675,8 @@ int dist__topo_confirm(const struct dist__cfg *cfg, const struct dist__addr *a,
     first = T.good_seed;
     pthread_mutex_unlock(&T.mu);
     /* a is known to answer as a master, so no ROLE for it again */
-    rc = ask_sentinels(cfg, limit, first, a, &got, &answered, why,
-                       sizeof why);
+    rc =
+        ask_sentinels(cfg, limit, first, a, &got, &answered, why, sizeof why);
     pthread_mutex_lock(&T.mu);
     if (rc == 0 && T.cfg_gen == cfg->gen) {
         answered_with(!T.valid || !same_addr(&T.master, &got));
@@ -672,9 +689,10 @@ int dist__topo_confirm(const struct dist__cfg *cfg, const struct dist__addr *a,
     if (rc != 0)
         return 0;
     if (!same_addr(&got, a))
-        return dist__err(EIO, "%.100s:%d answers as a master, but the "
-                         "sentinels now name %.100s:%d", a->host, a->port,
-                         got.host, got.port);
+        return dist__err(EIO,
+                         "%.100s:%d answers as a master, but the "
+                         "sentinels now name %.100s:%d",
+                         a->host, a->port, got.host, got.port);
     return 0;
 }
 
@@ -721,9 +739,11 @@ int dist__topo_vouch(const struct dist__cfg *cfg, const struct dist__addr *a,
     for (i = 0; i < cfg->nseeds; i++) {
         int w = sentinel_word(cfg, &cfg->seeds[i], a, now, &up);
         if (w == 1 && confirm_master(cfg, 0, now, why, sizeof why))
-            return dist__err(EIO, "%.100s:%d is no longer the master: the "
-                             "sentinels name %.100s:%d", a->host, a->port,
-                             now->host, now->port), DIST__EDEPOSED;
+            return dist__err(EIO,
+                             "%.100s:%d is no longer the master: the "
+                             "sentinels name %.100s:%d",
+                             a->host, a->port, now->host, now->port),
+                   DIST__EDEPOSED;
         if (w == 0 && up > most_up)
             most_up = up;
     }
@@ -735,7 +755,8 @@ int dist__topo_vouch(const struct dist__cfg *cfg, const struct dist__addr *a,
         vouch_for(a, listed);
         return 0;
     }
-    return dist__err(DIST_ENOREPLICA, "%.100s:%d lists %d replica%s while a "
+    return dist__err(DIST_ENOREPLICA,
+                     "%.100s:%d lists %d replica%s while a "
                      "sentinel sees %d up (a failover may be under way)",
                      a->host, a->port, listed, listed == 1 ? "" : "s",
                      most_up);
@@ -759,7 +780,7 @@ int dist__route_masters(const struct dist__cfg *cfg, uint64_t limit,
 
     if (cfg->mode != DIST__MODE_CLUSTER)
         return dist__route(cfg, limit, NULL, out) == 0 ? 1 : -1;
-    if (dist__route(cfg, limit, NULL, out) != 0)  /* the map up to date */
+    if (dist__route(cfg, limit, NULL, out) != 0) /* the map up to date */
         return -1;
     pthread_mutex_lock(&T.mu);
     for (i = 0; i < T.nnodes && n < max; i++) {
@@ -783,7 +804,7 @@ void dist__topo_moved(int slot, const struct dist__addr *to)
         T.owner[slot] = (unsigned char)idx;
         T.epoch++;
     }
-    T.stale = 1;     /* more slots probably moved with it */
+    T.stale = 1; /* more slots probably moved with it */
     pthread_mutex_unlock(&T.mu);
 }
 

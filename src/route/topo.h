@@ -15,7 +15,7 @@
 #define DIST__EDEPOSED (-5)
 
 uint16_t dist__crc16(const char *p, size_t len);
-int dist__keyslot(const char *key, size_t len);   /* Redis Cluster's slot */
+int dist__keyslot(const char *key, size_t len); /* Redis Cluster's slot */
 /* Where commands on key go: the URL's server, the master the sentinels
  * name, or the node serving key's slot (key NULL: any master).  0, or EIO
  * with the reason. */
@@ -24,13 +24,13 @@ int dist__route(const struct dist__cfg *cfg, uint64_t limit,
 /* Every master (one unless on a cluster), up to max; -1 on failure. */
 int dist__route_masters(const struct dist__cfg *cfg, uint64_t limit,
                         struct dist__addr *out, int max);
-void dist__topo_moved(int slot, const struct dist__addr *to);  /* MOVED */
+void dist__topo_moved(int slot, const struct dist__addr *to); /* MOVED */
 /* Sentinel: asks the sentinels now whether a, which just answered ROLE as
  * a master, is the master they name (an old master back from a pause says
  * master until they demote it).  EIO with the reason when they name
  * another; 0 when they name a, when none answers, and in the other modes. */
-int dist__topo_confirm(const struct dist__cfg *cfg, const struct dist__addr *a,
-                       uint64_t limit);
+int dist__topo_confirm(const struct dist__cfg *cfg,
+                       const struct dist__addr *a, uint64_t limit);
 /* Sentinel, after a hold was taken on a with replica sync on, when a
  * listed fewer replicas (ROLE) than before or none at all, or none
  * acknowledged the hold: asks the sentinels whether a is still the master.
@@ -46,7 +46,8 @@ int dist__topo_confirm(const struct dist__cfg *cfg, const struct dist__addr *a,
 int dist__topo_vouch(const struct dist__cfg *cfg, const struct dist__addr *a,
                      int listed, struct dist__addr *now);
 /* Takes m as the master the sentinels name (from dist__topo_vouch). */
-void dist__topo_adopt(const struct dist__cfg *cfg, const struct dist__addr *m);
+void dist__topo_adopt(const struct dist__cfg *cfg,
+                      const struct dist__addr *m);
 /* A connection failed or a node was not what the map said: ask again at
  * the next lookup. */
 void dist__topo_stale(void);

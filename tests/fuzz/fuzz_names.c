@@ -103,7 +103,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     FUZZ_CHECK(n->slot == -1 || n->slot == slot);
     k = dist__names_waiter_chan(n, "owner:1", 7, &len);
     if (k) {
-        FUZZ_CHECK(strlen(k) <= len);   /* a NUL in the name cuts strlen */
+        FUZZ_CHECK(strlen(k) <= len); /* a NUL in the name cuts strlen */
         if (n->slot >= 0)
             FUZZ_CHECK(dist__keyslot(k, len) == n->slot);
         free(k);

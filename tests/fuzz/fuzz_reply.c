@@ -27,11 +27,11 @@
 #include "fuzz.h"
 #include "harness_liar.h"
 
-#define REPLY_TIMEOUT_MS 200   /* never reached: the liar closes */
-#define WAIT_MS 5              /* a timed lock's patience */
+#define REPLY_TIMEOUT_MS 200 /* never reached: the liar closes */
+#define WAIT_MS          5   /* a timed lock's patience */
 
 /* A good answer to a lock script: taken, 1 hold, token 7. */
-#define TAKEN "*3\r\n:1\r\n:1\r\n:7\r\n"
+#define TAKEN    "*3\r\n:1\r\n:1\r\n:7\r\n"
 /* To an unlock script: 0 holds left, nobody woken. */
 #define RELEASED "*2\r\n:0\r\n:0\r\n"
 
@@ -80,7 +80,7 @@ static int lock_once(union lock *l, enum kind k, int try_only)
     struct timespec ts;
 
     if (try_only)
-        return !is_rw(k) ? dist_mutex_trylock(&l->m)
+        return !is_rw(k)     ? dist_mutex_trylock(&l->m)
                : k == K_READ ? dist_rwlock_tryrdlock(&l->rw)
                              : dist_rwlock_trywrlock(&l->rw);
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -89,7 +89,7 @@ static int lock_once(union lock *l, enum kind k, int try_only)
         ts.tv_sec++;
         ts.tv_nsec -= 1000000000L;
     }
-    return !is_rw(k) ? dist_mutex_timedlock(&l->m, &ts)
+    return !is_rw(k)     ? dist_mutex_timedlock(&l->m, &ts)
            : k == K_READ ? dist_rwlock_timedrdlock(&l->rw, &ts)
                          : dist_rwlock_timedwrlock(&l->rw, &ts);
 }
@@ -147,7 +147,7 @@ static void check_released(union lock *l, enum kind k, int rc)
  * would depend on which thread runs first, and a reset is a lost reply,
  * not the good answer the checks count on.  Bounded: an answer never
  * given (a call that did not get that far) is not waited for. */
-static long evals_at, closed_at;   /* the liar's counts before the input */
+static long evals_at, closed_at; /* the liar's counts before the input */
 
 static void await_close(int lie_at)
 {
@@ -201,15 +201,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     evals_at = tu_liar_count(liar, "EVALSHA");
     closed_at = tu_liar_closed(liar);
     if (on_unlock)
-        tu_liar_add(liar, &(struct tu_lie){ .cmd = "EVALSHA", .bytes = TAKEN,
-                                             .times = 1 });
+        tu_liar_add(liar, &(struct tu_lie){
+                              .cmd = "EVALSHA", .bytes = TAKEN, .times = 1 });
     /* len 0 with bytes means strlen: an empty answer is given as "" */
-    tu_liar_add(liar, &(struct tu_lie){ .cmd = "EVALSHA",
-                                         .bytes = size > 1 ? (const char *)data + 1 : "",
-                                         .len = size - 1, .close = 1,
-                                         .times = 1 });
-    tu_liar_add(liar, &(struct tu_lie){ .cmd = "EVALSHA", .bytes = RELEASED });
+    tu_liar_add(liar, &(struct tu_lie){
+                          .cmd = "EVALSHA",
+                          .bytes = size > 1 ? (const char *)data + 1 : "",
+                          .len = size - 1,
+                          .close = 1,
+                          .times = 1 });
+    tu_liar_add(liar,
+                &(struct tu_lie){ .cmd = "EVALSHA", .bytes = RELEASED });
     run((enum kind)(sel & 3), on_unlock, (sel & 8) != 0,
-        on_unlock ? NULL : size > 1 ? (const char *)data + 1 : "");
+        on_unlock  ? NULL
+        : size > 1 ? (const char *)data + 1
+                   : "");
     return 0;
 }

@@ -54,8 +54,8 @@ static char *masked(const char *url)
     a = (size_t)(from + 3 - url);
     b = (size_t)(at - url);
     for (i = a; i < b; i++) {
-        int esc = (i >= 1 && url[i - 1] == '%') ||
-                  (i >= 2 && url[i - 2] == '%');
+        int esc =
+            (i >= 1 && url[i - 1] == '%') || (i >= 2 && url[i - 2] == '%');
         if (!esc && isalnum((unsigned char)url[i]))
             m[i] = url[i] == 'Q' ? 'R' : 'Q';
     }
@@ -74,8 +74,10 @@ static void check_reason(const char *url, int rc, const char *why)
         return;
     if (dist__parse_url(m, &c, why2, sizeof why2) != rc ||
         (rc != 0 && strcmp(why, why2) != 0)) {
-        fprintf(stderr, "'%s' gives '%s' but '%s' gives '%s': the reason "
-                "depends on the credentials\n", url, why, m, why2);
+        fprintf(stderr,
+                "'%s' gives '%s' but '%s' gives '%s': the reason "
+                "depends on the credentials\n",
+                url, why, m, why2);
         abort();
     }
     free(m);

@@ -119,7 +119,8 @@ static redisContext *data_conn(void)
     if (c)
         redisFree(c);
     c = NULL;
-    if (!hp || !(colon = strrchr(hp, ':')) || (size_t)(colon - hp) >= sizeof host)
+    if (!hp || !(colon = strrchr(hp, ':')) ||
+        (size_t)(colon - hp) >= sizeof host)
         return NULL;
     memcpy(host, hp, (size_t)(colon - hp));
     host[colon - hp] = 0;
@@ -237,7 +238,8 @@ static int run_sem(const char *cmd, struct sement *e, long ms, uint64_t *val)
     int rc, v = 0;
 
     if (!strcmp(cmd, "sacquire"))
-        return ms <= 0 ? dist_sem_trywait(&e->s) : dist_sem_timedwait(&e->s, &ts);
+        return ms <= 0 ? dist_sem_trywait(&e->s)
+                       : dist_sem_timedwait(&e->s, &ts);
     if (!strcmp(cmd, "srelease"))
         return dist_sem_post(&e->s);
     if (!strcmp(cmd, "svalue")) {
@@ -252,8 +254,8 @@ static enum kind kind_of(const char *cmd)
 {
     if (cmd[0] == 'f')
         return K_FAIR;
-    if (strstr(cmd, "rlock") || strstr(cmd, "wlock") || !strcmp(cmd, "rwunlock") ||
-        !strcmp(cmd, "wtoken"))
+    if (strstr(cmd, "rlock") || strstr(cmd, "wlock") ||
+        !strcmp(cmd, "rwunlock") || !strcmp(cmd, "wtoken"))
         return K_RW;
     return K_MUTEX;
 }

@@ -6,9 +6,9 @@
 
 #include "tool.h"
 
-#define MAX_MASTERS 128      /* as distlock list */
+#define MAX_MASTERS 128 /* as distlock list */
 
-extern const char dist_fence_lib[];   /* fence_lib.c, made from fence.lua */
+extern const char dist_fence_lib[]; /* fence_lib.c, made from fence.lua */
 
 static void print_loaded(const struct dist__link *l, const char *lib)
 {
@@ -19,11 +19,14 @@ static void print_loaded(const struct dist__link *l, const char *lib)
         sb_jsonz(&b, dist__link_where(l));
         sb_adds(&b, ",\"library\":");
         sb_jsonz(&b, lib);
-        sb_adds(&b, ",\"functions\":[\"distlock_fenced\",\"distlock_fence_get\"]}");
+        sb_adds(
+            &b,
+            ",\"functions\":[\"distlock_fenced\",\"distlock_fence_get\"]}");
     } else {
-        sb_printf(&b, "%s: loaded function library '%s' "
-                  "(distlock_fenced, distlock_fence_get)", dist__link_where(l),
-                  lib);
+        sb_printf(&b,
+                  "%s: loaded function library '%s' "
+                  "(distlock_fenced, distlock_fence_get)",
+                  dist__link_where(l), lib);
     }
     sb_flush_line(&b);
     sb_free(&b);
@@ -44,7 +47,8 @@ static void load_on(const struct dist__addr *a)
     if (r->type == REDIS_REPLY_ERROR)
         die(EX_REDIS, "Redis at %s refused the function library: %s%s",
             dist__link_where(l), r->str,
-            strstr(r->str, "unknown command") ? " (FUNCTION needs Redis 7)" : "");
+            strstr(r->str, "unknown command") ? " (FUNCTION needs Redis 7)"
+                                              : "");
     if (r->type != REDIS_REPLY_STRING)
         die(EX_REDIS, "Redis at %s: unexpected answer to FUNCTION LOAD",
             dist__link_where(l));
@@ -90,8 +94,9 @@ static int fence_get(const char *fence)
             dist__link_where(l), dist__link_error(l));
     if (r->type == REDIS_REPLY_ERROR)
         die(EX_REDIS, "Redis at %s: %s%s", dist__link_where(l), r->str,
-            strstr(r->str, "Function not found") ?
-            " (load it first: distlock fence load)" : "");
+            strstr(r->str, "Function not found")
+                ? " (load it first: distlock fence load)"
+                : "");
     if (r->type != REDIS_REPLY_STRING || !is_digits(r->str, r->len))
         die(EX_REDIS, "Redis at %s: unexpected answer to distlock_fence_get",
             dist__link_where(l));

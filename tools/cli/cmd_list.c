@@ -1,6 +1,6 @@
 /* cmd_list.c: distlock list [PATTERN]: SCAN every master for hashes whose
  * fields look like lock owners, and show each as status would, in short. */
-#define _GNU_SOURCE   /* memmem */
+#define _GNU_SOURCE /* memmem */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,9 +9,9 @@
 #include "tool.h"
 
 #define LIST_BATCH      64
-#define LIST_MAX_FIELDS 4096   /* a larger hash is not taken for a lock */
+#define LIST_MAX_FIELDS 4096 /* a larger hash is not taken for a lock */
 #define MAX_MASTERS     128
-#define LIST_TIMEOUT_S  30.0   /* the listing's deadline unless --timeout */
+#define LIST_TIMEOUT_S  30.0 /* the listing's deadline unless --timeout */
 
 struct key {
     char *p;
@@ -128,7 +128,8 @@ static void snap_append(struct dist__link *l, const struct dist__names *n)
 
     snap_cmds(n, &args, cmds);
     for (i = 0; i < SNAP_CMDS; i++)
-        if (dist__link_append(l, cmds[i].argc, cmds[i].argv, cmds[i].lens) != 0)
+        if (dist__link_append(l, cmds[i].argc, cmds[i].argv, cmds[i].lens) !=
+            0)
             die(EX_REDIS, "out of memory");
     snap_args_free(&args);
 }
@@ -163,7 +164,7 @@ static void batch_snaps(struct dist__link *l, const struct key *keys,
         if (!moved[j] && (len[j] < 1 || len[j] > LIST_MAX_FIELDS))
             continue;
         nm = names_of(keys[j].p, keys[j].n);
-        if (!names_fit(nm)) {      /* not a lock a cluster can hold */
+        if (!names_fit(nm)) { /* not a lock a cluster can hold */
             dist__names_unref(nm);
             continue;
         }
@@ -202,8 +203,8 @@ static void list_server(struct dist__link *l, const struct key *keys,
 
 /* Scans one master (a link confirmed as the master) for pattern. */
 static void list_master(const struct dist__addr *a, const char *pattern,
-                        struct rows *rows, struct objs *os,
-                        master_fn each, void *arg)
+                        struct rows *rows, struct objs *os, master_fn each,
+                        void *arg)
 {
     struct dist__link *l;
     struct keys ks = { NULL, 0 };
@@ -266,15 +267,16 @@ static void print_row(struct sb *b, const struct snap *s, size_t width,
         return;
     }
     if (first) {
-        sb_printf(b, "%-*s  %-10s  %-10s  %-9s  %7s  %7s", (int)width,
-                  "NAME", "KIND", "STATE", "LEASE", "HOLDERS", "WAITING");
+        sb_printf(b, "%-*s  %-10s  %-10s  %-9s  %7s  %7s", (int)width, "NAME",
+                  "KIND", "STATE", "LEASE", "HOLDERS", "WAITING");
         sb_flush_line(b);
     }
     start = b->len;
     sb_human(b, B(s->names->name), L(s->names->name));
     while (b->len - start < width)
         sb_addn(b, " ", 1);
-    sb_printf(b, "  %-10s  %-10s  ", kind_name[s->kind], state_name[s->state]);
+    sb_printf(b, "  %-10s  %-10s  ", kind_name[s->kind],
+              state_name[s->state]);
     start = b->len;
     if (s->pttl >= 0)
         sb_secs(b, s->pttl);

@@ -22,7 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "engine/engine.h"   /* dist__abandon_waits */
+#include "engine/engine.h" /* dist__abandon_waits */
 #include "tool.h"
 
 enum { PH_WAIT, PH_ABANDON, PH_RUN, PH_DONE };
@@ -35,17 +35,28 @@ static struct {
     pthread_cond_t cv;
     int phase;
     pid_t child;
-    int sig;                     /* the last signal taken */
-    sigset_t set;                /* the signals the thread takes */
-    sigset_t old_mask;           /* the mask the command gets */
+    int sig;           /* the last signal taken */
+    sigset_t set;      /* the signals the thread takes */
+    sigset_t old_mask; /* the mask the command gets */
     struct dist__names *names;
-    char owner[64];              /* the main thread's owner */
+    char owner[64]; /* the main thread's owner */
     size_t owner_len;
     int fair;
-    int mode;                    /* M_MUTEX, M_READ, M_WRITE */
+    int mode; /* M_MUTEX, M_READ, M_WRITE */
     int prefer_writer;
-} lk = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PH_WAIT, 0, 0,
-         { { 0 } }, { { 0 } }, NULL, { 0 }, 0, 0, 0, 0 };
+} lk = { PTHREAD_MUTEX_INITIALIZER,
+         PTHREAD_COND_INITIALIZER,
+         PH_WAIT,
+         0,
+         0,
+         { { 0 } },
+         { { 0 } },
+         NULL,
+         { 0 },
+         0,
+         0,
+         0,
+         0 };
 
 /* The descriptors open when distlock started: the command inherits these
  * and no others (the library's Redis sockets are not its business). */
@@ -64,7 +75,8 @@ void note_startup_fds(void)
         long fd = strtol(e->d_name, &end, 10);
         if (*end || e->d_name[0] == '.' || fd == dirfd(d))
             continue;
-        startup_fds = xrealloc(startup_fds, (n_startup_fds + 1) * sizeof *startup_fds);
+        startup_fds =
+            xrealloc(startup_fds, (n_startup_fds + 1) * sizeof *startup_fds);
         startup_fds[n_startup_fds++] = (int)fd;
     }
     closedir(d);
@@ -136,12 +148,19 @@ static void cancel_wait(void)
         return;
     if (lk.fair) {
         static const enum dist__nm d[] = {
-            DIST__N_QUEUE, DIST__N_TIMEOUT, DIST__N_CHAN,
+            DIST__N_QUEUE,
+            DIST__N_TIMEOUT,
+            DIST__N_CHAN,
         };
         struct dist__buf *k = dist__names_set(lk.names, d, 3);
         struct dist__buf kv[7] = {
-            lk.names->name, { 0 }, { 0 }, { 0 },
-            { lk.owner, lk.owner_len }, { pub, strlen(pub) }, { "0", 1 },
+            lk.names->name,
+            { 0 },
+            { 0 },
+            { 0 },
+            { lk.owner, lk.owner_len },
+            { pub, strlen(pub) },
+            { "0", 1 },
         };
         if (k) {
             memcpy(kv + 1, k, 3 * sizeof *k);
@@ -149,15 +168,17 @@ static void cancel_wait(void)
         }
         free(k);
     } else if (lk.mode == M_WRITE) {
-        static const enum dist__nm d[] = { DIST__N_RW_WRITERS, DIST__N_RWCHAN };
+        static const enum dist__nm d[] = { DIST__N_RW_WRITERS,
+                                           DIST__N_RWCHAN };
         struct dist__buf *k = dist__names_set(lk.names, d, 2);
         struct dist__buf kv[5] = {
-            lk.names->name, { 0 }, { 0 },
-            { lk.owner, lk.owner_len }, { pub, strlen(pub) },
+            lk.names->name,       { 0 }, { 0 }, { lk.owner, lk.owner_len },
+            { pub, strlen(pub) },
         };
         if (k) {
             memcpy(kv + 1, k, 2 * sizeof *k);
-            dist__route_eval(rlimit, DIST__S_RWLOCK_CANCEL, 3, kv, 5, &r, &on);
+            dist__route_eval(rlimit, DIST__S_RWLOCK_CANCEL, 3, kv, 5, &r,
+                             &on);
         }
         free(k);
     }
@@ -210,8 +231,10 @@ static void *signal_thread(void *arg)
 static void on_lost(const char *name, void *arg)
 {
     (void)arg;
-    fprintf(stderr, "distlock: warning: lost the lock '%s' (its lease ran out, "
-            "it was forced, or Redis lost it) while the command runs\n", name);
+    fprintf(stderr,
+            "distlock: warning: lost the lock '%s' (its lease ran out, "
+            "it was forced, or Redis lost it) while the command runs\n",
+            name);
 }
 
 /* The lock `lock` takes: a mutex (plain or fair) or one side of an rwlock. */
@@ -230,8 +253,9 @@ static int obj_init(const char *name, int prefer_writer)
     } else {
         dist_rwlockattr_t a;
         dist_rwlockattr_init(&a);
-        dist_rwlockattr_setkind(&a, prefer_writer ? DIST_RWLOCK_PREFER_WRITER
-                                                  : DIST_RWLOCK_PREFER_READER);
+        dist_rwlockattr_setkind(&a, prefer_writer
+                                        ? DIST_RWLOCK_PREFER_WRITER
+                                        : DIST_RWLOCK_PREFER_READER);
         return dist_rwlock_init(&obj.rw, name, &a);
     }
 }
@@ -241,17 +265,17 @@ static int obj_lock(int try, const struct timespec *abstime)
 {
     switch (lk.mode) {
     case M_READ:
-        return try ? dist_rwlock_tryrdlock(&obj.rw)
-             : abstime ? dist_rwlock_timedrdlock(&obj.rw, abstime)
-             : dist_rwlock_rdlock(&obj.rw);
+        return try       ? dist_rwlock_tryrdlock(&obj.rw)
+               : abstime ? dist_rwlock_timedrdlock(&obj.rw, abstime)
+                         : dist_rwlock_rdlock(&obj.rw);
     case M_WRITE:
-        return try ? dist_rwlock_trywrlock(&obj.rw)
-             : abstime ? dist_rwlock_timedwrlock(&obj.rw, abstime)
-             : dist_rwlock_wrlock(&obj.rw);
+        return try       ? dist_rwlock_trywrlock(&obj.rw)
+               : abstime ? dist_rwlock_timedwrlock(&obj.rw, abstime)
+                         : dist_rwlock_wrlock(&obj.rw);
     default:
-        return try ? dist_mutex_trylock(&obj.m)
-             : abstime ? dist_mutex_timedlock(&obj.m, abstime)
-             : dist_mutex_lock(&obj.m);
+        return try       ? dist_mutex_trylock(&obj.m)
+               : abstime ? dist_mutex_timedlock(&obj.m, abstime)
+                         : dist_mutex_lock(&obj.m);
     }
 }
 
@@ -286,7 +310,7 @@ static const char *lib_error(const struct dist__names *n)
     char e[800], w[300];
     struct dist__addr a;
 
-    snprintf(e, sizeof e, "%s", dist_last_error());   /* routing may set it */
+    snprintf(e, sizeof e, "%s", dist_last_error()); /* routing may set it */
     snprintf(buf, sizeof buf, "%s", e);
     if (dist__route(&rcfg, rlimit, &n->name, &a) == 0) {
         addr_text(w, sizeof w, &a);
@@ -301,11 +325,13 @@ static double since(const struct timespec *t0)
     struct timespec t;
 
     clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)(t.tv_sec - t0->tv_sec) + (double)(t.tv_nsec - t0->tv_nsec) / 1e9;
+    return (double)(t.tv_sec - t0->tv_sec) +
+           (double)(t.tv_nsec - t0->tv_nsec) / 1e9;
 }
 
-static void verbose_line(const char *event, const char *name, const char *kind,
-                         double secs, int has_token, uint64_t token, int status)
+static void verbose_line(const char *event, const char *name,
+                         const char *kind, double secs, int has_token,
+                         uint64_t token, int status)
 {
     struct sb b = { 0 };
 
@@ -318,7 +344,8 @@ static void verbose_line(const char *event, const char *name, const char *kind,
             if (has_token)
                 sb_printf(&b, ",\"token\":%" PRIu64, token);
         } else {
-            sb_printf(&b, ",\"held_ms\":%.0f,\"status\":%d", secs * 1000, status);
+            sb_printf(&b, ",\"held_ms\":%.0f,\"status\":%d", secs * 1000,
+                      status);
         }
         sb_adds(&b, "}\n");
     } else if (strcmp(event, "acquired") == 0) {
@@ -327,8 +354,10 @@ static void verbose_line(const char *event, const char *name, const char *kind,
             sb_printf(&b, " (token %" PRIu64 ")", token);
         sb_printf(&b, " after %.1f s\n", secs);
     } else {
-        sb_printf(&b, "distlock: released %s '%s' after %.1f s; the command "
-                  "exited with %d\n", kind, name, secs, status);
+        sb_printf(&b,
+                  "distlock: released %s '%s' after %.1f s; the command "
+                  "exited with %d\n",
+                  kind, name, secs, status);
     }
     fputs(b.p, stderr);
     sb_free(&b);
@@ -376,7 +405,7 @@ static void note_owner(void)
 struct lock_args {
     const char *name;
     char **command_argv;
-    double timeout;            /* seconds; < 0: as long as it takes */
+    double timeout; /* seconds; < 0: as long as it takes */
     int verbose;
     int prefer_writer;
 };
@@ -395,14 +424,16 @@ static void parse_args(int argc, char **argv, struct lock_args *a)
             a->timeout = secs_value("--timeout", v, 1, 1e9);
         } else if (strcmp(argv[i], "--fair") == 0) {
             lk.fair = 1;
-        } else if (strcmp(argv[i], "--read") == 0 || strcmp(argv[i], "--write") == 0) {
+        } else if (strcmp(argv[i], "--read") == 0 ||
+                   strcmp(argv[i], "--write") == 0) {
             int mode = argv[i][2] == 'r' ? M_READ : M_WRITE;
             if (lk.mode != M_MUTEX && lk.mode != mode)
                 usage_error("--read and --write exclude each other");
             lk.mode = mode;
         } else if (strcmp(argv[i], "--prefer-writer") == 0) {
             a->prefer_writer = 1;
-        } else if (strcmp(argv[i], "-v") == 0 || strcmp(argv[i], "--verbose") == 0) {
+        } else if (strcmp(argv[i], "-v") == 0 ||
+                   strcmp(argv[i], "--verbose") == 0) {
             a->verbose = 1;
         } else if (argv[i][0] == '-' && argv[i][1]) {
             if (!common_opt(argc, argv, &i))
@@ -410,7 +441,7 @@ static void parse_args(int argc, char **argv, struct lock_args *a)
         } else if (!a->name) {
             a->name = argv[i];
         } else {
-            a->command_argv = argv + i;   /* flock(1) style: no '--' */
+            a->command_argv = argv + i; /* flock(1) style: no '--' */
             break;
         }
     }
@@ -424,7 +455,8 @@ static void check_args(const struct lock_args *a)
     if (!a->command_argv || !a->command_argv[0])
         usage_error("missing the COMMAND to run (after '--')");
     if (lk.fair && lk.mode != M_MUTEX)
-        usage_error("--fair is for a mutex; an rwlock takes --read or --write");
+        usage_error(
+            "--fair is for a mutex; an rwlock takes --read or --write");
     if (a->prefer_writer && lk.mode == M_MUTEX)
         usage_error("--prefer-writer goes with --read or --write");
 }
@@ -577,7 +609,8 @@ static void release(const char *name)
     int rc = obj_unlock();
 
     if (rc == EPERM)
-        say("'%s' was no longer held when the command ended (lost or forced)", name);
+        say("'%s' was no longer held when the command ended (lost or forced)",
+            name);
     else if (rc != 0)
         say("could not release '%s': %s; it frees itself when its lease ends",
             name, lib_error(lk.names));
@@ -593,8 +626,10 @@ int cmd_lock(int argc, char **argv)
 
     parse_args(argc, argv, &a);
     check_args(&a);
-    kind = lk.mode == M_READ ? "read lock" : lk.mode == M_WRITE ? "write lock"
-         : lk.fair ? "fair mutex" : "mutex";
+    kind = lk.mode == M_READ    ? "read lock"
+           : lk.mode == M_WRITE ? "write lock"
+           : lk.fair            ? "fair mutex"
+                                : "mutex";
     redis_setup();
     lk.names = lock_names(a.name, strlen(a.name));
     reach(lk.names);
@@ -610,7 +645,8 @@ int cmd_lock(int argc, char **argv)
     taken_or_exit(rc, a.name, &t0);
     export_token(&has_token, &token);
     if (a.verbose)
-        verbose_line("acquired", a.name, kind, since(&t0), has_token, token, 0);
+        verbose_line("acquired", a.name, kind, since(&t0), has_token, token,
+                     0);
     clock_gettime(CLOCK_MONOTONIC, &t0);
     status_code = run_command(a.command_argv);
     release(a.name);

@@ -42,8 +42,8 @@ static void sem_set_print(const char *name, int redisson, int value)
     if (opt.json) {
         sb_adds(&b, "{\"name\":");
         sb_jsonz(&b, name);
-        sb_printf(&b, ",\"kind\":\"%s\",\"free\":%d}", redisson ? "rsem" : "sem",
-                  value);
+        sb_printf(&b, ",\"kind\":\"%s\",\"free\":%d}",
+                  redisson ? "rsem" : "sem", value);
     } else {
         sb_adds(&b, "semaphore ");
         sb_human(&b, name, strlen(name));
@@ -78,7 +78,8 @@ int cmd_sem_set(int argc, char **argv)
     n = permits_arg(ops[1]);
     redis_setup();
     dist_semattr_init(&attr);
-    dist_semattr_setmode(&attr, so.redisson ? DIST_SEM_REDISSON : DIST_SEM_LEASED);
+    dist_semattr_setmode(&attr,
+                         so.redisson ? DIST_SEM_REDISSON : DIST_SEM_LEASED);
     if ((rc = dist_sem_init(&s, ops[0], n, &attr)) != 0)
         die(EX_USAGE, "%s", dist_last_error());
     rc = dist_sem_setvalue(&s, n);

@@ -16,7 +16,7 @@ void json_lease(struct sb *b, const char *key, long long pttl)
 }
 
 void json_waiters(struct sb *b, const char *key, const struct waiter *w,
-                         size_t n)
+                  size_t n)
 {
     size_t i;
 
@@ -43,7 +43,8 @@ void json_holders(struct sb *b, const struct snap *s)
         sb_adds(b, i ? ",{" : "{");
         json_owner(b, h->owner, h->olen);
         if (s->kind == KIND_RWLOCK) {
-            sb_printf(b, ",\"reads\":%lld,\"writes\":%lld", h->reads, h->writes);
+            sb_printf(b, ",\"reads\":%lld,\"writes\":%lld", h->reads,
+                      h->writes);
             if (h->lease_ms >= -1)
                 json_lease(b, "read_lease_ms", h->lease_ms);
         } else {
@@ -181,7 +182,8 @@ void status_human(const struct snap *s)
         sb_printf(&b, "kind:     unknown (not a lock: a Redis %s)", s->type);
         sb_flush_line(&b);
     } else {
-        sb_printf(&b, "kind:     %s", kind_name[s->kind] ? kind_name[s->kind]
+        sb_printf(&b, "kind:     %s",
+                  kind_name[s->kind] ? kind_name[s->kind]
                                      : "- (nothing in Redis)");
         sb_flush_line(&b);
         sb_printf(&b, "state:    %s", state_name[s->state]);
@@ -213,7 +215,8 @@ void robust_json(struct sb *b, const struct snap *s)
 {
     const char *state = s->r_nr ? "not_recoverable"
                         : s->r_dead || (s->r_held && s->state == ST_FREE)
-                        ? "owner_dead" : "held";
+                            ? "owner_dead"
+                            : "held";
 
     sb_adds(b, ",\"robust\":");
     if (!s->has_robust) {
@@ -253,8 +256,9 @@ void robust_human(struct sb *b, const struct snap *s)
             sb_adds(b, " died holding it, then ");
         }
         human_owner(b, s->r_nr, strlen(s->r_nr));
-        sb_adds(b, " released it without dist_mutex_consistent; every lock "
-                   "gets ENOTRECOVERABLE until: distlock unlock --reset NAME");
+        sb_adds(b,
+                " released it without dist_mutex_consistent; every lock "
+                "gets ENOTRECOVERABLE until: distlock unlock --reset NAME");
     } else if (s->r_dead && s->r_held && s->state != ST_FREE) {
         sb_adds(b, "owner-dead: ");
         human_owner(b, s->r_dead, strlen(s->r_dead));
@@ -293,7 +297,8 @@ static int kind_opt(int argc, char **argv, int *i, void *arg)
     if (strcmp(v, "lock") == 0)
         *kind = -1;
     else if ((*kind = obj_kind_of(v)) == OBJ_NONE)
-        usage_error("--kind: '%s' is not lock, cond, sem, rsem or barrier", v);
+        usage_error("--kind: '%s' is not lock, cond, sem, rsem or barrier",
+                    v);
     return 1;
 }
 
@@ -311,7 +316,8 @@ static int kind_found(const struct obj *o)
         }
     if (n > 1)
         usage_error("several kinds exist under '%s' (%s%s%s%s%s): choose one "
-                    "with --kind", B(o->names->name), o->lock ? "lock " : "",
+                    "with --kind",
+                    B(o->names->name), o->lock ? "lock " : "",
                     o->present & (1 << OBJ_COND) ? "cond " : "",
                     o->present & (1 << OBJ_SEM) ? "sem " : "",
                     o->present & (1 << OBJ_RSEM) ? "rsem " : "",

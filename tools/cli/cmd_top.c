@@ -32,14 +32,14 @@ struct top_opt {
 struct tok {
     char *name;
     size_t len;
-    long long value;      /* -1: unreadable (moved, not a number) */
+    long long value; /* -1: unreadable (moved, not a number) */
 };
 
 struct toks {
     struct tok *v;
     size_t n;
-    const char *pattern;  /* the lock names wanted */
-    size_t from;          /* the first one of the master being read */
+    const char *pattern; /* the lock names wanted */
+    size_t from;         /* the first one of the master being read */
 };
 
 /* One look at everything under the pattern. */
@@ -47,7 +47,7 @@ struct frame {
     struct rows rows;
     struct objs os;
     struct toks toks;
-    long long at_us;      /* CLOCK_REALTIME, us: when the counters were read */
+    long long at_us; /* CLOCK_REALTIME, us: when the counters were read */
 };
 
 /* The terminal, when top draws on one and reads q from one. */
@@ -74,7 +74,7 @@ static void tty_keys(void)
     t.c_cc[VTIME] = 0;
     if (tcsetattr(STDIN_FILENO, TCSANOW, &t) == 0) {
         tty_saved = 1;
-        atexit(tty_restore);      /* die() exits too */
+        atexit(tty_restore); /* die() exits too */
     }
 }
 
@@ -140,7 +140,8 @@ static void read_toks(struct dist__link *l, struct toks *t)
         if (dist__link_reply(l, until, &r) != 0)
             die(EX_REDIS, "lost the connection to Redis at %s: %s",
                 dist__link_where(l), dist__link_error(l));
-        if (r->type == REDIS_REPLY_STRING && parse_ll(r->str, r->len, &v) == 0)
+        if (r->type == REDIS_REPLY_STRING &&
+            parse_ll(r->str, r->len, &v) == 0)
             t->v[j].value = v;
         freeReplyObject(r);
     }
@@ -239,7 +240,7 @@ struct line {
     size_t len;
     const char *kind, *state;
     long long holders, waiting, lease_ms, token;
-    long long last_ms;    /* ms since the last new hold; < 0: not known */
+    long long last_ms; /* ms since the last new hold; < 0: not known */
 };
 
 /* A token below this (the clock in microseconds in September 2001) was
@@ -273,8 +274,7 @@ static void line_of_snap(struct line *l, const struct snap *s,
     l->token = -1;
     if (k && k->value >= 0)
         l->token = k->value;
-    else if (s->has_token &&
-             parse_ll(s->token, strlen(s->token), &v) == 0)
+    else if (s->has_token && parse_ll(s->token, strlen(s->token), &v) == 0)
         l->token = v;
 }
 
@@ -301,7 +301,7 @@ static int line_of_obj(struct line *l, const struct objname *on,
 
     obj_take(on->name, on->len, o);
     if (!(o->present & (1 << on->kind)))
-        return 0;         /* gone since the scan */
+        return 0; /* gone since the scan */
     memset(l, 0, sizeof *l);
     l->name = on->name;
     l->len = on->len;
@@ -387,12 +387,12 @@ static void line_text(struct sb *b, const struct line *l, size_t width)
 
 /* The lines of cur in name order: the locks (rows and free locks' counters
  * merged), then the objects. */
-static size_t frame_lines(const struct frame *cur,
-                          struct line **out, size_t *nlocks)
+static size_t frame_lines(const struct frame *cur, struct line **out,
+                          size_t *nlocks)
 {
     size_t i = 0, j = 0, n = 0, k;
-    struct line *v = xrealloc(NULL, (cur->rows.n + cur->toks.n +
-                                     cur->os.n + 1) * sizeof *v);
+    struct line *v = xrealloc(
+        NULL, (cur->rows.n + cur->toks.n + cur->os.n + 1) * sizeof *v);
 
     while (i < cur->rows.n || j < cur->toks.n) {
         const struct snap *s = i < cur->rows.n ? &cur->rows.s[i] : NULL;
@@ -455,9 +455,11 @@ static void print_text(const struct line *v, size_t n, size_t nlocks,
             width = v[i].len;
     if (width > 48)
         width = 48;
-    sb_printf(&b, "distlock top %s: %zu lock%s, %zu object%s matching '%s',"
-              " every %ld ms", when, nlocks, nlocks == 1 ? "" : "s",
-              n - nlocks, n - nlocks == 1 ? "" : "s", pattern, interval);
+    sb_printf(&b,
+              "distlock top %s: %zu lock%s, %zu object%s matching '%s',"
+              " every %ld ms",
+              when, nlocks, nlocks == 1 ? "" : "s", n - nlocks,
+              n - nlocks == 1 ? "" : "s", pattern, interval);
     sb_flush_line(&b);
     sb_printf(&b, "%-*s  %-10s  %-10s  %7s  %7s  %9s  %s", (int)width, "NAME",
               "KIND", "STATE", "HOLDERS", "WAITING", "TAKEN", "LEASE");
@@ -470,22 +472,21 @@ static void print_text(const struct line *v, size_t n, size_t nlocks,
 }
 
 /* Prints cur; -1 when stdout failed. */
-static int frame_print(const struct frame *cur,
-                       const char *pattern, const struct top_opt *o,
-                       int redraw)
+static int frame_print(const struct frame *cur, const char *pattern,
+                       const struct top_opt *o, int redraw)
 {
     struct line *v;
     size_t nlocks, n = frame_lines(cur, &v, &nlocks);
 
     if (redraw)
-        fputs("\033[H\033[2J", stdout);   /* home, clear the screen */
+        fputs("\033[H\033[2J", stdout); /* home, clear the screen */
     if (opt.json)
         print_json(v, n, nlocks, o->interval);
     else
         print_text(v, n, nlocks, pattern, o->interval);
     free(v);
     if (!redraw && !opt.json && !o->once)
-        putchar('\n');       /* between the looks */
+        putchar('\n'); /* between the looks */
     return fflush(stdout) == 0 && !ferror(stdout) ? 0 : -1;
 }
 

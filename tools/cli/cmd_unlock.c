@@ -84,8 +84,8 @@ static struct dist__buf *force_args(const struct snap *s, size_t *nkeys,
                                     struct dist__buf **set)
 {
     static const enum dist__nm derived[] = {
-        DIST__N_CHAN, DIST__N_RWCHAN, DIST__N_QUEUE, DIST__N_TIMEOUT,
-        DIST__N_RW_READERS, DIST__N_MUTEX_WAITERS,
+        DIST__N_CHAN,    DIST__N_RWCHAN,     DIST__N_QUEUE,
+        DIST__N_TIMEOUT, DIST__N_RW_READERS, DIST__N_MUTEX_WAITERS,
     };
     const char *pub = dist__publish_cmd();
     struct dist__buf *kv;
@@ -93,7 +93,8 @@ static struct dist__buf *force_args(const struct snap *s, size_t *nkeys,
     long long r;
 
     for (j = 0; j < s->nh; j++)
-        n += (size_t)(s->h[j].reads < READ_KEYS_MAX ? s->h[j].reads : READ_KEYS_MAX);
+        n += (size_t)(s->h[j].reads < READ_KEYS_MAX ? s->h[j].reads
+                                                    : READ_KEYS_MAX);
     kv = xrealloc(NULL, (n + 1) * sizeof *kv);
     kv[0] = s->names->name;
     if (!(*set = dist__names_set(s->names, derived, 6)))
@@ -157,7 +158,8 @@ static void say_json(const char *name, const struct snap *s, long long result)
     sb_free(&o);
 }
 
-static void say_forced(const char *name, const struct snap *s, long long result)
+static void say_forced(const char *name, const struct snap *s,
+                       long long result)
 {
     struct sb b = { 0 };
 
@@ -171,7 +173,8 @@ static void say_forced(const char *name, const struct snap *s, long long result)
             sb_adds(&b, ")");
         }
         if (s->nq)
-            sb_printf(&b, "; the head of its queue (%zu waiting) was told", s->nq);
+            sb_printf(&b, "; the head of its queue (%zu waiting) was told",
+                      s->nq);
     } else {
         sb_adds(&b, "' was released meanwhile; nothing to do");
     }
@@ -239,7 +242,8 @@ int cmd_unlock(int argc, char **argv)
         return 0;
     }
     if (s.kind == KIND_UNKNOWN)
-        die(EX_USAGE, "'%s' is not a lock (a Redis %s); left alone", name, s.type);
+        die(EX_USAGE, "'%s' is not a lock (a Redis %s); left alone", name,
+            s.type);
     if (strcmp(s.type, "none") == 0) {
         if (o.reset)
             reset(name, &s);
@@ -249,8 +253,10 @@ int cmd_unlock(int argc, char **argv)
         return 0;
     }
     if (!o.yes && !isatty(STDIN_FILENO))
-        die(EX_USAGE, "refusing to force '%s' without --yes (no terminal "
-            "to ask on)", name);
+        die(EX_USAGE,
+            "refusing to force '%s' without --yes (no terminal "
+            "to ask on)",
+            name);
     if (!o.yes && !confirm(&s)) {
         say("'%s' left alone", name);
         snap_free(&s);

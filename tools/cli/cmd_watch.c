@@ -29,13 +29,13 @@ struct chan {
  * waiter's channel is subscribed while it waits.  With ?pubsub=both (a
  * cluster's default) the link, on the slot's node, listens both ways. */
 struct sub {
-    struct dist__link *l;   /* NULL: not connected */
+    struct dist__link *l; /* NULL: not connected */
     struct dist__names *n;
-    struct dist__buf *ch;   /* [0] the lock's channel, [1] the rwlock's */
+    struct dist__buf *ch; /* [0] the lock's channel, [1] the rwlock's */
     const char *name;
-    struct chan *own;       /* the waiters' channels subscribed (cluster) */
+    struct chan *own; /* the waiters' channels subscribed (cluster) */
     size_t nown;
-    int resub;              /* subscribe anew: a slot moved, a refusal */
+    int resub; /* subscribe anew: a slot moved, a refusal */
 };
 
 static const enum dist__nm chans[] = { DIST__N_CHAN, DIST__N_RWCHAN };
@@ -45,7 +45,7 @@ struct tries {
     int hops;
     uint64_t until;
     unsigned long backoff;
-    int asking;             /* the next try goes to `to`, after ASKING */
+    int asking; /* the next try goes to `to`, after ASKING */
     struct dist__addr to;
 };
 
@@ -114,9 +114,12 @@ static int sub_append(struct sub *u)
         return sub_append_plain(u);
     a = xrealloc(NULL, argc * sizeof *a);
     l = xrealloc(NULL, argc * sizeof *l);
-    a[0] = "SSUBSCRIBE"; l[0] = 10;
-    a[1] = B(u->ch[0]); l[1] = L(u->ch[0]);
-    a[2] = B(u->ch[1]); l[2] = L(u->ch[1]);
+    a[0] = "SSUBSCRIBE";
+    l[0] = 10;
+    a[1] = B(u->ch[0]);
+    l[1] = L(u->ch[0]);
+    a[2] = B(u->ch[1]);
+    l[2] = L(u->ch[1]);
     for (i = 0; i < u->nown; i++) {
         a[3 + i] = u->own[i].p;
         l[3 + i] = u->own[i].n;
@@ -179,9 +182,11 @@ static void sub_redirect(struct sub *u, struct tries *t, redisReply *err)
         die(EX_REDIS, "Redis at %s refused %s: %s", dist__link_where(u->l),
             sharded_pubsub() ? "SSUBSCRIBE" : "SUBSCRIBE", err->str);
     if ((k == DIST__R_MOVED || k == DIST__R_ASK) && ++t->hops > MAX_HOPS)
-        die(EX_REDIS, "cannot subscribe to the channels of '%s': more than "
+        die(EX_REDIS,
+            "cannot subscribe to the channels of '%s': more than "
             "%d redirections (the cluster is being resharded); the last, "
-            "from %s: %s", u->name, MAX_HOPS, dist__link_where(u->l), err->str);
+            "from %s: %s",
+            u->name, MAX_HOPS, dist__link_where(u->l), err->str);
     if (k == DIST__R_MOVED)
         dist__topo_moved(slot, &t->to);
     t->asking = k == DIST__R_ASK;
@@ -189,8 +194,10 @@ static void sub_redirect(struct sub *u, struct tries *t, redisReply *err)
         dist__topo_stale();
     if (k == DIST__R_LATER || k == DIST__R_LATER_STALE) {
         if (dist__now_ms() >= t->until)
-            die(EX_REDIS, "cannot subscribe to the channels of '%s': Redis "
-                "at %s: %s", u->name, dist__link_where(u->l), err->str);
+            die(EX_REDIS,
+                "cannot subscribe to the channels of '%s': Redis "
+                "at %s: %s",
+                u->name, dist__link_where(u->l), err->str);
         dist__sleep_ms(t->backoff);
         if (t->backoff < 200)
             t->backoff *= 2;
@@ -216,7 +223,9 @@ static void sub_lost(struct sub *u, struct tries *t, const char *why)
  * keeps trying for the command timeout.  Exit 3 when it cannot. */
 static void sub_open(struct sub *u, int retry)
 {
-    struct tries t = { 0, dist__now_ms() + rcfg.timeout_ms, 10, 0, { "", 0 } };
+    struct tries t = {
+        0, dist__now_ms() + rcfg.timeout_ms, 10, 0, { "", 0 }
+    };
     redisReply *err;
     char why[600];
     int rc;
@@ -283,7 +292,8 @@ static void sub_waiters(struct sub *u, const struct snap *cur)
         sb_addn(&ch, ":", 1);
         sb_addn(&ch, cur->q[i].owner, cur->q[i].olen);
         for (j = 0; j < u->nown; j++)
-            if (u->own[j].n == ch.len && memcmp(u->own[j].p, ch.p, ch.len) == 0)
+            if (u->own[j].n == ch.len &&
+                memcmp(u->own[j].p, ch.p, ch.len) == 0)
                 break;
         if (j < u->nown) {
             sb_free(&ch);
@@ -296,12 +306,13 @@ static void sub_waiters(struct sub *u, const struct snap *cur)
             sent = 1;
         }
         u->own = xrealloc(u->own, (u->nown + 1) * sizeof *u->own);
-        u->own[u->nown].p = ch.p;        /* keeps the buffer */
+        u->own[u->nown].p = ch.p; /* keeps the buffer */
         u->own[u->nown++].n = ch.len;
     }
     /* a subscriber reads only when told to: send now */
-    if (sent && dist__link_flush(u->l, dist__link_deadline(u->l, rlimit)) != 0)
-        u->resub = 1;     /* the next look finds the link broken */
+    if (sent &&
+        dist__link_flush(u->l, dist__link_deadline(u->l, rlimit)) != 0)
+        u->resub = 1; /* the next look finds the link broken */
 }
 
 static void sub_close(struct sub *u)
@@ -353,7 +364,7 @@ static int sub_drain(struct sub *u, int ms, int *msgs)
         while ((n = dist__link_next(u->l, &x)) == 1) {
             sub_message(u, x, msgs);
             freeReplyObject(x);
-            ms = 0;    /* something came: look at the lock now */
+            ms = 0; /* something came: look at the lock now */
         }
         if (n < 0)
             return -1;
@@ -379,7 +390,7 @@ static int sub_placed(const struct sub *u)
         return 0;
     if (rcfg.mode == DIST__MODE_SINGLE ||
         dist__route(&rcfg, rlimit, &u->n->name, &a) != 0)
-        return 1;     /* a failed lookup: the link itself will tell */
+        return 1; /* a failed lookup: the link itself will tell */
     at = dist__link_addr(u->l);
     return a.port == at->port && strcmp(a.host, at->host) == 0;
 }
@@ -425,7 +436,7 @@ static void watch_loop(struct sub *u, struct snap *prev, long interval)
         }
         if (ev_diff(prev, &cur, msgs > 0) != 0) {
             snap_free(&cur);
-            break;               /* stdout closed */
+            break; /* stdout closed */
         }
         snap_free(prev);
         *prev = cur;

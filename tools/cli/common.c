@@ -15,9 +15,9 @@
 struct tool_opt opt;
 struct dist__cfg rcfg;
 uint64_t rlimit;
-const char *cur_usage = "";   /* what --help prints: main.c sets it */
+const char *cur_usage = ""; /* what --help prints: main.c sets it */
 
-const char *cur_cmd = NULL;   /* for "Try 'distlock CMD --help'" */
+const char *cur_cmd = NULL; /* for "Try 'distlock CMD --help'" */
 
 void usage_error(const char *fmt, ...)
 {
@@ -61,7 +61,8 @@ void warn_twin(const char *name)
         sb_human(&b, twin, tlen);
         sb_adds(&b, "' is held too, and shares every derived key of '");
         sb_human(&b, name, len);
-        sb_adds(&b, "' (fair queue, channels, token, read-write keys: "
+        sb_adds(&b,
+                "' (fair queue, channels, token, read-write keys: "
                 "Redisson's naming), so they block each other and what is "
                 "shown may be the other's; use one of the two names\n");
         fwrite(b.p, 1, b.len, stderr);
@@ -74,13 +75,13 @@ void warn_twin(const char *name)
 /* The --tls-* flags and the variables they stand for. */
 #define NTLS 6
 static const char *const tls_vars[NTLS] = {
-    "DISTLOCK_TLS_CA", "DISTLOCK_TLS_CERT", "DISTLOCK_TLS_KEY",
-    "DISTLOCK_TLS_SERVER_NAME", "DISTLOCK_TLS_INSECURE",
-    "DISTLOCK_TLS_KEY_PASS",
+    "DISTLOCK_TLS_CA",       "DISTLOCK_TLS_CERT",
+    "DISTLOCK_TLS_KEY",      "DISTLOCK_TLS_SERVER_NAME",
+    "DISTLOCK_TLS_INSECURE", "DISTLOCK_TLS_KEY_PASS",
 };
 static const char *const tls_flags[NTLS] = {
-    "--tls-ca", "--tls-cert", "--tls-key", "--tls-server-name",
-    "--tls-insecure", "--tls-key-pass-file",
+    "--tls-ca",          "--tls-cert",     "--tls-key",
+    "--tls-server-name", "--tls-insecure", "--tls-key-pass-file",
 };
 
 /* The --tls-* flags go where the library reads them, its DISTLOCK_TLS_*
@@ -160,7 +161,7 @@ void addr_text(char *buf, size_t len, const struct dist__addr *a)
 /* Options                                                                  */
 /* ------------------------------------------------------------------------ */
 
-#define FILE_LINE_MAX 8192   /* bytes of that line, its end not counted */
+#define FILE_LINE_MAX 8192 /* bytes of that line, its end not counted */
 
 /* The first line of file, for --url-file (a password in the URL stays out
  * of argv, and so out of ps(1), as with DISTLOCK_URL) and
@@ -195,13 +196,13 @@ static const char *line_from_file(const char *flag, const char *file,
         n--;
     line[n] = 0;
     if (n > FILE_LINE_MAX)
-        die(EX_USAGE, "%s %s: its first line is longer than %d bytes",
-            flag, file, FILE_LINE_MAX);
+        die(EX_USAGE, "%s %s: its first line is longer than %d bytes", flag,
+            file, FILE_LINE_MAX);
     if (nul)
         die(EX_USAGE, "%s %s: a NUL byte in its first line", flag, file);
     if (n == 0)
         die(EX_USAGE, "%s %s: no %s on its first line", flag, file, what);
-    return line;             /* kept for the process's life */
+    return line; /* kept for the process's life */
 }
 
 /* --tls-* (a value) and --tls-insecure (none): 1 when argv[*i] was one. */
@@ -356,7 +357,7 @@ void catch_stops(void)
     struct sigaction sa;
 
     memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_stop;        /* no SA_RESTART: poll returns */
+    sa.sa_handler = on_stop; /* no SA_RESTART: poll returns */
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);

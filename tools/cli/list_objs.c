@@ -132,15 +132,17 @@ static void row_json(struct sb *b, const struct obj *o, int kind)
                   obj_entries(o, OBJ_SEM));
     } else {
         obj_barrier(o, &c, &a, &r, &br);
-        sb_printf(b, ",\"count\":%lld,\"arrived\":%lld,\"round\":%lld,"
-                  "\"broken\":%s,\"members\":%zu,\"live\":%zu}", c, a, r,
-                  obj_broken(o) ? "true" : "false", members,
+        sb_printf(b,
+                  ",\"count\":%lld,\"arrived\":%lld,\"round\":%lld,"
+                  "\"broken\":%s,\"members\":%zu,\"live\":%zu}",
+                  c, a, r, obj_broken(o) ? "true" : "false", members,
                   obj_live(o, OBJ_BARRIER));
     }
 }
 
 /* One table line: NAME KIND STATE LEASE HOLDERS WAITING, as locks have. */
-static void row_text(struct sb *b, const struct obj *o, int kind, size_t width)
+static void row_text(struct sb *b, const struct obj *o, int kind,
+                     size_t width)
 {
     long long f, h, c, a, r, br;
     size_t start = b->len;
@@ -151,8 +153,8 @@ static void row_text(struct sb *b, const struct obj *o, int kind, size_t width)
         sb_addn(b, " ", 1);
     if (kind == OBJ_COND) {
         snprintf(state, sizeof state, "%zu live", obj_live(o, OBJ_COND));
-        sb_printf(b, "  %-10s  %-10s  %-9s  %7s  %7zu", "cond", state, "-", "-",
-                  obj_entries(o, OBJ_COND));
+        sb_printf(b, "  %-10s  %-10s  %-9s  %7s  %7zu", "cond", state, "-",
+                  "-", obj_entries(o, OBJ_COND));
     } else if (kind == OBJ_SEM) {
         obj_sem_counts(o, &f, &h);
         snprintf(state, sizeof state, "%lld free", f);
@@ -164,8 +166,8 @@ static void row_text(struct sb *b, const struct obj *o, int kind, size_t width)
             snprintf(state, sizeof state, "broken");
         else
             snprintf(state, sizeof state, "%lld/%lld", a, c);
-        sb_printf(b, "  %-10s  %-10s  %-9s  %7zu  %7lld", "barrier", state, "-",
-                  obj_entries(o, OBJ_BARRIER), a);
+        sb_printf(b, "  %-10s  %-10s  %-9s  %7zu  %7lld", "barrier", state,
+                  "-", obj_entries(o, OBJ_BARRIER), a);
     }
 }
 
@@ -181,9 +183,9 @@ size_t objs_print(struct objs *os, size_t width, int heading)
         /* gone since the scan: nothing to show */
         if (o.present & (1 << os->v[i].kind)) {
             if (!opt.json && heading && shown == 0) {
-                sb_printf(&b, "%-*s  %-10s  %-10s  %-9s  %7s  %7s", (int)width,
-                          "NAME", "KIND", "STATE", "LEASE", "HOLDERS",
-                          "WAITING");
+                sb_printf(&b, "%-*s  %-10s  %-10s  %-9s  %7s  %7s",
+                          (int)width, "NAME", "KIND", "STATE", "LEASE",
+                          "HOLDERS", "WAITING");
                 sb_flush_line(&b);
             }
             if (opt.json)

@@ -220,10 +220,10 @@ static const struct {
     const char *name;
     const char *usage;
 } cmds[] = {
-    { "status", usage_status }, { "list", usage_list }, { "lock", usage_lock },
-    { "unlock", usage_unlock }, { "watch", usage_watch },
-    { "sem-set", usage_sem_set }, { "top", usage_top },
-    { "fence", usage_fence },
+    { "status", usage_status }, { "list", usage_list },
+    { "lock", usage_lock },     { "unlock", usage_unlock },
+    { "watch", usage_watch },   { "sem-set", usage_sem_set },
+    { "top", usage_top },       { "fence", usage_fence },
 };
 
 static const char *usage_of(const char *cmd)
@@ -256,8 +256,8 @@ int main(int argc, char **argv)
 
     for (i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--version") == 0) {
-            printf("distlock %d.%d.%d\n", DIST_VERSION_MAJOR, DIST_VERSION_MINOR,
-                   DIST_VERSION_PATCH);
+            printf("distlock %d.%d.%d\n", DIST_VERSION_MAJOR,
+                   DIST_VERSION_MINOR, DIST_VERSION_PATCH);
             return 0;
         }
         if (argv[i][0] == '-' && argv[i][1]) {

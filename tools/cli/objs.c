@@ -11,26 +11,47 @@
 
 /* The reads, in the order of their replies inside EXEC. */
 enum {
-    R_TYPE, R_GET, R_CWAIT, R_CQUEUE, R_CSIG, R_SFREE, R_SHOLDS, R_SLEASES,
-    R_BAR, R_BMEMBERS, R_TIME, R_N
+    R_TYPE,
+    R_GET,
+    R_CWAIT,
+    R_CQUEUE,
+    R_CSIG,
+    R_SFREE,
+    R_SHOLDS,
+    R_SLEASES,
+    R_BAR,
+    R_BMEMBERS,
+    R_TIME,
+    R_N
 };
-#define OBJ_CMDS (R_N + 2)       /* MULTI, the reads, EXEC */
+#define OBJ_CMDS (R_N + 2) /* MULTI, the reads, EXEC */
 
 /* Derived keys, by the reads that use them (-1: the name). */
 static const int obj_key_name[R_N] = {
-    -1, -1, DIST__N_COND_WAITERS, DIST__N_COND_QUEUE, DIST__N_COND_SIGNALLED,
-    DIST__N_SEM, DIST__N_SEM_HOLDS, DIST__N_SEM_LEASES, DIST__N_BARRIER,
-    DIST__N_BARRIER_MEMBERS, -1,
+    -1,
+    -1,
+    DIST__N_COND_WAITERS,
+    DIST__N_COND_QUEUE,
+    DIST__N_COND_SIGNALLED,
+    DIST__N_SEM,
+    DIST__N_SEM_HOLDS,
+    DIST__N_SEM_LEASES,
+    DIST__N_BARRIER,
+    DIST__N_BARRIER_MEMBERS,
+    -1,
 };
 
 static const char *const obj_kind_name[] = {
-    [OBJ_COND] = "cond", [OBJ_SEM] = "sem", [OBJ_RSEM] = "rsem",
+    [OBJ_COND] = "cond",
+    [OBJ_SEM] = "sem",
+    [OBJ_RSEM] = "rsem",
     [OBJ_BARRIER] = "barrier",
 };
 
 const char *obj_kind_text(int kind)
 {
-    return kind > OBJ_NONE && kind <= OBJ_BARRIER ? obj_kind_name[kind] : NULL;
+    return kind > OBJ_NONE && kind <= OBJ_BARRIER ? obj_kind_name[kind]
+                                                  : NULL;
 }
 
 int obj_kind_of(const char *s)
@@ -45,10 +66,17 @@ int obj_kind_of(const char *s)
 
 /* Each command, its key (argument 1) left out: filled in by obj_cmds. */
 static const char *const obj_cmd[R_N][5] = {
-    { "TYPE" }, { "GET" }, { "ZRANGE", NULL, "0", "-1", "WITHSCORES" },
-    { "LRANGE", NULL, "0", "-1" }, { "SMEMBERS" }, { "HGET", NULL, "free" },
-    { "HGETALL" }, { "ZRANGE", NULL, "0", "-1", "WITHSCORES" }, { "HGETALL" },
-    { "ZRANGE", NULL, "0", "-1", "WITHSCORES" }, { "TIME" },
+    { "TYPE" },
+    { "GET" },
+    { "ZRANGE", NULL, "0", "-1", "WITHSCORES" },
+    { "LRANGE", NULL, "0", "-1" },
+    { "SMEMBERS" },
+    { "HGET", NULL, "free" },
+    { "HGETALL" },
+    { "ZRANGE", NULL, "0", "-1", "WITHSCORES" },
+    { "HGETALL" },
+    { "ZRANGE", NULL, "0", "-1", "WITHSCORES" },
+    { "TIME" },
 };
 static const int obj_argc[R_N] = { 2, 2, 5, 4, 2, 3, 2, 5, 2, 5, 1 };
 
@@ -89,7 +117,8 @@ static long long reply_ll(const redisReply *r)
 {
     long long v;
 
-    if (r && r->type == REDIS_REPLY_STRING && parse_ll(r->str, r->len, &v) == 0)
+    if (r && r->type == REDIS_REPLY_STRING &&
+        parse_ll(r->str, r->len, &v) == 0)
         return v;
     return LLONG_MIN;
 }
@@ -111,7 +140,8 @@ static void obj_classify(struct obj *o)
     if (e[R_SFREE]->type == REDIS_REPLY_STRING)
         o->present |= 1 << OBJ_SEM;
     if (e[R_TYPE]->type == REDIS_REPLY_STATUS &&
-        strcmp(e[R_TYPE]->str, "string") == 0 && reply_ll(e[R_GET]) != LLONG_MIN)
+        strcmp(e[R_TYPE]->str, "string") == 0 &&
+        reply_ll(e[R_GET]) != LLONG_MIN)
         o->present |= 1 << OBJ_RSEM;
     if (nonempty(e[R_BAR]))
         o->present |= 1 << OBJ_BARRIER;
@@ -130,7 +160,8 @@ void obj_take(const char *name, size_t len, struct obj *o)
     memset(o, 0, sizeof *o);
     o->names = lock_names(name, len);
     obj_cmds(o->names, &x, cmds);
-    if (dist__route_cmds(rlimit, &o->names->name, OBJ_CMDS, cmds, r, NULL) != 0)
+    if (dist__route_cmds(rlimit, &o->names->name, OBJ_CMDS, cmds, r, NULL) !=
+        0)
         die(EX_REDIS, "cannot read '%s': %s", name, redis_why());
     for (i = 0; i < R_N; i++)
         free(x.keys[i]);
@@ -144,7 +175,8 @@ void obj_take(const char *name, size_t len, struct obj *o)
     t = o->e->element[R_TIME];
     if (t->type != REDIS_REPLY_ARRAY || t->elements != 2)
         die(EX_REDIS, "cannot read '%s': unexpected answer to TIME", name);
-    o->now_ms = reply_ll(t->element[0]) * 1000 + reply_ll(t->element[1]) / 1000;
+    o->now_ms =
+        reply_ll(t->element[0]) * 1000 + reply_ll(t->element[1]) / 1000;
     obj_classify(o);
 }
 
@@ -192,7 +224,8 @@ static long long window_of(const struct obj *o, const redisReply *z, size_t i)
 
 size_t obj_live(const struct obj *o, int which)
 {
-    const redisReply *z = o->e->element[which == OBJ_COND ? R_CWAIT : R_BMEMBERS];
+    const redisReply *z =
+        o->e->element[which == OBJ_COND ? R_CWAIT : R_BMEMBERS];
     size_t i, n = 0;
 
     for (i = 0; z->type == REDIS_REPLY_ARRAY && i + 1 < z->elements; i += 2)
@@ -203,8 +236,9 @@ size_t obj_live(const struct obj *o, int which)
 
 size_t obj_entries(const struct obj *o, int kind)
 {
-    const redisReply *z = o->e->element[kind == OBJ_COND ? R_CWAIT
-                                        : kind == OBJ_SEM ? R_SHOLDS : R_BMEMBERS];
+    const redisReply *z = o->e->element[kind == OBJ_COND  ? R_CWAIT
+                                        : kind == OBJ_SEM ? R_SHOLDS
+                                                          : R_BMEMBERS];
 
     return z->type == REDIS_REPLY_ARRAY ? z->elements / 2 : 0;
 }
@@ -311,10 +345,12 @@ static void json_kind_body(struct sb *b, const struct obj *o, int kind)
 
     if (kind == OBJ_COND) {
         json_members(b, o, "waiters", e[R_CWAIT], e[R_CSIG]);
-        sb_printf(b, ",\"live\":%zu,\"queued\":%zu,\"signalled\":%zu",
-                  obj_live(o, OBJ_COND),
-                  e[R_CQUEUE]->type == REDIS_REPLY_ARRAY ? e[R_CQUEUE]->elements : 0,
-                  e[R_CSIG]->type == REDIS_REPLY_ARRAY ? e[R_CSIG]->elements : 0);
+        sb_printf(
+            b, ",\"live\":%zu,\"queued\":%zu,\"signalled\":%zu",
+            obj_live(o, OBJ_COND),
+            e[R_CQUEUE]->type == REDIS_REPLY_ARRAY ? e[R_CQUEUE]->elements
+                                                   : 0,
+            e[R_CSIG]->type == REDIS_REPLY_ARRAY ? e[R_CSIG]->elements : 0);
     } else if (kind == OBJ_SEM) {
         obj_sem_counts(o, &f, &h);
         json_ll(b, "free", f);
@@ -342,7 +378,8 @@ void obj_json(const struct obj *o, int kind)
     sb_json(&b, B(o->names->name), L(o->names->name));
     sb_adds(&b, ",\"kind\":");
     sb_jsonz(&b, obj_kind_name[kind]);
-    sb_printf(&b, ",\"exists\":%s", o->present & (1 << kind) ? "true" : "false");
+    sb_printf(&b, ",\"exists\":%s",
+              o->present & (1 << kind) ? "true" : "false");
     json_kind_body(&b, o, kind);
     sb_adds(&b, "}");
     sb_flush_line(&b);
@@ -426,8 +463,10 @@ static void human_barrier(struct sb *b, const struct obj *o)
     sb_printf(b, "round:    %lld", r);
     sb_flush_line(b);
     if (obj_broken(o))
-        sb_printf(b, "broken:   round %lld (a member died; its waiters got "
-                  "EOWNERDEAD)", br);
+        sb_printf(b,
+                  "broken:   round %lld (a member died; its waiters got "
+                  "EOWNERDEAD)",
+                  br);
     else if (br != LLONG_MIN)
         sb_printf(b, "broken:   no (round %lld was)", br);
     else
@@ -444,13 +483,17 @@ void obj_human(const struct obj *o, int kind)
     sb_adds(&b, "name:     ");
     sb_human(&b, B(o->names->name), L(o->names->name));
     sb_flush_line(&b);
-    sb_printf(&b, "kind:     %s", kind == OBJ_COND ? "condition variable"
-              : kind == OBJ_SEM ? "semaphore (leased)"
-              : kind == OBJ_RSEM ? "semaphore (Redisson)" : "barrier");
+    sb_printf(&b, "kind:     %s",
+              kind == OBJ_COND   ? "condition variable"
+              : kind == OBJ_SEM  ? "semaphore (leased)"
+              : kind == OBJ_RSEM ? "semaphore (Redisson)"
+                                 : "barrier");
     sb_flush_line(&b);
     if (kind == OBJ_COND) {
         sb_printf(&b, "waiters:  %zu (%zu live)",
-                  e[R_CWAIT]->type == REDIS_REPLY_ARRAY ? e[R_CWAIT]->elements / 2 : 0,
+                  e[R_CWAIT]->type == REDIS_REPLY_ARRAY
+                      ? e[R_CWAIT]->elements / 2
+                      : 0,
                   obj_live(o, OBJ_COND));
         sb_flush_line(&b);
         human_members(&b, o, "waiter:", e[R_CWAIT], e[R_CSIG]);

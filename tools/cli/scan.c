@@ -42,9 +42,10 @@ uint64_t list_scan_deadline(double secs)
 static __attribute__((noreturn)) void scan_failed(struct dist__link *l)
 {
     if (list_until && dist__now_ms() >= list_until)
-        die(EX_REDIS, "Redis at %s: the listing did not end within %g s "
-            "(--timeout): SCAN pages came too slowly", dist__link_where(l),
-            list_secs);
+        die(EX_REDIS,
+            "Redis at %s: the listing did not end within %g s "
+            "(--timeout): SCAN pages came too slowly",
+            dist__link_where(l), list_secs);
     die(EX_REDIS, "lost the connection to Redis at %s: %s",
         dist__link_where(l), dist__link_error(l));
 }
@@ -54,8 +55,8 @@ static __attribute__((noreturn)) void scan_failed(struct dist__link *l)
 static redisReply *scan_page(struct dist__link *l, const char *cursor,
                              const char *pattern, const char *type)
 {
-    const char *a[8] = { "SCAN", cursor, "MATCH", pattern, "COUNT", "1000",
-                         "TYPE", type };
+    const char *a[8] = { "SCAN",  cursor, "MATCH", pattern,
+                         "COUNT", "1000", "TYPE",  type };
     redisReply *r;
 
     if ((list_until && dist__now_ms() >= list_until) ||
@@ -93,7 +94,8 @@ void list_scan(struct dist__link *l, const char *pattern, const char *type,
         freeReplyObject(r);
         if (strcmp(cursor, "0") != 0 &&
             cursor_cycles(cursor, saved, sizeof saved, &round, &power))
-            die(EX_REDIS, "Redis at %s: SCAN returned cursor %s twice (a "
+            die(EX_REDIS,
+                "Redis at %s: SCAN returned cursor %s twice (a "
                 "broken server: the scan would never end)",
                 dist__link_where(l), cursor);
     } while (strcmp(cursor, "0") != 0);

@@ -9,8 +9,10 @@
 
 #include "tool.h"
 
-const char *const kind_name[] = { NULL, "mutex", "fair mutex", "rwlock", "unknown" };
-const char *const state_name[] = { "free", "held", "read-held", "write-held", "unknown" };
+const char *const kind_name[] = { NULL, "mutex", "fair mutex", "rwlock",
+                                  "unknown" };
+const char *const state_name[] = { "free", "held", "read-held", "write-held",
+                                   "unknown" };
 
 void snap_free(struct snap *s)
 {
@@ -54,9 +56,11 @@ struct dist__names *lock_names(const char *name, size_t len)
     struct dist__names *n = names_of(name, len);
 
     if (!names_fit(n))
-        die(EX_USAGE, "'%s' cannot be a lock on a Redis Cluster: its keys "
+        die(EX_USAGE,
+            "'%s' cannot be a lock on a Redis Cluster: its keys "
             "would fall in different slots (it has a '{' that opens no "
-            "{tag}, or a '}' without a '{')", name);
+            "{tag}, or a '}' without a '{')",
+            name);
     return n;
 }
 
@@ -79,8 +83,8 @@ static int is_uuid(const char *s, size_t n)
 }
 
 /* Client id and thread number of an owner: split at the last ':'. */
-void owner_split(const char *o, size_t n, size_t *clen,
-                        const char **thr, size_t *tlen)
+void owner_split(const char *o, size_t n, size_t *clen, const char **thr,
+                 size_t *tlen)
 {
     const char *colon = NULL;
     size_t i;
@@ -232,7 +236,8 @@ static void waiters_from(struct waiter **out, size_t *nout,
             w->window_ms = LLONG_MIN;
             if (zr && zr->type == REDIS_REPLY_ARRAY)
                 for (j = 0; j + 1 < zr->elements; j += 2) {
-                    const redisReply *m = zr->element[j], *sc = zr->element[j + 1];
+                    const redisReply *m = zr->element[j],
+                                     *sc = zr->element[j + 1];
                     if (m->type == REDIS_REPLY_STRING && m->len == w->olen &&
                         memcmp(m->str, w->owner, w->olen) == 0)
                         w->window_ms = window_of(sc, now);
@@ -255,7 +260,7 @@ static void waiters_from(struct waiter **out, size_t *nout,
 
 /* The read-hold timeout key {N}:<owner>:rwlock_timeout:<k>. */
 char *read_key(const struct dist__names *n, const struct holder *h,
-                      long long k, size_t *len)
+               long long k, size_t *len)
 {
     struct sb suf = { 0 };
     char *key;
@@ -278,8 +283,8 @@ void snap_args_free(struct snap_args *x)
 }
 
 static const char *const snap_name[SNAP_CMDS] = {
-    "MULTI", "TYPE", "HGETALL", "PTTL", "GET", "LRANGE", "ZRANGE",
-    "ZRANGE", "TIME", "EXEC",
+    "MULTI",  "TYPE",   "HGETALL", "PTTL", "GET",
+    "LRANGE", "ZRANGE", "ZRANGE",  "TIME", "EXEC",
 };
 
 /* MULTI; the reads; EXEC: a consistent picture of N in one round trip. */
@@ -289,11 +294,15 @@ void snap_cmds(const struct dist__names *n, struct snap_args *x,
     const char *const *name = snap_name;
     static const int argc[SNAP_CMDS] = { 1, 2, 2, 2, 2, 4, 5, 5, 1, 1 };
     static const enum dist__nm read[] = {
-        DIST__N_TOKEN, DIST__N_QUEUE, DIST__N_TIMEOUT, DIST__N_RW_WRITERS,
+        DIST__N_TOKEN,
+        DIST__N_QUEUE,
+        DIST__N_TIMEOUT,
+        DIST__N_RW_WRITERS,
     };
     const struct dist__buf *k = x->keys = dist__names_set(n, read, 4);
     const struct dist__buf *key[SNAP_CMDS] = {
-        NULL, &n->name, &n->name, &n->name, k, k + 1, k + 2, k + 3, NULL, NULL,
+        NULL,  &n->name, &n->name, &n->name, k,
+        k + 1, k + 2,    k + 3,    NULL,     NULL,
     };
     int i;
 
@@ -306,9 +315,12 @@ void snap_cmds(const struct dist__names *n, struct snap_args *x,
             x->a[i][1] = key[i]->p;
             x->l[i][1] = key[i]->len;
         }
-        x->a[i][2] = "0";  x->l[i][2] = 1;
-        x->a[i][3] = "-1"; x->l[i][3] = 2;
-        x->a[i][4] = "WITHSCORES"; x->l[i][4] = 10;
+        x->a[i][2] = "0";
+        x->l[i][2] = 1;
+        x->a[i][3] = "-1";
+        x->l[i][3] = 2;
+        x->a[i][4] = "WITHSCORES";
+        x->l[i][4] = 10;
         cmds[i] = (struct dist__cmd){ argc[i], x->a[i], x->l[i] };
     }
 }
@@ -374,7 +386,8 @@ static int parse_holders(struct snap *s, const redisReply *e)
         if (f->type != REDIS_REPLY_STRING || v->type != REDIS_REPLY_STRING ||
             is_str(f, "mode"))
             continue;
-        if (has_mode && olen > 6 && memcmp(f->str + olen - 6, ":write", 6) == 0) {
+        if (has_mode && olen > 6 &&
+            memcmp(f->str + olen - 6, ":write", 6) == 0) {
             write = 1;
             olen -= 6;
         }
@@ -465,7 +478,8 @@ static int exec_odd(redisReply **e)
     int i;
 
     for (i = 0; i < 7; i++)
-        if (e[i]->type != want[i] && (i == 0 || e[i]->type != REDIS_REPLY_ERROR) &&
+        if (e[i]->type != want[i] &&
+            (i == 0 || e[i]->type != REDIS_REPLY_ERROR) &&
             !(i == 3 && e[i]->type == REDIS_REPLY_NIL))
             return i;
     return server_ms(e[7]) > 0 ? -1 : 7;
@@ -492,8 +506,10 @@ int snap_parse(struct snap *s, redisReply **r, const char *where)
             x->type == REDIS_REPLY_ERROR ? ": " : "",
             x->type == REDIS_REPLY_ERROR ? x->str : "");
     if ((i = exec_odd(x->element)) >= 0)
-        die(EX_REDIS, "Redis at %s: unexpected answer to %s inside EXEC (a "
-            "broken or hostile server)", where, snap_name[i + 1]);
+        die(EX_REDIS,
+            "Redis at %s: unexpected answer to %s inside EXEC (a "
+            "broken or hostile server)",
+            where, snap_name[i + 1]);
     parse_exec(s, x->element);
     return 0;
 }
@@ -511,14 +527,13 @@ static void read_pttls(struct snap *s, const char **av, const size_t *lens,
     for (k = 0; k < n; k++)
         cmds[k] = (struct dist__cmd){ 2, av + 2 * k, lens + 2 * k };
     if (dist__route_cmds(rlimit, &s->names->name, (int)n, cmds, r, NULL) != 0)
-        die(EX_REDIS, "cannot read '%s': %s", B(s->names->name),
-            redis_why());
+        die(EX_REDIS, "cannot read '%s': %s", B(s->names->name), redis_why());
     for (i = 0, k = 0; i < s->nh; i++)
         for (j = 1; j <= s->h[i].reads && j <= READ_KEYS_MAX; j++, k++) {
-            long long *lease = &s->h[i].lease_ms;   /* -3: no key found */
+            long long *lease = &s->h[i].lease_ms; /* -3: no key found */
             if (r[k]->type == REDIS_REPLY_INTEGER) {
                 if (r[k]->integer == -1)
-                    *lease = -1;                    /* no expiry: longest */
+                    *lease = -1; /* no expiry: longest */
                 else if (r[k]->integer >= 0 && *lease != -1 &&
                          r[k]->integer > *lease)
                     *lease = r[k]->integer;
@@ -584,7 +599,8 @@ static void read_leases(struct snap *s)
     long long j;
 
     for (i = 0; i < s->nh; i++)
-        n += (size_t)(s->h[i].reads < READ_KEYS_MAX ? s->h[i].reads : READ_KEYS_MAX);
+        n += (size_t)(s->h[i].reads < READ_KEYS_MAX ? s->h[i].reads
+                                                    : READ_KEYS_MAX);
     if (s->kind != KIND_RWLOCK || n == 0)
         return;
     av = xrealloc(NULL, 2 * n * sizeof *av);

@@ -21,7 +21,7 @@
 #define EX_USAGE 2
 #define EX_REDIS 3
 
-#define READ_KEYS_MAX 1000   /* read-hold timeout keys looked at per owner */
+#define READ_KEYS_MAX 1000 /* read-hold timeout keys looked at per owner */
 
 #define B(buf) (buf).p
 #define L(buf) (buf).len
@@ -31,15 +31,15 @@
 extern struct tool_opt {
     int json;
     const char *url;
-    const char *tls[6];    /* --tls-ca, -cert, -key, -server-name, -insecure,
+    const char *tls[6]; /* --tls-ca, -cert, -key, -server-name, -insecure,
                             * and the passphrase from --tls-key-pass-file */
 } opt;
-extern struct dist__cfg rcfg;      /* the settings, once redis_setup ran */
-extern uint64_t rlimit;            /* the end of the whole command (monotonic
+extern struct dist__cfg rcfg; /* the settings, once redis_setup ran */
+extern uint64_t rlimit;       /* the end of the whole command (monotonic
                                     * ms; 0: none), the limit (link.h) every
                                     * call to Redis passes */
-extern const char *cur_cmd;        /* for "Try 'distlock CMD --help'" */
-extern const char *cur_usage;      /* what --help prints */
+extern const char *cur_cmd;   /* for "Try 'distlock CMD --help'" */
+extern const char *cur_usage; /* what --help prints */
 
 /* text.c: messages on stderr, "distlock: " first */
 void vsay(const char *fmt, va_list ap);
@@ -70,7 +70,8 @@ typedef int (*extra_opt_fn)(int argc, char **argv, int *i, void *arg);
 /* Parses options (the command's own through extra, which may be NULL, then
  * the common ones; none after "--") and at most one operand, which it
  * returns (NULL: none). */
-const char *operand_args(int argc, char **argv, extra_opt_fn extra, void *arg);
+const char *operand_args(int argc, char **argv, extra_opt_fn extra,
+                         void *arg);
 /* The same, for a lock NAME, which must be there and valid. */
 const char *name_args(int argc, char **argv, extra_opt_fn extra, void *arg);
 /* On stderr, when the lock whose derived keys are all NAME's ("{q}" for
@@ -103,12 +104,12 @@ void sb_addn(struct sb *b, const char *s, size_t n);
 void sb_adds(struct sb *b, const char *s);
 void sb_printf(struct sb *b, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
-void sb_json(struct sb *b, const char *s, size_t n);   /* a JSON string */
+void sb_json(struct sb *b, const char *s, size_t n); /* a JSON string */
 void sb_jsonz(struct sb *b, const char *s);
-void sb_human(struct sb *b, const char *s, size_t n);  /* for a terminal */
-void sb_flush_line(struct sb *b);                      /* + "\n" to stdout */
+void sb_human(struct sb *b, const char *s, size_t n); /* for a terminal */
+void sb_flush_line(struct sb *b);                     /* + "\n" to stdout */
 void sb_free(struct sb *b);
-void sb_secs(struct sb *b, long long ms);              /* "29.9 s" */
+void sb_secs(struct sb *b, long long ms); /* "29.9 s" */
 int is_digits(const char *s, size_t n);
 int parse_ll(const char *s, size_t n, long long *v);
 
@@ -120,45 +121,45 @@ extern const char *const kind_name[];
 extern const char *const state_name[];
 
 struct holder {
-    char *owner;          /* "<client id>:<thread n>" */
+    char *owner; /* "<client id>:<thread n>" */
     size_t olen;
-    long long holds;      /* mutex */
-    long long reads;      /* rwlock */
+    long long holds; /* mutex */
+    long long reads; /* rwlock */
     long long writes;
-    long long lease_ms;   /* rwlock reader: longest read-hold key; -3 none */
+    long long lease_ms; /* rwlock reader: longest read-hold key; -3 none */
 };
 
 struct waiter {
     char *owner;
     size_t olen;
-    long long window_ms;  /* deadline - server now; LLONG_MIN if unknown */
+    long long window_ms; /* deadline - server now; LLONG_MIN if unknown */
 };
 
 struct snap {
     struct dist__names *names;
-    char type[32];        /* Redis TYPE of N */
+    char type[32]; /* Redis TYPE of N */
     int kind, state;
-    int lockish;          /* every field looks like a distlock/Redisson owner */
-    int ownerish;         /* the same, loosely: "<something>:<id>" */
+    int lockish;  /* every field looks like a distlock/Redisson owner */
+    int ownerish; /* the same, loosely: "<something>:<id>" */
     struct holder *h;
     size_t nh;
     long long pttl;
     int has_token;
     char token[32];
-    struct waiter *q;     /* fair queue, head first */
+    struct waiter *q; /* fair queue, head first */
     size_t nq;
-    int has_timeouts;     /* the fair lock's deadline ZSET exists */
-    struct waiter *w;     /* waiting writers, first deadline first */
+    int has_timeouts; /* the fair lock's deadline ZSET exists */
+    struct waiter *w; /* waiting writers, first deadline first */
     size_t nw;
-    long long now_ms;     /* Redis server clock */
-    uint64_t taken_ms;    /* our monotonic clock when it was read */
+    long long now_ms;  /* Redis server clock */
+    uint64_t taken_ms; /* our monotonic clock when it was read */
     /* a robust mutex's record (distlock_robust:{N}; snap_take only): its
      * fields, malloc'd, NULL when absent; has_robust when it exists */
     int has_robust;
     char *r_held, *r_dead, *r_nr;
 };
 
-#define SNAP_CMDS 10      /* MULTI, 8 reads, EXEC */
+#define SNAP_CMDS 10 /* MULTI, 8 reads, EXEC */
 
 struct dist__names *names_of(const char *name, size_t len);
 /* On a cluster a lock's keys must share a slot: whether n's do. */
@@ -170,7 +171,7 @@ struct dist__names *lock_names(const char *name, size_t len);
 struct snap_args {
     const char *a[SNAP_CMDS][5];
     size_t l[SNAP_CMDS][5];
-    struct dist__buf *keys;   /* the names derived from n that it reads */
+    struct dist__buf *keys; /* the names derived from n that it reads */
 };
 void snap_cmds(const struct dist__names *n, struct snap_args *args,
                struct dist__cmd *cmds);
@@ -188,7 +189,7 @@ char *read_key(const struct dist__names *n, const struct holder *h,
                long long k, size_t *len);
 void owner_split(const char *o, size_t n, size_t *clen, const char **thr,
                  size_t *tlen);
-int owner_strict(const char *o, size_t n);   /* "<uuid>:<digits>" */
+int owner_strict(const char *o, size_t n); /* "<uuid>:<digits>" */
 void json_owner(struct sb *b, const char *o, size_t n);
 void human_owner(struct sb *b, const char *o, size_t n);
 
@@ -212,7 +213,7 @@ void robust_json(struct sb *b, const struct snap *s);
 
 /* ---- watch_events.c ----------------------------------------------------- */
 
-enum { M_MUTEX, M_READ, M_WRITE };     /* a hold's kind */
+enum { M_MUTEX, M_READ, M_WRITE }; /* a hold's kind */
 /* Whether owner o is among the n waiters w; *pos (may be NULL) its place. */
 int waiter_in(const struct waiter *w, size_t n, const char *o, size_t on,
               size_t *pos);
@@ -228,18 +229,18 @@ enum { OBJ_NONE, OBJ_COND, OBJ_SEM, OBJ_RSEM, OBJ_BARRIER };
 
 struct obj {
     struct dist__names *names;
-    redisReply *e;        /* EXEC's replies, read when printed */
-    long long now_ms;     /* Redis server clock */
-    int present;          /* bits 1 << OBJ_*: kinds with keys under the name */
-    int lock;             /* the key N is a hash: a lock */
+    redisReply *e;    /* EXEC's replies, read when printed */
+    long long now_ms; /* Redis server clock */
+    int present;      /* bits 1 << OBJ_*: kinds with keys under the name */
+    int lock;         /* the key N is a hash: a lock */
 };
 
 /* A picture of every kind's keys under name; exit 3 when unreadable. */
 void obj_take(const char *name, size_t len, struct obj *o);
 void obj_free(struct obj *o);
-const char *obj_kind_text(int kind);          /* "cond", ...; NULL */
-int obj_kind_of(const char *s);               /* OBJ_NONE: not a kind */
-size_t obj_live(const struct obj *o, int which);   /* OBJ_COND, OBJ_BARRIER */
+const char *obj_kind_text(int kind);             /* "cond", ...; NULL */
+int obj_kind_of(const char *s);                  /* OBJ_NONE: not a kind */
+size_t obj_live(const struct obj *o, int which); /* OBJ_COND, OBJ_BARRIER */
 /* Waiters (cond), holders (sem) or members (barrier). */
 size_t obj_entries(const struct obj *o, int kind);
 void obj_sem_counts(const struct obj *o, long long *free_, long long *held);

@@ -27,29 +27,33 @@ static size_t entries(const struct snap *s, struct ent **out)
     for (i = 0; i < s->nh; i++) {
         const struct holder *h = &s->h[i];
         if (s->kind != KIND_RWLOCK) {
-            (*out)[n++] = (struct ent){ h->owner, h->olen, M_MUTEX, h->holds };
+            (*out)[n++] =
+                (struct ent){ h->owner, h->olen, M_MUTEX, h->holds };
             continue;
         }
         if (h->writes > 0)
-            (*out)[n++] = (struct ent){ h->owner, h->olen, M_WRITE, h->writes };
+            (*out)[n++] =
+                (struct ent){ h->owner, h->olen, M_WRITE, h->writes };
         if (h->reads > 0)
             (*out)[n++] = (struct ent){ h->owner, h->olen, M_READ, h->reads };
     }
     return n;
 }
 
-static const struct ent *ent_find(const struct ent *e, size_t n, const struct ent *x)
+static const struct ent *ent_find(const struct ent *e, size_t n,
+                                  const struct ent *x)
 {
     size_t i;
 
     for (i = 0; i < n; i++)
-        if (e[i].mode == x->mode && e[i].n == x->n && memcmp(e[i].o, x->o, x->n) == 0)
+        if (e[i].mode == x->mode && e[i].n == x->n &&
+            memcmp(e[i].o, x->o, x->n) == 0)
             return &e[i];
     return NULL;
 }
 
 int waiter_in(const struct waiter *w, size_t n, const char *o, size_t on,
-                     size_t *pos)
+              size_t *pos)
 {
     size_t i;
 
@@ -62,7 +66,8 @@ int waiter_in(const struct waiter *w, size_t n, const char *o, size_t on,
     return 0;
 }
 
-static int holds_any(const struct snap *s, const char *o, size_t on, int write_only)
+static int holds_any(const struct snap *s, const char *o, size_t on,
+                     int write_only)
 {
     size_t i;
 
@@ -83,7 +88,8 @@ static void ev_start(struct sb *b, const struct snap *s, const char *event)
     if (opt.json) {
         gmtime_r(&ts.tv_sec, &tm);
         strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
-        sb_printf(b, "{\"time\":\"%s.%03ldZ\",\"name\":", buf, ts.tv_nsec / 1000000);
+        sb_printf(b, "{\"time\":\"%s.%03ldZ\",\"name\":", buf,
+                  ts.tv_nsec / 1000000);
         sb_json(b, B(s->names->name), L(s->names->name));
         sb_adds(b, ",\"event\":");
         sb_jsonz(b, event);
@@ -127,9 +133,11 @@ static int ev_hold(const struct snap *s, const char *event, const char *text,
         if (e->mode != M_MUTEX || with_count) {
             sb_adds(&b, " (");
             if (e->mode != M_MUTEX)
-                sb_printf(&b, "%s%s", mode_name[e->mode], with_count ? ", " : "");
+                sb_printf(&b, "%s%s", mode_name[e->mode],
+                          with_count ? ", " : "");
             if (with_count)
-                sb_printf(&b, "%lld hold%s", e->count, e->count == 1 ? "" : "s");
+                sb_printf(&b, "%lld hold%s", e->count,
+                          e->count == 1 ? "" : "s");
             sb_adds(&b, ")");
         }
     }
@@ -138,8 +146,8 @@ static int ev_hold(const struct snap *s, const char *event, const char *text,
     return rc;
 }
 
-static int ev_waiter(const struct snap *s, const char *event, const char *text,
-                     const struct waiter *w, size_t pos)
+static int ev_waiter(const struct snap *s, const char *event,
+                     const char *text, const struct waiter *w, size_t pos)
 {
     struct sb b = { 0 };
     int rc;
@@ -198,7 +206,8 @@ int ev_state(const struct snap *s)
         if (s->nq)
             sb_printf(&b, ", %zu queued", s->nq);
         if (s->nw)
-            sb_printf(&b, ", %zu writer%s waiting", s->nw, s->nw == 1 ? "" : "s");
+            sb_printf(&b, ", %zu writer%s waiting", s->nw,
+                      s->nw == 1 ? "" : "s");
     }
     rc = ev_end(&b);
     sb_free(&b);
@@ -274,9 +283,10 @@ static int ev_waiters_gone(const struct snap *a, const struct snap *b,
             !holds_any(b, a->q[i].owner, a->q[i].olen, 0)) {
             if (*missed > 0) {
                 (*missed)--;
-                rc |= ev_waiter(b, "acquired_released",
-                                "acquired and released (between two looks) by ",
-                                &a->q[i], 0);
+                rc |=
+                    ev_waiter(b, "acquired_released",
+                              "acquired and released (between two looks) by ",
+                              &a->q[i], 0);
             } else {
                 rc |= ev_waiter(b, "left_queue", "left queue ", &a->q[i], 0);
             }
@@ -284,14 +294,15 @@ static int ev_waiters_gone(const struct snap *a, const struct snap *b,
     for (i = 0; i < a->nw; i++)
         if (!waiter_in(b->w, b->nw, a->w[i].owner, a->w[i].olen, NULL) &&
             !holds_any(b, a->w[i].owner, a->w[i].olen, 1))
-            rc |= ev_waiter(b, "writer_left", "writer stopped waiting ", &a->w[i], 0);
+            rc |= ev_waiter(b, "writer_left", "writer stopped waiting ",
+                            &a->w[i], 0);
     return rc;
 }
 
 /* Holds and waiters b has that a had not. */
 static int ev_arrivals(const struct snap *a, const struct snap *b,
-                       const struct ent *ea, size_t na,
-                       const struct ent *eb, size_t nb)
+                       const struct ent *ea, size_t na, const struct ent *eb,
+                       size_t nb)
 {
     const struct ent *f;
     size_t i, pos;
@@ -310,7 +321,8 @@ static int ev_arrivals(const struct snap *a, const struct snap *b,
             rc |= ev_waiter(b, "queued", "queued ", &b->q[i], pos);
     for (i = 0; i < b->nw; i++)
         if (!waiter_in(a->w, a->nw, b->w[i].owner, b->w[i].olen, NULL))
-            rc |= ev_waiter(b, "writer_waiting", "writer waiting ", &b->w[i], 0);
+            rc |= ev_waiter(b, "writer_waiting", "writer waiting ", &b->w[i],
+                            0);
     return rc;
 }
 
@@ -333,7 +345,8 @@ int ev_diff(const struct snap *a, const struct snap *b, int released)
         if (!ent_find(eb, nb, &ea[i])) {
             changed = 1;
             if (expired)
-                rc |= ev_hold(b, "expired", "expired, was held by ", &ea[i], 0);
+                rc |=
+                    ev_hold(b, "expired", "expired, was held by ", &ea[i], 0);
             else
                 rc |= ev_hold(b, "released", "released by ", &ea[i], 0);
         }
