@@ -26,8 +26,7 @@
 #    run for DISTLOCK_FUZZ_SECONDS (60) by tests/fuzz/run.sh: a crash, a
 #    leak or a timeout fails the stage; executions and coverage are printed
 # 5. format: scripts/format.sh --check, the sources laid out as
-#    .clang-format says; DISTLOCK_FORMAT=1/0 forces it on/off; off by
-#    default until the tree has been reformatted once (then on under CI)
+#    .clang-format says; on under CI, DISTLOCK_FORMAT=1/0 forces it on/off
 # 6. with --distcheck: make distcheck (the tarball builds and passes; the
 #    interop suite's scenarios 1 and 2 on one server, the current line)
 # DISTLOCK_INTEROP=1 (the default when CI is set) installs a JDK and Maven
@@ -59,9 +58,9 @@ if [[ -n "${DISTLOCK_TSAN:-}" ]]; then
 else
     tsan=$([[ -n "${CI:-}" ]] && echo 1 || echo 0)
 fi
-# The layout check's default under CI: 0 until scripts/format.sh --apply
-# has run over the whole tree, 1 from then on.
-format_in_ci=0
+# The layout check (scripts/format.sh --check) runs under CI: the tree is
+# laid out as .clang-format says.
+format_in_ci=1
 if [[ -n "${DISTLOCK_FORMAT:-}" ]]; then
     format=$([[ "$DISTLOCK_FORMAT" != 0 ]] && echo 1 || echo 0)
 else
