@@ -13,6 +13,9 @@
  *   legacy_repair FILE abandon   lock; on EOWNERDEAD unlock without repair
  *                                (the mutex is then not recoverable)
  *   legacy_repair FILE lock      lock, and print what it returned
+ *   legacy_repair                the program's own repair with glibc alone
+ *                                (run by make check): a thread that ends
+ *                                between the two writes holding the lock
  *
  * Within one process a robust mutex never sees its owner die; across
  * processes it does only when the mutex is a distributed one.  Exit 0, or
@@ -73,12 +76,74 @@ static const char *rc_name(int rc)
     }
 }
 
+/* The self test's thread: the update's first write, then the thread ends
+ * holding the lock, as a process that dies there would. */
+static void *half_update(void *arg)
+{
+    long a, b;
+    int rc;
+
+    (void)arg;
+    if ((rc = pthread_mutex_lock(&g_record_lock)) != 0)
+        fail("lock in the thread", rc);
+    get(&a, &b);
+    put(a + 1, b);
+    return NULL;
+}
+
+/* Without the shim: glibc tells the next locker of a robust mutex whose
+ * owner thread ended, and the repair below puts the record right. */
+static int self_test(void)
+{
+    char path[] = "/tmp/legacy_repair.XXXXXX";
+    pthread_mutexattr_t attr;
+    pthread_t th;
+    long a, b;
+    int rc;
+
+    if ((g_fd = mkstemp(path)) < 0)
+        fail("mkstemp", errno);
+    unlink(path);
+    put(0, 0);
+    pthread_mutexattr_init(&attr);
+    pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
+    pthread_mutex_init(&g_record_lock, &attr);
+    pthread_mutexattr_destroy(&attr);
+    if ((rc = pthread_create(&th, NULL, half_update, NULL)) != 0)
+        fail("pthread_create", rc);
+    pthread_join(th, NULL);
+    rc = pthread_mutex_lock(&g_record_lock);
+    if (rc != EOWNERDEAD)
+        fail("lock after the owner thread ended: not EOWNERDEAD",
+             rc ? rc : EINVAL);
+    get(&a, &b);
+    if (a != b + 1)
+        fail("the half-written record is not there", EINVAL);
+    b = a;
+    put(a, b);
+    if ((rc = pthread_mutex_consistent(&g_record_lock)) != 0)
+        fail("consistent", rc);
+    if ((rc = pthread_mutex_unlock(&g_record_lock)) != 0)
+        fail("unlock", rc);
+    if ((rc = pthread_mutex_lock(&g_record_lock)) != 0)
+        fail("lock after the repair", rc);
+    get(&a, &b);
+    pthread_mutex_unlock(&g_record_lock);
+    if (a != 1 || b != 1)
+        fail("the repaired record is not 1 1", EINVAL);
+    printf("legacy_repair: a half-written record repaired after "
+           "EOWNERDEAD\n");
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     pthread_mutexattr_t attr;
     long a, b;
     int rc;
 
+    if (argc == 1)
+        return self_test();
     if (argc != 3)
         fail("usage: legacy_repair FILE crash|post|abandon|lock", EINVAL);
     if ((g_fd = open(argv[1], O_RDWR | O_CREAT, 0600)) < 0)
