@@ -122,8 +122,8 @@ static size_t derived_size(const struct dist__names *n, enum dist__nm which)
 
 /* On a cluster a script's keys must share a slot.  They do, unless N has
  * a '{' that opens no tag ("a{b", "a{}b": N is hashed whole, the derived
- * names too but with a prefix) or a '}' without a '{' ("a}b": the braces
- * put around N close early).  The usual names are told apart without
+ * names too but with a prefix), a '}' without a '{' ("a}b": the braces
+ * put around N close early), or N is empty.  The usual names are told apart without
  * making a derived one. */
 static int slot_of(const struct dist__names *n)
 {
@@ -132,8 +132,10 @@ static int slot_of(const struct dist__names *n)
     size_t room = 0;
     char *buf;
 
-    if (!open && !memchr(p, '}', n->name.len))
-        return slot; /* derived names hash all of N, as N does */
+    /* derived names hash all of N, as N does; but an empty N derives an
+     * empty tag "{}", which hashes the whole derived name */
+    if (n->name.len > 0 && !open && !memchr(p, '}', n->name.len))
+        return slot;
     close = open ? memchr(open + 1, '}', n->name.len - (size_t)(open + 1 - p))
                  : NULL;
     if (open && close && close > open + 1)
