@@ -98,6 +98,7 @@ static inline void dist__cancel_put_back(const int *old)
 /* ---- util.c ------------------------------------------------------------ */
 
 uint64_t dist__now_ms(void); /* CLOCK_MONOTONIC */
+uint64_t dist__now_us(void); /* the same clock, in microseconds */
 void dist__sleep_ms(uint64_t ms);
 void dist__ms_to_ts(uint64_t mono_ms, struct timespec *ts);
 /* Sets the calling thread's last error and returns code, so that callers

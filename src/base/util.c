@@ -64,6 +64,14 @@ uint64_t dist__now_ms(void)
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
+uint64_t dist__now_us(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
 void dist__ms_to_ts(uint64_t mono_ms, struct timespec *ts)
 {
     ts->tv_sec = (time_t)(mono_ms / 1000u);

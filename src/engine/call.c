@@ -356,6 +356,7 @@ static int try_once(struct dist__call *c)
 
     for (i = 0; i < FRESH_TRIES; i++) {
         c->started = dist__now_ms();
+        c->tried_us = dist__now_us();
         c->unknown = c->bad = 0;
         rc = try_limited(c);
         if (rc != 0 || !c->taken || !stale(c))
@@ -519,7 +520,7 @@ static __attribute__((noinline)) int switch_channel(struct dist__call *c,
     dist__sub_put(*ch);
     *ch = to;
     dist__sub_wait_ready(to, sleep_until(c, deadline));
-    return c->wait != 0 && dist__sub_quiet_since(to, c->started);
+    return c->wait != 0 && dist__sub_quiet_since(to, c->tried_us);
 }
 
 /* Sleeps on the lock's channel *ch between tries until it is taken, an
@@ -541,7 +542,7 @@ static int wait_on(struct dist__call *c, struct dist__chan **chp,
      * wake-up).  A try that said "again at once" (wait 0) is not slept
      * on. */
     dist__sub_wait_ready(*chp, sleep_until(c, deadline));
-    asleep = c->wait != 0 && dist__sub_quiet_since(*chp, c->started);
+    asleep = c->wait != 0 && dist__sub_quiet_since(*chp, c->tried_us);
     for (;;) {
         /* Wake-ups are not taken from each other: a waiter woken with the
          * others and refused for its own reason (a reader a waiting writer

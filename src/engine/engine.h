@@ -201,6 +201,8 @@ struct dist__call {
                                    * sync); valid until the thread's next
                                    * route call */
     uint64_t started;      /* when the call began (monotonic ms) */
+    uint64_t tried_us;     /* when its last try was sent (dist__now_us):
+                                   * see dist__sub_quiet_since */
     uint64_t limit;        /* the end of the commands of the kind's
                                    * acquire, release or cancel under way
                                    * (link.h; 0: none): set by the engine,

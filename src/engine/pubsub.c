@@ -200,14 +200,14 @@ unsigned long dist__sub_gen(struct dist__chan *ch)
     return gen;
 }
 
-int dist__sub_quiet_since(struct dist__chan *ch, uint64_t ms)
+int dist__sub_quiet_since(struct dist__chan *ch, uint64_t us)
 {
     int quiet;
 
     pthread_mutex_lock(&P.mu);
     /* a node's plain_too is fixed when the thread makes it */
     quiet = ch->wire == W_SUBSCRIBED && ch->node && !ch->node->plain_too &&
-            ch->ready_ms < ms && ch->heard_ms < ms;
+            ch->ready_us < us && ch->heard_us < us;
     pthread_mutex_unlock(&P.mu);
     return quiet;
 }

@@ -23,13 +23,13 @@ void dist__sub_wait_ready(struct dist__chan *ch, uint64_t until_ms);
  * for it, as soon as that count moved, or at until_ms (monotonic): 0
  * woken, ETIMEDOUT. */
 unsigned long dist__sub_gen(struct dist__chan *ch);
-/* 1 when ch was subscribed before ms (monotonic) and no message for it
- * has come since: a try sent at ms that found the lock busy would be told
+/* 1 when ch was subscribed before us (dist__now_us) and no message for it
+ * has come since: a try sent at us that found the lock busy would be told
  * of any release after it, so a waiter may sleep on its answer without
  * trying again.  0 when it may have missed one (not subscribed yet, just
  * subscribed, a message heard since, a node that also listens on plain
  * SUBSCRIBE, whose confirmation is not tracked). */
-int dist__sub_quiet_since(struct dist__chan *ch, uint64_t ms);
+int dist__sub_quiet_since(struct dist__chan *ch, uint64_t us);
 int dist__sub_wait_since(struct dist__chan *ch, unsigned long gen,
                          uint64_t until_ms);
 /* dist__sub_wait_since for the waits POSIX lets a signal interrupt and

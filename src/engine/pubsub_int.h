@@ -28,8 +28,11 @@ struct dist__chan {
     unsigned long permits;   /* wake-ups not yet taken */
     unsigned long gen;   /* wake-all messages so far (see sub_wait_since) */
     uint64_t idle_since; /* when refs last fell to 0 */
-    uint64_t ready_ms;   /* when it was last confirmed subscribed */
-    uint64_t heard_ms;   /* when a message for it last came */
+    /* in microseconds (dist__now_us), not ms: a waiter woken, given the
+     * lock and back for it within one millisecond must not read its own
+     * wake-up as one that may have come after its next try */
+    uint64_t ready_us; /* when it was last confirmed subscribed */
+    uint64_t heard_us; /* when a message for it last came */
     pthread_cond_t cv;
     /* Interruptible sleepers (dist__sub_wait_intr, _ready_intr) wait on
      * this futex word instead of cv: every wake-up of the channel moves

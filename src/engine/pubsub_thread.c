@@ -61,7 +61,7 @@ void dist__ps_kick(struct dist__chan *ch)
  * anything else one waiter: the others would only lose the race. */
 void dist__ps_wake(struct dist__chan *ch, int all)
 {
-    ch->heard_ms = dist__now_ms();
+    ch->heard_us = dist__now_us();
     if (all)
         ch->gen++;
     if (ch->refs == 0)
@@ -380,7 +380,7 @@ static void handle(struct dist__node *n, redisReply *r)
             q_pop(n, &s);
         if (ch && ch->node == n && ch->wire == W_SUBSCRIBING) {
             ch->wire = W_SUBSCRIBED;
-            ch->ready_ms = dist__now_ms();
+            ch->ready_us = dist__now_us();
             ch->errors = 0;
             pthread_cond_broadcast(&ch->cv); /* wait_ready */
             dist__ps_kick(ch);
