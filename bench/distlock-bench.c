@@ -395,6 +395,7 @@ struct shared {
         struct start_line go;
         atomic_llong handoffs; /* locks taken, all threads */
         atomic_int started;    /* threads past the start line */
+        atomic_int turned;     /* threads that took the lock once */
         atomic_int inside;     /* threads inside the lock now */
         atomic_llong overlaps; /* found another one inside */
         atomic_int stop;
@@ -2349,7 +2350,7 @@ static pthread_barrier_t s6_bar;
 static void *s6_thread(void *arg)
 {
     dist_mutex_t *m = arg;
-    int rc;
+    int rc, first = 1;
 
     atomic_fetch_add(&sh->s6.go.ready, 1);
     pthread_barrier_wait(&s6_bar);
@@ -2363,6 +2364,10 @@ static void *s6_thread(void *arg)
             atomic_fetch_add(&sh->s6.overlaps, 1);
         atomic_fetch_sub(&sh->s6.inside, 1);
         atomic_fetch_add(&sh->s6.handoffs, 1);
+        if (first) {
+            first = 0;
+            atomic_fetch_add(&sh->s6.turned, 1);
+        }
         if ((rc = dist_mutex_unlock(m)) != 0) {
             dfail("dist_mutex_unlock", rc);
             return (void *)1;
@@ -2563,6 +2568,26 @@ static int s6_await(struct kids *k, long long handoffs, int started)
     return 0;
 }
 
+/* Waits until every one of w threads took the lock once, or for 10 s at
+ * most: a thread past the start line may not have sent its first try
+ * yet (a thousand threads on a loaded machine), and its first call's
+ * one-time costs (its link's first commands, its channel's SUBSCRIBE)
+ * would be counted as the hand-offs'.  A fair queue gives each a turn
+ * within a round; a plain mutex need not, hence the bound. */
+static int s6_await_turns(struct kids *k, int w)
+{
+    uint64_t until = now_ns() + 10000000000ull;
+
+    while (atomic_load(&sh->s6.turned) < w && now_ns() < until) {
+        if (kids_poll(k) != 0) {
+            kids_kill(k);
+            return -1;
+        }
+        sleep_ns(1000000);
+    }
+    return 0;
+}
+
 /* One run: P processes, W waiters.  0 with the figures, or -1. */
 static int s6_run(redisContext *c, int p, int w, struct s6_snap *a,
                   struct s6_snap *b)
@@ -2597,7 +2622,8 @@ static int s6_run(redisContext *c, int p, int w, struct s6_snap *a,
     /* every thread in its first call, and the start over: each had a
      * turn, and whatever the first herd subscribed to is let go (pub/sub
      * channels stay subscribed 250 ms after their last waiter) */
-    if (s6_await(&k, 0, w) != 0 || s6_await(&k, w + 100, w) != 0)
+    if (s6_await(&k, 0, w) != 0 || s6_await(&k, w + 100, w) != 0 ||
+        s6_await_turns(&k, w) != 0)
         return -1;
     sleep_ns(400000000);
     if (s6_await(&k, 0, w) != 0 || s6_snapshot(c, &k, a) != 0 ||
