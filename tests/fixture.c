@@ -252,6 +252,13 @@ void fx_lost_reset(void)
     pthread_mutex_unlock(&g_lost_mu);
 }
 
+void fx_watch_lost(void)
+{
+    fx_dirty = 1;
+    fx_lost_reset();
+    assert_int_equal(dist_set_lost_handler(fx_on_lost, NULL), 0);
+}
+
 int fx_lost_calls(const char *name)
 {
     int i, n = 0;
@@ -350,6 +357,7 @@ struct mx_shared {
 
 struct mx_thread {
     const struct fx_mx *run;
+    const char *counter;
     dist_mutex_t *m;
     struct mx_shared *sh;
     int fail;
@@ -365,7 +373,7 @@ static int mx_inside(struct mx_thread *t, redisContext *c)
 
     if (__atomic_add_fetch(&t->sh->inside, 1, __ATOMIC_SEQ_CST) != 1)
         __atomic_add_fetch(&t->sh->overlaps, 1, __ATOMIC_SEQ_CST);
-    x = redisCommand(c, "GET %s", t->run->counter);
+    x = redisCommand(c, "GET %s", t->counter);
     if (!x || (x->type != REDIS_REPLY_STRING && x->type != REDIS_REPLY_NIL))
         rc = 22;
     else if (x->type == REDIS_REPLY_STRING)
@@ -373,7 +381,7 @@ static int mx_inside(struct mx_thread *t, redisContext *c)
     if (x)
         freeReplyObject(x);
     if (!rc) {
-        x = redisCommand(c, "SET %s %lld", t->run->counter, v + 1);
+        x = redisCommand(c, "SET %s %lld", t->counter, v + 1);
         rc = !x || x->type != REDIS_REPLY_STATUS ? 23 : 0;
         if (x)
             freeReplyObject(x);
@@ -409,17 +417,19 @@ static void *mx_main(void *arg)
 }
 
 /* A child's part: its threads, then its report. */
-static void mx_child(const struct fx_mx *run, struct mx_shared *sh, int idx)
+static void mx_child(const struct fx_mx *run, const char *counter,
+                     struct mx_shared *sh, int idx)
 {
     struct mx_thread t[64];
     pthread_t th[64];
     dist_mutex_t m;
     int i, n = run->threads < 64 ? run->threads : 64, code = 0;
 
-    if (run->init(&m, run->name, run->arg) != 0)
+    if ((run->init ? run->init(&m, run->name, run->arg)
+                   : dist_mutex_init(&m, run->name, NULL)) != 0)
         _exit(sh->codes[idx] = 10);
     for (i = 0; i < n; i++) {
-        t[i] = (struct mx_thread){ run, &m, sh, 0 };
+        t[i] = (struct mx_thread){ run, counter, &m, sh, 0 };
         if (pthread_create(&th[i], NULL, mx_main, &t[i]) != 0)
             _exit(sh->codes[idx] = 11);
     }
@@ -438,10 +448,14 @@ void fx_mx_run(const struct fx_mx *run)
 {
     pid_t pids[FX_MX_MAX_PROCS];
     struct mx_shared *sh;
+    char *counter;
     int st, i, overlaps;
 
     assert_true(run->procs > 0 && run->procs <= FX_MX_MAX_PROCS);
     assert_true(run->threads > 0 && run->threads <= 64);
+    counter = malloc(strlen(run->name) + sizeof ":counter");
+    assert_non_null(counter);
+    sprintf(counter, "%s:counter", run->name);
     sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE,
               MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     assert_true(sh != MAP_FAILED);
@@ -452,7 +466,7 @@ void fx_mx_run(const struct fx_mx *run)
     for (i = 0; i < run->procs; i++) {
         pids[i] = fork();
         if (pids[i] == 0)
-            mx_child(run, sh, i);
+            mx_child(run, counter, sh, i);
         assert_true(pids[i] > 0);
     }
     for (i = 0; i < run->procs; i++) {
@@ -464,4 +478,7 @@ void fx_mx_run(const struct fx_mx *run)
     overlaps = sh->overlaps;
     munmap(sh, sizeof *sh);
     assert_int_equal(overlaps, 0);
+    assert_int_equal(tu_cmd_int(g_redis, "GET", counter, NULL),
+                     (long long)run->procs * run->threads * run->iters);
+    free(counter);
 }

@@ -144,6 +144,10 @@ void fx_holder_join(struct fx_holder *h);
 /* fx_holder_release, then fx_holder_join. */
 void fx_holder_stop(struct fx_holder *h);
 
+/* A test that watches for lost holds: fx_dirty set, the record below
+ * emptied (fx_lost_reset), fx_on_lost installed as the lost handler. */
+void fx_watch_lost(void);
+
 /* A lost handler that records its calls, for dist_set_lost_handler
  * (fx_on_lost, NULL); the names of the first FX_LOST_MAX are kept. */
 #define FX_LOST_MAX 16
@@ -165,15 +169,16 @@ int fx_held_up_entered(double secs, char *first, size_t len);
 void fx_held_up_go(void);
 
 /* Mutual exclusion across processes: procs children of threads threads
- * each take the mutex init makes (init(m, name, arg): 0 or an errno)
- * iters times; inside, each GETs and SETs counter on a connection of its
- * own to the group's server and counts itself in shared memory.  Fails
- * the test when a child reports an error or two threads were ever inside
- * at once; the counter (procs * threads * iters) is the caller's to check,
- * after the children are gone. */
+ * each take the mutex init makes (init(m, name, arg): 0 or an errno; NULL:
+ * dist_mutex_init with default attributes) iters times; inside, each GETs
+ * and SETs the counter "<name>:counter" on a connection of its own to the
+ * group's server and counts itself in shared memory.  Fails the test when
+ * a child reports an error, two threads were ever inside at once, or the
+ * counter, read once the children are gone, is not procs * threads *
+ * iters: an update lost to an overlap the flag did not see. */
 #define FX_MX_MAX_PROCS 8
 struct fx_mx {
-    const char *name, *counter;
+    const char *name;
     int procs, threads, iters;
     int (*init)(dist_mutex_t *m, const char *name, void *arg);
     void *arg;

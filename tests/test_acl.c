@@ -522,16 +522,10 @@ static void test_barrier(void **state)
 /* Calls of cmd the group's server has run. */
 static long calls_of(const char *cmd)
 {
-    char *info = tu_cmd_str(&r, "INFO", "commandstats", NULL), key[64];
-    const char *p;
-    long n = 0;
+    long long n = command_calls_on(&r, cmd);
 
-    assert_non_null(info);
-    snprintf(key, sizeof key, "cmdstat_%s:calls=", cmd);
-    if ((p = strstr(info, key)) != NULL)
-        n = strtol(p + strlen(key), NULL, 10);
-    free(info);
-    return n;
+    assert_true(n >= 0);
+    return (long)n;
 }
 
 /* WAIT commands the group's server has run. */
@@ -546,23 +540,14 @@ static long wait_calls(void)
  * (INFO replication, which the user may run). */
 static void test_with_replica(void **state)
 {
-    const char *args[4] = { "--replicaof", "127.0.0.1", NULL, NULL };
-    tu_redis_opts o;
     tu_redis_t rep;
     dist_mutex_t m;
-    char name[200], port[16];
+    char name[200];
     long waits, roles;
-    int i;
 
     (void)state;
     NAME(name, "m");
-    snprintf(port, sizeof port, "%d", r.port);
-    args[2] = port;
-    memset(&o, 0, sizeof o);
-    o.args = args;
-    assert_int_equal(tu_redis_start_opts(&rep, &o), 0);
-    for (i = 0; i < 100 && tu_cmd_int(&r, "WAIT", "1", "100", NULL) < 1; i++)
-        ;
+    start_replica(&r, &rep);
     /* connections made before the replica came count none: anew */
     dist_shutdown();
     assert_int_equal(fx_apply(url, &settings), 0);

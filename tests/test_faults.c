@@ -619,9 +619,7 @@ static void test_sigstop(void **state)
     NAME(nheld, "held");
     NAME(nleased, "leased");
     NAME(nm, "m");
-    fx_dirty = 1;
-    fx_lost_reset();
-    assert_int_equal(dist_set_lost_handler(fx_on_lost, NULL), 0);
+    fx_watch_lost();
     /* renewed every 2 s, so that it is renewed around the stop */
     assert_int_equal(dist_set_watchdog_ms(6000), 0);
     assert_int_equal(dist_set_timeout_ms(FAULT_TIMEOUT_MS), 0);
@@ -801,9 +799,7 @@ static void test_client_pause(void **state)
     assert_true(s != MAP_FAILED);
     memset(s, 0, sizeof *s);
     s->code = -1;
-    fx_dirty = 1;
-    fx_lost_reset();
-    assert_int_equal(dist_set_lost_handler(fx_on_lost, NULL), 0);
+    fx_watch_lost();
     assert_int_equal(dist_set_watchdog_ms(3000), 0);
     assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
     assert_int_equal(dist_mutex_init(&m2, n2, NULL), 0);
@@ -976,8 +972,7 @@ static void test_blackhole(void **state)
     NAME(nm, "m");
     NAME(nw, "w");
     proxy_up();
-    fx_lost_reset();
-    assert_int_equal(dist_set_lost_handler(fx_on_lost, NULL), 0);
+    fx_watch_lost();
     assert_int_equal(dist_set_watchdog_ms(6000), 0);
     assert_int_equal(dist_set_timeout_ms(FAULT_TIMEOUT_MS), 0);
     assert_int_equal(dist_mutex_init(&held, nheld, NULL), 0);
@@ -1403,9 +1398,7 @@ static void test_doubtful_unlock_not_lost(void **state)
 
     (void)state;
     NAME(name, "m");
-    fx_dirty = 1;
-    fx_lost_reset();
-    assert_int_equal(dist_set_lost_handler(fx_on_lost, NULL), 0);
+    fx_watch_lost();
     assert_int_equal(dist_set_watchdog_ms(1500), 0); /* renewed every 0.5 s */
     assert_int_equal(dist_set_timeout_ms(FAULT_TIMEOUT_MS), 0);
     assert_int_equal(dist_mutex_init(&m, name, NULL), 0);

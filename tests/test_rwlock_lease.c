@@ -296,9 +296,7 @@ static void test_watchdog_and_lost(void **state)
 
     (void)state;
     NAME(name, "rw");
-    fx_dirty = 1;
-    fx_lost_reset();
-    assert_int_equal(dist_set_lost_handler(fx_on_lost, NULL), 0);
+    fx_watch_lost();
     assert_int_equal(dist_set_watchdog_ms(1500), 0);
     assert_int_equal(dist_rwlock_init(&rw, name, NULL), 0);
     assert_int_equal(dist_rwlock_rdlock(&rw), 0);

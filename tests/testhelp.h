@@ -420,4 +420,50 @@ static inline pid_t fork_started(void (*body)(void *), void *arg)
     return pid;
 }
 
+/* ---- the server's counts and a replica (test_cost_*, test_acl) ---------- */
+
+/* Calls of cmd (lower case) the server r has run so far, by its own count
+ * (INFO commandstats: the commands scripts run count too, under their
+ * names); -1 when INFO fails. */
+static inline long long command_calls_on(tu_redis_t *r, const char *cmd)
+{
+    char *info = tu_cmd_str(r, "INFO", "commandstats", NULL), key[64];
+    const char *p;
+    long long n = 0;
+
+    if (!info)
+        return -1;
+    snprintf(key, sizeof key, "cmdstat_%s:calls=", cmd);
+    if ((p = strstr(info, key)) != NULL)
+        n = atoll(p + strlen(key));
+    free(info);
+    return n;
+}
+
+/* A replica of master started as *rep, and synced: the master counts it
+ * (WAIT 1 answers 1).  Fails the test when it is not within about 10 s. */
+static inline void start_replica(tu_redis_t *master, tu_redis_t *rep)
+{
+    const char *args[4] = { "--replicaof", "127.0.0.1", NULL, NULL };
+    char port[16];
+    tu_redis_opts o;
+    redisReply *x;
+    int i;
+
+    /* a full sync without the 5 s wait for more replicas */
+    x = tu_cmd(master, "CONFIG", "SET", "repl-diskless-sync-delay", "0",
+               NULL);
+    assert_non_null(x);
+    freeReplyObject(x);
+    snprintf(port, sizeof port, "%d", master->port);
+    args[2] = port;
+    memset(&o, 0, sizeof o);
+    o.args = args;
+    assert_int_equal(tu_redis_start_opts(rep, &o), 0);
+    for (i = 0; i < 100 && tu_cmd_int(master, "WAIT", "1", "100", NULL) < 1;
+         i++)
+        ;
+    assert_true(i < 100);
+}
+
 #endif

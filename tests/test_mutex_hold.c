@@ -1,0 +1,390 @@
+/*
+ * test_mutex_hold: who holds a dist_mutex and how often: reentrant counts,
+ * the error-checking type, trylock against another thread, unlock by one
+ * that does not hold it, two objects of one name, a forked child's own
+ * identity, the static initializer, names the library refuses, destroy of
+ * a held lock and the fencing token of a hold.  Against a private
+ * redis-server (mutexhelp.h).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <semaphore.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "distlock.h"
+#include "harness_server.h"
+#include "harness_proxy.h"
+#include "testhelp.h"
+#include "fixture.h"
+
+#define MUTEX_PROG "test_mutex_hold"
+#include "mutexhelp.h"
+
+static void test_reentrant_hold_counts(void **state)
+{
+    char name[200];
+    dist_mutex_t m;
+    char *owner;
+    long long cnt = -1;
+
+    (void)state;
+    NAMED_MUTEX(m, name);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+
+    owner = owner_field(name, &cnt);
+    assert_non_null(owner);
+    assert_int_equal(cnt, 3);
+    assert_int_equal(hget_count(name, owner), 3);
+    assert_true(tu_cmd_int(&r, "PTTL", name, NULL) > 0);
+
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(hget_count(name, owner), 2);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(hget_count(name, owner), 1);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(key_exists(name), 0);
+    assert_int_equal(dist_mutex_unlock(&m), EPERM);
+    assert_int_equal(key_exists(name), 0);
+    free(owner);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+}
+
+static void test_errorcheck(void **state)
+{
+    char name[200];
+    dist_mutex_t m;
+    dist_mutexattr_t a;
+    int type = -1;
+    long long cnt = -1;
+    char *owner;
+
+    (void)state;
+    NAME(name, "m");
+    assert_int_equal(dist_mutexattr_init(&a), 0);
+    assert_int_equal(dist_mutexattr_gettype(&a, &type), 0);
+    assert_int_equal(type, DIST_MUTEX_RECURSIVE);
+    assert_int_equal(dist_mutexattr_settype(&a, DIST_MUTEX_ERRORCHECK), 0);
+    assert_int_equal(dist_mutexattr_settype(&a, 0), EINVAL);
+    assert_int_equal(dist_mutexattr_settype(&a, 3), EINVAL);
+    assert_int_equal(dist_mutexattr_settype(&a, -1), EINVAL);
+    assert_int_equal(dist_mutexattr_gettype(&a, &type), 0);
+    assert_int_equal(type, DIST_MUTEX_ERRORCHECK);
+
+    assert_int_equal(dist_mutex_init(&m, name, &a), 0);
+    assert_int_equal(dist_mutexattr_destroy(&a), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_mutex_lock(&m), EDEADLK);
+    assert_int_equal(dist_mutex_trylock(&m), EBUSY); /* POSIX: trylock
+                                                        * finds it taken */
+    owner = owner_field(name, &cnt);
+    assert_non_null(owner);
+    free(owner);
+    assert_int_equal(cnt, 1); /* the refused relocks changed nothing */
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(key_exists(name), 0);
+    assert_int_equal(dist_mutex_unlock(&m), EPERM);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+}
+
+static void test_trylock_busy(void **state)
+{
+    char name[200];
+    dist_mutex_t m;
+    struct oneshot o;
+
+    (void)state;
+    NAMED_MUTEX(m, name);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    run_oneshot(&o, &m, OP_TRYLOCK_UNLOCK);
+    assert_int_equal(o.rc, EBUSY);
+    assert_true(o.err[0] != 0);
+    assert_int_equal(hash_fields(name), 1);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+
+    run_oneshot(&o, &m, OP_TRYLOCK_UNLOCK);
+    assert_int_equal(o.rc, 0);
+    assert_int_equal(o.rc2, 0);
+    assert_int_equal(key_exists(name), 0);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+}
+
+static void test_unlock_not_owner(void **state)
+{
+    char name[200], name2[200];
+    dist_mutex_t m, m2;
+    struct oneshot o;
+    long long cnt = -1;
+    char *owner;
+
+    (void)state;
+    NAME(name, "m");
+    NAME(name2, "unheld");
+    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
+    assert_int_equal(dist_mutex_init(&m2, name2, NULL), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+
+    run_oneshot(&o, &m, OP_UNLOCK);
+    assert_int_equal(o.rc, EPERM);
+    assert_true(o.err[0] != 0);
+    owner = owner_field(name, &cnt); /* main's hold is untouched */
+    assert_non_null(owner);
+    free(owner);
+    assert_int_equal(cnt, 1);
+
+    assert_int_equal(dist_mutex_unlock(&m2), EPERM);
+    assert_true(dist_last_error()[0] != 0);
+
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(key_exists(name), 0);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+    assert_int_equal(dist_mutex_destroy(&m2), 0);
+}
+
+static void test_same_name_two_objects(void **state)
+{
+    char name[200];
+    dist_mutex_t a, b;
+    char *owner;
+    long long cnt = -1;
+
+    (void)state;
+    NAME(name, "m");
+    assert_int_equal(dist_mutex_init(&a, name, NULL), 0);
+    assert_int_equal(dist_mutex_init(&b, name, NULL), 0);
+    assert_int_equal(dist_mutex_lock(&a), 0);
+    assert_int_equal(dist_mutex_lock(&b), 0);
+    owner = owner_field(name, &cnt);
+    assert_non_null(owner);
+    assert_int_equal(cnt, 2);
+    assert_int_equal(dist_mutex_unlock(&b), 0);
+    assert_int_equal(hget_count(name, owner), 1);
+    free(owner);
+    assert_int_equal(dist_mutex_unlock(&a), 0);
+    assert_int_equal(key_exists(name), 0);
+    assert_int_equal(dist_mutex_unlock(&a), EPERM);
+    assert_int_equal(dist_mutex_unlock(&b), EPERM);
+    assert_int_equal(dist_mutex_destroy(&a), 0);
+    assert_int_equal(dist_mutex_destroy(&b), 0);
+}
+
+#define STATIC_NAME "test_mutex:static_initializer:fixed-name-7f3a9c"
+static dist_mutex_t sm = DIST_MUTEX_INITIALIZER(STATIC_NAME);
+
+static void test_static_initializer(void **state)
+{
+    dist_mutex_t z;
+    char *owner;
+    long long cnt = -1;
+
+    (void)state;
+    assert_true(tu_cmd_int(&r, "DEL", STATIC_NAME, NULL) >= 0);
+    assert_int_equal(dist_mutex_lock(&sm), 0);
+    owner = owner_field(STATIC_NAME, &cnt);
+    assert_non_null(owner);
+    free(owner);
+    assert_int_equal(cnt, 1);
+    assert_int_equal(dist_mutex_trylock(&sm), 0);
+    assert_int_equal(hget_count(STATIC_NAME, "nonexistent"), -1);
+    assert_int_equal(dist_mutex_unlock(&sm), 0);
+    assert_int_equal(dist_mutex_unlock(&sm), 0);
+    assert_int_equal(key_exists(STATIC_NAME), 0);
+    assert_int_equal(dist_mutex_destroy(&sm), 0);
+
+    memset(&z, 0, sizeof z);
+    assert_int_equal(dist_mutex_lock(&z), EINVAL);
+    assert_true(dist_last_error()[0] != 0);
+    assert_int_equal(dist_mutex_trylock(&z), EINVAL);
+    assert_int_equal(dist_mutex_unlock(&z), EINVAL);
+}
+
+static void test_destroy_and_names(void **state)
+{
+    char name[200];
+    dist_mutex_t m;
+    char *big;
+
+    (void)state;
+    NAMED_MUTEX(m, name);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_mutex_destroy(&m), EBUSY);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+    assert_int_equal(key_exists(name), 0);
+
+    assert_int_equal(dist_mutex_init(&m, NULL, NULL), EINVAL);
+    assert_int_equal(dist_mutex_init(&m, "", NULL), EINVAL);
+
+    big = malloc(DIST_NAME_MAX + 2);
+    assert_non_null(big);
+    memset(big, 'a', DIST_NAME_MAX + 1);
+    big[DIST_NAME_MAX + 1] = 0;
+    assert_int_equal(dist_mutex_init(&m, big, NULL), EINVAL);
+    /* exactly DIST_NAME_MAX bytes is accepted and works */
+    big[DIST_NAME_MAX] = 0;
+    memcpy(big, name, strlen(name));
+    assert_int_equal(dist_mutex_init(&m, big, NULL), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(hash_fields(big), 1);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(key_exists(big), 0);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+    free(big);
+}
+
+static void test_fencing_token(void **state)
+{
+    char name[200], tokkey[260];
+    dist_mutex_t m;
+    uint64_t t1 = 0, t1b = 0, t2 = 0, t = 0;
+
+    (void)state;
+    NAME(name, "m");
+    snprintf(tokkey, sizeof tokkey, "redisson_lock_token:{%s}", name);
+    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
+    assert_int_equal(dist_mutex_token(&m, &t), EPERM);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_mutex_token(&m, &t1), 0);
+    assert_true(t1 >= 1);
+    assert_int_equal(tu_cmd_int(&r, "GET", tokkey, NULL), (long long)t1);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_mutex_token(&m, &t1b), 0);
+    assert_int_equal(t1b, t1);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_token(&m, &t), 0); /* still held once */
+    assert_int_equal(t, t1);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_token(&m, &t), EPERM);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_mutex_token(&m, &t2), 0);
+    assert_true(t2 > t1);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_token(&m, &t), EPERM);
+    assert_int_equal(dist_mutex_token(&m, NULL), EINVAL);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+}
+
+/* Shared memory for results of forked children (one int per child). */
+static int *shared_ints(size_t n)
+{
+    int *p = mmap(NULL, n * sizeof *p, PROT_READ | PROT_WRITE,
+                  MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    size_t i;
+
+    if (p == MAP_FAILED)
+        return NULL;
+    for (i = 0; i < n; i++)
+        p[i] = -1; /* not reported */
+    return p;
+}
+
+/* The child reports code both in shared memory and as its exit status. */
+static void child_exit(int *slot, int code)
+{
+    *slot = code;
+    _exit(code);
+}
+
+/* Length of the uuid part of an owner field "<uuid>:<thread n>". */
+static size_t uuid_len(const char *owner)
+{
+    const char *c = strrchr(owner, ':');
+    return c ? (size_t)(c - owner) : strlen(owner);
+}
+
+static void test_fork_child_identity(void **state)
+{
+    char name[200], name2[200];
+    dist_mutex_t m;
+    char *powner;
+    long long cnt = -1;
+    pid_t pid;
+    int st = -1, rep;
+    int *slot = shared_ints(1);
+
+    (void)state;
+    assert_non_null(slot);
+    NAME(name, "parent");
+    NAME(name2, "child");
+    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    powner = owner_field(name, &cnt);
+    assert_non_null(powner);
+    assert_int_equal(cnt, 1);
+
+    pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        dist_mutex_t m2;
+        char *cowner;
+        long long c2 = -1;
+        int code = 0;
+
+        if (dist_mutex_trylock(&m) != EBUSY)
+            child_exit(slot, 10);
+        if (dist_mutex_unlock(&m) != EPERM)
+            child_exit(slot, 11);
+        if (dist_mutex_init(&m2, name2, NULL) != 0)
+            child_exit(slot, 12);
+        if (dist_mutex_lock(&m2) != 0)
+            child_exit(slot, 13);
+        cowner = owner_field(name2, &c2);
+        if (!cowner || c2 != 1)
+            code = 14;
+        else if (uuid_len(cowner) == uuid_len(powner) &&
+                 memcmp(cowner, powner, uuid_len(cowner)) == 0)
+            code = 15;
+        free(cowner);
+        if (dist_mutex_unlock(&m2) != 0 && !code)
+            code = 16;
+        if (!code && key_exists(name2) != 0)
+            code = 17;
+        if (!code && hget_count(name, powner) != 1) /* parent's untouched */
+            code = 18;
+        child_exit(slot, code);
+    }
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    rep = *slot;
+    munmap(slot, sizeof *slot);
+    if (rep != 0 || !child_exit_ok(st, rep))
+        fail_msg("child: reported %d, status 0x%x (exit code %d)", rep, st,
+                 WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+    assert_int_equal(hget_count(name, powner), 1);
+    free(powner);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(key_exists(name), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(key_exists(name), 0);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+#define T(f) cmocka_unit_test_teardown(f, fx_restore_defaults)
+        T(test_reentrant_hold_counts), T(test_errorcheck),
+        T(test_trylock_busy),          T(test_unlock_not_owner),
+        T(test_same_name_two_objects), T(test_static_initializer),
+        T(test_fork_child_identity),   T(test_destroy_and_names),
+        T(test_fencing_token),
+    };
+    return MUTEX_RUN(tests);
+}
