@@ -102,15 +102,10 @@ RW_FN void tkey(char *buf, size_t len, const char *name, const char *owner,
 /* Subscribers of chan (testhelp.h). */
 #define numsub(chan) pubsub_numsub(&r, chan)
 
-RW_FN void chan_of(char *buf, size_t len, const char *name)
-{
-    snprintf(buf, len, "redisson_rwlock:{%s}", name);
-}
-
-RW_FN void writers_of(char *buf, size_t len, const char *name)
-{
-    snprintf(buf, len, "distlock_rwlock_writers:{%s}", name);
-}
+#define chan_of(buf, len, name)                                              \
+    derived_name(buf, len, "redisson_rwlock", name)
+#define writers_of(buf, len, name)                                           \
+    derived_name(buf, len, "distlock_rwlock_writers", name)
 
 /* Writers waiting on the lock (its writers queue). */
 RW_FN long long zcard_writers(const char *name)
@@ -158,7 +153,7 @@ RW_FN void del_all(const char *name)
     x = tu_cmd(&r, "DEL", name, NULL);
     if (x)
         freeReplyObject(x);
-    snprintf(k, sizeof k, "distlock_rwlock_readers:{%s}", name);
+    derived_name(k, sizeof k, "distlock_rwlock_readers", name);
     x = tu_cmd(&r, "DEL", k, NULL);
     if (x)
         freeReplyObject(x);

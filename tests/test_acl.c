@@ -301,8 +301,14 @@ static int mx_lock(void *m)
     return rc ? rc : dist_mutex_unlock(m);
 }
 
-static void mutex_kind(int fair)
+/* The cases run once for each kind (P in main). */
+static const int plain_kind = 0, fair_kind = 1;
+static const int leased_mode = DIST_SEM_LEASED,
+                 redisson_mode = DIST_SEM_REDISSON;
+
+static void mutex_kind(void **state)
 {
+    const int fair = param_int(state);
     dist_mutexattr_t a;
     dist_mutex_t m, m2;
     struct waiter w[2];
@@ -352,18 +358,6 @@ static void mutex_kind(int fair)
         snprintf(k, sizeof k, "redisson_lock_timeout:{%s}", name);
         tu_cmd_int(&r, "DEL", k, NULL);
     }
-}
-
-static void test_mutex(void **state)
-{
-    (void)state;
-    mutex_kind(0);
-}
-
-static void test_fair_mutex(void **state)
-{
-    (void)state;
-    mutex_kind(1);
 }
 
 static int rw_wr(void *l)
@@ -450,8 +444,9 @@ static int sem_take(void *s)
     return rc ? rc : dist_sem_post(s);
 }
 
-static void sem_kind(int mode)
+static void sem_kind(void **state)
 {
+    const int mode = param_int(state);
     dist_semattr_t a;
     dist_sem_t s, s2;
     struct waiter w;
@@ -475,18 +470,6 @@ static void sem_kind(int mode)
     assert_int_equal(dist_sem_destroy(&s), 0);
     assert_int_equal(dist_sem_destroy(&s2), 0);
     nothing_refused();
-}
-
-static void test_sem_leased(void **state)
-{
-    (void)state;
-    sem_kind(DIST_SEM_LEASED);
-}
-
-static void test_sem_redisson(void **state)
-{
-    (void)state;
-    sem_kind(DIST_SEM_REDISSON);
 }
 
 static int bar_wait(void *b)
@@ -781,13 +764,17 @@ static void test_tool_status_and_list(void **state)
 int main(void)
 {
 #define T(f) cmocka_unit_test_setup(f, setup)
+#define P(name, fn, arg)                                                     \
+    {                                                                        \
+#name, fn, setup, NULL, (void *)(arg)                                \
+    }
     const struct CMUnitTest tests[] = {
-        T(test_mutex),
-        T(test_fair_mutex),
+        P(test_mutex, mutex_kind, &plain_kind),
+        P(test_fair_mutex, mutex_kind, &fair_kind),
         T(test_rwlock),
         T(test_cond),
-        T(test_sem_leased),
-        T(test_sem_redisson),
+        P(test_sem_leased, sem_kind, &leased_mode),
+        P(test_sem_redisson, sem_kind, &redisson_mode),
         T(test_barrier),
         T(test_tool_status_and_list),
         T(test_with_replica),

@@ -39,6 +39,8 @@ static const struct fx_settings defaults = { 30000, 2000, 0 };
 
 /* how a robust mutex is made in these tests */
 enum { PLAIN = 0, FAIR = 1 };
+/* The kinds, for the cases run once with each (param_test). */
+static const int plain_kind = PLAIN, fair_kind = FAIR;
 #define LEASE_MS                                                             \
     800UL /* an explicit lease: a killed holder's hold ends
                             * this long after its lock */
@@ -56,10 +58,9 @@ static void init_robust(dist_mutex_t *m, const char *name, int fair,
     assert_int_equal(dist_mutexattr_destroy(&a), 0);
 }
 
-static void record_key(char *key, size_t len, const char *name)
-{
-    snprintf(key, len, "distlock_robust:{%s}", name);
-}
+/* The robust record of a lock (who held it, whether it died). */
+#define record_key(key, len, name)                                           \
+    derived_name(key, len, "distlock_robust", name)
 
 static long long record_exists(const char *name)
 {
@@ -190,8 +191,9 @@ static void other_locks(const char *name, int fair, int *lock_rc,
 /* The holder was killed: this process's lock waits for its lease, then
  * gets EOWNERDEAD with the lock held; consistent; a clean unlock, after
  * which another process's lock gets 0 and no record is left. */
-static void killed_then_consistent(int fair)
+static void killed_then_consistent(void **state)
 {
+    const int fair = param_int(state);
     char name[200];
     dist_mutex_t m;
     int lrc, urc, fd, rc[2];
@@ -231,24 +233,13 @@ static void killed_then_consistent(int fair)
     assert_int_equal(dist_mutex_destroy(&m), 0);
 }
 
-static void test_killed_holder_plain(void **state)
-{
-    (void)state;
-    killed_then_consistent(PLAIN);
-}
-
-static void test_killed_holder_fair(void **state)
-{
-    (void)state;
-    killed_then_consistent(FAIR);
-}
-
 /* The owner-dead holder unlocks without consistent: every later lock,
  * trylock and timedlock in another process gets ENOTRECOVERABLE without
  * taking it, until the record is deleted (what distlock unlock --reset
  * does); then 0. */
-static void unlock_without_consistent(int fair)
+static void unlock_without_consistent(void **state)
 {
+    const int fair = param_int(state);
     char name[200], key[300];
     dist_mutex_t m;
     int fd, rc[3], lrc, urc;
@@ -274,7 +265,7 @@ static void unlock_without_consistent(int fair)
     assert_int_equal(rc[2], ENOTRECOVERABLE);
     /* nothing was taken, nobody is queued */
     assert_int_equal(tu_cmd_int(&r, "EXISTS", name, NULL), 0);
-    snprintf(key, sizeof key, "redisson_lock_queue:{%s}", name);
+    derived_name(key, sizeof key, "redisson_lock_queue", name);
     assert_int_equal(tu_cmd_int(&r, "EXISTS", key, NULL), 0);
     /* this process too */
     assert_int_equal(dist_mutex_lock(&m), ENOTRECOVERABLE);
@@ -287,18 +278,6 @@ static void unlock_without_consistent(int fair)
     assert_int_equal(lrc, 0);
     assert_int_equal(urc, 0);
     assert_int_equal(dist_mutex_destroy(&m), 0);
-}
-
-static void test_unlock_without_consistent_plain(void **state)
-{
-    (void)state;
-    unlock_without_consistent(PLAIN);
-}
-
-static void test_unlock_without_consistent_fair(void **state)
-{
-    (void)state;
-    unlock_without_consistent(FAIR);
 }
 
 /* A watchdog hold whose process is stopped (SIGSTOP) past its lease: the
@@ -504,8 +483,9 @@ static void test_deferred(void **state)
 
 /* Waiters blocked while an owner-dead holder unlocks without consistent
  * are woken and get ENOTRECOVERABLE; a fair waiter leaves the queue. */
-static void waiter_woken_unrecoverable(int fair)
+static void waiter_woken_unrecoverable(void **state)
 {
+    const int fair = param_int(state);
     char name[200], key[300];
     dist_mutex_t m;
     int fd, lrc;
@@ -523,41 +503,32 @@ static void waiter_woken_unrecoverable(int fair)
     (void)read_rc(fd);
     close(fd);
     reap(pid);
-    snprintf(key, sizeof key, "redisson_lock_queue:{%s}", name);
+    derived_name(key, sizeof key, "redisson_lock_queue", name);
     assert_int_equal(tu_cmd_int(&r, "EXISTS", key, NULL), 0);
     record_key(key, sizeof key, name);
     assert_int_equal(tu_cmd_int(&r, "DEL", key, NULL), 1);
     assert_int_equal(dist_mutex_destroy(&m), 0);
 }
 
-static void test_waiter_woken_plain(void **state)
-{
-    (void)state;
-    waiter_woken_unrecoverable(PLAIN);
-}
-
-static void test_waiter_woken_fair(void **state)
-{
-    (void)state;
-    waiter_woken_unrecoverable(FAIR);
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-#define T(f) cmocka_unit_test_teardown(f, fx_restore_defaults)
+#define T(f)              cmocka_unit_test_teardown(f, fx_restore_defaults)
+#define P(name, fn, kind) param_test(name, fn, kind, fx_restore_defaults)
         T(test_attr),
         T(test_clean_and_not_robust),
-        T(test_killed_holder_plain),
-        T(test_killed_holder_fair),
-        T(test_unlock_without_consistent_plain),
-        T(test_unlock_without_consistent_fair),
+        P(test_killed_holder_plain, killed_then_consistent, &plain_kind),
+        P(test_killed_holder_fair, killed_then_consistent, &fair_kind),
+        P(test_unlock_without_consistent_plain, unlock_without_consistent,
+          &plain_kind),
+        P(test_unlock_without_consistent_fair, unlock_without_consistent,
+          &fair_kind),
         T(test_lease_ran_out_under_sigstop),
         T(test_forced_hold),
         T(test_reentrant),
         T(test_deferred),
-        T(test_waiter_woken_plain),
-        T(test_waiter_woken_fair),
+        P(test_waiter_woken_plain, waiter_woken_unrecoverable, &plain_kind),
+        P(test_waiter_woken_fair, waiter_woken_unrecoverable, &fair_kind),
     };
     return fx_run_group(tests, &r, &defaults, "TEST_ROBUST_FILTER");
 }

@@ -466,4 +466,18 @@ static inline void start_replica(tu_redis_t *master, tu_redis_t *rep)
     assert_true(i < 100);
 }
 
+/* The int a param_test case was given, as a pointer to it. */
+static inline int param_int(void **state)
+{
+    return *(const int *)*state;
+}
+
+/* The name of a key or channel the library derives from a lock's name:
+ * "<kind>:{<name>}" (the braces keep them in the lock's hash slot). */
+static inline void derived_name(char *buf, size_t len, const char *kind,
+                                const char *name)
+{
+    snprintf(buf, len, "%s:{%s}", kind, name);
+}
+
 #endif
