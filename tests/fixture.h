@@ -50,6 +50,10 @@ int fx_apply(const char *url, const struct fx_settings *s);
 void fx_use(tu_redis_t *r, const struct fx_settings *s,
             const char *filter_env);
 
+/* An entry of main's table of tests: the test, with fx_restore_defaults
+ * as its teardown. */
+#define FX_TEST(f) cmocka_unit_test_teardown(f, fx_restore_defaults)
+
 /* main's last step: the tests of the group on r with settings s (fx_use),
  * filtered by $filter_env. */
 #define fx_run_group(tests, r, s, filter_env)                                \

@@ -50,6 +50,23 @@ static const struct fx_settings defaults = FX_DEFAULTS(0);
 #define key_exists(key)        tu_cmd_int(&r, "EXISTS", key, NULL)
 #define hget_count(key, field) tu_cmd_int(&r, "HGET", key, field, NULL)
 
+/* m works: a lock holds it once, and its unlock leaves nothing under
+ * name. */
+MX_FN void assert_works(dist_mutex_t *m, const char *name)
+{
+    assert_int_equal(dist_mutex_lock(m), 0);
+    assert_int_equal(hash_fields(name), 1);
+    assert_int_equal(dist_mutex_unlock(m), 0);
+    assert_int_equal(key_exists(name), 0);
+}
+
+/* A test's end: nothing is left under name, and m is destroyed. */
+MX_FN void mutex_done(dist_mutex_t *m, const char *name)
+{
+    assert_int_equal(key_exists(name), 0);
+    assert_int_equal(dist_mutex_destroy(m), 0);
+}
+
 /* ---- a thread that holds a lock until told to let go --------------------- */
 
 MX_FN int holder_lock(void *m)

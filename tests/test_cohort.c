@@ -552,13 +552,12 @@ static void test_fork(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-#define T(f) cmocka_unit_test_teardown(f, fx_restore_defaults)
-        T(test_attribute),     T(test_fair_refused),
-        T(test_env_default),   T(test_recursive),
-        T(test_errorcheck),    T(test_cond_refused),
-        T(test_handoff),       T(test_mutual_exclusion),
-        T(test_remote_waiter), T(test_lost_hold),
-        T(test_fork),
+        FX_TEST(test_attribute),     FX_TEST(test_fair_refused),
+        FX_TEST(test_env_default),   FX_TEST(test_recursive),
+        FX_TEST(test_errorcheck),    FX_TEST(test_cond_refused),
+        FX_TEST(test_handoff),       FX_TEST(test_mutual_exclusion),
+        FX_TEST(test_remote_waiter), FX_TEST(test_lost_hold),
+        FX_TEST(test_fork),
     };
     return fx_run_group(tests, &r, &defaults, "TEST_COHORT_FILTER");
 }

@@ -244,9 +244,8 @@ int main(void)
      * which then wakes once for nothing, one script more. */
     setenv("DISTLOCK_DIRECT_WAKE", "0", 1);
     const struct CMUnitTest tests[] = {
-#define T(f) cmocka_unit_test_teardown(f, fx_restore_defaults)
-        T(test_herd_commands_per_handoff),
-        T(test_fair_herd_commands_per_handoff),
+        FX_TEST(test_herd_commands_per_handoff),
+        FX_TEST(test_fair_herd_commands_per_handoff),
     };
     return COST_RUN(tests);
 }

@@ -143,9 +143,8 @@ static void test_memory_per_held_lock(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-#define T(f) cmocka_unit_test_teardown(f, fx_restore_defaults)
-        T(test_many_inits),
-        T(test_memory_per_held_lock),
+        FX_TEST(test_many_inits),
+        FX_TEST(test_memory_per_held_lock),
     };
     return COST_RUN(tests);
 }

@@ -342,11 +342,10 @@ int main(void)
      * which then wakes once for nothing, one script more. */
     setenv("DISTLOCK_DIRECT_WAKE", "0", 1);
     const struct CMUnitTest tests[] = {
-#define T(f) cmocka_unit_test_teardown(f, fx_restore_defaults)
-        T(test_uncontended_pair),
-        T(test_count_once_per_process),
-        T(test_contended_pair),
-        T(test_replica_still_waited),
+        FX_TEST(test_uncontended_pair),
+        FX_TEST(test_count_once_per_process),
+        FX_TEST(test_contended_pair),
+        FX_TEST(test_replica_still_waited),
     };
     return COST_RUN(tests);
 }

@@ -456,7 +456,6 @@ static void test_mutual_exclusion(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-#define T(f) cmocka_unit_test_teardown(f, fx_restore_defaults)
 #define CASE(f, how, who, again)                                             \
     {                                                                        \
 #f, test_disturbed_release, NULL, fx_restore_defaults,               \
@@ -473,9 +472,9 @@ int main(void)
             v                                                                \
         }                                                                    \
     }
-        T(test_attribute),
-        T(test_release_runs),
-        T(test_unlock_does_not_wait),
+        FX_TEST(test_attribute),
+        FX_TEST(test_release_runs),
+        FX_TEST(test_unlock_does_not_wait),
         /* NOSCRIPT read by the lock that follows it: the lock counted
          * the old hold and gives that one back */
         CASE(test_noscript_then_lock, FLUSH_SCRIPTS, BY_OWNER, 0),
@@ -487,13 +486,13 @@ int main(void)
         CASE(test_noscript_idle, FLUSH_SCRIPTS, BY_RENEWAL, 1),
         WITH(test_lost_hold_idle, test_lost_hold, 1),
         WITH(test_lost_hold, test_lost_hold, 0),
-        T(test_broken_then_lock),
+        FX_TEST(test_broken_then_lock),
         /* the release never reached the server and the owner does not
          * come back: the broken link is found by a call on another lock */
         CASE(test_broken_elsewhere, DROP_REQUEST, BY_OTHER_LOCK, 0),
-        T(test_thread_exit),
-        T(test_fork_pending),
-        T(test_exit_after_unlock),
+        FX_TEST(test_thread_exit),
+        FX_TEST(test_fork_pending),
+        FX_TEST(test_exit_after_unlock),
         WITH(test_mutual_exclusion, test_mutual_exclusion, 0),
         WITH(test_mutual_exclusion_fair, test_mutual_exclusion, 1),
     };

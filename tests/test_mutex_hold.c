@@ -122,8 +122,7 @@ static void test_trylock_busy(void **state)
     run_oneshot(&o, &m, OP_TRYLOCK_UNLOCK);
     assert_int_equal(o.rc, 0);
     assert_int_equal(o.rc2, 0);
-    assert_int_equal(key_exists(name), 0);
-    assert_int_equal(dist_mutex_destroy(&m), 0);
+    mutex_done(&m, name);
 }
 
 static void test_unlock_not_owner(void **state)
@@ -153,8 +152,7 @@ static void test_unlock_not_owner(void **state)
     assert_true(dist_last_error()[0] != 0);
 
     assert_int_equal(dist_mutex_unlock(&m), 0);
-    assert_int_equal(key_exists(name), 0);
-    assert_int_equal(dist_mutex_destroy(&m), 0);
+    mutex_done(&m, name);
     assert_int_equal(dist_mutex_destroy(&m2), 0);
 }
 
@@ -205,8 +203,7 @@ static void test_static_initializer(void **state)
     assert_int_equal(hget_count(STATIC_NAME, "nonexistent"), -1);
     assert_int_equal(dist_mutex_unlock(&sm), 0);
     assert_int_equal(dist_mutex_unlock(&sm), 0);
-    assert_int_equal(key_exists(STATIC_NAME), 0);
-    assert_int_equal(dist_mutex_destroy(&sm), 0);
+    mutex_done(&sm, STATIC_NAME);
 
     memset(&z, 0, sizeof z);
     assert_int_equal(dist_mutex_lock(&z), EINVAL);
@@ -241,10 +238,7 @@ static void test_destroy_and_names(void **state)
     big[DIST_NAME_MAX] = 0;
     memcpy(big, name, strlen(name));
     assert_int_equal(dist_mutex_init(&m, big, NULL), 0);
-    assert_int_equal(dist_mutex_lock(&m), 0);
-    assert_int_equal(hash_fields(big), 1);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
-    assert_int_equal(key_exists(big), 0);
+    assert_works(&m, big);
     assert_int_equal(dist_mutex_destroy(&m), 0);
     free(big);
 }
@@ -372,19 +366,17 @@ static void test_fork_child_identity(void **state)
     assert_int_equal(key_exists(name), 0);
     assert_int_equal(dist_mutex_lock(&m), 0);
     assert_int_equal(dist_mutex_unlock(&m), 0);
-    assert_int_equal(key_exists(name), 0);
-    assert_int_equal(dist_mutex_destroy(&m), 0);
+    mutex_done(&m, name);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-#define T(f) cmocka_unit_test_teardown(f, fx_restore_defaults)
-        T(test_reentrant_hold_counts), T(test_errorcheck),
-        T(test_trylock_busy),          T(test_unlock_not_owner),
-        T(test_same_name_two_objects), T(test_static_initializer),
-        T(test_fork_child_identity),   T(test_destroy_and_names),
-        T(test_fencing_token),
+        FX_TEST(test_reentrant_hold_counts), FX_TEST(test_errorcheck),
+        FX_TEST(test_trylock_busy),          FX_TEST(test_unlock_not_owner),
+        FX_TEST(test_same_name_two_objects), FX_TEST(test_static_initializer),
+        FX_TEST(test_fork_child_identity),   FX_TEST(test_destroy_and_names),
+        FX_TEST(test_fencing_token),
     };
     return MUTEX_RUN(tests);
 }

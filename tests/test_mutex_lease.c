@@ -184,8 +184,7 @@ static void test_sigkill_holder(void **state)
     assert_int_equal(rc_try, EBUSY);
     assert_int_equal(rc_lock, 0);
     assert_dbl_range(el, 0.0, 1.5 + slack(1.5));
-    assert_int_equal(key_exists(name), 0);
-    assert_int_equal(dist_mutex_destroy(&m), 0);
+    mutex_done(&m, name);
     fx_dirty = 0;
 }
 
@@ -337,12 +336,11 @@ static void test_lease_left(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-#define T(f) cmocka_unit_test_teardown(f, fx_restore_defaults)
-        T(test_lease_expiry),
-        T(test_watchdog_renews),
-        T(test_sigkill_holder),
-        T(test_lease_left),
-        T(test_unlock_while_loss_reported),
+        FX_TEST(test_lease_expiry),
+        FX_TEST(test_watchdog_renews),
+        FX_TEST(test_sigkill_holder),
+        FX_TEST(test_lease_left),
+        FX_TEST(test_unlock_while_loss_reported),
     };
     return MUTEX_RUN(tests);
 }

@@ -101,10 +101,7 @@ static void test_script_flush(void **state)
     freeReplyObject(x);
     assert_int_equal(dist_mutex_unlock(&m), 0);
     assert_int_equal(key_exists(name), 0);
-    assert_int_equal(dist_mutex_lock(&m), 0);
-    assert_int_equal(hash_fields(name), 1);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
-    assert_int_equal(key_exists(name), 0);
+    assert_works(&m, name);
     assert_int_equal(dist_mutex_destroy(&m), 0);
 }
 
@@ -141,10 +138,7 @@ static void test_unreachable(void **state)
     assert_dbl_range(try.el, 0.0, 2.0 + slack(0.5));
 
     /* reachable again: the object works */
-    assert_int_equal(dist_mutex_lock(&m), 0);
-    assert_int_equal(hash_fields(name), 1);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
-    assert_int_equal(key_exists(name), 0);
+    assert_works(&m, name);
     assert_int_equal(dist_mutex_destroy(&m), 0);
 }
 
@@ -324,11 +318,13 @@ static void test_no_sigpipe(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-#define T(f) cmocka_unit_test_teardown(f, fx_restore_defaults)
-        T(test_redis_restart),    T(test_script_flush),
-        T(test_unreachable),      T(test_unknown_release_is_finished),
-        T(test_lost_reply_proxy), T(test_acl_user_without_password),
-        T(test_no_sigpipe),
+        FX_TEST(test_redis_restart),
+        FX_TEST(test_script_flush),
+        FX_TEST(test_unreachable),
+        FX_TEST(test_unknown_release_is_finished),
+        FX_TEST(test_lost_reply_proxy),
+        FX_TEST(test_acl_user_without_password),
+        FX_TEST(test_no_sigpipe),
     };
     return MUTEX_RUN(tests);
 }

@@ -61,8 +61,7 @@ static void test_timedlock_timeout(void **state)
     t = timed_vs_holder(&m, 3.0);
     assert_int_equal(t.rc, ETIMEDOUT);
     assert_dbl_range(t.el, 3.0, 3.0 + slack(1.0));
-    assert_int_equal(key_exists(name), 0);
-    assert_int_equal(dist_mutex_destroy(&m), 0);
+    mutex_done(&m, name);
 }
 
 /* A deadline in the past: a free lock is taken all the same, a held one
@@ -121,8 +120,7 @@ static void test_timedlock_invalid(void **state)
     assert_int_equal(dist_mutex_unlock(&m), 0);
 
     assert_int_equal(dist_mutex_timedlock(&m, NULL), EINVAL);
-    assert_int_equal(key_exists(name), 0);
-    assert_int_equal(dist_mutex_destroy(&m), 0);
+    mutex_done(&m, name);
 }
 
 /* Threads of several processes on one mutex (4 processes of 2 threads,
@@ -272,10 +270,12 @@ static void test_no_channels_left(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-#define T(f) cmocka_unit_test_teardown(f, fx_restore_defaults)
-        T(test_timedlock_timeout), T(test_timedlock_past_deadline),
-        T(test_timedlock_invalid), T(test_mutual_exclusion),
-        T(test_no_channels_left),  T(test_waiting_does_not_poll),
+        FX_TEST(test_timedlock_timeout),
+        FX_TEST(test_timedlock_past_deadline),
+        FX_TEST(test_timedlock_invalid),
+        FX_TEST(test_mutual_exclusion),
+        FX_TEST(test_no_channels_left),
+        FX_TEST(test_waiting_does_not_poll),
     };
     return MUTEX_RUN(tests);
 }

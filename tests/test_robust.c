@@ -70,6 +70,15 @@ static long long record_exists(const char *name)
     return tu_cmd_int(&r, "EXISTS", key, NULL);
 }
 
+/* What distlock unlock --reset does: the record, which is there, deleted. */
+static void reset_record(const char *name)
+{
+    char key[300];
+
+    record_key(key, sizeof key, name);
+    assert_int_equal(tu_cmd_int(&r, "DEL", key, NULL), 1);
+}
+
 /* A field of the record, malloc'd, or NULL. */
 static char *record_field(const char *name, const char *field)
 {
@@ -272,8 +281,7 @@ static void unlock_without_consistent(void **state)
     assert_int_equal(dist_mutex_trylock(&m), ENOTRECOVERABLE);
     assert_int_equal(dist_mutex_unlock(&m), EPERM);
     /* an operator's reset */
-    record_key(key, sizeof key, name);
-    assert_int_equal(tu_cmd_int(&r, "DEL", key, NULL), 1);
+    reset_record(name);
     other_locks(name, fair, &lrc, &urc);
     assert_int_equal(lrc, 0);
     assert_int_equal(urc, 0);
@@ -350,7 +358,7 @@ static void test_forced_hold(void **state)
  * clean.  Without it the last one makes it not recoverable. */
 static void test_reentrant(void **state)
 {
-    char name[200], key[300];
+    char name[200];
     dist_mutex_t m;
     int lrc, urc;
 
@@ -379,8 +387,7 @@ static void test_reentrant(void **state)
     assert_int_equal(dist_mutex_unlock(&m), 0);
     other_locks(name, PLAIN, &lrc, &urc);
     assert_int_equal(lrc, ENOTRECOVERABLE);
-    record_key(key, sizeof key, name);
-    assert_int_equal(tu_cmd_int(&r, "DEL", key, NULL), 1);
+    reset_record(name);
     assert_int_equal(dist_mutex_destroy(&m), 0);
 }
 
@@ -449,7 +456,7 @@ static void test_attr(void **state)
  * makes it not recoverable all the same. */
 static void test_deferred(void **state)
 {
-    char name[200], key[300];
+    char name[200];
     dist_mutexattr_t a;
     dist_mutex_t m, other;
     int lrc, urc;
@@ -474,8 +481,7 @@ static void test_deferred(void **state)
     assert_int_equal(dist_mutex_unlock(&m), 0);
     other_locks(name, PLAIN, &lrc, &urc);
     assert_int_equal(lrc, ENOTRECOVERABLE);
-    record_key(key, sizeof key, name);
-    assert_int_equal(tu_cmd_int(&r, "DEL", key, NULL), 1);
+    reset_record(name);
     assert_int_equal(dist_mutex_destroy(&m), 0);
     assert_int_equal(dist_mutex_destroy(&other), 0);
     assert_int_equal(dist_mutexattr_destroy(&a), 0);
@@ -505,28 +511,26 @@ static void waiter_woken_unrecoverable(void **state)
     reap(pid);
     derived_name(key, sizeof key, "redisson_lock_queue", name);
     assert_int_equal(tu_cmd_int(&r, "EXISTS", key, NULL), 0);
-    record_key(key, sizeof key, name);
-    assert_int_equal(tu_cmd_int(&r, "DEL", key, NULL), 1);
+    reset_record(name);
     assert_int_equal(dist_mutex_destroy(&m), 0);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-#define T(f)              cmocka_unit_test_teardown(f, fx_restore_defaults)
 #define P(name, fn, kind) param_test(name, fn, kind, fx_restore_defaults)
-        T(test_attr),
-        T(test_clean_and_not_robust),
+        FX_TEST(test_attr),
+        FX_TEST(test_clean_and_not_robust),
         P(test_killed_holder_plain, killed_then_consistent, &plain_kind),
         P(test_killed_holder_fair, killed_then_consistent, &fair_kind),
         P(test_unlock_without_consistent_plain, unlock_without_consistent,
           &plain_kind),
         P(test_unlock_without_consistent_fair, unlock_without_consistent,
           &fair_kind),
-        T(test_lease_ran_out_under_sigstop),
-        T(test_forced_hold),
-        T(test_reentrant),
-        T(test_deferred),
+        FX_TEST(test_lease_ran_out_under_sigstop),
+        FX_TEST(test_forced_hold),
+        FX_TEST(test_reentrant),
+        FX_TEST(test_deferred),
         P(test_waiter_woken_plain, waiter_woken_unrecoverable, &plain_kind),
         P(test_waiter_woken_fair, waiter_woken_unrecoverable, &fair_kind),
     };

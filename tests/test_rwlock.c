@@ -694,17 +694,16 @@ static void test_mixed_load(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-#define T(f) cmocka_unit_test_teardown(f, fx_restore_defaults)
-        T(test_many_readers),
-        T(test_writer_excludes),
-        T(test_try_busy),
-        T(test_reentrant),
-        T(test_downgrade),
-        T(test_no_upgrade),
-        T(test_readers_behind_writer),
-        T(test_writer_preference),
-        T(test_timed),
-        T(test_mixed_load),
+        FX_TEST(test_many_readers),
+        FX_TEST(test_writer_excludes),
+        FX_TEST(test_try_busy),
+        FX_TEST(test_reentrant),
+        FX_TEST(test_downgrade),
+        FX_TEST(test_no_upgrade),
+        FX_TEST(test_readers_behind_writer),
+        FX_TEST(test_writer_preference),
+        FX_TEST(test_timed),
+        FX_TEST(test_mixed_load),
     };
     return fx_run_group(tests, &r, &defaults, "TEST_RWLOCK_FILTER");
 }

@@ -330,13 +330,12 @@ static void test_lease_left(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-#define T(f) cmocka_unit_test_teardown(f, fx_restore_defaults)
-        T(test_static_initializer),
-        T(test_no_channels_left),
-        T(test_redisson_layout),
-        T(test_destroy_and_names),
-        T(test_token),
-        T(test_lease_left),
+        FX_TEST(test_static_initializer),
+        FX_TEST(test_no_channels_left),
+        FX_TEST(test_redisson_layout),
+        FX_TEST(test_destroy_and_names),
+        FX_TEST(test_token),
+        FX_TEST(test_lease_left),
     };
     return fx_run_group(tests, &r, &defaults, "TEST_RWLOCK_LAYOUT_FILTER");
 }

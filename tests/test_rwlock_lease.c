@@ -463,11 +463,13 @@ static void test_unknown_outcome(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-#define T(f) cmocka_unit_test_teardown(f, fx_restore_defaults)
-        T(test_sigkill_reader),           T(test_per_hold_lease),
-        T(test_preferring_writer_killed), T(test_lost_reply_proxy),
-        T(test_watchdog_and_lost),        T(test_fork_child),
-        T(test_unknown_outcome),
+        FX_TEST(test_sigkill_reader),
+        FX_TEST(test_per_hold_lease),
+        FX_TEST(test_preferring_writer_killed),
+        FX_TEST(test_lost_reply_proxy),
+        FX_TEST(test_watchdog_and_lost),
+        FX_TEST(test_fork_child),
+        FX_TEST(test_unknown_outcome),
     };
     return fx_run_group(tests, &r, &defaults, "TEST_RWLOCK_LEASE_FILTER");
 }

@@ -878,7 +878,6 @@ static void test_killed_consumer_gives_back_its_item(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-#define T(f) cmocka_unit_test_teardown(f, fx_restore_defaults)
 /* a test run under name for one semaphore mode, its state */
 #define MODE(name, f, m)                                                     \
     {                                                                        \
@@ -887,14 +886,14 @@ int main(void)
             m                                                                \
         }                                                                    \
     }
-        T(test_take_and_give_back),
-        T(test_unowned_posts_and_maximum),
-        T(test_post_of_permit_found_lost),
+        FX_TEST(test_take_and_give_back),
+        FX_TEST(test_unowned_posts_and_maximum),
+        FX_TEST(test_post_of_permit_found_lost),
         MODE(test_post_wakes_other_process, test_post_wakes_other_process,
              DIST_SEM_LEASED),
-        T(test_killed_holder_gives_back),
-        T(test_invariant_under_sigkill),
-        T(test_redisson_layout),
+        FX_TEST(test_killed_holder_gives_back),
+        FX_TEST(test_invariant_under_sigkill),
+        FX_TEST(test_redisson_layout),
         MODE(test_redisson_post_wakes_other_process,
              test_post_wakes_other_process, DIST_SEM_REDISSON),
         MODE(test_signal_interrupts_wait, test_signal_interrupts,
@@ -904,8 +903,8 @@ int main(void)
         MODE(test_cancelled_in_wait, test_cancelled_in_wait, DIST_SEM_LEASED),
         MODE(test_redisson_cancelled_in_wait, test_cancelled_in_wait,
              DIST_SEM_REDISSON),
-        T(test_producer_consumer_bounded),
-        T(test_killed_consumer_gives_back_its_item),
+        FX_TEST(test_producer_consumer_bounded),
+        FX_TEST(test_killed_consumer_gives_back_its_item),
     };
     return fx_run_group(tests, &r, &defaults, "TEST_SEM_FILTER");
 }

@@ -308,11 +308,13 @@ static void test_failover_replica_behind(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-#define T(f) cmocka_unit_test_teardown(f, fx_restore_defaults)
-        T(test_token_is_the_clock),      T(test_counter_ahead_counts_on),
-        T(test_reentry_keeps_token),     T(test_every_kind_rises),
-        T(test_restart_without_data),    T(test_restart_from_aof),
-        T(test_failover_replica_behind),
+        FX_TEST(test_token_is_the_clock),
+        FX_TEST(test_counter_ahead_counts_on),
+        FX_TEST(test_reentry_keeps_token),
+        FX_TEST(test_every_kind_rises),
+        FX_TEST(test_restart_without_data),
+        FX_TEST(test_restart_from_aof),
+        FX_TEST(test_failover_replica_behind),
     };
     return fx_run_group(tests, &r, &defaults, "TEST_TOKENS_FILTER");
 }
