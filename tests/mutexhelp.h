@@ -23,9 +23,6 @@
 #include <stdio.h>
 #include <string.h>
 
-/* Each program uses a part of these. */
-#define MX_FN static __attribute__((unused))
-
 static tu_redis_t r;
 
 /* The group's settings (fixture.h); SIGPIPE is counted, not fatal
@@ -52,7 +49,7 @@ static const struct fx_settings defaults = FX_DEFAULTS(0);
 
 /* m works: a lock holds it once, and its unlock leaves nothing under
  * name. */
-MX_FN void assert_works(dist_mutex_t *m, const char *name)
+static inline void assert_works(dist_mutex_t *m, const char *name)
 {
     assert_int_equal(dist_mutex_lock(m), 0);
     assert_int_equal(hash_fields(name), 1);
@@ -61,7 +58,7 @@ MX_FN void assert_works(dist_mutex_t *m, const char *name)
 }
 
 /* A test's end: nothing is left under name, and m is destroyed. */
-MX_FN void mutex_done(dist_mutex_t *m, const char *name)
+static inline void mutex_done(dist_mutex_t *m, const char *name)
 {
     assert_int_equal(key_exists(name), 0);
     assert_int_equal(dist_mutex_destroy(m), 0);
@@ -69,18 +66,18 @@ MX_FN void mutex_done(dist_mutex_t *m, const char *name)
 
 /* ---- a thread that holds a lock until told to let go --------------------- */
 
-MX_FN int holder_lock(void *m)
+static inline int holder_lock(void *m)
 {
     return dist_mutex_lock(m);
 }
 
-MX_FN int holder_unlock(void *m)
+static inline int holder_unlock(void *m)
 {
     return dist_mutex_unlock(m);
 }
 
 /* The fixture's holder thread on m. */
-MX_FN void holder_start(struct fx_holder *h, dist_mutex_t *m)
+static inline void holder_start(struct fx_holder *h, dist_mutex_t *m)
 {
     fx_holder_start(h, holder_lock, holder_unlock, m);
 }
@@ -96,7 +93,7 @@ struct oneshot {
     char err[256];
 };
 
-MX_FN void *oneshot_main(void *arg)
+static inline void *oneshot_main(void *arg)
 {
     struct oneshot *o = arg;
 
@@ -114,7 +111,7 @@ MX_FN void *oneshot_main(void *arg)
 }
 
 /* Runs op on m in a thread of its own (another owner than the caller). */
-MX_FN void run_oneshot(struct oneshot *o, dist_mutex_t *m, enum op op)
+static inline void run_oneshot(struct oneshot *o, dist_mutex_t *m, enum op op)
 {
     pthread_t th;
 

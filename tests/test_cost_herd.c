@@ -31,7 +31,9 @@
 #include "testhelp.h"
 #include "fixture.h"
 
-#define COST_PROG "test_cost_herd"
+#define MUTEX_PROG "test_cost_herd"
+#define MUTEX_FILTER "TEST_COST_FILTER"
+#include "mutexhelp.h"
 #include "costhelp.h"
 
 /* ---- the herd ----------------------------------------------------------- */
@@ -247,5 +249,5 @@ int main(void)
         FX_TEST(test_herd_commands_per_handoff),
         FX_TEST(test_fair_herd_commands_per_handoff),
     };
-    return COST_RUN(tests);
+    return MUTEX_RUN(tests);
 }

@@ -33,7 +33,9 @@
 #include "testhelp.h"
 #include "fixture.h"
 
-#define COST_PROG "test_cost_many"
+#define MUTEX_PROG "test_cost_many"
+#define MUTEX_FILTER "TEST_COST_FILTER"
+#include "mutexhelp.h"
 #include "costhelp.h"
 
 /* ---- many locks ------------------------------------------------------- */
@@ -146,5 +148,5 @@ int main(void)
         FX_TEST(test_many_inits),
         FX_TEST(test_memory_per_held_lock),
     };
-    return COST_RUN(tests);
+    return MUTEX_RUN(tests);
 }

@@ -39,7 +39,9 @@
 #include "testhelp.h"
 #include "fixture.h"
 
-#define COST_PROG "test_cost_pair"
+#define MUTEX_PROG "test_cost_pair"
+#define MUTEX_FILTER "TEST_COST_FILTER"
+#include "mutexhelp.h"
 #include "costhelp.h"
 
 /* m taken and given back twice, a second apart, then a second's pause:
@@ -347,5 +349,5 @@ int main(void)
         FX_TEST(test_contended_pair),
         FX_TEST(test_replica_still_waited),
     };
-    return COST_RUN(tests);
+    return MUTEX_RUN(tests);
 }
