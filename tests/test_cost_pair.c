@@ -39,7 +39,7 @@
 #include "testhelp.h"
 #include "fixture.h"
 
-#define MUTEX_PROG "test_cost_pair"
+#define MUTEX_PROG   "test_cost_pair"
 #define MUTEX_FILTER "TEST_COST_FILTER"
 #include "mutexhelp.h"
 #include "costhelp.h"
@@ -71,37 +71,59 @@ static void init_waited(dist_mutex_t *m, const char *name)
     dist_mutexattr_destroy(&a);
 }
 
+/* The server's counts at a point of a test, and the time then. */
+struct counts {
+    long long scripts, roles, infos;
+    double t;
+};
+
+static void counts_now(struct counts *c)
+{
+    c->scripts = scripts_run();
+    c->roles = calls_of("role");
+    c->infos = infos_in_scripts();
+    c->t = tu_now();
+}
+
+/* Since c: no ROLE; the replica count was read by acquire scripts (INFO
+ * inside the script), at least once and at most once a second for the
+ * process. */
+static void assert_count_read_in_scripts(const struct counts *c)
+{
+    long long infos = infos_in_scripts() - c->infos;
+    double el = tu_now() - c->t;
+
+    assert_int_equal(calls_of("role") - c->roles, 0);
+    assert_true(infos >= 1);
+    if (infos > (long long)el + 1)
+        fail_msg("%lld counts read in %.1f s", infos, el);
+}
+
 #define PAIRS 100
 
 static void test_uncontended_pair(void **state)
 {
-    long long s0, r0, sub0, i0, infos;
+    struct counts c0;
+    long long sub0;
     dist_mutex_t m;
     char name[200];
-    double t0;
     int i;
 
     (void)state;
     NAME(name, "m");
     init_waited(&m, name);
     count_stale(&m); /* connects first */
-    s0 = scripts_run();
-    r0 = calls_of("role");
     sub0 = calls_of("subscribe");
-    i0 = infos_in_scripts();
-    t0 = tu_now();
+    counts_now(&c0);
     for (i = 0; i < PAIRS; i++) {
         assert_int_equal(dist_mutex_lock(&m), 0);
         assert_int_equal(dist_mutex_unlock(&m), 0);
     }
-    infos = infos_in_scripts() - i0;
-    assert_int_equal(scripts_run() - s0, 2 * PAIRS);
+    assert_int_equal(scripts_run() - c0.scripts, 2 * PAIRS);
     /* the first acquire read the count, in its script, for the new hold's
      * replica sync and for a second of the ones after it (a ROLE after
      * the hold before) */
-    assert_int_equal(calls_of("role") - r0, 0);
-    assert_true(infos >= 1);
-    assert_true(infos <= (long long)(tu_now() - t0) + 1);
+    assert_count_read_in_scripts(&c0);
     assert_int_equal(calls_of("subscribe") - sub0, 0);
     assert_int_equal(dist_mutex_destroy(&m), 0);
 }
@@ -165,10 +187,9 @@ static void taker_join(struct taker *t)
 static void test_count_once_per_process(void **state)
 {
     struct taker t[TURNS];
-    long long s0, r0, i0, infos;
+    struct counts c0;
     dist_mutex_t m;
     char name[200];
-    double t0;
     int i;
 
     (void)state;
@@ -181,21 +202,14 @@ static void test_count_once_per_process(void **state)
     for (i = 0; i < TURNS; i++)
         assert_int_equal(taker_turn(&t[i]), 0);
     tu_sleep_ms(1200); /* every count read is over a second old */
-    s0 = scripts_run();
-    r0 = calls_of("role");
-    i0 = infos_in_scripts();
-    t0 = tu_now();
+    counts_now(&c0);
     for (i = 0; i < TURNS; i++)
         assert_int_equal(taker_turn(&t[i]), 0);
-    infos = infos_in_scripts() - i0;
-    assert_int_equal(scripts_run() - s0, 2 * TURNS);
+    assert_int_equal(scripts_run() - c0.scripts, 2 * TURNS);
     /* the first acquire reads the count for the process, in its script;
      * the others take its count (one ROLE per thread once, then one ROLE
      * for the process) */
-    assert_int_equal(calls_of("role") - r0, 0);
-    assert_true(infos >= 1);
-    if (infos > 1 && infos > (long long)(tu_now() - t0) + 1)
-        fail_msg("%lld counts read for %d turns", infos, TURNS);
+    assert_count_read_in_scripts(&c0);
     for (i = 0; i < TURNS; i++)
         taker_join(&t[i]);
     assert_int_equal(dist_mutex_destroy(&m), 0);
@@ -253,8 +267,8 @@ static void test_contended_pair(void **state)
     struct taker w;
     dist_mutex_t m;
     char name[200];
-    long long sub0, r0, m0, i0, infos;
-    double t0;
+    struct counts c0;
+    long long sub0, m0;
     int i;
 
     (void)state;
@@ -266,9 +280,7 @@ static void test_contended_pair(void **state)
     contended_round(&m, &w);
     count_stale(&m);
     m0 = messages_heard();
-    r0 = calls_of("role");
-    i0 = infos_in_scripts();
-    t0 = tu_now();
+    counts_now(&c0);
     /* this round subscribes the channel again; it stays subscribed for
      * 250 ms after each wait, and the rounds follow each other closer */
     contended_round(&m, &w);
@@ -283,10 +295,7 @@ static void test_contended_pair(void **state)
     assert_int_equal(calls_of("subscribe") - sub0, 0);
     /* the count is read by acquire scripts, at most once a second for the
      * process (a ROLE a second before) */
-    assert_int_equal(calls_of("role") - r0, 0);
-    infos = infos_in_scripts() - i0;
-    assert_true(infos >= 1);
-    assert_true(infos <= (long long)(tu_now() - t0) + 1);
+    assert_count_read_in_scripts(&c0);
     taker_join(&w);
     assert_int_equal(dist_mutex_destroy(&m), 0);
 }
