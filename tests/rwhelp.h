@@ -108,13 +108,8 @@ RW_FN void tkey(char *buf, size_t len, const char *name, const char *owner,
     derived_name(buf, len, "distlock_rwlock_writers", name)
 
 /* Writers waiting on the lock (its writers queue). */
-RW_FN long long zcard_writers(const char *name)
-{
-    char k[300];
-
-    writers_of(k, sizeof k, name);
-    return tu_cmd_int(&r, "ZCARD", k, NULL);
-}
+#define zcard_writers(name)                                                  \
+    derived_int(&r, "ZCARD", "distlock_rwlock_writers", name)
 
 /* Waits (up to secs) until n writers wait; 1 then, else 0. */
 RW_FN int wait_writers(const char *name, long long n, double secs)

@@ -62,13 +62,7 @@ static void init_robust(dist_mutex_t *m, const char *name, int fair,
 #define record_key(key, len, name)                                           \
     derived_name(key, len, "distlock_robust", name)
 
-static long long record_exists(const char *name)
-{
-    char key[300];
-
-    record_key(key, sizeof key, name);
-    return tu_cmd_int(&r, "EXISTS", key, NULL);
-}
+#define record_exists(name) derived_int(&r, "EXISTS", "distlock_robust", name)
 
 /* What distlock unlock --reset does: the record, which is there, deleted. */
 static void reset_record(const char *name)

@@ -480,4 +480,16 @@ static inline void derived_name(char *buf, size_t len, const char *kind,
     snprintf(buf, len, "%s:{%s}", kind, name);
 }
 
+/* cmd (a command of one key that answers a number: EXISTS, ZCARD, ...) on
+ * the key of kind derived from name, on r (tu_cmd_int: -1 for nil or an
+ * error). */
+static inline long long derived_int(tu_redis_t *r, const char *cmd,
+                                    const char *kind, const char *name)
+{
+    char key[1024]; /* the tests' names are short */
+
+    derived_name(key, sizeof key, kind, name);
+    return tu_cmd_int(r, cmd, key, NULL);
+}
+
 #endif
