@@ -31,7 +31,7 @@
 #include "testhelp.h"
 #include "fixture.h"
 
-#define MUTEX_PROG "test_cost_herd"
+#define MUTEX_PROG   "test_cost_herd"
 #define MUTEX_FILTER "TEST_COST_FILTER"
 #include "mutexhelp.h"
 #include "costhelp.h"

@@ -33,7 +33,7 @@
 #include "testhelp.h"
 #include "fixture.h"
 
-#define MUTEX_PROG "test_cost_many"
+#define MUTEX_PROG   "test_cost_many"
 #define MUTEX_FILTER "TEST_COST_FILTER"
 #include "mutexhelp.h"
 #include "costhelp.h"
