@@ -13,7 +13,9 @@
  *
  *   redis://, unix://, redis-sentinel://   one, to the master, opened when
  *       the thread starts and kept; SUBSCRIBE.  Behind sentinels it follows
- *       the master: it is dropped when dist__route names another one.
+ *       the master: it is dropped when dist__route names another one,
+ *       which it asks at once when one of the thread's ears on the
+ *       sentinels hears of a switch (pubsub_ears.c).
  *   redis-cluster://...?pubsub=sharded   releases are published with
  *       SPUBLISH and heard only on the node serving the channel's slot (a lock's channels carry its
  *       {hash tag}, so that is the lock's node).  A channel is subscribed
@@ -436,6 +438,7 @@ static void pubsub_fork(int phase)
             P.left = P.nodes;
             P.nodes = NULL;
         }
+        dist__ps_ears_fork();
         dist__ps_reconcile(0, NULL);
         P.running = 0;
         P.stop = 0;

@@ -4,6 +4,8 @@
 #ifndef DIST_PUBSUB_INT_H
 #define DIST_PUBSUB_INT_H
 
+#include <poll.h>
+
 #include "pubsub.h"
 #include "route/route.h"
 
@@ -143,6 +145,20 @@ int dist__ps_borrow(struct dist__chan *ch, unsigned long gen, uint64_t until);
  * node is given back first, by a cleanup handler). */
 int dist__ps_borrow_intr(struct dist__chan *ch, unsigned long gen,
                          uint64_t until, int intr, int *eintr);
+/* ---- pubsub_ears.c: behind sentinels, links to them that hear each
+ * switch of the master (+switch-master).  The thread's alone. ---- */
+/* Connects the ears that are due (every sentinel of cfg; none in another
+ * mode); next lowered to the next retry. */
+void dist__ps_ears_keep(const struct dist__cfg *cfg, uint64_t *next);
+/* The connected ears, and their pollfds into pfd (as many). */
+int dist__ps_ears_count(void);
+int dist__ps_ears_poll(struct pollfd *pfd);
+/* Reads the ears pfd (filled by dist__ps_ears_poll) says are readable: 1
+ * when one heard that the master moved (the next dist__route asks). */
+int dist__ps_ears_read(const struct dist__cfg *cfg, const struct pollfd *pfd);
+void dist__ps_ears_close(void);
+/* In a forked child: the parent's ears are put aside, never used. */
+void dist__ps_ears_fork(void);
 /* The thread. */
 void *dist__ps_main(void *arg);
 /* Queues the (un)subscribes the table asks for, frees channels nobody

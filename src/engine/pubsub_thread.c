@@ -868,12 +868,29 @@ int dist__ps_borrow(struct dist__chan *ch, unsigned long gen, uint64_t until)
     return dist__ps_borrow_intr(ch, gen, until, 0, &eintr);
 }
 
-/* Polls the pipe and every connected node until next, and reads what came. */
+/* A sentinel announced a new master: a connection in its backoff after
+ * the old one failed is made now, to the new one (follow drops one
+ * still open to the old one, at the next turn). */
+static void switched(void)
+{
+    struct dist__node *n;
+
+    pthread_mutex_lock(&P.mu);
+    for (n = P.nodes; n; n = n->next)
+        if (!n->link && !n->sharded) {
+            n->retry_at = 0;
+            n->backoff = BACKOFF_MIN_MS;
+        }
+    pthread_mutex_unlock(&P.mu);
+}
+
+/* Polls the pipe, every connected node and the ears on the sentinels
+ * until next, and reads what came. */
 static void wait_and_read(struct loop *l, uint64_t next)
 {
     struct dist__node *n;
     uint64_t now;
-    int k = 1, k2, i;
+    int k = 1 + dist__ps_ears_count(), k2, i, ears;
 
     for (n = P.nodes; n; n = n->next)
         k += n->link != NULL;
@@ -902,6 +919,8 @@ static void wait_and_read(struct loop *l, uint64_t next)
             l->pfd[k++] =
                 (struct pollfd){ dist__link_fd(n->link), POLLIN, 0 };
         }
+    ears = k; /* after the nodes */
+    k += dist__ps_ears_poll(&l->pfd[k]);
     P.polling = 1;
     if (P.want_ch) { /* one of its sleepers may borrow now */
         pthread_cond_signal(&P.want_ch->cv);
@@ -915,7 +934,7 @@ static void wait_and_read(struct loop *l, uint64_t next)
     P.polling = 0;
     /* lent during the poll: its borrower reads it (or it broke in its
      * hands: take_back gives it up) */
-    for (k2 = 1; k2 < k; k2++)
+    for (k2 = 1; k2 < ears; k2++)
         if (l->pn[k2]->lent || l->pn[k2]->failed)
             l->pfd[k2].revents = 0;
     pthread_mutex_unlock(&P.mu);
@@ -930,9 +949,11 @@ static void wait_and_read(struct loop *l, uint64_t next)
             if (!n->link && !n->sharded)
                 n->retry_at = 0;
     }
-    for (i = 1; i < k; i++)
+    for (i = 1; i < ears; i++)
         if (l->pfd[i].revents && l->pn[i]->link)
             read_node(l->pn[i]);
+    if (dist__ps_ears_read(&l->cfg, &l->pfd[ears]))
+        switched();
 }
 
 void *dist__ps_main(void *arg)
@@ -966,6 +987,7 @@ void *dist__ps_main(void *arg)
         follow(&l, now);
         place(&l, now, &next);
         open_nodes(&l, &next);
+        dist__ps_ears_keep(&l.cfg, &next);
         now = dist__now_ms();
         pthread_mutex_lock(&P.mu);
         dist__ps_reconcile(now, &next);
@@ -988,6 +1010,7 @@ void *dist__ps_main(void *arg)
         ch->node = NULL;
     while (P.nodes)
         dist__ps_node_free(P.nodes);
+    dist__ps_ears_close();
     if (orphaned) {
         /* Nobody joins this thread.  Only now, its nodes gone, may a call
          * start another, which subscribes every channel anew. */

@@ -5,7 +5,9 @@
  *                       name, confirmed with ROLE when it changes; asked
  *                       again after a connection to it failed and at least
  *                       every second, so a failover is followed about a
- *                       second after the sentinels announce it.
+ *                       second after the sentinels announce it; at once
+ *                       when a sentinel is heard announcing it
+ *                       (dist__topo_heard, the pub/sub thread's ears).
  *   redis-cluster://    the slot map of CLUSTER SLOTS, patched by MOVED,
  *                       read again after MOVED or a failed connection and
  *                       every few seconds.
@@ -806,6 +808,83 @@ void dist__topo_moved(int slot, const struct dist__addr *to)
     }
     T.stale = 1; /* more slots probably moved with it */
     pthread_mutex_unlock(&T.mu);
+}
+
+/* Sentinel: a link to sentinel seed subscribed to +switch-master, where
+ * it announces each switch of a master as it takes it in: a process that
+ * listens there follows a failover when a sentinel does, not at its next
+ * question (SENTINEL_PERIOD_MS).  AUTH as ask does it. */
+int dist__topo_listen(const struct dist__cfg *cfg, int seed,
+                      struct dist__link **out)
+{
+    const char *argv[2] = { "SUBSCRIBE", "+switch-master" };
+    struct dist__link *l;
+    redisReply *r;
+    char why[600];
+
+    *out = NULL;
+    if (cfg->mode != DIST__MODE_SENTINEL || seed < 0 || seed >= cfg->nseeds)
+        return -1;
+    if (!(l = ask_connect(cfg, 0, &cfg->seeds[seed], why, sizeof why)))
+        return -1;
+    if (!(r = ask(l, 0, cfg, 2, argv, why, sizeof why))) {
+        dist__link_close(l);
+        return -1;
+    }
+    freeReplyObject(r); /* ["subscribe", "+switch-master", 1] */
+    *out = l;
+    return 0;
+}
+
+/* The new master in a +switch-master message of cfg's master: "<name>
+ * <old ip> <old port> <new ip> <new port>".  0, or -1 when it is about
+ * another master or not one. */
+static int switched_to(const struct dist__cfg *cfg, const redisReply *r,
+                       struct dist__addr *to)
+{
+    const redisReply *m;
+    size_t nlen = strlen(cfg->master);
+    char host[sizeof to->host], rest[sizeof to->host + 64];
+    int port;
+
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 3 ||
+        r->element[0]->type != REDIS_REPLY_STRING ||
+        strcmp(r->element[0]->str, "message") != 0)
+        return -1;
+    m = r->element[2];
+    if (m->type != REDIS_REPLY_STRING || m->len <= nlen ||
+        m->len >= sizeof rest + nlen || memcmp(m->str, cfg->master, nlen) ||
+        m->str[nlen] != ' ')
+        return -1;
+    memcpy(rest, m->str + nlen, m->len - nlen);
+    rest[m->len - nlen] = 0;
+    if (sscanf(rest, "%*s %*d %255s %d", host, &port) != 2 || port <= 0 ||
+        port > 65535)
+        return -1;
+    memset(to, 0, sizeof *to); /* compared with same_addr */
+    snprintf(to->host, sizeof to->host, "%s", host);
+    to->port = port;
+    return 0;
+}
+
+int dist__topo_heard(const struct dist__cfg *cfg, int seed,
+                     const redisReply *r)
+{
+    struct dist__addr to;
+
+    if (switched_to(cfg, r, &to) != 0)
+        return 0;
+    topo_init();
+    pthread_mutex_lock(&T.mu);
+    if (T.cfg_gen == cfg->gen && !(T.valid && same_addr(&T.master, &to))) {
+        /* asked at the next lookup, that sentinel first: it has switched
+         * (the answer is confirmed with ROLE as any new master is) */
+        T.stale = 1;
+        T.tried = 0;
+        T.good_seed = seed;
+    }
+    pthread_mutex_unlock(&T.mu);
+    return 1;
 }
 
 void dist__topo_stale(void)

@@ -51,6 +51,17 @@ void dist__topo_adopt(const struct dist__cfg *cfg,
 /* A connection failed or a node was not what the map said: ask again at
  * the next lookup. */
 void dist__topo_stale(void);
+/* Sentinel: opens a link to sentinel seed (index into cfg->seeds)
+ * subscribed to +switch-master, whose messages dist__topo_heard reads.  0
+ * with *out (the caller closes it), or -1. */
+int dist__topo_listen(const struct dist__cfg *cfg, int seed,
+                      struct dist__link **out);
+/* One message r from that link: 1 when it announces that cfg's master
+ * moved, else 0.  Moved to a server other than the one known, the next
+ * dist__route asks sentinel seed at once (it switched, the others may
+ * follow later). */
+int dist__topo_heard(const struct dist__cfg *cfg, int seed,
+                     const redisReply *r);
 /* Bumped whenever a master or a slot's owner changes. */
 unsigned long dist__topo_epoch(void);
 /* fn runs (on the thread that noticed, with no lock of topo.c held) when a
