@@ -512,6 +512,66 @@ static void test_lost_hold(void **state)
     fx_restore_defaults(NULL);
 }
 
+/* An unlock of a cohort hold the renewal thread found lost but has not
+ * reported yet (its report waits behind another lock's handler): EPERM,
+ * and the handler has heard of it, once, when the unlock returns; with a
+ * local waiter queued too (the unlock then first asks whether the hold
+ * may pass to it).  The cohort's unlock releases through the engine,
+ * which makes the report (test_mutex test_unlock_while_loss_reported). */
+static void test_unlock_of_hold_found_lost(void **state)
+{
+    const int *with_waiter = *state;
+    char name[200], other[200], first[256];
+    dist_mutex_t m, o;
+    struct waiter w = { &m, 0, -1, -1, 0 };
+    pthread_t th;
+    int rc = -1, calls = -1, other_rc;
+
+    NAME(name, *with_waiter ? "waited" : "alone");
+    NAME(other, *with_waiter ? "waited-other" : "alone-other");
+    fx_dirty = 1;
+    fx_lost_reset();
+    fx_held_up_reset();
+    dist_set_lost_handler(fx_on_lost_held_up, NULL);
+    assert_int_equal(init_cohort(&m, name, DIST_MUTEX_RECURSIVE), 0);
+    assert_int_equal(dist_mutex_init(&o, other, NULL), 0);
+    /* the plain mutex is renewed, and reported, first: the newest entry's
+     * batch comes first in the round */
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_mutex_lock(&o), 0);
+    if (*with_waiter) {
+        assert_int_equal(pthread_create(&th, NULL, waiter_main, &w), 0);
+        while (!__atomic_load_n(&w.started, __ATOMIC_SEQ_CST))
+            usleep(1000);
+        tu_sleep_ms(100); /* it queues behind this thread */
+    }
+    /* both gone at once: one renewal round finds them both; the unlock
+     * runs while the report of the plain mutex holds the thread up */
+    assert_int_equal(tu_cmd_int(&r, "DEL", name, other, NULL), 2);
+    first[0] = 0;
+    if (fx_held_up_entered(10.0, first, sizeof first)) {
+        rc = dist_mutex_unlock(&m);
+        calls = fx_lost_calls(name); /* as the unlock returned */
+    }
+    fx_held_up_go();
+    other_rc = dist_mutex_unlock(&o);
+    if (*with_waiter)
+        assert_int_equal(pthread_join(th, NULL), 0);
+    dist_set_lost_handler(NULL, NULL);
+    assert_string_equal(first, other);
+    assert_int_equal(rc, EPERM);
+    assert_int_equal(calls, 1); /* before the EPERM, by the unlock */
+    assert_int_equal(other_rc, EPERM);
+    assert_int_equal(fx_lost_calls(name), 1);
+    if (*with_waiter) { /* it took the lock anew */
+        assert_int_equal(w.rc, 0);
+        assert_int_equal(w.unlock_rc, 0);
+    }
+    assert_int_equal(key_exists(name), 0);
+    assert_int_equal(dist_mutex_destroy(&o), 0);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+}
+
 /* ---- fork ------------------------------------------------------------------------------ */
 
 /* The child of a process whose thread holds a cohort mutex holds nothing:
@@ -551,12 +611,19 @@ static void test_fork(void **state)
 
 int main(void)
 {
+    static int alone = 0, waited = 1;
     const struct CMUnitTest tests[] = {
         FX_TEST(test_attribute),     FX_TEST(test_fair_refused),
         FX_TEST(test_env_default),   FX_TEST(test_recursive),
         FX_TEST(test_errorcheck),    FX_TEST(test_cond_refused),
         FX_TEST(test_handoff),       FX_TEST(test_mutual_exclusion),
         FX_TEST(test_remote_waiter), FX_TEST(test_lost_hold),
+        param_test(test_unlock_of_hold_found_lost_alone,
+                   test_unlock_of_hold_found_lost, &alone,
+                   fx_restore_defaults),
+        param_test(test_unlock_of_hold_found_lost_waited,
+                   test_unlock_of_hold_found_lost, &waited,
+                   fx_restore_defaults),
         FX_TEST(test_fork),
     };
     return fx_run_group(tests, &r, &defaults, "TEST_COHORT_FILTER");
