@@ -4,10 +4,12 @@
 -- KEYS[2]  fencing counter                                        (redisson_lock_token:{N})
 -- KEYS[3]  a robust mutex only: its record, HASH (prelude_robust)  (distlock_robust:{N})
 -- ARGV[1]  owner
--- Reply    {holds, pttl, token, dead}: holds is 0 when the owner has none; dead is 1
---          when the record says the owner holds it owner-dead (its hold found the
---          last holder had not released it cleanly), 2 when the lock is not
---          recoverable, else 0
+-- Reply    {holds, pttl, token, dead, now}: holds is 0 when the owner has none; dead
+--          is 1 when the record says the owner holds it owner-dead (its hold found
+--          the last holder had not released it cleanly), 2 when the lock is not
+--          recoverable, else 0; now is the server's clock in microseconds (TIME),
+--          which tells how old a token is (a token is at least the clock at its
+--          draw: prelude_token)
 -- Types    hash string hash
 --#include prelude_token.lua
 local holds = redis.call('hget', KEYS[1], ARGV[1])
@@ -21,4 +23,6 @@ if KEYS[3] then
     dead = 1
   end
 end
-return {tonumber(holds or '0'), redis.call('pttl', KEYS[1]), token, dead}
+local t = redis.call('time')
+return {tonumber(holds or '0'), redis.call('pttl', KEYS[1]), token, dead,
+        tonumber(t[1]) * 1000000 + tonumber(t[2])}

@@ -234,6 +234,67 @@ static void test_lost_reply_proxy(void **state)
     fx_dirty = 0;
 }
 
+/* Right after the renewal of name's hold (its PTTL jumps back up), within
+ * timeout_s: a fault armed then meets the next call, not a renewal. */
+static int after_renewal(const char *name, double timeout_s)
+{
+    double end = tu_now() + timeout_s;
+    long long last = tu_cmd_int(&r, "PTTL", name, NULL), now;
+
+    while (tu_now() < end) {
+        tu_sleep_ms(2);
+        now = tu_cmd_int(&r, "PTTL", name, NULL);
+        if (now > last)
+            return 1;
+        last = now;
+    }
+    return 0;
+}
+
+/* A release whose reply was lost, on a hold older than its fencing
+ * counter's time to live (the lease plus the grace from its draw;
+ * renewals keep the hold, not the counter): the probe finds the counter
+ * gone, which on a younger hold means the server lost its data, and here
+ * only that it expired.  The unlock says 0 and no loss is reported; it
+ * said EPERM, with the lost handler called, for a release that ran. */
+static void test_lost_release_reply_old_hold(void **state)
+{
+    char name[200], counter[256];
+    dist_mutex_t m;
+    tu_proxy_t *p;
+    unsigned long fired;
+    double end;
+    int rc;
+
+    (void)state;
+    NAME(name, "m");
+    snprintf(counter, sizeof counter, "redisson_lock_token:{%s}", name);
+    p = fx_proxy_up(&r);
+    assert_non_null(p);
+    fx_lost_reset();
+    assert_int_equal(dist_set_lost_handler(fx_on_lost, NULL), 0);
+    assert_int_equal(dist_set_watchdog_ms(3000), 0); /* renewed each 1 s */
+    assert_int_equal(dist_set_key_grace_ms(1), 0);
+    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    end = tu_now() + 20.0;
+    while (key_exists(counter) == 1 && tu_now() < end)
+        tu_sleep_ms(20);
+    assert_int_equal(key_exists(counter), 0);
+    assert_true(after_renewal(name, 10.0));
+    fired = tu_proxy_faults_fired(p);
+    tu_proxy_drop_next_reply(p);
+    rc = dist_mutex_unlock(&m);
+    dist_set_lost_handler(NULL, NULL);
+    assert_int_equal(dist_set_key_grace_ms(86400000), 0); /* the default */
+    assert_int_equal(rc, 0);
+    assert_int_equal(tu_proxy_faults_fired(p), fired + 1);
+    assert_int_equal(key_exists(name), 0);
+    assert_int_equal(fx_lost_calls(name), 0);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+    assert_int_equal(fx_proxy_down(&r, p), 0); /* teardown: the watchdog */
+}
+
 /* ---- an ACL user without a password (issue 27) ---------------------------- */
 
 /* How many of the server's clients run as ACL user user. */
@@ -323,6 +384,7 @@ int main(void)
         FX_TEST(test_unreachable),
         FX_TEST(test_unknown_release_is_finished),
         FX_TEST(test_lost_reply_proxy),
+        FX_TEST(test_lost_release_reply_old_hold),
         FX_TEST(test_acl_user_without_password),
         FX_TEST(test_no_sigpipe),
     };

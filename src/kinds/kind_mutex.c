@@ -101,17 +101,18 @@ static int is_robust(const struct dist__obj *o)
 
 /* Reads the owner's count after a lost reply, by limit (the call's, see
  * link.h).  robust: also what the robust record says into *dead
- * (mutex_probe's reply; NULL: not robust).  0, or EIO. */
+ * (mutex_probe's reply; NULL: not robust).  now_us (NULL: not wanted): the
+ * server's clock in microseconds.  0, or EIO. */
 static int probe(const struct dist__names *nm, uint64_t limit,
                  long long *holds, long long *pttl, uint64_t *token,
-                 long long *dead, struct dist__link **on)
+                 long long *dead, uint64_t *now_us, struct dist__link **on)
 {
     size_t olen;
     const char *owner = dist__owner(&olen);
     struct dist__buf kv[4];
     struct dist__room room;
     redisReply *r;
-    long long t, d = 0;
+    long long t, d = 0, now = 0;
     uint64_t give_up = 0;
     int tries, rc;
 
@@ -140,7 +141,8 @@ static int probe(const struct dist__names *nm, uint64_t limit,
         return EIO;
     if (dist__reply_int(r, 0, holds) || dist__reply_int(r, 1, pttl) ||
         dist__reply_int(r, 2, &t) || dist__reply_int(r, 3, &d) ||
-        *holds < 0 || t < 0 || d < 0 || d > 2) {
+        dist__reply_int(r, 4, &now) || *holds < 0 || t < 0 || d < 0 ||
+        d > 2 || now < 0) {
         freeReplyObject(r);
         return dist__err(EIO,
                          "mutex '%s': Redis answered mutex_probe with "
@@ -151,6 +153,8 @@ static int probe(const struct dist__names *nm, uint64_t limit,
     *token = (uint64_t)t;
     if (dead)
         *dead = d;
+    if (now_us)
+        *now_us = (uint64_t)now;
     freeReplyObject(r);
     return 0;
 }
@@ -291,7 +295,7 @@ static __attribute__((noinline)) int m_settle_lost(struct dist__call *c)
     /* the reason the reply was lost says more than the probe's */
     snprintf(why, sizeof why, "%s", dist_last_error());
     if (probe(c->o->st->names, c->limit, &holds, &pttl, &tok,
-              is_robust(c->o) ? &dead : NULL, &c->on) != 0) {
+              is_robust(c->o) ? &dead : NULL, NULL, &c->on) != 0) {
         c->unknown = 1;
         return dist__err(EIO, "%s", why);
     }
@@ -384,19 +388,38 @@ static int release_args(const struct dist__names *nm, int fair, int wakes,
     return nkeys;
 }
 
+/* Whether the fencing counter may have expired by itself since mytoken
+ * was drawn, now_us being the server's clock: each draw gives it the lease
+ * plus the grace to live (prelude_token), renewals do not, and a hold
+ * renewed for longer outlives it.  A token is at least the server's clock
+ * at its draw, so now_us - mytoken is at most the counter's age. */
+static int counter_may_have_expired(const struct dist__call *c,
+                                    uint64_t mytoken, uint64_t now_us)
+{
+    unsigned long keep = dist__key_keep_ms(dist__lease_of(c->o));
+
+    return keep && now_us > mytoken &&
+           now_us - mytoken >= (uint64_t)keep * 1000u;
+}
+
 /* After a lost reply: whether the release ran.  1 it did (c->count set),
  * 0 it did not, -1 the hold is gone, -2 unknown. */
 static int release_ran(struct dist__call *c, uint64_t mytoken)
 {
     long long holds, pttl;
-    uint64_t tok;
+    uint64_t tok, now_us;
 
-    if (probe(c->o->st->names, c->limit, &holds, &pttl, &tok, NULL, &c->on) !=
-        0)
+    if (probe(c->o->st->names, c->limit, &holds, &pttl, &tok, NULL, &now_us,
+              &c->on) != 0)
         return -2;
     /* A counter below our token means the server lost its data (a restart
-     * without persistence): the hold went with it. */
-    if (tok < mytoken)
+     * without persistence): the hold went with it.  A counter that is gone
+     * may only have expired, on a hold older than its time to live: then
+     * the count alone tells (a final release that ran and a hold lost in a
+     * restart meanwhile both leave none; taken as the release, as the
+     * renewals found none lost until this unlock). */
+    if (tok < mytoken &&
+        !(tok == 0 && counter_may_have_expired(c, mytoken, now_us)))
         return -1;
     if (holds == (long long)c->n[0] - 1) {
         c->count = (unsigned long)holds;
