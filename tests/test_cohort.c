@@ -613,11 +613,16 @@ int main(void)
 {
     static int alone = 0, waited = 1;
     const struct CMUnitTest tests[] = {
-        FX_TEST(test_attribute),     FX_TEST(test_fair_refused),
-        FX_TEST(test_env_default),   FX_TEST(test_recursive),
-        FX_TEST(test_errorcheck),    FX_TEST(test_cond_refused),
-        FX_TEST(test_handoff),       FX_TEST(test_mutual_exclusion),
-        FX_TEST(test_remote_waiter), FX_TEST(test_lost_hold),
+        FX_TEST(test_attribute),
+        FX_TEST(test_fair_refused),
+        FX_TEST(test_env_default),
+        FX_TEST(test_recursive),
+        FX_TEST(test_errorcheck),
+        FX_TEST(test_cond_refused),
+        FX_TEST(test_handoff),
+        FX_TEST(test_mutual_exclusion),
+        FX_TEST(test_remote_waiter),
+        FX_TEST(test_lost_hold),
         param_test(test_unlock_of_hold_found_lost_alone,
                    test_unlock_of_hold_found_lost, &alone,
                    fx_restore_defaults),
