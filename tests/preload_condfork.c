@@ -30,7 +30,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define CHILD_MAX_S 60
+#include "childwait.h"
 
 struct shared {
     pthread_mutex_t m;
@@ -76,32 +76,6 @@ static void child(struct shared *s)
             s->child_rc = -1;
     }
     _exit(rc == 0 ? 0 : 2);
-}
-
-static void sleep_ms(long ms)
-{
-    struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
-
-    nanosleep(&ts, NULL);
-}
-
-/* Waits for the child, CHILD_MAX_S at most, then kills it.  0, or -1. */
-static int wait_bounded(pid_t pid, int *st)
-{
-    long n;
-
-    for (n = 0; n < CHILD_MAX_S * 50L; n++) {
-        pid_t got = waitpid(pid, st, WNOHANG);
-
-        if (got == pid)
-            return 0;
-        if (got < 0)
-            return -1;
-        sleep_ms(20);
-    }
-    kill(pid, SIGKILL);
-    waitpid(pid, st, 0);
-    return -1;
 }
 
 int main(void)

@@ -33,6 +33,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "childwait.h"
+
 int preload_lib_fork_reinits(void);
 
 /* "M C": the shim's counts of init calls, -1 without it. */
@@ -67,29 +69,6 @@ static int use(pthread_mutex_t *m, pthread_cond_t *c)
             rc = -1;
     }
     return rc;
-}
-
-/* A child hung in fork() has no alarm of its own (alarms are not
- * inherited): the parent ends it, so that a hang fails the test and leaves
- * nothing behind.  0, or -1 when it had to be killed. */
-#define CHILD_MAX_S 60
-static int wait_bounded(pid_t pid, int *st)
-{
-    struct timespec tick = { 0, 20 * 1000 * 1000 };
-    long n;
-
-    for (n = 0; n < CHILD_MAX_S * 50L; n++) {
-        pid_t got = waitpid(pid, st, WNOHANG);
-
-        if (got == pid)
-            return 0;
-        if (got < 0)
-            return -1;
-        nanosleep(&tick, NULL);
-    }
-    kill(pid, SIGKILL);
-    waitpid(pid, st, 0);
-    return -1;
 }
 
 int main(void)
