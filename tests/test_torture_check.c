@@ -96,17 +96,9 @@ static struct tc_result run(struct tc_history *h)
     return res;
 }
 
-/* ---- one history, one check ------------------------------------------------------ */
+/* ---- the checks ------------------------------------------------------------------ */
 
-/* A section as sect() makes it. */
-struct sect_spec {
-    uint32_t proc;
-    uint16_t lock;
-    int mode;
-    uint64_t a, b, token;
-};
-
-/* A figure of the result that a case expects: its name, where it is. */
+/* A figure of the result that a check expects: its name, where it is. */
 struct verdict {
     const char *what;
     size_t off;
@@ -121,6 +113,55 @@ struct verdict {
 #f, offsetof(struct tc_result, f), n                                 \
     }
 
+/* h checked: each figure of v (up to the one without a name) as it says. */
+static void expect(struct tc_history *h, const struct verdict *v)
+{
+    struct tc_result res = run(h);
+
+    for (; v->what; v++) {
+        unsigned long got =
+            *(const unsigned long *)((const char *)&res + v->off);
+
+        if (got != v->want)
+            fail_msg("%s = %lu, expected %lu", v->what, got, v->want);
+    }
+}
+#define EXPECT(h, ...)                                                       \
+    expect((h), (const struct verdict[]){ __VA_ARGS__, { NULL, 0, 0 } })
+
+/* The holds reported lost in h, and the faults (NULL: none). */
+static void told(struct tc_history *h, const struct tc_lost *lost, size_t n)
+{
+    h->lost = lost;
+    h->nlost = n;
+}
+
+static void faulted(struct tc_history *h, const struct tc_fault *f)
+{
+    h->fault = f;
+    h->nfault = f ? 1 : 0;
+}
+
+/* n mutex sections one after the other, [0, 10] ms, [11, 20], [21, 30]...,
+ * of processes 1, 2, 3..., with tokens from token on; each read and wrote
+ * the counter through the fence. */
+static void in_turn(struct tc_rec *rec, size_t n, uint64_t token)
+{
+    for (size_t i = 0; i < n; i++)
+        rec[i] = sect((uint32_t)i + 1, 0, TC_EXCL, i ? 10 * i + 1 : 0,
+                      10 * (i + 1), token + i);
+}
+
+/* ---- one history, one check ------------------------------------------------------ */
+
+/* A section as sect() makes it. */
+struct sect_spec {
+    uint32_t proc;
+    uint16_t lock;
+    int mode;
+    uint64_t a, b, token;
+};
+
 /* Up to three sections, the counters at the end, what is changed in the
  * records after sect() (may be NULL), and the figures expected. */
 struct one_check {
@@ -128,7 +169,7 @@ struct one_check {
     size_t n;
     long long counter[2];
     void (*change)(struct tc_rec *rec);
-    struct verdict v[3];
+    struct verdict v[4];
 };
 
 static void test_one_check(void **state)
@@ -136,7 +177,6 @@ static void test_one_check(void **state)
     const struct one_check *c = *state;
     struct tc_rec rec[3];
     struct tc_history h;
-    struct tc_result res;
 
     for (size_t i = 0; i < c->n; i++)
         rec[i] = sect(c->s[i].proc, c->s[i].lock, c->s[i].mode, c->s[i].a,
@@ -146,14 +186,7 @@ static void test_one_check(void **state)
     h.counter[1] = c->counter[1];
     if (c->change)
         c->change(rec);
-    res = run(&h);
-    for (size_t i = 0; i < 3 && c->v[i].what; i++) {
-        unsigned long got =
-            *(const unsigned long *)((const char *)&res + c->v[i].off);
-        if (got != c->v[i].want)
-            fail_msg("%s = %lu, expected %lu", c->v[i].what, got,
-                     c->v[i].want);
-    }
+    expect(&h, c->v);
 }
 
 /* Two mutex holds at once. */
@@ -238,21 +271,19 @@ static struct one_check fence_error = { { { 1, 0, TC_EXCL, 0, 10, 1 } },
  * no violation, and the counters match. */
 static void test_clean(void **state)
 {
-    struct tc_rec rec[] = {
-        sect(1, 0, TC_EXCL, 0, 10, 1),  sect(2, 0, TC_EXCL, 11, 20, 2),
-        sect(1, 0, TC_EXCL, 21, 30, 3), sect(1, 1, TC_READ, 0, 10, 0),
-        sect(2, 1, TC_READ, 5, 12, 0),  sect(3, 1, TC_WRITE, 13, 20, 7),
-        sect(1, 1, TC_READ, 21, 22, 0),
-    };
+    struct tc_rec rec[7];
     struct tc_history h = hist(rec, 7);
-    struct tc_result res;
 
     (void)state;
+    in_turn(rec, 3, 1);
+    rec[2].proc = 1;
+    rec[3] = sect(1, 1, TC_READ, 0, 10, 0);
+    rec[4] = sect(2, 1, TC_READ, 5, 12, 0);
+    rec[5] = sect(3, 1, TC_WRITE, 13, 20, 7);
+    rec[6] = sect(1, 1, TC_READ, 21, 22, 0);
     h.counter[0] = 3;
     h.counter[1] = 1;
-    res = run(&h);
-    assert_int_equal(res.total, 0);
-    assert_int_equal(res.sections, 7);
+    EXPECT(&h, FIG(total, 0), FIG(sections, 7));
 }
 
 /* The same overlap, but the first hold was lost and its process was told:
@@ -268,32 +299,23 @@ static void test_documented_loss(void **state)
     };
     struct tc_lost lost = { T0 + 8 * MS, 1, 0 };
     struct tc_history h = hist(rec, 2);
-    struct tc_result res;
 
     (void)state;
     rec[0].unlock_rc = EPERM;
     rec[0].flags = TC_F_READ | TC_F_STALE; /* read 0, refused at its write */
     rec[0].rval = 0;
     rec[1].rval = 0;
-    h.lost = &lost;
-    h.nlost = 1;
+    told(&h, &lost, 1);
     h.counter[0] = 1;
-    res = run(&h);
-    assert_int_equal(res.total, 0);
-    assert_int_equal(res.lost_sections, 1);
-    assert_int_equal(res.told_late, 0); /* told at 8, before 9 */
-    assert_int_equal(res.refused, 1);
-    assert_int_equal(res.refused_lost, 1);
-    assert_int_equal(res.legit_refused, 0);
-    assert_int_equal(res.fenced_writes, 1);
+    EXPECT(&h, FIG(total, 0), FIG(lost_sections, 1),
+           FIG(told_late, 0), /* told at 8, before 9 */
+           FIG(refused, 1), FIG(refused_lost, 1), FIG(legit_refused, 0),
+           FIG(fenced_writes, 1));
     /* its write accepted after all, over the second's (SET ... GET gave
      * back 1, not the 0 it read), the counter one short: a lost update,
      * and a stale write accepted (token 1 after 2) */
     rec[0].flags = TC_F_READ | TC_F_COUNTED | TC_F_CLOBBER;
-    res = run(&h);
-    assert_int_equal(res.violations[TC_V_COUNTER], 2);
-    assert_int_equal(res.stale_accepted, 1);
-    assert_int_equal(res.total, 3);
+    EXPECT(&h, VIOL(TC_V_COUNTER, 2), FIG(stale_accepted, 1), FIG(total, 3));
 }
 
 /* Self-fencing: the same loss, but its holder was told at 12 ms, after
@@ -309,29 +331,20 @@ static void test_told_late(void **state)
     struct tc_lost lost = { T0 + 12 * MS, 1, 0 };
     struct tc_fault stop = { T0 + 2 * MS, T0 + 11 * MS, 1, 0, 0 };
     struct tc_history h = hist(rec, 2);
-    struct tc_result res;
 
     (void)state;
     rec[0].unlock_rc = EPERM;
     rec[0].flags = TC_F_READ | TC_F_STALE; /* refused at its write */
-    h.lost = &lost;
-    h.nlost = 1;
+    told(&h, &lost, 1);
     h.counter[0] = 1;
-    res = run(&h);
-    assert_int_equal(res.total, 0);
-    assert_int_equal(res.told_late, 1);
-    assert_int_equal(res.told_late_own, 0);
+    EXPECT(&h, FIG(total, 0), FIG(told_late, 1), FIG(told_late_own, 0));
 
-    h.fault = &stop; /* its process was stopped */
-    h.nfault = 1;
-    res = run(&h);
-    assert_int_equal(res.told_late, 0);
-    assert_int_equal(res.told_late_own, 1);
+    faulted(&h, &stop); /* its process was stopped */
+    EXPECT(&h, FIG(told_late, 0), FIG(told_late_own, 1));
 
     stop.proc = TC_ALL; /* a restart without its data */
     stop.loses_data = 1;
-    res = run(&h);
-    assert_int_equal(res.told_late + res.told_late_own, 0);
+    EXPECT(&h, FIG(told_late, 0), FIG(told_late_own, 0));
 }
 
 /* A hold declared lost while its acquire's answer was on its way (the
@@ -340,41 +353,36 @@ static void test_told_late(void **state)
  * is no report of this hold. */
 static void test_lost_during_acquire(void **state)
 {
-    struct tc_rec rec[] = { sect(1, 0, TC_EXCL, 0, 10, 1) };
+    struct tc_rec rec[1];
     struct tc_history h = hist(rec, 1);
     struct tc_lost lost = { 0, 1, 0 };
 
     (void)state;
+    in_turn(rec, 1, 1);
     rec[0].unlock_rc = EPERM;
     h.counter[0] = 1;
-    h.lost = &lost;
-    h.nlost = 1;
+    told(&h, &lost, 1);
     lost.ns = rec[0].call_ns + (rec[0].ret_ns - rec[0].call_ns) / 2;
-    assert_int_equal(run(&h).violations[TC_V_SILENT_LOSS], 0);
+    EXPECT(&h, VIOL(TC_V_SILENT_LOSS, 0));
     lost.ns = rec[0].call_ns - MS;
-    assert_int_equal(run(&h).violations[TC_V_SILENT_LOSS], 1);
+    EXPECT(&h, VIOL(TC_V_SILENT_LOSS, 1));
 }
 
 /* Three accepted writes, the counter says two: an update was lost. */
 static void test_lost_update(void **state)
 {
-    struct tc_rec rec[] = {
-        sect(1, 0, TC_EXCL, 0, 10, 1),
-        sect(2, 0, TC_EXCL, 11, 20, 2),
-        sect(1, 0, TC_EXCL, 21, 30, 3),
-    };
+    struct tc_rec rec[3];
     struct tc_history h = hist(rec, 3);
-    struct tc_result res;
 
     (void)state;
+    in_turn(rec, 3, 1);
+    rec[2].proc = 1;
     h.counter[0] = 2;
-    res = run(&h);
-    assert_int_equal(res.violations[TC_V_COUNTER], 1);
-    assert_int_equal(res.total, 1);
+    EXPECT(&h, VIOL(TC_V_COUNTER, 1), FIG(total, 1));
     /* one SET whose reply never came may have counted: 4 is fine then */
     rec[1].flags |= TC_F_COUNT_UNSURE;
     h.counter[0] = 4;
-    assert_int_equal(run(&h).total, 0);
+    EXPECT(&h, FIG(total, 0));
 }
 
 /* A blocking lock called at 20 ms while the lock is free from 10 ms on,
@@ -386,43 +394,33 @@ static void test_hang(void **state)
         sect(2, 0, TC_EXCL, 5020, 5030, 2),
         sect(3, 0, TC_EXCL, 0, 0, 0),
     };
+    struct tc_fault f = { T0 + 15 * MS, T0 + 3000 * MS, TC_ALL, 0, 0 };
     struct tc_history h = hist(rec, 2);
-    struct tc_result res;
 
     (void)state;
     rec[1].call_ns = T0 + 20 * MS;
     h.counter[0] = 2;
-    assert_int_equal(run(&h).violations[TC_V_HANG], 1);
+    EXPECT(&h, VIOL(TC_V_HANG, 1));
     /* the same wait inside a fault window (and its recovery) is fine */
-    {
-        struct tc_fault f = { T0 + 15 * MS, T0 + 3000 * MS, TC_ALL, 0, 0 };
-        h.fault = &f;
-        h.nfault = 1;
-        assert_int_equal(run(&h).total, 0);
-        h.fault = NULL;
-        h.nfault = 0;
-    }
+    faulted(&h, &f);
+    EXPECT(&h, FIG(total, 0));
+    faulted(&h, NULL);
     rec[2].ret_ns = rec[2].end_ns = 0;
     rec[2].token_rc = rec[2].unlock_rc = -1;
     rec[2].flags = 0;
     h.nrec = 3;
-    res = run(&h);
-    assert_int_equal(res.violations[TC_V_HANG], 2);
-    assert_int_equal(res.total, 2);
+    EXPECT(&h, VIOL(TC_V_HANG, 2), FIG(total, 2));
 }
 
 /* Undocumented results, a late timed call, occupancy exceeded. */
 static void test_calls(void **state)
 {
-    struct tc_rec rec[] = {
-        sect(1, 0, TC_EXCL, 0, 10, 1),
-        sect(2, 0, TC_EXCL, 11, 20, 2),
-        sect(3, 0, TC_EXCL, 21, 30, 3),
-    };
+    struct tc_rec rec[3];
+    struct tc_fault f = { T0 - 300 * MS, T0 - 100 * MS, 2, 0, 0 };
     struct tc_history h = hist(rec, 3);
-    struct tc_result res;
 
     (void)state;
+    in_turn(rec, 3, 1);
     h.counter[0] = 2;
     rec[0].op = TC_OP_TRY;
     rec[0].rc = EAGAIN; /* not a section then, and not documented */
@@ -433,42 +431,32 @@ static void test_calls(void **state)
     rec[2].call_ns = T0 + 20 * MS;
     rec[2].deadline_ns = T0 - 600 * MS; /* 21 ms past it, but called later */
     rec[2].flags |= TC_F_OCC_BAD;
-    res = run(&h);
-    assert_int_equal(res.violations[TC_V_ERRNO], 1);
-    assert_int_equal(res.violations[TC_V_DEADLINE], 0);
-    assert_int_equal(res.violations[TC_V_OCCUPANCY], 1);
-    assert_int_equal(res.total, 2);
+    EXPECT(&h, VIOL(TC_V_ERRNO, 1), VIOL(TC_V_DEADLINE, 0),
+           VIOL(TC_V_OCCUPANCY, 1), FIG(total, 2));
     rec[1].deadline_ns = T0 - 600 * MS;
     rec[1].call_ns = T0 - 700 * MS; /* returned 611 ms past it */
-    assert_int_equal(run(&h).violations[TC_V_DEADLINE], 1);
+    EXPECT(&h, VIOL(TC_V_DEADLINE, 1));
     /* but not when its own process was stopped meanwhile */
-    {
-        struct tc_fault f = { T0 - 300 * MS, T0 - 100 * MS, 2, 0, 0 };
-        h.fault = &f;
-        h.nfault = 1;
-        assert_int_equal(run(&h).violations[TC_V_DEADLINE], 0);
-        f.proc = 3; /* another process's stop excuses nothing */
-        assert_int_equal(run(&h).violations[TC_V_DEADLINE], 1);
-    }
+    faulted(&h, &f);
+    EXPECT(&h, VIOL(TC_V_DEADLINE, 0));
+    f.proc = 3; /* another process's stop excuses nothing */
+    EXPECT(&h, VIOL(TC_V_DEADLINE, 1));
 }
 
 /* DIST_ENOREPLICA (ENOLINK) is documented only where replicas exist. */
 static void test_enoreplica(void **state)
 {
-    struct tc_rec rec[] = {
-        sect(1, 0, TC_EXCL, 0, 10, 1),
-        sect(2, 0, TC_EXCL, 11, 20, 2),
-    };
+    struct tc_rec rec[2];
     struct tc_history h = hist(rec, 2);
 
     (void)state;
+    in_turn(rec, 2, 1);
     h.counter[0] = 1;
     rec[1].rc = ENOLINK;
     rec[1].flags = 0;
-    assert_int_equal(run(&h).violations[TC_V_ERRNO], 1);
+    EXPECT(&h, VIOL(TC_V_ERRNO, 1));
     h.replicas = 1;
-    assert_int_equal(run(&h).violations[TC_V_ERRNO], 0);
-    assert_int_equal(run(&h).total, 0);
+    EXPECT(&h, VIOL(TC_V_ERRNO, 0), FIG(total, 0));
 }
 
 /* ---- the semaphore and the queue ---------------------------------------------- */
@@ -511,20 +499,14 @@ static void test_sem_overgrant(void **state)
     };
     struct tc_lost lost = { T0 + 9 * MS, 1, 1 };
     struct tc_history h = hist_waits(rec, 3, NULL, 0);
-    struct tc_result res;
 
     (void)state;
-    res = run(&h);
-    assert_int_equal(res.total, 0);
-    assert_int_equal(res.sections, 3);
+    EXPECT(&h, FIG(total, 0), FIG(sections, 3));
     rec[2] = permit(3, 8, 30); /* three holders from 8 to 10 ms */
-    res = run(&h);
-    assert_int_equal(res.violations[TC_V_OVERGRANT], 1);
-    assert_int_equal(res.total, 1);
+    EXPECT(&h, VIOL(TC_V_OVERGRANT, 1), FIG(total, 1));
     rec[0].unlock_rc = EPERM; /* the first one's lease ran out */
-    h.lost = &lost;
-    h.nlost = 1;
-    assert_int_equal(run(&h).total, 0);
+    told(&h, &lost, 1);
+    EXPECT(&h, FIG(total, 0));
 }
 
 /* The shared-memory count of holders saw three; try answers EAGAIN on a
@@ -538,17 +520,13 @@ static void test_sem_occupancy_and_results(void **state)
         permit(4, 31, 40),
     };
     struct tc_history h = hist_waits(rec, 4, NULL, 0);
-    struct tc_result res;
 
     (void)state;
     rec[0].flags |= TC_F_OCC_BAD;
     rec[1].op = rec[2].op = TC_OP_TRY;
     rec[1].rc = EAGAIN;
     rec[2].rc = EBUSY;
-    res = run(&h);
-    assert_int_equal(res.violations[TC_V_OCCUPANCY], 1);
-    assert_int_equal(res.violations[TC_V_ERRNO], 1);
-    assert_int_equal(res.total, 2);
+    EXPECT(&h, VIOL(TC_V_OCCUPANCY, 1), VIOL(TC_V_ERRNO, 1), FIG(total, 2));
 }
 
 /* A wait for a permit from 20 ms to 5 s while one of the two is free from
@@ -564,9 +542,9 @@ static void test_sem_hang(void **state)
 
     (void)state;
     rec[2].call_ns = T0 + 20 * MS;
-    assert_int_equal(run(&h).violations[TC_V_HANG], 1);
+    EXPECT(&h, VIOL(TC_V_HANG, 1));
     rec[0].end_ns = T0 + 5015 * MS;
-    assert_int_equal(run(&h).total, 0);
+    EXPECT(&h, FIG(total, 0));
 }
 
 static struct tc_item item(uint32_t proc, uint64_t put, uint64_t take,
@@ -594,21 +572,17 @@ static void test_items(void **state)
     };
     struct tc_lost lost = { T0 + 50 * MS, 7, 2 };
     struct tc_history h = hist_waits(NULL, 0, items, 5);
-    struct tc_result res;
 
     (void)state;
     items[1].flags = TC_I_QUEUED;
-    res = run(&h);
-    assert_int_equal(res.items, 5);
-    assert_int_equal(res.total, 2); /* item 2 lost, item 3 doubled */
-    assert_int_equal(res.violations[TC_V_ITEM], 2);
+    /* item 2 lost, item 3 doubled */
+    EXPECT(&h, FIG(items, 5), FIG(total, 2), VIOL(TC_V_ITEM, 2));
     items[4].flags = TC_I_QUEUED; /* taken, yet still queued */
-    assert_int_equal(run(&h).violations[TC_V_ITEM], 3);
-    h.lost = &lost; /* the queue's mutex was lost */
-    h.nlost = 1;
-    assert_int_equal(run(&h).violations[TC_V_ITEM], 0);
+    EXPECT(&h, VIOL(TC_V_ITEM, 3));
+    told(&h, &lost, 1); /* the queue's mutex was lost */
+    EXPECT(&h, VIOL(TC_V_ITEM, 0));
     lost.lock = 0; /* another lock's loss: no excuse */
-    assert_int_equal(run(&h).violations[TC_V_ITEM], 3);
+    EXPECT(&h, VIOL(TC_V_ITEM, 3));
 }
 
 /* A consumer waits on the condition from 0 to 20 s; an item put at 1 s
@@ -618,34 +592,27 @@ static void test_lost_wakeup(void **state)
 {
     struct tc_rec rec[] = { sect(5, 2, TC_EXCL, 20000, 20001, 1) };
     struct tc_item items[] = { item(1, 1000, 20000, 1) };
+    struct tc_fault f = { T0 + 900 * MS, T0 + 17000 * MS, TC_ALL, 0, 0 };
     struct tc_history h = hist_waits(rec, 1, items, 1);
-    struct tc_result res;
 
     (void)state;
     rec[0].op = TC_OP_CWAIT_CONS;
     rec[0].call_ns = T0;
     rec[0].flags = 0;
-    res = run(&h);
-    assert_int_equal(res.violations[TC_V_WAKEUP], 1);
-    assert_int_equal(res.total, 1);
+    EXPECT(&h, VIOL(TC_V_WAKEUP, 1), FIG(total, 1));
     items[0].flags = TC_I_NOSIGNAL;
-    assert_int_equal(run(&h).total, 0);
+    EXPECT(&h, FIG(total, 0));
     items[0].flags = 0;
-    {
-        struct tc_fault f = { T0 + 900 * MS, T0 + 17000 * MS, TC_ALL, 0, 0 };
-        h.fault = &f;
-        h.nfault = 1;
-        assert_int_equal(run(&h).total, 0);
-        h.fault = NULL;
-        h.nfault = 0;
-    }
+    faulted(&h, &f);
+    EXPECT(&h, FIG(total, 0));
+    faulted(&h, NULL);
     items[0].take_ns = T0 + 1200 * MS;
-    assert_int_equal(run(&h).total, 0);
+    EXPECT(&h, FIG(total, 0));
     /* no consumer waiting: an item may sit in the queue */
     items[0].take_ns = T0 + 20000 * MS;
     rec[0].op = TC_OP_LOCK;
     rec[0].call_ns = T0 + 19999 * MS;
-    assert_int_equal(run(&h).total, 0);
+    EXPECT(&h, FIG(total, 0));
 }
 
 /* ---- the fence ---------------------------------------------------------------- */
@@ -657,33 +624,24 @@ static void test_lost_wakeup(void **state)
  * of the sections the tokens rise: only the fence's order shows it. */
 static void test_stale_write_accepted(void **state)
 {
-    struct tc_rec rec[] = {
-        sect(1, 0, TC_EXCL, 0, 10, 5),
-        sect(2, 0, TC_EXCL, 11, 20, 6),
-        sect(3, 0, TC_EXCL, 21, 30, 7),
-    };
+    struct tc_rec rec[3];
     struct tc_history h = hist(rec, 3);
-    struct tc_result res;
 
     (void)state;
+    in_turn(rec, 3, 5);
     rec[0].rval = 0;
     rec[1].rval = 2;
     rec[2].rval = 1;
     h.counter[0] = 3;
-    res = run(&h);
-    assert_int_equal(res.violations[TC_V_STALE_WRITE], 1);
-    assert_int_equal(res.stale_accepted, 1);
-    assert_int_equal(res.total, 1);
-    assert_int_equal(res.fenced_writes, 3);
+    EXPECT(&h, VIOL(TC_V_STALE_WRITE, 1), FIG(stale_accepted, 1),
+           FIG(total, 1), FIG(fenced_writes, 3));
     /* refused at its read instead: nothing accepted out of order */
     rec[1].flags = TC_F_STALE;
     h.counter[0] = 2;
-    res = run(&h);
-    assert_int_equal(res.stale_accepted, 0);
-    assert_int_equal(res.total, 0);
+    EXPECT(&h, FIG(stale_accepted, 0), FIG(total, 0));
     /* its read alone got through after token 7's write: caught as well */
     rec[1].flags = TC_F_READ | TC_F_STALE;
-    assert_int_equal(run(&h).stale_accepted, 1);
+    EXPECT(&h, FIG(stale_accepted, 1));
 }
 
 /* Two holders read the same value, the older (token 5) first: the newer
@@ -699,21 +657,15 @@ static void test_fence_same_value(void **state)
     };
     struct tc_lost lost = { T0 + 9 * MS, 1, 0 };
     struct tc_history h = hist(rec, 2);
-    struct tc_result res;
 
     (void)state;
     rec[0].flags = TC_F_READ | TC_F_STALE;
     rec[0].rval = rec[1].rval = 0;
     rec[0].unlock_rc = EPERM;
-    h.lost = &lost;
-    h.nlost = 1;
+    told(&h, &lost, 1);
     h.counter[0] = 1;
-    res = run(&h);
-    assert_int_equal(res.total, 0);
-    assert_int_equal(res.stale_accepted, 0);
-    assert_int_equal(res.refused, 1);
-    assert_int_equal(res.refused_lost, 1);
-    assert_int_equal(res.legit_refused, 0);
+    EXPECT(&h, FIG(total, 0), FIG(stale_accepted, 0), FIG(refused, 1),
+           FIG(refused_lost, 1), FIG(legit_refused, 0));
 }
 
 /* The server of the locks lost its data after token 9, and tokens began
@@ -726,21 +678,17 @@ static void test_fence_same_value(void **state)
  * when its unlock succeeded (the hold was there). */
 static void test_refusals(void **state)
 {
-    struct tc_rec rec[] = {
-        sect(1, 0, TC_EXCL, 0, 10, 9),  sect(2, 0, TC_EXCL, 11, 20, 3),
-        sect(3, 0, TC_EXCL, 21, 30, 4), sect(4, 0, TC_EXCL, 31, 40, 5),
-        sect(5, 0, TC_EXCL, 41, 50, 6),
-    };
+    struct tc_rec rec[5];
     struct tc_lost lost[] = { { T0 + 15 * MS, 2, 0 },
                               { T0 + 25 * MS, 9, 0 } };
     struct tc_fault f = { T0 + 10 * MS + MS / 2, T0 + 10 * MS + MS / 2,
                           TC_ALL, 0, 1 };
     struct tc_history h = hist(rec, 5);
-    struct tc_result res;
 
     (void)state;
-    h.fault = &f;
-    h.nfault = 1;
+    in_turn(rec, 5, 2);
+    rec[0].token = 9;
+    faulted(&h, &f);
     for (int i = 1; i < 5; i++)
         rec[i].flags = TC_F_STALE;
     rec[1].unlock_rc = EIO;   /* told by its handler at 15 ms */
@@ -749,28 +697,18 @@ static void test_refusals(void **state)
     rec[3].flags |= TC_F_KILLED;
     rec[4].unlock_rc = -1; /* killed before its unlock */
     rec[4].flags |= TC_F_KILLED;
-    h.lost = lost;
-    h.nlost = 2;
+    told(&h, lost, 2);
     h.counter[0] = 1;
-    res = run(&h);
-    assert_int_equal(res.refused, 4);
-    assert_int_equal(res.refused_lost, 2);
-    assert_int_equal(res.refused_killed, 1);
-    assert_int_equal(res.legit_refused, 1);
-    assert_int_equal(res.total, 0);
+    EXPECT(&h, FIG(refused, 4), FIG(refused_lost, 2), FIG(refused_killed, 1),
+           FIG(legit_refused, 1), FIG(total, 0));
     h.refusal_fails = 1;
-    res = run(&h);
-    assert_int_equal(res.violations[TC_V_REFUSED], 1);
-    assert_int_equal(res.total, 1);
+    EXPECT(&h, VIOL(TC_V_REFUSED, 1), FIG(total, 1));
     /* its own process's handler, but its unlock succeeded */
     lost[1].proc = 3;
-    assert_int_equal(run(&h).legit_refused, 1);
+    EXPECT(&h, FIG(legit_refused, 1));
     /* its unlock failed: told after all, no longer legitimate */
     rec[2].unlock_rc = EIO;
-    res = run(&h);
-    assert_int_equal(res.legit_refused, 0);
-    assert_int_equal(res.refused_lost, 3);
-    assert_int_equal(res.total, 0);
+    EXPECT(&h, FIG(legit_refused, 0), FIG(refused_lost, 3), FIG(total, 0));
 }
 
 int main(void)
