@@ -8,6 +8,7 @@
 # floors listed below hold too.  Prints each include that breaks the rule
 # and fails.
 set -u
+. "$(dirname "$0")/verdict.sh"
 src=${srcdir:-$(dirname "$0")/..}/src
 layers="base net route engine kinds api preload"
 
@@ -81,8 +82,5 @@ for floor in $floors; do
     done
 done
 
-if [ "$bad" -ne 0 ]; then
-    echo "FAIL: $bad include(s) against the layers ($layers, lowest first)"
-    exit 1
-fi
-echo "ok: $checked includes in src/ follow the layers ($layers, lowest first)"
+verdict "$bad" "include(s) against the layers ($layers, lowest first)" \
+    "$checked includes in src/ follow the layers ($layers, lowest first)"

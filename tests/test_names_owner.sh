@@ -7,6 +7,7 @@
 # out on purpose: they read Redis from outside and assert the layout
 # itself, which a test that asked names.c would take on trust.
 set -u
+. "$(dirname "$0")/verdict.sh"
 top=${srcdir:-$(dirname "$0")/..}
 bad=0
 checked=0
@@ -25,8 +26,5 @@ for f in $(find "$top/src" "$top/tools" -name '*.c' -o -name '*.h' | sort); do
         bad=$((bad + 1))
     fi
 done
-if [ "$bad" -ne 0 ]; then
-    echo "FAIL: $bad file(s) spell a Redis name prefix; take it from src/route/names.c"
-    exit 1
-fi
-echo "ok: $checked files under src/ and tools/ take every Redis name prefix from names.c"
+verdict "$bad" "file(s) spell a Redis name prefix; take it from src/route/names.c" \
+    "$checked files under src/ and tools/ take every Redis name prefix from names.c"

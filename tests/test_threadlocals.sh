@@ -6,6 +6,7 @@
 # and its reason on the line or in the six lines above.  Prints each that
 # breaks the rule and fails.
 set -u
+. "$(dirname "$0")/verdict.sh"
 src=${srcdir:-$(dirname "$0")/..}/src
 bad=0
 n=0
@@ -27,8 +28,5 @@ for f in "$src"/*/*.c "$src"/*/*.h; do
         fi
     done
 done
-if [ "$bad" -ne 0 ]; then
-    echo "FAIL: $bad thread-local(s) without their reason"
-    exit 1
-fi
-echo "ok: $n thread-local definitions in src/ say why"
+verdict "$bad" "thread-local(s) without their reason" \
+    "$n thread-local definitions in src/ say why"
