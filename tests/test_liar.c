@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -540,107 +541,10 @@ static void run_twice(const void *arg, void *res)
     o->after_rc = dist_mutex_token(&m, &t);
 }
 
-/* The lock answered "taken, 2 holds", the give-back of the surplus "1
- * left", the new token's draw (token_draw) as incr says (NULL: an error),
- * every later EVALSHA "0 left", and extra's rule too (NULL: none).  child runs in the
- * child (run_twice, or a variant that sets something first).  The
- * EVALSHA the child sent, in *evals. */
-static void twice_with(const char *incr, const struct tu_lie *extra,
-                       void (*child)(const void *arg, void *res),
-                       struct twice_out *o, long *evals)
+static void run_twice_synced(const void *arg, void *res)
 {
-    long rss;
-
-    tu_liar_reset(liar);
-    if (extra)
-        tu_liar_add(liar, extra);
-    tu_liar_add(liar, &(struct tu_lie){ .cmd = "EVALSHA",
-                                        .bytes = "*3\r\n:1\r\n:2\r\n:7\r\n",
-                                        .times = 1 });
-    tu_liar_add(liar, &(struct tu_lie){ .cmd = "EVALSHA",
-                                        .bytes = "*2\r\n:1\r\n:0\r\n",
-                                        .times = 1 });
-    tu_liar_add(
-        liar,
-        &(struct tu_lie){
-            .cmd = "EVALSHA",
-            .times = 1,
-            .bytes =
-                incr ? incr : "-ERR scripted refusal of token_draw\r\n" });
-    tu_liar_add(liar, &(struct tu_lie){ .cmd = "EVALSHA",
-                                        .bytes = "*2\r\n:0\r\n:0\r\n" });
-    *evals = tu_liar_count(liar, "EVALSHA");
-    in_child(child, NULL, o, sizeof *o, BOUND_S * 2, &rss);
-    *evals = tu_liar_count(liar, "EVALSHA") - *evals;
-    print_message("lock %d, token %d (%" PRIu64 "), unlock %d, then token "
-                  "%d; %ld EVALSHA: %s\n",
-                  o->lock_rc, o->token_rc, o->token, o->unlock_rc,
-                  o->after_rc, *evals, o->err);
-}
-
-static void twice(const char *incr, struct twice_out *o, long *evals)
-{
-    twice_with(incr, NULL, run_twice, o, evals);
-}
-
-static void test_fresh_hold_counted_twice(void **state)
-{
-    struct twice_out o;
-    long evals;
-
-    (void)state;
-    twice(":8\r\n", &o, &evals);
-    assert_int_equal(o.lock_rc, 0);
-    assert_int_equal(o.token_rc, 0);
-    /* not the 7 the reentry showed, which an earlier hold of this owner
-     * may have shown already: a new one, drawn by token_draw */
-    assert_int_equal(o.token, 8);
-    assert_int_equal(o.unlock_rc, 0);
-    /* the acquire, the give-back of the surplus, the draw, the unlock */
-    assert_int_equal(evals, 4);
-    assert_int_equal(o.after_rc, EPERM);
-}
-
-/* The give-back of the surplus refused (a master cut off from its
- * replicas answers NOREPLICAS; one being demoted, READONLY until the
- * command timeout): the owner has the one hold it took, and the renewal
- * thread gives the other back (one more EVALSHA) before the owner's next
- * call. */
-static void test_fresh_hold_counted_twice_refused(void **state)
-{
-    struct twice_out o;
-    long evals, rss;
-
-    (void)state;
-    tu_liar_reset(liar);
-    tu_liar_add(liar, &(struct tu_lie){ .cmd = "EVALSHA",
-                                        .bytes = "*3\r\n:1\r\n:2\r\n:7\r\n",
-                                        .times = 1 });
-    tu_liar_add(
-        liar,
-        &(struct tu_lie){
-            .cmd = "EVALSHA",
-            .times = 1,
-            .bytes = "-NOREPLICAS Not enough good replicas to write.\r\n" });
-    tu_liar_add(liar, &(struct tu_lie){
-                          .cmd = "EVALSHA", .bytes = ":8\r\n", .times = 1 });
-    tu_liar_add(liar, &(struct tu_lie){ .cmd = "EVALSHA",
-                                        .bytes = "*2\r\n:0\r\n:0\r\n" });
-    evals = tu_liar_count(liar, "EVALSHA");
-    in_child(run_twice, NULL, &o, sizeof o, BOUND_S * 3, &rss);
-    evals = tu_liar_count(liar, "EVALSHA") - evals;
-    print_message("lock %d, token %d (%" PRIu64 "), unlock %d, then token "
-                  "%d; %ld EVALSHA: %s\n",
-                  o.lock_rc, o.token_rc, o.token, o.unlock_rc, o.after_rc,
-                  evals, o.err);
-    assert_int_equal(o.lock_rc, 0);
-    assert_int_equal(o.token_rc, 0);
-    assert_int_equal(o.token, 8);
-    assert_int_equal(o.unlock_rc, 0);
-    assert_int_equal(o.after_rc, EPERM);
-    /* the acquire, the refused give-back, the draw, the renewal thread's
-     * give-back, the unlock */
-    assert_int_equal(evals, 5);
+    dist_set_replica_wait_ms(100);
+    run_twice(arg, res);
 }
 
 /* A master with one replica, as ROLE tells it. */
@@ -648,51 +552,125 @@ static void test_fresh_hold_counted_twice_refused(void **state)
     "*3\r\n$6\r\nmaster\r\n:0\r\n*1\r\n*3\r\n$9\r\n127.0.0.1\r\n"            \
     "$4\r\n6380\r\n$1\r\n0\r\n"
 
-static void run_twice_synced(const void *arg, void *res)
+/* A result not checked. */
+#define ANY INT_MIN
+
+/* One case: the lock is answered "taken, 2 holds", the give-back of the
+ * surplus as giveback says (NULL: "1 left"), the new token's draw
+ * (token_draw) as draw says (NULL: an error), every later EVALSHA "0
+ * left", and extra's rule too (NULL: none).  child (NULL: run_twice) runs
+ * in a child; its results and the EVALSHA it sent are as the case wants. */
+struct twice_case {
+    const char *giveback, *draw;
+    const struct tu_lie *extra;
+    void (*child)(const void *arg, void *res);
+    struct {
+        int lock_rc, token_rc, unlock_rc, after_rc; /* or ANY */
+        uint64_t token;                             /* 0: not checked */
+        long evals;
+    } want;
+    const char *err; /* in the lock's error text (NULL: not checked) */
+};
+
+static void script_twice(const struct twice_case *c)
 {
-    dist_set_replica_wait_ms(100);
-    run_twice(arg, res);
+    tu_liar_reset(liar);
+    if (c->extra)
+        tu_liar_add(liar, c->extra);
+    tu_liar_add(liar, &(struct tu_lie){ .cmd = "EVALSHA",
+                                        .bytes = "*3\r\n:1\r\n:2\r\n:7\r\n",
+                                        .times = 1 });
+    tu_liar_add(liar,
+                &(struct tu_lie){ .cmd = "EVALSHA",
+                                  .bytes = c->giveback ? c->giveback
+                                                       : "*2\r\n:1\r\n:0\r\n",
+                                  .times = 1 });
+    tu_liar_add(
+        liar,
+        &(struct tu_lie){
+            .cmd = "EVALSHA",
+            .times = 1,
+            .bytes = c->draw ? c->draw
+                             : "-ERR scripted refusal of token_draw\r\n" });
+    tu_liar_add(liar, &(struct tu_lie){ .cmd = "EVALSHA",
+                                        .bytes = "*2\r\n:0\r\n:0\r\n" });
 }
+
+static void expect_rc(const char *what, int got, int want)
+{
+    if (want != ANY && got != want)
+        fail_msg("%s: %d, expected %d", what, got, want);
+}
+
+static void test_twice(void **state)
+{
+    const struct twice_case *c = *state;
+    struct twice_out o;
+    long evals, rss;
+
+    script_twice(c);
+    evals = tu_liar_count(liar, "EVALSHA");
+    in_child(c->child ? c->child : run_twice, NULL, &o, sizeof o, BOUND_S * 3,
+             &rss);
+    evals = tu_liar_count(liar, "EVALSHA") - evals;
+    print_message("lock %d, token %d (%" PRIu64 "), unlock %d, then token "
+                  "%d; %ld EVALSHA: %s\n",
+                  o.lock_rc, o.token_rc, o.token, o.unlock_rc, o.after_rc,
+                  evals, o.err);
+    expect_rc("lock", o.lock_rc, c->want.lock_rc);
+    if (c->err && !strstr(o.err, c->err))
+        fail_msg("'%s' is not in '%s'", c->err, o.err);
+    expect_rc("token", o.token_rc, c->want.token_rc);
+    if (c->want.token)
+        assert_int_equal(o.token, c->want.token);
+    expect_rc("unlock", o.unlock_rc, c->want.unlock_rc);
+    assert_int_equal(evals, c->want.evals);
+    expect_rc("token after", o.after_rc, c->want.after_rc);
+}
+
+/* The token is not the 7 the reentry showed, which an earlier hold of
+ * this owner may have shown already: a new one, drawn by token_draw.  The
+ * EVALSHA: the acquire, the give-back of the surplus, the draw, the
+ * unlock. */
+static const struct twice_case twice_fresh = {
+    .draw = ":8\r\n",
+    .want = { 0, 0, 0, EPERM, 8, 4 },
+};
+
+/* The give-back of the surplus refused (a master cut off from its
+ * replicas answers NOREPLICAS; one being demoted, READONLY until the
+ * command timeout): the owner has the one hold it took, and the renewal
+ * thread gives the other back (one more EVALSHA) before the owner's next
+ * call.  The EVALSHA: the acquire, the refused give-back, the draw, the
+ * renewal thread's give-back, the unlock. */
+static const struct twice_case twice_refused = {
+    .giveback = "-NOREPLICAS Not enough good replicas to write.\r\n",
+    .draw = ":8\r\n",
+    .want = { 0, 0, 0, EPERM, 8, 5 },
+};
 
 /* A fresh hold counted twice (a failover brought back a hold of ours)
  * whose replica sync then fails (WAIT: no replica acknowledged it): the
  * lock fails with DIST_ENOREPLICA and gives back both holds, not just the
  * one it took.  Giving back one left the thread holding a lock it was
- * told it did not get, renewed for ever (the Sentinel torture run). */
-static void test_fresh_hold_counted_twice_unsynced(void **state)
-{
-    struct twice_out o;
-    long evals;
+ * told it did not get, renewed for ever (the Sentinel torture run).  The
+ * EVALSHA: the acquire, the give-back of the surplus, the new token's draw
+ * and the give-back of the rest. */
+static const struct twice_case twice_unsynced = {
+    .draw = ":8\r\n",
+    .extra =
+        &(const struct tu_lie){ .cmd = "ROLE", .bytes = ROLE_ONE_REPLICA },
+    .child = run_twice_synced,
+    .want = { DIST_ENOREPLICA, EPERM, EPERM, ANY, 0, 4 },
+};
 
-    (void)state;
-    twice_with(":8\r\n",
-               &(struct tu_lie){ .cmd = "ROLE", .bytes = ROLE_ONE_REPLICA },
-               run_twice_synced, &o, &evals);
-    assert_int_equal(o.lock_rc, DIST_ENOREPLICA);
-    assert_int_equal(o.token_rc, EPERM);
-    assert_int_equal(o.unlock_rc, EPERM);
-    /* the acquire, the give-back of the surplus, the new token's draw and
-     * the give-back of the rest */
-    assert_int_equal(evals, 4);
-}
-
-/* No new token to be had: the hold is given back, and the lock fails. */
-static void test_fresh_hold_counted_twice_no_token(void **state)
-{
-    struct twice_out o;
-    long evals;
-
-    (void)state;
-    twice(NULL, &o, &evals);
-    assert_int_equal(o.lock_rc, EIO);
-    if (!strstr(o.err, "fencing token"))
-        fail_msg("'fencing token' is not in '%s'", o.err);
-    assert_int_equal(o.token_rc, EPERM);
-    assert_int_equal(o.unlock_rc, EPERM);
-    /* the acquire, the give-back of the surplus, the refused draw, the
-     * give-back of the rest */
-    assert_int_equal(evals, 4);
-}
+/* No new token to be had: the hold is given back, and the lock fails.
+ * The EVALSHA: the acquire, the give-back of the surplus, the refused
+ * draw, the give-back of the rest. */
+static const struct twice_case twice_no_token = {
+    .want = { EIO, EPERM, EPERM, ANY, 0, 4 },
+    .err = "fencing token",
+};
 
 /* ---- a lock whose own reply is lost ------------------------------------- */
 
@@ -1136,10 +1114,14 @@ int main(void)
         OWN(own_reply_closing, K_FAIR, .close = 1),
         OWN(own_reply_trickle, K_WRITE, .bytes = TAKEN, .drip_ms = 700),
         cmocka_unit_test(test_unlock_unsettled_no_lost_handler),
-        cmocka_unit_test(test_fresh_hold_counted_twice),
-        cmocka_unit_test(test_fresh_hold_counted_twice_no_token),
-        cmocka_unit_test(test_fresh_hold_counted_twice_refused),
-        cmocka_unit_test(test_fresh_hold_counted_twice_unsynced),
+        param_test(test_fresh_hold_counted_twice, test_twice, &twice_fresh,
+                   NULL),
+        param_test(test_fresh_hold_counted_twice_no_token, test_twice,
+                   &twice_no_token, NULL),
+        param_test(test_fresh_hold_counted_twice_refused, test_twice,
+                   &twice_refused, NULL),
+        param_test(test_fresh_hold_counted_twice_unsynced, test_twice,
+                   &twice_unsynced, NULL),
         /* renewal: a good answer keeps the hold, every lie loses it */
         RENEW(renew_ok, K_MUTEX, 1, .bytes = "*1\r\n:1\r\n"),
         RENEW(renew_ok_write, K_WRITE, 1, .bytes = "*1\r\n:1\r\n"),

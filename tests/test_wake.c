@@ -600,6 +600,17 @@ static void test_release_wakes_a_registered_waiter(void **state)
     assert_int_equal(dist_mutex_destroy(&k.h.m), 0);
 }
 
+/* The marked mutex k (named) held, l waiting for it (registered), and
+ * behind it the entry of a waiter `entry` that is not there. */
+static void waiter_then_entry(struct marked *k, struct fx_locker *l,
+                              const char *entry)
+{
+    hold_marked(k);
+    assert_int_equal(fx_locker_start(l, &k->h.m, 20.0), 0);
+    await_registered(k, 1, slack(5.0));
+    add_entry(k, entry);
+}
+
 /* A registered waiter nobody hears (its process died) is passed over: the
  * release tells the next one. */
 static void test_release_skips_a_waiter_nobody_hears(void **state)
@@ -611,10 +622,7 @@ static void test_release_skips_a_waiter_nobody_hears(void **state)
 
     (void)state;
     NAME(k.h.name, "m");
-    hold_marked(&k);
-    assert_int_equal(fx_locker_start(&l, &k.h.m, 20.0), 0);
-    await_registered(&k, 1, slack(5.0));
-    add_entry(&k, "dead-process:1");
+    waiter_then_entry(&k, &l, "dead-process:1");
     t = tu_now();
     assert_int_equal(release_marked(&k), 1);
     fx_locker_join(&l);
@@ -644,10 +652,7 @@ static void test_waiter_that_leaves_passes_its_wake_on(void **state)
 
     (void)state;
     NAME(k.h.name, "m");
-    hold_marked(&k);
-    assert_int_equal(fx_locker_start(&l, &k.h.m, 20.0), 0);
-    await_registered(&k, 1, slack(5.0));
-    add_entry(&k, "gone:1");
+    waiter_then_entry(&k, &l, "gone:1");
     snprintf(chan, sizeof chan, "%sgone:1", k.prefix);
     sub = tu_redis_admin(&r);
     assert_non_null(sub);
