@@ -302,21 +302,29 @@ static void hold(struct obj *o)
     assert_int_equal(dist_mutex_lock(&o->m), 0);
 }
 
+/* cmd on the key fmt names ("%s": the object's name), with a and b (b
+ * may be NULL). */
+static void put(const struct obj *o, const char *cmd, const char *fmt,
+                const char *a, const char *b)
+{
+    char key[160];
+
+    key_of(o, fmt, key, sizeof key);
+    cmd_ok(cmd, key, a, b, NULL);
+}
+
 /* Held by another process's owner, written by hand: a waiter queues. */
 static void held_by_other(struct obj *o)
 {
-    cmd_ok("HSET", o->name, OTHER, "1", NULL);
-    cmd_ok("PEXPIRE", o->name, "30000", NULL, NULL);
+    put(o, "HSET", "%s", OTHER, "1");
+    put(o, "PEXPIRE", "%s", "30000", NULL);
 }
 
 /* A mutex we took while a waiter of another process was registered: the
  * hold left its mark among the waiters, and its release reads them. */
 static void hold_marked(struct obj *o)
 {
-    char w[160];
-
-    key_of(o, "distlock_mutex_waiters:{%s}", w, sizeof w);
-    cmd_ok("ZADD", w, "99999999999999", OTHER, NULL);
+    put(o, "ZADD", "distlock_mutex_waiters:{%s}", "99999999999999", OTHER);
     hold(o);
 }
 
@@ -324,13 +332,9 @@ static void hold_marked(struct obj *o)
  * deadline has passed: the release drops it. */
 static void hold_dead_waiter_queued(struct obj *o)
 {
-    char q[128], t[128];
-
     hold(o);
-    key_of(o, "redisson_lock_queue:{%s}", q, sizeof q);
-    key_of(o, "redisson_lock_timeout:{%s}", t, sizeof t);
-    cmd_ok("RPUSH", q, OTHER, NULL, NULL);
-    cmd_ok("ZADD", t, "1", OTHER, NULL);
+    put(o, "RPUSH", "redisson_lock_queue:{%s}", OTHER, NULL);
+    put(o, "ZADD", "redisson_lock_timeout:{%s}", "1", OTHER);
 }
 
 static void rdhold(struct obj *o)
@@ -347,13 +351,9 @@ static void wrhold(struct obj *o)
  * entry: a writer waits (and, preferring writers, says so). */
 static void read_by_other(struct obj *o)
 {
-    char rd[128];
-
-    key_of(o, "distlock_rwlock_readers:{%s}", rd, sizeof rd);
-    cmd_ok("HSET", o->name, "mode", "read", NULL);
-    cmd_ok("HSET", o->name, OTHER, "1", NULL);
-    cmd_ok("PEXPIRE", o->name, "30000", NULL, NULL);
-    cmd_ok("ZADD", rd, "99999999999999", OTHER, NULL);
+    put(o, "HSET", "%s", "mode", "read");
+    held_by_other(o);
+    put(o, "ZADD", "distlock_rwlock_readers:{%s}", "99999999999999", OTHER);
 }
 
 static void cond_mutex_held(struct obj *o)
@@ -364,12 +364,8 @@ static void cond_mutex_held(struct obj *o)
 /* Another process's waiter queued on the condition, by hand. */
 static void cond_waiter_queued(struct obj *o)
 {
-    char q[128], w[128];
-
-    key_of(o, "distlock_cond_queue:{%s}", q, sizeof q);
-    key_of(o, "distlock_cond_waiters:{%s}", w, sizeof w);
-    cmd_ok("RPUSH", q, OTHER, NULL, NULL);
-    cmd_ok("ZADD", w, "99999999999999", OTHER, NULL);
+    put(o, "RPUSH", "distlock_cond_queue:{%s}", OTHER, NULL);
+    put(o, "ZADD", "distlock_cond_waiters:{%s}", "99999999999999", OTHER);
 }
 
 static void sem_taken(struct obj *o)
