@@ -2,7 +2,7 @@
  * preload_condfork: a process-shared mutex and condition in shared memory,
  * the condition destroyed and made again by the parent after fork(), as
  * Open POSIX pthread_cond_destroy/2-1 does between its passes, for the
- * LD_PRELOAD tests (test_preload).  It knows nothing of distlock: built
+ * LD_PRELOAD tests (test_preload_*).  It knows nothing of distlock: built
  * with -pthread only.  make_mutex and make_cond are the init sites.
  *
  * The parent makes both and holds the mutex; the child forks off and

@@ -1,6 +1,6 @@
 /*
  * preload_fork: a mutex and a condition made in main, then fork(), for the
- * LD_PRELOAD tests (test_preload).  It knows nothing of distlock: built
+ * LD_PRELOAD tests (test_preload_*).  It knows nothing of distlock: built
  * with -pthread only, and linked with libpreload_lib.so, whose fork child
  * handler initialises a mutex.
  *

@@ -1,8 +1,8 @@
 /*
  * preload_target: a program with mutexes of every kind the LD_PRELOAD mode
- * can map, driven by test_preload.  It knows nothing of distlock (built
- * with -pthread only); in "calls" mode it asks the shim, if loaded, for its
- * call counters through dlsym.
+ * can map, driven by the test_preload_* programs.  It knows nothing of
+ * distlock (built with -pthread only); in "calls" mode it asks the shim, if
+ * loaded, for its call counters through dlsym.
  *
  *   preload_target hold WHICH          lock; "held"; wait for a line on
  *                                      stdin; unlock; "released"

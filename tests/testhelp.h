@@ -226,7 +226,7 @@ static inline void assert_held_once(tu_redis_t *r, const char *key,
     free(own);
 }
 
-#ifdef DISTLOCK_H /* programs of the library (test_preload is not) */
+#ifdef DISTLOCK_H /* programs of the library (test_preload_* are not) */
 struct trylock_arg {
     dist_mutex_t *m;
     int rc;

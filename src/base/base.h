@@ -24,7 +24,7 @@
  * shim is in the process (sys.c says why), the ordinary symbols otherwise.
  * The macros below route every such call of the library through it; a
  * call to another function the shim interposes must be added here (the
- * test test_preload checks that libdistlock.so calls none directly). */
+ * test test_preload_symbols checks that libdistlock.so calls none directly). */
 struct dist__sys {
     int (*mutex_init)(pthread_mutex_t *, const pthread_mutexattr_t *);
     int (*mutex_destroy)(pthread_mutex_t *);
