@@ -475,15 +475,22 @@ void expect_rc(const char *cfg, const char *mode, const char *ms, int rc,
     expect_rc_on(cfg, mode, "static", ms, rc, min_ms, max_ms);
 }
 
+void let_go(struct proc *p)
+{
+    char line[256];
+
+    proc_send(p, "\n");
+    expect_line(p, "released 0", line, sizeof line, 20);
+    assert_exit(proc_end(p, 20), 0);
+}
+
 void held_then_released(struct proc *p, const char *lock)
 {
     char line[256];
 
     expect_line(p, "held", line, sizeof line, 20);
     assert_int_equal(hlen(lock), 1);
-    proc_send(p, "\n");
-    expect_line(p, "released 0", line, sizeof line, 20);
-    assert_exit(proc_end(p, 20), 0);
+    let_go(p);
     assert_int_equal(key_exists(lock), 0);
 }
 

@@ -150,6 +150,9 @@ void expect_rc_on(const char *cfg, const char *mode, const char *which,
 /* expect_rc_on the static mutex. */
 void expect_rc(const char *cfg, const char *mode, const char *ms, int rc,
                double min_ms, double max_ms);
+/* Tells the target holding a lock to let go: it says "released 0" and
+ * exits 0. */
+void let_go(struct proc *p);
 /* The target says it holds lock (one hold in Redis); told to, it lets go,
  * exits 0 and leaves no key. */
 void held_then_released(struct proc *p, const char *lock);

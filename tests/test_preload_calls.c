@@ -41,9 +41,7 @@ static void test_trylock_and_timedlock(void **state)
     expect_rc(cfg, "timed", "400", ETIMEDOUT, 390, 5000);
     expect_rc(cfg, "clock", "400", ETIMEDOUT, 390, 5000);
 
-    proc_send(&holder, "\n");
-    expect_line(&holder, "released 0", line, sizeof line, 20);
-    assert_exit(proc_end(&holder, 20), 0);
+    let_go(&holder);
 
     expect_rc(cfg, "try", NULL, 0, -1, -1);
     expect_rc(cfg, "timed", "400", 0, 0, 5000);
@@ -170,9 +168,7 @@ static void test_rwlock_mapped(void **state)
     expect_rc_on(cfg, "trywr", "catalog", NULL, EBUSY, -1, -1);
     expect_rc_on(cfg, "timedrd", "catalog", "400", ETIMEDOUT, 390, 5000);
     expect_rc_on(cfg, "clockwr", "catalog", "300", ETIMEDOUT, 290, 5000);
-    proc_send(&holder, "\n");
-    expect_line(&holder, "released 0", line, sizeof line, 20);
-    assert_exit(proc_end(&holder, 20), 0);
+    let_go(&holder);
     assert_int_equal(key_exists("catalog"), 0);
 
     /* a reader lets readers in, keeps writers out */
@@ -183,9 +179,7 @@ static void test_rwlock_mapped(void **state)
     expect_rc_on(cfg, "clockrd", "catalog", "300", 0, 0, 5000);
     expect_rc_on(cfg, "trywr", "catalog", NULL, EBUSY, -1, -1);
     expect_rc_on(cfg, "timedwr", "catalog", "400", ETIMEDOUT, 390, 5000);
-    proc_send(&holder, "\n");
-    expect_line(&holder, "released 0", line, sizeof line, 20);
-    assert_exit(proc_end(&holder, 20), 0);
+    let_go(&holder);
     expect_rc_on(cfg, "timedwr", "catalog", "400", 0, 0, 5000);
     assert_int_equal(key_exists("catalog"), 0);
 
@@ -193,9 +187,7 @@ static void test_rwlock_mapped(void **state)
     start_target(&holder, cfg, "wrhold", "heapcat", NULL);
     expect_line(&holder, "held", line, sizeof line, 20);
     assert_int_equal(key_exists("heapcat:0"), 1);
-    proc_send(&holder, "\n");
-    expect_line(&holder, "released 0", line, sizeof line, 20);
-    assert_exit(proc_end(&holder, 20), 0);
+    let_go(&holder);
     assert_int_equal(prefixed_keys(), 0);
 }
 

@@ -53,6 +53,24 @@ static int said_mapped(const struct proc *p, const char *kind,
                      (p)->ebuf);                                             \
     } while (0)
 
+/* A configuration mapping the mutexes that function fn initialises. */
+static const char *fork_config(const char *fn)
+{
+    return write_file("fork.ini", "%s[mutex %sfork]\nmatch = init_site %s\n",
+                      redis_section, pfx, fn);
+}
+
+/* A configuration mapping the mutexes that function mfn initialises as
+ * [mutex m], and the conditions cfn does as [cond c] on it. */
+static const char *pair_config(const char *m, const char *mfn, const char *c,
+                               const char *cfn)
+{
+    return write_file("pair.ini",
+                      "%s[mutex %s%s]\nmatch = init_site %s\n"
+                      "[cond %s%s]\nmatch = init_site %s\nmutex = %s%s\n",
+                      redis_section, pfx, m, mfn, pfx, c, cfn, pfx, m);
+}
+
 /* preload_fork under cfg: its child and then its parent lock, signal and
  * unlock, and it ends. */
 static void fork_runs(struct proc *p, const char *cfg)
@@ -74,19 +92,12 @@ static void fork_runs(struct proc *p, const char *cfg)
  * of libpreload_lib.so) may initialise a lock in the child. */
 static void test_fork_with_init_site(void **state)
 {
-    const char *cfg;
     struct proc p;
 
     (void)state;
-    cfg = write_file("fork.ini", "%s[mutex %sfork]\nmatch = init_site main\n",
-                     redis_section, pfx);
-    fork_runs(&p, cfg);
+    fork_runs(&p, fork_config("main"));
     assert_mapped(&p, "mutex", "fork:0");
-    cfg = write_file("fork.ini",
-                     "%s[mutex %sfork]\nmatch = init_site "
-                     "preload_fork_unused\n",
-                     redis_section, pfx);
-    fork_runs(&p, cfg);
+    fork_runs(&p, fork_config("preload_fork_unused"));
     assert_contains(p.ebuf, "mutex that pthread_mutex_init called from "
                             "preload_fork_unused");
 }
@@ -97,15 +108,10 @@ static void test_fork_with_init_site(void **state)
  * symbol, stay duplicates. */
 static void test_mutex_and_cond_share_init_site(void **state)
 {
-    const char *cfg;
     struct proc p;
 
     (void)state;
-    cfg = write_file("pair.ini",
-                     "%s[mutex %sfm]\nmatch = init_site main\n"
-                     "[cond %sfc]\nmatch = init_site main\nmutex = %sfm\n",
-                     redis_section, pfx, pfx, pfx);
-    fork_runs(&p, cfg);
+    fork_runs(&p, pair_config("fm", "main", "fc", "main"));
     assert_mapped(&p, "mutex", "fm:0");
     assert_mapped(&p, "cond", "fc:0");
     expect_refused("[mutex a]\nmatch = init_site main\n[mutex b]\n"
@@ -126,16 +132,11 @@ static void test_mutex_and_cond_share_init_site(void **state)
  * after 60 s, a bound, not a timing). */
 static void test_cond_made_again_after_fork(void **state)
 {
-    const char *cfg;
     struct proc p;
 
     (void)state;
-    cfg = write_file("condfork.ini",
-                     "%s[mutex %scfm]\nmatch = init_site "
-                     "make_mutex\n[cond %scfc]\nmatch = init_site make_cond\n"
-                     "mutex = %scfm\n",
-                     redis_section, pfx, pfx, pfx);
-    verbose_runs(&p, cfg, condfork_bin);
+    verbose_runs(&p, pair_config("cfm", "make_mutex", "cfc", "make_cond"),
+                 condfork_bin);
     assert_string_equal(p.obuf, "child 0\nparent 0\n");
     assert_mapped(&p, "cond", "cfc:0");
     if (said_mapped(&p, "cond", "cfc:1"))

@@ -63,9 +63,7 @@ static void hold_and_check(const char *cfg, const char *which,
     } else {
         assert_int_equal(prefixed_keys(), 0);
     }
-    proc_send(&p, "\n");
-    expect_line(&p, "released 0", line, sizeof line, 20);
-    assert_exit(proc_end(&p, 20), 0);
+    let_go(&p);
     if (lock)
         assert_int_equal(key_exists(lock), 0);
 }
@@ -87,30 +85,42 @@ static void test_unmapped_mutex_untouched(void **state)
     assert_int_equal(prefixed_keys(), 0);
 }
 
+/* The environment of a bare LD_PRELOAD of the shim (after the sanitizer
+ * runtime, if any) with the configuration cfg. */
+struct bare_env {
+    char preload[2 * PATH_MAX + 20], config[PATH_MAX + 40];
+    char *env[3];
+};
+
+static void bare_env(struct bare_env *e, const char *cfg)
+{
+    snprintf(e->preload, sizeof e->preload, "LD_PRELOAD=%s%s%s",
+             child_env[0] ? child_env[0] + strlen("LD_PRELOAD=") : "",
+             child_env[0] ? ":" : "", shim);
+    snprintf(e->config, sizeof e->config, "DISTLOCK_PRELOAD_CONFIG=%s", cfg);
+    e->env[0] = e->preload;
+    e->env[1] = e->config;
+    e->env[2] = NULL;
+}
+
 /* The same, with a bare LD_PRELOAD and no launcher. */
 static void test_plain_ld_preload(void **state)
 {
-    char env1[2 * PATH_MAX + 20], env2[PATH_MAX + 40], line[256];
+    struct bare_env e;
+    char line[256];
     const char *cfg = target_config(NULL);
     struct proc p;
 
     (void)state;
-    snprintf(env1, sizeof env1, "LD_PRELOAD=%s%s%s",
-             child_env[0] ? child_env[0] + strlen("LD_PRELOAD=") : "",
-             child_env[0] ? ":" : "", shim);
-    snprintf(env2, sizeof env2, "DISTLOCK_PRELOAD_CONFIG=%s", cfg);
-    proc_start(&p, ARGV(target_bin, "hold", "static"),
-               (char *const[]){ env1, env2, NULL });
+    bare_env(&e, cfg);
+    proc_start(&p, ARGV(target_bin, "hold", "static"), e.env);
     expect_line(&p, "held", line, sizeof line, 20);
     assert_int_equal(hlen("static"), 1);
-    proc_send(&p, "\n");
-    expect_line(&p, "released 0", line, sizeof line, 20);
-    assert_exit(proc_end(&p, 20), 0);
+    let_go(&p);
     /* a missing configuration stops the program before main */
-    snprintf(env2, sizeof env2, "DISTLOCK_PRELOAD_CONFIG=%s/none.ini",
+    snprintf(e.config, sizeof e.config, "DISTLOCK_PRELOAD_CONFIG=%s/none.ini",
              pl_dir);
-    assert_exit(proc_run(&p, ARGV(target_bin, "hold", "static"),
-                         (char *const[]){ env1, env2, NULL }, 20),
+    assert_exit(proc_run(&p, ARGV(target_bin, "hold", "static"), e.env, 20),
                 78);
     assert_contains(p.ebuf, "none.ini: cannot open the configuration");
     assert_int_equal(p.olen, 0);
@@ -141,7 +151,8 @@ static void test_children_stay_unmapped(void **state)
 /* With a bare LD_PRELOAD, [preload] program = does the same. */
 static void test_program_key(void **state)
 {
-    char env1[2 * PATH_MAX + 20], env2[PATH_MAX + 40], line[256];
+    struct bare_env e;
+    char line[256];
     const char *cfg;
     struct proc p;
 
@@ -150,12 +161,8 @@ static void test_program_key(void **state)
                      "[preload]\nprogram = preload_target\n"
                      "[mutex %sglobal]\nmatch = symbol g_global_lock\n",
                      pfx);
-    snprintf(env1, sizeof env1, "LD_PRELOAD=%s%s%s",
-             child_env[0] ? child_env[0] + strlen("LD_PRELOAD=") : "",
-             child_env[0] ? ":" : "", shim);
-    snprintf(env2, sizeof env2, "DISTLOCK_PRELOAD_CONFIG=%s", cfg);
-    proc_start(&p, ARGV(target_bin, "spawn"),
-               (char *const[]){ env1, env2, NULL });
+    bare_env(&e, cfg);
+    proc_start(&p, ARGV(target_bin, "spawn"), e.env);
     expect_line(&p, "child ", line, sizeof line, 30);
     assert_string_equal(line, "child 7");
     assert_exit(proc_end(&p, 20), 0);
