@@ -617,6 +617,16 @@ static pid_t start_cv_child(const std::string &mn, const std::string &cn,
  * takes the mutex only once the children are inside wait() (they hold it
  * until then), so these are real cross-process wake-ups, not predicates
  * already true. */
+/* Once n children wait, puts items under the distributed mutex m. */
+static void put_when_waiting(distlock::mutex &m, cv_shared *sh, int n,
+                             int items)
+{
+    while (sh->waiting.load() < n)
+        std::this_thread::sleep_for(1ms);
+    std::lock_guard<distlock::mutex> g(m);
+    sh->items = items;
+}
+
 static void test_cv_cross_process()
 {
     std::string mn = name_of(__func__, "m");
@@ -626,23 +636,13 @@ static void test_cv_cross_process()
     cv_shared *sh = shared_new<cv_shared>();
 
     pid_t a = start_cv_child(mn, cn, sh);
-    while (sh->waiting.load() < 1)
-        std::this_thread::sleep_for(1ms);
-    {
-        std::lock_guard<distlock::mutex> g(m);
-        sh->items = 1;
-    }
+    put_when_waiting(m, sh, 1, 1);
     cv.notify_one();
     reap(a, 30);
     CHECK(sh->woken == 1 && sh->items == 0);
 
     pid_t b = start_cv_child(mn, cn, sh), c = start_cv_child(mn, cn, sh);
-    while (sh->waiting.load() < 3)
-        std::this_thread::sleep_for(1ms);
-    {
-        std::lock_guard<distlock::mutex> g(m);
-        sh->items = 2;
-    }
+    put_when_waiting(m, sh, 3, 2);
     cv.notify_all();
     reap(b, 30);
     reap(c, 30);
