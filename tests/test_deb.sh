@@ -22,6 +22,7 @@ srcdir=$(cd "$here/.." && pwd)
 
 skip() { echo "SKIP: $*"; exit 77; }
 fail() { echo "FAIL: $*"; exit 1; }
+. "$here/pcflags.sh"
 
 # The packages are built from the tarball with Debian's own flags, the same
 # whatever this build's: a sanitizer build (of scripts/test.sh's several)
@@ -158,14 +159,7 @@ int main(void)
     return 0;
 }
 C
-PKG_CONFIG=${PKG_CONFIG:-pkg-config}
-flags=$(PKG_CONFIG_PATH="$libdir/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}" \
-        PKG_CONFIG_SYSROOT_DIR="$root" \
-        "$PKG_CONFIG" --cflags --libs distlock) || fail "pkg-config distlock failed"
-case "$flags" in
-*"-L$root/usr/lib/$ma"*) ;;
-*) fail "pkg-config's -L is not the unpacked libdistlock-dev: $flags" ;;
-esac
+pc_flags "$root" "$libdir" "$root/usr/lib/$ma" "the unpacked libdistlock-dev"
 cc -o "$tmp/consumer" "$tmp/consumer.c" $flags ||
     fail "the consumer did not build against libdistlock-dev ($flags)"
 out=$(LD_LIBRARY_PATH="$libdir" "$tmp/consumer") || fail "consumer: $out"

@@ -18,6 +18,7 @@ trap 'rm -rf "$tmp"' EXIT INT TERM
 dest="$tmp/dest"
 
 fail() { echo "FAIL: $*"; exit 1; }
+. "$(dirname "$0")/pcflags.sh"
 
 # the tree, with the build's own prefix; MAKEFLAGS of an outer make -j
 # would hand this make a job server it cannot reach
@@ -78,14 +79,7 @@ int main()
 CXX
 
 # ---- pkg-config ----
-PKG_CONFIG=${PKG_CONFIG:-pkg-config}
-flags=$(PKG_CONFIG_PATH="$libdir/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}" \
-        PKG_CONFIG_SYSROOT_DIR="$dest" \
-        "$PKG_CONFIG" --cflags --libs distlock) || fail "pkg-config distlock failed"
-case "$flags" in
-*"-L$dest"*) ;;
-*) fail "pkg-config's -L is not in the installed tree: $flags" ;;
-esac
+pc_flags "$dest" "$libdir" "$dest" "in the installed tree"
 # A sanitizer build's library wants its runtime in the program too: the
 # consumers get the build's own compiler and sanitizer flags (SAN_CFLAGS,
 # empty in an ordinary build), as a user of such a build would.
