@@ -162,9 +162,16 @@ void held_then_released(struct proc *p, const char *lock);
 int pl_group_setup(void **state);
 int pl_group_teardown(void **state);
 
-/* main's last step: the tests, filtered by $TEST_PRELOAD_FILTER. */
-#define pl_run_group(tests)                                                  \
-    (filter_from_env("TEST_PRELOAD_FILTER"),                                 \
-     cmocka_run_group_tests(tests, pl_group_setup, pl_group_teardown))
+/* A program's main: the tests given, in the group, filtered by
+ * $TEST_PRELOAD_FILTER. */
+#define PL_MAIN(...)                                                         \
+    int main(void)                                                           \
+    {                                                                        \
+        const struct CMUnitTest tests[] = { __VA_ARGS__ };                   \
+                                                                             \
+        filter_from_env("TEST_PRELOAD_FILTER");                              \
+        return cmocka_run_group_tests(tests, pl_group_setup,                 \
+                                      pl_group_teardown);                    \
+    }
 
 #endif

@@ -151,6 +151,13 @@ static void test_cond(void **state)
     held_then_released(&p, c->lock);
 }
 
+static struct cond_case cond_wait = { "condwait", "static", NULL, "woke ",
+                                      0 },
+                        cond_timed = { "condtimed", "bank", "600",
+                                       "timedout ", ETIMEDOUT },
+                        cond_clock = { "condclock", "bank", "600",
+                                       "timedout ", ETIMEDOUT };
+
 /* ---- read-write locks ---------------------------------------------------------- */
 
 static void test_rwlock_mapped(void **state)
@@ -240,16 +247,7 @@ static void test_on_unavailable(void **state)
     assert_contains(p.ebuf, "on_unavailable = abort");
 }
 
-int main(void)
-{
-    static struct cond_case cond_wait = { "condwait", "static", NULL, "woke ",
-                                          0 },
-                            cond_timed = { "condtimed", "bank", "600",
-                                           "timedout ", ETIMEDOUT },
-                            cond_clock = { "condclock", "bank", "600",
-                                           "timedout ", ETIMEDOUT };
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_trylock_and_timedlock),
+PL_MAIN(cmocka_unit_test(test_trylock_and_timedlock),
         cmocka_unit_test(test_pthread_exit_in_main_ends),
         cmocka_unit_test(test_errorcheck_kept),
         cmocka_unit_test(test_errno_kept),
@@ -258,8 +256,4 @@ int main(void)
         param_test(test_cond_timedwait, test_cond, &cond_timed, NULL),
         param_test(test_cond_clockwait, test_cond, &cond_clock, NULL),
         cmocka_unit_test(test_rwlock_mapped),
-        cmocka_unit_test(test_on_unavailable),
-    };
-
-    return pl_run_group(tests);
-}
+        cmocka_unit_test(test_on_unavailable))

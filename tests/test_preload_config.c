@@ -232,10 +232,7 @@ static void test_unresolved_name_warned(void **state)
     assert_int_equal(read_count(count), 3);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_config_errors_name_file_and_line),
+PL_MAIN(cmocka_unit_test(test_config_errors_name_file_and_line),
         cmocka_unit_test(test_config_secret_not_echoed),
         cmocka_unit_test(test_config_many_keys_then_second_match),
         cmocka_unit_test(test_config_nul_byte),
@@ -243,8 +240,4 @@ int main(void)
         cmocka_unit_test(test_config_distinct_qualifiers_not_duplicate),
         cmocka_unit_test(test_config_missing_file),
         cmocka_unit_test(test_unresolved_name_refused),
-        cmocka_unit_test(test_unresolved_name_warned),
-    };
-
-    return pl_run_group(tests);
-}
+        cmocka_unit_test(test_unresolved_name_warned))

@@ -145,13 +145,6 @@ static void test_cond_made_again_after_fork(void **state)
     assert_int_equal(prefixed_keys(), 0);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_fork_with_init_site),
+PL_MAIN(cmocka_unit_test(test_fork_with_init_site),
         cmocka_unit_test(test_mutex_and_cond_share_init_site),
-        cmocka_unit_test(test_cond_made_again_after_fork),
-    };
-
-    return pl_run_group(tests);
-}
+        cmocka_unit_test(test_cond_made_again_after_fork))

@@ -151,13 +151,6 @@ static void test_legacy_without_shim_runs(void **state)
     assert_true(n >= 1 && n <= COPIES * THREADS * POSTS);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_legacy_four_copies_exact),
+PL_MAIN(cmocka_unit_test(test_legacy_four_copies_exact),
         cmocka_unit_test(test_legacy_robust_repair),
-        cmocka_unit_test(test_legacy_without_shim_runs),
-    };
-
-    return pl_run_group(tests);
-}
+        cmocka_unit_test(test_legacy_without_shim_runs))

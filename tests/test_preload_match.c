@@ -168,16 +168,9 @@ static void test_program_key(void **state)
     assert_exit(proc_end(&p, 20), 0);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_every_match_kind),
+PL_MAIN(cmocka_unit_test(test_every_match_kind),
         cmocka_unit_test(test_unmapped_mutex_untouched),
         cmocka_unit_test(test_plain_ld_preload),
         cmocka_unit_test(test_start_up_from_a_library_constructor),
         cmocka_unit_test(test_children_stay_unmapped),
-        cmocka_unit_test(test_program_key),
-    };
-
-    return pl_run_group(tests);
-}
+        cmocka_unit_test(test_program_key))

@@ -241,17 +241,10 @@ static void test_corrupted_symtab_reported(void **state)
         fail_msg("a corrupted .symtab called stripped: %s", p.ebuf);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_static_binary_refused),
+PL_MAIN(cmocka_unit_test(test_static_binary_refused),
         cmocka_unit_test(test_secure_execution_refused),
         cmocka_unit_test(test_split_shim_path_refused),
         cmocka_unit_test(test_unloadable_shim_refused),
         cmocka_unit_test(test_not_the_shim_refused),
         cmocka_unit_test(test_timeout_out_of_range_refused),
-        cmocka_unit_test(test_corrupted_symtab_reported),
-    };
-
-    return pl_run_group(tests);
-}
+        cmocka_unit_test(test_corrupted_symtab_reported))

@@ -183,12 +183,5 @@ static void test_library_calls_bypass_shim(void **state)
     assert_true(relocs > 10); /* the listing was read */
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_symbol_versions_intercepted),
-        cmocka_unit_test(test_library_calls_bypass_shim),
-    };
-
-    return pl_run_group(tests);
-}
+PL_MAIN(cmocka_unit_test(test_symbol_versions_intercepted),
+        cmocka_unit_test(test_library_calls_bypass_shim))
