@@ -5,6 +5,7 @@
  *   distlock-torture [--secs N] [--procs P] [--threads T] [--seed S]
  *                    [--no-restart] [--sabotage] [--verbose] [--proxy]
  *                    [--sentinel [--strict-failover]] [--strict-fence]
+ *                    [--only WORD]
  *
  * --no-restart leaves out the server restarts; --sabotage makes 1% of the
  * plain mutex's sections skip the lock, which the checker must catch (exit
@@ -19,7 +20,10 @@
  * replica, counts as one where data may be lost, unless --strict-failover
  * (then the split-brain stretch shows up as violations, docs/testing.md).
  * --strict-fence makes a legitimate holder refused by the fence (below) a
- * violation; without it the run reports their number only.
+ * violation; without it the run reports their number only.  --only WORD
+ * leaves the nemesis only the faults whose label (the table's names:
+ * "latency", "blackhole", "PAUSE ALL") contains WORD, to chase one fault's
+ * violation in shorter runs.
  * At the end, before the workers stop, their threads (/proc/<pid>/task),
  * sockets (/proc/<pid>/fd) and clients (CLIENT LIST) must be within bounds.
  * TORTURE_SECS (default 60) sets the length when --secs is not given.  It
@@ -163,11 +167,12 @@ struct arena {
 static struct {
     int secs, procs, threads, restarts, sabotage, verbose, proxy, sentinel;
     int strict_failover, strict_fence;
+    const char *only; /* --only: the faults whose label contains it */
     unsigned long seed;
     /* a lock's counter (the data key) and the fence that guards it */
     char names[NLOCKS][64], ctr[NLOCKS][64], fence[NLOCKS][64];
     int cport; /* the counter server's port */
-} opt = { 60, 4, 4, 1, 0, 0, 0, 0, 0, 0, 0, { "" }, { "" }, { "" }, 0 };
+} opt = { 60, 4, 4, 1, 0, 0, 0, 0, 0, 0, NULL, 0, { "" }, { "" }, { "" }, 0 };
 
 static struct arena *A;
 static struct tc_item *I; /* the queue's items, shared like A */
@@ -1055,6 +1060,8 @@ static int fault(int kind, uint64_t *rs)
 /* Whether the run's options let the nemesis inject this kind. */
 static int fault_enabled(int kind)
 {
+    if (opt.only && !strstr(fault_label[kind], opt.only))
+        return 0;
     if (kind == F_RESTART_AOF || kind == F_RESTART_EMPTY)
         return opt.restarts && !opt.sentinel;
     if (kind >= F_LATENCY && kind <= F_RESET)
@@ -1742,6 +1749,19 @@ static void print_digest(const char *viol, size_t len)
 /* Main                                                                     */
 /* ------------------------------------------------------------------------ */
 
+/* --only must leave the nemesis at least one fault of the run's mode. */
+static int only_some(void)
+{
+    for (int k = 0; k < F_COUNT; k++)
+        if (fault_enabled(k))
+            return 0;
+    fprintf(stderr,
+            "torture: --only %s: no fault of this mode has it in its "
+            "label\n",
+            opt.only);
+    return -1;
+}
+
 static int parse(int argc, char **argv)
 {
     const char *e = getenv("TORTURE_SECS");
@@ -1775,6 +1795,8 @@ static int parse(int argc, char **argv)
             opt.threads = atoi(v);
         else if (strcmp(a, "--seed") == 0)
             opt.seed = strtoul(v, NULL, 10);
+        else if (strcmp(a, "--only") == 0)
+            opt.only = v;
         else
             return -1;
         i++;
@@ -1782,7 +1804,7 @@ static int parse(int argc, char **argv)
     if (opt.secs < 5 || opt.procs < 1 || opt.procs > MAXP ||
         opt.threads < 1 || opt.threads > MAXT)
         return -1;
-    return 0;
+    return opt.only ? only_some() : 0;
 }
 
 /* --sentinel: a master, one replica and three sentinels; the workers find
@@ -2005,7 +2027,7 @@ int main(int argc, char **argv)
                 "usage: distlock-torture [--secs N>=5] [--procs 1-16] "
                 "[--threads 1-16] [--seed S] [--no-restart] [--sabotage] "
                 "[--verbose] [--proxy] [--sentinel [--strict-failover]] "
-                "[--strict-fence]\n");
+                "[--strict-fence] [--only WORD]\n");
         return 2;
     }
     if (setup() != 0) {
