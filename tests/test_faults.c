@@ -1598,6 +1598,108 @@ static void test_timed_behind_lost_reply(void **state)
     assert_int_equal(dist_mutex_destroy(&m), 0);
 }
 
+/* ---- a timed wait whose last try runs past the deadline --------------------------- */
+
+#define PAST_TIMEOUT_MS 1500L /* T */
+#define PAST_DELAY_MS   675L  /* each way: a round trip takes 0.9 T */
+#define PAST_HOLD_MS    500L  /* the other owner's lease, then extended */
+#define PAST_AFTER_MS   100L  /* the deadline, after the waiter's wake-up */
+
+struct past_fault {
+    const char *name;
+    double at; /* tu_now() when the delay comes */
+};
+
+/* Slows the path down and keeps the other owner's hold, while the waiter
+ * sleeps. */
+static void *past_fault_main(void *arg)
+{
+    struct past_fault *f = arg;
+    redisReply *x;
+    double left = f->at - tu_now();
+
+    if (left > 0)
+        tu_sleep_ms((long)(left * 1000));
+    tu_proxy_set_delay(g_proxy, PAST_DELAY_MS);
+    x = tu_cmd(&r, "PEXPIRE", f->name, "60000", NULL);
+    if (x)
+        freeReplyObject(x);
+    return NULL;
+}
+
+/* A fair waiter at the head of the queue behind another owner sleeps for
+ * that owner's lease, and wakes a little before its deadline; meanwhile
+ * every byte became 0.45 T late each way, and the owner's hold was
+ * extended.  Its try, begun before the deadline, says "held" after it.
+ * That try was the last: the call ends with ETIMEDOUT (EIO if a reply came
+ * later than T) and leaves the queue within one more command timeout,
+ * 2 T past the deadline at most (docs/testing.md).  It made another try
+ * with a command timeout of its own, then the cancel: three slow round
+ * trips, 2.7 T past the wake-up (the torture run, proxy latency). */
+static void test_timed_try_past_deadline(void **state)
+{
+    char name[200];
+    dist_mutexattr_t a;
+    dist_mutex_t m;
+    struct timespec dl;
+    struct past_fault f;
+    pthread_t th;
+    redisReply *x;
+    char ms[24];
+    double t0, past;
+    int rc;
+
+    (void)state;
+    NAME(name, "m");
+    proxy_up();
+    assert_int_equal(dist_set_timeout_ms(PAST_TIMEOUT_MS), 0);
+    assert_int_equal(dist_mutexattr_init(&a), 0);
+    assert_int_equal(dist_mutexattr_setfair(&a, 1), 0);
+    assert_int_equal(dist_mutex_init(&m, name, &a), 0);
+    assert_int_equal(dist_mutexattr_destroy(&a), 0);
+    assert_int_equal(dist_mutex_lock(&m), 0); /* connection made */
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+
+    /* another owner, whose lease ends before the waiter's deadline */
+    snprintf(ms, sizeof ms, "%ld", PAST_HOLD_MS);
+    x = tu_cmd(&r, "HSET", name, "another:1", "1", NULL);
+    assert_non_null(x);
+    freeReplyObject(x);
+    x = tu_cmd(&r, "PEXPIRE", name, ms, NULL);
+    assert_non_null(x);
+    freeReplyObject(x);
+    t0 = tu_now();
+    dl =
+        fx_clock_in(CLOCK_MONOTONIC, (PAST_HOLD_MS + PAST_AFTER_MS) / 1000.0);
+    f.name = name;
+    f.at = t0 + PAST_HOLD_MS / 2000.0;
+    assert_int_equal(pthread_create(&th, NULL, past_fault_main, &f), 0);
+    rc = dist_mutex_clocklock(&m, CLOCK_MONOTONIC, &dl);
+    past = tu_now() - (t0 + (PAST_HOLD_MS + PAST_AFTER_MS) / 1000.0);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    tu_proxy_set_delay(g_proxy, 0);
+    print_message("  clocklock: %d, %.3f s past its deadline (T %.1f s)\n",
+                  rc, past, PAST_TIMEOUT_MS / 1000.0);
+    if (rc != ETIMEDOUT && rc != EIO)
+        fail_msg("clocklock: %d (%s), expected ETIMEDOUT or EIO", rc,
+                 strerror(rc));
+    /* 2 T, and scheduling; before: 2.7 T past the wake-up, at least */
+    if (past > 2 * PAST_TIMEOUT_MS / 1000.0 + slack(0.4))
+        fail_msg("clocklock returned %.3f s past its deadline, more than "
+                 "twice the command timeout: it tried again after a try "
+                 "that ran past it",
+                 past);
+
+    /* the waiter left the queue: the lock is free once the owner is gone */
+    x = tu_cmd(&r, "DEL", name, NULL);
+    assert_non_null(x);
+    freeReplyObject(x);
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+    proxy_down();
+}
+
 /* ---- a lock whose own reply is lost ------------------------------------------------ */
 
 #define OWN_TIMEOUT_MS 2000UL
@@ -1759,6 +1861,7 @@ int main(void)
         T(test_slow_unlock_no_long_yield),
         T(test_unlock_eio_keeps_hold),
         T(test_timed_behind_lost_reply),
+        T(test_timed_try_past_deadline),
         T(test_lock_own_reply_lost),
         T(test_pubsub_backs_off_on_resets),
         T(test_no_sigpipe),

@@ -526,8 +526,12 @@ static __attribute__((noinline)) int switch_channel(struct dist__call *c,
 /* Sleeps on the lock's channel *ch between tries until it is taken, an
  * error, the deadline (after one last try: a lock free at the deadline is
  * taken, never timed out), a signal handler or a cancel request
- * (c->intr), or dist__abandon_waits.  *ch changes with what the tries
- * say (switch_channel). */
+ * (c->intr), or dist__abandon_waits.  A try that was under way when the
+ * deadline came is that last try: it looked at the lock about then, and
+ * another one, with a command timeout of its own, made a call that a slow
+ * Redis answered within each timeout end three command timeouts past its
+ * deadline, the cancel included (the torture run, proxy latency).  *ch
+ * changes with what the tries say (switch_channel). */
 static int wait_on(struct dist__call *c, struct dist__chan **chp,
                    const struct dist__deadline *dl, uint64_t deadline)
 {
@@ -556,7 +560,7 @@ static int wait_on(struct dist__call *c, struct dist__chan **chp,
             rc = try_patiently(c, deadline);
             if (rc != 0 || c->taken)
                 return rc;
-            if (last)
+            if (last || dist__deadline_step(dl, &deadline))
                 return dist__err(ETIMEDOUT, "%s '%s': timed out", k->noun,
                                  name_of(c));
             if (c->aimed != aimed) {
