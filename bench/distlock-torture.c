@@ -1992,6 +1992,10 @@ static int judge(void)
     print_faults_losses(&h, &res);
     printf("\n");
     print_latency(h.rec, h.nrec);
+    /* how close the run came to the late-past-deadline violation */
+    printf("  %-30s %.1f ms (slack %.0f ms)\n",
+           "timed call, most past deadline", res.late_max_ns / 1e6,
+           h.slack_ns / 1e6);
     print_items(&h);
     printf("\n  %-30s %6lu\n", "sections checked", res.sections);
     for (int k = 0; k < TC_V_COUNT; k++)

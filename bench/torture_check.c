@@ -513,6 +513,22 @@ static int allowed(const struct tc_history *h, const struct tc_rec *r)
             rc == EPERM);
 }
 
+/* A timed call returns within slack of its deadline, unless its own
+ * process was stopped meanwhile; the latest of them is the run's figure. */
+static void check_deadline(struct ctx *c, const struct tc_rec *r)
+{
+    const struct tc_history *h = c->h;
+    uint64_t from = r->deadline_ns > r->call_ns ? r->deadline_ns : r->call_ns;
+
+    if (r->ret_ns <= from ||
+        own_fault_during(h, r->proc, r->call_ns, r->ret_ns))
+        return;
+    if (r->ret_ns - from > c->res->late_max_ns)
+        c->res->late_max_ns = r->ret_ns - from;
+    if (r->ret_ns > from + h->slack_ns)
+        report(c, TC_V_DEADLINE, r, NULL, "returned past deadline + slack");
+}
+
 /* Return values, EPERM's lost-handler call, occupancy and deadlines: all
  * properties of one record at a time. */
 static void check_calls(struct ctx *c)
@@ -546,15 +562,8 @@ static void check_calls(struct ctx *c)
         if ((r->flags & TC_F_OCC_BAD) && is_section(r) && !c->excused[i])
             report(c, TC_V_OCCUPANCY, r, NULL,
                    "more holders than allowed seen on entry");
-        if (r->op == TC_OP_TIMED) {
-            uint64_t from =
-                r->deadline_ns > r->call_ns ? r->deadline_ns : r->call_ns;
-            if (r->ret_ns > from + h->slack_ns &&
-                !own_fault_during(h, r->proc, r->call_ns, r->ret_ns))
-                report(c, TC_V_DEADLINE, r, NULL,
-                       "returned past deadline "
-                       "+ slack");
-        }
+        if (r->op == TC_OP_TIMED)
+            check_deadline(c, r);
     }
 }
 

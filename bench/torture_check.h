@@ -218,6 +218,10 @@ struct tc_result {
     unsigned long told_late;
     unsigned long told_late_own;
     unsigned long items; /* queue items checked */
+    /* The timed call that returned furthest past its deadline, its process
+     * not stopped meanwhile (ns; 0: none): how close the run came to
+     * slack_ns */
+    uint64_t late_max_ns;
     /* The fence (the two figures of the run: stale_accepted, the same as
      * violations[TC_V_STALE_WRITE], must be 0; legit_refused is today a
      * figure, a violation with refusal_fails) */
