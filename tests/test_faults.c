@@ -942,6 +942,58 @@ static void test_latency(void **state)
 
 /* ---- d. blackhole ------------------------------------------------------------------ */
 
+/* MONITOR on the server, read from now on (1 s between lines at most: the
+ * renewal threads keep it busy); NULL on error. */
+static redisContext *monitor_start(void)
+{
+    struct timeval tv = { 1, 0 };
+    redisContext *c = redisConnectUnix(r.sock);
+    redisReply *x;
+
+    if (!c || c->err || redisSetTimeout(c, tv) != REDIS_OK ||
+        !(x = redisCommand(c, "MONITOR"))) {
+        if (c)
+            redisFree(c);
+        return NULL;
+    }
+    freeReplyObject(x);
+    return c;
+}
+
+/* Waits, reading mon, until the thread that waits for the plain mutex
+ * name sleeps, secs at most: the server subscribed it to the lock's
+ * channel (no holder left a mark: the release wakes the channel), then
+ * ran the try it makes once subscribed (mutex_lock: 3 keys, the lock's
+ * first), whose reply is on its way; a round trip through the proxy
+ * after that one has brought that reply through it.  (A fixed sleep was
+ * too short under ASan and load, and a blackhole that begins while the
+ * try is under way gives the waiter EIO.)  1 when it sleeps. */
+static int await_asleep(redisContext *mon, const char *name, double secs)
+{
+    char chan[260], lock[260];
+    double end = tu_now() + secs;
+    int subscribed = 0, tried = 0, ok;
+    redisContext *c;
+    redisReply *x;
+
+    snprintf(chan, sizeof chan, "\"redisson_lock__channel:{%s}\"", name);
+    snprintf(lock, sizeof lock, "\"3\" \"%s\"", name);
+    while (!tried && tu_now() < end &&
+           redisGetReply(mon, (void **)&x) == REDIS_OK) {
+        if (x->type == REDIS_REPLY_STATUS && !subscribed)
+            subscribed =
+                strstr(x->str, "\"SUBSCRIBE\"") && strstr(x->str, chan);
+        else if (x->type == REDIS_REPLY_STATUS)
+            tried = strstr(x->str, "\"EVALSHA\"") && strstr(x->str, lock);
+        freeReplyObject(x);
+    }
+    c = tried ? proxy_client(g_proxy, 2000) : NULL;
+    ok = c && !c->err && ping(c);
+    if (c)
+        redisFree(c);
+    return ok;
+}
+
 /*
  * The path to Redis goes silent for 1.5 s (the proxy swallows everything
  * and closes nothing) while this process holds a lock, releases another,
@@ -964,7 +1016,8 @@ static void test_blackhole(void **state)
     long long cnt = 0;
     unsigned long conns;
     double t_on, t_off, t0, el_recover;
-    int rc_after;
+    redisContext *mon;
+    int rc_after, asleep;
 
     (void)state;
     NAME(nheld, "held");
@@ -1018,8 +1071,17 @@ static void test_blackhole(void **state)
         waitpid(pid, NULL, 0);
         fail_msg("the other client's lock: %d", b);
     }
+    mon = monitor_start();
+    assert_non_null(mon);
     assert_int_equal(fx_locker_start(&wa, &w, 0), 0);
-    tu_sleep_ms(300); /* it is waiting, subscribed */
+    asleep = await_asleep(mon, nw, slack(10.0));
+    redisFree(mon);
+    if (!asleep) {
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        fx_locker_join(&wa);
+        fail_msg("the waiter was not seen subscribed and trying");
+    }
 
     conns = tu_proxy_connections(g_proxy);
     tu_proxy_blackhole(g_proxy, 1);
