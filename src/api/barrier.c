@@ -30,20 +30,12 @@ struct dist__barrier {
 
 static atomic_ulong serials;
 
-static struct dist__buf arg(const char *s)
-{
-    return (struct dist__buf){ s, strlen(s) };
-}
-
 /* ---- objects ---------------------------------------------------------------- */
 
 static void barrier_free(struct dist__barrier *bo)
 {
-    int i;
-
     bo->magic = 0;
-    for (i = 0; i < NKEYS; i++)
-        free((char *)bo->keys[i].p);
+    dist__bufs_free(bo->keys, NKEYS);
     dist__names_unref(bo->names);
     pthread_mutex_destroy(&bo->mu);
     free(bo);
@@ -177,9 +169,9 @@ static int arrive(struct dist__barrier *bo, long long *round)
     snprintf(count, sizeof count, "%u", bo->count);
     snprintf(window, sizeof window, "%lu", dist__waiter_ms());
     kv[3] = (struct dist__buf){ owner, dist__hold_owner(bo->member, owner) };
-    kv[4] = arg(count);
-    kv[5] = arg(window);
-    kv[6] = arg(dist__publish_cmd());
+    kv[4] = dist__arg(count);
+    kv[5] = dist__arg(window);
+    kv[6] = dist__arg(dist__publish_cmd());
     if ((rc = run(bo, DIST__S_BARRIER_ARRIVE, "barrier_arrive", kv, 7, v)) !=
         0)
         return rc;
@@ -208,9 +200,9 @@ static int check(struct dist__barrier *bo, long long round, const char *op,
 
     snprintf(rbuf, sizeof rbuf, "%lld", round);
     kv[3] = (struct dist__buf){ owner, dist__hold_owner(bo->member, owner) };
-    kv[4] = arg(rbuf);
-    kv[5] = arg(op);
-    kv[6] = arg(dist__publish_cmd());
+    kv[4] = dist__arg(rbuf);
+    kv[5] = dist__arg(op);
+    kv[6] = dist__arg(dist__publish_cmd());
     if ((rc = run(bo, DIST__S_BARRIER_CHECK, "barrier_check", kv, 7, v)) != 0)
         return rc;
     *res = (int)v[0];

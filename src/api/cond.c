@@ -29,15 +29,13 @@ int dist_condattr_destroy(dist_condattr_t *a)
 int dist_condattr_setclock(dist_condattr_t *a, clockid_t clock)
 {
     DIST__KEEP_ERRNO;
-    if (!a)
-        return EINVAL;
-    if (clock != CLOCK_REALTIME && clock != CLOCK_MONOTONIC)
-        return dist__err(EINVAL,
-                         "clock %d: use CLOCK_REALTIME or "
-                         "CLOCK_MONOTONIC",
-                         (int)clock);
-    a->__clock = (int)clock;
-    return 0;
+    int rc = a ? DIST__ATTR_ONE_OF((int)clock, "clock", CLOCK_REALTIME,
+                                   CLOCK_MONOTONIC)
+               : EINVAL;
+
+    if (rc == 0)
+        a->__clock = (int)clock;
+    return rc;
 }
 
 int dist_condattr_getclock(const dist_condattr_t *a, clockid_t *clock)

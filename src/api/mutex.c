@@ -14,20 +14,6 @@
 
 /* ---- attributes -------------------------------------------------------- */
 
-/* A switch of a (deferral, cohorting): said on, said off, or neither,
- * which leaves it to the default. */
-static int set_switch(dist_mutexattr_t *a, int v, unsigned on, unsigned off,
-                      const char *what)
-{
-    if (!a)
-        return EINVAL;
-    if (v != 0 && v != 1)
-        return dist__err(EINVAL, "%s must be 0 or 1, not %d", what, v);
-    a->__flags &= ~(on | off);
-    a->__flags |= v ? on : off;
-    return 0;
-}
-
 /* A switch as attribute flags have it: what was said, else dflt. */
 static int switch_of(unsigned flags, unsigned on, unsigned off, int dflt)
 {
@@ -63,15 +49,13 @@ int dist_mutexattr_destroy(dist_mutexattr_t *a)
 int dist_mutexattr_settype(dist_mutexattr_t *a, int type)
 {
     DIST__KEEP_ERRNO;
-    if (!a)
-        return EINVAL;
-    if (type != DIST_MUTEX_RECURSIVE && type != DIST_MUTEX_ERRORCHECK)
-        return dist__err(EINVAL,
-                         "mutex type %d: use DIST_MUTEX_RECURSIVE or "
-                         "DIST_MUTEX_ERRORCHECK",
-                         type);
-    a->__type = type;
-    return 0;
+    int rc = a ? DIST__ATTR_ONE_OF(type, "mutex type", DIST_MUTEX_RECURSIVE,
+                                   DIST_MUTEX_ERRORCHECK)
+               : EINVAL;
+
+    if (rc == 0)
+        a->__type = type;
+    return rc;
 }
 
 int dist_mutexattr_gettype(const dist_mutexattr_t *a, int *type)
@@ -94,12 +78,8 @@ int dist_mutexattr_setlease(dist_mutexattr_t *a, unsigned long lease_ms)
 int dist_mutexattr_setfair(dist_mutexattr_t *a, int fair)
 {
     DIST__KEEP_ERRNO;
-    if (!a)
-        return EINVAL;
-    if (fair != 0 && fair != 1)
-        return dist__err(EINVAL, "fair must be 0 or 1, not %d", fair);
-    a->__flags = fair ? (a->__flags | ATTR_FAIR) : (a->__flags & ~ATTR_FAIR);
-    return 0;
+    return a ? dist__attr_switch(&a->__flags, fair, ATTR_FAIR, 0, "fair")
+             : EINVAL;
 }
 
 int dist_mutexattr_getfair(const dist_mutexattr_t *a, int *fair)
@@ -114,7 +94,10 @@ int dist_mutexattr_getfair(const dist_mutexattr_t *a, int *fair)
 int dist_mutexattr_setdeferred(dist_mutexattr_t *a, int deferred)
 {
     DIST__KEEP_ERRNO;
-    return set_switch(a, deferred, ATTR_DEFER_ON, ATTR_DEFER_OFF, "deferred");
+    /* said on, said off, or neither, which leaves it to the default */
+    return a ? dist__attr_switch(&a->__flags, deferred, ATTR_DEFER_ON,
+                                 ATTR_DEFER_OFF, "deferred")
+             : EINVAL;
 }
 
 int dist_mutexattr_getdeferred(const dist_mutexattr_t *a, int *deferred)
@@ -130,7 +113,9 @@ int dist_mutexattr_getdeferred(const dist_mutexattr_t *a, int *deferred)
 int dist_mutexattr_setcohort(dist_mutexattr_t *a, int cohort)
 {
     DIST__KEEP_ERRNO;
-    return set_switch(a, cohort, ATTR_COHORT_ON, ATTR_COHORT_OFF, "cohort");
+    return a ? dist__attr_switch(&a->__flags, cohort, ATTR_COHORT_ON,
+                                 ATTR_COHORT_OFF, "cohort")
+             : EINVAL;
 }
 
 /* What a mutex made with a would be (cohort_of). */
@@ -146,16 +131,14 @@ int dist_mutexattr_getcohort(const dist_mutexattr_t *a, int *cohort)
 int dist_mutexattr_setrobust(dist_mutexattr_t *a, int robust)
 {
     DIST__KEEP_ERRNO;
-    if (!a)
-        return EINVAL;
-    if (robust != DIST_MUTEX_STALLED && robust != DIST_MUTEX_ROBUST)
-        return dist__err(EINVAL,
-                         "robust must be DIST_MUTEX_STALLED or "
-                         "DIST_MUTEX_ROBUST, not %d",
-                         robust);
-    a->__flags =
-        robust ? (a->__flags | ATTR_ROBUST) : (a->__flags & ~ATTR_ROBUST);
-    return 0;
+    int rc = a ? DIST__ATTR_ONE_OF(robust, "mutex robustness",
+                                   DIST_MUTEX_STALLED, DIST_MUTEX_ROBUST)
+               : EINVAL;
+
+    if (rc == 0)
+        a->__flags =
+            robust ? (a->__flags | ATTR_ROBUST) : (a->__flags & ~ATTR_ROBUST);
+    return rc;
 }
 
 int dist_mutexattr_getrobust(const dist_mutexattr_t *a, int *robust)

@@ -34,16 +34,14 @@ int dist_rwlockattr_setlease(dist_rwlockattr_t *a, unsigned long lease_ms)
 int dist_rwlockattr_setkind(dist_rwlockattr_t *a, int kind)
 {
     DIST__KEEP_ERRNO;
-    if (!a)
-        return EINVAL;
-    if (kind != DIST_RWLOCK_PREFER_READER &&
-        kind != DIST_RWLOCK_PREFER_WRITER)
-        return dist__err(EINVAL,
-                         "rwlock kind %d: use DIST_RWLOCK_PREFER_READER "
-                         "or DIST_RWLOCK_PREFER_WRITER",
-                         kind);
-    a->__kind = kind;
-    return 0;
+    int rc =
+        a ? DIST__ATTR_ONE_OF(kind, "rwlock kind", DIST_RWLOCK_PREFER_READER,
+                              DIST_RWLOCK_PREFER_WRITER)
+          : EINVAL;
+
+    if (rc == 0)
+        a->__kind = kind;
+    return rc;
 }
 
 /* ---- objects ----------------------------------------------------------- */

@@ -41,15 +41,13 @@ int dist_semattr_destroy(dist_semattr_t *a)
 int dist_semattr_setmode(dist_semattr_t *a, int mode)
 {
     DIST__KEEP_ERRNO;
-    if (!a)
-        return EINVAL;
-    if (mode != DIST_SEM_LEASED && mode != DIST_SEM_REDISSON)
-        return dist__err(EINVAL,
-                         "semaphore mode %d: use DIST_SEM_LEASED or "
-                         "DIST_SEM_REDISSON",
-                         mode);
-    a->__mode = mode;
-    return 0;
+    int rc = a ? DIST__ATTR_ONE_OF(mode, "semaphore mode", DIST_SEM_LEASED,
+                                   DIST_SEM_REDISSON)
+               : EINVAL;
+
+    if (rc == 0)
+        a->__mode = mode;
+    return rc;
 }
 
 int dist_semattr_getmode(const dist_semattr_t *a, int *mode)
@@ -72,13 +70,9 @@ int dist_semattr_setlease(dist_semattr_t *a, unsigned long lease_ms)
 int dist_semattr_setunowned(dist_semattr_t *a, int unowned)
 {
     DIST__KEEP_ERRNO;
-    if (!a)
-        return EINVAL;
-    if (unowned != 0 && unowned != 1)
-        return dist__err(EINVAL, "unowned must be 0 or 1, not %d", unowned);
-    a->__flags =
-        unowned ? (a->__flags | ATTR_UNOWNED) : (a->__flags & ~ATTR_UNOWNED);
-    return 0;
+    return a ? dist__attr_switch(&a->__flags, unowned, ATTR_UNOWNED, 0,
+                                 "unowned")
+             : EINVAL;
 }
 
 int dist_semattr_setmax(dist_semattr_t *a, long max)
@@ -102,7 +96,7 @@ static void sem_free(struct dist__sem *sm)
     sm->magic = 0;
     if (sm->o)
         dist__obj_free(sm->o);
-    dist__sem_keys_free(sm->keys, 2);
+    dist__bufs_free(sm->keys, 2);
     dist__names_unref(sm->names);
     free(sm);
 }

@@ -11,6 +11,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <time.h>
 
 #include "distlock.h"
@@ -327,5 +328,13 @@ struct dist__buf { /* one argument of a command */
     const char *p;
     size_t len;
 };
+
+/* A C string as an argument of a command. */
+static inline struct dist__buf dist__arg(const char *s)
+{
+    return (struct dist__buf){ s, strlen(s) };
+}
+/* Frees the n arguments' strings that keys owns, and forgets them (util.c). */
+void dist__bufs_free(struct dist__buf *keys, int n);
 
 #endif

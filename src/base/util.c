@@ -30,6 +30,15 @@ int dist__err(int code, const char *fmt, ...)
     return code;
 }
 
+/* A thread-local flag's value, cleared (the *_take calls). */
+static int flag_take(int *flag)
+{
+    int was = *flag;
+
+    *flag = 0;
+    return was;
+}
+
 /* Set when the calling thread met a failure that no retry can mend (a
  * certificate refused, a server that speaks another protocol, options that
  * cannot work): a caller that would try again for a while gives up at once.
@@ -44,10 +53,17 @@ void dist__hopeless_set(void)
 
 int dist__hopeless_take(void)
 {
-    int was = hopeless;
+    return flag_take(&hopeless);
+}
 
-    hopeless = 0;
-    return was;
+void dist__bufs_free(struct dist__buf *keys, int n)
+{
+    int i;
+
+    for (i = 0; i < n; i++) {
+        free((char *)keys[i].p);
+        keys[i].p = NULL;
+    }
 }
 
 const char *dist_last_error(void)
@@ -243,10 +259,7 @@ void dist__eintr_note(void)
 
 int dist__eintr_take(void)
 {
-    int was = eintr_seen;
-
-    eintr_seen = 0;
-    return was;
+    return flag_take(&eintr_seen);
 }
 
 int dist__handlers_restart(void)

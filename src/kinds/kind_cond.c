@@ -14,11 +14,6 @@ static const enum dist__nm key_name[DIST__COND_NKEYS] = {
     DIST__N_COND_CHAN,
 };
 
-static struct dist__buf arg(const char *s)
-{
-    return (struct dist__buf){ s, strlen(s) };
-}
-
 int dist__cond_new(const char *name, clockid_t clock, struct dist__cond **out)
 {
     struct dist__cond *cv;
@@ -58,13 +53,10 @@ oom:
 
 void dist__cond_free(struct dist__cond *cv)
 {
-    int i;
-
     if (!cv)
         return;
     cv->magic = 0;
-    for (i = 0; i < DIST__COND_NKEYS; i++)
-        free((char *)cv->keys[i].p);
+    dist__bufs_free(cv->keys, DIST__COND_NKEYS);
     dist__names_unref(cv->names);
     pthread_mutex_destroy(&cv->mu);
     free(cv);
@@ -122,8 +114,10 @@ int dist__cond_register(struct dist__cond *cv, const struct dist__names *m)
     size_t olen;
     const char *owner = dist__owner(&olen);
     struct dist__buf kv[8] = {
-        m->name,     cv->keys[0],     cv->keys[1],   cv->keys[2],
-        cv->keys[3], { owner, olen }, { window, 0 }, arg(dist__publish_cmd()),
+        m->name,       cv->keys[0],
+        cv->keys[1],   cv->keys[2],
+        cv->keys[3],   { owner, olen },
+        { window, 0 }, dist__arg(dist__publish_cmd()),
     };
     long long v = 0;
     int rc;
@@ -154,8 +148,8 @@ int dist__cond_check(struct dist__cond *cv, int leave, int *res)
         cv->keys[2],
         cv->keys[3],
         { owner, olen },
-        arg(leave ? "1" : "0"),
-        arg(dist__publish_cmd()),
+        dist__arg(leave ? "1" : "0"),
+        dist__arg(dist__publish_cmd()),
     };
     long long v = 0;
     int rc;
@@ -214,8 +208,8 @@ int dist__cond_signal(struct dist__cond *cv, int all, long long *marked)
         cv->keys[1],
         cv->keys[2],
         cv->keys[3],
-        arg(all ? "all" : "1"),
-        arg(dist__publish_cmd()),
+        dist__arg(all ? "all" : "1"),
+        dist__arg(dist__publish_cmd()),
     };
     long long v = 0;
     int rc;

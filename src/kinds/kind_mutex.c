@@ -33,11 +33,6 @@ static int is_fair(const struct dist__call *c)
     return c->o->kind == &dist__fair_kind;
 }
 
-static struct dist__buf arg(const char *s)
-{
-    return (struct dist__buf){ s, strlen(s) };
-}
-
 /* The derived names each script gets, in the order of its KEYS after N;
  * a robust mutex's scripts get its record too, last (NKEYS less one
  * without it). */
@@ -193,7 +188,7 @@ static int run_acquire(struct dist__call *c, redisReply **r)
             kv[n++] = (struct dist__buf){ owner, olen };
             kv[n++] = c->how == DIST__HOW_WAIT
                           ? ul_arg(window, dist__waiter_ms())
-                          : arg("0");
+                          : dist__arg("0");
             kv[n++] = ul_arg(keep, dist__key_keep_ms(dist__lease_of(c->o)));
             rc = dist__route_eval(c->limit, DIST__S_MUTEX_LOCK, 3 + robust,
                                   kv, n, r, &c->on);
@@ -206,11 +201,11 @@ static int run_acquire(struct dist__call *c, redisReply **r)
     if ((rc = keys_of(nm, fair_lock_keys, NKEYS(fair_lock_keys) - 1 + robust,
                       kv, &room)) == 0) {
         n = 6 + robust;
-        kv[n++] = arg(lease);
+        kv[n++] = dist__arg(lease);
         kv[n++] = (struct dist__buf){ owner, olen };
-        kv[n++] = arg(window);
-        kv[n++] = arg(c->how == DIST__HOW_QUEUE ? "wait" : "try");
-        kv[n++] = arg(dist__publish_cmd());
+        kv[n++] = dist__arg(window);
+        kv[n++] = dist__arg(c->how == DIST__HOW_QUEUE ? "wait" : "try");
+        kv[n++] = dist__arg(dist__publish_cmd());
         kv[n++] = ul_arg(keep, dist__key_keep_ms(dist__lease_of(c->o)));
         rc = dist__route_eval(c->limit, DIST__S_FAIR_LOCK, 6 + robust, kv, n,
                               r, &c->on);
@@ -372,17 +367,17 @@ static int release_args(const struct dist__names *nm, int fair, int wakes,
     if (keys_of(nm, fair ? fair_unlock_keys : unlock_keys, n, kv, room) != 0)
         return -1;
     nkeys = ++n;
-    kv[n++] = arg(lease);
+    kv[n++] = dist__arg(lease);
     kv[n++] = (struct dist__buf){ owner, olen };
-    kv[n++] = arg(dist__publish_cmd());
-    kv[n++] = arg("0");
+    kv[n++] = dist__arg(dist__publish_cmd());
+    kv[n++] = dist__arg("0");
     if (!fair)
-        kv[n++] = arg(wakes ? "1" : "0");
+        kv[n++] = dist__arg(wakes ? "1" : "0");
     if (expect || robust)
-        kv[n++] = arg(expect ? expect : "");
+        kv[n++] = dist__arg(expect ? expect : "");
     if (robust) {
-        kv[n++] = arg(how[robust]);
-        kv[n++] = arg(keep);
+        kv[n++] = dist__arg(how[robust]);
+        kv[n++] = dist__arg(keep);
     }
     *nkv = n;
     return nkeys;
@@ -639,7 +634,7 @@ static void plain_cancel(struct dist__call *c)
     if (keys_of(c->o->st->names, waiters_key, NKEYS(waiters_key), kv,
                 &room) == 0) {
         kv[2] = (struct dist__buf){ owner, olen };
-        kv[3] = arg(dist__publish_cmd());
+        kv[3] = dist__arg(dist__publish_cmd());
         if (dist__route_run(c->limit, DIST__S_MUTEX_CANCEL, 2, kv, 4, &r) ==
             0)
             freeReplyObject(r);
@@ -665,8 +660,8 @@ static void m_cancel(struct dist__call *c)
     if (keys_of(c->o->st->names, fair_cancel_keys, NKEYS(fair_cancel_keys),
                 kv, &room) == 0) {
         kv[5] = (struct dist__buf){ owner, olen };
-        kv[6] = arg(dist__publish_cmd());
-        kv[7] = arg("0");
+        kv[6] = dist__arg(dist__publish_cmd());
+        kv[7] = dist__arg("0");
         if (dist__route_run(c->limit, DIST__S_FAIR_CANCEL, 5, kv, 8, &r) == 0)
             freeReplyObject(r);
     }

@@ -32,11 +32,6 @@ struct tkeys {
     size_t tplen;
 };
 
-static struct dist__buf arg(const char *s)
-{
-    return (struct dist__buf){ s, strlen(s) };
-}
-
 /* The derived names a read-write lock's scripts use, made with its state
  * (its ext: dist__names_set), by these indexes. */
 static const enum dist__nm rw_names[] = {
@@ -281,9 +276,9 @@ static int run_release(uint64_t limit, const struct dist__state *st,
     if (!mode)
         kv[n++] = *tk;
     kv[n++] = (struct dist__buf){ owner, olen };
-    kv[n++] = arg(erd);
-    kv[n++] = arg(ewr);
-    kv[n++] = arg(dist__publish_cmd());
+    kv[n++] = dist__arg(erd);
+    kv[n++] = dist__arg(ewr);
+    kv[n++] = dist__arg(dist__publish_cmd());
     rc = run(limit, mode ? DIST__S_RWLOCK_WRUNLOCK : DIST__S_RWLOCK_RDUNLOCK,
              mode ? 4 : 5, kv, n, &r, again, NULL);
     if (rc != 0)
@@ -339,20 +334,20 @@ static int run_acquire(struct dist__call *c, struct dist__rec *r,
             return dist__err(ENOMEM, "out of memory");
         kv[n++] = tk;
     }
-    kv[n++] = arg(lease);
+    kv[n++] = dist__arg(lease);
     kv[n++] = (struct dist__buf){ owner, olen };
-    kv[n++] = arg(erd);
-    kv[n++] = arg(ewr);
+    kv[n++] = dist__arg(erd);
+    kv[n++] = dist__arg(ewr);
     if (c->mode) {
         snprintf(window, sizeof window, "%lu", dist__waiter_ms());
-        kv[n++] = arg(hows[c->how]);
-        kv[n++] = arg(window);
+        kv[n++] = dist__arg(hows[c->how]);
+        kv[n++] = dist__arg(window);
     }
-    kv[n++] = arg(dist__publish_cmd());
+    kv[n++] = dist__arg(dist__publish_cmd());
     if (c->mode) {
         snprintf(keep, sizeof keep, "%lu",
                  dist__key_keep_ms(dist__lease_of(c->o)));
-        kv[n++] = arg(keep);
+        kv[n++] = dist__arg(keep);
     }
     rc =
         run(c->limit, c->mode ? DIST__S_RWLOCK_WRLOCK : DIST__S_RWLOCK_RDLOCK,
@@ -645,8 +640,11 @@ static void rw_cancel(struct dist__call *c)
     size_t olen;
     const char *owner = dist__owner(&olen);
     struct dist__buf kv[5] = {
-        st->names->name, *rw_name(st, RW_WRITERS), *rw_name(st, RW_CHAN),
-        { owner, olen }, arg(dist__publish_cmd()),
+        st->names->name,
+        *rw_name(st, RW_WRITERS),
+        *rw_name(st, RW_CHAN),
+        { owner, olen },
+        dist__arg(dist__publish_cmd()),
     };
     redisReply *r;
 

@@ -18,21 +18,6 @@ static const enum dist__nm sem_name[DIST__SEM_NKEYS] = {
     DIST__N_SEM_CHAN,
 };
 
-static struct dist__buf arg(const char *s)
-{
-    return (struct dist__buf){ s, strlen(s) };
-}
-
-void dist__sem_keys_free(struct dist__buf *keys, int n)
-{
-    int i;
-
-    for (i = 0; i < n; i++) {
-        free((char *)keys[i].p);
-        keys[i].p = NULL;
-    }
-}
-
 int dist__sem_keys(const struct dist__names *nm, int redisson,
                    struct dist__buf *keys)
 {
@@ -47,7 +32,7 @@ int dist__sem_keys(const struct dist__names *nm, int redisson,
             p = dist__names_derive(nm, redisson ? DIST__N_RSEM : sem_name[i],
                                    "", &keys[i].len);
         if (!p) {
-            dist__sem_keys_free(keys, n);
+            dist__bufs_free(keys, n);
             return ENOMEM;
         }
         keys[i].p = p;
@@ -82,8 +67,8 @@ static int s_acquire(struct dist__call *c)
         { lease, 0 },
         { owner, olen },
         { initial, 0 },
-        arg(dist__publish_cmd()),
-        arg(atomic_load(&sx->unowned) ? "1" : "0"),
+        dist__arg(dist__publish_cmd()),
+        dist__arg(atomic_load(&sx->unowned) ? "1" : "0"),
     };
     long long ok, v, had = 0;
     redisReply *r;
@@ -135,7 +120,7 @@ static int run_release(uint64_t limit, const struct dist__buf *keys,
         keys[3],
         { lease, 0 },
         { owner, olen },
-        arg(dist__publish_cmd()),
+        dist__arg(dist__publish_cmd()),
         { NULL, 0 },
     };
     redisReply *r;
@@ -143,7 +128,7 @@ static int run_release(uint64_t limit, const struct dist__buf *keys,
 
     kv[4].len = (size_t)snprintf(lease, sizeof lease, "%lu", lease_ms);
     if (expect)
-        kv[7] = arg(expect);
+        kv[7] = dist__arg(expect);
     rc = dist__route_run(limit, DIST__S_SEM_RELEASE, 4, kv, expect ? 8 : 7,
                          &r);
     if (rc != 0)
@@ -193,7 +178,7 @@ static int s_settle(struct dist__hold *h, int *lost)
     rc = run_release(0, keys, owner, dist__hold_owner(h, owner),
                      h->lease_ms ? h->lease_ms : dist__watchdog_ms(), expect,
                      &res, &woken);
-    dist__sem_keys_free(keys, DIST__SEM_NKEYS);
+    dist__bufs_free(keys, DIST__SEM_NKEYS);
     if (rc == DIST__ECONN || rc == DIST__ENOCONN)
         return -1;
     *lost = rc == 0 && res == -1;
@@ -234,7 +219,7 @@ static void s_state_free(struct dist__state *st)
 {
     struct dist__semx *sx = st->ext;
 
-    dist__sem_keys_free(sx->keys, DIST__SEM_NKEYS);
+    dist__bufs_free(sx->keys, DIST__SEM_NKEYS);
     free(sx);
 }
 
@@ -269,9 +254,9 @@ int dist__sem_count(struct dist__obj *o, const char *op, long n, long *free_,
     struct dist__semx *sx = o->st->ext;
     char num[24], initial[24], max[24];
     struct dist__buf kv[9] = {
-        sx->keys[0],    sx->keys[1], sx->keys[2],
-        sx->keys[3],    arg(op),     { num, 0 },
-        { initial, 0 }, { max, 0 },  arg(dist__publish_cmd()),
+        sx->keys[0],    sx->keys[1],   sx->keys[2],
+        sx->keys[3],    dist__arg(op), { num, 0 },
+        { initial, 0 }, { max, 0 },    dist__arg(dist__publish_cmd()),
     };
     long long f, h;
     redisReply *r;
@@ -376,8 +361,8 @@ static int run_drop(struct dist__obj *o, char (*owners)[64],
         return ENOMEM;
     kv[0] = sx->keys[0], kv[1] = sx->keys[1];
     kv[2] = sx->keys[2], kv[3] = sx->keys[3];
-    kv[4] = arg("drop");
-    kv[5] = arg("0");
+    kv[4] = dist__arg("drop");
+    kv[5] = dist__arg("0");
     kv[6] =
         (struct dist__buf){ initial,
                             (size_t)snprintf(initial, sizeof initial, "%ld",
@@ -385,7 +370,7 @@ static int run_drop(struct dist__obj *o, char (*owners)[64],
     kv[7] =
         (struct dist__buf){ max, (size_t)snprintf(max, sizeof max, "%ld",
                                                   atomic_load(&sx->max)) };
-    kv[8] = arg(dist__publish_cmd());
+    kv[8] = dist__arg(dist__publish_cmd());
     for (i = 0; i < n; i++)
         kv[9 + i] = (struct dist__buf){ owners[i], lens[i] };
     /* run again on a lost reply: dropping twice is dropping once */
