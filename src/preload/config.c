@@ -438,6 +438,31 @@ static int unres_value(struct parse *p, const char *v)
     return PL_UNRES_DEFAULT;
 }
 
+/* A yes or no for key k.  0 with *b, or -1 said. */
+static int bool_value(struct parse *p, const char *k, const char *v, int *b)
+{
+    if (pl_parse_bool(v, b) == 0)
+        return 0;
+    perr(p, p->line, "%s: yes or no, not '%s'", k, v);
+    return -1;
+}
+
+/* A number from least to most, what it is said by what ("count: a number
+ * of elements").  0 with *x, or -1 said. */
+static int num_value(struct parse *p, const char *v, unsigned long least,
+                     unsigned long most, const char *what, unsigned long *x)
+{
+    if (pl_parse_ulong(v, most, x) == 0 && *x >= least)
+        return 0;
+    perr(p, p->line, "%s, not '%s'", what, v);
+    return -1;
+}
+
+#define DAY_MS (24UL * 3600 * 1000)
+#define MANY   (1UL << 20) /* bound of a stride, a count, the parties */
+#define LEASE_WHAT                                                           \
+    "lease_ms: a number of milliseconds up to a day, or 0 for the watchdog"
+
 static void redis_key(struct parse *p, const char *k, const char *v)
 {
     struct pl_config *cfg = p->cfg;
@@ -448,23 +473,14 @@ static void redis_key(struct parse *p, const char *k, const char *v)
         cfg->url = strdup(v);
         p->url_line = p->line;
     } else if (strcmp(k, "lease_ms") == 0) {
-        if (pl_parse_ulong(v, 24UL * 3600 * 1000, &x) != 0)
-            perr(p, p->line,
-                 "lease_ms: a number of milliseconds up to a "
-                 "day, or 0 for the watchdog; not '%s'",
-                 v);
-        else
+        if (num_value(p, v, 0, DAY_MS, LEASE_WHAT, &x) == 0)
             cfg->lease_ms = x;
     } else if (strcmp(k, "watchdog_ms") == 0) {
-        if (pl_parse_ulong(v, 24UL * 3600 * 1000, &x) != 0 || x < 300)
-            perr(p, p->line, "watchdog_ms: 300 or more, not '%s'", v);
-        else
+        if (num_value(p, v, 300, DAY_MS, "watchdog_ms: 300 or more", &x) == 0)
             cfg->watchdog_ms = x;
     } else if (strcmp(k, "timeout_ms") == 0) {
-        if (pl_parse_ulong(v, 3600UL * 1000, &x) != 0 || x == 0)
-            perr(p, p->line, "timeout_ms: a number of milliseconds, not '%s'",
-                 v);
-        else
+        if (num_value(p, v, 1, 3600UL * 1000,
+                      "timeout_ms: a number of milliseconds", &x) == 0)
             cfg->timeout_ms = x;
     } else if (strcmp(k, "on_unavailable") == 0) {
         if (strcmp(v, "block") == 0)
@@ -503,9 +519,7 @@ static void preload_key(struct parse *p, const char *k, const char *v)
         free(p->cfg->program);
         p->cfg->program = strdup(v);
     } else if (strcmp(k, "verbose") == 0) {
-        if (pl_parse_bool(v, &b) != 0)
-            perr(p, p->line, "verbose: yes or no, not '%s'", v);
-        else
+        if (bool_value(p, k, v, &b) == 0)
             p->cfg->verbose = b;
     } else {
         perr(p, p->line,
@@ -542,9 +556,7 @@ static int sem_key(struct parse *p, const char *k, const char *v)
         else
             perr(p, p->line, "mode: leased or redisson, not '%s'", v);
     } else if (strcmp(k, "unowned_post") == 0) {
-        if (pl_parse_bool(v, &b) != 0)
-            perr(p, p->line, "unowned_post: yes or no, not '%s'", v);
-        else
+        if (bool_value(p, k, v, &b) == 0)
             s->sem_unowned = b;
     } else if (strcmp(k, "max") == 0) {
         if (pl_parse_ulong(v, DIST_SEM_VALUE_MAX, &x) != 0 || x == 0)
@@ -570,9 +582,7 @@ static int kind_key(struct parse *p, const char *k, const char *v)
     if (s->kind == PL_SEM)
         return sem_key(p, k, v);
     if (strcmp(k, "fair") == 0 && s->kind == PL_MUTEX) {
-        if (pl_parse_bool(v, &b) != 0)
-            perr(p, p->line, "fair: yes or no, not '%s'", v);
-        else
+        if (bool_value(p, k, v, &b) == 0)
             s->fair = b;
     } else if (strcmp(k, "kind") == 0 && s->kind == PL_RWLOCK) {
         if (strcmp(v, "prefer-reader") == 0)
@@ -588,9 +598,7 @@ static int kind_key(struct parse *p, const char *k, const char *v)
             perr(p, p->line, "out of memory");
         s->pair_line = p->line;
     } else if (strcmp(k, "parties") == 0 && s->kind == PL_BARRIER) {
-        if (pl_parse_ulong(v, 1UL << 20, &x) != 0 || x == 0)
-            perr(p, p->line, "parties: a number of waits, not '%s'", v);
-        else
+        if (num_value(p, v, 1, MANY, "parties: a number of waits", &x) == 0)
             s->parties = x;
     } else {
         return 0;
@@ -621,22 +629,13 @@ static void map_key(struct parse *p, const char *k, const char *v)
         if (pl_parse_match(s, v, why, sizeof why) != 0)
             perr(p, p->line, "%s", why);
     } else if (strcmp(k, "lease_ms") == 0 && (s->kind <= PL_RWLOCK || sem)) {
-        if (pl_parse_ulong(v, 24UL * 3600 * 1000, &x) != 0)
-            perr(p, p->line,
-                 "lease_ms: a number of milliseconds up to a "
-                 "day, or 0 for the watchdog; not '%s'",
-                 v);
-        else
+        if (num_value(p, v, 0, DAY_MS, LEASE_WHAT, &x) == 0)
             s->lease_ms = (long)x;
     } else if (strcmp(k, "stride") == 0 && !sem) {
-        if (pl_parse_ulong(v, 1UL << 20, &x) != 0 || x == 0)
-            perr(p, p->line, "stride: a number of bytes, not '%s'", v);
-        else
+        if (num_value(p, v, 1, MANY, "stride: a number of bytes", &x) == 0)
             s->stride = x;
     } else if (strcmp(k, "count") == 0 && !sem) {
-        if (pl_parse_ulong(v, 1UL << 20, &x) != 0 || x == 0)
-            perr(p, p->line, "count: a number of elements, not '%s'", v);
-        else
+        if (num_value(p, v, 1, MANY, "count: a number of elements", &x) == 0)
             s->count = x;
     } else if (strcmp(k, "on_unresolved") == 0 && !sem) {
         s->on_unresolved = unres_value(p, v);

@@ -195,6 +195,50 @@ void pl_config_free(struct pl_config *cfg);
  * the shim afterwards. */
 extern struct pl_config pl_cfg;
 
+/* ---- a Redis that does not answer: on_unavailable ---------------------- */
+
+/* One call's tries against a Redis that does not answer. */
+struct pl_away {
+    unsigned pause_ms; /* the next pause */
+    int told;          /* "waiting for Redis" said */
+};
+#define PL_AWAY_INIT                                                         \
+    {                                                                        \
+        20, 0                                                                \
+    }
+
+/* on_unavailable = abort ends the process here, naming what ("lock",
+ * "semaphore") and its name; otherwise nothing. */
+static inline void pl_away_aborts(const char *what, const char *name)
+{
+    if (pl_cfg.on_unavailable == PL_ABORT)
+        pl_die("%s '%s': %s: aborting (on_unavailable = abort)", what, name,
+               dist_last_error());
+}
+
+/* A pause between tries, doubling up to a second. */
+static inline void pl_away_pause(struct pl_away *a)
+{
+    pl_sleep_ms(a->pause_ms);
+    a->pause_ms = a->pause_ms < 1000 ? a->pause_ms * 2 : 1000;
+}
+
+/* on_unavailable = block, once the call's own answers (fail, a try) are
+ * given: ETIMEDOUT when a timed call's deadline (abs on clk) has passed,
+ * else 0 after a pause, said the first time. */
+static inline int pl_away_block(struct pl_away *a, const char *what,
+                                const char *name, int timed, clockid_t clk,
+                                const struct timespec *abs)
+{
+    if (timed && pl_deadline_passed(clk, abs))
+        return ETIMEDOUT;
+    if (!a->told++)
+        pl_msg("%s '%s': %s: waiting for Redis (on_unavailable = block)",
+               what, name, dist_last_error());
+    pl_away_pause(a);
+    return 0;
+}
+
 /* ---- ELF symbol tables (elf.c) ------------------------------------------ */
 
 struct pl_elf {

@@ -214,29 +214,21 @@ MAPPED_SEM int sem_call(struct pl_entry *e, int op, clockid_t clk,
                         const struct timespec *abs, int *val)
 {
     PL_KEEP_ERRNO;
-    unsigned backoff = 20;
-    int rc, told = 0;
+    struct pl_away away = PL_AWAY_INIT;
+    int rc;
 
     if (!__atomic_load_n(&e->live, __ATOMIC_ACQUIRE))
         return EINVAL; /* used after its sem_close */
     while ((rc = sem_once(e, op, clk, abs, val)) == EIO) {
-        if (pl_cfg.on_unavailable == PL_ABORT)
-            pl_die("semaphore '%s': %s: aborting (on_unavailable = abort)",
-                   e->lockname, dist_last_error());
+        pl_away_aborts("semaphore", e->lockname);
         if (pl_cfg.on_unavailable == PL_FAIL || op == S_TRY) {
             rc = EAGAIN;
             break;
         }
-        if (op == S_TIMED && pl_deadline_passed(clk, abs)) {
-            rc = ETIMEDOUT;
+        rc = pl_away_block(&away, "semaphore", e->lockname, op == S_TIMED,
+                           clk, abs);
+        if (rc != 0)
             break;
-        }
-        if (!told++)
-            pl_msg("semaphore '%s': %s: waiting for Redis (on_unavailable "
-                   "= block)",
-                   e->lockname, dist_last_error());
-        pl_sleep_ms(backoff);
-        backoff = backoff < 1000 ? backoff * 2 : 1000;
     }
     return rc;
 }

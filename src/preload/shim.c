@@ -63,8 +63,8 @@ static int dist_try_once(struct pl_entry *e, int how, int wr, clockid_t clk,
 static int dist_take(struct pl_entry *e, int how, int wr, clockid_t clk,
                      const struct timespec *abs)
 {
-    unsigned backoff = 20;
-    int rc, told = 0;
+    struct pl_away away = PL_AWAY_INIT;
+    int rc;
     PL_KEEP_ERRNO;
 
     for (;;) {
@@ -75,13 +75,13 @@ static int dist_take(struct pl_entry *e, int how, int wr, clockid_t clk,
             rc = EAGAIN;
             break;
         }
-        if (rc == ENOMEM)
-            goto again;
+        if (rc == ENOMEM) {
+            pl_away_pause(&away);
+            continue;
+        }
         if (rc != EIO)
             break;
-        if (pl_cfg.on_unavailable == PL_ABORT)
-            pl_die("lock '%s': %s: aborting (on_unavailable = abort)",
-                   e->lockname, dist_last_error());
+        pl_away_aborts("lock", e->lockname);
         if (pl_cfg.on_unavailable == PL_FAIL && how != D_MUST) {
             pl_msg("lock '%s': %s: the call fails with EAGAIN "
                    "(on_unavailable = fail)",
@@ -93,19 +93,12 @@ static int dist_take(struct pl_entry *e, int how, int wr, clockid_t clk,
             rc = EBUSY;
             break;
         }
-        if (how == D_TIMED && pl_deadline_passed(clk, abs)) {
-            rc = ETIMEDOUT;
+        rc = pl_away_block(&away, "lock", e->lockname, how == D_TIMED, clk,
+                           abs);
+        if (rc != 0)
             break;
-        }
-        if (!told++)
-            pl_msg("lock '%s': %s: waiting for Redis (on_unavailable = "
-                   "block)",
-                   e->lockname, dist_last_error());
-    again:
-        pl_sleep_ms(backoff);
-        backoff = backoff < 1000 ? backoff * 2 : 1000;
     }
-    if (told && rc == 0)
+    if (away.told && rc == 0)
         pl_msg("lock '%s': Redis answers again; lock taken", e->lockname);
     return rc;
 }
@@ -230,6 +223,22 @@ static int real_wait(pthread_cond_t *c, pthread_mutex_t *m, int how, void *fn,
     return ((cwait_fn)fn)(c, m, clk, abs);
 }
 
+/* What glibc refuses in a wait before it lets go of the mutex. */
+static int wait_refused(int how, clockid_t clk, const struct timespec *abs)
+{
+    if (how != W_WAIT && (abs->tv_nsec < 0 || abs->tv_nsec >= 1000000000L))
+        return 1;
+    return how == W_CLOCK && clk != CLOCK_REALTIME && clk != CLOCK_MONOTONIC;
+}
+
+/* Whether this thread holds the mapped mutex e once: a wait with a mutex
+ * locked recursively, or not held, is glibc's business. */
+static int held_once(struct pl_entry *e)
+{
+    return pl_held_by_me(e) &&
+           __atomic_load_n(&e->depth, __ATOMIC_RELAXED) == 1;
+}
+
 MAPPED int mapped_wait(struct pl_entry *e, pthread_cond_t *c,
                        pthread_mutex_t *m, int how, void *fn, clockid_t clk,
                        const struct timespec *abs)
@@ -237,13 +246,9 @@ MAPPED int mapped_wait(struct pl_entry *e, pthread_cond_t *c,
     PL_KEEP_ERRNO;
     int rc;
 
-    /* what glibc refuses before it lets go of the mutex */
-    if (how != W_WAIT && (abs->tv_nsec < 0 || abs->tv_nsec >= 1000000000L))
+    if (wait_refused(how, clk, abs))
         return EINVAL;
-    if (how == W_CLOCK && clk != CLOCK_REALTIME && clk != CLOCK_MONOTONIC)
-        return EINVAL;
-    if (!pl_held_by_me(e) ||
-        __atomic_load_n(&e->depth, __ATOMIC_RELAXED) != 1)
+    if (!held_once(e))
         goto plain; /* not the holder, or locked recursively: as glibc */
     pl_set_holder(e, 0);
     dist_give(e);
@@ -267,9 +272,8 @@ static void cwait_failed(struct pl_entry *ce, int rc)
         pl_die("condition '%s': %s: aborting (on a cluster, name the "
                "condition with its mutex's {hash tag})",
                ce->lockname, dist_last_error());
-    if (rc == EIO && pl_cfg.on_unavailable == PL_ABORT)
-        pl_die("condition '%s': %s: aborting (on_unavailable = abort)",
-               ce->lockname, dist_last_error());
+    if (rc == EIO)
+        pl_away_aborts("condition", ce->lockname);
     pl_msg("condition '%s': %s: the wait ends early", ce->lockname,
            dist_last_error());
     pl_sleep_ms(100);
@@ -318,12 +322,9 @@ MAPPED int mapped_cwait(struct pl_entry *ce, struct pl_entry *me,
     struct cwait_pair pair = { me, m };
     int rc;
 
-    if (how != W_WAIT && (abs->tv_nsec < 0 || abs->tv_nsec >= 1000000000L))
+    if (wait_refused(how, clk, abs))
         return EINVAL;
-    if (how == W_CLOCK && clk != CLOCK_REALTIME && clk != CLOCK_MONOTONIC)
-        return EINVAL;
-    if (!pl_held_by_me(me) ||
-        __atomic_load_n(&me->depth, __ATOMIC_RELAXED) != 1)
+    if (!held_once(me))
         return mapped_wait(me, c, m, how, fn, clk, abs);
     pl_set_holder(me, 0);
     REAL(FN_UNLOCK, lock_fn)(m);
@@ -795,21 +796,14 @@ BARRIERINIT(pl_barrier_init_old, FN_BINIT_OLD, FN_BDESTROY_OLD,
 MAPPED int mapped_barrier_wait(struct pl_entry *e)
 {
     PL_KEEP_ERRNO;
-    unsigned backoff = 20;
-    int rc, told = 0;
+    struct pl_away away = PL_AWAY_INIT;
+    int rc;
 
     while ((rc = dist_barrier_wait(&e->db)) == EIO) {
-        if (pl_cfg.on_unavailable == PL_ABORT)
-            pl_die("barrier '%s': %s: aborting (on_unavailable = abort)",
-                   e->lockname, dist_last_error());
+        pl_away_aborts("barrier", e->lockname);
         if (pl_cfg.on_unavailable == PL_FAIL)
             return EAGAIN;
-        if (!told++)
-            pl_msg("barrier '%s': %s: waiting for Redis (on_unavailable = "
-                   "block)",
-                   e->lockname, dist_last_error());
-        pl_sleep_ms(backoff);
-        backoff = backoff < 1000 ? backoff * 2 : 1000;
+        pl_away_block(&away, "barrier", e->lockname, 0, 0, NULL);
     }
     if (rc == DIST_BARRIER_SERIAL_THREAD)
         return PTHREAD_BARRIER_SERIAL_THREAD;
