@@ -141,6 +141,23 @@ static int tail_len(const char *p)
     return (int)strcspn(p, "?");
 }
 
+/* The TLS options that name a file or a name: as a URL's query option,
+ * as an environment variable (tls_env), and where they go. */
+static const struct {
+    const char *opt, *var;
+    size_t off;
+} tls_paths[] = {
+    { "tls_ca=", "DISTLOCK_TLS_CA", offsetof(struct dist__tls_opts, ca) },
+    { "tls_cert=", "DISTLOCK_TLS_CERT",
+      offsetof(struct dist__tls_opts, cert) },
+    { "tls_key=", "DISTLOCK_TLS_KEY", offsetof(struct dist__tls_opts, key) },
+    { "tls_key_pass=", "DISTLOCK_TLS_KEY_PASS",
+      offsetof(struct dist__tls_opts, key_pass) },
+    { "tls_server_name=", "DISTLOCK_TLS_SERVER_NAME",
+      offsetof(struct dist__tls_opts, name) },
+};
+#define N_TLS_PATHS (sizeof tls_paths / sizeof tls_paths[0])
+
 /* One TLS option of a URL's query, n bytes at p: tls_ca=, tls_cert=,
  * tls_key=, tls_key_pass=, tls_server_name= (%XX escapes decoded) or
  * tls_insecure=0|1.
@@ -148,16 +165,6 @@ static int tail_len(const char *p)
 static int parse_tls_opt(const char *p, size_t n, struct dist__tls_opts *t,
                          char *why, size_t whylen)
 {
-    static const struct {
-        const char *name;
-        size_t off;
-    } paths[] = {
-        { "tls_ca=", offsetof(struct dist__tls_opts, ca) },
-        { "tls_cert=", offsetof(struct dist__tls_opts, cert) },
-        { "tls_key=", offsetof(struct dist__tls_opts, key) },
-        { "tls_key_pass=", offsetof(struct dist__tls_opts, key_pass) },
-        { "tls_server_name=", offsetof(struct dist__tls_opts, name) },
-    };
     size_t i, k;
 
     if (n >= 4 && strncmp(p, "tls=", 4) == 0)
@@ -175,10 +182,10 @@ static int parse_tls_opt(const char *p, size_t n, struct dist__tls_opts *t,
         t->insecure_said = 1;
         return 0;
     }
-    for (i = 0; i < sizeof paths / sizeof paths[0]; i++) {
-        k = strlen(paths[i].name);
-        if (n > k && strncmp(p, paths[i].name, k) == 0) {
-            if (unescape(p + k, n - k, (char *)t + paths[i].off, 256))
+    for (i = 0; i < N_TLS_PATHS; i++) {
+        k = strlen(tls_paths[i].opt);
+        if (n > k && strncmp(p, tls_paths[i].opt, k) == 0) {
+            if (unescape(p + k, n - k, (char *)t + tls_paths[i].off, 256))
                 return BAD("'%.*s' is too long", (int)k - 1, p);
             return 0;
         }
@@ -542,29 +549,18 @@ static unsigned long env_flag(const char *var, unsigned long def)
  * included: a URL that asks for checks gets them). */
 static void tls_env(struct dist__tls_opts *t)
 {
-    static const struct {
-        const char *var;
-        size_t off;
-    } v[] = {
-        { "DISTLOCK_TLS_CA", offsetof(struct dist__tls_opts, ca) },
-        { "DISTLOCK_TLS_CERT", offsetof(struct dist__tls_opts, cert) },
-        { "DISTLOCK_TLS_KEY", offsetof(struct dist__tls_opts, key) },
-        { "DISTLOCK_TLS_KEY_PASS",
-          offsetof(struct dist__tls_opts, key_pass) },
-        { "DISTLOCK_TLS_SERVER_NAME", offsetof(struct dist__tls_opts, name) },
-    };
     const char *s;
     size_t i;
 
     if (!t->on)
         return;
-    for (i = 0; i < sizeof v / sizeof v[0]; i++) {
-        char *field = (char *)t + v[i].off;
-        if (field[0] || (s = secure_getenv(v[i].var)) == NULL)
+    for (i = 0; i < N_TLS_PATHS; i++) {
+        char *field = (char *)t + tls_paths[i].off;
+        if (field[0] || (s = secure_getenv(tls_paths[i].var)) == NULL)
             continue;
         if (strlen(s) >= sizeof t->ca) /* every field has that size */
             fprintf(stderr, "distlock: ignoring %s: longer than %zu bytes\n",
-                    v[i].var, sizeof t->ca - 1);
+                    tls_paths[i].var, sizeof t->ca - 1);
         else
             memcpy(field, s, strlen(s) + 1);
     }

@@ -234,22 +234,18 @@ static int row_cmp(const void *a, const void *b)
     return key_cmp(&kx, &ky);
 }
 
+static void row_drop(void *kept, void *dup)
+{
+    (void)kept;
+    snap_free(dup);
+}
+
 /* In name order; a key that moved between two masters while they were
  * scanned is shown once. */
 static void rows_unique(struct rows *rows)
 {
-    size_t i, u;
-
-    if (rows->n > 1)
-        qsort(rows->s, rows->n, sizeof *rows->s, row_cmp);
-    for (i = 0, u = 0; i < rows->n; i++) {
-        if (u > 0 && row_cmp(&rows->s[u - 1], &rows->s[i]) == 0) {
-            snap_free(&rows->s[i]);
-            continue;
-        }
-        rows->s[u++] = rows->s[i];
-    }
-    rows->n = u;
+    rows->n =
+        sort_unique(rows->s, rows->n, sizeof *rows->s, row_cmp, row_drop);
 }
 
 /* One row: JSON, or a table line (with a heading before the first). */

@@ -40,8 +40,7 @@ static void sem_set_print(const char *name, int redisson, int value)
     struct sb b = { 0 };
 
     if (opt.json) {
-        sb_adds(&b, "{\"name\":");
-        sb_jsonz(&b, name);
+        sb_json_name(&b, name);
         sb_printf(&b, ",\"kind\":\"%s\",\"free\":%d}",
                   redisson ? "rsem" : "sem", value);
     } else {

@@ -60,10 +60,7 @@ void json_head(struct sb *b, const struct snap *s)
     sb_adds(b, "\"name\":");
     sb_json(b, B(s->names->name), L(s->names->name));
     sb_adds(b, ",\"kind\":");
-    if (kind_name[s->kind])
-        sb_jsonz(b, kind_name[s->kind]);
-    else
-        sb_adds(b, "null");
+    sb_jsonz(b, kind_name[s->kind]);
     sb_adds(b, ",\"state\":");
     sb_jsonz(b, state_name[s->state]);
     if (s->kind == KIND_UNKNOWN) {
@@ -213,10 +210,13 @@ void status_human(const struct snap *s)
  * recoverable. */
 void robust_json(struct sb *b, const struct snap *s)
 {
+    /* a holder of a lock that is free now died holding it */
+    const char *died = s->r_dead             ? s->r_dead
+                       : s->state == ST_FREE ? s->r_held
+                                             : NULL;
     const char *state = s->r_nr ? "not_recoverable"
-                        : s->r_dead || (s->r_held && s->state == ST_FREE)
-                            ? "owner_dead"
-                            : "held";
+                        : died  ? "owner_dead"
+                                : "held";
 
     sb_adds(b, ",\"robust\":");
     if (!s->has_robust) {
@@ -226,20 +226,11 @@ void robust_json(struct sb *b, const struct snap *s)
     sb_adds(b, "{\"state\":");
     sb_jsonz(b, state);
     sb_adds(b, ",\"held_by\":");
-    if (s->r_held)
-        sb_jsonz(b, s->r_held);
-    else
-        sb_adds(b, "null");
+    sb_jsonz(b, s->r_held);
     sb_adds(b, ",\"died_holding\":");
-    if (s->r_dead || (s->r_held && s->state == ST_FREE))
-        sb_jsonz(b, s->r_dead ? s->r_dead : s->r_held);
-    else
-        sb_adds(b, "null");
+    sb_jsonz(b, died);
     sb_adds(b, ",\"made_unrecoverable_by\":");
-    if (s->r_nr)
-        sb_jsonz(b, s->r_nr);
-    else
-        sb_adds(b, "null");
+    sb_jsonz(b, s->r_nr);
     sb_adds(b, "}");
 }
 

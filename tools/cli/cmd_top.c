@@ -179,23 +179,20 @@ static int tok_cmp(const void *a, const void *b)
     return c ? c : (x->len > y->len) - (x->len < y->len);
 }
 
+/* A token seen twice: the value one of them has, one name. */
+static void tok_drop(void *kept, void *dup)
+{
+    struct tok *k = kept, *d = dup;
+
+    if (k->value < 0)
+        k->value = d->value;
+    free(d->name);
+}
+
 /* In name order, each once (SCAN may return a key twice). */
 static void toks_unique(struct toks *t)
 {
-    size_t i, u;
-
-    if (t->n > 1)
-        qsort(t->v, t->n, sizeof *t->v, tok_cmp);
-    for (i = 0, u = 0; i < t->n; i++) {
-        if (u > 0 && tok_cmp(&t->v[u - 1], &t->v[i]) == 0) {
-            if (t->v[u - 1].value < 0)
-                t->v[u - 1].value = t->v[i].value;
-            free(t->v[i].name);
-            continue;
-        }
-        t->v[u++] = t->v[i];
-    }
-    t->n = u;
+    t->n = sort_unique(t->v, t->n, sizeof *t->v, tok_cmp, tok_drop);
 }
 
 static const struct tok *tok_find(const struct toks *t, const char *name,
@@ -338,10 +335,7 @@ static void line_json(struct sb *b, const struct line *l, int first)
     sb_adds(b, first ? "{\"name\":" : ",{\"name\":");
     sb_json(b, l->name, l->len);
     sb_adds(b, ",\"kind\":");
-    if (l->kind)
-        sb_jsonz(b, l->kind);
-    else
-        sb_adds(b, "null");
+    sb_jsonz(b, l->kind);
     sb_adds(b, ",\"state\":");
     sb_jsonz(b, l->state);
     json_num(b, "holders", l->holders);

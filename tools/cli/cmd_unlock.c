@@ -64,13 +64,11 @@ static void say_not_locked(const char *name)
     struct sb b = { 0 };
 
     if (opt.json) {
-        sb_adds(&b, "{\"name\":");
-        sb_jsonz(&b, name);
+        sb_json_name(&b, name);
         sb_adds(&b, ",\"existed\":false,\"forced\":false}");
     } else {
-        sb_adds(&b, "'");
-        sb_human(&b, name, strlen(name));
-        sb_adds(&b, "' is not locked; nothing to do");
+        sb_quoted(&b, name);
+        sb_adds(&b, " is not locked; nothing to do");
     }
     sb_flush_line(&b);
     sb_free(&b);
@@ -140,14 +138,10 @@ static void say_json(const char *name, const struct snap *s, long long result)
     struct sb o = { 0 };
     size_t j;
 
-    sb_adds(&o, "{\"name\":");
-    sb_jsonz(&o, name);
+    sb_json_name(&o, name);
     sb_printf(&o, ",\"existed\":%s,\"forced\":%s,\"kind\":",
               result == 1 ? "true" : "false", result == 1 ? "true" : "false");
-    if (kind_name[s->kind])
-        sb_jsonz(&o, kind_name[s->kind]);
-    else
-        sb_adds(&o, "null");
+    sb_jsonz(&o, kind_name[s->kind]);
     sb_adds(&o, ",\"was_held_by\":[");
     for (j = 0; j < s->nh; j++) {
         sb_adds(&o, j ? "," : "");
@@ -163,10 +157,9 @@ static void say_forced(const char *name, const struct snap *s,
 {
     struct sb b = { 0 };
 
-    sb_adds(&b, "'");
-    sb_human(&b, name, strlen(name));
+    sb_quoted(&b, name);
     if (result == 1) {
-        sb_adds(&b, "' forced free");
+        sb_adds(&b, " forced free");
         if (s->nh) {
             sb_adds(&b, " (was held by ");
             holders_text(&b, s);
@@ -176,7 +169,7 @@ static void say_forced(const char *name, const struct snap *s,
             sb_printf(&b, "; the head of its queue (%zu waiting) was told",
                       s->nq);
     } else {
-        sb_adds(&b, "' was released meanwhile; nothing to do");
+        sb_adds(&b, " was released meanwhile; nothing to do");
     }
     sb_flush_line(&b);
     sb_free(&b);
@@ -200,22 +193,19 @@ static void reset(const char *name, const struct snap *s)
     n = r->type == REDIS_REPLY_INTEGER ? r->integer : 0;
     freeReplyObject(r);
     if (opt.json) {
-        sb_adds(&b, "{\"name\":");
-        sb_jsonz(&b, name);
+        sb_json_name(&b, name);
         sb_printf(&b, ",\"reset\":%s", n > 0 ? "true" : "false");
         robust_json(&b, s);
         sb_adds(&b, "}");
     } else if (n > 0) {
-        sb_adds(&b, "'");
-        sb_human(&b, name, strlen(name));
-        sb_adds(&b, s->r_nr ? "' was not recoverable; reset: the next lock "
+        sb_quoted(&b, name);
+        sb_adds(&b, s->r_nr ? " was not recoverable; reset: the next lock "
                               "gets 0"
-                            : "' had a robust record; deleted: the next lock "
+                            : " had a robust record; deleted: the next lock "
                               "gets 0");
     } else {
-        sb_adds(&b, "'");
-        sb_human(&b, name, strlen(name));
-        sb_adds(&b, "' has no robust record; nothing to do");
+        sb_quoted(&b, name);
+        sb_adds(&b, " has no robust record; nothing to do");
     }
     sb_flush_line(&b);
     sb_free(&b);

@@ -216,24 +216,36 @@ static const char usage_fence[] =
 "share/distlock/fence.sql is the PostgreSQL side (distlock-fence(7)).\n";
 /* clang-format on */
 
-static const struct {
+static const struct command {
     const char *name;
     const char *usage;
+    int (*run)(int argc, char **argv);
 } cmds[] = {
-    { "status", usage_status }, { "list", usage_list },
-    { "lock", usage_lock },     { "unlock", usage_unlock },
-    { "watch", usage_watch },   { "sem-set", usage_sem_set },
-    { "top", usage_top },       { "fence", usage_fence },
+    { "status", usage_status, cmd_status },
+    { "list", usage_list, cmd_list },
+    { "lock", usage_lock, cmd_lock },
+    { "unlock", usage_unlock, cmd_unlock },
+    { "watch", usage_watch, cmd_watch },
+    { "sem-set", usage_sem_set, cmd_sem_set },
+    { "top", usage_top, cmd_top },
+    { "fence", usage_fence, cmd_fence },
 };
 
-static const char *usage_of(const char *cmd)
+static const struct command *command_of(const char *cmd)
 {
     size_t i;
 
     for (i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
         if (strcmp(cmds[i].name, cmd) == 0)
-            return cmds[i].usage;
+            return &cmds[i];
     return NULL;
+}
+
+static const char *usage_of(const char *cmd)
+{
+    const struct command *c = command_of(cmd);
+
+    return c ? c->usage : NULL;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -244,6 +256,7 @@ int main(int argc, char **argv)
 {
     int i;
     const char *cmd = NULL;
+    const struct command *c;
     struct sigaction sa;
 
     note_startup_fds();
@@ -279,25 +292,9 @@ int main(int argc, char **argv)
         fputs(u, stdout);
         return 0;
     }
-    if (!usage_of(cmd))
+    if (!(c = command_of(cmd)))
         usage_error("no command '%s'", cmd);
     cur_cmd = cmd;
-    cur_usage = usage_of(cmd);
-    argc -= i + 1;
-    argv += i + 1;
-    if (strcmp(cmd, "status") == 0)
-        return cmd_status(argc, argv);
-    if (strcmp(cmd, "list") == 0)
-        return cmd_list(argc, argv);
-    if (strcmp(cmd, "lock") == 0)
-        return cmd_lock(argc, argv);
-    if (strcmp(cmd, "unlock") == 0)
-        return cmd_unlock(argc, argv);
-    if (strcmp(cmd, "sem-set") == 0)
-        return cmd_sem_set(argc, argv);
-    if (strcmp(cmd, "top") == 0)
-        return cmd_top(argc, argv);
-    if (strcmp(cmd, "fence") == 0)
-        return cmd_fence(argc, argv);
-    return cmd_watch(argc, argv);
+    cur_usage = c->usage;
+    return c->run(argc - (i + 1), argv + i + 1);
 }

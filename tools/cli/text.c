@@ -49,6 +49,27 @@ void *xrealloc(void *p, size_t n)
     return q;
 }
 
+size_t sort_unique(void *base, size_t n, size_t size,
+                   int (*cmp)(const void *, const void *),
+                   void (*drop)(void *kept, void *dup))
+{
+    char *v = base;
+    size_t i, u;
+
+    if (n > 1)
+        qsort(v, n, size, cmp);
+    for (i = 0, u = 0; i < n; i++) {
+        if (u > 0 && cmp(v + (u - 1) * size, v + i * size) == 0) {
+            drop(v + (u - 1) * size, v + i * size);
+            continue;
+        }
+        if (u != i)
+            memcpy(v + u * size, v + i * size, size);
+        u++;
+    }
+    return u;
+}
+
 char *xmemdup(const char *p, size_t n)
 {
     char *q = xrealloc(NULL, n + 1);
@@ -155,7 +176,25 @@ void sb_json(struct sb *b, const char *s, size_t n)
 
 void sb_jsonz(struct sb *b, const char *s)
 {
-    sb_json(b, s, strlen(s));
+    if (s)
+        sb_json(b, s, strlen(s));
+    else
+        sb_adds(b, "null");
+}
+
+/* The start of a JSON object about the lock name: {"name":"..." */
+void sb_json_name(struct sb *b, const char *name)
+{
+    sb_adds(b, "{\"name\":");
+    sb_jsonz(b, name);
+}
+
+/* The lock name in quotes, for a terminal. */
+void sb_quoted(struct sb *b, const char *name)
+{
+    sb_adds(b, "'");
+    sb_human(b, name, strlen(name));
+    sb_adds(b, "'");
 }
 
 /* For a terminal: control bytes as \xNN, the rest as it is. */

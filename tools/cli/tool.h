@@ -100,13 +100,21 @@ struct sb {
 
 void *xrealloc(void *p, size_t n);
 char *xmemdup(const char *p, size_t n);
+/* Sorts the n elements of size bytes at base by cmp and keeps the first of
+ * each run of equal ones, telling drop of every other (to free it, or
+ * merge it into the one kept).  How many are kept. */
+size_t sort_unique(void *base, size_t n, size_t size,
+                   int (*cmp)(const void *, const void *),
+                   void (*drop)(void *kept, void *dup));
 void sb_addn(struct sb *b, const char *s, size_t n);
 void sb_adds(struct sb *b, const char *s);
 void sb_printf(struct sb *b, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
-void sb_json(struct sb *b, const char *s, size_t n); /* a JSON string */
-void sb_jsonz(struct sb *b, const char *s);
+void sb_json(struct sb *b, const char *s, size_t n);  /* a JSON string */
+void sb_jsonz(struct sb *b, const char *s);           /* NULL: null */
 void sb_human(struct sb *b, const char *s, size_t n); /* for a terminal */
+void sb_json_name(struct sb *b, const char *name);    /* {"name":"..." */
+void sb_quoted(struct sb *b, const char *name);       /* 'name', human */
 void sb_flush_line(struct sb *b);                     /* + "\n" to stdout */
 void sb_free(struct sb *b);
 void sb_secs(struct sb *b, long long ms); /* "29.9 s" */

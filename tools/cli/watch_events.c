@@ -102,12 +102,30 @@ static void ev_start(struct sb *b, const struct snap *s, const char *event)
     }
 }
 
+/* Prints the event's line and frees b.  0, or -1 when stdout fails. */
 static int ev_end(struct sb *b)
 {
     if (opt.json)
         sb_adds(b, "}");
     sb_flush_line(b);
+    sb_free(b);
     return fflush(stdout) == 0 ? 0 : -1;
+}
+
+/* The start of an event about one owner: its member in JSON, text and
+ * the owner for a terminal. */
+static void ev_start_owner(struct sb *b, const struct snap *s,
+                           const char *event, const char *text,
+                           const char *owner, size_t olen)
+{
+    ev_start(b, s, event);
+    if (opt.json) {
+        sb_adds(b, ",");
+        json_owner(b, owner, olen);
+    } else {
+        sb_adds(b, text);
+        sb_human(b, owner, olen);
+    }
 }
 
 /* "acquired by X (write, 2 holds)" and the like, for a hold entry. */
@@ -115,58 +133,36 @@ static int ev_hold(const struct snap *s, const char *event, const char *text,
                    const struct ent *e, int with_count)
 {
     struct sb b = { 0 };
-    int rc;
 
-    ev_start(&b, s, event);
+    ev_start_owner(&b, s, event, text, e->o, e->n);
     if (opt.json) {
-        sb_adds(&b, ",");
-        json_owner(&b, e->o, e->n);
         if (e->mode != M_MUTEX)
             sb_printf(&b, ",\"mode\":\"%s\"", mode_name[e->mode]);
         if (with_count)
             sb_printf(&b, ",\"holds\":%lld", e->count);
         if (strcmp(event, "acquired") == 0 && s->pttl >= 0)
             sb_printf(&b, ",\"lease_ms\":%lld", s->pttl);
-    } else {
-        sb_adds(&b, text);
-        sb_human(&b, e->o, e->n);
-        if (e->mode != M_MUTEX || with_count) {
-            sb_adds(&b, " (");
-            if (e->mode != M_MUTEX)
-                sb_printf(&b, "%s%s", mode_name[e->mode],
-                          with_count ? ", " : "");
-            if (with_count)
-                sb_printf(&b, "%lld hold%s", e->count,
-                          e->count == 1 ? "" : "s");
-            sb_adds(&b, ")");
-        }
+    } else if (e->mode != M_MUTEX || with_count) {
+        sb_adds(&b, " (");
+        if (e->mode != M_MUTEX)
+            sb_printf(&b, "%s%s", mode_name[e->mode], with_count ? ", " : "");
+        if (with_count)
+            sb_printf(&b, "%lld hold%s", e->count, e->count == 1 ? "" : "s");
+        sb_adds(&b, ")");
     }
-    rc = ev_end(&b);
-    sb_free(&b);
-    return rc;
+    return ev_end(&b);
 }
 
 static int ev_waiter(const struct snap *s, const char *event,
                      const char *text, const struct waiter *w, size_t pos)
 {
     struct sb b = { 0 };
-    int rc;
 
-    ev_start(&b, s, event);
-    if (opt.json) {
-        sb_adds(&b, ",");
-        json_owner(&b, w->owner, w->olen);
-        if (pos)
-            sb_printf(&b, ",\"position\":%zu", pos);
-    } else {
-        sb_adds(&b, text);
-        sb_human(&b, w->owner, w->olen);
-        if (pos)
-            sb_printf(&b, " (position %zu)", pos);
-    }
-    rc = ev_end(&b);
-    sb_free(&b);
-    return rc;
+    ev_start_owner(&b, s, event, text, w->owner, w->olen);
+    if (pos)
+        sb_printf(&b, opt.json ? ",\"position\":%zu" : " (position %zu)",
+                  pos);
+    return ev_end(&b);
 }
 
 /* The first line: the state when watching starts. */
@@ -174,15 +170,11 @@ int ev_state(const struct snap *s)
 {
     struct sb b = { 0 };
     size_t i;
-    int rc;
 
     ev_start(&b, s, "state");
     if (opt.json) {
         sb_adds(&b, ",\"kind\":");
-        if (kind_name[s->kind])
-            sb_jsonz(&b, kind_name[s->kind]);
-        else
-            sb_adds(&b, "null");
+        sb_jsonz(&b, kind_name[s->kind]);
         sb_adds(&b, ",\"state\":");
         sb_jsonz(&b, state_name[s->state]);
         json_holders(&b, s);
@@ -209,9 +201,7 @@ int ev_state(const struct snap *s)
             sb_printf(&b, ", %zu writer%s waiting", s->nw,
                       s->nw == 1 ? "" : "s");
     }
-    rc = ev_end(&b);
-    sb_free(&b);
-    return rc;
+    return ev_end(&b);
 }
 
 /* A line without an owner: "released" when a release came and went
@@ -219,21 +209,17 @@ int ev_state(const struct snap *s)
 static int ev_plain(const struct snap *s, const char *event, const char *text)
 {
     struct sb b = { 0 };
-    int rc;
 
     ev_start(&b, s, event);
     if (!opt.json)
         sb_adds(&b, text);
-    rc = ev_end(&b);
-    sb_free(&b);
-    return rc;
+    return ev_end(&b);
 }
 
 /* "not a lock any more" when the key became something else. */
 static int ev_not_lock(const struct snap *a, const struct snap *b)
 {
     struct sb s = { 0 };
-    int rc;
 
     if (b->kind != KIND_UNKNOWN || a->kind == KIND_UNKNOWN)
         return 0;
@@ -244,9 +230,7 @@ static int ev_not_lock(const struct snap *a, const struct snap *b)
     } else {
         sb_printf(&s, "not a lock any more (a Redis %s)", b->type);
     }
-    rc = ev_end(&s);
-    sb_free(&s);
-    return rc;
+    return ev_end(&s);
 }
 
 /* Every acquisition of a free lock draws a fencing token: more tokens than
