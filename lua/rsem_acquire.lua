@@ -6,14 +6,8 @@
 -- The count is read before it is written (prelude_guard).
 -- Types    string
 --#include prelude_number.lua
-local v = redis.call('get', KEYS[1])
-if v then
-  v = number_in(KEYS[1], v)
-else
-  v = tonumber(ARGV[1])
-  redis.call('set', KEYS[1], ARGV[1])
-end
-if v >= 1 then
+--#include prelude_rsem.lua
+if permits(KEYS[1], ARGV[1]) >= 1 then
   redis.call('decrby', KEYS[1], 1)
   return 1
 end

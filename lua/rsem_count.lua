@@ -13,13 +13,8 @@
 -- Types    string -
 --#include prelude_number.lua
 --#include prelude_publish.lua
-local v = redis.call('get', KEYS[1])
-if v then
-  v = number_in(KEYS[1], v)
-else
-  v = tonumber(ARGV[3])
-  redis.call('set', KEYS[1], ARGV[3])
-end
+--#include prelude_rsem.lua
+local v = permits(KEYS[1], ARGV[3])
 local n = tonumber(ARGV[2])
 if ARGV[1] == 'add' then
   if v + n > tonumber(ARGV[4]) then
