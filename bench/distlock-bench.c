@@ -865,6 +865,19 @@ static void jstr(struct jobj *j, const char *k, const char *v)
     jstrval(j, v);
 }
 
+/* A throughput run's figures: total acquisitions in secs, against target
+ * acquisitions a second. */
+static void jrate(struct jobj *j, double secs, long long total, double target)
+{
+    double acq = (double)total / secs;
+
+    jnum(j, "seconds", secs);
+    jint(j, "acquisitions", total);
+    jnum(j, "acq_per_s", acq);
+    jnum(j, "target", target);
+    jnum(j, "ratio", acq / target);
+}
+
 static void jend(struct jobj *j)
 {
     jraw(j, "}");
@@ -1611,11 +1624,7 @@ static void scenario_s2(redisContext *c)
     csv_s2_waits(total);
     jstart(&j, cur_sc);
     jint(&j, "procs", P.s2_procs);
-    jnum(&j, "seconds", secs);
-    jint(&j, "acquisitions", total);
-    jnum(&j, "acq_per_s", acq);
-    jnum(&j, "target", target);
-    jnum(&j, "ratio", acq / target);
+    jrate(&j, secs, total, target);
     jint(&j, "final_counter", final);
     jint(&j, "lost_updates", lost);
     jnum(&j, "max_share", maxsh);
@@ -2295,11 +2304,7 @@ static void scenario_s5(redisContext *c)
     jint(&j, "procs", P.s5_procs);
     jint(&j, "threads", P.s5_threads);
     jint(&j, "cohort", bench_cohort);
-    jnum(&j, "seconds", secs);
-    jint(&j, "acquisitions", total);
-    jnum(&j, "acq_per_s", acq);
-    jnum(&j, "target", target);
-    jnum(&j, "ratio", acq / target);
+    jrate(&j, secs, total, target);
     jint(&j, "lost_updates", lost);
     jint(&j, "overlaps", atomic_load(&sh->s5.overlaps));
     jnum(&j, "min_share", minsh);
