@@ -156,18 +156,22 @@ struct dist_mutex {
     unsigned long __reserved[2];
 };
 
-typedef struct dist_mutex dist_mutex_t;
-typedef struct dist_mutexattr dist_mutexattr_t;
-
-/* Static or automatic initialisation with default attributes; the internal
- * state is created, and Redis connected, at first use. */
-#define DIST_MUTEX_INITIALIZER(name)                                         \
+/* A named object's fields (dist_mutex_t, dist_rwlock_t, dist_cond_t share
+ * them): the name, no state yet, nothing reserved. */
+#define DIST__NAMED_INITIALIZER(name)                                        \
     {                                                                        \
         (name), 0,                                                           \
         {                                                                    \
             0, 0                                                             \
         }                                                                    \
     }
+
+typedef struct dist_mutex dist_mutex_t;
+typedef struct dist_mutexattr dist_mutexattr_t;
+
+/* Static or automatic initialisation with default attributes; the internal
+ * state is created, and Redis connected, at first use. */
+#define DIST_MUTEX_INITIALIZER(name) DIST__NAMED_INITIALIZER(name)
 
 /* name: 1..DIST_NAME_MAX bytes, copied.  attr may be NULL for defaults.
  * Does no network I/O.  EINVAL, ENOMEM. */
@@ -309,13 +313,7 @@ typedef struct dist_rwlockattr dist_rwlockattr_t;
 
 /* Static or automatic initialisation with default attributes; the internal
  * state is created, and Redis connected, at first use. */
-#define DIST_RWLOCK_INITIALIZER(name)                                        \
-    {                                                                        \
-        (name), 0,                                                           \
-        {                                                                    \
-            0, 0                                                             \
-        }                                                                    \
-    }
+#define DIST_RWLOCK_INITIALIZER(name) DIST__NAMED_INITIALIZER(name)
 
 /* name: 1..DIST_NAME_MAX bytes, copied.  attr may be NULL for defaults.
  * Does no network I/O.  EINVAL, ENOMEM.  Not the same lock as a dist_mutex_t
@@ -478,13 +476,7 @@ typedef struct dist_condattr dist_condattr_t;
 
 /* Static or automatic initialisation with default attributes
  * (CLOCK_REALTIME); the internal state is created at first use. */
-#define DIST_COND_INITIALIZER(name)                                          \
-    {                                                                        \
-        (name), 0,                                                           \
-        {                                                                    \
-            0, 0                                                             \
-        }                                                                    \
-    }
+#define DIST_COND_INITIALIZER(name) DIST__NAMED_INITIALIZER(name)
 
 /* Sets up c under name (copied); attr may be NULL.  Does no network I/O.
  * EINVAL, ENOMEM. */

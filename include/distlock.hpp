@@ -284,6 +284,38 @@ inline std::chrono::nanoseconds left_of(int rc, const struct timespec &ts,
            std::chrono::nanoseconds(ts.tv_nsec);
 }
 
+/* unlock(std::error_code &)'s answer to the C call's rc: true, or false
+ * with ec set. */
+inline bool unlocked(int rc, std::error_code &ec) noexcept
+{
+    ec.assign(rc, std::generic_category());
+    return rc == 0;
+}
+
+/* The fencing token a token call (dist_mutex_token and its twin) gives
+ * for o, or an exception. */
+template <class T>
+std::uint64_t token_of(int (*fn)(T *, std::uint64_t *), T *o,
+                       const char *call)
+{
+    std::uint64_t t = 0;
+
+    check(fn(o, &t), call);
+    return t;
+}
+
+/* What a lease_left call (dist_mutex_lease_left and its twin) says for o,
+ * as left_of. */
+template <class T>
+std::chrono::nanoseconds lease_left_of(int (*fn)(T *, struct timespec *),
+                                       T *o, const char *call)
+{
+    struct timespec ts;
+    int rc = fn(o, &ts);
+
+    return left_of(rc, ts, call);
+}
+
 } /* namespace detail */
 
 /* ------------------------------------------------------------------------ */
@@ -353,10 +385,7 @@ class mutex
      * not held by this thread, or the hold was lost). */
     bool unlock(std::error_code &ec) noexcept
     {
-        int rc = dist_mutex_unlock(&m_);
-
-        ec.assign(rc, std::generic_category());
-        return rc == 0;
+        return detail::unlocked(dist_mutex_unlock(&m_), ec);
     }
 
     /* A robust mutex whose lock threw owner_dead: the state it guards was
@@ -371,10 +400,7 @@ class mutex
      * EPERM when the calling thread does not hold it. */
     std::uint64_t token()
     {
-        std::uint64_t t = 0;
-
-        detail::check(dist_mutex_token(&m_, &t), "dist_mutex_token");
-        return t;
+        return detail::token_of(dist_mutex_token, &m_, "dist_mutex_token");
     }
 
     /* How long the caller's hold is surely still its own
@@ -385,10 +411,8 @@ class mutex
      * failure. */
     std::chrono::nanoseconds lease_left()
     {
-        struct timespec ts;
-        int rc = dist_mutex_lease_left(&m_, &ts);
-
-        return detail::left_of(rc, ts, "dist_mutex_lease_left");
+        return detail::lease_left_of(dist_mutex_lease_left, &m_,
+                                     "dist_mutex_lease_left");
     }
 
     native_handle_type native_handle() noexcept
@@ -520,10 +544,7 @@ class shared_mutex
 
     bool unlock(std::error_code &ec) noexcept
     {
-        int rc = dist_rwlock_unlock(&l_);
-
-        ec.assign(rc, std::generic_category());
-        return rc == 0;
+        return detail::unlocked(dist_rwlock_unlock(&l_), ec);
     }
 
     /* ---- shared (read) side ---- */
@@ -571,20 +592,15 @@ class shared_mutex
      * Throws EPERM when the calling thread does not hold the write lock. */
     std::uint64_t token()
     {
-        std::uint64_t t = 0;
-
-        detail::check(dist_rwlock_token(&l_, &t), "dist_rwlock_token");
-        return t;
+        return detail::token_of(dist_rwlock_token, &l_, "dist_rwlock_token");
     }
 
     /* How long the caller's holds, exclusive or shared, are surely still
      * its own (dist_rwlock_lease_left); zero as for mutex::lease_left. */
     std::chrono::nanoseconds lease_left()
     {
-        struct timespec ts;
-        int rc = dist_rwlock_lease_left(&l_, &ts);
-
-        return detail::left_of(rc, ts, "dist_rwlock_lease_left");
+        return detail::lease_left_of(dist_rwlock_lease_left, &l_,
+                                     "dist_rwlock_lease_left");
     }
 
     native_handle_type native_handle() noexcept
