@@ -46,7 +46,7 @@ int dist_barrier_init(dist_barrier_t *b, const char *name, unsigned count)
     DIST__KEEP_ERRNO;
     struct dist__barrier *bo;
     size_t len;
-    int i, rc;
+    int rc;
 
     if (!b)
         return dist__err(EINVAL, "barrier is NULL");
@@ -58,15 +58,9 @@ int dist_barrier_init(dist_barrier_t *b, const char *name, unsigned count)
         return dist__err(ENOMEM, "out of memory");
     pthread_mutex_init(&bo->mu, NULL);
     bo->count = count;
-    if (!(bo->names = dist__names_new(name, len)))
+    if (!(bo->names = dist__names_new(name, len)) ||
+        dist__names_derive_all(bo->names, key_name, NKEYS, bo->keys) != 0)
         goto oom;
-    for (i = 0; i < NKEYS; i++) {
-        char *p =
-            dist__names_derive(bo->names, key_name[i], "", &bo->keys[i].len);
-        if (!p)
-            goto oom;
-        bo->keys[i].p = p;
-    }
     bo->magic = BARRIER_MAGIC;
     memset(b->__reserved, 0, sizeof b->__reserved);
     dist__stamp(b->__reserved);

@@ -319,11 +319,11 @@ static int rs_count(struct dist__sem *sm, const char *op, long n, long *value)
     struct dist__buf kv[7] = {
         sm->keys[0],
         sm->keys[1],
-        { op, strlen(op) },
+        dist__arg(op),
         { num, 0 },
         { initial, 0 },
         { max, 0 },
-        { dist__publish_cmd(), strlen(dist__publish_cmd()) },
+        dist__arg(dist__publish_cmd()),
     };
     redisReply *r;
     long long v;
@@ -499,6 +499,15 @@ int dist_sem_post(dist_sem_t *s)
     return dist_sem_post_multiple(s, 1);
 }
 
+/* A count op ("get" or "set") on either mode's semaphore: 0 with *value
+ * (may be NULL), EOVERFLOW, EIO. */
+static int count_op(struct dist__sem *sm, const char *op, long n, long *value)
+{
+    return sm->mode == DIST_SEM_REDISSON
+               ? rs_count(sm, op, n, value)
+               : dist__sem_count(sm->o, op, n, value, NULL);
+}
+
 int dist_sem_getvalue(dist_sem_t *s, int *value)
 {
     DIST__KEEP_ERRNO;
@@ -510,10 +519,7 @@ int dist_sem_getvalue(dist_sem_t *s, int *value)
         return dist__err(EINVAL, "value is NULL");
     if ((rc = get_sem(s, &sm)) != 0)
         return rc;
-    rc = sm->mode == DIST_SEM_REDISSON
-             ? rs_count(sm, "get", 0, &v)
-             : dist__sem_count(sm->o, "get", 0, &v, NULL);
-    if (rc == 0)
+    if ((rc = count_op(sm, "get", 0, &v)) == 0)
         *value = (int)v;
     return rc;
 }
@@ -529,7 +535,5 @@ int dist_sem_setvalue(dist_sem_t *s, unsigned value)
     if ((long)value > sm->max)
         return dist__err(EINVAL, "value %u is past the maximum of %ld", value,
                          sm->max);
-    return sm->mode == DIST_SEM_REDISSON
-               ? rs_count(sm, "set", (long)value, NULL)
-               : dist__sem_count(sm->o, "set", (long)value, NULL, NULL);
+    return count_op(sm, "set", (long)value, NULL);
 }

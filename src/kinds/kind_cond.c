@@ -26,22 +26,15 @@ int dist__cond_new(const char *name, clockid_t clock, struct dist__cond **out)
         goto oom;
     pthread_mutex_init(&cv->mu, NULL);
     cv->wts_gen = atomic_load(&dist__fork_gen);
-    if (!(cv->names = dist__names_new(name, len)))
+    if (!(cv->names = dist__names_new(name, len)) ||
+        dist__names_derive_all(cv->names, key_name, DIST__COND_NKEYS,
+                               cv->keys) != 0)
         goto oom;
-    cv->slot = dist__keyslot(name, len);
-    for (i = 0; i < DIST__COND_NKEYS; i++) {
-        char *p =
-            dist__names_derive(cv->names, key_name[i], "", &cv->keys[i].len);
-        if (!p)
-            goto oom;
-        cv->keys[i].p = p;
-        /* a name with a '{' that opens no tag leaves them in several slots */
-        if (dist__keyslot(p, cv->keys[i].len) !=
-            dist__keyslot(cv->keys[0].p, cv->keys[0].len))
+    cv->slot = dist__keyslot(cv->keys[0].p, cv->keys[0].len);
+    /* a name with a '{' that opens no tag leaves them in several slots */
+    for (i = 1; i < DIST__COND_NKEYS; i++)
+        if (dist__keyslot(cv->keys[i].p, cv->keys[i].len) != cv->slot)
             cv->slot = -1;
-    }
-    if (cv->slot >= 0)
-        cv->slot = dist__keyslot(cv->keys[0].p, cv->keys[0].len);
     cv->magic = DIST__COND_MAGIC;
     cv->clock = clock;
     *out = cv;

@@ -21,21 +21,17 @@ static const enum dist__nm sem_name[DIST__SEM_NKEYS] = {
 int dist__sem_keys(const struct dist__names *nm, int redisson,
                    struct dist__buf *keys)
 {
-    int i, n = redisson ? 2 : DIST__SEM_NKEYS;
-    char *p;
+    static const enum dist__nm rsem_chan = DIST__N_RSEM;
 
-    memset(keys, 0, sizeof *keys * (size_t)n);
-    for (i = 0; i < n; i++) {
-        if (redisson && i == 0)
-            p = strdup(nm->name.p), keys[i].len = nm->name.len;
-        else
-            p = dist__names_derive(nm, redisson ? DIST__N_RSEM : sem_name[i],
-                                   "", &keys[i].len);
-        if (!p) {
-            dist__bufs_free(keys, n);
-            return ENOMEM;
-        }
-        keys[i].p = p;
+    if (!redisson)
+        return dist__names_derive_all(nm, sem_name, DIST__SEM_NKEYS, keys);
+    /* RSemaphore's: the count under the name itself, and its channel */
+    if (!(keys[0].p = strdup(nm->name.p)))
+        return ENOMEM;
+    keys[0].len = nm->name.len;
+    if (dist__names_derive_all(nm, &rsem_chan, 1, &keys[1]) != 0) {
+        dist__bufs_free(keys, 1);
+        return ENOMEM;
     }
     return 0;
 }

@@ -230,6 +230,22 @@ char *dist__names_derive(const struct dist__names *n, int which,
     return p;
 }
 
+int dist__names_derive_all(const struct dist__names *n,
+                           const enum dist__nm *which, int count,
+                           struct dist__buf *keys)
+{
+    int i;
+
+    memset(keys, 0, sizeof *keys * (size_t)count);
+    for (i = 0; i < count; i++)
+        if (!(keys[i].p =
+                  dist__names_derive(n, (int)which[i], "", &keys[i].len))) {
+            dist__bufs_free(keys, i);
+            return ENOMEM;
+        }
+    return 0;
+}
+
 /* "<which>{N}:<owner><tail>", malloc'd. */
 static char *owned(const struct dist__names *n, int which, const char *owner,
                    size_t olen, const char *tail, size_t *len)

@@ -104,6 +104,11 @@ struct dist__buf *dist__names_set(const struct dist__names *n,
  * read-write lock's read-hold keys (dist__names_read_prefix). */
 char *dist__names_derive(const struct dist__names *n, int which,
                          const char *suffix, size_t *len);
+/* The derived names which[0..count) of n, each malloc'd into keys[] (free
+ * them with dist__bufs_free).  0, or ENOMEM with none left allocated. */
+int dist__names_derive_all(const struct dist__names *n,
+                           const enum dist__nm *which, int count,
+                           struct dist__buf *keys);
 /* The fair lock's channel of one waiter: "redisson_lock__channel:{N}:<owner>". */
 char *dist__names_waiter_chan(const struct dist__names *n, const char *owner,
                               size_t olen, size_t *len);
