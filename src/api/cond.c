@@ -29,13 +29,9 @@ int dist_condattr_destroy(dist_condattr_t *a)
 int dist_condattr_setclock(dist_condattr_t *a, clockid_t clock)
 {
     DIST__KEEP_ERRNO;
-    int rc = a ? DIST__ATTR_ONE_OF((int)clock, "clock", CLOCK_REALTIME,
-                                   CLOCK_MONOTONIC)
-               : EINVAL;
-
-    if (rc == 0)
-        a->__clock = (int)clock;
-    return rc;
+    return a ? DIST__ATTR_SET_ONE_OF(&a->__clock, (int)clock, "clock",
+                                     CLOCK_REALTIME, CLOCK_MONOTONIC)
+             : EINVAL;
 }
 
 int dist_condattr_getclock(const dist_condattr_t *a, clockid_t *clock)

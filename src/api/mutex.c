@@ -49,13 +49,10 @@ int dist_mutexattr_destroy(dist_mutexattr_t *a)
 int dist_mutexattr_settype(dist_mutexattr_t *a, int type)
 {
     DIST__KEEP_ERRNO;
-    int rc = a ? DIST__ATTR_ONE_OF(type, "mutex type", DIST_MUTEX_RECURSIVE,
-                                   DIST_MUTEX_ERRORCHECK)
-               : EINVAL;
-
-    if (rc == 0)
-        a->__type = type;
-    return rc;
+    return a ? DIST__ATTR_SET_ONE_OF(&a->__type, type, "mutex type",
+                                     DIST_MUTEX_RECURSIVE,
+                                     DIST_MUTEX_ERRORCHECK)
+             : EINVAL;
 }
 
 int dist_mutexattr_gettype(const dist_mutexattr_t *a, int *type)

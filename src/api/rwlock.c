@@ -34,14 +34,10 @@ int dist_rwlockattr_setlease(dist_rwlockattr_t *a, unsigned long lease_ms)
 int dist_rwlockattr_setkind(dist_rwlockattr_t *a, int kind)
 {
     DIST__KEEP_ERRNO;
-    int rc =
-        a ? DIST__ATTR_ONE_OF(kind, "rwlock kind", DIST_RWLOCK_PREFER_READER,
-                              DIST_RWLOCK_PREFER_WRITER)
-          : EINVAL;
-
-    if (rc == 0)
-        a->__kind = kind;
-    return rc;
+    return a ? DIST__ATTR_SET_ONE_OF(&a->__kind, kind, "rwlock kind",
+                                     DIST_RWLOCK_PREFER_READER,
+                                     DIST_RWLOCK_PREFER_WRITER)
+             : EINVAL;
 }
 
 /* ---- objects ----------------------------------------------------------- */

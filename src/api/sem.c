@@ -41,13 +41,9 @@ int dist_semattr_destroy(dist_semattr_t *a)
 int dist_semattr_setmode(dist_semattr_t *a, int mode)
 {
     DIST__KEEP_ERRNO;
-    int rc = a ? DIST__ATTR_ONE_OF(mode, "semaphore mode", DIST_SEM_LEASED,
-                                   DIST_SEM_REDISSON)
-               : EINVAL;
-
-    if (rc == 0)
-        a->__mode = mode;
-    return rc;
+    return a ? DIST__ATTR_SET_ONE_OF(&a->__mode, mode, "semaphore mode",
+                                     DIST_SEM_LEASED, DIST_SEM_REDISSON)
+             : EINVAL;
 }
 
 int dist_semattr_getmode(const dist_semattr_t *a, int *mode)

@@ -36,6 +36,20 @@ static inline int dist__attr_one_of(int v, const char *what, int x,
 #define DIST__ATTR_ONE_OF(v, what, x, y)                                     \
     dist__attr_one_of((v), (what), (x), #x, (y), #y)
 
+/* The same, and v kept in *field when it is one of them. */
+static inline int dist__attr_set_one_of(int *field, int v, const char *what,
+                                        int x, const char *xs, int y,
+                                        const char *ys)
+{
+    int rc = dist__attr_one_of(v, what, x, xs, y, ys);
+
+    if (rc == 0)
+        *field = v;
+    return rc;
+}
+#define DIST__ATTR_SET_ONE_OF(field, v, what, x, y)                          \
+    dist__attr_set_one_of((field), (v), (what), (x), #x, (y), #y)
+
 /* A 0-or-1 setter's value, kept as on (1) or off (0) in *flags; a flag
  * that has a third state, "not said", clears both first (off 0 when it
  * has none).  0, or EINVAL with the message set. */
