@@ -6,7 +6,10 @@
  *     per-name registry, a list once, took 154 s), and a name made again
  *     among them still finds the state it shares;
  *   - heap per held lock stays within a bound (mallinfo2: exact, not a
- *     timing).
+ *     timing);
+ *   - held watchdog locks cost one renewal call per 100 locks and period,
+ *     not more, also when taken over most of a period, and none is
+ *     renewed late.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -142,11 +145,93 @@ static void test_memory_per_held_lock(void **state)
     free(m);
 }
 
+/* ---- renewal calls per period ----------------------------------------- */
+
+#define RENEWED       500  /* 5 batches of 100 */
+#define RENEW_WD      3000 /* watchdog: a period of 1 s */
+#define RENEW_PERIODS 20
+
+/* The smallest PTTL of the n locks named test_cost-renew-<i> into *min;
+ * those under half the lease counted in *late. */
+static void renewed_pttls(int n, long long *min, int *late)
+{
+    char name[64];
+    long long t;
+    int i;
+
+    for (i = 0; i < n; i++) {
+        snprintf(name, sizeof name, "test_cost-renew-%d", i);
+        t = tu_cmd_int(&r, "PTTL", name, NULL);
+        if (t < *min)
+            *min = t;
+        if (t < RENEW_WD / 2)
+            (*late)++;
+    }
+}
+
+/* Held watchdog locks cost one renewal call per 100 locks and period, and
+ * none is renewed late (its PTTL under half the lease), also when they
+ * were taken over most of a period (here at an even pace over 0.8 of it),
+ * so that no one round of the renewal thread finds them all due.  The
+ * thread takes entries up to a quarter period early to fill its batches;
+ * while their next renewal was counted from when they were sent, every
+ * round renewed some early and ended in a batch partly filled: 13 to 20 %
+ * more calls than 5 a period. */
+static void test_renewal_calls_per_period(void **state)
+{
+    dist_mutex_t *m = calloc(RENEWED, sizeof *m);
+    long long s0, calls, min = RENEW_WD;
+    double t0, t1, secs, allowed;
+    char name[64];
+    int i, late = 0;
+
+    (void)state;
+    assert_non_null(m);
+    assert_int_equal(dist_set_watchdog_ms(RENEW_WD), 0);
+    fx_dirty = 1;
+    t0 = tu_now();
+    for (i = 0; i < RENEWED; i++) {
+        snprintf(name, sizeof name, "test_cost-renew-%d", i);
+        assert_int_equal(dist_mutex_init(&m[i], name, NULL), 0);
+        assert_int_equal(dist_mutex_lock(&m[i]), 0);
+        /* paced: 0.8 periods from the first to the last */
+        while (tu_now() - t0 < i * (0.8 * RENEW_WD / 3000.0) / RENEWED)
+            tu_sleep_ms(1);
+    }
+    tu_sleep_ms(2 * RENEW_WD / 3); /* two rounds: the steady state */
+    s0 = scripts_run();
+    t0 = tu_now();
+    do {
+        renewed_pttls(RENEWED, &min, &late);
+        tu_sleep_ms(RENEW_WD / 6);
+    } while (tu_now() - t0 < RENEW_PERIODS * RENEW_WD / 3000.0);
+    calls = scripts_run() - s0;
+    t1 = tu_now();
+    secs = t1 - t0;
+    /* 5 calls a period: as many rounds as periods began in the window,
+     * none more for the load (a late round makes fewer calls) */
+    allowed =
+        ((RENEWED + 99) / 100) * ((long)(secs / (RENEW_WD / 3000.0)) + 1);
+    print_message("%lld renewal calls in %.2f s (%.0f allowed), smallest "
+                  "PTTL %lld ms, %d under half the lease\n",
+                  calls, secs, allowed, min, late);
+    if (calls > allowed)
+        fail_msg("%lld renewal calls in %.2f s, %.0f allowed", calls, secs,
+                 allowed);
+    assert_int_equal(late, 0);
+    for (i = 0; i < RENEWED; i++) {
+        assert_int_equal(dist_mutex_unlock(&m[i]), 0);
+        assert_int_equal(dist_mutex_destroy(&m[i]), 0);
+    }
+    free(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         FX_TEST(test_many_inits),
         FX_TEST(test_memory_per_held_lock),
+        FX_TEST(test_renewal_calls_per_period),
     };
     return MUTEX_RUN(tests);
 }

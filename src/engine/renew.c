@@ -739,18 +739,44 @@ int dist__renew_one(const struct dist__renewal *k, struct dist__names *names,
     return rc == 0 ? ok != 0 : -1;
 }
 
+static int by_due(const void *a, const void *b)
+{
+    uint64_t x = (*(struct dist__hold *const *)a)->due,
+             y = (*(struct dist__hold *const *)b)->due;
+
+    return x < y ? -1 : x > y;
+}
+
+/* When h, renewed by a call that returned at now, is next due.  One taken
+ * early to fill a batch keeps its place: a period after it was due, not
+ * after it was sent.  Counted from the send, an entry taken early moved
+ * earlier each time; in every round some were renewed up to a quarter
+ * period early (a tenth of all renewals, counted per entry, with 10,000
+ * locks), and the rounds ended in batches partly filled: 100,000 locks
+ * cost 100.2 to 117.6 calls a second where 100 do.  It is never late for
+ * that: taken at most a quarter period early, its next renewal is due at
+ * most 1.25 periods after this one was sent, well inside the lease (three
+ * periods). */
+static uint64_t next_due(const struct dist__hold *h, uint64_t now)
+{
+    return (h->due > now ? h->due : now) + period_of(h);
+}
+
 /* One round over the registry: settles unknown outcomes, renews what is due, and
  * returns when the next entry falls due (monotonic ms).  R.mu held. */
 static uint64_t tick(struct lostlist *lost)
 {
     struct dist__hold *h, **all, **batch;
-    uint64_t now = dist__now_ms(), next = now + 60000;
+    uint64_t now = dist__now_ms(), next = now + 60000, back;
     size_t n, i, j, count = 0, nk;
     int failed = 0, cluster;
 
     /* Snapshot first: the list changes while the mutex is dropped, but
      * entries marked in flight are freed by nobody but finish().  An entry
-     * a quarter period from due is taken too, to fill batches. */
+     * a quarter period from due is taken too, to fill batches; the
+     * snapshot is sorted by due time, so that batches go out soonest due
+     * first and the last one of a kind, partly filled, holds the entries
+     * that can wait longest. */
     for (h = R.head; h; h = h->rnext)
         count++;
     if (count == 0)
@@ -771,6 +797,7 @@ static uint64_t tick(struct lostlist *lost)
         }
     }
     count = i;
+    qsort(all, count, sizeof *all, by_due);
 
     for (i = 0; i < count; i++)
         if (all[i]->unknown && settle_one(all[i], lost) != 0)
@@ -797,11 +824,16 @@ static uint64_t tick(struct lostlist *lost)
                 batch[n++] = o;
             }
         }
+        /* A batch not full of which nothing is due yet waits for a later
+         * round (at the latest when its first entry falls due), where
+         * more entries fill it: one call less per round. */
+        if (n < BATCH && batch[0]->due > dist__now_ms())
+            continue;
         bad = renew_batch(batch, n, ms_of(h), lost) != 0;
         failed |= bad;
+        back = dist__now_ms();
         for (j = 0; j < n; j++)
-            batch[j]->due =
-                dist__now_ms() + (bad ? RETRY_MS : period_of(batch[j]));
+            batch[j]->due = bad ? back + RETRY_MS : next_due(batch[j], back);
     }
     for (i = 0; i < count; i++)
         finish(all[i]);
