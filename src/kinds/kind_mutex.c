@@ -361,9 +361,13 @@ static int release_args(const struct dist__names *nm, int fair, int wakes,
                         struct dist__room *room)
 {
     static const char *const how[] = { "", "clean", "lost", "back" };
-    int n, nkeys;
+    /* A plain release whose hold left no mark among the waiters, the
+     * usual one, neither reads them nor says so: no waiters' key, no
+     * ARGV[5] (mutex_unlock); the server parses two arguments fewer. */
+    int bare = !fair && !wakes && !expect && !robust, n, nkeys;
 
-    n = (fair ? NKEYS(fair_unlock_keys) : NKEYS(unlock_keys)) - 1 + !!robust;
+    n = (fair ? NKEYS(fair_unlock_keys) : NKEYS(unlock_keys)) - 1 + !!robust -
+        bare;
     if (keys_of(nm, fair ? fair_unlock_keys : unlock_keys, n, kv, room) != 0)
         return -1;
     nkeys = ++n;
@@ -371,7 +375,7 @@ static int release_args(const struct dist__names *nm, int fair, int wakes,
     kv[n++] = (struct dist__buf){ owner, olen };
     kv[n++] = dist__arg(dist__publish_cmd());
     kv[n++] = dist__arg("0");
-    if (!fair)
+    if (!fair && !bare)
         kv[n++] = dist__arg(wakes ? "1" : "0");
     if (expect || robust)
         kv[n++] = dist__arg(expect ? expect : "");
