@@ -30,31 +30,61 @@
 -- fencing_token(key, draw, keep)
 --   draw  false: the last token drawn (0 before the first); fails when the key
 --         holds no number, so a caller reads it before it writes anything
---         true: a new token, larger than every one drawn before; it reads the
---         key before it writes it, so it fails (a key that holds no counter)
---         before any write, and a caller draws it before its other writes
+--         true: a new token, larger than every one drawn before, in TIME and
+--         one SET that reads the counter as it writes the clock (GET option,
+--         Redis 6.2; GET, TIME and SET before 6.2, or when the counter is
+--         ahead of the clock).  A key of another type fails it before any
+--         write; one that holds no number, or a counter past 2^53, fails it
+--         with the key put back as it was but for its time to live, so a
+--         caller draws it before its other writes
 --   keep  with draw: the counter's time to live in ms, a string: the lease
 --         plus the grace, or '0' for ever
 local TOKEN_MAX = 9007199254740991     -- 2^53 - 1: a Lua number is exact below
 
 local function fencing_token(key, draw, keep)
-  local v = redis.call('get', key)
+  local t, clock, ok, v
+  if draw then
+    -- the clock as the token's digits, written in the one SET that reads the
+    -- counter too (GET option, Redis 6.2): two commands, no float formatted
+    t = redis.call('time')
+    clock = t[1] .. ('00000'):sub(#t[2]) .. t[2]
+    if keep ~= '0' then
+      ok, v = pcall(redis.call, 'set', key, clock, 'px', keep, 'get')
+    else
+      ok, v = pcall(redis.call, 'set', key, clock, 'get')
+    end
+    -- the usual case: no counter, or one in digits below the clock's
+    if ok and (not v or (v:find('^%d+$') and
+                         (#v < #clock or (#v == #clock and v < clock)))) then
+      return tonumber(t[1]) * 1000000 + tonumber(t[2])
+    end
+    -- else the counter is ahead of the clock (Redisson's INCRs), or holds no
+    -- number; or SET refused (another type: GET below fails as it; a server
+    -- before 6.2: no GET option), and the counter is read, then written
+  end
+  if not ok then
+    v = redis.call('get', key)
+  end
   local last = tonumber(v or '0')
-  if not last then
-    error(redis.error_reply("ERR key '" .. key .. "' holds '" .. v:sub(1, 32) ..
-                            "', not a fencing counter"))
+  if not last or (draw and last >= TOKEN_MAX) then
+    if ok then
+      redis.call('set', key, v) -- what the SET replaced, put back
+    end
+    if not last then
+      error(redis.error_reply("ERR key '" .. key .. "' holds '" .. v:sub(1, 32) ..
+                              "', not a fencing counter"))
+    end
+    error(redis.error_reply("ERR key '" .. key .. "' holds a fencing counter " ..
+                            "past 2^53: no larger token can be drawn exactly"))
   end
   if not draw then
     return last
   end
-  if last >= TOKEN_MAX then
-    error(redis.error_reply("ERR key '" .. key .. "' holds a fencing counter " ..
-                            "past 2^53: no larger token can be drawn exactly"))
-  end
-  local t = redis.call('time')
   local token = tonumber(t[1]) * 1000000 + tonumber(t[2])
   if token <= last then
     token = last + 1
+  elseif ok then
+    return token -- written already
   end
   if keep ~= '0' then
     redis.call('set', key, string.format('%.0f', token), 'px', keep)

@@ -123,6 +123,55 @@ static void test_counter_ahead_counts_on(void **state)
     assert_int_equal((long long)t, 4000000000000003LL);
 }
 
+/* A new hold draws its token with TIME and one SET that reads the counter
+ * as it writes it (its GET option): no GET, one SET (it was GET, TIME and
+ * SET: a command more on every new hold). */
+static void test_draw_reads_in_its_set(void **state)
+{
+    char name[200];
+    long long g0, s0, t0;
+    uint64_t t1, t2;
+
+    (void)state;
+    NAME(name, "m");
+    t1 = take(name); /* the counter now exists, below the clock */
+    g0 = command_calls_on(&r, "get");
+    s0 = command_calls_on(&r, "set");
+    t0 = command_calls_on(&r, "time");
+    t2 = take(name);
+    assert_true(t2 > t1);
+    assert_int_equal(command_calls_on(&r, "get") - g0, 0);
+    assert_int_equal(command_calls_on(&r, "set") - s0, 1);
+    assert_int_equal(command_calls_on(&r, "time") - t0, 1);
+}
+
+/* A counter that holds no number, or one past 2^53, fails the new hold,
+ * which takes nothing, and is left holding what it held (the SET that
+ * read it puts it back). */
+static void test_bad_counter_left_as_it_was(void **state)
+{
+    static const char *const bad[] = { "hello", "9007199254740993" };
+    char name[200], key[300], *v;
+    dist_mutex_t m;
+    size_t i;
+
+    (void)state;
+    for (i = 0; i < 2; i++) {
+        NAME(name, bad[i]);
+        counter_key(key, sizeof key, name);
+        set_counter(&r, name, bad[i]);
+        assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
+        assert_int_not_equal(dist_mutex_lock(&m), 0);
+        assert_non_null(strstr(dist_last_error(), "fencing counter"));
+        v = tu_cmd_str(&r, "GET", key, NULL);
+        assert_non_null(v);
+        assert_string_equal(v, bad[i]);
+        free(v);
+        assert_int_equal(tu_cmd_int(&r, "EXISTS", name, NULL), 0);
+        assert_int_equal(dist_mutex_destroy(&m), 0);
+    }
+}
+
 /* A re-entry shows its hold's token; only a new hold draws. */
 static void test_reentry_keeps_token(void **state)
 {
@@ -310,6 +359,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         FX_TEST(test_token_is_the_clock),
         FX_TEST(test_counter_ahead_counts_on),
+        FX_TEST(test_draw_reads_in_its_set),
+        FX_TEST(test_bad_counter_left_as_it_was),
         FX_TEST(test_reentry_keeps_token),
         FX_TEST(test_every_kind_rises),
         FX_TEST(test_restart_without_data),
