@@ -209,9 +209,11 @@ static void test_renewal_calls_per_period(void **state)
     t1 = tu_now();
     secs = t1 - t0;
     /* 5 calls a period: as many rounds as periods began in the window,
-     * none more for the load (a late round makes fewer calls) */
+     * and one round more for the load (a round held up past the due time
+     * of a batch it would have left for later sends it partly filled);
+     * 120 to 124 here before (20 periods) */
     allowed =
-        ((RENEWED + 99) / 100) * ((long)(secs / (RENEW_WD / 3000.0)) + 1);
+        ((RENEWED + 99) / 100) * ((long)(secs / (RENEW_WD / 3000.0)) + 2);
     print_message("%lld renewal calls in %.2f s (%.0f allowed), smallest "
                   "PTTL %lld ms, %d under half the lease\n",
                   calls, secs, allowed, min, late);
