@@ -727,6 +727,56 @@ static void test_sigstop_error_names_timeout(void **state)
         fail_msg("the error does not name the lock: '%s'", err);
 }
 
+/* A failure met below the engine is said with the lock's noun and name
+ * in front, once: the engine knows whether the text names the lock
+ * already from where it was made, not by looking for the name in it.
+ * Looking made a lock called "Redis" lose its prefix whenever the reason
+ * said "Redis" (as a server that does not answer makes it say) on the
+ * two paths that looked anywhere in the text: an acquire whose outcome is
+ * unknown, and a release that got no answer. */
+static void test_sigstop_error_names_lock_once(void **state)
+{
+    static const char want[] = "mutex 'Redis': ";
+    char lock_err[512], unlock_err[512];
+    dist_mutex_t m;
+    int lrc, urc;
+
+    (void)state;
+    fx_dirty = 1;
+    assert_int_equal(dist_set_timeout_ms(FAULT_TIMEOUT_MS), 0);
+    assert_int_equal(dist_mutex_init(&m, "Redis", NULL), 0);
+    /* connected, and the replica count fresh: the script itself is sent */
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(tu_redis_signal(&r, SIGSTOP), 0);
+    lrc = dist_mutex_lock(&m);
+    snprintf(lock_err, sizeof lock_err, "%s", dist_last_error());
+    assert_int_equal(tu_redis_signal(&r, SIGCONT), 0);
+    /* settles the outcome the failed lock left, then takes it */
+    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(tu_redis_signal(&r, SIGSTOP), 0);
+    urc = dist_mutex_unlock(&m);
+    snprintf(unlock_err, sizeof unlock_err, "%s", dist_last_error());
+    assert_int_equal(tu_redis_signal(&r, SIGCONT), 0);
+    /* the renewal thread finishes the release once Redis answers */
+    assert_int_equal(await_gone("Redis", 2.0 + slack(1.0)), 0);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+    dist_set_timeout_ms(DEFAULT_TIMEOUT_MS);
+    fx_dirty = 0;
+
+    assert_int_equal(lrc, EIO);
+    assert_int_equal(urc, EIO);
+    if (strncmp(lock_err, want, strlen(want)) != 0 ||
+        strstr(lock_err + 1, want) || !strstr(lock_err, "is unknown"))
+        fail_msg("the lock's error does not name the lock once, first: '%s'",
+                 lock_err);
+    if (strncmp(unlock_err, want, strlen(want)) != 0 ||
+        strstr(unlock_err + 1, want) || !strstr(unlock_err, "let go"))
+        fail_msg("the unlock's error does not name the lock once, first: "
+                 "'%s'",
+                 unlock_err);
+}
+
 /* ---- b. CLIENT PAUSE ------------------------------------------------------------- */
 
 struct pause_shared {
@@ -1910,6 +1960,7 @@ int main(void)
         T(test_proxy_faults),
         T(test_sigstop),
         T(test_sigstop_error_names_timeout),
+        T(test_sigstop_error_names_lock_once),
         param_test(test_client_pause_write, test_client_pause, "WRITE",
                    restore_defaults),
         param_test(test_client_pause_all, test_client_pause, "ALL",

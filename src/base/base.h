@@ -102,10 +102,31 @@ uint64_t dist__now_ms(void); /* CLOCK_MONOTONIC */
 uint64_t dist__now_us(void); /* the same clock, in microseconds */
 void dist__sleep_ms(uint64_t ms);
 void dist__ms_to_ts(uint64_t mono_ms, struct timespec *ts);
-/* Sets the calling thread's last error and returns code, so that callers
- * can write `return dist__err(EIO, "...")`. */
+/* The calling thread's last error: its text (dist_last_error) and the lock
+ * it begins by naming, so that the engine, which adds a lock's name to a
+ * failure met below it, knows whether the text names it already without
+ * reading the text back. */
+struct dist__why {
+    const char *lock; /* the name (that very pointer) the text begins with,
+                       * after its noun (dist__err_lock); NULL: none */
+    char text[256];
+};
+/* Sets the calling thread's last error, a text that names no lock, and
+ * returns code, so that callers can write `return dist__err(EIO, "...")`. */
 int dist__err(int code, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+/* The same for a text about one lock: "<noun> '<name>'" and what fmt
+ * makes after it (": timed out", " is not held by this thread"). */
+int dist__err_lock(int code, const char *noun, const char *name,
+                   const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* The same for a text made from an earlier error (was, as dist__why_get
+ * copied it) that still begins as that one did: it names the lock was
+ * named. */
+int dist__err_as(int code, const struct dist__why *was, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* A copy of the calling thread's last error. */
+void dist__why_get(struct dist__why *w);
 /* A per-thread mark: the failure just met is one that trying again cannot
  * mend (set by the link; see link.h).  take returns it and clears it. */
 void dist__hopeless_set(void);

@@ -18,21 +18,25 @@ static char client_id[37];
 static unsigned long client_gen; /* generation client_id was made for */
 static atomic_uint_fast64_t next_thread_no = 1;
 
-/* thread-local: the owner identity Redis keys holds by is the thread's
- * (Redisson's "client id:thread"), so its cache is per thread too */
-static __thread uint64_t my_thread_no;
-static __thread char my_owner[64];
-static __thread size_t my_owner_len;
-static __thread unsigned long my_owner_gen;
-/* A cohort call runs the engine as the cohort's owner (dist__ident_push):
- * its number and its own cached owner string, so that switching back and
- * forth does not rebuild the thread's own.  thread-local: the identity the
- * calling thread acts as, like its own. */
-static __thread uint64_t as_no;
-static __thread char as_owner[64];
-static __thread size_t as_owner_len;
-static __thread unsigned long as_owner_gen;
-static __thread uint64_t as_owner_no;
+/* An owner identity: a thread's number, and its owner field
+ * ("<client id>:<number>") as last made: for the number made_no and the
+ * client id of fork generation gen (0: not made yet). */
+struct ident {
+    uint64_t no, made_no;
+    unsigned long gen;
+    size_t len;
+    char owner[64];
+};
+
+/* The identity the calling thread acts as: its own, or while a cohort call
+ * runs the engine as the cohort's owner (dist__ident_push) that one, with
+ * its own cached owner field, so that switching back and forth does not
+ * rebuild the thread's own (as.no 0: none pushed).  thread-local: the
+ * owner identity Redis keys holds by is the thread's (Redisson's "client
+ * id:thread"), so its cache is per thread too. */
+static __thread struct {
+    struct ident me, as;
+} id;
 
 /* The fork hooks modules registered, in the order they came.  Entries are
  * written once, before nhooks counts them, so the handlers read the table
@@ -223,11 +227,11 @@ const char *dist__client_id(void)
 
 uint64_t dist__thread_no(void)
 {
-    if (as_no)
-        return as_no;
-    if (my_thread_no == 0)
-        my_thread_no = atomic_fetch_add(&next_thread_no, 1);
-    return my_thread_no;
+    if (id.as.no)
+        return id.as.no;
+    if (id.me.no == 0)
+        id.me.no = atomic_fetch_add(&next_thread_no, 1);
+    return id.me.no;
 }
 
 uint64_t dist__thread_no_new(void)
@@ -237,44 +241,40 @@ uint64_t dist__thread_no_new(void)
 
 uint64_t dist__ident_push(uint64_t no)
 {
-    uint64_t old = as_no;
+    uint64_t old = id.as.no;
 
-    as_no = no;
+    id.as.no = no;
     return old;
 }
 
 void dist__ident_pop(uint64_t old)
 {
-    as_no = old;
+    id.as.no = old;
 }
 
-static const char *as_owner_get(size_t *len, unsigned long gen)
+/* i's owner field, made again when the client id changed since it was
+ * last made (a fork: gen) or the number did. */
+static const char *owner_of(struct ident *i, size_t *len, unsigned long gen)
 {
-    if (as_owner_gen != gen || as_owner_no != as_no) {
-        int n = snprintf(as_owner, sizeof as_owner, "%s:%" PRIu64,
-                         dist__client_id(), as_no);
-        as_owner_len = (size_t)n;
-        as_owner_gen = gen;
-        as_owner_no = as_no;
+    if (i->gen != gen || i->made_no != i->no) {
+        int n = snprintf(i->owner, sizeof i->owner, "%s:%" PRIu64,
+                         dist__client_id(), i->no);
+        i->len = (size_t)n;
+        i->gen = gen;
+        i->made_no = i->no;
     }
     if (len)
-        *len = as_owner_len;
-    return as_owner;
+        *len = i->len;
+    return i->owner;
 }
 
 const char *dist__owner(size_t *len)
 {
     unsigned long gen = atomic_load(&dist__fork_gen);
 
-    if (as_no)
-        return as_owner_get(len, gen);
-    if (my_owner_gen != gen) {
-        int n = snprintf(my_owner, sizeof my_owner, "%s:%" PRIu64,
-                         dist__client_id(), dist__thread_no());
-        my_owner_len = (size_t)n;
-        my_owner_gen = gen;
-    }
-    if (len)
-        *len = my_owner_len;
-    return my_owner;
+    if (id.as.no)
+        return owner_of(&id.as, len, gen);
+    if (!id.me.no)
+        dist__thread_no(); /* its number, at its first call */
+    return owner_of(&id.me, len, gen);
 }

@@ -11,23 +11,72 @@
 #include "base.h"
 #include "stats.h"
 
-/* thread-local: dist_last_error() is the calling thread's, as errno is */
-static __thread char errbuf[256];
+/* The calling thread's last error (struct dist__why in base.h), and
+ * whether the failure just met is one that no retry can mend (a
+ * certificate refused, a server that speaks another protocol, options that
+ * cannot work): a caller that would try again for a while gives up at
+ * once.  thread-local: dist_last_error() is the calling thread's, as errno
+ * is; the mark is set deep in the link by whichever call met the failure
+ * and taken by the same thread's retry loop (dist__hopeless_take). */
+static __thread struct {
+    struct dist__why why;
+    int hopeless;
+} last;
 
 /* The new text is made in a buffer of its own, then copied: a caller may
  * well pass the old text as an argument (dist_last_error(), to add what it
- * was doing in front), and formatting errbuf into itself is undefined
+ * was doing in front), and formatting the text into itself is undefined
  * behaviour that garbled such messages. */
+static int set_why(int code, const char *lock, const char *noun,
+                   const char *fmt, va_list ap)
+{
+    char text[sizeof last.why.text];
+    int n = 0;
+
+    if (noun)
+        n = snprintf(text, sizeof text, "%s '%s'", noun, lock);
+    if (n < 0 || (size_t)n >= sizeof text)
+        n = 0;
+    vsnprintf(text + n, sizeof text - (size_t)n, fmt, ap);
+    memcpy(last.why.text, text, strlen(text) + 1);
+    last.why.lock = lock;
+    return code;
+}
+
 int dist__err(int code, const char *fmt, ...)
 {
-    char text[sizeof errbuf];
     va_list ap;
 
     va_start(ap, fmt);
-    vsnprintf(text, sizeof text, fmt, ap);
+    set_why(code, NULL, NULL, fmt, ap);
     va_end(ap);
-    memcpy(errbuf, text, strlen(text) + 1);
     return code;
+}
+
+int dist__err_lock(int code, const char *noun, const char *name,
+                   const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    set_why(code, name, noun, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+int dist__err_as(int code, const struct dist__why *was, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    set_why(code, was->lock, NULL, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+void dist__why_get(struct dist__why *w)
+{
+    *w = last.why;
 }
 
 /* A thread-local flag's value, cleared (the *_take calls). */
@@ -39,21 +88,14 @@ static int flag_take(int *flag)
     return was;
 }
 
-/* Set when the calling thread met a failure that no retry can mend (a
- * certificate refused, a server that speaks another protocol, options that
- * cannot work): a caller that would try again for a while gives up at once.
- * thread-local: as errno, set deep in the link by whichever call met it
- * and taken by the same thread's retry loop (dist__hopeless_take). */
-static __thread int hopeless;
-
 void dist__hopeless_set(void)
 {
-    hopeless = 1;
+    last.hopeless = 1;
 }
 
 int dist__hopeless_take(void)
 {
-    return flag_take(&hopeless);
+    return flag_take(&last.hopeless);
 }
 
 void dist__bufs_free(struct dist__buf *keys, int n)
@@ -69,7 +111,7 @@ void dist__bufs_free(struct dist__buf *keys, int n)
 const char *dist_last_error(void)
 {
     DIST__KEEP_ERRNO;
-    return errbuf;
+    return last.why.text;
 }
 
 uint64_t dist__now_ms(void)

@@ -27,11 +27,11 @@ int dist__call_bad(struct dist__call *c, const char *script, const char *fmt,
     va_end(ap);
     c->unknown = 1;
     c->bad = 1;
-    return dist__err(EIO,
-                     "%s '%s': Redis answered %s with %s, which no "
-                     "call could have left (a broken or hostile server; the "
-                     "answer is not believed)",
-                     c->o->kind->noun, c->o->st->names->name.p, script, what);
+    return dist__err_lock(
+        EIO, c->o->kind->noun, c->o->st->names->name.p,
+        ": Redis answered %s with %s, which no call could have left (a "
+        "broken or hostile server; the answer is not believed)",
+        script, what);
 }
 
 /* ---- the owner's standing ------------------------------------------------- */
@@ -138,10 +138,9 @@ static int prepare_until(struct dist__call *c, int *held, uint64_t deadline)
     int rc = prepare_by(c, held, deadline);
 
     if (rc != 0 && deadline && dist__now_ms() >= deadline)
-        rc = dist__err(ETIMEDOUT,
-                       "%s '%s': deadline passed while an "
-                       "earlier call's outcome was being settled",
-                       c->o->kind->noun, name_of(c));
+        rc = dist__err_lock(ETIMEDOUT, c->o->kind->noun, name_of(c),
+                            ": deadline passed while an earlier call's "
+                            "outcome was being settled");
     return rc;
 }
 
@@ -300,11 +299,10 @@ static int refresh(struct dist__call *c)
             return 0;
     }
     c->unknown = 1;
-    return dist__err(EIO,
-                     "%s '%s': its acquire's reply came back later than "
-                     "a third of the lease, and it could not be renewed in "
-                     "time",
-                     c->o->kind->noun, c->o->st->names->name.p);
+    return dist__err_lock(
+        EIO, c->o->kind->noun, c->o->st->names->name.p,
+        ": its acquire's reply came back later than a third of the lease, "
+        "and it could not be renewed in time");
 }
 
 /* When a call that began at c->started must have ended: the command
@@ -404,23 +402,25 @@ static int try_bounded(struct dist__call *c, uint64_t deadline,
 static __attribute__((noinline)) int
 settle_own(struct dist__call *c, uint64_t give_up, int last_at_end)
 {
-    char why[256];
+    struct dist__why why;
     uint64_t now;
     int held;
 
-    snprintf(why, sizeof why, "%s", dist_last_error());
+    dist__why_get(&why);
     note_unknown(c);
     c->unknown = 0;
     while (prepare_by(c, &held, give_up) != 0) {
         now = dist__now_ms();
         if (now >= give_up) {
             c->unknown = 1; /* still unknown: the caller says so */
-            return dist__err(EIO, "%s; Redis has not answered since", why);
+            return dist__err_as(EIO, &why, "%s; Redis has not answered since",
+                                why.text);
         }
         dist__sleep_ms(give_up - now < 100 ? give_up - now : 100);
     }
     if (!last_at_end && dist__now_ms() >= give_up)
-        return dist__err(EIO, "%s", why); /* settled: nothing was taken */
+        return dist__err_as(EIO, &why, "%s", why.text); /* settled: nothing
+                                                           was taken */
     return 0;
 }
 
@@ -554,15 +554,15 @@ static int wait_on(struct dist__call *c, struct dist__chan **chp,
         unsigned long gen = dist__sub_gen(*chp);
         /* read after gen: a wake-all that comes later ends the sleep */
         if (atomic_load(&abandon))
-            return dist__err(ECANCELED, "%s '%s': the wait was abandoned",
-                             k->noun, name_of(c));
+            return dist__err_lock(ECANCELED, k->noun, name_of(c),
+                                  ": the wait was abandoned");
         if (!asleep) {
             rc = try_patiently(c, deadline);
             if (rc != 0 || c->taken)
                 return rc;
             if (last || dist__deadline_step(dl, &deadline))
-                return dist__err(ETIMEDOUT, "%s '%s': timed out", k->noun,
-                                 name_of(c));
+                return dist__err_lock(ETIMEDOUT, k->noun, name_of(c),
+                                      ": timed out");
             if (c->aimed != aimed) {
                 aimed = c->aimed;
                 asleep = switch_channel(c, chp, deadline);
@@ -573,15 +573,13 @@ static int wait_on(struct dist__call *c, struct dist__chan **chp,
         /* a handler that ran in the try (the link's wait for the reply
          * went on) interrupts the wait as one in the sleep would */
         if ((c->intr & DIST__SUB_EINTR) && dist__eintr_take())
-            return dist__err(EINTR,
-                             "%s '%s': the wait was interrupted by "
-                             "a signal handler",
-                             k->noun, name_of(c));
+            return dist__err_lock(
+                EINTR, k->noun, name_of(c),
+                ": the wait was interrupted by a signal handler");
         if (sleep_on(c, *chp, gen, sleep_until(c, deadline)) == EINTR)
-            return dist__err(EINTR,
-                             "%s '%s': the wait was interrupted by "
-                             "a signal handler",
-                             k->noun, name_of(c));
+            return dist__err_lock(
+                EINTR, k->noun, name_of(c),
+                ": the wait was interrupted by a signal handler");
         if (dist__deadline_step(dl, &deadline))
             last = 1;
     }
@@ -623,8 +621,8 @@ static int wait_for_it(struct dist__call *c, const struct dist__deadline *dl)
         if ((rc = dist__deadline_ms(dl, &deadline)) != 0)
             return rc;
         if (dist__deadline_reached(dl))
-            return dist__err(ETIMEDOUT, "%s '%s': deadline passed", k->noun,
-                             name_of(c));
+            return dist__err_lock(ETIMEDOUT, k->noun, name_of(c),
+                                  ": deadline passed");
     }
     if (c->how == DIST__HOW_QUEUE || c->registered) {
         int nkeys;
@@ -638,49 +636,36 @@ static int wait_for_it(struct dist__call *c, const struct dist__deadline *dl)
 
 /* ---- acquire -------------------------------------------------------------------- */
 
-/* Whether why starts with "<noun> '<name>'" already.  Only the start
- * counts: a lock called "Redis" is named in "cannot connect to Redis" and
- * still needs its prefix. */
-static int names_lock(const char *why, const char *noun, const char *name)
-{
-    size_t nl = strlen(noun), ml = strlen(name);
-
-    return strncmp(why, noun, nl) == 0 && why[nl] == ' ' &&
-           why[nl + 1] == '\'' && strncmp(why + nl + 2, name, ml) == 0 &&
-           why[nl + 2 + ml] == '\'';
-}
-
 /* Says why a call that did not take the lock failed, with the lock's
  * name. */
 static int failed(struct dist__call *c, int rc)
 {
     const struct dist__kind *k = c->o->kind;
-    char why[256];
+    struct dist__why why;
 
     if (c->unknown) {
         /* why, with the name once */
-        snprintf(why, sizeof why, "%s", dist_last_error());
+        dist__why_get(&why);
         note_unknown(c);
-        if (strstr(why, name_of(c)))
-            return dist__err(EIO,
-                             "%s; whether it took the lock is unknown: "
-                             "a hold it may have taken is given back when "
-                             "Redis answers, or its lease ends it",
-                             why);
-        return dist__err(EIO,
-                         "%s '%s': %s; whether it took the lock is "
-                         "unknown: a hold it may have taken is given back "
-                         "when Redis answers, or its lease ends it",
-                         k->noun, name_of(c),
-                         why[0] ? why : "the reply was lost");
+        if (why.lock == name_of(c))
+            return dist__err_as(EIO, &why,
+                                "%s; whether it took the lock is unknown: "
+                                "a hold it may have taken is given back when "
+                                "Redis answers, or its lease ends it",
+                                why.text);
+        return dist__err_lock(
+            EIO, k->noun, name_of(c),
+            ": %s; whether it took the lock is unknown: a hold it may have "
+            "taken is given back when Redis answers, or its lease ends it",
+            why.text[0] ? why.text : "the reply was lost");
     }
     pthread_mutex_lock(&c->o->st->mu);
     dist__rec_tidy(c->o->st);
     pthread_mutex_unlock(&c->o->st->mu);
     if (rc == EIO) {
-        snprintf(why, sizeof why, "%s", dist_last_error());
-        if (!names_lock(why, k->noun, name_of(c)))
-            dist__err(EIO, "%s '%s': %s", k->noun, name_of(c), why);
+        dist__why_get(&why);
+        if (why.lock != name_of(c))
+            dist__err_lock(EIO, k->noun, name_of(c), ": %s", why.text);
     }
     return rc;
 }
@@ -718,13 +703,11 @@ static __attribute__((noinline)) void cancel(struct dist__call *c,
  * EOWNERDEAD, the lock held, as POSIX has it. */
 static __attribute__((noinline)) int owner_dead(struct dist__call *c)
 {
-    return dist__err(
-        EOWNERDEAD,
-        "%s '%s': its last holder did not release "
-        "it cleanly (it died, its lease ran out, or its hold was "
-        "forced); it is held now, the state it guards may need "
-        "repair, then dist_mutex_consistent",
-        c->o->kind->noun, name_of(c));
+    return dist__err_lock(
+        EOWNERDEAD, c->o->kind->noun, name_of(c),
+        ": its last holder did not release it cleanly (it died, its lease "
+        "ran out, or its hold was forced); it is held now, the state it "
+        "guards may need repair, then dist_mutex_consistent");
 }
 
 /* The rare steps after a try (give_back, replica_sync, shed_surplus,
@@ -756,11 +739,9 @@ static int acquire(struct dist__obj *o, int mode, int try_only,
         (c.how == DIST__HOW_QUEUE || c.registered) && rc == 0 && !c.taken;
     if (rc == 0 && !c.taken && try_only) {
         dist__stat_add(DIST__ST_BUSY, 1);
-        return failed(&c, dist__err(EBUSY,
-                                    "%s '%s' is held by another "
-                                    "owner%s",
-                                    k->noun, name_of(&c),
-                                    k->busy_why ? k->busy_why(&c) : ""));
+        return failed(&c, dist__err_lock(EBUSY, k->noun, name_of(&c),
+                                         " is held by another owner%s",
+                                         k->busy_why ? k->busy_why(&c) : ""));
     }
     if (rc == 0 && !c.taken) {
         waited = 1;
@@ -887,7 +868,7 @@ int dist__release_held(struct dist__call *c)
     const struct dist__kind *k = c->o->kind;
     struct dist__state *st = c->o->st;
     struct dist__rec *r;
-    char why[256];
+    struct dist__why why;
     uint64_t outer = c->limit;
     int rc, told = 0;
 
@@ -913,7 +894,7 @@ int dist__release_held(struct dist__call *c)
      * ever (the Sentinel torture run: every other worker hung on it, and a
      * condition waiter's next lock counted two holds). */
     if (rc == EIO) /* kept for the message below */
-        snprintf(why, sizeof why, "%s", dist_last_error());
+        dist__why_get(&why);
     pthread_mutex_lock(&st->mu);
     r = dist__rec_find(st);
     if (rc == 0 && k->after_release)
@@ -935,27 +916,26 @@ int dist__release_held(struct dist__call *c)
     if (r)
         dist__rec_tidy(st);
     pthread_mutex_unlock(&st->mu);
-    if (rc == EIO && strstr(why, name_of(c)))
-        return dist__err(EIO,
-                         "%s; this thread has let go of it, and the "
-                         "release is finished when Redis answers, or the "
-                         "lease ends it",
-                         why);
+    if (rc == EIO && why.lock == name_of(c))
+        return dist__err_as(EIO, &why,
+                            "%s; this thread has let go of it, and the "
+                            "release is finished when Redis answers, or the "
+                            "lease ends it",
+                            why.text);
     if (rc == EIO)
-        return dist__err(EIO,
-                         "%s '%s': the release failed (%s); this "
-                         "thread has let go of it, and the release is "
-                         "finished when Redis answers, or the lease ends it",
-                         k->noun, name_of(c), why);
+        return dist__err_lock(EIO, k->noun, name_of(c),
+                              ": the release failed (%s); this thread has "
+                              "let go of it, and the release is finished "
+                              "when Redis answers, or the lease ends it",
+                              why.text);
     if (rc == EPERM) {
         /* before the unlock returns, once: unless the renewal thread
          * told it already */
         if (told != 2)
             dist__call_lost_handler(name_of(c));
-        return dist__err(EPERM,
-                         "%s '%s' was lost (its lease ran out or it "
-                         "was forced) before this unlock",
-                         k->noun, name_of(c));
+        return dist__err_lock(EPERM, k->noun, name_of(c),
+                              " was lost (its lease ran out or it was "
+                              "forced) before this unlock");
     }
     return rc;
 }
@@ -975,17 +955,17 @@ static __attribute__((noinline)) int let_go_unsettled(struct dist__call *c,
     const struct dist__kind *k = c->o->kind;
     struct dist__state *st = c->o->st;
     struct dist__rec *r;
-    char why[256];
+    struct dist__why why;
     int mode, lost, told = 0;
 
-    snprintf(why, sizeof why, "%s", dist_last_error());
+    dist__why_get(&why);
     pthread_mutex_lock(&st->mu);
     r = dist__rec_find(st);
     if (!r || r->n[0] + r->n[1] == 0) {
         /* an outcome still unknown is no hold of the thread's */
         pthread_mutex_unlock(&st->mu);
-        return dist__err(EPERM, "%s '%s' is not held by this thread", k->noun,
-                         name_of(c));
+        return dist__err_lock(EPERM, k->noun, name_of(c),
+                              " is not held by this thread");
     }
     lost = r->h && atomic_load(&r->h->lost);
     mode = r->n[1] > 0; /* a write hold goes first */
@@ -999,15 +979,14 @@ static __attribute__((noinline)) int let_go_unsettled(struct dist__call *c,
     if (lost) {
         if (told != 2)
             dist__call_lost_handler(name_of(c));
-        return dist__err(EPERM,
-                         "%s '%s' was lost (its lease ran out or it "
-                         "was forced) before this unlock",
-                         k->noun, name_of(c));
+        return dist__err_lock(EPERM, k->noun, name_of(c),
+                              " was lost (its lease ran out or it was "
+                              "forced) before this unlock");
     }
-    return dist__err(rc,
-                     "%s; this thread has let go of it, and the lease "
-                     "ends what Redis still holds of it",
-                     why);
+    return dist__err_as(rc, &why,
+                        "%s; this thread has let go of it, and the lease "
+                        "ends what Redis still holds of it",
+                        why.text);
 }
 
 static int release(struct dist__obj *o, int may_defer)
@@ -1023,14 +1002,13 @@ static int release(struct dist__obj *o, int may_defer)
          * unlock returns, here if it had not been yet */
         if (c.told != 2)
             dist__call_lost_handler(name_of(&c));
-        return dist__err(EPERM,
-                         "%s '%s' was lost (its lease ran out or it "
-                         "was forced) before this unlock",
-                         k->noun, name_of(&c));
+        return dist__err_lock(EPERM, k->noun, name_of(&c),
+                              " was lost (its lease ran out or it was "
+                              "forced) before this unlock");
     }
     if (held == 0)
-        return dist__err(EPERM, "%s '%s' is not held by this thread", k->noun,
-                         name_of(&c));
+        return dist__err_lock(EPERM, k->noun, name_of(&c),
+                              " is not held by this thread");
     c.mode = c.n[1] > 0; /* a write hold goes first */
     rc = dist__release_held(&c);
     call_end();
@@ -1054,8 +1032,8 @@ int dist__consistent(struct dist__obj *o)
     int rc = 0;
 
     if (!(o->flags & DIST__MUTEX_ROBUST))
-        return dist__err(EINVAL, "%s '%s' is not robust", o->kind->noun,
-                         st->names->name.p);
+        return dist__err_lock(EINVAL, o->kind->noun, st->names->name.p,
+                              " is not robust");
     pthread_mutex_lock(&st->mu);
     r = dist__rec_find(st);
     if (!r || r->n[0] + r->n[1] == 0 || (r->h && atomic_load(&r->h->lost)))
@@ -1066,14 +1044,13 @@ int dist__consistent(struct dist__obj *o)
         r->inconsistent = 0;
     pthread_mutex_unlock(&st->mu);
     if (rc == EPERM)
-        return dist__err(EPERM, "%s '%s' is not held by this thread",
-                         o->kind->noun, st->names->name.p);
+        return dist__err_lock(EPERM, o->kind->noun, st->names->name.p,
+                              " is not held by this thread");
     if (rc == EINVAL)
-        return dist__err(EINVAL,
-                         "%s '%s' is consistent already (only a "
-                         "hold that lock returned EOWNERDEAD for is marked "
-                         "consistent)",
-                         o->kind->noun, st->names->name.p);
+        return dist__err_lock(
+            EINVAL, o->kind->noun, st->names->name.p,
+            " is consistent already (only a hold that lock returned "
+            "EOWNERDEAD for is marked consistent)");
     return 0;
 }
 
@@ -1086,9 +1063,9 @@ int dist__token(struct dist__obj *o, int mode, uint64_t *token)
     r = dist__rec_find(st);
     if (!r || r->n[mode] == 0 || (r->h && atomic_load(&r->h->lost))) {
         pthread_mutex_unlock(&st->mu);
-        return dist__err(EPERM, "%s '%s' is not %s by this thread",
-                         o->kind->noun, st->names->name.p,
-                         mode ? "write-locked" : "held");
+        return dist__err_lock(EPERM, o->kind->noun, st->names->name.p,
+                              " is not %s by this thread",
+                              mode ? "write-locked" : "held");
     }
     *token = r->token;
     pthread_mutex_unlock(&st->mu);
@@ -1127,14 +1104,13 @@ int dist__lease_left(struct dist__obj *o, struct timespec *left)
     clock_gettime(CLOCK_MONOTONIC, &now);
     now_ns = (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec;
     if (!held)
-        return dist__err(EPERM, "%s '%s' is not held by this thread",
-                         o->kind->noun, st->names->name.p);
+        return dist__err_lock(EPERM, o->kind->noun, st->names->name.p,
+                              " is not held by this thread");
     if (until * 1000000u <= now_ns)
-        return dist__err(EPERM,
-                         "%s '%s' may no longer be this thread's: "
-                         "its lease may run out on the server within the "
-                         "safety margin (or it was lost)",
-                         o->kind->noun, st->names->name.p);
+        return dist__err_lock(
+            EPERM, o->kind->noun, st->names->name.p,
+            " may no longer be this thread's: its lease may run out on the "
+            "server within the safety margin (or it was lost)");
     ns = until * 1000000u - now_ns;
     left->tv_sec = (time_t)(ns / 1000000000u);
     left->tv_nsec = (long)(ns % 1000000000u);

@@ -370,9 +370,9 @@ int dist__obj_destroy(const struct dist__kind *k, void **impl,
         int lost = r->h && atomic_load(&r->h->lost);
         if (r->n[0] + r->n[1] > 0 && !lost && !expired) {
             pthread_mutex_unlock(&st->mu);
-            return dist__err(EBUSY,
-                             "%s '%s' is still held by thread %" PRIu64,
-                             k->noun, st->names->name.p, r->thread_no);
+            return dist__err_lock(EBUSY, k->noun, st->names->name.p,
+                                  " is still held by thread %" PRIu64,
+                                  r->thread_no);
         }
     }
     pthread_mutex_unlock(&st->mu);

@@ -66,7 +66,7 @@ static __attribute__((noinline)) void give_back(struct dist__call *c)
 __attribute__((noinline)) int dist__replica_sync(struct dist__call *c)
 {
     struct dist__addr now;
-    char why[256];
+    struct dist__why why;
     int rc;
 
     rc = dist__route_wait_replicas(c->on, dist__replica_wait_ms(), name_of(c),
@@ -74,20 +74,21 @@ __attribute__((noinline)) int dist__replica_sync(struct dist__call *c)
     if (rc == 0)
         return 0;
     dist__stat_add(DIST__ST_NOREPLICA, 1);
-    snprintf(why, sizeof why, "%s", dist_last_error());
+    dist__why_get(&why);
     /* on a deposed master too, while the map still points there: it is a
      * master until the sentinels demote it, and the hold would block its
      * other clients until then */
     give_back(c);
     if (rc == DIST__EDEPOSED) {
         dist__route_adopt(&now);
-        return dist__err(EIO, "%s", why), DIST__EDEPOSED;
+        return dist__err_as(EIO, &why, "%s", why.text), DIST__EDEPOSED;
     }
     if (rc == DIST__EATTACHING)
-        return dist__err(DIST_ENOREPLICA, "%s", why), DIST__EATTACHING;
+        return dist__err_as(DIST_ENOREPLICA, &why, "%s", why.text),
+               DIST__EATTACHING;
     if (rc == DIST_ENOREPLICA)
-        return dist__err(rc, "%s", why);
-    return dist__err(EIO, "%s; the hold is given back", why);
+        return dist__err_as(rc, &why, "%s", why.text);
+    return dist__err_as(EIO, &why, "%s; the hold is given back", why.text);
 }
 
 /* The token of a hold whose surplus was shed is the counter's value, which
@@ -131,11 +132,11 @@ static __attribute__((noinline)) int fresh_token(struct dist__call *c)
         t = 0;
     }
     if (t <= 0)
-        return dist__err(EIO,
-                         "%s '%s': a hold counted twice needs a new "
-                         "fencing token, and none could be drawn (%s); the "
-                         "hold is given back",
-                         c->o->kind->noun, name_of(c), why);
+        return dist__err_lock(
+            EIO, c->o->kind->noun, name_of(c),
+            ": a hold counted twice needs a new fencing token, and none "
+            "could be drawn (%s); the hold is given back",
+            why);
     pthread_mutex_lock(&c->o->st->mu);
     if ((r = dist__rec_find(c->o->st)) != NULL)
         r->token = (uint64_t)t;
@@ -169,10 +170,9 @@ __attribute__((noinline)) int dist__shed_surplus(struct dist__call *c)
     held = r && r->n[0] + r->n[1] > 0;
     pthread_mutex_unlock(&c->o->st->mu);
     if (!held)
-        return dist__err(EIO,
-                         "%s '%s': giving back a hold counted twice "
-                         "released the last one: the lock is not held",
-                         c->o->kind->noun, name_of(c));
+        return dist__err_lock(EIO, c->o->kind->noun, name_of(c),
+                              ": giving back a hold counted twice released "
+                              "the last one: the lock is not held");
     /* a read hold has no token */
     if ((c->o->kind->family == DIST__FAM_MUTEX || c->mode == 1) &&
         fresh_token(c) != 0) {

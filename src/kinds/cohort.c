@@ -207,8 +207,8 @@ static int wait_turn(struct dist__cohort *co, struct dist__obj *o,
     if (dl && (rc = dist__deadline_ms(dl, &until)) != 0)
         return rc;
     if ((rc = dist__cond_init_mono(&t.cv)) != 0)
-        return dist__err(rc, "mutex '%s': no condition variable to wait on",
-                         name_of(o));
+        return dist__err_lock(rc, "mutex", name_of(o),
+                              ": no condition variable to wait on");
     if (co->tail)
         co->tail->next = &t;
     else
@@ -237,10 +237,9 @@ static int wait_turn(struct dist__cohort *co, struct dist__obj *o,
             dist__deadline_step(dl, &until) &&
             !(co->head == &t && !co->busy)) {
             unqueue(co, &t);
-            rc = dist__err(ETIMEDOUT,
-                           "mutex '%s' is held by another thread "
-                           "of this process (cohort) until past the deadline",
-                           name_of(o));
+            rc = dist__err_lock(ETIMEDOUT, "mutex", name_of(o),
+                                " is held by another thread of this process "
+                                "(cohort) until past the deadline");
             break;
         }
     }
@@ -283,10 +282,9 @@ int dist__cohort_lock(struct dist__obj *o, int try_only,
     pthread_mutex_lock(&co->mu);
     if (co->busy && co->owner == me) {
         if (o->flags & DIST__MUTEX_ERRORCHECK)
-            rc = dist__err(try_only ? EBUSY : EDEADLK,
-                           "mutex '%s' is "
-                           "already held by this thread",
-                           name_of(o));
+            rc =
+                dist__err_lock(try_only ? EBUSY : EDEADLK, "mutex",
+                               name_of(o), " is already held by this thread");
         else
             co->depth++;
         pthread_mutex_unlock(&co->mu);
@@ -295,10 +293,9 @@ int dist__cohort_lock(struct dist__obj *o, int try_only,
     if (co->busy && try_only) {
         pthread_mutex_unlock(&co->mu);
         dist__stat_add(DIST__ST_BUSY, 1);
-        return dist__err(EBUSY,
-                         "mutex '%s' is held by another thread of "
-                         "this process (cohort)",
-                         name_of(o));
+        return dist__err_lock(
+            EBUSY, "mutex", name_of(o),
+            " is held by another thread of this process (cohort)");
     }
     if (co->busy)
         rc = wait_turn(co, o, me, dl);
@@ -348,8 +345,8 @@ int dist__cohort_unlock(struct dist__obj *o)
     pthread_mutex_lock(&co->mu);
     if (!co->busy || co->owner != me) {
         pthread_mutex_unlock(&co->mu);
-        return dist__err(EPERM, "mutex '%s' is not held by this thread",
-                         name_of(o));
+        return dist__err_lock(EPERM, "mutex", name_of(o),
+                              " is not held by this thread");
     }
     if (--co->depth > 0) {
         pthread_mutex_unlock(&co->mu);
@@ -396,8 +393,8 @@ static int as_cohort(struct dist__obj *o, uint64_t *old)
     mine = co->busy && co->owner == dist__thread_no();
     pthread_mutex_unlock(&co->mu);
     if (!mine)
-        return dist__err(EPERM, "mutex '%s' is not held by this thread",
-                         name_of(o));
+        return dist__err_lock(EPERM, "mutex", name_of(o),
+                              " is not held by this thread");
     *old = dist__ident_push(co->no);
     return 0;
 }

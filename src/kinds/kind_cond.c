@@ -61,17 +61,16 @@ static int slot_ok(const struct dist__cond *cv, const struct dist__names *m)
     if (dist__cfg_mode() != DIST__MODE_CLUSTER)
         return 0;
     if (cv->slot < 0)
-        return dist__err(EINVAL,
-                         "condition '%s': its name has a '{' that "
-                         "opens no hash tag, so its keys would be spread "
-                         "over cluster slots",
-                         cv->names->name.p);
+        return dist__err_lock(
+            EINVAL, "condition", cv->names->name.p,
+            ": its name has a '{' that opens no hash tag, so its keys would "
+            "be spread over cluster slots");
     if (m && cv->slot != m->slot)
-        return dist__err(EINVAL,
-                         "condition '%s' and mutex '%s' hash to "
-                         "different cluster slots: give the condition the "
-                         "mutex's name as a hash tag ('{%s}...')",
-                         cv->names->name.p, m->name.p, m->name.p);
+        return dist__err_lock(
+            EINVAL, "condition", cv->names->name.p,
+            " and mutex '%s' hash to different cluster slots: give the "
+            "condition the mutex's name as a hash tag ('{%s}...')",
+            m->name.p, m->name.p);
     return 0;
 }
 
@@ -122,10 +121,9 @@ int dist__cond_register(struct dist__cond *cv, const struct dist__names *m)
     if ((rc = run_int(DIST__S_COND_WAIT, "cond_wait", 5, kv, 8, &v)) != 0)
         return rc;
     if (v < 0)
-        return dist__err(EPERM,
-                         "mutex '%s' is not held by this thread (its "
-                         "lease ran out or it was forced)",
-                         m->name.p);
+        return dist__err_lock(EPERM, "mutex", m->name.p,
+                              " is not held by this thread (its lease ran "
+                              "out or it was forced)");
     return 0;
 }
 
@@ -173,10 +171,9 @@ int dist__cond_queued(struct dist__cond *cv, const char (*owners)[64], int n,
         return rc == ENOMEM ? ENOMEM : EIO;
     if (rep->type != REDIS_REPLY_ARRAY) {
         freeReplyObject(rep);
-        return dist__err(EIO,
-                         "condition '%s': Redis answered LRANGE of its "
-                         "queue with no list",
-                         cv->names->name.p);
+        return dist__err_lock(
+            EIO, "condition", cv->names->name.p,
+            ": Redis answered LRANGE of its queue with no list");
     }
     for (i = 0; i < rep->elements && !*any; i++) {
         const redisReply *e = rep->element[i];
@@ -211,8 +208,9 @@ int dist__cond_signal(struct dist__cond *cv, int all, long long *marked)
         return rc;
     rc = run_int(DIST__S_COND_SIGNAL, "cond_signal", 4, kv, 6, &v);
     if (rc == EIO)
-        return dist__err(EIO, "condition '%s': %s: %s", cv->names->name.p,
-                         all ? "broadcast" : "signal", dist_last_error());
+        return dist__err_lock(EIO, "condition", cv->names->name.p, ": %s: %s",
+                              all ? "broadcast" : "signal",
+                              dist_last_error());
     if (marked)
         *marked = v;
     return rc;

@@ -139,11 +139,10 @@ static int probe(const struct dist__names *nm, uint64_t limit,
         dist__reply_int(r, 4, &now) || *holds < 0 || t < 0 || d < 0 ||
         d > 2 || now < 0) {
         freeReplyObject(r);
-        return dist__err(EIO,
-                         "mutex '%s': Redis answered mutex_probe with "
-                         "something no call could have left (a broken or "
-                         "hostile server)",
-                         nm->name.p);
+        return dist__err_lock(
+            EIO, "mutex", nm->name.p,
+            ": Redis answered mutex_probe with something no call could have "
+            "left (a broken or hostile server)");
     }
     *token = (uint64_t)t;
     if (dead)
@@ -254,12 +253,11 @@ static int read_acquire(struct dist__call *c, const redisReply *r)
         return 0;
     }
     if (ok == 2 && is_robust(c->o))
-        return dist__err(ENOTRECOVERABLE,
-                         "mutex '%s' is not recoverable: a "
-                         "holder told EOWNERDEAD released it without "
-                         "dist_mutex_consistent; an operator resets it "
-                         "(distlock unlock --reset)",
-                         c->o->st->names->name.p);
+        return dist__err_lock(ENOTRECOVERABLE, "mutex",
+                              c->o->st->names->name.p,
+                              " is not recoverable: a holder told EOWNERDEAD "
+                              "released it without dist_mutex_consistent; an "
+                              "operator resets it (distlock unlock --reset)");
     if (ok != 0 || v < -1)
         return dist__call_bad(c, script, "status %lld, wait %lld ms", ok, v);
     c->taken = 0;
@@ -285,14 +283,14 @@ static __attribute__((noinline)) int m_settle_lost(struct dist__call *c)
 {
     long long holds, pttl, dead = 0;
     uint64_t tok;
-    char why[256];
+    struct dist__why why;
 
     /* the reason the reply was lost says more than the probe's */
-    snprintf(why, sizeof why, "%s", dist_last_error());
+    dist__why_get(&why);
     if (probe(c->o->st->names, c->limit, &holds, &pttl, &tok,
               is_robust(c->o) ? &dead : NULL, NULL, &c->on) != 0) {
         c->unknown = 1;
-        return dist__err(EIO, "%s", why);
+        return dist__err_as(EIO, &why, "%s", why.text);
     }
     if (holds > (long long)c->n[0] + 1 + HOLDS_AHEAD_MAX)
         return dist__call_bad(c, "mutex_probe",
@@ -337,10 +335,9 @@ static int m_acquire(struct dist__call *c)
 static int m_plan(struct dist__call *c, int try_only)
 {
     if (c->n[0] > 0 && (c->o->flags & DIST__MUTEX_ERRORCHECK))
-        return dist__err(try_only ? EBUSY : EDEADLK,
-                         "mutex '%s' is already "
-                         "held by this thread",
-                         c->o->st->names->name.p);
+        return dist__err_lock(try_only ? EBUSY : EDEADLK, "mutex",
+                              c->o->st->names->name.p,
+                              " is already held by this thread");
     c->how = try_only     ? DIST__HOW_TRY
              : is_fair(c) ? DIST__HOW_QUEUE
                           : DIST__HOW_WAIT;
@@ -444,9 +441,9 @@ static uint64_t my_token(struct dist__call *c)
  * to run it again.  noinline: see m_settle_lost. */
 static __attribute__((noinline)) int release_lost(struct dist__call *c)
 {
-    char why[256];
+    struct dist__why why;
 
-    snprintf(why, sizeof why, "%s", dist_last_error());
+    dist__why_get(&why);
     switch (release_ran(c, my_token(c))) {
     case 1:
         return 0;
@@ -454,7 +451,7 @@ static __attribute__((noinline)) int release_lost(struct dist__call *c)
         return EPERM;
     case -2:
         c->unknown = 1;
-        return dist__err(EIO, "%s", why);
+        return dist__err_as(EIO, &why, "%s", why.text);
     }
     return 1;
 }

@@ -197,16 +197,16 @@ static __attribute__((noinline)) int
 run_again(uint64_t limit, int script, int nkeys, const struct dist__buf *kv,
           int nkv, redisReply **r, struct dist__link **on)
 {
-    char why[256];
+    struct dist__why why;
     int rc = DIST__ECONN, tries;
 
-    snprintf(why, sizeof why, "%s", dist_last_error());
+    dist__why_get(&why);
     for (tries = 0; tries < 2 && (rc == DIST__ECONN || rc == DIST__ENOCONN);
          tries++)
         rc = dist__route_eval(limit, script, nkeys, kv, nkv, r, on);
     if (rc == 0)
         return 0;
-    return dist__err(EIO, "%s", why), DIST__ECONN;
+    return dist__err_as(EIO, &why, "%s", why.text), DIST__ECONN;
 }
 
 /* limit: the call's (link.h). */
@@ -295,15 +295,13 @@ static int no_upgrade(struct dist__call *c, int try_only)
     const char *name = c->o->st->names->name.p;
 
     if (try_only)
-        return dist__err(EBUSY,
-                         "rwlock '%s': this thread holds read locks "
-                         "only, and a read lock cannot be upgraded",
-                         name);
-    return dist__err(EDEADLK,
-                     "rwlock '%s': this thread holds read locks "
-                     "only; waiting for the write lock would wait forever "
-                     "(a read lock cannot be upgraded)",
-                     name);
+        return dist__err_lock(EBUSY, "rwlock", name,
+                              ": this thread holds read locks only, and a "
+                              "read lock cannot be upgraded");
+    return dist__err_lock(
+        EDEADLK, "rwlock", name,
+        ": this thread holds read locks only; waiting for the write lock "
+        "would wait forever (a read lock cannot be upgraded)");
 }
 
 /* One acquire script call with the owner's expected counts c->n.  0 with
@@ -369,11 +367,10 @@ static int reconcile(struct dist__state *st, struct dist__rec *r,
         rw < 0) {
         unsigned long rd = r->n[0], wr = r->n[1];
         pthread_mutex_unlock(&st->mu);
-        return dist__err(
-            EIO,
-            "rwlock '%s': Redis counts %lld read and %lld "
-            "write holds for this thread, which holds %lu and %lu",
-            st->names->name.p, rr, rw, rd, wr);
+        return dist__err_lock(EIO, "rwlock", st->names->name.p,
+                              ": Redis counts %lld read and %lld write holds "
+                              "for this thread, which holds %lu and %lu",
+                              rr, rw, rd, wr);
     }
     *lost = (unsigned long)rr < r->n[0] || (unsigned long)rw < r->n[1];
     r->n[0] = (unsigned long)rr;
@@ -480,10 +477,8 @@ static int rw_acquire(struct dist__call *c)
         if (lost)
             dist__call_lost_handler(st->names->name.p);
     }
-    return dist__err(EIO,
-                     "rwlock '%s': this thread's holds keep changing in "
-                     "Redis",
-                     st->names->name.p);
+    return dist__err_lock(EIO, "rwlock", st->names->name.p,
+                          ": this thread's holds keep changing in Redis");
 }
 
 static int rw_plan(struct dist__call *c, int try_only)
@@ -568,8 +563,8 @@ static int rw_release(struct dist__call *c)
         return EIO;
     if (lost || (c->mode ? v[2] : v[1]) == 0)
         return EPERM;
-    return dist__err(EIO, "rwlock '%s': unexpected counts in Redis",
-                     st->names->name.p);
+    return dist__err_lock(EIO, "rwlock", st->names->name.p,
+                          ": unexpected counts in Redis");
 }
 
 /* The renewal thread: the hold Redis may count beyond the owner's own,

@@ -277,15 +277,15 @@ int dist__sem_count(struct dist__obj *o, const char *op, long n, long *free_,
     /* a liar or a tampered key: refused, never passed on as a count (the
      * tool printed it and exited 0) */
     if (!dist__sem_count_possible(op, n, f) || h < 0)
-        return dist__err(EIO,
-                         "semaphore '%s': impossible reply to sem_count "
-                         "%s %ld: %lld free, %lld held",
-                         o->st->names->name.p, op, n, f, h);
+        return dist__err_lock(
+            EIO, "semaphore", o->st->names->name.p,
+            ": impossible reply to sem_count %s %ld: %lld free, %lld held",
+            op, n, f, h);
     if (f < 0)
-        return dist__err(EOVERFLOW,
-                         "semaphore '%s': %ld more permits would "
-                         "pass its maximum of %ld",
-                         o->st->names->name.p, n, atomic_load(&sx->max));
+        return dist__err_lock(
+            EOVERFLOW, "semaphore", o->st->names->name.p,
+            ": %ld more permits would pass its maximum of %ld", n,
+            atomic_load(&sx->max));
     if (free_)
         *free_ = (long)f;
     if (held)
@@ -392,10 +392,9 @@ int dist__sem_drop(struct dist__obj *o)
     n = holding_owners(st, &owners, &lens);
     pthread_mutex_unlock(&st->mu);
     if (n == -EBUSY)
-        return dist__err(EBUSY,
-                         "semaphore '%s': an earlier call's outcome "
-                         "is still being settled",
-                         st->names->name.p);
+        return dist__err_lock(
+            EBUSY, "semaphore", st->names->name.p,
+            ": an earlier call's outcome is still being settled");
     if (n < 0)
         return dist__err(ENOMEM, "out of memory");
     if (n == 0)
@@ -404,10 +403,10 @@ int dist__sem_drop(struct dist__obj *o)
     free(owners);
     free(lens);
     if (rc != 0)
-        return dist__err(rc,
-                         "semaphore '%s': the permits this process's "
-                         "threads hold could not be consumed: %s",
-                         st->names->name.p, dist_last_error());
+        return dist__err_lock(rc, "semaphore", st->names->name.p,
+                              ": the permits this process's threads hold "
+                              "could not be consumed: %s",
+                              dist_last_error());
     /* the fields stay at 0 until their lease ends: renewals under way find
      * them, and none is made once the records are gone */
     pthread_mutex_lock(&st->mu);
