@@ -862,6 +862,18 @@ int dist__reacquire(struct dist__obj *o)
 
 /* ---- release ----------------------------------------------------------------- */
 
+/* An unlock found its hold lost: the lost handler's report is made
+ * before the unlock returns, once: here, unless the renewal thread made it
+ * already (told 2, from let_go).  EPERM. */
+static int lost_before_unlock(struct dist__call *c, int told)
+{
+    if (told != 2)
+        dist__call_lost_handler(name_of(c));
+    return dist__err_lock(EPERM, c->o->kind->noun, name_of(c),
+                          " was lost (its lease ran out or it was "
+                          "forced) before this unlock");
+}
+
 /* Gives back one hold of c->mode, which the owner has. */
 int dist__release_held(struct dist__call *c)
 {
@@ -928,15 +940,8 @@ int dist__release_held(struct dist__call *c)
                               "let go of it, and the release is finished "
                               "when Redis answers, or the lease ends it",
                               why.text);
-    if (rc == EPERM) {
-        /* before the unlock returns, once: unless the renewal thread
-         * told it already */
-        if (told != 2)
-            dist__call_lost_handler(name_of(c));
-        return dist__err_lock(EPERM, k->noun, name_of(c),
-                              " was lost (its lease ran out or it was "
-                              "forced) before this unlock");
-    }
+    if (rc == EPERM)
+        return lost_before_unlock(c, told);
     return rc;
 }
 
@@ -976,13 +981,8 @@ static __attribute__((noinline)) int let_go_unsettled(struct dist__call *c,
     if (r->n[0] + r->n[1] == 0)
         told = let_go(r);
     pthread_mutex_unlock(&st->mu);
-    if (lost) {
-        if (told != 2)
-            dist__call_lost_handler(name_of(c));
-        return dist__err_lock(EPERM, k->noun, name_of(c),
-                              " was lost (its lease ran out or it was "
-                              "forced) before this unlock");
-    }
+    if (lost)
+        return lost_before_unlock(c, told);
     return dist__err_as(rc, &why,
                         "%s; this thread has let go of it, and the lease "
                         "ends what Redis still holds of it",
@@ -997,15 +997,8 @@ static int release(struct dist__obj *o, int may_defer)
 
     if ((rc = dist__prepare(&c, &held)) != 0)
         return let_go_unsettled(&c, rc);
-    if (held == -1) {
-        /* the renewal thread found it lost: its report is made before the
-         * unlock returns, here if it had not been yet */
-        if (c.told != 2)
-            dist__call_lost_handler(name_of(&c));
-        return dist__err_lock(EPERM, k->noun, name_of(&c),
-                              " was lost (its lease ran out or it was "
-                              "forced) before this unlock");
-    }
+    if (held == -1) /* the renewal thread found it lost */
+        return lost_before_unlock(&c, c.told);
     if (held == 0)
         return dist__err_lock(EPERM, k->noun, name_of(&c),
                               " is not held by this thread");
