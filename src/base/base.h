@@ -140,7 +140,9 @@ struct dist__sigpipe {
 };
 void dist__sigpipe_block(struct dist__sigpipe *s);
 void dist__sigpipe_restore(struct dist__sigpipe *s);
-int dist__thread_start(pthread_t *th, void *(*fn)(void *));
+/* Starts fn(arg) on a thread of the library's (see util.c).  0 or an
+ * error number. */
+int dist__thread_start(pthread_t *th, void *(*fn)(void *), void *arg);
 /* 1 when every signal handler the program installed has SA_RESTART (or
  * it installed none): an untimed wait a handler interrupted goes on, as
  * glibc's sem_wait does then (its futex wait is restarted); 0 when one

@@ -247,6 +247,7 @@ static void lib_threads_init(void)
 
 struct start {
     void *(*fn)(void *);
+    void *arg;
     sigset_t mask;
 };
 
@@ -257,7 +258,7 @@ static void *thread_main(void *arg)
 
     free(arg);
     opener_mask = st.mask;
-    ret = st.fn(NULL);
+    ret = st.fn(st.arg);
     atomic_fetch_sub(&lib_threads, 1);
     return ret;
 }
@@ -267,7 +268,7 @@ static void *thread_main(void *arg)
  * once pthread_create returned: until then the new thread may already run
  * but is not counted, which only makes the others think the program has a
  * thread more, never one less. */
-int dist__thread_start(pthread_t *th, void *(*fn)(void *))
+int dist__thread_start(pthread_t *th, void *(*fn)(void *), void *arg)
 {
     struct start *st = malloc(sizeof *st);
     sigset_t all, old;
@@ -277,6 +278,7 @@ int dist__thread_start(pthread_t *th, void *(*fn)(void *))
         return ENOMEM;
     pthread_once(&lib_once, lib_threads_init);
     st->fn = fn;
+    st->arg = arg;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
     st->mask = old;

@@ -49,21 +49,23 @@
  * (one server, Sentinel, a cluster with ?pubsub=plain: never a sharded
  * node), it may lend that node to a thread that waits while no other
  * local thread does (dist__ps_borrow); the node comes back as soon as
- * another one starts to wait.  The borrower polls the node's socket and P.bell,
- * hands every reply to the thread's own handle(), and gives the node back
- * once its wake-up came, its time is up, or the thread rang P.bell
- * because it needs the node (a command to send, a master to follow,
- * settings, stop).  That saves a wake-up per hand-off: the message wakes
- * the thread that waits for it, not the pub/sub thread first.
+ * another one starts to wait.  The borrower polls the node's socket and
+ * the state's bell, hands every reply to the thread's own handle(), and
+ * gives the node back once its wake-up came, its time is up, or the
+ * thread rang the bell because it needs the node (a command to send, a
+ * master to follow, settings, stop).  That saves a wake-up per hand-off:
+ * the message wakes the thread that waits for it, not the pub/sub thread
+ * first.
  *
- * P.mu guards the channel table, the list of nodes and the lending
- * fields.  A node's other fields and its context belong to the thread,
- * which does its network I/O without P.mu, or, while the node is lent, to
- * its borrower: nodes are lent only while the thread polls (P.polling),
- * and a lent one is left out of everything the thread does until it is
- * back.  Only the thread frees channels and nodes (and
- * dist__pubsub_shutdown, after it ended), so it keeps pointers to them
- * across an unlock. */
+ * The state (struct dist__ps_state: this file's, handed to the thread's
+ * half by pointer) has a mutex, mu, that guards the channel table, the
+ * list of nodes and the lending fields.  A node's other fields and its
+ * context belong to the thread, which does its network I/O without mu,
+ * or, while the node is lent, to its borrower: nodes are lent only while
+ * the thread polls (polling), and a lent one is left out of everything
+ * the thread does until it is back.  Only the thread frees channels and
+ * nodes (and dist__pubsub_shutdown, after it ended), so it keeps pointers
+ * to them across an unlock. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -75,19 +77,23 @@
 
 #include "pubsub_int.h"
 
-struct dist__ps_state dist__ps = {
+/* The one pub/sub state of the process.  This file owns it; the thread's
+ * half (pubsub_thread.c) is handed it by pointer, as its thread's argument
+ * and in every call from here, so that what the two halves share is the
+ * struct dist__ps_state of pubsub_int.h and nothing else. */
+static struct dist__ps_state pubsub = {
     .mu = PTHREAD_MUTEX_INITIALIZER,
     .pipe = { -1, -1 },
     .bell = { -1, -1 },
 };
 
-/* Before P.mu is first taken.  Every other entry point has a channel from
+/* Before pubsub.mu is first taken.  Every other entry point has a channel from
  * dist__sub_get. */
 DIST__FORK_HOOK(pubsub_init, pubsub_fork, DIST__RANK_PUBSUB)
 
 static void poke(void)
 {
-    dist__ps_ring(P.pipe);
+    dist__ps_ring(pubsub.pipe);
 }
 
 /* A non-blocking close-on-exec pipe in fd, unless there is one.  0 or -1. */
@@ -117,17 +123,17 @@ static void close_pipe(int *fd)
     }
 }
 
-/* P.mu held. */
+/* pubsub.mu held. */
 static void ensure_thread(void)
 {
-    if (P.running)
+    if (pubsub.running)
         return;
-    if (open_pipe(P.pipe) != 0)
+    if (open_pipe(pubsub.pipe) != 0)
         return;
-    open_pipe(P.bell); /* without it no node is lent */
-    P.stop = 0;
-    if (dist__thread_start(&P.th, dist__ps_main) == 0)
-        P.running = 1;
+    open_pipe(pubsub.bell); /* without it no node is lent */
+    pubsub.stop = 0;
+    if (dist__thread_start(&pubsub.th, dist__ps_main, &pubsub) == 0)
+        pubsub.running = 1;
     else
         fprintf(stderr, "distlock: cannot start the pub/sub thread\n");
 }
@@ -137,8 +143,8 @@ struct dist__chan *dist__sub_get(const struct dist__buf *chan)
     struct dist__chan *ch;
 
     pubsub_init();
-    pthread_mutex_lock(&P.mu);
-    ch = dist__ps_find(chan->p, chan->len);
+    pthread_mutex_lock(&pubsub.mu);
+    ch = dist__ps_find(&pubsub, chan->p, chan->len);
     if (!ch) {
         ch = calloc(1, sizeof *ch);
         if (!ch || !(ch->name = malloc(chan->len + 1)) ||
@@ -146,20 +152,20 @@ struct dist__chan *dist__sub_get(const struct dist__buf *chan)
             if (ch)
                 free(ch->name);
             free(ch);
-            pthread_mutex_unlock(&P.mu);
+            pthread_mutex_unlock(&pubsub.mu);
             return NULL;
         }
         memcpy(ch->name, chan->p, chan->len);
         ch->name[chan->len] = 0;
         ch->len = chan->len;
-        ch->next = P.chans;
-        P.chans = ch;
+        ch->next = pubsub.chans;
+        pubsub.chans = ch;
     }
     ch->refs++;
     ensure_thread();
     if (ch->wire != W_SUBSCRIBED)
         poke();
-    pthread_mutex_unlock(&P.mu);
+    pthread_mutex_unlock(&pubsub.mu);
     return ch;
 }
 
@@ -167,12 +173,12 @@ void dist__sub_put(struct dist__chan *ch)
 {
     if (!ch)
         return;
-    pthread_mutex_lock(&P.mu);
+    pthread_mutex_lock(&pubsub.mu);
     if (--ch->refs == 0) {
         ch->permits = 0;
         ch->idle_since = dist__now_ms(); /* the thread unsubscribes later */
     }
-    pthread_mutex_unlock(&P.mu);
+    pthread_mutex_unlock(&pubsub.mu);
 }
 
 int dist__sub_listening(const struct dist__buf *chan, int *waiters)
@@ -182,13 +188,13 @@ int dist__sub_listening(const struct dist__buf *chan, int *waiters)
 
     pubsub_init();
     *waiters = 0;
-    pthread_mutex_lock(&P.mu);
-    ch = dist__ps_find(chan->p, chan->len);
+    pthread_mutex_lock(&pubsub.mu);
+    ch = dist__ps_find(&pubsub, chan->p, chan->len);
     if (ch) {
         subscribed = ch->wire == W_SUBSCRIBED || ch->wire == W_UNSUBSCRIBING;
         *waiters = ch->refs;
     }
-    pthread_mutex_unlock(&P.mu);
+    pthread_mutex_unlock(&pubsub.mu);
     return subscribed;
 }
 
@@ -196,9 +202,9 @@ unsigned long dist__sub_gen(struct dist__chan *ch)
 {
     unsigned long gen;
 
-    pthread_mutex_lock(&P.mu);
+    pthread_mutex_lock(&pubsub.mu);
     gen = ch->gen;
-    pthread_mutex_unlock(&P.mu);
+    pthread_mutex_unlock(&pubsub.mu);
     return gen;
 }
 
@@ -206,31 +212,31 @@ int dist__sub_quiet_since(struct dist__chan *ch, uint64_t us)
 {
     int quiet;
 
-    pthread_mutex_lock(&P.mu);
+    pthread_mutex_lock(&pubsub.mu);
     /* a node's plain_too is fixed when the thread makes it */
     quiet = ch->wire == W_SUBSCRIBED && ch->node && !ch->node->plain_too &&
             ch->ready_us < us && ch->heard_us < us;
-    pthread_mutex_unlock(&P.mu);
+    pthread_mutex_unlock(&pubsub.mu);
     return quiet;
 }
 
 /* A futex sleeper, for its cleanup handler. */
 struct fsleeper {
     struct dist__chan *ch;
-    int counted; /* in P.sleepers too */
+    int counted; /* in pubsub.sleepers too */
 };
 
 /* A futex sleeper cancelled in its sleep leaves the counts it was in.
- * P.mu is not held there. */
+ * pubsub.mu is not held there. */
 static void futex_sleeper_gone(void *arg)
 {
     struct fsleeper *f = arg;
 
-    pthread_mutex_lock(&P.mu);
+    pthread_mutex_lock(&pubsub.mu);
     f->ch->fsleepers--;
     if (f->counted)
-        P.sleepers--;
-    pthread_mutex_unlock(&P.mu);
+        pubsub.sleepers--;
+    pthread_mutex_unlock(&pubsub.mu);
 }
 
 /* The futex wait of futex_sleep: -1 with errno, or 0.  With cancel, a
@@ -255,9 +261,9 @@ static long futex_wait(uint32_t *word, uint32_t seen,
 }
 
 /* One sleep of an interruptible waiter on ch->seq, until until_ms at the
- * latest; P.mu held, released meanwhile.  EINTR when a signal handler ran
+ * latest; pubsub.mu held, released meanwhile.  EINTR when a signal handler ran
  * on the thread, else 0.  counted: a sleeper waiting for a message, in
- * P.sleepers (not one waiting for the subscription, which
+ * pubsub.sleepers (not one waiting for the subscription, which
  * pthread_cond_timedwait's sleepers are not counted as either). */
 static int futex_sleep(struct dist__chan *ch, uint64_t until_ms, int cancel,
                        int counted)
@@ -271,15 +277,15 @@ static int futex_sleep(struct dist__chan *ch, uint64_t until_ms, int cancel,
     int err;
 
     ch->fsleepers++;
-    P.sleepers += counted;
-    pthread_mutex_unlock(&P.mu);
+    pubsub.sleepers += counted;
+    pthread_mutex_unlock(&pubsub.mu);
     pthread_cleanup_push(futex_sleeper_gone, &f);
     rc = futex_wait(&ch->seq, seen, &rel, cancel);
     err = errno;
     pthread_cleanup_pop(0);
-    pthread_mutex_lock(&P.mu);
+    pthread_mutex_lock(&pubsub.mu);
     ch->fsleepers--;
-    P.sleepers -= counted;
+    pubsub.sleepers -= counted;
     return rc < 0 && err == EINTR ? EINTR : 0;
 }
 
@@ -291,13 +297,15 @@ static void wait_ready(struct dist__chan *ch, uint64_t until_ms, int intr)
     struct timespec ts;
 
     dist__ms_to_ts(until_ms, &ts);
-    pthread_mutex_lock(&P.mu);
-    while (ch->wire != W_SUBSCRIBED && P.running && dist__now_ms() < until_ms)
+    pthread_mutex_lock(&pubsub.mu);
+    while (ch->wire != W_SUBSCRIBED && pubsub.running &&
+           dist__now_ms() < until_ms)
         if (intr & DIST__SUB_CANCEL)
             futex_sleep(ch, until_ms, 1, 0);
-        else if (pthread_cond_timedwait(&ch->cv, &P.mu, &ts) == ETIMEDOUT)
+        else if (pthread_cond_timedwait(&ch->cv, &pubsub.mu, &ts) ==
+                 ETIMEDOUT)
             break;
-    pthread_mutex_unlock(&P.mu);
+    pthread_mutex_unlock(&pubsub.mu);
 }
 
 void dist__sub_wait_ready(struct dist__chan *ch, uint64_t until_ms)
@@ -319,7 +327,7 @@ static int wait_since(struct dist__chan *ch, unsigned long gen,
     int rc = ETIMEDOUT, direct = dist__direct_wake(), eintr = 0;
 
     dist__ms_to_ts(until_ms, &ts);
-    pthread_mutex_lock(&P.mu);
+    pthread_mutex_lock(&pubsub.mu);
     for (;;) {
         if (ch->gen != gen) {
             rc = 0; /* a wake-all: no other waiter can take it */
@@ -336,25 +344,25 @@ static int wait_since(struct dist__chan *ch, unsigned long gen,
         }
         if (dist__now_ms() >= until_ms)
             break;
-        if (direct &&
-            (intr ? dist__ps_borrow_intr(ch, gen, until_ms, intr, &eintr)
-                  : dist__ps_borrow(ch, gen, until_ms)))
+        if (direct && (intr ? dist__ps_borrow_intr(&pubsub, ch, gen, until_ms,
+                                                   intr, &eintr)
+                            : dist__ps_borrow(&pubsub, ch, gen, until_ms)))
             continue;
         /* a borrower is no lone waiter any more: it gives the node back
          * (dist__ps_borrow) */
-        if (P.lent && !pthread_equal(P.borrower, pthread_self()))
-            dist__ps_ring(P.bell);
+        if (pubsub.lent && !pthread_equal(pubsub.borrower, pthread_self()))
+            dist__ps_ring(pubsub.bell);
         if (intr) {
             eintr = futex_sleep(ch, until_ms, intr & DIST__SUB_CANCEL, 1) ==
                         EINTR &&
                     (intr & DIST__SUB_EINTR);
             continue;
         }
-        P.sleepers++;
-        pthread_cond_timedwait(&ch->cv, &P.mu, &ts);
-        P.sleepers--;
+        pubsub.sleepers++;
+        pthread_cond_timedwait(&ch->cv, &pubsub.mu, &ts);
+        pubsub.sleepers--;
     }
-    pthread_mutex_unlock(&P.mu);
+    pthread_mutex_unlock(&pubsub.mu);
     return rc;
 }
 
@@ -375,10 +383,10 @@ void dist__sub_wake_all(void)
     struct dist__chan *ch;
 
     pubsub_init();
-    pthread_mutex_lock(&P.mu);
-    for (ch = P.chans; ch; ch = ch->next)
-        dist__ps_wake(ch, 1);
-    pthread_mutex_unlock(&P.mu);
+    pthread_mutex_lock(&pubsub.mu);
+    for (ch = pubsub.chans; ch; ch = ch->next)
+        dist__ps_wake(&pubsub, ch, 1);
+    pthread_mutex_unlock(&pubsub.mu);
 }
 
 void dist__pubsub_shutdown(void)
@@ -388,24 +396,25 @@ void dist__pubsub_shutdown(void)
     int running;
 
     pubsub_init();
-    pthread_mutex_lock(&P.mu);
-    running = P.running;
-    th = P.th;
-    P.stop = 1;
+    pthread_mutex_lock(&pubsub.mu);
+    running = pubsub.running;
+    th = pubsub.th;
+    pubsub.stop = 1;
     poke();
-    pthread_mutex_unlock(&P.mu);
+    pthread_mutex_unlock(&pubsub.mu);
     if (running)
         pthread_join(th, NULL);
 
-    pthread_mutex_lock(&P.mu);
-    P.running = 0;
-    for (ch = P.chans; ch; ch = ch->next) {
+    pthread_mutex_lock(&pubsub.mu);
+    pubsub.running = 0;
+    for (ch = pubsub.chans; ch; ch = ch->next) {
         ch->wire = W_NONE;
         pthread_cond_broadcast(&ch->cv);
         dist__ps_kick(ch);
     }
-    dist__ps_reconcile(0, NULL); /* frees the channels nobody waits on */
-    pthread_mutex_unlock(&P.mu);
+    dist__ps_reconcile(&pubsub, 0,
+                       NULL); /* frees the channels nobody waits on */
+    pthread_mutex_unlock(&pubsub.mu);
 }
 
 static void pubsub_fork(int phase)
@@ -413,15 +422,15 @@ static void pubsub_fork(int phase)
     struct dist__chan *ch;
 
     if (phase == 0) {
-        pthread_mutex_lock(&P.mu);
+        pthread_mutex_lock(&pubsub.mu);
     } else if (phase == 1) {
-        pthread_mutex_unlock(&P.mu);
+        pthread_mutex_unlock(&pubsub.mu);
     } else {
         /* No thread waits in the child; the parent's subscriptions and
          * sockets are not ours.  Its nodes are put aside, never used nor
          * freed: the parent's thread may have been using a context when
          * the fork came, and closing a socket sends nothing anyway. */
-        for (ch = P.chans; ch; ch = ch->next) {
+        for (ch = pubsub.chans; ch; ch = ch->next) {
             ch->refs = 0;
             ch->wire = W_NONE;
             ch->node = NULL;
@@ -430,26 +439,26 @@ static void pubsub_fork(int phase)
             ch->fsleepers = 0;
             dist__cond_init_mono(&ch->cv);
         }
-        if (P.nodes) {
-            struct dist__node *last = P.nodes;
+        if (pubsub.nodes) {
+            struct dist__node *last = pubsub.nodes;
             while (last->next)
                 last = last->next;
-            last->next = P.left;
-            P.left = P.nodes;
-            P.nodes = NULL;
+            last->next = pubsub.left;
+            pubsub.left = pubsub.nodes;
+            pubsub.nodes = NULL;
         }
         dist__ps_ears_fork();
-        dist__ps_reconcile(0, NULL);
-        P.running = 0;
-        P.stop = 0;
-        P.polling = 0;
-        P.lent = NULL; /* if the forking thread's parent had one,
+        dist__ps_reconcile(&pubsub, 0, NULL);
+        pubsub.running = 0;
+        pubsub.stop = 0;
+        pubsub.polling = 0;
+        pubsub.lent = NULL; /* if the forking thread's parent had one,
                                * it is among the nodes put aside */
-        P.lent_ch = NULL;
-        P.sleepers = 0;
-        P.want_ch = NULL;
-        close_pipe(P.pipe);
-        close_pipe(P.bell);
-        pthread_mutex_unlock(&P.mu);
+        pubsub.lent_ch = NULL;
+        pubsub.sleepers = 0;
+        pubsub.want_ch = NULL;
+        close_pipe(pubsub.pipe);
+        close_pipe(pubsub.bell);
+        pthread_mutex_unlock(&pubsub.mu);
     }
 }

@@ -92,6 +92,9 @@ struct dist__node {
 #define BACKOFF_MIN_MS 50
 #define HEALTHY_MS     1000 /* a connection that lived this long worked */
 
+/* The pub/sub state: one per process, pubsub.c's.  The thread's half gets
+ * it only by pointer (ps), from the thread's argument and from each call
+ * pubsub.c makes into it. */
 struct dist__ps_state {
     pthread_mutex_t mu;
     struct dist__chan *chans;
@@ -115,36 +118,38 @@ struct dist__ps_state {
                                    * borrow: woken to try again once the
                                    * thread polls */
 };
-extern struct dist__ps_state dist__ps;
-#define P dist__ps /* the one state of pubsub.c and pubsub_thread.c */
 
 /* ---- pubsub_thread.c ---- */
-/* Writes a byte to the pipe fd (P.pipe: wakes the thread; P.bell: wakes
+/* Writes a byte to the pipe fd (ps->pipe: wakes the thread; ps->bell: wakes
  * a borrower), unless it is closed (fd[1] < 0). */
 void dist__ps_ring(const int *fd);
-/* The channel named so, or NULL.  P.mu held. */
-struct dist__chan *dist__ps_find(const char *name, size_t len);
-/* A release message for ch: wakes one waiter, or all (a '1').  P.mu held. */
-void dist__ps_wake(struct dist__chan *ch, int all);
+/* The channel named so, or NULL.  ps->mu held. */
+struct dist__chan *dist__ps_find(struct dist__ps_state *ps, const char *name,
+                                 size_t len);
+/* A release message for ch: wakes one waiter, or all (a '1').  ps->mu held. */
+void dist__ps_wake(struct dist__ps_state *ps, struct dist__chan *ch, int all);
 /* Wakes ch's futex sleepers (dist__sub_wait_intr, _ready_intr) to look
  * again: they are woken for every wake-up of ch, and those that find
- * nothing for them sleep again.  P.mu held. */
+ * nothing for them sleep again.  The state's mu held. */
 void dist__ps_kick(struct dist__chan *ch);
 /* Lets the calling thread, waiting on ch for a message after gen, read
  * ch's node itself rather than sleep until the thread wakes it: one
  * wake-up instead of two.  Lends only to a lone waiter (no other thread
  * waits on ch or sleeps on any channel; the node comes back when one
  * does), only a node that the thread does not need (nothing queued or
- * unanswered, the thread asleep in poll), one at a time.  P.mu held (released while it waits).  1 when the node was lent
- * and is back (ch's state then says whether the wait is over), 0 when no
- * node could be lent (the caller sleeps on ch->cv). */
-int dist__ps_borrow(struct dist__chan *ch, unsigned long gen, uint64_t until);
+ * unanswered, the thread asleep in poll), one at a time.  ps->mu held
+ * (released while it waits).  1 when the node was lent and is back (ch's
+ * state then says whether the wait is over), 0 when no node could be lent
+ * (the caller sleeps on ch->cv). */
+int dist__ps_borrow(struct dist__ps_state *ps, struct dist__chan *ch,
+                    unsigned long gen, uint64_t until);
 /* The same for an interruptible wait (intr: DIST__SUB_* of pubsub.h):
  * 1 with *eintr set when a signal handler ran on the thread while it
  * polled; a cancel request acts in the poll when DIST__SUB_CANCEL (the
  * node is given back first, by a cleanup handler). */
-int dist__ps_borrow_intr(struct dist__chan *ch, unsigned long gen,
-                         uint64_t until, int intr, int *eintr);
+int dist__ps_borrow_intr(struct dist__ps_state *ps, struct dist__chan *ch,
+                         unsigned long gen, uint64_t until, int intr,
+                         int *eintr);
 /* ---- pubsub_ears.c: behind sentinels, links to them that hear each
  * switch of the master (+switch-master).  The thread's alone. ---- */
 /* Connects the ears that are due (every sentinel of cfg; none in another
@@ -159,13 +164,14 @@ int dist__ps_ears_read(const struct dist__cfg *cfg, const struct pollfd *pfd);
 void dist__ps_ears_close(void);
 /* In a forked child: the parent's ears are put aside, never used. */
 void dist__ps_ears_fork(void);
-/* The thread. */
+/* The thread; arg is the state (pubsub.c's). */
 void *dist__ps_main(void *arg);
 /* Queues the (un)subscribes the table asks for, frees channels nobody
- * needs and counts the channels of each node.  P.mu held.  next (may be
+ * needs and counts the channels of each node.  ps->mu held.  next (may be
  * NULL): lowered to when something is due. */
-void dist__ps_reconcile(uint64_t now, uint64_t *next);
-/* Unlinks and frees n; no channel may be placed on it.  P.mu held. */
-void dist__ps_node_free(struct dist__node *n);
+void dist__ps_reconcile(struct dist__ps_state *ps, uint64_t now,
+                        uint64_t *next);
+/* Unlinks and frees n; no channel may be placed on it.  ps->mu held. */
+void dist__ps_node_free(struct dist__ps_state *ps, struct dist__node *n);
 
 #endif

@@ -37,13 +37,14 @@ static void drain(int fd)
         ;
 }
 
-/* ---- the channel table, for both halves (P.mu held) ---------------------- */
+/* ---- the channel table, for both halves (ps->mu held) ------------------ */
 
-struct dist__chan *dist__ps_find(const char *name, size_t len)
+struct dist__chan *dist__ps_find(struct dist__ps_state *ps, const char *name,
+                                 size_t len)
 {
     struct dist__chan *ch;
 
-    for (ch = P.chans; ch; ch = ch->next)
+    for (ch = ps->chans; ch; ch = ch->next)
         if (ch->len == len && memcmp(ch->name, name, len) == 0)
             return ch;
     return NULL;
@@ -57,9 +58,9 @@ void dist__ps_kick(struct dist__chan *ch)
                 0);
 }
 
-/* P.mu held.  '1' (a write release of a read-write lock) wakes everyone,
+/* ps->mu held.  '1' (a write release of a read-write lock) wakes everyone,
  * anything else one waiter: the others would only lose the race. */
-void dist__ps_wake(struct dist__chan *ch, int all)
+void dist__ps_wake(struct dist__ps_state *ps, struct dist__chan *ch, int all)
 {
     ch->heard_us = dist__now_us();
     if (all)
@@ -76,9 +77,9 @@ void dist__ps_wake(struct dist__chan *ch, int all)
         pthread_cond_signal(&ch->cv);
     }
     /* its borrower polls a socket, not ch->cv */
-    if (P.lent && ch == P.lent_ch &&
-        !pthread_equal(P.borrower, pthread_self()))
-        dist__ps_ring(P.bell);
+    if (ps->lent && ch == ps->lent_ch &&
+        !pthread_equal(ps->borrower, pthread_self()))
+        dist__ps_ring(ps->bell);
 }
 
 /* ---- the thread's side: nodes and what was sent to them ------------------ */
@@ -134,19 +135,20 @@ static int q_head_is(const struct dist__node *n, int unsub, int plain_too,
            memcmp(s->ch->name, name->str, name->len) == 0;
 }
 
-/* Asks for n back from the waiter it is lent to.  P.mu held. */
-static void recall(struct dist__node *n)
+/* Asks for n back from the waiter it is lent to.  ps->mu held. */
+static void recall(struct dist__ps_state *ps, struct dist__node *n)
 {
     if (n->lent && !n->recall) {
         n->recall = 1;
-        dist__ps_ring(P.bell);
+        dist__ps_ring(ps->bell);
     }
 }
 
-/* Appends one (un)subscribe of ch to n's output, sharded or not.  P.mu
+/* Appends one (un)subscribe of ch to n's output, sharded or not.  ps->mu
  * held.  0, or -1 (not connected, lent: asked back, out of memory). */
-static int append_cmd(struct dist__node *n, struct dist__chan *ch, int unsub,
-                      int sharded, int plain_too)
+static int append_cmd(struct dist__ps_state *ps, struct dist__node *n,
+                      struct dist__chan *ch, int unsub, int sharded,
+                      int plain_too)
 {
     static const char *const cmds[2][2] = {
         { "SUBSCRIBE", "UNSUBSCRIBE" },
@@ -156,7 +158,7 @@ static int append_cmd(struct dist__node *n, struct dist__chan *ch, int unsub,
     size_t argvlen[2];
 
     if (n->lent) {
-        recall(n); /* sent once it is back */
+        recall(ps, n); /* sent once it is back */
         return -1;
     }
     if (!n->link || q_push(n, ch, unsub, plain_too) != 0)
@@ -178,21 +180,23 @@ static int append_cmd(struct dist__node *n, struct dist__chan *ch, int unsub,
  * plain_too node after the plain one (RESP2 lets one connection hold both
  * kinds).  The sharded answer alone moves ch's state: the plain one is a
  * second ear, and a message heard twice only wakes twice.  Sent first, the
- * plain SUBSCRIBE is in force by the time ch counts as subscribed.  P.mu
+ * plain SUBSCRIBE is in force by the time ch counts as subscribed.  ps->mu
  * held.  0, or -1 (not connected, out of memory). */
-static int send_cmd(struct dist__node *n, struct dist__chan *ch, int unsub)
+static int send_cmd(struct dist__ps_state *ps, struct dist__node *n,
+                    struct dist__chan *ch, int unsub)
 {
-    if (n->plain_too && append_cmd(n, ch, unsub, 0, 1) != 0)
+    if (n->plain_too && append_cmd(ps, n, ch, unsub, 0, 1) != 0)
         return -1;
-    return append_cmd(n, ch, unsub, n->sharded, 0);
+    return append_cmd(ps, n, ch, unsub, n->sharded, 0);
 }
 
-/* The node at a, made when new.  P.mu held.  NULL when out of memory. */
-static struct dist__node *node_get(const struct dist__addr *a, int sharded)
+/* The node at a, made when new.  ps->mu held.  NULL when out of memory. */
+static struct dist__node *node_get(struct dist__ps_state *ps,
+                                   const struct dist__addr *a, int sharded)
 {
     struct dist__node *n;
 
-    for (n = P.nodes; n; n = n->next)
+    for (n = ps->nodes; n; n = n->next)
         if (same_addr(&n->addr, a))
             return n;
     if (!(n = calloc(1, sizeof *n)))
@@ -200,13 +204,13 @@ static struct dist__node *node_get(const struct dist__addr *a, int sharded)
     n->addr = *a;
     n->sharded = sharded;
     n->backoff = BACKOFF_MIN_MS;
-    n->next = P.nodes;
-    P.nodes = n;
+    n->next = ps->nodes;
+    ps->nodes = n;
     return n;
 }
 
 /* Closes n and forgets what was sent to it, and what its link did while
- * lent (a later link must not be given up for it).  P.mu held; n not
+ * lent (a later link must not be given up for it).  ps->mu held; n not
  * lent. */
 static void disconnect(struct dist__node *n)
 {
@@ -222,12 +226,12 @@ static void disconnect(struct dist__node *n)
     n->idle_since = 0;
 }
 
-/* Unlinks and frees n; no channel may be placed on it.  P.mu held. */
-void dist__ps_node_free(struct dist__node *n)
+/* Unlinks and frees n; no channel may be placed on it.  ps->mu held. */
+void dist__ps_node_free(struct dist__ps_state *ps, struct dist__node *n)
 {
     struct dist__node **pp;
 
-    for (pp = &P.nodes; *pp; pp = &(*pp)->next)
+    for (pp = &ps->nodes; *pp; pp = &(*pp)->next)
         if (*pp == n) {
             *pp = n->next;
             break;
@@ -240,8 +244,8 @@ void dist__ps_node_free(struct dist__node *n)
 /* n's connection broke, or must be given up: its channels must be
  * subscribed again, and their waiters retry now rather than sleep out the
  * lease.  On a cluster they are placed again too (the node may be gone);
- * otherwise n is the only node and every channel is its.  P.mu held. */
-static void lost_node(struct dist__node *n)
+ * otherwise n is the only node and every channel is its.  ps->mu held. */
+static void lost_node(struct dist__ps_state *ps, struct dist__node *n)
 {
     struct dist__chan *ch;
 
@@ -258,7 +262,7 @@ static void lost_node(struct dist__node *n)
             n->backoff *= 2;
     }
     n->connected_at = 0;
-    for (ch = P.chans; ch; ch = ch->next) {
+    for (ch = ps->chans; ch; ch = ch->next) {
         if (n->sharded && ch->node != n)
             continue;
         if (ch->wire != W_NONE)
@@ -266,7 +270,7 @@ static void lost_node(struct dist__node *n)
         ch->wire = W_NONE;
         if (n->sharded)
             ch->node = NULL;
-        dist__ps_wake(ch, 1);
+        dist__ps_wake(ps, ch, 1);
     }
     if (n->sharded)
         dist__topo_stale();
@@ -275,13 +279,13 @@ static void lost_node(struct dist__node *n)
 /* Takes ch off its node so that it is placed again (the slot map says its
  * slot is served elsewhere): unsubscribed there if it may be subscribed,
  * without waiting for the answer, and its waiters woken once it is
- * subscribed on the new node.  P.mu held. */
-static void move_off(struct dist__chan *ch)
+ * subscribed on the new node.  ps->mu held. */
+static void move_off(struct dist__ps_state *ps, struct dist__chan *ch)
 {
     struct dist__node *n = ch->node;
 
     if (n && (ch->wire == W_SUBSCRIBED || ch->wire == W_SUBSCRIBING))
-        send_cmd(n, ch, 1);
+        send_cmd(ps, n, ch, 1);
     if (ch->wire == W_SUBSCRIBED)
         ch->resub = 1;
     ch->wire = W_NONE;
@@ -298,7 +302,7 @@ static uint64_t retry_delay(int errors)
 /* n answered a command with an error.  A SUBSCRIBE is tried again (on a
  * cluster after placing the channel again: MOVED says where its slot went,
  * and the map is patched with it); a refused UNSUBSCRIBE leaves nothing to
- * wait for.  P.mu held. */
+ * wait for.  ps->mu held. */
 static void refused(struct dist__node *n, const struct sent *s,
                     const redisReply *err)
 {
@@ -335,34 +339,35 @@ static int kind_is(const redisReply *kind, const char *what)
 }
 
 /* One reply or message from n. */
-static void handle(struct dist__node *n, redisReply *r)
+static void handle(struct dist__ps_state *ps, struct dist__node *n,
+                   redisReply *r)
 {
     struct dist__chan *ch;
     redisReply *kind, *name;
     struct sent s;
 
-    pthread_mutex_lock(&P.mu);
+    pthread_mutex_lock(&ps->mu);
     if (r->type == REDIS_REPLY_ERROR) {
         if (q_pop(n, &s))
             refused(n, &s, r);
-        pthread_mutex_unlock(&P.mu);
+        pthread_mutex_unlock(&ps->mu);
         return;
     }
     if (r->type != REDIS_REPLY_ARRAY || r->elements < 3 ||
         r->element[0]->type != REDIS_REPLY_STRING ||
         r->element[1]->type != REDIS_REPLY_STRING) {
-        pthread_mutex_unlock(&P.mu);
+        pthread_mutex_unlock(&ps->mu);
         return;
     }
     kind = r->element[0];
     name = r->element[1];
-    ch = dist__ps_find(name->str, name->len);
+    ch = dist__ps_find(ps, name->str, name->len);
     if (n->plain_too && (strcmp(kind->str, "subscribe") == 0 ||
                          strcmp(kind->str, "unsubscribe") == 0)) {
         /* the answer to a plain_too command: nothing else to do */
         if (q_head_is(n, kind->str[0] == 'u', 1, name))
             q_pop(n, &s);
-        pthread_mutex_unlock(&P.mu);
+        pthread_mutex_unlock(&ps->mu);
         return;
     }
     if (kind_is(kind, "message")) {
@@ -374,7 +379,7 @@ static void handle(struct dist__node *n, redisReply *r)
         if (n->lent)
             dist__stat_add(DIST__ST_PS_DIRECT, 1);
         if (ch)
-            dist__ps_wake(ch, all);
+            dist__ps_wake(ps, ch, all);
     } else if (kind_is(kind, "subscribe")) {
         if (q_head_is(n, 0, 0, name))
             q_pop(n, &s);
@@ -388,7 +393,7 @@ static void handle(struct dist__node *n, redisReply *r)
                 ch->resub = 0;
                 dist__stat_add(DIST__ST_PS_RESYNCS, 1);
                 dist__ps_wake(
-                    ch, 1); /* messages may have been missed meanwhile */
+                    ps, ch, 1); /* messages may have been missed meanwhile */
             }
         }
     } else if (kind_is(kind, "unsubscribe")) {
@@ -405,14 +410,14 @@ static void handle(struct dist__node *n, redisReply *r)
             ch->wire = W_NONE;
             ch->resub = 1;
             if (n->plain_too)
-                append_cmd(n, ch, 1, 0, 1); /* its second ear too */
+                append_cmd(ps, n, ch, 1, 0, 1); /* its second ear too */
             if (n->sharded) {
                 ch->node = NULL; /* placed again where the map says */
                 dist__topo_stale();
             }
         }
     }
-    pthread_mutex_unlock(&P.mu);
+    pthread_mutex_unlock(&ps->mu);
 }
 
 /* ---- the thread's turns ------------------------------------------------ */
@@ -433,7 +438,7 @@ struct loop {             /* the thread's own */
 
 /* Takes in new settings.  Connections made with the old ones are dropped;
  * on a cluster, or when the mode changed, every channel is placed again. */
-static void settings(struct loop *l)
+static void settings(struct dist__ps_state *ps, struct loop *l)
 {
     struct dist__chan *ch;
     struct dist__node *n, *nx;
@@ -441,42 +446,42 @@ static void settings(struct loop *l)
 
     if (l->have_cfg && dist__cfg_gen() == l->cfg.gen)
         return;
-    pthread_mutex_lock(&P.mu);
-    if (P.lent) { /* taken in once it is back (no node is lent
+    pthread_mutex_lock(&ps->mu);
+    if (ps->lent) { /* taken in once it is back (no node is lent
                                * again before this thread's next poll) */
-        recall(P.lent);
-        pthread_mutex_unlock(&P.mu);
+        recall(ps, ps->lent);
+        pthread_mutex_unlock(&ps->mu);
         return;
     }
-    pthread_mutex_unlock(&P.mu);
+    pthread_mutex_unlock(&ps->mu);
     dist__cfg_get(&l->cfg);
     l->have_cfg = 1;
     l->cluster = dist__sharded_pubsub(&l->cfg);
-    pthread_mutex_lock(&P.mu);
-    for (n = P.nodes; n; n = n->next)
+    pthread_mutex_lock(&ps->mu);
+    for (n = ps->nodes; n; n = n->next)
         if (n->link && n->cfg_gen != l->cfg.gen)
-            lost_node(n);
+            lost_node(ps, n);
     if (l->cluster || was != l->cluster) {
-        for (ch = P.chans; ch; ch = ch->next) {
+        for (ch = ps->chans; ch; ch = ch->next) {
             ch->node = NULL;
             ch->wire = W_NONE; /* already, as no node is connected */
         }
-        for (n = P.nodes; n; n = nx) {
+        for (n = ps->nodes; n; n = nx) {
             nx = n->next;
-            dist__ps_node_free(n);
+            dist__ps_node_free(ps, n);
         }
     }
-    pthread_mutex_unlock(&P.mu);
+    pthread_mutex_unlock(&ps->mu);
 }
 
 /* Behind sentinels: drops the connection when the master changed.  On a
  * cluster: lets the map be read again when due, and moves the channels
  * whose slot is now served by another node. */
-static void follow(struct loop *l, uint64_t now)
+static void follow(struct dist__ps_state *ps, struct loop *l, uint64_t now)
 {
     struct dist__chan *ch;
     struct dist__addr a;
-    struct dist__node *n = P.nodes; /* only this thread changes the list */
+    struct dist__node *n = ps->nodes; /* only this thread changes the list */
     unsigned long e;
 
     if (l->cfg.mode == DIST__MODE_SENTINEL && n && n->link) {
@@ -484,12 +489,12 @@ static void follow(struct loop *l, uint64_t now)
          * published on the new master */
         if (dist__route(&l->cfg, 0, NULL, &a) == 0 &&
             !same_addr(&a, &n->addr)) {
-            pthread_mutex_lock(&P.mu);
+            pthread_mutex_lock(&ps->mu);
             if (n->lent)
-                recall(n); /* dropped at a turn once it is back */
+                recall(ps, n); /* dropped at a turn once it is back */
             else
-                lost_node(n);
-            pthread_mutex_unlock(&P.mu);
+                lost_node(ps, n);
+            pthread_mutex_unlock(&ps->mu);
         }
         return;
     }
@@ -502,40 +507,41 @@ static void follow(struct loop *l, uint64_t now)
     if ((e = dist__topo_epoch()) == l->epoch)
         return;
     l->epoch = e;
-    pthread_mutex_lock(&P.mu);
-    for (ch = P.chans; ch; ch = ch->next) {
+    pthread_mutex_lock(&ps->mu);
+    for (ch = ps->chans; ch; ch = ch->next) {
         struct dist__buf key = { ch->name, ch->len };
         struct dist__node *to;
         int rc;
         if (!(n = ch->node) || ch->wire == W_UNSUBSCRIBING)
             continue;
-        pthread_mutex_unlock(&P.mu);
+        pthread_mutex_unlock(&ps->mu);
         rc = dist__route(&l->cfg, 0, &key, &a);
-        pthread_mutex_lock(&P.mu);
+        pthread_mutex_lock(&ps->mu);
         if (rc != 0 || same_addr(&a, &n->addr))
             continue;
-        to = ch->refs > 0 ? node_get(&a, 1) : NULL;
-        move_off(ch);
+        to = ch->refs > 0 ? node_get(ps, &a, 1) : NULL;
+        move_off(ps, ch);
         ch->node = to; /* NULL: placed again, or freed if unused */
     }
-    pthread_mutex_unlock(&P.mu);
+    pthread_mutex_unlock(&ps->mu);
 }
 
 /* Gives the channels that need one a node: the master's, or on a cluster
  * the one serving the channel's slot. */
-static void place(struct loop *l, uint64_t now, uint64_t *next)
+static void place(struct dist__ps_state *ps, struct loop *l, uint64_t now,
+                  uint64_t *next)
 {
     struct dist__chan *ch;
     struct dist__node *master = NULL;
 
-    pthread_mutex_lock(&P.mu);
+    pthread_mutex_lock(&ps->mu);
     if (!l->cluster) {
         static const struct dist__addr none;
         /* the connection is kept even while no channel needs it */
-        if ((master = P.nodes) == NULL)
-            master = node_get(&none, 0);
+        if ((master = ps->nodes) == NULL)
+            master = node_get(ps, &none, 0);
     }
-    for (ch = P.chans; ch; ch = ch->next) {
+    for (ch = ps->chans; ch; ch = ch->next) {
         struct dist__buf key = { ch->name, ch->len };
         struct dist__addr a;
         struct dist__node *n;
@@ -551,10 +557,10 @@ static void place(struct loop *l, uint64_t now, uint64_t *next)
                 *next = ch->retry_at;
             continue;
         }
-        pthread_mutex_unlock(&P.mu);
+        pthread_mutex_unlock(&ps->mu);
         rc = dist__route(&l->cfg, 0, &key, &a);
-        pthread_mutex_lock(&P.mu);
-        if (rc == 0 && (n = node_get(&a, 1)) != NULL) {
+        pthread_mutex_lock(&ps->mu);
+        if (rc == 0 && (n = node_get(ps, &a, 1)) != NULL) {
             n->plain_too = dist__both_pubsub(&l->cfg);
             ch->node = n;
         } else {
@@ -566,31 +572,32 @@ static void place(struct loop *l, uint64_t now, uint64_t *next)
                 *next = ch->retry_at;
         }
     }
-    pthread_mutex_unlock(&P.mu);
+    pthread_mutex_unlock(&ps->mu);
 }
 
-/* Counts the channels of each node.  P.mu held. */
-static void count_chans(void)
+/* Counts the channels of each node.  ps->mu held. */
+static void count_chans(struct dist__ps_state *ps)
 {
     struct dist__chan *ch;
     struct dist__node *n;
 
-    for (n = P.nodes; n; n = n->next)
+    for (n = ps->nodes; n; n = n->next)
         n->nchans = 0;
-    for (ch = P.chans; ch; ch = ch->next)
+    for (ch = ps->chans; ch; ch = ch->next)
         if (ch->node)
             ch->node->nchans++;
 }
 
 /* Connects the nodes that are needed and due. */
-static void open_nodes(struct loop *l, uint64_t *next)
+static void open_nodes(struct dist__ps_state *ps, struct loop *l,
+                       uint64_t *next)
 {
     struct dist__node *n;
 
-    pthread_mutex_lock(&P.mu);
-    count_chans();
-    pthread_mutex_unlock(&P.mu);
-    for (n = P.nodes; n; n = n->next) {
+    pthread_mutex_lock(&ps->mu);
+    count_chans(ps);
+    pthread_mutex_unlock(&ps->mu);
+    for (n = ps->nodes; n; n = n->next) {
         struct dist__addr a = n->addr;
         struct dist__link *c = NULL;
         uint64_t now = dist__now_ms();
@@ -606,7 +613,7 @@ static void open_nodes(struct loop *l, uint64_t *next)
             rc = dist__route(&l->cfg, 0, NULL, &a); /* the master, now */
         if (rc == 0)
             rc = dist__route_open_master(&l->cfg, &a, 0, &c);
-        pthread_mutex_lock(&P.mu);
+        pthread_mutex_lock(&ps->mu);
         if (rc == 0) {
             n->link = c;
             n->addr = a;
@@ -622,31 +629,32 @@ static void open_nodes(struct loop *l, uint64_t *next)
                 *next = n->retry_at;
             /* on a cluster its channels are placed again: the map may
              * name another node by now */
-            for (ch = P.chans; n->sharded && ch; ch = ch->next)
+            for (ch = ps->chans; n->sharded && ch; ch = ch->next)
                 if (ch->node == n)
                     ch->node = NULL;
         }
-        pthread_mutex_unlock(&P.mu);
+        pthread_mutex_unlock(&ps->mu);
     }
 }
 
 /* Queues the (un)subscribes the table asks for, frees channels nobody needs
- * and counts the channels of each node.  P.mu held.  next (may be NULL):
+ * and counts the channels of each node.  ps->mu held.  next (may be NULL):
  * lowered to when something is due. */
-void dist__ps_reconcile(uint64_t now, uint64_t *next)
+void dist__ps_reconcile(struct dist__ps_state *ps, uint64_t now,
+                        uint64_t *next)
 {
-    struct dist__chan **pp = &P.chans, *ch;
+    struct dist__chan **pp = &ps->chans, *ch;
     struct dist__node *n;
 
-    for (n = P.nodes; n; n = n->next)
+    for (n = ps->nodes; n; n = n->next)
         n->nchans = 0;
     while ((ch = *pp) != NULL) {
         if (ch->refs == 0 && ch->wire == W_NONE) {
             ch->node = NULL;
             if (ch->sent == 0) { /* no answer will name it */
                 *pp = ch->next;
-                if (P.want_ch == ch)
-                    P.want_ch = NULL;
+                if (ps->want_ch == ch)
+                    ps->want_ch = NULL;
                 pthread_cond_destroy(&ch->cv);
                 free(ch->name);
                 free(ch);
@@ -659,7 +667,7 @@ void dist__ps_reconcile(uint64_t now, uint64_t *next)
             if (now < ch->retry_at) {
                 if (next && ch->retry_at < *next)
                     *next = ch->retry_at;
-            } else if (send_cmd(n, ch, 0) == 0) {
+            } else if (send_cmd(ps, n, ch, 0) == 0) {
                 ch->wire = W_SUBSCRIBING;
             }
         } else if (n && n->link && ch->refs == 0 &&
@@ -667,7 +675,7 @@ void dist__ps_reconcile(uint64_t now, uint64_t *next)
             if (now < ch->idle_since + GRACE_MS) {
                 if (next && ch->idle_since + GRACE_MS < *next)
                     *next = ch->idle_since + GRACE_MS;
-            } else if (send_cmd(n, ch, 1) == 0) {
+            } else if (send_cmd(ps, n, ch, 1) == 0) {
                 ch->wire = W_UNSUBSCRIBING;
             }
         }
@@ -676,14 +684,15 @@ void dist__ps_reconcile(uint64_t now, uint64_t *next)
 }
 
 /* Closes the cluster nodes that have served no channel for IDLE_MS, and
- * forgets the unconnected ones once their backoff is over.  P.mu held,
+ * forgets the unconnected ones once their backoff is over.  ps->mu held,
  * right after reconcile counted the channels. */
-static void close_idle(uint64_t now, uint64_t *next)
+static void close_idle(struct dist__ps_state *ps, uint64_t now,
+                       uint64_t *next)
 {
     struct dist__node *n, *nx;
     uint64_t due;
 
-    for (n = P.nodes; n; n = nx) {
+    for (n = ps->nodes; n; n = nx) {
         nx = n->next;
         if (!n->sharded || n->nchans > 0) {
             n->idle_since = 0;
@@ -693,108 +702,118 @@ static void close_idle(uint64_t now, uint64_t *next)
             n->idle_since = now;
         due = n->link ? n->idle_since + IDLE_MS : n->retry_at;
         if (now >= due)
-            dist__ps_node_free(n);
+            dist__ps_node_free(ps, n);
         else if (due < *next)
             *next = due;
     }
 }
 
 /* Sends what reconcile and follow queued. */
-static void flush(void)
+static void flush(struct dist__ps_state *ps)
 {
     struct dist__node *n;
 
-    for (n = P.nodes; n; n = n->next) {
+    for (n = ps->nodes; n; n = n->next) {
         if (!n->link || n->out == 0)
             continue;
         n->out = 0;
         if (dist__link_flush(n->link, dist__link_deadline(n->link, 0)) != 0) {
-            pthread_mutex_lock(&P.mu);
-            lost_node(n);
-            pthread_mutex_unlock(&P.mu);
+            pthread_mutex_lock(&ps->mu);
+            lost_node(ps, n);
+            pthread_mutex_unlock(&ps->mu);
         }
     }
 }
 
 /* Reads what n's socket has and handles each reply.  0, or -1 when its
  * link broke. */
-static int read_replies(struct dist__node *n)
+static int read_replies(struct dist__ps_state *ps, struct dist__node *n)
 {
     redisReply *reply;
 
     dist__link_read_some(n->link);
     while (dist__link_next(n->link, &reply) == 1) {
-        handle(n, reply);
+        handle(ps, n, reply);
         freeReplyObject(reply);
     }
     return dist__link_broken(n->link) ? -1 : 0;
 }
 
-static void read_node(struct dist__node *n)
+static void read_node(struct dist__ps_state *ps, struct dist__node *n)
 {
-    if (read_replies(n) != 0) {
-        pthread_mutex_lock(&P.mu);
-        lost_node(n);
-        pthread_mutex_unlock(&P.mu);
+    if (read_replies(ps, n) != 0) {
+        pthread_mutex_lock(&ps->mu);
+        lost_node(ps, n);
+        pthread_mutex_unlock(&ps->mu);
     }
 }
 
 /* At the start of a turn: the nodes given back are the thread's for the
  * whole of it (none is lent before the next poll), so what it recalled
  * them for is done in it; those whose link broke while lent are given up. */
-static void take_back(void)
+static void take_back(struct dist__ps_state *ps)
 {
     struct dist__node *n;
 
-    pthread_mutex_lock(&P.mu);
-    for (n = P.nodes; n; n = n->next) {
+    pthread_mutex_lock(&ps->mu);
+    for (n = ps->nodes; n; n = n->next) {
         if (n->lent)
             continue;
         n->recall = 0;
         if (n->failed) {
             n->failed = 0;
-            lost_node(n);
+            lost_node(ps, n);
         }
     }
-    pthread_mutex_unlock(&P.mu);
+    pthread_mutex_unlock(&ps->mu);
 }
 
-/* The end of a loan: n goes back to the thread.  P.mu held. */
-static void give_back(struct dist__node *n, int broken)
+/* The end of a loan: n goes back to the thread.  ps->mu held. */
+static void give_back(struct dist__ps_state *ps, struct dist__node *n,
+                      int broken)
 {
     int recalled = n->recall; /* left set: not lent again before the
                                * thread's next turn (take_back) */
 
     n->lent = 0;
     n->failed = broken;
-    P.lent = NULL;
-    P.lent_ch = NULL;
+    ps->lent = NULL;
+    ps->lent_ch = NULL;
     /* The thread, asleep without n in its poll set, is woken only when
      * someone else could need n's messages, it asked for n, or to give up
      * a broken link; otherwise it takes n in again at its next turn, and
      * the next waiter borrows n meanwhile without waking it. */
-    if (broken || recalled || P.sleepers > 0 || P.stop)
-        dist__ps_ring(P.pipe);
+    if (broken || recalled || ps->sleepers > 0 || ps->stop)
+        dist__ps_ring(ps->pipe);
 }
 
-/* A borrower cancelled in its poll gives the node back (P.mu is not held
+/* A node lent, for the cleanup handler of a borrower's poll. */
+struct lent {
+    struct dist__ps_state *ps;
+    struct dist__node *n;
+};
+
+/* A borrower cancelled in its poll gives the node back (ps->mu is not held
  * there; nothing was read half). */
 static void give_back_cancelled(void *arg)
 {
-    pthread_mutex_lock(&P.mu);
-    give_back(arg, 0);
-    pthread_mutex_unlock(&P.mu);
+    struct lent *lt = arg;
+
+    pthread_mutex_lock(&lt->ps->mu);
+    give_back(lt->ps, lt->n, 0);
+    pthread_mutex_unlock(&lt->ps->mu);
 }
 
 /* poll(2) of a borrower; with cancel, a cancellation point. */
-static int borrow_poll(struct dist__node *n, struct pollfd *pfd, int ms,
-                       int cancel)
+static int borrow_poll(struct dist__ps_state *ps, struct dist__node *n,
+                       struct pollfd *pfd, int ms, int cancel)
 {
+    struct lent lt = { ps, n };
     int rc, state = 0;
 
     if (!cancel)
         return poll(pfd, 2, ms);
-    pthread_cleanup_push(give_back_cancelled, n);
+    pthread_cleanup_push(give_back_cancelled, &lt);
     pthread_setcancelstate(PTHREAD_CANCEL_ENABLE, &state);
     rc = poll(pfd, 2, ms);
     pthread_setcancelstate(state, &state);
@@ -802,53 +821,54 @@ static int borrow_poll(struct dist__node *n, struct pollfd *pfd, int ms,
     return rc;
 }
 
-int dist__ps_borrow_intr(struct dist__chan *ch, unsigned long gen,
-                         uint64_t until, int intr, int *eintr)
+int dist__ps_borrow_intr(struct dist__ps_state *ps, struct dist__chan *ch,
+                         unsigned long gen, uint64_t until, int intr,
+                         int *eintr)
 {
     struct dist__node *n = ch->node;
     int broken = 0;
 
-    if (!n || n->sharded || !n->link || P.stop || P.bell[0] < 0)
+    if (!n || n->sharded || !n->link || ps->stop || ps->bell[0] < 0)
         return 0;
     /* A lone waiter only.  Among several, the borrower woke for every
      * message of the others too and passed it on: in a herd that made
      * 1.6-1.7 x the thread wake-ups of the thread's own reading, and no
      * more hand-offs. */
-    if (ch->refs != 1 || P.sleepers > 0)
+    if (ch->refs != 1 || ps->sleepers > 0)
         return 0;
-    /* P.polling first: the thread writes some of n's fields without P.mu
+    /* ps->polling first: the thread writes some of n's fields without ps->mu
      * in its turn, never while it polls */
-    if (!P.polling || P.lent || n->lent || n->recall || n->failed || n->out ||
-        n->qlen || ch->wire != W_SUBSCRIBED) {
-        P.want_ch = ch; /* for now: the thread is busy with n */
+    if (!ps->polling || ps->lent || n->lent || n->recall || n->failed ||
+        n->out || n->qlen || ch->wire != W_SUBSCRIBED) {
+        ps->want_ch = ch; /* for now: the thread is busy with n */
         return 0;
     }
     n->lent = 1;
-    P.lent = n;
-    P.lent_ch = ch;
-    P.borrower = pthread_self();
-    drain(P.bell[0]); /* rung for an earlier borrower */
+    ps->lent = n;
+    ps->lent_ch = ch;
+    ps->borrower = pthread_self();
+    drain(ps->bell[0]); /* rung for an earlier borrower */
     if (n->in_poll)
-        dist__ps_ring(P.pipe); /* the thread polls again without n */
-    while (ch->gen == gen && ch->permits == 0 && !n->recall && !P.stop &&
-           ch->refs == 1 && P.sleepers == 0) {
+        dist__ps_ring(ps->pipe); /* the thread polls again without n */
+    while (ch->gen == gen && ch->permits == 0 && !n->recall && !ps->stop &&
+           ch->refs == 1 && ps->sleepers == 0) {
         struct pollfd pfd[2];
         uint64_t now = dist__now_ms();
         int rc, err;
         if (now >= until)
             break;
         pfd[0] = (struct pollfd){ dist__link_fd(n->link), POLLIN, 0 };
-        pfd[1] = (struct pollfd){ P.bell[0], POLLIN, 0 };
-        pthread_mutex_unlock(&P.mu);
-        rc = borrow_poll(n, pfd,
+        pfd[1] = (struct pollfd){ ps->bell[0], POLLIN, 0 };
+        pthread_mutex_unlock(&ps->mu);
+        rc = borrow_poll(ps, n, pfd,
                          until - now > 60000 ? 60000 : (int)(until - now),
                          intr & DIST__SUB_CANCEL);
         err = errno;
         if (rc > 0 && pfd[1].revents)
-            drain(P.bell[0]);
-        if (rc > 0 && pfd[0].revents && read_replies(n) != 0)
+            drain(ps->bell[0]);
+        if (rc > 0 && pfd[0].revents && read_replies(ps, n) != 0)
             broken = 1;
-        pthread_mutex_lock(&P.mu);
+        pthread_mutex_lock(&ps->mu);
         if (broken)
             break;
         /* poll(2) is never restarted after a handler, whatever SA_RESTART */
@@ -857,42 +877,44 @@ int dist__ps_borrow_intr(struct dist__chan *ch, unsigned long gen,
             break;
         }
     }
-    give_back(n, broken);
+    give_back(ps, n, broken);
     return 1;
 }
 
-int dist__ps_borrow(struct dist__chan *ch, unsigned long gen, uint64_t until)
+int dist__ps_borrow(struct dist__ps_state *ps, struct dist__chan *ch,
+                    unsigned long gen, uint64_t until)
 {
     int eintr = 0;
 
-    return dist__ps_borrow_intr(ch, gen, until, 0, &eintr);
+    return dist__ps_borrow_intr(ps, ch, gen, until, 0, &eintr);
 }
 
 /* A sentinel announced a new master: a connection in its backoff after
  * the old one failed is made now, to the new one (follow drops one
  * still open to the old one, at the next turn). */
-static void switched(void)
+static void switched(struct dist__ps_state *ps)
 {
     struct dist__node *n;
 
-    pthread_mutex_lock(&P.mu);
-    for (n = P.nodes; n; n = n->next)
+    pthread_mutex_lock(&ps->mu);
+    for (n = ps->nodes; n; n = n->next)
         if (!n->link && !n->sharded) {
             n->retry_at = 0;
             n->backoff = BACKOFF_MIN_MS;
         }
-    pthread_mutex_unlock(&P.mu);
+    pthread_mutex_unlock(&ps->mu);
 }
 
 /* Polls the pipe, every connected node and the ears on the sentinels
  * until next, and reads what came. */
-static void wait_and_read(struct loop *l, uint64_t next)
+static void wait_and_read(struct dist__ps_state *ps, struct loop *l,
+                          uint64_t next)
 {
     struct dist__node *n;
     uint64_t now;
     int k = 1 + dist__ps_ears_count(), k2, i, ears;
 
-    for (n = P.nodes; n; n = n->next)
+    for (n = ps->nodes; n; n = n->next)
         k += n->link != NULL;
     if (k > l->cap) {
         struct pollfd *pfd = realloc(l->pfd, sizeof *pfd * (size_t)k);
@@ -908,12 +930,12 @@ static void wait_and_read(struct loop *l, uint64_t next)
         }
         l->cap = k;
     }
-    l->pfd[0] = (struct pollfd){ P.pipe[0], POLLIN, 0 };
+    l->pfd[0] = (struct pollfd){ ps->pipe[0], POLLIN, 0 };
     k = 1;
-    /* A node may be lent while this thread polls (P.polling), and only
+    /* A node may be lent while this thread polls (ps->polling), and only
      * then; one lent already is left to its borrower. */
-    pthread_mutex_lock(&P.mu);
-    for (n = P.nodes; n; n = n->next)
+    pthread_mutex_lock(&ps->mu);
+    for (n = ps->nodes; n; n = n->next)
         if ((n->in_poll = n->link && !n->lent) != 0) {
             l->pn[k] = n;
             l->pfd[k++] =
@@ -921,57 +943,57 @@ static void wait_and_read(struct loop *l, uint64_t next)
         }
     ears = k; /* after the nodes */
     k += dist__ps_ears_poll(&l->pfd[k]);
-    P.polling = 1;
-    if (P.want_ch) { /* one of its sleepers may borrow now */
-        pthread_cond_signal(&P.want_ch->cv);
-        dist__ps_kick(P.want_ch);
-        P.want_ch = NULL;
+    ps->polling = 1;
+    if (ps->want_ch) { /* one of its sleepers may borrow now */
+        pthread_cond_signal(&ps->want_ch->cv);
+        dist__ps_kick(ps->want_ch);
+        ps->want_ch = NULL;
     }
-    pthread_mutex_unlock(&P.mu);
+    pthread_mutex_unlock(&ps->mu);
     now = dist__now_ms();
     i = poll(l->pfd, (nfds_t)k, next > now ? (int)(next - now) : 0);
-    pthread_mutex_lock(&P.mu);
-    P.polling = 0;
+    pthread_mutex_lock(&ps->mu);
+    ps->polling = 0;
     /* lent during the poll: its borrower reads it (or it broke in its
      * hands: take_back gives it up) */
     for (k2 = 1; k2 < ears; k2++)
         if (l->pn[k2]->lent || l->pn[k2]->failed)
             l->pfd[k2].revents = 0;
-    pthread_mutex_unlock(&P.mu);
+    pthread_mutex_unlock(&ps->mu);
     if (i <= 0)
         return;
     if (l->pfd[0].revents) {
-        drain(P.pipe[0]);
+        drain(ps->pipe[0]);
         /* Someone needs a channel: the master's connection in backoff is
          * tried now.  Not a cluster node's: connecting blocks this thread,
          * and the other nodes' messages would wait for a dead one. */
-        for (n = P.nodes; n; n = n->next)
+        for (n = ps->nodes; n; n = n->next)
             if (!n->link && !n->sharded)
                 n->retry_at = 0;
     }
     for (i = 1; i < ears; i++)
         if (l->pfd[i].revents && l->pn[i]->link)
-            read_node(l->pn[i]);
+            read_node(ps, l->pn[i]);
     if (dist__ps_ears_read(&l->cfg, &l->pfd[ears]))
-        switched();
+        switched(ps);
 }
 
 void *dist__ps_main(void *arg)
 {
+    struct dist__ps_state *ps = arg;
     struct loop l;
     struct dist__chan *ch;
     uint64_t look = 0;
     int orphaned = 0;
 
-    DIST__UNUSED(arg);
     memset(&l, 0, sizeof l);
     for (;;) {
         uint64_t now, next;
         int stop;
 
-        pthread_mutex_lock(&P.mu);
-        stop = P.stop;
-        pthread_mutex_unlock(&P.mu);
+        pthread_mutex_lock(&ps->mu);
+        stop = ps->stop;
+        pthread_mutex_unlock(&ps->mu);
         if (stop)
             break;
         /* no thread of the program is left: this one must not keep the
@@ -980,49 +1002,49 @@ void *dist__ps_main(void *arg)
         if ((orphaned = dist__threads_orphaned(&look)) != 0)
             break;
 
-        take_back();
-        settings(&l);
+        take_back(ps);
+        settings(ps, &l);
         now = dist__now_ms();
         next = now + 1000;
-        follow(&l, now);
-        place(&l, now, &next);
-        open_nodes(&l, &next);
+        follow(ps, &l, now);
+        place(ps, &l, now, &next);
+        open_nodes(ps, &l, &next);
         dist__ps_ears_keep(&l.cfg, &next);
         now = dist__now_ms();
-        pthread_mutex_lock(&P.mu);
-        dist__ps_reconcile(now, &next);
+        pthread_mutex_lock(&ps->mu);
+        dist__ps_reconcile(ps, now, &next);
         if (l.cluster)
-            close_idle(now, &next);
-        pthread_mutex_unlock(&P.mu);
-        flush();
-        wait_and_read(&l, next);
+            close_idle(ps, now, &next);
+        pthread_mutex_unlock(&ps->mu);
+        flush(ps);
+        wait_and_read(ps, &l, next);
     }
-    pthread_mutex_lock(&P.mu);
-    while (P.lent) { /* its borrower gives it back, then pokes */
-        struct pollfd pfd = { P.pipe[0], POLLIN, 0 };
-        recall(P.lent);
-        pthread_mutex_unlock(&P.mu);
+    pthread_mutex_lock(&ps->mu);
+    while (ps->lent) { /* its borrower gives it back, then pokes */
+        struct pollfd pfd = { ps->pipe[0], POLLIN, 0 };
+        recall(ps, ps->lent);
+        pthread_mutex_unlock(&ps->mu);
         poll(&pfd, 1, 100);
-        drain(P.pipe[0]);
-        pthread_mutex_lock(&P.mu);
+        drain(ps->pipe[0]);
+        pthread_mutex_lock(&ps->mu);
     }
-    for (ch = P.chans; ch; ch = ch->next)
+    for (ch = ps->chans; ch; ch = ch->next)
         ch->node = NULL;
-    while (P.nodes)
-        dist__ps_node_free(P.nodes);
+    while (ps->nodes)
+        dist__ps_node_free(ps, ps->nodes);
     dist__ps_ears_close();
     if (orphaned) {
         /* Nobody joins this thread.  Only now, its nodes gone, may a call
          * start another, which subscribes every channel anew. */
-        for (ch = P.chans; ch; ch = ch->next) {
+        for (ch = ps->chans; ch; ch = ch->next) {
             ch->wire = W_NONE;
             pthread_cond_broadcast(&ch->cv);
             dist__ps_kick(ch);
         }
-        P.running = 0;
+        ps->running = 0;
         pthread_detach(pthread_self());
     }
-    pthread_mutex_unlock(&P.mu);
+    pthread_mutex_unlock(&ps->mu);
     free(l.pfd);
     free(l.pn);
     if (orphaned)

@@ -163,7 +163,7 @@ static void ensure_running(int *running, int *stop, pthread_t *th,
         return;
     ensure_cvs();
     *stop = 0;
-    if (dist__thread_start(th, fn) == 0)
+    if (dist__thread_start(th, fn, NULL) == 0)
         *running = 1;
     else
         fprintf(stderr, "distlock: cannot start the %s thread\n", what);
