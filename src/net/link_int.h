@@ -1,8 +1,9 @@
 /* link_int.h: what the files of one link share, and nothing else
  * includes: link.c (the socket, its transports, commands and owed
  * replies), resp.c (what a reply may hold, checked before hiredis reads
- * it) and replica.c (ROLE, WAIT and the counted scripts: a server's
- * replicas).  link.h is the link's face to the layers above. */
+ * it), replica.c (ROLE, WAIT and the counted scripts: a server's
+ * replicas) and eval.c (a script on a link, on top of the other three).
+ * link.h is the link's face to the layers above. */
 #ifndef DIST_LINK_INT_H
 #define DIST_LINK_INT_H
 
