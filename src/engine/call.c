@@ -1,11 +1,12 @@
-/* call.c: one acquire or release of any kind of lock: the owner's standing
- * first, then the kind's script, the wait for a release message, patience
- * with a Redis that cannot be reached, and the record of what was taken.
- * An outcome that stays unknown is handed to the renewal thread, which
- * settles it with the kind's conditional release (see renew.c).  What a
- * hold taken needs afterwards (replica sync, giving back) is repair.c's,
- * a release sent without waiting for its reply defer.c's, and the
- * caller's deadline deadline.c's. */
+/* call.c: one acquire of any kind of lock: the owner's standing first,
+ * then the kind's script, the wait for a release message, patience with a
+ * Redis that cannot be reached, and the record of what was taken.  An
+ * outcome that stays unknown is handed to the renewal thread, which
+ * settles it with the kind's conditional release (see renew.c).  The
+ * standing and the release are release.c's, what a hold taken needs
+ * afterwards (replica sync, giving back) repair.c's, a release sent
+ * without waiting for its reply defer.c's, and the caller's deadline
+ * deadline.c's. */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
