@@ -11,8 +11,8 @@
  * (up to a hello period later), and a holder elsewhere may have asked the
  * leader.
  *
- * Only the pub/sub thread uses them, without P.mu (a forked child puts
- * them aside, as it does the nodes). */
+ * Only the pub/sub thread uses them, without the state's mu (a forked
+ * child puts them aside, as it does the nodes). */
 #include <poll.h>
 #include <stdlib.h>
 
