@@ -762,35 +762,60 @@ static int conn_failed(const struct dist__script *s, struct dist__link *l)
     return DIST__ECONN;
 }
 
+/* A script's routed call: the script, its trip through the calling
+ * thread's connections, and the link its try goes to. */
+struct script_call {
+    const struct dist__script *s;
+    struct trip tr;
+    struct tconn *t;
+    struct dist__link *l;
+};
+
+/* Begins a script's call by limit, with *on cleared: 0, or DIST__ENOCONN
+ * (the thread has no connections). */
+static int script_begin(struct script_call *c, uint64_t limit, int script,
+                        struct dist__link **on)
+{
+    c->s = &dist__scripts[script];
+    *on = NULL;
+    c->t = trip_begin(&c->tr, limit);
+    return c->t ? 0 : DIST__ENOCONN;
+}
+
+/* Where the call's next try goes (c->l): where its first key lives, or
+ * any server for a script without keys.  0, or DIST__ENOCONN. */
+static int script_target(struct script_call *c, int nkeys,
+                         const struct dist__buf *kv)
+{
+    return trip_target(c->t, &c->tr, nkeys > 0 ? &kv[0] : NULL, &c->l);
+}
+
 int dist__route_eval(uint64_t limit, int script, int nkeys,
                      const struct dist__buf *kv, int nkv, redisReply **out,
                      struct dist__link **on)
 {
-    const struct dist__script *s = &dist__scripts[script];
-    struct dist__link *l;
-    struct trip tr;
-    struct tconn *t = trip_begin(&tr, limit);
+    struct script_call c;
     int rc;
 
     *out = NULL;
-    *on = NULL;
-    if (!t)
-        return DIST__ENOCONN;
+    if ((rc = script_begin(&c, limit, script, on)) != 0)
+        return rc;
     for (;;) {
-        if ((rc = trip_target(t, &tr, nkeys > 0 ? &kv[0] : NULL, &l)) != 0)
+        if ((rc = script_target(&c, nkeys, kv)) != 0)
             return rc;
-        rc = dist__link_eval(l, limit, s, tr.asking, nkeys, kv, nkv, out);
+        rc = dist__link_eval(c.l, limit, c.s, c.tr.asking, nkeys, kv, nkv,
+                             out);
         if (rc == DIST__ECONN)
-            return conn_failed(s, l);
+            return conn_failed(c.s, c.l);
         if (rc != 0)
             return rc;
         if ((*out)->type != REDIS_REPLY_ERROR) {
-            *on = l;
+            *on = c.l;
             return 0;
         }
         /* nothing ran: a redirection, or a server not ready yet */
-        if ((rc = trip_next(t, &tr, l, *out)) != 1)
-            return refused(limit, s, nkeys, kv, out, rc);
+        if ((rc = trip_next(c.t, &c.tr, c.l, *out)) != 1)
+            return refused(limit, c.s, nkeys, kv, out, rc);
         freeReplyObject(*out);
         *out = NULL;
     }
@@ -800,23 +825,19 @@ int dist__route_defer(uint64_t limit, int script, int nkeys,
                       const struct dist__buf *kv, int nkv, dist__owed_fn fn,
                       void *arg, struct dist__link **on)
 {
-    const struct dist__script *s = &dist__scripts[script];
-    struct dist__link *l;
-    struct trip tr;
-    struct tconn *t = trip_begin(&tr, limit);
+    struct script_call c;
     int rc;
 
-    *on = NULL;
-    if (!t)
-        return DIST__ENOCONN;
-    pthread_once(&exit_once, exit_init);
-    if ((rc = trip_target(t, &tr, nkeys > 0 ? &kv[0] : NULL, &l)) != 0)
+    if ((rc = script_begin(&c, limit, script, on)) != 0)
         return rc;
-    rc = dist__link_eval_defer(l, limit, s, nkeys, kv, nkv, fn, arg);
+    pthread_once(&exit_once, exit_init);
+    if ((rc = script_target(&c, nkeys, kv)) != 0)
+        return rc;
+    rc = dist__link_eval_defer(c.l, limit, c.s, nkeys, kv, nkv, fn, arg);
     if (rc == DIST__ECONN)
-        return conn_failed(s, l);
+        return conn_failed(c.s, c.l);
     if (rc == 0)
-        *on = l;
+        *on = c.l;
     return rc;
 }
 
