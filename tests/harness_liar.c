@@ -68,7 +68,7 @@ struct tu_liar {
     struct name_count counts[LIAR_MAX_NAMES];
     int ncounts;
     long closed; /* connections closed by a rule's close */
-    int open;    /* connections open now (under mu) */
+    long open;   /* connections open now (under mu) */
     struct conn *conns[LIAR_MAX_CONNS];
 };
 
@@ -558,24 +558,25 @@ void tu_liar_reset(tu_liar_t *l)
     pthread_mutex_unlock(&l->mu);
 }
 
-int tu_liar_open(tu_liar_t *l)
-{
-    int n;
-
-    pthread_mutex_lock(&l->mu);
-    n = l->open;
-    pthread_mutex_unlock(&l->mu);
-    return n;
-}
-
-long tu_liar_closed(tu_liar_t *l)
+/* One of l's counts, read under its lock (its threads change them). */
+static long count_of(tu_liar_t *l, const long *count)
 {
     long n;
 
     pthread_mutex_lock(&l->mu);
-    n = l->closed;
+    n = *count;
     pthread_mutex_unlock(&l->mu);
     return n;
+}
+
+int tu_liar_open(tu_liar_t *l)
+{
+    return (int)count_of(l, &l->open);
+}
+
+long tu_liar_closed(tu_liar_t *l)
+{
+    return count_of(l, &l->closed);
 }
 
 long tu_liar_count(tu_liar_t *l, const char *cmd)
