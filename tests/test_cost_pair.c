@@ -71,6 +71,14 @@ static void init_waited(dist_mutex_t *m, const char *name)
     dist_mutexattr_destroy(&a);
 }
 
+/* A waited mutex of name, the replica count it reads stale: a test's
+ * counts begin with its link made and its script cached. */
+static void init_stale(dist_mutex_t *m, const char *name)
+{
+    init_waited(m, name);
+    count_stale(m);
+}
+
 /* The server's counts at a point of a test, and the time then. */
 struct counts {
     long long scripts, roles, infos;
@@ -111,8 +119,7 @@ static void test_uncontended_pair(void **state)
 
     (void)state;
     NAME(name, "m");
-    init_waited(&m, name);
-    count_stale(&m); /* connects first */
+    init_stale(&m, name); /* connects first */
     sub0 = calls_of("subscribe");
     counts_now(&c0);
     for (i = 0; i < PAIRS; i++) {
@@ -194,8 +201,7 @@ static void test_count_once_per_process(void **state)
 
     (void)state;
     NAME(name, "m");
-    init_waited(&m, name);
-    count_stale(&m); /* the script that reads the count cached */
+    init_stale(&m, name); /* the script that reads the count cached */
     for (i = 0; i < TURNS; i++)
         taker_start(&t[i], &m, 2);
     /* each thread's link made (its ROLE read) */
@@ -316,8 +322,7 @@ static void test_replica_still_waited(void **state)
     (void)state;
     NAME(name, "m");
     start_replica(&r, &rep);
-    init_waited(&m, name);
-    count_stale(&m);
+    init_stale(&m, name);
     w0 = calls_of("wait");
     r0 = calls_of("role");
     i0 = infos_in_scripts();
