@@ -4,6 +4,7 @@
  */
 #include "fixture.h"
 
+#include <errno.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -481,4 +482,50 @@ void fx_mx_run(const struct fx_mx *run)
     assert_int_equal(tu_cmd_int(g_redis, "GET", counter, NULL),
                      (long long)run->procs * run->threads * run->iters);
     free(counter);
+}
+
+/* ---- a call while the loss report is held up ------------------------------ */
+
+void fx_watch_held_up(void)
+{
+    fx_watch_lost();
+    fx_held_up_reset();
+    assert_int_equal(dist_set_lost_handler(fx_on_lost_held_up, NULL), 0);
+}
+
+void fx_held_up_call(struct fx_held_up_call *c, int (*call)(void *),
+                     void *arg, const char *name)
+{
+    c->rc = c->calls = -1;
+    c->entered = fx_held_up_entered(10.0, c->first, sizeof c->first);
+    if (c->entered) {
+        c->rc = call(arg);
+        c->calls = fx_lost_calls(name);
+    }
+    fx_held_up_go();
+}
+
+void fx_held_up_check(const struct fx_held_up_call *c, const char *first,
+                      const char *what, const char *kind)
+{
+    assert_true(c->entered);
+    assert_string_equal(c->first, first);
+    assert_int_equal(c->rc, EPERM);
+    if (c->calls != 1)
+        fail_msg("the %s said EPERM with the lost handler called %d times "
+                 "for its %s",
+                 what, c->calls, kind);
+}
+
+pid_t fx_fork_holder(int (*lock)(void *), void *obj)
+{
+    pid_t pid;
+    int rc;
+
+    fx_dirty = 1;
+    assert_int_equal(dist_set_watchdog_ms(1500), 0);
+    pid = fork_locked(lock, obj, &rc);
+    if (pid < 0)
+        fail_msg("the child's lock returned %d (-1: no report)", rc);
+    return pid;
 }

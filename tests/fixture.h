@@ -15,6 +15,7 @@
 #include <semaphore.h>
 #include <stdio.h>
 #include <stdatomic.h>
+#include <sys/types.h>
 #include <time.h>
 
 #include "distlock.h"
@@ -193,5 +194,32 @@ void fx_mx_run(const struct fx_mx *run);
  * blocks its own and its proxy uses MSG_NOSIGNAL, so any comes from the
  * library writing to a dead Redis socket. */
 int fx_sigpipes(void);
+
+/* A call made while the renewal thread is held up in the report of the
+ * first lost hold of its round (fx_on_lost_held_up), and what it saw. */
+struct fx_held_up_call {
+    int entered;     /* the thread was held up within 10 s */
+    char first[256]; /* the name of the report that holds it up */
+    int rc;          /* what the call returned (-1: not made) */
+    int calls;       /* reports of the call's lock as it returned */
+};
+/* A test that watches for lost holds (fx_watch_lost) with the reporting
+ * thread held up on its first report (fx_on_lost_held_up). */
+void fx_watch_held_up(void);
+/* Waits for the renewal thread to be held up, makes call(arg) then with
+ * the reports of name counted as it returns, and lets the thread go. */
+void fx_held_up_call(struct fx_held_up_call *c, int (*call)(void *),
+                     void *arg, const char *name);
+/* Asserts that the thread was held up in the report of first and that the
+ * call said EPERM with its lock reported lost once: the report came before
+ * it.  what and kind name them in the message ("post", "semaphore"). */
+void fx_held_up_check(const struct fx_held_up_call *c, const char *first,
+                      const char *what, const char *kind);
+
+/* A forked child that holds obj (lock(obj), as fork_locked in testhelp.h)
+ * with a 1.5 s lease that only its renewal keeps, fx_dirty set (the
+ * watchdog setting changes).  Its pid; fails the test when it did not
+ * lock. */
+pid_t fx_fork_holder(int (*lock)(void *), void *obj);
 
 #endif

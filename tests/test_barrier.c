@@ -7,39 +7,11 @@
  * children report through shared memory and exit codes, and only the main
  * thread asserts.
  */
-#define _GNU_SOURCE
-#include <errno.h>
-#include <setjmp.h>
-#include <signal.h>
-#include <stdarg.h>
-#include <stdatomic.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/mman.h>
-#include <sys/types.h>
-#include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
-
-#include <cmocka.h>
-
-#include "distlock.h"
-#include "harness_server.h"
-#include "harness_proxy.h"
-#include "testhelp.h"
-#include "fixture.h"
-
-static tu_redis_t r;
-
 #define WAITER_MS 1000UL
 
-static const struct fx_settings defaults = FX_DEFAULTS(WAITER_MS);
-
-#define NAME(buf, tag)                                                       \
-    test_lock_name(buf, sizeof buf, "test_barrier", __func__, tag)
+#define GROUP_PROG     "test_barrier"
+#define GROUP_SETTINGS FX_DEFAULTS(WAITER_MS)
+#include "grouphelp.h"
 
 #define PARTIES 3
 #define ROUNDS  20

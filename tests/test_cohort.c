@@ -8,35 +8,9 @@
  * asserts.  Bounds on time are generous (seconds where the mechanism works
  * in milliseconds), so that a loaded machine does not fail them.
  */
-#define _GNU_SOURCE
-#include <errno.h>
-#include <pthread.h>
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/mman.h>
-#include <sys/types.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <cmocka.h>
-
-#include "distlock.h"
-#include "harness_server.h"
-#include "harness_proxy.h"
-#include "testhelp.h"
-#include "fixture.h"
-
-static tu_redis_t r;
-
-static const struct fx_settings defaults = FX_DEFAULTS(0);
-
-#define NAME(buf, tag)                                                       \
-    test_lock_name(buf, sizeof buf, "test_cohort", __func__, tag)
+#define GROUP_PROG     "test_cohort"
+#define GROUP_SETTINGS FX_DEFAULTS(0)
+#include "grouphelp.h"
 #define key_exists(key) tu_cmd_int(&r, "EXISTS", key, NULL)
 
 static int init_cohort(dist_mutex_t *m, const char *name, int type)
@@ -512,6 +486,11 @@ static void test_lost_hold(void **state)
     fx_restore_defaults(NULL);
 }
 
+static int unlock_of(void *m)
+{
+    return dist_mutex_unlock(m);
+}
+
 /* An unlock of a cohort hold the renewal thread found lost but has not
  * reported yet (its report waits behind another lock's handler): EPERM,
  * and the handler has heard of it, once, when the unlock returns; with a
@@ -521,18 +500,16 @@ static void test_lost_hold(void **state)
 static void test_unlock_of_hold_found_lost(void **state)
 {
     const int *with_waiter = *state;
-    char name[200], other[200], first[256];
+    char name[200], other[200];
     dist_mutex_t m, o;
     struct waiter w = { &m, 0, -1, -1, 0 };
     pthread_t th;
-    int rc = -1, calls = -1, other_rc;
+    struct fx_held_up_call call;
+    int other_rc;
 
     NAME(name, *with_waiter ? "waited" : "alone");
     NAME(other, *with_waiter ? "waited-other" : "alone-other");
-    fx_dirty = 1;
-    fx_lost_reset();
-    fx_held_up_reset();
-    dist_set_lost_handler(fx_on_lost_held_up, NULL);
+    fx_watch_held_up();
     assert_int_equal(init_cohort(&m, name, DIST_MUTEX_RECURSIVE), 0);
     assert_int_equal(dist_mutex_init(&o, other, NULL), 0);
     /* the plain mutex is renewed, and reported, first: the newest entry's
@@ -548,19 +525,12 @@ static void test_unlock_of_hold_found_lost(void **state)
     /* both gone at once: one renewal round finds them both; the unlock
      * runs while the report of the plain mutex holds the thread up */
     assert_int_equal(tu_cmd_int(&r, "DEL", name, other, NULL), 2);
-    first[0] = 0;
-    if (fx_held_up_entered(10.0, first, sizeof first)) {
-        rc = dist_mutex_unlock(&m);
-        calls = fx_lost_calls(name); /* as the unlock returned */
-    }
-    fx_held_up_go();
+    fx_held_up_call(&call, unlock_of, &m, name);
     other_rc = dist_mutex_unlock(&o);
     if (*with_waiter)
         assert_int_equal(pthread_join(th, NULL), 0);
     dist_set_lost_handler(NULL, NULL);
-    assert_string_equal(first, other);
-    assert_int_equal(rc, EPERM);
-    assert_int_equal(calls, 1); /* before the EPERM, by the unlock */
+    fx_held_up_check(&call, other, "unlock", "mutex");
     assert_int_equal(other_rc, EPERM);
     assert_int_equal(fx_lost_calls(name), 1);
     if (*with_waiter) { /* it took the lock anew */

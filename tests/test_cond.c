@@ -9,41 +9,12 @@
  * turn it is) lives in shared memory and is touched only while holding the
  * distributed mutex, which is what the test is about.
  */
-#define _GNU_SOURCE
-#include <errno.h>
-#include <pthread.h>
-#include <setjmp.h>
-#include <signal.h>
-#include <stdarg.h>
-#include <stdatomic.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/mman.h>
-#include <sys/types.h>
-#include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
-
-#include <cmocka.h>
-
-#include "distlock.h"
-#include "harness_server.h"
-#include "harness_proxy.h"
-#include "testhelp.h"
-#include "fixture.h"
-
-static tu_redis_t r;
-
 /* A short waiter window, so that a dead waiter stops counting soon. */
 #define WAITER_MS 1000UL
 
-static const struct fx_settings defaults = FX_DEFAULTS(WAITER_MS);
-
-#define NAME(buf, tag)                                                       \
-    test_lock_name(buf, sizeof buf, "test_cond", __func__, tag)
+#define GROUP_PROG     "test_cond"
+#define GROUP_SETTINGS FX_DEFAULTS(WAITER_MS)
+#include "grouphelp.h"
 
 /* Names of a mutex and of conditions that share its cluster slot (the
  * rule distlock.h documents): the conditions carry the mutex's name as
@@ -771,6 +742,20 @@ static void test_wait_on_lost_hold(void **state)
     close_pair(&o);
 }
 
+/* A timed wait, as one call for fx_held_up_call. */
+struct timed_wait {
+    dist_cond_t *c;
+    dist_mutex_t *m;
+    const struct timespec *dl;
+};
+
+static int timed_wait_of(void *arg)
+{
+    struct timed_wait *w = arg;
+
+    return dist_cond_timedwait(w->c, w->m, w->dl);
+}
+
 /* A wait on a mutex whose hold the renewal thread found lost but has not
  * reported yet (its report waits behind another one's handler): EPERM,
  * and the handler has heard of it when the wait returns, once.  The
@@ -783,16 +768,14 @@ static void test_wait_on_hold_found_lost(void **state)
     dist_mutex_t m, m2;
     dist_cond_t c;
     struct timespec dl = realtime_in(5);
-    char first[256];
-    int rc, calls, entered, unlock2_rc, unlock_rc;
+    struct timed_wait w = { &c, &m, &dl };
+    struct fx_held_up_call call;
+    int unlock2_rc, unlock_rc;
 
     (void)state;
     names_for(&n, __func__);
     snprintf(other, sizeof other, "%s:2", n.m);
-    fx_dirty = 1;
-    fx_lost_reset();
-    fx_held_up_reset();
-    dist_set_lost_handler(fx_on_lost_held_up, NULL);
+    fx_watch_held_up();
     assert_int_equal(dist_set_watchdog_ms(1500), 0); /* renewed each 0.5 s */
     assert_int_equal(dist_mutex_init(&m, n.m, NULL), 0);
     assert_int_equal(dist_mutex_init(&m2, other, NULL), 0);
@@ -802,21 +785,12 @@ static void test_wait_on_hold_found_lost(void **state)
     assert_int_equal(dist_mutex_lock(&m2), 0);
     /* both gone at once: one renewal round finds them both */
     assert_int_equal(tu_cmd_int(&r, "DEL", n.m, other, NULL), 2);
-    entered = fx_held_up_entered(10.0, first, sizeof first);
-    rc = entered ? dist_cond_timedwait(&c, &m, &dl) : -1;
-    calls = fx_lost_calls(n.m);
-    fx_held_up_go();
+    fx_held_up_call(&call, timed_wait_of, &w, n.m);
     unlock2_rc = dist_mutex_unlock(&m2);
     unlock_rc = dist_mutex_unlock(&m);
     dist_set_lost_handler(NULL, NULL);
     fx_dirty = 0;
-    assert_true(entered);
-    assert_string_equal(first, other);
-    assert_int_equal(rc, EPERM);
-    if (calls != 1)
-        fail_msg("the wait said EPERM with the lost handler called %d "
-                 "times for its mutex",
-                 calls);
+    fx_held_up_check(&call, other, "wait", "mutex");
     assert_int_equal(unlock2_rc, EPERM);
     assert_int_equal(unlock_rc, EPERM); /* not held any more */
     assert_int_equal(fx_lost_calls(n.m), 1);

@@ -153,18 +153,14 @@ static void test_sigkill_holder(void **state)
 {
     char name[200];
     dist_mutex_t m;
-    int st = 0, rc_try, rc_lock, rc_child;
+    int st = 0, rc_try, rc_lock;
     pid_t pid;
     double t0, el;
 
     (void)state;
     NAME(name, "m");
-    fx_dirty = 1;
-    assert_int_equal(dist_set_watchdog_ms(1500), 0);
     assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
-    pid = fork_locked(lock_of, &m, &rc_child);
-    if (pid < 0)
-        fail_msg("the child's lock returned %d (-1: no report)", rc_child);
+    pid = fx_fork_holder(lock_of, &m);
     /* Longer than the 1.5 s lease: only the child's watchdog keeps it. */
     tu_sleep_ms(2000);
     rc_try = dist_mutex_trylock(&m);

@@ -57,19 +57,15 @@ static void test_sigkill_reader(void **state)
     char name[200];
     dist_rwlock_t rw;
     struct th live, w;
-    int st = 0, early, rc_try, rc_child;
+    int st = 0, early, rc_try;
     double t_kill, t_live, el, before_live;
     long long held;
     pid_t pid;
 
     (void)state;
     NAME(name, "rw");
-    fx_dirty = 1;
-    assert_int_equal(dist_set_watchdog_ms(1500), 0);
     assert_int_equal(dist_rwlock_init(&rw, name, NULL), 0);
-    pid = fork_locked(rdlock_of, &rw, &rc_child);
-    if (pid < 0)
-        fail_msg("the child did not take its read lock (%d)", rc_child);
+    pid = fx_fork_holder(rdlock_of, &rw);
 
     th_hold(&live, &rw, OP_RD); /* a live reader, renewed */
     th_start(&w, &rw, OP_WR);   /* a writer waits for both */

@@ -8,42 +8,16 @@
  * children report through shared memory and exit codes, and only the main
  * thread asserts.
  */
-#define _GNU_SOURCE
-#include <errno.h>
-#include <pthread.h>
-#include <setjmp.h>
-#include <signal.h>
-#include <stdarg.h>
-#include <stdatomic.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/mman.h>
-#include <sys/types.h>
-#include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
-
-#include <cmocka.h>
-
-#include "distlock.h"
-#include "harness_server.h"
-#include "harness_proxy.h"
-#include "testhelp.h"
-#include "fixture.h"
-
-static tu_redis_t r;
-
 /* A short watchdog lease, so that a killed holder's permits come back
  * soon. */
 #define WATCHDOG_MS 1500UL
 
-static const struct fx_settings defaults = { WATCHDOG_MS, 2000, 1000 };
-
-#define NAME(buf, tag)                                                       \
-    test_lock_name(buf, sizeof buf, "test_sem", __func__, tag)
+#define GROUP_PROG "test_sem"
+#define GROUP_SETTINGS                                                       \
+    {                                                                        \
+        WATCHDOG_MS, 2000, 1000                                              \
+    }
+#include "grouphelp.h"
 
 /* Free and held permits of a leased semaphore, read in one script so that
  * they are one moment's. */
@@ -124,6 +98,11 @@ static void test_take_and_give_back(void **state)
     assert_int_equal(dist_sem_destroy(&s), 0);
 }
 
+static int post_of(void *s)
+{
+    return dist_sem_post(s);
+}
+
 /* A post of a permit the renewal thread found lost but has not reported
  * yet (its report waits behind another one's handler): EPERM, and the
  * handler has heard of it when the post returns, once.  Left to the
@@ -131,19 +110,17 @@ static void test_take_and_give_back(void **state)
  * condition wait (test_cond test_wait_on_hold_found_lost). */
 static void test_post_of_permit_found_lost(void **state)
 {
-    char name[200], other[200], holds[256], first[256];
+    char name[200], other[200], holds[256];
     dist_sem_t s;
     dist_mutex_t m;
-    int entered, rc, calls, unlock_rc;
+    struct fx_held_up_call call;
+    int unlock_rc;
 
     (void)state;
     NAME(name, "s");
     NAME(other, "m");
     snprintf(holds, sizeof holds, "distlock_sem_holds:{%s}", name);
-    fx_dirty = 1;
-    fx_lost_reset();
-    fx_held_up_reset();
-    dist_set_lost_handler(fx_on_lost_held_up, NULL);
+    fx_watch_held_up();
     assert_int_equal(dist_sem_init(&s, name, 1, NULL), 0);
     assert_int_equal(dist_mutex_init(&m, other, NULL), 0);
     /* the mutex is renewed, and reported, first: the newest entry's batch
@@ -152,20 +129,11 @@ static void test_post_of_permit_found_lost(void **state)
     assert_int_equal(dist_mutex_lock(&m), 0);
     /* both gone at once: one renewal round finds them both */
     assert_int_equal(tu_cmd_int(&r, "DEL", holds, other, NULL), 2);
-    entered = fx_held_up_entered(10.0, first, sizeof first);
-    rc = entered ? dist_sem_post(&s) : -1;
-    calls = fx_lost_calls(name);
-    fx_held_up_go();
+    fx_held_up_call(&call, post_of, &s, name);
     unlock_rc = dist_mutex_unlock(&m);
     dist_set_lost_handler(NULL, NULL);
     fx_dirty = 0;
-    assert_true(entered);
-    assert_string_equal(first, other);
-    assert_int_equal(rc, EPERM);
-    if (calls != 1)
-        fail_msg("the post said EPERM with the lost handler called %d times "
-                 "for its semaphore",
-                 calls);
+    fx_held_up_check(&call, other, "post", "semaphore");
     assert_int_equal(unlock_rc, EPERM);
     assert_int_equal(fx_lost_calls(name), 1);
     assert_int_equal(fx_lost_calls(other), 1);

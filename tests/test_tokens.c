@@ -16,31 +16,12 @@
  * scheme assumes of the hosts of a deployment (within the time a failover
  * takes).  TEST_TOKENS_FILTER=<glob> runs some tests only.
  */
-#define _GNU_SOURCE
-#include <errno.h>
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
-
-#include <cmocka.h>
-
-#include "distlock.h"
-#include "harness_server.h"
-#include "testhelp.h"
-#include "fixture.h"
-
-static tu_redis_t r;
-static const struct fx_settings defaults = { 30000, 2000, 0 };
-
-#define NAME(buf, tag)                                                       \
-    test_lock_name(buf, sizeof buf, "test_tokens", __func__, tag)
+#define GROUP_PROG "test_tokens"
+#define GROUP_SETTINGS                                                       \
+    {                                                                        \
+        30000, 2000, 0                                                       \
+    }
+#include "grouphelp.h"
 
 static long long real_us(void)
 {
