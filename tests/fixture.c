@@ -529,3 +529,13 @@ pid_t fx_fork_holder(int (*lock)(void *), void *obj)
         fail_msg("the child's lock returned %d (-1: no report)", rc);
     return pid;
 }
+
+char *fx_name_too_long(void)
+{
+    char *big = malloc(DIST_NAME_MAX + 2);
+
+    assert_non_null(big);
+    memset(big, 'a', DIST_NAME_MAX + 1);
+    big[DIST_NAME_MAX + 1] = 0;
+    return big;
+}

@@ -222,4 +222,8 @@ void fx_held_up_check(const struct fx_held_up_call *c, const char *first,
  * lock. */
 pid_t fx_fork_holder(int (*lock)(void *), void *obj);
 
+/* A name one byte longer than DIST_NAME_MAX ('a's), which init refuses;
+ * on the heap (free it). */
+char *fx_name_too_long(void);
+
 #endif

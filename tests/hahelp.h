@@ -2,7 +2,7 @@
  * hahelp.h: what the Sentinel and Cluster tests share: a waiter in a forked
  * process that reports when it got the lock, a key's PTTL and existence on
  * one node, and a watch on a key's TTL that sees a renewal land.  Static:
- * each program gets its own copy.  Include after cmocka.h,
+ * each program gets its own copy.  Include after cmocka.h, testhelp.h,
  * harness_server.h and distlock.h; the program defines ha_node_cmd.
  */
 #ifndef DISTLOCK_HAHELP_H
@@ -105,18 +105,11 @@ static void ha_waiter_start(struct ha_waiter *w, const char *url,
                             const char *name, int kind,
                             unsigned long watchdog_ms)
 {
-    int p[2];
     char c;
 
-    assert_int_equal(pipe(p), 0);
-    w->pid = fork();
-    assert_true(w->pid >= 0);
-    if (w->pid == 0) {
-        close(p[0]);
-        ha_child_lock(p[1], url, name, kind, watchdog_ms);
-    }
-    close(p[1]);
-    w->fd = p[0];
+    w->pid = fork_piped(&w->fd);
+    if (w->pid == 0)
+        ha_child_lock(w->fd, url, name, kind, watchdog_ms);
     assert_int_equal(read(w->fd, &c, 1), 1);
     assert_int_equal(c, 'w');
 }

@@ -171,7 +171,7 @@ static void test_robust_dead_and_unrecoverable(void **state)
     dist_mutexattr_t a;
     dist_mutex_t m;
     pid_t pid;
-    int st, p[2];
+    int st, fd;
     char c = 0;
 
     (void)state;
@@ -179,9 +179,7 @@ static void test_robust_dead_and_unrecoverable(void **state)
     assert_int_equal(dist_mutexattr_init(&a), 0);
     assert_int_equal(dist_mutexattr_setrobust(&a, DIST_MUTEX_ROBUST), 0);
     assert_int_equal(dist_mutexattr_setlease(&a, LEASE_MS), 0);
-    assert_int_equal(pipe(p), 0);
-    pid = fork();
-    assert_true(pid >= 0);
+    pid = fork_piped(&fd);
     if (pid == 0) {
         dist_mutex_t k;
         if (fx_apply(r.url_unix, &defaults) != 0 ||
@@ -189,14 +187,13 @@ static void test_robust_dead_and_unrecoverable(void **state)
             dist_mutex_init(&k, "exp:dead", &a) != 0 ||
             dist_mutex_lock(&k) != 0 ||
             dist_mutex_init(&k, "exp:nr", &a) != 0 ||
-            dist_mutex_lock(&k) != 0 || write(p[1], &c, 1) != 1)
+            dist_mutex_lock(&k) != 0 || write(fd, &c, 1) != 1)
             _exit(1);
         for (;;)
             pause();
     }
-    close(p[1]);
-    assert_int_equal(read(p[0], &c, 1), 1);
-    close(p[0]);
+    assert_int_equal(read(fd, &c, 1), 1);
+    close(fd);
     kill(pid, SIGKILL);
     assert_int_equal(waitpid(pid, &st, 0), pid);
     assert_int_equal(dist_mutex_init(&m, "exp:nr", &a), 0);

@@ -178,17 +178,13 @@ static void child_run(const struct lie_case *c, struct outcome *o)
 static void in_child(void (*fn)(const void *arg, void *res), const void *arg,
                      void *res, size_t len, double limit_s, long *rss_kb)
 {
-    int fds[2], st = 0;
+    int fd, st = 0;
     struct rusage ru;
     size_t got = 0;
-    pid_t pid;
+    pid_t pid = fork_piped(&fd);
     double end;
 
-    assert_int_equal(pipe(fds), 0);
-    pid = fork();
-    assert_true(pid >= 0);
     if (pid == 0) {
-        close(fds[0]);
 #ifndef UNDER_SANITIZER
         /* a regression must not take the machine's memory with it: past
          * this, allocations fail (and the case fails on its text) */
@@ -196,20 +192,19 @@ static void in_child(void (*fn)(const void *arg, void *res), const void *arg,
 #endif
         memset(res, 0, len);
         fn(arg, res);
-        if (write(fds[1], res, len) != (ssize_t)len)
+        if (write(fd, res, len) != (ssize_t)len)
             _exit(3);
         _exit(0);
     }
-    close(fds[1]);
     end = tu_now() + limit_s + 5;
     while (got < len && tu_now() < end) {
-        int b = read_byte(fds[0], 200);
+        int b = read_byte(fd, 200);
         if (b >= 0)
             ((unsigned char *)res)[got++] = (unsigned char)b;
         else if (waitpid(pid, &st, WNOHANG) == pid)
             break;
     }
-    close(fds[0]);
+    close(fd);
     if (got < len)
         kill(pid, SIGKILL);
     memset(&ru, 0, sizeof ru);

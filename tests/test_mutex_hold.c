@@ -229,10 +229,7 @@ static void test_destroy_and_names(void **state)
     assert_int_equal(dist_mutex_init(&m, NULL, NULL), EINVAL);
     assert_int_equal(dist_mutex_init(&m, "", NULL), EINVAL);
 
-    big = malloc(DIST_NAME_MAX + 2);
-    assert_non_null(big);
-    memset(big, 'a', DIST_NAME_MAX + 1);
-    big[DIST_NAME_MAX + 1] = 0;
+    big = fx_name_too_long();
     assert_int_equal(dist_mutex_init(&m, big, NULL), EINVAL);
     /* exactly DIST_NAME_MAX bytes is accepted and works */
     big[DIST_NAME_MAX] = 0;

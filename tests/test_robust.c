@@ -96,18 +96,13 @@ enum child_act {
 static pid_t child(const char *name, int fair, unsigned long lease_ms,
                    enum child_act act, int *fd)
 {
-    int p[2];
-    pid_t pid;
+    pid_t pid = fork_piped(fd);
 
-    assert_int_equal(pipe(p), 0);
-    pid = fork();
-    assert_true(pid >= 0);
     if (pid == 0) {
         dist_mutex_t m;
         struct timespec ts;
         int rc[3] = { -1, -1, -1 };
 
-        close(p[0]);
         if (fx_apply(r.url_unix, &defaults) != 0)
             _exit(2);
         if (act == HOLD)
@@ -120,30 +115,27 @@ static pid_t child(const char *name, int fair, unsigned long lease_ms,
             if (ts.tv_nsec >= 1000000000L)
                 ts.tv_sec++, ts.tv_nsec -= 1000000000L;
             rc[1] = dist_mutex_timedlock(&m, &ts);
-            if (write(p[1], rc, 2 * sizeof rc[0]) !=
-                2 * (ssize_t)sizeof rc[0])
+            if (write(*fd, rc, 2 * sizeof rc[0]) != 2 * (ssize_t)sizeof rc[0])
                 _exit(3);
             rc[2] = dist_mutex_lock(&m);
-            if (write(p[1], &rc[2], sizeof rc[2]) != (ssize_t)sizeof rc[2])
+            if (write(*fd, &rc[2], sizeof rc[2]) != (ssize_t)sizeof rc[2])
                 _exit(3);
             if (rc[2] == 0 && dist_mutex_unlock(&m) != 0)
                 _exit(4);
             _exit(0);
         }
         rc[0] = dist_mutex_lock(&m);
-        if (write(p[1], rc, sizeof rc[0]) != (ssize_t)sizeof rc[0])
+        if (write(*fd, rc, sizeof rc[0]) != (ssize_t)sizeof rc[0])
             _exit(3);
         if (act == HOLD)
             for (;;)
                 pause();
         if (rc[0] == 0 || rc[0] == EOWNERDEAD)
             rc[1] = dist_mutex_unlock(&m);
-        if (write(p[1], &rc[1], sizeof rc[1]) != (ssize_t)sizeof rc[1])
+        if (write(*fd, &rc[1], sizeof rc[1]) != (ssize_t)sizeof rc[1])
             _exit(3);
         _exit(0);
     }
-    close(p[1]);
-    *fd = p[0];
     return pid;
 }
 

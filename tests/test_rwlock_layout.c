@@ -243,10 +243,7 @@ static void test_destroy_and_names(void **state)
     assert_int_equal(dist_rwlock_init(&rw, NULL, NULL), EINVAL);
     assert_int_equal(dist_rwlock_init(&rw, "", NULL), EINVAL);
     assert_int_equal(dist_rwlock_init(NULL, name, NULL), EINVAL);
-    big = malloc(DIST_NAME_MAX + 2);
-    assert_non_null(big);
-    memset(big, 'a', DIST_NAME_MAX + 1);
-    big[DIST_NAME_MAX + 1] = 0;
+    big = fx_name_too_long();
     assert_int_equal(dist_rwlock_init(&rw, big, NULL), EINVAL);
     free(big);
 

@@ -358,11 +358,10 @@ static inline int read_byte(int fd, int timeout_ms)
     return b;
 }
 
-/* A forked child that calls lock(obj), writes its result (one byte) on a
- * pipe and then sleeps until it is killed.  Returns its pid once the
- * result came, the result in *rc; if none came within 10 s (*rc -1) or
- * the lock failed, the child is killed and reaped and -1 returned. */
-static inline pid_t fork_locked(int (*lock)(void *), void *obj, int *rc)
+/* fork with a pipe from the child to the parent: *fd is its write end in
+ * the child (0 returned), its read end in the parent (the child's pid
+ * returned); each closes the other end. */
+static inline pid_t fork_piped(int *fd)
 {
     int fds[2];
     pid_t pid;
@@ -370,19 +369,30 @@ static inline pid_t fork_locked(int (*lock)(void *), void *obj, int *rc)
     assert_int_equal(pipe(fds), 0);
     pid = fork();
     assert_true(pid >= 0);
-    if (pid == 0) {
-        unsigned char c;
+    close(fds[pid == 0 ? 0 : 1]);
+    *fd = fds[pid == 0 ? 1 : 0];
+    return pid;
+}
 
-        close(fds[0]);
-        c = (unsigned char)lock(obj);
-        if (write(fds[1], &c, 1) != 1)
+/* A forked child that calls lock(obj), writes its result (one byte) on a
+ * pipe and then sleeps until it is killed.  Returns its pid once the
+ * result came, the result in *rc; if none came within 10 s (*rc -1) or
+ * the lock failed, the child is killed and reaped and -1 returned. */
+static inline pid_t fork_locked(int (*lock)(void *), void *obj, int *rc)
+{
+    int fd;
+    pid_t pid = fork_piped(&fd);
+
+    if (pid == 0) {
+        unsigned char c = (unsigned char)lock(obj);
+
+        if (write(fd, &c, 1) != 1)
             _exit(2);
         for (;;)
             pause();
     }
-    close(fds[1]);
-    *rc = read_byte(fds[0], 10000);
-    close(fds[0]);
+    *rc = read_byte(fd, 10000);
+    close(fd);
     if (*rc != 0) {
         kill(pid, SIGKILL);
         waitpid(pid, NULL, 0);
@@ -396,22 +406,17 @@ static inline pid_t fork_locked(int (*lock)(void *), void *obj, int *rc)
  * within 10 s, kills and reaps it and fails the test. */
 static inline pid_t fork_started(void (*body)(void *), void *arg)
 {
-    int fds[2], said;
-    pid_t pid;
+    int fd, said;
+    pid_t pid = fork_piped(&fd);
 
-    assert_int_equal(pipe(fds), 0);
-    pid = fork();
-    assert_true(pid >= 0);
     if (pid == 0) {
-        close(fds[0]);
-        if (write(fds[1], "w", 1) != 1)
+        if (write(fd, "w", 1) != 1)
             _exit(2);
         body(arg);
         _exit(2);
     }
-    close(fds[1]);
-    said = read_byte(fds[0], 10000);
-    close(fds[0]);
+    said = read_byte(fd, 10000);
+    close(fd);
     if (said < 0) {
         kill(pid, SIGKILL);
         waitpid(pid, NULL, 0);
