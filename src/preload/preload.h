@@ -95,8 +95,8 @@ void pl_vmsg(const char *fmt, va_list ap)
 /* Start-up is over (or failing): from now on every message is printed at once. */
 void pl_msg_started(void);
 /* Hands the collected messages to distlock-run's status pipe as "msg LINE"
- * lines, or to stderr when status_fd < 0, and forgets them. */
-void pl_msg_hand_over(int status_fd);
+ * lines, or to stderr when fd < 0, and forgets them. */
+void pl_msg_hand_over(int fd);
 /* Forgets the collected messages (this process is not the one configured). */
 void pl_msg_drop(void);
 /* DISTLOCK_PRELOAD_VERBOSE or the configuration's verbose: more messages. */
@@ -544,21 +544,6 @@ int pl_heap_add(struct pl_entry *e);
 void pl_site_forget(struct pl_entry *e);
 /* fork() must not copy the heap entries half-changed. */
 void pl_site_atfork(void);
-
-/* ---- start-up (startup.c) ----------------------------------------------- */
-
-/* Builds the table once (waiting for another thread doing it) and returns
- * it; during our own start-up calls, the empty table. */
-const struct pl_table *pl_startup(void);
-
-/* The table, start-up done first if it is not over yet (a call of the
- * program's may come before our constructor). */
-static inline const struct pl_table *pl_table_now(void)
-{
-    const struct pl_table *t = __atomic_load_n(&pl_tab, __ATOMIC_ACQUIRE);
-
-    return PL_LIKELY(t != NULL) ? t : pl_startup();
-}
 
 #pragma GCC visibility pop
 

@@ -19,7 +19,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "preload.h"
+#include "startup.h"
 
 #define EXPORT     __attribute__((visibility("default")))
 #define SYMVER(s)  __attribute__((symver(s)))

@@ -22,7 +22,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "preload.h"
+#include "startup.h"
 
 static int phase; /* 0, 1 starting, 2 done (futex) */
 static int status_fd = -1;
