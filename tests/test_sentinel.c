@@ -2,7 +2,9 @@
  * sentinels (redis-sentinel:// URL), all on loopback and started here:
  * replica sync (WAIT) and its distinct error, failovers by SENTINEL
  * FAILOVER, SIGKILL and SIGSTOP of the master with a lock held and a waiter
- * blocked, and the lost lock that the replica check exists to prevent. */
+ * blocked, the lost lock that the replica check exists to prevent, and
+ * (a lying sentinel) no try begun past a timed call's deadline after a
+ * hold on a deposed master was given back. */
 #include <errno.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -21,6 +23,7 @@
 #include "harness_server.h"
 #include "testhelp.h"
 #include "harness_sentinel.h"
+#include "harness_liar.h"
 #include "hahelp.h"
 #include "fixture.h"
 
@@ -666,6 +669,104 @@ static void test_no_double_grant_in_stale_window(void **state)
     settle();
 }
 
+/* ---- no try begun past a timed call's deadline on a deposed master ---- */
+
+#define DEPOSED_SWAPS 8 /* more than the tries a deposed master gets */
+#define DRIP_MS       5 /* per byte of the lying sentinel's answers */
+
+/* A sentinel's answer naming 127.0.0.1:port (GET-MASTER-ADDR-BY-NAME). */
+static void master_answer(char *buf, size_t len, int port)
+{
+    char p[16];
+
+    snprintf(p, sizeof p, "%d", port);
+    snprintf(buf, len, "*2\r\n$9\r\n127.0.0.1\r\n$%zu\r\n%s\r\n", strlen(p),
+             p);
+}
+
+/* The child of test_no_try_past_deadline_on_deposed, a library of its own
+ * on the lying sentinel: a timed lock with its deadline 0.1 s away.  Exits
+ * 0 when it said ETIMEDOUT, else 1 + its rc (at most 99). */
+static void deposed_child(const char *url, const char *name)
+{
+    struct timespec dl;
+    dist_mutex_t m;
+    int rc;
+
+    if (dist_set_url(url) != 0 || dist_set_replica_wait_ms(1000) != 0 ||
+        dist_mutex_init(&m, name, NULL) != 0)
+        _exit(100);
+    dl = realtime_in(0.1);
+    rc = dist_mutex_timedlock(&m, &dl);
+    if (rc != ETIMEDOUT)
+        fprintf(stderr, "    timedlock = %d: %s\n", rc, dist_last_error());
+    if (rc == 0)
+        dist_mutex_unlock(&m);
+    dist_mutex_destroy(&m);
+    dist_shutdown();
+    _exit(rc == ETIMEDOUT ? 0 : rc < 98 ? rc + 1 : 99);
+}
+
+/* An acquire whose hold was on a master the sentinels had replaced tries
+ * again on the new one, a few times; a timed call's deadline ends that
+ * (its retries, each with a command timeout and a replica wait of its
+ * own, ran on past it).  Two masters without replicas and a lying
+ * sentinel that names the other one each time it is asked, slowly (its
+ * answer takes longer than the deadline is away): the acquire under way
+ * at the deadline is the last, and the call says ETIMEDOUT. */
+static void test_no_try_past_deadline_on_deposed(void **state)
+{
+    char url[128], name[64], ans[2][64];
+    tu_redis_t node[2];
+    tu_liar_t *liar;
+    long long later;
+    long asked;
+    pid_t pid;
+    int i, st;
+
+    (void)state;
+    memset(node, 0, sizeof node);
+    for (i = 0; i < 2; i++)
+        assert_int_equal(tu_redis_start(&node[i]), 0);
+    assert_non_null(liar = tu_liar_start());
+    for (i = 0; i < 2; i++)
+        master_answer(ans[i], sizeof ans[i], node[i].port);
+    /* node 0 for the map and for the check when the library connects to
+     * it; then, after each acquire, the other node (slowly), and that one
+     * again for the check when the library connects there */
+    tu_liar_add(liar, &(struct tu_lie){
+                          .cmd = "SENTINEL", .bytes = ans[0], .times = 2 });
+    for (i = 1; i <= DEPOSED_SWAPS; i++) {
+        tu_liar_add(liar, &(struct tu_lie){ .cmd = "SENTINEL",
+                                            .bytes = ans[i % 2],
+                                            .drip_ms = DRIP_MS,
+                                            .times = 1 });
+        tu_liar_add(liar, &(struct tu_lie){ .cmd = "SENTINEL",
+                                            .bytes = ans[i % 2],
+                                            .times = 1 });
+    }
+    snprintf(url, sizeof url, "redis-sentinel://127.0.0.1:%d/distlock",
+             tu_liar_port(liar));
+    lock_name(name, sizeof name, "deposed-late");
+    pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0)
+        deposed_child(url, name);
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    asked = tu_liar_count(liar, "SENTINEL");
+    later = command_calls_on(&node[1], "evalsha") +
+            command_calls_on(&node[1], "eval");
+    tu_liar_stop(liar);
+    for (i = 0; i < 2; i++)
+        tu_redis_stop(&node[i]);
+    if (later != 0)
+        fail_msg("the master named after the deadline ran %lld scripts "
+                 "(the sentinel was asked %ld times)",
+                 later, asked);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+}
+
 int main(void)
 {
     static struct failover_case by_command = { F_COMMAND, "failover" },
@@ -685,6 +786,7 @@ int main(void)
                                   resume_all),
         cmocka_unit_test_teardown(test_no_double_grant_in_stale_window,
                                   resume_all),
+        cmocka_unit_test(test_no_try_past_deadline_on_deposed),
     };
     /* e.g. TEST_SENTINEL_FILTER='*stale*' runs that one */
     const char *filter = getenv("TEST_SENTINEL_FILTER");

@@ -672,10 +672,33 @@ static int may_wait_attach(int try_only, const struct dist__deadline *dl,
     return 1;
 }
 
+/* Whether a timed call's deadline has passed (never for one without a
+ * deadline, or with a bad one, which was refused if the call waited). */
+static int deadline_gone(const struct dist__deadline *dl)
+{
+    return dl && !dl->bad && dist__deadline_reached(dl);
+}
+
+/* A timed call whose hold was given back from a deposed master after its
+ * deadline: the acquire that was under way then was its last try, as in
+ * wait_on (another, on the new master, took a command timeout and a
+ * replica wait of its own, each of up to MAX_DEPOSED). */
+static __attribute__((noinline)) int deposed_late(struct dist__obj *o)
+{
+    struct dist__why why;
+
+    dist__why_get(&why);
+    return dist__err_lock(ETIMEDOUT, o->kind->noun, o->st->names->name.p,
+                          ": timed out; the hold taken at the deadline was "
+                          "on a master the sentinels had replaced, and was "
+                          "given back (%s)",
+                          why.text);
+}
+
 /* acquire, again while the hold it took was on a master the sentinels
  * had just replaced (DIST__EDEPOSED: the map points at the new one then)
  * or on one whose replicas are still attaching (DIST__EATTACHING), each
- * try within the caller's deadline. */
+ * try within the caller's deadline, and none begun after it. */
 static int acquire_on_master(struct dist__obj *o, int mode, int try_only,
                              const struct dist__deadline *dl, int courtesy,
                              int intr)
@@ -685,6 +708,8 @@ static int acquire_on_master(struct dist__obj *o, int mode, int try_only,
 
     for (;;) {
         rc = acquire(o, mode, try_only, dl, courtesy, intr);
+        if (rc == DIST__EDEPOSED && deadline_gone(dl))
+            return deposed_late(o);
         if (rc == DIST__EDEPOSED && ++tries < MAX_DEPOSED)
             continue;
         if (rc == DIST__EATTACHING && may_wait_attach(try_only, dl, t0))
