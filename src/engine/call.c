@@ -593,7 +593,7 @@ static int acquire(struct dist__obj *o, int mode, int try_only,
 {
     const struct dist__kind *k = o->kind;
     struct dist__call c = { .o = o, .mode = mode, .intr = intr };
-    uint64_t t0 = dist__now_ms(), until = first_deadline(dl);
+    uint64_t t0 = dist__now_ms(), until = first_deadline(dl), behind_by;
     int rc, held, queued, fresh, waited = 0;
 
     /* an earlier lost reply is settled first, within the deadline too */
@@ -607,8 +607,10 @@ static int acquire(struct dist__obj *o, int mode, int try_only,
     if (!try_only && courtesy && k->before_wait)
         k->before_wait(&c, until);
     dist__go_behind(&c);
+    /* the release ahead is read by when the first try must end */
+    behind_by = past_deadline(until);
     rc = try_only ? try_once(&c) : try_patiently(&c, until);
-    dist__behind_done(&c, rc);
+    dist__behind_done(&c, rc, behind_by);
     queued =
         (c.how == DIST__HOW_QUEUE || c.registered) && rc == 0 && !c.taken;
     if (rc == 0 && !c.taken && try_only) {

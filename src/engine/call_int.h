@@ -80,9 +80,10 @@ void dist__defer_done(void *arg, const redisReply *rep, int status);
 /* The release was written: the owner has let go (0). */
 int dist__defer_sent(struct dist__call *c, struct dist__defer *d);
 /* Before and after an acquire's first try: an owner's deferred release
- * of the same lock still owed is acted on by this call. */
+ * of the same lock still owed is acted on by this call, its reply read
+ * by until (monotonic ms; 0: a command timeout from then). */
 void dist__go_behind(struct dist__call *c);
-void dist__behind_done(struct dist__call *c, int rc);
+void dist__behind_done(struct dist__call *c, int rc, uint64_t until);
 /* At the end of a call: holds found lost while a reply was read in its
  * middle go to the lost handler. */
 void dist__report_lost_notes(void);

@@ -241,11 +241,13 @@ void dist__go_behind(struct dist__call *c)
 }
 
 /* After the acquire's first try: the release ahead of it is read (if its
- * link was not), then acted on.  A release that did not run, or may not
+ * link was not: the try went to another server), by until, the bound of
+ * a timed call's first try (a command timeout from now, as before, ran
+ * on past it), then acted on.  A release that did not run, or may not
  * have, left the old hold: an acquire that took the lock counted it (the
  * fix-up gives one back), one that failed leaves it to the renewal
  * thread, one that did not take it found it gone. */
-void dist__behind_done(struct dist__call *c, int rc)
+void dist__behind_done(struct dist__call *c, int rc, uint64_t until)
 {
     struct dist__defer *d = c->behind;
     struct dist__state *st = c->o->st;
@@ -255,7 +257,7 @@ void dist__behind_done(struct dist__call *c, int rc)
         return;
     c->behind = NULL;
     if (d->outcome == 0 && d->on)
-        dist__link_settle(d->on, dist__link_deadline(d->on, c->limit));
+        dist__link_settle(d->on, dist__link_deadline(d->on, until));
     pthread_mutex_lock(&st->mu);
     r = d->r;
     if (r)
