@@ -110,8 +110,7 @@ void dist__ps_ears_keep(const struct dist__cfg *cfg, uint64_t *next)
             continue;
         }
         e->retry_at = dist__now_ms() + (uint64_t)e->backoff;
-        if (e->backoff < EAR_BACKOFF_MAX_MS)
-            e->backoff *= 2;
+        e->backoff = dist__ps_backoff_next(e->backoff, EAR_BACKOFF_MAX_MS);
         if (e->retry_at < *next)
             *next = e->retry_at;
     }

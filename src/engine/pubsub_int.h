@@ -90,7 +90,16 @@ struct dist__node {
  * read again when due even if no other thread needs it. */
 #define MAP_CHECK_MS   1000
 #define BACKOFF_MIN_MS 50
+#define BACKOFF_MAX_MS 1000 /* between a node's connects, at most */
 #define HEALTHY_MS     1000 /* a connection that lived this long worked */
+
+/* The backoff after one that was just waited out: doubled, up to max.
+ * Doubled once more whenever it was still below max, it overshot (50 ms
+ * doubled to 1600, 1000 to 32000). */
+static inline int dist__ps_backoff_next(int ms, int max)
+{
+    return ms < max / 2 ? ms * 2 : max;
+}
 
 /* The pub/sub state: one per process, pubsub.c's.  The thread's half gets
  * it only by pointer (ps), from the thread's argument and from each call

@@ -258,8 +258,7 @@ static void lost_node(struct dist__ps_state *ps, struct dist__node *n)
          * that refuses us after accepting): back off as after a failed
          * connect, instead of reconnecting in a tight loop */
         n->retry_at = dist__now_ms() + (uint64_t)n->backoff;
-        if (n->backoff < 1000)
-            n->backoff *= 2;
+        n->backoff = dist__ps_backoff_next(n->backoff, BACKOFF_MAX_MS);
     }
     n->connected_at = 0;
     for (ch = ps->chans; ch; ch = ch->next) {
@@ -623,8 +622,7 @@ static void open_nodes(struct dist__ps_state *ps, struct loop *l,
             struct dist__chan *ch;
             dist__topo_stale();
             n->retry_at = dist__now_ms() + (uint64_t)n->backoff;
-            if (n->backoff < 1000)
-                n->backoff *= 2;
+            n->backoff = dist__ps_backoff_next(n->backoff, BACKOFF_MAX_MS);
             if (*next > n->retry_at)
                 *next = n->retry_at;
             /* on a cluster its channels are placed again: the map may
