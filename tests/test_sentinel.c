@@ -4,7 +4,8 @@
  * FAILOVER, SIGKILL and SIGSTOP of the master with a lock held and a waiter
  * blocked, the lost lock that the replica check exists to prevent, and
  * (a lying sentinel) no try begun past a timed call's deadline after a
- * hold on a deposed master was given back. */
+ * hold on a deposed master was given back, and a deferred release owed
+ * on the old master read within a timed call's bound. */
 #include <errno.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -16,6 +17,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -24,6 +26,7 @@
 #include "testhelp.h"
 #include "harness_sentinel.h"
 #include "harness_liar.h"
+#include "harness_proxy.h"
 #include "hahelp.h"
 #include "fixture.h"
 
@@ -767,6 +770,139 @@ static void test_no_try_past_deadline_on_deposed(void **state)
     assert_int_equal(WEXITSTATUS(st), 0);
 }
 
+/* ---- a deferred release's reply read within a timed call's bound ---- */
+
+#define BEHIND_T_MS  2000UL /* the child's command timeout */
+#define BEHIND_DL_S  0.1    /* its timed lock's deadline, from its start */
+#define BEHIND_DELAY 150    /* ms each way on the new master's proxy */
+
+struct behind_report {
+    int rc;
+    double took; /* s, the timed lock */
+};
+
+static void *trylock_other(void *arg)
+{
+    dist_mutex_t o;
+
+    if (dist_mutex_init(&o, arg, NULL) == 0) {
+        if (dist_mutex_trylock(&o) == 0)
+            dist_mutex_unlock(&o);
+        dist_mutex_destroy(&o);
+    }
+    return NULL;
+}
+
+/* The child of test_behind_read_by_deadline: a mutex with deferred
+ * release, held on the first master; when the parent says (go), its
+ * unlock, a thread of its own finding the master gone, and the timed
+ * lock.  Reports on out. */
+static void behind_child(const char *url, const char *name, int go, int out)
+{
+    struct behind_report rep = { -1, 0 };
+    char other[80], c;
+    struct timespec dl;
+    dist_mutexattr_t a;
+    dist_mutex_t m;
+    pthread_t th;
+    double t0;
+
+    snprintf(other, sizeof other, "%s-other", name);
+    dist_mutexattr_init(&a);
+    dist_mutexattr_setdeferred(&a, 1);
+    if (dist_set_url(url) != 0 || dist_set_timeout_ms(BEHIND_T_MS) != 0 ||
+        dist_set_replica_wait_ms(0) != 0 || dist_mutex_init(&m, name, &a) ||
+        dist_mutex_lock(&m) != 0 || write(out, &rep, sizeof rep) < 0 ||
+        read(go, &c, 1) != 1)
+        _exit(3);
+    /* the map is read again after a failure only 100 ms after the last
+     * time (topo.c) */
+    tu_sleep_ms(200);
+    if (dist_mutex_unlock(&m) != 0)
+        _exit(3);
+    /* another thread's link to the old master fails: the map is read
+     * again, and names the new one */
+    if (pthread_create(&th, NULL, trylock_other, other) != 0 ||
+        pthread_join(th, NULL) != 0)
+        _exit(4);
+    t0 = tu_now();
+    dl = realtime_in(BEHIND_DL_S);
+    rep.rc = dist_mutex_timedlock(&m, &dl);
+    rep.took = tu_now() - t0;
+    if (rep.rc != 0)
+        fprintf(stderr, "    timedlock = %d: %s\n", rep.rc,
+                dist_last_error());
+    if (write(out, &rep, sizeof rep) < 0)
+        _exit(5);
+    _exit(0);
+}
+
+/* An owner's deferred release is owed on its link to a master when the
+ * sentinels name another: its next lock goes there, and reads the release
+ * ahead from the old link afterwards.  For a timed call that read ends
+ * by the bound of its first try, its deadline and a command timeout after
+ * (it was a command timeout from the end of the try, which may have run
+ * as long).  The old master swallows everything from the release on; the
+ * new one answers slowly. */
+static void test_behind_read_by_deadline(void **state)
+{
+    struct behind_report rep;
+    char url[128], name[64], ans[2][64];
+    tu_redis_t node[2];
+    tu_proxy_t *px[2];
+    tu_liar_t *liar;
+    int go[2], out, i, st;
+    ssize_t got;
+    long asked;
+    pid_t pid;
+
+    (void)state;
+    memset(node, 0, sizeof node);
+    for (i = 0; i < 2; i++) {
+        assert_int_equal(tu_redis_start(&node[i]), 0);
+        assert_non_null(px[i] = tu_proxy_start(&node[i]));
+        master_answer(ans[i], sizeof ans[i], tu_proxy_port(px[i]));
+    }
+    tu_proxy_set_delay(px[1], BEHIND_DELAY);
+    assert_non_null(liar = tu_liar_start());
+    /* the first master for the map and the check when connecting to it,
+     * then the second */
+    tu_liar_add(liar, &(struct tu_lie){
+                          .cmd = "SENTINEL", .bytes = ans[0], .times = 2 });
+    tu_liar_add(liar, &(struct tu_lie){ .cmd = "SENTINEL", .bytes = ans[1] });
+    snprintf(url, sizeof url, "redis-sentinel://127.0.0.1:%d/distlock",
+             tu_liar_port(liar));
+    lock_name(name, sizeof name, "behind");
+    assert_int_equal(pipe(go), 0);
+    if ((pid = fork_piped(&out)) == 0)
+        behind_child(url, name, go[0], out);
+    close(go[0]);
+    rep.rc = -1;
+    assert_int_equal(read(out, &rep, sizeof rep), sizeof rep); /* held */
+    tu_proxy_blackhole(px[0], 1);
+    tu_proxy_reset_new(px[0], 1);
+    assert_int_equal(write(go[1], "g", 1), 1);
+    got = read(out, &rep, sizeof rep);
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    close(go[1]);
+    close(out);
+    asked = tu_liar_count(liar, "SENTINEL");
+    tu_liar_stop(liar);
+    for (i = 0; i < 2; i++) {
+        tu_proxy_stop(px[i]);
+        tu_redis_stop(&node[i]);
+    }
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+    assert_int_equal(got, sizeof rep);
+    fprintf(stderr,
+            "    timed lock behind a release owed: %.2f s (sentinel asked "
+            "%ld times)\n",
+            rep.took, asked);
+    assert_int_equal(rep.rc, 0);
+    assert_true(rep.took < BEHIND_DL_S + BEHIND_T_MS / 1000.0 + slack(0.5));
+}
+
 int main(void)
 {
     static struct failover_case by_command = { F_COMMAND, "failover" },
@@ -787,6 +923,7 @@ int main(void)
         cmocka_unit_test_teardown(test_no_double_grant_in_stale_window,
                                   resume_all),
         cmocka_unit_test(test_no_try_past_deadline_on_deposed),
+        cmocka_unit_test(test_behind_read_by_deadline),
     };
     /* e.g. TEST_SENTINEL_FILTER='*stale*' runs that one */
     const char *filter = getenv("TEST_SENTINEL_FILTER");
