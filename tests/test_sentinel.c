@@ -778,7 +778,14 @@ static void test_no_try_past_deadline_on_deposed(void **state)
 
 struct behind_report {
     int rc;
-    double took; /* s, the timed lock */
+    double took; /* s, the timed lock or the trylock */
+};
+
+/* The call behind the release: a timed lock (its bound is its deadline
+ * and T after), or a trylock (T from its start, docs/design.md). */
+struct behind_case {
+    int timed;
+    double bound_s; /* without slack */
 };
 
 static void *trylock_other(void *arg)
@@ -796,8 +803,9 @@ static void *trylock_other(void *arg)
 /* The child of test_behind_read_by_deadline: a mutex with deferred
  * release, held on the first master; when the parent says (go), its
  * unlock, a thread of its own finding the master gone, and the timed
- * lock.  Reports on out. */
-static void behind_child(const char *url, const char *name, int go, int out)
+ * lock or the trylock.  Reports on out. */
+static void behind_child(const char *url, const char *name, int timed, int go,
+                         int out)
 {
     struct behind_report rep = { -1, 0 };
     char other[80], c;
@@ -827,11 +835,11 @@ static void behind_child(const char *url, const char *name, int go, int out)
         _exit(4);
     t0 = tu_now();
     dl = realtime_in(BEHIND_DL_S);
-    rep.rc = dist_mutex_timedlock(&m, &dl);
+    rep.rc = timed ? dist_mutex_timedlock(&m, &dl) : dist_mutex_trylock(&m);
     rep.took = tu_now() - t0;
     if (rep.rc != 0)
-        fprintf(stderr, "    timedlock = %d: %s\n", rep.rc,
-                dist_last_error());
+        fprintf(stderr, "    %s = %d: %s\n", timed ? "timedlock" : "trylock",
+                rep.rc, dist_last_error());
     if (write(out, &rep, sizeof rep) < 0)
         _exit(5);
     _exit(0);
@@ -839,13 +847,15 @@ static void behind_child(const char *url, const char *name, int go, int out)
 
 /* An owner's deferred release is owed on its link to a master when the
  * sentinels name another: its next lock goes there, and reads the release
- * ahead from the old link afterwards.  For a timed call that read ends
- * by the bound of its first try, its deadline and a command timeout after
- * (it was a command timeout from the end of the try, which may have run
- * as long).  The old master swallows everything from the release on; the
- * new one answers slowly. */
+ * ahead from the old link afterwards.  That read ends by the bound of its
+ * first try: for a timed call its deadline and a command timeout after,
+ * for a trylock a command timeout from its start (it was a command
+ * timeout from the end of the try, which may have run as long).  The old
+ * master swallows everything from the release on; the new one answers
+ * slowly. */
 static void test_behind_read_by_deadline(void **state)
 {
+    const struct behind_case *bc = *state;
     struct behind_report rep;
     char url[128], name[64], ans[2][64];
     tu_redis_t node[2];
@@ -856,7 +866,6 @@ static void test_behind_read_by_deadline(void **state)
     long asked;
     pid_t pid;
 
-    (void)state;
     memset(node, 0, sizeof node);
     for (i = 0; i < 2; i++) {
         assert_int_equal(tu_redis_start(&node[i]), 0);
@@ -875,7 +884,7 @@ static void test_behind_read_by_deadline(void **state)
     lock_name(name, sizeof name, "behind");
     assert_int_equal(pipe(go), 0);
     if ((pid = fork_piped(&out)) == 0)
-        behind_child(url, name, go[0], out);
+        behind_child(url, name, bc->timed, go[0], out);
     close(go[0]);
     rep.rc = -1;
     assert_int_equal(read(out, &rep, sizeof rep), sizeof rep); /* held */
@@ -896,11 +905,11 @@ static void test_behind_read_by_deadline(void **state)
     assert_int_equal(WEXITSTATUS(st), 0);
     assert_int_equal(got, sizeof rep);
     fprintf(stderr,
-            "    timed lock behind a release owed: %.2f s (sentinel asked "
-            "%ld times)\n",
-            rep.took, asked);
+            "    %s behind a release owed: %.2f s (sentinel asked %ld "
+            "times)\n",
+            bc->timed ? "timed lock" : "trylock", rep.took, asked);
     assert_int_equal(rep.rc, 0);
-    assert_true(rep.took < BEHIND_DL_S + BEHIND_T_MS / 1000.0 + slack(0.5));
+    assert_true(rep.took < bc->bound_s + slack(0.5));
 }
 
 int main(void)
@@ -908,6 +917,9 @@ int main(void)
     static struct failover_case by_command = { F_COMMAND, "failover" },
                                 by_kill = { F_KILL, "kill" },
                                 by_stop = { F_STOP, "stop" };
+    static struct behind_case timed = { 1,
+                                        BEHIND_DL_S + BEHIND_T_MS / 1000.0 },
+                              try = { 0, BEHIND_T_MS / 1000.0 };
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_lock_reaches_a_replica, resume_all),
         cmocka_unit_test_teardown(test_no_replica_ack_fails_cleanly,
@@ -923,7 +935,10 @@ int main(void)
         cmocka_unit_test_teardown(test_no_double_grant_in_stale_window,
                                   resume_all),
         cmocka_unit_test(test_no_try_past_deadline_on_deposed),
-        cmocka_unit_test(test_behind_read_by_deadline),
+        param_test(test_behind_read_by_deadline, test_behind_read_by_deadline,
+                   &timed, NULL),
+        param_test(test_behind_trylock_read_by_t,
+                   test_behind_read_by_deadline, &try, NULL),
     };
     /* e.g. TEST_SENTINEL_FILTER='*stale*' runs that one */
     const char *filter = getenv("TEST_SENTINEL_FILTER");

@@ -66,6 +66,18 @@ static uint64_t past_deadline(uint64_t deadline)
     return (deadline > now ? deadline : now) + dist__timeout_ms() + 1;
 }
 
+/* By when the release an acquire went behind is read (dist__behind_done),
+ * taken before its first try: when that try must end, a timed call's
+ * past_deadline, else one command timeout from the try's start, so that
+ * a trylock behind it keeps its T (docs/design.md).  That release's reply
+ * was due before the call began: one later than this is settled as
+ * unknown. */
+static uint64_t behind_bound(uint64_t deadline)
+{
+    return deadline ? past_deadline(deadline)
+                    : dist__now_ms() + dist__timeout_ms() + 1;
+}
+
 static void note_unknown(struct dist__call *c)
 {
     struct dist__state *st = c->o->st;
@@ -608,7 +620,7 @@ static int acquire(struct dist__obj *o, int mode, int try_only,
         k->before_wait(&c, until);
     dist__go_behind(&c);
     /* the release ahead is read by when the first try must end */
-    behind_by = past_deadline(until);
+    behind_by = behind_bound(until);
     rc = try_only ? try_once(&c) : try_patiently(&c, until);
     dist__behind_done(&c, rc, behind_by);
     queued =

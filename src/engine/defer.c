@@ -242,8 +242,10 @@ void dist__go_behind(struct dist__call *c)
 
 /* After the acquire's first try: the release ahead of it is read (if its
  * link was not: the try went to another server), by until, the bound of
- * a timed call's first try (a command timeout from now, as before, ran
- * on past it), then acted on.  A release that did not run, or may not
+ * the first try (a command timeout from now, as before, ran a trylock on
+ * to 2T), then acted on.  What has arrived is read also when until has
+ * passed; a reply not read by then leaves the link broken and the
+ * release's outcome unknown, settled below.  A release that did not run, or may not
  * have, left the old hold: an acquire that took the lock counted it (the
  * fix-up gives one back), one that failed leaves it to the renewal
  * thread, one that did not take it found it gone. */
@@ -256,6 +258,8 @@ void dist__behind_done(struct dist__call *c, int rc, uint64_t until)
     if (!d)
         return;
     c->behind = NULL;
+    if (d->outcome == 0 && d->on)
+        dist__link_settle(d->on, 0);
     if (d->outcome == 0 && d->on)
         dist__link_settle(d->on, dist__link_deadline(d->on, until));
     pthread_mutex_lock(&st->mu);
