@@ -491,32 +491,45 @@ static int unlock_of(void *m)
     return dist_mutex_unlock(m);
 }
 
+/* Who else is there when the hold is found lost, and how deep the
+ * owner's recursion is. */
+struct lost_case {
+    const char *tag;
+    int with_waiter;
+    int depth;
+};
+
 /* An unlock of a cohort hold the renewal thread found lost but has not
  * reported yet (its report waits behind another lock's handler): EPERM,
  * and the handler has heard of it, once, when the unlock returns; with a
  * local waiter queued too (the unlock then first asks whether the hold
  * may pass to it).  The cohort's unlock releases through the engine,
- * which makes the report (test_mutex test_unlock_while_loss_reported). */
+ * which makes the report (test_mutex test_unlock_while_loss_reported).
+ * Deeper in a recursion, the first unlock says so all the same and lets
+ * go of every hold, as a plain recursive mutex's does: the unlocks after
+ * it find nothing held (EPERM), and the waiter takes the lock anew. */
 static void test_unlock_of_hold_found_lost(void **state)
 {
-    const int *with_waiter = *state;
-    char name[200], other[200];
+    const struct lost_case *lc = *state;
+    char name[200], other[200], tag[64];
     dist_mutex_t m, o;
     struct waiter w = { &m, 0, -1, -1, 0 };
     pthread_t th;
     struct fx_held_up_call call;
-    int other_rc;
+    int other_rc, i, deeper_rc = EPERM;
 
-    NAME(name, *with_waiter ? "waited" : "alone");
-    NAME(other, *with_waiter ? "waited-other" : "alone-other");
+    NAME(name, lc->tag);
+    snprintf(tag, sizeof tag, "%s-other", lc->tag);
+    NAME(other, tag);
     fx_watch_held_up();
     assert_int_equal(init_cohort(&m, name, DIST_MUTEX_RECURSIVE), 0);
     assert_int_equal(dist_mutex_init(&o, other, NULL), 0);
     /* the plain mutex is renewed, and reported, first: the newest entry's
      * batch comes first in the round */
-    assert_int_equal(dist_mutex_lock(&m), 0);
+    for (i = 0; i < lc->depth; i++)
+        assert_int_equal(dist_mutex_lock(&m), 0);
     assert_int_equal(dist_mutex_lock(&o), 0);
-    if (*with_waiter) {
+    if (lc->with_waiter) {
         assert_int_equal(pthread_create(&th, NULL, waiter_main, &w), 0);
         while (!__atomic_load_n(&w.started, __ATOMIC_SEQ_CST))
             usleep(1000);
@@ -527,13 +540,19 @@ static void test_unlock_of_hold_found_lost(void **state)
     assert_int_equal(tu_cmd_int(&r, "DEL", name, other, NULL), 2);
     fx_held_up_call(&call, unlock_of, &m, name);
     other_rc = dist_mutex_unlock(&o);
-    if (*with_waiter)
+    for (i = 1; i < lc->depth; i++) { /* nothing left to let go of */
+        int d = dist_mutex_unlock(&m);
+        if (d != EPERM)
+            deeper_rc = d;
+    }
+    if (lc->with_waiter)
         assert_int_equal(pthread_join(th, NULL), 0);
     dist_set_lost_handler(NULL, NULL);
     fx_held_up_check(&call, other, "unlock", "mutex");
+    assert_int_equal(deeper_rc, EPERM);
     assert_int_equal(other_rc, EPERM);
     assert_int_equal(fx_lost_calls(name), 1);
-    if (*with_waiter) { /* it took the lock anew */
+    if (lc->with_waiter) { /* it took the lock anew */
         assert_int_equal(w.rc, 0);
         assert_int_equal(w.unlock_rc, 0);
     }
@@ -581,7 +600,9 @@ static void test_fork(void **state)
 
 int main(void)
 {
-    static int alone = 0, waited = 1;
+    static const struct lost_case alone = { "alone", 0, 1 },
+                                  waited = { "waited", 1, 1 },
+                                  deep = { "deep", 1, 2 };
     const struct CMUnitTest tests[] = {
         FX_TEST(test_attribute),
         FX_TEST(test_fair_refused),
@@ -598,6 +619,9 @@ int main(void)
                    fx_restore_defaults),
         param_test(test_unlock_of_hold_found_lost_waited,
                    test_unlock_of_hold_found_lost, &waited,
+                   fx_restore_defaults),
+        param_test(test_unlock_of_hold_found_lost_deep,
+                   test_unlock_of_hold_found_lost, &deep,
                    fx_restore_defaults),
         FX_TEST(test_fork),
     };

@@ -334,6 +334,26 @@ static int may_hand_off(struct dist__cohort *co, struct dist__obj *o)
     return ok && co->head; /* that waiter may have timed out meanwhile */
 }
 
+/* An unlock of one of several recursive holds: one fewer, unless the hold
+ * was found lost.  Then this unlock is the last, as a plain recursive
+ * mutex's is: it lets go of them all and says EPERM, the lost handler
+ * told first (before, it said 0, and only the last unlock told).  Returns
+ * whether holds remain.  mu held; let go and taken again around the
+ * check (only the owner changes depth). */
+static int one_fewer(struct dist__cohort *co, struct dist__obj *o)
+{
+    int ok;
+
+    if (co->depth <= 1)
+        return 0;
+    pthread_mutex_unlock(&co->mu);
+    ok = alive(co, o);
+    pthread_mutex_lock(&co->mu);
+    if (ok)
+        co->depth--;
+    return ok;
+}
+
 int dist__cohort_unlock(struct dist__obj *o)
 {
     struct dist__cohort *co = cohort_of(o);
@@ -348,10 +368,11 @@ int dist__cohort_unlock(struct dist__obj *o)
         return dist__err_lock(EPERM, "mutex", name_of(o),
                               " is not held by this thread");
     }
-    if (--co->depth > 0) {
+    if (one_fewer(co, o)) {
         pthread_mutex_unlock(&co->mu);
         return 0;
     }
+    co->depth = 0;
     if (may_hand_off(co, o)) {
         if (co->run_tno == me && co->run_n < RUN_MAX &&
             now_ns() - co->run_start < RUN_MAX_NS) {
