@@ -1010,6 +1010,19 @@ static redisContext *monitor_start(void)
     return c;
 }
 
+/* A round trip through the proxy: what the server sent before it, on any
+ * connection, has been forwarded (the proxy's one thread forwards in
+ * order of arrival).  1 when it worked. */
+static int proxy_round_trip(void)
+{
+    redisContext *c = proxy_client(g_proxy, 2000);
+    int ok = c && !c->err && ping(c);
+
+    if (c)
+        redisFree(c);
+    return ok;
+}
+
 /* Waits, reading mon, until the thread that waits for the plain mutex
  * name sleeps, secs at most: the server subscribed it to the lock's
  * channel (no holder left a mark: the release wakes the channel), then
@@ -1022,8 +1035,7 @@ static int await_asleep(redisContext *mon, const char *name, double secs)
 {
     char chan[260], lock[260];
     double end = tu_now() + secs;
-    int subscribed = 0, tried = 0, ok;
-    redisContext *c;
+    int subscribed = 0, tried = 0;
     redisReply *x;
 
     snprintf(chan, sizeof chan, "\"redisson_lock__channel:{%s}\"", name);
@@ -1037,11 +1049,28 @@ static int await_asleep(redisContext *mon, const char *name, double secs)
             tried = strstr(x->str, "\"EVALSHA\"") && strstr(x->str, lock);
         freeReplyObject(x);
     }
-    c = tried ? proxy_client(g_proxy, 2000) : NULL;
-    ok = c && !c->err && ping(c);
-    if (c)
-        redisFree(c);
-    return ok;
+    return tried && proxy_round_trip();
+}
+
+/* Waits, reading mon, until the server has run a script call that names
+ * the lock name (quoted as MONITOR quotes it), secs at most; then, as in
+ * await_asleep, a round trip through the proxy has brought its reply
+ * through it.  1 when it has. */
+static int await_script_on(redisContext *mon, const char *name, double secs)
+{
+    char quoted[260];
+    double end = tu_now() + secs;
+    int seen = 0;
+    redisReply *x;
+
+    snprintf(quoted, sizeof quoted, " \"%s\"", name);
+    while (!seen && tu_now() < end &&
+           redisGetReply(mon, (void **)&x) == REDIS_OK) {
+        seen = x->type == REDIS_REPLY_STATUS &&
+               strstr(x->str, "\"EVALSHA\"") && strstr(x->str, quoted);
+        freeReplyObject(x);
+    }
+    return seen && proxy_round_trip();
 }
 
 /*
@@ -1049,8 +1078,8 @@ static int await_asleep(redisContext *mon, const char *name, double secs)
  * and closes nothing) while this process holds a lock, releases another,
  * tries a third, and a thread waits for a fourth held by another client
  * (which reaches Redis directly and lets go meanwhile).  The calls give EIO
- * within a few command timeouts; once the path is back, the next call
- * works at once, the held lock is still ours, the release that timed out
+ * within a few command timeouts; once the path is back and the library
+ * has settled the lock's lost reply, the next call works at once, the held lock is still ours, the release that timed out
  * is finished by the library, and the waiter gets its lock without sitting
  * out the other client's 30 s lease.
  */
@@ -1065,9 +1094,9 @@ static void test_blackhole(void **state)
     pid_t pid;
     long long cnt = 0;
     unsigned long conns;
-    double t_on, t_off, t0, el_recover;
+    double t_on, t_off, t0, el_recover, el_settle;
     redisContext *mon;
-    int rc_after, asleep;
+    int rc_after, asleep, settled;
 
     (void)state;
     NAME(nheld, "held");
@@ -1151,9 +1180,20 @@ static void test_blackhole(void **state)
         tu_sleep_ms(10);
     assert_false(atomic_load(&wa.done)); /* still waiting */
     assert_true(tu_proxy_swallowed(g_proxy) > 0);
+    mon = monitor_start();
+    assert_non_null(mon);
     /* the path comes back during this call: its start is the reference */
     t_off = tu_now();
     tu_proxy_blackhole(g_proxy, 0);
+    /* The lock's lost reply is settled by the renewal thread, after the
+     * call it has under way gives up (a command timeout at most): the
+     * next lock of m waits for that, two command timeouts at most, and
+     * under load the settle can take longer (it once needed 0.3 s of the
+     * 0.6).  Its script reaching the server, and its reply the proxy, is
+     * the condition; the lock then only waits for the thread to read it. */
+    settled = await_script_on(mon, nm, slack(10.0));
+    el_settle = tu_now() - t_off;
+    redisFree(mon);
     t0 = tu_now();
     rc_after = dist_mutex_lock(&m);
     el_recover = tu_now() - t0;
@@ -1164,8 +1204,9 @@ static void test_blackhole(void **state)
 
     print_message(
         "  blackhole 1.5 s: lock EIO after %.3f s, unlock EIO after "
-        "%.3f s; after it: lock %.3f s, the waiter got in %.3f s\n",
-        lk.el, unl.el, el_recover, wa.t - t_off);
+        "%.3f s; after it: settled in %.3f s, lock %.3f s, the waiter "
+        "got in %.3f s\n",
+        lk.el, unl.el, el_settle, el_recover, wa.t - t_off);
     print_message("  lock's error: %s\n", lk.err);
     assert_int_equal(lk.rc, EIO);
     assert_dbl_range(lk.el, 0.3, 6 * 0.3 + slack(1.0));
@@ -1173,6 +1214,8 @@ static void test_blackhole(void **state)
     assert_dbl_range(unl.el, 0.3, 6 * 0.3 + slack(1.0));
     assert_true(child_exit_ok(st, 0));
 
+    assert_true(settled); /* soon, not after the lease: */
+    assert_dbl_range(el_settle, 0.0, 4 * 0.3 + 0.5 + slack(1.0));
     assert_int_equal(rc_after, 0);
     assert_dbl_range(el_recover, 0.0, 4 * 0.3 + 0.5 + slack(1.0));
     assert_true(tu_proxy_connections(g_proxy) > conns); /* reconnected */
