@@ -1079,9 +1079,10 @@ static int await_script_on(redisContext *mon, const char *name, double secs)
  * tries a third, and a thread waits for a fourth held by another client
  * (which reaches Redis directly and lets go meanwhile).  The calls give EIO
  * within a few command timeouts; once the path is back and the library
- * has settled the lock's lost reply, the next call works at once, the held lock is still ours, the release that timed out
- * is finished by the library, and the waiter gets its lock without sitting
- * out the other client's 30 s lease.
+ * has settled the lock's lost reply, the next call works at once, the held
+ * lock is still ours, the release that timed out is finished by the
+ * library, and the waiter gets its lock without sitting out the other
+ * client's 30 s lease.
  */
 static void test_blackhole(void **state)
 {
@@ -1188,9 +1189,10 @@ static void test_blackhole(void **state)
     /* The lock's lost reply is settled by the renewal thread, after the
      * call it has under way gives up (a command timeout at most): the
      * next lock of m waits for that, two command timeouts at most, and
-     * under load the settle can take longer (it once needed 0.3 s of the
-     * 0.6).  Its script reaching the server, and its reply the proxy, is
-     * the condition; the lock then only waits for the thread to read it. */
+     * the settle takes about 0.3 s of those 0.6 unloaded: under load it
+     * can take longer.  Its script reaching the server, and its reply the
+     * proxy, is the condition; the lock then only waits for the thread to
+     * read it. */
     settled = await_script_on(mon, nm, slack(10.0));
     el_settle = tu_now() - t_off;
     redisFree(mon);
