@@ -498,7 +498,9 @@ void fx_held_up_call(struct fx_held_up_call *c, int (*call)(void *),
 {
     c->rc = c->calls = -1;
     c->entered = fx_held_up_entered(10.0, c->first, sizeof c->first);
-    if (c->entered) {
+    /* the report held up must be another lock's: were it name's own, the
+     * call would wait for it, and so for ever (the check then fails) */
+    if (c->entered && strcmp(c->first, name) != 0) {
         c->rc = call(arg);
         c->calls = fx_lost_calls(name);
     }

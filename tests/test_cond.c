@@ -780,9 +780,12 @@ static void test_wait_on_hold_found_lost(void **state)
     assert_int_equal(dist_mutex_init(&m, n.m, NULL), 0);
     assert_int_equal(dist_mutex_init(&m2, other, NULL), 0);
     assert_int_equal(dist_cond_init(&c, n.c[0], NULL), 0);
-    /* m2 is renewed, and reported, first: the newest entry comes first */
-    assert_int_equal(dist_mutex_lock(&m), 0);
+    /* m2 is renewed, and reported, first: a round goes in order of the
+     * entries' due times (each a period after its lock), so m2 is taken a
+     * few ms before m */
     assert_int_equal(dist_mutex_lock(&m2), 0);
+    tu_sleep_ms(5);
+    assert_int_equal(dist_mutex_lock(&m), 0);
     /* both gone at once: one renewal round finds them both */
     assert_int_equal(tu_cmd_int(&r, "DEL", n.m, other, NULL), 2);
     fx_held_up_call(&call, timed_wait_of, &w, n.m);
