@@ -2,6 +2,7 @@
  * fixture: one private server for a group of lock tests and the library's
  * settings around it (fixture.h).
  */
+#define _GNU_SOURCE /* program_invocation_short_name */
 #include "fixture.h"
 
 #include <errno.h>
@@ -111,13 +112,14 @@ int fx_group_teardown(void **state)
 
 int fx_restore_defaults(void **state)
 {
-    (void)state;
+    int rc = fx_own_teardown(state);
+
     if (fx_dirty) {
         dist_set_lost_handler(NULL, NULL);
         (void)fx_apply(g_redis->url_unix, g_settings);
         fx_dirty = 0;
     }
-    return 0;
+    return rc;
 }
 
 tu_proxy_t *fx_proxy_up(tu_redis_t *r)
@@ -540,4 +542,127 @@ char *fx_name_too_long(void)
     memset(big, 'a', DIST_NAME_MAX + 1);
     big[DIST_NAME_MAX + 1] = 0;
     return big;
+}
+
+/* ---- objects a test owns ---------------------------------------------- */
+
+struct fx_own {
+    union {
+        dist_mutex_t m;
+        dist_rwlock_t rw;
+        dist_cond_t c;
+        dist_sem_t s;
+    } u;
+    int (*destroy)(struct fx_own *o);
+    char name[200];
+};
+
+static struct fx_own g_own[FX_OWN_MAX];
+static int g_nown;
+
+static int own_mutex_destroy(struct fx_own *o)
+{
+    return dist_mutex_destroy(&o->u.m);
+}
+
+static int own_rwlock_destroy(struct fx_own *o)
+{
+    return dist_rwlock_destroy(&o->u.rw);
+}
+
+static int own_cond_destroy(struct fx_own *o)
+{
+    return dist_cond_destroy(&o->u.c);
+}
+
+static int own_sem_destroy(struct fx_own *o)
+{
+    return dist_sem_destroy(&o->u.s);
+}
+
+/* The next free slot, named; it is the test's once kept (own_keep), after
+ * its init succeeded. */
+static struct fx_own *own_slot(const char *test, const char *tag)
+{
+    struct fx_own *o;
+
+    if (g_nown == FX_OWN_MAX)
+        fail_msg("%s: more than %d objects of the test's own", test,
+                 FX_OWN_MAX);
+    o = &g_own[g_nown];
+    test_lock_name(o->name, sizeof o->name, program_invocation_short_name,
+                   test, tag);
+    return o;
+}
+
+static void *own_keep(struct fx_own *o, int rc,
+                      int (*destroy)(struct fx_own *))
+{
+    if (rc != 0)
+        fail_msg("init of %s: %s", o->name, strerror(rc));
+    o->destroy = destroy;
+    g_nown++;
+    return &o->u;
+}
+
+dist_mutex_t *fx_own_mutex(const char *test, const char *tag,
+                           const dist_mutexattr_t *attr)
+{
+    struct fx_own *o = own_slot(test, tag);
+
+    return own_keep(o, dist_mutex_init(&o->u.m, o->name, attr),
+                    own_mutex_destroy);
+}
+
+dist_rwlock_t *fx_own_rwlock(const char *test, const char *tag,
+                             const dist_rwlockattr_t *attr)
+{
+    struct fx_own *o = own_slot(test, tag);
+
+    return own_keep(o, dist_rwlock_init(&o->u.rw, o->name, attr),
+                    own_rwlock_destroy);
+}
+
+dist_cond_t *fx_own_cond(const char *test, const char *tag,
+                         const dist_condattr_t *attr)
+{
+    struct fx_own *o = own_slot(test, tag);
+
+    return own_keep(o, dist_cond_init(&o->u.c, o->name, attr),
+                    own_cond_destroy);
+}
+
+dist_sem_t *fx_own_sem(const char *test, const char *tag, unsigned initial,
+                       const dist_semattr_t *attr)
+{
+    struct fx_own *o = own_slot(test, tag);
+
+    return own_keep(o, dist_sem_init(&o->u.s, o->name, initial, attr),
+                    own_sem_destroy);
+}
+
+const char *fx_name(const void *obj)
+{
+    for (int i = 0; i < g_nown; i++)
+        if ((const void *)&g_own[i].u == obj)
+            return g_own[i].name;
+    fail_msg("fx_name: not an object of the test's own");
+    return NULL;
+}
+
+int fx_own_teardown(void **state)
+{
+    int bad = 0;
+
+    (void)state;
+    while (g_nown > 0) {
+        struct fx_own *o = &g_own[--g_nown];
+        int rc = o->destroy(o);
+
+        if (rc != 0) {
+            print_error("destroy of %s: %s\n", o->name, strerror(rc));
+            bad = -1;
+        }
+    }
+    return bad;
 }

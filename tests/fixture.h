@@ -226,4 +226,35 @@ pid_t fx_fork_holder(int (*lock)(void *), void *obj);
  * on the heap (free it). */
 char *fx_name_too_long(void);
 
+/* ---- objects a test owns ---------------------------------------------- */
+/* fx_mutex(), fx_rwlock(), fx_cond(), fx_sem(): an object made on a name of
+ * the test's own ("<prog>:<test>:<tag>:<pid>", as NAME in the programs)
+ * and kept by the fixture until the test's teardown (fx_restore_defaults,
+ * fx_own_teardown), which destroys the test's objects, the last made
+ * first, and fails the test when a destroy does not return 0.  So a test
+ * declares no name buffer and ends without destroy calls of its own; one
+ * whose subject is destroy still makes and destroys its objects itself.
+ * An init that fails fails the test.  At most FX_OWN_MAX objects a test. */
+#define FX_OWN_MAX                 8
+#define fx_mutex(tag, attr)        fx_own_mutex(__func__, tag, attr)
+#define fx_rwlock(tag, attr)       fx_own_rwlock(__func__, tag, attr)
+#define fx_cond(tag, attr)         fx_own_cond(__func__, tag, attr)
+#define fx_sem(tag, initial, attr) fx_own_sem(__func__, tag, initial, attr)
+dist_mutex_t *fx_own_mutex(const char *test, const char *tag,
+                           const dist_mutexattr_t *attr);
+dist_rwlock_t *fx_own_rwlock(const char *test, const char *tag,
+                             const dist_rwlockattr_t *attr);
+dist_cond_t *fx_own_cond(const char *test, const char *tag,
+                         const dist_condattr_t *attr);
+dist_sem_t *fx_own_sem(const char *test, const char *tag, unsigned initial,
+                       const dist_semattr_t *attr);
+/* The name an object of the test's own was made on. */
+const char *fx_name(const void *obj);
+/* Teardown of a test that is not run by fx_run_group (cmocka's
+ * cmocka_unit_test_teardown(f, fx_own_teardown)): the test's objects
+ * destroyed, as above. */
+int fx_own_teardown(void **state);
+/* An entry of main's table for such a test. */
+#define FX_OWN_TEST(f) cmocka_unit_test_teardown(f, fx_own_teardown)
+
 #endif

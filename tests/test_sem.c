@@ -110,37 +110,32 @@ static int post_of(void *s)
  * condition wait (test_cond test_wait_on_hold_found_lost). */
 static void test_post_of_permit_found_lost(void **state)
 {
-    char name[200], other[200], holds[256];
-    dist_sem_t s;
-    dist_mutex_t m;
+    dist_sem_t *s = fx_sem("s", 1, NULL);
+    dist_mutex_t *m = fx_mutex("m", NULL);
+    const char *name = fx_name(s), *other = fx_name(m);
     struct fx_held_up_call call;
+    char holds[256];
     int unlock_rc;
 
     (void)state;
-    NAME(name, "s");
-    NAME(other, "m");
     snprintf(holds, sizeof holds, "distlock_sem_holds:{%s}", name);
     fx_watch_held_up();
-    assert_int_equal(dist_sem_init(&s, name, 1, NULL), 0);
-    assert_int_equal(dist_mutex_init(&m, other, NULL), 0);
     /* the mutex is renewed, and reported, first: a round goes in order of
      * the entries' due times (each a period after its hold), so it is taken
      * a few ms before the permit */
-    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_mutex_lock(m), 0);
     tu_sleep_ms(5);
-    assert_int_equal(dist_sem_wait(&s), 0);
+    assert_int_equal(dist_sem_wait(s), 0);
     /* both gone at once: one renewal round finds them both */
     assert_int_equal(tu_cmd_int(&r, "DEL", holds, other, NULL), 2);
-    fx_held_up_call(&call, post_of, &s, name);
-    unlock_rc = dist_mutex_unlock(&m);
+    fx_held_up_call(&call, post_of, s, name);
+    unlock_rc = dist_mutex_unlock(m);
     dist_set_lost_handler(NULL, NULL);
     fx_dirty = 0;
     fx_held_up_check(&call, other, "post", "semaphore");
     assert_int_equal(unlock_rc, EPERM);
     assert_int_equal(fx_lost_calls(name), 1);
     assert_int_equal(fx_lost_calls(other), 1);
-    assert_int_equal(dist_mutex_destroy(&m), 0);
-    assert_int_equal(dist_sem_destroy(&s), 0);
 }
 
 static void test_unowned_posts_and_maximum(void **state)
