@@ -43,18 +43,36 @@ static const struct fx_settings defaults = FX_DEFAULTS(0);
 #define key_exists(key)        tu_cmd_int(&r, "EXISTS", key, NULL)
 #define hget_count(key, field) tu_cmd_int(&r, "HGET", key, field, NULL)
 
-/* A mutex with deferred release on. */
+/* The attributes of a mutex with deferred release on. */
+static void deferred_attr(dist_mutexattr_t *a, int fair)
+{
+    dist_mutexattr_init(a);
+    dist_mutexattr_setdeferred(a, 1);
+    dist_mutexattr_setfair(a, fair);
+}
+
+/* A mutex with deferred release on, for a forked child. */
 static int init_deferred(dist_mutex_t *m, const char *name, int fair)
 {
     dist_mutexattr_t a;
     int rc;
 
-    dist_mutexattr_init(&a);
-    dist_mutexattr_setdeferred(&a, 1);
-    dist_mutexattr_setfair(&a, fair);
+    deferred_attr(&a, fair);
     rc = dist_mutex_init(m, name, &a);
     dist_mutexattr_destroy(&a);
     return rc;
+}
+
+/* A deferred-release mutex of the test's own (fixture.h), not fair. */
+static dist_mutex_t *deferred_mutex(const char *test, const char *tag)
+{
+    dist_mutexattr_t a;
+    dist_mutex_t *m;
+
+    deferred_attr(&a, 0);
+    m = fx_own_mutex(test, tag, &a);
+    dist_mutexattr_destroy(&a);
+    return m;
 }
 
 /* Whether key is gone within secs (polled from the test's own link). */
@@ -96,29 +114,26 @@ static void test_attribute(void **state)
  * usual way (only the last one is deferred); EPERM stays local. */
 static void test_release_runs(void **state)
 {
-    char name[200];
-    dist_mutex_t m;
+    dist_mutex_t *m = deferred_mutex(__func__, "m");
+    const char *name = fx_name(m);
     int i;
 
     (void)state;
-    NAME(name, "m");
-    assert_int_equal(init_deferred(&m, name, 0), 0);
-    assert_int_equal(dist_mutex_unlock(&m), EPERM); /* never held */
-    assert_int_equal(dist_mutex_lock(&m), 0);
-    assert_int_equal(dist_mutex_lock(&m), 0);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_unlock(m), EPERM); /* never held */
+    assert_int_equal(dist_mutex_lock(m), 0);
+    assert_int_equal(dist_mutex_lock(m), 0);
+    assert_int_equal(dist_mutex_unlock(m), 0);
     assert_int_equal(count_of(name), 1); /* not deferred */
-    assert_int_equal(dist_mutex_unlock(&m), 0);
-    assert_int_equal(dist_mutex_unlock(&m), EPERM); /* local, at once */
+    assert_int_equal(dist_mutex_unlock(m), 0);
+    assert_int_equal(dist_mutex_unlock(m), EPERM); /* local, at once */
     assert_true(gone_within(name, GONE_WITHIN_S));
     /* pairs in a row: each lock goes right behind the release before it */
     for (i = 0; i < 50; i++) {
-        assert_int_equal(dist_mutex_lock(&m), 0);
+        assert_int_equal(dist_mutex_lock(m), 0);
         assert_int_equal(count_of(name), 1);
-        assert_int_equal(dist_mutex_unlock(&m), 0);
+        assert_int_equal(dist_mutex_unlock(m), 0);
     }
     assert_true(gone_within(name, GONE_WITHIN_S));
-    assert_int_equal(dist_mutex_destroy(&m), 0);
 }
 
 /* Unlock does not wait for the reply: with every byte swallowed on the
@@ -128,29 +143,26 @@ static void test_release_runs(void **state)
  * back. */
 static void test_unlock_does_not_wait(void **state)
 {
-    char name[200];
-    dist_mutex_t m;
+    dist_mutex_t *m = deferred_mutex(__func__, "m");
+    const char *name = fx_name(m);
     tu_proxy_t *p;
     int rc;
 
     (void)state;
-    NAME(name, "m");
     assert_non_null(p = fx_proxy_up(&r));
-    assert_int_equal(init_deferred(&m, name, 0), 0);
-    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_mutex_lock(m), 0);
     tu_proxy_blackhole(p, 1);
-    rc = dist_mutex_unlock(&m);
+    rc = dist_mutex_unlock(m);
     tu_proxy_blackhole(p, 0);
     assert_int_equal(rc, 0);
     assert_int_equal(count_of(name), 1); /* it never got there */
-    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_mutex_lock(m), 0);
     assert_int_equal(count_of(name), 1);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
-    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_mutex_unlock(m), 0);
+    assert_int_equal(dist_mutex_lock(m), 0);
     assert_int_equal(count_of(name), 1);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_unlock(m), 0);
     assert_true(gone_within(name, GONE_WITHIN_S));
-    assert_int_equal(dist_mutex_destroy(&m), 0);
     assert_int_equal(fx_proxy_down(&r, p), 0);
     fx_dirty = 0;
 }
@@ -188,38 +200,34 @@ struct release_case {
 static void test_disturbed_release(void **state)
 {
     const struct release_case *c = *state;
-    char name[200], other[200];
-    dist_mutex_t m, o;
+    dist_mutex_t *m, *o = NULL;
+    const char *name;
     tu_proxy_t *p = NULL;
 
-    test_lock_name(name, sizeof name, "test_deferred", c->test, "m");
-    test_lock_name(other, sizeof other, "test_deferred", c->test, "o");
     if (c->how == DROP_REQUEST)
         assert_non_null(p = fx_proxy_up(&r));
-    assert_int_equal(init_deferred(&m, name, 0), 0);
+    m = deferred_mutex(c->test, "m");
+    name = fx_name(m);
     if (c->who == BY_OTHER_LOCK)
-        assert_int_equal(dist_mutex_init(&o, other, NULL), 0);
-    assert_int_equal(dist_mutex_lock(&m), 0);
+        o = fx_own_mutex(c->test, "o", NULL);
+    assert_int_equal(dist_mutex_lock(m), 0);
     if (c->how == FLUSH_SCRIPTS)
         flush_scripts();
     else
         tu_proxy_drop_next_request(p);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_unlock(m), 0);
     if (c->who == BY_OTHER_LOCK) {
-        assert_int_equal(dist_mutex_lock(&o), 0); /* reads m's reply */
-        assert_int_equal(dist_mutex_unlock(&o), 0);
+        assert_int_equal(dist_mutex_lock(o), 0); /* reads m's reply */
+        assert_int_equal(dist_mutex_unlock(o), 0);
     }
     if (c->who != BY_OWNER)
         assert_true(gone_within(name, GONE_WITHIN_S));
     if (c->who == BY_OWNER || c->again) {
-        assert_int_equal(dist_mutex_lock(&m), 0);
+        assert_int_equal(dist_mutex_lock(m), 0);
         assert_int_equal(count_of(name), 1);
-        assert_int_equal(dist_mutex_unlock(&m), 0);
+        assert_int_equal(dist_mutex_unlock(m), 0);
         assert_true(gone_within(name, GONE_WITHIN_S));
     }
-    assert_int_equal(dist_mutex_destroy(&m), 0);
-    if (c->who == BY_OTHER_LOCK)
-        assert_int_equal(dist_mutex_destroy(&o), 0);
     if (p) {
         assert_int_equal(fx_proxy_down(&r, p), 0);
         fx_dirty = 0;
@@ -233,28 +241,28 @@ static void test_disturbed_release(void **state)
 static void test_lost_hold(void **state)
 {
     int idle = *(const int *)*state;
-    char name[200];
-    dist_mutex_t m;
+    dist_mutex_t *m;
+    const char *name;
     dist_mutexattr_t a;
     int heard = 1, calls;
 
-    test_lock_name(name, sizeof name, "test_deferred",
-                   idle ? "test_lost_hold_idle" : "test_lost_hold", "m");
     fx_watch_lost();
     dist_mutexattr_init(&a);
     dist_mutexattr_setdeferred(&a, 1);
     dist_mutexattr_setlease(&a, 300);
-    assert_int_equal(dist_mutex_init(&m, name, &a), 0);
-    assert_int_equal(dist_mutex_lock(&m), 0);
+    m = fx_own_mutex(idle ? "test_lost_hold_idle" : "test_lost_hold", "m",
+                     &a);
+    name = fx_name(m);
+    assert_int_equal(dist_mutex_lock(m), 0);
     tu_sleep_ms(600); /* lease over */
     assert_int_equal(key_exists(name), 0);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_unlock(m), 0);
     if (idle)
         heard = lost_within(name, GONE_WITHIN_S);
-    assert_int_equal(dist_mutex_lock(&m), 0); /* reads the reply */
+    assert_int_equal(dist_mutex_lock(m), 0); /* reads the reply */
     calls = fx_lost_calls(name);
     assert_int_equal(count_of(name), 1);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_unlock(m), 0);
     if (idle)
         calls = fx_lost_calls(name);
     dist_set_lost_handler(NULL, NULL);
@@ -262,7 +270,6 @@ static void test_lost_hold(void **state)
     if (idle)
         assert_true(heard);
     assert_int_equal(calls, 1);
-    assert_int_equal(dist_mutex_destroy(&m), 0);
 }
 
 /* ---- broken connections ------------------------------------------------------ */
@@ -272,35 +279,32 @@ static void test_lost_hold(void **state)
  * leaves nothing. */
 static void test_broken_then_lock(void **state)
 {
-    char name[200];
-    dist_mutex_t m;
+    dist_mutex_t *m = deferred_mutex(__func__, "m");
+    const char *name = fx_name(m);
     tu_proxy_t *p;
     unsigned long fired;
 
     (void)state;
-    NAME(name, "m");
     assert_non_null(p = fx_proxy_up(&r));
-    assert_int_equal(init_deferred(&m, name, 0), 0);
-    assert_int_equal(dist_mutex_lock(&m), 0); /* warm up */
+    assert_int_equal(dist_mutex_lock(m), 0); /* warm up */
     fired = tu_proxy_faults_fired(p);
 
     tu_proxy_drop_next_reply(p);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_unlock(m), 0);
     assert_true(gone_within(name, GONE_WITHIN_S)); /* it ran */
-    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_mutex_lock(m), 0);
     assert_int_equal(tu_proxy_faults_fired(p), fired + 1);
     assert_int_equal(count_of(name), 1);
 
     tu_proxy_drop_next_request(p);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
-    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_mutex_unlock(m), 0);
+    assert_int_equal(dist_mutex_lock(m), 0);
     assert_int_equal(tu_proxy_faults_fired(p), fired + 2);
     assert_int_equal(count_of(name), 1); /* not 2 */
-    assert_int_equal(dist_mutex_unlock(&m), 0);
-    assert_int_equal(dist_mutex_lock(&m), 0); /* reads it */
-    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_unlock(m), 0);
+    assert_int_equal(dist_mutex_lock(m), 0); /* reads it */
+    assert_int_equal(dist_mutex_unlock(m), 0);
     assert_true(gone_within(name, GONE_WITHIN_S));
-    assert_int_equal(dist_mutex_destroy(&m), 0);
     assert_int_equal(fx_proxy_down(&r, p), 0);
     fx_dirty = 0;
 }
@@ -331,42 +335,37 @@ static void *lock_unlock_exit(void *arg)
  * they close, so even a release refused with NOSCRIPT is finished. */
 static void test_thread_exit(void **state)
 {
-    char name[200];
-    dist_mutex_t m;
-    struct once o = { &m, 0, -1, -1 };
+    dist_mutex_t *m = deferred_mutex(__func__, "m");
+    struct once o = { m, 0, -1, -1 };
     pthread_t th;
     int flush;
 
     (void)state;
-    NAME(name, "m");
-    assert_int_equal(init_deferred(&m, name, 0), 0);
     for (flush = 0; flush < 2; flush++) {
         o.flush = flush;
         assert_int_equal(pthread_create(&th, NULL, lock_unlock_exit, &o), 0);
         pthread_join(th, NULL);
         assert_int_equal(o.rc_lock, 0);
         assert_int_equal(o.rc_unlock, 0);
-        assert_true(gone_within(name, GONE_WITHIN_S));
+        assert_true(gone_within(fx_name(m), GONE_WITHIN_S));
     }
-    assert_int_equal(dist_mutex_destroy(&m), 0);
 }
 
 /* fork() with a reply owed: the child must not read it (it is the
  * parent's), and the parent reads it at its next lock. */
 static void test_fork_pending(void **state)
 {
-    char name[200], other[200];
-    dist_mutex_t m;
+    dist_mutex_t *m = deferred_mutex(__func__, "m");
+    const char *name = fx_name(m);
+    char other[200]; /* the child's lock */
     pid_t pid;
     int st = 0;
     double t0, el;
 
     (void)state;
-    NAME(name, "m");
     NAME(other, "o");
-    assert_int_equal(init_deferred(&m, name, 0), 0);
-    assert_int_equal(dist_mutex_lock(&m), 0);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_lock(m), 0);
+    assert_int_equal(dist_mutex_unlock(m), 0);
     pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
@@ -379,7 +378,7 @@ static void test_fork_pending(void **state)
     }
     assert_int_equal(waitpid(pid, &st, 0), pid);
     t0 = tu_now();
-    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_mutex_lock(m), 0);
     el = tu_now() - t0;
     assert_true(WIFEXITED(st));
     assert_int_equal(WEXITSTATUS(st), 0);
@@ -387,9 +386,8 @@ static void test_fork_pending(void **state)
      * command timeout (2 s) for a reply that never comes */
     assert_true(el < 1.5);
     assert_int_equal(count_of(name), 1);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_unlock(m), 0);
     assert_true(gone_within(name, GONE_WITHIN_S));
-    assert_int_equal(dist_mutex_destroy(&m), 0);
 }
 
 /* Registered before the library's own exit handler, so it runs after it:
