@@ -37,38 +37,37 @@
 
 static void test_lease_expiry(void **state)
 {
-    char name[200];
-    dist_mutex_t m;
+    dist_mutex_t *m;
+    const char *name;
     dist_mutexattr_t a;
     struct fx_holder h;
     double tb, wait;
-    int rc_b, rc_b_unlock, calls, rc_destroy;
+    int rc_b, rc_b_unlock, calls;
     long long ex;
     unsigned long lease = 0;
 
     (void)state;
-    NAME(name, "m");
     fx_watch_lost();
     assert_int_equal(dist_mutexattr_init(&a), 0);
     assert_int_equal(dist_mutexattr_setlease(&a, 2000), 0);
     assert_int_equal(dist_mutexattr_getlease(&a, &lease), 0);
     assert_int_equal(lease, 2000);
-    assert_int_equal(dist_mutex_init(&m, name, &a), 0);
+    m = fx_mutex("m", &a);
+    name = fx_name(m);
 
-    holder_start(&h, &m);       /* thread A takes it and keeps it */
-    rc_b = dist_mutex_lock(&m); /* thread B (main) waits */
+    holder_start(&h, m);       /* thread A takes it and keeps it */
+    rc_b = dist_mutex_lock(m); /* thread B (main) waits */
     tb = tu_now();
     wait = tb - h.t_locked;
     sem_post(&h.release); /* A's unlock, after B took it */
     pthread_join(h.th, NULL);
     sem_destroy(&h.locked);
     sem_destroy(&h.release);
-    rc_b_unlock = rc_b == 0 ? dist_mutex_unlock(&m) : -1;
+    rc_b_unlock = rc_b == 0 ? dist_mutex_unlock(m) : -1;
     calls = fx_lost_calls(NULL);
     dist_set_lost_handler(NULL, NULL);
     fx_dirty = 0;
     ex = key_exists(name);
-    rc_destroy = dist_mutex_destroy(&m);
 
     assert_int_equal(rc_b, 0);
     assert_dbl_range(wait, 1.5, 3.0);
@@ -77,7 +76,6 @@ static void test_lease_expiry(void **state)
     assert_true(calls >= 1);
     assert_true(fx_lost_last_is(name));
     assert_int_equal(ex, 0);
-    assert_int_equal(rc_destroy, 0);
 }
 
 struct prober {
@@ -101,26 +99,24 @@ static void *prober_main(void *arg)
 
 static void test_watchdog_renews(void **state)
 {
-    char name[200];
-    dist_mutex_t m;
+    dist_mutex_t *m = fx_mutex("m", NULL);
+    const char *name = fx_name(m);
     struct prober p;
     pthread_t th;
     long long pttl, min_pttl = 1LL << 40, ex;
     double t0;
-    int i, rc, rc_destroy;
+    int i, rc;
 
     (void)state;
-    NAME(name, "m");
     fx_dirty = 1;
     assert_int_equal(dist_set_watchdog_ms(1500), 0);
-    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
-    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_mutex_lock(m), 0);
     t0 = tu_now();
     pttl = tu_cmd_int(&r, "PTTL", name, NULL);
     assert_in_range(pttl, 1, 1500); /* the watchdog lease, not 30 s */
 
     memset(&p, 0, sizeof p);
-    p.m = &m;
+    p.m = m;
     assert_int_equal(pthread_create(&th, NULL, prober_main, &p), 0);
     while (tu_now() - t0 < 4.0) {
         pttl = tu_cmd_int(&r, "PTTL", name, NULL);
@@ -129,11 +125,10 @@ static void test_watchdog_renews(void **state)
         tu_sleep_ms(100);
     }
     pthread_join(th, NULL);
-    rc = dist_mutex_unlock(&m);
+    rc = dist_mutex_unlock(m);
     dist_set_watchdog_ms(DEFAULT_WATCHDOG_MS);
     fx_dirty = 0;
     ex = key_exists(name);
-    rc_destroy = dist_mutex_destroy(&m);
 
     if (min_pttl <= 0)
         fail_msg("the lock's PTTL fell to %lld while held", min_pttl);
@@ -141,7 +136,6 @@ static void test_watchdog_renews(void **state)
         assert_int_equal(p.rcs[i], EBUSY);
     assert_int_equal(rc, 0);
     assert_int_equal(ex, 0);
-    assert_int_equal(rc_destroy, 0);
 }
 
 static int lock_of(void *m)
@@ -151,36 +145,33 @@ static int lock_of(void *m)
 
 static void test_sigkill_holder(void **state)
 {
-    char name[200];
-    dist_mutex_t m;
+    dist_mutex_t *m = fx_mutex("m", NULL);
     int st = 0, rc_try, rc_lock;
     pid_t pid;
     double t0, el;
 
     (void)state;
-    NAME(name, "m");
-    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
-    pid = fx_fork_holder(lock_of, &m);
+    pid = fx_fork_holder(lock_of, m);
     /* Longer than the 1.5 s lease: only the child's watchdog keeps it. */
     tu_sleep_ms(2000);
-    rc_try = dist_mutex_trylock(&m);
+    rc_try = dist_mutex_trylock(m);
     if (rc_try == 0)
-        dist_mutex_unlock(&m);
+        dist_mutex_unlock(m);
 
     kill(pid, SIGKILL);
     t0 = tu_now();
     assert_int_equal(waitpid(pid, &st, 0), pid);
-    rc_lock = dist_mutex_lock(&m);
+    rc_lock = dist_mutex_lock(m);
     el = tu_now() - t0;
     if (rc_lock == 0)
-        assert_int_equal(dist_mutex_unlock(&m), 0);
+        assert_int_equal(dist_mutex_unlock(m), 0);
     dist_set_watchdog_ms(DEFAULT_WATCHDOG_MS);
 
     assert_true(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
     assert_int_equal(rc_try, EBUSY);
     assert_int_equal(rc_lock, 0);
     assert_dbl_range(el, 0.0, 1.5 + slack(1.5));
-    mutex_done(&m, name);
+    assert_int_equal(key_exists(fx_name(m)), 0);
     fx_dirty = 0;
 }
 
@@ -212,26 +203,24 @@ static void slow_on_lost(const char *name, void *arg)
  * torture run's "EPERM without lost handler"). */
 static void test_unlock_while_loss_reported(void **state)
 {
-    char name[200];
-    dist_mutex_t m;
+    dist_mutex_t *m = fx_mutex("m", NULL);
+    const char *name = fx_name(m);
     double end;
     int entered, unlock_rc, done;
 
     (void)state;
-    NAME(name, "m");
     fx_dirty = 1;
     fx_lost_reset();
     atomic_store(&slow_entered, 0);
     atomic_store(&slow_done, 0);
     assert_int_equal(dist_set_watchdog_ms(1500), 0); /* renewed each 0.5 s */
     assert_int_equal(dist_set_lost_handler(slow_on_lost, NULL), 0);
-    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
-    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_mutex_lock(m), 0);
     assert_int_equal(tu_cmd_int(&r, "DEL", name, NULL), 1);
     end = tu_now() + 10.0;
     while (!(entered = atomic_load(&slow_entered)) && tu_now() < end)
         tu_sleep_ms(5);
-    unlock_rc = dist_mutex_unlock(&m);
+    unlock_rc = dist_mutex_unlock(m);
     done = atomic_load(&slow_done);
     end = tu_now() + 10.0;
     while (!atomic_load(&slow_done) && tu_now() < end)
@@ -244,7 +233,6 @@ static void test_unlock_while_loss_reported(void **state)
         fail_msg("the unlock said EPERM while the lost handler's call for "
                  "its hold had not returned");
     assert_int_equal(fx_lost_calls(name), 1);
-    assert_int_equal(dist_mutex_destroy(&m), 0);
 }
 
 /* dist_mutex_lease_left: EPERM with a zero left when not held; while held,
@@ -257,76 +245,68 @@ static void test_unlock_while_loss_reported(void **state)
  * lost handler is not called (the unlock asks the server). */
 static void test_lease_left(void **state)
 {
-    char name[200], nlease[200];
-    dist_mutex_t m, leased;
+    dist_mutex_t *m = fx_mutex("m", NULL), *leased;
+    const char *name = fx_name(m);
     dist_mutexattr_t at;
     struct timespec left, left2;
     double t0;
 
     (void)state;
-    NAME(name, "m");
-    NAME(nlease, "leased");
     fx_watch_lost();
     assert_int_equal(dist_set_watchdog_ms(1500), 0);
     assert_int_equal(dist_set_lease_margin_ms(200), 0);
-    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
     left.tv_sec = 7;
-    assert_int_equal(dist_mutex_lease_left(&m, &left), EPERM);
+    assert_int_equal(dist_mutex_lease_left(m, &left), EPERM);
     assert_true(left.tv_sec == 0 && left.tv_nsec == 0);
-    assert_int_equal(dist_mutex_lease_left(&m, NULL), EINVAL);
+    assert_int_equal(dist_mutex_lease_left(m, NULL), EINVAL);
 
-    assert_int_equal(dist_mutex_lock(&m), 0);
-    assert_int_equal(dist_mutex_lease_left(&m, &left), 0);
+    assert_int_equal(dist_mutex_lock(m), 0);
+    assert_int_equal(dist_mutex_lease_left(m, &left), 0);
     /* 1500 - 15 - 200 ms at most; a fresh hold has two thirds of its
      * lease left at least, less the margin */
     assert_dbl_range(secs_of(&left), 1.0 - 0.215, 1.285);
     /* the second acquire sets the lease again, from its own send */
     tu_sleep_ms(100);
-    assert_int_equal(dist_mutex_lease_left(&m, &left), 0);
-    assert_int_equal(dist_mutex_lock(&m), 0);
-    assert_int_equal(dist_mutex_lease_left(&m, &left2), 0);
+    assert_int_equal(dist_mutex_lease_left(m, &left), 0);
+    assert_int_equal(dist_mutex_lock(m), 0);
+    assert_int_equal(dist_mutex_lease_left(m, &left2), 0);
     if (secs_of(&left2) <= secs_of(&left))
         fail_msg("a reentrant lock left %.3f s, %.3f s before it",
                  secs_of(&left2), secs_of(&left));
-    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_unlock(m), 0);
     /* two leases later the renewals have kept it */
     t0 = tu_now();
     while (tu_now() - t0 < 3.0) {
-        assert_int_equal(dist_mutex_lease_left(&m, &left), 0);
+        assert_int_equal(dist_mutex_lease_left(m, &left), 0);
         assert_dbl_range(secs_of(&left), 0.0, 1.285);
         tu_sleep_ms(50);
     }
     /* no fixed part: the margin is the hundredth */
     assert_int_equal(dist_set_lease_margin_ms(0), 0);
-    assert_int_equal(dist_mutex_lock(&m), 0);
-    assert_int_equal(dist_mutex_lease_left(&m, &left), 0);
+    assert_int_equal(dist_mutex_lock(m), 0);
+    assert_int_equal(dist_mutex_lease_left(m, &left), 0);
     assert_dbl_range(secs_of(&left), 1.285, 1.485);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_unlock(m), 0);
     assert_int_equal(dist_set_lease_margin_ms(200), 0);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
-    assert_int_equal(dist_mutex_lease_left(&m, &left), EPERM);
+    assert_int_equal(dist_mutex_unlock(m), 0);
+    assert_int_equal(dist_mutex_lease_left(m, &left), EPERM);
     assert_true(left.tv_sec == 0 && left.tv_nsec == 0);
 
     /* an explicit lease of 1 s: surely ours for 1000 - 10 - 200 ms */
     assert_int_equal(dist_mutexattr_init(&at), 0);
     assert_int_equal(dist_mutexattr_setlease(&at, 1000), 0);
-    assert_int_equal(dist_mutex_init(&leased, nlease, &at), 0);
-    assert_int_equal(dist_mutex_lock(&leased), 0);
+    leased = fx_mutex("leased", &at);
+    assert_int_equal(dist_mutex_lock(leased), 0);
     t0 = tu_now();
-    assert_int_equal(dist_mutex_lease_left(&leased, &left), 0);
+    assert_int_equal(dist_mutex_lease_left(leased, &left), 0);
     assert_dbl_range(secs_of(&left), 0.3, 0.790);
     while (tu_now() - t0 < 1.2)
         tu_sleep_ms(20);
-    assert_int_equal(dist_mutex_lease_left(&leased, &left), EPERM);
+    assert_int_equal(dist_mutex_lease_left(leased, &left), EPERM);
     assert_int_equal(fx_lost_calls(NULL), 0);
-    assert_int_equal(dist_mutex_unlock(&leased), EPERM); /* it expired */
-    assert_int_equal(fx_lost_calls(nlease), 1);
-
-    assert_int_equal(dist_mutex_destroy(&leased), 0);
-    assert_int_equal(dist_mutex_destroy(&m), 0);
+    assert_int_equal(dist_mutex_unlock(leased), EPERM); /* it expired */
+    assert_int_equal(fx_lost_calls(fx_name(leased)), 1);
     assert_int_equal(fx_lost_calls(name), 0);
-    dist_set_lost_handler(NULL, NULL);
-    fx_restore_defaults(NULL);
 }
 
 int main(void)
