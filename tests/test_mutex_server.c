@@ -37,19 +37,16 @@
 
 static void test_redis_restart(void **state)
 {
-    char name[200];
-    dist_mutex_t m;
+    dist_mutex_t *m = fx_mutex("m", NULL);
+    const char *name = fx_name(m);
     double t0, waited;
-    int calls = 0, named, rc_restart, rc_unlock1, rc_lock, rc_unlock2,
-        rc_destroy;
+    int calls = 0, named, rc_restart, rc_unlock1, rc_lock, rc_unlock2;
     long long fields_before, fields_after, ex_after_restart, ex_end;
 
     (void)state;
-    NAME(name, "m");
     fx_watch_lost();
     assert_int_equal(dist_set_watchdog_ms(1500), 0);
-    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
-    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_mutex_lock(m), 0);
     fields_before = hash_fields(name);
 
     rc_restart = tu_redis_restart(&r);
@@ -61,12 +58,11 @@ static void test_redis_restart(void **state)
     named = fx_lost_last_is(name);
 
     /* clean up before asserting, so a failure leaves nothing behind */
-    rc_unlock1 = dist_mutex_unlock(&m);
-    rc_lock = dist_mutex_lock(&m);
+    rc_unlock1 = dist_mutex_unlock(m);
+    rc_lock = dist_mutex_lock(m);
     fields_after = hash_fields(name);
-    rc_unlock2 = rc_lock == 0 ? dist_mutex_unlock(&m) : -1;
+    rc_unlock2 = rc_lock == 0 ? dist_mutex_unlock(m) : -1;
     ex_end = key_exists(name);
-    rc_destroy = dist_mutex_destroy(&m);
     dist_set_lost_handler(NULL, NULL);
     dist_set_watchdog_ms(DEFAULT_WATCHDOG_MS);
     fx_dirty = 0;
@@ -83,37 +79,33 @@ static void test_redis_restart(void **state)
     assert_int_equal(fields_after, 1);
     assert_int_equal(rc_unlock2, 0);
     assert_int_equal(ex_end, 0);
-    assert_int_equal(rc_destroy, 0);
 }
 
 static void test_script_flush(void **state)
 {
-    char name[200];
-    dist_mutex_t m;
+    dist_mutex_t *m = fx_mutex("m", NULL);
+    const char *name = fx_name(m);
     redisReply *x;
 
     (void)state;
-    NAMED_MUTEX(m, name);
-    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_mutex_lock(m), 0);
     x = tu_cmd(&r, "SCRIPT", "FLUSH", NULL);
     assert_non_null(x);
     assert_int_equal(x->type, REDIS_REPLY_STATUS);
     freeReplyObject(x);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_unlock(m), 0);
     assert_int_equal(key_exists(name), 0);
-    assert_works(&m, name);
-    assert_int_equal(dist_mutex_destroy(&m), 0);
+    assert_works(m, name);
 }
 
 static void test_unreachable(void **state)
 {
-    char name[200], url[64], addr[64];
+    dist_mutex_t *m = fx_mutex("m", NULL);
+    char url[64], addr[64];
     struct fx_call lk, try;
-    dist_mutex_t m;
     int port;
 
     (void)state;
-    NAME(name, "m");
     port = tu_free_port();
     assert_true(port > 0);
     snprintf(url, sizeof url, "redis://127.0.0.1:%d", port);
@@ -121,10 +113,9 @@ static void test_unreachable(void **state)
     fx_dirty = 1;
     assert_int_equal(dist_set_url(url), 0);
     assert_int_equal(dist_set_timeout_ms(500), 0);
-    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
 
-    FX_CALL(&lk, dist_mutex_lock(&m));
-    FX_CALL(&try, dist_mutex_trylock(&m));
+    FX_CALL(&lk, dist_mutex_lock(m));
+    FX_CALL(&try, dist_mutex_trylock(m));
 
     assert_int_equal(dist_set_url(r.url_unix), 0);
     assert_int_equal(dist_set_timeout_ms(DEFAULT_TIMEOUT_MS), 0);
@@ -138,8 +129,7 @@ static void test_unreachable(void **state)
     assert_dbl_range(try.el, 0.0, 2.0 + slack(0.5));
 
     /* reachable again: the object works */
-    assert_works(&m, name);
-    assert_int_equal(dist_mutex_destroy(&m), 0);
+    assert_works(m, fx_name(m));
 }
 
 /* The server stops mid-unlock (SIGSTOP) for longer than the command
@@ -148,21 +138,19 @@ static void test_unreachable(void **state)
  * free for others without waiting out its 30 s lease. */
 static void test_unknown_release_is_finished(void **state)
 {
-    char name[200];
-    dist_mutex_t m;
+    dist_mutex_t *m = fx_mutex("m", NULL);
+    const char *name = fx_name(m);
     struct oneshot o;
     double t0, end;
     int rc;
 
     (void)state;
-    NAME(name, "m");
     fx_dirty = 1;
-    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
-    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_mutex_lock(m), 0);
     assert_int_equal(dist_set_timeout_ms(300), 0);
     assert_int_equal(tu_redis_signal(&r, SIGSTOP), 0);
     t0 = tu_now();
-    rc = dist_mutex_unlock(&m);
+    rc = dist_mutex_unlock(m);
     end = tu_now() - t0;
     assert_int_equal(tu_redis_signal(&r, SIGCONT), 0);
     assert_int_equal(rc, EIO);
@@ -174,12 +162,11 @@ static void test_unknown_release_is_finished(void **state)
     while (key_exists(name) != 0 && tu_now() < end)
         tu_sleep_ms(50);
     assert_int_equal(key_exists(name), 0);
-    run_oneshot(&o, &m, OP_TRYLOCK_UNLOCK);
+    run_oneshot(&o, m, OP_TRYLOCK_UNLOCK);
     assert_int_equal(o.rc, 0);
     assert_int_equal(o.rc2, 0);
     /* and this thread holds nothing: a second unlock is EPERM */
-    assert_int_equal(dist_mutex_unlock(&m), EPERM);
-    assert_int_equal(dist_mutex_destroy(&m), 0);
+    assert_int_equal(dist_mutex_unlock(m), EPERM);
     fx_dirty = 0;
 }
 
@@ -197,37 +184,34 @@ static void lock_through_fault(dist_mutex_t *m, const char *name,
 
 static void test_lost_reply_proxy(void **state)
 {
-    char name[200];
-    dist_mutex_t m;
+    dist_mutex_t *m = fx_mutex("m", NULL);
+    const char *name = fx_name(m);
     tu_proxy_t *p;
     unsigned long fired;
 
     (void)state;
-    NAME(name, "m");
     p = fx_proxy_up(&r);
     assert_non_null(p);
-    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
-    assert_int_equal(dist_mutex_lock(&m), 0); /* warm up */
-    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_lock(m), 0); /* warm up */
+    assert_int_equal(dist_mutex_unlock(m), 0);
     assert_true(tu_proxy_connections(p) >= 1);
     fired = tu_proxy_faults_fired(p);
 
     /* acquire ran, its reply was lost */
     tu_proxy_drop_next_reply(p);
-    lock_through_fault(&m, name, p, fired + 1);
+    lock_through_fault(m, name, p, fired + 1);
 
     /* release ran, its reply was lost */
-    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_mutex_lock(m), 0);
     tu_proxy_drop_next_reply(p);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_unlock(m), 0);
     assert_int_equal(tu_proxy_faults_fired(p), fired + 2);
     assert_int_equal(key_exists(name), 0);
-    assert_int_equal(dist_mutex_unlock(&m), EPERM);
+    assert_int_equal(dist_mutex_unlock(m), EPERM);
 
     /* acquire never reached the server */
     tu_proxy_drop_next_request(p);
-    lock_through_fault(&m, name, p, fired + 3);
-    assert_int_equal(dist_mutex_destroy(&m), 0);
+    lock_through_fault(m, name, p, fired + 3);
 
     /* the library's connections through the proxy are replaced at next use */
     assert_int_equal(fx_proxy_down(&r, p), 0);
@@ -259,15 +243,15 @@ static int after_renewal(const char *name, double timeout_s)
  * said EPERM, with the lost handler called, for a release that ran. */
 static void test_lost_release_reply_old_hold(void **state)
 {
-    char name[200], counter[256];
-    dist_mutex_t m;
+    dist_mutex_t *m = fx_mutex("m", NULL);
+    const char *name = fx_name(m);
+    char counter[256];
     tu_proxy_t *p;
     unsigned long fired;
     double end;
     int rc;
 
     (void)state;
-    NAME(name, "m");
     snprintf(counter, sizeof counter, "redisson_lock_token:{%s}", name);
     p = fx_proxy_up(&r);
     assert_non_null(p);
@@ -275,8 +259,7 @@ static void test_lost_release_reply_old_hold(void **state)
     assert_int_equal(dist_set_lost_handler(fx_on_lost, NULL), 0);
     assert_int_equal(dist_set_watchdog_ms(3000), 0); /* renewed each 1 s */
     assert_int_equal(dist_set_key_grace_ms(1), 0);
-    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
-    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_mutex_lock(m), 0);
     end = tu_now() + 20.0;
     while (key_exists(counter) == 1 && tu_now() < end)
         tu_sleep_ms(20);
@@ -284,14 +267,13 @@ static void test_lost_release_reply_old_hold(void **state)
     assert_true(after_renewal(name, 10.0));
     fired = tu_proxy_faults_fired(p);
     tu_proxy_drop_next_reply(p);
-    rc = dist_mutex_unlock(&m);
+    rc = dist_mutex_unlock(m);
     dist_set_lost_handler(NULL, NULL);
     assert_int_equal(dist_set_key_grace_ms(86400000), 0); /* the default */
     assert_int_equal(rc, 0);
     assert_int_equal(tu_proxy_faults_fired(p), fired + 1);
     assert_int_equal(key_exists(name), 0);
     assert_int_equal(fx_lost_calls(name), 0);
-    assert_int_equal(dist_mutex_destroy(&m), 0);
     assert_int_equal(fx_proxy_down(&r, p), 0); /* teardown: the watchdog */
 }
 
