@@ -666,3 +666,39 @@ int fx_own_teardown(void **state)
     }
     return bad;
 }
+
+/* ---- objects a test owns, on a name it chose ---------------------------- */
+
+/* The next free slot, on name. */
+static struct fx_own *own_slot_on(const char *name)
+{
+    struct fx_own *o = own_slot(name, "on");
+
+    if (snprintf(o->name, sizeof o->name, "%s", name) >= (int)sizeof o->name)
+        fail_msg("%s: too long a name for an object of the test's own", name);
+    return o;
+}
+
+dist_mutex_t *fx_mutex_on(const char *name, const dist_mutexattr_t *attr)
+{
+    struct fx_own *o = own_slot_on(name);
+
+    return own_keep(o, dist_mutex_init(&o->u.m, o->name, attr),
+                    own_mutex_destroy);
+}
+
+dist_rwlock_t *fx_rwlock_on(const char *name, const dist_rwlockattr_t *attr)
+{
+    struct fx_own *o = own_slot_on(name);
+
+    return own_keep(o, dist_rwlock_init(&o->u.rw, o->name, attr),
+                    own_rwlock_destroy);
+}
+
+struct timespec fx_bad_deadline(int i)
+{
+    struct timespec dl = realtime_in(10.0);
+
+    dl.tv_nsec = i == 0 ? 1000000000L : -1;
+    return dl;
+}

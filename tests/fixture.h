@@ -257,4 +257,16 @@ int fx_own_teardown(void **state);
 /* An entry of main's table for such a test. */
 #define FX_OWN_TEST(f) cmocka_unit_test_teardown(f, fx_own_teardown)
 
+/* ---- objects a test owns, on a name it chose ---------------------------- */
+/* As fx_mutex() and fx_rwlock(), on name itself: a second object on the
+ * lock of another (fx_name of it), or a name the test picked for where it
+ * lands (a Cluster slot).  fx_name() gives name back. */
+dist_mutex_t *fx_mutex_on(const char *name, const dist_mutexattr_t *attr);
+dist_rwlock_t *fx_rwlock_on(const char *name, const dist_rwlockattr_t *attr);
+
+/* A deadline 10 s ahead that is not a time, which a timed call that would
+ * wait refuses with EINVAL: tv_nsec of one second, the first value out of
+ * range (i == 0), or -1 (i == 1). */
+struct timespec fx_bad_deadline(int i);
+
 #endif
