@@ -52,16 +52,14 @@ static struct fx_call timed_vs_holder(dist_mutex_t *m, double secs)
 
 static void test_timedlock_timeout(void **state)
 {
+    dist_mutex_t *m = fx_mutex("m", NULL);
     struct fx_call t;
-    char name[200];
-    dist_mutex_t m;
 
     (void)state;
-    NAMED_MUTEX(m, name);
-    t = timed_vs_holder(&m, 3.0);
+    t = timed_vs_holder(m, 3.0);
     assert_int_equal(t.rc, ETIMEDOUT);
     assert_dbl_range(t.el, 3.0, 3.0 + slack(1.0));
-    mutex_done(&m, name);
+    assert_int_equal(key_exists(fx_name(m)), 0);
 }
 
 /* A deadline in the past: a free lock is taken all the same, a held one
@@ -69,41 +67,35 @@ static void test_timedlock_timeout(void **state)
 static void test_timedlock_past_deadline(void **state)
 {
     struct timespec dl = realtime_in(-10.0);
-    char name[200];
-    dist_mutex_t m;
+    dist_mutex_t *m = fx_mutex("m", NULL);
+    const char *name = fx_name(m);
     struct fx_call t;
 
     (void)state;
-    NAMED_MUTEX(m, name);
-    assert_int_equal(dist_mutex_timedlock(&m, &dl), 0);
+    assert_int_equal(dist_mutex_timedlock(m, &dl), 0);
     assert_int_equal(hash_fields(name), 1);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_unlock(m), 0);
     assert_int_equal(key_exists(name), 0);
-    t = timed_vs_holder(&m, -10.0);
+    t = timed_vs_holder(m, -10.0);
     assert_int_equal(t.rc, ETIMEDOUT);
     assert_dbl_range(t.el, 0.0, slack(1.0));
-    assert_int_equal(dist_mutex_destroy(&m), 0);
 }
 
 static void test_timedlock_invalid(void **state)
 {
-    char name[200];
-    dist_mutex_t m;
+    dist_mutex_t *m = fx_mutex("m", NULL);
     struct fx_holder h;
     struct timespec dl;
     int rc1, rc2;
     double t0, el;
 
     (void)state;
-    NAMED_MUTEX(m, name);
-
-    holder_start(&h, &m);
+    holder_start(&h, m);
     t0 = tu_now();
-    dl = realtime_in(10.0);
-    dl.tv_nsec = 2000000000L;
-    rc1 = dist_mutex_timedlock(&m, &dl);
-    dl.tv_nsec = -1;
-    rc2 = dist_mutex_timedlock(&m, &dl);
+    dl = fx_bad_deadline(0);
+    rc1 = dist_mutex_timedlock(m, &dl);
+    dl = fx_bad_deadline(1);
+    rc2 = dist_mutex_timedlock(m, &dl);
     el = tu_now() - t0;
     fx_holder_stop(&h);
     assert_int_equal(rc1, EINVAL);
@@ -111,16 +103,15 @@ static void test_timedlock_invalid(void **state)
     assert_dbl_range(el, 0.0, slack(1.0));
 
     /* free lock: the deadline is never looked at */
-    dl = realtime_in(10.0);
-    dl.tv_nsec = 2000000000L;
-    assert_int_equal(dist_mutex_timedlock(&m, &dl), 0);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
-    dl.tv_nsec = -1;
-    assert_int_equal(dist_mutex_timedlock(&m, &dl), 0);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
+    dl = fx_bad_deadline(0);
+    assert_int_equal(dist_mutex_timedlock(m, &dl), 0);
+    assert_int_equal(dist_mutex_unlock(m), 0);
+    dl = fx_bad_deadline(1);
+    assert_int_equal(dist_mutex_timedlock(m, &dl), 0);
+    assert_int_equal(dist_mutex_unlock(m), 0);
 
-    assert_int_equal(dist_mutex_timedlock(&m, NULL), EINVAL);
-    mutex_done(&m, name);
+    assert_int_equal(dist_mutex_timedlock(m, NULL), EINVAL);
+    assert_int_equal(key_exists(fx_name(m)), 0);
 }
 
 /* Threads of several processes on one mutex (4 processes of 2 threads,
@@ -175,8 +166,7 @@ static void *waiter_main(void *arg)
  * 3 s behind a holder costs a handful of script calls, not hundreds. */
 static void test_waiting_does_not_poll(void **state)
 {
-    char name[200];
-    dist_mutex_t m;
+    dist_mutex_t *m = fx_mutex("m", NULL);
     struct fx_holder h;
     struct oneshot o;
     struct fx_locker la;
@@ -184,13 +174,12 @@ static void test_waiting_does_not_poll(void **state)
     double t0, waited;
 
     (void)state;
-    NAMED_MUTEX(m, name);
-    holder_start(&h, &m);
+    holder_start(&h, m);
     before = script_calls();
     assert_true(before >= 0);
     t0 = tu_now();
     /* a thread blocks in lock(); the holder lets go after 3 s */
-    assert_int_equal(fx_locker_start(&la, &m, 0), 0);
+    assert_int_equal(fx_locker_start(&la, m, 0), 0);
     tu_sleep_ms(3000);
     sem_post(&h.release);
     pthread_join(h.th, NULL);
@@ -201,9 +190,8 @@ static void test_waiting_does_not_poll(void **state)
     sem_destroy(&h.locked);
     sem_destroy(&h.release);
     assert_int_equal(h.unlock_rc, 0);
-    run_oneshot(&o, &m, OP_TRYLOCK_UNLOCK);
+    run_oneshot(&o, m, OP_TRYLOCK_UNLOCK);
     assert_int_equal(o.rc, 0); /* all let go */
-    assert_int_equal(dist_mutex_destroy(&m), 0);
     assert_dbl_range(waited, 2.9, 3.0 + slack(1.0));
     /* the holder's unlock, the waiter's first try, its try after
      * subscribing, its try when woken, its unlock: about five.  Polling
@@ -214,8 +202,9 @@ static void test_waiting_does_not_poll(void **state)
 
 static void test_no_channels_left(void **state)
 {
-    char name[200], chan[260];
-    dist_mutex_t m;
+    dist_mutex_t *m = fx_mutex("m", NULL);
+    const char *name = fx_name(m);
+    char chan[260];
     struct waiter w[3];
     pthread_t th[3];
     atomic_int started = 0, inside = 0, acquired = 0;
@@ -223,13 +212,11 @@ static void test_no_channels_left(void **state)
     double t0, el;
 
     (void)state;
-    NAME(name, "m");
     snprintf(chan, sizeof chan, "redisson_lock__channel:{%s}", name);
-    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
-    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_mutex_lock(m), 0);
     for (i = 0; i < 3; i++) {
         memset(&w[i], 0, sizeof w[i]);
-        w[i].m = &m;
+        w[i].m = m;
         w[i].started = &started;
         w[i].inside = &inside;
         w[i].acquired = &acquired;
@@ -247,7 +234,7 @@ static void test_no_channels_left(void **state)
     tu_sleep_ms(300); /* let every waiter get into its wait */
     early = atomic_load(&acquired);
     t0 = tu_now();
-    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_unlock(m), 0);
     for (i = 0; i < 3; i++)
         pthread_join(th[i], NULL);
     el = tu_now() - t0;
@@ -264,7 +251,6 @@ static void test_no_channels_left(void **state)
     assert_int_equal(key_exists(name), 0);
 
     assert_int_equal(channels_left(&r, 3.0), 0);
-    assert_int_equal(dist_mutex_destroy(&m), 0);
 }
 
 int main(void)
