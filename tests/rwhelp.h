@@ -3,9 +3,10 @@
  * exclusion; test_rwlock_lease: holds that end without an unlock;
  * test_rwlock_layout: the lock as Redis and other clients see it): the
  * group's server and settings, queries of the lock's keys, and a thread
- * that runs one lock call and holds until told.  Static: each program gets
- * its own copy.  Include after fixture.h; the program defines NAME(buf, tag)
- * before it.
+ * that runs one lock call and holds until told.  Tests make their locks as
+ * the fixture's own objects (fixture.h); a program with a test that makes
+ * and destroys its own (NAMED_RWLOCK) defines NAME(buf, tag) before this.
+ * Static: each program gets its own copy.  Include after fixture.h.
  */
 #ifndef DISTLOCK_RWHELP_H
 #define DISTLOCK_RWHELP_H
@@ -30,6 +31,22 @@ static const struct fx_settings defaults = FX_DEFAULTS(DEFAULT_WAITER_MS);
 #define shared(n) shared_mem(n)
 
 #define NAMED_RWLOCK(lock, buf) NAMED_LOCK(dist_rwlock_init, lock, buf, "rw")
+
+/* A writer-preferring rwlock of the test's own (fixture.h), on tag. */
+#define fx_rwlock_prefer_writer(tag) prefer_writer_rwlock(__func__, tag)
+
+RW_FN dist_rwlock_t *prefer_writer_rwlock(const char *test, const char *tag)
+{
+    dist_rwlockattr_t a;
+    dist_rwlock_t *rw;
+
+    assert_int_equal(dist_rwlockattr_init(&a), 0);
+    assert_int_equal(dist_rwlockattr_setkind(&a, DIST_RWLOCK_PREFER_WRITER),
+                     0);
+    rw = fx_own_rwlock(test, tag, &a);
+    assert_int_equal(dist_rwlockattr_destroy(&a), 0);
+    return rw;
+}
 
 /* ---- Redis helpers (main thread or forked child) ------------------------ */
 

@@ -77,8 +77,9 @@ static void *sharer_main(void *arg)
 
 static void test_many_readers(void **state)
 {
-    char name[200], *owner, tk[400];
-    dist_rwlock_t rw;
+    dist_rwlock_t *rw = fx_rwlock("rw", NULL);
+    const char *name = fx_name(rw);
+    char *owner, tk[400];
     struct sharer s[NREADERS];
     pthread_t th[NREADERS];
     atomic_int inside = 0, max_inside = 0;
@@ -86,10 +87,9 @@ static void test_many_readers(void **state)
     int i, mode_read;
 
     (void)state;
-    NAMED_RWLOCK(rw, name);
 
     /* the layout of one read hold */
-    assert_int_equal(dist_rwlock_rdlock(&rw), 0);
+    assert_int_equal(dist_rwlock_rdlock(rw), 0);
     mode_read = mode_is(name, "read");
     fields_held = hlen(name);
     owner = read_owner(name);
@@ -102,13 +102,13 @@ static void test_many_readers(void **state)
     assert_int_equal(hget_int(name, owner), 1);
     assert_in_range(ttl_key, 1, DEFAULT_WATCHDOG_MS);
     assert_true(ttl_lock >= ttl_key);
-    assert_int_equal(dist_rwlock_unlock(&rw), 0);
+    assert_int_equal(dist_rwlock_unlock(rw), 0);
     assert_int_equal(key_exists(name), 0);
     assert_int_equal(key_exists(tk), 0);
     free(owner);
 
     for (i = 0; i < NREADERS; i++) {
-        s[i] = (struct sharer){ &rw, &inside, &max_inside, -1, -1 };
+        s[i] = (struct sharer){ rw, &inside, &max_inside, -1, -1 };
         assert_int_equal(pthread_create(&th[i], NULL, sharer_main, &s[i]), 0);
     }
     for (i = 0; i < NREADERS; i++)
@@ -119,13 +119,13 @@ static void test_many_readers(void **state)
     }
     assert_int_equal(atomic_load(&max_inside), NREADERS);
     assert_int_equal(key_exists(name), 0);
-    assert_int_equal(dist_rwlock_destroy(&rw), 0);
 }
 
 static void test_writer_excludes(void **state)
 {
-    char name[200], wfield[200];
-    dist_rwlock_t rw;
+    dist_rwlock_t *rw = fx_rwlock("rw", NULL);
+    const char *name = fx_name(rw);
+    char wfield[200];
     struct th rd, wr;
     double t0, el_rd, el_wr;
     int early_rd, early_wr;
@@ -133,8 +133,7 @@ static void test_writer_excludes(void **state)
     int n, i;
 
     (void)state;
-    NAMED_RWLOCK(rw, name);
-    assert_int_equal(dist_rwlock_wrlock(&rw), 0);
+    assert_int_equal(dist_rwlock_wrlock(rw), 0);
     assert_true(mode_is(name, "write"));
     n = fields(name, f, 4);
     assert_int_equal(n, 1);
@@ -145,15 +144,15 @@ static void test_writer_excludes(void **state)
                 strcmp(wfield + strlen(wfield) - 6, ":write") == 0);
     assert_int_equal(hget_int(name, wfield), 1);
 
-    assert_int_equal(other_thread(&rw, OP_TRYRD), EBUSY);
-    assert_int_equal(other_thread(&rw, OP_TRYWR), EBUSY);
+    assert_int_equal(other_thread(rw, OP_TRYRD), EBUSY);
+    assert_int_equal(other_thread(rw, OP_TRYWR), EBUSY);
 
-    th_start(&rd, &rw, OP_RD);
-    th_start(&wr, &rw, OP_WR);
+    th_start(&rd, rw, OP_RD);
+    th_start(&wr, rw, OP_WR);
     early_rd = th_wait(&rd, 0.5) == 0;
     early_wr = th_wait(&wr, 0.01) == 0;
     t0 = tu_now();
-    assert_int_equal(dist_rwlock_unlock(&rw), 0);
+    assert_int_equal(dist_rwlock_unlock(rw), 0);
     /* one of them gets it first; the other follows once it lets go */
     while (th_wait(&rd, 0.01) != 0 && th_wait(&wr, 0.01) != 0)
         if (tu_now() - t0 > 10.0)
@@ -180,45 +179,42 @@ static void test_writer_excludes(void **state)
     assert_dbl_range(el_rd, 0.0, slack(2.0));
     assert_dbl_range(el_wr, 0.0, slack(2.0));
     assert_int_equal(key_exists(name), 0);
-    assert_int_equal(dist_rwlock_destroy(&rw), 0);
 }
 
 static void test_try_busy(void **state)
 {
-    char name[200];
-    dist_rwlock_t rw;
+    dist_rwlock_t *rw = fx_rwlock("rw", NULL);
+    const char *name = fx_name(rw);
 
     (void)state;
-    NAMED_RWLOCK(rw, name);
 
-    assert_int_equal(dist_rwlock_tryrdlock(&rw), 0);
-    assert_int_equal(other_thread(&rw, OP_TRYRD), 0); /* readers share */
-    assert_int_equal(other_thread(&rw, OP_TRYWR), EBUSY);
-    assert_int_equal(dist_rwlock_unlock(&rw), 0);
+    assert_int_equal(dist_rwlock_tryrdlock(rw), 0);
+    assert_int_equal(other_thread(rw, OP_TRYRD), 0); /* readers share */
+    assert_int_equal(other_thread(rw, OP_TRYWR), EBUSY);
+    assert_int_equal(dist_rwlock_unlock(rw), 0);
     assert_int_equal(key_exists(name), 0);
 
-    assert_int_equal(dist_rwlock_trywrlock(&rw), 0);
-    assert_int_equal(other_thread(&rw, OP_TRYRD), EBUSY);
-    assert_int_equal(other_thread(&rw, OP_TRYWR), EBUSY);
-    assert_int_equal(dist_rwlock_unlock(&rw), 0);
+    assert_int_equal(dist_rwlock_trywrlock(rw), 0);
+    assert_int_equal(other_thread(rw, OP_TRYRD), EBUSY);
+    assert_int_equal(other_thread(rw, OP_TRYWR), EBUSY);
+    assert_int_equal(dist_rwlock_unlock(rw), 0);
     assert_int_equal(key_exists(name), 0);
-    assert_int_equal(other_thread(&rw, OP_TRYWR), 0);
+    assert_int_equal(other_thread(rw, OP_TRYWR), 0);
     assert_int_equal(key_exists(name), 0);
-    assert_int_equal(dist_rwlock_destroy(&rw), 0);
 }
 
 static void test_reentrant(void **state)
 {
-    char name[200], tk[400], wfield[300];
-    dist_rwlock_t rw;
+    dist_rwlock_t *rw = fx_rwlock("rw", NULL);
+    const char *name = fx_name(rw);
+    char tk[400], wfield[300];
     char *owner;
     int k;
 
     (void)state;
-    NAMED_RWLOCK(rw, name);
-    assert_int_equal(dist_rwlock_rdlock(&rw), 0);
-    assert_int_equal(dist_rwlock_rdlock(&rw), 0);
-    assert_int_equal(dist_rwlock_tryrdlock(&rw), 0);
+    assert_int_equal(dist_rwlock_rdlock(rw), 0);
+    assert_int_equal(dist_rwlock_rdlock(rw), 0);
+    assert_int_equal(dist_rwlock_tryrdlock(rw), 0);
     owner = read_owner(name);
     assert_non_null(owner);
     assert_int_equal(hget_int(name, owner), 3);
@@ -229,35 +225,34 @@ static void test_reentrant(void **state)
     tkey(tk, sizeof tk, name, owner, 4);
     assert_int_equal(key_exists(tk), 0);
 
-    assert_int_equal(dist_rwlock_unlock(&rw), 0);
+    assert_int_equal(dist_rwlock_unlock(rw), 0);
     assert_int_equal(hget_int(name, owner), 2);
     tkey(tk, sizeof tk, name, owner, 3);
     assert_int_equal(key_exists(tk), 0);
-    assert_int_equal(dist_rwlock_unlock(&rw), 0);
+    assert_int_equal(dist_rwlock_unlock(rw), 0);
     assert_int_equal(hget_int(name, owner), 1);
-    assert_int_equal(dist_rwlock_unlock(&rw), 0);
+    assert_int_equal(dist_rwlock_unlock(rw), 0);
     assert_int_equal(key_exists(name), 0);
     tkey(tk, sizeof tk, name, owner, 1);
     assert_int_equal(key_exists(tk), 0);
-    assert_int_equal(dist_rwlock_unlock(&rw), EPERM);
+    assert_int_equal(dist_rwlock_unlock(rw), EPERM);
     assert_true(dist_last_error()[0] != 0);
 
-    assert_int_equal(dist_rwlock_wrlock(&rw), 0);
-    assert_int_equal(dist_rwlock_wrlock(&rw), 0);
-    assert_int_equal(dist_rwlock_trywrlock(&rw), 0);
+    assert_int_equal(dist_rwlock_wrlock(rw), 0);
+    assert_int_equal(dist_rwlock_wrlock(rw), 0);
+    assert_int_equal(dist_rwlock_trywrlock(rw), 0);
     snprintf(wfield, sizeof wfield, "%s:write", owner);
     assert_int_equal(hget_int(name, wfield), 3);
     assert_int_equal(hlen(name), 2);
-    assert_int_equal(dist_rwlock_unlock(&rw), 0);
-    assert_int_equal(dist_rwlock_unlock(&rw), 0);
+    assert_int_equal(dist_rwlock_unlock(rw), 0);
+    assert_int_equal(dist_rwlock_unlock(rw), 0);
     assert_int_equal(hget_int(name, wfield), 1);
-    assert_int_equal(other_thread(&rw, OP_TRYRD), EBUSY);
-    assert_int_equal(dist_rwlock_unlock(&rw), 0);
+    assert_int_equal(other_thread(rw, OP_TRYRD), EBUSY);
+    assert_int_equal(dist_rwlock_unlock(rw), 0);
     assert_int_equal(key_exists(name), 0);
-    assert_int_equal(dist_rwlock_unlock(&rw), EPERM);
-    assert_int_equal(other_thread(&rw, OP_UNLOCK), EPERM);
+    assert_int_equal(dist_rwlock_unlock(rw), EPERM);
+    assert_int_equal(other_thread(rw, OP_UNLOCK), EPERM);
     free(owner);
-    assert_int_equal(dist_rwlock_destroy(&rw), 0);
 }
 
 /* The reader of test_downgrade, in a forked child: rdlock on the parent's
@@ -282,8 +277,9 @@ static void downgrade_child(void *arg)
  * process enters at once. */
 static void test_downgrade(void **state)
 {
-    char name[200], wfield[300];
-    dist_rwlock_t rw;
+    dist_rwlock_t *rw = fx_rwlock("rw", NULL);
+    const char *name = fx_name(rw);
+    char wfield[300];
     double *t_in = shared(sizeof(double) * 2);
     struct downgrade_arg ta;
     int st = -1, subscribed, early, rc_try_wr, rc_try_rd;
@@ -293,9 +289,8 @@ static void test_downgrade(void **state)
 
     (void)state;
     assert_non_null(t_in);
-    NAMED_RWLOCK(rw, name);
-    assert_int_equal(dist_rwlock_wrlock(&rw), 0);
-    assert_int_equal(dist_rwlock_rdlock(&rw), 0); /* the writer may read */
+    assert_int_equal(dist_rwlock_wrlock(rw), 0);
+    assert_int_equal(dist_rwlock_rdlock(rw), 0); /* the writer may read */
     assert_true(mode_is(name, "write"));
     assert_int_equal(hlen(name), 3);
     owner = read_owner(name);
@@ -303,9 +298,9 @@ static void test_downgrade(void **state)
     snprintf(wfield, sizeof wfield, "%s:write", owner);
     assert_int_equal(hget_int(name, owner), 1);
     assert_int_equal(hget_int(name, wfield), 1);
-    assert_int_equal(other_thread(&rw, OP_TRYRD), EBUSY);
+    assert_int_equal(other_thread(rw, OP_TRYRD), EBUSY);
 
-    ta.rw = &rw;
+    ta.rw = rw;
     ta.t_in = t_in;
     pid = fork_started(downgrade_child, &ta);
     subscribed = wait_subscribed(name, 10.0);
@@ -313,7 +308,7 @@ static void test_downgrade(void **state)
     early = t_in[0] != 0;
 
     t0 = tu_now();
-    assert_int_equal(dist_rwlock_unlock(&rw), 0); /* the downgrade */
+    assert_int_equal(dist_rwlock_unlock(rw), 0); /* the downgrade */
     while (t_in[0] == 0 && tu_now() - t0 < 10.0)
         tu_sleep_ms(5);
     el = t_in[0] != 0 ? t_in[0] - t0 : 99;
@@ -330,16 +325,15 @@ static void test_downgrade(void **state)
     assert_true(mode_is(name, "read"));
     assert_int_equal(hget_int(name, owner), 1);
     assert_int_equal(hget_int(name, wfield), -1);
-    rc_try_wr = other_thread(&rw, OP_TRYWR);
-    rc_try_rd = other_thread(&rw, OP_TRYRD);
+    rc_try_wr = other_thread(rw, OP_TRYWR);
+    rc_try_rd = other_thread(rw, OP_TRYRD);
     assert_int_equal(rc_try_wr, EBUSY);
     assert_int_equal(rc_try_rd, 0);
-    assert_int_equal(dist_rwlock_unlock(&rw), 0);
+    assert_int_equal(dist_rwlock_unlock(rw), 0);
     assert_int_equal(key_exists(name), 0);
-    assert_int_equal(dist_rwlock_unlock(&rw), EPERM);
+    assert_int_equal(dist_rwlock_unlock(rw), EPERM);
     free(owner);
     munmap(t_in, sizeof(double) * 2);
-    assert_int_equal(dist_rwlock_destroy(&rw), 0);
     print_message("downgrade: the blocked reader entered %.1f ms after the "
                   "unlock\n",
                   el * 1e3);
@@ -347,22 +341,21 @@ static void test_downgrade(void **state)
 
 static void test_no_upgrade(void **state)
 {
-    char name[200];
-    dist_rwlock_t rw;
+    dist_rwlock_t *rw = fx_rwlock("rw", NULL);
+    const char *name = fx_name(rw);
     struct timespec dl;
     double t0, el;
     int rc_wr, rc_timed, rc_try;
     char *owner;
 
     (void)state;
-    NAMED_RWLOCK(rw, name);
-    assert_int_equal(dist_rwlock_rdlock(&rw), 0);
-    assert_int_equal(dist_rwlock_rdlock(&rw), 0);
+    assert_int_equal(dist_rwlock_rdlock(rw), 0);
+    assert_int_equal(dist_rwlock_rdlock(rw), 0);
     t0 = tu_now();
-    rc_wr = dist_rwlock_wrlock(&rw);
+    rc_wr = dist_rwlock_wrlock(rw);
     dl = realtime_in(5.0);
-    rc_timed = dist_rwlock_timedwrlock(&rw, &dl);
-    rc_try = dist_rwlock_trywrlock(&rw);
+    rc_timed = dist_rwlock_timedwrlock(rw, &dl);
+    rc_try = dist_rwlock_trywrlock(rw);
     el = tu_now() - t0;
     assert_int_equal(rc_wr, EDEADLK);
     assert_int_equal(rc_timed, EDEADLK);
@@ -373,20 +366,19 @@ static void test_no_upgrade(void **state)
     assert_int_equal(hget_int(name, owner), 2); /* nothing changed */
     assert_int_equal(hlen(name), 2);
     free(owner);
-    assert_int_equal(dist_rwlock_unlock(&rw), 0);
-    assert_int_equal(dist_rwlock_unlock(&rw), 0);
+    assert_int_equal(dist_rwlock_unlock(rw), 0);
+    assert_int_equal(dist_rwlock_unlock(rw), 0);
     assert_int_equal(key_exists(name), 0);
-    assert_int_equal(dist_rwlock_wrlock(&rw), 0);
-    assert_int_equal(dist_rwlock_unlock(&rw), 0);
-    assert_int_equal(dist_rwlock_destroy(&rw), 0);
+    assert_int_equal(dist_rwlock_wrlock(rw), 0);
+    assert_int_equal(dist_rwlock_unlock(rw), 0);
 }
 
 #define NBLOCKED 20
 
 static void test_readers_behind_writer(void **state)
 {
-    char name[200];
-    dist_rwlock_t rw;
+    dist_rwlock_t *rw = fx_rwlock("rw", NULL);
+    const char *name = fx_name(rw);
     struct th t[NBLOCKED];
     atomic_int started = 0;
     double t0, t0s, worst = 0;
@@ -394,10 +386,9 @@ static void test_readers_behind_writer(void **state)
     long long holders = -1;
 
     (void)state;
-    NAMED_RWLOCK(rw, name);
-    assert_int_equal(dist_rwlock_wrlock(&rw), 0);
+    assert_int_equal(dist_rwlock_wrlock(rw), 0);
     for (i = 0; i < NBLOCKED; i++) {
-        th_start(&t[i], &rw, OP_RD);
+        th_start(&t[i], rw, OP_RD);
     }
     (void)started;
     subscribed = wait_subscribed(name, 10.0);
@@ -407,7 +398,7 @@ static void test_readers_behind_writer(void **state)
             early++;
 
     t0 = tu_now();
-    assert_int_equal(dist_rwlock_unlock(&rw), 0);
+    assert_int_equal(dist_rwlock_unlock(rw), 0);
     t0s = tu_now();
     while (tu_now() - t0s < 10.0) {
         for (i = all_in = 0; i < NBLOCKED; i++)
@@ -435,7 +426,6 @@ static void test_readers_behind_writer(void **state)
     assert_int_equal(holders, NBLOCKED);
     assert_dbl_range(worst, 0.0, slack(1.0));
     assert_int_equal(key_exists(name), 0);
-    assert_int_equal(dist_rwlock_destroy(&rw), 0);
     print_message(
         "%d blocked readers all in %.1f ms after the write unlock\n",
         NBLOCKED, worst * 1e3);
@@ -443,34 +433,25 @@ static void test_readers_behind_writer(void **state)
 
 static void test_writer_preference(void **state)
 {
-    char name[200], name2[200];
-    dist_rwlock_t rw, rwd;
-    dist_rwlockattr_t a;
+    dist_rwlock_t *rw = fx_rwlock_prefer_writer("prefer"), *rwd;
+    const char *name = fx_name(rw), *name2;
     struct th w, rd, wd;
     double t0, el_w, el_rd;
     int rc_try, rc_reenter, waiting, rd_early, rd_during_w, rc_try_default;
     long long writers_after;
 
     (void)state;
-    NAME(name, "prefer");
-    NAME(name2, "default");
-    assert_int_equal(dist_rwlockattr_init(&a), 0);
-    assert_int_equal(dist_rwlockattr_setkind(&a, DIST_RWLOCK_PREFER_WRITER),
-                     0);
-    assert_int_equal(dist_rwlock_init(&rw, name, &a), 0);
-    assert_int_equal(dist_rwlockattr_destroy(&a), 0);
-
-    assert_int_equal(dist_rwlock_rdlock(&rw), 0);
-    th_start(&w, &rw, OP_WR);
+    assert_int_equal(dist_rwlock_rdlock(rw), 0);
+    th_start(&w, rw, OP_WR);
     waiting = wait_writers(name, 1, 10.0);
-    rc_try = other_thread(&rw, OP_TRYRD); /* a new reader: no */
-    th_start(&rd, &rw, OP_RD);
+    rc_try = other_thread(rw, OP_TRYRD); /* a new reader: no */
+    th_start(&rd, rw, OP_RD);
     rd_early = th_wait(&rd, 0.5) == 0;
-    rc_reenter = dist_rwlock_rdlock(&rw); /* a holder: yes */
+    rc_reenter = dist_rwlock_rdlock(rw); /* a holder: yes */
     if (rc_reenter == 0)
-        dist_rwlock_unlock(&rw);
+        dist_rwlock_unlock(rw);
     t0 = tu_now();
-    assert_int_equal(dist_rwlock_unlock(&rw), 0);
+    assert_int_equal(dist_rwlock_unlock(rw), 0);
     el_w = th_wait(&w, 10.0) == 0 ? w.t_locked - t0 : 99;
     writers_after = zcard_writers(name);
     rd_during_w = th_wait(&rd, 0.3) == 0;
@@ -492,53 +473,50 @@ static void test_writer_preference(void **state)
     assert_dbl_range(el_rd, 0.0, slack(1.0));
     assert_int_equal(rd.unlock_rc, 0);
     assert_int_equal(key_exists(name), 0);
-    assert_int_equal(dist_rwlock_destroy(&rw), 0);
 
     /* readers preferred (the default): a waiting writer keeps nobody out */
-    assert_int_equal(dist_rwlock_init(&rwd, name2, NULL), 0);
-    assert_int_equal(dist_rwlock_rdlock(&rwd), 0);
-    th_start(&wd, &rwd, OP_WR);
+    rwd = fx_rwlock("default", NULL);
+    name2 = fx_name(rwd);
+    assert_int_equal(dist_rwlock_rdlock(rwd), 0);
+    th_start(&wd, rwd, OP_WR);
     assert_true(wait_subscribed(name2, 10.0));
-    rc_try_default = other_thread(&rwd, OP_TRYRD);
+    rc_try_default = other_thread(rwd, OP_TRYRD);
     assert_int_equal(zcard_writers(name2), 0);
-    assert_int_equal(dist_rwlock_unlock(&rwd), 0);
+    assert_int_equal(dist_rwlock_unlock(rwd), 0);
     assert_int_equal(th_wait(&wd, 10.0), 0);
     th_finish(&wd);
     assert_int_equal(rc_try_default, 0);
     assert_int_equal(wd.rc, 0);
     assert_int_equal(wd.unlock_rc, 0);
     assert_int_equal(key_exists(name2), 0);
-    assert_int_equal(dist_rwlock_destroy(&rwd), 0);
 }
 
 static void test_timed(void **state)
 {
-    char name[200];
-    dist_rwlock_t rw;
+    dist_rwlock_t *rw = fx_rwlock("rw", NULL);
+    const char *name = fx_name(rw);
     struct th w;
     struct timespec dl;
     double t0, el_rd, el_wr, el_quick;
     int rc_rd, rc_wr, rc_inval1, rc_inval2, rc_past;
 
     (void)state;
-    NAMED_RWLOCK(rw, name);
-    th_hold(&w, &rw, OP_WR);
+    th_hold(&w, rw, OP_WR);
     t0 = tu_now();
     dl = realtime_in(2.0);
-    rc_rd = dist_rwlock_timedrdlock(&rw, &dl);
+    rc_rd = dist_rwlock_timedrdlock(rw, &dl);
     el_rd = tu_now() - t0;
     t0 = tu_now();
     dl = realtime_in(2.0);
-    rc_wr = dist_rwlock_timedwrlock(&rw, &dl);
+    rc_wr = dist_rwlock_timedwrlock(rw, &dl);
     el_wr = tu_now() - t0;
     t0 = tu_now();
-    dl = realtime_in(10.0);
-    dl.tv_nsec = 1000000000L;
-    rc_inval1 = dist_rwlock_timedrdlock(&rw, &dl);
-    dl.tv_nsec = -1;
-    rc_inval2 = dist_rwlock_timedwrlock(&rw, &dl);
+    dl = fx_bad_deadline(0);
+    rc_inval1 = dist_rwlock_timedrdlock(rw, &dl);
+    dl = fx_bad_deadline(1);
+    rc_inval2 = dist_rwlock_timedwrlock(rw, &dl);
     dl = realtime_in(-10.0);
-    rc_past = dist_rwlock_timedrdlock(&rw, &dl);
+    rc_past = dist_rwlock_timedrdlock(rw, &dl);
     el_quick = tu_now() - t0;
     th_finish(&w);
 
@@ -554,17 +532,16 @@ static void test_timed(void **state)
 
     /* a free lock is taken whatever the deadline */
     dl = realtime_in(-10.0);
-    assert_int_equal(dist_rwlock_timedrdlock(&rw, &dl), 0);
+    assert_int_equal(dist_rwlock_timedrdlock(rw, &dl), 0);
     dl.tv_nsec = 2000000000L;
-    assert_int_equal(dist_rwlock_timedrdlock(&rw, &dl), 0);
-    assert_int_equal(dist_rwlock_unlock(&rw), 0);
-    assert_int_equal(dist_rwlock_unlock(&rw), 0);
-    assert_int_equal(dist_rwlock_timedwrlock(&rw, &dl), 0);
-    assert_int_equal(dist_rwlock_unlock(&rw), 0);
-    assert_int_equal(dist_rwlock_timedrdlock(&rw, NULL), EINVAL);
-    assert_int_equal(dist_rwlock_timedwrlock(&rw, NULL), EINVAL);
+    assert_int_equal(dist_rwlock_timedrdlock(rw, &dl), 0);
+    assert_int_equal(dist_rwlock_unlock(rw), 0);
+    assert_int_equal(dist_rwlock_unlock(rw), 0);
+    assert_int_equal(dist_rwlock_timedwrlock(rw, &dl), 0);
+    assert_int_equal(dist_rwlock_unlock(rw), 0);
+    assert_int_equal(dist_rwlock_timedrdlock(rw, NULL), EINVAL);
+    assert_int_equal(dist_rwlock_timedwrlock(rw, NULL), EINVAL);
     assert_int_equal(key_exists(name), 0);
-    assert_int_equal(dist_rwlock_destroy(&rw), 0);
 }
 
 #define MIX_PROCS   4
