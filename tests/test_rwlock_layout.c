@@ -74,20 +74,19 @@ static void test_static_initializer(void **state)
 
 static void test_no_channels_left(void **state)
 {
-    char name[200];
-    dist_rwlock_t rw;
+    dist_rwlock_t *rw = fx_rwlock("rw", NULL);
+    const char *name = fx_name(rw);
     struct th t[4];
     int i, subscribed, done = 0, finished[4] = { 0 };
     double t0;
 
     (void)state;
-    NAMED_RWLOCK(rw, name);
-    assert_int_equal(dist_rwlock_wrlock(&rw), 0);
+    assert_int_equal(dist_rwlock_wrlock(rw), 0);
     for (i = 0; i < 4; i++)
-        th_start(&t[i], &rw, i == 3 ? OP_WR : OP_RD);
+        th_start(&t[i], rw, i == 3 ? OP_WR : OP_RD);
     subscribed = wait_subscribed(name, 10.0);
     tu_sleep_ms(200);
-    assert_int_equal(dist_rwlock_unlock(&rw), 0);
+    assert_int_equal(dist_rwlock_unlock(rw), 0);
     /* whoever gets in first lets go first (the writer may beat the readers) */
     t0 = tu_now();
     while (done < 4 && tu_now() - t0 < 10.0) {
@@ -109,7 +108,6 @@ static void test_no_channels_left(void **state)
         assert_int_equal(t[i].unlock_rc, 0);
     }
     assert_int_equal(key_exists(name), 0);
-    assert_int_equal(dist_rwlock_destroy(&rw), 0);
 
     assert_int_equal(channels_left(&r, 3.0), 0);
 }
@@ -120,8 +118,9 @@ static void test_no_channels_left(void **state)
 
 static void test_redisson_layout(void **state)
 {
-    char name[200], tk_java[400], tk_mine[400], chan[300], wfield[300];
-    dist_rwlock_t rw;
+    dist_rwlock_t *rw = fx_rwlock("rw", NULL);
+    const char *name = fx_name(rw);
+    char tk_java[400], tk_mine[400], chan[300], wfield[300];
     struct th w;
     redisReply *x;
     char *mine;
@@ -130,7 +129,6 @@ static void test_redisson_layout(void **state)
     long long java_left, ttl_left;
 
     (void)state;
-    NAME(name, "rw");
     tkey(tk_java, sizeof tk_java, name, JAVA_OWNER, 1);
     chan_of(chan, sizeof chan, name);
     x = tu_cmd(&r, "HSET", name, "mode", "read", JAVA_OWNER, "1", NULL);
@@ -141,13 +139,12 @@ static void test_redisson_layout(void **state)
     freeReplyObject(x);
     assert_int_equal(tu_cmd_int(&r, "PEXPIRE", name, "30000", NULL), 1);
 
-    assert_int_equal(dist_rwlock_init(&rw, name, NULL), 0);
-    assert_int_equal(dist_rwlock_trywrlock(&rw), EBUSY);
-    th_start(&w, &rw, OP_WR);
+    assert_int_equal(dist_rwlock_trywrlock(rw), EBUSY);
+    th_start(&w, rw, OP_WR);
     early = th_wait(&w, 0.5) == 0;
 
     /* readers share with it */
-    assert_int_equal(dist_rwlock_tryrdlock(&rw), 0);
+    assert_int_equal(dist_rwlock_tryrdlock(rw), 0);
     assert_int_equal(hlen(name), 3);
     mine = NULL;
     {
@@ -163,7 +160,7 @@ static void test_redisson_layout(void **state)
     assert_non_null(mine);
     tkey(tk_mine, sizeof tk_mine, name, mine, 1);
     assert_int_equal(key_exists(tk_mine), 1);
-    assert_int_equal(dist_rwlock_unlock(&rw), 0);
+    assert_int_equal(dist_rwlock_unlock(rw), 0);
     java_left = hget_int(name, JAVA_OWNER);
     ttl_left = pttl(name);
     early2 = th_wait(&w, 0.3) == 0;
@@ -212,14 +209,13 @@ static void test_redisson_layout(void **state)
                NULL);
     freeReplyObject(x);
     assert_int_equal(tu_cmd_int(&r, "PEXPIRE", name, "30000", NULL), 1);
-    assert_int_equal(dist_rwlock_tryrdlock(&rw), EBUSY);
-    assert_int_equal(dist_rwlock_trywrlock(&rw), EBUSY);
+    assert_int_equal(dist_rwlock_tryrdlock(rw), EBUSY);
+    assert_int_equal(dist_rwlock_trywrlock(rw), EBUSY);
     x = tu_cmd(&r, "DEL", name, NULL);
     freeReplyObject(x);
-    assert_int_equal(dist_rwlock_tryrdlock(&rw), 0);
-    assert_int_equal(dist_rwlock_unlock(&rw), 0);
+    assert_int_equal(dist_rwlock_tryrdlock(rw), 0);
+    assert_int_equal(dist_rwlock_unlock(rw), 0);
     free(mine);
-    assert_int_equal(dist_rwlock_destroy(&rw), 0);
 }
 
 static void test_destroy_and_names(void **state)
@@ -260,37 +256,35 @@ static void test_destroy_and_names(void **state)
 
 static void test_token(void **state)
 {
-    char name[200], tokkey[260];
-    dist_rwlock_t rw;
+    dist_rwlock_t *rw = fx_rwlock("rw", NULL);
+    const char *name = fx_name(rw);
+    char tokkey[260];
     uint64_t t1 = 0, t1b = 0, t2 = 0, t = 0;
 
     (void)state;
-    NAME(name, "rw");
     snprintf(tokkey, sizeof tokkey, "redisson_lock_token:{%s}", name);
-    assert_int_equal(dist_rwlock_init(&rw, name, NULL), 0);
-    assert_int_equal(dist_rwlock_token(&rw, &t), EPERM);
-    assert_int_equal(dist_rwlock_rdlock(&rw), 0);
-    assert_int_equal(dist_rwlock_token(&rw, &t), EPERM); /* reads only */
-    assert_int_equal(dist_rwlock_unlock(&rw), 0);
-    assert_int_equal(dist_rwlock_wrlock(&rw), 0);
-    assert_int_equal(dist_rwlock_token(&rw, &t1), 0);
+    assert_int_equal(dist_rwlock_token(rw, &t), EPERM);
+    assert_int_equal(dist_rwlock_rdlock(rw), 0);
+    assert_int_equal(dist_rwlock_token(rw, &t), EPERM); /* reads only */
+    assert_int_equal(dist_rwlock_unlock(rw), 0);
+    assert_int_equal(dist_rwlock_wrlock(rw), 0);
+    assert_int_equal(dist_rwlock_token(rw, &t1), 0);
     assert_true(t1 >= 1);
     assert_int_equal(tu_cmd_int(&r, "GET", tokkey, NULL), (long long)t1);
-    assert_int_equal(dist_rwlock_wrlock(&rw), 0);
-    assert_int_equal(dist_rwlock_rdlock(&rw), 0);
-    assert_int_equal(dist_rwlock_token(&rw, &t1b), 0);
+    assert_int_equal(dist_rwlock_wrlock(rw), 0);
+    assert_int_equal(dist_rwlock_rdlock(rw), 0);
+    assert_int_equal(dist_rwlock_token(rw, &t1b), 0);
     assert_int_equal(t1b, t1);
-    assert_int_equal(dist_rwlock_unlock(&rw), 0);
-    assert_int_equal(dist_rwlock_unlock(&rw), 0); /* downgrade */
-    assert_int_equal(dist_rwlock_token(&rw, &t), EPERM);
-    assert_int_equal(dist_rwlock_unlock(&rw), 0);
-    assert_int_equal(dist_rwlock_wrlock(&rw), 0);
-    assert_int_equal(dist_rwlock_token(&rw, &t2), 0);
+    assert_int_equal(dist_rwlock_unlock(rw), 0);
+    assert_int_equal(dist_rwlock_unlock(rw), 0); /* downgrade */
+    assert_int_equal(dist_rwlock_token(rw, &t), EPERM);
+    assert_int_equal(dist_rwlock_unlock(rw), 0);
+    assert_int_equal(dist_rwlock_wrlock(rw), 0);
+    assert_int_equal(dist_rwlock_token(rw, &t2), 0);
     assert_true(t2 > t1);
-    assert_int_equal(dist_rwlock_unlock(&rw), 0);
-    assert_int_equal(dist_rwlock_token(&rw, NULL), EINVAL);
+    assert_int_equal(dist_rwlock_unlock(rw), 0);
+    assert_int_equal(dist_rwlock_token(rw, NULL), EINVAL);
     assert_int_equal(key_exists(name), 0);
-    assert_int_equal(dist_rwlock_destroy(&rw), 0);
 }
 
 /* dist_rwlock_lease_left: one bound for a thread's holds of either side,
@@ -298,30 +292,26 @@ static void test_token(void **state)
  * with a zero left once it holds neither; EINVAL for NULL. */
 static void test_lease_left(void **state)
 {
-    char name[200];
-    dist_rwlock_t rw;
+    dist_rwlock_t *rw = fx_rwlock("rw", NULL);
     struct timespec left;
 
     (void)state;
-    NAME(name, "rw");
-    assert_int_equal(dist_rwlock_init(&rw, name, NULL), 0);
-    assert_int_equal(dist_rwlock_lease_left(&rw, &left), EPERM);
-    assert_int_equal(dist_rwlock_lease_left(&rw, NULL), EINVAL);
-    assert_int_equal(dist_rwlock_rdlock(&rw), 0);
-    assert_int_equal(dist_rwlock_lease_left(&rw, &left), 0);
+    assert_int_equal(dist_rwlock_lease_left(rw, &left), EPERM);
+    assert_int_equal(dist_rwlock_lease_left(rw, NULL), EINVAL);
+    assert_int_equal(dist_rwlock_rdlock(rw), 0);
+    assert_int_equal(dist_rwlock_lease_left(rw, &left), 0);
     assert_true(left.tv_sec >= 19 && left.tv_sec <= 29);
-    assert_int_equal(dist_rwlock_unlock(&rw), 0);
-    assert_int_equal(dist_rwlock_lease_left(&rw, &left), EPERM);
+    assert_int_equal(dist_rwlock_unlock(rw), 0);
+    assert_int_equal(dist_rwlock_lease_left(rw, &left), EPERM);
     assert_true(left.tv_sec == 0 && left.tv_nsec == 0);
-    assert_int_equal(dist_rwlock_wrlock(&rw), 0);
-    assert_int_equal(dist_rwlock_rdlock(&rw), 0);
-    assert_int_equal(dist_rwlock_lease_left(&rw, &left), 0);
+    assert_int_equal(dist_rwlock_wrlock(rw), 0);
+    assert_int_equal(dist_rwlock_rdlock(rw), 0);
+    assert_int_equal(dist_rwlock_lease_left(rw, &left), 0);
     assert_true(left.tv_sec >= 19 && left.tv_sec <= 29);
-    assert_int_equal(dist_rwlock_unlock(&rw), 0);
-    assert_int_equal(dist_rwlock_lease_left(&rw, &left), 0); /* a read */
-    assert_int_equal(dist_rwlock_unlock(&rw), 0);
-    assert_int_equal(dist_rwlock_lease_left(&rw, &left), EPERM);
-    assert_int_equal(dist_rwlock_destroy(&rw), 0);
+    assert_int_equal(dist_rwlock_unlock(rw), 0);
+    assert_int_equal(dist_rwlock_lease_left(rw, &left), 0); /* a read */
+    assert_int_equal(dist_rwlock_unlock(rw), 0);
+    assert_int_equal(dist_rwlock_lease_left(rw, &left), EPERM);
 }
 
 int main(void)
