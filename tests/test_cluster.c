@@ -108,32 +108,33 @@ static double handoff(const char *name, int kind, void *lock)
     return unlock_to(&w, name, kind, lock);
 }
 
-/* Once the cluster is settled: a fresh name whose slot master serves, and
- * m on it, initialised and locked here.  The slot. */
-static int locked_on(char *name, size_t len, const char *what, int master,
-                     dist_mutex_t *m)
+/* Once the cluster is settled: a mutex of the test's own (fixture.h) on a
+ * fresh name whose slot master serves, locked here; its slot in *slot. */
+static dist_mutex_t *locked_on(const char *what, int master, int *slot)
 {
-    int slot;
+    char name[64];
+    dist_mutex_t *m;
 
     assert_int_equal(tu_cluster_wait_ok(C, 30000), 0);
-    slot = name_on(name, len, what, master);
-    assert_int_equal(dist_mutex_init(m, name, NULL), 0);
+    *slot = name_on(name, sizeof name, what, master);
+    m = fx_mutex_on(name, NULL);
     assert_int_equal(dist_mutex_lock(m), 0);
-    return slot;
+    return m;
 }
 
 /* A mutex held here, on a fresh name, with a waiter on it in another
  * process. */
 struct held {
-    char name[64];
-    dist_mutex_t m;
+    dist_mutex_t *m;
+    const char *name;
     struct ha_waiter w;
     int slot;
 };
 
 static void held_with_waiter(struct held *h, const char *what, int master)
 {
-    h->slot = locked_on(h->name, sizeof h->name, what, master, &h->m);
+    h->m = locked_on(what, master, &h->slot);
+    h->name = fx_name(h->m);
     waiter_on(&h->w, h->name, HA_MUTEX);
 }
 
@@ -198,21 +199,19 @@ static void test_locks_on_every_master(void **state)
  * the next lock lands on the new owner. */
 static void test_moved_after_reshard(void **state)
 {
-    char name[64];
-    dist_mutex_t m;
     int slot, to;
+    dist_mutex_t *m = locked_on("moved", 0, &slot);
+    const char *name = fx_name(m);
 
     (void)state;
-    slot = locked_on(name, sizeof name, "moved", 0, &m);
     to = 1;
     assert_int_equal(tu_cluster_move_slot(C, slot, to), 0);
     assert_int_equal(node_exists(C, to, name), 1);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_unlock(m), 0);
     assert_int_equal(node_exists(C, to, name), 0);
-    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_mutex_lock(m), 0);
     assert_int_equal(node_exists(C, to, name), 1);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
-    assert_int_equal(dist_mutex_destroy(&m), 0);
+    assert_int_equal(dist_mutex_unlock(m), 0);
     assert_int_equal(tu_cluster_move_slot(C, slot, 0), 0);
 }
 
@@ -248,7 +247,7 @@ static int node_gone_within(int node, const char *name)
 static void test_deferred_moved(void **state)
 {
     char name[64], other[64];
-    dist_mutex_t m, o;
+    dist_mutex_t *m, *o;
     dist_mutexattr_t a;
     int slot, pass;
 
@@ -259,22 +258,20 @@ static void test_deferred_moved(void **state)
     for (pass = 0; pass < 2; pass++) {
         slot = name_on(name, sizeof name, "dmoved", 0);
         name_on(other, sizeof other, "dother", 0);
-        assert_int_equal(dist_mutex_init(&m, name, &a), 0);
-        assert_int_equal(dist_mutex_init(&o, other, NULL), 0);
-        assert_int_equal(dist_mutex_lock(&m), 0);
+        m = fx_mutex_on(name, &a);
+        o = fx_mutex_on(other, NULL);
+        assert_int_equal(dist_mutex_lock(m), 0);
         assert_int_equal(tu_cluster_move_slot(C, slot, 1), 0);
-        assert_int_equal(dist_mutex_unlock(&m), 0); /* to node 0: MOVED */
+        assert_int_equal(dist_mutex_unlock(m), 0); /* to node 0: MOVED */
         if (pass == 0) {
-            assert_int_equal(dist_mutex_lock(&m), 0);
+            assert_int_equal(dist_mutex_lock(m), 0);
             assert_int_equal(node_count(1, name), 1);
-            assert_int_equal(dist_mutex_unlock(&m), 0);
+            assert_int_equal(dist_mutex_unlock(m), 0);
         } else {
-            assert_int_equal(dist_mutex_lock(&o), 0); /* reads m's reply */
-            assert_int_equal(dist_mutex_unlock(&o), 0);
+            assert_int_equal(dist_mutex_lock(o), 0); /* reads m's reply */
+            assert_int_equal(dist_mutex_unlock(o), 0);
         }
         assert_true(node_gone_within(1, name));
-        assert_int_equal(dist_mutex_destroy(&m), 0);
-        assert_int_equal(dist_mutex_destroy(&o), 0);
         assert_int_equal(tu_cluster_move_slot(C, slot, 0), 0);
     }
     dist_mutexattr_destroy(&a);
@@ -300,15 +297,14 @@ static void *bg_finish_main(void *arg)
  * TRYAGAIN) is retried until the migration ends, and succeeds. */
 static void test_ask_during_migration(void **state)
 {
-    char name[64];
-    dist_mutex_t m;
     struct bg_finish b = { 0 };
     pthread_t th;
     int slot, to = 2, rc;
+    dist_mutex_t *m = locked_on("ask", 0, &slot);
+    const char *name = fx_name(m);
     double done, t_renew;
 
     (void)state;
-    slot = locked_on(name, sizeof name, "ask", 0, &m);
     assert_int_equal(tu_cluster_migrate_begin(C, slot, to), 0);
     assert_int_equal(tu_cluster_migrate_key(C, name), 1);
     {
@@ -327,7 +323,7 @@ static void test_ask_during_migration(void **state)
     b.slot = slot;
     b.to = to;
     assert_int_equal(pthread_create(&th, NULL, bg_finish_main, &b), 0);
-    rc = dist_mutex_unlock(&m);
+    rc = dist_mutex_unlock(m);
     done = tu_now();
     pthread_join(th, NULL);
     assert_int_equal(b.rc, 0);
@@ -335,7 +331,6 @@ static void test_ask_during_migration(void **state)
         fail_msg("unlock during the migration: %d %s", rc, dist_last_error());
     assert_true(done >= b.at); /* it waited for the end */
     assert_int_equal(node_exists(C, to, name), 0);
-    assert_int_equal(dist_mutex_destroy(&m), 0);
     assert_int_equal(tu_cluster_move_slot(C, slot, 0), 0);
 }
 
@@ -350,10 +345,9 @@ static void test_waiter_follows_moved_slot(void **state)
     held_with_waiter(&h, "follow", 1);
     assert_int_equal(tu_cluster_move_slot(C, h.slot, 2), 0);
     tu_sleep_ms(300);
-    t = unlock_to(&h.w, h.name, HA_MUTEX, &h.m);
+    t = unlock_to(&h.w, h.name, HA_MUTEX, h.m);
     fprintf(stderr, "    unlock on the new owner -> waiter %.4f s\n", t);
     assert_dbl_range(t, 0, slack(1.5));
-    assert_int_equal(dist_mutex_destroy(&h.m), 0);
     assert_int_equal(tu_cluster_move_slot(C, h.slot, 1), 0);
 }
 
@@ -404,7 +398,7 @@ static int got_plain(redisContext *sub, const char *prefix, int more)
 static void test_plain_pubsub(void **state)
 {
     char name[64], url[512], chan[160], own[200];
-    dist_mutex_t m;
+    dist_mutex_t *m;
     dist_mutexattr_t fa;
     struct ha_waiter w;
     struct timeval tv = { 5, 0 };
@@ -424,36 +418,34 @@ static void test_plain_pubsub(void **state)
     assert_non_null(r);
     freeReplyObject(r);
 
-    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
-    assert_int_equal(dist_mutex_lock(&m), 0);
+    m = fx_mutex_on(name, NULL);
+    assert_int_equal(dist_mutex_lock(m), 0);
     ha_waiter_start(&w, url, name, HA_MUTEX, WATCHDOG_MS);
     tu_sleep_ms(300); /* subscribed and asleep */
     assert_true(subscribers("NUMSUB", chan) >= 1);
     assert_int_equal(subscribers("SHARDNUMSUB", chan), 0);
     t0 = tu_now();
-    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_unlock(m), 0);
     t = ha_waiter_result(&w, slack(10.0));
     assert_true(t > 0);
     fprintf(stderr, "    plain pub/sub: mutex hand-off %.4f s\n", t - t0);
     assert_dbl_range(t - t0, 0, slack(1.5)); /* not the 10 s lease */
     assert_true(got_plain(sub, chan, 0));
-    assert_int_equal(dist_mutex_destroy(&m), 0);
 
     dist_mutexattr_init(&fa);
     dist_mutexattr_setfair(&fa, 1);
-    assert_int_equal(dist_mutex_init(&m, name, &fa), 0);
-    assert_int_equal(dist_mutex_lock(&m), 0);
+    m = fx_mutex_on(name, &fa); /* a fair one, on the same name */
+    assert_int_equal(dist_mutex_lock(m), 0);
     ha_waiter_start(&w, url, name, HA_FAIR, WATCHDOG_MS);
     tu_sleep_ms(300);
     t0 = tu_now();
-    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_unlock(m), 0);
     t = ha_waiter_result(&w, slack(10.0));
     assert_true(t > 0);
     assert_dbl_range(t - t0, 0, slack(1.5));
     /* the fair release wakes the head on its own channel, N's plus ':<owner>' */
     snprintf(own, sizeof own, "%s:", chan);
     assert_true(got_plain(sub, own, 1));
-    assert_int_equal(dist_mutex_destroy(&m), 0);
 
     redisFree(sub);
     assert_int_equal(dist_set_url(tu_cluster_url(C)), 0);
@@ -486,7 +478,7 @@ static void check_pubsub_mode(const char *query, const char *publish,
                               int plain_too)
 {
     char name[64], url[512], chan[160];
-    dist_mutex_t m;
+    dist_mutex_t *m;
     struct ha_waiter w;
     struct timeval tv = { 1, 0 };
     redisContext *plain, *sharded;
@@ -526,12 +518,11 @@ static void check_pubsub_mode(const char *query, const char *publish,
     freeReplyObject(r);
     assert_non_null(r = redisCommand(sharded, "SSUBSCRIBE %s", chan));
     freeReplyObject(r);
-    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
-    assert_int_equal(dist_mutex_lock(&m), 0);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
+    m = fx_mutex_on(name, NULL);
+    assert_int_equal(dist_mutex_lock(m), 0);
+    assert_int_equal(dist_mutex_unlock(m), 0);
     assert_true(got_message(sharded, chan));
     assert_int_equal(got_message(plain, chan), plain_too);
-    assert_int_equal(dist_mutex_destroy(&m), 0);
     redisFree(plain);
     redisFree(sharded);
     assert_int_equal(dist_set_url(tu_cluster_url(C)), 0);
@@ -579,10 +570,9 @@ static void test_master_failover(void **state)
             "renewal on it %.3f s\n",
             t_fail - t_fault, t_renew - t_fault);
 
-    t = unlock_to(&h.w, h.name, HA_MUTEX, &h.m); /* after the failover */
+    t = unlock_to(&h.w, h.name, HA_MUTEX, h.m); /* after the failover */
     fprintf(stderr, "    unlock -> waiter %.4f s\n", t);
     assert_dbl_range(t, 0, slack(1.5));
-    assert_int_equal(dist_mutex_destroy(&h.m), 0);
 
     assert_int_equal(tu_cluster_restart(C, old), 0);
     assert_int_equal(tu_cluster_wait_ok(C, 30000), 0);
@@ -594,7 +584,7 @@ static void test_master_failover(void **state)
 static void test_replica_check(void **state)
 {
     char name[64], other[64];
-    dist_mutex_t m, o;
+    dist_mutex_t *m, *o;
     int master = 0, replica = -1, i;
 
     (void)state;
@@ -606,20 +596,18 @@ static void test_replica_check(void **state)
     name_on(name, sizeof name, "sync", master);
     name_on(other, sizeof other, "sync-other", 1);
     assert_int_equal(dist_set_replica_wait_ms(300), 0);
-    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
-    assert_int_equal(dist_mutex_init(&o, other, NULL), 0);
+    m = fx_mutex_on(name, NULL);
+    o = fx_mutex_on(other, NULL);
     assert_int_equal(tu_cluster_signal(C, replica, SIGSTOP), 0);
-    assert_int_equal(dist_mutex_lock(&m), DIST_ENOREPLICA);
+    assert_int_equal(dist_mutex_lock(m), DIST_ENOREPLICA);
     assert_int_equal(node_exists(C, master, name), 0);
-    assert_int_equal(dist_mutex_lock(&o), 0);
-    assert_int_equal(dist_mutex_unlock(&o), 0);
+    assert_int_equal(dist_mutex_lock(o), 0);
+    assert_int_equal(dist_mutex_unlock(o), 0);
     assert_int_equal(tu_cluster_signal(C, replica, SIGCONT), 0);
     assert_int_equal(tu_cluster_wait_ok(C, 30000), 0);
-    assert_int_equal(dist_mutex_lock(&m), 0);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_lock(m), 0);
+    assert_int_equal(dist_mutex_unlock(m), 0);
     assert_int_equal(dist_set_replica_wait_ms(1000), 0);
-    dist_mutex_destroy(&m);
-    dist_mutex_destroy(&o);
 }
 
 /* ---- waiting objects (issue 21) ------------------------------------------- */
@@ -711,16 +699,16 @@ static void test_waiting_objects_slot_rule(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_locks_on_every_master),
-        cmocka_unit_test(test_moved_after_reshard),
-        cmocka_unit_test(test_deferred_moved),
-        cmocka_unit_test(test_ask_during_migration),
-        cmocka_unit_test(test_waiter_follows_moved_slot),
-        cmocka_unit_test(test_plain_pubsub),
-        cmocka_unit_test(test_pubsub_modes),
-        cmocka_unit_test(test_replica_check),
-        cmocka_unit_test(test_waiting_objects_slot_rule),
-        cmocka_unit_test(test_master_failover),
+        FX_OWN_TEST(test_locks_on_every_master),
+        FX_OWN_TEST(test_moved_after_reshard),
+        FX_OWN_TEST(test_deferred_moved),
+        FX_OWN_TEST(test_ask_during_migration),
+        FX_OWN_TEST(test_waiter_follows_moved_slot),
+        FX_OWN_TEST(test_plain_pubsub),
+        FX_OWN_TEST(test_pubsub_modes),
+        FX_OWN_TEST(test_replica_check),
+        FX_OWN_TEST(test_waiting_objects_slot_rule),
+        FX_OWN_TEST(test_master_failover),
     };
 
     return cmocka_run_group_tests(tests, setup, teardown);
