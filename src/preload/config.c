@@ -428,14 +428,47 @@ static int seen_before(struct parse *p, const char *name)
     return 0;
 }
 
-static int unres_value(struct parse *p, const char *v)
+/* The words a key that names a choice takes, by the value each stands
+ * for (0, 1, ...; NULL after the last). */
+static const char *const unres_words[] = {
+    [PL_UNRES_ERROR] = "error", [PL_UNRES_WARN] = "warn", NULL
+};
+static const char *const unavail_words[] = {
+    [PL_BLOCK] = "block", [PL_FAIL] = "fail", [PL_ABORT] = "abort", NULL
+};
+static const char *const lost_words[] = {
+    [PL_LOST_ABORT] = "abort", [PL_LOST_LOG] = "log", NULL
+};
+static const char *const semmode_words[] = {
+    [PL_SEM_LEASED] = "leased", [PL_SEM_REDISSON] = "redisson", NULL
+};
+/* a [rwlock]'s kind: rw_prefer_writer */
+static const char *const rwkind_words[] = { "prefer-reader", "prefer-writer",
+                                            NULL };
+
+/* One of words for key k ("k: a, b or c, not 'v'" otherwise).  0 with
+ * *x, the word's value, or -1 said. */
+static int word_value(struct parse *p, const char *k, const char *v,
+                      const char *const *words, int *x)
 {
-    if (strcmp(v, "error") == 0)
-        return PL_UNRES_ERROR;
-    if (strcmp(v, "warn") == 0)
-        return PL_UNRES_WARN;
-    perr(p, p->line, "on_unresolved: 'error' or 'warn', not '%s'", v);
-    return PL_UNRES_DEFAULT;
+    char list[128] = "";
+    size_t len = 0;
+    int i;
+
+    for (i = 0; words[i]; i++) {
+        if (strcmp(v, words[i]) == 0) {
+            *x = i;
+            return 0;
+        }
+    }
+    for (i = 0; words[i] && len < sizeof list; i++) {
+        const char *sep = i == 0 ? "" : words[i + 1] ? ", " : " or ";
+
+        len += (size_t)snprintf(list + len, sizeof list - len, "%s%s", sep,
+                                words[i]);
+    }
+    perr(p, p->line, "%s: %s, not '%s'", k, list, v);
+    return -1;
 }
 
 /* A yes or no for key k.  0 with *b, or -1 said. */
@@ -467,6 +500,7 @@ static void redis_key(struct parse *p, const char *k, const char *v)
 {
     struct pl_config *cfg = p->cfg;
     unsigned long x;
+    int w;
 
     if (strcmp(k, "url") == 0) {
         free(cfg->url);
@@ -483,22 +517,11 @@ static void redis_key(struct parse *p, const char *k, const char *v)
                       "timeout_ms: a number of milliseconds", &x) == 0)
             cfg->timeout_ms = x;
     } else if (strcmp(k, "on_unavailable") == 0) {
-        if (strcmp(v, "block") == 0)
-            cfg->on_unavailable = PL_BLOCK;
-        else if (strcmp(v, "fail") == 0)
-            cfg->on_unavailable = PL_FAIL;
-        else if (strcmp(v, "abort") == 0)
-            cfg->on_unavailable = PL_ABORT;
-        else
-            perr(p, p->line, "on_unavailable: block, fail or abort, not '%s'",
-                 v);
+        if (word_value(p, k, v, unavail_words, &w) == 0)
+            cfg->on_unavailable = (enum pl_unavail)w;
     } else if (strcmp(k, "on_lease_lost") == 0) {
-        if (strcmp(v, "abort") == 0)
-            cfg->on_lease_lost = PL_LOST_ABORT;
-        else if (strcmp(v, "log") == 0)
-            cfg->on_lease_lost = PL_LOST_LOG;
-        else
-            perr(p, p->line, "on_lease_lost: abort or log, not '%s'", v);
+        if (word_value(p, k, v, lost_words, &w) == 0)
+            cfg->on_lease_lost = (enum pl_lost)w;
     } else {
         perr(p, p->line,
              "unknown key '%s' in [redis] (known: url, lease_ms, "
@@ -509,12 +532,11 @@ static void redis_key(struct parse *p, const char *k, const char *v)
 
 static void preload_key(struct parse *p, const char *k, const char *v)
 {
-    int b;
+    int b, w;
 
     if (strcmp(k, "on_unresolved") == 0) {
-        int u = unres_value(p, v);
-        if (u != PL_UNRES_DEFAULT)
-            p->cfg->on_unresolved = u;
+        if (word_value(p, k, v, unres_words, &w) == 0)
+            p->cfg->on_unresolved = w;
     } else if (strcmp(k, "program") == 0) {
         free(p->cfg->program);
         p->cfg->program = strdup(v);
@@ -534,7 +556,7 @@ static int sem_key(struct parse *p, const char *k, const char *v)
 {
     struct pl_section *s = p->sec;
     unsigned long x;
-    int b;
+    int b, w;
 
     if (strcmp(k, "match") == 0) {
         s->match_line = p->line;
@@ -549,12 +571,8 @@ static int sem_key(struct parse *p, const char *k, const char *v)
             perr(p, p->line, "out of memory");
         s->how = PL_SYMBOL;
     } else if (strcmp(k, "mode") == 0) {
-        if (strcmp(v, "leased") == 0)
-            s->sem_mode = PL_SEM_LEASED;
-        else if (strcmp(v, "redisson") == 0)
-            s->sem_mode = PL_SEM_REDISSON;
-        else
-            perr(p, p->line, "mode: leased or redisson, not '%s'", v);
+        if (word_value(p, k, v, semmode_words, &w) == 0)
+            s->sem_mode = w;
     } else if (strcmp(k, "unowned_post") == 0) {
         if (bool_value(p, k, v, &b) == 0)
             s->sem_unowned = b;
@@ -577,7 +595,7 @@ static int kind_key(struct parse *p, const char *k, const char *v)
 {
     struct pl_section *s = p->sec;
     unsigned long x;
-    int b;
+    int b, w;
 
     if (s->kind == PL_SEM)
         return sem_key(p, k, v);
@@ -585,13 +603,8 @@ static int kind_key(struct parse *p, const char *k, const char *v)
         if (bool_value(p, k, v, &b) == 0)
             s->fair = b;
     } else if (strcmp(k, "kind") == 0 && s->kind == PL_RWLOCK) {
-        if (strcmp(v, "prefer-reader") == 0)
-            s->rw_prefer_writer = 0;
-        else if (strcmp(v, "prefer-writer") == 0)
-            s->rw_prefer_writer = 1;
-        else
-            perr(p, p->line, "kind: prefer-reader or prefer-writer, not '%s'",
-                 v);
+        if (word_value(p, k, v, rwkind_words, &w) == 0)
+            s->rw_prefer_writer = w;
     } else if (strcmp(k, "mutex") == 0 && s->kind == PL_COND) {
         free(s->pair);
         if (!(s->pair = strdup(v)))
@@ -619,6 +632,7 @@ static void map_key(struct parse *p, const char *k, const char *v)
     struct pl_section *s = p->sec;
     int sem = s->kind == PL_SEM;
     unsigned long x;
+    int w;
 
     if (kind_key(p, k, v))
         return;
@@ -638,7 +652,8 @@ static void map_key(struct parse *p, const char *k, const char *v)
         if (num_value(p, v, 1, MANY, "count: a number of elements", &x) == 0)
             s->count = x;
     } else if (strcmp(k, "on_unresolved") == 0 && !sem) {
-        s->on_unresolved = unres_value(p, v);
+        if (word_value(p, k, v, unres_words, &w) == 0)
+            s->on_unresolved = w;
     } else {
         perr(p, p->line, "unknown key '%s' in [%s %s] (known: %s)", k,
              pl_kind_name(s->kind), s->name, known_keys[s->kind]);

@@ -433,6 +433,32 @@ static inline void pl_count(int f)
  * libdistlock's, inih's or libc's, and pass straight through. */
 extern __thread int pl_in_shim __attribute__((tls_model("initial-exec")));
 
+/* A lock of the shim's own over a table it changes (site.c's heap locks,
+ * sem.c's semaphores), taken through pl_real.  fork() must not copy the
+ * table half-changed, nor the lock held by a thread the child does not
+ * have: the forking thread takes it in its prepare handler and gives it
+ * back in its parent and child handlers.  The other fork handlers run in
+ * between on that thread, in an order that depends on when each was
+ * registered (glibc runs the prepare handlers in reverse order of
+ * registration, the others in order), and one of them may initialise a
+ * lock or open a semaphore: its calls find the lock theirs already, as it
+ * is.  Which locks the forking thread holds is a thread-local set of bits,
+ * one a lock (real.c). */
+struct pl_own_lock {
+    pthread_mutex_t mu;
+    unsigned bit; /* PL_OWN_* */
+};
+enum { PL_OWN_SITES = 1, PL_OWN_SEMS = 2 };
+#define PL_OWN_LOCK(bit)                                                     \
+    {                                                                        \
+        PTHREAD_MUTEX_INITIALIZER, (bit)                                     \
+    }
+
+void pl_own_take(struct pl_own_lock *o);
+void pl_own_give(struct pl_own_lock *o);
+void pl_own_fork_take(struct pl_own_lock *o); /* in a prepare handler */
+void pl_own_fork_give(struct pl_own_lock *o); /* in a parent or child one */
+
 /* ---- the address table and its entries (table.c) ---------------------- */
 
 struct pl_entry {

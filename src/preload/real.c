@@ -98,6 +98,33 @@ void pl_resolve_reals(void)
     __atomic_store_n(&reals_ready, 1, __ATOMIC_RELEASE);
 }
 
+/* The pl_own_locks this thread holds for a fork (preload.h says why). */
+static __thread unsigned forking __attribute__((tls_model("initial-exec")));
+
+void pl_own_take(struct pl_own_lock *o)
+{
+    if (!(forking & o->bit))
+        REAL(FN_LOCK, lock_fn)(&o->mu);
+}
+
+void pl_own_give(struct pl_own_lock *o)
+{
+    if (!(forking & o->bit))
+        REAL(FN_UNLOCK, lock_fn)(&o->mu);
+}
+
+void pl_own_fork_take(struct pl_own_lock *o)
+{
+    REAL(FN_LOCK, lock_fn)(&o->mu);
+    forking |= o->bit;
+}
+
+void pl_own_fork_give(struct pl_own_lock *o)
+{
+    forking &= ~o->bit;
+    REAL(FN_UNLOCK, lock_fn)(&o->mu);
+}
+
 /* For libdistlock (sys.c): glibc's function behind name, in the version
  * a build against this glibc binds (the first of the table), so that the
  * library's own mutexes and conditions bypass the shim.  NULL for a name

@@ -26,11 +26,7 @@
 /* out of line, as shim.c's MAPPED: the fast path stays a tail call */
 #define MAPPED_SEM static __attribute__((noinline))
 
-static pthread_mutex_t sem_mu = PTHREAD_MUTEX_INITIALIZER; /* via pl_real */
-/* Set on the forking thread while it holds sem_mu for the fork, so that
- * another fork handler, whenever it runs, does not wait for it (site.c's
- * dyn_forking says more).  thread-local: it marks the forking thread. */
-static __thread int sem_forking __attribute__((tls_model("initial-exec")));
+static struct pl_own_lock sem_mu = PL_OWN_LOCK(PL_OWN_SEMS);
 static struct pl_entry **sems; /* one per opened section */
 static size_t nsems;
 
@@ -89,32 +85,18 @@ static struct pl_entry *sem_entry(const struct pl_section *sec, int *rc)
     return e;
 }
 
-/* fork() must not copy the list of semaphores half-changed, nor sem_mu
- * locked by a thread the child does not have.  Registered at the first
- * mapped sem_open, after start-up's handlers, so this prepare runs first:
- * sem_mu, then site.c's lock, the order mapped_open takes them in. */
+/* fork() must not copy the list of semaphores half-changed (preload.h's
+ * pl_own_lock).  Registered at the first mapped sem_open, after start-up's
+ * handlers, so this prepare runs first: sem_mu, then site.c's lock, the
+ * order mapped_open takes them in. */
 static void fork_prepare(void)
 {
-    REAL(FN_LOCK, lock_fn)(&sem_mu);
-    sem_forking = 1;
+    pl_own_fork_take(&sem_mu);
 }
 
 static void fork_after(void)
 {
-    sem_forking = 0;
-    REAL(FN_UNLOCK, lock_fn)(&sem_mu);
-}
-
-static void sem_lock(void)
-{
-    if (!sem_forking)
-        REAL(FN_LOCK, lock_fn)(&sem_mu);
-}
-
-static void sem_unlock(void)
-{
-    if (!sem_forking)
-        REAL(FN_UNLOCK, lock_fn)(&sem_mu);
+    pl_own_fork_give(&sem_mu);
 }
 
 static void register_atfork(void)
@@ -134,7 +116,7 @@ static int mapped_open(const struct pl_section *sec, int oflag,
     if (value > (unsigned)SEM_VALUE_MAX)
         return EINVAL;
     pthread_once(&once, register_atfork);
-    sem_lock();
+    pl_own_take(&sem_mu);
     pl_in_shim = 1;
     e = sem_entry(sec, &rc);
     if (e && !__atomic_load_n(&e->live, __ATOMIC_RELAXED)) {
@@ -152,7 +134,7 @@ static int mapped_open(const struct pl_section *sec, int oflag,
                    sec->sem_name, (void *)*out);
     }
     pl_in_shim = 0;
-    sem_unlock();
+    pl_own_give(&sem_mu);
     return rc;
 }
 
@@ -321,14 +303,14 @@ MAPPED_SEM int mapped_close(struct pl_entry *e)
     PL_KEEP_ERRNO;
     int rc = 0;
 
-    sem_lock();
+    pl_own_take(&sem_mu);
     pl_in_shim = 1;
     if (!__atomic_load_n(&e->live, __ATOMIC_RELAXED) || e->sem_refs == 0)
         rc = EINVAL;
     else if (--e->sem_refs == 0 && dist_sem_destroy(&e->ds) == 0)
         __atomic_store_n(&e->live, 0, __ATOMIC_RELEASE);
     pl_in_shim = 0;
-    sem_unlock();
+    pl_own_give(&sem_mu);
     return rc;
 }
 

@@ -16,28 +16,8 @@
 
 static struct pl_site *sites;
 size_t pl_nsites;
-static pthread_mutex_t dyn_mu = PTHREAD_MUTEX_INITIALIZER; /* via pl_real */
+static struct pl_own_lock dyn_mu = PL_OWN_LOCK(PL_OWN_SITES);
 static unsigned long *site_seq;
-/* Set on the thread that forks, from our prepare handler to our parent or
- * child handler, while it holds dyn_mu for the fork: the other fork
- * handlers run in between, on that thread, in an order that depends on
- * when each was registered, and one of them may initialise a lock (glibc
- * runs the prepare handlers in reverse order of registration, the others
- * in order).  Their calls find dyn_mu theirs already, as it is.
- * thread-local: it marks the forking thread alone. */
-static __thread int dyn_forking __attribute__((tls_model("initial-exec")));
-
-static void dyn_lock(void)
-{
-    if (!dyn_forking)
-        REAL(FN_LOCK, lock_fn)(&dyn_mu);
-}
-
-static void dyn_unlock(void)
-{
-    if (!dyn_forking)
-        REAL(FN_UNLOCK, lock_fn)(&dyn_mu);
-}
 
 static const char *kind_name(int kind)
 {
@@ -163,7 +143,7 @@ int pl_site_init(void *m, uintptr_t ra, int kind, clockid_t clk)
     struct pl_entry *e;
     int rc = 0;
 
-    dyn_lock();
+    pl_own_take(&dyn_mu);
     pl_in_shim = 1;
     e = pl_table_get(pl_tab_w, (uintptr_t)m);
     if (e && !e->dynamic)
@@ -182,7 +162,7 @@ int pl_site_init(void *m, uintptr_t ra, int kind, clockid_t clk)
     rc = map_heap(e, s, m, kind, clk);
 out:
     pl_in_shim = 0;
-    dyn_unlock();
+    pl_own_give(&dyn_mu);
     return rc;
 }
 
@@ -190,46 +170,40 @@ int pl_heap_add(struct pl_entry *e)
 {
     int rc;
 
-    dyn_lock();
+    pl_own_take(&dyn_mu);
     rc = put_entry(e);
-    dyn_unlock();
+    pl_own_give(&dyn_mu);
     return rc;
 }
 
 void pl_site_forget(struct pl_entry *e)
 {
-    dyn_lock();
+    pl_own_take(&dyn_mu);
     pl_in_shim = 1;
     if (__atomic_load_n(&e->live, __ATOMIC_RELAXED))
         pl_entry_kill(e);
     pl_in_shim = 0;
-    dyn_unlock();
+    pl_own_give(&dyn_mu);
 }
 
-/* A fork() must not copy the heap-lock table half-changed (by an init_site
- * or a sem_open), nor dyn_mu locked by a thread the child does not have.
- * (Registered after libdistlock's handlers, so this prepare runs first:
+/* Registered after libdistlock's handlers, so this prepare runs first:
  * dyn_mu, then the library's locks, the order pl_site_init takes them in.
  * The library's own handlers never come here: its mutexes and conditions
- * bypass the shim, see libdistlock's sys.c.  Any other handler may, before
- * or after ours, and finds dyn_mu its own: dyn_forking.) */
+ * bypass the shim, see libdistlock's sys.c. */
 static void fork_prepare(void)
 {
-    REAL(FN_LOCK, lock_fn)(&dyn_mu);
-    dyn_forking = 1;
+    pl_own_fork_take(&dyn_mu);
 }
 
 static void fork_parent(void)
 {
-    dyn_forking = 0;
-    REAL(FN_UNLOCK, lock_fn)(&dyn_mu);
+    pl_own_fork_give(&dyn_mu);
 }
 
 static void fork_child(void)
 {
     pl_fork_gen++; /* the parent's holders are not this process's */
-    dyn_forking = 0;
-    REAL(FN_UNLOCK, lock_fn)(&dyn_mu);
+    pl_own_fork_give(&dyn_mu);
 }
 
 void pl_site_atfork(void)
