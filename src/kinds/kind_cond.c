@@ -99,26 +99,46 @@ static int run_int(int script, const char *what, int nkeys,
     return 0;
 }
 
+#define COND_ARGS_MAX 2
+
+/* Runs one of the condition's scripts: its keys are the mutex's name (m,
+ * when the script takes it) and the condition's keys; its arguments are
+ * args and, last, the command that publishes a wake-up.  0 with *v, the
+ * reply, or the error. */
+static int cond_run(const struct dist__cond *cv, const struct dist__names *m,
+                    int script, const char *what,
+                    const struct dist__buf *args, int nargs, long long *v)
+{
+    struct dist__buf kv[1 + DIST__COND_NKEYS + COND_ARGS_MAX + 1];
+    int i, nkeys, n = 0, rc;
+
+    if ((rc = slot_ok(cv, m)) != 0)
+        return rc;
+    if (m)
+        kv[n++] = m->name;
+    for (i = 0; i < DIST__COND_NKEYS; i++)
+        kv[n++] = cv->keys[i];
+    nkeys = n;
+    for (i = 0; i < nargs; i++)
+        kv[n++] = args[i];
+    kv[n++] = dist__arg(dist__publish_cmd());
+    return run_int(script, what, nkeys, kv, n, v);
+}
+
 /* Registering twice only moves the waiter to the back of the queue. */
 int dist__cond_register(struct dist__cond *cv, const struct dist__names *m)
 {
     char window[24];
     size_t olen;
     const char *owner = dist__owner(&olen);
-    struct dist__buf kv[8] = {
-        m->name,       cv->keys[0],
-        cv->keys[1],   cv->keys[2],
-        cv->keys[3],   { owner, olen },
-        { window, 0 }, dist__arg(dist__publish_cmd()),
-    };
+    struct dist__buf args[2] = { { owner, olen }, { window, 0 } };
     long long v = 0;
     int rc;
 
-    if ((rc = slot_ok(cv, m)) != 0)
-        return rc;
-    kv[6].len =
+    args[1].len =
         (size_t)snprintf(window, sizeof window, "%lu", dist__waiter_ms());
-    if ((rc = run_int(DIST__S_COND_WAIT, "cond_wait", 5, kv, 8, &v)) != 0)
+    rc = cond_run(cv, m, DIST__S_COND_WAIT, "cond_wait", args, 2, &v);
+    if (rc != 0)
         return rc;
     if (v < 0)
         return dist__err_lock(EPERM, "mutex", m->name.p,
@@ -133,21 +153,13 @@ int dist__cond_check(struct dist__cond *cv, int leave, int *res)
 {
     size_t olen;
     const char *owner = dist__owner(&olen);
-    struct dist__buf kv[7] = {
-        cv->keys[0],
-        cv->keys[1],
-        cv->keys[2],
-        cv->keys[3],
-        { owner, olen },
-        dist__arg(leave ? "1" : "0"),
-        dist__arg(dist__publish_cmd()),
-    };
+    struct dist__buf args[2] = { { owner, olen },
+                                 dist__arg(leave ? "1" : "0") };
     long long v = 0;
     int rc;
 
-    if ((rc = slot_ok(cv, NULL)) != 0)
-        return rc;
-    if ((rc = run_int(DIST__S_COND_CHECK, "cond_check", 4, kv, 7, &v)) != 0)
+    rc = cond_run(cv, NULL, DIST__S_COND_CHECK, "cond_check", args, 2, &v);
+    if (rc != 0)
         return rc;
     *res = (int)v;
     return 0;
@@ -193,20 +205,11 @@ int dist__cond_queued(struct dist__cond *cv, const char (*owners)[64], int n,
  * POSIX allows, rather than a signal lost. */
 int dist__cond_signal(struct dist__cond *cv, int all, long long *marked)
 {
-    struct dist__buf kv[6] = {
-        cv->keys[0],
-        cv->keys[1],
-        cv->keys[2],
-        cv->keys[3],
-        dist__arg(all ? "all" : "1"),
-        dist__arg(dist__publish_cmd()),
-    };
+    struct dist__buf arg = dist__arg(all ? "all" : "1");
     long long v = 0;
     int rc;
 
-    if ((rc = slot_ok(cv, NULL)) != 0)
-        return rc;
-    rc = run_int(DIST__S_COND_SIGNAL, "cond_signal", 4, kv, 6, &v);
+    rc = cond_run(cv, NULL, DIST__S_COND_SIGNAL, "cond_signal", &arg, 1, &v);
     if (rc == EIO)
         return dist__err_lock(EIO, "condition", cv->names->name.p, ": %s: %s",
                               all ? "broadcast" : "signal",
