@@ -405,6 +405,24 @@ static int acquire_sane(struct dist__call *c, const long long v[4])
     return 0;
 }
 
+/* What an acquire's or release's script run (rc) and its reply v mean for
+ * the call: 0 when v may be read; EIO with c->unknown when the reply was
+ * lost or unreadable (or, with unsent_too, the script not even sent), the
+ * outcome in Redis then being unknown; EIO when v cannot be true (sane
+ * says, c->unknown too); or rc. */
+static int run_result(struct dist__call *c, int rc, int unsent_too,
+                      int (*sane)(struct dist__call *, const long long[4]),
+                      const long long v[4])
+{
+    if (rc == DIST__ECONN || rc == EPROTO || (unsent_too && rc == EIO)) {
+        c->unknown = 1;
+        return EIO;
+    }
+    if (rc != 0)
+        return rc;
+    return sane(c, v) != 0 ? EIO : 0;
+}
+
 /* Reads an acquire's reply.  1 when it was a mismatch (v[1..2] are the
  * counts in Redis), 0 otherwise. */
 static int read_acquire(struct dist__call *c, const long long v[4], int again)
@@ -450,14 +468,8 @@ static int rw_acquire(struct dist__call *c)
         if (c->mode && c->n[0] > 0 && c->n[1] == 0)
             return no_upgrade(c, c->how == DIST__HOW_TRY);
         rc = run_acquire(c, r, v, &again);
-        if (rc == DIST__ECONN || rc == EPROTO) {
-            c->unknown = 1;
-            return EIO;
-        }
-        if (rc != 0)
+        if ((rc = run_result(c, rc, 0, acquire_sane, v)) != 0)
             return rc;
-        if (acquire_sane(c, v) != 0)
-            return EIO;
         if (v[0] == -2 && c->how == DIST__HOW_TRY)
             return no_upgrade(c, 1);
         if (v[0] == -2) {
@@ -542,14 +554,8 @@ static int rw_release(struct dist__call *c)
                      &again);
     /* Not even sent: the owner lets go all the same, as for an unknown
      * outcome; a hold kept after a failed unlock would be renewed for ever. */
-    if (rc == EIO || rc == DIST__ECONN || rc == EPROTO) {
-        c->unknown = 1;
-        return EIO;
-    }
-    if (rc != 0)
+    if ((rc = run_result(c, rc, 1, release_sane, v)) != 0)
         return rc;
-    if (release_sane(c, v) != 0)
-        return EIO;
     if (v[0] == -1 && again &&
         ((c->mode && v[2] == (long long)wr - 1 && v[1] == (long long)rd) ||
          (!c->mode && v[1] == (long long)rd - 1 && v[2] == (long long)wr)))
