@@ -197,33 +197,48 @@ static int parse_tls_opt(const char *p, size_t n, struct dist__tls_opts *t,
         opt_name_len(p, n), p);
 }
 
-/* ?opt[&opt]...: db=N and the TLS options; 0 or EINVAL. */
-static int parse_query(const char *p, int *db, struct dist__tls_opts *t,
-                       char *why, size_t whylen)
+typedef int opt_fn(const char *p, size_t n, struct dist__cfg *out, char *why,
+                   size_t whylen);
+
+/* A URL's query, ?opt[&opt]... at p ("" for none, where names where it
+ * stands for the error): each option, n bytes, goes to one.  0, or the
+ * first error (EINVAL). */
+static int parse_opts(const char *p, opt_fn *one, struct dist__cfg *out,
+                      const char *where, char *why, size_t whylen)
 {
-    unsigned long v;
     int rc;
 
     if (!*p)
         return 0;
     if (*p != '?')
-        return BAD("unexpected '%.*s'", tail_len(p), p);
+        return BAD("unexpected '%.*s'%s", tail_len(p), p, where);
     do {
         size_t n = strcspn(++p, "&");
-        if ((rc = parse_tls_opt(p, n, t, why, whylen)) >= 0) {
-            if (rc)
-                return rc;
-        } else if (n > 3 && strncmp(p, "db=", 3) == 0 &&
-                   !parse_ulong(p + 3, n - 3, 1000000, &v)) {
-            *db = (int)v;
-        } else {
-            return BAD("unexpected '%.*s' (the options are ?db=N and, "
-                       "with TLS, tls_...=)",
-                       opt_name_len(p, n), p);
-        }
+        if ((rc = one(p, n, out, why, whylen)) != 0)
+            return rc;
         p += n;
     } while (*p == '&');
     return 0;
+}
+
+/* One option of a server's or the sentinels' URL, n bytes at p: db=N or
+ * a TLS option. */
+static int parse_server_opt(const char *p, size_t n, struct dist__cfg *out,
+                            char *why, size_t whylen)
+{
+    unsigned long v;
+    int rc;
+
+    if ((rc = parse_tls_opt(p, n, &out->tls, why, whylen)) >= 0)
+        return rc;
+    if (n > 3 && strncmp(p, "db=", 3) == 0 &&
+        !parse_ulong(p + 3, n - 3, 1000000, &v)) {
+        out->db = (int)v;
+        return 0;
+    }
+    return BAD("unexpected '%.*s' (the options are ?db=N and, with TLS, "
+               "tls_...=)",
+               opt_name_len(p, n), p);
 }
 
 /* The scheme: sets *mode, *is_unix and *tls, *rest to what follows "://".
@@ -402,25 +417,14 @@ static int parse_cluster_opt(const char *p, size_t n, struct dist__cfg *out,
 static int parse_cluster_tail(const char *p, struct dist__cfg *out, char *why,
                               size_t whylen)
 {
-    int rc;
-
     if (*p == '/' && p[1] && p[1] != '?')
         return BAD("a cluster has no database number or master name "
                    "(unexpected '%.*s')",
                    tail_len(p), p);
     if (*p == '/')
         p++;
-    if (!*p)
-        return 0;
-    if (*p != '?')
-        return BAD("unexpected '%.*s' after the addresses", tail_len(p), p);
-    do {
-        size_t n = strcspn(++p, "&");
-        if ((rc = parse_cluster_opt(p, n, out, why, whylen)))
-            return rc;
-        p += n;
-    } while (*p == '&');
-    return 0;
+    return parse_opts(p, parse_cluster_opt, out, " after the addresses", why,
+                      whylen);
 }
 
 /* What follows the sentinels' addresses: /MASTER[?db=N] */
@@ -438,7 +442,7 @@ static int parse_sentinel_tail(const char *p, struct dist__cfg *out,
         return BAD("master name too long");
     memcpy(out->master, p, (size_t)(q - p));
     out->master[q - p] = 0;
-    return parse_query(q, &out->db, &out->tls, why, whylen);
+    return parse_opts(q, parse_server_opt, out, "", why, whylen);
 }
 
 /* redis://: host[:port] up to end, then [/db][?db=N] */
@@ -463,7 +467,7 @@ static int parse_single(const char *p, const char *end, struct dist__cfg *out,
     } else if (*p == '/') {
         p++;
     }
-    return parse_query(p, &out->db, &out->tls, why, whylen);
+    return parse_opts(p, parse_server_opt, out, "", why, whylen);
 }
 
 /* redis://[user[:password]@]host[:port][/db][?db=N]
