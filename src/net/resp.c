@@ -31,6 +31,19 @@ static void item_done(struct scan *sc)
         sc->items = sc->bytes = 0;
 }
 
+/* A header announces n of unit (a string's bytes, an array's elements):
+ * more than max breaks the link.  0, or DIST__ECONN. */
+static int announced(struct dist__link *l, const char *what, long long n,
+                     const char *unit, long max)
+{
+    if (n <= max)
+        return 0;
+    return fail(l,
+                "Redis at %s announced %s of %lld %s, more than the %ld %s "
+                "may hold (the connection is dropped)",
+                l->where, what, n, unit, max, what);
+}
+
 /* The end of a line: what its header announces.  0, or DIST__ECONN. */
 static int line_done(struct dist__link *l, struct scan *sc)
 {
@@ -49,21 +62,14 @@ static int line_done(struct dist__link *l, struct scan *sc)
         return 0;
     }
     if (sc->type == '$') {
-        if (sc->num > REPLY_MAX_BULK)
-            return fail(l,
-                        "Redis at %s announced a string of %lld bytes, "
-                        "more than the %ld bytes a reply may hold (the "
-                        "connection is dropped)",
-                        l->where, sc->num, REPLY_MAX_BULK);
+        if (announced(l, "a string", sc->num, "bytes", REPLY_MAX_BULK) != 0)
+            return DIST__ECONN;
         sc->skip = (int)sc->num + 2;
         return 0;
     }
-    if (sc->num > REPLY_MAX_ELEMENTS)
-        return fail(l,
-                    "Redis at %s announced an array of %lld elements, "
-                    "more than the %ld an array may hold (the connection "
-                    "is dropped)",
-                    l->where, sc->num, REPLY_MAX_ELEMENTS);
+    if (announced(l, "an array", sc->num, "elements", REPLY_MAX_ELEMENTS) !=
+        0)
+        return DIST__ECONN;
     if (sc->items + sc->num > REPLY_MAX_ITEMS)
         return fail(l,
                     "Redis at %s sent a reply of more than %ld elements "
