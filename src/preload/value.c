@@ -15,37 +15,33 @@
 
 #include "preload.h"
 
+/* What each kind of lock is, in words and in the program's memory. */
+static const struct {
+    const char *name, *type;
+    size_t size;
+} kinds[] = {
+    [PL_MUTEX] = { "mutex", "pthread_mutex_t", sizeof(pthread_mutex_t) },
+    [PL_RWLOCK] = { "rwlock", "pthread_rwlock_t", sizeof(pthread_rwlock_t) },
+    [PL_COND] = { "cond", "pthread_cond_t", sizeof(pthread_cond_t) },
+    [PL_BARRIER] = { "barrier", "pthread_barrier_t",
+                     sizeof(pthread_barrier_t) },
+    /* no size: a mapped semaphore is sem_open's, never a symbol's */
+    [PL_SEM] = { "semaphore", "sem_t", 0 },
+};
+
 const char *pl_kind_name(int kind)
 {
-    static const char *const n[] = { "mutex", "rwlock", "cond", "barrier",
-                                     "semaphore" };
-
-    return kind >= 0 && kind <= PL_SEM ? n[kind] : "?";
+    return kind >= 0 && kind <= PL_SEM ? kinds[kind].name : "?";
 }
 
 const char *pl_kind_type(int kind)
 {
-    static const char *const n[] = { "pthread_mutex_t", "pthread_rwlock_t",
-                                     "pthread_cond_t", "pthread_barrier_t",
-                                     "sem_t" };
-
-    return kind >= 0 && kind <= PL_SEM ? n[kind] : "?";
+    return kind >= 0 && kind <= PL_SEM ? kinds[kind].type : "?";
 }
 
 size_t pl_kind_size(int kind)
 {
-    switch (kind) {
-    case PL_MUTEX:
-        return sizeof(pthread_mutex_t);
-    case PL_RWLOCK:
-        return sizeof(pthread_rwlock_t);
-    case PL_COND:
-        return sizeof(pthread_cond_t);
-    case PL_BARRIER:
-        return sizeof(pthread_barrier_t);
-    default:
-        return 0;
-    }
+    return kind >= 0 && kind <= PL_SEM ? kinds[kind].size : 0;
 }
 
 int pl_parse_ulong(const char *v, unsigned long max, unsigned long *out)
