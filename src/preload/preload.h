@@ -420,6 +420,16 @@ extern void *pl_real[FN_COUNT];
 extern unsigned long pl_calls[FN_COUNT];
 #define REAL(f, type) ((type)pl_real[f])
 
+/* The head of an interposed function: its prototype (nothing else
+ * declares it, and the build warns of a global function without one),
+ * then its definition, exported under sym, glibc's "name@VERSION" (with
+ * "@@": the version a new program binds; preload.map declares them).
+ * shim.c and sem.c write one for each symbol version, through a macro a
+ * family of functions. */
+#define PL_WRAPPER(ret, fname, sym, ...)                                     \
+    ret fname(__VA_ARGS__);                                                  \
+    __attribute__((visibility("default"), symver(sym))) ret fname(__VA_ARGS__)
+
 /* Fills pl_real (once; dies when a function is missing). */
 void pl_resolve_reals(void);
 

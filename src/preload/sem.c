@@ -21,8 +21,6 @@
 
 #include "startup.h"
 
-#define EXPORT     __attribute__((visibility("default")))
-#define SYMVER(s)  __attribute__((symver(s)))
 /* out of line, as shim.c's MAPPED: the fast path stays a tail call */
 #define MAPPED_SEM static __attribute__((noinline))
 
@@ -139,9 +137,7 @@ static int mapped_open(const struct pl_section *sec, int oflag,
 }
 
 #define OPEN(fname, f, sym)                                                  \
-    sem_t *fname(const char *name, int oflag, ...);                          \
-    EXPORT SYMVER(sym)                                                       \
-    sem_t *fname(const char *name, int oflag, ...)                           \
+    PL_WRAPPER(sem_t *, fname, sym, const char *name, int oflag, ...)        \
     {                                                                        \
         const struct pl_section *sec;                                        \
         unsigned mode = 0, value = 0;                                        \
@@ -242,9 +238,7 @@ static struct pl_entry *sem_of(sem_t *s)
     } while (0)
 
 #define SEMOP(fname, f, sym, op)                                             \
-    int fname(sem_t *s);                                                     \
-    EXPORT SYMVER(sym)                                                       \
-    int fname(sem_t *s)                                                      \
+    PL_WRAPPER(int, fname, sym, sem_t *s)                                    \
     {                                                                        \
         SEM_PLAIN_OR_MAPPED(s, REAL(f, swait_fn)(s), f);                     \
         rc = sem_call(e, op, 0, NULL, NULL);                                 \
@@ -258,9 +252,7 @@ SEMOP(pl_sem_post, FN_SPOST, "sem_post@@GLIBC_2.34", S_POST)
 SEMOP(pl_sem_post_old, FN_SPOST_OLD, "sem_post@GLIBC_2.2.5", S_POST)
 
 #define SEMTIMED(fname, f, sym)                                              \
-    int fname(sem_t *s, const struct timespec *abs);                         \
-    EXPORT SYMVER(sym)                                                       \
-    int fname(sem_t *s, const struct timespec *abs)                          \
+    PL_WRAPPER(int, fname, sym, sem_t *s, const struct timespec *abs)        \
     {                                                                        \
         SEM_PLAIN_OR_MAPPED(s, REAL(f, stimed_fn)(s, abs), f);               \
         rc = sem_call(e, S_TIMED, CLOCK_REALTIME, abs, NULL);                \
@@ -270,9 +262,8 @@ SEMTIMED(pl_sem_timedwait, FN_STIMEDWAIT, "sem_timedwait@@GLIBC_2.34")
 SEMTIMED(pl_sem_timedwait_old, FN_STIMEDWAIT_OLD, "sem_timedwait@GLIBC_2.2.5")
 
 #define SEMCLOCK(fname, f, sym)                                              \
-    int fname(sem_t *s, clockid_t clk, const struct timespec *abs);          \
-    EXPORT SYMVER(sym)                                                       \
-    int fname(sem_t *s, clockid_t clk, const struct timespec *abs)           \
+    PL_WRAPPER(int, fname, sym, sem_t *s, clockid_t clk,                     \
+               const struct timespec *abs)                                   \
     {                                                                        \
         SEM_PLAIN_OR_MAPPED(s, REAL(f, sclock_fn)(s, clk, abs), f);          \
         if (clk != CLOCK_REALTIME && clk != CLOCK_MONOTONIC)                 \
@@ -284,9 +275,7 @@ SEMCLOCK(pl_sem_clockwait, FN_SCLOCKWAIT, "sem_clockwait@@GLIBC_2.34")
 SEMCLOCK(pl_sem_clockwait_old, FN_SCLOCKWAIT_OLD, "sem_clockwait@GLIBC_2.30")
 
 #define SEMVALUE(fname, f, sym)                                              \
-    int fname(sem_t *s, int *v);                                             \
-    EXPORT SYMVER(sym)                                                       \
-    int fname(sem_t *s, int *v)                                              \
+    PL_WRAPPER(int, fname, sym, sem_t *s, int *v)                            \
     {                                                                        \
         SEM_PLAIN_OR_MAPPED(s, REAL(f, sget_fn)(s, v), f);                   \
         rc = sem_call(e, S_VALUE, 0, NULL, v);                               \
@@ -315,9 +304,7 @@ MAPPED_SEM int mapped_close(struct pl_entry *e)
 }
 
 #define SEMCLOSE(fname, f, sym)                                              \
-    int fname(sem_t *s);                                                     \
-    EXPORT SYMVER(sym)                                                       \
-    int fname(sem_t *s)                                                      \
+    PL_WRAPPER(int, fname, sym, sem_t *s)                                    \
     {                                                                        \
         SEM_PLAIN_OR_MAPPED(s, REAL(f, swait_fn)(s), f);                     \
         rc = mapped_close(e);                                                \
@@ -330,9 +317,7 @@ SEMCLOSE(pl_sem_close_old, FN_SCLOSE_OLD, "sem_close@GLIBC_2.2.5")
  * for every process that maps the name, and removing it under them would
  * lose their permits (distlock sem-set resets one on purpose). */
 #define SEMUNLINK(fname, f, sym)                                             \
-    int fname(const char *name);                                             \
-    EXPORT SYMVER(sym)                                                       \
-    int fname(const char *name)                                              \
+    PL_WRAPPER(int, fname, sym, const char *name)                            \
     {                                                                        \
         pl_table_now();                                                      \
         if (pl_in_shim || !sem_section(name))                                \

@@ -15,9 +15,6 @@
 
 #include "startup.h"
 
-#define EXPORT    __attribute__((visibility("default")))
-#define SYMVER(s) __attribute__((symver(s)))
-
 /* The live entry of a lock, or NULL (start-up first if need be). */
 static struct pl_entry *entry_of(const void *m)
 {
@@ -400,26 +397,22 @@ static struct pl_entry *entry_of_kind(const void *p, int kind)
         return plain;                                                        \
     pl_count(f)
 
-int pl_mutex_lock(pthread_mutex_t *m);
-int pl_mutex_unlock(pthread_mutex_t *m);
-
-EXPORT SYMVER("pthread_mutex_lock@@GLIBC_2.2.5") int pl_mutex_lock(
-    pthread_mutex_t *m)
+PL_WRAPPER(int, pl_mutex_lock, "pthread_mutex_lock@@GLIBC_2.2.5",
+           pthread_mutex_t *m)
 {
     PLAIN_OR_MAPPED(m, REAL(FN_LOCK, lock_fn)(m), FN_LOCK);
     return mapped_lock(e, m, REAL(FN_LOCK, lock_fn)(m), D_BLOCK, 0, NULL);
 }
 
-EXPORT SYMVER("pthread_mutex_unlock@@GLIBC_2.2.5") int pl_mutex_unlock(
-    pthread_mutex_t *m)
+PL_WRAPPER(int, pl_mutex_unlock, "pthread_mutex_unlock@@GLIBC_2.2.5",
+           pthread_mutex_t *m)
 {
     PLAIN_OR_MAPPED(m, REAL(FN_UNLOCK, lock_fn)(m), FN_UNLOCK);
     return mapped_unlock(e, m);
 }
 
 #define TRYLOCK(fname, f, ver)                                               \
-    int fname(pthread_mutex_t *m);                                           \
-    EXPORT SYMVER("pthread_mutex_trylock" ver) int fname(pthread_mutex_t *m) \
+    PL_WRAPPER(int, fname, "pthread_mutex_trylock" ver, pthread_mutex_t *m)  \
     {                                                                        \
         PLAIN_OR_MAPPED(m, REAL(f, lock_fn)(m), f);                          \
         return mapped_lock(e, m, REAL(f, lock_fn)(m), D_TRY, 0, NULL);       \
@@ -428,9 +421,8 @@ TRYLOCK(pl_mutex_trylock, FN_TRYLOCK, "@@GLIBC_2.34")
 TRYLOCK(pl_mutex_trylock_old, FN_TRYLOCK_OLD, "@GLIBC_2.2.5")
 
 #define TIMEDLOCK(fname, f, ver)                                             \
-    int fname(pthread_mutex_t *m, const struct timespec *abs);               \
-    EXPORT SYMVER("pthread_mutex_timedlock" ver) int fname(                  \
-        pthread_mutex_t *m, const struct timespec *abs)                      \
+    PL_WRAPPER(int, fname, "pthread_mutex_timedlock" ver,                    \
+               pthread_mutex_t *m, const struct timespec *abs)               \
     {                                                                        \
         PLAIN_OR_MAPPED(m, REAL(f, timed_fn)(m, abs), f);                    \
         return mapped_lock(e, m, REAL(f, timed_fn)(m, abs), D_TIMED,         \
@@ -440,10 +432,9 @@ TIMEDLOCK(pl_mutex_timedlock, FN_TIMEDLOCK, "@@GLIBC_2.34")
 TIMEDLOCK(pl_mutex_timedlock_old, FN_TIMEDLOCK_OLD, "@GLIBC_2.2.5")
 
 #define CLOCKLOCK(fname, f, ver)                                             \
-    int fname(pthread_mutex_t *m, clockid_t clk,                             \
-              const struct timespec *abs);                                   \
-    EXPORT SYMVER("pthread_mutex_clocklock" ver) int fname(                  \
-        pthread_mutex_t *m, clockid_t clk, const struct timespec *abs)       \
+    PL_WRAPPER(int, fname, "pthread_mutex_clocklock" ver,                    \
+               pthread_mutex_t *m, clockid_t clk,                            \
+               const struct timespec *abs)                                   \
     {                                                                        \
         PLAIN_OR_MAPPED(m, REAL(f, clock_fn)(m, clk, abs), f);               \
         return mapped_lock(e, m, REAL(f, clock_fn)(m, clk, abs), D_TIMED,    \
@@ -454,9 +445,7 @@ CLOCKLOCK(pl_mutex_clocklock_old, FN_CLOCKLOCK_OLD, "@GLIBC_2.30")
 
 typedef int (*consistent_fn)(pthread_mutex_t *);
 #define CONSISTENT(fname, f, sym)                                            \
-    int fname(pthread_mutex_t *m);                                           \
-    EXPORT SYMVER(sym)                                                       \
-    int fname(pthread_mutex_t *m)                                            \
+    PL_WRAPPER(int, fname, sym, pthread_mutex_t *m)                          \
     {                                                                        \
         PLAIN_OR_MAPPED(m, REAL(f, consistent_fn)(m), f);                    \
         return mapped_consistent(e, m, REAL(f, consistent_fn));              \
@@ -488,9 +477,8 @@ MAPPED int cond_slow(pthread_cond_t *c, pthread_mutex_t *m, int how, int f,
 #define BOTH_PLAIN(c, m) (pl_surely_plain(c) && pl_surely_plain(m))
 
 #define CONDWAIT(fname, f, ver)                                              \
-    int fname(pthread_cond_t *c, pthread_mutex_t *m);                        \
-    EXPORT SYMVER("pthread_cond_wait" ver) int fname(pthread_cond_t *c,      \
-                                                     pthread_mutex_t *m)     \
+    PL_WRAPPER(int, fname, "pthread_cond_wait" ver, pthread_cond_t *c,       \
+               pthread_mutex_t *m)                                           \
     {                                                                        \
         if (PL_LIKELY(BOTH_PLAIN(c, m)))                                     \
             return REAL(f, wait_fn)(c, m);                                   \
@@ -500,10 +488,8 @@ CONDWAIT(pl_cond_wait, FN_WAIT, "@@GLIBC_2.3.2")
 CONDWAIT(pl_cond_wait_old, FN_WAIT_OLD, "@GLIBC_2.2.5")
 
 #define CONDTIMEDWAIT(fname, f, ver)                                         \
-    int fname(pthread_cond_t *c, pthread_mutex_t *m,                         \
-              const struct timespec *abs);                                   \
-    EXPORT SYMVER("pthread_cond_timedwait" ver) int fname(                   \
-        pthread_cond_t *c, pthread_mutex_t *m, const struct timespec *abs)   \
+    PL_WRAPPER(int, fname, "pthread_cond_timedwait" ver, pthread_cond_t *c,  \
+               pthread_mutex_t *m, const struct timespec *abs)               \
     {                                                                        \
         if (PL_LIKELY(BOTH_PLAIN(c, m)))                                     \
             return REAL(f, twait_fn)(c, m, abs);                             \
@@ -513,11 +499,9 @@ CONDTIMEDWAIT(pl_cond_timedwait, FN_TIMEDWAIT, "@@GLIBC_2.3.2")
 CONDTIMEDWAIT(pl_cond_timedwait_old, FN_TIMEDWAIT_OLD, "@GLIBC_2.2.5")
 
 #define CONDCLOCKWAIT(fname, f, ver)                                         \
-    int fname(pthread_cond_t *c, pthread_mutex_t *m, clockid_t clk,          \
-              const struct timespec *abs);                                   \
-    EXPORT SYMVER("pthread_cond_clockwait" ver) int fname(                   \
-        pthread_cond_t *c, pthread_mutex_t *m, clockid_t clk,                \
-        const struct timespec *abs)                                          \
+    PL_WRAPPER(int, fname, "pthread_cond_clockwait" ver, pthread_cond_t *c,  \
+               pthread_mutex_t *m, clockid_t clk,                            \
+               const struct timespec *abs)                                   \
     {                                                                        \
         if (PL_LIKELY(BOTH_PLAIN(c, m)))                                     \
             return REAL(f, cwait_fn)(c, m, clk, abs);                        \
@@ -530,9 +514,7 @@ CONDCLOCKWAIT(pl_cond_clockwait_old, FN_CLOCKWAIT_OLD, "@GLIBC_2.30")
  * waiters and then the local ones glibc knows of (the waits that stayed
  * local: with an unmapped mutex, or a recursively held one). */
 #define CONDSIGNAL(fname, f, sym, all)                                       \
-    int fname(pthread_cond_t *c);                                            \
-    EXPORT SYMVER(sym)                                                       \
-    int fname(pthread_cond_t *c)                                             \
+    PL_WRAPPER(int, fname, sym, pthread_cond_t *c)                           \
     {                                                                        \
         PLAIN_OR_MAPPED(c, REAL(f, csig_fn)(c), f);                          \
         mapped_signal(e, all);                                               \
@@ -571,9 +553,7 @@ MAPPED int mapped_rw_lock(struct pl_entry *e, pthread_rwlock_t *rw, int rc,
 }
 
 #define RWLOCK(fname, f, sym, wr, how)                                       \
-    int fname(pthread_rwlock_t *rw);                                         \
-    EXPORT SYMVER(sym)                                                       \
-    int fname(pthread_rwlock_t *rw)                                          \
+    PL_WRAPPER(int, fname, sym, pthread_rwlock_t *rw)                        \
     {                                                                        \
         PLAIN_OR_MAPPED(rw, REAL(f, rw_fn)(rw), f);                          \
         return mapped_rw_lock(e, rw, REAL(f, rw_fn)(rw), wr, how, 0, NULL);  \
@@ -596,9 +576,8 @@ RWLOCK(pl_rwlock_trywrlock_old, FN_TRYWRLOCK_OLD,
        "pthread_rwlock_trywrlock@GLIBC_2.2.5", 1, D_TRY)
 
 #define RWTIMED(fname, f, sym, wr)                                           \
-    int fname(pthread_rwlock_t *rw, const struct timespec *abs);             \
-    EXPORT SYMVER(sym)                                                       \
-    int fname(pthread_rwlock_t *rw, const struct timespec *abs)              \
+    PL_WRAPPER(int, fname, sym, pthread_rwlock_t *rw,                        \
+               const struct timespec *abs)                                   \
     {                                                                        \
         PLAIN_OR_MAPPED(rw, REAL(f, rwtimed_fn)(rw, abs), f);                \
         return mapped_rw_lock(e, rw, REAL(f, rwtimed_fn)(rw, abs), wr,       \
@@ -614,11 +593,8 @@ RWTIMED(pl_rwlock_timedwrlock_old, FN_TIMEDWRLOCK_OLD,
         "pthread_rwlock_timedwrlock@GLIBC_2.2.5", 1)
 
 #define RWCLOCK(fname, f, sym, wr)                                           \
-    int fname(pthread_rwlock_t *rw, clockid_t clk,                           \
-              const struct timespec *abs);                                   \
-    EXPORT SYMVER(sym)                                                       \
-    int fname(pthread_rwlock_t *rw, clockid_t clk,                           \
-              const struct timespec *abs)                                    \
+    PL_WRAPPER(int, fname, sym, pthread_rwlock_t *rw, clockid_t clk,         \
+               const struct timespec *abs)                                   \
     {                                                                        \
         PLAIN_OR_MAPPED(rw, REAL(f, rwclock_fn)(rw, clk, abs), f);           \
         return mapped_rw_lock(e, rw, REAL(f, rwclock_fn)(rw, clk, abs), wr,  \
@@ -634,9 +610,7 @@ RWCLOCK(pl_rwlock_clockwrlock_old, FN_CLOCKWRLOCK_OLD,
         "pthread_rwlock_clockwrlock@GLIBC_2.30", 1)
 
 #define RWUNLOCK(fname, f, sym)                                              \
-    int fname(pthread_rwlock_t *rw);                                         \
-    EXPORT SYMVER(sym)                                                       \
-    int fname(pthread_rwlock_t *rw)                                          \
+    PL_WRAPPER(int, fname, sym, pthread_rwlock_t *rw)                        \
     {                                                                        \
         PLAIN_OR_MAPPED(rw, REAL(f, rw_fn)(rw), f);                          \
         dist_give(e);                                                        \
@@ -676,9 +650,8 @@ static int site_map(void *m, uintptr_t ra, int kind, int f, clockid_t clk)
     return pl_site_init(m, ra, kind, clk);
 }
 
-int pl_mutex_init(pthread_mutex_t *m, const pthread_mutexattr_t *a);
-EXPORT SYMVER("pthread_mutex_init@@GLIBC_2.2.5") int pl_mutex_init(
-    pthread_mutex_t *m, const pthread_mutexattr_t *a)
+PL_WRAPPER(int, pl_mutex_init, "pthread_mutex_init@@GLIBC_2.2.5",
+           pthread_mutex_t *m, const pthread_mutexattr_t *a)
 {
     uintptr_t ra = (uintptr_t)__builtin_return_address(0);
     int rc;
@@ -693,9 +666,8 @@ EXPORT SYMVER("pthread_mutex_init@@GLIBC_2.2.5") int pl_mutex_init(
 }
 
 #define RWINIT(fname, f, sym)                                                \
-    int fname(pthread_rwlock_t *rw, const pthread_rwlockattr_t *a);          \
-    EXPORT SYMVER(sym)                                                       \
-    int fname(pthread_rwlock_t *rw, const pthread_rwlockattr_t *a)           \
+    PL_WRAPPER(int, fname, sym, pthread_rwlock_t *rw,                        \
+               const pthread_rwlockattr_t *a)                                \
     {                                                                        \
         uintptr_t ra = (uintptr_t)__builtin_return_address(0);               \
         int rc;                                                              \
@@ -731,9 +703,8 @@ static int cond_inited(pthread_cond_t *c, const pthread_condattr_t *a,
 }
 
 #define CONDINIT(fname, f, fd, sym)                                          \
-    int fname(pthread_cond_t *c, const pthread_condattr_t *a);               \
-    EXPORT SYMVER(sym)                                                       \
-    int fname(pthread_cond_t *c, const pthread_condattr_t *a)                \
+    PL_WRAPPER(int, fname, sym, pthread_cond_t *c,                           \
+               const pthread_condattr_t *a)                                  \
     {                                                                        \
         uintptr_t ra = (uintptr_t)__builtin_return_address(0);               \
         int rc;                                                              \
@@ -770,11 +741,8 @@ static int barrier_inited(pthread_barrier_t *b, unsigned count, uintptr_t ra,
 }
 
 #define BARRIERINIT(fname, f, fd, sym)                                       \
-    int fname(pthread_barrier_t *b, const pthread_barrierattr_t *a,          \
-              unsigned count);                                               \
-    EXPORT SYMVER(sym)                                                       \
-    int fname(pthread_barrier_t *b, const pthread_barrierattr_t *a,          \
-              unsigned count)                                                \
+    PL_WRAPPER(int, fname, sym, pthread_barrier_t *b,                        \
+               const pthread_barrierattr_t *a, unsigned count)               \
     {                                                                        \
         uintptr_t ra = (uintptr_t)__builtin_return_address(0);               \
         int rc;                                                              \
@@ -811,9 +779,7 @@ MAPPED int mapped_barrier_wait(struct pl_entry *e)
 }
 
 #define BARRIERWAIT(fname, f, sym)                                           \
-    int fname(pthread_barrier_t *b);                                         \
-    EXPORT SYMVER(sym)                                                       \
-    int fname(pthread_barrier_t *b)                                          \
+    PL_WRAPPER(int, fname, sym, pthread_barrier_t *b)                        \
     {                                                                        \
         PLAIN_OR_MAPPED(b, REAL(f, bwait_fn)(b), f);                         \
         if (!e->binit)                                                       \
@@ -827,9 +793,7 @@ BARRIERWAIT(pl_barrier_wait_old, FN_BWAIT_OLD,
 /* A destroyed barrier leaves its distributed barrier; a heap one is
  * unmapped too. */
 #define BARRIERDESTROY(fname, f, sym)                                        \
-    int fname(pthread_barrier_t *b);                                         \
-    EXPORT SYMVER(sym)                                                       \
-    int fname(pthread_barrier_t *b)                                          \
+    PL_WRAPPER(int, fname, sym, pthread_barrier_t *b)                        \
     {                                                                        \
         PLAIN_OR_MAPPED(b, REAL(f, bwait_fn)(b), f);                         \
         barrier_leave(e);                                                    \
@@ -854,9 +818,7 @@ BARRIERDESTROY(pl_barrier_destroy_old, FN_BDESTROY_OLD,
 
 /* A destroyed heap lock takes its distributed lock with it. */
 #define DESTROY(fname, type, f, fn_type, sym)                                \
-    int fname(type *l);                                                      \
-    EXPORT SYMVER(sym)                                                       \
-    int fname(type *l)                                                       \
+    PL_WRAPPER(int, fname, sym, type *l)                                     \
     {                                                                        \
         struct pl_entry *e;                                                  \
         int rc;                                                              \
