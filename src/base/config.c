@@ -221,21 +221,31 @@ static int parse_opts(const char *p, opt_fn *one, struct dist__cfg *out,
     return 0;
 }
 
+/* The option db=N, n bytes at p.  0 with *db, EINVAL, or -1 when p is
+ * no db= option. */
+static int parse_db_opt(const char *p, size_t n, int *db, char *why,
+                        size_t whylen)
+{
+    unsigned long v;
+
+    if (n < 3 || strncmp(p, "db=", 3) != 0)
+        return -1;
+    if (parse_ulong(p + 3, n - 3, 1000000, &v))
+        return BAD("bad database number (db=N, N from 0 to 1000000)");
+    *db = (int)v;
+    return 0;
+}
+
 /* One option of a server's or the sentinels' URL, n bytes at p: db=N or
  * a TLS option. */
 static int parse_server_opt(const char *p, size_t n, struct dist__cfg *out,
                             char *why, size_t whylen)
 {
-    unsigned long v;
     int rc;
 
-    if ((rc = parse_tls_opt(p, n, &out->tls, why, whylen)) >= 0)
+    if ((rc = parse_tls_opt(p, n, &out->tls, why, whylen)) >= 0 ||
+        (rc = parse_db_opt(p, n, &out->db, why, whylen)) >= 0)
         return rc;
-    if (n > 3 && strncmp(p, "db=", 3) == 0 &&
-        !parse_ulong(p + 3, n - 3, 1000000, &v)) {
-        out->db = (int)v;
-        return 0;
-    }
     return BAD("unexpected '%.*s' (the options are ?db=N and, with TLS, "
                "tls_...=)",
                opt_name_len(p, n), p);
@@ -382,17 +392,14 @@ static int parse_seeds(const char *p, const char *end, struct dist__cfg *out,
 static int parse_cluster_opt(const char *p, size_t n, struct dist__cfg *out,
                              char *why, size_t whylen)
 {
-    unsigned long v;
-    int rc;
+    int db = 0, rc;
 
     if ((rc = parse_tls_opt(p, n, &out->tls, why, whylen)) >= 0)
         return rc;
-    if (n > 3 && strncmp(p, "db=", 3) == 0) {
-        if (parse_ulong(p + 3, n - 3, 1000000, &v))
-            return BAD("bad database number");
-        if (v != 0)
+    if ((rc = parse_db_opt(p, n, &db, why, whylen)) >= 0) {
+        if (rc == 0 && db != 0)
             return BAD("Redis Cluster has only database 0");
-        return 0;
+        return rc;
     }
     if (n == 11 && strncmp(p, "pubsub=both", 11) == 0) {
         out->pubsub = DIST__PUBSUB_BOTH;

@@ -491,6 +491,14 @@ static int num_value(struct parse *p, const char *v, unsigned long least,
     return -1;
 }
 
+/* k is none of the keys known to its section, [what] or [what name]. */
+static void unknown_key(struct parse *p, const char *k, const char *what,
+                        const char *name, const char *known)
+{
+    perr(p, p->line, "unknown key '%s' in [%s%s%s] (known: %s)", k, what,
+         name ? " " : "", name ? name : "", known);
+}
+
 #define DAY_MS (24UL * 3600 * 1000)
 #define MANY   (1UL << 20) /* bound of a stride, a count, the parties */
 #define LEASE_WHAT                                                           \
@@ -523,10 +531,9 @@ static void redis_key(struct parse *p, const char *k, const char *v)
         if (word_value(p, k, v, lost_words, &w) == 0)
             cfg->on_lease_lost = (enum pl_lost)w;
     } else {
-        perr(p, p->line,
-             "unknown key '%s' in [redis] (known: url, lease_ms, "
-             "watchdog_ms, timeout_ms, on_unavailable, on_lease_lost)",
-             k);
+        unknown_key(p, k, "redis", NULL,
+                    "url, lease_ms, watchdog_ms, timeout_ms, "
+                    "on_unavailable, on_lease_lost");
     }
 }
 
@@ -544,10 +551,7 @@ static void preload_key(struct parse *p, const char *k, const char *v)
         if (bool_value(p, k, v, &b) == 0)
             p->cfg->verbose = b;
     } else {
-        perr(p, p->line,
-             "unknown key '%s' in [preload] (known: "
-             "on_unresolved, verbose, program)",
-             k);
+        unknown_key(p, k, "preload", NULL, "on_unresolved, verbose, program");
     }
 }
 
@@ -655,8 +659,8 @@ static void map_key(struct parse *p, const char *k, const char *v)
         if (word_value(p, k, v, unres_words, &w) == 0)
             s->on_unresolved = w;
     } else {
-        perr(p, p->line, "unknown key '%s' in [%s %s] (known: %s)", k,
-             pl_kind_name(s->kind), s->name, known_keys[s->kind]);
+        unknown_key(p, k, pl_kind_name(s->kind), s->name,
+                    known_keys[s->kind]);
     }
 }
 
