@@ -1058,7 +1058,7 @@ int main(void)
           .bytes = "*2147483647\r\n"),
         C(rdlock_try_array_2g, K_READ, OP_TRY, "elements",
           .bytes = "*2147483647\r\n:1\r\n:1\r\n"),
-        C(mutex_try_bulk_2g, K_MUTEX, OP_TRY, "bytes",
+        C(mutex_try_bulk_2g, K_MUTEX, OP_TRY, "a string may hold",
           .bytes = "$2147483647\r\n", .fill = "xxxxxxxx"),
         C(wrlock_try_nested, K_WRITE, OP_TRY, NULL,
           .bytes = "*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n"

@@ -37,6 +37,12 @@ static void test_config_errors_name_file_and_line(void **state)
     expect_refused("[redis]\non_unavailable = sometimes\n[mutex a]\n"
                    "match = symbol g_ledger_lock\n",
                    ":2: on_unavailable: block, fail or abort");
+    expect_refused("[preload]\non_unresolved = never\n[mutex a]\n"
+                   "match = symbol g_ledger_lock\n",
+                   ":2: on_unresolved: error or warn, not 'never'");
+    expect_refused(
+        "[redis]\nurl = redis://127.0.0.1:1\nport = 6379\n",
+        ":3: unknown key 'port' in [redis] (known: url, lease_ms,");
     expect_refused("[mutex a]\nmatch = symbol g_ledger_lock\n[mutex a]\n"
                    "match = symbol g_turn_cv\n",
                    ":3: duplicate section [mutex a]");
