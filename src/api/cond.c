@@ -8,41 +8,6 @@
 
 #include "kinds/kinds.h"
 
-/* ---- attributes ---------------------------------------------------------- */
-
-int dist_condattr_init(dist_condattr_t *a)
-{
-    DIST__KEEP_ERRNO;
-    if (!a)
-        return EINVAL;
-    memset(a, 0, sizeof *a);
-    a->__clock = CLOCK_REALTIME;
-    return 0;
-}
-
-int dist_condattr_destroy(dist_condattr_t *a)
-{
-    DIST__KEEP_ERRNO;
-    return a ? 0 : EINVAL;
-}
-
-int dist_condattr_setclock(dist_condattr_t *a, clockid_t clock)
-{
-    DIST__KEEP_ERRNO;
-    return a ? DIST__ATTR_SET_ONE_OF(&a->__clock, (int)clock, "clock",
-                                     CLOCK_REALTIME, CLOCK_MONOTONIC)
-             : EINVAL;
-}
-
-int dist_condattr_getclock(const dist_condattr_t *a, clockid_t *clock)
-{
-    DIST__KEEP_ERRNO;
-    if (!a || !clock)
-        return EINVAL;
-    *clock = (clockid_t)a->__clock;
-    return 0;
-}
-
 /* ---- objects ---------------------------------------------------------------- */
 
 int dist_cond_init(dist_cond_t *c, const char *name,

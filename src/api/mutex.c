@@ -4,159 +4,7 @@
 #include <string.h>
 
 #include "kinds/kinds.h"
-
-#define ATTR_FAIR       1u  /* dist_mutexattr_t.__flags */
-#define ATTR_DEFER_ON   2u  /* deferred release: said on */
-#define ATTR_DEFER_OFF  4u  /* said off; neither: the default */
-#define ATTR_COHORT_ON  8u  /* lock cohorting: said on */
-#define ATTR_COHORT_OFF 16u /* said off; neither: the default */
-#define ATTR_ROBUST     32u /* DIST_MUTEX_ROBUST */
-
-/* ---- attributes -------------------------------------------------------- */
-
-/* A switch as attribute flags have it: what was said, else dflt. */
-static int switch_of(unsigned flags, unsigned on, unsigned off, int dflt)
-{
-    return flags & (on | off) ? (flags & on) != 0 : dflt;
-}
-
-/* Whether a mutex made with attribute flags is a cohort one: the
- * default applies to non-fair ones only (a fair one keeps its
- * cross-process FIFO). */
-static int cohort_of(unsigned flags)
-{
-    return switch_of(flags, ATTR_COHORT_ON, ATTR_COHORT_OFF,
-                     !(flags & (ATTR_FAIR | ATTR_ROBUST)) &&
-                         dist__cohort_default());
-}
-
-int dist_mutexattr_init(dist_mutexattr_t *a)
-{
-    DIST__KEEP_ERRNO;
-    if (!a)
-        return EINVAL;
-    memset(a, 0, sizeof *a);
-    a->__type = DIST_MUTEX_RECURSIVE;
-    return 0;
-}
-
-int dist_mutexattr_destroy(dist_mutexattr_t *a)
-{
-    DIST__KEEP_ERRNO;
-    return a ? 0 : EINVAL;
-}
-
-int dist_mutexattr_settype(dist_mutexattr_t *a, int type)
-{
-    DIST__KEEP_ERRNO;
-    return a ? DIST__ATTR_SET_ONE_OF(&a->__type, type, "mutex type",
-                                     DIST_MUTEX_RECURSIVE,
-                                     DIST_MUTEX_ERRORCHECK)
-             : EINVAL;
-}
-
-int dist_mutexattr_gettype(const dist_mutexattr_t *a, int *type)
-{
-    DIST__KEEP_ERRNO;
-    if (!a || !type)
-        return EINVAL;
-    *type = a->__type ? a->__type : DIST_MUTEX_RECURSIVE;
-    return 0;
-}
-
-int dist_mutexattr_setlease(dist_mutexattr_t *a, unsigned long lease_ms)
-{
-    DIST__KEEP_ERRNO;
-    if (!a)
-        return EINVAL;
-    return dist__lease_set(&a->__lease_ms, lease_ms);
-}
-
-int dist_mutexattr_setfair(dist_mutexattr_t *a, int fair)
-{
-    DIST__KEEP_ERRNO;
-    return a ? dist__attr_switch(&a->__flags, fair, ATTR_FAIR, 0, "fair")
-             : EINVAL;
-}
-
-int dist_mutexattr_getfair(const dist_mutexattr_t *a, int *fair)
-{
-    DIST__KEEP_ERRNO;
-    if (!a || !fair)
-        return EINVAL;
-    *fair = (a->__flags & ATTR_FAIR) != 0;
-    return 0;
-}
-
-int dist_mutexattr_setdeferred(dist_mutexattr_t *a, int deferred)
-{
-    DIST__KEEP_ERRNO;
-    /* said on, said off, or neither, which leaves it to the default */
-    return a ? dist__attr_switch(&a->__flags, deferred, ATTR_DEFER_ON,
-                                 ATTR_DEFER_OFF, "deferred")
-             : EINVAL;
-}
-
-int dist_mutexattr_getdeferred(const dist_mutexattr_t *a, int *deferred)
-{
-    DIST__KEEP_ERRNO;
-    if (!a || !deferred)
-        return EINVAL;
-    *deferred = switch_of(a->__flags, ATTR_DEFER_ON, ATTR_DEFER_OFF,
-                          dist__deferred_release());
-    return 0;
-}
-
-int dist_mutexattr_setcohort(dist_mutexattr_t *a, int cohort)
-{
-    DIST__KEEP_ERRNO;
-    return a ? dist__attr_switch(&a->__flags, cohort, ATTR_COHORT_ON,
-                                 ATTR_COHORT_OFF, "cohort")
-             : EINVAL;
-}
-
-/* What a mutex made with a would be (cohort_of). */
-int dist_mutexattr_getcohort(const dist_mutexattr_t *a, int *cohort)
-{
-    DIST__KEEP_ERRNO;
-    if (!a || !cohort)
-        return EINVAL;
-    *cohort = cohort_of(a->__flags);
-    return 0;
-}
-
-int dist_mutexattr_setrobust(dist_mutexattr_t *a, int robust)
-{
-    DIST__KEEP_ERRNO;
-    int rc = a ? DIST__ATTR_ONE_OF(robust, "mutex robustness",
-                                   DIST_MUTEX_STALLED, DIST_MUTEX_ROBUST)
-               : EINVAL;
-
-    if (rc == 0)
-        a->__flags =
-            robust ? (a->__flags | ATTR_ROBUST) : (a->__flags & ~ATTR_ROBUST);
-    return rc;
-}
-
-int dist_mutexattr_getrobust(const dist_mutexattr_t *a, int *robust)
-{
-    DIST__KEEP_ERRNO;
-    if (!a || !robust)
-        return EINVAL;
-    *robust =
-        a->__flags & ATTR_ROBUST ? DIST_MUTEX_ROBUST : DIST_MUTEX_STALLED;
-    return 0;
-}
-
-int dist_mutexattr_getlease(const dist_mutexattr_t *a,
-                            unsigned long *lease_ms)
-{
-    DIST__KEEP_ERRNO;
-    if (!a || !lease_ms)
-        return EINVAL;
-    *lease_ms = a->__lease_ms;
-    return 0;
-}
+#include "attr.h"
 
 /* ---- objects ----------------------------------------------------------- */
 
@@ -177,7 +25,7 @@ int dist_mutex_init(dist_mutex_t *m, const char *name,
                     const dist_mutexattr_t *attr)
 {
     DIST__KEEP_ERRNO;
-    int fair = attr && (attr->__flags & ATTR_FAIR);
+    int fair = attr && (attr->__flags & DIST__MATTR_FAIR);
 
     if (!m)
         return dist__err(EINVAL, "mutex is NULL");
@@ -189,7 +37,7 @@ int dist_mutex_init(dist_mutex_t *m, const char *name,
                     ? DIST__MUTEX_ERRORCHECK
                     : 0;
 
-    if (fair && (attr->__flags & ATTR_COHORT_ON))
+    if (fair && (attr->__flags & DIST__MATTR_COHORT_ON))
         return dist__err(EINVAL,
                          "mutex '%s': a fair mutex cannot be a cohort "
                          "one (its waiters keep one FIFO across processes)",
@@ -198,21 +46,21 @@ int dist_mutex_init(dist_mutex_t *m, const char *name,
      * hand-off would have to carry the owner-dead state, and the cohort's
      * one owner in Redis would hide which thread died.  Not worth it: a
      * robust mutex is never a cohort one. */
-    if (attr && (attr->__flags & ATTR_ROBUST) &&
-        (attr->__flags & ATTR_COHORT_ON))
+    if (attr && (attr->__flags & DIST__MATTR_ROBUST) &&
+        (attr->__flags & DIST__MATTR_COHORT_ON))
         return dist__err(
             EINVAL,
             "mutex '%s': a robust mutex cannot be a "
             "cohort one (threads hand a cohort's hold on without "
             "Redis, which keeps the robust state)",
             name ? name : "(null)");
-    if (attr && (attr->__flags & ATTR_ROBUST))
+    if (attr && (attr->__flags & DIST__MATTR_ROBUST))
         flags |= DIST__MUTEX_ROBUST;
-    if (cohort_of(attr ? attr->__flags : 0))
+    if (dist__mutexattr_cohort(attr ? (unsigned)attr->__flags : 0))
         flags |= DIST__MUTEX_COHORT;
-    if (attr && (attr->__flags & ATTR_DEFER_ON))
+    if (attr && (attr->__flags & DIST__MATTR_DEFER_ON))
         flags |= DIST__MUTEX_DEFER_ON;
-    else if (attr && (attr->__flags & ATTR_DEFER_OFF))
+    else if (attr && (attr->__flags & DIST__MATTR_DEFER_OFF))
         flags |= DIST__MUTEX_DEFER_OFF;
     return dist__obj_init(fair ? &dist__fair_kind : &dist__mutex_kind, name,
                           flags, attr ? attr->__lease_ms : 0, &m->__name,

@@ -5,41 +5,6 @@
 
 #include "kinds/kinds.h"
 
-/* ---- attributes -------------------------------------------------------- */
-
-int dist_rwlockattr_init(dist_rwlockattr_t *a)
-{
-    DIST__KEEP_ERRNO;
-    if (!a)
-        return EINVAL;
-    memset(a, 0, sizeof *a);
-    a->__kind = DIST_RWLOCK_PREFER_READER;
-    return 0;
-}
-
-int dist_rwlockattr_destroy(dist_rwlockattr_t *a)
-{
-    DIST__KEEP_ERRNO;
-    return a ? 0 : EINVAL;
-}
-
-int dist_rwlockattr_setlease(dist_rwlockattr_t *a, unsigned long lease_ms)
-{
-    DIST__KEEP_ERRNO;
-    if (!a)
-        return EINVAL;
-    return dist__lease_set(&a->__lease_ms, lease_ms);
-}
-
-int dist_rwlockattr_setkind(dist_rwlockattr_t *a, int kind)
-{
-    DIST__KEEP_ERRNO;
-    return a ? DIST__ATTR_SET_ONE_OF(&a->__kind, kind, "rwlock kind",
-                                     DIST_RWLOCK_PREFER_READER,
-                                     DIST_RWLOCK_PREFER_WRITER)
-             : EINVAL;
-}
-
 /* ---- objects ----------------------------------------------------------- */
 
 static int get_obj(dist_rwlock_t *rw, struct dist__obj **out)

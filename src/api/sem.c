@@ -6,9 +6,9 @@
 #include <string.h>
 
 #include "kinds/kinds.h"
+#include "attr.h"
 
-#define SEM_MAGIC    0x73656d21u /* "sem!" */
-#define ATTR_UNOWNED 1u          /* dist_semattr_t.__flags */
+#define SEM_MAGIC 0x73656d21u /* "sem!" */
 
 struct dist__sem {
     unsigned magic;
@@ -19,71 +19,6 @@ struct dist__sem {
     struct dist__names *names; /* Redisson: the name, */
     struct dist__buf keys[2];  /* S and redisson_sc:{S} */
 };
-
-/* ---- attributes ---------------------------------------------------------- */
-
-int dist_semattr_init(dist_semattr_t *a)
-{
-    DIST__KEEP_ERRNO;
-    if (!a)
-        return EINVAL;
-    memset(a, 0, sizeof *a);
-    a->__max = DIST_SEM_VALUE_MAX;
-    return 0;
-}
-
-int dist_semattr_destroy(dist_semattr_t *a)
-{
-    DIST__KEEP_ERRNO;
-    return a ? 0 : EINVAL;
-}
-
-int dist_semattr_setmode(dist_semattr_t *a, int mode)
-{
-    DIST__KEEP_ERRNO;
-    return a ? DIST__ATTR_SET_ONE_OF(&a->__mode, mode, "semaphore mode",
-                                     DIST_SEM_LEASED, DIST_SEM_REDISSON)
-             : EINVAL;
-}
-
-int dist_semattr_getmode(const dist_semattr_t *a, int *mode)
-{
-    DIST__KEEP_ERRNO;
-    if (!a || !mode)
-        return EINVAL;
-    *mode = a->__mode;
-    return 0;
-}
-
-int dist_semattr_setlease(dist_semattr_t *a, unsigned long lease_ms)
-{
-    DIST__KEEP_ERRNO;
-    if (!a)
-        return EINVAL;
-    return dist__lease_set(&a->__lease_ms, lease_ms);
-}
-
-int dist_semattr_setunowned(dist_semattr_t *a, int unowned)
-{
-    DIST__KEEP_ERRNO;
-    return a ? dist__attr_switch(&a->__flags, unowned, ATTR_UNOWNED, 0,
-                                 "unowned")
-             : EINVAL;
-}
-
-int dist_semattr_setmax(dist_semattr_t *a, long max)
-{
-    DIST__KEEP_ERRNO;
-    if (!a)
-        return EINVAL;
-    if (max < 1 || max > DIST_SEM_VALUE_MAX)
-        return dist__err(EINVAL,
-                         "semaphore maximum %ld: use 1 to "
-                         "DIST_SEM_VALUE_MAX",
-                         max);
-    a->__max = max;
-    return 0;
-}
 
 /* ---- objects ---------------------------------------------------------------- */
 
@@ -143,7 +78,7 @@ int dist_sem_init(dist_sem_t *s, const char *name, unsigned initial_if_new,
     if (!(sm = calloc(1, sizeof *sm)))
         return dist__err(ENOMEM, "out of memory");
     sm->mode = attr ? attr->__mode : DIST_SEM_LEASED;
-    sm->unowned = attr && (attr->__flags & ATTR_UNOWNED);
+    sm->unowned = attr && (attr->__flags & DIST__SATTR_UNOWNED);
     sm->max = attr && attr->__max > 0 ? attr->__max : DIST_SEM_VALUE_MAX;
     sm->initial = (long)initial_if_new;
     if (sm->initial > sm->max) {

@@ -22,46 +22,6 @@ static inline int dist__lease_arg(struct timespec *left)
     return 0;
 }
 
-/* ---- attribute setters (mutex.c, rwlock.c, cond.c, sem.c) ------------- */
-
-/* A setter's value that must be one of two constants, said with their own
- * names (DIST__ATTR_ONE_OF): 0, or EINVAL with the message set. */
-static inline int dist__attr_one_of(int v, const char *what, int x,
-                                    const char *xs, int y, const char *ys)
-{
-    if (v == x || v == y)
-        return 0;
-    return dist__err(EINVAL, "%s %d: use %s or %s", what, v, xs, ys);
-}
-#define DIST__ATTR_ONE_OF(v, what, x, y)                                     \
-    dist__attr_one_of((v), (what), (x), #x, (y), #y)
-
-/* The same, and v kept in *field when it is one of them. */
-static inline int dist__attr_set_one_of(int *field, int v, const char *what,
-                                        int x, const char *xs, int y,
-                                        const char *ys)
-{
-    int rc = dist__attr_one_of(v, what, x, xs, y, ys);
-
-    if (rc == 0)
-        *field = v;
-    return rc;
-}
-#define DIST__ATTR_SET_ONE_OF(field, v, what, x, y)                          \
-    dist__attr_set_one_of((field), (v), (what), (x), #x, (y), #y)
-
-/* A 0-or-1 setter's value, kept as on (1) or off (0) in *flags; a flag
- * that has a third state, "not said", clears both first (off 0 when it
- * has none).  0, or EINVAL with the message set. */
-static inline int dist__attr_switch(int *flags, int v, unsigned on,
-                                    unsigned off, const char *what)
-{
-    if (v != 0 && v != 1)
-        return dist__err(EINVAL, "%s must be 0 or 1, not %d", what, v);
-    *flags = (int)(((unsigned)*flags & ~(on | off)) | (v ? on : off));
-    return 0;
-}
-
 /* The mutex object behind m (mutex.c), for the condition variable. */
 int dist__mutex_obj(dist_mutex_t *m, struct dist__obj **out);
 
