@@ -88,30 +88,31 @@ int dist_mutex_destroy(dist_mutex_t *m)
 
 /* ---- lock and unlock --------------------------------------------------- */
 
-int dist_mutex_lock(dist_mutex_t *m)
+/* Every lock call: try_only 1 never waits, dl NULL waits without a
+ * deadline.  A cohort mutex is taken through its cohort (cohort.c). */
+static int acquire(dist_mutex_t *m, int try_only,
+                   const struct dist__deadline *dl)
 {
-    DIST__KEEP_ERRNO;
     struct dist__obj *o;
     int rc = get_obj(m, &o);
 
     if (rc)
         return rc;
     if (o->flags & DIST__MUTEX_COHORT)
-        return dist__cohort_lock(o, 0, NULL);
-    return dist__acquire(o, 0, 0, NULL);
+        return dist__cohort_lock(o, try_only, dl);
+    return dist__acquire(o, 0, try_only, dl);
+}
+
+int dist_mutex_lock(dist_mutex_t *m)
+{
+    DIST__KEEP_ERRNO;
+    return acquire(m, 0, NULL);
 }
 
 int dist_mutex_trylock(dist_mutex_t *m)
 {
     DIST__KEEP_ERRNO;
-    struct dist__obj *o;
-    int rc = get_obj(m, &o);
-
-    if (rc)
-        return rc;
-    if (o->flags & DIST__MUTEX_COHORT)
-        return dist__cohort_lock(o, 1, NULL);
-    return dist__acquire(o, 0, 1, NULL);
+    return acquire(m, 1, NULL);
 }
 
 int dist_mutex_timedlock(dist_mutex_t *m, const struct timespec *abstime)
@@ -125,16 +126,9 @@ int dist_mutex_clocklock(dist_mutex_t *m, clockid_t clockid,
 {
     DIST__KEEP_ERRNO;
     struct dist__deadline dl;
-    struct dist__obj *o;
-    int rc;
+    int rc = dist__deadline_set(&dl, clockid, abstime);
 
-    if ((rc = dist__deadline_set(&dl, clockid, abstime)) != 0)
-        return rc;
-    if ((rc = get_obj(m, &o)) != 0)
-        return rc;
-    if (o->flags & DIST__MUTEX_COHORT)
-        return dist__cohort_lock(o, 0, &dl);
-    return dist__acquire(o, 0, 0, &dl);
+    return rc ? rc : acquire(m, 0, &dl);
 }
 
 int dist_mutex_unlock(dist_mutex_t *m)
