@@ -316,6 +316,63 @@ std::chrono::nanoseconds lease_left_of(int (*fn)(T *, struct timespec *),
     return left_of(rc, ts, call);
 }
 
+/* The answer of a try call that may wait at most rel (steady clock):
+ * clocklock(o, CLOCK_MONOTONIC, deadline) as taken says it. */
+template <class T, class Rep, class Period>
+bool taken_for(int (*clocklock)(T *, clockid_t, const struct timespec *),
+               T *o, const std::chrono::duration<Rep, Period> &rel,
+               const char *call)
+{
+    struct timespec ts = steady_after(rel);
+
+    return taken(clocklock(o, CLOCK_MONOTONIC, &ts), ETIMEDOUT, call);
+}
+
+/* The same until tp on its clock (wait_until). */
+template <class T, class Clock, class Duration>
+bool taken_until(int (*clocklock)(T *, clockid_t, const struct timespec *),
+                 T *o, const std::chrono::time_point<Clock, Duration> &tp,
+                 const char *call)
+{
+    int rc = wait_until(
+        tp, [clocklock, o](clockid_t c, const struct timespec *ts) {
+            return clocklock(o, c, ts);
+        });
+
+    return taken(rc, ETIMEDOUT, call);
+}
+
+/* What every class below holds: its C object, at one address for its life
+ * (no copy or move: see "Copying and moving" above), destroyed with it.
+ * The derived class's constructor hands init, which sets the object up or
+ * throws; a throw leaves nothing to destroy. */
+template <class T, int (*Destroy)(T *)> class c_object
+{
+  public:
+    typedef T *native_handle_type;
+
+    c_object(const c_object &) = delete;
+    c_object &operator=(const c_object &) = delete;
+
+    native_handle_type native_handle() noexcept
+    {
+        return &c_;
+    }
+
+  protected:
+    template <class Init> explicit c_object(Init init)
+    {
+        init(&c_);
+    }
+
+    ~c_object()
+    {
+        Destroy(&c_);
+    }
+
+    T c_;
+};
+
 } /* namespace detail */
 
 /* ------------------------------------------------------------------------ */
@@ -323,15 +380,76 @@ std::chrono::nanoseconds lease_left_of(int (*fn)(T *, struct timespec *),
 /* A distributed mutex named name (any bytes but NUL, 1..DIST_NAME_MAX):
  * every process that makes one with that name shares it.  Recursive by
  * default, as the C API. */
-class mutex
+class mutex : public detail::c_object<dist_mutex_t, dist_mutex_destroy>
 {
   public:
-    typedef dist_mutex_t *native_handle_type;
-
     /* No network I/O (the C API connects at first use).  Throws EINVAL for
      * a bad name or option, ENOMEM. */
     explicit mutex(const std::string &name,
                    const mutex_options &opts = mutex_options())
+        : c_object([&](dist_mutex_t *m) { make(m, name, opts); })
+    {
+    }
+
+    /* Blocks until taken.  Throws: EDEADLK (error-checking relock), EIO,
+     * DIST_ENOREPLICA, ... */
+    void lock()
+    {
+        detail::check(dist_mutex_lock(&c_), "dist_mutex_lock");
+    }
+
+    /* Never waits: false when another owner holds it (or, error-checking,
+     * the caller does).  Throws only for a failure (EIO, ...). */
+    bool try_lock()
+    {
+        return detail::taken(dist_mutex_trylock(&c_), EBUSY,
+                             "dist_mutex_trylock");
+    }
+
+    /* Never throws; see unlock(std::error_code &). */
+    void unlock() noexcept
+    {
+        dist_mutex_unlock(&c_);
+    }
+
+    /* Gives back one hold; false with ec set when the C call failed (EPERM:
+     * not held by this thread, or the hold was lost). */
+    bool unlock(std::error_code &ec) noexcept
+    {
+        return detail::unlocked(dist_mutex_unlock(&c_), ec);
+    }
+
+    /* A robust mutex whose lock threw owner_dead: the state it guards was
+     * repaired, and the next unlock is clean (dist_mutex_consistent).
+     * Throws EINVAL (not robust, or not owner-dead), EPERM (not held). */
+    void consistent()
+    {
+        detail::check(dist_mutex_consistent(&c_), "dist_mutex_consistent");
+    }
+
+    /* The fencing token of the caller's hold (dist_mutex_token).  Throws
+     * EPERM when the calling thread does not hold it. */
+    std::uint64_t token()
+    {
+        return detail::token_of(dist_mutex_token, &c_, "dist_mutex_token");
+    }
+
+    /* How long the caller's hold is surely still its own
+     * (dist_mutex_lease_left): check it before a write elsewhere that
+     * only the holder may make.  Zero when the calling thread does not
+     * hold it, or no longer surely (the C call's EPERM: a value, so that
+     * "less left than the write takes" covers it); throws for any other
+     * failure. */
+    std::chrono::nanoseconds lease_left()
+    {
+        return detail::lease_left_of(dist_mutex_lease_left, &c_,
+                                     "dist_mutex_lease_left");
+    }
+
+  private:
+    /* m set up as opts say. */
+    static void make(dist_mutex_t *m, const std::string &name,
+                     const mutex_options &opts)
     {
         dist_mutexattr_t a;
 
@@ -347,81 +465,10 @@ class mutex
                                                        ? DIST_MUTEX_ROBUST
                                                        : DIST_MUTEX_STALLED),
                       "dist_mutexattr_setrobust");
-        detail::check(dist_mutex_init(&m_, detail::c_name(name), &a),
+        detail::check(dist_mutex_init(m, detail::c_name(name), &a),
                       "dist_mutex_init");
         dist_mutexattr_destroy(&a);
     }
-
-    ~mutex()
-    {
-        dist_mutex_destroy(&m_);
-    }
-
-    mutex(const mutex &) = delete;
-    mutex &operator=(const mutex &) = delete;
-
-    /* Blocks until taken.  Throws: EDEADLK (error-checking relock), EIO,
-     * DIST_ENOREPLICA, ... */
-    void lock()
-    {
-        detail::check(dist_mutex_lock(&m_), "dist_mutex_lock");
-    }
-
-    /* Never waits: false when another owner holds it (or, error-checking,
-     * the caller does).  Throws only for a failure (EIO, ...). */
-    bool try_lock()
-    {
-        return detail::taken(dist_mutex_trylock(&m_), EBUSY,
-                             "dist_mutex_trylock");
-    }
-
-    /* Never throws; see unlock(std::error_code &). */
-    void unlock() noexcept
-    {
-        dist_mutex_unlock(&m_);
-    }
-
-    /* Gives back one hold; false with ec set when the C call failed (EPERM:
-     * not held by this thread, or the hold was lost). */
-    bool unlock(std::error_code &ec) noexcept
-    {
-        return detail::unlocked(dist_mutex_unlock(&m_), ec);
-    }
-
-    /* A robust mutex whose lock threw owner_dead: the state it guards was
-     * repaired, and the next unlock is clean (dist_mutex_consistent).
-     * Throws EINVAL (not robust, or not owner-dead), EPERM (not held). */
-    void consistent()
-    {
-        detail::check(dist_mutex_consistent(&m_), "dist_mutex_consistent");
-    }
-
-    /* The fencing token of the caller's hold (dist_mutex_token).  Throws
-     * EPERM when the calling thread does not hold it. */
-    std::uint64_t token()
-    {
-        return detail::token_of(dist_mutex_token, &m_, "dist_mutex_token");
-    }
-
-    /* How long the caller's hold is surely still its own
-     * (dist_mutex_lease_left): check it before a write elsewhere that
-     * only the holder may make.  Zero when the calling thread does not
-     * hold it, or no longer surely (the C call's EPERM: a value, so that
-     * "less left than the write takes" covers it); throws for any other
-     * failure. */
-    std::chrono::nanoseconds lease_left()
-    {
-        return detail::lease_left_of(dist_mutex_lease_left, &m_,
-                                     "dist_mutex_lease_left");
-    }
-
-    native_handle_type native_handle() noexcept
-    {
-        return &m_;
-    }
-
-  protected:
-    dist_mutex_t m_;
 };
 
 /* A mutex with deadlines. */
@@ -439,23 +486,16 @@ class timed_mutex : public mutex
     template <class Rep, class Period>
     bool try_lock_for(const std::chrono::duration<Rep, Period> &rel)
     {
-        struct timespec ts = detail::steady_after(rel);
-
-        return detail::taken(dist_mutex_clocklock(&m_, CLOCK_MONOTONIC, &ts),
-                             ETIMEDOUT, "dist_mutex_clocklock");
+        return detail::taken_for(dist_mutex_clocklock, &c_, rel,
+                                 "dist_mutex_clocklock");
     }
 
     /* Waits until tp on its clock (see "Deadlines" above). */
     template <class Clock, class Duration>
     bool try_lock_until(const std::chrono::time_point<Clock, Duration> &tp)
     {
-        dist_mutex_t *m = &m_;
-        int rc = detail::wait_until(
-            tp, [m](clockid_t c, const struct timespec *ts) {
-                return dist_mutex_clocklock(m, c, ts);
-            });
-
-        return detail::taken(rc, ETIMEDOUT, "dist_mutex_clocklock");
+        return detail::taken_until(dist_mutex_clocklock, &c_, tp,
+                                   "dist_mutex_clocklock");
     }
 };
 
@@ -470,15 +510,107 @@ class timed_mutex : public mutex
  * call, which is what std::unique_lock and std::shared_lock need as long
  * as a thread gives back its holds in the reverse order of taking them. */
 class shared_mutex
+    : public detail::c_object<dist_rwlock_t, dist_rwlock_destroy>
 {
   public:
-    typedef dist_rwlock_t *native_handle_type;
-
     /* No network I/O.  Throws EINVAL for a bad name or option, ENOMEM.
      * Not the same lock as a distlock::mutex of the same name. */
     explicit shared_mutex(
         const std::string &name,
         const shared_mutex_options &opts = shared_mutex_options())
+        : c_object([&](dist_rwlock_t *l) { make(l, name, opts); })
+    {
+    }
+
+    /* ---- exclusive (write) side ---- */
+
+    void lock()
+    {
+        detail::check(dist_rwlock_wrlock(&c_), "dist_rwlock_wrlock");
+    }
+
+    bool try_lock()
+    {
+        return detail::taken(dist_rwlock_trywrlock(&c_), EBUSY,
+                             "dist_rwlock_trywrlock");
+    }
+
+    template <class Rep, class Period>
+    bool try_lock_for(const std::chrono::duration<Rep, Period> &rel)
+    {
+        return detail::taken_for(dist_rwlock_clockwrlock, &c_, rel,
+                                 "dist_rwlock_clockwrlock");
+    }
+
+    template <class Clock, class Duration>
+    bool try_lock_until(const std::chrono::time_point<Clock, Duration> &tp)
+    {
+        return detail::taken_until(dist_rwlock_clockwrlock, &c_, tp,
+                                   "dist_rwlock_clockwrlock");
+    }
+
+    void unlock() noexcept
+    {
+        dist_rwlock_unlock(&c_);
+    }
+
+    bool unlock(std::error_code &ec) noexcept
+    {
+        return detail::unlocked(dist_rwlock_unlock(&c_), ec);
+    }
+
+    /* ---- shared (read) side ---- */
+
+    void lock_shared()
+    {
+        detail::check(dist_rwlock_rdlock(&c_), "dist_rwlock_rdlock");
+    }
+
+    bool try_lock_shared()
+    {
+        return detail::taken(dist_rwlock_tryrdlock(&c_), EBUSY,
+                             "dist_rwlock_tryrdlock");
+    }
+
+    template <class Rep, class Period>
+    bool try_lock_shared_for(const std::chrono::duration<Rep, Period> &rel)
+    {
+        return detail::taken_for(dist_rwlock_clockrdlock, &c_, rel,
+                                 "dist_rwlock_clockrdlock");
+    }
+
+    template <class Clock, class Duration>
+    bool
+    try_lock_shared_until(const std::chrono::time_point<Clock, Duration> &tp)
+    {
+        return detail::taken_until(dist_rwlock_clockrdlock, &c_, tp,
+                                   "dist_rwlock_clockrdlock");
+    }
+
+    void unlock_shared() noexcept
+    {
+        dist_rwlock_unlock(&c_);
+    }
+
+    /* The fencing token of the caller's write hold (dist_rwlock_token).
+     * Throws EPERM when the calling thread does not hold the write lock. */
+    std::uint64_t token()
+    {
+        return detail::token_of(dist_rwlock_token, &c_, "dist_rwlock_token");
+    }
+
+    /* How long the caller's holds, exclusive or shared, are surely still
+     * its own (dist_rwlock_lease_left); zero as for mutex::lease_left. */
+    std::chrono::nanoseconds lease_left()
+    {
+        return detail::lease_left_of(dist_rwlock_lease_left, &c_,
+                                     "dist_rwlock_lease_left");
+    }
+
+  private:
+    /* l set up as opts say. */
+    static void make(dist_rwlock_t *l, const std::string &name,
+                     const shared_mutex_options &opts)
     {
         dist_rwlockattr_t a;
 
@@ -489,127 +621,10 @@ class shared_mutex
         detail::check(
             dist_rwlockattr_setkind(&a, static_cast<int>(opts.kind)),
             "dist_rwlockattr_setkind");
-        detail::check(dist_rwlock_init(&l_, detail::c_name(name), &a),
+        detail::check(dist_rwlock_init(l, detail::c_name(name), &a),
                       "dist_rwlock_init");
         dist_rwlockattr_destroy(&a);
     }
-
-    ~shared_mutex()
-    {
-        dist_rwlock_destroy(&l_);
-    }
-
-    shared_mutex(const shared_mutex &) = delete;
-    shared_mutex &operator=(const shared_mutex &) = delete;
-
-    /* ---- exclusive (write) side ---- */
-
-    void lock()
-    {
-        detail::check(dist_rwlock_wrlock(&l_), "dist_rwlock_wrlock");
-    }
-
-    bool try_lock()
-    {
-        return detail::taken(dist_rwlock_trywrlock(&l_), EBUSY,
-                             "dist_rwlock_trywrlock");
-    }
-
-    template <class Rep, class Period>
-    bool try_lock_for(const std::chrono::duration<Rep, Period> &rel)
-    {
-        struct timespec ts = detail::steady_after(rel);
-
-        return detail::taken(
-            dist_rwlock_clockwrlock(&l_, CLOCK_MONOTONIC, &ts), ETIMEDOUT,
-            "dist_rwlock_clockwrlock");
-    }
-
-    template <class Clock, class Duration>
-    bool try_lock_until(const std::chrono::time_point<Clock, Duration> &tp)
-    {
-        dist_rwlock_t *l = &l_;
-        int rc = detail::wait_until(
-            tp, [l](clockid_t c, const struct timespec *ts) {
-                return dist_rwlock_clockwrlock(l, c, ts);
-            });
-
-        return detail::taken(rc, ETIMEDOUT, "dist_rwlock_clockwrlock");
-    }
-
-    void unlock() noexcept
-    {
-        dist_rwlock_unlock(&l_);
-    }
-
-    bool unlock(std::error_code &ec) noexcept
-    {
-        return detail::unlocked(dist_rwlock_unlock(&l_), ec);
-    }
-
-    /* ---- shared (read) side ---- */
-
-    void lock_shared()
-    {
-        detail::check(dist_rwlock_rdlock(&l_), "dist_rwlock_rdlock");
-    }
-
-    bool try_lock_shared()
-    {
-        return detail::taken(dist_rwlock_tryrdlock(&l_), EBUSY,
-                             "dist_rwlock_tryrdlock");
-    }
-
-    template <class Rep, class Period>
-    bool try_lock_shared_for(const std::chrono::duration<Rep, Period> &rel)
-    {
-        struct timespec ts = detail::steady_after(rel);
-
-        return detail::taken(
-            dist_rwlock_clockrdlock(&l_, CLOCK_MONOTONIC, &ts), ETIMEDOUT,
-            "dist_rwlock_clockrdlock");
-    }
-
-    template <class Clock, class Duration>
-    bool
-    try_lock_shared_until(const std::chrono::time_point<Clock, Duration> &tp)
-    {
-        dist_rwlock_t *l = &l_;
-        int rc = detail::wait_until(
-            tp, [l](clockid_t c, const struct timespec *ts) {
-                return dist_rwlock_clockrdlock(l, c, ts);
-            });
-
-        return detail::taken(rc, ETIMEDOUT, "dist_rwlock_clockrdlock");
-    }
-
-    void unlock_shared() noexcept
-    {
-        dist_rwlock_unlock(&l_);
-    }
-
-    /* The fencing token of the caller's write hold (dist_rwlock_token).
-     * Throws EPERM when the calling thread does not hold the write lock. */
-    std::uint64_t token()
-    {
-        return detail::token_of(dist_rwlock_token, &l_, "dist_rwlock_token");
-    }
-
-    /* How long the caller's holds, exclusive or shared, are surely still
-     * its own (dist_rwlock_lease_left); zero as for mutex::lease_left. */
-    std::chrono::nanoseconds lease_left()
-    {
-        return detail::lease_left_of(dist_rwlock_lease_left, &l_,
-                                     "dist_rwlock_lease_left");
-    }
-
-    native_handle_type native_handle() noexcept
-    {
-        return &l_;
-    }
-
-  private:
-    dist_rwlock_t l_;
 };
 
 /* ------------------------------------------------------------------------ */
@@ -632,24 +647,17 @@ class shared_mutex
  * mutex), since the thread no longer holds it; std::condition_variable
  * would call std::terminate. */
 class condition_variable
+    : public detail::c_object<dist_cond_t, dist_cond_destroy>
 {
   public:
-    typedef dist_cond_t *native_handle_type;
-
     /* No network I/O.  Throws EINVAL for a bad name, ENOMEM. */
     explicit condition_variable(const std::string &name)
+        : c_object([&](dist_cond_t *c) {
+              detail::check(dist_cond_init(c, detail::c_name(name), nullptr),
+                            "dist_cond_init");
+          })
     {
-        detail::check(dist_cond_init(&c_, detail::c_name(name), nullptr),
-                      "dist_cond_init");
     }
-
-    ~condition_variable()
-    {
-        dist_cond_destroy(&c_);
-    }
-
-    condition_variable(const condition_variable &) = delete;
-    condition_variable &operator=(const condition_variable &) = delete;
 
     /* Wakes the oldest live waiter of any process, if there is one.
      * Throws EIO (not noexcept, unlike the standard's). */
@@ -736,14 +744,7 @@ class condition_variable
         return true;
     }
 
-    native_handle_type native_handle() noexcept
-    {
-        return &c_;
-    }
-
   private:
-    dist_cond_t c_;
-
     /* The C mutex of lk, which must own it (EPERM otherwise, before any
      * waiting: the standard leaves that case undefined). */
     template <class M> static dist_mutex_t *handle(std::unique_lock<M> &lk)
@@ -816,13 +817,12 @@ struct semaphore_options {
  * when Redis cannot be reached. */
 template <std::ptrdiff_t LeastMaxValue = DIST_SEM_VALUE_MAX>
 class counting_semaphore
+    : public detail::c_object<dist_sem_t, dist_sem_destroy>
 {
     static_assert(LeastMaxValue >= 1 && LeastMaxValue <= DIST_SEM_VALUE_MAX,
                   "LeastMaxValue must be 1 to DIST_SEM_VALUE_MAX");
 
   public:
-    typedef dist_sem_t *native_handle_type;
-
     static constexpr std::ptrdiff_t max() noexcept
     {
         return LeastMaxValue;
@@ -832,6 +832,81 @@ class counting_semaphore
      * or option), ENOMEM. */
     counting_semaphore(const std::string &name, std::ptrdiff_t desired,
                        const semaphore_options &opts = semaphore_options())
+        : c_object([&](dist_sem_t *s) { make(s, name, desired, opts); })
+    {
+    }
+
+    /* Gives update permits back (see above), waking up to update waiters.
+     * Throws EINVAL (update < 0), EPERM, EOVERFLOW, EIO. */
+    void release(std::ptrdiff_t update = 1)
+    {
+        if (update < 0 || update > LeastMaxValue)
+            throw std::system_error(update < 0 ? EINVAL : EOVERFLOW,
+                                    std::generic_category(),
+                                    "distlock: release of a count outside "
+                                    "0..max()");
+        detail::check(
+            dist_sem_post_multiple(&c_, static_cast<unsigned>(update)),
+            "dist_sem_post_multiple");
+    }
+
+    /* std::counting_semaphore's waits are not interrupted by a signal:
+     * an EINTR of the C call (a handler without SA_RESTART, or any
+     * handler during a timed wait) is a wait that goes on. */
+    void acquire()
+    {
+        detail::check(detail::sem_wait_on(&c_), "dist_sem_wait");
+    }
+
+    /* Never waits: false when no permit is free. */
+    bool try_acquire()
+    {
+        return detail::taken(dist_sem_trywait(&c_), EAGAIN,
+                             "dist_sem_trywait");
+    }
+
+    /* Waits at most rel (steady clock); a free permit is taken even when
+     * rel is zero or negative. */
+    template <class Rep, class Period>
+    bool try_acquire_for(const std::chrono::duration<Rep, Period> &rel)
+    {
+        return detail::taken_for(detail::sem_clockwait_on, &c_, rel,
+                                 "dist_sem_clockwait");
+    }
+
+    /* Waits until tp on its clock (see "Deadlines" above). */
+    template <class Clock, class Duration>
+    bool try_acquire_until(const std::chrono::time_point<Clock, Duration> &tp)
+    {
+        return detail::taken_until(detail::sem_clockwait_on, &c_, tp,
+                                   "dist_sem_clockwait");
+    }
+
+    /* Not in the standard: the free permits now (a snapshot), and a reset
+     * of them (dist_sem_setvalue).  Throw EIO; set_value EINVAL past
+     * max(). */
+    std::ptrdiff_t value()
+    {
+        int v = 0;
+
+        detail::check(dist_sem_getvalue(&c_, &v), "dist_sem_getvalue");
+        return v;
+    }
+
+    void set_value(std::ptrdiff_t v)
+    {
+        if (v < 0 || v > LeastMaxValue)
+            throw std::system_error(EINVAL, std::generic_category(),
+                                    "distlock: a semaphore value outside "
+                                    "0..max()");
+        detail::check(dist_sem_setvalue(&c_, static_cast<unsigned>(v)),
+                      "dist_sem_setvalue");
+    }
+
+  private:
+    /* s set up as opts say, with desired free permits if it is new. */
+    static void make(dist_sem_t *s, const std::string &name,
+                     std::ptrdiff_t desired, const semaphore_options &opts)
     {
         dist_semattr_t a;
 
@@ -850,102 +925,11 @@ class counting_semaphore
         detail::check(
             dist_semattr_setmax(&a, static_cast<long>(LeastMaxValue)),
             "dist_semattr_setmax");
-        detail::check(dist_sem_init(&s_, detail::c_name(name),
+        detail::check(dist_sem_init(s, detail::c_name(name),
                                     static_cast<unsigned>(desired), &a),
                       "dist_sem_init");
         dist_semattr_destroy(&a);
     }
-
-    ~counting_semaphore()
-    {
-        dist_sem_destroy(&s_);
-    }
-
-    counting_semaphore(const counting_semaphore &) = delete;
-    counting_semaphore &operator=(const counting_semaphore &) = delete;
-
-    /* Gives update permits back (see above), waking up to update waiters.
-     * Throws EINVAL (update < 0), EPERM, EOVERFLOW, EIO. */
-    void release(std::ptrdiff_t update = 1)
-    {
-        if (update < 0 || update > LeastMaxValue)
-            throw std::system_error(update < 0 ? EINVAL : EOVERFLOW,
-                                    std::generic_category(),
-                                    "distlock: release of a count outside "
-                                    "0..max()");
-        detail::check(
-            dist_sem_post_multiple(&s_, static_cast<unsigned>(update)),
-            "dist_sem_post_multiple");
-    }
-
-    /* std::counting_semaphore's waits are not interrupted by a signal:
-     * an EINTR of the C call (a handler without SA_RESTART, or any
-     * handler during a timed wait) is a wait that goes on. */
-    void acquire()
-    {
-        detail::check(detail::sem_wait_on(&s_), "dist_sem_wait");
-    }
-
-    /* Never waits: false when no permit is free. */
-    bool try_acquire()
-    {
-        return detail::taken(dist_sem_trywait(&s_), EAGAIN,
-                             "dist_sem_trywait");
-    }
-
-    /* Waits at most rel (steady clock); a free permit is taken even when
-     * rel is zero or negative. */
-    template <class Rep, class Period>
-    bool try_acquire_for(const std::chrono::duration<Rep, Period> &rel)
-    {
-        struct timespec ts = detail::steady_after(rel);
-
-        return detail::taken(
-            detail::sem_clockwait_on(&s_, CLOCK_MONOTONIC, &ts), ETIMEDOUT,
-            "dist_sem_clockwait");
-    }
-
-    /* Waits until tp on its clock (see "Deadlines" above). */
-    template <class Clock, class Duration>
-    bool try_acquire_until(const std::chrono::time_point<Clock, Duration> &tp)
-    {
-        dist_sem_t *s = &s_;
-        int rc = detail::wait_until(
-            tp, [s](clockid_t c, const struct timespec *ts) {
-                return detail::sem_clockwait_on(s, c, ts);
-            });
-
-        return detail::taken(rc, ETIMEDOUT, "dist_sem_clockwait");
-    }
-
-    /* Not in the standard: the free permits now (a snapshot), and a reset
-     * of them (dist_sem_setvalue).  Throw EIO; set_value EINVAL past
-     * max(). */
-    std::ptrdiff_t value()
-    {
-        int v = 0;
-
-        detail::check(dist_sem_getvalue(&s_, &v), "dist_sem_getvalue");
-        return v;
-    }
-
-    void set_value(std::ptrdiff_t v)
-    {
-        if (v < 0 || v > LeastMaxValue)
-            throw std::system_error(EINVAL, std::generic_category(),
-                                    "distlock: a semaphore value outside "
-                                    "0..max()");
-        detail::check(dist_sem_setvalue(&s_, static_cast<unsigned>(v)),
-                      "dist_sem_setvalue");
-    }
-
-    native_handle_type native_handle() noexcept
-    {
-        return &s_;
-    }
-
-  private:
-    dist_sem_t s_;
 };
 
 typedef counting_semaphore<1> binary_semaphore;
@@ -960,37 +944,21 @@ typedef counting_semaphore<1> binary_semaphore;
  * completion step can run).  A member whose process dies breaks the round
  * under way: the others' arrive_and_wait throws EOWNERDEAD (the round is
  * over for everyone; arrive again for the next). */
-class barrier
+class barrier : public detail::c_object<dist_barrier_t, dist_barrier_destroy>
 {
   public:
-    typedef dist_barrier_t *native_handle_type;
-
     /* No network I/O.  Throws EINVAL (bad name, count < 1), ENOMEM. */
     barrier(const std::string &name, std::ptrdiff_t count)
+        : c_object([&](dist_barrier_t *b) { make(b, name, count); })
     {
-        if (count < 1 || count > static_cast<std::ptrdiff_t>(~0u >> 1))
-            throw std::system_error(EINVAL, std::generic_category(),
-                                    "distlock: a barrier count below 1 or "
-                                    "too large");
-        detail::check(dist_barrier_init(&b_, detail::c_name(name),
-                                        static_cast<unsigned>(count)),
-                      "dist_barrier_init");
     }
-
-    ~barrier()
-    {
-        dist_barrier_destroy(&b_);
-    }
-
-    barrier(const barrier &) = delete;
-    barrier &operator=(const barrier &) = delete;
 
     /* Arrives and waits for the round's other arrivals: true in one caller
      * per round, false in the others.  Throws EOWNERDEAD, EINVAL (the
      * barrier exists with another count), EIO. */
     bool arrive_and_wait()
     {
-        int rc = dist_barrier_wait(&b_);
+        int rc = dist_barrier_wait(&c_);
 
         if (rc == DIST_BARRIER_SERIAL_THREAD)
             return true;
@@ -998,13 +966,19 @@ class barrier
         return false;
     }
 
-    native_handle_type native_handle() noexcept
-    {
-        return &b_;
-    }
-
   private:
-    dist_barrier_t b_;
+    /* b set up for rounds of count arrivals. */
+    static void make(dist_barrier_t *b, const std::string &name,
+                     std::ptrdiff_t count)
+    {
+        if (count < 1 || count > static_cast<std::ptrdiff_t>(~0u >> 1))
+            throw std::system_error(EINVAL, std::generic_category(),
+                                    "distlock: a barrier count below 1 or "
+                                    "too large");
+        detail::check(dist_barrier_init(b, detail::c_name(name),
+                                        static_cast<unsigned>(count)),
+                      "dist_barrier_init");
+    }
 };
 
 } /* namespace distlock */
