@@ -173,6 +173,37 @@ static void test_other_kinds(void **state)
     assert_int_equal(dist_semattr_destroy(&s), 0);
 }
 
+/* An init call reads the kind's chief value as the getter does, and
+ * refuses one no setter would have kept (an object written by hand). */
+static void test_init_reads_attributes(void **state)
+{
+    dist_mutexattr_t ma = { 7, 0, 0, { 0, 0 } };
+    dist_rwlockattr_t ra = { 5, 0, 0, { 0, 0 } };
+    dist_condattr_t ca = { 99, 0, { 0, 0 } };
+    dist_semattr_t sa = { 3, 0, 0, 0, { 0, 0 } };
+    dist_mutex_t m;
+    dist_rwlock_t rw;
+    dist_cond_t c;
+    dist_sem_t s;
+
+    (void)state;
+    refused(dist_mutex_init(&m, "attr-m", &ma),
+            "mutex attribute has an unknown type 7");
+    refused(dist_rwlock_init(&rw, "attr-rw", &ra),
+            "rwlock attribute has an unknown kind 5");
+    refused(dist_cond_init(&c, "attr-c", &ca),
+            "condition attribute has an unknown clock 99");
+    refused(dist_sem_init(&s, "attr-s", 1, &sa),
+            "semaphore attribute has an unknown mode 3");
+    refused(dist_mutex_init(NULL, "attr-m", NULL), "mutex is NULL");
+    refused(dist_sem_init(NULL, "attr-s", 1, NULL), "semaphore is NULL");
+
+    /* a zero type is the default, recursive */
+    ma.__type = 0;
+    assert_int_equal(dist_mutex_init(&m, "attr-m", &ma), 0);
+    assert_int_equal(dist_mutex_destroy(&m), 0);
+}
+
 /* Refusals and answers alike leave errno as the caller had it. */
 static void test_errno_kept(void **state)
 {
@@ -195,6 +226,7 @@ int main(void)
         cmocka_unit_test(test_mutexattr_set_and_get),
         cmocka_unit_test(test_mutexattr_refusals),
         cmocka_unit_test(test_other_kinds),
+        cmocka_unit_test(test_init_reads_attributes),
         cmocka_unit_test(test_errno_kept),
     };
 

@@ -5,22 +5,7 @@
 #include <stddef.h>
 #include <string.h>
 
-#include "kinds/kinds.h"
-#include "attr.h"
-
-/* One int attribute.  A value is kept as it is in its field; a switch as
- * bits of the flags field (on, or off when "not said" must differ from
- * off) and read back as y or x.  A setter takes x or y only.  Where nothing
- * was said (a zero field, or neither bit) a getter answers x, or what dflt
- * says for the flags. */
-struct attr {
-    const char *what;            /* its name in a refusal */
-    size_t field;                /* offsetof the int it is kept in */
-    int x, y;                    /* the two values it takes; x the default */
-    const char *xs, *ys;         /* their names; NULL: a plain 0 or 1 */
-    unsigned on, off;            /* a switch's bits; both 0: a value */
-    int (*dflt)(unsigned flags); /* a switch not said: its value */
-};
+#include "api.h"
 
 /* x and y said with their own names in a refusal. */
 #define NAMED(x_, y_) .x = (x_), .y = (y_), .xs = #x_, .ys = #y_
@@ -39,18 +24,20 @@ static int cohort_default(unsigned flags)
            dist__cohort_default();
 }
 
-static const struct attr mutex_type = {
+const struct dist__attr dist__attr_mutex_type = {
     .what = "mutex type",
+    .noun = "mutex",
+    .unknown = "mutex attribute has an unknown type",
     .field = offsetof(dist_mutexattr_t, __type),
     NAMED(DIST_MUTEX_RECURSIVE, DIST_MUTEX_ERRORCHECK),
 };
-static const struct attr mutex_fair = {
+static const struct dist__attr mutex_fair = {
     .what = "fair",
     .field = offsetof(dist_mutexattr_t, __flags),
     .y = 1,
     .on = DIST__MATTR_FAIR,
 };
-static const struct attr mutex_deferred = {
+static const struct dist__attr mutex_deferred = {
     .what = "deferred",
     .field = offsetof(dist_mutexattr_t, __flags),
     .y = 1,
@@ -58,7 +45,7 @@ static const struct attr mutex_deferred = {
     .off = DIST__MATTR_DEFER_OFF,
     .dflt = deferred_default,
 };
-static const struct attr mutex_cohort = {
+static const struct dist__attr mutex_cohort = {
     .what = "cohort",
     .field = offsetof(dist_mutexattr_t, __flags),
     .y = 1,
@@ -66,28 +53,34 @@ static const struct attr mutex_cohort = {
     .off = DIST__MATTR_COHORT_OFF,
     .dflt = cohort_default,
 };
-static const struct attr mutex_robust = {
+static const struct dist__attr mutex_robust = {
     .what = "mutex robustness",
     .field = offsetof(dist_mutexattr_t, __flags),
     NAMED(DIST_MUTEX_STALLED, DIST_MUTEX_ROBUST),
     .on = DIST__MATTR_ROBUST,
 };
-static const struct attr rwlock_kind = {
+const struct dist__attr dist__attr_rwlock_kind = {
     .what = "rwlock kind",
+    .noun = "rwlock",
+    .unknown = "rwlock attribute has an unknown kind",
     .field = offsetof(dist_rwlockattr_t, __kind),
     NAMED(DIST_RWLOCK_PREFER_READER, DIST_RWLOCK_PREFER_WRITER),
 };
-static const struct attr cond_clock = {
+const struct dist__attr dist__attr_cond_clock = {
     .what = "clock",
+    .noun = "condition",
+    .unknown = "condition attribute has an unknown clock",
     .field = offsetof(dist_condattr_t, __clock),
     NAMED(CLOCK_REALTIME, CLOCK_MONOTONIC),
 };
-static const struct attr sem_mode = {
+const struct dist__attr dist__attr_sem_mode = {
     .what = "semaphore mode",
+    .noun = "semaphore",
+    .unknown = "semaphore attribute has an unknown mode",
     .field = offsetof(dist_semattr_t, __mode),
     NAMED(DIST_SEM_LEASED, DIST_SEM_REDISSON),
 };
-static const struct attr sem_unowned = {
+static const struct dist__attr sem_unowned = {
     .what = "unowned",
     .field = offsetof(dist_semattr_t, __flags),
     .y = 1,
@@ -96,13 +89,13 @@ static const struct attr sem_unowned = {
 
 /* ---- the calls, on a descriptor ------------------------------------------ */
 
-static int *field_of(void *a, const struct attr *d)
+static int *field_of(void *a, const struct dist__attr *d)
 {
     return (int *)((char *)a + d->field);
 }
 
 /* 0 when v is one of d's values, else EINVAL with the message set. */
-static int refuse(const struct attr *d, int v)
+static int refuse(const struct dist__attr *d, int v)
 {
     if (v == d->x || v == d->y)
         return 0;
@@ -112,14 +105,14 @@ static int refuse(const struct attr *d, int v)
 }
 
 /* A switch's value in flags: as said, else its default. */
-static int switch_of(const struct attr *d, unsigned flags)
+static int switch_of(const struct dist__attr *d, unsigned flags)
 {
     if (flags & (d->on | d->off))
         return flags & d->on ? d->y : d->x;
     return d->dflt ? d->dflt(flags) : d->x;
 }
 
-static int set(void *a, const struct attr *d, int v)
+static int set(void *a, const struct dist__attr *d, int v)
 {
     int rc = a ? refuse(d, v) : EINVAL;
     int *f;
@@ -135,27 +128,43 @@ static int set(void *a, const struct attr *d, int v)
     return 0;
 }
 
-static int get(const void *a, const struct attr *d, int *v)
+/* What d's getter answers for a: a value as kept (zero: not said, so x),
+ * a switch as its bits say. */
+static int value_of(const void *a, const struct dist__attr *d)
 {
-    int f;
+    int f = *(const int *)((const char *)a + d->field);
 
+    if (d->on | d->off)
+        return switch_of(d, (unsigned)f);
+    return f ? f : d->x;
+}
+
+static int get(const void *a, const struct dist__attr *d, int *v)
+{
     if (!a || !v)
         return EINVAL;
-    f = *(const int *)((const char *)a + d->field);
-    if (d->on | d->off)
-        *v = switch_of(d, (unsigned)f);
-    else
-        *v = f ? f : d->x;
+    *v = value_of(a, d);
     return 0;
 }
 
 /* a cleared, and d, its kind's first attribute, at its default */
-static int init(void *a, size_t size, const struct attr *d)
+static int init(void *a, size_t size, const struct dist__attr *d)
 {
     if (!a)
         return EINVAL;
     memset(a, 0, size);
     *field_of(a, d) = d->x;
+    return 0;
+}
+
+int dist__init_args(const void *obj, const void *attr,
+                    const struct dist__attr *d, int *v)
+{
+    if (!obj)
+        return dist__err(EINVAL, "%s is NULL", d->noun);
+    *v = attr ? value_of(attr, d) : d->x;
+    if (*v != d->x && *v != d->y)
+        return dist__err(EINVAL, "%s %d", d->unknown, *v);
     return 0;
 }
 
@@ -169,7 +178,7 @@ int dist__mutexattr_cohort(unsigned flags)
 int dist_mutexattr_init(dist_mutexattr_t *a)
 {
     DIST__KEEP_ERRNO;
-    return init(a, sizeof *a, &mutex_type);
+    return init(a, sizeof *a, &dist__attr_mutex_type);
 }
 
 int dist_mutexattr_destroy(dist_mutexattr_t *a)
@@ -181,13 +190,13 @@ int dist_mutexattr_destroy(dist_mutexattr_t *a)
 int dist_mutexattr_settype(dist_mutexattr_t *a, int type)
 {
     DIST__KEEP_ERRNO;
-    return set(a, &mutex_type, type);
+    return set(a, &dist__attr_mutex_type, type);
 }
 
 int dist_mutexattr_gettype(const dist_mutexattr_t *a, int *type)
 {
     DIST__KEEP_ERRNO;
-    return get(a, &mutex_type, type);
+    return get(a, &dist__attr_mutex_type, type);
 }
 
 int dist_mutexattr_setlease(dist_mutexattr_t *a, unsigned long lease_ms)
@@ -261,7 +270,7 @@ int dist_mutexattr_getrobust(const dist_mutexattr_t *a, int *robust)
 int dist_rwlockattr_init(dist_rwlockattr_t *a)
 {
     DIST__KEEP_ERRNO;
-    return init(a, sizeof *a, &rwlock_kind);
+    return init(a, sizeof *a, &dist__attr_rwlock_kind);
 }
 
 int dist_rwlockattr_destroy(dist_rwlockattr_t *a)
@@ -279,7 +288,7 @@ int dist_rwlockattr_setlease(dist_rwlockattr_t *a, unsigned long lease_ms)
 int dist_rwlockattr_setkind(dist_rwlockattr_t *a, int kind)
 {
     DIST__KEEP_ERRNO;
-    return set(a, &rwlock_kind, kind);
+    return set(a, &dist__attr_rwlock_kind, kind);
 }
 
 /* ---- condition ----------------------------------------------------------- */
@@ -287,7 +296,7 @@ int dist_rwlockattr_setkind(dist_rwlockattr_t *a, int kind)
 int dist_condattr_init(dist_condattr_t *a)
 {
     DIST__KEEP_ERRNO;
-    return init(a, sizeof *a, &cond_clock);
+    return init(a, sizeof *a, &dist__attr_cond_clock);
 }
 
 int dist_condattr_destroy(dist_condattr_t *a)
@@ -299,14 +308,14 @@ int dist_condattr_destroy(dist_condattr_t *a)
 int dist_condattr_setclock(dist_condattr_t *a, clockid_t clock)
 {
     DIST__KEEP_ERRNO;
-    return set(a, &cond_clock, (int)clock);
+    return set(a, &dist__attr_cond_clock, (int)clock);
 }
 
 int dist_condattr_getclock(const dist_condattr_t *a, clockid_t *clock)
 {
     DIST__KEEP_ERRNO;
     int v;
-    int rc = clock ? get(a, &cond_clock, &v) : EINVAL;
+    int rc = clock ? get(a, &dist__attr_cond_clock, &v) : EINVAL;
 
     if (rc == 0)
         *clock = (clockid_t)v;
@@ -318,7 +327,7 @@ int dist_condattr_getclock(const dist_condattr_t *a, clockid_t *clock)
 int dist_semattr_init(dist_semattr_t *a)
 {
     DIST__KEEP_ERRNO;
-    int rc = init(a, sizeof *a, &sem_mode);
+    int rc = init(a, sizeof *a, &dist__attr_sem_mode);
 
     if (rc == 0)
         a->__max = DIST_SEM_VALUE_MAX;
@@ -334,13 +343,13 @@ int dist_semattr_destroy(dist_semattr_t *a)
 int dist_semattr_setmode(dist_semattr_t *a, int mode)
 {
     DIST__KEEP_ERRNO;
-    return set(a, &sem_mode, mode);
+    return set(a, &dist__attr_sem_mode, mode);
 }
 
 int dist_semattr_getmode(const dist_semattr_t *a, int *mode)
 {
     DIST__KEEP_ERRNO;
-    return get(a, &sem_mode, mode);
+    return get(a, &dist__attr_sem_mode, mode);
 }
 
 int dist_semattr_setlease(dist_semattr_t *a, unsigned long lease_ms)

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kinds/kinds.h"
+#include "api.h"
 
 /* ---- objects ---------------------------------------------------------------- */
 
@@ -14,17 +14,12 @@ int dist_cond_init(dist_cond_t *c, const char *name,
                    const dist_condattr_t *attr)
 {
     DIST__KEEP_ERRNO;
-    clockid_t clock = attr ? (clockid_t)attr->__clock : CLOCK_REALTIME;
     struct dist__cond *cv;
-    int rc;
+    int clock, rc;
 
-    if (!c)
-        return dist__err(EINVAL, "condition is NULL");
-    if (clock != CLOCK_REALTIME && clock != CLOCK_MONOTONIC)
-        return dist__err(EINVAL,
-                         "condition attribute has an unknown clock %d",
-                         (int)clock);
-    if ((rc = dist__cond_new(name, clock, &cv)) != 0)
+    if ((rc = dist__init_args(c, attr, &dist__attr_cond_clock, &clock)) != 0)
+        return rc;
+    if ((rc = dist__cond_new(name, (clockid_t)clock, &cv)) != 0)
         return rc;
     c->__name = NULL;
     dist__stamp(c->__reserved);

@@ -3,8 +3,7 @@
 #include <errno.h>
 #include <string.h>
 
-#include "kinds/kinds.h"
-#include "attr.h"
+#include "api.h"
 
 /* ---- objects ----------------------------------------------------------- */
 
@@ -26,16 +25,11 @@ int dist_mutex_init(dist_mutex_t *m, const char *name,
 {
     DIST__KEEP_ERRNO;
     int fair = attr && (attr->__flags & DIST__MATTR_FAIR);
+    int type;
 
-    if (!m)
-        return dist__err(EINVAL, "mutex is NULL");
-    if (attr && attr->__type && attr->__type != DIST_MUTEX_RECURSIVE &&
-        attr->__type != DIST_MUTEX_ERRORCHECK)
-        return dist__err(EINVAL, "mutex attribute has an unknown type %d",
-                         attr->__type);
-    int flags = attr && attr->__type == DIST_MUTEX_ERRORCHECK
-                    ? DIST__MUTEX_ERRORCHECK
-                    : 0;
+    if (dist__init_args(m, attr, &dist__attr_mutex_type, &type) != 0)
+        return EINVAL; /* the message is set */
+    int flags = type == DIST_MUTEX_ERRORCHECK ? DIST__MUTEX_ERRORCHECK : 0;
 
     if (fair && (attr->__flags & DIST__MATTR_COHORT_ON))
         return dist__err(EINVAL,

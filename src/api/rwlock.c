@@ -3,7 +3,7 @@
 #include <errno.h>
 #include <string.h>
 
-#include "kinds/kinds.h"
+#include "api.h"
 
 /* ---- objects ----------------------------------------------------------- */
 
@@ -19,18 +19,15 @@ int dist_rwlock_init(dist_rwlock_t *rw, const char *name,
                      const dist_rwlockattr_t *attr)
 {
     DIST__KEEP_ERRNO;
-    if (!rw)
-        return dist__err(EINVAL, "rwlock is NULL");
-    if (attr && attr->__kind != DIST_RWLOCK_PREFER_READER &&
-        attr->__kind != DIST_RWLOCK_PREFER_WRITER)
-        return dist__err(EINVAL, "rwlock attribute has an unknown kind %d",
-                         attr->__kind);
-    return dist__obj_init(&dist__rwlock_kind, name,
-                          attr && attr->__kind == DIST_RWLOCK_PREFER_WRITER
-                              ? DIST__RWLOCK_PREFER_WRITER
-                              : 0,
-                          attr ? attr->__lease_ms : 0, &rw->__name,
-                          &rw->__impl, rw->__reserved);
+    int kind;
+
+    if (dist__init_args(rw, attr, &dist__attr_rwlock_kind, &kind) != 0)
+        return EINVAL; /* the message is set */
+    return dist__obj_init(
+        &dist__rwlock_kind, name,
+        kind == DIST_RWLOCK_PREFER_WRITER ? DIST__RWLOCK_PREFER_WRITER : 0,
+        attr ? attr->__lease_ms : 0, &rw->__name, &rw->__impl,
+        rw->__reserved);
 }
 
 int dist_rwlock_destroy(dist_rwlock_t *rw)

@@ -5,8 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kinds/kinds.h"
-#include "attr.h"
+#include "api.h"
 
 #define SEM_MAGIC 0x73656d21u /* "sem!" */
 
@@ -67,17 +66,13 @@ int dist_sem_init(dist_sem_t *s, const char *name, unsigned initial_if_new,
 {
     DIST__KEEP_ERRNO;
     struct dist__sem *sm;
-    int rc;
+    int mode, rc;
 
-    if (!s)
-        return dist__err(EINVAL, "semaphore is NULL");
-    if (attr && attr->__mode != DIST_SEM_LEASED &&
-        attr->__mode != DIST_SEM_REDISSON)
-        return dist__err(EINVAL, "semaphore attribute has an unknown mode %d",
-                         attr->__mode);
+    if ((rc = dist__init_args(s, attr, &dist__attr_sem_mode, &mode)) != 0)
+        return rc;
     if (!(sm = calloc(1, sizeof *sm)))
         return dist__err(ENOMEM, "out of memory");
-    sm->mode = attr ? attr->__mode : DIST_SEM_LEASED;
+    sm->mode = mode;
     sm->unowned = attr && (attr->__flags & DIST__SATTR_UNOWNED);
     sm->max = attr && attr->__max > 0 ? attr->__max : DIST_SEM_VALUE_MAX;
     sm->initial = (long)initial_if_new;
