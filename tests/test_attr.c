@@ -32,99 +32,102 @@ static void answers(int rc, const int *got, int want)
     assert_int_equal(*got, want);
 }
 
+/* The object of each mutexattr test, initialised afresh (its setup). */
+static dist_mutexattr_t the_mutexattr;
+
+static int fresh_mutexattr(void **state)
+{
+    *state = &the_mutexattr;
+    return dist_mutexattr_init(&the_mutexattr);
+}
+
 static void test_mutexattr_defaults(void **state)
 {
-    dist_mutexattr_t a;
+    dist_mutexattr_t *a = *state;
     unsigned long lease = 1;
     int v = -1;
 
-    (void)state;
-    assert_int_equal(dist_mutexattr_init(&a), 0);
-    answers(dist_mutexattr_gettype(&a, &v), &v, DIST_MUTEX_RECURSIVE);
-    answers(dist_mutexattr_getfair(&a, &v), &v, 0);
-    answers(dist_mutexattr_getrobust(&a, &v), &v, DIST_MUTEX_STALLED);
+    answers(dist_mutexattr_gettype(a, &v), &v, DIST_MUTEX_RECURSIVE);
+    answers(dist_mutexattr_getfair(a, &v), &v, 0);
+    answers(dist_mutexattr_getrobust(a, &v), &v, DIST_MUTEX_STALLED);
     /* DISTLOCK_DEFERRED_RELEASE and DISTLOCK_COHORT are 1 (main) */
-    answers(dist_mutexattr_getdeferred(&a, &v), &v, 1);
-    answers(dist_mutexattr_getcohort(&a, &v), &v, 1);
-    assert_int_equal(dist_mutexattr_getlease(&a, &lease), 0);
+    answers(dist_mutexattr_getdeferred(a, &v), &v, 1);
+    answers(dist_mutexattr_getcohort(a, &v), &v, 1);
+    assert_int_equal(dist_mutexattr_getlease(a, &lease), 0);
     assert_int_equal(lease, 0);
-    assert_int_equal(dist_mutexattr_destroy(&a), 0);
+    assert_int_equal(dist_mutexattr_destroy(a), 0);
 
     /* an all-zero object reads as the defaults too */
-    memset(&a, 0, sizeof a);
-    answers(dist_mutexattr_gettype(&a, &v), &v, DIST_MUTEX_RECURSIVE);
+    memset(a, 0, sizeof *a);
+    answers(dist_mutexattr_gettype(a, &v), &v, DIST_MUTEX_RECURSIVE);
 }
 
 static void test_mutexattr_set_and_get(void **state)
 {
-    dist_mutexattr_t a;
+    dist_mutexattr_t *a = *state;
     unsigned long lease = 0;
     int v = -1;
 
-    (void)state;
-    assert_int_equal(dist_mutexattr_init(&a), 0);
-    assert_int_equal(dist_mutexattr_settype(&a, DIST_MUTEX_ERRORCHECK), 0);
-    answers(dist_mutexattr_gettype(&a, &v), &v, DIST_MUTEX_ERRORCHECK);
-    assert_int_equal(dist_mutexattr_setlease(&a, 1500), 0);
-    assert_int_equal(dist_mutexattr_getlease(&a, &lease), 0);
+    assert_int_equal(dist_mutexattr_settype(a, DIST_MUTEX_ERRORCHECK), 0);
+    answers(dist_mutexattr_gettype(a, &v), &v, DIST_MUTEX_ERRORCHECK);
+    assert_int_equal(dist_mutexattr_setlease(a, 1500), 0);
+    assert_int_equal(dist_mutexattr_getlease(a, &lease), 0);
     assert_int_equal(lease, 1500);
 
     /* said off beats the environment's on; said on again, on */
-    assert_int_equal(dist_mutexattr_setdeferred(&a, 0), 0);
-    answers(dist_mutexattr_getdeferred(&a, &v), &v, 0);
-    assert_int_equal(dist_mutexattr_setdeferred(&a, 1), 0);
-    answers(dist_mutexattr_getdeferred(&a, &v), &v, 1);
-    assert_int_equal(dist_mutexattr_setcohort(&a, 0), 0);
-    answers(dist_mutexattr_getcohort(&a, &v), &v, 0);
+    assert_int_equal(dist_mutexattr_setdeferred(a, 0), 0);
+    answers(dist_mutexattr_getdeferred(a, &v), &v, 0);
+    assert_int_equal(dist_mutexattr_setdeferred(a, 1), 0);
+    answers(dist_mutexattr_getdeferred(a, &v), &v, 1);
+    assert_int_equal(dist_mutexattr_setcohort(a, 0), 0);
+    answers(dist_mutexattr_getcohort(a, &v), &v, 0);
 
     /* a fair or robust mutex is no cohort one by default; said, it is */
-    assert_int_equal(dist_mutexattr_init(&a), 0);
-    assert_int_equal(dist_mutexattr_setfair(&a, 1), 0);
-    answers(dist_mutexattr_getfair(&a, &v), &v, 1);
-    answers(dist_mutexattr_getcohort(&a, &v), &v, 0);
-    assert_int_equal(dist_mutexattr_setfair(&a, 0), 0);
-    assert_int_equal(dist_mutexattr_setrobust(&a, DIST_MUTEX_ROBUST), 0);
-    answers(dist_mutexattr_getrobust(&a, &v), &v, DIST_MUTEX_ROBUST);
-    answers(dist_mutexattr_getcohort(&a, &v), &v, 0);
-    assert_int_equal(dist_mutexattr_setcohort(&a, 1), 0);
-    answers(dist_mutexattr_getcohort(&a, &v), &v, 1);
-    assert_int_equal(dist_mutexattr_setrobust(&a, DIST_MUTEX_STALLED), 0);
-    answers(dist_mutexattr_getrobust(&a, &v), &v, DIST_MUTEX_STALLED);
+    assert_int_equal(dist_mutexattr_init(a), 0);
+    assert_int_equal(dist_mutexattr_setfair(a, 1), 0);
+    answers(dist_mutexattr_getfair(a, &v), &v, 1);
+    answers(dist_mutexattr_getcohort(a, &v), &v, 0);
+    assert_int_equal(dist_mutexattr_setfair(a, 0), 0);
+    assert_int_equal(dist_mutexattr_setrobust(a, DIST_MUTEX_ROBUST), 0);
+    answers(dist_mutexattr_getrobust(a, &v), &v, DIST_MUTEX_ROBUST);
+    answers(dist_mutexattr_getcohort(a, &v), &v, 0);
+    assert_int_equal(dist_mutexattr_setcohort(a, 1), 0);
+    answers(dist_mutexattr_getcohort(a, &v), &v, 1);
+    assert_int_equal(dist_mutexattr_setrobust(a, DIST_MUTEX_STALLED), 0);
+    answers(dist_mutexattr_getrobust(a, &v), &v, DIST_MUTEX_STALLED);
 }
 
 static void test_mutexattr_refusals(void **state)
 {
-    dist_mutexattr_t a;
+    dist_mutexattr_t *a = *state;
     int v = -1;
 
-    (void)state;
-    assert_int_equal(dist_mutexattr_init(&a), 0);
-    refused(dist_mutexattr_settype(&a, 3),
+    refused(dist_mutexattr_settype(a, 3),
             "mutex type 3: use DIST_MUTEX_RECURSIVE or "
             "DIST_MUTEX_ERRORCHECK");
-    refused(dist_mutexattr_settype(&a, 0), "mutex type 0");
-    refused(dist_mutexattr_setfair(&a, 2), "fair must be 0 or 1, not 2");
-    refused(dist_mutexattr_setdeferred(&a, -1),
+    refused(dist_mutexattr_settype(a, 0), "mutex type 0");
+    refused(dist_mutexattr_setfair(a, 2), "fair must be 0 or 1, not 2");
+    refused(dist_mutexattr_setdeferred(a, -1),
             "deferred must be 0 or 1, not -1");
-    refused(dist_mutexattr_setcohort(&a, 7), "cohort must be 0 or 1, not 7");
-    refused(dist_mutexattr_setrobust(&a, 2),
+    refused(dist_mutexattr_setcohort(a, 7), "cohort must be 0 or 1, not 7");
+    refused(dist_mutexattr_setrobust(a, 2),
             "mutex robustness 2: use DIST_MUTEX_STALLED or "
             "DIST_MUTEX_ROBUST");
-    refused(dist_mutexattr_setlease(&a, 24UL * 3600 * 1000 + 1),
+    refused(dist_mutexattr_setlease(a, 24UL * 3600 * 1000 + 1),
             "longer than a day");
     /* nothing refused was kept */
-    answers(dist_mutexattr_gettype(&a, &v), &v, DIST_MUTEX_RECURSIVE);
-    answers(dist_mutexattr_getfair(&a, &v), &v, 0);
-    answers(dist_mutexattr_getrobust(&a, &v), &v, DIST_MUTEX_STALLED);
-    answers(dist_mutexattr_getcohort(&a, &v), &v, 1);
+    answers(dist_mutexattr_gettype(a, &v), &v, DIST_MUTEX_RECURSIVE);
+    answers(dist_mutexattr_getfair(a, &v), &v, 0);
+    answers(dist_mutexattr_getrobust(a, &v), &v, DIST_MUTEX_STALLED);
+    answers(dist_mutexattr_getcohort(a, &v), &v, 1);
 
     refused(dist_mutexattr_init(NULL), NULL);
     refused(dist_mutexattr_destroy(NULL), NULL);
     refused(dist_mutexattr_settype(NULL, DIST_MUTEX_RECURSIVE), NULL);
-    refused(dist_mutexattr_gettype(&a, NULL), NULL);
+    refused(dist_mutexattr_gettype(a, NULL), NULL);
     refused(dist_mutexattr_getfair(NULL, &v), NULL);
     refused(dist_mutexattr_setcohort(NULL, 1), NULL);
-    refused(dist_mutexattr_getdeferred(&a, NULL), NULL);
+    refused(dist_mutexattr_getdeferred(a, NULL), NULL);
     refused(dist_mutexattr_setrobust(NULL, DIST_MUTEX_ROBUST), NULL);
     refused(dist_mutexattr_getlease(NULL, NULL), NULL);
 }
@@ -207,27 +210,25 @@ static void test_init_reads_attributes(void **state)
 /* Refusals and answers alike leave errno as the caller had it. */
 static void test_errno_kept(void **state)
 {
-    dist_mutexattr_t a;
+    dist_mutexattr_t *a = *state;
     int v;
 
-    (void)state;
-    assert_int_equal(dist_mutexattr_init(&a), 0);
     errno = ERANGE;
-    refused(dist_mutexattr_setfair(&a, 9), "fair");
+    refused(dist_mutexattr_setfair(a, 9), "fair");
     assert_int_equal(errno, ERANGE);
-    answers(dist_mutexattr_getcohort(&a, &v), &v, 1);
+    answers(dist_mutexattr_getcohort(a, &v), &v, 1);
     assert_int_equal(errno, ERANGE);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_mutexattr_defaults),
-        cmocka_unit_test(test_mutexattr_set_and_get),
-        cmocka_unit_test(test_mutexattr_refusals),
+        cmocka_unit_test_setup(test_mutexattr_defaults, fresh_mutexattr),
+        cmocka_unit_test_setup(test_mutexattr_set_and_get, fresh_mutexattr),
+        cmocka_unit_test_setup(test_mutexattr_refusals, fresh_mutexattr),
         cmocka_unit_test(test_other_kinds),
         cmocka_unit_test(test_init_reads_attributes),
-        cmocka_unit_test(test_errno_kept),
+        cmocka_unit_test_setup(test_errno_kept, fresh_mutexattr),
     };
 
     /* read at the library's first use: the switches' defaults on */
