@@ -423,7 +423,11 @@ struct dist_stats {
     uint64_t pubsub_direct;   /* of pubsub_messages, those read by the
                                * thread waiting for them, not by the pub/sub
                                * thread (DISTLOCK_DIRECT_WAKE) */
-    uint64_t __reserved[7];
+    uint64_t pubsub_unwaited; /* of pubsub_messages, those the pub/sub
+                               * thread read for a channel no thread of
+                               * the process waited on: they woke that
+                               * thread alone */
+    uint64_t __reserved[6];
 };
 
 /* Copies the counters into *s (each read whole, not all at one instant).

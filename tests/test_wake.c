@@ -8,7 +8,8 @@
  * while the connection is lent gets it; a connection killed while lent is
  * made again and its waiters woken; dist_shutdown and fork with a lent
  * connection neither hang nor lose a wake-up; with DISTLOCK_DIRECT_WAKE=0
- * nothing is lent.  The plain mutex's registered waiters: while the
+ * nothing is lent; a message no thread waits for is counted as one that
+ * woke the pub/sub thread alone.  The plain mutex's registered waiters: while the
  * holder is a distlock owner that left its mark, waiters listen on
  * channels of their own, a release wakes one of them (passing over one
  * nobody hears), and one that gives up passes on a wake-up it may have
@@ -183,6 +184,49 @@ static void test_env_off(void **state)
     }
     rerun_with_env("test_wake", "TEST_WAKE_FILTER", __func__,
                    "DISTLOCK_DIRECT_WAKE", "0");
+}
+
+/* A message for a channel no thread waits on wakes the pub/sub thread
+ * alone, and is counted so (pubsub_unwaited): a lone waiter's channel
+ * stays subscribed a moment after its wait, and hears its own release
+ * and one more message then.  The release it waited for is not such a
+ * one.  A loaded machine may let the channel go before the test's own
+ * message: a fresh lock then, three times at most. */
+static void test_message_nobody_waits_on(void **state)
+{
+    struct held h;
+    struct dist_stats s;
+    long long heard = 0;
+    double end;
+    redisReply *x;
+    int i;
+
+    (void)state;
+    for (i = 0; i < 3 && heard != 1; i++) {
+        char tag[8];
+        snprintf(tag, sizeof tag, "m%d", i);
+        NAME(h.name, tag);
+        lone_handoff(&h);
+        x = tu_cmd(&r, "PUBLISH", h.chan, "0", NULL);
+        assert_non_null(x);
+        heard = x->integer;
+        freeReplyObject(x);
+        if (heard != 1) {
+            assert_int_equal(dist_mutex_destroy(&h.m), 0);
+            continue;
+        }
+        /* the one it waited for, its own release, the test's */
+        end = tu_now() + slack(5.0);
+        while ((s = stats_now()).pubsub_messages < 3 && tu_now() < end)
+            tu_sleep_ms(5);
+        assert_int_equal(await_numsub(h.chan, 0, slack(5.0)), 0);
+        s = stats_now();
+        assert_int_equal(s.pubsub_messages, 3);
+        assert_int_equal(s.pubsub_unwaited, 2);
+        assert_true(s.pubsub_direct <= 1);
+        assert_int_equal(dist_mutex_destroy(&h.m), 0);
+    }
+    assert_int_equal(heard, 1);
 }
 
 /* ---- the thread needs the connection back ------------------------------------ */
@@ -1159,6 +1203,7 @@ int main(void)
 #define T(f) cmocka_unit_test_teardown(f, fx_restore_defaults)
         T(test_lone_waiter_reads_itself),
         T(test_env_off),
+        T(test_message_nobody_waits_on),
         T(test_new_channel_while_lent),
         T(test_killed_while_lent),
         T(test_shutdown_while_lent),

@@ -52,6 +52,7 @@ void dist__stats_read(struct dist_stats *s)
     s->pubsub_messages = get(&counters[DIST__ST_PS_MESSAGES]);
     s->pubsub_resyncs = get(&counters[DIST__ST_PS_RESYNCS]);
     s->pubsub_direct = get(&counters[DIST__ST_PS_DIRECT]);
+    s->pubsub_unwaited = get(&counters[DIST__ST_PS_UNWAITED]);
     for (i = 0; i < DIST_STATS_WAIT_BUCKETS; i++)
         s->wait_ms[i] = get(&waits[i]);
 }

@@ -23,6 +23,8 @@ enum dist__stat {
                              * missed (after a pub/sub reconnect) */
     DIST__ST_PS_DIRECT,    /* of the messages, those read by the thread
                              * waiting for them (DISTLOCK_DIRECT_WAKE) */
+    DIST__ST_PS_UNWAITED,  /* of the messages the pub/sub thread read,
+                             * those for a channel no thread waited on */
     DIST__ST_COUNT
 };
 

@@ -375,8 +375,13 @@ static void handle(struct dist__ps_state *ps, struct dist__node *n,
         int all = msg->type == REDIS_REPLY_STRING && msg->len == 1 &&
                   msg->str[0] == '1';
         dist__stat_add(DIST__ST_PS_MESSAGES, 1);
+        /* what it woke: its reader alone when it was lent, or when no
+         * thread waits on ch (a waiter not yet back on its channel after a
+         * try, or gone from it within its GRACE_MS) */
         if (n->lent)
             dist__stat_add(DIST__ST_PS_DIRECT, 1);
+        else if (!ch || ch->refs == 0)
+            dist__stat_add(DIST__ST_PS_UNWAITED, 1);
         if (ch)
             dist__ps_wake(ps, ch, all);
     } else if (kind_is(kind, "subscribe")) {
