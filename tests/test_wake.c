@@ -190,8 +190,12 @@ static void test_env_off(void **state)
  * alone, and is counted so (pubsub_unwaited): a lone waiter's channel
  * stays subscribed a moment after its wait, and hears its own release
  * and one more message then.  The release it waited for is not such a
- * one.  A loaded machine may let the channel go before the test's own
- * message: a fresh lock then, three times at most. */
+ * one.  In a program of its own with DISTLOCK_DIRECT_WAKE=0: a message a
+ * lent connection brought in after its waiter was woken is read at the
+ * pub/sub thread's next turn, which may fall in the next test (an earlier
+ * test's release counted here).  A loaded machine may let the channel go
+ * before the test's own message: a fresh lock then, three times at
+ * most. */
 static void test_message_nobody_waits_on(void **state)
 {
     struct held h;
@@ -202,6 +206,16 @@ static void test_message_nobody_waits_on(void **state)
     int i;
 
     (void)state;
+    if (on_valgrind() && !rerun_child()) {
+        print_message(
+            "  skipped under valgrind: it runs the program again\n");
+        skip();
+    }
+    if (!rerun_child()) {
+        rerun_with_env("test_wake", "TEST_WAKE_FILTER", __func__,
+                       "DISTLOCK_DIRECT_WAKE", "0");
+        return;
+    }
     for (i = 0; i < 3 && heard != 1; i++) {
         char tag[8];
         snprintf(tag, sizeof tag, "m%d", i);
@@ -215,15 +229,19 @@ static void test_message_nobody_waits_on(void **state)
             assert_int_equal(dist_mutex_destroy(&h.m), 0);
             continue;
         }
-        /* the one it waited for, its own release, the test's */
+        /* the one it waited for, its own release, the test's; then
+         * nothing more once the channel is let go */
         end = tu_now() + slack(5.0);
-        while ((s = stats_now()).pubsub_messages < 3 && tu_now() < end)
+        while (stats_now().pubsub_messages < 3 && tu_now() < end)
             tu_sleep_ms(5);
         assert_int_equal(await_numsub(h.chan, 0, slack(5.0)), 0);
         s = stats_now();
+        print_message("  %llu messages, %llu of them for no waiter\n",
+                      (unsigned long long)s.pubsub_messages,
+                      (unsigned long long)s.pubsub_unwaited);
         assert_int_equal(s.pubsub_messages, 3);
         assert_int_equal(s.pubsub_unwaited, 2);
-        assert_true(s.pubsub_direct <= 1);
+        assert_int_equal(s.pubsub_direct, 0);
         assert_int_equal(dist_mutex_destroy(&h.m), 0);
     }
     assert_int_equal(heard, 1);
