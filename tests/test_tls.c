@@ -97,16 +97,26 @@ static int make_certs(void)
     return 0;
 }
 
+/* Server options o with a TLS listener on t: the certificate cert, the
+ * server key and the test CA; auth: client certificates asked for.  t is
+ * o's until the server started. */
+static void tls_opts(tu_redis_opts *o, tu_tls_conf *t, const char *cert,
+                     int auth)
+{
+    t->cert = file(0, cert);
+    t->key = file(1, "srv.key");
+    t->ca = file(2, "ca.crt");
+    t->auth_clients = auth;
+    memset(o, 0, sizeof *o);
+    o->tls = t;
+}
+
 static int start_tls(tu_redis_t *r, const char *cert, int auth)
 {
-    tu_tls_conf t = { NULL, NULL, NULL, auth };
+    tu_tls_conf t;
     tu_redis_opts o;
 
-    t.cert = file(0, cert);
-    t.key = file(1, "srv.key");
-    t.ca = file(2, "ca.crt");
-    memset(&o, 0, sizeof o);
-    o.tls = &t;
+    tls_opts(&o, &t, cert, auth);
     return tu_redis_start_opts(r, &o);
 }
 
@@ -162,6 +172,10 @@ static long long exists(const char *key)
     return tu_cmd_int(&srv, "EXISTS", key, NULL);
 }
 
+/* The library on r's TLS port (use_tls), then a mutex of the test's own
+ * (fixture.h) with the attributes attr. */
+#define tls_mutex(r, tag, attr) (use_tls(r), fx_mutex(tag, attr))
+
 /* EVAL and EVALSHA calls the server ran so far (testhelp.h). */
 #define script_calls() script_calls_on(&srv)
 
@@ -195,64 +209,53 @@ static void lock_shows(dist_mutex_t *m, const char *name)
 
 static void test_mutex(void **state)
 {
-    char name[200];
-    dist_mutex_t m;
+    dist_mutex_t *m = tls_mutex(&srv, "m", NULL);
     uint64_t token = 0;
 
     (void)state;
-    NAME(name, "m");
-    use_tls(&srv);
-    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
-    assert_int_equal(dist_mutex_lock(&m), 0);
-    assert_int_equal(exists(name), 1);
-    assert_int_equal(dist_mutex_token(&m, &token), 0);
+    assert_int_equal(dist_mutex_lock(m), 0);
+    assert_int_equal(exists(fx_name(m)), 1);
+    assert_int_equal(dist_mutex_token(m, &token), 0);
     assert_true(token > 0);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
-    assert_int_equal(exists(name), 0);
-    assert_int_equal(dist_mutex_destroy(&m), 0);
+    assert_int_equal(dist_mutex_unlock(m), 0);
+    assert_int_equal(exists(fx_name(m)), 0);
 }
 
 /* The options from the environment, and a host name checked against the
  * certificate's DNS name. */
 static void test_env_and_host_name(void **state)
 {
-    char name[200], url[400];
-    dist_mutex_t m;
+    char url[400];
+    dist_mutex_t *m;
 
     (void)state;
-    NAME(name, "m");
     assert_int_equal(setenv("DISTLOCK_TLS_CA", file(0, "ca.crt"), 1), 0);
     tls_url(url, sizeof url, "localhost", &srv, "");
     assert_int_equal(dist_set_url(url), 0);
     unsetenv("DISTLOCK_TLS_CA");
-    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
-    lock_shows(&m, name);
-    assert_int_equal(dist_mutex_destroy(&m), 0);
+    m = fx_mutex("m", NULL);
+    lock_shows(m, fx_name(m));
 }
 
 /* A waiter sleeps on pub/sub over TLS, is woken by the release, and
  * does not poll meanwhile (as test_mutex's test_waiting_does_not_poll). */
 static void test_pubsub_wakeup(void **state)
 {
-    char name[200];
-    dist_mutex_t m, other;
+    dist_mutex_t *m = tls_mutex(&srv, "m", NULL),
+                 *other = fx_mutex_on(fx_name(m), NULL);
     struct fx_locker la;
     long long before, after;
     double t0;
 
     (void)state;
-    NAME(name, "m");
-    use_tls(&srv);
-    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
-    assert_int_equal(dist_mutex_init(&other, name, NULL), 0);
-    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_mutex_lock(m), 0);
     before = script_calls();
     assert_true(before >= 0);
     t0 = tu_now();
-    assert_int_equal(fx_locker_start(&la, &other, 0), 0);
+    assert_int_equal(fx_locker_start(&la, other, 0), 0);
     tu_sleep_ms(2000);
     assert_int_equal(atomic_load(&la.done), 0);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_unlock(m), 0);
     fx_locker_join(&la);
     after = script_calls();
     assert_int_equal(la.rc, 0);
@@ -260,35 +263,28 @@ static void test_pubsub_wakeup(void **state)
     if (after - before > 12)
         fail_msg("waiting 2 s over TLS cost %lld script calls",
                  after - before);
-    assert_int_equal(exists(name), 0);
-    assert_int_equal(dist_mutex_destroy(&m), 0);
-    assert_int_equal(dist_mutex_destroy(&other), 0);
+    assert_int_equal(exists(fx_name(m)), 0);
 }
 
 /* The lease is renewed over TLS while held. */
 static void test_renewal(void **state)
 {
-    char name[200];
-    dist_mutex_t m;
+    dist_mutex_t *m = tls_mutex(&srv, "m", NULL);
     long long pttl, min_pttl = 1LL << 40;
     double t0;
 
     (void)state;
-    NAME(name, "m");
-    use_tls(&srv);
     assert_int_equal(dist_set_watchdog_ms(1000), 0);
-    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
-    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_mutex_lock(m), 0);
     t0 = tu_now();
     while (tu_now() - t0 < 3.0) {
-        pttl = tu_cmd_int(&srv, "PTTL", name, NULL);
+        pttl = tu_cmd_int(&srv, "PTTL", fx_name(m), NULL);
         if (pttl < min_pttl)
             min_pttl = pttl;
         tu_sleep_ms(100);
     }
-    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_unlock(m), 0);
     assert_int_equal(dist_set_watchdog_ms(30000), 0);
-    assert_int_equal(dist_mutex_destroy(&m), 0);
     if (min_pttl <= 0 || min_pttl > 1000)
         fail_msg("the lock's PTTL went to %lld while held", min_pttl);
 }
@@ -298,81 +294,66 @@ static void test_renewal(void **state)
  * dropped there, go on working in the parent. */
 static void test_handoff_between_processes(void **state)
 {
-    char name[200];
-    dist_mutex_t m;
+    dist_mutex_t *m = tls_mutex(&srv, "m", NULL);
     pid_t pid;
     int st, i;
 
     (void)state;
-    NAME(name, "m");
-    use_tls(&srv);
-    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
-    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_mutex_lock(m), 0);
     pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
         struct timespec until = realtime_in(20);
-        int rc = dist_mutex_timedlock(&m, &until);
+        int rc = dist_mutex_timedlock(m, &until);
         if (rc == 0)
-            rc = dist_mutex_unlock(&m);
+            rc = dist_mutex_unlock(m);
         _exit(rc == 0 ? 0 : 10 + rc);
     }
     tu_sleep_ms(1000);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_unlock(m), 0);
     assert_int_equal(waitpid(pid, &st, 0), pid);
     if (!child_exit_ok(st, 0))
         fail_msg("the child's lock over TLS: status %d", st);
     for (i = 0; i < 3; i++) {
-        assert_int_equal(dist_mutex_lock(&m), 0);
-        assert_int_equal(dist_mutex_unlock(&m), 0);
+        assert_int_equal(dist_mutex_lock(m), 0);
+        assert_int_equal(dist_mutex_unlock(m), 0);
     }
-    assert_int_equal(exists(name), 0);
-    assert_int_equal(dist_mutex_destroy(&m), 0);
+    assert_int_equal(exists(fx_name(m)), 0);
 }
 
 /* A server restart under idle TLS links: the next call finds them closed
  * and connects again, with a new handshake, on the same port. */
 static void test_reconnect(void **state)
 {
-    char name[200];
-    dist_mutex_t m;
+    dist_mutex_t *m = tls_mutex(&srv, "m", NULL);
 
     (void)state;
-    NAME(name, "m");
-    use_tls(&srv);
-    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
-    assert_int_equal(dist_mutex_lock(&m), 0);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_lock(m), 0);
+    assert_int_equal(dist_mutex_unlock(m), 0);
     assert_int_equal(tu_redis_restart(&srv), 0);
-    lock_shows(&m, name);
-    assert_int_equal(dist_mutex_destroy(&m), 0);
+    lock_shows(m, fx_name(m));
 }
 
 static void test_fair(void **state)
 {
-    char name[200];
     dist_mutexattr_t a;
-    dist_mutex_t m, other;
+    dist_mutex_t *m, *other;
     struct fx_locker la;
 
     (void)state;
-    NAME(name, "f");
-    use_tls(&srv);
     assert_int_equal(dist_mutexattr_init(&a), 0);
     assert_int_equal(dist_mutexattr_setfair(&a, 1), 0);
-    assert_int_equal(dist_mutex_init(&m, name, &a), 0);
-    assert_int_equal(dist_mutex_init(&other, name, &a), 0);
+    m = tls_mutex(&srv, "f", &a);
+    other = fx_mutex_on(fx_name(m), &a);
     dist_mutexattr_destroy(&a);
-    assert_int_equal(dist_mutex_lock(&m), 0);
-    assert_int_equal(fx_locker_start(&la, &other, 20), 0);
+    assert_int_equal(dist_mutex_lock(m), 0);
+    assert_int_equal(fx_locker_start(&la, other, 20), 0);
     tu_sleep_ms(500);
     assert_int_equal(atomic_load(&la.done), 0);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_unlock(m), 0);
     fx_locker_join(&la);
     assert_int_equal(la.rc, 0);
-    assert_int_equal(exists(name), 0);
-    assert_int_equal(dist_mutex_destroy(&m), 0);
-    assert_int_equal(dist_mutex_destroy(&other), 0);
+    assert_int_equal(exists(fx_name(m)), 0);
 }
 
 struct reader {
@@ -394,28 +375,25 @@ static void *reader_main(void *arg)
 
 static void test_rwlock(void **state)
 {
-    char name[200];
-    dist_rwlock_t w, rw;
-    struct reader rd = { &rw, -1, 0 };
+    dist_rwlock_t *w, *rw;
+    struct reader rd = { NULL, -1, 0 };
     pthread_t th;
 
     (void)state;
-    NAME(name, "rw");
     use_tls(&srv);
-    assert_int_equal(dist_rwlock_init(&w, name, NULL), 0);
-    assert_int_equal(dist_rwlock_init(&rw, name, NULL), 0);
-    assert_int_equal(dist_rwlock_wrlock(&w), 0);
+    w = fx_rwlock("rw", NULL);
+    rw = fx_rwlock_on(fx_name(w), NULL);
+    rd.rw = rw;
+    assert_int_equal(dist_rwlock_wrlock(w), 0);
     assert_int_equal(pthread_create(&th, NULL, reader_main, &rd), 0);
     tu_sleep_ms(500);
     assert_int_equal(atomic_load(&rd.done), 0);
-    assert_int_equal(dist_rwlock_unlock(&w), 0);
+    assert_int_equal(dist_rwlock_unlock(w), 0);
     pthread_join(th, NULL);
     assert_int_equal(rd.rc, 0);
-    assert_int_equal(dist_rwlock_rdlock(&w), 0);
-    assert_int_equal(dist_rwlock_unlock(&w), 0);
-    assert_int_equal(exists(name), 0);
-    assert_int_equal(dist_rwlock_destroy(&w), 0);
-    assert_int_equal(dist_rwlock_destroy(&rw), 0);
+    assert_int_equal(dist_rwlock_rdlock(w), 0);
+    assert_int_equal(dist_rwlock_unlock(w), 0);
+    assert_int_equal(exists(fx_name(w)), 0);
 }
 
 /* ---- a lost reply inside the TLS stream ------------------------------------ */
@@ -448,48 +426,47 @@ static long long holds_of(const char *name)
  * and free after the unlock (no stuck hold). */
 static void test_lost_reply_tls(void **state)
 {
-    char name[200], url[600];
+    char url[600];
+    const char *name;
     unsigned long fired;
-    dist_mutex_t m, o;
+    dist_mutex_t *m, *o;
     tu_proxy_t *p;
 
     (void)state;
-    NAME(name, "lost");
     p = tu_proxy_start_tcp(&srv, srv.tls_port);
     assert_non_null(p);
     snprintf(url, sizeof url, "rediss://127.0.0.1:%d?tls_ca=%s",
              tu_proxy_port(p), file(0, "ca.crt"));
     assert_int_equal(dist_set_url(url), 0);
-    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
-    assert_int_equal(dist_mutex_init(&o, name, NULL), 0);
-    assert_int_equal(dist_mutex_lock(&m), 0); /* connected, idle */
-    assert_int_equal(dist_mutex_unlock(&m), 0);
+    m = fx_mutex("lost", NULL);
+    o = fx_mutex_on(fx_name(m), NULL);
+    name = fx_name(m);
+    assert_int_equal(dist_mutex_lock(m), 0); /* connected, idle */
+    assert_int_equal(dist_mutex_unlock(m), 0);
     fired = tu_proxy_faults_fired(p);
 
     tu_proxy_drop_next_reply(p); /* acquire ran */
-    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_mutex_lock(m), 0);
     assert_int_equal(tu_proxy_faults_fired(p), fired + 1);
     assert_int_equal(holds_of(name), 1);
-    assert_int_equal(other_trylock(&o), EBUSY);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(other_trylock(o), EBUSY);
+    assert_int_equal(dist_mutex_unlock(m), 0);
     assert_int_equal(exists(name), 0);
 
-    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_mutex_lock(m), 0);
     tu_proxy_drop_next_reply(p); /* release ran */
-    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_unlock(m), 0);
     assert_int_equal(tu_proxy_faults_fired(p), fired + 2);
     assert_int_equal(exists(name), 0);
-    assert_int_equal(dist_mutex_unlock(&m), EPERM);
-    assert_int_equal(other_trylock(&o), 0);
+    assert_int_equal(dist_mutex_unlock(m), EPERM);
+    assert_int_equal(other_trylock(o), 0);
 
     tu_proxy_drop_next_request(p); /* acquire never ran */
-    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_mutex_lock(m), 0);
     assert_int_equal(tu_proxy_faults_fired(p), fired + 3);
     assert_int_equal(holds_of(name), 1);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_unlock(m), 0);
     assert_int_equal(exists(name), 0);
-    assert_int_equal(dist_mutex_destroy(&m), 0);
-    assert_int_equal(dist_mutex_destroy(&o), 0);
     use_tls(&srv); /* off the proxy before it goes */
     tu_proxy_stop(p);
 }
@@ -498,20 +475,18 @@ static void test_lost_reply_tls(void **state)
 
 static void test_mtls_with_cert(void **state)
 {
-    char name[200], url[1300], q[1200];
-    dist_mutex_t m;
+    char url[1300], q[1200];
+    dist_mutex_t *m;
 
     (void)state;
-    NAME(name, "m");
     snprintf(q, sizeof q, "?tls_ca=%s&tls_cert=%s&tls_key=%s",
              file(0, "ca.crt"), file(1, "cli.crt"), file(2, "cli.key"));
     tls_url(url, sizeof url, "127.0.0.1", &srv_mtls, q);
     assert_int_equal(dist_set_url(url), 0);
-    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
-    assert_int_equal(dist_mutex_lock(&m), 0);
-    assert_int_equal(tu_cmd_int(&srv_mtls, "EXISTS", name, NULL), 1);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
-    assert_int_equal(dist_mutex_destroy(&m), 0);
+    m = fx_mutex("m", NULL);
+    assert_int_equal(dist_mutex_lock(m), 0);
+    assert_int_equal(tu_cmd_int(&srv_mtls, "EXISTS", fx_name(m), NULL), 1);
+    assert_int_equal(dist_mutex_unlock(m), 0);
 }
 
 /* ---- refusals ---------------------------------------------------------------- */
@@ -783,21 +758,17 @@ static void test_sentinel(void **state)
     static const char *const sent_args[] = { "--sentinel",
                                              "--tls-replication", "yes",
                                              NULL };
-    tu_tls_conf t = { NULL, NULL, NULL, 0 };
+    tu_tls_conf t;
     tu_redis_t master, replica, sent;
     const char *rargs[6] = { "--tls-replication", "yes", "--replicaof",
                              "127.0.0.1",         NULL,  NULL };
-    char name[200], port[16], conf[400], url[700];
+    char port[16], conf[400], url[700];
+    const char *name;
     tu_redis_opts o;
-    dist_mutex_t m;
+    dist_mutex_t *m;
 
     (void)state;
-    NAME(name, "m");
-    t.cert = file(0, "srv.crt");
-    t.key = file(1, "srv.key");
-    t.ca = file(2, "ca.crt");
-    memset(&o, 0, sizeof o);
-    o.tls = &t;
+    tls_opts(&o, &t, "srv.crt", 0);
     assert_int_equal(tu_redis_start_opts(&master, &o), 0);
     snprintf(port, sizeof port, "%d", master.tls_port);
     rargs[4] = port;
@@ -821,8 +792,9 @@ static void test_sentinel(void **state)
     snprintf(url, sizeof url, "rediss-sentinel://127.0.0.1:%d/tlsm?tls_ca=%s",
              sent.tls_port, file(3, "ca.crt"));
     assert_int_equal(dist_set_url(url), 0);
-    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
-    assert_int_equal(dist_mutex_lock(&m), 0);
+    m = fx_mutex("m", NULL);
+    name = fx_name(m);
+    assert_int_equal(dist_mutex_lock(m), 0);
     assert_int_equal(tu_cmd_int(&master, "EXISTS", name, NULL), 1);
     assert_int_equal(tu_cmd_int(&replica, "EXISTS", name, NULL), 1);
 
@@ -839,12 +811,11 @@ static void test_sentinel(void **state)
     x = tu_cmd(&replica, "PING", NULL);
     if (x)
         freeReplyObject(x);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_unlock(m), 0);
     assert_int_equal(tu_cmd_int(&replica, "EXISTS", name, NULL), 0);
-    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_mutex_lock(m), 0);
     assert_int_equal(tu_cmd_int(&replica, "EXISTS", name, NULL), 1);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
-    assert_int_equal(dist_mutex_destroy(&m), 0);
+    assert_int_equal(dist_mutex_unlock(m), 0);
     use_tls(&srv); /* off the sentinel's servers before they go */
     tu_redis_stop(&sent);
     tu_redis_stop(&replica);
@@ -888,15 +859,12 @@ static void start_tls_cluster(tu_redis_t *n, char bus[][16])
     static const char *const ranges[3][2] = { { "0", "5460" },
                                               { "5461", "10922" },
                                               { "10923", "16383" } };
-    tu_tls_conf t = { NULL, NULL, NULL, 0 };
+    tu_tls_conf t;
     const char *args[3][9];
     char port[16], epoch[8];
     tu_redis_opts o;
     int i;
 
-    t.cert = file(0, "srv.crt");
-    t.key = file(1, "srv.key");
-    t.ca = file(2, "ca.crt");
     for (i = 0; i < 3; i++) {
         const char *a[9] = { "--cluster-enabled",
                              "yes",
@@ -909,8 +877,7 @@ static void start_tls_cluster(tu_redis_t *n, char bus[][16])
                              NULL };
         snprintf(bus[i], 16, "%d", tu_free_port());
         memcpy(args[i], a, sizeof a);
-        memset(&o, 0, sizeof o);
-        o.tls = &t;
+        tls_opts(&o, &t, "srv.crt", 0);
         o.args = args[i];
         assert_int_equal(tu_redis_start_opts(&n[i], &o), 0);
         snprintf(epoch, sizeof epoch, "%d", i + 1);
@@ -1207,8 +1174,9 @@ static char *shim_try(const char *name, int *st)
  * free once let go, so the program's trylock went to Redis over TLS. */
 static void test_preload_shim(void **state)
 {
-    char name[200], *text;
-    dist_mutex_t m;
+    const char *name;
+    dist_mutex_t *m;
+    char *text;
     int st;
 
     (void)state;
@@ -1217,54 +1185,52 @@ static void test_preload_shim(void **state)
                       "(--disable-preload)\n");
         skip();
     }
-    NAME(name, "shim");
-    use_tls(&srv);
-    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
-    assert_int_equal(dist_mutex_lock(&m), 0);
+    m = tls_mutex(&srv, "shim", NULL);
+    name = fx_name(m);
+    assert_int_equal(dist_mutex_lock(m), 0);
     text = shim_try(name, &st);
     if (st != 0 || !text || !strstr(text, "rc 16"))
         fail_msg("trylock under the shim of a held mutex: status %d, '%s'",
                  st, text ? text : "");
     free(text);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_unlock(m), 0);
     text = shim_try(name, &st);
     if (st != 0 || !text || !strstr(text, "rc 0"))
         fail_msg("trylock under the shim of a free mutex: status %d, '%s'",
                  st, text ? text : "");
     free(text);
     assert_int_equal(exists(name), 0);
-    assert_int_equal(dist_mutex_destroy(&m), 0);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
 #define REFUSED(c) { "test_" #c, test_refused, NULL, NULL, &c }
-        cmocka_unit_test(test_mutex),
-        cmocka_unit_test(test_env_and_host_name),
-        cmocka_unit_test(test_pubsub_wakeup),
-        cmocka_unit_test(test_renewal),
-        cmocka_unit_test(test_handoff_between_processes),
-        cmocka_unit_test(test_reconnect),
-        cmocka_unit_test(test_fair),
-        cmocka_unit_test(test_rwlock),
-        cmocka_unit_test(test_lost_reply_tls),
-        cmocka_unit_test(test_mtls_with_cert),
-        cmocka_unit_test(test_mtls_encrypted_key),
-        cmocka_unit_test(test_tool_key_pass_file),
+        FX_OWN_TEST(test_mutex),
+        FX_OWN_TEST(test_env_and_host_name),
+        FX_OWN_TEST(test_pubsub_wakeup),
+        FX_OWN_TEST(test_renewal),
+        FX_OWN_TEST(test_handoff_between_processes),
+        FX_OWN_TEST(test_reconnect),
+        FX_OWN_TEST(test_fair),
+        FX_OWN_TEST(test_rwlock),
+        FX_OWN_TEST(test_lost_reply_tls),
+        FX_OWN_TEST(test_mtls_with_cert),
+        FX_OWN_TEST(test_mtls_encrypted_key),
+        FX_OWN_TEST(test_tool_key_pass_file),
         REFUSED(mtls_without_cert),
         REFUSED(wrong_ca),
-        cmocka_unit_test(test_missing_files),
+        FX_OWN_TEST(test_missing_files),
         REFUSED(expired),
         REFUSED(host_name_mismatch),
         REFUSED(plain_to_tls_port),
         REFUSED(tls_to_plain_port),
-        cmocka_unit_test(test_insecure_warns_once),
-        cmocka_unit_test(test_tool),
-        cmocka_unit_test(test_tool_flags),
-        cmocka_unit_test(test_preload_shim),
-        cmocka_unit_test(test_sentinel),
-        cmocka_unit_test(test_cluster),
+        FX_OWN_TEST(test_insecure_warns_once),
+        FX_OWN_TEST(test_tool),
+        FX_OWN_TEST(test_tool_flags),
+        FX_OWN_TEST(test_preload_shim),
+        FX_OWN_TEST(test_sentinel),
+        FX_OWN_TEST(test_cluster),
     };
     const char *filter = getenv("TEST_TLS_FILTER");
 
