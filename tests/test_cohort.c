@@ -13,17 +13,37 @@
 #include "grouphelp.h"
 #define key_exists(key) tu_cmd_int(&r, "EXISTS", key, NULL)
 
+/* a: the attributes of a cohort mutex of type type. */
+static void cohort_attr(dist_mutexattr_t *a, int type)
+{
+    dist_mutexattr_init(a);
+    dist_mutexattr_settype(a, type);
+    dist_mutexattr_setcohort(a, 1);
+}
+
 static int init_cohort(dist_mutex_t *m, const char *name, int type)
 {
     dist_mutexattr_t a;
     int rc;
 
-    dist_mutexattr_init(&a);
-    dist_mutexattr_settype(&a, type);
-    dist_mutexattr_setcohort(&a, 1);
+    cohort_attr(&a, type);
     rc = dist_mutex_init(m, name, &a);
     dist_mutexattr_destroy(&a);
     return rc;
+}
+
+/* A cohort mutex of type type of the test's own (fixture.h), its name
+ * made with tag. */
+#define cohort_mutex(tag, type) own_cohort(__func__, tag, type)
+static dist_mutex_t *own_cohort(const char *test, const char *tag, int type)
+{
+    dist_mutexattr_t a;
+    dist_mutex_t *m;
+
+    cohort_attr(&a, type);
+    m = fx_own_mutex(test, tag, &a);
+    dist_mutexattr_destroy(&a);
+    return m;
 }
 
 #define count_of(name) owner_count(&r, name)
@@ -142,29 +162,27 @@ static void *other_main(void *arg)
  * (timedlock), all without a round trip changing the hold. */
 static void test_recursive(void **state)
 {
-    char name[200];
-    dist_mutex_t m;
+    dist_mutex_t *m = cohort_mutex("m", DIST_MUTEX_RECURSIVE);
+    const char *name = fx_name(m);
     struct other o;
     pthread_t th;
     struct timespec left;
     uint64_t t1, t2;
 
     (void)state;
-    NAME(name, "m");
-    assert_int_equal(init_cohort(&m, name, DIST_MUTEX_RECURSIVE), 0);
-    assert_int_equal(dist_mutex_lease_left(&m, &left), EPERM);
-    assert_int_equal(dist_mutex_lock(&m), 0);
-    assert_int_equal(dist_mutex_token(&m, &t1), 0);
+    assert_int_equal(dist_mutex_lease_left(m, &left), EPERM);
+    assert_int_equal(dist_mutex_lock(m), 0);
+    assert_int_equal(dist_mutex_token(m, &t1), 0);
     /* the cohort's Redis hold's bound, to the owner only */
-    assert_int_equal(dist_mutex_lease_left(&m, &left), 0);
+    assert_int_equal(dist_mutex_lease_left(m, &left), 0);
     assert_true(left.tv_sec >= 19 && left.tv_sec <= 29);
-    assert_int_equal(dist_mutex_lock(&m), 0);
-    assert_int_equal(dist_mutex_trylock(&m), 0);
+    assert_int_equal(dist_mutex_lock(m), 0);
+    assert_int_equal(dist_mutex_trylock(m), 0);
     assert_int_equal(count_of(name), 1);
-    assert_int_equal(dist_mutex_token(&m, &t2), 0);
+    assert_int_equal(dist_mutex_token(m, &t2), 0);
     assert_true(t1 == t2);
 
-    o = (struct other){ &m, -1, -1, -1, -1, -1 };
+    o = (struct other){ m, -1, -1, -1, -1, -1 };
     assert_int_equal(pthread_create(&th, NULL, other_main, &o), 0);
     assert_int_equal(pthread_join(th, NULL), 0);
     assert_int_equal(o.unlock_rc, EPERM);
@@ -173,52 +191,41 @@ static void test_recursive(void **state)
     assert_int_equal(o.try_rc, EBUSY);
     assert_int_equal(o.timed_rc, ETIMEDOUT);
 
-    assert_int_equal(dist_mutex_unlock(&m), 0);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_unlock(m), 0);
+    assert_int_equal(dist_mutex_unlock(m), 0);
     assert_int_equal(count_of(name), 1);
-    assert_int_equal(dist_mutex_destroy(&m), EBUSY);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_destroy(m), EBUSY);
+    assert_int_equal(dist_mutex_unlock(m), 0);
     assert_int_equal(key_exists(name), 0); /* released at once */
-    assert_int_equal(dist_mutex_unlock(&m), EPERM);
-    assert_int_equal(dist_mutex_destroy(&m), 0);
+    assert_int_equal(dist_mutex_unlock(m), EPERM);
 }
 
 static void test_errorcheck(void **state)
 {
-    char name[200];
-    dist_mutex_t m;
+    dist_mutex_t *m = cohort_mutex("m", DIST_MUTEX_ERRORCHECK);
+    const char *name = fx_name(m);
 
     (void)state;
-    NAME(name, "m");
-    assert_int_equal(init_cohort(&m, name, DIST_MUTEX_ERRORCHECK), 0);
-    assert_int_equal(dist_mutex_lock(&m), 0);
-    assert_int_equal(dist_mutex_lock(&m), EDEADLK);
-    assert_int_equal(dist_mutex_trylock(&m), EBUSY);
+    assert_int_equal(dist_mutex_lock(m), 0);
+    assert_int_equal(dist_mutex_lock(m), EDEADLK);
+    assert_int_equal(dist_mutex_trylock(m), EBUSY);
     assert_int_equal(count_of(name), 1);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
-    assert_int_equal(dist_mutex_unlock(&m), EPERM);
+    assert_int_equal(dist_mutex_unlock(m), 0);
+    assert_int_equal(dist_mutex_unlock(m), EPERM);
     assert_int_equal(key_exists(name), 0);
-    assert_int_equal(dist_mutex_destroy(&m), 0);
 }
 
 /* A condition wait would give the hold up for the whole cohort. */
 static void test_cond_refused(void **state)
 {
-    char name[200], cname[210];
-    dist_mutex_t m;
-    dist_cond_t c;
+    dist_mutex_t *m = cohort_mutex("m", DIST_MUTEX_RECURSIVE);
+    dist_cond_t *c = fx_cond("cond", NULL);
 
     (void)state;
-    NAME(name, "m");
-    snprintf(cname, sizeof cname, "%s:cond", name);
-    assert_int_equal(init_cohort(&m, name, DIST_MUTEX_RECURSIVE), 0);
-    assert_int_equal(dist_cond_init(&c, cname, NULL), 0);
-    assert_int_equal(dist_mutex_lock(&m), 0);
-    assert_int_equal(dist_cond_wait(&c, &m), EINVAL);
+    assert_int_equal(dist_mutex_lock(m), 0);
+    assert_int_equal(dist_cond_wait(c, m), EINVAL);
     assert_non_null(strstr(dist_last_error(), "cohort"));
-    assert_int_equal(dist_mutex_unlock(&m), 0);
-    assert_int_equal(dist_cond_destroy(&c), 0);
-    assert_int_equal(dist_mutex_destroy(&m), 0);
+    assert_int_equal(dist_mutex_unlock(m), 0);
 }
 
 /* ---- hand-off between threads ------------------------------------------------ */
@@ -265,16 +272,13 @@ static void *ho_main(void *arg)
  * see never go back. */
 static void test_handoff(void **state)
 {
-    char name[200];
-    dist_mutex_t m;
-    struct ho_shared s = { &m, 0, 0, 0, 0, 0 };
+    dist_mutex_t *m = cohort_mutex("m", DIST_MUTEX_RECURSIVE);
+    struct ho_shared s = { m, 0, 0, 0, 0, 0 };
     pthread_t th[HO_THREADS];
     long long before, calls;
     int i;
 
     (void)state;
-    NAME(name, "m");
-    assert_int_equal(init_cohort(&m, name, DIST_MUTEX_RECURSIVE), 0);
     before = script_calls();
     for (i = 0; i < HO_THREADS; i++)
         assert_int_equal(pthread_create(&th[i], NULL, ho_main, &s), 0);
@@ -287,8 +291,7 @@ static void test_handoff(void **state)
     print_message("%d acquisitions, %lld scripts\n", HO_THREADS * HO_ITERS,
                   calls);
     assert_true(calls < HO_THREADS * HO_ITERS);
-    assert_int_equal(key_exists(name), 0);
-    assert_int_equal(dist_mutex_destroy(&m), 0);
+    assert_int_equal(key_exists(fx_name(m)), 0);
 }
 
 /* ---- other processes ------------------------------------------------------------ */
@@ -373,8 +376,7 @@ static void rw_child(const char *name, struct rw_shared *sh)
  * another process's waiter in, within bounds far above the mechanism's. */
 static void test_remote_waiter(void **state)
 {
-    char name[200];
-    dist_mutex_t m;
+    dist_mutex_t *m;
     struct rw_shared *sh;
     struct rw_thread t[RW_THREADS];
     pthread_t th[RW_THREADS];
@@ -383,19 +385,18 @@ static void test_remote_waiter(void **state)
     int st, i;
 
     (void)state;
-    NAME(name, "m");
     sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE,
               MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     assert_true(sh != MAP_FAILED);
     memset(sh, 0, sizeof *sh);
     sh->code = -1;
+    m = cohort_mutex("m", DIST_MUTEX_RECURSIVE);
     pid = fork(); /* before this process's threads start */
     if (pid == 0)
-        rw_child(name, sh);
+        rw_child(fx_name(m), sh);
     assert_true(pid > 0);
-    assert_int_equal(init_cohort(&m, name, DIST_MUTEX_RECURSIVE), 0);
     for (i = 0; i < RW_THREADS; i++) {
-        t[i] = (struct rw_thread){ &m, sh, 0, 0, 0 };
+        t[i] = (struct rw_thread){ m, sh, 0, 0, 0 };
         assert_int_equal(pthread_create(&th[i], NULL, rw_main, &t[i]), 0);
     }
     while (__atomic_load_n(&t[0].n, __ATOMIC_SEQ_CST) < 50 && !t[0].fail)
@@ -417,7 +418,6 @@ static void test_remote_waiter(void **state)
     print_message("the other process waited %.1f ms\n", sh->waited * 1e3);
     assert_true(sh->waited < RW_BOUND_S);
     munmap(sh, sizeof *sh);
-    assert_int_equal(dist_mutex_destroy(&m), 0);
 }
 
 /* ---- a hold lost during a cohort ------------------------------------------------------ */
@@ -448,22 +448,22 @@ static void *waiter_main(void *arg)
 static void test_lost_hold(void **state)
 {
     static const struct fx_settings fast = { 300, DEFAULT_TIMEOUT_MS, 0 };
-    char name[200];
-    dist_mutex_t m;
-    struct waiter w = { &m, 0, -1, -1, 0 };
+    const char *name;
+    dist_mutex_t *m;
+    struct waiter w = { NULL, 0, -1, -1, 0 };
     pthread_t th;
     uint64_t tok;
     double t0;
     int rc = 0;
 
     (void)state;
-    NAME(name, "m");
     fx_dirty = 1;
     assert_int_equal(fx_apply(r.url_unix, &fast), 0);
     fx_watch_lost();
-    assert_int_equal(init_cohort(&m, name, DIST_MUTEX_RECURSIVE), 0);
-    assert_int_equal(dist_mutex_lock(&m), 0);
-    assert_int_equal(dist_mutex_token(&m, &tok), 0);
+    m = w.m = cohort_mutex("m", DIST_MUTEX_RECURSIVE);
+    name = fx_name(m);
+    assert_int_equal(dist_mutex_lock(m), 0);
+    assert_int_equal(dist_mutex_token(m, &tok), 0);
     assert_int_equal(pthread_create(&th, NULL, waiter_main, &w), 0);
     while (!__atomic_load_n(&w.started, __ATOMIC_SEQ_CST))
         usleep(1000);
@@ -471,19 +471,16 @@ static void test_lost_hold(void **state)
     assert_int_equal(tu_cmd_int(&r, "DEL", name, NULL), 1);
     /* the renewal thread (every 100 ms here) finds it gone */
     t0 = tu_now();
-    while ((rc = dist_mutex_token(&m, &tok)) == 0 && tu_now() - t0 < 10)
+    while ((rc = dist_mutex_token(m, &tok)) == 0 && tu_now() - t0 < 10)
         tu_sleep_ms(20);
     assert_int_equal(rc, EPERM);
-    assert_int_equal(dist_mutex_unlock(&m), EPERM);
+    assert_int_equal(dist_mutex_unlock(m), EPERM);
     assert_int_equal(pthread_join(th, NULL), 0);
     assert_int_equal(w.rc, 0);
     assert_int_equal(w.unlock_rc, 0);
     assert_true(w.token > tok);
     assert_int_equal(fx_lost_calls(name), 1);
     assert_int_equal(key_exists(name), 0);
-    dist_set_lost_handler(NULL, NULL);
-    assert_int_equal(dist_mutex_destroy(&m), 0);
-    fx_restore_defaults(NULL);
 }
 
 static int unlock_of(void *m)
@@ -511,28 +508,29 @@ struct lost_case {
 static void test_unlock_of_hold_found_lost(void **state)
 {
     const struct lost_case *lc = *state;
-    char name[200], other[200], tag[64];
-    dist_mutex_t m, o;
-    struct waiter w = { &m, 0, -1, -1, 0 };
+    const char *name, *other;
+    char tag[64];
+    dist_mutex_t *m, *o;
+    struct waiter w = { NULL, 0, -1, -1, 0 };
     pthread_t th;
     struct fx_held_up_call call;
     int other_rc, i, deeper_rc = EPERM;
 
-    NAME(name, lc->tag);
     snprintf(tag, sizeof tag, "%s-other", lc->tag);
-    NAME(other, tag);
     fx_watch_held_up();
-    assert_int_equal(init_cohort(&m, name, DIST_MUTEX_RECURSIVE), 0);
-    assert_int_equal(dist_mutex_init(&o, other, NULL), 0);
+    m = w.m = cohort_mutex(lc->tag, DIST_MUTEX_RECURSIVE);
+    o = fx_mutex(tag, NULL);
+    name = fx_name(m);
+    other = fx_name(o);
     /* the plain mutex is renewed, and reported, first: a round goes in
      * order of the entries' due times (each a period after its lock), so
      * it is taken a few ms before the cohort one.  (Taken in the same ms,
      * the order was the list's, newest first; a ms apart, the cohort's
      * report came first and its unlock waited for a held-up handler.) */
-    assert_int_equal(dist_mutex_lock(&o), 0);
+    assert_int_equal(dist_mutex_lock(o), 0);
     tu_sleep_ms(5);
     for (i = 0; i < lc->depth; i++)
-        assert_int_equal(dist_mutex_lock(&m), 0);
+        assert_int_equal(dist_mutex_lock(m), 0);
     if (lc->with_waiter) {
         assert_int_equal(pthread_create(&th, NULL, waiter_main, &w), 0);
         while (!__atomic_load_n(&w.started, __ATOMIC_SEQ_CST))
@@ -542,10 +540,10 @@ static void test_unlock_of_hold_found_lost(void **state)
     /* both gone at once: one renewal round finds them both; the unlock
      * runs while the report of the plain mutex holds the thread up */
     assert_int_equal(tu_cmd_int(&r, "DEL", name, other, NULL), 2);
-    fx_held_up_call(&call, unlock_of, &m, name);
-    other_rc = dist_mutex_unlock(&o);
+    fx_held_up_call(&call, unlock_of, m, name);
+    other_rc = dist_mutex_unlock(o);
     for (i = 1; i < lc->depth; i++) { /* nothing left to let go of */
-        int d = dist_mutex_unlock(&m);
+        int d = dist_mutex_unlock(m);
         if (d != EPERM)
             deeper_rc = d;
     }
@@ -561,8 +559,6 @@ static void test_unlock_of_hold_found_lost(void **state)
         assert_int_equal(w.unlock_rc, 0);
     }
     assert_int_equal(key_exists(name), 0);
-    assert_int_equal(dist_mutex_destroy(&o), 0);
-    assert_int_equal(dist_mutex_destroy(&m), 0);
 }
 
 /* ---- fork ------------------------------------------------------------------------------ */
@@ -571,24 +567,22 @@ static void test_unlock_of_hold_found_lost(void **state)
  * unlock and token say EPERM, and a try finds it held (by the parent). */
 static void test_fork(void **state)
 {
-    char name[200];
-    dist_mutex_t m;
+    dist_mutex_t *m = cohort_mutex("m", DIST_MUTEX_RECURSIVE);
+    const char *name = fx_name(m);
     pid_t pid;
     int st;
 
     (void)state;
-    NAME(name, "m");
-    assert_int_equal(init_cohort(&m, name, DIST_MUTEX_RECURSIVE), 0);
-    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_mutex_lock(m), 0);
     pid = fork();
     if (pid == 0) {
         uint64_t tok;
         int code = 0;
-        if (dist_mutex_unlock(&m) != EPERM)
+        if (dist_mutex_unlock(m) != EPERM)
             code = 1;
-        else if (dist_mutex_token(&m, &tok) != EPERM)
+        else if (dist_mutex_token(m, &tok) != EPERM)
             code = 2;
-        else if (dist_mutex_trylock(&m) != EBUSY)
+        else if (dist_mutex_trylock(m) != EBUSY)
             code = 3;
         _exit(code);
     }
@@ -597,9 +591,8 @@ static void test_fork(void **state)
     assert_true(WIFEXITED(st));
     assert_int_equal(WEXITSTATUS(st), 0);
     assert_int_equal(count_of(name), 1);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_unlock(m), 0);
     assert_int_equal(key_exists(name), 0);
-    assert_int_equal(dist_mutex_destroy(&m), 0);
 }
 
 int main(void)
