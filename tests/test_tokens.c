@@ -132,74 +132,66 @@ static void test_draw_reads_in_its_set(void **state)
 static void test_bad_counter_left_as_it_was(void **state)
 {
     static const char *const bad[] = { "hello", "9007199254740993" };
-    char name[200], key[300], *v;
-    dist_mutex_t m;
+    char key[300], *v;
     size_t i;
 
     (void)state;
     for (i = 0; i < 2; i++) {
-        NAME(name, bad[i]);
+        dist_mutex_t *m = fx_mutex(bad[i], NULL);
+        const char *name = fx_name(m);
+
         counter_key(key, sizeof key, name);
         set_counter(&r, name, bad[i]);
-        assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
-        assert_int_not_equal(dist_mutex_lock(&m), 0);
+        assert_int_not_equal(dist_mutex_lock(m), 0);
         assert_non_null(strstr(dist_last_error(), "fencing counter"));
         v = tu_cmd_str(&r, "GET", key, NULL);
         assert_non_null(v);
         assert_string_equal(v, bad[i]);
         free(v);
         assert_int_equal(tu_cmd_int(&r, "EXISTS", name, NULL), 0);
-        assert_int_equal(dist_mutex_destroy(&m), 0);
     }
 }
 
 /* A re-entry shows its hold's token; only a new hold draws. */
 static void test_reentry_keeps_token(void **state)
 {
-    char name[200];
-    dist_mutex_t m;
+    dist_mutex_t *m = fx_mutex("m", NULL);
     uint64_t t1, t2;
 
     (void)state;
-    NAME(name, "m");
-    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
-    assert_int_equal(dist_mutex_lock(&m), 0);
-    assert_int_equal(dist_mutex_token(&m, &t1), 0);
-    assert_int_equal(dist_mutex_lock(&m), 0);
-    assert_int_equal(dist_mutex_token(&m, &t2), 0);
+    assert_int_equal(dist_mutex_lock(m), 0);
+    assert_int_equal(dist_mutex_token(m, &t1), 0);
+    assert_int_equal(dist_mutex_lock(m), 0);
+    assert_int_equal(dist_mutex_token(m, &t2), 0);
     assert_true(t1 == t2);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
-    assert_int_equal(dist_mutex_destroy(&m), 0);
+    assert_int_equal(dist_mutex_unlock(m), 0);
+    assert_int_equal(dist_mutex_unlock(m), 0);
 }
 
 /* The write side of the rwlock and the fair mutex draw the same way. */
 static void test_every_kind_rises(void **state)
 {
-    char name[200];
-    dist_rwlock_t rw;
-    dist_mutex_t fm;
+    dist_rwlock_t *rw = fx_rwlock("x", NULL);
+    const char *name = fx_name(rw);
+    dist_mutex_t *fm;
     dist_mutexattr_t fa;
     uint64_t t0, t1, t2;
 
     (void)state;
-    NAME(name, "x");
     t0 = take(name);
     set_counter(&r, name, "7"); /* the counter went back */
-    assert_int_equal(dist_rwlock_init(&rw, name, NULL), 0);
-    assert_int_equal(dist_rwlock_wrlock(&rw), 0);
-    assert_int_equal(dist_rwlock_token(&rw, &t1), 0);
-    assert_int_equal(dist_rwlock_unlock(&rw), 0);
-    assert_int_equal(dist_rwlock_destroy(&rw), 0);
+    assert_int_equal(dist_rwlock_wrlock(rw), 0);
+    assert_int_equal(dist_rwlock_token(rw, &t1), 0);
+    assert_int_equal(dist_rwlock_unlock(rw), 0);
     assert_true(t1 > t0);
     set_counter(&r, name, "7");
     dist_mutexattr_init(&fa);
     dist_mutexattr_setfair(&fa, 1);
-    assert_int_equal(dist_mutex_init(&fm, name, &fa), 0);
-    assert_int_equal(dist_mutex_lock(&fm), 0);
-    assert_int_equal(dist_mutex_token(&fm, &t2), 0);
-    assert_int_equal(dist_mutex_unlock(&fm), 0);
-    assert_int_equal(dist_mutex_destroy(&fm), 0);
+    fm = fx_mutex_on(fx_name(rw), &fa);
+    dist_mutexattr_destroy(&fa);
+    assert_int_equal(dist_mutex_lock(fm), 0);
+    assert_int_equal(dist_mutex_token(fm, &t2), 0);
+    assert_int_equal(dist_mutex_unlock(fm), 0);
     assert_true(t2 > t1);
 }
 
