@@ -702,3 +702,14 @@ struct timespec fx_bad_deadline(int i)
     dl.tv_nsec = i == 0 ? 1000000000L : -1;
     return dl;
 }
+
+/* ---- a semaphore a test owns, on a name it chose ------------------------ */
+
+dist_sem_t *fx_sem_on(const char *name, unsigned initial,
+                      const dist_semattr_t *attr)
+{
+    struct fx_own *o = own_slot_on(name);
+
+    return own_keep(o, dist_sem_init(&o->u.s, o->name, initial, attr),
+                    own_sem_destroy);
+}

@@ -269,4 +269,10 @@ dist_rwlock_t *fx_rwlock_on(const char *name, const dist_rwlockattr_t *attr);
  * range (i == 0), or -1 (i == 1). */
 struct timespec fx_bad_deadline(int i);
 
+/* ---- a semaphore a test owns, on a name it chose ------------------------ */
+/* As fx_sem(), on name itself (as fx_mutex_on()): a second object on the
+ * semaphore of another. */
+dist_sem_t *fx_sem_on(const char *name, unsigned initial,
+                      const dist_semattr_t *attr);
+
 #endif
