@@ -49,53 +49,69 @@ static int reaped_with(pid_t pid, int code)
     return waitpid(pid, &st, 0) == pid && child_exit_ok(st, code);
 }
 
+/* a: the attributes of a semaphore that takes posts from anyone. */
+static void unowned_attr(dist_semattr_t *a)
+{
+    assert_int_equal(dist_semattr_init(a), 0);
+    assert_int_equal(dist_semattr_setunowned(a, 1), 0);
+}
+
+/* A semaphore of mode (leased with unowned posts, or Redisson) with 0
+ * permits, of the test's own (fixture.h); its tag is the mode's. */
+static dist_sem_t *mode_sem(int mode, const char *test)
+{
+    dist_semattr_t a;
+
+    assert_int_equal(dist_semattr_init(&a), 0);
+    assert_int_equal(dist_semattr_setmode(&a, mode), 0);
+    assert_int_equal(dist_semattr_setunowned(&a, mode == DIST_SEM_LEASED), 0);
+    return fx_own_sem(test, mode == DIST_SEM_LEASED ? "leased" : "redisson",
+                      0, &a);
+}
+
 /* ---- the calls ---------------------------------------------------------- */
 
 static void test_take_and_give_back(void **state)
 {
-    char name[160];
-    dist_sem_t s, t;
+    dist_sem_t *s = fx_sem("s", 2, NULL), *t;
+    const char *name = fx_name(s);
     struct timespec dl;
     struct fx_call c;
     int v = -1;
     long long f, h;
 
     (void)state;
-    NAME(name, "s");
-    assert_int_equal(dist_sem_init(&s, name, 2, NULL), 0);
-    assert_int_equal(dist_sem_getvalue(&s, &v), 0);
+    assert_int_equal(dist_sem_getvalue(s, &v), 0);
     assert_int_equal(v, 2);
-    assert_int_equal(dist_sem_trywait(&s), 0);
-    assert_int_equal(dist_sem_wait(&s), 0);
-    assert_int_equal(dist_sem_trywait(&s), EAGAIN);
+    assert_int_equal(dist_sem_trywait(s), 0);
+    assert_int_equal(dist_sem_wait(s), 0);
+    assert_int_equal(dist_sem_trywait(s), EAGAIN);
     leased_counts(name, &f, &h);
     assert_int_equal(f, 0);
     assert_int_equal(h, 2);
 
     dl = realtime_in(0.3);
-    FX_CALL(&c, dist_sem_timedwait(&s, &dl));
+    FX_CALL(&c, dist_sem_timedwait(s, &dl));
     assert_int_equal(c.rc, ETIMEDOUT);
     assert_dbl_range(c.el, 0.3, 0.3 + slack(2.0));
 
     /* the initial value counts only for a semaphore that is new */
-    assert_int_equal(dist_sem_init(&t, name, 7, NULL), 0);
-    assert_int_equal(dist_sem_getvalue(&t, &v), 0);
+    t = fx_sem_on(fx_name(s), 7, NULL);
+    assert_int_equal(dist_sem_getvalue(t, &v), 0);
     assert_int_equal(v, 0);
     /* objects of one name share the thread's holds, as locks do */
-    assert_int_equal(dist_sem_destroy(&t), EBUSY);
+    assert_int_equal(dist_sem_destroy(t), EBUSY);
 
-    assert_int_equal(dist_sem_destroy(&s), EBUSY);
-    assert_int_equal(dist_sem_post(&s), 0);
-    assert_int_equal(dist_sem_post_multiple(&s, 1), 0);
-    assert_int_equal(dist_sem_getvalue(&s, &v), 0);
+    assert_int_equal(dist_sem_destroy(s), EBUSY);
+    assert_int_equal(dist_sem_post(s), 0);
+    assert_int_equal(dist_sem_post_multiple(s, 1), 0);
+    assert_int_equal(dist_sem_getvalue(s, &v), 0);
     assert_int_equal(v, 2);
     /* holding none, without unowned posts */
-    assert_int_equal(dist_sem_post(&s), EPERM);
+    assert_int_equal(dist_sem_post(s), EPERM);
     leased_counts(name, &f, &h);
     assert_int_equal(f, 2);
     assert_int_equal(h, 0);
-    assert_int_equal(dist_sem_destroy(&t), 0);
-    assert_int_equal(dist_sem_destroy(&s), 0);
 }
 
 static int post_of(void *s)
@@ -140,31 +156,28 @@ static void test_post_of_permit_found_lost(void **state)
 
 static void test_unowned_posts_and_maximum(void **state)
 {
-    char name[160];
-    dist_sem_t s;
+    dist_sem_t *s, refused;
     dist_semattr_t a;
     int v = -1;
 
     (void)state;
-    NAME(name, "s");
-    assert_int_equal(dist_semattr_init(&a), 0);
-    assert_int_equal(dist_semattr_setunowned(&a, 1), 0);
+    unowned_attr(&a);
     assert_int_equal(dist_semattr_setmax(&a, 3), 0);
-    assert_int_equal(dist_sem_init(&s, name, 4, &a), EINVAL);
-    assert_int_equal(dist_sem_init(&s, name, 0, &a), 0);
-    assert_int_equal(dist_sem_post_multiple(&s, 2), 0);
-    assert_int_equal(dist_sem_post(&s), 0);
-    assert_int_equal(dist_sem_post(&s), EOVERFLOW);
-    assert_int_equal(dist_sem_getvalue(&s, &v), 0);
+    s = fx_sem("s", 0, &a);
+    /* an initial value above the maximum, the semaphore new or not */
+    assert_int_equal(dist_sem_init(&refused, fx_name(s), 4, &a), EINVAL);
+    assert_int_equal(dist_sem_post_multiple(s, 2), 0);
+    assert_int_equal(dist_sem_post(s), 0);
+    assert_int_equal(dist_sem_post(s), EOVERFLOW);
+    assert_int_equal(dist_sem_getvalue(s, &v), 0);
     assert_int_equal(v, 3);
     /* a holder's post gives its permit back, whatever the maximum */
-    assert_int_equal(dist_sem_wait(&s), 0);
-    assert_int_equal(dist_sem_post(&s), 0);
-    assert_int_equal(dist_sem_setvalue(&s, 4), EINVAL);
-    assert_int_equal(dist_sem_setvalue(&s, 1), 0);
-    assert_int_equal(dist_sem_getvalue(&s, &v), 0);
+    assert_int_equal(dist_sem_wait(s), 0);
+    assert_int_equal(dist_sem_post(s), 0);
+    assert_int_equal(dist_sem_setvalue(s, 4), EINVAL);
+    assert_int_equal(dist_sem_setvalue(s, 1), 0);
+    assert_int_equal(dist_sem_getvalue(s, &v), 0);
     assert_int_equal(v, 1);
-    assert_int_equal(dist_sem_destroy(&s), 0);
 }
 
 /* A waiter in another process is woken by a post, not by polling. */
@@ -196,9 +209,7 @@ static void sem_waiter(void *arg)
 static void test_post_wakes_other_process(void **state)
 {
     int mode = *(const int *)*state;
-    char name[160];
-    dist_sem_t s;
-    dist_semattr_t a;
+    dist_sem_t *s;
     atomic_int *rc = mmap(NULL, sizeof *rc, PROT_READ | PROT_WRITE,
                           MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     struct waiter w;
@@ -208,29 +219,23 @@ static void test_post_wakes_other_process(void **state)
 
     assert_true(rc != MAP_FAILED);
     atomic_init(rc, -1);
-    test_lock_name(name, sizeof name, "test_sem", "post_wakes",
-                   mode == DIST_SEM_LEASED ? "leased" : "redisson");
-    w.name = name;
+    s = mode_sem(mode, __func__);
+    w.name = fx_name(s);
     w.mode = mode;
     w.rc = rc;
-    assert_int_equal(dist_semattr_init(&a), 0);
-    assert_int_equal(dist_semattr_setmode(&a, mode), 0);
-    assert_int_equal(dist_semattr_setunowned(&a, mode == DIST_SEM_LEASED), 0);
-    assert_int_equal(dist_sem_init(&s, name, 0, &a), 0);
-    assert_int_equal(dist_sem_getvalue(&s, &v), 0);
+    assert_int_equal(dist_sem_getvalue(s, &v), 0);
     assert_int_equal(v, 0);
     pid = fork_started(sem_waiter, &w);
     tu_sleep_ms(300); /* it waits by now, most likely */
     assert_int_equal(atomic_load(rc), -1);
     t0 = tu_now();
-    assert_int_equal(dist_sem_post(&s), 0);
+    assert_int_equal(dist_sem_post(s), 0);
     assert_true(reaped_with(pid, 0));
     /* woken by the message, well before its next look a window later */
     assert_dbl_range(tu_now() - t0, 0.0, 0.8);
     assert_int_equal(atomic_load(rc), 0);
-    assert_int_equal(dist_sem_getvalue(&s, &v), 0);
+    assert_int_equal(dist_sem_getvalue(s, &v), 0);
     assert_int_equal(v, 0);
-    assert_int_equal(dist_sem_destroy(&s), 0);
     munmap(rc, sizeof *rc);
 }
 
@@ -270,30 +275,26 @@ static struct fx_call kill_then_wait(pid_t pid, dist_sem_t *s)
 
 static void test_killed_holder_gives_back(void **state)
 {
-    char name[160];
-    dist_sem_t s;
+    dist_sem_t *s = fx_sem("s", 2, NULL);
     struct fx_call c;
     long long f, h;
     int rc;
     pid_t pid;
 
     (void)state;
-    NAME(name, "s");
-    assert_int_equal(dist_sem_init(&s, name, 2, NULL), 0);
-    pid = fork_locked(take_n, &(struct takes){ &s, 2 }, &rc);
+    pid = fork_locked(take_n, &(struct takes){ s, 2 }, &rc);
     assert_true(pid > 0);
-    assert_int_equal(dist_sem_trywait(&s), EAGAIN);
+    assert_int_equal(dist_sem_trywait(s), EAGAIN);
     /* the renewal thread keeps them while the holder lives */
     tu_sleep_ms((long)(WATCHDOG_MS * 3 / 2));
-    assert_int_equal(dist_sem_trywait(&s), EAGAIN);
-    c = kill_then_wait(pid, &s);
+    assert_int_equal(dist_sem_trywait(s), EAGAIN);
+    c = kill_then_wait(pid, s);
     assert_int_equal(c.rc, 0);
     assert_dbl_range(c.el, 0.0, WATCHDOG_MS / 1000.0 + slack(2.0));
-    leased_counts(name, &f, &h);
+    leased_counts(fx_name(s), &f, &h);
     assert_int_equal(f + h, 2);
     assert_int_equal(h, 1);
-    assert_int_equal(dist_sem_post(&s), 0);
-    assert_int_equal(dist_sem_destroy(&s), 0);
+    assert_int_equal(dist_sem_post(s), 0);
 }
 
 #define PERMITS 3
@@ -405,39 +406,37 @@ static void test_invariant_under_sigkill(void **state)
 
 static void test_redisson_layout(void **state)
 {
-    char name[160], chan[200];
-    dist_sem_t s;
+    const char *name;
+    dist_sem_t *s;
     dist_semattr_t a;
     int v = -1;
     redisReply *x;
 
     (void)state;
-    NAME(name, "s");
-    snprintf(chan, sizeof chan, "redisson_sc:{%s}", name);
     assert_int_equal(dist_semattr_init(&a), 0);
     assert_int_equal(dist_semattr_setmode(&a, DIST_SEM_REDISSON), 0);
     assert_int_equal(dist_semattr_setmax(&a, 5), 0);
-    assert_int_equal(dist_sem_init(&s, name, 2, &a), 0);
-    assert_int_equal(dist_sem_trywait(&s), 0);
+    s = fx_sem("s", 2, &a);
+    name = fx_name(s);
+    assert_int_equal(dist_sem_trywait(s), 0);
     /* RSemaphore's layout: the count in a plain string key */
     x = tu_cmd(&r, "GET", name, NULL);
     assert_non_null(x);
     assert_int_equal(x->type, REDIS_REPLY_STRING);
     assert_string_equal(x->str, "1");
     freeReplyObject(x);
-    assert_int_equal(dist_sem_trywait(&s), 0);
-    assert_int_equal(dist_sem_trywait(&s), EAGAIN);
+    assert_int_equal(dist_sem_trywait(s), 0);
+    assert_int_equal(dist_sem_trywait(s), EAGAIN);
     /* anyone may post; a dead taker's permit is not given back */
-    assert_int_equal(dist_sem_post_multiple(&s, 5), 0);
-    assert_int_equal(dist_sem_post(&s), EOVERFLOW);
-    assert_int_equal(dist_sem_getvalue(&s, &v), 0);
+    assert_int_equal(dist_sem_post_multiple(s, 5), 0);
+    assert_int_equal(dist_sem_post(s), EOVERFLOW);
+    assert_int_equal(dist_sem_getvalue(s, &v), 0);
     assert_int_equal(v, 5);
     /* a Redisson client's release: INCRBY and a message on the channel */
-    assert_int_equal(dist_sem_setvalue(&s, 0), 0);
+    assert_int_equal(dist_sem_setvalue(s, 0), 0);
     assert_int_equal(tu_cmd_int(&r, "INCRBY", name, "1", NULL), 1);
-    assert_int_equal(dist_sem_trywait(&s), 0);
+    assert_int_equal(dist_sem_trywait(s), 0);
     assert_int_equal(tu_cmd_int(&r, "GET", name, NULL), 0);
-    assert_int_equal(dist_sem_destroy(&s), 0);
 }
 
 /* ---- signals and cancellation ------------------------------------------------ */
@@ -558,23 +557,17 @@ static long long numsub_after(const char *chan, double secs)
     return pubsub_numsub(&r, chan);
 }
 
-/* A semaphore of mode (leased with unowned posts, or Redisson) and its
- * channel. */
-static void intr_sem(dist_sem_t *s, int mode, char *name, size_t nlen,
-                     char *chan, size_t clen, const char *func)
+/* A semaphore of mode for test (mode_sem) and its channel. */
+static dist_sem_t *intr_sem(int mode, char *chan, size_t clen,
+                            const char *test)
 {
-    dist_semattr_t a;
+    dist_sem_t *s = mode_sem(mode, test);
 
-    test_lock_name(name, nlen, "test_sem", func,
-                   mode == DIST_SEM_LEASED ? "leased" : "redisson");
     snprintf(chan, clen,
              mode == DIST_SEM_LEASED ? "distlock_sem_channel:{%s}"
                                      : "redisson_sc:{%s}",
-             name);
-    assert_int_equal(dist_semattr_init(&a), 0);
-    assert_int_equal(dist_semattr_setmode(&a, mode), 0);
-    assert_int_equal(dist_semattr_setunowned(&a, mode == DIST_SEM_LEASED), 0);
-    assert_int_equal(dist_sem_init(s, name, 0, &a), 0);
+             fx_name(s));
+    return s;
 }
 
 /* After an interrupted or cancelled wait: nothing taken, nothing left
@@ -607,9 +600,9 @@ static void nothing_left(dist_sem_t *s, int mode, const char *name,
 static void test_signal_interrupts(void **state)
 {
     int mode = *(const int *)*state;
-    char name[160], chan[200];
+    char chan[200];
     struct sem_waiter w[2];
-    dist_sem_t s;
+    dist_sem_t *s;
     int back[2], i;
 
 #ifdef TU_TSAN
@@ -621,39 +614,38 @@ static void test_signal_interrupts(void **state)
     (void)w;
     (void)back;
     (void)i;
-    (void)name;
     (void)chan;
     (void)s;
     (void)mode;
     skip();
 #endif
-    intr_sem(&s, mode, name, sizeof name, chan, sizeof chan, "signal");
+    s = intr_sem(mode, chan, sizeof chan, __func__);
     handle_usr1(0);
-    start_waiters(w, &s, chan);
+    start_waiters(w, s, chan);
     /* one at a time: the first one's leaving wakes the other for a look */
     for (i = 0; i < 2; i++)
         back[i] = interrupted_within(&w[i], slack(5.0));
     if (!back[0] || !back[1])
-        dist_sem_post_multiple(&s, 2); /* no hang when it fails */
+        dist_sem_post_multiple(s, 2); /* no hang when it fails */
     for (i = 0; i < 2; i++)
         pthread_join(w[i].th, NULL);
     assert_true(back[0] && back[1]);
     assert_int_equal(atomic_load(&w[0].rc), EINTR);
     assert_int_equal(atomic_load(&w[1].rc), EINTR);
-    nothing_left(&s, mode, name, chan);
-    assert_int_equal(dist_sem_setvalue(&s, 0), 0);
+    nothing_left(s, mode, fx_name(s), chan);
+    assert_int_equal(dist_sem_setvalue(s, 0), 0);
 
     /* with SA_RESTART the untimed wait goes on, the timed one does not */
     handle_usr1(SA_RESTART);
-    start_waiters(w, &s, chan);
+    start_waiters(w, s, chan);
     back[1] = interrupted_within(&w[1], slack(5.0));
     tu_sleep_ms(300);
     assert_int_equal(pthread_kill(w[0].th, SIGUSR1), 0);
     tu_sleep_ms(300);
     back[0] = atomic_load(&w[0].rc) != -1;
-    assert_int_equal(dist_sem_post(&s), 0);
+    assert_int_equal(dist_sem_post(s), 0);
     if (!back[1])
-        dist_sem_post(&s);
+        dist_sem_post(s);
     for (i = 0; i < 2; i++)
         pthread_join(w[i].th, NULL);
     usr1_default();
@@ -661,9 +653,9 @@ static void test_signal_interrupts(void **state)
     assert_int_equal(atomic_load(&w[0].rc), 0); /* the post's permit */
     assert_true(back[1]);
     assert_int_equal(atomic_load(&w[1].rc), EINTR);
-    assert_int_equal(dist_sem_post(&s), 0);
-    /* the untimed waiter ended holding the permit it took: consumed */
-    assert_int_equal(dist_sem_destroy(&s), 0);
+    assert_int_equal(dist_sem_post(s), 0);
+    /* the untimed waiter ended holding the permit it took: the teardown's
+     * destroy consumes it */
 }
 
 /* The waits are cancellation points all through (pthread_cancel while
@@ -672,16 +664,16 @@ static void test_signal_interrupts(void **state)
 static void test_cancelled_in_wait(void **state)
 {
     int mode = *(const int *)*state;
-    char name[160], chan[200];
+    char chan[200];
     struct sem_waiter w[2];
-    dist_sem_t s;
+    dist_sem_t *s;
     void *res[2] = { NULL, NULL };
     int back[2], i;
     double t;
 
     SKIP_UNDER_ASAN();
-    intr_sem(&s, mode, name, sizeof name, chan, sizeof chan, "cancel");
-    start_waiters(w, &s, chan);
+    s = intr_sem(mode, chan, sizeof chan, __func__);
+    start_waiters(w, s, chan);
     for (i = 0; i < 2; i++)
         assert_int_equal(pthread_cancel(w[i].th), 0);
     t = tu_now() + slack(2.0);
@@ -691,19 +683,18 @@ static void test_cancelled_in_wait(void **state)
     back[0] = atomic_load(&w[0].cleaned);
     back[1] = atomic_load(&w[1].cleaned);
     if (!back[0] || !back[1])
-        dist_sem_post_multiple(&s, 2); /* no hang when it fails */
+        dist_sem_post_multiple(s, 2); /* no hang when it fails */
     for (i = 0; i < 2; i++)
         assert_int_equal(pthread_join(w[i].th, &res[i]), 0);
     assert_true(back[0] && back[1]);
     assert_true(res[0] == PTHREAD_CANCELED && res[1] == PTHREAD_CANCELED);
     assert_int_equal(atomic_load(&w[0].rc), -1); /* never returned */
     assert_int_equal(atomic_load(&w[1].rc), -1);
-    nothing_left(&s, mode, name, chan);
+    nothing_left(s, mode, fx_name(s), chan);
     /* nothing of the library was left taken: it shuts down at once */
     t = tu_now();
     dist_shutdown();
     assert_dbl_range(tu_now() - t, 0.0, slack(1.0));
-    assert_int_equal(dist_sem_destroy(&s), 0);
 }
 
 /* ---- a producer and a consumer ------------------------------------------------ */
@@ -715,8 +706,7 @@ static void unowned_sem(dist_sem_t *s, const char *name)
 {
     dist_semattr_t a;
 
-    assert_int_equal(dist_semattr_init(&a), 0);
-    assert_int_equal(dist_semattr_setunowned(&a, 1), 0);
+    unowned_attr(&a);
     assert_int_equal(dist_sem_init(s, name, 0, &a), 0);
 }
 
@@ -814,30 +804,31 @@ static void test_producer_consumer_bounded(void **state)
 
 static void test_killed_consumer_gives_back_its_item(void **state)
 {
-    char name[160];
-    dist_sem_t s;
+    dist_semattr_t a;
+    dist_sem_t *s;
+    const char *name;
     struct fx_call c;
     long long f, h;
     int rc, v = -1;
     pid_t pid;
 
     (void)state;
-    NAME(name, "s");
-    unowned_sem(&s, name);
-    assert_int_equal(dist_sem_post_multiple(&s, 3), 0);
-    pid = fork_locked(take_n, &(struct takes){ &s, 3 }, &rc);
+    unowned_attr(&a);
+    s = fx_sem("s", 0, &a);
+    name = fx_name(s);
+    assert_int_equal(dist_sem_post_multiple(s, 3), 0);
+    pid = fork_locked(take_n, &(struct takes){ s, 3 }, &rc);
     assert_true(pid > 0);
     leased_counts(name, &f, &h);
     assert_int_equal(f, 0);
     assert_int_equal(h, 1);
-    c = kill_then_wait(pid, &s);
+    c = kill_then_wait(pid, s);
     assert_int_equal(c.rc, 0);
-    assert_int_equal(dist_sem_getvalue(&s, &v), 0);
+    assert_int_equal(dist_sem_getvalue(s, &v), 0);
     assert_int_equal(v, 0);
     leased_counts(name, &f, &h);
     assert_int_equal(f, 0);
     assert_int_equal(h, 1);
-    assert_int_equal(dist_sem_destroy(&s), 0);
 }
 
 int main(void)
