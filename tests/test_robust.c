@@ -34,9 +34,6 @@
 static tu_redis_t r;
 static const struct fx_settings defaults = { 30000, 2000, 0 };
 
-#define NAME(buf, tag)                                                       \
-    test_lock_name(buf, sizeof buf, "test_robust", __func__, tag)
-
 /* how a robust mutex is made in these tests */
 enum { PLAIN = 0, FAIR = 1 };
 /* The kinds, for the cases run once with each (param_test). */
@@ -45,17 +42,52 @@ static const int plain_kind = PLAIN, fair_kind = FAIR;
     800UL /* an explicit lease: a killed holder's hold ends
                             * this long after its lock */
 
+/* a: the attributes of a robust mutex, fair or not, with an explicit
+ * lease of lease_ms (0: the watchdog's). */
+static void robust_attr(dist_mutexattr_t *a, int fair, unsigned long lease_ms)
+{
+    assert_int_equal(dist_mutexattr_init(a), 0);
+    assert_int_equal(dist_mutexattr_setrobust(a, DIST_MUTEX_ROBUST), 0);
+    assert_int_equal(dist_mutexattr_setfair(a, fair), 0);
+    assert_int_equal(dist_mutexattr_setlease(a, lease_ms), 0);
+}
+
 static void init_robust(dist_mutex_t *m, const char *name, int fair,
                         unsigned long lease_ms)
 {
     dist_mutexattr_t a;
 
-    assert_int_equal(dist_mutexattr_init(&a), 0);
-    assert_int_equal(dist_mutexattr_setrobust(&a, DIST_MUTEX_ROBUST), 0);
-    assert_int_equal(dist_mutexattr_setfair(&a, fair), 0);
-    assert_int_equal(dist_mutexattr_setlease(&a, lease_ms), 0);
+    robust_attr(&a, fair, lease_ms);
     assert_int_equal(dist_mutex_init(m, name, &a), 0);
     assert_int_equal(dist_mutexattr_destroy(&a), 0);
+}
+
+/* A robust mutex of the test's own (fixture.h), its name made with tag;
+ * robust_on: another on the name of first. */
+#define robust_mutex(tag, fair, lease_ms)                                    \
+    own_robust(__func__, tag, fair, lease_ms)
+static dist_mutex_t *own_robust(const char *test, const char *tag, int fair,
+                                unsigned long lease_ms)
+{
+    dist_mutexattr_t a;
+    dist_mutex_t *m;
+
+    robust_attr(&a, fair, lease_ms);
+    m = fx_own_mutex(test, tag, &a);
+    assert_int_equal(dist_mutexattr_destroy(&a), 0);
+    return m;
+}
+
+static dist_mutex_t *robust_on(const dist_mutex_t *first, int fair,
+                               unsigned long lease_ms)
+{
+    dist_mutexattr_t a;
+    dist_mutex_t *m;
+
+    robust_attr(&a, fair, lease_ms);
+    m = fx_mutex_on(fx_name(first), &a);
+    assert_int_equal(dist_mutexattr_destroy(&a), 0);
+    return m;
 }
 
 /* The robust record of a lock (who held it, whether it died). */
@@ -189,20 +221,18 @@ static void other_locks(const char *name, int fair, int *lock_rc,
 static void killed_then_consistent(void **state)
 {
     const int fair = param_int(state);
-    char name[200];
-    dist_mutex_t m;
+    dist_mutex_t *m = robust_mutex(fair ? "fair" : "plain", fair, LEASE_MS);
+    const char *name = fx_name(m);
     int lrc, urc, fd, rc[2];
     pid_t pid;
     char *dead;
 
-    NAME(name, fair ? "fair" : "plain");
     holder_killed(name, fair);
     /* the record names the dead holder */
     dead = record_field(name, "held");
     assert_non_null(dead);
     free(dead);
-    init_robust(&m, name, fair, LEASE_MS);
-    assert_int_equal(dist_mutex_lock(&m), EOWNERDEAD);
+    assert_int_equal(dist_mutex_lock(m), EOWNERDEAD);
     /* held: another process cannot take it; its lock waits, and gets 0
      * after the clean unlock below */
     pid = child(name, fair, LEASE_MS, TRY, &fd);
@@ -213,10 +243,10 @@ static void killed_then_consistent(void **state)
     dead = record_field(name, "dead");
     assert_non_null(dead);
     free(dead);
-    assert_int_equal(dist_mutex_consistent(&m), 0);
+    assert_int_equal(dist_mutex_consistent(m), 0);
     /* a second consistent is refused: it is consistent already */
-    assert_int_equal(dist_mutex_consistent(&m), EINVAL);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_consistent(m), EINVAL);
+    assert_int_equal(dist_mutex_unlock(m), 0);
     assert_int_equal(read_rc(fd), 0);
     close(fd);
     reap(pid);
@@ -225,7 +255,6 @@ static void killed_then_consistent(void **state)
     assert_int_equal(lrc, 0);
     assert_int_equal(urc, 0);
     assert_int_equal(record_exists(name), 0);
-    assert_int_equal(dist_mutex_destroy(&m), 0);
 }
 
 /* The owner-dead holder unlocks without consistent: every later lock,
@@ -235,17 +264,16 @@ static void killed_then_consistent(void **state)
 static void unlock_without_consistent(void **state)
 {
     const int fair = param_int(state);
-    char name[200], key[300];
-    dist_mutex_t m;
+    dist_mutex_t *m = robust_mutex(fair ? "fair" : "plain", fair, LEASE_MS);
+    const char *name = fx_name(m);
+    char key[300];
     int fd, rc[3], lrc, urc;
     pid_t pid;
     char *nr;
 
-    NAME(name, fair ? "fair" : "plain");
     holder_killed(name, fair);
-    init_robust(&m, name, fair, LEASE_MS);
-    assert_int_equal(dist_mutex_lock(&m), EOWNERDEAD);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_lock(m), EOWNERDEAD);
+    assert_int_equal(dist_mutex_unlock(m), 0);
     nr = record_field(name, "nr");
     assert_non_null(nr);
     free(nr);
@@ -263,15 +291,14 @@ static void unlock_without_consistent(void **state)
     derived_name(key, sizeof key, "redisson_lock_queue", name);
     assert_int_equal(tu_cmd_int(&r, "EXISTS", key, NULL), 0);
     /* this process too */
-    assert_int_equal(dist_mutex_lock(&m), ENOTRECOVERABLE);
-    assert_int_equal(dist_mutex_trylock(&m), ENOTRECOVERABLE);
-    assert_int_equal(dist_mutex_unlock(&m), EPERM);
+    assert_int_equal(dist_mutex_lock(m), ENOTRECOVERABLE);
+    assert_int_equal(dist_mutex_trylock(m), ENOTRECOVERABLE);
+    assert_int_equal(dist_mutex_unlock(m), EPERM);
     /* an operator's reset */
     reset_record(name);
     other_locks(name, fair, &lrc, &urc);
     assert_int_equal(lrc, 0);
     assert_int_equal(urc, 0);
-    assert_int_equal(dist_mutex_destroy(&m), 0);
 }
 
 /* A watchdog hold whose process is stopped (SIGSTOP) past its lease: the
@@ -279,20 +306,18 @@ static void unlock_without_consistent(void **state)
  * hold lost (its unlock says EPERM) and the record is the new holder's. */
 static void test_lease_ran_out_under_sigstop(void **state)
 {
-    char name[200];
-    dist_mutex_t m;
+    dist_mutex_t *m = robust_mutex("stop", PLAIN, LEASE_MS);
+    const char *name = fx_name(m);
     int fd, rc;
     pid_t pid;
     char *held;
 
     (void)state;
-    NAME(name, "stop");
     pid = child(name, PLAIN, 0, HOLD, &fd); /* watchdog lease, 600 ms */
     assert_int_equal(read_rc(fd), 0);
     close(fd);
     assert_int_equal(kill(pid, SIGSTOP), 0);
-    init_robust(&m, name, PLAIN, LEASE_MS);
-    rc = dist_mutex_lock(&m);
+    rc = dist_mutex_lock(m);
     assert_int_equal(rc, EOWNERDEAD);
     held = record_field(name, "dead");
     assert_non_null(held);
@@ -300,10 +325,9 @@ static void test_lease_ran_out_under_sigstop(void **state)
     assert_int_equal(kill(pid, SIGCONT), 0);
     assert_int_equal(kill(pid, SIGKILL), 0);
     reap(pid);
-    assert_int_equal(dist_mutex_consistent(&m), 0);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_consistent(m), 0);
+    assert_int_equal(dist_mutex_unlock(m), 0);
     assert_int_equal(record_exists(name), 0);
-    assert_int_equal(dist_mutex_destroy(&m), 0);
 }
 
 /* A hold forced away (what distlock unlock --force does: the lock key
@@ -311,32 +335,28 @@ static void test_lease_ran_out_under_sigstop(void **state)
  * says EPERM and leaves the new holder's record alone. */
 static void test_forced_hold(void **state)
 {
-    char name[200];
-    dist_mutex_t a, b;
+    dist_mutex_t *a = robust_mutex("forced", PLAIN, 0), *b;
+    const char *name = fx_name(a);
     int fd, lrc, urc;
     pid_t pid;
 
     (void)state;
-    NAME(name, "forced");
-    init_robust(&a, name, PLAIN, 0);
-    assert_int_equal(dist_mutex_lock(&a), 0);
+    assert_int_equal(dist_mutex_lock(a), 0);
     assert_int_equal(tu_cmd_int(&r, "DEL", name, NULL), 1);
     pid = child(name, PLAIN, LEASE_MS, HOLD, &fd);
     assert_int_equal(read_rc(fd), EOWNERDEAD);
     close(fd);
-    assert_int_equal(dist_mutex_unlock(&a), EPERM);
+    assert_int_equal(dist_mutex_unlock(a), EPERM);
     assert_int_equal(record_exists(name), 1);
     assert_int_equal(kill(pid, SIGKILL), 0);
     reap(pid);
     /* the child died owner-dead, unrepaired: the next holder is told */
-    init_robust(&b, name, PLAIN, LEASE_MS);
-    assert_int_equal(dist_mutex_lock(&b), EOWNERDEAD);
-    assert_int_equal(dist_mutex_consistent(&b), 0);
-    assert_int_equal(dist_mutex_unlock(&b), 0);
+    b = robust_on(a, PLAIN, LEASE_MS);
+    assert_int_equal(dist_mutex_lock(b), EOWNERDEAD);
+    assert_int_equal(dist_mutex_consistent(b), 0);
+    assert_int_equal(dist_mutex_unlock(b), 0);
     other_locks(name, PLAIN, &lrc, &urc);
     assert_int_equal(lrc, 0);
-    assert_int_equal(dist_mutex_destroy(&a), 0);
-    assert_int_equal(dist_mutex_destroy(&b), 0);
 }
 
 /* Reentrant holds of an owner-dead lock: a relock adds a hold (0), only
@@ -344,37 +364,34 @@ static void test_forced_hold(void **state)
  * clean.  Without it the last one makes it not recoverable. */
 static void test_reentrant(void **state)
 {
-    char name[200];
-    dist_mutex_t m;
+    dist_mutex_t *m = robust_mutex("reentrant", PLAIN, LEASE_MS);
+    const char *name = fx_name(m);
     int lrc, urc;
 
     (void)state;
-    NAME(name, "reentrant");
     holder_killed(name, PLAIN);
-    init_robust(&m, name, PLAIN, LEASE_MS);
-    assert_int_equal(dist_mutex_lock(&m), EOWNERDEAD);
-    assert_int_equal(dist_mutex_lock(&m), 0);
-    assert_int_equal(dist_mutex_trylock(&m), 0);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
-    assert_int_equal(dist_mutex_consistent(&m), 0);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_lock(m), EOWNERDEAD);
+    assert_int_equal(dist_mutex_lock(m), 0);
+    assert_int_equal(dist_mutex_trylock(m), 0);
+    assert_int_equal(dist_mutex_unlock(m), 0);
+    assert_int_equal(dist_mutex_consistent(m), 0);
+    assert_int_equal(dist_mutex_unlock(m), 0);
     assert_int_equal(record_exists(name), 1); /* still held */
-    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_unlock(m), 0);
     assert_int_equal(record_exists(name), 0);
     other_locks(name, PLAIN, &lrc, &urc);
     assert_int_equal(lrc, 0);
 
     /* the same without consistent: not recoverable at the last unlock */
     holder_killed(name, PLAIN);
-    assert_int_equal(dist_mutex_lock(&m), EOWNERDEAD);
-    assert_int_equal(dist_mutex_lock(&m), 0);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_lock(m), EOWNERDEAD);
+    assert_int_equal(dist_mutex_lock(m), 0);
+    assert_int_equal(dist_mutex_unlock(m), 0);
     assert_int_equal(tu_cmd_int(&r, "EXISTS", name, NULL), 1);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_unlock(m), 0);
     other_locks(name, PLAIN, &lrc, &urc);
     assert_int_equal(lrc, ENOTRECOVERABLE);
     reset_record(name);
-    assert_int_equal(dist_mutex_destroy(&m), 0);
 }
 
 /* A clean robust pair leaves nothing but what a mutex that is not robust
@@ -382,34 +399,30 @@ static void test_reentrant(void **state)
  * the record, and does not see one. */
 static void test_clean_and_not_robust(void **state)
 {
-    char name[200];
-    dist_mutex_t m, plain;
+    dist_mutex_t *m = robust_mutex("clean", PLAIN, 0), *plain;
+    const char *name = fx_name(m);
 
     (void)state;
-    NAME(name, "clean");
-    init_robust(&m, name, PLAIN, 0);
-    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_mutex_lock(m), 0);
     assert_int_equal(record_exists(name), 1);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_unlock(m), 0);
     assert_int_equal(record_exists(name), 0);
-    assert_int_equal(dist_mutex_consistent(&m), EPERM);
+    assert_int_equal(dist_mutex_consistent(m), EPERM);
 
-    assert_int_equal(dist_mutex_init(&plain, name, NULL), 0);
-    assert_int_equal(dist_mutex_lock(&plain), 0);
+    plain = fx_mutex_on(fx_name(m), NULL);
+    assert_int_equal(dist_mutex_lock(plain), 0);
     assert_int_equal(record_exists(name), 0);
-    assert_int_equal(dist_mutex_consistent(&plain), EINVAL);
-    assert_int_equal(dist_mutex_unlock(&plain), 0);
+    assert_int_equal(dist_mutex_consistent(plain), EINVAL);
+    assert_int_equal(dist_mutex_unlock(plain), 0);
     /* a record left by a dead robust holder: a plain mutex takes the lock
      * as always, and leaves the record for the next robust locker */
     holder_killed(name, PLAIN);
-    assert_int_equal(dist_mutex_lock(&plain), 0);
-    assert_int_equal(dist_mutex_unlock(&plain), 0);
+    assert_int_equal(dist_mutex_lock(plain), 0);
+    assert_int_equal(dist_mutex_unlock(plain), 0);
     assert_int_equal(record_exists(name), 1);
-    assert_int_equal(dist_mutex_lock(&m), EOWNERDEAD);
-    assert_int_equal(dist_mutex_consistent(&m), 0);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
-    assert_int_equal(dist_mutex_destroy(&plain), 0);
-    assert_int_equal(dist_mutex_destroy(&m), 0);
+    assert_int_equal(dist_mutex_lock(m), EOWNERDEAD);
+    assert_int_equal(dist_mutex_consistent(m), 0);
+    assert_int_equal(dist_mutex_unlock(m), 0);
 }
 
 /* The attribute: its values, and no cohorting with it. */
@@ -442,35 +455,31 @@ static void test_attr(void **state)
  * makes it not recoverable all the same. */
 static void test_deferred(void **state)
 {
-    char name[200];
+    const char *name;
     dist_mutexattr_t a;
-    dist_mutex_t m, other;
+    dist_mutex_t *m, *other;
     int lrc, urc;
 
     (void)state;
-    NAME(name, "deferred");
-    assert_int_equal(dist_mutexattr_init(&a), 0);
-    assert_int_equal(dist_mutexattr_setrobust(&a, DIST_MUTEX_ROBUST), 0);
+    robust_attr(&a, PLAIN, LEASE_MS);
     assert_int_equal(dist_mutexattr_setdeferred(&a, 1), 0);
-    assert_int_equal(dist_mutexattr_setlease(&a, LEASE_MS), 0);
-    assert_int_equal(dist_mutex_init(&m, name, &a), 0);
-    assert_int_equal(dist_mutex_lock(&m), 0);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
+    m = fx_mutex("deferred", &a);
+    assert_int_equal(dist_mutexattr_destroy(&a), 0);
+    name = fx_name(m);
+    assert_int_equal(dist_mutex_lock(m), 0);
+    assert_int_equal(dist_mutex_unlock(m), 0);
     /* the next call on the thread's link reads the release's reply */
-    init_robust(&other, "test_robust:deferred:other", PLAIN, LEASE_MS);
-    assert_int_equal(dist_mutex_lock(&other), 0);
-    assert_int_equal(dist_mutex_unlock(&other), 0);
+    other = robust_mutex("other", PLAIN, LEASE_MS);
+    assert_int_equal(dist_mutex_lock(other), 0);
+    assert_int_equal(dist_mutex_unlock(other), 0);
     assert_int_equal(record_exists(name), 0);
 
     holder_killed(name, PLAIN);
-    assert_int_equal(dist_mutex_lock(&m), EOWNERDEAD);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_lock(m), EOWNERDEAD);
+    assert_int_equal(dist_mutex_unlock(m), 0);
     other_locks(name, PLAIN, &lrc, &urc);
     assert_int_equal(lrc, ENOTRECOVERABLE);
     reset_record(name);
-    assert_int_equal(dist_mutex_destroy(&m), 0);
-    assert_int_equal(dist_mutex_destroy(&other), 0);
-    assert_int_equal(dist_mutexattr_destroy(&a), 0);
 }
 
 /* Waiters blocked while an owner-dead holder unlocks without consistent
@@ -478,18 +487,17 @@ static void test_deferred(void **state)
 static void waiter_woken_unrecoverable(void **state)
 {
     const int fair = param_int(state);
-    char name[200], key[300];
-    dist_mutex_t m;
+    dist_mutex_t *m = robust_mutex(fair ? "fair" : "plain", fair, 0);
+    const char *name = fx_name(m);
+    char key[300];
     int fd, lrc;
     pid_t pid;
 
-    NAME(name, fair ? "fair" : "plain");
     holder_killed(name, fair);
-    init_robust(&m, name, fair, 0);
-    assert_int_equal(dist_mutex_lock(&m), EOWNERDEAD);
+    assert_int_equal(dist_mutex_lock(m), EOWNERDEAD);
     pid = child(name, fair, LEASE_MS, TAKE_AND_UNLOCK, &fd);
     tu_sleep_ms(300); /* the child waits (a fair one is queued) */
-    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_unlock(m), 0);
     lrc = read_rc(fd);
     assert_int_equal(lrc, ENOTRECOVERABLE);
     (void)read_rc(fd);
@@ -498,7 +506,6 @@ static void waiter_woken_unrecoverable(void **state)
     derived_name(key, sizeof key, "redisson_lock_queue", name);
     assert_int_equal(tu_cmd_int(&r, "EXISTS", key, NULL), 0);
     reset_record(name);
-    assert_int_equal(dist_mutex_destroy(&m), 0);
 }
 
 int main(void)
