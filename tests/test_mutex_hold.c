@@ -38,16 +38,15 @@
 
 static void test_reentrant_hold_counts(void **state)
 {
-    char name[200];
-    dist_mutex_t m;
+    dist_mutex_t *m = fx_mutex("m", NULL);
+    const char *name = fx_name(m);
     char *owner;
     long long cnt = -1;
 
     (void)state;
-    NAMED_MUTEX(m, name);
-    assert_int_equal(dist_mutex_lock(&m), 0);
-    assert_int_equal(dist_mutex_lock(&m), 0);
-    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_mutex_lock(m), 0);
+    assert_int_equal(dist_mutex_lock(m), 0);
+    assert_int_equal(dist_mutex_lock(m), 0);
 
     owner = owner_field(name, &cnt);
     assert_non_null(owner);
@@ -55,29 +54,27 @@ static void test_reentrant_hold_counts(void **state)
     assert_int_equal(hget_count(name, owner), 3);
     assert_true(tu_cmd_int(&r, "PTTL", name, NULL) > 0);
 
-    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_unlock(m), 0);
     assert_int_equal(hget_count(name, owner), 2);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_unlock(m), 0);
     assert_int_equal(hget_count(name, owner), 1);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_unlock(m), 0);
     assert_int_equal(key_exists(name), 0);
-    assert_int_equal(dist_mutex_unlock(&m), EPERM);
+    assert_int_equal(dist_mutex_unlock(m), EPERM);
     assert_int_equal(key_exists(name), 0);
     free(owner);
-    assert_int_equal(dist_mutex_destroy(&m), 0);
 }
 
 static void test_errorcheck(void **state)
 {
-    char name[200];
-    dist_mutex_t m;
+    const char *name;
+    dist_mutex_t *m;
     dist_mutexattr_t a;
     int type = -1;
     long long cnt = -1;
     char *owner;
 
     (void)state;
-    NAME(name, "m");
     assert_int_equal(dist_mutexattr_init(&a), 0);
     assert_int_equal(dist_mutexattr_gettype(&a, &type), 0);
     assert_int_equal(type, DIST_MUTEX_RECURSIVE);
@@ -88,59 +85,55 @@ static void test_errorcheck(void **state)
     assert_int_equal(dist_mutexattr_gettype(&a, &type), 0);
     assert_int_equal(type, DIST_MUTEX_ERRORCHECK);
 
-    assert_int_equal(dist_mutex_init(&m, name, &a), 0);
+    m = fx_mutex("m", &a);
+    name = fx_name(m);
     assert_int_equal(dist_mutexattr_destroy(&a), 0);
-    assert_int_equal(dist_mutex_lock(&m), 0);
-    assert_int_equal(dist_mutex_lock(&m), EDEADLK);
-    assert_int_equal(dist_mutex_trylock(&m), EBUSY); /* POSIX: trylock
+    assert_int_equal(dist_mutex_lock(m), 0);
+    assert_int_equal(dist_mutex_lock(m), EDEADLK);
+    assert_int_equal(dist_mutex_trylock(m), EBUSY); /* POSIX: trylock
                                                         * finds it taken */
     owner = owner_field(name, &cnt);
     assert_non_null(owner);
     free(owner);
     assert_int_equal(cnt, 1); /* the refused relocks changed nothing */
-    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_unlock(m), 0);
     assert_int_equal(key_exists(name), 0);
-    assert_int_equal(dist_mutex_unlock(&m), EPERM);
-    assert_int_equal(dist_mutex_destroy(&m), 0);
+    assert_int_equal(dist_mutex_unlock(m), EPERM);
 }
 
 static void test_trylock_busy(void **state)
 {
-    char name[200];
-    dist_mutex_t m;
+    dist_mutex_t *m = fx_mutex("m", NULL);
+    const char *name = fx_name(m);
     struct oneshot o;
 
     (void)state;
-    NAMED_MUTEX(m, name);
-    assert_int_equal(dist_mutex_lock(&m), 0);
-    run_oneshot(&o, &m, OP_TRYLOCK_UNLOCK);
+    assert_int_equal(dist_mutex_lock(m), 0);
+    run_oneshot(&o, m, OP_TRYLOCK_UNLOCK);
     assert_int_equal(o.rc, EBUSY);
     assert_true(o.err[0] != 0);
     assert_int_equal(hash_fields(name), 1);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_unlock(m), 0);
 
-    run_oneshot(&o, &m, OP_TRYLOCK_UNLOCK);
+    run_oneshot(&o, m, OP_TRYLOCK_UNLOCK);
     assert_int_equal(o.rc, 0);
     assert_int_equal(o.rc2, 0);
-    mutex_done(&m, name);
+    assert_int_equal(key_exists(name), 0);
 }
 
 static void test_unlock_not_owner(void **state)
 {
-    char name[200], name2[200];
-    dist_mutex_t m, m2;
+    dist_mutex_t *m = fx_mutex("m", NULL);
+    const char *name = fx_name(m);
+    dist_mutex_t *m2 = fx_mutex("unheld", NULL);
     struct oneshot o;
     long long cnt = -1;
     char *owner;
 
     (void)state;
-    NAME(name, "m");
-    NAME(name2, "unheld");
-    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
-    assert_int_equal(dist_mutex_init(&m2, name2, NULL), 0);
-    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_mutex_lock(m), 0);
 
-    run_oneshot(&o, &m, OP_UNLOCK);
+    run_oneshot(&o, m, OP_UNLOCK);
     assert_int_equal(o.rc, EPERM);
     assert_true(o.err[0] != 0);
     owner = owner_field(name, &cnt); /* main's hold is untouched */
@@ -148,39 +141,33 @@ static void test_unlock_not_owner(void **state)
     free(owner);
     assert_int_equal(cnt, 1);
 
-    assert_int_equal(dist_mutex_unlock(&m2), EPERM);
+    assert_int_equal(dist_mutex_unlock(m2), EPERM);
     assert_true(dist_last_error()[0] != 0);
 
-    assert_int_equal(dist_mutex_unlock(&m), 0);
-    mutex_done(&m, name);
-    assert_int_equal(dist_mutex_destroy(&m2), 0);
+    assert_int_equal(dist_mutex_unlock(m), 0);
+    assert_int_equal(key_exists(name), 0);
 }
 
 static void test_same_name_two_objects(void **state)
 {
-    char name[200];
-    dist_mutex_t a, b;
+    dist_mutex_t *a = fx_mutex("m", NULL), *b = fx_mutex_on(fx_name(a), NULL);
+    const char *name = fx_name(a);
     char *owner;
     long long cnt = -1;
 
     (void)state;
-    NAME(name, "m");
-    assert_int_equal(dist_mutex_init(&a, name, NULL), 0);
-    assert_int_equal(dist_mutex_init(&b, name, NULL), 0);
-    assert_int_equal(dist_mutex_lock(&a), 0);
-    assert_int_equal(dist_mutex_lock(&b), 0);
+    assert_int_equal(dist_mutex_lock(a), 0);
+    assert_int_equal(dist_mutex_lock(b), 0);
     owner = owner_field(name, &cnt);
     assert_non_null(owner);
     assert_int_equal(cnt, 2);
-    assert_int_equal(dist_mutex_unlock(&b), 0);
+    assert_int_equal(dist_mutex_unlock(b), 0);
     assert_int_equal(hget_count(name, owner), 1);
     free(owner);
-    assert_int_equal(dist_mutex_unlock(&a), 0);
+    assert_int_equal(dist_mutex_unlock(a), 0);
     assert_int_equal(key_exists(name), 0);
-    assert_int_equal(dist_mutex_unlock(&a), EPERM);
-    assert_int_equal(dist_mutex_unlock(&b), EPERM);
-    assert_int_equal(dist_mutex_destroy(&a), 0);
-    assert_int_equal(dist_mutex_destroy(&b), 0);
+    assert_int_equal(dist_mutex_unlock(a), EPERM);
+    assert_int_equal(dist_mutex_unlock(b), EPERM);
 }
 
 #define STATIC_NAME "test_mutex:static_initializer:fixed-name-7f3a9c"
@@ -242,34 +229,32 @@ static void test_destroy_and_names(void **state)
 
 static void test_fencing_token(void **state)
 {
-    char name[200], tokkey[260];
-    dist_mutex_t m;
+    dist_mutex_t *m = fx_mutex("m", NULL);
+    const char *name = fx_name(m);
+    char tokkey[260];
     uint64_t t1 = 0, t1b = 0, t2 = 0, t = 0;
 
     (void)state;
-    NAME(name, "m");
     snprintf(tokkey, sizeof tokkey, "redisson_lock_token:{%s}", name);
-    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
-    assert_int_equal(dist_mutex_token(&m, &t), EPERM);
-    assert_int_equal(dist_mutex_lock(&m), 0);
-    assert_int_equal(dist_mutex_token(&m, &t1), 0);
+    assert_int_equal(dist_mutex_token(m, &t), EPERM);
+    assert_int_equal(dist_mutex_lock(m), 0);
+    assert_int_equal(dist_mutex_token(m, &t1), 0);
     assert_true(t1 >= 1);
     assert_int_equal(tu_cmd_int(&r, "GET", tokkey, NULL), (long long)t1);
-    assert_int_equal(dist_mutex_lock(&m), 0);
-    assert_int_equal(dist_mutex_token(&m, &t1b), 0);
+    assert_int_equal(dist_mutex_lock(m), 0);
+    assert_int_equal(dist_mutex_token(m, &t1b), 0);
     assert_int_equal(t1b, t1);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
-    assert_int_equal(dist_mutex_token(&m, &t), 0); /* still held once */
+    assert_int_equal(dist_mutex_unlock(m), 0);
+    assert_int_equal(dist_mutex_token(m, &t), 0); /* still held once */
     assert_int_equal(t, t1);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
-    assert_int_equal(dist_mutex_token(&m, &t), EPERM);
-    assert_int_equal(dist_mutex_lock(&m), 0);
-    assert_int_equal(dist_mutex_token(&m, &t2), 0);
+    assert_int_equal(dist_mutex_unlock(m), 0);
+    assert_int_equal(dist_mutex_token(m, &t), EPERM);
+    assert_int_equal(dist_mutex_lock(m), 0);
+    assert_int_equal(dist_mutex_token(m, &t2), 0);
     assert_true(t2 > t1);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
-    assert_int_equal(dist_mutex_token(&m, &t), EPERM);
-    assert_int_equal(dist_mutex_token(&m, NULL), EINVAL);
-    assert_int_equal(dist_mutex_destroy(&m), 0);
+    assert_int_equal(dist_mutex_unlock(m), 0);
+    assert_int_equal(dist_mutex_token(m, &t), EPERM);
+    assert_int_equal(dist_mutex_token(m, NULL), EINVAL);
 }
 
 /* Shared memory for results of forked children (one int per child). */
@@ -302,8 +287,9 @@ static size_t uuid_len(const char *owner)
 
 static void test_fork_child_identity(void **state)
 {
-    char name[200], name2[200];
-    dist_mutex_t m;
+    dist_mutex_t *m = fx_mutex("parent", NULL);
+    const char *name = fx_name(m);
+    char name2[200]; /* the child's own lock */
     char *powner;
     long long cnt = -1;
     pid_t pid;
@@ -312,10 +298,8 @@ static void test_fork_child_identity(void **state)
 
     (void)state;
     assert_non_null(slot);
-    NAME(name, "parent");
     NAME(name2, "child");
-    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
-    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_mutex_lock(m), 0);
     powner = owner_field(name, &cnt);
     assert_non_null(powner);
     assert_int_equal(cnt, 1);
@@ -328,9 +312,9 @@ static void test_fork_child_identity(void **state)
         long long c2 = -1;
         int code = 0;
 
-        if (dist_mutex_trylock(&m) != EBUSY)
+        if (dist_mutex_trylock(m) != EBUSY)
             child_exit(slot, 10);
-        if (dist_mutex_unlock(&m) != EPERM)
+        if (dist_mutex_unlock(m) != EPERM)
             child_exit(slot, 11);
         if (dist_mutex_init(&m2, name2, NULL) != 0)
             child_exit(slot, 12);
@@ -359,11 +343,11 @@ static void test_fork_child_identity(void **state)
                  WIFEXITED(st) ? WEXITSTATUS(st) : -1);
     assert_int_equal(hget_count(name, powner), 1);
     free(powner);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_unlock(m), 0);
     assert_int_equal(key_exists(name), 0);
-    assert_int_equal(dist_mutex_lock(&m), 0);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
-    mutex_done(&m, name);
+    assert_int_equal(dist_mutex_lock(m), 0);
+    assert_int_equal(dist_mutex_unlock(m), 0);
+    assert_int_equal(key_exists(name), 0);
 }
 
 int main(void)
