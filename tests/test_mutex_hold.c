@@ -36,21 +36,30 @@
 #define MUTEX_PROG "test_mutex_hold"
 #include "mutexhelp.h"
 
+/* The owner field of name's hash (malloc'd), which must be there and hold
+ * count holds. */
+static char *owner_holding(const char *name, long long count)
+{
+    long long cnt = -1;
+    char *owner = owner_field(name, &cnt);
+
+    assert_non_null(owner);
+    assert_int_equal(cnt, count);
+    return owner;
+}
+
 static void test_reentrant_hold_counts(void **state)
 {
     dist_mutex_t *m = fx_mutex("m", NULL);
     const char *name = fx_name(m);
     char *owner;
-    long long cnt = -1;
 
     (void)state;
     assert_int_equal(dist_mutex_lock(m), 0);
     assert_int_equal(dist_mutex_lock(m), 0);
     assert_int_equal(dist_mutex_lock(m), 0);
 
-    owner = owner_field(name, &cnt);
-    assert_non_null(owner);
-    assert_int_equal(cnt, 3);
+    owner = owner_holding(name, 3);
     assert_int_equal(hget_count(name, owner), 3);
     assert_true(tu_cmd_int(&r, "PTTL", name, NULL) > 0);
 
@@ -71,8 +80,6 @@ static void test_errorcheck(void **state)
     dist_mutex_t *m;
     dist_mutexattr_t a;
     int type = -1;
-    long long cnt = -1;
-    char *owner;
 
     (void)state;
     assert_int_equal(dist_mutexattr_init(&a), 0);
@@ -92,10 +99,7 @@ static void test_errorcheck(void **state)
     assert_int_equal(dist_mutex_lock(m), EDEADLK);
     assert_int_equal(dist_mutex_trylock(m), EBUSY); /* POSIX: trylock
                                                         * finds it taken */
-    owner = owner_field(name, &cnt);
-    assert_non_null(owner);
-    free(owner);
-    assert_int_equal(cnt, 1); /* the refused relocks changed nothing */
+    free(owner_holding(name, 1)); /* the refused relocks changed nothing */
     assert_int_equal(dist_mutex_unlock(m), 0);
     assert_int_equal(key_exists(name), 0);
     assert_int_equal(dist_mutex_unlock(m), EPERM);
@@ -127,8 +131,6 @@ static void test_unlock_not_owner(void **state)
     const char *name = fx_name(m);
     dist_mutex_t *m2 = fx_mutex("unheld", NULL);
     struct oneshot o;
-    long long cnt = -1;
-    char *owner;
 
     (void)state;
     assert_int_equal(dist_mutex_lock(m), 0);
@@ -136,10 +138,7 @@ static void test_unlock_not_owner(void **state)
     run_oneshot(&o, m, OP_UNLOCK);
     assert_int_equal(o.rc, EPERM);
     assert_true(o.err[0] != 0);
-    owner = owner_field(name, &cnt); /* main's hold is untouched */
-    assert_non_null(owner);
-    free(owner);
-    assert_int_equal(cnt, 1);
+    free(owner_holding(name, 1)); /* main's hold is untouched */
 
     assert_int_equal(dist_mutex_unlock(m2), EPERM);
     assert_true(dist_last_error()[0] != 0);
@@ -153,14 +152,11 @@ static void test_same_name_two_objects(void **state)
     dist_mutex_t *a = fx_mutex("m", NULL), *b = fx_mutex_on(fx_name(a), NULL);
     const char *name = fx_name(a);
     char *owner;
-    long long cnt = -1;
 
     (void)state;
     assert_int_equal(dist_mutex_lock(a), 0);
     assert_int_equal(dist_mutex_lock(b), 0);
-    owner = owner_field(name, &cnt);
-    assert_non_null(owner);
-    assert_int_equal(cnt, 2);
+    owner = owner_holding(name, 2);
     assert_int_equal(dist_mutex_unlock(b), 0);
     assert_int_equal(hget_count(name, owner), 1);
     free(owner);
@@ -176,16 +172,11 @@ static dist_mutex_t sm = DIST_MUTEX_INITIALIZER(STATIC_NAME);
 static void test_static_initializer(void **state)
 {
     dist_mutex_t z;
-    char *owner;
-    long long cnt = -1;
 
     (void)state;
     assert_true(tu_cmd_int(&r, "DEL", STATIC_NAME, NULL) >= 0);
     assert_int_equal(dist_mutex_lock(&sm), 0);
-    owner = owner_field(STATIC_NAME, &cnt);
-    assert_non_null(owner);
-    free(owner);
-    assert_int_equal(cnt, 1);
+    free(owner_holding(STATIC_NAME, 1));
     assert_int_equal(dist_mutex_trylock(&sm), 0);
     assert_int_equal(hget_count(STATIC_NAME, "nonexistent"), -1);
     assert_int_equal(dist_mutex_unlock(&sm), 0);
@@ -291,7 +282,6 @@ static void test_fork_child_identity(void **state)
     const char *name = fx_name(m);
     char name2[200]; /* the child's own lock */
     char *powner;
-    long long cnt = -1;
     pid_t pid;
     int st = -1, rep;
     int *slot = shared_ints(1);
@@ -300,9 +290,7 @@ static void test_fork_child_identity(void **state)
     assert_non_null(slot);
     NAME(name2, "child");
     assert_int_equal(dist_mutex_lock(m), 0);
-    powner = owner_field(name, &cnt);
-    assert_non_null(powner);
-    assert_int_equal(cnt, 1);
+    powner = owner_holding(name, 1);
 
     pid = fork();
     assert_true(pid >= 0);
