@@ -473,15 +473,26 @@ static void test_lost_reply_tls(void **state)
 
 /* ---- mutual TLS ------------------------------------------------------------ */
 
+/* The URL of the mutual-TLS server's TLS port, trusting the test CA, with
+ * the client certificate cert and key (files of dir), then the rest of
+ * the query, more (may be ""). */
+static void mtls_url(char *url, size_t len, const char *cert, const char *key,
+                     const char *more)
+{
+    char q[1200];
+
+    snprintf(q, sizeof q, "?tls_ca=%s&tls_cert=%s&tls_key=%s%s",
+             file(0, "ca.crt"), file(1, cert), file(2, key), more);
+    tls_url(url, len, "127.0.0.1", &srv_mtls, q);
+}
+
 static void test_mtls_with_cert(void **state)
 {
-    char url[1300], q[1200];
+    char url[1300];
     dist_mutex_t *m;
 
     (void)state;
-    snprintf(q, sizeof q, "?tls_ca=%s&tls_cert=%s&tls_key=%s",
-             file(0, "ca.crt"), file(1, "cli.crt"), file(2, "cli.key"));
-    tls_url(url, sizeof url, "127.0.0.1", &srv_mtls, q);
+    mtls_url(url, sizeof url, "cli.crt", "cli.key", "");
     assert_int_equal(dist_set_url(url), 0);
     m = fx_mutex("m", NULL);
     assert_int_equal(dist_mutex_lock(m), 0);
@@ -524,15 +535,12 @@ static void expect_refused(const char *url, int port, const char *what)
  * (a URL query part, "" for none): rc, and the message in err. */
 static int lock_with_key(const char *pass_q, char *err, size_t errlen)
 {
-    char name[200], url[1500], q[1400];
+    char name[200], url[1500];
     dist_mutex_t m;
     int rc;
 
     NAME(name, "m");
-    snprintf(q, sizeof q, "?tls_ca=%s&tls_cert=%s&tls_key=%s%s",
-             file(0, "ca.crt"), file(1, "cli.crt"), file(2, "cli-enc.key"),
-             pass_q);
-    tls_url(url, sizeof url, "127.0.0.1", &srv_mtls, q);
+    mtls_url(url, sizeof url, "cli.crt", "cli-enc.key", pass_q);
     assert_int_equal(dist_set_url(url), 0);
     assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
     rc = dist_mutex_lock(&m);
@@ -638,38 +646,36 @@ static struct refusal tls_to_plain_port = {
     &srv, 1, 1, "ca.crt", "", "TLS sent to a plain port"
 };
 
+/* A lock on url (a server's port) is refused at once, naming path, the
+ * what that is not there, with the system's reason. */
+static void expect_missing(const char *url, int port, const char *what,
+                           const char *path)
+{
+    char want[400];
+
+    snprintf(want, sizeof want,
+             "cannot read the %s %s: No such file or directory", what, path);
+    expect_refused(url, port, want);
+}
+
 /* Issue 27: a CA file that is not there was "OpenSSL error 2147483650"
  * (OpenSSL 3's code for ENOENT); the file is named with the system's
  * reason, and so is a missing client certificate or key. */
 static void test_missing_files(void **state)
 {
-    char url[1500], q[1100], want[400];
+    char url[1500], q[400];
 
     (void)state;
     snprintf(q, sizeof q, "?tls_ca=%s", file(0, "no-such-ca.crt"));
     tls_url(url, sizeof url, "127.0.0.1", &srv, q);
-    snprintf(want, sizeof want,
-             "cannot read the CA certificates %s: No such "
-             "file or directory",
-             file(0, "no-such-ca.crt"));
-    expect_refused(url, srv.tls_port, want);
-    snprintf(q, sizeof q, "?tls_ca=%s&tls_cert=%s&tls_key=%s",
-             file(0, "ca.crt"), file(1, "no-such-cli.crt"),
-             file(2, "cli.key"));
-    tls_url(url, sizeof url, "127.0.0.1", &srv_mtls, q);
-    snprintf(want, sizeof want,
-             "cannot read the client certificate %s: No "
-             "such file or directory",
-             file(1, "no-such-cli.crt"));
-    expect_refused(url, srv_mtls.tls_port, want);
-    snprintf(q, sizeof q, "?tls_ca=%s&tls_cert=%s&tls_key=%s",
-             file(0, "ca.crt"), file(1, "cli.crt"), file(2, "no-such.key"));
-    tls_url(url, sizeof url, "127.0.0.1", &srv_mtls, q);
-    snprintf(want, sizeof want,
-             "cannot read the client key %s: No such file "
-             "or directory",
-             file(2, "no-such.key"));
-    expect_refused(url, srv_mtls.tls_port, want);
+    expect_missing(url, srv.tls_port, "CA certificates",
+                   file(0, "no-such-ca.crt"));
+    mtls_url(url, sizeof url, "no-such-cli.crt", "cli.key", "");
+    expect_missing(url, srv_mtls.tls_port, "client certificate",
+                   file(1, "no-such-cli.crt"));
+    mtls_url(url, sizeof url, "cli.crt", "no-such.key", "");
+    expect_missing(url, srv_mtls.tls_port, "client key",
+                   file(2, "no-such.key"));
 }
 
 /* The insecure switch connects to a server the CA does not vouch for, and
