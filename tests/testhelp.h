@@ -497,4 +497,27 @@ static inline long long derived_int(tu_redis_t *r, const char *cmd,
     return tu_cmd_int(r, cmd, key, NULL);
 }
 
+/* ---- a mutex attribute's values (test_mutex_hold, test_robust) --------- */
+#ifdef DISTLOCK_H
+/* A mutex attribute of a that takes values through set and get: def
+ * where a is new, good once set, and EINVAL for each of the nbad values
+ * of bad, which leave good in place. */
+static inline void
+assert_attr_values(dist_mutexattr_t *a, int (*set)(dist_mutexattr_t *, int),
+                   int (*get)(const dist_mutexattr_t *, int *), int def,
+                   int good, const int *bad, size_t nbad)
+{
+    int v = -1;
+    size_t i;
+
+    assert_int_equal(get(a, &v), 0);
+    assert_int_equal(v, def);
+    assert_int_equal(set(a, good), 0);
+    for (i = 0; i < nbad; i++)
+        assert_int_equal(set(a, bad[i]), EINVAL);
+    assert_int_equal(get(a, &v), 0);
+    assert_int_equal(v, good);
+}
+#endif
+
 #endif
