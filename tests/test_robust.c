@@ -428,18 +428,15 @@ static void test_clean_and_not_robust(void **state)
 /* The attribute: its values, and no cohorting with it. */
 static void test_attr(void **state)
 {
+    static const int bad = 2;
     dist_mutexattr_t a;
     dist_mutex_t m;
     int v = -1;
 
     (void)state;
     assert_int_equal(dist_mutexattr_init(&a), 0);
-    assert_int_equal(dist_mutexattr_getrobust(&a, &v), 0);
-    assert_int_equal(v, DIST_MUTEX_STALLED);
-    assert_int_equal(dist_mutexattr_setrobust(&a, 2), EINVAL);
-    assert_int_equal(dist_mutexattr_setrobust(&a, DIST_MUTEX_ROBUST), 0);
-    assert_int_equal(dist_mutexattr_getrobust(&a, &v), 0);
-    assert_int_equal(v, DIST_MUTEX_ROBUST);
+    assert_attr_values(&a, dist_mutexattr_setrobust, dist_mutexattr_getrobust,
+                       DIST_MUTEX_STALLED, DIST_MUTEX_ROBUST, &bad, 1);
     assert_int_equal(dist_mutexattr_getcohort(&a, &v), 0);
     assert_int_equal(v, 0);
     assert_int_equal(dist_mutexattr_setcohort(&a, 1), 0);
