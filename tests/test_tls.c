@@ -1136,9 +1136,6 @@ static void test_tool_key_pass_file(void **state)
 
 /* ---- the LD_PRELOAD shim --------------------------------------------------- */
 
-/* preload_target (a program that knows nothing of distlock) under
- * distlock-run with a configuration whose URL is TLS: "try global" on
- * its g_global_lock; what it printed, malloc'd, and the exit status. */
 /* Whether this build has the shim and distlock-run (configure
  * --disable-preload leaves them out, as the ThreadSanitizer build does). */
 static int shim_built(void)
@@ -1151,6 +1148,9 @@ static int shim_built(void)
     return access(path, X_OK) == 0;
 }
 
+/* preload_target (a program that knows nothing of distlock) under
+ * distlock-run with a configuration whose URL is TLS: "try global" on
+ * its g_global_lock; what it printed, malloc'd, and the exit status. */
 static char *shim_try(const char *name, int *st)
 {
     const char *top = getenv("top_builddir");
@@ -1176,14 +1176,25 @@ static char *shim_try(const char *name, int *st)
     return read_file(out);
 }
 
+/* The program's try under the shim (shim_try) on name ran and printed
+ * want; state says how name is held, for the message. */
+static void shim_says(const char *name, const char *want, const char *state)
+{
+    int st;
+    char *text = shim_try(name, &st);
+
+    if (st != 0 || !text || !strstr(text, want))
+        fail_msg("trylock under the shim of a %s mutex: status %d, '%s'",
+                 state, st, text ? text : "");
+    free(text);
+}
+
 /* The shim over TLS: a mutex the test holds is busy for the program, and
  * free once let go, so the program's trylock went to Redis over TLS. */
 static void test_preload_shim(void **state)
 {
     const char *name;
     dist_mutex_t *m;
-    char *text;
-    int st;
 
     (void)state;
     if (!shim_built()) {
@@ -1194,17 +1205,9 @@ static void test_preload_shim(void **state)
     m = tls_mutex(&srv, "shim", NULL);
     name = fx_name(m);
     assert_int_equal(dist_mutex_lock(m), 0);
-    text = shim_try(name, &st);
-    if (st != 0 || !text || !strstr(text, "rc 16"))
-        fail_msg("trylock under the shim of a held mutex: status %d, '%s'",
-                 st, text ? text : "");
-    free(text);
+    shim_says(name, "rc 16", "held");
     assert_int_equal(dist_mutex_unlock(m), 0);
-    text = shim_try(name, &st);
-    if (st != 0 || !text || !strstr(text, "rc 0"))
-        fail_msg("trylock under the shim of a free mutex: status %d, '%s'",
-                 st, text ? text : "");
-    free(text);
+    shim_says(name, "rc 0", "free");
     assert_int_equal(exists(name), 0);
 }
 
