@@ -418,6 +418,22 @@ static long long holds_of(const char *name)
  * it while this thread holds the name is refused) gives now (testhelp.h). */
 #define other_trylock(o) trylock_in_thread(o)
 
+/* A lock of m through p with the fault drop set up (p's fault number
+ * fired when it has come): it returns 0 and holds the name exactly once
+ * (o, another object on it, finds it busy), and its unlock frees it. */
+static void lock_past_fault(tu_proxy_t *p, void (*drop)(tu_proxy_t *),
+                            dist_mutex_t *m, dist_mutex_t *o,
+                            unsigned long fired)
+{
+    drop(p);
+    assert_int_equal(dist_mutex_lock(m), 0);
+    assert_int_equal(tu_proxy_faults_fired(p), fired);
+    assert_int_equal(holds_of(fx_name(m)), 1);
+    assert_int_equal(other_trylock(o), EBUSY);
+    assert_int_equal(dist_mutex_unlock(m), 0);
+    assert_int_equal(exists(fx_name(m)), 0);
+}
+
 /* The fault proxy between the library and the TLS port, forwarding bytes
  * (TLS records it cannot read): an acquire whose reply is cut off, a
  * release whose reply is cut off, and an acquire that never reaches the
@@ -445,13 +461,8 @@ static void test_lost_reply_tls(void **state)
     assert_int_equal(dist_mutex_unlock(m), 0);
     fired = tu_proxy_faults_fired(p);
 
-    tu_proxy_drop_next_reply(p); /* acquire ran */
-    assert_int_equal(dist_mutex_lock(m), 0);
-    assert_int_equal(tu_proxy_faults_fired(p), fired + 1);
-    assert_int_equal(holds_of(name), 1);
-    assert_int_equal(other_trylock(o), EBUSY);
-    assert_int_equal(dist_mutex_unlock(m), 0);
-    assert_int_equal(exists(name), 0);
+    /* acquire ran */
+    lock_past_fault(p, tu_proxy_drop_next_reply, m, o, fired + 1);
 
     assert_int_equal(dist_mutex_lock(m), 0);
     tu_proxy_drop_next_reply(p); /* release ran */
@@ -461,12 +472,8 @@ static void test_lost_reply_tls(void **state)
     assert_int_equal(dist_mutex_unlock(m), EPERM);
     assert_int_equal(other_trylock(o), 0);
 
-    tu_proxy_drop_next_request(p); /* acquire never ran */
-    assert_int_equal(dist_mutex_lock(m), 0);
-    assert_int_equal(tu_proxy_faults_fired(p), fired + 3);
-    assert_int_equal(holds_of(name), 1);
-    assert_int_equal(dist_mutex_unlock(m), 0);
-    assert_int_equal(exists(name), 0);
+    /* acquire never ran */
+    lock_past_fault(p, tu_proxy_drop_next_request, m, o, fired + 3);
     use_tls(&srv); /* off the proxy before it goes */
     tu_proxy_stop(p);
 }
