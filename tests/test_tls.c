@@ -726,40 +726,55 @@ static void test_insecure_warns_once(void **state)
     assert_int_equal(n, 1);
 }
 
-/* Whether r's sentinel names the master at port within secs. */
-static int sentinel_names(tu_redis_t *sent, int port, double secs)
+/* Whether yes(arg) comes true within secs (asked every 100 ms). */
+static int within(double secs, int (*yes)(void *), void *arg)
 {
     double end = tu_now() + secs;
 
     do {
-        redisReply *x =
-            tu_cmd(sent, "SENTINEL", "get-master-addr-by-name", "tlsm", NULL);
-        int ok = x && x->type == REDIS_REPLY_ARRAY && x->elements == 2 &&
-                 atoi(x->element[1]->str) == port;
-        if (x)
-            freeReplyObject(x);
-        if (ok)
+        if (yes(arg))
             return 1;
         tu_sleep_ms(100);
     } while (tu_now() < end);
     return 0;
 }
 
-/* Whether r says it is a replica within secs (a command failing because
- * its connection was killed counts as not yet). */
-static int becomes_replica(tu_redis_t *r, double secs)
-{
-    double end = tu_now() + secs;
+/* A sentinel and the port of the master it should name. */
+struct named_master {
+    tu_redis_t *sent;
+    int port;
+};
 
-    do {
-        char *info = tu_cmd_str(r, "INFO", "replication", NULL);
-        int yes = info && strstr(info, "role:slave") != NULL;
-        free(info);
-        if (yes)
-            return 1;
-        tu_sleep_ms(100);
-    } while (tu_now() < end);
-    return 0;
+static int names_master(void *arg)
+{
+    const struct named_master *q = arg;
+    redisReply *x =
+        tu_cmd(q->sent, "SENTINEL", "get-master-addr-by-name", "tlsm", NULL);
+    int ok = x && x->type == REDIS_REPLY_ARRAY && x->elements == 2 &&
+             atoi(x->element[1]->str) == q->port;
+
+    if (x)
+        freeReplyObject(x);
+    return ok;
+}
+
+/* Whether the sentinel sent names the master at port within secs. */
+static int sentinel_names(tu_redis_t *sent, int port, double secs)
+{
+    struct named_master q = { sent, port };
+
+    return within(secs, names_master, &q);
+}
+
+/* Whether the server r says it is a replica (a command failing because
+ * its connection was killed counts as not yet). */
+static int is_replica(void *r)
+{
+    char *info = tu_cmd_str(r, "INFO", "replication", NULL);
+    int yes = info && strstr(info, "role:slave") != NULL;
+
+    free(info);
+    return yes;
 }
 
 /* Sentinel over TLS: the sentinel, the master and its replica all on TLS
@@ -817,7 +832,7 @@ static void test_sentinel(void **state)
     assert_true(sentinel_names(&sent, replica.tls_port, 20));
     /* the old master demoted, as the sentinel does right after: until
      * then it still takes writes, as it would without TLS */
-    assert_true(becomes_replica(&master, 20));
+    assert_true(within(20, is_replica, &master));
     /* the promotion ended with CLIENT KILL TYPE normal, the harness's
      * admin connection to the replica included: this one finds it gone,
      * and the harness opens another for the next command */
@@ -835,25 +850,20 @@ static void test_sentinel(void **state)
     tu_redis_stop(&master);
 }
 
-/* Whether every node of n says cluster_state:ok and knows all of them
- * within secs. */
-static int cluster_ok(tu_redis_t *n, int count, double secs)
+/* Whether each of the 3 nodes n says cluster_state:ok and knows all of
+ * them. */
+static int cluster_ok(void *n)
 {
-    double end = tu_now() + secs;
+    tu_redis_t *node = n;
     int i, ok;
 
-    do {
-        for (i = 0, ok = 1; i < count && ok; i++) {
-            char *info = tu_cmd_str(&n[i], "CLUSTER", "INFO", NULL);
-            ok = info && strstr(info, "cluster_state:ok") &&
-                 strstr(info, "cluster_known_nodes:3");
-            free(info);
-        }
-        if (ok)
-            return 1;
-        tu_sleep_ms(100);
-    } while (tu_now() < end);
-    return 0;
+    for (i = 0, ok = 1; i < 3 && ok; i++) {
+        char *info = tu_cmd_str(&node[i], "CLUSTER", "INFO", NULL);
+        ok = info && strstr(info, "cluster_state:ok") &&
+             strstr(info, "cluster_known_nodes:3");
+        free(info);
+    }
+    return ok;
 }
 
 /* Asserts that a reply (tu_cmd_str's copy, freed here) was OK. */
@@ -904,7 +914,7 @@ static void start_tls_cluster(tu_redis_t *n, char bus[][16])
         said_ok(tu_cmd_str(&n[0], "CLUSTER", "MEET", "127.0.0.1", port,
                            bus[i], NULL));
     }
-    assert_true(cluster_ok(n, 3, 30));
+    assert_true(within(30, cluster_ok, n));
 }
 
 /* Moves the empty slot from node `from` to node `to` as redis-cli's
