@@ -951,7 +951,7 @@ static void moved_followed(tu_redis_t *n, dist_mutex_t *fresh_map)
     char name[64];
     struct dist_stats before, after;
     long long slot = -1;
-    dist_mutex_t m;
+    dist_mutex_t *m;
     int k;
 
     for (k = 0; k < 1000 && (slot < 10923 || slot > 16383); k++) {
@@ -960,13 +960,13 @@ static void moved_followed(tu_redis_t *n, dist_mutex_t *fresh_map)
         slot = tu_cmd_int(&n[0], "CLUSTER", "KEYSLOT", name, NULL);
     }
     assert_true(slot >= 10923 && slot <= 16383); /* node 2's */
-    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
+    m = fx_mutex_on(name, NULL);
     /* a call now: a map due to be read again is read now, not after */
     assert_int_equal(dist_mutex_lock(fresh_map), 0);
     assert_int_equal(dist_mutex_unlock(fresh_map), 0);
     move_slot(n, 2, 0, slot);
     assert_int_equal(dist_stats_get(&before), 0);
-    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_mutex_lock(m), 0);
     assert_int_equal(dist_stats_get(&after), 0);
     assert_int_equal(tu_cmd_int(&n[0], "EXISTS", name, NULL), 1);
     if (after.redirects <= before.redirects)
@@ -974,9 +974,8 @@ static void moved_followed(tu_redis_t *n, dist_mutex_t *fresh_map)
                  "(redirects %llu -> %llu)",
                  (unsigned long long)before.redirects,
                  (unsigned long long)after.redirects);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_unlock(m), 0);
     assert_int_equal(tu_cmd_int(&n[0], "EXISTS", name, NULL), 0);
-    assert_int_equal(dist_mutex_destroy(&m), 0);
 }
 
 /* Cluster over TLS: a lock on each of 3 masters from one seed (so two of
@@ -987,7 +986,7 @@ static void test_cluster(void **state)
 {
     tu_redis_t n[3];
     char bus[3][16], names[3][64], url[700], cand[64];
-    dist_mutex_t m[3], other;
+    dist_mutex_t *m[3], *other;
     struct fx_locker la;
     int i, k, found = 0;
 
@@ -1011,25 +1010,22 @@ static void test_cluster(void **state)
              n[0].tls_port, file(3, "ca.crt"));
     assert_int_equal(dist_set_url(url), 0);
     for (i = 0; i < 3; i++) {
-        assert_int_equal(dist_mutex_init(&m[i], names[i], NULL), 0);
-        assert_int_equal(dist_mutex_lock(&m[i]), 0);
+        m[i] = fx_mutex_on(names[i], NULL);
+        assert_int_equal(dist_mutex_lock(m[i]), 0);
     }
     for (i = 0; i < 3; i++)
         assert_int_equal(tu_cmd_int(&n[i], "EXISTS", names[i], NULL), 1);
-    assert_int_equal(dist_mutex_init(&other, names[2], NULL), 0);
-    assert_int_equal(fx_locker_start(&la, &other, 20), 0);
+    other = fx_mutex_on(names[2], NULL);
+    assert_int_equal(fx_locker_start(&la, other, 20), 0);
     tu_sleep_ms(500);
     assert_int_equal(atomic_load(&la.done), 0);
     for (i = 0; i < 3; i++)
-        assert_int_equal(dist_mutex_unlock(&m[i]), 0);
+        assert_int_equal(dist_mutex_unlock(m[i]), 0);
     fx_locker_join(&la);
     assert_int_equal(la.rc, 0);
-    for (i = 0; i < 3; i++) {
+    for (i = 0; i < 3; i++)
         assert_int_equal(tu_cmd_int(&n[i], "EXISTS", names[i], NULL), 0);
-        assert_int_equal(dist_mutex_destroy(&m[i]), 0);
-    }
-    moved_followed(n, &other);
-    assert_int_equal(dist_mutex_destroy(&other), 0);
+    moved_followed(n, other);
     use_tls(&srv); /* off the cluster before it goes */
     for (i = 0; i < 3; i++)
         tu_redis_stop(&n[i]);
