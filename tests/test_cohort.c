@@ -21,17 +21,6 @@ static void cohort_attr(dist_mutexattr_t *a, int type)
     dist_mutexattr_setcohort(a, 1);
 }
 
-static int init_cohort(dist_mutex_t *m, const char *name, int type)
-{
-    dist_mutexattr_t a;
-    int rc;
-
-    cohort_attr(&a, type);
-    rc = dist_mutex_init(m, name, &a);
-    dist_mutexattr_destroy(&a);
-    return rc;
-}
-
 /* A cohort mutex of type type of the test's own (fixture.h), its name
  * made with tag. */
 #define cohort_mutex(tag, type) own_cohort(__func__, tag, type)
@@ -301,10 +290,11 @@ static void test_handoff(void **state)
 
 /* ---- other processes ------------------------------------------------------------ */
 
-static int mx_init(dist_mutex_t *m, const char *name, void *arg)
+/* The children's mutex, with the attributes attr (the test's, which they
+ * inherit). */
+static int mx_init(dist_mutex_t *m, const char *name, void *attr)
 {
-    (void)arg;
-    return init_cohort(m, name, DIST_MUTEX_RECURSIVE);
+    return dist_mutex_init(m, name, attr);
 }
 
 /* Threads of two processes, each process a cohort of 4 taking 150 turns
@@ -313,11 +303,14 @@ static int mx_init(dist_mutex_t *m, const char *name, void *arg)
 static void test_mutual_exclusion(void **state)
 {
     char name[200];
-    const struct fx_mx run = { name, 2, 4, 150, mx_init, NULL };
+    dist_mutexattr_t a;
+    const struct fx_mx run = { name, 2, 4, 150, mx_init, &a };
 
     (void)state;
     NAME(name, "m");
+    cohort_attr(&a, DIST_MUTEX_RECURSIVE);
     fx_mx_run(&run);
+    dist_mutexattr_destroy(&a);
     assert_int_equal(key_exists(name), 0);
 }
 
