@@ -398,22 +398,6 @@ static void test_rwlock(void **state)
 
 /* ---- a lost reply inside the TLS stream ------------------------------------ */
 
-/* The holds name has on srv: its owners' counts summed (HVALS), 0 when
- * it is free. */
-static long long holds_of(const char *name)
-{
-    redisReply *x = tu_cmd(&srv, "HVALS", name, NULL);
-    long long n = 0;
-    size_t i;
-
-    assert_non_null(x);
-    assert_int_equal(x->type, REDIS_REPLY_ARRAY);
-    for (i = 0; i < x->elements; i++)
-        n += atoll(x->element[i]->str);
-    freeReplyObject(x);
-    return n;
-}
-
 /* What another thread's trylock on o (an object of its own: destroying
  * it while this thread holds the name is refused) gives now (testhelp.h). */
 #define other_trylock(o) trylock_in_thread(o)
@@ -428,7 +412,7 @@ static void lock_past_fault(tu_proxy_t *p, void (*drop)(tu_proxy_t *),
     drop(p);
     assert_int_equal(dist_mutex_lock(m), 0);
     assert_int_equal(tu_proxy_faults_fired(p), fired);
-    assert_int_equal(holds_of(fx_name(m)), 1);
+    assert_held_once(&srv, fx_name(m), NULL);
     assert_int_equal(other_trylock(o), EBUSY);
     assert_int_equal(dist_mutex_unlock(m), 0);
     assert_int_equal(exists(fx_name(m)), 0);
