@@ -713,3 +713,29 @@ dist_sem_t *fx_sem_on(const char *name, unsigned initial,
     return own_keep(o, dist_sem_init(&o->u.s, o->name, initial, attr),
                     own_sem_destroy);
 }
+
+/* ---- a thread that takes a lock once, of any kind ---------------------- */
+
+static void *taker_main(void *arg)
+{
+    struct fx_taker *t = arg;
+    int rc = t->take(t->arg);
+
+    t->rc = rc == 0 ? t->give(t->arg) : rc;
+    atomic_store(&t->done, 1);
+    return NULL;
+}
+
+int fx_taker_start(struct fx_taker *t, int (*take)(void *),
+                   int (*give)(void *), void *arg)
+{
+    *t =
+        (struct fx_taker){ .take = take, .give = give, .arg = arg, .rc = -1 };
+    atomic_init(&t->done, 0);
+    return pthread_create(&t->th, NULL, taker_main, t);
+}
+
+void fx_taker_join(struct fx_taker *t)
+{
+    pthread_join(t->th, NULL);
+}

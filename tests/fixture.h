@@ -275,4 +275,23 @@ struct timespec fx_bad_deadline(int i);
 dist_sem_t *fx_sem_on(const char *name, unsigned initial,
                       const dist_semattr_t *attr);
 
+/* ---- a thread that takes a lock once, of any kind ---------------------- */
+/* A thread that takes a lock with take(arg), waiting as long as that does,
+ * and gives it back at once with give(arg) (both return 0 or an error
+ * number): fx_locker for any kind, whose calls a test wraps as for
+ * fx_holder.  rc is -1 until done is set, then take's result, or give's
+ * when take gave 0. */
+struct fx_taker {
+    int (*take)(void *arg), (*give)(void *arg);
+    void *arg;
+    int rc;
+    atomic_int done;
+    pthread_t th;
+};
+
+/* 0, or pthread_create's error. */
+int fx_taker_start(struct fx_taker *t, int (*take)(void *),
+                   int (*give)(void *), void *arg);
+void fx_taker_join(struct fx_taker *t);
+
 #endif
