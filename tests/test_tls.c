@@ -356,40 +356,32 @@ static void test_fair(void **state)
     assert_int_equal(exists(fx_name(m)), 0);
 }
 
-struct reader {
-    dist_rwlock_t *rw;
-    int rc;
-    atomic_int done;
-};
-
-static void *reader_main(void *arg)
+/* The read side of an rwlock and its unlock, for fx_taker. */
+static int rdlock_of(void *rw)
 {
-    struct reader *rd = arg;
+    return dist_rwlock_rdlock(rw);
+}
 
-    rd->rc = dist_rwlock_rdlock(rd->rw);
-    if (rd->rc == 0)
-        rd->rc = dist_rwlock_unlock(rd->rw);
-    atomic_store(&rd->done, 1);
-    return NULL;
+static int rwunlock_of(void *rw)
+{
+    return dist_rwlock_unlock(rw);
 }
 
 static void test_rwlock(void **state)
 {
     dist_rwlock_t *w, *rw;
-    struct reader rd = { NULL, -1, 0 };
-    pthread_t th;
+    struct fx_taker rd;
 
     (void)state;
     use_tls(&srv);
     w = fx_rwlock("rw", NULL);
     rw = fx_rwlock_on(fx_name(w), NULL);
-    rd.rw = rw;
     assert_int_equal(dist_rwlock_wrlock(w), 0);
-    assert_int_equal(pthread_create(&th, NULL, reader_main, &rd), 0);
+    assert_int_equal(fx_taker_start(&rd, rdlock_of, rwunlock_of, rw), 0);
     tu_sleep_ms(500);
     assert_int_equal(atomic_load(&rd.done), 0);
     assert_int_equal(dist_rwlock_unlock(w), 0);
-    pthread_join(th, NULL);
+    fx_taker_join(&rd);
     assert_int_equal(rd.rc, 0);
     assert_int_equal(dist_rwlock_rdlock(w), 0);
     assert_int_equal(dist_rwlock_unlock(w), 0);
