@@ -152,6 +152,13 @@ static void in_turn(struct tc_rec *rec, size_t n, uint64_t token)
                       10 * (i + 1), token + i);
 }
 
+/* The history of n sections in turn (in_turn) and nothing else. */
+static struct tc_history turns(struct tc_rec *rec, size_t n, uint64_t token)
+{
+    in_turn(rec, n, token);
+    return hist(rec, n);
+}
+
 /* ---- one history, one check ------------------------------------------------------ */
 
 /* A section as sect() makes it. */
@@ -162,9 +169,10 @@ struct sect_spec {
     uint64_t a, b, token;
 };
 
-/* Up to three sections, the counters at the end, what is changed in the
+/* A test's name, up to three sections, the counters at the end, what is changed in the
  * records after sect() (may be NULL), and the figures expected. */
 struct one_check {
+    const char *name;
     struct sect_spec s[3];
     size_t n;
     long long counter[2];
@@ -189,34 +197,11 @@ static void test_one_check(void **state)
     expect(&h, c->v);
 }
 
-/* Two mutex holds at once. */
-static struct one_check overlap = { { { 1, 0, TC_EXCL, 0, 10, 1 },
-                                      { 2, 0, TC_EXCL, 9, 20, 2 } },
-                                    2,
-                                    { 2, 0 },
-                                    NULL,
-                                    { VIOL(TC_V_OVERLAP, 1) } };
-
 /* EPERM from unlock with no lost-handler call: a silent loss. */
 static void unlock_eperm(struct tc_rec *rec)
 {
     rec[0].unlock_rc = EPERM;
 }
-
-static struct one_check silent_loss = { { { 1, 0, TC_EXCL, 0, 10, 1 } },
-                                        1,
-                                        { 1, 0 },
-                                        unlock_eperm,
-                                        { VIOL(TC_V_SILENT_LOSS, 1) } };
-
-/* A writer inside while a reader is. */
-static struct one_check rw_overlap = {
-    { { 1, 1, TC_READ, 0, 10, 0 }, { 2, 1, TC_WRITE, 5, 20, 4 } },
-    2,
-    { 0, 1 },
-    NULL,
-    { VIOL(TC_V_RW_OVERLAP, 1), FIG(total, 1) }
-};
 
 /* A token lower than the hold's before: the fence refuses its holder,
  * who was never told of a loss (a legitimate holder refused). */
@@ -224,16 +209,6 @@ static void refused_at_read(struct tc_rec *rec)
 {
     rec[1].flags = TC_F_STALE;
 }
-
-static struct one_check token_backwards = {
-    { { 1, 0, TC_EXCL, 0, 10, 5 },
-      { 2, 0, TC_EXCL, 11, 20, 4 },
-      { 1, 0, TC_EXCL, 21, 30, 6 } },
-    3,
-    { 2, 0 },
-    refused_at_read,
-    { VIOL(TC_V_TOKEN, 1), FIG(total, 1), FIG(legit_refused, 1) }
-};
 
 /* Two holds with one token get through the fence together: the second
  * write replaced a value its read had not returned (SET ... GET said so).
@@ -246,14 +221,6 @@ static void clobbered(struct tc_rec *rec)
     rec[1].flags |= TC_F_CLOBBER;
 }
 
-static struct one_check clobber = {
-    { { 1, 0, TC_EXCL, 0, 10, 4 }, { 2, 0, TC_EXCL, 5, 20, 4 } },
-    2,
-    { 1, 0 },
-    clobbered,
-    { VIOL(TC_V_COUNTER, 2), VIOL(TC_V_STALE_WRITE, 0) }
-};
-
 /* The fence answered an error other than STALE (its library missing, a
  * fence of the wrong type): an undocumented result. */
 static void fence_failed(struct tc_rec *rec)
@@ -261,11 +228,34 @@ static void fence_failed(struct tc_rec *rec)
     rec[0].flags = TC_F_FENCE_ERR;
 }
 
-static struct one_check fence_error = { { { 1, 0, TC_EXCL, 0, 10, 1 } },
-                                        1,
-                                        { 0, 0 },
-                                        fence_failed,
-                                        { VIOL(TC_V_ERRNO, 1) } };
+/* The checks of one history each, a row a check, read across: its test's
+ * name, the sections and their count, the counters, the change, the
+ * verdict. */
+/* clang-format off */
+static const struct one_check checks[] = {
+    /* two mutex holds at once */
+    { "test_overlap",
+      { { 1, 0, TC_EXCL, 0, 10, 1 }, { 2, 0, TC_EXCL, 9, 20, 2 } }, 2,
+      { 2, 0 }, NULL, { VIOL(TC_V_OVERLAP, 1) } },
+    { "test_silent_loss", { { 1, 0, TC_EXCL, 0, 10, 1 } }, 1, { 1, 0 },
+      unlock_eperm, { VIOL(TC_V_SILENT_LOSS, 1) } },
+    /* a writer inside while a reader is */
+    { "test_rw_overlap",
+      { { 1, 1, TC_READ, 0, 10, 0 }, { 2, 1, TC_WRITE, 5, 20, 4 } }, 2,
+      { 0, 1 }, NULL, { VIOL(TC_V_RW_OVERLAP, 1), FIG(total, 1) } },
+    { "test_token_backwards",
+      { { 1, 0, TC_EXCL, 0, 10, 5 }, { 2, 0, TC_EXCL, 11, 20, 4 },
+        { 1, 0, TC_EXCL, 21, 30, 6 } }, 3, { 2, 0 }, refused_at_read,
+      { VIOL(TC_V_TOKEN, 1), FIG(total, 1), FIG(legit_refused, 1) } },
+    { "test_clobber",
+      { { 1, 0, TC_EXCL, 0, 10, 4 }, { 2, 0, TC_EXCL, 5, 20, 4 } }, 2,
+      { 1, 0 }, clobbered,
+      { VIOL(TC_V_COUNTER, 2), VIOL(TC_V_STALE_WRITE, 0) } },
+    { "test_fence_error", { { 1, 0, TC_EXCL, 0, 10, 1 } }, 1, { 0, 0 },
+      fence_failed, { VIOL(TC_V_ERRNO, 1) } },
+};
+/* clang-format on */
+#define NCHECKS (sizeof checks / sizeof checks[0])
 
 /* Mutex sections one after the other, readers sharing, a writer alone:
  * no violation, and the counters match. */
@@ -354,11 +344,10 @@ static void test_told_late(void **state)
 static void test_lost_during_acquire(void **state)
 {
     struct tc_rec rec[1];
-    struct tc_history h = hist(rec, 1);
+    struct tc_history h = turns(rec, 1, 1);
     struct tc_lost lost = { 0, 1, 0 };
 
     (void)state;
-    in_turn(rec, 1, 1);
     rec[0].unlock_rc = EPERM;
     h.counter[0] = 1;
     told(&h, &lost, 1);
@@ -372,10 +361,9 @@ static void test_lost_during_acquire(void **state)
 static void test_lost_update(void **state)
 {
     struct tc_rec rec[3];
-    struct tc_history h = hist(rec, 3);
+    struct tc_history h = turns(rec, 3, 1);
 
     (void)state;
-    in_turn(rec, 3, 1);
     rec[2].proc = 1;
     h.counter[0] = 2;
     EXPECT(&h, VIOL(TC_V_COUNTER, 1), FIG(total, 1));
@@ -417,10 +405,9 @@ static void test_calls(void **state)
 {
     struct tc_rec rec[3];
     struct tc_fault f = { T0 - 300 * MS, T0 - 100 * MS, 2, 0, 0 };
-    struct tc_history h = hist(rec, 3);
+    struct tc_history h = turns(rec, 3, 1);
 
     (void)state;
-    in_turn(rec, 3, 1);
     h.counter[0] = 2;
     rec[0].op = TC_OP_TRY;
     rec[0].rc = EAGAIN; /* not a section then, and not documented */
@@ -449,10 +436,9 @@ static void test_calls(void **state)
 static void test_enoreplica(void **state)
 {
     struct tc_rec rec[2];
-    struct tc_history h = hist(rec, 2);
+    struct tc_history h = turns(rec, 2, 1);
 
     (void)state;
-    in_turn(rec, 2, 1);
     h.counter[0] = 1;
     rec[1].rc = ENOLINK;
     rec[1].flags = 0;
@@ -627,10 +613,9 @@ static void test_lost_wakeup(void **state)
 static void test_stale_write_accepted(void **state)
 {
     struct tc_rec rec[3];
-    struct tc_history h = hist(rec, 3);
+    struct tc_history h = turns(rec, 3, 5);
 
     (void)state;
-    in_turn(rec, 3, 5);
     rec[0].rval = 0;
     rec[1].rval = 2;
     rec[2].rval = 1;
@@ -685,10 +670,9 @@ static void test_refusals(void **state)
                               { T0 + 25 * MS, 9, 0 } };
     struct tc_fault f = { T0 + 10 * MS + MS / 2, T0 + 10 * MS + MS / 2,
                           TC_ALL, 0, 1 };
-    struct tc_history h = hist(rec, 5);
+    struct tc_history h = turns(rec, 5, 2);
 
     (void)state;
-    in_turn(rec, 5, 2);
     rec[0].token = 9;
     faulted(&h, &f);
     for (int i = 1; i < 5; i++)
@@ -716,15 +700,10 @@ static void test_refusals(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-#define ONE(c) { "test_" #c, test_one_check, NULL, NULL, &c }
         cmocka_unit_test(test_clean),
-        ONE(overlap),
         cmocka_unit_test(test_documented_loss),
         cmocka_unit_test(test_told_late),
-        ONE(silent_loss),
         cmocka_unit_test(test_lost_during_acquire),
-        ONE(rw_overlap),
-        ONE(token_backwards),
         cmocka_unit_test(test_lost_update),
         cmocka_unit_test(test_hang),
         cmocka_unit_test(test_calls),
@@ -737,8 +716,14 @@ int main(void)
         cmocka_unit_test(test_stale_write_accepted),
         cmocka_unit_test(test_fence_same_value),
         cmocka_unit_test(test_refusals),
-        ONE(clobber),
-        ONE(fence_error),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    struct CMUnitTest one[NCHECKS];
+    int failed;
+
+    for (size_t i = 0; i < NCHECKS; i++)
+        one[i] = (struct CMUnitTest){ checks[i].name, test_one_check, NULL,
+                                      NULL, (void *)&checks[i] };
+    failed = cmocka_run_group_tests(tests, NULL, NULL);
+    return failed + cmocka_run_group_tests_name("one history, one check", one,
+                                                NULL, NULL);
 }
