@@ -722,27 +722,11 @@ static long long commands_run(void)
     return n;
 }
 
-struct herd_waiter {
-    dist_mutex_t *m;
-    int rc;
-    pthread_t th;
-};
-
-static void *herd_main(void *arg)
-{
-    struct herd_waiter *w = arg;
-
-    w->rc = dist_mutex_lock(w->m);
-    if (w->rc == 0)
-        w->rc = dist_mutex_unlock(w->m);
-    return NULL;
-}
-
 /* Commands per second the server runs while n fair waiters wait behind a
  * held lock and nothing else happens; then they all get it in turn. */
 static double idle_rate(const char *test, int n)
 {
-    struct herd_waiter *w = calloc((size_t)n, sizeof *w);
+    struct fx_locker *w = calloc((size_t)n, sizeof *w);
     struct fair_case c;
     long long c0, c1;
     double t0, t1, settle = WAITER_MS / 1000.0;
@@ -750,10 +734,8 @@ static double idle_rate(const char *test, int n)
 
     assert_non_null(w);
     case_begin(&c, test, 0, 1);
-    for (i = 0; i < n; i++) {
-        w[i].m = &c.m;
-        assert_int_equal(pthread_create(&w[i].th, NULL, herd_main, &w[i]), 0);
-    }
+    for (i = 0; i < n; i++)
+        assert_int_equal(fx_locker_start(&w[i], &c.m, 0), 0);
     assert_true(queue_reaches(c.n.queue, n, slack(20)));
     /* the waiters' first tries are done, their renewals under way */
     tu_sleep_ms((long)(settle * 1000));
@@ -764,9 +746,11 @@ static double idle_rate(const char *test, int n)
     t1 = tu_now();
     assert_int_equal(dist_mutex_unlock(&c.m), 0);
     for (i = 0; i < n; i++) {
-        pthread_join(w[i].th, NULL);
+        fx_locker_join(&w[i]);
         assert_int_equal(w[i].rc, 0);
     }
+    /* each gave the lock back */
+    assert_int_equal(exists(c.n.lock), 0);
     queue_gone(&c);
     case_end(&c);
     free(w);
