@@ -93,33 +93,42 @@ static void expect_left(long long n, const char *k1, const char *k2)
         assert_int_equal(tu_cmd_int(&r, "EXISTS", k2, NULL), 1);
 }
 
-static void mutex_with(const char *name, int fair, int robust)
+/* A mutex of test's own (tag), fair or not, robust or stalled, taken
+ * twice and given back twice; its name. */
+static const char *mutex_with(const char *test, const char *tag, int fair,
+                              int robust)
 {
     dist_mutexattr_t a;
-    dist_mutex_t m;
+    dist_mutex_t *m;
 
     assert_int_equal(dist_mutexattr_init(&a), 0);
     assert_int_equal(dist_mutexattr_setfair(&a, fair), 0);
     assert_int_equal(dist_mutexattr_setrobust(&a, robust), 0);
-    assert_int_equal(dist_mutex_init(&m, name, &a), 0);
-    assert_int_equal(dist_mutex_lock(&m), 0);
-    assert_int_equal(dist_mutex_lock(&m), 0);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
-    assert_int_equal(dist_mutex_destroy(&m), 0);
+    m = fx_own_mutex(test, tag, &a);
+    assert_int_equal(dist_mutex_lock(m), 0);
+    assert_int_equal(dist_mutex_lock(m), 0);
+    assert_int_equal(dist_mutex_unlock(m), 0);
+    assert_int_equal(dist_mutex_unlock(m), 0);
+    return fx_name(m);
+}
+
+/* PTTL of the key of kind derived from name. */
+static long long derived_pttl(const char *kind, const char *name)
+{
+    return derived_int(&r, "PTTL", kind, name);
 }
 
 static void test_mutex(void **state)
 {
+    const char *name;
+    long long pttl;
+
     (void)state;
     flush();
-    mutex_with("exp:mutex", 0, DIST_MUTEX_STALLED);
+    name = mutex_with(__func__, "m", 0, DIST_MUTEX_STALLED);
     /* the counter lives lease + grace, no longer */
-    {
-        long long pttl =
-            tu_cmd_int(&r, "PTTL", "redisson_lock_token:{exp:mutex}", NULL);
-        assert_true(pttl > 0 && pttl <= (long long)(600 + GRACE_MS));
-    }
+    pttl = derived_pttl("redisson_lock_token", name);
+    assert_true(pttl > 0 && pttl <= (long long)(600 + GRACE_MS));
     expect_empty();
 }
 
@@ -136,7 +145,7 @@ static void *fair_waiter(void *arg)
 static void test_fair(void **state)
 {
     dist_mutexattr_t a;
-    dist_mutex_t m;
+    dist_mutex_t *m;
     pthread_t t;
     void *res;
 
@@ -144,14 +153,13 @@ static void test_fair(void **state)
     flush();
     assert_int_equal(dist_mutexattr_init(&a), 0);
     assert_int_equal(dist_mutexattr_setfair(&a, 1), 0);
-    assert_int_equal(dist_mutex_init(&m, "exp:fair", &a), 0);
-    assert_int_equal(dist_mutex_lock(&m), 0);
-    assert_int_equal(pthread_create(&t, NULL, fair_waiter, &m), 0);
+    m = fx_mutex("fair", &a);
+    assert_int_equal(dist_mutex_lock(m), 0);
+    assert_int_equal(pthread_create(&t, NULL, fair_waiter, m), 0);
     tu_sleep_ms(200);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_unlock(m), 0);
     assert_int_equal(pthread_join(t, &res), 0);
     assert_null(res);
-    assert_int_equal(dist_mutex_destroy(&m), 0);
     expect_empty();
 }
 
@@ -159,8 +167,8 @@ static void test_robust_clean(void **state)
 {
     (void)state;
     flush();
-    mutex_with("exp:robust", 0, DIST_MUTEX_ROBUST);
-    mutex_with("exp:robustfair", 1, DIST_MUTEX_ROBUST);
+    mutex_with(__func__, "robust", 0, DIST_MUTEX_ROBUST);
+    mutex_with(__func__, "robustfair", 1, DIST_MUTEX_ROBUST);
     expect_empty();
 }
 
@@ -207,18 +215,17 @@ static void test_robust_dead_and_unrecoverable(void **state)
 static void test_rwlock(void **state)
 {
     dist_rwlockattr_t a;
-    dist_rwlock_t rw, pw;
+    dist_rwlock_t *rw, pw;
 
     (void)state;
     flush();
-    assert_int_equal(dist_rwlock_init(&rw, "exp:rw", NULL), 0);
-    assert_int_equal(dist_rwlock_rdlock(&rw), 0);
-    assert_int_equal(dist_rwlock_unlock(&rw), 0);
-    assert_int_equal(dist_rwlock_wrlock(&rw), 0);
-    assert_int_equal(dist_rwlock_rdlock(&rw), 0);
-    assert_int_equal(dist_rwlock_unlock(&rw), 0);
-    assert_int_equal(dist_rwlock_unlock(&rw), 0);
-    assert_int_equal(dist_rwlock_destroy(&rw), 0);
+    rw = fx_rwlock("rw", NULL);
+    assert_int_equal(dist_rwlock_rdlock(rw), 0);
+    assert_int_equal(dist_rwlock_unlock(rw), 0);
+    assert_int_equal(dist_rwlock_wrlock(rw), 0);
+    assert_int_equal(dist_rwlock_rdlock(rw), 0);
+    assert_int_equal(dist_rwlock_unlock(rw), 0);
+    assert_int_equal(dist_rwlock_unlock(rw), 0);
     assert_int_equal(dist_rwlockattr_init(&a), 0);
     assert_int_equal(dist_rwlockattr_setkind(&a, DIST_RWLOCK_PREFER_WRITER),
                      0);
@@ -255,50 +262,48 @@ static void *cond_waiter(void *arg)
 
 static void test_cond(void **state)
 {
-    dist_cond_t c;
-    dist_mutex_t m;
+    dist_mutex_t *m;
     pthread_t t;
     struct cond_arg x;
     struct timespec ts;
 
     (void)state;
     flush();
-    assert_int_equal(dist_mutex_init(&m, "exp:condm", NULL), 0);
-    assert_int_equal(dist_cond_init(&c, "exp:cond", NULL), 0);
-    x.c = &c;
-    x.m = &m;
+    m = fx_mutex("m", NULL);
+    x.c = fx_cond("c", NULL);
+    x.m = m;
     x.rc = -1;
     assert_int_equal(pthread_create(&t, NULL, cond_waiter, &x), 0);
     tu_sleep_ms(300);
-    assert_int_equal(dist_mutex_lock(&m), 0);
-    assert_int_equal(dist_cond_signal(&c), 0);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_lock(m), 0);
+    assert_int_equal(dist_cond_signal(x.c), 0);
+    assert_int_equal(dist_mutex_unlock(m), 0);
     assert_int_equal(pthread_join(t, NULL), 0);
     assert_int_equal(x.rc, 0);
     /* a wait that times out */
-    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_mutex_lock(m), 0);
     ts = realtime_in(0.2);
-    assert_int_equal(dist_cond_timedwait(&c, &m, &ts), ETIMEDOUT);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
-    assert_int_equal(dist_cond_destroy(&c), 0);
-    assert_int_equal(dist_mutex_destroy(&m), 0);
+    assert_int_equal(dist_cond_timedwait(x.c, m, &ts), ETIMEDOUT);
+    assert_int_equal(dist_mutex_unlock(m), 0);
     expect_empty();
 }
 
-static void sem_with(const char *name, int mode)
+/* A semaphore of test's own (tag) in mode, of 2 permits, both taken and
+ * given back; its name. */
+static const char *sem_with(const char *test, const char *tag, int mode)
 {
     dist_semattr_t a;
-    dist_sem_t s;
+    dist_sem_t *s;
 
     assert_int_equal(dist_semattr_init(&a), 0);
     assert_int_equal(dist_semattr_setmode(&a, mode), 0);
-    assert_int_equal(dist_sem_init(&s, name, 2, &a), 0);
-    assert_int_equal(dist_sem_wait(&s), 0);
-    assert_int_equal(dist_sem_trywait(&s), 0);
-    assert_int_equal(dist_sem_trywait(&s), EAGAIN);
-    assert_int_equal(dist_sem_post(&s), 0);
-    assert_int_equal(dist_sem_post(&s), 0);
-    assert_int_equal(dist_sem_destroy(&s), 0);
+    s = fx_own_sem(test, tag, 2, &a);
+    assert_int_equal(dist_sem_wait(s), 0);
+    assert_int_equal(dist_sem_trywait(s), 0);
+    assert_int_equal(dist_sem_trywait(s), EAGAIN);
+    assert_int_equal(dist_sem_post(s), 0);
+    assert_int_equal(dist_sem_post(s), 0);
+    return fx_name(s);
 }
 
 /* A semaphore's count is its state, as a named POSIX semaphore's is until
@@ -306,11 +311,15 @@ static void sem_with(const char *name, int mode)
  * Everything else of it goes: its holds and leases. */
 static void test_sem(void **state)
 {
+    const char *leased, *rsem;
+    char count[300];
+
     (void)state;
     flush();
-    sem_with("exp:sem", DIST_SEM_LEASED);
-    sem_with("exp:rsem", DIST_SEM_REDISSON);
-    expect_left(2, "distlock_sem:{exp:sem}", "exp:rsem");
+    leased = sem_with(__func__, "sem", DIST_SEM_LEASED);
+    rsem = sem_with(__func__, "rsem", DIST_SEM_REDISSON);
+    derived_name(count, sizeof count, "distlock_sem", leased);
+    expect_left(2, count, rsem);
 }
 
 static void *barrier_member(void *arg)
@@ -347,26 +356,24 @@ static void test_barrier(void **state)
  * setting; and a counter that expired restarts above the tokens before. */
 static void test_grace_zero_and_restart(void **state)
 {
-    dist_mutex_t m;
+    dist_mutex_t *m;
     uint64_t t1 = 0, t2 = 0;
 
     (void)state;
     flush();
-    assert_int_equal(dist_mutex_init(&m, "exp:zero", NULL), 0);
-    assert_int_equal(dist_mutex_lock(&m), 0);
-    assert_int_equal(dist_mutex_token(&m, &t1), 0);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
+    m = fx_mutex("zero", NULL);
+    assert_int_equal(dist_mutex_lock(m), 0);
+    assert_int_equal(dist_mutex_token(m, &t1), 0);
+    assert_int_equal(dist_mutex_unlock(m), 0);
     expect_empty();
-    assert_int_equal(dist_mutex_lock(&m), 0);
-    assert_int_equal(dist_mutex_token(&m, &t2), 0);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_lock(m), 0);
+    assert_int_equal(dist_mutex_token(m, &t2), 0);
+    assert_int_equal(dist_mutex_unlock(m), 0);
     assert_true(t2 > t1);
     assert_int_equal(dist_set_key_grace_ms(0), 0);
-    assert_int_equal(dist_mutex_lock(&m), 0);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
-    assert_int_equal(
-        tu_cmd_int(&r, "PTTL", "redisson_lock_token:{exp:zero}", NULL), -1);
-    assert_int_equal(dist_mutex_destroy(&m), 0);
+    assert_int_equal(dist_mutex_lock(m), 0);
+    assert_int_equal(dist_mutex_unlock(m), 0);
+    assert_int_equal(derived_pttl("redisson_lock_token", fx_name(m)), -1);
 }
 
 int main(void)
