@@ -256,6 +256,16 @@ static void nothing_refused(void)
     freeReplyObject(x);
 }
 
+/* After a test: its objects destroyed (fx_own_teardown), then nothing
+ * refused, the destroys included. */
+static int teardown(void **state)
+{
+    int rc = fx_own_teardown(state);
+
+    nothing_refused();
+    return rc;
+}
+
 /* ---- the kinds ----------------------------------------------------------------- */
 
 /* The wall clock in ms, as a Redisson client writes its deadlines. */
@@ -310,23 +320,24 @@ static void mutex_kind(void **state)
 {
     const int fair = param_int(state);
     dist_mutexattr_t a;
-    dist_mutex_t m, m2;
+    dist_mutex_t *m, *m2;
     struct waiter w[2];
-    char name[200];
+    const char *name;
     uint64_t token;
     int i;
 
-    NAME(name, fair ? "fair" : "plain");
     assert_int_equal(dist_mutexattr_init(&a), 0);
     assert_int_equal(dist_mutexattr_setfair(&a, fair), 0);
-    assert_int_equal(dist_mutex_init(&m, name, &a), 0);
-    assert_int_equal(dist_mutex_init(&m2, name, &a), 0);
-    assert_int_equal(dist_mutex_lock(&m), 0);
-    assert_int_equal(dist_mutex_token(&m, &token), 0);
+    /* two objects on one name */
+    m = fx_mutex(fair ? "fair" : "plain", &a);
+    m2 = fx_mutex(fair ? "fair" : "plain", &a);
+    name = fx_name(m);
+    assert_int_equal(dist_mutex_lock(m), 0);
+    assert_int_equal(dist_mutex_token(m, &token), 0);
     /* held across renewals (every 0.5 s) while two threads wait (a fair
      * queue's deadlines move behind its head as the head is renewed) */
     for (i = 0; i < 2; i++)
-        waiter_start(&w[i], mx_lock, &m2);
+        waiter_start(&w[i], mx_lock, m2);
     if (fair) {
         /* and a Redisson client queued behind them, whose deadline
          * theirs carry along */
@@ -342,14 +353,11 @@ static void mutex_kind(void **state)
     tu_sleep_ms(1200);
     for (i = 0; i < 2; i++)
         assert_int_equal(w[i].rc, -1);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_unlock(m), 0);
     for (i = 0; i < 2; i++) {
         pthread_join(w[i].th, NULL);
         assert_int_equal(w[i].rc, 0);
     }
-    assert_int_equal(dist_mutex_destroy(&m), 0);
-    assert_int_equal(dist_mutex_destroy(&m2), 0);
-    nothing_refused();
     if (fair) {
         char k[256];
 
@@ -369,71 +377,55 @@ static int rw_wr(void *l)
 
 static void test_rwlock(void **state)
 {
-    dist_rwlock_t a, b;
+    dist_rwlock_t *a = fx_rwlock("rw", NULL), *b = fx_rwlock("rw", NULL);
     struct waiter w;
-    char name[200];
 
     (void)state;
-    NAME(name, "rw");
-    assert_int_equal(dist_rwlock_init(&a, name, NULL), 0);
-    assert_int_equal(dist_rwlock_init(&b, name, NULL), 0);
-    assert_int_equal(dist_rwlock_rdlock(&a), 0);
-    assert_int_equal(dist_rwlock_rdlock(&a), 0);
-    waiter_start(&w, rw_wr, &b);
+    assert_int_equal(dist_rwlock_rdlock(a), 0);
+    assert_int_equal(dist_rwlock_rdlock(a), 0);
+    waiter_start(&w, rw_wr, b);
     tu_sleep_ms(1200);
     assert_int_equal(w.rc, -1);
-    assert_int_equal(dist_rwlock_unlock(&a), 0);
-    assert_int_equal(dist_rwlock_unlock(&a), 0);
+    assert_int_equal(dist_rwlock_unlock(a), 0);
+    assert_int_equal(dist_rwlock_unlock(a), 0);
     pthread_join(w.th, NULL);
     assert_int_equal(w.rc, 0);
-    assert_int_equal(dist_rwlock_destroy(&a), 0);
-    assert_int_equal(dist_rwlock_destroy(&b), 0);
-    nothing_refused();
 }
 
 struct condpair {
-    dist_mutex_t m;
-    dist_cond_t c;
+    dist_mutex_t *m;
+    dist_cond_t *c;
     int ready;
 };
 
 static int cond_wait(void *p)
 {
     struct condpair *cp = p;
-    int rc = dist_mutex_lock(&cp->m);
+    int rc = dist_mutex_lock(cp->m);
 
     while (rc == 0 && !cp->ready)
-        rc = dist_cond_wait(&cp->c, &cp->m);
+        rc = dist_cond_wait(cp->c, cp->m);
     if (rc == 0)
-        rc = dist_mutex_unlock(&cp->m);
+        rc = dist_mutex_unlock(cp->m);
     return rc;
 }
 
 static void test_cond(void **state)
 {
-    struct condpair cp;
+    struct condpair cp = { fx_mutex("m", NULL), fx_cond("c", NULL), 0 };
     struct waiter w;
-    char mname[200], cname[200];
 
     (void)state;
-    NAME(mname, "m");
-    NAME(cname, "c");
-    cp.ready = 0;
-    assert_int_equal(dist_mutex_init(&cp.m, mname, NULL), 0);
-    assert_int_equal(dist_cond_init(&cp.c, cname, NULL), 0);
     waiter_start(&w, cond_wait, &cp);
     tu_sleep_ms(1200); /* registered, renewed as a waiter */
     assert_int_equal(w.rc, -1);
-    assert_int_equal(dist_mutex_lock(&cp.m), 0);
+    assert_int_equal(dist_mutex_lock(cp.m), 0);
     cp.ready = 1;
-    assert_int_equal(dist_cond_signal(&cp.c), 0);
-    assert_int_equal(dist_cond_broadcast(&cp.c), 0);
-    assert_int_equal(dist_mutex_unlock(&cp.m), 0);
+    assert_int_equal(dist_cond_signal(cp.c), 0);
+    assert_int_equal(dist_cond_broadcast(cp.c), 0);
+    assert_int_equal(dist_mutex_unlock(cp.m), 0);
     pthread_join(w.th, NULL);
     assert_int_equal(w.rc, 0);
-    assert_int_equal(dist_cond_destroy(&cp.c), 0);
-    assert_int_equal(dist_mutex_destroy(&cp.m), 0);
-    nothing_refused();
 }
 
 /* a permit taken, then given back by the thread that holds it */
@@ -447,29 +439,26 @@ static int sem_take(void *s)
 static void sem_kind(void **state)
 {
     const int mode = param_int(state);
+    const char *tag = mode == DIST_SEM_REDISSON ? "redisson" : "leased";
     dist_semattr_t a;
-    dist_sem_t s, s2;
+    dist_sem_t *s, *s2;
     struct waiter w;
-    char name[200];
     int v;
 
-    NAME(name, mode == DIST_SEM_REDISSON ? "redisson" : "leased");
     assert_int_equal(dist_semattr_init(&a), 0);
     assert_int_equal(dist_semattr_setmode(&a, mode), 0);
-    assert_int_equal(dist_sem_init(&s, name, 1, &a), 0);
-    assert_int_equal(dist_sem_init(&s2, name, 1, &a), 0);
-    assert_int_equal(dist_sem_wait(&s), 0);
-    waiter_start(&w, sem_take, &s2);
+    /* two objects on one name */
+    s = fx_sem(tag, 1, &a);
+    s2 = fx_sem(tag, 1, &a);
+    assert_int_equal(dist_sem_wait(s), 0);
+    waiter_start(&w, sem_take, s2);
     tu_sleep_ms(1200); /* the permit renewed, the waiter too */
     assert_int_equal(w.rc, -1);
-    assert_int_equal(dist_sem_getvalue(&s, &v), 0);
+    assert_int_equal(dist_sem_getvalue(s, &v), 0);
     assert_int_equal(v, 0);
-    assert_int_equal(dist_sem_post(&s), 0);
+    assert_int_equal(dist_sem_post(s), 0);
     pthread_join(w.th, NULL);
     assert_int_equal(w.rc, 0);
-    assert_int_equal(dist_sem_destroy(&s), 0);
-    assert_int_equal(dist_sem_destroy(&s2), 0);
-    nothing_refused();
 }
 
 static int bar_wait(void *b)
@@ -499,7 +488,6 @@ static void test_barrier(void **state)
     assert_int_equal(w.rc, 0);
     assert_int_equal(dist_barrier_destroy(&a), 0);
     assert_int_equal(dist_barrier_destroy(&b), 0);
-    nothing_refused();
 }
 
 /* Calls of cmd the group's server has run. */
@@ -524,34 +512,30 @@ static long wait_calls(void)
 static void test_with_replica(void **state)
 {
     tu_redis_t rep;
-    dist_mutex_t m;
-    char name[200];
+    dist_mutex_t *m;
     long waits, roles;
 
     (void)state;
-    NAME(name, "m");
     start_replica(&r, &rep);
     /* connections made before the replica came count none: anew */
     dist_shutdown();
     assert_int_equal(fx_apply(url, &settings), 0);
     waits = wait_calls();
-    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
-    assert_int_equal(dist_mutex_lock(&m), 0);
-    assert_int_equal(tu_cmd_int(&rep, "EXISTS", name, NULL), 1);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
+    m = fx_mutex("m", NULL);
+    assert_int_equal(dist_mutex_lock(m), 0);
+    assert_int_equal(tu_cmd_int(&rep, "EXISTS", fx_name(m), NULL), 1);
+    assert_int_equal(dist_mutex_unlock(m), 0);
     if (wait_calls() <= waits)
         fail_msg("the hold was not made to wait for the replica (no WAIT)");
     tu_sleep_ms(1100); /* the count is over 1 s old */
     waits = wait_calls();
     roles = calls_of("role");
-    assert_int_equal(dist_mutex_lock(&m), 0);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
-    assert_int_equal(dist_mutex_destroy(&m), 0);
+    assert_int_equal(dist_mutex_lock(m), 0);
+    assert_int_equal(dist_mutex_unlock(m), 0);
     if (wait_calls() <= waits)
         fail_msg("the hold on a count its script read did not WAIT");
     assert_int_equal(calls_of("role"), roles);
     tu_redis_stop(&rep);
-    nothing_refused();
 }
 
 /* The user is the one in force: a lock outside its names is refused,
@@ -613,10 +597,10 @@ static long long refusals(long long *info)
  * reads the count after it. */
 static void test_without_info(void **state)
 {
-    char *words[MAX_ARGS], name[200], other[128];
+    char *words[MAX_ARGS], other[128];
     long long info;
     long roles;
-    dist_mutex_t m;
+    dist_mutex_t *m;
     redisReply *x;
     int n, i, k;
 
@@ -646,22 +630,20 @@ static void test_without_info(void **state)
     fx_dirty = 1;
     assert_int_equal(fx_apply(other, &settings), 0);
 
-    NAME(name, "m");
-    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
-    assert_int_equal(dist_mutex_lock(&m), 0); /* connects: ROLE */
-    assert_int_equal(dist_mutex_unlock(&m), 0);
+    m = fx_mutex("m", NULL);
+    assert_int_equal(dist_mutex_lock(m), 0); /* connects: ROLE */
+    assert_int_equal(dist_mutex_unlock(m), 0);
     for (i = 0; i < 2; i++) {
         tu_sleep_ms(1100); /* the count is over 1 s old */
         roles = calls_of("role");
-        assert_int_equal(dist_mutex_lock(&m), 0);
-        assert_int_equal(dist_mutex_unlock(&m), 0);
+        assert_int_equal(dist_mutex_lock(m), 0);
+        assert_int_equal(dist_mutex_unlock(m), 0);
         /* the first: the script's INFO refused, then ROLE; the second:
          * the plain script, then ROLE */
         assert_int_equal(calls_of("role") - roles, 1);
         assert_int_equal(refusals(&info), 1);
         assert_int_equal(info, 1);
     }
-    assert_int_equal(dist_mutex_destroy(&m), 0);
     freeReplyObject(tu_cmd(&r, "ACL", "LOG", "RESET", NULL));
     freeReplyObject(tu_cmd(&r, "ACL", "DELUSER", USER "_noinfo", NULL));
     assert_int_equal(fx_apply(url, &settings), 0);
@@ -708,24 +690,19 @@ static int tool(char *out, size_t len, const char *a0, const char *a1,
 
 static void test_tool_status_and_list(void **state)
 {
-    char mname[200], sname[200], cname[200], bname[200], pattern[256];
+    char bname[200], pattern[256];
     char out[8192];
-    dist_mutex_t m;
-    dist_sem_t s;
-    dist_cond_t c;
+    dist_mutex_t *m = fx_mutex("m", NULL);
+    dist_sem_t *s = fx_sem("s", 2, NULL);
+    const char *mname = fx_name(m), *sname = fx_name(s);
+    const char *cname = fx_name(fx_cond("c", NULL));
     dist_barrier_t b;
     int st;
 
     (void)state;
-    NAME(mname, "m");
-    NAME(sname, "s");
-    NAME(cname, "c");
     NAME(bname, "b");
-    assert_int_equal(dist_mutex_init(&m, mname, NULL), 0);
-    assert_int_equal(dist_mutex_lock(&m), 0);
-    assert_int_equal(dist_sem_init(&s, sname, 2, NULL), 0);
-    assert_int_equal(dist_sem_wait(&s), 0);
-    assert_int_equal(dist_cond_init(&c, cname, NULL), 0);
+    assert_int_equal(dist_mutex_lock(m), 0);
+    assert_int_equal(dist_sem_wait(s), 0);
     assert_int_equal(dist_barrier_init(&b, bname, 2), 0);
 
     st = tool(out, sizeof out, "status", mname, NULL, NULL, NULL);
@@ -752,21 +729,17 @@ static void test_tool_status_and_list(void **state)
     assert_true(WIFEXITED(st));
     assert_int_equal(WEXITSTATUS(st), 0);
 
-    assert_int_equal(dist_sem_post(&s), 0);
-    assert_int_equal(dist_sem_destroy(&s), 0);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
-    assert_int_equal(dist_mutex_destroy(&m), 0);
-    assert_int_equal(dist_cond_destroy(&c), 0);
+    assert_int_equal(dist_sem_post(s), 0);
+    assert_int_equal(dist_mutex_unlock(m), 0);
     assert_int_equal(dist_barrier_destroy(&b), 0);
-    nothing_refused();
 }
 
 int main(void)
 {
-#define T(f) cmocka_unit_test_setup(f, setup)
+#define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
 #define P(name, fn, arg)                                                     \
     {                                                                        \
-#name, fn, setup, NULL, (void *)(arg)                                \
+#name, fn, setup, teardown, (void *)(arg)                            \
     }
     const struct CMUnitTest tests[] = {
         P(test_mutex, mutex_kind, &plain_kind),
@@ -778,7 +751,9 @@ int main(void)
         T(test_barrier),
         T(test_tool_status_and_list),
         T(test_with_replica),
-        T(test_other_names_refused),
+        /* refused on purpose: its log is not checked */
+        cmocka_unit_test_setup_teardown(test_other_names_refused, setup,
+                                        fx_own_teardown),
         cmocka_unit_test(test_scripts_commands_granted),
         T(test_without_info),
     };
