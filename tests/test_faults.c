@@ -606,32 +606,32 @@ static void test_proxy_faults(void **state)
  */
 static void test_sigstop(void **state)
 {
-    char nheld[200], nleased[200], nm[200];
+    const char *nheld, *nleased, *nm;
     struct fx_call lk, try, timed;
     char *own_held, *own_leased;
-    dist_mutex_t held, leased, m;
+    dist_mutex_t *held, *leased, *m;
     dist_mutexattr_t at;
     double t_stop, t0, el_recover, stopped;
     int rc_after;
     struct timespec ts;
 
     (void)state;
-    NAME(nheld, "held");
-    NAME(nleased, "leased");
-    NAME(nm, "m");
     fx_watch_lost();
     /* renewed every 2 s, so that it is renewed around the stop */
     assert_int_equal(dist_set_watchdog_ms(6000), 0);
     assert_int_equal(dist_set_timeout_ms(FAULT_TIMEOUT_MS), 0);
     assert_int_equal(dist_mutexattr_init(&at), 0);
     assert_int_equal(dist_mutexattr_setlease(&at, 10000), 0);
-    assert_int_equal(dist_mutex_init(&held, nheld, NULL), 0);
-    assert_int_equal(dist_mutex_init(&leased, nleased, &at), 0);
-    assert_int_equal(dist_mutex_init(&m, nm, NULL), 0);
-    assert_int_equal(dist_mutex_lock(&held), 0);
-    assert_int_equal(dist_mutex_lock(&leased), 0);
-    assert_int_equal(dist_mutex_lock(&m), 0); /* connection warm */
-    assert_int_equal(dist_mutex_unlock(&m), 0);
+    held = fx_mutex("held", NULL);
+    nheld = fx_name(held);
+    leased = fx_mutex("leased", &at);
+    nleased = fx_name(leased);
+    m = fx_mutex("m", NULL);
+    nm = fx_name(m);
+    assert_int_equal(dist_mutex_lock(held), 0);
+    assert_int_equal(dist_mutex_lock(leased), 0);
+    assert_int_equal(dist_mutex_lock(m), 0); /* connection warm */
+    assert_int_equal(dist_mutex_unlock(m), 0);
     own_held = owner_field(nheld, NULL);
     own_leased = owner_field(nleased, NULL);
     assert_non_null(own_held);
@@ -639,17 +639,17 @@ static void test_sigstop(void **state)
 
     assert_int_equal(tu_redis_signal(&r, SIGSTOP), 0);
     t_stop = tu_now();
-    FX_CALL(&lk, dist_mutex_lock(&m));
-    FX_CALL(&try, dist_mutex_trylock(&m));
+    FX_CALL(&lk, dist_mutex_lock(m));
+    FX_CALL(&try, dist_mutex_trylock(m));
     ts = realtime_in(20.0);
-    FX_CALL(&timed, dist_mutex_timedlock(&m, &ts));
+    FX_CALL(&timed, dist_mutex_timedlock(m, &ts));
     /* stopped for at least 1.5 s in all */
     while (tu_now() - t_stop < 1.5)
         tu_sleep_ms(10);
     stopped = tu_now() - t_stop;
     assert_int_equal(tu_redis_signal(&r, SIGCONT), 0);
     t0 = tu_now();
-    rc_after = dist_mutex_lock(&m);
+    rc_after = dist_mutex_lock(m);
     el_recover = tu_now() - t0;
 
     print_message(
@@ -674,24 +674,20 @@ static void test_sigstop(void **state)
     assert_int_equal(rc_after, 0);
     assert_dbl_range(el_recover, 0.0, 4 * 0.3 + 0.5 + slack(1.0));
     assert_held_once(&r, nm, NULL);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_unlock(m), 0);
     assert_int_equal(key_exists(nm), 0);
 
     /* the holds from before the stop are still ours, once each */
     assert_held_once(&r, nheld, own_held);
     assert_held_once(&r, nleased, own_leased);
-    assert_int_equal(dist_mutex_unlock(&held), 0);
-    assert_int_equal(dist_mutex_unlock(&leased), 0);
+    assert_int_equal(dist_mutex_unlock(held), 0);
+    assert_int_equal(dist_mutex_unlock(leased), 0);
     assert_int_equal(key_exists(nheld), 0);
     assert_int_equal(key_exists(nleased), 0);
     assert_int_equal(fx_lost_calls(NULL), 0);
 
     free(own_held);
     free(own_leased);
-    assert_int_equal(dist_mutex_destroy(&held), 0);
-    assert_int_equal(dist_mutex_destroy(&leased), 0);
-    assert_int_equal(dist_mutex_destroy(&m), 0);
-    fx_restore_defaults(NULL);
 }
 
 /* dist_last_error() after a call that timed out should say so.  Was a bug
@@ -700,23 +696,21 @@ static void test_sigstop(void **state)
  * internal probe's name instead of the lock's). */
 static void test_sigstop_error_names_timeout(void **state)
 {
-    char nm[200], err[256];
-    dist_mutex_t m;
+    dist_mutex_t *m = fx_mutex("m", NULL);
+    const char *nm = fx_name(m);
+    char err[256];
     int rc;
 
     (void)state;
-    NAME(nm, "m");
     fx_dirty = 1;
     assert_int_equal(dist_set_timeout_ms(FAULT_TIMEOUT_MS), 0);
-    assert_int_equal(dist_mutex_init(&m, nm, NULL), 0);
     assert_int_equal(tu_redis_signal(&r, SIGSTOP), 0);
-    rc = dist_mutex_lock(&m);
+    rc = dist_mutex_lock(m);
     snprintf(err, sizeof err, "%s", dist_last_error());
     assert_int_equal(tu_redis_signal(&r, SIGCONT), 0);
     /* settle the doubt the failed lock left, then clean up */
-    assert_int_equal(dist_mutex_lock(&m), 0);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
-    assert_int_equal(dist_mutex_destroy(&m), 0);
+    assert_int_equal(dist_mutex_lock(m), 0);
+    assert_int_equal(dist_mutex_unlock(m), 0);
     dist_set_timeout_ms(DEFAULT_TIMEOUT_MS);
     fx_dirty = 0;
 
@@ -833,8 +827,10 @@ static void pause_child(struct pause_shared *s, const char *name)
 static void test_client_pause(void **state)
 {
     const char *mode = *state;
-    char name[200], n2[200], *own0, *own;
-    dist_mutex_t m, m2;
+    /* each mode's hold under a name of its own; m2 is only locked */
+    dist_mutex_t *m = fx_mutex(mode, NULL), *m2 = fx_mutex("m2", NULL);
+    const char *name = fx_name(m);
+    char *own0, *own;
     struct pause_shared *s;
     redisReply *x;
     pid_t pid;
@@ -842,8 +838,6 @@ static void test_client_pause(void **state)
     double t_sent, t_pause, t0, el_m2, end_m2, end;
     int st = -1, rc_m2, killed;
 
-    test_lock_name(name, sizeof name, "test_faults", "pause", mode);
-    test_lock_name(n2, sizeof n2, "test_faults", "pause2", mode);
     s = mmap(NULL, sizeof *s, PROT_READ | PROT_WRITE,
              MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     assert_true(s != MAP_FAILED);
@@ -851,9 +845,7 @@ static void test_client_pause(void **state)
     s->code = -1;
     fx_watch_lost();
     assert_int_equal(dist_set_watchdog_ms(3000), 0);
-    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
-    assert_int_equal(dist_mutex_init(&m2, n2, NULL), 0);
-    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_mutex_lock(m), 0);
     own0 = owner_field(name, NULL);
     assert_non_null(own0);
 
@@ -878,11 +870,11 @@ static void test_client_pause(void **state)
     }
     freeReplyObject(x);
     t0 = tu_now();
-    rc_m2 = dist_mutex_lock(&m2);
+    rc_m2 = dist_mutex_lock(m2);
     el_m2 = tu_now() - t0;
     end_m2 = tu_now() - t_sent; /* the pause began after t_sent */
     if (rc_m2 == 0)
-        dist_mutex_unlock(&m2);
+        dist_mutex_unlock(m2);
     /* the pause, then a second of trying and renewing */
     while (tu_now() - t_pause < 2.5)
         tu_sleep_ms(20);
@@ -912,14 +904,11 @@ static void test_client_pause(void **state)
                  own ? own : "(none)", own0);
     assert_int_equal(cnt, 1);
     assert_in_range(pttl, 1, 3000);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_unlock(m), 0);
     assert_int_equal(key_exists(name), 0);
     free(own);
     free(own0);
     munmap(s, sizeof *s);
-    assert_int_equal(dist_mutex_destroy(&m), 0);
-    assert_int_equal(dist_mutex_destroy(&m2), 0);
-    fx_restore_defaults(NULL);
 }
 
 /* ---- c. latency ------------------------------------------------------------------ */
@@ -933,30 +922,27 @@ static void test_client_pause(void **state)
  * update. */
 static void test_latency(void **state)
 {
-    char name[200];
+    dist_mutex_t *m = fx_mutex("m", NULL);
+    const char *name = fx_name(m);
     struct crun run;
     struct cshared *s;
-    dist_mutex_t m;
     pid_t pids[LAT_CHILDREN];
     int status[LAT_CHILDREN], i, killed;
     double t0, el_pair, el;
 
     (void)state;
-    NAME(name, "m");
     proxy_up();
     tu_proxy_set_delay(g_proxy, LAT_DELAY_MS);
 
     /* one client alone: each pair pays the delay */
-    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
-    assert_int_equal(dist_mutex_lock(&m), 0); /* connection made */
-    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_lock(m), 0); /* connection made */
+    assert_int_equal(dist_mutex_unlock(m), 0);
     t0 = tu_now();
     for (i = 0; i < 5; i++) {
-        assert_int_equal(dist_mutex_lock(&m), 0);
-        assert_int_equal(dist_mutex_unlock(&m), 0);
+        assert_int_equal(dist_mutex_lock(m), 0);
+        assert_int_equal(dist_mutex_unlock(m), 0);
     }
     el_pair = (tu_now() - t0) / 5;
-    assert_int_equal(dist_mutex_destroy(&m), 0);
     assert_dbl_range(el_pair, 4 * LAT_DELAY_MS / 1000.0, slack(2.0));
 
     s = cshared_new();
@@ -1086,10 +1072,16 @@ static int await_script_on(redisContext *mon, const char *name, double secs)
  */
 static void test_blackhole(void **state)
 {
-    char nheld[200], nrel[200], nm[200], nw[200];
+    dist_mutex_t *held = fx_mutex("held", NULL);
+    const char *nheld = fx_name(held);
+    dist_mutex_t *rel = fx_mutex("rel", NULL);
+    const char *nrel = fx_name(rel);
+    dist_mutex_t *m = fx_mutex("m", NULL);
+    const char *nm = fx_name(m);
+    dist_mutex_t *w = fx_mutex("w", NULL);
+    const char *nw = fx_name(w);
     struct fx_call lk, unl;
     char *own_held, *own;
-    dist_mutex_t held, rel, m, w;
     struct fx_locker wa;
     int to_child[2], from_child[2], st = -1, b;
     pid_t pid;
@@ -1100,22 +1092,14 @@ static void test_blackhole(void **state)
     int rc_after, asleep, settled;
 
     (void)state;
-    NAME(nheld, "held");
-    NAME(nrel, "rel");
-    NAME(nm, "m");
-    NAME(nw, "w");
     proxy_up();
     fx_watch_lost();
     assert_int_equal(dist_set_watchdog_ms(6000), 0);
     assert_int_equal(dist_set_timeout_ms(FAULT_TIMEOUT_MS), 0);
-    assert_int_equal(dist_mutex_init(&held, nheld, NULL), 0);
-    assert_int_equal(dist_mutex_init(&rel, nrel, NULL), 0);
-    assert_int_equal(dist_mutex_init(&m, nm, NULL), 0);
-    assert_int_equal(dist_mutex_init(&w, nw, NULL), 0);
-    assert_int_equal(dist_mutex_lock(&held), 0);
-    assert_int_equal(dist_mutex_lock(&rel), 0);
-    assert_int_equal(dist_mutex_lock(&m), 0);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_lock(held), 0);
+    assert_int_equal(dist_mutex_lock(rel), 0);
+    assert_int_equal(dist_mutex_lock(m), 0);
+    assert_int_equal(dist_mutex_unlock(m), 0);
     own_held = owner_field(nheld, NULL);
     assert_non_null(own_held);
 
@@ -1132,12 +1116,12 @@ static void test_blackhole(void **state)
             dist_set_watchdog_ms(DEFAULT_WATCHDOG_MS) != 0 ||
             dist_set_timeout_ms(DEFAULT_TIMEOUT_MS) != 0)
             _exit(10);
-        c = (unsigned char)dist_mutex_lock(&w);
+        c = (unsigned char)dist_mutex_lock(w);
         if (write(from_child[1], &c, 1) != 1 || c != 0)
             _exit(11);
         if (read_byte(to_child[0], 30000) < 0)
             _exit(12);
-        c = (unsigned char)(rc = dist_mutex_unlock(&w));
+        c = (unsigned char)(rc = dist_mutex_unlock(w));
         if (write(from_child[1], &c, 1) != 1 || rc != 0)
             _exit(13);
         _exit(0);
@@ -1153,7 +1137,7 @@ static void test_blackhole(void **state)
     }
     mon = monitor_start();
     assert_non_null(mon);
-    assert_int_equal(fx_locker_start(&wa, &w, 0), 0);
+    assert_int_equal(fx_locker_start(&wa, w, 0), 0);
     asleep = await_asleep(mon, nw, slack(10.0));
     redisFree(mon);
     if (!asleep) {
@@ -1166,8 +1150,8 @@ static void test_blackhole(void **state)
     conns = tu_proxy_connections(g_proxy);
     tu_proxy_blackhole(g_proxy, 1);
     t_on = tu_now();
-    FX_CALL(&lk, dist_mutex_lock(&m));
-    FX_CALL(&unl, dist_mutex_unlock(&rel));
+    FX_CALL(&lk, dist_mutex_lock(m));
+    FX_CALL(&unl, dist_mutex_unlock(rel));
     /* the other client lets go; the message is swallowed */
     if (write(to_child[1], "x", 1) != 1 ||
         read_byte(from_child[0], 10000) != 0) {
@@ -1197,7 +1181,7 @@ static void test_blackhole(void **state)
     el_settle = tu_now() - t_off;
     redisFree(mon);
     t0 = tu_now();
-    rc_after = dist_mutex_lock(&m);
+    rc_after = dist_mutex_lock(m);
     el_recover = tu_now() - t0;
     fx_locker_join(&wa);
     waitpid(pid, &st, 0);
@@ -1221,7 +1205,7 @@ static void test_blackhole(void **state)
     assert_int_equal(rc_after, 0);
     assert_dbl_range(el_recover, 0.0, 4 * 0.3 + 0.5 + slack(1.0));
     assert_true(tu_proxy_connections(g_proxy) > conns); /* reconnected */
-    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_unlock(m), 0);
     assert_int_equal(key_exists(nm), 0);
     /* the waiter: woken by the reconnection, not by the 30 s lease */
     assert_int_equal(wa.rc, 0);
@@ -1229,7 +1213,7 @@ static void test_blackhole(void **state)
     assert_int_equal(await_gone(nw, 2.0), 0);
     /* the release that timed out: finished by the library */
     assert_int_equal(await_gone(nrel, 2.0 + slack(1.0)), 0);
-    assert_int_equal(dist_mutex_unlock(&rel), EPERM);
+    assert_int_equal(dist_mutex_unlock(rel), EPERM);
     /* the hold through the blackhole */
     own = owner_field(nheld, &cnt);
     assert_non_null(own);
@@ -1237,19 +1221,13 @@ static void test_blackhole(void **state)
     assert_int_equal(cnt, 1);
     free(own);
     free(own_held);
-    assert_int_equal(dist_mutex_unlock(&held), 0);
+    assert_int_equal(dist_mutex_unlock(held), 0);
     assert_int_equal(key_exists(nheld), 0);
     /* nothing held was lost (rel, released, may be reported lost by a
      * known bug: test_doubtful_unlock_not_lost) */
     assert_int_equal(fx_lost_calls(nheld), 0);
     assert_int_equal(fx_lost_calls(nm), 0);
     assert_int_equal(fx_lost_calls(nw), 0);
-
-    assert_int_equal(dist_mutex_destroy(&held), 0);
-    assert_int_equal(dist_mutex_destroy(&rel), 0);
-    assert_int_equal(dist_mutex_destroy(&m), 0);
-    assert_int_equal(dist_mutex_destroy(&w), 0);
-    fx_restore_defaults(NULL);
     proxy_down();
 }
 
@@ -1548,21 +1526,20 @@ static void test_reset_contended(void **state)
  */
 static void test_doubtful_unlock_not_lost(void **state)
 {
-    char name[200], first[256];
-    dist_mutex_t m;
+    dist_mutex_t *m = fx_mutex("m", NULL);
+    const char *name = fx_name(m);
+    char first[256];
     double t_stop;
     int rc;
 
     (void)state;
-    NAME(name, "m");
     fx_watch_lost();
     assert_int_equal(dist_set_watchdog_ms(1500), 0); /* renewed every 0.5 s */
     assert_int_equal(dist_set_timeout_ms(FAULT_TIMEOUT_MS), 0);
-    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
-    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_mutex_lock(m), 0);
     assert_int_equal(tu_redis_signal(&r, SIGSTOP), 0);
     t_stop = tu_now();
-    rc = dist_mutex_unlock(&m);
+    rc = dist_mutex_unlock(m);
     while (tu_now() - t_stop < 1.0)
         tu_sleep_ms(10);
     assert_int_equal(tu_redis_signal(&r, SIGCONT), 0);
@@ -1575,9 +1552,7 @@ static void test_doubtful_unlock_not_lost(void **state)
         fail_msg("the lost handler ran %d time(s) for '%s', released by "
                  "this process",
                  fx_lost_calls(NULL), fx_lost_name(0, first, sizeof first));
-    assert_int_equal(dist_mutex_unlock(&m), EPERM);
-    assert_int_equal(dist_mutex_destroy(&m), 0);
-    fx_restore_defaults(NULL);
+    assert_int_equal(dist_mutex_unlock(m), EPERM);
 }
 
 /*
@@ -1592,27 +1567,25 @@ static void test_doubtful_unlock_not_lost(void **state)
  */
 static void test_slow_unlock_no_long_yield(void **state)
 {
-    char name[200];
-    dist_mutex_t m;
+    dist_mutex_t *m = fx_mutex("m", NULL);
+    const char *name = fx_name(m);
     redisReply *x;
     pid_t pid;
     double t0, el_unlock = 0, el_lock;
     int i, rc_unlock = -1, rc_lock, st = -1;
 
     (void)state;
-    NAME(name, "m");
-    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
-    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_mutex_lock(m), 0);
     pid = fork();
     if (pid == 0) {
         /* the waiter: takes the lock whenever it can and lets go at once */
         for (;;)
-            if (dist_mutex_lock(&m) == 0)
-                dist_mutex_unlock(&m);
+            if (dist_mutex_lock(m) == 0)
+                dist_mutex_unlock(m);
     }
     assert_true(pid > 0);
     for (i = 1; i <= 8; i++) {
-        if (i > 1 && dist_mutex_lock(&m) != 0)
+        if (i > 1 && dist_mutex_lock(m) != 0)
             break;
         tu_sleep_ms(100); /* the other one is waiting now */
         if (i == 8) {
@@ -1621,14 +1594,14 @@ static void test_slow_unlock_no_long_yield(void **state)
                 freeReplyObject(x);
         }
         t0 = tu_now();
-        rc_unlock = dist_mutex_unlock(&m);
+        rc_unlock = dist_mutex_unlock(m);
         el_unlock = tu_now() - t0;
     }
     t0 = tu_now();
-    rc_lock = dist_mutex_lock(&m);
+    rc_lock = dist_mutex_lock(m);
     el_lock = tu_now() - t0;
     if (rc_lock == 0)
-        dist_mutex_unlock(&m);
+        dist_mutex_unlock(m);
     kill(pid, SIGKILL);
     waitpid(pid, &st, 0);
     print_message("  the 8th unlock took %.3f s, the next lock %.3f s\n",
@@ -1642,7 +1615,6 @@ static void test_slow_unlock_no_long_yield(void **state)
     /* the waiter may have been killed holding it */
     x = tu_cmd(&r, "DEL", name, NULL);
     freeReplyObject(x);
-    assert_int_equal(dist_mutex_destroy(&m), 0);
 }
 
 /*
@@ -1717,23 +1689,21 @@ static void test_unlock_eio_keeps_hold(void **state)
  * hold is given back once Redis answers again. */
 static void test_timed_behind_lost_reply(void **state)
 {
-    char name[200];
-    dist_mutex_t m;
+    dist_mutex_t *m = fx_mutex("m", NULL);
+    const char *name = fx_name(m);
     struct timespec dl;
     double t0, el;
     int rc_unlock, rc;
 
     (void)state;
-    NAME(name, "m");
     proxy_up();
     assert_int_equal(dist_set_timeout_ms(BEHIND_TIMEOUT_MS), 0);
-    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
-    assert_int_equal(dist_mutex_lock(&m), 0);
+    assert_int_equal(dist_mutex_lock(m), 0);
     tu_proxy_blackhole(g_proxy, 1);
-    rc_unlock = dist_mutex_unlock(&m);
+    rc_unlock = dist_mutex_unlock(m);
     dl = fx_clock_in(CLOCK_MONOTONIC, 0.1);
     t0 = tu_now();
-    rc = dist_mutex_clocklock(&m, CLOCK_MONOTONIC, &dl);
+    rc = dist_mutex_clocklock(m, CLOCK_MONOTONIC, &dl);
     el = tu_now() - t0;
     tu_proxy_blackhole(g_proxy, 0);
     print_message("  unlock %d; clocklock 100 ms: %d after %.3f s\n",
@@ -1750,9 +1720,8 @@ static void test_timed_behind_lost_reply(void **state)
                  "it waited on the earlier lost reply past its deadline",
                  el);
     assert_int_equal(await_gone(name, 3.0 + slack(1.0)), 0);
-    assert_int_equal(dist_mutex_lock(&m), 0);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
-    assert_int_equal(dist_mutex_destroy(&m), 0);
+    assert_int_equal(dist_mutex_lock(m), 0);
+    assert_int_equal(dist_mutex_unlock(m), 0);
 }
 
 /* ---- a timed wait whose last try runs past the deadline --------------------------- */
@@ -1795,9 +1764,9 @@ static void *past_fault_main(void *arg)
  * trips, 2.7 T past the wake-up (the torture run, proxy latency). */
 static void test_timed_try_past_deadline(void **state)
 {
-    char name[200];
+    const char *name;
     dist_mutexattr_t a;
-    dist_mutex_t m;
+    dist_mutex_t *m;
     struct timespec dl;
     struct past_fault f;
     pthread_t th;
@@ -1807,15 +1776,15 @@ static void test_timed_try_past_deadline(void **state)
     int rc;
 
     (void)state;
-    NAME(name, "m");
     proxy_up();
     assert_int_equal(dist_set_timeout_ms(PAST_TIMEOUT_MS), 0);
     assert_int_equal(dist_mutexattr_init(&a), 0);
     assert_int_equal(dist_mutexattr_setfair(&a, 1), 0);
-    assert_int_equal(dist_mutex_init(&m, name, &a), 0);
+    m = fx_mutex("m", &a);
+    name = fx_name(m);
     assert_int_equal(dist_mutexattr_destroy(&a), 0);
-    assert_int_equal(dist_mutex_lock(&m), 0); /* connection made */
-    assert_int_equal(dist_mutex_unlock(&m), 0);
+    assert_int_equal(dist_mutex_lock(m), 0); /* connection made */
+    assert_int_equal(dist_mutex_unlock(m), 0);
 
     /* another owner, whose lease ends before the waiter's deadline */
     snprintf(ms, sizeof ms, "%ld", PAST_HOLD_MS);
@@ -1831,7 +1800,7 @@ static void test_timed_try_past_deadline(void **state)
     f.name = name;
     f.at = t0 + PAST_HOLD_MS / 2000.0;
     assert_int_equal(pthread_create(&th, NULL, past_fault_main, &f), 0);
-    rc = dist_mutex_clocklock(&m, CLOCK_MONOTONIC, &dl);
+    rc = dist_mutex_clocklock(m, CLOCK_MONOTONIC, &dl);
     past = tu_now() - (t0 + (PAST_HOLD_MS + PAST_AFTER_MS) / 1000.0);
     assert_int_equal(pthread_join(th, NULL), 0);
     tu_proxy_set_delay(g_proxy, 0);
@@ -1851,9 +1820,8 @@ static void test_timed_try_past_deadline(void **state)
     x = tu_cmd(&r, "DEL", name, NULL);
     assert_non_null(x);
     freeReplyObject(x);
-    assert_int_equal(dist_mutex_lock(&m), 0);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
-    assert_int_equal(dist_mutex_destroy(&m), 0);
+    assert_int_equal(dist_mutex_lock(m), 0);
+    assert_int_equal(dist_mutex_unlock(m), 0);
     proxy_down();
 }
 
@@ -1871,27 +1839,25 @@ static void test_timed_try_past_deadline(void **state)
  * taken is given back. */
 static void test_lock_own_reply_lost(void **state)
 {
-    char name[200], warm[200], err[512];
-    dist_mutex_t m, w;
+    dist_mutex_t *m = fx_mutex("m", NULL);
+    const char *name = fx_name(m);
+    dist_mutex_t *w = fx_mutex("warm", NULL);
+    char err[512];
     double t0, el;
     redisReply *x;
     int rc;
 
     (void)state;
-    NAME(name, "m");
-    NAME(warm, "warm");
     fx_dirty = 1;
     assert_int_equal(dist_set_timeout_ms(OWN_TIMEOUT_MS), 0);
-    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
-    assert_int_equal(dist_mutex_init(&w, warm, NULL), 0);
-    assert_int_equal(dist_mutex_lock(&w), 0); /* connection made */
-    assert_int_equal(dist_mutex_unlock(&w), 0);
+    assert_int_equal(dist_mutex_lock(w), 0); /* connection made */
+    assert_int_equal(dist_mutex_unlock(w), 0);
     x = tu_cmd(&r, "CLIENT", "PAUSE", "20000", "WRITE", NULL);
     assert_non_null(x);
     assert_int_equal(x->type, REDIS_REPLY_STATUS);
     freeReplyObject(x);
     t0 = tu_now();
-    rc = dist_mutex_lock(&m);
+    rc = dist_mutex_lock(m);
     el = tu_now() - t0;
     snprintf(err, sizeof err, "%s", dist_last_error());
     x = tu_cmd(&r, "CLIENT", "UNPAUSE", NULL);
@@ -1913,11 +1879,8 @@ static void test_lock_own_reply_lost(void **state)
     /* whatever the paused script did is undone once Redis answers */
     assert_int_equal(
         await_gone(name, 2 * OWN_TIMEOUT_MS / 1000.0 + slack(2.0)), 0);
-    assert_int_equal(dist_mutex_lock(&m), 0);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
-    assert_int_equal(dist_mutex_destroy(&m), 0);
-    assert_int_equal(dist_mutex_destroy(&w), 0);
-    fx_restore_defaults(NULL);
+    assert_int_equal(dist_mutex_lock(m), 0);
+    assert_int_equal(dist_mutex_unlock(m), 0);
 }
 
 /* ---- last --------------------------------------------------------------------------- */
@@ -1932,15 +1895,15 @@ static void test_lock_own_reply_lost(void **state)
  * subscribes and the waiter is woken by the release. */
 static void test_pubsub_backs_off_on_resets(void **state)
 {
-    char name[200], chan[260];
-    dist_mutex_t m;
+    dist_mutex_t *m = fx_mutex("m", NULL);
+    const char *name = fx_name(m);
+    char chan[260];
     struct fx_locker b;
     unsigned long c0, made;
     double end, t_pub;
     redisReply *x;
 
     (void)state;
-    NAME(name, "m");
     snprintf(chan, sizeof chan, "redisson_lock__channel:{%s}", name);
     /* held by an owner nobody renews, for longer than the test */
     x = tu_cmd(&r, "HSET", name, "someone-else:1", "1", NULL);
@@ -1948,8 +1911,7 @@ static void test_pubsub_backs_off_on_resets(void **state)
     x = tu_cmd(&r, "PEXPIRE", name, "30000", NULL);
     freeReplyObject(x);
     proxy_up();
-    assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
-    assert_int_equal(fx_locker_start(&b, &m, 15.0), 0);
+    assert_int_equal(fx_locker_start(&b, m, 15.0), 0);
     end = tu_now() + slack(5.0);
     while (numsub(chan) != 1 && tu_now() < end)
         tu_sleep_ms(20);
@@ -1987,7 +1949,6 @@ static void test_pubsub_backs_off_on_resets(void **state)
     fx_locker_join(&b);
     assert_int_equal(b.rc, 0);
     assert_dbl_range(b.t - t_pub, 0.0, slack(1.0));
-    assert_int_equal(dist_mutex_destroy(&m), 0);
     proxy_down();
 }
 
