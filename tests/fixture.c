@@ -739,3 +739,27 @@ void fx_taker_join(struct fx_taker *t)
 {
     pthread_join(t->th, NULL);
 }
+
+/* ---- a call on a thread of its own ------------------------------------ */
+
+static void *thread_main(void *arg)
+{
+    struct fx_thread *t = arg;
+
+    atomic_store(&t->rc, t->fn(t->arg));
+    return NULL;
+}
+
+void fx_thread_start(struct fx_thread *t, int (*fn)(void *), void *arg)
+{
+    t->fn = fn;
+    t->arg = arg;
+    atomic_init(&t->rc, -1);
+    assert_int_equal(pthread_create(&t->th, NULL, thread_main, t), 0);
+}
+
+int fx_thread_join(struct fx_thread *t)
+{
+    assert_int_equal(pthread_join(t->th, NULL), 0);
+    return atomic_load(&t->rc);
+}

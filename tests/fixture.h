@@ -294,4 +294,18 @@ int fx_taker_start(struct fx_taker *t, int (*take)(void *),
                    int (*give)(void *), void *arg);
 void fx_taker_join(struct fx_taker *t);
 
+/* ---- a call on a thread of its own ------------------------------------ */
+/* fn(arg) on a thread of its own, for a call that blocks while the test
+ * goes on: rc is -1 until fn returned, then what it returned. */
+struct fx_thread {
+    int (*fn)(void *arg);
+    void *arg;
+    atomic_int rc;
+    pthread_t th;
+};
+/* Starts t (fails the test when the thread cannot be made). */
+void fx_thread_start(struct fx_thread *t, int (*fn)(void *), void *arg);
+/* Waits for t to end; what fn returned. */
+int fx_thread_join(struct fx_thread *t);
+
 #endif
