@@ -277,31 +277,9 @@ static double real_ms(void)
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
-/* A waiter that takes what another thread holds: a subscription, a
- * release message, a waiter's renewals.  wait(arg) blocks, post(arg)
- * ends the hold. */
-struct waiter {
-    int (*wait)(void *);
-    void *arg;
-    int rc;
-    pthread_t th;
-};
-
-static void *waiter_main(void *p)
-{
-    struct waiter *w = p;
-
-    w->rc = w->wait(w->arg);
-    return NULL;
-}
-
-static void waiter_start(struct waiter *w, int (*wait)(void *), void *arg)
-{
-    w->wait = wait;
-    w->arg = arg;
-    w->rc = -1;
-    assert_int_equal(pthread_create(&w->th, NULL, waiter_main, w), 0);
-}
+/* The waiters below (on a thread of their own, fx_thread) take what
+ * another thread holds: a subscription, a release message, a waiter's
+ * renewals.  Each blocks, then ends its hold. */
 
 /* a hold taken, then given back by the thread that took it */
 static int mx_lock(void *m)
@@ -321,7 +299,7 @@ static void mutex_kind(void **state)
     const int fair = param_int(state);
     dist_mutexattr_t a;
     dist_mutex_t *m, *m2;
-    struct waiter w[2];
+    struct fx_thread w[2];
     const char *name;
     uint64_t token;
     int i;
@@ -337,7 +315,7 @@ static void mutex_kind(void **state)
     /* held across renewals (every 0.5 s) while two threads wait (a fair
      * queue's deadlines move behind its head as the head is renewed) */
     for (i = 0; i < 2; i++)
-        waiter_start(&w[i], mx_lock, m2);
+        fx_thread_start(&w[i], mx_lock, m2);
     if (fair) {
         /* and a Redisson client queued behind them, whose deadline
          * theirs carry along */
@@ -355,8 +333,7 @@ static void mutex_kind(void **state)
         assert_int_equal(w[i].rc, -1);
     assert_int_equal(dist_mutex_unlock(m), 0);
     for (i = 0; i < 2; i++) {
-        pthread_join(w[i].th, NULL);
-        assert_int_equal(w[i].rc, 0);
+        assert_int_equal(fx_thread_join(&w[i]), 0);
     }
     if (fair) {
         char k[256];
@@ -378,18 +355,17 @@ static int rw_wr(void *l)
 static void test_rwlock(void **state)
 {
     dist_rwlock_t *a = fx_rwlock("rw", NULL), *b = fx_rwlock("rw", NULL);
-    struct waiter w;
+    struct fx_thread w;
 
     (void)state;
     assert_int_equal(dist_rwlock_rdlock(a), 0);
     assert_int_equal(dist_rwlock_rdlock(a), 0);
-    waiter_start(&w, rw_wr, b);
+    fx_thread_start(&w, rw_wr, b);
     tu_sleep_ms(1200);
     assert_int_equal(w.rc, -1);
     assert_int_equal(dist_rwlock_unlock(a), 0);
     assert_int_equal(dist_rwlock_unlock(a), 0);
-    pthread_join(w.th, NULL);
-    assert_int_equal(w.rc, 0);
+    assert_int_equal(fx_thread_join(&w), 0);
 }
 
 struct condpair {
@@ -413,10 +389,10 @@ static int cond_wait(void *p)
 static void test_cond(void **state)
 {
     struct condpair cp = { fx_mutex("m", NULL), fx_cond("c", NULL), 0 };
-    struct waiter w;
+    struct fx_thread w;
 
     (void)state;
-    waiter_start(&w, cond_wait, &cp);
+    fx_thread_start(&w, cond_wait, &cp);
     tu_sleep_ms(1200); /* registered, renewed as a waiter */
     assert_int_equal(w.rc, -1);
     assert_int_equal(dist_mutex_lock(cp.m), 0);
@@ -424,8 +400,7 @@ static void test_cond(void **state)
     assert_int_equal(dist_cond_signal(cp.c), 0);
     assert_int_equal(dist_cond_broadcast(cp.c), 0);
     assert_int_equal(dist_mutex_unlock(cp.m), 0);
-    pthread_join(w.th, NULL);
-    assert_int_equal(w.rc, 0);
+    assert_int_equal(fx_thread_join(&w), 0);
 }
 
 /* a permit taken, then given back by the thread that holds it */
@@ -442,7 +417,7 @@ static void sem_kind(void **state)
     const char *tag = mode == DIST_SEM_REDISSON ? "redisson" : "leased";
     dist_semattr_t a;
     dist_sem_t *s, *s2;
-    struct waiter w;
+    struct fx_thread w;
     int v;
 
     assert_int_equal(dist_semattr_init(&a), 0);
@@ -451,14 +426,13 @@ static void sem_kind(void **state)
     s = fx_sem(tag, 1, &a);
     s2 = fx_sem(tag, 1, &a);
     assert_int_equal(dist_sem_wait(s), 0);
-    waiter_start(&w, sem_take, s2);
+    fx_thread_start(&w, sem_take, s2);
     tu_sleep_ms(1200); /* the permit renewed, the waiter too */
     assert_int_equal(w.rc, -1);
     assert_int_equal(dist_sem_getvalue(s, &v), 0);
     assert_int_equal(v, 0);
     assert_int_equal(dist_sem_post(s), 0);
-    pthread_join(w.th, NULL);
-    assert_int_equal(w.rc, 0);
+    assert_int_equal(fx_thread_join(&w), 0);
 }
 
 static int bar_wait(void *b)
@@ -471,7 +445,7 @@ static int bar_wait(void *b)
 static void test_barrier(void **state)
 {
     dist_barrier_t a, b;
-    struct waiter w;
+    struct fx_thread w;
     char name[200];
     int rc;
 
@@ -479,13 +453,12 @@ static void test_barrier(void **state)
     NAME(name, "b");
     assert_int_equal(dist_barrier_init(&a, name, 2), 0);
     assert_int_equal(dist_barrier_init(&b, name, 2), 0);
-    waiter_start(&w, bar_wait, &a);
+    fx_thread_start(&w, bar_wait, &a);
     tu_sleep_ms(1200); /* arrived, its membership renewed */
     assert_int_equal(w.rc, -1);
     rc = dist_barrier_wait(&b);
     assert_true(rc == 0 || rc == DIST_BARRIER_SERIAL_THREAD);
-    pthread_join(w.th, NULL);
-    assert_int_equal(w.rc, 0);
+    assert_int_equal(fx_thread_join(&w), 0);
     assert_int_equal(dist_barrier_destroy(&a), 0);
     assert_int_equal(dist_barrier_destroy(&b), 0);
 }
