@@ -327,15 +327,18 @@ static int group_teardown(void **state)
     return system(cmd) == 0 ? 0 : -1;
 }
 
+/* After each test: its objects destroyed (fx_own_teardown), then the
+ * clock and the library's settings as the group has them. */
 static int restore(void **state)
 {
-    (void)state;
+    int rc = fx_own_teardown(state);
+
     clock_hook_unstep_realtime();
     dist_set_lost_handler(NULL, NULL);
     dist_set_url(r.url_unix);
     dist_set_watchdog_ms(WATCHDOG_MS);
     dist_set_timeout_ms(TIMEOUT_MS);
-    return 0;
+    return rc;
 }
 
 /* body on a fresh object of each kind in turn, named for test; the
@@ -696,56 +699,43 @@ static void test_free_at_deadline_taken_late(void **state)
  * when the post wakes it. */
 struct sem_waiter {
     dist_sem_t *s;
-    int rc;
-    sem_t started;
+    struct timespec abs; /* its deadline, CLOCK_MONOTONIC */
 };
 
-static void *sem_waiter_main(void *arg)
+/* The waiter's permit, given back once taken. */
+static int sem_waiter_call(void *arg)
 {
     struct sem_waiter *w = arg;
-    struct timespec abs = fx_clock_in(CLOCK_MONOTONIC, 1.0);
+    int rc = dist_sem_clockwait(w->s, CLOCK_MONOTONIC, &w->abs);
 
-    sem_post(&w->started);
-    w->rc = dist_sem_clockwait(w->s, CLOCK_MONOTONIC, &abs);
-    if (w->rc == 0)
+    if (rc == 0)
         dist_sem_post(w->s);
-    return NULL;
+    return rc;
 }
 
 static void test_sem_free_at_deadline_taken_late(void **state)
 {
-    char name[256];
-    struct sem_waiter w;
-    dist_sem_t s;
-    pthread_t th;
-    int v = -1;
+    struct sem_waiter w = { fx_sem("s", 1, NULL), { 0, 0 } };
+    struct fx_thread th;
+    int v = -1, rc;
 
     (void)state;
-    NAME(name, "s");
     assert_int_equal(dist_set_timeout_ms(LATE_TIMEOUT_MS), 0);
-    assert_int_equal(dist_sem_init(&s, name, 1, NULL), 0);
-    assert_int_equal(dist_sem_trywait(&s), 0); /* this thread's permit */
-    memset(&w, 0, sizeof w);
-    w.s = &s;
-    w.rc = -1;
-    sem_init(&w.started, 0, 0);
-    assert_int_equal(pthread_create(&th, NULL, sem_waiter_main, &w), 0);
-    while (sem_wait(&w.started) != 0)
-        ;
+    assert_int_equal(dist_sem_trywait(w.s), 0); /* this thread's permit */
+    w.abs = fx_clock_in(CLOCK_MONOTONIC, 1.0);
+    fx_thread_start(&th, sem_waiter_call, &w);
     tu_sleep_ms(300); /* it waits now */
     /* past the deadline (0.7 s away) by the command timeout and 0.5 s */
     clock_hook_step_monotonic(0.7 + LATE_TIMEOUT_MS / 1000.0 + 0.5);
-    assert_int_equal(dist_sem_post(&s), 0); /* free, and it wakes */
-    pthread_join(th, NULL);
-    sem_destroy(&w.started);
-    if (w.rc != 0)
+    assert_int_equal(dist_sem_post(w.s), 0); /* free, and it wakes */
+    rc = fx_thread_join(&th);
+    if (rc != 0)
         fail_msg("the permit was free when the waiter woke, more than a "
                  "command timeout past its deadline, and the wait said %d "
                  "(%s)",
-                 w.rc, strerror(w.rc));
-    assert_int_equal(dist_sem_getvalue(&s, &v), 0);
+                 rc, strerror(rc));
+    assert_int_equal(dist_sem_getvalue(w.s, &v), 0);
     assert_int_equal(v, 1);
-    assert_int_equal(dist_sem_destroy(&s), 0);
 }
 
 /* ---- deadlines at the ends of time_t ------------------------------------------------ */
@@ -1408,19 +1398,20 @@ static void test_small_stack_tls(void **state)
  * reply (and only the reply, the delay being switched off while it is held
  * back) late. */
 
+/* The proxy's delay, switched off after_ms from the start of the call
+ * on a thread of its own (fx_thread). */
 struct delayer {
     tu_proxy_t *p;
     long after_ms;
-    pthread_t th;
 };
 
-static void *delayer_main(void *arg)
+static int delay_off_later(void *arg)
 {
     struct delayer *d = arg;
 
     tu_sleep_ms(d->after_ms);
     tu_proxy_set_delay(d->p, 0);
-    return NULL;
+    return 0;
 }
 
 /* Points the library at a new proxy and connects this thread (and the
@@ -1478,18 +1469,19 @@ static long long token_count(const char *name)
 static int late_lock(tu_proxy_t *p, struct obj *o, int wr, long delay_ms,
                      long switch_ms, long long *pttl_ms)
 {
-    struct delayer d = { p, switch_ms, 0 };
+    struct delayer d = { p, switch_ms };
+    struct fx_thread th;
     double t_ret;
     int rc;
 
     tu_proxy_set_delay(p, delay_ms);
-    assert_int_equal(pthread_create(&d.th, NULL, delayer_main, &d), 0);
+    fx_thread_start(&th, delay_off_later, &d);
     rc = o_lock(o, wr);
     t_ret = tu_now();
     *pttl_ms = tu_cmd_int(&r, "PTTL", o->name, NULL);
     if (*pttl_ms > 0)
         *pttl_ms += (long long)((tu_now() - t_ret) * 1000);
-    pthread_join(d.th, NULL);
+    fx_thread_join(&th);
     return rc;
 }
 
