@@ -215,17 +215,18 @@ static void test_robust_dead_and_unrecoverable(void **state)
 static void test_rwlock(void **state)
 {
     dist_rwlockattr_t a;
-    dist_rwlock_t *rw, pw;
+    dist_rwlock_t rw, pw;
 
     (void)state;
     flush();
-    rw = fx_rwlock("rw", NULL);
-    assert_int_equal(dist_rwlock_rdlock(rw), 0);
-    assert_int_equal(dist_rwlock_unlock(rw), 0);
-    assert_int_equal(dist_rwlock_wrlock(rw), 0);
-    assert_int_equal(dist_rwlock_rdlock(rw), 0);
-    assert_int_equal(dist_rwlock_unlock(rw), 0);
-    assert_int_equal(dist_rwlock_unlock(rw), 0);
+    assert_int_equal(dist_rwlock_init(&rw, "exp:rw", NULL), 0);
+    assert_int_equal(dist_rwlock_rdlock(&rw), 0);
+    assert_int_equal(dist_rwlock_unlock(&rw), 0);
+    assert_int_equal(dist_rwlock_wrlock(&rw), 0);
+    assert_int_equal(dist_rwlock_rdlock(&rw), 0);
+    assert_int_equal(dist_rwlock_unlock(&rw), 0);
+    assert_int_equal(dist_rwlock_unlock(&rw), 0);
+    assert_int_equal(dist_rwlock_destroy(&rw), 0);
     assert_int_equal(dist_rwlockattr_init(&a), 0);
     assert_int_equal(dist_rwlockattr_setkind(&a, DIST_RWLOCK_PREFER_WRITER),
                      0);
