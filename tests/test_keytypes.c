@@ -375,41 +375,28 @@ static void sem_taken(struct obj *o)
 
 /* ---- the calls ------------------------------------------------------------ */
 
-static int do_trylock(struct obj *o)
-{
-    return dist_mutex_trylock(&o->m);
-}
-static int do_lock(struct obj *o)
-{
-    return dist_mutex_lock(&o->m);
-}
-static int do_unlock(struct obj *o)
-{
-    return dist_mutex_unlock(&o->m);
-}
+/* name(o): the library's call fn on o's field, all a case's call takes. */
+#define ON_OBJ(name, fn, field)                                              \
+    static int name(struct obj *o)                                           \
+    {                                                                        \
+        return fn(&o->field);                                                \
+    }
+ON_OBJ(do_trylock, dist_mutex_trylock, m)
+ON_OBJ(do_lock, dist_mutex_lock, m)
+ON_OBJ(do_unlock, dist_mutex_unlock, m)
+ON_OBJ(tryrdlock, dist_rwlock_tryrdlock, rw)
+ON_OBJ(trywrlock, dist_rwlock_trywrlock, rw)
+ON_OBJ(wrlock, dist_rwlock_wrlock, rw)
+ON_OBJ(rwunlock, dist_rwlock_unlock, rw)
+ON_OBJ(do_cond_signal, dist_cond_signal, c)
+ON_OBJ(do_sem_trywait, dist_sem_trywait, s)
+ON_OBJ(do_sem_post, dist_sem_post, s)
 
 static int timedlock(struct obj *o)
 {
     struct timespec dl = realtime_in(0.3);
 
     return dist_mutex_timedlock(&o->m, &dl);
-}
-
-static int tryrdlock(struct obj *o)
-{
-    return dist_rwlock_tryrdlock(&o->rw);
-}
-static int trywrlock(struct obj *o)
-{
-    return dist_rwlock_trywrlock(&o->rw);
-}
-static int wrlock(struct obj *o)
-{
-    return dist_rwlock_wrlock(&o->rw);
-}
-static int rwunlock(struct obj *o)
-{
-    return dist_rwlock_unlock(&o->rw);
 }
 
 static int timedwrlock(struct obj *o)
@@ -424,19 +411,6 @@ static int cond_timedwait(struct obj *o)
     struct timespec dl = realtime_in(0.3);
 
     return dist_cond_timedwait(&o->c, &o->m, &dl);
-}
-
-static int do_cond_signal(struct obj *o)
-{
-    return dist_cond_signal(&o->c);
-}
-static int do_sem_trywait(struct obj *o)
-{
-    return dist_sem_trywait(&o->s);
-}
-static int do_sem_post(struct obj *o)
-{
-    return dist_sem_post(&o->s);
 }
 
 static int do_sem_getvalue(struct obj *o)
