@@ -763,3 +763,11 @@ int fx_thread_join(struct fx_thread *t)
     assert_int_equal(pthread_join(t->th, NULL), 0);
     return atomic_load(&t->rc);
 }
+
+/* ---- the last test of a group --------------------------------------- */
+
+void fx_no_channels_left(void **state)
+{
+    (void)state;
+    assert_int_equal(channels_left(g_redis, 3.0), 0);
+}

@@ -308,4 +308,14 @@ void fx_thread_start(struct fx_thread *t, int (*fn)(void *), void *arg);
 /* Waits for t to end; what fn returned. */
 int fx_thread_join(struct fx_thread *t);
 
+/* ---- the last test of a group --------------------------------------- */
+/* Nothing of any test of the group stays subscribed: no channel of the
+ * group's server has a subscriber within 3 s.  An entry of main's table,
+ * as test_no_channels_left. */
+void fx_no_channels_left(void **state);
+#define FX_NO_CHANNELS_LEFT                                                  \
+    {                                                                        \
+        "test_no_channels_left", fx_no_channels_left, NULL, NULL, NULL       \
+    }
+
 #endif
