@@ -776,13 +776,6 @@ static void test_idle_queue_cost(void **state)
     assert_true(many <= 2 * few + 60);
 }
 
-/* Nothing of any test stays subscribed. */
-static void test_no_channels_left(void **state)
-{
-    (void)state;
-    assert_int_equal(channels_left(&r, 3.0), 0);
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -797,7 +790,7 @@ int main(void)
         cmocka_unit_test(test_restart_while_queued),
         cmocka_unit_test(test_unknown_release_wakes_head),
         cmocka_unit_test(test_idle_queue_cost),
-        cmocka_unit_test(test_no_channels_left),
+        FX_NO_CHANNELS_LEFT,
     };
     return fx_run_group(tests, &r, &defaults, "TEST_FAIR_FILTER");
 }
