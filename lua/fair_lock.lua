@@ -39,6 +39,7 @@
 --#include prelude_token.lua
 --#include prelude_waiters.lua
 --#include prelude_robust.lua
+--#include prelude_take.lua
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local window = tonumber(ARGV[3])
@@ -51,13 +52,7 @@ end
 drop_dead_waiters(now, KEYS[2], KEYS[3], KEYS[6], {KEYS[4], 'string'})
 
 if mine then
-  local token = fencing_token(KEYS[4], false)
-  local holds = redis.call('hincrby', KEYS[1], ARGV[2], 1)
-  redis.call('pexpire', KEYS[1], ARGV[1])
-  if KEYS[7] and ARGV[6] ~= '0' then
-    redis.call('pexpire', KEYS[7], ARGV[6])
-  end
-  return {1, holds, token}
+  return take_again(KEYS[1], ARGV[2], ARGV[1], KEYS[4], KEYS[7], ARGV[6])
 end
 
 local head = redis.call('lindex', KEYS[2], 0)
@@ -88,16 +83,7 @@ if redis.call('exists', KEYS[1]) == 0 and (not head or head == ARGV[2]) then
   redis.call('hset', KEYS[1], ARGV[2], 1)
   redis.call('pexpire', KEYS[1], ARGV[1])
   if KEYS[7] then
-    if dead then
-      redis.call('hset', KEYS[7], 'held', ARGV[2], 'dead', dead, 'keep', ARGV[6])
-    else
-      redis.call('hset', KEYS[7], 'held', ARGV[2], 'keep', ARGV[6])
-    end
-    if ARGV[6] ~= '0' then
-      redis.call('pexpire', KEYS[7], ARGV[6])
-    else
-      redis.call('persist', KEYS[7])
-    end
+    robust_take(KEYS[7], ARGV[2], dead, ARGV[6])
     if dead then
       return {1, 1, token, dead}
     end

@@ -21,33 +21,18 @@
 --#include prelude_guard.lua
 --#include prelude_publish.lua
 --#include prelude_waiters.lua
---#include prelude_release.lua
 --#include prelude_robust.lua
+--#include prelude_release.lua
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local held = redis.call('hget', KEYS[1], ARGV[2])
 local rheld = KEYS[5] and redis.call('hget', KEYS[5], 'held')
 drop_dead_waiters(now, KEYS[2], KEYS[3])
 
-local holds = give_back_hold(KEYS[1], ARGV[2], ARGV[1], ARGV[5], held)
+local holds = give_back_hold(KEYS[1], ARGV[2], ARGV[1], ARGV[5], held,
+                             KEYS[5], rheld, ARGV[6], ARGV[7])
 if holds ~= 0 then
   return {holds, 0}
-end
-if KEYS[5] and rheld == ARGV[2] then
-  if ARGV[6] == 'clean' or (ARGV[6] == 'back' and
-                            redis.call('hexists', KEYS[5], 'dead') == 0) then
-    redis.call('del', KEYS[5])
-  elseif ARGV[6] == 'back' then
-    redis.call('hdel', KEYS[5], 'held')
-  else
-    redis.call('hdel', KEYS[5], 'held')
-    redis.call('hset', KEYS[5], 'nr', ARGV[2])
-    if ARGV[7] ~= '0' then
-      redis.call('pexpire', KEYS[5], ARGV[7])
-    else
-      redis.call('persist', KEYS[5])
-    end
-  end
 end
 local head = redis.call('lindex', KEYS[2], 0)
 if head then

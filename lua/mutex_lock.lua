@@ -29,15 +29,9 @@
 --#replicas
 --#include prelude_token.lua
 --#include prelude_robust.lua
-local holds = redis.call('hget', KEYS[1], ARGV[2])
-if holds then
-  local token = fencing_token(KEYS[2], false)
-  holds = redis.call('hincrby', KEYS[1], ARGV[2], 1)
-  redis.call('pexpire', KEYS[1], ARGV[1])
-  if KEYS[4] and ARGV[4] ~= '0' then
-    redis.call('pexpire', KEYS[4], ARGV[4])
-  end
-  return {1, holds, token}
+--#include prelude_take.lua
+if redis.call('hget', KEYS[1], ARGV[2]) then
+  return take_again(KEYS[1], ARGV[2], ARGV[1], KEYS[2], KEYS[4], ARGV[4])
 end
 -- one call tells the usual case, a free lock and nobody registered (0)
 local n = redis.call('exists', KEYS[1], KEYS[3])
@@ -60,16 +54,7 @@ if n == 0 or (n == 1 and redis.call('exists', KEYS[1]) == 0) then
   redis.call('hset', KEYS[1], ARGV[2], 1)
   redis.call('pexpire', KEYS[1], ARGV[1])
   if KEYS[4] then
-    if dead then
-      redis.call('hset', KEYS[4], 'held', ARGV[2], 'dead', dead, 'keep', ARGV[4])
-    else
-      redis.call('hset', KEYS[4], 'held', ARGV[2], 'keep', ARGV[4])
-    end
-    if ARGV[4] ~= '0' then
-      redis.call('pexpire', KEYS[4], ARGV[4])
-    else
-      redis.call('persist', KEYS[4])
-    end
+    robust_take(KEYS[4], ARGV[2], dead, ARGV[4])
   end
   if waiting then
     redis.call('zremrangebyscore', KEYS[3], '-1', '-1')

@@ -29,33 +29,18 @@
 -- (prelude_wake).
 -- Types    hash - zset hash
 --#include prelude_publish.lua
---#include prelude_release.lua
 --#include prelude_robust.lua
+--#include prelude_release.lua
 -- with ARGV[5], one read of the waiters (also their type, before any write): the
 -- lowest entry is the owner's mark when it left one, the only mark there is then
 local first = ARGV[5] == '1' and redis.call('zrange', KEYS[3], '0', '0', 'withscores')
                               or {}
 local held = KEYS[4] and redis.call('hget', KEYS[4], 'held')
 local holds = give_back_hold(KEYS[1], ARGV[2], ARGV[1], ARGV[6],
-                             redis.call('hget', KEYS[1], ARGV[2]))
+                             redis.call('hget', KEYS[1], ARGV[2]),
+                             KEYS[4], held, ARGV[7], ARGV[8])
 if holds ~= 0 then
   return {holds, 0}
-end
-if KEYS[4] and held == ARGV[2] then
-  if ARGV[7] == 'clean' or (ARGV[7] == 'back' and
-                            redis.call('hexists', KEYS[4], 'dead') == 0) then
-    redis.call('del', KEYS[4])
-  elseif ARGV[7] == 'back' then
-    redis.call('hdel', KEYS[4], 'held')
-  else
-    redis.call('hdel', KEYS[4], 'held')
-    redis.call('hset', KEYS[4], 'nr', ARGV[2])
-    if ARGV[8] ~= '0' then
-      redis.call('pexpire', KEYS[4], ARGV[8])
-    else
-      redis.call('persist', KEYS[4])
-    end
-  end
 end
 local woken = notify(ARGV[3], KEYS[2], ARGV[4])
 -- -1: prelude_wake's MARK, included only below, where the release wakes a

@@ -15,15 +15,19 @@
 -- A new hold that finds a record (held or dead) is owner-dead: the last hold did
 -- not end in a clean release.
 --
--- The scripts write the record inline, under 'if KEYS[n]': a local function here
--- would cost every call of theirs a closure (prelude_guard), robust or not.
+-- Every local function of a prelude costs each call of the script a closure
+-- (prelude_guard), robust or not, so the record's work lives in the functions the
+-- scripts call anyway, under 'if record' (a mutex that is not robust sends no
+-- command for it), and a script gets only what it uses:
 --   a new hold    reads held, dead, nr first (a key of another type fails there,
 --                 before any write); nr: refused ({2, 0}), its keep re-armed;
---                 else held := owner, dead := the old held or dead when there was
---                 one (EOWNERDEAD), keep := ARGV's; the record lives keep ms
---   a reentry     re-arms keep
+--                 else robust_take (prelude_take): held := owner, dead := the old
+--                 held or dead when there was one (EOWNERDEAD), keep := ARGV's;
+--                 the record lives keep ms
+--   a reentry     re-arms keep (take_again, prelude_take)
 --   the last release, when held is the releasing owner (a record another owner
---                 wrote since, after ours was forced, stays):
+--                 wrote since, after ours was forced, stays; give_back_hold,
+--                 prelude_release):
 --                 'clean'  deletes the record
 --                 'back'   a hold given back that its owner never used (an acquire
 --                          that failed after all): the record as that hold found
@@ -31,3 +35,13 @@
 --                          holder is told what this one would have been
 --                 'lost'   the holder was told EOWNERDEAD and did not mark it
 --                          consistent: held removed, nr := owner, for keep ms
+
+-- The record, just written, lives keep ms from now, or for ever when keep is '0'
+-- (an expiry it had before goes).
+local function robust_keep(record, keep)
+  if keep ~= '0' then
+    redis.call('pexpire', record, keep)
+  else
+    redis.call('persist', record)
+  end
+end
