@@ -31,10 +31,8 @@ local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local lease = tonumber(ARGV[1])
 
-local mode, reads, writes = read_holds(KEYS[1], ARGV[2])
-if reap_dead_readers(now, KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[5]) then
-  mode, reads, writes = read_holds(KEYS[1], ARGV[2])
-end
+local mode, reads, writes = live_holds(now, KEYS[1], KEYS[2], KEYS[3], KEYS[4],
+                                       ARGV[5], ARGV[2])
 if reads ~= tonumber(ARGV[3]) or writes ~= tonumber(ARGV[4]) then
   return {-1, reads, writes}
 end

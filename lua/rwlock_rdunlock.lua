@@ -29,10 +29,8 @@
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
-local mode, reads, writes = read_holds(KEYS[1], ARGV[1])
-if reap_dead_readers(now, KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[4]) then
-  mode, reads, writes = read_holds(KEYS[1], ARGV[1])
-end
+local mode, reads, writes = live_holds(now, KEYS[1], KEYS[2], KEYS[3], KEYS[4],
+                                       ARGV[4], ARGV[1])
 if reads ~= tonumber(ARGV[2]) or writes ~= tonumber(ARGV[3]) or reads == 0 then
   return {-1, reads, writes}
 end

@@ -38,11 +38,8 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local lease = tonumber(ARGV[1])
 local wfield = ARGV[2] .. ':write'
 
-local mode, reads, writes = read_holds(KEYS[1], ARGV[2])
-if reap_dead_readers(now, KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[7],
-                     KEYS[5], 'string') then
-  mode, reads, writes = read_holds(KEYS[1], ARGV[2])
-end
+local mode, reads, writes = live_holds(now, KEYS[1], KEYS[2], KEYS[3], KEYS[4],
+                                       ARGV[7], ARGV[2], KEYS[5], 'string')
 if reads ~= tonumber(ARGV[3]) or writes ~= tonumber(ARGV[4]) then
   return {-1, reads, writes, fencing_token(KEYS[5], false)}
 end
