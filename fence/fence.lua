@@ -52,10 +52,18 @@ local function accepted(fence)
   return v
 end
 
-local function fenced(keys, args)
-  if #keys ~= 2 then
-    return redis.error_reply('ERR distlock_fenced takes 2 keys: FENCE DATA')
+-- fn wrapped for register_function: a call that names other than n keys gets
+-- the error usage instead.
+local function taking_keys(n, usage, fn)
+  return function(keys, args)
+    if #keys ~= n then
+      return redis.error_reply(usage)
+    end
+    return fn(keys, args)
   end
+end
+
+local function fenced(keys, args)
   if #args < 2 then
     return redis.error_reply('ERR distlock_fenced needs TOKEN COMMAND [ARG...]')
   end
@@ -79,15 +87,14 @@ local function fenced(keys, args)
   return reply
 end
 
-local function fence_get(keys, args)
-  if #keys ~= 1 then
-    return redis.error_reply('ERR distlock_fence_get takes 1 key: FENCE')
-  end
+local function fence_get(keys)
   local last, err = accepted(keys[1])
   if not last then return redis.error_reply(err) end
   return last
 end
 
-redis.register_function('distlock_fenced', fenced)
+redis.register_function('distlock_fenced', taking_keys(2,
+  'ERR distlock_fenced takes 2 keys: FENCE DATA', fenced))
 redis.register_function{function_name = 'distlock_fence_get',
-  callback = fence_get, flags = {'no-writes'}}
+  callback = taking_keys(1, 'ERR distlock_fence_get takes 1 key: FENCE', fence_get),
+  flags = {'no-writes'}}

@@ -72,6 +72,12 @@ check "a fence key that holds no token is refused, naming it" \
 run rcli FCALL_RO distlock_fenced 2 "$F" "$K" 1 GET
 check "distlock_fenced is not read-only: FCALL_RO refuses it" \
     grep -qi "write flag" "$out" || show
+run rcli FCALL distlock_fenced 1 "$F" 1 GET
+check "distlock_fenced with one key: refused, saying it takes FENCE DATA" \
+    grep -q '^ERR distlock_fenced takes 2 keys: FENCE DATA' "$out" || show
+run rcli FCALL_RO distlock_fence_get 2 "$F" "$K"
+check "distlock_fence_get with two keys: refused, saying it takes FENCE" \
+    grep -q '^ERR distlock_fence_get takes 1 key: FENCE' "$out" || show
 run "$D" fence get "$F"
 check "distlock fence get prints the fence's token" \
     eval '[[ $rc -eq 0 && "$(cat "$out")" == 9007199254740993 ]]' || show
