@@ -1449,6 +1449,27 @@ static int start_workers(struct kids *k, struct start_line *g, int n,
     return 0;
 }
 
+/* The timed run of scenario sc: forks procs workers fn(0 .. procs-1), of
+ * which ready (processes or threads) line up at g, starts them for secs and
+ * waits for them all (120 s past secs at most).  0, or -1 with the failure
+ * recorded and no worker left running. */
+static int run_workers(int (*fn)(int), int procs, struct start_line *g,
+                       int ready, double secs, const char *sc)
+{
+    struct kids k = { 0 };
+    int i;
+
+    for (i = 0; i < procs; i++) {
+        if (spawn(&k, fn, i) != 0) {
+            kids_kill(&k);
+            return -1;
+        }
+    }
+    if (start_workers(&k, g, ready, secs, sc) != 0)
+        return -1;
+    return kids_wait(&k, secs + 120);
+}
+
 /* ------------------------------------------------------------------------ */
 /* s2: processes contending for one lock around a counter                   */
 /* ------------------------------------------------------------------------ */
@@ -1506,23 +1527,14 @@ static int s2_worker(int idx)
 
 static int s2_run(redisContext *c, long long *final)
 {
-    struct kids k = { 0 };
     redisReply *r;
-    int i;
 
     del_lock_keys(c, s2_lock);
     if (!(r = rcmd(c, "SET %s 0", s2_counter)))
         return -1;
     freeReplyObject(r);
-    for (i = 0; i < P.s2_procs; i++) {
-        if (spawn(&k, s2_worker, i) != 0) {
-            kids_kill(&k);
-            return -1;
-        }
-    }
-    if (start_workers(&k, &sh->s2.go, P.s2_procs, P.s2_s, "s2") != 0)
-        return -1;
-    if (kids_wait(&k, P.s2_s + 120) != 0)
+    if (run_workers(s2_worker, P.s2_procs, &sh->s2.go, P.s2_procs, P.s2_s,
+                    "s2") != 0)
         return -1;
     if (!(r = rcmd(c, "GET %s", s2_counter)))
         return -1;
@@ -1972,6 +1984,18 @@ static int run_pair(int (*first)(int), int (*second)(int), double secs)
     return kids_wait(&k, secs);
 }
 
+/* Sorts the n hand-off latencies lat (ns) and gives their p50, p99 and, with
+ * mx, their maximum, in ms (0 when there are none). */
+static void handoff_ms(uint64_t *lat, int n, double *p50, double *p99,
+                       double *mx)
+{
+    qsort(lat, (size_t)n, sizeof *lat, cmp_u64);
+    *p50 = (double)pct(lat, (size_t)n, 0.50) / 1e6;
+    *p99 = (double)pct(lat, (size_t)n, 0.99) / 1e6;
+    if (mx)
+        *mx = n ? (double)lat[n - 1] / 1e6 : 0;
+}
+
 /* p50 and p99 (ms) of the raw hand-off in mode; -1 when it failed. */
 static int raw_handoff(int mode, double *p50, double *p99)
 {
@@ -1986,9 +2010,7 @@ static int raw_handoff(int mode, double *p50, double *p99)
     for (int i = 0; i < RAW_ROUNDS(P.s3_rounds); i++)
         if (sh->s3.t1[i] >= sh->s3.t0[i] && sh->s3.t0[i])
             lat[n++] = sh->s3.t1[i] - sh->s3.t0[i];
-    qsort(lat, (size_t)n, sizeof *lat, cmp_u64);
-    *p50 = (double)pct(lat, (size_t)n, 0.50) / 1e6;
-    *p99 = (double)pct(lat, (size_t)n, 0.99) / 1e6;
+    handoff_ms(lat, n, p50, p99, NULL);
     return 0;
 }
 
@@ -2064,11 +2086,8 @@ static void scenario_s3(redisContext *c)
         else
             lat[n++] = sh->s3.t1[i] - sh->s3.t0[i];
     }
-    qsort(lat, (size_t)n, sizeof *lat, cmp_u64);
-    p50 = (double)pct(lat, (size_t)n, 0.50) / 1e6;
+    handoff_ms(lat, n, &p50, &p99, &mx);
     lastrun.s3_p50_ms = p50;
-    p99 = (double)pct(lat, (size_t)n, 0.99) / 1e6;
-    mx = n ? (double)lat[n - 1] / 1e6 : 0;
 
     snprintf(b2, sizeof b2, "<= %.3f", tgt_p50);
     row(cur_sc, "hand-off latency p50", fmtd(b1, sizeof b1, p50, 3), "ms", b2,
@@ -2257,24 +2276,14 @@ static void scenario_s5(redisContext *c)
 {
     double target = 10 * (fl.ops1 / 2), acq, secs, minsh, maxw_ms;
     long long total, lost;
-    struct kids k = { 0 };
     uint64_t last;
     char b1[32], b3[32], fig[64];
     struct jobj j;
-    int i;
 
     reset_shared();
     del_lock_keys(c, s5_lock);
-    for (i = 0; i < P.s5_procs; i++) {
-        if (spawn(&k, s5_worker, i) != 0) {
-            kids_kill(&k);
-            report_error("s5");
-            return;
-        }
-    }
-    if (start_workers(&k, &sh->s5.go, P.s5_procs * P.s5_threads, P.s5_s,
-                      "s5") != 0 ||
-        kids_wait(&k, P.s5_s + 120) != 0) {
+    if (run_workers(s5_worker, P.s5_procs, &sh->s5.go,
+                    P.s5_procs * P.s5_threads, P.s5_s, "s5") != 0) {
         report_error("s5");
         return;
     }
@@ -3114,7 +3123,6 @@ static int rw_worker(int idx)
 
 static void scenario_rw(redisContext *c)
 {
-    struct kids k = { 0 };
     long long reads = 0, writes = 0, torn = 0, final = 0, lost;
     double secs, ops, rfrac, maxr_ms = 0, maxw_ms = 0;
     uint64_t last = 0;
@@ -3125,18 +3133,8 @@ static void scenario_rw(redisContext *c)
 
     reset_shared();
     del_rw_keys(c);
-    for (i = 0; i < P.rw_procs; i++) {
-        if (spawn(&k, rw_worker, i) != 0) {
-            kids_kill(&k);
-            report_error("rw");
-            return;
-        }
-    }
-    if (start_workers(&k, &sh->rw.go, P.rw_procs, P.rw_s, "rw") != 0) {
-        report_error("rw");
-        return;
-    }
-    if (kids_wait(&k, P.rw_s + 120) != 0 ||
+    if (run_workers(rw_worker, P.rw_procs, &sh->rw.go, P.rw_procs, P.rw_s,
+                    "rw") != 0 ||
         !(r = rcmd(c, "GET %s", rw_counter))) {
         del_rw_keys(c);
         report_error("rw");
@@ -3285,11 +3283,7 @@ static void scenario_cv(redisContext *c)
     for (i = 0; i < P.cv_rounds; i++)
         if (sh->cv.t1[i] >= sh->cv.t0[i])
             lat[n++] = sh->cv.t1[i] - sh->cv.t0[i];
-    qsort(lat, (size_t)n, sizeof *lat, cmp_u64);
-    p50 = (double)pct(lat, (size_t)n, 0.50) / 1e6;
-    lastrun.s3_p50_ms = p50;
-    p99 = (double)pct(lat, (size_t)n, 0.99) / 1e6;
-    mx = n ? (double)lat[n - 1] / 1e6 : 0;
+    handoff_ms(lat, n, &p50, &p99, &mx);
     per = c1 >= c0 ? (double)(c1 - c0) / (2.0 * P.cv_rounds) : -1;
     csv_cdf("cv", "handoff_ms_cdf", lat, (size_t)n);
 
@@ -3356,7 +3350,6 @@ static int sem_worker(int idx)
 
 static void scenario_sem(redisContext *c)
 {
-    struct kids k = { 0 };
     long long total = 0;
     uint64_t last = 0;
     double secs, rate;
@@ -3366,15 +3359,8 @@ static void scenario_sem(redisContext *c)
 
     reset_shared();
     del_sem_keys(c);
-    for (i = 0; i < P.sem_procs; i++) {
-        if (spawn(&k, sem_worker, i) != 0) {
-            kids_kill(&k);
-            report_error("sem");
-            return;
-        }
-    }
-    if (start_workers(&k, &sh->sem.go, P.sem_procs, P.sem_s, "sem") != 0 ||
-        kids_wait(&k, P.sem_s + 120) != 0) {
+    if (run_workers(sem_worker, P.sem_procs, &sh->sem.go, P.sem_procs,
+                    P.sem_s, "sem") != 0) {
         report_error("sem");
         return;
     }
