@@ -1,11 +1,11 @@
 package distlock.interop;
 
 import java.lang.reflect.Method;
+import java.util.Set;
 import java.util.concurrent.TimeUnit;
 
 import org.redisson.api.RBucket;
 import org.redisson.api.RLock;
-import org.redisson.api.RReadWriteLock;
 import org.redisson.api.RSemaphore;
 import org.redisson.api.RedissonClient;
 import org.redisson.client.codec.StringCodec;
@@ -44,8 +44,42 @@ final class Ops {
         }
     }
 
+    /** The commands on a lock: lock, trylock (ms) and unlock, of each kind. */
+    private static final Set<String> LOCK_COMMANDS = Set.of(
+            "lock", "trylock", "unlock",
+            "flock", "ftrylock", "funlock",
+            "rlock", "tryrlock", "runlock",
+            "wlock", "trywlock", "wunlock");
+
+    /**
+     * The lock a command names by its first letter, after any "try": "f" the
+     * fair lock, "r" and "w" the read and the write side of the read-write
+     * lock, else the plain lock ("ftrylock" is the fair lock's try).
+     */
     private RLock lockOf(String cmd, String name) {
-        return cmd.startsWith("f") ? client.getFairLock(name) : client.getLock(name);
+        switch (cmd.startsWith("try") ? cmd.charAt(3) : cmd.charAt(0)) {
+        case 'f':
+            return client.getFairLock(name);
+        case 'r':
+            return client.getReadWriteLock(name).readLock();
+        case 'w':
+            return client.getReadWriteLock(name).writeLock();
+        default:
+            return client.getLock(name);
+        }
+    }
+
+    /** Takes lock, tries it for ms, or gives it back, as cmd says. */
+    private static String onLock(String cmd, RLock lock, long ms) throws InterruptedException {
+        if (cmd.contains("unlock")) {
+            lock.unlock();
+            return "";
+        }
+        if (cmd.contains("try")) {
+            return lock.tryLock(ms, TimeUnit.MILLISECONDS) ? "" : null;
+        }
+        lock.lock();
+        return "";
     }
 
     /** "" done, null a try that did not get the lock, else a value. */
@@ -53,7 +87,9 @@ final class Ops {
         String cmd = a[0];
         String name = a.length > 1 ? a[1] : "";
         long ms = a.length > 2 && !cmd.equals("count") ? Long.parseLong(a[2]) : 0;
-        RReadWriteLock rw = client.getReadWriteLock(name);
+        if (LOCK_COMMANDS.contains(cmd)) {
+            return onLock(cmd, lockOf(cmd, name), ms);
+        }
         switch (cmd) {
         case "pid":
             return Long.toString(ProcessHandle.current().pid());
@@ -62,35 +98,8 @@ final class Ops {
         case "sleep":
             Thread.sleep(Long.parseLong(name));
             return "";
-        case "lock":
-        case "flock":
-            lockOf(cmd, name).lock();
-            return "";
-        case "trylock":
-        case "ftrylock":
-            return lockOf(cmd, name).tryLock(ms, TimeUnit.MILLISECONDS) ? "" : null;
-        case "unlock":
-        case "funlock":
-            lockOf(cmd, name).unlock();
-            return "";
         case "held":
             return Integer.toString(client.getLock(name).getHoldCount());
-        case "rlock":
-            rw.readLock().lock();
-            return "";
-        case "wlock":
-            rw.writeLock().lock();
-            return "";
-        case "tryrlock":
-            return rw.readLock().tryLock(ms, TimeUnit.MILLISECONDS) ? "" : null;
-        case "trywlock":
-            return rw.writeLock().tryLock(ms, TimeUnit.MILLISECONDS) ? "" : null;
-        case "runlock":
-            rw.readLock().unlock();
-            return "";
-        case "wunlock":
-            rw.writeLock().unlock();
-            return "";
         case "xlock":
             return fenced(name, "lockAndGetToken").toString();
         case "xunlock":
