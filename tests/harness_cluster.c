@@ -400,11 +400,8 @@ const char *tu_cluster_role(tu_cluster_t *c, int node)
 
 int tu_cluster_master_of(tu_cluster_t *c, int node)
 {
-    int mport = tp_valid_node(c, node)
-                    ? tp_master_port(&c->node[node], &c->q[node])
-                    : -1;
-
-    return mport < 0 ? -1 : tp_node_by_port(c, mport);
+    return tp_valid_node(c, node) ? tp_master_of(c->node, c->q, c->n, node)
+                                  : -1;
 }
 
 const char *tu_cluster_url(const tu_cluster_t *c)
@@ -471,7 +468,7 @@ int tu_cluster_redirect(const tu_cluster_t *c, const redisReply *reply,
         return -1;
     if (slot != NULL)
         *slot = s;
-    return tp_node_by_port(c, port);
+    return tp_by_port(c->node, c->n, port);
 }
 
 int tu_cluster_keyslot(tu_cluster_t *c, const char *key)

@@ -161,9 +161,14 @@ const char *tp_role_name(char role);
 /* A server's ROLE as "master" / "slave"; NULL when it does not answer. */
 const char *tp_role_of(tu_redis_t *r, struct tp_conn *q);
 
-/* The port of the master a replica follows; -1 when it is no replica or
- * does not answer. */
-int tp_master_port(tu_redis_t *r, struct tp_conn *q);
+/* The index of the server listening on port among nodes[0 .. n-1], or -1:
+ * a topology's nodes by port. */
+int tp_by_port(const tu_redis_t *nodes, int n, int port);
+
+/* The index among nodes[0 .. n-1] (q: their query connections) of the
+ * master node i replicates from; -1 when node i is no replica, does not
+ * answer, or follows a master that is not among them. */
+int tp_master_of(tu_redis_t *nodes, struct tp_conn *q, int n, int i);
 
 /* Stop the n servers and drop their query connections: a topology's
  * free. */
@@ -253,9 +258,8 @@ static inline int tp_valid_slot(int slot)
     return slot >= 0 && slot < TU_CLUSTER_SLOTS;
 }
 
-/* The node with that cluster id / TCP port, or -1. */
+/* The node with that cluster id, or -1 (by TCP port: tp_by_port). */
 int tp_node_by_id(const tu_cluster_t *c, const char *id);
-int tp_node_by_port(const tu_cluster_t *c, int port);
 
 /* First node that is usable, or -1. */
 int tp_first_usable(tu_cluster_t *c);

@@ -39,16 +39,6 @@ int tp_node_by_id(const tu_cluster_t *c, const char *id)
     return -1;
 }
 
-int tp_node_by_port(const tu_cluster_t *c, int port)
-{
-    int i;
-
-    for (i = 0; i < c->n; i++)
-        if (c->node[i].port == port)
-            return i;
-    return -1;
-}
-
 int tp_first_usable(tu_cluster_t *c)
 {
     int i;

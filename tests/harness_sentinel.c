@@ -57,16 +57,6 @@ static int valid_sent(const tu_sentinel_t *s, int i)
     return s != NULL && i >= 0 && i < s->nsent;
 }
 
-static int data_by_port(const tu_sentinel_t *s, int port)
-{
-    int i;
-
-    for (i = 0; i < s->ndata; i++)
-        if (s->data[i].port == port)
-            return i;
-    return -1;
-}
-
 /* Data node i (sent == 0) or sentinel i (sent == 1) and its query
  * connection; NULL with a message naming op when there is no such one. */
 static tu_redis_t *member(tu_sentinel_t *s, int sent, int i,
@@ -154,7 +144,7 @@ static int agreed_master(tu_sentinel_t *s, char *why, size_t wlen, int *bad)
         if (!tp_usable(&s->sent[i]))
             continue;
         port = reported_master_port(s, i);
-        idx = data_by_port(s, port);
+        idx = tp_by_port(s->data, s->ndata, port);
         if (idx < 0) {
             hx_why(why, wlen,
                    "sentinel %d reports master port %d, not one "
@@ -626,11 +616,8 @@ const char *tu_sentinel_role(tu_sentinel_t *s, int node)
 
 int tu_sentinel_master_of(tu_sentinel_t *s, int node)
 {
-    int mport = valid_data(s, node)
-                    ? tp_master_port(&s->data[node], &s->dq[node])
-                    : -1;
-
-    return mport < 0 ? -1 : data_by_port(s, mport);
+    return valid_data(s, node) ? tp_master_of(s->data, s->dq, s->ndata, node)
+                               : -1;
 }
 
 /* The new master once the sentinels agree on one other than old, and it

@@ -413,11 +413,23 @@ const char *tp_role_of(tu_redis_t *r, struct tp_conn *q)
     return tp_role_name(tp_node_role(r, q, NULL, NULL, 0));
 }
 
-int tp_master_port(tu_redis_t *r, struct tp_conn *q)
+int tp_by_port(const tu_redis_t *nodes, int n, int port)
+{
+    int i;
+
+    for (i = 0; i < n; i++)
+        if (nodes[i].port == port)
+            return i;
+    return -1;
+}
+
+int tp_master_of(tu_redis_t *nodes, struct tp_conn *q, int n, int i)
 {
     int mport;
 
-    return tp_node_role(r, q, &mport, NULL, 0) == 'S' ? mport : -1;
+    if (tp_node_role(&nodes[i], &q[i], &mport, NULL, 0) != 'S')
+        return -1;
+    return tp_by_port(nodes, n, mport);
 }
 
 void tp_nodes_stop(tu_redis_t *nodes, struct tp_conn *q, int n)
