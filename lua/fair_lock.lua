@@ -52,7 +52,8 @@ end
 drop_dead_waiters(now, KEYS[2], KEYS[3], KEYS[6], {KEYS[4], 'string'})
 
 if mine then
-  return take_again(KEYS[1], ARGV[2], ARGV[1], KEYS[4], KEYS[7], ARGV[6])
+  local token = fencing_token(KEYS[4], false)
+  return {1, write_hold(KEYS[1], ARGV[2], ARGV[1], KEYS[7], ARGV[6], false), token}
 end
 
 local head = redis.call('lindex', KEYS[2], 0)
@@ -80,13 +81,9 @@ if redis.call('exists', KEYS[1]) == 0 and (not head or head == ARGV[2]) then
   -- (not queued, the owner has no deadline: the purge and the queue keep
   -- an entry and its deadline together)
   redis.call('zrem', KEYS[6], ARGV[2])
-  redis.call('hset', KEYS[1], ARGV[2], 1)
-  redis.call('pexpire', KEYS[1], ARGV[1])
-  if KEYS[7] then
-    robust_take(KEYS[7], ARGV[2], dead, ARGV[6])
-    if dead then
-      return {1, 1, token, dead}
-    end
+  write_hold(KEYS[1], ARGV[2], ARGV[1], KEYS[7], ARGV[6], true, dead)
+  if dead then
+    return {1, 1, token, dead}
   end
   return {1, 1, token}
 end

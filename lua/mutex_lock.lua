@@ -31,7 +31,8 @@
 --#include prelude_robust.lua
 --#include prelude_take.lua
 if redis.call('hget', KEYS[1], ARGV[2]) then
-  return take_again(KEYS[1], ARGV[2], ARGV[1], KEYS[2], KEYS[4], ARGV[4])
+  local token = fencing_token(KEYS[2], false)
+  return {1, write_hold(KEYS[1], ARGV[2], ARGV[1], KEYS[4], ARGV[4], false), token}
 end
 -- one call tells the usual case, a free lock and nobody registered (0)
 local n = redis.call('exists', KEYS[1], KEYS[3])
@@ -51,11 +52,7 @@ if n == 0 or (n == 1 and redis.call('exists', KEYS[1]) == 0) then
     dead = r[1] or r[2]
   end
   local token = fencing_token(KEYS[2], true, ARGV[4])
-  redis.call('hset', KEYS[1], ARGV[2], 1)
-  redis.call('pexpire', KEYS[1], ARGV[1])
-  if KEYS[4] then
-    robust_take(KEYS[4], ARGV[2], dead, ARGV[4])
-  end
+  write_hold(KEYS[1], ARGV[2], ARGV[1], KEYS[4], ARGV[4], true, dead)
   if waiting then
     redis.call('zremrangebyscore', KEYS[3], '-1', '-1')
     redis.call('zadd', KEYS[3], '-1', ARGV[2])

@@ -21,10 +21,10 @@
 -- command for it), and a script gets only what it uses:
 --   a new hold    reads held, dead, nr first (a key of another type fails there,
 --                 before any write); nr: refused ({2, 0}), its keep re-armed;
---                 else robust_take (prelude_take): held := owner, dead := the old
+--                 else write_hold (prelude_take): held := owner, dead := the old
 --                 held or dead when there was one (EOWNERDEAD), keep := ARGV's;
 --                 the record lives keep ms
---   a reentry     re-arms keep (take_again, prelude_take)
+--   a reentry     re-arms keep (write_hold)
 --   the last release, when held is the releasing owner (a record another owner
 --                 wrote since, after ours was forced, stays; give_back_hold,
 --                 prelude_release):

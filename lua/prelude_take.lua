@@ -1,34 +1,39 @@
 -- prelude_take: joined by the build in front of the exclusive locks' take scripts,
--- mutex_lock and fair_lock ('--#include prelude_take.lua', after prelude_token and
--- prelude_robust, whose functions it calls).
--- take_again(lock, owner, lease, counter, record, keep)
+-- mutex_lock and fair_lock ('--#include prelude_take.lua', after prelude_robust,
+-- whose robust_keep it calls).
+-- write_hold(lock, owner, lease, record, keep, fresh, dead)
 --   lock     the lock: HASH { <owner>: hold count }             (N)
---   owner    the owner, which holds the lock already (a reentry)
---   lease    lease in ms, re-armed
---   counter  fencing counter (prelude_token): read, not drawn
---   record   a robust mutex's record (prelude_robust), re-armed for keep ms
---            unless keep is '0' (kept for ever); nil when the mutex is not robust
--- Returns the reply of a reentry, {1, holds, token}: the owner's count now and the
--- last token drawn.  The counter is read before anything is written (prelude_guard).
-local function take_again(lock, owner, lease, counter, record, keep)
-  local token = fencing_token(counter, false)
-  local holds = redis.call('hincrby', lock, owner, 1)
+--   owner    the owner taking a hold
+--   lease    lease in ms, set on the lock
+--   record   a robust mutex's record (prelude_robust), nil when the mutex is not
+--            robust; keep: its time to live in ms, '0' for ever
+--   fresh    false: a reentry, one more hold of the owner, and the record's keep
+--            re-armed (a record kept for ever stays so); true: a new hold, the
+--            owner's only one, and the record rewritten: held := owner, dead :=
+--            dead (the owner that did not release it cleanly, as the caller read
+--            the record before any write), or none when dead is false
+-- Returns the owner's holds now.  Nothing here can fail: the caller read the lock
+-- and the record, and read or drew the fencing token, before (prelude_guard).
+local function write_hold(lock, owner, lease, record, keep, fresh, dead)
+  local holds = 1
+  if fresh then
+    redis.call('hset', lock, owner, 1)
+  else
+    holds = redis.call('hincrby', lock, owner, 1)
+  end
   redis.call('pexpire', lock, lease)
-  if record and keep ~= '0' then
+  if not record then
+    return holds
+  end
+  if fresh then
+    if dead then
+      redis.call('hset', record, 'held', owner, 'dead', dead, 'keep', keep)
+    else
+      redis.call('hset', record, 'held', owner, 'keep', keep)
+    end
+    robust_keep(record, keep)
+  elseif keep ~= '0' then
     redis.call('pexpire', record, keep)
   end
-  return {1, holds, token}
-end
-
--- robust_take(record, owner, dead, keep): a new hold of owner in a robust mutex's
--- record (prelude_robust); dead is the owner that did not release it cleanly (the
--- record's held or dead as read before any write), or false.  The record lives
--- keep ms from now, or for ever when keep is '0'.
-local function robust_take(record, owner, dead, keep)
-  if dead then
-    redis.call('hset', record, 'held', owner, 'dead', dead, 'keep', keep)
-  else
-    redis.call('hset', record, 'held', owner, 'keep', keep)
-  end
-  robust_keep(record, keep)
+  return holds
 end
