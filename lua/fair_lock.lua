@@ -20,6 +20,9 @@
 -- ARGV[5]  publish command: 'publish', 'spublish' or 'spublish+publish' (notify)
 -- ARGV[6]  time to live in ms of the counter and the record, set when they are
 --          written: the lease plus DISTLOCK_KEY_GRACE_MS; '0': kept for ever
+-- ARGV[7]  'fresh': the caller holds none of the lock (its client says so), so that
+--          a hold found in its name is a grant whose message it missed
+--          (prelude_grant): counted once, with the token drawn for it; '' else
 -- Reply    {1, holds, token}  taken (holds: the owner's count after this call)
 --          {1, 1, token, dead}  robust: taken, but the last holder, dead, did not
 --                             release it cleanly (EOWNERDEAD)
@@ -53,6 +56,11 @@ drop_dead_waiters(now, KEYS[2], KEYS[3], KEYS[6], {KEYS[4], 'string'})
 
 if mine then
   local token = fencing_token(KEYS[4], false)
+  -- a grant claimed (not robust: a robust release grants nothing)
+  if not KEYS[7] and ARGV[7] == 'fresh' and redis.call('hget', KEYS[1], ARGV[2]) == '1' then
+    redis.call('pexpire', KEYS[1], ARGV[1])
+    return {1, 1, token}
+  end
   return {1, write_hold(KEYS[1], ARGV[2], ARGV[1], KEYS[7], ARGV[6], false), token}
 end
 

@@ -409,6 +409,37 @@ static __attribute__((noinline)) int switch_channel(struct dist__call *c,
     return c->wait != 0 && dist__sub_quiet_since(to, c->tried_us);
 }
 
+/* A grant heard on the waiter's channel (a fair lock's release made it
+ * the holder, prelude_grant.lua): the lock is taken, with the token and
+ * lease the release gave it.  The grant came after the waiter's last try
+ * ran, so the hold is counted from when that try was sent; a hold whose
+ * lease is not the caller's, or that leaves too little of it (a waiter
+ * that slept long behind others), is renewed first, on the condition
+ * that it is still ours (refresh: c->taken 0 when it is gone: try again).
+ * The renewal's commands end as a try's would (try_bounded). */
+static __attribute__((noinline)) int
+take_grant(struct dist__call *c, uint64_t token, unsigned long lease,
+           uint64_t deadline)
+{
+    uint64_t outer = c->limit, cap = past_deadline(deadline);
+    int rc = 0;
+
+    c->taken = 1;
+    c->count = c->n[c->mode] + 1;
+    c->token = token;
+    c->wakes = 0;
+    c->ownerdead = 0;
+    c->unknown = c->bad = 0;
+    c->started = c->tried_us / 1000;
+    if (lease == dist__lease_of(c->o) && !stale(c))
+        return 0;
+    if (cap)
+        c->limit = sooner(outer, cap);
+    rc = refresh(c);
+    c->limit = outer;
+    return rc;
+}
+
 /* Sleeps on the lock's channel *ch between tries until it is taken, an
  * error, the deadline (after one last try: a lock free at the deadline is
  * taken, never timed out), a signal handler or a cancel request
@@ -423,6 +454,8 @@ static int wait_on(struct dist__call *c, struct dist__chan **chp,
 {
     const struct dist__kind *k = c->o->kind;
     int rc, last = 0, asleep, aimed = c->aimed;
+    uint64_t token;
+    unsigned long lease;
 
     /* Subscribe before trying again, so that a release that comes between
      * that try and the sleep wakes the sleep.  When the channel was
@@ -442,8 +475,18 @@ static int wait_on(struct dist__call *c, struct dist__chan **chp,
         if (atomic_load(&abandon))
             return dist__err_lock(ECANCELED, k->noun, name_of(c),
                                   ": the wait was abandoned");
+        if (dist__sub_grant_take(*chp, &token, &lease)) {
+            rc = take_grant(c, token, lease, deadline);
+            if (rc != 0 || c->taken)
+                return rc;
+            asleep = 0; /* gone before it was renewed: try */
+        }
         if (!asleep) {
             rc = try_patiently(c, deadline);
+            /* a grant whose message is still on its way is spent: the
+             * try found the lock its own (fair_lock) */
+            if (rc == 0 && c->taken && c->how == DIST__HOW_QUEUE)
+                dist__sub_spend(*chp, c->token);
             if (rc != 0 || c->taken)
                 return rc;
             if (last || dist__deadline_step(dl, &deadline))

@@ -198,6 +198,51 @@ int dist__sub_listening(const struct dist__buf *chan, int *waiters)
     return subscribed;
 }
 
+int dist__sub_grant_take(struct dist__chan *ch, uint64_t *token,
+                         unsigned long *lease)
+{
+    int got;
+
+    pthread_mutex_lock(&pubsub.mu);
+    got = ch->grant_token > ch->spent;
+    if (got) {
+        *token = ch->spent = ch->grant_token;
+        *lease = ch->grant_lease;
+        if (ch->permits > 0)
+            ch->permits--; /* the wake-up it came with */
+    }
+    ch->grant_token = 0;
+    pthread_mutex_unlock(&pubsub.mu);
+    return got;
+}
+
+/* ps->mu held */
+static void spend(struct dist__chan *ch, uint64_t token)
+{
+    if (token > ch->spent)
+        ch->spent = token;
+    if (ch->grant_token <= ch->spent)
+        ch->grant_token = 0;
+}
+
+void dist__sub_spend(struct dist__chan *ch, uint64_t token)
+{
+    pthread_mutex_lock(&pubsub.mu);
+    spend(ch, token);
+    pthread_mutex_unlock(&pubsub.mu);
+}
+
+void dist__sub_spend_name(const struct dist__buf *chan, uint64_t token)
+{
+    struct dist__chan *ch;
+
+    pubsub_init();
+    pthread_mutex_lock(&pubsub.mu);
+    if ((ch = dist__ps_find(&pubsub, chan->p, chan->len)) != NULL)
+        spend(ch, token);
+    pthread_mutex_unlock(&pubsub.mu);
+}
+
 unsigned long dist__sub_gen(struct dist__chan *ch)
 {
     unsigned long gen;

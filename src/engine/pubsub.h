@@ -50,6 +50,19 @@ int dist__sub_wait_intr(struct dist__chan *ch, unsigned long gen,
  * not heeded there. */
 void dist__sub_wait_ready_intr(struct dist__chan *ch, uint64_t until_ms,
                                int intr);
+/* A fair lock's release may grant the lock to the waiter at the head of
+ * its queue, and tell it on the waiter's own channel (prelude_grant.lua).
+ * dist__sub_grant_take: 1 with the grant's fencing token and lease (ms)
+ * when one was heard for ch and not taken yet, taking it (and the
+ * wake-up that came with it); else 0.  dist__sub_spend: a grant of token
+ * (or an older one) was taken otherwise (a try that found the lock its
+ * own) or passed on (a cancel): its message, if it is still on its way,
+ * is ignored; _name: the same by the channel's name, if it is still in
+ * the table. */
+int dist__sub_grant_take(struct dist__chan *ch, uint64_t *token,
+                         unsigned long *lease);
+void dist__sub_spend(struct dist__chan *ch, uint64_t token);
+void dist__sub_spend_name(const struct dist__buf *chan, uint64_t token);
 /* Wakes every waiting thread of every channel, as a wake-all message
  * would (dist__abandon_waits). */
 void dist__sub_wake_all(void);

@@ -35,6 +35,13 @@ struct dist__chan {
      * wake-up as one that may have come after its next try */
     uint64_t ready_us; /* when it was last confirmed subscribed */
     uint64_t heard_us; /* when a message for it last came */
+    /* A fair lock's grant heard on a waiter's own channel, not taken yet
+     * (its token, 0: none, and lease), and the highest token of a grant
+     * taken or passed on: a grant message at or below it is an old one,
+     * ignored (dist__sub_grant_take). */
+    uint64_t grant_token;
+    unsigned long grant_lease;
+    uint64_t spent;
     pthread_cond_t cv;
     /* Interruptible sleepers (dist__sub_wait_intr, _ready_intr) wait on
      * this futex word instead of cv: every wake-up of the channel moves
@@ -137,6 +144,12 @@ struct dist__chan *dist__ps_find(struct dist__ps_state *ps, const char *name,
                                  size_t len);
 /* A release message for ch: wakes one waiter, or all (a '1').  ps->mu held. */
 void dist__ps_wake(struct dist__ps_state *ps, struct dist__chan *ch, int all);
+/* A message heard for ch from n: a grant ('g<token>:<lease>') is kept
+ * for its waiter and wakes it, unless it is old (see dist__chan.spent) or
+ * came before n confirmed ch (for an earlier subscription of that name);
+ * any other wakes as dist__ps_wake.  ps->mu held. */
+void dist__ps_heard(struct dist__ps_state *ps, struct dist__node *n,
+                    struct dist__chan *ch, const redisReply *msg);
 /* Wakes ch's futex sleepers (dist__sub_wait_intr, _ready_intr) to look
  * again: they are woken for every wake-up of ch, and those that find
  * nothing for them sleep again.  The state's mu held. */

@@ -82,6 +82,51 @@ void dist__ps_wake(struct dist__ps_state *ps, struct dist__chan *ch, int all)
         dist__ps_ring(ps->bell);
 }
 
+/* 'g<token>:<lease>' (prelude_grant.lua): 1 with both read, else 0 */
+static int grant_of(const redisReply *msg, uint64_t *token,
+                    unsigned long *lease)
+{
+    char buf[64], *end;
+    unsigned long long t;
+
+    if (msg->type != REDIS_REPLY_STRING || msg->len < 4 ||
+        msg->len >= sizeof buf || msg->str[0] != 'g')
+        return 0;
+    memcpy(buf, msg->str + 1, msg->len - 1);
+    buf[msg->len - 1] = 0;
+    errno = 0;
+    t = strtoull(buf, &end, 10);
+    if (errno || end == buf || *end != ':' || t == 0)
+        return 0;
+    *lease = strtoul(end + 1, &end, 10);
+    if (errno || *end || *lease == 0)
+        return 0;
+    *token = t;
+    return 1;
+}
+
+void dist__ps_heard(struct dist__ps_state *ps, struct dist__node *n,
+                    struct dist__chan *ch, const redisReply *msg)
+{
+    uint64_t token;
+    unsigned long lease;
+
+    if (!grant_of(msg, &token, &lease)) {
+        /* from whichever node: a hint is never wrong for long */
+        dist__ps_wake(ps, ch, msg->type == REDIS_REPLY_STRING &&
+                                  msg->len == 1 && msg->str[0] == '1');
+        return;
+    }
+    /* a grant is no hint: only for this subscription, and once (both
+     * pub/sub kinds may bring it) */
+    if (ch->node != n || ch->wire != W_SUBSCRIBED || token <= ch->spent ||
+        token <= ch->grant_token)
+        return;
+    ch->grant_token = token;
+    ch->grant_lease = lease;
+    dist__ps_wake(ps, ch, 0);
+}
+
 /* ---- the thread's side: nodes and what was sent to them ------------------ */
 
 static int same_addr(const struct dist__addr *a, const struct dist__addr *b)
@@ -370,10 +415,6 @@ static void handle(struct dist__ps_state *ps, struct dist__node *n,
         return;
     }
     if (kind_is(kind, "message")) {
-        /* from whichever node: a hint is never wrong for long */
-        redisReply *msg = r->element[2];
-        int all = msg->type == REDIS_REPLY_STRING && msg->len == 1 &&
-                  msg->str[0] == '1';
         dist__stat_add(DIST__ST_PS_MESSAGES, 1);
         /* what it woke: its reader alone when it was lent, or when no
          * thread waits on ch (a waiter not yet back on its channel after a
@@ -383,7 +424,7 @@ static void handle(struct dist__ps_state *ps, struct dist__node *n,
         else if (!ch || ch->refs == 0)
             dist__stat_add(DIST__ST_PS_UNWAITED, 1);
         if (ch)
-            dist__ps_wake(ps, ch, all);
+            dist__ps_heard(ps, n, ch, r->element[2]);
     } else if (kind_is(kind, "subscribe")) {
         if (q_head_is(n, 0, 0, name))
             q_pop(n, &s);

@@ -55,17 +55,15 @@ static const enum dist__nm unlock_keys[] = {
 /* a plain mutex's registered waiters: a waiter's renewal key, and with
  * the lock's name mutex_cancel's */
 static const enum dist__nm waiters_key[] = { DIST__N_MUTEX_WAITERS };
+/* a fair release's: the marks and the counter, for a grant to the head
+ * (prelude_grant.lua) */
 static const enum dist__nm fair_unlock_keys[] = {
-    DIST__N_QUEUE,
-    DIST__N_TIMEOUT,
-    DIST__N_CHAN,
-    DIST__N_ROBUST,
+    DIST__N_QUEUE,        DIST__N_TIMEOUT, DIST__N_CHAN,
+    DIST__N_FAIR_WAITERS, DIST__N_TOKEN,   DIST__N_ROBUST,
 };
 static const enum dist__nm fair_cancel_keys[] = {
-    DIST__N_QUEUE,
-    DIST__N_TIMEOUT,
-    DIST__N_CHAN,
-    DIST__N_FAIR_WAITERS,
+    DIST__N_QUEUE,        DIST__N_TIMEOUT, DIST__N_CHAN,
+    DIST__N_FAIR_WAITERS, DIST__N_TOKEN,
 };
 static const enum dist__nm robust_key[] = { DIST__N_ROBUST };
 /* a queued fair waiter's keys for waiter_renew, in its order */
@@ -175,7 +173,7 @@ static int run_acquire(struct dist__call *c, redisReply **r)
     char lease[24], window[24], keep[24];
     size_t olen;
     const char *owner = dist__owner(&olen);
-    struct dist__buf kv[13];
+    struct dist__buf kv[14];
     struct dist__room room;
     int rc, n, robust = is_robust(c->o);
 
@@ -206,6 +204,9 @@ static int run_acquire(struct dist__call *c, redisReply **r)
         kv[n++] = dist__arg(c->how == DIST__HOW_QUEUE ? "wait" : "try");
         kv[n++] = dist__arg(dist__publish_cmd());
         kv[n++] = ul_arg(keep, dist__key_keep_ms(dist__lease_of(c->o)));
+        /* a hold found in the name of a caller that holds none was
+         * granted to it (prelude_grant.lua): counted once */
+        kv[n++] = dist__arg(c->n[0] == 0 ? "fresh" : "");
         rc = dist__route_eval(c->limit, DIST__S_FAIR_LOCK, 6 + robust, kv, n,
                               r, &c->on);
     }
@@ -349,8 +350,9 @@ static int m_plan(struct dist__call *c, int try_only)
 /* The release script's arguments, the derived names in room; wakes: a
  * plain mutex's hold that left its mark (mutex_unlock); expect: the count
  * a settle expects to find, or NULL; robust: DIST__ROBUST_*, with keep
- * (the record's time to live once not recoverable).  Returns the number
- * of keys, or -1 out of memory (said; room done all the same). */
+ * (the record's time to live once not recoverable; a fair release's
+ * always: the counter's that a grant draws, fair_unlock).  Returns the
+ * number of keys, or -1 out of memory (said; room done all the same). */
 static int release_args(const struct dist__names *nm, int fair, int wakes,
                         const char *lease, const char *owner, size_t olen,
                         const char *expect, int robust, const char *keep,
@@ -374,9 +376,9 @@ static int release_args(const struct dist__names *nm, int fair, int wakes,
     kv[n++] = dist__arg("0");
     if (!fair && !bare)
         kv[n++] = dist__arg(wakes ? "1" : "0");
-    if (expect || robust)
+    if (expect || robust || fair)
         kv[n++] = dist__arg(expect ? expect : "");
-    if (robust) {
+    if (robust || fair) {
         kv[n++] = dist__arg(how[robust]);
         kv[n++] = dist__arg(keep);
     }
@@ -498,7 +500,7 @@ static int m_release(struct dist__call *c)
     char lease[24], keep[24];
     size_t olen;
     const char *owner = dist__owner(&olen);
-    struct dist__buf kv[13];
+    struct dist__buf kv[14];
     struct dist__room room;
     redisReply *r;
     long long res;
@@ -506,7 +508,7 @@ static int m_release(struct dist__call *c)
         script = fair ? DIST__S_FAIR_UNLOCK : DIST__S_MUTEX_UNLOCK;
 
     snprintf(lease, sizeof lease, "%lu", dist__lease_of(c->o));
-    if (c->robust) /* only a robust release sends it */
+    if (c->robust || fair) /* only a robust or fair release sends it */
         snprintf(keep, sizeof keep, "%lu",
                  dist__key_keep_ms(dist__lease_of(c->o)));
     nkeys = release_args(c->o->st->names, fair, c->wakes, lease, owner, olen,
@@ -543,7 +545,7 @@ static int m_settle(struct dist__hold *h, int *lost)
 {
     const int fair = h->kind == &dist__fair_kind.renewal;
     char lease[24], expect[24], keep[24], owner[DIST__OWNER_MAX];
-    struct dist__buf kv[13];
+    struct dist__buf kv[14];
     struct dist__room room;
     redisReply *r = NULL;
     long long res = 0;
@@ -643,16 +645,35 @@ static void plain_cancel(struct dist__call *c)
     dist__room_done(&room);
 }
 
+/* A grant this caller passed on (fair_cancel): its message, still on its
+ * way perhaps, is not to be taken by a later wait on the channel. */
+static void spend_grant(struct dist__call *c, long long token)
+{
+    const struct dist__names *nm = c->o->st->names;
+    struct dist__buf b;
+    size_t olen;
+    const char *owner = dist__owner(&olen);
+
+    if (token <= 0 ||
+        !(b.p = dist__names_waiter_chan(nm, owner, olen, &b.len)))
+        return;
+    dist__sub_spend_name(&b, (uint64_t)token);
+    free((char *)b.p);
+}
+
 /* A waiter that gives up leaves at once (best effort: if Redis cannot be
- * reached, its entry ends with its window): a fair one the queue, a plain
- * one the registered waiters. */
+ * reached, its entry ends with its window): a fair one the queue, passing
+ * on a grant it may have been given meanwhile (fair_cancel), a plain one
+ * the registered waiters. */
 static void m_cancel(struct dist__call *c)
 {
     size_t olen;
     const char *owner = dist__owner(&olen);
-    struct dist__buf kv[8];
+    char lease[24], keep[24];
+    struct dist__buf kv[13];
     struct dist__room room;
     redisReply *r;
+    long long granted = 0;
 
     if (!is_fair(c)) {
         plain_cancel(c);
@@ -660,13 +681,21 @@ static void m_cancel(struct dist__call *c)
     }
     if (keys_of(c->o->st->names, fair_cancel_keys, NKEYS(fair_cancel_keys),
                 kv, &room) == 0) {
-        kv[5] = (struct dist__buf){ owner, olen };
-        kv[6] = dist__arg(dist__publish_cmd());
-        kv[7] = dist__arg("0");
-        if (dist__route_run(c->limit, DIST__S_FAIR_CANCEL, 5, kv, 8, &r) == 0)
+        kv[6] = (struct dist__buf){ owner, olen };
+        kv[7] = dist__arg(dist__publish_cmd());
+        kv[8] = dist__arg("0");
+        kv[9] = ul_arg(lease, dist__lease_of(c->o));
+        kv[10] = ul_arg(keep, dist__key_keep_ms(dist__lease_of(c->o)));
+        kv[11] = dist__arg(c->n[0] == 0 ? "fresh" : "");
+        if (dist__route_run(c->limit, DIST__S_FAIR_CANCEL, 6, kv, 12, &r) ==
+            0) {
+            if (dist__reply_int(r, 1, &granted) != 0)
+                granted = 0;
             freeReplyObject(r);
+        }
     }
     dist__room_done(&room);
+    spend_grant(c, granted);
 }
 
 static const char *m_busy_why(const struct dist__call *c)
