@@ -38,6 +38,8 @@ static const struct fx_settings defaults = { 0, 0, WAITER_MS };
 
 static tu_redis_t r;
 
+#include "scripthelp.h"
+
 struct names {
     char lock[160], queue[200], timeout[200], chan[200];
 };
@@ -703,6 +705,316 @@ static void test_unknown_release_wakes_head(void **state)
     case_end(&c);
 }
 
+/* ---- grants: a release makes a distlock head the holder ------------------ */
+
+/* A fair mutex's waiter that reports its token and holds the lock until
+ * told to let go. */
+struct grantee {
+    dist_mutex_t *m;
+    int rc;
+    uint64_t token;
+    atomic_int got;     /* it holds the lock */
+    atomic_int release; /* let go now */
+    pthread_t th;
+};
+
+static void *grantee_main(void *arg)
+{
+    struct grantee *g = arg;
+
+    g->rc = dist_mutex_lock(g->m);
+    if (g->rc != 0)
+        return NULL;
+    if (dist_mutex_token(g->m, &g->token) != 0)
+        g->rc = -1;
+    atomic_store(&g->got, 1);
+    while (!atomic_load(&g->release))
+        tu_sleep_ms(1);
+    if (dist_mutex_unlock(g->m) != 0)
+        g->rc = -2;
+    return NULL;
+}
+
+/* g starts waiting on c's lock, held by someone else, and is queued; its
+ * owner (the queue's head) in head (freed by the caller). */
+static char *grantee_go(struct fair_case *c, struct grantee *g)
+{
+    memset(g, 0, sizeof *g);
+    g->m = &c->m;
+    assert_int_equal(pthread_create(&g->th, NULL, grantee_main, g), 0);
+    assert_true(queue_reaches(c->n.queue, 1, 5.0));
+    return tu_cmd_str(&r, "LINDEX", c->n.queue, "0", NULL);
+}
+
+/* Whether owner's own channel of c's lock has a subscriber within secs:
+ * a waiter subscribes after its first try queued it, and only one that
+ * listens is granted the lock (prelude_grant.lua). */
+static int listens_within(const struct fair_case *c, const char *owner,
+                          double secs)
+{
+    double end = tu_now() + secs;
+    char chan[300];
+    redisReply *x;
+    long long n = 0;
+
+    snprintf(chan, sizeof chan, "%s:%s", c->n.chan, owner);
+    while (n < 1 && tu_now() < end) {
+        x = tu_cmd(&r, "PUBSUB", "NUMSUB", chan, NULL);
+        assert_non_null(x);
+        if (x->type == REDIS_REPLY_ARRAY && x->elements == 2)
+            n = x->element[1]->integer;
+        freeReplyObject(x);
+        if (n < 1)
+            tu_sleep_ms(2);
+    }
+    return n >= 1;
+}
+
+/* Whether g holds the lock within secs. */
+static int grantee_got(struct grantee *g, double secs)
+{
+    double end = tu_now() + secs;
+
+    while (!atomic_load(&g->got) && tu_now() < end)
+        tu_sleep_ms(2);
+    return atomic_load(&g->got);
+}
+
+static void grantee_done(struct grantee *g)
+{
+    atomic_store(&g->release, 1);
+    pthread_join(g->th, NULL);
+    assert_int_equal(g->rc, 0);
+}
+
+/* The derived names a grant touches. */
+struct grant_names {
+    char marks[200], counter[200];
+};
+
+static void grant_names(const struct fair_case *c, struct grant_names *k)
+{
+    snprintf(k->marks, sizeof k->marks, "distlock_fair_waiters:{%s}",
+             c->n.lock);
+    snprintf(k->counter, sizeof k->counter, "redisson_lock_token:{%s}",
+             c->n.lock);
+}
+
+static long long scripts_run(void)
+{
+    return command_calls_on(&r, "evalsha") + command_calls_on(&r, "eval");
+}
+
+/* HGET N owner is "1": owner holds the lock once. */
+static void holds_once(const struct fair_case *c, const char *owner)
+{
+    char *v = tu_cmd_str(&r, "HGET", c->n.lock, owner, NULL);
+
+    assert_non_null(v);
+    assert_string_equal(v, "1");
+    free(v);
+}
+
+/* The lock held by another client's owner: HSET N owner 1, a minute's
+ * lease. */
+static void held_by(const struct fair_case *c, const char *owner)
+{
+    assert_int_equal(tu_cmd_int(&r, "HSET", c->n.lock, owner, "1", NULL), 1);
+    assert_int_equal(tu_cmd_int(&r, "PEXPIRE", c->n.lock, "60000", NULL), 1);
+}
+
+/* The release grants the lock to the distlock head: the head's waiting
+ * call returns holding it, with the token the release drew, and no script
+ * of its own (it ran fair_lock a second time to take it: 2 scripts per
+ * hand-off, and a second round trip on the hand-off's path). */
+static void test_grant_one_script(void **state)
+{
+    struct fair_case c;
+    struct grant_names k;
+    struct grantee g;
+    long long s0, s1;
+    char *head, *tok;
+
+    (void)state;
+    /* no renewal of the waiter's place nor of the hold in the count: a
+     * long window, an explicit lease */
+    assert_int_equal(dist_set_waiter_ms(60000), 0);
+    case_begin(&c, __func__, 60000, 1);
+    /* the server has the release script (not an EVALSHA refused, then an
+     * EVAL) */
+    assert_int_equal(dist_mutex_unlock(&c.m), 0);
+    assert_int_equal(dist_mutex_lock(&c.m), 0);
+    grant_names(&c, &k);
+    head = grantee_go(&c, &g);
+    assert_non_null(head);
+    assert_true(listens_within(&c, head, 5.0));
+    s0 = scripts_run();
+    assert_int_equal(dist_mutex_unlock(&c.m), 0);
+    assert_true(grantee_got(&g, 5.0));
+    s1 = scripts_run();
+    holds_once(&c, head);
+    tok = tu_cmd_str(&r, "GET", k.counter, NULL);
+    assert_non_null(tok);
+    assert_int_equal(g.token, strtoull(tok, NULL, 10));
+    print_message("hand-off to a distlock head: %lld script(s)\n", s1 - s0);
+    assert_int_equal(s1 - s0, 1);
+    grantee_done(&g);
+    assert_int_equal(exists(c.n.lock), 0);
+    free(tok);
+    free(head);
+    queue_gone(&c);
+    case_end(&c);
+}
+
+/* test_grant_one_script's teardown: the group's window again. */
+static int window_back(void **state)
+{
+    (void)state;
+    return dist_set_waiter_ms(WAITER_MS);
+}
+
+/* A grant whose message was lost (its pub/sub link dropped): the waiter's
+ * renewal finds it no longer queued and tells it, and its try finds the
+ * lock its own: held once, with the grant's token, as granted (fair_lock
+ * counted it as a reentry, 2 holds, and the take then gave one back and
+ * drew another token). */
+static void test_grant_lost_is_claimed(void **state)
+{
+    const char *other = "00000000-0000-0000-0000-000000000000:1";
+    struct fair_case c;
+    struct grant_names k;
+    struct grantee g;
+    char *head, tok[32];
+    redisReply *t;
+
+    (void)state;
+    case_begin(&c, __func__, 0, 0);
+    grant_names(&c, &k);
+    held_by(&c, other);
+    head = grantee_go(&c, &g);
+    assert_non_null(head);
+    /* what the grant leaves, but its message: the head out of the queue,
+     * its deadline and its mark, the lock its own, a token drawn */
+    t = tu_cmd(&r, "TIME", NULL);
+    assert_non_null(t);
+    snprintf(tok, sizeof tok, "%s%06lld", t->element[0]->str,
+             atoll(t->element[1]->str));
+    freeReplyObject(t);
+    assert_int_equal(tu_cmd_int(&r, "LPOP", c.n.queue, NULL), -1);
+    tu_cmd_int(&r, "ZREM", c.n.timeout, head, NULL);
+    tu_cmd_int(&r, "ZREM", k.marks, head, NULL);
+    tu_cmd_int(&r, "DEL", c.n.lock, NULL);
+    held_by(&c, head);
+    freeReplyObject(tu_cmd(&r, "SET", k.counter, tok, NULL));
+    /* told by its renewal within a third of its window */
+    assert_true(grantee_got(&g, slack(3.0 * WAITER_MS / 1000)));
+    holds_once(&c, head);
+    assert_int_equal(g.token, strtoull(tok, NULL, 10));
+    grantee_done(&g);
+    assert_int_equal(exists(c.n.lock), 0); /* one unlock let it go */
+    free(head);
+    queue_gone(&c);
+    case_end(&c);
+}
+
+/* A waiter that gives up at the moment it is granted the lock (its last
+ * try looked before the grant, the message has not come): its cancel
+ * finds the hold in its name and passes it on to the next distlock head,
+ * whose call returns holding it.  Played here with the library's own
+ * fair_cancel for a waiter of another client, whose hold is the grant:
+ * deterministic, which a real deadline racing a release is not.  Only a
+ * caller that holds nothing ('fresh') passes a hold on. */
+static void test_cancel_passes_grant_on(void **state)
+{
+    const char *gone = "00000000-0000-0000-0000-000000000000:2";
+    struct fair_case c;
+    struct grant_names k;
+    struct grantee g;
+    redisReply *x;
+    char *head, *tok;
+
+    (void)state;
+    case_begin(&c, __func__, 0, 0);
+    grant_names(&c, &k);
+    held_by(&c, gone);
+    freeReplyObject(tu_cmd(&r, "SET", k.counter, "1000", NULL));
+    head = grantee_go(&c, &g);
+    assert_non_null(head);
+    assert_true(listens_within(&c, head, 5.0));
+
+    x = run_script("fair_cancel", 6, c.n.lock, c.n.queue, c.n.timeout,
+                   c.n.chan, k.marks, k.counter, gone, "publish", "0",
+                   "60000", "60000", "", NULL);
+    assert_int_equal(x->type, REDIS_REPLY_ARRAY);
+    assert_int_equal(x->element[0]->integer, 0);
+    assert_int_equal(x->element[1]->integer, 0); /* not 'fresh': kept */
+    freeReplyObject(x);
+    holds_once(&c, gone);
+
+    x = run_script("fair_cancel", 6, c.n.lock, c.n.queue, c.n.timeout,
+                   c.n.chan, k.marks, k.counter, gone, "publish", "0",
+                   "60000", "60000", "fresh", NULL);
+    assert_int_equal(x->type, REDIS_REPLY_ARRAY);
+    assert_int_equal(x->element[0]->integer, 0);
+    assert_int_equal(x->element[1]->integer, 1000); /* the grant's token */
+    freeReplyObject(x);
+    assert_true(grantee_got(&g, 5.0));
+    holds_once(&c, head);
+    tok = tu_cmd_str(&r, "GET", k.counter, NULL);
+    assert_non_null(tok);
+    assert_true(g.token > 1000);
+    assert_int_equal(g.token, strtoull(tok, NULL, 10));
+    grantee_done(&g);
+    free(tok);
+    free(head);
+    queue_gone(&c);
+    case_end(&c);
+}
+
+/* A Redisson waiter at the head (an entry without a mark) is not granted
+ * the lock, though it listens on its own channel: it is told '0' there, as
+ * Redisson's release tells it, and takes the lock itself. */
+static void test_redisson_head_only_told(void **state)
+{
+    const char *rid = "00000000-0000-0000-0000-000000000000:3";
+    struct fair_case c;
+    char deadline[32], chan[300];
+    redisContext *sub;
+    redisReply *t, *x;
+    void *reply = NULL;
+
+    (void)state;
+    case_begin(&c, __func__, 0, 1);
+    t = tu_cmd(&r, "TIME", NULL);
+    assert_non_null(t);
+    snprintf(deadline, sizeof deadline, "%lld",
+             atoll(t->element[0]->str) * 1000 + 60000);
+    freeReplyObject(t);
+    assert_int_equal(tu_cmd_int(&r, "RPUSH", c.n.queue, rid, NULL), 1);
+    assert_int_equal(tu_cmd_int(&r, "ZADD", c.n.timeout, deadline, rid, NULL),
+                     1);
+    snprintf(chan, sizeof chan, "%s:%s", c.n.chan, rid);
+    sub = tu_redis_admin(&r);
+    assert_non_null(sub);
+    x = redisCommand(sub, "SUBSCRIBE %s", chan);
+    assert_non_null(x);
+    freeReplyObject(x);
+
+    assert_int_equal(dist_mutex_unlock(&c.m), 0);
+    assert_int_equal(redisGetReply(sub, &reply), REDIS_OK);
+    x = reply;
+    assert_int_equal(x->type, REDIS_REPLY_ARRAY);
+    assert_int_equal(x->elements, 3);
+    assert_string_equal(x->element[1]->str, chan);
+    assert_string_equal(x->element[2]->str, "0");
+    freeReplyObject(x);
+    redisFree(sub);
+    assert_int_equal(exists(c.n.lock), 0);
+    assert_int_equal(llen(c.n.queue), 1);
+    tu_cmd_int(&r, "DEL", c.n.queue, c.n.timeout, NULL);
+    case_end(&c);
+}
+
 /* ---- what an idle queue costs --------------------------------------------- */
 
 /* Commands the server ran so far, those scripts called included (INFO
@@ -789,6 +1101,10 @@ int main(void)
         cmocka_unit_test(test_release_wakes_only_head),
         cmocka_unit_test(test_restart_while_queued),
         cmocka_unit_test(test_unknown_release_wakes_head),
+        cmocka_unit_test_teardown(test_grant_one_script, window_back),
+        cmocka_unit_test(test_grant_lost_is_claimed),
+        cmocka_unit_test(test_cancel_passes_grant_on),
+        cmocka_unit_test(test_redisson_head_only_told),
         cmocka_unit_test(test_idle_queue_cost),
         FX_NO_CHANNELS_LEFT,
     };

@@ -417,9 +417,10 @@ static __attribute__((noinline)) int switch_channel(struct dist__call *c,
  * that slept long behind others), is renewed first, on the condition
  * that it is still ours (refresh: c->taken 0 when it is gone: try again).
  * The renewal's commands end as a try's would (try_bounded). */
-static __attribute__((noinline)) int
-take_grant(struct dist__call *c, uint64_t token, unsigned long lease,
-           uint64_t deadline)
+static __attribute__((noinline)) int take_grant(struct dist__call *c,
+                                                uint64_t token,
+                                                unsigned long lease,
+                                                uint64_t deadline)
 {
     uint64_t outer = c->limit, cap = past_deadline(deadline);
     int rc = 0;

@@ -113,8 +113,9 @@ void dist__ps_heard(struct dist__ps_state *ps, struct dist__node *n,
 
     if (!grant_of(msg, &token, &lease)) {
         /* from whichever node: a hint is never wrong for long */
-        dist__ps_wake(ps, ch, msg->type == REDIS_REPLY_STRING &&
-                                  msg->len == 1 && msg->str[0] == '1');
+        dist__ps_wake(ps, ch,
+                      msg->type == REDIS_REPLY_STRING && msg->len == 1 &&
+                          msg->str[0] == '1');
         return;
     }
     /* a grant is no hint: only for this subscription, and once (both
