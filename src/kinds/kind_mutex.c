@@ -205,8 +205,10 @@ static int run_acquire(struct dist__call *c, redisReply **r)
         kv[n++] = dist__arg(dist__publish_cmd());
         kv[n++] = ul_arg(keep, dist__key_keep_ms(dist__lease_of(c->o)));
         /* a hold found in the name of a caller that holds none was
-         * granted to it (prelude_grant.lua): counted once */
-        kv[n++] = dist__arg(c->n[0] == 0 ? "fresh" : "");
+         * granted to it (prelude_grant.lua): counted once.  Not right
+         * behind a deferred release of its own, which may not have run:
+         * that hold is counted, and the fix-up gives it back (defer.c) */
+        kv[n++] = dist__arg(c->n[0] == 0 && !c->behind ? "fresh" : "");
         rc = dist__route_eval(c->limit, DIST__S_FAIR_LOCK, 6 + robust, kv, n,
                               r, &c->on);
     }
