@@ -526,25 +526,30 @@ static void test_giving_up_leaves_no_entry(void **state)
     case_end(&c);
 }
 
-/* A free lock with someone queued is not for trylock: the queue decides. */
-static void test_trylock_respects_queue(void **state)
+/* A live Redisson waiter queued on c's lock: its entry, a deadline well
+ * ahead on the server, no mark. */
+static void redisson_queued(const struct fair_case *c, const char *owner)
 {
-    struct fair_case c;
-    const char *fake_owner = "00000000-0000-0000-0000-000000000000:1";
     char deadline[32];
-    redisReply *t;
+    redisReply *t = tu_cmd(&r, "TIME", NULL);
 
-    (void)state;
-    case_begin(&c, __func__, 0, 0);
-    /* a live waiter of another client (deadline well ahead on the server) */
-    t = tu_cmd(&r, "TIME", NULL);
     assert_non_null(t);
     snprintf(deadline, sizeof deadline, "%lld",
              atoll(t->element[0]->str) * 1000 + 60000);
     freeReplyObject(t);
-    assert_int_equal(tu_cmd_int(&r, "RPUSH", c.n.queue, fake_owner, NULL), 1);
+    assert_int_equal(tu_cmd_int(&r, "RPUSH", c->n.queue, owner, NULL), 1);
     assert_int_equal(
-        tu_cmd_int(&r, "ZADD", c.n.timeout, deadline, fake_owner, NULL), 1);
+        tu_cmd_int(&r, "ZADD", c->n.timeout, deadline, owner, NULL), 1);
+}
+
+/* A free lock with someone queued is not for trylock: the queue decides. */
+static void test_trylock_respects_queue(void **state)
+{
+    struct fair_case c;
+
+    (void)state;
+    case_begin(&c, __func__, 0, 0);
+    redisson_queued(&c, "00000000-0000-0000-0000-000000000000:1");
     assert_int_equal(trylock_in_thread(&c.m), EBUSY);
     assert_int_equal(llen(c.n.queue), 1);
 
@@ -823,6 +828,68 @@ static void held_by(const struct fair_case *c, const char *owner)
     assert_int_equal(tu_cmd_int(&r, "PEXPIRE", c->n.lock, "60000", NULL), 1);
 }
 
+/* A grant's case: c's lock held by holder, another client's owner, and g
+ * queued at its head, listening on its channel; g's owner returned. */
+static char *grant_case(struct fair_case *c, struct grant_names *k,
+                        struct grantee *g, const char *test,
+                        const char *holder)
+{
+    char *head;
+
+    case_begin(c, test, 0, 0);
+    grant_names(c, k);
+    held_by(c, holder);
+    head = grantee_go(c, g);
+    assert_non_null(head);
+    assert_true(listens_within(c, head, 5.0));
+    return head;
+}
+
+static void grant_case_end(struct fair_case *c, char *head)
+{
+    free(head);
+    queue_gone(c);
+    case_end(c);
+}
+
+/* g took c's lock as granted, head being its owner: it holds the lock
+ * once, with the token last drawn, which is returned. */
+static uint64_t granted_to(const struct fair_case *c,
+                           const struct grant_names *k,
+                           const struct grantee *g, const char *head)
+{
+    char *tok = tu_cmd_str(&r, "GET", k->counter, NULL);
+    uint64_t drawn;
+
+    holds_once(c, head);
+    assert_non_null(tok);
+    drawn = strtoull(tok, NULL, 10);
+    free(tok);
+    assert_int_equal(g->token, drawn);
+    return drawn;
+}
+
+/* fair_cancel run by owner, a waiter of another client that holds the
+ * grant (fresh: "fresh" or ""): the token of the grant it passed on, 0
+ * none.  It was not queued. */
+static long long cancel_as(const struct fair_case *c,
+                           const struct grant_names *k, const char *owner,
+                           const char *fresh)
+{
+    redisReply *x =
+        run_script("fair_cancel", 6, c->n.lock, c->n.queue, c->n.timeout,
+                   c->n.chan, k->marks, k->counter, owner, "publish", "0",
+                   "60000", "60000", fresh, NULL);
+    long long granted;
+
+    assert_int_equal(x->type, REDIS_REPLY_ARRAY);
+    assert_int_equal(x->elements, 2);
+    assert_int_equal(x->element[0]->integer, 0);
+    granted = x->element[1]->integer;
+    freeReplyObject(x);
+    return granted;
+}
+
 /* The release grants the lock to the distlock head: the head's waiting
  * call returns holding it, with the token the release drew, and no script
  * of its own (it ran fair_lock a second time to take it: 2 scripts per
@@ -833,7 +900,7 @@ static void test_grant_one_script(void **state)
     struct grant_names k;
     struct grantee g;
     long long s0, s1;
-    char *head, *tok;
+    char *head;
 
     (void)state;
     /* no renewal of the waiter's place nor of the hold in the count: a
@@ -852,18 +919,12 @@ static void test_grant_one_script(void **state)
     assert_int_equal(dist_mutex_unlock(&c.m), 0);
     assert_true(grantee_got(&g, 5.0));
     s1 = scripts_run();
-    holds_once(&c, head);
-    tok = tu_cmd_str(&r, "GET", k.counter, NULL);
-    assert_non_null(tok);
-    assert_int_equal(g.token, strtoull(tok, NULL, 10));
+    granted_to(&c, &k, &g, head);
     print_message("hand-off to a distlock head: %lld script(s)\n", s1 - s0);
     assert_int_equal(s1 - s0, 1);
     grantee_done(&g);
     assert_int_equal(exists(c.n.lock), 0);
-    free(tok);
-    free(head);
-    queue_gone(&c);
-    case_end(&c);
+    grant_case_end(&c, head);
 }
 
 /* test_grant_one_script's teardown: the group's window again. */
@@ -888,11 +949,7 @@ static void test_grant_lost_is_claimed(void **state)
     redisReply *t;
 
     (void)state;
-    case_begin(&c, __func__, 0, 0);
-    grant_names(&c, &k);
-    held_by(&c, other);
-    head = grantee_go(&c, &g);
-    assert_non_null(head);
+    head = grant_case(&c, &k, &g, __func__, other);
     /* what the grant leaves, but its message: the head out of the queue,
      * its deadline and its mark, the lock its own, a token drawn */
     t = tu_cmd(&r, "TIME", NULL);
@@ -908,13 +965,10 @@ static void test_grant_lost_is_claimed(void **state)
     freeReplyObject(tu_cmd(&r, "SET", k.counter, tok, NULL));
     /* told by its renewal within a third of its window */
     assert_true(grantee_got(&g, slack(3.0 * WAITER_MS / 1000)));
-    holds_once(&c, head);
-    assert_int_equal(g.token, strtoull(tok, NULL, 10));
+    assert_int_equal(granted_to(&c, &k, &g, head), strtoull(tok, NULL, 10));
     grantee_done(&g);
     assert_int_equal(exists(c.n.lock), 0); /* one unlock let it go */
-    free(head);
-    queue_gone(&c);
-    case_end(&c);
+    grant_case_end(&c, head);
 }
 
 /* A waiter that gives up at the moment it is granted the lock (its last
@@ -930,45 +984,19 @@ static void test_cancel_passes_grant_on(void **state)
     struct fair_case c;
     struct grant_names k;
     struct grantee g;
-    redisReply *x;
-    char *head, *tok;
+    char *head;
 
     (void)state;
-    case_begin(&c, __func__, 0, 0);
-    grant_names(&c, &k);
-    held_by(&c, gone);
+    head = grant_case(&c, &k, &g, __func__, gone);
     freeReplyObject(tu_cmd(&r, "SET", k.counter, "1000", NULL));
-    head = grantee_go(&c, &g);
-    assert_non_null(head);
-    assert_true(listens_within(&c, head, 5.0));
-
-    x = run_script("fair_cancel", 6, c.n.lock, c.n.queue, c.n.timeout,
-                   c.n.chan, k.marks, k.counter, gone, "publish", "0",
-                   "60000", "60000", "", NULL);
-    assert_int_equal(x->type, REDIS_REPLY_ARRAY);
-    assert_int_equal(x->element[0]->integer, 0);
-    assert_int_equal(x->element[1]->integer, 0); /* not 'fresh': kept */
-    freeReplyObject(x);
+    assert_int_equal(cancel_as(&c, &k, gone, ""), 0); /* kept */
     holds_once(&c, gone);
-
-    x = run_script("fair_cancel", 6, c.n.lock, c.n.queue, c.n.timeout,
-                   c.n.chan, k.marks, k.counter, gone, "publish", "0",
-                   "60000", "60000", "fresh", NULL);
-    assert_int_equal(x->type, REDIS_REPLY_ARRAY);
-    assert_int_equal(x->element[0]->integer, 0);
-    assert_int_equal(x->element[1]->integer, 1000); /* the grant's token */
-    freeReplyObject(x);
+    /* passed on: the grant's token said, a new one drawn for the head */
+    assert_int_equal(cancel_as(&c, &k, gone, "fresh"), 1000);
     assert_true(grantee_got(&g, 5.0));
-    holds_once(&c, head);
-    tok = tu_cmd_str(&r, "GET", k.counter, NULL);
-    assert_non_null(tok);
-    assert_true(g.token > 1000);
-    assert_int_equal(g.token, strtoull(tok, NULL, 10));
+    assert_true(granted_to(&c, &k, &g, head) > 1000);
     grantee_done(&g);
-    free(tok);
-    free(head);
-    queue_gone(&c);
-    case_end(&c);
+    grant_case_end(&c, head);
 }
 
 /* A Redisson waiter at the head (an entry without a mark) is not granted
@@ -978,21 +1006,14 @@ static void test_redisson_head_only_told(void **state)
 {
     const char *rid = "00000000-0000-0000-0000-000000000000:3";
     struct fair_case c;
-    char deadline[32], chan[300];
+    char chan[300];
     redisContext *sub;
-    redisReply *t, *x;
+    redisReply *x;
     void *reply = NULL;
 
     (void)state;
     case_begin(&c, __func__, 0, 1);
-    t = tu_cmd(&r, "TIME", NULL);
-    assert_non_null(t);
-    snprintf(deadline, sizeof deadline, "%lld",
-             atoll(t->element[0]->str) * 1000 + 60000);
-    freeReplyObject(t);
-    assert_int_equal(tu_cmd_int(&r, "RPUSH", c.n.queue, rid, NULL), 1);
-    assert_int_equal(tu_cmd_int(&r, "ZADD", c.n.timeout, deadline, rid, NULL),
-                     1);
+    redisson_queued(&c, rid);
     snprintf(chan, sizeof chan, "%s:%s", c.n.chan, rid);
     sub = tu_redis_admin(&r);
     assert_non_null(sub);
