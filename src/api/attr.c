@@ -9,6 +9,9 @@
 
 /* x and y said with their own names in a refusal. */
 #define NAMED(x_, y_) .x = (x_), .y = (y_), .xs = #x_, .ys = #y_
+/* A switch of 0 or 1 kept in the __flags of attribute type t_. */
+#define ZERO_ONE(t_, what_)                                                  \
+    .what = (what_), .field = offsetof(t_, __flags), .y = 1
 
 static int deferred_default(unsigned flags)
 {
@@ -32,23 +35,17 @@ const struct dist__attr dist__attr_mutex_type = {
     NAMED(DIST_MUTEX_RECURSIVE, DIST_MUTEX_ERRORCHECK),
 };
 static const struct dist__attr mutex_fair = {
-    .what = "fair",
-    .field = offsetof(dist_mutexattr_t, __flags),
-    .y = 1,
+    ZERO_ONE(dist_mutexattr_t, "fair"),
     .on = DIST__MATTR_FAIR,
 };
 static const struct dist__attr mutex_deferred = {
-    .what = "deferred",
-    .field = offsetof(dist_mutexattr_t, __flags),
-    .y = 1,
+    ZERO_ONE(dist_mutexattr_t, "deferred"),
     .on = DIST__MATTR_DEFER_ON,
     .off = DIST__MATTR_DEFER_OFF,
     .dflt = deferred_default,
 };
 static const struct dist__attr mutex_cohort = {
-    .what = "cohort",
-    .field = offsetof(dist_mutexattr_t, __flags),
-    .y = 1,
+    ZERO_ONE(dist_mutexattr_t, "cohort"),
     .on = DIST__MATTR_COHORT_ON,
     .off = DIST__MATTR_COHORT_OFF,
     .dflt = cohort_default,
@@ -81,9 +78,7 @@ const struct dist__attr dist__attr_sem_mode = {
     NAMED(DIST_SEM_LEASED, DIST_SEM_REDISSON),
 };
 static const struct dist__attr sem_unowned = {
-    .what = "unowned",
-    .field = offsetof(dist_semattr_t, __flags),
-    .y = 1,
+    ZERO_ONE(dist_semattr_t, "unowned"),
     .on = DIST__SATTR_UNOWNED,
 };
 
@@ -173,36 +168,52 @@ int dist__mutexattr_cohort(unsigned flags)
     return switch_of(&mutex_cohort, flags);
 }
 
+/* ---- the public calls ---------------------------------------------------- */
+
+/* Most calls are one step on a descriptor or a field, the same for every
+ * kind, so each such step is written once here and the calls are made from
+ * it, one line each below (the public header declares every one of them in
+ * plain C, and the compiler holds these definitions to it).  Each begins
+ * with DIST__KEEP_ERRNO, as every entry point does. */
+
+/* SET_ONLY: dist_<t>_set<name> on descriptor d; GET_SET: it and
+ * dist_<t>_get<name> */
+#define SET_ONLY(t, name, d)                                                 \
+    int dist_##t##_set##name(dist_##t##_t *a, int v)                         \
+    {                                                                        \
+        DIST__KEEP_ERRNO;                                                    \
+        return set(a, d, v);                                                 \
+    }
+#define GET_SET(t, name, d)                                                  \
+    SET_ONLY(t, name, d)                                                     \
+    int dist_##t##_get##name(const dist_##t##_t *a, int *v)                  \
+    {                                                                        \
+        DIST__KEEP_ERRNO;                                                    \
+        return get(a, d, v);                                                 \
+    }
+
+/* dist_<t>_destroy: an attribute object owns nothing, so only NULL fails */
+#define DESTROY(t)                                                           \
+    int dist_##t##_destroy(dist_##t##_t *a)                                  \
+    {                                                                        \
+        DIST__KEEP_ERRNO;                                                    \
+        return a ? 0 : EINVAL;                                               \
+    }
+
+/* dist_<t>_setlease */
+#define SET_LEASE(t)                                                         \
+    int dist_##t##_setlease(dist_##t##_t *a, unsigned long lease_ms)         \
+    {                                                                        \
+        DIST__KEEP_ERRNO;                                                    \
+        return a ? dist__lease_set(&a->__lease_ms, lease_ms) : EINVAL;       \
+    }
+
 /* ---- mutex --------------------------------------------------------------- */
 
 int dist_mutexattr_init(dist_mutexattr_t *a)
 {
     DIST__KEEP_ERRNO;
     return init(a, sizeof *a, &dist__attr_mutex_type);
-}
-
-int dist_mutexattr_destroy(dist_mutexattr_t *a)
-{
-    DIST__KEEP_ERRNO;
-    return a ? 0 : EINVAL;
-}
-
-int dist_mutexattr_settype(dist_mutexattr_t *a, int type)
-{
-    DIST__KEEP_ERRNO;
-    return set(a, &dist__attr_mutex_type, type);
-}
-
-int dist_mutexattr_gettype(const dist_mutexattr_t *a, int *type)
-{
-    DIST__KEEP_ERRNO;
-    return get(a, &dist__attr_mutex_type, type);
-}
-
-int dist_mutexattr_setlease(dist_mutexattr_t *a, unsigned long lease_ms)
-{
-    DIST__KEEP_ERRNO;
-    return a ? dist__lease_set(&a->__lease_ms, lease_ms) : EINVAL;
 }
 
 int dist_mutexattr_getlease(const dist_mutexattr_t *a,
@@ -215,55 +226,16 @@ int dist_mutexattr_getlease(const dist_mutexattr_t *a,
     return 0;
 }
 
-int dist_mutexattr_setfair(dist_mutexattr_t *a, int fair)
-{
-    DIST__KEEP_ERRNO;
-    return set(a, &mutex_fair, fair);
-}
-
-int dist_mutexattr_getfair(const dist_mutexattr_t *a, int *fair)
-{
-    DIST__KEEP_ERRNO;
-    return get(a, &mutex_fair, fair);
-}
-
-/* said on, said off, or neither, which leaves it to the default */
-int dist_mutexattr_setdeferred(dist_mutexattr_t *a, int deferred)
-{
-    DIST__KEEP_ERRNO;
-    return set(a, &mutex_deferred, deferred);
-}
-
-int dist_mutexattr_getdeferred(const dist_mutexattr_t *a, int *deferred)
-{
-    DIST__KEEP_ERRNO;
-    return get(a, &mutex_deferred, deferred);
-}
-
-int dist_mutexattr_setcohort(dist_mutexattr_t *a, int cohort)
-{
-    DIST__KEEP_ERRNO;
-    return set(a, &mutex_cohort, cohort);
-}
-
-/* What a mutex made with a would be (dist_mutex_init asks the same). */
-int dist_mutexattr_getcohort(const dist_mutexattr_t *a, int *cohort)
-{
-    DIST__KEEP_ERRNO;
-    return get(a, &mutex_cohort, cohort);
-}
-
-int dist_mutexattr_setrobust(dist_mutexattr_t *a, int robust)
-{
-    DIST__KEEP_ERRNO;
-    return set(a, &mutex_robust, robust);
-}
-
-int dist_mutexattr_getrobust(const dist_mutexattr_t *a, int *robust)
-{
-    DIST__KEEP_ERRNO;
-    return get(a, &mutex_robust, robust);
-}
+DESTROY(mutexattr)
+SET_LEASE(mutexattr)
+GET_SET(mutexattr, type, &dist__attr_mutex_type)
+GET_SET(mutexattr, fair, &mutex_fair)
+/* deferred: said on, said off, or neither, which leaves it to the default;
+ * cohort's getter answers what a mutex made with a would be, as
+ * dist_mutex_init asks it */
+GET_SET(mutexattr, deferred, &mutex_deferred)
+GET_SET(mutexattr, cohort, &mutex_cohort)
+GET_SET(mutexattr, robust, &mutex_robust)
 
 /* ---- read-write lock ----------------------------------------------------- */
 
@@ -273,23 +245,9 @@ int dist_rwlockattr_init(dist_rwlockattr_t *a)
     return init(a, sizeof *a, &dist__attr_rwlock_kind);
 }
 
-int dist_rwlockattr_destroy(dist_rwlockattr_t *a)
-{
-    DIST__KEEP_ERRNO;
-    return a ? 0 : EINVAL;
-}
-
-int dist_rwlockattr_setlease(dist_rwlockattr_t *a, unsigned long lease_ms)
-{
-    DIST__KEEP_ERRNO;
-    return a ? dist__lease_set(&a->__lease_ms, lease_ms) : EINVAL;
-}
-
-int dist_rwlockattr_setkind(dist_rwlockattr_t *a, int kind)
-{
-    DIST__KEEP_ERRNO;
-    return set(a, &dist__attr_rwlock_kind, kind);
-}
+DESTROY(rwlockattr)
+SET_LEASE(rwlockattr)
+SET_ONLY(rwlockattr, kind, &dist__attr_rwlock_kind)
 
 /* ---- condition ----------------------------------------------------------- */
 
@@ -299,11 +257,7 @@ int dist_condattr_init(dist_condattr_t *a)
     return init(a, sizeof *a, &dist__attr_cond_clock);
 }
 
-int dist_condattr_destroy(dist_condattr_t *a)
-{
-    DIST__KEEP_ERRNO;
-    return a ? 0 : EINVAL;
-}
+DESTROY(condattr)
 
 int dist_condattr_setclock(dist_condattr_t *a, clockid_t clock)
 {
@@ -334,35 +288,10 @@ int dist_semattr_init(dist_semattr_t *a)
     return rc;
 }
 
-int dist_semattr_destroy(dist_semattr_t *a)
-{
-    DIST__KEEP_ERRNO;
-    return a ? 0 : EINVAL;
-}
-
-int dist_semattr_setmode(dist_semattr_t *a, int mode)
-{
-    DIST__KEEP_ERRNO;
-    return set(a, &dist__attr_sem_mode, mode);
-}
-
-int dist_semattr_getmode(const dist_semattr_t *a, int *mode)
-{
-    DIST__KEEP_ERRNO;
-    return get(a, &dist__attr_sem_mode, mode);
-}
-
-int dist_semattr_setlease(dist_semattr_t *a, unsigned long lease_ms)
-{
-    DIST__KEEP_ERRNO;
-    return a ? dist__lease_set(&a->__lease_ms, lease_ms) : EINVAL;
-}
-
-int dist_semattr_setunowned(dist_semattr_t *a, int unowned)
-{
-    DIST__KEEP_ERRNO;
-    return set(a, &sem_unowned, unowned);
-}
+DESTROY(semattr)
+SET_LEASE(semattr)
+GET_SET(semattr, mode, &dist__attr_sem_mode)
+SET_ONLY(semattr, unowned, &sem_unowned)
 
 int dist_semattr_setmax(dist_semattr_t *a, long max)
 {
