@@ -74,18 +74,15 @@ oom:
 
 static int get_barrier(dist_barrier_t *b, struct dist__barrier **out)
 {
-    struct dist__barrier *bo;
+    int rc;
 
     if (!b)
         return dist__err(EINVAL, "barrier is NULL");
-    bo = __atomic_load_n((struct dist__barrier **)&b->__impl,
-                         __ATOMIC_ACQUIRE);
-    if (bo && dist__stamp_check(b->__reserved, "barrier") != 0)
-        return EINVAL; /* the message is set */
-    if (!bo || bo->magic != BARRIER_MAGIC)
-        return dist__err(EINVAL, "barrier is not initialised (or destroyed)");
-    *out = bo;
-    return 0;
+    *out = dist__impl_load(&b->__impl, b->__reserved, BARRIER_MAGIC,
+                           "barrier", &rc);
+    if (rc == 0 && !*out) /* a barrier is made by its init only */
+        rc = dist__err(EINVAL, "barrier is not initialised (or destroyed)");
+    return rc;
 }
 
 /* ---- scripts -------------------------------------------------------------------- */

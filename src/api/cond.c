@@ -35,15 +35,11 @@ static int get_cond(dist_cond_t *c, struct dist__cond **out)
 
     if (!c)
         return dist__err(EINVAL, "condition is NULL");
-    cv = __atomic_load_n((struct dist__cond **)&c->__impl, __ATOMIC_ACQUIRE);
-    if (cv) {
-        if ((rc = dist__stamp_check(c->__reserved, "condition")) != 0)
-            return rc;
-        if (cv->magic != DIST__COND_MAGIC)
-            return dist__err(EINVAL, "condition is not initialised (or "
-                                     "destroyed)");
+    cv = dist__impl_load(&c->__impl, c->__reserved, DIST__COND_MAGIC,
+                         "condition", &rc);
+    if (rc || cv) {
         *out = cv;
-        return 0;
+        return rc;
     }
     if (!c->__name)
         return dist__err(EINVAL, "condition has no name: use dist_cond_init "
@@ -184,14 +180,10 @@ int dist_cond_destroy(dist_cond_t *c)
 
     if (!c)
         return dist__err(EINVAL, "condition is NULL");
-    cv = __atomic_load_n((struct dist__cond **)&c->__impl, __ATOMIC_ACQUIRE);
+    cv = dist__impl_load(&c->__impl, c->__reserved, DIST__COND_MAGIC,
+                         "condition", &rc);
     if (!cv)
-        return 0;
-    if ((rc = dist__stamp_check(c->__reserved, "condition")) != 0)
         return rc;
-    if (cv->magic != DIST__COND_MAGIC)
-        return dist__err(EINVAL,
-                         "condition is not initialised (or destroyed)");
     if ((rc = still_blocked(cv, &gen)) != 0)
         return rc;
     pthread_mutex_lock(&cv->mu);

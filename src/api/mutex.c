@@ -65,14 +65,15 @@ int dist_mutex_destroy(dist_mutex_t *m)
 {
     DIST__KEEP_ERRNO;
     struct dist__obj *o;
+    int rc;
 
     if (!m)
         return dist__err(EINVAL, "mutex is NULL");
-    o = __atomic_load_n((struct dist__obj **)&m->__impl, __ATOMIC_ACQUIRE);
-    if (o && dist__stamp_check(m->__reserved, "mutex") != 0)
-        return EINVAL; /* the message is set */
-    if (o && o->magic == dist__mutex_kind.magic &&
-        (o->flags & DIST__MUTEX_COHORT) && dist__cohort_busy(o))
+    o = dist__impl_load(&m->__impl, m->__reserved, dist__mutex_kind.magic,
+                        "mutex", &rc);
+    if (rc)
+        return rc;
+    if (o && (o->flags & DIST__MUTEX_COHORT) && dist__cohort_busy(o))
         return dist__err(EBUSY,
                          "mutex '%s' is still held or awaited by a "
                          "thread of this process",

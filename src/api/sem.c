@@ -100,18 +100,15 @@ int dist_sem_init(dist_sem_t *s, const char *name, unsigned initial_if_new,
 
 static int get_sem(dist_sem_t *s, struct dist__sem **out)
 {
-    struct dist__sem *sm;
+    int rc;
 
     if (!s)
         return dist__err(EINVAL, "semaphore is NULL");
-    sm = __atomic_load_n((struct dist__sem **)&s->__impl, __ATOMIC_ACQUIRE);
-    if (sm && dist__stamp_check(s->__reserved, "semaphore") != 0)
-        return EINVAL; /* the message is set */
-    if (!sm || sm->magic != SEM_MAGIC)
-        return dist__err(EINVAL, "semaphore is not initialised (or "
-                                 "destroyed)");
-    *out = sm;
-    return 0;
+    *out = dist__impl_load(&s->__impl, s->__reserved, SEM_MAGIC, "semaphore",
+                           &rc);
+    if (rc == 0 && !*out) /* a semaphore is made by its init only */
+        rc = dist__err(EINVAL, "semaphore is not initialised (or destroyed)");
+    return rc;
 }
 
 int dist_sem_destroy(dist_sem_t *s)

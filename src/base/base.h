@@ -293,6 +293,12 @@ void dist__stamp(unsigned long stamp[2]);
 /* 0 when an object of that stamp is this process's to use (made by it, or
  * by an ancestor before the fork); else EINVAL, which names the maker. */
 int dist__stamp_check(const unsigned long stamp[2], const char *noun);
+/* The object a public dist_*_t keeps at impl (NULL: none made yet), each
+ * kind's beginning with its magic number: *rc 0, or EINVAL with the
+ * message set (and NULL) when the stamp says another process made it or
+ * magic is not there (never initialised, or destroyed). */
+void *dist__impl_load(void *const *impl, const unsigned long stamp[2],
+                      unsigned magic, const char *noun, int *rc);
 uint64_t dist__thread_no(void);
 /* A number drawn from the thread numbers' counter that no thread has (a
  * mutex cohort's owner, cohort.c). */

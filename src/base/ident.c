@@ -200,6 +200,18 @@ int dist__stamp_check(const unsigned long stamp[2], const char *noun)
                      noun, stamp[0]);
 }
 
+void *dist__impl_load(void *const *impl, const unsigned long stamp[2],
+                      unsigned magic, const char *noun, int *rc)
+{
+    const unsigned *p =
+        __atomic_load_n((const unsigned *const *)impl, __ATOMIC_ACQUIRE);
+
+    *rc = p ? dist__stamp_check(stamp, noun) : 0;
+    if (*rc == 0 && p && *p != magic)
+        *rc = dist__err(EINVAL, "%s is not initialised (or destroyed)", noun);
+    return *rc ? NULL : (void *)p;
+}
+
 static void lib_init_once(void)
 {
     pthread_atfork(fork_prepare, fork_parent, fork_child);

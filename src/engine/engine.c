@@ -315,15 +315,10 @@ int dist__obj_get(const struct dist__kind *k, const char *name, void **impl,
     struct dist__obj *o, *expected = NULL;
     int rc;
 
-    o = __atomic_load_n((struct dist__obj **)impl, __ATOMIC_ACQUIRE);
-    if (o) {
-        if ((rc = dist__stamp_check(reserved, k->noun)) != 0)
-            return rc;
-        if (o->magic != family_magic(k))
-            return dist__err(EINVAL, "%s is not initialised (or destroyed)",
-                             k->noun);
+    o = dist__impl_load(impl, reserved, family_magic(k), k->noun, &rc);
+    if (rc || o) {
         *out = o;
-        return 0;
+        return rc;
     }
     if (!name)
         return dist__err(EINVAL,
@@ -352,14 +347,9 @@ int dist__obj_destroy(const struct dist__kind *k, void **impl,
     struct dist__rec *r;
     int rc;
 
-    o = __atomic_load_n((struct dist__obj **)impl, __ATOMIC_ACQUIRE);
+    o = dist__impl_load(impl, reserved, family_magic(k), k->noun, &rc);
     if (!o)
-        return 0;
-    if ((rc = dist__stamp_check(reserved, k->noun)) != 0)
         return rc;
-    if (o->magic != family_magic(k))
-        return dist__err(EINVAL, "%s is not initialised (or destroyed)",
-                         k->noun);
     st = o->st;
     pthread_mutex_lock(&st->mu);
     dist__rec_find(st); /* drops a parent's records */
