@@ -146,7 +146,31 @@ int fx_proxy_down(tu_redis_t *r, tu_proxy_t *p)
     return rc;
 }
 
-static void *locker_main(void *arg)
+/* ---- a call on a thread of its own ------------------------------------ */
+
+static void *thread_main(void *arg)
+{
+    struct fx_thread *t = arg;
+
+    atomic_store(&t->rc, t->fn(t->arg));
+    return NULL;
+}
+
+void fx_thread_start(struct fx_thread *t, int (*fn)(void *), void *arg)
+{
+    t->fn = fn;
+    t->arg = arg;
+    atomic_init(&t->rc, -1);
+    assert_int_equal(pthread_create(&t->th, NULL, thread_main, t), 0);
+}
+
+int fx_thread_join(struct fx_thread *t)
+{
+    assert_int_equal(pthread_join(t->th, NULL), 0);
+    return atomic_load(&t->rc);
+}
+
+static int locker_call(void *arg)
 {
     struct fx_locker *l = arg;
     struct timespec dl;
@@ -163,22 +187,22 @@ static void *locker_main(void *arg)
     atomic_store(&l->done, 1);
     if (rc == 0)
         dist_mutex_unlock(l->m);
-    return NULL;
+    return rc;
 }
 
-int fx_locker_start(struct fx_locker *l, dist_mutex_t *m, double secs)
+void fx_locker_start(struct fx_locker *l, dist_mutex_t *m, double secs)
 {
     memset(l, 0, sizeof *l);
     l->m = m;
     l->secs = secs;
     l->rc = -1;
     atomic_init(&l->done, 0);
-    return pthread_create(&l->th, NULL, locker_main, l);
+    fx_thread_start(&l->th, locker_call, l);
 }
 
 void fx_locker_join(struct fx_locker *l)
 {
-    pthread_join(l->th, NULL);
+    fx_thread_join(&l->th);
 }
 
 static void *holder_main(void *arg)
@@ -712,56 +736,6 @@ dist_sem_t *fx_sem_on(const char *name, unsigned initial,
 
     return own_keep(o, dist_sem_init(&o->u.s, o->name, initial, attr),
                     own_sem_destroy);
-}
-
-/* ---- a thread that takes a lock once, of any kind ---------------------- */
-
-static void *taker_main(void *arg)
-{
-    struct fx_taker *t = arg;
-    int rc = t->take(t->arg);
-
-    t->rc = rc == 0 ? t->give(t->arg) : rc;
-    atomic_store(&t->done, 1);
-    return NULL;
-}
-
-int fx_taker_start(struct fx_taker *t, int (*take)(void *),
-                   int (*give)(void *), void *arg)
-{
-    *t =
-        (struct fx_taker){ .take = take, .give = give, .arg = arg, .rc = -1 };
-    atomic_init(&t->done, 0);
-    return pthread_create(&t->th, NULL, taker_main, t);
-}
-
-void fx_taker_join(struct fx_taker *t)
-{
-    pthread_join(t->th, NULL);
-}
-
-/* ---- a call on a thread of its own ------------------------------------ */
-
-static void *thread_main(void *arg)
-{
-    struct fx_thread *t = arg;
-
-    atomic_store(&t->rc, t->fn(t->arg));
-    return NULL;
-}
-
-void fx_thread_start(struct fx_thread *t, int (*fn)(void *), void *arg)
-{
-    t->fn = fn;
-    t->arg = arg;
-    atomic_init(&t->rc, -1);
-    assert_int_equal(pthread_create(&t->th, NULL, thread_main, t), 0);
-}
-
-int fx_thread_join(struct fx_thread *t)
-{
-    assert_int_equal(pthread_join(t->th, NULL), 0);
-    return atomic_load(&t->rc);
 }
 
 /* ---- the last test of a group --------------------------------------- */

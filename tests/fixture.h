@@ -109,20 +109,34 @@ struct fx_call {
         snprintf((c)->err, sizeof(c)->err, "%s", dist_last_error());         \
     } while (0)
 
-/* A thread that locks m (timedlock with a deadline secs ahead when
- * secs > 0), notes its result and when the call returned, and unlocks at
- * once. */
+/* ---- a call on a thread of its own ------------------------------------ */
+/* fn(arg) on a thread of its own, for a call that blocks while the test
+ * goes on: rc is -1 until fn returned, then what it returned. */
+struct fx_thread {
+    int (*fn)(void *arg);
+    void *arg;
+    atomic_int rc;
+    pthread_t th;
+};
+/* Starts t (fails the test when the thread cannot be made). */
+void fx_thread_start(struct fx_thread *t, int (*fn)(void *), void *arg);
+/* Waits for t to end; what fn returned. */
+int fx_thread_join(struct fx_thread *t);
+
+/* A thread (fx_thread) that locks m (timedlock with a deadline secs ahead
+ * when secs > 0), notes its result and when the call returned, and unlocks
+ * at once. */
 struct fx_locker {
     dist_mutex_t *m;
     double secs;
     int rc;          /* -1 until the call returned */
     double t;        /* tu_now() when it returned */
     atomic_int done; /* rc and t are set */
-    pthread_t th;
+    struct fx_thread th;
 };
 
-/* 0, or pthread_create's error. */
-int fx_locker_start(struct fx_locker *l, dist_mutex_t *m, double secs);
+/* Starts l (fails the test when the thread cannot be made). */
+void fx_locker_start(struct fx_locker *l, dist_mutex_t *m, double secs);
 void fx_locker_join(struct fx_locker *l);
 
 /* A thread that takes a lock with lock(arg), notes when it got it, keeps
@@ -274,39 +288,6 @@ struct timespec fx_bad_deadline(int i);
  * semaphore of another. */
 dist_sem_t *fx_sem_on(const char *name, unsigned initial,
                       const dist_semattr_t *attr);
-
-/* ---- a thread that takes a lock once, of any kind ---------------------- */
-/* A thread that takes a lock with take(arg), waiting as long as that does,
- * and gives it back at once with give(arg) (both return 0 or an error
- * number): fx_locker for any kind, whose calls a test wraps as for
- * fx_holder.  rc is -1 until done is set, then take's result, or give's
- * when take gave 0. */
-struct fx_taker {
-    int (*take)(void *arg), (*give)(void *arg);
-    void *arg;
-    int rc;
-    atomic_int done;
-    pthread_t th;
-};
-
-/* 0, or pthread_create's error. */
-int fx_taker_start(struct fx_taker *t, int (*take)(void *),
-                   int (*give)(void *), void *arg);
-void fx_taker_join(struct fx_taker *t);
-
-/* ---- a call on a thread of its own ------------------------------------ */
-/* fn(arg) on a thread of its own, for a call that blocks while the test
- * goes on: rc is -1 until fn returned, then what it returned. */
-struct fx_thread {
-    int (*fn)(void *arg);
-    void *arg;
-    atomic_int rc;
-    pthread_t th;
-};
-/* Starts t (fails the test when the thread cannot be made). */
-void fx_thread_start(struct fx_thread *t, int (*fn)(void *), void *arg);
-/* Waits for t to end; what fn returned. */
-int fx_thread_join(struct fx_thread *t);
 
 /* ---- the last test of a group --------------------------------------- */
 /* Nothing of any test of the group stays subscribed: no channel of the

@@ -179,7 +179,7 @@ static void test_waiting_does_not_poll(void **state)
     assert_true(before >= 0);
     t0 = tu_now();
     /* a thread blocks in lock(); the holder lets go after 3 s */
-    assert_int_equal(fx_locker_start(&la, m, 0), 0);
+    fx_locker_start(&la, m, 0);
     tu_sleep_ms(3000);
     sem_post(&h.release);
     pthread_join(h.th, NULL);
