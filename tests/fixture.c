@@ -205,15 +205,40 @@ void fx_locker_join(struct fx_locker *l)
     fx_thread_join(&l->th);
 }
 
+void fx_handshake_start(struct fx_handshake *hs, void *(*main)(void *),
+                        void *arg)
+{
+    sem_init(&hs->locked, 0, 0);
+    sem_init(&hs->release, 0, 0);
+    assert_int_equal(pthread_create(&hs->th, NULL, main, arg), 0);
+}
+
+void fx_handshake_hold(struct fx_handshake *hs)
+{
+    sem_post(&hs->locked);
+    while (sem_wait(&hs->release) != 0)
+        ;
+}
+
+void fx_handshake_release(struct fx_handshake *hs)
+{
+    sem_post(&hs->release);
+}
+
+void fx_handshake_join(struct fx_handshake *hs)
+{
+    pthread_join(hs->th, NULL);
+    sem_destroy(&hs->locked);
+    sem_destroy(&hs->release);
+}
+
 static void *holder_main(void *arg)
 {
     struct fx_holder *h = arg;
 
     h->lock_rc = h->lock(h->arg);
     h->t_locked = tu_now();
-    sem_post(&h->locked);
-    while (sem_wait(&h->release) != 0)
-        ;
+    fx_handshake_hold(&h->hs);
     h->unlock_rc = h->lock_rc == 0 ? h->unlock(h->arg) : -1;
     return NULL;
 }
@@ -226,24 +251,20 @@ void fx_holder_start(struct fx_holder *h, int (*lock)(void *),
     h->unlock = unlock;
     h->arg = arg;
     h->lock_rc = h->unlock_rc = -1;
-    sem_init(&h->locked, 0, 0);
-    sem_init(&h->release, 0, 0);
-    assert_int_equal(pthread_create(&h->th, NULL, holder_main, h), 0);
-    while (sem_wait(&h->locked) != 0)
+    fx_handshake_start(&h->hs, holder_main, h);
+    while (sem_wait(&h->hs.locked) != 0)
         ;
     assert_int_equal(h->lock_rc, 0);
 }
 
 void fx_holder_release(struct fx_holder *h)
 {
-    sem_post(&h->release);
+    fx_handshake_release(&h->hs);
 }
 
 void fx_holder_join(struct fx_holder *h)
 {
-    pthread_join(h->th, NULL);
-    sem_destroy(&h->locked);
-    sem_destroy(&h->release);
+    fx_handshake_join(&h->hs);
     assert_int_equal(h->unlock_rc, 0);
 }
 

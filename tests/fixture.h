@@ -139,6 +139,24 @@ struct fx_locker {
 void fx_locker_start(struct fx_locker *l, dist_mutex_t *m, double secs);
 void fx_locker_join(struct fx_locker *l);
 
+/* The two signals between a test and a thread that holds a lock for it:
+ * the thread says its lock call returned, the test says when to let go. */
+struct fx_handshake {
+    sem_t locked, release;
+    pthread_t th;
+};
+
+/* Makes the signals and starts main(arg) on hs->th (fails the test when
+ * the thread cannot be made). */
+void fx_handshake_start(struct fx_handshake *hs, void *(*main)(void *),
+                        void *arg);
+/* On the thread: says its lock call returned, then waits to be let go. */
+void fx_handshake_hold(struct fx_handshake *hs);
+/* Tells the thread to let go, without waiting for it. */
+void fx_handshake_release(struct fx_handshake *hs);
+/* Waits for the thread to end and drops the signals. */
+void fx_handshake_join(struct fx_handshake *hs);
+
 /* A thread that takes a lock with lock(arg), notes when it got it, keeps
  * it until told to let go, then gives it back with unlock(arg) (both
  * return 0 or an error number).  A test wraps it with its kind of lock. */
@@ -146,11 +164,10 @@ struct fx_holder {
     int (*lock)(void *arg);
     int (*unlock)(void *arg);
     void *arg;
-    sem_t locked, release;
+    struct fx_handshake hs;
     int lock_rc, unlock_rc; /* -1 until done; unlock_rc stays -1 when
-                               * the lock failed */
+                             * the lock failed */
     double t_locked;        /* tu_now() when lock returned */
-    pthread_t th;
 };
 
 /* Starts h and waits until its lock call returned; asserts it gave 0. */

@@ -191,13 +191,12 @@ struct th {
     dist_rwlock_t *rw;
     enum op op;
     double timeout_s; /* for the timed ops */
-    sem_t locked, release;
+    struct fx_handshake hs;
     int rc, unlock_rc;
     int relock; /* take it this many more times (reentrant) */
     double t_called, t_locked;
     atomic_int in; /* t_locked is set (for polling) */
     atomic_int *started;
-    pthread_t th;
 };
 
 RW_FN int do_op(dist_rwlock_t *rw, enum op op, double timeout_s)
@@ -238,9 +237,7 @@ RW_FN void *th_main(void *arg)
     atomic_store(&t->in, 1);
     for (i = 0; i < t->relock && t->rc == 0; i++)
         t->rc = do_op(t->rw, t->op, t->timeout_s);
-    sem_post(&t->locked);
-    while (sem_wait(&t->release) != 0)
-        ;
+    fx_handshake_hold(&t->hs);
     t->unlock_rc = 0;
     if (t->rc == 0)
         for (i = 0; i <= t->relock && t->unlock_rc == 0; i++)
@@ -256,9 +253,7 @@ RW_FN void th_start(struct th *t, dist_rwlock_t *rw, enum op op)
     t->rw = rw;
     t->op = op;
     t->rc = t->unlock_rc = -1;
-    sem_init(&t->locked, 0, 0);
-    sem_init(&t->release, 0, 0);
-    assert_int_equal(pthread_create(&t->th, NULL, th_main, t), 0);
+    fx_handshake_start(&t->hs, th_main, t);
 }
 
 /* 0 when the thread's lock call returned within secs. */
@@ -267,7 +262,7 @@ RW_FN int th_wait(struct th *t, double secs)
     struct timespec dl = realtime_in(secs);
     int rc;
 
-    while ((rc = sem_timedwait(&t->locked, &dl)) != 0 && errno == EINTR)
+    while ((rc = sem_timedwait(&t->hs.locked, &dl)) != 0 && errno == EINTR)
         ;
     return rc == 0 ? 0 : -1;
 }
@@ -276,10 +271,8 @@ RW_FN int th_wait(struct th *t, double secs)
  * return soon). */
 RW_FN void th_finish(struct th *t)
 {
-    sem_post(&t->release);
-    pthread_join(t->th, NULL);
-    sem_destroy(&t->locked);
-    sem_destroy(&t->release);
+    fx_handshake_release(&t->hs);
+    fx_handshake_join(&t->hs);
 }
 
 /* Starts a thread that takes the lock (op) and waits until it has. */

@@ -59,10 +59,8 @@ static void test_lease_expiry(void **state)
     rc_b = dist_mutex_lock(m); /* thread B (main) waits */
     tb = tu_now();
     wait = tb - h.t_locked;
-    sem_post(&h.release); /* A's unlock, after B took it */
-    pthread_join(h.th, NULL);
-    sem_destroy(&h.locked);
-    sem_destroy(&h.release);
+    fx_handshake_release(&h.hs); /* A's unlock, after B took it */
+    fx_handshake_join(&h.hs);
     rc_b_unlock = rc_b == 0 ? dist_mutex_unlock(m) : -1;
     calls = fx_lost_calls(NULL);
     dist_set_lost_handler(NULL, NULL);

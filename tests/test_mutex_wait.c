@@ -181,15 +181,11 @@ static void test_waiting_does_not_poll(void **state)
     /* a thread blocks in lock(); the holder lets go after 3 s */
     fx_locker_start(&la, m, 0);
     tu_sleep_ms(3000);
-    sem_post(&h.release);
-    pthread_join(h.th, NULL);
+    fx_holder_stop(&h);
     fx_locker_join(&la);
     waited = la.t - t0;
     after = script_calls();
     assert_int_equal(la.rc, 0);
-    sem_destroy(&h.locked);
-    sem_destroy(&h.release);
-    assert_int_equal(h.unlock_rc, 0);
     run_oneshot(&o, m, OP_TRYLOCK_UNLOCK);
     assert_int_equal(o.rc, 0); /* all let go */
     assert_dbl_range(waited, 2.9, 3.0 + slack(1.0));
