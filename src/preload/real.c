@@ -98,7 +98,10 @@ void pl_resolve_reals(void)
     __atomic_store_n(&reals_ready, 1, __ATOMIC_RELEASE);
 }
 
-/* The pl_own_locks this thread holds for a fork (preload.h says why). */
+/* thread-local: the pl_own_locks this thread holds for a fork.  Only
+ * the forking thread's fork handlers set bits, and its other handlers,
+ * which take the same locks, must see that they are held already
+ * (preload.h says why). */
 static __thread unsigned forking __attribute__((tls_model("initial-exec")));
 
 void pl_own_take(struct pl_own_lock *o)
