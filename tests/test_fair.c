@@ -742,12 +742,27 @@ static void *grantee_main(void *arg)
 
 /* g starts waiting on c's lock, held by someone else, and is queued; its
  * owner (the queue's head) in head (freed by the caller). */
+static long long scripts_run(void)
+{
+    return command_calls_on(&r, "evalsha") + command_calls_on(&r, "eval");
+}
+
 static char *grantee_go(struct fair_case *c, struct grantee *g)
 {
+    long long s0 = scripts_run();
+    double end;
+
     memset(g, 0, sizeof *g);
     g->m = &c->m;
     assert_int_equal(pthread_create(&g->th, NULL, grantee_main, g), 0);
     assert_true(queue_reaches(c->n.queue, 1, 5.0));
+    /* asleep: its first try queued it, and a fresh subscription has it
+     * try once more before it sleeps (wait_on), which a count of the
+     * scripts of one hand-off must not take for the hand-off's */
+    end = tu_now() + 10.0;
+    while (scripts_run() < s0 + 2 && tu_now() < end)
+        tu_sleep_ms(2);
+    assert_true(scripts_run() >= s0 + 2);
     return tu_cmd_str(&r, "LINDEX", c->n.queue, "0", NULL);
 }
 
@@ -811,11 +826,6 @@ static void grant_names(const struct fair_case *c, struct grant_names *k)
              c->n.lock);
     snprintf(k->counter, sizeof k->counter, "redisson_lock_token:{%s}",
              c->n.lock);
-}
-
-static long long scripts_run(void)
-{
-    return command_calls_on(&r, "evalsha") + command_calls_on(&r, "eval");
 }
 
 /* HGET N owner is "1": owner holds the lock once. */
