@@ -27,10 +27,12 @@
 --          {1, 1, token, dead}  robust: taken, but the last holder, dead, did not
 --                             release it cleanly (EOWNERDEAD)
 --          {2, 0}             robust: not recoverable, not taken (nor queued)
---          {0, wait_ms}       not taken; wait at most this long before trying again
+--          {0, wait_ms, seen} not taken; wait at most this long before trying again
 --                             (the lock's lease when the caller heads the queue, else
 --                             BEHIND_WINDOWS windows: a waiter behind others is
---                             told when its turn comes)
+--                             told when its turn comes); seen: the fencing
+--                             counter then, so that the caller takes no grant
+--                             drawn before this answer (prelude_grant)
 -- What can fail comes first (prelude_guard): the lock and the marks are read at
 -- once, the queue and the deadlines before anybody is dropped or queued, and the
 -- counter is read (reentry) or drawn (a new hold) before the lock is written; it
@@ -97,8 +99,13 @@ if redis.call('exists', KEYS[1]) == 0 and (not head or head == ARGV[2]) then
 end
 
 local pttl = redis.call('pttl', KEYS[1])
+-- not taken: the counter goes with the answer.  A grant to this caller
+-- drew a token no greater (prelude_grant), and this try found it gone (its
+-- hold ended with its lease while the caller did not listen): its message,
+-- read after this answer, must not pass for a grant to this wait.
+local seen = tonumber(redis.call('get', KEYS[4]) or '0') or 0
 if ARGV[4] == 'try' then
-  return {0, pttl > 0 and pttl or 0}
+  return {0, pttl > 0 and pttl or 0, seen}
 end
 
 -- join the queue unless queued: the renewal keeps our place (see prelude_waiters)
@@ -121,11 +128,11 @@ if not redis.call('zscore', KEYS[3], ARGV[2]) then
 end
 if head == ARGV[2] then
   if pttl >= 0 then
-    return {0, pttl}
+    return {0, pttl, seen}
   end
-  return {0, window}
+  return {0, window, seen}
 end
 -- behind others: our release's message wakes us once we head the queue, or
 -- the renewal once the lock is free and nobody told us (waiter_renew), which
 -- also purges a dead head; this bound is only the last resort
-return {0, window * BEHIND_WINDOWS}
+return {0, window * BEHIND_WINDOWS, seen}

@@ -476,6 +476,10 @@ static int wait_on(struct dist__call *c, struct dist__chan **chp,
         if (atomic_load(&abandon))
             return dist__err_lock(ECANCELED, k->noun, name_of(c),
                                   ": the wait was abandoned");
+        /* a grant drawn before the last try's answer is void: that try
+         * found the lock not ours (fair_lock's seen) */
+        if (c->seen_token)
+            dist__sub_spend(*chp, c->seen_token);
         if (dist__sub_grant_take(*chp, &token, &lease)) {
             rc = take_grant(c, token, lease, deadline);
             if (rc != 0 || c->taken)

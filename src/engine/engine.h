@@ -181,6 +181,10 @@ struct dist__call {
     uint64_t token;
     long long wait;        /* not taken: sleep at most this (ms);
                                    * -1: the lock never expires */
+    uint64_t seen_token;   /* not taken (fair): the lock's fencing
+                                   * counter then; a grant of a token no
+                                   * greater came before the try and is
+                                   * void (its hold found gone) */
     int registered;        /* not taken, and registered as a waiter
                                    * in Redis (the plain mutex's waiters):
                                    * its entry is renewed while it waits,

@@ -265,6 +265,9 @@ static int read_acquire(struct dist__call *c, const redisReply *r)
         return dist__call_bad(c, script, "status %lld, wait %lld ms", ok, v);
     c->taken = 0;
     c->wait = v;
+    if (is_fair(c) && dist__reply_int(r, 2, &t) == 0 && t > 0 &&
+        (uint64_t)t > c->seen_token)
+        c->seen_token = (uint64_t)t;
     if (!is_fair(c) && c->how == DIST__HOW_WAIT) {
         if (dist__reply_int(r, 2, &t) != 0 || (t != 0 && t != 1))
             return dist__call_bad(c, script,
