@@ -31,12 +31,14 @@ local head = redis.call('lindex', KEYS[2], 0)
 local marked = redis.call('zscore', KEYS[5], ARGV[1])
 local granted = ARGV[6] == 'fresh' and redis.call('hget', KEYS[1], ARGV[1]) == '1' and
                 fencing_token(KEYS[6], false)
-local heir, token = false, nil
+local heir, token, digits = false, nil, nil
 if granted then
   local t = redis.call('time')
   heir = heir_of(tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000),
                  KEYS[2], KEYS[5], KEYS[4], ARGV[2])
-  token = heir and fencing_token(KEYS[6], true, ARGV[5])
+  if heir then
+    token, digits = fencing_token(KEYS[6], true, ARGV[5])
+  end
 end
 redis.call('zrem', KEYS[3], ARGV[1])
 if marked then
@@ -46,7 +48,7 @@ local removed = redis.call('lrem', KEYS[2], 0, ARGV[1])
 if granted then
   redis.call('del', KEYS[1])
   if heir then
-    grant(heir, token, KEYS[1], KEYS[2], KEYS[3], KEYS[5], KEYS[4], ARGV[4], ARGV[2])
+    grant(heir, token, digits, KEYS[1], KEYS[2], KEYS[3], KEYS[5], KEYS[4], ARGV[4], ARGV[2])
   end
 end
 if not heir and (granted or head == ARGV[1]) and redis.call('exists', KEYS[1]) == 0 then

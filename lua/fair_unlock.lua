@@ -41,7 +41,10 @@ drop_dead_waiters(now, KEYS[2], KEYS[3], nil, {KEYS[5], 'zset', KEYS[6], 'string
 -- the last hold, given to a distlock head: its token first, what can fail
 local heir = not KEYS[7] and held == '1' and (ARGV[5] == '' or tonumber(ARGV[5]) == 1) and
              heir_of(now, KEYS[2], KEYS[5], KEYS[4], ARGV[3])
-local token = heir and fencing_token(KEYS[6], true, ARGV[7])
+local token, digits
+if heir then
+  token, digits = fencing_token(KEYS[6], true, ARGV[7])
+end
 
 local holds = give_back_hold(KEYS[1], ARGV[2], ARGV[1], ARGV[5], held,
                              KEYS[7], rheld, ARGV[6], ARGV[7])
@@ -49,7 +52,7 @@ if holds ~= 0 then
   return {holds, 0}
 end
 if heir then
-  grant(heir, token, KEYS[1], KEYS[2], KEYS[3], KEYS[5], KEYS[4], ARGV[1], ARGV[3])
+  grant(heir, token, digits, KEYS[1], KEYS[2], KEYS[3], KEYS[5], KEYS[4], ARGV[1], ARGV[3])
   return {0, 1}
 end
 local head = redis.call('lindex', KEYS[2], 0)

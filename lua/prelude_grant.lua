@@ -46,14 +46,16 @@ local function heir_of(now, queue, marks, chan, how)
   return mark and tonumber(mark) > now and listens(how, chan .. ':' .. head) and head
 end
 
--- grant(heir, token, lock, queue, deadlines, marks, chan, lease, how)
+-- grant(heir, token, digits, lock, queue, deadlines, marks, chan, lease, how)
 --   heir   the queue's head (heir_of), lock free; token drawn for it already
---          (fencing_token, before the caller's first write: prelude_guard)
+--          (fencing_token, before the caller's first write: prelude_guard),
+--          digits the draw's own when it gave them, else nil
 -- The heir leaves the queue, its deadline and its mark, as its own take would
 -- (fair_lock), and holds the lock once with the lease given.  A Redisson waiter
 -- next in line is told to reckon its sleep again against this hold, as a take
 -- tells it.
-local function grant(heir, token, lock, queue, deadlines, marks, chan, lease, how)
+local function grant(heir, token, digits, lock, queue, deadlines, marks, chan, lease,
+                     how)
   redis.call('lpop', queue)
   redis.call('zrem', deadlines, heir)
   redis.call('zrem', marks, heir)
@@ -63,5 +65,6 @@ local function grant(heir, token, lock, queue, deadlines, marks, chan, lease, ho
   if next_head and not redis.call('zscore', marks, next_head) then
     notify(how, chan .. ':' .. next_head, '0')
   end
-  notify(how, chan .. ':' .. heir, 'g' .. string.format('%.0f', token) .. ':' .. lease)
+  notify(how, chan .. ':' .. heir,
+         'g' .. (digits or string.format('%.0f', token)) .. ':' .. lease)
 end

@@ -37,6 +37,9 @@
 --         write; one that holds no number, or a counter past 2^53, fails it
 --         with the key put back as it was but for its time to live, so a
 --         caller draws it before its other writes
+-- Returns the token, and with draw in the usual case (the clock's) its digits
+-- too, as written: a caller that says the token in a message needs no float
+-- formatted (string.format('%.0f') costs thousands of instructions).
 --   keep  with draw: the counter's time to live in ms, a string: the lease
 --         plus the grace, or '0' for ever
 local TOKEN_MAX = 9007199254740991     -- 2^53 - 1: a Lua number is exact below
@@ -56,7 +59,7 @@ local function fencing_token(key, draw, keep)
     -- the usual case: no counter, or one in digits below the clock's
     if ok and (not v or (v:find('^%d+$') and
                          (#v < #clock or (#v == #clock and v < clock)))) then
-      return tonumber(t[1]) * 1000000 + tonumber(t[2])
+      return tonumber(t[1]) * 1000000 + tonumber(t[2]), clock
     end
     -- else the counter is ahead of the clock (Redisson's INCRs), or holds no
     -- number; or SET refused (another type: GET below fails as it; a server

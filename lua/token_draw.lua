@@ -7,4 +7,4 @@
 -- Reply    the new token
 -- Types    string
 --#include prelude_token.lua
-return fencing_token(KEYS[1], true, ARGV[1] or '0')
+return (fencing_token(KEYS[1], true, ARGV[1] or '0')) -- the token only
