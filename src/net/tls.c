@@ -369,9 +369,11 @@ static int handshake(struct dist__tls *t, int fd, const char *name,
     }
 }
 
-static int tls_open(const struct dist__cfg *cfg, const struct dist__addr *a,
-                    int fd, uint64_t until, const struct dist__tls_probe *pr,
-                    struct dist__tls **out, char *why, size_t whylen)
+/* No stack of its own (unlike the calls below): its one caller,
+ * dist__link_open, makes the whole connection on a stack with room. */
+int dist__tls_open(const struct dist__cfg *cfg, const struct dist__addr *a,
+                   int fd, uint64_t until, const struct dist__tls_probe *pr,
+                   struct dist__tls **out, char *why, size_t whylen)
 {
     const char *name = cfg->tls.name[0] ? cfg->tls.name : a->host;
     struct dist__tls *t = calloc(1, sizeof *t);
@@ -558,38 +560,6 @@ const char *dist__tls_error(const struct dist__tls *t)
 
 /* Each call below packs its arguments for dist__with_stack and its
  * result comes back in the same struct. */
-
-struct open_op {
-    const struct dist__cfg *cfg;
-    const struct dist__addr *a;
-    int fd;
-    uint64_t until;
-    const struct dist__tls_probe *pr;
-    struct dist__tls **out;
-    char *why;
-    size_t whylen;
-    int rc;
-};
-
-static void open_deep(void *arg)
-{
-    struct open_op *o = arg;
-
-    o->rc = tls_open(o->cfg, o->a, o->fd, o->until, o->pr, o->out, o->why,
-                     o->whylen);
-}
-
-int dist__tls_open(const struct dist__cfg *cfg, const struct dist__addr *a,
-                   int fd, uint64_t until, const struct dist__tls_probe *pr,
-                   struct dist__tls **out, char *why, size_t whylen)
-{
-    struct open_op o = { cfg, a, fd, until, pr, out, why, whylen, 0 };
-
-    *out = NULL;
-    if (dist__with_stack(DIST__DEEP_NEED, open_deep, &o) != 0)
-        return snprintf(why, whylen, NO_STACK), ENOMEM;
-    return o.rc;
-}
 
 struct speaks_op {
     int fd;

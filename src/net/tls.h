@@ -30,7 +30,9 @@ struct dist__tls_probe {
  * client certificate file that cannot be used; also when the server has
  * said nothing for a moment and pr says it speaks plain text).  The
  * options are cfg's;
- * one SSL_CTX serves every link of the same options. */
+ * one SSL_CTX serves every link of the same options.  It must run where
+ * DIST__DEEP_NEED bytes of stack are left (dist__with_stack), as
+ * dist__link_open's connection does. */
 int dist__tls_open(const struct dist__cfg *cfg, const struct dist__addr *a,
                    int fd, uint64_t until, const struct dist__tls_probe *pr,
                    struct dist__tls **out, char *why, size_t whylen);
