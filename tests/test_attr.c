@@ -147,6 +147,10 @@ static void test_other_kinds(void **state)
     refused(dist_rwlockattr_setkind(&rw, 2),
             "rwlock kind 2: use DIST_RWLOCK_PREFER_READER or "
             "DIST_RWLOCK_PREFER_WRITER");
+    refused(dist_rwlockattr_setkind(&rw, -1), "rwlock kind -1");
+    refused(dist_rwlockattr_setlease(&rw, 24UL * 3600 * 1000 + 1),
+            "longer than a day");
+    refused(dist_rwlockattr_setkind(NULL, 0), NULL);
     refused(dist_rwlockattr_setlease(NULL, 10), NULL);
     assert_int_equal(dist_rwlockattr_destroy(&rw), 0);
 
@@ -194,6 +198,12 @@ static void test_init_reads_attributes(void **state)
             "mutex attribute has an unknown type 7");
     refused(dist_rwlock_init(&rw, "attr-rw", &ra),
             "rwlock attribute has an unknown kind 5");
+    /* and one an init of the attribute made, written over by hand */
+    assert_int_equal(dist_rwlockattr_init(&ra), 0);
+    ra.__kind = 7;
+    refused(dist_rwlock_init(&rw, "attr-rw", &ra),
+            "rwlock attribute has an unknown kind 7");
+    assert_int_equal(dist_rwlockattr_destroy(&ra), 0);
     refused(dist_cond_init(&c, "attr-c", &ca),
             "condition attribute has an unknown clock 99");
     refused(dist_sem_init(&s, "attr-s", 1, &sa),
