@@ -191,34 +191,6 @@ static void test_static_initializer(void **state)
     assert_int_equal(dist_mutex_unlock(&z), EINVAL);
 }
 
-static void test_destroy_and_names(void **state)
-{
-    char name[200];
-    dist_mutex_t m;
-    char *big;
-
-    (void)state;
-    NAMED_MUTEX(m, name);
-    assert_int_equal(dist_mutex_lock(&m), 0);
-    assert_int_equal(dist_mutex_destroy(&m), EBUSY);
-    assert_int_equal(dist_mutex_unlock(&m), 0);
-    assert_int_equal(dist_mutex_destroy(&m), 0);
-    assert_int_equal(key_exists(name), 0);
-
-    assert_int_equal(dist_mutex_init(&m, NULL, NULL), EINVAL);
-    assert_int_equal(dist_mutex_init(&m, "", NULL), EINVAL);
-
-    big = fx_name_too_long();
-    assert_int_equal(dist_mutex_init(&m, big, NULL), EINVAL);
-    /* exactly DIST_NAME_MAX bytes is accepted and works */
-    big[DIST_NAME_MAX] = 0;
-    memcpy(big, name, strlen(name));
-    assert_int_equal(dist_mutex_init(&m, big, NULL), 0);
-    assert_works(&m, big);
-    assert_int_equal(dist_mutex_destroy(&m), 0);
-    free(big);
-}
-
 static void test_fencing_token(void **state)
 {
     dist_mutex_t *m = fx_mutex("m", NULL);
@@ -345,8 +317,7 @@ int main(void)
         FX_TEST(test_reentrant_hold_counts), FX_TEST(test_errorcheck),
         FX_TEST(test_trylock_busy),          FX_TEST(test_unlock_not_owner),
         FX_TEST(test_same_name_two_objects), FX_TEST(test_static_initializer),
-        FX_TEST(test_fork_child_identity),   FX_TEST(test_destroy_and_names),
-        FX_TEST(test_fencing_token),
+        FX_TEST(test_fork_child_identity),   FX_TEST(test_fencing_token),
     };
     return MUTEX_RUN(tests);
 }

@@ -218,42 +218,6 @@ static void test_redisson_layout(void **state)
     free(mine);
 }
 
-static void test_destroy_and_names(void **state)
-{
-    char name[200];
-    dist_rwlock_t rw;
-    dist_rwlockattr_t a;
-    char *big;
-
-    (void)state;
-    NAMED_RWLOCK(rw, name);
-    assert_int_equal(dist_rwlock_rdlock(&rw), 0);
-    assert_int_equal(dist_rwlock_destroy(&rw), EBUSY);
-    assert_int_equal(dist_rwlock_unlock(&rw), 0);
-    assert_int_equal(dist_rwlock_wrlock(&rw), 0);
-    assert_int_equal(dist_rwlock_destroy(&rw), EBUSY);
-    assert_int_equal(dist_rwlock_unlock(&rw), 0);
-    assert_int_equal(dist_rwlock_destroy(&rw), 0);
-    assert_int_equal(key_exists(name), 0);
-
-    assert_int_equal(dist_rwlock_init(&rw, NULL, NULL), EINVAL);
-    assert_int_equal(dist_rwlock_init(&rw, "", NULL), EINVAL);
-    assert_int_equal(dist_rwlock_init(NULL, name, NULL), EINVAL);
-    big = fx_name_too_long();
-    assert_int_equal(dist_rwlock_init(&rw, big, NULL), EINVAL);
-    free(big);
-
-    assert_int_equal(dist_rwlockattr_init(&a), 0);
-    assert_int_equal(dist_rwlockattr_setkind(&a, 2), EINVAL);
-    assert_int_equal(dist_rwlockattr_setkind(&a, -1), EINVAL);
-    assert_int_equal(dist_rwlockattr_setlease(&a, 24UL * 3600 * 1000 + 1),
-                     EINVAL);
-    assert_int_equal(dist_rwlockattr_setkind(NULL, 0), EINVAL);
-    a.__kind = 7;
-    assert_int_equal(dist_rwlock_init(&rw, name, &a), EINVAL);
-    assert_int_equal(dist_rwlockattr_destroy(&a), 0);
-}
-
 static void test_token(void **state)
 {
     dist_rwlock_t *rw = fx_rwlock("rw", NULL);
@@ -317,11 +281,8 @@ static void test_lease_left(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        FX_TEST(test_static_initializer),
-        FX_TEST(test_no_channels_left),
-        FX_TEST(test_redisson_layout),
-        FX_TEST(test_destroy_and_names),
-        FX_TEST(test_token),
+        FX_TEST(test_static_initializer), FX_TEST(test_no_channels_left),
+        FX_TEST(test_redisson_layout),    FX_TEST(test_token),
         FX_TEST(test_lease_left),
     };
     return fx_run_group(tests, &r, &defaults, "TEST_RWLOCK_LAYOUT_FILTER");
