@@ -2,9 +2,9 @@
  * test_mutex_hold: who holds a dist_mutex and how often: reentrant counts,
  * the error-checking type, trylock against another thread, unlock by one
  * that does not hold it, two objects of one name, a forked child's own
- * identity, the static initializer, names the library refuses, destroy of
- * a held lock and the fencing token of a hold.  Against a private
- * redis-server (mutexhelp.h).
+ * identity, the static initializer and the fencing token of a hold (names
+ * the library refuses and destroy of a held lock: test_names_rules).
+ * Against a private redis-server (mutexhelp.h).
  */
 #define _GNU_SOURCE
 #include <errno.h>

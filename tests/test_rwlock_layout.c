@@ -1,8 +1,8 @@
 /*
  * test_rwlock_layout: the dist_rwlock as Redis and other clients see it,
- * against a private redis-server: the static initializer, destroy and
- * the names, fencing tokens and the lease left, no channel left behind,
- * sharing the hash with a Redisson reader.
+ * against a private redis-server: the static initializer, fencing tokens
+ * and the lease left, no channel left behind, sharing the hash with a
+ * Redisson reader (destroy and the names: test_names_rules).
  *
  * One server for the whole group (tu_redis_start); every test uses fresh
  * lock names (test name + pid).  cmocka is not thread-safe, so worker
