@@ -320,6 +320,14 @@ struct shared {
     atomic_int err_claimed;
     char errmsg[512];
 
+    /* the scenarios run by run_workers (s2, rw, sem, s5): their start
+     * line, and when each process of s2, rw and sem left its loop (s5's
+     * threads stamp their own) */
+    struct {
+        struct start_line go;
+        uint64_t finish_ns[MAX_PROCS];
+    } run;
+
     struct {
         double pairs_per_s, p50_us, floor_same;
         int pairs;
@@ -329,11 +337,9 @@ struct shared {
         double pairs_per_s[S1T_MAX];
     } s1t;
     struct {
-        struct start_line go;
         long long count[MAX_PROCS];
         uint64_t max_wait_ns[MAX_PROCS];
         uint64_t sum_wait_ns[MAX_PROCS];
-        uint64_t finish_ns[MAX_PROCS];
         uint32_t wait_hist[MAX_PROCS][S2_BUCKETS];
     } s2;
     struct {
@@ -354,11 +360,9 @@ struct shared {
         unsigned long long renew_failed, lost; /* dist_stats */
     } s4;
     struct {
-        struct start_line go;
         long long reads[MAX_PROCS], writes[MAX_PROCS], torn[MAX_PROCS];
         uint64_t max_wwait_ns[MAX_PROCS]; /* longest wait in wrlock() */
         uint64_t max_rwait_ns[MAX_PROCS]; /* longest wait in rdlock() */
-        uint64_t finish_ns[MAX_PROCS];
     } rw;
     struct {
         atomic_int turn;   /* whose turn: 0 or 1 */
@@ -366,14 +370,11 @@ struct shared {
         uint64_t t1[2000]; /* 1's wait returned with its turn */
     } cv;
     struct {
-        struct start_line go;
         atomic_int holding; /* holders now, by the workers' count */
         atomic_int max_holding;
         long long count[MAX_PROCS];
-        uint64_t finish_ns[MAX_PROCS];
     } sem;
     struct {
-        struct start_line go;
         atomic_int inside;         /* threads inside the lock now */
         atomic_llong overlaps;     /* found another one inside */
         _Atomic long long counter; /* +1 inside, not atomically */
@@ -645,14 +646,132 @@ static void del_lock_keys(redisContext *c, const char *name)
 /* Worker processes                                                         */
 /* ------------------------------------------------------------------------ */
 
+/* What the frame of a worker process (worker_run) opens for it before its
+ * loop, and gives back after.  The scenario's lock (w->lk) is of at most
+ * one kind; a worker without one makes its objects itself. */
+enum {
+    W_REDIS = 1 << 0,  /* its own Redis connection (w->c), for its own keys */
+    W_MUTEX = 1 << 1,  /* a mutex with the bench's attributes */
+    W_RWLOCK = 1 << 2, /* a read-write lock */
+    W_SEM = 1 << 3,    /* a semaphore of the sem scenario's permits */
+    W_WARM = 1 << 4,   /* one uncounted pass on the lock connects distlock */
+    W_TIMED = 1 << 5,  /* lines up at sh->run.go, and stamps its finish */
+    W_RAW = 1 << 6,    /* uses no distlock (the raw hand-off): no shutdown */
+};
+
+struct worker {
+    int idx;          /* which of the scenario's workers */
+    const char *lock; /* the lock's name */
+    unsigned opens;   /* W_* */
+    redisContext *c;  /* with W_REDIS */
+    uint64_t end;     /* with W_TIMED: when the loop stops */
+    union {
+        dist_mutex_t m;
+        dist_rwlock_t rw;
+        dist_sem_t s;
+    } lk;
+};
+
+/* A scenario's own work in a worker process: 0, or -1 (said why) when the
+ * worker failed. */
+typedef int (*worker_loop)(struct worker *w);
+
+/* A worker at the start line: says it is ready, waits for the start.
+ * When it must stop. */
+static uint64_t line_up(struct start_line *g)
+{
+    uint64_t start, t;
+
+    atomic_fetch_add(&g->ready, 1);
+    while ((start = atomic_load(&g->start_ns)) == 0)
+        sleep_ns(200000);
+    while ((t = now_ns()) < start)
+        sleep_ns(start - t);
+    return g->end_ns;
+}
+
+static int lock_init(struct worker *w)
+{
+    int rc = 0;
+
+    if (w->opens & W_MUTEX) {
+        if ((rc = bench_mutex_init(&w->lk.m, w->lock)) != 0)
+            return dfail("dist_mutex_init", rc);
+    } else if (w->opens & W_RWLOCK) {
+        if ((rc = dist_rwlock_init(&w->lk.rw, w->lock, NULL)) != 0)
+            return dfail("dist_rwlock_init", rc);
+    } else if (w->opens & W_SEM) {
+        rc = dist_sem_init(&w->lk.s, w->lock, (unsigned)P.sem_permits, NULL);
+        if (rc != 0)
+            return dfail("dist_sem_init", rc);
+    }
+    return 0;
+}
+
+/* W_WARM: a mutex taken and given back once, a read-write lock so in
+ * each mode. */
+static int lock_warm(struct worker *w)
+{
+    dist_rwlock_t *rw = &w->lk.rw;
+    int rc;
+
+    if ((w->opens & W_MUTEX) && ((rc = dist_mutex_lock(&w->lk.m)) != 0 ||
+                                 (rc = dist_mutex_unlock(&w->lk.m)) != 0))
+        return dfail("warm-up lock/unlock", rc);
+    if ((w->opens & W_RWLOCK) && ((rc = dist_rwlock_rdlock(rw)) != 0 ||
+                                  (rc = dist_rwlock_unlock(rw)) != 0 ||
+                                  (rc = dist_rwlock_wrlock(rw)) != 0 ||
+                                  (rc = dist_rwlock_unlock(rw)) != 0))
+        return dfail("warm-up rdlock/wrlock", rc);
+    return 0;
+}
+
+static void lock_destroy(struct worker *w)
+{
+    if (w->opens & W_MUTEX)
+        dist_mutex_destroy(&w->lk.m);
+    else if (w->opens & W_RWLOCK)
+        dist_rwlock_destroy(&w->lk.rw);
+    else if (w->opens & W_SEM)
+        dist_sem_destroy(&w->lk.s);
+}
+
+/* The frame every worker process runs in: what opens names (W_*) made,
+ * the scenario's loop run, and all given back.  A worker that fails ends
+ * at once: its process exits and takes all with it. */
+static int worker_run(worker_loop loop, const char *lock, unsigned opens,
+                      int idx)
+{
+    struct worker w = { .idx = idx, .lock = lock, .opens = opens };
+
+    if ((opens & W_REDIS) && !(w.c = rconnect()))
+        return -1;
+    if (lock_init(&w) != 0 || ((opens & W_WARM) && lock_warm(&w) != 0))
+        return -1;
+    if (opens & W_TIMED)
+        w.end = line_up(&sh->run.go);
+    if (loop(&w) != 0)
+        return -1;
+    if (opens & W_TIMED)
+        sh->run.finish_ns[idx] = now_ns();
+    lock_destroy(&w);
+    if (!(opens & W_RAW))
+        dist_shutdown();
+    if (w.c)
+        redisFree(w.c);
+    return 0;
+}
+
 struct kids {
     int n;
     pid_t pid[MAX_PROCS];
     int done[MAX_PROCS];
 };
 
-/* Forks a worker that runs fn(arg) and exits 0 when it returns 0. */
-static int spawn(struct kids *k, int (*fn)(int), int arg)
+/* Forks worker idx of a scenario, which runs loop in the frame that opens
+ * names, and exits 0 when it returns 0. */
+static int spawn(struct kids *k, worker_loop loop, const char *lock,
+                 unsigned opens, int idx)
 {
     pid_t ppid = getpid(), pid;
 
@@ -665,7 +784,7 @@ static int spawn(struct kids *k, int (*fn)(int), int arg)
         if (getppid() != ppid)
             _exit(1);
         signal(SIGPIPE, SIG_IGN);
-        _exit(fn(arg) == 0 ? 0 : 1);
+        _exit(worker_run(loop, lock, opens, idx) == 0 ? 0 : 1);
     }
     k->pid[k->n] = pid;
     k->done[k->n] = 0;
@@ -731,11 +850,12 @@ static int kids_wait(struct kids *k, double timeout_s)
     return rc > 0 ? 0 : -1;
 }
 
-static int run_in_child(int (*fn)(int), int arg, double timeout_s)
+static int run_in_child(worker_loop loop, const char *lock, unsigned opens,
+                        double timeout_s)
 {
     struct kids k = { 0 };
 
-    if (spawn(&k, fn, arg) != 0)
+    if (spawn(&k, loop, lock, opens, 0) != 0)
         return -1;
     return kids_wait(&k, timeout_s);
 }
@@ -1102,26 +1222,21 @@ static void scenario_floor(int print)
  * gives a second, like-for-like ratio. */
 #define S1_CHUNKS 10
 
-static int s1_child(int unused)
+static int s1_loop(struct worker *w)
 {
-    redisContext *c;
-    dist_mutex_t m;
+    redisContext *c = w->c;
+    dist_mutex_t *m = &w->lk.m;
     uint64_t *lat, t, t_chunk, pair_ns = 0, floor_ns = 0;
     int i, k, rc, per = P.s1_pairs / S1_CHUNKS, n = 0;
 
-    (void)unused;
     if (!(lat = malloc(sizeof *lat * (size_t)P.s1_pairs)))
         return fail("out of memory");
-    if (!(c = rconnect()))
-        return -1;
-    if ((rc = bench_mutex_init(&m, "bench-s1")) != 0)
-        return dfail("dist_mutex_init", rc);
     for (i = 0; i < P.s1_warm; i++) {
         if (floor_call(c, "bench-s1-floor") != 0)
             return -1;
-        if ((rc = dist_mutex_lock(&m)) != 0)
+        if ((rc = dist_mutex_lock(m)) != 0)
             return dfail("dist_mutex_lock", rc);
-        if ((rc = dist_mutex_unlock(&m)) != 0)
+        if ((rc = dist_mutex_unlock(m)) != 0)
             return dfail("dist_mutex_unlock", rc);
     }
     for (k = 0; k < S1_CHUNKS; k++) {
@@ -1134,9 +1249,9 @@ static int s1_child(int unused)
         t_chunk = t;
         for (i = 0; i < per; i++) {
             t = now_ns();
-            if ((rc = dist_mutex_lock(&m)) != 0)
+            if ((rc = dist_mutex_lock(m)) != 0)
                 return dfail("dist_mutex_lock", rc);
-            if ((rc = dist_mutex_unlock(&m)) != 0)
+            if ((rc = dist_mutex_unlock(m)) != 0)
                 return dfail("dist_mutex_unlock", rc);
             lat[n++] = now_ns() - t;
         }
@@ -1148,10 +1263,7 @@ static int s1_child(int unused)
     sh->s1.p50_us = (double)pct(lat, (size_t)n, 0.50) / 1e3;
     sh->s1.pairs = n;
     free(lat);
-    dist_mutex_destroy(&m);
-    dist_shutdown();
     freeReplyObject(redisCommand(c, "DEL bench-s1-floor"));
-    redisFree(c);
     return 0;
 }
 
@@ -1180,7 +1292,9 @@ static int s1_pairs_on(dist_mutex_t *m, const char *to, int warm, int n,
     return 0;
 }
 
-static int s1_tls_child(int unused)
+/* The loop makes its lock itself: with the library's defaults, not
+ * bench_mutex_init's attributes. */
+static int s1_tls_loop(struct worker *w)
 {
     const char *plain = getenv("DISTLOCK_URL");
     const char *tls = getenv("DISTLOCK_BENCH_TLS_URL");
@@ -1188,7 +1302,7 @@ static int s1_tls_child(int unused)
     uint64_t plain_ns = 0, tls_ns = 0;
     dist_mutex_t m;
 
-    (void)unused;
+    (void)w;
     if ((rc = dist_mutex_init(&m, "bench-s1", NULL)) != 0)
         return dfail("dist_mutex_init", rc);
     for (k = 0; k < S1_CHUNKS; k++)
@@ -1198,7 +1312,6 @@ static int s1_tls_child(int unused)
     sh->s1.plain_pps = per * S1_CHUNKS / ((double)plain_ns / 1e9);
     sh->s1.tls_pps = per * S1_CHUNKS / ((double)tls_ns / 1e9);
     dist_mutex_destroy(&m);
-    dist_shutdown();
     return 0;
 }
 
@@ -1209,7 +1322,7 @@ static void scenario_s1_tls(redisContext *c)
     double target;
 
     del_lock_keys(c, "bench-s1");
-    if (run_in_child(s1_tls_child, 0, 120) != 0) {
+    if (run_in_child(s1_tls_loop, NULL, 0, 120) != 0) {
         del_lock_keys(c, "bench-s1");
         report_error("s1");
         return;
@@ -1238,7 +1351,7 @@ static void scenario_s1(redisContext *c)
 
     reset_shared();
     del_lock_keys(c, "bench-s1");
-    rc = run_in_child(s1_child, 0, 120);
+    rc = run_in_child(s1_loop, "bench-s1", W_REDIS | W_MUTEX, 120);
     del_lock_keys(c, "bench-s1");
     if (rc != 0) {
         report_error("s1");
@@ -1317,14 +1430,14 @@ static void *s1t_thread(void *arg)
     return NULL;
 }
 
-static int s1t_child(int unused)
+static int s1t_loop(struct worker *w)
 {
     struct s1t_thread th[16];
     uint64_t start, end;
     long long total;
     int k, i, n;
 
-    (void)unused;
+    (void)w;
     for (k = 0; k < S1T_MAX; k++) {
         n = s1t_threads[k];
         memset(th, 0, sizeof th);
@@ -1353,7 +1466,6 @@ static int s1t_child(int unused)
         sh->s1t.pairs_per_s[k] =
             (double)total / ((double)(end - start) / 1e9);
     }
-    dist_shutdown();
     return 0;
 }
 
@@ -1379,7 +1491,7 @@ static void scenario_s1t(redisContext *c)
 
     reset_shared();
     s1t_cleanup(c);
-    rc = run_in_child(s1t_child, 0, 120 + S1T_MAX * P.s1t_s);
+    rc = run_in_child(s1t_loop, NULL, 0, 120 + S1T_MAX * P.s1t_s);
     s1t_cleanup(c);
     if (rc != 0) {
         report_error("s1t");
@@ -1407,22 +1519,8 @@ static void scenario_s1t(redisContext *c)
 }
 
 /* ------------------------------------------------------------------------ */
-/* the start line of the timed multi-process scenarios (s2, rw)             */
+/* the start line of the timed multi-process scenarios (s2, rw, sem, s5)    */
 /* ------------------------------------------------------------------------ */
-
-/* A worker at the start line: says it is ready, waits for the start.
- * When it must stop. */
-static uint64_t line_up(struct start_line *g)
-{
-    uint64_t start, t;
-
-    atomic_fetch_add(&g->ready, 1);
-    while ((start = atomic_load(&g->start_ns)) == 0)
-        sleep_ns(200000);
-    while ((t = now_ns()) < start)
-        sleep_ns(start - t);
-    return g->end_ns;
-}
 
 /* The parent: once the n workers of scenario sc are ready (30 s at most),
  * starts them all 50 ms from now for secs.  0, or -1 with the workers
@@ -1449,25 +1547,39 @@ static int start_workers(struct kids *k, struct start_line *g, int n,
     return 0;
 }
 
-/* The timed run of scenario sc: forks procs workers fn(0 .. procs-1), of
- * which ready (processes or threads) line up at g, starts them for secs and
- * waits for them all (120 s past secs at most).  0, or -1 with the failure
- * recorded and no worker left running. */
-static int run_workers(int (*fn)(int), int procs, struct start_line *g,
-                       int ready, double secs, const char *sc)
+/* The timed run of scenario sc: forks procs workers (0 .. procs-1) that
+ * run loop in the frame that opens names, of which ready (processes or
+ * threads) line up at sh->run.go, starts them for secs and waits for
+ * them all (120 s past secs at most).  0, or -1 with the failure recorded
+ * and no worker left running. */
+static int run_workers(worker_loop loop, const char *lock, unsigned opens,
+                       int procs, int ready, double secs, const char *sc)
 {
     struct kids k = { 0 };
     int i;
 
     for (i = 0; i < procs; i++) {
-        if (spawn(&k, fn, i) != 0) {
+        if (spawn(&k, loop, lock, opens, i) != 0) {
             kids_kill(&k);
             return -1;
         }
     }
-    if (start_workers(&k, g, ready, secs, sc) != 0)
+    if (start_workers(&k, &sh->run.go, ready, secs, sc) != 0)
         return -1;
     return kids_wait(&k, secs + 120);
+}
+
+/* Seconds from the start of a timed run to the last of its procs
+ * processes leaving its loop. */
+static double run_secs(int procs)
+{
+    uint64_t last = 0;
+    int i;
+
+    for (i = 0; i < procs; i++)
+        if (sh->run.finish_ns[i] > last)
+            last = sh->run.finish_ns[i];
+    return (double)(last - sh->run.go.start_ns) / 1e9;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1477,25 +1589,17 @@ static int run_workers(int (*fn)(int), int procs, struct start_line *g,
 static const char s2_lock[] = "bench-s2";
 static const char s2_counter[] = "bench-s2-counter";
 
-static int s2_worker(int idx)
+static int s2_loop(struct worker *wk)
 {
-    redisContext *c = rconnect();
-    dist_mutex_t m;
-    uint64_t end, t, w, maxw = 0, sumw = 0;
+    redisContext *c = wk->c;
+    dist_mutex_t *m = &wk->lk.m;
+    uint64_t t, w, maxw = 0, sumw = 0;
     long long count = 0, v;
     redisReply *r;
-    int rc;
+    int rc, idx = wk->idx;
 
-    if (!c)
-        return -1;
-    if ((rc = bench_mutex_init(&m, s2_lock)) != 0)
-        return dfail("dist_mutex_init", rc);
-    /* connect the library (one uncounted pair) before the start line */
-    if ((rc = dist_mutex_lock(&m)) != 0 || (rc = dist_mutex_unlock(&m)) != 0)
-        return dfail("s2 warm-up lock/unlock", rc);
-    end = line_up(&sh->s2.go);
-    while ((t = now_ns()) < end) {
-        if ((rc = dist_mutex_lock(&m)) != 0)
+    while ((t = now_ns()) < wk->end) {
+        if ((rc = dist_mutex_lock(m)) != 0)
             return dfail("dist_mutex_lock", rc);
         w = now_ns() - t;
         sumw += w;
@@ -1511,17 +1615,13 @@ static int s2_worker(int idx)
         if (!(r = rcmd(c, "SET %s %lld", s2_counter, v + 1)))
             return -1;
         freeReplyObject(r);
-        if ((rc = dist_mutex_unlock(&m)) != 0)
+        if ((rc = dist_mutex_unlock(m)) != 0)
             return dfail("dist_mutex_unlock", rc);
         count++;
     }
     sh->s2.count[idx] = count;
     sh->s2.max_wait_ns[idx] = maxw;
     sh->s2.sum_wait_ns[idx] = sumw;
-    sh->s2.finish_ns[idx] = now_ns();
-    dist_mutex_destroy(&m);
-    dist_shutdown();
-    redisFree(c);
     return 0;
 }
 
@@ -1533,8 +1633,8 @@ static int s2_run(redisContext *c, long long *final)
     if (!(r = rcmd(c, "SET %s 0", s2_counter)))
         return -1;
     freeReplyObject(r);
-    if (run_workers(s2_worker, P.s2_procs, &sh->s2.go, P.s2_procs, P.s2_s,
-                    "s2") != 0)
+    if (run_workers(s2_loop, s2_lock, W_REDIS | W_MUTEX | W_WARM | W_TIMED,
+                    P.s2_procs, P.s2_procs, P.s2_s, "s2") != 0)
         return -1;
     if (!(r = rcmd(c, "GET %s", s2_counter)))
         return -1;
@@ -1586,7 +1686,7 @@ static void scenario_s2(redisContext *c)
     double target = 0.7 * (fl.ops1 / 4), fair = 1.0 / P.s2_procs;
     double acq, secs, maxsh, minsh, maxw_ms = 0, meanw_ms;
     long long total = 0, final = 0, lost, mx = 0, mn = -1;
-    uint64_t last = 0, sumw = 0;
+    uint64_t sumw = 0;
     char b1[32], b2[32], b3[32];
     struct jobj j;
     int i;
@@ -1603,13 +1703,11 @@ static void scenario_s2(redisContext *c)
             mx = n;
         if (mn < 0 || n < mn)
             mn = n;
-        if (sh->s2.finish_ns[i] > last)
-            last = sh->s2.finish_ns[i];
         if (sh->s2.max_wait_ns[i] / 1e6 > maxw_ms)
             maxw_ms = (double)sh->s2.max_wait_ns[i] / 1e6;
         sumw += sh->s2.sum_wait_ns[i];
     }
-    secs = (double)(last - sh->s2.go.start_ns) / 1e9;
+    secs = run_secs(P.s2_procs);
     acq = (double)total / secs;
     maxsh = total ? (double)mx / (double)total : 0;
     minsh = total ? (double)mn / (double)total : 0;
@@ -1725,21 +1823,18 @@ static int get(int fd, char want)
     return c;
 }
 
-static int s3_a(int unused)
+static int s3_a_loop(struct worker *w)
 {
-    dist_mutex_t m;
+    dist_mutex_t *m = &w->lk.m;
     uint64_t hold_ms;
     int round, rc;
 
-    (void)unused;
     close(a2b[0]);
     close(b2a[1]);
-    if ((rc = bench_mutex_init(&m, s3_lock)) != 0)
-        return dfail("dist_mutex_init", rc);
     for (round = -P.s3_warm; round < P.s3_rounds; round++) {
         if (s3_switch(round) != 0)
             return -1;
-        if ((rc = dist_mutex_lock(&m)) != 0)
+        if ((rc = dist_mutex_lock(m)) != 0)
             return dfail("A: dist_mutex_lock", rc);
         if (put(a2b[1], 'G') || get(b2a[0], 'R') < 0)
             return -1;
@@ -1747,29 +1842,22 @@ static int s3_a(int unused)
         sleep_ns((3 + hold_ms) * 1000000ull);
         if (round >= 0)
             sh->s3.t0[round] = now_ns();
-        if ((rc = dist_mutex_unlock(&m)) != 0)
+        if ((rc = dist_mutex_unlock(m)) != 0)
             return dfail("A: dist_mutex_unlock", rc);
         if (get(b2a[0], 'D') < 0)
             return -1;
     }
-    if (put(a2b[1], 'Q'))
-        return -1;
-    dist_mutex_destroy(&m);
-    dist_shutdown();
-    return 0;
+    return put(a2b[1], 'Q') ? -1 : 0;
 }
 
-static int s3_b(int unused)
+static int s3_b_loop(struct worker *w)
 {
-    dist_mutex_t m;
+    dist_mutex_t *m = &w->lk.m;
     uint64_t t1;
     int round, rc, c;
 
-    (void)unused;
     close(a2b[1]);
     close(b2a[0]);
-    if ((rc = bench_mutex_init(&m, s3_lock)) != 0)
-        return dfail("dist_mutex_init", rc);
     for (round = -P.s3_warm;; round++) {
         if ((c = get(a2b[0], 0)) < 0)
             return -1;
@@ -1779,19 +1867,17 @@ static int s3_b(int unused)
             return fail("s3 protocol: B got '%c'", c);
         if (s3_switch(round) != 0 || put(b2a[1], 'R'))
             return -1;
-        rc = dist_mutex_lock(&m);
+        rc = dist_mutex_lock(m);
         t1 = now_ns();
         if (rc != 0)
             return dfail("B: dist_mutex_lock", rc);
         if (round >= 0 && round < P.s3_rounds)
             sh->s3.t1[round] = t1;
-        if ((rc = dist_mutex_unlock(&m)) != 0)
+        if ((rc = dist_mutex_unlock(m)) != 0)
             return dfail("B: dist_mutex_unlock", rc);
         if (put(b2a[1], 'D'))
             return -1;
     }
-    dist_mutex_destroy(&m);
-    dist_shutdown();
     return 0;
 }
 
@@ -1859,17 +1945,16 @@ static void *raw_sub_main(void *arg)
     return NULL;
 }
 
-static int raw_a(int unused)
+static int raw_a_loop(struct worker *w)
 {
-    redisContext *c = rconnect();
+    redisContext *c = w->c;
     char sha[41];
     redisReply *r;
     int round;
 
-    (void)unused;
     close(a2b[0]);
     close(b2a[1]);
-    if (!c || raw_load(c, raw_rel, sha) != 0)
+    if (raw_load(c, raw_rel, sha) != 0)
         return -1;
     for (round = -P.s3_warm; round < RAW_ROUNDS(P.s3_rounds); round++) {
         if (get(b2a[0], 'R') < 0)
@@ -1887,15 +1972,14 @@ static int raw_a(int unused)
         if (get(b2a[0], 'D') < 0)
             return -1;
     }
-    redisFree(c);
     return 0;
 }
 
-static int raw_b(int unused)
+static int raw_b_loop(struct worker *w)
 {
     struct raw_sub s = { NULL, PTHREAD_MUTEX_INITIALIZER,
                          PTHREAD_COND_INITIALIZER, 0, 0 };
-    redisContext *c = rconnect();
+    redisContext *c = w->c;
     pthread_t th;
     char sha[41];
     redisReply *r;
@@ -1904,10 +1988,9 @@ static int raw_b(int unused)
     int round;
     void *msg;
 
-    (void)unused;
     close(a2b[1]);
     close(b2a[0]);
-    if (!c || !(s.sub = rconnect()) || raw_load(c, raw_acq, sha) != 0)
+    if (!(s.sub = rconnect()) || raw_load(c, raw_acq, sha) != 0)
         return -1;
     if (!(r = rcmd(s.sub, "SUBSCRIBE %s", raw_chan)))
         return -1;
@@ -1951,14 +2034,14 @@ static int raw_b(int unused)
     if (raw_mode == 2)
         pthread_join(th, NULL);
     redisFree(s.sub);
-    redisFree(c);
     return 0;
 }
 
 /* Runs first and second as two worker processes that talk through the
  * a2b and b2a pipes, and waits up to secs for both to end.  0, or -1
  * (said why). */
-static int run_pair(int (*first)(int), int (*second)(int), double secs)
+static int run_pair(worker_loop first, worker_loop second, const char *lock,
+                    unsigned opens, double secs)
 {
     struct kids k = { 0 };
     int rc;
@@ -1970,9 +2053,9 @@ static int run_pair(int (*first)(int), int (*second)(int), double secs)
         close(a2b[1]);
         return fail("pipe: %s", strerror(errno));
     }
-    rc = spawn(&k, first, 0);
+    rc = spawn(&k, first, lock, opens, 0);
     if (rc == 0)
-        rc = spawn(&k, second, 0);
+        rc = spawn(&k, second, lock, opens, 0);
     close(a2b[0]);
     close(a2b[1]);
     close(b2a[0]);
@@ -2005,7 +2088,8 @@ static int raw_handoff(int mode, double *p50, double *p99)
     memset(sh->s3.t0, 0, sizeof sh->s3.t0);
     memset(sh->s3.t1, 0, sizeof sh->s3.t1);
     raw_mode = mode;
-    if (run_pair(raw_b, raw_a, RAW_ROUNDS(P.s3_rounds) * 0.2 + 60) != 0)
+    if (run_pair(raw_b_loop, raw_a_loop, NULL, W_REDIS | W_RAW,
+                 RAW_ROUNDS(P.s3_rounds) * 0.2 + 60) != 0)
         return -1;
     for (int i = 0; i < RAW_ROUNDS(P.s3_rounds); i++)
         if (sh->s3.t1[i] >= sh->s3.t0[i] && sh->s3.t0[i])
@@ -2075,7 +2159,8 @@ static void scenario_s3(redisContext *c)
 
     reset_shared();
     del_lock_keys(c, s3_lock);
-    if (run_pair(s3_a, s3_b, P.s3_rounds * 0.2 + 120) != 0) {
+    if (run_pair(s3_a_loop, s3_b_loop, s3_lock, W_MUTEX,
+                 P.s3_rounds * 0.2 + 120) != 0) {
         report_error(cur_sc);
         return;
     }
@@ -2143,7 +2228,8 @@ static void scenario_s3_tls(redisContext *c)
     reset_shared();
     del_lock_keys(c, s3_lock);
     s3_mix = 1; /* read by the two workers */
-    rc = run_pair(s3_a, s3_b, P.s3_rounds * 0.2 + 120);
+    rc = run_pair(s3_a_loop, s3_b_loop, s3_lock, W_MUTEX,
+                  P.s3_rounds * 0.2 + 120);
     s3_mix = 0;
     if (rc != 0) {
         report_error("s3");
@@ -2194,7 +2280,7 @@ static void *s5_thread(void *p)
     long long count = 0, v;
     int rc;
 
-    end = line_up(&sh->s5.go);
+    end = line_up(&sh->run.go);
     while ((t = now_ns()) < end) {
         if ((rc = dist_mutex_lock(a->m)) != 0) {
             dfail("dist_mutex_lock", rc);
@@ -2222,19 +2308,14 @@ static void *s5_thread(void *p)
     return NULL;
 }
 
-static int s5_worker(int idx)
+static int s5_loop(struct worker *w)
 {
     struct s5_arg args[S5_THREADS];
     pthread_t th[S5_THREADS];
-    dist_mutex_t m;
-    int rc, i, n = 0;
+    int i, n = 0, idx = w->idx;
 
-    if ((rc = bench_mutex_init(&m, s5_lock)) != 0)
-        return dfail("dist_mutex_init", rc);
-    if ((rc = dist_mutex_lock(&m)) != 0 || (rc = dist_mutex_unlock(&m)) != 0)
-        return dfail("s5 warm-up lock/unlock", rc);
     for (i = 0; i < P.s5_threads; i++, n++) {
-        args[i] = (struct s5_arg){ &m, idx, i };
+        args[i] = (struct s5_arg){ &w->lk.m, idx, i };
         if (pthread_create(&th[i], NULL, s5_thread, &args[i]) != 0) {
             fail("s5: pthread_create failed");
             break;
@@ -2242,8 +2323,6 @@ static int s5_worker(int idx)
     }
     for (i = 0; i < n; i++)
         pthread_join(th[i], NULL);
-    dist_mutex_destroy(&m);
-    dist_shutdown();
     return n == P.s5_threads && !sh->s5.failed[idx] ? 0 : -1;
 }
 
@@ -2282,14 +2361,14 @@ static void scenario_s5(redisContext *c)
 
     reset_shared();
     del_lock_keys(c, s5_lock);
-    if (run_workers(s5_worker, P.s5_procs, &sh->s5.go,
+    if (run_workers(s5_loop, s5_lock, W_MUTEX | W_WARM, P.s5_procs,
                     P.s5_procs * P.s5_threads, P.s5_s, "s5") != 0) {
         report_error("s5");
         return;
     }
     del_lock_keys(c, s5_lock);
     total = s5_totals(&minsh, &maxw_ms, &last);
-    secs = (double)(last - sh->s5.go.start_ns) / 1e9;
+    secs = (double)(last - sh->run.go.start_ns) / 1e9;
     acq = (double)total / secs;
     lost = total - atomic_load(&sh->s5.counter);
     lastrun.s5_acq = acq;
@@ -2416,28 +2495,23 @@ static void *s6_monitor(void *arg)
     }
 }
 
-static int s6_worker(int idx)
+static int s6_loop(struct worker *w)
 {
-    int n = s6_w / s6_p + (idx < s6_w % s6_p), i, made = 0, bad = 0;
+    int idx = w->idx, n = s6_w / s6_p + (idx < s6_w % s6_p), i, made = 0;
     pthread_t *th = calloc((size_t)n, sizeof *th), mon;
     pthread_attr_t a;
-    dist_mutex_t m;
     void *ret;
-    int rc;
+    int bad = 0;
 
     if (!th)
         return fail("s6: out of memory");
-    if ((rc = bench_mutex_init(&m, s6_lock)) != 0)
-        return dfail("dist_mutex_init", rc);
-    if ((rc = dist_mutex_lock(&m)) != 0 || (rc = dist_mutex_unlock(&m)) != 0)
-        return dfail("s6 warm-up lock/unlock", rc);
     pthread_attr_init(&a);
     pthread_attr_setstacksize(&a, 256 * 1024);
     if (pthread_create(&mon, &a, s6_monitor, (void *)(intptr_t)idx) != 0)
         return fail("s6: pthread_create failed");
     pthread_barrier_init(&s6_bar, NULL, (unsigned)n + 1);
     for (i = 0; i < n; i++, made++)
-        if (pthread_create(&th[i], &a, s6_thread, &m) != 0) {
+        if (pthread_create(&th[i], &a, s6_thread, &w->lk.m) != 0) {
             /* the others wait at the barrier for ever: the parent's
              * timeout kills the process */
             fail("s6: pthread_create failed");
@@ -2454,8 +2528,6 @@ static int s6_worker(int idx)
     }
     pthread_join(mon, NULL);
     free(th);
-    dist_mutex_destroy(&m);
-    dist_shutdown();
     return bad || sh->s6.failed[idx] ? -1 : 0;
 }
 
@@ -2648,7 +2720,7 @@ static int s6_run(redisContext *c, int p, int w, struct s6_snap *a,
     s6_w = w;
     del_lock_keys(c, s6_lock);
     for (i = 0; i < p; i++)
-        if (spawn(&k, s6_worker, i) != 0) {
+        if (spawn(&k, s6_loop, s6_lock, W_MUTEX | W_WARM, i) != 0) {
             kids_kill(&k);
             return -1;
         }
@@ -2818,22 +2890,19 @@ static int s4_pttls(redisContext *c, char **names, int n, long long *min,
     return 0;
 }
 
-static int s4_child(int unused)
+static int s4_loop(struct worker *w)
 {
     int n = P.s4_locks, i, rc;
     uint64_t interval_ns = (uint64_t)P.s4_watchdog_ms * 1000000ull / 3;
     dist_mutex_t *m, warm;
     struct dist_stats st;
     char **names;
-    redisContext *c;
+    redisContext *c = w->c;
     long long c0, c1, ignore = 0;
     uint64_t t0, t1, end;
 
-    (void)unused;
     if ((rc = dist_set_watchdog_ms(P.s4_watchdog_ms)) != 0)
         return dfail("dist_set_watchdog_ms", rc);
-    if (!(c = rconnect()))
-        return -1;
     m = calloc((size_t)n, sizeof *m);
     names = calloc((size_t)n + 1, sizeof *names);
     if (!m || !names)
@@ -2918,16 +2987,16 @@ static int s4_child(int unused)
     }
     for (i = 0; i < n; i++)
         dist_mutex_destroy(&m[i]);
-    dist_shutdown();
 
-    /* the fencing counters stay behind otherwise */
+    /* the fencing counters stay behind otherwise; deleted before the
+     * frame shuts distlock down, as a plain mutex's unlock (deferred or
+     * not) never writes them */
     for (i = 0; i <= n; i++) {
         char b[96];
         snprintf(b, sizeof b, "redisson_lock_token:{%s}", names[i]);
         names[i] = strdup(b);
     }
     del_keys(c, names, n + 1);
-    redisFree(c);
     return 0;
 }
 
@@ -2940,8 +3009,8 @@ static void scenario_s4(void)
 
     reset_shared();
     /* a generous bound: the old registry took 154 s for 100,000 inits */
-    if (run_in_child(s4_child, 0, P.s4_hold_s + 120 + P.s4_locks * 0.005) !=
-            0 &&
+    if (run_in_child(s4_loop, NULL, W_REDIS,
+                     P.s4_hold_s + 120 + P.s4_locks * 0.005) != 0 &&
         sh->s4.unlocked == 0) {
         report_error("s4");
         return;
@@ -3060,33 +3129,22 @@ static int rw_get(redisContext *c, long long *v)
     return 0;
 }
 
-static int rw_worker(int idx)
+static int rw_loop(struct worker *wk)
 {
-    redisContext *c = rconnect();
+    redisContext *c = wk->c;
+    dist_rwlock_t *rw = &wk->lk.rw;
+    int rc, idx = wk->idx;
     uint64_t rng = 0x9e3779b97f4a7c15ull * (uint64_t)(idx + 1);
-    uint64_t end, t, w, maxr = 0, maxw = 0;
+    uint64_t t, w, maxr = 0, maxw = 0;
     long long reads = 0, writes = 0, torn = 0, v1, v2;
-    dist_rwlock_t rw;
     redisReply *r;
-    int rc;
 
-    if (!c)
-        return -1;
-    if ((rc = dist_rwlock_init(&rw, rw_lock, NULL)) != 0)
-        return dfail("dist_rwlock_init", rc);
-    /* connect the library (uncounted) before the start line */
-    if ((rc = dist_rwlock_rdlock(&rw)) != 0 ||
-        (rc = dist_rwlock_unlock(&rw)) != 0 ||
-        (rc = dist_rwlock_wrlock(&rw)) != 0 ||
-        (rc = dist_rwlock_unlock(&rw)) != 0)
-        return dfail("rw warm-up", rc);
-    end = line_up(&sh->rw.go);
-    while ((t = now_ns()) < end) {
+    while ((t = now_ns()) < wk->end) {
         rng ^= rng << 13;
         rng ^= rng >> 7;
         rng ^= rng << 17;
         if (rng % 10 == 0) {
-            if ((rc = dist_rwlock_wrlock(&rw)) != 0)
+            if ((rc = dist_rwlock_wrlock(rw)) != 0)
                 return dfail("dist_rwlock_wrlock", rc);
             if ((w = now_ns() - t) > maxw)
                 maxw = w;
@@ -3097,7 +3155,7 @@ static int rw_worker(int idx)
             freeReplyObject(r);
             writes++;
         } else {
-            if ((rc = dist_rwlock_rdlock(&rw)) != 0)
+            if ((rc = dist_rwlock_rdlock(rw)) != 0)
                 return dfail("dist_rwlock_rdlock", rc);
             if ((w = now_ns() - t) > maxr)
                 maxr = w;
@@ -3106,7 +3164,7 @@ static int rw_worker(int idx)
             torn += v1 != v2;
             reads++;
         }
-        if ((rc = dist_rwlock_unlock(&rw)) != 0)
+        if ((rc = dist_rwlock_unlock(rw)) != 0)
             return dfail("dist_rwlock_unlock", rc);
     }
     sh->rw.reads[idx] = reads;
@@ -3114,10 +3172,6 @@ static int rw_worker(int idx)
     sh->rw.torn[idx] = torn;
     sh->rw.max_rwait_ns[idx] = maxr;
     sh->rw.max_wwait_ns[idx] = maxw;
-    sh->rw.finish_ns[idx] = now_ns();
-    dist_rwlock_destroy(&rw);
-    dist_shutdown();
-    redisFree(c);
     return 0;
 }
 
@@ -3125,7 +3179,6 @@ static void scenario_rw(redisContext *c)
 {
     long long reads = 0, writes = 0, torn = 0, final = 0, lost;
     double secs, ops, rfrac, maxr_ms = 0, maxw_ms = 0;
-    uint64_t last = 0;
     char b1[32];
     struct jobj j;
     redisReply *r;
@@ -3133,8 +3186,8 @@ static void scenario_rw(redisContext *c)
 
     reset_shared();
     del_rw_keys(c);
-    if (run_workers(rw_worker, P.rw_procs, &sh->rw.go, P.rw_procs, P.rw_s,
-                    "rw") != 0 ||
+    if (run_workers(rw_loop, rw_lock, W_REDIS | W_RWLOCK | W_WARM | W_TIMED,
+                    P.rw_procs, P.rw_procs, P.rw_s, "rw") != 0 ||
         !(r = rcmd(c, "GET %s", rw_counter))) {
         del_rw_keys(c);
         report_error("rw");
@@ -3148,14 +3201,12 @@ static void scenario_rw(redisContext *c)
         reads += sh->rw.reads[i];
         writes += sh->rw.writes[i];
         torn += sh->rw.torn[i];
-        if (sh->rw.finish_ns[i] > last)
-            last = sh->rw.finish_ns[i];
         if ((double)sh->rw.max_rwait_ns[i] / 1e6 > maxr_ms)
             maxr_ms = (double)sh->rw.max_rwait_ns[i] / 1e6;
         if ((double)sh->rw.max_wwait_ns[i] / 1e6 > maxw_ms)
             maxw_ms = (double)sh->rw.max_wwait_ns[i] / 1e6;
     }
-    secs = (double)(last - sh->rw.go.start_ns) / 1e9;
+    secs = run_secs(P.rw_procs);
     ops = (double)(reads + writes) / secs;
     rfrac = reads + writes ? (double)reads / (double)(reads + writes) : 0;
     lost = writes - final;
@@ -3216,12 +3267,13 @@ static void del_cv_keys(redisContext *c)
     del_lock_keys(c, cv_lock);
 }
 
-/* Side me of the ping-pong: waits for its turn, hands it over, signals. */
-static int cv_worker(int me)
+/* Side me of the ping-pong: waits for its turn, hands it over, signals.
+ * Its three objects are its own (the mutex with the library's defaults). */
+static int cv_loop(struct worker *w)
 {
     dist_mutex_t m;
     dist_cond_t mine, theirs;
-    int round, rc;
+    int round, rc, me = w->idx;
 
     if ((rc = dist_mutex_init(&m, cv_lock, NULL)) != 0 ||
         (rc = dist_cond_init(&mine, cv_conds[me], NULL)) != 0 ||
@@ -3246,7 +3298,6 @@ static int cv_worker(int me)
     dist_cond_destroy(&mine);
     dist_cond_destroy(&theirs);
     dist_mutex_destroy(&m);
-    dist_shutdown();
     return 0;
 }
 
@@ -3267,7 +3318,8 @@ static void scenario_cv(redisContext *c)
         return;
     }
     t0 = now_ns();
-    if (spawn(&k, cv_worker, 0) != 0 || spawn(&k, cv_worker, 1) != 0) {
+    if (spawn(&k, cv_loop, NULL, 0, 0) != 0 ||
+        spawn(&k, cv_loop, NULL, 0, 1) != 0) {
         kids_kill(&k);
         report_error("cv");
         return;
@@ -3319,18 +3371,13 @@ static void del_sem_keys(redisContext *c)
     del_keys(c, keys, 3);
 }
 
-static int sem_worker(int idx)
+static int sem_loop(struct worker *w)
 {
-    dist_sem_t s;
-    uint64_t end;
+    dist_sem_t *s = &w->lk.s;
     int rc, now, seen;
 
-    if ((rc = dist_sem_init(&s, sem_name, (unsigned)P.sem_permits, NULL)) !=
-        0)
-        return dfail("dist_sem_init", rc);
-    end = line_up(&sh->sem.go);
-    while (now_ns() < end) {
-        if ((rc = dist_sem_wait(&s)) != 0)
+    while (now_ns() < w->end) {
+        if ((rc = dist_sem_wait(s)) != 0)
             return dfail("dist_sem_wait", rc);
         now = atomic_fetch_add(&sh->sem.holding, 1) + 1;
         seen = atomic_load(&sh->sem.max_holding);
@@ -3338,20 +3385,16 @@ static int sem_worker(int idx)
                                  &sh->sem.max_holding, &seen, now))
             ;
         atomic_fetch_sub(&sh->sem.holding, 1);
-        if ((rc = dist_sem_post(&s)) != 0)
+        if ((rc = dist_sem_post(s)) != 0)
             return dfail("dist_sem_post", rc);
-        sh->sem.count[idx]++;
+        sh->sem.count[w->idx]++;
     }
-    sh->sem.finish_ns[idx] = now_ns();
-    dist_sem_destroy(&s);
-    dist_shutdown();
     return 0;
 }
 
 static void scenario_sem(redisContext *c)
 {
     long long total = 0;
-    uint64_t last = 0;
     double secs, rate;
     char b1[32], b2[32];
     struct jobj j;
@@ -3359,18 +3402,15 @@ static void scenario_sem(redisContext *c)
 
     reset_shared();
     del_sem_keys(c);
-    if (run_workers(sem_worker, P.sem_procs, &sh->sem.go, P.sem_procs,
-                    P.sem_s, "sem") != 0) {
+    if (run_workers(sem_loop, sem_name, W_SEM | W_TIMED, P.sem_procs,
+                    P.sem_procs, P.sem_s, "sem") != 0) {
         report_error("sem");
         return;
     }
     del_sem_keys(c);
-    for (i = 0; i < P.sem_procs; i++) {
+    for (i = 0; i < P.sem_procs; i++)
         total += sh->sem.count[i];
-        if (sh->sem.finish_ns[i] > last)
-            last = sh->sem.finish_ns[i];
-    }
-    secs = (double)(last - sh->sem.go.start_ns) / 1e9;
+    secs = run_secs(P.sem_procs);
     rate = (double)total / secs;
     maxh = atomic_load(&sh->sem.max_holding);
     snprintf(b2, sizeof b2, "<= %d", P.sem_permits);
@@ -3450,23 +3490,17 @@ static double fq_cpu(redisContext *c)
     return v;
 }
 
-static int fq_holder(int unused)
+static int fq_holder_loop(struct worker *w)
 {
-    dist_mutex_t m;
     int rc;
 
-    (void)unused;
-    if ((rc = bench_mutex_init(&m, fq_lock)) != 0)
-        return dfail("dist_mutex_init", rc);
-    if ((rc = dist_mutex_lock(&m)) != 0)
+    if ((rc = dist_mutex_lock(&w->lk.m)) != 0)
         return dfail("fq holder: dist_mutex_lock", rc);
     atomic_store(&sh->fq.held, 1);
     while (!atomic_load(&sh->fq.release))
         sleep_ns(1000000);
-    if ((rc = dist_mutex_unlock(&m)) != 0)
+    if ((rc = dist_mutex_unlock(&w->lk.m)) != 0)
         return dfail("fq holder: dist_mutex_unlock", rc);
-    dist_mutex_destroy(&m);
-    dist_shutdown();
     return 0;
 }
 
@@ -3501,28 +3535,24 @@ static void *fq_thread(void *arg)
     }
 }
 
-static int fq_worker(int idx)
+static int fq_waiters_loop(struct worker *w)
 {
-    int nt = sh->fq.w / FQ_PROCS + (idx < sh->fq.w % FQ_PROCS), i, rc;
+    int idx = w->idx, i;
+    int nt = sh->fq.w / FQ_PROCS + (idx < sh->fq.w % FQ_PROCS);
     pthread_t *th = calloc((size_t)nt + 1, sizeof *th);
     pthread_attr_t a;
-    dist_mutex_t m;
 
     if (!th)
         return fail("out of memory");
-    if ((rc = bench_mutex_init(&m, fq_lock)) != 0)
-        return dfail("dist_mutex_init", rc);
     pthread_attr_init(&a);
     pthread_attr_setstacksize(&a, FQ_STACK);
     for (i = 0; i < nt; i++)
-        if (pthread_create(&th[i], &a, fq_thread, &m) != 0)
+        if (pthread_create(&th[i], &a, fq_thread, &w->lk.m) != 0)
             return fail("pthread_create: %s", strerror(errno));
     for (i = 0; i < nt; i++)
         pthread_join(th[i], NULL);
     pthread_attr_destroy(&a);
     free(th);
-    dist_mutex_destroy(&m);
-    dist_shutdown();
     return 0;
 }
 
@@ -3597,11 +3627,11 @@ static int fq_run(redisContext *c, int w, struct fq_figs *f)
     sh->fq.w = w;
     sh->fq.target = opt.quick ? 300 : 1000;
     fq_del_keys(c);
-    if (spawn(&k, fq_holder, 0) != 0 ||
+    if (spawn(&k, fq_holder_loop, fq_lock, W_MUTEX, 0) != 0 ||
         fq_until(&k, fq_held, c, 30, "the holder's lock") != 0)
         return -1;
     for (i = 0; i < FQ_PROCS; i++)
-        if (spawn(&k, fq_worker, i) != 0) {
+        if (spawn(&k, fq_waiters_loop, fq_lock, W_MUTEX, i) != 0) {
             kids_kill(&k);
             return -1;
         }
