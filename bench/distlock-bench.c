@@ -999,6 +999,18 @@ static void jrate(struct jobj *j, double secs, long long total, double target)
     jnum(j, "ratio", acq / target);
 }
 
+/* A latency's median and 99th percentile, in ms: what_p50_ms and
+ * what_p99_ms. */
+static void jpct(struct jobj *j, const char *what, double p50, double p99)
+{
+    char k[64];
+
+    snprintf(k, sizeof k, "%s_p50_ms", what);
+    jnum(j, k, p50);
+    snprintf(k, sizeof k, "%s_p99_ms", what);
+    jnum(j, k, p99);
+}
+
 static void jend(struct jobj *j)
 {
     jraw(j, "}");
@@ -2141,10 +2153,8 @@ static void s3_bounds(redisContext *c, double p50)
     row_fig("s3", "distlock p50 / 1 wake-up p50", p50 / p1, 2, "x");
     jstart(&j, "s3-bounds");
     jnum(&j, "ping_p50_ms", ping);
-    jnum(&j, "raw1_p50_ms", p1);
-    jnum(&j, "raw1_p99_ms", q1);
-    jnum(&j, "raw2_p50_ms", p2);
-    jnum(&j, "raw2_p99_ms", q2);
+    jpct(&j, "raw1", p1, q1);
+    jpct(&j, "raw2", p2, q2);
     jnum(&j, "distlock_p50_ms", p50);
     jend(&j);
 }
@@ -2249,10 +2259,8 @@ static void scenario_s3_tls(redisContext *c)
     jstart(&j, "s3_tls");
     jint(&j, "plain_handoffs", np);
     jint(&j, "tls_handoffs", nt);
-    jnum(&j, "plain_p50_ms", pp50);
-    jnum(&j, "plain_p99_ms", pp99);
-    jnum(&j, "tls_p50_ms", tp50);
-    jnum(&j, "tls_p99_ms", tp99);
+    jpct(&j, "plain", pp50, pp99);
+    jpct(&j, "tls", tp50, tp99);
     jnum(&j, "ratio_tls_plain_p50", pp50 > 0 ? tp50 / pp50 : 0);
     jend(&j);
 }
@@ -2759,10 +2767,26 @@ static int s6_run(redisContext *c, int p, int w, struct s6_snap *a,
     return 0;
 }
 
+/* A figure of s6's run with p processes and w waiters; with a bound
+ * (max > 0), the figure against it, lower better. */
+static void s6_row(const char *sc, int p, int w, const char *what, double v,
+                   int decimals, const char *unit, double max)
+{
+    char fig[64], b1[32], b2[32], b3[32];
+
+    snprintf(fig, sizeof fig, "P=%d W=%d %s", p, w, what);
+    if (max <= 0) {
+        row_fig(sc, fig, v, decimals, unit);
+        return;
+    }
+    snprintf(b2, sizeof b2, "<= %g", max);
+    row(sc, fig, fmtd(b1, sizeof b1, v, decimals), unit, b2,
+        v_lo(b3, sizeof b3, v, max, 0));
+}
+
 static void scenario_s6(redisContext *c)
 {
     const char *sc = bench_fair ? "s6f" : "s6";
-    char fig[64], b1[32], b3[32];
     struct s6_snap a, b;
     struct jobj j;
     int ip, iw;
@@ -2788,30 +2812,16 @@ static void scenario_s6(redisContext *c)
                   (double)(b.direct - a.direct) -
                   (double)(b.unwaited - a.unwaited)) /
                  n;
-            snprintf(fig, sizeof fig, "P=%d W=%d cmds/hand-off", p, w);
-            row(sc, fig, fmtd(b1, sizeof b1, cmds, 2), "cmds", "<= 4",
-                v_lo(b3, sizeof b3, cmds, 4, 0));
-            snprintf(fig, sizeof fig, "P=%d W=%d in scripts/h-o", p, w);
-            row(sc, fig,
-                fmtd(b1, sizeof b1, (double)(b.inside - a.inside) / n, 1),
-                "cmds", NULL, NULL);
-            snprintf(fig, sizeof fig, "P=%d W=%d switches/h-o", p, w);
-            row(sc, fig, fmtd(b1, sizeof b1, sw, 2), "vcsw", NULL, NULL);
-            snprintf(fig, sizeof fig, "P=%d W=%d not replies/h-o", p, w);
-            row(sc, fig, fmtd(b1, sizeof b1, sw - cmds, 2), "vcsw", NULL,
-                NULL);
-            snprintf(fig, sizeof fig, "P=%d W=%d messages/h-o", p, w);
-            row(sc, fig,
-                fmtd(b1, sizeof b1, (double)(b.messages - a.messages) / n, 2),
-                "msgs", NULL, NULL);
-            snprintf(fig, sizeof fig, "P=%d W=%d no waiter on it/h-o", p, w);
-            row(sc, fig, fmtd(b1, sizeof b1, unw, 2), "msgs", NULL, NULL);
-            snprintf(fig, sizeof fig, "P=%d W=%d wake-ups/h-o, at most", p,
-                     w);
-            row(sc, fig, fmtd(b1, sizeof b1, wk, 2), "threads", "<= 2",
-                v_lo(b3, sizeof b3, wk, 2, 0));
-            snprintf(fig, sizeof fig, "P=%d W=%d hand-offs", p, w);
-            row(sc, fig, fmtd(b1, sizeof b1, rate, 0), "/s", NULL, NULL);
+            s6_row(sc, p, w, "cmds/hand-off", cmds, 2, "cmds", 4);
+            s6_row(sc, p, w, "in scripts/h-o",
+                   (double)(b.inside - a.inside) / n, 1, "cmds", 0);
+            s6_row(sc, p, w, "switches/h-o", sw, 2, "vcsw", 0);
+            s6_row(sc, p, w, "not replies/h-o", sw - cmds, 2, "vcsw", 0);
+            s6_row(sc, p, w, "messages/h-o",
+                   (double)(b.messages - a.messages) / n, 2, "msgs", 0);
+            s6_row(sc, p, w, "no waiter on it/h-o", unw, 2, "msgs", 0);
+            s6_row(sc, p, w, "wake-ups/h-o, at most", wk, 2, "threads", 2);
+            s6_row(sc, p, w, "hand-offs", rate, 0, "/s", 0);
             jstart(&j, sc);
             jint(&j, "procs", p);
             jint(&j, "waiters", w);
