@@ -650,34 +650,17 @@ static int site_map(void *m, uintptr_t ra, int kind, int f, clockid_t clk)
     return pl_site_init(m, ra, kind, clk);
 }
 
-PL_WRAPPER(int, pl_mutex_init, "pthread_mutex_init@@GLIBC_2.2.5",
-           pthread_mutex_t *m, const pthread_mutexattr_t *a)
+/* glibc's init of a mutex succeeded: an init_site maps it, robust or not
+ * as its attributes say.  0, or ENOMEM. */
+static int mutex_inited(pthread_mutex_t *m, const pthread_mutexattr_t *a,
+                        uintptr_t ra, int f)
 {
-    uintptr_t ra = (uintptr_t)__builtin_return_address(0);
-    int rc;
+    int rc = site_map(m, ra, PL_MUTEX, f, 0);
 
-    pl_table_now();
-    rc = REAL(FN_INIT, init_fn)(m, a);
-    if (rc == 0 && (rc = site_map(m, ra, PL_MUTEX, FN_INIT, 0)) != 0)
-        REAL(FN_DESTROY, lock_fn)(m);
     if (rc == 0 && !pl_in_shim)
         robust_map(m, a);
     return rc;
 }
-
-#define RWINIT(fname, f, sym)                                                \
-    PL_WRAPPER(int, fname, sym, pthread_rwlock_t *rw,                        \
-               const pthread_rwlockattr_t *a)                                \
-    {                                                                        \
-        uintptr_t ra = (uintptr_t)__builtin_return_address(0);               \
-        int rc;                                                              \
-                                                                             \
-        pl_table_now();                                                      \
-        rc = REAL(f, rwinit_fn)(rw, a);                                      \
-        return rc == 0 ? site_map(rw, ra, PL_RWLOCK, f, 0) : rc;             \
-    }
-RWINIT(pl_rwlock_init, FN_RWINIT, "pthread_rwlock_init@@GLIBC_2.34")
-RWINIT(pl_rwlock_init_old, FN_RWINIT_OLD, "pthread_rwlock_init@GLIBC_2.2.5")
 
 /* A condition's clock, from the attributes of its init. */
 static clockid_t attr_clock(const pthread_condattr_t *a)
@@ -702,26 +685,6 @@ static int cond_inited(pthread_cond_t *c, const pthread_condattr_t *a,
     return rc;
 }
 
-#define CONDINIT(fname, f, fd, sym)                                          \
-    PL_WRAPPER(int, fname, sym, pthread_cond_t *c,                           \
-               const pthread_condattr_t *a)                                  \
-    {                                                                        \
-        uintptr_t ra = (uintptr_t)__builtin_return_address(0);               \
-        int rc;                                                              \
-                                                                             \
-        pl_table_now();                                                      \
-        rc = REAL(f, cinit_fn)(c, a);                                        \
-        if (rc == 0 && (rc = cond_inited(c, a, ra, f)) != 0)                 \
-            REAL(fd, csig_fn)(c);                                            \
-        return rc;                                                           \
-    }
-CONDINIT(pl_cond_init, FN_CINIT, FN_CDESTROY,
-         "pthread_cond_init@@GLIBC_2.3.2")
-CONDINIT(pl_cond_init_old, FN_CINIT_OLD, FN_CDESTROY_OLD,
-         "pthread_cond_init@GLIBC_2.2.5")
-
-/* ---- barriers ------------------------------------------------------------ */
-
 /* glibc's init of a barrier for count succeeded: an init_site maps it, and
  * a mapped barrier (static or heap) gets its distributed barrier, for its
  * section's parties or else count.  0, ENOMEM or EINVAL. */
@@ -740,23 +703,88 @@ static int barrier_inited(pthread_barrier_t *b, unsigned count, uintptr_t ra,
     return rc;
 }
 
+/* glibc's init f of the lock at p, of kind, succeeded: what that kind
+ * does next (above), with a, its attributes, or count, a barrier's. */
+static int inited(void *p, int kind, const void *a, unsigned count,
+                  uintptr_t ra, int f)
+{
+    if (kind == PL_MUTEX)
+        return mutex_inited(p, a, ra, f);
+    if (kind == PL_COND)
+        return cond_inited(p, a, ra, f);
+    if (kind == PL_BARRIER)
+        return barrier_inited(p, count, ra, f);
+    return site_map(p, ra, PL_RWLOCK, f, 0);
+}
+
+/* glibc's destroy fd of the lock at p, of kind. */
+static void real_destroy(void *p, int kind, int fd)
+{
+    if (kind == PL_MUTEX)
+        REAL(fd, lock_fn)(p);
+    else if (kind == PL_RWLOCK)
+        REAL(fd, rw_fn)(p);
+    else if (kind == PL_COND)
+        REAL(fd, csig_fn)(p);
+    else
+        REAL(fd, bwait_fn)(p);
+}
+
+/* The end of every init wrapper: glibc's init f of the lock at p, called
+ * from ra, returned rc.  A lock it initialised is mapped, or else
+ * destroyed again by glibc's fd, so that an init that fails (ENOMEM, or
+ * EINVAL for a barrier) leaves nothing initialised, as glibc's own. */
+static int init_done(void *p, int kind, const void *a, unsigned count,
+                     uintptr_t ra, int f, int fd, int rc)
+{
+    if (rc == 0 && (rc = inited(p, kind, a, count, ra, f)) != 0)
+        real_destroy(p, kind, fd);
+    return rc;
+}
+
+/* glibc's init f, of type, start-up done first: it finds glibc's
+ * functions (pl_real). */
+#define REAL_INIT(f, type) (pl_table_now(), REAL(f, type))
+
+/* The caller of an init wrapper: which init_site it is. */
+#define INIT_CALLER() ((uintptr_t)__builtin_return_address(0))
+
+/* pthread_mutex_init, pthread_rwlock_init, pthread_cond_init: the lock
+ * at p of type, kind and attribute type at; glibc's init f, of init_type,
+ * and its destroy fd. */
+#define LOCKINIT(fname, type, at, kind, init_type, f, fd, sym)               \
+    PL_WRAPPER(int, fname, sym, type *p, const at *a)                        \
+    {                                                                        \
+        return init_done(p, kind, a, 0, INIT_CALLER(), f, fd,                \
+                         REAL_INIT(f, init_type)(p, a));                     \
+    }
+LOCKINIT(pl_mutex_init, pthread_mutex_t, pthread_mutexattr_t, PL_MUTEX,
+         init_fn, FN_INIT, FN_DESTROY, "pthread_mutex_init@@GLIBC_2.2.5")
+LOCKINIT(pl_rwlock_init, pthread_rwlock_t, pthread_rwlockattr_t, PL_RWLOCK,
+         rwinit_fn, FN_RWINIT, FN_RWDESTROY,
+         "pthread_rwlock_init@@GLIBC_2.34")
+LOCKINIT(pl_rwlock_init_old, pthread_rwlock_t, pthread_rwlockattr_t,
+         PL_RWLOCK, rwinit_fn, FN_RWINIT_OLD, FN_RWDESTROY_OLD,
+         "pthread_rwlock_init@GLIBC_2.2.5")
+LOCKINIT(pl_cond_init, pthread_cond_t, pthread_condattr_t, PL_COND, cinit_fn,
+         FN_CINIT, FN_CDESTROY, "pthread_cond_init@@GLIBC_2.3.2")
+LOCKINIT(pl_cond_init_old, pthread_cond_t, pthread_condattr_t, PL_COND,
+         cinit_fn, FN_CINIT_OLD, FN_CDESTROY_OLD,
+         "pthread_cond_init@GLIBC_2.2.5")
+
 #define BARRIERINIT(fname, f, fd, sym)                                       \
     PL_WRAPPER(int, fname, sym, pthread_barrier_t *b,                        \
                const pthread_barrierattr_t *a, unsigned count)               \
     {                                                                        \
-        uintptr_t ra = (uintptr_t)__builtin_return_address(0);               \
-        int rc;                                                              \
-                                                                             \
-        pl_table_now();                                                      \
-        rc = REAL(f, binit_fn)(b, a, count);                                 \
-        if (rc == 0 && (rc = barrier_inited(b, count, ra, f)) != 0)          \
-            REAL(fd, bwait_fn)(b);                                           \
-        return rc;                                                           \
+        return init_done(b, PL_BARRIER, a, count, INIT_CALLER(), f, fd,      \
+                         REAL_INIT(f, binit_fn)(b, a, count));               \
     }
 BARRIERINIT(pl_barrier_init, FN_BINIT, FN_BDESTROY,
             "pthread_barrier_init@@GLIBC_2.34")
 BARRIERINIT(pl_barrier_init_old, FN_BINIT_OLD, FN_BDESTROY_OLD,
             "pthread_barrier_init@GLIBC_2.2.5")
+
+/* ---- barriers ------------------------------------------------------------ */
 
 /* A wait on a mapped barrier is a dist_barrier_t wait: 0 or
  * PTHREAD_BARRIER_SERIAL_THREAD, or EOWNERDEAD when a member died during
