@@ -41,9 +41,10 @@
  *                                      4242: "errno changed K of N" and
  *                                      "changed by NAME" lines
  *   preload_target nomem               with the address space exhausted
- *                                      (RLIMIT_AS): "nomem init N lock N try N
- *                                      rd N wait N"; then with memory back:
- *                                      "back init N lock N global N"
+ *                                      (RLIMIT_AS): "nomem init N rwinit N
+ *                                      undone N lock N try N rd N wait N";
+ *                                      then with memory back: "back init N
+ *                                      lock N global N"
  *
  * WHICH: global static bank shard2 errcheck account lib libglobal unmapped
  * RW: catalog (a global) heapcat (initialised in catalog_create)
@@ -67,6 +68,7 @@
 pthread_mutex_t *preload_lib_cache_lock(void);
 pthread_mutex_t *preload_lib_global_lock(void);
 long preload_lib_ctor_counted(void);
+long preload_lib_rwlock_destroys(void);
 extern pthread_mutex_t lib_global_lock;
 
 /* match = symbol g_global_lock */
@@ -101,22 +103,36 @@ struct account {
     pthread_mutex_t mu;
 };
 
-/* nomem: the memory of the next account (allocated beforehand), and
+/* nomem: the memory of the next object made (allocated beforehand), and
  * whether an init that fails is reported in g_init_rc rather than fatal */
-static struct account *g_spare;
+static void *g_spare;
 static int g_init_soft, g_init_rc;
+
+/* The zeroed memory of an object of size made by an init_site. */
+static void *new_object(size_t size)
+{
+    void *p = g_spare ? g_spare : calloc(1, size);
+
+    g_spare = NULL;
+    if (!p)
+        abort();
+    return p;
+}
+
+/* rc, an init_site's init result: in g_init_rc, and fatal unless soft. */
+static void init_result(int rc)
+{
+    g_init_rc = rc;
+    if (rc != 0 && !g_init_soft)
+        abort();
+}
 
 __attribute__((noinline)) struct account *account_create(long id);
 __attribute__((noinline)) struct account *account_create(long id)
 {
-    struct account *a = g_spare ? g_spare : calloc(1, sizeof *a);
+    struct account *a = new_object(sizeof *a);
 
-    g_spare = NULL;
-    if (!a)
-        abort();
-    g_init_rc = pthread_mutex_init(&a->mu, NULL);
-    if (g_init_rc != 0 && !g_init_soft)
-        abort();
+    init_result(pthread_mutex_init(&a->mu, NULL));
     a->id = id;
     return a;
 }
@@ -135,10 +151,9 @@ struct catalog {
 __attribute__((noinline)) struct catalog *catalog_create(void);
 __attribute__((noinline)) struct catalog *catalog_create(void)
 {
-    struct catalog *c = calloc(1, sizeof *c);
+    struct catalog *c = new_object(sizeof *c);
 
-    if (!c || pthread_rwlock_init(&c->rw, NULL) != 0)
-        abort();
+    init_result(pthread_rwlock_init(&c->rw, NULL));
     c->entries = 1;
     return c;
 }
@@ -650,14 +665,23 @@ static int nomem(void)
     struct timespec ts = clock_in_ms(CLOCK_MONOTONIC, 200);
     struct rlimit old;
     struct account *a;
+    struct catalog *c, *spare_catalog = calloc(1, sizeof *c);
     void *hoard;
-    int init, lock, try, rd, wait, rc;
+    long undone;
+    int init, rwinit, lock, try, rd, wait, rc;
 
     g_init_soft = 1;
-    g_spare = calloc(1, sizeof *g_spare);
+    g_spare = calloc(1, sizeof *a);
     hoard = exhaust(&old);
     a = account_create(100);
     init = g_init_rc;
+    /* glibc's pthread_rwlock_destroy calls meanwhile: the shim's undoing
+     * of an init it could not map */
+    undone = preload_lib_rwlock_destroys();
+    g_spare = spare_catalog;
+    c = catalog_create();
+    rwinit = g_init_rc;
+    undone = preload_lib_rwlock_destroys() - undone;
     lock = pthread_mutex_lock(&g_global_lock);
     if (lock == 0)
         pthread_mutex_unlock(&g_global_lock);
@@ -671,11 +695,14 @@ static int nomem(void)
     if (wait == 0)
         pthread_mutex_unlock(&g_shards[1]);
     give_back(hoard, &old);
-    say("nomem init %d lock %d try %d rd %d wait %d", init, lock, try, rd,
-        wait);
+    say("nomem init %d rwinit %d undone %ld lock %d try %d rd %d wait %d",
+        init, rwinit, undone, lock, try, rd, wait);
     if (init == 0)
         pthread_mutex_destroy(&a->mu);
     free(a);
+    if (rwinit == 0)
+        pthread_rwlock_destroy(&c->rw);
+    free(c);
 
     a = account_create(101);
     lock = g_init_rc == 0 ? pthread_mutex_lock(&a->mu) : -1;
