@@ -105,26 +105,22 @@ static int dist_take(struct pl_entry *e, int how, int wr, clockid_t clk,
  * hold behind would keep every other process out. */
 static void dist_give(struct pl_entry *e)
 {
-    unsigned backoff = 20;
-    int rc, told = 0;
+    struct pl_away away = PL_AWAY_INIT;
+    int rc;
     PL_KEEP_ERRNO;
 
-    for (;;) {
-        rc = e->kind == PL_MUTEX ? dist_mutex_unlock(&e->dm)
-                                 : dist_rwlock_unlock(&e->drw);
-        if (rc != EIO)
-            break;
+    while ((rc = e->kind == PL_MUTEX ? dist_mutex_unlock(&e->dm)
+                                     : dist_rwlock_unlock(&e->drw)) == EIO) {
         if (pl_cfg.on_unavailable == PL_ABORT)
             pl_die(
                 "lock '%s': release failed: %s: aborting (on_unavailable = "
                 "abort)",
                 e->lockname, dist_last_error());
-        if (!told++)
+        if (!away.told++)
             pl_msg("lock '%s': release failed: %s: retrying until Redis "
                    "answers",
                    e->lockname, dist_last_error());
-        pl_sleep_ms(backoff);
-        backoff = backoff < 1000 ? backoff * 2 : 1000;
+        pl_away_pause(&away);
     }
     /* EPERM: the hold was lost (on_lost said so) or was never ours (a
      * fork() child unlocking what its parent locked) */
@@ -344,22 +340,19 @@ MAPPED int mapped_cwait(struct pl_entry *ce, struct pl_entry *me,
 MAPPED void mapped_signal(struct pl_entry *ce, int all)
 {
     PL_KEEP_ERRNO;
-    unsigned backoff = 20;
-    int rc, told = 0;
+    struct pl_away away = PL_AWAY_INIT;
+    int rc;
 
     while ((rc = all ? dist_cond_broadcast(&ce->dc)
                      : dist_cond_signal(&ce->dc)) == EIO) {
-        if (pl_cfg.on_unavailable == PL_ABORT)
-            pl_die("condition '%s': %s: aborting (on_unavailable = abort)",
-                   ce->lockname, dist_last_error());
+        pl_away_aborts("condition", ce->lockname);
         if (pl_cfg.on_unavailable == PL_FAIL)
             break;
-        if (!told++)
+        if (!away.told++)
             pl_msg("condition '%s': %s: signalling again until Redis "
                    "answers",
                    ce->lockname, dist_last_error());
-        pl_sleep_ms(backoff);
-        backoff = backoff < 1000 ? backoff * 2 : 1000;
+        pl_away_pause(&away);
     }
     if (rc != 0)
         pl_msg("condition '%s': signal: %s", ce->lockname, dist_last_error());
