@@ -6,7 +6,11 @@
  *     counter when that is ahead of the clock (as Redisson's RFencedLock,
  *     which INCRs the same counter, may leave it), and Java's INCR and
  *     distlock's draws make one rising sequence;
- *   - a re-entry keeps its hold's token;
+ *   - the token of a hold, the same for every kind that has one (one test
+ *     a kind, test_token_rules): EPERM while not held, drawn by a new hold
+ *     and written to the counter, kept by a re-entry and by the hold left
+ *     after one unlock, gone with the last unlock, greater for the next
+ *     new hold; an rwlock's read holds have none;
  *   - after a restart without data (the counter gone), after a restart from
  *     the append-only file, and after a failover to a replica that missed
  *     the last draws, while the old master still hands out tokens to
@@ -152,20 +156,97 @@ static void test_bad_counter_left_as_it_was(void **state)
     }
 }
 
-/* A re-entry shows its hold's token; only a new hold draws. */
-static void test_reentry_keeps_token(void **state)
-{
-    dist_mutex_t *m = fx_mutex("m", NULL);
-    uint64_t t1, t2;
+/* The kinds that hold a token, one row each, for test_token_rules; a row
+ * says what its kind adds to the rules every row keeps. */
+enum kind_id { MUTEX, RWLOCK };
 
-    (void)state;
-    assert_int_equal(dist_mutex_lock(m), 0);
-    assert_int_equal(dist_mutex_token(m, &t1), 0);
-    assert_int_equal(dist_mutex_lock(m), 0);
-    assert_int_equal(dist_mutex_token(m, &t2), 0);
-    assert_true(t1 == t2);
-    assert_int_equal(dist_mutex_unlock(m), 0);
-    assert_int_equal(dist_mutex_unlock(m), 0);
+struct kind {
+    const char *test; /* the name of its row's test */
+    const char *what; /* the tag of its lock name */
+    enum kind_id id;
+    int fair;  /* made with the fair attribute: its own scripts draw */
+    int reads; /* it has a read side, whose holds have no token */
+};
+
+static const struct kind kinds[] = {
+    { "test_token_rules:mutex", "mutex", MUTEX, 0, 0 },
+    /* fair_lock draws as lock does (its grant on a hand-off: test_fair) */
+    { "test_token_rules:fair", "fair", MUTEX, 1, 0 },
+    /* the write side draws; a read hold has no token, nor has the read a
+     * writer took of its own once its writes are gone (a downgrade) */
+    { "test_token_rules:rwlock", "rwlock", RWLOCK, 0, 1 },
+};
+
+/* Each hold step is one of a pair: a hold taken and let go. */
+enum way { DO, UNDO };
+
+/* Takes a hold of o (an rwlock's write side), or lets one go (UNDO). */
+static int hold_step(const struct kind *k, void *o, enum way w)
+{
+    const int give = w == UNDO;
+
+    if (k->id == RWLOCK)
+        return give ? dist_rwlock_unlock(o) : dist_rwlock_wrlock(o);
+    return give ? dist_mutex_unlock(o) : dist_mutex_lock(o);
+}
+
+static int token_of(const struct kind *k, void *o, uint64_t *t)
+{
+    return k->id == RWLOCK ? dist_rwlock_token(o, t) : dist_mutex_token(o, t);
+}
+
+/* The token of a hold, for every kind that has one: EPERM while not held;
+ * a new hold draws one, at least 1, which the counter key then holds; a
+ * re-entry keeps it, and so does the hold left after one unlock; the last
+ * unlock ends it (EPERM, no key left), and the next new hold draws a
+ * greater one; a NULL token is EINVAL. */
+static void test_token_rules(void **state)
+{
+    const struct kind *k = *state;
+    dist_mutexattr_t fair;
+    char key[300];
+    uint64_t t1 = 0, t2 = 0, t = 0;
+    void *o;
+
+    dist_mutexattr_init(&fair);
+    dist_mutexattr_setfair(&fair, 1);
+    o = k->id == RWLOCK ? (void *)fx_rwlock(k->what, NULL)
+                        : (void *)fx_mutex(k->what, k->fair ? &fair : NULL);
+    dist_mutexattr_destroy(&fair);
+    counter_key(key, sizeof key, fx_name(o));
+
+    assert_int_equal(token_of(k, o, &t), EPERM);
+    if (k->reads) { /* a read hold draws none */
+        assert_int_equal(dist_rwlock_rdlock(o), 0);
+        assert_int_equal(token_of(k, o, &t), EPERM);
+        assert_int_equal(dist_rwlock_unlock(o), 0);
+    }
+    assert_int_equal(hold_step(k, o, DO), 0);
+    assert_int_equal(token_of(k, o, &t1), 0);
+    assert_true(t1 >= 1);
+    assert_int_equal(tu_cmd_int(&r, "GET", key, NULL), (long long)t1);
+    assert_int_equal(hold_step(k, o, DO), 0); /* a re-entry */
+    if (k->reads) /* and a read of the writer's own */
+        assert_int_equal(dist_rwlock_rdlock(o), 0);
+    assert_int_equal(token_of(k, o, &t), 0);
+    assert_int_equal(t, t1);
+    assert_int_equal(hold_step(k, o, UNDO), 0);
+    assert_int_equal(token_of(k, o, &t), 0); /* held once still */
+    assert_int_equal(t, t1);
+    assert_int_equal(hold_step(k, o, UNDO), 0);
+    if (k->reads) { /* the writes are gone, the read is left */
+        assert_int_equal(token_of(k, o, &t), EPERM);
+        assert_int_equal(dist_rwlock_unlock(o), 0);
+    }
+    assert_int_equal(token_of(k, o, &t), EPERM);
+    assert_int_equal(tu_cmd_int(&r, "EXISTS", fx_name(o), NULL), 0);
+
+    assert_int_equal(hold_step(k, o, DO), 0);
+    assert_int_equal(token_of(k, o, &t2), 0);
+    assert_true(t2 > t1);
+    assert_int_equal(hold_step(k, o, UNDO), 0);
+    assert_int_equal(token_of(k, o, &t), EPERM);
+    assert_int_equal(token_of(k, o, NULL), EINVAL);
 }
 
 /* The write side of the rwlock and the fair mutex draw the same way. */
@@ -329,12 +410,20 @@ static void test_failover_replica_behind(void **state)
 
 int main(void)
 {
+/* a row of kinds[] as a test of its own, named after its kind */
+#define ROW(i)                                                               \
+    {                                                                        \
+        kinds[i].test, test_token_rules, NULL, fx_restore_defaults,          \
+            (void *)&kinds[i]                                                \
+    }
     const struct CMUnitTest tests[] = {
         FX_TEST(test_token_is_the_clock),
         FX_TEST(test_counter_ahead_counts_on),
         FX_TEST(test_draw_reads_in_its_set),
         FX_TEST(test_bad_counter_left_as_it_was),
-        FX_TEST(test_reentry_keeps_token),
+        ROW(0),
+        ROW(1),
+        ROW(2),
         FX_TEST(test_every_kind_rises),
         FX_TEST(test_restart_without_data),
         FX_TEST(test_restart_from_aof),
