@@ -2,8 +2,9 @@
  * test_mutex_hold: who holds a dist_mutex and how often: reentrant counts,
  * the error-checking type, trylock against another thread, unlock by one
  * that does not hold it, two objects of one name, a forked child's own
- * identity, the static initializer and the fencing token of a hold (names
- * the library refuses and destroy of a held lock: test_names_rules).
+ * identity and the static initializer (names the library refuses and
+ * destroy of a held lock: test_names_rules; the fencing token of a hold:
+ * test_tokens).
  * Against a private redis-server (mutexhelp.h).
  */
 #define _GNU_SOURCE
@@ -191,36 +192,6 @@ static void test_static_initializer(void **state)
     assert_int_equal(dist_mutex_unlock(&z), EINVAL);
 }
 
-static void test_fencing_token(void **state)
-{
-    dist_mutex_t *m = fx_mutex("m", NULL);
-    const char *name = fx_name(m);
-    char tokkey[260];
-    uint64_t t1 = 0, t1b = 0, t2 = 0, t = 0;
-
-    (void)state;
-    snprintf(tokkey, sizeof tokkey, "redisson_lock_token:{%s}", name);
-    assert_int_equal(dist_mutex_token(m, &t), EPERM);
-    assert_int_equal(dist_mutex_lock(m), 0);
-    assert_int_equal(dist_mutex_token(m, &t1), 0);
-    assert_true(t1 >= 1);
-    assert_int_equal(tu_cmd_int(&r, "GET", tokkey, NULL), (long long)t1);
-    assert_int_equal(dist_mutex_lock(m), 0);
-    assert_int_equal(dist_mutex_token(m, &t1b), 0);
-    assert_int_equal(t1b, t1);
-    assert_int_equal(dist_mutex_unlock(m), 0);
-    assert_int_equal(dist_mutex_token(m, &t), 0); /* still held once */
-    assert_int_equal(t, t1);
-    assert_int_equal(dist_mutex_unlock(m), 0);
-    assert_int_equal(dist_mutex_token(m, &t), EPERM);
-    assert_int_equal(dist_mutex_lock(m), 0);
-    assert_int_equal(dist_mutex_token(m, &t2), 0);
-    assert_true(t2 > t1);
-    assert_int_equal(dist_mutex_unlock(m), 0);
-    assert_int_equal(dist_mutex_token(m, &t), EPERM);
-    assert_int_equal(dist_mutex_token(m, NULL), EINVAL);
-}
-
 /* Shared memory for results of forked children (one int per child). */
 static int *shared_ints(size_t n)
 {
@@ -317,7 +288,7 @@ int main(void)
         FX_TEST(test_reentrant_hold_counts), FX_TEST(test_errorcheck),
         FX_TEST(test_trylock_busy),          FX_TEST(test_unlock_not_owner),
         FX_TEST(test_same_name_two_objects), FX_TEST(test_static_initializer),
-        FX_TEST(test_fork_child_identity),   FX_TEST(test_fencing_token),
+        FX_TEST(test_fork_child_identity),
     };
     return MUTEX_RUN(tests);
 }

@@ -1,8 +1,8 @@
 /*
  * test_rwlock_layout: the dist_rwlock as Redis and other clients see it,
- * against a private redis-server: the static initializer, fencing tokens
- * and the lease left, no channel left behind, sharing the hash with a
- * Redisson reader (destroy and the names: test_names_rules).
+ * against a private redis-server: the static initializer, the lease left,
+ * no channel left behind, sharing the hash with a Redisson reader (destroy
+ * and the names: test_names_rules; fencing tokens: test_tokens).
  *
  * One server for the whole group (tu_redis_start); every test uses fresh
  * lock names (test name + pid).  cmocka is not thread-safe, so worker
@@ -218,39 +218,6 @@ static void test_redisson_layout(void **state)
     free(mine);
 }
 
-static void test_token(void **state)
-{
-    dist_rwlock_t *rw = fx_rwlock("rw", NULL);
-    const char *name = fx_name(rw);
-    char tokkey[260];
-    uint64_t t1 = 0, t1b = 0, t2 = 0, t = 0;
-
-    (void)state;
-    snprintf(tokkey, sizeof tokkey, "redisson_lock_token:{%s}", name);
-    assert_int_equal(dist_rwlock_token(rw, &t), EPERM);
-    assert_int_equal(dist_rwlock_rdlock(rw), 0);
-    assert_int_equal(dist_rwlock_token(rw, &t), EPERM); /* reads only */
-    assert_int_equal(dist_rwlock_unlock(rw), 0);
-    assert_int_equal(dist_rwlock_wrlock(rw), 0);
-    assert_int_equal(dist_rwlock_token(rw, &t1), 0);
-    assert_true(t1 >= 1);
-    assert_int_equal(tu_cmd_int(&r, "GET", tokkey, NULL), (long long)t1);
-    assert_int_equal(dist_rwlock_wrlock(rw), 0);
-    assert_int_equal(dist_rwlock_rdlock(rw), 0);
-    assert_int_equal(dist_rwlock_token(rw, &t1b), 0);
-    assert_int_equal(t1b, t1);
-    assert_int_equal(dist_rwlock_unlock(rw), 0);
-    assert_int_equal(dist_rwlock_unlock(rw), 0); /* downgrade */
-    assert_int_equal(dist_rwlock_token(rw, &t), EPERM);
-    assert_int_equal(dist_rwlock_unlock(rw), 0);
-    assert_int_equal(dist_rwlock_wrlock(rw), 0);
-    assert_int_equal(dist_rwlock_token(rw, &t2), 0);
-    assert_true(t2 > t1);
-    assert_int_equal(dist_rwlock_unlock(rw), 0);
-    assert_int_equal(dist_rwlock_token(rw, NULL), EINVAL);
-    assert_int_equal(key_exists(name), 0);
-}
-
 /* dist_rwlock_lease_left: one bound for a thread's holds of either side,
  * within the watchdog lease less the margin (30 s - 0.3 s - 0.2 s), EPERM
  * with a zero left once it holds neither; EINVAL for NULL. */
@@ -281,8 +248,9 @@ static void test_lease_left(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        FX_TEST(test_static_initializer), FX_TEST(test_no_channels_left),
-        FX_TEST(test_redisson_layout),    FX_TEST(test_token),
+        FX_TEST(test_static_initializer),
+        FX_TEST(test_no_channels_left),
+        FX_TEST(test_redisson_layout),
         FX_TEST(test_lease_left),
     };
     return fx_run_group(tests, &r, &defaults, "TEST_RWLOCK_LAYOUT_FILTER");
