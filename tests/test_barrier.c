@@ -196,6 +196,39 @@ static void test_barrier_of_one(void **state)
     assert_int_equal(dist_barrier_destroy(&b), 0);
 }
 
+/* Destroy while a thread of this process waits in the round: EBUSY, and
+ * the barrier goes on working; once the round is over it goes. */
+static int wait_thread(void *arg)
+{
+    return dist_barrier_wait(arg);
+}
+
+static void test_destroy_while_waiting(void **state)
+{
+    char name[160], key[200];
+    dist_barrier_t b;
+    struct fx_thread t;
+    int i, rc;
+
+    (void)state;
+    NAME(name, "b");
+    snprintf(key, sizeof key, "distlock_barrier:{%s}", name);
+    assert_int_equal(dist_barrier_init(&b, name, 2), 0);
+    fx_thread_start(&t, wait_thread, &b);
+    /* the thread counts as waiting before it arrives in Redis */
+    for (i = 0; i < 3000 && tu_cmd_int(&r, "HGET", key, "arrived", NULL) != 1;
+         i++)
+        tu_sleep_ms(10);
+    assert_int_equal(tu_cmd_int(&r, "HGET", key, "arrived", NULL), 1);
+    assert_int_equal(dist_barrier_destroy(&b), EBUSY);
+    assert_non_null(strstr(dist_last_error(), "has waiters"));
+    rc = dist_barrier_wait(&b);
+    assert_true(rc == 0 || rc == DIST_BARRIER_SERIAL_THREAD);
+    /* exactly one of the two is the serial one */
+    assert_int_equal(fx_thread_join(&t) + rc, DIST_BARRIER_SERIAL_THREAD);
+    assert_int_equal(dist_barrier_destroy(&b), 0);
+}
+
 /* A barrier object carried across fork(): the child is a member of its
  * own (the parent stays one), and destroying it in the child leaves the
  * parent's membership alone. */
@@ -237,11 +270,9 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
 #define T(f) cmocka_unit_test_teardown(f, fx_restore_defaults)
-        T(test_barrier_of_one),
-        T(test_timed_wait_leaves_round),
-        T(test_rounds),
-        T(test_dead_member_breaks_round),
-        T(test_fork_child_member),
+        T(test_barrier_of_one),           T(test_timed_wait_leaves_round),
+        T(test_destroy_while_waiting),    T(test_rounds),
+        T(test_dead_member_breaks_round), T(test_fork_child_member),
     };
     return fx_run_group(tests, &r, &defaults, "TEST_BARRIER_FILTER");
 }
