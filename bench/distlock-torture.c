@@ -886,12 +886,21 @@ static struct tc_fault *log_fault(int kind, uint32_t proc)
     return f;
 }
 
+/* A command to the server that holds the locks (the master on Sentinel). */
+static redisReply *lock_cmd(const char *a0, const char *a1, const char *a2,
+                            const char *a3)
+{
+    return topo ? tu_node_cmd(tu_sentinel_data(topo), master, a0, a1, a2, a3,
+                              (char *)NULL)
+                : tu_cmd(&srv, a0, a1, a2, a3, (char *)NULL);
+}
+
+/* A command to the server of the locks, its reply dropped. */
 static void admin(const char *a0, const char *a1, const char *a2,
                   const char *a3)
 {
-    redisReply *x =
-        topo ? tu_sentinel_cmd(topo, master, a0, a1, a2, a3, (char *)NULL)
-             : tu_cmd(&srv, a0, a1, a2, a3, (char *)NULL);
+    redisReply *x = lock_cmd(a0, a1, a2, a3);
+
     if (x)
         freeReplyObject(x);
 }
@@ -1015,7 +1024,8 @@ static int fault_failover(void)
 
     f->loses_data = !opt.strict_failover;
     now = tu_sentinel_failover(topo, 30000);
-    if (now < 0 || tu_sentinel_wait_role(topo, old, "slave", 30000) != 0) {
+    if (now < 0 ||
+        tu_node_wait_role(tu_sentinel_data(topo), old, "slave", 30000) != 0) {
         fprintf(stderr, "torture: failover did not complete\n");
         f->end_ns = now_ns();
         return 1;
@@ -1098,14 +1108,6 @@ static int nemesis(uint64_t until, uint64_t *rs)
 /* Parent: the end of the run                                               */
 /* ------------------------------------------------------------------------ */
 
-/* A command to the server that holds the locks (the master on Sentinel). */
-static redisReply *lock_cmd(const char *a0, const char *a1, const char *a2,
-                            const char *a3)
-{
-    return topo ? tu_sentinel_cmd(topo, master, a0, a1, a2, a3, (char *)NULL)
-                : tu_cmd(&srv, a0, a1, a2, a3, (char *)NULL);
-}
-
 /* Leases of the semaphore that have not ended (server time): a hold whose
  * lease ended is given back by the semaphore's next call, by design (its
  * holder died, or its release was lost in a failover), so its keys are not
@@ -1178,8 +1180,9 @@ static long leftover_clients_of(int skip_unix);
  * sentinel are allowed. */
 static void take_census(void)
 {
-    int servers =
-        topo ? tu_sentinel_nodes(topo) + tu_sentinel_count(topo) : 1;
+    int servers = topo ? tu_nodes_count(tu_sentinel_data(topo)) +
+                             tu_nodes_count(tu_sentinel_sentinels(topo))
+                       : 1;
     char dir[64];
 
     census.threads_ok = opt.threads + 3 + SANITIZER_THREADS;

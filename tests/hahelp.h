@@ -3,7 +3,7 @@
  * process that reports when it got the lock, a key's PTTL and existence on
  * one node, and a watch on a key's TTL that sees a renewal land.  Static:
  * each program gets its own copy.  Include after cmocka.h, testhelp.h,
- * harness_server.h and distlock.h; the program defines ha_node_cmd.
+ * harness_topo.h and distlock.h.
  */
 #ifndef DISTLOCK_HAHELP_H
 #define DISTLOCK_HAHELP_H
@@ -27,10 +27,13 @@ enum {
     HA_READ = LK_READ
 };
 
-/* "<verb> <key>" to one node of the program's topology, for the caller to
- * free (NULL when the node does not answer).  Each program defines it. */
-static redisReply *ha_node_cmd(void *topo, int node, const char *verb,
-                               const char *key);
+/* "<verb> <key>" to one node of a topology, for the caller to free (NULL
+ * when the node does not answer). */
+static redisReply *ha_node_cmd(tu_nodes_t *t, int node, const char *verb,
+                               const char *key)
+{
+    return tu_node_cmd(t, node, verb, key, NULL);
+}
 
 /* The integer of reply x, or none when it is not one; frees x. */
 static long long ha_reply_int(redisReply *x, long long none)
@@ -41,16 +44,17 @@ static long long ha_reply_int(redisReply *x, long long none)
     return v;
 }
 
-/* PTTL of key on one node; -3 when the node fails or redirects. */
-static long long node_pttl(void *topo, int node, const char *key)
+/* PTTL of key on one node of nodes (a tu_nodes_t, given as void * to be
+ * ha_renewed_since's pttl); -3 when the node fails or redirects. */
+static long long node_pttl(void *nodes, int node, const char *key)
 {
-    return ha_reply_int(ha_node_cmd(topo, node, "PTTL", key), -3);
+    return ha_reply_int(ha_node_cmd(nodes, node, "PTTL", key), -3);
 }
 
 /* EXISTS on one node: 1, 0, or -1 when the node redirects or fails. */
-static int node_exists(void *topo, int node, const char *key)
+static int node_exists(tu_nodes_t *t, int node, const char *key)
 {
-    return (int)ha_reply_int(ha_node_cmd(topo, node, "EXISTS", key), -1);
+    return (int)ha_reply_int(ha_node_cmd(t, node, "EXISTS", key), -1);
 }
 
 /* A process blocked on a lock.  It writes 'w' just before it calls lock,
@@ -147,8 +151,8 @@ static double ha_waiter_result(struct ha_waiter *w, double timeout_s)
     return t;
 }
 
-/* When the last renewal of key (lease lease_ms) on one of the nodes
- * happened, if that is after since (monotonic s): a renewal sets the TTL
+/* When the last renewal of key (lease lease_ms) on one of the nodes (as
+ * pttl(topo, node, key) reads it) happened, if that is after since (monotonic s): a renewal sets the TTL
  * to the lease, so now - (lease - PTTL) is when it ran.  Waits for one up
  * to timeout_s; -1 if none came.  A node that does not answer (dead,
  * stopped) is skipped. */

@@ -1,6 +1,8 @@
 /*
  * harness_cluster: a Redis Cluster of private servers for the tests:
- * start, accessors, commands, signals and failovers (harness_cluster.h).
+ * start, accessors, ASKING, redirections and failovers (harness_cluster.h);
+ * a node's own calls (port, commands, signals, restart) are
+ * harness_topo.c's, on c->nodes.
  * What the nodes see of the cluster is harness_layout.c; slot migration
  * harness_slots.c.
  */
@@ -121,7 +123,7 @@ static void initial_range(int masters, int k, int *lo, int *hi)
 
 static void cluster_free(tu_cluster_t *c)
 {
-    tp_nodes_stop(c->node, c->q, c->n);
+    tp_nodes_stop(&c->nodes);
     free(c->url);
     free(c);
 }
@@ -138,8 +140,9 @@ static int make_replica(tu_cluster_t *c, int i, int m, double deadline)
     redisReply *x = NULL;
 
     for (;;) {
-        x = tp_act(&c->node[i], (const char *[]){ "CLUSTER", "REPLICATE",
-                                                  c->id[m], NULL });
+        x = tp_act(
+            &c->nodes.node[i],
+            (const char *[]){ "CLUSTER", "REPLICATE", c->id[m], NULL });
         if (tp_reply_ok(x))
             break;
         if (x == NULL || tu_now() > deadline) {
@@ -147,7 +150,7 @@ static int make_replica(tu_cluster_t *c, int i, int m, double deadline)
                    tp_reply_err(x));
             if (x != NULL)
                 freeReplyObject(x);
-            tu_redis_print_log(&c->node[i], TP_LOG_LINES);
+            tu_redis_print_log(&c->nodes.node[i], TP_LOG_LINES);
             return -1;
         }
         freeReplyObject(x); /* "Unknown node": not met yet */
@@ -205,9 +208,7 @@ static tu_cluster_t *cluster_new(int masters, int replicas_per_master, int n)
         tp_err("cluster: out of memory");
         return NULL;
     }
-    c->n = n;
-    for (i = 0; i < n; i++)
-        tp_conn_init(&c->q[i]);
+    tp_nodes_init(&c->nodes, n, "cluster node");
     c->masters = masters;
     c->replicas = replicas_per_master;
     for (i = 0; i < n; i++)
@@ -224,14 +225,15 @@ static int start_nodes(tu_cluster_t *c, const tu_redis_opts *ro)
 {
     int i;
 
-    for (i = 0; i < c->n; i++) {
+    for (i = 0; i < c->nodes.n; i++) {
         redisReply *x;
 
-        if (tu_redis_start_opts(&c->node[i], ro) != 0) {
+        if (tu_redis_start_opts(&c->nodes.node[i], ro) != 0) {
             tp_err("cluster: node %d did not start", i);
             return -1;
         }
-        x = tp_query(&c->node[i], &c->q[i], "CLUSTER", "MYID", NULL);
+        x = tp_query(&c->nodes.node[i], &c->nodes.q[i], "CLUSTER", "MYID",
+                     NULL);
         if (tp_reply_text(x) == NULL || strlen(x->str) != TP_ID_LEN) {
             tp_err("cluster: CLUSTER MYID on node %d: %s", i,
                    tp_reply_err(x));
@@ -242,7 +244,7 @@ static int start_nodes(tu_cluster_t *c, const tu_redis_opts *ro)
         memcpy(c->id[i], x->str, TP_ID_LEN + 1);
         freeReplyObject(x);
     }
-    c->url = tp_make_url("redis-cluster://", c->node, c->masters, "");
+    c->url = tp_make_url("redis-cluster://", &c->nodes, c->masters, "");
     if (c->url == NULL) {
         tp_err("cluster: out of memory");
         return -1;
@@ -263,10 +265,10 @@ static int assign_slots(tu_cluster_t *c)
         snprintf(buf, sizeof(buf), "%d", k + 1);
         snprintf(lo_s, sizeof(lo_s), "%d", lo);
         snprintf(hi_s, sizeof(hi_s), "%d", hi);
-        if (tp_cmd_ok(&c->node[k], "node", k, "CLUSTER", "SET-CONFIG-EPOCH",
-                      buf, NULL) != 0 ||
-            tp_cmd_ok(&c->node[k], "node", k, "CLUSTER", "ADDSLOTSRANGE",
-                      lo_s, hi_s, NULL) != 0)
+        if (tp_cmd_ok(&c->nodes.node[k], "node", k, "CLUSTER",
+                      "SET-CONFIG-EPOCH", buf, NULL) != 0 ||
+            tp_cmd_ok(&c->nodes.node[k], "node", k, "CLUSTER",
+                      "ADDSLOTSRANGE", lo_s, hi_s, NULL) != 0)
             return -1;
         for (i = lo; i <= hi; i++)
             c->owner[i] = (short)k;
@@ -280,12 +282,12 @@ static int join_nodes(tu_cluster_t *c, double deadline)
     char port0[16];
     int i;
 
-    snprintf(port0, sizeof(port0), "%d", c->node[0].port);
-    for (i = 1; i < c->n; i++)
-        if (tp_cmd_ok(&c->node[i], "node", i, "CLUSTER", "MEET", "127.0.0.1",
-                      port0, NULL) != 0)
+    snprintf(port0, sizeof(port0), "%d", c->nodes.node[0].port);
+    for (i = 1; i < c->nodes.n; i++)
+        if (tp_cmd_ok(&c->nodes.node[i], "node", i, "CLUSTER", "MEET",
+                      "127.0.0.1", port0, NULL) != 0)
             return -1;
-    for (i = c->masters; i < c->n; i++)
+    for (i = c->masters; i < c->nodes.n; i++)
         if (make_replica(c, i, c->master_of[i], deadline) != 0)
             return -1;
     return 0;
@@ -354,9 +356,9 @@ fail:
     return NULL;
 }
 
-int tu_cluster_size(const tu_cluster_t *c)
+tu_nodes_t *tu_cluster_nodes(tu_cluster_t *c)
 {
-    return c != NULL ? c->n : -1;
+    return c != NULL ? &c->nodes : NULL;
 }
 
 int tu_cluster_masters(const tu_cluster_t *c)
@@ -372,56 +374,14 @@ int tu_cluster_slot_range(const tu_cluster_t *c, int master, int *lo, int *hi)
     return 0;
 }
 
-int tu_cluster_port(const tu_cluster_t *c, int node)
-{
-    return tp_valid_node(c, node) ? c->node[node].port : -1;
-}
-
-pid_t tu_cluster_pid(const tu_cluster_t *c, int node)
-{
-    return tp_valid_node(c, node) ? c->node[node].pid : -1;
-}
-
 const char *tu_cluster_node_id(const tu_cluster_t *c, int node)
 {
     return tp_valid_node(c, node) ? c->id[node] : NULL;
 }
 
-tu_redis_t *tu_cluster_node(tu_cluster_t *c, int node)
-{
-    return tp_valid_node(c, node) ? &c->node[node] : NULL;
-}
-
-const char *tu_cluster_role(tu_cluster_t *c, int node)
-{
-    return tp_valid_node(c, node) ? tp_role_of(&c->node[node], &c->q[node])
-                                  : NULL;
-}
-
-int tu_cluster_master_of(tu_cluster_t *c, int node)
-{
-    return tp_valid_node(c, node) ? tp_master_of(c->node, c->q, c->n, node)
-                                  : -1;
-}
-
 const char *tu_cluster_url(const tu_cluster_t *c)
 {
     return c != NULL ? c->url : NULL;
-}
-
-redisReply *tu_cluster_cmd(tu_cluster_t *c, int node, const char *arg0, ...)
-{
-    redisReply *x;
-    va_list ap;
-
-    if (!tp_valid_node(c, node)) {
-        tp_err("cluster command: no node %d", node);
-        return NULL;
-    }
-    va_start(ap, arg0);
-    x = tp_cmd_va(&c->node[node], arg0, ap);
-    va_end(ap);
-    return x;
 }
 
 redisReply *tu_cluster_cmd_asking(tu_cluster_t *c, int node, const char *arg0,
@@ -443,7 +403,7 @@ redisReply *tu_cluster_cmd_asking(tu_cluster_t *c, int node, const char *arg0,
         tp_err("%s: out of memory", arg0);
         return NULL;
     }
-    x = asking_cmdv(&c->node[node], argc, argv);
+    x = asking_cmdv(&c->nodes.node[node], argc, argv);
     free(argv);
     return x;
 }
@@ -468,7 +428,7 @@ int tu_cluster_redirect(const tu_cluster_t *c, const redisReply *reply,
         return -1;
     if (slot != NULL)
         *slot = s;
-    return tp_by_port(c->node, c->n, port);
+    return tp_by_port(&c->nodes, port);
 }
 
 int tu_cluster_keyslot(tu_cluster_t *c, const char *key)
@@ -477,11 +437,12 @@ int tu_cluster_keyslot(tu_cluster_t *c, const char *key)
     long long v;
     int i;
 
-    if (c == NULL || key == NULL || (i = tp_first_usable(c)) < 0) {
+    if (c == NULL || key == NULL || (i = tp_first_usable(&c->nodes)) < 0) {
         tp_err("CLUSTER KEYSLOT: no node running");
         return -1;
     }
-    x = tp_query(&c->node[i], &c->q[i], "CLUSTER", "KEYSLOT", key, NULL);
+    x = tp_query(&c->nodes.node[i], &c->nodes.q[i], "CLUSTER", "KEYSLOT", key,
+                 NULL);
     if (x == NULL || x->type != REDIS_REPLY_INTEGER) {
         tp_err("CLUSTER KEYSLOT on node %d: %s", i, tp_reply_err(x));
         if (x != NULL)
@@ -491,30 +452,6 @@ int tu_cluster_keyslot(tu_cluster_t *c, const char *key)
     v = x->integer;
     freeReplyObject(x);
     return (int)v;
-}
-
-int tu_cluster_signal(tu_cluster_t *c, int node, int sig)
-{
-    if (!tp_valid_node(c, node)) {
-        tp_err("signal: no node %d", node);
-        return -1;
-    }
-    return tp_signal_node(&c->node[node], &c->q[node], sig, "cluster node",
-                          node);
-}
-
-int tu_cluster_kill(tu_cluster_t *c, int node)
-{
-    return tu_cluster_signal(c, node, SIGKILL);
-}
-
-int tu_cluster_restart(tu_cluster_t *c, int node)
-{
-    if (!tp_valid_node(c, node)) {
-        tp_err("restart: no node %d", node);
-        return -1;
-    }
-    return tp_restart_node(&c->node[node], &c->q[node]);
 }
 
 static int wait_takeover(tu_cluster_t *c, int old_master, int new_master,
@@ -530,7 +467,7 @@ static int wait_takeover(tu_cluster_t *c, int old_master, int new_master,
     w.result = -1;
     for (j = 0; j < TU_CLUSTER_SLOTS; j++)
         slots += c->owner[j] == old_master;
-    for (j = 0; j < c->n; j++)
+    for (j = 0; j < c->nodes.n; j++)
         replicas += c->master_of[j] == old_master;
     if (slots == 0 || replicas == 0) {
         tp_err("%s: node %d served %d slots and had %d replicas (need "
@@ -566,8 +503,8 @@ int tu_cluster_failover(tu_cluster_t *c, int replica, int timeout_ms)
         tp_err("failover: node %d is not a replica", replica);
         return -1;
     }
-    if (tp_cmd_ok(&c->node[replica], "node", replica, "CLUSTER", "FAILOVER",
-                  NULL) != 0)
+    if (tp_cmd_ok(&c->nodes.node[replica], "node", replica, "CLUSTER",
+                  "FAILOVER", NULL) != 0)
         return -1;
     return wait_takeover(c, old, replica, timeout_ms, "failover") == replica
                ? 0

@@ -62,8 +62,11 @@ tu_cluster_t *tu_cluster_start(int masters, int replicas_per_master,
  * forked child it does nothing. */
 void tu_cluster_stop(tu_cluster_t *c);
 
-/* Number of nodes (masters * (1 + replicas_per_master)). */
-int tu_cluster_size(const tu_cluster_t *c);
+/* The cluster's nodes, masters * (1 + replicas_per_master) of them, for
+ * the tu_node_ calls of harness_topo.h (port, pid, commands, ROLE,
+ * signals, kill, restart); the node indexes harness_topo.h describes.
+ * NULL for NULL. */
+tu_nodes_t *tu_cluster_nodes(tu_cluster_t *c);
 
 /* Number of masters it was created with (not the current number). */
 int tu_cluster_masters(const tu_cluster_t *c);
@@ -72,29 +75,11 @@ int tu_cluster_masters(const tu_cluster_t *c);
 int tu_cluster_slot_range(const tu_cluster_t *c, int master, int *lo,
                           int *hi);
 
-/* The node's TCP port on 127.0.0.1 (its bus port is port + 10000); -1 for
- * a bad index.  Ports never change, not even across tu_cluster_restart. */
-int tu_cluster_port(const tu_cluster_t *c, int node);
-
-/* The node's pid; 0 if it was killed (and not restarted), -1 bad index. */
-pid_t tu_cluster_pid(const tu_cluster_t *c, int node);
+/* A node's bus port is its port (tu_node_port) + 10000. */
 
 /* The node's cluster node id (40 hex digits, stable across restarts), or
  * NULL for a bad index.  Owned by c. */
 const char *tu_cluster_node_id(const tu_cluster_t *c, int node);
-
-/* The underlying harness server (for tu_cmd_int, tu_cmd_str...).  Do not
- * stop, restart or kill it behind topo's back: use the tu_cluster_
- * functions.  NULL for a bad index. */
-tu_redis_t *tu_cluster_node(tu_cluster_t *c, int node);
-
-/* The node's role now, from ROLE: "master" or "slave"; NULL if it does not
- * answer (killed, stopped) or on error.  A static string. */
-const char *tu_cluster_role(tu_cluster_t *c, int node);
-
-/* For a node that is a replica now (ROLE), the index of the node it
- * replicates from; -1 otherwise. */
-int tu_cluster_master_of(tu_cluster_t *c, int node);
 
 /*
  * "redis-cluster://127.0.0.1:p1,127.0.0.1:p2,..." listing the nodes that
@@ -104,22 +89,10 @@ int tu_cluster_master_of(tu_cluster_t *c, int node);
  */
 const char *tu_cluster_url(const tu_cluster_t *c);
 
-/*
- * Send one command to one node (no redirection is followed), given as a
- * NULL-terminated list of strings like tu_cmd (binary-safe, no format):
- *   redisReply *x = tu_cluster_cmd(c, 1, "SET", key, "v", NULL);
- * On a fresh connection (unix socket, 1 s timeouts).  Returns the reply,
- * error replies included (MOVED/ASK arrive as REDIS_REPLY_ERROR
- * "MOVED <slot> 127.0.0.1:<port>"), for the caller to freeReplyObject();
- * NULL (and a line on stderr) on I/O failure or if the node is not
- * running.
- */
-redisReply *tu_cluster_cmd(tu_cluster_t *c, int node, const char *arg0,
-                           ...) TU_SENTINEL TU_WARN_UNUSED;
-
-/* The same, on a fresh connection, preceded by ASKING (as a client does
- * after an ASK redirection): the node serves a key of a slot it is
- * importing.  Returns the command's reply. */
+/* tu_node_cmd to node `node` of the cluster, on a fresh connection,
+ * preceded by ASKING (as a client does after an ASK redirection): the
+ * node serves a key of a slot it is importing.  Returns the command's
+ * reply. */
 redisReply *tu_cluster_cmd_asking(tu_cluster_t *c, int node, const char *arg0,
                                   ...) TU_SENTINEL TU_WARN_UNUSED;
 
@@ -172,28 +145,14 @@ int tu_cluster_migrate_begin(tu_cluster_t *c, int slot, int to);
 int tu_cluster_migrate_key(tu_cluster_t *c, const char *key);
 int tu_cluster_migrate_finish(tu_cluster_t *c, int slot, int to);
 
-/*
- * kill(pid, sig).  For SIGSTOP it returns once the process is stopped, for
- * SIGCONT once it runs again (/proc), so the next call sees it that way.
- * A stopped master is, for the cluster, a failing one: after the node
- * timeout its replica takes over just as after a kill; once continued it
- * learns of the newer configuration and turns into a replica.
- * 0, or -1 if the node is not running.
- */
-int tu_cluster_signal(tu_cluster_t *c, int node, int sig);
-
-/* SIGKILL the node and reap it (a crash).  Its dir, port and nodes.conf
- * are kept for tu_cluster_restart.  0 / -1. */
-int tu_cluster_kill(tu_cluster_t *c, int node);
-
-/*
- * Start a killed node again on the same port with its nodes.conf (stopping
- * it first if it runs), empty data.  A former master whose slots were taken
- * over rejoins as a replica of the new owner; one whose slots nobody took
- * serves them again.  Returns when it answers (as our child) - call
- * tu_cluster_wait_ok to wait until the cluster has taken it back.  0 / -1.
- */
-int tu_cluster_restart(tu_cluster_t *c, int node);
+/* Signals, kill and restart are tu_node_signal, tu_node_kill and
+ * tu_node_restart on tu_cluster_nodes.  A stopped master is, for the
+ * cluster, a failing one: after the node timeout its replica takes over
+ * just as after a kill; once continued it learns of the newer
+ * configuration and turns into a replica.  A restarted former master whose
+ * slots were taken over rejoins as a replica of the new owner; one whose
+ * slots nobody took serves them again: call tu_cluster_wait_ok to wait
+ * until the cluster has taken it back. */
 
 /*
  * After old_master died (or was stopped), wait until one of its replicas
@@ -214,8 +173,8 @@ int tu_cluster_wait_promoted(tu_cluster_t *c, int old_master, int timeout_ms);
 int tu_cluster_failover(tu_cluster_t *c, int replica, int timeout_ms);
 
 /* Wait until the live nodes form an ok cluster, as checked at the end of
- * tu_cluster_start (e.g. after tu_cluster_restart, or after commands sent
- * with tu_cluster_cmd changed the layout).  0 / -1. */
+ * tu_cluster_start (e.g. after tu_node_restart, or after commands sent
+ * with tu_node_cmd changed the layout).  0 / -1. */
 int tu_cluster_wait_ok(tu_cluster_t *c, int timeout_ms);
 
 #ifdef __cplusplus

@@ -79,6 +79,8 @@ void hx_remove_dir(const char *dir);
 
 #include <pthread.h>
 
+#include "harness_topo.h"
+
 /* "topo: <text>" on stderr. */
 void tp_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
@@ -161,18 +163,46 @@ const char *tp_role_name(char role);
 /* A server's ROLE as "master" / "slave"; NULL when it does not answer. */
 const char *tp_role_of(tu_redis_t *r, struct tp_conn *q);
 
-/* The index of the server listening on port among nodes[0 .. n-1], or -1:
- * a topology's nodes by port. */
-int tp_by_port(const tu_redis_t *nodes, int n, int port);
+/*
+ * One table of a topology's servers, tu_nodes_t of harness_topo.h: a
+ * cluster's nodes, a Sentinel setup's data nodes, or its sentinels.  The
+ * accessors, commands, signals and restarts of every kind of node are
+ * written once, on this table.
+ */
+struct tu_nodes {
+    int n;
+    const char *what; /* names a node in messages: "data node" */
+    tu_redis_t node[TU_TOPO_MAX_NODES];
+    struct tp_conn q[TU_TOPO_MAX_NODES]; /* queries to node[i] */
+    /* Run after tu_node_restart brought node i back, with owner (a
+     * sentinel's shortened timers); NULL: nothing more to do. */
+    int (*restarted)(void *owner, int i);
+    void *owner;
+};
 
-/* The index among nodes[0 .. n-1] (q: their query connections) of the
- * master node i replicates from; -1 when node i is no replica, does not
- * answer, or follows a master that is not among them. */
-int tp_master_of(tu_redis_t *nodes, struct tp_conn *q, int n, int i);
+/* n nodes named what, none started yet, their query connections ready. */
+void tp_nodes_init(struct tu_nodes *t, int n, const char *what);
 
-/* Stop the n servers and drop their query connections: a topology's
- * free. */
-void tp_nodes_stop(tu_redis_t *nodes, struct tp_conn *q, int n);
+/* Stop the nodes and drop their query connections: a topology's free. */
+void tp_nodes_stop(struct tu_nodes *t);
+
+static inline int tp_node_ok(const struct tu_nodes *t, int i)
+{
+    return t != NULL && i >= 0 && i < t->n;
+}
+
+/* Node i of t, or NULL with a message "<op>: no <what> <i>". */
+tu_redis_t *tp_node_at(struct tu_nodes *t, int i, const char *op);
+
+/* The index of the node listening on port, or -1. */
+int tp_by_port(const struct tu_nodes *t, int port);
+
+/* The index of the node that node i replicates from; -1 when node i is
+ * no replica, does not answer, or follows a server not in t. */
+int tp_master_of(struct tu_nodes *t, int i);
+
+/* The first node that is usable, or -1. */
+int tp_first_usable(struct tu_nodes *t);
 
 /* When a start gives up: start_timeout_ms from now, 30 s when it is 0. */
 double tp_start_deadline(int start_timeout_ms);
@@ -186,8 +216,9 @@ int tp_ms_left(double deadline);
 int tp_append_args(const char **args, int nargs, int cap,
                    const char *const *extra, const char *too_many);
 
-/* "<scheme>127.0.0.1:p1,127.0.0.1:p2...<suffix>"; malloc'd or NULL. */
-char *tp_make_url(const char *scheme, const tu_redis_t *nodes, int n,
+/* "<scheme>127.0.0.1:p1,127.0.0.1:p2...<suffix>" for the first n nodes of
+ * t; malloc'd or NULL. */
+char *tp_make_url(const char *scheme, const struct tu_nodes *t, int n,
                   const char *suffix);
 
 /* A running topology, first member of tu_cluster / tu_sentinel: at exit
@@ -224,9 +255,8 @@ struct tp_mig {
 
 struct tu_cluster {
     struct tp_head head; /* first: the registry casts */
-    int n, masters, replicas;
-    tu_redis_t node[TU_TOPO_MAX_NODES];
-    struct tp_conn q[TU_TOPO_MAX_NODES]; /* queries to node[i] */
+    struct tu_nodes nodes;
+    int masters, replicas;
     char id[TU_TOPO_MAX_NODES][TP_ID_LEN + 1];
     char *url;
     /* The last layout every live node agreed on (start, and every
@@ -250,7 +280,7 @@ struct cl_want {
 
 static inline int tp_valid_node(const tu_cluster_t *c, int node)
 {
-    return c != NULL && node >= 0 && node < c->n;
+    return c != NULL && tp_node_ok(&c->nodes, node);
 }
 
 static inline int tp_valid_slot(int slot)
@@ -260,9 +290,6 @@ static inline int tp_valid_slot(int slot)
 
 /* The node with that cluster id, or -1 (by TCP port: tp_by_port). */
 int tp_node_by_id(const tu_cluster_t *c, const char *id);
-
-/* First node that is usable, or -1. */
-int tp_first_usable(tu_cluster_t *c);
 
 /* Wait until the live nodes form an ok cluster (tu_cluster_start says
  * what that means) and the conditions of w (NULL: none) hold; the agreed

@@ -33,18 +33,8 @@ int tp_node_by_id(const tu_cluster_t *c, const char *id)
 {
     int i;
 
-    for (i = 0; i < c->n; i++)
+    for (i = 0; i < c->nodes.n; i++)
         if (strcmp(c->id[i], id) == 0)
-            return i;
-    return -1;
-}
-
-int tp_first_usable(tu_cluster_t *c)
-{
-    int i;
-
-    for (i = 0; i < c->n; i++)
-        if (tp_usable(&c->node[i]))
             return i;
     return -1;
 }
@@ -160,7 +150,8 @@ static void parse_nodes(const tu_cluster_t *c, const char *text,
 static redisReply *node_text(tu_cluster_t *c, int i, const char *sub,
                              char *why, size_t wlen)
 {
-    redisReply *x = tp_query(&c->node[i], &c->q[i], "CLUSTER", sub, NULL);
+    redisReply *x =
+        tp_query(&c->nodes.node[i], &c->nodes.q[i], "CLUSTER", sub, NULL);
 
     if (tp_reply_text(x) != NULL)
         return x;
@@ -207,7 +198,7 @@ int tu_cluster_slot_owner(tu_cluster_t *c, int slot)
         tp_err("slot owner: bad slot %d", slot);
         return -1;
     }
-    if ((i = tp_first_usable(c)) < 0) {
+    if ((i = tp_first_usable(&c->nodes)) < 0) {
         tp_err("slot owner: no node running");
         return -1;
     }
@@ -269,8 +260,8 @@ static int read_views(struct check *k)
     int i;
 
     k->bad = k->first = -1;
-    for (i = 0; i < c->n; i++) {
-        k->live[i] = tp_usable(&c->node[i]);
+    for (i = 0; i < c->nodes.n; i++) {
+        k->live[i] = tp_usable(&c->nodes.node[i]);
         if (!k->live[i])
             continue;
         if (k->first < 0)
@@ -294,7 +285,7 @@ static int taken_over(const struct check *k, const struct cl_want *w)
     const tu_cluster_t *c = k->c;
     int j, s;
 
-    for (j = 0; j < c->n; j++) {
+    for (j = 0; j < c->nodes.n; j++) {
         if (c->master_of[j] != w->old_master || !k->live[j] ||
             f->role[j] != 'M' || (w->new_master >= 0 && j != w->new_master))
             continue;
@@ -355,15 +346,15 @@ static int check_node(struct check *k, int i)
                i);
         return -1;
     }
-    if (v->parsed != c->n || v->stray != 0 || v->bad_master) {
+    if (v->parsed != c->nodes.n || v->stray != 0 || v->bad_master) {
         hx_why(k->why, k->wlen,
                "node %d knows %d of the %d nodes (%d other "
                "entries)",
-               i, v->parsed, c->n, v->stray);
+               i, v->parsed, c->nodes.n, v->stray);
         return -1;
     }
     if (v->role[i] == 'S' &&
-        (tp_server_info(&c->node[i], &c->q[i], "replication",
+        (tp_server_info(&c->nodes.node[i], &c->nodes.q[i], "replication",
                         "master_link_status", link, sizeof(link)) == NULL ||
          strcmp(link, "up") != 0)) {
         hx_why(k->why, k->wlen, "replica %d: master_link_status not up", i);
@@ -378,12 +369,12 @@ static int check_agreement(struct check *k)
     const tu_cluster_t *c = k->c;
     int i, j;
 
-    for (i = k->first + 1; i < c->n; i++) {
+    for (i = k->first + 1; i < c->nodes.n; i++) {
         const char *d;
 
         if (!k->live[i])
             continue;
-        d = layout_diff(&k->views[k->first], &k->views[i], c->n);
+        d = layout_diff(&k->views[k->first], &k->views[i], c->nodes.n);
         if (d != NULL) {
             hx_why(k->why, k->wlen, "nodes %d and %d disagree on the %s",
                    k->first, i, d);
@@ -391,8 +382,8 @@ static int check_agreement(struct check *k)
             return -1;
         }
     }
-    for (i = 0; i < c->n; i++) {
-        for (j = 0; k->live[i] && j < c->n; j++) {
+    for (i = 0; i < c->nodes.n; i++) {
+        for (j = 0; k->live[i] && j < c->nodes.n; j++) {
             if (k->live[j] && k->views[i].fail[j]) {
                 hx_why(k->why, k->wlen, "node %d flags node %d as %s", i, j,
                        k->views[i].fail[j] == 2 ? "fail" : "fail?");
@@ -424,7 +415,7 @@ static int check_slots(struct check *k)
                    "%s",
                    s, o,
                    k->live[o] ? "not a master"
-                              : tp_down_name(&k->c->node[o]));
+                              : tp_down_name(&k->c->nodes.node[o]));
             k->bad = o;
             return -1;
         }
@@ -445,14 +436,14 @@ static int cluster_check(struct check *k, struct cl_want *w)
 
     if (read_views(k) != 0 || check_want(k, w) != 0)
         return 0;
-    for (i = 0; i < c->n; i++)
+    for (i = 0; i < c->nodes.n; i++)
         if (k->live[i] && check_node(k, i) != 0)
             return 0;
     if (check_agreement(k) != 0 || check_slots(k) != 0)
         return 0;
     f = &k->views[k->first];
     memcpy(c->owner, f->owner, sizeof(c->owner));
-    for (i = 0; i < c->n; i++)
+    for (i = 0; i < c->nodes.n; i++)
         c->master_of[i] = f->role[i] == 'S' ? f->master[i] : -1;
     return 1;
 }
@@ -470,7 +461,7 @@ int tp_cluster_wait(tu_cluster_t *c, struct cl_want *w, int timeout_ms,
     k.why = why;
     k.wlen = sizeof(why);
     k.bad = -1;
-    k.views = calloc((size_t)c->n, sizeof(*k.views));
+    k.views = calloc((size_t)c->nodes.n, sizeof(*k.views));
     if (k.views == NULL) {
         tp_err("%s: out of memory", what);
         return -1;
@@ -482,6 +473,6 @@ int tp_cluster_wait(tu_cluster_t *c, struct cl_want *w, int timeout_ms,
         return 0;
     tp_err("%s: not done after %d ms: %s", what, timeout_ms, why);
     if (k.bad >= 0)
-        tu_redis_print_log(&c->node[k.bad], TP_LOG_LINES);
+        tu_redis_print_log(&c->nodes.node[k.bad], TP_LOG_LINES);
     return -1;
 }

@@ -1,7 +1,9 @@
 /*
  * harness_sentinel: a master, its replicas and the sentinels watching
  * them, private servers for the tests: start, the waits for a settled
- * topology, failovers, signals (harness_sentinel.h).
+ * topology, failovers (harness_sentinel.h).  A node's own calls (port,
+ * commands, signals, restart) are harness_topo.c's, on s->data and
+ * s->sent.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE 1
@@ -41,39 +43,14 @@ struct tu_sentinel {
     int failover_timeout_ms;
     char name[64];
     char *url;
-    tu_redis_t data[TU_TOPO_MAX_NODES];
-    tu_redis_t sent[TU_TOPO_MAX_NODES];
-    struct tp_conn dq[TU_TOPO_MAX_NODES]; /* queries to data[i] */
-    struct tp_conn sq[TU_TOPO_MAX_NODES]; /* queries to sent[i] */
+    struct tu_nodes data; /* node 0 the first master */
+    struct tu_nodes sent; /* the sentinels */
 };
-
-static int valid_data(const tu_sentinel_t *s, int node)
-{
-    return s != NULL && node >= 0 && node < s->ndata;
-}
-
-static int valid_sent(const tu_sentinel_t *s, int i)
-{
-    return s != NULL && i >= 0 && i < s->nsent;
-}
-
-/* Data node i (sent == 0) or sentinel i (sent == 1) and its query
- * connection; NULL with a message naming op when there is no such one. */
-static tu_redis_t *member(tu_sentinel_t *s, int sent, int i,
-                          struct tp_conn **q, const char *op)
-{
-    if (sent ? !valid_sent(s, i) : !valid_data(s, i)) {
-        tp_err("%s: no %s %d", op, sent ? "sentinel" : "data node", i);
-        return NULL;
-    }
-    *q = sent ? &s->sq[i] : &s->dq[i];
-    return sent ? &s->sent[i] : &s->data[i];
-}
 
 static void sentinel_free(tu_sentinel_t *s)
 {
-    tp_nodes_stop(s->sent, s->sq, s->nsent);
-    tp_nodes_stop(s->data, s->dq, s->ndata);
+    tp_nodes_stop(&s->sent);
+    tp_nodes_stop(&s->data);
     free(s->url);
     free(s);
 }
@@ -112,16 +89,23 @@ static int sentinel_debug(tu_sentinel_t *s, int i)
     if (!s->fast_timers)
         return 0;
     snprintf(ping, sizeof(ping), "%d", p < 100 ? 100 : p > 1000 ? 1000 : p);
-    return tp_cmd_ok(&s->sent[i], "sentinel", i, "SENTINEL", "DEBUG",
+    return tp_cmd_ok(&s->sent.node[i], "sentinel", i, "SENTINEL", "DEBUG",
                      "info-period", "1000", "ping-period", ping, "ask-period",
                      "250", "publish-period", "1000", "tilt-period", "5000",
                      NULL);
 }
 
+/* A restarted sentinel reads its rewritten config, but not the timers
+ * above: set them again (struct tu_nodes.restarted). */
+static int sentinel_restarted(void *s, int i)
+{
+    return sentinel_debug(s, i);
+}
+
 /* The master port sentinel i reports; -1 if it does not answer. */
 static int reported_master_port(tu_sentinel_t *s, int i)
 {
-    redisReply *x = tp_query(&s->sent[i], &s->sq[i], "SENTINEL",
+    redisReply *x = tp_query(&s->sent.node[i], &s->sent.q[i], "SENTINEL",
                              "GET-MASTER-ADDR-BY-NAME", s->name, NULL);
     int port = -1;
 
@@ -138,13 +122,13 @@ static int agreed_master(tu_sentinel_t *s, char *why, size_t wlen, int *bad)
 {
     int i, m = -1, first = -1;
 
-    for (i = 0; i < s->nsent; i++) {
+    for (i = 0; i < s->sent.n; i++) {
         int port, idx;
 
-        if (!tp_usable(&s->sent[i]))
+        if (!tp_usable(&s->sent.node[i]))
             continue;
         port = reported_master_port(s, i);
-        idx = tp_by_port(s->data, s->ndata, port);
+        idx = tp_by_port(&s->data, port);
         if (idx < 0) {
             hx_why(why, wlen,
                    "sentinel %d reports master port %d, not one "
@@ -181,7 +165,7 @@ static const redisReply *replica_entry(const tu_sentinel_t *s,
 
     for (k = 0; k < reps->elements; k++) {
         const char *p = kv_get(reps->element[k], "port");
-        if (p != NULL && atoi(p) == s->data[j].port)
+        if (p != NULL && atoi(p) == s->data.node[j].port)
             e = reps->element[k];
     }
     return e;
@@ -203,18 +187,19 @@ static int check_data(tu_sentinel_t *s, int m, struct verdict *v)
     int j, mport;
 
     v->bad_data = m;
-    if (tp_node_role(&s->data[m], &s->dq[m], NULL, NULL, 0) != 'M') {
+    if (tp_node_role(&s->data.node[m], &s->data.q[m], NULL, NULL, 0) != 'M') {
         hx_why(v->why, v->wlen, "node %d, the sentinels' master, is %s", m,
-               tp_usable(&s->data[m]) ? "not a master"
-                                      : tp_down_name(&s->data[m]));
+               tp_usable(&s->data.node[m]) ? "not a master"
+                                           : tp_down_name(&s->data.node[m]));
         return -1;
     }
-    for (j = 0; j < s->ndata; j++) {
-        if (j == m || !tp_usable(&s->data[j]))
+    for (j = 0; j < s->data.n; j++) {
+        if (j == m || !tp_usable(&s->data.node[j]))
             continue;
-        if (tp_node_role(&s->data[j], &s->dq[j], &mport, state,
+        if (tp_node_role(&s->data.node[j], &s->data.q[j], &mport, state,
                          sizeof(state)) != 'S' ||
-            mport != s->data[m].port || strcmp(state, "connected") != 0) {
+            mport != s->data.node[m].port ||
+            strcmp(state, "connected") != 0) {
             hx_why(v->why, v->wlen,
                    "node %d does not replicate from node %d "
                    "(yet)",
@@ -231,8 +216,8 @@ static int check_data(tu_sentinel_t *s, int m, struct verdict *v)
 static int check_master_entry(tu_sentinel_t *s, int i, int exact_slaves,
                               struct verdict *v)
 {
-    redisReply *x =
-        tp_query(&s->sent[i], &s->sq[i], "SENTINEL", "MASTER", s->name, NULL);
+    redisReply *x = tp_query(&s->sent.node[i], &s->sent.q[i], "SENTINEL",
+                             "MASTER", s->name, NULL);
     const char *f = kv_get(x, "flags");
     const char *o = kv_get(x, "num-other-sentinels");
     const char *n = kv_get(x, "num-slaves");
@@ -241,14 +226,14 @@ static int check_master_entry(tu_sentinel_t *s, int i, int exact_slaves,
     if (f == NULL || strcmp(f, "master") != 0)
         hx_why(v->why, v->wlen, "sentinel %d: master flags %s", i,
                f ? f : tp_reply_err(x));
-    else if (o == NULL || atoi(o) != s->nsent - 1)
+    else if (o == NULL || atoi(o) != s->sent.n - 1)
         hx_why(v->why, v->wlen,
                "sentinel %d knows %s other sentinels, not "
                "%d",
-               i, o ? o : "?", s->nsent - 1);
-    else if (exact_slaves && (n == NULL || atoi(n) != s->ndata - 1))
+               i, o ? o : "?", s->sent.n - 1);
+    else if (exact_slaves && (n == NULL || atoi(n) != s->data.n - 1))
         hx_why(v->why, v->wlen, "sentinel %d knows %s replicas, not %d", i,
-               n ? n : "?", s->ndata - 1);
+               n ? n : "?", s->data.n - 1);
     else
         rc = 0;
     if (x != NULL)
@@ -260,7 +245,7 @@ static int check_master_entry(tu_sentinel_t *s, int i, int exact_slaves,
  * slave of m. */
 static int check_replicas(tu_sentinel_t *s, int i, int m, struct verdict *v)
 {
-    redisReply *reps = tp_query(&s->sent[i], &s->sq[i], "SENTINEL",
+    redisReply *reps = tp_query(&s->sent.node[i], &s->sent.q[i], "SENTINEL",
                                 "REPLICAS", s->name, NULL);
     int j;
 
@@ -271,11 +256,11 @@ static int check_replicas(tu_sentinel_t *s, int i, int m, struct verdict *v)
             freeReplyObject(reps);
         return -1;
     }
-    for (j = 0; j < s->ndata; j++) {
+    for (j = 0; j < s->data.n; j++) {
         const redisReply *e;
         const char *flags, *link, *mport;
 
-        if (j == m || !tp_usable(&s->data[j]))
+        if (j == m || !tp_usable(&s->data.node[j]))
             continue;
         e = replica_entry(s, reps, j);
         flags = kv_get(e, "flags");
@@ -283,7 +268,7 @@ static int check_replicas(tu_sentinel_t *s, int i, int m, struct verdict *v)
         mport = kv_get(e, "master-port");
         if (flags == NULL || strcmp(flags, "slave") != 0 || link == NULL ||
             strcmp(link, "ok") != 0 || mport == NULL ||
-            atoi(mport) != s->data[m].port) {
+            atoi(mport) != s->data.node[m].port) {
             hx_why(v->why, v->wlen,
                    "sentinel %d sees node %d as %s (link "
                    "%s, master port %s)",
@@ -311,8 +296,8 @@ static int sentinel_check(tu_sentinel_t *s, int exact_slaves,
     m = agreed_master(s, v->why, v->wlen, &v->bad);
     if (m < 0 || check_data(s, m, v) != 0)
         return -1;
-    for (i = 0; i < s->nsent; i++) {
-        if (!tp_usable(&s->sent[i]))
+    for (i = 0; i < s->sent.n; i++) {
+        if (!tp_usable(&s->sent.node[i]))
             continue;
         v->bad = i;
         if (check_master_entry(s, i, exact_slaves, v) != 0 ||
@@ -337,9 +322,9 @@ static int sentinel_wait(tu_sentinel_t *s, int exact_slaves, int timeout_ms,
         return 0;
     tp_err("%s: not done after %d ms: %s", what, timeout_ms, why);
     if (v.bad >= 0)
-        tu_redis_print_log(&s->sent[v.bad], TP_LOG_LINES);
+        tu_redis_print_log(&s->sent.node[v.bad], TP_LOG_LINES);
     if (v.bad_data >= 0)
-        tu_redis_print_log(&s->data[v.bad_data], TP_LOG_LINES);
+        tu_redis_print_log(&s->data.node[v.bad_data], TP_LOG_LINES);
     return -1;
 }
 
@@ -352,12 +337,12 @@ static int wait_replication(tu_sentinel_t *s, double deadline)
     for (;;) {
         int ok = 1;
 
-        if (tp_server_info(&s->data[0], &s->dq[0], "replication",
+        if (tp_server_info(&s->data.node[0], &s->data.q[0], "replication",
                            "connected_slaves", buf, sizeof(buf)) == NULL ||
-            atoi(buf) != s->ndata - 1)
+            atoi(buf) != s->data.n - 1)
             ok = 0;
-        for (j = 1; ok && j < s->ndata; j++) {
-            if (tp_server_info(&s->data[j], &s->dq[j], "replication",
+        for (j = 1; ok && j < s->data.n; j++) {
+            if (tp_server_info(&s->data.node[j], &s->data.q[j], "replication",
                                "master_link_status", buf,
                                sizeof(buf)) == NULL ||
                 strcmp(buf, "up") != 0)
@@ -368,7 +353,7 @@ static int wait_replication(tu_sentinel_t *s, double deadline)
         if (tu_now() > deadline) {
             tp_err("sentinel start: the replicas did not sync with the "
                    "master");
-            tu_redis_print_log(&s->data[0], TP_LOG_LINES);
+            tu_redis_print_log(&s->data.node[0], TP_LOG_LINES);
             return -1;
         }
         tu_sleep_ms(10);
@@ -386,18 +371,16 @@ static tu_sentinel_t *sentinel_new(int replicas, int sentinels,
                                    const tu_sentinel_opts *o)
 {
     tu_sentinel_t *s = calloc(1, sizeof(*s));
-    int i, n;
+    int n;
 
     if (s == NULL) {
         tp_err("sentinel: out of memory");
         return NULL;
     }
-    s->ndata = replicas + 1;
-    s->nsent = sentinels;
-    for (i = 0; i < s->ndata; i++)
-        tp_conn_init(&s->dq[i]);
-    for (i = 0; i < s->nsent; i++)
-        tp_conn_init(&s->sq[i]);
+    tp_nodes_init(&s->data, replicas + 1, "data node");
+    tp_nodes_init(&s->sent, sentinels, "sentinel");
+    s->sent.restarted = sentinel_restarted;
+    s->sent.owner = s;
     s->fast_timers = !o->redis_timers;
     s->down_after_ms = o->down_after_ms > 0 ? o->down_after_ms : 1000;
     s->failover_timeout_ms =
@@ -428,16 +411,16 @@ static int start_data(tu_sentinel_t *s, const tu_sentinel_opts *o,
         return -1;
     memset(&ro, 0, sizeof(ro));
     ro.args = args;
-    for (i = 0; i < s->ndata; i++) {
-        if (tu_redis_start_opts(&s->data[i], &ro) != 0) {
+    for (i = 0; i < s->data.n; i++) {
+        if (tu_redis_start_opts(&s->data.node[i], &ro) != 0) {
             tp_err("sentinel: data node %d did not start", i);
             return -1;
         }
     }
-    snprintf(port0, sizeof(port0), "%d", s->data[0].port);
-    for (i = 1; i < s->ndata; i++)
-        if (tp_cmd_ok(&s->data[i], "node", i, "REPLICAOF", "127.0.0.1", port0,
-                      NULL) != 0)
+    snprintf(port0, sizeof(port0), "%d", s->data.node[0].port);
+    for (i = 1; i < s->data.n; i++)
+        if (tp_cmd_ok(&s->data.node[i], "node", i, "REPLICAOF", "127.0.0.1",
+                      port0, NULL) != 0)
             return -1;
     return wait_replication(s, deadline);
 }
@@ -446,7 +429,7 @@ static int start_data(tu_sentinel_t *s, const tu_sentinel_opts *o,
 static int start_sentinels(tu_sentinel_t *s, const tu_sentinel_opts *o)
 {
     static const char *const sentinel_args[] = { "--sentinel", NULL };
-    int quorum = o->quorum > 0 ? o->quorum : s->nsent / 2 + 1;
+    int quorum = o->quorum > 0 ? o->quorum : s->sent.n / 2 + 1;
     char conf[1024];
     tu_redis_opts ro;
     int n, i;
@@ -457,8 +440,8 @@ static int start_sentinels(tu_sentinel_t *s, const tu_sentinel_opts *o)
                  "sentinel down-after-milliseconds %s %d\n"
                  "sentinel failover-timeout %s %d\n"
                  "sentinel parallel-syncs %s 1\n",
-                 s->name, s->data[0].port, quorum, s->name, s->down_after_ms,
-                 s->name, s->failover_timeout_ms, s->name);
+                 s->name, s->data.node[0].port, quorum, s->name,
+                 s->down_after_ms, s->name, s->failover_timeout_ms, s->name);
     if (n <= 0 || (size_t)n >= sizeof(conf)) {
         tp_err("sentinel: config too long");
         return -1;
@@ -466,8 +449,8 @@ static int start_sentinels(tu_sentinel_t *s, const tu_sentinel_opts *o)
     memset(&ro, 0, sizeof(ro));
     ro.conf = conf;
     ro.args = sentinel_args;
-    for (i = 0; i < s->nsent; i++) {
-        if (tu_redis_start_opts(&s->sent[i], &ro) != 0) {
+    for (i = 0; i < s->sent.n; i++) {
+        if (tu_redis_start_opts(&s->sent.node[i], &ro) != 0) {
             tp_err("sentinel: sentinel %d did not start", i);
             return -1;
         }
@@ -480,7 +463,7 @@ static int start_sentinels(tu_sentinel_t *s, const tu_sentinel_opts *o)
 /* s->url: every sentinel, then the master name. */
 static int sentinel_url(tu_sentinel_t *s)
 {
-    char *list = tp_make_url("redis-sentinel://", s->sent, s->nsent, "");
+    char *list = tp_make_url("redis-sentinel://", &s->sent, s->sent.n, "");
     size_t len;
 
     if (list != NULL) {
@@ -527,14 +510,14 @@ fail:
     return NULL;
 }
 
-int tu_sentinel_nodes(const tu_sentinel_t *s)
+tu_nodes_t *tu_sentinel_data(tu_sentinel_t *s)
 {
-    return s != NULL ? s->ndata : -1;
+    return s != NULL ? &s->data : NULL;
 }
 
-int tu_sentinel_count(const tu_sentinel_t *s)
+tu_nodes_t *tu_sentinel_sentinels(tu_sentinel_t *s)
 {
-    return s != NULL ? s->nsent : -1;
+    return s != NULL ? &s->sent : NULL;
 }
 
 const char *tu_sentinel_name(const tu_sentinel_t *s)
@@ -547,57 +530,6 @@ const char *tu_sentinel_url(const tu_sentinel_t *s)
     return s != NULL ? s->url : NULL;
 }
 
-int tu_sentinel_port(const tu_sentinel_t *s, int node)
-{
-    return valid_data(s, node) ? s->data[node].port : -1;
-}
-
-pid_t tu_sentinel_pid(const tu_sentinel_t *s, int node)
-{
-    return valid_data(s, node) ? s->data[node].pid : -1;
-}
-
-tu_redis_t *tu_sentinel_node(tu_sentinel_t *s, int node)
-{
-    return valid_data(s, node) ? &s->data[node] : NULL;
-}
-
-int tu_sentinel_sentinel_port(const tu_sentinel_t *s, int i)
-{
-    return valid_sent(s, i) ? s->sent[i].port : -1;
-}
-
-tu_redis_t *tu_sentinel_sentinel(tu_sentinel_t *s, int i)
-{
-    return valid_sent(s, i) ? &s->sent[i] : NULL;
-}
-
-static redisReply *member_cmd(tu_sentinel_t *s, int sent, int i,
-                              const char *arg0, va_list ap)
-{
-    struct tp_conn *q;
-    tu_redis_t *r = member(s, sent, i, &q, "sentinel command");
-
-    return r ? tp_cmd_va(r, arg0, ap) : NULL;
-}
-
-/* tu_sentinel_cmd and tu_sentinel_scmd: one body, to data node i (sent 0)
- * or to sentinel i (sent 1). */
-#define MEMBER_CMD(name, sent)                                               \
-    redisReply *name(tu_sentinel_t *s, int i, const char *arg0, ...)         \
-    {                                                                        \
-        redisReply *x;                                                       \
-        va_list ap;                                                          \
-                                                                             \
-        va_start(ap, arg0);                                                  \
-        x = member_cmd(s, sent, i, arg0, ap);                                \
-        va_end(ap);                                                          \
-        return x;                                                            \
-    }
-
-MEMBER_CMD(tu_sentinel_cmd, 0)
-MEMBER_CMD(tu_sentinel_scmd, 1)
-
 int tu_sentinel_master(tu_sentinel_t *s)
 {
     char why[256];
@@ -606,18 +538,6 @@ int tu_sentinel_master(tu_sentinel_t *s)
     if (s == NULL)
         return -1;
     return agreed_master(s, why, sizeof(why), &bad);
-}
-
-const char *tu_sentinel_role(tu_sentinel_t *s, int node)
-{
-    return valid_data(s, node) ? tp_role_of(&s->data[node], &s->dq[node])
-                               : NULL;
-}
-
-int tu_sentinel_master_of(tu_sentinel_t *s, int node)
-{
-    return valid_data(s, node) ? tp_master_of(s->data, s->dq, s->ndata, node)
-                               : -1;
 }
 
 /* The new master once the sentinels agree on one other than old, and it
@@ -631,7 +551,8 @@ static int poll_new_master(tu_sentinel_t *s, int old, double deadline,
         int m = agreed_master(s, why, whylen, &bad);
 
         if (m >= 0 && m != old) {
-            if (tp_node_role(&s->data[m], &s->dq[m], NULL, NULL, 0) == 'M')
+            if (tp_node_role(&s->data.node[m], &s->data.q[m], NULL, NULL,
+                             0) == 'M')
                 return m;
             hx_why(why, whylen,
                    "the sentinels report node %d, which "
@@ -648,12 +569,10 @@ static int poll_new_master(tu_sentinel_t *s, int old, double deadline,
 
 static void print_sentinel_log(tu_sentinel_t *s)
 {
-    for (int i = 0; i < s->nsent; i++) {
-        if (tp_usable(&s->sent[i])) {
-            tu_redis_print_log(&s->sent[i], TP_LOG_LINES);
-            return;
-        }
-    }
+    int i = tp_first_usable(&s->sent);
+
+    if (i >= 0)
+        tu_redis_print_log(&s->sent.node[i], TP_LOG_LINES);
 }
 
 int tu_sentinel_wait_new_master(tu_sentinel_t *s, int old, int timeout_ms)
@@ -683,13 +602,13 @@ static int request_failover(tu_sentinel_t *s, double deadline, int again)
         redisReply *x;
         int retry;
 
-        while (i < s->nsent && !tp_usable(&s->sent[i]))
+        while (i < s->sent.n && !tp_usable(&s->sent.node[i]))
             i++;
-        if (i >= s->nsent) {
+        if (i >= s->sent.n) {
             tp_err("failover: no sentinel running");
             return -1;
         }
-        x = tp_act(&s->sent[i],
+        x = tp_act(&s->sent.node[i],
                    (const char *[]){ "SENTINEL", "FAILOVER", s->name, NULL });
         if (tp_reply_ok(x) ||
             (again && x != NULL && x->type == REDIS_REPLY_ERROR &&
@@ -705,7 +624,7 @@ static int request_failover(tu_sentinel_t *s, double deadline, int again)
                    tp_reply_err(x));
             if (x != NULL)
                 freeReplyObject(x);
-            tu_redis_print_log(&s->sent[i], TP_LOG_LINES);
+            tu_redis_print_log(&s->sent.node[i], TP_LOG_LINES);
             return -1;
         }
         freeReplyObject(x);
@@ -757,83 +676,9 @@ int tu_sentinel_failover(tu_sentinel_t *s, int timeout_ms)
     return -1;
 }
 
-int tu_sentinel_wait_role(tu_sentinel_t *s, int node, const char *role,
-                          int timeout_ms)
-{
-    double deadline = tu_now() + timeout_ms / 1000.0;
-    const char *now = NULL;
-
-    if (!valid_data(s, node) || role == NULL ||
-        (strcmp(role, "master") != 0 && strcmp(role, "slave") != 0)) {
-        tp_err("wait_role: bad node %d or role", node);
-        return -1;
-    }
-    for (;;) {
-        now = tp_role_of(&s->data[node], &s->dq[node]);
-        if (now != NULL && strcmp(now, role) == 0)
-            return 0;
-        if (tu_now() > deadline)
-            break;
-        tu_sleep_ms(TP_POLL_MS);
-    }
-    tp_err("wait_role: node %d is %s after %d ms, not %s", node,
-           now ? now : "not answering", timeout_ms, role);
-    tu_redis_print_log(&s->data[node], TP_LOG_LINES);
-    return -1;
-}
-
 int tu_sentinel_wait_ok(tu_sentinel_t *s, int timeout_ms)
 {
     if (s == NULL)
         return -1;
     return sentinel_wait(s, 0, timeout_ms, "sentinel wait_ok");
-}
-
-static int member_signal(tu_sentinel_t *s, int sent, int i, int sig)
-{
-    struct tp_conn *q;
-    tu_redis_t *r = member(s, sent, i, &q, "signal");
-
-    return r ? tp_signal_node(r, q, sig, sent ? "sentinel" : "data node", i)
-             : -1;
-}
-
-static int member_restart(tu_sentinel_t *s, int sent, int i)
-{
-    struct tp_conn *q;
-    tu_redis_t *r = member(s, sent, i, &q, "restart");
-
-    return r ? tp_restart_node(r, q) : -1;
-}
-
-int tu_sentinel_signal(tu_sentinel_t *s, int node, int sig)
-{
-    return member_signal(s, 0, node, sig);
-}
-
-int tu_sentinel_kill(tu_sentinel_t *s, int node)
-{
-    return member_signal(s, 0, node, SIGKILL);
-}
-
-int tu_sentinel_restart(tu_sentinel_t *s, int node)
-{
-    return member_restart(s, 0, node);
-}
-
-int tu_sentinel_sentinel_signal(tu_sentinel_t *s, int i, int sig)
-{
-    return member_signal(s, 1, i, sig);
-}
-
-int tu_sentinel_sentinel_kill(tu_sentinel_t *s, int i)
-{
-    return member_signal(s, 1, i, SIGKILL);
-}
-
-int tu_sentinel_sentinel_restart(tu_sentinel_t *s, int i)
-{
-    if (member_restart(s, 1, i) != 0)
-        return -1;
-    return sentinel_debug(s, i);
 }

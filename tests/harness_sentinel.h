@@ -65,9 +65,12 @@ tu_sentinel_t *tu_sentinel_start(int replicas, int sentinels,
  * forked child it does nothing. */
 void tu_sentinel_stop(tu_sentinel_t *s);
 
-/* Number of data nodes (1 + replicas) and of sentinels. */
-int tu_sentinel_nodes(const tu_sentinel_t *s);
-int tu_sentinel_count(const tu_sentinel_t *s);
+/* The data nodes (1 + replicas; node 0 the first master) and the
+ * sentinels, for the tu_node_ calls of harness_topo.h (port, pid,
+ * commands, ROLE, signals, kill, restart).  A restarted sentinel reads its
+ * rewritten config and gets the shortened timers again.  NULL for NULL. */
+tu_nodes_t *tu_sentinel_data(tu_sentinel_t *s);
+tu_nodes_t *tu_sentinel_sentinels(tu_sentinel_t *s);
 
 /* The master name the sentinels monitor ("distlock" by default). */
 const char *tu_sentinel_name(const tu_sentinel_t *s);
@@ -76,36 +79,10 @@ const char *tu_sentinel_name(const tu_sentinel_t *s);
  * in index order, then the master name.  Owned by s. */
 const char *tu_sentinel_url(const tu_sentinel_t *s);
 
-/* Data node port / pid (0 if killed) / harness server; -1 / NULL for a
- * bad index. */
-int tu_sentinel_port(const tu_sentinel_t *s, int node);
-pid_t tu_sentinel_pid(const tu_sentinel_t *s, int node);
-tu_redis_t *tu_sentinel_node(tu_sentinel_t *s, int node);
-
-/* Sentinel process i: port / harness server (SENTINEL commands: use
- * tu_sentinel_scmd).  -1 / NULL for a bad index. */
-int tu_sentinel_sentinel_port(const tu_sentinel_t *s, int i);
-tu_redis_t *tu_sentinel_sentinel(tu_sentinel_t *s, int i);
-
-/* One command to data node `node` / to sentinel i, NULL-terminated
- * arguments, as tu_cluster_cmd. */
-redisReply *tu_sentinel_cmd(tu_sentinel_t *s, int node, const char *arg0,
-                            ...) TU_SENTINEL TU_WARN_UNUSED;
-redisReply *tu_sentinel_scmd(tu_sentinel_t *s, int i, const char *arg0,
-                             ...) TU_SENTINEL TU_WARN_UNUSED;
-
 /* Index of the data node every live sentinel reports as the master
  * (SENTINEL GET-MASTER-ADDR-BY-NAME); -1 if they do not all agree, or on
  * error.  No message for a disagreement (it is a normal state). */
 int tu_sentinel_master(tu_sentinel_t *s);
-
-/* The data node's role now, from ROLE: "master" or "slave"; NULL if it
- * does not answer.  A static string. */
-const char *tu_sentinel_role(tu_sentinel_t *s, int node);
-
-/* For a data node that is a replica now, the index of the node it
- * replicates from (ROLE); -1 otherwise. */
-int tu_sentinel_master_of(tu_sentinel_t *s, int node);
 
 /*
  * SENTINEL FAILOVER <name> (to the first live sentinel; retried while it
@@ -114,8 +91,18 @@ int tu_sentinel_master_of(tu_sentinel_t *s, int node);
  * -1.  The old master stays up and is still a master until the sentinels
  * turn it into a replica (4 x publish-period after the switch: ~4 s with
  * the default timers, 8 s and more with Redis's): wait for that with
- * tu_sentinel_wait_role(old, "slave") or tu_sentinel_wait_ok if it
+ * tu_node_wait_role(data, old, "slave") or tu_sentinel_wait_ok if it
  * matters.
+ *
+ * An old master that comes back - continued after SIGSTOP, or restarted
+ * with tu_node_restart after a kill (empty, no persistence) - still says
+ * it is a master.  The sentinels listed it as a replica of the new master
+ * when they switched; once it has reported master for 4 x publish-period
+ * (~4 s with our timers; 8 s plus up to an INFO period of 10 s with
+ * Redis's) and has not been down for as long, a sentinel sends it
+ * REPLICAOF <new master> ("+convert-to-slave" in the sentinel's log), it
+ * resyncs and from then on reports role slave (tu_node_wait_role).  Until
+ * then there are two masters, as in production.
  */
 int tu_sentinel_failover(tu_sentinel_t *s, int timeout_ms);
 
@@ -127,23 +114,6 @@ int tu_sentinel_failover(tu_sentinel_t *s, int timeout_ms);
 int tu_sentinel_wait_new_master(tu_sentinel_t *s, int old, int timeout_ms);
 
 /*
- * Wait until data node `node` reports role ("master" or "slave") in ROLE.
- * 0 / -1.
- *
- * An old master that comes back - continued after SIGSTOP, or restarted
- * with tu_sentinel_restart after a kill (empty, no persistence) - still
- * says it is a master.  The sentinels listed it as a replica of the new
- * master when they switched; once it has reported master for 4 x
- * publish-period (~4 s with our timers; 8 s plus up to an INFO period of
- * 10 s with Redis's) and has not been down for as long, a sentinel sends it
- * REPLICAOF <new master> ("+convert-to-slave" in the sentinel's log), it
- * resyncs and from then on reports role slave.  Until then there are two
- * masters, as in production.
- */
-int tu_sentinel_wait_role(tu_sentinel_t *s, int node, const char *role,
-                          int timeout_ms);
-
-/*
  * Wait until the topology is settled: every live sentinel agrees on the
  * master, which is live and says master; it sees it flagged plain
  * "master" (no failover in progress), sentinels - 1 other sentinels, and
@@ -152,19 +122,6 @@ int tu_sentinel_wait_role(tu_sentinel_t *s, int node, const char *role,
  * 0 / -1.
  */
 int tu_sentinel_wait_ok(tu_sentinel_t *s, int timeout_ms);
-
-/* Data nodes: kill(pid, sig) (SIGSTOP / SIGCONT wait as tu_cluster_signal
- * does), SIGKILL + reap, restart on the same port (empty data, as a master;
- * see tu_sentinel_wait_role for what the sentinels do with it).  0 / -1. */
-int tu_sentinel_signal(tu_sentinel_t *s, int node, int sig);
-int tu_sentinel_kill(tu_sentinel_t *s, int node);
-int tu_sentinel_restart(tu_sentinel_t *s, int node);
-
-/* The same for sentinel i (a restarted sentinel reads its rewritten config
- * and gets the shortened timers again). */
-int tu_sentinel_sentinel_signal(tu_sentinel_t *s, int i, int sig);
-int tu_sentinel_sentinel_kill(tu_sentinel_t *s, int i);
-int tu_sentinel_sentinel_restart(tu_sentinel_t *s, int i);
 
 #ifdef __cplusplus
 }

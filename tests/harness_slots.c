@@ -38,10 +38,10 @@ static int setslot(tu_cluster_t *c, int node, int slot, const char *sub,
 
     snprintf(s, sizeof(s), "%d", slot);
     if (target < 0)
-        return tp_cmd_ok(&c->node[node], "node", node, "CLUSTER", "SETSLOT",
-                         s, sub, NULL);
-    return tp_cmd_ok(&c->node[node], "node", node, "CLUSTER", "SETSLOT", s,
-                     sub, c->id[target], NULL);
+        return tp_cmd_ok(&c->nodes.node[node], "node", node, "CLUSTER",
+                         "SETSLOT", s, sub, NULL);
+    return tp_cmd_ok(&c->nodes.node[node], "node", node, "CLUSTER", "SETSLOT",
+                     s, sub, c->id[target], NULL);
 }
 
 /*
@@ -56,7 +56,7 @@ static int migrate_keys(tu_cluster_t *c, int slot, int from, int to, int max)
     int moved = 0;
 
     snprintf(slot_s, sizeof(slot_s), "%d", slot);
-    snprintf(port_s, sizeof(port_s), "%d", c->node[to].port);
+    snprintf(port_s, sizeof(port_s), "%d", c->nodes.node[to].port);
     while (max < 0 || moved < max) {
         int want = TP_MIGRATE_BATCH, argc = 0;
         const char **argv;
@@ -67,7 +67,7 @@ static int migrate_keys(tu_cluster_t *c, int slot, int from, int to, int max)
         if (max >= 0 && max - moved < want)
             want = max - moved;
         snprintf(count_s, sizeof(count_s), "%d", want);
-        keys = tp_query(&c->node[from], &c->q[from], "CLUSTER",
+        keys = tp_query(&c->nodes.node[from], &c->nodes.q[from], "CLUSTER",
                         "GETKEYSINSLOT", slot_s, count_s, NULL);
         if (keys == NULL || keys->type != REDIS_REPLY_ARRAY) {
             tp_err("GETKEYSINSLOT %d on node %d: %s", slot, from,
@@ -99,7 +99,7 @@ static int migrate_keys(tu_cluster_t *c, int slot, int from, int to, int max)
             lens[argc] = keys->element[i]->len;
             argv[argc++] = keys->element[i]->str;
         }
-        x = tp_fresh_cmdv(&c->node[from], argc, argv, lens, 1);
+        x = tp_fresh_cmdv(&c->nodes.node[from], argc, argv, lens, 1);
         free(argv);
         free(lens);
         if (!tp_reply_ok(x)) {
@@ -124,7 +124,8 @@ static int check_target(tu_cluster_t *c, int slot, int to, const char *what)
         tp_err("%s: bad slot %d or node %d", what, slot, to);
         return -1;
     }
-    if (tp_node_role(&c->node[to], &c->q[to], NULL, NULL, 0) != 'M') {
+    if (tp_node_role(&c->nodes.node[to], &c->nodes.q[to], NULL, NULL, 0) !=
+        'M') {
         tp_err("%s: node %d is not a live master", what, to);
         return -1;
     }
@@ -167,7 +168,7 @@ static int migrate_finish(tu_cluster_t *c, int slot, int from, int to)
         redisReply *x;
 
         snprintf(s, sizeof(s), "%d", slot);
-        x = tp_act(&c->node[from],
+        x = tp_act(&c->nodes.node[from],
                    (const char *[]){ "CLUSTER", "SETSLOT", s, "NODE",
                                      c->id[to], NULL });
         if (tp_reply_ok(x)) {
@@ -186,9 +187,10 @@ static int migrate_finish(tu_cluster_t *c, int slot, int from, int to)
         }
         freeReplyObject(x);
     }
-    for (i = 0; i < c->n; i++) {
+    for (i = 0; i < c->nodes.n; i++) {
         if (i == to || i == from ||
-            tp_node_role(&c->node[i], &c->q[i], NULL, NULL, 0) != 'M')
+            tp_node_role(&c->nodes.node[i], &c->nodes.q[i], NULL, NULL, 0) !=
+                'M')
             continue;
         if (setslot(c, i, slot, "NODE", to) != 0)
             return -1;
@@ -244,8 +246,8 @@ int tu_cluster_migrate_key(tu_cluster_t *c, const char *key)
         tp_err("migrate_key: slot %d of \"%s\" is not migrating", slot, key);
         return -1;
     }
-    snprintf(port_s, sizeof(port_s), "%d", c->node[m->to].port);
-    x = tp_act(&c->node[m->from],
+    snprintf(port_s, sizeof(port_s), "%d", c->nodes.node[m->to].port);
+    x = tp_act(&c->nodes.node[m->from],
                (const char *[]){ "MIGRATE", "127.0.0.1", port_s, key, "0",
                                  "5000", "REPLACE", NULL });
     if (tp_reply_ok(x))

@@ -1,7 +1,8 @@
 /*
  * harness_topo: what the Cluster and Sentinel harnesses share: live-node
  * checks, fresh and cached connections, replies, ROLE and INFO, signals,
- * and the registry that stops every topology at exit (harness_int.h).
+ * the tables of nodes with the tu_node_ calls (harness_topo.h), and the
+ * registry that stops every topology at exit (harness_int.h).
  *
  * Every server is a harness server (tu_redis_start_opts), so start-up
  * checks (pid over both endpoints, another port when one is taken),
@@ -413,33 +414,157 @@ const char *tp_role_of(tu_redis_t *r, struct tp_conn *q)
     return tp_role_name(tp_node_role(r, q, NULL, NULL, 0));
 }
 
-int tp_by_port(const tu_redis_t *nodes, int n, int port)
+/* ------------------------------------------------------------------------ */
+/* Tables of nodes                                                          */
+/* ------------------------------------------------------------------------ */
+
+void tp_nodes_init(struct tu_nodes *t, int n, const char *what)
 {
     int i;
 
+    t->n = n;
+    t->what = what;
     for (i = 0; i < n; i++)
-        if (nodes[i].port == port)
+        tp_conn_init(&t->q[i]);
+}
+
+void tp_nodes_stop(struct tu_nodes *t)
+{
+    int i;
+
+    for (i = 0; i < t->n; i++) {
+        tu_redis_stop(&t->node[i]);
+        tp_conn_destroy(&t->q[i]);
+    }
+}
+
+tu_redis_t *tp_node_at(struct tu_nodes *t, int i, const char *op)
+{
+    if (!tp_node_ok(t, i)) {
+        tp_err("%s: no %s %d", op, t != NULL ? t->what : "node", i);
+        return NULL;
+    }
+    return &t->node[i];
+}
+
+int tp_by_port(const struct tu_nodes *t, int port)
+{
+    int i;
+
+    for (i = 0; i < t->n; i++)
+        if (t->node[i].port == port)
             return i;
     return -1;
 }
 
-int tp_master_of(tu_redis_t *nodes, struct tp_conn *q, int n, int i)
+int tp_master_of(struct tu_nodes *t, int i)
 {
     int mport;
 
-    if (tp_node_role(&nodes[i], &q[i], &mport, NULL, 0) != 'S')
+    if (tp_node_role(&t->node[i], &t->q[i], &mport, NULL, 0) != 'S')
         return -1;
-    return tp_by_port(nodes, n, mport);
+    return tp_by_port(t, mport);
 }
 
-void tp_nodes_stop(tu_redis_t *nodes, struct tp_conn *q, int n)
+int tp_first_usable(struct tu_nodes *t)
 {
     int i;
 
-    for (i = 0; i < n; i++) {
-        tu_redis_stop(&nodes[i]);
-        tp_conn_destroy(&q[i]);
+    for (i = 0; i < t->n; i++)
+        if (tp_usable(&t->node[i]))
+            return i;
+    return -1;
+}
+
+/* The accessors of harness_topo.h: every kind of node alike. */
+
+int tu_nodes_count(const tu_nodes_t *t)
+{
+    return t != NULL ? t->n : -1;
+}
+
+int tu_node_port(const tu_nodes_t *t, int i)
+{
+    return tp_node_ok(t, i) ? t->node[i].port : -1;
+}
+
+pid_t tu_node_pid(const tu_nodes_t *t, int i)
+{
+    return tp_node_ok(t, i) ? t->node[i].pid : -1;
+}
+
+tu_redis_t *tu_node_server(tu_nodes_t *t, int i)
+{
+    return tp_node_ok(t, i) ? &t->node[i] : NULL;
+}
+
+redisReply *tu_node_cmd(tu_nodes_t *t, int i, const char *arg0, ...)
+{
+    tu_redis_t *r = tp_node_at(t, i, "command");
+    redisReply *x;
+    va_list ap;
+
+    if (r == NULL)
+        return NULL;
+    va_start(ap, arg0);
+    x = tp_cmd_va(r, arg0, ap);
+    va_end(ap);
+    return x;
+}
+
+const char *tu_node_role(tu_nodes_t *t, int i)
+{
+    return tp_node_ok(t, i) ? tp_role_of(&t->node[i], &t->q[i]) : NULL;
+}
+
+int tu_node_master_of(tu_nodes_t *t, int i)
+{
+    return tp_node_ok(t, i) ? tp_master_of(t, i) : -1;
+}
+
+int tu_node_wait_role(tu_nodes_t *t, int i, const char *role, int timeout_ms)
+{
+    double deadline = tu_now() + timeout_ms / 1000.0;
+    const char *now = NULL;
+
+    if (!tp_node_ok(t, i) || role == NULL ||
+        (strcmp(role, "master") != 0 && strcmp(role, "slave") != 0)) {
+        tp_err("wait_role: bad node %d or role", i);
+        return -1;
     }
+    for (;;) {
+        now = tp_role_of(&t->node[i], &t->q[i]);
+        if (now != NULL && strcmp(now, role) == 0)
+            return 0;
+        if (tu_now() > deadline)
+            break;
+        tu_sleep_ms(TP_POLL_MS);
+    }
+    tp_err("wait_role: %s %d is %s after %d ms, not %s", t->what, i,
+           now ? now : "not answering", timeout_ms, role);
+    tu_redis_print_log(&t->node[i], TP_LOG_LINES);
+    return -1;
+}
+
+int tu_node_signal(tu_nodes_t *t, int i, int sig)
+{
+    tu_redis_t *r = tp_node_at(t, i, "signal");
+
+    return r != NULL ? tp_signal_node(r, &t->q[i], sig, t->what, i) : -1;
+}
+
+int tu_node_kill(tu_nodes_t *t, int i)
+{
+    return tu_node_signal(t, i, SIGKILL);
+}
+
+int tu_node_restart(tu_nodes_t *t, int i)
+{
+    tu_redis_t *r = tp_node_at(t, i, "restart");
+
+    if (r == NULL || tp_restart_node(r, &t->q[i]) != 0)
+        return -1;
+    return t->restarted != NULL ? t->restarted(t->owner, i) : 0;
 }
 
 double tp_start_deadline(int start_timeout_ms)
@@ -471,7 +596,7 @@ int tp_append_args(const char **args, int nargs, int cap,
     return nargs;
 }
 
-char *tp_make_url(const char *scheme, const tu_redis_t *nodes, int n,
+char *tp_make_url(const char *scheme, const struct tu_nodes *t, int n,
                   const char *suffix)
 {
     size_t cap = strlen(scheme) + strlen(suffix) + (size_t)n * 24 + 1;
@@ -484,7 +609,7 @@ char *tp_make_url(const char *scheme, const tu_redis_t *nodes, int n,
     len = (size_t)snprintf(url, cap, "%s", scheme);
     for (i = 0; i < n; i++)
         len += (size_t)snprintf(url + len, cap - len, "%s127.0.0.1:%d",
-                                i > 0 ? "," : "", nodes[i].port);
+                                i > 0 ? "," : "", t->node[i].port);
     snprintf(url + len, cap - len, "%s", suffix);
     return url;
 }

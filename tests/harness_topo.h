@@ -26,18 +26,18 @@
  *   PR_SET_PDEATHSIG SIGKILL and die with the test even on abort().  An
  *   atexit handler stops every topology still running (the server
  *   harness's own one kills any server left), so a failed assertion leaks nothing but, after
- *   a crash that skips atexit, the temp dirs.  Admin commands (tu_*_cmd and
+ *   a crash that skips atexit, the temp dirs.  Admin commands (tu_node_cmd and
  *   everything topo sends itself) go over the unix sockets; the ports and
  *   URLs are what the library under test connects to.
  *
  * Connections
- *   tu_*_cmd open a fresh connection per command: nothing cached that a
+ *   tu_node_cmd opens a fresh connection per command: nothing cached that a
  *   kill, a restart or a sentinel could leave broken.  Mind that a sentinel
  *   kills the clients of every node it promotes or reconfigures (CLIENT
- *   KILL TYPE normal): the server harness's tu_cmd on tu_sentinel_node()
+ *   KILL TYPE normal): the server harness's tu_cmd on tu_node_server()
  *   keeps a cached connection, so its first command on such a node after a
  *   failover fails (NULL and a "Broken pipe"/"Connection reset" line) - use
- *   tu_sentinel_cmd there.  The same holds for the library under test:
+ *   tu_node_cmd there.  The same holds for the library under test:
  *   after a Sentinel failover, expect connection errors from the nodes
  *   involved, not only from the old master.  topo's own polling uses
  *   connections of its own (retried once after such an error), never
@@ -50,24 +50,24 @@
  *   replicas of master k are nodes masters + k*replicas_per_master + j.
  *   Sentinel: data node 0 is the first master, 1 .. replicas its replicas;
  *   sentinel processes are numbered 0 .. sentinels-1 separately.
- *   Indexes never change; roles do (failovers).  Ask with tu_cluster_role /
+ *   Indexes never change; roles do (failovers).  Ask with tu_node_role /
  *   tu_sentinel_master, do not assume.
  *
  * Which nodes are "live"
- *   A node that was killed (tu_*_kill) or is stopped (SIGSTOP, however it
+ *   A node that was killed (tu_node_kill) or is stopped (SIGSTOP, however it
  *   was sent: /proc says so) is skipped by every wait and by the functions
  *   that ask "a node" something; they only talk to live nodes.  Commands
- *   sent explicitly (tu_*_cmd) to a stopped node time out after 1 s and
+ *   sent explicitly (tu_node_cmd) to a stopped node time out after 1 s and
  *   return NULL.
  *
  * Threads and fork
- *   Read-only calls - tu_*_cmd, tu_cluster_cmd_asking, the accessors (size,
- *   port, pid, node id, url, name), tu_*_role, tu_*_master_of,
+ *   Read-only calls - tu_node_cmd, tu_cluster_cmd_asking, the accessors
+ *   (count, port, pid, node id, url, name), tu_node_role, tu_node_master_of,
  *   tu_sentinel_master, tu_cluster_keyslot, tu_cluster_slot_owner,
  *   tu_cluster_redirect - may be called from any thread, also while another
  *   thread runs a wait, a migration or a signal (they use fresh
  *   connections or topo's locked ones), but not while the same node is
- *   being restarted, killed or stopped (tu_*_restart / _kill / _stop
+ *   being restarted, killed or stopped (tu_node_restart / _kill / _signal
  *   rewrite its tu_redis_t).  All other calls on one topology must not run
  *   concurrently with each other; tu_*_stop must be the last call.  A
  *   forked child may use the read-only calls (fresh connections);
@@ -86,7 +86,7 @@
  *   cluster failover, SIGKILL or SIGSTOP of a master (node timeout 1000 ms,
  *       until tu_cluster_wait_promoted returns):       2.2-2.9 s
  *   cluster: killed master restarted until it is a replica and the cluster
- *       is ok (tu_cluster_restart + tu_cluster_wait_ok): ~0.1 s;
+ *       is ok (tu_node_restart + tu_cluster_wait_ok): ~0.1 s;
  *       stopped one continued (SIGCONT):                ~0.5 s
  *   cluster: CLUSTER FAILOVER (tu_cluster_failover):    0.2-0.5 s
  *   cluster: slot move with a few keys:                 < 0.05 s
@@ -111,5 +111,90 @@
 
 /* Most nodes one topology may have (data nodes; sentinels separately). */
 #define TU_TOPO_MAX_NODES 64
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/*
+ * A table of one topology's servers, indexed from 0: a cluster's nodes
+ * (tu_cluster_nodes), a Sentinel setup's data nodes (tu_sentinel_data) or
+ * its sentinels (tu_sentinel_sentinels).  Owned by the topology, valid
+ * until its tu_*_stop; the same pointer for the topology's whole life.
+ * The calls below work alike on every kind of node and take NULL (the
+ * table of a NULL topology) as a table with no node.
+ */
+typedef struct tu_nodes tu_nodes_t;
+
+/* Number of nodes in the table; -1 for NULL. */
+int tu_nodes_count(const tu_nodes_t *t);
+
+/* Node i's TCP port on 127.0.0.1; -1 for a bad index.  Ports never change,
+ * not even across tu_node_restart. */
+int tu_node_port(const tu_nodes_t *t, int i);
+
+/* Node i's pid; 0 if it was killed (and not restarted), -1 bad index. */
+pid_t tu_node_pid(const tu_nodes_t *t, int i);
+
+/* The underlying harness server (for tu_cmd_int, tu_cmd_str...).  Do not
+ * stop, restart or kill it behind topo's back: use tu_node_kill and the
+ * like.  NULL for a bad index. */
+tu_redis_t *tu_node_server(tu_nodes_t *t, int i);
+
+/*
+ * Send one command to node i (no redirection is followed), given as a
+ * NULL-terminated list of strings like tu_cmd (binary-safe, no format):
+ *   redisReply *x = tu_node_cmd(tu_cluster_nodes(c), 1, "SET", key, "v",
+ *                               NULL);
+ * On a fresh connection (unix socket, 1 s timeouts).  Returns the reply,
+ * error replies included (a cluster's MOVED/ASK arrive as
+ * REDIS_REPLY_ERROR "MOVED <slot> 127.0.0.1:<port>"), for the caller to
+ * freeReplyObject(); NULL (and a line on stderr) on I/O failure or if the
+ * node is not running.
+ */
+redisReply *tu_node_cmd(tu_nodes_t *t, int i, const char *arg0,
+                        ...) TU_SENTINEL TU_WARN_UNUSED;
+
+/* Node i's role now, from ROLE: "master" or "slave"; NULL if it does not
+ * answer (killed, stopped), answers something else (a sentinel) or on
+ * error.  A static string. */
+const char *tu_node_role(tu_nodes_t *t, int i);
+
+/* For a node that is a replica now (ROLE), the index in the same table of
+ * the node it replicates from; -1 otherwise. */
+int tu_node_master_of(tu_nodes_t *t, int i);
+
+/* Wait until node i reports role ("master" or "slave") in ROLE.  0 / -1.
+ * (An old master of a Sentinel setup that comes back: see
+ * tu_sentinel_failover for when it turns into a replica.) */
+int tu_node_wait_role(tu_nodes_t *t, int i, const char *role, int timeout_ms);
+
+/*
+ * kill(pid, sig).  For SIGSTOP it returns once the process is stopped, for
+ * SIGCONT once it runs again (/proc), so the next call sees it that way.
+ * A stopped master is, for the cluster and for the sentinels, a failing
+ * one: after the node timeout (down-after) a replica takes over just as
+ * after a kill.  0, or -1 if the node is not running.
+ */
+int tu_node_signal(tu_nodes_t *t, int i, int sig);
+
+/* SIGKILL the node and reap it (a crash).  Its dir, port and config files
+ * are kept for tu_node_restart.  0 / -1. */
+int tu_node_kill(tu_nodes_t *t, int i);
+
+/*
+ * Start a killed node again on the same port with its config (stopping it
+ * first if it runs), empty data.  Returns when it answers (as our child);
+ * what the topology then makes of it is the topology's: a cluster takes a
+ * former master back as a replica of the node that took over its slots
+ * (tu_cluster_wait_ok waits for that), sentinels turn a returning old
+ * master into a replica (tu_node_wait_role), a restarted sentinel gets the
+ * shortened timers again.  0 / -1.
+ */
+int tu_node_restart(tu_nodes_t *t, int i);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* DISTLOCK_HARNESS_TOPO_H */

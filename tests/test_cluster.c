@@ -28,13 +28,8 @@
 #define MASTERS     3
 
 static tu_cluster_t *C;
+static tu_nodes_t *N; /* C's nodes */
 static int g_seq;
-
-static redisReply *ha_node_cmd(void *topo, int node, const char *verb,
-                               const char *key)
-{
-    return tu_cluster_cmd(topo, node, verb, key, NULL);
-}
 
 /* PTTL on a node importing key's slot (ASKING first). */
 static long long node_pttl_asking(void *topo, int node, const char *key)
@@ -63,6 +58,7 @@ static int setup(void **state)
 
     (void)state;
     C = tu_cluster_start(MASTERS, 1, NULL);
+    N = tu_cluster_nodes(C);
     return C != NULL ? fx_apply(tu_cluster_url(C), &settings) : -1;
 }
 
@@ -165,9 +161,9 @@ static void test_locks_on_every_master(void **state)
         }
         assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
         assert_int_equal(dist_mutex_lock(&m), 0);
-        assert_int_equal(node_exists(C, master, name), 1);
+        assert_int_equal(node_exists(N, master, name), 1);
         snprintf(k, sizeof k, "redisson_lock_token:{%s}", name);
-        assert_int_equal(node_exists(C, master, k), 1);
+        assert_int_equal(node_exists(N, master, k), 1);
         t = handoff(name, HA_MUTEX, &m);
         fprintf(stderr, "    master %d: mutex hand-off %.4f s\n", master, t);
         assert_dbl_range(t, 0, slack(1.5)); /* not the 10 s lease */
@@ -206,11 +202,11 @@ static void test_moved_after_reshard(void **state)
     (void)state;
     to = 1;
     assert_int_equal(tu_cluster_move_slot(C, slot, to), 0);
-    assert_int_equal(node_exists(C, to, name), 1);
+    assert_int_equal(node_exists(N, to, name), 1);
     assert_int_equal(dist_mutex_unlock(m), 0);
-    assert_int_equal(node_exists(C, to, name), 0);
+    assert_int_equal(node_exists(N, to, name), 0);
     assert_int_equal(dist_mutex_lock(m), 0);
-    assert_int_equal(node_exists(C, to, name), 1);
+    assert_int_equal(node_exists(N, to, name), 1);
     assert_int_equal(dist_mutex_unlock(m), 0);
     assert_int_equal(tu_cluster_move_slot(C, slot, 0), 0);
 }
@@ -218,7 +214,7 @@ static void test_moved_after_reshard(void **state)
 /* The count of name's one holder on node, or -1. */
 static long long node_count(int node, const char *name)
 {
-    redisReply *x = tu_cluster_cmd(C, node, "HGETALL", name, NULL);
+    redisReply *x = tu_node_cmd(N, node, "HGETALL", name, NULL);
     long long n = -1;
 
     if (x && x->type == REDIS_REPLY_ARRAY && x->elements == 2)
@@ -232,7 +228,7 @@ static int node_gone_within(int node, const char *name)
 {
     double t0 = tu_now();
 
-    while (node_exists(C, node, name) != 0) {
+    while (node_exists(N, node, name) != 0) {
         if (tu_now() - t0 > 5.0)
             return 0;
         tu_sleep_ms(20);
@@ -309,7 +305,7 @@ static void test_ask_during_migration(void **state)
     assert_int_equal(tu_cluster_migrate_key(C, name), 1);
     {
         /* the source sends clients of that key to the target */
-        redisReply *r = tu_cluster_cmd(C, 0, "EXISTS", name, NULL);
+        redisReply *r = tu_node_cmd(N, 0, "EXISTS", name, NULL);
         assert_non_null(r);
         assert_int_equal(tu_cluster_redirect(C, r, "ASK", NULL), to);
         freeReplyObject(r);
@@ -330,7 +326,7 @@ static void test_ask_during_migration(void **state)
     if (rc != 0)
         fail_msg("unlock during the migration: %d %s", rc, dist_last_error());
     assert_true(done >= b.at); /* it waited for the end */
-    assert_int_equal(node_exists(C, to, name), 0);
+    assert_int_equal(node_exists(N, to, name), 0);
     assert_int_equal(tu_cluster_move_slot(C, slot, 0), 0);
 }
 
@@ -357,8 +353,8 @@ static long long subscribers(const char *verb, const char *chan)
     long long sum = 0;
     int node;
 
-    for (node = 0; node < tu_cluster_size(C); node++) {
-        redisReply *r = tu_cluster_cmd(C, node, "PUBSUB", verb, chan, NULL);
+    for (node = 0; node < tu_nodes_count(N); node++) {
+        redisReply *r = tu_node_cmd(N, node, "PUBSUB", verb, chan, NULL);
         if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
             r->element[1]->type == REDIS_REPLY_INTEGER)
             sum += r->element[1]->integer;
@@ -412,7 +408,7 @@ static void test_plain_pubsub(void **state)
     assert_int_equal(dist_set_url(url), 0);
     name_on(name, sizeof name, "plain", 1);
     snprintf(chan, sizeof chan, "redisson_lock__channel:{%s}", name);
-    assert_non_null(sub = tu_redis_admin(tu_cluster_node(C, 2)));
+    assert_non_null(sub = tu_redis_admin(tu_node_server(N, 2)));
     redisSetTimeout(sub, tv);
     r = redisCommand(sub, "PSUBSCRIBE %s*", chan);
     assert_non_null(r);
@@ -491,8 +487,8 @@ static void check_pubsub_mode(const char *query, const char *publish,
     snprintf(chan, sizeof chan, "redisson_lock__channel:{%s}", name);
 
     /* another client holds it; the distlock waiter listens both ways or one */
-    freeReplyObject(tu_cluster_cmd(C, 1, "HSET", name, "other:1", "1", NULL));
-    freeReplyObject(tu_cluster_cmd(C, 1, "PEXPIRE", name, "10000", NULL));
+    freeReplyObject(tu_node_cmd(N, 1, "HSET", name, "other:1", "1", NULL));
+    freeReplyObject(tu_node_cmd(N, 1, "PEXPIRE", name, "10000", NULL));
     ha_waiter_start(&w, url, name, HA_MUTEX, WATCHDOG_MS);
     tu_sleep_ms(300); /* subscribed and asleep */
     assert_true(subscribers("SHARDNUMSUB", chan) >= 1);
@@ -501,8 +497,8 @@ static void check_pubsub_mode(const char *query, const char *publish,
     else
         assert_int_equal(subscribers("NUMSUB", chan), 0);
     t0 = tu_now();
-    freeReplyObject(tu_cluster_cmd(C, 1, "DEL", name, NULL));
-    freeReplyObject(tu_cluster_cmd(C, 1, publish, chan, "0", NULL));
+    freeReplyObject(tu_node_cmd(N, 1, "DEL", name, NULL));
+    freeReplyObject(tu_node_cmd(N, 1, publish, chan, "0", NULL));
     t = ha_waiter_result(&w, slack(10.0));
     assert_true(t > 0);
     fprintf(stderr, "    pubsub%s: %s -> distlock waiter %.4f s\n",
@@ -510,8 +506,8 @@ static void check_pubsub_mode(const char *query, const char *publish,
     assert_dbl_range(t - t0, 0, slack(1.5)); /* not the 10 s lease */
 
     /* a distlock release, heard by a plain and by a sharded subscriber */
-    assert_non_null(plain = tu_redis_admin(tu_cluster_node(C, 2)));
-    assert_non_null(sharded = tu_redis_admin(tu_cluster_node(C, 1)));
+    assert_non_null(plain = tu_redis_admin(tu_node_server(N, 2)));
+    assert_non_null(sharded = tu_redis_admin(tu_node_server(N, 1)));
     redisSetTimeout(plain, tv);
     redisSetTimeout(sharded, tv);
     assert_non_null(r = redisCommand(plain, "SUBSCRIBE %s", chan));
@@ -557,12 +553,12 @@ static void test_master_failover(void **state)
     held_with_waiter(&h, "failover", old);
 
     t_fault = tu_now();
-    assert_int_equal(tu_cluster_kill(C, old), 0);
+    assert_int_equal(tu_node_kill(N, old), 0);
     nm = tu_cluster_wait_promoted(C, old, 30000);
     t_fail = tu_now();
     assert_true(nm >= 0);
-    assert_int_equal(node_exists(C, nm, h.name), 1);
-    t_renew = ha_renewed_since(node_pttl, C, &nm, 1, h.name, WATCHDOG_MS,
+    assert_int_equal(node_exists(N, nm, h.name), 1);
+    t_renew = ha_renewed_since(node_pttl, N, &nm, 1, h.name, WATCHDOG_MS,
                                t_fault, slack(10.0));
     assert_true(t_renew > 0);
     fprintf(stderr,
@@ -574,7 +570,7 @@ static void test_master_failover(void **state)
     fprintf(stderr, "    unlock -> waiter %.4f s\n", t);
     assert_dbl_range(t, 0, slack(1.5));
 
-    assert_int_equal(tu_cluster_restart(C, old), 0);
+    assert_int_equal(tu_node_restart(N, old), 0);
     assert_int_equal(tu_cluster_wait_ok(C, 30000), 0);
 }
 
@@ -589,8 +585,8 @@ static void test_replica_check(void **state)
 
     (void)state;
     assert_int_equal(tu_cluster_wait_ok(C, 30000), 0);
-    for (i = 0; i < tu_cluster_size(C); i++)
-        if (tu_cluster_master_of(C, i) == master)
+    for (i = 0; i < tu_nodes_count(N); i++)
+        if (tu_node_master_of(N, i) == master)
             replica = i;
     assert_true(replica >= 0);
     name_on(name, sizeof name, "sync", master);
@@ -598,12 +594,12 @@ static void test_replica_check(void **state)
     assert_int_equal(dist_set_replica_wait_ms(300), 0);
     m = fx_mutex_on(name, NULL);
     o = fx_mutex_on(other, NULL);
-    assert_int_equal(tu_cluster_signal(C, replica, SIGSTOP), 0);
+    assert_int_equal(tu_node_signal(N, replica, SIGSTOP), 0);
     assert_int_equal(dist_mutex_lock(m), DIST_ENOREPLICA);
-    assert_int_equal(node_exists(C, master, name), 0);
+    assert_int_equal(node_exists(N, master, name), 0);
     assert_int_equal(dist_mutex_lock(o), 0);
     assert_int_equal(dist_mutex_unlock(o), 0);
-    assert_int_equal(tu_cluster_signal(C, replica, SIGCONT), 0);
+    assert_int_equal(tu_node_signal(N, replica, SIGCONT), 0);
     assert_int_equal(tu_cluster_wait_ok(C, 30000), 0);
     assert_int_equal(dist_mutex_lock(m), 0);
     assert_int_equal(dist_mutex_unlock(m), 0);
@@ -660,9 +656,9 @@ static void test_waiting_objects_slot_rule(void **state)
     w.c = &c;
     w.rc = -1;
     assert_int_equal(pthread_create(&w.th, NULL, cond_waiter_main, &w), 0);
-    for (i = 0; i < 200 && node_exists(C, 1, key) != 1; i++)
+    for (i = 0; i < 200 && node_exists(N, 1, key) != 1; i++)
         tu_sleep_ms(20);
-    assert_int_equal(node_exists(C, 1, key), 1);
+    assert_int_equal(node_exists(N, 1, key), 1);
     assert_int_equal(dist_cond_signal(&c), 0);
     pthread_join(w.th, NULL);
     assert_int_equal(w.rc, 0);

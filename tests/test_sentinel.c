@@ -34,6 +34,7 @@
 #define TIMEOUT_MS  1000UL
 
 static tu_sentinel_t *S;
+static tu_nodes_t *D, *SENT; /* S's data nodes and sentinels */
 static int g_seq;
 
 static void lock_name(char *buf, size_t len, const char *what)
@@ -41,21 +42,15 @@ static void lock_name(char *buf, size_t len, const char *what)
     snprintf(buf, len, "ha-%s-%d-%d", what, (int)getpid(), ++g_seq);
 }
 
-static redisReply *ha_node_cmd(void *topo, int node, const char *verb,
-                               const char *key)
-{
-    return tu_sentinel_cmd(topo, node, verb, key, NULL);
-}
-
 /* EVALSHA and EVAL calls the node has run so far. */
 static long long script_calls(int node)
 {
-    redisReply *r = tu_sentinel_cmd(S, node, "INFO", "commandstats", NULL);
+    redisReply *r = tu_node_cmd(D, node, "INFO", "commandstats", NULL);
     long long n = 0;
     const char *p;
 
     if (!r) /* the admin connection may have died while it was stopped */
-        r = tu_sentinel_cmd(S, node, "INFO", "commandstats", NULL);
+        r = tu_node_cmd(D, node, "INFO", "commandstats", NULL);
 
     assert_non_null(r);
     assert_int_equal(r->type, REDIS_REPLY_STRING);
@@ -117,11 +112,11 @@ static int resume_all(void **state)
     int i;
 
     (void)state;
-    for (i = 0; i < tu_sentinel_nodes(S); i++)
-        if (tu_sentinel_pid(S, i) > 0)
-            tu_sentinel_signal(S, i, SIGCONT);
-    for (i = 0; i < tu_sentinel_count(S); i++)
-        tu_sentinel_sentinel_signal(S, i, SIGCONT);
+    for (i = 0; i < tu_nodes_count(D); i++)
+        if (tu_node_pid(D, i) > 0)
+            tu_node_signal(D, i, SIGCONT);
+    for (i = 0; i < tu_nodes_count(SENT); i++)
+        tu_node_signal(SENT, i, SIGCONT);
     stale_reap();
     dist_set_replica_wait_ms(1000);
     return 0;
@@ -143,6 +138,8 @@ static int setup(void **state)
 
     (void)state;
     S = tu_sentinel_start(2, 3, NULL);
+    D = tu_sentinel_data(S);
+    SENT = tu_sentinel_sentinels(S);
     if (S == NULL || fx_apply(tu_sentinel_url(S), &settings) != 0)
         return -1;
     dist_set_lost_handler(on_lost, NULL);
@@ -172,13 +169,13 @@ static void test_lock_reaches_a_replica(void **state)
     lock_name(name, sizeof name, "basic");
     assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
     assert_int_equal(dist_mutex_lock(&m), 0);
-    assert_int_equal(node_exists(S, master, name), 1);
-    for (i = 0; i < tu_sentinel_nodes(S); i++)
-        if (i != master && node_exists(S, i, name) == 1)
+    assert_int_equal(node_exists(D, master, name), 1);
+    for (i = 0; i < tu_nodes_count(D); i++)
+        if (i != master && node_exists(D, i, name) == 1)
             copies++;
     assert_true(copies >= 1);
     assert_int_equal(dist_mutex_unlock(&m), 0);
-    assert_int_equal(node_exists(S, master, name), 0);
+    assert_int_equal(node_exists(D, master, name), 0);
     assert_int_equal(dist_mutex_destroy(&m), 0);
 }
 
@@ -207,9 +204,9 @@ static void test_no_replica_ack_fails_cleanly(void **state)
     assert_int_equal(dist_rwlock_init(&rw, rname, NULL), 0);
     assert_int_equal(dist_set_replica_wait_ms(400), 0);
 
-    for (i = 0; i < tu_sentinel_nodes(S); i++)
+    for (i = 0; i < tu_nodes_count(D); i++)
         if (i != master)
-            assert_int_equal(tu_sentinel_signal(S, i, SIGSTOP), 0);
+            assert_int_equal(tu_node_signal(D, i, SIGSTOP), 0);
     t0 = tu_now();
     expect_rc(dist_mutex_lock(&m), DIST_ENOREPLICA);
     took = tu_now() - t0;
@@ -219,13 +216,13 @@ static void test_no_replica_ack_fails_cleanly(void **state)
     expect_rc(dist_rwlock_wrlock(&rw), DIST_ENOREPLICA);
     expect_rc(dist_rwlock_rdlock(&rw), DIST_ENOREPLICA);
     /* nothing left behind, nothing held */
-    assert_int_equal(node_exists(S, master, name), 0);
-    assert_int_equal(node_exists(S, master, fname), 0);
-    assert_int_equal(node_exists(S, master, rname), 0);
+    assert_int_equal(node_exists(D, master, name), 0);
+    assert_int_equal(node_exists(D, master, fname), 0);
+    assert_int_equal(node_exists(D, master, rname), 0);
     assert_int_equal(dist_mutex_unlock(&m), EPERM);
-    for (i = 0; i < tu_sentinel_nodes(S); i++)
+    for (i = 0; i < tu_nodes_count(D); i++)
         if (i != master)
-            assert_int_equal(tu_sentinel_signal(S, i, SIGCONT), 0);
+            assert_int_equal(tu_node_signal(D, i, SIGCONT), 0);
     assert_dbl_range(took, 0.4, 0.4 + slack(2.0));
 
     settle();
@@ -252,7 +249,7 @@ static double listened_on(int node, const char *name, double timeout_s)
     snprintf(pattern, sizeof pattern, "*{%s}*", name);
     do {
         redisReply *r =
-            tu_sentinel_cmd(S, node, "PUBSUB", "CHANNELS", pattern, NULL);
+            tu_node_cmd(D, node, "PUBSUB", "CHANNELS", pattern, NULL);
         int yes = r && r->type == REDIS_REPLY_ARRAY && r->elements > 0;
         freeReplyObject(r);
         if (yes)
@@ -272,9 +269,9 @@ static redisContext *watch_takes(int node, const char *name)
     redisContext *c;
     redisReply *r;
 
-    freeReplyObject(tu_sentinel_cmd(S, node, "CONFIG", "SET",
-                                    "notify-keyspace-events", "Kh", NULL));
-    c = tu_redis_admin(tu_sentinel_node(S, node));
+    freeReplyObject(tu_node_cmd(D, node, "CONFIG", "SET",
+                                "notify-keyspace-events", "Kh", NULL));
+    c = tu_redis_admin(tu_node_server(D, node));
     assert_non_null(c);
     r = redisCommand(c, "SUBSCRIBE __keyspace@0__:%s", name);
     assert_true(r != NULL && r->type == REDIS_REPLY_ARRAY);
@@ -299,8 +296,8 @@ static double taken_at(redisContext *c, int node, double timeout_s)
         freeReplyObject(r);
     }
     redisFree(c);
-    freeReplyObject(tu_sentinel_cmd(S, node, "CONFIG", "SET",
-                                    "notify-keyspace-events", "", NULL));
+    freeReplyObject(tu_node_cmd(D, node, "CONFIG", "SET",
+                                "notify-keyspace-events", "", NULL));
     return t;
 }
 
@@ -312,7 +309,7 @@ static void renewed_on(int now_master, enum fault how, const char *tag,
                        const char *name, double t_fault, double t_fail)
 {
     double t_renew = ha_renewed_since(
-        node_pttl, S, &now_master, 1, name, WATCHDOG_MS,
+        node_pttl, D, &now_master, 1, name, WATCHDOG_MS,
         how == F_COMMAND ? t_fail - 0.5 : t_fault, slack(10.0));
 
     assert_true(t_renew > 0);
@@ -357,9 +354,9 @@ static void failover_with_lock(enum fault how, const char *tag, int kind)
         now_master = tu_sentinel_failover(S, 30000);
     } else {
         if (how == F_KILL)
-            assert_int_equal(tu_sentinel_kill(S, old), 0);
+            assert_int_equal(tu_node_kill(D, old), 0);
         else
-            assert_int_equal(tu_sentinel_signal(S, old, SIGSTOP), 0);
+            assert_int_equal(tu_node_signal(D, old, SIGSTOP), 0);
         now_master = tu_sentinel_wait_new_master(S, old, 30000);
     }
     t_fail = tu_now();
@@ -380,13 +377,13 @@ static void failover_with_lock(enum fault how, const char *tag, int kind)
     if (how == F_STOP) {
         /* the old master comes back believing it is the master until the
          * sentinels turn it into a replica: nothing of ours may reach it */
-        assert_int_equal(tu_sentinel_signal(S, old, SIGCONT), 0);
+        assert_int_equal(tu_node_signal(D, old, SIGCONT), 0);
         tu_sleep_ms(200); /* it runs what it had queued */
         before_calls = script_calls(old);
     }
 
     /* the hold was replicated before lock returned: it is there */
-    assert_int_equal(node_exists(S, now_master, name), 1);
+    assert_int_equal(node_exists(D, now_master, name), 1);
     renewed_on(now_master, how, tag, name, t_fault, t_fail);
 
     takes = watch_takes(now_master, name);
@@ -417,10 +414,10 @@ static void failover_with_lock(enum fault how, const char *tag, int kind)
             tu_sleep_ms(50);
         }
         assert_int_equal(script_calls(old), before_calls);
-        assert_int_equal(tu_sentinel_wait_role(S, old, "slave", 30000), 0);
+        assert_int_equal(tu_node_wait_role(D, old, "slave", 30000), 0);
     }
     if (how == F_KILL)
-        assert_int_equal(tu_sentinel_restart(S, old), 0);
+        assert_int_equal(tu_node_restart(D, old), 0);
     if (kind == HA_WRITE)
         dist_rwlock_destroy(&rw);
     else
@@ -467,22 +464,22 @@ static void test_lost_lock_without_replica_check(void **state)
     lock_name(name, sizeof name, "lost");
     assert_int_equal(dist_set_replica_wait_ms(0), 0);
     assert_int_equal(dist_mutex_init(&m, name, NULL), 0);
-    for (i = 0; i < tu_sentinel_nodes(S); i++)
+    for (i = 0; i < tu_nodes_count(D); i++)
         if (i != old)
-            assert_int_equal(tu_sentinel_signal(S, i, SIGSTOP), 0);
+            assert_int_equal(tu_node_signal(D, i, SIGSTOP), 0);
     /* cut the replication links, or the stopped replicas' socket buffers
      * would still bring them the write once they run again */
     freeReplyObject(
-        tu_sentinel_cmd(S, old, "CLIENT", "KILL", "TYPE", "replica", NULL));
+        tu_node_cmd(D, old, "CLIENT", "KILL", "TYPE", "replica", NULL));
     assert_int_equal(dist_mutex_lock(&m), 0); /* not replicated */
     lost0 = __atomic_load_n(&lost_calls, __ATOMIC_SEQ_CST);
-    assert_int_equal(tu_sentinel_kill(S, old), 0);
-    for (i = 0; i < tu_sentinel_nodes(S); i++)
+    assert_int_equal(tu_node_kill(D, old), 0);
+    for (i = 0; i < tu_nodes_count(D); i++)
         if (i != old)
-            assert_int_equal(tu_sentinel_signal(S, i, SIGCONT), 0);
+            assert_int_equal(tu_node_signal(D, i, SIGCONT), 0);
     nm = tu_sentinel_wait_new_master(S, old, 30000);
     assert_true(nm >= 0);
-    assert_int_equal(node_exists(S, nm, name), 0);
+    assert_int_equal(node_exists(D, nm, name), 0);
 
     /* a second holder, though this thread never let go: its hold is on
      * no server any more.  (This process finds out at its first renewal
@@ -501,7 +498,7 @@ static void test_lost_lock_without_replica_check(void **state)
     assert_int_equal(dist_mutex_unlock(&m), EPERM);
     assert_int_equal(dist_set_replica_wait_ms(1000), 0);
     dist_mutex_destroy(&m);
-    assert_int_equal(tu_sentinel_restart(S, old), 0);
+    assert_int_equal(tu_node_restart(D, old), 0);
     settle();
 }
 
@@ -664,23 +661,23 @@ static void test_no_double_grant_in_stale_window(void **state)
     stale_start(pid, name);
     nm = tu_sentinel_failover(S, 30000);
     assert_true(nm >= 0 && nm != old);
-    assert_int_equal(tu_sentinel_sentinel_signal(S, 0, SIGSTOP), 0);
+    assert_int_equal(tu_node_signal(SENT, 0, SIGSTOP), 0);
     /* a holder elsewhere, on the new master, for 4 s: its section is
      * counted from now until a second before that ends */
     freeReplyObject(
-        tu_sentinel_cmd(S, nm, "HSET", name, "elsewhere:1", "1", NULL));
-    freeReplyObject(tu_sentinel_cmd(S, nm, "PEXPIRE", name, "4000", NULL));
-    assert_int_equal(node_exists(S, nm, name), 1);
-    assert_string_equal(tu_sentinel_role(S, old), "master");
+        tu_node_cmd(D, nm, "HSET", name, "elsewhere:1", "1", NULL));
+    freeReplyObject(tu_node_cmd(D, nm, "PEXPIRE", name, "4000", NULL));
+    assert_int_equal(node_exists(D, nm, name), 1);
+    assert_string_equal(tu_node_role(D, old), "master");
     stale_enter();
     __atomic_store_n(&board->go, 1, __ATOMIC_SEQ_CST);
     tu_sleep_ms(3000);
     stale_leave();
     /* until the old master answers as a replica, then a second more for
      * every process to have followed */
-    assert_int_equal(tu_sentinel_wait_role(S, old, "slave", 30000), 0);
+    assert_int_equal(tu_node_wait_role(D, old, "slave", 30000), 0);
     tu_sleep_ms(1000);
-    assert_int_equal(tu_sentinel_sentinel_signal(S, 0, SIGCONT), 0);
+    assert_int_equal(tu_node_signal(SENT, 0, SIGCONT), 0);
     __atomic_store_n(&board->stop, 1, __ATOMIC_SEQ_CST);
     for (i = 0; i < STALE_PROCS; i++) {
         assert_int_equal(waitpid(pid[i], &st, 0), pid[i]);

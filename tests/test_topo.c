@@ -40,7 +40,10 @@
 #define WAIT_MS 30000 /* bound for every wait: generous on purpose */
 
 static tu_cluster_t *cl;  /* the group's cluster */
+static tu_nodes_t *cn;    /* its nodes */
 static tu_sentinel_t *sn; /* the sentinel group's topology */
+static tu_nodes_t *sd;    /* its data nodes */
+static tu_nodes_t *ss;    /* its sentinels */
 
 static void say_time(const char *what, double t0)
 {
@@ -129,7 +132,7 @@ static void expect_redirect(tu_cluster_t *c, redisReply *x, const char *kind,
     node = tu_cluster_redirect(c, x, kind, &got_slot);
     if (node != want || got_slot != slot)
         fail_msg("expected %s %d to node %d (port %d), got \"%s\"", kind,
-                 slot, want, tu_cluster_port(c, want),
+                 slot, want, tu_node_port(tu_cluster_nodes(c), want),
                  x->str ? x->str : "(not an error)");
     freeReplyObject(x);
 }
@@ -189,9 +192,9 @@ static long long info_num(tu_redis_t *r, const char *section,
 }
 
 /* A field of CLUSTER INFO on node i, as a number. */
-static long long cluster_info_num(tu_cluster_t *c, int i, const char *field)
+static long long cluster_info_num(tu_nodes_t *t, int i, const char *field)
 {
-    redisReply *x = tu_cluster_cmd(c, i, "CLUSTER", "INFO", NULL);
+    redisReply *x = tu_node_cmd(t, i, "CLUSTER", "INFO", NULL);
     char pat[64];
     const char *p;
     long long v = -1;
@@ -226,6 +229,7 @@ static int cluster_up(int replicas, const char *what)
     double t0 = tu_now();
 
     cl = tu_cluster_start(3, replicas, NULL);
+    cn = tu_cluster_nodes(cl);
     return came_up(cl, what, t0);
 }
 
@@ -240,6 +244,7 @@ static int teardown_cluster(void **state)
     (void)state;
     tu_cluster_stop(cl);
     cl = NULL;
+    cn = NULL;
     return 0;
 }
 
@@ -253,32 +258,31 @@ static void test_cluster_layout(void **state)
     int k;
 
     (void)state;
-    assert_int_equal(tu_cluster_size(cl), 3);
+    assert_int_equal(tu_nodes_count(cn), 3);
     assert_int_equal(tu_cluster_masters(cl), 3);
     snprintf(url, sizeof(url),
              "redis-cluster://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d",
-             tu_cluster_port(cl, 0), tu_cluster_port(cl, 1),
-             tu_cluster_port(cl, 2));
+             tu_node_port(cn, 0), tu_node_port(cn, 1), tu_node_port(cn, 2));
     assert_string_equal(tu_cluster_url(cl), url);
 
     for (k = 0; k < 3; k++) {
         int l, h;
 
         /* Really our child, on a port of its own. */
-        assert_true(tu_cluster_pid(cl, k) > 0);
-        assert_int_equal(info_pid(tu_cluster_node(cl, k)),
-                         (long)tu_cluster_pid(cl, k));
-        assert_int_equal(parent_of(tu_cluster_pid(cl, k)), (long)getpid());
+        assert_true(tu_node_pid(cn, k) > 0);
+        assert_int_equal(info_pid(tu_node_server(cn, k)),
+                         (long)tu_node_pid(cn, k));
+        assert_int_equal(parent_of(tu_node_pid(cn, k)), (long)getpid());
         assert_int_equal(strlen(tu_cluster_node_id(cl, k)), 40);
-        assert_string_equal(tu_cluster_role(cl, k), "master");
-        assert_int_equal(tu_cluster_master_of(cl, k), -1);
+        assert_string_equal(tu_node_role(cn, k), "master");
+        assert_int_equal(tu_node_master_of(cn, k), -1);
 
         /* Every node sees all slots assigned and served, 3 masters. */
-        assert_int_equal(cluster_info_num(cl, k, "cluster_slots_assigned"),
+        assert_int_equal(cluster_info_num(cn, k, "cluster_slots_assigned"),
                          16384);
-        assert_int_equal(cluster_info_num(cl, k, "cluster_slots_ok"), 16384);
-        assert_int_equal(cluster_info_num(cl, k, "cluster_known_nodes"), 3);
-        assert_int_equal(cluster_info_num(cl, k, "cluster_size"), 3);
+        assert_int_equal(cluster_info_num(cn, k, "cluster_slots_ok"), 16384);
+        assert_int_equal(cluster_info_num(cn, k, "cluster_known_nodes"), 3);
+        assert_int_equal(cluster_info_num(cn, k, "cluster_size"), 3);
 
         /* Even split, in order. */
         assert_int_equal(tu_cluster_slot_range(cl, k, &l, &h), 0);
@@ -289,10 +293,10 @@ static void test_cluster_layout(void **state)
     }
     assert_string_not_equal(tu_cluster_node_id(cl, 0),
                             tu_cluster_node_id(cl, 1));
-    assert_true(tu_cluster_port(cl, 0) != tu_cluster_port(cl, 1));
+    assert_true(tu_node_port(cn, 0) != tu_node_port(cn, 1));
 
     /* CLUSTER SLOTS from another node: the same three ranges. */
-    x = tu_cluster_cmd(cl, 2, "CLUSTER", "SLOTS", NULL);
+    x = tu_node_cmd(cn, 2, "CLUSTER", "SLOTS", NULL);
     assert_non_null(x);
     assert_int_equal(x->type, REDIS_REPLY_ARRAY);
     assert_int_equal(x->elements, 3);
@@ -304,7 +308,7 @@ static void test_cluster_layout(void **state)
         assert_true(k >= 0);
         assert_int_equal(r->element[1]->integer, hi[k]);
         assert_int_equal(r->element[2]->element[1]->integer,
-                         tu_cluster_port(cl, k));
+                         tu_node_port(cn, k));
     }
     freeReplyObject(x);
 }
@@ -353,14 +357,14 @@ static void test_cluster_moved(void **state)
     owner = tu_cluster_slot_owner(cl, slot);
     assert_int_equal(owner, 1);
     for (i = 0; i < 3; i++) {
-        redisReply *x = tu_cluster_cmd(cl, i, "SET", key, "v", NULL);
+        redisReply *x = tu_node_cmd(cn, i, "SET", key, "v", NULL);
 
         if (i == owner)
             expect_ok(x);
         else
             expect_redirect(cl, x, "MOVED", slot, owner);
     }
-    expect_str(tu_cluster_cmd(cl, owner, "GET", key, NULL), "v");
+    expect_str(tu_node_cmd(cn, owner, "GET", key, NULL), "v");
 }
 
 static void test_cluster_move_slot(void **state)
@@ -375,14 +379,14 @@ static void test_cluster_move_slot(void **state)
     from = tu_cluster_slot_owner(cl, slot);
     assert_int_equal(from, 0);
     to = 2;
-    expect_ok(tu_cluster_cmd(cl, from, "SET", key, "survives", NULL));
+    expect_ok(tu_node_cmd(cn, from, "SET", key, "survives", NULL));
 
     t0 = tu_now();
     assert_int_equal(tu_cluster_move_slot(cl, slot, to), 0);
     say_time("cluster slot move (1 key)", t0);
     assert_int_equal(tu_cluster_slot_owner(cl, slot), to);
     for (i = 0; i < 3; i++) {
-        redisReply *x = tu_cluster_cmd(cl, i, "GET", key, NULL);
+        redisReply *x = tu_node_cmd(cn, i, "GET", key, NULL);
 
         if (i == to)
             expect_str(x, "survives");
@@ -394,10 +398,10 @@ static void test_cluster_move_slot(void **state)
         char s[16];
 
         snprintf(s, sizeof(s), "%d", slot);
-        assert_int_equal(tu_cmd_int(tu_cluster_node(cl, from), "CLUSTER",
+        assert_int_equal(tu_cmd_int(tu_node_server(cn, from), "CLUSTER",
                                     "COUNTKEYSINSLOT", s, NULL),
                          0);
-        assert_int_equal(tu_cmd_int(tu_cluster_node(cl, to), "CLUSTER",
+        assert_int_equal(tu_cmd_int(tu_node_server(cn, to), "CLUSTER",
                                     "COUNTKEYSINSLOT", s, NULL),
                          1);
     }
@@ -420,8 +424,8 @@ static void test_cluster_ask(void **state)
     from = tu_cluster_slot_owner(cl, slot);
     assert_int_equal(from, 1);
     to = 0;
-    expect_ok(tu_cluster_cmd(cl, from, "SET", a, "va", NULL));
-    expect_ok(tu_cluster_cmd(cl, from, "SET", b, "vb", NULL));
+    expect_ok(tu_node_cmd(cn, from, "SET", a, "va", NULL));
+    expect_ok(tu_node_cmd(cn, from, "SET", b, "vb", NULL));
 
     assert_int_equal(tu_cluster_migrate_begin(cl, slot, to), 0);
     assert_int_equal(tu_cluster_migrate_key(cl, a), 1);
@@ -429,14 +433,14 @@ static void test_cluster_ask(void **state)
 
     /* The source: ASK for the key it gave away (and for a new one), still
      * serves the key it has. */
-    expect_redirect(cl, tu_cluster_cmd(cl, from, "GET", a, NULL), "ASK", slot,
+    expect_redirect(cl, tu_node_cmd(cn, from, "GET", a, NULL), "ASK", slot,
                     to);
-    expect_redirect(cl, tu_cluster_cmd(cl, from, "SET", c, "vc", NULL), "ASK",
+    expect_redirect(cl, tu_node_cmd(cn, from, "SET", c, "vc", NULL), "ASK",
                     slot, to);
-    expect_str(tu_cluster_cmd(cl, from, "GET", b, NULL), "vb");
+    expect_str(tu_node_cmd(cn, from, "GET", b, NULL), "vb");
     /* The target: MOVED back to the source without ASKING, serves it with
      * ASKING. */
-    expect_redirect(cl, tu_cluster_cmd(cl, to, "GET", a, NULL), "MOVED", slot,
+    expect_redirect(cl, tu_node_cmd(cn, to, "GET", a, NULL), "MOVED", slot,
                     from);
     expect_str(tu_cluster_cmd_asking(cl, to, "GET", a, NULL), "va");
     /* Still owned by the source for everyone. */
@@ -444,11 +448,11 @@ static void test_cluster_ask(void **state)
 
     assert_int_equal(tu_cluster_migrate_finish(cl, slot, to), 0);
     assert_int_equal(tu_cluster_slot_owner(cl, slot), to);
-    expect_str(tu_cluster_cmd(cl, to, "GET", a, NULL), "va");
-    expect_str(tu_cluster_cmd(cl, to, "GET", b, NULL), "vb");
-    expect_redirect(cl, tu_cluster_cmd(cl, from, "GET", b, NULL), "MOVED",
-                    slot, to);
-    expect_redirect(cl, tu_cluster_cmd(cl, 2, "GET", b, NULL), "MOVED", slot,
+    expect_str(tu_node_cmd(cn, to, "GET", a, NULL), "va");
+    expect_str(tu_node_cmd(cn, to, "GET", b, NULL), "vb");
+    expect_redirect(cl, tu_node_cmd(cn, from, "GET", b, NULL), "MOVED", slot,
+                    to);
+    expect_redirect(cl, tu_node_cmd(cn, 2, "GET", b, NULL), "MOVED", slot,
                     to);
 }
 
@@ -467,13 +471,13 @@ static void test_cluster_replicas(void **state)
     int i;
 
     (void)state;
-    assert_int_equal(tu_cluster_size(cl), 6);
+    assert_int_equal(tu_nodes_count(cn), 6);
     for (i = 3; i < 6; i++) {
-        assert_string_equal(tu_cluster_role(cl, i), "slave");
-        assert_int_equal(tu_cluster_master_of(cl, i), i - 3);
-        assert_int_equal(info_pid(tu_cluster_node(cl, i)),
-                         (long)tu_cluster_pid(cl, i));
-        assert_int_equal(cluster_info_num(cl, i, "cluster_known_nodes"), 6);
+        assert_string_equal(tu_node_role(cn, i), "slave");
+        assert_int_equal(tu_node_master_of(cn, i), i - 3);
+        assert_int_equal(info_pid(tu_node_server(cn, i)),
+                         (long)tu_node_pid(cn, i));
+        assert_int_equal(cluster_info_num(cn, i, "cluster_known_nodes"), 6);
     }
     /* A replica redirects writes to its master. */
     {
@@ -482,7 +486,7 @@ static void test_cluster_replicas(void **state)
 
         key_of_master(cl, 2, "rep", key, sizeof(key));
         slot = tu_cluster_keyslot(cl, key);
-        expect_redirect(cl, tu_cluster_cmd(cl, 5, "SET", key, "v", NULL),
+        expect_redirect(cl, tu_node_cmd(cn, 5, "SET", key, "v", NULL),
                         "MOVED", slot, 2);
     }
 }
@@ -498,8 +502,8 @@ static int cluster_write_replicated(int m, const char *what, char *key,
     key_of_master(cl, m, what, key, len);
     slot = tu_cluster_keyslot(cl, key);
     assert_int_equal(tu_cluster_slot_owner(cl, slot), m);
-    expect_ok(tu_cluster_cmd(cl, m, "SET", key, "before", NULL));
-    x = tu_cluster_cmd(cl, m, "WAIT", "1", "5000", NULL);
+    expect_ok(tu_node_cmd(cn, m, "SET", key, "before", NULL));
+    x = tu_node_cmd(cn, m, "WAIT", "1", "5000", NULL);
     assert_non_null(x);
     assert_int_equal(x->type, REDIS_REPLY_INTEGER);
     assert_int_equal(x->integer, 1);
@@ -517,7 +521,7 @@ static void cluster_promoted(int old, int want, const char *key,
 
     say_time(what, t0);
     assert_int_equal(nm, want);
-    expect_str(tu_cluster_cmd(cl, nm, "GET", key, NULL), "before");
+    expect_str(tu_node_cmd(cn, nm, "GET", key, NULL), "before");
 }
 
 static void test_cluster_failover_kill(void **state)
@@ -529,17 +533,17 @@ static void test_cluster_failover_kill(void **state)
     slot = cluster_write_replicated(old, "kill", key, sizeof(key));
     snprintf(key2, sizeof(key2), "{%s}2", key);
 
-    assert_int_equal(tu_cluster_kill(cl, old), 0);
-    assert_int_equal(tu_cluster_pid(cl, old), 0);
-    assert_null(tu_cluster_role(cl, old));
+    assert_int_equal(tu_node_kill(cn, old), 0);
+    assert_int_equal(tu_node_pid(cn, old), 0);
+    assert_null(tu_node_role(cn, old));
     cluster_promoted(old, nm, key,
                      "cluster failover after SIGKILL of a master");
-    assert_string_equal(tu_cluster_role(cl, nm), "master");
+    assert_string_equal(tu_node_role(cn, nm), "master");
     assert_int_equal(tu_cluster_slot_owner(cl, slot), nm);
 
-    expect_ok(tu_cluster_cmd(cl, nm, "SET", key2, "after", NULL));
+    expect_ok(tu_node_cmd(cn, nm, "SET", key2, "after", NULL));
     other = 1;
-    expect_redirect(cl, tu_cluster_cmd(cl, other, "GET", key2, NULL), "MOVED",
+    expect_redirect(cl, tu_node_cmd(cn, other, "GET", key2, NULL), "MOVED",
                     tu_cluster_keyslot(cl, key2), nm);
 }
 
@@ -549,13 +553,13 @@ static void test_cluster_restart_old_master(void **state)
 
     (void)state;
     /* Node 0 was killed by the previous test; node 3 took its slots. */
-    assert_int_equal(tu_cluster_pid(cl, 0), 0);
-    assert_int_equal(tu_cluster_restart(cl, 0), 0);
-    assert_true(tu_cluster_pid(cl, 0) > 0);
+    assert_int_equal(tu_node_pid(cn, 0), 0);
+    assert_int_equal(tu_node_restart(cn, 0), 0);
+    assert_true(tu_node_pid(cn, 0) > 0);
     assert_int_equal(tu_cluster_wait_ok(cl, WAIT_MS), 0);
     say_time("cluster: killed old master restarted, back as a replica", t0);
-    assert_string_equal(tu_cluster_role(cl, 0), "slave");
-    assert_int_equal(tu_cluster_master_of(cl, 0), 3);
+    assert_string_equal(tu_node_role(cn, 0), "slave");
+    assert_int_equal(tu_node_master_of(cn, 0), 3);
     assert_int_equal(tu_cluster_slot_owner(cl, 0), 3);
 }
 
@@ -569,17 +573,17 @@ static void test_cluster_stop_cont(void **state)
     /* Master 1 paused: its replica (node 4) takes over; continued, it
      * learns of the newer configuration and becomes a replica. */
     cluster_write_replicated(1, "stop", key, sizeof(key));
-    assert_int_equal(tu_cluster_signal(cl, 1, SIGSTOP), 0);
-    assert_null(tu_cluster_role(cl, 1)); /* skipped: it is stopped */
+    assert_int_equal(tu_node_signal(cn, 1, SIGSTOP), 0);
+    assert_null(tu_node_role(cn, 1)); /* skipped: it is stopped */
     cluster_promoted(1, nm, key,
                      "cluster failover after SIGSTOP of a master");
 
-    assert_int_equal(tu_cluster_signal(cl, 1, SIGCONT), 0);
+    assert_int_equal(tu_node_signal(cn, 1, SIGCONT), 0);
     t0 = tu_now();
     assert_int_equal(tu_cluster_wait_ok(cl, WAIT_MS), 0);
     say_time("cluster: stopped old master continued, back as a replica", t0);
-    assert_string_equal(tu_cluster_role(cl, 1), "slave");
-    assert_int_equal(tu_cluster_master_of(cl, 1), nm);
+    assert_string_equal(tu_node_role(cn, 1), "slave");
+    assert_int_equal(tu_node_master_of(cn, 1), nm);
 }
 
 static void test_cluster_manual_failover(void **state)
@@ -590,9 +594,9 @@ static void test_cluster_manual_failover(void **state)
     /* Replica 5 takes over from master 2, which stays up as its replica. */
     assert_int_equal(tu_cluster_failover(cl, 5, WAIT_MS), 0);
     say_time("cluster: CLUSTER FAILOVER", t0);
-    assert_string_equal(tu_cluster_role(cl, 5), "master");
-    assert_string_equal(tu_cluster_role(cl, 2), "slave");
-    assert_int_equal(tu_cluster_master_of(cl, 2), 5);
+    assert_string_equal(tu_node_role(cn, 5), "master");
+    assert_string_equal(tu_node_role(cn, 2), "slave");
+    assert_int_equal(tu_node_master_of(cn, 2), 5);
     assert_int_equal(tu_cluster_slot_owner(cl, 16383), 5);
 }
 
@@ -606,6 +610,8 @@ static int setup_sentinel(void **state)
 
     (void)state;
     sn = tu_sentinel_start(2, 3, NULL);
+    sd = tu_sentinel_data(sn);
+    ss = tu_sentinel_sentinels(sn);
     return came_up(sn, "sentinel 1+2 data nodes, 3 sentinels up", t0);
 }
 
@@ -614,6 +620,7 @@ static int teardown_sentinel(void **state)
     (void)state;
     tu_sentinel_stop(sn);
     sn = NULL;
+    sd = ss = NULL;
     return 0;
 }
 
@@ -622,8 +629,8 @@ static void write_replicated(int master, const char *key, const char *value)
 {
     redisReply *x;
 
-    expect_ok(tu_sentinel_cmd(sn, master, "SET", key, value, NULL));
-    x = tu_sentinel_cmd(sn, master, "WAIT", "2", "5000", NULL);
+    expect_ok(tu_node_cmd(sd, master, "SET", key, value, NULL));
+    x = tu_node_cmd(sd, master, "WAIT", "2", "5000", NULL);
     assert_non_null(x);
     assert_int_equal(x->type, REDIS_REPLY_INTEGER);
     if (x->integer != 2)
@@ -638,43 +645,41 @@ static void test_sentinel_layout(void **state)
     int i, len;
 
     (void)state;
-    assert_int_equal(tu_sentinel_nodes(sn), 3);
-    assert_int_equal(tu_sentinel_count(sn), 3);
+    assert_int_equal(tu_nodes_count(sd), 3);
+    assert_int_equal(tu_nodes_count(ss), 3);
     assert_string_equal(tu_sentinel_name(sn), "distlock");
     len = snprintf(url, sizeof(url), "redis-sentinel://");
     for (i = 0; i < 3; i++)
-        len +=
-            snprintf(url + len, sizeof(url) - (size_t)len, "%s127.0.0.1:%d",
-                     i ? "," : "", tu_sentinel_sentinel_port(sn, i));
+        len += snprintf(url + len, sizeof(url) - (size_t)len,
+                        "%s127.0.0.1:%d", i ? "," : "", tu_node_port(ss, i));
     snprintf(url + len, sizeof(url) - (size_t)len, "/distlock");
     assert_string_equal(tu_sentinel_url(sn), url);
 
     assert_int_equal(tu_sentinel_master(sn), 0);
-    assert_string_equal(tu_sentinel_role(sn, 0), "master");
+    assert_string_equal(tu_node_role(sd, 0), "master");
     for (i = 0; i < 3; i++) {
-        assert_int_equal(info_pid(tu_sentinel_node(sn, i)),
-                         (long)tu_sentinel_pid(sn, i));
-        assert_int_equal(parent_of(tu_sentinel_pid(sn, i)), (long)getpid());
-        assert_int_equal(info_pid(tu_sentinel_sentinel(sn, i)),
-                         (long)tu_sentinel_sentinel(sn, i)->pid);
+        assert_int_equal(info_pid(tu_node_server(sd, i)),
+                         (long)tu_node_pid(sd, i));
+        assert_int_equal(parent_of(tu_node_pid(sd, i)), (long)getpid());
+        assert_int_equal(info_pid(tu_node_server(ss, i)),
+                         (long)tu_node_pid(ss, i));
         if (i > 0) {
-            assert_string_equal(tu_sentinel_role(sn, i), "slave");
-            assert_int_equal(tu_sentinel_master_of(sn, i), 0);
+            assert_string_equal(tu_node_role(sd, i), "slave");
+            assert_int_equal(tu_node_master_of(sd, i), 0);
         }
         /* Each sentinel: 2 replicas, 2 other sentinels, our master. */
         {
             redisReply *x =
-                tu_sentinel_scmd(sn, i, "SENTINEL", "GET-MASTER-ADDR-BY-NAME",
-                                 "distlock", NULL);
+                tu_node_cmd(ss, i, "SENTINEL", "GET-MASTER-ADDR-BY-NAME",
+                            "distlock", NULL);
             assert_non_null(x);
             assert_int_equal(x->type, REDIS_REPLY_ARRAY);
-            assert_int_equal(atoi(x->element[1]->str),
-                             tu_sentinel_port(sn, 0));
+            assert_int_equal(atoi(x->element[1]->str), tu_node_port(sd, 0));
             freeReplyObject(x);
         }
-        assert_int_equal(info_num(tu_sentinel_sentinel(sn, i), "sentinel",
-                                  "sentinel_masters"),
-                         1);
+        assert_int_equal(
+            info_num(tu_node_server(ss, i), "sentinel", "sentinel_masters"),
+            1);
     }
     assert_int_equal(tu_sentinel_wait_ok(sn, WAIT_MS), 0);
 }
@@ -689,7 +694,7 @@ static int sentinel_failover(int old, const char *what)
     say_time(what, t0);
     assert_true(m >= 0);
     assert_true(m != old);
-    assert_string_equal(tu_sentinel_role(sn, m), "master");
+    assert_string_equal(tu_node_role(sd, m), "master");
     return m;
 }
 
@@ -707,10 +712,10 @@ static void test_sentinel_failover_cmd(void **state)
 
     m1 = sentinel_failover(m0, "sentinel: SENTINEL FAILOVER");
     assert_int_equal(tu_sentinel_master(sn), m1);
-    expect_str(tu_sentinel_cmd(sn, m1, "GET", key, NULL), "v1");
+    expect_str(tu_node_cmd(sd, m1, "GET", key, NULL), "v1");
 
     t0 = tu_now();
-    assert_int_equal(tu_sentinel_wait_role(sn, m0, "slave", WAIT_MS), 0);
+    assert_int_equal(tu_node_wait_role(sd, m0, "slave", WAIT_MS), 0);
     say_time("sentinel: old master (alive) turned into a replica", t0);
     assert_int_equal(tu_sentinel_wait_ok(sn, WAIT_MS), 0);
     write_replicated(m1, key, "v2");
@@ -719,7 +724,7 @@ static void test_sentinel_failover_cmd(void **state)
     m2 = sentinel_failover(m1, "sentinel: second SENTINEL FAILOVER");
     assert_int_equal(tu_sentinel_wait_ok(sn, WAIT_MS), 0);
     assert_int_equal(tu_sentinel_master(sn), m2);
-    expect_str(tu_sentinel_cmd(sn, m2, "GET", key, NULL), "v2");
+    expect_str(tu_node_cmd(sd, m2, "GET", key, NULL), "v2");
 }
 
 /* A fault of the sentinel topology's master: a key written before it,
@@ -745,10 +750,10 @@ static void sentinel_fault(struct fault *f, int sig, const char *what)
     write_replicated(f->old, f->key, "before");
 
     if (sig == SIGKILL) {
-        assert_int_equal(tu_sentinel_kill(sn, f->old), 0);
-        assert_int_equal(tu_sentinel_pid(sn, f->old), 0);
+        assert_int_equal(tu_node_kill(sd, f->old), 0);
+        assert_int_equal(tu_node_pid(sd, f->old), 0);
     } else {
-        assert_int_equal(tu_sentinel_signal(sn, f->old, sig), 0);
+        assert_int_equal(tu_node_signal(sd, f->old, sig), 0);
     }
     t0 = tu_now();
     f->nm = tu_sentinel_wait_new_master(sn, f->old, WAIT_MS);
@@ -757,7 +762,7 @@ static void sentinel_fault(struct fault *f, int sig, const char *what)
     say_time(msg, t0);
     assert_true(f->nm >= 0);
     assert_true(f->nm != f->old);
-    expect_str(tu_sentinel_cmd(sn, f->nm, "GET", f->key, NULL), "before");
+    expect_str(tu_node_cmd(sd, f->nm, "GET", f->key, NULL), "before");
 }
 
 static void test_sentinel_kill(void **state)
@@ -767,16 +772,16 @@ static void test_sentinel_kill(void **state)
 
     (void)state;
     sentinel_fault(&f, SIGKILL, "skill");
-    expect_ok(tu_sentinel_cmd(sn, f.nm, "SET", f.key, "after", NULL));
+    expect_ok(tu_node_cmd(sd, f.nm, "SET", f.key, "after", NULL));
 
     /* Restarted (empty), the sentinels make it a replica of the new one. */
     t0 = tu_now();
-    assert_int_equal(tu_sentinel_restart(sn, f.old), 0);
-    assert_int_equal(tu_sentinel_wait_role(sn, f.old, "slave", WAIT_MS), 0);
+    assert_int_equal(tu_node_restart(sd, f.old), 0);
+    assert_int_equal(tu_node_wait_role(sd, f.old, "slave", WAIT_MS), 0);
     assert_int_equal(tu_sentinel_wait_ok(sn, WAIT_MS), 0);
     say_time("sentinel: killed old master restarted, back as a replica", t0);
-    assert_int_equal(tu_sentinel_master_of(sn, f.old), f.nm);
-    expect_str(tu_sentinel_cmd(sn, f.old, "GET", f.key, NULL), "after");
+    assert_int_equal(tu_node_master_of(sd, f.old), f.nm);
+    expect_str(tu_node_cmd(sd, f.old, "GET", f.key, NULL), "after");
 }
 
 static void test_sentinel_stop_cont(void **state)
@@ -787,11 +792,11 @@ static void test_sentinel_stop_cont(void **state)
     (void)state;
     sentinel_fault(&f, SIGSTOP, "sstop");
 
-    assert_int_equal(tu_sentinel_signal(sn, f.old, SIGCONT), 0);
+    assert_int_equal(tu_node_signal(sd, f.old, SIGCONT), 0);
     t0 = tu_now();
-    assert_int_equal(tu_sentinel_wait_role(sn, f.old, "slave", WAIT_MS), 0);
+    assert_int_equal(tu_node_wait_role(sd, f.old, "slave", WAIT_MS), 0);
     say_time("sentinel: old master continued (SIGCONT) until role slave", t0);
-    assert_int_equal(tu_sentinel_master_of(sn, f.old), f.nm);
+    assert_int_equal(tu_node_master_of(sd, f.old), f.nm);
     assert_int_equal(tu_sentinel_wait_ok(sn, WAIT_MS), 0);
     assert_int_equal(tu_sentinel_master(sn), f.nm);
 }
