@@ -1817,7 +1817,7 @@ static int setup_sentinel(void)
 {
     static const char *const args[] = { "--enable-debug-command", "yes",
                                         NULL };
-    tu_sentinel_opts so = { .data_args = args };
+    tu_sentinel_opts so = { .topo.node_args = args };
 
     topo = tu_sentinel_start(1, 3, &so);
     if (!topo)

@@ -121,8 +121,11 @@ static void initial_range(int masters, int k, int *lo, int *hi)
     *hi = range_end(masters, k);
 }
 
-static void cluster_free(tu_cluster_t *c)
+/* The registry's free (tp_register): the nodes stopped, c freed. */
+static void cluster_free(struct tp_head *h)
 {
+    tu_cluster_t *c = (tu_cluster_t *)(void *)h;
+
     tp_nodes_stop(&c->nodes);
     free(c->url);
     free(c);
@@ -130,8 +133,7 @@ static void cluster_free(tu_cluster_t *c)
 
 void tu_cluster_stop(tu_cluster_t *c)
 {
-    if (tp_release(c != NULL ? &c->head : NULL))
-        cluster_free(c);
+    tp_stop(c != NULL ? &c->head : NULL);
 }
 
 /* CLUSTER REPLICATE on replica i once it knows its master (gossip). */
@@ -160,7 +162,7 @@ static int make_replica(tu_cluster_t *c, int i, int m, double deadline)
     return 0;
 }
 
-/* The command line of every node: ours, then opts->extra_args.  The
+/* The command line of every node: ours, then o->topo.node_args.  The
  * number of arguments, or -1 (too many). */
 static int cluster_args(const tu_cluster_opts *o, const char **args, int cap,
                         char *timeout, size_t tlen)
@@ -189,13 +191,7 @@ static int cluster_args(const tu_cluster_opts *o, const char **args, int cap,
              o->node_timeout_ms > 0 ? o->node_timeout_ms : 1000);
     for (nargs = 0; nargs < (int)(sizeof(mine) / sizeof(mine[0])); nargs++)
         args[nargs] = mine[nargs];
-    return tp_append_args(args, nargs, cap, o->extra_args,
-                          "cluster: too many extra_args");
-}
-
-static void cluster_free_head(struct tp_head *h)
-{
-    cluster_free((tu_cluster_t *)(void *)h);
+    return tp_node_args(args, nargs, cap, &o->topo);
 }
 
 /* A registered cluster of n nodes, none started yet. */
@@ -214,7 +210,7 @@ static tu_cluster_t *cluster_new(int masters, int replicas_per_master, int n)
     for (i = 0; i < n; i++)
         c->master_of[i] =
             i < masters ? -1 : (i - masters) / replicas_per_master;
-    tp_register(&c->head, cluster_free_head);
+    tp_register(&c->head, cluster_free);
     return c;
 }
 
@@ -304,6 +300,17 @@ static int wait_plain(tu_cluster_t *c, int timeout_ms, const char *what)
     return tp_cluster_wait(c, &w, timeout_ms, what);
 }
 
+/* The nodes started, the masters given their slots, everybody joined,
+ * and the cluster ok by the deadline.  0 / -1. */
+static int cluster_build(tu_cluster_t *c, const tu_redis_opts *ro,
+                         double deadline)
+{
+    if (start_nodes(c, ro) != 0 || assign_slots(c) != 0 ||
+        join_nodes(c, deadline) != 0)
+        return -1;
+    return wait_plain(c, tp_ms_left(deadline), "cluster start");
+}
+
 /*
  * Why not redis-cli --cluster create: it waits in steps of a second for
  * the nodes to join and checks with its own client, adding a few seconds
@@ -333,7 +340,7 @@ tu_cluster_t *tu_cluster_start(int masters, int replicas_per_master,
                masters, replicas_per_master, TU_TOPO_MAX_NODES);
         return NULL;
     }
-    deadline = tp_start_deadline(o->start_timeout_ms);
+    deadline = tp_start_deadline(&o->topo);
     if (cluster_args(o, args, (int)(sizeof(args) / sizeof(args[0])), timeout,
                      sizeof(timeout)) < 0)
         return NULL;
@@ -344,16 +351,7 @@ tu_cluster_t *tu_cluster_start(int masters, int replicas_per_master,
                     masters * (1 + replicas_per_master));
     if (c == NULL)
         return NULL;
-    if (start_nodes(c, &ro) != 0 || assign_slots(c) != 0 ||
-        join_nodes(c, deadline) != 0)
-        goto fail;
-    if (wait_plain(c, tp_ms_left(deadline), "cluster start") != 0)
-        goto fail;
-    return c;
-
-fail:
-    tu_cluster_stop(c);
-    return NULL;
+    return tp_started(&c->head, cluster_build(c, &ro, deadline));
 }
 
 tu_nodes_t *tu_cluster_nodes(tu_cluster_t *c)

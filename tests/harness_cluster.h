@@ -20,6 +20,7 @@ typedef struct tu_cluster tu_cluster_t;
 /* Settings for tu_cluster_start; NULL or a zero-filled struct means all
  * defaults. */
 typedef struct tu_cluster_opts {
+    tu_topo_opts topo; /* start timeout, the nodes' own arguments */
     /* --cluster-node-timeout; 0: 1000 ms.  Failure detection, and so
      * failover time, scales with it. */
     int node_timeout_ms;
@@ -28,12 +29,6 @@ typedef struct tu_cluster_opts {
      * answering during a failover; 1: "yes" (Redis's default: every node
      * answers CLUSTERDOWN until the slots are served again). */
     int require_full_coverage;
-    /* How long tu_cluster_start waits for the cluster to form; 0: 30 s. */
-    int start_timeout_ms;
-    /* NULL-terminated redis-server arguments added to every node's command
-     * line after ours (later ones win), e.g. {"--loglevel", "verbose",
-     * NULL}; NULL: none. */
-    const char *const *extra_args;
 } tu_cluster_opts;
 
 /*

@@ -204,17 +204,18 @@ int tp_master_of(struct tu_nodes *t, int i);
 /* The first node that is usable, or -1. */
 int tp_first_usable(struct tu_nodes *t);
 
-/* When a start gives up: start_timeout_ms from now, 30 s when it is 0. */
-double tp_start_deadline(int start_timeout_ms);
+/* When a start gives up: o->start_timeout_ms from now, 30 s when it is
+ * 0. */
+double tp_start_deadline(const tu_topo_opts *o);
 
 /* Milliseconds until deadline (tu_now), at least 1: a wait's timeout. */
 int tp_ms_left(double deadline);
 
-/* extra (NULL-terminated, may be NULL) appended to the nargs arguments of
- * args (room for cap), then a NULL.  The new count, or -1 with the message
- * too_many when they do not fit. */
-int tp_append_args(const char **args, int nargs, int cap,
-                   const char *const *extra, const char *too_many);
+/* o->node_args appended to the nargs arguments of args (room for cap),
+ * then a NULL.  The new count, or -1 with a message when they do not
+ * fit. */
+int tp_node_args(const char **args, int nargs, int cap,
+                 const tu_topo_opts *o);
 
 /* "<scheme>127.0.0.1:p1,127.0.0.1:p2...<suffix>" for the first n nodes of
  * t; malloc'd or NULL. */
@@ -234,10 +235,14 @@ void tp_register(struct tp_head *h, void (*free_fn)(struct tp_head *));
 /* Unlink h; 1 if it was registered. */
 int tp_unregister(struct tp_head *h);
 
-/* The first step of tu_*_stop: 0 when h is NULL or the topology is not
- * this process's (a forked child leaves the parent's servers alone), else
- * h unregistered and 1: free it. */
-int tp_release(struct tp_head *h);
+/* tu_*_stop: h unregistered and freed by its free function, unless h is
+ * NULL or the topology is not this process's (a forked child leaves the
+ * parent's servers alone). */
+void tp_stop(struct tp_head *h);
+
+/* The end of a tu_*_start whose steps returned rc: the topology (h, the
+ * first member) when rc is 0, else NULL with it stopped. */
+void *tp_started(struct tp_head *h, int rc);
 
 #define TP_POLL_MS   30 /* poll period of the waits */
 #define TP_LOG_LINES 15 /* log tail printed on failure */

@@ -47,8 +47,11 @@ struct tu_sentinel {
     struct tu_nodes sent; /* the sentinels */
 };
 
-static void sentinel_free(tu_sentinel_t *s)
+/* The registry's free (tp_register): every server stopped, s freed. */
+static void sentinel_free(struct tp_head *h)
 {
+    tu_sentinel_t *s = (tu_sentinel_t *)(void *)h;
+
     tp_nodes_stop(&s->sent);
     tp_nodes_stop(&s->data);
     free(s->url);
@@ -57,8 +60,7 @@ static void sentinel_free(tu_sentinel_t *s)
 
 void tu_sentinel_stop(tu_sentinel_t *s)
 {
-    if (tp_release(s != NULL ? &s->head : NULL))
-        sentinel_free(s);
+    tp_stop(s != NULL ? &s->head : NULL);
 }
 
 /*
@@ -360,11 +362,6 @@ static int wait_replication(tu_sentinel_t *s, double deadline)
     }
 }
 
-static void sentinel_free_head(struct tp_head *h)
-{
-    sentinel_free((tu_sentinel_t *)(void *)h);
-}
-
 /* A registered topology of 1 + replicas data nodes and `sentinels`
  * sentinels, none started yet; NULL with a message. */
 static tu_sentinel_t *sentinel_new(int replicas, int sentinels,
@@ -390,10 +387,10 @@ static tu_sentinel_t *sentinel_new(int replicas, int sentinels,
     if (n <= 0 || (size_t)n >= sizeof(s->name) ||
         strcspn(s->name, " \t\r\n\"'") != strlen(s->name)) {
         tp_err("sentinel: bad master name");
-        sentinel_free(s);
+        sentinel_free(&s->head);
         return NULL;
     }
-    tp_register(&s->head, sentinel_free_head);
+    tp_register(&s->head, sentinel_free);
     return s;
 }
 
@@ -406,8 +403,8 @@ static int start_data(tu_sentinel_t *s, const tu_sentinel_opts *o,
     tu_redis_opts ro;
     int i;
 
-    if (tp_append_args(args, 2, (int)(sizeof(args) / sizeof(args[0])),
-                       o->data_args, "sentinel: too many data_args") < 0)
+    if (tp_node_args(args, 2, (int)(sizeof(args) / sizeof(args[0])),
+                     &o->topo) < 0)
         return -1;
     memset(&ro, 0, sizeof(ro));
     ro.args = args;
@@ -480,6 +477,17 @@ static int sentinel_url(tu_sentinel_t *s)
     return 0;
 }
 
+/* The data nodes and the sentinels started, and the topology settled by
+ * the deadline.  0 / -1. */
+static int sentinel_build(tu_sentinel_t *s, const tu_sentinel_opts *o,
+                          double deadline)
+{
+    if (start_data(s, o, deadline) != 0 || start_sentinels(s, o) != 0 ||
+        sentinel_url(s) != 0)
+        return -1;
+    return sentinel_wait(s, 1, tp_ms_left(deadline), "sentinel start");
+}
+
 tu_sentinel_t *tu_sentinel_start(int replicas, int sentinels,
                                  const tu_sentinel_opts *opts)
 {
@@ -494,20 +502,11 @@ tu_sentinel_t *tu_sentinel_start(int replicas, int sentinels,
                sentinels);
         return NULL;
     }
-    deadline = tp_start_deadline(o->start_timeout_ms);
+    deadline = tp_start_deadline(&o->topo);
     s = sentinel_new(replicas, sentinels, o);
     if (s == NULL)
         return NULL;
-    if (start_data(s, o, deadline) != 0 || start_sentinels(s, o) != 0 ||
-        sentinel_url(s) != 0)
-        goto fail;
-    if (sentinel_wait(s, 1, tp_ms_left(deadline), "sentinel start") != 0)
-        goto fail;
-    return s;
-
-fail:
-    tu_sentinel_stop(s);
-    return NULL;
+    return tp_started(&s->head, sentinel_build(s, o, deadline));
 }
 
 tu_nodes_t *tu_sentinel_data(tu_sentinel_t *s)

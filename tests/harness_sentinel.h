@@ -17,6 +17,7 @@ typedef struct tu_sentinel tu_sentinel_t;
 
 /* Settings for tu_sentinel_start; NULL or zero-filled: all defaults. */
 typedef struct tu_sentinel_opts {
+    tu_topo_opts topo;       /* start timeout, the data nodes' arguments */
     const char *master_name; /* NULL: "distlock" */
     int quorum;              /* 0: sentinels / 2 + 1 (2 of 3) */
     int down_after_ms;       /* down-after-milliseconds; 0: 1000 */
@@ -26,7 +27,6 @@ typedef struct tu_sentinel_opts {
      * that has not yet heard of a switch waits before it "fixes" a replica
      * that follows the new master, so do not make it much shorter. */
     int failover_timeout_ms;
-    int start_timeout_ms; /* how long start waits; 0: 30 s */
     /* 0 (default): shorten Sentinel's internal timers with SENTINEL DEBUG
      * (Redis >= 7.0): info-period 1000, ping-period down_after * 2/5
      * (400 for 1000, at most 1000), ask-period 250, publish-period 1000,
@@ -36,9 +36,6 @@ typedef struct tu_sentinel_opts {
      * choice keeps Sentinel's own safety margins (harness_sentinel.c says
      * which); 1: leave Redis's timers alone. */
     int redis_timers;
-    /* NULL-terminated redis-server arguments added to every data node's
-     * command line (not the sentinels'); NULL: none. */
-    const char *const *data_args;
 } tu_sentinel_opts;
 
 /*

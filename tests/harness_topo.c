@@ -567,10 +567,10 @@ int tu_node_restart(tu_nodes_t *t, int i)
     return t->restarted != NULL ? t->restarted(t->owner, i) : 0;
 }
 
-double tp_start_deadline(int start_timeout_ms)
+double tp_start_deadline(const tu_topo_opts *o)
 {
     return tu_now() +
-           (start_timeout_ms > 0 ? start_timeout_ms : 30000) / 1000.0;
+           (o->start_timeout_ms > 0 ? o->start_timeout_ms : 30000) / 1000.0;
 }
 
 int tp_ms_left(double deadline)
@@ -580,17 +580,16 @@ int tp_ms_left(double deadline)
     return left > 0 ? left : 1;
 }
 
-int tp_append_args(const char **args, int nargs, int cap,
-                   const char *const *extra, const char *too_many)
+int tp_node_args(const char **args, int nargs, int cap, const tu_topo_opts *o)
 {
     int i;
 
-    for (i = 0; extra != NULL && extra[i] != NULL; i++) {
+    for (i = 0; o->node_args != NULL && o->node_args[i] != NULL; i++) {
         if (nargs >= cap - 1) {
-            tp_err("%s", too_many);
+            tp_err("too many node_args: at most %d", cap - 1);
             return -1;
         }
-        args[nargs++] = extra[i];
+        args[nargs++] = o->node_args[i];
     }
     args[nargs] = NULL;
     return nargs;
@@ -679,10 +678,18 @@ int tp_unregister(struct tp_head *h)
     return found;
 }
 
-int tp_release(struct tp_head *h)
+void tp_stop(struct tp_head *h)
 {
     if (h == NULL || h->creator != getpid())
-        return 0;
+        return;
     (void)tp_unregister(h);
-    return 1;
+    h->free(h);
+}
+
+void *tp_started(struct tp_head *h, int rc)
+{
+    if (rc == 0)
+        return h;
+    tp_stop(h);
+    return NULL;
 }

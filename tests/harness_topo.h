@@ -116,6 +116,17 @@
 extern "C" {
 #endif
 
+/* What the start of every topology takes: the first member, topo, of
+ * tu_cluster_opts and tu_sentinel_opts.  Zero-filled: the defaults. */
+typedef struct tu_topo_opts {
+    int start_timeout_ms; /* how long start waits; 0: 30 s */
+    /* NULL-terminated redis-server arguments added to every data node's
+     * command line after ours (later ones win), e.g. {"--loglevel",
+     * "verbose", NULL}: a cluster's nodes, a Sentinel setup's data nodes
+     * (not its sentinels).  NULL: none. */
+    const char *const *node_args;
+} tu_topo_opts;
+
 /*
  * A table of one topology's servers, indexed from 0: a cluster's nodes
  * (tu_cluster_nodes), a Sentinel setup's data nodes (tu_sentinel_data) or
