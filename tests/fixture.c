@@ -599,8 +599,22 @@ struct fx_own {
         dist_sem_t s;
     } u;
     int (*destroy)(struct fx_own *o);
+    /* The keys a lock left free does not have, besides its name: prefixes
+     * of derived names (NULL-ended); NULL when the kind's keys may stay
+     * (a condition's, a semaphore's) or the test said so (fx_keys_stay). */
+    const char *const *gone;
     char name[200];
 };
+
+/* What a lock left free leaves in Redis, besides the lock hash (its name):
+ * a mutex nothing; a fair one no queue of waiters, no waiter deadlines or
+ * marks (their entries go with the waiter); a rwlock no live readers (the
+ * last unlock deletes them with the lock). */
+static const char *const gone_mutex[] = { NULL };
+static const char *const gone_fair[] = { "redisson_lock_queue",
+                                         "redisson_lock_timeout",
+                                         "distlock_fair_waiters", NULL };
+static const char *const gone_rwlock[] = { "distlock_rwlock_readers", NULL };
 
 static struct fx_own g_own[FX_OWN_MAX];
 static int g_nown;
@@ -641,13 +655,51 @@ static struct fx_own *own_slot(const char *test, const char *tag)
 }
 
 static void *own_keep(struct fx_own *o, int rc,
-                      int (*destroy)(struct fx_own *))
+                      int (*destroy)(struct fx_own *),
+                      const char *const *gone)
 {
     if (rc != 0)
         fail_msg("init of %s: %s", o->name, strerror(rc));
     o->destroy = destroy;
+    o->gone = gone;
     g_nown++;
     return &o->u;
+}
+
+/* What a mutex made with attr leaves once free: a deferred one's release
+ * may still be on its way when the test ends (test_deferred waits for it
+ * itself), so it is not checked. */
+static const char *const *mutex_gone(const dist_mutexattr_t *attr)
+{
+    int fair = 0, deferred = 0;
+
+    if (attr && (dist_mutexattr_getfair(attr, &fair) != 0 ||
+                 dist_mutexattr_getdeferred(attr, &deferred) != 0))
+        fail_msg("a mutex attribute that cannot be read");
+    if (deferred)
+        return NULL;
+    return fair ? gone_fair : gone_mutex;
+}
+
+/* A key o's lock has in Redis though the test is done with it, in key;
+ * 0 when there is none, when the group's server is not known (a program
+ * that runs servers of its own) or does not answer (the test's failure
+ * says why). */
+static int own_left(const struct fx_own *o, char *key, size_t len)
+{
+    if (!o->gone || !g_redis)
+        return 0;
+    snprintf(key, len, "%s", o->name);
+    if (tu_cmd_int(g_redis, "EXISTS", key, NULL) == 1)
+        return 1;
+    for (int i = 0; o->gone[i]; i++) {
+        /* Redisson's rule (names.c): no braces when the name has one */
+        snprintf(key, len, strchr(o->name, '{') ? "%s:%s" : "%s:{%s}",
+                 o->gone[i], o->name);
+        if (tu_cmd_int(g_redis, "EXISTS", key, NULL) == 1)
+            return 1;
+    }
+    return 0;
 }
 
 dist_mutex_t *fx_own_mutex(const char *test, const char *tag,
@@ -656,7 +708,7 @@ dist_mutex_t *fx_own_mutex(const char *test, const char *tag,
     struct fx_own *o = own_slot(test, tag);
 
     return own_keep(o, dist_mutex_init(&o->u.m, o->name, attr),
-                    own_mutex_destroy);
+                    own_mutex_destroy, mutex_gone(attr));
 }
 
 dist_rwlock_t *fx_own_rwlock(const char *test, const char *tag,
@@ -665,7 +717,7 @@ dist_rwlock_t *fx_own_rwlock(const char *test, const char *tag,
     struct fx_own *o = own_slot(test, tag);
 
     return own_keep(o, dist_rwlock_init(&o->u.rw, o->name, attr),
-                    own_rwlock_destroy);
+                    own_rwlock_destroy, gone_rwlock);
 }
 
 dist_cond_t *fx_own_cond(const char *test, const char *tag,
@@ -674,7 +726,7 @@ dist_cond_t *fx_own_cond(const char *test, const char *tag,
     struct fx_own *o = own_slot(test, tag);
 
     return own_keep(o, dist_cond_init(&o->u.c, o->name, attr),
-                    own_cond_destroy);
+                    own_cond_destroy, NULL);
 }
 
 dist_sem_t *fx_own_sem(const char *test, const char *tag, unsigned initial,
@@ -683,27 +735,47 @@ dist_sem_t *fx_own_sem(const char *test, const char *tag, unsigned initial,
     struct fx_own *o = own_slot(test, tag);
 
     return own_keep(o, dist_sem_init(&o->u.s, o->name, initial, attr),
-                    own_sem_destroy);
+                    own_sem_destroy, NULL);
+}
+
+/* The slot of obj; what names the caller in the failure when it is not
+ * an object of the test's own. */
+static struct fx_own *own_of(const void *obj, const char *what)
+{
+    for (int i = 0; i < g_nown; i++)
+        if ((const void *)&g_own[i].u == obj)
+            return &g_own[i];
+    fail_msg("%s: not an object of the test's own", what);
+    return NULL;
 }
 
 const char *fx_name(const void *obj)
 {
-    for (int i = 0; i < g_nown; i++)
-        if ((const void *)&g_own[i].u == obj)
-            return g_own[i].name;
-    fail_msg("fx_name: not an object of the test's own");
-    return NULL;
+    return own_of(obj, "fx_name")->name;
+}
+
+void fx_keys_stay(const void *obj)
+{
+    own_of(obj, "fx_keys_stay")->gone = NULL;
 }
 
 int fx_own_teardown(void **state)
 {
     int bad = 0;
+    char key[256];
 
     (void)state;
     while (g_nown > 0) {
         struct fx_own *o = &g_own[--g_nown];
-        int rc = o->destroy(o);
+        int rc;
 
+        if (own_left(o, key, sizeof key)) {
+            print_error("the test left %s held: key %s is still in Redis "
+                        "(fx_keys_stay when it means to)\n",
+                        o->name, key);
+            bad = -1;
+        }
+        rc = o->destroy(o);
         if (rc != 0) {
             print_error("destroy of %s: %s\n", o->name, strerror(rc));
             bad = -1;
@@ -729,7 +801,7 @@ dist_mutex_t *fx_mutex_on(const char *name, const dist_mutexattr_t *attr)
     struct fx_own *o = own_slot_on(name);
 
     return own_keep(o, dist_mutex_init(&o->u.m, o->name, attr),
-                    own_mutex_destroy);
+                    own_mutex_destroy, mutex_gone(attr));
 }
 
 dist_rwlock_t *fx_rwlock_on(const char *name, const dist_rwlockattr_t *attr)
@@ -737,7 +809,7 @@ dist_rwlock_t *fx_rwlock_on(const char *name, const dist_rwlockattr_t *attr)
     struct fx_own *o = own_slot_on(name);
 
     return own_keep(o, dist_rwlock_init(&o->u.rw, o->name, attr),
-                    own_rwlock_destroy);
+                    own_rwlock_destroy, gone_rwlock);
 }
 
 struct timespec fx_bad_deadline(int i)
@@ -756,7 +828,7 @@ dist_sem_t *fx_sem_on(const char *name, unsigned initial,
     struct fx_own *o = own_slot_on(name);
 
     return own_keep(o, dist_sem_init(&o->u.s, o->name, initial, attr),
-                    own_sem_destroy);
+                    own_sem_destroy, NULL);
 }
 
 /* ---- the last test of a group --------------------------------------- */

@@ -265,7 +265,21 @@ char *fx_name_too_long(void);
  * first, and fails the test when a destroy does not return 0.  So a test
  * declares no name buffer and ends without destroy calls of its own; one
  * whose subject is destroy still makes and destroys its objects itself.
- * An init that fails fails the test.  At most FX_OWN_MAX objects a test. */
+ * An init that fails fails the test.  At most FX_OWN_MAX objects a test.
+ *
+ * Before it destroys a mutex or a rwlock, the teardown checks that the
+ * test left its lock free in Redis, on the group's server (fx_use): the
+ * lock's hash (the name) is gone, and so are a fair mutex's queue, waiter
+ * deadlines and marks and a rwlock's live readers; it fails the test
+ * naming the object and the key left.  (A destroy refuses a hold this
+ * process still counts; the check finds what Redis kept though the
+ * library let go: a release that did not run, another client's hold, a
+ * waiter's leftover.)  So a test does not end with a check of its own
+ * that the key is gone.  Not checked: conditions and
+ * semaphores (their keys may stay), a deferred mutex (its release may be
+ * on its way), and an object of a test that leaves its lock held on
+ * purpose and says so with fx_keys_stay(obj) (a child killed holding it, a
+ * hash another client wrote). */
 #define FX_OWN_MAX                 8
 #define fx_mutex(tag, attr)        fx_own_mutex(__func__, tag, attr)
 #define fx_rwlock(tag, attr)       fx_own_rwlock(__func__, tag, attr)
@@ -281,6 +295,8 @@ dist_sem_t *fx_own_sem(const char *test, const char *tag, unsigned initial,
                        const dist_semattr_t *attr);
 /* The name an object of the test's own was made on. */
 const char *fx_name(const void *obj);
+/* obj's lock may be left held: the teardown does not check its keys. */
+void fx_keys_stay(const void *obj);
 /* Teardown of a test that is not run by fx_run_group (cmocka's
  * cmocka_unit_test_teardown(f, fx_own_teardown)): the test's objects
  * destroyed, as above. */
