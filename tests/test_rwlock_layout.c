@@ -107,7 +107,6 @@ static void test_no_channels_left(void **state)
         assert_int_equal(t[i].rc, 0);
         assert_int_equal(t[i].unlock_rc, 0);
     }
-    assert_int_equal(key_exists(name), 0);
 
     assert_int_equal(channels_left(&r, 3.0), 0);
 }

@@ -96,7 +96,6 @@ static void test_sigkill_reader(void **state)
     assert_int_equal(w.unlock_rc, 0);
     /* not the dead reader's leftover lease (up to 1.5 s): at once */
     assert_dbl_range(el, 0.0, slack(0.8));
-    assert_int_equal(key_exists(name), 0);
     print_message("sigkill reader: writer in %.1f ms after the live reader "
                   "left\n",
                   el * 1e3);
@@ -142,7 +141,6 @@ static void test_per_hold_lease(void **state)
     assert_int_equal(t4.unlock_rc, EPERM);
     assert_int_equal(t1.unlock_rc, EPERM);
     assert_int_equal(w.unlock_rc, 0);
-    assert_int_equal(key_exists(name), 0);
     print_message("per-hold lease: writer in after %.2f s\n", el);
 }
 
@@ -187,7 +185,6 @@ static void test_preferring_writer_killed(void **state)
     lo = on_valgrind() ? 0.0 : 2.5;
     assert_dbl_range(el, lo, DEFAULT_WAITER_MS / 1000.0 + slack(2.0));
     assert_int_equal(zcard_writers(name), 0);
-    assert_int_equal(key_exists(name), 0);
     print_message("killed waiting writer: readers in again after %.2f s\n",
                   el);
 }
@@ -255,7 +252,6 @@ static void test_lost_reply_proxy(void **state)
     assert_true(mode_is(name, "read"));
     assert_int_equal(hget_int(name, wfield), -1);
     assert_int_equal(dist_rwlock_unlock(rw), 0);
-    assert_int_equal(key_exists(name), 0);
     assert_int_equal(tu_proxy_faults_fired(p), fired + 7);
     free(owner);
 
@@ -354,7 +350,6 @@ static void test_fork_child(void **state)
         fail_msg("child: reported %d, status 0x%x", *code, st);
     assert_int_equal(hget_int(name, owner), 1);
     assert_int_equal(dist_rwlock_unlock(rw), 0);
-    assert_int_equal(key_exists(name), 0);
     free(owner);
     munmap(code, sizeof(int));
 }
