@@ -598,7 +598,7 @@ struct fx_own {
         dist_cond_t c;
         dist_sem_t s;
     } u;
-    int (*destroy)(struct fx_own *o);
+    enum own_kind { OWN_MUTEX, OWN_RWLOCK, OWN_COND, OWN_SEM } kind;
     /* The keys a lock left free does not have, besides its name: prefixes
      * of derived names (NULL-ended); NULL when the kind's keys may stay
      * (a condition's, a semaphore's) or the test said so (fx_keys_stay). */
@@ -619,24 +619,25 @@ static const char *const gone_rwlock[] = { "distlock_rwlock_readers", NULL };
 static struct fx_own g_own[FX_OWN_MAX];
 static int g_nown;
 
-static int own_mutex_destroy(struct fx_own *o)
+static int own_destroy(struct fx_own *o)
 {
-    return dist_mutex_destroy(&o->u.m);
+    switch (o->kind) {
+    case OWN_MUTEX:
+        return dist_mutex_destroy(&o->u.m);
+    case OWN_RWLOCK:
+        return dist_rwlock_destroy(&o->u.rw);
+    case OWN_COND:
+        return dist_cond_destroy(&o->u.c);
+    default:
+        return dist_sem_destroy(&o->u.s);
+    }
 }
 
-static int own_rwlock_destroy(struct fx_own *o)
+/* The unlock of o, a mutex or a rwlock (as every checked lock is). */
+static int own_unlock(struct fx_own *o)
 {
-    return dist_rwlock_destroy(&o->u.rw);
-}
-
-static int own_cond_destroy(struct fx_own *o)
-{
-    return dist_cond_destroy(&o->u.c);
-}
-
-static int own_sem_destroy(struct fx_own *o)
-{
-    return dist_sem_destroy(&o->u.s);
+    return o->kind == OWN_MUTEX ? dist_mutex_unlock(&o->u.m)
+                                : dist_rwlock_unlock(&o->u.rw);
 }
 
 /* The next free slot, named; it is the test's once kept (own_keep), after
@@ -654,13 +655,12 @@ static struct fx_own *own_slot(const char *test, const char *tag)
     return o;
 }
 
-static void *own_keep(struct fx_own *o, int rc,
-                      int (*destroy)(struct fx_own *),
+static void *own_keep(struct fx_own *o, int rc, enum own_kind kind,
                       const char *const *gone)
 {
     if (rc != 0)
         fail_msg("init of %s: %s", o->name, strerror(rc));
-    o->destroy = destroy;
+    o->kind = kind;
     o->gone = gone;
     g_nown++;
     return &o->u;
@@ -681,14 +681,18 @@ static const char *const *mutex_gone(const dist_mutexattr_t *attr)
     return fair ? gone_fair : gone_mutex;
 }
 
-/* A key o's lock has in Redis though the test is done with it, in key;
- * 0 when there is none, when the group's server is not known (a program
- * that runs servers of its own) or does not answer (the test's failure
- * says why). */
+/* Whether o's lock is checked: it has keys that must go, and the group's
+ * server is known (not so in a program that runs servers of its own). */
+static int own_checked(const struct fx_own *o)
+{
+    return o->gone && g_redis;
+}
+
+/* A key o's lock (checked) has in Redis though it is free, in key; 0 when
+ * there is none or the server does not answer (the test's failure says
+ * why). */
 static int own_left(const struct fx_own *o, char *key, size_t len)
 {
-    if (!o->gone || !g_redis)
-        return 0;
     snprintf(key, len, "%s", o->name);
     if (tu_cmd_int(g_redis, "EXISTS", key, NULL) == 1)
         return 1;
@@ -707,8 +711,8 @@ dist_mutex_t *fx_own_mutex(const char *test, const char *tag,
 {
     struct fx_own *o = own_slot(test, tag);
 
-    return own_keep(o, dist_mutex_init(&o->u.m, o->name, attr),
-                    own_mutex_destroy, mutex_gone(attr));
+    return own_keep(o, dist_mutex_init(&o->u.m, o->name, attr), OWN_MUTEX,
+                    mutex_gone(attr));
 }
 
 dist_rwlock_t *fx_own_rwlock(const char *test, const char *tag,
@@ -716,8 +720,8 @@ dist_rwlock_t *fx_own_rwlock(const char *test, const char *tag,
 {
     struct fx_own *o = own_slot(test, tag);
 
-    return own_keep(o, dist_rwlock_init(&o->u.rw, o->name, attr),
-                    own_rwlock_destroy, gone_rwlock);
+    return own_keep(o, dist_rwlock_init(&o->u.rw, o->name, attr), OWN_RWLOCK,
+                    gone_rwlock);
 }
 
 dist_cond_t *fx_own_cond(const char *test, const char *tag,
@@ -725,8 +729,8 @@ dist_cond_t *fx_own_cond(const char *test, const char *tag,
 {
     struct fx_own *o = own_slot(test, tag);
 
-    return own_keep(o, dist_cond_init(&o->u.c, o->name, attr),
-                    own_cond_destroy, NULL);
+    return own_keep(o, dist_cond_init(&o->u.c, o->name, attr), OWN_COND,
+                    NULL);
 }
 
 dist_sem_t *fx_own_sem(const char *test, const char *tag, unsigned initial,
@@ -735,7 +739,7 @@ dist_sem_t *fx_own_sem(const char *test, const char *tag, unsigned initial,
     struct fx_own *o = own_slot(test, tag);
 
     return own_keep(o, dist_sem_init(&o->u.s, o->name, initial, attr),
-                    own_sem_destroy, NULL);
+                    OWN_SEM, NULL);
 }
 
 /* The slot of obj; what names the caller in the failure when it is not
@@ -759,6 +763,24 @@ void fx_keys_stay(const void *obj)
     own_of(obj, "fx_keys_stay")->gone = NULL;
 }
 
+void fx_last_unlock(const void *obj)
+{
+    struct fx_own *o = own_of(obj, "fx_last_unlock");
+    char key[256];
+    int rc;
+
+    if (!own_checked(o))
+        fail_msg("fx_last_unlock: %s is not a lock whose keys are checked",
+                 o->name);
+    if ((rc = own_unlock(o)) != 0)
+        fail_msg("the unlock of %s: %s", o->name, strerror(rc));
+    if (own_left(o, key, sizeof key))
+        fail_msg("the last unlock of %s left key %s in Redis", o->name, key);
+    if ((rc = own_unlock(o)) != EPERM)
+        fail_msg("an unlock of %s after its last returned %d, not EPERM",
+                 o->name, rc);
+}
+
 int fx_own_teardown(void **state)
 {
     int bad = 0;
@@ -769,13 +791,13 @@ int fx_own_teardown(void **state)
         struct fx_own *o = &g_own[--g_nown];
         int rc;
 
-        if (own_left(o, key, sizeof key)) {
+        if (own_checked(o) && own_left(o, key, sizeof key)) {
             print_error("the test left %s held: key %s is still in Redis "
                         "(fx_keys_stay when it means to)\n",
                         o->name, key);
             bad = -1;
         }
-        rc = o->destroy(o);
+        rc = own_destroy(o);
         if (rc != 0) {
             print_error("destroy of %s: %s\n", o->name, strerror(rc));
             bad = -1;
@@ -800,16 +822,16 @@ dist_mutex_t *fx_mutex_on(const char *name, const dist_mutexattr_t *attr)
 {
     struct fx_own *o = own_slot_on(name);
 
-    return own_keep(o, dist_mutex_init(&o->u.m, o->name, attr),
-                    own_mutex_destroy, mutex_gone(attr));
+    return own_keep(o, dist_mutex_init(&o->u.m, o->name, attr), OWN_MUTEX,
+                    mutex_gone(attr));
 }
 
 dist_rwlock_t *fx_rwlock_on(const char *name, const dist_rwlockattr_t *attr)
 {
     struct fx_own *o = own_slot_on(name);
 
-    return own_keep(o, dist_rwlock_init(&o->u.rw, o->name, attr),
-                    own_rwlock_destroy, gone_rwlock);
+    return own_keep(o, dist_rwlock_init(&o->u.rw, o->name, attr), OWN_RWLOCK,
+                    gone_rwlock);
 }
 
 struct timespec fx_bad_deadline(int i)
@@ -828,7 +850,7 @@ dist_sem_t *fx_sem_on(const char *name, unsigned initial,
     struct fx_own *o = own_slot_on(name);
 
     return own_keep(o, dist_sem_init(&o->u.s, o->name, initial, attr),
-                    own_sem_destroy, NULL);
+                    OWN_SEM, NULL);
 }
 
 /* ---- the last test of a group --------------------------------------- */

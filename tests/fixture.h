@@ -297,6 +297,10 @@ dist_sem_t *fx_own_sem(const char *test, const char *tag, unsigned initial,
 const char *fx_name(const void *obj);
 /* obj's lock may be left held: the teardown does not check its keys. */
 void fx_keys_stay(const void *obj);
+/* The unlock of obj (a mutex or a rwlock the teardown checks) that gives
+ * up the thread's last hold: it returns 0, leaves none of the keys the
+ * teardown checks, and one more unlock says EPERM. */
+void fx_last_unlock(const void *obj);
 /* Teardown of a test that is not run by fx_run_group (cmocka's
  * cmocka_unit_test_teardown(f, fx_own_teardown)): the test's objects
  * destroyed, as above. */
