@@ -83,19 +83,56 @@ int dist_mutex_destroy(dist_mutex_t *m)
 
 /* ---- lock and unlock --------------------------------------------------- */
 
+/* Where a mutex's holds are taken, let go and told: in Redis by the
+ * engine, or, for a cohort mutex, by its cohort (cohort.c), whose one hold
+ * in Redis its threads pass between them.  Chosen once per call. */
+struct holds {
+    int (*lock)(struct dist__obj *o, int try_only,
+                const struct dist__deadline *dl);
+    int (*unlock)(struct dist__obj *o);
+    int (*token)(struct dist__obj *o, uint64_t *token);
+    int (*lease_left)(struct dist__obj *o, struct timespec *left);
+};
+
+static int engine_lock(struct dist__obj *o, int try_only,
+                       const struct dist__deadline *dl)
+{
+    return dist__acquire(o, 0, try_only, dl);
+}
+
+static int engine_token(struct dist__obj *o, uint64_t *token)
+{
+    return dist__token(o, 0, token);
+}
+
+static const struct holds by_engine = { engine_lock, dist__release,
+                                        engine_token, dist__lease_left };
+static const struct holds by_cohort = { dist__cohort_lock,
+                                        dist__cohort_unlock,
+                                        dist__cohort_token,
+                                        dist__cohort_lease_left };
+
+/* m's object in *o and where its holds go in *h: 0, or the error. */
+static int get_holds(dist_mutex_t *m, struct dist__obj **o,
+                     const struct holds **h)
+{
+    int rc = get_obj(m, o);
+
+    *h = rc == 0 && ((*o)->flags & DIST__MUTEX_COHORT) ? &by_cohort
+                                                       : &by_engine;
+    return rc;
+}
+
 /* Every lock call: try_only 1 never waits, dl NULL waits without a
- * deadline.  A cohort mutex is taken through its cohort (cohort.c). */
+ * deadline. */
 static int acquire(dist_mutex_t *m, int try_only,
                    const struct dist__deadline *dl)
 {
     struct dist__obj *o;
-    int rc = get_obj(m, &o);
+    const struct holds *h;
+    int rc = get_holds(m, &o, &h);
 
-    if (rc)
-        return rc;
-    if (o->flags & DIST__MUTEX_COHORT)
-        return dist__cohort_lock(o, try_only, dl);
-    return dist__acquire(o, 0, try_only, dl);
+    return rc ? rc : h->lock(o, try_only, dl);
 }
 
 int dist_mutex_lock(dist_mutex_t *m)
@@ -130,13 +167,10 @@ int dist_mutex_unlock(dist_mutex_t *m)
 {
     DIST__KEEP_ERRNO;
     struct dist__obj *o;
-    int rc = get_obj(m, &o);
+    const struct holds *h;
+    int rc = get_holds(m, &o, &h);
 
-    if (rc)
-        return rc;
-    if (o->flags & DIST__MUTEX_COHORT)
-        return dist__cohort_unlock(o);
-    return dist__release(o);
+    return rc ? rc : h->unlock(o);
 }
 
 int dist_mutex_consistent(dist_mutex_t *m)
@@ -145,34 +179,28 @@ int dist_mutex_consistent(dist_mutex_t *m)
     struct dist__obj *o;
     int rc = get_obj(m, &o);
 
-    if (rc)
-        return rc;
-    return dist__consistent(o);
+    return rc ? rc : dist__consistent(o);
 }
 
 int dist_mutex_token(dist_mutex_t *m, uint64_t *token)
 {
     DIST__KEEP_ERRNO;
     struct dist__obj *o;
-    int rc = token ? get_obj(m, &o) : dist__err(EINVAL, "token is NULL");
+    const struct holds *h;
+    int rc =
+        token ? get_holds(m, &o, &h) : dist__err(EINVAL, "token is NULL");
 
-    if (rc)
-        return rc;
-    return o->flags & DIST__MUTEX_COHORT ? dist__cohort_token(o, token)
-                                         : dist__token(o, 0, token);
+    return rc ? rc : h->token(o, token);
 }
 
 int dist_mutex_lease_left(dist_mutex_t *m, struct timespec *left)
 {
     DIST__KEEP_ERRNO;
     struct dist__obj *o;
+    const struct holds *h;
     int rc = dist__lease_arg(left);
 
     if (rc == 0)
-        rc = get_obj(m, &o);
-    if (rc)
-        return rc;
-    if (o->flags & DIST__MUTEX_COHORT)
-        return dist__cohort_lease_left(o, left);
-    return dist__lease_left(o, left);
+        rc = get_holds(m, &o, &h);
+    return rc ? rc : h->lease_left(o, left);
 }
