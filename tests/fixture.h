@@ -235,7 +235,9 @@ struct fx_held_up_call {
     int calls;       /* reports of the call's lock as it returned */
 };
 /* A test that watches for lost holds (fx_watch_lost) with the reporting
- * thread held up on its first report (fx_on_lost_held_up). */
+ * thread held up on its first report (fx_on_lost_held_up), and a watchdog
+ * that renews its holds, and so finds them gone, within a second or so
+ * (the teardown restores the group's). */
 void fx_watch_held_up(void);
 /* Waits for the renewal thread to be held up, makes call(arg) then with
  * the reports of name counted as it returns, and lets the thread go. */

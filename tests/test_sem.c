@@ -147,7 +147,6 @@ static void test_post_of_permit_found_lost(void **state)
     fx_held_up_call(&call, post_of, s, name);
     unlock_rc = dist_mutex_unlock(m);
     dist_set_lost_handler(NULL, NULL);
-    fx_dirty = 0;
     fx_held_up_check(&call, other, "post", "semaphore");
     assert_int_equal(unlock_rc, EPERM);
     assert_int_equal(fx_lost_calls(name), 1);
