@@ -24,6 +24,14 @@ static tu_redis_t r;
 
 #define DEFAULT_WAITER_MS 5000UL
 
+/* How long a test gives a waiter that a release or a downgrade must wake.
+ * A waiter nothing wakes sleeps on the answer of its last try, the holder's
+ * remaining lease, which the renewals keep above two thirds of
+ * DEFAULT_WATCHDOG_MS (20 s); half of that tells the wake-up apart from the
+ * end of that sleep however slow the machine is, so it is no speed target
+ * and takes no slack(). */
+#define WOKEN_WITHIN_S (DEFAULT_WATCHDOG_MS / 3 / 1000.0)
+
 /* The group's settings (fixture.h). */
 static const struct fx_settings defaults = FX_DEFAULTS(DEFAULT_WAITER_MS);
 
