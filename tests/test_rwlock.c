@@ -314,10 +314,10 @@ static void test_downgrade(void **state)
 
     assert_true(subscribed);
     assert_false(early);
-    if (!child_exit_ok(st, 0))
-        fail_msg("child: status 0x%x", st);
     /* woken by the downgrade, not let in by the end of its sleep */
     assert_dbl_range(el, 0.0, WOKEN_WITHIN_S);
+    if (!child_exit_ok(st, 0))
+        fail_msg("child: status 0x%x", st);
     /* still a reader: others may read, nobody may write */
     assert_true(mode_is(name, "read"));
     assert_int_equal(hget_int(name, owner), 1);
