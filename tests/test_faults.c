@@ -302,8 +302,13 @@ static pid_t quiet_fork(void)
     dist_shutdown();
 #ifdef TU_ASAN
     {
-        int n = threads_now();
-        /* this thread and the proxy's */
+        double end = tu_now() + slack(1.0);
+        int n;
+
+        /* this thread and the proxy's; one just joined may still be
+         * listed for a moment */
+        while ((n = threads_now()) > 2 && tu_now() < end)
+            tu_sleep_ms(5);
         if (n > 2)
             fail_msg("%d threads at fork(), not 2 at most: a child may hang "
                      "on the AddressSanitizer allocator",
@@ -839,13 +844,24 @@ static void test_sigstop_error_names_lock_once(void **state)
 /* ---- b. CLIENT PAUSE ------------------------------------------------------------- */
 
 struct pause_shared {
-    atomic_int ready, stop;
+    atomic_int go, ready, stop;
     int code; /* -1 running */
     int tries, taken, ebusy, eio, other;
     double max_call_s; /* longest trylock */
 };
 
-/* A second client: trylock every 50 ms until told to stop. */
+/* Waits (30 s at most) until the parent says go: it forks before it takes
+ * a hold (quiet_fork). */
+static void await_go(atomic_int *go)
+{
+    double end = tu_now() + 30.0;
+
+    while (!atomic_load(go) && tu_now() < end)
+        tu_sleep_ms(1);
+}
+
+/* A second client: once the parent holds the lock, trylock every 50 ms
+ * until told to stop. */
 static void pause_child(struct pause_shared *s, const char *name)
 {
     dist_mutex_t m;
@@ -854,6 +870,7 @@ static void pause_child(struct pause_shared *s, const char *name)
         s->code = 10;
         _exit(10);
     }
+    await_go(&s->go);
     atomic_store(&s->ready, 1);
     while (!atomic_load(&s->stop)) {
         double t0 = tu_now(), el;
@@ -910,14 +927,15 @@ static void test_client_pause(void **state)
     s->code = -1;
     fx_watch_lost();
     assert_int_equal(dist_set_watchdog_ms(3000), 0);
-    assert_int_equal(dist_mutex_lock(m), 0);
-    own0 = owner_field(name, NULL);
-    assert_non_null(own0);
-
-    pid = fork();
+    /* forked before the hold, whose renewals allocate (quiet_fork) */
+    pid = quiet_fork();
     if (pid == 0)
         pause_child(s, name);
     assert_true(pid > 0);
+    assert_int_equal(dist_mutex_lock(m), 0);
+    own0 = owner_field(name, NULL);
+    assert_non_null(own0);
+    atomic_store(&s->go, 1);
     end = tu_now() + 10.0;
     while (!atomic_load(&s->ready) && tu_now() < end)
         tu_sleep_ms(10);
@@ -1632,17 +1650,25 @@ static void test_slow_unlock_no_long_yield(void **state)
     pid_t pid;
     double t0, el_unlock = 0, el_lock;
     int i, rc_unlock = -1, rc_lock, st = -1;
+    atomic_int *go = mmap(NULL, sizeof *go, PROT_READ | PROT_WRITE,
+                          MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 
     (void)state;
-    assert_int_equal(dist_mutex_lock(m), 0);
-    pid = fork();
+    assert_true(go != MAP_FAILED);
+    atomic_store(go, 0);
+    /* forked before the hold, whose renewals allocate (quiet_fork) */
+    pid = quiet_fork();
     if (pid == 0) {
-        /* the waiter: takes the lock whenever it can and lets go at once */
+        /* the waiter: once this process holds it, takes the lock whenever
+         * it can and lets go at once */
+        await_go(go);
         for (;;)
             if (dist_mutex_lock(m) == 0)
                 dist_mutex_unlock(m);
     }
     assert_true(pid > 0);
+    assert_int_equal(dist_mutex_lock(m), 0);
+    atomic_store(go, 1);
     for (i = 1; i <= 8; i++) {
         if (i > 1 && dist_mutex_lock(m) != 0)
             break;
@@ -1663,6 +1689,7 @@ static void test_slow_unlock_no_long_yield(void **state)
         dist_mutex_unlock(m);
     kill(pid, SIGKILL);
     waitpid(pid, &st, 0);
+    munmap(go, sizeof *go);
     print_message("  the 8th unlock took %.3f s, the next lock %.3f s\n",
                   el_unlock, el_lock);
     assert_int_equal(i, 9);
