@@ -31,7 +31,6 @@ static const struct fx_settings defaults = FX_DEFAULTS(0);
 
 #define NAME(buf, tag)                                                       \
     test_lock_name(buf, sizeof buf, MUTEX_PROG, __func__, tag)
-#define NAMED_MUTEX(lock, buf) NAMED_LOCK(dist_mutex_init, lock, buf, "m")
 
 /* Runs the program's tests (main's last step). */
 #define MUTEX_RUN(tests)                                                     \

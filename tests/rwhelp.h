@@ -4,8 +4,7 @@
  * test_rwlock_layout: the lock as Redis and other clients see it): the
  * group's server and settings, queries of the lock's keys, and a thread
  * that runs one lock call and holds until told.  Tests make their locks as
- * the fixture's own objects (fixture.h); a program with a test that makes
- * and destroys its own (NAMED_RWLOCK) defines NAME(buf, tag) before this.
+ * the fixture's own objects (fixture.h).
  * Static: each program gets its own copy.  Include after fixture.h.
  */
 #ifndef DISTLOCK_RWHELP_H
@@ -37,8 +36,6 @@ static const struct fx_settings defaults = FX_DEFAULTS(DEFAULT_WAITER_MS);
 
 /* Shared memory for what forked children report (testhelp.h). */
 #define shared(n) shared_mem(n)
-
-#define NAMED_RWLOCK(lock, buf) NAMED_LOCK(dist_rwlock_init, lock, buf, "rw")
 
 /* A writer-preferring rwlock of the test's own (fixture.h), on tag. */
 #define fx_rwlock_prefer_writer(tag) prefer_writer_rwlock(__func__, tag)

@@ -40,8 +40,6 @@
 #include "testhelp.h"
 #include "fixture.h"
 
-#define NAME(buf, tag)                                                       \
-    test_lock_name(buf, sizeof buf, "test_rwlock_layout", __func__, tag)
 #include "rwhelp.h"
 
 #define STATIC_NAME "test_rwlock:static_initializer:fixed-name-5b1e"
