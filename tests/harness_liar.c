@@ -67,8 +67,10 @@ struct tu_liar {
     int nrules;
     struct name_count counts[LIAR_MAX_NAMES];
     int ncounts;
-    long closed; /* connections closed by a rule's close */
-    long open;   /* connections open now (under mu) */
+    long closed;       /* connections closed by a rule's close */
+    long open;         /* connections open now (under mu) */
+    int running;       /* the thread has reached its loop (under mu) */
+    pthread_cond_t up; /* signalled when running is set */
     struct conn *conns[LIAR_MAX_CONNS];
 };
 
@@ -474,6 +476,10 @@ static void *liar_main(void *arg)
     struct tu_liar *l = arg;
     int stop = 0;
 
+    pthread_mutex_lock(&l->mu);
+    l->running = 1;
+    pthread_cond_signal(&l->up);
+    pthread_mutex_unlock(&l->mu);
     while (!stop) {
         serve_round(l);
         pthread_mutex_lock(&l->mu);
@@ -495,6 +501,7 @@ tu_liar_t *tu_liar_start(void)
     if (!l)
         return NULL;
     pthread_mutex_init(&l->mu, NULL);
+    pthread_cond_init(&l->up, NULL);
     memset(&sa, 0, sizeof sa);
     sa.sin_family = AF_INET;
     sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -512,6 +519,15 @@ tu_liar_t *tu_liar_start(void)
         return NULL;
     }
     l->port = ntohs(sa.sin_port);
+    /* It returns once the thread runs: a test forks its cases' children
+     * right after, and the thread's start-up allocates; GCC 12's ASan
+     * does not lock its allocator around fork(), so a child forked in
+     * that moment could inherit a lock held for good.  Idle, the thread
+     * waits in poll() and holds none. */
+    pthread_mutex_lock(&l->mu);
+    while (!l->running)
+        pthread_cond_wait(&l->up, &l->mu);
+    pthread_mutex_unlock(&l->mu);
     return l;
 }
 
@@ -608,5 +624,6 @@ void tu_liar_stop(tu_liar_t *l)
     close(l->lfd);
     tu_liar_reset(l);
     pthread_mutex_destroy(&l->mu);
+    pthread_cond_destroy(&l->up);
     free(l);
 }
