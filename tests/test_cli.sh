@@ -1069,10 +1069,15 @@ echo "# cluster section: $(($(now_ms) - t_cluster)) ms"
 # One master, one replica, one sentinel: the commands go to the master.
 t_sentinel=$(now_ms)
 sentinel_up=0
-if start_server "$tmp/smaster"; then
+# The replica's first sync starts at once (Redis 7 waits 5 s for more
+# replicas by default) and is done before the checks begin: a check of
+# what the replica has must not race it.
+if start_server "$tmp/smaster" --repl-diskless-sync-delay 0; then
     sm=$started_port
-    if start_server "$tmp/sreplica" --replicaof 127.0.0.1 "$sm"; then
-        sr=$started_port
+    if start_server "$tmp/sreplica" --replicaof 127.0.0.1 "$sm" &&
+        sr=$started_port &&
+        wait_for 30 eval 'redis-cli -p "$sr" INFO replication | tr -d "\r" |
+                          grep -qx "master_link_status:up"'; then
         mkdir -p "$tmp/sentinel"
         printf 'sentinel monitor dlm 127.0.0.1 %s 1\n' "$sm" >"$tmp/sentinel/sentinel.conf"
         if start_server "$tmp/sentinel" "$tmp/sentinel/sentinel.conf" --sentinel; then
@@ -1098,7 +1103,7 @@ if [[ $sentinel_up -eq 1 ]]; then
         eval '[[ $rc -eq 0 && $(grep -c "loaded function library" "$out") -eq 1 ]] &&
               has "127.0.0.1:$sm:" "$out"' || show
     check "sentinel: the replica has it from the master" \
-        wait_for 5 eval 'redis-cli -p "$sr" FUNCTION LIST LIBRARYNAME distlock | grep -q distlock_fenced'
+        wait_for 15 eval 'redis-cli -p "$sr" FUNCTION LIST LIBRARYNAME distlock | grep -q distlock_fenced'
     run env "DISTLOCK_URL=redis-sentinel://127.0.0.1:$ss/nosuch" "$D" status "$pfx-s"
     check "sentinel: an unknown master name: exit 3 naming the sentinel" \
         eval '[[ $rc -eq 3 ]] && has "127.0.0.1:$ss" "$err"' || show
