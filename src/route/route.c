@@ -717,7 +717,12 @@ static int refused(uint64_t limit, const struct dist__script *s, int nkeys,
 int dist__route_wait_replicas(struct dist__link *l, unsigned long ms,
                               const char *what, struct dist__addr *now)
 {
-    struct tconn *t = thread_conns(0);
+    /* The thread's links as they are, not thread_conns(): l is one of
+     * them, and new settings made by another thread since the acquire
+     * would close it under the caller (a use after free, seen under
+     * ASan).  The hold was taken under the settings these links have;
+     * the next call takes up the new ones. */
+    struct tconn *t = my_conn;
     int listed, most, rc, vrc;
     char why[256];
 
