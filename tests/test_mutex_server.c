@@ -218,6 +218,42 @@ static void test_lost_reply_proxy(void **state)
     fx_dirty = 0;
 }
 
+/* A thread's lock and unlock, for test_settings_change_mid_acquire. */
+static int lock_unlock(void *arg)
+{
+    int rc = dist_mutex_lock(arg);
+
+    return rc ? rc : dist_mutex_unlock(arg);
+}
+
+/* New settings made by another thread while a lock call waits for its
+ * script's reply: the new hold's replica wait still runs on the link the
+ * script used, which the settings must not close under it (they did: a
+ * use after free, which AddressSanitizer reports).  The proxy slows every
+ * reply, so the change comes after the thread opened its link (the
+ * connection is counted) and before the script's answer. */
+static void test_settings_change_mid_acquire(void **state)
+{
+    dist_mutex_t *m = fx_mutex("m", NULL);
+    struct fx_thread t;
+    tu_proxy_t *p;
+    unsigned long conns;
+
+    (void)state;
+    p = fx_proxy_up(&r);
+    assert_non_null(p);
+    assert_int_equal(dist_set_timeout_ms(10000), 0);
+    conns = tu_proxy_connections(p);
+    tu_proxy_set_delay(p, 300);
+    fx_thread_start(&t, lock_unlock, m);
+    while (tu_proxy_connections(p) == conns)
+        tu_sleep_ms(1);
+    assert_int_equal(dist_set_timeout_ms(10001), 0);
+    assert_int_equal(fx_thread_join(&t), 0);
+    tu_proxy_set_delay(p, 0);
+    assert_int_equal(fx_proxy_down(&r, p), 0);
+}
+
 /* Right after the renewal of name's hold (its PTTL jumps back up), within
  * timeout_s: a fault armed then meets the next call, not a renewal. */
 static int after_renewal(const char *name, double timeout_s)
@@ -365,6 +401,7 @@ int main(void)
         FX_TEST(test_unreachable),
         FX_TEST(test_unknown_release_is_finished),
         FX_TEST(test_lost_reply_proxy),
+        FX_TEST(test_settings_change_mid_acquire),
         FX_TEST(test_lost_release_reply_old_hold),
         FX_TEST(test_acl_user_without_password),
         FX_TEST(test_no_sigpipe),
